@@ -1,0 +1,17 @@
+"""vramkit: see, free, share and plan NVIDIA GPU memory on shared Linux servers.
+
+Public API (documented in docs/api.md):
+    snapshot(simulate=None) -> Snapshot   read every GPU and who holds its memory
+    open_machine(simulate=None) -> Machine   for repeated snapshots (watch loops)
+    Snapshot, Device, GpuProcess, MigDevice   the data
+    NvmlUnavailable, ScenarioError   the two errors a caller should expect
+"""
+
+from .model import Device, GpuProcess, MigDevice, Snapshot
+from .nvml.backend import NvmlUnavailable
+from .nvml.scenario import ScenarioError
+from .snapshot import Machine, open_machine, snapshot
+
+__version__ = "0.1.0"
+__all__ = ["Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
+           "Snapshot", "open_machine", "snapshot", "__version__"]

@@ -1,0 +1,87 @@
+"""What a snapshot is made of: plain dataclasses, no logic, shared by every layer.
+
+A value of None means N/A: the driver does not support the field, refused it, or the
+host cannot see it. The reason is kept next to it (Device.na, GpuProcess.host_missing);
+a missing value is never shown as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class MigDevice:
+    gi: int  # GPU instance id
+    ci: int | None  # compute instance id
+    uuid: str | None
+    name: str | None
+    memory_total: int | None
+    memory_used: int | None
+    memory_free: int | None
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    gpu: int  # NVML index of the GPU
+    gpu_uuid: str | None
+    memory: int | None  # bytes of GPU memory NVML attributes to this pid on this GPU
+    types: tuple[str, ...] = ("compute",)  # "compute" and/or "graphics"
+    mig_gi: int | None = None  # MIG GPU instance the memory is on
+    # --- host side, from /proc (or the scenario, for synthetic pids)
+    user: str | None = None
+    uid: int | None = None
+    command: str | None = None  # control characters already stripped
+    name: str | None = None
+    state: str | None = None  # running, sleeping, zombie, ...
+    start_time: float | None = None  # unix time
+    elapsed: float | None = None  # seconds
+    cpu_percent: float | None = None
+    rss: int | None = None
+    ppid: int | None = None
+    container: str | None = None  # short container id when in a container cgroup
+    host_missing: str | None = None  # why the host side is unknown, when it is
+    # --- flags
+    zombie: bool = False
+    orphaned: bool = False
+    idle: bool = False  # holds memory on a GPU at 0% utilization
+
+
+@dataclass
+class Device:
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    memory_total: int | None = None
+    memory_used: int | None = None
+    memory_free: int | None = None
+    memory_reserved: int | None = None
+    utilization: int | None = None  # % of time a kernel ran (not how much memory is used)
+    memory_utilization: int | None = None  # % of time memory was read or written
+    temperature: int | None = None  # degrees C
+    power_draw: float | None = None  # watts
+    power_limit: float | None = None  # watts
+    fan: int | None = None  # %
+    mig_enabled: bool | None = None
+    mig_devices: list[MigDevice] = field(default_factory=list)
+    lost: bool = False
+    error: str | None = None  # why the whole GPU could not be read
+    na: dict[str, str] = field(default_factory=dict)  # field -> why it is N/A
+    processes: list[GpuProcess] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    time: float
+    gpus: list[Device]
+    simulated: bool = False
+    scenario: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def processes(self) -> list[GpuProcess]:
+        return [p for g in self.gpus for p in g.processes]

@@ -1,0 +1,1 @@
+"""The only package that talks to NVML: the real library (backend) or the simulated one (sim)."""

@@ -1,0 +1,266 @@
+"""The NVML layer: reads devices and GPU processes through a pynvml-like module.
+
+It runs unchanged on nvidia-ml-py's `pynvml` (a real driver) and on `SimulatedNvml`.
+Rules it keeps:
+- a field the driver does not support or refuses is None plus a reason, never 0;
+- a lost GPU is reported as lost and the other GPUs still read;
+- newer structs first (process info v3, memory info v2), falling back to older drivers' ones,
+  and remembering which worked so later snapshots make no failed calls;
+- compute and graphics lists are merged: one row per (pid, GPU, MIG instance);
+- handles and static facts (name, uuid, PCI id, MIG layout) are cached between reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..model import Device, GpuProcess, MigDevice
+
+_UNSET = 0xFFFFFFFF  # what NVML puts in gpuInstanceId outside MIG
+
+
+class NvmlUnavailable(Exception):
+    """No usable NVML: no driver, no library, or no nvidia-ml-py. The message is one line."""
+
+
+_PROCESS_FNS = {
+    "compute": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                "nvmlDeviceGetComputeRunningProcesses"),
+    "graphics": ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+                 "nvmlDeviceGetGraphicsRunningProcesses"),
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class Nvml:
+    def __init__(self, lib: Any):
+        self.lib = lib
+        self._codes = {name: getattr(lib, name) for name in (
+            "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_GPU_IS_LOST",
+            "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_FOUND", "NVML_ERROR_LIBRARY_NOT_FOUND",
+            "NVML_ERROR_DRIVER_NOT_LOADED", "NVML_ERROR_INVALID_ARGUMENT")}
+        self._mismatch = getattr(lib, "NVMLLibraryMismatchError", ())
+        self._handles: dict[int, Any] = {}
+        self._static: dict[int, dict[str, Any]] = {}
+        self._mem_v2 = hasattr(lib, "nvmlMemory_v2")
+        self._process_fn: dict[str, str] = {}
+        self._open = False
+        self.count = 0
+        self.driver_version: str | None = None
+        self.cuda_version: str | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> Nvml:
+        lib = self.lib
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as e:
+            raise NvmlUnavailable(self._init_message(e)) from None
+        except OSError as e:  # a broken libnvidia-ml.so
+            raise NvmlUnavailable(f"NVML could not be loaded: {e}") from None
+        self._open = True
+        self.count = lib.nvmlDeviceGetCount()
+        try:
+            self.driver_version = _text(lib.nvmlSystemGetDriverVersion())
+        except lib.NVMLError:
+            pass
+        try:
+            v = lib.nvmlSystemGetCudaDriverVersion()
+            self.cuda_version = f"{v // 1000}.{v % 1000 // 10}"
+        except (lib.NVMLError, AttributeError):
+            pass
+        return self
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            try:
+                self.lib.nvmlShutdown()
+            except self.lib.NVMLError:
+                pass
+
+    def _init_message(self, e: Exception) -> str:
+        code = getattr(e, "value", None)
+        if code == self._codes["NVML_ERROR_LIBRARY_NOT_FOUND"]:
+            return "no NVIDIA driver found: the NVML library (libnvidia-ml.so.1) is not installed"
+        if code == self._codes["NVML_ERROR_DRIVER_NOT_LOADED"]:
+            return "the NVIDIA driver is not loaded (no /dev/nvidia*, or the kernel module is missing)"
+        if code == self._codes["NVML_ERROR_NO_PERMISSION"]:
+            return "no permission to use the NVIDIA driver (check the permissions of /dev/nvidia*)"
+        return f"NVML failed to start: {e}"
+
+    # ------------------------------------------------------------ one snapshot
+    def read(self) -> list[Device]:
+        return [self._read_device(i) for i in range(self.count)]
+
+    def _read_device(self, index: int) -> Device:
+        lib = self.lib
+        dev = Device(index=index)
+        try:
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._handles[index] = lib.nvmlDeviceGetHandleByIndex(index)
+            self._read_static(dev, handle)
+            self._read_memory(dev, handle)
+            util = self._query(dev, ("utilization", "memory_utilization"), lib.nvmlDeviceGetUtilizationRates, handle)
+            if util is not None:
+                dev.utilization, dev.memory_utilization = util.gpu, util.memory
+            dev.temperature = self._query(dev, ("temperature",), lib.nvmlDeviceGetTemperature, handle,
+                                          lib.NVML_TEMPERATURE_GPU)
+            power = self._query(dev, ("power_draw",), lib.nvmlDeviceGetPowerUsage, handle)
+            dev.power_draw = None if power is None else power / 1000
+            limit = self._query(dev, ("power_limit",), lib.nvmlDeviceGetEnforcedPowerLimit, handle)
+            dev.power_limit = None if limit is None else limit / 1000
+            dev.fan = self._query(dev, ("fan",), lib.nvmlDeviceGetFanSpeed, handle)
+            self._read_mig(dev, handle)
+            self._read_processes(dev, handle)
+        except lib.NVMLError as e:
+            if getattr(e, "value", None) != self._codes["NVML_ERROR_GPU_IS_LOST"]:
+                raise
+            self._handles.pop(index, None)
+            dev.lost, dev.error = True, "GPU is lost (fell off the bus or needs a reset)"
+            dev.processes = []
+        return dev
+
+    def _query(self, dev: Device, fields: tuple[str, ...], fn: Callable, *args: Any) -> Any:
+        """One NVML call; an unsupported or refused field becomes None with the reason."""
+        try:
+            return fn(*args)
+        except self.lib.NVMLError as e:
+            code = getattr(e, "value", None)
+            if code == self._codes["NVML_ERROR_GPU_IS_LOST"]:
+                raise
+            if code == self._codes["NVML_ERROR_NOT_SUPPORTED"]:
+                reason = "not supported"
+            elif code == self._codes["NVML_ERROR_NO_PERMISSION"]:
+                reason = "no permission"
+            else:
+                reason = f"NVML error: {e}"
+            for f in fields:
+                dev.na[f] = reason
+            return None
+
+    def _read_static(self, dev: Device, handle: Any) -> None:
+        static = self._static.get(dev.index)
+        if static is None:
+            probe = Device(index=dev.index)
+            lib = self.lib
+            name = self._query(probe, ("name",), lib.nvmlDeviceGetName, handle)
+            uuid = self._query(probe, ("uuid",), lib.nvmlDeviceGetUUID, handle)
+            pci = self._query(probe, ("pci_bus_id",), lib.nvmlDeviceGetPciInfo, handle)
+            static = {
+                "name": None if name is None else _text(name),
+                "uuid": None if uuid is None else _text(uuid),
+                "pci_bus_id": None if pci is None else _text(pci.busId),
+                "na": probe.na,
+            }
+            self._static[dev.index] = static
+        dev.name, dev.uuid, dev.pci_bus_id = static["name"], static["uuid"], static["pci_bus_id"]
+        dev.na.update(static["na"])
+
+    def _memory(self, dev: Device, handle: Any) -> Any:
+        """Memory info, v2 struct (used excludes driver-reserved memory) when the driver has it."""
+        lib = self.lib
+        if self._mem_v2:
+            try:
+                return lib.nvmlDeviceGetMemoryInfo(handle, version=lib.nvmlMemory_v2)
+            except lib.NVMLError as e:
+                if getattr(e, "value", None) not in (self._codes["NVML_ERROR_FUNCTION_NOT_FOUND"],
+                                                     self._codes["NVML_ERROR_NOT_SUPPORTED"],
+                                                     self._codes["NVML_ERROR_INVALID_ARGUMENT"]):
+                    raise
+                self._mem_v2 = False  # an older driver: use v1 from now on
+        return lib.nvmlDeviceGetMemoryInfo(handle)
+
+    def _read_memory(self, dev: Device, handle: Any) -> None:
+        fields = ("memory_total", "memory_used", "memory_free", "memory_reserved")
+        mem = self._query(dev, fields, self._memory, dev, handle)
+        if mem is None:
+            return
+        dev.memory_total, dev.memory_used, dev.memory_free = mem.total, mem.used, mem.free
+        reserved = getattr(mem, "reserved", None)
+        dev.memory_reserved = reserved
+        if reserved is None:
+            dev.na["memory_reserved"] = "not reported by this driver (memory info v1)"
+
+    def _read_mig(self, dev: Device, handle: Any) -> None:
+        lib = self.lib
+        static = self._static[dev.index]
+        if "mig" not in static:
+            probe = Device(index=dev.index)
+            mode = self._query(probe, ("mig",), lib.nvmlDeviceGetMigMode, handle)
+            enabled = None if mode is None else mode[0] == lib.NVML_DEVICE_MIG_ENABLE
+            handles = []
+            if enabled:
+                for slot in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                    try:
+                        handles.append(lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+                    except lib.NVMLError as e:
+                        if getattr(e, "value", None) != self._codes["NVML_ERROR_NOT_FOUND"]:
+                            raise
+            static["mig"] = (enabled, handles)
+        enabled, handles = static["mig"]
+        dev.mig_enabled = enabled
+        for h in handles:
+            probe = Device(index=dev.index)
+            gi = lib.nvmlDeviceGetGpuInstanceId(h)
+            ci = self._query(probe, ("ci",), lib.nvmlDeviceGetComputeInstanceId, h)
+            uuid = self._query(probe, ("uuid",), lib.nvmlDeviceGetUUID, h)
+            name = self._query(probe, ("name",), lib.nvmlDeviceGetName, h)
+            mem = self._query(probe, ("memory",), self._memory, probe, h)
+            dev.mig_devices.append(MigDevice(
+                gi=gi, ci=ci, uuid=None if uuid is None else _text(uuid),
+                name=None if name is None else _text(name),
+                memory_total=None if mem is None else mem.total,
+                memory_used=None if mem is None else mem.used,
+                memory_free=None if mem is None else mem.free))
+
+    def _list_processes(self, kind: str, handle: Any) -> list[Any]:
+        lib = self.lib
+        chosen = self._process_fn.get(kind)
+        for name in ([chosen] if chosen else _PROCESS_FNS[kind]):
+            fn = getattr(lib, name, None)
+            if fn is None:
+                continue
+            try:
+                result = fn(handle)
+            except self._mismatch:
+                continue
+            except lib.NVMLError as e:
+                if getattr(e, "value", None) == self._codes["NVML_ERROR_FUNCTION_NOT_FOUND"]:
+                    continue
+                raise
+            self._process_fn[kind] = name
+            return result
+        raise lib.NVMLError(self._codes["NVML_ERROR_FUNCTION_NOT_FOUND"])
+
+    def _read_processes(self, dev: Device, handle: Any) -> None:
+        rows: dict[tuple[int, int | None], GpuProcess] = {}
+        for kind in ("compute", "graphics"):
+            listed = self._query(dev, ("processes",), self._list_processes, kind, handle)
+            for info in listed or ():
+                gi = getattr(info, "gpuInstanceId", None)
+                gi = None if gi in (None, _UNSET) else gi
+                memory = info.usedGpuMemory  # None: the driver would not say (e.g. no permission)
+                row = rows.get((info.pid, gi))
+                if row is None:
+                    rows[(info.pid, gi)] = GpuProcess(pid=info.pid, gpu=dev.index, gpu_uuid=dev.uuid,
+                                                      memory=memory, types=(kind,), mig_gi=gi)
+                elif kind not in row.types:
+                    # One process in both lists holds one allocation, not two: keep the larger figure.
+                    row.types += (kind,)
+                    if memory is not None and (row.memory is None or memory > row.memory):
+                        row.memory = memory
+        dev.processes = list(rows.values())
+
+
+def open_real() -> Nvml:
+    """NVML through nvidia-ml-py. Raises NvmlUnavailable with one clear line."""
+    try:
+        import pynvml
+    except ImportError:
+        raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed: pip install nvidia-ml-py") from None
+    return Nvml(pynvml).open()

@@ -1,0 +1,140 @@
+"""The parts of nvidia-ml-py's `pynvml` namespace that the simulator must mirror.
+
+The simulator runs in two modes. Inside vram it does not import pynvml at all (that import
+costs ~35 ms of the ~100 ms budget of `vram status`), so it uses these mirrors: the same
+constant values, the same NVMLError class names and the same `NVMLError(code)` -> subclass
+mapping. Inside the shim (`vram sim shim`) it uses the real pynvml classes instead.
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_UNKNOWN = 999
+
+NVML_TEMPERATURE_GPU = 0
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+nvmlMemory_v2 = 0x02000028
+
+_MESSAGES = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+
+class NVMLError(Exception):
+    _valClassMapping: dict[int, type] = {}
+
+    def __new__(cls, value):
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __str__(self):
+        return _MESSAGES.get(self.value, f"NVML Error with code {self.value}")
+
+    def __eq__(self, other):
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    __hash__ = Exception.__hash__
+
+
+class NVMLLibraryMismatchError(Exception):
+    pass
+
+
+def _make_error_classes() -> None:
+    # Same naming rule as pynvml: NVML_ERROR_GPU_IS_LOST -> NVMLError_GpuIsLost.
+    module = sys.modules[__name__]
+    for name in [n for n in dir(module) if n.startswith("NVML_ERROR_")]:
+        class_name = "NVMLError_" + string.capwords(name[len("NVML_ERROR_"):], "_").replace("_", "")
+        code = getattr(module, name)
+
+        def new(cls, *args, _code=code):
+            return NVMLError.__new__(cls, _code)
+
+        cls = type(class_name, (NVMLError,), {"__new__": new})
+        cls.__module__ = __name__
+        setattr(module, class_name, cls)
+        NVMLError._valClassMapping[code] = cls
+
+
+_make_error_classes()
+
+
+class FriendlyObject:
+    """Plain attribute bag, like pynvml.nvmlFriendlyObject (what process lists return)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __repr__(self):
+        return f"FriendlyObject({self.__dict__})"
+
+
+# Result structs, by the same names and positional fields as pynvml's ctypes structures.
+class _Struct:
+    _fields_: tuple[str, ...] = ()
+
+    def __init__(self, *values):
+        for name, value in zip(self._fields_, values):
+            setattr(self, name, value)
+
+    def __repr__(self):
+        inner = ", ".join(f"{n}={getattr(self, n, None)!r}" for n in self._fields_)
+        return f"{type(self).__name__}({inner})"
+
+
+class c_nvmlMemory_t(_Struct):
+    _fields_ = ("total", "free", "used")
+
+
+class c_nvmlMemory_v2_t(_Struct):
+    _fields_ = ("version", "total", "reserved", "free", "used")
+
+
+class c_nvmlUtilization_t(_Struct):
+    _fields_ = ("gpu", "memory")
+
+
+class nvmlPciInfo_t(_Struct):
+    _fields_ = ("busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId")
+
+
+def nvmlFriendlyObject(fields: dict):
+    return FriendlyObject(**fields)

@@ -1,0 +1,413 @@
+"""Scenario files for the simulated NVML: load, validate, and evaluate values over time.
+
+A scenario is JSON (schema: docs/scenarios.md). Validation is strict: an unknown field, a
+wrong type or an impossible number is a ScenarioError whose message names the field, e.g.
+`demo.json: gpus[2].memory_used: 90GiB is more than memory_total (80GiB)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..units import format_size, parse_duration, parse_size
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+GPU_FIELDS = {
+    "name", "uuid", "pci_bus_id", "memory_total", "memory_used", "memory_reserved",
+    "utilization", "memory_utilization", "temperature", "power", "power_limit", "fan",
+    "unsupported", "no_permission", "lost", "mig",
+}
+MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
+PROCESS_FIELDS = {
+    "pid", "source", "gpus", "type", "user", "uid", "command", "age", "state", "cpu_percent",
+    "rss", "ppid", "container", "start_at", "exit_at",
+}
+TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
+              "gpus", "processes"}
+FAULT_FIELDS = {"driver", "slow_calls"}
+# Fields a scenario may mark unsupported / no_permission, and the NVML calls they stand for.
+QUERYABLE = {"memory", "utilization", "temperature", "power", "power_limit", "fan", "processes",
+             "name", "uuid", "pci_bus_id"}
+PROCESS_SOURCES = {"synthetic", "real", "missing"}
+PROCESS_TYPES = {"compute", "graphics", "both"}
+PROCESS_STATES = {"running", "sleeping", "zombie", "disk-sleep", "stopped"}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used. The message names the file and the field."""
+
+
+@dataclass
+class Scenario:
+    name: str
+    source: str  # the file it came from
+    data: dict[str, Any]
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
+
+
+def resolve(name_or_path: str) -> Path:
+    """A bundled scenario name (`demo`) or a path to a JSON file."""
+    candidate = SCENARIO_DIR / f"{name_or_path}.json"
+    if "/" not in name_or_path and not name_or_path.endswith(".json") and candidate.exists():
+        return candidate
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    raise ScenarioError(
+        f"no scenario {name_or_path!r}: not a bundled name ({', '.join(bundled_names())}) "
+        "and not a file"
+    )
+
+
+def load(name_or_path: str) -> Scenario:
+    path = resolve(name_or_path)
+    label = path.stem if path.parent == SCENARIO_DIR else str(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ScenarioError(f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{label}: cannot read: {e}") from None
+    return validate(data, label)
+
+
+# ---------------------------------------------------------------- values over time
+
+def is_timeline(value: Any) -> bool:
+    return isinstance(value, dict) and "timeline" in value
+
+
+def value_at(value: Any, t: float) -> Any:
+    """A static value, or a timeline {"timeline": [[t, v], ...], "repeat": period} at time t.
+
+    Numbers are interpolated linearly between points; before the first point the first value
+    holds, after the last the last value (or the timeline restarts when `repeat` is set).
+    """
+    if not is_timeline(value):
+        return value
+    points = value["_points"]
+    period = value.get("_repeat")
+    if period:
+        t = t % period
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t <= t1:
+            if value.get("interpolate", "linear") == "step" or t1 == t0:
+                return v0
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def max_value(value: Any) -> Any:
+    if is_timeline(value):
+        return max(v for _, v in value["_points"])
+    return value
+
+
+# ---------------------------------------------------------------- validation
+
+class _Checker:
+    def __init__(self, label: str):
+        self.label = label
+
+    def fail(self, where: str, message: str) -> None:
+        raise ScenarioError(f"{self.label}: {where}: {message}")
+
+    def known(self, obj: Any, allowed: set[str], where: str) -> None:
+        if not isinstance(obj, dict):
+            self.fail(where, f"must be an object, got {type(obj).__name__}")
+        unknown = sorted(set(obj) - allowed)
+        if unknown:
+            self.fail(f"{where}.{unknown[0]}" if where else unknown[0],
+                      f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+    def timeline(self, value: Any, where: str, convert) -> Any:
+        """Validate a static value or a timeline, converting each value with `convert`."""
+        if not is_timeline(value):
+            return convert(value, where)
+        self.known(value, {"timeline", "repeat", "interpolate"}, where)
+        raw = value["timeline"]
+        if not isinstance(raw, list) or not raw:
+            self.fail(f"{where}.timeline", "must be a non-empty list of [seconds, value] pairs")
+        points = []
+        for i, pair in enumerate(raw):
+            if not isinstance(pair, list) or len(pair) != 2:
+                self.fail(f"{where}.timeline[{i}]", "must be a [seconds, value] pair")
+            t = self.number(pair[0], f"{where}.timeline[{i}][0]", minimum=0)
+            if points and t < points[-1][0]:
+                self.fail(f"{where}.timeline[{i}]", "times must not decrease")
+            points.append((t, convert(pair[1], f"{where}.timeline[{i}][1]")))
+        out = dict(value)
+        out["_points"] = points
+        if value.get("interpolate", "linear") not in ("linear", "step"):
+            self.fail(f"{where}.interpolate", "must be 'linear' or 'step'")
+        if "repeat" in value:
+            out["_repeat"] = self.duration(value["repeat"], f"{where}.repeat")
+        return out
+
+    def number(self, value: Any, where: str, minimum: float | None = None,
+               maximum: float | None = None, integer: bool = False) -> Any:
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            self.fail(where, f"must be {'an integer' if integer else 'a number'}, got {json.dumps(value)}")
+        if minimum is not None and value < minimum:
+            self.fail(where, f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(where, f"must be at most {maximum}, got {value}")
+        return value
+
+    def size(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            self.fail(where, f"must be a size like \"80GiB\" or a number of bytes, got {json.dumps(value)}")
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            self.fail(where, str(e))
+        raise AssertionError  # unreachable
+
+    def duration(self, value: Any, where: str) -> float:
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            self.fail(where, str(e))
+        raise AssertionError
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(where, f"must be a non-empty string, got {json.dumps(value)}")
+        return value
+
+
+_PCI_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+
+
+def validate(data: Any, label: str = "scenario") -> Scenario:
+    c = _Checker(label)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{label}: the top level must be an object with a 'gpus' list")
+    c.known(data, TOP_FIELDS, "")
+    gpus_raw = data.get("gpus")
+    if not isinstance(gpus_raw, list) or not gpus_raw:
+        c.fail("gpus", "must be a non-empty list")
+    if "driver_version" in data:
+        c.string(data["driver_version"], "driver_version")
+    if "cuda_version" in data and not re.fullmatch(r"\d+\.\d+", str(data["cuda_version"])):
+        c.fail("cuda_version", f"must look like \"12.4\", got {json.dumps(data['cuda_version'])}")
+    api = data.get("nvml_api", {})
+    c.known(api, {"process_info", "memory_info"}, "nvml_api")
+    if api.get("process_info", "v3") not in ("v1", "v2", "v3"):
+        c.fail("nvml_api.process_info", "must be v1, v2 or v3")
+    if api.get("memory_info", "v2") not in ("v1", "v2"):
+        c.fail("nvml_api.memory_info", "must be v1 or v2")
+    faults = data.get("faults", {})
+    c.known(faults, FAULT_FIELDS, "faults")
+    if faults.get("driver") not in (None, "missing", "not_loaded"):
+        c.fail("faults.driver", "must be 'missing' or 'not_loaded'")
+    slow = faults.get("slow_calls", {})
+    if not isinstance(slow, dict):
+        c.fail("faults.slow_calls", "must be an object {NVML function name: milliseconds}")
+    for fn, ms in slow.items():
+        if not fn.startswith("nvml"):
+            c.fail(f"faults.slow_calls.{fn}", "must name an NVML function, e.g. nvmlDeviceGetMemoryInfo")
+        c.number(ms, f"faults.slow_calls.{fn}", minimum=0)
+
+    gpus = [_validate_gpu(c, g, i) for i, g in enumerate(gpus_raw)]
+    seen: dict[str, str] = {}
+    for i, g in enumerate(gpus):
+        ids = [g["uuid"]] + [m["uuid"] for m in g["mig"]]
+        for uuid in ids:
+            if uuid in seen:
+                c.fail(f"gpus[{i}].uuid", f"duplicate uuid {uuid} (also {seen[uuid]})")
+            seen[uuid] = f"gpus[{i}]"
+        if g["pci_bus_id"] in seen:
+            c.fail(f"gpus[{i}].pci_bus_id", f"duplicate PCI bus id {g['pci_bus_id']}")
+        seen[g["pci_bus_id"]] = f"gpus[{i}]"
+
+    procs_raw = data.get("processes", [])
+    if not isinstance(procs_raw, list):
+        c.fail("processes", "must be a list")
+    processes = [_validate_process(c, p, i, gpus) for i, p in enumerate(procs_raw)]
+    pids: dict[int, int] = {}
+    for i, p in enumerate(processes):
+        if p["pid"] in pids:
+            c.fail(f"processes[{i}].pid", f"duplicate pid {p['pid']} (also processes[{pids[p['pid']]}]); "
+                   "list one process once with several entries in 'gpus'")
+        pids[p["pid"]] = i
+    _check_memory_fits(c, gpus, processes)
+    name = data.get("name", Path(label).stem)
+    return Scenario(name=str(name), source=label, data=data, gpus=gpus, processes=processes)
+
+
+def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
+    where = f"gpus[{i}]"
+    c.known(raw, GPU_FIELDS, where)
+    g = dict(raw)
+    g["index"] = i
+    g["name"] = c.string(raw.get("name", "NVIDIA A100-SXM4-80GB"), f"{where}.name")
+    g["uuid"] = c.string(raw.get("uuid", f"GPU-{i:08x}-5eed-4a11-9000-{i:012x}"), f"{where}.uuid")
+    if not g["uuid"].startswith("GPU-"):
+        c.fail(f"{where}.uuid", f"must start with 'GPU-', got {json.dumps(g['uuid'])}")
+    g["pci_bus_id"] = c.string(raw.get("pci_bus_id", f"00000000:{0x10 + i * 0x10 & 0xff:02X}:00.0"),
+                               f"{where}.pci_bus_id")
+    if not _PCI_RE.match(g["pci_bus_id"]):
+        c.fail(f"{where}.pci_bus_id", f"must look like 00000000:07:00.0, got {json.dumps(g['pci_bus_id'])}")
+    if "memory_total" not in raw:
+        c.fail(f"{where}.memory_total", "is required (e.g. \"80GiB\")")
+    g["memory_total"] = c.size(raw["memory_total"], f"{where}.memory_total")
+    if g["memory_total"] == 0:
+        c.fail(f"{where}.memory_total", "must be more than 0")
+    total = g["memory_total"]
+
+    def size_within_total(v, w):
+        n = c.size(v, w)
+        if n > total:
+            c.fail(w, f"{format_size(n)} is more than memory_total ({format_size(total)})")
+        return n
+
+    for key in ("memory_used", "memory_reserved"):
+        if key in raw:
+            g[key] = c.timeline(raw[key], f"{where}.{key}", size_within_total)
+    g.setdefault("memory_reserved", 0)
+    pct = lambda v, w: c.number(v, w, minimum=0, maximum=100)  # noqa: E731
+    g["utilization"] = c.timeline(raw.get("utilization", 0), f"{where}.utilization", pct)
+    g["memory_utilization"] = c.timeline(raw.get("memory_utilization", 0), f"{where}.memory_utilization", pct)
+    g["temperature"] = c.timeline(raw.get("temperature", 40), f"{where}.temperature",
+                                  lambda v, w: c.number(v, w, minimum=-50, maximum=150))
+    g["power_limit"] = c.number(raw.get("power_limit", 400), f"{where}.power_limit", minimum=0)
+    g["power"] = c.timeline(raw.get("power", 60), f"{where}.power",
+                            lambda v, w: c.number(v, w, minimum=0))
+    g["fan"] = raw.get("fan")
+    if g["fan"] is not None:
+        g["fan"] = c.timeline(g["fan"], f"{where}.fan", pct)
+    for key in ("unsupported", "no_permission"):
+        items = raw.get(key, [])
+        if not isinstance(items, list) or any(x not in QUERYABLE for x in items):
+            c.fail(f"{where}.{key}", f"must be a list of: {', '.join(sorted(QUERYABLE))}")
+        g[key] = set(items)
+    if not isinstance(raw.get("lost", False), bool):
+        c.fail(f"{where}.lost", "must be true or false")
+    g["lost"] = raw.get("lost", False)
+    mig = raw.get("mig", [])
+    if not isinstance(mig, list):
+        c.fail(f"{where}.mig", "must be a list of MIG instances")
+    g["mig"] = []
+    gis = set()
+    for j, m in enumerate(mig):
+        mw = f"{where}.mig[{j}]"
+        c.known(m, MIG_FIELDS, mw)
+        inst = dict(m)
+        inst["gi"] = c.number(m.get("gi", j + 1), f"{mw}.gi", minimum=0, integer=True)
+        if inst["gi"] in gis:
+            c.fail(f"{mw}.gi", f"duplicate GPU instance id {inst['gi']}")
+        gis.add(inst["gi"])
+        inst["ci"] = c.number(m.get("ci", 0), f"{mw}.ci", minimum=0, integer=True)
+        inst["profile"] = c.string(m.get("profile", "1g.10gb"), f"{mw}.profile")
+        inst["uuid"] = c.string(m.get("uuid", f"MIG-{i:08x}-{j:04x}-4a11-9000-{inst['gi']:012x}"), f"{mw}.uuid")
+        if "memory_total" not in m:
+            c.fail(f"{mw}.memory_total", "is required")
+        inst["memory_total"] = c.size(m["memory_total"], f"{mw}.memory_total")
+        if "memory_used" in m:
+            inst["memory_used"] = c.timeline(m["memory_used"], f"{mw}.memory_used", c.size)
+            if max_value(inst["memory_used"]) > inst["memory_total"]:
+                c.fail(f"{mw}.memory_used", "is more than the instance's memory_total")
+        g["mig"].append(inst)
+    if sum(m["memory_total"] for m in g["mig"]) > total:
+        c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's")
+    return g
+
+
+def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict]) -> tuple[int, int | None]:
+    """'3' -> (3, None): the whole GPU 3. '0/2' -> (0, 2): GPU 0, MIG GPU instance 2."""
+    m = re.fullmatch(r"(\d+)(?:/(\d+))?", key)
+    if not m:
+        c.fail(f"{where}.{key}", "keys must be a GPU index like \"0\", or GPU/GPU-instance like \"0/1\"")
+    index, gi = int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
+    if index >= len(gpus):
+        c.fail(f"{where}.{key}", f"there is no GPU {index} (the scenario has {len(gpus)})")
+    if gi is not None and gi not in {x["gi"] for x in gpus[index]["mig"]}:
+        c.fail(f"{where}.{key}", f"GPU {index} has no MIG GPU instance {gi}")
+    if gi is None and gpus[index]["mig"]:
+        c.fail(f"{where}.{key}", f"GPU {index} is in MIG mode: name the instance, e.g. \"{index}/"
+               f"{gpus[index]['mig'][0]['gi']}\"")
+    return index, gi
+
+
+def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[str, Any]:
+    where = f"processes[{i}]"
+    c.known(raw, PROCESS_FIELDS, where)
+    if "pid" not in raw:
+        c.fail(f"{where}.pid", "is required")
+    p = dict(raw)
+    p["pid"] = c.number(raw["pid"], f"{where}.pid", minimum=1, integer=True)
+    p["source"] = raw.get("source", "synthetic")
+    if p["source"] not in PROCESS_SOURCES:
+        c.fail(f"{where}.source", f"must be one of {', '.join(sorted(PROCESS_SOURCES))}")
+    p["type"] = raw.get("type", "compute")
+    if p["type"] not in PROCESS_TYPES:
+        c.fail(f"{where}.type", f"must be one of {', '.join(sorted(PROCESS_TYPES))}")
+    gpus_raw = raw.get("gpus")
+    if not isinstance(gpus_raw, dict) or not gpus_raw:
+        c.fail(f"{where}.gpus", "must be an object {\"GPU index\": memory}, e.g. {\"0\": \"10GiB\"}")
+    p["gpus"] = {}
+    for key, mem in gpus_raw.items():
+        loc = _parse_gpu_key(c, key, f"{where}.gpus", gpus)
+        p["gpus"][loc] = c.timeline(mem, f"{where}.gpus.{key}", c.size)
+    if p["source"] == "synthetic":
+        p["user"] = c.string(raw.get("user", "nobody"), f"{where}.user")
+        p["uid"] = c.number(raw.get("uid", 65534), f"{where}.uid", minimum=0, integer=True)
+        p["command"] = c.string(raw.get("command", "python"), f"{where}.command")
+        p["age"] = c.duration(raw.get("age", "1h"), f"{where}.age")
+        p["state"] = raw.get("state", "running")
+        if p["state"] not in PROCESS_STATES:
+            c.fail(f"{where}.state", f"must be one of {', '.join(sorted(PROCESS_STATES))}")
+        p["cpu_percent"] = c.number(raw.get("cpu_percent", 0), f"{where}.cpu_percent", minimum=0)
+        p["rss"] = c.size(raw.get("rss", 0), f"{where}.rss")
+        p["ppid"] = c.number(raw.get("ppid", 1000), f"{where}.ppid", minimum=0, integer=True)
+        if "container" in raw:
+            p["container"] = c.string(raw["container"], f"{where}.container")
+    else:
+        extra = sorted(set(raw) & {"user", "uid", "command", "age", "state", "cpu_percent", "rss",
+                                   "ppid", "container"})
+        if extra:
+            c.fail(f"{where}.{extra[0]}", f"only synthetic processes take host fields; a {p['source']} "
+                   "process's host side comes from /proc")
+    for key in ("start_at", "exit_at"):
+        if key in raw:
+            p[key] = c.duration(raw[key], f"{where}.{key}")
+    if "start_at" in p and "exit_at" in p and p["exit_at"] <= p["start_at"]:
+        c.fail(f"{where}.exit_at", "must be after start_at")
+    return p
+
+
+def _check_memory_fits(c: _Checker, gpus: list[dict], processes: list[dict]) -> None:
+    for g in gpus:
+        units = [(None, g["memory_total"], g.get("memory_used"))] if not g["mig"] else [
+            (m["gi"], m["memory_total"], m.get("memory_used")) for m in g["mig"]]
+        for gi, total, used in units:
+            held = sum(max_value(p["gpus"][(g["index"], gi)]) for p in processes
+                       if (g["index"], gi) in p["gpus"])
+            where = f"gpus[{g['index']}]" + (f".mig gi {gi}" if gi is not None else "")
+            if held > total:
+                c.fail(where, f"processes hold {format_size(held)}, more than memory_total "
+                       f"({format_size(total)})")
+            if used is not None and not is_timeline(used) and held > used:
+                c.fail(f"{where}.memory_used", f"is {format_size(used)} but its processes hold "
+                       f"{format_size(held)}")
+
+
+def sim_clock_start() -> float | None:
+    """VRAM_SIM_TIME pins the scenario clock (seconds since start) for tests; None = real time."""
+    raw = os.environ.get("VRAM_SIM_TIME")
+    return float(raw) if raw else None

@@ -1,0 +1,403 @@
+"""Simulated NVML: a scenario served through the same functions as nvidia-ml-py's `pynvml`.
+
+`SimulatedNvml(scenario)` is a module-like object: `sim.nvmlInit()`, `sim.nvmlDeviceGetCount()`,
+`sim.NVMLError_GpuIsLost`, ... The NVML layer (backend.py) runs on it unchanged. In vram it
+uses the light mirrors in compat.py; in the pynvml shim (shim.py) `install()` writes the same
+functions into the real pynvml namespace, so errors and structs are pynvml's own classes.
+
+The scenario clock: t = seconds since the simulator started, or since VRAM_SIM_EPOCH (a unix
+time, so that several programs share one clock), or fixed by VRAM_SIM_TIME.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+from . import compat
+from .scenario import Scenario, value_at
+
+_TYPE_LISTS = {"compute": ("compute",), "graphics": ("graphics",), "both": ("compute", "graphics")}
+
+
+class SimHandle:
+    """A device handle: a whole GPU (gi None) or one MIG instance of it."""
+
+    __slots__ = ("index", "gi")
+
+    def __init__(self, index: int, gi: int | None = None):
+        self.index, self.gi = index, gi
+
+    def __repr__(self):
+        return f"<simulated nvmlDevice {self.index}{'' if self.gi is None else f'/{self.gi}'}>"
+
+
+def _read_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of a real pid, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()
+    return fields[0].decode(), int(fields[19])
+
+
+class SimulatedNvml:
+    def __init__(self, scenario: Scenario, api: Any = None):
+        self.scenario = scenario
+        # `api` supplies the error and struct classes: pynvml itself in the shim, else compat.
+        self.api = api if api is not None else compat
+        self._initialized = 0
+        self._t0 = time.time()
+        epoch = os.environ.get("VRAM_SIM_EPOCH")
+        if epoch:
+            self._t0 = float(epoch)
+        fixed = os.environ.get("VRAM_SIM_TIME")
+        self._fixed_t = float(fixed) if fixed else None
+        self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
+        # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
+        self._by_unit: dict[tuple[int, int | None], list[tuple[dict, Any]]] = {}
+        self._by_pid = {p["pid"]: p for p in scenario.processes}
+        for p in scenario.processes:
+            for unit, mem in p["gpus"].items():
+                self._by_unit.setdefault(unit, []).append((p, mem))
+        api_cfg = scenario.data.get("nvml_api", {})
+        self._proc_api = api_cfg.get("process_info", "v3")
+        self._mem_api = api_cfg.get("memory_info", "v2")
+        self._slow = scenario.data.get("faults", {}).get("slow_calls", {})
+        for name, ms in self._slow.items():
+            if hasattr(self, name):
+                setattr(self, name, _slowed(getattr(self, name), ms / 1000))
+
+    # ------------------------------------------------------------ namespace plumbing
+    def __getattr__(self, name: str) -> Any:
+        # Constants, NVMLError classes and anything else pynvml offers come from `api`.
+        return getattr(self.api, name)
+
+    def functions(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in dir(type(self)) if n.startswith("nvml")}
+
+    def now(self) -> float:
+        return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
+
+    def _error(self, code: int) -> Exception:
+        return self.api.NVMLError(code)
+
+    def _check_init(self) -> None:
+        if not self._initialized:
+            raise self._error(self.api.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, handle: Any) -> dict:
+        self._check_init()
+        if not isinstance(handle, SimHandle):
+            raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
+        g = self.scenario.gpus[handle.index]
+        if g["lost"]:
+            raise self._error(self.api.NVML_ERROR_GPU_IS_LOST)
+        return g
+
+    def _field(self, handle: Any, what: str) -> dict:
+        g = self._gpu(handle)
+        if what in g["unsupported"]:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        if what in g["no_permission"]:
+            raise self._error(self.api.NVML_ERROR_NO_PERMISSION)
+        return g
+
+    # ------------------------------------------------------------ processes over time
+    def _alive(self, p: dict, t: float) -> bool:
+        if t < p.get("start_at", 0) or ("exit_at" in p and t >= p["exit_at"]):
+            return False
+        if p["source"] != "real":
+            return True
+        # A real process frees its GPU memory when it exits, as the driver does.
+        stat = _read_stat(p["pid"])
+        if stat is None or stat[0] == "Z":
+            return False
+        first = self._real_start.setdefault(p["pid"], stat[1])
+        return first == stat[1]
+
+    def _unit_memory(self, index: int, gi: int | None, t: float) -> tuple[int, int]:
+        """(memory used by live processes, memory of listed processes not live now)."""
+        live = gone = 0
+        for p, mem in self._by_unit.get((index, gi), ()):
+            amount = int(value_at(mem, t))
+            if self._alive(p, t):
+                live += amount
+            else:
+                gone += amount
+        return live, gone
+
+    def _used(self, spec: dict, index: int, gi: int | None, t: float) -> int:
+        live, gone = self._unit_memory(index, gi, t)
+        if "memory_used" not in spec:
+            return live
+        return max(live, int(value_at(spec["memory_used"], t)) - gone)
+
+    # ------------------------------------------------------------ init and system
+    def nvmlInit(self) -> None:
+        self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        driver = self.scenario.data.get("faults", {}).get("driver")
+        if driver == "missing":
+            raise self._error(self.api.NVML_ERROR_LIBRARY_NOT_FOUND)
+        if driver == "not_loaded":
+            raise self._error(self.api.NVML_ERROR_DRIVER_NOT_LOADED)
+        self._initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check_init()
+        self._initialized -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check_init()
+        return self.scenario.data.get("driver_version", "550.54.15")
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._check_init()
+        return "12." + self.nvmlSystemGetDriverVersion()
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._check_init()
+        major, minor = self.scenario.data.get("cuda_version", "12.4").split(".")
+        return int(major) * 1000 + int(minor) * 10
+
+    nvmlSystemGetCudaDriverVersion_v2 = nvmlSystemGetCudaDriverVersion
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self._check_init()
+        p = self._by_pid.get(pid)
+        if p is not None and p["source"] == "synthetic":
+            return p["command"].split()[0]
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip()
+        except OSError:
+            raise self._error(self.api.NVML_ERROR_NOT_FOUND) from None
+
+    # ------------------------------------------------------------ devices
+    def nvmlDeviceGetCount(self) -> int:
+        self._check_init()
+        return len(self.scenario.gpus)
+
+    nvmlDeviceGetCount_v2 = nvmlDeviceGetCount
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> SimHandle:
+        self._check_init()
+        if not 0 <= index < len(self.scenario.gpus):
+            raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
+        if self.scenario.gpus[index]["lost"]:
+            raise self._error(self.api.NVML_ERROR_GPU_IS_LOST)
+        return SimHandle(index)
+
+    nvmlDeviceGetHandleByIndex_v2 = nvmlDeviceGetHandleByIndex
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> SimHandle:
+        self._check_init()
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for g in self.scenario.gpus:
+            if g["uuid"] == uuid:
+                return self.nvmlDeviceGetHandleByIndex(g["index"])
+            for m in g["mig"]:
+                if m["uuid"] == uuid:
+                    return SimHandle(g["index"], m["gi"])
+        raise self._error(self.api.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str | bytes) -> SimHandle:
+        self._check_init()
+        bus_id = (bus_id.decode() if isinstance(bus_id, bytes) else bus_id).upper()
+        for g in self.scenario.gpus:
+            if g["pci_bus_id"].upper().endswith(bus_id[-12:]):
+                return self.nvmlDeviceGetHandleByIndex(g["index"])
+        raise self._error(self.api.NVML_ERROR_NOT_FOUND)
+
+    nvmlDeviceGetHandleByPciBusId_v2 = nvmlDeviceGetHandleByPciBusId
+
+    def nvmlDeviceGetIndex(self, handle: SimHandle) -> int:
+        return self._gpu(handle)["index"]
+
+    def _mig(self, handle: SimHandle) -> dict | None:
+        if handle.gi is None:
+            return None
+        return next(m for m in self._gpu(handle)["mig"] if m["gi"] == handle.gi)
+
+    def nvmlDeviceGetName(self, handle: SimHandle) -> str:
+        g = self._field(handle, "name")
+        mig = self._mig(handle)
+        return g["name"] if mig is None else f"{g['name']} MIG {mig['profile']}"
+
+    def nvmlDeviceGetUUID(self, handle: SimHandle) -> str:
+        g = self._field(handle, "uuid")
+        mig = self._mig(handle)
+        return g["uuid"] if mig is None else mig["uuid"]
+
+    def nvmlDeviceGetSerial(self, handle: SimHandle) -> str:
+        return f"SIM{self._gpu(handle)['index']:010d}"
+
+    def nvmlDeviceGetPciInfo(self, handle: SimHandle) -> Any:
+        g = self._field(handle, "pci_bus_id")
+        bus_id = g["pci_bus_id"].encode()
+        domain, bus, rest = g["pci_bus_id"].split(":")
+        device = rest.split(".")[0]
+        return self.api.nvmlPciInfo_t(bus_id[-12:], int(domain, 16), int(bus, 16), int(device, 16),
+                                      0x20B510DE, 0x134F10DE, bus_id)
+
+    nvmlDeviceGetPciInfo_v3 = nvmlDeviceGetPciInfo
+
+    def nvmlDeviceGetMemoryInfo(self, handle: SimHandle, version: int | None = None) -> Any:
+        g = self._field(handle, "memory")
+        if version and self._mem_api == "v1":
+            raise self._error(self.api.NVML_ERROR_FUNCTION_NOT_FOUND)
+        t = self.now()
+        mig = self._mig(handle)
+        if mig is not None:
+            total, reserved = mig["memory_total"], 0
+            used = self._used(mig, handle.index, mig["gi"], t)
+        elif g["mig"]:
+            total, reserved = g["memory_total"], int(value_at(g["memory_reserved"], t))
+            used = sum(self._used(m, handle.index, m["gi"], t) for m in g["mig"])
+        else:
+            total, reserved = g["memory_total"], int(value_at(g["memory_reserved"], t))
+            used = self._used(g, handle.index, None, t)
+        used = min(used, total - reserved)
+        free = total - reserved - used
+        if version:
+            return self.api.c_nvmlMemory_v2_t(version, total, reserved, free, used)
+        # The v1 struct has no `reserved`: the driver counts it as used.
+        return self.api.c_nvmlMemory_t(total, free, used + reserved)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: SimHandle) -> Any:
+        g = self._field(handle, "utilization")
+        if handle.gi is not None or g["mig"]:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # as on real MIG GPUs
+        t = self.now()
+        return self.api.c_nvmlUtilization_t(int(value_at(g["utilization"], t)),
+                                            int(value_at(g["memory_utilization"], t)))
+
+    def nvmlDeviceGetTemperature(self, handle: SimHandle, sensor: int = 0) -> int:
+        if handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        return int(value_at(self._field(handle, "temperature")["temperature"], self.now()))
+
+    def nvmlDeviceGetPowerUsage(self, handle: SimHandle) -> int:
+        if handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        return int(value_at(self._field(handle, "power")["power"], self.now()) * 1000)  # milliwatts
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimHandle) -> int:
+        if handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        return int(self._field(handle, "power_limit")["power_limit"] * 1000)
+
+    nvmlDeviceGetPowerManagementLimit = nvmlDeviceGetEnforcedPowerLimit
+
+    def nvmlDeviceGetFanSpeed(self, handle: SimHandle) -> int:
+        g = self._field(handle, "fan")
+        if g["fan"] is None or handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # passively cooled, like an SXM A100
+        return int(value_at(g["fan"], self.now()))
+
+    # ------------------------------------------------------------ MIG
+    def nvmlDeviceGetMigMode(self, handle: SimHandle) -> list[int]:
+        g = self._gpu(handle)
+        if handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        if not g["mig"] and not g["name"].startswith(("NVIDIA A100", "NVIDIA A30", "NVIDIA H100",
+                                                      "NVIDIA H200", "NVIDIA B")):
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        mode = self.api.NVML_DEVICE_MIG_ENABLE if g["mig"] else self.api.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: SimHandle) -> bool:
+        self._gpu(handle)
+        return handle.gi is not None
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: SimHandle) -> int:
+        self._gpu(handle)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: SimHandle, index: int) -> SimHandle:
+        g = self._gpu(handle)
+        if index >= len(g["mig"]):
+            raise self._error(self.api.NVML_ERROR_NOT_FOUND)
+        return SimHandle(handle.index, g["mig"][index]["gi"])
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: SimHandle) -> SimHandle:
+        self._gpu(handle)
+        return SimHandle(handle.index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: SimHandle) -> int:
+        mig = self._mig(handle)
+        if mig is None:
+            raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
+        return mig["gi"]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: SimHandle) -> int:
+        mig = self._mig(handle)
+        if mig is None:
+            raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
+        return mig["ci"]
+
+    # ------------------------------------------------------------ processes
+    def _processes(self, handle: SimHandle, kind: str, version: str) -> list[Any]:
+        g = self._field(handle, "processes")
+        if version > self._proc_api:  # this "driver" predates the struct version asked for
+            raise self._error(self.api.NVML_ERROR_FUNCTION_NOT_FOUND)
+        t = self.now()
+        if g["mig"]:
+            units = [(handle.index, m["gi"]) for m in g["mig"] if handle.gi in (None, m["gi"])]
+        else:
+            units = [(handle.index, None)]
+        out = []
+        for unit in units:
+            ci = next((m["ci"] for m in g["mig"] if m["gi"] == unit[1]), 0xFFFFFFFF)
+            for p, mem in self._by_unit.get(unit, ()):
+                if kind in _TYPE_LISTS[p["type"]] and self._alive(p, t):
+                    fields = {"pid": p["pid"], "usedGpuMemory": int(value_at(mem, t))}
+                    if version != "v1":
+                        fields["gpuInstanceId"] = 0xFFFFFFFF if unit[1] is None else unit[1]
+                        fields["computeInstanceId"] = ci
+                    out.append(self.api.nvmlFriendlyObject(fields))
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle):
+        return self._processes(handle, "compute", "v3")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle):
+        return self._processes(handle, "compute", "v2")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return self._processes(handle, "compute", self._proc_api)
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle):
+        return self._processes(handle, "graphics", "v3")
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle):
+        return self._processes(handle, "graphics", "v2")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+        return self._processes(handle, "graphics", self._proc_api)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle):
+        self._gpu(handle)
+        return []
+
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetMPSComputeRunningProcesses
+
+    # ------------------------------------------------------------ the host side of synthetic pids
+    def host_process(self, pid: int) -> dict | None:
+        """The scenario's own description of a synthetic pid (what /proc would say), else None."""
+        return self._by_pid.get(pid)
+
+
+def _slowed(fn, seconds: float):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        time.sleep(seconds)
+        return fn(*args, **kwargs)
+    return wrapper
+

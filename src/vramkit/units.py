@@ -1,0 +1,101 @@
+"""Sizes, percentages and durations: parse what people type, format what they read.
+
+Bytes are ints everywhere inside vramkit; human units exist only at the edges.
+Binary units (KiB, MiB, GiB) are what we print. Both binary and decimal units
+(KB, MB, GB) are accepted when parsing, and they mean different things.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kib": 1024, "kb": 1000,
+    "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
+    "g": 1024**3, "gib": 1024**3, "gb": 1000**3,
+    "t": 1024**4, "tib": 1024**4, "tb": 1000**4,
+}
+_DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*([a-z]*)")
+
+
+def parse_size(text: str | int | float) -> int:
+    """'20GiB' -> 21474836480 bytes; '1.5 GB' -> 1500000000; a bare number is bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError(f"size must not be negative: {text!r}")
+        return int(text)
+    if not isinstance(text, str):
+        raise ValueError(f"not a size: {text!r}")
+    if text.strip().startswith("-"):
+        raise ValueError(f"size must not be negative: {text!r}")
+    match = _SIZE_RE.match(text)
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (try e.g. 20GiB, 512MiB, 30GB)")
+    return int(round(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]))
+
+
+def format_size(n: int | None, unit: str | None = None) -> str:
+    """Bytes -> '12.3GiB' / '512MiB'. None -> 'N/A'. `unit` forces MiB or GiB."""
+    if n is None:
+        return "N/A"
+    if unit is None:
+        unit = "GiB" if abs(n) >= 1024**3 else "MiB"
+    if unit == "GiB":
+        value = n / 1024**3
+        return f"{value:.1f}GiB" if abs(value) < 100 else f"{value:.0f}GiB"
+    if unit == "MiB":
+        return f"{n / 1024**2:.0f}MiB"
+    raise ValueError(f"unknown unit {unit!r}")
+
+
+def parse_percent(text: str | int | float) -> float:
+    """'80%' or '80' -> 80.0, within 0..100."""
+    raw = text.strip().rstrip("%") if isinstance(text, str) else text
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a percentage: {text!r}") from None
+    if not 0 <= value <= 100:
+        raise ValueError(f"percentage out of range 0..100: {text!r}")
+    return value
+
+
+def parse_duration(text: str | int | float) -> float:
+    """'90s', '5m', '2h', '1h30m', '1d', or a bare number of seconds -> seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError(f"duration must not be negative: {text!r}")
+        return float(text)
+    cleaned = str(text).strip().lower().replace(" ", "")
+    if not cleaned or cleaned.startswith("-"):
+        raise ValueError(f"not a duration: {text!r} (try e.g. 90s, 5m, 2h)")
+    total, pos = 0.0, 0
+    for match in _DURATION_RE.finditer(cleaned):
+        if match.start() != pos or match.group(2) not in _DURATION_UNITS:
+            raise ValueError(f"not a duration: {text!r} (try e.g. 90s, 5m, 2h)")
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(cleaned):
+        raise ValueError(f"not a duration: {text!r} (try e.g. 90s, 5m, 2h)")
+    return total
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds -> '45s', '12m', '3h05m', '2d04h'. None -> 'N/A'."""
+    if seconds is None:
+        return "N/A"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
