@@ -12,7 +12,7 @@ from typing import Any
 
 from .model import Device, GpuProcess, Snapshot
 from .nvml.backend import Nvml, NvmlUnavailable, open_real
-from .procs import NOT_VISIBLE, HostProcess, ProcessTable
+from .procs import NOT_VISIBLE, HostProcess, ProcessTable, sanitize
 
 __all__ = ["Machine", "NvmlUnavailable", "open_machine", "snapshot"]
 
@@ -46,9 +46,10 @@ class Machine:
         found: HostProcess | str
         described = self.sim.host_process(pid) if self.sim else None
         if described is not None and described["source"] == "synthetic":
+            command = sanitize(described["command"])  # scenario text is as untrusted as /proc's
             found = HostProcess(
-                pid=pid, user=described["user"], uid=described["uid"], command=described["command"],
-                name=described["command"].split()[0].rsplit("/", 1)[-1], state=described["state"],
+                pid=pid, user=sanitize(described["user"]), uid=described["uid"], command=command,
+                name=command.split()[0].rsplit("/", 1)[-1], state=described["state"],
                 start_time=now - described["age"], cpu_time=described["cpu_percent"] / 100 * described["age"],
                 rss=described["rss"], ppid=described["ppid"], container=described.get("container"))
         elif described is not None and described["source"] == "missing":

@@ -1,0 +1,5 @@
+"""`python -m vramkit` is the `vram` command."""
+
+from .cli.main import main
+
+raise SystemExit(main())

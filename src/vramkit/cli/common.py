@@ -1,0 +1,79 @@
+"""What every subcommand shares: global options, opening the machine, errors, output."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from ..model import Snapshot
+from ..snapshot import Machine, open_machine
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit 2."""
+
+
+class Failure(Exception):
+    """The command could not do its job: one line on stderr, exit 1."""
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("global options")
+    g.add_argument("--simulate", metavar="NAME|FILE", default=argparse.SUPPRESS,
+                   help="use a simulated machine: a bundled scenario (demo, mig, faulty) or a scenario "
+                        "JSON file; also $VRAM_SIMULATE")
+    g.add_argument("--no-color", action="store_true", default=argparse.SUPPRESS,
+                   help="no colours (also when $NO_COLOR is set or output is not a terminal)")
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback on errors")
+
+
+def parse_gpu_list(text: str) -> list[int]:
+    """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise UsageError(f"--gpu: {text!r} is not a GPU list (try 0 or 0,2 or 0-3)") from None
+    return sorted(out)
+
+
+def check_gpus(snap: Snapshot, wanted: list[int]) -> None:
+    have = [g.index for g in snap.gpus]
+    missing = [i for i in wanted if i not in have]
+    if missing:
+        span = f"GPUs 0-{len(have) - 1}" if have else "no GPUs"
+        raise UsageError(f"--gpu: no GPU {missing[0]} (this machine has {span})")
+
+
+def open_for(args: argparse.Namespace) -> Machine:
+    return open_machine(getattr(args, "simulate", None))
+
+
+def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out=None) -> None:
+    """Redraw every `interval` seconds until Ctrl-C. On a terminal the screen is cleared between
+    frames; elsewhere frames follow each other, separated by a blank line."""
+    out = out or sys.stdout
+    if interval <= 0:
+        raise UsageError("--watch: the interval must be more than 0 seconds")
+    first = True
+    while True:
+        started = time.monotonic()
+        frame = draw()
+        if tty:
+            out.write("\x1b[H\x1b[2J" + frame + "\n")
+        else:
+            out.write(("" if first else "\n") + frame + "\n")
+        out.flush()
+        first = False
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))

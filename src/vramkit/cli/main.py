@@ -1,0 +1,104 @@
+"""Entry point of `vram`: parse, dispatch, and turn every error into one line and an exit code.
+
+Exit codes: 0 ok, 1 failure (no driver, could not do it), 2 bad usage or bad input,
+130 interrupted. No traceback unless --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import __version__
+from ..nvml.backend import NvmlUnavailable
+from ..nvml.scenario import ScenarioError
+from . import ps, sim, status
+from .common import Failure, UsageError, add_global_options
+
+COMMANDS = (status, ps, sim)
+
+EPILOG = """\
+examples:
+  vram status                      what is on each GPU, and who holds its memory
+  vram ps --user alice             alice's GPU processes
+  vram status --simulate demo      try it on the bundled simulated 8-GPU server
+
+'vram COMMAND --help' shows each command's options and examples.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's usage block is noise here)
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    add_global_options(common)
+    parser = _Parser(prog="vram", description="See, free, share and plan NVIDIA GPU memory.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                     parents=[common])
+    parser.add_argument("--version", action="version", version=f"vram {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in COMMANDS:
+        module.add_parser(sub, [common])
+    return parser
+
+
+def _offer_simulation(message: str) -> bool:
+    """On a terminal, offer the simulated server instead of just failing."""
+    print(f"vram: {message}", file=sys.stderr)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("vram: to try vram without a GPU, use the bundled simulated server: "
+              "vram status --simulate demo", file=sys.stderr)
+        return False
+    try:
+        answer = input("Show the bundled simulated server (8x A100, scenario 'demo') instead? [Y/n] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("", "y", "yes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            args = parser.parse_args([*argv, "status"])
+        try:
+            return args.run(args)
+        except NvmlUnavailable as e:
+            if getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE"):
+                raise
+            if args.command == "status" and _offer_simulation(str(e)):
+                args.simulate = "demo"
+                return args.run(args)
+            return 1
+    except UsageError as e:
+        print(f"vram: error: {e}", file=sys.stderr)
+        return 2
+    except ScenarioError as e:
+        print(f"vram: bad scenario: {e}", file=sys.stderr)
+        return 2
+    except NvmlUnavailable as e:
+        print(f"vram: {e}", file=sys.stderr)
+        return 1
+    except Failure as e:
+        print(f"vram: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (vram ps | head): not an error. Silence the flush at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as e:
+        if debug:
+            raise
+        print(f"vram: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1

@@ -1,0 +1,80 @@
+"""vram ps: one row per GPU process, with its host side."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..model import GpuProcess
+from ..render.data import ps_csv, ps_json
+from ..render.ps_view import render_ps
+from ..render.style import style_for, terminal_width
+from .common import UsageError, check_gpus, open_for, parse_gpu_list
+
+HELP = "list every process holding GPU memory"
+DESCRIPTION = """\
+List every process that holds GPU memory: one row per process and GPU (a job spread over
+four GPUs has four rows), with its user, GPU memory, share of that GPU, the GPU's
+utilization, host CPU% and RSS, age, flags and command.
+
+Flags: zombie (defunct, still listed by the driver), orphan (parent is pid 1), idle (holds
+memory on a GPU at 0% utilization now), no-host (/proc cannot see the pid: it exited or
+lives in another PID namespace), container, graphics.
+
+CPU% is averaged over the process's lifetime, as ps does.
+
+examples:
+  vram ps                          everything, biggest first
+  vram ps --user alice,bob         only these users' processes
+  vram ps --gpu 0 --sort elapsed   GPU 0, oldest first
+  vram ps --json | jq '.processes[] | select(.idle)'
+"""
+
+SORT_KEYS = {
+    "memory": (lambda p: -(p.memory or 0)),
+    "gpu": (lambda p: (p.gpu, -(p.memory or 0))),
+    "pid": (lambda p: (p.pid, p.gpu)),
+    "user": (lambda p: (p.user or "~", -(p.memory or 0))),
+    "elapsed": (lambda p: -(p.elapsed or 0)),
+    "cpu": (lambda p: -(p.cpu_percent or 0)),
+    "rss": (lambda p: -(p.rss or 0)),
+}
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("ps", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
+    out.add_argument("--csv", action="store_true", help="print CSV, one row per process and GPU")
+    p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
+    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
+    p.add_argument("--sort", default="memory", metavar="KEY",
+                   help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
+    p.set_defaults(run=run)
+
+
+def select(procs: list[GpuProcess], users: set[str] | None, gpus: list[int] | None) -> list[GpuProcess]:
+    return [p for p in procs if (users is None or p.user in users) and (gpus is None or p.gpu in gpus)]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.sort not in SORT_KEYS:
+        raise UsageError(f"--sort: unknown key {args.sort!r} (choose from {', '.join(SORT_KEYS)})")
+    gpus = parse_gpu_list(args.gpu) if args.gpu else None
+    users = {u.strip() for u in args.user.split(",") if u.strip()} if args.user else None
+    machine = open_for(args)
+    try:
+        snap = machine.snapshot()
+    finally:
+        machine.close()
+    if gpus is not None:
+        check_gpus(snap, gpus)
+    procs = sorted(select(snap.processes, users, gpus), key=SORT_KEYS[args.sort])
+    if args.json:
+        print(ps_json(snap, procs))
+    elif args.csv:
+        print(ps_csv(snap, procs), end="")
+    else:
+        print(render_ps(snap, procs, style_for(sys.stdout, getattr(args, "no_color", False)), terminal_width()))
+    return 0

@@ -1,0 +1,67 @@
+"""vram status: each GPU's memory, utilization, temperature and power, and who holds its memory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..render.data import status_csv, status_json
+from ..render.status_view import render_status
+from ..render.style import style_for, terminal_width
+from .common import check_gpus, open_for, parse_gpu_list, watch_loop
+
+HELP = "show every GPU's memory and utilization, and who holds its memory"
+DESCRIPTION = """\
+Show each GPU: a memory bar with used/total, utilization, temperature, power/limit,
+and every process holding memory on it (size, user, pid, age, command).
+
+Memory and utilization are different things and are shown side by side. Memory is how
+much of the GPU's RAM is allocated; utilization is the share of recent time a kernel was
+running. A GPU can be full and idle (someone's notebook holding 40 GiB, doing nothing) or
+busy and nearly empty. Fields the driver does not support are shown as N/A, never as 0.
+
+examples:
+  vram status                      all GPUs, once
+  vram status --gpu 0,2            only GPUs 0 and 2
+  vram status --watch 2            redraw every 2 seconds (Ctrl-C stops)
+  vram status --json | jq '.gpus[].memory_used'
+  vram status --simulate demo      the bundled simulated 8-GPU server
+"""
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("status", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
+    out.add_argument("--csv", action="store_true", help="print CSV, one row per GPU")
+    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
+    p.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=2.0,
+                   help="redraw every SECONDS (default 2) until Ctrl-C")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    machine = open_for(args)
+    style = style_for(sys.stdout, getattr(args, "no_color", False))
+
+    def draw() -> str:
+        snap = machine.snapshot()
+        if wanted is not None:
+            check_gpus(snap, wanted)
+            snap.gpus = [g for g in snap.gpus if g.index in wanted]
+        if args.json:
+            return status_json(snap)
+        if args.csv:
+            return status_csv(snap).rstrip("\n")
+        return render_status(snap, style, terminal_width())
+
+    try:
+        if args.watch is not None:
+            watch_loop(args.watch, draw, tty=sys.stdout.isatty() and not (args.json or args.csv))
+        else:
+            print(draw())
+    finally:
+        machine.close()
+    return 0

@@ -1,0 +1,105 @@
+"""Snapshots as data: the JSON and CSV that `vram status` and `vram ps` print.
+
+Schema: docs/json.md. Bytes are ints, N/A is null (JSON) or "N/A" (CSV); `na` says why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+from ..model import Device, GpuProcess, Snapshot
+
+SCHEMA_VERSION = 1
+
+_PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "types", "mig_gi",
+                 "start_time", "elapsed", "cpu_percent", "rss", "ppid", "container", "zombie",
+                 "orphaned", "idle", "host_missing")
+
+
+def _header(snap: Snapshot) -> dict:
+    return {
+        "schema": SCHEMA_VERSION,
+        "time": datetime.fromtimestamp(snap.time, timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": round(snap.time, 3),
+        "simulated": snap.simulated,
+        "scenario": snap.scenario,
+        "driver_version": snap.driver_version,
+        "cuda_version": snap.cuda_version,
+    }
+
+
+def process_dict(proc: GpuProcess) -> dict:
+    out = {k: getattr(proc, k) for k in _PROCESS_KEYS}
+    out["types"] = list(proc.types)
+    for key in ("elapsed", "start_time", "cpu_percent"):
+        if out[key] is not None:
+            out[key] = round(out[key], 1 if key != "start_time" else 3)
+    return out
+
+
+def gpu_dict(dev: Device) -> dict:
+    out = {k: v for k, v in asdict(dev).items() if k not in ("processes", "mig_devices")}
+    out["mig_devices"] = [asdict(m) for m in dev.mig_devices]
+    out["processes"] = [process_dict(p) for p in dev.processes]
+    return out
+
+
+def status_json(snap: Snapshot) -> str:
+    return json.dumps({**_header(snap), "gpus": [gpu_dict(g) for g in snap.gpus]}, indent=2)
+
+
+def ps_rows(snap: Snapshot, procs: list[GpuProcess]) -> list[dict]:
+    by_index = {g.index: g for g in snap.gpus}
+    rows = []
+    for p in procs:
+        dev = by_index[p.gpu]
+        row = {"gpu": p.gpu, "gpu_uuid": p.gpu_uuid, **process_dict(p)}
+        row["memory_percent"] = (round(100 * p.memory / dev.memory_total, 1)
+                                 if p.memory is not None and dev.memory_total else None)
+        row["gpu_utilization"] = dev.utilization
+        rows.append(row)
+    return rows
+
+
+def ps_json(snap: Snapshot, procs: list[GpuProcess]) -> str:
+    return json.dumps({**_header(snap), "processes": ps_rows(snap, procs)}, indent=2)
+
+
+STATUS_CSV_COLUMNS = ("index", "name", "uuid", "pci_bus_id", "lost", "memory_used", "memory_total",
+                      "memory_free", "memory_reserved", "utilization", "memory_utilization",
+                      "temperature", "power_draw", "power_limit", "fan", "process_count", "simulated")
+
+
+def _csv_value(value) -> str:
+    if value is None:
+        return "N/A"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def status_csv(snap: Snapshot) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(STATUS_CSV_COLUMNS)
+    for dev in snap.gpus:
+        values = {**asdict(dev), "process_count": len(dev.processes), "simulated": snap.simulated}
+        writer.writerow([_csv_value(values[c]) for c in STATUS_CSV_COLUMNS])
+    return buf.getvalue()
+
+
+PS_CSV_COLUMNS = ("gpu", "pid", "user", "memory", "memory_percent", "gpu_utilization", "cpu_percent",
+                  "rss", "elapsed", "state", "container", "command")
+
+
+def ps_csv(snap: Snapshot, procs: list[GpuProcess]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(PS_CSV_COLUMNS)
+    for row in ps_rows(snap, procs):
+        writer.writerow([_csv_value(row[c]) for c in PS_CSV_COLUMNS])
+    return buf.getvalue()

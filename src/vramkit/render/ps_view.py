@@ -1,0 +1,41 @@
+"""`vram ps`: one row per (process, GPU)."""
+
+from __future__ import annotations
+
+from ..model import GpuProcess, Snapshot
+from ..units import format_size
+from . import fmt
+from .banner import banner
+from .style import Style, clip
+
+HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED", "FLAGS", "COMMAND")
+RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED"}
+
+
+def _row(snap_gpus: dict, p: GpuProcess) -> list[str]:
+    dev = snap_gpus[p.gpu]
+    share = None if p.memory is None or not dev.memory_total else 100 * p.memory / dev.memory_total
+    gpu = f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}"
+    return [
+        gpu, str(p.pid), p.user or "?", format_size(p.memory), fmt.pct(share), fmt.pct(dev.utilization),
+        "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}", format_size(p.rss), fmt.elapsed(p),
+        ",".join(fmt.flags(p)) or "-",
+        p.command if p.command is not None else f"({p.host_missing})",
+    ]
+
+
+def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int) -> str:
+    by_index = {g.index: g for g in snap.gpus}
+    rows = [_row(by_index, p) for p in procs]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])]
+
+    def line(cells: list[str]) -> str:
+        parts = [c.rjust(w) if h in RIGHT else c.ljust(w) for h, c, w in zip(HEADER, cells, widths)]
+        head = "  ".join(parts) + "  "
+        return head + clip(cells[-1], max(10, width - len(head)))
+
+    out = [banner(snap, style), style.paint(line(list(HEADER)), "bold")]
+    out.extend(line(r) for r in rows)
+    if not rows:
+        out.append(style.paint("no GPU processes", "dim"))
+    return "\n".join(out)

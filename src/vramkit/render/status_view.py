@@ -1,0 +1,75 @@
+"""`vram status`: a block per GPU (memory bar, used/total, utilization, temperature, power)
+followed by who holds memory on it."""
+
+from __future__ import annotations
+
+from ..model import Device, Snapshot
+from ..units import format_size
+from . import fmt
+from .banner import banner
+from .style import Style, clip, level_color
+
+BAR = 24
+
+
+def _gpu_line(dev: Device, style: Style) -> str:
+    index = style.paint(f"{dev.index:>2}", "bold")
+    if dev.lost:
+        return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
+    frac = fmt.mem_fraction(dev)
+    mem_bar = style.bar(frac, BAR, level_color(frac))
+    mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {fmt.pct(None if frac is None else 100 * frac):>4}"
+    util = dev.utilization
+    util_bar = style.bar(None if util is None else util / 100, 10, "cyan")
+    name = f"{fmt.short_gpu_name(dev.name):<20}"
+    return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, level_color(frac))}"
+            f"   util {util_bar} {fmt.pct(util):>4}   {fmt.temp(dev.temperature):>5}  {fmt.power(dev):>9}")
+
+
+def _mig_lines(dev: Device, style: Style) -> list[str]:
+    lines = []
+    for m in dev.mig_devices:
+        frac = None if m.memory_used is None or not m.memory_total else m.memory_used / m.memory_total
+        label = f"MIG gi {m.gi}"
+        profile = (m.name or "").rsplit(" ", 1)[-1]
+        lines.append(f"      {label:<9} {profile:<9} mem {style.bar(frac, 16, level_color(frac))} "
+                     f"{fmt.memory_pair(m.memory_used, m.memory_total)}")
+    return lines
+
+
+def _holder_lines(dev: Device, style: Style, width: int) -> list[str]:
+    procs = sorted(dev.processes, key=lambda p: -(p.memory or 0))
+    lines = []
+    for p in procs:
+        user = p.user or "?"
+        flags = fmt.flags(p)
+        flag_text = style.paint(" [" + ",".join(flags) + "]", "yellow") if flags else ""
+        mig = f" gi{p.mig_gi}" if p.mig_gi is not None else ""
+        head = f"      {format_size(p.memory):>8}  {user:<10} {p.pid:>7}{mig}  {fmt.elapsed(p):>7}  "
+        command = p.command if p.command is not None else f"({p.host_missing})"
+        room = width - len(head) - (len(",".join(flags)) + 3 if flags else 0)
+        lines.append(head + clip(command, max(10, room)) + flag_text)
+    if not procs and not dev.lost:
+        lines.append(style.paint("      no processes", "dim"))
+    return lines
+
+
+def render_status(snap: Snapshot, style: Style, width: int) -> str:
+    lines = [banner(snap, style)]
+    for dev in snap.gpus:
+        lines.append(_gpu_line(dev, style))
+        lines.extend(_mig_lines(dev, style))
+        lines.extend(_holder_lines(dev, style, width))
+        na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved")}
+        if na:
+            reasons = sorted(set(na.values()))
+            text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {r}" for r in reasons)
+            lines.append(style.paint(f"      N/A  {text}", "dim"))
+    total_used = sum(g.memory_used or 0 for g in snap.gpus)
+    total = sum(g.memory_total or 0 for g in snap.gpus)
+    lost = sum(1 for g in snap.gpus if g.lost)
+    summary = f"total {format_size(total_used)} of {format_size(total)} used by {len(snap.processes)} processes"
+    if lost:
+        summary += style.paint(f"; {lost} GPU{'s' if lost > 1 else ''} lost", "red")
+    lines.append(style.paint(summary, "dim"))
+    return "\n".join(lines)
