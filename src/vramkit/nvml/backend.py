@@ -12,7 +12,8 @@ Rules it keeps:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..model import Device, GpuProcess, MigDevice
 

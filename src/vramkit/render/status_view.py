@@ -18,7 +18,8 @@ def _gpu_line(dev: Device, style: Style) -> str:
         return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
     frac = fmt.mem_fraction(dev)
     mem_bar = style.bar(frac, BAR, level_color(frac))
-    mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {fmt.pct(None if frac is None else 100 * frac):>4}"
+    share = fmt.pct(None if frac is None else 100 * frac)
+    mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {share:>4}"
     util = dev.utilization
     util_bar = style.bar(None if util is None else util / 100, 10, "cyan")
     name = f"{fmt.short_gpu_name(dev.name):<20}"
