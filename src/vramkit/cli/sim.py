@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 
 from ..nvml import scenario as scenarios
+from .common import UsageError
 
 HELP = "simulated machines: list, check and share them with other programs"
 DESCRIPTION = """\
@@ -17,6 +20,23 @@ examples:
   vram sim list                    the bundled scenarios
   vram sim validate my.json        check a scenario file; errors name the field
   vram status --simulate my.json   use it
+  vram sim shim /tmp/vram-shim     a pynvml for other programs (gpustat, nvitop) on a scenario:
+                                   PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=demo gpustat
+"""
+
+SHIM_DESCRIPTION = """\
+Write DIR/pynvml.py: a drop-in pynvml that runs nvidia-ml-py's own code on vram's simulated
+NVML, so any pynvml program (gpustat, nvitop, your own scripts) sees a simulated machine.
+Put DIR first on PYTHONPATH and name the scenario in VRAM_SIMULATE (a bundled name or a JSON
+file); no NVIDIA library is loaded. NVML functions the simulator does not provide answer
+"Not Supported", as a driver does for a feature the GPU lacks. The program's Python needs
+nvidia-ml-py installed; vramkit is found where this vram is installed.
+
+examples:
+  vram sim shim /tmp/vram-shim
+  PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=demo gpustat
+  PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=my.json nvitop -1
+  vram sim shim /tmp/vram-shim --simulate faulty   also check the scenario, and print its export line
 """
 
 
@@ -30,6 +50,11 @@ def add_parser(sub, parents) -> None:
     val = sim_sub.add_parser("validate", help="check a scenario file", parents=parents)
     val.add_argument("scenario", metavar="NAME|FILE")
     val.set_defaults(run=run_validate)
+    shim = sim_sub.add_parser("shim", help="write a pynvml that other programs can use to see a scenario",
+                              description=SHIM_DESCRIPTION, parents=parents,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    shim.add_argument("directory", metavar="DIR", help="where to write pynvml.py (created if needed)")
+    shim.set_defaults(run=run_shim)
     p.set_defaults(sim_parser=p)
 
 
@@ -50,4 +75,28 @@ def run_list(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     s = scenarios.load(args.scenario)
     print(f"{s.source}: ok ({len(s.gpus)} GPUs, {len(s.processes)} processes)")
+    return 0
+
+
+def run_shim(args: argparse.Namespace) -> int:
+    from ..nvml.shim import ShimError, write_shim
+
+    chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
+    if chosen:
+        scenarios.load(chosen)  # a bad scenario fails here, not later inside someone's program
+        path = scenarios.resolve(chosen)
+        if path.parent != scenarios.SCENARIO_DIR:
+            chosen = str(path.absolute())  # the other program may run in another directory
+    try:
+        target = write_shim(args.directory)
+    except ShimError as e:
+        raise UsageError(str(e)) from None
+    directory = shlex.quote(str(target.parent))
+    print(f"wrote {target}")
+    print("pynvml programs (gpustat, nvitop, ...) see the simulated machine with:")
+    print(f"  export PYTHONPATH={directory}${{PYTHONPATH:+:$PYTHONPATH}}")
+    if chosen:
+        print(f"  export VRAM_SIMULATE={shlex.quote(chosen)}")
+    else:
+        print(f"  export VRAM_SIMULATE=demo    # or: {', '.join(scenarios.bundled_names())}, or a scenario JSON file")
     return 0

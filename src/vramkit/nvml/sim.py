@@ -83,6 +83,22 @@ class SimulatedNvml:
     def now(self) -> float:
         return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
 
+    @property
+    def initialized(self) -> bool:
+        return self._initialized > 0
+
+    def driver_has(self, name: str) -> bool:
+        """Whether this simulated driver's library exports the C function `name`.
+
+        An older driver lacks the newer struct versions: process info _v3 (and _v2), memory
+        info _v2. Looking one up fails with FUNCTION_NOT_FOUND, as pynvml's does on such a driver.
+        """
+        if "RunningProcesses_v" in name:
+            return name[-2:] <= self._proc_api
+        if name == "nvmlDeviceGetMemoryInfo_v2":
+            return self._mem_api == "v2"
+        return True
+
     def _error(self, code: int) -> Exception:
         return self.api.NVMLError(code)
 
@@ -138,6 +154,10 @@ class SimulatedNvml:
         return max(live, int(value_at(spec["memory_used"], t)) - gone)
 
     # ------------------------------------------------------------ init and system
+    def nvmlErrorString(self, result: int) -> str:
+        # Needs no nvmlInit, as in NVML: pynvml's NVMLError.__str__ calls it.
+        return compat._MESSAGES.get(result, "Unknown Error")
+
     def nvmlInit(self) -> None:
         self.nvmlInitWithFlags(0)
 
@@ -270,6 +290,25 @@ class SimulatedNvml:
         # The v1 struct has no `reserved`: the driver counts it as used.
         return self.api.c_nvmlMemory_t(total, free, used + reserved)
 
+    def nvmlDeviceGetBAR1MemoryInfo(self, handle: SimHandle) -> Any:
+        """The BAR1 aperture. Scenarios do not describe it, so it follows the large-BAR layout of
+        data-center GPUs (the power of two at or above the memory: 128 GiB on an 80 GB GPU), shared
+        among MIG instances by memory, with 2 MiB mapped per live process."""
+        g = self._gpu(handle)
+        total = 1 << max(g["memory_total"] - 1, 1).bit_length()
+        mig = self._mig(handle)
+        if mig is not None:
+            total = total * mig["memory_total"] // g["memory_total"] // 2**20 * 2**20
+        t = self.now()
+        units = [(handle.index, handle.gi)] if mig is not None or not g["mig"] else [
+            (handle.index, m["gi"]) for m in g["mig"]]
+        used = 2 * 2**20 * sum(self._alive(p, t) for unit in units for p, _ in self._by_unit.get(unit, ()))
+        used = min(used, total)
+        struct = getattr(self.api, "c_nvmlBAR1Memory_t", None)
+        if struct is None:  # compat has no mirror: vram itself does not read BAR1
+            return self.api.nvmlFriendlyObject({"bar1Total": total, "bar1Free": total - used, "bar1Used": used})
+        return struct(total, total - used, used)
+
     def nvmlDeviceGetUtilizationRates(self, handle: SimHandle) -> Any:
         g = self._field(handle, "utilization")
         if handle.gi is not None or g["mig"]:
@@ -382,11 +421,15 @@ class SimulatedNvml:
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
         return self._processes(handle, "graphics", self._proc_api)
 
-    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle):
-        self._gpu(handle)
-        return []
+    # Scenarios have no MPS clients: the lists are empty, with the same errors and versions.
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle):
+        return self._processes(handle, "mps", "v3")
 
-    nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetMPSComputeRunningProcesses
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle):
+        return self._processes(handle, "mps", "v2")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle):
+        return self._processes(handle, "mps", self._proc_api)
 
     # ------------------------------------------------------------ the host side of synthetic pids
     def host_process(self, pid: int) -> dict | None:

@@ -1,0 +1,114 @@
+"""What the benchmarks share: a simulated 8-GPU machine whose processes can be real.
+
+`Sleepers(n)` spawns n real processes (`sleep`) and kills them all on exit, on Ctrl-C and on
+SIGTERM; each child also dies with its parent (PR_SET_PDEATHSIG), so none is left behind even
+when the benchmark itself is killed. `scenario(pids, ...)` spreads processes over the GPUs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+MiB = 2**20
+GiB = 2**30
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Sleepers:
+    """n real processes for the simulated GPUs to "hold memory" for."""
+
+    def __init__(self, n: int):
+        self.children: list[subprocess.Popen] = []
+        self._old_term = signal.signal(signal.SIGTERM, self._on_term)
+        try:
+            for _ in range(n):
+                self.children.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL,
+                                                      preexec_fn=_die_with_parent))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.pid for c in self.children]
+
+    def _on_term(self, signum, frame):
+        raise SystemExit(128 + signum)  # unwinds through `with`/finally, which kill the children
+
+    def close(self) -> None:
+        for c in self.children:
+            if c.poll() is None:
+                c.kill()
+        for c in self.children:
+            c.wait()
+        self.children = []
+        signal.signal(signal.SIGTERM, self._old_term)
+
+    def __enter__(self) -> Sleepers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def scenario(pids: list[int], real: bool, gpus: int = 8, name: str = "bench") -> dict:
+    """`gpus` A100-80GB; process i on GPU i % gpus, every 10th also on the next GPU (DataParallel),
+    every 25th both compute and graphics. Sizes vary and always fit."""
+    per_gpu = -(-len(pids) // gpus) if pids else 1
+    cap = 60 * GiB // (per_gpu + per_gpu // 10 + 1) // MiB  # MiB per process at most
+    processes = []
+    for i, pid in enumerate(pids):
+        size = max(1, cap * (30 + (i * 37) % 70) // 100)
+        held = {str(i % gpus): f"{size}MiB"}
+        if i % 10 == 9 and gpus > 1:
+            held[str((i + 1) % gpus)] = f"{size}MiB"
+        p = {"pid": pid, "gpus": held, "type": "both" if i % 25 == 24 else "compute"}
+        if real:
+            p["source"] = "real"
+        else:
+            p.update(user=f"user{i % 7}", uid=1000 + i % 7, command=f"python train.py --run {i}",
+                     age=f"{1 + i % 50}m", cpu_percent=float(i % 100), rss=f"{1 + i % 8}GiB")
+        processes.append(p)
+    return {
+        "name": name,
+        "description": f"benchmark: {gpus} GPUs, {len(pids)} {'real' if real else 'synthetic'} processes",
+        "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": "81920MiB", "memory_reserved": "519MiB",
+                  "utilization": (17 * g) % 100, "memory_utilization": (7 * g) % 100,
+                  "temperature": 40 + g, "power": 100.0 + 10 * g, "power_limit": 400}
+                 for g in range(gpus)],
+        "processes": processes,
+    }
+
+
+def write_scenario(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def environment() -> str:
+    """One line about where the numbers come from."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
+    except OSError:
+        model = "?"
+    return f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs ({model})"

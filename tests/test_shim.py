@@ -1,0 +1,351 @@
+"""The pynvml shim (`vram sim shim`) with the real peers: gpustat and nvitop run as programs, on
+real processes, and must see the same machine as `vram status`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from vramkit.nvml.scenario import bundled_names
+from vramkit.nvml.shim import MARKER, ShimError, write_shim
+
+MiB = 2**20
+GiB = 2**30
+BIN = Path(sys.executable).parent
+
+
+def _program(name: str, module: str) -> list[str]:
+    """The peer's own command next to this Python (as a user runs it), else `python -m`."""
+    script = BIN / name
+    if script.exists():
+        return [str(script)]
+    pytest.importorskip(module)
+    return [sys.executable, "-m", module]
+
+
+def _run(cmd: list[str], shim: Path | None, scenario: str | Path | None, timeout: float = 60,
+         check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VRAM_SIMULATE", "NO_COLOR")}
+    if shim is not None:
+        env["PYTHONPATH"] = str(shim)
+    if scenario is not None:
+        env["VRAM_SIMULATE"] = str(scenario)
+    env["COLUMNS"] = "120"
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                            stdin=subprocess.DEVNULL)
+    if check:
+        assert result.returncode == 0, f"{cmd} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def _vram(*args: str, scenario: Path | str | None = None) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "vramkit", *args], None, scenario, check=False)
+
+
+# ---------------------------------------------------------------- the machine
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory):
+    """Three GPUs and five real processes (one of them exited before anyone looks)."""
+    pytest.importorskip("pynvml")
+    base = tmp_path_factory.mktemp("shim")
+    children = [subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL) for _ in range(5)]
+    try:
+        a, b, c, d, gone = (p.pid for p in children)
+        scenario = {
+            "name": "shim-test",
+            "gpus": [
+                {"name": "NVIDIA A100-SXM4-80GB", "memory_total": "81920MiB", "memory_reserved": "519MiB",
+                 "utilization": 80},
+                {"name": "NVIDIA A100-SXM4-40GB", "memory_total": "40960MiB", "utilization": 0},
+                # 8 GiB used, of which 2 GiB by the exited process: the rest is held outside any listed
+                # process (another container, a leak)
+                {"name": "NVIDIA A10", "memory_total": "24576MiB", "memory_used": "8GiB", "utilization": 12},
+            ],
+            "processes": [
+                {"pid": a, "source": "real", "gpus": {"0": "10GiB", "1": "3000MiB"}},
+                {"pid": b, "source": "real", "gpus": {"0": "4096MiB"}},
+                {"pid": c, "source": "real", "type": "graphics", "gpus": {"2": "1234MiB"}},
+                {"pid": d, "source": "real", "type": "both", "gpus": {"1": "20GiB"}},
+                {"pid": gone, "source": "real", "gpus": {"0": "6GiB", "2": "2GiB"}},
+            ],
+        }
+        paths = {"new": base / "new-driver.json", "old": base / "old-driver.json"}
+        paths["new"].write_text(json.dumps(scenario))
+        # A 470 driver: process info v2 (no _v3), memory info v1 (reserved memory counts as used).
+        old = {**scenario, "driver_version": "470.223.02", "cuda_version": "11.4",
+               "nvml_api": {"process_info": "v2", "memory_info": "v1"}}
+        paths["old"].write_text(json.dumps(old))
+        shim = write_shim(base / "shim").parent
+        # The driver frees the memory of a process that exits: nobody may list it any more.
+        children[-1].kill()
+        children[-1].wait()
+        yield {"scenarios": paths, "shim": shim, "live": {a, b, c, d}, "gone": gone, "graphics": c}
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+@pytest.fixture(scope="module", params=["new", "old"])
+def driver(request, machine):
+    """(scenario file, what vram says: per GPU (used, total, {pid: bytes})), for each driver."""
+    path = machine["scenarios"][request.param]
+    result = _vram("status", "--json", "--simulate", str(path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    out = {}
+    for g in data["gpus"]:
+        procs = {p["pid"]: p["memory"] for p in g["processes"]}
+        out[g["index"]] = (g["memory_used"], g["memory_total"], procs)
+    # The fixture's own expectations, so that agreeing with vram means agreeing with the scenario.
+    reserved = 519 * MiB if request.param == "old" else 0  # memory info v1 counts it as used
+    assert out[0][0] == 10 * GiB + 4096 * MiB + reserved and out[0][1] == 81920 * MiB
+    assert out[1][0] == 3000 * MiB + 20 * GiB
+    assert out[2][0] == 6 * GiB  # the exited process's 2 GiB came free
+    assert set(out[0][2]) | set(out[1][2]) | set(out[2][2]) == machine["live"]
+    return path, out
+
+
+# ---------------------------------------------------------------- the peers agree with vram
+
+def test_gpustat_sees_the_same_machine(machine, driver):
+    # On the old driver gpustat's own v3 -> v2 fallback (a patched _nvmlGetFunctionPointer) must work.
+    path, truth = driver
+    result = _run([*_program("gpustat", "gpustat"), "--json"], machine["shim"], path)
+    gpus = json.loads(result.stdout)["gpus"]
+    assert len(gpus) == len(truth)
+    for g in gpus:
+        used, total, procs = truth[g["index"]]
+        # gpustat reports MiB, rounded down
+        assert (g["memory.used"], g["memory.total"]) == (used // MiB, total // MiB)
+        seen = {p["pid"]: p["gpu_memory_usage"] for p in g["processes"]}
+        assert seen == {pid: mem // MiB for pid, mem in procs.items()}
+        assert machine["gone"] not in seen
+
+
+NVITOP_API = textwrap.dedent("""
+    import json
+    from nvitop import Device
+    out = []
+    for d in Device.all():
+        out.append({"index": d.index, "used": d.memory_used(), "total": d.memory_total(),
+                    "procs": {p.pid: [p.gpu_memory(), p.type] for p in d.processes().values()}})
+    print(json.dumps(out))
+""")
+
+
+def test_nvitop_api_sees_the_same_machine(machine, driver):
+    # nvitop calls NVML's C functions itself (_nvmlGetFunctionPointer) for memory and process lists,
+    # choosing the struct versions by which symbols the driver has.
+    pytest.importorskip("nvitop")
+    path, truth = driver
+    result = _run([sys.executable, "-c", NVITOP_API], machine["shim"], path)
+    devices = json.loads(result.stdout)
+    assert len(devices) == len(truth)
+    for d in devices:
+        used, total, procs = truth[d["index"]]
+        assert (d["used"], d["total"]) == (used, total)
+        assert {int(pid): mem for pid, (mem, _) in d["procs"].items()} == procs
+    types = {int(pid): t for d in devices for pid, (_, t) in d["procs"].items()}
+    assert types[machine["graphics"]] == "G"
+
+
+_SIZE = r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)"
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": MiB, "GiB": GiB, "TiB": 2**40}
+
+
+def _bytes(number: str, unit: str) -> float:
+    return float(number) * _UNITS[unit]
+
+
+def test_nvitop_once_sees_the_same_machine(machine, driver):
+    path, truth = driver
+    result = _run([*_program("nvitop", "nvitop"), "-1", "--ascii"], machine["shim"], path)
+    text = result.stdout
+    # Device panel: "| 14336MiB / 80.00GiB |" in GPU order. nvitop rounds to 2 decimals of a GiB.
+    memory = re.findall(rf"\|\s+{_SIZE} / {_SIZE}\s+\|", text)
+    assert len(memory) == len(truth), text
+    for (u, uu, t, tu), (used, total, _) in zip(memory, (truth[i] for i in sorted(truth))):
+        assert abs(_bytes(u, uu) - used) <= 0.005 * GiB
+        assert abs(_bytes(t, tu) - total) <= 0.005 * GiB
+    # Process panel rows: "|   0    4594 C    root 10240MiB ..."
+    rows = re.findall(rf"^\|\s+(\d+)\s+(\d+)\s+(C\+G|C|G|X)\s+\S+\s+{_SIZE}", text, re.M)
+    seen = {(int(gpu), int(pid)): _bytes(n, unit) for gpu, pid, _, n, unit in rows}
+    expected = {(i, pid): mem for i, (_, _, procs) in truth.items() for pid, mem in procs.items()}
+    assert seen.keys() == expected.keys(), text
+    for key, mem in expected.items():
+        assert abs(seen[key] - mem) <= 0.005 * GiB
+    assert str(machine["gone"]) not in text
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_peers_run_on_every_bundled_scenario(tmp_path, name):
+    shim = write_shim(tmp_path).parent
+    _run([*_program("gpustat", "gpustat"), "--json"], shim, name)
+    _run([*_program("nvitop", "nvitop"), "-1"], shim, name)
+
+
+# ---------------------------------------------------------------- pynvml's own API through the shim
+
+PYNVML_CHECKS = textwrap.dedent("""
+    import json, pynvml as N
+    out = {"file": N.__file__}
+    try:
+        N.nvmlDeviceGetCount()
+    except N.NVMLError_Uninitialized:
+        out["before_init"] = "uninitialized"
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    try:
+        N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM)  # no simulated clocks
+    except N.NVMLError_NotSupported as e:
+        out["clock"] = ["NotSupported", str(e)]
+    try:
+        N.nvmlDeviceGetHandleByIndex(1)
+    except N.NVMLError_GpuIsLost as e:
+        out["lost"] = ["GpuIsLost", str(e), type(e).__module__]
+    try:
+        N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2)  # this old driver has only v1
+    except N.NVMLError_FunctionNotFound:
+        out["memory_v2"] = "FunctionNotFound"
+    m = N.nvmlDeviceGetMemoryInfo(h)
+    out["memory"] = [type(m).__name__, m.total, m.free, m.used]
+    out["procs"] = sorted(p.pid for p in N.nvmlDeviceGetComputeRunningProcesses_v2(h))
+    try:
+        N.nvmlDeviceGetComputeRunningProcesses(h)  # pynvml asks for _v3, which a 470 driver lacks
+    except N.NVMLLibraryMismatchError:
+        out["unversioned"] = "NVMLLibraryMismatchError"
+    pci = N.nvmlDeviceGetPciInfo(h)
+    out["pci"] = [type(pci).__name__, pci.busId, pci.bus]
+    u = N.nvmlDeviceGetUtilizationRates(h)
+    out["util"] = [type(u).__name__, u.gpu, u.memory]
+    out["lib"] = repr(N.nvmlLib)
+    out["maps"] = "libnvidia-ml" in open("/proc/self/maps").read()
+    N.nvmlShutdown()
+    print(json.dumps(out))
+""")
+
+
+def test_pynvml_errors_and_structs_are_pynvmls_own(tmp_path):
+    shim = write_shim(tmp_path).parent
+    out = json.loads(_run([sys.executable, "-c", PYNVML_CHECKS], shim, "faulty").stdout)
+    assert out["file"] == str(shim / "pynvml.py")
+    assert out["before_init"] == "uninitialized"
+    assert out["clock"] == ["NotSupported", "Not Supported"]
+    assert out["lost"] == ["GpuIsLost", "GPU is lost", "pynvml"]
+    assert out["memory_v2"] == "FunctionNotFound"
+    # faulty GPU 0: 32 GiB, processes 10 + 4 GiB, memory info v1 (reserved counts as used)
+    assert out["memory"] == ["c_nvmlMemory_t", 32 * GiB, 18 * GiB, 14 * GiB]
+    assert out["procs"] == [80001, 80002]
+    assert out["unversioned"] == "NVMLLibraryMismatchError"
+    assert out["pci"] == ["nvmlPciInfo_t", "00000000:18:00.0", 0x18]
+    assert out["util"] == ["c_nvmlUtilization_t", 64, 30]
+    assert out["lib"] == "None" and out["maps"] is False  # no NVIDIA library was loaded
+
+
+def test_nvitop_c_calls_on_faulty(tmp_path):
+    # faulty's driver has process info v2 and memory info v1: nvitop picks them by symbol lookup.
+    pytest.importorskip("nvitop")
+    shim = write_shim(tmp_path).parent
+    code = ("import json; from nvitop import Device; d = Device(0); "
+            "print(json.dumps([d.memory_used(), d.memory_total(), sorted(d.processes())]))")
+    used, total, pids = json.loads(_run([sys.executable, "-c", code], shim, "faulty").stdout)
+    assert [used, total, pids] == [14 * GiB, 32 * GiB, [80001, 80002]]
+
+
+def test_vramkit_found_from_a_python_without_it(tmp_path):
+    # -S: no site processing, so no editable install of vramkit; only pynvml's own directory.
+    import pynvml
+
+    shim = write_shim(tmp_path).parent
+    env_path = f"{shim}{os.pathsep}{Path(pynvml.__file__).resolve().parent}"
+    code = "import pynvml, vramkit; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount(), vramkit.__file__)"
+    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": env_path, "VRAM_SIMULATE": "demo"})
+    assert result.returncode == 0, result.stderr
+    count, where = result.stdout.split()
+    assert count == "8" and Path(where).is_file()
+
+
+# ---------------------------------------------------------------- errors: one line, exit 2
+
+@pytest.mark.parametrize("value, message", [
+    (None, "pynvml shim: VRAM_SIMULATE is not set"),
+    ("/no/such/scenario.json", "pynvml shim: bad scenario: no scenario '/no/such/scenario.json'"),
+])
+def test_shim_without_a_usable_scenario(tmp_path, value, message):
+    shim = write_shim(tmp_path).parent
+    result = _run([sys.executable, "-c", "import pynvml"], shim, value, check=False)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+
+
+def test_shim_command_writes_and_explains(tmp_path):
+    target = tmp_path / "new" / "dir"
+    result = _vram("sim", "shim", str(target))
+    assert result.returncode == 0, result.stderr
+    assert (target / "pynvml.py").read_text().startswith(MARKER)
+    assert f"export PYTHONPATH={target}" in result.stdout
+    assert "export VRAM_SIMULATE=demo" in result.stdout
+    # a scenario file given is checked and printed as an absolute path; rewriting a shim is fine
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps({"gpus": [{"memory_total": "16GiB"}]}))
+    result = _run([sys.executable, "-m", "vramkit", "sim", "shim", str(target), "--simulate", str(scenario)],
+                  None, None)
+    assert f"export VRAM_SIMULATE={scenario}" in result.stdout
+
+
+def test_shim_command_help_has_an_example():
+    result = _vram("sim", "shim", "--help")
+    assert result.returncode == 0
+    assert "examples:" in result.stdout and "VRAM_SIMULATE=demo gpustat" in result.stdout
+
+
+@pytest.mark.parametrize("setup", ["file", "foreign-pynvml", "bad-scenario"])
+def test_shim_command_refuses_unusable_targets(tmp_path, setup):
+    args = ["sim", "shim"]
+    if setup == "file":
+        (tmp_path / "f").write_text("x")
+        args.append(str(tmp_path / "f"))
+    elif setup == "foreign-pynvml":
+        (tmp_path / "pynvml.py").write_text("# someone's own pynvml\n")
+        args.append(str(tmp_path))
+    else:
+        args += [str(tmp_path / "d"), "--simulate", str(tmp_path / "missing.json")]
+    result = _vram(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    if setup == "foreign-pynvml":
+        assert (tmp_path / "pynvml.py").read_text() == "# someone's own pynvml\n"
+
+
+def test_write_shim_refuses_a_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ShimError, match="not a directory"):
+        write_shim(tmp_path / "f")
+
+
+
+def test_bar1_memory_follows_the_large_bar_layout():
+    # nvitop shows BAR1 for each MIG instance and cannot do without it; scenarios do not give it.
+    from vramkit.nvml import scenario
+    from vramkit.nvml.sim import SimHandle, SimulatedNvml
+
+    sim = SimulatedNvml(scenario.load("mig"))
+    sim.nvmlInit()
+    whole = sim.nvmlDeviceGetBAR1MemoryInfo(SimHandle(1))
+    assert whole.bar1Total == 128 * GiB and whole.bar1Used == 2 * MiB  # one process on GPU 1
+    part = sim.nvmlDeviceGetBAR1MemoryInfo(SimHandle(0, 1))  # 3g.40gb: 40192 of 81559 MiB
+    assert part.bar1Total == 128 * GiB * 40192 // 81559 // MiB * MiB
+    assert part.bar1Free + part.bar1Used == part.bar1Total
