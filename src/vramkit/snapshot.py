@@ -47,10 +47,14 @@ class Machine:
         described = self.sim.host_process(pid) if self.sim else None
         if described is not None and described["source"] == "synthetic":
             command = sanitize(described["command"])  # scenario text is as untrusted as /proc's
+            # `age` is how long it had run when it appeared (t=0, or its start_at); it keeps
+            # running on the scenario clock, so --watch sees it age and one started at t=20 has
+            # run 10 s at t=30 (not 0 s at 0% CPU).
+            age = described["age"] + max(0.0, self.sim.now() - described.get("start_at", 0))
             found = HostProcess(
                 pid=pid, user=sanitize(described["user"]), uid=described["uid"], command=command,
                 name=command.split()[0].rsplit("/", 1)[-1], state=described["state"],
-                start_time=now - described["age"], cpu_time=described["cpu_percent"] / 100 * described["age"],
+                start_time=now - age, cpu_time=described["cpu_percent"] / 100 * age,
                 rss=described["rss"], ppid=described["ppid"], container=described.get("container"))
         elif described is not None and described["source"] == "missing":
             found = NOT_VISIBLE

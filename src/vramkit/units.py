@@ -7,6 +7,7 @@ Binary units (KiB, MiB, GiB) are what we print. Both binary and decimal units
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
@@ -26,6 +27,8 @@ def parse_size(text: str | int | float) -> int:
     if isinstance(text, bool):
         raise ValueError(f"not a size: {text!r}")
     if isinstance(text, (int, float)):
+        if isinstance(text, float) and not math.isfinite(text):  # json.loads reads Infinity, NaN
+            raise ValueError(f"not a size: {text!r}")
         if text < 0:
             raise ValueError(f"size must not be negative: {text!r}")
         return int(text)
@@ -70,6 +73,8 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
     if isinstance(text, (int, float)):
+        if isinstance(text, float) and not math.isfinite(text):  # json.loads reads Infinity, NaN
+            raise ValueError(f"not a duration: {text!r}")
         if text < 0:
             raise ValueError(f"duration must not be negative: {text!r}")
         return float(text)
@@ -88,7 +93,7 @@ def parse_duration(text: str | int | float) -> float:
 
 
 def format_duration(seconds: float | None) -> str:
-    """Seconds -> '45s', '12m', '3h05m', '2d04h'. None -> 'N/A'."""
+    """Seconds -> '45s', '12m05s', '3h05m', '2d04h'. None -> 'N/A'."""
     if seconds is None:
         return "N/A"
     s = max(0, int(seconds))

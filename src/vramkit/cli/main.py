@@ -46,12 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _offer_simulation(message: str) -> bool:
-    """On a terminal, offer the simulated server instead of just failing."""
+def _offer_simulation(message: str, command: str) -> bool:
+    """On a terminal, `vram status` offers the simulated server instead of just failing;
+    every other command says how to try it."""
     print(f"vram: {message}", file=sys.stderr)
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if command != "status" or not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("vram: to try vram without a GPU, use the bundled simulated server: "
-              "vram status --simulate demo", file=sys.stderr)
+              f"vram {command} --simulate demo", file=sys.stderr)
         return False
     try:
         answer = input("Show the bundled simulated server (8x A100, scenario 'demo') instead? [Y/n] ")
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         except NvmlUnavailable as e:
             if getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE"):
                 raise
-            if args.command == "status" and _offer_simulation(str(e)):
+            # Every command says why it failed (`vram ps` used to exit 1 silently).
+            if _offer_simulation(str(e), args.command):
                 args.simulate = "demo"
                 return args.run(args)
             return 1

@@ -45,12 +45,23 @@ _MESSAGES = {
     NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
     NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized",
     NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
+    NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+    NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+    NVML_ERROR_IN_USE: "In Use",
+    NVML_ERROR_MEMORY: "Insufficient Memory",
+    NVML_ERROR_NO_DATA: "No Data",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -112,8 +123,9 @@ class _Struct:
     _fields_: tuple[str, ...] = ()
 
     def __init__(self, *values):
+        # pynvml's structures hand out text fields as str, though the C fields are bytes.
         for name, value in zip(self._fields_, values):
-            setattr(self, name, value)
+            setattr(self, name, value.decode() if isinstance(value, bytes) else value)
 
     def __repr__(self):
         inner = ", ".join(f"{n}={getattr(self, n, None)!r}" for n in self._fields_)
@@ -130,6 +142,10 @@ class c_nvmlMemory_v2_t(_Struct):
 
 class c_nvmlUtilization_t(_Struct):
     _fields_ = ("gpu", "memory")
+
+
+class c_nvmlBAR1Memory_t(_Struct):
+    _fields_ = ("bar1Total", "bar1Free", "bar1Used")
 
 
 class nvmlPciInfo_t(_Struct):

@@ -8,6 +8,7 @@ wrong type or an impossible number is a ScenarioError whose message names the fi
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -160,7 +161,9 @@ class _Checker:
     def number(self, value: Any, where: str, minimum: float | None = None,
                maximum: float | None = None, integer: bool = False) -> Any:
         kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds):
+        if isinstance(value, bool) or not isinstance(value, kinds) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            # (json.loads reads Infinity and NaN: NaN would pass every range check below)
             self.fail(where, f"must be {'an integer' if integer else 'a number'}, got {json.dumps(value)}")
         if minimum is not None and value < minimum:
             self.fail(where, f"must be at least {minimum}, got {value}")
@@ -184,12 +187,24 @@ class _Checker:
             self.fail(where, str(e))
         raise AssertionError
 
-    def string(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not value:
+    def string(self, value: Any, where: str, controls: bool = False) -> str:
+        # Blank counts as empty: a process name is taken from the command's first word.
+        if not isinstance(value, str) or not value.strip():
             self.fail(where, f"must be a non-empty string, got {json.dumps(value)}")
+        # Driver-side text (names, ids, versions) is printed as is, so it must not carry terminal
+        # escapes. Host-side text (user, command) may: vram strips it as it does /proc's.
+        if not controls and _CONTROL_RE.search(value):
+            self.fail(where, f"must not contain control characters, got {json.dumps(value)}")
+        return value
+
+    def choice(self, value: Any, allowed: set[str], where: str) -> str:
+        # The isinstance check first: a list or an object is not hashable, `in` would raise.
+        if not isinstance(value, str) or value not in allowed:
+            self.fail(where, f"must be one of {', '.join(sorted(allowed))}, got {json.dumps(value)}")
         return value
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _PCI_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
@@ -201,8 +216,9 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
     gpus_raw = data.get("gpus")
     if not isinstance(gpus_raw, list) or not gpus_raw:
         c.fail("gpus", "must be a non-empty list")
-    if "driver_version" in data:
-        c.string(data["driver_version"], "driver_version")
+    for key in ("name", "description", "driver_version"):
+        if key in data:
+            c.string(data[key], key)
     if "cuda_version" in data and not re.fullmatch(r"\d+\.\d+", str(data["cuda_version"])):
         c.fail("cuda_version", f"must look like \"12.4\", got {json.dumps(data['cuda_version'])}")
     api = data.get("nvml_api", {})
@@ -280,6 +296,8 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         if key in raw:
             g[key] = c.timeline(raw[key], f"{where}.{key}", size_within_total)
     g.setdefault("memory_reserved", 0)
+    if "memory_used" in raw and max_value(g["memory_used"]) + max_value(g["memory_reserved"]) > total:
+        c.fail(f"{where}.memory_used", f"plus memory_reserved is more than memory_total ({format_size(total)})")
     pct = lambda v, w: c.number(v, w, minimum=0, maximum=100)  # noqa: E731
     g["utilization"] = c.timeline(raw.get("utilization", 0), f"{where}.utilization", pct)
     g["memory_utilization"] = c.timeline(raw.get("memory_utilization", 0), f"{where}.memory_utilization", pct)
@@ -293,7 +311,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         g["fan"] = c.timeline(g["fan"], f"{where}.fan", pct)
     for key in ("unsupported", "no_permission"):
         items = raw.get(key, [])
-        if not isinstance(items, list) or any(x not in QUERYABLE for x in items):
+        if not isinstance(items, list) or any(not isinstance(x, str) or x not in QUERYABLE for x in items):
             c.fail(f"{where}.{key}", f"must be a list of: {', '.join(sorted(QUERYABLE))}")
         g[key] = set(items)
     if not isinstance(raw.get("lost", False), bool):
@@ -323,8 +341,9 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
             if max_value(inst["memory_used"]) > inst["memory_total"]:
                 c.fail(f"{mw}.memory_used", "is more than the instance's memory_total")
         g["mig"].append(inst)
-    if sum(m["memory_total"] for m in g["mig"]) > total:
-        c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's")
+    if sum(m["memory_total"] for m in g["mig"]) > total - max_value(g["memory_reserved"]):
+        c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's "
+               "(less memory_reserved)")
     return g
 
 
@@ -351,12 +370,8 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[s
         c.fail(f"{where}.pid", "is required")
     p = dict(raw)
     p["pid"] = c.number(raw["pid"], f"{where}.pid", minimum=1, integer=True)
-    p["source"] = raw.get("source", "synthetic")
-    if p["source"] not in PROCESS_SOURCES:
-        c.fail(f"{where}.source", f"must be one of {', '.join(sorted(PROCESS_SOURCES))}")
-    p["type"] = raw.get("type", "compute")
-    if p["type"] not in PROCESS_TYPES:
-        c.fail(f"{where}.type", f"must be one of {', '.join(sorted(PROCESS_TYPES))}")
+    p["source"] = c.choice(raw.get("source", "synthetic"), PROCESS_SOURCES, f"{where}.source")
+    p["type"] = c.choice(raw.get("type", "compute"), PROCESS_TYPES, f"{where}.type")
     gpus_raw = raw.get("gpus")
     if not isinstance(gpus_raw, dict) or not gpus_raw:
         c.fail(f"{where}.gpus", "must be an object {\"GPU index\": memory}, e.g. {\"0\": \"10GiB\"}")
@@ -365,13 +380,11 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[s
         loc = _parse_gpu_key(c, key, f"{where}.gpus", gpus)
         p["gpus"][loc] = c.timeline(mem, f"{where}.gpus.{key}", c.size)
     if p["source"] == "synthetic":
-        p["user"] = c.string(raw.get("user", "nobody"), f"{where}.user")
+        p["user"] = c.string(raw.get("user", "nobody"), f"{where}.user", controls=True)
         p["uid"] = c.number(raw.get("uid", 65534), f"{where}.uid", minimum=0, integer=True)
-        p["command"] = c.string(raw.get("command", "python"), f"{where}.command")
+        p["command"] = c.string(raw.get("command", "python"), f"{where}.command", controls=True)
         p["age"] = c.duration(raw.get("age", "1h"), f"{where}.age")
-        p["state"] = raw.get("state", "running")
-        if p["state"] not in PROCESS_STATES:
-            c.fail(f"{where}.state", f"must be one of {', '.join(sorted(PROCESS_STATES))}")
+        p["state"] = c.choice(raw.get("state", "running"), PROCESS_STATES, f"{where}.state")
         p["cpu_percent"] = c.number(raw.get("cpu_percent", 0), f"{where}.cpu_percent", minimum=0)
         p["rss"] = c.size(raw.get("rss", 0), f"{where}.rss")
         p["ppid"] = c.number(raw.get("ppid", 1000), f"{where}.ppid", minimum=0, integer=True)
@@ -393,15 +406,19 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[s
 
 def _check_memory_fits(c: _Checker, gpus: list[dict], processes: list[dict]) -> None:
     for g in gpus:
-        units = [(None, g["memory_total"], g.get("memory_used"))] if not g["mig"] else [
+        # What the driver reserves is not there for processes: the simulator would cut `used`
+        # down to total - reserved, and show less in use than the processes it lists hold.
+        reserved = max_value(g["memory_reserved"])
+        units = [(None, g["memory_total"] - reserved, g.get("memory_used"))] if not g["mig"] else [
             (m["gi"], m["memory_total"], m.get("memory_used")) for m in g["mig"]]
-        for gi, total, used in units:
+        for gi, room, used in units:
             held = sum(max_value(p["gpus"][(g["index"], gi)]) for p in processes
                        if (g["index"], gi) in p["gpus"])
             where = f"gpus[{g['index']}]" + (f".mig gi {gi}" if gi is not None else "")
-            if held > total:
-                c.fail(where, f"processes hold {format_size(held)}, more than memory_total "
-                       f"({format_size(total)})")
+            if held > room:
+                limit = f"memory_total ({format_size(room)})" if gi is not None or not reserved else (
+                    f"memory_total less memory_reserved ({format_size(room)})")
+                c.fail(where, f"processes hold {format_size(held)}, more than {limit}")
             if used is not None and not is_timeline(used) and held > used:
                 c.fail(f"{where}.memory_used", f"is {format_size(used)} but its processes hold "
                        f"{format_size(held)}")

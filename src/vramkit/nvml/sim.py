@@ -304,10 +304,7 @@ class SimulatedNvml:
             (handle.index, m["gi"]) for m in g["mig"]]
         used = 2 * 2**20 * sum(self._alive(p, t) for unit in units for p, _ in self._by_unit.get(unit, ()))
         used = min(used, total)
-        struct = getattr(self.api, "c_nvmlBAR1Memory_t", None)
-        if struct is None:  # compat has no mirror: vram itself does not read BAR1
-            return self.api.nvmlFriendlyObject({"bar1Total": total, "bar1Free": total - used, "bar1Used": used})
-        return struct(total, total - used, used)
+        return self.api.c_nvmlBAR1Memory_t(total, total - used, used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimHandle) -> Any:
         g = self._field(handle, "utilization")

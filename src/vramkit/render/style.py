@@ -50,7 +50,8 @@ def level_color(fraction: float | None) -> str:
 def style_for(stream=None, no_color: bool = False) -> Style:
     stream = stream or sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
-    color = tty and not no_color and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    # no-color.org: NO_COLOR counts when present and not empty.
+    color = tty and not no_color and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     return Style(color=color, unicode=tty)
 
 
@@ -58,7 +59,11 @@ def terminal_width(default: int = 120) -> int:
     try:
         return max(60, os.get_terminal_size(sys.stdout.fileno()).columns)
     except (OSError, ValueError):
+        pass
+    try:
         return int(os.environ.get("COLUMNS", default))
+    except ValueError:  # COLUMNS set to something that is not a number: not worth failing for
+        return default
 
 
 def clip(text: str, width: int) -> str:

@@ -1,0 +1,319 @@
+"""Shared helpers: run `vram` the way a user does (a child process, a clean environment), write
+scenario files, spawn real processes and always clean them up, and compute what a scenario
+file says each GPU should show, straight from the JSON (never from vram's own output).
+
+Test modules import the plain helpers with `from conftest import ...`; the fixtures are
+found by pytest as usual.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vramkit
+from vramkit.units import parse_duration, parse_size
+
+SCENARIO_DIR = Path(vramkit.__file__).parent / "nvml" / "scenarios"
+ESCAPE = "\x1b"
+BANNED_IMPORTS = ("torch", "textual", "psutil", "pynvml")
+
+
+# ---------------------------------------------------------------- running the command
+
+def clean_env(**extra: str | None) -> dict[str, str]:
+    """The caller's environment without anything that changes vram's behaviour, with the
+    simulated clock pinned to t=0. `NAME=None` removes NAME."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VRAM_") and k not in ("NO_COLOR", "COLUMNS", "LINES", "FORCE_COLOR")}
+    env["VRAM_SIM_TIME"] = "0"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["TERM"] = "xterm-256color"
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def vram_argv(*args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, *python_flags, "-m", "vramkit", *map(str, args)]
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.rc == 0, f"exit {self.rc}: {self.err}"
+        return json.loads(self.out)
+
+    @property
+    def err_lines(self) -> list[str]:
+        return self.err.splitlines()
+
+
+def run_vram(*args: str, env: dict[str, str] | None = None, timeout: float = 30,
+             python_flags: tuple[str, ...] = ()) -> Result:
+    """Run `vram ARGS` with stdout and stderr piped (not a terminal), stdin closed."""
+    proc = subprocess.run(vram_argv(*args, python_flags=python_flags), capture_output=True, text=True,
+                          env=env if env is not None else clean_env(), timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_vram_tty(*args: str, env: dict[str, str] | None = None, columns: int = 160,
+                 timeout: float = 30) -> Result:
+    """Run `vram ARGS` with stdout on a real pseudo-terminal (stdin closed, stderr piped)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    proc = subprocess.Popen(vram_argv(*args), stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=subprocess.PIPE, env=env if env is not None else clean_env())
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError(f"vram {' '.join(args)} did not finish in {timeout}s")
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end of the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        err = proc.stderr.read().decode()
+        rc = proc.wait(timeout=timeout)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    return Result(rc, b"".join(chunks).decode(errors="replace").replace("\r\n", "\n"), err)
+
+
+def assert_one_line_error(result: Result, rc: int, *needles: str) -> str:
+    """Exit code `rc`, nothing on stdout, exactly one line on stderr containing every needle."""
+    assert result.rc == rc, f"exit {result.rc}, wanted {rc}; stderr: {result.err!r}"
+    assert "Traceback" not in result.err
+    assert result.out == ""
+    lines = result.err_lines
+    assert len(lines) == 1, f"wanted one line on stderr, got {lines!r}"
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def vram():
+    """`vram("status", "--json")` -> Result; the environment is clean unless `env=` is given."""
+    return run_vram
+
+
+# ---------------------------------------------------------------- scenarios
+
+def scenario_data(name: str) -> dict[str, Any]:
+    return json.loads((SCENARIO_DIR / f"{name}.json").read_text())
+
+
+def minimal_scenario() -> dict[str, Any]:
+    """A small valid scenario: two GPUs, two processes. Tests break one thing in it."""
+    return {
+        "name": "tiny",
+        "gpus": [
+            {"uuid": "GPU-00000000-0000-4000-8000-000000000000", "pci_bus_id": "00000000:07:00.0",
+             "memory_total": "80GiB", "utilization": 50},
+            {"uuid": "GPU-00000000-0000-4000-8000-000000000001", "pci_bus_id": "00000000:0F:00.0",
+             "memory_total": "80GiB", "utilization": 0},
+        ],
+        "processes": [
+            {"pid": 101, "user": "ann", "command": "python a.py", "gpus": {"0": "10GiB"}},
+            {"pid": 102, "user": "ben", "command": "python b.py", "gpus": {"1": "5GiB"}},
+        ],
+    }
+
+
+@pytest.fixture
+def write_scenario(tmp_path):
+    """write_scenario(data or text, name="s.json") -> path of a scenario file under tmp_path."""
+    def write(data: Any, name: str = "scenario.json") -> Path:
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        return path
+    return write
+
+
+def timeline_at(value: Any, t: float, convert=lambda v: v) -> Any:
+    """A scenario value at time t, read independently of vram's code: static, or a
+    {"timeline": [[t, v], ...], "repeat": s, "interpolate": "linear"|"step"}."""
+    if not (isinstance(value, dict) and "timeline" in value):
+        return convert(value)
+    points = [(float(pt), convert(v)) for pt, v in value["timeline"]]
+    if "repeat" in value:
+        t = t % parse_duration(value["repeat"])
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t <= t1:
+            if value.get("interpolate", "linear") == "step" or t1 == t0:
+                return v0
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def process_alive(proc: dict[str, Any], t: float) -> bool:
+    start = parse_duration(proc.get("start_at", 0))
+    exit_at = parse_duration(proc["exit_at"]) if "exit_at" in proc else None
+    return start <= t and (exit_at is None or t < exit_at)
+
+
+def expected_gpus(data: dict[str, Any], t: float = 0) -> list[dict[str, Any]]:
+    """What `vram status --json` must show for each whole (non-MIG) GPU of a scenario whose
+    GPUs give no memory_used: used = what its live processes hold."""
+    out = []
+    for i, g in enumerate(data["gpus"]):
+        assert "memory_used" not in g and "mig" not in g, "expected_gpus() is for simple GPUs"
+        procs = {}
+        for p in data.get("processes", []):
+            if str(i) in p["gpus"] and process_alive(p, t):
+                procs[p["pid"]] = {"memory": int(timeline_at(p["gpus"][str(i)], t, parse_size)),
+                                   "user": p.get("user"), "command": p.get("command")}
+        total = parse_size(g["memory_total"])
+        reserved = parse_size(g.get("memory_reserved", 0))
+        used = sum(p["memory"] for p in procs.values())
+        out.append({
+            "index": i, "uuid": g["uuid"], "name": g["name"], "pci_bus_id": g["pci_bus_id"],
+            "memory_total": total, "memory_reserved": reserved, "memory_used": used,
+            "memory_free": total - reserved - used,
+            "utilization": int(timeline_at(g["utilization"], t)),
+            "memory_utilization": int(timeline_at(g["memory_utilization"], t)),
+            "temperature": int(timeline_at(g["temperature"], t)),
+            "power_draw": float(timeline_at(g["power"], t)),
+            "power_limit": float(g["power_limit"]),
+            "processes": procs,
+        })
+    return out
+
+
+# ---------------------------------------------------------------- text output
+
+GPU_LINE = re.compile(r"^ ?(\d+)  ")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+def status_blocks(text: str) -> dict[int, list[str]]:
+    """`vram status` text -> {GPU index: [its GPU line, then the lines under it]}."""
+    blocks: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines()[1:]:  # [0] is the banner
+        m = GPU_LINE.match(line)
+        if m:
+            current = blocks.setdefault(int(m.group(1)), [])
+            current.append(line)
+        elif line.startswith("      ") and current is not None:
+            current.append(line)
+        else:
+            current = None  # the summary line
+    return blocks
+
+
+def gib_pair(used: int, total: int) -> str:
+    """How the status view writes used/total."""
+    return f"{used / 1024**3:.1f}/{total / 1024**3:.1f}GiB"
+
+
+def sanitized(text: str) -> str:
+    """Control characters (C0, DEL, C1) replaced by '?', as the design asks; written here
+    independently of vramkit.procs.sanitize."""
+    return "".join("?" if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 else ch for ch in text)
+
+
+def has_nvidia_driver() -> bool:
+    """Whether NVML can be loaded here (then the no-driver tests do not apply)."""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- real processes
+
+class Children:
+    """Real child processes for a test; every one is killed and reaped at teardown."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - would be a kernel problem
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def children():
+    kids = Children()
+    try:
+        yield kids
+    finally:
+        kids.cleanup()
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of a pid from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2:].split()[0].decode()
+
+
+def wait_for(predicate, timeout: float = 10, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
