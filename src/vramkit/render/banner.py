@@ -8,15 +8,24 @@ from ..model import Snapshot
 from .style import Style
 
 
-def banner(snap: Snapshot, style: Style) -> str:
+def banner(snap: Snapshot, style: Style, width: int = 200) -> str:
+    """One line, or more on a narrow terminal: parts are never cut, so nothing is lost."""
     parts = []
     if snap.simulated:
-        parts.append(style.paint(f"SIMULATED machine (scenario '{snap.scenario}'), not real GPUs",
-                                 "magenta", "bold"))
+        parts.append((f"SIMULATED machine (scenario '{snap.scenario}'), not real GPUs", ("magenta", "bold")))
     if snap.driver_version:
-        parts.append(f"driver {snap.driver_version}")
+        parts.append((f"driver {snap.driver_version}", ()))
     if snap.cuda_version:
-        parts.append(f"CUDA {snap.cuda_version}")
-    parts.append(f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}")
-    parts.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time)))
-    return "  ·  ".join(parts)
+        parts.append((f"CUDA {snap.cuda_version}", ()))
+    parts.append((f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", ()))
+    parts.append((time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time)), ()))
+    lines: list[str] = []
+    line, used = "", 0
+    for text, styles in parts:
+        if used and used + 5 + len(text) > width:
+            lines.append(line)
+            line, used = "", 0
+        line += ("  ·  " if used else "") + style.paint(text, *styles)
+        used += (5 if used else 0) + len(text)
+    lines.append(line)
+    return "\n".join(lines)

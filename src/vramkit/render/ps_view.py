@@ -24,17 +24,29 @@ def _row(snap_gpus: dict, p: GpuProcess) -> list[str]:
     ]
 
 
+# Columns given up, in this order, when the terminal is too narrow for a readable command.
+DROP_ORDER = ("RSS", "CPU%", "%GPU", "UTIL")
+MIN_COMMAND = 24
+
+
 def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int) -> str:
     by_index = {g.index: g for g in snap.gpus}
     rows = [_row(by_index, p) for p in procs]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])]
+    widths = {h: max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])}
+    shown = list(HEADER[:-1])
+    for column in DROP_ORDER:
+        if sum(widths[h] + 2 for h in shown) + MIN_COMMAND <= width:
+            break
+        shown.remove(column)
+    keep = [HEADER.index(h) for h in shown]
 
     def line(cells: list[str]) -> str:
-        parts = [c.rjust(w) if h in RIGHT else c.ljust(w) for h, c, w in zip(HEADER, cells, widths)]
+        parts = [cells[i].rjust(widths[HEADER[i]]) if HEADER[i] in RIGHT else cells[i].ljust(widths[HEADER[i]])
+                 for i in keep]
         head = "  ".join(parts) + "  "
-        return head + clip(cells[-1], max(10, width - len(head)))
+        return head + clip(cells[-1], max(1, width - len(head)))
 
-    out = [banner(snap, style), style.paint(line(list(HEADER)), "bold")]
+    out = [banner(snap, style, width), style.paint(line(list(HEADER)), "bold")]
     out.extend(line(r) for r in rows)
     if not rows:
         out.append(style.paint("no GPU processes", "dim"))

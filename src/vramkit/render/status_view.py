@@ -9,22 +9,30 @@ from . import fmt
 from .banner import banner
 from .style import Style, clip, level_color
 
-BAR = 24
+def layout(width: int) -> tuple[int, int, int]:
+    """(memory bar, utilization bar, name) widths that keep a GPU line within `width` columns:
+    115 columns at full size, 80 with the utilization bar dropped and shorter bars."""
+    if width >= 115:
+        return 24, 10, 20
+    if width >= 100:
+        return 16, 6, 20
+    return max(4, min(16, width - 71)), 0, 14
 
 
-def _gpu_line(dev: Device, style: Style) -> str:
+def _gpu_line(dev: Device, style: Style, width: int) -> str:
     index = style.paint(f"{dev.index:>2}", "bold")
     if dev.lost:
         return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
+    mem_w, util_w, name_w = layout(width)
     frac = fmt.mem_fraction(dev)
-    mem_bar = style.bar(frac, BAR, level_color(frac))
+    mem_bar = style.bar(frac, mem_w, level_color(frac))
     share = fmt.pct(None if frac is None else 100 * frac)
     mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {share:>4}"
     util = dev.utilization
-    util_bar = style.bar(None if util is None else util / 100, 10, "cyan")
-    name = f"{fmt.short_gpu_name(dev.name):<20}"
+    util_bar = (style.bar(None if util is None else util / 100, util_w, "cyan") + " ") if util_w else ""
+    name = f"{clip(fmt.short_gpu_name(dev.name), name_w):<{name_w}}"
     return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, level_color(frac))}"
-            f"   util {util_bar} {fmt.pct(util):>4}   {fmt.temp(dev.temperature):>5}  {fmt.power(dev):>9}")
+            f"  util {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}")
 
 
 def _mig_lines(dev: Device, style: Style) -> list[str]:
@@ -56,9 +64,9 @@ def _holder_lines(dev: Device, style: Style, width: int) -> list[str]:
 
 
 def render_status(snap: Snapshot, style: Style, width: int) -> str:
-    lines = [banner(snap, style)]
+    lines = [banner(snap, style, width)]
     for dev in snap.gpus:
-        lines.append(_gpu_line(dev, style))
+        lines.append(_gpu_line(dev, style, width))
         lines.extend(_mig_lines(dev, style))
         lines.extend(_holder_lines(dev, style, width))
         na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved")}
