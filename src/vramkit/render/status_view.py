@@ -9,6 +9,7 @@ from . import fmt
 from .banner import banner
 from .style import Style, clip, level_color
 
+
 def layout(width: int) -> tuple[int, int, int]:
     """(memory bar, utilization bar, name) widths that keep a GPU line within `width` columns:
     115 columns at full size, 80 with the utilization bar dropped and shorter bars."""
