@@ -1,0 +1,156 @@
+"""vram doctor: explain an out-of-memory error from a log, or check this machine for the usual causes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..model import Snapshot
+from ..nvml.backend import NvmlUnavailable
+from ..render.style import style_for, terminal_width
+from .common import Failure, UsageError, open_for, parse_gpu_list
+
+HELP = "explain a CUDA out-of-memory error, or check this machine for what causes them"
+DESCRIPTION = """\
+With a log file (or - for stdin): find the LAST out-of-memory error in it (a traceback, a
+training log, notebook output) and explain it: what was asked for, what was free, what this
+job held (allocated by PyTorch / reserved but unallocated / outside PyTorch), what other
+processes held (named, from this machine's live data when it is the same machine), the main
+cause (fragmentation, other processes, the job's own usage, or a single request larger than
+the GPU), and fixes ranked with the memory each saves where that is known.
+
+Every form PyTorch has printed is read: >= 2.2, 2.1, 1.4-2.0, 1.0-1.3, HIP, MPS, cuBLAS and
+cuDNN allocation failures, and the CPU allocator's messages (docs/doctor.md).
+
+Without a log: check this machine: GPUs nearly full, defunct or idle processes holding
+memory, other users on the GPUs you chose, CUDA_VISIBLE_DEVICES pitfalls, DataParallel
+imbalance. Only the GPUs in CUDA_VISIBLE_DEVICES are checked when it is set.
+
+examples:
+  vram doctor train.log              why did my job run out of memory?
+  python train.py 2>&1 | vram doctor -
+  vram doctor train.log --gpu 3      the job ran on NVML GPU 3 (CUDA_VISIBLE_DEVICES=3)
+  vram doctor train.log --json | jq '.cause, .fixes[0]'
+  vram doctor                        check this machine
+  vram doctor --simulate demo        the checklist on the bundled simulated server
+"""
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("doctor", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("log", nargs="?", metavar="LOGFILE", help="a log or traceback with the error; - reads stdin")
+    p.add_argument("--json", action="store_true", help="print JSON (keys: docs/doctor.md)")
+    p.add_argument("--gpu", metavar="LIST", help="log: the NVML GPU the job ran on; checklist: only these GPUs")
+    p.add_argument("--pid", type=int, metavar="PID", help="log: the job's pid as NVML lists it (containers)")
+    p.add_argument("--no-live", action="store_true", help="log: do not read this machine's GPUs")
+    p.add_argument("--model", metavar="NAME", help="log: the model, for the estimator's savings")
+    p.add_argument("--batch-size", type=int, metavar="N", help="log: the batch size, for the estimator's savings")
+    p.add_argument("--seq-len", type=int, metavar="N", help="log: the sequence length, for the estimator")
+    p.set_defaults(run=run)
+
+
+def _current_user() -> str | None:
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return None
+
+
+def _read_log(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "stdin"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(), path
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
+    if args.no_live:
+        return None, "live data not read (--no-live)"
+    try:
+        machine = open_for(args)
+    except NvmlUnavailable as e:
+        return None, f"no live data: {e}"
+    try:
+        return machine.snapshot(), None
+    finally:
+        machine.close()
+
+
+def _savings_hook(args: argparse.Namespace):
+    """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None."""
+    if not (args.model or args.batch_size):
+        return None, None
+    try:
+        from ..estimate import doctor_savings  # optional: written separately
+    except ImportError:
+        return None, "no estimator available yet: savings of model-dependent fixes are not shown"
+    return doctor_savings, None
+
+
+def run(args: argparse.Namespace) -> int:
+    style = style_for(sys.stdout, getattr(args, "no_color", False))
+    if args.log is None:
+        return _checklist(args, style)
+    from ..doctor.explain import explain
+    from ..doctor.oom import find_oom
+    from ..render.doctor_view import diagnosis_json, render_diagnosis
+
+    for flag in ("batch_size", "seq_len"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')}: must be at least 1")
+    gpu = None
+    if args.gpu is not None:
+        gpus = parse_gpu_list(args.gpu)
+        if len(gpus) != 1:
+            raise UsageError("--gpu: with a log, give the one GPU the job ran on")
+        gpu = gpus[0]
+    text, source = _read_log(args.log)
+    report = find_oom(text)
+    if report is None:
+        raise Failure(f"no out-of-memory error found in {source}")
+    snap, live_note = _live(args)
+    if gpu is not None and snap is not None and gpu not in {g.index for g in snap.gpus}:
+        raise UsageError(f"--gpu: no GPU {gpu} on this machine")
+    hook, hook_note = _savings_hook(args)
+    context = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len}
+    ex = explain(report, snap, gpu=gpu, job_pid=args.pid, me=_current_user(), savings=hook, context=context)
+    if hook_note:
+        ex.notes.append(hook_note)
+    if args.json:
+        print(diagnosis_json(ex, source, snap, live_note))
+    else:
+        print(render_diagnosis(ex, source, style, terminal_width(), live_note))
+    return 0
+
+
+def _checklist(args: argparse.Namespace, style) -> int:
+    from ..doctor.checklist import run_checklist
+    from ..render.doctor_view import checklist_json, render_checklist
+
+    for flag in ("pid", "model", "batch_size", "seq_len"):
+        if getattr(args, flag) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} needs a LOGFILE")
+    machine = open_for(args)
+    try:
+        snap = machine.snapshot()
+    finally:
+        machine.close()
+    wanted = None
+    if args.gpu is not None:
+        wanted = parse_gpu_list(args.gpu)
+        missing = [i for i in wanted if i not in {g.index for g in snap.gpus}]
+        if missing:
+            raise UsageError(f"--gpu: no GPU {missing[0]} on this machine")
+    result = run_checklist(snap, only=wanted)
+    if args.json:
+        print(checklist_json(result, snap))
+    else:
+        print(render_checklist(result, snap, style, terminal_width()))
+    return 0

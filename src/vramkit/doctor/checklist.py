@@ -1,0 +1,256 @@
+"""`vram doctor` without a log: the usual reasons a job on this machine runs out of memory.
+
+Checks, on the GPUs this shell can use (CUDA_VISIBLE_DEVICES respected):
+- GPUs nearly full;
+- other users' processes on the GPUs you chose (only when CUDA_VISIBLE_DEVICES picks GPUs: on a
+  shared server every GPU has other users, which is not by itself a problem);
+- defunct (zombie) processes still holding memory, and pids /proc cannot see that still hold it;
+- your own orphaned processes holding memory on an idle GPU (a launcher died, its worker lives on);
+- idle holders: memory held on a GPU at 0% utilization for a while;
+- CUDA_VISIBLE_DEVICES pitfalls: indices that do not exist, an empty value, index order versus
+  PCI order on a machine with different GPUs, every job crowding onto GPU 0;
+- DataParallel imbalance: one process with far more memory on its first GPU than on its others.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..model import Device, GpuProcess, Snapshot
+from ..units import format_duration, format_size
+
+NEAR_FULL_FREE = 0.05  # a GPU with less than 5% of its memory free is nearly full
+IDLE_MIN_AGE = 600.0  # seconds: a process that just started is not yet an idle holder
+DP_RATIO = 1.5  # first GPU holds >= 1.5x the median of the others ...
+DP_MIN_EXTRA = 2 * 1024**3  # ... and at least 2 GiB more
+SEVERITY_ORDER = {"problem": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class Finding:
+    code: str  # near_full, other_users, defunct_holder, not_visible, stale_orphan, idle_holder,
+    #            cvd_missing, cvd_empty, cvd_order, crowded_gpu0, dataparallel_imbalance
+    severity: str  # problem, warning, info
+    title: str
+    detail: str
+    fix: str
+    gpus: list[int] = field(default_factory=list)
+    pid: int | None = None
+    user: str | None = None
+    command: str | None = None
+    memory: int | None = None  # bytes the finding is about
+
+
+@dataclass
+class Checklist:
+    findings: list[Finding]
+    gpus_checked: list[int]
+    cuda_visible_devices: str | None
+    me: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def _visible(snap: Snapshot, cvd: str | None) -> tuple[list[int], list[Finding], list[str]]:
+    """NVML indices this shell's CUDA programs can see, with findings about the variable itself."""
+    all_gpus = [g.index for g in snap.gpus]
+    if cvd is None:
+        return all_gpus, [], []
+    findings: list[Finding] = []
+    notes: list[str] = []
+    if not cvd.strip():
+        findings.append(Finding("cvd_empty", "problem", "CUDA_VISIBLE_DEVICES is empty",
+                                "an empty CUDA_VISIBLE_DEVICES hides every GPU: CUDA programs see none",
+                                "unset it, or set it to the GPUs you want: export CUDA_VISIBLE_DEVICES=0"))
+        return [], findings, notes
+    by_uuid = {g.uuid: g.index for g in snap.gpus if g.uuid}
+    seen: list[int] = []
+    for raw in cvd.split(","):
+        item = raw.strip()
+        if item.isdigit():
+            index = int(item)
+            if index not in all_gpus:
+                findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES names GPU {index}, "
+                                        "which does not exist",
+                                        f"this machine has GPUs {_span(all_gpus)}; CUDA stops reading the list at "
+                                        "the first invalid entry, so the GPUs after it are hidden too",
+                                        "fix the list: vram status shows the indices", gpus=[index]))
+                break
+            seen.append(index)
+        elif item.startswith("GPU-") and any(u.startswith(item) for u in by_uuid):
+            seen.append(next(i for u, i in by_uuid.items() if u.startswith(item)))
+        elif item.startswith("MIG-"):
+            notes.append(f"{item}: MIG instances are not mapped here; checking every GPU")
+            return all_gpus, findings, notes
+        else:
+            findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES has {item!r}, which names no "
+                                    "GPU here", "CUDA stops reading the list at the first invalid entry",
+                                    "use indices or GPU UUIDs from vram status"))
+            break
+    return seen, findings, notes
+
+
+def _span(indices: list[int]) -> str:
+    if not indices:
+        return "none"
+    if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 2:
+        return f"{indices[0]}-{indices[-1]}"
+    return ",".join(map(str, indices))
+
+
+def _who(p: GpuProcess) -> str:
+    return f"{p.user or 'unknown user'} (pid {p.pid})"
+
+
+def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str | None = None,
+                  only: list[int] | None = None) -> Checklist:
+    """Findings for this machine; `env` defaults to os.environ, `me` to the current user,
+    `only` narrows the GPUs checked (vram doctor --gpu)."""
+    env = os.environ if env is None else env
+    if me is None:
+        try:
+            import pwd
+            me = pwd.getpwuid(os.getuid()).pw_name
+        except (KeyError, ImportError):
+            me = None
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    usable, findings, notes = _visible(snap, cvd)
+    if only is not None:
+        usable = [i for i in usable if i in only]
+    gpus = [g for g in snap.gpus if g.index in usable and not g.lost]
+    findings += _near_full(gpus)
+    if cvd is not None:
+        findings += _other_users(gpus, me)
+    findings += _holders(gpus, me)
+    findings += _order(snap, cvd, env)
+    if only is None:
+        findings += _crowded(snap)
+    findings += _dataparallel(snap, set(usable))
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.gpus[:1] or [-1], f.code))
+    return Checklist(findings=findings, gpus_checked=usable, cuda_visible_devices=cvd, me=me, notes=notes)
+
+
+def _near_full(gpus: list[Device]) -> list[Finding]:
+    out = []
+    for g in gpus:
+        if g.memory_total and g.memory_free is not None and g.memory_free < NEAR_FULL_FREE * g.memory_total:
+            holders = sorted(g.processes, key=lambda p: -(p.memory or 0))[:3]
+            names = ", ".join(f"{_who(p)} {format_size(p.memory)}" for p in holders) or "no listed process"
+            out.append(Finding("near_full", "warning", f"GPU {g.index} is nearly full",
+                               f"{format_size(g.memory_free)} free of {format_size(g.memory_total)}; held by {names}",
+                               "a job started here will run out of memory: pick another GPU (vram status)",
+                               gpus=[g.index], memory=g.memory_free))
+    return out
+
+
+def _other_users(gpus: list[Device], me: str | None) -> list[Finding]:
+    out = []
+    for g in gpus:
+        others = [p for p in g.processes if p.user is not None and p.user != me]
+        if others:
+            held = sum(p.memory or 0 for p in others)
+            names = ", ".join(sorted({p.user for p in others if p.user}))
+            out.append(Finding("other_users", "info", f"other users hold memory on GPU {g.index}, which you chose",
+                               f"{names}: {format_size(held)} of {format_size(g.memory_total)}",
+                               "your job gets what they leave: check vram status before starting",
+                               gpus=[g.index], memory=held))
+    return out
+
+
+def _holders(gpus: list[Device], me: str | None) -> list[Finding]:
+    out = []
+    any_visible = any(p.host_missing is None for g in gpus for p in g.processes)
+    for g in gpus:
+        for p in g.processes:
+            mine = me is not None and p.user == me
+            if p.zombie:
+                fix = (f"its parent must reap it: kill the parent (pid {p.ppid}) or vram kill {p.pid}" if mine
+                       else f"ask {p.user or 'its owner'} or an admin: the driver frees the memory when the "
+                            "process is reaped (a parent that died leaves it to init; a stuck one may need a reset)")
+                out.append(Finding("defunct_holder", "problem", f"defunct process {p.pid} still holds memory "
+                                   f"on GPU {g.index}",
+                                   f"{_who(p)}, {format_size(p.memory)}, a zombie for {format_duration(p.elapsed)}"
+                                   + (", orphaned" if p.orphaned else ""), fix, gpus=[g.index], pid=p.pid,
+                                   user=p.user, command=p.command, memory=p.memory))
+            elif p.host_missing and any_visible:
+                out.append(Finding("not_visible", "warning", f"pid {p.pid} holds memory on GPU {g.index} but "
+                                   "/proc cannot see it", f"{format_size(p.memory)}; {p.host_missing}",
+                                   "if it exited, its memory should be freed soon; if it stays, an admin "
+                                   "can find it with nvidia-smi on the host", gpus=[g.index], pid=p.pid,
+                                   memory=p.memory))
+            elif p.idle and (p.elapsed or 0) >= IDLE_MIN_AGE:
+                fix = (f"free it: release the memory (del + torch.cuda.empty_cache()), stop it, or vram kill {p.pid}"
+                       if mine else f"ask {p.user or 'its owner'} to free it (a notebook kernel often holds memory "
+                                    "long after its last cell)")
+                out.append(Finding("idle_holder", "warning", f"{p.user or 'unknown'}'s pid {p.pid} holds "
+                                   f"{format_size(p.memory)} on idle GPU {g.index}",
+                                   f"GPU {g.index} is at 0% utilization now; the process has run "
+                                   f"{format_duration(p.elapsed)}: {p.command or p.name or '?'}", fix,
+                                   gpus=[g.index], pid=p.pid, user=p.user, command=p.command, memory=p.memory))
+            elif mine and p.orphaned and g.utilization == 0:
+                out.append(Finding("stale_orphan", "warning", f"your orphaned process {p.pid} holds memory on "
+                                   f"GPU {g.index}", f"{format_size(p.memory)}; its parent exited "
+                                   "(a launcher or notebook that died, a DataLoader worker left behind)",
+                                   f"vram kill {p.pid} if it is no longer needed", gpus=[g.index], pid=p.pid,
+                                   user=p.user, command=p.command, memory=p.memory))
+    return out
+
+
+def _order(snap: Snapshot, cvd: str | None, env: Mapping[str, str]) -> list[Finding]:
+    """CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML (nvidia-smi, vram)
+    uses PCI order. With identical GPUs the two agree; with different models they may not."""
+    if not cvd or env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return []
+    if not any(x.strip().isdigit() for x in cvd.split(",")):
+        return []  # UUIDs do not depend on the order
+    kinds = {(g.name, g.memory_total) for g in snap.gpus if not g.lost}
+    if len(kinds) < 2:
+        return []
+    return [Finding("cvd_order", "warning", "CUDA_VISIBLE_DEVICES indices may not mean the GPUs vram shows",
+                    "this machine has different GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA "
+                    "numbers the fastest GPU 0, while nvidia-smi and vram use PCI order",
+                    "export CUDA_DEVICE_ORDER=PCI_BUS_ID (or use GPU UUIDs in CUDA_VISIBLE_DEVICES)")]
+
+
+def _crowded(snap: Snapshot) -> list[Finding]:
+    """Several jobs on GPU 0 while other GPUs sit empty: nobody set CUDA_VISIBLE_DEVICES."""
+    by_pid: dict[int, set[int]] = {}
+    for p in snap.processes:
+        by_pid.setdefault(p.pid, set()).add(p.gpu)
+    on_zero_only = [p for p in snap.processes if p.gpu == 0 and by_pid[p.pid] == {0}]
+    empty = [g.index for g in snap.gpus if g.index != 0 and not g.processes and not g.lost]
+    if len(on_zero_only) < 2 or not empty:
+        return []
+    users = ", ".join(sorted({p.user or "?" for p in on_zero_only}))
+    return [Finding("crowded_gpu0", "warning", f"{len(on_zero_only)} jobs share GPU 0 while GPUs "
+                    f"{_span(empty)} are empty", f"jobs by {users}: a program uses GPU 0 unless told otherwise",
+                    f"start jobs with CUDA_VISIBLE_DEVICES set (e.g. CUDA_VISIBLE_DEVICES={empty[0]}), "
+                    "or vram pick / vram run", gpus=[0])]
+
+
+def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
+    per_pid: dict[int, list[GpuProcess]] = {}
+    for p in snap.processes:
+        if p.memory:
+            per_pid.setdefault(p.pid, []).append(p)
+    out = []
+    for pid, rows in per_pid.items():
+        if len(rows) < 2 or not usable & {r.gpu for r in rows}:
+            continue
+        rows.sort(key=lambda r: r.gpu)
+        first, rest = rows[0], rows[1:]
+        typical = statistics.median(r.memory or 0 for r in rest)
+        if first.memory >= DP_RATIO * typical and first.memory - typical >= DP_MIN_EXTRA:
+            gpus = [r.gpu for r in rows]
+            out.append(Finding(
+                "dataparallel_imbalance", "warning",
+                f"{first.user or 'unknown'}'s pid {pid} holds {first.memory / typical:.1f}x more on GPU {first.gpu} "
+                f"than on GPUs {_span(gpus[1:])}",
+                f"{format_size(first.memory)} on GPU {first.gpu} vs {format_size(int(typical))} on the others: the "
+                "pattern of nn.DataParallel, which gathers outputs and keeps the master copy on the first GPU "
+                "(that GPU runs out first)",
+                "use DistributedDataParallel (one process per GPU, launched with torchrun): memory is even and "
+                "it is faster", gpus=gpus, pid=pid, user=first.user, command=first.command, memory=first.memory))
+    return out

@@ -1,0 +1,201 @@
+"""Read out-of-memory errors the way PyTorch (and the libraries under it) printed them.
+
+Every form PyTorch has used is recognised; see docs/doctor.md for the list and the fixtures
+under tests/fixtures/oom/ for real examples with their origin. Sizes are read exactly as
+printed ("512 bytes", "2.00 KiB", "20.00 MiB", "1.50 GiB"): c10's format_size prints two
+decimals, so a parsed size is within 0.005 of its unit of the true value, never invented.
+
+Pure text processing: no torch import, safe for the `vram` command.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..procs import sanitize
+
+_UNITS = {"bytes": 1, "byte": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*(bytes|byte|[KMGT]i?B|B)"
+
+# Where a message starts. The last match in a log is the one that killed the job.
+_START = re.compile(
+    r"(?:CUDA|HIP) out of memory\."
+    r"|MPS backend out of memory"
+    r"|CUDA error: out of memory"
+    r"|cuda runtime error \(2\) : out of memory"
+    r"|(?:CUDA error: )?CUBLAS_STATUS_ALLOC_FAILED"
+    r"|(?:cuDNN error: )?CUDNN_STATUS_ALLOC_FAILED"
+    r"|Unable to find a valid cuDNN algorithm to run convolution"
+    r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")
+# The exception name printed just before the message, when there is one.
+_EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError)\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
+# A message ends at a blank line, a new traceback, or where Python chains exceptions.
+_END = re.compile(r"\n\s*\n|\nTraceback \(most recent call last\)|\nDuring handling of|\nThe above exception")
+_WINDOW = 1600  # characters; the longest real message (several "Process P has" parts) is ~700
+
+
+def size_bytes(number: str, unit: str) -> int:
+    """('20.00', 'MiB') -> 20971520; exactly as printed, rounded to a whole byte."""
+    return int(round(float(number) * _UNITS[unit.lower()]))
+
+
+def _size(pattern: str, text: str) -> int | None:
+    m = re.search(pattern.replace("{S}", _SIZE), text)
+    return size_bytes(m.group(1), m.group(2)) if m else None
+
+
+@dataclass
+class OomProcess:
+    """A "Process P has U memory in use" part: NVML's view of a process on that GPU, at OOM time."""
+
+    pid: int
+    bytes: int
+
+
+@dataclass
+class OomReport:
+    """One out-of-memory message, parsed. None: the message form does not carry the value."""
+
+    kind: str  # cuda, hip, mps, cuda-runtime, cublas, cudnn, cpu
+    form: str  # which PyTorch form: see FORMS
+    message: str  # the message as found, whitespace collapsed, control characters stripped
+    exception: str | None = None  # e.g. torch.OutOfMemoryError, RuntimeError
+    device: int | None = None  # the CUDA ordinal in the job (after its CUDA_VISIBLE_DEVICES)
+    requested_bytes: int | None = None
+    total_bytes: int | None = None  # the GPU's total capacity
+    free_bytes: int | None = None  # free on the GPU as the driver saw it
+    allowed_bytes: int | None = None  # set_per_process_memory_fraction's cap, when set
+    allocated_bytes: int | None = None  # allocated by PyTorch (tensors)
+    reserved_bytes: int | None = None  # reserved by PyTorch's caching allocator in total
+    reserved_unallocated_bytes: int | None = None  # reserved but not handed out: fragmentation
+    private_pool_bytes: int | None = None  # allocated in private pools (CUDA Graphs)
+    process_bytes: int | None = None  # "Including non-PyTorch memory, this process has ..."
+    processes: list[OomProcess] = field(default_factory=list)
+    hint: str | None = None  # the allocator setting the message suggests
+    line: int | None = None  # 1-based line in the log where the message starts
+
+    @property
+    def non_pytorch_bytes(self) -> int | None:
+        """This process's memory outside PyTorch's allocator (CUDA context, cuBLAS/NCCL buffers)."""
+        if self.process_bytes is None or self.reserved_bytes is None:
+            return None
+        return max(0, self.process_bytes - self.reserved_bytes)
+
+    @property
+    def shortfall_bytes(self) -> int | None:
+        """How much more the request needed than the GPU had free."""
+        if self.requested_bytes is None or self.free_bytes is None:
+            return None
+        return max(0, self.requested_bytes - self.free_bytes)
+
+
+FORMS = {
+    "2.2+": "PyTorch >= 2.2: 'GPU N has a total capacity of T of which F is free', expandable_segments hint",
+    "2.1": "PyTorch 2.1: 'total capacty' (sic), max_split_size_mb hint",
+    "1.4-2.0": "PyTorch 1.4 to 2.0: '(GPU N; T total capacity; A already allocated; F free; R reserved in "
+               "total by PyTorch)'",
+    "1.0-1.3": "PyTorch 1.0 to 1.3: '(GPU N; T total capacity; A already allocated; F free; C cached)'",
+    "mps": "Apple MPS backend",
+    "runtime": "a CUDA call outside the caching allocator failed (context creation, old THC): no sizes",
+    "cublas": "cuBLAS could not allocate its handle or workspace",
+    "cudnn": "cuDNN could not allocate (or found no algorithm that fits: usually memory)",
+    "cpu": "host RAM: PyTorch's CPU allocator",
+}
+
+
+def _parse_gpu(text: str, report: OomReport) -> None:
+    report.requested_bytes = _size(r"Tried to allocate {S}", text)
+    m = re.search(r"GPU (\d+)", text)
+    report.device = int(m.group(1)) if m else None
+    if re.search(r"has a total capac(?:i)?ty of", text):
+        report.form = "2.1" if "capacty" in text else "2.2+"
+        report.total_bytes = _size(r"total capac(?:i)?ty of {S}", text)
+        report.free_bytes = _size(r"of which {S} is free", text)
+        report.allowed_bytes = _size(r"{S} allowed;", text)
+        report.process_bytes = _size(r"this process has {S} memory in use", text)
+        report.processes = [OomProcess(int(m.group(1)), size_bytes(m.group(2), m.group(3)))
+                            for m in re.finditer(r"Process (\d+) has " + _SIZE + r" memory in use", text)]
+        report.allocated_bytes = _size(r"Of the allocated memory {S} is allocated by PyTorch", text)
+        report.private_pool_bytes = _size(r"with {S} allocated in private pools", text)
+        report.reserved_unallocated_bytes = _size(r"and {S} is reserved by PyTorch but unallocated", text)
+        if report.allocated_bytes is not None and report.reserved_unallocated_bytes is not None:
+            report.reserved_bytes = report.allocated_bytes + report.reserved_unallocated_bytes
+    elif re.search(r"total capacity;", text):
+        report.total_bytes = _size(r"{S} total capacity", text)
+        report.allocated_bytes = _size(r"{S} already allocated", text)
+        report.free_bytes = _size(r"{S} free", text)
+        report.allowed_bytes = _size(r"{S} allowed;", text)
+        report.reserved_bytes = _size(r"{S} reserved in total by PyTorch", text)
+        if report.reserved_bytes is not None:
+            report.form = "1.4-2.0"
+            if report.allocated_bytes is not None:
+                report.reserved_unallocated_bytes = max(0, report.reserved_bytes - report.allocated_bytes)
+        else:
+            # 1.0-1.3 printed what the caching allocator held beyond the allocated tensors as "cached".
+            report.form = "1.0-1.3"
+            report.reserved_unallocated_bytes = _size(r"{S} cached", text)
+            if report.allocated_bytes is not None and report.reserved_unallocated_bytes is not None:
+                report.reserved_bytes = report.allocated_bytes + report.reserved_unallocated_bytes
+    else:
+        report.form = "runtime"  # truncated, or a form without sizes
+    if "expandable_segments" in text:
+        report.hint = "expandable_segments"
+    elif "max_split_size_mb" in text:
+        report.hint = "max_split_size_mb"
+
+
+def parse_oom(text: str, line: int | None = None) -> OomReport | None:
+    """Parse the first out-of-memory message in `text` (None: there is none)."""
+    m = _START.search(text)
+    if not m:
+        return None
+    return _parse_at(text, m.start(), m.end(), line)
+
+
+def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomReport:
+    before = text[max(0, start - 200):start]
+    exc = _EXC.search(before.rsplit("\n", 1)[-1])
+    rest = text[start:start + _WINDOW]
+    nxt = _START.search(rest, match_end - start)  # a second message right after this one
+    end = _END.search(rest)
+    stop = min(x for x in (len(rest), nxt.start() if nxt else len(rest), end.start() if end else len(rest)))
+    body = " ".join(rest[:stop].split())
+    body = sanitize(body)
+    head = body[:60]
+    if head.startswith(("CUDA out of memory.", "HIP out of memory.")):
+        report = OomReport(kind="hip" if head.startswith("HIP") else "cuda", form="runtime", message=body)
+        _parse_gpu(body, report)
+    elif head.startswith("MPS backend"):
+        report = OomReport(kind="mps", form="mps", message=body)
+        report.requested_bytes = _size(r"Tried to allocate {S}", body)
+        report.allocated_bytes = _size(r"MPS allocated: {S}", body)
+        report.allowed_bytes = _size(r"max allowed: {S}", body)
+        report.total_bytes = report.allowed_bytes
+    elif head.startswith("DefaultCPUAllocator"):
+        report = OomReport(kind="cpu", form="cpu", message=body)
+        report.requested_bytes = _size(r"you tried to allocate {S}", body)
+    elif "CUBLAS" in head:
+        report = OomReport(kind="cublas", form="cublas", message=body)
+    elif "CUDNN" in head or "cuDNN" in head:
+        report = OomReport(kind="cudnn", form="cudnn", message=body)
+    else:
+        report = OomReport(kind="cuda-runtime", form="runtime", message=body)
+    if exc:
+        report.exception = exc.group(1)
+    report.line = line
+    return report
+
+
+def find_oom(text: str) -> OomReport | None:
+    """The LAST out-of-memory message in a log or traceback (the one that ended the job).
+
+    Messages wrapped over several lines (terminals, notebook output) are joined back together.
+    """
+    last = None
+    for match in _START.finditer(text):
+        last = match
+    if last is None:
+        return None
+    return _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)

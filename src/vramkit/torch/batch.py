@@ -1,0 +1,241 @@
+"""find_batch_size(): the largest batch that fits, in few real trials; accumulation_plan(): keep the
+effective batch when the micro-batch shrinks.
+
+The search measures peak memory on two small batches, fits memory = fixed + per_sample x batch,
+predicts the largest batch under the capacity, and confirms it (the prediction, then one more).
+A prediction from an estimator (`predict=`) skips the measurements. Without a way to measure
+memory it falls back to doubling then bisection, the usual method (find_batch_size_doubling).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._common import require_torch
+
+
+@dataclass
+class Trial:
+    batch: int
+    ok: bool
+    peak_bytes: int | None
+
+
+@dataclass
+class BatchSearch:
+    largest: int  # the largest batch that ran (0: not even `low` fits)
+    recommended: int  # with the safety margin, rounded down to `multiple_of`
+    method: str  # "predicted", "measured", "doubling"
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def trial_count(self) -> int:
+        return len(self.trials)
+
+
+def _cleanup() -> None:
+    gc.collect()
+    try:
+        torch = require_torch()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def _default_memory() -> tuple[Callable[[], None] | None, Callable[[], int] | None, int | None]:
+    """On CUDA: reset the peak before a trial, read it after; capacity = free + what we hold."""
+    torch = require_torch()
+    if not torch.cuda.is_available():
+        return None, None, None
+    free, _ = torch.cuda.mem_get_info()
+    capacity = int(free + torch.cuda.memory_reserved())
+    return torch.cuda.reset_peak_memory_stats, lambda: int(torch.cuda.max_memory_allocated()), capacity
+
+
+class _Runner:
+    def __init__(self, step_fn: Callable[[int], Any], before: Callable[[], None] | None,
+                 memory_fn: Callable[[], int] | None) -> None:
+        self.step_fn, self.before, self.memory_fn = step_fn, before, memory_fn
+        self.trials: list[Trial] = []
+        self.lo, self.hi = 0, None  # largest success, smallest failure
+
+    def __call__(self, batch: int) -> bool:
+        from .guard import is_oom
+        if self.before is not None:
+            self.before()
+        try:
+            self.step_fn(batch)
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            del e
+            _cleanup()
+            self.trials.append(Trial(batch, False, None))
+            self.hi = batch if self.hi is None else min(self.hi, batch)
+            return False
+        peak = self.memory_fn() if self.memory_fn is not None else None
+        self.trials.append(Trial(batch, True, peak))
+        self.lo = max(self.lo, batch)
+        return True
+
+
+def _fit(trials: list[Trial], local: bool = False) -> tuple[float, float] | None:
+    """Least squares peak = a + b x batch over the successful, measured trials; local: only the two
+    largest (a secant near the limit, which follows curved memory use: attention is quadratic)."""
+    pts = sorted({(t.batch, t.peak_bytes) for t in trials if t.ok and t.peak_bytes is not None})
+    if local:
+        pts = pts[-2:]
+    if len({b for b, _ in pts}) < 2:
+        return None
+    n = len(pts)
+    mx, my = sum(b for b, _ in pts) / n, sum(m for _, m in pts) / n
+    sxx = sum((b - mx) ** 2 for b, _ in pts)
+    slope = sum((b - mx) * (m - my) for b, m in pts) / sxx
+    if slope <= 0:
+        return None
+    return my - slope * mx, slope
+
+
+def _finish(run: _Runner, method: str, margin: float, multiple_of: int,
+            capacity: int | None) -> BatchSearch:
+    largest = run.lo
+    recommended = int(largest * (1 - margin))
+    fit = _fit(run.trials, local=True)
+    if fit is not None and capacity is not None:
+        # margin on memory: the largest batch predicted to stay under (1 - margin) x capacity
+        recommended = min(largest, int(((1 - margin) * capacity - fit[0]) // fit[1]))
+    recommended = max(0, recommended - recommended % max(1, multiple_of))
+    if largest and not recommended:
+        recommended = min(largest, max(1, multiple_of))
+    return BatchSearch(largest=largest, recommended=recommended, method=method, trials=run.trials)
+
+
+def find_batch_size_doubling(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 1 << 16,
+                             margin: float = 0.1, multiple_of: int = 1) -> BatchSearch:
+    """The usual search: double until it fails, then bisect. The baseline find_batch_size beats."""
+    run = _Runner(step_fn, None, None)
+    _doubling(run, low, high)
+    return _finish(run, "doubling", margin, multiple_of, None)
+
+
+def _doubling(run: _Runner, low: int, high: int) -> None:
+    batch = max(low, run.lo + 1)
+    while run.hi is None and batch <= high:
+        if not run(batch):
+            break
+        if batch == high:
+            return
+        batch = min(high, batch * 2)
+    if run.hi is None:
+        return
+    while run.hi - run.lo > 1:
+        run((run.lo + run.hi) // 2)
+
+
+def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 1 << 16,
+                    predict: int | Callable[[], int] | None = None, memory_fn: Callable[[], int] | None = None,
+                    capacity: int | None = None, before_trial: Callable[[], None] | None = None,
+                    margin: float = 0.1, multiple_of: int = 1, probe: int | None = None) -> BatchSearch:
+    """The largest batch in [low, high] for which step_fn(batch) does not run out of memory.
+
+    step_fn(batch): one real training step at that batch size (forward, backward, optimizer).
+    predict: a batch size from the estimator (or a callable returning one): tried first.
+    memory_fn/capacity/before_trial: measure a trial's peak bytes and the bytes available;
+    on CUDA they default to torch.cuda's peak counters and free memory. Without them, and
+    without predict, the search is doubling + bisection.
+    margin: the recommended batch stays this fraction below the largest (on memory when
+    measured). probe: the second measured batch (default 4 x low).
+    """
+    if low < 1 or high < low:
+        raise ValueError("need 1 <= low <= high")
+    if not 0 <= margin < 1:
+        raise ValueError("margin must be in [0, 1)")
+    if memory_fn is None and capacity is None and before_trial is None:
+        before_trial, memory_fn, capacity = _default_memory()
+    run = _Runner(step_fn, before_trial, memory_fn)
+    guess = predict() if callable(predict) else predict
+    measured = memory_fn is not None and capacity is not None
+    if guess is None and not measured:
+        _doubling(run, low, high)
+        return _finish(run, "doubling", margin, multiple_of, capacity)
+    if guess is not None and not measured:
+        _gallop(run, min(max(int(guess), low), high), low, high)
+        return _finish(run, "predicted", margin, multiple_of, capacity)
+    method = "measured"
+    if guess is not None:
+        method = "predicted"
+        run(min(max(int(guess), low), high))
+    else:
+        if not run(low):
+            return _finish(run, method, margin, multiple_of, capacity)
+        second = min(high, probe or low * 4)
+        if second > low:
+            run(second)
+    stalls = 0
+    while run.lo < high and (run.hi is None or run.hi - run.lo > 1):
+        if run.lo == 0:  # even the first trial failed: look below it
+            _gallop(run, run.hi - 1, low, high)
+            break
+        ceiling = high if run.hi is None else run.hi - 1
+        fit = _fit(run.trials, local=True)
+        guess = math.floor((capacity - fit[0]) / fit[1]) if fit is not None else None
+        if guess is not None and run.hi is not None and not run.lo < guess < run.hi:
+            guess = None  # the secant left the bracket: bisect instead of creeping by one
+        if guess is None or stalls >= 2:
+            # the model is not converging: one plain doubling or bisection step
+            guess = run.lo * 2 if run.hi is None else (run.lo + run.hi) // 2
+            stalls = 0
+        target = min(max(guess, run.lo + 1), ceiling)
+        stalls = stalls + 1 if target != guess else 0  # the prediction fell outside the bracket
+        run(target)
+    return _finish(run, method, margin, multiple_of, capacity)
+
+
+def _gallop(run: _Runner, start: int, low: int, high: int) -> None:
+    """From a predicted batch: confirm it and its neighbour, widening the step until bracketed."""
+    if run(start):
+        step = 1
+        while run.hi is None and run.lo < high:
+            run(min(high, run.lo + step))
+            step *= 2
+    else:
+        step = 1
+        while run.lo == 0:
+            batch = max(low, run.hi - step)
+            if not run(batch) and batch == low:
+                return  # nothing fits
+            step *= 2
+    while run.hi is not None and run.hi - run.lo > 1:
+        run((run.lo + run.hi) // 2)
+
+
+@dataclass
+class AccumulationPlan:
+    micro_batch: int
+    steps: int  # gradient accumulation steps
+    effective_batch: int  # micro_batch x steps
+    exact: bool  # the effective batch equals the target
+
+
+def accumulation_plan(target_batch: int, max_micro_batch: int) -> AccumulationPlan:
+    """Micro-batch and accumulation steps that keep `target_batch` when only `max_micro_batch` fits.
+
+    Prefers an exact split (the largest divisor of the target that fits); otherwise the largest
+    micro-batch with enough steps, and says the effective batch differs.
+    Scale the loss by 1/steps (or average) so the gradient matches the full batch.
+    """
+    if target_batch < 1 or max_micro_batch < 1:
+        raise ValueError("batch sizes must be at least 1")
+    if max_micro_batch >= target_batch:
+        return AccumulationPlan(target_batch, 1, target_batch, True)
+    best = max(d for d in range(1, max_micro_batch + 1) if target_batch % d == 0)
+    if best * 2 > max_micro_batch or best >= max_micro_batch // 2:
+        return AccumulationPlan(best, target_batch // best, target_batch, True)
+    steps = math.ceil(target_batch / max_micro_batch)
+    micro = math.ceil(target_batch / steps)
+    return AccumulationPlan(micro, steps, micro * steps, micro * steps == target_batch)

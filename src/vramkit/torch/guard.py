@@ -1,0 +1,240 @@
+"""oom_guard(): when a CUDA out-of-memory error escapes, say why before it propagates.
+
+    with oom_guard():               # or @oom_guard() on the training step
+        loss = model(batch).sum()
+        loss.backward()
+
+On OOM it prints (or hands to on_oom) a diagnosis: the parsed message and its cause (the
+same as `vram doctor`), live allocator statistics (N/A without CUDA), the largest live tensors
+with the variable that holds them and, with track=True, the line that created them, and the
+device check; then the error is re-raised unchanged.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from contextlib import ContextDecorator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..doctor.explain import Explanation, explain
+from ..doctor.oom import OomReport, parse_oom
+from ..units import format_size
+from ._common import format_site, require_torch, storage_key
+from ._tracking import Tracker
+
+_OOM_TEXTS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+              "DefaultCPUAllocator", "can't allocate memory")
+_STATS = ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+          "inactive_split_bytes.all.current", "num_alloc_retries", "num_ooms")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), or an error whose text is an OOM."""
+    torch = require_torch()
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_TEXTS)
+
+
+@dataclass
+class TensorInfo:
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    names: list[str] = field(default_factory=list)  # variables holding it, "name (file:line in func)"
+    created_at: str | None = None
+    keeps_graph: bool = False
+
+
+@dataclass
+class OomDiagnosis:
+    error: str
+    report: OomReport | None
+    explanation: Explanation | None
+    allocator: dict[str, int] | None  # None: N/A
+    allocator_note: str | None
+    tensors: list[TensorInfo]
+    device_check: list[str]
+
+    def format(self) -> str:
+        lines = ["vramkit oom_guard: out of memory"]
+        if self.explanation is not None:
+            r, ex = self.report, self.explanation
+            lines.append(f"  asked for {format_size(r.requested_bytes)}; free {format_size(r.free_bytes)} of "
+                         f"{format_size(r.total_bytes)}")
+            lines.append(f"  cause: {ex.cause_text}")
+            lines += [f"    also: {c}" for c in ex.contributing]
+            for i, f in enumerate(ex.fixes[:4], 1):
+                saves = f" (saves {format_size(f.saves_bytes)})" if f.saves_bytes is not None else ""
+                lines.append(f"  fix {i}: {f.title}{saves}: {f.how}")
+        else:
+            lines.append(f"  {self.error[:200]}")
+        if self.allocator is None:
+            lines.append(f"  allocator stats: N/A ({self.allocator_note})")
+        else:
+            lines.append("  allocator: " + ", ".join(
+                f"{k.split('.')[0].replace('_bytes', '')}{'' if k.endswith('current') else ' ' + k.split('.')[-1]}"
+                f" {format_size(v) if 'bytes' in k else v}" for k, v in self.allocator.items()))
+        if self.tensors:
+            lines.append("  largest live tensors:")
+            for t in self.tensors:
+                where = "; ".join(t.names[:2]) or "no variable in the failing frames"
+                made = f"; created at {t.created_at}" if t.created_at else ""
+                graph = "; keeps an autograd graph alive" if t.keeps_graph else ""
+                lines.append(f"    {format_size(t.nbytes):>8}  {t.dtype} {list(t.shape)} on {t.device}: "
+                             f"{where}{made}{graph}")
+        lines += [f"  device: {d}" for d in self.device_check]
+        return "\n".join(lines)
+
+
+def device_check(model: Any = None) -> list[str]:
+    """What CUDA sees versus what the environment asks for, and where the model lives."""
+    torch = require_torch()
+    out = []
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    out.append(f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "CUDA_VISIBLE_DEVICES not set: every GPU "
+               "is visible and tensors go to GPU 0 unless told otherwise")
+    if not torch.cuda.is_available():
+        out.append("CUDA: not available (N/A: no GPU or a CPU build of torch)")
+    else:
+        count = torch.cuda.device_count()
+        out.append(f"CUDA: {count} device(s) visible, current cuda:{torch.cuda.current_device()}")
+        if cvd is not None and cvd.strip():
+            wanted = len([x for x in cvd.split(",") if x.strip()])
+            if torch.cuda.is_initialized() and wanted != count:
+                out.append(f"CUDA_VISIBLE_DEVICES lists {wanted} GPU(s) but CUDA sees {count}: it was changed "
+                           "after CUDA was initialised, so it has no effect; set it before the first CUDA call "
+                           "(before `import torch` to be safe)")
+        if cvd and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+            out.append("CUDA_DEVICE_ORDER is not PCI_BUS_ID: with different GPU models, CUDA's indices may "
+                       "differ from nvidia-smi's")
+    if model is not None:
+        from .where import where
+        report = where(model)
+        out.append("model on " + ", ".join(report.devices) + " in " + ", ".join(report.dtypes))
+        out += report.warnings
+    return out
+
+
+def _names_in_traceback(tb: Any) -> dict[int, list[str]]:
+    torch = require_torch()
+    names: dict[int, list[str]] = {}
+    while tb is not None:
+        frame = tb.tb_frame
+        where = f"{frame.f_code.co_filename}:{tb.tb_lineno} in {frame.f_code.co_name}"
+        for var, value in frame.f_locals.items():
+            if isinstance(value, torch.Tensor):
+                names.setdefault(id(value), []).append(f"{var} ({where})")
+        tb = tb.tb_next
+    return names
+
+
+def largest_tensors(top: int = 5, device_type: str | None = None, tb: Any = None,
+                    tracker: Tracker | None = None, model: Any = None) -> list[TensorInfo]:
+    """The biggest tensors alive now (views of one storage count once), with who holds them."""
+    torch = require_torch()
+    names = _names_in_traceback(tb) if tb is not None else {}
+    if model is not None:
+        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            names.setdefault(id(p), []).append(f"model.{name}")
+    seen: dict[tuple[int, int], Any] = {}
+    with warnings.catch_warnings():  # isinstance() touches deprecated module attributes (torch.distributed)
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if not isinstance(obj, torch.Tensor) or (device_type and obj.device.type != device_type):
+                    continue
+            except Exception:  # objects whose isinstance check fails (proxies): not tensors
+                continue
+            key = storage_key(obj)
+            if key not in seen or id(obj) in names:
+                seen[key] = obj
+    biggest = sorted(seen.items(), key=lambda kv: -kv[0][1])[:top]
+    out = []
+    for (_, nbytes), t in biggest:
+        site = tracker.site_of(t) if tracker is not None else None
+        out.append(TensorInfo(nbytes=nbytes, shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."),
+                              device=str(t.device), names=names.get(id(t), []),
+                              created_at=format_site(site) if site else None, keeps_graph=t.grad_fn is not None))
+    return out
+
+
+def _allocator(report: OomReport | None) -> tuple[dict[str, int] | None, str | None]:
+    torch = require_torch()
+    if not torch.cuda.is_available():
+        return None, "CUDA not available"
+    if not torch.cuda.is_initialized():
+        return None, "CUDA not initialised in this process"
+    device = report.device if report is not None and report.device is not None else torch.cuda.current_device()
+    stats = torch.cuda.memory_stats(device)
+    out = {k: int(stats[k]) for k in _STATS if k in stats}
+    try:
+        free, total = torch.cuda.mem_get_info(device)
+        out["free_bytes.now"], out["total_bytes.device"] = int(free), int(total)
+    except Exception:  # the driver may refuse right after an OOM
+        pass
+    return out, None
+
+
+def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = None, model: Any = None,
+             top: int = 5) -> OomDiagnosis:
+    """The diagnosis oom_guard prints, for an OOM exception you caught yourself."""
+    text = str(exc)
+    report = parse_oom(text)
+    ex = explain(report) if report is not None else None
+    allocator, note = _allocator(report)
+    device_type = None
+    if report is not None:
+        device_type = "cpu" if report.kind == "cpu" else "cuda" if report.kind in ("cuda", "hip", "cuda-runtime",
+                                                                                    "cublas", "cudnn") else None
+    torch = require_torch()
+    if device_type == "cuda" and not torch.cuda.is_available():
+        device_type = None  # a CUDA message seen without CUDA (tests, a replayed log): show what is alive
+    tensors = largest_tensors(top, device_type, tb or exc.__traceback__, tracker, model)
+    return OomDiagnosis(error=text, report=report, explanation=ex, allocator=allocator, allocator_note=note,
+                        tensors=tensors, device_check=device_check(model))
+
+
+class oom_guard(ContextDecorator):  # noqa: N801 - used like contextlib's lower-case managers
+    """Context manager and decorator: on an out-of-memory error, print the diagnosis, then re-raise.
+
+    file: where to print (default stderr; None prints nothing). on_oom: called with the
+    OomDiagnosis. track: record where tensors are created while inside (slower; for debugging).
+    model: include where(model) in the device check and name its parameters.
+    The last diagnosis stays in `.diagnosis`.
+    """
+
+    def __init__(self, *, file: Any = sys.stderr, on_oom: Callable[[OomDiagnosis], Any] | None = None,
+                 track: bool = False, model: Any = None, top: int = 5) -> None:
+        self.file, self.on_oom, self.track, self.model, self.top = file, on_oom, track, model, top
+        self.diagnosis: OomDiagnosis | None = None
+        self._tracker: Tracker | None = None
+
+    def __enter__(self) -> oom_guard:
+        if self.track:
+            self._tracker = Tracker()
+            self._tracker.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        tracker, self._tracker = self._tracker, None
+        if tracker is not None:
+            tracker.stop()
+        if exc is not None and isinstance(exc, Exception) and is_oom(exc):
+            try:
+                self.diagnosis = diagnose(exc, tb, tracker=tracker, model=self.model, top=self.top)
+            except Exception as e:  # the diagnosis must never replace the user's error
+                print(f"vramkit oom_guard: could not diagnose: {type(e).__name__}: {e}", file=self.file or sys.stderr)
+                return False
+            if self.file is not None:
+                print(self.diagnosis.format(), file=self.file)
+            if self.on_oom is not None:
+                self.on_oom(self.diagnosis)
+        return False  # re-raise

@@ -1,0 +1,275 @@
+"""vramkit.torch on the CPU: real torch.cuda.OutOfMemoryError objects with real message texts, real
+CPU training loops with a planted leak, and a simulated memory cap for the batch-size finder."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import clean_env
+
+torch = pytest.importorskip("torch")
+
+from vramkit.torch import (  # noqa: E402
+    LeakDetector,
+    VramTrainerCallback,
+    accumulation_plan,
+    find_batch_size,
+    find_batch_size_doubling,
+    oom_guard,
+    where,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "oom"
+MESSAGE = (FIXTURES / "cuda_2_1_capacty_two_processes.txt").read_text().split(": ", 1)[1].strip()
+MiB = 1024**2
+
+
+def _line_of(marker: str) -> int:
+    for number, line in enumerate(Path(__file__).read_text().splitlines(), 1):
+        if marker in line and "_line_of" not in line:
+            return number
+    raise AssertionError(marker)
+
+
+def test_importing_vramkit_torch_does_not_import_torch():
+    code = "import sys, vramkit.torch; from vramkit.torch import oom_guard; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- oom_guard
+
+def test_oom_guard_diagnoses_and_reraises():
+    out = io.StringIO()
+    seen = []
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        with oom_guard(file=out, on_oom=seen.append):
+            activations = torch.zeros(512, 1024)  # 2 MiB, the largest tensor alive here
+            raise torch.cuda.OutOfMemoryError(MESSAGE)
+    del activations
+    text = out.getvalue()
+    assert "fragmentation" in text and "expandable_segments:True" in text
+    assert "allocator stats: N/A (CUDA not available)" in text
+    assert "activations (" in text and "[512, 1024]" in text
+    assert "CUDA: not available" in text
+    diag = seen[0]
+    assert diag.report.requested_bytes == 448 * MiB and diag.explanation.cause == "fragmentation"
+
+
+def test_oom_guard_as_decorator_with_creation_sites():
+    out = io.StringIO()
+    guard = oom_guard(file=out, track=True)
+
+    @guard
+    def step():
+        hidden = torch.ones(1024, 1024)  # created-here marker
+        raise torch.OutOfMemoryError(MESSAGE + f" ({hidden.numel()} elements alive)")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        step()
+    top = guard.diagnosis.tensors[0]
+    assert top.nbytes == 4 * MiB and top.names[0].startswith("hidden (")
+    assert top.created_at.endswith(f"test_torch_helpers.py:{_line_of('created-here marker')} in step")
+
+
+def test_oom_guard_ignores_other_errors():
+    out = io.StringIO()
+    with pytest.raises(ValueError):
+        with oom_guard(file=out):
+            raise ValueError("not memory")
+    assert out.getvalue() == ""
+
+
+def test_oom_guard_on_a_real_cpu_allocation_failure():
+    guard = oom_guard(file=None)
+    with pytest.raises(RuntimeError):
+        with guard:
+            torch.empty(2**62, dtype=torch.uint8)
+    assert guard.diagnosis.report.kind == "cpu" and guard.diagnosis.explanation.cause == "host_ram"
+
+
+# ---------------------------------------------------------------- where
+
+def test_where_flags_stray_cpu_tensors_and_mixed_devices():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
+    model[0].to("meta")  # stands in for a GPU: the model "moved", one layer left behind
+    report = where(model)
+    assert report.devices == ["meta", "cpu"] and report.mixed_devices
+    assert {name for name, _ in report.stray} == {"1.weight (param)", "1.bias (param)"}
+    assert any("still on the CPU while the model is on meta" in w for w in report.warnings)
+    assert "float32" in str(report)
+
+
+def test_where_on_a_tidy_model():
+    model = torch.nn.Linear(8, 8).to(torch.bfloat16)
+    report = where(model)
+    assert report.devices == ["cpu"] and not report.warnings and report.dtypes == ["bfloat16"]
+
+
+# ---------------------------------------------------------------- LeakDetector
+
+def _train(steps: int, leak: bool, detector: LeakDetector) -> list:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    flagged_at = []
+    with detector:
+        for step in range(steps):
+            x, y = torch.randn(8, 16), torch.randn(8, 1)
+            loss = torch.nn.functional.mse_loss(model(x), y)  # loss-line marker
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss if leak else loss.item())
+            if detector.step():
+                flagged_at.append(step)
+    return flagged_at
+
+
+def test_planted_leak_is_reported_within_a_few_steps_naming_the_line():
+    det = LeakDetector(window=3, warn=False)
+    flagged = _train(10, leak=True, detector=det)
+    assert flagged and flagged[0] <= 4
+    leak = det.report().leaks[0]
+    assert leak.line == _line_of("loss-line marker") and leak.site[0] == __file__
+    assert "mse_loss" in leak.code
+    assert leak.keeps_graph == leak.survivors >= 3 and leak.grad_fn == "MseLossBackward0"
+    assert "loss.item()" in str(leak)
+    assert leak.held_by.startswith("losses (list of")
+
+
+def test_fixed_loop_is_not_flagged():
+    det = LeakDetector(window=3, warn=False)
+    assert _train(12, leak=False, detector=det) == []
+    report = det.report()
+    assert report.leaks == [] and not report.growing and "no leak found over 12 steps" in str(report)
+
+
+def test_leak_warning_names_the_line():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(6, leak=True, detector=LeakDetector(window=3))
+    assert any(f":{_line_of('loss-line marker')} in _train" in str(w.message) for w in caught)
+
+
+def test_evaluation_with_grad_enabled_is_reported():
+    model = torch.nn.Linear(4, 1)
+    model.eval()
+    det = LeakDetector(model, warn=False)
+    with det:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum()  # eval-grad marker
+            det.step()
+        with torch.no_grad():
+            model(torch.randn(2, 4)).sum()
+            det.step()
+    sites = det.report().eval_with_grad
+    assert [site[1] for site, _ in sites] == [_line_of("eval-grad marker")]
+
+
+# ---------------------------------------------------------------- find_batch_size
+
+class CappedStep:
+    """A training step under a simulated memory cap: peak = fixed + per-sample memory, rounded up to
+    the caching allocator's 2 MiB blocks; past the cap it raises a real OutOfMemoryError."""
+
+    def __init__(self, cap: int, fixed: int = 900 * MiB, per_sample: int = 37 * MiB // 10) -> None:
+        self.cap, self.fixed, self.per = cap, fixed, per_sample
+        self.peak = 0
+
+    def need(self, batch: int) -> int:
+        raw = self.fixed + self.per * batch
+        return -(-raw // (2 * MiB)) * 2 * MiB
+
+    def __call__(self, batch: int) -> None:
+        need = self.need(batch)
+        if need > self.cap:
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {(need - self.fixed) / MiB:.2f} MiB. GPU 0 has a total "
+                f"capacity of {self.cap / 1024**3:.2f} GiB of which 0 bytes is free.")
+        self.peak = need
+
+    def truth(self) -> int:
+        return max(b for b in range(1, 100000) if self.need(b) <= self.cap)
+
+
+@pytest.mark.parametrize("cap_gib", [2, 8, 24, 80])
+def test_batch_finder_beats_doubling_and_bisection(cap_gib):
+    step = CappedStep(cap_gib * 1024**3)
+    ours = find_batch_size(step, memory_fn=lambda: step.peak, capacity=step.cap, before_trial=lambda: None)
+    base = find_batch_size_doubling(step)
+    assert ours.largest == base.largest == step.truth()
+    assert ours.trial_count < base.trial_count
+    assert ours.trial_count <= 6
+    assert step.need(ours.recommended) <= 0.9 * step.cap + 2 * MiB
+
+
+def test_batch_finder_with_a_prediction_and_without_measurements():
+    step = CappedStep(8 * 1024**3)
+    truth = step.truth()
+    exact = find_batch_size(step, predict=truth, margin=0.0)
+    assert exact.largest == truth and exact.trial_count == 2 and exact.method == "predicted"
+    off = find_batch_size(step, predict=truth + 300)
+    assert off.largest == truth
+    plain = find_batch_size(step)  # CPU: nothing to measure, no prediction: doubling + bisection
+    assert plain.method == "doubling" and plain.largest == truth
+
+
+def test_batch_finder_when_nothing_fits_and_other_errors_propagate():
+    step = CappedStep(512 * MiB)
+    result = find_batch_size(step, memory_fn=lambda: step.peak, capacity=step.cap, before_trial=lambda: None)
+    assert result.largest == 0 and result.recommended == 0
+
+    def broken(batch):
+        raise ValueError("shape mismatch")
+
+    with pytest.raises(ValueError):
+        find_batch_size(broken)
+
+
+@pytest.mark.parametrize("target,max_micro,expected", [
+    (256, 48, (32, 8, 256, True)), (100, 30, (25, 4, 100, True)), (64, 64, (64, 1, 64, True)),
+    (97, 40, (33, 3, 99, False)),
+])
+def test_accumulation_plan_keeps_the_effective_batch(target, max_micro, expected):
+    plan = accumulation_plan(target, max_micro)
+    assert (plan.micro_batch, plan.steps, plan.effective_batch, plan.exact) == expected
+    assert plan.micro_batch <= max_micro
+
+
+# ---------------------------------------------------------------- trainer callbacks
+
+def test_hf_style_callback_runs_the_leak_detector(capsys):
+    cb = VramTrainerCallback()
+    cb.on_init_end(None, None, None)  # an event it does not use: a no-op
+    model = torch.nn.Linear(4, 1)
+    cb.on_train_begin(None, None, None, model=model)
+    kept = []
+    for _ in range(6):
+        loss = model(torch.randn(2, 4)).sum()
+        loss.backward()
+        kept.append(loss)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cb.on_step_end(None, None, None)
+    cb.on_train_end(None, None, None)
+    assert cb.detector.report().leaks
+    assert "outlive their step" in capsys.readouterr().err
+
+
+def test_lightning_callback_without_lightning():
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        from vramkit.torch import lightning_callback
+        with pytest.raises(ImportError, match="pip install lightning"):
+            lightning_callback()
+    else:  # pragma: no cover - only where lightning is installed
+        pytest.skip("lightning is installed")
