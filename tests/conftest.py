@@ -317,3 +317,198 @@ def wait_for(predicate, timeout: float = 10, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+# ---------------------------------------------------------------- vram kill: other users, answers, strays
+
+# Run a command as `nobody` (uid/gid 65534, no supplementary groups): setpriv execs it, same pid.
+AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+def run_vram_as(prefix: tuple[str, ...], *args: str, env: dict[str, str] | None = None,
+                timeout: float = 30) -> Result:
+    """Run `vram ARGS` under a prefix such as AS_NOBODY (stdin closed, output piped)."""
+    proc = subprocess.run([*prefix, *vram_argv(*args)], capture_output=True, text=True,
+                          env=env if env is not None else clean_env(), timeout=timeout, stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_vram_answering(*args: str, answer: str, env: dict[str, str] | None = None, timeout: float = 30) -> Result:
+    """Run `vram ARGS` with stdin on a pseudo-terminal (so it may ask) and type `answer` into it;
+    stdout and stderr are piped."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(vram_argv(*args), stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env if env is not None else clean_env(), start_new_session=True)
+    os.close(slave)
+    try:
+        os.write(master, answer.encode())
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user may read and write (pytest's tmp_path is root-only): scenario
+    files and audit logs for vram run as another user. Removed at teardown."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="vramkit-test-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of pid in clock ticks (its identity with the pid), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return int(raw[raw.rfind(b")") + 2:].split()[19])
+
+
+class Strays:
+    """Processes a test starts that are not its children (orphans): killed at teardown if the pid
+    still belongs to the same process (pid and start time)."""
+
+    def __init__(self) -> None:
+        self.known: list[tuple[int, int]] = []
+
+    def add(self, pid: int) -> int:
+        ticks = start_ticks(pid)
+        assert ticks is not None, f"pid {pid} is gone already"
+        self.known.append((pid, ticks))
+        return pid
+
+    def cleanup(self) -> None:
+        for pid, ticks in self.known:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                if start_ticks(pid) == ticks:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+
+@pytest.fixture
+def strays():
+    kept = Strays()
+    try:
+        yield kept
+    finally:
+        kept.cleanup()
+
+
+def real_gpu_scenario(placements: dict[int, dict[str, str]], utilization=(30, 0), **top: Any) -> dict[str, Any]:
+    """Two 40 GiB GPUs (utilization per GPU); {pid: {"0": "1GiB"}} puts real pids on them.
+    `top` adds top-level fields, e.g. device_nodes."""
+    return {
+        "name": "kill-test",
+        "gpus": [{"uuid": f"GPU-00000000-0000-4000-8000-00000000000{i}", "pci_bus_id": f"00000000:0{i}:00.0",
+                  "memory_total": "40GiB", "utilization": u} for i, u in enumerate(utilization)],
+        "processes": [{"pid": pid, "source": "real", "gpus": gpus} for pid, gpus in placements.items()],
+        **top,
+    }
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def start_sleeper(children: Children) -> subprocess.Popen:
+    """`sleep 600`, once it has exec'd (so /proc shows its own name and owner)."""
+    proc = children.start(["sleep", "600"])
+    assert wait_for(lambda: cmdline(proc.pid) == b"sleep\x00600\x00")
+    return proc
+
+
+IGNORE_TERM = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+               "print('ready', flush=True); time.sleep(600)")
+
+
+def start_python(children: Children, code: str, *args: str) -> subprocess.Popen:
+    """A python child running `code`, which prints 'ready' when set up (e.g. its signal handlers);
+    its stdout stays readable through proc.stdout."""
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    children.procs.append(proc)  # killed and reaped at teardown
+    assert proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+# ---------------------------------------------------------------- vram pick / vram run: leases, launchers
+
+@dataclass
+class Leasing:
+    """A private lease directory for a test (never the machine's shared one)."""
+
+    dir: Path
+
+    def env(self, **extra: str | None) -> dict[str, str]:
+        """clean_env() pointing VRAM_LEASE_DIR at this directory (unless `extra` says otherwise)."""
+        return clean_env(**{"VRAM_LEASE_DIR": str(self.dir), **extra})
+
+    def leftovers(self) -> list[str]:
+        """Lease and queue files still there (the directory's own lock file does not count)."""
+        if not self.dir.exists():
+            return []
+        return sorted(n for n in os.listdir(self.dir) if n.startswith(("lease-", "wait-", ".tmp-")))
+
+
+@pytest.fixture
+def leasing(tmp_path) -> Leasing:
+    return Leasing(tmp_path / "leases")
+
+
+class Groups:
+    """Processes each started in a new session (its own process group). At teardown every group
+    is killed whole, so what they started (a launcher's job, orphans of a killed launcher) dies
+    too; then the leaders are reaped."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - would be a kernel problem
+                pass
+
+
+@pytest.fixture
+def groups():
+    kept = Groups()
+    try:
+        yield kept
+    finally:
+        kept.cleanup()

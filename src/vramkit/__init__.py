@@ -5,8 +5,13 @@ Public API (documented in docs/api.md):
     open_machine(simulate=None) -> Machine   for repeated snapshots (watch loops)
     Snapshot, Device, GpuProcess, MigDevice   the data
     NvmlUnavailable, ScenarioError   the two errors a caller should expect
+    kill(...)   signal GPU processes with every safety check (docs/safety.md)
+
+`vramkit.kill` is the function; its module's other names come from `vramkit.kill` via
+`from vramkit.kill import Criteria, make_plan, execute`.
 """
 
+from .kill import kill  # noqa: E402  (after snapshot: kill builds on it)
 from .model import Device, GpuProcess, MigDevice, Snapshot
 from .nvml.backend import NvmlUnavailable
 from .nvml.scenario import ScenarioError
@@ -14,4 +19,4 @@ from .snapshot import Machine, open_machine, snapshot
 
 __version__ = "0.1.0"
 __all__ = ["Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
-           "Snapshot", "open_machine", "snapshot", "__version__"]
+           "Snapshot", "kill", "open_machine", "snapshot", "__version__"]

@@ -7,9 +7,12 @@ lines come from other users, so they are stripped of control characters here, on
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import re
+import select
+import signal
 import time
 from dataclasses import dataclass
 
@@ -127,3 +130,230 @@ class ProcessTable:
         if not match:
             return None
         return (match.group(1) or match.group(2))[:12]
+
+
+# ---------------------------------------------------------------- identity, namespaces, signalling
+# Used by `vram kill` and the holders scan, never by status/ps: they cost extra reads per pid.
+
+PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
+# The inode number of the initial PID namespace (PROC_PID_INIT_INO in include/linux/proc_ns.h).
+INITIAL_PID_NS_INODE = 0xEFFFFFFC
+
+
+@dataclass
+class Identity:
+    """What identifies a process and decides whether it may be signalled, read in one go."""
+
+    pid: int
+    start_ticks: int  # start time in clock ticks since boot: with the pid, the process's identity
+    start_time: float  # the same as unix time
+    state: str
+    ppid: int
+    uids: tuple[int, int, int]  # real, effective, saved
+    name: str  # /proc/PID/comm, sanitized
+    argv0: str  # basename of argv[0] (what `exec -a` sets), sanitized; "" for kernel threads
+    kernel_thread: bool
+    ns_pids: tuple[int, ...]  # NSpid: this pid, then in each nested PID namespace (innermost last)
+
+
+_BOOT: float | None = None
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def boot_time() -> float:
+    global _BOOT
+    if _BOOT is None:
+        _BOOT = _boot_time()
+    return _BOOT
+
+
+def _status_fields(pid: int) -> dict[str, str] | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            raw = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    out = {}
+    for line in raw.splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.strip()
+    return out
+
+
+def identity(pid: int) -> Identity | None:
+    """The process's identity now, or None when there is no such pid (or it is unreadable)."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    status = _status_fields(pid)
+    if status is None:
+        return None
+    close = stat.rfind(b")")
+    name = sanitize(stat[stat.find(b"(") + 1:close].decode(errors="replace"))
+    fields = stat[close + 2:].split()
+    state = _STATES.get(fields[0].decode(), fields[0].decode())
+    flags = int(fields[6])
+    ticks = int(fields[19])
+    try:
+        uids = tuple(int(x) for x in status.get("Uid", "").split()[:3])
+    except ValueError:
+        uids = ()
+    if len(uids) != 3:
+        return None
+    try:
+        ns_pids = tuple(int(x) for x in status.get("NSpid", str(pid)).split())
+    except ValueError:
+        ns_pids = (pid,)
+    argv0 = ProcessTable._cmdline(f"/proc/{pid}").split(" ", 1)[0]
+    return Identity(pid=pid, start_ticks=ticks, start_time=boot_time() + ticks / _TICKS, state=state,
+                    ppid=int(fields[1]), uids=uids, name=name,  # type: ignore[arg-type]
+                    argv0=argv0.rsplit("/", 1)[-1].rstrip(":"),
+                    kernel_thread=bool(flags & PF_KTHREAD), ns_pids=ns_pids or (pid,))
+
+
+def ticks_from_time(start_time: float) -> int:
+    """Undo `boot + ticks / HZ` (the form snapshots carry start times in)."""
+    return round((start_time - boot_time()) * _TICKS)
+
+
+def is_defunct(pid: int) -> bool:
+    """True when every thread of pid has exited: a zombie waiting to be reaped. A process whose
+    main thread exited shows 'Z' too, but lives (and holds its GPU memory) while others run."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        if raw[raw.rfind(b")") + 2:][:1] not in (b"Z", b"X"):
+            return False
+    return True
+
+
+def gone(pid: int, start_ticks: int) -> bool:
+    """Has the process (pid, start_ticks) ended: reaped, replaced by another, or defunct?"""
+    now = identity(pid)
+    return now is None or now.start_ticks != start_ticks or is_defunct(pid)
+
+
+def ancestors(pid: int | None = None) -> list[int]:
+    """pid (default: this process) and its parents up to pid 1, nearest first."""
+    chain: list[int] = []
+    current = os.getpid() if pid is None else pid
+    while current > 0 and current not in chain:
+        chain.append(current)
+        found = identity(current)
+        if found is None:
+            break
+        current = found.ppid
+    return chain
+
+
+def in_initial_pid_namespace() -> bool | None:
+    """Whether this process sees the host's PID namespace (the one NVML reports pids in);
+    None when it cannot be told."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NS_INODE
+    except OSError:
+        return None
+
+
+class Pinned:
+    """A process held by a pidfd after its identity was checked: a signal sent through the pidfd
+    reaches that process or nobody, even if the pid is reused in between. Where the kernel has
+    no pidfd_open (before 5.3) the identity is checked again just before each os.kill."""
+
+    def __init__(self, pid: int, start_ticks: int, fd: int | None, now: Identity):
+        self.pid, self.start_ticks, self.fd, self.identity = pid, start_ticks, fd, now
+
+    def send(self, sig: int) -> str | None:
+        """Send sig. None when sent, else why not: 'exited', 'identity' or 'permission'."""
+        if self.pid <= 1 or self.pid == os.getpid():  # last line of defence; protect.py says why
+            return "permission"
+        try:
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, sig)
+            else:
+                if gone(self.pid, self.start_ticks):
+                    return "identity" if identity(self.pid) is not None else "exited"
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return "exited"
+        except PermissionError:
+            return "permission"
+        return None
+
+    def gone(self) -> bool:
+        return gone(self.pid, self.start_ticks)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def pin(pid: int, start_ticks: int) -> Pinned | str:
+    """Hold (pid, start_ticks) for signalling, or say why not: 'exited' (no such pid, or it is
+    defunct) or 'identity' (the pid now belongs to another process)."""
+    fd = None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return "exited"
+    except (AttributeError, OSError) as e:  # no pidfd_open in this kernel or Python
+        if isinstance(e, OSError) and e.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            raise
+    # Read the identity after opening the pidfd: if it still matches, the pidfd holds the
+    # process recorded at selection (a pid is only reused after that process is gone).
+    now = identity(pid)
+    if now is None:
+        _close(fd)
+        return "exited"
+    if now.start_ticks != start_ticks:
+        _close(fd)
+        return "identity"
+    return Pinned(pid, start_ticks, fd, now)
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def wait_gone(pinned: list[Pinned], deadline: float, tick=None) -> dict[int, float]:
+    """Wait until each pinned process has ended or time.monotonic() passes deadline. Returns
+    {pid: time.monotonic() when it was seen gone}. tick(remaining pids) is called about every
+    0.1 s (progress lines)."""
+    ended: dict[int, float] = {}
+    poller = select.poll()
+    by_fd = {}
+    for p in pinned:
+        if p.fd is not None:
+            poller.register(p.fd, select.POLLIN)
+            by_fd[p.fd] = p
+    while True:
+        for p in pinned:
+            if p.pid not in ended and p.gone():
+                ended[p.pid] = time.monotonic()
+        remaining = [p.pid for p in pinned if p.pid not in ended]
+        if not remaining or time.monotonic() >= deadline:
+            return ended
+        if tick is not None:
+            tick(remaining)
+        wait = min(0.1, max(0.0, deadline - time.monotonic()))
+        if by_fd:
+            for fd, _ in poller.poll(wait * 1000):
+                # Readable: the whole thread group has exited (it may be a zombie until reaped).
+                ended.setdefault(by_fd[fd].pid, time.monotonic())
+                poller.unregister(fd)
+                del by_fd[fd]
+        else:
+            time.sleep(wait)

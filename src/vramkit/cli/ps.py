@@ -28,6 +28,8 @@ examples:
   vram ps --user alice,bob         only these users' processes
   vram ps --gpu 0 --sort elapsed   GPU 0, oldest first
   vram ps --json | jq '.processes[] | select(.idle)'
+  vram ps --holders                also every process holding /dev/nvidia* open (as fuser -v),
+                                   with whether NVML lists GPU memory for it
 """
 
 SORT_KEYS = {
@@ -51,6 +53,9 @@ def add_parser(sub, parents) -> None:
     p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
     p.add_argument("--sort", default="memory", metavar="KEY",
                    help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
+    p.add_argument("--holders", action="store_true",
+                   help="also list processes holding /dev/nvidia* open, as fuser -v shows them; this finds "
+                        "memory NVML does not attribute (crashed or containerised jobs, forked workers)")
     p.set_defaults(run=run)
 
 
@@ -61,6 +66,8 @@ def select(procs: list[GpuProcess], users: set[str] | None, gpus: list[int] | No
 def run(args: argparse.Namespace) -> int:
     if args.sort not in SORT_KEYS:
         raise UsageError(f"--sort: unknown key {args.sort!r} (choose from {', '.join(SORT_KEYS)})")
+    if getattr(args, "holders", False) and args.csv:
+        raise UsageError("--holders has no CSV form (two tables): use --json, or the text view")
     gpus = parse_gpu_list(args.gpu) if args.gpu else None
     users = {u.strip() for u in args.user.split(",") if u.strip()} if args.user else None
     machine = open_for(args)
@@ -71,10 +78,33 @@ def run(args: argparse.Namespace) -> int:
     if gpus is not None:
         check_gpus(snap, gpus)
     procs = sorted(select(snap.processes, users, gpus), key=SORT_KEYS[args.sort])
+    if getattr(args, "holders", False):
+        return _with_holders(args, machine, snap, procs, users, gpus)
     if args.json:
         print(ps_json(snap, procs))
     elif args.csv:
         print(ps_csv(snap, procs), end="")
     else:
         print(render_ps(snap, procs, style_for(sys.stdout, getattr(args, "no_color", False)), terminal_width()))
+    return 0
+
+
+def _with_holders(args, machine, snap, procs, users, gpus) -> int:
+    """The process table, then the device-file holders (heavier: every process's open files)."""
+    import json
+
+    from ..holders import node_pattern, scan
+    from ..render.holders_view import holders_json, render_holders
+
+    found = scan(snap, node_pattern(machine.sim))
+    found.holders = [h for h in found.holders if (users is None or h.host.user in users)
+                     and (gpus is None or set(h.gpus) & set(gpus))]
+    if args.json:
+        print(json.dumps({**json.loads(ps_json(snap, procs)), **holders_json(found, snap.time)}, indent=2))
+        return 0
+    style = style_for(sys.stdout, getattr(args, "no_color", False))
+    width = terminal_width()
+    print(render_ps(snap, procs, style, width))
+    print()
+    print(render_holders(found, style, width, snap.time))
     return 0

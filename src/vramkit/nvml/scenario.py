@@ -30,7 +30,7 @@ PROCESS_FIELDS = {
     "rss", "ppid", "container", "start_at", "exit_at",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
-              "gpus", "processes"}
+              "gpus", "processes", "device_nodes"}
 FAULT_FIELDS = {"driver", "slow_calls"}
 # Fields a scenario may mark unsupported / no_permission, and the NVML calls they stand for.
 QUERYABLE = {"memory", "utilization", "temperature", "power", "power_limit", "fan", "processes",
@@ -221,6 +221,8 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
             c.string(data[key], key)
     if "cuda_version" in data and not re.fullmatch(r"\d+\.\d+", str(data["cuda_version"])):
         c.fail("cuda_version", f"must look like \"12.4\", got {json.dumps(data['cuda_version'])}")
+    if "device_nodes" in data:
+        _check_device_nodes(c, data["device_nodes"])
     api = data.get("nvml_api", {})
     c.known(api, {"process_info", "memory_info"}, "nvml_api")
     if api.get("process_info", "v3") not in ("v1", "v2", "v3"):
@@ -264,6 +266,17 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
     _check_memory_fits(c, gpus, processes)
     name = data.get("name", Path(label).stem)
     return Scenario(name=str(name), source=label, data=data, gpus=gpus, processes=processes)
+
+
+def _check_device_nodes(c: _Checker, value: Any) -> None:
+    """The simulated machine's /dev/nvidia*: a glob of files that stand for its device nodes
+    (`vram ps --holders` finds the processes that hold them open)."""
+    c.string(value, "device_nodes")
+    if not value.startswith("/"):
+        c.fail("device_nodes", "must be an absolute path or glob like \"/tmp/sim-dev/nvidia*\", "
+               f"got {json.dumps(value)}")
+    if value.endswith("/"):
+        c.fail("device_nodes", "must name files (e.g. /tmp/sim-dev/nvidia*), not a directory")
 
 
 def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:

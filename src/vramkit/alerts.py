@@ -1,0 +1,215 @@
+"""Alerts from a short history of snapshots: what a person watching the GPUs should notice.
+
+`History` keeps the last minutes of each GPU (memory, utilization) and of each process's GPU
+memory; `evaluate(history)` turns it into `Alert`s:
+
+- a GPU nearly full (little memory left now);
+- memory growing toward full, with the estimated time until full from the recent trend
+  (a least-squares slope over the last `trend_window` seconds; always labelled an estimate);
+- a process holding memory on a GPU that has been idle (0% utilization) for at least
+  `idle_after` seconds *as observed*: the history only knows what it has seen;
+- a defunct (zombie) process that the driver still lists as holding memory;
+- a lost GPU.
+
+No printing, no Textual: the live view renders these, and tests drive them with plain snapshots.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .model import Device, GpuProcess, Snapshot
+from .units import format_duration, format_size
+
+ProcKey = tuple[int, int, "int | None"]  # (pid, GPU index, MIG instance)
+
+
+@dataclass
+class GpuSample:
+    time: float
+    memory_used: int | None
+    memory_total: int | None
+    memory_free: int | None
+    utilization: int | None
+    lost: bool = False
+
+
+@dataclass
+class ProcessTrace:
+    """A process's GPU memory over time, stored as change points (most holders are flat)."""
+
+    points: deque = field(default_factory=lambda: deque(maxlen=512))  # (time, bytes or None)
+    last_seen: float = 0.0
+    start_time: float | None = None  # tells a reused pid from the process we traced
+
+    def add(self, t: float, memory: int | None) -> None:
+        if not self.points or self.points[-1][1] != memory:
+            self.points.append((t, memory))
+        self.last_seen = t
+
+    def series(self) -> list[tuple[float, int | None]]:
+        """Change points plus the last-seen time, so a flat line reaches now."""
+        out = list(self.points)
+        if out and out[-1][0] < self.last_seen:
+            out.append((self.last_seen, out[-1][1]))
+        return out
+
+
+class History:
+    """The recent past of one machine, fed one snapshot at a time (oldest first)."""
+
+    def __init__(self, keep_seconds: float = 900.0, max_samples: int = 3600):
+        self.keep_seconds = keep_seconds
+        self.gpus: dict[int, deque[GpuSample]] = {}
+        self.procs: dict[ProcKey, ProcessTrace] = {}
+        self.latest: Snapshot | None = None
+        self._max_samples = max_samples
+
+    def add(self, snap: Snapshot) -> None:
+        t = snap.time
+        for dev in snap.gpus:
+            samples = self.gpus.setdefault(dev.index, deque(maxlen=self._max_samples))
+            samples.append(GpuSample(t, dev.memory_used, dev.memory_total, dev.memory_free,
+                                     dev.utilization, dev.lost))
+            while samples and samples[0].time < t - self.keep_seconds:
+                samples.popleft()
+            for p in dev.processes:
+                key = (p.pid, dev.index, p.mig_gi)
+                trace = self.procs.get(key)
+                if trace is None or (trace.start_time is not None and p.start_time is not None
+                                     and abs(trace.start_time - p.start_time) > 1.0):
+                    trace = self.procs[key] = ProcessTrace(start_time=p.start_time)  # new or reused pid
+                trace.add(t, p.memory)
+        # Forget processes gone for longer than the window: 500 short jobs must not pile up.
+        for key in [k for k, tr in self.procs.items() if tr.last_seen < t - self.keep_seconds]:
+            del self.procs[key]
+        self.latest = snap
+
+    def gpu(self, index: int) -> list[GpuSample]:
+        return list(self.gpus.get(index, ()))
+
+    def process(self, pid: int, gpu: int, mig_gi: int | None = None) -> list[tuple[float, int | None]]:
+        trace = self.procs.get((pid, gpu, mig_gi))
+        return trace.series() if trace else []
+
+    def idle_for(self, index: int) -> float | None:
+        """Seconds the GPU has been at 0% utilization, as far back as the history goes; None when
+        it is not idle now (or its utilization is N/A)."""
+        samples = self.gpus.get(index)
+        if not samples or samples[-1].utilization != 0:
+            return None
+        since = samples[-1].time
+        for s in reversed(samples):
+            if s.utilization != 0:
+                break
+            since = s.time
+        return samples[-1].time - since
+
+
+@dataclass
+class Alert:
+    kind: str  # nearly_full | growing | idle_holder | defunct | lost
+    severity: str  # "critical" or "warning"
+    message: str
+    gpu: int | None = None
+    pid: int | None = None
+    eta: float | None = None  # seconds until full (growing), an estimate
+
+
+@dataclass
+class Thresholds:
+    nearly_full: float = 0.95  # share of memory in use (free < 5 %)
+    trend_window: float = 30.0  # seconds of history the trend is fitted on
+    trend_min_span: float = 5.0  # need at least this much history to talk about a trend
+    grow_horizon: float = 3600.0  # warn when the estimate says full within this
+    grow_min_rate: float = 1024**2  # bytes/s: slower is noise
+    idle_after: float = 300.0  # observed idle this long -> idle holder
+    idle_min_memory: int = 256 * 1024**2  # holding less than this is not worth an alert
+
+
+def trend(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope (units per second) of (time, value) points, or None with < 2 times."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mt) * (v - mv) for t, v in points) / var
+
+
+def _used_share(dev: Device) -> float | None:
+    if dev.memory_total and dev.memory_free is not None:
+        return 1 - dev.memory_free / dev.memory_total  # counts driver-reserved memory as unusable
+    if dev.memory_total and dev.memory_used is not None:
+        return dev.memory_used / dev.memory_total
+    return None
+
+
+def growth(history: History, index: int, th: Thresholds) -> tuple[float, float] | None:
+    """(bytes/s, seconds until full) when the GPU's memory is still rising fast enough, else None."""
+    samples = history.gpus.get(index)
+    if not samples or samples[-1].memory_used is None or samples[-1].memory_free is None:
+        return None
+    now = samples[-1].time
+    recent = [(s.time, float(s.memory_used)) for s in samples
+              if s.time >= now - th.trend_window and s.memory_used is not None]
+    if len(recent) < 3 or recent[-1][0] - recent[0][0] < th.trend_min_span:
+        return None
+    rate = trend(recent)
+    # Still rising: the newest third of the window must go up too, or a plateau after a step
+    # would keep "growing" alive for a whole window.
+    tail = [p for p in recent if p[0] >= now - (now - recent[0][0]) / 3]
+    tail_rate = trend(tail) if len(tail) >= 2 else rate
+    if rate is None or rate < th.grow_min_rate or tail_rate is None or tail_rate < th.grow_min_rate:
+        return None
+    # The newest part of the trend says best how fast it grows now (a job that just started
+    # allocating sits on a flat stretch in the window's first part).
+    eta = samples[-1].memory_free / tail_rate
+    return (tail_rate, eta) if eta <= th.grow_horizon else None
+
+
+def _who(p: GpuProcess) -> str:
+    return f"pid {p.pid} ({p.user})" if p.user else f"pid {p.pid}"
+
+
+def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
+    """Alerts for the latest snapshot in `history`, most urgent first."""
+    th = th or Thresholds()
+    snap = history.latest
+    if snap is None:
+        return []
+    out: list[Alert] = []
+    for dev in snap.gpus:
+        if dev.lost:
+            out.append(Alert("lost", "critical", f"GPU {dev.index} lost: {dev.error or 'GPU is lost'}",
+                             gpu=dev.index))
+            continue
+        share = _used_share(dev)
+        if share is not None and share >= th.nearly_full:
+            out.append(Alert("nearly_full", "critical",
+                             f"GPU {dev.index} nearly full: {format_size(dev.memory_free)} free of "
+                             f"{format_size(dev.memory_total)} ({100 * share:.0f}% used)", gpu=dev.index))
+        else:
+            grow = growth(history, dev.index, th)
+            if grow is not None:
+                rate, eta = grow
+                out.append(Alert("growing", "warning",
+                                 f"GPU {dev.index} memory growing {format_size(int(rate))}/s: full in "
+                                 f"~{format_duration(eta)} at this rate (estimate)", gpu=dev.index, eta=eta))
+        idle = history.idle_for(dev.index)
+        for p in dev.processes:
+            if p.zombie and p.memory:
+                out.append(Alert("defunct", "warning",
+                                 f"{_who(p)} is defunct and still holds {format_size(p.memory)} on GPU "
+                                 f"{dev.index}", gpu=dev.index, pid=p.pid))
+            elif idle is not None and idle >= th.idle_after and (p.memory or 0) >= th.idle_min_memory:
+                out.append(Alert("idle_holder", "warning",
+                                 f"{_who(p)} holds {format_size(p.memory)} on GPU {dev.index}, "
+                                 f"idle for {format_duration(idle)}+", gpu=dev.index, pid=p.pid))
+    order = {"critical": 0, "warning": 1}
+    out.sort(key=lambda a: (order[a.severity], a.gpu if a.gpu is not None else -1))
+    return out

@@ -1,0 +1,223 @@
+"""vram kill: free GPU memory by signalling GPU processes, with every safety check.
+
+The library (vramkit.kill) is imported inside run(): `vram status` must not pay for it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import Failure, UsageError, open_for, parse_gpu_list
+
+HELP = "free GPU memory: signal GPU processes safely (asks first, logs every action)"
+DESCRIPTION = """\
+Signal the processes that hold GPU memory: SIGTERM, wait for them to exit (--timeout),
+report who is still running (--force then sends SIGKILL), and show per GPU how much memory
+was freed and what still holds memory.
+
+Select by PID, --gpu, --user, --idle DURATION (held memory while the GPU showed 0%
+utilization for that long; vram samples over the window), --zombie (defunct or orphaned
+processes) and --holders (also processes that hold /dev/nvidia* open but NVML does not list).
+Selectors narrow each other. Without --user, selectors pick your own processes (root: root's,
+or everyone's with --all-users).
+
+Before anything is signalled vram shows each process (pid, user, GPU, memory, age, command)
+and asks; --yes skips the question, --dry-run only shows. Every process is identified by pid
+and start time; at the moment of signalling it is checked again (through a pidfd, so a
+reused pid cannot be hit), and refused when it is not yours (root: without --all-users),
+is protected (pid 1, kernel threads, your shell and its parents, display servers, NVIDIA
+daemons, sshd, container runtimes, systemd, and what /etc/vramkit/protected.conf and
+~/.config/vramkit/protected.conf add) or has already exited. Each refusal names its rule.
+Every signal, refusal and outcome is appended to an audit log. See docs/safety.md.
+
+Exit codes: 0 every target exited (or took the signal), 1 some were refused or are still
+running (or you answered no), 2 bad usage.
+
+examples:
+  vram kill 41234                  SIGTERM pid 41234, wait 10 s, report
+  vram kill --gpu 4 --idle 30m     your processes on GPU 4 idle for the last 30 minutes
+  vram kill --zombie --dry-run     what would be signalled, without signalling
+  vram kill 41234 --force --timeout 20s --yes
+                                   SIGTERM, and SIGKILL if still running after 20 s
+  sudo vram kill --user bob --all-users
+                                   as root: bob's GPU processes
+  vram kill --holders 5150         a process that holds /dev/nvidia* open but NVML does not list
+  vram kill 41234 --signal USR1    send another signal (no wait: it does not end the process)
+"""
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a pid: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a pid: {text!r}")
+    return value
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("kill", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="processes to signal")
+    sel = p.add_argument_group("selecting")
+    sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")
+    sel.add_argument("--user", metavar="NAMES", help="processes of these users (comma-separated)")
+    sel.add_argument("--idle", metavar="DURATION",
+                     help="processes holding memory on a GPU at 0%% utilization for DURATION (e.g. 30m); "
+                          "vram samples over that window")
+    sel.add_argument("--zombie", action="store_true", help="defunct or orphaned processes holding memory")
+    sel.add_argument("--holders", action="store_true",
+                     help="include processes that hold /dev/nvidia* open but NVML lists no memory for")
+    act = p.add_argument_group("signalling")
+    act.add_argument("--signal", default="TERM", metavar="SIG", help="signal to send (default TERM): name or number")
+    act.add_argument("--timeout", default="10s", metavar="DURATION",
+                     help="how long to wait for each process to exit (default 10s)")
+    act.add_argument("--force", action="store_true", help="send SIGKILL to what is still running after the wait")
+    act.add_argument("--all-users", action="store_true", help="as root: other users' processes too")
+    act.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    act.add_argument("-n", "--dry-run", action="store_true", help="show what would be signalled, signal nothing")
+    p.add_argument("--json", action="store_true", help="print the plan or the results as JSON (needs --yes "
+                   "or --dry-run)")
+    p.set_defaults(run=run)
+
+
+def _criteria(args: argparse.Namespace):
+    from ..kill import Criteria
+    from ..units import parse_duration
+
+    idle = None
+    if args.idle is not None:
+        try:
+            idle = parse_duration(args.idle)
+        except ValueError as e:
+            raise UsageError(f"--idle: {e}") from None
+    users = None
+    if args.user is not None:
+        users = tuple(u.strip() for u in args.user.split(",") if u.strip())
+        if not users:
+            raise UsageError("--user: name at least one user")
+    return Criteria(pids=tuple(args.pids), gpus=tuple(parse_gpu_list(args.gpu)) if args.gpu else None,
+                    users=users, idle=idle, zombie=args.zombie, holders=args.holders, all_users=args.all_users)
+
+
+class _Progress:
+    """One self-rewriting line on a terminal's stderr; nothing elsewhere (scripts stay quiet)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.shown = False
+
+    def __call__(self, stage: str, done: float, total: float, count: int) -> None:
+        spent = f"{done:.1f}s" if total < 10 else f"{done:.0f}s"
+        if stage == "idle":
+            text = (f"sampling GPU utilization: {spent} of {total:g}s, "
+                    f"{count} process{'es' if count != 1 else ''} idle so far")
+        else:
+            text = f"waiting for {count} process{'es' if count != 1 else ''} to exit: {spent} of {total:g}s"
+        self.stream.write("\r\x1b[K" + text)
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+def _ask(question: str) -> bool:
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer:  # EOF
+        sys.stderr.write("\n")
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..audit import AuditError, AuditLog
+    from ..kill import ENDING, KillRequestError, dry_report, execute, make_plan, parse_signal
+    from ..protect import ProtectConfigError
+    from ..render.kill_view import kill_json, render_nothing, render_plan, render_report
+    from ..render.style import style_for, terminal_width
+    from ..units import parse_duration
+
+    try:
+        sig = parse_signal(args.signal)
+    except KillRequestError as e:
+        raise UsageError(f"--signal: {e}") from None
+    try:
+        timeout = parse_duration(args.timeout)
+    except ValueError as e:
+        raise UsageError(f"--timeout: {e}") from None
+    if args.force and sig not in ENDING:
+        raise UsageError(f"--force sends SIGKILL to what {sig.name} did not end, but {sig.name} does not end a "
+                         "process: use --signal TERM (the default), INT or HUP")
+    criteria = _criteria(args)
+    if not criteria.selects_anything():
+        raise UsageError("name what to signal: PID..., --gpu, --user, --idle, --zombie or --holders "
+                         "(see 'vram kill --help')")
+    if args.json and not (args.yes or args.dry_run):
+        raise UsageError("--json is for programs, which cannot answer a question: add --yes (or --dry-run)")
+    interactive = sys.stdin.isatty()
+    if not (args.yes or args.dry_run or interactive):
+        raise UsageError("vram kill asks before signalling and stdin is not a terminal: add --yes to go ahead, "
+                         "or --dry-run to see what would be signalled")
+
+    style = style_for(sys.stdout, getattr(args, "no_color", False))
+    width = terminal_width()
+    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    machine = open_for(args)
+    try:
+        try:
+            plan = make_plan(machine, criteria, progress=progress)
+        except KillRequestError as e:
+            raise UsageError(str(e)) from None
+        except ProtectConfigError as e:
+            raise UsageError(f"protected list: {e}") from None
+        finally:
+            if progress:
+                progress.clear()
+        if args.dry_run or not plan.targets:
+            report = dry_report(plan)
+            report.dry_run, report.signal = args.dry_run, sig.name
+            if args.json:
+                print(kill_json(report, sig.name, timeout, args.force))
+            elif not plan.targets:
+                print(render_nothing(plan, style, width))
+            else:
+                print(render_plan(plan, sig.name, timeout, args.force, style, width, dry_run=True))
+            return 0 if report.ok else 1
+        shown = False
+        if plan.to_signal and not args.yes:
+            shown = True
+            print(render_plan(plan, sig.name, timeout, args.force, style, width))
+            sys.stdout.flush()
+            n = len(plan.to_signal)
+            question = f"Send {sig.name} to {'this process' if n == 1 else f'these {n} processes'}? [y/N] "
+            if not _ask(question):
+                print("nothing was signalled")
+                return 1
+        context = {"simulated": machine.simulated, "scenario": machine.sim.scenario.name if machine.sim else None,
+                   "argv": ["vram", *sys.argv[1:]]}
+        try:
+            log = AuditLog(context=context).open()
+        except AuditError as e:
+            raise Failure(f"{e}; nothing was signalled (set VRAM_AUDIT_LOG to a file you can write)") from None
+        try:
+            report = execute(machine, plan, sig, timeout=timeout, force=args.force, audit=log, progress=progress)
+        except AuditError as e:
+            raise Failure(f"{e}; stopped signalling") from None
+        finally:
+            log.close()
+            if progress:
+                progress.clear()
+    finally:
+        machine.close()
+    if args.json:
+        print(kill_json(report, sig.name, timeout, args.force))
+    else:
+        print(render_report(report, style, width, with_banner=not shown))
+    return 0 if report.ok else 1

@@ -1,0 +1,99 @@
+"""vram top: the live view. Textual is imported only here, inside `run`, so that every other
+command stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+from ..units import parse_duration
+from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
+
+HELP = "the live view: GPUs, their history, alerts and every GPU process, refreshed"
+DESCRIPTION = """\
+A live view of this machine's GPUs: a panel per GPU (memory bar, utilization, temperature,
+power, and the last minutes of memory and utilization), alerts (a GPU nearly full, memory
+growing toward full with an estimated time until full, a process holding memory on a GPU idle
+for long, a defunct process still holding memory, a lost GPU), and the table of every process
+holding GPU memory, as in `vram ps`: sort it, filter it by user or GPU, search it, see it as a
+tree, open one process for its full command and memory over time.
+
+Keys: ? help, q quit, s sort, r reverse, / search, u user, g GPU, t tree, Enter details,
+k kill (asks first; not with --readonly), a alerts, p pause.
+
+examples:
+  vram top                         refresh every 2 seconds
+  vram top --interval 1 --gpu 0-3  every second, GPUs 0 to 3 only
+  vram top --readonly              no actions, only watching
+  vram top --simulate demo         the bundled simulated 8-GPU server
+"""
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("top", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--interval", metavar="SECONDS", type=float, default=2.0,
+                   help="seconds between refreshes (default 2)")
+    p.add_argument("--readonly", action="store_true", help="watch only: no kill action")
+    p.add_argument("--all-users", action="store_true",
+                   help="as root, allow killing other users' processes (as vram kill --all-users)")
+    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
+    p.add_argument("--idle-after", metavar="DURATION", default="5m",
+                   help="alert when a process holds memory on a GPU idle this long, as observed (default 5m)")
+    p.add_argument("--history", metavar="DURATION", default="5m",
+                   help="time covered by the history lines (default 5m)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.interval > 0:
+        raise UsageError("--interval: must be more than 0 seconds")
+    try:
+        idle_after = parse_duration(args.idle_after)
+        span = parse_duration(args.history)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if span < 10:
+        raise UsageError("--history: at least 10s")
+    wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise Failure("vram top needs a terminal; for a refreshing text view use 'vram status --watch'")
+    machine = open_for(args)
+    try:
+        first = machine.snapshot()
+        if wanted is not None:
+            check_gpus(first, wanted)
+        if getattr(args, "no_color", False):
+            os.environ["NO_COLOR"] = "1"  # Textual reads it when the app is created
+        from ..alerts import Thresholds
+        from ..tui.app import TopApp
+
+        if not args.readonly:
+            from ..tui.actions import KillActions
+
+        actions = None if args.readonly else KillActions(machine, all_users=args.all_users)
+        app = TopApp(machine.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
+                     thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions)
+        with _screen_on_stderr():
+            app.run()
+    finally:
+        machine.close()
+    return app.return_code or 0
+
+
+@contextlib.contextmanager
+def _screen_on_stderr():
+    """Textual draws on stderr; with stderr sent to a file (`vram top 2>log`) the screen would go
+    there, so while the view runs stderr is the terminal stdout is on."""
+    if sys.stderr.isatty():
+        yield
+        return
+    saved = os.dup(2)
+    os.dup2(sys.stdout.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

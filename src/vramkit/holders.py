@@ -1,0 +1,147 @@
+"""Processes that hold /dev/nvidia* open: what `fuser -v /dev/nvidia*` shows.
+
+NVML lists the processes that have a CUDA context. Memory left behind by a crashed job, a
+DataLoader worker that inherited its parent's device files, or a process in another container
+is often held by a process NVML does not list; it still holds the device files open. Found by
+reading the links in /proc/PID/fd. On a simulated machine the device nodes are the files the
+scenario's `device_nodes` glob names (a file named nvidiaN stands for GPU N).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+
+from .model import Snapshot
+from .procs import HostProcess, ProcessTable, identity
+
+REAL_NODES = "/dev/nvidia*"
+_GPU_NODE = re.compile(r"^nvidia(\d+)$")
+
+
+@dataclass
+class Holder:
+    pid: int
+    devices: tuple[str, ...]  # the device nodes it holds open (full paths): GPUs by number, then the rest
+    host: HostProcess
+    gpus: tuple[int, ...] = ()  # NVML indices of the GPUs whose nodes it holds (nvidiaN)
+    nvml_memory: dict[int, int | None] = field(default_factory=dict)  # GPU -> memory NVML lists
+    ns_pids: tuple[int, ...] = ()  # NSpid: host pid, then its pid in each nested namespace
+
+    @property
+    def nvml_listed(self) -> bool:
+        return bool(self.nvml_memory)
+
+
+@dataclass
+class HolderScan:
+    pattern: str | None  # the device-node glob; None: the simulated machine has no device nodes
+    nodes: tuple[str, ...]  # the nodes that exist
+    holders: list[Holder]
+    unreadable: int = 0  # processes whose open files this user may not read
+    skipped_self: bool = False  # vram's own pid held nodes (NVML opens them): not listed
+    notes: list[str] = field(default_factory=list)
+
+
+def node_pattern(sim) -> str | None:
+    """The device-node glob of a machine: the scenario's on a simulated one, else /dev/nvidia*."""
+    if sim is None:
+        return REAL_NODES
+    return sim.scenario.data.get("device_nodes")
+
+
+def gpu_minors(snap: Snapshot) -> dict[int, int]:
+    """Device minor (the N of /dev/nvidiaN) -> NVML index. The driver numbers minors its own way;
+    /proc/driver/nvidia/gpus/BUS/information says which minor each PCI bus id has. On a
+    simulated machine minor N is GPU N."""
+    if snap.simulated:
+        return {g.index: g.index for g in snap.gpus}
+    by_bus = {g.pci_bus_id.lower()[-12:]: g.index for g in snap.gpus if g.pci_bus_id}
+    out = {}
+    for info in glob.glob("/proc/driver/nvidia/gpus/*/information"):
+        bus = info.split("/")[-2].lower()[-12:]
+        try:
+            with open(info) as f:
+                for line in f:
+                    if line.startswith("Device Minor:") and bus in by_bus:
+                        out[int(line.split(":", 1)[1])] = by_bus[bus]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _open_nodes(pid: int, nodes: frozenset[str]) -> tuple[str, ...] | None:
+    """The nodes pid holds open; None when its fd table cannot be read (not ours, or gone)."""
+    base = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(base)
+    except PermissionError:
+        return None
+    except OSError:
+        return ()
+    held = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/{fd}")
+        except OSError:
+            continue
+        if target in nodes:
+            held.add(target)
+    return tuple(sorted(held, key=_node_order))
+
+
+def _node_order(path: str) -> tuple:
+    """nvidia0, nvidia1, ..., nvidia10, then nvidiactl, nvidia-uvm, ... (as ls -v would)."""
+    m = _GPU_NODE.match(os.path.basename(path))
+    return (0, int(m.group(1)), path) if m else (1, 0, path)
+
+
+def scan(snap: Snapshot, pattern: str | None, pids: list[int] | None = None,
+         table: ProcessTable | None = None) -> HolderScan:
+    """Every process (or only `pids`) that holds a node matching `pattern` open."""
+    if pattern is None:
+        return HolderScan(None, (), [], notes=["the simulated machine has no device nodes (the scenario "
+                                                "sets no device_nodes)"])
+    paths = sorted(glob.glob(pattern))
+    # A link in /proc/PID/fd names the real path: compare against both spellings.
+    nodes = frozenset(paths) | frozenset(os.path.realpath(p) for p in paths)
+    result = HolderScan(pattern, tuple(paths), [])
+    if not paths:
+        result.notes.append(f"no device nodes match {pattern}")
+        return result
+    table = table or ProcessTable()
+    minors = gpu_minors(snap)
+    listed: dict[int, dict[int, int | None]] = {}
+    for p in snap.processes:
+        listed.setdefault(p.pid, {})[p.gpu] = p.memory
+    me = os.getpid()
+    candidates = pids if pids is not None else [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    for pid in candidates:
+        held = _open_nodes(pid, nodes)
+        if held is None:
+            result.unreadable += 1
+            continue
+        if not held:
+            continue
+        if pid == me:
+            result.skipped_self = True
+            continue
+        host = table.read(pid)
+        if isinstance(host, str):
+            continue  # it exited while we looked
+        gpus = set()
+        for path in held:
+            m = _GPU_NODE.match(os.path.basename(path))
+            if m and int(m.group(1)) in minors:
+                gpus.add(minors[int(m.group(1))])
+        ident = identity(pid)
+        result.holders.append(Holder(pid=pid, devices=held, host=host, gpus=tuple(sorted(gpus)),
+                                     nvml_memory=listed.get(pid, {}),
+                                     ns_pids=ident.ns_pids if ident else (pid,)))
+    result.holders.sort(key=lambda h: h.pid)
+    if result.unreadable:
+        result.notes.append(f"{result.unreadable} processes could not be inspected (their open files are not "
+                            "yours to read): run as root to see every holder")
+    return result

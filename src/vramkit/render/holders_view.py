@@ -1,0 +1,91 @@
+"""`vram ps --holders`: the processes that hold the GPU device files open, as `fuser -v
+/dev/nvidia*` shows them, with whether NVML lists GPU memory for each."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..holders import Holder, HolderScan
+from ..units import format_duration, format_size
+from .style import Style, clip
+
+HEADER = ("PID", "USER", "DEVICES", "GPU", "NVML", "ELAPSED", "FLAGS")
+RIGHT = {"PID", "ELAPSED"}
+
+
+def devices_text(h: Holder) -> str:
+    return ",".join(os.path.basename(d) for d in h.devices)
+
+
+def _nvml(h: Holder) -> str:
+    if not h.nvml_listed:
+        return "not listed"
+    known = [m for m in h.nvml_memory.values() if m is not None]
+    return format_size(sum(known)) if known else "N/A"
+
+
+def _flags(h: Holder) -> str:
+    out = []
+    if h.host.state == "zombie":
+        out.append("zombie")
+    if h.host.ppid == 1 and h.pid != 1:
+        out.append("orphan")
+    if h.host.container:
+        out.append("container")
+    return ",".join(out) or "-"
+
+
+def _details(h: Holder) -> list[str]:
+    if len(h.ns_pids) > 1:
+        where = f"container {h.host.container}" if h.host.container else "another PID namespace"
+        return [f"runs in {where} as pid {h.ns_pids[-1]}"]
+    return []
+
+
+def render_holders(result: HolderScan, style: Style, width: int, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    if result.pattern is None:
+        title = "processes holding GPU device files open"
+    else:
+        title = f"processes holding {result.pattern} open (as fuser -v shows them)"
+    lines = [style.paint(f"{title}: {len(result.holders)}", "bold")]
+    rows = [[str(h.pid), h.host.user or "?", clip(devices_text(h), 40), ",".join(map(str, h.gpus)) or "-",
+             _nvml(h), format_duration(now - h.host.start_time), _flags(h)] for h in result.holders]
+    if rows:
+        widths = [max([len(head)] + [len(r[i]) for r in rows]) for i, head in enumerate(HEADER)]
+
+        def cells(values: list[str]) -> str:
+            return "  ".join(v.rjust(w) if hd in RIGHT else v.ljust(w) for v, w, hd in zip(values, widths, HEADER))
+
+        lead = sum(widths) + 2 * len(widths)
+        lines.append(style.paint(cells(list(HEADER)) + "  COMMAND", "bold"))
+        for h, r in zip(result.holders, rows):
+            nvml = r[4]
+            line = cells(r) + "  " + clip(h.host.command, max(10, width - lead))
+            if nvml == "not listed":
+                line = line.replace("not listed", style.paint("not listed", "yellow"), 1)
+            lines.append(line)
+            lines.extend(style.paint(" " * (widths[0] + 2) + d, "dim") for d in _details(h))
+    lines.extend(style.paint(n, "dim") for n in result.notes)
+    if result.skipped_self:
+        lines.append(style.paint("(vram itself holds the device files while it reads NVML: not listed)", "dim"))
+    return "\n".join(lines)
+
+
+def holder_dict(h: Holder, now: float | None = None) -> dict:
+    now = time.time() if now is None else now
+    return {
+        "pid": h.pid, "user": h.host.user, "uid": h.host.uid, "command": h.host.command, "name": h.host.name,
+        "state": h.host.state, "ppid": h.host.ppid, "start_time": round(h.host.start_time, 3),
+        "elapsed": round(max(0.0, now - h.host.start_time), 1), "container": h.host.container,
+        "namespace_pids": list(h.ns_pids), "devices": list(h.devices), "gpus": list(h.gpus),
+        "nvml_listed": h.nvml_listed,
+        "nvml_memory": [{"gpu": g, "memory": m} for g, m in sorted(h.nvml_memory.items())],
+    }
+
+
+def holders_json(result: HolderScan, now: float | None = None) -> dict:
+    """The keys `vram ps --holders --json` adds to `vram ps --json`."""
+    return {"device_nodes": result.pattern, "holders": [holder_dict(h, now) for h in result.holders],
+            "holders_unreadable": result.unreadable, "holders_notes": list(result.notes)}

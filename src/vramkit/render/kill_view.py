@@ -1,0 +1,177 @@
+"""`vram kill`: the plan (who will be signalled, who is refused and why), the results, and
+what each GPU holds afterwards; and the same as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+from ..kill import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
+from ..units import format_duration, format_size
+from .banner import banner
+from .data import _header
+from .style import Style, clip
+
+_COLOURS = {EXITED: "green", SIGNALLED: "green", WOULD_SIGNAL: "cyan", STILL_RUNNING: "red", REFUSED: "yellow"}
+HEADER = ("PID", "USER", "GPU", "MEMORY", "AGE")
+RIGHT = {"PID", "MEMORY", "AGE"}
+
+
+def _gpus(t: Target) -> str:
+    return ",".join(map(str, t.all_gpus)) or "-"
+
+
+def _memory(t: Target) -> str:
+    return format_size(t.memory) if t.nvml_listed else "N/A"
+
+
+def _action(t: Target, signal: str) -> str:
+    if t.status == WOULD_SIGNAL:
+        return signal
+    if t.status == EXITED and t.seconds is not None and t.seconds >= 0.1:
+        return f"exited ({t.seconds:.1f}s)"
+    return t.status
+
+
+def _details(t: Target) -> list[str]:
+    """The lines under a row: why it is refused, how it holds the GPU, container, notes."""
+    out = []
+    if t.refusal is not None:
+        out.append(f"refused by rule '{t.refusal.rule}': {t.refusal.reason}")
+    if t.devices and not t.nvml_listed:
+        names = ", ".join(os.path.basename(d) for d in t.devices)
+        out.append(f"NVML lists no memory for it; it holds {names} open")
+    if t.container_pid is not None:
+        where = f"container {t.container}" if t.container else "another PID namespace"
+        out.append(f"runs in {where} as pid {t.container_pid}")
+    elif t.container:
+        out.append(f"runs in container {t.container}")
+    out.extend(t.notes)
+    return out
+
+
+def _table(targets: list[Target], signal: str, last: str, style: Style, width: int) -> list[str]:
+    rows = [[str(t.pid), t.user or "?", _gpus(t), _memory(t), format_duration(t.elapsed), _action(t, signal)]
+            for t in targets]
+    head = [*HEADER, last]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+
+    def cells(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if h in RIGHT else v.ljust(w) for v, w, h in zip(values, widths, head))
+
+    lead = sum(widths) + 2 * len(widths)
+    indent = " " * (widths[0] + 2)
+    out = [style.paint(cells(head) + "  COMMAND", "bold")]
+    for t, r in zip(targets, rows):
+        action = style.paint(r[-1].ljust(widths[-1]), _COLOURS.get(t.status, "bold"))
+        line = cells(r[:-1]) + "  " + action + "  " + clip(t.command or "?", max(10, width - lead))
+        out.append(line)
+        for detail in _details(t):
+            wrapped = textwrap.wrap(detail, max(30, width - len(indent) - 2)) or [""]
+            out.append(style.paint(indent + "↳ " + wrapped[0] if style.unicode else indent + "- " + wrapped[0], "dim"))
+            out.extend(style.paint(indent + "  " + more, "dim") for more in wrapped[1:])
+    return out
+
+
+def _intro(plan: Plan, signal: str, timeout: float, force: bool) -> str:
+    n = len(plan.to_signal)
+    what = f"{n} process{'es' if n != 1 else ''}"
+    if not n:
+        return "nothing will be signalled"
+    if signal in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
+        tail = f", wait up to {timeout:g}s for {'it' if n == 1 else 'them'} to exit"
+        tail += ", then SIGKILL to any still running" if force else ""
+    elif signal == "SIGKILL":
+        tail = ""
+    else:
+        tail = " (it does not end a process: vram does not wait)"
+    return f"{signal} to {what}{tail}"
+
+
+def render_plan(plan: Plan, signal: str, timeout: float, force: bool, style: Style, width: int,
+                dry_run: bool = False) -> str:
+    lines = [banner(plan.snapshot, style, width)]
+    intro = _intro(plan, signal, timeout, force)
+    if dry_run:
+        intro = f"dry run, nothing is signalled: would send {intro}" if plan.to_signal else (
+            "dry run, nothing is signalled: every selected process would be refused")
+    lines.append(style.paint(intro, "bold"))
+    lines.extend(_table(plan.targets, signal, "ACTION", style, width))
+    lines.extend(style.paint(n, "dim") for n in plan.notes)
+    return "\n".join(lines)
+
+
+def render_nothing(plan: Plan, style: Style, width: int) -> str:
+    lines = [banner(plan.snapshot, style, width), "nothing to signal: no process matches"]
+    lines.extend(style.paint(n, "dim") for n in plan.notes)
+    return "\n".join(lines)
+
+
+def render_report(report: KillReport, style: Style, width: int, with_banner: bool = True) -> str:
+    plan = report.plan
+    lines = [banner(plan.snapshot, style, width)] if with_banner else []
+    lines.extend(_table(plan.targets, report.signal, "RESULT", style, width))
+    lines.extend(style.paint(n, "dim") for n in plan.notes)
+    target_pids = {t.pid: t for t in plan.targets}
+    arrow = " → " if style.unicode else " -> "
+    for change in report.gpus:
+        used = f"{format_size(change.used_before)}{arrow}{format_size(change.used_after)} used"
+        freed = change.freed
+        if freed is None:
+            verdict = "freed: N/A"
+        elif freed > 0:
+            verdict = style.paint(f"{format_size(freed)} freed", "green")
+        elif freed == 0:
+            verdict = "nothing freed"
+        else:
+            verdict = f"{format_size(-freed)} more in use (other processes allocated meanwhile)"
+        lines.append(f"GPU {change.index}  {used}: {verdict}")
+        for p in change.still:
+            t = target_pids.get(p.pid)
+            mark = style.paint(f"  [{t.status}]", _COLOURS.get(t.status, "bold")) if t else ""
+            head = f"       still held: {format_size(p.memory):>8}  {p.user or '?':<10} {p.pid:>7}  "
+            lines.append(head + clip(p.command or f"({p.host_missing})", max(10, width - len(head) - 16)) + mark)
+        if change.unattributed:
+            lines.append(f"       {format_size(change.unattributed)} used but not charged to any listed process: "
+                         "see vram ps --holders")
+        holders = [h for h in report.holders_after if change.index in h.gpus]
+        for h in holders:
+            head = f"       holds its device files open, not listed by NVML: {h.host.user or '?'} {h.pid}  "
+            lines.append(head + clip(h.host.command, max(10, width - len(head))))
+        if not change.still and not change.unattributed and not holders:
+            lines.append(style.paint("       no process holds memory on it now", "dim"))
+    if report.audit_log:
+        lines.append(style.paint(f"audit log: {report.audit_log}", "dim"))
+    return "\n".join(lines)
+
+
+def target_dict(t: Target) -> dict:
+    return {
+        "pid": t.pid, "start_time": None if t.start_time is None else round(t.start_time, 3),
+        "user": t.user, "uid": t.uid, "command": t.command, "name": t.name, "state": t.state,
+        "gpus": [{"gpu": g, "memory": m} for g, m in sorted(t.gpus.items())], "memory": t.memory,
+        "nvml_listed": t.nvml_listed, "devices": list(t.devices), "holder_gpus": list(t.holder_gpus),
+        "container": t.container, "namespace_pids": list(t.ns_pids), "container_pid": t.container_pid,
+        "elapsed": None if t.elapsed is None else round(t.elapsed, 1), "simulated": t.synthetic,
+        "status": t.status, "rule": t.refusal.rule if t.refusal else None,
+        "reason": t.refusal.reason if t.refusal else None, "signals": list(t.signals),
+        "seconds": None if t.seconds is None else round(t.seconds, 3), "notes": list(t.notes),
+    }
+
+
+def kill_json(report: KillReport, signal: str, timeout: float, force: bool) -> str:
+    plan = report.plan
+    out = {
+        **_header(plan.snapshot), "dry_run": report.dry_run, "signal": signal, "timeout": timeout, "force": force,
+        "ok": report.ok, "targets": [target_dict(t) for t in plan.targets], "notes": list(plan.notes),
+        "gpus": [{"index": c.index, "memory_used_before": c.used_before, "memory_used_after": c.used_after,
+                  "freed": c.freed, "targets_held": c.targets_held, "unattributed": c.unattributed,
+                  "still_holding": [{"pid": p.pid, "user": p.user, "memory": p.memory, "command": p.command,
+                                     "target": any(t.pid == p.pid for t in plan.targets)} for p in c.still]}
+                 for c in report.gpus],
+        "holders_after": [{"pid": h.pid, "user": h.host.user, "command": h.host.command, "gpus": list(h.gpus),
+                           "devices": list(h.devices)} for h in report.holders_after],
+        "audit_log": report.audit_log,
+    }
+    return json.dumps(out, indent=2)

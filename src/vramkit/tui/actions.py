@@ -1,0 +1,33 @@
+"""The live view's actions, through exactly the path `vram kill` takes (vramkit.kill): select and
+check (identity, ownership, protected list), then re-check, signal, wait and audit. Nothing here
+re-implements a check; this only adapts the calls to one pid chosen in the table."""
+
+from __future__ import annotations
+
+import signal
+
+from ..audit import AuditLog
+from ..kill import Criteria, KillReport, Plan
+from ..kill import execute as kill_execute
+from ..kill import make_plan as kill_make_plan
+from ..snapshot import Machine
+
+
+class KillActions:
+    """Blocking calls: the app runs them off the UI thread, never beside a snapshot."""
+
+    def __init__(self, machine: Machine, audit_path: str | None = None, timeout: float = 10.0,
+                 all_users: bool = False):
+        self.machine = machine
+        self.audit_path = audit_path
+        self.timeout = timeout
+        self.all_users = all_users
+
+    def plan(self, pid: int) -> Plan:
+        return kill_make_plan(self.machine, Criteria(pids=(pid,), all_users=self.all_users))
+
+    def execute(self, plan: Plan, force: bool = False) -> KillReport:
+        m = self.machine
+        context = {"simulated": m.simulated, "scenario": m.sim.scenario.name if m.sim else None, "via": "vram top"}
+        with AuditLog(self.audit_path, context) as log:  # not writable: AuditError, nothing signalled
+            return kill_execute(m, plan, signal.SIGTERM, timeout=self.timeout, force=force, audit=log)

@@ -1,0 +1,378 @@
+"""`vram top`: the Textual app.
+
+Snapshots are taken in a worker thread (`asyncio.to_thread`), one at a time, so a slow driver
+or a /proc walk over hundreds of processes never freezes the keyboard. Each refresh feeds the
+History (sparklines, alerts) and updates the table in place: only cells whose text changed are
+redrawn unless the set or order of rows changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Input, Static
+
+from ..alerts import Alert, History, Thresholds, evaluate
+from ..model import Snapshot
+from ..render.banner import banner
+from ..render.style import Style
+from . import rows as R
+from .panels import alerts_text, gpu_panel
+from .screens import AlertsScreen, DetailScreen, HelpScreen
+
+if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only view never needs it
+    from .actions import KillActions
+
+RIGHT = {"gpu", "pid", "memory", "share", "util", "cpu", "rss", "elapsed"}
+HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "share": "memory",
+               "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
+
+
+class ProcTable(DataTable):
+    """The process table: Home/End go to the first/last row (the command is clipped to fit, so
+    there is nothing to scroll sideways to)."""
+
+    BINDINGS = [Binding("home", "scroll_top", "Top", show=False),
+                Binding("end", "scroll_bottom", "Bottom", show=False)]
+
+
+class TopApp(App):
+    TITLE = "vram top"
+    CSS = """
+    Screen { layout: vertical; }
+    #banner { height: auto; padding: 0 1; }
+    #gpu-area { height: auto; max-height: 60%; }
+    #gpus { height: auto; padding: 0 1; }
+    #alerts { height: auto; padding: 0 1; }
+    #viewline { height: 1; padding: 0 1; background: $boost; }
+    #procs { height: 1fr; }
+    #prompt { display: none; height: 3; }
+    #prompt.shown { display: block; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("slash", "prompt('search')", "Search"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("r", "reverse", "Reverse", show=False),
+        Binding("u", "prompt('user')", "User"),
+        Binding("g", "prompt('gpu')", "GPU"),
+        Binding("t", "tree", "Tree"),
+        Binding("k", "kill", "Kill"),
+        Binding("a", "alerts", "Alerts", show=False),
+        Binding("p", "pause", "Pause", show=False),
+        Binding("escape", "clear", "Clear", show=False),
+    ]
+
+    def __init__(self, collect: Callable[[], Snapshot], interval: float = 2.0, readonly: bool = True,
+                 gpus: list[int] | None = None, thresholds: Thresholds | None = None,
+                 history_span: float = 300.0, actions: KillActions | None = None):
+        super().__init__()
+        self.collect = collect
+        self.interval = interval
+        self.readonly = readonly or actions is None
+        self.only_gpus = set(gpus) if gpus else None
+        self.thresholds = thresholds or Thresholds()
+        self.span = history_span
+        self.actions = actions
+        self._lock = asyncio.Lock()  # one user of the machine at a time: a snapshot or a kill
+        self.history = History(keep_seconds=max(900.0, 2 * history_span))
+        self.view = R.View()
+        self.snap: Snapshot | None = None
+        self.alerts: list[Alert] = []
+        self.paused = False
+        self.error: str | None = None
+        self.refreshes = 0
+        self._prompt_mode: str | None = None
+        self._columns: list[str] = []
+        self._command_width = 0
+        self._shown: list[tuple[str, list[str]]] = []
+        self._rows: list[R.Row] = []
+
+    # ------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Static("", id="banner")
+        with VerticalScroll(id="gpu-area"):
+            yield Static("", id="gpus")
+        yield Static("", id="alerts")
+        yield Static("", id="viewline")
+        table = ProcTable(id="procs", cursor_type="row", zebra_stripes=False)
+        yield table
+        yield Input(id="prompt")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self._setup_columns()
+        self.query_one("#procs", DataTable).focus()
+        await self.refresh_data()
+        self.set_interval(self.interval, self.refresh_data)
+
+    def on_resize(self) -> None:
+        if self._setup_columns():
+            self._fill_table(force=True)
+        self._draw()
+
+    def _setup_columns(self) -> bool:
+        """(Re)build the table's columns when the width calls for another set. True if it did."""
+        columns, command_width = R.columns_for(self.size.width)
+        if columns == self._columns and command_width == self._command_width:
+            return False
+        table = self.query_one("#procs", DataTable)
+        table.clear(columns=True)
+        headers = dict(R.COLUMNS)
+        for key in columns:
+            width = command_width if key == "command" else R.WIDTHS[key]
+            label = Text(headers[key], justify="right" if key in RIGHT else "left")
+            table.add_column(label, width=width, key=key)
+        self._columns, self._command_width = columns, command_width
+        self._shown = []
+        return True
+
+    # ------------------------------------------------------------ data
+    async def refresh_data(self) -> None:
+        """Take one snapshot (off the UI thread) and show it. Skipped while one is in flight."""
+        if self._lock.locked() or self.paused:
+            return
+        try:
+            async with self._lock:
+                snap = await asyncio.to_thread(self.collect)
+        except Exception as e:  # the view goes on with the last good data
+            self.error = f"refresh failed at {time.strftime('%H:%M:%S')}: {type(e).__name__}: {e}"
+            self._draw()
+            return
+        self.error = None
+        self.apply(snap)
+
+    def apply(self, snap: Snapshot) -> None:
+        if self.only_gpus is not None:
+            snap.gpus = [g for g in snap.gpus if g.index in self.only_gpus]
+        self.snap = snap
+        self.refreshes += 1
+        self.history.add(snap)
+        self.alerts = evaluate(self.history, self.thresholds)
+        self._draw()
+        self._fill_table()
+        if isinstance(self.screen, DetailScreen):
+            self.screen.update(snap, self.history, self.span)
+
+    # ------------------------------------------------------------ drawing
+    def _draw(self) -> None:
+        width = max(20, self.size.width - 2)
+        snap = self.snap
+        head = Text()
+        if snap is not None:
+            plain = banner(snap, Style(color=False, unicode=True), width)
+            head = Text(plain)
+            head.highlight_words(["SIMULATED machine"], style="bold magenta")
+        extra = [f"refresh {self.interval:g}s"]
+        if self.readonly:
+            extra.append("read-only")
+        if self.paused:
+            extra.append("PAUSED (p resumes)")
+        head.append("  ·  " + "  ·  ".join(extra), style="dim")
+        if self.error:
+            head.append("\n" + self.error, style="bold red")
+        self.query_one("#banner", Static).update(head)
+        if snap is None:
+            return
+        two_lines = self.size.height >= 2 * len(snap.gpus) + 20
+        alerting = {a.gpu for a in self.alerts if a.severity == "critical"}
+        panels = [gpu_panel(g, self.history.gpu(g.index), snap.time, width, two_lines, self.span,
+                            g.index in alerting) for g in snap.gpus]
+        if not panels:
+            panels = [Text("no GPUs", style="dim")]
+        self.query_one("#gpus", Static).update(Text("\n").join(panels))
+        max_alerts = 2 if self.size.height < 30 else 4
+        self.query_one("#alerts", Static).update(alerts_text(self.alerts, width, max_alerts))
+        self._draw_viewline()
+
+    def _fill_table(self, force: bool = False) -> None:
+        if self.snap is None:
+            return
+        table = self.query_one("#procs", DataTable)
+        by_index = {g.index: g for g in self.snap.gpus}
+        self._rows = R.ordered(self.snap, self.view)
+        wanted = [(r.key, R.cells(r, by_index, self._columns, self._command_width)) for r in self._rows]
+        if not force and [k for k, _ in wanted] == [k for k, _ in self._shown]:
+            for (key, new), (_, old) in zip(wanted, self._shown):
+                if new != old:
+                    for column, a, b in zip(self._columns, new, old):
+                        if a != b:
+                            table.update_cell(key, column, self._cell(column, a))
+        else:
+            selected = self.selected_key()
+            table.clear()
+            for key, values in wanted:
+                table.add_row(*(self._cell(c, v) for c, v in zip(self._columns, values)), key=key)
+            keys = [k for k, _ in wanted]
+            if selected in keys:
+                table.move_cursor(row=keys.index(selected), animate=False)
+        self._shown = wanted
+        self._draw_viewline()
+
+    def _draw_viewline(self) -> None:
+        if self.snap is None:
+            return
+        total = len(self.snap.processes)
+        shown = sum(1 for r in self._rows if r.proc is not None)
+        count = f"{shown} of {total} GPU processes" if shown != total else f"{total} GPU processes"
+        self.query_one("#viewline", Static).update(Text(f"{count}  ·  {self.view.describe()}  ·  ? help",
+                                                        style="bold"))
+
+    @staticmethod
+    def _cell(column: str, value: str) -> Text:
+        # Always Text: a plain str cell would be parsed as markup, and commands are other users' text.
+        if column in RIGHT:
+            return Text(value, justify="right")
+        if column == "flags" and value != "-":
+            return Text(value, style="yellow")
+        return Text(value)
+
+    def selected_key(self) -> str | None:
+        table = self.query_one("#procs", DataTable)
+        if not table.row_count:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:  # no row under the cursor
+            return None
+
+    def selected_row(self) -> R.Row | None:
+        key = self.selected_key()
+        return next((r for r in self._rows if r.key == key), None)
+
+    # ------------------------------------------------------------ actions
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_alerts(self) -> None:
+        self.push_screen(AlertsScreen(self.alerts))
+
+    def action_cycle_sort(self) -> None:
+        order = R.SORT_ORDER
+        self.view.sort = order[(order.index(self.view.sort) + 1) % len(order)]
+        self._fill_table()
+
+    def action_reverse(self) -> None:
+        self.view.reverse = not self.view.reverse
+        self._fill_table()
+
+    def action_tree(self) -> None:
+        self.view.tree = not self.view.tree
+        self._fill_table()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self._draw()
+
+    def action_clear(self) -> None:
+        self.view.users.clear()
+        self.view.gpus.clear()
+        self.view.search = ""
+        self._hide_prompt()
+        self._fill_table()
+
+    def action_prompt(self, mode: str) -> None:
+        prompt = self.query_one("#prompt", Input)
+        self._prompt_mode = mode
+        prompt.placeholder = {"search": "search pid, user or command (Enter keeps it, Esc clears)",
+                              "user": "only these users, comma-separated (empty: everyone)",
+                              "gpu": "only these GPUs: 0 | 0,2 | 0-3 (empty: every GPU)"}[mode]
+        prompt.value = {"search": self.view.search, "user": ",".join(sorted(self.view.users)),
+                        "gpu": ",".join(map(str, sorted(self.view.gpus)))}[mode]
+        prompt.add_class("shown")
+        prompt.focus()
+
+    def _hide_prompt(self) -> None:
+        prompt = self.query_one("#prompt", Input)
+        prompt.remove_class("shown")
+        self._prompt_mode = None
+        self.query_one("#procs", DataTable).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self._prompt_mode == "search":
+            self.view.search = event.value.strip()
+            self._fill_table()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        mode, text = self._prompt_mode, event.value.strip()
+        if mode == "user":
+            self.view.users = {u.strip() for u in text.split(",") if u.strip()}
+        elif mode == "gpu":
+            try:
+                self.view.gpus = set(parse_gpus(text)) if text else set()
+            except ValueError as e:
+                self.notify(str(e), severity="error")
+                return
+        elif mode == "search":
+            self.view.search = text
+        self._hide_prompt()
+        self._fill_table()
+
+    def on_key(self, event) -> None:
+        if event.key == "escape" and self._prompt_mode is not None:
+            if self._prompt_mode == "search":
+                self.view.search = ""
+            self._hide_prompt()
+            self._fill_table()
+            event.stop()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        row = self.selected_row()
+        if row is None or row.proc is None or self.snap is None:
+            return
+        screen = DetailScreen(row.proc.pid)
+        self.push_screen(screen)
+        screen.call_after_refresh(screen.update, self.snap, self.history, self.span)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = HEADER_SORT.get(str(event.column_key.value))
+        if key is None:
+            return
+        if key == self.view.sort:
+            self.view.reverse = not self.view.reverse
+        else:
+            self.view.sort, self.view.reverse = key, False
+        self._fill_table()
+
+    def action_kill(self, pid: int | None = None) -> None:
+        if self.readonly:
+            self.notify("read-only view: actions are off (started with --readonly)", severity="warning")
+            return
+        if pid is None:
+            row = self.selected_row()
+            if row is None or row.proc is None:
+                self.notify("select a process first", severity="warning")
+                return
+            pid = row.proc.pid
+
+        from .killscreen import KillScreen
+
+        async def after(_result) -> None:
+            await self.refresh_data()
+        self.push_screen(KillScreen(pid, self.actions, self._lock), after)
+
+
+def parse_gpus(text: str) -> list[int]:
+    """'0,2' or '0-3' -> indices; ValueError with a one-line message."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise ValueError(f"not a GPU list: {text!r} (try 0 or 0,2 or 0-3)") from None
+    return sorted(out)

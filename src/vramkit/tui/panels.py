@@ -1,0 +1,148 @@
+"""Text for the live view's GPU panels, alerts line and process detail (rich Text, no Textual).
+
+Sparklines cover a fixed span of time (the last few minutes), one cell per slice of it: a slice
+with no sample yet is blank, so a view that just started shows a short history, not an invented one.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from ..alerts import Alert, GpuSample
+from ..model import Device
+from ..render import fmt
+from ..render.style import level_color
+from ..units import format_duration
+
+TICKS = "▁▂▃▄▅▆▇█"
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def spark(values: list[float | None], lo: float, hi: float) -> str:
+    """One character per value, scaled between lo and hi; None is a blank."""
+    out = []
+    span = (hi - lo) or 1.0
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            level = int(round((min(hi, max(lo, v)) - lo) / span * (len(TICKS) - 1)))
+            out.append(TICKS[level])
+    return "".join(out)
+
+
+def buckets(points: list[tuple[float, float | None]], now: float, span: float, cells: int,
+            step: bool = False) -> list[float | None]:
+    """Resample (time, value) points to `cells` slices of the last `span` seconds: the largest
+    value in each slice (peaks are what matter for memory). With `step`, a slice with no point
+    holds the last value before it (change-point series, as process traces are stored)."""
+    if cells <= 0:
+        return []
+    width = span / cells
+    out: list[float | None] = [None] * cells
+    start = now - span
+    for t, v in points:
+        if v is None or t < start - width:
+            continue
+        i = min(cells - 1, max(0, int((t - start) / width)))
+        if out[i] is None or v > out[i]:
+            out[i] = v
+    if step and points:
+        first = points[0][0]
+        last: float | None = None
+        for i in range(cells):
+            if out[i] is not None:
+                last = out[i]
+            elif last is not None and start + i * width >= first:
+                out[i] = last
+    return out
+
+
+def bar(fraction: float | None, width: int, color: str) -> Text:
+    if width <= 0:
+        return Text()
+    if fraction is None:
+        return Text("·" * width, style="dim")
+    fraction = min(1.0, max(0.0, fraction))
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    filled = "█" * full + (_EIGHTHS[part] if part else "")
+    return Text.assemble((filled, color), ("░" * (width - len(filled)), "dim"))
+
+
+def _span_label(span: float) -> str:
+    return format_duration(span).removesuffix("00s").replace("m00s", "m")
+
+
+def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
+              span: float = 300.0, alerting: bool = False) -> Text:
+    """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
+    layouts the history sparklines); line 2, when there is room, memory and utilization history."""
+    index = Text(f"{dev.index:>2} ", style="bold red" if alerting else "bold")
+    if dev.lost:
+        line = Text.assemble(index, ("LOST", "bold red"), f"  {dev.error or 'GPU is lost'}")
+        line.truncate(width)
+        return line
+    frac = fmt.mem_fraction(dev)
+    color = level_color(frac)
+    color = "" if color == "dim" else color
+    pair = fmt.memory_pair(dev.memory_used, dev.memory_total)
+    share = fmt.pct(None if frac is None else 100 * frac)
+    util = dev.utilization
+    total = dev.memory_total or 1
+    mem_pts = [(s.time, None if s.memory_used is None else s.memory_used / total) for s in samples]
+    util_pts = [(s.time, None if s.utilization is None else s.utilization / 100) for s in samples]
+    power = fmt.power(dev) if width >= 100 else (
+        "N/A" if dev.power_draw is None else f"{dev.power_draw:.0f}W")
+    power_w = 9 if width >= 100 else 5
+    tail = f" {fmt.temp(dev.temperature):>5} {power:>{power_w}}"
+    mem_text = f" {pair:>12} {share:>4}"
+    name = fmt.short_gpu_name(dev.name)
+    if two_lines:
+        fixed = 3 + 1 + 4 + len(mem_text) + 7 + 5 + len(tail)
+        room = max(8, width - fixed)
+        name_w = min(len(name), max(6, room // 3))
+        bar_w = max(4, min(30, (room - name_w) * 2 // 3))
+        util_w = max(0, min(12, room - name_w - bar_w))
+        line1 = Text.assemble(index, (f"{_clip(name, name_w):<{name_w}}", ""), " mem ", bar(frac, bar_w, color),
+                              (mem_text, color), "  util ", bar(None if util is None else util / 100, util_w, "cyan"),
+                              f" {fmt.pct(util):>4}", tail)
+        spark_w = max(4, (width - 3 - 4 - 7 - 6) // 2)
+        label = _span_label(span)
+        line2 = Text.assemble(
+            "   ", ("mem ", "dim"), (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or "green"),
+            ("  util ", "dim"), (spark(buckets(util_pts, now, span, spark_w), 0, 1), "cyan"), (f" {label}", "dim"))
+        line1.truncate(width)
+        line2.truncate(width)
+        return Text("\n").join([line1, line2])
+    # One line: index, name, bar, used/total, %, memory history, util %, util history, temp, power.
+    fixed = 3 + 1 + len(mem_text) + 1 + 6 + 4 + 1 + len(tail)
+    room = max(12, width - fixed)
+    name_w = min(len(name), max(5, room // 4))
+    bar_w = max(3, min(20, (room - name_w) // 3))
+    spark_w = max(2, (room - name_w - bar_w - 2) // 2)
+    line = Text.assemble(index, f"{_clip(name, name_w):<{name_w}} ", bar(frac, bar_w, color), (mem_text, color), " ",
+                         (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or "green"),
+                         f" util{fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), "cyan"),
+                         tail)
+    line.truncate(width)
+    return line
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def alerts_text(alerts: list[Alert], width: int, max_lines: int) -> Text:
+    if not alerts:
+        return Text("no alerts", style="dim")
+    lines = []
+    shown = alerts if len(alerts) <= max_lines else alerts[: max(1, max_lines - 1)]
+    for a in shown:
+        mark, style = ("▲", "bold red") if a.severity == "critical" else ("●", "yellow")
+        line = Text.assemble((mark + " ", style), a.message)
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+    if len(shown) < len(alerts):
+        lines.append(Text(f"  +{len(alerts) - len(shown)} more alerts (a: list all)", style="dim"))
+    return Text("\n").join(lines)

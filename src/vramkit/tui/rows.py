@@ -1,0 +1,194 @@
+"""The process table's rows: filter, search, sort and tree order, as plain data (no Textual).
+
+A row is one (process, GPU, MIG instance), as in `vram ps`. In tree view the rows of a process
+follow its parent's; siblings whose parent holds no GPU memory are gathered under a parent row
+that says only what is known (its pid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..model import GpuProcess, Snapshot
+from ..render import fmt
+from ..units import format_size
+
+SORT_KEYS: dict[str, Callable[[GpuProcess], object]] = {
+    "memory": lambda p: -(p.memory or 0),
+    "gpu": lambda p: (p.gpu, -(p.memory or 0)),
+    "pid": lambda p: (p.pid, p.gpu),
+    "user": lambda p: (p.user or "~", -(p.memory or 0)),
+    "elapsed": lambda p: -(p.elapsed or 0),
+    "cpu": lambda p: -(p.cpu_percent or 0),
+    "rss": lambda p: -(p.rss or 0),
+}
+SORT_ORDER = tuple(SORT_KEYS)
+
+# (key, header); the column a sort key belongs to, for clicking a header.
+COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "USER"), ("memory", "MEMORY"), ("share", "%GPU"),
+           ("util", "UTIL"), ("cpu", "CPU%"), ("rss", "RSS"), ("elapsed", "ELAPSED"), ("flags", "FLAGS"),
+           ("command", "COMMAND"))
+# Given up, in this order, when the terminal is narrow (the command stays readable).
+DROP_ORDER = ("rss", "cpu", "share", "util", "flags")
+
+
+def row_key(p: GpuProcess) -> str:
+    return f"{p.pid}/{p.gpu}/{'' if p.mig_gi is None else p.mig_gi}"
+
+
+@dataclass
+class View:
+    """What the person asked to see."""
+
+    sort: str = "memory"
+    reverse: bool = False
+    users: set[str] = field(default_factory=set)  # empty: everyone
+    gpus: set[int] = field(default_factory=set)  # empty: every GPU
+    search: str = ""
+    tree: bool = False
+
+    def describe(self) -> str:
+        parts = [f"sort {self.sort}{' (reversed)' if self.reverse else ''}"]
+        if self.users:
+            parts.append("user " + ",".join(sorted(self.users)))
+        if self.gpus:
+            parts.append("GPU " + ",".join(map(str, sorted(self.gpus))))
+        if self.search:
+            parts.append(f"search {self.search!r}")
+        if self.tree:
+            parts.append("tree")
+        return "  ·  ".join(parts)
+
+
+def matches(p: GpuProcess, view: View) -> bool:
+    if view.users and (p.user or "?") not in view.users:
+        return False
+    if view.gpus and p.gpu not in view.gpus:
+        return False
+    if view.search:
+        needle = view.search.lower()
+        hay = f"{p.pid} {p.user or ''} {p.command or p.host_missing or ''}".lower()
+        if needle not in hay:
+            return False
+    return True
+
+
+@dataclass
+class Row:
+    key: str
+    proc: GpuProcess | None  # None: a parent row in tree view
+    prefix: str = ""  # tree drawing before the command
+    parent_pid: int | None = None  # for a parent row
+
+
+def ordered(snap: Snapshot, view: View) -> list[Row]:
+    procs = [p for p in snap.processes if matches(p, view)]
+    key = SORT_KEYS[view.sort]
+    procs.sort(key=key, reverse=view.reverse)
+    if not view.tree:
+        return [Row(row_key(p), p) for p in procs]
+    return _tree(procs)
+
+
+def _tree(procs: list[GpuProcess]) -> list[Row]:
+    """Rows in sort order, each process's children right after it (each level keeps the sort)."""
+    pids = {p.pid for p in procs}
+    by_pid: dict[int, list[GpuProcess]] = {}
+    for p in procs:
+        by_pid.setdefault(p.pid, []).append(p)
+    children: dict[int, list[int]] = {}
+    roots: list[int] = []
+    for p in procs:  # first appearance of each pid, in sort order
+        if p is by_pid[p.pid][0]:
+            if p.ppid in pids and p.ppid != p.pid:
+                children.setdefault(p.ppid, []).append(p.pid)
+            else:
+                roots.append(p.pid)
+    # Siblings under a parent that holds no GPU memory (a torchrun launcher, a notebook server):
+    # gather them under a row for that parent.
+    by_parent: dict[int, list[int]] = {}
+    for pid in roots:
+        ppid = by_pid[pid][0].ppid
+        if ppid not in (None, 0, 1):
+            by_parent.setdefault(ppid, []).append(pid)
+    rows: list[Row] = []
+    seen: set[int] = set()
+
+    def emit(pid: int, prefix: str, last: bool, depth: int) -> None:
+        if pid in seen:  # a ppid loop cannot happen in /proc, but a scenario may say anything
+            return
+        seen.add(pid)
+        branch = "" if depth == 0 else prefix + ("└─ " if last else "├─ ")
+        for p in by_pid[pid]:
+            rows.append(Row(row_key(p), p, branch))
+        kids = children.get(pid, [])
+        below = "" if depth == 0 else prefix + ("   " if last else "│  ")
+        for i, kid in enumerate(kids):
+            emit(kid, below, i == len(kids) - 1, depth + 1)
+
+    for pid in roots:
+        if pid in seen:
+            continue
+        ppid = by_pid[pid][0].ppid
+        group = by_parent.get(ppid, [])
+        if len(group) >= 2:
+            rows.append(Row(f"parent/{ppid}", None, "", parent_pid=ppid))
+            for i, sibling in enumerate(group):
+                emit(sibling, "", i == len(group) - 1, 1)
+        else:
+            emit(pid, "", True, 0)
+    return rows
+
+
+def cells(row: Row, snap_gpus: dict, columns: list[str], command_width: int) -> list[str]:
+    """Text of each shown column for one row."""
+    p = row.proc
+    if p is None:
+        values = {c: "" for c in columns}
+        values["pid"] = str(row.parent_pid)
+        values["command"] = clip("(parent: holds no GPU memory)", command_width)
+        return [values[c] for c in columns]
+    dev = snap_gpus.get(p.gpu)
+    total = dev.memory_total if dev is not None else None
+    share = None if p.memory is None or not total else 100 * p.memory / total
+    command = p.command if p.command is not None else f"({p.host_missing})"
+    values = {
+        "gpu": f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}",
+        "pid": str(p.pid),
+        "user": p.user or "?",
+        "memory": format_size(p.memory),
+        "share": fmt.pct(share),
+        "util": fmt.pct(dev.utilization if dev is not None else None),
+        "cpu": "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}",
+        "rss": format_size(p.rss),
+        "elapsed": fmt.elapsed(p),
+        "flags": ",".join(fmt.flags(p)) or "-",
+        "command": clip(row.prefix + command, command_width),
+    }
+    return [values[c] for c in columns]
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+# Widths of the fixed columns (the command takes what is left).
+WIDTHS = {"gpu": 3, "pid": 7, "user": 8, "memory": 7, "share": 4, "util": 4, "cpu": 4, "rss": 7,
+          "elapsed": 7, "flags": 13}
+
+
+def columns_for(width: int) -> tuple[list[str], int]:
+    """The columns that fit `width` cells with a readable command, and the command's width."""
+    shown = [k for k, _ in COLUMNS if k != "command"]
+    min_command = 32
+
+    def used(cols: list[str]) -> int:
+        return sum(WIDTHS[c] + 2 for c in cols) + 2  # DataTable pads each cell by 1 on each side
+
+    for drop in DROP_ORDER:
+        if used(shown) + min_command <= width:
+            break
+        shown.remove(drop)
+    command_width = max(min_command, width - used(shown) - 2)
+    return [*shown, "command"], command_width

@@ -1,0 +1,131 @@
+"""The live view's pop-up screens: keyboard help, all alerts, one process in detail."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ..alerts import Alert, History
+from ..model import GpuProcess, Snapshot
+from ..render import fmt
+from ..units import format_duration, format_size
+from .panels import alerts_text, buckets, spark
+
+HELP = """\
+[b]vram top[/b]: the live view of this machine's GPUs
+
+[b]Process table[/b]
+  ↑ ↓ PgUp PgDn Home End   move            Enter    details of the process
+  s   next sort key          r   reverse order      t   tree view (parents and children)
+  /   search pid, user, command                       click a column header: sort by it
+  u   filter by user (comma-separated)              g   filter by GPU (0,2 or 0-3)
+  Esc clear search and filters
+[b]Actions[/b]
+  k   kill the selected process (asks first; refused in --readonly)
+[b]View[/b]
+  a   all alerts      p   pause / resume refresh      ?   this help      q   quit
+
+Memory is how much of a GPU's RAM is allocated; utilization is the share of recent time a
+kernel ran. History lines cover the last minutes, one cell per slice of time; blank cells are
+time before vram top started. "full in ~" is an estimate from the recent trend.
+"""
+
+
+class _Modal(ModalScreen):
+    DEFAULT_CSS = """
+    _Modal { align: center middle; }
+    _Modal > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 90%;
+                              border: round $accent; padding: 0 1; background: $surface; }
+    """
+    BINDINGS = [Binding("escape,q", "close", "Close")]
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class HelpScreen(_Modal):
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(HELP, id="help-text")
+
+
+class AlertsScreen(_Modal):
+    def __init__(self, alerts: list[Alert]):
+        super().__init__()
+        self.alerts = alerts
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(Text("Alerts\n", style="bold"))
+            yield Static(alerts_text(self.alerts, 200, 10_000), id="alerts-all")
+
+
+def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width: int, span: float) -> Text:
+    """Everything known about one pid: identity, full command, and its memory on each GPU over time."""
+    p = rows[0]
+    out = Text()
+    out.append(f"pid {p.pid}", style="bold")
+    if p.host_missing:
+        out.append(f"\n{p.host_missing}\n", style="yellow")
+    else:
+        out.append(f"   user {p.user} (uid {p.uid})   state {p.state}   age {format_duration(p.elapsed)}"
+                   f"   ppid {p.ppid}\n")
+        cpu = "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}%"
+        out.append(f"CPU {cpu}   RSS {format_size(p.rss)}")
+        if p.container:
+            out.append(f"   container {p.container}")
+        out.append("\n")
+    flags = sorted({f for r in rows for f in fmt.flags(r)})
+    if flags:
+        out.append("flags: " + ", ".join(flags) + "\n", style="yellow")
+    out.append("\ncommand\n", style="bold")
+    out.append((p.command if p.command is not None else "N/A") + "\n")  # sanitized by the snapshot
+    out.append(f"\nGPU memory, last {format_duration(span)}\n", style="bold")
+    spark_w = max(10, width - 40)
+    by_index = {g.index: g for g in snap.gpus}
+    for r in rows:
+        dev = by_index.get(r.gpu)
+        total = dev.memory_total if dev and dev.memory_total else None
+        series = history.process(r.pid, r.gpu, r.mig_gi)
+        values = [v for _, v in series if v is not None]
+        hi = max(values) if values else 1
+        line = spark(buckets([(t, v) for t, v in series], snap.time, span, spark_w, step=True), 0, hi or 1)
+        where = f"GPU {r.gpu}" + ("" if r.mig_gi is None else f"/{r.mig_gi}")
+        share = "" if total is None or r.memory is None else f" ({100 * r.memory / total:.0f}% of the GPU)"
+        out.append(f"  {where:<8} {format_size(r.memory):>8}{share}\n")
+        low = format_size(min(values)) if values else "N/A"
+        out.append(f"           {line}  ", style="green")
+        out.append(f"min {low} max {format_size(max(values)) if values else 'N/A'}\n", style="dim")
+    return out
+
+
+class DetailScreen(_Modal):
+    """One process; the app calls `update` on every refresh while it is open."""
+
+    BINDINGS = [Binding("escape,q,enter", "close", "Close"), Binding("k", "kill", "Kill")]
+
+    def __init__(self, pid: int):
+        super().__init__()
+        self.pid = pid
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static("", id="detail")
+
+    def update(self, snap: Snapshot, history: History, span: float) -> None:
+        rows = [p for p in snap.processes if p.pid == self.pid]
+        widget = self.query_one("#detail", Static)
+        if not rows:
+            widget.update(Text(f"pid {self.pid} holds no GPU memory any more (exited, or its GPU was lost).",
+                               style="yellow"))
+            return
+        widget.update(detail_text(rows, snap, history, min(self.app.size.width - 6, 104), span))
+
+    def action_kill(self) -> None:
+        self.app.action_kill(self.pid)  # type: ignore[attr-defined]

@@ -1,0 +1,366 @@
+"""`vram top` headless, driven by Textual's pilot on the simulated NVML.
+
+Expected values come from the scenario JSON (conftest.expected_gpus), never from vram's output.
+Async tests run with asyncio.run, so no pytest plugin is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from conftest import expected_gpus, gib_pair, minimal_scenario, scenario_data
+
+from vramkit.alerts import Thresholds
+from vramkit.snapshot import open_machine
+from vramkit.tui.app import TopApp
+from vramkit.tui.screens import DetailScreen, HelpScreen
+from vramkit.units import format_size
+
+
+@pytest.fixture
+def sim_env(monkeypatch):
+    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "NO_COLOR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+
+
+def machine_for(scenario):
+    return open_machine(scenario if isinstance(scenario, str) else str(scenario))
+
+
+def run_app(app: TopApp, body, size=(120, 40)):
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await body(pilot)
+    asyncio.run(main())
+
+
+def gpus_text(app: TopApp) -> str:
+    return app.query_one("#gpus").content.plain
+
+
+def alerts_text(app: TopApp) -> str:
+    return app.query_one("#alerts").content.plain
+
+
+def table_rows(app: TopApp) -> list[dict[str, str]]:
+    table = app.query_one("#procs")
+    keys = [str(c.key.value) for c in table.ordered_columns]
+    return [dict(zip(keys, (str(cell) for cell in table.get_row_at(i)))) for i in range(table.row_count)]
+
+
+def demo_app(**kw) -> tuple[TopApp, object]:
+    machine = machine_for("demo")
+    return TopApp(machine.snapshot, interval=3600, **kw), machine
+
+
+def test_panels_and_table_show_the_scenario(sim_env):
+    app, machine = demo_app()
+    expected = expected_gpus(scenario_data("demo"))
+
+    async def body(pilot):
+        text = gpus_text(app)
+        lines = text.splitlines()
+        for g in expected:
+            line = next(x for x in lines if x.startswith(f"{g['index']:>2} "))
+            assert gib_pair(g["memory_used"], g["memory_total"]) in line
+            assert f"{g['utilization']}%" in line
+            assert f"{g['temperature']}°C" in line
+            assert f"{g['power_draw']:.0f}/{g['power_limit']:.0f}W" in line
+        rows = table_rows(app)
+        want = {(pid, g["index"]): p for g in expected for pid, p in g["processes"].items()}
+        assert {(int(r["pid"]), int(r["gpu"])) for r in rows} == set(want)
+        for r in rows:
+            p = want[(int(r["pid"]), int(r["gpu"]))]
+            assert r["memory"] == format_size(p["memory"])
+            assert r["user"] == p["user"]
+        sizes = [want[(int(r["pid"]), int(r["gpu"]))]["memory"] for r in rows]
+        assert sizes == sorted(sizes, reverse=True)  # memory, largest first, as vram ps
+        banner = app.query_one("#banner").content.plain
+        assert "SIMULATED machine (scenario 'demo')" in banner and "read-only" in banner
+        # The defunct holder's command is shown as text, not eaten as markup.
+        zombie = next(r for r in rows if r["pid"] == "29044")
+        assert zombie["command"].startswith("[python] <defunct>")
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_alerts_show_the_demo_problems(sim_env):
+    app, machine = demo_app()
+
+    async def body(pilot):
+        text = "\n".join(a.message for a in app.alerts)
+        assert "GPU 6 nearly full" in text
+        assert "pid 29044 (carol) is defunct and still holds 9.5GiB on GPU 5" in text
+        assert "GPU 6 nearly full" in alerts_text(app)
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_sort_keys_and_reverse(sim_env):
+    app, machine = demo_app()
+
+    async def body(pilot):
+        await pilot.press("s")  # memory -> gpu
+        assert app.view.sort == "gpu"
+        gpus = [int(r["gpu"]) for r in table_rows(app)]
+        assert gpus == sorted(gpus)
+        await pilot.press("r")
+        gpus = [int(r["gpu"]) for r in table_rows(app)]
+        assert gpus == sorted(gpus, reverse=True)
+        await pilot.press("s")  # -> pid
+        pids = [int(r["pid"]) for r in table_rows(app)]
+        assert pids == sorted(pids, reverse=True)
+        assert "sort pid (reversed)" in app.query_one("#viewline").content.plain
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_filter_by_user_and_gpu_and_search(sim_env):
+    app, machine = demo_app()
+
+    async def body(pilot):
+        await pilot.press("u", *"carol", "enter")
+        assert {r["user"] for r in table_rows(app)} == {"carol"}
+        assert len(table_rows(app)) == 2
+        assert "2 of 9 GPU processes" in app.query_one("#viewline").content.plain
+        await pilot.press("escape")
+        assert len(table_rows(app)) == 9
+        await pilot.press("g", *"1-2", "enter")
+        rows = table_rows(app)
+        assert {(r["pid"], r["gpu"]) for r in rows} == {("41234", "1"), ("41234", "2")}
+        await pilot.press("escape")
+        await pilot.press("slash", *"finetune")  # live while typing
+        assert [r["pid"] for r in table_rows(app)] == ["52001"]
+        await pilot.press("enter")
+        assert [r["pid"] for r in table_rows(app)] == ["52001"]
+        await pilot.press("escape")
+        assert len(table_rows(app)) == 9
+        await pilot.press("g", *"x", "enter")  # a bad GPU list is refused, the filter unchanged
+        assert len(table_rows(app)) == 9
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_tree_view_puts_children_under_parents(sim_env, write_scenario):
+    data = minimal_scenario()
+    data["processes"] = [
+        {"pid": 201, "user": "ann", "command": "torchrun worker 0", "ppid": 200, "gpus": {"0": "10GiB"}},
+        {"pid": 202, "user": "ann", "command": "torchrun worker 1", "ppid": 200, "gpus": {"1": "9GiB"}},
+        {"pid": 301, "user": "ben", "command": "python main.py", "ppid": 1, "gpus": {"0": "1GiB"}},
+        {"pid": 302, "user": "ben", "command": "python dataloader.py", "ppid": 301, "gpus": {"0": "2GiB"}},
+    ]
+    machine = machine_for(write_scenario(data))
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def body(pilot):
+        await pilot.press("t")
+        rows = table_rows(app)
+        assert [(r["pid"], r["command"]) for r in rows] == [
+            ("200", "(parent: holds no GPU memory)"),
+            ("201", "├─ torchrun worker 0"),
+            ("202", "└─ torchrun worker 1"),
+            ("301", "python main.py"),
+            ("302", "└─ python dataloader.py"),
+        ]
+        await pilot.press("t")
+        assert [r["pid"] for r in table_rows(app)] == ["201", "202", "302", "301"]
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_detail_view_shows_the_whole_process(sim_env):
+    app, machine = demo_app()
+    command = next(p["command"] for p in scenario_data("demo")["processes"] if p["pid"] == 41234)
+
+    async def body(pilot):
+        await pilot.press("s", "s")  # sort by pid: 29044, 38817, 41234 x4, ...
+        await pilot.press("home", "down", "down", "enter")  # the cursor followed its row: go to the top
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen) and app.screen.pid == 41234
+        text = app.screen.query_one("#detail").content.plain
+        assert command in text  # in full, not clipped as in the table
+        assert "user bob (uid 1002)" in text and "age 5h12m" in text
+        for gpu in (0, 1, 2, 3):
+            assert f"GPU {gpu}" in text
+        await app.refresh_data()  # a refresh while it is open keeps it current
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailScreen)
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_help_and_readonly_kill(sim_env):
+    app, machine = demo_app()
+
+    async def body(pilot):
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("k")
+        await pilot.pause()
+        assert any("read-only" in str(n.message) for n in app._notifications)
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_history_and_growth_alert_on_the_scenario_clock(sim_env):
+    """The demo's evaluation job on GPU 7 grows from 1 to 14 GiB between t=20 and t=30."""
+    machine = machine_for("demo")
+
+    def at(t: float):
+        machine.sim._fixed_t = t
+        snap = machine.snapshot()
+        snap.time = 1_000_000.0 + t  # history follows the scenario clock
+        return snap
+
+    app = TopApp(lambda: at(0), interval=3600)
+
+    async def body(pilot):
+        for t in range(1, 26):
+            app.apply(at(t))
+        await pilot.pause()
+        growing = [a for a in app.alerts if a.kind == "growing"]
+        assert [a.gpu for a in growing] == [7]
+        assert "full in ~" in growing[0].message and "(estimate)" in growing[0].message
+        line7 = next(x for x in gpus_text(app).splitlines() if x.startswith(" 7 "))
+        assert "util" in line7
+        history_line = gpus_text(app).splitlines()[gpus_text(app).splitlines().index(line7) + 1]
+        assert len(set(history_line.split("util")[0].strip().removeprefix("mem").strip())) > 1  # it moved
+        for t in range(26, 70):
+            app.apply(at(t))
+        assert not [a for a in app.alerts if a.kind == "growing"]  # flat again since t=30
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_a_gpu_lost_mid_run_shows_as_lost_and_the_view_goes_on(sim_env):
+    app, machine = demo_app()
+
+    async def body(pilot):
+        assert "LOST" not in gpus_text(app)
+        machine.sim.scenario.gpus[3]["lost"] = True
+        await app.refresh_data()
+        await pilot.pause()
+        lines = gpus_text(app).splitlines()
+        assert any(x.startswith(" 3 LOST") for x in lines)
+        assert any(x.startswith(" 4 ") and "18.0/80.0GiB" in x for x in lines)
+        assert "GPU 3 lost" in "\n".join(a.message for a in app.alerts)
+        assert ("41234", "3") not in {(r["pid"], r["gpu"]) for r in table_rows(app)}
+        assert app.refreshes == 2
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_a_failing_refresh_keeps_the_last_data(sim_env):
+    machine = machine_for("demo")
+    calls = {"n": 0}
+
+    def collect():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("driver went away")
+        return machine.snapshot()
+
+    app = TopApp(collect, interval=3600)
+
+    async def body(pilot):
+        await app.refresh_data()
+        await pilot.pause()
+        assert "refresh failed" in app.query_one("#banner").content.plain
+        assert "driver went away" in app.query_one("#banner").content.plain
+        assert len(table_rows(app)) == 9
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_fits_80x24(sim_env):
+    app, machine = demo_app()
+
+    async def body(pilot):
+        lines = gpus_text(app).splitlines()
+        assert len(lines) == 8  # one line per GPU on a small terminal
+        assert all(len(x) <= 78 for x in lines)
+        for i in range(8):
+            assert lines[i].startswith(f"{i:>2} ")
+        assert "70.6/80.0GiB" in lines[0]
+        table = app.query_one("#procs")
+        assert [str(c.key.value) for c in table.ordered_columns] == ["gpu", "pid", "user", "memory", "elapsed",
+                                                                     "command"]
+        assert table.row_count == 9
+        # The table still gets rows on screen under the panels and alerts.
+        assert table.size.height >= 5
+    try:
+        run_app(app, body, size=(80, 24))
+    finally:
+        machine.close()
+
+
+def test_no_color_is_honoured(sim_env, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, machine = demo_app()
+    assert app.no_color
+    machine.close()
+
+
+def test_only_some_gpus_and_idle_alert_threshold(sim_env):
+    machine = machine_for("demo")
+    app = TopApp(machine.snapshot, interval=3600, gpus=[4, 5], thresholds=Thresholds(idle_after=0))
+
+    async def body(pilot):
+        lines = gpus_text(app).splitlines()
+        assert [x[:3] for x in lines if x[:2].strip().isdigit()] == [" 4 ", " 5 "]
+        assert {r["gpu"] for r in table_rows(app)} == {"4", "5"}
+        idle = [a for a in app.alerts if a.kind == "idle_holder"]
+        assert [a.pid for a in idle] == [38817]
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
+
+
+def test_many_gpus_and_processes(sim_env, tmp_path):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _machine import scenario
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(scenario(list(range(10_000, 10_500)), real=False)))
+    machine = machine_for(path)
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        assert table.row_count == 550  # every 10th process is on two GPUs
+        await app.refresh_data()
+        await pilot.press("s", "end")
+        assert app.refreshes == 2
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()

@@ -1,0 +1,73 @@
+"""`vram top` in a real terminal: tmux runs it, capture-pane reads the screen, `q` quits with 0."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+from conftest import clean_env, scenario_data, wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+def _tmux(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, env=env)
+
+
+@pytest.fixture
+def session(tmp_path):
+    name = f"vramtop-{uuid.uuid4().hex[:8]}"
+    env = clean_env(TMUX=None)  # a tmux server of our own, on a socket under tmp_path
+    env["TMUX_TMPDIR"] = str(tmp_path)
+    yield name, env
+    _tmux("kill-server", env=env)
+
+
+def _start(session, tmp_path, width: int, height: int, *args: str) -> tuple:
+    name, env = session
+    rc_file = tmp_path / "rc"
+    command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "vramkit", "top", *args))
+    script = f"{command}; echo rc=$? > {shlex.quote(str(rc_file))}"
+    proc = _tmux("new-session", "-d", "-s", name, "-x", str(width), "-y", str(height), "sh", "-c", script, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+    def screen() -> str:
+        return _tmux("capture-pane", "-p", "-t", name, env=env).stdout
+    return name, env, rc_file, screen
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_top_runs_in_a_real_terminal_and_q_quits_with_0(session, tmp_path, size):
+    name, env, rc_file, screen = _start(session, tmp_path, *size, "--simulate", "demo", "--interval", "0.5")
+    assert wait_for(lambda: "train_dp.py" in screen() and "A100" in screen(), timeout=20), screen()
+    text = screen()
+    lines = text.splitlines()
+    assert "SIMULATED machine" in text
+    for i in range(8):  # every GPU has its panel line
+        assert any(line.strip().startswith(f"{i} ") and "/80.0GiB" in line for line in lines), (i, text)
+    assert "70.6/80.0GiB" in text and "78.2/80.0GiB" in text
+    for p in scenario_data("demo")["processes"]:
+        if "start_at" not in p and size[1] >= 40:
+            assert str(p["pid"]) in text, (p["pid"], text)
+    assert "41234" in text and "bob" in text
+    assert all(len(line) <= size[0] for line in lines)
+    _tmux("send-keys", "-t", name, "q", env=env)
+    assert wait_for(rc_file.exists, timeout=20), screen()
+    assert rc_file.read_text().strip() == "rc=0"
+
+
+def test_top_refuses_a_pipe_with_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "vramkit", "top", "--simulate", "demo"], capture_output=True,
+                          text=True, env=clean_env(), stdin=subprocess.DEVNULL, timeout=30)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_top_bad_interval_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "vramkit", "top", "--interval", "0"], capture_output=True,
+                          text=True, env=clean_env(), stdin=subprocess.DEVNULL, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.startswith("vram: error: --interval")
