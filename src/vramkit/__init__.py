@@ -6,6 +6,8 @@ Public API (documented in docs/api.md):
     Snapshot, Device, GpuProcess, MigDevice   the data
     NvmlUnavailable, ScenarioError   the two errors a caller should expect
     kill(...)   signal GPU processes with every safety check (docs/safety.md)
+    estimate(model, **setup) -> Estimate, plan(model, gpu, **setup) -> Plan   will it fit
+    trace_memory(model, step_fn, ...)   the measured peak of real steps on fake tensors (torch)
 
 `vramkit.kill` is the function; its module's other names come from `vramkit.kill` via
 `from vramkit.kill import Criteria, make_plan, execute`.
@@ -18,5 +20,17 @@ from .nvml.scenario import ScenarioError
 from .snapshot import Machine, open_machine, snapshot
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy: the estimator loads on first use, and never imports torch
+    if name in ("estimate", "plan", "trace_memory"):
+        import importlib
+
+        package = importlib.import_module(".estimate", __name__)  # a callable module: estimate(...)
+        return package if name == "estimate" else getattr(package, name)
+    raise AttributeError(f"module 'vramkit' has no attribute {name!r}")
+
+
 __all__ = ["Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
-           "Snapshot", "kill", "open_machine", "snapshot", "__version__"]
+           "Snapshot", "estimate", "kill", "open_machine", "plan", "snapshot", "trace_memory",
+           "__version__"]

@@ -1,0 +1,165 @@
+"""vram estimate: will a model fit? The memory one GPU needs, term by term (an estimate)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import UsageError
+
+HELP = "estimate the GPU memory a model needs to train or run (no GPU needed)"
+DESCRIPTION = """\
+Estimate the GPU memory one GPU needs to train or run MODEL: weights, gradients, optimizer
+states, activations, temporaries, the caching allocator and the CUDA context, at the peak of a
+training step, and what nvidia-smi would show. Every number is an estimate (docs/estimation.md).
+
+MODEL is a catalog name (vram estimate --list), a Hugging Face config.json (or a folder holding
+one; never downloaded), or a bare parameter count such as 7b or 350M (weights and model states
+only). --batch is the micro-batch per GPU.
+
+examples:
+  vram estimate bert-large-uncased --batch 4 --seq 512 --precision fp32
+  vram estimate llama-3-8b --lora 16 --quant 4bit --checkpointing --seq 4096
+  vram estimate ./my-model/config.json --batch 8 --explain
+  vram estimate llama-2-70b --gpus 8 --zero 3 --checkpointing --attention flash
+  vram estimate mistral-7b --infer --batch 4 --seq 8192 --json | jq .total_bytes
+  vram estimate gpt2 --batch 8 --trace        check the formulas against a traced step (needs torch)
+"""
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("estimate", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_setup_options(p)
+    p.add_argument("--explain", action="store_true", help="show each term's formula with the numbers put in")
+    p.add_argument("--json", action="store_true", help="print JSON: total_bytes, context_bytes, peak_bytes, "
+                   "breakdown, ...")
+    p.add_argument("--trace", action="store_true", help="also trace a real step on fake tensors (needs torch; "
+                   "no GPU, no weights)")
+    p.add_argument("--list", action="store_true", help="list the built-in models and exit")
+    p.set_defaults(run=run)
+
+
+def add_setup_options(p: argparse.ArgumentParser) -> None:
+    """The options that describe a setup; `vram plan` shares them."""
+    p.add_argument("model", nargs="?", metavar="MODEL", help="catalog name, config.json path or folder, or 7b")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--train", dest="mode", action="store_const", const="train", help="training (default)")
+    mode.add_argument("--infer", dest="mode", action="store_const", const="infer",
+                      help="inference (prefill + KV cache)")
+    p.set_defaults(mode="train")
+    p.add_argument("--batch", metavar="N", default="1", help="micro-batch per GPU (default 1)")
+    p.add_argument("--seq", metavar="N", help="sequence length / inference context (default: the model's, "
+                   "at most 512 for encoders and T5, 2048 for decoders)")
+    p.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "bf16-pure"), default="bf16",
+                   help="fp32, fp16/bf16 mixed precision with fp32 master weights (default bf16), "
+                        "or bf16-pure")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit"),
+                   default="adamw", help="default adamw")
+    p.add_argument("--grad-accum", metavar="N", default="1", help="gradient-accumulation steps (default 1)")
+    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
+    p.add_argument("--attention", choices=("eager", "flash"), default="eager",
+                   help="eager (scores materialised, default) or flash / memory-efficient SDPA")
+    p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
+    p.add_argument("--quant", choices=("8bit", "4bit"), help="quantized frozen base (QLoRA with --lora)")
+    p.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
+                   "default) or lm (logits over the vocabulary; decoders and T5)")
+    p.add_argument("--gpus", metavar="N", default="1", help="GPUs (data parallel unless --tp)")
+    p.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help="DeepSpeed ZeRO stage")
+    p.add_argument("--offload", action="store_true", help="ZeRO-Offload: optimizer states in CPU memory")
+    p.add_argument("--tp", metavar="N", default="1", help="tensor-parallel degree (within --gpus)")
+    p.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
+                   help="ddp (default) or dp: DataParallel, which loads GPU 0 more")
+    p.add_argument("--context-overhead", metavar="SIZE", help="CUDA context size (default 512MiB for CUDA >= "
+                   "11.7, 1GiB before)")
+    p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
+
+
+def _int(args, name: str, flag: str) -> int | None:
+    value = getattr(args, name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{flag}: {value!r} is not a whole number") from None
+
+
+def setup_from_args(args: argparse.Namespace):
+    """argparse -> analytic.Setup (bad values become UsageError, one line)."""
+    from ..estimate.analytic import Setup
+    from ..units import parse_size
+
+    context = None
+    if args.context_overhead is not None:
+        try:
+            context = parse_size(args.context_overhead)
+        except ValueError as e:
+            raise UsageError(f"--context-overhead: {e}") from None
+    try:
+        cuda = float(args.cuda)
+    except ValueError:
+        raise UsageError(f"--cuda: {args.cuda!r} is not a version such as 12.4") from None
+    values = {"batch": _int(args, "batch", "--batch"), "grad_accum": _int(args, "grad_accum", "--grad-accum"),
+              "gpus": _int(args, "gpus", "--gpus"), "tp": _int(args, "tp", "--tp"), "seq": _int(args, "seq", "--seq"),
+              "image_size": _int(args, "image_size", "--image-size"), "lora": _int(args, "lora", "--lora")}
+    for key, flag in (("batch", "--batch"), ("grad_accum", "--grad-accum"), ("gpus", "--gpus"), ("tp", "--tp"),
+                      ("seq", "--seq"), ("image_size", "--image-size"), ("lora", "--lora")):
+        if values[key] is not None and values[key] < 1:
+            raise UsageError(f"{flag} must be at least 1, not {values[key]}")
+    return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
+                 checkpointing=args.checkpointing, attention=args.attention, quant=args.quant,
+                 zero=None if args.zero is None else int(args.zero), offload=args.offload, parallel=args.parallel,
+                 head=args.head, context_overhead=context, cuda=cuda, **values)
+
+
+def list_models() -> str:
+    from ..estimate import catalog
+    from ..estimate.specs import from_config, param_count
+
+    rows = []
+    for name, cfg in catalog.MODELS.items():
+        spec = from_config(cfg, name=name)
+        rows.append(f"{name:<26}{spec.family:<12}{param_count(spec) / 1e6:>10,.1f}M")
+    return "MODEL                     FAMILY          PARAMS\n" + "\n".join(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..estimate.analytic import estimate
+    from ..estimate.specs import EstimateError
+    from ..render.estimate_view import estimate_json, render_estimate, render_trace
+    from ..render.style import style_for, terminal_width
+
+    if args.list:
+        print(list_models())
+        return 0
+    if not args.model:
+        raise UsageError("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)")
+    setup = setup_from_args(args)
+    try:
+        result = estimate(args.model, setup)
+    except EstimateError as e:
+        raise UsageError(str(e)) from None
+    traced = None
+    if args.trace:
+        try:
+            from ..estimate.trace import TraceUnavailable, trace_estimate
+        except ImportError:  # pragma: no cover - trace.py itself imports torch lazily
+            raise UsageError("--trace needs PyTorch: pip install 'vramkit[torch]'") from None
+        try:
+            traced = trace_estimate(args.model, setup)
+        except TraceUnavailable as e:
+            raise UsageError(f"--trace: {e}") from None
+        except EstimateError as e:
+            raise UsageError(str(e)) from None
+    style = style_for(sys.stdout, getattr(args, "no_color", False))
+    if args.json:
+        extra = {"trace": traced.to_dict()} if traced else None
+        print(estimate_json(result, extra))
+        return 0
+    print(render_estimate(result, style, terminal_width(), explain=args.explain))
+    if traced:
+        print()
+        print(render_trace(traced, style))
+    return 0

@@ -1,0 +1,69 @@
+"""vram plan: will it fit on this GPU, and if not, the cheapest change that makes it fit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import UsageError, open_for
+from .estimate import add_setup_options, setup_from_args
+
+HELP = "plan a model on a GPU: largest batch, changes that make it fit, GPUs that fit"
+DESCRIPTION = """\
+Check whether MODEL fits a GPU as set up (same options as 'vram estimate'), the largest batch
+that fits, and, when it does not fit, the changes ranked cheapest first, each with the memory it
+would need: micro-batch + gradient accumulation, flash attention, mixed precision, checkpointing,
+an 8-bit optimizer, shorter sequences, LoRA/QLoRA, a smaller variant, ZeRO, more GPUs; and which
+catalog GPUs fit it unchanged. All numbers are estimates.
+
+--gpu current uses the free memory of the GPUs here (the one with the most free memory).
+
+examples:
+  vram plan bert-large-uncased --gpu rtx-4090 --batch 32 --seq 512
+  vram plan llama-3-8b --gpu a100-80gb --seq 4096
+  vram plan llama-2-7b --gpu current --simulate demo
+  vram plan mistral-7b --gpu l4 --infer --batch 8 --seq 8192 --json
+"""
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("plan", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_setup_options(p)
+    p.add_argument("--gpu", metavar="NAME", default="a100-80gb",
+                   help="a catalog GPU (a100-80gb, h100-sxm, rtx-4090, ...; default a100-80gb) or 'current'")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run)
+
+
+def _current_free(args) -> int:
+    machine = open_for(args)
+    try:
+        snap = machine.snapshot()
+    finally:
+        machine.close()
+    free = [g.memory_free for g in snap.gpus if g.memory_free is not None and not g.lost]
+    if not free:
+        raise UsageError("--gpu current: no GPU here reports its free memory")
+    return max(free)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..estimate.planner import plan
+    from ..estimate.specs import EstimateError
+    from ..render.plan_view import plan_json, render_plan
+    from ..render.style import style_for
+
+    if not args.model:
+        raise UsageError("plan: give a MODEL (a catalog name, a config.json, or a count like 7b)")
+    setup = setup_from_args(args)
+    gpu = _current_free(args) if args.gpu == "current" else args.gpu
+    try:
+        result = plan(args.model, gpu, setup, gpu_label="the GPU here with the most free memory")
+    except EstimateError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(plan_json(result))
+    else:
+        print(render_plan(result, style_for(sys.stdout, getattr(args, "no_color", False))))
+    return 0

@@ -1,0 +1,40 @@
+"""Will it fit? Model specs, the analytic memory estimator, the fit planner, and (with the
+optional torch extra) the traced estimator.
+
+    from vramkit.estimate import estimate, plan
+    e = estimate("bert-large-uncased", batch=4, seq=512, precision="fp32")
+    e.total_bytes, e.peak_bytes, e.breakdown
+    p = plan("llama-3-8b", "a100-80gb", seq=4096)
+
+Importing this package imports no torch; `vramkit.estimate.trace` does, when used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Estimate", "EstimateError", "ModelSpec", "Plan", "Setup", "estimate", "plan", "resolve",
+           "trace_estimate", "trace_memory"]
+
+_WHERE = {"Estimate": "analytic", "Setup": "analytic", "estimate": "analytic", "EstimateError": "specs",
+          "ModelSpec": "specs", "resolve": "specs", "Plan": "planner", "plan": "planner",
+          "trace_estimate": "trace", "trace_memory": "trace"}
+
+
+def __getattr__(name: str) -> Any:  # lazy: `vram status` never pays for the estimator
+    if name in _WHERE:
+        from importlib import import_module
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _CallableModule(type(__import__("sys"))):
+    """`vramkit.estimate(...)` is the estimate function, while `vramkit.estimate` stays this
+    package (a submodule import would replace a plain function attribute on `vramkit`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        from .analytic import estimate
+        return estimate(*args, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,412 @@
+"""The analytic estimator: a spec and a setup -> the terms, the memory at each moment of a
+step, the peak and steady state, and what nvidia-smi would show.
+
+Moments of a training step (the peak is the largest):
+  forward end     weights + optimizer states + [gradients, when accumulating] + saved activations
+                  + autocast's 16-bit weight copies + the logits being turned into a loss
+  backward start  the same, with the loss gradient's fp32 transients instead
+  recompute       (checkpointing) the kept layer inputs + one layer's activations rebuilt
+  optimizer step  weights + gradients + optimizer states + the optimizer's temporaries
+Steady state is the second step (optimizer states exist); the first step has none until its
+optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from .formulas import (
+    OPTIMIZERS,
+    PRECISIONS,
+    QUANT_BYTES,
+    Dtypes,
+    GiB,
+    MiB,
+    Params,
+    Shape,
+    Term,
+    activations,
+    fmt,
+    inference_working_set,
+    kv_cache,
+    params_of,
+)
+from .specs import ENCODERS, EstimateError, ModelSpec, resolve
+
+SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
+
+
+def default_context(cuda: float) -> int:
+    """CUDA context + PyTorch's kernels, as nvidia-smi counts it: with lazy module loading
+    (CUDA >= 11.7, PyTorch's default) ~500 MiB; before that ~1 GiB (estimates; --context-overhead)."""
+    return 512 * MiB if cuda >= 11.7 else 1024 * MiB
+
+
+@dataclass
+class Setup:
+    mode: str = "train"  # train | infer
+    batch: int = 1  # micro-batch per GPU
+    seq: int | None = None  # tokens (or decoder length = encoder length for T5)
+    image_size: int | None = None  # ViT
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    grad_accum: int = 1
+    checkpointing: bool = False
+    attention: str = "eager"  # eager | flash
+    lora: int | None = None  # LoRA rank
+    quant: str | None = None  # 8bit | 4bit (frozen base)
+    gpus: int = 1
+    zero: int | None = None  # DeepSpeed ZeRO stage; None = plain PyTorch
+    offload: bool = False
+    tp: int = 1  # tensor-parallel degree (within --gpus)
+    parallel: str = "ddp"  # ddp | dp (DataParallel)
+    head: str | None = None  # cls | lm; default per family
+    context_overhead: int | None = None
+    cuda: float = 12.4
+    fragmentation: float = 0.05  # allocator overhead over the peak (estimate)
+
+    def check(self, spec: ModelSpec) -> None:
+        def positive(name: str, value, allow_none: bool = True) -> None:
+            if value is None and allow_none:
+                return
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise EstimateError(f"{name} must be a whole number of at least 1, not {value!r}")
+        if self.mode not in ("train", "infer"):
+            raise EstimateError(f"mode must be train or infer, not {self.mode!r}")
+        for name in ("batch", "grad_accum", "gpus", "tp"):
+            positive(name.replace("_", "-"), getattr(self, name), allow_none=False)
+        positive("seq", self.seq)
+        positive("image-size", self.image_size)
+        positive("lora rank", self.lora)
+        if self.precision not in PRECISIONS:
+            raise EstimateError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise EstimateError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {self.optimizer!r}")
+        if self.attention not in ("eager", "flash"):
+            raise EstimateError(f"attention must be eager or flash, not {self.attention!r}")
+        if self.quant not in (None, *QUANT_BYTES):
+            raise EstimateError(f"quant must be 8bit or 4bit, not {self.quant!r}")
+        if self.quant and self.mode == "train" and not self.lora:
+            raise EstimateError("training a quantized model needs adapters: add --lora RANK (QLoRA)")
+        if self.zero not in (None, 0, 1, 2, 3):
+            raise EstimateError(f"zero stage must be 0, 1, 2 or 3, not {self.zero!r}")
+        if self.offload and self.zero not in (2, 3):
+            raise EstimateError("--offload needs --zero 2 or 3 (ZeRO-Offload / ZeRO-Infinity)")
+        if self.gpus % self.tp:
+            raise EstimateError(f"--tp {self.tp} must divide --gpus {self.gpus}")
+        if not spec.bare and spec.heads % self.tp:
+            raise EstimateError(f"--tp {self.tp} must divide the {spec.heads} attention heads")
+        if self.parallel not in ("ddp", "dp"):
+            raise EstimateError(f"parallel must be ddp or dp, not {self.parallel!r}")
+        if self.context_overhead is not None and self.context_overhead < 0:
+            raise EstimateError("context overhead must not be negative")
+        if not 0 <= self.fragmentation < 1:
+            raise EstimateError("fragmentation must be between 0 and 1")
+        if self.image_size is not None and spec.family == "vit" and self.image_size % spec.patch_size:
+            raise EstimateError(f"image size {self.image_size} is not a multiple of the patch size {spec.patch_size}")
+
+
+@dataclass
+class Estimate:
+    model: str
+    family: str
+    setup: Setup
+    params: int
+    trainable: int
+    seq: int
+    terms: list[Term]
+    moments: dict[str, int]  # allocated bytes at each moment of the steady step
+    first_step: dict[str, int]
+    peak_moment: str
+    peak_bytes: int  # most allocated over the first two steps (torch.cuda.max_memory_allocated)
+    steady_bytes: int  # the second step's peak
+    reserved_bytes: int  # what the caching allocator holds at the peak
+    context_bytes: int
+    total_bytes: int  # what nvidia-smi would show: reserved + context
+    breakdown: dict[str, int]  # the terms at the peak, plus overheads
+    notes: list[str] = field(default_factory=list)
+    activation_detail: list[tuple[str, int]] = field(default_factory=list)  # one layer's saved tensors
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("terms", "setup")}
+        out["setup"] = asdict(self.setup)
+        out["terms"] = [asdict(t) for t in self.terms]
+        return out
+
+
+def round_segments(n: int) -> int:
+    return math.ceil(n / SEGMENT) * SEGMENT
+
+
+def _default_seq(spec: ModelSpec) -> int:
+    if spec.family in ENCODERS or spec.family == "t5":
+        return min(512, spec.max_positions or 512)
+    if spec.family == "gpt2":
+        return spec.max_positions
+    return min(2048, spec.max_positions or 2048)
+
+
+def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[float, float, str, str]:
+    """(state bytes, temporary bytes at the step, state formula, temp formula) for PyTorch's
+    optimizers with the foreach implementation CUDA picks by default."""
+    if opt == "adamw":
+        return (2 * pt * wt, pt * wt, f"2 states (exp_avg, exp_avg_sq) × {pt:,} params × {wt:g} B",
+                f"foreach AdamW's sqrt(exp_avg_sq) temporary: {pt:,} × {wt:g} B")
+    if opt == "sgd":
+        return 0, 0, "plain SGD keeps no state", "none"
+    if opt == "sgd-momentum":
+        return pt * wt, 0, f"momentum buffer: {pt:,} × {wt:g} B", "none"
+    if opt == "adafactor":
+        n = p.adafactor_state if not lora else pt // 50
+        return (n * wt, pt * wt, f"factored second moment (rows + columns per matrix): {n:,} × {wt:g} B",
+                f"foreach Adafactor's full-size variance estimate: {pt:,} × {wt:g} B")
+    # bitsandbytes 8-bit AdamW: two uint8 states + an fp32 absmax per 256-value block
+    big = sum(x for x in (pt,) if x)
+    return (2 * big + 2 * big * 4 / 256, 0, f"2 uint8 states + fp32 absmax per 256: {pt:,} × 2.03 B",
+            "fused kernel, none")
+
+
+def estimate(model: str | ModelSpec, setup: Setup | None = None, **options) -> Estimate:
+    """Estimate the GPU memory one GPU needs. `model`: a catalog name, a config.json path or
+    folder, a bare count like "7b", or a ModelSpec; options: the fields of Setup.
+
+    >>> e = estimate("bert-large-uncased", batch=4, seq=512, precision="fp32")
+    >>> e.total_bytes, e.breakdown
+    """
+    spec = resolve(model) if isinstance(model, str) else model
+    setup = replace(setup or Setup(), **options)
+    setup.check(spec)
+    spec = spec.with_head(setup.head)
+    train = setup.mode == "train"
+    lora = bool(setup.lora)
+    deepspeed = setup.zero is not None
+    dt = Dtypes.of(setup.precision, deepspeed=deepspeed and setup.precision != "fp32")
+    tp = setup.tp
+    dp = setup.gpus // tp
+    p = params_of(spec, setup.lora, tp)
+    notes = list(spec.notes)
+    if spec.family == "vit":
+        seq = spec.seq_for_image(setup.image_size)
+    else:
+        seq = setup.seq or _default_seq(spec)
+        if spec.family in (*ENCODERS, "gpt2") and spec.max_positions and seq > spec.max_positions:
+            raise EstimateError(f"seq {seq} is longer than {spec.name}'s {spec.max_positions} positions")
+    terms: list[Term] = []
+    b = setup.batch
+
+    # ---- weights
+    P = p.total
+    if setup.quant:
+        qb = QUANT_BYTES[setup.quant]
+        base = P * qb / tp
+        terms.append(Term("weights", int(base), f"{P:,} params × {qb:g} B ({setup.quant} frozen base)"
+                          + (f" / tp {tp}" if tp > 1 else ""), "weights"))
+    elif not train and setup.precision != "fp32":
+        terms.append(Term("weights", P * 2 // tp, f"{P:,} params × 2 B (16-bit for inference)", "weights"))
+    elif deepspeed:
+        w16 = 4 if setup.precision == "fp32" else 2
+        shard = dp if setup.zero == 3 else 1
+        wbytes = P * w16 // tp // shard
+        terms.append(Term("weights", wbytes, f"{P:,} params × {w16} B" + (f" / {shard} GPUs (ZeRO-3)" if shard > 1
+                          else "") + (f" / tp {tp}" if tp > 1 else ""), "weights"))
+        if setup.zero == 3 and not spec.bare:  # a bare count has no layers to gather
+            ws = 2 * p.largest_layer * w16 // tp
+            terms.append(Term("ZeRO-3 gathered layers", ws, f"2 layers in flight × {p.largest_layer:,} params × "
+                              f"{w16} B", "transient"))
+    else:
+        terms.append(Term("weights", int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({setup.precision})"
+                          + (f" / tp {tp}" if tp > 1 else ""), "weights"))
+    if lora:
+        aw = 4 if setup.precision != "bf16-pure" else 2
+        terms.append(Term("LoRA adapters", p.lora * aw, f"rank {setup.lora} on {'/'.join(_targets(spec))}: "
+                          f"{p.lora:,} params × {aw} B", "weights"))
+
+    pt = (p.lora if lora else P) // tp  # trainable params on this GPU (before ZeRO sharding)
+    if not train:
+        x = 2 if setup.precision != "fp32" else 4
+        dti = Dtypes(x, x, x, x, x, False)
+        if spec.bare:
+            notes.append("no activations or KV cache: a bare parameter count has no shape")
+        else:
+            kv = kv_cache(spec, b, seq, x, tp)
+            if kv:
+                terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp), "kv"))
+            ws = inference_working_set(spec, b, seq, dti, setup.attention == "flash", tp)
+            terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
+                              + ("attention scores, " if setup.attention == "eager" else "")
+                              + "feed-forward inner (no-grad forward)", "transient"))
+            if spec.head == "lm":
+                terms.append(Term("logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
+                                  "transient"))
+        if setup.quant:
+            terms.append(Term("dequantized weight", p.largest * 2, f"largest matrix {p.largest:,} × 2 B, "
+                              "dequantized per matmul", "transient"))
+        moments = {"forward": {t.name: t.bytes for t in terms}}
+        return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
+
+    # ---- training: gradients and optimizer states
+    wt = (4 if setup.precision != "bf16-pure" else 2) if lora else dt.w  # master / trainable dtype
+    if deepspeed:
+        w16 = 4 if setup.precision == "fp32" else 2
+        k_opt = {"adamw": 12, "sgd": 4, "sgd-momentum": 8, "adafactor": 4, "adamw-8bit": 6}[setup.optimizer]
+        if setup.precision == "fp32":
+            k_opt -= 4  # no separate fp32 master copy
+        gshard = dp if setup.zero >= 2 else 1
+        oshard = dp if setup.zero >= 1 else 1
+        g = pt * w16 // gshard
+        o = pt * k_opt // oshard
+        if setup.offload:
+            o = 0
+            g = min(g, 2 * p.largest * w16)
+            notes.append("ZeRO-Offload: optimizer states and fp32 master weights live in CPU memory")
+        grad_f = f"{pt:,} × {w16} B" + (f" / {gshard} GPUs" if gshard > 1 else "")
+        opt_f = (f"K={k_opt} B/param (ZeRO paper: fp32 master + states) × {pt:,}" + (
+            f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
+        tmp = 0
+        tmp_f = "DeepSpeed's fused optimizer: none counted"
+        notes.append("DeepSpeed communication buckets (reduce/allgather) are not counted")
+    else:
+        g = int(pt * wt)
+        o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
+        grad_f = f"{pt:,} trainable params × {wt:g} B"
+    G = Term("gradients", int(g), grad_f, "gradients")
+    Opt = Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer")
+    T_opt = Term("optimizer-step temporaries", int(tmp), tmp_f, "transient")
+    terms += [G, Opt, T_opt]
+    if setup.gpus > 1 and dp > 1 and not deepspeed and setup.parallel == "ddp":
+        terms.append(Term("DDP gradient buckets", int(g), "a flat copy of the gradients for all-reduce "
+                          "(gradient_as_bucket_view=True removes it)", "overhead"))
+
+    if spec.bare:
+        notes.append("activations not counted: a bare parameter count has no shape")
+        moments = {"optimizer step": {t.name: t.bytes for t in terms}}
+        first = dict(moments)
+        return _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
+
+    # ---- activations
+    sh = Shape(b=b, s=seq, s_dec=seq if spec.family == "t5" else 0, tp=tp)
+    acts = activations(spec, sh, dt, setup.attention == "flash", lora)
+    n_enc = spec.layers
+    n_dec = spec.decoder_layers if spec.family == "t5" else 0
+    outside = sum(v for _, v in acts.outside)
+    if setup.checkpointing:
+        kept = n_enc * acts.ckpt_layer + n_dec * (b * (sh.s_dec or seq) * spec.hidden * dt.r)
+        if spec.family == "t5":
+            kept += n_dec * b * seq * spec.hidden * dt.r  # each decoder layer keeps the encoder output ref
+            kept -= n_dec * b * seq * spec.hidden * dt.r  # ... which is one shared tensor
+        a_total = kept + outside
+        recompute = max(acts.layer, acts.dec_layer)
+        act_f = (f"{n_enc + n_dec} layer inputs kept (b·s·h·{dt.r} B = {fmt(acts.ckpt_layer)} each) + "
+                 f"outside the layers {fmt(outside)}")
+    else:
+        a_total = n_enc * acts.layer + n_dec * acts.dec_layer + outside + acts.layer_adjust
+        recompute = 0
+        act_f = (f"{n_enc} layers × {fmt(acts.layer)}" + (f" + {n_dec} decoder layers × {fmt(acts.dec_layer)}"
+                 if n_dec else "") + f" + outside the layers {fmt(outside)}")
+    A = Term("activations", int(a_total), act_f, "activations")
+    terms.append(A)
+    cast_copies = 0
+    if dt.mixed and not setup.quant:
+        cast_copies = 2 * p.cast // tp
+        terms.append(Term("autocast 16-bit weight copies", cast_copies,
+                          f"{p.cast:,} matmul params × 2 B, cached for the forward and kept for backward",
+                          "transient"))
+    logits_extra = 8 * acts.logits // tp
+    # Backward of one layer holds the gradients of its largest activations for a moment (e.g.
+    # softmax backward: grad of probs and of scores together).
+    T = b * seq
+    sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
+    scores = 0 if setup.attention == "flash" else b * spec.heads * seq * seq * sm // tp
+    layer_bwd = 2 * max(T * spec.intermediate * dt.x // tp, scores, T * spec.hidden * dt.r)
+    terms.append(Term("backward temporaries", layer_bwd, f"2 × the largest gradient of one layer: "
+                      f"max(b·s·i·{dt.x}, b·a·s²·{sm}" + (" (eager)" if scores else " (0 with flash)")
+                      + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient"))
+    if logits_extra:
+        terms.append(Term("loss-gradient transients (fp32)", logits_extra,
+                          f"grad of log-softmax + grad of logits: {acts.logits:,} logits × 8 B", "transient"))
+    if setup.checkpointing:
+        terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if dt.mixed else 0),
+                          f"one layer's activations rebuilt in backward: {fmt(recompute)}"
+                          + (" + its 16-bit weights" if dt.mixed else ""), "transient"))
+    if setup.quant:
+        terms.append(Term("dequantized weight", p.largest * 2, f"largest matrix {p.largest:,} × 2 B, "
+                          "dequantized per matmul", "transient"))
+    named = {t.name: t.bytes for t in terms}
+    always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "DDP gradient buckets",
+                                                       "ZeRO-3 gathered layers", "dequantized weight")}
+    grads = {G.name: G.bytes}
+    g_acc = grads if setup.grad_accum > 1 else {}  # later micro-steps run with gradients held
+    copies_bwd = cast_copies if not setup.checkpointing else (2 * p.head_cast // tp if cast_copies else 0)
+    fwd_logits = (dt.x + 4 if dt.x != 4 else 4) * acts.logits // tp
+
+    def moments_with(o_bytes: int) -> dict[str, dict[str, int]]:
+        base = {**always, Opt.name: o_bytes}
+        m = {"forward end": {**base, **g_acc, A.name: A.bytes, "autocast 16-bit weight copies": cast_copies,
+                             "logits + fp32 copy (loss forward)": fwd_logits},
+             "backward start": {**base, **g_acc, A.name: A.bytes, "autocast 16-bit weight copies": copies_bwd,
+                                **({"loss-gradient transients (fp32)": logits_extra} if logits_extra > layer_bwd
+                                   else {"backward temporaries": layer_bwd})},
+             "backward end": {**base, **grads},
+             "optimizer step": {**always, **grads, Opt.name: Opt.bytes, T_opt.name: T_opt.bytes}}
+        if setup.checkpointing:
+            m["recompute"] = {**base, **g_acc, A.name: A.bytes - outside,
+                              "recomputed layer": named["recomputed layer"], "backward temporaries": layer_bwd // 2,
+                              "gradients (head and one layer)": int(p.largest_layer * wt) // tp}
+        return m
+
+    moments = moments_with(Opt.bytes)
+    first = moments_with(0)
+    if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed:
+        extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
+        terms.append(Term("DataParallel extra on GPU 0", extra, f"outputs of {dp - 1} other replicas gathered "
+                          "(+ their loss gradients) and the gradient reduction buffer", "overhead"))
+        for m in (*moments.values(), *first.values()):
+            m["DataParallel extra on GPU 0"] = extra
+        notes.append("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less")
+    if lora:
+        notes.append("LoRA: frozen linears keep no inputs for weight gradients; adapters on "
+                     + "/".join(_targets(spec)))
+    result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
+    result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
+    return result
+
+
+def _targets(spec: ModelSpec) -> tuple[str, ...]:
+    from .formulas import LORA_TARGETS
+    return LORA_TARGETS.get(spec.family, LORA_TARGETS["default"])
+
+
+def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int) -> str:
+    if spec.family == "t5":
+        return f"2 × {spec.decoder_layers} layers × {b} × ({s} self + {s} cross) × {spec.inner} × {x} B"
+    return (f"2 (k,v) × {spec.layers} layers × {b} × {s} tokens × {spec.kv_heads} kv-heads × "
+            f"{spec.head_dim} × {x} B" + (f" / tp {tp}" if tp > 1 else ""))
+
+
+def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: list[Term],
+            moments: dict[str, dict[str, int]], first: dict[str, dict[str, int]], notes: list[str]) -> Estimate:
+    totals = {k: sum(v.values()) for k, v in moments.items()}
+    peak_moment = max(totals, key=lambda k: totals[k])
+    steady = totals[peak_moment]
+    peak = max(steady, max(sum(v.values()) for v in first.values()))
+    breakdown = {k: v for k, v in moments[peak_moment].items() if v}
+    reserved = round_segments(int(peak * (1 + setup.fragmentation)))
+    context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
+    terms = terms + [
+        Term("allocator overhead", reserved - peak, f"caching allocator: {setup.fragmentation:.0%} fragmentation "
+             f"over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
+        Term("CUDA context", context, ("--context-overhead" if setup.context_overhead is not None else
+             f"default for CUDA {setup.cuda:g}: " + ("lazy module loading" if setup.cuda >= 11.7
+                                                        else "eager module loading")), "overhead")]
+    breakdown["allocator overhead"] = reserved - peak
+    breakdown["CUDA context"] = context
+    return Estimate(model=spec.name, family=spec.family, setup=setup, params=p.total, trainable=pt
+                    if setup.mode == "train" else 0, seq=seq, terms=terms, moments=totals,
+                    first_step={k: sum(v.values()) for k, v in first.items()},
+                    peak_moment=peak_moment, peak_bytes=int(peak), steady_bytes=int(steady),
+                    reserved_bytes=reserved, context_bytes=context, total_bytes=reserved + context,
+                    breakdown={k: int(v) for k, v in breakdown.items()}, notes=notes)
+
+
+__all__ = ["Estimate", "EstimateError", "GiB", "MiB", "Setup", "default_context", "estimate"]

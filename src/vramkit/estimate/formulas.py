@@ -1,0 +1,325 @@
+"""The terms of a memory estimate, each with its formula written out with the numbers put in.
+
+Activation terms count the tensors autograd saves for backward in a Hugging Face-style eager
+PyTorch implementation of each family (the method of Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", §4), with dtypes as CUDA autocast leaves
+them: matmul outputs in 16-bit, layer norms and softmax in fp32, dropout masks as 1-byte bools.
+Model states follow Rajbhandari et al. 2020 (ZeRO) for DeepSpeed and PyTorch AMP otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .specs import ENCODERS, ModelSpec, numel, param_shapes
+
+MiB = 1024**2
+GiB = 1024**3
+PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
+QUANT_BYTES = {"8bit": 1.0, "4bit": 0.5 + 4 / 64}  # int8 / NF4 + an fp32 absmax per 64-block
+LORA_TARGETS = {"gpt2": ("qkv",), "default": ("q", "v")}  # PEFT's default target modules
+
+
+@dataclass
+class Term:
+    name: str
+    bytes: int
+    formula: str
+    kind: str  # weights | gradients | optimizer | activations | transient | overhead | kv
+
+
+@dataclass
+class Dtypes:
+    """Bytes per element: w weights, g gradients, x matmul outputs, n norm outputs (fp32 under
+    autocast), r residual stream; mixed = autocast casts fp32 tensors to 16-bit for matmuls."""
+    w: float
+    g: float
+    x: int
+    n: int
+    r: int
+    mixed: bool
+
+    @classmethod
+    def of(cls, precision: str, deepspeed: bool = False) -> Dtypes:
+        if precision == "fp32":
+            return cls(4, 4, 4, 4, 4, False)
+        if precision == "bf16-pure" or deepspeed:  # DeepSpeed runs the model itself in 16-bit
+            return cls(2, 2, 2, 2, 2, False)
+        return cls(4, 4, 2, 4, 4, True)
+
+
+@dataclass
+class Shape:
+    b: int  # micro-batch per GPU
+    s: int  # sequence length (encoder side for T5; patches + 1 for ViT)
+    s_dec: int = 0  # T5 decoder length
+    tp: int = 1  # tensor-parallel degree
+
+    @property
+    def tokens(self) -> int:
+        return self.b * self.s
+
+
+def fmt(n: float) -> str:
+    """A byte count for formulas: exact below 1 MiB, else MiB/GiB with 2 decimals."""
+    if abs(n) < MiB:
+        return f"{int(n):,} B"
+    if abs(n) < GiB:
+        return f"{n / MiB:,.2f} MiB"
+    return f"{n / GiB:,.2f} GiB"
+
+
+# ---------------------------------------------------------------- parameters
+
+@dataclass
+class Params:
+    total: int
+    cast: int  # numel autocast casts to 16-bit (matmul weights and biases)
+    largest: int  # numel of the largest tensor
+    largest_layer: int  # numel of the largest transformer layer
+    layer_cast: int  # cast numel of one layer (what checkpointing re-casts)
+    head_cast: int  # cast numel outside the checkpointed layers
+    lora: int = 0  # adapter numel
+    adafactor_state: int = 0  # numel of Adafactor's factored second moment
+    shapes: list = field(default_factory=list)
+
+
+def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1) -> Params:
+    shapes = param_shapes(spec)
+    total = sum(numel(s) for _, s, _ in shapes)
+    cast = sum(numel(s) for _, s, c in shapes if c)
+    if spec.family in ("gpt2",) or (spec.head == "lm" and spec.tied and spec.family in (*ENCODERS, "t5")):
+        # The tied LM head multiplies by the (embedding) matrix: autocast casts it too.
+        emb = next(s for n, s, _ in shapes if n in ("wte", "shared", "embeddings.word"))
+        cast += numel(emb)
+    if spec.family == "llama" and spec.tied:
+        cast += spec.vocab * spec.hidden
+    layer_sizes: dict[str, int] = {}
+    layer_cast: dict[str, int] = {}
+    for name, s, c in shapes:
+        if ".layer" in name or name.startswith("layer"):
+            key = name.split(".attn")[0].split(".ffn")[0].split(".self")[0].split(".cross")[0].split(".norm")[0]
+            layer_sizes[key] = layer_sizes.get(key, 0) + numel(s)
+            if c:
+                layer_cast[key] = layer_cast.get(key, 0) + numel(s)
+    largest_layer = max(layer_sizes.values(), default=total)
+    one_layer_cast = max(layer_cast.values(), default=0)
+    n_layers = spec.layers + spec.decoder_layers
+    layers_cast = one_layer_cast * (n_layers if not spec.shared_layers else 1)
+    lora = 0
+    if lora_rank:
+        targets = LORA_TARGETS.get(spec.family, LORA_TARGETS["default"])
+        for name, s, _ in shapes:
+            parts = name.split(".")
+            if parts[-1] == "weight" and len(s) == 2 and parts[-2] in targets \
+                    and any(k in f".{name}" for k in (".attn.", ".self.", ".cross.")):
+                lora += lora_rank * (s[0] + s[1])
+    ada = sum((s[0] + numel(s) // s[0]) if len(s) >= 2 else numel(s) for _, s, _ in shapes)
+    return Params(total=total, cast=cast, largest=max(numel(s) for _, s, _ in shapes),
+                  largest_layer=largest_layer, layer_cast=one_layer_cast,
+                  head_cast=max(0, cast - layers_cast), lora=lora, adafactor_state=ada, shapes=shapes)
+
+
+# ---------------------------------------------------------------- activations (training)
+
+@dataclass
+class Acts:
+    """Saved activation bytes: per layer (encoder / decoder), outside the layers, and what a
+    checkpointed layer keeps (its input)."""
+    layer: int
+    layer_terms: list[tuple[str, int]]
+    dec_layer: int = 0
+    dec_terms: list[tuple[str, int]] = field(default_factory=list)
+    outside: list[tuple[str, int]] = field(default_factory=list)
+    ckpt_layer: int = 0  # what a checkpointed encoder layer keeps
+    ckpt_dec_layer: int = 0
+    layer_adjust: int = 0  # one-off correction (ALBERT's first layer in mixed precision)
+    logits: int = 0  # b·s·V: the number of logits, for the loss transients
+
+
+def _lin_in(tokens: int, width: int, k: int, dt: Dtypes, saved: bool = True) -> int:
+    """What `k` linears reading one input of norm dtype save: each its own 16-bit cast under
+    autocast when the input is fp32, else the one shared input."""
+    if not saved or k == 0:
+        return 0
+    if dt.mixed and dt.n == 4:
+        return k * tokens * width * 2
+    return tokens * width * dt.n
+
+
+def _norm(spec: ModelSpec, tokens: int, width: int, dt: Dtypes, input_bytes: int | None = None) -> int:
+    """LayerNorm saves its input and fp32 mean/rstd; HF's RMSNorms save an fp32 input and the
+    normalised tensor (LLaMA keeps it in the input dtype, T5 in fp32 or the weight dtype)."""
+    if spec.rmsnorm:
+        if spec.family == "llama" and dt.r == 2:
+            return tokens * width * (4 + 2) + tokens * 4
+        return tokens * width * 8 + tokens * 4
+    return tokens * width * (input_bytes or dt.r) + tokens * 8
+
+
+def _softmax_bytes(spec: ModelSpec, dt: Dtypes) -> int:
+    """Bytes per attention-score element saved for backward: the softmax output (fp32 under
+    autocast, and always fp32 in LLaMA/T5 code), the dropout mask and the probabilities the
+    second matmul keeps (a 16-bit cast or the dropout output)."""
+    sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
+    if spec.attn_dropout > 0:
+        return sm + 1 + dt.x
+    return sm + (dt.x if sm != dt.x else 0)
+
+
+def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, sq: int, sk: int,
+               cross: bool = False) -> list[tuple[str, int]]:
+    b, t = sh.b, sh.tp
+    tq, tk = b * sq, b * sk
+    inner, a = spec.inner, spec.heads
+    out: list[tuple[str, int]] = []
+    fused = spec.family == "gpt2"
+    if cross:  # q reads the decoder stream; k and v the encoder output (counted once, outside)
+        out.append(("cross-attention query input", _lin_in(tq, spec.hidden, 1, dt, not lora or True)))
+    else:
+        k = (1 if fused else 2) if lora else (1 if fused else 3)
+        out.append(("q/k/v projection input" + (" (16-bit casts)" if dt.mixed else ""),
+                    _lin_in(tq, spec.hidden, k, dt)))
+    if flash:
+        out.append(("q, k, v, output kept by the fused attention kernel",
+                    (tq * inner + 2 * tk * inner + tq * inner) * dt.x // t + b * a * sq * 4 // t))
+    else:
+        out.append(("q, kᵀ, v copies for the two matmuls", (tq * inner + 2 * tk * inner) * dt.x // t))
+        out.append((f"attention scores: softmax + dropout + probs ({_softmax_bytes(spec, dt)} B/elem)",
+                    b * a * sq * sk * _softmax_bytes(spec, dt) // t))
+    if not lora:
+        out.append(("attention context (output-projection input)", tq * inner * dt.x // t))
+    if spec.hidden_dropout > 0:
+        out.append(("dropout mask after attention", tq * spec.hidden))
+    return out
+
+
+def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, lora: bool, tp: int) -> list[tuple[str, int]]:
+    i = spec.intermediate
+    gated = spec.ffn in ("swiglu", "gated-gelu")
+    out = [("feed-forward input" + (" (16-bit casts)" if dt.mixed else ""),
+            _lin_in(tokens, spec.hidden, 2 if gated else 1, dt, saved=not lora))]
+    inner_drop = spec.family == "t5" and spec.hidden_dropout > 0
+    if spec.ffn == "relu":
+        per = dt.x + ((1 + dt.x) if inner_drop else 0)  # relu keeps its output = the down input
+        what = "relu output" + (" + dropout mask + dropped" if inner_drop else "")
+    elif gated:
+        per = (3 if lora else 4) * dt.x + (1 if inner_drop else 0)
+        what = "gate activation in/out, up projection, product" + (" + dropout mask" if inner_drop else "")
+    else:
+        per = (1 if lora else 2) * dt.x
+        what = "gelu input" + ("" if lora else " and output (down-projection input)")
+    out.append((f"feed-forward inner ({what}, {per} B × {i} wide)", tokens * i * per // tp))
+    if spec.hidden_dropout > 0:
+        out.append(("dropout mask after feed-forward", tokens * spec.hidden))
+    return out
+
+
+def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool) -> Acts:
+    b, s = sh.b, sh.s
+    T = b * s
+    h = spec.hidden
+    fam = spec.family
+    layer_terms: list[tuple[str, int]] = []
+    if fam in ENCODERS or fam in ("gpt2", "llama", "vit", "t5"):
+        attn = _attention(spec, sh, dt, flash, lora, s, s)
+        ffn = _ffn(spec, T, dt, lora, sh.tp)
+        if spec.pre_norm:
+            layer_terms = [("norm before attention", _norm(spec, T, h, dt))] + attn + \
+                          [("norm before feed-forward", _norm(spec, T, h, dt))] + ffn
+        else:  # post-LN (BERT family): the norms read the residual sums
+            layer_terms = attn + [("norm after attention", _norm(spec, T, h, dt))] + ffn + \
+                          [("norm after feed-forward", _norm(spec, T, h, dt))]
+    acts = Acts(layer=sum(v for _, v in layer_terms), layer_terms=layer_terms)
+    acts.ckpt_layer = T * h * dt.r  # a checkpointed layer keeps only its input
+    outside: list[tuple[str, int]] = []
+    if fam in ENCODERS:
+        e = spec.embedding_size
+        outside.append(("embedding norm", _norm(spec, T, e, dt)))
+        if spec.hidden_dropout > 0:
+            outside.append(("embedding dropout mask", T * e))
+        if fam == "albert":
+            outside.append(("embedding → hidden mapping input", _lin_in(T, e, 1, dt)))
+            if dt.mixed:  # the mapping's 16-bit output feeds layer 1: one shared input, not 3 casts
+                acts.layer_adjust = -(_lin_in(T, h, 3, dt) - T * h * 2)
+        outside.append(("input ids", T * 8 * (2 if spec.type_vocab else 1)))
+        if spec.head == "cls":
+            # The pooler reads token 0: a 16-bit copy under autocast, else a view that keeps
+            # the whole last hidden state alive.
+            outside.append(("pooler input", b * h * 2 if dt.mixed else T * h * dt.n))
+        else:
+            outside += [("LM head transform input", _lin_in(T, h, 1, dt, not lora)),
+                        ("LM head gelu input", T * e * dt.x),
+                        ("LM head norm", _norm(spec, T, e, dt, input_bytes=4 if dt.mixed else dt.x)),
+                        ("LM head decoder input", _lin_in(T, e, 1, dt, not lora)),
+                        ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
+                        ("labels", T * 8)]
+            acts.logits = T * spec.vocab
+    elif fam in ("gpt2", "llama"):
+        if fam == "gpt2" and spec.hidden_dropout > 0:
+            outside.append(("embedding dropout mask", T * h))
+        outside += [("final norm", _norm(spec, T, h, dt)),
+                    ("LM head input", _lin_in(T, h, 1, dt, not lora)),
+                    ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
+                    ("input ids and labels", T * 8 * 2)]
+        acts.logits = T * spec.vocab
+    elif fam == "vit":
+        img = spec.seq_for_image(None) and b * spec.channels * (spec.patch_size ** 2) * (s - 1)
+        outside += [("image (patch-embedding input)", img * (2 if dt.mixed else dt.x if dt.r == 2 else 4)),
+                    ("final norm", _norm(spec, T, h, dt)),
+                    ("classifier input", b * h * 2 if dt.mixed else T * h * dt.n)]
+    elif fam == "t5":
+        sd = sh.s_dec or s
+        Td = b * sd
+        dec_self = _attention(spec, sh, dt, flash, lora, sd, sd)
+        dec_cross = _attention(spec, sh, dt, flash, lora, sd, s, cross=True)
+        if dt.mixed:  # every decoder layer casts the fp32 encoder output for its k and v
+            dec_cross.append(("encoder output, cast for cross k/v", _lin_in(T, h, 1 if lora else 2, dt)))
+        dec_terms = [("norm before self-attention", _norm(spec, Td, h, dt))] + dec_self + \
+                    [("norm before cross-attention", _norm(spec, Td, h, dt))] + dec_cross + \
+                    [("norm before feed-forward", _norm(spec, Td, h, dt))] + _ffn(spec, Td, dt, lora, sh.tp)
+        acts.dec_terms = dec_terms
+        acts.dec_layer = sum(v for _, v in dec_terms)
+        acts.ckpt_dec_layer = Td * h * dt.r + (T * h * dt.r if False else 0)
+        drop = spec.hidden_dropout > 0
+        outside += [("encoder embedding dropout mask", T * h if drop else 0),
+                    ("encoder final norm", _norm(spec, T, h, dt)),
+                    ("encoder output dropout mask", T * h if drop else 0)]
+        if not dt.mixed:
+            outside.append(("encoder output (cross k/v input)", T * h * dt.n))
+        outside += [("decoder embedding dropout mask", Td * h if drop else 0),
+                    ("decoder final norm", _norm(spec, Td, h, dt)),
+                    ("decoder output dropout mask", Td * h if drop else 0),
+                    ("LM head input", _lin_in(Td, h, 1, dt, not lora)),
+                    ("log-softmax output (fp32)", Td * spec.vocab * 4 // sh.tp),
+                    ("relative-position buckets (int64)", 2 * s * sd * 8 if False else (s * s + sd * sd) * 8),
+                    ("input ids, decoder ids, labels", (T + 2 * Td) * 8)]
+        acts.logits = Td * spec.vocab
+    acts.outside = [(n, v) for n, v in outside if v]
+    return acts
+
+
+def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1) -> int:
+    """2 (k and v) · layers · batch · context · kv-heads · head-dim · bytes."""
+    if spec.family in ("gpt2", "llama"):
+        return 2 * spec.layers * b * s * spec.kv_heads * spec.head_dim * x // tp
+    if spec.family == "t5":  # decoder self-attention + cross-attention caches
+        return 2 * spec.decoder_layers * b * (s + s) * spec.inner * x // tp
+    return 0
+
+
+def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bool, tp: int = 1) -> int:
+    """The largest set of temporaries one layer holds during a no-grad forward: the residual
+    stream and its norm, q/k/v, the attention scores (eager) and the feed-forward inner tensors."""
+    T = b * s
+    h, inner = spec.hidden, spec.inner
+    base = 2 * T * h * dt.r
+    sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
+    if flash:
+        attn = base + 4 * T * inner * dt.x // tp
+    else:
+        attn = base + 3 * T * inner * dt.x // tp + b * spec.heads * s * s * (dt.x + sm) // tp
+    gated = spec.ffn in ("swiglu", "gated-gelu")
+    ffn = base + T * spec.intermediate * dt.x * (3 if gated else 2) // tp
+    return max(attn, ffn)

@@ -1,0 +1,175 @@
+"""The fit planner: does a setup fit a GPU, the largest batch that does, the changes that make
+it fit (cheapest first, each with the memory it needs), and the GPUs that fit it unchanged."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, replace
+
+from . import catalog
+from .analytic import Estimate, Setup, estimate
+from .specs import EstimateError, ModelSpec, resolve
+
+
+@dataclass
+class Change:
+    what: str
+    total_bytes: int
+    fits: bool
+    setup: dict  # the options that differ
+
+
+@dataclass
+class Plan:
+    model: str
+    gpu: str
+    capacity_bytes: int
+    estimate: Estimate
+    fits: bool
+    max_batch: int  # 0 when not even batch 1 fits
+    changes: list[Change] = field(default_factory=list)
+    gpus_that_fit: list[tuple[str, int]] = field(default_factory=list)  # (name, memory)
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "gpu": self.gpu, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
+                "total_bytes": self.estimate.total_bytes, "max_batch": self.max_batch,
+                "changes": [c.__dict__ for c in self.changes],
+                "gpus_that_fit": [{"name": n, "memory_bytes": m} for n, m in self.gpus_that_fit]}
+
+
+def gpu_memory(name: str) -> tuple[str, int]:
+    """A catalog GPU name -> (canonical name, memory bytes); unknown names get a did-you-mean."""
+    key = name.strip().lower().removeprefix("nvidia ").replace(" ", "-")
+    key = catalog.GPU_ALIASES.get(key, key)
+    if key in catalog.GPUS:
+        return key, catalog.GPUS[key][0]
+    close = difflib.get_close_matches(key, list(catalog.GPUS) + list(catalog.GPU_ALIASES), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f" (known: {', '.join(catalog.GPUS)})"
+    raise EstimateError(f"unknown GPU {name!r}{hint}")
+
+
+def _total(spec: ModelSpec, setup: Setup) -> int:
+    return estimate(spec, setup).total_bytes
+
+
+def largest_batch(spec: ModelSpec, setup: Setup, capacity: int, limit: int = 65536) -> int:
+    """The largest micro-batch whose estimate fits `capacity` (0 if none): memory grows with the batch."""
+    if _total(spec, replace(setup, batch=1)) > capacity:
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and _total(spec, replace(setup, batch=hi)) <= capacity:
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _total(spec, replace(setup, batch=mid)) <= capacity:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | None = None,
+         gpu_label: str | None = None, **options) -> Plan:
+    """Plan a setup on a GPU: `gpu` is a catalog name or a capacity in bytes (e.g. free memory).
+
+    >>> p = plan("bert-large-uncased", "rtx-4090", batch=32, seq=512)
+    >>> p.fits, p.max_batch, [(c.what, c.total_bytes) for c in p.changes if c.fits]
+    """
+    spec = resolve(model) if isinstance(model, str) else model
+    setup = replace(setup or Setup(), **options)
+    if isinstance(gpu, int):
+        if isinstance(gpu, bool) or gpu <= 0:
+            raise EstimateError(f"GPU capacity must be a positive number of bytes, not {gpu!r}")
+        gpu_name, capacity = gpu_label or "the GPU", gpu
+    else:
+        gpu_name, capacity = gpu_memory(gpu)
+    base = estimate(spec, setup)
+    fits = base.total_bytes <= capacity
+    max_batch = largest_batch(spec, setup, capacity) if not spec.bare else (1 if fits else 0)
+    changes: list[Change] = []
+
+    def consider(what: str, **diff) -> None:
+        try:
+            new = replace(setup, **diff)
+            total = _total(spec_for.get(what, spec), new)
+        except EstimateError:
+            return
+        changes.append(Change(what, total, total <= capacity, {k: v for k, v in diff.items()}))
+
+    spec_for: dict[str, ModelSpec] = {}
+    if not fits and setup.mode == "train" and not spec.bare:
+        # with accumulation the gradients are held during later forwards: search again with it on
+        micro = largest_batch(spec, replace(setup, grad_accum=max(2, setup.grad_accum)), capacity)
+        if 0 < micro < setup.batch:
+            accum = setup.grad_accum * math.ceil(setup.batch / micro)
+            max_batch_accum = micro
+            consider(f"micro-batch {max_batch_accum} × grad-accum {accum} (same effective batch)",
+                     batch=max_batch_accum, grad_accum=accum)
+        if setup.attention == "eager":
+            consider("flash / memory-efficient attention", attention="flash")
+        if setup.precision == "fp32":
+            consider("bf16 mixed precision", precision="bf16")
+        if not setup.checkpointing:
+            consider("activation checkpointing", checkpointing=True)
+        if setup.optimizer in ("adamw", "adafactor") and not setup.lora:
+            consider("8-bit AdamW", optimizer="adamw-8bit")
+        if spec.family != "vit":
+            seq = base.seq // 2
+            if seq >= 16:
+                consider(f"shorter sequences ({seq})", seq=seq)
+        if not setup.lora:
+            consider("LoRA r=16 (frozen base)", lora=16)
+            consider("QLoRA: LoRA r=16 on a 4-bit base", lora=16, quant="4bit")
+        smaller = catalog.SMALLER.get(spec.name)
+        if smaller:
+            spec_for[f"smaller model: {smaller}"] = resolve(smaller)
+            consider(f"smaller model: {smaller}")
+        if setup.zero is None:
+            for n in (2, 4, 8):
+                consider(f"ZeRO-3 on {n} GPUs", zero=3, gpus=n * setup.tp, checkpointing=setup.checkpointing)
+            consider("ZeRO-3 + CPU offload, 1 GPU", zero=3, offload=True)
+        elif not setup.offload and setup.zero >= 2:
+            consider("CPU offload of optimizer states", offload=True)
+        for n in (2, 4, 8):
+            if n > setup.gpus and setup.zero is not None:
+                consider(f"{n} GPUs (ZeRO-{setup.zero})", gpus=n * setup.tp)
+        if not any(c.fits for c in changes):  # no single change is enough: stack the cheap ones
+            stacked: dict = {}
+            labels: list[str] = []
+            for label, diff in (("flash attention", {"attention": "flash"}),
+                                ("checkpointing", {"checkpointing": True}),
+                                ("bf16", {"precision": "bf16"} if setup.precision == "fp32" else {}),
+                                ("8-bit AdamW", {"optimizer": "adamw-8bit"} if not setup.lora else {}),
+                                ("QLoRA r=16", {"lora": 16, "quant": "4bit", "optimizer": setup.optimizer}),
+                                ("ZeRO-3 on 8 GPUs", {"zero": 3, "gpus": 8 * setup.tp, "lora": None,
+                                                      "quant": None, "optimizer": "adamw"})):
+                if not diff:
+                    continue
+                stacked.update(diff)
+                labels.append(label)
+                consider(" + ".join(labels), **stacked)
+                if changes and changes[-1].fits:
+                    break
+                if label == "QLoRA r=16":  # the ZeRO path starts again from full fine-tuning
+                    labels = [lb for lb in labels if lb not in ("QLoRA r=16", "8-bit AdamW")]
+    elif not fits and setup.mode == "infer" and not spec.bare:
+        if setup.batch > 1 and max_batch:
+            consider(f"batch {max_batch}", batch=max_batch)
+        if setup.attention == "eager":
+            consider("flash / memory-efficient attention", attention="flash")
+        for q in ("8bit", "4bit"):
+            if setup.quant != q:
+                consider(f"{q} weights", quant=q)
+        for n in (2, 4, 8):
+            if spec.heads % n == 0:
+                consider(f"tensor parallel over {n} GPUs", gpus=n, tp=n)
+    elif not fits:  # a bare count: model states only
+        consider("8-bit AdamW", optimizer="adamw-8bit")
+        consider("LoRA r=16 (frozen base)", lora=16)
+        for n in (2, 4, 8):
+            consider(f"ZeRO-3 on {n} GPUs", zero=3, gpus=n)
+    gpus = sorted(((n, m) for n, (m, _, _) in catalog.GPUS.items() if m >= base.total_bytes), key=lambda x: x[1])
+    return Plan(model=spec.name, gpu=gpu_name, capacity_bytes=capacity, estimate=base, fits=fits,
+                max_batch=max_batch, changes=changes, gpus_that_fit=gpus)

@@ -1,0 +1,396 @@
+"""Small reference PyTorch implementations of each family, built from a ModelSpec with random
+weights, written op for op like the Hugging Face eager code (so the tensors autograd saves are
+the ones real models save). Used by the traced estimator; imports torch, so import it lazily.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .specs import ENCODERS, ModelSpec
+
+
+class Options:
+    def __init__(self, mixed: bool = False, flash: bool = False, checkpointing: bool = False):
+        self.mixed = mixed  # under autocast: norms and softmax in fp32, as CUDA autocast runs them
+        self.flash = flash
+        self.checkpointing = checkpointing
+
+
+def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout as CUDA runs it (native_dropout, a 1-byte mask), also when recomputed under
+    checkpointing, where the tracer's F.dropout redirect is not active."""
+    if not training or p <= 0:
+        return x
+    return torch.native_dropout(x, p, True)[0]
+
+
+class LayerNorm(nn.LayerNorm):
+    def __init__(self, width: int, opt: Options, eps: float = 1e-12):
+        super().__init__(width, eps=eps)
+        self.opt = opt
+
+    def forward(self, x):
+        if self.opt.mixed:  # CUDA autocast runs layer_norm in fp32
+            x = x.float()
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class T5LayerNorm(LlamaRMSNorm):
+    def forward(self, x):
+        variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        if self.weight.dtype in (torch.float16, torch.bfloat16):
+            x = x.to(self.weight.dtype)
+        return self.weight * x
+
+
+def _norm(spec: ModelSpec, width: int, opt: Options) -> nn.Module:
+    if spec.family == "llama":
+        return LlamaRMSNorm(width)
+    if spec.family == "t5":
+        return T5LayerNorm(width)
+    return LayerNorm(width, opt, eps=1e-5 if spec.family == "gpt2" else 1e-12)
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, opt: Options, causal: bool = False):
+        super().__init__()
+        self.spec, self.opt, self.causal = spec, opt, causal
+        h, d, a, kv = spec.hidden, spec.head_dim, spec.heads, spec.kv_heads
+        bias = spec.qkv_bias
+        if spec.family == "gpt2":
+            self.qkv = nn.Linear(h, 3 * h)
+        else:
+            self.q = nn.Linear(h, a * d, bias=bias)
+            self.k = nn.Linear(h, kv * d, bias=bias)
+            self.v = nn.Linear(h, kv * d, bias=bias)
+        self.o = nn.Linear(a * d, h, bias=spec.family not in ("llama", "t5"))
+
+    def forward(self, x, kv_input=None, bias=None, rope=None, cache=None):
+        spec = self.spec
+        b, s, _ = x.shape
+        a, kv, d = spec.heads, spec.kv_heads, spec.head_dim
+        if spec.family == "gpt2":
+            q, k, v = self.qkv(x).split(spec.hidden, dim=2)
+        else:
+            src = x if kv_input is None else kv_input
+            q, k, v = self.q(x), self.k(src), self.v(src)
+        sk = k.shape[1]
+        q = q.view(b, s, a, d).transpose(1, 2)
+        k = k.view(b, sk, kv, d).transpose(1, 2)
+        v = v.view(b, sk, kv, d).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+        if cache is not None:
+            cache.append((k, v))
+        if kv != a:  # repeat_kv, as HF does before the matmuls
+            k = k[:, :, None].expand(b, kv, a // kv, sk, d).reshape(b, a, sk, d)
+            v = v[:, :, None].expand(b, kv, a // kv, sk, d).reshape(b, a, sk, d)
+        p_drop = spec.attn_dropout if self.training else 0.0
+        if self.opt.flash:
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype),
+                                                 is_causal=self.causal and bias is None,
+                                                 scale=1.0 if spec.family == "t5" else None)
+        else:
+            scores = torch.matmul(q, k.transpose(-1, -2))
+            if spec.family != "t5":
+                scores = scores / math.sqrt(d)
+            if bias is not None:
+                scores = scores + bias.to(scores.dtype)
+            elif self.causal:
+                mask = torch.full((s, sk), float("-inf"), device=x.device).triu(1)
+                scores = scores + mask.to(scores.dtype)
+            upcast = self.opt.mixed or spec.family in ("llama", "t5")
+            probs = F.softmax(scores, dim=-1, dtype=torch.float32) if upcast else F.softmax(scores, dim=-1)
+            probs = _dropout(probs.to(v.dtype), p_drop, self.training)
+            ctx = torch.matmul(probs, v)
+        ctx = ctx.transpose(1, 2).reshape(b, s, a * d)
+        return self.o(ctx)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        h, i = spec.hidden, spec.intermediate
+        bias = spec.family not in ("llama", "t5")
+        if spec.ffn in ("swiglu", "gated-gelu"):
+            self.gate = nn.Linear(h, i, bias=bias)
+        self.up = nn.Linear(h, i, bias=bias)
+        self.down = nn.Linear(i, h, bias=bias)
+
+    def forward(self, x):
+        spec = self.spec
+        if spec.ffn == "swiglu":
+            y = F.silu(self.gate(x)) * self.up(x)
+        elif spec.ffn == "gated-gelu":
+            y = F.gelu(self.gate(x), approximate="tanh") * self.up(x)
+        elif spec.ffn == "relu":
+            y = F.relu(self.up(x))
+        else:
+            y = F.gelu(self.up(x), approximate="tanh" if spec.family == "gpt2" else "none")
+        if spec.family == "t5":
+            y = _dropout(y, spec.hidden_dropout, self.training)
+        return self.down(y)
+
+
+class Layer(nn.Module):
+    def __init__(self, spec: ModelSpec, opt: Options, causal: bool = False, cross: bool = False):
+        super().__init__()
+        self.spec = spec
+        self.norm1 = _norm(spec, spec.hidden, opt)
+        self.attn = Attention(spec, opt, causal)
+        if cross:
+            self.norm_x = _norm(spec, spec.hidden, opt)
+            self.cross = Attention(spec, opt)
+        self.norm2 = _norm(spec, spec.hidden, opt)
+        self.ffn = FeedForward(spec)
+
+    def forward(self, x, enc=None, bias=None, rope=None, cache=None):
+        p = self.spec.hidden_dropout if self.training else 0.0
+        if not self.spec.pre_norm:  # BERT family: post-LN
+            x = self.norm1(_dropout(self.attn(x), p, self.training) + x)
+            return self.norm2(_dropout(self.ffn(x), p, self.training) + x)
+        x = x + _dropout(self.attn(self.norm1(x), bias=bias, rope=rope, cache=cache), p, self.training)
+        if enc is not None:
+            x = x + _dropout(self.cross(self.norm_x(x), kv_input=enc), p, self.training)
+        return x + _dropout(self.ffn(self.norm2(x)), p, self.training)
+
+
+class Stack(nn.Module):
+    def __init__(self, spec: ModelSpec, opt: Options, n: int, causal: bool = False, cross: bool = False):
+        super().__init__()
+        self.opt = opt
+        if spec.shared_layers:
+            shared = Layer(spec, opt)
+            self.layers = nn.ModuleList([shared])
+            self.order = [0] * n
+        else:
+            self.layers = nn.ModuleList([Layer(spec, opt, causal, cross) for _ in range(n)])
+            self.order = list(range(n))
+
+    def forward(self, x, enc=None, bias=None, rope=None, cache=None):
+        for idx in self.order:
+            layer = self.layers[idx]
+            if self.opt.checkpointing and self.training:
+                x = checkpoint(layer, x, enc, bias, rope, None, use_reentrant=False)
+            else:
+                x = layer(x, enc, bias, rope, cache)
+        return x
+
+
+def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+class EncoderModel(nn.Module):
+    """BERT, RoBERTa, DistilBERT, ALBERT, with a classification or masked-LM head."""
+
+    def __init__(self, spec: ModelSpec, opt: Options):
+        super().__init__()
+        self.spec = spec
+        e, h = spec.embedding_size, spec.hidden
+        self.word = nn.Embedding(spec.vocab, e)
+        self.position = nn.Embedding(spec.max_positions, e)
+        self.token_type = nn.Embedding(spec.type_vocab, e) if spec.type_vocab else None
+        self.norm = LayerNorm(e, opt)
+        self.mapping = nn.Linear(e, h) if spec.family == "albert" else None
+        self.stack = Stack(spec, opt, spec.layers)
+        if spec.head == "cls":
+            self.pooler = nn.Linear(h, h)
+            self.classifier = nn.Linear(h, spec.num_labels)
+        else:
+            self.transform = nn.Linear(h, e)
+            self.head_norm = LayerNorm(e, opt)
+            self.decoder_bias = nn.Parameter(torch.zeros(spec.vocab))
+
+    def forward(self, ids, labels, token_types=None):
+        spec = self.spec
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.word(ids) + self.position(pos)
+        if self.token_type is not None:
+            x = x + self.token_type(token_types)
+        x = _dropout(self.norm(x), spec.hidden_dropout, self.training)
+        if self.mapping is not None:
+            x = self.mapping(x)
+        x = self.stack(x)
+        if spec.head == "cls":
+            pooled = torch.tanh(self.pooler(x[:, 0]))
+            logits = self.classifier(_dropout(pooled, spec.hidden_dropout, self.training))
+            return _ce(logits, labels)
+        y = self.head_norm(F.gelu(self.transform(x)))
+        logits = F.linear(y, self.word.weight, self.decoder_bias)
+        return _ce(logits, labels)
+
+
+class DecoderModel(nn.Module):
+    """GPT-2 and LLaMA / Mistral / Qwen-style causal LMs."""
+
+    def __init__(self, spec: ModelSpec, opt: Options):
+        super().__init__()
+        self.spec = spec
+        h = spec.hidden
+        self.embed = nn.Embedding(spec.vocab, h)
+        self.wpe = nn.Embedding(spec.max_positions, h) if spec.family == "gpt2" else None
+        self.stack = Stack(spec, opt, spec.layers, causal=True)
+        self.norm_f = _norm(spec, h, opt)
+        self.lm_head = None if spec.tied else nn.Linear(h, spec.vocab, bias=False)
+
+    def _rope(self, s: int, device):
+        d = self.spec.head_dim
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device).float() / d))
+        freqs = torch.outer(torch.arange(s, device=device).float(), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[None, None], emb.sin()[None, None]
+
+    def forward(self, ids, labels=None, cache=None):
+        spec = self.spec
+        x = self.embed(ids)
+        rope = None
+        if self.wpe is not None:
+            x = _dropout(x + self.wpe(torch.arange(ids.shape[1], device=ids.device)), spec.hidden_dropout,
+                         self.training)
+        else:
+            rope = self._rope(ids.shape[1], ids.device)
+        x = self.stack(x, rope=rope, cache=cache)
+        x = self.norm_f(x)
+        if labels is None:  # inference: logits of the last token only
+            x = x[:, -1:]
+        logits = F.linear(x, self.embed.weight) if self.lm_head is None else self.lm_head(x)
+        return _ce(logits, labels) if labels is not None else logits.float()
+
+
+def _t5_buckets(q_len: int, k_len: int, num_buckets: int, bidirectional: bool, device) -> torch.Tensor:
+    ctx = torch.arange(q_len, device=device)[:, None]
+    mem = torch.arange(k_len, device=device)[None, :]
+    rel = mem - ctx
+    buckets = torch.zeros_like(rel)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (rel > 0).to(torch.long) * num_buckets
+        rel = torch.abs(rel)
+    else:
+        rel = -torch.min(rel, torch.zeros_like(rel))
+    max_exact = num_buckets // 2
+    small = rel < max_exact
+    large = max_exact + (torch.log(rel.float().clamp(min=1) / max_exact) / math.log(128 / max_exact)
+                         * (num_buckets - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(small, rel, large)
+
+
+class T5Model(nn.Module):
+    def __init__(self, spec: ModelSpec, opt: Options):
+        super().__init__()
+        self.spec = spec
+        h = spec.hidden
+        self.shared = nn.Embedding(spec.vocab, h)
+        self.enc_bias = nn.Embedding(spec.rel_buckets, spec.heads)
+        self.dec_bias = nn.Embedding(spec.rel_buckets, spec.heads)
+        self.encoder = Stack(spec, opt, spec.layers)
+        self.decoder = Stack(spec, opt, spec.decoder_layers, causal=True, cross=True)
+        self.enc_norm = T5LayerNorm(h)
+        self.dec_norm = T5LayerNorm(h)
+        self.lm_head = None if spec.tied else nn.Linear(h, spec.vocab, bias=False)
+
+    def _bias(self, table: nn.Embedding, s: int, bidirectional: bool, device):
+        buckets = _t5_buckets(s, s, self.spec.rel_buckets, bidirectional, device)
+        bias = table(buckets).permute(2, 0, 1)[None]
+        if not bidirectional:
+            bias = bias + torch.full((s, s), float("-inf"), device=device).triu(1)
+        return bias
+
+    def forward(self, ids, labels, dec_ids=None):
+        spec = self.spec
+        p = spec.hidden_dropout if self.training else 0.0
+        x = _dropout(self.shared(ids), p, self.training)
+        x = self.encoder(x, bias=self._bias(self.enc_bias, ids.shape[1], True, ids.device))
+        enc = _dropout(self.enc_norm(x), p, self.training)
+        dec_ids = labels if dec_ids is None else dec_ids
+        y = _dropout(self.shared(dec_ids), p, self.training)
+        y = self.decoder(y, enc=enc, bias=self._bias(self.dec_bias, dec_ids.shape[1], False, ids.device))
+        y = _dropout(self.dec_norm(y), p, self.training)
+        if self.lm_head is None:
+            y = y * (spec.hidden ** -0.5)
+            logits = F.linear(y, self.shared.weight)
+        else:
+            logits = self.lm_head(y)
+        return _ce(logits, labels)
+
+
+class ViTModel(nn.Module):
+    def __init__(self, spec: ModelSpec, opt: Options):
+        super().__init__()
+        self.spec = spec
+        h = spec.hidden
+        n = (spec.image_size // spec.patch_size) ** 2
+        self.patch = nn.Conv2d(spec.channels, h, spec.patch_size, stride=spec.patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, h))
+        self.pos = nn.Parameter(torch.zeros(1, n + 1, h))
+        self.stack = Stack(spec, opt, spec.layers)
+        self.norm_f = LayerNorm(h, opt)
+        self.classifier = nn.Linear(h, spec.num_labels)
+
+    def forward(self, pixels, labels):
+        b = pixels.shape[0]
+        x = self.patch(pixels).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(b, -1, -1).to(x.dtype), x], dim=1) + self.pos
+        x = _dropout(x, self.spec.hidden_dropout, self.training)
+        x = self.norm_f(self.stack(x))
+        return _ce(self.classifier(x[:, 0]), labels)
+
+
+def build(spec: ModelSpec, opt: Options) -> nn.Module:
+    if spec.family in ENCODERS:
+        return EncoderModel(spec, opt)
+    if spec.family in ("gpt2", "llama"):
+        return DecoderModel(spec, opt)
+    if spec.family == "t5":
+        return T5Model(spec, opt)
+    if spec.family == "vit":
+        return ViTModel(spec, opt)
+    raise ValueError(f"no reference model for {spec.family!r}")
+
+
+def batch_for(spec: ModelSpec, b: int, s: int, device=None, dtype=torch.float32) -> dict:
+    """Random inputs of the right shape for one step."""
+    if spec.family == "vit":
+        size = spec.image_size
+        return {"pixels": torch.randn(b, spec.channels, size, size, device=device, dtype=dtype),
+                "labels": torch.randint(0, spec.num_labels, (b,), device=device)}
+    ids = torch.randint(0, spec.vocab, (b, s), device=device)
+    if spec.family in ENCODERS:
+        out = {"ids": ids, "labels": torch.randint(0, spec.num_labels if spec.head == "cls" else spec.vocab,
+                                                   (b,) if spec.head == "cls" else (b, s), device=device)}
+        if spec.type_vocab:
+            out["token_types"] = torch.zeros(b, s, dtype=torch.long, device=device)
+        return out
+    return {"ids": ids, "labels": torch.randint(0, spec.vocab, (b, s), device=device)}

@@ -1,0 +1,363 @@
+"""The traced estimator: run real training or inference steps on fake tensors (no GPU, no
+weights, no arithmetic) and track every tensor storage as it is allocated and freed, to get
+the true peak and what it is made of.
+
+    from vramkit.estimate.trace import trace_memory
+    result = trace_memory(model_factory, step_fn)   # or an nn.Module built under fake_mode()
+
+What makes a CPU trace behave like a CUDA run:
+- sizes are rounded up to the CUDA caching allocator's 512-byte blocks;
+- F.dropout keeps a 1-byte mask (CUDA's fused dropout) instead of the CPU's float mask;
+- optimizers are asked for the foreach implementation CUDA picks by default;
+- under mixed precision the reference models run norms and softmax in fp32, as CUDA autocast
+  does (CPU autocast would keep them in 16-bit).
+What it cannot see: memory inside kernels (cuBLAS/cuDNN workspaces), fragmentation of the
+caching allocator, and the CUDA context; those come from the analytic estimate.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .specs import EstimateError, ModelSpec, resolve
+
+BLOCK = 512
+
+
+class TraceUnavailable(RuntimeError):
+    """PyTorch is not installed (the optional torch extra)."""
+
+
+def _torch():
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
+            import torch
+    except ImportError:
+        raise TraceUnavailable("needs PyTorch: pip install 'vramkit[torch]'") from None
+    return torch
+
+
+def round_block(n: int) -> int:
+    """The caching allocator hands out multiples of 512 bytes (at least 512)."""
+    return max(BLOCK, -(-n // BLOCK) * BLOCK)
+
+
+@dataclass
+class TraceResult:
+    peak_bytes: int  # most allocated over all steps, 512-byte rounded
+    steady_bytes: int  # the peak of the last step
+    step_peaks: list[int]
+    peak_step: int
+    peak_phase: str
+    breakdown: dict[str, int]  # at the peak: parameters, gradients, optimizer state, ...
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak_bytes, "steady_bytes": self.steady_bytes, "step_peaks": self.step_peaks,
+                "peak_step": self.peak_step, "peak_phase": self.peak_phase, "breakdown": self.breakdown,
+                "seconds": round(self.seconds, 3), "notes": self.notes}
+
+
+class _Tracker:
+    """Live storages: serial -> bytes, with allocation/free times to rebuild the live set at the peak."""
+
+    def __init__(self) -> None:
+        self.serial_of: dict[int, int] = {}  # id(storage) -> serial, while alive
+        self.size: dict[int, int] = {}
+        self.born: dict[int, int] = {}
+        self.died: dict[int, int] = {}
+        self.phase_of: dict[int, str] = {}
+        self.category: dict[int, str] = {}
+        self.clock = 0
+        self.current = 0
+        self.peak = 0
+        self.peak_clock = 0
+        self.peak_phase = ""
+        self.phase = "setup"
+        self.step_peak = 0
+        self._next = 0
+
+    def track(self, storage, category: str | None = None) -> int:
+        key = id(storage)
+        serial = self.serial_of.get(key)
+        if serial is not None:
+            if category and serial not in self.category:
+                self.category[serial] = category
+            return serial
+        self._next += 1
+        serial = self._next
+        nbytes = round_block(storage.nbytes()) if storage.nbytes() else 0
+        self.serial_of[key] = serial
+        self.size[serial] = nbytes
+        self.clock += 1
+        self.born[serial] = self.clock
+        self.phase_of[serial] = self.phase
+        if category:
+            self.category[serial] = category
+        self.current += nbytes
+        if self.current > self.step_peak:
+            self.step_peak = self.current
+        if self.current > self.peak:
+            self.peak, self.peak_clock, self.peak_phase = self.current, self.clock, self.phase
+        weakref.finalize(storage, self._free, key, serial)
+        return serial
+
+    def _free(self, key: int, serial: int) -> None:
+        if self.serial_of.get(key) == serial:
+            del self.serial_of[key]
+        self.clock += 1
+        self.died[serial] = self.clock
+        self.current -= self.size[serial]
+
+    def mark(self, tensor, category: str) -> None:
+        serial = self.serial_of.get(id(tensor.untyped_storage()))
+        if serial is not None:
+            self.category[serial] = category
+
+    def live_at_peak(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for serial, born in self.born.items():
+            died = self.died.get(serial)
+            if born <= self.peak_clock and (died is None or died > self.peak_clock):
+                cat = self.category.get(serial) or ("activations" if self.phase_of[serial] == "forward"
+                                                    else "temporaries")
+                out[cat] = out.get(cat, 0) + self.size[serial]
+        return out
+
+
+def _modes(tracker: _Tracker):
+    torch = _torch()
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    F = torch.nn.functional
+    to_copy = torch.ops.aten._to_copy.default
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            category = None
+            if func is to_copy and args and isinstance(args[0], torch.Tensor):
+                src = tracker.serial_of.get(id(args[0].untyped_storage()))
+                if src is not None and tracker.category.get(src) == "parameters":
+                    category = "autocast weight copies"
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    tracker.track(t.untyped_storage(), category)
+            return out
+
+    class CudaLike(TorchFunctionMode):
+        """F.dropout as CUDA runs it: native_dropout with a 1-byte mask."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is F.dropout:
+                x = args[0]
+                p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+                training = args[2] if len(args) > 2 else kwargs.get("training", True)
+                inplace = args[3] if len(args) > 3 else kwargs.get("inplace", False)
+                if training and 0 < p < 1 and not inplace:
+                    return torch.native_dropout(x, p, True)[0]
+            return func(*args, **kwargs)
+
+    return Dispatch(), CudaLike()
+
+
+def trace_memory(model, step_fn: Callable[[int], object], steps: int = 2, optimizer=None,
+                 fake_mode=None) -> TraceResult:
+    """Run `step_fn(step_index)` `steps` times and track every tensor storage.
+
+    `model`: an nn.Module whose parameters count as "parameters" (build it under `fake_mode`,
+    e.g. `with trace.fake_mode() as fm: model = MyNet()`, so no memory or arithmetic is used;
+    real CPU tensors work too, just slower). `optimizer`: its state counts as "optimizer state".
+    Steady state = the peak of the last step.
+    """
+    torch = _torch()
+    tracker = _Tracker()
+    dispatch, cudalike = _modes(tracker)
+    for p in model.parameters():
+        tracker.track(p.untyped_storage(), "parameters")
+    for buf in model.buffers():
+        tracker.track(buf.untyped_storage(), "buffers")
+
+    def pre_hook(module, args):
+        tracker.phase = "forward"
+
+    def post_hook(module, args, output):
+        tracker.phase = "backward/step"
+
+    handles = [model.register_forward_pre_hook(pre_hook), model.register_forward_hook(post_hook)]
+    for p in model.parameters():
+        if p.requires_grad:  # a gradient is known as one when it is accumulated, not at the end
+            handles.append(p.register_post_accumulate_grad_hook(lambda q: tracker.mark(q.grad, "gradients")))
+    step_peaks: list[int] = []
+    peaks_clock: list[int] = []
+    started = time.perf_counter()
+    ctx = fake_mode if fake_mode is not None else _null()
+    try:
+        with ctx, cudalike, dispatch:
+            for i in range(steps):
+                tracker.step_peak = tracker.current
+                tracker.phase = "step start"
+                step_fn(i)
+                for p in model.parameters():
+                    if p.grad is not None:
+                        tracker.mark(p.grad, "gradients")
+                if optimizer is not None:
+                    for state in optimizer.state.values():
+                        for value in state.values():
+                            if isinstance(value, torch.Tensor):
+                                tracker.mark(value, "optimizer state")
+                step_peaks.append(tracker.step_peak)
+                peaks_clock.append(tracker.clock)
+    finally:
+        for h in handles:
+            h.remove()
+    peak_step = next(i for i, c in enumerate(peaks_clock) if tracker.peak_clock <= c) + 1
+    return TraceResult(peak_bytes=tracker.peak, steady_bytes=step_peaks[-1], step_peaks=step_peaks,
+                       peak_step=peak_step, peak_phase=tracker.peak_phase, breakdown=tracker.live_at_peak(),
+                       seconds=time.perf_counter() - started)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fake_mode():
+    """A FakeTensorMode: tensors with shapes and dtypes but no memory."""
+    _torch()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    return FakeTensorMode()
+
+
+class _Adam8bit:
+    """Memory stand-in for bitsandbytes' 8-bit AdamW: two uint8 states + fp32 absmax per 256."""
+
+    def __init__(self, params):
+        torch = _torch()
+        self.torch = torch
+        self.params = [p for p in params if p.requires_grad]
+        self.state: dict = {}
+
+    def step(self):
+        torch = self.torch
+        for p in self.params:
+            if p.grad is None:
+                continue
+            if p not in self.state:
+                blocks = -(-p.numel() // 256)
+                self.state[p] = {"m": torch.zeros_like(p, dtype=torch.uint8),
+                                 "v": torch.zeros_like(p, dtype=torch.uint8),
+                                 "am": torch.zeros(blocks), "av": torch.zeros(blocks)}
+            p.data.add_(p.grad, alpha=-1e-3)  # in place, like the fused kernel
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+
+def make_optimizer(name: str, params):
+    torch = _torch()
+    params = [p for p in params if p.requires_grad]
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, foreach=True)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-3, foreach=True)
+    if name == "adamw-8bit":
+        return _Adam8bit(params)
+    raise EstimateError(f"unknown optimizer {name!r}")
+
+
+def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options) -> TraceResult:
+    """Trace the reference implementation of a spec's family with the setup's options."""
+    from dataclasses import replace
+
+    from .analytic import Setup
+
+    torch = _torch()
+    from . import reference
+
+    spec = resolve(model) if isinstance(model, str) else model
+    setup = replace(setup or Setup(), **options)
+    setup.check(spec)
+    spec = spec.with_head(setup.head)
+    if spec.bare:
+        raise TraceUnavailable("a bare parameter count has no architecture to trace")
+    unsupported = [name for name, on in (("--lora", setup.lora), ("--quant", setup.quant),
+                                         ("--zero", setup.zero is not None), ("--tp", setup.tp > 1),
+                                         ("--gpus", setup.gpus > 1)) if on]
+    if unsupported:
+        raise TraceUnavailable(f"tracing {', '.join(unsupported)} is not supported; the analytic estimate is "
+                               "shown without it")
+    from .analytic import _default_seq
+    mixed = setup.mode == "train" and setup.precision in ("fp16", "bf16")
+    low = torch.bfloat16 if setup.precision in ("bf16", "bf16-pure") else torch.float16
+    if setup.image_size and spec.family == "vit":
+        spec = replace(spec, image_size=setup.image_size)
+    seq = spec.seq_for_image(None) if spec.family == "vit" else (setup.seq or _default_seq(spec))
+    opt = reference.Options(mixed=mixed, flash=setup.attention == "flash", checkpointing=setup.checkpointing)
+    notes = ["CPU trace on fake tensors: cuBLAS/cuDNN workspaces, allocator fragmentation and the CUDA "
+             "context are not seen (the analytic estimate adds them)"]
+    if setup.attention == "flash":
+        notes.append("flash attention traced with PyTorch's CPU fused kernel (keeps q, k, v, output and "
+                     "logsumexp, as the CUDA flash and memory-efficient kernels do); dropout inside it omitted")
+    fm = fake_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pure = setup.precision == "bf16-pure" or (setup.mode == "infer" and setup.precision != "fp32")
+        default = torch.get_default_dtype()
+        with fm:
+            torch.set_default_dtype(low if pure else torch.float32)  # built in its dtype: no copies
+            try:
+                net = reference.build(spec, opt)
+            finally:
+                torch.set_default_dtype(default)
+            net.train(setup.mode == "train")
+            optimizer = make_optimizer(setup.optimizer, net.parameters()) if setup.mode == "train" else None
+            pixel_dtype = low if pure else torch.float32
+
+        def step(i: int) -> None:
+            if setup.mode == "infer":
+                with torch.no_grad():
+                    batch = reference.batch_for(spec, setup.batch, seq, dtype=pixel_dtype)
+                    if spec.family in ("gpt2", "llama"):
+                        cache: list = []
+                        net(batch["ids"], cache=cache)
+                    else:
+                        net(**batch)
+                return
+            for _ in range(setup.grad_accum):
+                batch = reference.batch_for(spec, setup.batch, seq, dtype=pixel_dtype)
+                if mixed:
+                    with torch.autocast("cpu", dtype=low):
+                        loss = net(**batch)
+                else:
+                    loss = net(**batch)
+                loss.backward()
+                del loss, batch
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = trace_memory(net, step, steps=steps, optimizer=optimizer, fake_mode=fm)
+    result.notes = notes
+    return result
+
+
+__all__ = ["TraceResult", "TraceUnavailable", "fake_mode", "round_block", "trace_estimate", "trace_memory"]

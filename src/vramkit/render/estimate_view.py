@@ -1,0 +1,111 @@
+"""`vram estimate` as text: a header, the breakdown table with bars, and the formulas (--explain)."""
+
+from __future__ import annotations
+
+import json
+
+from ..units import format_size
+from .style import Style, clip
+
+_KIND_COLOR = {"weights": "blue", "gradients": "magenta", "optimizer": "yellow", "activations": "green",
+               "transient": "cyan", "overhead": "dim", "kv": "green"}
+
+
+def _setup_line(e) -> str:
+    s = e.setup
+    if s.mode == "infer":
+        parts = [f"inference, batch {s.batch}, context {e.seq}", "fp32" if s.precision == "fp32" else "16-bit"]
+    else:
+        parts = [f"training, batch {s.batch}", f"seq {e.seq}", s.precision, s.optimizer]
+        if s.grad_accum > 1:
+            parts.append(f"grad-accum {s.grad_accum}")
+        if s.checkpointing:
+            parts.append("checkpointing")
+    if e.family not in ("params",):
+        parts.append(f"{s.attention} attention")
+    if s.lora:
+        parts.append(f"LoRA r={s.lora}")
+    if s.quant:
+        parts.append(s.quant)
+    if s.gpus > 1 or s.zero is not None:
+        par = f"{s.gpus} GPUs"
+        if s.zero is not None:
+            par += f", ZeRO-{s.zero}" + (" + offload" if s.offload else "")
+        elif s.parallel == "dp":
+            par += ", DataParallel"
+        else:
+            par += ", DDP"
+        if s.tp > 1:
+            par += f", tp {s.tp}"
+        parts.append(par)
+    return ", ".join(parts)
+
+
+def render_estimate(e, style: Style, width: int = 100, explain: bool = False) -> str:
+    kinds = {t.name: t.kind for t in e.terms}
+    lines = [style.paint(f"{e.model}", "bold") + f"  ·  {e.params:,} parameters"
+             + (f" ({e.trainable:,} trainable per GPU)" if e.trainable and e.trainable != e.params else "")
+             + "  ·  ESTIMATE",
+             _setup_line(e), ""]
+    total = e.total_bytes
+    name_w = max(len(k) for k in e.breakdown) + 2
+    bar_w = max(10, min(40, width - name_w - 20))
+    lines.append(f"{'at the peak (' + e.peak_moment + ')':<{name_w}}{'memory':>9}  share")
+    for name, value in sorted(e.breakdown.items(), key=lambda kv: -kv[1]):
+        color = _KIND_COLOR.get(kinds.get(name, "transient"), "cyan")
+        lines.append(f"{clip(name, name_w - 2):<{name_w}}{format_size(value):>9}  "
+                     f"{style.bar(value / total if total else 0, bar_w, color)} {value / total:4.0%}")
+    lines.append("")
+    lines.append(f"peak allocated   {format_size(e.peak_bytes):>9}   (torch.cuda.max_memory_allocated)")
+    if e.steady_bytes != e.peak_bytes:
+        lines.append(f"steady state     {format_size(e.steady_bytes):>9}   (second step)")
+    else:
+        lines.append(f"steady state     {format_size(e.steady_bytes):>9}   (second step = the peak)")
+    lines.append(f"reserved         {format_size(e.reserved_bytes):>9}   (caching allocator)")
+    lines.append(style.paint(f"nvidia-smi shows {format_size(total):>9}", "bold")
+                 + f"   (reserved + {format_size(e.context_bytes)} CUDA context)")
+    for note in e.notes:
+        lines.append(style.paint(f"note: {note}", "dim"))
+    if explain:
+        lines.append("")
+        lines.append(style.paint("how each term is computed", "bold"))
+        for t in e.terms:
+            lines.append(f"  {t.name}: {format_size(t.bytes)} = {t.formula}")
+        lines.append("")
+        lines.append(style.paint("memory at each moment of the second step (first step in brackets)", "bold"))
+        for k, v in e.moments.items():
+            first = e.first_step.get(k)
+            mark = "  <- peak" if k == e.peak_moment else ""
+            lines.append(f"  {k:<15} {format_size(v):>9}  [{format_size(first)}]{mark}")
+        detail = getattr(e, "activation_detail", None)
+        if detail:
+            lines.append("")
+            lines.append(style.paint("activations saved per layer", "bold"))
+            for name, value in detail:
+                lines.append(f"  {format_size(value):>9}  {name}")
+    return "\n".join(lines)
+
+
+def estimate_json(e, extra: dict | None = None) -> str:
+    data = e.to_dict()
+    out = {"model": e.model, "family": e.family, "estimate": True, "total_bytes": e.total_bytes,
+           "context_bytes": e.context_bytes, "peak_bytes": e.peak_bytes, "steady_bytes": e.steady_bytes,
+           "reserved_bytes": e.reserved_bytes, "peak_moment": e.peak_moment, "breakdown": e.breakdown,
+           "params": e.params, "trainable": e.trainable, "seq": e.seq, "moments": e.moments,
+           "first_step": e.first_step, "setup": data["setup"], "terms": data["terms"], "notes": e.notes}
+    if extra:
+        out.update(extra)
+    return json.dumps(out, indent=2)
+
+
+def render_trace(t, style: Style) -> str:
+    """The traced result beside the analytic one."""
+    lines = [style.paint("traced (fake tensors, CUDA allocator rounding)", "bold")]
+    for name, value in sorted(t.breakdown.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {name:<28}{format_size(value):>9}")
+    lines.append(f"  {'peak allocated':<28}{format_size(t.peak_bytes):>9}   (step {t.peak_step}, {t.peak_phase})")
+    lines.append(f"  {'steady state (step 2)':<28}{format_size(t.steady_bytes):>9}")
+    lines.append(f"  {'traced in':<28}{t.seconds:>8.1f}s")
+    for note in t.notes:
+        lines.append(style.paint(f"  note: {note}", "dim"))
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""`vram estimate` and `vram plan` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_one_line_error, run_vram
+
+
+def test_estimate_table_and_json():
+    r = run_vram("estimate", "bert-large-uncased", "--batch", "4", "--seq", "512", "--precision", "fp32")
+    assert r.rc == 0, r.err
+    assert "ESTIMATE" in r.out and "activations" in r.out and "nvidia-smi shows" in r.out
+    assert "\x1b[" not in r.out and "#" in r.out  # not a terminal: no colour, ASCII bars
+    data = run_vram("estimate", "bert-large-uncased", "--batch", "4", "--seq", "512", "--json").json()
+    for key in ("total_bytes", "context_bytes", "peak_bytes", "breakdown"):
+        assert key in data
+    assert data["total_bytes"] == sum(data["breakdown"].values())
+    assert data["context_bytes"] == 512 * 1024**2
+
+
+def test_explain_shows_formulas_with_numbers():
+    r = run_vram("estimate", "gpt2", "--explain", "--batch", "2")
+    assert r.rc == 0, r.err
+    assert "124,439,808 params × 4 B" in r.out
+    assert "activations saved per layer" in r.out and "<- peak" in r.out
+
+
+def test_options_reach_the_estimate():
+    base = run_vram("estimate", "llama-2-7b", "--json").json()
+    qlora = run_vram("estimate", "llama-2-7b", "--json", "--lora", "16", "--quant", "4bit", "--checkpointing").json()
+    assert qlora["total_bytes"] < base["total_bytes"] / 4
+    zero = run_vram("estimate", "llama-2-70b", "--json", "--gpus", "8", "--zero", "3", "--offload").json()
+    assert zero["setup"]["zero"] == 3 and zero["setup"]["offload"]
+    infer = run_vram("estimate", "mistral-7b", "--infer", "--seq", "8192", "--json",
+                     "--context-overhead", "1GiB").json()
+    assert "KV cache" in infer["breakdown"] and infer["context_bytes"] == 1024**3
+    bare = run_vram("estimate", "7b")
+    assert bare.rc == 0 and "weights and model states only" in bare.out
+
+
+def test_list():
+    r = run_vram("estimate", "--list")
+    assert r.rc == 0 and "llama-3-70b" in r.out and "vit-large" in r.out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("estimate", "bert-lage"), "did you mean bert-large"),
+    (("estimate", "gpt2", "--batch", "0"), "--batch must be at least 1"),
+    (("estimate", "gpt2", "--seq", "-3"), "--seq must be at least 1"),
+    (("estimate", "gpt2", "--batch", "two"), "not a whole number"),
+    (("estimate", "gpt2", "--context-overhead=-1GiB"), "negative"),
+    (("estimate", "gpt2", "--precision", "fp8"), "invalid choice"),
+    (("estimate", "bert-base", "--seq", "1024"), "positions"),
+    (("estimate",), "give a MODEL"),
+    (("plan", "gpt2", "--gpu", "a101"), "did you mean"),
+    (("plan", "gpt2", "--batch", "0"), "--batch"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    assert_one_line_error(run_vram(*args), 2, needle)
+
+
+def test_missing_config_keys(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64}))
+    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, "missing 'n_head'")
+    assert_one_line_error(run_vram("estimate", str(tmp_path / "none.json")), 2, "no such file")
+
+
+def test_plan_ranks_changes_and_lists_gpus():
+    r = run_vram("plan", "bert-large-uncased", "--gpu", "rtx-4090", "--batch", "32", "--seq", "512",
+                 "--precision", "fp32")
+    assert r.rc == 0, r.err
+    assert "DOES NOT FIT" in r.out and "largest micro-batch that fits" in r.out
+    assert "activation checkpointing" in r.out and "GPUs that fit it unchanged: " in r.out
+    data = run_vram("plan", "bert-large-uncased", "--gpu", "rtx-4090", "--batch", "32", "--seq", "512",
+                    "--precision", "fp32", "--json").json()
+    assert not data["fits"] and 0 < data["max_batch"] < 32
+    assert any(c["fits"] for c in data["changes"])
+    assert all(g["memory_bytes"] >= data["total_bytes"] for g in data["gpus_that_fit"])
+    accum = [c for c in data["changes"] if c["what"].startswith("micro-batch")]
+    assert accum and accum[0]["fits"]
+
+
+def test_plan_current_gpu_on_the_simulated_machine():
+    data = run_vram("plan", "gpt2", "--gpu", "current", "--simulate", "demo", "--json").json()
+    assert data["gpu"] == "the GPU here with the most free memory" and data["capacity_bytes"] > 0
+    assert data["fits"]
+
+
+def test_plan_fits():
+    r = run_vram("plan", "bert-base-uncased", "--gpu", "h100", "--batch", "8")
+    assert r.rc == 0 and "FITS" in r.out and "DOES NOT FIT" not in r.out
+
+
+def test_estimate_without_trace_imports_no_torch():
+    r = run_vram("estimate", "gpt2", "--json", python_flags=("-X", "importtime"))
+    assert r.rc == 0
+    names = {line.rsplit("|", 1)[1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
+    assert "vramkit.estimate.analytic" in names and not any(n.split(".")[0] == "torch" for n in names)
+
+
+def test_status_does_not_load_the_estimator():
+    r = run_vram("status", "--simulate", "demo", python_flags=("-X", "importtime"))
+    assert r.rc == 0
+    names = {line.rsplit("|", 1)[1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
+    assert not any(n.startswith("vramkit.estimate") for n in names)
+
+
+def test_trace_option():
+    pytest.importorskip("torch")
+    data = run_vram("estimate", "tinybert", "--batch", "2", "--seq", "64", "--trace", "--json", timeout=120).json()
+    traced, analytic = data["trace"]["peak_bytes"], data["peak_bytes"]
+    assert abs(analytic / traced - 1) < 0.10
+    r = run_vram("estimate", "tinybert", "--batch", "2", "--seq", "64", "--trace", timeout=120)
+    assert r.rc == 0 and "traced (fake tensors" in r.out and "not seen" in r.out
+    assert_one_line_error(run_vram("estimate", "7b", "--trace"), 2, "bare parameter count")

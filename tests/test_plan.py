@@ -1,0 +1,44 @@
+"""The planner as a library: largest batch, ranked changes, GPUs that fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramkit.estimate import plan
+from vramkit.estimate.analytic import estimate
+from vramkit.estimate.planner import gpu_memory, largest_batch
+from vramkit.estimate.specs import EstimateError, resolve
+
+GIB = 1024**3
+
+
+def test_largest_batch_is_the_boundary():
+    spec = resolve("bert-base-uncased")
+    from vramkit.estimate.analytic import Setup
+    setup = Setup(seq=512, precision="fp32")
+    n = largest_batch(spec, setup, 24 * GIB)
+    assert estimate(spec, setup, batch=n).total_bytes <= 24 * GIB < estimate(spec, setup, batch=n + 1).total_bytes
+
+
+def test_changes_that_fit_and_gpus():
+    p = plan("bert-large-uncased", "rtx-4090", batch=32, seq=512, precision="fp32")
+    assert not p.fits
+    fitting = [c for c in p.changes if c.fits]
+    assert any(c.what == "activation checkpointing" for c in fitting)
+    assert all(c.total_bytes <= p.capacity_bytes for c in fitting)
+    assert [n for n, _ in p.gpus_that_fit][:1] and all(m >= p.estimate.total_bytes for _, m in p.gpus_that_fit)
+
+
+def test_stacked_changes_when_no_single_one_fits():
+    p = plan("llama-3-8b", "a100-80gb", seq=4096)
+    assert not any(c.fits and "+" not in c.what for c in p.changes)
+    assert any(c.fits and "+" in c.what for c in p.changes)
+
+
+def test_capacity_in_bytes_and_bad_gpus():
+    assert plan("gpt2", 80 * GIB, batch=1).fits
+    assert gpu_memory("A100") == ("a100-80gb", 80 * GIB)
+    with pytest.raises(EstimateError, match="did you mean"):
+        gpu_memory("h10")
+    with pytest.raises(EstimateError):
+        plan("gpt2", 0)

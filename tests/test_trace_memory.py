@@ -1,0 +1,52 @@
+"""trace_memory on any nn.Module: categories, allocator rounding, steady state."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vramkit.estimate.trace import fake_mode, round_block, trace_memory  # noqa: E402
+
+
+def test_round_block():
+    assert round_block(1) == 512 and round_block(512) == 512 and round_block(513) == 1024
+
+
+def test_mlp_step_on_fake_tensors():
+    fm = fake_mode()
+    with fm:
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 1024, bias=False), torch.nn.ReLU(),
+                                    torch.nn.Linear(1024, 1024, bias=False))
+        opt = torch.optim.AdamW(model.parameters(), foreach=True)
+
+    def step(i):
+        x = torch.randn(256, 1024)
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    r = trace_memory(model, step, optimizer=opt, fake_mode=fm)
+    w = 2 * 1024 * 1024 * 4  # two 4 MiB weights
+    assert r.breakdown["parameters"] == w
+    assert r.peak_step in (1, 2) and len(r.step_peaks) == 2
+    # the peak is the optimizer step: weights + grads + 2 states + foreach temporary (all 4 MiB each)
+    assert r.breakdown["gradients"] == w
+    assert 2 * w <= r.breakdown["optimizer state"] <= 2 * w + 4 * 512  # + the step counters
+    assert r.breakdown["temporaries"] >= w  # foreach AdamW's sqrt(exp_avg_sq)
+    assert r.peak_bytes >= 5 * w
+    assert r.steady_bytes == r.step_peaks[-1] >= r.step_peaks[0] - 1024
+
+
+def test_activations_are_counted_at_the_backward_peak():
+    fm = fake_mode()
+    with fm:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 64))
+
+    def step(i):
+        model(torch.randn(1024, 64)).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    r = trace_memory(model, step, fake_mode=fm)
+    # linear-2 input and gelu input: 2 × 1024 × 4096 × 4 B saved for backward
+    assert r.breakdown["activations"] >= 2 * 1024 * 4096 * 4
