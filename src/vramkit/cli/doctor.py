@@ -86,11 +86,16 @@ def _savings_hook(args: argparse.Namespace):
     """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None."""
     if not (args.model or args.batch_size):
         return None, None
+    if not (args.model and args.batch_size):
+        return None, "give both --model and --batch-size for the estimator's savings of model-dependent fixes"
+    from ..estimate import EstimateError, doctor_savings, resolve
+
     try:
-        from ..estimate import doctor_savings  # optional: written separately
-    except ImportError:
-        return None, "no estimator available yet: savings of model-dependent fixes are not shown"
-    return doctor_savings, None
+        resolve(args.model)
+    except EstimateError as e:
+        raise UsageError(f"--model: {e}") from None
+    return doctor_savings, ("savings of model-dependent fixes are estimates for fp32 AdamW training at "
+                            f"batch {args.batch_size} (vram estimate {args.model} --explain)")
 
 
 def run(args: argparse.Namespace) -> int:

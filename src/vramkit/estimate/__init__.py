@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Estimate", "EstimateError", "ModelSpec", "Plan", "Setup", "estimate", "plan", "resolve",
-           "trace_estimate", "trace_memory"]
+__all__ = ["Estimate", "EstimateError", "ModelSpec", "Plan", "Setup", "doctor_savings", "estimate", "plan",
+           "resolve", "trace_estimate", "trace_memory"]
 
 _WHERE = {"Estimate": "analytic", "Setup": "analytic", "estimate": "analytic", "EstimateError": "specs",
           "ModelSpec": "specs", "resolve": "specs", "Plan": "planner", "plan": "planner",
-          "trace_estimate": "trace", "trace_memory": "trace"}
+          "trace_estimate": "trace", "trace_memory": "trace", "doctor_savings": "savings"}
 
 
 def __getattr__(name: str) -> Any:  # lazy: `vram status` never pays for the estimator

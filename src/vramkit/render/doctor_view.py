@@ -116,7 +116,8 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
         lines.append(f" {i:>2}. {f.title}{saves}")
         lines += _wrap(sanitize(f.how), 5, width)
     if any(f.saves_bytes is None for f in ex.fixes):
-        lines.append(style.paint("     (no saving shown: it depends on the model and batch; vram estimate)", "dim"))
+        lines.append(style.paint("     (a fix without a number: its saving depends on what the log does not say; "
+                                  "give --model and --batch-size)", "dim"))
     notes = list(ex.notes) + ([live_note] if live_note else [])
     for n in notes:
         lines.append(style.paint(f"note: {n}", "dim"))
