@@ -8,6 +8,8 @@ Public API (documented in docs/api.md):
     kill(...)   signal GPU processes with every safety check (docs/safety.md)
     estimate(model, **setup) -> Estimate, plan(model, gpu, **setup) -> Plan   will it fit
     trace_memory(model, step_fn, ...)   the measured peak of real steps on fake tensors (torch)
+    select_gpus(count=1, **policy) -> Selection   choose GPUs now
+    use_gpus(count=1, wait=None, **policy) -> Selection   reserve GPUs and set CUDA_VISIBLE_DEVICES
 
 `vramkit.kill` is the function; its module's other names come from `vramkit.kill` via
 `from vramkit.kill import Criteria, make_plan, execute`.
@@ -22,7 +24,14 @@ from .snapshot import Machine, open_machine, snapshot
 __version__ = "0.1.0"
 
 
-def __getattr__(name):  # lazy: the estimator loads on first use, and never imports torch
+_ALLOCATE = ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut", "select_gpus", "use_gpus")
+
+
+def __getattr__(name):  # lazy: `vram status` pays for neither the estimator nor the leases
+    if name in _ALLOCATE:
+        from . import allocate
+
+        return getattr(allocate, name)
     if name in ("estimate", "plan", "trace_memory"):
         import importlib
 
@@ -31,6 +40,7 @@ def __getattr__(name):  # lazy: the estimator loads on first use, and never impo
     raise AttributeError(f"module 'vramkit' has no attribute {name!r}")
 
 
-__all__ = ["Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
+__all__ = ["CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut", "select_gpus", "use_gpus",
+           "Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
            "Snapshot", "estimate", "kill", "open_machine", "plan", "snapshot", "trace_memory",
            "__version__"]

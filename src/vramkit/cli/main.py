@@ -13,10 +13,10 @@ import sys
 from .. import __version__
 from ..nvml.backend import NvmlUnavailable
 from ..nvml.scenario import ScenarioError
-from . import doctor, estimate, kill, plan, ps, sim, status, top
+from . import doctor, estimate, kill, pick, plan, ps, run, sim, status, top
 from .common import Failure, UsageError, add_global_options
 
-COMMANDS = (status, ps, top, kill, estimate, plan, doctor, sim)
+COMMANDS = (status, ps, top, kill, pick, run, estimate, plan, doctor, sim)
 
 EPILOG = """\
 examples:

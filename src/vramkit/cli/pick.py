@@ -1,0 +1,227 @@
+"""vram pick: choose GPUs by policy and print their ids (and, with --explain, why and how CUDA
+will number them). The policy options are shared with vram run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from .common import Failure, UsageError, open_for
+
+HELP = "choose free GPUs by policy and print their ids for CUDA_VISIBLE_DEVICES"
+DESCRIPTION = """\
+Choose GPUs by policy and print their ids, ready for CUDA_VISIBLE_DEVICES.
+
+By default a GPU qualifies when at least half its memory is free and it is busy (utilization)
+at most half the time, and nobody's `vram run` holds a lease on it; the emptiest come first
+(--prefer pack: the fullest that still fits). In MIG mode the MIG instances are the units.
+An existing CUDA_VISIBLE_DEVICES (from Slurm, a container, or you) is the set to choose from.
+The ids are CUDA indices in PCI order (the numbers nvidia-smi and vram status show), or UUIDs
+where a GPU in MIG mode or a lost GPU makes indices unclear: use them with
+CUDA_DEVICE_ORDER=PCI_BUS_ID, which --format env includes and vram run sets.
+
+pick only looks: nothing is reserved unless you --hold. To start a job safely (the GPUs stay
+reserved until it shows up on them), use `vram run`.
+
+examples:
+  vram pick                                 one GPU, e.g. 4
+  vram pick -n 2 --min-free 30GiB           two GPUs with 30 GiB free each, e.g. 4,7
+  vram pick -n 2 --explain                  ...and why, and which cuda:N each one will be
+  export $(vram pick --format env)          CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=4
+  env $(vram pick --format env --hold 2m) python train.py   held 2 minutes or until it shows up
+  vram pick --json | jq '.gpus[].uuid'
+"""
+
+def add_policy_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("policy")
+    g.add_argument("-n", "--count", type=int, default=1, metavar="N", help="how many GPUs (default 1)")
+    g.add_argument("--min-free", "--need", dest="min_free", metavar="SIZE|PCT",
+                   help="free memory each GPU must have: 20GiB, 30GB, or a share of the GPU like 60%% "
+                        "(default 50%%)")
+    g.add_argument("--max-util", metavar="PCT",
+                   help="busiest allowed utilization, 0-100 (default 50; 100 or 'any' for no limit)")
+    g.add_argument("--exclude", metavar="LIST", help="never these: 0,2 | 0-3 | 0/9 (MIG) | GPU-uuid prefix")
+    g.add_argument("--only", metavar="LIST", help="only these (same forms as --exclude)")
+    g.add_argument("--prefer", choices=("spread", "pack"), default="spread",
+                   help="spread: the emptiest GPUs (default); pack: the fullest that fit")
+    g.add_argument("--exclusive", action="store_true", help="only GPUs with no other user's process on them")
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("pick", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_policy_options(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--format", choices=("auto", "index", "uuid", "env"), default="auto",
+                     help="auto (default): indices like 4,7, or UUIDs where a GPU in MIG mode or a lost GPU "
+                          "makes indices unclear; index; uuid: GPU-...; env: CUDA_DEVICE_ORDER=... "
+                          "CUDA_VISIBLE_DEVICES=... (a MIG instance is always named by its UUID)")
+    out.add_argument("--json", action="store_true", help="print JSON: the GPUs, their ids and the environment")
+    out.add_argument("--explain", action="store_true",
+                     help="show every GPU's verdict and the cuda:N numbering, on stderr")
+    p.add_argument("--hold", metavar="DURATION",
+                   help="reserve the GPUs for DURATION (e.g. 2m) or until a new process shows up on them")
+    p.add_argument("--wait", metavar="SECONDS", nargs="?", const="forever",
+                   help="wait in line until GPUs fit (at most SECONDS, e.g. 600 or 10m; none: no limit)")
+    p.set_defaults(run=run)
+
+
+def parse_wait(text: str | None) -> float | None:
+    from ..units import parse_duration
+
+    if text is None:
+        return None
+    if text == "forever":
+        return math.inf
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise UsageError(f"--wait: {text!r} is not a number of seconds (e.g. 600 or 10m); "
+                         "put the command after '--': vram run --wait -- CMD") from None
+
+
+def prepare(args: argparse.Namespace):
+    """Open the machine, read the policy and the lease directory: (machine, snapshot, devices,
+    policy, the environment's CUDA_VISIBLE_DEVICES as CUDA reads it, lease dir)."""
+    from ..allocate import build_policy
+    from ..cuda_env import devices_of
+    from ..leases import LeaseError, lease_dir
+
+    machine = open_for(args)
+    try:
+        snap = machine.snapshot()
+        devices = devices_of(snap)
+        try:
+            policy, visible = build_policy(devices, count=args.count, min_free=args.min_free,
+                                           max_util=args.max_util, exclude=args.exclude, only=args.only,
+                                           prefer=args.prefer, exclusive=args.exclusive)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        try:
+            leases = lease_dir()
+        except LeaseError as e:
+            raise Failure(str(e)) from None
+    except BaseException:
+        machine.close()
+        raise
+    return machine, snap, devices, policy, visible, leases
+
+
+def lease_note(leases) -> str:
+    from ..leases import read_state
+
+    try:
+        with leases.locked(patience=2):
+            state = read_state(leases)
+        counts = f"{len(state.leases)} active, {len(state.tickets)} waiting"
+    except Exception as e:  # the note is a courtesy
+        counts = f"unreadable: {e}"
+    where = "shared by all users" if leases.shared else "per-user"
+    return f"leases: {leases.path} ({where}) · {counts}" + (f" · {leases.note}" if leases.note else "")
+
+
+def stderr_width() -> int:
+    """The width of the terminal stderr is on (stdout may be a pipe: CUDA_VISIBLE_DEVICES=$(...))."""
+    from ..render.style import terminal_width
+
+    try:
+        return max(60, os.get_terminal_size(sys.stderr.fileno()).columns)
+    except (OSError, ValueError):
+        return terminal_width()
+
+
+def explain_to_stderr(args, snap, policy, visible, leases, selection, decision=None) -> None:
+    from ..cuda_env import devices_of
+    from ..render.pick_view import explain
+    from ..render.style import style_for
+    from ..select import decide, units_of
+
+    if decision is None:
+        decision = selection.decision if selection is not None else decide(policy, units_of(snap, devices_of(snap)))
+    style = style_for(sys.stderr, getattr(args, "no_color", False))
+    width = stderr_width() if sys.stderr.isatty() else None  # fold lines on a terminal only
+    print(explain(snap, decision, visible, selection, lease_note(leases), style, width), file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..allocate import NoGpusAvailable, acquire
+    from ..leases import LeaseError
+    from ..render.pick_view import ids_output, pick_json
+    from ..units import parse_duration
+
+    hold = None
+    if args.hold is not None:
+        try:
+            hold = parse_duration(args.hold)
+        except ValueError as e:
+            raise UsageError(f"--hold: {e}") from None
+        if not 0 < hold <= 24 * 3600:
+            raise UsageError("--hold: must be more than 0 seconds and at most 24h")
+    wait = parse_wait(args.wait)
+    machine, snap, devices, policy, visible, leases = prepare(args)
+    waiter = WaitPrinter(quiet=False) if wait is not None else None
+    try:
+        try:
+            selection = acquire(machine, policy, wait=wait, lease_kind="hold" if hold else None,
+                                lease_timeout=hold, lease_dir=leases, on_wait=waiter)
+        except NoGpusAvailable as e:
+            if waiter:
+                waiter.done()
+            if args.explain:
+                explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
+            raise Failure(str(e)) from None
+        except LeaseError as e:
+            raise Failure(str(e)) from None
+        if waiter:
+            waiter.done()
+        if args.explain:
+            explain_to_stderr(args, selection.snapshot, policy, visible, leases, selection)
+        if args.json:
+            print(pick_json(selection, selection.snapshot))
+        else:
+            print(ids_output(selection, args.format))
+    finally:
+        machine.close()
+        leases.close()
+    return 0
+
+
+class WaitPrinter:
+    """The status line while waiting, on stderr: rewritten in place on a terminal; elsewhere a
+    new line when what it waits for changes (at most every 10 s), so logs stay short."""
+
+    def __init__(self, quiet: bool, stream=None):
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.last_text: str | None = None
+        self.last_time = -math.inf
+        self.shown = False
+
+    def __call__(self, status) -> None:
+        import time
+
+        from ..render.pick_view import wait_line
+        from ..render.style import clip
+
+        if self.quiet:
+            return
+        line = wait_line(status)
+        if self.tty:
+            self.stream.write("\r\x1b[K" + clip(line, stderr_width() - 1))
+            self.stream.flush()
+            self.shown = True
+            return
+        reason = status.reasons()  # what it waits for, without the running time
+        now = time.monotonic()
+        if self.last_text is None or (reason != self.last_text and now - self.last_time >= 10) \
+                or now - self.last_time >= 60:
+            print(line, file=self.stream, flush=True)
+            self.last_text, self.last_time = reason, now
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()

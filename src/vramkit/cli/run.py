@@ -1,0 +1,116 @@
+"""vram run: pick GPUs, reserve them, and start a command on them with the right environment."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+from .common import Failure, UsageError
+from .pick import WaitPrinter, add_policy_options, explain_to_stderr, parse_wait, prepare
+
+HELP = "pick GPUs, reserve them, and run a command on them"
+DESCRIPTION = """\
+Pick GPUs by policy (the same options as vram pick), reserve them, and run CMD on them with
+CUDA_VISIBLE_DEVICES set and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that cuda:0 is the first GPU
+chosen and the numbers match nvidia-smi. CMD runs directly (no shell), gets signals sent to
+vram (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2), and vram exits with CMD's exit code
+(128+N when signal N ended it; 127 when CMD is not found).
+
+The GPUs stay reserved until CMD (or a process it started) shows up on them in NVML, until it
+exits, or for at most --lease-timeout, so two vram runs started together never get the same
+GPU. With --wait, vram waits in line (first come, first served) and says on stderr what it
+waits for; without it, vram fails at once when no GPU fits, saying what is available.
+
+examples:
+  vram run -- python train.py --epochs 3
+  vram run -n 2 --min-free 30GiB -- torchrun --nproc_per_node=2 train.py
+  vram run --wait 2h -n 4 --exclusive -- python big.py      queue for up to 2 hours
+  vram run --wait -- ./eval.sh                              queue with no time limit
+  vram run --explain --only 4-7 -- python serve.py          show the choice, then run
+"""
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("run", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage="vram run [options] [--wait [SECONDS]] -- CMD [ARGS...]")
+    add_policy_options(p)
+    p.add_argument("--wait", metavar="SECONDS", nargs="?", const="forever",
+                   help="wait in line until GPUs fit: at most SECONDS (e.g. 600, 10m, 2h), or without "
+                        "a value for as long as it takes")
+    p.add_argument("--lease-timeout", metavar="DURATION",
+                   help="longest the GPUs stay reserved while CMD has not shown up on them "
+                        "(default 10m, or $VRAM_LEASE_TIMEOUT)")
+    p.add_argument("--ids", choices=("auto", "index", "uuid"), default="auto",
+                   help="CUDA_VISIBLE_DEVICES as indices or UUIDs (auto: indices, but UUIDs where a GPU "
+                        "in MIG mode or a lost GPU makes indices unclear)")
+    p.add_argument("--explain", action="store_true", help="show every GPU's verdict and the numbering first")
+    p.add_argument("-q", "--quiet", action="store_true", help="no status lines from vram on stderr")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to run")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import launch
+    from ..allocate import LeaseWatcher, NoGpusAvailable, acquire
+    from ..leases import MAX_LEASE, LeaseError, lease_timeout
+    from ..render.pick_view import started_line
+    from ..units import parse_duration
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command: put it after '--', e.g. vram run -n 1 -- python train.py")
+    wait = parse_wait(args.wait)
+    try:
+        timeout = parse_duration(args.lease_timeout) if args.lease_timeout else lease_timeout()
+    except (ValueError, LeaseError) as e:
+        raise UsageError(f"--lease-timeout: {e}") from None
+    if not 0 < timeout <= MAX_LEASE:
+        raise UsageError("--lease-timeout: must be more than 0 seconds and at most 24h")
+
+    machine, snap, devices, policy, visible, leases = prepare(args)
+    quiet = args.quiet
+    if leases.note and not quiet:
+        print(f"vram: note: {leases.note}", file=sys.stderr)
+    waiter = WaitPrinter(quiet=quiet)
+    selection = None
+    try:
+        try:
+            selection = acquire(machine, policy, wait=wait, lease_kind="run", lease_timeout=timeout,
+                                command=shlex.join(command), ids=args.ids, on_wait=waiter, lease_dir=leases)
+        except NoGpusAvailable as e:
+            waiter.done()
+            if args.explain:
+                explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
+            raise Failure(str(e)) from None
+        except LeaseError as e:
+            raise Failure(str(e)) from None
+        waiter.done()
+        if args.explain:
+            explain_to_stderr(args, selection.snapshot, policy, visible, leases, selection)
+        if not quiet:
+            print(started_line(selection, selection.snapshot), file=sys.stderr, flush=True)
+        env = {**os.environ, **selection.env}
+        lease = selection.lease
+        watcher: list[LeaseWatcher] = []
+
+        def started(pid: int) -> None:
+            lease.set_job(pid)
+            watcher.append(LeaseWatcher(machine, lease, pid))
+
+        try:
+            return launch.run(command, env, pass_fds=[lease.fd] if lease.fd is not None else [],
+                              on_start=started, tick=lambda: bool(watcher) and watcher[0].tick(),
+                              tick_interval=1.0)
+        except launch.LaunchError as e:
+            print(f"vram: {e}", file=sys.stderr)
+            return e.code
+    finally:
+        if selection is not None:
+            selection.release()
+        machine.close()
+        leases.close()

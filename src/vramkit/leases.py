@@ -1,0 +1,487 @@
+"""Leases: a GPU vram handed out stays reserved until its job shows up on it in NVML, exits,
+or the lease times out, so that concurrent launchers never hand out the same GPU twice.
+
+Everything lives in one directory shared by the machine's users (docs/leases.md):
+
+  .lock                 flock'd (exclusively, for milliseconds) around every read-decide-write
+  lease-ID.json         a lease: which units, whose, until when (replaced atomically)
+  lease-ID.lock         held (flock) by the launcher and, inherited, by its job: while anyone
+                        holds it the lease is alive; when both are gone (even by SIGKILL) the
+                        kernel drops the lock and the lease is stale at once
+  wait-SEQ-PID.json     a waiter's ticket (its policy), flock'd by the waiter; SEQ orders the queue
+
+A crashed holder needs no clean-up: the next vram that reads the directory sees the lock free
+(or the time up) and removes the files it may remove (in a sticky directory, the owner's).
+Locks are flock(2) through Python's fcntl module: they belong to the open file, so a job
+started with the lease's file descriptor keeps the lease alive after its launcher is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pwd
+import re
+import secrets
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .procs import sanitize
+
+ENV_DIR = "VRAM_LEASE_DIR"
+ENV_TIMEOUT = "VRAM_LEASE_TIMEOUT"
+SHARED_DIR = Path("/tmp/vramkit-leases")
+DEFAULT_TIMEOUT = 600.0  # seconds a lease waits for its job to appear on the GPU
+MAX_LEASE = 24 * 3600.0  # no lease lasts longer, whatever its file says
+LOCK_PATIENCE = 30.0  # seconds to wait for the directory lock before giving up
+_LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
+_TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
+
+
+class LeaseError(Exception):
+    """The lease directory cannot be used. The message is one line."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _pidns() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- the directory
+
+@dataclass
+class LeaseDir:
+    path: Path
+    shared: bool  # shared by the machine's users (else per-user: only your own jobs coordinate)
+    note: str | None = None  # why the shared directory was not used
+    _lock_fd: int | None = field(default=None, repr=False)
+
+    @contextlib.contextmanager
+    def locked(self, patience: float = LOCK_PATIENCE) -> Iterator[None]:
+        """The directory lock: hold it only for a read-decide-write, never across a wait."""
+        if self._lock_fd is None:
+            self._lock_fd = _open_shared(self.path / ".lock")
+        deadline = time.monotonic() + patience
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LeaseError(f"the lease directory {self.path} has been locked for {patience:.0f}s by "
+                                     "another program (a stopped vram?)") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def change_stamp(self) -> int:
+        """Changes whenever a lease or ticket is created or removed (waiters watch it)."""
+        try:
+            return os.stat(self.path).st_mtime_ns
+        except OSError:
+            return 0
+
+
+def _open_shared(path: Path) -> int:
+    """Open (creating, readable by all) a file in the lease directory, never through a symlink."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except PermissionError:  # another user's file: reading is enough to flock it
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise LeaseError(f"cannot open {path}: {e.strerror}") from None
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o644)  # despite a umask of 077: other users must be able to lock it
+    return fd
+
+
+def _usable(path: Path, shared: bool) -> str | None:
+    """None when `path` can hold leases, else why not."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            os.makedirs(path.parent, exist_ok=True)
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o1777 if shared else 0o700)  # sticky: users can only remove their own
+            st = os.lstat(path)
+        except FileExistsError:
+            st = os.lstat(path)  # created by someone else just now
+        except OSError as e:
+            return f"cannot create {path}: {e.strerror}"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    mine = st.st_uid == os.getuid()
+    if shared and not mine and st.st_uid != 0 and not st.st_mode & stat.S_ISVTX:
+        return f"{path} belongs to another user and is not sticky (they could remove your leases)"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable by you"
+    return None
+
+
+def lease_dir(env: dict[str, str] | None = None) -> LeaseDir:
+    """$VRAM_LEASE_DIR, else the shared /tmp/vramkit-leases, else a per-user directory."""
+    env = os.environ if env is None else env
+    chosen = env.get(ENV_DIR)
+    if chosen:
+        path = Path(chosen)
+        why = _usable(path, shared=True)
+        if why:
+            raise LeaseError(f"{ENV_DIR}: {why}")
+        return LeaseDir(path, shared=True)
+    why = _usable(SHARED_DIR, shared=True)
+    if why is None:
+        return LeaseDir(SHARED_DIR, shared=True)
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        private = Path(runtime) / "vramkit-leases"
+    else:
+        try:
+            private = Path.home() / ".cache" / "vramkit" / "leases"
+        except RuntimeError:  # no HOME and no passwd entry
+            raise LeaseError(f"no usable lease directory: {why}; set {ENV_DIR}") from None
+    why_private = _usable(private, shared=False)
+    if why_private:
+        raise LeaseError(f"no usable lease directory: {why}; {why_private}")
+    return LeaseDir(private, shared=False,
+                    note=f"leases are per-user ({private}): {why}; other users' vram runs cannot see them")
+
+
+def lease_timeout(env: dict[str, str] | None = None) -> float:
+    from .units import parse_duration
+
+    env = os.environ if env is None else env
+    raw = env.get(ENV_TIMEOUT)
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = parse_duration(raw)
+    except ValueError as e:
+        raise LeaseError(f"{ENV_TIMEOUT}: {e}") from None
+    if not 0 < value <= MAX_LEASE:
+        raise LeaseError(f"{ENV_TIMEOUT}: must be more than 0 and at most 24h")
+    return value
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Replace `path` atomically, so a reader never sees half a file."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        os.write(fd, json.dumps(data).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _held(path: Path) -> bool:
+    """Whether someone holds the flock on `path` (False when it is missing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return True  # cannot tell: keep it
+    finally:
+        os.close(fd)
+    return False
+
+
+def _remove(*paths: Path) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.unlink(p)  # PermissionError: another user's file in a sticky directory; it stays, ignored
+
+
+# ---------------------------------------------------------------- leases and tickets
+
+@dataclass
+class Lease:
+    id: str
+    units: list[str]  # unit keys still reserved
+    labels: dict[str, str]  # unit key -> "GPU 4", for messages
+    kind: str  # "run" (vram run), "api" (use_gpus), "hold" (vram pick --hold)
+    user: str
+    uid: int
+    pid: int  # the holder: the launcher, or the Python process
+    created: float
+    expires: float
+    locked: bool = True  # alive only while lease-ID.lock is held ("hold" leases: by time only)
+    job_pid: int | None = None  # the launched job (its descendants count as it)
+    pidns: str | None = None  # pid namespace of the pids above
+    host: str = ""
+    command: str | None = None
+    baseline: dict[str, list[int]] = field(default_factory=dict)  # "hold": pids already on each unit
+
+    def who(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        what = {"run": "a vram run", "api": "a use_gpus() call", "hold": "vram pick --hold"}.get(self.kind, "a lease")
+        return f"{what} of {self.user} (pid {self.pid}, {max(0, now - self.created):.0f}s ago)"
+
+
+@dataclass
+class Ticket:
+    seq: int
+    pid: int
+    user: str
+    policy: dict
+    created: float
+
+    def who(self) -> str:
+        return f"{self.user}, pid {self.pid}"
+
+
+@dataclass
+class State:
+    leases: list[Lease]
+    tickets: list[Ticket]  # in queue order
+
+
+def read_state(d: LeaseDir, now: float | None = None) -> State:
+    """Live leases and tickets; stale ones are removed where allowed. Call with d.locked()."""
+    now = time.time() if now is None else now
+    leases: list[Lease] = []
+    tickets: list[Ticket] = []
+    for entry in os.scandir(d.path):
+        name = entry.name
+        if m := _LEASE_RE.match(name):
+            path = Path(entry.path)
+            lock = path.with_name(f"lease-{m.group(1)}.lock")
+            lease = _lease_from(_read_json(path))
+            if lease is None:
+                if not _held(lock):
+                    _remove(path, lock)
+                continue
+            if now >= lease.expires or (lease.locked and not _held(lock)):
+                _remove(path, lock)  # timed out, or its launcher and job are both gone
+                continue
+            leases.append(lease)
+        elif m := _TICKET_RE.match(name):
+            path = Path(entry.path)
+            if not _held(path):
+                _remove(path)  # the waiter is gone
+                continue
+            data = _read_json(path)
+            if data is None or not isinstance(data.get("policy"), dict):
+                continue
+            tickets.append(Ticket(seq=int(m.group(1)), pid=int(m.group(2)), user=sanitize(str(data.get("user", "?"))),
+                                  policy=data["policy"], created=float(data.get("created", 0))))
+        elif name.startswith(".tmp-") and now - entry.stat(follow_symlinks=False).st_mtime > 60:
+            _remove(Path(entry.path))  # left by a writer killed mid-write
+    tickets.sort(key=lambda t: t.seq)
+    return State(leases, tickets)
+
+
+_FIELD_TYPES = {"id": str, "units": list, "labels": dict, "kind": str, "user": str, "uid": int, "pid": int,
+                "created": (int, float), "expires": (int, float), "locked": bool}
+
+
+def _lease_from(data: dict | None) -> Lease | None:
+    """A lease from its file, or None when the file is not one. Lease files are written by other
+    users: types are checked, text is stripped of control characters, and no lease lasts more
+    than MAX_LEASE, whatever its file says."""
+    if data is None or any(not isinstance(data.get(k), t) for k, t in _FIELD_TYPES.items()):
+        return None
+    if not all(isinstance(u, str) for u in data["units"]):
+        return None
+    known = {k: v for k, v in data.items() if k in Lease.__dataclass_fields__}
+    try:
+        lease = Lease(**known)
+    except TypeError:
+        return None
+    lease.user = sanitize(lease.user)
+    lease.labels = {str(k): sanitize(str(v)) for k, v in lease.labels.items()}
+    lease.command = sanitize(lease.command) if isinstance(lease.command, str) else None
+    lease.expires = min(float(lease.expires), float(lease.created) + MAX_LEASE)
+    if not isinstance(lease.job_pid, int) or isinstance(lease.job_pid, bool):
+        lease.job_pid = None
+    if not isinstance(lease.baseline, dict):
+        lease.baseline = {}
+    return lease
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return int(raw[raw.rfind(b")") + 2:].split()[1])
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (torchrun's workers, a shell's python)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        parent = _parent(pid)
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
+
+
+def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:
+    """Whether the lease's job now shows on the unit in NVML, which ends the reservation.
+
+    Pids are only comparable inside one pid namespace: NVML reports the host's pids, so a lease
+    taken in a container is only fulfilled by its own launcher, or by time."""
+    if lease.kind == "hold":
+        before = {p for p in lease.baseline.get(key, []) if isinstance(p, int)}
+        return any(p not in before for p in pids_on_unit if is_real(p))
+    job = lease.job_pid or lease.pid
+    if lease.pidns is None or lease.pidns != _pidns():
+        return False
+    return any(descends_from(p, job) for p in pids_on_unit if is_real(p))
+
+
+class HeldLease:
+    """A lease this process holds. Pass `fd` to the job so the lease outlives a crashed launcher."""
+
+    def __init__(self, d: LeaseDir, lease: Lease, fd: int | None):
+        self.dir, self.lease, self.fd = d, lease, fd
+        self.path = d.path / f"lease-{lease.id}.json"
+        self.lock_path = d.path / f"lease-{lease.id}.lock"
+
+    @property
+    def pending(self) -> list[str]:
+        return list(self.lease.units)
+
+    def set_job(self, pid: int) -> None:
+        with self.dir.locked():
+            self.lease.job_pid = pid
+            if self.lease.units and self.path.exists():
+                _write_json(self.path, asdict(self.lease))
+
+    def release_units(self, keys: list[str]) -> None:
+        """The job shows on these units: they are no longer reserved."""
+        with self.dir.locked():
+            self.lease.units = [k for k in self.lease.units if k not in keys]
+            if not self.lease.units:
+                _remove(self.path, self.lock_path)
+            elif self.path.exists():
+                _write_json(self.path, asdict(self.lease))
+
+    def expired(self, now: float | None = None) -> bool:
+        return (time.time() if now is None else now) >= self.lease.expires
+
+    def release(self) -> None:
+        """End the lease (the job exited, or it never started). Safe to call twice."""
+        if self.lease.units:
+            self.lease.units = []
+            with contextlib.suppress(LeaseError), self.dir.locked():
+                _remove(self.path, self.lock_path)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: float, *,
+                 command: str | None = None, baseline: dict[str, list[int]] | None = None) -> HeldLease:
+    """Reserve `units` ((key, label) pairs). Call with d.locked(), after deciding."""
+    now = time.time()
+    uid = os.getuid()
+    lease = Lease(id=f"{int(now * 1000):x}-{os.getpid()}-{secrets.token_hex(3)}", units=[k for k, _ in units],
+                  labels=dict(units), kind=kind, user=_user(uid), uid=uid, pid=os.getpid(), created=now,
+                  expires=now + timeout, locked=kind != "hold", pidns=_pidns(), host=socket.gethostname(),
+                  command=command, baseline=baseline or {})
+    fd = None
+    lock_path = d.path / f"lease-{lease.id}.lock"
+    if lease.locked:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            os.fchmod(fd, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if fd is not None:
+                os.close(fd)
+            raise LeaseError(f"cannot create a lease in {d.path}: {e.strerror}") from None
+    try:
+        _write_json(d.path / f"lease-{lease.id}.json", asdict(lease))
+    except OSError as e:
+        if fd is not None:
+            os.close(fd)
+        _remove(lock_path)
+        raise LeaseError(f"cannot write a lease in {d.path}: {e.strerror}") from None
+    return HeldLease(d, lease, fd)
+
+
+class HeldTicket:
+    """This process's place in the queue; leave() when served or giving up."""
+
+    def __init__(self, d: LeaseDir, path: Path, fd: int, seq: int):
+        self.dir, self.path, self.fd, self.seq = d, path, fd, seq
+
+    def leave(self) -> None:
+        """Call with d.locked() (or accept that the queue sees the departure a moment later)."""
+        if self.fd is not None:
+            _remove(self.path)
+            os.close(self.fd)
+            self.fd = None
+
+
+def enqueue(d: LeaseDir, state: State, policy: dict) -> HeldTicket:
+    """Join the queue behind every live waiter. Call with d.locked()."""
+    seq = max((t.seq for t in state.tickets), default=0) + 1
+    path = d.path / f"wait-{seq:010d}-{os.getpid()}.json"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:  # a stale ticket with our pid and seq: it was ours before a crash
+        _remove(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise LeaseError(f"cannot join the queue in {d.path}: {e.strerror}") from None
+    os.fchmod(fd, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, json.dumps({"user": _user(os.getuid()), "pid": os.getpid(), "created": time.time(),
+                             "policy": policy}).encode())
+    return HeldTicket(d, path, fd, seq)
+
+
+def leftovers(d: LeaseDir) -> list[str]:
+    """Lease (.json and .lock) and ticket files present now: after every job is done, none."""
+    return sorted(n for n in os.listdir(d.path) if n.startswith(("lease-", "wait-")))
+

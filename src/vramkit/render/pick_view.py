@@ -1,0 +1,145 @@
+"""What `vram pick` and `vram run` print: the chosen ids, the JSON, the --explain table with the
+CUDA numbering, the line that says what a waiter waits for."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import asdict
+
+from ..allocate import Selection, WaitStatus
+from ..cuda_env import CudaDevice, Visible, cuda_index, short_pci
+from ..model import Snapshot
+from ..select import Decision, verdict_text
+from ..units import format_duration, format_size
+from . import fmt
+from .banner import banner
+from .style import Style, clip
+
+FORMATS = ("auto", "index", "uuid", "env")
+
+
+def device_words(d: CudaDevice) -> str:
+    return f"{d.label} (PCI {short_pci(d.pci_bus_id)})"
+
+
+def mapping_text(value: str, visible: list[CudaDevice]) -> str:
+    """'CUDA_VISIBLE_DEVICES=2,3 → your cuda:0 is GPU 2 (PCI 0000:41:00.0), cuda:1 is GPU 3 (...)'."""
+    if not visible:
+        return f"CUDA_VISIBLE_DEVICES={value} → a CUDA program sees no GPU"
+    parts = [f"{'your ' if i == 0 else ''}cuda:{i} is {device_words(d)}" for i, d in enumerate(visible)]
+    return f"CUDA_VISIBLE_DEVICES={value} → " + ", ".join(parts)
+
+
+def ids_output(selection: Selection, form: str) -> str:
+    """What `vram pick` prints on stdout."""
+    if form == "env":
+        return " ".join(f"{k}={v}" for k, v in selection.env.items())
+    if form == "uuid":
+        return ",".join(g.uuid or "N/A" for g in selection.gpus)
+    if form == "auto":
+        return selection.cuda_visible_devices
+    # index: the CUDA index under PCI_BUS_ID order; a MIG instance has none and is named by UUID
+    return ",".join(str(cuda_index(u.dev, selection.devices)) if not u.dev.is_mig else (u.dev.uuid or "N/A")
+                    for u in selection.units)
+
+
+def pick_json(selection: Selection, snap: Snapshot) -> str:
+    lease = selection.lease.lease if selection.lease is not None else None
+    return json.dumps({
+        "schema": 1,
+        "simulated": snap.simulated,
+        "scenario": snap.scenario,
+        "cuda_visible_devices": selection.cuda_visible_devices,
+        "env": selection.env,
+        "gpus": [asdict(g) for g in selection.gpus],
+        "policy": {k: v for k, v in selection.decision.policy.to_dict().items() if k != "uid"},
+        "lease": None if lease is None else {"id": lease.id, "units": lease.units, "expires": lease.expires},
+        "waited": round(selection.waited, 3),
+    }, indent=2)
+
+
+def _env_lines(env_visible: Visible) -> list[str]:
+    if not env_visible.is_set:
+        return ["allowed: every GPU (CUDA_VISIBLE_DEVICES is not set in your environment)"]
+    order = env_visible.order
+    head = f"allowed: what your environment's {mapping_text(env_visible.value or '', env_visible.devices)}"
+    if env_visible.value is not None and order.order != "PCI_BUS_ID":
+        head += " (CUDA_DEVICE_ORDER is not PCI_BUS_ID)"
+    return [head]
+
+
+def _wrap(text: str, width: int | None, indent: int, *styles: str, style: Style) -> list[str]:
+    """`text` painted, folded to `width` columns (None: one line) with `indent` spaces after the first."""
+    if width is None or len(text) + indent <= width or width - indent < 20:
+        return [style.paint(text, *styles)]
+    return [style.paint(part, *styles) for part in textwrap.wrap(text, width - indent)]
+
+
+def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection: Selection | None,
+            lease_note: str, style: Style, width: int | None) -> str:
+    """The --explain view: every unit's verdict, the numbering the job will see, the pitfalls.
+    `width`: fold long lines to fit a terminal; None keeps each on one line (logs, pipes)."""
+    policy = decision.policy
+    lines = [banner(snap, style, width or 200)]
+    lines.append(f"request: {policy.describe()}"
+                 + ("" if policy.prefer != "spread" else " · spread: the emptiest first")
+                 + (" · pack: the fullest that fits" if policy.prefer == "pack" else ""))
+    for line in _env_lines(env_visible):
+        lines.extend(("  " if i else "") + part for i, part in enumerate(_wrap(line, width, 2, style=style)))
+    chosen = {u.key: i for i, u in enumerate(decision.chosen)}
+    show_model = width is None or width >= 100  # a narrow terminal keeps room for the verdict
+    header = (f"{'GPU':>5}  {'PCI':<12}  " + (f"{'MODEL':<16} " if show_model else "")
+              + f"{'FREE/TOTAL':>13} {'UTIL':>5}  VERDICT")
+    lines.append(style.paint(header, "bold"))
+    for v in decision.verdicts:
+        u = v.unit
+        if u.dev.is_mig:  # its name is the parent's model plus the profile: the profile says more
+            model = "MIG " + (u.dev.name or "").rsplit(" ", 1)[-1]
+        else:
+            model = fmt.short_gpu_name(u.dev.name)
+        model = f"{clip(model, 16):<16} " if show_model else ""
+        free = fmt.memory_pair(u.memory_free, u.memory_total)
+        util = fmt.pct(u.utilization)
+        if u.key in chosen:
+            verdict, paint = f"chosen: cuda:{chosen[u.key]}", ("green", "bold")
+        elif v.fits:
+            verdict, paint = "fits (not needed)", ()
+        else:
+            verdict, paint = verdict_text(v, policy), ("dim",) if v.never else ("yellow",)
+        if v.notes and v.fits:
+            verdict += f"  [{'; '.join(v.notes)}]"
+        row = f"{u.dev.short_id:>5}  {short_pci(u.dev.pci_bus_id):<12}  {model}{free:>13} {util:>5}  "
+        parts = _wrap(verdict, width, len(row), *paint, style=style)
+        lines.append(row + parts[0])
+        lines.extend(" " * len(row) + part for part in parts[1:])
+    if selection is not None:
+        for i, part in enumerate(_wrap(mapping_text(selection.cuda_visible_devices, [u.dev for u in selection.units]),
+                                       width, 2, style=style)):
+            lines.append(("  " if i else "") + part)
+        lines.extend("  " + part for part in _wrap(
+            "with CUDA_DEVICE_ORDER=PCI_BUS_ID, which vram run sets (set it too when you use these ids yourself), "
+            "so cuda numbers follow nvidia-smi's order", width, 2, style=style))
+    for pitfall in env_visible.pitfalls:
+        for i, part in enumerate(_wrap(f"! {pitfall}", width, 2, "yellow", style=style)):
+            lines.append(("  " if i else "") + part)
+    lines.extend(("  " if i else "") + part for i, part in enumerate(_wrap(lease_note, width, 2, "dim", style=style)))
+    return "\n".join(lines)
+
+
+def wait_line(status: WaitStatus) -> str:
+    return f"vram: {status.text()}"
+
+
+def _unit_words(u) -> str:
+    model = None if u.dev.is_mig else fmt.short_gpu_name(u.dev.name)  # a MIG label names its profile
+    inner = f"{model}, " if model and model != fmt.NA else ""
+    return f"{u.dev.label} ({inner}{format_size(u.memory_free)} free)"
+
+
+def started_line(selection: Selection, snap: Snapshot, command: str | None = None) -> str:
+    """'vram: GPU 7 (A100-SXM4-80GB, 77.3GiB free) → CUDA_VISIBLE_DEVICES=7 · python train.py'."""
+    gpus = ", ".join(_unit_words(u) for u in selection.units)
+    waited = f" after waiting {format_duration(selection.waited)}" if selection.waited >= 1 else ""
+    sim = f" [SIMULATED machine '{snap.scenario}']" if snap.simulated else ""
+    return f"vram: {gpus}{waited} → CUDA_VISIBLE_DEVICES={selection.cuda_visible_devices}{sim}"

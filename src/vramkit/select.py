@@ -1,0 +1,438 @@
+"""Which GPUs a request may have: the policy, every GPU's verdict, and the choice.
+
+A unit is what a job can be given: a whole GPU, or one MIG instance of a GPU in MIG mode.
+Everything here is pure: a snapshot and the reservations (leases, earlier waiters) go in, a
+Decision comes out, with the reason for every unit that does not fit, so that a refusal can say
+what is available. Two kinds of reasons: `never` (waiting cannot help: not allowed, too small,
+lost, too few GPUs) and problems of the moment (too little free memory now, busy, reserved).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+from .cuda_env import CudaDevice, numbering
+from .model import GpuProcess, Snapshot
+from .units import format_size
+
+DEFAULT_MIN_FREE_PCT = 50.0  # without --min-free: at least half the unit's memory is free
+DEFAULT_MAX_UTIL = 50.0  # without --max-util: the GPU is busy less than half the time
+PREFER = ("spread", "pack")
+
+
+@dataclass
+class Policy:
+    """What a request asks for. Sizes are bytes. Serialisable (waiters store it in their ticket)."""
+
+    count: int = 1
+    min_free: int | None = None  # bytes; when None, min_free_pct applies
+    min_free_pct: float | None = DEFAULT_MIN_FREE_PCT  # % of the unit's memory
+    max_util: float | None = DEFAULT_MAX_UTIL  # None: no limit
+    exclude: list[str] = field(default_factory=list)  # unit keys
+    only: list[str] | None = None  # unit keys
+    allowed: list[str] | None = None  # unit keys from an inherited CUDA_VISIBLE_DEVICES
+    allowed_from: str | None = None  # that CUDA_VISIBLE_DEVICES value, for messages
+    prefer: str = "spread"
+    exclusive: bool = False
+    uid: int = field(default_factory=os.getuid)  # "other users" are relative to this uid
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Policy:
+        """From a waiter's ticket (written by any user): ValueError unless every field has its type."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        policy = cls(**known)
+        number = (int, float)
+
+        def ok(value, kinds, optional=False) -> bool:
+            return (optional and value is None) or (isinstance(value, kinds) and not isinstance(value, bool))
+
+        def keys(value, optional=False) -> bool:
+            return (optional and value is None) or (isinstance(value, list) and all(isinstance(k, str) for k in value))
+
+        if not (ok(policy.count, int) and policy.count >= 1 and ok(policy.min_free, int, True)
+                and ok(policy.min_free_pct, number, True) and ok(policy.max_util, number, True)
+                and keys(policy.exclude) and keys(policy.only, True) and keys(policy.allowed, True)
+                and ok(policy.allowed_from, str, True) and policy.prefer in PREFER
+                and isinstance(policy.exclusive, bool) and ok(policy.uid, int)):
+            raise ValueError(f"not a policy: {data!r}")
+        return policy
+
+    def need(self, total: int | None) -> int | None:
+        """Bytes that must be free on a unit of `total` bytes (None: unknown total)."""
+        if self.min_free is not None:
+            return self.min_free
+        if self.min_free_pct is None:
+            return 0
+        return None if total is None else int(total * self.min_free_pct / 100)
+
+    def describe(self) -> str:
+        """'1 GPU, ≥50% free, ≤50% busy, spread' (the words a refusal and the wait line use)."""
+        parts = [_count_words(self.count)]
+        if self.min_free is not None:
+            parts.append(f"≥{format_size(self.min_free)} free")
+        elif self.min_free_pct:
+            parts.append(f"≥{self.min_free_pct:g}% free")
+        if self.max_util is not None and self.max_util < 100:
+            parts.append(f"≤{self.max_util:g}% busy")
+        if self.exclusive:
+            parts.append("no other user's process")
+        if self.prefer != "spread":
+            parts.append(f"prefer {self.prefer}")
+        return ", ".join(parts)
+
+
+def _count_words(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
+@dataclass
+class Unit:
+    """A whole GPU or a MIG instance, with what NVML says about it now."""
+
+    dev: CudaDevice
+    memory_total: int | None
+    memory_free: int | None
+    capacity: int | None  # the most that could ever be free (total less driver-reserved)
+    utilization: int | None  # None: N/A (always on MIG instances)
+    processes: list[GpuProcess]
+    lost: bool
+    memory_na: str | None = None  # why memory is N/A
+    util_na: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.dev.key
+
+
+def units_of(snap: Snapshot, devices: list[CudaDevice]) -> list[Unit]:
+    """Whole GPUs not in MIG mode, and the MIG instances of those that are; in PCI order."""
+    by_index = {g.index: g for g in snap.gpus}
+    out = []
+    for d in numbering(devices, "PCI_BUS_ID").gpus:
+        g = by_index[d.index]
+        if d.mig_mode:
+            for m in (x for x in devices if x.is_mig and x.index == d.index):
+                mig = next(x for x in g.mig_devices if x.gi == m.gi)
+                out.append(Unit(dev=m, memory_total=mig.memory_total, memory_free=mig.memory_free,
+                                capacity=mig.memory_total, utilization=None,
+                                processes=[p for p in g.processes if p.mig_gi == m.gi], lost=g.lost,
+                                memory_na=None if mig.memory_free is not None else "N/A",
+                                util_na="not reported for MIG instances"))
+            continue
+        capacity = None if g.memory_total is None else g.memory_total - (g.memory_reserved or 0)
+        out.append(Unit(dev=d, memory_total=g.memory_total, memory_free=g.memory_free, capacity=capacity,
+                        utilization=g.utilization, processes=list(g.processes), lost=g.lost,
+                        memory_na=g.na.get("memory_free") or g.na.get("memory_used"),
+                        util_na=g.na.get("utilization")))
+    return out
+
+
+def resolve_selectors(text: str, devices: list[CudaDevice], option: str) -> list[str]:
+    """'0,2' / '0-3' / '0/9' / 'GPU-8932f937' / 'MIG-...' -> unit keys. NVML numbering (as
+    nvidia-smi and vram status). A GPU in MIG mode stands for its instances. ValueError on a typo."""
+    keys: list[str] = []
+    gpus = {d.index: d for d in devices if not d.is_mig}
+    span = f"GPUs 0-{max(gpus)}" if gpus else "no GPUs"
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            raise ValueError(f"{option}: empty item in {text!r}")
+        found: list[CudaDevice]
+        if m := re.fullmatch(r"(\d+)-(\d+)", part):
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if lo > hi:
+                raise ValueError(f"{option}: {part!r} is not a range (try 0-3)")
+            missing = [i for i in range(lo, hi + 1) if i not in gpus]
+            if missing:
+                raise ValueError(f"{option}: no GPU {missing[0]} (this machine has {span})")
+            found = [gpus[i] for i in range(lo, hi + 1)]
+        elif part.isdigit():
+            if int(part) not in gpus:
+                raise ValueError(f"{option}: no GPU {part} (this machine has {span})")
+            found = [gpus[int(part)]]
+        elif m := re.fullmatch(r"(\d+)/(\d+)", part):
+            found = [d for d in devices if d.is_mig and d.index == int(m.group(1)) and d.gi == int(m.group(2))]
+            if not found:
+                raise ValueError(f"{option}: no MIG instance {part} (GPU/GPU-instance, as vram ps shows it)")
+        elif part.startswith(("GPU-", "MIG-")):
+            found = [d for d in devices if d.uuid and d.uuid.startswith(part)]
+            if len(found) != 1:
+                what = "matches no GPU or MIG UUID here" if not found else (
+                    f"matches {len(found)} UUIDs ({', '.join(d.label for d in found)}); give more of it")
+                raise ValueError(f"{option}: {part!r} {what}")
+        else:
+            raise ValueError(f"{option}: {part!r} is not a GPU (try 0,2 or 0-3, 0/9 for a MIG instance, or a UUID)")
+        for d in found:
+            keys.append(d.key)
+            if d.mig_mode:
+                keys.extend(x.key for x in devices if x.is_mig and x.index == d.index)
+    return keys
+
+
+@dataclass
+class Block:
+    """Why a unit is reserved for someone else: a lease, or an earlier waiter's claim."""
+
+    kind: str  # "lease" or "queue"
+    text: str  # follows "GPU 4 ": "is reserved by a vram run of bob (pid 4121, 12s ago)"
+
+
+@dataclass
+class Problem:
+    kind: str  # memory, memory-na, util, exclusive, lease, queue; never: allowed, excluded, only, lost, mig, small
+    detail: str = ""  # e.g. "9.2GiB free"
+
+
+@dataclass
+class Verdict:
+    unit: Unit
+    never: Problem | None = None  # waiting cannot make it fit this request
+    problems: list[Problem] = field(default_factory=list)  # why it does not fit now
+    notes: list[str] = field(default_factory=list)  # a limit not applied, and why
+
+    @property
+    def fits(self) -> bool:
+        return self.never is None and not self.problems
+
+
+@dataclass
+class Decision:
+    policy: Policy
+    verdicts: list[Verdict]
+    chosen: list[Unit]  # in PCI order; empty unless the request is satisfied now
+    impossible: str | None = None  # why it can never be satisfied (waiting will not help)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.chosen)
+
+    @property
+    def fitting(self) -> list[Unit]:
+        return [v.unit for v in self.verdicts if v.fits]
+
+
+def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
+    v = Verdict(unit)
+    key = unit.key
+    if policy.allowed is not None and key not in policy.allowed:
+        v.never = Problem("allowed")
+    elif policy.only is not None and key not in policy.only:
+        v.never = Problem("only")
+    elif key in policy.exclude:
+        v.never = Problem("excluded")
+    elif unit.lost:
+        v.never = Problem("lost")
+    elif unit.dev.is_mig and policy.count > 1:
+        v.never = Problem("mig")
+    elif policy.min_free is not None and unit.capacity is not None and unit.capacity < policy.min_free:
+        v.never = Problem("small", format_size(unit.capacity))
+    if v.never:
+        return v
+    need = policy.need(unit.memory_total)
+    if need is None or need > 0:
+        if unit.memory_free is None or need is None:
+            v.problems.append(Problem("memory-na", unit.memory_na or "N/A"))
+        elif unit.memory_free < need:
+            v.problems.append(Problem("memory", format_size(unit.memory_free)))
+    if policy.max_util is not None and policy.max_util < 100:
+        if unit.utilization is None:
+            v.notes.append(f"--max-util not applied: utilization {unit.util_na or 'N/A'}")  # (shown by --explain)
+        elif unit.utilization > policy.max_util:
+            v.problems.append(Problem("util", f"{unit.utilization}%"))
+    if policy.exclusive:
+        others = sorted({p.user or "unknown user" for p in unit.processes if p.uid != policy.uid})
+        if others:
+            v.problems.append(Problem("exclusive", ", ".join(others)))
+    if key in blocked:
+        v.problems.append(Problem(blocked[key].kind, blocked[key].text))
+    return v
+
+
+def _rank(policy: Policy, unit: Unit) -> tuple:
+    free = unit.memory_free or 0
+    util = unit.utilization or 0
+    # spread: the emptiest first, so the job is disturbed least; pack: the fullest that fits,
+    # which keeps empty GPUs whole for big jobs (best fit).
+    return ((-free if policy.prefer == "spread" else free), util, len(unit.processes))
+
+
+def decide(policy: Policy, units: list[Unit], blocked: dict[str, Block] | None = None) -> Decision:
+    """Judge every unit and choose `policy.count` of them, or say why not (now or ever)."""
+    blocked = blocked or {}
+    verdicts = [_judge(policy, u, blocked) for u in units]
+    decision = Decision(policy, verdicts, chosen=[])
+    possible = [v for v in verdicts if v.never is None]
+    if len(possible) < policy.count:
+        decision.impossible = _impossible_text(decision, possible)
+        return decision
+    fitting = [v.unit for v in verdicts if v.fits]
+    if len(fitting) >= policy.count:
+        order = {u.key: i for i, u in enumerate(units)}
+        best = sorted(fitting, key=lambda u: (_rank(policy, u), order[u.key]))[: policy.count]
+        decision.chosen = sorted(best, key=lambda u: order[u.key])
+    return decision
+
+
+def queue_blocks(units: list[Unit], blocked: dict[str, Block], earlier: list[tuple[Policy, str]]) -> dict[str, Block]:
+    """First come, first served: each earlier waiter, in order, claims what it would get now; one
+    that cannot be satisfied yet holds every unit that fits it, so later small requests cannot
+    starve it. Returns `blocked` extended with those claims. `earlier`: (policy, who) pairs."""
+    blocked = dict(blocked)
+    for policy, who in earlier:
+        d = decide(policy, units, blocked)
+        if d.impossible:
+            continue
+        claimed = d.chosen if d.ok else d.fitting
+        for u in claimed:
+            blocked[u.key] = Block("queue", f"is held for an earlier waiter ({who})")
+    return blocked
+
+
+# ---------------------------------------------------------------- words for a refusal
+
+def ids_text(units: list[Unit]) -> str:
+    """'GPU 4', 'GPUs 0-3, 6', 'GPU 0/9, 0/10' (MIG instances as GPU/GPU-instance)."""
+    whole = sorted(u.dev.index for u in units if not u.dev.is_mig)
+    runs: list[str] = []
+    i = 0
+    while i < len(whole):
+        j = i
+        while j + 1 < len(whole) and whole[j + 1] == whole[j] + 1:
+            j += 1
+        if j == i:
+            runs.append(str(whole[i]))
+        else:
+            runs.append(f"{whole[i]}, {whole[j]}" if j == i + 1 else f"{whole[i]}-{whole[j]}")
+        i = j + 1
+    runs += [u.dev.short_id for u in units if u.dev.is_mig]
+    plural = len(units) > 1
+    return f"GPU{'s' if plural else ''} {', '.join(runs)}"
+
+
+_NEVER_WORDS = {
+    "allowed": "outside CUDA_VISIBLE_DEVICES{allowed}",
+    "only": "not in --only",
+    "excluded": "excluded",
+    "lost": "lost (fell off the bus)",
+    "mig": "MIG instances (a CUDA program uses one MIG instance, so they are for -n 1 only)",
+    "small": "too small ({details} usable)",
+}
+_NOW_WORDS = {
+    "memory": "short of free memory ({details} free{need})",
+    "memory-na": "of unknown free memory ({details})",
+    "util": "busy ({details} utilization{limit})",
+    "exclusive": "in use by other users ({details})",
+    "lease": "{details}",
+    "queue": "{details}",
+}
+
+
+def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
+    """Units grouped by their (first) reason: 'GPUs 0, 5, 6 short of free memory (9.2GiB, ...)'."""
+    groups: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        if never and v.never:
+            groups.setdefault(v.never.kind, []).append(v)
+        elif not never and v.never is None and v.problems:
+            groups.setdefault(v.problems[0].kind, []).append(v)
+    out = []
+    for kind, vs in groups.items():
+        problems = [v.never if never else v.problems[0] for v in vs]
+        details = [p.detail for p in problems if p and p.detail]
+        if kind in ("lease", "queue"):
+            for v, p in zip(vs, problems):
+                out.append(f"{ids_text([v.unit])} {p.detail}")
+            continue
+        if kind == "exclusive":
+            details = sorted({n for d in details for n in d.split(", ")})
+        elif len(set(details)) == 1:
+            details = details[:1]
+        words = (_NEVER_WORDS if never else _NOW_WORDS)[kind].format(
+            details=", ".join(details),
+            allowed=f"={policy.allowed_from}" if policy.allowed_from is not None else "",
+            need=f"; need {_need_text(policy, vs[0].unit)}" if kind == "memory" else "",
+            limit=f"; limit {policy.max_util:g}%" if kind == "util" and policy.max_util is not None else "")
+        verb = "is" if len(vs) == 1 else "are"
+        out.append(f"{ids_text([v.unit for v in vs])} {verb} {words}")
+    return out
+
+
+def _need_text(policy: Policy, unit: Unit) -> str:
+    if policy.min_free is not None:
+        return format_size(policy.min_free)
+    return f"{policy.min_free_pct:g}% = {format_size(policy.need(unit.memory_total))}"
+
+
+def available_text(decision: Decision, limit: int = 4) -> str:
+    """What there is now: the units that fit, else the ones with the most free memory."""
+    fitting = [v.unit for v in decision.verdicts if v.fits]
+    if fitting:
+        body = ", ".join(f"{ids_text([u])} ({format_size(u.memory_free)} free)" for u in fitting[:limit])
+        more = f" and {len(fitting) - limit} more" if len(fitting) > limit else ""
+        return f"fitting now: {body}{more}"
+    units = [v.unit for v in decision.verdicts if v.unit.memory_free is not None and not v.unit.lost]
+    units.sort(key=lambda u: -(u.memory_free or 0))
+    if not units:
+        return "no GPU reports its free memory"
+    return "most free now: " + ", ".join(f"{ids_text([u])} {format_size(u.memory_free)}" for u in units[:limit])
+
+
+def _impossible_text(decision: Decision, possible: list[Verdict]) -> str:
+    policy = decision.policy
+    total = len(decision.verdicts)
+    word = "unit" if any(v.unit.dev.is_mig for v in decision.verdicts) else "GPU"
+    if total < policy.count and not any(v.never for v in decision.verdicts):
+        listed = ids_text([v.unit for v in decision.verdicts]).split(" ", 1)[-1] if total else ""
+        head = (f"cannot pick {_count_words(policy.count)}: this machine has {total} {word}{'s' if total != 1 else ''}"
+                + (f" ({listed})" if total else ""))
+        return f"{head}; {available_text(decision)}"
+    if not possible:
+        head = f"no GPU here can ever fit the request ({policy.describe()})"
+    else:
+        head = (f"only {len(possible)} of {total} {word}s here could ever fit {policy.describe()} "
+                f"({ids_text([v.unit for v in possible])})")
+    reasons = "; ".join(_groups(decision.verdicts, policy, never=True))
+    return f"{head}: {reasons}; {available_text(decision)}"
+
+
+def shortfall_reasons(decision: Decision) -> list[str]:
+    """Why a possible request is not satisfied now: what fits, then the others grouped by reason."""
+    policy = decision.policy
+    fitting = decision.fitting
+    out = [f"only {ids_text(fitting)} fit{'s' if len(fitting) == 1 else ''}"] if fitting else []
+    out += _groups(decision.verdicts, policy, never=False)
+    out += _groups(decision.verdicts, policy, never=True)
+    return out
+
+
+def shortfall_text(decision: Decision) -> str:
+    """One line: 'no 1 GPU fits now (≥50% free, ≤50% busy): GPU 4 is reserved by ...; ...'."""
+    policy = decision.policy
+    head = (f"no GPU fits now (wanted {policy.describe()})" if policy.count == 1 else
+            f"too few GPUs fit now (wanted {policy.describe()})")
+    reasons = shortfall_reasons(decision)
+    return f"{head}: {'; '.join(reasons)}" if reasons else head
+
+
+def verdict_text(v: Verdict, policy: Policy) -> str:
+    """One unit's verdict in words: 'fits', or why not ('busy (97% utilization; limit 50%)')."""
+    problems = [v.never] if v.never else v.problems
+    if not problems:
+        return "fits"
+    words = []
+    for p in problems:
+        if p.kind in ("lease", "queue"):
+            words.append(p.detail.removeprefix("is "))
+            continue
+        table = _NEVER_WORDS if p is v.never else _NOW_WORDS
+        words.append(table[p.kind].format(
+            details=p.detail,
+            allowed=f"={policy.allowed_from}" if policy.allowed_from is not None else "",
+            need=f"; need {_need_text(policy, v.unit)}" if p.kind == "memory" else "",
+            limit=f"; limit {policy.max_util:g}%" if p.kind == "util" and policy.max_util is not None else ""))
+    return "; ".join(words)

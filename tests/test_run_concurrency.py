@@ -1,0 +1,177 @@
+"""Many `vram run --wait` launchers at once, as on a busy shared server: no GPU is ever held by
+two jobs at once, everyone gets a turn, in order, and no lease is left behind; a launcher killed
+with SIGKILL costs the others at most its lease timeout.
+
+Each job records when it started and ended and what CUDA_VISIBLE_DEVICES it got; the checks
+read those records, not vram's output. On scenario demo at t=0, only GPUs 4 and 7 fit the
+default policy, so 24 one-GPU jobs queue for two GPUs.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import vram_argv, wait_for
+
+JOB = r"""
+import json, os, sys, time
+records, seconds, tag = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+record = {"tag": tag, "pid": os.getpid(), "launcher": os.getppid(), "start": time.time(),
+          "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "order": os.environ.get("CUDA_DEVICE_ORDER")}
+with open(os.path.join(records, f"start-{tag}.json"), "w") as f:
+    json.dump(record, f)
+time.sleep(seconds)
+record["end"] = time.time()
+with open(os.path.join(records, f"end-{tag}.json"), "w") as f:
+    json.dump(record, f)
+"""
+
+
+def records(where: Path, kind: str = "end") -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(where.glob(f"{kind}-*.json"))]
+
+
+def launch(groups, leasing, where: Path, tag: str, seconds: float, *args: str, env_extra=None, log=None):
+    argv = vram_argv("run", "--simulate", "demo", *args, "--", sys.executable, "-c", JOB, str(where), str(seconds), tag)
+    env = leasing.env(**(env_extra or {}))
+    return groups.start(argv, env=env, stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
+
+
+def assert_no_overlap(recs: list[dict]) -> dict[str, list[dict]]:
+    by_gpu: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in recs:
+        by_gpu[r["cvd"]].append(r)
+    for gpu, rs in by_gpu.items():
+        rs.sort(key=lambda r: r["start"])
+        for a, b in zip(rs, rs[1:]):
+            assert b["start"] >= a["end"], f"GPU {gpu} held twice: {a['tag']} until {a['end']}, {b['tag']} from " \
+                                           f"{b['start']}"
+    return by_gpu
+
+
+def wait_all(procs, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
+
+
+def test_24_concurrent_launchers_never_share_a_gpu(groups, leasing, tmp_path):
+    where = tmp_path / "records"
+    where.mkdir()
+    log = open(tmp_path / "stderr.txt", "w")
+    started = time.monotonic()
+    procs = [launch(groups, leasing, where, f"j{i:02d}", 0.2, "--wait", "120", "-n", "1", log=log) for i in range(24)]
+    codes = wait_all(procs, timeout=120)
+    elapsed = time.monotonic() - started
+    log.close()
+    assert codes == [0] * 24, (tmp_path / "stderr.txt").read_text()[-3000:]
+    recs = records(where)
+    assert len(recs) == 24  # all finished
+    assert {r["order"] for r in recs} == {"PCI_BUS_ID"}
+    by_gpu = assert_no_overlap(recs)
+    assert set(by_gpu) == {"4", "7"}  # the two GPUs that fit; both used
+    assert leasing.leftovers() == []  # no lease or ticket left behind
+    print(f"24 launchers on 2 GPUs: {elapsed:.1f}s, per GPU {[len(v) for v in by_gpu.values()]}")
+
+
+def test_a_launcher_killed_mid_way_costs_at_most_its_lease_timeout(groups, leasing, tmp_path):
+    """The victim's job outlives its launcher (SIGKILL cannot be passed on) and still holds the
+    lease's lock, so GPU 7 stays reserved until the lease times out (5 s here), no longer;
+    meanwhile the others go on, on GPU 4, then on both."""
+    where = tmp_path / "records"
+    where.mkdir()
+    victim = launch(groups, leasing, where, "victim", 60, "--lease-timeout", "5s")
+    assert wait_for(lambda: (where / "start-victim.json").exists(), timeout=20)
+    os.kill(victim.pid, signal.SIGKILL)
+    killed_at = time.time()
+    assert victim.wait(timeout=10) == -signal.SIGKILL
+    victim_job = json.loads((where / "start-victim.json").read_text())
+    assert victim_job["cvd"] == "7"
+    assert os.path.exists(f"/proc/{victim_job['pid']}")  # its job lives on, orphaned
+    lease = json.loads(next(leasing.dir.glob("lease-*.json")).read_text())
+    assert lease["job_pid"] == victim_job["pid"] and killed_at < lease["expires"]
+    others = [launch(groups, leasing, where, f"j{i:02d}", 0.4, "--wait", "120") for i in range(16)]
+    assert wait_all(others, timeout=120) == [0] * 16
+    recs = records(where)
+    assert len(recs) == 16
+    by_gpu = assert_no_overlap(recs)
+    assert by_gpu["4"], "GPU 4 was free all along"
+    on_7 = sorted(r["start"] for r in by_gpu.get("7", []))
+    assert on_7, "the others never got GPU 7 back"
+    assert on_7[0] >= lease["expires"]  # reserved until the lease ran out, though its launcher was dead
+    assert leasing.leftovers() == []  # the expired lease was cleaned up by the others
+
+
+def test_a_launcher_killed_with_its_job_frees_the_gpu_at_once(groups, leasing, tmp_path):
+    """No job left to hold the lease's lock: the kernel drops it, and the GPU is free long before
+    the (120 s) lease timeout."""
+    where = tmp_path / "records"
+    where.mkdir()
+    victim = launch(groups, leasing, where, "victim", 60, "--only", "7", "--lease-timeout", "120s")
+    assert wait_for(lambda: (where / "start-victim.json").exists(), timeout=20)
+    waiter = launch(groups, leasing, where, "next", 0.1, "--only", "7", "--wait", "60")
+    assert wait_for(lambda: any(n.startswith("wait-") for n in leasing.leftovers()), timeout=20)
+    os.killpg(victim.pid, signal.SIGKILL)
+    killed_at = time.time()
+    assert waiter.wait(timeout=60) == 0
+    rec = records(where)[0]
+    assert rec["tag"] == "next" and rec["cvd"] == "7"
+    assert rec["start"] - killed_at < 30  # well before the lease timeout
+    assert leasing.leftovers() == []
+
+
+def hold(groups, leasing, gpu: str):
+    """A vram run holding `gpu` until the test ends it (SIGTERM, passed on to its sleep)."""
+    proc = groups.start(vram_argv("run", "-q", "--simulate", "demo", "--only", gpu, "--", "sleep", "60"),
+                        env=leasing.env())
+    assert wait_for(lambda: any(json.loads(p.read_text()).get("job_pid") for p in leasing.dir.glob("lease-*.json")
+                                if "GPU " + gpu in p.read_text()), timeout=20)
+    return proc
+
+
+def tickets(leasing) -> int:
+    return sum(n.startswith("wait-") for n in leasing.leftovers())
+
+
+def test_waiters_are_served_first_come_first_served(groups, leasing, tmp_path):
+    where = tmp_path / "records"
+    where.mkdir()
+    holder = hold(groups, leasing, "7")
+    waiters = []
+    for i in range(5):
+        waiters.append(launch(groups, leasing, where, f"w{i}", 0.1, "--only", "7", "--wait", "60"))
+        assert wait_for(lambda n=i + 1: tickets(leasing) == n, timeout=20)
+    holder.terminate()
+    assert holder.wait(timeout=20) == 128 + signal.SIGTERM
+    assert wait_all(waiters, timeout=60) == [0] * 5
+    order = [r["tag"] for r in sorted(records(where), key=lambda r: r["start"])]
+    assert order == ["w0", "w1", "w2", "w3", "w4"]
+    assert leasing.leftovers() == []
+
+
+def test_a_big_request_is_not_starved_by_later_small_ones(groups, leasing, tmp_path):
+    """A waiter for two GPUs holds GPU 4 when it frees, although a later one-GPU waiter could use
+    it at once: first come, first served."""
+    where = tmp_path / "records"
+    where.mkdir()
+    on_4, on_7 = hold(groups, leasing, "4"), hold(groups, leasing, "7")
+    big = launch(groups, leasing, where, "big", 0.1, "-n", "2", "--wait", "60")
+    assert wait_for(lambda: tickets(leasing) == 1, timeout=20)
+    small = launch(groups, leasing, where, "small", 0.1, "--wait", "60")
+    assert wait_for(lambda: tickets(leasing) == 2, timeout=20)
+    on_4.terminate()
+    assert on_4.wait(timeout=20) == 128 + signal.SIGTERM
+    time.sleep(1.5)  # time enough for the small one to take GPU 4, were it allowed to
+    assert not list(where.glob("start-*.json")) and tickets(leasing) == 2
+    on_7.terminate()
+    assert wait_all([big, small], timeout=60) == [0, 0]
+    recs = {r["tag"]: r for r in records(where)}
+    assert recs["big"]["cvd"] == "4,7"
+    assert recs["small"]["start"] >= recs["big"]["end"]
+    assert leasing.leftovers() == []
