@@ -22,6 +22,11 @@ EPILOG = """\
 examples:
   vram status                      what is on each GPU, and who holds its memory
   vram ps --user alice             alice's GPU processes
+  vram top                         the live view
+  vram kill --zombie --dry-run     what defunct processes still hold, and what freeing it would do
+  vram run -n 2 --wait -- python train.py   pick two free GPUs, reserve them, run the job
+  vram estimate llama-3-8b --batch 4 --seq 2048 --lora 16   will it fit?
+  vram doctor train.log            why did this job run out of memory?
   vram status --simulate demo      try it on the bundled simulated 8-GPU server
 
 'vram COMMAND --help' shows each command's options and examples.
