@@ -104,3 +104,21 @@ def format_duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def parse_gpu_list(text: str) -> list[int]:
+    """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices; ValueError with a one-line message."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise ValueError(f"{text!r} is not a GPU list (try 0 or 0,2 or 0-3)") from None
+    return sorted(out)

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from .. import units
 from ..model import Snapshot
 from ..snapshot import Machine, open_machine
 
@@ -31,21 +32,11 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_gpu_list(text: str) -> list[int]:
-    """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices."""
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise UsageError(f"--gpu: {text!r} is not a GPU list (try 0 or 0,2 or 0-3)") from None
-    return sorted(out)
+    """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices, or a usage error naming --gpu."""
+    try:
+        return units.parse_gpu_list(text)
+    except ValueError as e:
+        raise UsageError(f"--gpu: {e}") from None
 
 
 def check_gpus(snap: Snapshot, wanted: list[int]) -> None:

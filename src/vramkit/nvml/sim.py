@@ -16,6 +16,7 @@ import os
 import time
 from typing import Any
 
+from ..procs import is_defunct
 from . import compat
 from .scenario import Scenario, value_at
 
@@ -43,24 +44,6 @@ def _read_stat(pid: int) -> tuple[str, int] | None:
         return None
     fields = raw[raw.rfind(b")") + 2:].split()
     return fields[0].decode(), int(fields[19])
-
-
-def _other_threads_live(pid: int) -> bool:
-    """A process whose main thread exited shows 'Z' but lives on while other threads run,
-    and keeps its GPU memory until the last one ends."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        if raw[raw.rfind(b")") + 2:][:1] != b"Z":
-            return True
-    return False
 
 
 class SimulatedNvml:
@@ -149,7 +132,7 @@ class SimulatedNvml:
             return True
         # A real process frees its GPU memory when it exits, as the driver does.
         stat = _read_stat(p["pid"])
-        if stat is None or (stat[0] == "Z" and not _other_threads_live(p["pid"])):
+        if stat is None or (stat[0] == "Z" and is_defunct(p["pid"])):
             return False
         first = self._real_start.setdefault(p["pid"], stat[1])
         return first == stat[1]

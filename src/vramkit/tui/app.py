@@ -23,6 +23,7 @@ from ..alerts import Alert, History, Thresholds, evaluate
 from ..model import Snapshot
 from ..render.banner import banner
 from ..render.style import Style
+from ..units import parse_gpu_list
 from . import rows as R
 from .panels import alerts_text, gpu_panel
 from .screens import AlertsScreen, DetailScreen, HelpScreen
@@ -307,7 +308,7 @@ class TopApp(App):
             self.view.users = {u.strip() for u in text.split(",") if u.strip()}
         elif mode == "gpu":
             try:
-                self.view.gpus = set(parse_gpus(text)) if text else set()
+                self.view.gpus = set(parse_gpu_list(text)) if text else set()
             except ValueError as e:
                 self.notify(str(e), severity="error")
                 return
@@ -359,20 +360,3 @@ class TopApp(App):
             await self.refresh_data()
         self.push_screen(KillScreen(pid, self.actions, self._lock), after)
 
-
-def parse_gpus(text: str) -> list[int]:
-    """'0,2' or '0-3' -> indices; ValueError with a one-line message."""
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise ValueError(f"not a GPU list: {text!r} (try 0 or 0,2 or 0-3)") from None
-    return sorted(out)
