@@ -61,6 +61,9 @@ class ProcessTable:
         self._boot = _boot_time()
         self._users: dict[int, str] = {}
         self._previous_cpu: dict[tuple[int, float], tuple[float, float]] = {}
+        # (pid, start ticks) -> (command, container): what does not change while a process lives,
+        # so watch loops and the live view read /proc/PID/stat only.
+        self._fixed: dict[tuple[int, int], tuple[str, str | None]] = {}
 
     def user_name(self, uid: int) -> str:
         name = self._users.get(uid)
@@ -94,10 +97,20 @@ class ProcessTable:
         cpu_time = (int(fields[11]) + int(fields[12])) / self._ticks
         start_time = self._boot + int(fields[19]) / self._ticks
         rss = int(fields[21]) * self._page
-        command = self._cmdline(base) or f"[{name}]"
+        key = (pid, int(fields[19]))
+        fixed = self._fixed.get(key)
+        if fixed is None or state == "zombie":  # a zombie's cmdline is empty: read it as it is
+            fixed = self._fixed[key] = (self._cmdline(base) or f"[{name}]", self._container(base))
+        command, container = fixed
         return HostProcess(pid=pid, user=self.user_name(uid), uid=uid, command=command, name=name,
                            state=state, start_time=start_time, cpu_time=cpu_time, rss=rss,
-                           ppid=ppid, container=self._container(base))
+                           ppid=ppid, container=container)
+
+    def forget_all_but(self, pids: set[int]) -> None:
+        """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
+        long-running view does not grow with every process that came and went."""
+        self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
+        self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in pids}
 
     def cpu_percent(self, proc: HostProcess, now: float | None = None) -> float:
         """CPU % since the previous read of this process, else averaged over its lifetime (as ps)."""

@@ -36,6 +36,7 @@ class Machine:
         for dev in gpus:
             for proc in dev.processes:
                 self._join_host(proc, dev, host_cache, now)
+        self.procs.forget_all_but(set(host_cache))
         return Snapshot(time=now, gpus=gpus, simulated=self.simulated,
                         scenario=self.sim.scenario.name if self.sim else None,
                         driver_version=self.nvml.driver_version, cuda_version=self.nvml.cuda_version)

@@ -1,0 +1,33 @@
+"""Repeated snapshots read a process's command line once, and forget processes that are gone."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import minimal_scenario
+
+import vramkit
+
+
+def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
+    a = children.start([sys.executable, "-c", "import time; time.sleep(600)", "job-a"])
+    b = children.start([sys.executable, "-c", "import time; time.sleep(600)", "job-b"])
+    data = minimal_scenario()
+    data["processes"] += [{"pid": a.pid, "source": "real", "gpus": {"0": "1GiB"}},
+                          {"pid": b.pid, "source": "real", "gpus": {"1": "1GiB"}}]
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    machine = vramkit.open_machine(str(write_scenario(data)))
+    try:
+        first = {p.pid: p.command for p in machine.snapshot().processes}
+        assert first[a.pid].endswith("job-a") and first[b.pid].endswith("job-b")
+        assert {k[0] for k in machine.procs._fixed} == {a.pid, b.pid}
+        second = {p.pid: p.command for p in machine.snapshot().processes}
+        assert second == first
+        b.kill()
+        b.wait()
+        third = {p.pid for p in machine.snapshot().processes}
+        assert third == {101, 102, a.pid}
+        assert {k[0] for k in machine.procs._fixed} == {a.pid}
+        assert {k[0] for k in machine.procs._previous_cpu} == {a.pid}
+    finally:
+        machine.close()
