@@ -6,7 +6,9 @@ efficient training on a single GPU" (perf_train_gpu_one): bert-large-uncased for
 classification, seq 512, HF Trainer, on a Tesla V100-SXM2-16GB, driver 460.91.03 (CUDA 11.2).
 "GPU memory occupied" there is NVML's used memory after training, in MiB (printed as "MB"); the
 same page measures 1343 MiB for the CUDA context and kernels alone (torch.ones(1).cuda()), which
-is what we pass as the context overhead.
+is what we pass as the context overhead. Those runs (2022: transformers 4.2x on PyTorch 1.x) call
+`model.zero_grad()`, which in PyTorch < 2.0 zeroes the gradients in place instead of freeing them,
+so we pass zero_grad_to_none=False.
 
     python benchmarks/validate_published.py
 """
@@ -17,7 +19,7 @@ import vramkit
 
 CONTEXT = 1343 * 2**20
 BASE = {"batch": 4, "seq": 512, "precision": "fp32", "optimizer": "adamw", "attention": "eager",
-        "context_overhead": CONTEXT}
+        "context_overhead": CONTEXT, "zero_grad_to_none": False}
 # (setting, the Trainer arguments, our options, published MiB)
 CASES = [
     ("batch 4, fp32, AdamW", "per_device_train_batch_size=4", {}, 14949),

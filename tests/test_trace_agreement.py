@@ -54,7 +54,7 @@ def test_analytic_and_traced_peaks_agree(name, batch, precision, checkpointing):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-2-7b", "bert-base-uncased"])
 @pytest.mark.parametrize("kw", [{"attention": "flash"}, {"precision": "bf16-pure"}, {"optimizer": "sgd-momentum"},
-                                {"grad_accum": 2}])
+                                {"grad_accum": 2}, {"zero_grad_to_none": False}])
 def test_other_settings_agree(name, kw):
     _agree(narrow(name), batch=4, seq=128, **kw)
 
@@ -63,3 +63,13 @@ def test_full_bert_large_agrees():
     """One full-size case: BERT-Large, seq 512, batch 8, fp32 AdamW (the published fine-tuning setup)."""
     err = _agree("bert-large-uncased", batch=8, seq=512, precision="fp32")
     assert abs(err) <= 0.10
+
+
+def test_gradients_kept_by_zero_grad_count_in_every_step():
+    """zero_grad(set_to_none=False) (PyTorch < 2.0, the 2022 HF Trainer): the gradients stay
+    allocated through the next forward and backward, in the analytic estimate and the trace."""
+    kw = {"batch": 4, "seq": 512, "precision": "fp32"}
+    freed = estimate("bert-large-uncased", **kw)
+    kept = estimate("bert-large-uncased", zero_grad_to_none=False, **kw)
+    assert kept.peak_bytes - freed.peak_bytes == kept.breakdown["gradients"]
+    assert abs(_agree("bert-large-uncased", zero_grad_to_none=False, **kw)) <= 0.02

@@ -65,6 +65,9 @@ class Setup:
     context_overhead: int | None = None
     cuda: float = 12.4
     fragmentation: float = 0.05  # allocator overhead over the peak (estimate)
+    # zero_grad(set_to_none=...): False keeps the gradients allocated through the next forward and
+    # backward (PyTorch < 2.0's default, which the HF Trainer inherited until 2023)
+    zero_grad_to_none: bool = True
 
     def check(self, spec: ModelSpec) -> None:
         def positive(name: str, value, allow_none: bool = True) -> None:
@@ -336,7 +339,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options) -> E
     always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "DDP gradient buckets",
                                                        "ZeRO-3 gathered layers", "dequantized weight")}
     grads = {G.name: G.bytes}
-    g_acc = grads if setup.grad_accum > 1 else {}  # later micro-steps run with gradients held
+    # later micro-steps run with gradients held; so does every step when zero_grad keeps them
+    g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
     copies_bwd = cast_copies if not setup.checkpointing else (2 * p.head_cast // tp if cast_copies else 0)
     fwd_logits = (dt.x + 4 if dt.x != 4 else 4) * acts.logits // tp
 

@@ -264,7 +264,10 @@ class _Adam8bit:
 
     def zero_grad(self, set_to_none: bool = True):
         for p in self.params:
-            p.grad = None
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
 
 def make_optimizer(name: str, params):
@@ -351,7 +354,7 @@ def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options
                 loss.backward()
                 del loss, batch
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
