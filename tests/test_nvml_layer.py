@@ -56,8 +56,9 @@ def test_static_facts_are_read_once_and_repeated_snapshots_make_few_calls(monkey
                    "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetMigMode"):
         assert first[static] == 8, static
         assert second[static] == 0, static
-    # Per GPU and snapshot: memory, utilization, temperature, power, limit, fan, 2 process lists.
-    assert sum(second.values()) == 8 * 8
+    # Per GPU and snapshot: memory, utilization, temperature, power, limit, fan, 2 process lists,
+    # and the per-process utilization samples.
+    assert sum(second.values()) == 8 * 9
 
 
 def test_old_driver_falls_back_and_remembers(monkeypatch):
@@ -138,3 +139,27 @@ def test_a_refused_process_list_is_na_with_the_reason(monkeypatch):
     machine, _ = _machine(data, monkeypatch)
     gpu = machine.snapshot().gpus[1]
     assert gpu.processes == [] and gpu.na["processes"] == "no permission"
+
+
+def _shared_gpu(**gpu_extra) -> dict:
+    """One GPU at 60% shared by a busy job and a notebook that runs no kernels."""
+    return {"gpus": [{"memory_total": "80GiB", "utilization": 60, **gpu_extra}],
+            "processes": [{"pid": 501, "user": "ann", "command": "python train.py", "gpus": {"0": "30GiB"},
+                           "sm_util": 60},
+                          {"pid": 502, "user": "ben", "command": "jupyter kernel", "gpus": {"0": "20GiB"},
+                           "sm_util": 0}]}
+
+
+def test_an_idle_process_on_a_busy_shared_gpu_is_idle(monkeypatch):
+    machine, _ = _machine(_shared_gpu(), monkeypatch)
+    procs = {p.pid: p for p in machine.snapshot().processes}
+    assert procs[501].sm_utilization == 60 and not procs[501].idle
+    assert procs[502].sm_utilization == 0 and procs[502].idle
+
+
+def test_without_process_samples_idle_falls_back_to_the_gpu(monkeypatch):
+    machine, _ = _machine(_shared_gpu(unsupported=["process_utilization"]), monkeypatch)
+    snap = machine.snapshot()
+    assert [p.sm_utilization for p in snap.processes] == [None, None]
+    assert not any(p.idle for p in snap.processes)  # the GPU is at 60%: nobody looks idle
+    assert snap.gpus[0].na["process_utilization"] == "not supported"

@@ -29,6 +29,7 @@ class GpuProcess:
     memory: int | None  # bytes of GPU memory NVML attributes to this pid on this GPU
     types: tuple[str, ...] = ("compute",)  # "compute" and/or "graphics"
     mig_gi: int | None = None  # MIG GPU instance the memory is on
+    sm_utilization: int | None = None  # % of recent time this process ran kernels (NVML samples)
     # --- host side, from /proc (or the scenario, for synthetic pids)
     user: str | None = None
     uid: int | None = None
@@ -45,7 +46,7 @@ class GpuProcess:
     # --- flags
     zombie: bool = False
     orphaned: bool = False
-    idle: bool = False  # holds memory on a GPU at 0% utilization
+    idle: bool = False  # holds memory while running no kernels (its own samples, else its GPU's)
 
 
 @dataclass

@@ -76,7 +76,9 @@ class Machine:
         proc.cpu_percent = self.procs.cpu_percent(host, now)
         proc.zombie = host.state == "zombie"
         proc.orphaned = host.ppid == 1 and host.pid != 1
-        proc.idle = dev.utilization == 0 and bool(proc.memory)
+        # Idle: no kernels of its own when the driver samples processes, else its GPU at 0% now.
+        busy = proc.sm_utilization if proc.sm_utilization is not None else dev.utilization
+        proc.idle = busy == 0 and bool(proc.memory) and not proc.zombie  # a zombie is flagged as such
 
     def close(self) -> None:
         self.nvml.close()

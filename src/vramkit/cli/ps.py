@@ -18,7 +18,8 @@ four GPUs has four rows), with its user, GPU memory, share of that GPU, the GPU'
 utilization, host CPU% and RSS, age, flags and command.
 
 Flags: zombie (defunct, still listed by the driver), orphan (parent is pid 1), idle (holds
-memory on a GPU at 0% utilization now), no-host (/proc cannot see the pid: it exited or
+memory but ran no kernels lately: the driver's per-process samples where it keeps them,
+else its GPU at 0% now), no-host (/proc cannot see the pid: it exited or
 lives in another PID namespace), container, graphics.
 
 CPU% is averaged over the process's lifetime, as ps does.

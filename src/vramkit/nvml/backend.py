@@ -12,6 +12,7 @@ Rules it keeps:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,8 @@ class Nvml:
         self._static: dict[int, dict[str, Any]] = {}
         self._mem_v2 = hasattr(lib, "nvmlMemory_v2")
         self._process_fn: dict[str, str] = {}
+        self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
+        self._no_process_util: set[int] = set()  # GPUs whose driver does not sample processes
         self._open = False
         self.count = 0
         self.driver_version: str | None = None
@@ -118,6 +121,7 @@ class Nvml:
             dev.fan = self._query(dev, ("fan",), lib.nvmlDeviceGetFanSpeed, handle)
             self._read_mig(dev, handle)
             self._read_processes(dev, handle)
+            self._read_process_utilization(dev, handle)
         except lib.NVMLError as e:
             if getattr(e, "value", None) != self._codes["NVML_ERROR_GPU_IS_LOST"]:
                 raise
@@ -256,6 +260,41 @@ class Nvml:
                     if memory is not None and (row.memory is None or memory > row.memory):
                         row.memory = memory
         dev.processes = list(rows.values())
+
+    def _read_process_utilization(self, dev: Device, handle: Any) -> None:
+        if dev.index in self._no_process_util or not dev.processes or dev.mig_enabled:
+            return
+        sm = _process_samples(self, dev, handle)
+        if sm is None:
+            dev.na["process_utilization"] = "not supported"
+            return
+        for proc in dev.processes:
+            proc.sm_utilization = sm.get(proc.pid, 0)  # a holder with no samples ran no kernels
+
+
+def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, int] | None:
+    """pid -> mean SM % over the samples since the last read (the last 5 s on the first read);
+    {} when no process ran kernels; None when this GPU's driver does not sample processes."""
+    lib = nvml.lib
+    since = nvml._sample_since.get(dev.index, int(time.time() * 1e6) - 5_000_000)
+    try:
+        samples = lib.nvmlDeviceGetProcessUtilization(handle, since)
+    except lib.NVMLError as e:
+        code = getattr(e, "value", None)
+        if code == nvml._codes["NVML_ERROR_GPU_IS_LOST"]:
+            raise
+        if code == nvml._codes["NVML_ERROR_NOT_FOUND"]:
+            return {}  # no samples: nothing ran kernels in the window
+        nvml._no_process_util.add(dev.index)  # not supported here: do not ask again
+        return None
+    except AttributeError:  # a pynvml too old to have the call
+        nvml._no_process_util.add(dev.index)
+        return None
+    per_pid: dict[int, list[int]] = {}
+    for sample in samples:
+        per_pid.setdefault(sample.pid, []).append(sample.smUtil)
+        nvml._sample_since[dev.index] = max(nvml._sample_since.get(dev.index, 0), sample.timeStamp)
+    return {pid: round(sum(v) / len(v)) for pid, v in per_pid.items()}
 
 
 def open_real() -> Nvml:

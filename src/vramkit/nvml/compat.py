@@ -144,6 +144,10 @@ class c_nvmlUtilization_t(_Struct):
     _fields_ = ("gpu", "memory")
 
 
+class c_nvmlProcessUtilizationSample_t(_Struct):
+    _fields_ = ("pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil")
+
+
 class c_nvmlBAR1Memory_t(_Struct):
     _fields_ = ("bar1Total", "bar1Free", "bar1Used")
 

@@ -26,14 +26,14 @@ GPU_FIELDS = {
 }
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
-    "pid", "source", "gpus", "type", "user", "uid", "command", "age", "state", "cpu_percent",
+    "pid", "source", "gpus", "type", "sm_util", "user", "uid", "command", "age", "state", "cpu_percent",
     "rss", "ppid", "container", "start_at", "exit_at",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
               "gpus", "processes", "device_nodes"}
 FAULT_FIELDS = {"driver", "slow_calls"}
 # Fields a scenario may mark unsupported / no_permission, and the NVML calls they stand for.
-QUERYABLE = {"memory", "utilization", "temperature", "power", "power_limit", "fan", "processes",
+QUERYABLE = {"memory", "utilization", "process_utilization", "temperature", "power", "power_limit", "fan", "processes",
              "name", "uuid", "pci_bus_id"}
 PROCESS_SOURCES = {"synthetic", "real", "missing"}
 PROCESS_TYPES = {"compute", "graphics", "both"}
@@ -385,6 +385,9 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[s
     p["pid"] = c.number(raw["pid"], f"{where}.pid", minimum=1, integer=True)
     p["source"] = c.choice(raw.get("source", "synthetic"), PROCESS_SOURCES, f"{where}.source")
     p["type"] = c.choice(raw.get("type", "compute"), PROCESS_TYPES, f"{where}.type")
+    if "sm_util" in raw:  # absent: the process is as busy as its GPU
+        p["sm_util"] = c.timeline(raw["sm_util"], f"{where}.sm_util",
+                                  lambda v, w: c.number(v, w, minimum=0, maximum=100))
     gpus_raw = raw.get("gpus")
     if not isinstance(gpus_raw, dict) or not gpus_raw:
         c.fail(f"{where}.gpus", "must be an object {\"GPU index\": memory}, e.g. {\"0\": \"10GiB\"}")

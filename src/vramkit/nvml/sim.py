@@ -338,6 +338,28 @@ class SimulatedNvml:
             raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # passively cooled, like an SXM A100
         return int(value_at(g["fan"], self.now()))
 
+    def nvmlDeviceGetProcessUtilization(self, handle: SimHandle, lastSeenTimeStamp: int) -> list[Any]:
+        """Per-process samples, as the driver keeps them: one per process that ran kernels lately
+        (sm_util > 0); NOT_FOUND when none did. A process's sm_util defaults to its GPU's."""
+        g = self._field(handle, "process_utilization")
+        if "utilization" in g["unsupported"] | g["no_permission"]:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # no sampling at all on this GPU
+        if handle.gi is not None or g["mig"]:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # as on real MIG GPUs
+        t = self.now()
+        stamp = int(time.time() * 1e6)
+        device_util = int(value_at(g["utilization"], t))
+        samples = []
+        for p, _ in self._by_unit.get((handle.index, None), ()):
+            if not self._alive(p, t) or p.get("state") == "zombie":
+                continue
+            sm = int(value_at(p["sm_util"], t)) if "sm_util" in p else device_util
+            if sm > 0 and stamp > lastSeenTimeStamp:
+                samples.append(self.api.c_nvmlProcessUtilizationSample_t(p["pid"], stamp, sm, 0, 0, 0))
+        if not samples:
+            raise self._error(self.api.NVML_ERROR_NOT_FOUND)
+        return samples
+
     # ------------------------------------------------------------ MIG
     def nvmlDeviceGetMigMode(self, handle: SimHandle) -> list[int]:
         g = self._gpu(handle)

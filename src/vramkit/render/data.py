@@ -15,7 +15,7 @@ from ..model import Device, GpuProcess, Snapshot
 
 SCHEMA_VERSION = 1
 
-_PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "types", "mig_gi",
+_PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "types", "mig_gi", "sm_utilization",
                  "start_time", "elapsed", "cpu_percent", "rss", "ppid", "container", "zombie",
                  "orphaned", "idle", "host_missing")
 
