@@ -11,11 +11,11 @@ Public API (documented in docs/api.md):
     select_gpus(count=1, **policy) -> Selection   choose GPUs now
     use_gpus(count=1, wait=None, **policy) -> Selection   reserve GPUs and set CUDA_VISIBLE_DEVICES
 
-`vramkit.kill` is the function; its module's other names come from `vramkit.kill` via
-`from vramkit.kill import Criteria, make_plan, execute`.
+`vramkit.kill` and `vramkit.estimate` are modules that can be called: `vramkit.kill(...)` runs
+`vramkit.kill.kill(...)`, and `from vramkit.kill import Criteria, make_plan, execute` works too.
+Both load on first use, so `import vramkit` stays light.
 """
 
-from .kill import kill  # noqa: E402  (after snapshot: kill builds on it)
 from .model import Device, GpuProcess, MigDevice, Snapshot
 from .nvml.backend import NvmlUnavailable
 from .nvml.scenario import ScenarioError
@@ -32,6 +32,10 @@ def __getattr__(name):  # lazy: `vram status` pays for neither the estimator nor
         from . import allocate
 
         return getattr(allocate, name)
+    if name == "kill":
+        import importlib
+
+        return importlib.import_module(".kill", __name__)  # a callable module: kill(...)
     if name in ("estimate", "plan", "trace_memory"):
         import importlib
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import pwd
 import signal as _signal
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -724,3 +725,15 @@ def _duration(value: float | str) -> float:
         return parse_duration(value)
     except ValueError as e:
         raise KillRequestError(f"idle: {e}") from None
+
+
+class _CallableModule(type(sys)):
+    """`vramkit.kill(...)` runs kill() while `vramkit.kill` stays this module: importing a
+    submodule rebinds the package attribute to the module, so a plain function there would not
+    last. Being callable keeps both, and lets `vramkit` load this module only when it is used."""
+
+    def __call__(self, *args, **kwargs):
+        return kill(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
