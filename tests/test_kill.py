@@ -229,6 +229,19 @@ def test_idle_selects_processes_on_gpus_that_stayed_at_zero_utilization(children
     assert idle.wait(5) == -signal.SIGTERM and alive(busy)
 
 
+def test_idle_finds_the_idle_process_on_a_busy_shared_gpu(children, write_scenario, env):
+    # One GPU at 30%: the busy job's own samples say 30, the notebook's say 0 (no kernels).
+    busy, idle = start_sleeper(children), start_sleeper(children)
+    data = real_gpu_scenario({busy.pid: {"0": "6GiB"}, idle.pid: {"0": "2GiB"}}, utilization=(30, 0))
+    data["processes"][0]["sm_util"] = 30
+    data["processes"][1]["sm_util"] = 0
+    result = kill(write_scenario(data), "--gpu", "0", "--idle", "0.5s", "--yes", "--timeout", "5", "--json",
+                  env=env)
+    assert result.rc == 0, result.err
+    assert list(by_pid(result)) == [idle.pid]
+    assert idle.wait(5) == -signal.SIGTERM and alive(busy)
+
+
 def test_idle_drops_a_process_whose_gpu_gets_busy_during_the_window(children, write_scenario, env):
     child = start_sleeper(children)
     data = real_gpu_scenario({child.pid: {"1": "1GiB"}})

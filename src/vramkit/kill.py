@@ -442,22 +442,31 @@ def _narrow(targets: list[Target], keep, notes: list[str], label: str) -> list[T
 
 def _idle(machine: Machine, snap: Snapshot, targets: list[Target], seconds: float, notes: list[str],
           progress: Progress | None) -> list[Target]:
-    """Keep the targets whose GPUs showed 0% utilization at every sample over `seconds` while they
-    held memory there. Sampled about every second (NVML's utilization covers the last second)."""
+    """Keep the targets that ran no kernels at every sample over `seconds` while they held memory:
+    their own NVML utilization samples, else their GPUs at 0%. Sampled about every second."""
     util = {g.index: g.utilization for g in snap.gpus}
     unknown = sorted({g for t in targets for g in t.all_gpus if util.get(g) is None})
     if unknown:
         notes.append(f"GPU {','.join(map(str, unknown))}: utilization is N/A, so --idle cannot judge the "
                      "processes there (not selected)")
 
-    def idle_now(t: Target, util: dict[int, int | None], listed: set[tuple[int, int]] | None) -> bool:
-        if not t.all_gpus or any(util.get(g) != 0 for g in t.all_gpus):
+    def idle_now(t: Target, now: Snapshot, first: bool) -> bool:
+        # Idle on a GPU: the process's own samples say it ran no kernels, or, where the driver
+        # keeps none (MIG, some GPUs, holders NVML does not list), the whole GPU is at 0%.
+        util = {g.index: g.utilization for g in now.gpus}
+        rows = {p.gpu: p for p in now.processes if p.pid == t.pid}
+        if not t.all_gpus:
             return False
-        if listed is not None and t.gpus and not any((t.pid, g) in listed for g in t.gpus):
+        for g in t.all_gpus:
+            row = rows.get(g)
+            busy = row.sm_utilization if row is not None and row.sm_utilization is not None else util.get(g)
+            if busy != 0:
+                return False
+        if not first and t.gpus and not any(g in rows for g in t.gpus):
             return False  # no longer holds memory there
         return t.memory != 0
 
-    alive = [t for t in targets if idle_now(t, util, None)]
+    alive = [t for t in targets if idle_now(t, snap, True)]
     explicit_busy = [t for t in targets if t.explicit and t not in alive]
     interval = min(1.0, max(0.1, seconds / 10))
     start = time.monotonic()
@@ -465,9 +474,7 @@ def _idle(machine: Machine, snap: Snapshot, targets: list[Target], seconds: floa
     while alive and time.monotonic() < end:
         time.sleep(max(0.0, min(interval, end - time.monotonic())))
         now = machine.snapshot()
-        util = {g.index: g.utilization for g in now.gpus}
-        listed = {(p.pid, p.gpu) for p in now.processes}
-        alive = [t for t in alive if idle_now(t, util, listed)]
+        alive = [t for t in alive if idle_now(t, now, False)]
         if progress is not None:
             progress("idle", min(seconds, time.monotonic() - start), seconds, len(alive))
     for t in explicit_busy:

@@ -15,8 +15,9 @@ Signal the processes that hold GPU memory: SIGTERM, wait for them to exit (--tim
 report who is still running (--force then sends SIGKILL), and show per GPU how much memory
 was freed and what still holds memory.
 
-Select by PID, --gpu, --user, --idle DURATION (held memory while the GPU showed 0%
-utilization for that long; vram samples over the window), --zombie (defunct or orphaned
+Select by PID, --gpu, --user, --idle DURATION (held memory but ran no
+kernels for that long: the process's own utilization samples, else its GPU at 0%; vram samples
+over the window), --zombie (defunct or orphaned
 processes) and --holders (also processes that hold /dev/nvidia* open but NVML does not list).
 Selectors narrow each other. Without --user, selectors pick your own processes (root: root's,
 or everyone's with --all-users).
@@ -64,7 +65,7 @@ def add_parser(sub, parents) -> None:
     sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")
     sel.add_argument("--user", metavar="NAMES", help="processes of these users (comma-separated)")
     sel.add_argument("--idle", metavar="DURATION",
-                     help="processes holding memory on a GPU at 0%% utilization for DURATION (e.g. 30m); "
+                     help="processes holding memory but running no kernels for DURATION (e.g. 30m); "
                           "vram samples over that window")
     sel.add_argument("--zombie", action="store_true", help="defunct or orphaned processes holding memory")
     sel.add_argument("--holders", action="store_true",
