@@ -18,9 +18,9 @@ def dev(index=0, used=10 * GiB, util=50, procs=(), lost=False) -> Device:
                   utilization=util, processes=list(procs))
 
 
-def proc(pid=100, gpu=0, memory=10 * GiB, user="ann", zombie=False, start=1000.0) -> GpuProcess:
+def proc(pid=100, gpu=0, memory=10 * GiB, user="ann", zombie=False, start=1000.0, idle=False) -> GpuProcess:
     return GpuProcess(pid=pid, gpu=gpu, gpu_uuid=None, memory=memory, user=user, zombie=zombie,
-                      start_time=start, state="zombie" if zombie else "running")
+                      start_time=start, state="zombie" if zombie else "running", idle=idle)
 
 
 def feed(history: History, t: float, *gpus: Device) -> None:
@@ -84,10 +84,10 @@ def test_slow_growth_far_from_full_is_not_an_alert():
     assert kinds(h) == []
 
 
-def test_idle_holder_only_after_the_gpu_was_seen_idle_long_enough():
+def test_idle_holder_only_after_it_was_seen_idle_long_enough():
     th = Thresholds(idle_after=60)
     h = History()
-    holder = proc(pid=38817, memory=18 * GiB, user="alice")
+    holder = proc(pid=38817, memory=18 * GiB, user="alice", idle=True)
     for t in range(0, 60, 10):
         feed(h, t, dev(util=0, procs=[holder]))
     assert kinds(h, th) == []  # seen idle for 50 s
@@ -95,8 +95,19 @@ def test_idle_holder_only_after_the_gpu_was_seen_idle_long_enough():
     alerts = evaluate(h, th)
     assert [a.kind for a in alerts] == ["idle_holder"]
     assert alerts[0].pid == 38817 and "alice" in alerts[0].message and "idle for 1m00s+" in alerts[0].message
-    feed(h, 70, dev(util=30, procs=[holder]))  # busy again
+    feed(h, 70, dev(util=30, procs=[proc(pid=38817, memory=18 * GiB, user="alice")]))  # busy again
     assert kinds(h, th) == []
+
+
+def test_an_idle_process_on_a_busy_gpu_is_an_idle_holder():
+    # The GPU is at 80% from another job; the notebook's own samples say it runs nothing.
+    th = Thresholds(idle_after=30)
+    h = History()
+    job, notebook = proc(pid=1, memory=40 * GiB), proc(pid=2, memory=20 * GiB, user="ben", idle=True)
+    for t in range(0, 40, 10):
+        feed(h, t, dev(util=80, procs=[job, notebook]))
+    alerts = evaluate(h, th)
+    assert [(a.kind, a.pid) for a in alerts] == [("idle_holder", 2)]
 
 
 def test_defunct_holder_and_lost_gpu():

@@ -6,8 +6,9 @@ memory; `evaluate(history)` turns it into `Alert`s:
 - a GPU nearly full (little memory left now);
 - memory growing toward full, with the estimated time until full from the recent trend
   (a least-squares slope over the last `trend_window` seconds; always labelled an estimate);
-- a process holding memory on a GPU that has been idle (0% utilization) for at least
-  `idle_after` seconds *as observed*: the history only knows what it has seen;
+- a process holding memory while idle (no kernels of its own, from NVML's per-process samples;
+  else its GPU at 0%) for at least `idle_after` seconds *as observed*: the history only knows
+  what it has seen;
 - a defunct (zombie) process that the driver still lists as holding memory;
 - a lost GPU.
 
@@ -42,6 +43,7 @@ class ProcessTrace:
     points: deque = field(default_factory=lambda: deque(maxlen=512))  # (time, bytes or None)
     last_seen: float = 0.0
     start_time: float | None = None  # tells a reused pid from the process we traced
+    idle_since: float | None = None  # first of the unbroken run of snapshots that saw it idle
 
     def add(self, t: float, memory: int | None) -> None:
         if not self.points or self.points[-1][1] != memory:
@@ -81,6 +83,8 @@ class History:
                                      and abs(trace.start_time - p.start_time) > 1.0):
                     trace = self.procs[key] = ProcessTrace(start_time=p.start_time)  # new or reused pid
                 trace.add(t, p.memory)
+                # p.idle: no kernels of its own (NVML's per-process samples), else its GPU at 0%.
+                trace.idle_since = (trace.idle_since if trace.idle_since is not None else t) if p.idle else None
         # Forget processes gone for longer than the window: 500 short jobs must not pile up.
         for key in [k for k, tr in self.procs.items() if tr.last_seen < t - self.keep_seconds]:
             del self.procs[key]
@@ -93,18 +97,12 @@ class History:
         trace = self.procs.get((pid, gpu, mig_gi))
         return trace.series() if trace else []
 
-    def idle_for(self, index: int) -> float | None:
-        """Seconds the GPU has been at 0% utilization, as far back as the history goes; None when
-        it is not idle now (or its utilization is N/A)."""
-        samples = self.gpus.get(index)
-        if not samples or samples[-1].utilization != 0:
+    def process_idle_for(self, pid: int, gpu: int, mig_gi: int | None = None) -> float | None:
+        """Seconds this process has been seen idle without a break; None when it is not idle now."""
+        trace = self.procs.get((pid, gpu, mig_gi))
+        if trace is None or trace.idle_since is None:
             return None
-        since = samples[-1].time
-        for s in reversed(samples):
-            if s.utilization != 0:
-                break
-            since = s.time
-        return samples[-1].time - since
+        return trace.last_seen - trace.idle_since
 
 
 @dataclass
@@ -200,8 +198,8 @@ def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
                 out.append(Alert("growing", "warning",
                                  f"GPU {dev.index} memory growing {format_size(int(rate))}/s: full in "
                                  f"~{format_duration(eta)} at this rate (estimate)", gpu=dev.index, eta=eta))
-        idle = history.idle_for(dev.index)
         for p in dev.processes:
+            idle = history.process_idle_for(p.pid, dev.index, p.mig_gi)
             if p.zombie and p.memory:
                 out.append(Alert("defunct", "warning",
                                  f"{_who(p)} is defunct and still holds {format_size(p.memory)} on GPU "
