@@ -184,9 +184,14 @@ def _holders(gpus: list[Device], me: str | None) -> list[Finding]:
                 fix = (f"free it: release the memory (del + torch.cuda.empty_cache()), stop it, or vram kill {p.pid}"
                        if mine else f"ask {p.user or 'its owner'} to free it (a notebook kernel often holds memory "
                                     "long after its last cell)")
+                where = (f"on idle GPU {g.index}" if g.utilization == 0
+                         else f"on GPU {g.index} without running kernels")
+                why = (f"GPU {g.index} is at 0% utilization now" if g.utilization == 0 else
+                       f"its own utilization samples are 0% while GPU {g.index} is at "
+                       f"{'N/A' if g.utilization is None else f'{g.utilization}%'} with other work")
                 out.append(Finding("idle_holder", "warning", f"{p.user or 'unknown'}'s pid {p.pid} holds "
-                                   f"{format_size(p.memory)} on idle GPU {g.index}",
-                                   f"GPU {g.index} is at 0% utilization now; the process has run "
+                                   f"{format_size(p.memory)} {where}",
+                                   f"{why}; the process has run "
                                    f"{format_duration(p.elapsed)}: {p.command or p.name or '?'}", fix,
                                    gpus=[g.index], pid=p.pid, user=p.user, command=p.command, memory=p.memory))
             elif mine and p.orphaned and g.utilization == 0:
