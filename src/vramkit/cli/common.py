@@ -31,6 +31,14 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
                    help="show the full traceback on errors")
 
 
+def add_data_options(parser: argparse.ArgumentParser, csv_rows: str) -> None:
+    """--json / --csv (one of them), and --gpu, as status and ps take them."""
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
+    out.add_argument("--csv", action="store_true", help=f"print CSV, one row per {csv_rows}")
+    parser.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
+
+
 def parse_gpu_list(text: str) -> list[int]:
     """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices, or a usage error naming --gpu."""
     try:

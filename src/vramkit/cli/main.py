@@ -33,6 +33,11 @@ examples:
 """
 
 
+# Errors a user can cause or meet: one line on stderr, and the exit code.
+_ONE_LINE_ERRORS = ((UsageError, "error: ", 2), (ScenarioError, "bad scenario: ", 2),
+                    (NvmlUnavailable, "", 1), (Failure, "", 1))
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse's usage block is noise here)
         raise UsageError(f"{message} (see '{self.prog} --help')")
@@ -84,18 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.simulate = "demo"
                 return args.run(args)
             return 1
-    except UsageError as e:
-        print(f"vram: error: {e}", file=sys.stderr)
-        return 2
-    except ScenarioError as e:
-        print(f"vram: bad scenario: {e}", file=sys.stderr)
-        return 2
-    except NvmlUnavailable as e:
-        print(f"vram: {e}", file=sys.stderr)
-        return 1
-    except Failure as e:
-        print(f"vram: {e}", file=sys.stderr)
-        return 1
+    except (UsageError, ScenarioError, NvmlUnavailable, Failure) as e:
+        prefix, code = next((p, c) for kind, p, c in _ONE_LINE_ERRORS if isinstance(e, kind))
+        print(f"vram: {prefix}{e}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -9,7 +9,7 @@ from ..model import GpuProcess
 from ..render.data import ps_csv, ps_json
 from ..render.ps_view import render_ps
 from ..render.style import style_for, terminal_width
-from .common import UsageError, check_gpus, open_for, parse_gpu_list
+from .common import UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
 
 HELP = "list every process holding GPU memory"
 DESCRIPTION = """\
@@ -47,11 +47,8 @@ SORT_KEYS = {
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("ps", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
-    out.add_argument("--csv", action="store_true", help="print CSV, one row per process and GPU")
+    add_data_options(p, "process and GPU")
     p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
-    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
     p.add_argument("--sort", default="memory", metavar="KEY",
                    help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
     p.add_argument("--holders", action="store_true",

@@ -8,7 +8,7 @@ import sys
 from ..render.data import status_csv, status_json
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
-from .common import check_gpus, open_for, parse_gpu_list, watch_loop
+from .common import add_data_options, check_gpus, open_for, parse_gpu_list, watch_loop
 
 HELP = "show every GPU's memory and utilization, and who holds its memory"
 DESCRIPTION = """\
@@ -32,10 +32,7 @@ examples:
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("status", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
-    out.add_argument("--csv", action="store_true", help="print CSV, one row per GPU")
-    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
+    add_data_options(p, "GPU")
     p.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=2.0,
                    help="redraw every SECONDS (default 2) until Ctrl-C")
     p.set_defaults(run=run)
