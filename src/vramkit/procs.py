@@ -109,8 +109,10 @@ class ProcessTable:
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
         long-running view does not grow with every process that came and went."""
-        self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
-        self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in pids}
+        if any(k[0] not in pids for k in self._fixed):
+            self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
+        if any(k[0] not in pids for k in self._previous_cpu):
+            self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in pids}
 
     def cpu_percent(self, proc: HostProcess, now: float | None = None) -> float:
         """CPU % since the previous read of this process, else averaged over its lifetime (as ps)."""

@@ -24,6 +24,7 @@ class Machine:
         self.nvml = nvml
         self.sim = simulated  # the SimulatedNvml, or None on a real machine
         self.procs = ProcessTable()
+        self._scenario_text: dict[int, tuple[str, str]] = {}  # synthetic pid -> (command, user)
 
     @property
     def simulated(self) -> bool:
@@ -47,13 +48,16 @@ class Machine:
         found: HostProcess | str
         described = self.sim.host_process(pid) if self.sim else None
         if described is not None and described["source"] == "synthetic":
-            command = sanitize(described["command"])  # scenario text is as untrusted as /proc's
+            text = self._scenario_text.get(pid)
+            if text is None:  # scenario text is as untrusted as /proc's; sanitized once per pid
+                text = self._scenario_text[pid] = (sanitize(described["command"]), sanitize(described["user"]))
+            command, user = text
             # `age` is how long it had run when it appeared (t=0, or its start_at); it keeps
             # running on the scenario clock, so --watch sees it age and one started at t=20 has
             # run 10 s at t=30 (not 0 s at 0% CPU).
             age = described["age"] + max(0.0, self.sim.now() - described.get("start_at", 0))
             found = HostProcess(
-                pid=pid, user=sanitize(described["user"]), uid=described["uid"], command=command,
+                pid=pid, user=user, uid=described["uid"], command=command,
                 name=command.split()[0].rsplit("/", 1)[-1], state=described["state"],
                 start_time=now - age, cpu_time=described["cpu_percent"] / 100 * age,
                 rss=described["rss"], ppid=described["ppid"], container=described.get("container"))
