@@ -17,6 +17,7 @@ from conftest import (
     AS_NOBODY,
     IGNORE_TERM,
     clean_env,
+    cmdline,
     proc_state,
     real_gpu_scenario,
     run_vram,
@@ -30,14 +31,6 @@ GiB = 1024**3
 NOBODY = 65534
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
 def _uid(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("Uid:")).split()[1])
@@ -49,7 +42,7 @@ def alive(pid: int) -> bool:
 
 def start(children, argv: list[str], want: bytes) -> subprocess.Popen:
     proc = children.start(argv)
-    assert wait_for(lambda: _cmdline(proc.pid) == want), _cmdline(proc.pid)
+    assert wait_for(lambda: cmdline(proc.pid) == want), cmdline(proc.pid)
     return proc
 
 

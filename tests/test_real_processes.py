@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from conftest import ESCAPE, clean_env, proc_state, run_vram, sanitized, wait_for
+from conftest import ESCAPE, clean_env, cmdline, proc_state, run_vram, sanitized, wait_for
 
 GiB = 1024**3
 
@@ -39,17 +39,9 @@ def python_child(children, *argv: str, code: str = "import time; time.sleep(600)
     return children.start(full), full
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
 def wait_exec(proc, argv: list[str]) -> None:
     want = ("\0".join(argv) + "\0").encode()
-    assert wait_for(lambda: _cmdline(proc.pid) == want), _cmdline(proc.pid)
+    assert wait_for(lambda: cmdline(proc.pid) == want), cmdline(proc.pid)
 
 
 def test_real_processes_show_their_host_side(children, write_scenario):

@@ -145,9 +145,30 @@ def explain_to_stderr(args, snap, policy, visible, leases, selection, decision=N
     print(explain(snap, decision, visible, selection, lease_note(leases), style, width), file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> int:
+def acquire_explained(args, machine, snap, policy, visible, leases, waiter, **how):
+    """allocate.acquire(), as pick and run both need it: the wait line closed, --explain shown for
+    the choice or for the refusal, and a refusal or lease problem turned into one-line Failure."""
     from ..allocate import NoGpusAvailable, acquire
     from ..leases import LeaseError
+
+    try:
+        selection = acquire(machine, policy, on_wait=waiter, lease_dir=leases, **how)
+    except NoGpusAvailable as e:
+        if waiter:
+            waiter.done()
+        if args.explain:
+            explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
+        raise Failure(str(e)) from None
+    except LeaseError as e:
+        raise Failure(str(e)) from None
+    if waiter:
+        waiter.done()
+    if args.explain:
+        explain_to_stderr(args, selection.snapshot, policy, visible, leases, selection)
+    return selection
+
+
+def run(args: argparse.Namespace) -> int:
     from ..render.pick_view import ids_output, pick_json
     from ..units import parse_duration
 
@@ -163,21 +184,8 @@ def run(args: argparse.Namespace) -> int:
     machine, snap, devices, policy, visible, leases = prepare(args)
     waiter = WaitPrinter(quiet=False) if wait is not None else None
     try:
-        try:
-            selection = acquire(machine, policy, wait=wait, lease_kind="hold" if hold else None,
-                                lease_timeout=hold, lease_dir=leases, on_wait=waiter)
-        except NoGpusAvailable as e:
-            if waiter:
-                waiter.done()
-            if args.explain:
-                explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
-            raise Failure(str(e)) from None
-        except LeaseError as e:
-            raise Failure(str(e)) from None
-        if waiter:
-            waiter.done()
-        if args.explain:
-            explain_to_stderr(args, selection.snapshot, policy, visible, leases, selection)
+        selection = acquire_explained(args, machine, snap, policy, visible, leases, waiter, wait=wait,
+                                      lease_kind="hold" if hold else None, lease_timeout=hold)
         if args.json:
             print(pick_json(selection, selection.snapshot))
         else:

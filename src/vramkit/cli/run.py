@@ -7,8 +7,8 @@ import os
 import shlex
 import sys
 
-from .common import Failure, UsageError
-from .pick import WaitPrinter, add_policy_options, explain_to_stderr, parse_wait, prepare
+from .common import UsageError
+from .pick import WaitPrinter, acquire_explained, add_policy_options, parse_wait, prepare
 
 HELP = "pick GPUs, reserve them, and run a command on them"
 DESCRIPTION = """\
@@ -54,7 +54,7 @@ def add_parser(sub, parents) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import launch
-    from ..allocate import LeaseWatcher, NoGpusAvailable, acquire
+    from ..allocate import LeaseWatcher
     from ..leases import MAX_LEASE, LeaseError, lease_timeout
     from ..render.pick_view import started_line
     from ..units import parse_duration
@@ -79,19 +79,9 @@ def run(args: argparse.Namespace) -> int:
     waiter = WaitPrinter(quiet=quiet)
     selection = None
     try:
-        try:
-            selection = acquire(machine, policy, wait=wait, lease_kind="run", lease_timeout=timeout,
-                                command=shlex.join(command), ids=args.ids, on_wait=waiter, lease_dir=leases)
-        except NoGpusAvailable as e:
-            waiter.done()
-            if args.explain:
-                explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
-            raise Failure(str(e)) from None
-        except LeaseError as e:
-            raise Failure(str(e)) from None
-        waiter.done()
-        if args.explain:
-            explain_to_stderr(args, selection.snapshot, policy, visible, leases, selection)
+        selection = acquire_explained(args, machine, snap, policy, visible, leases, waiter, wait=wait,
+                                      lease_kind="run", lease_timeout=timeout, command=shlex.join(command),
+                                      ids=args.ids)
         if not quiet:
             print(started_line(selection, selection.snapshot), file=sys.stderr, flush=True)
         env = {**os.environ, **selection.env}
