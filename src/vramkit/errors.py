@@ -1,0 +1,26 @@
+"""One base for every error vramkit raises on purpose, so callers and the CLI catch one class.
+
+A library error speaks in the library's terms: `param` names the argument of the call it is
+about (`select_gpus(count=0)` -> param "count"), never a command-line flag; the CLI maps
+parameters to its flags (cli/main.py). `exit_code` is what `vram` exits with: 2 when the
+caller asked for something that makes no sense, 1 when the machine could not do it.
+"""
+
+from __future__ import annotations
+
+
+class VramkitError(Exception):
+    """An error with a one-line message meant for the person who made the call."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class RequestError(VramkitError, ValueError):
+    """The request cannot be carried out as asked (a bad value, an unknown GPU, nothing selected)."""
+
+    exit_code = 2
