@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from vramkit.backends.simulated import SimulatedBackend
 from vramkit.nvml import scenario as scenarios
 from vramkit.nvml.backend import Nvml, NvmlUnavailable
 from vramkit.nvml.sim import SimulatedNvml
@@ -36,7 +37,7 @@ class CountingLib:
 def _machine(data: dict, monkeypatch, t: float = 0.0) -> tuple[Machine, SimulatedNvml]:
     monkeypatch.setenv("VRAM_SIM_TIME", str(t))
     sim = SimulatedNvml(scenarios.validate(data, "test"))
-    return Machine(Nvml(sim).open(), simulated=sim), sim
+    return Machine(SimulatedBackend(sim)), sim
 
 
 def _bundled(name: str) -> dict:

@@ -20,14 +20,14 @@ def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
     try:
         first = {p.pid: p.command for p in machine.snapshot().processes}
         assert first[a.pid].endswith("job-a") and first[b.pid].endswith("job-b")
-        assert {k[0] for k in machine.procs._fixed} == {a.pid, b.pid}
+        assert {k[0] for k in machine.backend.table._fixed} == {a.pid, b.pid}
         second = {p.pid: p.command for p in machine.snapshot().processes}
         assert second == first
         b.kill()
         b.wait()
         third = {p.pid for p in machine.snapshot().processes}
         assert third == {101, 102, a.pid}
-        assert {k[0] for k in machine.procs._fixed} == {a.pid}
-        assert {k[0] for k in machine.procs._previous_cpu} == {101, 102, a.pid}  # synthetic ones too
+        assert {k[0] for k in machine.backend.table._fixed} == {a.pid}
+        assert {k[0] for k in machine._previous_cpu} == {101, 102, a.pid}  # synthetic ones too
     finally:
         machine.close()

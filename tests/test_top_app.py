@@ -227,7 +227,7 @@ def test_history_and_growth_alert_on_the_scenario_clock(sim_env):
     machine = machine_for("demo")
 
     def at(t: float):
-        machine.sim._fixed_t = t
+        machine.backend.sim._fixed_t = t
         snap = machine.snapshot()
         snap.time = 1_000_000.0 + t  # history follows the scenario clock
         return snap
@@ -259,7 +259,7 @@ def test_a_gpu_lost_mid_run_shows_as_lost_and_the_view_goes_on(sim_env):
 
     async def body(pilot):
         assert "LOST" not in gpus_text(app)
-        machine.sim.scenario.gpus[3]["lost"] = True
+        machine.backend.sim.scenario.gpus[3]["lost"] = True
         await app.refresh_data()
         await pilot.pause()
         lines = gpus_text(app).splitlines()

@@ -181,17 +181,6 @@ class WaitStatus:
 
 # ---------------------------------------------------------------- one round, and the loop
 
-def _is_real(machine: Machine) -> Callable[[int], bool]:
-    """Synthetic pids of a simulated scenario are not processes here: they fulfil no lease."""
-    if machine.sim is None:
-        return lambda pid: True
-
-    def real(pid: int) -> bool:
-        described = machine.sim.host_process(pid)
-        return described is None or described.get("source") != "synthetic"
-    return real
-
-
 def lease_blocks(state: L.State, units: list[Unit], is_real: Callable[[int], bool]) -> dict[str, Block]:
     pids = {u.key: [p.pid for p in u.processes] for u in units}
     blocked: dict[str, Block] = {}
@@ -235,7 +224,7 @@ def acquire(machine: Machine, policy: Policy, *, wait: float | None = None, leas
     (WaitTimedOut after a wait) and leases.LeaseError."""
     d = lease_dir or L.lease_dir()
     timeout = lease_timeout if lease_timeout is not None else L.lease_timeout()
-    is_real = _is_real(machine)
+    is_real = machine.backend.is_real
     started = time.monotonic()
     ticket: L.HeldTicket | None = None
     try:
@@ -298,7 +287,7 @@ class LeaseWatcher:
 
     def __init__(self, machine: Machine, lease: L.HeldLease, job_pid: int):
         self.machine, self.lease, self.job_pid = machine, lease, job_pid
-        self.is_real = _is_real(machine)
+        self.is_real = machine.backend.is_real
 
     def tick(self) -> bool:
         """One look; False when there is nothing left to watch."""

@@ -14,10 +14,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from .backends import Backend
 from .model import Snapshot
 from .procs import HostProcess, ProcessTable, identity
 
-REAL_NODES = "/dev/nvidia*"
 _GPU_NODE = re.compile(r"^nvidia(\d+)$")
 
 
@@ -37,39 +37,12 @@ class Holder:
 
 @dataclass
 class HolderScan:
-    pattern: str | None  # the device-node glob; None: the simulated machine has no device nodes
+    pattern: str | None  # the device-node glob; None: the machine has none (notes say why)
     nodes: tuple[str, ...]  # the nodes that exist
     holders: list[Holder]
     unreadable: int = 0  # processes whose open files this user may not read
     skipped_self: bool = False  # vram's own pid held nodes (NVML opens them): not listed
     notes: list[str] = field(default_factory=list)
-
-
-def node_pattern(sim) -> str | None:
-    """The device-node glob of a machine: the scenario's on a simulated one, else /dev/nvidia*."""
-    if sim is None:
-        return REAL_NODES
-    return sim.scenario.data.get("device_nodes")
-
-
-def gpu_minors(snap: Snapshot) -> dict[int, int]:
-    """Device minor (the N of /dev/nvidiaN) -> NVML index. The driver numbers minors its own way;
-    /proc/driver/nvidia/gpus/BUS/information says which minor each PCI bus id has. On a
-    simulated machine minor N is GPU N."""
-    if snap.simulated:
-        return {g.index: g.index for g in snap.gpus}
-    by_bus = {g.pci_bus_id.lower()[-12:]: g.index for g in snap.gpus if g.pci_bus_id}
-    out = {}
-    for info in glob.glob("/proc/driver/nvidia/gpus/*/information"):
-        bus = info.split("/")[-2].lower()[-12:]
-        try:
-            with open(info) as f:
-                for line in f:
-                    if line.startswith("Device Minor:") and bus in by_bus:
-                        out[int(line.split(":", 1)[1])] = by_bus[bus]
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 def _open_nodes(pid: int, nodes: frozenset[str]) -> tuple[str, ...] | None:
@@ -98,12 +71,12 @@ def _node_order(path: str) -> tuple:
     return (0, int(m.group(1)), path) if m else (1, 0, path)
 
 
-def scan(snap: Snapshot, pattern: str | None, pids: list[int] | None = None,
+def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
          table: ProcessTable | None = None) -> HolderScan:
-    """Every process (or only `pids`) that holds a node matching `pattern` open."""
+    """Every process (or only `pids`) that holds one of the backend's device nodes open."""
+    pattern, why_none = backend.device_nodes()
     if pattern is None:
-        return HolderScan(None, (), [], notes=["the simulated machine has no device nodes (the scenario "
-                                                "sets no device_nodes)"])
+        return HolderScan(None, (), [], notes=[why_none])
     paths = sorted(glob.glob(pattern))
     # A link in /proc/PID/fd names the real path: compare against both spellings.
     nodes = frozenset(paths) | frozenset(os.path.realpath(p) for p in paths)
@@ -112,7 +85,7 @@ def scan(snap: Snapshot, pattern: str | None, pids: list[int] | None = None,
         result.notes.append(f"no device nodes match {pattern}")
         return result
     table = table or ProcessTable()
-    minors = gpu_minors(snap)
+    minors = backend.gpu_minors(snap.gpus)
     listed: dict[int, dict[int, int | None]] = {}
     for p in snap.processes:
         listed.setdefault(p.pid, {})[p.gpu] = p.memory

@@ -216,14 +216,13 @@ def parse_signal(value: str | int) -> _signal.Signals:
 # ---------------------------------------------------------------- selection
 
 def _from_gpu_process(p: GpuProcess, machine: Machine, trusted: bool) -> Target:
-    described = machine.sim.host_process(p.pid) if machine.sim else None
     t = Target(pid=p.pid, command=p.command or "", name=p.name or "", user=p.user, state=p.state,
-               ppid=p.ppid, container=p.container, start_time=p.start_time, zombie=p.zombie,
+               ppid=p.ppid, container=p.container, start_time=p.start_time, start_ticks=p.start_ticks, zombie=p.zombie,
                orphaned=p.orphaned, ns_pids=(p.pid,))
-    if described is not None and described["source"] == "synthetic":
+    if not p.real:
         t.synthetic = True
         t.defunct = p.zombie
-        t.uids = (described["uid"],) * 3
+        t.uids = None if p.uid is None else (p.uid,) * 3
         t.argv0 = t.command.split(" ", 1)[0].rsplit("/", 1)[-1]
         return t
     if p.host_missing:
@@ -242,8 +241,8 @@ def _fill_identity(t: Target) -> None:
     if now is None:
         t.unmapped = procs.NOT_VISIBLE
         return
-    if t.start_time is not None and abs(now.start_time - t.start_time) > 1.0:
-        # The pid was reused between NVML's list and this read: it is not the GPU process.
+    if t.start_ticks is not None and now.start_ticks != t.start_ticks:
+        # The pid was reused between the snapshot and this read: it is not the GPU process.
         t.unmapped = "the pid now belongs to another process than the one NVML listed"
         return
     t.start_ticks, t.start_time, t.uids = now.start_ticks, now.start_time, now.uids
@@ -260,7 +259,8 @@ def _fill_identity(t: Target) -> None:
 def _from_holder(h: Holder) -> Target:
     host = h.host
     t = Target(pid=h.pid, command=host.command, name=host.name, user=host.user, state=host.state,
-               ppid=host.ppid, container=host.container, start_time=host.start_time, ns_pids=h.ns_pids,
+               ppid=host.ppid, container=host.container, start_time=host.start_time,
+               start_ticks=host.start_ticks, ns_pids=h.ns_pids,
                devices=h.devices, holder_gpus=h.gpus)
     _fill_identity(t)
     return t
@@ -272,7 +272,8 @@ def _plain_target(pid: int, table: procs.ProcessTable) -> Target:
     if isinstance(host, str):
         return Target(pid=pid, command=f"({host})", ns_pids=(pid,))
     t = Target(pid=pid, command=host.command, name=host.name, user=host.user, state=host.state,
-               ppid=host.ppid, container=host.container, start_time=host.start_time, ns_pids=(pid,))
+               ppid=host.ppid, container=host.container, start_time=host.start_time,
+               start_ticks=host.start_ticks, ns_pids=(pid,))
     _fill_identity(t)
     return t
 
@@ -348,7 +349,7 @@ def make_plan(machine: Machine, criteria: Criteria, *, protection: Protection | 
         if gpu not in have:
             span = f"GPUs 0-{len(have) - 1}" if have else "no GPUs"
             raise KillRequestError(f"--gpu: no GPU {gpu} (this machine has {span})")
-    trusted = machine.simulated or procs.in_initial_pid_namespace() is not False
+    trusted = machine.backend.pids_visible()
     table = procs.ProcessTable()
 
     # Every GPU process, one target per pid; then the holders NVML does not list.
@@ -361,10 +362,9 @@ def make_plan(machine: Machine, criteria: Criteria, *, protection: Protection | 
     holder_scan = None
     unlisted = [pid for pid in criteria.pids if pid not in by_pid]
     if criteria.holders or unlisted:
-        from .holders import node_pattern, scan
+        from .holders import scan
 
-        pattern = node_pattern(machine.sim)
-        holder_scan = scan(snap, pattern, pids=None if criteria.holders else unlisted, table=table)
+        holder_scan = scan(snap, machine.backend, pids=None if criteria.holders else unlisted, table=table)
         for h in holder_scan.holders:
             existing = by_pid.get(h.pid)
             if existing is not None and existing.unmapped is None:
@@ -575,11 +575,12 @@ def execute(machine: Machine, plan: Plan, sig: int = _signal.SIGTERM, *, timeout
             for p in survivors:
                 t = _target(plan, p.pid)
                 t.status = STILL_RUNNING
+                now = procs.identity(p.pid)  # read once: it may exit between two reads
                 waited = timeout if not (force and sig != _signal.SIGKILL) else KILL_GRACE
                 t.notes.append(f"did not exit within {waited:g}s of {t.signals[-1]}"
                                + ("" if force or sig == _signal.SIGKILL else ": --force sends SIGKILL after the wait")
                                + (" (it is in uninterruptible sleep, often stuck in the driver)"
-                                  if procs.identity(p.pid) and procs.identity(p.pid).state == "disk-sleep" else ""))
+                                  if now is not None and now.state == "disk-sleep" else ""))
         else:
             for p in waiting:
                 t = _target(plan, p.pid)
@@ -598,13 +599,12 @@ def execute(machine: Machine, plan: Plan, sig: int = _signal.SIGTERM, *, timeout
 
 
 def _unlisted_holders(machine: Machine, report: KillReport) -> list[Holder]:
-    from .holders import node_pattern, scan
+    from .holders import scan
 
-    pattern = node_pattern(machine.sim)
     touched = {c.index for c in report.gpus}
-    if pattern is None or not touched or report.after is None:
+    if machine.backend.device_nodes()[0] is None or not touched or report.after is None:
         return []
-    found = scan(report.after, pattern)
+    found = scan(report.after, machine.backend)
     return [h for h in found.holders if not h.nvml_listed and set(h.gpus) & touched]
 
 
@@ -716,9 +716,7 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
         plan = make_plan(machine, criteria)
         if dry_run:
             return dry_report(plan)
-        context = {"simulated": machine.simulated, "scenario": machine.sim.scenario.name if machine.sim else None,
-                   "via": "python"}
-        with AuditLog(audit_log, context) as log:
+        with AuditLog(audit_log, machine.audit_context("python")) as log:
             return execute(machine, plan, sig, timeout=timeout, force=force, audit=log)
     finally:
         machine.close()

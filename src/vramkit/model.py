@@ -36,6 +36,7 @@ class GpuProcess:
     command: str | None = None  # control characters already stripped
     name: str | None = None
     state: str | None = None  # running, sleeping, zombie, ...
+    start_ticks: int | None = None  # clock ticks since boot (/proc/PID/stat): with pid, the identity
     start_time: float | None = None  # unix time
     elapsed: float | None = None  # seconds
     cpu_percent: float | None = None
@@ -43,10 +44,18 @@ class GpuProcess:
     ppid: int | None = None
     container: str | None = None  # short container id when in a container cgroup
     host_missing: str | None = None  # why the host side is unknown, when it is
+    real: bool = True  # False: a simulated scenario's made-up process, not a process on this host
     # --- flags
     zombie: bool = False
     orphaned: bool = False
-    idle: bool = False  # holds memory while running no kernels (its own samples, else its GPU's)
+    idle: bool = False  # holds memory while running no kernels (idle.py: the one rule)
+    idle_for: float | None = None  # seconds it has been seen idle without a break (None: not idle)
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        """(pid, start ticks): one process, even after its pid is reused. A process whose host
+        side is unknown, or a simulated one, has no ticks: its pid alone."""
+        return (self.pid, self.start_ticks)
 
 
 @dataclass

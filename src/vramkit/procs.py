@@ -42,6 +42,8 @@ class HostProcess:
     rss: int  # bytes
     ppid: int
     container: str | None
+    start_ticks: int | None = None  # clock ticks since boot: with the pid, the process's identity
+    real: bool = True  # False: a simulated scenario's made-up process (nothing here to signal)
 
 
 def _boot_time() -> float:
@@ -60,7 +62,6 @@ class ProcessTable:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = _boot_time()
         self._users: dict[int, str] = {}
-        self._previous_cpu: dict[tuple[int, float], tuple[float, float]] = {}
         # (pid, start ticks) -> (command, container): what does not change while a process lives,
         # so watch loops and the live view read /proc/PID/stat only.
         self._fixed: dict[tuple[int, int], tuple[str, str | None]] = {}
@@ -104,26 +105,13 @@ class ProcessTable:
         command, container = fixed
         return HostProcess(pid=pid, user=self.user_name(uid), uid=uid, command=command, name=name,
                            state=state, start_time=start_time, cpu_time=cpu_time, rss=rss,
-                           ppid=ppid, container=container)
+                           ppid=ppid, container=container, start_ticks=key[1])
 
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
         long-running view does not grow with every process that came and went."""
         if any(k[0] not in pids for k in self._fixed):
             self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
-        if any(k[0] not in pids for k in self._previous_cpu):
-            self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in pids}
-
-    def cpu_percent(self, proc: HostProcess, now: float | None = None) -> float:
-        """CPU % since the previous read of this process, else averaged over its lifetime (as ps)."""
-        now = time.time() if now is None else now
-        key = (proc.pid, proc.start_time)
-        previous = self._previous_cpu.get(key)
-        self._previous_cpu[key] = (proc.cpu_time, now)
-        if previous is not None and now > previous[1]:
-            return max(0.0, 100 * (proc.cpu_time - previous[0]) / (now - previous[1]))
-        lifetime = now - proc.start_time
-        return 100 * proc.cpu_time / lifetime if lifetime > 0 else 0.0
 
     @staticmethod
     def _cmdline(base: str) -> str:
@@ -145,6 +133,19 @@ class ProcessTable:
         if not match:
             return None
         return (match.group(1) or match.group(2))[:12]
+
+
+def cpu_percent_since(proc: HostProcess, now: float,
+                      previous: dict[tuple[int, float], tuple[float, float]]) -> float:
+    """CPU % since the previous reading of this process in `previous` (updated), else averaged
+    over its lifetime (as ps does)."""
+    key = (proc.pid, proc.start_time)
+    before = previous.get(key)
+    previous[key] = (proc.cpu_time, now)
+    if before is not None and now > before[1]:
+        return max(0.0, 100 * (proc.cpu_time - before[0]) / (now - before[1]))
+    lifetime = now - proc.start_time
+    return 100 * proc.cpu_time / lifetime if lifetime > 0 else 0.0
 
 
 # ---------------------------------------------------------------- identity, namespaces, signalling
@@ -228,11 +229,6 @@ def identity(pid: int) -> Identity | None:
                     ppid=int(fields[1]), uids=uids, name=name,  # type: ignore[arg-type]
                     argv0=argv0.rsplit("/", 1)[-1].rstrip(":"),
                     kernel_thread=bool(flags & PF_KTHREAD), ns_pids=ns_pids or (pid,))
-
-
-def ticks_from_time(start_time: float) -> int:
-    """Undo `boot + ticks / HZ` (the form snapshots carry start times in)."""
-    return round((start_time - boot_time()) * _TICKS)
 
 
 def is_defunct(pid: int) -> bool:

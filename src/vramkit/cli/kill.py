@@ -201,8 +201,7 @@ def run(args: argparse.Namespace) -> int:
             if not _ask(question):
                 print("nothing was signalled")
                 return 1
-        context = {"simulated": machine.simulated, "scenario": machine.sim.scenario.name if machine.sim else None,
-                   "argv": ["vram", *sys.argv[1:]]}
+        context = {**machine.audit_context("vram kill"), "argv": ["vram", *sys.argv[1:]]}
         try:
             log = AuditLog(context=context).open()
         except AuditError as e:

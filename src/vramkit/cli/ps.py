@@ -91,10 +91,10 @@ def _with_holders(args, machine, snap, procs, users, gpus) -> int:
     """The process table, then the device-file holders (heavier: every process's open files)."""
     import json
 
-    from ..holders import node_pattern, scan
+    from ..holders import scan
     from ..render.holders_view import holders_json, render_holders
 
-    found = scan(snap, node_pattern(machine.sim))
+    found = scan(snap, machine.backend)
     found.holders = [h for h in found.holders if (users is None or h.host.user in users)
                      and (gpus is None or set(h.gpus) & set(gpus))]
     if args.json:

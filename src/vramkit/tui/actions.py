@@ -28,6 +28,5 @@ class KillActions:
 
     def execute(self, plan: Plan, force: bool = False) -> KillReport:
         m = self.machine
-        context = {"simulated": m.simulated, "scenario": m.sim.scenario.name if m.sim else None, "via": "vram top"}
-        with AuditLog(self.audit_path, context) as log:  # not writable: AuditError, nothing signalled
+        with AuditLog(self.audit_path, m.audit_context("vram top")) as log:  # not writable: AuditError, nothing signalled
             return kill_execute(m, plan, signal.SIGTERM, timeout=self.timeout, force=force, audit=log)

@@ -1,0 +1,58 @@
+"""The backend seam: what a GPU vendor's backend gives the Machine, and nothing else.
+
+A backend reads the devices and the processes holding their memory, and answers the host-side
+questions about a pid (its /proc side, whether it is a real process here, whether this /proc
+can see the pids the driver reports), the device nodes a process holds open to use a GPU, and
+what an audit line says about the machine. Everything above (snapshot, kill, allocate,
+holders, the views) asks the backend and never asks which backend it is.
+
+Backends today: `nvidia.NvidiaBackend` (NVML through nvidia-ml-py), and
+`simulated.SimulatedBackend` (the same NVML reader on a scenario served through pynvml's
+interface, with the scenario's made-up processes). A second vendor, e.g. AMD through amdsmi,
+is one new module here implementing `Backend`, chosen in `snapshot.open_machine`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..model import Device
+from ..procs import HostProcess
+
+
+class Backend(Protocol):
+    """One open machine of one vendor. `read_devices` is stateful where the driver is (NVML's
+    per-process utilization samples are 'since the last call'): a Machine has one reader."""
+
+    simulated: bool  # shown in every view's banner; nothing branches on it
+    scenario: str | None  # the scenario's name on a simulated machine
+    driver_version: str | None
+    cuda_version: str | None
+
+    def read_devices(self) -> list[Device]:
+        """Every GPU with its processes (host side not filled in): N/A fields with reasons."""
+
+    def host(self, pid: int, now: float) -> HostProcess | str:
+        """The host side of a pid the driver listed, or one line saying why it is unknown."""
+
+    def forget_all_but(self, pids: set[int]) -> None:
+        """Drop what is cached about pids not in `pids` (the latest snapshot's)."""
+
+    def is_real(self, pid: int) -> bool:
+        """Whether pid is a process on this host (False for a scenario's made-up one): only a
+        real process can be signalled or keep a lease alive."""
+
+    def pids_visible(self) -> bool:
+        """Whether this /proc sees the pids the driver reports (False inside a container's own
+        PID namespace, where NVML's host pids name other processes or none)."""
+
+    def device_nodes(self) -> tuple[str | None, str]:
+        """(glob of the device files a process holds open to use a GPU, or None; why None)."""
+
+    def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
+        """Device-node minor (the N of nvidiaN) -> GPU index."""
+
+    def audit_context(self) -> dict[str, Any]:
+        """What every audit line says about the machine."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,75 @@
+"""The NVIDIA backend: NVML (nvidia-ml-py) for devices and processes, /proc for the host side,
+/dev/nvidia* and /proc/driver/nvidia for the device nodes."""
+
+from __future__ import annotations
+
+import glob
+from typing import Any
+
+from ..model import Device
+from ..nvml.backend import Nvml, open_real
+from ..procs import HostProcess, ProcessTable, in_initial_pid_namespace
+
+DEVICE_NODES = "/dev/nvidia*"
+
+
+class NvidiaBackend:
+    simulated = False
+    scenario: str | None = None
+
+    def __init__(self, nvml: Nvml):
+        self.nvml = nvml
+        self.table = ProcessTable()
+
+    @classmethod
+    def open(cls) -> NvidiaBackend:
+        """The real driver. Raises NvmlUnavailable with one clear line."""
+        return cls(open_real())
+
+    @property
+    def driver_version(self) -> str | None:
+        return self.nvml.driver_version
+
+    @property
+    def cuda_version(self) -> str | None:
+        return self.nvml.cuda_version
+
+    def read_devices(self) -> list[Device]:
+        return self.nvml.read()
+
+    def host(self, pid: int, now: float) -> HostProcess | str:
+        return self.table.read(pid)
+
+    def forget_all_but(self, pids: set[int]) -> None:
+        self.table.forget_all_but(pids)
+
+    def is_real(self, pid: int) -> bool:
+        return True
+
+    def pids_visible(self) -> bool:
+        return in_initial_pid_namespace() is not False
+
+    def device_nodes(self) -> tuple[str | None, str]:
+        return DEVICE_NODES, ""
+
+    def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
+        """The driver numbers minors its own way; /proc/driver/nvidia/gpus/BUS/information says
+        which minor each PCI bus id has."""
+        by_bus = {g.pci_bus_id.lower()[-12:]: g.index for g in gpus if g.pci_bus_id}
+        out = {}
+        for info in glob.glob("/proc/driver/nvidia/gpus/*/information"):
+            bus = info.split("/")[-2].lower()[-12:]
+            try:
+                with open(info) as f:
+                    for line in f:
+                        if line.startswith("Device Minor:") and bus in by_bus:
+                            out[int(line.split(":", 1)[1])] = by_bus[bus]
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def audit_context(self) -> dict[str, Any]:
+        return {"simulated": False, "scenario": None}
+
+    def close(self) -> None:
+        self.nvml.close()

@@ -1,0 +1,64 @@
+"""The simulated backend: the NVIDIA backend's own NVML reader on a scenario (nvml/sim.py), plus
+the scenario's made-up processes, which have a host side but are not processes here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..nvml.backend import Nvml
+from ..nvml.scenario import Scenario
+from ..nvml.sim import SimulatedNvml
+from ..procs import NOT_VISIBLE, HostProcess, sanitize
+from .nvidia import NvidiaBackend
+
+
+class SimulatedBackend(NvidiaBackend):
+    simulated = True
+
+    def __init__(self, sim: SimulatedNvml):
+        super().__init__(Nvml(sim).open())
+        self.sim = sim
+        self.scenario = sim.scenario.name
+        self._text: dict[int, tuple[str, str]] = {}  # synthetic pid -> (command, user), sanitized
+
+    @classmethod
+    def load(cls, scenario: Scenario) -> SimulatedBackend:
+        return cls(SimulatedNvml(scenario))
+
+    def host(self, pid: int, now: float) -> HostProcess | str:
+        described = self.sim.host_process(pid)
+        if described is None or described["source"] == "real":
+            return self.table.read(pid)
+        if described["source"] == "missing":
+            return NOT_VISIBLE
+        text = self._text.get(pid)
+        if text is None:  # scenario text is as untrusted as /proc's; sanitized once per pid
+            text = self._text[pid] = (sanitize(described["command"]), sanitize(described["user"]))
+        command, user = text
+        # `age` is how long it had run when it appeared (t=0, or its start_at); it keeps running
+        # on the scenario clock, so --watch sees it age and one started at t=20 has run 10 s at
+        # t=30 (not 0 s at 0% CPU).
+        age = described["age"] + max(0.0, self.sim.now() - described.get("start_at", 0))
+        return HostProcess(
+            pid=pid, user=user, uid=described["uid"], command=command,
+            name=command.split()[0].rsplit("/", 1)[-1] if command.split() else "", state=described["state"],
+            start_time=now - age, cpu_time=described["cpu_percent"] / 100 * age,
+            rss=described["rss"], ppid=described["ppid"], container=described.get("container"),
+            start_ticks=None, real=False)
+
+    def is_real(self, pid: int) -> bool:
+        described = self.sim.host_process(pid)
+        return described is None or described["source"] != "synthetic"
+
+    def pids_visible(self) -> bool:
+        return True  # the scenario names pids as this /proc sees them
+
+    def device_nodes(self) -> tuple[str | None, str]:
+        pattern = self.sim.scenario.data.get("device_nodes")
+        return pattern, "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
+
+    def gpu_minors(self, gpus: list[Any]) -> dict[int, int]:
+        return {g.index: g.index for g in gpus}  # a scenario's file nvidiaN stands for GPU N
+
+    def audit_context(self) -> dict[str, Any]:
+        return {"simulated": True, "scenario": self.scenario}

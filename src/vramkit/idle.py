@@ -1,0 +1,44 @@
+"""The one idle rule, used by ps, the live view's alerts, kill --idle and doctor alike.
+
+A process is idle on a GPU when it holds memory there and ran no kernels of its own: NVML's
+per-process utilization samples say 0%, or, where the driver keeps no such samples (MIG, some
+GPUs), its GPU as a whole is at 0%. A defunct process is flagged as such, not as idle.
+It is idle *for T* when every sample over T said so: `IdleClock` keeps that across the
+samples it is given (the collector's), keyed by process identity, so a reused pid starts over.
+"""
+
+from __future__ import annotations
+
+from .model import Device, GpuProcess, Snapshot
+
+IdleKey = tuple[int, "int | None", int, "int | None"]  # (pid, start ticks, GPU, MIG instance)
+
+
+def busy_percent(p: GpuProcess, dev: Device) -> int | None:
+    """How busy p is on dev: its own SM utilization, else its GPU's; None when neither is known."""
+    return p.sm_utilization if p.sm_utilization is not None else dev.utilization
+
+
+def idle_now(p: GpuProcess, dev: Device) -> bool:
+    """The rule, on one sample."""
+    return busy_percent(p, dev) == 0 and bool(p.memory) and not p.zombie
+
+
+class IdleClock:
+    """Seconds each process has been idle without a break, over the snapshots it is given."""
+
+    def __init__(self) -> None:
+        self._since: dict[IdleKey, float] = {}
+
+    def update(self, snap: Snapshot) -> None:
+        """Set p.idle_for on every process of snap (oldest snapshot first)."""
+        seen: dict[IdleKey, float] = {}
+        for dev in snap.gpus:
+            for p in dev.processes:
+                if not p.idle:
+                    p.idle_for = None
+                    continue
+                key = (p.pid, p.start_ticks, dev.index, p.mig_gi)
+                since = seen[key] = self._since.get(key, snap.time)
+                p.idle_for = max(0.0, snap.time - since)
+        self._since = seen  # a process seen busy, or gone, starts over
