@@ -183,14 +183,18 @@ def test_totals_add_up():
     assert estimate("gpt2", context_overhead=0).context_bytes == 0
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"batch": 0}, "batch"), ({"seq": -1}, "seq"), ({"grad_accum": 0}, "grad-accum"),
-    ({"precision": "fp8"}, "precision"), ({"quant": "4bit"}, "--lora"), ({"offload": True}, "--offload"),
-    ({"tp": 5, "gpus": 5}, "heads"), ({"seq": 4096}, "positions"),
+@pytest.mark.parametrize("options, param, message", [
+    ({"batch": 0}, "batch", "at least 1"), ({"seq": -1}, "seq", "at least 1"),
+    ({"grad_accum": 0}, "grad_accum", "at least 1"), ({"precision": "fp8"}, "precision", "fp8"),
+    ({"quant": "4bit"}, "quant", "lora rank"), ({"offload": True}, "offload", "ZeRO stage 2 or 3"),
+    ({"tp": 5, "gpus": 5}, "tp", "heads"), ({"seq": 4096}, "seq", "positions"),
 ])
-def test_bad_setups(options, message):
-    with pytest.raises(EstimateError, match=message):
+def test_bad_setups(options, param, message):
+    # The library names its parameter (str: "batch: must be ..."), never a flag of vram estimate.
+    with pytest.raises(EstimateError, match=message) as info:
         estimate("bert-base-uncased", **options)
+    assert info.value.param == param and str(info.value).startswith(f"{param}: ")
+    assert "--" not in str(info.value)
 
 
 def test_unknown_model_did_you_mean():

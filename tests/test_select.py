@@ -9,6 +9,7 @@ from conftest import scenario_data
 import vramkit
 from vramkit.allocate import build_policy
 from vramkit.cuda_env import devices_of
+from vramkit.errors import RequestError
 from vramkit.select import (
     Block,
     Policy,
@@ -158,12 +159,12 @@ def test_lost_and_na_gpus():
 ])
 def test_gpu_selectors(text, expected):
     _, devices, _ = machine("demo")
-    keys = resolve_selectors(text, devices, "--only")
+    keys = resolve_selectors(text, devices, "only")
     assert [next(d.short_id for d in devices if d.key == k) for k in keys] == expected
 
 
 @pytest.mark.parametrize("text,message", [
-    ("8", "--only: no GPU 8 (this machine has GPUs 0-7)"),
+    ("8", "only: no GPU 8 (this machine has GPUs 0-7)"),
     ("3-1", "is not a range"),
     ("GPU-9f1c", "matches 8 UUIDs"),
     ("GPU-0000", "matches no GPU"),
@@ -173,15 +174,16 @@ def test_gpu_selectors(text, expected):
 ])
 def test_gpu_selector_mistakes(text, message):
     _, devices, _ = machine("demo")
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        resolve_selectors(text, devices, "--only")
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        resolve_selectors(text, devices, "only")
+    assert isinstance(info.value, RequestError) and info.value.param == "only"  # vram names it --only
 
 
 def test_mig_selectors_name_instances():
     _, devices, _ = machine("mig")
-    keys = resolve_selectors("0/9", devices, "--only")
+    keys = resolve_selectors("0/9", devices, "only")
     assert [d.gi for d in devices if d.key in keys] == [9]
-    assert len(resolve_selectors("0", devices, "--only")) == 5  # the GPU and its four instances
+    assert len(resolve_selectors("0", devices, "only")) == 5  # the GPU and its four instances
 
 
 def test_build_policy_reads_what_people_type(monkeypatch):

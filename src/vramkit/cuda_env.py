@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import RequestError
 from .model import Snapshot
 
 ORDER_PCI = "PCI_BUS_ID"
@@ -248,13 +249,14 @@ def _mig_pitfalls(vis: Visible) -> None:
 
 def allowed_keys(vis: Visible, devices: list[CudaDevice]) -> set[str] | None:
     """The units a scheduler's CUDA_VISIBLE_DEVICES allows (None: no restriction). A GPU in MIG
-    mode named as a whole allows its MIG instances. Raises ValueError when CUDA would refuse it."""
+    mode named as a whole allows its MIG instances. Raises RequestError (a ValueError) when CUDA
+    would refuse it."""
     if vis.error:
-        raise ValueError(vis.error)
+        raise RequestError(vis.error)
     if not vis.is_set:
         return None
     if vis.order.confidence == UNKNOWN and any(e.status == "ok" and e.text.strip().isdigit() for e in vis.entries):
-        raise ValueError(f"CUDA_VISIBLE_DEVICES={vis.value} uses indices, but CUDA_DEVICE_ORDER is not PCI_BUS_ID "
+        raise RequestError(f"CUDA_VISIBLE_DEVICES={vis.value} uses indices, but CUDA_DEVICE_ORDER is not PCI_BUS_ID "
                          "and this machine mixes GPU models, so which GPUs CUDA means cannot be known; set "
                          "CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs")
     keys: set[str] = set()
@@ -283,7 +285,7 @@ def visible_value(units: list[CudaDevice], devices: list[CudaDevice], ids: str =
     for u in units:
         if u.is_mig or ids == "uuid":
             if u.uuid is None:
-                raise ValueError(f"{u.label} has no UUID (NVML did not report one), so CUDA cannot be told about it")
+                raise RequestError(f"{u.label} has no UUID (NVML did not report one), so CUDA cannot be told about it")
             out.append(u.uuid)
         else:
             out.append(str(cuda_index(u, devices)))

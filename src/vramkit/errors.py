@@ -2,8 +2,10 @@
 
 A library error speaks in the library's terms: `param` names the argument of the call it is
 about (`select_gpus(count=0)` -> param "count"), never a command-line flag; the CLI maps
-parameters to its flags (cli/main.py). `exit_code` is what `vram` exits with: 2 when the
-caller asked for something that makes no sense, 1 when the machine could not do it.
+parameters to its flags (cli/main.py). The message does not repeat the parameter: `str(e)` is
+"count: must be ..." for a library caller, and `vram` prints "--count: must be ..." instead.
+`exit_code` is what `vram` exits with: 2 when the caller asked for something that makes no
+sense, 1 when the machine could not do it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ class VramkitError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+
+    def __str__(self) -> str:
+        return f"{self.param}: {self.message}" if self.param else self.message
 
 
 class RequestError(VramkitError, ValueError):

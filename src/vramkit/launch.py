@@ -22,16 +22,19 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
+from .errors import VramkitError
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SI_KERNEL = 0x80  # si_code of a signal the kernel generated (tty Ctrl-C, hang-up), Linux
 
 
-class LaunchError(Exception):
-    """The command could not be started. `code` is what a shell would exit with (127, 126)."""
+class LaunchError(VramkitError):
+    """The command could not be started. `code` (also `exit_code`) is what a shell would exit
+    with (127, 126)."""
 
-    def __init__(self, message: str, code: int):
+    def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = self.exit_code = code
 
 
 def exit_code(status: int) -> int:

@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from .cuda_env import CudaDevice, numbering
+from .errors import RequestError
 from .model import GpuProcess, Snapshot
 from .units import format_size
 
@@ -132,41 +133,44 @@ def units_of(snap: Snapshot, devices: list[CudaDevice]) -> list[Unit]:
     return out
 
 
-def resolve_selectors(text: str, devices: list[CudaDevice], option: str) -> list[str]:
+def resolve_selectors(text: str, devices: list[CudaDevice], param: str) -> list[str]:
     """'0,2' / '0-3' / '0/9' / 'GPU-8932f937' / 'MIG-...' -> unit keys. NVML numbering (as
-    nvidia-smi and vram status). A GPU in MIG mode stands for its instances. ValueError on a typo."""
+    nvidia-smi and vram status). A GPU in MIG mode stands for its instances. A typo is a
+    RequestError (a ValueError) whose `param` is `param` ("exclude", "only")."""
+    param = param.lstrip("-").replace("-", "_")  # "--only" from an older caller: the parameter "only"
     keys: list[str] = []
     gpus = {d.index: d for d in devices if not d.is_mig}
     span = f"GPUs 0-{max(gpus)}" if gpus else "no GPUs"
     for raw in text.split(","):
         part = raw.strip()
         if not part:
-            raise ValueError(f"{option}: empty item in {text!r}")
+            raise RequestError(f"empty item in {text!r}", param=param)
         found: list[CudaDevice]
         if m := re.fullmatch(r"(\d+)-(\d+)", part):
             lo, hi = int(m.group(1)), int(m.group(2))
             if lo > hi:
-                raise ValueError(f"{option}: {part!r} is not a range (try 0-3)")
+                raise RequestError(f"{part!r} is not a range (try 0-3)", param=param)
             missing = [i for i in range(lo, hi + 1) if i not in gpus]
             if missing:
-                raise ValueError(f"{option}: no GPU {missing[0]} (this machine has {span})")
+                raise RequestError(f"no GPU {missing[0]} (this machine has {span})", param=param)
             found = [gpus[i] for i in range(lo, hi + 1)]
         elif part.isdigit():
             if int(part) not in gpus:
-                raise ValueError(f"{option}: no GPU {part} (this machine has {span})")
+                raise RequestError(f"no GPU {part} (this machine has {span})", param=param)
             found = [gpus[int(part)]]
         elif m := re.fullmatch(r"(\d+)/(\d+)", part):
             found = [d for d in devices if d.is_mig and d.index == int(m.group(1)) and d.gi == int(m.group(2))]
             if not found:
-                raise ValueError(f"{option}: no MIG instance {part} (GPU/GPU-instance, as vram ps shows it)")
+                raise RequestError(f"no MIG instance {part} (GPU/GPU-instance, as vram ps shows it)", param=param)
         elif part.startswith(("GPU-", "MIG-")):
             found = [d for d in devices if d.uuid and d.uuid.startswith(part)]
             if len(found) != 1:
                 what = "matches no GPU or MIG UUID here" if not found else (
                     f"matches {len(found)} UUIDs ({', '.join(d.label for d in found)}); give more of it")
-                raise ValueError(f"{option}: {part!r} {what}")
+                raise RequestError(f"{part!r} {what}", param=param)
         else:
-            raise ValueError(f"{option}: {part!r} is not a GPU (try 0,2 or 0-3, 0/9 for a MIG instance, or a UUID)")
+            raise RequestError(f"{part!r} is not a GPU (try 0,2 or 0-3, 0/9 for a MIG instance, or a UUID)",
+                               param=param)
         for d in found:
             keys.append(d.key)
             if d.mig_mode:

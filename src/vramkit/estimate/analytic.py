@@ -70,44 +70,45 @@ class Setup:
     zero_grad_to_none: bool = True
 
     def check(self, spec: ModelSpec) -> None:
-        def positive(name: str, value, allow_none: bool = True) -> None:
+        """EstimateError unless the setup makes sense for `spec`; `param` names the field to blame."""
+        def positive(name: str, allow_none: bool = True) -> None:
+            value = getattr(self, name)
             if value is None and allow_none:
                 return
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise EstimateError(f"{name} must be a whole number of at least 1, not {value!r}")
-        if self.mode not in ("train", "infer"):
-            raise EstimateError(f"mode must be train or infer, not {self.mode!r}")
+                raise EstimateError(f"must be a whole number of at least 1, not {value!r}", param=name)
+
+        def one_of(name: str, allowed: tuple[object, ...], words: str) -> None:
+            if getattr(self, name) not in allowed:
+                raise EstimateError(f"must be {words}, not {getattr(self, name)!r}", param=name)
+
+        one_of("mode", ("train", "infer"), "train or infer")
         for name in ("batch", "grad_accum", "gpus", "tp"):
-            positive(name.replace("_", "-"), getattr(self, name), allow_none=False)
-        positive("seq", self.seq)
-        positive("image-size", self.image_size)
-        positive("lora rank", self.lora)
-        if self.precision not in PRECISIONS:
-            raise EstimateError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise EstimateError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {self.optimizer!r}")
-        if self.attention not in ("eager", "flash"):
-            raise EstimateError(f"attention must be eager or flash, not {self.attention!r}")
-        if self.quant not in (None, *QUANT_BYTES):
-            raise EstimateError(f"quant must be 8bit or 4bit, not {self.quant!r}")
+            positive(name, allow_none=False)
+        for name in ("seq", "image_size", "lora"):
+            positive(name)
+        one_of("precision", PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+        one_of("optimizer", OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}")
+        one_of("attention", ("eager", "flash"), "eager or flash")
+        one_of("quant", (None, *QUANT_BYTES), "8bit or 4bit")
+        one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
+        one_of("parallel", ("ddp", "dp"), "ddp or dp")
         if self.quant and self.mode == "train" and not self.lora:
-            raise EstimateError("training a quantized model needs adapters: add --lora RANK (QLoRA)")
-        if self.zero not in (None, 0, 1, 2, 3):
-            raise EstimateError(f"zero stage must be 0, 1, 2 or 3, not {self.zero!r}")
+            raise EstimateError("training a quantized model needs LoRA adapters (QLoRA): give a lora rank",
+                                param="quant")
         if self.offload and self.zero not in (2, 3):
-            raise EstimateError("--offload needs --zero 2 or 3 (ZeRO-Offload / ZeRO-Infinity)")
+            raise EstimateError("needs ZeRO stage 2 or 3 (ZeRO-Offload / ZeRO-Infinity)", param="offload")
         if self.gpus % self.tp:
-            raise EstimateError(f"--tp {self.tp} must divide --gpus {self.gpus}")
+            raise EstimateError(f"{self.tp} must divide the number of GPUs ({self.gpus})", param="tp")
         if not spec.bare and spec.heads % self.tp:
-            raise EstimateError(f"--tp {self.tp} must divide the {spec.heads} attention heads")
-        if self.parallel not in ("ddp", "dp"):
-            raise EstimateError(f"parallel must be ddp or dp, not {self.parallel!r}")
+            raise EstimateError(f"{self.tp} must divide the {spec.heads} attention heads", param="tp")
         if self.context_overhead is not None and self.context_overhead < 0:
-            raise EstimateError("context overhead must not be negative")
+            raise EstimateError("must not be negative", param="context_overhead")
         if not 0 <= self.fragmentation < 1:
-            raise EstimateError("fragmentation must be between 0 and 1")
+            raise EstimateError("must be at least 0 and less than 1", param="fragmentation")
         if self.image_size is not None and spec.family == "vit" and self.image_size % spec.patch_size:
-            raise EstimateError(f"image size {self.image_size} is not a multiple of the patch size {spec.patch_size}")
+            raise EstimateError(f"{self.image_size} is not a multiple of the patch size {spec.patch_size}",
+                                param="image_size")
 
 
 @dataclass
@@ -194,7 +195,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options) -> E
     else:
         seq = setup.seq or _default_seq(spec)
         if spec.family in (*ENCODERS, "gpt2") and spec.max_positions and seq > spec.max_positions:
-            raise EstimateError(f"seq {seq} is longer than {spec.name}'s {spec.max_positions} positions")
+            raise EstimateError(f"{seq} is longer than {spec.name}'s {spec.max_positions} positions", param="seq")
     terms: list[Term] = []
     b = setup.batch
 

@@ -12,11 +12,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..errors import RequestError
 from . import catalog
 
 
-class EstimateError(ValueError):
-    """Bad input for an estimate (unknown model, config missing a key, batch 0, ...): one line."""
+class EstimateError(RequestError):
+    """Bad input for an estimate (unknown model, config missing a key, batch 0, ...): one line;
+    `param` names the Setup field when one is to blame."""
 
 
 FAMILIES = ("bert", "roberta", "distilbert", "albert", "gpt2", "llama", "t5", "vit")
@@ -79,10 +81,10 @@ class ModelSpec:
         if head is None or head == self.head or self.bare:
             return self
         if head == "cls" and self.family in ("gpt2", "llama", "t5"):
-            raise EstimateError(f"{self.name}: only the language-model head (--head lm) is modelled for "
-                                f"{self.family}")
+            raise EstimateError(f"{self.name}: only the language-model head (lm) is modelled for {self.family}",
+                                param="head")
         if head == "lm" and self.family == "vit":
-            raise EstimateError(f"{self.name}: a ViT has no language-model head (use --head cls)")
+            raise EstimateError(f"{self.name}: a ViT has no language-model head (use cls)", param="head")
         return replace(self, head=head)
 
     def seq_for_image(self, image_size: int | None) -> int:

@@ -23,12 +23,13 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import VramkitError
 from .specs import EstimateError, ModelSpec, resolve
 
 BLOCK = 512
 
 
-class TraceUnavailable(RuntimeError):
+class TraceUnavailable(VramkitError, RuntimeError):
     """PyTorch is not installed (the optional torch extra)."""
 
 
@@ -301,11 +302,11 @@ def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options
     spec = spec.with_head(setup.head)
     if spec.bare:
         raise TraceUnavailable("a bare parameter count has no architecture to trace")
-    unsupported = [name for name, on in (("--lora", setup.lora), ("--quant", setup.quant),
-                                         ("--zero", setup.zero is not None), ("--tp", setup.tp > 1),
-                                         ("--gpus", setup.gpus > 1)) if on]
+    unsupported = [name for name, on in (("lora", setup.lora), ("quant", setup.quant),
+                                         ("zero", setup.zero is not None), ("tp", setup.tp > 1),
+                                         ("gpus", setup.gpus > 1)) if on]
     if unsupported:
-        raise TraceUnavailable(f"tracing {', '.join(unsupported)} is not supported; the analytic estimate is "
+        raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported; the analytic estimate is "
                                "shown without it")
     from .analytic import _default_seq
     mixed = setup.mode == "train" and setup.precision in ("fp16", "bf16")

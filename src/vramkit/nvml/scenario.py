@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import VramkitError
 from ..units import format_size, parse_duration, parse_size
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -40,8 +41,10 @@ PROCESS_TYPES = {"compute", "graphics", "both"}
 PROCESS_STATES = {"running", "sleeping", "zombie", "disk-sleep", "stopped"}
 
 
-class ScenarioError(ValueError):
+class ScenarioError(VramkitError, ValueError):
     """A scenario that cannot be used. The message names the file and the field."""
+
+    exit_code = 2
 
 
 @dataclass

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..errors import VramkitError
 from .scenario import ScenarioError, load
 from .sim import SimulatedNvml
 
@@ -73,8 +74,10 @@ _vram_install(globals())
 '''
 
 
-class ShimError(Exception):
+class ShimError(VramkitError):
     """The shim cannot be written there. The message is one line."""
+
+    exit_code = 2
 
 
 def write_shim(directory: str | os.PathLike) -> Path:
