@@ -306,8 +306,8 @@ def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options
                                          ("zero", setup.zero is not None), ("tp", setup.tp > 1),
                                          ("gpus", setup.gpus > 1)) if on]
     if unsupported:
-        raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported; the analytic estimate is "
-                               "shown without it")
+        raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the analytic "
+                               "estimate models it)")
     from .analytic import _default_seq
     mixed = setup.mode == "train" and setup.precision in ("fp16", "bf16")
     low = torch.bfloat16 if setup.precision in ("bf16", "bf16-pure") else torch.float16
