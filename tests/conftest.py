@@ -1,130 +1,37 @@
-"""Shared helpers: run `vram` the way a user does (a child process, a clean environment), write
-scenario files, spawn real processes and always clean them up, and compute what a scenario
-file says each GPU should show, straight from the JSON (never from vram's own output).
+"""Fixtures for the whole suite.
 
-Test modules import the plain helpers with `from conftest import ...`; the fixtures are
-found by pytest as usual.
+The plain helpers the fixtures use (and test modules import) are in helpers.py:
+`from helpers import run_vram, ...`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
 import json
-import os
-import pty
-import re
-import select
-import signal
-import struct
-import subprocess
-import sys
-import termios
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import vramkit
-from vramkit.units import parse_duration, parse_size
-
-SCENARIO_DIR = Path(vramkit.__file__).parent / "nvml" / "scenarios"
-ESCAPE = "\x1b"
-BANNED_IMPORTS = ("torch", "textual", "psutil", "pynvml")
-
+# Children ... run_vram are used here; the rest is transitional, for modules not yet moved to
+# `from helpers import ...`.
+from helpers import (  # noqa: F401
+    ESCAPE,
+    Children,
+    Groups,
+    Leasing,
+    Strays,
+    assert_one_line_error,
+    clean_env,
+    has_nvidia_driver,
+    minimal_scenario,
+    run_vram,
+    scenario_data,
+    status_blocks,
+    strip_ansi,
+    vram_argv,
+)
 
 # ---------------------------------------------------------------- running the command
-
-def clean_env(**extra: str | None) -> dict[str, str]:
-    """The caller's environment without anything that changes vram's behaviour, with the
-    simulated clock pinned to t=0. `NAME=None` removes NAME."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("VRAM_") and k not in ("NO_COLOR", "COLUMNS", "LINES", "FORCE_COLOR")}
-    env["VRAM_SIM_TIME"] = "0"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["TERM"] = "xterm-256color"
-    for key, value in extra.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
-
-
-def vram_argv(*args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, *python_flags, "-m", "vramkit", *map(str, args)]
-
-
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        assert self.rc == 0, f"exit {self.rc}: {self.err}"
-        return json.loads(self.out)
-
-    @property
-    def err_lines(self) -> list[str]:
-        return self.err.splitlines()
-
-
-def run_vram(*args: str, env: dict[str, str] | None = None, timeout: float = 30,
-             python_flags: tuple[str, ...] = ()) -> Result:
-    """Run `vram ARGS` with stdout and stderr piped (not a terminal), stdin closed."""
-    proc = subprocess.run(vram_argv(*args, python_flags=python_flags), capture_output=True, text=True,
-                          env=env if env is not None else clean_env(), timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-def run_vram_tty(*args: str, env: dict[str, str] | None = None, columns: int = 160,
-                 timeout: float = 30) -> Result:
-    """Run `vram ARGS` with stdout on a real pseudo-terminal (stdin closed, stderr piped)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    proc = subprocess.Popen(vram_argv(*args), stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=subprocess.PIPE, env=env if env is not None else clean_env())
-    os.close(slave)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise TimeoutError(f"vram {' '.join(args)} did not finish in {timeout}s")
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed its end of the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        err = proc.stderr.read().decode()
-        rc = proc.wait(timeout=timeout)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
-    return Result(rc, b"".join(chunks).decode(errors="replace").replace("\r\n", "\n"), err)
-
-
-def assert_one_line_error(result: Result, rc: int, *needles: str) -> str:
-    """Exit code `rc`, nothing on stdout, exactly one line on stderr containing every needle."""
-    assert result.rc == rc, f"exit {result.rc}, wanted {rc}; stderr: {result.err!r}"
-    assert "Traceback" not in result.err
-    assert result.out == ""
-    lines = result.err_lines
-    assert len(lines) == 1, f"wanted one line on stderr, got {lines!r}"
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
-
 
 @pytest.fixture
 def vram():
@@ -133,27 +40,6 @@ def vram():
 
 
 # ---------------------------------------------------------------- scenarios
-
-def scenario_data(name: str) -> dict[str, Any]:
-    return json.loads((SCENARIO_DIR / f"{name}.json").read_text())
-
-
-def minimal_scenario() -> dict[str, Any]:
-    """A small valid scenario: two GPUs, two processes. Tests break one thing in it."""
-    return {
-        "name": "tiny",
-        "gpus": [
-            {"uuid": "GPU-00000000-0000-4000-8000-000000000000", "pci_bus_id": "00000000:07:00.0",
-             "memory_total": "80GiB", "utilization": 50},
-            {"uuid": "GPU-00000000-0000-4000-8000-000000000001", "pci_bus_id": "00000000:0F:00.0",
-             "memory_total": "80GiB", "utilization": 0},
-        ],
-        "processes": [
-            {"pid": 101, "user": "ann", "command": "python a.py", "gpus": {"0": "10GiB"}},
-            {"pid": 102, "user": "ben", "command": "python b.py", "gpus": {"1": "5GiB"}},
-        ],
-    }
-
 
 @pytest.fixture
 def write_scenario(tmp_path):
@@ -165,131 +51,7 @@ def write_scenario(tmp_path):
     return write
 
 
-def timeline_at(value: Any, t: float, convert=lambda v: v) -> Any:
-    """A scenario value at time t, read independently of vram's code: static, or a
-    {"timeline": [[t, v], ...], "repeat": s, "interpolate": "linear"|"step"}."""
-    if not (isinstance(value, dict) and "timeline" in value):
-        return convert(value)
-    points = [(float(pt), convert(v)) for pt, v in value["timeline"]]
-    if "repeat" in value:
-        t = t % parse_duration(value["repeat"])
-    if t <= points[0][0]:
-        return points[0][1]
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        if t <= t1:
-            if value.get("interpolate", "linear") == "step" or t1 == t0:
-                return v0
-            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-    return points[-1][1]
-
-
-def process_alive(proc: dict[str, Any], t: float) -> bool:
-    start = parse_duration(proc.get("start_at", 0))
-    exit_at = parse_duration(proc["exit_at"]) if "exit_at" in proc else None
-    return start <= t and (exit_at is None or t < exit_at)
-
-
-def expected_gpus(data: dict[str, Any], t: float = 0) -> list[dict[str, Any]]:
-    """What `vram status --json` must show for each whole (non-MIG) GPU of a scenario whose
-    GPUs give no memory_used: used = what its live processes hold."""
-    out = []
-    for i, g in enumerate(data["gpus"]):
-        assert "memory_used" not in g and "mig" not in g, "expected_gpus() is for simple GPUs"
-        procs = {}
-        for p in data.get("processes", []):
-            if str(i) in p["gpus"] and process_alive(p, t):
-                procs[p["pid"]] = {"memory": int(timeline_at(p["gpus"][str(i)], t, parse_size)),
-                                   "user": p.get("user"), "command": p.get("command")}
-        total = parse_size(g["memory_total"])
-        reserved = parse_size(g.get("memory_reserved", 0))
-        used = sum(p["memory"] for p in procs.values())
-        out.append({
-            "index": i, "uuid": g["uuid"], "name": g["name"], "pci_bus_id": g["pci_bus_id"],
-            "memory_total": total, "memory_reserved": reserved, "memory_used": used,
-            "memory_free": total - reserved - used,
-            "utilization": int(timeline_at(g["utilization"], t)),
-            "memory_utilization": int(timeline_at(g["memory_utilization"], t)),
-            "temperature": int(timeline_at(g["temperature"], t)),
-            "power_draw": float(timeline_at(g["power"], t)),
-            "power_limit": float(g["power_limit"]),
-            "processes": procs,
-        })
-    return out
-
-
-# ---------------------------------------------------------------- text output
-
-GPU_LINE = re.compile(r"^ ?(\d+)  ")
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text)
-
-
-def status_blocks(text: str) -> dict[int, list[str]]:
-    """`vram status` text -> {GPU index: [its GPU line, then the lines under it]}."""
-    blocks: dict[int, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines()[1:]:  # [0] is the banner
-        m = GPU_LINE.match(line)
-        if m:
-            current = blocks.setdefault(int(m.group(1)), [])
-            current.append(line)
-        elif line.startswith("      ") and current is not None:
-            current.append(line)
-        else:
-            current = None  # the summary line
-    return blocks
-
-
-def gib_pair(used: int, total: int) -> str:
-    """How the status view writes used/total."""
-    return f"{used / 1024**3:.1f}/{total / 1024**3:.1f}GiB"
-
-
-def sanitized(text: str) -> str:
-    """Control characters (C0, DEL, C1) replaced by '?', as the design asks; written here
-    independently of vramkit.procs.sanitize."""
-    return "".join("?" if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 else ch for ch in text)
-
-
-def has_nvidia_driver() -> bool:
-    """Whether NVML can be loaded here (then the no-driver tests do not apply)."""
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
 # ---------------------------------------------------------------- real processes
-
-class Children:
-    """Real child processes for a test; every one is killed and reaped at teardown."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, **kwargs)
-        self.procs.append(proc)
-        return proc
-
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    proc.kill()
-                except ProcessLookupError:
-                    pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - would be a kernel problem
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-
 
 @pytest.fixture
 def children():
@@ -298,57 +60,6 @@ def children():
         yield kids
     finally:
         kids.cleanup()
-
-
-def proc_state(pid: int) -> str | None:
-    """The one-letter state of a pid from /proc, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2:].split()[0].decode()
-
-
-def wait_for(predicate, timeout: float = 10, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-# ---------------------------------------------------------------- vram kill: other users, answers, strays
-
-# Run a command as `nobody` (uid/gid 65534, no supplementary groups): setpriv execs it, same pid.
-AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
-
-
-def run_vram_as(prefix: tuple[str, ...], *args: str, env: dict[str, str] | None = None,
-                timeout: float = 30) -> Result:
-    """Run `vram ARGS` under a prefix such as AS_NOBODY (stdin closed, output piped)."""
-    proc = subprocess.run([*prefix, *vram_argv(*args)], capture_output=True, text=True,
-                          env=env if env is not None else clean_env(), timeout=timeout, stdin=subprocess.DEVNULL)
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-def run_vram_answering(*args: str, answer: str, env: dict[str, str] | None = None, timeout: float = 30) -> Result:
-    """Run `vram ARGS` with stdin on a pseudo-terminal (so it may ask) and type `answer` into it;
-    stdout and stderr are piped."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(vram_argv(*args), stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env if env is not None else clean_env(), start_new_session=True)
-    os.close(slave)
-    try:
-        os.write(master, answer.encode())
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return Result(proc.returncode, out.decode(), err.decode())
 
 
 @pytest.fixture
@@ -366,44 +77,6 @@ def shared_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def start_ticks(pid: int) -> int | None:
-    """Start time of pid in clock ticks (its identity with the pid), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return int(raw[raw.rfind(b")") + 2:].split()[19])
-
-
-class Strays:
-    """Processes a test starts that are not its children (orphans): killed at teardown if the pid
-    still belongs to the same process (pid and start time)."""
-
-    def __init__(self) -> None:
-        self.known: list[tuple[int, int]] = []
-
-    def add(self, pid: int) -> int:
-        ticks = start_ticks(pid)
-        assert ticks is not None, f"pid {pid} is gone already"
-        self.known.append((pid, ticks))
-        return pid
-
-    def cleanup(self) -> None:
-        for pid, ticks in self.known:
-            try:
-                fd = os.pidfd_open(pid)
-            except OSError:
-                continue
-            try:
-                if start_ticks(pid) == ticks:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-
 @pytest.fixture
 def strays():
     kept = Strays()
@@ -413,96 +86,11 @@ def strays():
         kept.cleanup()
 
 
-def real_gpu_scenario(placements: dict[int, dict[str, str]], utilization=(30, 0), **top: Any) -> dict[str, Any]:
-    """Two 40 GiB GPUs (utilization per GPU); {pid: {"0": "1GiB"}} puts real pids on them.
-    `top` adds top-level fields, e.g. device_nodes."""
-    return {
-        "name": "kill-test",
-        "gpus": [{"uuid": f"GPU-00000000-0000-4000-8000-00000000000{i}", "pci_bus_id": f"00000000:0{i}:00.0",
-                  "memory_total": "40GiB", "utilization": u} for i, u in enumerate(utilization)],
-        "processes": [{"pid": pid, "source": "real", "gpus": gpus} for pid, gpus in placements.items()],
-        **top,
-    }
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def start_sleeper(children: Children) -> subprocess.Popen:
-    """`sleep 600`, once it has exec'd (so /proc shows its own name and owner)."""
-    proc = children.start(["sleep", "600"])
-    assert wait_for(lambda: cmdline(proc.pid) == b"sleep\x00600\x00")
-    return proc
-
-
-IGNORE_TERM = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-               "print('ready', flush=True); time.sleep(600)")
-
-
-def start_python(children: Children, code: str, *args: str) -> subprocess.Popen:
-    """A python child running `code`, which prints 'ready' when set up (e.g. its signal handlers);
-    its stdout stays readable through proc.stdout."""
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
-    children.procs.append(proc)  # killed and reaped at teardown
-    assert proc.stdout.readline().strip() == b"ready"
-    return proc
-
-
 # ---------------------------------------------------------------- vram pick / vram run: leases, launchers
-
-@dataclass
-class Leasing:
-    """A private lease directory for a test (never the machine's shared one)."""
-
-    dir: Path
-
-    def env(self, **extra: str | None) -> dict[str, str]:
-        """clean_env() pointing VRAM_LEASE_DIR at this directory (unless `extra` says otherwise)."""
-        return clean_env(**{"VRAM_LEASE_DIR": str(self.dir), **extra})
-
-    def leftovers(self) -> list[str]:
-        """Lease and queue files still there (the directory's own lock file does not count)."""
-        if not self.dir.exists():
-            return []
-        return sorted(n for n in os.listdir(self.dir) if n.startswith(("lease-", "wait-", ".tmp-")))
-
 
 @pytest.fixture
 def leasing(tmp_path) -> Leasing:
     return Leasing(tmp_path / "leases")
-
-
-class Groups:
-    """Processes each started in a new session (its own process group). At teardown every group
-    is killed whole, so what they started (a launcher's job, orphans of a killed launcher) dies
-    too; then the leaders are reaped."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
-        kwargs.setdefault("stdin", subprocess.DEVNULL)
-        proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
-        self.procs.append(proc)
-        return proc
-
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - would be a kernel problem
-                pass
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import expected_gpus, has_nvidia_driver, minimal_scenario, scenario_data
+from helpers import expected_gpus, has_nvidia_driver, minimal_scenario, scenario_data
 
 import vramkit
 from vramkit import Device, GpuProcess, MigDevice, NvmlUnavailable, ScenarioError, Snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import clean_env, minimal_scenario, run_vram, scenario_data
+from helpers import clean_env, minimal_scenario, run_vram, scenario_data
 
 import vramkit
 from vramkit.doctor import run_checklist

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import assert_one_line_error, clean_env, run_vram, vram_argv
+from helpers import assert_one_line_error, clean_env, run_vram, vram_argv
 
 FIXTURES = Path(__file__).parent / "fixtures" / "oom"
 LOG = str(FIXTURES / "training_log_two_ooms.txt")

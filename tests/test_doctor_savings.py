@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_vram
+from helpers import assert_one_line_error, run_vram
 
 import vramkit
 

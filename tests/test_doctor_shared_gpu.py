@@ -3,7 +3,7 @@ holder, and the busy one is not."""
 
 from __future__ import annotations
 
-from conftest import run_vram
+from helpers import run_vram
 
 SHARED = {
     "gpus": [{"memory_total": "80GiB", "utilization": 60}],

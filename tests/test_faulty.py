@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ESCAPE, clean_env, run_vram, sanitized, scenario_data, status_blocks
+from helpers import ESCAPE, clean_env, run_vram, sanitized, scenario_data, status_blocks
 
 from vramkit.units import parse_size
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import (
+from helpers import (
     AS_NOBODY,
     assert_one_line_error,
     clean_env,

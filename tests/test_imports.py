@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BANNED_IMPORTS, clean_env, run_vram
+from helpers import BANNED_IMPORTS, clean_env, run_vram
 
 
 def _top_level(names) -> set[str]:

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import (
+from helpers import (
     ESCAPE,
     IGNORE_TERM,
     assert_one_line_error,

@@ -9,7 +9,7 @@ import signal
 import stat
 
 import pytest
-from conftest import IGNORE_TERM, proc_state, real_gpu_scenario, start_python, start_sleeper, wait_for
+from helpers import IGNORE_TERM, proc_state, real_gpu_scenario, start_python, start_sleeper, wait_for
 
 from vramkit import procs
 from vramkit.audit import AuditLog, default_path

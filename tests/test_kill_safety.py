@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import (
+from helpers import (
     AS_NOBODY,
     IGNORE_TERM,
     clean_env,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_vram_tty, strip_ansi
+from helpers import run_vram_tty, strip_ansi
 
 
 @pytest.mark.parametrize("columns", [80, 100, 120, 200])

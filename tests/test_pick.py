@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import ESCAPE, assert_one_line_error, run_vram, scenario_data, wait_for
+from helpers import ESCAPE, assert_one_line_error, run_vram, scenario_data, wait_for
 
 DEMO_UUID = "GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e6{}"  # GPU i of scenario demo
 MIG_A = "MIG-1a2b3c4d-000a-5e6f-8a9b-0c1d2e3f4a5a"  # scenario mig: GPU 0, gi 10 (1g.10gb, empty)
@@ -256,7 +256,7 @@ def pick_with_stderr_on_a_terminal(leasing, *args: str, columns: int, **env: str
     import struct
     import termios
 
-    from conftest import vram_argv
+    from helpers import vram_argv
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
@@ -287,7 +287,7 @@ def pick_with_stderr_on_a_terminal(leasing, *args: str, columns: int, **env: str
 @pytest.mark.parametrize("columns", [80, 100, 160])
 @pytest.mark.parametrize("scenario", ["demo", "mig"])
 def test_explain_fits_the_terminal(leasing, columns, scenario):
-    from conftest import strip_ansi
+    from helpers import strip_ansi
 
     out, err = pick_with_stderr_on_a_terminal(leasing, "--simulate", scenario, "--explain", "-n", "1",
                                               columns=columns, CUDA_VISIBLE_DEVICES=None)

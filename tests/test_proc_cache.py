@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from conftest import minimal_scenario
+from helpers import minimal_scenario
 
 import vramkit
 

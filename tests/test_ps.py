@@ -7,7 +7,7 @@ import io
 import re
 
 import pytest
-from conftest import assert_one_line_error, clean_env, expected_gpus, run_vram, scenario_data
+from helpers import assert_one_line_error, clean_env, expected_gpus, run_vram, scenario_data
 
 from vramkit.units import parse_duration
 

@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from conftest import ESCAPE, clean_env, cmdline, proc_state, run_vram, sanitized, wait_for
+from helpers import ESCAPE, clean_env, cmdline, proc_state, run_vram, sanitized, wait_for
 
 GiB = 1024**3
 

@@ -14,7 +14,7 @@ import termios
 import time
 
 import pytest
-from conftest import assert_one_line_error, run_vram, vram_argv, wait_for
+from helpers import assert_one_line_error, run_vram, vram_argv, wait_for
 
 PY = sys.executable
 

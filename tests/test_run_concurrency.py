@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import vram_argv, wait_for
+from helpers import vram_argv, wait_for
 
 JOB = r"""
 import json, os, sys, time

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import AS_NOBODY, run_vram, run_vram_as, vram_argv, wait_for
+from helpers import AS_NOBODY, run_vram, run_vram_as, vram_argv, wait_for
 
 from vramkit import leases as L
 from vramkit.allocate import LeaseWatcher

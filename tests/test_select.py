@@ -4,7 +4,7 @@ says. Expected values come from the scenario files (at t=0), not from vram's out
 from __future__ import annotations
 
 import pytest
-from conftest import scenario_data
+from helpers import scenario_data
 
 import vramkit
 from vramkit.allocate import build_policy

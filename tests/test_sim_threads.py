@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import minimal_scenario, proc_state, run_vram, wait_for
+from helpers import minimal_scenario, proc_state, run_vram, wait_for
 
 MAIN_THREAD_EXITS = textwrap.dedent("""
     import ctypes, sys, threading, time

@@ -11,7 +11,7 @@ import subprocess
 import threading
 
 import pytest
-from conftest import (
+from helpers import (
     ESCAPE,
     assert_one_line_error,
     clean_env,

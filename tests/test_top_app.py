@@ -10,7 +10,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import expected_gpus, gib_pair, minimal_scenario, scenario_data
+from helpers import expected_gpus, gib_pair, minimal_scenario, scenario_data
 
 from vramkit.alerts import Thresholds
 from vramkit.snapshot import open_machine

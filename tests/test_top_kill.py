@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from conftest import minimal_scenario, proc_state
+from helpers import minimal_scenario, proc_state
 
 from vramkit.snapshot import open_machine
 from vramkit.tui.actions import KillActions

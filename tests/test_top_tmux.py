@@ -9,7 +9,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import clean_env, scenario_data, wait_for
+from helpers import clean_env, scenario_data, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from helpers import clean_env
 
 torch = pytest.importorskip("torch")
 
