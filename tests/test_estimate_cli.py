@@ -47,8 +47,8 @@ def test_list():
 
 @pytest.mark.parametrize("args, needle", [
     (("estimate", "bert-lage"), "did you mean bert-large"),
-    (("estimate", "gpt2", "--batch", "0"), "--batch must be at least 1"),
-    (("estimate", "gpt2", "--seq", "-3"), "--seq must be at least 1"),
+    (("estimate", "gpt2", "--batch", "0"), "error: --batch: must be a whole number of at least 1, not 0"),
+    (("estimate", "gpt2", "--seq", "-3"), "error: --seq: must be a whole number of at least 1, not -3"),
     (("estimate", "gpt2", "--batch", "two"), "not a whole number"),
     (("estimate", "gpt2", "--context-overhead=-1GiB"), "negative"),
     (("estimate", "gpt2", "--precision", "fp8"), "invalid choice"),

@@ -63,8 +63,10 @@ def test_empty_vram_simulate_means_the_real_driver():
 
 
 @needs_no_driver
-def test_debug_does_not_add_a_traceback_for_a_missing_driver():
-    assert_no_driver(run_vram("status", "--debug"))
+def test_debug_adds_the_traceback_for_a_missing_driver():
+    result = run_vram("status", "--debug")
+    assert result.rc == 1 and result.err.startswith("Traceback") and "NvmlUnavailable" in result.err
+    assert result.err_lines[-2].startswith(NO_DRIVER) and "vram status --simulate demo" in result.err_lines[-1]
 
 
 def _answer_prompt(answer: bytes, timeout: float = 20) -> tuple[int, str]:

@@ -197,10 +197,13 @@ def test_bad_scenario_from_the_environment(write_scenario):
     assert_one_line_error(run_vram("ps", env=clean_env(VRAM_SIMULATE=path)), 2, "gpus[0].memory_total")
 
 
-def test_debug_still_one_line_for_a_bad_scenario(write_scenario):
-    # A bad scenario is the user's input, not a bug: --debug does not turn it into a traceback.
+def test_debug_adds_the_traceback_for_a_bad_scenario(write_scenario):
+    # --debug shows the traceback (as documented), then the same one line and exit code.
     path = str(write_scenario(json.dumps({"gpus": [{"memory_total": "lots"}]})))
-    assert_one_line_error(run_vram("status", "--simulate", path, "--debug"), 2, "gpus[0].memory_total")
+    result = run_vram("status", "--simulate", path, "--debug")
+    assert result.rc == 2 and result.out == ""
+    assert result.err.startswith("Traceback") and "ScenarioError" in result.err
+    assert result.err_lines[-1].startswith("vram: bad scenario: ") and "gpus[0].memory_total" in result.err_lines[-1]
 
 
 # ---------------------------------------------------------------- vram sim validate / list

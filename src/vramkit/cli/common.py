@@ -8,15 +8,19 @@ import time
 from collections.abc import Callable
 
 from .. import units
+from ..errors import VramkitError
 from ..model import Snapshot
 from ..snapshot import Machine, open_machine
 
 
-class UsageError(Exception):
-    """Bad input from the user: one line on stderr, exit 2."""
+class UsageError(VramkitError):
+    """Bad input from the user: one line on stderr, exit 2. With `param` (an argparse dest, as a
+    library parameter is), cli/main.py puts the command's flag for it first."""
+
+    exit_code = 2
 
 
-class Failure(Exception):
+class Failure(VramkitError):
     """The command could not do its job: one line on stderr, exit 1."""
 
 

@@ -9,7 +9,7 @@ import sys
 from ..model import Snapshot
 from ..nvml.backend import NvmlUnavailable
 from ..render.style import style_for, terminal_width
-from .common import Failure, UsageError, open_for, parse_gpu_list
+from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
 
 HELP = "explain a CUDA out-of-memory error, or check this machine for what causes them"
 DESCRIPTION = """\
@@ -91,9 +91,9 @@ def _savings_hook(args: argparse.Namespace):
     from ..estimate import EstimateError, doctor_savings, resolve
 
     try:
-        resolve(args.model)
+        resolve(args.model)  # checked now: doctor_savings() answers None for a model it cannot resolve
     except EstimateError as e:
-        raise UsageError(f"--model: {e}") from None
+        raise UsageError(str(e), param="model") from e
     return doctor_savings, ("savings of model-dependent fixes are estimates for fp32 AdamW training at "
                             f"batch {args.batch_size} (vram estimate {args.model} --explain)")
 
@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if report is None:
         raise Failure(f"no out-of-memory error found in {source}")
     snap, live_note = _live(args)
-    if gpu is not None and snap is not None and gpu not in {g.index for g in snap.gpus}:
-        raise UsageError(f"--gpu: no GPU {gpu} on this machine")
+    if gpu is not None and snap is not None:
+        check_gpus(snap, [gpu])
     hook, hook_note = _savings_hook(args)
     context = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len}
     ex = explain(report, snap, gpu=gpu, job_pid=args.pid, me=_current_user(), savings=hook, context=context)
@@ -150,9 +150,7 @@ def _checklist(args: argparse.Namespace, style) -> int:
     wanted = None
     if args.gpu is not None:
         wanted = parse_gpu_list(args.gpu)
-        missing = [i for i in wanted if i not in {g.index for g in snap.gpus}]
-        if missing:
-            raise UsageError(f"--gpu: no GPU {missing[0]} on this machine")
+        check_gpus(snap, wanted)
     result = run_checklist(snap, only=wanted)
     if args.json:
         print(checklist_json(result, snap))

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from .common import UsageError
+
+if TYPE_CHECKING:
+    from ..estimate.analytic import Setup
 
 HELP = "estimate the GPU memory a model needs to train or run (no GPU needed)"
 DESCRIPTION = """\
@@ -76,18 +80,26 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
 
 
-def _int(args, name: str, flag: str) -> int | None:
+def _int(args: argparse.Namespace, name: str) -> int | None:
+    """A whole number as typed; its range is Setup.check's to judge (EstimateError names `name`)."""
     value = getattr(args, name)
     if value is None:
         return None
     try:
         return int(value)
     except ValueError:
-        raise UsageError(f"{flag}: {value!r} is not a whole number") from None
+        raise UsageError(f"{value!r} is not a whole number", param=name) from None
 
 
-def setup_from_args(args: argparse.Namespace):
-    """argparse -> analytic.Setup (bad values become UsageError, one line)."""
+def _required_int(args: argparse.Namespace, name: str) -> int:
+    value = _int(args, name)
+    assert value is not None  # argparse gives these a default
+    return value
+
+
+def setup_from_args(args: argparse.Namespace) -> Setup:
+    """argparse -> analytic.Setup. Bad values are VramkitErrors naming the parameter (the dest
+    of its option), which cli/main turns into one line that names the flag."""
     from ..estimate.analytic import Setup
     from ..units import parse_size
 
@@ -96,22 +108,18 @@ def setup_from_args(args: argparse.Namespace):
         try:
             context = parse_size(args.context_overhead)
         except ValueError as e:
-            raise UsageError(f"--context-overhead: {e}") from None
+            raise UsageError(str(e), param="context_overhead") from None
     try:
         cuda = float(args.cuda)
     except ValueError:
-        raise UsageError(f"--cuda: {args.cuda!r} is not a version such as 12.4") from None
-    values = {"batch": _int(args, "batch", "--batch"), "grad_accum": _int(args, "grad_accum", "--grad-accum"),
-              "gpus": _int(args, "gpus", "--gpus"), "tp": _int(args, "tp", "--tp"), "seq": _int(args, "seq", "--seq"),
-              "image_size": _int(args, "image_size", "--image-size"), "lora": _int(args, "lora", "--lora")}
-    for key, flag in (("batch", "--batch"), ("grad_accum", "--grad-accum"), ("gpus", "--gpus"), ("tp", "--tp"),
-                      ("seq", "--seq"), ("image_size", "--image-size"), ("lora", "--lora")):
-        if values[key] is not None and values[key] < 1:
-            raise UsageError(f"{flag} must be at least 1, not {values[key]}")
+        raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
     return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
                  checkpointing=args.checkpointing, attention=args.attention, quant=args.quant,
                  zero=None if args.zero is None else int(args.zero), offload=args.offload, parallel=args.parallel,
-                 head=args.head, context_overhead=context, cuda=cuda, **values)
+                 head=args.head, context_overhead=context, cuda=cuda,
+                 batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
+                 gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),
+                 image_size=_int(args, "image_size"), lora=_int(args, "lora"))
 
 
 def list_models() -> str:
@@ -127,7 +135,6 @@ def list_models() -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..estimate.analytic import estimate
-    from ..estimate.specs import EstimateError
     from ..render.estimate_view import estimate_json, render_estimate, render_trace
     from ..render.style import style_for, terminal_width
 
@@ -137,22 +144,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise UsageError("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)")
     setup = setup_from_args(args)
-    try:
-        result = estimate(args.model, setup)
-    except EstimateError as e:
-        raise UsageError(str(e)) from None
+    result = estimate(args.model, setup)  # an EstimateError is a VramkitError (exit 2): cli/main prints it
     traced = None
     if args.trace:
-        try:
-            from ..estimate.trace import TraceUnavailable, trace_estimate
-        except ImportError:  # pragma: no cover - trace.py itself imports torch lazily
-            raise UsageError("--trace needs PyTorch: pip install 'vramkit[torch]'") from None
+        from ..estimate.trace import TraceUnavailable, trace_estimate
+
         try:
             traced = trace_estimate(args.model, setup)
-        except TraceUnavailable as e:
-            raise UsageError(f"--trace: {e}") from None
-        except EstimateError as e:
-            raise UsageError(str(e)) from None
+        except TraceUnavailable as e:  # about --trace itself, which no library parameter names
+            raise UsageError(e.message, param="trace") from e
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     if args.json:
         extra = {"trace": traced.to_dict()} if traced else None

@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
+from typing import NoReturn
 
 from .. import __version__
+from ..errors import VramkitError
 from ..nvml.backend import NvmlUnavailable
 from ..nvml.scenario import ScenarioError
 from . import doctor, estimate, kill, pick, plan, ps, run, sim, status, top
-from .common import Failure, UsageError, add_global_options
+from .common import UsageError, add_global_options
 
 COMMANDS = (status, ps, top, kill, pick, run, estimate, plan, doctor, sim)
 
@@ -33,13 +36,8 @@ examples:
 """
 
 
-# Errors a user can cause or meet: one line on stderr, and the exit code.
-_ONE_LINE_ERRORS = ((UsageError, "error: ", 2), (ScenarioError, "bad scenario: ", 2),
-                    (NvmlUnavailable, "", 1), (Failure, "", 1))
-
-
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse's usage block is noise here)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's usage block is noise here)
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
@@ -53,7 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS:
         module.add_parser(sub, [common])
+    _note_parsers(parser)
     return parser
+
+
+def _note_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's parser records itself as args.command_parser (the deepest one parsed
+    wins), so an error can be told in that command's flags."""
+    parser.set_defaults(command_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _note_parsers(child)
 
 
 def _offer_simulation(message: str, command: str) -> bool:
@@ -71,28 +80,65 @@ def _offer_simulation(message: str, command: str) -> bool:
     return answer.strip().lower() in ("", "y", "yes")
 
 
+def flag_for(parser: argparse.ArgumentParser | None, param: str, args: argparse.Namespace | None = None) -> str | None:
+    """The command's flag for a library parameter: the one option whose dest is `param`
+    (`min_free` -> --min-free, `count` -> --count, not -n), unless the command names it in
+    `param_flags` (set_defaults(param_flags={"gpus": "--gpu"})). None when it has none, or when
+    several options share the dest (--train/--infer set `mode`)."""
+    explicit: dict[str, str] = getattr(args, "param_flags", None) or {}
+    if param in explicit:
+        return explicit[param]
+    if parser is None:
+        return None
+    options = [a.option_strings for a in parser._actions if a.dest == param and a.option_strings]
+    if len(options) != 1:
+        return None
+    return next((o for o in options[0] if o.startswith("--")), options[0][0])
+
+
+def one_line(e: Exception, parser: argparse.ArgumentParser | None = None,
+             args: argparse.Namespace | None = None) -> str:
+    """What vram prints for an error: the kind's prefix, then the message, the parameter named
+    by the command's flag for it where it has one ('error: --count: must be ...')."""
+    code = getattr(e, "exit_code", 1)
+    prefix = "bad scenario: " if isinstance(e, ScenarioError) else "error: " if code == 2 else ""
+    param = getattr(e, "param", None)
+    flag = flag_for(parser, param, args) if param else None
+    text = f"{flag}: {e.message}" if flag and isinstance(e, VramkitError) else str(e)
+    return f"{prefix}{text}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv
+    # Before parsing succeeds, and never from a command run after '--' (vram run -- x --debug).
+    debug = "--debug" in (argv[:argv.index("--")] if "--" in argv else argv)
+    args: argparse.Namespace | None = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:
             args = parser.parse_args([*argv, "status"])
+        debug = getattr(args, "debug", False)
         try:
-            return args.run(args)
+            code: int = args.run(args)
+            return code
         except NvmlUnavailable as e:
             if getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE"):
                 raise
+            if debug:
+                traceback.print_exc()
             # Every command says why it failed (`vram ps` used to exit 1 silently).
             if _offer_simulation(str(e), args.command):
                 args.simulate = "demo"
-                return args.run(args)
+                code = args.run(args)
+                return code
             return 1
-    except (UsageError, ScenarioError, NvmlUnavailable, Failure) as e:
-        prefix, code = next((p, c) for kind, p, c in _ONE_LINE_ERRORS if isinstance(e, kind))
-        print(f"vram: {prefix}{e}", file=sys.stderr)
-        return code
+    # NvmlUnavailable: until it is a VramkitError too (then this tuple is just VramkitError).
+    except (VramkitError, NvmlUnavailable) as e:
+        if debug:
+            traceback.print_exc()
+        print(f"vram: {one_line(e, getattr(args, 'command_parser', None), args)}", file=sys.stderr)
+        return int(getattr(e, "exit_code", 1))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

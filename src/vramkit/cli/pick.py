@@ -8,6 +8,7 @@ import math
 import os
 import sys
 
+from ..errors import VramkitError
 from .common import Failure, UsageError, open_for
 
 HELP = "choose free GPUs by policy and print their ids for CUDA_VISIBLE_DEVICES"
@@ -97,12 +98,14 @@ def prepare(args: argparse.Namespace):
             policy, visible = build_policy(devices, count=args.count, min_free=args.min_free,
                                            max_util=args.max_util, exclude=args.exclude, only=args.only,
                                            prefer=args.prefer, exclusive=args.exclusive)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+        except VramkitError:
+            raise
+        except ValueError as e:  # a plain ValueError from a parser: one line, exit 2
+            raise UsageError(str(e)) from e
         try:
             leases = lease_dir()
-        except LeaseError as e:
-            raise Failure(str(e)) from None
+        except LeaseError as e:  # until LeaseError is a VramkitError
+            raise Failure(str(e)) from e
     except BaseException:
         machine.close()
         raise
@@ -158,9 +161,9 @@ def acquire_explained(args, machine, snap, policy, visible, leases, waiter, **ho
             waiter.done()
         if args.explain:
             explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
-        raise Failure(str(e)) from None
-    except LeaseError as e:
-        raise Failure(str(e)) from None
+        raise Failure(str(e)) from e
+    except LeaseError as e:  # until LeaseError is a VramkitError
+        raise Failure(str(e)) from e
     if waiter:
         waiter.done()
     if args.explain:

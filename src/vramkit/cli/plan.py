@@ -50,7 +50,6 @@ def _current_free(args) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..estimate.planner import plan
-    from ..estimate.specs import EstimateError
     from ..render.plan_view import plan_json, render_plan
     from ..render.style import style_for
 
@@ -58,10 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("plan: give a MODEL (a catalog name, a config.json, or a count like 7b)")
     setup = setup_from_args(args)
     gpu = _current_free(args) if args.gpu == "current" else args.gpu
-    try:
-        result = plan(args.model, gpu, setup, gpu_label="the GPU here with the most free memory")
-    except EstimateError as e:
-        raise UsageError(str(e)) from None
+    result = plan(args.model, gpu, setup, gpu_label="the GPU here with the most free memory")
     if args.json:
         print(plan_json(result))
     else:

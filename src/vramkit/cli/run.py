@@ -92,13 +92,10 @@ def run(args: argparse.Namespace) -> int:
             lease.set_job(pid)
             watcher.append(LeaseWatcher(machine, lease, pid))
 
-        try:
-            return launch.run(command, env, pass_fds=[lease.fd] if lease.fd is not None else [],
-                              on_start=started, tick=lambda: bool(watcher) and watcher[0].tick(),
-                              tick_interval=1.0)
-        except launch.LaunchError as e:
-            print(f"vram: {e}", file=sys.stderr)
-            return e.code
+        # A LaunchError (not found: 127, not executable: 126) is a VramkitError: cli/main prints it.
+        return launch.run(command, env, pass_fds=[lease.fd] if lease.fd is not None else [],
+                          on_start=started, tick=lambda: bool(watcher) and watcher[0].tick(),
+                          tick_interval=1.0)
     finally:
         if selection is not None:
             selection.release()

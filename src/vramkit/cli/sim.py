@@ -8,7 +8,6 @@ import os
 import shlex
 
 from ..nvml import scenario as scenarios
-from .common import UsageError
 
 HELP = "simulated machines: list, check and share them with other programs"
 DESCRIPTION = """\
@@ -79,7 +78,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_shim(args: argparse.Namespace) -> int:
-    from ..nvml.shim import ShimError, write_shim
+    from ..nvml.shim import write_shim
 
     chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
     if chosen:
@@ -87,10 +86,7 @@ def run_shim(args: argparse.Namespace) -> int:
         path = scenarios.resolve(chosen)
         if path.parent != scenarios.SCENARIO_DIR:
             chosen = str(path.absolute())  # the other program may run in another directory
-    try:
-        target = write_shim(args.directory)
-    except ShimError as e:
-        raise UsageError(str(e)) from None
+    target = write_shim(args.directory)  # a ShimError is a VramkitError (exit 2): cli/main prints it
     directory = shlex.quote(str(target.parent))
     print(f"wrote {target}")
     print("pynvml programs (gpustat, nvitop, ...) see the simulated machine with:")
