@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vramkit.alerts import History, Thresholds, evaluate, growth, trend
+from vramkit.idle import IdleClock
 from vramkit.model import Device, GpuProcess, Snapshot
 
 GiB = 1024**3
@@ -20,11 +21,16 @@ def dev(index=0, used=10 * GiB, util=50, procs=(), lost=False) -> Device:
 
 def proc(pid=100, gpu=0, memory=10 * GiB, user="ann", zombie=False, start=1000.0, idle=False) -> GpuProcess:
     return GpuProcess(pid=pid, gpu=gpu, gpu_uuid=None, memory=memory, user=user, zombie=zombie,
-                      start_time=start, state="zombie" if zombie else "running", idle=idle)
+                      start_time=start, start_ticks=int(start * 100), state="zombie" if zombie else "running",
+                      idle=idle)
 
 
 def feed(history: History, t: float, *gpus: Device) -> None:
-    history.add(Snapshot(time=t, gpus=list(gpus)))
+    """As the collector does: the idle clock stamps each snapshot, then the history takes it."""
+    snap = Snapshot(time=t, gpus=list(gpus))
+    clock = history.__dict__.setdefault("test_idle_clock", IdleClock())  # one clock per history
+    clock.update(snap)
+    history.add(snap)
 
 
 def kinds(history: History, th: Thresholds | None = None) -> list[str]:

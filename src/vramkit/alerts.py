@@ -6,9 +6,8 @@ memory; `evaluate(history)` turns it into `Alert`s:
 - a GPU nearly full (little memory left now);
 - memory growing toward full, with the estimated time until full from the recent trend
   (a least-squares slope over the last `trend_window` seconds; always labelled an estimate);
-- a process holding memory while idle (no kernels of its own, from NVML's per-process samples;
-  else its GPU at 0%) for at least `idle_after` seconds *as observed*: the history only knows
-  what it has seen;
+- a process holding memory while idle (idle.py's rule: no kernels of its own) for at least
+  `idle_after` seconds *as observed*: `GpuProcess.idle_for`, from the collector's samples;
 - a defunct (zombie) process that the driver still lists as holding memory;
 - a lost GPU.
 
@@ -42,8 +41,7 @@ class ProcessTrace:
 
     points: deque = field(default_factory=lambda: deque(maxlen=512))  # (time, bytes or None)
     last_seen: float = 0.0
-    start_time: float | None = None  # tells a reused pid from the process we traced
-    idle_since: float | None = None  # first of the unbroken run of snapshots that saw it idle
+    start_ticks: int | None = None  # tells a reused pid from the process we traced
 
     def add(self, t: float, memory: int | None) -> None:
         if not self.points or self.points[-1][1] != memory:
@@ -79,12 +77,9 @@ class History:
             for p in dev.processes:
                 key = (p.pid, dev.index, p.mig_gi)
                 trace = self.procs.get(key)
-                if trace is None or (trace.start_time is not None and p.start_time is not None
-                                     and abs(trace.start_time - p.start_time) > 1.0):
-                    trace = self.procs[key] = ProcessTrace(start_time=p.start_time)  # new or reused pid
+                if trace is None or trace.start_ticks != p.start_ticks:
+                    trace = self.procs[key] = ProcessTrace(start_ticks=p.start_ticks)  # new or reused pid
                 trace.add(t, p.memory)
-                # p.idle: no kernels of its own (NVML's per-process samples), else its GPU at 0%.
-                trace.idle_since = (trace.idle_since if trace.idle_since is not None else t) if p.idle else None
         # Forget processes gone for longer than the window: 500 short jobs must not pile up.
         for key in [k for k, tr in self.procs.items() if tr.last_seen < t - self.keep_seconds]:
             del self.procs[key]
@@ -96,13 +91,6 @@ class History:
     def process(self, pid: int, gpu: int, mig_gi: int | None = None) -> list[tuple[float, int | None]]:
         trace = self.procs.get((pid, gpu, mig_gi))
         return trace.series() if trace else []
-
-    def process_idle_for(self, pid: int, gpu: int, mig_gi: int | None = None) -> float | None:
-        """Seconds this process has been seen idle without a break; None when it is not idle now."""
-        trace = self.procs.get((pid, gpu, mig_gi))
-        if trace is None or trace.idle_since is None:
-            return None
-        return trace.last_seen - trace.idle_since
 
 
 @dataclass
@@ -199,7 +187,7 @@ def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
                                  f"GPU {dev.index} memory growing {format_size(int(rate))}/s: full in "
                                  f"~{format_duration(eta)} at this rate (estimate)", gpu=dev.index, eta=eta))
         for p in dev.processes:
-            idle = history.process_idle_for(p.pid, dev.index, p.mig_gi)
+            idle = p.idle_for
             if p.zombie and p.memory:
                 out.append(Alert("defunct", "warning",
                                  f"{_who(p)} is defunct and still holds {format_size(p.memory)} on GPU "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from . import procs
 from .model import GpuProcess, Snapshot
 from .protect import Candidate, Protection, Refusal, load
+from .collector import Collector
 from .snapshot import Machine, open_machine
 
 if TYPE_CHECKING:  # imported where used: `import vramkit` stays cheap for `vram status`
@@ -215,7 +216,7 @@ def parse_signal(value: str | int) -> _signal.Signals:
 
 # ---------------------------------------------------------------- selection
 
-def _from_gpu_process(p: GpuProcess, machine: Machine, trusted: bool) -> Target:
+def _from_gpu_process(p: GpuProcess, machine: Machine | Collector, trusted: bool) -> Target:
     t = Target(pid=p.pid, command=p.command or "", name=p.name or "", user=p.user, state=p.state,
                ppid=p.ppid, container=p.container, start_time=p.start_time, start_ticks=p.start_ticks, zombie=p.zombie,
                orphaned=p.orphaned, ns_pids=(p.pid,))
@@ -334,7 +335,7 @@ def _is_own(t: Target, caller: Caller) -> bool:
     return t.uid == (0 if caller.root else caller.uid)
 
 
-def make_plan(machine: Machine, criteria: Criteria, *, protection: Protection | None = None,
+def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: Protection | None = None,
               caller: Caller | None = None, progress: Progress | None = None) -> Plan:
     """Select targets and check each one. Nothing is signalled."""
     if not criteria.selects_anything():
@@ -343,7 +344,8 @@ def make_plan(machine: Machine, criteria: Criteria, *, protection: Protection | 
     protection = protection or load(caller_chain=caller.chain)
     if not protection.caller_chain:
         protection.caller_chain = caller.chain
-    snap = machine.snapshot()
+    source = machine if isinstance(machine, Collector) else Collector(machine)
+    snap = source.snapshot()
     have = {g.index for g in snap.gpus}
     for gpu in criteria.gpus or ():
         if gpu not in have:
@@ -413,7 +415,7 @@ def make_plan(machine: Machine, criteria: Criteria, *, protection: Protection | 
                              f"of other users ({', '.join(names)}): {how}")
                 targets = [t for t in targets if _is_own(t, caller) or t.unmapped]
     if criteria.idle is not None:
-        targets = _idle(machine, snap, targets, criteria.idle, notes, progress)
+        targets = _idle(source, snap, targets, criteria.idle, notes, progress)
 
     for t in targets:
         if t.refusal is None:
@@ -440,46 +442,62 @@ def _narrow(targets: list[Target], keep, notes: list[str], label: str) -> list[T
     return out
 
 
-def _idle(machine: Machine, snap: Snapshot, targets: list[Target], seconds: float, notes: list[str],
+def _idle(source: Collector, snap: Snapshot, targets: list[Target], seconds: float, notes: list[str],
           progress: Progress | None) -> list[Target]:
-    """Keep the targets that ran no kernels at every sample over `seconds` while they held memory:
-    their own NVML utilization samples, else their GPUs at 0%. Sampled about every second."""
-    util = {g.index: g.utilization for g in snap.gpus}
-    unknown = sorted({g for t in targets for g in t.all_gpus if util.get(g) is None})
+    """Keep the targets idle (idle.py's rule) on every GPU they use for `seconds`, as the
+    collector's idle clock has seen: sampled about every second until each target has been
+    idle that long or stopped being idle. A holder NVML does not list has no row of its own:
+    its GPUs at 0% stand in for it (the rule where the driver keeps no per-process samples)."""
+    unknown = sorted({g.index for g in snap.gpus if g.utilization is None
+                      and any(g.index in t.all_gpus for t in targets)})
     if unknown:
         notes.append(f"GPU {','.join(map(str, unknown))}: utilization is N/A, so --idle cannot judge the "
                      "processes there (not selected)")
+    first_idle: dict[int, float] = {}  # pid -> first sample of an unbroken idle run (holder GPUs)
 
-    def idle_now(t: Target, now: Snapshot, first: bool) -> bool:
-        # Idle on a GPU: the process's own samples say it ran no kernels, or, where the driver
-        # keeps none (MIG, some GPUs, holders NVML does not list), the whole GPU is at 0%.
+    def idle_for(t: Target, now: Snapshot) -> float | None:
+        """How long t has been idle on every GPU it uses; None when it is not idle now."""
+        rows = {p.gpu: p for p in now.processes if p.pid == t.pid and p.key == (t.pid, t.start_ticks)}
         util = {g.index: g.utilization for g in now.gpus}
-        rows = {p.gpu: p for p in now.processes if p.pid == t.pid}
-        if not t.all_gpus:
-            return False
+        if not t.all_gpus or t.memory == 0:
+            return None
+        spans = []
         for g in t.all_gpus:
             row = rows.get(g)
-            busy = row.sm_utilization if row is not None and row.sm_utilization is not None else util.get(g)
-            if busy != 0:
-                return False
-        if not first and t.gpus and not any(g in rows for g in t.gpus):
-            return False  # no longer holds memory there
-        return t.memory != 0
+            if row is not None:
+                if row.idle_for is None:
+                    return None
+                spans.append(row.idle_for)
+            elif g in t.gpus or util.get(g) != 0:
+                return None  # no longer holds memory there, or its GPU is busy
+        if len(spans) < len(t.all_gpus):  # a holder GPU: idle since the first sample that saw it so
+            since = first_idle.setdefault(t.pid, now.time)
+            spans.append(now.time - since)
+        return min(spans)
 
-    alive = [t for t in targets if idle_now(t, snap, True)]
-    explicit_busy = [t for t in targets if t.explicit and t not in alive]
+    alive = {t.pid: t for t in targets if idle_for(t, snap) is not None}
+    explicit_busy = [t for t in targets if t.explicit and t.pid not in alive]
+    chosen = {pid for pid, t in alive.items() if (idle_for(t, snap) or 0) >= seconds}
+    waiting = {pid: t for pid, t in alive.items() if pid not in chosen}
     interval = min(1.0, max(0.1, seconds / 10))
     start = time.monotonic()
     end = start + seconds
-    while alive and time.monotonic() < end:
+    while waiting and time.monotonic() < end:
         time.sleep(max(0.0, min(interval, end - time.monotonic())))
-        now = machine.snapshot()
-        alive = [t for t in alive if idle_now(t, now, False)]
+        now = source.snapshot()
+        for pid, t in list(waiting.items()):
+            span = idle_for(t, now)
+            if span is None:
+                del waiting[pid]
+            elif span >= seconds:
+                chosen.add(pid)
+                del waiting[pid]
         if progress is not None:
-            progress("idle", min(seconds, time.monotonic() - start), seconds, len(alive))
+            progress("idle", min(seconds, time.monotonic() - start), seconds, len(waiting) + len(chosen))
+    chosen |= set(waiting)  # idle at every sample for the whole wait
     for t in explicit_busy:
         notes.append(f"pid {t.pid} was not idle for {seconds:g}s: not selected")
-    return alive
+    return [t for t in targets if t.pid in chosen]
 
 
 # ---------------------------------------------------------------- signalling
@@ -504,7 +522,7 @@ def _recheck(t: Target, pinned: procs.Pinned, caller: Caller, protection: Protec
     return check(fresh, caller, protection, all_users)
 
 
-def execute(machine: Machine, plan: Plan, sig: int = _signal.SIGTERM, *, timeout: float = 10.0,
+def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM, *, timeout: float = 10.0,
             force: bool = False, audit: AuditLog | None = None, protection: Protection | None = None,
             progress: Progress | None = None) -> KillReport:
     """Signal every target of the plan that passed its checks, wait, and re-sample the GPUs.
@@ -598,7 +616,7 @@ def execute(machine: Machine, plan: Plan, sig: int = _signal.SIGTERM, *, timeout
     return report
 
 
-def _unlisted_holders(machine: Machine, report: KillReport) -> list[Holder]:
+def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[Holder]:
     from .holders import scan
 
     touched = {c.index for c in report.gpus}
@@ -646,7 +664,7 @@ def _ticker(progress: Progress | None, total: float):
     return lambda remaining: progress("wait", time.monotonic() - start, total, len(remaining))
 
 
-def _settle(machine: Machine, plan: Plan) -> Snapshot:
+def _settle(machine: Machine | Collector, plan: Plan) -> Snapshot:
     """Re-sample; the driver may list an exited process for a moment while it frees its memory."""
     exited = {t.pid for t in plan.targets if t.status == EXITED}
     deadline = time.monotonic() + SETTLE

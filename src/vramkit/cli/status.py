@@ -42,9 +42,14 @@ def run(args: argparse.Namespace) -> int:
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
     machine = open_for(args)
     style = style_for(sys.stdout, getattr(args, "no_color", False))
+    source = machine
+    if args.watch is not None and args.watch > 0:  # frames read through one collector: idle time adds up
+        from ..collector import Collector
+
+        source = Collector(machine, interval=args.watch)
 
     def draw() -> str:
-        snap = machine.snapshot()
+        snap = source.snapshot()
         if wanted is not None:
             check_gpus(snap, wanted)
             snap.gpus = [g for g in snap.gpus if g.index in wanted]

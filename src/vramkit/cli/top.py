@@ -73,8 +73,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.readonly:
             from ..tui.actions import KillActions
 
-        actions = None if args.readonly else KillActions(machine, all_users=args.all_users)
-        app = TopApp(machine.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
+        from ..collector import Collector
+
+        collector = Collector(machine, interval=args.interval)  # the view and its kills share one reader
+        actions = None if args.readonly else KillActions(collector, all_users=args.all_users)
+        app = TopApp(collector.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
                      thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions)
         with _screen_on_stderr():
             app.run()

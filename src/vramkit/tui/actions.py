@@ -10,13 +10,13 @@ from ..audit import AuditLog
 from ..kill import Criteria, KillReport, Plan
 from ..kill import execute as kill_execute
 from ..kill import make_plan as kill_make_plan
-from ..snapshot import Machine
+from ..collector import Collector
 
 
 class KillActions:
     """Blocking calls: the app runs them off the UI thread, never beside a snapshot."""
 
-    def __init__(self, machine: Machine, audit_path: str | None = None, timeout: float = 10.0,
+    def __init__(self, machine: Collector, audit_path: str | None = None, timeout: float = 10.0,
                  all_users: bool = False):
         self.machine = machine
         self.audit_path = audit_path

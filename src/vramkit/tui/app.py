@@ -1,7 +1,9 @@
 """`vram top`: the Textual app.
 
-Snapshots are taken in a worker thread (`asyncio.to_thread`), one at a time, so a slow driver
-or a /proc walk over hundreds of processes never freezes the keyboard. Each refresh feeds the
+Snapshots are taken through the collector (vramkit.collector, shared with the kill actions, so
+they never split the machine's per-process samples) in a worker thread (`asyncio.to_thread`),
+one at a time, so a slow driver or a /proc walk over hundreds of processes never freezes the
+keyboard. Each refresh feeds the
 History (sparklines, alerts) and updates the table in place: only cells whose text changed are
 redrawn unless the set or order of rows changed.
 """
@@ -9,6 +11,7 @@ redrawn unless the set or order of rows changed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -152,8 +155,8 @@ class TopApp(App):
         self.apply(snap)
 
     def apply(self, snap: Snapshot) -> None:
-        if self.only_gpus is not None:
-            snap.gpus = [g for g in snap.gpus if g.index in self.only_gpus]
+        if self.only_gpus is not None:  # a copy: the collector's other consumers see every GPU
+            snap = dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in self.only_gpus])
         self.snap = snap
         self.refreshes += 1
         self.history.add(snap)

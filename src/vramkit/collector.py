@@ -1,0 +1,118 @@
+"""The collector: the one owner of a Machine, and the fan-out of its snapshots.
+
+A Machine's readings are stateful where the driver and the kernel are: NVML hands out each
+per-process utilization sample once ("since the last call"), and CPU % is a difference between
+two reads. Two readers of one Machine would split those between them, so every repeated reader
+(the live view, watch loops, kill --idle, and the recorder, exporter and web page to come)
+reads through a Collector: it samples the machine, stamps each process with how long it has
+been idle (idle.IdleClock, the one idle rule), keeps a ring of recent snapshots and hands each
+snapshot to every consumer. Consumers must not change the snapshots they are given.
+
+    collector = Collector(open_machine(), interval=2.0)
+    collector.subscribe(lambda snap: print(len(snap.processes)))
+    collector.start()          # a background thread samples every `interval` seconds
+    ...
+    collector.close()          # stops the thread and closes the machine
+
+A Collector stands wherever a Machine is expected: it has `snapshot()` (a fresh sample, handed
+to every consumer too), `backend` and `audit_context()`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .backends import Backend
+from .errors import RequestError
+from .idle import IdleClock
+from .model import Snapshot
+from .snapshot import Machine
+
+Consumer = Callable[[Snapshot], None]
+
+
+class Collector:
+    def __init__(self, machine: Machine, interval: float = 2.0, keep: int = 300):
+        if not interval > 0:
+            raise RequestError("interval: must be more than 0 seconds", param="interval")
+        self.machine = machine
+        self.interval = interval
+        self.recent: deque[Snapshot] = deque(maxlen=keep)  # the newest last
+        self.idle = IdleClock()
+        self.errors = 0  # samples that raised (the exception goes to the caller / on_error)
+        self._consumers: list[Consumer] = []
+        self._read_lock = threading.Lock()  # one reading of the machine at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.on_error: Callable[[Exception], None] | None = None  # for the background thread
+
+    # ------------------------------------------------------------ what a Machine offers
+    @property
+    def backend(self) -> Backend:
+        return self.machine.backend
+
+    @property
+    def simulated(self) -> bool:
+        return self.machine.simulated
+
+    def audit_context(self, via: str) -> dict[str, Any]:
+        return self.machine.audit_context(via)
+
+    def snapshot(self) -> Snapshot:
+        """Sample now; every consumer gets this snapshot too."""
+        return self.sample()
+
+    # ------------------------------------------------------------ sampling and fan-out
+    def subscribe(self, consumer: Consumer) -> Callable[[], None]:
+        """Call consumer(snapshot) after every sample, in the sampling thread. Returns a function
+        that unsubscribes."""
+        self._consumers.append(consumer)
+        return lambda: self._consumers.remove(consumer) if consumer in self._consumers else None
+
+    def sample(self) -> Snapshot:
+        with self._read_lock:
+            try:
+                snap = self.machine.snapshot()
+            except Exception:
+                self.errors += 1
+                raise
+            self.idle.update(snap)
+            self.recent.append(snap)
+        for consumer in list(self._consumers):
+            consumer(snap)
+        return snap
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self.recent[-1] if self.recent else None
+
+    # ------------------------------------------------------------ the background loop
+    def start(self) -> None:
+        """Sample every `interval` seconds in a daemon thread until close()."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="vramkit-collector", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except Exception as e:  # the loop goes on; the consumer of errors decides what to show
+                if self.on_error is not None:
+                    self.on_error(e)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        self.machine.close()

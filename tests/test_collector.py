@@ -1,0 +1,113 @@
+"""The collector: one reader of the Machine, many consumers, one idle clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import vramkit
+from vramkit.collector import Collector
+from vramkit.errors import RequestError, VramkitError
+from vramkit.idle import IdleClock
+from vramkit.model import Device, GpuProcess, Snapshot
+
+
+@pytest.fixture
+def collector():
+    c = Collector(vramkit.open_machine("demo"), interval=0.05, keep=3)
+    yield c
+    c.close()
+
+
+def test_every_consumer_gets_the_same_sample(collector):
+    seen_a, seen_b = [], []
+    collector.subscribe(seen_a.append)
+    stop_b = collector.subscribe(seen_b.append)
+    first = collector.sample()
+    stop_b()
+    second = collector.snapshot()  # a Collector stands where a Machine does
+    assert seen_a == [first, second] and seen_a[0] is first
+    assert seen_b == [first]
+    assert collector.latest is second
+
+
+def test_the_ring_keeps_the_newest(collector):
+    taken = [collector.sample() for _ in range(5)]
+    assert list(collector.recent) == taken[-3:]
+
+
+def test_the_idle_clock_runs_across_samples(collector):
+    first = collector.sample()
+    time.sleep(0.2)
+    second = collector.sample()
+    idle = {p.pid: p.idle_for for p in second.processes if p.idle}
+    assert 38817 in idle  # the demo's idle notebook: no kernels of its own
+    assert idle[38817] == pytest.approx(second.time - first.time)
+    busy = [p for p in second.processes if p.pid == 41234]
+    assert busy and all(p.idle_for is None for p in busy)
+
+
+def test_a_one_shot_snapshot_has_seen_one_sample():
+    snap = vramkit.snapshot("demo")
+    assert {p.pid: p.idle_for for p in snap.processes if p.idle} == {38817: 0.0}
+
+
+def test_the_background_loop_fans_out_and_survives_errors(collector):
+    got: list[Snapshot] = []
+    enough = threading.Event()
+    errors: list[Exception] = []
+    real = collector.machine.snapshot
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("the driver hiccuped")
+        return real()
+
+    collector.machine.snapshot = flaky  # type: ignore[method-assign]
+    collector.on_error = errors.append
+    collector.subscribe(lambda s: (got.append(s), len(got) >= 3 and enough.set()))
+    collector.start()
+    assert enough.wait(10)
+    collector.stop()
+    assert len(got) >= 3 and collector.errors == 1
+    assert [str(e) for e in errors] == ["the driver hiccuped"]
+    assert not any(t.name == "vramkit-collector" for t in threading.enumerate())
+
+
+def test_the_interval_is_checked_in_the_library():
+    machine = vramkit.open_machine("demo")
+    try:
+        with pytest.raises(RequestError) as e:
+            Collector(machine, interval=0)
+        assert isinstance(e.value, VramkitError) and e.value.param == "interval"
+        assert "--" not in str(e.value)
+    finally:
+        machine.close()
+
+
+def _snap(t: float, ticks: int, sm: int) -> Snapshot:
+    p = GpuProcess(pid=7, gpu=0, gpu_uuid=None, memory=1 << 30, sm_utilization=sm, start_ticks=ticks)
+    dev = Device(index=0, utilization=50, processes=[p])
+    p.idle = sm == 0  # idle.idle_now on this row
+    return Snapshot(time=t, gpus=[dev])
+
+
+def test_idle_clock_restarts_for_a_reused_pid_and_after_work():
+    clock = IdleClock()
+    for t in (0, 10, 20):
+        snap = _snap(t, ticks=100, sm=0)
+        clock.update(snap)
+    assert snap.processes[0].idle_for == 20
+    reused = _snap(30, ticks=999, sm=0)  # same pid, another process
+    clock.update(reused)
+    assert reused.processes[0].idle_for == 0
+    busy = _snap(40, ticks=999, sm=12)
+    clock.update(busy)
+    assert busy.processes[0].idle_for is None
+    again = _snap(50, ticks=999, sm=0)
+    clock.update(again)
+    assert again.processes[0].idle_for == 0
