@@ -18,6 +18,7 @@ from helpers import (
     assert_one_line_error,
     clean_env,
     cmdline,
+    needs_root,
     proc_state,
     real_gpu_scenario,
     run_vram,
@@ -273,7 +274,30 @@ def test_zombie_selects_orphans_holding_memory(children, write_scenario, env, st
     assert alive(other)
 
 
-def test_a_defunct_process_is_refused_with_the_reason(env):
+def own_synthetic(pid: int, **fields) -> dict:
+    """A scenario with one made-up process of the user running the tests (so the ownership rule,
+    checked first, lets it through, as root or not) on GPU 0."""
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    data = real_gpu_scenario({})
+    data["processes"] = [{"pid": pid, "user": me, "uid": os.getuid(), "command": "python train.py",
+                          "gpus": {"0": "9GiB"}, **fields}]
+    return data
+
+
+def test_a_defunct_process_is_refused_with_the_reason(write_scenario, env):
+    # Your own [python] <defunct>, re-parented to init: the zombie rule says why.
+    path = write_scenario(own_synthetic(29044, state="zombie", ppid=1, command="[python] <defunct>"))
+    result = kill(path, "29044", "--yes", "--json", env=env)
+    assert result.rc == 1
+    target = by_pid(result)[29044]
+    assert target["status"] == "refused" and target["rule"] == "zombie"
+    assert "reap" in target["reason"] and "holders" in target["reason"]
+
+
+@needs_root("for --all-users (demo's defunct process is carol's)")
+def test_another_users_defunct_process_is_refused_as_root_with_all_users(env):
     # demo's pid 29044 is carol's [python] <defunct>: root needs --all-users, then the zombie rule says why.
     result = run_vram("kill", "--simulate", "demo", "29044", "--all-users", "--yes", "--json", env=env)
     assert result.rc == 1
@@ -282,8 +306,15 @@ def test_a_defunct_process_is_refused_with_the_reason(env):
     assert "reap" in target["reason"] and "holders" in target["reason"]
 
 
-def test_a_simulated_process_is_never_signalled(env):
+def test_a_simulated_process_is_never_signalled(write_scenario, env):
     # A synthetic pid is not a real process here (a real one could have the same number).
+    result = kill(write_scenario(own_synthetic(52001)), "52001", "--yes", "--json", env=env)
+    assert result.rc == 1
+    assert by_pid(result)[52001]["rule"] == "simulated"
+
+
+@needs_root("for --all-users (demo's process 52001 is carol's)")
+def test_another_users_simulated_process_is_never_signalled_as_root_with_all_users(env):
     result = run_vram("kill", "--simulate", "demo", "52001", "--all-users", "--yes", "--json", env=env)
     assert result.rc == 1
     assert by_pid(result)[52001]["rule"] == "simulated"

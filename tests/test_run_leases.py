@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from helpers import AS_NOBODY, run_vram, run_vram_as, vram_argv, wait_for
+from helpers import AS_NOBODY, IS_ROOT, needs_root, run_vram, run_vram_as, vram_argv, wait_for
 
 from vramkit import leases as L
 from vramkit.allocate import LeaseWatcher
@@ -37,6 +37,7 @@ def test_the_shared_directory_is_created_sticky_and_world_writable(tmp_path, mon
     assert stat.S_IMODE(mode) == 0o1777
 
 
+@needs_root("to give the shared directory to another user")
 def test_an_unsafe_shared_directory_falls_back_to_a_per_user_one(tmp_path, monkeypatch):
     shared = tmp_path / "vramkit-leases"
     shared.mkdir(mode=0o777)
@@ -48,6 +49,23 @@ def test_an_unsafe_shared_directory_falls_back_to_a_per_user_one(tmp_path, monke
     d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
     assert d.path == run / "vramkit-leases" and not d.shared
     assert "not sticky" in d.note and "other users' vram runs cannot see them" in d.note
+    assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o700
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root may write to any directory")
+def test_a_shared_directory_you_cannot_write_falls_back_to_a_per_user_one(tmp_path, monkeypatch):
+    shared = tmp_path / "vramkit-leases"
+    shared.mkdir()
+    os.chmod(shared, 0o1555)  # not writable by you (as if another user had made it for themselves)
+    monkeypatch.setattr(L, "SHARED_DIR", shared)
+    run = tmp_path / "run"
+    run.mkdir()
+    try:
+        d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
+    finally:
+        os.chmod(shared, 0o755)
+    assert d.path == run / "vramkit-leases" and not d.shared
+    assert "not writable by you" in d.note and "other users' vram runs cannot see them" in d.note
     assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o700
 
 
@@ -140,6 +158,7 @@ def test_a_jobs_lease_survives_its_launcher(leasing, groups):
 
 # ---------------------------------------------------------------- between users
 
+@needs_root("to run vram as another user (setpriv)")
 def test_users_see_each_others_leases(shared_dir, groups):
     env = {k: v for k, v in os.environ.items() if not k.startswith("VRAM_")}
     env.update(VRAM_LEASE_DIR=str(shared_dir / "leases"), VRAM_SIM_TIME="0", PYTHONDONTWRITEBYTECODE="1")
