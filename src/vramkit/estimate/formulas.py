@@ -133,7 +133,6 @@ class Acts:
     dec_terms: list[tuple[str, int]] = field(default_factory=list)
     outside: list[tuple[str, int]] = field(default_factory=list)
     ckpt_layer: int = 0  # what a checkpointed encoder layer keeps
-    ckpt_dec_layer: int = 0
     layer_adjust: int = 0  # one-off correction (ALBERT's first layer in mixed precision)
     logits: int = 0  # b·s·V: the number of logits, for the loss transients
 
@@ -281,7 +280,6 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool)
                     [("norm before feed-forward", _norm(spec, Td, h, dt))] + _ffn(spec, Td, dt, lora, sh.tp)
         acts.dec_terms = dec_terms
         acts.dec_layer = sum(v for _, v in dec_terms)
-        acts.ckpt_dec_layer = Td * h * dt.r + (T * h * dt.r if False else 0)
         drop = spec.hidden_dropout > 0
         outside += [("encoder embedding dropout mask", T * h if drop else 0),
                     ("encoder final norm", _norm(spec, T, h, dt)),
@@ -293,7 +291,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool)
                     ("decoder output dropout mask", Td * h if drop else 0),
                     ("LM head input", _lin_in(Td, h, 1, dt, not lora)),
                     ("log-softmax output (fp32)", Td * spec.vocab * 4 // sh.tp),
-                    ("relative-position buckets (int64)", 2 * s * sd * 8 if False else (s * s + sd * sd) * 8),
+                    ("relative-position buckets (int64)", (s * s + sd * sd) * 8),
                     ("input ids, decoder ids, labels", (T + 2 * Td) * 8)]
         acts.logits = Td * spec.vocab
     acts.outside = [(n, v) for n, v in outside if v]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -442,8 +441,3 @@ def _check_memory_fits(c: _Checker, gpus: list[dict], processes: list[dict]) -> 
                 c.fail(f"{where}.memory_used", f"is {format_size(used)} but its processes hold "
                        f"{format_size(held)}")
 
-
-def sim_clock_start() -> float | None:
-    """VRAM_SIM_TIME pins the scenario clock (seconds since start) for tests; None = real time."""
-    raw = os.environ.get("VRAM_SIM_TIME")
-    return float(raw) if raw else None

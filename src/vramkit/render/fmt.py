@@ -59,9 +59,5 @@ def flags(proc: GpuProcess) -> list[str]:
     return out
 
 
-def process_memory(proc: GpuProcess) -> str:
-    return format_size(proc.memory)
-
-
 def elapsed(proc: GpuProcess) -> str:
     return format_duration(proc.elapsed)

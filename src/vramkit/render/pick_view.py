@@ -16,8 +16,6 @@ from . import fmt
 from .banner import banner
 from .style import Style, clip
 
-FORMATS = ("auto", "index", "uuid", "env")
-
 
 def device_words(d: CudaDevice) -> str:
     return f"{d.label} (PCI {short_pci(d.pci_bus_id)})"
