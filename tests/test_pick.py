@@ -167,10 +167,10 @@ def test_the_api_is_exported_from_the_package():
     import vramkit
     from vramkit import allocate
 
-    if not hasattr(vramkit, "use_gpus"):
-        pytest.skip("vramkit/__init__.py does not re-export the allocate API yet")
-    for name in ("select_gpus", "use_gpus", "NoGpusAvailable", "CudaAlreadyInitialized", "Selection"):
+    for name in ("select_gpus", "use_gpus", "NoGpusAvailable", "CudaAlreadyInitialized", "Selection", "WaitTimedOut"):
+        assert hasattr(vramkit, name), f"vramkit/__init__.py does not re-export vramkit.allocate.{name}"
         assert getattr(vramkit, name) is getattr(allocate, name)
+        assert name in vramkit.__all__
 
 
 def python(code: str, leasing, **env: str | None) -> subprocess.CompletedProcess:
