@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from . import leases as L
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
+from .errors import VramkitError
 from .model import Snapshot
 from .select import (
     DEFAULT_MAX_UTIL,
@@ -37,7 +38,7 @@ from .snapshot import Machine, open_machine
 from .units import format_duration, parse_percent, parse_size
 
 
-class NoGpusAvailable(RuntimeError):
+class NoGpusAvailable(VramkitError, RuntimeError):
     """The request cannot be met: now (`impossible` False) or ever (True). One-line message."""
 
     def __init__(self, message: str, impossible: bool = False, decision: Decision | None = None):
@@ -50,7 +51,7 @@ class WaitTimedOut(NoGpusAvailable):
     """Waited as long as allowed; the message says what was still missing."""
 
 
-class CudaAlreadyInitialized(RuntimeError):
+class CudaAlreadyInitialized(VramkitError, RuntimeError):
     """use_gpus() came too late: CUDA has read CUDA_VISIBLE_DEVICES already in this process."""
 
 

@@ -19,10 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .errors import VramkitError
+
 SYSTEM_LOG = Path("/var/log/vramkit/audit.log")
 
 
-class AuditError(OSError):
+class AuditError(VramkitError, OSError):
     """The audit log cannot be opened or written. The message names the file."""
 
 

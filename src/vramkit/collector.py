@@ -54,10 +54,6 @@ class Collector:
     def backend(self) -> Backend:
         return self.machine.backend
 
-    @property
-    def simulated(self) -> bool:
-        return self.machine.simulated
-
     def audit_context(self, via: str) -> dict[str, Any]:
         return self.machine.audit_context(via)
 

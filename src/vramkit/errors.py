@@ -29,3 +29,11 @@ class RequestError(VramkitError, ValueError):
     """The request cannot be carried out as asked (a bad value, an unknown GPU, nothing selected)."""
 
     exit_code = 2
+
+
+def no_such_gpu(index: int | str, have: list[int], param: str = "gpu",
+                kind: type[RequestError] = RequestError) -> RequestError:
+    """The one wording for a GPU index this machine does not have (raise what it returns)."""
+    span = (f"GPUs 0-{max(have)}" if sorted(have) == list(range(max(have) + 1)) else
+            f"GPUs {','.join(map(str, sorted(have)))}") if have else "no GPUs"
+    return kind(f"no GPU {index} (this machine has {span})", param=param)

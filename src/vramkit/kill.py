@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import procs
+from .collector import Collector
+from .errors import RequestError, no_such_gpu
 from .model import GpuProcess, Snapshot
 from .protect import Candidate, Protection, Refusal, load
-from .collector import Collector
 from .snapshot import Machine, open_machine
 
 if TYPE_CHECKING:  # imported where used: `import vramkit` stays cheap for `vram status`
@@ -45,7 +46,7 @@ KILL_GRACE = 5.0  # seconds to wait for an exit after SIGKILL (a process in the 
 SETTLE = 2.0  # seconds to re-sample NVML while it still lists processes that exited
 
 
-class KillRequestError(ValueError):
+class KillRequestError(RequestError):
     """A request that cannot be carried out as asked (bad signal, unknown GPU, nothing selected...)."""
 
 
@@ -67,6 +68,12 @@ class Criteria:
     def selects_anything(self) -> bool:
         return bool(self.pids or self.gpus is not None or self.users is not None or self.idle is not None
                     or self.zombie or self.holders)
+
+    def check(self) -> None:
+        """Raise KillRequestError when these criteria select nothing at all."""
+        if not self.selects_anything():
+            raise KillRequestError("name what to signal: processes by pid, or by GPU, user, idle time, zombie "
+                                   "state or device-file holders")
 
 
 @dataclass
@@ -210,8 +217,17 @@ def parse_signal(value: str | int) -> _signal.Signals:
         sig = _signal.Signals(int(text)) if text.isdigit() else _signal.Signals[
             text if text.startswith("SIG") else "SIG" + text]
     except (KeyError, ValueError):
-        raise KillRequestError(f"unknown signal {value!r} (try TERM, INT, HUP, KILL, USR1 or a number)") from None
+        raise KillRequestError(f"unknown signal {value!r} (try TERM, INT, HUP, KILL, USR1 or a number)",
+                               param="signal") from None
     return sig
+
+
+def check_force(sig: int, force: bool) -> None:
+    """force escalates to SIGKILL when the process did not end: only for a signal meant to end it."""
+    if force and sig not in ENDING:
+        name = _signal.Signals(sig).name
+        raise KillRequestError(f"escalates to SIGKILL after the wait for the process to end, but {name} does not "
+                               "end a process: use TERM (the default), INT or HUP", param="force")
 
 
 # ---------------------------------------------------------------- selection
@@ -338,19 +354,17 @@ def _is_own(t: Target, caller: Caller) -> bool:
 def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: Protection | None = None,
               caller: Caller | None = None, progress: Progress | None = None) -> Plan:
     """Select targets and check each one. Nothing is signalled."""
-    if not criteria.selects_anything():
-        raise KillRequestError("name what to signal: PID..., --gpu, --user, --idle, --zombie or --holders")
+    criteria.check()
     caller = caller or Caller.current()
     protection = protection or load(caller_chain=caller.chain)
     if not protection.caller_chain:
         protection.caller_chain = caller.chain
     source = machine if isinstance(machine, Collector) else Collector(machine)
     snap = source.snapshot()
-    have = {g.index for g in snap.gpus}
+    have = [g.index for g in snap.gpus]
     for gpu in criteria.gpus or ():
         if gpu not in have:
-            span = f"GPUs 0-{len(have) - 1}" if have else "no GPUs"
-            raise KillRequestError(f"--gpu: no GPU {gpu} (this machine has {span})")
+            raise no_such_gpu(gpu, have, kind=KillRequestError)
     trusted = machine.backend.pids_visible()
     table = procs.ProcessTable()
 
@@ -721,9 +735,7 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
     from .audit import AuditLog
 
     sig = parse_signal(signal)
-    if force and sig not in ENDING:
-        raise KillRequestError(f"force escalates to SIGKILL after waiting for the process to end; {sig.name} "
-                               "does not end it")
+    check_force(sig, force)
     criteria = Criteria(
         pids=tuple(int(p) for p in pids),
         gpus=None if gpu is None else ((gpu,) if isinstance(gpu, int) else tuple(gpu)),
@@ -747,7 +759,7 @@ def _duration(value: float | str) -> float:
     try:
         return parse_duration(value)
     except ValueError as e:
-        raise KillRequestError(f"idle: {e}") from None
+        raise KillRequestError(str(e), param="idle") from None
 
 
 class _CallableModule(type(sys)):

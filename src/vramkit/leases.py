@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .errors import VramkitError
 from .procs import sanitize
 
 ENV_DIR = "VRAM_LEASE_DIR"
@@ -44,7 +45,7 @@ _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
 _TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
 
 
-class LeaseError(Exception):
+class LeaseError(VramkitError):
     """The lease directory cannot be used. The message is one line."""
 
 

@@ -21,6 +21,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import NamedTuple
 
+from .errors import RequestError
+
 SYSTEM_CONF = Path("/etc/vramkit/protected.conf")
 KINDS = ("name", "command", "user")
 
@@ -45,7 +47,7 @@ BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
-class ProtectConfigError(ValueError):
+class ProtectConfigError(RequestError):
     """A protected.conf line that cannot be understood. The message names the file and line."""
 
 

@@ -55,7 +55,8 @@ class SimulatedBackend(NvidiaBackend):
 
     def device_nodes(self) -> tuple[str | None, str]:
         pattern = self.sim.scenario.data.get("device_nodes")
-        return pattern, "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
+        why = "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
+        return pattern, why
 
     def gpu_minors(self, gpus: list[Any]) -> dict[int, int]:
         return {g.index: g.index for g in gpus}  # a scenario's file nvidiaN stands for GPU N

@@ -139,27 +139,20 @@ def _ask(question: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from ..audit import AuditError, AuditLog
-    from ..kill import ENDING, KillRequestError, dry_report, execute, make_plan, parse_signal
+    from ..kill import check_force, dry_report, execute, make_plan, parse_signal
     from ..protect import ProtectConfigError
     from ..render.kill_view import kill_json, render_nothing, render_plan, render_report
     from ..render.style import style_for, terminal_width
     from ..units import parse_duration
 
-    try:
-        sig = parse_signal(args.signal)
-    except KillRequestError as e:
-        raise UsageError(f"--signal: {e}") from None
+    sig = parse_signal(args.signal)
     try:
         timeout = parse_duration(args.timeout)
     except ValueError as e:
         raise UsageError(f"--timeout: {e}") from None
-    if args.force and sig not in ENDING:
-        raise UsageError(f"--force sends SIGKILL to what {sig.name} did not end, but {sig.name} does not end a "
-                         "process: use --signal TERM (the default), INT or HUP")
+    check_force(sig, args.force)
     criteria = _criteria(args)
-    if not criteria.selects_anything():
-        raise UsageError("name what to signal: PID..., --gpu, --user, --idle, --zombie or --holders "
-                         "(see 'vram kill --help')")
+    criteria.check()
     if args.json and not (args.yes or args.dry_run):
         raise UsageError("--json is for programs, which cannot answer a question: add --yes (or --dry-run)")
     interactive = sys.stdin.isatty()
@@ -174,8 +167,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             plan = make_plan(machine, criteria, progress=progress)
-        except KillRequestError as e:
-            raise UsageError(str(e)) from None
         except ProtectConfigError as e:
             raise UsageError(f"protected list: {e}") from None
         finally:

@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import VramkitError
 from ..model import Device, GpuProcess, MigDevice
 
 _UNSET = 0xFFFFFFFF  # what NVML puts in gpuInstanceId outside MIG
 
 
-class NvmlUnavailable(Exception):
+class NvmlUnavailable(VramkitError):
     """No usable NVML: no driver, no library, or no nvidia-ml-py. The message is one line."""
 
 
