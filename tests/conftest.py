@@ -1,4 +1,4 @@
-"""Fixtures for the whole suite.
+"""Fixtures for the whole suite, and the suite's pytest set-up (the `slow` marker).
 
 The plain helpers the fixtures use (and test modules import) are in helpers.py:
 `from helpers import run_vram, ...`.
@@ -7,6 +7,7 @@ The plain helpers the fixtures use (and test modules import) are in helpers.py:
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,19 @@ from helpers import (  # noqa: F401
     strip_ansi,
     vram_argv,
 )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: takes a second or more (real waiting, many processes); "
+                   "`make test-fast` leaves these out (-m 'not slow'), `make test` runs them")
+    # Started in the background by a shell without job control (`make test &`, nohup, CI
+    # wrappers), pytest inherits SIGINT ignored, and every `vram` it starts would ignore Ctrl-C
+    # too; the tests that interrupt `vram run` need the ordinary disposition. A Python-level
+    # handler here is reset to the default in every child at exec.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 # ---------------------------------------------------------------- running the command
 

@@ -7,6 +7,7 @@ import fcntl
 import os
 import pty
 import pwd
+import select
 import signal
 import subprocess
 import sys
@@ -133,6 +134,9 @@ def test_interrupting_a_waiter_leaves_no_ticket(leasing, groups):
     waiter = groups.start(vram_argv("run", "--simulate", "demo", "--only", "7", "--wait", "--", "true"),
                           env=leasing.env(), stderr=subprocess.PIPE)
     assert wait_for(lambda: any(n.startswith("wait-") for n in leasing.leftovers()))
+    # Its first "waiting" line comes once the ticket is its own (the file appears a moment before).
+    assert wait_for(lambda: select.select([waiter.stderr], [], [], 0)[0])
+    assert waiter.stderr.readline().startswith(b"vram: waiting")
     waiter.send_signal(signal.SIGINT)
     assert waiter.wait(timeout=10) == 130
     assert not any(n.startswith("wait-") for n in leasing.leftovers())
