@@ -19,6 +19,7 @@ from . import leases as L
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
 from .errors import VramkitError
 from .model import Snapshot
+from .procs import descends_from
 from .select import (
     DEFAULT_MAX_UTIL,
     DEFAULT_MIN_FREE_PCT,
@@ -300,7 +301,7 @@ class LeaseWatcher:
         snap = self.machine.snapshot()
         units = {u.key: u for u in units_of(snap, devices_of(snap))}
         seen = [k for k in self.lease.pending if k in units and any(
-            self.is_real(p.pid) and L.descends_from(p.pid, self.job_pid) for p in units[k].processes)]
+            self.is_real(p.pid) and descends_from(p.pid, self.job_pid) for p in units[k].processes)]
         if seen:
             self.lease.release_units(seen)
         return bool(self.lease.pending)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import stat
 import time
 from datetime import datetime, timezone
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VramkitError
+from .procs import user_name
 
 SYSTEM_LOG = Path("/var/log/vramkit/audit.log")
 
@@ -41,11 +41,7 @@ def default_path() -> Path:
 def caller() -> dict[str, Any]:
     """Who is acting: uid, user name, pid; and the sudo user behind root, when there is one."""
     uid = os.getuid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = str(uid)
-    out: dict[str, Any] = {"uid": uid, "user": name, "pid": os.getpid()}
+    out: dict[str, Any] = {"uid": uid, "user": user_name(uid), "pid": os.getpid()}
     if os.geteuid() != uid:
         out["euid"] = os.geteuid()
     if uid == 0 and os.environ.get("SUDO_USER"):

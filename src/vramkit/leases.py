@@ -22,7 +22,6 @@ import contextlib
 import fcntl
 import json
 import os
-import pwd
 import re
 import secrets
 import socket
@@ -33,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import VramkitError
-from .procs import sanitize
+from .procs import descends_from, sanitize, user_name
 
 ENV_DIR = "VRAM_LEASE_DIR"
 ENV_TIMEOUT = "VRAM_LEASE_TIMEOUT"
@@ -48,12 +47,6 @@ _TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
 class LeaseError(VramkitError):
     """The lease directory cannot be used. The message is one line."""
 
-
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def _pidns() -> str | None:
@@ -344,27 +337,6 @@ def _lease_from(data: dict | None) -> Lease | None:
     return lease
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return int(raw[raw.rfind(b")") + 2:].split()[1])
-
-
-def descends_from(pid: int, ancestor: int) -> bool:
-    """Whether `pid` is `ancestor` or one of its descendants (torchrun's workers, a shell's python)."""
-    for _ in range(64):
-        if pid == ancestor:
-            return True
-        parent = _parent(pid)
-        if parent is None or parent <= 1:
-            return False
-        pid = parent
-    return False
-
-
 def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:
     """Whether the lease's job now shows on the unit in NVML, which ends the reservation.
 
@@ -426,7 +398,7 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
     now = time.time()
     uid = os.getuid()
     lease = Lease(id=f"{int(now * 1000):x}-{os.getpid()}-{secrets.token_hex(3)}", units=[k for k, _ in units],
-                  labels=dict(units), kind=kind, user=_user(uid), uid=uid, pid=os.getpid(), created=now,
+                  labels=dict(units), kind=kind, user=user_name(uid), uid=uid, pid=os.getpid(), created=now,
                   expires=now + timeout, locked=kind != "hold", pidns=_pidns(), host=socket.gethostname(),
                   command=command, baseline=baseline or {})
     fd = None
@@ -477,7 +449,7 @@ def enqueue(d: LeaseDir, state: State, policy: dict) -> HeldTicket:
         raise LeaseError(f"cannot join the queue in {d.path}: {e.strerror}") from None
     os.fchmod(fd, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.write(fd, json.dumps({"user": _user(os.getuid()), "pid": os.getpid(), "created": time.time(),
+    os.write(fd, json.dumps({"user": user_name(os.getuid()), "pid": os.getpid(), "created": time.time(),
                              "policy": policy}).encode())
     return HeldTicket(d, path, fd, seq)
 

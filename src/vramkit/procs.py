@@ -15,6 +15,7 @@ import select
 import signal
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 _STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "Z": "zombie", "T": "stopped",
            "t": "tracing-stop", "X": "dead", "I": "idle", "W": "paging", "P": "parked"}
@@ -46,6 +47,74 @@ class HostProcess:
     real: bool = True  # False: a simulated scenario's made-up process (nothing here to signal)
 
 
+class Stat(NamedTuple):
+    """The fields of /proc/PID/stat vramkit uses (see proc(5) for their numbers)."""
+
+    name: str  # comm, sanitized
+    state: str  # the state letter: R, S, D, Z, T, ...
+    ppid: int
+    flags: int  # PF_* task flags
+    cpu_ticks: int  # user + system CPU time, in clock ticks
+    start_ticks: int  # start time in clock ticks since boot
+    rss_pages: int
+
+
+def parse_stat(raw: bytes) -> Stat:
+    """/proc/PID/stat (or /proc/PID/task/TID/stat). The name may hold spaces and ')': it ends at
+    the last ')'."""
+    close = raw.rfind(b")")
+    fields = raw[close + 2:].split()  # fields[0] is stat field 3 (state)
+    return Stat(sanitize(raw[raw.find(b"(") + 1:close].decode(errors="replace")), fields[0].decode(),
+                int(fields[1]), int(fields[6]), int(fields[11]) + int(fields[12]), int(fields[19]),
+                int(fields[21]))
+
+
+def read_stat(pid: int) -> Stat | None:
+    """The pid's stat, or None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return parse_stat(f.read())
+    except OSError:
+        return None
+
+
+def state_name(letter: str) -> str:
+    return _STATES.get(letter, letter)
+
+
+_USERS: dict[int, str] = {}
+
+
+def user_name(uid: int) -> str:
+    """The user name of uid; the number itself when this machine has no name for it (e.g. a uid
+    from a container's /etc/passwd)."""
+    name = _USERS.get(uid)
+    if name is None:
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = str(uid)
+        _USERS[uid] = name
+    return name
+
+
+def parent(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return None if stat is None else stat.ppid
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (torchrun's workers, a shell's python)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        up = parent(pid)
+        if up is None or up <= 1:
+            return False
+        pid = up
+    return False
+
+
 def _boot_time() -> float:
     with open("/proc/stat", "rb") as f:
         for line in f:
@@ -61,27 +130,16 @@ class ProcessTable:
         self._ticks = os.sysconf("SC_CLK_TCK")
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = _boot_time()
-        self._users: dict[int, str] = {}
         # (pid, start ticks) -> (command, container): what does not change while a process lives,
         # so watch loops and the live view read /proc/PID/stat only.
         self._fixed: dict[tuple[int, int], tuple[str, str | None]] = {}
-
-    def user_name(self, uid: int) -> str:
-        name = self._users.get(uid)
-        if name is None:
-            try:
-                name = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                name = str(uid)  # a uid with no name here, e.g. from a container's /etc/passwd
-            self._users[uid] = name
-        return name
 
     def read(self, pid: int) -> HostProcess | str:
         """The process, or a one-line reason why its host side cannot be read."""
         base = f"/proc/{pid}"
         try:
             with open(f"{base}/stat", "rb") as f:
-                stat = f.read()
+                raw = f.read()
             uid = os.stat(base).st_uid
         except FileNotFoundError:
             return NOT_VISIBLE
@@ -89,23 +147,17 @@ class ProcessTable:
             return "no permission to read /proc for this pid"
         except OSError as e:
             return f"cannot read /proc/{pid}: {e.strerror}"
-        close = stat.rfind(b")")
-        name = sanitize(stat[stat.find(b"(") + 1:close].decode(errors="replace"))
-        fields = stat[close + 2:].split()
-        # fields[0] is stat field 3 (state); see proc(5) for the numbering.
-        state = _STATES.get(fields[0].decode(), fields[0].decode())
-        ppid = int(fields[1])
-        cpu_time = (int(fields[11]) + int(fields[12])) / self._ticks
-        start_time = self._boot + int(fields[19]) / self._ticks
-        rss = int(fields[21]) * self._page
-        key = (pid, int(fields[19]))
+        stat = parse_stat(raw)
+        state = state_name(stat.state)
+        key = (pid, stat.start_ticks)
         fixed = self._fixed.get(key)
         if fixed is None or state == "zombie":  # a zombie's cmdline is empty: read it as it is
-            fixed = self._fixed[key] = (self._cmdline(base) or f"[{name}]", self._container(base))
+            fixed = self._fixed[key] = (self._cmdline(base) or f"[{stat.name}]", self._container(base))
         command, container = fixed
-        return HostProcess(pid=pid, user=self.user_name(uid), uid=uid, command=command, name=name,
-                           state=state, start_time=start_time, cpu_time=cpu_time, rss=rss,
-                           ppid=ppid, container=container, start_ticks=key[1])
+        return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=stat.name,
+                           state=state, start_time=self._boot + stat.start_ticks / self._ticks,
+                           cpu_time=stat.cpu_ticks / self._ticks, rss=stat.rss_pages * self._page,
+                           ppid=stat.ppid, container=container, start_ticks=stat.start_ticks)
 
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
@@ -200,35 +252,25 @@ def identity(pid: int) -> Identity | None:
     """The process's identity now, or None when there is no such pid (or it is unreadable)."""
     if pid <= 0:
         return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+    stat = read_stat(pid)
+    if stat is None:
         return None
     status = _status_fields(pid)
     if status is None:
         return None
-    close = stat.rfind(b")")
-    name = sanitize(stat[stat.find(b"(") + 1:close].decode(errors="replace"))
-    fields = stat[close + 2:].split()
-    state = _STATES.get(fields[0].decode(), fields[0].decode())
-    flags = int(fields[6])
-    ticks = int(fields[19])
     try:
-        uids = tuple(int(x) for x in status.get("Uid", "").split()[:3])
-    except ValueError:
-        uids = ()
-    if len(uids) != 3:
+        real, effective, saved = (int(x) for x in status.get("Uid", "").split()[:3])
+    except ValueError:  # fewer than three, or not numbers
         return None
     try:
         ns_pids = tuple(int(x) for x in status.get("NSpid", str(pid)).split())
     except ValueError:
         ns_pids = (pid,)
     argv0 = ProcessTable._cmdline(f"/proc/{pid}").split(" ", 1)[0]
-    return Identity(pid=pid, start_ticks=ticks, start_time=boot_time() + ticks / _TICKS, state=state,
-                    ppid=int(fields[1]), uids=uids, name=name,  # type: ignore[arg-type]
+    return Identity(pid=pid, start_ticks=stat.start_ticks, start_time=boot_time() + stat.start_ticks / _TICKS,
+                    state=state_name(stat.state), ppid=stat.ppid, uids=(real, effective, saved), name=stat.name,
                     argv0=argv0.rsplit("/", 1)[-1].rstrip(":"),
-                    kernel_thread=bool(flags & PF_KTHREAD), ns_pids=ns_pids or (pid,))
+                    kernel_thread=bool(stat.flags & PF_KTHREAD), ns_pids=ns_pids or (pid,))
 
 
 def is_defunct(pid: int) -> bool:
@@ -244,7 +286,7 @@ def is_defunct(pid: int) -> bool:
                 raw = f.read()
         except OSError:
             continue
-        if raw[raw.rfind(b")") + 2:][:1] not in (b"Z", b"X"):
+        if parse_stat(raw).state not in ("Z", "X"):
             return False
     return True
 

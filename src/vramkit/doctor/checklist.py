@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..model import Device, GpuProcess, Snapshot
+from ..procs import user_name
 from ..units import format_duration, format_size
 
 NEAR_FULL_FREE = 0.05  # a GPU with less than 5% of its memory free is nearly full
@@ -110,11 +111,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     `only` narrows the GPUs checked (vram doctor --gpu)."""
     env = os.environ if env is None else env
     if me is None:
-        try:
-            import pwd
-            me = pwd.getpwuid(os.getuid()).pw_name
-        except (KeyError, ImportError):
-            me = None
+        me = user_name(os.getuid())
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     usable, findings, notes = _visible(snap, cvd)
     if only is not None:

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from ..procs import is_defunct
+from ..procs import is_defunct, read_stat
 from . import compat
 from .scenario import Scenario, value_at
 
@@ -33,17 +33,6 @@ class SimHandle:
 
     def __repr__(self):
         return f"<simulated nvmlDevice {self.index}{'' if self.gi is None else f'/{self.gi}'}>"
-
-
-def _read_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of a real pid, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2:].split()
-    return fields[0].decode(), int(fields[19])
 
 
 class SimulatedNvml:
@@ -131,11 +120,11 @@ class SimulatedNvml:
         if p["source"] != "real":
             return True
         # A real process frees its GPU memory when it exits, as the driver does.
-        stat = _read_stat(p["pid"])
-        if stat is None or (stat[0] == "Z" and is_defunct(p["pid"])):
+        stat = read_stat(p["pid"])
+        if stat is None or (stat.state == "Z" and is_defunct(p["pid"])):
             return False
-        first = self._real_start.setdefault(p["pid"], stat[1])
-        return first == stat[1]
+        first = self._real_start.setdefault(p["pid"], stat.start_ticks)
+        return first == stat.start_ticks
 
     def _unit_memory(self, index: int, gi: int | None, t: float) -> tuple[int, int]:
         """(memory used by live processes, memory of listed processes not live now)."""
