@@ -12,25 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# Children ... run_vram are used here; the rest is transitional, for modules not yet moved to
-# `from helpers import ...`.
-from helpers import (  # noqa: F401
-    ESCAPE,
-    Children,
-    Groups,
-    Leasing,
-    Strays,
-    assert_one_line_error,
-    clean_env,
-    has_nvidia_driver,
-    minimal_scenario,
-    run_vram,
-    scenario_data,
-    status_blocks,
-    strip_ansi,
-    vram_argv,
-)
+from helpers import Children, Groups, Leasing, Strays, run_vram
 
 
 def pytest_configure(config):

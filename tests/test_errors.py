@@ -9,7 +9,7 @@ import inspect
 import pkgutil
 
 import pytest
-from conftest import assert_one_line_error, run_vram
+from helpers import assert_one_line_error, run_vram
 
 import vramkit
 from vramkit.cli.main import flag_for, main, one_line

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import assert_one_line_error, run_vram
+from helpers import assert_one_line_error, run_vram
 
 
 def test_estimate_table_and_json():

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import (
+from helpers import (
     ESCAPE,
     assert_one_line_error,
     clean_env,

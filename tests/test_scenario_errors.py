@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import assert_one_line_error, clean_env, minimal_scenario, run_vram, scenario_data
+from helpers import assert_one_line_error, clean_env, minimal_scenario, run_vram, scenario_data
 
 
 def _set(path: str, value):
