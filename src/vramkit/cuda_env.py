@@ -79,7 +79,7 @@ def devices_of(snap: Snapshot) -> list[CudaDevice]:
     return out
 
 
-def _pci_key(dev: CudaDevice) -> tuple:
+def _pci_key(dev: CudaDevice) -> tuple[int, ...]:
     """Sort key of a PCI bus id 'DDDDDDDD:BB:DD.F' (NVML pads the domain to 8 digits)."""
     m = re.fullmatch(r"([0-9A-Fa-f]+):([0-9A-Fa-f]+):([0-9A-Fa-f]+)\.([0-7])", dev.pci_bus_id or "")
     if not m:

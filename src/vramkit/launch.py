@@ -89,9 +89,10 @@ def run(argv: Sequence[str], env: dict[str, str], *, pass_fds: Sequence[int] = (
         signal.pthread_sigmask(signal.SIG_SETMASK, original)
 
 
-def _supervise(pid: int, watched: set, tick: Callable[[], bool] | None, tick_interval: float) -> int:
+def _supervise(pid: int, watched: set[signal.Signals], tick: Callable[[], bool] | None, tick_interval: float) -> int:
     next_tick = time.monotonic() + tick_interval if tick else None
     while True:
+        info: signal.struct_siginfo | None
         if next_tick is None:
             info = signal.sigwaitinfo(watched)
         else:
@@ -103,7 +104,7 @@ def _supervise(pid: int, watched: set, tick: Callable[[], bool] | None, tick_int
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return exit_code(status)
-        if next_tick is not None and time.monotonic() >= next_tick:
+        if tick is not None and next_tick is not None and time.monotonic() >= next_tick:
             try:
                 more = tick()
             except Exception:  # watching is a courtesy: never let it hurt the job

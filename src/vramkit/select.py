@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .cuda_env import CudaDevice, numbering
 from .errors import RequestError
@@ -39,20 +40,20 @@ class Policy:
     exclusive: bool = False
     uid: int = field(default_factory=os.getuid)  # "other users" are relative to this uid
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Policy:
+    def from_dict(cls, data: dict[str, Any]) -> Policy:
         """From a waiter's ticket (written by any user): ValueError unless every field has its type."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         policy = cls(**known)
         number = (int, float)
 
-        def ok(value, kinds, optional=False) -> bool:
+        def ok(value: object, kinds: type | tuple[type, ...], optional: bool = False) -> bool:
             return (optional and value is None) or (isinstance(value, kinds) and not isinstance(value, bool))
 
-        def keys(value, optional=False) -> bool:
+        def keys(value: object, optional: bool = False) -> bool:
             return (optional and value is None) or (isinstance(value, list) and all(isinstance(k, str) for k in value))
 
         if not (ok(policy.count, int) and policy.count >= 1 and ok(policy.min_free, int, True)
@@ -257,7 +258,7 @@ def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
     return v
 
 
-def _rank(policy: Policy, unit: Unit) -> tuple:
+def _rank(policy: Policy, unit: Unit) -> tuple[int, int, int]:
     free = unit.memory_free or 0
     util = unit.utilization or 0
     # spread: the emptiest first, so the job is disturbed least; pack: the fullest that fits,
@@ -346,8 +347,9 @@ def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
             groups.setdefault(v.problems[0].kind, []).append(v)
     out = []
     for kind, vs in groups.items():
-        problems = [v.never if never else v.problems[0] for v in vs]
-        details = [p.detail for p in problems if p and p.detail]
+        # (grouped by it above, so every v has the problem: the lists stay aligned with vs)
+        problems = [v.never for v in vs if v.never] if never else [v.problems[0] for v in vs]
+        details = [p.detail for p in problems if p.detail]
         if kind in ("lease", "queue"):
             for v, p in zip(vs, problems):
                 out.append(f"{ids_text([v.unit])} {p.detail}")

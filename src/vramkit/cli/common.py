@@ -6,11 +6,18 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from .. import units
 from ..errors import VramkitError
 from ..model import Snapshot
 from ..snapshot import Machine, open_machine
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # What each command's add_parser(sub, parents) gets: main's subparsers.
+    Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class UsageError(VramkitError):
@@ -63,7 +70,7 @@ def open_for(args: argparse.Namespace) -> Machine:
     return open_machine(getattr(args, "simulate", None))
 
 
-def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out=None) -> None:
+def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out: TextIO | None = None) -> None:
     """Redraw every `interval` seconds until Ctrl-C. On a terminal the screen is cleared between
     frames; elsewhere frames follow each other, separated by a blank line."""
     out = out or sys.stdout

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..model import Snapshot
 from ..nvml.backend import NvmlUnavailable
-from ..render.style import style_for, terminal_width
+from ..render.style import Style, style_for, terminal_width
 from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
+
+if TYPE_CHECKING:
+    from ..doctor.explain import SavingsHook
+    from .common import Subparsers
 
 HELP = "explain a CUDA out-of-memory error, or check this machine for what causes them"
 DESCRIPTION = """\
@@ -37,7 +42,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("log", nargs="?", metavar="LOGFILE", help="a log or traceback with the error; - reads stdin")
@@ -82,7 +87,7 @@ def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
         machine.close()
 
 
-def _savings_hook(args: argparse.Namespace):
+def _savings_hook(args: argparse.Namespace) -> tuple[SavingsHook | None, str | None]:
     """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None."""
     if not (args.model or args.batch_size):
         return None, None
@@ -93,7 +98,7 @@ def _savings_hook(args: argparse.Namespace):
     try:
         resolve(args.model)  # checked now: doctor_savings() answers None for a model it cannot resolve
     except EstimateError as e:
-        raise UsageError(str(e), param="model") from e
+        raise UsageError(e.message, param="model") from e
     return doctor_savings, ("savings of model-dependent fixes are estimates for fp32 AdamW training at "
                             f"batch {args.batch_size} (vram estimate {args.model} --explain)")
 
@@ -135,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checklist(args: argparse.Namespace, style) -> int:
+def _checklist(args: argparse.Namespace, style: Style) -> int:
     from ..doctor.checklist import run_checklist
     from ..render.doctor_view import checklist_json, render_checklist
 

@@ -10,6 +10,7 @@ from .common import UsageError
 
 if TYPE_CHECKING:
     from ..estimate.analytic import Setup
+    from .common import Subparsers
 
 HELP = "estimate the GPU memory a model needs to train or run (no GPU needed)"
 DESCRIPTION = """\
@@ -31,7 +32,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("estimate", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_setup_options(p)

@@ -7,9 +7,21 @@ import argparse
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import VramkitError
 from .common import Failure, UsageError, open_for
+
+if TYPE_CHECKING:
+    from ..allocate import Selection, WaitStatus
+    from ..cuda_env import CudaDevice, Visible
+    from ..leases import LeaseDir
+    from ..model import Snapshot
+    from ..select import Decision, Policy
+    from ..snapshot import Machine
+    from .common import Subparsers
+
+    Prepared = tuple[Machine, Snapshot, list[CudaDevice], Policy, Visible, LeaseDir]
 
 HELP = "choose free GPUs by policy and print their ids for CUDA_VISIBLE_DEVICES"
 DESCRIPTION = """\
@@ -50,7 +62,7 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--exclusive", action="store_true", help="only GPUs with no other user's process on them")
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pick", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_policy_options(p)
@@ -83,7 +95,7 @@ def parse_wait(text: str | None) -> float | None:
                          "put the command after '--': vram run --wait -- CMD") from None
 
 
-def prepare(args: argparse.Namespace):
+def prepare(args: argparse.Namespace) -> Prepared:
     """Open the machine, read the policy and the lease directory: (machine, snapshot, devices,
     policy, the environment's CUDA_VISIBLE_DEVICES as CUDA reads it, lease dir)."""
     from ..allocate import build_policy
@@ -112,7 +124,7 @@ def prepare(args: argparse.Namespace):
     return machine, snap, devices, policy, visible, leases
 
 
-def lease_note(leases) -> str:
+def lease_note(leases: LeaseDir) -> str:
     from ..leases import read_state
 
     try:
@@ -135,7 +147,8 @@ def stderr_width() -> int:
         return terminal_width()
 
 
-def explain_to_stderr(args, snap, policy, visible, leases, selection, decision=None) -> None:
+def explain_to_stderr(args: argparse.Namespace, snap: Snapshot, policy: Policy, visible: Visible, leases: LeaseDir,
+                      selection: Selection | None, decision: Decision | None = None) -> None:
     from ..cuda_env import devices_of
     from ..render.pick_view import explain
     from ..render.style import style_for
@@ -148,7 +161,8 @@ def explain_to_stderr(args, snap, policy, visible, leases, selection, decision=N
     print(explain(snap, decision, visible, selection, lease_note(leases), style, width), file=sys.stderr)
 
 
-def acquire_explained(args, machine, snap, policy, visible, leases, waiter, **how):
+def acquire_explained(args: argparse.Namespace, machine: Machine, snap: Snapshot, policy: Policy, visible: Visible,
+                      leases: LeaseDir, waiter: WaitPrinter | None, **how: Any) -> Selection:
     """allocate.acquire(), as pick and run both need it: the wait line closed, --explain shown for
     the choice or for the refusal, and a refusal or lease problem turned into one-line Failure."""
     from ..allocate import NoGpusAvailable, acquire
@@ -203,7 +217,7 @@ class WaitPrinter:
     """The status line while waiting, on stderr: rewritten in place on a terminal; elsewhere a
     new line when what it waits for changes (at most every 10 s), so logs stay short."""
 
-    def __init__(self, quiet: bool, stream=None):
+    def __init__(self, quiet: bool, stream: TextIO | None = None) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -211,7 +225,7 @@ class WaitPrinter:
         self.last_time = -math.inf
         self.shown = False
 
-    def __call__(self, status) -> None:
+    def __call__(self, status: WaitStatus) -> None:
         import time
 
         from ..render.pick_view import wait_line

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from .common import UsageError, open_for
 from .estimate import add_setup_options, setup_from_args
+
+if TYPE_CHECKING:
+    from .common import Subparsers
 
 HELP = "plan a model on a GPU: largest batch, changes that make it fit, GPUs that fit"
 DESCRIPTION = """\
@@ -26,7 +30,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_setup_options(p)
@@ -36,7 +40,7 @@ def add_parser(sub, parents) -> None:
     p.set_defaults(run=run)
 
 
-def _current_free(args) -> int:
+def _current_free(args: argparse.Namespace) -> int:
     machine = open_for(args)
     try:
         snap = machine.snapshot()

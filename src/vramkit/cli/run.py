@@ -6,9 +6,13 @@ import argparse
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from .common import UsageError
 from .pick import WaitPrinter, acquire_explained, add_policy_options, parse_wait, prepare
+
+if TYPE_CHECKING:
+    from .common import Subparsers
 
 HELP = "pick GPUs, reserve them, and run a command on them"
 DESCRIPTION = """\
@@ -32,7 +36,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        usage="vram run [options] [--wait [SECONDS]] -- CMD [ARGS...]")
@@ -86,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             print(started_line(selection, selection.snapshot), file=sys.stderr, flush=True)
         env = {**os.environ, **selection.env}
         lease = selection.lease
+        assert lease is not None  # lease_kind="run" always leases
         watcher: list[LeaseWatcher] = []
 
         def started(pid: int) -> None:

@@ -6,8 +6,12 @@ import argparse
 import json
 import os
 import shlex
+from typing import TYPE_CHECKING
 
 from ..nvml import scenario as scenarios
+
+if TYPE_CHECKING:
+    from .common import Subparsers
 
 HELP = "simulated machines: list, check and share them with other programs"
 DESCRIPTION = """\
@@ -39,7 +43,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sim", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     sim_sub = p.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)

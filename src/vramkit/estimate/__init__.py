@@ -11,7 +11,16 @@ Importing this package imports no torch; `vramkit.estimate.trace` does, when use
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from .analytic import Estimate, Setup, estimate
+    from .planner import Plan, plan
+    from .savings import doctor_savings
+    from .specs import EstimateError, ModelSpec, resolve
+    from .trace import trace_estimate, trace_memory
 
 __all__ = ["Estimate", "EstimateError", "ModelSpec", "Plan", "Setup", "doctor_savings", "estimate", "plan",
            "resolve", "trace_estimate", "trace_memory"]
@@ -28,13 +37,13 @@ def __getattr__(name: str) -> Any:  # lazy: `vram status` never pays for the est
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class _CallableModule(type(__import__("sys"))):
+class _CallableModule(ModuleType):
     """`vramkit.estimate(...)` is the estimate function, while `vramkit.estimate` stays this
     package (a submodule import would replace a plain function attribute on `vramkit`)."""
 
-    def __call__(self, *args: Any, **kwargs: Any):
+    def __call__(self, *args: Any, **kwargs: Any) -> Estimate:
         from .analytic import estimate
         return estimate(*args, **kwargs)
 
 
-__import__("sys").modules[__name__].__class__ = _CallableModule
+sys.modules[__name__].__class__ = _CallableModule

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from .formulas import (
     OPTIMIZERS,
@@ -132,7 +133,7 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     activation_detail: list[tuple[str, int]] = field(default_factory=list)  # one layer's saved tensors
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("terms", "setup")}
         out["setup"] = asdict(self.setup)
         out["terms"] = [asdict(t) for t in self.terms]
@@ -171,7 +172,7 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
             "fused kernel, none")
 
 
-def estimate(model: str | ModelSpec, setup: Setup | None = None, **options) -> Estimate:
+def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any) -> Estimate:
     """Estimate the GPU memory one GPU needs. `model`: a catalog name, a config.json path or
     folder, a bare count like "7b", or a ModelSpec; options: the fields of Setup.
 
@@ -251,7 +252,10 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options) -> E
 
     # ---- training: gradients and optimizer states
     wt = (4 if setup.precision != "bf16-pure" else 2) if lora else dt.w  # master / trainable dtype
-    if deepspeed:
+    g: float  # bytes; float where a formula has fractional bytes per param
+    o: float
+    tmp: float
+    if setup.zero is not None:  # DeepSpeed
         w16 = 4 if setup.precision == "fp32" else 2
         k_opt = {"adamw": 12, "sgd": 4, "sgd-momentum": 8, "adafactor": 4, "adamw-8bit": 6}[setup.optimizer]
         if setup.precision == "fp32":

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 _BERT = {"model_type": "bert", "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
          "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 _ROBERTA = {**_BERT, "model_type": "roberta", "vocab_size": 50265, "max_position_embeddings": 514,
@@ -16,7 +18,7 @@ _T5 = {"model_type": "t5", "vocab_size": 32128, "d_kv": 64, "relative_attention_
 _VIT = {"model_type": "vit", "image_size": 224, "patch_size": 16, "num_channels": 3, "hidden_act": "gelu",
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "num_labels": 1000}
 
-MODELS: dict[str, dict] = {
+MODELS: dict[str, dict[str, Any]] = {
     "bert-base-uncased": {**_BERT, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                           "intermediate_size": 3072},
     "bert-base-cased": {**_BERT, "vocab_size": 28996, "hidden_size": 768, "num_hidden_layers": 12,

@@ -82,7 +82,7 @@ class Params:
     head_cast: int  # cast numel outside the checkpointed layers
     lora: int = 0  # adapter numel
     adafactor_state: int = 0  # numel of Adafactor's factored second moment
-    shapes: list = field(default_factory=list)
+    shapes: list[tuple[str, tuple[int, ...], bool]] = field(default_factory=list)
 
 
 def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1) -> Params:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import catalog
 from .analytic import Estimate, Setup, estimate
@@ -17,7 +18,7 @@ class Change:
     what: str
     total_bytes: int
     fits: bool
-    setup: dict  # the options that differ
+    setup: dict[str, Any]  # the options that differ
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     gpus_that_fit: list[tuple[str, int]] = field(default_factory=list)  # (name, memory)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "gpu": self.gpu, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
                 "total_bytes": self.estimate.total_bytes, "max_batch": self.max_batch,
                 "changes": [c.__dict__ for c in self.changes],
@@ -71,7 +72,7 @@ def largest_batch(spec: ModelSpec, setup: Setup, capacity: int, limit: int = 655
 
 
 def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | None = None,
-         gpu_label: str | None = None, **options) -> Plan:
+         gpu_label: str | None = None, **options: Any) -> Plan:
     """Plan a setup on a GPU: `gpu` is a catalog name or a capacity in bytes (e.g. free memory).
 
     >>> p = plan("bert-large-uncased", "rtx-4090", batch=32, seq=512)
@@ -90,7 +91,7 @@ def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | No
     max_batch = largest_batch(spec, setup, capacity) if not spec.bare else (1 if fits else 0)
     changes: list[Change] = []
 
-    def consider(what: str, **diff) -> None:
+    def consider(what: str, **diff: Any) -> None:
         try:
             new = replace(setup, **diff)
             total = _total(spec_for.get(what, spec), new)
@@ -136,7 +137,7 @@ def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | No
             if n > setup.gpus and setup.zero is not None:
                 consider(f"{n} GPUs (ZeRO-{setup.zero})", gpus=n * setup.tp)
         if not any(c.fits for c in changes):  # no single change is enough: stack the cheap ones
-            stacked: dict = {}
+            stacked: dict[str, Any] = {}
             labels: list[str] = []
             for label, diff in (("flash attention", {"attention": "flash"}),
                                 ("checkpointing", {"checkpointing": True}),

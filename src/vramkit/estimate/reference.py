@@ -6,6 +6,7 @@ the ones real models save). Used by the traced estimator; imports torch, so impo
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from .specs import ENCODERS, ModelSpec
 
 
 class Options:
-    def __init__(self, mixed: bool = False, flash: bool = False, checkpointing: bool = False):
+    def __init__(self, mixed: bool = False, flash: bool = False, checkpointing: bool = False) -> None:
         self.mixed = mixed  # under autocast: norms and softmax in fp32, as CUDA autocast runs them
         self.flash = flash
         self.checkpointing = checkpointing
@@ -31,23 +32,23 @@ def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 class LayerNorm(nn.LayerNorm):
-    def __init__(self, width: int, opt: Options, eps: float = 1e-12):
+    def __init__(self, width: int, opt: Options, eps: float = 1e-12) -> None:
         super().__init__(width, eps=eps)
         self.opt = opt
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         if self.opt.mixed:  # CUDA autocast runs layer_norm in fp32
             x = x.float()
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class LlamaRMSNorm(nn.Module):
-    def __init__(self, width: int, eps: float = 1e-6):
+    def __init__(self, width: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(width))
         self.eps = eps
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         dtype = x.dtype
         x = x.to(torch.float32)
         variance = x.pow(2).mean(-1, keepdim=True)
@@ -56,7 +57,7 @@ class LlamaRMSNorm(nn.Module):
 
 
 class T5LayerNorm(LlamaRMSNorm):
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
         if self.weight.dtype in (torch.float16, torch.bfloat16):
@@ -72,13 +73,13 @@ def _norm(spec: ModelSpec, width: int, opt: Options) -> nn.Module:
     return LayerNorm(width, opt, eps=1e-5 if spec.family == "gpt2" else 1e-12)
 
 
-def _rotate_half(x):
+def _rotate_half(x: Any) -> Any:
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, opt: Options, causal: bool = False):
+    def __init__(self, spec: ModelSpec, opt: Options, causal: bool = False) -> None:
         super().__init__()
         self.spec, self.opt, self.causal = spec, opt, causal
         h, d, a, kv = spec.hidden, spec.head_dim, spec.heads, spec.kv_heads
@@ -91,7 +92,7 @@ class Attention(nn.Module):
             self.v = nn.Linear(h, kv * d, bias=bias)
         self.o = nn.Linear(a * d, h, bias=spec.family not in ("llama", "t5"))
 
-    def forward(self, x, kv_input=None, bias=None, rope=None, cache=None):
+    def forward(self, x: Any, kv_input: Any = None, bias: Any = None, rope: Any = None, cache: Any = None) -> Any:
         spec = self.spec
         b, s, _ = x.shape
         a, kv, d = spec.heads, spec.kv_heads, spec.head_dim
@@ -137,7 +138,7 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
         h, i = spec.hidden, spec.intermediate
@@ -147,7 +148,7 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(h, i, bias=bias)
         self.down = nn.Linear(i, h, bias=bias)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         spec = self.spec
         if spec.ffn == "swiglu":
             y = F.silu(self.gate(x)) * self.up(x)
@@ -163,7 +164,7 @@ class FeedForward(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, spec: ModelSpec, opt: Options, causal: bool = False, cross: bool = False):
+    def __init__(self, spec: ModelSpec, opt: Options, causal: bool = False, cross: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.norm1 = _norm(spec, spec.hidden, opt)
@@ -174,7 +175,7 @@ class Layer(nn.Module):
         self.norm2 = _norm(spec, spec.hidden, opt)
         self.ffn = FeedForward(spec)
 
-    def forward(self, x, enc=None, bias=None, rope=None, cache=None):
+    def forward(self, x: Any, enc: Any = None, bias: Any = None, rope: Any = None, cache: Any = None) -> Any:
         p = self.spec.hidden_dropout if self.training else 0.0
         if not self.spec.pre_norm:  # BERT family: post-LN
             x = self.norm1(_dropout(self.attn(x), p, self.training) + x)
@@ -186,7 +187,7 @@ class Layer(nn.Module):
 
 
 class Stack(nn.Module):
-    def __init__(self, spec: ModelSpec, opt: Options, n: int, causal: bool = False, cross: bool = False):
+    def __init__(self, spec: ModelSpec, opt: Options, n: int, causal: bool = False, cross: bool = False) -> None:
         super().__init__()
         self.opt = opt
         if spec.shared_layers:
@@ -197,7 +198,7 @@ class Stack(nn.Module):
             self.layers = nn.ModuleList([Layer(spec, opt, causal, cross) for _ in range(n)])
             self.order = list(range(n))
 
-    def forward(self, x, enc=None, bias=None, rope=None, cache=None):
+    def forward(self, x: Any, enc: Any = None, bias: Any = None, rope: Any = None, cache: Any = None) -> Any:
         for idx in self.order:
             layer = self.layers[idx]
             if self.opt.checkpointing and self.training:
@@ -214,7 +215,7 @@ def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class EncoderModel(nn.Module):
     """BERT, RoBERTa, DistilBERT, ALBERT, with a classification or masked-LM head."""
 
-    def __init__(self, spec: ModelSpec, opt: Options):
+    def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
         self.spec = spec
         e, h = spec.embedding_size, spec.hidden
@@ -232,7 +233,7 @@ class EncoderModel(nn.Module):
             self.head_norm = LayerNorm(e, opt)
             self.decoder_bias = nn.Parameter(torch.zeros(spec.vocab))
 
-    def forward(self, ids, labels, token_types=None):
+    def forward(self, ids: Any, labels: Any, token_types: Any = None) -> Any:
         spec = self.spec
         pos = torch.arange(ids.shape[1], device=ids.device)
         x = self.word(ids) + self.position(pos)
@@ -254,7 +255,7 @@ class EncoderModel(nn.Module):
 class DecoderModel(nn.Module):
     """GPT-2 and LLaMA / Mistral / Qwen-style causal LMs."""
 
-    def __init__(self, spec: ModelSpec, opt: Options):
+    def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
         self.spec = spec
         h = spec.hidden
@@ -264,14 +265,14 @@ class DecoderModel(nn.Module):
         self.norm_f = _norm(spec, h, opt)
         self.lm_head = None if spec.tied else nn.Linear(h, spec.vocab, bias=False)
 
-    def _rope(self, s: int, device):
+    def _rope(self, s: int, device: Any) -> Any:
         d = self.spec.head_dim
         inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device).float() / d))
         freqs = torch.outer(torch.arange(s, device=device).float(), inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos()[None, None], emb.sin()[None, None]
 
-    def forward(self, ids, labels=None, cache=None):
+    def forward(self, ids: Any, labels: Any = None, cache: Any = None) -> Any:
         spec = self.spec
         x = self.embed(ids)
         rope = None
@@ -288,7 +289,7 @@ class DecoderModel(nn.Module):
         return _ce(logits, labels) if labels is not None else logits.float()
 
 
-def _t5_buckets(q_len: int, k_len: int, num_buckets: int, bidirectional: bool, device) -> torch.Tensor:
+def _t5_buckets(q_len: int, k_len: int, num_buckets: int, bidirectional: bool, device: Any) -> torch.Tensor:
     ctx = torch.arange(q_len, device=device)[:, None]
     mem = torch.arange(k_len, device=device)[None, :]
     rel = mem - ctx
@@ -308,7 +309,7 @@ def _t5_buckets(q_len: int, k_len: int, num_buckets: int, bidirectional: bool, d
 
 
 class T5Model(nn.Module):
-    def __init__(self, spec: ModelSpec, opt: Options):
+    def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
         self.spec = spec
         h = spec.hidden
@@ -321,14 +322,14 @@ class T5Model(nn.Module):
         self.dec_norm = T5LayerNorm(h)
         self.lm_head = None if spec.tied else nn.Linear(h, spec.vocab, bias=False)
 
-    def _bias(self, table: nn.Embedding, s: int, bidirectional: bool, device):
+    def _bias(self, table: nn.Embedding, s: int, bidirectional: bool, device: Any) -> Any:
         buckets = _t5_buckets(s, s, self.spec.rel_buckets, bidirectional, device)
         bias = table(buckets).permute(2, 0, 1)[None]
         if not bidirectional:
             bias = bias + torch.full((s, s), float("-inf"), device=device).triu(1)
         return bias
 
-    def forward(self, ids, labels, dec_ids=None):
+    def forward(self, ids: Any, labels: Any, dec_ids: Any = None) -> Any:
         spec = self.spec
         p = spec.hidden_dropout if self.training else 0.0
         x = _dropout(self.shared(ids), p, self.training)
@@ -347,7 +348,7 @@ class T5Model(nn.Module):
 
 
 class ViTModel(nn.Module):
-    def __init__(self, spec: ModelSpec, opt: Options):
+    def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
         self.spec = spec
         h = spec.hidden
@@ -359,7 +360,7 @@ class ViTModel(nn.Module):
         self.norm_f = LayerNorm(h, opt)
         self.classifier = nn.Linear(h, spec.num_labels)
 
-    def forward(self, pixels, labels):
+    def forward(self, pixels: Any, labels: Any) -> Any:
         b = pixels.shape[0]
         x = self.patch(pixels).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(x.dtype), x], dim=1) + self.pos
@@ -380,7 +381,7 @@ def build(spec: ModelSpec, opt: Options) -> nn.Module:
     raise ValueError(f"no reference model for {spec.family!r}")
 
 
-def batch_for(spec: ModelSpec, b: int, s: int, device=None, dtype=torch.float32) -> dict:
+def batch_for(spec: ModelSpec, b: int, s: int, device: Any = None, dtype: Any = torch.float32) -> dict[str, Any]:
     """Random inputs of the right shape for one step."""
     if spec.family == "vit":
         size = spec.image_size

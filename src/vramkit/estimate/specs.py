@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import RequestError
 from . import catalog
@@ -92,7 +93,7 @@ class ModelSpec:
         return (size // self.patch_size) ** 2 + 1
 
 
-def _need(cfg: dict, *keys: str, where: str) -> int:
+def _need(cfg: dict[str, Any], *keys: str, where: str) -> int:
     for key in keys:
         if key in cfg and cfg[key] is not None:
             value = cfg[key]
@@ -102,12 +103,12 @@ def _need(cfg: dict, *keys: str, where: str) -> int:
     raise EstimateError(f"{where}: config is missing {keys[0]!r} (needed for a {cfg.get('model_type')} model)")
 
 
-def _opt(cfg: dict, key: str, default):
+def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
     value = cfg.get(key)
     return default if value is None else value
 
 
-def from_config(cfg: dict, name: str = "config", source: str = "config") -> ModelSpec:
+def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config") -> ModelSpec:
     """A spec from the dict of a Hugging Face config.json."""
     if not isinstance(cfg, dict):
         raise EstimateError(f"{name}: a config must be a JSON object")

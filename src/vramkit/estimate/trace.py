@@ -17,14 +17,19 @@ caching allocator, and the CUDA context; those come from the analytic estimate.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..errors import VramkitError
 from .specs import EstimateError, ModelSpec, resolve
+
+if TYPE_CHECKING:
+    from .analytic import Setup
 
 BLOCK = 512
 
@@ -33,7 +38,7 @@ class TraceUnavailable(VramkitError, RuntimeError):
     """PyTorch is not installed (the optional torch extra)."""
 
 
-def _torch():
+def _torch() -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
@@ -59,7 +64,7 @@ class TraceResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"peak_bytes": self.peak_bytes, "steady_bytes": self.steady_bytes, "step_peaks": self.step_peaks,
                 "peak_step": self.peak_step, "peak_phase": self.peak_phase, "breakdown": self.breakdown,
                 "seconds": round(self.seconds, 3), "notes": self.notes}
@@ -84,7 +89,7 @@ class _Tracker:
         self.step_peak = 0
         self._next = 0
 
-    def track(self, storage, category: str | None = None) -> int:
+    def track(self, storage: Any, category: str | None = None) -> int:
         key = id(storage)
         serial = self.serial_of.get(key)
         if serial is not None:
@@ -116,7 +121,7 @@ class _Tracker:
         self.died[serial] = self.clock
         self.current -= self.size[serial]
 
-    def mark(self, tensor, category: str) -> None:
+    def mark(self, tensor: Any, category: str) -> None:
         serial = self.serial_of.get(id(tensor.untyped_storage()))
         if serial is not None:
             self.category[serial] = category
@@ -132,7 +137,7 @@ class _Tracker:
         return out
 
 
-def _modes(tracker: _Tracker):
+def _modes(tracker: _Tracker) -> tuple[Any, Any]:
     torch = _torch()
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -142,7 +147,8 @@ def _modes(tracker: _Tracker):
     to_copy = torch.ops.aten._to_copy.default
 
     class Dispatch(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             out = func(*args, **(kwargs or {}))
             category = None
             if func is to_copy and args and isinstance(args[0], torch.Tensor):
@@ -157,7 +163,8 @@ def _modes(tracker: _Tracker):
     class CudaLike(TorchFunctionMode):
         """F.dropout as CUDA runs it: native_dropout with a 1-byte mask."""
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             if func is F.dropout:
                 x = args[0]
@@ -171,8 +178,8 @@ def _modes(tracker: _Tracker):
     return Dispatch(), CudaLike()
 
 
-def trace_memory(model, step_fn: Callable[[int], object], steps: int = 2, optimizer=None,
-                 fake_mode=None) -> TraceResult:
+def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, optimizer: Any = None,
+                 fake_mode: Any = None) -> TraceResult:
     """Run `step_fn(step_index)` `steps` times and track every tensor storage.
 
     `model`: an nn.Module whose parameters count as "parameters" (build it under `fake_mode`,
@@ -188,10 +195,10 @@ def trace_memory(model, step_fn: Callable[[int], object], steps: int = 2, optimi
     for buf in model.buffers():
         tracker.track(buf.untyped_storage(), "buffers")
 
-    def pre_hook(module, args):
+    def pre_hook(module: Any, args: Any) -> None:
         tracker.phase = "forward"
 
-    def post_hook(module, args, output):
+    def post_hook(module: Any, args: Any, output: Any) -> None:
         tracker.phase = "backward/step"
 
     handles = [model.register_forward_pre_hook(pre_hook), model.register_forward_hook(post_hook)]
@@ -201,7 +208,7 @@ def trace_memory(model, step_fn: Callable[[int], object], steps: int = 2, optimi
     step_peaks: list[int] = []
     peaks_clock: list[int] = []
     started = time.perf_counter()
-    ctx = fake_mode if fake_mode is not None else _null()
+    ctx: Any = fake_mode if fake_mode is not None else contextlib.nullcontext()
     try:
         with ctx, cudalike, dispatch:
             for i in range(steps):
@@ -227,15 +234,7 @@ def trace_memory(model, step_fn: Callable[[int], object], steps: int = 2, optimi
                        seconds=time.perf_counter() - started)
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def fake_mode():
+def fake_mode() -> Any:
     """A FakeTensorMode: tensors with shapes and dtypes but no memory."""
     _torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -245,13 +244,13 @@ def fake_mode():
 class _Adam8bit:
     """Memory stand-in for bitsandbytes' 8-bit AdamW: two uint8 states + fp32 absmax per 256."""
 
-    def __init__(self, params):
+    def __init__(self, params: Iterable[Any]) -> None:
         torch = _torch()
         self.torch = torch
         self.params = [p for p in params if p.requires_grad]
-        self.state: dict = {}
+        self.state: dict[Any, dict[str, Any]] = {}
 
-    def step(self):
+    def step(self) -> None:
         torch = self.torch
         for p in self.params:
             if p.grad is None:
@@ -263,7 +262,7 @@ class _Adam8bit:
                                  "am": torch.zeros(blocks), "av": torch.zeros(blocks)}
             p.data.add_(p.grad, alpha=-1e-3)  # in place, like the fused kernel
 
-    def zero_grad(self, set_to_none: bool = True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             if set_to_none:
                 p.grad = None
@@ -271,7 +270,7 @@ class _Adam8bit:
                 p.grad.zero_()
 
 
-def make_optimizer(name: str, params):
+def make_optimizer(name: str, params: Iterable[Any]) -> Any:
     torch = _torch()
     params = [p for p in params if p.requires_grad]
     if name == "adamw":
@@ -287,7 +286,7 @@ def make_optimizer(name: str, params):
     raise EstimateError(f"unknown optimizer {name!r}")
 
 
-def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options) -> TraceResult:
+def trace_estimate(model: str | ModelSpec, setup: Setup | None = None, steps: int = 2, **options: Any) -> TraceResult:
     """Trace the reference implementation of a spec's family with the setup's options."""
     from dataclasses import replace
 
@@ -340,7 +339,7 @@ def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options
                 with torch.no_grad():
                     batch = reference.batch_for(spec, setup.batch, seq, dtype=pixel_dtype)
                     if spec.family in ("gpt2", "llama"):
-                        cache: list = []
+                        cache: list[Any] = []
                         net(batch["ids"], cache=cache)
                     else:
                         net(**batch)
@@ -354,6 +353,7 @@ def trace_estimate(model: str | ModelSpec, setup=None, steps: int = 2, **options
                     loss = net(**batch)
                 loss.backward()
                 del loss, batch
+            assert optimizer is not None  # made for training
             optimizer.step()
             optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
 

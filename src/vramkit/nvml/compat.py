@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import string
 import sys
+from typing import Any
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
@@ -67,19 +68,20 @@ _MESSAGES = {
 
 
 class NVMLError(Exception):
-    _valClassMapping: dict[int, type] = {}
+    _valClassMapping: dict[int, type[NVMLError]] = {}
+    value: int
 
-    def __new__(cls, value):
+    def __new__(cls, value: int) -> NVMLError:
         if cls is NVMLError:
             cls = NVMLError._valClassMapping.get(value, cls)
         obj = Exception.__new__(cls)
         obj.value = value
         return obj
 
-    def __str__(self):
+    def __str__(self) -> str:
         return _MESSAGES.get(self.value, f"NVML Error with code {self.value}")
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, NVMLError) and self.value == other.value
 
     __hash__ = Exception.__hash__
@@ -96,7 +98,7 @@ def _make_error_classes() -> None:
         class_name = "NVMLError_" + string.capwords(name[len("NVML_ERROR_"):], "_").replace("_", "")
         code = getattr(module, name)
 
-        def new(cls, *args, _code=code):
+        def new(cls: type[NVMLError], *args: object, _code: int = code) -> NVMLError:
             return NVMLError.__new__(cls, _code)
 
         cls = type(class_name, (NVMLError,), {"__new__": new})
@@ -111,10 +113,10 @@ _make_error_classes()
 class FriendlyObject:
     """Plain attribute bag, like pynvml.nvmlFriendlyObject (what process lists return)."""
 
-    def __init__(self, **fields):
+    def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"FriendlyObject({self.__dict__})"
 
 
@@ -122,12 +124,12 @@ class FriendlyObject:
 class _Struct:
     _fields_: tuple[str, ...] = ()
 
-    def __init__(self, *values):
+    def __init__(self, *values: Any) -> None:
         # pynvml's structures hand out text fields as str, though the C fields are bytes.
         for name, value in zip(self._fields_, values):
             setattr(self, name, value.decode() if isinstance(value, bytes) else value)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         inner = ", ".join(f"{n}={getattr(self, n, None)!r}" for n in self._fields_)
         return f"{type(self).__name__}({inner})"
 
@@ -156,5 +158,5 @@ class nvmlPciInfo_t(_Struct):
     _fields_ = ("busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId")
 
 
-def nvmlFriendlyObject(fields: dict):
+def nvmlFriendlyObject(fields: dict[str, Any]) -> FriendlyObject:
     return FriendlyObject(**fields)

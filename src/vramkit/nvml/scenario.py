@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import VramkitError
 from ..units import format_size, parse_duration, parse_size
@@ -125,7 +126,7 @@ class _Checker:
     def __init__(self, label: str):
         self.label = label
 
-    def fail(self, where: str, message: str) -> None:
+    def fail(self, where: str, message: str) -> NoReturn:
         raise ScenarioError(f"{self.label}: {where}: {message}")
 
     def known(self, obj: Any, allowed: set[str], where: str) -> None:
@@ -136,7 +137,7 @@ class _Checker:
             self.fail(f"{where}.{unknown[0]}" if where else unknown[0],
                       f"unknown field (allowed: {', '.join(sorted(allowed))})")
 
-    def timeline(self, value: Any, where: str, convert) -> Any:
+    def timeline(self, value: Any, where: str, convert: Callable[[Any, str], Any]) -> Any:
         """Validate a static value or a timeline, converting each value with `convert`."""
         if not is_timeline(value):
             return convert(value, where)
@@ -144,7 +145,7 @@ class _Checker:
         raw = value["timeline"]
         if not isinstance(raw, list) or not raw:
             self.fail(f"{where}.timeline", "must be a non-empty list of [seconds, value] pairs")
-        points = []
+        points: list[tuple[float, Any]] = []
         for i, pair in enumerate(raw):
             if not isinstance(pair, list) or len(pair) != 2:
                 self.fail(f"{where}.timeline[{i}]", "must be a [seconds, value] pair")
@@ -301,7 +302,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         c.fail(f"{where}.memory_total", "must be more than 0")
     total = g["memory_total"]
 
-    def size_within_total(v, w):
+    def size_within_total(v: Any, w: str) -> int:
         n = c.size(v, w)
         if n > total:
             c.fail(w, f"{format_size(n)} is more than memory_total ({format_size(total)})")
@@ -362,7 +363,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
     return g
 
 
-def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict]) -> tuple[int, int | None]:
+def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict[str, Any]]) -> tuple[int, int | None]:
     """'3' -> (3, None): the whole GPU 3. '0/2' -> (0, 2): GPU 0, MIG GPU instance 2."""
     m = re.fullmatch(r"(\d+)(?:/(\d+))?", key)
     if not m:
@@ -378,7 +379,7 @@ def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict]) -> tuple
     return index, gi
 
 
-def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[str, Any]:
+def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]]) -> dict[str, Any]:
     where = f"processes[{i}]"
     c.known(raw, PROCESS_FIELDS, where)
     if "pid" not in raw:
@@ -422,7 +423,7 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict]) -> dict[s
     return p
 
 
-def _check_memory_fits(c: _Checker, gpus: list[dict], processes: list[dict]) -> None:
+def _check_memory_fits(c: _Checker, gpus: list[dict[str, Any]], processes: list[dict[str, Any]]) -> None:
     for g in gpus:
         # What the driver reserves is not there for processes: the simulator would cut `used`
         # down to total - reserved, and show less in use than the processes it lists hold.

@@ -80,7 +80,7 @@ class ShimError(VramkitError):
     exit_code = 2
 
 
-def write_shim(directory: str | os.PathLike) -> Path:
+def write_shim(directory: str | os.PathLike[str]) -> Path:
     """Write DIRECTORY/pynvml.py (creating DIRECTORY), and return its path.
 
     An existing pynvml.py is replaced only when it is an earlier shim: never someone's real one.
@@ -179,18 +179,19 @@ class _Library:
         self._cache[name] = fn
         return fn
 
-    def _call(self, body: Callable[..., Any], name: str, *args: Any) -> int:
-        """Run a C function's body, NVML style: an NVMLError becomes its return code."""
+    def _call(self, body: Callable[..., Any], name: str, *args: Any) -> Any:
+        """Run a C function's body, NVML style: an NVMLError becomes its return code (what
+        the C function returns: a return code, or nvmlErrorString's bytes)."""
         try:
             result = body(self.sim, name, *args)
         except self.api.NVMLError as e:
-            return e.value
+            return int(e.value)
         return self.api.NVML_SUCCESS if result is None else result
 
     def _not_supported(self, name: str, *args: Any) -> int:
         if not self.sim.initialized and name != "nvmlErrorString":
-            return self.api.NVML_ERROR_UNINITIALIZED
-        return self.api.NVML_ERROR_NOT_SUPPORTED
+            return int(self.api.NVML_ERROR_UNINITIALIZED)
+        return int(self.api.NVML_ERROR_NOT_SUPPORTED)
 
 
 # C functions callers reach through _nvmlGetFunctionPointer, each `body(sim, name, *c_args)`:
@@ -228,7 +229,7 @@ def _memory_info(sim: SimulatedNvml, name: str, handle: Any, ref: Any) -> None:
 
 def _running_processes(sim: SimulatedNvml, name: str, handle: Any, count_ref: Any, array: Any) -> int | None:
     if not hasattr(type(sim), name):  # not on the instance: that would fall through to pynvml's wrapper
-        return sim.api.NVML_ERROR_NOT_SUPPORTED
+        return int(sim.api.NVML_ERROR_NOT_SUPPORTED)
     procs = getattr(sim, name)(handle)  # the instance's: slow_calls wrap it there
     count = _target(count_ref)
     if array is None or count.value < len(procs):

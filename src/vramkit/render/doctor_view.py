@@ -193,7 +193,7 @@ def render_checklist(result: Checklist, snap: Snapshot, style: Style, width: int
     for n in result.notes:
         lines.append(style.paint(f"note: {n}", "dim"))
     if result.findings:
-        counts = {}
+        counts: dict[str, int] = {}
         for f in result.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
         summary = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in counts.items())

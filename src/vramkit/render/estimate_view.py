@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from ..units import format_size
 from .style import Style, clip
+
+if TYPE_CHECKING:
+    from ..estimate.analytic import Estimate
+    from ..estimate.trace import TraceResult
 
 _KIND_COLOR = {"weights": "blue", "gradients": "magenta", "optimizer": "yellow", "activations": "green",
                "transient": "cyan", "overhead": "dim", "kv": "green"}
 
 
-def _setup_line(e) -> str:
+def _setup_line(e: Estimate) -> str:
     s = e.setup
     if s.mode == "infer":
         parts = [f"inference, batch {s.batch}, context {e.seq}", "fp32" if s.precision == "fp32" else "16-bit"]
@@ -41,7 +46,7 @@ def _setup_line(e) -> str:
     return ", ".join(parts)
 
 
-def render_estimate(e, style: Style, width: int = 100, explain: bool = False) -> str:
+def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool = False) -> str:
     kinds = {t.name: t.kind for t in e.terms}
     lines = [style.paint(f"{e.model}", "bold") + f"  ·  {e.params:,} parameters"
              + (f" ({e.trainable:,} trainable per GPU)" if e.trainable and e.trainable != e.params else "")
@@ -86,7 +91,7 @@ def render_estimate(e, style: Style, width: int = 100, explain: bool = False) ->
     return "\n".join(lines)
 
 
-def estimate_json(e, extra: dict | None = None) -> str:
+def estimate_json(e: Estimate, extra: dict[str, Any] | None = None) -> str:
     data = e.to_dict()
     out = {"model": e.model, "family": e.family, "estimate": True, "total_bytes": e.total_bytes,
            "context_bytes": e.context_bytes, "peak_bytes": e.peak_bytes, "steady_bytes": e.steady_bytes,
@@ -98,7 +103,7 @@ def estimate_json(e, extra: dict | None = None) -> str:
     return json.dumps(out, indent=2)
 
 
-def render_trace(t, style: Style) -> str:
+def render_trace(t: TraceResult, style: Style) -> str:
     """The traced result beside the analytic one."""
     lines = [style.paint("traced (fake tensors, CUDA allocator rounding)", "bold")]
     for name, value in sorted(t.breakdown.items(), key=lambda kv: -kv[1]):

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from ..allocate import Selection, WaitStatus
 from ..cuda_env import CudaDevice, Visible, cuda_index, short_pci
 from ..model import Snapshot
-from ..select import Decision, verdict_text
+from ..select import Decision, Unit, verdict_text
 from ..units import format_duration, format_size
 from . import fmt
 from .banner import banner
@@ -99,6 +99,7 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
         model = f"{clip(model, 16):<16} " if show_model else ""
         free = fmt.memory_pair(u.memory_free, u.memory_total)
         util = fmt.pct(u.utilization)
+        paint: tuple[str, ...]
         if u.key in chosen:
             verdict, paint = f"chosen: cuda:{chosen[u.key]}", ("green", "bold")
         elif v.fits:
@@ -129,7 +130,7 @@ def wait_line(status: WaitStatus) -> str:
     return f"vram: {status.text()}"
 
 
-def _unit_words(u) -> str:
+def _unit_words(u: Unit) -> str:
     model = None if u.dev.is_mig else fmt.short_gpu_name(u.dev.name)  # a MIG label names its profile
     inner = f"{model}, " if model and model != fmt.NA else ""
     return f"{u.dev.label} ({inner}{format_size(u.memory_free)} free)"

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from ..units import format_size
 from .style import Style
 
+if TYPE_CHECKING:
+    from ..estimate.planner import Plan
 
-def render_plan(p, style: Style) -> str:
+
+def render_plan(p: Plan, style: Style) -> str:
     e = p.estimate
     verdict = style.paint("FITS", "green", "bold") if p.fits else style.paint("DOES NOT FIT", "red", "bold")
     lines = [f"{p.model} on {p.gpu} ({format_size(p.capacity_bytes)}): {verdict}  ·  needs ~"
@@ -33,5 +37,5 @@ def render_plan(p, style: Style) -> str:
     return "\n".join(lines)
 
 
-def plan_json(p) -> str:
+def plan_json(p: Plan) -> str:
     return json.dumps(p.to_dict(), indent=2)

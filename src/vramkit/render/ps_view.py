@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import GpuProcess, Snapshot
+from ..model import Device, GpuProcess, Snapshot
 from ..units import format_size
 from . import fmt
 from .banner import banner
@@ -12,7 +12,7 @@ HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSE
 RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED"}
 
 
-def _row(snap_gpus: dict, p: GpuProcess) -> list[str]:
+def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
     dev = snap_gpus[p.gpu]
     share = None if p.memory is None or not dev.memory_total else 100 * p.memory / dev.memory_total
     gpu = f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}"

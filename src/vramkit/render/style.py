@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import TextIO
 
 _CODES = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
           "dim": "2", "bold": "1", "reverse": "7"}
@@ -47,7 +48,7 @@ def level_color(fraction: float | None) -> str:
     return "green" if fraction < 0.7 else "yellow" if fraction < 0.9 else "red"
 
 
-def style_for(stream=None, no_color: bool = False) -> Style:
+def style_for(stream: TextIO | None = None, no_color: bool = False) -> Style:
     stream = stream or sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
     # no-color.org: NO_COLOR counts when present and not empty.

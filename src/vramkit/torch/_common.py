@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,7 +33,7 @@ def _skip_dirs() -> tuple[str, ...]:
 def user_site(depth: int = 2) -> tuple[str, int, str]:
     """(file, line, function) of the innermost frame outside torch and vramkit.torch: the user's line."""
     skip = _skip_dirs()
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(skip) and not name.startswith("<frozen"):
@@ -40,7 +42,7 @@ def user_site(depth: int = 2) -> tuple[str, int, str]:
     return "?", 0, "?"
 
 
-def tensors_in(value: Any):
+def tensors_in(value: Any) -> Iterator[Any]:
     """The tensors an op returned: one, or several in a tuple/list."""
     torch = require_torch()
     if isinstance(value, torch.Tensor):

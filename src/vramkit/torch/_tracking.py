@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ class Tracker:
         self.eval_grad_sites: Counter[tuple[str, int, str]] = Counter()
         self._mode: Any = None
 
-    def record(self, out: Any, args: tuple) -> None:
+    def record(self, out: Any, args: tuple[Any, ...]) -> None:
         torch = require_torch()
         inputs = {id(a) for a in args if isinstance(a, torch.Tensor)}
         for t in tensors_in(out):
@@ -46,7 +47,7 @@ class Tracker:
                     and t.grad_fn is not None and torch.is_grad_enabled()):
                 self.eval_grad_sites[site] += 1
 
-    def _forget(self, key: int):
+    def _forget(self, key: int) -> Callable[[Any], None]:
         def callback(ref: Any) -> None:
             entry = self.entries.get(key)
             if entry is not None and entry.ref is ref:
@@ -54,7 +55,7 @@ class Tracker:
         return callback
 
     def live(self) -> list[tuple[Any, Entry]]:
-        out = []
+        out: list[tuple[Any, Entry]] = []
         for entry in list(self.entries.values()):
             t = entry.ref()
             if t is not None:
@@ -90,7 +91,8 @@ def _mode_class() -> Any:
                 super().__init__()
                 self.tracker = tracker
 
-            def __torch_function__(self, func, types, args=(), kwargs=None):
+            def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
+                                   kwargs: dict[str, Any] | None = None) -> Any:
                 out = func(*args, **(kwargs or {}))
                 try:
                     self.tracker.record(out, args)

@@ -62,7 +62,8 @@ class _Runner:
                  memory_fn: Callable[[], int] | None) -> None:
         self.step_fn, self.before, self.memory_fn = step_fn, before, memory_fn
         self.trials: list[Trial] = []
-        self.lo, self.hi = 0, None  # largest success, smallest failure
+        self.lo: int = 0  # largest success
+        self.hi: int | None = None  # smallest failure
 
     def __call__(self, batch: int) -> bool:
         from .guard import is_oom
@@ -179,11 +180,12 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
     stalls = 0
     while run.lo < high and (run.hi is None or run.hi - run.lo > 1):
         if run.lo == 0:  # even the first trial failed: look below it
+            assert run.hi is not None  # (that failure)
             _gallop(run, run.hi - 1, low, high)
             break
         ceiling = high if run.hi is None else run.hi - 1
         fit = _fit(run.trials, local=True)
-        guess = math.floor((capacity - fit[0]) / fit[1]) if fit is not None else None
+        guess = math.floor((capacity - fit[0]) / fit[1]) if fit is not None and capacity is not None else None
         if guess is not None and run.hi is not None and not run.lo < guess < run.hi:
             guess = None  # the secant left the bracket: bisect instead of creeping by one
         if guess is None or stalls >= 2:
@@ -206,6 +208,7 @@ def _gallop(run: _Runner, start: int, low: int, high: int) -> None:
     else:
         step = 1
         while run.lo == 0:
+            assert run.hi is not None  # `start` failed
             batch = max(low, run.hi - step)
             if not run(batch) and batch == low:
                 return  # nothing fits

@@ -19,7 +19,8 @@ import warnings
 from collections.abc import Callable
 from contextlib import ContextDecorator
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from ..doctor.explain import Explanation, explain
 from ..doctor.oom import OomReport, parse_oom
@@ -66,7 +67,8 @@ class OomDiagnosis:
     def format(self) -> str:
         lines = ["vramkit oom_guard: out of memory"]
         if self.explanation is not None:
-            r, ex = self.report, self.explanation
+            ex = self.explanation
+            r = ex.report  # the same report explain() was given
             lines.append(f"  asked for {format_size(r.requested_bytes)}; free {format_size(r.free_bytes)} of "
                          f"{format_size(r.total_bytes)}")
             lines.append(f"  cause: {ex.cause_text}")
@@ -223,7 +225,8 @@ class oom_guard(ContextDecorator):  # noqa: N801 - used like contextlib's lower-
             self._tracker.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             tracker.stop()

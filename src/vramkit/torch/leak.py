@@ -25,6 +25,7 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from ..units import format_size
@@ -81,7 +82,7 @@ class LeakReport:
 def _holder(t: Any) -> str | None:
     """The name of a list/dict/set that holds `t`, found in the calling frames."""
     containers = [r for r in gc.get_referrers(t) if isinstance(r, (list, dict, set, tuple))]
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and containers:
         for scope in (frame.f_locals, frame.f_globals if frame.f_back is None else {}):
             for name, value in scope.items():
