@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .cuda_env import CudaDevice, numbering
-from .errors import RequestError
+from .errors import RequestError, no_such_gpu
 from .model import GpuProcess, Snapshot
 from .units import format_size
 
@@ -141,7 +141,6 @@ def resolve_selectors(text: str, devices: list[CudaDevice], param: str) -> list[
     param = param.lstrip("-").replace("-", "_")  # "--only" from an older caller: the parameter "only"
     keys: list[str] = []
     gpus = {d.index: d for d in devices if not d.is_mig}
-    span = f"GPUs 0-{max(gpus)}" if gpus else "no GPUs"
     for raw in text.split(","):
         part = raw.strip()
         if not part:
@@ -153,11 +152,11 @@ def resolve_selectors(text: str, devices: list[CudaDevice], param: str) -> list[
                 raise RequestError(f"{part!r} is not a range (try 0-3)", param=param)
             missing = [i for i in range(lo, hi + 1) if i not in gpus]
             if missing:
-                raise RequestError(f"no GPU {missing[0]} (this machine has {span})", param=param)
+                raise no_such_gpu(missing[0], list(gpus), param=param)
             found = [gpus[i] for i in range(lo, hi + 1)]
         elif part.isdigit():
             if int(part) not in gpus:
-                raise RequestError(f"no GPU {part} (this machine has {span})", param=param)
+                raise no_such_gpu(part, list(gpus), param=param)
             found = [gpus[int(part)]]
         elif m := re.fullmatch(r"(\d+)/(\d+)", part):
             found = [d for d in devices if d.is_mig and d.index == int(m.group(1)) and d.gi == int(m.group(2))]

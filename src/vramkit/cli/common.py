@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from .. import units
-from ..errors import VramkitError
+from ..errors import VramkitError, no_such_gpu
 from ..model import Snapshot
 from ..snapshot import Machine, open_machine
 
@@ -59,11 +59,11 @@ def parse_gpu_list(text: str) -> list[int]:
 
 
 def check_gpus(snap: Snapshot, wanted: list[int]) -> None:
+    """A RequestError (param gpu: --gpu) for the first wanted GPU this machine does not have."""
     have = [g.index for g in snap.gpus]
     missing = [i for i in wanted if i not in have]
     if missing:
-        span = f"GPUs 0-{len(have) - 1}" if have else "no GPUs"
-        raise UsageError(f"--gpu: no GPU {missing[0]} (this machine has {span})")
+        raise no_such_gpu(missing[0], have)
 
 
 def open_for(args: argparse.Namespace) -> Machine:

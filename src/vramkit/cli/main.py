@@ -96,16 +96,14 @@ def flag_for(parser: argparse.ArgumentParser | None, param: str, args: argparse.
     return next((o for o in options[0] if o.startswith("--")), options[0][0])
 
 
-def one_line(e: Exception, parser: argparse.ArgumentParser | None = None,
+def one_line(e: VramkitError, parser: argparse.ArgumentParser | None = None,
              args: argparse.Namespace | None = None) -> str:
-    """What vram prints for an error: the kind's prefix, then the message, the parameter named
-    by the command's flag for it where it has one ('error: --count: must be ...')."""
-    code = getattr(e, "exit_code", 1)
-    prefix = "bad scenario: " if isinstance(e, ScenarioError) else "error: " if code == 2 else ""
-    param = getattr(e, "param", None)
-    flag = flag_for(parser, param, args) if param else None
-    text = f"{flag}: {e.message}" if flag and isinstance(e, VramkitError) else str(e)
-    return f"{prefix}{text}"
+    """What vram prints for an error: the kind's prefix ("bad scenario: "; "error: " for bad
+    input, exit 2; none for a failure), then the message, with the parameter named by the
+    command's flag for it where it has one ('error: --count: must be ...')."""
+    prefix = "bad scenario: " if isinstance(e, ScenarioError) else "error: " if e.exit_code == 2 else ""
+    flag = flag_for(parser, e.param, args) if e.param else None
+    return f"{prefix}{flag}: {e.message}" if flag else f"{prefix}{e}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,12 +131,11 @@ def main(argv: list[str] | None = None) -> int:
                 code = args.run(args)
                 return code
             return 1
-    # NvmlUnavailable: until it is a VramkitError too (then this tuple is just VramkitError).
-    except (VramkitError, NvmlUnavailable) as e:
+    except VramkitError as e:  # NvmlUnavailable too, when no simulation is offered
         if debug:
             traceback.print_exc()
         print(f"vram: {one_line(e, getattr(args, 'command_parser', None), args)}", file=sys.stderr)
-        return int(getattr(e, "exit_code", 1))
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import VramkitError
-from .common import Failure, UsageError, open_for
+from .common import UsageError, open_for
 
 if TYPE_CHECKING:
     from ..allocate import Selection, WaitStatus
@@ -100,7 +100,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     policy, the environment's CUDA_VISIBLE_DEVICES as CUDA reads it, lease dir)."""
     from ..allocate import build_policy
     from ..cuda_env import devices_of
-    from ..leases import LeaseError, lease_dir
+    from ..leases import lease_dir
 
     machine = open_for(args)
     try:
@@ -112,12 +112,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
                                            prefer=args.prefer, exclusive=args.exclusive)
         except VramkitError:
             raise
-        except ValueError as e:  # a plain ValueError from a parser: one line, exit 2
+        except ValueError as e:  # build_policy's plain ValueErrors (they name the flag): exit 2
             raise UsageError(str(e)) from e
-        try:
-            leases = lease_dir()
-        except LeaseError as e:  # until LeaseError is a VramkitError
-            raise Failure(str(e)) from e
+        leases = lease_dir()  # a LeaseError is a VramkitError (exit 1): cli/main prints it
     except BaseException:
         machine.close()
         raise
@@ -163,10 +160,9 @@ def explain_to_stderr(args: argparse.Namespace, snap: Snapshot, policy: Policy, 
 
 def acquire_explained(args: argparse.Namespace, machine: Machine, snap: Snapshot, policy: Policy, visible: Visible,
                       leases: LeaseDir, waiter: WaitPrinter | None, **how: Any) -> Selection:
-    """allocate.acquire(), as pick and run both need it: the wait line closed, --explain shown for
-    the choice or for the refusal, and a refusal or lease problem turned into one-line Failure."""
+    """allocate.acquire(), as pick and run both need it: the wait line closed, and --explain shown
+    for the choice or for the refusal (NoGpusAvailable, which cli/main prints in one line)."""
     from ..allocate import NoGpusAvailable, acquire
-    from ..leases import LeaseError
 
     try:
         selection = acquire(machine, policy, on_wait=waiter, lease_dir=leases, **how)
@@ -175,9 +171,7 @@ def acquire_explained(args: argparse.Namespace, machine: Machine, snap: Snapshot
             waiter.done()
         if args.explain:
             explain_to_stderr(args, snap, policy, visible, leases, None, e.decision)
-        raise Failure(str(e)) from e
-    except LeaseError as e:  # until LeaseError is a VramkitError
-        raise Failure(str(e)) from e
+        raise
     if waiter:
         waiter.done()
     if args.explain:

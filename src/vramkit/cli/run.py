@@ -69,12 +69,18 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("no command: put it after '--', e.g. vram run -n 1 -- python train.py")
     wait = parse_wait(args.wait)
-    try:
-        timeout = parse_duration(args.lease_timeout) if args.lease_timeout else lease_timeout()
-    except (ValueError, LeaseError) as e:
-        raise UsageError(f"--lease-timeout: {e}") from None
-    if not 0 < timeout <= MAX_LEASE:
-        raise UsageError("--lease-timeout: must be more than 0 seconds and at most 24h")
+    if args.lease_timeout:
+        try:
+            timeout = parse_duration(args.lease_timeout)
+        except ValueError as e:
+            raise UsageError(str(e), param="lease_timeout") from None
+        if not 0 < timeout <= MAX_LEASE:
+            raise UsageError("must be more than 0 seconds and at most 24h", param="lease_timeout")
+    else:
+        try:
+            timeout = lease_timeout()  # $VRAM_LEASE_TIMEOUT, checked there
+        except LeaseError as e:  # a bad value the user set: bad input, exit 2 (the message names it)
+            raise UsageError(e.message) from e
 
     machine, snap, devices, policy, visible, leases = prepare(args)
     quiet = args.quiet
