@@ -1,0 +1,217 @@
+"""Carrying out a plan: pin each target through a pidfd, check it again, signal, wait, escalate
+with force, re-sample the GPUs and say per GPU what was freed; every step goes to the audit log."""
+
+from __future__ import annotations
+
+import signal as _signal
+import time
+from typing import TYPE_CHECKING
+
+from .. import procs
+from ..collector import Collector
+from ..model import Snapshot
+from ..protect import Protection, Refusal, load
+from ..snapshot import Machine
+from .model import (
+    ENDING,
+    EXITED,
+    KILL_GRACE,
+    REFUSED,
+    SETTLE,
+    SIGNALLED,
+    STILL_RUNNING,
+    GpuChange,
+    KillReport,
+    Plan,
+    Progress,
+    Target,
+)
+from .rules import recheck
+
+if TYPE_CHECKING:
+    from ..audit import AuditLog
+    from ..holders import Holder
+
+
+def _audit_target(t: Target) -> dict:
+    return {"target": {"pid": t.pid, "start_time": None if t.start_time is None else round(t.start_time, 2),
+                       "start_ticks": t.start_ticks, "user": t.user, "uid": t.uid, "command": t.command,
+                       "container": t.container, "ns_pids": list(t.ns_pids), "devices": list(t.devices)},
+            "gpus": {str(g): m for g, m in sorted(t.gpus.items())}, "memory": t.memory}
+
+
+def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM, *, timeout: float = 10.0,
+            force: bool = False, audit: AuditLog | None = None, protection: Protection | None = None,
+            progress: Progress | None = None) -> KillReport:
+    """Signal every target of the plan that passed its checks, wait, and re-sample the GPUs.
+
+    The audit log (if given) must be open; each refusal, signal and outcome is a line in it."""
+    sig = _signal.Signals(sig)
+    protection = protection or load(caller_chain=plan.caller.chain)
+    if not protection.caller_chain:
+        protection.caller_chain = plan.caller.chain
+    report = KillReport(plan=plan, signal=sig.name, dry_run=False,
+                        audit_log=str(audit.path) if audit is not None else None)
+    log = audit.write if audit is not None else (lambda *a, **k: None)
+    before = machine.snapshot()
+    pinned: dict[int, procs.Pinned] = {}
+    started: dict[int, float] = {}
+    try:
+        for t in plan.targets:
+            if t.refusal is not None:
+                t.status = REFUSED
+                log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule=t.refusal.rule,
+                    reason=t.refusal.reason)
+                continue
+            held = procs.pin(t.pid, t.start_ticks)  # type: ignore[arg-type]
+            if held == "exited":
+                t.status, t.seconds = EXITED, 0.0
+                t.notes.append("it had already exited")
+                log("outcome", **_audit_target(t), signal=None, result=EXITED, reason="had already exited")
+                continue
+            if held == "identity":
+                t.status = REFUSED
+                t.refusal = Refusal("identity", f"pid {t.pid} now belongs to another process (its start time "
+                                                "is not the one recorded when it was selected)")
+                log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule="identity",
+                    reason=t.refusal.reason)
+                continue
+            assert isinstance(held, procs.Pinned)
+            refusal = recheck(t, held, plan.caller, protection, plan.criteria.all_users)
+            if refusal is not None:
+                held.close()
+                t.status, t.refusal = REFUSED, refusal
+                log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule=refusal.rule,
+                    reason=refusal.reason)
+                continue
+            if not _send(t, held, sig, log):
+                held.close()
+                continue
+            started[t.pid] = time.monotonic()
+            if held.identity.state == "stopped" and sig in ENDING and sig != _signal.SIGKILL:
+                # A stopped process acts on SIGTERM only once continued (as the shell's kill does for jobs).
+                if _send(t, held, _signal.SIGCONT, log):
+                    t.notes.append("it was stopped: SIGCONT sent so it can act on the signal")
+            pinned[t.pid] = held
+
+        waiting = list(pinned.values())
+        if sig in ENDING and waiting:
+            ended = procs.wait_gone(waiting, time.monotonic() + timeout, _ticker(progress, timeout))
+            survivors = [p for p in waiting if p.pid not in ended]
+            _mark_ended(plan, ended, started)
+            if force and survivors and sig != _signal.SIGKILL:
+                for p in survivors:
+                    t = _target(plan, p.pid)
+                    t.notes.append(f"still running {timeout:g}s after {sig.name}: sent SIGKILL (--force)")
+                    _send(t, p, _signal.SIGKILL, log)
+                grace = KILL_GRACE
+                ended2 = procs.wait_gone(survivors, time.monotonic() + grace, _ticker(progress, grace))
+                _mark_ended(plan, ended2, started)
+                survivors = [p for p in survivors if p.pid not in ended2]
+            for p in survivors:
+                t = _target(plan, p.pid)
+                t.status = STILL_RUNNING
+                now = procs.identity(p.pid)  # read once: it may exit between two reads
+                waited = timeout if not (force and sig != _signal.SIGKILL) else KILL_GRACE
+                t.notes.append(f"did not exit within {waited:g}s of {t.signals[-1]}"
+                               + ("" if force or sig == _signal.SIGKILL else ": --force sends SIGKILL after the wait")
+                               + (" (it is in uninterruptible sleep, often stuck in the driver)"
+                                  if now is not None and now.state == "disk-sleep" else ""))
+        else:
+            for p in waiting:
+                t = _target(plan, p.pid)
+                t.status = EXITED if p.gone() else SIGNALLED
+        for t in plan.targets:
+            if t.pid in pinned:
+                log("outcome", **_audit_target(t), signal=t.signals[-1] if t.signals else None, result=t.status,
+                    seconds=None if t.seconds is None else round(t.seconds, 3))
+    finally:
+        for p in pinned.values():
+            p.close()
+    report.after = _settle(machine, plan)
+    report.gpus = gpu_changes(before, report.after, plan.targets)
+    report.holders_after = _unlisted_holders(machine, report)
+    return report
+
+
+def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[Holder]:
+    from ..holders import scan
+
+    touched = {c.index for c in report.gpus}
+    if machine.backend.device_nodes()[0] is None or not touched or report.after is None:
+        return []
+    found = scan(report.after, machine.backend)
+    return [h for h in found.holders if not h.nvml_listed and set(h.gpus) & touched]
+
+
+def _send(t: Target, held: procs.Pinned, sig: int, log) -> bool:
+    name = _signal.Signals(sig).name
+    why = held.send(sig)
+    if why is None:
+        t.signals.append(name)
+        log("signal", **_audit_target(t), signal=name, result="sent")
+        return True
+    if why == "exited":
+        t.status, t.seconds = EXITED, 0.0
+        log("outcome", **_audit_target(t), signal=name, result=EXITED, reason="had already exited")
+        return False
+    t.status = REFUSED
+    t.refusal = Refusal("identity" if why == "identity" else "permission",
+                        "the pid now belongs to another process" if why == "identity"
+                        else "the kernel refused the signal (EPERM)")
+    log("refusal", **_audit_target(t), signal=name, result=REFUSED, rule=t.refusal.rule, reason=t.refusal.reason)
+    return False
+
+
+def _target(plan: Plan, pid: int) -> Target:
+    return next(t for t in plan.targets if t.pid == pid)
+
+
+def _mark_ended(plan: Plan, ended: dict[int, float], started: dict[int, float]) -> None:
+    for pid, when in ended.items():
+        t = _target(plan, pid)
+        if t.status != EXITED:
+            t.status = EXITED
+            t.seconds = max(0.0, when - started.get(pid, when))
+
+
+def _ticker(progress: Progress | None, total: float):
+    if progress is None:
+        return None
+    start = time.monotonic()
+    return lambda remaining: progress("wait", time.monotonic() - start, total, len(remaining))
+
+
+def _settle(machine: Machine | Collector, plan: Plan) -> Snapshot:
+    """Re-sample; the driver may list an exited process for a moment while it frees its memory."""
+    exited = {t.pid for t in plan.targets if t.status == EXITED}
+    deadline = time.monotonic() + SETTLE
+    while True:
+        snap = machine.snapshot()
+        if not exited & {p.pid for p in snap.processes} or time.monotonic() >= deadline:
+            return snap
+        time.sleep(0.2)
+
+
+def gpu_changes(before: Snapshot, after: Snapshot, targets: list[Target]) -> list[GpuChange]:
+    """Per GPU any target was on: memory used before and after, and who still holds memory there."""
+    touched = sorted({g for t in targets for g in t.all_gpus})
+    old = {g.index: g for g in before.gpus}
+    new = {g.index: g for g in after.gpus}
+    out = []
+    for index in touched:
+        b, a = old.get(index), new.get(index)
+        held = sum(t.gpus.get(index) or 0 for t in targets)
+        still = sorted(a.processes, key=lambda p: -(p.memory or 0)) if a else []
+        unattributed = None
+        if a is not None and a.memory_used is not None and all(p.memory is not None for p in still):
+            unattributed = max(0, a.memory_used - sum(p.memory for p in still))  # type: ignore[misc]
+        out.append(GpuChange(index=index, used_before=b.memory_used if b else None,
+                             used_after=a.memory_used if a else None, targets_held=held, still=still,
+                             unattributed=unattributed))
+    return out
+
+
+def dry_report(plan: Plan) -> KillReport:
+    """The report of a plan that is not carried out: who would be signalled, who is refused."""
+    return KillReport(plan=plan, signal="", dry_run=True)

@@ -1,0 +1,68 @@
+"""kill --idle: keep the targets that stay idle (vramkit.idle's rule, the collector's clock) for
+the time asked, sampling until each has been idle that long or stopped being idle."""
+
+from __future__ import annotations
+
+import time
+
+from ..collector import Collector
+from ..model import Snapshot
+from .model import Progress, Target
+
+
+def select_idle(source: Collector, snap: Snapshot, targets: list[Target], seconds: float, notes: list[str],
+          progress: Progress | None) -> list[Target]:
+    """Keep the targets idle (idle.py's rule) on every GPU they use for `seconds`, as the
+    collector's idle clock has seen: sampled about every second until each target has been
+    idle that long or stopped being idle. A holder NVML does not list has no row of its own:
+    its GPUs at 0% stand in for it (the rule where the driver keeps no per-process samples)."""
+    unknown = sorted({g.index for g in snap.gpus if g.utilization is None
+                      and any(g.index in t.all_gpus for t in targets)})
+    if unknown:
+        notes.append(f"GPU {','.join(map(str, unknown))}: utilization is N/A, so --idle cannot judge the "
+                     "processes there (not selected)")
+    first_idle: dict[int, float] = {}  # pid -> first sample of an unbroken idle run (holder GPUs)
+
+    def idle_for(t: Target, now: Snapshot) -> float | None:
+        """How long t has been idle on every GPU it uses; None when it is not idle now."""
+        rows = {p.gpu: p for p in now.processes if p.pid == t.pid and p.key == (t.pid, t.start_ticks)}
+        util = {g.index: g.utilization for g in now.gpus}
+        if not t.all_gpus or t.memory == 0:
+            return None
+        spans = []
+        for g in t.all_gpus:
+            row = rows.get(g)
+            if row is not None:
+                if row.idle_for is None:
+                    return None
+                spans.append(row.idle_for)
+            elif g in t.gpus or util.get(g) != 0:
+                return None  # no longer holds memory there, or its GPU is busy
+        if len(spans) < len(t.all_gpus):  # a holder GPU: idle since the first sample that saw it so
+            since = first_idle.setdefault(t.pid, now.time)
+            spans.append(now.time - since)
+        return min(spans)
+
+    alive = {t.pid: t for t in targets if idle_for(t, snap) is not None}
+    explicit_busy = [t for t in targets if t.explicit and t.pid not in alive]
+    chosen = {pid for pid, t in alive.items() if (idle_for(t, snap) or 0) >= seconds}
+    waiting = {pid: t for pid, t in alive.items() if pid not in chosen}
+    interval = min(1.0, max(0.1, seconds / 10))
+    start = time.monotonic()
+    end = start + seconds
+    while waiting and time.monotonic() < end:
+        time.sleep(max(0.0, min(interval, end - time.monotonic())))
+        now = source.snapshot()
+        for pid, t in list(waiting.items()):
+            span = idle_for(t, now)
+            if span is None:
+                del waiting[pid]
+            elif span >= seconds:
+                chosen.add(pid)
+                del waiting[pid]
+        if progress is not None:
+            progress("idle", min(seconds, time.monotonic() - start), seconds, len(waiting) + len(chosen))
+    chosen |= set(waiting)  # idle at every sample for the whole wait
+    for t in explicit_busy:
+        notes.append(f"pid {t.pid} was not idle for {seconds:g}s: not selected")
+    return [t for t in targets if t.pid in chosen]

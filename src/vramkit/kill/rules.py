@@ -1,0 +1,75 @@
+"""The rules a target must pass to be signalled, beside the protected list (protect.py): it maps to a
+real process here, is not protected, is the caller's to signal, and has not already exited.
+`check` runs at selection and `recheck` again on the pinned process just before the signal,
+so an exec into a protected name or a change of owner in between is refused."""
+
+from __future__ import annotations
+
+from .. import procs
+from ..protect import Candidate, Protection, Refusal
+from .model import Caller, Target
+
+
+def candidate(t: Target) -> Candidate:
+    return Candidate(pid=t.pid, name=t.name, argv0=t.argv0, command=t.command, user=t.user,
+                     kernel_thread=t.kernel_thread, real=not t.synthetic)
+
+
+def ownership(t: Target, caller: Caller, all_users: bool) -> Refusal | None:
+    if t.uids is None:
+        return Refusal("ownership", "its owner cannot be read")
+    real, effective, _saved = t.uids
+    who = t.user or str(real)
+    if caller.root:
+        if real == 0 and effective == 0:
+            return None
+        if not all_users:
+            return Refusal("ownership", f"it belongs to {who}; as root, other users' processes also need --all-users")
+        return None
+    if real == effective == caller.uid:
+        return None
+    if real == caller.uid:
+        return Refusal("ownership", f"it runs with another user's privileges (effective uid {effective})")
+    extra = " (--all-users needs root)" if all_users else ""
+    return Refusal("ownership", f"it belongs to {who}; you ({caller.user}) may signal only your own processes{extra}")
+
+
+def _defunct_reason(t: Target) -> str:
+    if t.ppid == 1:
+        parent = ("its parent is init (pid 1), which should reap it; in a container this means the "
+                  "container's init does not reap children (run it with --init)")
+    else:
+        parent = f"its parent (pid {t.ppid}) has not reaped it: ending the parent frees it"
+    return (f"it has already exited (defunct) and cannot be signalled; {parent}. Memory still charged to it "
+            "is usually held by a child that inherited its GPU files (vram ps --holders)")
+
+
+def check(t: Target, caller: Caller, protection: Protection, all_users: bool) -> Refusal | None:
+    """Why t must not be signalled, or None. The order decides which rule a refusal names."""
+    if t.unmapped:
+        return Refusal("unmapped", t.unmapped)
+    refusal = protection.check(candidate(t))
+    if refusal:
+        return refusal
+    refusal = ownership(t, caller, all_users)
+    if refusal:
+        return refusal
+    if t.defunct:
+        return Refusal("zombie", _defunct_reason(t))
+    if t.synthetic:
+        return Refusal("simulated", "a made-up process of the simulated scenario: there is no real process "
+                                    "to signal")
+    return None
+
+
+def recheck(t: Target, pinned: procs.Pinned, caller: Caller, protection: Protection,
+             all_users: bool) -> Refusal | None:
+    """The checks again, on what the process is now (an exec may have changed name or owner)."""
+    now = pinned.identity
+    fresh = Target(pid=t.pid, command=procs.ProcessTable._cmdline(f"/proc/{t.pid}") or f"[{now.name}]",
+                   name=now.name, argv0=now.argv0, user=t.user, uids=now.uids, start_ticks=now.start_ticks,
+                   start_time=now.start_time, state=now.state, ppid=now.ppid, kernel_thread=now.kernel_thread,
+                   defunct=now.state == "zombie" and procs.is_defunct(t.pid))
+    if now.uids != t.uids:
+        fresh.user = procs.user_name(now.uids[0])
+    return check(fresh, caller, protection, all_users)

@@ -1,0 +1,211 @@
+"""Selection: every GPU process (and, when asked, every holder of the device files) becomes a
+target, narrowed by the criteria, then checked by the rules. Nothing is signalled here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .. import procs
+from ..collector import Collector
+from ..errors import no_such_gpu
+from ..model import GpuProcess, Snapshot
+from ..protect import Protection, Refusal, load
+from ..snapshot import Machine
+from .idle import select_idle
+from .model import REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target
+from .rules import check
+
+if TYPE_CHECKING:
+    from ..holders import Holder, HolderScan
+
+
+def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
+    t = Target(pid=p.pid, command=p.command or "", name=p.name or "", user=p.user, state=p.state,
+               ppid=p.ppid, container=p.container, start_time=p.start_time, start_ticks=p.start_ticks, zombie=p.zombie,
+               orphaned=p.orphaned, ns_pids=(p.pid,))
+    if not p.real:
+        t.synthetic = True
+        t.defunct = p.zombie
+        t.uids = None if p.uid is None else (p.uid,) * 3
+        t.argv0 = t.command.split(" ", 1)[0].rsplit("/", 1)[-1]
+        return t
+    if p.host_missing:
+        t.unmapped = p.host_missing
+        return t
+    if not trusted:
+        t.unmapped = ("vram runs in its own PID namespace (a container): NVML reports host pids, which "
+                      "cannot be mapped to processes here; --holders finds GPU processes in this /proc")
+        return t
+    _fill_identity(t)
+    return t
+
+
+def _fill_identity(t: Target) -> None:
+    now = procs.identity(t.pid)
+    if now is None:
+        t.unmapped = procs.NOT_VISIBLE
+        return
+    if t.start_ticks is not None and now.start_ticks != t.start_ticks:
+        # The pid was reused between the snapshot and this read: it is not the GPU process.
+        t.unmapped = "the pid now belongs to another process than the one NVML listed"
+        return
+    t.start_ticks, t.start_time, t.uids = now.start_ticks, now.start_time, now.uids
+    t.name, t.argv0, t.kernel_thread, t.ns_pids, t.ppid = now.name, now.argv0, now.kernel_thread, now.ns_pids, now.ppid
+    t.state = now.state
+    t.zombie = now.state == "zombie"
+    t.defunct = t.zombie and procs.is_defunct(t.pid)
+    if t.zombie and not t.defunct:
+        t.notes.append("its main thread has exited (shown as defunct) but other threads still run and hold "
+                       "its memory: a signal ends them")
+    t.orphaned = now.ppid == 1 and t.pid != 1
+
+
+def _from_holder(h: Holder) -> Target:
+    host = h.host
+    t = Target(pid=h.pid, command=host.command, name=host.name, user=host.user, state=host.state,
+               ppid=host.ppid, container=host.container, start_time=host.start_time,
+               start_ticks=host.start_ticks, ns_pids=h.ns_pids,
+               devices=h.devices, holder_gpus=h.gpus)
+    _fill_identity(t)
+    return t
+
+
+def _plain_target(pid: int, table: procs.ProcessTable) -> Target:
+    """A pid named on the command line that is not a GPU process: enough to say what it is."""
+    host = table.read(pid)
+    if isinstance(host, str):
+        return Target(pid=pid, command=f"({host})", ns_pids=(pid,))
+    t = Target(pid=pid, command=host.command, name=host.name, user=host.user, state=host.state,
+               ppid=host.ppid, container=host.container, start_time=host.start_time,
+               start_ticks=host.start_ticks, ns_pids=(pid,))
+    _fill_identity(t)
+    return t
+
+
+def _is_own(t: Target, caller: Caller) -> bool:
+    return t.uid == (0 if caller.root else caller.uid)
+
+
+def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: Protection | None = None,
+              caller: Caller | None = None, progress: Progress | None = None) -> Plan:
+    """Select targets and check each one. Nothing is signalled."""
+    criteria.check()
+    caller = caller or Caller.current()
+    protection = protection or load(caller_chain=caller.chain)
+    if not protection.caller_chain:
+        protection.caller_chain = caller.chain
+    source = machine if isinstance(machine, Collector) else Collector(machine)
+    snap = source.snapshot()
+    have = [g.index for g in snap.gpus]
+    for gpu in criteria.gpus or ():
+        if gpu not in have:
+            raise no_such_gpu(gpu, have, kind=KillRequestError)
+    table = procs.ProcessTable()
+    by_pid, holder_scan = _gather(source, snap, criteria, table)
+    notes: list[str] = []
+    if criteria.pids:
+        targets = [_named(pid, by_pid, holder_scan, table) for pid in dict.fromkeys(criteria.pids)]
+    else:
+        targets = list(by_pid.values())
+    targets = _narrow_by_criteria(targets, criteria, caller, notes)
+    if criteria.idle is not None:
+        targets = select_idle(source, snap, targets, criteria.idle, notes, progress)
+    for t in targets:
+        _judge(t, caller, protection, criteria.all_users)
+    targets.sort(key=lambda t: (t.refusal is not None, t.all_gpus[:1] or (999,), -(t.memory or 0), t.pid))
+    if holder_scan is not None:
+        notes.extend(holder_scan.notes)
+    return Plan(snapshot=snap, criteria=criteria, targets=targets, caller=caller, holder_scan=holder_scan,
+                notes=notes)
+
+
+def _gather(source: Collector, snap: Snapshot, criteria: Criteria,
+            table: procs.ProcessTable) -> tuple[dict[int, Target], HolderScan | None]:
+    """Every GPU process, one target per pid; then the holders of the device files NVML does not
+    list (all of them with criteria.holders, else only the pids named that NVML does not list)."""
+    trusted = source.backend.pids_visible()
+    by_pid: dict[int, Target] = {}
+    for p in snap.processes:
+        t = by_pid.get(p.pid)
+        if t is None:
+            t = by_pid[p.pid] = _from_gpu_process(p, trusted)
+        t.gpus[p.gpu] = p.memory
+    unlisted = [pid for pid in criteria.pids if pid not in by_pid]
+    if not (criteria.holders or unlisted):
+        return by_pid, None
+    from ..holders import scan
+
+    holder_scan = scan(snap, source.backend, pids=None if criteria.holders else unlisted, table=table)
+    for h in holder_scan.holders:
+        existing = by_pid.get(h.pid)
+        if existing is not None and existing.unmapped is None:
+            existing.devices, existing.holder_gpus = h.devices, h.gpus
+        elif criteria.holders:
+            by_pid[h.pid] = _from_holder(h)
+    return by_pid, holder_scan
+
+
+def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
+           table: procs.ProcessTable) -> Target:
+    """The target for a pid named explicitly; refused already when it is no GPU process."""
+    t = by_pid.get(pid)
+    if t is None:
+        t = _plain_target(pid, table)
+        held = next((h for h in (holder_scan.holders if holder_scan else []) if h.pid == pid), None)
+        if held is not None:
+            t.devices = held.devices
+            t.refusal = Refusal("not-gpu", "NVML lists no GPU memory for it, but it holds "
+                                f"{', '.join(os.path.basename(d) for d in held.devices)} open: "
+                                "include device-file holders (--holders) to select such processes")
+        elif t.start_ticks is None and t.command.startswith("("):
+            t.refusal = Refusal("no-such-process", f"no process {pid} {t.command}")
+        else:
+            t.refusal = Refusal("not-gpu", "it holds no GPU memory NVML reports and no /dev/nvidia* "
+                                "open (use kill(1) for other processes)")
+    t.explicit = True
+    return t
+
+
+def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Caller, notes: list[str]) -> list[Target]:
+    """Selectors narrow each other: GPUs AND users AND zombie; broad selectors keep the caller's
+    own processes (others' only for root with all_users)."""
+    if criteria.gpus is not None:
+        gpus = set(criteria.gpus)
+        targets = _narrow(targets, lambda t: bool(set(t.all_gpus) & gpus), notes,
+                          f"GPU {','.join(map(str, criteria.gpus))}")
+    if criteria.users is not None:
+        users = set(criteria.users)
+        targets = _narrow(targets, lambda t: t.user in users, notes, f"user {','.join(criteria.users)}")
+    if criteria.zombie:
+        targets = _narrow(targets, lambda t: t.zombie or t.orphaned, notes, "zombie or orphaned")
+    if criteria.users is not None or criteria.pids or (caller.root and criteria.all_users):
+        return targets
+    others = [t for t in targets if not _is_own(t, caller) and not t.unmapped]
+    if others:
+        names = sorted({t.user or "?" for t in others})
+        how = "add --all-users to include them" if caller.root else "only root may signal them"
+        notes.append(f"not selected: {len(others)} matching process{'es' if len(others) != 1 else ''} "
+                     f"of other users ({', '.join(names)}): {how}")
+    return [t for t in targets if _is_own(t, caller) or t.unmapped]
+
+
+def _judge(t: Target, caller: Caller, protection: Protection, all_users: bool) -> None:
+    if t.refusal is None:
+        t.refusal = check(t, caller, protection, all_users)
+    t.status = REFUSED if t.refusal else WOULD_SIGNAL
+    if t.container_pid == 1:
+        t.notes.append(f"pid 1 of its container{f' {t.container}' if t.container else ''}: ending it "
+                       "stops the whole container, and it ignores signals it has no handler for (only "
+                       "SIGKILL, e.g. with --force, always ends it)")
+
+
+def _narrow(targets: list[Target], keep: Callable[[Target], bool], notes: list[str], label: str) -> list[Target]:
+    out = []
+    for t in targets:
+        if keep(t):
+            out.append(t)
+        elif t.explicit:
+            notes.append(f"pid {t.pid} does not match {label}: not selected")
+    return out
