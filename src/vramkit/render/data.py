@@ -16,8 +16,8 @@ from ..model import Device, GpuProcess, Snapshot
 SCHEMA_VERSION = 1
 
 _PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "types", "mig_gi", "sm_utilization",
-                 "start_time", "elapsed", "cpu_percent", "rss", "ppid", "container", "zombie",
-                 "orphaned", "idle", "host_missing")
+                 "start_ticks", "start_time", "elapsed", "cpu_percent", "rss", "ppid", "container", "zombie",
+                 "orphaned", "idle", "idle_for", "real", "host_missing")
 
 
 def _header(snap: Snapshot) -> dict:
