@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine (see README):
 #   make run    install into .venv and show this machine's GPUs (`vram status`)
 #   make test   install into .venv with the test tools and run the whole test suite
+# While working: `make test-fast` runs everything but the tests marked slow (under a minute).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks scripts

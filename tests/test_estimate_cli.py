@@ -27,6 +27,7 @@ def test_explain_shows_formulas_with_numbers():
     assert "activations saved per layer" in r.out and "<- peak" in r.out
 
 
+@pytest.mark.slow
 def test_options_reach_the_estimate():
     base = run_vram("estimate", "llama-2-7b", "--json").json()
     qlora = run_vram("estimate", "llama-2-7b", "--json", "--lora", "16", "--quant", "4bit", "--checkpointing").json()
@@ -107,6 +108,7 @@ def test_status_does_not_load_the_estimator():
     assert not any(n.startswith("vramkit.estimate") for n in names)
 
 
+@pytest.mark.slow
 def test_trace_option():
     pytest.importorskip("torch")
     data = run_vram("estimate", "tinybert", "--batch", "2", "--seq", "64", "--trace", "--json", timeout=120).json()

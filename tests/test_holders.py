@@ -136,6 +136,7 @@ def test_a_scenario_without_device_nodes_has_no_holders(env):
     assert "no device nodes" in data["holders_notes"][0]
 
 
+@pytest.mark.slow
 def test_holders_in_another_pid_namespace_show_both_pids(children, strays, write_scenario, dev, env):
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare(1) for a new PID namespace")

@@ -89,6 +89,7 @@ def test_text_report_says_what_was_freed_per_gpu(children, write_scenario, env):
     assert alive(keep)
 
 
+@pytest.mark.slow
 def test_a_process_ignoring_sigterm_is_still_running_then_force_kills_it(children, write_scenario, env):
     stubborn = start_python(children, IGNORE_TERM)
     path = write_scenario(real_gpu_scenario({stubborn.pid: {"1": "4GiB"}}))
@@ -110,6 +111,7 @@ def test_a_process_ignoring_sigterm_is_still_running_then_force_kills_it(childre
     assert stubborn.wait(5) == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_text_says_still_running_and_suggests_force(children, write_scenario, env):
     stubborn = start_python(children, IGNORE_TERM)
     path = write_scenario(real_gpu_scenario({stubborn.pid: {"0": "1GiB"}}))
@@ -148,6 +150,7 @@ def test_a_stopped_process_is_continued_so_it_can_end(children, write_scenario, 
     assert target["status"] == "exited" and target["signals"] == ["SIGTERM", "SIGCONT"]
 
 
+@pytest.mark.slow
 def test_dry_run_signals_nothing(children, write_scenario, env, tmp_path):
     child = start_sleeper(children)
     path = write_scenario(real_gpu_scenario({child.pid: {"0": "3GiB"}}))
@@ -219,6 +222,7 @@ def test_user_selects_that_users_processes(children, write_scenario, env):
     assert alive(b)
 
 
+@pytest.mark.slow
 def test_idle_selects_processes_on_gpus_that_stayed_at_zero_utilization(children, write_scenario, env):
     busy, idle = start_sleeper(children), start_sleeper(children)
     path = write_scenario(real_gpu_scenario({busy.pid: {"0": "1GiB"}, idle.pid: {"1": "1GiB"}}, utilization=(30, 0)))
@@ -230,6 +234,7 @@ def test_idle_selects_processes_on_gpus_that_stayed_at_zero_utilization(children
     assert idle.wait(5) == -signal.SIGTERM and alive(busy)
 
 
+@pytest.mark.slow
 def test_idle_finds_the_idle_process_on_a_busy_shared_gpu(children, write_scenario, env):
     # One GPU at 30%: the busy job's own samples say 30, the notebook's say 0 (no kernels).
     busy, idle = start_sleeper(children), start_sleeper(children)

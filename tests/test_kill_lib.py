@@ -188,6 +188,7 @@ def test_audit_log_creates_private_file_and_directory(tmp_path):
 
 # ---------------------------------------------------------------- the Python API
 
+@pytest.mark.slow
 def test_api_kill_terminates_and_reports(children, write_scenario, tmp_path):
     a = start_sleeper(children)
     stubborn = start_python(children, IGNORE_TERM)

@@ -71,6 +71,7 @@ def targets(result) -> dict[int, dict]:
 
 # ---------------------------------------------------------------- ownership
 
+@pytest.mark.slow
 def test_root_needs_all_users_for_another_users_process(nobody_child, write_scenario, env):
     path = write_scenario(real_gpu_scenario({nobody_child.pid: {"0": "2GiB"}}))
     refused = kill(path, str(nobody_child.pid), "--yes", "--force", "--timeout", "0.5", "--json", env=env)
@@ -205,6 +206,7 @@ def test_a_broken_protected_conf_stops_everything(children, write_scenario, env,
 
 # ---------------------------------------------------------------- audit log
 
+@pytest.mark.slow
 def test_audit_log_has_a_line_per_action_and_mode_0600(children, write_scenario, env, tmp_path):
     goes = start_sleeper(children)
     stubborn = start_python(children, IGNORE_TERM)

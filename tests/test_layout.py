@@ -6,6 +6,7 @@ import pytest
 from helpers import run_vram_tty, strip_ansi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 100, 120, 200])
 @pytest.mark.parametrize("command", [["status"], ["ps"]])
 @pytest.mark.parametrize("scenario", ["demo", "mig", "faulty"])

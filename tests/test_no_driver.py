@@ -121,6 +121,7 @@ def test_terminal_user_may_accept_the_simulation():
 
 # ---------------------------------------------------------------- a simulated machine without a driver
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault, words", [("missing", "no NVIDIA driver found"), ("not_loaded", "not loaded")])
 def test_scenario_without_a_driver(write_scenario, fault, words):
     data = minimal_scenario()

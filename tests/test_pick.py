@@ -18,6 +18,7 @@ def pick(leasing, *args: str, **env: str | None):
     return run_vram("pick", "--simulate", "demo", *args, env=leasing.env(**env))
 
 
+@pytest.mark.slow
 def test_pick_prints_the_chosen_ids(leasing):
     # demo at t=0: GPUs 4 and 7 are the ones at most half busy with half their memory free
     assert pick(leasing).out == "7\n"
@@ -63,6 +64,7 @@ def test_explain_shows_every_verdict_and_the_cuda_numbering_on_stderr(leasing):
     assert f"leases: {leasing.dir} (shared by all users) · 0 active, 0 waiting" in err
 
 
+@pytest.mark.slow
 def test_impossible_requests_fail_at_once_and_say_what_is_available(leasing):
     for extra in ((), ("--wait", "60")):
         started = time.monotonic()
@@ -97,6 +99,7 @@ def test_bad_usage_is_exit_2(leasing, args, message):
     assert_one_line_error(pick(leasing, *args), 2, message)
 
 
+@pytest.mark.slow
 def test_the_environments_cuda_visible_devices_is_the_allowed_set(leasing):
     assert pick(leasing, "--max-util", "any", CUDA_VISIBLE_DEVICES="1,3", CUDA_DEVICE_ORDER="PCI_BUS_ID").out == "3\n"
     assert pick(leasing, CUDA_VISIBLE_DEVICES=DEMO_UUID.format(4)).out == "4\n"
@@ -113,6 +116,7 @@ def test_the_environments_cuda_visible_devices_is_the_allowed_set(leasing):
     assert "! CUDA_DEVICE_ORDER is not PCI_BUS_ID, so CUDA numbers GPUs fastest first" in result.err
 
 
+@pytest.mark.slow
 def test_mig_instances_are_picked_by_uuid(leasing):
     env = leasing.env()
     assert run_vram("pick", "--simulate", "mig", env=env).out == MIG_A + "\n"
@@ -129,6 +133,7 @@ def test_mig_instances_are_picked_by_uuid(leasing):
     assert run_vram(*whole, "--format", "index", env=env).out == "1\n"
 
 
+@pytest.mark.slow
 def test_a_lost_gpu_makes_pick_name_gpus_by_uuid(leasing):
     # faulty: GPU 1 is lost, so whether CUDA counts it among the indices is unknowable
     env = leasing.env()
@@ -138,6 +143,7 @@ def test_a_lost_gpu_makes_pick_name_gpus_by_uuid(leasing):
     assert_one_line_error(result, 1, "only 3 of 4 GPUs here could ever fit", "GPU 1 is lost")
 
 
+@pytest.mark.slow
 def test_hold_reserves_what_was_picked(leasing):
     assert pick(leasing, "--hold", "30s").out == "7\n"
     assert len([n for n in leasing.leftovers() if n.endswith(".json")]) == 1
@@ -150,6 +156,7 @@ def test_hold_reserves_what_was_picked(leasing):
     assert len(leasing.leftovers()) == 1  # and was cleaned up; the 30 s one stays
 
 
+@pytest.mark.slow
 def test_a_running_jobs_lease_is_respected(leasing, groups):
     job = groups.start([sys.executable, "-m", "vramkit", "run", "--simulate", "demo", "--", "sleep", "60"],
                        env=leasing.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -191,6 +198,7 @@ def test_select_gpus(leasing):
     assert second.startswith("True cannot pick 9 GPUs")
 
 
+@pytest.mark.slow
 def test_use_gpus_sets_the_environment_and_reserves(leasing):
     # The program's own children inherit CUDA_VISIBLE_DEVICES=7: for them GPU 7 is the allowed set.
     code = ("import os, subprocess, sys\nfrom vramkit.allocate import use_gpus\n"
@@ -227,6 +235,7 @@ def test_use_gpus_refuses_once_cuda_is_initialised(leasing):
     assert proc.stdout.strip() == "[7]", proc.stderr
 
 
+@pytest.mark.slow
 def test_a_lease_ends_when_its_process_shows_up_on_the_gpu(leasing, groups, write_scenario):
     """use_gpus() in a real process reserves GPU 1; once the (simulated) driver lists that process
     on GPU 1, the reservation has done its job and NVML's numbers speak for the GPU."""
@@ -284,6 +293,7 @@ def pick_with_stderr_on_a_terminal(leasing, *args: str, columns: int, **env: str
     return out, b"".join(chunks).decode().replace("\r\n", "\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 100, 160])
 @pytest.mark.parametrize("scenario", ["demo", "mig"])
 def test_explain_fits_the_terminal(leasing, columns, scenario):

@@ -44,6 +44,7 @@ def wait_exec(proc, argv: list[str]) -> None:
     assert wait_for(lambda: cmdline(proc.pid) == want), cmdline(proc.pid)
 
 
+@pytest.mark.slow
 def test_real_processes_show_their_host_side(children, write_scenario):
     marker = f"vramkit-test-{uuid.uuid4().hex[:8]}"
     sleeper = children.start(["sleep", "600"])

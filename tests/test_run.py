@@ -24,6 +24,7 @@ def run(leasing, *args: str, timeout: float = 60, **env: str | None):
     return run_vram("run", "--simulate", "demo", *args, env=leasing.env(**env), timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_job_gets_the_chosen_gpus_in_pci_order(leasing):
     code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])"
     result = run(leasing, "-n", "2", "--", PY, "-c", code)
@@ -56,6 +57,7 @@ def test_stdin_reaches_the_job(leasing):
     assert proc.stdout == "hello\n" and proc.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code,rc", [
     ("raise SystemExit(0)", 0),
     ("raise SystemExit(3)", 3),
@@ -90,6 +92,7 @@ def test_bad_usage_is_exit_2(leasing, args, message):
     assert_one_line_error(run(leasing, *args), 2, message)
 
 
+@pytest.mark.slow
 def test_impossible_requests_fail_at_once_even_with_wait(leasing):
     started = time.monotonic()
     result = run(leasing, "-n", "9", "--wait", "60", "--", "true")
@@ -100,6 +103,7 @@ def test_impossible_requests_fail_at_once_even_with_wait(leasing):
     assert leasing.leftovers() == []
 
 
+@pytest.mark.slow
 def test_a_wait_that_times_out_says_what_it_waited_for(leasing):
     result = run(leasing, "-n", "3", "--wait", "2", "--", "true")
     assert result.rc == 1 and result.out == ""
@@ -110,6 +114,7 @@ def test_a_wait_that_times_out_says_what_it_waited_for(leasing):
     assert leasing.leftovers() == []  # the ticket is gone
 
 
+@pytest.mark.slow
 def test_a_waiter_starts_when_the_gpu_is_released(leasing, groups):
     holder = groups.start(vram_argv("run", "--simulate", "demo", "--only", "7", "-q", "--", "sleep", "2"),
                           env=leasing.env())
@@ -127,6 +132,7 @@ def test_a_waiter_starts_when_the_gpu_is_released(leasing, groups):
     assert leasing.leftovers() == []
 
 
+@pytest.mark.slow
 def test_interrupting_a_waiter_leaves_no_ticket(leasing, groups):
     holder = groups.start(vram_argv("run", "--simulate", "demo", "--only", "7", "-q", "--", "sleep", "30"),
                           env=leasing.env())
@@ -186,6 +192,7 @@ def start_handler_job(groups, leasing, tmp_path, exit_code: int = 42, **kwargs):
     return proc, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1])
 def test_signals_sent_to_vram_reach_the_job_once(groups, leasing, tmp_path, sig):
     proc, out = start_handler_job(groups, leasing, tmp_path)
@@ -195,6 +202,7 @@ def test_signals_sent_to_vram_reach_the_job_once(groups, leasing, tmp_path, sig)
     assert leasing.leftovers() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_job_killed_by_a_forwarded_signal_gives_128_plus_n(groups, leasing, sig):
     proc = groups.start(vram_argv("run", "-q", "--simulate", "demo", "--", "sleep", "30"), env=leasing.env())
@@ -204,6 +212,7 @@ def test_a_job_killed_by_a_forwarded_signal_gives_128_plus_n(groups, leasing, si
     assert proc.wait(timeout=20) == 128 + sig
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_terminal_reaches_the_job_once(leasing, tmp_path):
     """In a real terminal Ctrl-C signals the whole foreground group, vram and its job: vram must
     not pass on a second copy."""

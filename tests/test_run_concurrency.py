@@ -18,7 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import vram_argv, wait_for
+
+pytestmark = pytest.mark.slow  # many launchers racing for GPUs, seconds of real waiting
 
 JOB = r"""
 import json, os, sys, time

@@ -140,6 +140,7 @@ def test_leases_time_out_and_broken_files_are_cleared(tmp_path):
     held.release()  # harmless after the fact
 
 
+@pytest.mark.slow
 def test_a_jobs_lease_survives_its_launcher(leasing, groups):
     """vram run hands the lease's lock to its job: if the launcher dies, the GPU stays reserved
     while the job lives (up to the timeout); when the job exits too, it is free at once."""
@@ -158,6 +159,7 @@ def test_a_jobs_lease_survives_its_launcher(leasing, groups):
 
 # ---------------------------------------------------------------- between users
 
+@pytest.mark.slow
 @needs_root("to run vram as another user (setpriv)")
 def test_users_see_each_others_leases(shared_dir, groups):
     env = {k: v for k, v in os.environ.items() if not k.startswith("VRAM_")}

@@ -118,6 +118,7 @@ def _bad_file(write_scenario, mutate) -> str:
     return str(write_scenario(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutate, needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_scenario(write_scenario, mutate, needles):
     path = _bad_file(write_scenario, mutate)
@@ -223,6 +224,7 @@ def test_validate_good_file(write_scenario):
     assert result.out.strip() == f"{path}: ok (2 GPUs, 2 processes)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutate, needles", [c[1:] for c in CASES[:6]], ids=[c[0] for c in CASES[:6]])
 def test_validate_bad_file(write_scenario, mutate, needles):
     path = _bad_file(write_scenario, mutate)

@@ -118,6 +118,7 @@ def driver(request, machine):
 
 # ---------------------------------------------------------------- the peers agree with vram
 
+@pytest.mark.slow
 def test_gpustat_sees_the_same_machine(machine, driver):
     # On the old driver gpustat's own v3 -> v2 fallback (a patched _nvmlGetFunctionPointer) must work.
     path, truth = driver
@@ -144,6 +145,7 @@ NVITOP_API = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_nvitop_api_sees_the_same_machine(machine, driver):
     # nvitop calls NVML's C functions itself (_nvmlGetFunctionPointer) for memory and process lists,
     # choosing the struct versions by which symbols the driver has.
@@ -188,6 +190,7 @@ def test_nvitop_once_sees_the_same_machine(machine, driver):
     assert str(machine["gone"]) not in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", bundled_names())
 def test_peers_run_on_every_bundled_scenario(tmp_path, name):
     shim = write_shim(tmp_path).parent

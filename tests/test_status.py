@@ -238,6 +238,7 @@ def _watch(*args: str, frames: int = 4):
     return proc.returncode, "".join(lines), err
 
 
+@pytest.mark.slow
 def test_watch_prints_frames_separated_by_a_blank_line():
     rc, out, err = _watch("--watch", "0.2")
     assert rc == 130 and "Traceback" not in err  # Ctrl-C: the shell's usual code, no traceback
@@ -249,6 +250,7 @@ def test_watch_prints_frames_separated_by_a_blank_line():
         assert sorted(status_blocks(frame)) == list(range(len(DEMO["gpus"])))
 
 
+@pytest.mark.slow
 def test_watch_json_frames_each_parse():
     rc, out, _ = _watch("--watch", "0.2", "--json")
     assert rc == 130

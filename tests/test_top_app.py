@@ -57,6 +57,7 @@ def demo_app(**kw) -> tuple[TopApp, object]:
     return TopApp(machine.snapshot, interval=3600, **kw), machine
 
 
+@pytest.mark.slow
 def test_panels_and_table_show_the_scenario(sim_env):
     app, machine = demo_app()
     expected = expected_gpus(scenario_data("demo"))
@@ -104,6 +105,7 @@ def test_alerts_show_the_demo_problems(sim_env):
         machine.close()
 
 
+@pytest.mark.slow
 def test_sort_keys_and_reverse(sim_env):
     app, machine = demo_app()
 
@@ -125,6 +127,7 @@ def test_sort_keys_and_reverse(sim_env):
         machine.close()
 
 
+@pytest.mark.slow
 def test_filter_by_user_and_gpu_and_search(sim_env):
     app, machine = demo_app()
 
@@ -182,6 +185,7 @@ def test_tree_view_puts_children_under_parents(sim_env, write_scenario):
         machine.close()
 
 
+@pytest.mark.slow
 def test_detail_view_shows_the_whole_process(sim_env):
     app, machine = demo_app()
     command = next(p["command"] for p in scenario_data("demo")["processes"] if p["pid"] == 41234)
@@ -205,6 +209,7 @@ def test_detail_view_shows_the_whole_process(sim_env):
         machine.close()
 
 
+@pytest.mark.slow
 def test_help_and_readonly_kill(sim_env):
     app, machine = demo_app()
 
@@ -222,6 +227,7 @@ def test_help_and_readonly_kill(sim_env):
         machine.close()
 
 
+@pytest.mark.slow
 def test_history_and_growth_alert_on_the_scenario_clock(sim_env):
     """The demo's evaluation job on GPU 7 grows from 1 to 14 GiB between t=20 and t=30."""
     machine = machine_for("demo")
@@ -343,6 +349,7 @@ def test_only_some_gpus_and_idle_alert_threshold(sim_env):
         machine.close()
 
 
+@pytest.mark.slow
 def test_many_gpus_and_processes(sim_env, tmp_path):
     import sys
     from pathlib import Path

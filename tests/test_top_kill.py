@@ -60,6 +60,7 @@ def kill_text(app) -> str:
     return app.screen.query_one("#kill-text").content.plain
 
 
+@pytest.mark.slow
 def test_kill_a_real_process_after_confirming(sim_env, tmp_path, sleeper):
     app, machine, audit = make_app(tmp_path, sleeper.pid)
 
@@ -93,6 +94,7 @@ def test_kill_a_real_process_after_confirming(sim_env, tmp_path, sleeper):
     assert all(e["target"]["pid"] == sleeper.pid and e["via"] == "vram top" for e in events)
 
 
+@pytest.mark.slow
 def test_answering_no_signals_nothing(sim_env, tmp_path, sleeper):
     app, machine, audit = make_app(tmp_path, sleeper.pid)
 
@@ -112,6 +114,7 @@ def test_answering_no_signals_nothing(sim_env, tmp_path, sleeper):
     assert not audit.exists() or audit.read_text() == ""
 
 
+@pytest.mark.slow
 def test_a_refusal_is_shown_with_its_reason(sim_env, tmp_path):
     app, machine, audit = make_app(tmp_path, None)  # only synthetic processes: nothing real to signal
 

@@ -40,6 +40,7 @@ def _start(session, tmp_path, width: int, height: int, *args: str) -> tuple:
     return name, env, rc_file, screen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)])
 def test_top_runs_in_a_real_terminal_and_q_quits_with_0(session, tmp_path, size):
     name, env, rc_file, screen = _start(session, tmp_path, *size, "--simulate", "demo", "--interval", "0.5")

@@ -62,6 +62,7 @@ def test_oom_guard_diagnoses_and_reraises():
     assert diag.report.requested_bytes == 448 * MiB and diag.explanation.cause == "fragmentation"
 
 
+@pytest.mark.slow
 def test_oom_guard_as_decorator_with_creation_sites():
     out = io.StringIO()
     guard = oom_guard(file=out, track=True)
@@ -86,6 +87,7 @@ def test_oom_guard_ignores_other_errors():
     assert out.getvalue() == ""
 
 
+@pytest.mark.slow
 def test_oom_guard_on_a_real_cpu_allocation_failure():
     guard = oom_guard(file=None)
     with pytest.raises(RuntimeError):
@@ -133,6 +135,7 @@ def _train(steps: int, leak: bool, detector: LeakDetector) -> list:
     return flagged_at
 
 
+@pytest.mark.slow
 def test_planted_leak_is_reported_within_a_few_steps_naming_the_line():
     det = LeakDetector(window=3, warn=False)
     flagged = _train(10, leak=True, detector=det)
@@ -145,6 +148,7 @@ def test_planted_leak_is_reported_within_a_few_steps_naming_the_line():
     assert leak.held_by.startswith("losses (list of")
 
 
+@pytest.mark.slow
 def test_fixed_loop_is_not_flagged():
     det = LeakDetector(window=3, warn=False)
     assert _train(12, leak=False, detector=det) == []
@@ -200,6 +204,7 @@ class CappedStep:
         return max(b for b in range(1, 100000) if self.need(b) <= self.cap)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap_gib", [2, 8, 24, 80])
 def test_batch_finder_beats_doubling_and_bisection(cap_gib):
     step = CappedStep(cap_gib * 1024**3)
@@ -211,6 +216,7 @@ def test_batch_finder_beats_doubling_and_bisection(cap_gib):
     assert step.need(ours.recommended) <= 0.9 * step.cap + 2 * MiB
 
 
+@pytest.mark.slow
 def test_batch_finder_with_a_prediction_and_without_measurements():
     step = CappedStep(8 * 1024**3)
     truth = step.truth()

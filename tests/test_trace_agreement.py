@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+pytestmark = pytest.mark.slow  # traces real PyTorch models (torch installed)
+
 pytest.importorskip("torch")
 
 from vramkit.estimate import catalog  # noqa: E402
