@@ -12,12 +12,12 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import leases as L
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
-from .errors import VramkitError
+from .errors import RequestError, VramkitError
 from .model import Snapshot
 from .procs import descends_from
 from .select import (
@@ -66,7 +66,7 @@ def parse_min_free(value: str | int | None) -> tuple[int | None, float | None]:
     if isinstance(value, str) and value.strip().endswith("%"):
         return None, parse_percent(value)
     if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit() and float(value) != 0:
-        raise ValueError(f"--min-free: {value!r} needs a unit, e.g. {value.strip()}GiB (or a share: 50%)")
+        raise RequestError(f"{value!r} needs a unit, e.g. {value.strip()}GiB (or a share: 50%)", param="min_free")
     return parse_size(value), None
 
 
@@ -81,23 +81,26 @@ def parse_max_util(value: str | float | None) -> float | None:
 def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | int | None = None,
                  max_util: str | float | None = None, exclude: str | list | None = None,
                  only: str | list | None = None, prefer: str = "spread", exclusive: bool = False,
-                 env: dict[str, str] | None = None) -> tuple[Policy, Visible]:
-    """A Policy from what a person typed. ValueError names the option. The environment's
-    CUDA_VISIBLE_DEVICES (from Slurm, a container, or you) is the allowed set."""
+                 env: Mapping[str, str] | None = None) -> tuple[Policy, Visible]:
+    """A Policy from what a person typed. A bad value is a RequestError (a ValueError) whose
+    `param` names the argument. The environment's CUDA_VISIBLE_DEVICES (from Slurm, a container,
+    or you) is the allowed set; CUDA would refuse it: ValueError."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"--count: must be a whole number of GPUs, at least 1 (got {count!r})")
+        raise RequestError(f"must be a whole number of GPUs, at least 1 (got {count!r})", param="count")
     if prefer not in PREFER:
-        raise ValueError(f"--prefer: must be spread or pack (got {prefer!r})")
+        raise RequestError(f"must be spread or pack (got {prefer!r})", param="prefer")
     try:
         size, pct = parse_min_free(min_free)
+    except RequestError:
+        raise
     except ValueError as e:
-        raise ValueError(str(e) if str(e).startswith("--") else f"--min-free: {e}") from None
+        raise RequestError(str(e), param="min_free") from None
     try:
         util = parse_max_util(max_util)
     except ValueError as e:
-        raise ValueError(f"--max-util: {e}") from None
+        raise RequestError(str(e), param="max_util") from None
 
-    def keys(value, option: str) -> list[str] | None:
+    def keys(value: str | list | None, option: str) -> list[str] | None:
         if value is None:
             return None
         text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple, set)) else str(value)
@@ -107,7 +110,7 @@ def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | i
     visible = parse_visible(env.get("CUDA_VISIBLE_DEVICES"), devices, env.get("CUDA_DEVICE_ORDER"))
     allowed = allowed_keys(visible, devices)  # ValueError when CUDA would refuse it
     policy = Policy(count=count, min_free=size, min_free_pct=pct, max_util=util,
-                    exclude=keys(exclude, "--exclude") or [], only=keys(only, "--only"),
+                    exclude=keys(exclude, "exclude") or [], only=keys(only, "only"),
                     allowed=None if allowed is None else sorted(allowed),
                     allowed_from=visible.value if allowed is not None else None,
                     prefer=prefer, exclusive=exclusive)

@@ -27,7 +27,7 @@ import secrets
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -138,7 +138,7 @@ def _usable(path: Path, shared: bool) -> str | None:
     return None
 
 
-def lease_dir(env: dict[str, str] | None = None) -> LeaseDir:
+def lease_dir(env: Mapping[str, str] | None = None) -> LeaseDir:
     """$VRAM_LEASE_DIR, else the shared /tmp/vramkit-leases, else a per-user directory."""
     env = os.environ if env is None else env
     chosen = env.get(ENV_DIR)
@@ -166,7 +166,7 @@ def lease_dir(env: dict[str, str] | None = None) -> LeaseDir:
                     note=f"leases are per-user ({private}): {why}; other users' vram runs cannot see them")
 
 
-def lease_timeout(env: dict[str, str] | None = None) -> float:
+def lease_timeout(env: Mapping[str, str] | None = None) -> float:
     from .units import parse_duration
 
     env = os.environ if env is None else env
@@ -309,8 +309,9 @@ def read_state(d: LeaseDir, now: float | None = None) -> State:
     return State(leases, tickets)
 
 
-_FIELD_TYPES = {"id": str, "units": list, "labels": dict, "kind": str, "user": str, "uid": int, "pid": int,
-                "created": (int, float), "expires": (int, float), "locked": bool}
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "id": str, "units": list, "labels": dict, "kind": str, "user": str, "uid": int, "pid": int,
+    "created": (int, float), "expires": (int, float), "locked": bool}
 
 
 def _lease_from(data: dict | None) -> Lease | None:
@@ -355,7 +356,8 @@ class HeldLease:
     """A lease this process holds. Pass `fd` to the job so the lease outlives a crashed launcher."""
 
     def __init__(self, d: LeaseDir, lease: Lease, fd: int | None):
-        self.dir, self.lease, self.fd = d, lease, fd
+        self.dir, self.lease = d, lease
+        self.fd: int | None = fd
         self.path = d.path / f"lease-{lease.id}.json"
         self.lock_path = d.path / f"lease-{lease.id}.lock"
 
@@ -426,7 +428,8 @@ class HeldTicket:
     """This process's place in the queue; leave() when served or giving up."""
 
     def __init__(self, d: LeaseDir, path: Path, fd: int, seq: int):
-        self.dir, self.path, self.fd, self.seq = d, path, fd, seq
+        self.dir, self.path, self.seq = d, path, seq
+        self.fd: int | None = fd
 
     def leave(self) -> None:
         """Call with d.locked() (or accept that the queue sees the departure a moment later)."""

@@ -26,8 +26,12 @@ class Backend(Protocol):
 
     simulated: bool  # shown in every view's banner; nothing branches on it
     scenario: str | None  # the scenario's name on a simulated machine
-    driver_version: str | None
-    cuda_version: str | None
+
+    @property
+    def driver_version(self) -> str | None: ...
+
+    @property
+    def cuda_version(self) -> str | None: ...
 
     def read_devices(self) -> list[Device]:
         """Every GPU with its processes (host side not filled in): N/A fields with reasons."""

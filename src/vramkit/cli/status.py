@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..render.data import status_csv, status_json
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
 from .common import add_data_options, check_gpus, open_for, parse_gpu_list, watch_loop
+
+if TYPE_CHECKING:
+    from ..collector import Collector
+    from ..snapshot import Machine
 
 HELP = "show every GPU's memory and utilization, and who holds its memory"
 DESCRIPTION = """\
@@ -42,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
     machine = open_for(args)
     style = style_for(sys.stdout, getattr(args, "no_color", False))
-    source = machine
+    source: Machine | Collector = machine
     if args.watch is not None and args.watch > 0:  # frames read through one collector: idle time adds up
         from ..collector import Collector
 

@@ -244,7 +244,7 @@ def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
         rows.sort(key=lambda r: r.gpu)
         first, rest = rows[0], rows[1:]
         typical = statistics.median(r.memory or 0 for r in rest)
-        if first.memory >= DP_RATIO * typical and first.memory - typical >= DP_MIN_EXTRA:
+        if first.memory and first.memory >= DP_RATIO * typical and first.memory - typical >= DP_MIN_EXTRA:
             gpus = [r.gpu for r in rows]
             out.append(Finding(
                 "dataparallel_imbalance", "warning",

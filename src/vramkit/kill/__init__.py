@@ -84,7 +84,8 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
         plan = make_plan(machine, criteria)
         if dry_run:
             return dry_report(plan)
-        with AuditLog(audit_log, machine.audit_context("python")) as log:
+        path = None if audit_log is None else os.fspath(audit_log)
+        with AuditLog(path, machine.audit_context("python")) as log:
             return execute(machine, plan, sig, timeout=timeout, force=force, audit=log)
     finally:
         machine.close()

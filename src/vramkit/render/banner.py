@@ -10,7 +10,7 @@ from .style import Style
 
 def banner(snap: Snapshot, style: Style, width: int = 200) -> str:
     """One line, or more on a narrow terminal: parts are never cut, so nothing is lost."""
-    parts = []
+    parts: list[tuple[str, tuple[str, ...]]] = []
     if snap.simulated:
         parts.append((f"SIMULATED machine (scenario '{snap.scenario}'), not real GPUs", ("magenta", "bold")))
     if snap.driver_version:

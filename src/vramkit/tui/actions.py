@@ -7,10 +7,10 @@ from __future__ import annotations
 import signal
 
 from ..audit import AuditLog
+from ..collector import Collector
 from ..kill import Criteria, KillReport, Plan
 from ..kill import execute as kill_execute
 from ..kill import make_plan as kill_make_plan
-from ..collector import Collector
 
 
 class KillActions:
@@ -28,5 +28,6 @@ class KillActions:
 
     def execute(self, plan: Plan, force: bool = False) -> KillReport:
         m = self.machine
-        with AuditLog(self.audit_path, m.audit_context("vram top")) as log:  # not writable: AuditError, nothing signalled
+        # Not writable: AuditError, and nothing is signalled.
+        with AuditLog(self.audit_path, m.audit_context("vram top")) as log:
             return kill_execute(m, plan, signal.SIGTERM, timeout=self.timeout, force=force, audit=log)

@@ -347,7 +347,7 @@ class TopApp(App):
         self._fill_table()
 
     def action_kill(self, pid: int | None = None) -> None:
-        if self.readonly:
+        if self.readonly or self.actions is None:
             self.notify("read-only view: actions are off (started with --readonly)", severity="warning")
             return
         if pid is None:

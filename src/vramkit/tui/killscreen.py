@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from ..kill import EXITED, REFUSED, STILL_RUNNING, KillReport, Plan, Target
 from ..units import format_duration, format_size
+from .actions import KillActions
 from .screens import _Modal
 
 
@@ -61,11 +62,11 @@ class KillScreen(_Modal):
     BINDINGS = [Binding("escape,n,q", "close", "Close"), Binding("y", "confirm(False)", "Yes, SIGTERM"),
                 Binding("f", "confirm(True)", "SIGTERM, then SIGKILL")]
 
-    def __init__(self, pid: int, actions, lock: asyncio.Lock):
+    def __init__(self, pid: int, actions: KillActions, lock: asyncio.Lock):
         super().__init__()
         self.pid = pid
         self.actions = actions
-        self.lock = lock
+        self.machine_lock = lock  # not `lock`: Textual's own widget lock has that name
         self.state = "checking"
         self.plan: Plan | None = None
         self.report: KillReport | None = None
@@ -83,13 +84,14 @@ class KillScreen(_Modal):
 
     async def _check(self) -> None:
         try:
-            async with self.lock:
-                self.plan = await asyncio.to_thread(self.actions.plan, self.pid)
+            async with self.machine_lock:
+                plan = await asyncio.to_thread(self.actions.plan, self.pid)
+            self.plan = plan
         except Exception as e:  # a bad protect.conf, an unknown pid: say so, signal nothing
             self.state = "error"
             self._show(Text(f"cannot check pid {self.pid}: {e}", style="bold red"), "Esc closes")
             return
-        t = next((x for x in self.plan.targets if x.pid == self.pid), None)
+        t = next((x for x in plan.targets if x.pid == self.pid), None)
         if t is None:
             self.state = "error"
             self._show(Text("nothing selected", style="bold red"), "Esc closes")
@@ -111,19 +113,21 @@ class KillScreen(_Modal):
         self.run_worker(self._execute(force), exclusive=True)
 
     async def _execute(self, force: bool) -> None:
+        assert self.plan is not None  # "confirm" is only reached with a plan
         try:
-            async with self.lock:
-                self.report = await asyncio.to_thread(self.actions.execute, self.plan, force)
+            async with self.machine_lock:
+                report = await asyncio.to_thread(self.actions.execute, self.plan, force)
+            self.report = report
         except Exception as e:  # AuditError: the log cannot be written, so nothing was signalled
             self.state = "error"
             self._show(Text(str(e), style="bold red"), "Esc closes")
             return
         self.state = "done"
-        self._show(outcome_text(self.report), "Esc closes")
-        first = self.report.targets[0] if self.report.targets else None
+        self._show(outcome_text(report), "Esc closes")
+        first = report.targets[0] if report.targets else None
         if first is not None:
             summary = f"pid {first.pid}: {first.status}" + (f" ({first.refusal.reason})" if first.refusal else "")
-            self.app.notify(summary, markup=False, severity="information" if self.report.ok else "warning")
+            self.app.notify(summary, markup=False, severity="information" if report.ok else "warning")
 
     def action_close(self) -> None:
         if self.state in ("checking", "running"):

@@ -45,7 +45,8 @@ def buckets(points: list[tuple[float, float | None]], now: float, span: float, c
         if v is None or t < start - width:
             continue
         i = min(cells - 1, max(0, int((t - start) / width)))
-        if out[i] is None or v > out[i]:
+        held = out[i]
+        if held is None or v > held:
             out[i] = v
     if step and points:
         first = points[0][0]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model import GpuProcess, Snapshot
 from ..render import fmt
 from ..units import format_size
 
-SORT_KEYS: dict[str, Callable[[GpuProcess], object]] = {
+SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
     "memory": lambda p: -(p.memory or 0),
     "gpu": lambda p: (p.gpu, -(p.memory or 0)),
     "pid": lambda p: (p.pid, p.gpu),
@@ -131,7 +132,7 @@ def _tree(procs: list[GpuProcess]) -> list[Row]:
         if pid in seen:
             continue
         ppid = by_pid[pid][0].ppid
-        group = by_parent.get(ppid, [])
+        group = by_parent.get(ppid, []) if ppid is not None else []
         if len(group) >= 2:
             rows.append(Row(f"parent/{ppid}", None, "", parent_pid=ppid))
             for i, sibling in enumerate(group):
