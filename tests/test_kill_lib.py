@@ -3,6 +3,7 @@ time, through a pidfd), the protected-process rules, the audit log, and the Pyth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -52,7 +53,7 @@ def test_a_stale_identity_is_refused_at_the_moment_of_signalling(children, write
         target = plan.targets[0]
         assert target.status == WOULD_SIGNAL and target.start_ticks == procs.identity(child.pid).start_ticks
         # As if the recorded process had exited and its pid now belonged to another one.
-        target.start_ticks -= 1
+        target.identity = dataclasses.replace(target.identity, start_ticks=target.identity.start_ticks - 1)
         with AuditLog(tmp_path / "audit.log") as log:
             report = execute(machine, plan, signal.SIGTERM, timeout=0.5, audit=log)
     finally:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .. import procs
 from ..errors import RequestError
@@ -92,31 +92,47 @@ class Caller:
         return cls(uid=uid, euid=os.geteuid(), user=procs.user_name(uid), chain=tuple(procs.ancestors()))
 
 
+class Listed(Protocol):
+    """What the snapshot or /proc said of a process at selection (a GpuProcess or HostProcess)."""
+
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def uid(self) -> int | None: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def state(self) -> str | None: ...
+    @property
+    def ppid(self) -> int | None: ...
+    @property
+    def container(self) -> str | None: ...
+    @property
+    def start_ticks(self) -> int | None: ...
+    @property
+    def start_time(self) -> float | None: ...
+
+
 @dataclass
 class Target:
-    """One process to signal (a job on four GPUs is one target), and what became of it."""
+    """One process to signal (a job on four GPUs is one target), and what became of it.
+
+    It wraps the process's identity, read from /proc at selection (pid, start ticks, owner,
+    names; None when the pid maps to no process here: a simulated one, or not visible), and
+    its GPU rows from the snapshot. What it is comes from the identity where there is one,
+    else from what was listed; nothing is copied between the two."""
 
     pid: int
     command: str
-    name: str = ""
-    argv0: str = ""
-    user: str | None = None
-    uids: tuple[int, int, int] | None = None  # real, effective, saved
-    start_ticks: int | None = None  # identity, with the pid; None: no real process (simulated)
-    start_time: float | None = None
-    state: str | None = None
-    ppid: int | None = None
-    container: str | None = None
-    ns_pids: tuple[int, ...] = ()
-    kernel_thread: bool = False
-    gpus: dict[int, int | None] = field(default_factory=dict)  # GPU -> memory NVML lists
+    listed: Listed | None = None
+    identity: procs.Identity | None = None
+    rows: list[GpuProcess] = field(default_factory=list)  # its rows in the snapshot (GPU memory)
     devices: tuple[str, ...] = ()  # /dev/nvidia* nodes it holds open (when scanned)
     holder_gpus: tuple[int, ...] = ()
+    holder_ns_pids: tuple[int, ...] = ()  # NSpid from the holder scan, when it has no identity
     synthetic: bool = False  # a scenario's made-up process: nothing real to signal
     unmapped: str | None = None  # why the pid cannot be mapped to a process here
-    zombie: bool = False  # shown as a zombie (its main thread has exited)
     defunct: bool = False  # every thread has exited: it waits to be reaped and cannot be signalled
-    orphaned: bool = False
     explicit: bool = False  # named by pid
     # --- the outcome
     status: Status = WOULD_SIGNAL
@@ -125,22 +141,113 @@ class Target:
     seconds: float | None = None  # from the first signal until it was seen gone
     notes: list[str] = field(default_factory=list)
 
+    # ------------------------------------------------------------ what it is
+    @property
+    def start_ticks(self) -> int | None:
+        """With the pid, the identity; None: no process here (simulated, or not visible)."""
+        if self.identity is not None:
+            return self.identity.start_ticks
+        return self.listed.start_ticks if self.listed is not None and not self.synthetic else None
+
+    @property
+    def uids(self) -> tuple[int, int, int] | None:
+        """(real, effective, saved); a simulated process's scenario uid stands for all three."""
+        if self.identity is not None:
+            return self.identity.uids
+        if self.synthetic and self.listed is not None and self.listed.uid is not None:
+            return (self.listed.uid,) * 3
+        return None
+
     @property
     def uid(self) -> int | None:
         return self.uids[0] if self.uids else None
 
     @property
+    def user(self) -> str | None:
+        listed = self.listed
+        if listed is not None and (self.identity is None or listed.uid == self.identity.uids[0]):
+            return listed.user
+        return procs.user_name(self.identity.uids[0]) if self.identity is not None else None
+
+    @property
+    def name(self) -> str:
+        if self.identity is not None:
+            return self.identity.name
+        return (self.listed.name if self.listed is not None else None) or ""
+
+    @property
+    def argv0(self) -> str:
+        """Basename of argv[0] (what `exec -a` sets): from /proc, or the listed command's first word."""
+        if self.identity is not None:
+            return self.identity.argv0
+        return self.command.split(" ", 1)[0].rsplit("/", 1)[-1] if self.synthetic else ""
+
+    @property
+    def kernel_thread(self) -> bool:
+        return self.identity is not None and self.identity.kernel_thread
+
+    @property
+    def ns_pids(self) -> tuple[int, ...]:
+        if self.identity is not None:
+            return self.identity.ns_pids
+        return self.holder_ns_pids or (self.pid,)
+
+    @property
+    def state(self) -> str | None:
+        if self.identity is not None:
+            return self.identity.state
+        return self.listed.state if self.listed is not None else None
+
+    @property
+    def ppid(self) -> int | None:
+        if self.identity is not None:
+            return self.identity.ppid
+        return self.listed.ppid if self.listed is not None else None
+
+    @property
+    def start_time(self) -> float | None:
+        if self.identity is not None:
+            return self.identity.start_time
+        return self.listed.start_time if self.listed is not None else None
+
+    @property
+    def container(self) -> str | None:
+        return self.listed.container if self.listed is not None else None
+
+    @property
+    def zombie(self) -> bool:
+        """Shown as a zombie (its main thread has exited; other threads may still run)."""
+        return self.state == "zombie"
+
+    @property
+    def orphaned(self) -> bool:
+        return self.ppid == 1 and self.pid != 1
+
+    # ------------------------------------------------------------ what it holds
+    @property
+    def gpus(self) -> dict[int, int | None]:
+        """GPU -> memory NVML lists for it there (its MIG instances on one GPU added up)."""
+        out: dict[int, int | None] = {}
+        for row in self.rows:
+            if row.gpu in out:
+                before = out[row.gpu]
+                out[row.gpu] = None if before is None or row.memory is None else before + row.memory
+            else:
+                out[row.gpu] = row.memory
+        return out
+
+    @property
     def memory(self) -> int | None:
-        known = [m for m in self.gpus.values() if m is not None]
+        known = [r.memory for r in self.rows if r.memory is not None]
         return sum(known) if known else None
 
     @property
     def all_gpus(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.gpus) | set(self.holder_gpus)))
+        return tuple(sorted({r.gpu for r in self.rows} | set(self.holder_gpus)))
 
     @property
     def nvml_listed(self) -> bool:
-        return bool(self.gpus)
+        return bool(self.rows)
 
     @property
     def elapsed(self) -> float | None:

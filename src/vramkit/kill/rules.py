@@ -67,9 +67,5 @@ def recheck(t: Target, pinned: procs.Pinned, caller: Caller, protection: Protect
     """The checks again, on what the process is now (an exec may have changed name or owner)."""
     now = pinned.identity
     fresh = Target(pid=t.pid, command=procs.ProcessTable._cmdline(f"/proc/{t.pid}") or f"[{now.name}]",
-                   name=now.name, argv0=now.argv0, user=t.user, uids=now.uids, start_ticks=now.start_ticks,
-                   start_time=now.start_time, state=now.state, ppid=now.ppid, kernel_thread=now.kernel_thread,
-                   defunct=now.state == "zombie" and procs.is_defunct(t.pid))
-    if now.uids != t.uids:
-        fresh.user = procs.user_name(now.uids[0])
+                   listed=t.listed, identity=now, defunct=now.state == "zombie" and procs.is_defunct(t.pid))
     return check(fresh, caller, protection, all_users)

@@ -22,14 +22,10 @@ if TYPE_CHECKING:
 
 
 def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
-    t = Target(pid=p.pid, command=p.command or "", name=p.name or "", user=p.user, state=p.state,
-               ppid=p.ppid, container=p.container, start_time=p.start_time, start_ticks=p.start_ticks, zombie=p.zombie,
-               orphaned=p.orphaned, ns_pids=(p.pid,))
+    t = Target(pid=p.pid, command=p.command or "", listed=p)
     if not p.real:
         t.synthetic = True
         t.defunct = p.zombie
-        t.uids = None if p.uid is None else (p.uid,) * 3
-        t.argv0 = t.command.split(" ", 1)[0].rsplit("/", 1)[-1]
         return t
     if p.host_missing:
         t.unmapped = p.host_missing
@@ -43,6 +39,7 @@ def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
 
 
 def _fill_identity(t: Target) -> None:
+    """Read t's identity from /proc now, if it is still the process that was listed."""
     now = procs.identity(t.pid)
     if now is None:
         t.unmapped = procs.NOT_VISIBLE
@@ -51,23 +48,16 @@ def _fill_identity(t: Target) -> None:
         # The pid was reused between the snapshot and this read: it is not the GPU process.
         t.unmapped = "the pid now belongs to another process than the one NVML listed"
         return
-    t.start_ticks, t.start_time, t.uids = now.start_ticks, now.start_time, now.uids
-    t.name, t.argv0, t.kernel_thread, t.ns_pids, t.ppid = now.name, now.argv0, now.kernel_thread, now.ns_pids, now.ppid
-    t.state = now.state
-    t.zombie = now.state == "zombie"
+    t.identity = now
     t.defunct = t.zombie and procs.is_defunct(t.pid)
     if t.zombie and not t.defunct:
         t.notes.append("its main thread has exited (shown as defunct) but other threads still run and hold "
                        "its memory: a signal ends them")
-    t.orphaned = now.ppid == 1 and t.pid != 1
 
 
 def _from_holder(h: Holder) -> Target:
-    host = h.host
-    t = Target(pid=h.pid, command=host.command, name=host.name, user=host.user, state=host.state,
-               ppid=host.ppid, container=host.container, start_time=host.start_time,
-               start_ticks=host.start_ticks, ns_pids=h.ns_pids,
-               devices=h.devices, holder_gpus=h.gpus)
+    t = Target(pid=h.pid, command=h.host.command, listed=h.host, devices=h.devices, holder_gpus=h.gpus,
+               holder_ns_pids=h.ns_pids)
     _fill_identity(t)
     return t
 
@@ -76,10 +66,8 @@ def _plain_target(pid: int, table: procs.ProcessTable) -> Target:
     """A pid named on the command line that is not a GPU process: enough to say what it is."""
     host = table.read(pid)
     if isinstance(host, str):
-        return Target(pid=pid, command=f"({host})", ns_pids=(pid,))
-    t = Target(pid=pid, command=host.command, name=host.name, user=host.user, state=host.state,
-               ppid=host.ppid, container=host.container, start_time=host.start_time,
-               start_ticks=host.start_ticks, ns_pids=(pid,))
+        return Target(pid=pid, command=f"({host})")
+    t = Target(pid=pid, command=host.command, listed=host)
     _fill_identity(t)
     return t
 
@@ -131,7 +119,7 @@ def _gather(source: Collector, snap: Snapshot, criteria: Criteria,
         t = by_pid.get(p.pid)
         if t is None:
             t = by_pid[p.pid] = _from_gpu_process(p, trusted)
-        t.gpus[p.gpu] = p.memory
+        t.rows.append(p)
     unlisted = [pid for pid in criteria.pids if pid not in by_pid]
     if not (criteria.holders or unlisted):
         return by_pid, None
