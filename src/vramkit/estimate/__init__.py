@@ -11,9 +11,10 @@ Importing this package imports no torch; `vramkit.estimate.trace` does, when use
 
 from __future__ import annotations
 
-import sys
-from types import ModuleType
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from .._callable import make_callable
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from .analytic import Estimate, Setup, estimate
@@ -32,18 +33,8 @@ _WHERE = {"Estimate": "analytic", "Setup": "analytic", "estimate": "analytic", "
 
 def __getattr__(name: str) -> Any:  # lazy: `vram status` never pays for the estimator
     if name in _WHERE:
-        from importlib import import_module
         return getattr(import_module(f".{_WHERE[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class _CallableModule(ModuleType):
-    """`vramkit.estimate(...)` is the estimate function, while `vramkit.estimate` stays this
-    package (a submodule import would replace a plain function attribute on `vramkit`)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Estimate:
-        from .analytic import estimate
-        return estimate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+make_callable(__name__, lambda: import_module(".analytic", __name__).estimate)  # `vramkit.estimate(...)`
