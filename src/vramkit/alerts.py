@@ -39,7 +39,7 @@ class GpuSample:
 class ProcessTrace:
     """A process's GPU memory over time, stored as change points (most holders are flat)."""
 
-    points: deque = field(default_factory=lambda: deque(maxlen=512))  # (time, bytes or None)
+    points: deque[tuple[float, int | None]] = field(default_factory=lambda: deque(maxlen=512))  # (time, bytes or None)
     last_seen: float = 0.0
     start_ticks: int | None = None  # tells a reused pid from the process we traced
 

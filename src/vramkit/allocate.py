@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from . import leases as L
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
@@ -37,6 +39,8 @@ from .select import (
 )
 from .snapshot import Machine, open_machine
 from .units import format_duration, parse_percent, parse_size
+
+Selectors: TypeAlias = "str | Sequence[int | str] | None"  # exclude / only: "0,2", or a list
 
 
 class NoGpusAvailable(VramkitError, RuntimeError):
@@ -79,8 +83,8 @@ def parse_max_util(value: str | float | None) -> float | None:
 
 
 def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | int | None = None,
-                 max_util: str | float | None = None, exclude: str | list | None = None,
-                 only: str | list | None = None, prefer: str = "spread", exclusive: bool = False,
+                 max_util: str | float | None = None, exclude: Selectors = None,
+                 only: Selectors = None, prefer: str = "spread", exclusive: bool = False,
                  env: Mapping[str, str] | None = None) -> tuple[Policy, Visible]:
     """A Policy from what a person typed. A bad value is a RequestError (a ValueError) whose
     `param` names the argument. The environment's CUDA_VISIBLE_DEVICES (from Slurm, a container,
@@ -100,7 +104,7 @@ def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | i
     except ValueError as e:
         raise RequestError(str(e), param="max_util") from None
 
-    def keys(value: str | list | None, option: str) -> list[str] | None:
+    def keys(value: Selectors, option: str) -> list[str] | None:
         if value is None:
             return None
         text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple, set)) else str(value)
@@ -261,7 +265,12 @@ def acquire(machine: Machine, policy: Policy, *, wait: float | None = None, leas
                 if wait is None:
                     raise NoGpusAvailable(shortfall_text(decision), decision=decision)
                 if ticket is None:
-                    ticket = L.enqueue(d, state, policy.to_dict())
+                    # Ctrl-C is held off until `ticket` is set, so the finally below removes the file.
+                    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                    try:
+                        ticket = L.enqueue(d, state, policy.to_dict())
+                    finally:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             waited = time.monotonic() - started
             if waited >= wait:
                 raise WaitTimedOut(f"gave up after waiting {format_duration(waited)}: {shortfall_text(decision)}",
@@ -312,8 +321,9 @@ class LeaseWatcher:
 
 # ---------------------------------------------------------------- the Python API
 
-def _policy_and_machine(simulate: str | None, count: int, min_free, max_util, exclude, only, prefer,
-                        exclusive) -> tuple[Machine, Policy]:
+def _policy_and_machine(simulate: str | None, count: int, min_free: str | int | None, max_util: str | float | None,
+                        exclude: Selectors, only: Selectors, prefer: str,
+                        exclusive: bool) -> tuple[Machine, Policy]:
     machine = open_machine(simulate)
     try:
         devices = devices_of(machine.snapshot())
@@ -326,7 +336,7 @@ def _policy_and_machine(simulate: str | None, count: int, min_free, max_util, ex
 
 
 def select_gpus(count: int = 1, *, min_free: str | int | None = None, max_util: str | float | None = None,
-                exclude: str | list | None = None, only: str | list | None = None, prefer: str = "spread",
+                exclude: Selectors = None, only: Selectors = None, prefer: str = "spread",
                 exclusive: bool = False, simulate: str | None = None) -> Selection:
     """Choose GPUs now, without reserving them (as `vram pick`).
 
@@ -349,7 +359,7 @@ _held: list[L.HeldLease] = []  # leases of this process: their locks live as lon
 
 
 def use_gpus(count: int = 1, *, min_free: str | int | None = None, max_util: str | float | None = None,
-             exclude: str | list | None = None, only: str | list | None = None, prefer: str = "spread",
+             exclude: Selectors = None, only: Selectors = None, prefer: str = "spread",
              exclusive: bool = False, wait: float | bool | None = None, lease_timeout: float | None = None,
              simulate: str | None = None) -> Selection:
     """Choose and reserve GPUs for this process, and set CUDA_VISIBLE_DEVICES (with

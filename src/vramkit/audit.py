@@ -73,14 +73,14 @@ class AuditLog:
         return self
 
     def write(self, event: str, **fields: Any) -> None:
-        if self._fd is None:
-            self.open()
+        fd = self._fd if self._fd is not None else self.open()._fd
+        assert fd is not None  # open() set it, or raised
         now = time.time()
         record = {"time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds"),
                   "timestamp": round(now, 3), "event": event, **self.context, **fields}
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
         try:
-            os.write(self._fd, line)  # type: ignore[arg-type]
+            os.write(fd, line)
         except OSError as e:
             raise AuditError(f"cannot write the audit log {self.path}: {e.strerror or e}") from None
 
@@ -92,7 +92,7 @@ class AuditLog:
     def __enter__(self) -> AuditLog:
         return self.open()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

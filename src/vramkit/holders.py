@@ -65,7 +65,7 @@ def _open_nodes(pid: int, nodes: frozenset[str]) -> tuple[str, ...] | None:
     return tuple(sorted(held, key=_node_order))
 
 
-def _node_order(path: str) -> tuple:
+def _node_order(path: str) -> tuple[int, int, str]:
     """nvidia0, nvidia1, ..., nvidia10, then nvidiactl, nvidia-uvm, ... (as ls -v would)."""
     m = _GPU_NODE.match(os.path.basename(path))
     return (0, int(m.group(1)), path) if m else (1, 0, path)

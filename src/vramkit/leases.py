@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import VramkitError
 from .procs import descends_from, sanitize, user_name
@@ -182,7 +183,7 @@ def lease_timeout(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace `path` atomically, so a reader never sees half a file."""
     tmp = path.with_name(f".tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -194,7 +195,7 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -261,7 +262,7 @@ class Ticket:
     seq: int
     pid: int
     user: str
-    policy: dict
+    policy: dict[str, Any]
     created: float
 
     def who(self) -> str:
@@ -314,7 +315,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "created": (int, float), "expires": (int, float), "locked": bool}
 
 
-def _lease_from(data: dict | None) -> Lease | None:
+def _lease_from(data: dict[str, Any] | None) -> Lease | None:
     """A lease from its file, or None when the file is not one. Lease files are written by other
     users: types are checked, text is stripped of control characters, and no lease lasts more
     than MAX_LEASE, whatever its file says."""
@@ -439,7 +440,7 @@ class HeldTicket:
             self.fd = None
 
 
-def enqueue(d: LeaseDir, state: State, policy: dict) -> HeldTicket:
+def enqueue(d: LeaseDir, state: State, policy: dict[str, Any]) -> HeldTicket:
     """Join the queue behind every live waiter. Call with d.locked()."""
     seq = max((t.seq for t in state.tickets), default=0) + 1
     path = d.path / f"wait-{seq:010d}-{os.getpid()}.json"
@@ -450,11 +451,16 @@ def enqueue(d: LeaseDir, state: State, policy: dict) -> HeldTicket:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise LeaseError(f"cannot join the queue in {d.path}: {e.strerror}") from None
-    os.fchmod(fd, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.write(fd, json.dumps({"user": user_name(os.getuid()), "pid": os.getpid(), "created": time.time(),
-                             "policy": policy}).encode())
-    return HeldTicket(d, path, fd, seq)
+    try:
+        os.fchmod(fd, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps({"user": user_name(os.getuid()), "pid": os.getpid(), "created": time.time(),
+                                 "policy": policy}).encode())
+        return HeldTicket(d, path, fd, seq)
+    except BaseException:  # Ctrl-C or a full disk half-way: no ticket left behind
+        os.close(fd)
+        _remove(path)
+        raise
 
 
 def leftovers(d: LeaseDir) -> list[str]:

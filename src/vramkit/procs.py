@@ -14,6 +14,7 @@ import re
 import select
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -381,13 +382,14 @@ def _close(fd: int | None) -> None:
         os.close(fd)
 
 
-def wait_gone(pinned: list[Pinned], deadline: float, tick=None) -> dict[int, float]:
+def wait_gone(pinned: list[Pinned], deadline: float,
+              tick: Callable[[list[int]], object] | None = None) -> dict[int, float]:
     """Wait until each pinned process has ended or time.monotonic() passes deadline. Returns
     {pid: time.monotonic() when it was seen gone}. tick(remaining pids) is called about every
     0.1 s (progress lines)."""
     ended: dict[int, float] = {}
     poller = select.poll()
-    by_fd = {}
+    by_fd: dict[int, Pinned] = {}
     for p in pinned:
         if p.fd is not None:
             poller.register(p.fd, select.POLLIN)

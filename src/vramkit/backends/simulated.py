@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model import Device
 from ..nvml.backend import Nvml
 from ..nvml.scenario import Scenario
 from ..nvml.sim import SimulatedNvml
@@ -58,7 +59,7 @@ class SimulatedBackend(NvidiaBackend):
         why = "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
         return pattern, why
 
-    def gpu_minors(self, gpus: list[Any]) -> dict[int, int]:
+    def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
         return {g.index: g.index for g in gpus}  # a scenario's file nvidiaN stands for GPU N
 
     def audit_context(self) -> dict[str, Any]:

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, TextIO
 
 from .common import Failure, UsageError, open_for, parse_gpu_list
+
+if TYPE_CHECKING:
+    from ..kill import Criteria
+    from .common import Subparsers
 
 HELP = "free GPU memory: signal GPU processes safely (asks first, logs every action)"
 DESCRIPTION = """\
@@ -57,7 +62,7 @@ def _pid(text: str) -> int:
     return value
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("kill", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="processes to signal")
@@ -83,7 +88,7 @@ def add_parser(sub, parents) -> None:
     p.set_defaults(run=run)
 
 
-def _criteria(args: argparse.Namespace):
+def _criteria(args: argparse.Namespace) -> Criteria:
     from ..kill import Criteria
     from ..units import parse_duration
 
@@ -105,7 +110,7 @@ def _criteria(args: argparse.Namespace):
 class _Progress:
     """One self-rewriting line on a terminal's stderr; nothing elsewhere (scripts stay quiet)."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.shown = False
 

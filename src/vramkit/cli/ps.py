@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..model import GpuProcess
 from ..render.data import ps_csv, ps_json
 from ..render.ps_view import render_ps
 from ..render.style import style_for, terminal_width
 from .common import UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
+
+if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..snapshot import Machine
+    from .common import Subparsers
 
 HELP = "list every process holding GPU memory"
 DESCRIPTION = """\
@@ -33,7 +40,7 @@ examples:
                                    with whether NVML lists GPU memory for it
 """
 
-SORT_KEYS = {
+SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
     "memory": (lambda p: -(p.memory or 0)),
     "gpu": (lambda p: (p.gpu, -(p.memory or 0))),
     "pid": (lambda p: (p.pid, p.gpu)),
@@ -44,7 +51,7 @@ SORT_KEYS = {
 }
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ps", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_options(p, "process and GPU")
@@ -87,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_holders(args, machine, snap, procs, users, gpus) -> int:
+def _with_holders(args: argparse.Namespace, machine: Machine, snap: Snapshot, procs: list[GpuProcess],
+                  users: set[str] | None, gpus: list[int] | None) -> int:
     """The process table, then the device-file holders (heavier: every process's open files)."""
     import json
 

@@ -14,6 +14,7 @@ from .common import add_data_options, check_gpus, open_for, parse_gpu_list, watc
 if TYPE_CHECKING:
     from ..collector import Collector
     from ..snapshot import Machine
+    from .common import Subparsers
 
 HELP = "show every GPU's memory and utilization, and who holds its memory"
 DESCRIPTION = """\
@@ -34,7 +35,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_options(p, "GPU")

@@ -7,9 +7,14 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..units import parse_duration
 from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
+
+if TYPE_CHECKING:
+    from .common import Subparsers
 
 HELP = "the live view: GPUs, their history, alerts and every GPU process, refreshed"
 DESCRIPTION = """\
@@ -31,7 +36,7 @@ examples:
 """
 
 
-def add_parser(sub, parents) -> None:
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--interval", metavar="SECONDS", type=float, default=2.0,
@@ -87,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _screen_on_stderr():
+def _screen_on_stderr() -> Iterator[None]:
     """Textual draws on stderr; with stderr sent to a file (`vram top 2>log`) the screen would go
     there, so while the view runs stderr is the terminal stdout is on."""
     if sys.stderr.isatty():

@@ -131,7 +131,7 @@ class Nvml:
             dev.processes = []
         return dev
 
-    def _query(self, dev: Device, fields: tuple[str, ...], fn: Callable, *args: Any) -> Any:
+    def _query(self, dev: Device, fields: tuple[str, ...], fn: Callable[..., Any], *args: Any) -> Any:
         """One NVML call; an unsupported or refused field becomes None with the reason."""
         try:
             return fn(*args)
@@ -232,7 +232,7 @@ class Nvml:
             if fn is None:
                 continue
             try:
-                result = fn(handle)
+                result: list[Any] = fn(handle)
             except self._mismatch:
                 continue
             except lib.NVMLError as e:

@@ -14,11 +14,15 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from ..procs import is_defunct, read_stat
 from . import compat
 from .scenario import Scenario, value_at
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _TYPE_LISTS = {"compute": ("compute",), "graphics": ("graphics",), "both": ("compute", "graphics")}
 
@@ -31,7 +35,7 @@ class SimHandle:
     def __init__(self, index: int, gi: int | None = None):
         self.index, self.gi = index, gi
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<simulated nvmlDevice {self.index}{'' if self.gi is None else f'/{self.gi}'}>"
 
 
@@ -49,14 +53,14 @@ class SimulatedNvml:
         self._fixed_t = float(fixed) if fixed else None
         self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
-        self._by_unit: dict[tuple[int, int | None], list[tuple[dict, Any]]] = {}
+        self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
         self._by_pid = {p["pid"]: p for p in scenario.processes}
         for p in scenario.processes:
             for unit, mem in p["gpus"].items():
                 self._by_unit.setdefault(unit, []).append((p, mem))
         api_cfg = scenario.data.get("nvml_api", {})
-        self._proc_api = api_cfg.get("process_info", "v3")
-        self._mem_api = api_cfg.get("memory_info", "v2")
+        self._proc_api: str = api_cfg.get("process_info", "v3")
+        self._mem_api: str = api_cfg.get("memory_info", "v2")
         self._slow = scenario.data.get("faults", {}).get("slow_calls", {})
         for name, ms in self._slow.items():
             if hasattr(self, name):
@@ -90,13 +94,14 @@ class SimulatedNvml:
         return True
 
     def _error(self, code: int) -> Exception:
-        return self.api.NVMLError(code)
+        error: Exception = self.api.NVMLError(code)
+        return error
 
     def _check_init(self) -> None:
         if not self._initialized:
             raise self._error(self.api.NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, handle: Any) -> dict:
+    def _gpu(self, handle: Any) -> dict[str, Any]:
         self._check_init()
         if not isinstance(handle, SimHandle):
             raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
@@ -105,7 +110,7 @@ class SimulatedNvml:
             raise self._error(self.api.NVML_ERROR_GPU_IS_LOST)
         return g
 
-    def _field(self, handle: Any, what: str) -> dict:
+    def _field(self, handle: Any, what: str) -> dict[str, Any]:
         g = self._gpu(handle)
         if what in g["unsupported"]:
             raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
@@ -114,7 +119,7 @@ class SimulatedNvml:
         return g
 
     # ------------------------------------------------------------ processes over time
-    def _alive(self, p: dict, t: float) -> bool:
+    def _alive(self, p: dict[str, Any], t: float) -> bool:
         if t < p.get("start_at", 0) or ("exit_at" in p and t >= p["exit_at"]):
             return False
         if p["source"] != "real":
@@ -137,7 +142,7 @@ class SimulatedNvml:
                 gone += amount
         return live, gone
 
-    def _used(self, spec: dict, index: int, gi: int | None, t: float) -> int:
+    def _used(self, spec: dict[str, Any], index: int, gi: int | None, t: float) -> int:
         live, gone = self._unit_memory(index, gi, t)
         if "memory_used" not in spec:
             return live
@@ -165,7 +170,8 @@ class SimulatedNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:
         self._check_init()
-        return self.scenario.data.get("driver_version", "550.54.15")
+        version: str = self.scenario.data.get("driver_version", "550.54.15")
+        return version
 
     def nvmlSystemGetNVMLVersion(self) -> str:
         self._check_init()
@@ -182,7 +188,8 @@ class SimulatedNvml:
         self._check_init()
         p = self._by_pid.get(pid)
         if p is not None and p["source"] == "synthetic":
-            return p["command"].split()[0]
+            name: str = p["command"].split()[0]
+            return name
         try:
             with open(f"/proc/{pid}/comm") as f:
                 return f.read().strip()
@@ -228,12 +235,14 @@ class SimulatedNvml:
     nvmlDeviceGetHandleByPciBusId_v2 = nvmlDeviceGetHandleByPciBusId
 
     def nvmlDeviceGetIndex(self, handle: SimHandle) -> int:
-        return self._gpu(handle)["index"]
+        index: int = self._gpu(handle)["index"]
+        return index
 
-    def _mig(self, handle: SimHandle) -> dict | None:
+    def _mig(self, handle: SimHandle) -> dict[str, Any] | None:
         if handle.gi is None:
             return None
-        return next(m for m in self._gpu(handle)["mig"] if m["gi"] == handle.gi)
+        mig: dict[str, Any] = next(m for m in self._gpu(handle)["mig"] if m["gi"] == handle.gi)
+        return mig
 
     def nvmlDeviceGetName(self, handle: SimHandle) -> str:
         g = self._field(handle, "name")
@@ -243,7 +252,8 @@ class SimulatedNvml:
     def nvmlDeviceGetUUID(self, handle: SimHandle) -> str:
         g = self._field(handle, "uuid")
         mig = self._mig(handle)
-        return g["uuid"] if mig is None else mig["uuid"]
+        uuid: str = g["uuid"] if mig is None else mig["uuid"]
+        return uuid
 
     def nvmlDeviceGetSerial(self, handle: SimHandle) -> str:
         return f"SIM{self._gpu(handle)['index']:010d}"
@@ -382,13 +392,15 @@ class SimulatedNvml:
         mig = self._mig(handle)
         if mig is None:
             raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
-        return mig["gi"]
+        gi: int = mig["gi"]
+        return gi
 
     def nvmlDeviceGetComputeInstanceId(self, handle: SimHandle) -> int:
         mig = self._mig(handle)
         if mig is None:
             raise self._error(self.api.NVML_ERROR_INVALID_ARGUMENT)
-        return mig["ci"]
+        ci: int = mig["ci"]
+        return ci
 
     # ------------------------------------------------------------ processes
     def _processes(self, handle: SimHandle, kind: str, version: str) -> list[Any]:
@@ -412,43 +424,43 @@ class SimulatedNvml:
                     out.append(self.api.nvmlFriendlyObject(fields))
         return out
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle):
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "compute", "v3")
 
-    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle):
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "compute", "v2")
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "compute", self._proc_api)
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle):
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "graphics", "v3")
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle):
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "graphics", "v2")
 
-    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "graphics", self._proc_api)
 
     # Scenarios have no MPS clients: the lists are empty, with the same errors and versions.
-    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle):
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "mps", "v3")
 
-    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle):
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "mps", "v2")
 
-    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle):
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: SimHandle) -> list[Any]:
         return self._processes(handle, "mps", self._proc_api)
 
     # ------------------------------------------------------------ the host side of synthetic pids
-    def host_process(self, pid: int) -> dict | None:
+    def host_process(self, pid: int) -> dict[str, Any] | None:
         """The scenario's own description of a synthetic pid (what /proc would say), else None."""
         return self._by_pid.get(pid)
 
 
-def _slowed(fn, seconds: float):
+def _slowed(fn: Callable[_P, _R], seconds: float) -> Callable[_P, _R]:
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         time.sleep(seconds)
         return fn(*args, **kwargs)
     return wrapper

@@ -10,6 +10,7 @@ import io
 import json
 from dataclasses import asdict
 from datetime import datetime, timezone
+from typing import Any
 
 from ..model import Device, GpuProcess, Snapshot
 
@@ -20,7 +21,7 @@ _PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "ty
                  "orphaned", "idle", "idle_for", "real", "host_missing")
 
 
-def _header(snap: Snapshot) -> dict:
+def _header(snap: Snapshot) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
         "time": datetime.fromtimestamp(snap.time, timezone.utc).isoformat(timespec="seconds"),
@@ -32,7 +33,7 @@ def _header(snap: Snapshot) -> dict:
     }
 
 
-def process_dict(proc: GpuProcess) -> dict:
+def process_dict(proc: GpuProcess) -> dict[str, Any]:
     out = {k: getattr(proc, k) for k in _PROCESS_KEYS}
     out["types"] = list(proc.types)
     for key in ("elapsed", "start_time", "cpu_percent"):
@@ -41,7 +42,7 @@ def process_dict(proc: GpuProcess) -> dict:
     return out
 
 
-def gpu_dict(dev: Device) -> dict:
+def gpu_dict(dev: Device) -> dict[str, Any]:
     out = {k: v for k, v in asdict(dev).items() if k not in ("processes", "mig_devices")}
     out["mig_devices"] = [asdict(m) for m in dev.mig_devices]
     out["processes"] = [process_dict(p) for p in dev.processes]
@@ -52,7 +53,7 @@ def status_json(snap: Snapshot) -> str:
     return json.dumps({**_header(snap), "gpus": [gpu_dict(g) for g in snap.gpus]}, indent=2)
 
 
-def ps_rows(snap: Snapshot, procs: list[GpuProcess]) -> list[dict]:
+def ps_rows(snap: Snapshot, procs: list[GpuProcess]) -> list[dict[str, Any]]:
     by_index = {g.index: g for g in snap.gpus}
     rows = []
     for p in procs:
@@ -74,7 +75,7 @@ STATUS_CSV_COLUMNS = ("index", "name", "uuid", "pci_bus_id", "lost", "memory_use
                       "temperature", "power_draw", "power_limit", "fan", "process_count", "simulated")
 
 
-def _csv_value(value) -> str:
+def _csv_value(value: object) -> str:
     if value is None:
         return "N/A"
     if isinstance(value, bool):

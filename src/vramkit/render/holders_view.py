@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from ..holders import Holder, HolderScan
 from ..units import format_duration, format_size
@@ -73,7 +74,7 @@ def render_holders(result: HolderScan, style: Style, width: int, now: float | No
     return "\n".join(lines)
 
 
-def holder_dict(h: Holder, now: float | None = None) -> dict:
+def holder_dict(h: Holder, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     return {
         "pid": h.pid, "user": h.host.user, "uid": h.host.uid, "command": h.host.command, "name": h.host.name,
@@ -85,7 +86,7 @@ def holder_dict(h: Holder, now: float | None = None) -> dict:
     }
 
 
-def holders_json(result: HolderScan, now: float | None = None) -> dict:
+def holders_json(result: HolderScan, now: float | None = None) -> dict[str, Any]:
     """The keys `vram ps --holders --json` adds to `vram ps --json`."""
     return {"device_nodes": result.pattern, "holders": [holder_dict(h, now) for h in result.holders],
             "holders_unreadable": result.unreadable, "holders_notes": list(result.notes)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from typing import Any
 
 from ..kill import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
 from ..units import format_duration, format_size
@@ -146,7 +147,7 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
     return "\n".join(lines)
 
 
-def target_dict(t: Target) -> dict:
+def target_dict(t: Target) -> dict[str, Any]:
     return {
         "pid": t.pid, "start_time": None if t.start_time is None else round(t.start_time, 3),
         "user": t.user, "uid": t.uid, "command": t.command, "name": t.name, "state": t.state,

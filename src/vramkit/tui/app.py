@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -39,7 +40,7 @@ HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "
                "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
 
 
-class ProcTable(DataTable):
+class ProcTable(DataTable[Text]):
     """The process table: Home/End go to the first/last row (the command is clipped to fit, so
     there is nothing to scroll sideways to)."""
 
@@ -47,7 +48,7 @@ class ProcTable(DataTable):
                 Binding("end", "scroll_bottom", "Bottom", show=False)]
 
 
-class TopApp(App):
+class TopApp(App[None]):
     TITLE = "vram top"
     CSS = """
     Screen { layout: vertical; }
@@ -320,7 +321,7 @@ class TopApp(App):
         self._hide_prompt()
         self._fill_table()
 
-    def on_key(self, event) -> None:
+    def on_key(self, event: events.Key) -> None:
         if event.key == "escape" and self._prompt_mode is not None:
             if self._prompt_mode == "search":
                 self.view.search = ""
@@ -359,7 +360,7 @@ class TopApp(App):
 
         from .killscreen import KillScreen
 
-        async def after(_result) -> None:
+        async def after(_result: str | None) -> None:
             await self.refresh_data()
         self.push_screen(KillScreen(pid, self.actions, self._lock), after)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuProcess, Snapshot
+from ..model import Device, GpuProcess, Snapshot
 from ..render import fmt
 from ..units import format_size
 
@@ -142,7 +142,7 @@ def _tree(procs: list[GpuProcess]) -> list[Row]:
     return rows
 
 
-def cells(row: Row, snap_gpus: dict, columns: list[str], command_width: int) -> list[str]:
+def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_width: int) -> list[str]:
     """Text of each shown column for one row."""
     p = row.proc
     if p is None:

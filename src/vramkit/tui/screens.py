@@ -35,7 +35,7 @@ time before vram top started. "full in ~" is an estimate from the recent trend.
 """
 
 
-class _Modal(ModalScreen):
+class _Modal(ModalScreen[str | None]):
     DEFAULT_CSS = """
     _Modal { align: center middle; }
     _Modal > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 90%;
