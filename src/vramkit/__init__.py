@@ -16,6 +16,8 @@ Public API (documented in docs/api.md):
 Both load on first use, so `import vramkit` stays light.
 """
 
+from typing import Any
+
 from .model import Device, GpuProcess, MigDevice, Snapshot
 from .nvml.backend import NvmlUnavailable
 from .nvml.scenario import ScenarioError
@@ -27,7 +29,7 @@ __version__ = "0.1.0"
 _ALLOCATE = ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut", "select_gpus", "use_gpus")
 
 
-def __getattr__(name):  # lazy: `vram status` pays for neither the estimator nor the leases
+def __getattr__(name: str) -> Any:  # lazy: `vram status` pays for neither the estimator nor the leases
     if name in _ALLOCATE:
         from . import allocate
 

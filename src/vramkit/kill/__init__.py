@@ -56,7 +56,7 @@ __all__ = ["ENDING", "EXITED", "KILL_GRACE", "REFUSED", "SETTLE", "SIGNALLED", "
 def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, user: str | Iterable[str] | None = None,
          idle: float | str | None = None, zombie: bool = False, holders: bool = False, signal: str | int = "TERM",
          timeout: float = 10.0, force: bool = False, all_users: bool = False, dry_run: bool = False,
-         simulate: str | None = None, audit_log: str | os.PathLike | None = None) -> KillReport:
+         simulate: str | None = None, audit_log: str | os.PathLike[str] | None = None) -> KillReport:
     """Signal GPU processes with every safety check of `vram kill`, without asking.
 
     >>> report = vramkit.kill([4242], timeout=5, force=True)

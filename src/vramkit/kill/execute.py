@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal as _signal
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..collector import Collector
@@ -33,7 +34,14 @@ if TYPE_CHECKING:
     from ..holders import Holder
 
 
-def _audit_target(t: Target) -> dict:
+AuditWrite = Callable[..., None]  # AuditLog.write(event, **fields)
+
+
+def _no_audit(event: str, **fields: Any) -> None:
+    pass
+
+
+def _audit_target(t: Target) -> dict[str, Any]:
     return {"target": {"pid": t.pid, "start_time": None if t.start_time is None else round(t.start_time, 2),
                        "start_ticks": t.start_ticks, "user": t.user, "uid": t.uid, "command": t.command,
                        "container": t.container, "ns_pids": list(t.ns_pids), "devices": list(t.devices)},
@@ -52,7 +60,7 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
         protection.caller_chain = plan.caller.chain
     report = KillReport(plan=plan, signal=sig.name, dry_run=False,
                         audit_log=str(audit.path) if audit is not None else None)
-    log = audit.write if audit is not None else (lambda *a, **k: None)
+    log: AuditWrite = audit.write if audit is not None else _no_audit
     before = machine.snapshot()
     pinned: dict[int, procs.Pinned] = {}
     started: dict[int, float] = {}
@@ -144,7 +152,7 @@ def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[
     return [h for h in found.holders if not h.nvml_listed and set(h.gpus) & touched]
 
 
-def _send(t: Target, held: procs.Pinned, sig: int, log) -> bool:
+def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite) -> bool:
     name = _signal.Signals(sig).name
     why = held.send(sig)
     if why is None:
@@ -175,7 +183,7 @@ def _mark_ended(plan: Plan, ended: dict[int, float], started: dict[int, float]) 
             t.seconds = max(0.0, when - started.get(pid, when))
 
 
-def _ticker(progress: Progress | None, total: float):
+def _ticker(progress: Progress | None, total: float) -> Callable[[list[int]], None] | None:
     if progress is None:
         return None
     start = time.monotonic()
