@@ -111,3 +111,34 @@ def test_idle_clock_restarts_for_a_reused_pid_and_after_work():
     again = _snap(50, ticks=999, sm=0)
     clock.update(again)
     assert again.processes[0].idle_for == 0
+
+
+def test_kill_idle_judges_by_the_collectors_clock(children, write_scenario):
+    """kill --idle T through a collector that has already seen a process idle for T selects it
+    from the next sample; a fresh one samples on until T has passed. GPU 1 is at 0% (idle),
+    GPU 0 at 30% (busy)."""
+    from helpers import real_gpu_scenario, start_sleeper
+
+    from vramkit.kill import Criteria, make_plan
+
+    idle, busy = start_sleeper(children), start_sleeper(children)
+    path = write_scenario(real_gpu_scenario({idle.pid: {"1": "2GiB"}, busy.pid: {"0": "2GiB"}}))
+    for warm in (True, False):
+        collector = Collector(vramkit.open_machine(str(path)), interval=0.05)
+        samples: list[Snapshot] = []
+        try:
+            if warm:  # as the live view's collector would have, before its kill action
+                collector.sample()
+                time.sleep(0.4)
+                collector.sample()
+            collector.subscribe(samples.append)
+            plan = make_plan(collector, Criteria(pids=(idle.pid, busy.pid), idle=0.3))
+        finally:
+            collector.close()
+        chosen = [t.pid for t in plan.targets if t.pid == idle.pid or t.pid == busy.pid]
+        assert chosen == [idle.pid], warm
+        assert any(f"pid {busy.pid} was not idle" in n for n in plan.notes)
+        if warm:
+            assert len(samples) == 1  # the plan's own sample: the clock already said 0.4 s
+        else:
+            assert len(samples) > 1  # it had to watch for 0.3 s

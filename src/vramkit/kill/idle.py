@@ -11,7 +11,7 @@ from .model import Progress, Target
 
 
 def select_idle(source: Collector, snap: Snapshot, targets: list[Target], seconds: float, notes: list[str],
-          progress: Progress | None) -> list[Target]:
+                progress: Progress | None) -> list[Target]:
     """Keep the targets idle (idle.py's rule) on every GPU they use for `seconds`, as the
     collector's idle clock has seen: sampled about every second until each target has been
     idle that long or stopped being idle. A holder NVML does not list has no row of its own:
