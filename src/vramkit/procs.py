@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 _STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "Z": "zombie", "T": "stopped",
            "t": "tracing-stop", "X": "dead", "I": "idle", "W": "paging", "P": "parked"}
@@ -48,26 +47,54 @@ class HostProcess:
     real: bool = True  # False: a simulated scenario's made-up process (nothing here to signal)
 
 
-class Stat(NamedTuple):
-    """The fields of /proc/PID/stat vramkit uses (see proc(5) for their numbers)."""
+class Stat:
+    """The fields of /proc/PID/stat vramkit uses (see proc(5) for their numbers), each parsed
+    when it is read: the simulator asks every snapshot for only the state and start ticks."""
 
-    name: str  # comm, sanitized
-    state: str  # the state letter: R, S, D, Z, T, ...
-    ppid: int
-    flags: int  # PF_* task flags
-    cpu_ticks: int  # user + system CPU time, in clock ticks
-    start_ticks: int  # start time in clock ticks since boot
-    rss_pages: int
+    __slots__ = ("_name", "_fields")
+
+    def __init__(self, raw: bytes):
+        close = raw.rfind(b")")  # the name may hold spaces and ')': it ends at the last ')'
+        self._name = raw[raw.find(b"(") + 1:close]
+        self._fields = raw[close + 2:].split()  # _fields[0] is stat field 3 (state)
+
+    @property
+    def name(self) -> str:
+        """comm, sanitized."""
+        return sanitize(self._name.decode(errors="replace"))
+
+    @property
+    def state(self) -> str:
+        """The state letter: R, S, D, Z, T, ..."""
+        return self._fields[0].decode()
+
+    @property
+    def ppid(self) -> int:
+        return int(self._fields[1])
+
+    @property
+    def flags(self) -> int:
+        """PF_* task flags."""
+        return int(self._fields[6])
+
+    @property
+    def cpu_ticks(self) -> int:
+        """User + system CPU time, in clock ticks."""
+        return int(self._fields[11]) + int(self._fields[12])
+
+    @property
+    def start_ticks(self) -> int:
+        """Start time in clock ticks since boot: with the pid, the process's identity."""
+        return int(self._fields[19])
+
+    @property
+    def rss_pages(self) -> int:
+        return int(self._fields[21])
 
 
 def parse_stat(raw: bytes) -> Stat:
-    """/proc/PID/stat (or /proc/PID/task/TID/stat). The name may hold spaces and ')': it ends at
-    the last ')'."""
-    close = raw.rfind(b")")
-    fields = raw[close + 2:].split()  # fields[0] is stat field 3 (state)
-    return Stat(sanitize(raw[raw.find(b"(") + 1:close].decode(errors="replace")), fields[0].decode(),
-                int(fields[1]), int(fields[6]), int(fields[11]) + int(fields[12]), int(fields[19]),
-                int(fields[21]))
+    """/proc/PID/stat (or /proc/PID/task/TID/stat)."""
+    return Stat(raw)
 
 
 def read_stat(pid: int) -> Stat | None:
@@ -149,16 +176,16 @@ class ProcessTable:
         except OSError as e:
             return f"cannot read /proc/{pid}: {e.strerror}"
         stat = parse_stat(raw)
-        state = state_name(stat.state)
-        key = (pid, stat.start_ticks)
+        state, ticks, name = state_name(stat.state), stat.start_ticks, stat.name
+        key = (pid, ticks)
         fixed = self._fixed.get(key)
         if fixed is None or state == "zombie":  # a zombie's cmdline is empty: read it as it is
-            fixed = self._fixed[key] = (self._cmdline(base) or f"[{stat.name}]", self._container(base))
+            fixed = self._fixed[key] = (self._cmdline(base) or f"[{name}]", self._container(base))
         command, container = fixed
-        return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=stat.name,
-                           state=state, start_time=self._boot + stat.start_ticks / self._ticks,
+        return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name,
+                           state=state, start_time=self._boot + ticks / self._ticks,
                            cpu_time=stat.cpu_ticks / self._ticks, rss=stat.rss_pages * self._page,
-                           ppid=stat.ppid, container=container, start_ticks=stat.start_ticks)
+                           ppid=stat.ppid, container=container, start_ticks=ticks)
 
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a

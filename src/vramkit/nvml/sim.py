@@ -128,8 +128,8 @@ class SimulatedNvml:
         stat = read_stat(p["pid"])
         if stat is None or (stat.state == "Z" and is_defunct(p["pid"])):
             return False
-        first = self._real_start.setdefault(p["pid"], stat.start_ticks)
-        return first == stat.start_ticks
+        ticks = stat.start_ticks
+        return self._real_start.setdefault(p["pid"], ticks) == ticks
 
     def _unit_memory(self, index: int, gi: int | None, t: float) -> tuple[int, int]:
         """(memory used by live processes, memory of listed processes not live now)."""
