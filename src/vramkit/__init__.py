@@ -18,13 +18,11 @@ Both load on first use, so `import vramkit` stays light.
 
 from typing import Any
 
+from ._version import __version__
 from .model import Device, GpuProcess, MigDevice, Snapshot
 from .nvml.backend import NvmlUnavailable
 from .nvml.scenario import ScenarioError
 from .snapshot import Machine, open_machine, snapshot
-
-__version__ = "0.1.0"
-
 
 _ALLOCATE = ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut", "select_gpus", "use_gpus")
 

@@ -21,6 +21,7 @@ to every consumer too), `backend` and `audit_context()`.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,7 @@ class Collector:
         self.errors = 0  # samples that raised (the exception goes to the caller / on_error)
         self._consumers: list[Consumer] = []
         self._read_lock = threading.Lock()  # one reading of the machine at a time
+        self._deliver_lock = threading.Lock()  # consumers get snapshots one at a time, in order
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_error: Callable[[Exception], None] | None = None  # for the background thread
@@ -63,10 +65,17 @@ class Collector:
 
     # ------------------------------------------------------------ sampling and fan-out
     def subscribe(self, consumer: Consumer) -> Callable[[], None]:
-        """Call consumer(snapshot) after every sample, in the sampling thread. Returns a function
+        """Call consumer(snapshot) after every sample, in the thread that took it (the background
+        loop's, or the caller of sample()), one snapshot at a time and in order. A consumer that
+        raises is reported to on_error and the others still get the snapshot. Returns a function
         that unsubscribes."""
-        self._consumers.append(consumer)
-        return lambda: self._consumers.remove(consumer) if consumer in self._consumers else None
+        with self._deliver_lock:
+            self._consumers = [*self._consumers, consumer]
+
+        def unsubscribe() -> None:
+            with self._deliver_lock:
+                self._consumers = [c for c in self._consumers if c is not consumer]
+        return unsubscribe
 
     def sample(self) -> Snapshot:
         with self._read_lock:
@@ -75,10 +84,20 @@ class Collector:
             except Exception:
                 self.errors += 1
                 raise
-            self.idle.update(snap)
+            self.idle.update(snap, time.monotonic())  # idle time on a clock that does not jump
             self.recent.append(snap)
-        for consumer in list(self._consumers):
-            consumer(snap)
+            # Taken while still reading, so snapshots reach consumers in the order they were taken.
+            self._deliver_lock.acquire()
+        try:
+            for consumer in self._consumers:
+                try:
+                    consumer(snap)
+                except Exception as e:  # one consumer's failure is not the sampler's
+                    self.errors += 1
+                    if self.on_error is not None:
+                        self.on_error(e)
+        finally:
+            self._deliver_lock.release()
         return snap
 
     @property
@@ -105,10 +124,11 @@ class Collector:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def close(self) -> None:
         self.stop()
-        self.machine.close()
+        with self._read_lock:  # not while a sample is being read
+            self.machine.close()

@@ -19,9 +19,16 @@ def busy_percent(p: GpuProcess, dev: Device) -> int | None:
     return p.sm_utilization if p.sm_utilization is not None else dev.utilization
 
 
+def gpu_idle(utilization: int | None) -> bool:
+    """The rule for a process the driver does not list (it holds the GPU's device files open):
+    it has no samples of its own, so its GPU at 0% stands in, as where the driver keeps none."""
+    return utilization == 0
+
+
 def idle_now(p: GpuProcess, dev: Device) -> bool:
-    """The rule, on one sample."""
-    return busy_percent(p, dev) == 0 and bool(p.memory) and not p.zombie
+    """The rule, on one sample. Memory N/A (None) counts as held: the driver lists the process on
+    the GPU; only a listed 0 bytes is nothing held."""
+    return busy_percent(p, dev) == 0 and p.memory != 0 and not p.zombie
 
 
 class IdleClock:
@@ -30,8 +37,11 @@ class IdleClock:
     def __init__(self) -> None:
         self._since: dict[IdleKey, float] = {}
 
-    def update(self, snap: Snapshot) -> None:
-        """Set p.idle_for on every process of snap (oldest snapshot first)."""
+    def update(self, snap: Snapshot, now: float | None = None) -> None:
+        """Set p.idle_for on every process of snap (oldest snapshot first). `now` is when it was
+        taken on a clock that does not jump (the collector passes time.monotonic()); default:
+        the snapshot's own wall-clock time."""
+        now = snap.time if now is None else now
         seen: dict[IdleKey, float] = {}
         for dev in snap.gpus:
             for p in dev.processes:
@@ -39,6 +49,6 @@ class IdleClock:
                     p.idle_for = None
                     continue
                 key = (p.pid, p.start_ticks, dev.index, p.mig_gi)
-                since = seen[key] = self._since.get(key, snap.time)
-                p.idle_for = max(0.0, snap.time - since)
+                since = seen[key] = self._since.get(key, now)
+                p.idle_for = max(0.0, now - since)
         self._since = seen  # a process seen busy, or gone, starts over

@@ -216,10 +216,10 @@ class ProcessTable:
 
 
 def cpu_percent_since(proc: HostProcess, now: float,
-                      previous: dict[tuple[int, float], tuple[float, float]]) -> float:
-    """CPU % since the previous reading of this process in `previous` (updated), else averaged
-    over its lifetime (as ps does)."""
-    key = (proc.pid, proc.start_time)
+                      previous: dict[tuple[int, int | None], tuple[float, float]]) -> float:
+    """CPU % since the previous reading of this process in `previous` (updated; keyed by pid and
+    start ticks), else averaged over its lifetime (as ps does)."""
+    key = (proc.pid, proc.start_ticks)
     before = previous.get(key)
     previous[key] = (proc.cpu_time, now)
     if before is not None and now > before[1]:

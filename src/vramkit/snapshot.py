@@ -26,8 +26,8 @@ class Machine:
 
     def __init__(self, backend: Backend):
         self.backend = backend
-        # (pid, start time) -> (CPU seconds, when): CPU % over the interval since the last snapshot.
-        self._previous_cpu: dict[tuple[int, float], tuple[float, float]] = {}
+        # (pid, start ticks) -> (CPU seconds, when): CPU % over the interval since the last snapshot.
+        self._previous_cpu: dict[tuple[int, int | None], tuple[float, float]] = {}
 
     @property
     def simulated(self) -> bool:
@@ -58,7 +58,7 @@ class Machine:
 
 
 def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: float,
-               previous_cpu: dict[tuple[int, float], tuple[float, float]]) -> None:
+               previous_cpu: dict[tuple[int, int | None], tuple[float, float]]) -> None:
     if isinstance(host, str):
         proc.host_missing = host
         return

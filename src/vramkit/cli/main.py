@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from .. import __version__
+from .._version import __version__
 from ..errors import VramkitError
 from ..nvml.backend import NvmlUnavailable
 from ..nvml.scenario import ScenarioError

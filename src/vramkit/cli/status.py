@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         snap = source.snapshot()
         if wanted is not None:
             check_gpus(snap, wanted)
-            snap.gpus = [g for g in snap.gpus if g.index in wanted]
+            # A copy: the snapshot also sits in the collector's ring.
+            snap = dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in wanted])
         if args.json:
             return status_json(snap)
         if args.csv:

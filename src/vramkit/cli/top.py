@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
         raise Failure("vram top needs a terminal; for a refreshing text view use 'vram status --watch'")
     machine = open_for(args)
     try:
-        first = machine.snapshot()
+        from ..collector import Collector
+
+        collector = Collector(machine, interval=args.interval)  # the view and its kills share one reader
+        first = collector.snapshot()
         if wanted is not None:
             check_gpus(first, wanted)
         if getattr(args, "no_color", False):
@@ -78,9 +81,6 @@ def run(args: argparse.Namespace) -> int:
         if not args.readonly:
             from ..tui.actions import KillActions
 
-        from ..collector import Collector
-
-        collector = Collector(machine, interval=args.interval)  # the view and its kills share one reader
         actions = None if args.readonly else KillActions(collector, all_users=args.all_users)
         app = TopApp(collector.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
                      thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions)

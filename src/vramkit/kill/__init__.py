@@ -5,7 +5,7 @@ Three steps, so that a command can show the plan and ask before anything happens
     plan = make_plan(machine, Criteria(gpus=(4,), idle=1800))   # select and pre-check
     report = execute(machine, plan, signal.SIGTERM, timeout=10)  # re-check, signal, wait, re-sample
 
-`kill()` does both, for the Python API. Every target is identified by pid *and* start time,
+`kill()` does both, for the Python API. Every target is identified by pid *and* start ticks,
 recorded at selection. At the moment of signalling the process is pinned with pidfd_open, its
 identity, owner and protection are checked again, and the signal goes through the pidfd: a pid
 reused in between cannot receive it. Refusals name their rule (protect.Refusal).

@@ -71,7 +71,12 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                 log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule=t.refusal.rule,
                     reason=t.refusal.reason)
                 continue
-            held = procs.pin(t.pid, t.start_ticks)  # type: ignore[arg-type]
+            if t.start_ticks is None:  # check() refuses these; never signal a process not identified
+                t.status, t.refusal = REFUSED, Refusal("identity", "no start time was recorded for it")
+                log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule="identity",
+                    reason=t.refusal.reason)
+                continue
+            held = procs.pin(t.pid, t.start_ticks)
             if held == "exited":
                 t.status, t.seconds = EXITED, 0.0
                 t.notes.append("it had already exited")

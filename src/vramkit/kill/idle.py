@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ..collector import Collector
+from ..idle import gpu_idle
 from ..model import Snapshot
 from .model import Progress, Target
 
@@ -21,7 +22,7 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
     if unknown:
         notes.append(f"GPU {','.join(map(str, unknown))}: utilization is N/A, so --idle cannot judge the "
                      "processes there (not selected)")
-    first_idle: dict[int, float] = {}  # pid -> first sample of an unbroken idle run (holder GPUs)
+    first_idle: dict[int, float] = {}  # pid -> monotonic time of the first idle sample (holder GPUs)
 
     def idle_for(t: Target, now: Snapshot) -> float | None:
         """How long t has been idle on every GPU it uses; None when it is not idle now."""
@@ -36,33 +37,31 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
                 if row.idle_for is None:
                     return None
                 spans.append(row.idle_for)
-            elif g in t.gpus or util.get(g) != 0:
+            elif g in t.gpus or not gpu_idle(util.get(g)):
                 return None  # no longer holds memory there, or its GPU is busy
         if len(spans) < len(t.all_gpus):  # a holder GPU: idle since the first sample that saw it so
-            since = first_idle.setdefault(t.pid, now.time)
-            spans.append(now.time - since)
+            clock = time.monotonic()
+            spans.append(clock - first_idle.setdefault(t.pid, clock))
         return min(spans)
 
-    alive = {t.pid: t for t in targets if idle_for(t, snap) is not None}
-    explicit_busy = [t for t in targets if t.explicit and t.pid not in alive]
-    chosen = {pid for pid, t in alive.items() if (idle_for(t, snap) or 0) >= seconds}
-    waiting = {pid: t for pid, t in alive.items() if pid not in chosen}
+    # Every idle target is judged again at every sample, those already idle long enough too: one
+    # that starts working while the others are still watched is dropped.
+    spans = {t.pid: idle_for(t, snap) for t in targets}
+    idle = {t.pid: t for t in targets if spans[t.pid] is not None}
+    explicit_busy = [t for t in targets if t.explicit and t.pid not in idle]
     interval = min(1.0, max(0.1, seconds / 10))
     start = time.monotonic()
     end = start + seconds
-    while waiting and time.monotonic() < end:
+    while any((spans[pid] or 0) < seconds for pid in idle) and time.monotonic() < end:
         time.sleep(max(0.0, min(interval, end - time.monotonic())))
         now = source.snapshot()
-        for pid, t in list(waiting.items()):
-            span = idle_for(t, now)
-            if span is None:
-                del waiting[pid]
-            elif span >= seconds:
-                chosen.add(pid)
-                del waiting[pid]
+        for pid, t in list(idle.items()):
+            spans[pid] = idle_for(t, now)
+            if spans[pid] is None:
+                del idle[pid]
         if progress is not None:
-            progress("idle", min(seconds, time.monotonic() - start), seconds, len(waiting) + len(chosen))
-    chosen |= set(waiting)  # idle at every sample for the whole wait
+            progress("idle", min(seconds, time.monotonic() - start), seconds, len(idle))
+    # Left: idle at every sample, for `seconds` by the clock, or for the whole wait.
     for t in explicit_busy:
         notes.append(f"pid {t.pid} was not idle for {seconds:g}s: not selected")
-    return [t for t in targets if t.pid in chosen]
+    return [t for t in targets if t.pid in idle]

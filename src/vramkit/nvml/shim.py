@@ -85,7 +85,7 @@ def write_shim(directory: str | os.PathLike[str]) -> Path:
 
     An existing pynvml.py is replaced only when it is an earlier shim: never someone's real one.
     """
-    from .. import __version__
+    from .._version import __version__
 
     target_dir = Path(directory).expanduser().absolute()
     if target_dir.exists() and not target_dir.is_dir():
