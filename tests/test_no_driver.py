@@ -58,6 +58,15 @@ def test_ps_without_a_driver():
 
 
 @needs_no_driver
+def test_run_without_a_driver_names_the_command_not_its_argv():
+    # `run`'s command line once shared the attribute the CLI keeps the subcommand in, and the
+    # hint printed a Python list: "vram ['--', 'python', 'train.py'] --simulate demo".
+    result = run_vram("run", "-n", "2", "--", "python", "train.py")
+    assert_no_driver(result, "run")
+    assert "[" not in result.err
+
+
+@needs_no_driver
 def test_empty_vram_simulate_means_the_real_driver():
     assert_no_driver(run_vram("status", env=clean_env(VRAM_SIMULATE="")))
 

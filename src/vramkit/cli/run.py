@@ -52,7 +52,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                         "in MIG mode or a lost GPU makes indices unclear)")
     p.add_argument("--explain", action="store_true", help="show every GPU's verdict and the numbering first")
     p.add_argument("-q", "--quiet", action="store_true", help="no status lines from vram on stderr")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to run")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to run")
     p.set_defaults(run=run)
 
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ..render.pick_view import started_line
     from ..units import parse_duration
 
-    command = list(args.command)
+    command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
