@@ -36,12 +36,14 @@ Consumer = Callable[[Snapshot], None]
 
 
 class Collector:
-    def __init__(self, machine: Machine, interval: float = 2.0, keep: int = 300):
+    def __init__(self, machine: Machine, interval: float = 2.0, keep: int = 16):
         if not interval > 0:
             raise RequestError("interval: must be more than 0 seconds", param="interval")
         self.machine = machine
         self.interval = interval
-        self.recent: deque[Snapshot] = deque(maxlen=keep)  # the newest last
+        # The newest last. Short: a snapshot of a busy machine holds thousands of objects, and
+        # consumers that want a longer past keep their own compact history (alerts.History).
+        self.recent: deque[Snapshot] = deque(maxlen=keep)
         self.idle = IdleClock()
         self.errors = 0  # samples that raised (the exception goes to the caller / on_error)
         self._consumers: list[Consumer] = []
