@@ -50,6 +50,17 @@ def write_scenario(tmp_path):
 # ---------------------------------------------------------------- real processes
 
 @pytest.fixture
+def kill_sandbox(monkeypatch, tmp_path):
+    """For the kill library's tests: no user protection list, the audit log in tmp_path, the
+    simulated clock pinned."""
+    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "audit.log"))
+
+
+@pytest.fixture
 def children():
     kids = Children()
     try:

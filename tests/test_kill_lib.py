@@ -32,13 +32,7 @@ from vramkit.snapshot import open_machine
 GiB = 1024**3
 
 
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch, tmp_path):
-    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("VRAM_SIM_TIME", "0")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "audit.log"))
+pytestmark = pytest.mark.usefixtures("kill_sandbox")  # conftest: no protect list, audit log in tmp
 
 
 def alive(pid: int) -> bool:

@@ -28,14 +28,7 @@ SETUID_ON_LINE = ("import os, sys, time; print('ready', flush=True); sys.stdin.r
                   "print('changed', flush=True); time.sleep(600)")
 
 
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch, tmp_path):
-    """No user protection list, no real audit log, the simulated clock pinned."""
-    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("VRAM_SIM_TIME", "0")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "audit.log"))
+pytestmark = pytest.mark.usefixtures("kill_sandbox")  # conftest: no protect list, audit log in tmp
 
 
 def start_changer(children, code: str, *args: str) -> subprocess.Popen:
