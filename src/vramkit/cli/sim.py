@@ -34,6 +34,8 @@ Put DIR first on PYTHONPATH and name the scenario in VRAM_SIMULATE (a bundled na
 file); no NVIDIA library is loaded. NVML functions the simulator does not provide answer
 "Not Supported", as a driver does for a feature the GPU lacks. The program's Python needs
 nvidia-ml-py installed; vramkit is found where this vram is installed.
+DIR must be yours (or root's), not a symlink, and writable by no one else: whoever can write
+there decides what `import pynvml` runs for everyone who uses the shim.
 
 examples:
   vram sim shim /tmp/vram-shim

@@ -16,9 +16,13 @@ lacks exists but answers NOT_SUPPORTED, as a driver does for a feature the GPU d
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import functools
 import os
+import secrets
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -84,35 +88,97 @@ def write_shim(directory: str | os.PathLike[str]) -> Path:
     """Write DIRECTORY/pynvml.py (creating DIRECTORY), and return its path.
 
     An existing pynvml.py is replaced only when it is an earlier shim: never someone's real one.
+    Whoever can write DIRECTORY decides what `import pynvml` runs there, for every program that
+    puts it on PYTHONPATH (root's included), so the directory must belong to the caller or root
+    and be writable by no one else (sticky or not: another user could add a `pynvml/` package or
+    a `pynvml*.so` beside the shim, which Python prefers); a symlinked DIRECTORY is refused. The
+    file is written to a new temporary name created with O_EXCL|O_NOFOLLOW inside the directory
+    (opened once, everything relative to it) and renamed over pynvml.py.
     """
     from .._version import __version__
 
     target_dir = Path(directory).expanduser().absolute()
-    if target_dir.exists() and not target_dir.is_dir():
-        raise ShimError(f"{target_dir} exists and is not a directory")
     target = target_dir / "pynvml.py"
-    if target.is_dir() or (target.exists() and not _is_shim(target)):
-        raise ShimError(f"{target} exists and is not a shim written by vram: choose another directory")
-    parent = str(Path(__file__).resolve().parents[2])  # the directory that holds the vramkit package
-    text = _TEMPLATE.format(marker=MARKER, version=__version__, directory=target_dir, parent=parent)
-    tmp = target.with_name(f".pynvml.py.{os.getpid()}.tmp")
     try:
-        target_dir.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
-        os.replace(tmp, target)  # atomic: a program importing it meanwhile sees old or new, never half
+        if os.path.islink(target_dir):
+            raise ShimError(f"{target_dir} is a symlink: give the directory itself")
+        if not target_dir.exists():
+            target_dir.mkdir(mode=0o755, parents=True)
+        dfd = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except NotADirectoryError:
+        raise ShimError(f"{target_dir} exists and is not a directory") from None
     except OSError as e:
-        if tmp.parent.is_dir():
-            tmp.unlink(missing_ok=True)
+        if e.errno == errno.ELOOP:
+            raise ShimError(f"{target_dir} is a symlink: give the directory itself") from None
         raise ShimError(f"cannot write {target}: {e.strerror or e}") from None
+    try:
+        _check_owner(os.fstat(dfd), target_dir, "directory")
+        try:
+            info: os.stat_result | None = os.stat("pynvml.py", dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is not None:
+            if not stat.S_ISREG(info.st_mode) or not _is_shim(dfd):
+                raise ShimError(f"{target} exists and is not a shim written by vram: choose another directory")
+            _check_owner(info, target, "file")
+        parent = str(Path(__file__).resolve().parents[2])  # the directory that holds the vramkit package
+        text = _TEMPLATE.format(marker=MARKER, version=__version__, directory=target_dir, parent=parent)
+        _replace(dfd, "pynvml.py", text.encode(), target)
+    finally:
+        os.close(dfd)
     return target
 
 
-def _is_shim(path: Path) -> bool:
+def _check_owner(info: os.stat_result, path: Path, what: str) -> None:
+    """Refuse a directory or file that someone other than the caller or root owns or may write."""
+    from ..procs import user_name
+
+    if info.st_uid not in (os.geteuid(), 0):
+        raise ShimError(f"{path}: the {what} belongs to {user_name(info.st_uid)}, not to you or root: "
+                        "they could replace the pynvml that programs import; choose a directory of your own")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ShimError(f"{path}: the {what} is writable by others (mode {stat.S_IMODE(info.st_mode):04o}): "
+                        "they could replace the pynvml that programs import; choose another directory "
+                        "or chmod go-w it")
+
+
+def _replace(dfd: int, name: str, data: bytes, target: Path) -> None:
+    """Write `data` to a fresh temporary file in the directory `dfd`, then rename it to `name`
+    (atomic: a program importing it meanwhile sees the old file or the new one, never half)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = f".pynvml.py.{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o644, dir_fd=dfd)
+            break
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise ShimError(f"cannot write {target}: {e.strerror or e}") from None
+    else:
+        raise ShimError(f"cannot write {target}: no free temporary name in {target.parent}")
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.readline().startswith(MARKER)
+        try:
+            os.fchmod(fd, 0o644)  # readable by the programs that import it, whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise ShimError(f"cannot write {target}: {e.strerror or e}") from None
+
+
+def _is_shim(dfd: int) -> bool:
+    try:
+        fd = os.open("pynvml.py", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as f:
+        return f.readline(len(MARKER) + 1).decode("utf-8", "replace").startswith(MARKER)
 
 
 # ---------------------------------------------------------------- inside the shimmed pynvml
