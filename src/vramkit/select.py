@@ -146,15 +146,19 @@ def resolve_selectors(text: str, devices: list[CudaDevice], param: str) -> list[
         if not part:
             raise RequestError(f"empty item in {text!r}", param=param)
         found: list[CudaDevice]
+        if len(part) > 200 and not part.startswith(("GPU-", "MIG-")):
+            raise RequestError(f"{part[:40]!r}... is not a GPU (too long)", param=param)
         if m := re.fullmatch(r"(\d+)-(\d+)", part):
             lo, hi = int(m.group(1)), int(m.group(2))
             if lo > hi:
                 raise RequestError(f"{part!r} is not a range (try 0-3)", param=param)
-            missing = [i for i in range(lo, hi + 1) if i not in gpus]
-            if missing:
-                raise no_such_gpu(missing[0], list(gpus), param=param)
+            # The first index this machine lacks, found lazily: within len(gpus) + 1 steps, so a
+            # range such as 0-999999999 is never expanded.
+            missing = next((i for i in range(lo, hi + 1) if i not in gpus), None)
+            if missing is not None:
+                raise no_such_gpu(missing, list(gpus), param=param)
             found = [gpus[i] for i in range(lo, hi + 1)]
-        elif part.isdigit():
+        elif part.isdecimal():
             if int(part) not in gpus:
                 raise no_such_gpu(part, list(gpus), param=param)
             found = [gpus[int(part)]]

@@ -106,19 +106,34 @@ def format_duration(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+# No machine has more GPUs than this (NVML numbers a node's GPUs from 0; the largest nodes have
+# tens). A range is checked against it before it is expanded: '0-999999999999' is one line of
+# error, not a list of a trillion indices.
+MAX_GPU_INDEX = 1023
+
+
 def parse_gpu_list(text: str) -> list[int]:
-    """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices; ValueError with a one-line message."""
+    """'0,2,5' or '0-3' or '1,4-6' -> sorted GPU indices; ValueError with a one-line message.
+    A range past MAX_GPU_INDEX is refused before it is expanded."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         try:
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi:
+                if lo > hi or lo < 0:
                     raise ValueError
-                out.update(range(lo, hi + 1))
             else:
-                out.add(int(part))
+                lo = hi = int(part)
         except ValueError:
-            raise ValueError(f"{text!r} is not a GPU list (try 0 or 0,2 or 0-3)") from None
+            raise ValueError(f"{_short(text)!r} is not a GPU list (try 0 or 0,2 or 0-3)") from None
+        if lo != hi and hi > MAX_GPU_INDEX:
+            raise ValueError(f"GPU range {_short(part)} is too large: no machine has GPU {_short(str(hi))} "
+                             f"(GPU indices stop at {MAX_GPU_INDEX})")
+        out.update(range(lo, hi + 1))
     return sorted(out)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """`text` cut to `limit` characters for an error message (a 4,000-digit number is one line)."""
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
