@@ -126,6 +126,29 @@ def test_slow_calls_fault_delays_that_call(monkeypatch):
     assert time.perf_counter() - started >= 0.1
 
 
+def test_a_slow_call_is_made_once_then_shown_as_skipped(monkeypatch):
+    """A driver that takes long per call (a hung GPU, a busy driver) costs one slow call per
+    field, not one per GPU and field: the other GPUs show the field N/A with the reason, until
+    it is tried again."""
+    data = _bundled("demo")
+    data["faults"] = {"slow_calls": {"nvmlDeviceGetPowerUsage": 60}}
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    lib = CountingLib(SimulatedNvml(scenarios.validate(data, "test")))
+    nvml = Nvml(lib).open()
+    nvml.slow_call = 0.03  # the test's scale: 60 ms is slow here
+    gpus = nvml.read()
+    assert lib.calls["nvmlDeviceGetPowerUsage"] == 1
+    assert gpus[0].power_draw is not None and "power_draw" not in gpus[0].na
+    for g in gpus[1:]:
+        assert g.power_draw is None and g.na["power_draw"].startswith("skipped: reading it took 0.")
+        assert g.temperature is not None  # other fields still read
+    nvml.read()
+    assert lib.calls["nvmlDeviceGetPowerUsage"] == 1  # still skipped
+    nvml.slow_retry = 0  # time to try again (at once: every GPU tries, and finds it slow again)
+    assert all(g.power_draw is not None for g in nvml.read())
+    assert lib.calls["nvmlDeviceGetPowerUsage"] == 1 + 8
+
+
 @pytest.mark.parametrize("fault, words", [("missing", "no NVIDIA driver"), ("not_loaded", "not loaded")])
 def test_driver_faults_are_one_clear_error(monkeypatch, fault, words):
     data = _bundled("mig")

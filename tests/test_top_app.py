@@ -371,3 +371,38 @@ def test_many_gpus_and_processes(sim_env, tmp_path):
         run_app(app, body)
     finally:
         machine.close()
+
+
+@pytest.mark.slow
+def test_quitting_does_not_wait_for_a_snapshot_stuck_in_the_driver():
+    """A refresh stuck in a slow NVML call (it cannot be interrupted) must not keep `q` from
+    quitting: the view leaves it behind. With asyncio.to_thread, leaving the app would wait for
+    the stuck call (here up to 60 s) before returning."""
+    import threading
+
+    machine = machine_for("demo")
+    first = machine.snapshot()
+    release = threading.Event()
+    state = {"calls": 0, "finished": False}
+
+    def collect():
+        state["calls"] += 1
+        if state["calls"] > 1:  # every refresh after the first is stuck
+            release.wait(60)
+            state["finished"] = True
+        return first
+
+    app = TopApp(collect, interval=3600)
+
+    async def body(pilot):
+        asyncio.get_running_loop().create_task(app.refresh_data())
+        await pilot.pause(0.2)
+        assert state["calls"] == 2 and not state["finished"]
+        await pilot.press("q")
+
+    try:
+        run_app(app, body)
+        assert not state["finished"]  # the app and its loop are gone; the stuck call is not done
+    finally:
+        release.set()
+        machine.close()

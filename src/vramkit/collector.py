@@ -61,6 +61,11 @@ class Collector:
     def audit_context(self, via: str) -> dict[str, Any]:
         return self.machine.audit_context(via)
 
+    @property
+    def reading(self) -> bool:
+        """Whether a sample is being read from the machine right now."""
+        return self._read_lock.locked()
+
     def snapshot(self) -> Snapshot:
         """Sample now; every consumer gets this snapshot too."""
         return self.sample()

@@ -65,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise Failure("vram top needs a terminal; for a refreshing text view use 'vram status --watch'")
-    machine = open_for(args)
-    try:
-        from ..collector import Collector
+    from ..collector import Collector
 
-        collector = Collector(machine, interval=args.interval)  # the view and its kills share one reader
+    machine = open_for(args)
+    collector = Collector(machine, interval=args.interval)  # the view and its kills share one reader
+    try:
         first = collector.snapshot()
         if wanted is not None:
             check_gpus(first, wanted)
@@ -87,7 +87,10 @@ def run(args: argparse.Namespace) -> int:
         with _screen_on_stderr():
             app.run()
     finally:
-        machine.close()
+        # A sample stuck in a slow driver call is left behind (its thread is a daemon): quitting
+        # does not wait for it, and NVML is released when the process exits.
+        if not collector.reading:
+            machine.close()
     return app.return_code or 0
 
 

@@ -20,6 +20,8 @@ from ..errors import VramkitError
 from ..model import Device, GpuProcess, MigDevice
 
 _UNSET = 0xFFFFFFFF  # what NVML puts in gpuInstanceId outside MIG
+SLOW_CALL = 1.0  # seconds: an NVML call slower than this is skipped (N/A with the reason) for a while
+SLOW_RETRY = 60.0  # seconds before a slow call is tried again
 
 
 class NvmlUnavailable(VramkitError):
@@ -52,6 +54,9 @@ class Nvml:
         self._process_fn: dict[str, str] = {}
         self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
         self._no_process_util: set[int] = set()  # GPUs whose driver does not sample processes
+        self._slow: dict[tuple[str, ...], tuple[float, float]] = {}  # fields -> (seconds it took, when)
+        self.slow_call = SLOW_CALL
+        self.slow_retry = SLOW_RETRY
         self._open = False
         self.count = 0
         self.driver_version: str | None = None
@@ -132,7 +137,20 @@ class Nvml:
         return dev
 
     def _query(self, dev: Device, fields: tuple[str, ...], fn: Callable[..., Any], *args: Any) -> Any:
-        """One NVML call; an unsupported or refused field becomes None with the reason."""
+        """One NVML call; an unsupported or refused field becomes None with the reason. A call
+        that took longer than `slow_call` seconds is not made again for `slow_retry` seconds: a
+        call cannot be interrupted, but a driver that takes 3 s per call must not make `vram
+        status` take 3 s per GPU and field."""
+        slow = self._slow.get(fields)
+        if slow is not None:
+            took, when = slow
+            if time.monotonic() - when < self.slow_retry:
+                for f in fields:
+                    dev.na[f] = (f"skipped: reading it took {took:.1f}s (the driver is slow; tried again "
+                                 f"{self.slow_retry:g}s later)")
+                return None
+            del self._slow[fields]
+        start = time.monotonic()
         try:
             return fn(*args)
         except self.lib.NVMLError as e:
@@ -148,6 +166,10 @@ class Nvml:
             for f in fields:
                 dev.na[f] = reason
             return None
+        finally:
+            took = time.monotonic() - start
+            if took > self.slow_call:
+                self._slow[fields] = (took, time.monotonic())
 
     def _read_static(self, dev: Device, handle: Any) -> None:
         static = self._static.get(dev.index)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.text import Text
 from textual import events
@@ -46,6 +47,37 @@ class ProcTable(DataTable[Text]):
 
     BINDINGS = [Binding("home", "scroll_top", "Top", show=False),
                 Binding("end", "scroll_bottom", "Bottom", show=False)]
+
+
+T = TypeVar("T")
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """fn() in a daemon thread. Unlike asyncio.to_thread, quitting does not wait for it: a
+    snapshot stuck in a slow driver call must not keep `q` from quitting at once."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as e:  # handed to the awaiting task
+            result, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: the app has quit meanwhile
+            pass
+
+    threading.Thread(target=run, name="vram-top-sample", daemon=True).start()
+    return await done
 
 
 class TopApp(App[None]):
@@ -147,7 +179,7 @@ class TopApp(App[None]):
             return
         try:
             async with self._lock:
-                snap = await asyncio.to_thread(self.collect)
+                snap = await in_daemon_thread(self.collect)
         except Exception as e:  # the view goes on with the last good data
             self.error = f"refresh failed at {time.strftime('%H:%M:%S')}: {type(e).__name__}: {e}"
             self._draw()
