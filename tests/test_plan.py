@@ -42,3 +42,22 @@ def test_capacity_in_bytes_and_bad_gpus():
         gpu_memory("h10")
     with pytest.raises(EstimateError):
         plan("gpt2", 0)
+
+
+@pytest.mark.parametrize("model, gpu, batch", [("bert-large-uncased", "rtx-4090", 32), ("bert-large-uncased", "t4", 32),
+                                               ("gpt2-medium", "t4", 24), ("bert-base-uncased", "t4", 96)])
+def test_a_same_effective_batch_split_multiplies_back_to_the_batch(model, gpu, batch):
+    """'micro-batch 10 x grad-accum 4 (same effective batch)' for a batch of 32 was false: the
+    planner splits as accumulation_plan does, and says so when the product differs."""
+    import re
+
+    p = plan(model, gpu, batch=batch, seq=512, precision="fp32")
+    splits = [c for c in p.changes if c.what.startswith("micro-batch")]
+    for c in splits:
+        m = re.match(r"micro-batch (\d+) × grad-accum (\d+) \((.*)\)", c.what)
+        assert m, c.what
+        micro, accum, said = int(m.group(1)), int(m.group(2)), m.group(3)
+        if said == "same effective batch":
+            assert micro * accum == batch, c.what
+        else:
+            assert said == f"effective batch {micro * accum} instead of {batch}", c.what

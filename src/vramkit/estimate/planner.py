@@ -4,7 +4,6 @@ it fit (cheapest first, each with the memory it needs), and the GPUs that fit it
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,10 +103,16 @@ def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | No
         # with accumulation the gradients are held during later forwards: search again with it on
         micro = largest_batch(spec, replace(setup, grad_accum=max(2, setup.grad_accum)), capacity)
         if 0 < micro < setup.batch:
-            accum = setup.grad_accum * math.ceil(setup.batch / micro)
-            max_batch_accum = micro
-            consider(f"micro-batch {max_batch_accum} × grad-accum {accum} (same effective batch)",
-                     batch=max_batch_accum, grad_accum=accum)
+            # The same split vramkit.torch.accumulation_plan gives: an exact divisor of the batch
+            # when one fits well, so "same effective batch" is true (32 -> 8 x 4, not 10 x 4).
+            from ..torch.batch import accumulation_plan
+
+            split = accumulation_plan(setup.batch, micro)
+            accum = setup.grad_accum * split.steps
+            same = ("same effective batch" if split.exact else
+                    f"effective batch {split.effective_batch} instead of {setup.batch}")
+            consider(f"micro-batch {split.micro_batch} × grad-accum {accum} ({same})",
+                     batch=split.micro_batch, grad_accum=accum)
         if setup.attention == "eager":
             consider("flash / memory-efficient attention", attention="flash")
         if setup.precision == "fp32":
