@@ -148,10 +148,19 @@ def test_text_marks_idle_and_zombie_holders(demo_text):
     assert "zombie" in flagged["29044"]
 
 
-def test_text_summary_counts_every_process(demo_text):
+def test_text_summary_counts_every_process_once(demo_text):
+    """A process on four GPUs is one process (it used to count a row per GPU: 9 for demo's 6)."""
     summary = demo_text.splitlines()[-1]
-    n = sum(len(g["processes"]) for g in EXPECTED)
+    n = len({pid for g in EXPECTED for pid in g["processes"]})
+    assert n < sum(len(g["processes"]) for g in EXPECTED)  # demo has a process on several GPUs
     assert f"used by {n} processes" in summary
+
+
+def test_counts_are_singular_for_one():
+    from vramkit.render.fmt import count
+
+    assert (count(1, "process", "processes"), count(2, "process", "processes"), count(1, "GPU"),
+            count(0, "GPU")) == ("1 process", "2 processes", "1 GPU", "0 GPUs")
 
 
 def test_csv(vram, demo_json):

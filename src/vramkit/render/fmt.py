@@ -8,6 +8,11 @@ from ..units import format_duration, format_size
 NA = "N/A"
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 process', '9 processes', '0 GPUs'."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def pct(value: float | None) -> str:
     return NA if value is None else f"{value:.0f}%"
 

@@ -78,8 +78,11 @@ def render_status(snap: Snapshot, style: Style, width: int) -> str:
     total_used = sum(g.memory_used or 0 for g in snap.gpus)
     total = sum(g.memory_total or 0 for g in snap.gpus)
     lost = sum(1 for g in snap.gpus if g.lost)
-    summary = f"total {format_size(total_used)} of {format_size(total)} used by {len(snap.processes)} processes"
+    # A process on four GPUs is one process (snap.processes has a row per process and GPU).
+    pids = len({p.pid for p in snap.processes})
+    summary = (f"total {format_size(total_used)} of {format_size(total)} used by "
+               f"{fmt.count(pids, 'process', 'processes')}")
     if lost:
-        summary += style.paint(f"; {lost} GPU{'s' if lost > 1 else ''} lost", "red")
+        summary += style.paint(f"; {fmt.count(lost, 'GPU')} lost", "red")
     lines.append(style.paint(summary, "dim"))
     return "\n".join(lines)
