@@ -222,10 +222,10 @@ def test_audit_log_has_a_line_per_action_and_mode_0600(children, write_scenario,
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     events = [(rec["event"], rec["target"]["pid"], rec.get("signal"), rec["result"]) for rec in lines]
     assert ("refusal", sshd.pid, "SIGTERM", "refused") in events
-    assert ("signal", goes.pid, "SIGTERM", "sent") in events
+    assert ("signal", goes.pid, "SIGTERM", "sending") in events
     assert ("outcome", goes.pid, "SIGTERM", "exited") in events
-    assert ("signal", stubborn.pid, "SIGTERM", "sent") in events
-    assert ("signal", stubborn.pid, "SIGKILL", "sent") in events
+    assert ("signal", stubborn.pid, "SIGTERM", "sending") in events
+    assert ("signal", stubborn.pid, "SIGKILL", "sending") in events
     assert ("outcome", stubborn.pid, "SIGKILL", "exited") in events
     assert len(lines) == 6
     me = pwd.getpwuid(os.getuid()).pw_name

@@ -90,7 +90,7 @@ def test_kill_a_real_process_after_confirming(sim_env, tmp_path, sleeper):
     assert sleeper.wait(timeout=5) == -15
     events = [json.loads(line) for line in audit.read_text().splitlines()]
     assert [(e["event"], e.get("signal"), e.get("result")) for e in events] == [
-        ("signal", "SIGTERM", "sent"), ("outcome", "SIGTERM", "exited")]
+        ("signal", "SIGTERM", "sending"), ("outcome", "SIGTERM", "exited")]
     assert all(e["target"]["pid"] == sleeper.pid and e["via"] == "vram top" for e in events)
 
 

@@ -53,7 +53,9 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
             progress: Progress | None = None) -> KillReport:
     """Signal every target of the plan that passed its checks, wait, and re-sample the GPUs.
 
-    The audit log (if given) must be open; each refusal, signal and outcome is a line in it."""
+    The audit log (if given) must be open; each refusal, signal and outcome is a line in it, and
+    each signal's line is written (and fsync'd) before the signal is sent: when a line cannot be
+    written, AuditError is raised before any further signal."""
     sig = _signal.Signals(sig)
     protection = protection or load(caller_chain=plan.caller.chain)
     if not protection.caller_chain:
@@ -158,11 +160,14 @@ def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[
 
 
 def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite) -> bool:
+    """Record the signal, then send it. The record is on disk (fsync) before the signal goes: when
+    it cannot be written, AuditError stops everything before this signal (nothing unrecorded is
+    ever sent). If the send then fails, the next record for the target says why."""
     name = _signal.Signals(sig).name
+    log("signal", **_audit_target(t), signal=name, result="sending")
     why = held.send(sig)
     if why is None:
         t.signals.append(name)
-        log("signal", **_audit_target(t), signal=name, result="sent")
         return True
     if why == "exited":
         t.status, t.seconds = EXITED, 0.0
