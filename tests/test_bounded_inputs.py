@@ -5,7 +5,11 @@ a RecursionError, a traceback or a busy loop."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +83,49 @@ def test_selectors_never_expand_a_huge_range():
     for text in ("0-999999999999", "999999999-9999999999", "7-" + "9" * 150, "9" * 5000, "²"):
         with pytest.raises(RequestError):
             resolve_selectors(text, devices, "exclude")
+
+
+# ---------------------------------------------------------------- vram doctor LOGFILE
+
+OOM_FIXTURES = Path(__file__).parent / "fixtures" / "oom"
+
+
+class _Endless(io.RawIOBase):
+    """A stream that never ends (as /dev/zero, or `yes |`)."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        b[:] = b"y\n" * (len(b) // 2) + b"y" * (len(b) % 2)
+        return len(b)
+
+
+def test_a_huge_log_is_read_as_its_last_window_with_the_line_numbers_kept(cli, tmp_path, monkeypatch):
+    from vramkit.cli import doctor
+    monkeypatch.setattr(doctor, "LOG_WINDOW", 64 * 1024)
+    oom = (OOM_FIXTURES / "cpu_cant_allocate_1_x.txt").read_text()
+    log = tmp_path / "train.log"
+    log.write_text("step 1 loss 0.5 " * 4 + "\n" * 1 + ("x" * 63 + "\n") * 20000 + oom)  # 1.2 MiB
+    rc, out, err = cli("doctor", str(log), "--no-live", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["line"] == 20002
+    assert any("only its last" in n and "were searched" in n for n in data["notes"]), data["notes"]
+    rc, out, err = cli("doctor", str(log), "--no-live")  # the text view says it too
+    assert rc == 0 and "only its last" in out
+
+
+def test_a_device_is_not_a_log(cli):
+    one_line_error(cli("doctor", "/dev/zero", "--no-live"), "/dev/zero", "not a log file")
+
+
+def test_a_stream_that_never_ends_is_read_up_to_a_limit(cli, monkeypatch):
+    from vramkit.cli import doctor
+    monkeypatch.setattr(doctor, "STREAM_LIMIT", 8 * 1024**2)
+    monkeypatch.setattr(doctor, "LOG_WINDOW", 1024**2)
+    monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"buffer": io.BufferedReader(_Endless())})())
+    rc, out, err = cli("doctor", "-", "--no-live")
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and "no out-of-memory error found in stdin" in err
+    assert "stopped reading after 8MiB" in err

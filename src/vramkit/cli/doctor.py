@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import stat
 import sys
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..model import Snapshot
 from ..nvml.backend import NvmlUnavailable
 from ..render.style import Style, style_for, terminal_width
+from ..units import format_size
 from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
@@ -64,14 +68,101 @@ def _current_user() -> str | None:
         return None
 
 
-def _read_log(path: str) -> tuple[str, str]:
+# A log is read in chunks, keeping only its last LOG_WINDOW bytes: the error that ended a job is
+# near the end of its log, and a multi-GB log (or /dev/stdin that never ends) must not be held in
+# memory. What came before the window is counted for line numbers up to COUNT_LIMIT bytes. A
+# stream (stdin, a pipe) is read to its end or STREAM_LIMIT bytes, whichever comes first; a
+# regular file is read from LOG_WINDOW bytes before its end.
+LOG_WINDOW = 4 * 1024**2
+STREAM_LIMIT = 1024**3
+COUNT_LIMIT = 256 * 1024**2
+_CHUNK = 1024**2
+
+
+@dataclass
+class LogText:
+    """The part of a log that was read: its last bytes, decoded."""
+
+    text: str
+    source: str
+    line_offset: int | None = 0  # lines before `text` (None: not counted)
+    skipped: int = 0  # bytes before `text` that were not kept
+    total: int = 0  # bytes in the log (read, or the file's size)
+    truncated: bool = False  # a stream that was not read to its end
+
+    def note(self) -> str | None:
+        """What was skipped, for the output (None: the whole log was read)."""
+        if self.truncated:
+            return (f"{self.source}: stopped reading after {format_size(self.total)} (it may never end); "
+                    f"only its last {format_size(len(self.text.encode('utf-8', 'replace')))} were searched")
+        if self.skipped:
+            return (f"{self.source} has {format_size(self.total)}: only its last "
+                    f"{format_size(self.total - self.skipped)} were searched (the error that ended a job "
+                    "is near the end of its log)")
+        return None
+
+
+def _read_log(path: str) -> LogText:
     if path == "-":
-        return sys.stdin.read(), "stdin"
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # a text stream without bytes underneath (tests, embedding)
+            return _tail(io.BytesIO(sys.stdin.read(STREAM_LIMIT).encode("utf-8", "replace")), "stdin")
+        return _tail(stream, "stdin")
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(), path
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISREG(mode):
+                return _tail(f, path, size=os.fstat(f.fileno()).st_size)
+            if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+                kind = "a directory" if stat.S_ISDIR(mode) else "a device"
+                raise UsageError(f"{path} is {kind}, not a log file (for a stream, use - and a pipe)")
+            return _tail(f, path)  # a FIFO, a socket: a stream
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
+    """The last LOG_WINDOW bytes of `f` (a regular file of `size` bytes, or a stream)."""
+    newlines = 0
+    skipped = 0
+    truncated = False
+    if size is not None and size > LOG_WINDOW:
+        skipped = size - LOG_WINDOW
+        if skipped <= COUNT_LIMIT:
+            while (done := f.tell()) < skipped:
+                newlines += f.read(min(_CHUNK, skipped - done)).count(b"\n")
+        else:
+            f.seek(skipped)
+        data = f.read(LOG_WINDOW)
+        total = size
+    else:
+        buf = bytearray()
+        total = 0
+        while chunk := f.read(_CHUNK):
+            total += len(chunk)
+            buf += chunk
+            if len(buf) > 2 * LOG_WINDOW:
+                drop = len(buf) - LOG_WINDOW
+                if skipped + drop <= COUNT_LIMIT:
+                    newlines += buf.count(b"\n", 0, drop)
+                skipped += drop
+                del buf[:drop]
+            if total >= STREAM_LIMIT:
+                truncated = True
+                break
+        if len(buf) > LOG_WINDOW:
+            drop = len(buf) - LOG_WINDOW
+            if skipped + drop <= COUNT_LIMIT:
+                newlines += buf.count(b"\n", 0, drop)
+            skipped += drop
+            del buf[:drop]
+        data = bytes(buf)
+    if skipped and (cut := data.find(b"\n")) >= 0:  # start at a line, not inside a character
+        newlines += 1
+        skipped += cut + 1
+        data = data[cut + 1:]
+    return LogText(data.decode("utf-8", errors="replace"), source,
+                   newlines if skipped <= COUNT_LIMIT else None, skipped, total, truncated)
 
 
 def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
@@ -121,10 +212,15 @@ def run(args: argparse.Namespace) -> int:
         if len(gpus) != 1:
             raise UsageError("--gpu: with a log, give the one GPU the job ran on")
         gpu = gpus[0]
-    text, source = _read_log(args.log)
-    report = find_oom(text)
+    log = _read_log(args.log)
+    source = log.source
+    report = find_oom(log.text)
+    skipped_note = log.note()
     if report is None:
-        raise Failure(f"no out-of-memory error found in {source}")
+        raise Failure(f"no out-of-memory error found in {source}"
+                      + (f" ({skipped_note})" if skipped_note else ""))
+    if report.line is not None:
+        report.line = None if log.line_offset is None else report.line + log.line_offset
     snap, live_note = _live(args)
     if gpu is not None and snap is not None:
         check_gpus(snap, [gpu])
@@ -133,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     ex = explain(report, snap, gpu=gpu, job_pid=args.pid, me=_current_user(), savings=hook, context=context)
     if hook_note:
         ex.notes.append(hook_note)
+    if skipped_note:
+        ex.notes.append(skipped_note)
     if args.json:
         print(diagnosis_json(ex, source, snap, live_note))
     else:
