@@ -64,9 +64,34 @@ def wait_all(procs, timeout: float) -> list[int]:
     return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
 
 
-def test_24_concurrent_launchers_never_share_a_gpu(groups, leasing, tmp_path):
+def plant_hostile_files(directory: Path) -> list[str]:
+    """What a hostile neighbour leaves in the shared lease directory (issue 13): a FIFO under a
+    lease's name, a FIFO ticket, a 1 MiB junk lease, a lease whose baseline is not a pid list, one
+    that claims every GPU forever for someone else. Given to `nobody` when we may (as root)."""
+    directory.mkdir(mode=0o1777, parents=True, exist_ok=True)
+    os.chmod(directory, 0o1777)
+    now = time.time()
+    fake = {"units": ["GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e64", "GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e67"],
+            "labels": {}, "kind": "hold", "user": "alice", "uid": 1000, "pid": 1, "locked": False}
+    os.mkfifo(directory / "lease-fifo.json")
+    os.mkfifo(directory / "wait-0000000001-1.json")
+    (directory / "lease-junk.json").write_text("[" + "0," * (1 << 19) + "0]")
+    (directory / "lease-base.json").write_text(json.dumps({**fake, "id": "base", "created": now, "expires": now + 3600,
+                                                           "baseline": {"x": 5}}))
+    (directory / "lease-nan.json").write_text(json.dumps({**fake, "id": "nan", "created": float("nan"),
+                                                          "expires": float("inf")}))
+    names = sorted(os.listdir(directory))
+    if os.geteuid() == 0:
+        for name in names:
+            os.lchown(directory / name, 65534, 65534)
+    return names
+
+
+@pytest.mark.parametrize("hostile", [False, True], ids=["clean", "hostile-files"])
+def test_24_concurrent_launchers_never_share_a_gpu(groups, leasing, tmp_path, hostile):
     where = tmp_path / "records"
     where.mkdir()
+    planted = plant_hostile_files(leasing.dir) if hostile else []
     log = open(tmp_path / "stderr.txt", "w")
     started = time.monotonic()
     procs = [launch(groups, leasing, where, f"j{i:02d}", 0.2, "--wait", "120", "-n", "1", log=log) for i in range(24)]
@@ -79,7 +104,7 @@ def test_24_concurrent_launchers_never_share_a_gpu(groups, leasing, tmp_path):
     assert {r["order"] for r in recs} == {"PCI_BUS_ID"}
     by_gpu = assert_no_overlap(recs)
     assert set(by_gpu) == {"4", "7"}  # the two GPUs that fit; both used
-    assert leasing.leftovers() == []  # no lease or ticket left behind
+    assert [n for n in leasing.leftovers() if n not in planted] == []  # no lease or ticket left behind
     print(f"24 launchers on 2 GPUs: {elapsed:.1f}s, per GPU {[len(v) for v in by_gpu.values()]}")
 
 

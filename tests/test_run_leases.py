@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -213,11 +214,13 @@ def test_lease_files_from_other_users_are_untrusted(leasing):
             "user": "mallory\x1b[2J\x1b[31m", "uid": 1, "pid": 1, "created": now, "expires": now + 10**9,
             "locked": False}
     (leasing.dir / "lease-e.json").write_text(json.dumps(evil))
-    (leasing.dir / "lease-f.json").write_text(json.dumps({**evil, "units": "all of them"}))  # wrong type: junk
+    (leasing.dir / "lease-f.json").write_text(json.dumps({**evil, "id": "f", "units": "all of them"}))  # junk
     result = run_vram("pick", "--simulate", "demo", "--explain", env=leasing.env())
     assert result.out == "4\n"  # GPU 7 is held by mallory's lease
-    assert "reserved by vram pick --hold of mallory?[2J?[31m (pid 1," in result.err
-    assert "\x1b" not in result.err
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert f"reserved by vram pick --hold of {me} (pid 1," in result.err  # the file's owner, not what it says
+    assert "mallory" not in result.err and "\x1b" not in result.err
+    assert f"{leasing.dir / 'lease-f.json'} ({me}: units is not a list of GPU keys)" in result.err
     assert leasing.leftovers() == ["lease-e.json"]  # the junk one is gone
     with L.LeaseDir(leasing.dir, True).locked():
         (lease,) = L.read_state(L.LeaseDir(leasing.dir, True)).leases

@@ -19,8 +19,10 @@ started with the lease's file descriptor keeps the lease alive after its launche
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import math
 import os
 import re
 import secrets
@@ -41,6 +43,8 @@ SHARED_DIR = Path("/tmp/vramkit-leases")
 DEFAULT_TIMEOUT = 600.0  # seconds a lease waits for its job to appear on the GPU
 MAX_LEASE = 24 * 3600.0  # no lease lasts longer, whatever its file says
 LOCK_PATIENCE = 30.0  # seconds to wait for the directory lock before giving up
+MAX_FILE = 64 * 1024  # bytes: a lease or ticket is a few hundred; anything larger is junk, never read
+MAX_PER_OWNER = 256  # lease and ticket files read per owner per round; the rest of theirs are ignored
 _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
 _TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
 
@@ -64,7 +68,25 @@ class LeaseDir:
     path: Path
     shared: bool  # shared by the machine's users (else per-user: only your own jobs coordinate)
     note: str | None = None  # why the shared directory was not used
+    # Told once per file about lease-directory entries that were ignored (other users' junk):
+    # one line each time something new is found. None: warnings.warn (the Python API).
+    on_warning: Callable[[str], None] | None = field(default=None, repr=False)
     _lock_fd: int | None = field(default=None, repr=False)
+    _warned: set[str] = field(default_factory=set, repr=False)
+
+    def warn_ignored(self, ignored: list[str]) -> None:
+        """One warning line for the entries in `ignored` ("path (owner: why)") not reported yet."""
+        new = [i for i in ignored if i not in self._warned]
+        if not new:
+            return
+        self._warned.update(new)
+        shown = "; ".join(new[:3]) + (f"; and {len(new) - 3} more" if len(new) > 3 else "")
+        line = f"ignored in the lease directory (not a valid lease or ticket): {shown}"
+        if self.on_warning is not None:
+            self.on_warning(line)
+        else:
+            import warnings
+            warnings.warn(line, RuntimeWarning, stacklevel=2)
 
     @contextlib.contextmanager
     def locked(self, patience: float = LOCK_PATIENCE) -> Iterator[None]:
@@ -103,14 +125,21 @@ class LeaseDir:
 
 def _open_shared(path: Path) -> int:
     """Open (creating, readable by all) a file in the lease directory, never through a symlink."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO planted there must not hang us
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except PermissionError:  # another user's file: reading is enough to flock it
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except PermissionError:  # another user's file: reading is enough to flock it
+            fd = os.open(path, os.O_RDONLY | flags)
     except OSError as e:
-        raise LeaseError(f"cannot open {path}: {e.strerror}") from None
+        raise LeaseError(f"cannot open {path}: {e.strerror}"
+                         f"{' (it is a symlink: remove it)' if e.errno == errno.ELOOP else ''}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise LeaseError(f"{path} is not a regular file (owner {user_name(st.st_uid)}): remove it")
     with contextlib.suppress(OSError):
-        if os.fstat(fd).st_uid == os.getuid():
+        if st.st_uid == os.getuid():
             os.fchmod(fd, 0o644)  # despite a umask of 077: other users must be able to lock it
     return fd
 
@@ -195,26 +224,56 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            data = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+class _Junk(Exception):
+    """A file in the lease directory that is not a lease or ticket; the message says why."""
 
 
-def _held(path: Path) -> bool:
-    """Whether someone holds the flock on `path` (False when it is missing)."""
+def _read_json(path: Path) -> tuple[dict[str, Any], os.stat_result]:
+    """A JSON object from a regular file of at most MAX_FILE bytes, and the file's stat; _Junk
+    otherwise. Never blocks (a FIFO), never follows a symlink, never reads more than MAX_FILE."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise _Junk("a symlink" if e.errno == errno.ELOOP else f"cannot open it: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Junk("not a regular file")
+        if st.st_size > MAX_FILE:
+            raise _Junk(f"larger than {MAX_FILE // 1024} KiB")
+        raw = os.read(fd, MAX_FILE + 1)
+    except OSError as e:
+        raise _Junk(f"cannot read it: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FILE:
+        raise _Junk(f"larger than {MAX_FILE // 1024} KiB")
+    try:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise _Junk("not JSON") from None
+    if not isinstance(data, dict):
+        raise _Junk("not a JSON object")
+    return data, st
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")  # NaN, Infinity, -Infinity
+
+
+def _held(path: Path, owner: int | None = None) -> bool:
+    """Whether someone holds the flock on `path` (False when it is missing, not a regular file,
+    or not owned by `owner`: a lock planted by someone else does not keep a lease alive)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
+            return False
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -276,67 +335,138 @@ class State:
 
 
 def read_state(d: LeaseDir, now: float | None = None) -> State:
-    """Live leases and tickets; stale ones are removed where allowed. Call with d.locked()."""
+    """Live leases and tickets; stale ones are removed where allowed. Call with d.locked().
+
+    Every file is another user's input: anything that is not a regular file of at most MAX_FILE
+    bytes holding a valid lease or ticket is ignored (never opened blocking, never followed) and
+    named once in a warning (d.warn_ignored); at most MAX_PER_OWNER files of each owner are read."""
     now = time.time() if now is None else now
+    me = os.getuid()
     leases: list[Lease] = []
     tickets: list[Ticket] = []
+    ignored: list[str] = []
+    per_owner: dict[int, int] = {}
     for entry in os.scandir(d.path):
         name = entry.name
-        if m := _LEASE_RE.match(name):
-            path = Path(entry.path)
-            lock = path.with_name(f"lease-{m.group(1)}.lock")
-            lease = _lease_from(_read_json(path))
-            if lease is None:
-                if not _held(lock):
-                    _remove(path, lock)
-                continue
-            if now >= lease.expires or (lease.locked and not _held(lock)):
-                _remove(path, lock)  # timed out, or its launcher and job are both gone
-                continue
-            leases.append(lease)
-        elif m := _TICKET_RE.match(name):
-            path = Path(entry.path)
-            if not _held(path):
-                _remove(path)  # the waiter is gone
-                continue
-            data = _read_json(path)
-            if data is None or not isinstance(data.get("policy"), dict):
-                continue
-            tickets.append(Ticket(seq=int(m.group(1)), pid=int(m.group(2)), user=sanitize(str(data.get("user", "?"))),
-                                  policy=data["policy"], created=float(data.get("created", 0))))
-        elif name.startswith(".tmp-") and now - entry.stat(follow_symlinks=False).st_mtime > 60:
-            _remove(Path(entry.path))  # left by a writer killed mid-write
+        lease_m, ticket_m = _LEASE_RE.match(name), _TICKET_RE.match(name)
+        if not (lease_m or ticket_m):
+            with contextlib.suppress(OSError):
+                if name.startswith(".tmp-") and now - entry.stat(follow_symlinks=False).st_mtime > 60:
+                    _remove(Path(entry.path))  # left by a writer killed mid-write
+            continue
+        path = Path(entry.path)
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # gone meanwhile
+        owner = st.st_uid
+        per_owner[owner] = per_owner.get(owner, 0) + 1
+        if per_owner[owner] > MAX_PER_OWNER:
+            if per_owner[owner] == MAX_PER_OWNER + 1:
+                ignored.insert(0, f"files of {user_name(owner)} in {d.path} beyond the first {MAX_PER_OWNER} "
+                                  "(not read)")
+            continue
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                raise _Junk("a symlink")
+            if not stat.S_ISREG(st.st_mode):
+                raise _Junk("not a regular file")
+            if st.st_size > MAX_FILE:
+                raise _Junk(f"larger than {MAX_FILE // 1024} KiB")
+            if lease_m:
+                lock = path.with_name(f"lease-{lease_m.group(1)}.lock")
+                try:
+                    data, st = _read_json(path)
+                    lease = _lease_from(data, st, lease_m.group(1))
+                except _Junk:
+                    if owner == me and not _held(lock):
+                        _remove(path, lock)  # our own, half-written (cannot happen) or corrupted
+                    raise
+                if now >= lease.expires or (lease.locked and not _held(lock, owner)):
+                    _remove(path, lock)  # timed out, or its launcher and job are both gone
+                    continue
+                leases.append(lease)
+            elif ticket_m:
+                if not _held(path, owner):
+                    _remove(path)  # the waiter is gone
+                    continue
+                data, st = _read_json(path)
+                tickets.append(_ticket_from(data, st, int(ticket_m.group(1)), int(ticket_m.group(2))))
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        except _Junk as e:
+            ignored.append(f"{path} ({user_name(owner)}: {e})")
     tickets.sort(key=lambda t: t.seq)
+    if ignored:
+        d.warn_ignored(ignored)
     return State(leases, tickets)
 
 
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "id": str, "units": list, "labels": dict, "kind": str, "user": str, "uid": int, "pid": int,
-    "created": (int, float), "expires": (int, float), "locked": bool}
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _lease_from(data: dict[str, Any] | None) -> Lease | None:
-    """A lease from its file, or None when the file is not one. Lease files are written by other
-    users: types are checked, text is stripped of control characters, and no lease lasts more
-    than MAX_LEASE, whatever its file says."""
-    if data is None or any(not isinstance(data.get(k), t) for k, t in _FIELD_TYPES.items()):
-        return None
-    if not all(isinstance(u, str) for u in data["units"]):
-        return None
-    known = {k: v for k, v in data.items() if k in Lease.__dataclass_fields__}
-    try:
-        lease = Lease(**known)
-    except TypeError:
-        return None
-    lease.user = sanitize(lease.user)
-    lease.labels = {str(k): sanitize(str(v)) for k, v in lease.labels.items()}
-    lease.command = sanitize(lease.command) if isinstance(lease.command, str) else None
-    lease.expires = min(float(lease.expires), float(lease.created) + MAX_LEASE)
-    if not isinstance(lease.job_pid, int) or isinstance(lease.job_pid, bool):
-        lease.job_pid = None
-    if not isinstance(lease.baseline, dict):
-        lease.baseline = {}
-    return lease
+def _pid(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31
+
+
+def _text(value: object, most: int = 4096) -> bool:
+    return isinstance(value, str) and len(value) <= most
+
+
+def _lease_from(data: dict[str, Any], st: os.stat_result, lease_id: str) -> Lease:
+    """A lease from its file, or _Junk saying why not. Lease files are written by other users:
+    every field is checked (types, finite numbers), text is stripped of control characters, the
+    user is the file's owner (never what the file says), and the lease lasts at most MAX_LEASE
+    from the file's own mtime, whatever the file says."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise _Junk(what)
+
+    need(data.get("id") == lease_id, "its id is not its name's")
+    units, labels, baseline = data.get("units"), data.get("labels"), data.get("baseline", {})
+    need(isinstance(units, list) and len(units) <= 4096 and all(_text(u, 256) for u in units),
+         "units is not a list of GPU keys")
+    assert isinstance(units, list)
+    need(isinstance(labels, dict) and all(_text(k, 256) and _text(v, 256) for k, v in labels.items()),
+         "labels is not a map of text")
+    assert isinstance(labels, dict)
+    need(data.get("kind") in ("run", "api", "hold"), "kind is not run, api or hold")
+    need(_pid(data.get("pid")), "pid is not a pid")
+    need(data.get("job_pid") is None or _pid(data.get("job_pid")), "job_pid is not a pid")
+    need(_finite(data.get("created")) and _finite(data.get("expires")), "created or expires is not a finite number")
+    need(isinstance(data.get("locked", True), bool), "locked is not true or false")
+    need(data.get("pidns") is None or _text(data.get("pidns"), 256), "pidns is not text")
+    need(_text(data.get("host", ""), 256), "host is not text")
+    need(data.get("command") is None or _text(data.get("command")), "command is not text")
+    need(isinstance(baseline, dict) and all(
+        _text(k, 256) and isinstance(v, list) and all(_pid(p) for p in v) for k, v in baseline.items()),
+        "baseline is not a map of pid lists")
+    assert isinstance(baseline, dict)
+    mtime = st.st_mtime
+    created = min(float(data["created"]), mtime)  # a lease cannot predate... nor postdate its file
+    expires = min(float(data["expires"]), mtime + MAX_LEASE)
+    return Lease(id=lease_id, units=list(units), labels={k: sanitize(v) for k, v in labels.items()},
+                 kind=data["kind"], user=sanitize(user_name(st.st_uid)), uid=st.st_uid, pid=data["pid"],
+                 created=created, expires=expires, locked=data.get("locked", True), job_pid=data.get("job_pid"),
+                 pidns=data.get("pidns"), host=sanitize(data.get("host", "")),
+                 command=sanitize(data["command"]) if data.get("command") else None,
+                 baseline={k: list(v) for k, v in baseline.items()})
+
+
+def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -> Ticket:
+    """A waiter's ticket from its file, or _Junk: the policy must be a map whose numbers are
+    finite; its uid (whose processes count as "other users'") is the file's owner."""
+    policy = data.get("policy")
+    if not isinstance(policy, dict):
+        raise _Junk("policy is not a map")
+    if any(isinstance(v, float) and not math.isfinite(v) for v in policy.values()):
+        raise _Junk("policy has a number that is not finite")
+    created = data.get("created", st.st_mtime)
+    if not _finite(created):
+        raise _Junk("created is not a finite number")
+    return Ticket(seq=seq, pid=pid, user=sanitize(user_name(st.st_uid)), policy={**policy, "uid": st.st_uid},
+                  created=min(float(created), st.st_mtime))
 
 
 def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:

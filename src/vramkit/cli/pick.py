@@ -115,6 +115,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
         except ValueError as e:  # build_policy's plain ValueErrors (they name the flag): exit 2
             raise UsageError(str(e)) from e
         leases = lease_dir()  # a LeaseError is a VramkitError (exit 1): cli/main prints it
+        leases.on_warning = lambda line: print(f"vram: warning: {line}", file=sys.stderr, flush=True)
     except BaseException:
         machine.close()
         raise

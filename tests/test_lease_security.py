@@ -1,0 +1,184 @@
+"""The shared lease directory under a hostile neighbour (issue 13): files planted there by another
+user (played by `nobody`: files chowned to it when the tests run as root) must not hang, crash,
+block or slow anybody else's vram run / pick / use_gpus."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import IS_ROOT, run_vram
+
+from vramkit import leases as L
+
+NOBODY = 65534
+G4, G7 = "GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e64", "GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e67"  # demo's fitting GPUs
+OWNER = "nobody" if IS_ROOT else None  # who the planted files belong to
+
+
+def shared(leasing):
+    leasing.dir.mkdir(mode=0o1777, exist_ok=True)
+    os.chmod(leasing.dir, 0o1777)
+    return leasing.dir
+
+
+def as_nobody(path) -> None:
+    """Give a planted file to `nobody` (when we may: as root)."""
+    if IS_ROOT:
+        os.lchown(path, NOBODY, NOBODY)
+
+
+def plant_lease(where, lease_id: str, **fields) -> str:
+    now = time.time()
+    data = {"id": lease_id, "units": [G4, G7], "labels": {G4: "GPU 4", G7: "GPU 7"}, "kind": "hold",
+            "user": "alice", "uid": 1000, "pid": 1, "created": now, "expires": now + 3600, "locked": False,
+            **fields}
+    path = where / f"lease-{lease_id}.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    as_nobody(path)
+    return str(path)
+
+
+def pick(leasing, *args: str):
+    return run_vram("pick", "--simulate", "demo", *args, env=leasing.env(), timeout=20)
+
+
+def warning_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("vram: warning: ignored in the lease directory")]
+
+
+# ---------------------------------------------------------------- item 2: files that are not files
+
+def test_fifos_symlinks_and_big_files_are_skipped_never_opened_blocking(leasing):
+    """On the old code pick hung on the FIFO (opened O_RDONLY without O_NONBLOCK) while holding
+    the directory lock: run_vram's timeout fired."""
+    where = shared(leasing)
+    planted = {
+        "lease-fifo.json": lambda p: os.mkfifo(p),
+        "wait-0000000001-1.json": lambda p: os.mkfifo(p),  # a ticket: its "lock" is opened too
+        "lease-link.json": lambda p: os.symlink("/dev/zero", p),
+        "lease-big.json": lambda p: p.write_text(json.dumps({"pad": "x" * (L.MAX_FILE + 1)})),
+    }
+    for name, make in planted.items():
+        make(where / name)
+        as_nobody(where / name)
+    plant_lease(where, "fifolock", locked=True)  # a lease whose lock file is a FIFO
+    os.mkfifo(where / "lease-fifolock.lock")
+    as_nobody(where / "lease-fifolock.lock")
+    result = pick(leasing)
+    assert result.rc == 0 and result.out == "7\n", result.err
+    (line,) = warning_lines(result.err)
+    for name, why in [("lease-fifo.json", "not a regular file"), ("wait-0000000001-1.json", "not a regular file"),
+                      ("lease-link.json", "a symlink"), ("lease-big.json", "larger than 64 KiB")]:
+        assert f"{where / name} (" in line and why in line or "more" in line, line
+    if OWNER:
+        assert f"({OWNER}: not a regular file)" in line
+    # the junk stays (another user's); the lease whose lock is a FIFO is stale (nobody holds it)
+    assert set(planted) <= set(L.leftovers(L.LeaseDir(where, True)))
+
+
+def test_use_gpus_is_not_hung_by_a_fifo(leasing, tmp_path):
+    where = shared(leasing)
+    os.mkfifo(where / "lease-x.json")
+    as_nobody(where / "lease-x.json")
+    code = "import vramkit, warnings; warnings.simplefilter('ignore'); " \
+           "print(vramkit.use_gpus(simulate='demo').cuda_visible_devices)"
+    proc = subprocess.run([sys.executable, "-c", code], env=leasing.env(), capture_output=True, text=True,
+                          timeout=20)
+    assert proc.returncode == 0 and proc.stdout == "7\n", proc.stderr
+
+
+# ---------------------------------------------------------------- item 3: contents that lie
+
+@pytest.mark.parametrize("fields, why", [
+    ({"baseline": {G4: 5, G7: 5}}, "baseline is not a map of pid lists"),  # old code: TypeError in fulfilled()
+    ({"created": float("nan")}, "not JSON"),  # NaN (json.dumps writes it): old code never expired it
+    ({"expires": float("inf")}, "not JSON"),
+    ({"pid": "1"}, "pid is not a pid"),
+    ({"units": [G4, 7]}, "units is not a list of GPU keys"),
+])
+def test_a_lease_that_does_not_validate_is_ignored_and_named(leasing, fields, why):
+    where = shared(leasing)
+    path = plant_lease(where, "bad", **fields)
+    result = pick(leasing)
+    assert result.rc == 0 and result.out == "7\n", result.err  # old code: internal error, or GPUs 4, 7 blocked
+    (line,) = warning_lines(result.err)
+    assert f"{path} ({OWNER or ''}" in line and why in line, line
+
+
+def test_a_live_ticket_with_a_bad_created_is_ignored(leasing):
+    """Old code: float("x") raised ValueError, an internal error in every pick and run."""
+    where = shared(leasing)
+    path = where / "wait-0000000001-1.json"
+    path.write_text(json.dumps({"user": "alice", "pid": 1, "created": "x", "policy": {"count": 1}}))
+    as_nobody(path)
+    with open(path) as held:  # the waiter is alive: it holds its ticket's lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = pick(leasing)
+    assert result.rc == 0 and result.out == "7\n", result.err
+    (line,) = warning_lines(result.err)
+    assert f"{path} (" in line and "created is not a finite number" in line
+
+
+def test_a_lease_lasts_a_day_from_its_files_mtime_and_names_its_files_owner(leasing):
+    """created = expires = 1e12, naming alice and pid 1: on the old code it blocked GPUs 4 and 7
+    forever (and said "alice"); now it is the file owner's, and over 24 h after the file's mtime."""
+    where = shared(leasing)
+    path = plant_lease(where, "forever", created=1e12, expires=1e12)
+    result = pick(leasing)
+    assert result.rc == 1
+    owner = OWNER or __import__("pwd").getpwuid(os.getuid()).pw_name
+    assert f"GPU 4 is reserved by vram pick --hold of {owner} (pid 1, 0s ago)" in result.err, result.err
+    assert "alice" not in result.err
+    day_ago = time.time() - L.MAX_LEASE - 60
+    os.utime(path, (day_ago, day_ago), follow_symlinks=False)
+    result = pick(leasing)
+    assert result.rc == 0 and result.out == "7\n", result.err
+
+
+def test_a_ticket_counts_as_its_files_owner(leasing):
+    where = shared(leasing)
+    path = where / "wait-0000000001-1.json"
+    path.write_text(json.dumps({"user": "alice", "created": time.time(), "policy": {"count": 1, "uid": 0}}))
+    as_nobody(path)
+    d = L.LeaseDir(where, True)
+    with open(path) as held, d.locked():
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (ticket,) = L.read_state(d).tickets
+    assert ticket.policy["uid"] == os.stat(path).st_uid and ticket.user != "alice"
+
+
+# ---------------------------------------------------------------- item 11: junk that slows
+
+def test_what_is_read_is_capped_per_file_and_per_owner(leasing, monkeypatch):
+    """Old code read up to 1 MiB of every file and every file: 500 1 MiB junk files cost 8.5 s
+    on every pick. Now: nothing over MAX_FILE is read, and at most MAX_PER_OWNER files of each
+    owner, with a warning."""
+    where = shared(leasing)
+    big = "[" + "0," * (1 << 19) + "0]"  # 1 MiB of valid JSON
+    for i in range(5):
+        (where / f"lease-big{i}.json").write_text(big)
+        as_nobody(where / f"lease-big{i}.json")
+    for i in range(L.MAX_PER_OWNER + 40):
+        (where / f"lease-junk{i}.json").write_text("{}")
+        as_nobody(where / f"lease-junk{i}.json")
+    parsed: list[int] = []
+    real_loads = json.loads
+    monkeypatch.setattr(L.json, "loads", lambda s, **kw: parsed.append(len(s)) or real_loads(s, **kw))
+    lines: list[str] = []
+    d = L.LeaseDir(where, True, on_warning=lines.append)
+    started = time.monotonic()
+    with d.locked():
+        state = L.read_state(d)
+    elapsed = time.monotonic() - started
+    assert state.leases == [] and max(parsed) <= L.MAX_FILE
+    assert len(parsed) <= L.MAX_PER_OWNER
+    (line,) = lines
+    owner = OWNER or __import__("pwd").getpwuid(os.getuid()).pw_name
+    assert f"files of {owner} in {where} beyond the first {L.MAX_PER_OWNER} (not read)" in line
+    assert elapsed < 2, elapsed
