@@ -1,6 +1,6 @@
 """The shared lease directory under a hostile neighbour (issue 13): files planted there by another
 user (played by `nobody`: files chowned to it when the tests run as root) must not hang, crash,
-block or slow anybody else's vram run / pick / use_gpus."""
+block or slow anybody else's vram run / pick / use_gpus, and leases must not publish secrets."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from helpers import IS_ROOT, run_vram
+from helpers import IS_ROOT, run_vram, vram_argv, wait_for
 
 from vramkit import leases as L
 
@@ -151,6 +151,24 @@ def test_a_ticket_counts_as_its_files_owner(leasing):
         fcntl.flock(held, fcntl.LOCK_EX)
         (ticket,) = L.read_state(d).tickets
     assert ticket.policy["uid"] == os.stat(path).st_uid and ticket.user != "alice"
+
+
+# ---------------------------------------------------------------- item 8: no command line for all to read
+
+def test_a_lease_holds_the_program_name_not_its_arguments(leasing, groups):
+    """Old code wrote the whole command line (shlex.join), secret included."""
+    groups.start(vram_argv("run", "-q", "--simulate", "demo", "--", "sh", "-c", "sleep 30", "sh",
+                           "--db-password=hunter2"), env=leasing.env())
+    assert wait_for(lambda: any(p.read_text() for p in leasing.dir.glob("lease-*.json")), timeout=20)
+    text = next(leasing.dir.glob("lease-*.json")).read_text()
+    assert "hunter2" not in text and json.loads(text)["command"] == "sh"
+
+
+def test_program_name():
+    assert L.program_name("/usr/bin/python train.py --db-password=x") == "python"
+    assert L.program_name(["/opt/x/train.sh", "--token", "s"]) == "train.sh"
+    assert L.program_name("'unbalanced --secret") == "'unbalanced"
+    assert L.program_name(None) is None and L.program_name([]) is None
 
 
 # ---------------------------------------------------------------- item 11: junk that slows

@@ -383,7 +383,7 @@ def use_gpus(count: int = 1, *, min_free: str | int | None = None, max_util: str
     machine, policy = _policy_and_machine(simulate, count, min_free, max_util, exclude, only, prefer, exclusive)
     try:
         selection = acquire(machine, policy, wait=wait, lease_kind="api", lease_timeout=lease_timeout,
-                            command=" ".join(sys.argv) or None)
+                            command=L.program_name(sys.argv[:1]))
     finally:
         machine.close()
     if selection.lease is not None:

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import secrets
+import shlex
 import socket
 import stat
 import time
@@ -527,13 +528,15 @@ class HeldLease:
 
 def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: float, *,
                  command: str | None = None, baseline: dict[str, list[int]] | None = None) -> HeldLease:
-    """Reserve `units` ((key, label) pairs). Call with d.locked(), after deciding."""
+    """Reserve `units` ((key, label) pairs). Call with d.locked(), after deciding. Of `command`
+    only the program's name is written: lease files are readable by every user, and arguments
+    can hold secrets (--db-password=...)."""
     now = time.time()
     uid = os.getuid()
     lease = Lease(id=f"{int(now * 1000):x}-{os.getpid()}-{secrets.token_hex(3)}", units=[k for k, _ in units],
                   labels=dict(units), kind=kind, user=user_name(uid), uid=uid, pid=os.getpid(), created=now,
                   expires=now + timeout, locked=kind != "hold", pidns=_pidns(), host=socket.gethostname(),
-                  command=command, baseline=baseline or {})
+                  command=program_name(command), baseline=baseline or {})
     fd = None
     lock_path = d.path / f"lease-{lease.id}.lock"
     if lease.locked:
@@ -553,6 +556,20 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
         _remove(lock_path)
         raise LeaseError(f"cannot write a lease in {d.path}: {e.strerror}") from None
     return HeldLease(d, lease, fd)
+
+
+def program_name(command: str | list[str] | None) -> str | None:
+    """'python' for "/usr/bin/python train.py --db-password=x" (or its argv): the name, no arguments."""
+    if not command:
+        return None
+    if isinstance(command, str):
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+    else:
+        words = list(command)
+    return os.path.basename(words[0])[:256] or None if words else None
 
 
 class HeldTicket:
