@@ -200,3 +200,52 @@ def test_what_is_read_is_capped_per_file_and_per_owner(leasing, monkeypatch):
     owner = OWNER or __import__("pwd").getpwuid(os.getuid()).pw_name
     assert f"files of {owner} in {where} beyond the first {L.MAX_PER_OWNER} (not read)" in line
     assert elapsed < 2, elapsed
+
+
+# ---------------------------------------------------------------- item 4: a squatted directory, a hostile .lock
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to give the shared directory to another user")
+def test_a_shared_directory_squatted_by_another_user_is_not_used(tmp_path, monkeypatch):
+    """nobody created /tmp/vramkit-leases first, sticky as vram makes it: as its owner they could
+    remove root's leases (a GPU then goes to two jobs). Old code accepted it (it is sticky)."""
+    squatted = tmp_path / "vramkit-leases"
+    squatted.mkdir()
+    os.chmod(squatted, 0o1777)
+    os.chown(squatted, NOBODY, NOBODY)
+    monkeypatch.setattr(L, "SHARED_DIR", squatted)
+    run = tmp_path / "run"
+    run.mkdir()
+    d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
+    assert d.path == run / "vramkit-leases" and not d.shared
+    assert f"{squatted} belongs to nobody, not to root or you" in d.note
+    assert "other users' vram runs cannot see them" in d.note
+    os.chown(squatted, 0, 0)  # root's: shared
+    assert L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)}).path == squatted
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory", "fifo"])
+def test_a_hostile_lock_file_is_one_clear_line(leasing, kind):
+    where = shared(leasing)
+    lock = where / ".lock"
+    {"symlink": lambda: os.symlink("/etc/passwd", lock), "directory": lambda: lock.mkdir(),
+     "fifo": lambda: os.mkfifo(lock)}[kind]()
+    as_nobody(lock)
+    result = pick(leasing)
+    assert result.rc == 1 and len(result.err.splitlines()) == 1, result.err
+    assert str(lock) in result.err and "no vram can reserve GPUs here until" in result.err
+    assert f"made by {OWNER}" in result.err or not OWNER
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to run vram as nobody against root's .lock")
+def test_a_lock_file_with_mode_000_is_one_clear_line_not_an_internal_error(shared_dir):
+    """Old code: the read-only retry's PermissionError escaped as an internal error."""
+    from helpers import AS_NOBODY, clean_env, run_vram_as
+
+    where = shared_dir / "leases"
+    where.mkdir()
+    os.chmod(where, 0o1777)
+    (where / ".lock").touch()
+    os.chmod(where / ".lock", 0)
+    result = run_vram_as(AS_NOBODY, "pick", "--simulate", "demo", env=clean_env(VRAM_LEASE_DIR=str(where)))
+    assert result.rc == 1 and len(result.err.splitlines()) == 1, result.err
+    assert f"cannot open {where / '.lock'}: Permission denied" in result.err

@@ -49,7 +49,7 @@ def test_an_unsafe_shared_directory_falls_back_to_a_per_user_one(tmp_path, monke
     run.mkdir()
     d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
     assert d.path == run / "vramkit-leases" and not d.shared
-    assert "not sticky" in d.note and "other users' vram runs cannot see them" in d.note
+    assert "belongs to nobody, not to root or you" in d.note and "other users' vram runs cannot see them" in d.note
     assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o700
 
 

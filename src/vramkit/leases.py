@@ -133,16 +133,35 @@ def _open_shared(path: Path) -> int:
         except PermissionError:  # another user's file: reading is enough to flock it
             fd = os.open(path, os.O_RDONLY | flags)
     except OSError as e:
-        raise LeaseError(f"cannot open {path}: {e.strerror}"
-                         f"{' (it is a symlink: remove it)' if e.errno == errno.ELOOP else ''}") from None
+        with contextlib.suppress(OSError):
+            _refuse_irregular(path, os.lstat(path))
+        raise LeaseError(f"cannot open {path}: {e.strerror} (owner {_owner(path)})") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise LeaseError(f"{path} is not a regular file (owner {user_name(st.st_uid)}): remove it")
+        _refuse_irregular(path, st)
     with contextlib.suppress(OSError):
         if st.st_uid == os.getuid():
             os.fchmod(fd, 0o644)  # despite a umask of 077: other users must be able to lock it
     return fd
+
+
+def _owner(path: Path) -> str:
+    try:
+        return user_name(os.lstat(path).st_uid)
+    except OSError:
+        return "?"
+
+
+def _refuse_irregular(path: Path, st: os.stat_result) -> None:
+    """LeaseError when the directory's lock file is a symlink, directory, FIFO...: nobody can
+    take the lock until its owner or root removes it. One line naming them."""
+    if stat.S_ISREG(st.st_mode):
+        return
+    what = "a symlink" if stat.S_ISLNK(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else \
+        "not a regular file"
+    raise LeaseError(f"{path} is {what}, made by {user_name(st.st_uid)}: no vram can reserve GPUs here until "
+                     f"they or root remove it (rm -r {path})")
 
 
 def _usable(path: Path, shared: bool) -> str | None:
@@ -162,8 +181,11 @@ def _usable(path: Path, shared: bool) -> str | None:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
     mine = st.st_uid == os.getuid()
-    if shared and not mine and st.st_uid != 0 and not st.st_mode & stat.S_ISVTX:
-        return f"{path} belongs to another user and is not sticky (they could remove your leases)"
+    if shared and not mine and st.st_uid != 0:
+        # Its owner could remove anyone's leases (a GPU then goes to two jobs) or lock others out:
+        # a shared directory must be root's (contrib/tmpfiles.d/vramkit.conf creates it at boot).
+        return (f"{path} belongs to {user_name(st.st_uid)}, not to root or you "
+                f"(its owner could remove your leases; an admin should create it root-owned)")
     if not os.access(path, os.W_OK | os.X_OK):
         return f"{path} is not writable by you"
     return None

@@ -194,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--hold: must be more than 0 seconds and at most 24h")
     wait = parse_wait(args.wait)
     machine, snap, devices, policy, visible, leases = prepare(args)
+    if leases.note and not args.explain:  # (--explain shows it in its lease line)
+        print(f"vram: note: {leases.note}", file=sys.stderr)
     waiter = WaitPrinter(quiet=False) if wait is not None else None
     try:
         selection = acquire_explained(args, machine, snap, policy, visible, leases, waiter, wait=wait,
