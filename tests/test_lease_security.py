@@ -249,3 +249,24 @@ def test_a_lock_file_with_mode_000_is_one_clear_line_not_an_internal_error(share
     result = run_vram_as(AS_NOBODY, "pick", "--simulate", "demo", env=clean_env(VRAM_LEASE_DIR=str(where)))
     assert result.rc == 1 and len(result.err.splitlines()) == 1, result.err
     assert f"cannot open {where / '.lock'}: Permission denied" in result.err
+
+
+# ---------------------------------------------------------------- item 5: whoever holds the directory lock is named
+
+def test_a_held_directory_lock_names_its_holder(shared_dir, children):
+    """Old code said only "another program (a stopped vram?)"."""
+    where = shared_dir / "leases"
+    where.mkdir(mode=0o1777)
+    os.chmod(where, 0o1777)
+    (where / ".lock").touch()
+    os.chmod(where / ".lock", 0o644)
+    code = "import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(60)"
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if IS_ROOT else []
+    holder = children.start([*prefix, sys.executable, "-c", code, str(where / ".lock")])
+    assert wait_for(lambda: L._held(where / ".lock"), timeout=20)
+    d = L.LeaseDir(where, True)
+    with pytest.raises(L.LeaseError) as e, d.locked(patience=0.2):
+        pass
+    owner = OWNER or __import__("pwd").getpwuid(os.getuid()).pw_name
+    assert f"locked for 0s by pid {holder.pid} of user {owner} (python" in e.value.message, e.value.message
+    d.close()

@@ -103,7 +103,7 @@ class LeaseDir:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise LeaseError(f"the lease directory {self.path} has been locked for {patience:.0f}s by "
-                                     "another program (a stopped vram?)") from None
+                                     f"{_lock_holder(self._lock_fd)}") from None
                 time.sleep(pause)
                 pause = min(pause * 2, 0.02)
         try:
@@ -162,6 +162,31 @@ def _refuse_irregular(path: Path, st: os.stat_result) -> None:
         "not a regular file"
     raise LeaseError(f"{path} is {what}, made by {user_name(st.st_uid)}: no vram can reserve GPUs here until "
                      f"they or root remove it (rm -r {path})")
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the flock on `fd`'s file, from /proc/locks: "pid P of user U (comm)"."""
+    try:
+        st = os.fstat(fd)
+        ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == ident and parts[4].isdigit():
+            pid = int(parts[4])
+            if pid <= 0:
+                break  # in another pid namespace: not visible from here
+            try:
+                who = user_name(os.stat(f"/proc/{pid}").st_uid)
+                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                    comm = sanitize(f.read(64).strip())
+            except OSError:
+                return f"pid {pid}"
+            return f"pid {pid} of user {who} ({comm})"
+    return "another program (a stopped vram?)"
 
 
 def _usable(path: Path, shared: bool) -> str | None:
