@@ -129,3 +129,37 @@ def test_a_stream_that_never_ends_is_read_up_to_a_limit(cli, monkeypatch):
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and "no out-of-memory error found in stdin" in err
     assert "stopped reading after 8MiB" in err
+
+
+# ---------------------------------------------------------------- scenario files
+
+def _tiny(**gpu_fields) -> dict:
+    return {"name": "tiny", "gpus": [{"memory_total": "80GiB", **gpu_fields}],
+            "processes": [{"pid": 4242, "gpus": {"0": "1GiB"}}]}
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("[" * 100_000 + "]" * 100_000, ["nested too deeply"]),
+    (json.dumps(_tiny(memory_total="9" * 400)), ["gpus[0].memory_total", "too large"]),
+    (json.dumps(_tiny(memory_total="9" * 400 + "GiB")), ["gpus[0].memory_total", "too large"]),
+    (json.dumps(_tiny()).replace('"80GiB"', "9" * 400), ["gpus[0].memory_total", "too large"]),
+    (json.dumps(_tiny()).replace('"80GiB"', "1" + "0" * 5000), ["5001 digits", "too large"]),
+    (json.dumps(_tiny()).replace('"80GiB"', "1.8e308"), ["gpus[0].memory_total"]),
+    (json.dumps(_tiny(power_limit=1)).replace('"power_limit": 1', '"power_limit": 1e999'), ["gpus[0].power_limit"]),
+    (json.dumps(_tiny(power_limit=1)).replace('"power_limit": 1', '"power_limit": NaN'), ["gpus[0].power_limit"]),
+    (json.dumps(_tiny(power_limit=1)).replace('"power_limit": 1', '"power_limit": -Infinity'), ["gpus[0].power_limit"]),
+    (json.dumps(_tiny(power_limit=1e300)), ["gpus[0].power_limit", "at most"]),
+    (json.dumps({**_tiny(), "faults": {"slow_calls": {"nvmlDeviceGetCount": 1e300}}}),
+     ["faults.slow_calls.nvmlDeviceGetCount", "at most"]),
+    (json.dumps({**_tiny(), "processes": [{"pid": 10**300, "gpus": {"0": 1}}]}), ["processes[0].pid", "at most"]),
+    (json.dumps({**_tiny(), "processes": [{"pid": 5, "age": "9" * 400 + "s", "gpus": {"0": 1}}]}),
+     ["processes[0].age", "too long"]),
+], ids=["deep", "size-400-digits", "size-400-digits-GiB", "int-400-digits", "int-5000-digits", "1.8e308",
+        "1e999", "NaN", "-Infinity", "power-1e300", "slow_calls-1e300", "pid-1e300", "age-400-digits"])
+def test_unbounded_scenario_values_are_one_line_errors(cli, tmp_path, text, needles):
+    path = tmp_path / "s.json"
+    path.write_text(text)
+    for argv in (("sim", "validate", str(path)), ("status", "--simulate", str(path))):
+        line = one_line_error(cli(*argv), *needles)
+        assert len(line) < 300, line
+

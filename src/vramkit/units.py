@@ -22,24 +22,38 @@ _DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*([a-z]*)")
 
 
+# The largest size or duration anything here means (1 EiB; about 317 years): a larger one is a
+# typo, and would overflow a float (a 400-digit size) or sleep forever.
+MAX_SIZE = 1024**6
+MAX_DURATION = 1e10
+
+
 def parse_size(text: str | int | float) -> int:
     """'20GiB' -> 21474836480 bytes; '1.5 GB' -> 1500000000; a bare number is bytes."""
+    size = _parse_size(text)
+    if size > MAX_SIZE:
+        raise ValueError(f"size too large: {_short(str(text))!r} (at most 1EiB)")
+    return size
+
+
+def _parse_size(text: str | int | float) -> int:
     if isinstance(text, bool):
-        raise ValueError(f"not a size: {text!r}")
+        raise ValueError(f"not a size: {_short(repr(text))}")
     if isinstance(text, (int, float)):
         if isinstance(text, float) and not math.isfinite(text):  # json.loads reads Infinity, NaN
-            raise ValueError(f"not a size: {text!r}")
+            raise ValueError(f"not a size: {_short(repr(text))}")
         if text < 0:
-            raise ValueError(f"size must not be negative: {text!r}")
-        return int(text)
+            raise ValueError(f"size must not be negative: {_short(repr(text))}")
+        return int(text) if text <= MAX_SIZE else MAX_SIZE + 1
     if not isinstance(text, str):
-        raise ValueError(f"not a size: {text!r}")
+        raise ValueError(f"not a size: {_short(repr(text))}")
     if text.strip().startswith("-"):
-        raise ValueError(f"size must not be negative: {text!r}")
+        raise ValueError(f"size must not be negative: {_short(repr(text))}")
     match = _SIZE_RE.match(text)
     if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {text!r} (try e.g. 20GiB, 512MiB, 30GB)")
-    return int(round(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]))
+        raise ValueError(f"not a size: {_short(text)!r} (try e.g. 20GiB, 512MiB, 30GB)")
+    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]  # inf for 400 digits
+    return int(round(value)) if value <= MAX_SIZE else MAX_SIZE + 1
 
 
 def format_size(n: int | None, unit: str | None = None) -> str:
@@ -62,33 +76,37 @@ def parse_percent(text: str | int | float) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"not a percentage: {text!r}") from None
+        raise ValueError(f"not a percentage: {_short(repr(text))}") from None
     if not 0 <= value <= 100:
-        raise ValueError(f"percentage out of range 0..100: {text!r}")
+        raise ValueError(f"percentage out of range 0..100: {_short(repr(text))}")
     return value
 
 
 def parse_duration(text: str | int | float) -> float:
     """'90s', '5m', '2h', '1h30m', '1d', or a bare number of seconds -> seconds."""
     if isinstance(text, bool):
-        raise ValueError(f"not a duration: {text!r}")
+        raise ValueError(f"not a duration: {_short(repr(text))}")
     if isinstance(text, (int, float)):
         if isinstance(text, float) and not math.isfinite(text):  # json.loads reads Infinity, NaN
-            raise ValueError(f"not a duration: {text!r}")
+            raise ValueError(f"not a duration: {_short(repr(text))}")
         if text < 0:
-            raise ValueError(f"duration must not be negative: {text!r}")
+            raise ValueError(f"duration must not be negative: {_short(repr(text))}")
+        if text > MAX_DURATION:
+            raise ValueError(f"duration too long: {_short(repr(text))} (at most {MAX_DURATION:g} seconds)")
         return float(text)
     cleaned = str(text).strip().lower().replace(" ", "")
     if not cleaned or cleaned.startswith("-"):
-        raise ValueError(f"not a duration: {text!r} (try e.g. 90s, 5m, 2h)")
+        raise ValueError(f"not a duration: {_short(str(text))!r} (try e.g. 90s, 5m, 2h)")
     total, pos = 0.0, 0
     for match in _DURATION_RE.finditer(cleaned):
         if match.start() != pos or match.group(2) not in _DURATION_UNITS:
-            raise ValueError(f"not a duration: {text!r} (try e.g. 90s, 5m, 2h)")
+            raise ValueError(f"not a duration: {_short(str(text))!r} (try e.g. 90s, 5m, 2h)")
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
     if pos != len(cleaned):
-        raise ValueError(f"not a duration: {text!r} (try e.g. 90s, 5m, 2h)")
+        raise ValueError(f"not a duration: {_short(str(text))!r} (try e.g. 90s, 5m, 2h)")
+    if not total <= MAX_DURATION:  # inf from 400 digits too
+        raise ValueError(f"duration too long: {_short(str(text))!r} (at most {MAX_DURATION:g} seconds)")
     return total
 
 

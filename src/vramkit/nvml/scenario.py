@@ -41,6 +41,12 @@ PROCESS_TYPES = {"compute", "graphics", "both"}
 PROCESS_STATES = {"running", "sleeping", "zombie", "disk-sleep", "stopped"}
 
 
+# No number field needs more (pids, uids, seconds, watts); a larger one is a typo or a fuzzer.
+MAX_NUMBER = 1e12
+# faults.slow_calls: at most ten minutes per call (enough to play a hung driver).
+MAX_SLOW_CALL_MS = 600_000
+
+
 class ScenarioError(VramkitError, ValueError):
     """A scenario that cannot be used. The message names the file and the field."""
 
@@ -78,12 +84,51 @@ def load(name_or_path: str) -> Scenario:
     path = resolve(name_or_path)
     label = path.stem if path.parent == SCENARIO_DIR else str(path)
     try:
-        data = json.loads(path.read_text())
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ScenarioError(f"{label}: larger than {format_size(MAX_FILE_BYTES)}: not a scenario")
+        data = json.loads(path.read_text(), parse_int=_bounded_int)
     except json.JSONDecodeError as e:
         raise ScenarioError(f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except _BadNumber as e:
+        raise ScenarioError(f"{label}: {e}") from None
+    except RecursionError:
+        raise ScenarioError(f"{label}: nested too deeply to be a scenario") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{label}: cannot read: {e}") from None
-    return validate(data, label)
+    try:
+        return validate(data, label)
+    except RecursionError:  # a value nested just below the parser's limit, shown in a message
+        raise ScenarioError(f"{label}: nested too deeply to be a scenario") from None
+
+
+# Bounds on what a scenario file may hold: a scenario is a few kilobytes. Numbers are bounded per
+# field (with the field's name in the error); an integer too long for int() (4,300 digits) is
+# refused while parsing. NaN and Infinity (which json reads, as 1e999) are refused per field too.
+MAX_FILE_BYTES = 64 * 1024**2
+_MAX_DIGITS = 1000
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > _MAX_DIGITS:
+        raise _BadNumber(f"a number of {len(text.lstrip('-'))} digits ({_clip(text, 20)}) is too large")
+    return int(text)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def _show(value: Any) -> str:
+    """A value as JSON for an error message, on one line, cut to a readable length."""
+    try:
+        text = json.dumps(value)
+    except (ValueError, RecursionError):
+        text = type(value).__name__
+    return _clip(text)
 
 
 # ---------------------------------------------------------------- values over time
@@ -167,16 +212,18 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, kinds) or (
                 isinstance(value, float) and not math.isfinite(value)):
             # (json.loads reads Infinity and NaN: NaN would pass every range check below)
-            self.fail(where, f"must be {'an integer' if integer else 'a number'}, got {json.dumps(value)}")
+            self.fail(where, f"must be {'an integer' if integer else 'a number'}, got {_show(value)}")
         if minimum is not None and value < minimum:
-            self.fail(where, f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            self.fail(where, f"must be at most {maximum}, got {value}")
+            self.fail(where, f"must be at least {minimum}, got {_show(value)}")
+        if maximum is None:
+            maximum = MAX_NUMBER
+        if value > maximum:
+            self.fail(where, f"must be at most {maximum:g}, got {_show(value)}")
         return value
 
     def size(self, value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            self.fail(where, f"must be a size like \"80GiB\" or a number of bytes, got {json.dumps(value)}")
+            self.fail(where, f"must be a size like \"80GiB\" or a number of bytes, got {_show(value)}")
         try:
             return parse_size(value)
         except ValueError as e:
@@ -193,17 +240,17 @@ class _Checker:
     def string(self, value: Any, where: str, controls: bool = False) -> str:
         # Blank counts as empty: a process name is taken from the command's first word.
         if not isinstance(value, str) or not value.strip():
-            self.fail(where, f"must be a non-empty string, got {json.dumps(value)}")
+            self.fail(where, f"must be a non-empty string, got {_show(value)}")
         # Driver-side text (names, ids, versions) is printed as is, so it must not carry terminal
         # escapes. Host-side text (user, command) may: vram strips it as it does /proc's.
         if not controls and _CONTROL_RE.search(value):
-            self.fail(where, f"must not contain control characters, got {json.dumps(value)}")
+            self.fail(where, f"must not contain control characters, got {_show(value)}")
         return value
 
     def choice(self, value: Any, allowed: set[str], where: str) -> str:
         # The isinstance check first: a list or an object is not hashable, `in` would raise.
         if not isinstance(value, str) or value not in allowed:
-            self.fail(where, f"must be one of {', '.join(sorted(allowed))}, got {json.dumps(value)}")
+            self.fail(where, f"must be one of {', '.join(sorted(allowed))}, got {_show(value)}")
         return value
 
 
@@ -223,7 +270,7 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
         if key in data:
             c.string(data[key], key)
     if "cuda_version" in data and not re.fullmatch(r"\d+\.\d+", str(data["cuda_version"])):
-        c.fail("cuda_version", f"must look like \"12.4\", got {json.dumps(data['cuda_version'])}")
+        c.fail("cuda_version", f"must look like \"12.4\", got {_show(data['cuda_version'])}")
     if "device_nodes" in data:
         _check_device_nodes(c, data["device_nodes"])
     api = data.get("nvml_api", {})
@@ -242,7 +289,7 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
     for fn, ms in slow.items():
         if not fn.startswith("nvml"):
             c.fail(f"faults.slow_calls.{fn}", "must name an NVML function, e.g. nvmlDeviceGetMemoryInfo")
-        c.number(ms, f"faults.slow_calls.{fn}", minimum=0)
+        c.number(ms, f"faults.slow_calls.{fn}", minimum=0, maximum=MAX_SLOW_CALL_MS)
 
     gpus = [_validate_gpu(c, g, i) for i, g in enumerate(gpus_raw)]
     seen: dict[str, str] = {}
@@ -277,7 +324,7 @@ def _check_device_nodes(c: _Checker, value: Any) -> None:
     c.string(value, "device_nodes")
     if not value.startswith("/"):
         c.fail("device_nodes", "must be an absolute path or glob like \"/tmp/sim-dev/nvidia*\", "
-               f"got {json.dumps(value)}")
+               f"got {_show(value)}")
     if value.endswith("/"):
         c.fail("device_nodes", "must name files (e.g. /tmp/sim-dev/nvidia*), not a directory")
 
@@ -290,11 +337,11 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
     g["name"] = c.string(raw.get("name", "NVIDIA A100-SXM4-80GB"), f"{where}.name")
     g["uuid"] = c.string(raw.get("uuid", f"GPU-{i:08x}-5eed-4a11-9000-{i:012x}"), f"{where}.uuid")
     if not g["uuid"].startswith("GPU-"):
-        c.fail(f"{where}.uuid", f"must start with 'GPU-', got {json.dumps(g['uuid'])}")
+        c.fail(f"{where}.uuid", f"must start with 'GPU-', got {_show(g['uuid'])}")
     g["pci_bus_id"] = c.string(raw.get("pci_bus_id", f"00000000:{0x10 + i * 0x10 & 0xff:02X}:00.0"),
                                f"{where}.pci_bus_id")
     if not _PCI_RE.match(g["pci_bus_id"]):
-        c.fail(f"{where}.pci_bus_id", f"must look like 00000000:07:00.0, got {json.dumps(g['pci_bus_id'])}")
+        c.fail(f"{where}.pci_bus_id", f"must look like 00000000:07:00.0, got {_show(g['pci_bus_id'])}")
     if "memory_total" not in raw:
         c.fail(f"{where}.memory_total", "is required (e.g. \"80GiB\")")
     g["memory_total"] = c.size(raw["memory_total"], f"{where}.memory_total")
