@@ -163,3 +163,10 @@ def test_unbounded_scenario_values_are_one_line_errors(cli, tmp_path, text, need
         line = one_line_error(cli(*argv), *needles)
         assert len(line) < 300, line
 
+
+# ---------------------------------------------------------------- --watch and the environment
+
+@pytest.mark.parametrize("interval", ["inf", "nan", "1e-9", "1e400", "-inf"])
+def test_watch_interval_must_be_sane(cli, interval):
+    one_line_error(cli("status", "--simulate", "demo", f"--watch={interval}"), "--watch", "interval")
+

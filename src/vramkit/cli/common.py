@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -70,12 +71,23 @@ def open_for(args: argparse.Namespace) -> Machine:
     return open_machine(getattr(args, "simulate", None))
 
 
+# --watch: shorter redraws only spin the CPU (and NVML); a longer one is a typo.
+WATCH_MIN_S = 0.1
+WATCH_MAX_S = 86400.0
+
+
+def check_watch(interval: float) -> None:
+    """A UsageError unless `interval` is a number of seconds --watch can wait (not nan, inf, 1e-9)."""
+    if not (math.isfinite(interval) and WATCH_MIN_S <= interval <= WATCH_MAX_S):
+        raise UsageError(f"--watch: the interval must be {WATCH_MIN_S:g} to {WATCH_MAX_S:g} seconds, "
+                         f"got {interval:g}")
+
+
 def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out: TextIO | None = None) -> None:
     """Redraw every `interval` seconds until Ctrl-C. On a terminal the screen is cleared between
     frames; elsewhere frames follow each other, separated by a blank line."""
     out = out or sys.stdout
-    if interval <= 0:
-        raise UsageError("--watch: the interval must be more than 0 seconds")
+    check_watch(interval)
     first = True
     while True:
         started = time.monotonic()

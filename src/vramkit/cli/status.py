@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..render.data import status_csv, status_json
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
-from .common import add_data_options, check_gpus, open_for, parse_gpu_list, watch_loop
+from .common import add_data_options, check_gpus, check_watch, open_for, parse_gpu_list, watch_loop
 
 if TYPE_CHECKING:
     from ..collector import Collector
@@ -47,10 +47,12 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    if args.watch is not None:
+        check_watch(args.watch)  # before the collector: nan, inf, 1e-9 are one line, not a busy loop
     machine = open_for(args)
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     source: Machine | Collector = machine
-    if args.watch is not None and args.watch > 0:  # frames read through one collector: idle time adds up
+    if args.watch is not None:  # frames read through one collector: idle time adds up
         from ..collector import Collector
 
         source = Collector(machine, interval=args.watch)
