@@ -170,3 +170,8 @@ def test_unbounded_scenario_values_are_one_line_errors(cli, tmp_path, text, need
 def test_watch_interval_must_be_sane(cli, interval):
     one_line_error(cli("status", "--simulate", "demo", f"--watch={interval}"), "--watch", "interval")
 
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "1e999"])
+def test_vram_sim_time_must_be_a_number(cli, monkeypatch, value):
+    monkeypatch.setenv("VRAM_SIM_TIME", value)
+    one_line_error(cli("status", "--simulate", "demo"), "VRAM_SIM_TIME", repr(value))

@@ -12,11 +12,13 @@ time, so that several programs share one clock), or fixed by VRAM_SIM_TIME.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from ..errors import RequestError
 from ..procs import is_defunct, read_stat
 from . import compat
 from .scenario import Scenario, value_at
@@ -25,6 +27,22 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 _TYPE_LISTS = {"compute": ("compute",), "graphics": ("graphics",), "both": ("compute", "graphics")}
+
+
+def _seconds_from_env(name: str) -> float | None:
+    """A number of seconds from the environment (None: unset or empty); a RequestError (one
+    line, exit 2) for anything else than a finite number: abc, nan, inf, 1e999."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or abs(value) > 1e12:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise RequestError(f"{name} must be a number of seconds, got {shown!r}")
+    return value
 
 
 class SimHandle:
@@ -46,11 +64,10 @@ class SimulatedNvml:
         self.api = api if api is not None else compat
         self._initialized = 0
         self._t0 = time.time()
-        epoch = os.environ.get("VRAM_SIM_EPOCH")
-        if epoch:
-            self._t0 = float(epoch)
-        fixed = os.environ.get("VRAM_SIM_TIME")
-        self._fixed_t = float(fixed) if fixed else None
+        epoch = _seconds_from_env("VRAM_SIM_EPOCH")
+        if epoch is not None:
+            self._t0 = epoch
+        self._fixed_t = _seconds_from_env("VRAM_SIM_TIME")
         self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
         self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
