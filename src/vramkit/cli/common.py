@@ -72,7 +72,7 @@ def open_for(args: argparse.Namespace) -> Machine:
 
 
 # --watch: shorter redraws only spin the CPU (and NVML); a longer one is a typo.
-WATCH_MIN_S = 0.1
+WATCH_MIN_S = 0.01
 WATCH_MAX_S = 86400.0
 
 
