@@ -175,3 +175,15 @@ def test_watch_interval_must_be_sane(cli, interval):
 def test_vram_sim_time_must_be_a_number(cli, monkeypatch, value):
     monkeypatch.setenv("VRAM_SIM_TIME", value)
     one_line_error(cli("status", "--simulate", "demo"), "VRAM_SIM_TIME", repr(value))
+
+
+@pytest.mark.parametrize("digits", [19, 400, 4301, 10_000])
+def test_a_huge_cuda_visible_devices_index_is_a_finding_not_a_crash(cli, monkeypatch, digits):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "9" * digits)
+    rc, out, err = cli("doctor", "--simulate", "demo", "--json")
+    assert rc == 0, err
+    finding = next(f for f in json.loads(out)["findings"] if f["code"] == "cvd_missing")
+    assert "which does not exist" in finding["title"] and len(finding["title"]) < 200
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0," + "9" * digits)  # pick reads it with the same parser
+    rc, out, err = cli("pick", "--simulate", "demo")
+    assert rc in (0, 1, 2) and "internal error" not in err and "Traceback" not in err

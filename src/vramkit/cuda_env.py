@@ -161,10 +161,11 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
     if not t:
         return None, "an empty entry"
     if t.isascii() and t.isdigit():
-        i = int(t)
-        if i >= len(order.gpus):
+        i = int(t) if len(t) <= 18 else None  # int() refuses 4,300 digits; no machine has 10**18 GPUs
+        if i is None or i >= len(order.gpus):
             n = len(order.gpus)
-            return None, f"index {i} is out of range (CUDA sees {n} GPU{'s' if n != 1 else ''})"
+            shown = t if len(t) <= 40 else f"{t[:37]}..."
+            return None, f"index {shown} is out of range (CUDA sees {n} GPU{'s' if n != 1 else ''})"
         return order.gpus[i], None
     if t.startswith("MIG-GPU-"):  # the R450/R460 form: MIG-GPU-<uuid>/<gi>/<ci>
         m = re.fullmatch(r"MIG-(GPU-[^/]+)/(\d+)/(\d+)", t)

@@ -19,6 +19,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..cuda_env import devices_of, parse_visible
 from ..model import Device, GpuProcess, Snapshot
 from ..procs import user_name
 from ..units import format_duration, format_size
@@ -54,7 +55,8 @@ class Checklist:
     notes: list[str] = field(default_factory=list)
 
 
-def _visible(snap: Snapshot, cvd: str | None) -> tuple[list[int], list[Finding], list[str]]:
+def _visible(snap: Snapshot, cvd: str | None,
+             order_env: str | None = None) -> tuple[list[int], list[Finding], list[str]]:
     """NVML indices this shell's CUDA programs can see, with findings about the variable itself."""
     all_gpus = [g.index for g in snap.gpus]
     if cvd is None:
@@ -66,30 +68,34 @@ def _visible(snap: Snapshot, cvd: str | None) -> tuple[list[int], list[Finding],
                                 "an empty CUDA_VISIBLE_DEVICES hides every GPU: CUDA programs see none",
                                 "unset it, or set it to the GPUs you want: export CUDA_VISIBLE_DEVICES=0"))
         return [], findings, notes
-    by_uuid = {g.uuid: g.index for g in snap.gpus if g.uuid}
+    # CUDA's own reading of the variable (cuda_env), so doctor, pick and run agree on it, and a
+    # 4,300-digit entry is an index out of range, not an int() error.
+    vis = parse_visible(cvd, devices_of(snap), order_env)
     seen: list[int] = []
-    for raw in cvd.split(","):
-        item = raw.strip()
-        if item.isdigit():
-            index = int(item)
-            if index not in all_gpus:
-                findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES names GPU {index}, "
+    for entry in vis.entries:
+        item = entry.text.strip()
+        if entry.status == "invalid":
+            shown = item if len(item) <= 40 else item[:37] + "..."
+            if item.isascii() and item.isdigit():
+                index = int(item) if len(item) <= 18 else None
+                findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES names GPU {shown}, "
                                         "which does not exist",
                                         f"this machine has GPUs {_span(all_gpus)}; CUDA stops reading the list at "
                                         "the first invalid entry, so the GPUs after it are hidden too",
-                                        "fix the list: vram status shows the indices", gpus=[index]))
-                break
-            seen.append(index)
-        elif item.startswith("GPU-") and any(u.startswith(item) for u in by_uuid):
-            seen.append(next(i for u, i in by_uuid.items() if u.startswith(item)))
-        elif item.startswith("MIG-"):
+                                        "fix the list: vram status shows the indices",
+                                        gpus=[index] if index is not None else []))
+            else:
+                findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES has {shown!r}, which "
+                                        "names no GPU here", "CUDA stops reading the list at the first invalid entry",
+                                        "use indices or GPU UUIDs from vram status"))
+            break
+        if entry.device is None or entry.status not in ("ok", "duplicate"):
+            continue
+        if entry.device.is_mig:
             notes.append(f"{item}: MIG instances are not mapped here; checking every GPU")
             return all_gpus, findings, notes
-        else:
-            findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES has {item!r}, which names no "
-                                    "GPU here", "CUDA stops reading the list at the first invalid entry",
-                                    "use indices or GPU UUIDs from vram status"))
-            break
+        if entry.device.index not in seen:
+            seen.append(entry.device.index)
     return seen, findings, notes
 
 
@@ -113,7 +119,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     if me is None:
         me = user_name(os.getuid())
     cvd = env.get("CUDA_VISIBLE_DEVICES")
-    usable, findings, notes = _visible(snap, cvd)
+    usable, findings, notes = _visible(snap, cvd, env.get("CUDA_DEVICE_ORDER"))
     if only is not None:
         usable = [i for i in usable if i in only]
     gpus = [g for g in snap.gpus if g.index in usable and not g.lost]
