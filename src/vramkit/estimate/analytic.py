@@ -44,6 +44,12 @@ def default_context(cuda: float) -> int:
     return 512 * MiB if cuda >= 11.7 else 1024 * MiB
 
 
+# The largest value each count may take: far past any real training or inference setup, and
+# small enough that the arithmetic stays within floats.
+SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6, "seq": 10**8,
+                "image_size": 10**6, "lora": 10**6}
+
+
 @dataclass
 class Setup:
     mode: str = "train"  # train | infer
@@ -78,6 +84,8 @@ class Setup:
                 return
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise EstimateError(f"must be a whole number of at least 1, not {value!r}", param=name)
+            if value > SETUP_LIMITS[name]:  # far past any real setup; beyond it floats overflow
+                raise EstimateError(f"must be at most {SETUP_LIMITS[name]:,}", param=name)
 
         def one_of(name: str, allowed: tuple[object, ...], words: str) -> None:
             if getattr(self, name) not in allowed:

@@ -194,12 +194,19 @@ _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmbt])\s*$", re.I)
 _SCALE = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
+MAX_PARAMS = 1e15  # a quadrillion parameters: far past any model, well within floats
+
+
 def parse_param_count(text: str) -> int | None:
     """'7b' -> 7_000_000_000, '350M' -> 350_000_000; None if `text` is not a bare count."""
     m = _COUNT_RE.match(text)
     if not m:
         return None
-    return int(float(m.group(1)) * _SCALE[m.group(2).lower()])
+    count = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if not count <= MAX_PARAMS:  # inf from a 400-digit number, or simply more than any model
+        raise EstimateError(f"{text[:40]}{'…' if len(text) > 40 else ''}: more parameters than any model "
+                            f"(at most {MAX_PARAMS:.0e})", param="model")
+    return int(count)
 
 
 def resolve(model: str) -> ModelSpec:
