@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import clean_env, run_vram
 
 from vramkit.cli.main import main
 from vramkit.cuda_env import devices_of
@@ -187,3 +188,12 @@ def test_a_huge_cuda_visible_devices_index_is_a_finding_not_a_crash(cli, monkeyp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0," + "9" * digits)  # pick reads it with the same parser
     rc, out, err = cli("pick", "--simulate", "demo")
     assert rc in (0, 1, 2) and "internal error" not in err and "Traceback" not in err
+
+
+def test_doctor_shows_a_huge_cuda_visible_devices_cut_short():
+    """The checklist's header once printed a 4,300-digit CUDA_VISIBLE_DEVICES in full."""
+    result = run_vram("doctor", "--simulate", "demo", "--no-color",
+                      env=clean_env(CUDA_VISIBLE_DEVICES="9" * 4300))
+    assert "Traceback" not in result.err
+    assert "(4,300 characters)" in result.out
+    assert max(len(line) for line in result.out.splitlines()) < 400

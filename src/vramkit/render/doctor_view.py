@@ -172,12 +172,17 @@ def diagnosis_json(ex: Explanation, source: str, snap: Snapshot | None, live_not
 
 # ------------------------------------------------------------------ the checklist
 
+def _clipped(text: str, keep: int = 60) -> str:
+    """An environment value as much as a person reads: a 4,000-digit one is cut, and says so."""
+    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} characters)"
+
+
 def _scope(result: Checklist) -> str:
     gpus = result.gpus_checked
     span = ",".join(map(str, gpus)) if len(gpus) < 3 or gpus != list(range(gpus[0], gpus[-1] + 1)) \
         else f"{gpus[0]}-{gpus[-1]}"
     cvd = ("CUDA_VISIBLE_DEVICES not set" if result.cuda_visible_devices is None
-           else f"CUDA_VISIBLE_DEVICES={sanitize(result.cuda_visible_devices)!r}")
+           else f"CUDA_VISIBLE_DEVICES={_clipped(sanitize(result.cuda_visible_devices))!r}")
     return f"checked GPU{'s' if len(gpus) != 1 else ''} {span or 'none'} ({cvd})"
 
 
