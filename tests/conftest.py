@@ -7,6 +7,7 @@ The plain helpers the fixtures use (and test modules import) are in helpers.py:
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,30 @@ def kill_sandbox(monkeypatch, tmp_path):
     monkeypatch.setenv("VRAM_SIM_TIME", "0")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "audit.log"))
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path, capsys):
+    """cli(*argv) -> (exit code, stdout, stderr) of `vram ARGV` run in this process, in a clean,
+    private environment (simulated clock at t=0, leases, audit log and config under tmp_path)."""
+    for key in list(os.environ):
+        if key.startswith("VRAM_") or key in ("NO_COLOR", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    monkeypatch.setenv("VRAM_LEASE_DIR", str(tmp_path / "leases"))
+    monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "audit.log"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    from vramkit.cli.main import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        rc = main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+    return run
 
 
 @pytest.fixture

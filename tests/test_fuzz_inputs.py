@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 from typing import Any
 
 import pytest
 from helpers import SCENARIO_DIR, run_vram
-
-from vramkit.cli.main import main
 
 SCENARIOS = sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
 DEEP = "\x00DEEP\x00"  # a placeholder replaced by deep nesting once the JSON text is written
@@ -61,28 +58,6 @@ def _mutate(data: dict, rng: random.Random) -> str:
     text = json.dumps(data)
     depth = rng.choice([2_000, 100_000])
     return text.replace(json.dumps(DEEP), "[" * depth + "]" * depth)
-
-
-@pytest.fixture
-def cli(monkeypatch, tmp_path, capsys):
-    """cli(*argv) -> (exit code, stdout, stderr) of `vram ARGV` in this process, in a clean,
-    private environment."""
-    for key in list(os.environ):
-        if key.startswith("VRAM_") or key in ("NO_COLOR", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("VRAM_SIM_TIME", "0")
-    monkeypatch.setenv("VRAM_LEASE_DIR", str(tmp_path / "leases"))
-    monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "audit.log"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        rc = main(list(argv))
-        out, err = capsys.readouterr()
-        return rc, out, err
-    return run
 
 
 def check(argv: list[str], rc: int, err: str) -> None:
