@@ -4,10 +4,10 @@ with its origin in index.json), and the cause each one is explained by."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
+from helpers import run_vram
 
 from vramkit.doctor import explain, find_oom, parse_oom
 
@@ -144,4 +144,9 @@ def test_live_data_names_the_processes_in_the_message():
     assert bob.user == "bob" and bob.source == "message" and "train_dp.py" in bob.command
     assert ex.live_gpu == 0
     room = next(f for f in ex.fixes if f.id == "other_gpu")
-    assert re.search(r"GPU 4 \(61\.5GiB free\)", room.how)
+    # The GPUs vram pick would choose, in its order: GPU 7 (the emptiest, 3% busy) first, GPU 4
+    # next; not the busy ones in index order (GPU 1 is 57% busy).
+    assert room.how.startswith("now: GPU 7 (77.3GiB free, 3% busy), GPU 4 (61.5GiB free, 0% busy);"), room.how
+    assert "CUDA_VISIBLE_DEVICES=7" in room.how and "GPU 1 " not in room.how
+    pick = run_vram("pick", "--simulate", "demo", "--min-free", "1GiB")
+    assert pick.out.strip() == "7"

@@ -269,6 +269,13 @@ def _rank(policy: Policy, unit: Unit) -> tuple[int, int, int]:
     return ((-free if policy.prefer == "spread" else free), util, len(unit.processes))
 
 
+def ranked(policy: Policy, units: list[Unit]) -> list[Unit]:
+    """The units that fit the policy now, best first: the order `vram pick` chooses in."""
+    order = {u.key: i for i, u in enumerate(units)}
+    fitting = [u for u in units if _judge(policy, u, {}).fits]
+    return sorted(fitting, key=lambda u: (_rank(policy, u), order[u.key]))
+
+
 def decide(policy: Policy, units: list[Unit], blocked: dict[str, Block] | None = None) -> Decision:
     """Judge every unit and choose `policy.count` of them, or say why not (now or ever)."""
     blocked = blocked or {}

@@ -304,11 +304,19 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
                                   f"{what}or run where there is room: vram pick", h.bytes, h.source))
     if snap is not None and r.requested_bytes and ex.cause not in ("request_too_large",):
         need = r.requested_bytes + (ex.job_bytes or r.reserved_bytes or 0)
-        roomy = [g for g in snap.gpus if g.memory_free is not None and g.memory_free >= need and g.index != ex.live_gpu]
+        # The GPUs `vram pick --min-free NEED` would choose, in the order it would choose them: room
+        # enough and not busy, emptiest first (not merely in index order, which names busy GPUs).
+        from ..cuda_env import devices_of
+        from ..select import Policy, ranked, units_of
+
+        units = [u for u in units_of(snap, devices_of(snap)) if not u.dev.is_mig and u.dev.index != ex.live_gpu]
+        roomy = ranked(Policy(count=1, min_free=need), units)
         if roomy:
-            names = ", ".join(f"GPU {g.index} ({format_size(g.memory_free)} free)" for g in roomy[:4])
+            names = ", ".join(f"GPU {u.dev.index} ({format_size(u.memory_free)} free, {u.utilization}% busy)"
+                              if u.utilization is not None else f"GPU {u.dev.index} ({format_size(u.memory_free)} free)"
+                              for u in roomy[:4])
             fixes.append(_fix("other_gpu", "run on a GPU with room",
-                              f"now: {names}; e.g. CUDA_VISIBLE_DEVICES={roomy[0].index} (or vram pick)"))
+                              f"now: {names}; e.g. CUDA_VISIBLE_DEVICES={roomy[0].dev.index} (or vram pick)"))
     if ex.cause == "library_workspace":
         fixes.append(_fix("workspace", "leave headroom for library workspaces",
                           "torch.backends.cudnn.benchmark = False (smaller workspaces); "
