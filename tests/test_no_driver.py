@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import pty
 import select
+import shutil
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -117,6 +120,9 @@ def test_terminal_user_may_decline_the_simulation():
     rc, out = _answer_prompt(b"n\n")
     assert rc == 1
     assert NO_DRIVER in out and "SIMULATED" not in out and "Traceback" not in out
+    # Declined: still told how to try it later (this hint was missing after "n").
+    after = out[out.index("[Y/n]"):]
+    assert "vram status --simulate demo" in after, out
 
 
 @needs_no_driver
@@ -208,3 +214,53 @@ def test_json_on_no_driver_is_not_printed(write_scenario):
     data["faults"] = {"driver": "missing"}
     result = run_vram("status", "--json", "--simulate", str(write_scenario(data)))
     assert result.rc == 1 and result.out == ""
+
+
+# ---------------------------------------------------------------- make run, as the README says
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _make_run(tmp_path: Path, *make_args: str) -> subprocess.CompletedProcess[str]:
+    """`make run` in this checkout with its .venv replaced by an installed-looking one whose
+    `vram` is this interpreter's vramkit (so nothing is installed)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    vram = venv / "bin" / "vram"
+    vram.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m vramkit "$@"\n')
+    vram.chmod(0o755)
+    (venv / ".installed").touch()  # newer than pyproject.toml: nothing to install
+    return subprocess.run(["make", "--no-print-directory", "-C", str(REPO), "run",
+                           f"VENV={venv}", f"BIN={venv / 'bin'}", *make_args],
+                          capture_output=True, text=True, env=clean_env(), timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+@needs_no_driver
+@needs_make
+def test_make_run_without_a_driver_ends_with_vrams_words_not_makes(tmp_path):
+    # It used to end with "make: *** [Makefile:23: run] Error 1" after vram's own two lines.
+    result = _make_run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "make:" not in result.stderr and "Error" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(NO_DRIVER) and lines[-1].endswith("vram status --simulate demo"), lines
+
+
+@needs_make
+def test_make_run_still_fails_on_bad_args(tmp_path):
+    result = _make_run(tmp_path, "ARGS=--no-such-flag")
+    assert result.returncode != 0
+    assert "unrecognized arguments: --no-such-flag" in result.stderr
+    assert "Error 2" in result.stderr
+
+
+@needs_make
+def test_make_run_shows_the_simulated_server(tmp_path):
+    result = _make_run(tmp_path, "ARGS=--simulate demo --gpu 0")
+    assert result.returncode == 0, result.stderr
+    assert "SIMULATED" in result.stdout and result.stderr == ""

@@ -69,15 +69,19 @@ def _offer_simulation(message: str, command: str) -> bool:
     """On a terminal, `vram status` offers the simulated server instead of just failing;
     every other command says how to try it."""
     print(f"vram: {message}", file=sys.stderr)
+    hint = ("vram: to try vram without a GPU, use the bundled simulated server: "
+            f"vram {command} --simulate demo")
     if command != "status" or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        print("vram: to try vram without a GPU, use the bundled simulated server: "
-              f"vram {command} --simulate demo", file=sys.stderr)
+        print(hint, file=sys.stderr)
         return False
     try:
         answer = input("Show the bundled simulated server (8x A100, scenario 'demo') instead? [Y/n] ")
     except EOFError:
-        return False
-    return answer.strip().lower() in ("", "y", "yes")
+        answer = "n"
+    if answer.strip().lower() in ("", "y", "yes"):
+        return True
+    print(hint, file=sys.stderr)  # declined: still say how to try it later
+    return False
 
 
 def flag_for(parser: argparse.ArgumentParser | None, param: str, args: argparse.Namespace | None = None) -> str | None:
