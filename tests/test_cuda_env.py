@@ -202,3 +202,16 @@ def test_demo_devices_follow_the_scenario(monkeypatch):
     assert [d.index for d in devices] == list(range(8)) and not any(d.is_mig for d in devices)
     vis = parse_visible("GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e62,4", devices, "PCI_BUS_ID")
     assert [d.label for d in vis.devices] == ["GPU 2", "GPU 4"]
+
+
+def test_an_index_with_trailing_garbage_is_invalid_and_explained_honestly():
+    # CUDA documents that an invalid entry ends the list, not whether its parser reads the
+    # leading digits of "1abc"; vram calls the entry invalid and says CUDA may read it as 1
+    # (docs/gpu-numbering.md; scripts/cuda_visible_check.py compares on a real GPU).
+    vis = parse_visible("1abc,2", machine(), "PCI_BUS_ID")
+    assert vis.devices == []
+    assert [e.status for e in vis.entries] == ["invalid", "ignored"]
+    why = vis.entries[0].why
+    assert why is not None and "may read it as index 1" in why
+    (pitfall,) = [p for p in vis.pitfalls if "'1abc'" in p]
+    assert "ends the list" in pitfall and "CUDA ignores it" not in pitfall

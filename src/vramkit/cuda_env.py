@@ -184,6 +184,15 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
         return None, f"{t!r} matches no {'MIG instance' if want_mig else 'GPU'} UUID here"
     if re.fullmatch(r"\s*[-+]?\d+\s*", t):
         return None, f"{t!r} is not a valid index (indices are 0, 1, 2, ...)"
+    lead = re.match(r"\d+", t)
+    if lead and t.isascii():
+        # CUDA documents only that an invalid entry ends the list; whether its parser takes the
+        # leading digits of "1abc" (strtol-like) is not documented. scripts/cuda_visible_check.py
+        # compares the two on a real GPU; vram calls such an entry invalid either way.
+        return None, (
+            f"{t!r} is not an index (digits only) or a GPU/MIG UUID; CUDA itself may read it as "
+            f"index {lead.group(0)[:20]} (undocumented), so write what you mean"
+        )
     return None, f"{t!r} is not an index or a GPU/MIG UUID"
 
 
@@ -207,7 +216,10 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
         dev, why = _resolve(text, order, devices)
         if dev is None:
             vis.entries.append(Entry(text, "invalid", why=why))
-            vis.pitfalls.append(f"entry {text.strip()!r} ends the list: {why}; CUDA ignores it and everything after it")
+            vis.pitfalls.append(
+                f"entry {text.strip()!r} ends the list: {why}; vram leaves it and every later entry"
+                " out (CUDA's documented rule for an invalid entry)"
+            )
             ended = True
             continue
         if text.strip().isdigit():
