@@ -208,3 +208,40 @@ def test_processes_age_on_the_scenario_clock():
     assert got[late["pid"]]["elapsed"] == pytest.approx(30 - late["start_at"] + parse_duration(late["age"]), abs=0.1)
     assert got[late["pid"]]["cpu_percent"] == pytest.approx(late["cpu_percent"], abs=0.1)
     assert got[steady["pid"]]["elapsed"] == pytest.approx(parse_duration(steady["age"]) + 30, abs=0.1)
+
+
+# ---------------------------------------------------------------- issue 14: --wide, GPU filter, unknown processes
+
+BOB = "python train_dp.py --model resnet152 --batch-size 1024 --data /data/imagenet"
+
+
+def test_piped_output_cuts_the_command_and_wide_never_does():
+    assert BOB not in ps("--gpu", "0").out  # piped, $COLUMNS unset: 120 columns
+    for env in ({}, {"COLUMNS": "60"}):
+        out = ps("--gpu", "0", "--wide", **env).out
+        assert BOB in out and "…" not in out
+
+
+def test_help_says_what_width_piped_output_uses():
+    text = " ".join(run_vram("ps", "--help", env=clean_env()).out.split())
+    assert "--wide" in text and "$COLUMNS, or 120 columns" in text
+
+
+def test_gpu_filter_banner_agrees_with_status():
+    assert "  ·  2 of 8 GPUs" in ps("--gpu", "0,1").out
+    status = run_vram("status", "--simulate", "demo", "--gpu", "0,1", env=clean_env()).out
+    assert "  ·  2 of 8 GPUs" in status
+    assert "  ·  8 GPUs  ·  " in ps().out.splitlines()[0]
+
+
+def test_processes_the_driver_cannot_list_are_unknown_not_none(write_scenario):
+    path = str(write_scenario({"gpus": [
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB", "no_permission": ["processes"]},
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB"}]}))
+    out = run_vram("ps", "--simulate", path, env=clean_env()).out
+    assert "GPU 0: processes unknown (no permission)" in out
+    assert "no GPU processes on the other GPUs" in out
+    only = run_vram("ps", "--simulate", path, "--gpu", "0", env=clean_env()).out
+    assert "GPU 0: processes unknown (no permission)" in only and "no GPU processes" not in only
+    known = run_vram("ps", "--simulate", path, "--gpu", "1", env=clean_env()).out
+    assert "no GPU processes" in known and "unknown" not in known

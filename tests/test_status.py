@@ -193,7 +193,43 @@ def test_gpu_selection_text(vram):
     result = vram("status", "--simulate", "demo", "--gpu", "2")
     assert result.rc == 0
     assert list(status_blocks(result.out)) == [2]
-    assert "1 GPU " in result.out.splitlines()[0]
+    assert "  ·  1 of 8 GPUs" in result.out.splitlines()[0]
+
+
+def test_gpu_selection_banner_says_how_many_of_the_machines_gpus_are_shown(vram):
+    assert "  ·  2 of 8 GPUs" in vram("status", "--simulate", "demo", "--gpu", "0,1").out
+    assert "  ·  8 GPUs  ·  " in vram("status", "--simulate", "demo").out.splitlines()[0]
+    assert "  ·  8 GPUs" in vram("status", "--simulate", "demo", "--gpu", "0-7").out  # all of them: no "of"
+
+
+def test_wide_never_cuts_a_command(vram):
+    bob = "python train_dp.py --model resnet152 --batch-size 1024 --data /data/imagenet"
+    cut = vram("status", "--simulate", "demo", "--gpu", "0").out
+    assert bob not in cut and "…" in cut  # piped at 120 columns: cut
+    for env in ({}, {"COLUMNS": "60"}):
+        out = run_vram("status", "--simulate", "demo", "--gpu", "0", "--wide", env=clean_env(**env)).out
+        assert bob in out and "…" not in out.split("\n", 1)[1]
+
+
+def test_help_says_what_width_piped_output_uses(vram):
+    text = " ".join(vram("status", "--help").out.split())
+    assert "--wide" in text and "$COLUMNS, or 120 columns" in text
+
+
+def test_processes_the_driver_cannot_list_are_unknown_not_none(vram, write_scenario):
+    path = write_scenario({"gpus": [
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB", "memory_used": "10GiB",
+         "no_permission": ["processes"]},
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB", "unsupported": ["processes", "temperature"]},
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB"}]})
+    out = vram("status", "--simulate", str(path)).out
+    blocks = {i: "\n".join(lines) for i, lines in status_blocks(out).items()}
+    assert "processes unknown (no permission)" in blocks[0] and "no processes" not in blocks[0]
+    assert "processes unknown (not supported)" in blocks[1] and "no processes" not in blocks[1]
+    assert "processes:" not in out  # said once, not again on the N/A line
+    assert "N/A  temperature: not supported" in blocks[1]  # other fields still are
+    assert "no processes" in blocks[2]
+    assert "(processes unknown on 2 GPUs)" in out.splitlines()[-1]
 
 
 def test_gpu_selection_csv(vram):
@@ -216,8 +252,10 @@ def test_json_and_csv_are_exclusive(vram):
 
 # ---------------------------------------------------------------- --watch
 
-def _watch(*args: str, frames: int = 4):
-    """Run `vram status --watch ...` until it has printed `frames` frames, then press Ctrl-C."""
+def _watch(*args: str, frames: int = 4, lines_per_frame: int | None = None):
+    """Run `vram status --watch ...` until it has printed `frames` frames, then press Ctrl-C.
+    Text frames are counted by the blank lines between them; data frames (NDJSON, CSV) by
+    `lines_per_frame`."""
     proc = subprocess.Popen(vram_argv("status", "--simulate", "demo", *args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=clean_env(),
                             # A test runner started in the background may ignore SIGINT; its
@@ -233,7 +271,10 @@ def _watch(*args: str, frames: int = 4):
     reader.start()
     try:
         # Frames are separated by a blank line: frames - 1 of them, and the last frame begun.
-        assert wait_for(lambda: lines.count("\n") >= frames - 1, timeout=30), lines[:3]
+        if lines_per_frame is None:
+            assert wait_for(lambda: lines.count("\n") >= frames - 1, timeout=30), lines[:3]
+        else:
+            assert wait_for(lambda: len(lines) >= frames * lines_per_frame, timeout=30), lines[:3]
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=10)
         reader.join(timeout=10)
@@ -260,13 +301,32 @@ def test_watch_prints_frames_separated_by_a_blank_line():
 
 
 @pytest.mark.slow
-def test_watch_json_frames_each_parse():
-    rc, out, _ = _watch("--watch", "0.2", "--json")
+def test_watch_json_is_ndjson_one_compact_object_per_line():
+    rc, out, _ = _watch("--watch", "0.2", "--json", lines_per_frame=1)
     assert rc == 130
-    frames = [f for f in out.split("\n\n") if f.strip()]
-    assert len(frames) >= 3
-    for frame in frames[:-1]:
-        assert [g["memory_used"] for g in json.loads(frame)["gpus"]] == [g["memory_used"] for g in EXPECTED]
+    lines = out.splitlines(keepends=True)
+    assert len(lines) >= 4 and "\n" not in [line for line in lines]  # no blank line between frames
+    for line in lines[:-1]:  # the last one may have been cut by Ctrl-C
+        frame = json.loads(line)
+        assert [g["memory_used"] for g in frame["gpus"]] == [g["memory_used"] for g in EXPECTED]
+        assert line.startswith('{"schema":1,')  # compact: no indentation, no spaces after separators
+
+
+@pytest.mark.slow
+def test_watch_csv_prints_the_header_once():
+    rc, out, _ = _watch("--watch", "0.2", "--csv", lines_per_frame=len(DEMO["gpus"]), frames=3)
+    assert rc == 130
+    lines = out.splitlines()
+    assert lines[0] == STATUS_CSV_HEADER and lines.count(STATUS_CSV_HEADER) == 1
+    assert "" not in lines  # one table: no blank line between frames
+    rows = list(csv.reader(io.StringIO("\n".join(lines[: 1 + 2 * len(DEMO["gpus"])]))))
+    assert [int(r[0]) for r in rows[1:]] == 2 * list(range(len(DEMO["gpus"])))
+
+
+def test_without_watch_json_and_csv_are_unchanged(demo_json):
+    out = run_vram("status", "--simulate", "demo", "--json").out
+    assert out.startswith('{\n  "schema": 1,')  # indented, as before
+    assert run_vram("status", "--simulate", "demo", "--csv").out.splitlines()[0] == STATUS_CSV_HEADER
 
 
 @pytest.mark.parametrize("interval", ["0", "-1"])

@@ -83,16 +83,21 @@ def check_watch(interval: float) -> None:
                          f"got {interval:g}")
 
 
-def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out: TextIO | None = None) -> None:
+def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out: TextIO | None = None,
+               stream: bool = False) -> None:
     """Redraw every `interval` seconds until Ctrl-C. On a terminal the screen is cleared between
-    frames; elsewhere frames follow each other, separated by a blank line."""
+    frames; elsewhere frames follow each other, separated by a blank line. `stream`: frames are
+    records of one stream (NDJSON lines, CSV rows): never a blank line or a cleared screen."""
     out = out or sys.stdout
     check_watch(interval)
     first = True
     while True:
         started = time.monotonic()
         frame = draw()
-        if tty:
+        if stream:
+            if frame:
+                out.write(frame + "\n")
+        elif tty:
             out.write("\x1b[H\x1b[2J" + frame + "\n")
         else:
             out.write(("" if first else "\n") + frame + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,9 @@ examples:
                                    with whether NVML lists GPU memory for it
 """
 
+WIDE_HELP = ("never cut the command. Without it the command is cut to fit the terminal's width; piped "
+             "output uses $COLUMNS, or 120 columns when that is unset")
+
 SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
     "memory": (lambda p: -(p.memory or 0)),
     "gpu": (lambda p: (p.gpu, -(p.memory or 0))),
@@ -58,6 +62,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
     p.add_argument("--sort", default="memory", metavar="KEY",
                    help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
+    p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument("--holders", action="store_true",
                    help="also list processes holding /dev/nvidia* open, as fuser -v shows them; this finds "
                         "memory NVML does not attribute (crashed or containerised jobs, forked workers)")
@@ -90,8 +95,18 @@ def run(args: argparse.Namespace) -> int:
     elif args.csv:
         print(ps_csv(snap, procs), end="")
     else:
-        print(render_ps(snap, procs, style_for(sys.stdout, getattr(args, "no_color", False)), terminal_width()))
+        style = style_for(sys.stdout, getattr(args, "no_color", False))
+        shown, total = _shown(snap, gpus)
+        print(render_ps(shown, procs, style, terminal_width(), total, wide=args.wide))
     return 0
+
+
+def _shown(snap: Snapshot, gpus: list[int] | None) -> tuple[Snapshot, int | None]:
+    """The snapshot with only the --gpu GPUs, and the machine's GPU count when that is a subset
+    (the banner says "2 of 8 GPUs", as status does)."""
+    if gpus is None:
+        return snap, None
+    return dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in gpus]), len(snap.gpus)
 
 
 def _with_holders(args: argparse.Namespace, machine: Machine, snap: Snapshot, procs: list[GpuProcess],
@@ -110,7 +125,8 @@ def _with_holders(args: argparse.Namespace, machine: Machine, snap: Snapshot, pr
         return 0
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     width = terminal_width()
-    print(render_ps(snap, procs, style, width))
+    shown, total = _shown(snap, gpus)
+    print(render_ps(shown, procs, style, width, total, wide=args.wide))
     print()
     print(render_holders(found, style, width, snap.time))
     return 0

@@ -41,7 +41,11 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_options(p, "GPU")
     p.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=2.0,
-                   help="redraw every SECONDS (default 2) until Ctrl-C")
+                   help="redraw every SECONDS (default 2) until Ctrl-C; with --json one compact JSON "
+                        "object per line (NDJSON), with --csv the header once and then only rows")
+    p.add_argument("--wide", action="store_true",
+                   help="never cut commands. Without it a command is cut to fit the terminal's width; "
+                        "piped output uses $COLUMNS, or 120 columns when that is unset")
     p.set_defaults(run=run)
 
 
@@ -57,21 +61,29 @@ def run(args: argparse.Namespace) -> int:
 
         source = Collector(machine, interval=args.watch)
 
+    watching = args.watch is not None
+    frames = 0
+
     def draw() -> str:
+        nonlocal frames
+        frames += 1
         snap = source.snapshot()
+        total = None
         if wanted is not None:
             check_gpus(snap, wanted)
+            total = len(snap.gpus)
             # A copy: the snapshot also sits in the collector's ring.
             snap = dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in wanted])
-        if args.json:
-            return status_json(snap)
-        if args.csv:
-            return status_csv(snap).rstrip("\n")
-        return render_status(snap, style, terminal_width())
+        if args.json:  # under --watch: NDJSON, one object per line
+            return status_json(snap, compact=watching)
+        if args.csv:  # under --watch: one CSV table, its header once
+            return status_csv(snap, header=frames == 1).rstrip("\n")
+        return render_status(snap, style, terminal_width(), total, wide=args.wide)
 
     try:
-        if args.watch is not None:
-            watch_loop(args.watch, draw, tty=sys.stdout.isatty() and not (args.json or args.csv))
+        if watching:
+            data = bool(args.json or args.csv)
+            watch_loop(args.watch, draw, tty=sys.stdout.isatty() and not data, stream=data)
         else:
             print(draw())
     finally:

@@ -8,8 +8,11 @@ from ..model import Snapshot
 from .style import Style
 
 
-def banner(snap: Snapshot, style: Style, width: int = 200) -> str:
-    """One line, or more on a narrow terminal: parts are never cut, so nothing is lost."""
+def banner(snap: Snapshot, style: Style, width: int = 200, total: int | None = None) -> str:
+    """One line, or more on a narrow terminal: parts are never cut, so nothing is lost.
+
+    `total`: the machine's GPU count when `snap.gpus` is a filtered subset (--gpu), which is
+    then shown as "2 of 8 GPUs"."""
     parts: list[tuple[str, tuple[str, ...]]] = []
     if snap.simulated:
         parts.append((f"SIMULATED machine (scenario '{snap.scenario}'), not real GPUs", ("magenta", "bold")))
@@ -17,7 +20,11 @@ def banner(snap: Snapshot, style: Style, width: int = 200) -> str:
         parts.append((f"driver {snap.driver_version}", ()))
     if snap.cuda_version:
         parts.append((f"CUDA {snap.cuda_version}", ()))
-    parts.append((f"{len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}", ()))
+    shown = len(snap.gpus)
+    if total is not None and total != shown:
+        parts.append((f"{shown} of {total} GPU{'s' if total != 1 else ''}", ()))
+    else:
+        parts.append((f"{shown} GPU{'s' if shown != 1 else ''}", ()))
     parts.append((time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time)), ()))
     lines: list[str] = []
     line, used = "", 0

@@ -49,8 +49,10 @@ def gpu_dict(dev: Device) -> dict[str, Any]:
     return out
 
 
-def status_json(snap: Snapshot) -> str:
-    return json.dumps({**_header(snap), "gpus": [gpu_dict(g) for g in snap.gpus]}, indent=2)
+def status_json(snap: Snapshot, compact: bool = False) -> str:
+    """Indented; `compact`: one line (NDJSON, a line per frame under --watch)."""
+    doc = {**_header(snap), "gpus": [gpu_dict(g) for g in snap.gpus]}
+    return json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2)
 
 
 def ps_rows(snap: Snapshot, procs: list[GpuProcess]) -> list[dict[str, Any]]:
@@ -83,10 +85,12 @@ def _csv_value(value: object) -> str:
     return str(value)
 
 
-def status_csv(snap: Snapshot) -> str:
+def status_csv(snap: Snapshot, header: bool = True) -> str:
+    """The header row (unless not `header`: later --watch frames), then a row per GPU."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(STATUS_CSV_COLUMNS)
+    if header:
+        writer.writerow(STATUS_CSV_COLUMNS)
     for dev in snap.gpus:
         values = {**asdict(dev), "process_count": len(dev.processes), "simulated": snap.simulated}
         writer.writerow([_csv_value(values[c]) for c in STATUS_CSV_COLUMNS])

@@ -6,6 +6,7 @@ from ..model import Device, GpuProcess, Snapshot
 from ..units import format_size
 from . import fmt
 from .banner import banner
+from .status_view import processes_unknown
 from .style import Style, clip
 
 HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED", "FLAGS", "COMMAND")
@@ -29,7 +30,10 @@ DROP_ORDER = ("RSS", "CPU%", "%GPU", "UTIL")
 MIN_COMMAND = 24
 
 
-def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int) -> str:
+def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int, total: int | None = None,
+              wide: bool = False) -> str:
+    """`snap.gpus`: the GPUs shown (--gpu); `total`: the machine's GPU count when that is a subset;
+    `wide`: never cut the command (else it is cut at `width`)."""
     by_index = {g.index: g for g in snap.gpus}
     rows = [_row(by_index, p) for p in procs]
     widths = {h: max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])}
@@ -44,10 +48,15 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int)
         parts = [cells[i].rjust(widths[HEADER[i]]) if HEADER[i] in RIGHT else cells[i].ljust(widths[HEADER[i]])
                  for i in keep]
         head = "  ".join(parts) + "  "
-        return head + clip(cells[-1], max(1, width - len(head)))
+        return head + (cells[-1] if wide else clip(cells[-1], max(1, width - len(head))))
 
-    out = [banner(snap, style, width), style.paint(line(list(HEADER)), "bold")]
+    out = [banner(snap, style, width, total), style.paint(line(list(HEADER)), "bold")]
     out.extend(line(r) for r in rows)
-    if not rows:
+    # A GPU whose process list NVML cannot give has no rows: that is not "no processes".
+    unknown = [(g.index, reason) for g in snap.gpus if (reason := processes_unknown(g)) is not None]
+    out.extend(style.paint(f"GPU {index}: processes unknown ({reason})", "yellow") for index, reason in unknown)
+    if not rows and not unknown:
         out.append(style.paint("no GPU processes", "dim"))
+    elif not rows and len(unknown) < len(snap.gpus):
+        out.append(style.paint("no GPU processes on the other GPUs", "dim"))
     return "\n".join(out)

@@ -47,7 +47,13 @@ def _mig_lines(dev: Device, style: Style) -> list[str]:
     return lines
 
 
-def _holder_lines(dev: Device, style: Style, width: int) -> list[str]:
+def processes_unknown(dev: Device) -> str | None:
+    """Why NVML could not list this GPU's processes ("no permission", "not supported"), or None
+    when it could: an empty list then is not "no processes"."""
+    return None if dev.lost else dev.na.get("processes")
+
+
+def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False) -> list[str]:
     procs = sorted(dev.processes, key=lambda p: -(p.memory or 0))
     lines = []
     for p in procs:
@@ -58,19 +64,24 @@ def _holder_lines(dev: Device, style: Style, width: int) -> list[str]:
         head = f"      {format_size(p.memory):>8}  {user:<10} {p.pid:>7}{mig}  {fmt.elapsed(p):>7}  "
         command = p.command if p.command is not None else f"({p.host_missing})"
         room = width - len(head) - (len(",".join(flags)) + 3 if flags else 0)
-        lines.append(head + clip(command, max(10, room)) + flag_text)
-    if not procs and not dev.lost:
+        lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
+    unknown = processes_unknown(dev)
+    if unknown is not None:
+        lines.append(style.paint(f"      processes unknown ({unknown})", "yellow"))
+    elif not procs and not dev.lost:
         lines.append(style.paint("      no processes", "dim"))
     return lines
 
 
-def render_status(snap: Snapshot, style: Style, width: int) -> str:
-    lines = [banner(snap, style, width)]
+def render_status(snap: Snapshot, style: Style, width: int, total: int | None = None, wide: bool = False) -> str:
+    """`total`: the machine's GPU count when `snap.gpus` is filtered (--gpu); `wide`: never cut a command."""
+    lines = [banner(snap, style, width, total)]
     for dev in snap.gpus:
         lines.append(_gpu_line(dev, style, width))
         lines.extend(_mig_lines(dev, style))
-        lines.extend(_holder_lines(dev, style, width))
-        na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved")}
+        lines.extend(_holder_lines(dev, style, width, wide))
+        # "processes" is said on the holder line ("processes unknown (REASON)"), not twice.
+        na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved", "processes")}
         if na:
             reasons = sorted(set(na.values()))
             text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {r}" for r in reasons)
@@ -82,6 +93,9 @@ def render_status(snap: Snapshot, style: Style, width: int) -> str:
     pids = len({p.pid for p in snap.processes})
     summary = (f"total {format_size(total_used)} of {format_size(total)} used by "
                f"{fmt.count(pids, 'process', 'processes')}")
+    unknown = sum(1 for g in snap.gpus if processes_unknown(g) is not None)
+    if unknown:
+        summary += f" (processes unknown on {fmt.count(unknown, 'GPU')})"
     if lost:
         summary += style.paint(f"; {fmt.count(lost, 'GPU')} lost", "red")
     lines.append(style.paint(summary, "dim"))
