@@ -1,4 +1,5 @@
-"""Fixtures for the whole suite, and the suite's pytest set-up (the `slow` marker).
+"""Fixtures for the whole suite, and the suite's pytest set-up (the `slow` marker, and a summary
+line counting the torch tests that did not run because torch is not installed).
 
 The plain helpers the fixtures use (and test modules import) are in helpers.py:
 `from helpers import run_vram, ...`.
@@ -6,6 +7,7 @@ The plain helpers the fixtures use (and test modules import) are in helpers.py:
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -26,6 +28,78 @@ def pytest_configure(config):
     # handler here is reset to the default in every child at exec.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# ---------------------------------------------------------------- torch tests that did not run
+
+TORCH_MISSING = "could not import 'torch'"  # pytest.importorskip's reason
+
+
+def _count_tests(path: Path, config: pytest.Config) -> int:
+    """How many tests a module skipped whole (pytest.importorskip at import) would have run,
+    read from its source: each test function times its parametrize cases, where the values are
+    literals or module-level literals (a case list it cannot read counts as one)."""
+    tree = ast.parse(path.read_text())
+    constants: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                constants[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    fast = "not slow" in (config.option.markexpr or "")  # make test-fast deselects these anyway
+    if fast and "pytestmark = pytest.mark.slow" in path.read_text():
+        return 0
+
+    def cases(values: ast.expr) -> int:
+        if isinstance(values, ast.Call) and isinstance(values.func, ast.Name) and values.args \
+                and values.func.id in ("list", "tuple", "sorted"):
+            values = values.args[0]
+        if isinstance(values, ast.Name) and isinstance(constants.get(values.id), (list, tuple, dict, set)):
+            return len(constants[values.id])
+        try:
+            return len(ast.literal_eval(values))
+        except (ValueError, TypeError):
+            return 1
+
+    def count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+        n = 1
+        for deco in fn.decorator_list:
+            if fast and isinstance(deco, ast.Attribute) and deco.attr == "slow":
+                return 0
+            if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) \
+                    and deco.func.attr == "parametrize" and len(deco.args) >= 2:
+                n *= cases(deco.args[1])
+        return n
+
+    total = 0
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            total += count(node)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            total += sum(count(f) for f in node.body
+                         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name.startswith("test"))
+    return total
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Without torch, "N passed, 4 skipped" hid ~100 torch tests (whole modules skip as one):
+    say how many did not run, and how CI installs torch."""
+    missing = 0
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if not (isinstance(longrepr, tuple) and TORCH_MISSING in str(longrepr[-1])):
+            continue
+        if isinstance(report, pytest.CollectReport):  # a whole module
+            missing += _count_tests(Path(str(config.rootpath)) / report.nodeid, config)
+        else:
+            missing += 1
+    if missing:
+        # Counted in pytest's last line too: "912 passed, 4 skipped, 107 torch tests not run".
+        terminalreporter.stats.setdefault("torch tests not run", []).extend([None] * missing)
+        terminalreporter.write_line(
+            f"{missing} torch test{'s' if missing != 1 else ''} did not run: torch is not installed "
+            "(.venv/bin/pip install torch==2.13.0, as .ci/run does)", yellow=True, bold=True)
 
 
 # ---------------------------------------------------------------- running the command
