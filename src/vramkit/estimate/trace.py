@@ -44,7 +44,10 @@ def _torch() -> Any:
             warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
             import torch
     except ImportError:
-        raise TraceUnavailable("needs PyTorch: pip install 'vramkit[torch]'") from None
+        raise TraceUnavailable(
+            "needs PyTorch: pip install torch (from a checkout of vramkit: "
+            ".venv/bin/pip install -e '.[torch]', the 'torch' extra; vramkit is not on PyPI)"
+        ) from None
     return torch
 
 
