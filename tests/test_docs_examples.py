@@ -21,6 +21,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 # (file, command prefix): the examples this test runs.
 CHECKED = [
+    ("user-guide.md", "vram kill --simulate demo"),
+    ("user-guide.md", "vram ps --simulate demo --holders"),
     ("user-guide.md", "VRAM_SIM_TIME=0 vram run --simulate demo -n 3 --wait"),
     ("gpu-numbering.md", "CUDA_VISIBLE_DEVICES=1abc,2 vram pick --simulate demo --explain"),
 ]
