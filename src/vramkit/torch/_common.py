@@ -15,7 +15,8 @@ def require_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise ImportError("vramkit.torch needs PyTorch: pip install 'vramkit[torch]'") from None
+        raise ImportError("vramkit.torch needs PyTorch: pip install torch (from a checkout of vramkit: "
+                          ".venv/bin/pip install -e '.[torch]', the 'torch' extra; vramkit is not on PyPI)") from None
     return torch
 
 
