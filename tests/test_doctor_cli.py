@@ -62,7 +62,21 @@ def test_unreadable_file_is_one_line_exit_2(tmp_path):
 def test_bad_options_are_one_line_exit_2():
     assert_one_line_error(run_vram("doctor", LOG, "--gpu", "0,1", "--no-live"), 2, "--gpu")
     assert_one_line_error(run_vram("doctor", "--simulate", "demo", "--pid", "3"), 2, "--pid needs a LOGFILE")
-    assert_one_line_error(run_vram("doctor", LOG, "--batch-size", "0", "--no-live"), 2, "--batch-size")
+    assert_one_line_error(run_vram("doctor", LOG, "--batch-size", "0", "--no-live"), 2, "--batch")
+    assert_one_line_error(run_vram("doctor", LOG, "--seq", "0", "--no-live"), 2, "--seq: must be at least 1")
+    assert_one_line_error(run_vram("doctor", "--simulate", "demo", "--batch", "4"), 2, "--batch needs a LOGFILE")
+
+
+def test_batch_and_seq_are_spelled_as_in_estimate_and_the_old_way_too():
+    # estimate says --batch/--seq, doctor said --batch-size/--seq-len: each accepts both.
+    args = (LOG, "--no-live", "--model", "bert-large-uncased", "--json")
+    short = run_vram("doctor", *args, "--batch", "16", "--seq", "512")
+    long = run_vram("doctor", *args, "--batch-size", "16", "--seq-len", "512")
+    assert short.rc == 0, short.err
+    assert short.json() == long.json()
+    assert "batch 16" in short.out
+    help_text = run_vram("doctor", "--help").out
+    assert "[--batch N]" in help_text and "[--seq N]" in help_text
 
 
 def test_gpu_option_points_live_data_at_the_right_gpu():

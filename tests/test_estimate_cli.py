@@ -41,6 +41,18 @@ def test_options_reach_the_estimate():
     assert bare.rc == 0 and "weights and model states only" in bare.out
 
 
+def test_batch_size_and_seq_len_are_accepted_as_in_doctor():
+    # doctor says --batch-size/--seq-len, estimate --batch/--seq: each accepts both.
+    short = run_vram("estimate", "bert-base-uncased", "--batch", "8", "--seq", "256", "--json").json()
+    long = run_vram("estimate", "bert-base-uncased", "--batch-size", "8", "--seq-len", "256", "--json").json()
+    assert short == long and short != run_vram("estimate", "bert-base-uncased", "--json").json()
+    plan = run_vram("plan", "bert-large-uncased", "--gpu", "rtx-4090", "--batch-size", "32", "--seq-len", "512")
+    assert plan.out == run_vram("plan", "bert-large-uncased", "--gpu", "rtx-4090", "--batch", "32", "--seq", "512").out
+    assert_one_line_error(run_vram("estimate", "gpt2", "--batch-size", "0"), 2, "--batch")
+    assert "usage: vram estimate [-h]" in run_vram("estimate", "--help").out
+    assert "[--batch N]" in run_vram("estimate", "--help").out
+
+
 def test_list():
     r = run_vram("estimate", "--list")
     assert r.rc == 0 and "llama-3-70b" in r.out and "vit-large" in r.out

@@ -55,8 +55,11 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--pid", type=int, metavar="PID", help="log: the job's pid as NVML lists it (containers)")
     p.add_argument("--no-live", action="store_true", help="log: do not read this machine's GPUs")
     p.add_argument("--model", metavar="NAME", help="log: the model, for the estimator's savings")
-    p.add_argument("--batch-size", type=int, metavar="N", help="log: the batch size, for the estimator's savings")
-    p.add_argument("--seq-len", type=int, metavar="N", help="log: the sequence length, for the estimator")
+    # --batch/--seq as in vram estimate and plan (documented); --batch-size/--seq-len still work.
+    p.add_argument("--batch", "--batch-size", dest="batch_size", type=int, metavar="N",
+                   help="log: the batch size, for the estimator's savings")
+    p.add_argument("--seq", "--seq-len", dest="seq_len", type=int, metavar="N",
+                   help="log: the sequence length, for the estimator")
     p.set_defaults(run=run)
 
 
@@ -183,7 +186,7 @@ def _savings_hook(args: argparse.Namespace) -> tuple[SavingsHook | None, str | N
     if not (args.model or args.batch_size):
         return None, None
     if not (args.model and args.batch_size):
-        return None, "give both --model and --batch-size for the estimator's savings of model-dependent fixes"
+        return None, "give both --model and --batch for the estimator's savings of model-dependent fixes"
     from ..estimate import EstimateError, doctor_savings, resolve
 
     try:
@@ -202,10 +205,10 @@ def run(args: argparse.Namespace) -> int:
     from ..doctor.oom import find_oom
     from ..render.doctor_view import diagnosis_json, render_diagnosis
 
-    for flag in ("batch_size", "seq_len"):
-        value = getattr(args, flag)
+    for dest, flag in (("batch_size", "--batch"), ("seq_len", "--seq")):
+        value = getattr(args, dest)
         if value is not None and value < 1:
-            raise UsageError(f"--{flag.replace('_', '-')}: must be at least 1")
+            raise UsageError(f"{flag}: must be at least 1")
     gpu = None
     if args.gpu is not None:
         gpus = parse_gpu_list(args.gpu)
@@ -242,9 +245,9 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
     from ..doctor.checklist import run_checklist
     from ..render.doctor_view import checklist_json, render_checklist
 
-    for flag in ("pid", "model", "batch_size", "seq_len"):
-        if getattr(args, flag) is not None:
-            raise UsageError(f"--{flag.replace('_', '-')} needs a LOGFILE")
+    for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch_size", "--batch"), ("seq_len", "--seq")):
+        if getattr(args, dest) is not None:
+            raise UsageError(f"{flag} needs a LOGFILE")
     machine = open_for(args)
     try:
         snap = machine.snapshot()

@@ -20,7 +20,8 @@ training step, and what nvidia-smi would show. Every number is an estimate (docs
 
 MODEL is a catalog name (vram estimate --list), a Hugging Face config.json (or a folder holding
 one; never downloaded), or a bare parameter count such as 7b or 350M (weights and model states
-only). --batch is the micro-batch per GPU.
+only). --batch is the micro-batch per GPU. (--batch-size and --seq-len are accepted for --batch
+and --seq, as in vram doctor.)
 
 examples:
   vram estimate bert-large-uncased --batch 4 --seq 512 --precision fp32
@@ -53,9 +54,11 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--infer", dest="mode", action="store_const", const="infer",
                       help="inference (prefill + KV cache)")
     p.set_defaults(mode="train")
-    p.add_argument("--batch", metavar="N", default="1", help="micro-batch per GPU (default 1)")
-    p.add_argument("--seq", metavar="N", help="sequence length / inference context (default: the model's, "
-                   "at most 512 for encoders and T5, 2048 for decoders)")
+    # --batch-size/--seq-len too: vram doctor's old spelling, accepted by both (one documented).
+    p.add_argument("--batch", "--batch-size", dest="batch", metavar="N", default="1",
+                   help="micro-batch per GPU (default 1)")
+    p.add_argument("--seq", "--seq-len", dest="seq", metavar="N", help="sequence length / inference context "
+                   "(default: the model's, at most 512 for encoders and T5, 2048 for decoders)")
     p.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "bf16-pure"), default="bf16",
                    help="fp32, fp16/bf16 mixed precision with fp32 master weights (default bf16), "

@@ -82,7 +82,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     act.add_argument("--force", action="store_true", help="send SIGKILL to what is still running after the wait")
     act.add_argument("--all-users", action="store_true", help="as root: other users' processes too")
     act.add_argument("-y", "--yes", action="store_true", help="do not ask")
-    act.add_argument("-n", "--dry-run", action="store_true", help="show what would be signalled, signal nothing")
+    # No -n: it is --count in pick and run; kill's dry run is spelled out.
+    act.add_argument("--dry-run", action="store_true", help="show what would be signalled, signal nothing")
     p.add_argument("--json", action="store_true", help="print the plan or the results as JSON (needs --yes "
                    "or --dry-run)")
     p.set_defaults(run=run)

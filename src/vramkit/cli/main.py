@@ -32,7 +32,7 @@ examples:
   vram doctor train.log            why did this job run out of memory?
   vram status --simulate demo      try it on the bundled simulated 8-GPU server
 
-'vram COMMAND --help' shows each command's options and examples.
+'vram COMMAND --help' (or 'vram help COMMAND') shows each command's options and examples.
 """
 
 
@@ -112,6 +112,8 @@ def one_line(e: VramkitError, parser: argparse.ArgumentParser | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["help"]:  # vram help [COMMAND [SUBCOMMAND]]: that command's --help
+        argv = [*argv[1:], "--help"]
     # Before parsing succeeds, and never from a command run after '--' (vram run -- x --debug).
     debug = "--debug" in (argv[:argv.index("--")] if "--" in argv else argv)
     args: argparse.Namespace | None = None

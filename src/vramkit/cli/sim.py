@@ -44,16 +44,39 @@ examples:
   vram sim shim /tmp/vram-shim --simulate faulty   also check the scenario, and print its export line
 """
 
+LIST_DESCRIPTION = """\
+List the scenarios bundled with vram, each with its GPUs, its processes and what it shows.
+Use one with --simulate NAME (or $VRAM_SIMULATE=NAME) on any command.
+
+examples:
+  vram sim list
+  vram sim list --json | jq -r '.[].name'
+  vram status --simulate demo      the bundled busy 8x A100 server
+"""
+
+VALIDATE_DESCRIPTION = """\
+Load a scenario (a bundled NAME or a JSON FILE) exactly as --simulate would, and say whether it
+is valid: "FILE: ok (N GPUs, M processes)" and exit 0, or the first problem, naming the field
+(gpus[0].memory_total: not a size: 'x'), and exit 2. The format: docs/scenarios.md.
+
+examples:
+  vram sim validate my.json
+  vram sim validate demo
+  vram sim validate my.json && vram status --simulate my.json
+"""
+
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sim", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     sim_sub = p.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
-    ls = sim_sub.add_parser("list", help="list the bundled scenarios", parents=parents)
+    ls = sim_sub.add_parser("list", help="list the bundled scenarios", description=LIST_DESCRIPTION,
+                            parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(run=run_list)
-    val = sim_sub.add_parser("validate", help="check a scenario file", parents=parents)
-    val.add_argument("scenario", metavar="NAME|FILE")
+    val = sim_sub.add_parser("validate", help="check a scenario file", description=VALIDATE_DESCRIPTION,
+                             parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
+    val.add_argument("scenario", metavar="NAME|FILE", help="a bundled scenario name or a scenario JSON file")
     val.set_defaults(run=run_validate)
     shim = sim_sub.add_parser("shim", help="write a pynvml that other programs can use to see a scenario",
                               description=SHIM_DESCRIPTION, parents=parents,
