@@ -43,3 +43,9 @@ def test_n_is_count_in_pick_and_run_and_not_a_kill_flag():
     result = run_vram("kill", "--simulate", "demo", "-n", "--zombie")
     assert_one_line_error(result, 2, "unrecognized arguments: -n")
 
+
+def test_kill_help_says_idle_watches_forward():
+    # It said "idle for the last 30 minutes", but vram cannot see the past: it samples from now.
+    out = run_vram("kill", "--help").out
+    assert "the last 30 minutes" not in out
+    assert "watches" in out and "--idle 30m takes up to 30 minutes" in out

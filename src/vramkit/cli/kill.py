@@ -20,10 +20,12 @@ Signal the processes that hold GPU memory: SIGTERM, wait for them to exit (--tim
 report who is still running (--force then sends SIGKILL), and show per GPU how much memory
 was freed and what still holds memory.
 
-Select by PID, --gpu, --user, --idle DURATION (held memory but ran no
-kernels for that long: the process's own utilization samples, else its GPU at 0%; vram samples
-over the window), --zombie (defunct or orphaned
-processes) and --holders (also processes that hold /dev/nvidia* open but NVML does not list).
+Select by PID, --gpu, --user, --idle DURATION, --zombie (defunct or orphaned processes) and
+--holders (also processes that hold /dev/nvidia* open but NVML does not list).
+--idle DURATION keeps the processes that hold memory and run no kernels for DURATION (the
+process's own utilization samples, else its GPU at 0%). vram cannot see the past: it watches
+from now, about once a second, so --idle 30m takes up to 30 minutes, and drops a process as
+soon as it runs a kernel.
 Selectors narrow each other. Without --user, selectors pick your own processes (root: root's,
 or everyone's with --all-users).
 
@@ -41,7 +43,8 @@ running (or you answered no), 2 bad usage.
 
 examples:
   vram kill 41234                  SIGTERM pid 41234, wait 10 s, report
-  vram kill --gpu 4 --idle 30m     your processes on GPU 4 idle for the last 30 minutes
+  vram kill --gpu 4 --idle 30m     your processes on GPU 4 that stay idle for the next 30 minutes
+                                   (vram watches them that long first)
   vram kill --zombie --dry-run     what would be signalled, without signalling
   vram kill 41234 --force --timeout 20s --yes
                                    SIGTERM, and SIGKILL if still running after 20 s
@@ -70,8 +73,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")
     sel.add_argument("--user", metavar="NAMES", help="processes of these users (comma-separated)")
     sel.add_argument("--idle", metavar="DURATION",
-                     help="processes holding memory but running no kernels for DURATION (e.g. 30m); "
-                          "vram samples over that window")
+                     help="processes holding memory that run no kernels for DURATION (e.g. 30m) from "
+                          "now: vram watches that long before it asks")
     sel.add_argument("--zombie", action="store_true", help="defunct or orphaned processes holding memory")
     sel.add_argument("--holders", action="store_true",
                      help="include processes that hold /dev/nvidia* open but NVML lists no memory for")
