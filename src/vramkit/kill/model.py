@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import procs
 from ..errors import RequestError
@@ -169,11 +169,14 @@ class Target:
             return listed.user
         return procs.user_name(self.identity.uids[0]) if self.identity is not None else None
 
+    def _fact(self, name: str) -> Any:
+        """A fact from the identity read at selection, else from what was listed, else None."""
+        source: object = self.identity if self.identity is not None else self.listed
+        return None if source is None else getattr(source, name)
+
     @property
     def name(self) -> str:
-        if self.identity is not None:
-            return self.identity.name
-        return (self.listed.name if self.listed is not None else None) or ""
+        return str(self._fact("name") or "")
 
     @property
     def argv0(self) -> str:
@@ -194,21 +197,18 @@ class Target:
 
     @property
     def state(self) -> str | None:
-        if self.identity is not None:
-            return self.identity.state
-        return self.listed.state if self.listed is not None else None
+        value: str | None = self._fact("state")
+        return value
 
     @property
     def ppid(self) -> int | None:
-        if self.identity is not None:
-            return self.identity.ppid
-        return self.listed.ppid if self.listed is not None else None
+        value: int | None = self._fact("ppid")
+        return value
 
     @property
     def start_time(self) -> float | None:
-        if self.identity is not None:
-            return self.identity.start_time
-        return self.listed.start_time if self.listed is not None else None
+        value: float | None = self._fact("start_time")
+        return value
 
     @property
     def container(self) -> str | None:
