@@ -66,7 +66,7 @@ class HostProcess:
 
 
 class Stat:
-    """The fields of /proc/PID/stat vramkit uses (see proc(5) for their numbers), each parsed
+    """/proc/PID/stat (or a task's): the fields vramkit uses (see proc(5) for their numbers), each parsed
     when it is read: the simulator asks every snapshot for only the state and start ticks."""
 
     __slots__ = ("_name", "_fields")
@@ -110,16 +110,11 @@ class Stat:
         return int(self._fields[21])
 
 
-def parse_stat(raw: bytes) -> Stat:
-    """/proc/PID/stat (or /proc/PID/task/TID/stat)."""
-    return Stat(raw)
-
-
 def read_stat(pid: int) -> Stat | None:
     """The pid's stat, or None when it is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return parse_stat(f.read())
+            return Stat(f.read())
     except OSError:
         return None
 
@@ -193,7 +188,7 @@ class ProcessTable:
             return "no permission to read /proc for this pid"
         except OSError as e:
             return f"cannot read /proc/{pid}: {e.strerror}"
-        stat = parse_stat(raw)
+        stat = Stat(raw)
         state, ticks, name = state_name(stat.state), stat.start_ticks, stat.name
         key = (pid, ticks)
         fixed = self._fixed.get(key)
@@ -332,7 +327,7 @@ def is_defunct(pid: int) -> bool:
                 raw = f.read()
         except OSError:
             continue
-        if parse_stat(raw).state not in ("Z", "X"):
+        if Stat(raw).state not in ("Z", "X"):
             return False
     return True
 
