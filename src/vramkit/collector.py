@@ -21,7 +21,6 @@ to every consumer too), `backend` and `audit_context()`.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -91,7 +90,7 @@ class Collector:
             except Exception:
                 self.errors += 1
                 raise
-            self.idle.update(snap, time.monotonic())  # idle time on a clock that does not jump
+            self.idle.update(snap, snap.monotonic)  # idle time on a clock that does not jump
             self.recent.append(snap)
             # Taken while still reading, so snapshots reach consumers in the order they were taken.
             self._deliver_lock.acquire()
@@ -127,7 +126,7 @@ class Collector:
             except Exception as e:  # the loop goes on; the consumer of errors decides what to show
                 if self.on_error is not None:
                     self.on_error(e)
-            self._stop.wait(self.interval)
+            self.machine.backend.sleep(self._stop, self.interval)
 
     def stop(self) -> None:
         self._stop.set()

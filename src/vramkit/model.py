@@ -84,13 +84,14 @@ class Device:
 
 @dataclass
 class Snapshot:
-    time: float
+    time: float  # unix seconds
     gpus: list[Device]
     simulated: bool = False
     scenario: str | None = None
     driver_version: str | None = None
     cuda_version: str | None = None
     errors: list[str] = field(default_factory=list)
+    monotonic: float | None = None  # when, on a clock that does not jump (intervals, idle time)
 
     @property
     def processes(self) -> list[GpuProcess]:

@@ -9,7 +9,6 @@ Repeated readers (the live view, watch loops, kill --idle) read through a `colle
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from .backends import Backend
@@ -35,7 +34,7 @@ class Machine:
 
     def snapshot(self) -> Snapshot:
         gpus = self.backend.read_devices()
-        now = time.time()
+        now = self.backend.now()
         hosts: dict[int, HostProcess | str] = {}
         for dev in gpus:
             for proc in dev.processes:
@@ -47,7 +46,8 @@ class Machine:
         if any(k[0] not in hosts for k in self._previous_cpu):
             self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in hosts}
         return Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
-                        driver_version=self.backend.driver_version, cuda_version=self.backend.cuda_version)
+                        driver_version=self.backend.driver_version, cuda_version=self.backend.cuda_version,
+                        monotonic=self.backend.monotonic())
 
     def audit_context(self, via: str) -> dict[str, Any]:
         """What every audit line of an action taken through `via` says about this machine."""

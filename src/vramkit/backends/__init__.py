@@ -14,6 +14,7 @@ is one new module here implementing `Backend`, chosen in `snapshot.open_machine`
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from ..model import Device
@@ -32,6 +33,16 @@ class Backend(Protocol):
 
     @property
     def cuda_version(self) -> str | None: ...
+
+    def now(self) -> float:
+        """Wall-clock time of a reading (unix seconds): time.time(), or a stepped scenario clock's."""
+
+    def monotonic(self) -> float:
+        """A clock that never jumps, for intervals (time.monotonic(), or the scenario clock)."""
+
+    def sleep(self, stop: threading.Event, seconds: float) -> None:
+        """Wait `seconds` between samples, or until `stop` is set. A stepped scenario clock
+        does not wait: it moves forward by `seconds`."""
 
     def read_devices(self) -> list[Device]:
         """Every GPU with its processes (host side not filled in): N/A fields with reasons."""

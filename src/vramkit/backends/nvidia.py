@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import glob
+import threading
+import time
 from typing import Any
 
 from ..model import Device
@@ -33,6 +35,15 @@ class NvidiaBackend:
     @property
     def cuda_version(self) -> str | None:
         return self.nvml.cuda_version
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, stop: threading.Event, seconds: float) -> None:
+        stop.wait(seconds)
 
     def read_devices(self) -> list[Device]:
         return self.nvml.read()

@@ -3,6 +3,7 @@ the scenario's made-up processes, which have a host side but are not processes h
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..model import Device
@@ -25,6 +26,18 @@ class SimulatedBackend(NvidiaBackend):
     @classmethod
     def load(cls, scenario: Scenario) -> SimulatedBackend:
         return cls(SimulatedNvml(scenario))
+
+    def now(self) -> float:
+        return self.sim.wall_time()
+
+    def monotonic(self) -> float:
+        return self.sim.now() if self.sim.stepped else super().monotonic()
+
+    def sleep(self, stop: threading.Event, seconds: float) -> None:
+        if self.sim.stepped:  # no waiting: the scenario's time moves on by `seconds`
+            self.sim.advance(seconds)
+        else:
+            super().sleep(stop, seconds)
 
     def host(self, pid: int, now: float) -> HostProcess | str:
         described = self.sim.host_process(pid)

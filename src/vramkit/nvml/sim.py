@@ -7,6 +7,10 @@ functions into the real pynvml namespace, so errors and structs are pynvml's own
 
 The scenario clock: t = seconds since the simulator started, or since VRAM_SIM_EPOCH (a unix
 time, so that several programs share one clock), or fixed by VRAM_SIM_TIME.
+VRAM_SIM_CLOCK=stepped makes it a stepped clock: t starts at VRAM_SIM_TIME (default 0) and moves
+only when vram waits between samples, by exactly the time it would have waited; readings are
+stamped VRAM_SIM_EPOCH (default: when the simulator started) + t. A day of recording at a
+60 s interval then takes a second, and what it recorded follows from the scenario exactly.
 """
 
 from __future__ import annotations
@@ -68,6 +72,13 @@ class SimulatedNvml:
         if epoch is not None:
             self._t0 = epoch
         self._fixed_t = _seconds_from_env("VRAM_SIM_TIME")
+        clock = os.environ.get("VRAM_SIM_CLOCK", "").strip()
+        if clock not in ("", "real", "stepped"):
+            shown = clock if len(clock) <= 40 else clock[:37] + "..."
+            raise RequestError(f"VRAM_SIM_CLOCK must be 'real' or 'stepped', got {shown!r}")
+        self.stepped = clock == "stepped"
+        if self.stepped and self._fixed_t is None:
+            self._fixed_t = 0.0
         self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
         self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
@@ -93,6 +104,16 @@ class SimulatedNvml:
 
     def now(self) -> float:
         return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
+
+    def wall_time(self) -> float:
+        """The unix time of now on the scenario clock: the real time, unless the clock is stepped."""
+        return self._t0 + self.now() if self.stepped else time.time()
+
+    def advance(self, seconds: float) -> None:
+        """Move a stepped clock forward (what waiting `seconds` would have done)."""
+        if not self.stepped:
+            raise RuntimeError("advance() needs VRAM_SIM_CLOCK=stepped")
+        self._fixed_t = (self._fixed_t or 0.0) + max(0.0, seconds)
 
     @property
     def initialized(self) -> bool:
