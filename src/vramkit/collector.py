@@ -134,6 +134,16 @@ class Collector:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
+    def replace_machine(self, machine: Machine) -> None:
+        """Read `machine` from now on (a driver reload invalidates the old one's handles); the old
+        one is closed. Idle clocks go on: a process keeps its identity across the reopening."""
+        with self._read_lock:
+            old, self.machine = self.machine, machine
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 - a dead driver may fail to close; the new one is open
+            pass
+
     def close(self) -> None:
         self.stop()
         with self._read_lock:  # not while a sample is being read

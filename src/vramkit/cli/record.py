@@ -1,0 +1,149 @@
+"""vram record: sample the machine through the collector and keep its history (history/)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from ..errors import VramkitError
+from .common import UsageError, open_for
+
+if TYPE_CHECKING:
+    from ..collector import Collector
+    from .common import Subparsers
+
+HELP = "record GPU and process history into a database (foreground, or as a service)"
+DESCRIPTION = """\
+Sample every GPU and every process holding GPU memory every INTERVAL, and keep it in an
+SQLite database: memory, utilization, temperature and power per GPU; memory, own SM
+utilization and idle time per process; one row per process life with its totals.
+'vram report', 'vram job', 'vram kill --idle' and 'vram doctor' read it.
+
+The database is /var/lib/vramkit/history.db for root, else ~/.local/state/vramkit/history.db
+(--db, $VRAM_DB). Raw samples are kept a day, 1-minute averages 30 days, 15-minute averages a
+year (--keep-raw, --keep-minute, --keep-quarter), and the file stays under --max-size.
+It keeps going through a lost GPU or a driver reload, stops cleanly on SIGTERM or Ctrl-C, and
+continues where it stopped when started again. docs/history.md says how to run it as a service.
+
+examples:
+  vram record                          record every 5 s until stopped
+  vram record --interval 1s --duration 1h
+  sudo systemctl enable --now vram-record     the service (see docs/history.md)
+  vram record --simulate demo --db /tmp/demo.db --duration 1m
+"""
+
+
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("record", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--db", metavar="PATH", help="the database (default: see above; also $VRAM_DB)")
+    p.add_argument("--interval", metavar="DURATION", default="5s", help="time between samples (default 5s)")
+    p.add_argument("--duration", metavar="DURATION", help="stop after this long (default: run until stopped)")
+    p.add_argument("--samples", metavar="N", type=int, help="stop after N samples")
+    p.add_argument("--commands", choices=("off", "name", "full"), default="name",
+                   help="what is kept of each command line: off, the program name (default), or full")
+    p.add_argument("--keep-raw", metavar="DURATION", default="24h", help="keep raw samples this long (24h)")
+    p.add_argument("--keep-minute", metavar="DURATION", default="30d",
+                   help="keep 1-minute averages this long (30d)")
+    p.add_argument("--keep-quarter", metavar="DURATION", default="365d",
+                   help="keep 15-minute averages this long (365d)")
+    p.add_argument("--max-size", metavar="SIZE", default="2GiB",
+                   help="the most the database may hold; the oldest rows go first (2GiB)")
+    p.add_argument("--quiet", action="store_true", help="say nothing but errors")
+    p.set_defaults(run=run)
+
+
+def _duration(args: argparse.Namespace, name: str, minimum: float = 0.0) -> float:
+    from ..units import parse_duration
+
+    text = getattr(args, name)
+    try:
+        value = parse_duration(text)
+    except ValueError as e:
+        raise UsageError(f"--{name.replace('_', '-')}: {e}") from None
+    if value < minimum:
+        raise UsageError(f"--{name.replace('_', '-')}: must be at least {minimum:g} seconds, got {text}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..collector import Collector
+    from ..history.recorder import Recorder
+    from ..history.store import Retention, Store
+    from ..units import format_duration, parse_size
+
+    interval = _duration(args, "interval", minimum=0.1)
+    duration = _duration(args, "duration") if args.duration is not None else None
+    if args.samples is not None and args.samples < 1:
+        raise UsageError(f"--samples: must be at least 1, got {args.samples}")
+    keep = [_duration(args, n, minimum=60) for n in ("keep_raw", "keep_minute", "keep_quarter")]
+    try:
+        max_bytes = parse_size(args.max_size)
+    except ValueError as e:
+        raise UsageError(f"--max-size: {e}") from None
+    if max_bytes < 1024**2:
+        raise UsageError(f"--max-size: must be at least 1MiB, got {args.max_size}")
+    retention = Retention(raw=keep[0], minute=max(keep[0], keep[1]), quarter=max(keep[0], keep[1], keep[2]),
+                          max_bytes=max_bytes)
+
+    def say(line: str) -> None:
+        print(f"vram record: {line}", file=sys.stderr, flush=True)
+
+    machine = open_for(args)
+    try:
+        store = Store.open(args.db, write=True)
+    except BaseException:
+        machine.close()
+        raise
+    recorder = Recorder(store, interval, args.commands, retention, say)
+    collector = Collector(machine, interval=interval)
+    collector.subscribe(recorder)
+    collector.on_error = lambda e: say(f"internal error in the recorder: {type(e).__name__}: {e}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    if not args.quiet:
+        say(f"recording every {format_duration(interval) if interval >= 1 else f'{interval:g}s'} into "
+            f"{store.path}{'' if duration is None else f' for {format_duration(duration)}'} "
+            "(Ctrl-C or SIGTERM stops)")
+    backend = machine.backend  # its clock: a stepped scenario clock does not wait
+    began = backend.monotonic()
+    failing: str | None = None
+    try:
+        while not stop.is_set():
+            started = backend.monotonic()
+            try:
+                collector.sample()
+                if failing is not None:
+                    say("reading the GPUs again")
+                    failing = None
+            except (VramkitError, OSError, RuntimeError) as e:  # a lost GPU, a driver reload
+                if failing != str(e):
+                    say(f"cannot read the GPUs: {e}; retrying every interval")
+                    failing = str(e)
+                _reopen(collector, args)
+            if args.samples is not None and recorder.samples + recorder.dropped >= args.samples:
+                break
+            if duration is not None and backend.monotonic() - began >= duration:
+                break
+            backend.sleep(stop, max(0.0, interval - (backend.monotonic() - started)))
+    finally:
+        recorder.close(backend.monotonic())
+        collector.close()
+    if not args.quiet:
+        say(f"stopped: {recorder.samples} sample{'s' if recorder.samples != 1 else ''} recorded"
+            + (f", {recorder.dropped} not written" if recorder.dropped else ""))
+    return 0
+
+
+def _reopen(collector: Collector, args: argparse.Namespace) -> None:
+    """After a failed reading, open the machine afresh (a reloaded driver invalidates NVML's
+    handles). If it cannot be opened yet, the old one stays and the next interval tries again."""
+    try:
+        fresh = open_for(args)
+    except VramkitError:
+        return
+    collector.replace_machine(fresh)

@@ -1,0 +1,177 @@
+"""Questions asked of the history store: usage over a window (by user, GPU, job or day), the top
+idle holders, one job's memory over its life, and how long each held memory has been idle.
+
+Every total is a sum of value x seconds over the rows of every tier (store.gpu_time and
+store.proc_time). A row belongs to a window by its start time, so a window's edges are exact to
+one sample (raw), one minute or fifteen minutes (older tiers).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import RequestError
+from .store import Store, StoreError, describe
+
+BY = ("user", "gpu", "job", "day")
+
+
+@dataclass
+class Usage:
+    """One row of a report: GPU-seconds (a process holding memory on a GPU for a second is one;
+    for --by gpu: seconds any process held memory on it), memory byte-seconds, peak memory,
+    seconds memory was held idle (no kernels of the holder's own)."""
+
+    key: str
+    gpu_seconds: float = 0.0
+    memory_byte_seconds: float = 0.0
+    peak_memory: int | None = None
+    idle_seconds: float = 0.0
+    jobs: int = 0
+    utilization: float | None = None  # --by gpu: the GPU's average utilization (%)
+    user: str | None = None  # --by job
+    pid: int | None = None
+    command: str | None = None
+    gpus: str | None = None
+    first_seen: float | None = None
+    last_seen: float | None = None
+
+
+@dataclass
+class Coverage:
+    """What the store holds: its first and last sample and the seconds recorded in a window."""
+
+    first: float | None
+    last: float | None
+    recorded_seconds: float
+
+
+@dataclass
+class JobLife:
+    id: int
+    pid: int
+    user: str | None
+    command: str | None
+    first_seen: float
+    last_seen: float
+    gpus: str
+    peak_memory: int
+    gpu_seconds: float
+    memory_byte_seconds: float
+    idle_seconds: float
+    points: list[tuple[float, float, int, int | None, int | None, int | None, float]] = field(default_factory=list)
+    # (t, seconds, gpu, memory, memory_max, sm_util, idle_seconds), oldest first
+
+
+def _rows(store: Store, sql: str, params: tuple[object, ...] | Mapping[str, object]) -> list[tuple[Any, ...]]:
+    """The rows of a query (SQLite's values: Any), or a StoreError with one line."""
+    try:
+        return list(store.conn.execute(sql, params))
+    except sqlite3.Error as e:
+        raise StoreError(describe(e, store.path), param="db") from None
+
+
+def coverage(store: Store, since: float, until: float) -> Coverage:
+    rows = _rows(store, "SELECT min(t), max(t) FROM (SELECT t FROM samples UNION ALL SELECT t FROM gpu_rollup)", ())
+    first, last = rows[0]
+    # Seconds covered: each GPU's rows count the same time; one GPU's total is the window's.
+    per_gpu = _rows(store, "SELECT gpu, SUM(seconds) FROM gpu_time WHERE t >= ? AND t < ? GROUP BY gpu",
+                    (since, until))
+    seconds = max((float(s) for _, s in per_gpu if s is not None), default=0.0)
+    return Coverage(first if first is None else float(first), last if last is None else float(last),
+                    seconds)
+
+
+def usage(store: Store, since: float, until: float, by: str) -> list[Usage]:
+    """Totals per user, GPU, job or day (local time) over [since, until), biggest GPU-time first."""
+    if by not in BY:
+        raise RequestError(f"by: must be one of {', '.join(BY)}, got {by!r}", param="by")
+    window = {"since": since, "until": until}
+    if by == "gpu":
+        return _by_gpu(store, window)
+    group = {"user": "coalesce(j.user, '?')", "job": "j.id",
+             "day": "date(p.t, 'unixepoch', 'localtime')"}[by]
+    rows = _rows(store, f"""
+        SELECT {group} AS k, SUM(p.seconds), SUM(p.memory * p.seconds), MAX(p.memory_max), SUM(p.idle_seconds),
+               COUNT(DISTINCT p.job), min(j.user), min(j.pid), min(j.command), min(j.gpus), min(j.first_seen),
+               max(j.last_seen)
+        FROM proc_time p JOIN jobs j ON j.id = p.job
+        WHERE p.t >= :since AND p.t < :until GROUP BY k""", window)
+    out = []
+    for k, gs, mbs, peak, idle, jobs, user, pid, command, gpus, first, last in rows:
+        u = Usage(str(k), float(gs or 0), float(mbs or 0), None if peak is None else int(peak),
+                  float(idle or 0), int(jobs))
+        if by == "job":
+            u.user, u.pid, u.command, u.gpus = user, pid, command, gpus
+            u.first_seen, u.last_seen = first, last
+            u.key = f"{pid}"
+        out.append(u)
+    out.sort(key=lambda u: (u.key if by == "day" else "", -u.gpu_seconds, u.key))
+    return out
+
+
+def _by_gpu(store: Store, window: Mapping[str, object]) -> list[Usage]:
+    gpus = _rows(store, """
+        SELECT gpu, SUM(occupied_seconds), MAX(used_max),
+               SUM(util * seconds) / NULLIF(SUM(CASE WHEN util IS NOT NULL THEN seconds END), 0)
+        FROM gpu_time WHERE t >= :since AND t < :until GROUP BY gpu""", window)
+    procs = {int(g): (mbs, idle, jobs) for g, mbs, idle, jobs in _rows(store, """
+        SELECT gpu, SUM(memory * seconds), SUM(idle_seconds), COUNT(DISTINCT job)
+        FROM proc_time WHERE t >= :since AND t < :until GROUP BY gpu""", window)}
+    out = []
+    for gpu, occupied, peak, util in gpus:
+        mbs, idle, jobs = procs.get(int(gpu), (0, 0, 0))
+        out.append(Usage(f"GPU {gpu}", float(occupied or 0), float(mbs or 0),
+                         None if peak is None else int(peak), float(idle or 0), int(jobs),
+                         utilization=None if util is None else float(util)))
+    out.sort(key=lambda u: int(u.key.split()[1]))
+    return out
+
+
+def idle_holders(store: Store, since: float, until: float, limit: int = 10) -> list[Usage]:
+    """The jobs that held memory idle longest in the window (with the memory they held)."""
+    rows = _rows(store, """
+        SELECT j.id, j.pid, j.user, j.command, j.gpus, SUM(p.idle_seconds),
+               SUM(p.memory * p.idle_seconds) / NULLIF(SUM(p.idle_seconds), 0), MAX(p.memory_max),
+               SUM(p.seconds), j.first_seen, j.last_seen
+        FROM proc_time p JOIN jobs j ON j.id = p.job
+        WHERE p.t >= :since AND p.t < :until AND p.idle_seconds > 0
+        GROUP BY j.id ORDER BY SUM(p.idle_seconds) DESC, j.id LIMIT :limit""",
+                 {"since": since, "until": until, "limit": limit})
+    out = []
+    for _job, pid, user, command, gpus, idle, idle_mem, peak, seconds, first, last in rows:
+        u = Usage(str(pid), float(seconds or 0), float(idle_mem or 0) * float(idle or 0),
+                  None if peak is None else int(peak), float(idle or 0), 1,
+                  user=user, pid=pid, command=command, gpus=gpus, first_seen=first, last_seen=last)
+        out.append(u)
+    return out
+
+
+def job_lives(store: Store, pid: int) -> list[JobLife]:
+    """Every recorded life of `pid`, newest first, each with its memory over time per GPU."""
+    lives = []
+    for row in _rows(store, "SELECT id, pid, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
+                     "memory_byte_seconds, idle_seconds FROM jobs WHERE pid = ? ORDER BY first_seen DESC", (pid,)):
+        life = JobLife(*row)
+        life.points = [tuple(r) for r in _rows(store, """
+            SELECT t, seconds, gpu, memory, memory_max, sm_util, idle_seconds FROM proc_time
+            WHERE job = :job AND t >= :first AND t <= :last ORDER BY t, gpu""",
+            {"job": life.id, "first": life.first_seen - 900, "last": life.last_seen})]
+        lives.append(life)
+    return lives
+
+
+def idle_since(store: Store, fresh_after: float) -> dict[tuple[int, int | None, int], float]:
+    """(pid, start ticks, GPU) -> since when (unix time) it has held memory there idle without a
+    break in recording, for the processes of the newest sample, if that sample is later than
+    `fresh_after` (else {}: the recorder is not running, and its past says nothing about now)."""
+    last = _rows(store, "SELECT max(t) FROM samples", ())[0][0]
+    if last is None or float(last) < fresh_after:
+        return {}
+    rows = _rows(store, """
+        SELECT j.pid, j.start_ticks, h.gpu, h.idle_since FROM holding h JOIN jobs j ON j.id = h.job
+        WHERE h.idle_since IS NOT NULL""", ())
+    return {(int(pid), ticks, int(gpu)): float(since) for pid, ticks, gpu, since in rows}

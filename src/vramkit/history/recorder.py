@@ -1,0 +1,254 @@
+"""The recorder: a collector consumer that writes each snapshot into the history store.
+
+Each snapshot is one transaction: its sample, its GPUs, its processes (matched to their process
+life, a row of `jobs`), and the span of the sample before it, now known (see store.py). Nothing
+is kept in memory that the database does not also have after the commit, so a recorder killed
+at any instant leaves a database that opens, short of at most the last interval; a restarted
+one continues the same jobs. A write that fails (the disk is full) is said once, the sample is
+dropped, and recording goes on; what was written before stays intact.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import RequestError
+from ..model import GpuProcess, Snapshot
+from .store import Retention, Store, describe
+
+COMMANDS = ("off", "name", "full")  # how much of a command line is kept
+MAX_COMMAND = 1024
+ROLLUP_EVERY = 300.0  # seconds of recording between rollups / retention passes
+FORGET_AFTER = 3600.0  # a job unseen this long is not matched again in memory (the database still is)
+
+JobKey = tuple[int, "int | None", "str | None"]  # (pid, start ticks, user)
+
+
+@dataclass
+class _Held:
+    """What one process held on one GPU in the newest sample (credited when the next comes)."""
+
+    job: int
+    gpu: int
+    memory: int | None
+    idle: bool
+
+
+@dataclass
+class _Job:
+    id: int
+    last_seen: float
+    gpus: set[int] = field(default_factory=set)
+    peak: int = 0
+
+
+def max_gap(interval: float) -> float:
+    """Longer than this between two samples and the time between is not counted: the recorder
+    was stopped, the machine slept, or the clock jumped."""
+    return max(3 * interval, interval + 10)
+
+
+class Recorder:
+    def __init__(self, store: Store, interval: float, commands: str = "name",
+                 retention: Retention | None = None, say: Callable[[str], None] | None = None):
+        if commands not in COMMANDS:
+            raise RequestError(f"commands: must be one of {', '.join(COMMANDS)}, got {commands!r}",
+                               param="commands")
+        self.store = store
+        self.interval = interval
+        self.gap = max_gap(interval)
+        self.commands = commands
+        self.retention = retention or Retention()
+        self.say = say or (lambda line: None)
+        self.samples = 0  # written
+        self.dropped = 0  # not written (a failed write)
+        self._failing: str | None = None  # the failure being reported, said once
+        self._prev: tuple[int, float, list[_Held]] | None = None  # (sample id, monotonic, held)
+        self._jobs: dict[JobKey, _Job] = {}
+        self._last_rollup: float | None = None
+        self._gpus: dict[int, tuple[str | None, str | None, int | None]] = {}
+        self._idle_since: dict[tuple[int, int], float | None] = {}  # as in the table `holding`
+        self._resume()
+
+    # ------------------------------------------------------------ consumer
+    def __call__(self, snap: Snapshot) -> None:
+        self.record(snap)
+
+    def record(self, snap: Snapshot) -> None:
+        mono = snap.monotonic if snap.monotonic is not None else time.monotonic()
+        try:
+            with self.store.transaction() as c:
+                unbroken = self._credit_previous(c, mono)
+                sample = c.execute("INSERT INTO samples (t) VALUES (?)", (snap.time,)).lastrowid
+                assert sample is not None
+                self._write_gpus(c, sample, snap)
+                new_jobs, held = self._write_processes(c, sample, snap)
+                idle_since = self._write_holding(c, held, snap.time, unbroken)
+        except sqlite3.Error as e:
+            self.dropped += 1
+            self._fail(describe(e, self.store.path))
+            return
+        # Committed: only now does memory follow the database.
+        self._jobs.update(new_jobs)
+        self._prev = (sample, mono, held)
+        self._idle_since = idle_since
+        self.samples += 1
+        if self._failing is not None:
+            self.say(f"recording again ({self.dropped} sample{'s' if self.dropped != 1 else ''} "
+                     "could not be written)")
+            self._failing = None
+        self._maintain(snap.time)
+
+    def close(self, now_monotonic: float | None = None) -> None:
+        """Credit the newest sample with the time since it (as on SIGTERM), then close the store."""
+        try:
+            if self._prev is not None:
+                mono = time.monotonic() if now_monotonic is None else now_monotonic
+                with self.store.transaction() as c:
+                    self._credit_previous(c, mono)
+                self._prev = None
+        except sqlite3.Error as e:
+            self._fail(describe(e, self.store.path))
+        finally:
+            self.store.close()
+
+    # ------------------------------------------------------------ the writes
+    def _credit_previous(self, c: sqlite3.Connection, mono: float) -> bool:
+        """The previous sample stands for the time from it to now (capped): write its span and
+        add its processes' time to their jobs. False when there was no previous sample or the
+        time since it is a gap (recording was broken)."""
+        if self._prev is None:
+            return False
+        sample, then, held = self._prev
+        span = mono - then
+        unbroken = 0 <= span <= self.gap
+        span = span if unbroken else 0.0  # a gap, or a clock that went back: not counted
+        c.execute("UPDATE samples SET span = ? WHERE id = ?", (span, sample))
+        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = "
+                      "memory_byte_seconds + ?, idle_seconds = idle_seconds + ? WHERE id = ?",
+                      [(span, (h.memory or 0) * span, span if h.idle else 0.0, h.job) for h in held])
+        return unbroken
+
+    def _write_holding(self, c: sqlite3.Connection, held: list[_Held], now: float,
+                       unbroken: bool) -> dict[tuple[int, int], float | None]:
+        """Keep `holding` as of this sample: (job, GPU) -> since when idle without a break (None:
+        busy). Only changes are written. After a break in recording idle time starts over."""
+        before = self._idle_since if unbroken else {}
+        now_idle: dict[tuple[int, int], float | None] = {}
+        for h in held:
+            key = (h.job, h.gpu)
+            now_idle[key] = (before.get(key) or now) if h.idle else None
+        if not unbroken:
+            c.execute("DELETE FROM holding")
+            stale = list(now_idle)
+        else:
+            c.executemany("DELETE FROM holding WHERE job = ? AND gpu = ?", [k for k in before if k not in now_idle])
+            stale = [k for k, v in now_idle.items() if k not in before or before[k] != v]
+        c.executemany("INSERT INTO holding (job, gpu, idle_since) VALUES (?, ?, ?) ON CONFLICT(job, gpu) "
+                      "DO UPDATE SET idle_since = excluded.idle_since", [(*k, now_idle[k]) for k in stale])
+        return now_idle
+
+    def _write_gpus(self, c: sqlite3.Connection, sample: int, snap: Snapshot) -> None:
+        rows = []
+        for g in snap.gpus:
+            facts = (g.uuid, g.name, g.memory_total)
+            if g.memory_total is not None and self._gpus.get(g.index) != facts:
+                c.execute("INSERT INTO gpus (gpu, uuid, name, memory_total) VALUES (?, ?, ?, ?) ON CONFLICT(gpu) "
+                          "DO UPDATE SET uuid = excluded.uuid, name = excluded.name, memory_total = "
+                          "excluded.memory_total", (g.index, *facts))
+                self._gpus[g.index] = facts
+            power = round(g.power_draw, 1) if g.power_draw is not None else None
+            rows.append((sample, g.index, g.memory_used, g.memory_reserved, g.utilization, g.memory_utilization,
+                         g.temperature, power, len(g.processes), int(g.lost)))
+        c.executemany("INSERT INTO gpu_raw (sample, gpu, used, reserved, util, mem_util, temp, power, procs, lost) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def _command(self, p: GpuProcess) -> str | None:
+        if self.commands == "off":
+            return None
+        text = p.name if self.commands == "name" else p.command
+        return text[:MAX_COMMAND] if text else text
+
+    def _write_processes(self, c: sqlite3.Connection, sample: int,
+                         snap: Snapshot) -> tuple[dict[JobKey, _Job], list[_Held]]:
+        # One row per (process, GPU): a process in two MIG instances of one GPU is summed.
+        per: dict[tuple[JobKey, int], tuple[GpuProcess, int | None, int | None, bool]] = {}
+        for dev in snap.gpus:
+            for p in dev.processes:
+                key: JobKey = (p.pid, p.start_ticks, p.user)
+                was = per.get((key, dev.index))
+                if was is None:
+                    per[(key, dev.index)] = (p, p.memory, p.sm_utilization, p.idle)
+                else:
+                    memory = None if was[1] is None or p.memory is None else was[1] + p.memory
+                    per[(key, dev.index)] = (p, memory, was[2], was[3] and p.idle)
+        changed: dict[JobKey, _Job] = {}
+        held: list[_Held] = []
+        rows = []
+        for (key, gpu), (p, memory, sm, idle) in per.items():
+            job = changed.get(key)
+            if job is None:
+                base = self._job(c, key, p, snap.time)
+                job = changed[key] = _Job(base.id, snap.time, set(base.gpus), base.peak)
+            job.gpus.add(gpu)
+            job.peak = max(job.peak, memory or 0)
+            rows.append((sample, job.id, gpu, memory, sm, int(idle)))
+            held.append(_Held(job.id, gpu, memory, idle))
+        c.executemany("INSERT INTO proc_raw (sample, job, gpu, memory, sm_util, idle) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        c.executemany("UPDATE jobs SET last_seen = ?, peak_memory = max(peak_memory, ?), gpus = ? WHERE id = ?",
+                      [(snap.time, j.peak, ",".join(map(str, sorted(j.gpus))), j.id) for j in changed.values()])
+        return changed, held
+
+    def _job(self, c: sqlite3.Connection, key: JobKey, p: GpuProcess, now: float) -> _Job:
+        """The job this process is: one seen in memory, one the database has from before a
+        restart (the same pid and start ticks; with unknown ticks, seen within the gap), or new."""
+        known = self._jobs.get(key)
+        if known is not None and (key[1] is not None or now - known.last_seen <= self.gap):
+            return known
+        pid, ticks, user = key
+        if ticks is not None:
+            row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks = ? "
+                            "ORDER BY id DESC LIMIT 1", (pid, ticks)).fetchone()
+        else:
+            row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks IS NULL "
+                            "AND user IS ? AND last_seen >= ? ORDER BY id DESC LIMIT 1",
+                            (pid, user, now - self.gap)).fetchone()
+        if row is not None:
+            return _Job(row[0], row[1], {int(x) for x in row[2].split(",") if x}, row[3])
+        job_id = c.execute(
+            "INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
+            "last_seen, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
+            (pid, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now)).lastrowid
+        assert job_id is not None
+        return _Job(job_id, now)
+
+    # ------------------------------------------------------------ upkeep
+    def _resume(self) -> None:
+        """After a restart: the jobs seen in the last recorded sample can be continued."""
+        c = self.store.conn
+        last = c.execute("SELECT max(t) FROM samples").fetchone()[0]
+        if last is None:
+            return
+        for job_id, pid, ticks, user, seen, gpus, peak in c.execute(
+                "SELECT id, pid, start_ticks, user, last_seen, gpus, peak_memory FROM jobs WHERE last_seen >= ?",
+                (last - self.gap,)):
+            self._jobs[(pid, ticks, user)] = _Job(job_id, seen, {int(x) for x in gpus.split(",") if x}, peak)
+
+    def _maintain(self, now: float) -> None:
+        if self._last_rollup is not None and 0 <= now - self._last_rollup < ROLLUP_EVERY:
+            return
+        self._last_rollup = now
+        self._jobs = {k: j for k, j in self._jobs.items() if now - j.last_seen <= FORGET_AFTER}
+        try:
+            self.store.roll_up(now, self.retention)
+        except sqlite3.Error as e:
+            self._fail(describe(e, self.store.path))
+
+    def _fail(self, line: str) -> None:
+        if self._failing != line:
+            self.say(f"{line}: samples are not being recorded (what was recorded is intact); retrying "
+                     "every interval")
+            self._failing = line

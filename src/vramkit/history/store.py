@@ -1,0 +1,419 @@
+"""The history store: one SQLite file (WAL mode) of GPU and process samples, process lives (jobs)
+and their rollups. docs/history.md describes the schema for people; this is its one definition.
+
+Time is split into tiers that never overlap: raw samples for the last day, then 1-minute rollups,
+then 15-minute rollups (Retention). Each row says how many seconds it stands for, so a report
+sums value x seconds over every tier alike (the views gpu_time and proc_time).
+
+A raw sample stands for the time from it to the next sample, capped (a recorder that was stopped
+does not count its downtime): its `span` is written when the next sample is, so a recorder killed
+mid-write loses at most the last interval. Writers and readers never wait for each other (WAL).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RequestError
+
+SCHEMA_VERSION = 1
+SQLITE_FULL, SQLITE_NOTADB = 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
+APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
+
+# Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    -- The GPUs as last seen (memory total and name change rarely: not repeated per sample).
+    CREATE TABLE gpus (gpu INTEGER PRIMARY KEY, uuid TEXT, name TEXT, memory_total INTEGER);
+    -- One row per raw sample: t = unix seconds; span = seconds it stands for (0 until the next).
+    CREATE TABLE samples (id INTEGER PRIMARY KEY, t REAL NOT NULL, span REAL NOT NULL DEFAULT 0);
+    CREATE INDEX samples_t ON samples (t);
+    CREATE TABLE gpu_raw (
+        sample INTEGER NOT NULL, gpu INTEGER NOT NULL,
+        used INTEGER, reserved INTEGER, util INTEGER, mem_util INTEGER, temp INTEGER, power REAL,
+        procs INTEGER NOT NULL, lost INTEGER NOT NULL,
+        PRIMARY KEY (sample, gpu)) WITHOUT ROWID;
+    -- One row per process life: (pid, start ticks); start_ticks is NULL where the host side is
+    -- unknown (another PID namespace, a simulated process). Totals over its whole life.
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, start_ticks INTEGER, start_time REAL,
+        user TEXT, uid INTEGER, command TEXT, container TEXT,
+        first_seen REAL NOT NULL, last_seen REAL NOT NULL, gpus TEXT NOT NULL,
+        peak_memory INTEGER NOT NULL DEFAULT 0, gpu_seconds REAL NOT NULL DEFAULT 0,
+        memory_byte_seconds REAL NOT NULL DEFAULT 0, idle_seconds REAL NOT NULL DEFAULT 0);
+    CREATE INDEX jobs_pid ON jobs (pid, start_ticks);
+    CREATE INDEX jobs_last_seen ON jobs (last_seen);
+    -- idle: 1 when it held memory and ran no kernels of its own (idle.py's rule).
+    CREATE TABLE proc_raw (
+        sample INTEGER NOT NULL, job INTEGER NOT NULL, gpu INTEGER NOT NULL,
+        memory INTEGER, sm_util INTEGER, idle INTEGER NOT NULL,
+        PRIMARY KEY (sample, job, gpu)) WITHOUT ROWID;
+    -- What each job holds as of the newest sample, and since when it has been idle there without
+    -- a break in recording (NULL: busy). Read by kill --idle, doctor and the live view.
+    CREATE TABLE holding (
+        job INTEGER NOT NULL, gpu INTEGER NOT NULL, idle_since REAL,
+        PRIMARY KEY (job, gpu)) WITHOUT ROWID;
+    -- Rollups: tier = the bucket's length in seconds (60, 900); t = the bucket's start;
+    -- seconds = how much of it was recorded; averages are weighted by time.
+    CREATE TABLE gpu_rollup (
+        tier INTEGER NOT NULL, t INTEGER NOT NULL, gpu INTEGER NOT NULL, seconds REAL NOT NULL,
+        occupied_seconds REAL NOT NULL, lost_seconds REAL NOT NULL,
+        used REAL, used_max INTEGER, reserved REAL, util REAL, mem_util REAL, temp REAL, power REAL,
+        PRIMARY KEY (tier, t, gpu)) WITHOUT ROWID;
+    CREATE TABLE proc_rollup (
+        tier INTEGER NOT NULL, t INTEGER NOT NULL, job INTEGER NOT NULL, gpu INTEGER NOT NULL,
+        seconds REAL NOT NULL, idle_seconds REAL NOT NULL,
+        memory REAL, memory_max INTEGER, sm_util REAL,
+        PRIMARY KEY (tier, t, job, gpu)) WITHOUT ROWID;
+    -- What reports read: every tier as rows of (t, seconds, ...).
+    CREATE VIEW gpu_time AS
+        SELECT s.t AS t, s.span AS seconds, g.gpu AS gpu, g.used AS used, g.used AS used_max,
+               g.reserved AS reserved, g.util AS util, g.mem_util AS mem_util, g.temp AS temp,
+               g.power AS power, CASE WHEN g.procs > 0 THEN s.span ELSE 0 END AS occupied_seconds,
+               CASE WHEN g.lost THEN s.span ELSE 0 END AS lost_seconds
+        FROM gpu_raw g JOIN samples s ON s.id = g.sample
+        UNION ALL
+        SELECT t, seconds, gpu, used, used_max, reserved, util, mem_util, temp, power,
+               occupied_seconds, lost_seconds FROM gpu_rollup;
+    CREATE VIEW proc_time AS
+        SELECT s.t AS t, s.span AS seconds, p.job AS job, p.gpu AS gpu, p.memory AS memory,
+               p.memory AS memory_max, p.sm_util AS sm_util, p.idle * s.span AS idle_seconds
+        FROM proc_raw p JOIN samples s ON s.id = p.sample
+        UNION ALL
+        SELECT t, seconds, job, gpu, memory, memory_max, sm_util, idle_seconds FROM proc_rollup;
+    """,
+)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long each tier is kept, in seconds, and the most the file may hold."""
+
+    raw: float = 86400.0  # raw samples: a day
+    minute: float = 30 * 86400.0  # 1-minute rollups: 30 days
+    quarter: float = 365 * 86400.0  # 15-minute rollups: a year
+    max_bytes: int = 2 * 1024**3  # past this the oldest rows go first
+
+
+def default_path() -> Path:
+    """$VRAM_DB, else /var/lib/vramkit/history.db for root, else ~/.local/state/vramkit/history.db."""
+    env = os.environ.get("VRAM_DB")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/vramkit/history.db")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "vramkit" / "history.db"
+
+
+class StoreError(RequestError):
+    """The database cannot be used as asked (corrupt, newer schema, locked, not ours): exit 2."""
+
+
+def _check_not_symlink(path: Path) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StoreError(f"{path}: {e.strerror}", param="db") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"{path} is a symbolic link; vram does not follow links it did not make", param="db")
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"{path} is not a regular file", param="db")
+
+
+def _make_dir(directory: Path) -> None:
+    """Create the store's directory (0755 for root's shared store, 0700 otherwise); refuse a link
+    or a directory another user owns and could swap files in."""
+    if not directory.exists():
+        try:
+            directory.mkdir(parents=True, mode=0o755 if os.geteuid() == 0 else 0o700, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create {directory}: {e.strerror}", param="db") from None
+    st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{directory} is not a directory (a link?); vram does not follow links", param="db")
+    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        raise StoreError(f"{directory} can be changed by another user; choose a directory of your own "
+                         "(--db or $VRAM_DB)", param="db")
+
+
+def describe(e: sqlite3.Error, path: Path) -> str:
+    """One line for an SQLite error on the store."""
+    text = str(e)
+    code = getattr(e, "sqlite_errorcode", None)
+    if code == SQLITE_FULL or "disk is full" in text:
+        return f"{path}: the disk is full"
+    if code == SQLITE_NOTADB or "not a database" in text or "malformed" in text:
+        return f"{path} is not a readable vram history database (corrupt, or another kind of file): {text}"
+    if "readonly" in text or "read-only" in text:
+        return f"{path} is read-only here: {text}"
+    if "locked" in text or "busy" in text:
+        return f"{path} is locked by another program: {text}"
+    if "unable to open" in text:
+        return f"cannot open {path}: {text} (does its directory exist, and may you read it?)"
+    return f"{path}: {text}"
+
+
+class Store:
+    """An open history database. `Store.open(path, write=True)` for the recorder (creates and
+    migrates it); `Store.open(path)` for readers (read-only, never blocks the recorder)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, writable: bool, lock_fd: int | None = None):
+        self.conn = conn
+        self.path = path
+        self.writable = writable
+        self._lock_fd = lock_fd
+
+    @classmethod
+    def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
+        path = Path(path) if path is not None else default_path()
+        if write:
+            _make_dir(path.parent)
+        _check_not_symlink(path)
+        if not write and not path.exists():
+            raise StoreError(f"no history at {path}: nothing has been recorded there (start "
+                             "'vram record', or name another database with --db)", param="db")
+        lock_fd = cls._lock(path) if write else None
+        try:
+            if write:
+                conn = sqlite3.connect(path, timeout=0.5, isolation_level=None, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=5,
+                                       isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from another user
+            store = cls(conn, path, write, lock_fd)
+            store._prepare()
+            return store
+        except sqlite3.Error as e:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise StoreError(describe(e, path), param="db") from None
+        except BaseException:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise
+
+    @staticmethod
+    def _lock(path: Path) -> int:
+        """One recorder per database: an exclusive flock on the file (held until close; SQLite's
+        own locks are fcntl locks, which flock does not touch)."""
+        import fcntl
+
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o644 if os.geteuid() == 0 else 0o600)
+        except OSError as e:
+            if e.errno == 40:  # ELOOP: a link was put there
+                raise StoreError(f"{path} is a symbolic link; vram does not follow links", param="db") from None
+            raise StoreError(f"cannot open {path} for writing: {e.strerror}", param="db") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreError(f"{path} is not a regular file", param="db")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreError(f"{path} is locked: another 'vram record' is writing to it", param="db") from None
+        return fd
+
+    def _prepare(self) -> None:
+        c = self.conn
+        c.execute("PRAGMA busy_timeout = 500" if self.writable else "PRAGMA busy_timeout = 5000")
+        version = self.version()
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer vramkit (schema {version}; this "
+                             f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
+        app = c.execute("PRAGMA application_id").fetchone()[0]
+        empty = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+        if app != APPLICATION_ID and not empty:
+            raise StoreError(f"{self.path} is an SQLite database, but not a vram history", param="db")
+        if not self.writable:
+            if empty:
+                raise StoreError(f"{self.path} holds no history yet", param="db")
+            if version < SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema {version}; 'vram record' upgrades it to "
+                                 f"{SCHEMA_VERSION} when it next starts", param="db")
+            return
+        c.execute("PRAGMA journal_mode = WAL")
+        c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
+        if empty:
+            c.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
+        self.migrate()
+
+    def version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def migrate(self) -> None:
+        """Bring the schema up to SCHEMA_VERSION, one migration per transaction."""
+        while (version := self.version()) < SCHEMA_VERSION:
+            # One script (executescript commits whatever transaction is open before it runs).
+            try:
+                self.conn.executescript(f"BEGIN IMMEDIATE; {MIGRATIONS[version]}; PRAGMA user_version = "
+                                        f"{version + 1}; PRAGMA application_id = {APPLICATION_ID}; COMMIT;")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ------------------------------------------------------------ meta
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                          "SET value = excluded.value", (key, value))
+
+    def size(self) -> int:
+        """Bytes in use (pages not on the free list)."""
+        page = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        count = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return int(page * (count - free))
+
+    # ------------------------------------------------------------ rollups and retention
+    def roll_up(self, now: float, keep: Retention) -> None:
+        """Move raw samples older than keep.raw into 1-minute rollups, 1-minute rollups older than
+        keep.minute into 15-minute ones, drop 15-minute ones older than keep.quarter, and the
+        oldest rows first while the file holds more than keep.max_bytes. Whole buckets only:
+        the cut-offs are bucket boundaries, so tiers never overlap."""
+        cut_raw = (now - keep.raw) // 60 * 60
+        cut_minute = (now - keep.minute) // 900 * 900
+        with self.transaction() as c:
+            _raw_to_minutes(c, cut_raw)
+        with self.transaction() as c:
+            _minutes_to_quarters(c, cut_minute)
+            c.execute("DELETE FROM gpu_rollup WHERE tier = 900 AND t < ?", (now - keep.quarter,))
+            c.execute("DELETE FROM proc_rollup WHERE tier = 900 AND t < ?", (now - keep.quarter,))
+            _drop_old_jobs(c)
+        while self.size() > keep.max_bytes and self._drop_oldest():
+            pass
+        self.conn.execute("PRAGMA incremental_vacuum")
+
+    def _drop_oldest(self) -> bool:
+        """Delete the oldest tenth of the oldest tier that has rows; False when nothing is left."""
+        with self.transaction() as c:
+            for table, where in (("proc_rollup", "tier = 900"), ("proc_rollup", "tier = 60")):
+                n = c.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0]
+                if n:
+                    edge = c.execute(f"SELECT t FROM {table} WHERE {where} ORDER BY t LIMIT 1 OFFSET ?",
+                                     (n // 10,)).fetchone()[0]
+                    tier = 900 if "900" in where else 60
+                    c.execute("DELETE FROM proc_rollup WHERE tier = ? AND t <= ?", (tier, edge))
+                    c.execute("DELETE FROM gpu_rollup WHERE tier = ? AND t <= ?", (tier, edge))
+                    _drop_old_jobs(c)
+                    return True
+            n = c.execute("SELECT count(*) FROM samples").fetchone()[0]
+            if n <= 1:
+                return False
+            edge = c.execute("SELECT id FROM samples ORDER BY id LIMIT 1 OFFSET ?", (max(1, n // 10),)).fetchone()[0]
+            c.execute("DELETE FROM proc_raw WHERE sample < ?", (edge,))
+            c.execute("DELETE FROM gpu_raw WHERE sample < ?", (edge,))
+            c.execute("DELETE FROM samples WHERE id < ?", (edge,))
+            _drop_old_jobs(c)
+            return True
+
+    def close(self) -> None:
+        try:
+            if self.writable:
+                try:
+                    self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error:
+                    pass
+            self.conn.close()
+        finally:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+
+def _avg(column: str, weight: str) -> str:
+    """SQL for the time-weighted average of `column` over the rows where it is known."""
+    return (f"SUM({column} * {weight}) / NULLIF(SUM(CASE WHEN {column} IS NOT NULL THEN {weight} END), 0)")
+
+
+def _merge(column: str, kind: str) -> str:
+    """ON CONFLICT: combine an existing rollup row with a new one for the same bucket (a wall
+    clock that went back can bring samples into a bucket already rolled up)."""
+    if kind == "sum":
+        return f"{column} = {column} + excluded.{column}"
+    if kind == "max":
+        return f"{column} = max(coalesce({column}, excluded.{column}), coalesce(excluded.{column}, {column}))"
+    return (f"{column} = coalesce(({column} * seconds + excluded.{column} * excluded.seconds) / "
+            f"NULLIF(seconds + excluded.seconds, 0), {column}, excluded.{column})")
+
+
+_GPU_MERGE = ", ".join([_merge(c, "avg") for c in ("used", "reserved", "util", "mem_util", "temp", "power")]
+                       + [_merge("used_max", "max")]
+                       + [_merge(c, "sum") for c in ("occupied_seconds", "lost_seconds", "seconds")])
+_PROC_MERGE = ", ".join([_merge(c, "avg") for c in ("memory", "sm_util")] + [_merge("memory_max", "max")]
+                        + [_merge(c, "sum") for c in ("idle_seconds", "seconds")])
+
+
+def _raw_to_minutes(c: sqlite3.Connection, cut: float) -> None:
+    old = "SELECT id FROM samples WHERE t < :cut"
+    c.execute(f"""
+        INSERT INTO gpu_rollup (tier, t, gpu, seconds, occupied_seconds, lost_seconds, used, used_max,
+                                reserved, util, mem_util, temp, power)
+        SELECT 60, CAST(s.t / 60 AS INTEGER) * 60 AS b, g.gpu, SUM(s.span),
+               SUM(CASE WHEN g.procs > 0 THEN s.span ELSE 0 END), SUM(CASE WHEN g.lost THEN s.span ELSE 0 END),
+               {_avg('g.used', 's.span')}, MAX(g.used), {_avg('g.reserved', 's.span')},
+               {_avg('g.util', 's.span')}, {_avg('g.mem_util', 's.span')}, {_avg('g.temp', 's.span')},
+               {_avg('g.power', 's.span')}
+        FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t < :cut GROUP BY b, g.gpu
+        ON CONFLICT (tier, t, gpu) DO UPDATE SET {_GPU_MERGE}""", {"cut": cut})
+    c.execute(f"""
+        INSERT INTO proc_rollup (tier, t, job, gpu, seconds, idle_seconds, memory, memory_max, sm_util)
+        SELECT 60, CAST(s.t / 60 AS INTEGER) * 60 AS b, p.job, p.gpu, SUM(s.span), SUM(p.idle * s.span),
+               {_avg('p.memory', 's.span')}, MAX(p.memory), {_avg('p.sm_util', 's.span')}
+        FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t < :cut GROUP BY b, p.job, p.gpu
+        ON CONFLICT (tier, t, job, gpu) DO UPDATE SET {_PROC_MERGE}""", {"cut": cut})
+    c.execute(f"DELETE FROM proc_raw WHERE sample IN ({old})", {"cut": cut})
+    c.execute(f"DELETE FROM gpu_raw WHERE sample IN ({old})", {"cut": cut})
+    c.execute("DELETE FROM samples WHERE t < :cut", {"cut": cut})
+
+
+def _minutes_to_quarters(c: sqlite3.Connection, cut: float) -> None:
+    c.execute(f"""
+        INSERT INTO gpu_rollup (tier, t, gpu, seconds, occupied_seconds, lost_seconds, used, used_max,
+                                reserved, util, mem_util, temp, power)
+        SELECT 900, t / 900 * 900 AS b, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds),
+               {_avg('used', 'seconds')}, MAX(used_max), {_avg('reserved', 'seconds')}, {_avg('util', 'seconds')},
+               {_avg('mem_util', 'seconds')}, {_avg('temp', 'seconds')}, {_avg('power', 'seconds')}
+        FROM gpu_rollup WHERE tier = 60 AND t < :cut GROUP BY b, gpu
+        ON CONFLICT (tier, t, gpu) DO UPDATE SET {_GPU_MERGE}""", {"cut": cut})
+    c.execute(f"""
+        INSERT INTO proc_rollup (tier, t, job, gpu, seconds, idle_seconds, memory, memory_max, sm_util)
+        SELECT 900, t / 900 * 900 AS b, job, gpu, SUM(seconds), SUM(idle_seconds),
+               {_avg('memory', 'seconds')}, MAX(memory_max), {_avg('sm_util', 'seconds')}
+        FROM proc_rollup WHERE tier = 60 AND t < :cut GROUP BY b, job, gpu
+        ON CONFLICT (tier, t, job, gpu) DO UPDATE SET {_PROC_MERGE}""", {"cut": cut})
+    c.execute("DELETE FROM gpu_rollup WHERE tier = 60 AND t < :cut", {"cut": cut})
+    c.execute("DELETE FROM proc_rollup WHERE tier = 60 AND t < :cut", {"cut": cut})
+
+
+def _drop_old_jobs(c: sqlite3.Connection) -> None:
+    """A job goes when no row of any tier refers to it any more (it ended over a year ago)."""
+    oldest = c.execute("SELECT min(t) FROM (SELECT min(t) AS t FROM proc_rollup UNION ALL "
+                       "SELECT min(t) FROM samples)").fetchone()[0]
+    if oldest is not None:
+        c.execute("DELETE FROM jobs WHERE last_seen < ?", (oldest,))
