@@ -155,3 +155,37 @@ def parse_gpu_list(text: str) -> list[int]:
 def _short(text: str, limit: int = 40) -> str:
     """`text` cut to `limit` characters for an error message (a 4,000-digit number is one line)."""
     return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+_TIME_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
+
+
+def parse_time_point(text: str, now: float) -> float:
+    """A point in time -> unix seconds: 'now'; a duration meaning that long before `now` ('7d',
+    '24h', '90m', '1h30m'); a local date or time ('2026-11-01', '2026-11-01 13:00[:SS]',
+    '2026-11-01T13:00[:SS]'); or '@UNIX' (unix seconds). ValueError with a one-line message."""
+    from datetime import datetime
+
+    cleaned = text.strip()
+    hint = "(try 7d, 24h, now, 2026-11-01, '2026-11-01 13:00' or @1767225600)"
+    if cleaned.lower() == "now":
+        return now
+    if cleaned.startswith("@"):
+        try:
+            value = float(cleaned[1:])
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not 0 <= value <= 1e11:  # 1e11: the year 5138
+            raise ValueError(f"not a unix time: {_short(text)!r} {hint}")
+        return value
+    if len(cleaned) <= 19 and cleaned[:4].isdigit() and cleaned[4:5] == "-":
+        for layout in _TIME_FORMATS:
+            try:
+                return datetime.strptime(cleaned, layout).timestamp()  # naive: local time
+            except (ValueError, OverflowError, OSError):
+                continue
+        raise ValueError(f"not a date or time: {_short(text)!r} {hint}")
+    try:
+        return now - parse_duration(cleaned)
+    except ValueError:
+        raise ValueError(f"not a time: {_short(text)!r} {hint}") from None

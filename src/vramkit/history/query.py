@@ -86,20 +86,26 @@ def coverage(store: Store, since: float, until: float) -> Coverage:
 
 
 def usage(store: Store, since: float, until: float, by: str) -> list[Usage]:
-    """Totals per user, GPU, job or day (local time) over [since, until), biggest GPU-time first."""
+    """Totals per user, GPU, job or day (local time) over [since, until), biggest GPU-time first
+    (days in order)."""
     if by not in BY:
         raise RequestError(f"by: must be one of {', '.join(BY)}, got {by!r}", param="by")
     window = {"since": since, "until": until}
     if by == "gpu":
         return _by_gpu(store, window)
-    group = {"user": "coalesce(j.user, '?')", "job": "j.id",
-             "day": "date(p.t, 'unixepoch', 'localtime')"}[by]
+    if by == "day":
+        return _by_day(store, window)
+    # Sum each job's rows first, then join the few sums to `jobs`: a join per sample row made a
+    # 30-day report of 50 processes take seconds.
+    group = "coalesce(j.user, '?')" if by == "user" else "j.id"
     rows = _rows(store, f"""
-        SELECT {group} AS k, SUM(p.seconds), SUM(p.memory * p.seconds), MAX(p.memory_max), SUM(p.idle_seconds),
-               COUNT(DISTINCT p.job), min(j.user), min(j.pid), min(j.command), min(j.gpus), min(j.first_seen),
-               max(j.last_seen)
-        FROM proc_time p JOIN jobs j ON j.id = p.job
-        WHERE p.t >= :since AND p.t < :until GROUP BY k""", window)
+        WITH per_job AS (
+            SELECT job, SUM(seconds) AS gs, SUM(memory * seconds) AS mbs, MAX(memory_max) AS peak,
+                   SUM(idle_seconds) AS idle
+            FROM proc_time WHERE t >= :since AND t < :until GROUP BY job)
+        SELECT {group} AS k, SUM(p.gs), SUM(p.mbs), MAX(p.peak), SUM(p.idle), COUNT(*), min(j.user), min(j.pid),
+               min(j.command), min(j.gpus), min(j.first_seen), max(j.last_seen)
+        FROM per_job p JOIN jobs j ON j.id = p.job GROUP BY k""", window)
     out = []
     for k, gs, mbs, peak, idle, jobs, user, pid, command, gpus, first, last in rows:
         u = Usage(str(k), float(gs or 0), float(mbs or 0), None if peak is None else int(peak),
@@ -109,8 +115,41 @@ def usage(store: Store, since: float, until: float, by: str) -> list[Usage]:
             u.first_seen, u.last_seen = first, last
             u.key = f"{pid}"
         out.append(u)
-    out.sort(key=lambda u: (u.key if by == "day" else "", -u.gpu_seconds, u.key))
+    out.sort(key=lambda u: (-u.gpu_seconds, u.key))
     return out
+
+
+# Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
+# local day, so days are summed from quarter-hour sums (no date() call per row).
+_QUARTER = 900
+
+
+def _by_day(store: Store, window: Mapping[str, object]) -> list[Usage]:
+    from datetime import datetime
+
+    rows = _rows(store, f"""
+        SELECT CAST(t / {_QUARTER} AS INTEGER) AS q, job, SUM(seconds), SUM(memory * seconds), MAX(memory_max),
+               SUM(idle_seconds)
+        FROM proc_time WHERE t >= :since AND t < :until GROUP BY q, job""", window)
+    days: dict[str, Usage] = {}
+    jobs: dict[str, set[int]] = {}
+    day_of: dict[int, str] = {}
+    for q, job, gs, mbs, peak, idle in rows:
+        day = day_of.get(q)
+        if day is None:
+            day = day_of[q] = datetime.fromtimestamp(q * _QUARTER).strftime("%Y-%m-%d")
+        u = days.get(day)
+        if u is None:
+            u = days[day] = Usage(day)
+        u.gpu_seconds += float(gs or 0)
+        u.memory_byte_seconds += float(mbs or 0)
+        u.idle_seconds += float(idle or 0)
+        if peak is not None:
+            u.peak_memory = max(u.peak_memory or 0, int(peak))
+        jobs.setdefault(day, set()).add(int(job))
+    for day, u in days.items():
+        u.jobs = len(jobs[day])
+    return sorted(days.values(), key=lambda u: u.key)
 
 
 def _by_gpu(store: Store, window: Mapping[str, object]) -> list[Usage]:
@@ -132,22 +171,76 @@ def _by_gpu(store: Store, window: Mapping[str, object]) -> list[Usage]:
 
 
 def idle_holders(store: Store, since: float, until: float, limit: int = 10) -> list[Usage]:
-    """The jobs that held memory idle longest in the window (with the memory they held)."""
+    """The jobs that held memory idle longest in the window (with the memory they held):
+    idle_seconds, memory_byte_seconds of the idle time, peak memory, gpu_seconds of the rows
+    with idle time."""
     rows = _rows(store, """
-        SELECT j.id, j.pid, j.user, j.command, j.gpus, SUM(p.idle_seconds),
-               SUM(p.memory * p.idle_seconds) / NULLIF(SUM(p.idle_seconds), 0), MAX(p.memory_max),
-               SUM(p.seconds), j.first_seen, j.last_seen
-        FROM proc_time p JOIN jobs j ON j.id = p.job
-        WHERE p.t >= :since AND p.t < :until AND p.idle_seconds > 0
-        GROUP BY j.id ORDER BY SUM(p.idle_seconds) DESC, j.id LIMIT :limit""",
+        WITH per_job AS (
+            SELECT job, SUM(idle_seconds) AS idle, SUM(memory * idle_seconds) AS idle_mbs,
+                   MAX(memory_max) AS peak, SUM(seconds) AS seconds
+            FROM proc_time WHERE t >= :since AND t < :until AND idle_seconds > 0 GROUP BY job
+            ORDER BY idle DESC, job LIMIT :limit)
+        SELECT j.pid, j.user, j.command, j.gpus, p.idle, p.idle_mbs, p.peak, p.seconds, j.first_seen, j.last_seen
+        FROM per_job p JOIN jobs j ON j.id = p.job ORDER BY p.idle DESC, j.id""",
                  {"since": since, "until": until, "limit": limit})
     out = []
-    for _job, pid, user, command, gpus, idle, idle_mem, peak, seconds, first, last in rows:
-        u = Usage(str(pid), float(seconds or 0), float(idle_mem or 0) * float(idle or 0),
+    for pid, user, command, gpus, idle, idle_mbs, peak, seconds, first, last in rows:
+        u = Usage(str(pid), float(seconds or 0), float(idle_mbs or 0),
                   None if peak is None else int(peak), float(idle or 0), 1,
                   user=user, pid=pid, command=command, gpus=gpus, first_seen=first, last_seen=last)
         out.append(u)
     return out
+
+
+@dataclass
+class MemorySeries:
+    """Memory per GPU over time, per user: `start` + i * `step` is bucket i's start; memory[gpu][user][i]
+    is the average bytes that user held on that GPU over the recorded part of bucket i (None: the
+    GPU was not recorded then). `totals`: each GPU's memory as last seen."""
+
+    start: float
+    step: float
+    count: int
+    memory: dict[int, dict[str, list[float | None]]]
+    totals: dict[int, int | None]
+
+
+def memory_series(store: Store, since: float, until: float, step: float) -> MemorySeries:
+    """Per-GPU per-user memory over [since, until) in buckets of `step` seconds, read from
+    proc_time (every tier alike) and weighted by the seconds each row stands for."""
+    if not step > 0:
+        raise RequestError(f"step: must be positive, got {step!r}", param="step")
+    count = max(1, int(-(-(until - since) // step)))
+    window = {"since": since, "until": until, "step": step}
+    recorded: dict[tuple[int, int], float] = {}
+    for b, gpu, seconds in _rows(store, """
+            SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM gpu_time
+            WHERE t >= :since AND t < :until GROUP BY b, gpu""", window):
+        recorded[(int(b), int(gpu))] = float(seconds or 0)
+    # Per job first (the join to `jobs` then touches one row per job and bucket, not per sample).
+    held = _rows(store, """
+        WITH per_job AS (
+            SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, job, SUM(memory * seconds) AS mbs
+            FROM proc_time WHERE t >= :since AND t < :until GROUP BY b, gpu, job)
+        SELECT b, gpu, coalesce(j.user, '?'), SUM(mbs) FROM per_job p JOIN jobs j ON j.id = p.job
+        GROUP BY b, gpu, j.user""", window)
+    gpus = sorted({gpu for _, gpu in recorded})
+    memory: dict[int, dict[str, list[float | None]]] = {g: {} for g in gpus}
+    for b, gpu, user, mbs in held:
+        b, gpu = int(b), int(gpu)
+        seconds = recorded.get((b, gpu), 0.0)
+        if not 0 <= b < count or seconds <= 0:
+            continue
+        series = memory.setdefault(gpu, {}).setdefault(str(user), [None] * count)
+        series[b] = (series[b] or 0.0) + float(mbs or 0) / seconds
+    # A recorded bucket where a user held nothing is 0, not a gap.
+    for gpu, users in memory.items():
+        for series in users.values():
+            for b in range(count):
+                if series[b] is None and recorded.get((b, gpu), 0.0) > 0:
+                    series[b] = 0.0
+    totals = {int(g): None if m is None else int(m) for g, m in _rows(store, "SELECT gpu, memory_total FROM gpus", ())}
+    return MemorySeries(since, float(step), count, memory, {g: totals.get(g) for g in memory})
 
 
 def job_lives(store: Store, pid: int) -> list[JobLife]:

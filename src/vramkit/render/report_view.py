@@ -1,0 +1,252 @@
+"""`vram report`: usage over a window of recorded history, as a table for people, JSON or CSV.
+
+Text shows hours and GiB; JSON and CSV keep base units (seconds, bytes, byte-seconds) so that
+sums stay exact. Everything read from the database that another user could have chosen (user
+names, commands) is sanitized before it is printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..history.query import Coverage, Usage
+from ..procs import sanitize
+from ..units import format_duration, format_size
+from . import fmt
+from .style import Style
+
+SCHEMA_VERSION = 1
+GIB = 1024**3
+
+
+@dataclass
+class Report:
+    """What `vram report` shows: the window [since, until), how rows are grouped, the rows
+    (already cut to --top), the top idle holders, and what the database holds."""
+
+    database: str
+    since: float
+    until: float
+    by: str
+    rows: list[Usage]
+    idle_holders: list[Usage]
+    coverage: Coverage
+    total_rows: int = 0  # rows before --top
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ text
+def _local(t: float | None) -> str:
+    return fmt.NA if t is None else datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def _hours(seconds: float) -> str:
+    """Seconds as hours, with the decimals that keep small values readable."""
+    h = seconds / 3600
+    return f"{h:.0f}" if h >= 1000 else f"{h:.1f}" if h >= 10 else f"{h:.2f}"
+
+
+def cells(text: str) -> int:
+    """Display width: wide (CJK) and full-width characters take two columns, combining ones none."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+               for c in text)
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to at most `width` columns (with … when cut)."""
+    if cells(text) <= width:
+        return text
+    out, used = [], 0
+    for c in text:
+        w = cells(c)
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…"
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    room = " " * max(0, width - cells(text))
+    return room + text if right else text + room
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[str], style: Style, width: int) -> list[str]:
+    """Columns as wide as their widest cell; a last column not in `right` (a command) takes what
+    is left of `width` and is cut to it."""
+    free = header[-1] not in right
+    fixed = header[:-1] if free else header
+    widths = [max([cells(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(fixed)]
+    last = max(10, width - sum(w + 2 for w in widths))
+
+    def line(values: list[str]) -> str:
+        parts = [_pad(v, w, h in right) for v, w, h in zip(values, widths, fixed)]
+        return "  ".join([*parts, fit(values[-1], last)] if free else parts).rstrip()
+
+    return [style.paint(line(header), "bold")] + [line(r) for r in rows]
+
+
+_KEY_HEADER = {"user": "USER", "gpu": "GPU", "job": "PID", "day": "DAY"}
+
+
+def _key(u: Usage, by: str) -> str:
+    return sanitize(u.key)
+
+
+def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
+    by = report.by
+    header = [_KEY_HEADER[by]]
+    if by == "job":
+        header += ["USER", "GPUS"]
+    header += ["GPU-HOURS", "MEM GiB-HOURS", "PEAK MEM", "IDLE-HOLDING H"]
+    if by == "gpu":
+        header += ["AVG UTIL"]
+    if by == "job":
+        header += ["FIRST SEEN", "LAST SEEN", "COMMAND"]
+    else:
+        header += ["JOBS"]
+    rows = []
+    for u in report.rows:
+        row = [_key(u, by)]
+        if by == "job":
+            row += [sanitize(u.user or "?"), u.gpus or "-"]
+        row += [_hours(u.gpu_seconds), _hours(u.memory_byte_seconds / GIB), format_size(u.peak_memory),
+                _hours(u.idle_seconds)]
+        if by == "gpu":
+            row += [fmt.pct(u.utilization)]
+        if by == "job":
+            row += [_local(u.first_seen), _local(u.last_seen), sanitize(u.command or "-")]
+        else:
+            row += [str(u.jobs)]
+        rows.append(row)
+    right = {"GPU", "PID", "GPU-HOURS", "MEM GiB-HOURS", "PEAK MEM", "IDLE-HOLDING H", "AVG UTIL", "JOBS"}
+    return header, rows, right
+
+
+def _headline(report: Report) -> str:
+    span = report.until - report.since
+    cov = report.coverage
+    share = 100 * cov.recorded_seconds / span if span > 0 else 0.0
+    return (f"usage by {report.by}, {_local(report.since)} to {_local(report.until)} ({format_duration(span)}): "
+            f"{format_duration(cov.recorded_seconds)} of it recorded ({share:.0f}%) in {sanitize(report.database)}")
+
+
+def render_report(report: Report, style: Style, width: int) -> str:
+    lines = [style.paint(_headline(report), "bold")]
+    lines.extend(style.paint(n, "dim") for n in report.notes)
+    cov = report.coverage
+    if cov.recorded_seconds <= 0 and not report.rows:
+        held = ("the database is empty" if cov.first is None else
+                f"the database holds {_local(cov.first)} to {_local(cov.last)}")
+        lines.append(style.paint(f"no data recorded in this window ({held})", "yellow"))
+        return "\n".join(lines)
+    lines.append("")
+    if report.rows:
+        header, rows, right = _usage_rows(report)
+        lines.extend(_table(header, rows, right, style, width))
+        if report.total_rows > len(report.rows):
+            lines.append(style.paint(f"... {report.total_rows - len(report.rows)} more (--top N shows more)", "dim"))
+    else:
+        lines.append(style.paint("no process held GPU memory in this window", "dim"))
+    if report.by == "gpu":
+        lines.append(style.paint("GPU-hours of a GPU: the time any process held memory on it; peak memory: "
+                                 "the GPU's own reading", "dim"))
+    lines.append("")
+    lines.append(style.paint("top idle holders (memory held while running no kernels of its own)", "bold"))
+    if not report.idle_holders:
+        lines.append(style.paint("none: no process held memory idle in this window", "dim"))
+    else:
+        rows = [[str(u.pid), sanitize(u.user or "?"), u.gpus or "-", _hours(u.idle_seconds),
+                 format_size(round(u.memory_byte_seconds / u.idle_seconds) if u.idle_seconds else None),
+                 _local(u.last_seen), sanitize(u.command or "-")] for u in report.idle_holders]
+        header = ["PID", "USER", "GPUS", "IDLE H", "HELD (AVG)", "LAST SEEN", "COMMAND"]
+        table = _table(header, rows, {"PID", "IDLE H", "HELD (AVG)"}, style, width)
+        lines.append(table[0])
+        lines.extend(style.paint(r, "yellow") for r in table[1:])
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ data
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+
+def _clean(text: str | None) -> str | None:
+    return None if text is None else sanitize(text)
+
+
+def usage_dict(u: Usage, by: str) -> dict[str, Any]:
+    """One row of --json (and --csv): base units."""
+    out: dict[str, Any] = {}
+    if by == "user":
+        out["user"] = sanitize(u.key)
+    elif by == "gpu":
+        out["gpu"] = int(u.key.split()[-1])
+    elif by == "day":
+        out["day"] = u.key
+    out.update({"gpu_seconds": u.gpu_seconds, "memory_byte_seconds": u.memory_byte_seconds,
+                "peak_memory": u.peak_memory, "idle_seconds": u.idle_seconds, "jobs": u.jobs})
+    if by == "gpu":
+        out["utilization"] = None if u.utilization is None else round(u.utilization, 2)
+    if by == "job":
+        out.update({"pid": u.pid, "user": _clean(u.user), "command": _clean(u.command),
+                    "gpus": [int(g) for g in (u.gpus or "").split(",") if g.strip().isdigit()],
+                    "first_seen": u.first_seen, "last_seen": u.last_seen})
+    return out
+
+
+def _idle_dict(u: Usage) -> dict[str, Any]:
+    return {"pid": u.pid, "user": _clean(u.user), "command": _clean(u.command),
+            "gpus": [int(g) for g in (u.gpus or "").split(",") if g.strip().isdigit()],
+            "idle_seconds": u.idle_seconds, "idle_memory_byte_seconds": u.memory_byte_seconds,
+            "peak_memory": u.peak_memory, "first_seen": u.first_seen, "last_seen": u.last_seen}
+
+
+def report_json(report: Report) -> str:
+    """The --json document (docs/history.md, "Reports"): schema, database, window, coverage, by,
+    rows, idle_holders; times are unix seconds (and ISO 8601 UTC beside the window's)."""
+    cov = report.coverage
+    doc = {
+        "schema": SCHEMA_VERSION,
+        "database": sanitize(report.database),
+        "window": {"since": report.since, "until": report.until, "seconds": report.until - report.since,
+                   "since_time": _iso(report.since), "until_time": _iso(report.until)},
+        "coverage": {"recorded_seconds": cov.recorded_seconds, "first_sample": cov.first,
+                     "last_sample": cov.last},
+        "by": report.by,
+        "total_rows": report.total_rows,
+        "rows": [usage_dict(u, report.by) for u in report.rows],
+        "idle_holders": [_idle_dict(u) for u in report.idle_holders],
+    }
+    return json.dumps(doc, indent=2)
+
+
+CSV_COLUMNS = {
+    "user": ("user", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs"),
+    "gpu": ("gpu", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs", "utilization"),
+    "day": ("day", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs"),
+    "job": ("pid", "user", "gpus", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds",
+            "first_seen", "last_seen", "command"),
+}
+
+
+def report_csv(report: Report) -> str:
+    """A header, then one row per group (base units; N/A for unknown)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    columns = CSV_COLUMNS[report.by]
+    writer.writerow(columns)
+    for u in report.rows:
+        row = usage_dict(u, report.by)
+        if "gpus" in row:
+            row["gpus"] = ",".join(map(str, row["gpus"]))
+        writer.writerow(["N/A" if row[c] is None else row[c] for c in columns])
+    return buf.getvalue()
