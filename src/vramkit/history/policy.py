@@ -152,8 +152,9 @@ def parse(data: dict[str, Any], path: str, as_root: bool) -> Policy:
     return Policy(path=path, rules=tuple(rules), max_per_minute=max_per_minute, timeout=timeout)
 
 
-def _show(value: object) -> str:
-    return sanitize(repr(value)[:40])
+def _show(value: object, limit: int = 40) -> str:
+    """A value from the file, quoted, cut short and stripped of control characters."""
+    return sanitize(repr(value)[:limit])
 
 
 def _rule(raw: object, number: int, path: str, as_root: bool) -> Rule:
@@ -222,18 +223,18 @@ def _command(value: object, path: str, where: str, as_root: bool) -> tuple[str, 
         raise _fail(path, where, "command: too long, or contains a NUL character")
     program = value[0]
     if not program.startswith("/"):
-        raise _fail(path, where, f"command: {_show(program)} is not an absolute path (no $PATH lookup: "
+        raise _fail(path, where, f"command: {_show(program, 300)} is not an absolute path (no $PATH lookup: "
                                  "name the file, e.g. /usr/local/bin/notify-idle)")
     try:
         info = os.stat(program)
     except OSError as e:
-        raise _fail(path, where, f"command: {_show(program)}: {e.strerror}") from None
-    if not stat.S_ISREG(info.st_mode) or not os.access(program, os.X_OK):
-        raise _fail(path, where, f"command: {_show(program)} is not an executable file")
+        raise _fail(path, where, f"command: {_show(program, 300)}: {e.strerror}") from None
+    if not stat.S_ISREG(info.st_mode) or not info.st_mode & 0o111 or not os.access(program, os.X_OK):
+        raise _fail(path, where, f"command: {_show(program, 300)} is not an executable file")
     if as_root:
         unsafe = _changeable_by_others(Path(program))
         if unsafe is not None:
-            raise _fail(path, where, f"command: {_show(unsafe)} can be changed by a user other than root, and "
+            raise _fail(path, where, f"command: {_show(unsafe, 300)} can be changed by a user other than root, and "
                                      "the command runs as root: chown root and chmod go-w it")
     return tuple(value)
 
