@@ -79,16 +79,25 @@ def _pad(text: str, width: int, right: bool) -> str:
     return room + text if right else text + room
 
 
-def _table(header: list[str], rows: list[list[str]], right: set[str], style: Style, width: int) -> list[str]:
+MIN_COMMAND = 24  # a narrower command column is not worth reading: drop other columns first
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[str], style: Style, width: int,
+           drop: tuple[str, ...] = ()) -> list[str]:
     """Columns as wide as their widest cell; a last column not in `right` (a command) takes what
-    is left of `width` and is cut to it."""
+    is left of `width` and is cut to it. The columns in `drop` are given up, in order, while the
+    command would get fewer than MIN_COMMAND columns."""
     free = header[-1] not in right
-    fixed = header[:-1] if free else header
-    widths = [max([cells(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(fixed)]
-    last = max(10, width - sum(w + 2 for w in widths))
+    keep = list(range(len(header) - 1 if free else len(header)))
+    widths = {i: max([cells(header[i])] + [cells(r[i]) for r in rows]) for i in keep}
+    for name in drop:
+        if not free or sum(widths[i] + 2 for i in keep) + MIN_COMMAND <= width:
+            break
+        keep.remove(header.index(name))
+    last = max(10, width - sum(widths[i] + 2 for i in keep))
 
     def line(values: list[str]) -> str:
-        parts = [_pad(v, w, h in right) for v, w, h in zip(values, widths, fixed)]
+        parts = [_pad(values[i], widths[i], header[i] in right) for i in keep]
         return "  ".join([*parts, fit(values[-1], last)] if free else parts).rstrip()
 
     return [style.paint(line(header), "bold")] + [line(r) for r in rows]
@@ -106,7 +115,7 @@ def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
     header = [_KEY_HEADER[by]]
     if by == "job":
         header += ["USER", "GPUS"]
-    header += ["GPU-HOURS", "MEM GiB-HOURS", "PEAK MEM", "IDLE-HOLDING H"]
+    header += ["GPU-HOURS", "GiB-HOURS", "PEAK MEM", "IDLE HOURS"]
     if by == "gpu":
         header += ["AVG UTIL"]
     if by == "job":
@@ -127,20 +136,22 @@ def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
         else:
             row += [str(u.jobs)]
         rows.append(row)
-    right = {"GPU", "PID", "GPU-HOURS", "MEM GiB-HOURS", "PEAK MEM", "IDLE-HOLDING H", "AVG UTIL", "JOBS"}
+    right = {"GPU", "PID", "GPU-HOURS", "GiB-HOURS", "PEAK MEM", "IDLE HOURS", "AVG UTIL", "JOBS"}
     return header, rows, right
 
 
-def _headline(report: Report) -> str:
+def _headline(report: Report) -> list[str]:
+    """The window, then how much of it was recorded, and where."""
     span = report.until - report.since
     cov = report.coverage
     share = 100 * cov.recorded_seconds / span if span > 0 else 0.0
-    return (f"usage by {report.by}, {_local(report.since)} to {_local(report.until)} ({format_duration(span)}): "
-            f"{format_duration(cov.recorded_seconds)} of it recorded ({share:.0f}%) in {sanitize(report.database)}")
+    return [f"usage by {report.by}, {_local(report.since)} to {_local(report.until)} ({format_duration(span)})",
+            f"recorded: {format_duration(cov.recorded_seconds)} of it ({share:.0f}%), in {sanitize(report.database)}"]
 
 
 def render_report(report: Report, style: Style, width: int) -> str:
-    lines = [style.paint(_headline(report), "bold")]
+    title, recorded = _headline(report)
+    lines = [style.paint(title, "bold"), recorded]
     lines.extend(style.paint(n, "dim") for n in report.notes)
     cov = report.coverage
     if cov.recorded_seconds <= 0 and not report.rows:
@@ -151,7 +162,7 @@ def render_report(report: Report, style: Style, width: int) -> str:
     lines.append("")
     if report.rows:
         header, rows, right = _usage_rows(report)
-        lines.extend(_table(header, rows, right, style, width))
+        lines.extend(_table(header, rows, right, style, width, drop=("FIRST SEEN", "LAST SEEN", "GPUS")))
         if report.total_rows > len(report.rows):
             lines.append(style.paint(f"... {report.total_rows - len(report.rows)} more (--top N shows more)", "dim"))
     else:
@@ -167,8 +178,8 @@ def render_report(report: Report, style: Style, width: int) -> str:
         rows = [[str(u.pid), sanitize(u.user or "?"), u.gpus or "-", _hours(u.idle_seconds),
                  format_size(round(u.memory_byte_seconds / u.idle_seconds) if u.idle_seconds else None),
                  _local(u.last_seen), sanitize(u.command or "-")] for u in report.idle_holders]
-        header = ["PID", "USER", "GPUS", "IDLE H", "HELD (AVG)", "LAST SEEN", "COMMAND"]
-        table = _table(header, rows, {"PID", "IDLE H", "HELD (AVG)"}, style, width)
+        header = ["PID", "USER", "GPUS", "IDLE HOURS", "HELD (AVG)", "LAST SEEN", "COMMAND"]
+        table = _table(header, rows, {"PID", "IDLE HOURS", "HELD (AVG)"}, style, width, drop=("LAST SEEN", "GPUS"))
         lines.append(table[0])
         lines.extend(style.paint(r, "yellow") for r in table[1:])
     return "\n".join(lines)
