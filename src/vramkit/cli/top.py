@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..units import parse_duration
@@ -25,14 +26,19 @@ for long, a defunct process still holding memory, a lost GPU), and the table of 
 holding GPU memory, as in `vram ps`: sort it, filter it by user or GPU, search it, see it as a
 tree, open one process for its full command and memory over time.
 
+The history lines start with what 'vram record' has recorded, when its database exists (--db,
+$VRAM_DB, else the recorder's default), and go on with live samples; h switches their range:
+5m, 1h, 24h, 7d.
+
 Keys: ? help, q quit, s sort, r reverse, / search, u user, g GPU, t tree, Enter details,
-k kill (asks first; not with --readonly), a alerts, p pause.
+k kill (asks first; not with --readonly), a alerts, p pause, h history range.
 
 examples:
   vram top                         refresh every 2 seconds
   vram top --interval 1 --gpu 0-3  every second, GPUs 0 to 3 only
   vram top --readonly              no actions, only watching
   vram top --simulate demo         the bundled simulated 8-GPU server
+  vram top --db /tmp/demo.db       history recorded by 'vram record --db /tmp/demo.db'
 """
 
 
@@ -48,7 +54,9 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--idle-after", metavar="DURATION", default="5m",
                    help="alert when a process holds memory on a GPU idle this long, as observed (default 5m)")
     p.add_argument("--history", metavar="DURATION", default="5m",
-                   help="time covered by the history lines (default 5m)")
+                   help="time covered by the history lines at start (default 5m; h switches)")
+    p.add_argument("--db", metavar="PATH",
+                   help="the recorded history to draw (default: the recorder's database; also $VRAM_DB)")
     p.set_defaults(run=run)
 
 
@@ -83,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
         actions = None if args.readonly else KillActions(collector, all_users=args.all_users)
         app = TopApp(collector.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
-                     thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions)
+                     thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions,
+                     history_db=history_db(args.db))
         with _screen_on_stderr():
             app.run()
     finally:
@@ -92,6 +101,22 @@ def run(args: argparse.Namespace) -> int:
         if not collector.reading:
             machine.close()
     return app.return_code or 0
+
+
+def history_db(named: str | None) -> Path | None:
+    """The database to draw history from: the one named (--db, then $VRAM_DB), which the view
+    reports on if it cannot be read, else the recorder's default where one exists (None: no
+    history, nothing to say). history.store.default_path's rule, repeated here so that a view
+    without a database never imports sqlite3 (tests/test_top_history.py checks they agree)."""
+    named = named or os.environ.get("VRAM_DB")
+    if named:
+        return Path(named)
+    if os.geteuid() == 0:
+        path = Path("/var/lib/vramkit/history.db")
+    else:
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        path = Path(state) / "vramkit" / "history.db"
+    return path if os.path.lexists(path) else None
 
 
 @contextlib.contextmanager

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from rich.text import Text
@@ -25,16 +28,21 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
 
 from ..alerts import Alert, History, Thresholds, evaluate
+from ..errors import VramkitError
 from ..model import Snapshot
+from ..procs import sanitize
 from ..render.banner import banner
 from ..render.style import Style
 from ..units import parse_gpu_list
 from . import rows as R
 from .panels import alerts_text, gpu_panel
 from .screens import AlertsScreen, DetailScreen, HelpScreen
+from .timeline import SLOTS, Charts, RangeChart, range_label
 
 if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only view never needs it
+    from ..history.series import GpuSeries
     from .actions import KillActions
+
 
 RIGHT = {"gpu", "pid", "memory", "share", "util", "cpu", "rss", "elapsed"}
 HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "share": "memory",
@@ -105,12 +113,16 @@ class TopApp(App[None]):
         Binding("k", "kill", "Kill"),
         Binding("a", "alerts", "Alerts", show=False),
         Binding("p", "pause", "Pause", show=False),
+        Binding("h", "cycle_range", "Range"),
         Binding("escape", "clear", "Clear", show=False),
     ]
 
     def __init__(self, collect: Callable[[], Snapshot], interval: float = 2.0, readonly: bool = True,
                  gpus: list[int] | None = None, thresholds: Thresholds | None = None,
-                 history_span: float = 300.0, actions: KillActions | None = None):
+                 history_span: float = 300.0, actions: KillActions | None = None,
+                 history_db: str | Path | None = None):
+        """`history_db`: the recorded history to draw before the first live sample (None: live
+        only). It is read only if it exists, so SQLite is not even imported without one."""
         super().__init__()
         self.collect = collect
         self.interval = interval
@@ -120,7 +132,12 @@ class TopApp(App[None]):
         self.span = history_span
         self.actions = actions
         self._lock = asyncio.Lock()  # one user of the machine at a time: a snapshot or a kill
-        self.history = History(keep_seconds=max(900.0, 2 * history_span))
+        self.history = History(keep_seconds=max(900.0, 2 * history_span))  # alerts and details
+        self.charts = Charts(history_span)  # the GPU panels' history lines, every range
+        self.history_db = Path(history_db) if history_db is not None else None
+        self.history_problem: str | None = None  # why the database is not drawn, one line
+        self._first_read = asyncio.Event()
+        self.first_read_wait = 1.0  # seconds the first frame waits for it (a locked database)
         self.view = R.View()
         self.snap: Snapshot | None = None
         self.alerts: list[Alert] = []
@@ -148,6 +165,12 @@ class TopApp(App[None]):
     async def on_mount(self) -> None:
         self._setup_columns()
         self.query_one("#procs", DataTable).focus()
+        if self.history_db is not None:
+            self.run_worker(self._read_history(), exclusive=True, group="history")
+            try:  # drawn before the first live sample, unless the database keeps us waiting
+                await asyncio.wait_for(self._first_read.wait(), self.first_read_wait)
+            except asyncio.TimeoutError:
+                pass
         await self.refresh_data()
         self.set_interval(self.interval, self.refresh_data)
 
@@ -173,6 +196,37 @@ class TopApp(App[None]):
         return True
 
     # ------------------------------------------------------------ data
+    async def _read_history(self) -> None:
+        """Read the recorded history into the charts: the range shown first, then the others (in
+        a thread: SQLite releases the GIL, so the view stays responsive)."""
+        shown = self.charts.shown
+        order = [shown] + [c for c in self.charts.ranges if c is not shown]
+        try:
+            for i, chart in enumerate(order):
+                until = time.time()
+                series = await in_daemon_thread(functools.partial(self._read_series, chart.span, until))
+                _merge(chart, series)
+                if i == 0:
+                    self._first_read.set()
+                self._draw()
+        except VramkitError as e:  # missing, locked, corrupt, newer schema: the view goes on live
+            self.history_problem = sanitize(e.message)
+        except Exception as e:  # noqa: BLE001  anything else the file does to SQLite: one line too
+            self.history_problem = sanitize(f"cannot read {self.history_db}: {type(e).__name__}: {e}")
+        finally:
+            self._first_read.set()
+        self._draw()
+
+    def _read_series(self, span: float, until: float) -> GpuSeries:
+        from ..history.series import gpu_series  # imports sqlite3: only with a database
+        from ..history.store import Store
+
+        store = Store.open(self.history_db)
+        try:
+            return gpu_series(store, until, span, SLOTS)
+        finally:
+            store.close()
+
     async def refresh_data(self) -> None:
         """Take one snapshot (off the UI thread) and show it. Skipped while one is in flight."""
         if self._lock.locked() or self.paused:
@@ -193,6 +247,7 @@ class TopApp(App[None]):
         self.snap = snap
         self.refreshes += 1
         self.history.add(snap)
+        self.charts.add(snap)
         self.alerts = evaluate(self.history, self.thresholds)
         self._draw()
         self._fill_table()
@@ -208,7 +263,7 @@ class TopApp(App[None]):
             plain = banner(snap, Style(color=False, unicode=True), width)
             head = Text(plain)
             head.highlight_words(["SIMULATED machine"], style="bold magenta")
-        extra = [f"refresh {self.interval:g}s"]
+        extra = [f"refresh {self.interval:g}s", self._history_source()]
         if self.readonly:
             extra.append("read-only")
         if self.paused:
@@ -216,12 +271,18 @@ class TopApp(App[None]):
         head.append("  ·  " + "  ·  ".join(extra), style="dim")
         if self.error:
             head.append("\n" + self.error, style="bold red")
+        if self.history_problem:
+            problem = Text(f"history database not used: {self.history_problem}", style="yellow")
+            problem.truncate(width, overflow="ellipsis")
+            head.append("\n")
+            head.append_text(problem)
         self.query_one("#banner", Static).update(head)
         if snap is None:
             return
         two_lines = self.size.height >= 2 * len(snap.gpus) + 20
         alerting = {a.gpu for a in self.alerts if a.severity == "critical"}
-        panels = [gpu_panel(g, self.history.gpu(g.index), snap.time, width, two_lines, self.span,
+        chart = self.charts.shown
+        panels = [gpu_panel(g, chart.samples(g.index, g.memory_total), snap.time, width, two_lines, chart.span,
                             g.index in alerting) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]
@@ -304,6 +365,27 @@ class TopApp(App[None]):
     def action_tree(self) -> None:
         self.view.tree = not self.view.tree
         self._fill_table()
+
+    def _history_source(self) -> str:
+        """Where the history lines come from, in a few words: the range, then the database."""
+        chart = self.charts.shown
+        label = f"history {range_label(chart.span)}"
+        if self.history_db is None or self.history_problem is not None:
+            return f"{label} live only"
+        where = sanitize(_home_short(self.history_db))
+        if not chart.loaded:
+            return f"{label}: reading {where}…"
+        first = chart.recorded_first
+        if first is None:
+            return f"{label} live, nothing recorded in it ({where})"
+        now = self.snap.time if self.snap is not None else time.time()
+        if first > now - chart.span + 2 * chart.width + 60:  # recorded less than the range
+            return f"{label}: {range_label(_round(now - first))} recorded, from {where}"
+        return f"{label} from {where}"
+
+    def action_cycle_range(self) -> None:
+        self.charts.cycle()
+        self._draw()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -396,3 +478,25 @@ class TopApp(App[None]):
             await self.refresh_data()
         self.push_screen(KillScreen(pid, self.actions, self._lock), after)
 
+
+
+def _merge(chart: RangeChart, series: GpuSeries) -> None:
+    for gpu, slots in series.gpus.items():
+        for slot, (used, util) in slots.items():
+            chart.put(gpu, slot, used, util)
+    chart.recorded_first = series.first
+    chart.loaded = True
+
+
+def _home_short(path: Path) -> str:
+    home = os.path.expanduser("~")
+    text = str(path)
+    return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + "/") else text
+
+
+def _round(seconds: float) -> float:
+    """A recorded length as people say it: whole minutes, hours past 2h, days past 2d."""
+    for unit in (86400, 3600, 60):
+        if seconds >= 2 * unit:
+            return seconds // unit * unit
+    return max(60.0, seconds // 60 * 60)

@@ -12,7 +12,7 @@ from ..alerts import Alert, GpuSample
 from ..model import Device
 from ..render import fmt
 from ..render.style import level_color
-from ..units import format_duration
+from .timeline import range_label
 
 TICKS = "▁▂▃▄▅▆▇█"
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -71,10 +71,6 @@ def bar(fraction: float | None, width: int, color: str) -> Text:
     return Text.assemble((filled, color), ("░" * (width - len(filled)), "dim"))
 
 
-def _span_label(span: float) -> str:
-    return format_duration(span).removesuffix("00s").replace("m00s", "m")
-
-
 def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
               span: float = 300.0, alerting: bool = False) -> Text:
     """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
@@ -109,7 +105,7 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
                               (mem_text, color), "  util ", bar(None if util is None else util / 100, util_w, "cyan"),
                               f" {fmt.pct(util):>4}", tail)
         spark_w = max(4, (width - 3 - 4 - 7 - 6) // 2)
-        label = _span_label(span)
+        label = range_label(span)
         line2 = Text.assemble(
             "   ", ("mem ", "dim"), (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or "green"),
             ("  util ", "dim"), (spark(buckets(util_pts, now, span, spark_w), 0, 1), "cyan"), (f" {label}", "dim"))

@@ -28,10 +28,12 @@ HELP = """\
   k   kill the selected process (asks first; refused in --readonly)
 [b]View[/b]
   a   all alerts      p   pause / resume refresh      ?   this help      q   quit
+  h   history range: 5m, 1h, 24h, 7d (the top line says where it comes from)
 
 Memory is how much of a GPU's RAM is allocated; utilization is the share of recent time a
-kernel ran. History lines cover the last minutes, one cell per slice of time; blank cells are
-time before vram top started. "full in ~" is an estimate from the recent trend.
+kernel ran. History lines cover the chosen range, one cell per slice of time (its highest
+value): what 'vram record' recorded, when its database exists, then what this view has seen.
+Blank cells are time nobody recorded. "full in ~" is an estimate from the recent trend.
 """
 
 
