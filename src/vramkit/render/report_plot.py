@@ -67,6 +67,28 @@ def _gaps(series: MemorySeries, gpu: int) -> list[bool]:
     return [all(values[i] is None for values in users.values()) for i in range(series.count)]
 
 
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """[start, end) of each run of True."""
+    out, start = [], None
+    for i, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+def _levels(values: list[float]) -> list[tuple[int, int]]:
+    """[start, end) of each run of equal values."""
+    out, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            out.append((start, i))
+            start = i
+    return out
+
+
 def _time_label(t: float, span: float) -> str:
     return datetime.fromtimestamp(t).strftime("%m-%d %H:%M" if span > 86400 else "%H:%M")
 
@@ -96,20 +118,18 @@ def render_svg(series: MemorySeries, title: str) -> str:
             return y0 + panel - panel * min(value, scale_max) / scale_max  # noqa: B023 (used at once)
 
         out.append(f'<rect x="{left}" y="{y0}" width="{plot_w}" height="{panel}" fill="#f7f7f7" stroke="#ccc"/>')
-        for i, missing in enumerate(_gaps(series, gpu)):
-            if missing:
-                out.append(f'<rect x="{left + i * dx:.1f}" y="{y0}" width="{dx:.2f}" height="{panel}" '
-                           'fill="#e0e0e0"/>')
+        for a, b in _runs(_gaps(series, gpu)):
+            out.append(f'<rect x="{left + a * dx:.1f}" y="{y0}" width="{(b - a) * dx:.1f}" height="{panel}" '
+                       'fill="#e0e0e0"/>')
         base = [0.0] * series.count
         for user, values in layers.get(gpu, []):
             upper = [b + v for b, v in zip(base, values)]
+            # A step outline: one corner pair per run of equal height, along the top, then back.
             pts = []
-            for i in range(series.count):
-                pts.append(f"{left + i * dx:.1f},{y(upper[i]):.1f}")
-                pts.append(f"{left + (i + 1) * dx:.1f},{y(upper[i]):.1f}")
-            for i in reversed(range(series.count)):
-                pts.append(f"{left + (i + 1) * dx:.1f},{y(base[i]):.1f}")
-                pts.append(f"{left + i * dx:.1f},{y(base[i]):.1f}")
+            for a, b in _levels(upper):
+                pts += [f"{left + a * dx:.1f},{y(upper[a]):.1f}", f"{left + b * dx:.1f},{y(upper[a]):.1f}"]
+            for a, b in reversed(_levels(base)):
+                pts += [f"{left + b * dx:.1f},{y(base[a]):.1f}", f"{left + a * dx:.1f},{y(base[a]):.1f}"]
             out.append(f'<polygon points="{" ".join(pts)}" fill="{_color(legend, user)}">'
                        f'<title>{escape(sanitize(user))}</title></polygon>')
             base = upper
@@ -148,7 +168,8 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
 
     legend, layers = stacks(series)
     gpus = sorted(series.memory) or [0]
-    fig, axes = plt.subplots(len(gpus), 1, figsize=(10, 1.3 * len(gpus) + 0.8), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(gpus), 1, figsize=(10, 1.1 * len(gpus) + 1.0), sharex=True, squeeze=False,
+                             layout="constrained")
     times = [datetime.fromtimestamp(series.start + i * series.step) for i in range(series.count + 1)]
     try:
         for ax, gpu in zip(axes[:, 0], gpus):
@@ -157,14 +178,21 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
                 # A step per bucket: repeat the last value so the final bucket is drawn too.
                 ys = [[v / GIB for v in values] + [values[-1] / GIB] for _, values in gpu_layers]
                 ax.stackplot(times, ys, colors=[_color(legend, u) for u, _ in gpu_layers], step="post")
+            for i, missing in enumerate(_gaps(series, gpu)):
+                if missing:
+                    ax.axvspan(times[i], times[i + 1], color="#e0e0e0", linewidth=0)
             total = series.totals.get(gpu)
             if total:
                 ax.set_ylim(0, total / GIB)
             ax.set_ylabel(f"GPU {gpu}\nGiB", rotation=0, ha="right", va="center")
             ax.margins(x=0)
-        handles = [matplotlib.patches.Patch(color=_color(legend, u), label=sanitize(u)) for u in legend]
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=_color(legend, u), label=sanitize(u)) for u in legend]
+        if any(any(_gaps(series, g)) for g in gpus):
+            handles.append(Patch(color="#e0e0e0", label="not recorded"))
         if handles:
-            fig.legend(handles=handles, loc="upper right", fontsize="small")
+            fig.legend(handles=handles, loc="outside right upper", fontsize="small")
         fig.suptitle(sanitize(title), x=0.02, ha="left", fontsize="medium")
         fig.autofmt_xdate()
         fig.savefig(path, dpi=110, format="png")
