@@ -374,3 +374,91 @@ def test_reclaim_checks_again_at_the_moment_it_runs(stepped, appender, children,
     assert "not reclaimed: identity: pid" in lines[-1]
     audit = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
     assert [(a["event"], a["rule"], a["via"]) for a in audit] == [("refusal", "identity", "policy")]
+
+
+# ---------------------------------------------------------------- the example notice scripts
+
+EXAMPLES = Path(__file__).parent.parent / "docs" / "policy-examples"
+HOSTILE_USERS = ["-froot", "a b", "$(touch /tmp/vram-pwned)", "alice\nbob", "bob;id", "", None]
+
+
+def facts(user, name="python"):
+    return {"rule": "idle-big", "host": "gpu7", "time": "2026-01-01T02:00:00+00:00", "timestamp": 1767232800.0,
+            "user": user, "uid": 1001, "pid": 5001, "start_ticks": 99, "name": name, "gpu": 4,
+            "gpu_uuid": "GPU-4", "memory_bytes": 18 * GiB, "idle_seconds": 7260.0,
+            "reclaim": {"scheduled": True, "at": "2026-01-01T03:00:00+00:00", "timestamp": 1767236400.0},
+            "simulated": False}
+
+
+@pytest.fixture
+def fake_tools(tmp_path):
+    """A PATH whose who, write, mail and curl record their argv and stdin in tmp_path/calls."""
+    import subprocess
+    import sys
+
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    calls.mkdir()
+    recorder = (f"#!{sys.executable}\nimport json, os, sys\n"
+                f"n = len(os.listdir({str(calls)!r}))\n"
+                f"open(os.path.join({str(calls)!r}, '%03d.json' % n), 'w').write(json.dumps("
+                "{'argv': [os.path.basename(sys.argv[0])] + sys.argv[1:], 'stdin': sys.stdin.read()}))\n")
+    for tool in ("write", "mail", "curl"):
+        (bin_dir / tool).write_text(recorder)
+        (bin_dir / tool).chmod(0o755)
+    (bin_dir / "who").write_text("#!/bin/sh\nprintf '%s\\n' 'root     pts/3        2026-01-01 01:00 (10.0.0.9)' "
+                                 "'other    pts/4        2026-01-01 01:00' 'root     :0           2026-01-01 01:00' "
+                                 "'root     pts/5;id     2026-01-01 01:00'\n")
+    (bin_dir / "who").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
+
+    def run(script, data, *args):
+        done = subprocess.run([str(EXAMPLES / script), *args], input=json.dumps(data).encode(), env=env,
+                              capture_output=True, timeout=30)
+        got = [json.loads(p.read_text()) for p in sorted(calls.iterdir())]
+        for p in calls.iterdir():
+            p.unlink()
+        return done.returncode, done.stderr.decode(), got
+    return run
+
+
+@pytest.mark.parametrize("user", HOSTILE_USERS)
+def test_example_scripts_refuse_a_hostile_user_name_and_run_nothing(fake_tools, user):
+    for script in ("vram-notice-terminals", "vram-notice-mail"):
+        rc, err, calls = fake_tools(script, facts(user))
+        assert rc == 1 and err.strip().endswith("not a user name: skipped") and calls == [], script
+    assert not os.path.exists("/tmp/vram-pwned")
+
+
+def test_the_terminal_script_writes_to_each_of_the_users_terminals(fake_tools):
+    rc, err, calls = fake_tools("vram-notice-terminals", facts("root", name="x'; rm -rf ~ #"))
+    assert rc == 0 and err == ""
+    assert [c["argv"] for c in calls] == [["write", "root", "pts/3"]]  # not :0, not another's, not 'pts/5;id'
+    assert calls[0]["stdin"] == (
+        "vram on gpu7: your process 5001 (x'; rm -rf ~ #) holds 18.0 GiB on GPU 4 and has run no kernels for "
+        "2h01m.\nPlease free the GPU for others: end it, or restart the notebook kernel, when you are done.\n"
+        "If it is still idle at 2026-01-01T03:00:00+00:00, it will be stopped (SIGTERM) to free the memory.\n")
+
+
+def test_the_mail_script_mails_the_owner(fake_tools):
+    rc, err, calls = fake_tools("vram-notice-mail", facts("root"))
+    assert rc == 0 and err == ""
+    (call,) = calls
+    assert call["argv"] == ["mail", "-s", "[vram] gpu7: GPU 4 held idle by your process 5001", "--", "root"]
+    assert call["stdin"].startswith("Your process 5001 (python) on gpu7 holds 18.0 GiB of GPU 4 (GPU-4)")
+    assert json.loads(call["stdin"].split("The facts, as vram sent them:\n", 1)[1]) == facts("root")
+
+
+def test_the_webhook_script_posts_json_built_by_an_encoder(fake_tools, tmp_path):
+    url = tmp_path / "webhook-url"
+    url.write_text("https://hooks.example.com/T0/B0/xyz\n")
+    hostile = facts('bob"}, "text": "pwned', name='"\\\n')
+    rc, err, calls = fake_tools("vram-notice-webhook", hostile, str(url))
+    assert rc == 0 and err == ""
+    (call,) = calls
+    assert call["argv"][-2:] == ["--", "https://hooks.example.com/T0/B0/xyz"]
+    payload = json.loads(call["stdin"])
+    assert payload["vram"] == hostile and payload["text"].startswith('gpu7: bob"}, "text": "pwned\'s process 5001')
+    url.write_text("http://insecure.example.com/\n")
+    rc, err, calls = fake_tools("vram-notice-webhook", hostile, str(url))
+    assert rc == 1 and "does not hold an https:// URL" in err and calls == []

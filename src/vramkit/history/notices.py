@@ -27,10 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import selectors
 import signal
-import subprocess
 import threading
 import time
 from collections import deque
@@ -46,6 +43,8 @@ from .policy import SYSTEM_POLICY, Policy, Rule
 from .policy import load as load_policy
 
 if TYPE_CHECKING:
+    import queue
+
     from ..collector import Collector
     from ..model import Snapshot
 
@@ -108,6 +107,9 @@ class CommandResult:
 def run_command(argv: tuple[str, ...], stdin: bytes, timeout: float) -> CommandResult:
     """Run argv (no shell) in a new session with `stdin` as its input; keep the first
     OUTPUT_LIMIT bytes of its output; kill its process group if it runs past `timeout`."""
+    import selectors
+    import subprocess
+
     env = {**COMMAND_ENV, "HOME": os.path.expanduser("~")}
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -178,6 +180,8 @@ class Notifier:
         self._waiting: set[NoticeKey] = set()  # held back by the rate limit, not yet sent
         self._recent: deque[float] = deque()  # monotonic times of the notices of the last minute
         self._limit_said = False
+        import queue  # here, not at the top: `vram status` builds the parser that imports this module
+
         self._lock = threading.Lock()  # state; the worker and the sampling thread both touch it
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue(QUEUE_LIMIT)
         self._worker = threading.Thread(target=self._work, name="vramkit-notices", daemon=True)
@@ -326,6 +330,8 @@ class Notifier:
 
     # ------------------------------------------------------------ the worker
     def _submit(self, job: Callable[[], None]) -> None:
+        import queue
+
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
@@ -353,6 +359,8 @@ class Notifier:
     def close(self, wait: float | None = None) -> None:
         """Let the queued jobs finish (at most `wait` seconds: default the command timeout plus the
         reclaim's), stop the worker, and say what the rate limit and the queue held back."""
+        import queue
+
         wait = self.policy.timeout + self.reclaim_timeout + 5 if wait is None else wait
         try:
             self._jobs.put(None, timeout=wait)
