@@ -142,7 +142,8 @@ def test_as_root_a_policy_or_command_another_user_can_change_is_refused(tmp_path
     os.chown(path, 0, 0)
     assert load(path, as_root=True).rules[0].command == ("/bin/true",)
 
-    script = tmp_path / "notify.sh"
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "notify.sh"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o757)
     path.write_text(RULE.replace("/bin/true", str(script)))
@@ -152,12 +153,21 @@ def test_as_root_a_policy_or_command_another_user_can_change_is_refused(tmp_path
                                    "by a user other than root, and the command runs as root: chown root and chmod "
                                    "go-w it")
     script.chmod(0o755)
-    tmp_path.chmod(0o777)  # a directory on its way that others may write
-    try:
-        with pytest.raises(PolicyError) as caught:
-            load(path, as_root=True)
-        assert f"command: '{tmp_path}' can be changed by a user other than root" in shown(caught.value)
-    finally:
-        tmp_path.chmod(0o700)
+    (tmp_path / "bin").chmod(0o777)  # a directory on its way that others may write
+    with pytest.raises(PolicyError) as caught:
+        load(path, as_root=True)
+    assert f"command: '{tmp_path / 'bin'}' can be changed by a user other than root" in shown(caught.value)
+    (tmp_path / "bin").chmod(0o755)
     assert load(path, as_root=True).rules[0].command == (str(script),)
     assert load(path, as_root=False).rules[0].command == (str(script),)
+
+    shared = tmp_path / "shared"  # the policy in a directory others may write: they could swap it
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    moved = shared / "policy.toml"
+    moved.write_text(RULE)
+    with pytest.raises(PolicyError) as caught:
+        load(moved, as_root=True)
+    assert shown(caught.value) == (f"error: --policy: {moved}: its directory '{shared}' can be changed by a user "
+                                   "other than root, and its commands run as root: chown root and chmod go-w it")
+    assert load(moved, as_root=False).rules[0].name == "idle-big"

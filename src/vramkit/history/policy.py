@@ -98,6 +98,10 @@ def _read(path: Path, as_root: bool) -> str:
         if as_root and (info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
             raise _fail(name, "", "another user can change it, and its commands run as root: "
                                   "chown root and chmod go-w it")
+        unsafe = _changeable_by_others(path.absolute().parent) if as_root else None
+        if unsafe is not None:  # they could replace the file
+            raise _fail(name, "", f"its directory {_show(unsafe, 300)} can be changed by a user other than root, "
+                                  "and its commands run as root: chown root and chmod go-w it")
         data = os.read(fd, MAX_BYTES + 1)
     finally:
         os.close(fd)
