@@ -14,6 +14,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 MiB = 2**20
@@ -112,3 +113,36 @@ def environment() -> str:
     except OSError:
         model = "?"
     return f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs ({model})"
+
+
+# `vram record` with one knob the stepped-clock builds need: how often it rolls up (seconds of
+# recorded time; the recorder's ROLLUP_EVERY). Everything else is the command as shipped.
+_RECORD_WITH_ROLLUP_EVERY = """\
+import sys
+import time
+import vramkit.history.recorder as recorder
+recorder.ROLLUP_EVERY = float(sys.argv.pop(1))
+from vramkit.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def record_stepped(db: Path, scenario_file: Path, *, epoch: float, start: float, interval: float,
+                   duration: float, rollup_every: float | None = None) -> float:
+    """Run the real `vram record` on the stepped scenario clock: samples every `interval` from
+    scenario time `start` to `start + duration` (both included), stamped `epoch + t`, into `db`.
+    `rollup_every` (seconds of recorded time) replaces the recorder's rollup cadence; None keeps
+    it. Returns the wall seconds it took."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VRAM_SIMULATE")}
+    env.update(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=repr(float(epoch)), VRAM_SIM_TIME=repr(float(start)))
+    args = ["record", "--simulate", str(scenario_file), "--db", str(db), "--interval", f"{interval:g}s",
+            "--duration", f"{duration:.0f}s", "--quiet"]
+    if rollup_every is None:
+        cmd = [sys.executable, "-m", "vramkit", *args]
+    else:
+        cmd = [sys.executable, "-c", _RECORD_WITH_ROLLUP_EVERY, repr(float(rollup_every)), *args]
+    began = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise SystemExit(f"vram record exited {result.returncode}: {result.stderr.strip()[-500:]}")
+    return time.perf_counter() - began
