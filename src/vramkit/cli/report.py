@@ -105,9 +105,10 @@ def run(args: argparse.Namespace) -> int:
         _need_matplotlib()  # before the work, not after
     store = Store.open(args.db)
     try:
-        rows = query.usage(store, since, until, args.by)
+        sums = query.held(store, since, until)  # one pass over the window, shared
+        rows = query.usage(store, since, until, args.by, sums=sums)
         limit = top if top is not None else 10 if args.by == "job" else None
-        idle = query.idle_holders(store, since, until, limit=top or 10)
+        idle = query.idle_holders(store, since, until, limit=top or 10, sums=sums)
         report = Report(database=str(store.path), since=since, until=until, by=args.by,
                         rows=rows if limit is None else rows[:limit], idle_holders=idle,
                         coverage=query.coverage(store, since, until), total_rows=len(rows))

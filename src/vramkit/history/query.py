@@ -85,38 +85,89 @@ def coverage(store: Store, since: float, until: float) -> Coverage:
                     seconds)
 
 
-def usage(store: Store, since: float, until: float, by: str) -> list[Usage]:
+@dataclass
+class Held:
+    """What one job held on one GPU over a window: the sums every report is made of."""
+
+    job: int
+    gpu: int
+    seconds: float
+    memory_byte_seconds: float
+    peak_memory: int | None
+    idle_seconds: float
+    idle_memory_byte_seconds: float
+
+
+def held(store: Store, since: float, until: float) -> list[Held]:
+    """Per job and GPU over [since, until): one pass over proc_time, which usage() (by user, job,
+    GPU) and idle_holders() can share (pass it as `sums=`): a 30-day window is millions of rows."""
+    return [Held(int(job), int(gpu), float(s or 0), float(mbs or 0), None if peak is None else int(peak),
+                 float(idle or 0), float(idle_mbs or 0)) for job, gpu, s, mbs, peak, idle, idle_mbs in _rows(store, """
+        SELECT job, gpu, SUM(seconds), SUM(memory * seconds), MAX(memory_max), SUM(idle_seconds),
+               SUM(memory * idle_seconds)
+        FROM proc_time WHERE t >= :since AND t < :until GROUP BY job, gpu""", {"since": since, "until": until})]
+
+
+@dataclass
+class _Job:
+    pid: int
+    user: str | None
+    command: str | None
+    gpus: str
+    first_seen: float
+    last_seen: float
+
+
+def _jobs(store: Store, ids: set[int]) -> dict[int, _Job]:
+    """The `jobs` rows of these ids (a window's jobs: hundreds, not millions)."""
+    out: dict[int, _Job] = {}
+    chunk = sorted(ids)
+    for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
+        part = chunk[i:i + 500]
+        for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen FROM jobs WHERE id IN "
+                         f"({','.join('?' * len(part))})", tuple(part)):
+            out[int(row[0])] = _Job(*row[1:])
+    return out
+
+
+def usage(store: Store, since: float, until: float, by: str, sums: list[Held] | None = None) -> list[Usage]:
     """Totals per user, GPU, job or day (local time) over [since, until), biggest GPU-time first
-    (days in order)."""
+    (GPUs and days in order). `sums`: held(store, since, until), when the caller has it already."""
     if by not in BY:
         raise RequestError(f"by: must be one of {', '.join(BY)}, got {by!r}", param="by")
     window = {"since": since, "until": until}
-    if by == "gpu":
-        return _by_gpu(store, window)
     if by == "day":
         return _by_day(store, window)
-    # Sum each job's rows first, then join the few sums to `jobs`: a join per sample row made a
-    # 30-day report of 50 processes take seconds.
-    group = "coalesce(j.user, '?')" if by == "user" else "j.id"
-    rows = _rows(store, f"""
-        WITH per_job AS (
-            SELECT job, SUM(seconds) AS gs, SUM(memory * seconds) AS mbs, MAX(memory_max) AS peak,
-                   SUM(idle_seconds) AS idle
-            FROM proc_time WHERE t >= :since AND t < :until GROUP BY job)
-        SELECT {group} AS k, SUM(p.gs), SUM(p.mbs), MAX(p.peak), SUM(p.idle), COUNT(*), min(j.user), min(j.pid),
-               min(j.command), min(j.gpus), min(j.first_seen), max(j.last_seen)
-        FROM per_job p JOIN jobs j ON j.id = p.job GROUP BY k""", window)
-    out = []
-    for k, gs, mbs, peak, idle, jobs, user, pid, command, gpus, first, last in rows:
-        u = Usage(str(k), float(gs or 0), float(mbs or 0), None if peak is None else int(peak),
-                  float(idle or 0), int(jobs))
-        if by == "job":
-            u.user, u.pid, u.command, u.gpus = user, pid, command, gpus
-            u.first_seen, u.last_seen = first, last
-            u.key = f"{pid}"
-        out.append(u)
-    out.sort(key=lambda u: (-u.gpu_seconds, u.key))
-    return out
+    sums = held(store, since, until) if sums is None else sums
+    if by == "gpu":
+        return _by_gpu(store, window, sums)
+    jobs = _jobs(store, {h.job for h in sums})
+    groups: dict[str, Usage] = {}
+    members: dict[str, set[int]] = {}
+    for h in sums:
+        job = jobs.get(h.job)
+        if job is None:  # dropped by retention since the sums were read
+            continue
+        key = (job.user or "?") if by == "user" else str(h.job)
+        u = groups.get(key)
+        if u is None:
+            u = groups[key] = Usage(key)
+            if by == "job":
+                u.key, u.user, u.pid, u.command, u.gpus = str(job.pid), job.user, job.pid, job.command, job.gpus
+                u.first_seen, u.last_seen = job.first_seen, job.last_seen
+        _add(u, h)
+        members.setdefault(key, set()).add(h.job)
+    for key, u in groups.items():
+        u.jobs = len(members[key])
+    return sorted(groups.values(), key=lambda u: (-u.gpu_seconds, u.key))
+
+
+def _add(u: Usage, h: Held) -> None:
+    u.gpu_seconds += h.seconds
+    u.memory_byte_seconds += h.memory_byte_seconds
+    u.idle_seconds += h.idle_seconds
+    if h.peak_memory is not None:
+        u.peak_memory = max(u.peak_memory or 0, h.peak_memory)
 
 
 # Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
@@ -152,43 +203,50 @@ def _by_day(store: Store, window: Mapping[str, object]) -> list[Usage]:
     return sorted(days.values(), key=lambda u: u.key)
 
 
-def _by_gpu(store: Store, window: Mapping[str, object]) -> list[Usage]:
+def _by_gpu(store: Store, window: Mapping[str, object], sums: list[Held]) -> list[Usage]:
+    """GPU-seconds of a GPU: the time any process held memory on it; peak: the GPU's own reading."""
     gpus = _rows(store, """
         SELECT gpu, SUM(occupied_seconds), MAX(used_max),
                SUM(util * seconds) / NULLIF(SUM(CASE WHEN util IS NOT NULL THEN seconds END), 0)
         FROM gpu_time WHERE t >= :since AND t < :until GROUP BY gpu""", window)
-    procs = {int(g): (mbs, idle, jobs) for g, mbs, idle, jobs in _rows(store, """
-        SELECT gpu, SUM(memory * seconds), SUM(idle_seconds), COUNT(DISTINCT job)
-        FROM proc_time WHERE t >= :since AND t < :until GROUP BY gpu""", window)}
+    procs: dict[int, Usage] = {}
+    members: dict[int, set[int]] = {}
+    for h in sums:
+        _add(procs.setdefault(h.gpu, Usage("")), h)
+        members.setdefault(h.gpu, set()).add(h.job)
     out = []
     for gpu, occupied, peak, util in gpus:
-        mbs, idle, jobs = procs.get(int(gpu), (0, 0, 0))
-        out.append(Usage(f"GPU {gpu}", float(occupied or 0), float(mbs or 0),
-                         None if peak is None else int(peak), float(idle or 0), int(jobs),
+        p = procs.get(int(gpu), Usage(""))
+        out.append(Usage(f"GPU {gpu}", float(occupied or 0), p.memory_byte_seconds,
+                         None if peak is None else int(peak), p.idle_seconds, len(members.get(int(gpu), ())),
                          utilization=None if util is None else float(util)))
     out.sort(key=lambda u: int(u.key.split()[1]))
     return out
 
 
-def idle_holders(store: Store, since: float, until: float, limit: int = 10) -> list[Usage]:
-    """The jobs that held memory idle longest in the window (with the memory they held):
-    idle_seconds, memory_byte_seconds of the idle time, peak memory, gpu_seconds of the rows
-    with idle time."""
-    rows = _rows(store, """
-        WITH per_job AS (
-            SELECT job, SUM(idle_seconds) AS idle, SUM(memory * idle_seconds) AS idle_mbs,
-                   MAX(memory_max) AS peak, SUM(seconds) AS seconds
-            FROM proc_time WHERE t >= :since AND t < :until AND idle_seconds > 0 GROUP BY job
-            ORDER BY idle DESC, job LIMIT :limit)
-        SELECT j.pid, j.user, j.command, j.gpus, p.idle, p.idle_mbs, p.peak, p.seconds, j.first_seen, j.last_seen
-        FROM per_job p JOIN jobs j ON j.id = p.job ORDER BY p.idle DESC, j.id""",
-                 {"since": since, "until": until, "limit": limit})
+def idle_holders(store: Store, since: float, until: float, limit: int = 10,
+                 sums: list[Held] | None = None) -> list[Usage]:
+    """The jobs that held memory idle longest in the window, longest first: idle_seconds,
+    memory_byte_seconds of the idle time, peak memory and gpu_seconds over the window.
+    `sums`: held(store, since, until), when the caller has it already."""
+    sums = held(store, since, until) if sums is None else sums
+    per_job: dict[int, Usage] = {}
+    idle_bytes: dict[int, float] = {}
+    for h in sums:
+        _add(per_job.setdefault(h.job, Usage("")), h)
+        idle_bytes[h.job] = idle_bytes.get(h.job, 0.0) + h.idle_memory_byte_seconds
+    top = sorted((j for j, u in per_job.items() if u.idle_seconds > 0),
+                 key=lambda j: (-per_job[j].idle_seconds, j))[:max(0, limit)]
+    jobs = _jobs(store, set(top))
     out = []
-    for pid, user, command, gpus, idle, idle_mbs, peak, seconds, first, last in rows:
-        u = Usage(str(pid), float(seconds or 0), float(idle_mbs or 0),
-                  None if peak is None else int(peak), float(idle or 0), 1,
-                  user=user, pid=pid, command=command, gpus=gpus, first_seen=first, last_seen=last)
-        out.append(u)
+    for j in top:
+        job = jobs.get(j)
+        if job is None:
+            continue
+        u = per_job[j]
+        out.append(Usage(str(job.pid), u.gpu_seconds, idle_bytes[j], u.peak_memory, u.idle_seconds, 1,
+                         user=job.user, pid=job.pid, command=job.command, gpus=job.gpus,
+                         first_seen=job.first_seen, last_seen=job.last_seen))
     return out
 
 
