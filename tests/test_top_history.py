@@ -113,6 +113,7 @@ def test_the_view_opens_with_the_recorded_hour_drawn(sim_env, recorded):
         # Low for the first half of the recorded hour, then high (the live sample, low, shares the
         # last cell with the last recorded one: a cell shows its highest value).
         first_high = line.index(high)
+        assert line[0] == low  # the sample before the window stands for its start: no blank edge
         assert line[:first_high].strip(" ") == low * len(line[:first_high].strip(" ")), line
         assert abs(first_high - len(line) / 2) <= 2, (first_high, len(line), line)
         # GPU 1 held 5 GiB the whole hour.
@@ -145,8 +146,10 @@ def test_h_cycles_the_range_and_says_how_much_is_recorded(sim_env, recorded):
 
     async def body(pilot):
         # The last 5 minutes of the recording are all in the high half (the last cell may be the
-        # live sample's alone, low).
-        assert set(history_line(app, 0).strip()[:-1]) == {tick(HIGH)}
+        # live sample's alone, low), from the window's first cell: the sample before the window
+        # stands for its start.
+        line = history_line(app, 0)
+        assert line[0] == tick(HIGH) and set(line[:-1].rstrip()) == {tick(HIGH)}, line
         seen = []
         for _ in range(5):
             seen.append(app.query_one("#gpus").content.plain.splitlines()[1].rsplit(" ", 1)[-1])  # its label

@@ -50,9 +50,14 @@ def gpu_series(store: Store, until: float, span: float, points: int) -> GpuSerie
              WHERE s.t >= :since AND s.t <= :until GROUP BY g.gpu, slot"""
     rolled = """SELECT gpu, CAST(t / :w AS INTEGER) AS slot, MAX(used_max), MAX(util), MIN(t), MAX(t + tier)
                 FROM gpu_rollup WHERE tier IN (60, 900) AND t >= :since AND t <= :until GROUP BY gpu, slot"""
+    # The raw sample before the window stands for its start (its span reaches into it).
+    before = """SELECT g.gpu, CAST(:since / :w AS INTEGER), g.used, g.util, :since, s.t + s.span
+                FROM samples s JOIN gpu_raw g ON g.sample = s.id
+                WHERE s.id = (SELECT id FROM samples WHERE t < :since ORDER BY t DESC LIMIT 1)
+                  AND s.t + s.span > :since"""
     reaches: dict[tuple[int, int], float] = {}  # (gpu, slot) -> the time its rows stand for up to
     try:
-        for query in (raw, rolled):
+        for query in (before, raw, rolled):
             for gpu, slot, used, util, first, reach in store.conn.execute(query, window):
                 slots = out.gpus.setdefault(int(gpu), {})
                 held = slots.get(slot, (None, None))

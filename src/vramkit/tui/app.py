@@ -137,6 +137,7 @@ class TopApp(App[None]):
         self.history_db = Path(history_db) if history_db is not None else None
         self.history_problem: str | None = None  # why the database is not drawn, one line
         self._first_read = asyncio.Event()
+        self._first_frame = asyncio.Event()  # the other ranges are read after it, not against it
         self.first_read_wait = 1.0  # seconds the first frame waits for it (a locked database)
         self.view = R.View()
         self.snap: Snapshot | None = None
@@ -172,6 +173,7 @@ class TopApp(App[None]):
             except asyncio.TimeoutError:
                 pass
         await self.refresh_data()
+        self.call_after_refresh(self._first_frame.set)
         self.set_interval(self.interval, self.refresh_data)
 
     def on_resize(self) -> None:
@@ -197,8 +199,9 @@ class TopApp(App[None]):
 
     # ------------------------------------------------------------ data
     async def _read_history(self) -> None:
-        """Read the recorded history into the charts: the range shown first, then the others (in
-        a thread: SQLite releases the GIL, so the view stays responsive)."""
+        """Read the recorded history into the charts: the range shown first, before the first
+        live sample; the others once the first frame is on screen (in a thread: SQLite releases
+        the GIL while it reads, so the view stays responsive)."""
         shown = self.charts.shown
         order = [shown] + [c for c in self.charts.ranges if c is not shown]
         try:
@@ -206,9 +209,10 @@ class TopApp(App[None]):
                 until = time.time()
                 series = await in_daemon_thread(functools.partial(self._read_series, chart.span, until))
                 _merge(chart, series)
+                self._draw()
                 if i == 0:
                     self._first_read.set()
-                self._draw()
+                    await self._first_frame.wait()
         except VramkitError as e:  # missing, locked, corrupt, newer schema: the view goes on live
             self.history_problem = sanitize(e.message)
         except Exception as e:  # noqa: BLE001  anything else the file does to SQLite: one line too
