@@ -169,6 +169,21 @@ def test_h_cycles_the_range_and_says_how_much_is_recorded(sim_env, recorded):
         machine.close()
 
 
+def test_80_columns_draw_the_history_and_leave_out_the_path(sim_env, recorded):
+    scenario, db = recorded
+    app, machine = open_app(scenario, db, history_span=3600)
+
+    async def body(pilot):
+        memory = history_line(app, 0)
+        assert tick(LOW) in memory and tick(HIGH) in memory, memory
+        assert "history 1h recorded" in banner(app) and str(db) not in banner(app)
+        assert len(banner(app).splitlines()) == 2  # as without a database
+    try:
+        run_app(app, body, size=(80, 24))
+    finally:
+        machine.close()
+
+
 def test_ranges_keep_live_samples_and_the_help_names_the_key(sim_env, recorded):
     scenario, db = recorded
     app, machine = open_app(scenario, db)

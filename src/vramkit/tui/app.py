@@ -267,7 +267,10 @@ class TopApp(App[None]):
             plain = banner(snap, Style(color=False, unicode=True), width)
             head = Text(plain)
             head.highlight_words(["SIMULATED machine"], style="bold magenta")
-        extra = [f"refresh {self.interval:g}s", self._history_source()]
+        extra = [f"refresh {self.interval:g}s"]
+        source = self._history_source(wide=width >= 100)
+        if source:
+            extra.append(source)
         if self.readonly:
             extra.append("read-only")
         if self.paused:
@@ -370,22 +373,25 @@ class TopApp(App[None]):
         self.view.tree = not self.view.tree
         self._fill_table()
 
-    def _history_source(self) -> str:
-        """Where the history lines come from, in a few words: the range, then the database."""
+    def _history_source(self, wide: bool = True) -> str:
+        """Where the history lines come from, in a few words: the range, then the database.
+        Narrow terminals get it shorter (no path; nothing without a database: the panels name
+        the range), so the banner does not take a line from the table."""
+        with_path = wide
         chart = self.charts.shown
         label = f"history {range_label(chart.span)}"
         if self.history_db is None or self.history_problem is not None:
-            return f"{label} live only"
+            return f"{label} live only" if wide or self.history_problem else ""
         where = sanitize(_home_short(self.history_db))
         if not chart.loaded:
-            return f"{label}: reading {where}…"
+            return f"{label}: reading {where}…" if with_path else f"{label}: reading…"
         first = chart.recorded_first
         if first is None:
-            return f"{label} live, nothing recorded in it ({where})"
+            return f"{label} live, nothing recorded in it" + (f" ({where})" if with_path else "")
         now = self.snap.time if self.snap is not None else time.time()
         if first > now - chart.span + 2 * chart.width + 60:  # recorded less than the range
-            return f"{label}: {range_label(_round(now - first))} recorded, from {where}"
-        return f"{label} from {where}"
+            return f"{label}: {range_label(_round(now - first))} recorded" + (f", from {where}" if with_path else "")
+        return f"{label} from {where}" if with_path else f"{label} recorded"
 
     def action_cycle_range(self) -> None:
         self.charts.cycle()
