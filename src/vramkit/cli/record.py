@@ -95,10 +95,14 @@ def run(args: argparse.Namespace) -> int:
     machine = open_for(args)
     try:
         store = Store.open(args.db, write=True)
+        try:
+            recorder = Recorder(store, interval, args.commands, retention, say)
+        except BaseException:
+            store.close(settle=False)
+            raise
     except BaseException:
         machine.close()
         raise
-    recorder = Recorder(store, interval, args.commands, retention, say)
     collector = Collector(machine, interval=interval)
     collector.subscribe(recorder)
     collector.on_error = lambda e: say(f"internal error in the recorder: {type(e).__name__}: {e}")

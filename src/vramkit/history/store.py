@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import RequestError
 
 SCHEMA_VERSION = 1
-SQLITE_FULL, SQLITE_NOTADB = 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
+SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
 APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
 
 # Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
@@ -130,6 +130,57 @@ def _check_not_symlink(path: Path) -> None:
         raise StoreError(f"{path} is not a regular file", param="db")
 
 
+def _check_companions(path: Path, owner: int) -> None:
+    """SQLite opens PATH-wal, PATH-shm and PATH-journal next to the database and would follow a
+    link there or use a file another user planted: each must be missing, or a regular file of the
+    database's owner (or root)."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        companion = Path(f"{path}{suffix}")
+        try:
+            st = os.lstat(companion)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise StoreError(f"{companion}: {e.strerror}", param="db") from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{companion} is not a regular file (a link?); vram does not follow links",
+                             param="db")
+        if st.st_uid not in (0, owner, os.geteuid()):
+            raise StoreError(f"{companion} belongs to another user (uid {st.st_uid}); remove it if it "
+                             "is not yours", param="db")
+
+
+def _check_header(path: Path) -> None:
+    """Refuse a database file cut short: its header says how many pages it has (when the count is
+    current), and a shorter file has lost data. SQLite only finds out page by page, after the
+    recorder has started writing into it. Not while a write-ahead log has pages: a checkpoint
+    writes page 1 before the pages that grow the file."""
+    try:
+        if os.lstat(f"{path}-wal").st_size > 0:
+            return
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StoreError(f"cannot read {path}-wal: {e.strerror}", param="db") from None
+    try:
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(100)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}", param="db") from None
+    if len(head) == 0:
+        return  # new, empty: SQLite writes the header
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise StoreError(f"{path} is not a readable vram history database (not an SQLite file)", param="db")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    counter, valid_for = head[24:28], head[92:96]
+    if counter == valid_for and pages and size < pages * page:
+        raise StoreError(f"{path} is not a readable vram history database (corrupt: cut short at "
+                         f"{size} of {pages * page} bytes)", param="db")
+
+
 def _make_dir(directory: Path) -> None:
     """Create the store's directory (0755 for root's shared store, 0700 otherwise); refuse a link
     or a directory another user owns and could swap files in."""
@@ -152,6 +203,8 @@ def describe(e: sqlite3.Error, path: Path) -> str:
     code = getattr(e, "sqlite_errorcode", None)
     if code == SQLITE_FULL or "disk is full" in text:
         return f"{path}: the disk is full"
+    if code is not None and code & 0xFF == SQLITE_IOERR:  # EFBIG (a file size limit) lands here too
+        return f"{path}: cannot write ({text}: the disk failed, or a file size limit was reached)"
     if code == SQLITE_NOTADB or "not a database" in text or "malformed" in text:
         return f"{path} is not a readable vram history database (corrupt, or another kind of file): {text}"
     if "readonly" in text or "read-only" in text:
@@ -183,7 +236,10 @@ class Store:
             raise StoreError(f"no history at {path}: nothing has been recorded there (start "
                              "'vram record', or name another database with --db)", param="db")
         lock_fd = cls._lock(path) if write else None
+        conn: sqlite3.Connection | None = None
         try:
+            _check_companions(path, os.stat(path).st_uid)
+            _check_header(path)
             if write:
                 conn = sqlite3.connect(path, timeout=0.5, isolation_level=None, check_same_thread=False)
             else:
@@ -193,13 +249,15 @@ class Store:
             store = cls(conn, path, write, lock_fd)
             store._prepare()
             return store
-        except sqlite3.Error as e:
+        except BaseException as e:
+            if conn is not None:
+                conn.close()
             if lock_fd is not None:
                 os.close(lock_fd)
-            raise StoreError(describe(e, path), param="db") from None
-        except BaseException:
-            if lock_fd is not None:
-                os.close(lock_fd)
+            if isinstance(e, sqlite3.Error):
+                raise StoreError(describe(e, path), param="db") from None
+            if isinstance(e, OSError):
+                raise StoreError(f"cannot open {path}: {e.strerror}", param="db") from None
             raise
 
     @staticmethod
@@ -243,6 +301,13 @@ class Store:
                 raise StoreError(f"{self.path} has schema {version}; 'vram record' upgrades it to "
                                  f"{SCHEMA_VERSION} when it next starts", param="db")
             return
+        if not empty:
+            # A damaged page would make every sample fail, found only after writing began; a scan
+            # before the first write costs about 10 ms per MB, once per start.
+            problem = c.execute("PRAGMA quick_check(1)").fetchone()[0]
+            if problem != "ok":
+                raise StoreError(f"{self.path} is not a readable vram history database (corrupt: "
+                                 f"{' '.join(str(problem).split())[:200]})", param="db")
         c.execute("PRAGMA journal_mode = WAL")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         if empty:
@@ -269,10 +334,16 @@ class Store:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield self.conn
+            self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite rolls back by itself after some errors (a full disk); a ROLLBACK then fails
+            # with "no transaction is active" and would hide the error that matters.
+            if self.conn.in_transaction:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
             raise
-        self.conn.execute("COMMIT")
 
     # ------------------------------------------------------------ meta
     def meta(self, key: str) -> str | None:
@@ -312,12 +383,15 @@ class Store:
     def _drop_oldest(self) -> bool:
         """Delete the oldest tenth of the oldest tier that has rows; False when nothing is left."""
         with self.transaction() as c:
-            for table, where in (("proc_rollup", "tier = 900"), ("proc_rollup", "tier = 60")):
-                n = c.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0]
+            for tier in (900, 60):
+                # The bucket starts of this tier in either table (a GPU without processes has
+                # gpu rows only), oldest first: a tenth of them go.
+                starts = ("SELECT t FROM gpu_rollup WHERE tier = :tier "
+                          "UNION SELECT t FROM proc_rollup WHERE tier = :tier")
+                n = c.execute(f"SELECT count(*) FROM ({starts})", {"tier": tier}).fetchone()[0]
                 if n:
-                    edge = c.execute(f"SELECT t FROM {table} WHERE {where} ORDER BY t LIMIT 1 OFFSET ?",
-                                     (n // 10,)).fetchone()[0]
-                    tier = 900 if "900" in where else 60
+                    edge = c.execute(f"SELECT t FROM ({starts}) ORDER BY t LIMIT 1 OFFSET :skip",
+                                     {"tier": tier, "skip": n // 10}).fetchone()[0]
                     c.execute("DELETE FROM proc_rollup WHERE tier = ? AND t <= ?", (tier, edge))
                     c.execute("DELETE FROM gpu_rollup WHERE tier = ? AND t <= ?", (tier, edge))
                     _drop_old_jobs(c)
@@ -332,11 +406,16 @@ class Store:
             _drop_old_jobs(c)
             return True
 
-    def close(self) -> None:
+    def close(self, settle: bool = True) -> None:
+        """Close; a recorder's store settles back to a rollback journal (settle=False: leave the
+        file exactly as it is, for a store refused after opening)."""
         try:
-            if self.writable:
+            if self.writable and settle:
+                # Back to a rollback journal while no recorder runs: a reader who may not write
+                # the directory (another user reading root's history) cannot create the -wal and
+                # -shm files a WAL database needs. Not possible while a reader is in: WAL stays.
                 try:
-                    self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    self.conn.execute("PRAGMA journal_mode = DELETE")
                 except sqlite3.Error:
                     pass
             self.conn.close()
@@ -351,6 +430,15 @@ def _avg(column: str, weight: str) -> str:
     return (f"SUM({column} * {weight}) / NULLIF(SUM(CASE WHEN {column} IS NOT NULL THEN {weight} END), 0)")
 
 
+def _total_avg(column: str, weight: str) -> str:
+    """SQL for the average of `column` over all of the rows' time, an unknown value counted as 0
+    (NULL when none is known): for memory, whose value x seconds is a total that reports sum, so
+    that rolling rows up never changes it (an average over the known time alone would credit
+    that memory to the unknown time too)."""
+    return (f"CASE WHEN COUNT({column}) THEN SUM(coalesce({column}, 0) * {weight}) / "
+            f"NULLIF(SUM({weight}), 0) END")
+
+
 def _merge(column: str, kind: str) -> str:
     """ON CONFLICT: combine an existing rollup row with a new one for the same bucket (a wall
     clock that went back can bring samples into a bucket already rolled up)."""
@@ -358,38 +446,45 @@ def _merge(column: str, kind: str) -> str:
         return f"{column} = {column} + excluded.{column}"
     if kind == "max":
         return f"{column} = max(coalesce({column}, excluded.{column}), coalesce(excluded.{column}, {column}))"
+    if kind == "total":  # as _total_avg: value x seconds is kept
+        return (f"{column} = CASE WHEN {column} IS NULL AND excluded.{column} IS NULL THEN NULL ELSE "
+                f"(coalesce({column}, 0) * seconds + coalesce(excluded.{column}, 0) * excluded.seconds) / "
+                f"NULLIF(seconds + excluded.seconds, 0) END")
     return (f"{column} = coalesce(({column} * seconds + excluded.{column} * excluded.seconds) / "
             f"NULLIF(seconds + excluded.seconds, 0), {column}, excluded.{column})")
 
 
-_GPU_MERGE = ", ".join([_merge(c, "avg") for c in ("used", "reserved", "util", "mem_util", "temp", "power")]
+_GPU_MERGE = ", ".join([_merge("used", "total")]
+                       + [_merge(c, "avg") for c in ("reserved", "util", "mem_util", "temp", "power")]
                        + [_merge("used_max", "max")]
                        + [_merge(c, "sum") for c in ("occupied_seconds", "lost_seconds", "seconds")])
-_PROC_MERGE = ", ".join([_merge(c, "avg") for c in ("memory", "sm_util")] + [_merge("memory_max", "max")]
+_PROC_MERGE = ", ".join([_merge("memory", "total"), _merge("sm_util", "avg")] + [_merge("memory_max", "max")]
                         + [_merge(c, "sum") for c in ("idle_seconds", "seconds")])
 
 
 def _raw_to_minutes(c: sqlite3.Connection, cut: float) -> None:
-    old = "SELECT id FROM samples WHERE t < :cut"
+    # Never the newest sample: its span is written when the next sample comes (after a forward
+    # clock jump it can be older than the cut). A bucket it is in later gets merged (ON CONFLICT).
+    old = "SELECT id FROM samples WHERE t < :cut AND id < (SELECT max(id) FROM samples)"
     c.execute(f"""
         INSERT INTO gpu_rollup (tier, t, gpu, seconds, occupied_seconds, lost_seconds, used, used_max,
                                 reserved, util, mem_util, temp, power)
         SELECT 60, CAST(s.t / 60 AS INTEGER) * 60 AS b, g.gpu, SUM(s.span),
                SUM(CASE WHEN g.procs > 0 THEN s.span ELSE 0 END), SUM(CASE WHEN g.lost THEN s.span ELSE 0 END),
-               {_avg('g.used', 's.span')}, MAX(g.used), {_avg('g.reserved', 's.span')},
+               {_total_avg('g.used', 's.span')}, MAX(g.used), {_avg('g.reserved', 's.span')},
                {_avg('g.util', 's.span')}, {_avg('g.mem_util', 's.span')}, {_avg('g.temp', 's.span')},
                {_avg('g.power', 's.span')}
-        FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t < :cut GROUP BY b, g.gpu
+        FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id IN ({old}) GROUP BY b, g.gpu
         ON CONFLICT (tier, t, gpu) DO UPDATE SET {_GPU_MERGE}""", {"cut": cut})
     c.execute(f"""
         INSERT INTO proc_rollup (tier, t, job, gpu, seconds, idle_seconds, memory, memory_max, sm_util)
         SELECT 60, CAST(s.t / 60 AS INTEGER) * 60 AS b, p.job, p.gpu, SUM(s.span), SUM(p.idle * s.span),
-               {_avg('p.memory', 's.span')}, MAX(p.memory), {_avg('p.sm_util', 's.span')}
-        FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t < :cut GROUP BY b, p.job, p.gpu
+               {_total_avg('p.memory', 's.span')}, MAX(p.memory), {_avg('p.sm_util', 's.span')}
+        FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id IN ({old}) GROUP BY b, p.job, p.gpu
         ON CONFLICT (tier, t, job, gpu) DO UPDATE SET {_PROC_MERGE}""", {"cut": cut})
     c.execute(f"DELETE FROM proc_raw WHERE sample IN ({old})", {"cut": cut})
     c.execute(f"DELETE FROM gpu_raw WHERE sample IN ({old})", {"cut": cut})
-    c.execute("DELETE FROM samples WHERE t < :cut", {"cut": cut})
+    c.execute(f"DELETE FROM samples WHERE id IN ({old})", {"cut": cut})
 
 
 def _minutes_to_quarters(c: sqlite3.Connection, cut: float) -> None:
@@ -397,14 +492,14 @@ def _minutes_to_quarters(c: sqlite3.Connection, cut: float) -> None:
         INSERT INTO gpu_rollup (tier, t, gpu, seconds, occupied_seconds, lost_seconds, used, used_max,
                                 reserved, util, mem_util, temp, power)
         SELECT 900, t / 900 * 900 AS b, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds),
-               {_avg('used', 'seconds')}, MAX(used_max), {_avg('reserved', 'seconds')}, {_avg('util', 'seconds')},
+               {_total_avg('used', 'seconds')}, MAX(used_max), {_avg('reserved', 'seconds')}, {_avg('util', 'seconds')},
                {_avg('mem_util', 'seconds')}, {_avg('temp', 'seconds')}, {_avg('power', 'seconds')}
         FROM gpu_rollup WHERE tier = 60 AND t < :cut GROUP BY b, gpu
         ON CONFLICT (tier, t, gpu) DO UPDATE SET {_GPU_MERGE}""", {"cut": cut})
     c.execute(f"""
         INSERT INTO proc_rollup (tier, t, job, gpu, seconds, idle_seconds, memory, memory_max, sm_util)
         SELECT 900, t / 900 * 900 AS b, job, gpu, SUM(seconds), SUM(idle_seconds),
-               {_avg('memory', 'seconds')}, MAX(memory_max), {_avg('sm_util', 'seconds')}
+               {_total_avg('memory', 'seconds')}, MAX(memory_max), {_avg('sm_util', 'seconds')}
         FROM proc_rollup WHERE tier = 60 AND t < :cut GROUP BY b, job, gpu
         ON CONFLICT (tier, t, job, gpu) DO UPDATE SET {_PROC_MERGE}""", {"cut": cut})
     c.execute("DELETE FROM gpu_rollup WHERE tier = 60 AND t < :cut", {"cut": cut})
