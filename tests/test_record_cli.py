@@ -535,3 +535,22 @@ def test_a_scenario_with_faults_is_recorded(tmp_path):
     finally:
         store.close()
     assert len([ln for ln in result.err_lines if "GPU 1" in ln]) == 1, result.err
+
+
+# ------------------------------------------------------------------ 7. the size bound, from the command line
+
+def test_max_size_keeps_the_file_bounded_oldest_first(tmp_path):
+    db = tmp_path / "history.db"
+    result = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "30m", "--duration", "40d",
+                      "--keep-raw", "1h", "--keep-minute", "1h", "--max-size", "1MiB", env=stepped_env())
+    assert result.rc == 0, result.err
+    assert db.stat().st_size <= 1024**2
+    store = Store.open(db)
+    try:
+        first, last = store.conn.execute("SELECT min(t), max(t) FROM gpu_time").fetchone()
+        newest = store.conn.execute("SELECT max(t) FROM samples").fetchone()[0]
+    finally:
+        store.close()
+    assert newest == EPOCH + 40 * 86400  # the newest is kept ...
+    assert first > EPOCH + 86400  # ... the oldest days went
+    assert last == newest

@@ -13,6 +13,7 @@ from .common import UsageError, open_for
 
 if TYPE_CHECKING:
     from ..collector import Collector
+    from ..model import Snapshot
     from .common import Subparsers
 
 HELP = "record GPU and process history into a database (foreground, or as a service)"
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from ..collector import Collector
     from ..history.recorder import Recorder
     from ..history.store import Retention, Store
+    from ..procs import sanitize
     from ..units import format_duration, parse_size
 
     interval = _duration(args, "interval", minimum=0.1)
@@ -104,7 +106,15 @@ def run(args: argparse.Namespace) -> int:
         machine.close()
         raise
     collector = Collector(machine, interval=interval)
-    collector.subscribe(recorder)
+    unreadable: list[str] = []  # why the newest snapshot could not be read at all
+
+    def consume(snap: Snapshot) -> None:
+        why = _unreadable(snap)
+        if why is None:
+            recorder(snap)
+        else:
+            unreadable.append(why)
+    collector.subscribe(consume)
     collector.on_error = lambda e: say(f"internal error in the recorder: {type(e).__name__}: {e}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -120,14 +130,18 @@ def run(args: argparse.Namespace) -> int:
         while not stop.is_set():
             started = backend.monotonic()
             try:
+                unreadable.clear()
                 collector.sample()
+                if unreadable:  # NVML answered, but with errors only: its handles are stale
+                    raise _Unreadable(unreadable[0])
                 if failing is not None:
                     say("reading the GPUs again")
                     failing = None
-            except (VramkitError, OSError, RuntimeError) as e:  # a lost GPU, a driver reload
-                if failing != str(e):
-                    say(f"cannot read the GPUs: {e}; retrying every interval")
-                    failing = str(e)
+            except Exception as e:  # noqa: BLE001 - a driver reload raises NVML's own errors too
+                line = sanitize(str(e) or type(e).__name__)
+                if failing != line:
+                    say(f"cannot read the GPUs: {line}; retrying every interval")
+                    failing = line
                 _reopen(collector, args)
             if args.samples is not None and recorder.samples + recorder.dropped >= args.samples:
                 break
@@ -141,6 +155,23 @@ def run(args: argparse.Namespace) -> int:
         say(f"stopped: {recorder.samples} sample{'s' if recorder.samples != 1 else ''} recorded"
             + (f", {recorder.dropped} not written" if recorder.dropped else ""))
     return 0
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _unreadable(snap: Snapshot) -> str | None:
+    """Why no GPU of this snapshot could be read (a driver unloaded or reloaded under vram: NVML
+    answers every call with an error), or None. Fields the GPU does not support or lets no one
+    read are what it is, not a failure; a lost GPU is recorded as lost."""
+    reasons = []
+    for g in snap.gpus:
+        why = g.na.get("memory_used")
+        if g.lost or g.memory_used is not None or why is None or "support" in why or "permission" in why:
+            return None
+        reasons.append(why)
+    return reasons[0] if reasons else None
 
 
 def _reopen(collector: Collector, args: argparse.Namespace) -> None:

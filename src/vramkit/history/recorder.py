@@ -23,6 +23,7 @@ COMMANDS = ("off", "name", "full")  # how much of a command line is kept
 MAX_COMMAND = 1024
 ROLLUP_EVERY = 300.0  # seconds of recording between rollups / retention passes
 FORGET_AFTER = 3600.0  # a job unseen this long is not matched again in memory (the database still is)
+SAME_START = 1.0  # seconds: with unknown start ticks, a pid started within this of a job's start is that job
 
 JobKey = tuple[int, "int | None", "str | None"]  # (pid, start ticks, user)
 
@@ -259,7 +260,8 @@ class Recorder:
 
     def _job(self, c: sqlite3.Connection, key: JobKey, p: GpuProcess, now: float, continuing: set[int]) -> _Job:
         """The job this process is: one seen in memory, one the database has from before a
-        restart (the same pid and start ticks; with unknown ticks, seen within the gap), or new.
+        restart (the same pid and start ticks; with unknown ticks, the same start time, or if that
+        is unknown too, seen within the gap), or new.
         With unknown ticks a pid seen in the previous, unbroken sample is the same life whatever
         the wall clock did in between; one seen longer ago only if within the gap."""
         known = self._jobs.get(key)
@@ -270,6 +272,10 @@ class Recorder:
         if ticks is not None:
             row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks = ? "
                             "ORDER BY id DESC LIMIT 1", (pid, ticks)).fetchone()
+        elif p.start_time is not None:  # the start time tells lives apart over any gap (a lost GPU)
+            row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks IS NULL "
+                            "AND user IS ? AND abs(start_time - ?) <= ? ORDER BY id DESC LIMIT 1",
+                            (pid, user, p.start_time, SAME_START)).fetchone()
         else:
             row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks IS NULL "
                             "AND user IS ? AND last_seen >= ? ORDER BY id DESC LIMIT 1",

@@ -308,10 +308,10 @@ class Store:
             if problem != "ok":
                 raise StoreError(f"{self.path} is not a readable vram history database (corrupt: "
                                  f"{' '.join(str(problem).split())[:200]})", param="db")
+        if empty:  # before the first page is written (switching to WAL writes one)
+            c.execute("PRAGMA auto_vacuum = INCREMENTAL")
         c.execute("PRAGMA journal_mode = WAL")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
-        if empty:
-            c.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
         self.migrate()
 
     def version(self) -> int:
@@ -378,7 +378,9 @@ class Store:
             _drop_old_jobs(c)
         while self.size() > keep.max_bytes and self._drop_oldest():
             pass
-        self.conn.execute("PRAGMA incremental_vacuum")
+        # Give the free pages back to the file system. Through execute() it frees one page only
+        # (Python steps the statement once, and fetchall() does not finish it); a script runs it out.
+        self.conn.executescript("PRAGMA incremental_vacuum;")
 
     def _drop_oldest(self) -> bool:
         """Delete the oldest tenth of the oldest tier that has rows; False when nothing is left."""
