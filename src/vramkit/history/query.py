@@ -2,12 +2,14 @@
 idle holders, one job's memory over its life, and how long each held memory has been idle.
 
 Every total is a sum of value x seconds over the rows of every tier (store.gpu_time and
-store.proc_time). A row belongs to a window by its start time, so a window's edges are exact to
-one sample (raw), one minute or fifteen minutes (older tiers).
+store.proc_time, read here through the tables' keys: PROC_WINDOW, GPU_WINDOW). A row belongs to
+a window by its start time, so a window's edges are exact to one sample (raw), one minute or
+fifteen minutes (older tiers).
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +19,27 @@ from ..errors import RequestError
 from .store import Store, StoreError, describe
 
 BY = ("user", "gpu", "job", "day")
+
+# The rollup tiers store.roll_up writes (a bucket's seconds). The rollup tables' keys begin with
+# the tier: naming the tiers lets SQLite seek to a window, where the views proc_time and gpu_time
+# (no tier in a WHERE on t) scan every rollup row, even for the last hour.
+TIERS = (60, 900)
+_IN_TIERS = f"tier IN ({', '.join(map(str, TIERS))})"
+# The rows of proc_time / gpu_time that start in [:since, :until), read through the keys.
+PROC_WINDOW = f"""(
+    SELECT s.t AS t, s.span AS seconds, p.job AS job, p.gpu AS gpu, p.memory AS memory, p.memory AS memory_max,
+           p.sm_util AS sm_util, p.idle * s.span AS idle_seconds
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :since AND s.t < :until
+    UNION ALL
+    SELECT t, seconds, job, gpu, memory, memory_max, sm_util, idle_seconds FROM proc_rollup
+    WHERE {_IN_TIERS} AND t >= :since AND t < :until)"""
+GPU_WINDOW = f"""(
+    SELECT s.t AS t, s.span AS seconds, g.gpu AS gpu, g.used AS used_max, g.util AS util,
+           CASE WHEN g.procs > 0 THEN s.span ELSE 0 END AS occupied_seconds
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t >= :since AND s.t < :until
+    UNION ALL
+    SELECT t, seconds, gpu, used_max, util, occupied_seconds FROM gpu_rollup
+    WHERE {_IN_TIERS} AND t >= :since AND t < :until)"""
 
 
 @dataclass
@@ -78,8 +101,8 @@ def coverage(store: Store, since: float, until: float) -> Coverage:
     rows = _rows(store, "SELECT min(t), max(t) FROM (SELECT t FROM samples UNION ALL SELECT t FROM gpu_rollup)", ())
     first, last = rows[0]
     # Seconds covered: each GPU's rows count the same time; one GPU's total is the window's.
-    per_gpu = _rows(store, "SELECT gpu, SUM(seconds) FROM gpu_time WHERE t >= ? AND t < ? GROUP BY gpu",
-                    (since, until))
+    per_gpu = _rows(store, f"SELECT gpu, SUM(seconds) FROM {GPU_WINDOW} GROUP BY gpu",
+                    {"since": since, "until": until})
     seconds = max((float(s) for _, s in per_gpu if s is not None), default=0.0)
     return Coverage(first if first is None else float(first), last if last is None else float(last),
                     seconds)
@@ -102,10 +125,10 @@ def held(store: Store, since: float, until: float) -> list[Held]:
     """Per job and GPU over [since, until): one pass over proc_time, which usage() (by user, job,
     GPU) and idle_holders() can share (pass it as `sums=`): a 30-day window is millions of rows."""
     return [Held(int(job), int(gpu), float(s or 0), float(mbs or 0), None if peak is None else int(peak),
-                 float(idle or 0), float(idle_mbs or 0)) for job, gpu, s, mbs, peak, idle, idle_mbs in _rows(store, """
+                 float(idle or 0), float(idle_mbs or 0)) for job, gpu, s, mbs, peak, idle, idle_mbs in _rows(store, f"""
         SELECT job, gpu, SUM(seconds), SUM(memory * seconds), MAX(memory_max), SUM(idle_seconds),
                SUM(memory * idle_seconds)
-        FROM proc_time WHERE t >= :since AND t < :until GROUP BY job, gpu""", {"since": since, "until": until})]
+        FROM {PROC_WINDOW} GROUP BY job, gpu""", {"since": since, "until": until})]
 
 
 @dataclass
@@ -181,7 +204,7 @@ def _by_day(store: Store, window: Mapping[str, object]) -> list[Usage]:
     rows = _rows(store, f"""
         SELECT CAST(t / {_QUARTER} AS INTEGER) AS q, job, SUM(seconds), SUM(memory * seconds), MAX(memory_max),
                SUM(idle_seconds)
-        FROM proc_time WHERE t >= :since AND t < :until GROUP BY q, job""", window)
+        FROM {PROC_WINDOW} GROUP BY q, job""", window)
     days: dict[str, Usage] = {}
     jobs: dict[str, set[int]] = {}
     day_of: dict[int, str] = {}
@@ -205,10 +228,10 @@ def _by_day(store: Store, window: Mapping[str, object]) -> list[Usage]:
 
 def _by_gpu(store: Store, window: Mapping[str, object], sums: list[Held]) -> list[Usage]:
     """GPU-seconds of a GPU: the time any process held memory on it; peak: the GPU's own reading."""
-    gpus = _rows(store, """
+    gpus = _rows(store, f"""
         SELECT gpu, SUM(occupied_seconds), MAX(used_max),
                SUM(util * seconds) / NULLIF(SUM(CASE WHEN util IS NOT NULL THEN seconds END), 0)
-        FROM gpu_time WHERE t >= :since AND t < :until GROUP BY gpu""", window)
+        FROM {GPU_WINDOW} GROUP BY gpu""", window)
     procs: dict[int, Usage] = {}
     members: dict[int, set[int]] = {}
     for h in sums:
@@ -271,15 +294,15 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
     count = max(1, int(-(-(until - since) // step)))
     window = {"since": since, "until": until, "step": step}
     recorded: dict[tuple[int, int], float] = {}
-    for b, gpu, seconds in _rows(store, """
-            SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM gpu_time
-            WHERE t >= :since AND t < :until GROUP BY b, gpu""", window):
+    for b, gpu, seconds in _rows(store, f"""
+            SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM {GPU_WINDOW}
+            GROUP BY b, gpu""", window):
         recorded[(int(b), int(gpu))] = float(seconds or 0)
     # Per job first (the join to `jobs` then touches one row per job and bucket, not per sample).
-    held = _rows(store, """
+    held = _rows(store, f"""
         WITH per_job AS (
             SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, job, SUM(memory * seconds) AS mbs
-            FROM proc_time WHERE t >= :since AND t < :until GROUP BY b, gpu, job)
+            FROM {PROC_WINDOW} GROUP BY b, gpu, job)
         SELECT b, gpu, coalesce(j.user, '?'), SUM(mbs) FROM per_job p JOIN jobs j ON j.id = p.job
         GROUP BY b, gpu, j.user""", window)
     gpus = sorted({gpu for _, gpu in recorded})
@@ -307,10 +330,11 @@ def job_lives(store: Store, pid: int) -> list[JobLife]:
     for row in _rows(store, "SELECT id, pid, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
                      "memory_byte_seconds, idle_seconds FROM jobs WHERE pid = ? ORDER BY first_seen DESC", (pid,)):
         life = JobLife(*row)
-        life.points = [tuple(r) for r in _rows(store, """
-            SELECT t, seconds, gpu, memory, memory_max, sm_util, idle_seconds FROM proc_time
-            WHERE job = :job AND t >= :first AND t <= :last ORDER BY t, gpu""",
-            {"job": life.id, "first": life.first_seen - 900, "last": life.last_seen})]
+        # The rows of its life (a rollup bucket may start up to 15 minutes before its first sample).
+        life.points = [tuple(r) for r in _rows(store, f"""
+            SELECT t, seconds, gpu, memory, memory_max, sm_util, idle_seconds FROM {PROC_WINDOW}
+            WHERE job = :job ORDER BY t, gpu""",
+            {"job": life.id, "since": life.first_seen - 900, "until": math.nextafter(life.last_seen, math.inf)})]
         lives.append(life)
     return lives
 
