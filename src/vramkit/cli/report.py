@@ -20,8 +20,8 @@ DESCRIPTION = """\
 Sum what 'vram record' kept over a window: per user (or GPU, job, day) the GPU-hours (a
 process holding memory on a GPU for an hour is one), memory GiB-hours, peak memory,
 idle-holding hours (memory held while the process ran no kernels of its own) and jobs;
-then the processes that held memory idle longest. The first line says the window and how
-much of it was recorded.
+then the processes that held memory idle longest. The first two lines say the window, how
+much of it was recorded, and in which database.
 
 WHEN is a duration meaning that long ago (7d, 24h, 90m, 1h30m), 'now', a local date or
 time (2026-11-01, '2026-11-01 13:00', 2026-11-01T13:00:05), or @UNIX (unix seconds).
