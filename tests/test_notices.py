@@ -317,9 +317,6 @@ def test_attach_policy_seeds_idle_time_from_the_recorders_history(stepped, appen
     assert [(r["timestamp"] - EPOCH, r["idle_seconds"]) for r in alice] == [(7200, 7200.0)]
 
 
-@pytest.mark.xfail(strict=True, reason="idle.IdleClock.seed: the recorded time is used again whenever the "
-                                       "process is next seen idle, so a busy spell after the restart is "
-                                       "forgotten (the seed must apply to its first sighting only)")
 def test_a_process_busy_after_the_restart_starts_its_idle_time_over(stepped, appender, tmp_path, monkeypatch):
     """dave ran kernels at 3600-3660, after the restart: idle again from 3720, no notice by 7200."""
     command, out = appender

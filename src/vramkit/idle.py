@@ -36,6 +36,12 @@ class IdleClock:
 
     def __init__(self) -> None:
         self._since: dict[IdleKey, float] = {}
+        self._recorded: dict[tuple[int, int | None, int], float] = {}
+
+    def seed(self, recorded: dict[tuple[int, int | None, int], float]) -> None:
+        """What history says: (pid, start ticks, GPU) -> since when (unix time) it has been idle
+        there. A process first seen idle here then counts from that time, not from now."""
+        self._recorded = dict(recorded)
 
     def update(self, snap: Snapshot, now: float | None = None) -> None:
         """Set p.idle_for on every process of snap (oldest snapshot first). `now` is when it was
@@ -45,10 +51,17 @@ class IdleClock:
         seen: dict[IdleKey, float] = {}
         for dev in snap.gpus:
             for p in dev.processes:
+                # History speaks for the first sample that sees a process only: once seen here,
+                # this clock knows better (a process busy since then starts over).
+                recorded = self._recorded.pop((p.pid, p.start_ticks, dev.index), None) if self._recorded else None
                 if not p.idle:
                     p.idle_for = None
                     continue
                 key = (p.pid, p.start_ticks, dev.index, p.mig_gi)
-                since = seen[key] = self._since.get(key, now)
+                since = self._since.get(key)
+                if since is None:
+                    # The recorded wall time, moved onto this clock (the snapshot says when it was).
+                    since = now if recorded is None else min(now, now - (snap.time - recorded))
+                seen[key] = since
                 p.idle_for = max(0.0, now - since)
         self._since = seen  # a process seen busy, or gone, starts over

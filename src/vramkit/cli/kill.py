@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, TextIO
 from .common import Failure, UsageError, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
+    from ..collector import Collector
     from ..kill import Criteria
+    from ..snapshot import Machine
     from .common import Subparsers
 
 HELP = "free GPU memory: signal GPU processes safely (asks first, logs every action)"
@@ -73,8 +75,10 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")
     sel.add_argument("--user", metavar="NAMES", help="processes of these users (comma-separated)")
     sel.add_argument("--idle", metavar="DURATION",
-                     help="processes holding memory that run no kernels for DURATION (e.g. 30m) from "
-                          "now: vram watches that long before it asks")
+                     help="processes holding memory that ran no kernels for the last DURATION (e.g. 2h), "
+                          "answered at once from the history 'vram record' keeps when it watched that "
+                          "whole time; else vram watches from now, up to DURATION, before it asks")
+    sel.add_argument("--db", metavar="PATH", help="the history --idle reads (default: the recorder's; $VRAM_DB)")
     sel.add_argument("--zombie", action="store_true", help="defunct or orphaned processes holding memory")
     sel.add_argument("--holders", action="store_true",
                      help="include processes that hold /dev/nvidia* open but NVML lists no memory for")
@@ -109,6 +113,27 @@ def _criteria(args: argparse.Namespace) -> Criteria:
             raise UsageError("--user: name at least one user")
     return Criteria(pids=tuple(args.pids), gpus=tuple(parse_gpu_list(args.gpu)) if args.gpu else None,
                     users=users, idle=idle, zombie=args.zombie, holders=args.holders, all_users=args.all_users)
+
+
+def _idle_source(machine: Machine, criteria: Criteria, db: str | None) -> tuple[Machine | Collector, bool, str]:
+    """For --idle: a collector whose idle clock starts from what the recorder's history says
+    (and whether that history watched the whole window), and a note saying which it was."""
+    if criteria.idle is None:
+        return machine, False, ""
+    from ..collector import Collector
+    from ..history.recorded_idle import read_recorded_idle
+    from ..units import format_duration
+
+    collector = Collector(machine)
+    now = machine.backend.now()
+    recorded = read_recorded_idle(now, db)
+    collector.idle.seed(recorded.since)
+    if recorded.covers(now, criteria.idle):
+        return collector, True, recorded.note
+    watching = f"watching from now for up to {format_duration(criteria.idle)}"
+    if recorded.unbroken_since is not None:
+        return collector, False, f"{recorded.note}, less than {format_duration(criteria.idle)}: {watching}"
+    return collector, False, f"{recorded.note}: {watching}"
 
 
 class _Progress:
@@ -174,13 +199,16 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
     machine = open_for(args)
     try:
+        source, idle_known, idle_note = _idle_source(machine, criteria, args.db)
         try:
-            plan = make_plan(machine, criteria, progress=progress)
+            plan = make_plan(source, criteria, progress=progress, idle_known=idle_known)
         except ProtectConfigError as e:
             raise UsageError(f"protected list: {e}") from None
         finally:
             if progress:
                 progress.clear()
+        if idle_note:
+            plan.notes.insert(0, idle_note)
         if args.dry_run or not plan.targets:
             report = dry_report(plan)
             report.dry_run, report.signal = args.dry_run, sig.name

@@ -12,11 +12,13 @@ from .model import Progress, Target
 
 
 def select_idle(source: Collector, snap: Snapshot, targets: list[Target], seconds: float, notes: list[str],
-                progress: Progress | None) -> list[Target]:
+                progress: Progress | None, known: bool = False) -> list[Target]:
     """Keep the targets idle (idle.py's rule) on every GPU they use for `seconds`, as the
     collector's idle clock has seen: sampled about every second until each target has been
     idle that long or stopped being idle. A holder NVML does not list has no row of its own:
-    its GPUs at 0% stand in for it (the rule where the driver keeps no per-process samples)."""
+    its GPUs at 0% stand in for it (the rule where the driver keeps no per-process samples).
+    `known`: the clock was seeded from history that watched the whole window, so what it says
+    now is the answer (no watching), except for unlisted holders, which history does not see."""
     unknown = sorted({g.index for g in snap.gpus if g.utilization is None
                       and any(g.index in t.all_gpus for t in targets)})
     if unknown:
@@ -49,6 +51,10 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
     spans = {t.pid: idle_for(t, snap) for t in targets}
     idle = {t.pid: t for t in targets if spans[t.pid] is not None}
     explicit_busy = [t for t in targets if t.explicit and t.pid not in idle]
+    if known and all(set(t.all_gpus) <= set(t.gpus) for t in idle.values()):
+        # History watched the whole window: idle that long now, or not idle that long at all.
+        idle = {pid: t for pid, t in idle.items() if (spans[pid] or 0) >= seconds}
+        return _chosen(targets, idle, [t for t in targets if t.explicit and t.pid not in idle], seconds, notes)
     interval = min(1.0, max(0.1, seconds / 10))
     start = time.monotonic()
     end = start + seconds
@@ -62,6 +68,11 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
         if progress is not None:
             progress("idle", min(seconds, time.monotonic() - start), seconds, len(idle))
     # Left: idle at every sample, for `seconds` by the clock, or for the whole wait.
-    for t in explicit_busy:
+    return _chosen(targets, idle, explicit_busy, seconds, notes)
+
+
+def _chosen(targets: list[Target], idle: dict[int, Target], not_idle: list[Target], seconds: float,
+            notes: list[str]) -> list[Target]:
+    for t in not_idle:
         notes.append(f"pid {t.pid} was not idle for {seconds:g}s: not selected")
     return [t for t in targets if t.pid in idle]

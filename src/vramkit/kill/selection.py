@@ -77,8 +77,11 @@ def _is_own(t: Target, caller: Caller) -> bool:
 
 
 def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: Protection | None = None,
-              caller: Caller | None = None, progress: Progress | None = None) -> Plan:
-    """Select targets and check each one. Nothing is signalled."""
+              caller: Caller | None = None, progress: Progress | None = None,
+              idle_known: bool = False) -> Plan:
+    """Select targets and check each one. Nothing is signalled. `idle_known`: the collector's
+    idle clock was seeded from recorded history that covers the whole --idle window, so idle
+    time is judged at once instead of by watching (see select_idle)."""
     criteria.check()
     caller = caller or Caller.current()
     protection = protection or load(caller_chain=caller.chain)
@@ -99,7 +102,7 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
         targets = list(by_pid.values())
     targets = _narrow_by_criteria(targets, criteria, caller, notes)
     if criteria.idle is not None:
-        targets = select_idle(source, snap, targets, criteria.idle, notes, progress)
+        targets = select_idle(source, snap, targets, criteria.idle, notes, progress, known=idle_known)
     for t in targets:
         _judge(t, caller, protection, criteria.all_users)
     targets.sort(key=lambda t: (t.refusal is not None, t.all_gpus[:1] or (999,), -(t.memory or 0), t.pid))

@@ -1,0 +1,108 @@
+"""kill --idle answers at once from the recorder's history when it watched the whole window, and
+says when it has to watch live instead (issue 11 item 4)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from helpers import clean_env, run_vram
+
+from vramkit.idle import IdleClock
+from vramkit.model import Device, GpuProcess, Snapshot
+
+RECORDED = 3 * 3600  # seconds of history, ending now
+SCENARIO = {
+    "name": "idle-history",
+    "gpus": [
+        {"memory_total": "80GiB", "utilization": 0},
+        # GPU 1 works until 2h30m into the recording, then idles.
+        {"memory_total": "80GiB", "utilization": {"timeline": [[0, 60], [9000, 0]], "interpolate": "step"}},
+    ],
+    "processes": [
+        {"pid": 101, "user": "ann", "command": "python notebook.py", "gpus": {"0": "10GiB"}, "sm_util": 0},
+        {"pid": 102, "user": "ben", "command": "python train.py", "gpus": {"1": "20GiB"}},
+    ],
+}
+
+
+def _record(path, db, ended_ago: float = 0.0) -> None:
+    epoch = int(time.time() - RECORDED - ended_ago)
+    env = clean_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(epoch), VRAM_SIM_TIME=None)
+    done = run_vram("record", "--simulate", str(path), "--db", str(db), "--interval", "60",
+                    "--duration", str(RECORDED), "--quiet", env=env)
+    assert done.rc == 0, done.err
+
+
+def _kill_idle(path, db, idle: str, *pids: str) -> dict:
+    # The live machine is where the recording ended.
+    env = clean_env(VRAM_SIM_TIME=str(RECORDED), VRAM_AUDIT_LOG=str(db.parent / "audit.log"))
+    result = run_vram("kill", *pids, "--simulate", str(path), "--idle", idle, "--db", str(db), "--dry-run",
+                      "--all-users", "--json", env=env, timeout=60)
+    assert result.rc in (0, 1), result.err
+    return json.loads(result.out)  # exit 1: every selected process refused (simulated ones are)
+
+
+def test_idle_for_the_whole_window_is_answered_from_history(write_scenario, tmp_path):
+    path, db = write_scenario(SCENARIO), tmp_path / "history.db"
+    _record(path, db)
+    # Watching live for 2 h would time the test out: the answer comes from history.
+    plan = _kill_idle(path, db, "2h")
+    assert [t["pid"] for t in plan["targets"]] == [101]  # ben's job idles for 30 minutes only
+    assert any("idle times from the history in" in n and "3h00m" in n for n in plan["notes"])
+    plan = _kill_idle(path, db, "20m")
+    assert sorted(t["pid"] for t in plan["targets"]) == [101, 102]
+
+
+def test_a_named_process_busy_within_the_window_is_not_selected(write_scenario, tmp_path):
+    path, db = write_scenario(SCENARIO), tmp_path / "history.db"
+    _record(path, db)
+    plan = _kill_idle(path, db, "1h", "102")
+    assert plan["targets"] == []
+    assert "pid 102 was not idle for 3600s: not selected" in plan["notes"]
+
+
+def test_history_that_ended_is_not_used_and_vram_watches(write_scenario, tmp_path):
+    path, db = write_scenario(SCENARIO), tmp_path / "history.db"
+    _record(path, db, ended_ago=2 * 3600)
+    plan = _kill_idle(path, db, "1s")
+    assert any("ends 2h00m ago ('vram record' is not running): watching from now for up to 1s" in n
+               for n in plan["notes"]), plan["notes"]
+    assert [t["pid"] for t in plan["targets"]] == [101, 102]  # both idle for the second watched
+
+
+def test_history_shorter_than_the_window_says_so(write_scenario, tmp_path):
+    path, db = write_scenario(SCENARIO), tmp_path / "history.db"
+    _record(path, db)
+    from vramkit.history.recorded_idle import read_recorded_idle
+
+    recorded = read_recorded_idle(time.time(), db)
+    assert recorded.covers(time.time(), 2 * 3600) and not recorded.covers(time.time(), 4 * 3600)
+    assert recorded.since  # ann's notebook, idle since the recording began
+    (key, since), = [(k, v) for k, v in recorded.since.items() if k[0] == 101]
+    assert key == (101, None, 0) and abs(since - (time.time() - RECORDED)) < 120
+
+
+def test_no_history_database_says_so(write_scenario, tmp_path):
+    path = write_scenario(SCENARIO)
+    plan = _kill_idle(path, tmp_path / "none.db", "1s")
+    assert any("no recorded history at" in n and "watching from now for up to 1s" in n for n in plan["notes"])
+
+
+def _snap(t: float, util: int) -> Snapshot:
+    proc = GpuProcess(pid=7, gpu=0, gpu_uuid=None, memory=1 << 30, start_ticks=99, sm_utilization=util)
+    proc.idle = util == 0
+    return Snapshot(time=t, gpus=[Device(index=0, utilization=util, processes=[proc])])
+
+
+def test_the_seed_counts_from_the_recorded_time_for_the_first_sighting_only():
+    clock = IdleClock()
+    clock.seed({(7, 99, 0): 1000.0})
+    first = _snap(4600.0, 0)
+    clock.update(first, now=50.0)
+    assert first.processes[0].idle_for == 3600.0  # idle since 1000, seen at 4600
+    busy = _snap(4660.0, 40)
+    clock.update(busy, now=110.0)
+    again = _snap(4720.0, 0)
+    clock.update(again, now=170.0)
+    assert again.processes[0].idle_for == 0.0  # busy since: history no longer speaks for it
