@@ -12,8 +12,9 @@ from textual.widgets import Static
 from ..alerts import Alert, History
 from ..model import GpuProcess, Snapshot
 from ..render import fmt
+from ..render.sparkline import buckets, spark
 from ..units import format_duration, format_size
-from .panels import alerts_text, buckets, spark
+from .panels import alerts_text
 
 HELP = """\
 [b]vram top[/b]: the live view of this machine's GPUs
