@@ -480,43 +480,55 @@ def test_a_database_locked_by_another_recorder(tmp_path):
     assert first.returncode == 0
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a bind mount needs root")
-def test_a_read_only_file_system(recorded, tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir(mode=0o700)
-    if subprocess.run(["mount", "--bind", str(recorded.parent), str(ro)], capture_output=True).returncode != 0:
+@pytest.fixture
+def read_only_view(recorded) -> Iterator[Path]:
+    """`recorded`'s directory seen through a read-only bind mount (a real EROFS), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    view = Path(tempfile.mkdtemp(prefix="vramkit-ro-"))
+    if subprocess.run(["mount", "--bind", str(recorded.parent), str(view)], capture_output=True).returncode != 0:
+        view.rmdir()
         pytest.skip("cannot bind-mount here")
     try:
-        if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode != 0:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], capture_output=True).returncode != 0:
             pytest.skip("cannot remount read-only here")
-        _refused(ro / recorded.name, "read-only|Read-only", readable=True)
-        # A reader still reads it.
-        store = Store.open(ro / recorded.name)
-        try:
-            assert query.usage(store, 0, 2e9, "user")
-        finally:
-            store.close()
+        yield view / recorded.name
     finally:
-        subprocess.run(["umount", str(ro)], check=False)
+        if subprocess.run(["umount", str(view)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(view)], check=False)
+        view.rmdir()
 
 
-def test_a_read_only_file_for_its_user(recorded, shared_dir):
-    """Read-only for a user who is not root (root writes any file): vram record as vramtest."""
+def test_a_read_only_file_system(read_only_view):
+    _refused(read_only_view, "read-only|Read-only", readable=True)
+    store = Store.open(read_only_view)  # a reader still reads it
+    try:
+        assert query.usage(store, 0, 2e9, "user")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_read_only_for_its_user(recorded, shared_dir, what):
+    """A read-only file, or a writable file in a read-only directory (SQLite must create the
+    -wal file beside it), for a user who is not root (root writes anything): vram record as vramtest."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run as another user")
     db = shared_dir / "history.db"
     shutil.copy(recorded, db)
     os.chown(db, 1001, 1001)
-    db.chmod(0o400)
-    shared_dir.chmod(0o755)
+    db.chmod(0o400 if what == "file" else 0o600)
+    shared_dir.chmod(0o755 if what == "file" else 0o555)
     os.chown(shared_dir, 1001, 1001)
     before = file_state(db)
     result = subprocess.run([*AS_VRAMTEST, *vram_argv("record", "--simulate", "demo", "--db", str(db),
                                                       "--samples", "1")],
                             capture_output=True, text=True, env=stepped_env(10**7), timeout=HANG_GUARD)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
-    assert "Permission denied" in result.stderr or "read-only" in result.stderr
+    assert re.search("Permission denied|read-only|cannot open", result.stderr), result.stderr
+    assert "Traceback" not in result.stderr
     assert file_state(db) == before
+    shared_dir.chmod(0o755)  # for the clean-up
 
 
 # ------------------------------------------------------------------ 6. faults while recording

@@ -310,7 +310,11 @@ class Store:
                                  f"{' '.join(str(problem).split())[:200]})", param="db")
         if empty:  # before the first page is written (switching to WAL writes one)
             c.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        # Between recorders the file is in rollback-journal mode (close()), where a reader in the
+        # middle of a query holds it shared: wait for it rather than refuse to start.
+        c.execute("PRAGMA busy_timeout = 10000")
         c.execute("PRAGMA journal_mode = WAL")
+        c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
 
