@@ -104,12 +104,12 @@ def test_each_idle_holder_gets_one_notice_per_repeat_period_and_busy_or_small_on
     finally:
         drive.close()
     got = records(out)
-    # dave ran kernels at 3600-3660 (NVML reports that window in the sample at 3660): idle from 3720.
+    # dave ran kernels from 3600 to 3660 (the sample at 3600 sees it busy): idle again from 3660.
     assert got == [
         expected(5001, "alice", 1001, 0, 12 * GiB, 7200, 7200.0),
-        expected(5004, "dave", 1004, 0, 16 * GiB, 3720 + 7200, 7200.0),
+        expected(5004, "dave", 1004, 0, 16 * GiB, 3660 + 7200, 7200.0),
         expected(5001, "alice", 1001, 0, 12 * GiB, 7200 + 21600, 28800.0),
-        expected(5004, "dave", 1004, 0, 16 * GiB, 3720 + 7200 + 21600, 28800.0),
+        expected(5004, "dave", 1004, 0, 16 * GiB, 3660 + 7200 + 21600, 28800.0),
     ]
     assert not any(r["user"] in ("bob", "carol") for r in got)  # bob is busy; carol holds 2 GiB
     assert drive.notifier.sent == 4 and drive.notifier.failed == 0 and drive.notifier.held_back == 0
@@ -257,7 +257,7 @@ def test_a_process_that_ran_kernels_after_its_notice_is_not_reclaimed(stepped, a
     command, out = appender
     child = start_sleeper(children)
     scenario = real_idle_scenario(child.pid)
-    # busy from 9000 to 9060 (reported by the sample at 9060): its idle stretch starts over
+    # busy from 9000 to 9060 (seen by the sample at 9000): its idle stretch starts over
     scenario["processes"][0]["sm_util"] = {"timeline": [[0, 0], [9000, 40], [9060, 0]], "interpolate": "step"}
     lines: list[str] = []
     drive = Drive(write_scenario(scenario), policy(command, reclaim_after="1h"), lines)
@@ -318,7 +318,7 @@ def test_attach_policy_seeds_idle_time_from_the_recorders_history(stepped, appen
 
 
 def test_a_process_busy_after_the_restart_starts_its_idle_time_over(stepped, appender, tmp_path, monkeypatch):
-    """dave ran kernels at 3600-3660, after the restart: idle again from 3720, no notice by 7200."""
+    """dave ran kernels at 3600-3660, after the restart: idle again from 3660, no notice by 7200."""
     command, out = appender
     restart_with_history(tmp_path, command, monkeypatch)
     assert [r["pid"] for r in records(out)] == [5001]

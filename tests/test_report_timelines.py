@@ -42,13 +42,12 @@ def _points(value: Any) -> list[tuple[float, Any]]:
 
 
 def _at(value: Any, t: float) -> Any:
-    """The value at t. A step takes effect just after its point's time: at exactly t the value
-    before it still holds (nvml/scenario.py's value_at reads step timelines so; start_at, by
-    contrast, is inclusive)."""
+    """The value at t. A step takes effect at its point's time (as start_at does, and as
+    nvml/scenario.py's value_at reads step timelines)."""
     points = _points(value)
     current = points[0][1]
     for start, v in points:
-        if t > start:
+        if t >= start:
             current = v
     return current
 

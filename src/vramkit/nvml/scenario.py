@@ -151,11 +151,13 @@ def value_at(value: Any, t: float) -> Any:
         t = t % period
     if t <= points[0][0]:
         return points[0][1]
+    step = value.get("interpolate", "linear") == "step"
     for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        if t <= t1:
-            if value.get("interpolate", "linear") == "step" or t1 == t0:
+        if step:
+            if t < t1:  # a step takes its new value at its point's time, as start_at does
                 return v0
-            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+        elif t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
     return points[-1][1]
 
 
