@@ -1,0 +1,65 @@
+"""vram job PID: one process's memory over its life, from the history `vram record` keeps."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from .common import UsageError
+
+if TYPE_CHECKING:
+    from .common import Subparsers
+
+HELP = "one process's memory on each GPU over its life, from recorded history"
+DESCRIPTION = """\
+Show what 'vram record' kept about a process: when it was first and last seen, its GPU-hours,
+memory GiB-hours, peak memory and idle time, its memory on each GPU over its life as a
+sparkline, and a short table of how it went. A pid used again by a later process shows each
+life, newest first (--all), else only the newest.
+
+examples:
+  vram job 38817                   the newest recorded life of pid 38817
+  vram job 38817 --all             every recorded life of that pid
+  vram job 38817 --json | jq '.lives[0].points | length'
+"""
+
+
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("job", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pid", metavar="PID", help="the process id")
+    p.add_argument("--db", metavar="PATH", help="the database (default: the recorder's; also $VRAM_DB)")
+    p.add_argument("--all", action="store_true", help="every recorded life of PID, newest first")
+    p.add_argument("--rows", metavar="N", type=int, default=12, help="rows in the table (default 12)")
+    p.add_argument("--json", action="store_true", help="print every recorded point as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..history.query import job_lives
+    from ..history.store import Store
+    from ..render.job_view import job_json, render_job
+    from ..render.style import style_for, terminal_width
+
+    text = str(args.pid).strip()
+    if not text.isdigit() or len(text) > 10 or not 0 < int(text) < 2**31:
+        shown = text if len(text) <= 20 else text[:17] + "..."
+        raise UsageError(f"PID: not a process id: {shown!r}")
+    if not 1 <= args.rows <= 1000:
+        raise UsageError(f"--rows: must be 1 to 1000, got {args.rows}")
+    pid = int(text)
+    store = Store.open(args.db)
+    try:
+        lives = job_lives(store, pid)
+        database = str(store.path)
+    finally:
+        store.close()
+    if not args.all:
+        lives = lives[:1]
+    if args.json:
+        print(job_json(lives, pid, database))
+    else:
+        print(render_job(lives, pid, database, style_for(sys.stdout, getattr(args, "no_color", False)),
+                         terminal_width(), rows=args.rows))
+    return 0 if lives else 1

@@ -1,0 +1,138 @@
+"""`vram job PID`: one process life from recorded history: its totals, its memory on each GPU
+over its life as a sparkline, and a short table of how it went (text), or every point (JSON)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ..history.query import JobLife
+from ..procs import sanitize
+from ..units import format_duration, format_size
+from .report_view import fit
+from .sparkline import buckets, spark
+from .style import Style
+
+SCHEMA_VERSION = 1
+GIB = 1024**3
+
+Point = tuple[float, float, int, "int | None", "int | None", "int | None", float]
+
+
+def _local(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _life_seconds(life: JobLife) -> float:
+    return max(0.0, life.last_seen - life.first_seen)
+
+
+NICE_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 604800)
+
+
+def _step(seconds: float, rows: int) -> int:
+    """The shortest round slice length that cuts `seconds` into at most `rows` slices."""
+    longest = NICE_STEPS[-1]
+    return next((s for s in NICE_STEPS if seconds / s <= rows), longest * (int(seconds // (longest * rows)) + 1))
+
+
+@dataclass
+class _Slice:
+    start: float
+    memory: dict[int, int | None]  # GPU -> the highest memory seen in the slice
+    sm: int | None  # the highest own SM utilization
+    idle: float  # share of the recorded time held idle
+
+
+def _slices(points: list[Point], first: float, last: float, rows: int) -> list[_Slice]:
+    """Round slices of the life (at most `rows`), each with what it held on each GPU; slices
+    with nothing recorded are left out."""
+    step = _step(max(1.0, last - first), rows)
+    grouped: dict[float, list[Point]] = {}
+    for p in points:
+        grouped.setdefault(p[0] // step * step, []).append(p)
+    out = []
+    for start, members in sorted(grouped.items()):
+        memory: dict[int, int | None] = {}
+        for p in members:
+            value = p[4] if p[4] is not None else p[3]
+            held = memory.get(p[2])
+            memory[p[2]] = value if held is None else held if value is None else max(held, value)
+        sms = [p[5] for p in members if p[5] is not None]
+        seconds = sum(p[1] for p in members)
+        idle = sum(p[6] for p in members) / seconds if seconds > 0 else 0.0
+        out.append(_Slice(max(start, first), memory, max(sms) if sms else None, idle))
+    return out
+
+
+def _table(life: JobLife, rows: int, style: Style) -> list[str]:
+    table = _slices(life.points, life.first_seen, life.last_seen, rows)
+    gpus = sorted({g for sl in table for g in sl.memory})
+    if not table:
+        return []
+    header = "  " + "FROM".ljust(19) + "".join(f"{f'GPU {g}':>10}" for g in gpus) + "   SM  IDLE"
+    lines = ["", style.paint(header, "bold")]
+    for sl in table:
+        cells = "".join(f"{format_size(sl.memory[g]) if g in sl.memory else '-':>10}" for g in gpus)
+        sm = "N/A" if sl.sm is None else f"{sl.sm}%"
+        lines.append(f"  {_local(sl.start)}{cells}  {sm:>4}  {sl.idle:>4.0%}")
+    return lines
+
+
+def render_job(lives: list[JobLife], pid: int, database: str, style: Style, width: int, rows: int = 12) -> str:
+    lines: list[str] = []
+    for n, life in enumerate(lives):
+        if n:
+            lines.append("")
+        command = sanitize(life.command) if life.command else "(command not recorded)"
+        user = sanitize(life.user) if life.user else "?"
+        gpus = life.gpus or "-"
+        lines.append(style.paint(fit(f"pid {pid} · {user} · {command} · GPU {gpus}", width), "bold"))
+        lived = _life_seconds(life)
+        lines.append(f"  seen    {_local(life.first_seen)} → {_local(life.last_seen)} ({format_duration(lived)})")
+        share = f" ({life.idle_seconds / life.gpu_seconds:.0%} of its GPU time)" if life.gpu_seconds > 0 else ""
+        lines.append(f"  used    {life.gpu_seconds / 3600:.2f} GPU-hours · {life.memory_byte_seconds / GIB / 3600:.2f} "
+                     f"GiB-hours · peak {format_size(life.peak_memory)} · idle {format_duration(life.idle_seconds)}"
+                     + share)
+        by_gpu: dict[int, list[tuple[float, float | None]]] = {}
+        for p in life.points:
+            by_gpu.setdefault(p[2], []).append((p[0], float(p[4] if p[4] is not None else p[3] or 0)))
+        spark_w = max(10, min(80, width - 30))
+        span = max(1.0, lived)
+        top = max((v or 0.0 for series in by_gpu.values() for _, v in series), default=0.0) or 1.0
+        for gpu, series in sorted(by_gpu.items()):
+            line = spark(buckets(series, life.first_seen + span, span, spark_w, step=True), 0, top)
+            peak = max((v or 0.0 for _, v in series), default=0.0)
+            lines.append(f"  GPU {gpu:<3} " + style.paint(line, "green") + f"  peak {format_size(int(peak))}")
+        lines.extend(_table(life, rows, style))
+    if not lives:
+        lines.append(f"no recorded life of pid {pid} in {database}")
+    else:
+        lines.append("")
+        lines.append(style.paint(f"from {database}; sparklines share one scale (0 to the highest peak); each row is "
+                                 "the highest memory and SM % in its slice, IDLE the share of its time held idle",
+                                 "dim"))
+    return "\n".join(lines)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat()
+
+
+def job_json(lives: list[JobLife], pid: int, database: str) -> str:
+    def life_dict(life: JobLife) -> dict[str, Any]:
+        return {
+            "pid": life.pid, "user": sanitize(life.user) if life.user else None,
+            "command": sanitize(life.command) if life.command else None,
+            "gpus": [int(g) for g in life.gpus.split(",") if g],
+            "first_seen": _iso(life.first_seen), "first_seen_timestamp": life.first_seen,
+            "last_seen": _iso(life.last_seen), "last_seen_timestamp": life.last_seen,
+            "peak_memory": life.peak_memory, "gpu_seconds": life.gpu_seconds,
+            "memory_byte_seconds": life.memory_byte_seconds, "idle_seconds": life.idle_seconds,
+            "points": [{"timestamp": p[0], "seconds": p[1], "gpu": p[2], "memory": p[3], "memory_max": p[4],
+                        "sm_utilization": p[5], "idle_seconds": p[6]} for p in life.points],
+        }
+    return json.dumps({"schema": SCHEMA_VERSION, "database": database, "pid": pid,
+                       "lives": [life_dict(life) for life in lives]}, indent=2)
