@@ -52,6 +52,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("log", nargs="?", metavar="LOGFILE", help="a log or traceback with the error; - reads stdin")
     p.add_argument("--json", action="store_true", help="print JSON (keys: docs/doctor.md)")
     p.add_argument("--gpu", metavar="LIST", help="log: the NVML GPU the job ran on; checklist: only these GPUs")
+    p.add_argument("--db", metavar="PATH", help="checklist: the history that says how long processes have been idle "
+                   "(default: the recorder's; $VRAM_DB)")
     p.add_argument("--pid", type=int, metavar="PID", help="log: the job's pid as NVML lists it (containers)")
     p.add_argument("--no-live", action="store_true", help="log: do not read this machine's GPUs")
     p.add_argument("--model", metavar="NAME", help="log: the model, for the estimator's savings")
@@ -248,16 +250,24 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
     for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch_size", "--batch"), ("seq_len", "--seq")):
         if getattr(args, dest) is not None:
             raise UsageError(f"{flag} needs a LOGFILE")
+    from ..doctor.checklist import IDLE_MIN_AGE
+    from ..history.recorded_idle import seeded_collector
+
     machine = open_for(args)
     try:
-        snap = machine.snapshot()
+        # Idle holders are judged by how long they have been idle, where the recorder knows.
+        collector, recorded = seeded_collector(machine, args.db)
+        snap = collector.snapshot()
+        idle_known = recorded.covers(snap.time, IDLE_MIN_AGE)
     finally:
         machine.close()
     wanted = None
     if args.gpu is not None:
         wanted = parse_gpu_list(args.gpu)
         check_gpus(snap, wanted)
-    result = run_checklist(snap, only=wanted)
+    result = run_checklist(snap, only=wanted, idle_known=idle_known)
+    if idle_known:
+        result.notes.append(recorded.note)
     if args.json:
         print(checklist_json(result, snap))
     else:

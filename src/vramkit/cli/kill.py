@@ -120,15 +120,11 @@ def _idle_source(machine: Machine, criteria: Criteria, db: str | None) -> tuple[
     (and whether that history watched the whole window), and a note saying which it was."""
     if criteria.idle is None:
         return machine, False, ""
-    from ..collector import Collector
-    from ..history.recorded_idle import read_recorded_idle
+    from ..history.recorded_idle import seeded_collector
     from ..units import format_duration
 
-    collector = Collector(machine)
-    now = machine.backend.now()
-    recorded = read_recorded_idle(now, db)
-    collector.idle.seed(recorded.since)
-    if recorded.covers(now, criteria.idle):
+    collector, recorded = seeded_collector(machine, db)
+    if recorded.covers(machine.backend.now(), criteria.idle):
         return collector, True, recorded.note
     watching = f"watching from now for up to {format_duration(criteria.idle)}"
     if recorded.unbroken_since is not None:

@@ -112,9 +112,11 @@ def _who(p: GpuProcess) -> str:
 
 
 def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str | None = None,
-                  only: list[int] | None = None) -> Checklist:
+                  only: list[int] | None = None, idle_known: bool = False) -> Checklist:
     """Findings for this machine; `env` defaults to os.environ, `me` to the current user,
-    `only` narrows the GPUs checked (vram doctor --gpu)."""
+    `only` narrows the GPUs checked (vram doctor --gpu). `idle_known`: each process's idle_for
+    comes from recorded history (a collector seeded from it), so an idle holder is one idle for
+    IDLE_MIN_AGE, not merely idle now and running that long."""
     env = os.environ if env is None else env
     if me is None:
         me = user_name(os.getuid())
@@ -126,7 +128,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     findings += _near_full(gpus)
     if cvd is not None:
         findings += _other_users(gpus, me)
-    findings += _holders(gpus, me)
+    findings += _holders(gpus, me, idle_known)
     findings += _order(snap, cvd, env)
     if only is None:
         findings += _crowded(snap)
@@ -162,7 +164,15 @@ def _other_users(gpus: list[Device], me: str | None) -> list[Finding]:
     return out
 
 
-def _holders(gpus: list[Device], me: str | None) -> list[Finding]:
+def _idle_holder(p: GpuProcess, idle_known: bool) -> bool:
+    if not p.idle:
+        return False
+    if idle_known:
+        return (p.idle_for or 0) >= IDLE_MIN_AGE
+    return (p.elapsed or 0) >= IDLE_MIN_AGE  # idle now, and not just started: how long is unknown
+
+
+def _holders(gpus: list[Device], me: str | None, idle_known: bool = False) -> list[Finding]:
     out = []
     any_visible = any(p.host_missing is None for g in gpus for p in g.processes)
     for g in gpus:
@@ -183,7 +193,7 @@ def _holders(gpus: list[Device], me: str | None) -> list[Finding]:
                                    "if it exited, its memory should be freed soon; if it stays, an admin "
                                    "can find it with nvidia-smi on the host", gpus=[g.index], pid=p.pid,
                                    memory=p.memory))
-            elif p.idle and (p.elapsed or 0) >= IDLE_MIN_AGE:
+            elif _idle_holder(p, idle_known):
                 fix = (f"free it: release the memory (del + torch.cuda.empty_cache()), stop it, or vram kill {p.pid}"
                        if mine else f"ask {p.user or 'its owner'} to free it (a notebook kernel often holds memory "
                                     "long after its last cell)")
@@ -192,6 +202,8 @@ def _holders(gpus: list[Device], me: str | None) -> list[Finding]:
                 why = (f"GPU {g.index} is at 0% utilization now" if g.utilization == 0 else
                        f"its own utilization samples are 0% while GPU {g.index} is at "
                        f"{'N/A' if g.utilization is None else f'{g.utilization}%'} with other work")
+                if idle_known:
+                    why = f"idle for {format_duration(p.idle_for)} by the recorded history; {why}"
                 out.append(Finding("idle_holder", "warning", f"{p.user or 'unknown'}'s pid {p.pid} holds "
                                    f"{format_size(p.memory)} {where}",
                                    f"{why}; the process has run "

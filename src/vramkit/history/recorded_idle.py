@@ -12,6 +12,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..collector import Collector
+from ..snapshot import Machine
 from ..units import format_duration
 from .query import idle_since
 from .recorder import max_gap
@@ -69,3 +71,12 @@ def read_recorded_idle(now: float, path: Path | str | None = None) -> RecordedId
     return RecordedIdle(since, None if began is None else float(began),
                         f"idle times from the history in {path} (recorded without a break for "
                         f"{format_duration(now - began) if began is not None else '0s'})")
+
+
+def seeded_collector(machine: Machine, path: Path | str | None = None) -> tuple[Collector, RecordedIdle]:
+    """A collector on `machine` whose idle clock starts from what the history at `path` says
+    (kill --idle, doctor), and that history (its `covers` says for how long it can be trusted)."""
+    collector = Collector(machine)
+    recorded = read_recorded_idle(machine.backend.now(), path)
+    collector.idle.seed(recorded.since)
+    return collector, recorded

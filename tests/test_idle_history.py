@@ -1,5 +1,6 @@
-"""kill --idle answers at once from the recorder's history when it watched the whole window, and
-says when it has to watch live instead (issue 11 item 4)."""
+"""Idle time from the recorder's history (issue 11 item 4): kill --idle answers at once when the
+history watched the whole window, and says when it has to watch live instead; doctor's idle
+holders are the processes idle for 10 minutes by the history, not merely idle now."""
 
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ SCENARIO = {
 }
 
 
-def _record(path, db, ended_ago: float = 0.0) -> None:
-    epoch = int(time.time() - RECORDED - ended_ago)
+def _record(path, db, ended_ago: float = 0.0, seconds: float = RECORDED) -> None:
+    epoch = int(time.time() - seconds - ended_ago)
     env = clean_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(epoch), VRAM_SIM_TIME=None)
     done = run_vram("record", "--simulate", str(path), "--db", str(db), "--interval", "60",
-                    "--duration", str(RECORDED), "--quiet", env=env)
+                    "--duration", str(seconds), "--quiet", env=env)
     assert done.rc == 0, done.err
 
 
@@ -106,3 +107,38 @@ def test_the_seed_counts_from_the_recorded_time_for_the_first_sighting_only():
     again = _snap(4720.0, 0)
     clock.update(again, now=170.0)
     assert again.processes[0].idle_for == 0.0  # busy since: history no longer speaks for it
+
+
+def _doctor(path, db, at: float = RECORDED) -> dict:
+    env = clean_env(VRAM_SIM_TIME=str(at))
+    result = run_vram("doctor", "--simulate", str(path), "--db", str(db), "--json", env=env)
+    assert result.rc == 0, result.err
+    return result.json()
+
+
+def _idle_holders(report: dict) -> list[int]:
+    return sorted(f["pid"] for f in report["findings"] if f["code"] == "idle_holder")
+
+
+def test_doctor_judges_idle_holders_by_recorded_idle_time(write_scenario, tmp_path):
+    # ben's job stops running kernels 5 minutes before the end of the recording: idle now, and it
+    # has run for an hour, but 5 idle minutes is no idle holder yet. ann's notebook idled 3 h.
+    data = json.loads(json.dumps(SCENARIO))
+    data["gpus"][1]["utilization"] = {"timeline": [[0, 60], [RECORDED - 300, 0]], "interpolate": "step"}
+    path, db = write_scenario(data), tmp_path / "history.db"
+    _record(path, db)
+    report = _doctor(path, db)
+    assert _idle_holders(report) == [101]
+    finding, = [f for f in report["findings"] if f["code"] == "idle_holder"]
+    assert "idle for 3h00m by the recorded history" in finding["detail"]
+    assert any("idle times from the history in" in n for n in report["notes"])
+    # Without history doctor can only say both are idle now and have run a while.
+    assert _idle_holders(_doctor(path, tmp_path / "none.db")) == [101, 102]
+
+
+def test_doctor_with_history_shorter_than_ten_minutes_falls_back(write_scenario, tmp_path):
+    path, db = write_scenario(SCENARIO), tmp_path / "history.db"
+    _record(path, db, seconds=240)
+    report = _doctor(path, db, at=240)
+    assert _idle_holders(report) == [101]  # ben is busy at t=240 either way
+    assert not any("idle times from the history" in n for n in report["notes"])
