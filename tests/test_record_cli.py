@@ -571,3 +571,28 @@ def test_max_size_keeps_the_file_bounded_oldest_first(tmp_path):
     assert newest == EPOCH + 40 * 86400  # the newest is kept ...
     assert first > EPOCH + 86400  # ... the oldest days went
     assert last == newest
+
+
+def test_a_real_process_is_one_life_across_kills(tmp_path, children, write_scenario):
+    """Real processes have start ticks: a killed and restarted recorder continues their lives by
+    (pid, start ticks)."""
+    worker = children.start(["sleep", "600"])
+    scenario = write_scenario({"gpus": [{"memory_total": "24GiB", "utilization": 50}],
+                               "processes": [{"pid": worker.pid, "source": "real", "gpus": {"0": "6GiB"}}]})
+    db = tmp_path / "history.db"
+    env = clean_env(VRAM_SIM_TIME=None)
+    for _ in range(3):
+        proc = subprocess.Popen(vram_argv("record", "--simulate", str(scenario), "--db", str(db), "--interval", "0.1s",
+                                          "--quiet"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        goal = sample_count(db) + 5
+        wait_until(lambda goal=goal: sample_count(db) >= goal, proc)
+        stop(proc, signal.SIGKILL)
+    store = Store.open(db)
+    try:
+        lives = store.conn.execute("SELECT pid, start_ticks, gpu_seconds FROM jobs").fetchall()
+        held = store.conn.execute("SELECT SUM(seconds) FROM proc_time").fetchone()[0]
+    finally:
+        store.close()
+    assert len(lives) == 1 and lives[0][0] == worker.pid and lives[0][1] is not None, lives
+    assert lives[0][2] == pytest.approx(held, rel=1e-9)
