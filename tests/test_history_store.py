@@ -290,3 +290,17 @@ def test_store_open_refuses_without_changing_anything(tmp_path):
         Store.open(missing)
     assert not missing.exists()
     assert not Path(f"{missing}-wal").exists()
+
+
+def test_a_recorder_failing_every_sample_says_so_once(cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAM_SIM_CLOCK", "stepped")
+
+    def broken(self, snap):
+        raise ValueError("broken on purpose")
+
+    monkeypatch.setattr(Recorder, "record", broken)
+    monkeypatch.setattr(Recorder, "__call__", broken)
+    rc, _, err = cli("record", "--simulate", "demo", "--db", str(tmp_path / "h.db"), "--duration", "10m")
+    assert rc == 0
+    assert [ln for ln in err.splitlines() if "internal error" in ln] == [
+        "vram record: internal error in the recorder: ValueError: broken on purpose"]

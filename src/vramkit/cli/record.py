@@ -115,7 +115,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             unreadable.append(why)
     collector.subscribe(consume)
-    collector.on_error = lambda e: say(f"internal error in the recorder: {type(e).__name__}: {e}")
+    said_errors: set[str] = set()
+
+    def on_error(e: Exception) -> None:  # each distinct one once: a recorder runs for months
+        line = f"internal error in the recorder: {type(e).__name__}: {sanitize(str(e))[:300]}"
+        if line not in said_errors and len(said_errors) < 100:
+            said_errors.add(line)
+            say(line)
+    collector.on_error = on_error
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
@@ -123,12 +130,13 @@ def run(args: argparse.Namespace) -> int:
         say(f"recording every {format_duration(interval) if interval >= 1 else f'{interval:g}s'} into "
             f"{store.path}{'' if duration is None else f' for {format_duration(duration)}'} "
             "(Ctrl-C or SIGTERM stops)")
-    backend = machine.backend  # its clock: a stepped scenario clock does not wait
-    began = backend.monotonic()
+    # The machine's clock (a stepped scenario clock does not wait): collector.backend, the
+    # machine's now, which a reopening after a driver reload replaces.
+    began = collector.backend.monotonic()
     failing: str | None = None
     try:
         while not stop.is_set():
-            started = backend.monotonic()
+            started = collector.backend.monotonic()
             try:
                 unreadable.clear()
                 collector.sample()
@@ -145,11 +153,11 @@ def run(args: argparse.Namespace) -> int:
                 _reopen(collector, args)
             if args.samples is not None and recorder.samples + recorder.dropped >= args.samples:
                 break
-            if duration is not None and backend.monotonic() - began >= duration:
+            if duration is not None and collector.backend.monotonic() - began >= duration:
                 break
-            backend.sleep(stop, max(0.0, interval - (backend.monotonic() - started)))
+            collector.backend.sleep(stop, max(0.0, interval - (collector.backend.monotonic() - started)))
     finally:
-        recorder.close(backend.monotonic())
+        recorder.close(collector.backend.monotonic())
         collector.close()
     if not args.quiet:
         say(f"stopped: {recorder.samples} sample{'s' if recorder.samples != 1 else ''} recorded"
