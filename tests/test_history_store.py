@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -272,7 +273,8 @@ def test_holding_keeps_idle_since_across_samples_and_a_killed_restart(stepped, t
     record(recorder, stepped(), 5, 60.0)
     # Killed: nothing more is written (no close, no final credit); the lock goes with the process.
     store.conn.close()
-    store._lock_fd and __import__("os").close(store._lock_fd)
+    assert store._lock_fd is not None
+    os.close(store._lock_fd)
     store = Store.open(path, write=True)
     recorder = Recorder(store, 60.0)
     record(recorder, stepped(300), 5, 60.0)
