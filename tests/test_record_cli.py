@@ -36,16 +36,34 @@ def stepped_env(start: float = 0) -> dict[str, str]:
     return clean_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(EPOCH), VRAM_SIM_TIME=f"{start:g}")
 
 
+_STARTED: list[subprocess.Popen[str]] = []  # killed at each test's end, whatever happened
+
+
+@pytest.fixture(autouse=True)
+def _no_recorder_left():
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=HANG_GUARD)
+
+
 def start_record(db: Path, *args: str, env: dict[str, str], stderr: Path | None = None,
                  preexec_fn=None, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     err = open(stderr, "w") if stderr is not None else subprocess.PIPE  # noqa: SIM115 - the child owns it
     try:
-        return subprocess.Popen([*prefix, *vram_argv("record", "--simulate", "demo", "--db", str(db), *args)],
+        return _started(subprocess.Popen([*prefix, *vram_argv("record", "--simulate", "demo", "--db", str(db), *args)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True,
-                                env=env, preexec_fn=preexec_fn)
+                                env=env, preexec_fn=preexec_fn))
     finally:
         if stderr is not None:
             err.close()
+
+
+def _started(proc: subprocess.Popen[str]) -> subprocess.Popen[str]:
+    _STARTED.append(proc)
+    return proc
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
@@ -582,9 +600,9 @@ def test_a_real_process_is_one_life_across_kills(tmp_path, children, write_scena
     db = tmp_path / "history.db"
     env = clean_env(VRAM_SIM_TIME=None)
     for _ in range(3):
-        proc = subprocess.Popen(vram_argv("record", "--simulate", str(scenario), "--db", str(db), "--interval", "0.1s",
-                                          "--quiet"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
+        proc = _started(subprocess.Popen(
+            vram_argv("record", "--simulate", str(scenario), "--db", str(db), "--interval", "0.1s", "--quiet"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
         goal = sample_count(db) + 5
         wait_until(lambda goal=goal: sample_count(db) >= goal, proc)
         stop(proc, signal.SIGKILL)
