@@ -306,3 +306,14 @@ def test_a_recorder_failing_every_sample_says_so_once(cli, monkeypatch, tmp_path
     assert rc == 0
     assert [ln for ln in err.splitlines() if "internal error" in ln] == [
         "vram record: internal error in the recorder: ValueError: broken on purpose"]
+
+
+def test_idle_since_the_epoch_itself_is_kept(stepped, monkeypatch, tmp_path):
+    """An idle time that began at t=0 (a clock at the unix epoch) is a time, not 'no time'."""
+    monkeypatch.setenv("VRAM_SIM_EPOCH", "0")
+    store = Store.open(tmp_path / "h.db", write=True)
+    record(Recorder(store, 60.0), stepped(), 3, 60.0)
+    since = store.conn.execute("SELECT h.idle_since FROM holding h JOIN jobs j ON j.id = h.job "
+                               "WHERE j.pid = 102").fetchall()
+    assert since == [(0.0,)]
+    store.close()
