@@ -332,7 +332,8 @@ async def main():
         await pilot.pause()
         assert app.refreshes == 1
 asyncio.run(main())
-print(sorted(m for m in sys.modules if m.startswith(("sqlite3", "vramkit.history"))))
+print(sorted(m for m in sys.modules if m.startswith(("sqlite3", "_sqlite3", "vramkit.history."))
+             and m != "vramkit.history.paths"))  # where a database would be: no sqlite3 in it
 """
     env = clean_env(XDG_STATE_HOME=str(tmp_path), HOME=str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)

@@ -105,18 +105,11 @@ def run(args: argparse.Namespace) -> int:
 
 def history_db(named: str | None) -> Path | None:
     """The database to draw history from: the one named (--db, then $VRAM_DB), which the view
-    reports on if it cannot be read, else the recorder's default where one exists (None: no
-    history, nothing to say). history.store.default_path's rule, repeated here so that a view
-    without a database never imports sqlite3 (tests/test_top_history.py checks they agree)."""
-    named = named or os.environ.get("VRAM_DB")
-    if named:
-        return Path(named)
-    if os.geteuid() == 0:
-        path = Path("/var/lib/vramkit/history.db")
-    else:
-        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        path = Path(state) / "vramkit" / "history.db"
-    return path if os.path.lexists(path) else None
+    reports on if it cannot be read, else the one readers find where one exists (None: no
+    history, nothing to say)."""
+    from ..history.paths import found_path
+
+    return found_path(named)
 
 
 @contextlib.contextmanager

@@ -15,9 +15,10 @@ from pathlib import Path
 from ..collector import Collector
 from ..snapshot import Machine
 from ..units import format_duration
+from .paths import reader_path
 from .query import idle_since
 from .recorder import max_gap
-from .store import Store, StoreError, default_path
+from .store import Store, StoreError
 
 
 @dataclass
@@ -38,7 +39,7 @@ class RecordedIdle:
 def read_recorded_idle(now: float, path: Path | str | None = None) -> RecordedIdle:
     """Read the history at `path` (default: the recorder's database). Never raises for a missing,
     stale or unreadable database: history is a help here, and its note says why it was not used."""
-    path = Path(path) if path is not None else default_path()
+    path = reader_path(path)
     if not path.exists():
         return RecordedIdle(note=f"no recorded history at {path} ('vram record' keeps one)")
     try:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RequestError
+from .paths import default_path, reader_path
 
 SCHEMA_VERSION = 1
 SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
@@ -100,17 +101,6 @@ class Retention:
     minute: float = 30 * 86400.0  # 1-minute rollups: 30 days
     quarter: float = 365 * 86400.0  # 15-minute rollups: a year
     max_bytes: int = 2 * 1024**3  # past this the oldest rows go first
-
-
-def default_path() -> Path:
-    """$VRAM_DB, else /var/lib/vramkit/history.db for root, else ~/.local/state/vramkit/history.db."""
-    env = os.environ.get("VRAM_DB")
-    if env:
-        return Path(env)
-    if os.geteuid() == 0:
-        return Path("/var/lib/vramkit/history.db")
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "vramkit" / "history.db"
 
 
 class StoreError(RequestError):
@@ -228,7 +218,8 @@ class Store:
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
-        path = Path(path) if path is not None else default_path()
+        """The database at `path`; by default, the recorder's (write) or the one readers find."""
+        path = Path(path) if path is not None else default_path() if write else reader_path()
         if write:
             _make_dir(path.parent)
         _check_not_symlink(path)
