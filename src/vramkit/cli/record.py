@@ -54,6 +54,9 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-size", metavar="SIZE", default="2GiB",
                    help="the most the database may hold; the oldest rows go first (2GiB)")
     p.add_argument("--quiet", action="store_true", help="say nothing but errors")
+    from ..history.notices import add_policy_options
+
+    add_policy_options(p)
     p.set_defaults(run=run)
 
 
@@ -94,8 +97,15 @@ def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"vram record: {line}", file=sys.stderr, flush=True)
 
+    from ..history.notices import attach_policy
+
     machine = open_for(args)
+    collector = Collector(machine, interval=interval)
+    close_policy = None
     try:
+        # The policy first: it reads what the history says about idle time before this
+        # process opens the database for writing.
+        close_policy = attach_policy(collector, args, say)
         store = Store.open(args.db, write=True)
         try:
             recorder = Recorder(store, interval, args.commands, retention, say)
@@ -103,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
             store.close(settle=False)
             raise
     except BaseException:
-        machine.close()
+        if close_policy is not None:
+            close_policy()
+        collector.close()
         raise
-    collector = Collector(machine, interval=interval)
     unreadable: list[str] = []  # why the newest snapshot could not be read at all
 
     def consume(snap: Snapshot) -> None:
@@ -157,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
                 break
             collector.backend.sleep(stop, max(0.0, interval - (collector.backend.monotonic() - started)))
     finally:
+        if close_policy is not None:
+            close_policy()
         recorder.close(collector.backend.monotonic())
         collector.close()
     if not args.quiet:
