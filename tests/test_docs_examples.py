@@ -25,27 +25,35 @@ CHECKED = [
     ("user-guide.md", "vram ps --simulate demo --holders"),
     ("user-guide.md", "VRAM_SIM_TIME=0 vram run --simulate demo -n 3 --wait"),
     ("gpu-numbering.md", "CUDA_VISIBLE_DEVICES=1abc,2 vram pick --simulate demo --explain"),
+    ("history.md", "VRAM_SIM_CLOCK=stepped VRAM_SIM_EPOCH=1767225600 vram record --simulate lab-day"),
+    ("history.md", "TZ=UTC vram report --db lab.db"),
+    ("history.md", "TZ=UTC vram job --db lab.db"),
 ]
 AS_ROOT = ("vram kill",)  # the guide shows these run as root (ownership and audit-log wording)
 ROOT_AUDIT_LOG = "/var/log/vramkit/audit.log"
 DATE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
-def examples(name: str) -> list[tuple[str, list[str]]]:
-    """(command, expected output lines) for every `$ ` line in the file's console blocks."""
-    found: list[tuple[str, list[str]]] = []
+def examples(name: str) -> list[tuple[str, list[str], list[str]]]:
+    """(command, expected output lines, the commands before it in its console block) for every `$ `
+    line in the file's console blocks. The commands of one block run in one directory, in order,
+    so an example can show what an earlier one recorded."""
+    found: list[tuple[str, list[str], list[str]]] = []
     inside = False
+    block: list[str] = []
     for line in (DOCS / name).read_text(encoding="utf-8").splitlines():
         if line.startswith("```"):
             inside = line.strip() == "```console"
+            block = []
             continue
         if not inside:
             continue
         if line.startswith("$ "):
-            found.append((line[2:], []))
+            found.append((line[2:], [], list(block)))
+            block.append(line[2:])
         elif found:
             found[-1][1].append(line)
-    return [(cmd, _trim(out)) for cmd, out in found]
+    return [(cmd, _trim(out), before) for cmd, out, before in found]
 
 
 def _trim(lines: list[str]) -> list[str]:
@@ -73,17 +81,19 @@ def matches(expected: list[str], actual: list[str]) -> bool:
     return go(0, 0)
 
 
-def selected() -> list[tuple[str, str, list[str]]]:
+def selected() -> list[tuple[str, str, list[str], list[str]]]:
     out = []
     for name, prefix in CHECKED:
-        hits = [(name, cmd, exp) for cmd, exp in examples(name) if cmd.startswith(prefix)]
+        hits = [(name, cmd, exp, before) for cmd, exp, before in examples(name) if cmd.startswith(prefix)]
         assert hits, f"docs/{name} has no console example starting {prefix!r}"
         out.extend(hits)
     return out
 
 
-@pytest.mark.parametrize(("name", "command", "expected"), selected(), ids=lambda v: v if isinstance(v, str) else "")
-def test_console_example_is_the_real_output(name: str, command: str, expected: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "command", "expected", "before"), selected(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_console_example_is_the_real_output(name: str, command: str, expected: list[str], before: list[str],
+                                            tmp_path: Path) -> None:
     if command.startswith(AS_ROOT) and os.geteuid() != 0:
         pytest.skip("the guide shows this example run as root")
     audit = tmp_path / "audit.log"
@@ -95,6 +105,9 @@ def test_console_example_is_the_real_output(name: str, command: str, expected: l
         VRAM_LEASE_DIR=str(tmp_path / "leases"),
         NO_COLOR="1",
     )
+    for earlier in before:  # what the block did before this example (its own output is checked by its test)
+        subprocess.run(["bash", "-c", earlier], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
     proc = subprocess.run(
         ["bash", "-c", command], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, timeout=60,

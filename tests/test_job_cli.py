@@ -44,7 +44,7 @@ def test_the_text_shows_totals_sparklines_and_round_slices(recorded):
     assert result.rc == 0, result.err
     lines = strip_ansi(result.out).splitlines()
     assert lines[0] == "pid 1002 · bob · torchrun · GPU 0,1"
-    assert lines[1] == "  seen    2026-01-01 01:00:00 → 2026-01-01 04:59:40 (3h59m)"
+    assert lines[1] == "  held    2026-01-01 01:00:00 → 2026-01-01 05:00:00 (4h00m)"
     assert lines[2] == ("  used    8.00 GPU-hours · 146.00 GiB-hours · peak 40.0GiB · idle 1h00m "
                         "(12% of its GPU time)")
     assert lines[3].startswith("  GPU 0 ") and lines[3].endswith("peak 4.0GiB")

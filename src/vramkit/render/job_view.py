@@ -25,8 +25,9 @@ def _local(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _life_seconds(life: JobLife) -> float:
-    return max(0.0, life.last_seen - life.first_seen)
+def _life_end(life: JobLife) -> float:
+    """The end of the time its last sample stands for (the sample is taken at its start)."""
+    return max([life.last_seen] + [p[0] + p[1] for p in life.points])
 
 
 NICE_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 604800)
@@ -68,7 +69,7 @@ def _slices(points: list[Point], first: float, last: float, rows: int) -> list[_
 
 
 def _table(life: JobLife, rows: int, style: Style) -> list[str]:
-    table = _slices(life.points, life.first_seen, life.last_seen, rows)
+    table = _slices(life.points, life.first_seen, _life_end(life), rows)
     gpus = sorted({g for sl in table for g in sl.memory})
     if not table:
         return []
@@ -90,8 +91,9 @@ def render_job(lives: list[JobLife], pid: int, database: str, style: Style, widt
         user = sanitize(life.user) if life.user else "?"
         gpus = life.gpus or "-"
         lines.append(style.paint(fit(f"pid {pid} · {user} · {command} · GPU {gpus}", width), "bold"))
-        lived = _life_seconds(life)
-        lines.append(f"  seen    {_local(life.first_seen)} → {_local(life.last_seen)} ({format_duration(lived)})")
+        end = _life_end(life)
+        lived = max(0.0, end - life.first_seen)
+        lines.append(f"  held    {_local(life.first_seen)} → {_local(end)} ({format_duration(lived)})")
         share = f" ({life.idle_seconds / life.gpu_seconds:.0%} of its GPU time)" if life.gpu_seconds > 0 else ""
         lines.append(f"  used    {life.gpu_seconds / 3600:.2f} GPU-hours · {life.memory_byte_seconds / GIB / 3600:.2f} "
                      f"GiB-hours · peak {format_size(life.peak_memory)} · idle {format_duration(life.idle_seconds)}"
