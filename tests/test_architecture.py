@@ -62,3 +62,22 @@ def test_backends_implement_the_protocol():
             assert list(have.parameters) == list(sig.parameters), (cls.__name__, name)
         for attr in ("simulated", "scenario", "driver_version", "cuda_version"):
             assert hasattr(cls, attr), (cls.__name__, attr)
+
+
+HISTORY_IMPORT = re.compile(r"^\s*(from\s+(\.+|vramkit\.)history\b|import\s+vramkit\.history\b)")
+ABOVE_HISTORY = ("cli/", "tui/", "render/", "history/")
+
+
+def test_history_stands_on_the_library_and_nothing_below_imports_it():
+    """history/ is a layer above the collector, kill and snapshot (docs/architecture.md): only the
+    commands, the live view and the views import it, and it imports none of them."""
+    below = []
+    upward = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        for n, code in _code_lines(path):
+            if HISTORY_IMPORT.search(code) and not rel.startswith(ABOVE_HISTORY):
+                below.append(f"{rel}:{n}: {code.strip()}")
+            if rel.startswith("history/") and re.search(r"^\s*from\s+\.\.(cli|tui|render)\b", code):
+                upward.append(f"{rel}:{n}: {code.strip()}")
+    assert below == [] and upward == []
