@@ -21,6 +21,7 @@ to every consumer too), `backend` and `audit_context()`.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,7 @@ class Collector:
         self.recent: deque[Snapshot] = deque(maxlen=keep)
         self.idle = IdleClock()
         self.errors = 0  # samples that raised (the exception goes to the caller / on_error)
+        self.last_read_seconds: float | None = None  # how long the newest reading took
         self._consumers: list[Consumer] = []
         self._read_lock = threading.Lock()  # one reading of the machine at a time
         self._deliver_lock = threading.Lock()  # consumers get snapshots one at a time, in order
@@ -85,11 +87,13 @@ class Collector:
 
     def sample(self) -> Snapshot:
         with self._read_lock:
+            began = time.perf_counter()
             try:
                 snap = self.machine.snapshot()
             except Exception:
                 self.errors += 1
                 raise
+            self.last_read_seconds = time.perf_counter() - began
             self.idle.update(snap, snap.monotonic)  # idle time on a clock that does not jump
             self.recent.append(snap)
             # Taken while still reading, so snapshots reach consumers in the order they were taken.

@@ -1,0 +1,114 @@
+"""vram serve: Prometheus metrics, a live web page and a JSON API, from one sampling process."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from .common import Failure, UsageError, open_for
+
+if TYPE_CHECKING:
+    from .common import Subparsers
+
+DEFAULT_PORT = 9787  # not dcgm-exporter's 9400, nvidia_gpu_exporter's 9835, nvitop-exporter's 8000
+HELP = "serve Prometheus metrics, a live web page and a JSON API (read-only)"
+DESCRIPTION = f"""\
+Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:{DEFAULT_PORT}/:
+  /metrics            for Prometheus (names and units: docs/metrics.md)
+  /                   a live web page: what 'vram status' shows, with history charts
+                      when 'vram record' keeps a history
+  /api/v1/snapshot    the newest reading, as 'vram status --json' prints it
+  /api/v1/events      the same after every reading (server-sent events)
+  /api/v1/history     recorded memory and utilization per GPU (?range=5m|1h|24h|7d)
+
+It listens on 127.0.0.1 only, unless --listen says otherwise. It is read-only: nothing can be
+killed through it. Per-process series carry pid and user, never the command line unless
+--process-commands. docs/fleet.md: from one server to many with Prometheus and Grafana.
+
+examples:
+  vram serve                                  http://127.0.0.1:{DEFAULT_PORT}/
+  vram serve --listen 0.0.0.0:{DEFAULT_PORT}            for a Prometheus on another machine
+  vram serve --dcgm-names                     also DCGM_FI_DEV_FB_USED and its siblings
+  vram serve --simulate demo                  the bundled simulated server
+"""
+
+
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--listen", metavar="ADDR:PORT", default=f"127.0.0.1:{DEFAULT_PORT}",
+                   help=f"where to listen (default 127.0.0.1:{DEFAULT_PORT}; [::1]:PORT for IPv6)")
+    p.add_argument("--interval", metavar="DURATION", default="2s", help="time between readings (default 2s)")
+    p.add_argument("--db", metavar="PATH", help="the history /api/v1/history and the page read (default: the "
+                   "recorder's, when there is one; also $VRAM_DB)")
+    p.add_argument("--process-commands", action="store_true",
+                   help="also export each process's command line as a label (off: they can hold secrets)")
+    p.add_argument("--max-process-series", metavar="N", type=int, default=2000,
+                   help="at most N (process, GPU) series, the largest holders first (default 2000)")
+    p.add_argument("--dcgm-names", action="store_true",
+                   help="also export dcgm-exporter's names, units and labels (DCGM_FI_DEV_FB_USED, ...)")
+    p.add_argument("--hostname", metavar="NAME", help="the host's name in metrics and on the page "
+                   "(default: this machine's)")
+    p.set_defaults(run=run)
+
+
+def parse_listen(text: str) -> tuple[str, int, bool]:
+    """'127.0.0.1:9787', ':9787' (all IPv4 addresses), '[::1]:9787' -> (host, port, IPv6)."""
+    ipv6 = text.startswith("[")
+    if ipv6:
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536 or len(text) > 300:  # 0: any free port
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise UsageError(f"--listen: expected ADDR:PORT (e.g. 127.0.0.1:{DEFAULT_PORT}), got {shown!r}")
+    return host or ("::" if ipv6 else "0.0.0.0"), int(port), ipv6
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..history.paths import found_path
+    from ..serve.http import VramHTTPServer
+    from ..serve.service import Options, Service
+    from ..units import parse_duration
+
+    host, port, ipv6 = parse_listen(args.listen)
+    try:
+        interval = parse_duration(args.interval)
+    except ValueError as e:
+        raise UsageError(f"--interval: {e}") from None
+    if not 0.1 <= interval <= 3600:
+        raise UsageError(f"--interval: must be 0.1s to 1h, got {args.interval}")
+    if not 0 <= args.max_process_series <= 1_000_000:
+        raise UsageError(f"--max-process-series: must be 0 to 1000000, got {args.max_process_series}")
+    options = Options(interval=interval, commands=args.process_commands, max_process_series=args.max_process_series,
+                      dcgm_names=args.dcgm_names, history_db=found_path(args.db), hostname=args.hostname or "")
+    machine = open_for(args)
+    service = Service(machine, options)
+    try:
+        server = VramHTTPServer((host, port), service, ipv6=ipv6)
+    except OSError as e:
+        service.close()
+        if e.errno == 98:  # EADDRINUSE
+            raise UsageError(f"--listen: {args.listen} is in use (another vram serve?): choose another port") from None
+        raise Failure(f"cannot listen on {args.listen}: {e.strerror}") from None
+    stop = threading.Event()
+
+    def stopping(*_: object) -> None:
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stopping)
+    service.start()
+    shown = f"[{host}]" if ipv6 else host
+    print(f"vram serve: http://{shown}:{server.server_address[1]}/ (metrics at /metrics"
+          + (f", history from {options.history_db}" if options.history_db else "") + "; Ctrl-C stops)",
+          file=sys.stderr, flush=True)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+        service.close()
+    return 0
