@@ -10,6 +10,7 @@ of processes cannot blow up Prometheus' series count.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,12 +36,17 @@ class ExportState:
 
 
 def label(text: str | None) -> str:
-    """A label value from text another user chose: control and format characters stripped,
-    bounded (prometheus_client escapes quotes, backslashes and newlines itself)."""
+    """A label value from text another user chose: control and format characters stripped, lone
+    surrogates (bytes that were not UTF-8, decoded with surrogateescape, or "\\udcff" in a JSON
+    scenario) replaced, since the exposition format is UTF-8 and encoding one would fail the whole
+    scrape; bounded (prometheus_client escapes quotes, backslashes and newlines itself)."""
     if not text:
         return ""
-    clean = sanitize(text)
+    clean = _SURROGATE.sub("\ufffd", sanitize(text))
     return clean if len(clean) <= MAX_LABEL else clean[:MAX_LABEL - 1] + "…"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class SnapshotCollector(PromCollector):
@@ -153,28 +159,39 @@ def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: in
     yield idle
 
 
+# dcgm-exporter's series for the facts vram also reads: (name, help, Device field, divisor). Names,
+# help and units as etc/default-counters.csv of NVIDIA/dcgm-exporter says (memory in MiB, integer;
+# utilization in %); FB_TOTAL and POWER_MGMT_LIMIT are DCGM fields outside that default list, which
+# a DCGM set-up exports when its counters file names them.
+DCGM_FIELDS = [
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "memory_used", MIB),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "memory_free", MIB),
+    ("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", "memory_total", MIB),
+    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "memory_reserved", MIB),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "utilization", 1),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "memory_utilization", 1),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "temperature", 1),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_draw", 1),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", "power_limit", 1),
+]
+# dcgm-exporter's labels, in its order: UUID upper case (its default; --use-old-namespace gives
+# uuid), device nvidiaN, and Hostname as its releases to 4.5 write it (its master renamed it to
+# hostname in May 2026; a dashboard joining on it should match either).
+DCGM_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
+
+
 def dcgm_metrics(snap: Snapshot, hostname: str) -> Iterator[Metric]:
-    """dcgm-exporter's names, units and labels for the same facts: memory in MiB, utilization in
-    %, labels gpu, UUID, device (nvidiaN), modelName, Hostname, pci_bus_id."""
-    labels = ["gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id"]
-    spec = [
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "memory_used", MIB),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "memory_free", MIB),
-        ("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", "memory_total", MIB),
-        ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "memory_reserved", MIB),
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "utilization", 1),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "memory_utilization", 1),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "temperature", 1),
-        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_draw", 1),
-    ]
-    families = [(GaugeMetricFamily(name, doc, labels=labels), field, unit) for name, doc, field, unit in spec]
+    """dcgm-exporter's names, units and labels for the same facts (DCGM_FIELDS, DCGM_LABELS).
+    Memory is whole MiB, rounded down as DCGM gives it."""
+    families = [(GaugeMetricFamily(name, doc, labels=DCGM_LABELS), field, unit)
+                for name, doc, field, unit in DCGM_FIELDS]
     for g in snap.gpus:
         if g.lost:
             continue
-        key = [str(g.index), g.uuid or "", f"nvidia{g.index}", label(g.name), label(hostname), g.pci_bus_id or ""]
+        key = [str(g.index), g.uuid or "", g.pci_bus_id or "", f"nvidia{g.index}", label(g.name), label(hostname)]
         for family, field, unit in families:
             value = getattr(g, field)
             if value is not None:
-                family.add_metric(key, value // unit if unit != 1 else float(value))
+                family.add_metric(key, float(value // unit) if unit != 1 else float(value))
     for family, _, _ in families:
         yield family
