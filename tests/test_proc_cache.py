@@ -31,3 +31,24 @@ def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
         assert {k[0] for k in machine._previous_cpu} == {101, 102, a.pid}  # synthetic ones too
     finally:
         machine.close()
+
+
+def test_stat_files_keep_one_descriptor_per_process_and_never_read_a_gone_one(children):
+    import os
+
+    from vramkit.procs import StatFiles
+
+    child = children.start([sys.executable, "-c", "import time; time.sleep(600)"])
+    stats = StatFiles()
+    before = len(os.listdir("/proc/self/fd"))
+    first = stats.stat(child.pid)
+    assert first is not None and stats.stat(child.pid).start_ticks == first.start_ticks
+    assert len(os.listdir("/proc/self/fd")) == before + 1  # one kept descriptor, reused
+    child.kill()
+    child.wait()
+    assert stats.stat(child.pid) is None  # the kept descriptor says it is gone (a reused pid would too)
+    assert len(os.listdir("/proc/self/fd")) == before  # and it was closed
+    stats.stat(os.getpid())
+    stats.forget_all_but(set())
+    assert len(os.listdir("/proc/self/fd")) == before
+    stats.close()

@@ -83,4 +83,5 @@ class NvidiaBackend:
         return {"simulated": False, "scenario": None}
 
     def close(self) -> None:
+        self.table.close()
         self.nvml.close()

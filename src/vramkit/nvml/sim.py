@@ -23,14 +23,12 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import RequestError
-from ..procs import is_defunct, read_stat
+from ..procs import StatFiles, is_defunct
 from . import compat
 from .scenario import Scenario, value_at
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-LIVENESS_TTL = 0.05  # seconds a real process's liveness, read from /proc, stands for
 
 _TYPE_LISTS = {"compute": ("compute",), "graphics": ("graphics",), "both": ("compute", "graphics")}
 
@@ -82,7 +80,7 @@ class SimulatedNvml:
         if self.stepped and self._fixed_t is None:
             self._fixed_t = 0.0
         self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
-        self._liveness: dict[int, tuple[float, bool]] = {}  # pid -> (when checked, alive)
+        self._stats = StatFiles()  # the scenario's real processes' /proc/PID/stat
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
         self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
         self._by_pid = {p["pid"]: p for p in scenario.processes}
@@ -165,20 +163,13 @@ class SimulatedNvml:
             return False
         if p["source"] != "real":
             return True
-        # A real process frees its GPU memory when it exits, as the driver does. One reading of
-        # the machine asks several times per process (memory, lists, samples): /proc is read once
-        # per LIVENESS_TTL, as a driver's own bookkeeping would not cost a file read per call.
-        now = time.monotonic()
-        known = self._liveness.get(p["pid"])
-        if known is not None and now - known[0] < LIVENESS_TTL:
-            return known[1]
-        stat = read_stat(p["pid"])
+        # A real process frees its GPU memory when it exits, as the driver does. One reading asks
+        # several times per process (memory, lists, samples): through a kept descriptor each ask
+        # is one pread, and exact (StatFiles).
+        stat = self._stats.stat(p["pid"])
         if stat is None or (stat.state == "Z" and is_defunct(p["pid"])):
-            alive = False
-        else:
-            alive = self._real_start.setdefault(p["pid"], stat.start_ticks) == stat.start_ticks
-        self._liveness[p["pid"]] = (now, alive)
-        return alive
+            return False
+        return self._real_start.setdefault(p["pid"], stat.start_ticks) == stat.start_ticks
 
     def _unit_memory(self, index: int, gi: int | None, t: float) -> tuple[int, int]:
         """(memory used by live processes, memory of listed processes not live now)."""
