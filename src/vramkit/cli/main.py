@@ -16,10 +16,10 @@ from .._version import __version__
 from ..errors import VramkitError
 from ..nvml.backend import NvmlUnavailable
 from ..nvml.scenario import ScenarioError
-from . import doctor, estimate, job, kill, pick, plan, ps, record, report, run, serve, sim, status, top
+from . import doctor, estimate, fleet, job, kill, pick, plan, ps, record, report, run, serve, sim, status, top
 from .common import UsageError, add_global_options
 
-COMMANDS = (status, ps, top, kill, pick, run, estimate, plan, doctor, record, report, job, serve, sim)
+COMMANDS = (status, ps, top, kill, pick, run, estimate, plan, doctor, record, report, job, serve, fleet, sim)
 
 EPILOG = """\
 examples:

@@ -1,0 +1,132 @@
+"""vram fleet: every host's GPUs through Prometheus, and which host to run on (vram fleet pick)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ..errors import VramkitError
+from .common import UsageError
+
+if TYPE_CHECKING:
+    from ..fleet import Fleet, Prometheus
+    from .common import Subparsers
+
+HELP = "every host's GPUs through Prometheus (vram serve on each host); fleet pick: where to run"
+DESCRIPTION = """\
+Ask Prometheus, which scrapes 'vram serve' on every host, for the newest numbers of every GPU:
+one table with host, GPU, name, memory used/total, utilization, processes and the user holding
+the most memory. A host whose scrape is down (up == 0) or whose answer is partial is said so, on
+its own line. docs/fleet.md sets this up, from one server to many.
+
+The Prometheus address comes from --prometheus or $VRAM_PROMETHEUS. Hosts are the targets of the
+scrape job 'vram' (--job), and every target that exported vram's metrics within a day.
+
+'vram fleet pick' judges each host's GPUs as 'vram pick' does (the same policy options) and names
+the host and the CUDA_VISIBLE_DEVICES to use there. It reserves nothing: 'vram run' on that host
+does.
+
+examples:
+  vram fleet --prometheus http://prometheus:9090
+  vram fleet --prometheus http://prometheus:9090 --json | jq '.hosts[] | select(.state != "up")'
+  vram fleet pick -n 2 --min-free 40GiB --prometheus http://prometheus:9090
+  export VRAM_PROMETHEUS=http://prometheus:9090; vram fleet pick --json
+"""
+
+
+def _connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
+    # On both `fleet` and `fleet pick`: either place works; the subcommand's copy only sets what is given.
+    default = argparse.SUPPRESS if suppress else None
+    g = p.add_argument_group("Prometheus")
+    g.add_argument("--prometheus", metavar="URL", default=default,
+                   help="Prometheus' address, e.g. http://prometheus:9090 (default $VRAM_PROMETHEUS)")
+    g.add_argument("--job", metavar="NAME", action="append", default=default,
+                   help="the scrape job(s) of vram serve (default 'vram'; repeat for several)")
+    g.add_argument("--timeout", metavar="DURATION", default=argparse.SUPPRESS if suppress else "10s",
+                   help="how long to wait for each answer of Prometheus (default 10s)")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                   help="print JSON")
+
+
+def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    from .pick import add_policy_options
+
+    p = sub.add_parser("fleet", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _connection_options(p, suppress=False)
+    p.set_defaults(run=run)
+    actions = p.add_subparsers(dest="fleet_command", metavar="pick", parser_class=type(p))
+    pick = actions.add_parser("pick", help="name the host and the CUDA_VISIBLE_DEVICES to use there",
+                              description="Name the host whose GPUs fit the policy best, and the "
+                              "CUDA_VISIBLE_DEVICES to use there.\n\nexamples:\n"
+                              "  vram fleet pick -n 2 --min-free 40GiB --prometheus http://prometheus:9090\n",
+                              parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _connection_options(pick, suppress=True)
+    add_policy_options(pick)
+    for unsupported in ("exclude", "only", "exclusive"):  # names GPUs of one machine, or needs uids
+        pick.set_defaults(**{unsupported: None})
+    pick.set_defaults(run=run_pick)
+
+
+def _client(args: argparse.Namespace) -> tuple[Prometheus, tuple[str, ...]]:
+    from ..fleet import Prometheus
+    from ..units import parse_duration
+
+    url = args.prometheus or os.environ.get("VRAM_PROMETHEUS")
+    if not url:
+        raise UsageError("--prometheus: Prometheus' address is needed (or set $VRAM_PROMETHEUS), "
+                         "e.g. --prometheus http://prometheus:9090")
+    try:
+        timeout = parse_duration(args.timeout)
+    except ValueError as e:
+        raise UsageError(f"--timeout: {e}") from None
+    if not 0.1 <= timeout <= 600:
+        raise UsageError(f"--timeout: must be 0.1s to 10m, got {args.timeout}")
+    try:
+        prom = Prometheus(url, timeout=timeout)
+    except VramkitError as e:
+        raise UsageError(f"--prometheus: {e.message}") from None
+    return prom, tuple(args.job or ("vram",))
+
+
+def _read(args: argparse.Namespace) -> Fleet:
+    from ..fleet import read_fleet
+
+    prom, jobs = _client(args)
+    return read_fleet(prom, jobs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..render.fleet_view import fleet_json, render_fleet
+    from ..render.style import style_for, terminal_width
+
+    fleet = _read(args)
+    if args.json:
+        print(fleet_json(fleet))
+    else:
+        print(render_fleet(fleet, style_for(no_color=getattr(args, "no_color", False)), terminal_width()))
+    return 0
+
+
+def run_pick(args: argparse.Namespace) -> int:
+    from ..allocate import build_policy
+    from ..fleet import pick_host
+    from ..render.fleet_view import choice_json, choice_line
+
+    try:  # no local CUDA_VISIBLE_DEVICES: it is about this machine, not the host chosen
+        policy, _ = build_policy([], count=args.count, min_free=args.min_free, max_util=args.max_util,
+                                 prefer=args.prefer, env={})
+    except VramkitError:
+        raise
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    fleet = _read(args)
+    choice, refusals = pick_host(fleet, policy)
+    if choice is None:
+        why = "; ".join(refusals) if refusals else "Prometheus knows no vram host"
+        print(f"vram: no host fits {policy.describe()}: {why}", file=sys.stderr)
+        return 1
+    print(choice_json(choice, policy, refusals) if args.json else choice_line(choice, policy))
+    return 0
