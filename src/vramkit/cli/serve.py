@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sys
 import threading
@@ -24,13 +25,16 @@ Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:{DEFAUL
   /api/v1/events      the same after every reading (server-sent events)
   /api/v1/history     recorded memory and utilization per GPU (?range=5m|1h|24h|7d)
 
-It listens on 127.0.0.1 only, unless --listen says otherwise. It is read-only: nothing can be
-killed through it. Per-process series carry pid and user, never the command line unless
+It listens on 127.0.0.1 only, unless --listen says otherwise; elsewhere, give it TLS and basic
+auth with --web-config (Prometheus' web config format; docs/fleet.md). It is read-only: nothing
+can be killed through it. Per-process series carry pid and user, never the command line unless
 --process-commands. docs/fleet.md: from one server to many with Prometheus and Grafana.
 
 examples:
   vram serve                                  http://127.0.0.1:{DEFAULT_PORT}/
-  vram serve --listen 0.0.0.0:{DEFAULT_PORT}            for a Prometheus on another machine
+  vram serve --listen 0.0.0.0:{DEFAULT_PORT} --web-config /etc/vramkit/web.yml
+                                              for a Prometheus on another machine, with
+                                              TLS and basic auth
   vram serve --dcgm-names                     also DCGM_FI_DEV_FB_USED and its siblings
   vram serve --simulate demo                  the bundled simulated server
 """
@@ -50,6 +54,9 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    help="at most N (process, GPU) series, the largest holders first (default 2000)")
     p.add_argument("--dcgm-names", action="store_true",
                    help="also export dcgm-exporter's names, units and labels (DCGM_FI_DEV_FB_USED, ...)")
+    p.add_argument("--web-config", metavar="FILE", help="TLS and basic auth: tls_server_config (cert_file, "
+                   "key_file, client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt "
+                   "hash), as Prometheus' exporters read them; needs pip install 'vramkit[serve]'")
     p.add_argument("--hostname", metavar="NAME", help="the host's name in metrics and on the page "
                    "(default: this machine's)")
     p.set_defaults(run=run)
@@ -68,13 +75,55 @@ def parse_listen(text: str) -> tuple[str, int, bool]:
     return host or ("::" if ipv6 else "0.0.0.0"), int(port), ipv6
 
 
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback one (a name is resolved)."""
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    return bool(found) and all(ipaddress.ip_address(str(a[4][0]).split("%")[0]).is_loopback for a in found)
+
+
+def exposure_warning(host: str, tls: bool, users: bool) -> str | None:
+    """The one line said when vram serve is reachable from other machines without protection."""
+    if is_loopback(host):
+        return None
+    if not tls and not users:
+        return (f"vram serve: warning: listening on {host} without --web-config: anyone who can reach this "
+                "port can read the GPUs' process lists (users, pids); add TLS and basic auth with --web-config")
+    if not tls:
+        return (f"vram serve: warning: listening on {host} with basic auth but no TLS: passwords cross the "
+                "network in clear text; add tls_server_config to the web config")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    import socket
+
     from ..history.paths import found_path
     from ..serve.http import VramHTTPServer
     from ..serve.service import Options, Service
     from ..units import parse_duration
 
     host, port, ipv6 = parse_listen(args.listen)
+    authorize = tls = None
+    users = False
+    if args.web_config:
+        from pathlib import Path
+
+        from ..serve.webconfig import BasicAuth, load, ssl_context
+
+        web = load(Path(args.web_config))
+        tls = ssl_context(web) if web.tls is not None else None
+        authorize = BasicAuth(web.users) if web.users else None
+        users = bool(web.users)
     try:
         interval = parse_duration(args.interval)
     except ValueError as e:
@@ -88,12 +137,14 @@ def run(args: argparse.Namespace) -> int:
     machine = open_for(args)
     service = Service(machine, options)
     try:
-        server = VramHTTPServer((host, port), service, ipv6=ipv6)
+        server = VramHTTPServer((host, port), service, authorize=authorize, ipv6=ipv6, tls=tls)
     except OSError as e:
         service.close()
-        if e.errno == 98:  # EADDRINUSE
+        if e.errno == errno.EADDRINUSE:
             raise UsageError(f"--listen: {args.listen} is in use (another vram serve?): choose another port") from None
-        raise Failure(f"cannot listen on {args.listen}: {e.strerror}") from None
+        if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
+            raise UsageError(f"--listen: cannot listen on {args.listen}: {e.strerror or e}") from None
+        raise Failure(f"cannot listen on {args.listen}: {e.strerror or e}") from None
     stop = threading.Event()
 
     def stopping(*_: object) -> None:
@@ -103,9 +154,13 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, stopping)
     service.start()
     shown = f"[{host}]" if ipv6 else host
-    print(f"vram serve: http://{shown}:{server.server_address[1]}/ (metrics at /metrics"
-          + (f", history from {options.history_db}" if options.history_db else "") + "; Ctrl-C stops)",
-          file=sys.stderr, flush=True)
+    scheme = "https" if tls is not None else "http"
+    print(f"vram serve: {scheme}://{shown}:{server.server_address[1]}/ (metrics at /metrics"
+          + (f", history from {options.history_db}" if options.history_db else "")
+          + (", basic auth" if users else "") + "; Ctrl-C stops)", file=sys.stderr, flush=True)
+    warning = exposure_warning(host, tls is not None, users)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .._version import __version__
@@ -110,8 +110,16 @@ class Service:
             snap = self.latest
             if snap is None:
                 return b'{"error": "no reading yet"}'
-            return status_json(snap, compact=True).encode()
+            return status_json(self._shown(snap), compact=True).encode()
         return self._cached("snapshot", build)
+
+    def _shown(self, snap: Snapshot) -> Snapshot:
+        """The snapshot as the JSON API shows it: command lines (which can hold tokens and
+        passwords) are null, as in /metrics, unless --process-commands."""
+        if self.options.commands:
+            return snap
+        return replace(snap, gpus=[replace(g, processes=[replace(p, command=None) for p in g.processes])
+                                   for g in snap.gpus])
 
     def history(self, span: float) -> tuple[int, dict[str, object]]:
         """(HTTP status, answer): each GPU's recorded memory used and utilization over the last

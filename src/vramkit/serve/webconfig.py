@@ -1,0 +1,298 @@
+"""`vram serve --web-config FILE`: TLS and basic auth from a YAML file in the format of
+Prometheus' exporter toolkit (docs/web-configuration.md there), so that an admin's existing
+file works unchanged where it uses what vram serve supports:
+
+    tls_server_config:
+      cert_file: server.crt          # relative paths: from the config file's directory
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert   # optional, with client_ca_file
+      client_ca_file: ca.crt
+      min_version: TLS12             # optional: TLS10 .. TLS13 (default TLS12)
+      max_version: TLS13
+    basic_auth_users:
+      alice: $2y$10$...              # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
+
+Anything else (an unknown key, an inline `cert:`, cipher lists) is refused, naming the file and
+the key, rather than silently ignored: a security setting that is not applied must not look
+applied. pyyaml and bcrypt come with `pip install 'vramkit[serve]'` and are imported only here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import os
+import re
+import secrets
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RequestError
+from ..procs import sanitize
+
+if TYPE_CHECKING:
+    import ssl
+
+MAX_FILE = 1024 * 1024  # bytes read of the config, a certificate or a key
+PARAM = "web_config"
+INSTALL = "needs pyyaml and bcrypt: pip install 'vramkit[serve]'"
+TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
+# Go's tls.ClientAuthType names that Python's ssl can honour (the ones that do not verify a
+# certificate it is given cannot be, and are insecure anyway).
+CLIENT_AUTH = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")
+TOP_KEYS = ("tls_server_config", "basic_auth_users")
+BCRYPT = re.compile(r"\$2[aby]?\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
+
+
+class WebConfigError(RequestError):
+    """A web config vram serve cannot use: one line naming the file and the key, exit 2."""
+
+    def __init__(self, path: Path, key: str | None, why: str):
+        where = f"{path}: {key}" if key else str(path)
+        super().__init__(f"{where}: {why}", param=PARAM)
+
+
+@dataclass(frozen=True)
+class TLSSettings:
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    min_version: str = "TLS12"
+    max_version: str = "TLS13"
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    path: Path
+    tls: TLSSettings | None = None
+    users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+
+
+def _read(path: Path, what: Path, key: str | None, private: bool = False) -> bytes:
+    """A regular file's bytes, bounded. A symlink is followed (certificates under
+    /etc/letsencrypt/live are symlinks), but what it names must be a regular file; a file others
+    may write (or, for a private key, read) is refused, as ssh refuses a private key."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise WebConfigError(what, key, f"cannot read {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise WebConfigError(what, key, f"{path} is not a regular file")
+        if st.st_mode & stat.S_IWOTH:
+            raise WebConfigError(what, key, f"{path} is writable by every user: chmod o-w {path}")
+        if private and st.st_mode & stat.S_IROTH:
+            raise WebConfigError(what, key, f"the private key {path} is readable by every user: chmod o-r {path}")
+        if st.st_size > MAX_FILE:
+            raise WebConfigError(what, key, f"{path} is larger than {MAX_FILE // 1024} KiB")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_FILE + 1)[:MAX_FILE]
+    finally:
+        os.close(fd)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """Text from the file, as an error message may quote it: one line, bounded."""
+    return sanitize(str(value))[:limit]
+
+
+def _text(value: Any, path: Path, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise WebConfigError(path, key, f"expected a non-empty string, got {type(value).__name__}")
+    return value
+
+
+def _unknown(section: dict[Any, Any], allowed: tuple[str, ...], path: Path, prefix: str) -> None:
+    for key in section:
+        if key not in allowed:
+            raise WebConfigError(path, f"{prefix}{_shown(key)}", f"not supported by vram serve "
+                                 f"(supported: {', '.join(allowed)})")
+
+
+def load(path: Path) -> WebConfig:
+    """The web config at `path`, checked: files exist and are readable, hashes are bcrypt, the
+    certificate and key load. A WebConfigError (one line, exit 2) otherwise."""
+    try:
+        import bcrypt  # noqa: F401 - checked here, used by BasicAuth
+        import yaml
+    except ImportError:
+        raise RequestError(INSTALL, param=PARAM) from None
+    raw = _read(path, path, None)
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WebConfigError(path, None, "not UTF-8 text") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or ["not valid YAML"])[0]
+        raise WebConfigError(path, None, f"{where}{_shown(problem, 120)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise WebConfigError(path, None, f"expected a mapping of {', '.join(TOP_KEYS)}")
+    _unknown(data, TOP_KEYS, path, "")
+    base = path.parent
+    tls = _tls(data.get("tls_server_config"), path, base)
+    users = _users(data.get("basic_auth_users"), path)
+    config = WebConfig(path=path, tls=tls, users=users)
+    if tls is not None:
+        ssl_context(config)  # the certificate and key load now, not at the first client
+    return config
+
+
+def _tls(section: Any, path: Path, base: Path) -> TLSSettings | None:
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise WebConfigError(path, "tls_server_config", "expected a mapping")
+    _unknown(section, TLS_KEYS, path, "tls_server_config.")
+
+    def file(key: str, private: bool = False) -> Path:
+        name = _text(section.get(key), path, f"tls_server_config.{key}")
+        found = base / os.path.expanduser(name)
+        _read(found, path, f"tls_server_config.{key}", private=private)
+        return found
+    if "cert_file" not in section or "key_file" not in section:
+        missing = "cert_file" if "cert_file" not in section else "key_file"
+        raise WebConfigError(path, f"tls_server_config.{missing}", "required (with TLS, both cert_file and key_file)")
+    settings: dict[str, Any] = {"cert_file": file("cert_file"), "key_file": file("key_file", private=True)}
+    for key, allowed in (("client_auth_type", CLIENT_AUTH), ("min_version", TLS_VERSIONS),
+                         ("max_version", TLS_VERSIONS)):
+        if key in section:
+            value = _text(section[key], path, f"tls_server_config.{key}")
+            if value not in allowed:
+                raise WebConfigError(path, f"tls_server_config.{key}",
+                                     f"{_shown(value, 40)!r} is not one of {', '.join(allowed)}")
+            settings[key] = value
+    if settings.get("client_auth_type", "NoClientCert") != "NoClientCert":
+        if "client_ca_file" not in section:
+            raise WebConfigError(path, "tls_server_config.client_ca_file",
+                                 f"required with client_auth_type {settings['client_auth_type']}")
+    if "client_ca_file" in section:
+        settings["client_ca_file"] = file("client_ca_file")
+    found = TLSSettings(**settings)
+    if TLS_VERSIONS.index(found.min_version) > TLS_VERSIONS.index(found.max_version):
+        raise WebConfigError(path, "tls_server_config.min_version", "is above max_version")
+    return found
+
+
+def _users(section: Any, path: Path) -> dict[str, bytes]:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise WebConfigError(path, "basic_auth_users", "expected a mapping of user: bcrypt hash")
+    users: dict[str, bytes] = {}
+    for user, hashed in section.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise WebConfigError(path, "basic_auth_users",
+                                 f"{_shown(user, 40)!r} is not a user name (text without ':')")
+        key = f"basic_auth_users.{_shown(user, 40)}"
+        if not isinstance(hashed, str) or not BCRYPT.fullmatch(hashed):
+            raise WebConfigError(path, key, "not a bcrypt hash ($2y$10$ and 53 characters: "
+                                 "htpasswd -nBC 10 \"\" | tr -d ':\\n')")
+        users[user] = hashed.encode()
+    return users
+
+
+def ssl_context(config: WebConfig) -> ssl.SSLContext:
+    """A server-side SSLContext for config.tls, or a WebConfigError naming what does not load."""
+    import ssl
+
+    tls = config.tls
+    assert tls is not None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    version = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
+               "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+    try:
+        context.minimum_version = version[tls.min_version]
+        context.maximum_version = version[tls.max_version]
+    except ValueError as e:
+        raise WebConfigError(config.path, "tls_server_config.min_version", str(e)) from None
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    except ssl.SSLError as e:
+        raise WebConfigError(config.path, "tls_server_config.cert_file",
+                             f"{tls.cert_file} and {tls.key_file} do not load as a certificate and its "
+                             f"key: {e.reason or e}") from None
+    except OSError as e:
+        raise WebConfigError(config.path, "tls_server_config.cert_file", e.strerror or str(e)) from None
+    if tls.client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=tls.client_ca_file)
+        except (ssl.SSLError, OSError) as e:
+            raise WebConfigError(config.path, "tls_server_config.client_ca_file",
+                                 f"{tls.client_ca_file} does not load as CA certificates: {e}") from None
+    context.verify_mode = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+                           "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}[tls.client_auth_type]
+    return context
+
+
+class BasicAuth:
+    """Checks an Authorization header against the config's users. bcrypt takes tens of
+    milliseconds by design, so a password once verified is remembered, as a keyed hash (one
+    entry per configured user: the cache cannot grow past the user list), and later requests
+    compare that in constant time. An unknown user costs a bcrypt check too, so that timing does
+    not tell which users exist."""
+
+    def __init__(self, users: dict[str, bytes]):
+        import bcrypt
+
+        self._bcrypt = bcrypt
+        self.users = dict(users)
+        self._key = secrets.token_bytes(32)  # the cache holds HMACs under a key that dies with the process
+        self._verified: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        # The decoy costs what the users' hashes cost (bounded: it is computed at start).
+        cost = max((int(h.split(b"$")[2]) for h in users.values()), default=4)
+        self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(min(cost, 12)))
+        self.bcrypt_checks = 0  # how many slow checks ran (the cache's effect is visible in tests)
+
+    def __call__(self, header: str | None) -> bool:
+        credentials = self._credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        digest = hmac.new(self._key, password, "sha256").digest()
+        with self._lock:
+            remembered = self._verified.get(user)
+        if remembered is not None and hmac.compare_digest(remembered, digest):
+            return True
+        hashed = self.users.get(user)
+        self.bcrypt_checks += 1
+        # bcrypt looks at 72 bytes (htpasswd's hashes too); bcrypt 5 refuses longer passwords.
+        try:
+            ok = self._bcrypt.checkpw(password[:72], hashed if hashed is not None else self._decoy)
+        except ValueError:  # a hash this bcrypt cannot read (checked at load; belt and braces)
+            ok = False
+        if ok and hashed is not None:
+            with self._lock:
+                self._verified[user] = digest
+            return True
+        return False
+
+    @staticmethod
+    def _credentials(header: str | None) -> tuple[str, bytes] | None:
+        if not header or len(header) > 4096:
+            return None
+        scheme, _, encoded = header.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        user, sep, password = decoded.partition(b":")
+        if not sep:
+            return None
+        try:
+            return user.decode("utf-8"), password
+        except UnicodeDecodeError:
+            return None
