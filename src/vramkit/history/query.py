@@ -5,25 +5,34 @@ Every total is a sum of value x seconds over the rows of every tier (store.gpu_t
 store.proc_time, read here through the tables' keys: PROC_WINDOW, GPU_WINDOW). A row belongs to
 a window by its start time, so a window's edges are exact to one sample (raw), one minute or
 fifteen minutes (older tiers).
+
+Usage, idle holders and coverage read the whole hours of a window from the hour sums (proc_hour,
+gpu_hour: store.py) and only the rest row by row: the ragged edges (under an hour each side) and
+the samples not summed yet (the last few minutes). The sums are those of the same rows, so the
+totals are the same to float rounding (tests/test_history_summary.py checks it).
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestError
-from .store import Store, StoreError, describe
+from .store import HOUR, ROLLUP_TIERS, Store, StoreError, describe
 
 BY = ("user", "gpu", "job", "day")
+# Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
+# local day, so days are summed from quarter-hour sums (no date() call per row).
+_QUARTER = 900
 
 # The rollup tiers store.roll_up writes (a bucket's seconds). The rollup tables' keys begin with
 # the tier: naming the tiers lets SQLite seek to a window, where the views proc_time and gpu_time
 # (no tier in a WHERE on t) scan every rollup row, even for the last hour.
-TIERS = (60, 900)
+TIERS = ROLLUP_TIERS
 _IN_TIERS = f"tier IN ({', '.join(map(str, TIERS))})"
 # The rows of proc_time / gpu_time that start in [:since, :until), read through the keys.
 PROC_WINDOW = f"""(
@@ -40,6 +49,134 @@ GPU_WINDOW = f"""(
     UNION ALL
     SELECT t, seconds, gpu, used_max, util, occupied_seconds FROM gpu_rollup
     WHERE {_IN_TIERS} AND t >= :since AND t < :until)"""
+
+# The sums of usage, idle holders and coverage, as rows of one shape whichever source they come
+# from: row by row (as PROC_WINDOW, GPU_WINDOW) over [:s<n>, :u<n>), or from the hour sums over
+# the whole hours [:s<n>, :u<n>) plus the samples not summed yet (id > :after) up to :r<n>. The
+# unary + keeps SQLite on the samples' key (a few recent ids), not on their index by time.
+_PROC_FINE = f"""
+    SELECT s.t AS t, p.job AS job, p.gpu AS gpu, s.span AS seconds, p.memory * s.span AS mbs, p.memory AS peak,
+           p.idle * s.span AS idle, p.memory * (p.idle * s.span) AS idle_mbs
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :s{{n}} AND s.t < :u{{n}}
+    UNION ALL
+    SELECT t, job, gpu, seconds, memory * seconds, memory_max, idle_seconds, memory * idle_seconds FROM proc_rollup
+    WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}}"""
+_PROC_HOURS = """
+    SELECT t AS t, job AS job, gpu AS gpu, seconds AS seconds, memory_byte_seconds AS mbs, memory_max AS peak,
+           idle_seconds AS idle, idle_memory_byte_seconds AS idle_mbs
+    FROM proc_hour WHERE t >= :s{n} AND t < :u{n}
+    UNION ALL
+    SELECT s.t, p.job, p.gpu, s.span, p.memory * s.span, p.memory, p.idle * s.span, p.memory * (p.idle * s.span)
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id > :after AND +s.t >= :s{n} AND +s.t < :r{n}"""
+_GPU_FINE = f"""
+    SELECT s.t AS t, g.gpu AS gpu, s.span AS seconds, CASE WHEN g.procs > 0 THEN s.span ELSE 0 END AS occupied,
+           g.used AS used_max, g.util * s.span AS util_seconds,
+           CASE WHEN g.util IS NOT NULL THEN s.span END AS util_known
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t >= :s{{n}} AND s.t < :u{{n}}
+    UNION ALL
+    SELECT t, gpu, seconds, occupied_seconds, used_max, util * seconds, CASE WHEN util IS NOT NULL THEN seconds END
+    FROM gpu_rollup WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}}"""
+_GPU_HOURS = """
+    SELECT t AS t, gpu AS gpu, seconds AS seconds, occupied_seconds AS occupied, used_max AS used_max,
+           util_seconds AS util_seconds, util_known_seconds AS util_known
+    FROM gpu_hour WHERE t >= :s{n} AND t < :u{n}
+    UNION ALL
+    SELECT s.t, g.gpu, s.span, CASE WHEN g.procs > 0 THEN s.span ELSE 0 END, g.used, g.util * s.span,
+           CASE WHEN g.util IS NOT NULL THEN s.span END
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND +s.t >= :s{n} AND +s.t < :r{n}"""
+
+
+@dataclass
+class _Plan:
+    """Where the parts of a window are read: `fine` ranges row by row, `hours` (start, end, end of
+    the samples not summed yet) from the hour sums; `after`: the last sample id summed."""
+
+    fine: list[tuple[float, float]]
+    hours: list[tuple[float, float, float]]
+    after: int = 0
+
+    def sql(self, fine: str, hours: str) -> tuple[str, dict[str, object]]:
+        """The rows of the whole window (a UNION ALL of each part) and their parameters."""
+        parts: list[str] = []
+        params: dict[str, object] = {"after": self.after}
+        for start, end in self.fine:
+            n = len(parts)
+            parts.append(fine.format(n=n))
+            params.update({f"s{n}": start, f"u{n}": end})
+        for start, end, raw_end in self.hours:
+            n = len(parts)
+            parts.append(hours.format(n=n))
+            params.update({f"s{n}": start, f"u{n}": end, f"r{n}": raw_end})
+        return "\n    UNION ALL".join(parts), params
+
+
+@contextmanager
+def _snapshot(store: Store) -> Iterator[None]:
+    """One read transaction: the hour sums, meta and the raw rows as of one commit (a roll_up that
+    sums more samples between two statements would otherwise count them twice)."""
+    if store.conn.in_transaction:
+        yield
+        return
+    try:
+        store.conn.execute("BEGIN")
+    except sqlite3.Error as e:
+        raise StoreError(describe(e, store.path), param="db") from None
+    try:
+        yield
+    finally:
+        if store.conn.in_transaction:
+            store.conn.execute("COMMIT")
+
+
+def _plan(store: Store, since: float, until: float, days: bool = False) -> _Plan:
+    """Split [since, until) into whole hours read from the hour sums and the rest read row by row.
+    `days`: an hour that local midnight cuts (zones half an hour off UTC) is read row by row, so
+    that each row still falls into the day of its quarter hour, as before."""
+    whole = _Plan([(since, until)], [])
+    if not store.hour_sums or not (math.isfinite(since) and math.isfinite(until) and since < until):
+        return whole
+    meta = {str(k): str(v) for k, v in _rows(
+        store, "SELECT key, value FROM meta WHERE key IN ('hour_sample', 'hour_since', 'hour_t_last')", ())}
+    first = max(math.ceil(since / HOUR) * HOUR, float(meta.get("hour_since", "-inf")))
+    # The hour `until` falls in comes from the sums too when every sample summed is before `until`.
+    summed_until = meta.get("hour_t_last")
+    end = (math.ceil(until / HOUR) if summed_until is None or float(summed_until) < until
+           else math.floor(until / HOUR)) * HOUR
+    if not first < end:
+        return whole
+    plan = _Plan([], [], int(meta.get("hour_sample", "0")))
+    if since < first:
+        plan.fine.append((since, first))
+    start = first
+    for cut in _hours_across_midnight(store, first, end) if days else []:
+        if start < cut:
+            plan.hours.append((start, cut, min(cut, until)))
+        plan.fine.append((cut, min(cut + HOUR, until)))
+        start = cut + HOUR
+    if start < end:
+        plan.hours.append((start, end, min(end, until)))
+    if end < until:
+        plan.fine.append((end, until))
+    return plan
+
+
+def _hours_across_midnight(store: Store, first: float, end: float) -> list[float]:
+    """The hours in [first, end) whose quarter hours fall into two local days (none where the zone
+    is a whole number of hours off UTC), within the hours that hold any row."""
+    from datetime import datetime
+
+    extent = _rows(store, "SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM proc_hour UNION ALL "
+                   "SELECT max(t) FROM proc_hour UNION ALL SELECT min(t) FROM samples UNION ALL "
+                   "SELECT max(t) FROM samples)", ())[0]
+    if extent[0] is None:
+        return []
+    lo = max(first, math.floor(float(extent[0]) / HOUR) * HOUR)
+    hi = min(end, math.floor(float(extent[1]) / HOUR) * HOUR + HOUR)
+    out = []
+    for h in range(int(lo), int(hi), HOUR):
+        if datetime.fromtimestamp(h).date() != datetime.fromtimestamp(h + HOUR - _QUARTER).date():
+            out.append(float(h))
+    return out
 
 
 @dataclass
@@ -98,11 +235,17 @@ def _rows(store: Store, sql: str, params: tuple[object, ...] | Mapping[str, obje
 
 
 def coverage(store: Store, since: float, until: float) -> Coverage:
-    rows = _rows(store, "SELECT min(t), max(t) FROM (SELECT t FROM samples UNION ALL SELECT t FROM gpu_rollup)", ())
+    # The first and last of each tier, each one seek in a key (min(t) over the whole rollup
+    # table would read every row of it).
+    ends = " UNION ALL ".join(f"SELECT min(t) AS t FROM gpu_rollup WHERE tier = {tier} UNION ALL "
+                              f"SELECT max(t) FROM gpu_rollup WHERE tier = {tier}" for tier in TIERS)
+    rows = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM samples UNION ALL "
+                 f"SELECT max(t) FROM samples UNION ALL {ends})", ())
     first, last = rows[0]
     # Seconds covered: each GPU's rows count the same time; one GPU's total is the window's.
-    per_gpu = _rows(store, f"SELECT gpu, SUM(seconds) FROM {GPU_WINDOW} GROUP BY gpu",
-                    {"since": since, "until": until})
+    with _snapshot(store):
+        rows_sql, params = _plan(store, since, until).sql(_GPU_FINE, _GPU_HOURS)
+        per_gpu = _rows(store, f"SELECT gpu, SUM(seconds) FROM ({rows_sql}) GROUP BY gpu", params)
     seconds = max((float(s) for _, s in per_gpu if s is not None), default=0.0)
     return Coverage(first if first is None else float(first), last if last is None else float(last),
                     seconds)
@@ -122,13 +265,15 @@ class Held:
 
 
 def held(store: Store, since: float, until: float) -> list[Held]:
-    """Per job and GPU over [since, until): one pass over proc_time, which usage() (by user, job,
-    GPU) and idle_holders() can share (pass it as `sums=`): a 30-day window is millions of rows."""
+    """Per job and GPU over [since, until): one pass over the window's hour sums and rows, which
+    usage() (by user, job, GPU) and idle_holders() can share (pass it as `sums=`)."""
+    with _snapshot(store):
+        rows_sql, params = _plan(store, since, until).sql(_PROC_FINE, _PROC_HOURS)
+        rows = _rows(store, f"""
+            SELECT job, gpu, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs)
+            FROM ({rows_sql}) GROUP BY job, gpu""", params)
     return [Held(int(job), int(gpu), float(s or 0), float(mbs or 0), None if peak is None else int(peak),
-                 float(idle or 0), float(idle_mbs or 0)) for job, gpu, s, mbs, peak, idle, idle_mbs in _rows(store, f"""
-        SELECT job, gpu, SUM(seconds), SUM(memory * seconds), MAX(memory_max), SUM(idle_seconds),
-               SUM(memory * idle_seconds)
-        FROM {PROC_WINDOW} GROUP BY job, gpu""", {"since": since, "until": until})]
+                 float(idle or 0), float(idle_mbs or 0)) for job, gpu, s, mbs, peak, idle, idle_mbs in rows]
 
 
 @dataclass
@@ -158,12 +303,11 @@ def usage(store: Store, since: float, until: float, by: str, sums: list[Held] | 
     (GPUs and days in order). `sums`: held(store, since, until), when the caller has it already."""
     if by not in BY:
         raise RequestError(f"by: must be one of {', '.join(BY)}, got {by!r}", param="by")
-    window = {"since": since, "until": until}
     if by == "day":
-        return _by_day(store, window)
+        return _by_day(store, since, until)
     sums = held(store, since, until) if sums is None else sums
     if by == "gpu":
-        return _by_gpu(store, window, sums)
+        return _by_gpu(store, since, until, sums)
     jobs = _jobs(store, {h.job for h in sums})
     groups: dict[str, Usage] = {}
     members: dict[str, set[int]] = {}
@@ -193,18 +337,16 @@ def _add(u: Usage, h: Held) -> None:
         u.peak_memory = max(u.peak_memory or 0, h.peak_memory)
 
 
-# Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
-# local day, so days are summed from quarter-hour sums (no date() call per row).
-_QUARTER = 900
-
-
-def _by_day(store: Store, window: Mapping[str, object]) -> list[Usage]:
+def _by_day(store: Store, since: float, until: float) -> list[Usage]:
+    """Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
+    _plan(days=True) keeps within one day)."""
     from datetime import datetime
 
-    rows = _rows(store, f"""
-        SELECT CAST(t / {_QUARTER} AS INTEGER) AS q, job, SUM(seconds), SUM(memory * seconds), MAX(memory_max),
-               SUM(idle_seconds)
-        FROM {PROC_WINDOW} GROUP BY q, job""", window)
+    with _snapshot(store):
+        rows_sql, params = _plan(store, since, until, days=True).sql(_PROC_FINE, _PROC_HOURS)
+        rows = _rows(store, f"""
+            SELECT CAST(t / {_QUARTER} AS INTEGER) AS q, job, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle)
+            FROM ({rows_sql}) GROUP BY q, job""", params)
     days: dict[str, Usage] = {}
     jobs: dict[str, set[int]] = {}
     day_of: dict[int, str] = {}
@@ -226,12 +368,13 @@ def _by_day(store: Store, window: Mapping[str, object]) -> list[Usage]:
     return sorted(days.values(), key=lambda u: u.key)
 
 
-def _by_gpu(store: Store, window: Mapping[str, object], sums: list[Held]) -> list[Usage]:
+def _by_gpu(store: Store, since: float, until: float, sums: list[Held]) -> list[Usage]:
     """GPU-seconds of a GPU: the time any process held memory on it; peak: the GPU's own reading."""
-    gpus = _rows(store, f"""
-        SELECT gpu, SUM(occupied_seconds), MAX(used_max),
-               SUM(util * seconds) / NULLIF(SUM(CASE WHEN util IS NOT NULL THEN seconds END), 0)
-        FROM {GPU_WINDOW} GROUP BY gpu""", window)
+    with _snapshot(store):
+        rows_sql, params = _plan(store, since, until).sql(_GPU_FINE, _GPU_HOURS)
+        gpus = _rows(store, f"""
+            SELECT gpu, SUM(occupied), MAX(used_max), SUM(util_seconds) / NULLIF(SUM(util_known), 0)
+            FROM ({rows_sql}) GROUP BY gpu""", params)
     procs: dict[int, Usage] = {}
     members: dict[int, set[int]] = {}
     for h in sums:

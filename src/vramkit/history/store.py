@@ -8,6 +8,11 @@ sums value x seconds over every tier alike (the views gpu_time and proc_time).
 A raw sample stands for the time from it to the next sample, capped (a recorder that was stopped
 does not count its downtime): its `span` is written when the next sample is, so a recorder killed
 mid-write loses at most the last interval. Writers and readers never wait for each other (WAL).
+
+Hour sums (schema 2): proc_hour and gpu_hour hold, per hour, the sums reports add up (value x
+seconds, never averages, so that merging is adding), for every sample up to meta `hour_sample`
+(a sample id), from hour meta `hour_since` on. A report reads whole hours there and only the rest
+row by row (query.py): a 30-day report reads tens of thousands of rows, not millions.
 """
 
 from __future__ import annotations
@@ -23,9 +28,47 @@ from pathlib import Path
 from ..errors import RequestError
 from .paths import default_path, reader_path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
+HOUR = 3600
+ROLLUP_TIERS = (60, 900)  # the rollup tables' tiers (a bucket's seconds)
 SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
 APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
+
+# Hour sums (schema 2). A raw sample is summed into its hour once its span is final (it is not the
+# newest sample): every sample id up to meta `hour_sample` is in proc_hour / gpu_hour, and no
+# rollup row holds a sample that is not (roll_up sums before it moves raw rows). Sample ids only
+# grow (the newest sample is never deleted, so SQLite never hands out a smaller rowid).
+def _add_sums(*columns: str) -> str:
+    return ", ".join(f"{c} = {c} + excluded.{c}" for c in columns)
+
+
+def _keep_max(column: str) -> str:
+    return f"{column} = max(coalesce({column}, excluded.{column}), coalesce(excluded.{column}, {column}))"
+
+
+_PROC_HOUR_MERGE = ", ".join([_add_sums("seconds", "memory_byte_seconds", "idle_seconds", "idle_memory_byte_seconds"),
+                              _keep_max("memory_max")])
+_GPU_HOUR_MERGE = ", ".join([_add_sums("seconds", "occupied_seconds", "lost_seconds", "util_seconds",
+                                       "util_known_seconds"), _keep_max("used_max")])
+# The samples with :after < id < :upto, summed per hour; ON CONFLICT adds (a wall clock that
+# went back, or a roll_up in the middle of an hour, brings more samples into a summed hour).
+_RAW_TO_HOURS = (f"""
+    INSERT INTO proc_hour (t, job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds,
+                           idle_memory_byte_seconds)
+    SELECT CAST(s.t / {HOUR} AS INTEGER) * {HOUR} AS h, p.job, p.gpu, SUM(s.span),
+           coalesce(SUM(p.memory * s.span), 0), MAX(p.memory), SUM(p.idle * s.span),
+           coalesce(SUM(p.memory * p.idle * s.span), 0)
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id > :after AND s.id < :upto GROUP BY h, p.job, p.gpu
+    ON CONFLICT (t, job, gpu) DO UPDATE SET {_PROC_HOUR_MERGE}""", f"""
+    INSERT INTO gpu_hour (t, gpu, seconds, occupied_seconds, lost_seconds, used_max, util_seconds,
+                          util_known_seconds)
+    SELECT CAST(s.t / {HOUR} AS INTEGER) * {HOUR} AS h, g.gpu, SUM(s.span),
+           SUM(CASE WHEN g.procs > 0 THEN s.span ELSE 0 END), SUM(CASE WHEN g.lost THEN s.span ELSE 0 END),
+           MAX(g.used), coalesce(SUM(g.util * s.span), 0),
+           coalesce(SUM(CASE WHEN g.util IS NOT NULL THEN s.span END), 0)
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND s.id < :upto GROUP BY h, g.gpu
+    ON CONFLICT (t, gpu) DO UPDATE SET {_GPU_HOUR_MERGE}""")
 
 # Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
 MIGRATIONS: tuple[str, ...] = (
@@ -89,6 +132,36 @@ MIGRATIONS: tuple[str, ...] = (
         FROM proc_raw p JOIN samples s ON s.id = p.sample
         UNION ALL
         SELECT t, seconds, job, gpu, memory, memory_max, sm_util, idle_seconds FROM proc_rollup;
+    """,
+    # 2: hour sums, filled from every row there is (rollups, and raw samples whose span is final).
+    f"""
+    CREATE TABLE proc_hour (
+        t INTEGER NOT NULL, job INTEGER NOT NULL, gpu INTEGER NOT NULL, seconds REAL NOT NULL,
+        memory_byte_seconds REAL NOT NULL, memory_max INTEGER, idle_seconds REAL NOT NULL,
+        idle_memory_byte_seconds REAL NOT NULL,
+        PRIMARY KEY (t, job, gpu)) WITHOUT ROWID;
+    CREATE TABLE gpu_hour (
+        t INTEGER NOT NULL, gpu INTEGER NOT NULL, seconds REAL NOT NULL, occupied_seconds REAL NOT NULL,
+        lost_seconds REAL NOT NULL, used_max INTEGER, util_seconds REAL NOT NULL,
+        util_known_seconds REAL NOT NULL,
+        PRIMARY KEY (t, gpu)) WITHOUT ROWID;
+    INSERT INTO proc_hour (t, job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds,
+                           idle_memory_byte_seconds)
+    SELECT t / 3600 * 3600 AS h, job, gpu, SUM(seconds), coalesce(SUM(memory * seconds), 0), MAX(memory_max),
+           SUM(idle_seconds), coalesce(SUM(memory * idle_seconds), 0)
+    FROM proc_rollup WHERE true GROUP BY h, job, gpu
+    ON CONFLICT (t, job, gpu) DO UPDATE SET {_PROC_HOUR_MERGE};
+    INSERT INTO gpu_hour (t, gpu, seconds, occupied_seconds, lost_seconds, used_max, util_seconds,
+                          util_known_seconds)
+    SELECT t / 3600 * 3600 AS h, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds), MAX(used_max),
+           coalesce(SUM(util * seconds), 0), coalesce(SUM(CASE WHEN util IS NOT NULL THEN seconds END), 0)
+    FROM gpu_rollup WHERE true GROUP BY h, gpu
+    ON CONFLICT (t, gpu) DO UPDATE SET {_GPU_HOUR_MERGE};
+    {";".join(_RAW_TO_HOURS).replace(":after", "0").replace(":upto", "(SELECT max(id) FROM samples)")};
+    INSERT INTO meta (key, value) SELECT 'hour_sample', coalesce(max(id) - 1, 0) FROM samples;
+    INSERT INTO meta (key, value) SELECT 'hour_t_last', t FROM (SELECT max(t) AS t FROM (
+        SELECT max(t) AS t FROM samples WHERE id < (SELECT max(id) FROM samples)
+        UNION ALL SELECT max(t) + tier FROM gpu_rollup GROUP BY tier)) WHERE t IS NOT NULL;
     """,
 )
 
@@ -215,6 +288,7 @@ class Store:
         self.path = path
         self.writable = writable
         self._lock_fd = lock_fd
+        self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -288,9 +362,12 @@ class Store:
         if not self.writable:
             if empty:
                 raise StoreError(f"{self.path} holds no history yet", param="db")
-            if version < SCHEMA_VERSION:
+            # An older schema is read as it is (a recorder service of the previous version may
+            # still be writing it); 'vram record' upgrades it when it next starts.
+            if version < READS_FROM:
                 raise StoreError(f"{self.path} has schema {version}; 'vram record' upgrades it to "
                                  f"{SCHEMA_VERSION} when it next starts", param="db")
+            self.hour_sums = version >= 2
             return
         if not empty:
             # A damaged page would make every sample fail, found only after writing began; a scan
@@ -308,6 +385,7 @@ class Store:
         c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
+        self.hour_sums = True
 
     def version(self) -> int:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
@@ -365,11 +443,14 @@ class Store:
         cut_raw = (now - keep.raw) // 60 * 60
         cut_minute = (now - keep.minute) // 900 * 900
         with self.transaction() as c:
+            _raw_to_hours(c)  # first: no raw row is rolled up before it is in its hour's sums
             _raw_to_minutes(c, cut_raw)
         with self.transaction() as c:
             _minutes_to_quarters(c, cut_minute)
-            c.execute("DELETE FROM gpu_rollup WHERE tier = 900 AND t < ?", (now - keep.quarter,))
-            c.execute("DELETE FROM proc_rollup WHERE tier = 900 AND t < ?", (now - keep.quarter,))
+            cut_quarter = now - keep.quarter
+            c.execute("DELETE FROM gpu_rollup WHERE tier = 900 AND t < ?", (cut_quarter,))
+            c.execute("DELETE FROM proc_rollup WHERE tier = 900 AND t < ?", (cut_quarter,))
+            _forget_hours_before(c, -(-cut_quarter // HOUR) * HOUR)  # hours wholly kept stay
             _drop_old_jobs(c)
         while self.size() > keep.max_bytes and self._drop_oldest():
             pass
@@ -391,12 +472,15 @@ class Store:
                                      {"tier": tier, "skip": n // 10}).fetchone()[0]
                     c.execute("DELETE FROM proc_rollup WHERE tier = ? AND t <= ?", (tier, edge))
                     c.execute("DELETE FROM gpu_rollup WHERE tier = ? AND t <= ?", (tier, edge))
+                    _forget_hours_before(c, edge // HOUR * HOUR + HOUR)
                     _drop_old_jobs(c)
                     return True
             n = c.execute("SELECT count(*) FROM samples").fetchone()[0]
             if n <= 1:
                 return False
             edge = c.execute("SELECT id FROM samples ORDER BY id LIMIT 1 OFFSET ?", (max(1, n // 10),)).fetchone()[0]
+            latest = c.execute("SELECT max(t) FROM samples WHERE id < ?", (edge,)).fetchone()[0]
+            _forget_hours_before(c, latest // HOUR * HOUR + HOUR)
             c.execute("DELETE FROM proc_raw WHERE sample < ?", (edge,))
             c.execute("DELETE FROM gpu_raw WHERE sample < ?", (edge,))
             c.execute("DELETE FROM samples WHERE id < ?", (edge,))
@@ -503,9 +587,40 @@ def _minutes_to_quarters(c: sqlite3.Connection, cut: float) -> None:
     c.execute("DELETE FROM proc_rollup WHERE tier = 60 AND t < :cut", {"cut": cut})
 
 
+def _raw_to_hours(c: sqlite3.Connection) -> None:
+    """Sum every raw sample not summed yet whose span is final (all but the newest) into its hour."""
+    after = int(c.execute("SELECT coalesce((SELECT value FROM meta WHERE key = 'hour_sample'), 0)").fetchone()[0])
+    upto, last = c.execute("SELECT max(id), (SELECT max(t) FROM samples WHERE id > :after AND id < "
+                           "(SELECT max(id) FROM samples)) FROM samples", {"after": after}).fetchone()
+    if upto is None or last is None:
+        return
+    for statement in _RAW_TO_HOURS:
+        c.execute(statement, {"after": after, "upto": upto})
+    c.execute("INSERT INTO meta (key, value) VALUES ('hour_sample', ?) ON CONFLICT(key) DO UPDATE "
+              "SET value = excluded.value", (upto - 1,))
+    # Every summed sample is at or before hour_t_last: a report ending later can read its last,
+    # unfinished hour from the sums too.
+    c.execute("INSERT INTO meta (key, value) VALUES ('hour_t_last', ?) ON CONFLICT(key) DO UPDATE "
+              "SET value = max(CAST(value AS REAL), CAST(excluded.value AS REAL))", (float(last),))
+
+
+def _forget_hours_before(c: sqlite3.Connection, hour: float) -> None:
+    """Rows of the tiers before `hour` were deleted: so go the hour sums; hours from `hour` on
+    (meta hour_since) are whole in the sums, those before it are read row by row, if any are left."""
+    row = c.execute("SELECT value FROM meta WHERE key = 'hour_since'").fetchone()
+    if row is not None and float(row[0]) >= hour:
+        return
+    c.execute("INSERT INTO meta (key, value) VALUES ('hour_since', ?) ON CONFLICT(key) DO UPDATE "
+              "SET value = excluded.value", (float(hour),))
+    c.execute("DELETE FROM proc_hour WHERE t < ?", (hour,))
+    c.execute("DELETE FROM gpu_hour WHERE t < ?", (hour,))
+
+
 def _drop_old_jobs(c: sqlite3.Connection) -> None:
     """A job goes when no row of any tier refers to it any more (it ended over a year ago)."""
-    oldest = c.execute("SELECT min(t) FROM (SELECT min(t) AS t FROM proc_rollup UNION ALL "
-                       "SELECT min(t) FROM samples)").fetchone()[0]
+    # min(t) per tier: each is one seek in the rollup key (tier, t, ...); min(t) over the whole
+    # table would read every row of it.
+    per_tier = " UNION ALL ".join(f"SELECT min(t) AS t FROM proc_rollup WHERE tier = {tier}" for tier in ROLLUP_TIERS)
+    oldest = c.execute(f"SELECT min(t) FROM ({per_tier} UNION ALL SELECT min(t) FROM samples)").fetchone()[0]
     if oldest is not None:
         c.execute("DELETE FROM jobs WHERE last_seen < ?", (oldest,))
