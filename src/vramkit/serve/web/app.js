@@ -1,0 +1,435 @@
+// The page of `vram serve`: what `vram status` shows, kept live through server-sent events
+// (/api/v1/events), or by polling /api/v1/snapshot where events are unavailable or failing, and
+// history charts from /api/v1/history. Read-only: it only ever GETs.
+//
+// Every text that comes from the server (host, GPU and user names, process names, errors) is
+// set with textContent, never parsed as HTML: user names on a shared machine are chosen by
+// others. Nothing here writes a style attribute into markup (the server's CSP forbids inline
+// styles); a bar's width is set through the CSSOM (element.style), which CSP allows.
+"use strict";
+
+(function () {
+  const POLL_MS = 3000; // how often to ask for a snapshot while the event stream is down
+  const STREAM_RETRY_MS = 10000; // a closed event stream (refused, not merely dropped) is retried after this
+  const STALE_FLOOR_MS = 10000; // no new reading for max(this, 3 reading gaps): say so
+  const HISTORY_REFRESH_MS = { "5m": 10000, "1h": 30000, "24h": 300000, "7d": 900000 };
+  const GIB = 1024 * 1024 * 1024;
+  const MIB = 1024 * 1024;
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf"];
+
+  const $ = (id) => document.getElementById(id);
+
+  // ------------------------------------------------------------ formatting
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  const known = (v) => v !== null && v !== undefined;
+
+  function size(bytes) {
+    if (!known(bytes)) return "N/A";
+    if (bytes >= GIB) return (bytes / GIB).toFixed(1) + " GiB";
+    return Math.round(bytes / MIB) + " MiB";
+  }
+
+  // "70.6 / 80.0 GiB": both in the total's unit, as `vram status` prints them.
+  function usedOfTotal(used, total) {
+    if (!known(used) || !known(total)) return size(used) + " / " + size(total);
+    if (total >= GIB) return (used / GIB).toFixed(1) + " / " + (total / GIB).toFixed(1) + " GiB";
+    return Math.round(used / MIB) + " / " + Math.round(total / MIB) + " MiB";
+  }
+
+  // units.format_duration: 45s, 12m05s, 3h05m, 2d04h.
+  function duration(seconds) {
+    if (!known(seconds)) return "N/A";
+    const s = Math.max(0, Math.floor(seconds));
+    const two = (n) => String(n).padStart(2, "0");
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + two(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + two(Math.floor((s % 3600) / 60)) + "m";
+    return Math.floor(s / 86400) + "d" + two(Math.floor((s % 86400) / 3600)) + "h";
+  }
+
+  function clock(unixSeconds) {
+    const d = new Date(unixSeconds * 1000);
+    const two = (n) => String(n).padStart(2, "0");
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  }
+
+  // A value the driver did not give is N/A, with its reason as a tooltip; never 0.
+  function field(gpu, name, text) {
+    const node = el("span", "fact " + name, text);
+    const reason = gpu.na && gpu.na[name];
+    if (reason) node.title = name + ": " + reason;
+    return node;
+  }
+
+  // ------------------------------------------------------------ the GPUs
+  function meter(kind, label, ratio, valueText) {
+    const box = el("div", "meter " + kind);
+    box.append(el("span", "meter-label", label));
+    const bar = el("div", "bar");
+    const fill = el("div", "fill");
+    if (known(ratio)) {
+      const r = Math.min(1, Math.max(0, ratio));
+      fill.style.width = (r * 100).toFixed(1) + "%"; // CSSOM, allowed under style-src 'self'
+      if (r >= 0.9) bar.classList.add("high");
+    } else {
+      bar.classList.add("na");
+    }
+    bar.append(fill);
+    box.append(bar, valueText);
+    return box;
+  }
+
+  function processTable(processes) {
+    const wrap = el("div", "procs-wrap");
+    if (!processes.length) {
+      wrap.append(el("p", "no-procs", "no processes"));
+      return wrap;
+    }
+    const table = el("table", "procs");
+    const head = el("tr");
+    for (const name of ["pid", "user", "process", "memory", "age", ""]) head.append(el("th", null, name));
+    const thead = el("thead");
+    thead.append(head);
+    table.append(thead);
+    const body = el("tbody");
+    const sorted = processes.slice().sort((a, b) => (b.memory || 0) - (a.memory || 0));
+    for (const p of sorted) {
+      const row = el("tr", "proc");
+      row.dataset.pid = String(p.pid);
+      row.append(el("td", "pid", p.pid), el("td", "user", known(p.user) ? p.user : "N/A"),
+        el("td", "pname", known(p.name) ? p.name : ""), el("td", "pmem", size(p.memory)),
+        el("td", "age", duration(p.elapsed)));
+      const flags = el("td", "flags");
+      if (p.idle) flags.append(el("span", "flag idle", known(p.idle_for) ? "idle " + duration(p.idle_for) : "idle"));
+      if (p.zombie) flags.append(el("span", "flag zombie", "zombie"));
+      if (p.orphaned) flags.append(el("span", "flag orphan", "orphan"));
+      row.append(flags);
+      body.append(row);
+    }
+    table.append(body);
+    wrap.append(table);
+    return wrap;
+  }
+
+  function gpuCard(gpu) {
+    const card = el("article", "gpu");
+    card.dataset.index = String(gpu.index);
+    const head = el("div", "gpu-head");
+    head.append(el("span", "gpu-index", gpu.index), el("span", "gpu-name", known(gpu.name) ? gpu.name : "N/A"));
+    card.append(head);
+    if (gpu.lost) {
+      card.classList.add("lost");
+      card.append(el("p", "gpu-error", "GPU lost: it fell off the bus; no reading"));
+      return card;
+    }
+    if (gpu.error) card.append(el("p", "gpu-error", gpu.error));
+
+    const used = gpu.memory_used, total = gpu.memory_total;
+    const memValue = el("span", "meter-value");
+    memValue.append(el("span", "mem-text", usedOfTotal(used, total)));
+    if (known(used) && total) memValue.append(el("span", "pct", Math.round((100 * used) / total) + "%"));
+    const util = gpu.utilization;
+    const utilValue = el("span", "meter-value util-text", known(util) ? util + "%" : "N/A");
+    const meters = el("div", "meters");
+    meters.append(meter("memory", "mem", known(used) && total ? used / total : null, memValue),
+      meter("utilization", "util", known(util) ? util / 100 : null, utilValue));
+    card.append(meters);
+
+    const facts = el("div", "facts-row");
+    facts.append(field(gpu, "temperature", known(gpu.temperature) ? gpu.temperature + " °C" : "N/A °C"));
+    const draw = known(gpu.power_draw) ? Math.round(gpu.power_draw) : "N/A";
+    const limit = known(gpu.power_limit) ? Math.round(gpu.power_limit) : "N/A";
+    facts.append(field(gpu, "power", draw + " / " + limit + " W"));
+    if (known(gpu.memory_utilization)) facts.append(field(gpu, "memory_utilization", "mem busy " + gpu.memory_utilization + "%"));
+    if (gpu.mig_enabled) facts.append(el("span", "fact mig", "MIG: " + (gpu.mig_devices || []).length + " instances"));
+    card.append(facts);
+    card.append(processTable(gpu.processes || []));
+    return card;
+  }
+
+  // ------------------------------------------------------------ the banner
+  let hostFromServer = ""; // from /metrics' vram_exporter_info, until the snapshot carries it
+
+  function renderBanner(data) {
+    const host = data.hostname || hostFromServer || location.hostname || "vram";
+    $("host").textContent = host;
+    const sim = $("simulated");
+    sim.hidden = !data.simulated;
+    sim.title = data.simulated ? "simulated machine (scenario " + (data.scenario || "?") + "), not real GPUs" : "";
+    document.title = (data.simulated ? "SIMULATED " : "") + host + " · vram";
+
+    const gpus = data.gpus || [];
+    let used = 0, total = 0;
+    const pids = new Set();
+    for (const g of gpus) {
+      if (g.lost) continue;
+      if (known(g.memory_used) && known(g.memory_total)) { used += g.memory_used; total += g.memory_total; }
+      for (const p of g.processes || []) pids.add(p.pid);
+    }
+    const parts = [];
+    if (data.simulated) parts.push("scenario " + (data.scenario || "?") + ", not real GPUs");
+    parts.push("driver " + (data.driver_version || "N/A"));
+    if (data.cuda_version) parts.push("CUDA " + data.cuda_version);
+    parts.push(gpus.length + (gpus.length === 1 ? " GPU" : " GPUs"));
+    parts.push(usedOfTotal(used, total) + " used by " + pids.size + (pids.size === 1 ? " process" : " processes"));
+    $("facts").textContent = parts.join(" · ");
+  }
+
+  async function readHostname() {
+    try {
+      const answer = await fetch("/metrics", { cache: "no-store" });
+      if (!answer.ok) return;
+      const found = (await answer.text()).match(/^vram_exporter_info\{.*?hostname="((?:[^"\\]|\\.)*)"/m);
+      if (!found) return;
+      hostFromServer = found[1].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+      if (latest) renderBanner(latest);
+    } catch (e) {
+      // the banner keeps the page's host name
+    }
+  }
+
+  // ------------------------------------------------------------ readings and freshness
+  let latest = null; // the newest status JSON
+  let receivedAt = 0; // when (client clock, ms) a reading with a new timestamp came
+  let readingGapMs = 0; // between the last two readings, by the server's clock
+  let failingSince = null; // client ms of the first unanswered request since the last answer
+  let mode = "connecting";
+
+  function accept(text) {
+    let data;
+    try {
+      data = JSON.parse(text);
+    } catch (e) {
+      return; // a torn message: the next one replaces it
+    }
+    if (!data || !Array.isArray(data.gpus)) return;
+    if (!latest || data.timestamp !== latest.timestamp) {
+      if (latest && known(latest.timestamp) && known(data.timestamp)) {
+        readingGapMs = Math.max(0, (data.timestamp - latest.timestamp) * 1000);
+      }
+      receivedAt = Date.now();
+    }
+    const first = latest === null;
+    latest = data;
+    if (first && charts.length) loadHistory(); // drawn before the first reading: redraw on the GPUs' memory scale
+    renderBanner(data);
+    $("gpus").replaceChildren(...data.gpus.map(gpuCard));
+    renderFreshness();
+  }
+
+  function answered() {
+    failingSince = null;
+  }
+
+  function unanswered() {
+    if (failingSince === null) failingSince = Date.now();
+    renderFreshness();
+  }
+
+  function renderFreshness() {
+    const note = $("freshness");
+    const when = latest && known(latest.timestamp) ? clock(latest.timestamp) : "none yet";
+    if (failingSince !== null) {
+      note.className = "freshness down";
+      note.textContent = "The server stopped answering at " + clock(failingSince / 1000) + ". Last reading: " +
+        when + ". Retrying…";
+      return;
+    }
+    if (!latest) {
+      note.className = "freshness";
+      note.textContent = "Connecting…";
+      return;
+    }
+    const quiet = Date.now() - receivedAt;
+    if (quiet > Math.max(STALE_FLOOR_MS, 3 * readingGapMs)) {
+      note.className = "freshness stale";
+      note.textContent = "No new reading for " + duration(quiet / 1000) + ": the server answers, but its last reading is from " +
+        when + ".";
+      return;
+    }
+    note.className = "freshness live";
+    note.textContent = "Last reading " + when + " · " + (mode === "polling" ? "polling every " + POLL_MS / 1000 + " s" : "live");
+  }
+
+  // ------------------------------------------------------------ event stream, and polling when it is down
+  let stream = null;
+  let polling = false;
+  let pollTimer = null;
+
+  function startStream() {
+    if (typeof window.EventSource !== "function") {
+      startPolling();
+      return;
+    }
+    stream = new EventSource("/api/v1/events");
+    stream.addEventListener("open", () => {
+      answered();
+      stopPolling();
+      mode = "live";
+      renderFreshness();
+    });
+    stream.addEventListener("snapshot", (event) => {
+      answered();
+      stopPolling();
+      mode = "live";
+      accept(event.data);
+    });
+    stream.addEventListener("error", () => {
+      startPolling(); // a dropped stream reconnects by itself; meanwhile snapshots come by polling
+      if (stream && stream.readyState === EventSource.CLOSED) {
+        stream.close(); // refused (503: too many streams, 401): it will not retry by itself
+        stream = null;
+        setTimeout(startStream, STREAM_RETRY_MS);
+      }
+    });
+  }
+
+  function startPolling() {
+    if (polling) return;
+    polling = true;
+    mode = "polling";
+    pollOnce();
+  }
+
+  function stopPolling() {
+    polling = false;
+    clearTimeout(pollTimer);
+  }
+
+  async function pollOnce() {
+    if (!polling) return;
+    try {
+      const answer = await fetch("/api/v1/snapshot", { cache: "no-store" });
+      const text = await answer.text();
+      answered();
+      if (answer.ok) accept(text);
+      else renderFreshness();
+    } catch (e) {
+      unanswered();
+    }
+    if (polling) pollTimer = setTimeout(pollOnce, POLL_MS);
+  }
+
+  // ------------------------------------------------------------ history charts
+  let range = "1h";
+  let charts = [];
+  let historyTimer = null;
+
+  function clearCharts() {
+    for (const chart of charts) chart.destroy();
+    charts = [];
+    $("charts").replaceChildren();
+  }
+
+  function chartWidth() {
+    return Math.max(200, $("charts").clientWidth - 14); // the chart box's padding and border
+  }
+
+  function drawHistory(answer) {
+    clearCharts();
+    const gpus = Object.keys(answer.gpus).sort((a, b) => Number(a) - Number(b));
+    const note = $("history-note");
+    if (!gpus.length) {
+      note.textContent = "Nothing recorded in the last " + range + ".";
+      return;
+    }
+    if (typeof window.uPlot !== "function") {
+      note.textContent = "No history chart: the chart library did not load.";
+      return;
+    }
+    note.textContent = "Recorded by vram record: highest memory and utilization per " + duration(answer.width) + ".";
+    const times = new Set();
+    for (const g of gpus) for (const slot of answer.gpus[g]) times.add(slot[0]);
+    const xs = Array.from(times).sort((a, b) => a - b);
+    const at = new Map(xs.map((t, i) => [t, i]));
+    const memory = gpus.map(() => new Array(xs.length).fill(null));
+    const util = gpus.map(() => new Array(xs.length).fill(null));
+    gpus.forEach((g, n) => {
+      for (const [t, used, busy] of answer.gpus[g]) {
+        const i = at.get(t);
+        memory[n][i] = known(used) ? used / GIB : null;
+        util[n][i] = known(busy) ? busy : null;
+      }
+    });
+    const totals = latest ? latest.gpus.map((g) => g.memory_total || 0) : [];
+    const top = totals.length ? Math.max(...totals) / GIB : null;
+    const ink = getComputedStyle(document.body).color;
+    const grid = { stroke: "rgba(128,128,128,0.25)", width: 1 };
+    const axis = (unit, size) => ({ stroke: ink, grid: grid, ticks: grid, size: size,
+      values: unit ? (u, vals) => vals.map((v) => v + unit) : undefined });
+    const series = (digits, unit) => gpus.map((g, n) => ({
+      label: "GPU " + g, stroke: PALETTE[n % PALETTE.length], width: 1.5,
+      value: (u, v) => (known(v) ? v.toFixed(digits) + unit : "–"),
+    }));
+    const make = (title, yRange, unit, digits, data, tick) => {
+      const box = el("div", "chart");
+      $("charts").append(box);
+      const opts = {
+        title: title, width: chartWidth(), height: 200,
+        scales: { x: { time: true }, y: { range: yRange } },
+        series: [{ label: "time" }, ...series(digits, unit)],
+        axes: [axis(null, 40), axis(tick, 64)],
+      };
+      charts.push(new window.uPlot(opts, [xs, ...data], box));
+    };
+    make("Memory used per GPU (GiB)", top ? [0, top] : (u, lo, hi) => [0, Math.max(1, hi)], " GiB", 1, memory, " GiB");
+    make("Utilization per GPU (%)", [0, 100], "%", 0, util, "%");
+  }
+
+  async function loadHistory() {
+    clearTimeout(historyTimer);
+    const note = $("history-note");
+    const asked = range;
+    try {
+      const answer = await fetch("/api/v1/history?range=" + encodeURIComponent(asked), { cache: "no-store" });
+      let body = null;
+      try {
+        body = await answer.json();
+      } catch (e) {
+        body = null;
+      }
+      if (asked !== range) return; // another range was chosen meanwhile
+      if (answer.status === 200 && body && body.gpus) {
+        drawHistory(body);
+      } else {
+        clearCharts();
+        const why = body && typeof body.error === "string" ? body.error : "the server answered HTTP " + answer.status;
+        note.textContent = "No history chart: " + why + ".";
+      }
+    } catch (e) {
+      if (asked !== range) return;
+      note.textContent = "No history chart: the server did not answer.";
+    }
+    historyTimer = setTimeout(loadHistory, HISTORY_REFRESH_MS[range] || 60000);
+  }
+
+  function chooseRange(event) {
+    const button = event.target.closest("button[data-range]");
+    if (!button) return;
+    range = button.dataset.range;
+    for (const b of $("ranges").querySelectorAll("button")) b.setAttribute("aria-pressed", String(b === button));
+    loadHistory();
+  }
+
+  function resizeCharts() {
+    const width = chartWidth();
+    for (const chart of charts) chart.setSize({ width: width, height: 200 });
+  }
+
+  // ------------------------------------------------------------ start
+  $("ranges").addEventListener("click", chooseRange);
+  if (typeof window.ResizeObserver === "function") new ResizeObserver(resizeCharts).observe($("charts"));
+  else window.addEventListener("resize", resizeCharts);
+  setInterval(renderFreshness, 1000);
+  renderFreshness();
+  readHostname();
+  startStream();
+  loadHistory();
+})();

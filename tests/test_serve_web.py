@@ -1,0 +1,271 @@
+"""The web page of `vram serve` in a real headless Chromium (selenium): the scenario's numbers on
+the page, live updates as its timeline moves (server-sent events, and polling where events are
+unavailable), other users' names shown as text, a phone's width, the server's CSP, history charts.
+
+Skipped, saying why, where chromium, chromedriver or selenium is missing. With
+VRAM_UPDATE_SCREENSHOT=1 the history test also writes docs/img/serve-page.png."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import clean_env, vram_argv
+
+from vramkit.units import parse_size
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if not os.access(CHROMEDRIVER, os.X_OK) or CHROMIUM is None:
+    pytest.skip("needs chromium and /usr/bin/chromedriver (Debian: apt-get install chromium chromium-driver)",
+                allow_module_level=True)
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+WAIT = 20.0  # seconds before a wait for the page gives up (a failure, not a measurement)
+GIB = 1 << 30
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "serve-page.png"
+HOSTILE_USER = "<img src=x onerror=alert(1)>"
+QUOTED_USER = "o'brien \"q\" & <b>x</b>"
+HOSTILE_GPU = 'NVIDIA <i>Test</i> "GPU"'
+# GPU 0's process steps between 10 and 30 GiB every 3 s of the scenario clock (real time here),
+# so whatever the page shows first, the other value must follow.
+STEPS = ["10GiB", "30GiB"]
+SCENARIO = {
+    "name": "web-page",
+    "gpus": [
+        {"name": HOSTILE_GPU, "uuid": "GPU-00000000-0000-4000-8000-000000000000",
+         "pci_bus_id": "00000000:07:00.0", "memory_total": "80GiB", "utilization": 50, "temperature": 61,
+         "power": 200, "power_limit": 300},
+        {"uuid": "GPU-00000000-0000-4000-8000-000000000001", "pci_bus_id": "00000000:0F:00.0",
+         "memory_total": "40GiB", "utilization": 0},
+    ],
+    "processes": [
+        {"pid": 4242, "user": HOSTILE_USER,
+         "gpus": {"0": {"timeline": [[0, STEPS[0]], [3, STEPS[1]], [6, STEPS[0]]], "interpolate": "step",
+                        "repeat": 6}}},
+        {"pid": 5151, "user": QUOTED_USER, "sm_util": 0, "gpus": {"1": "2GiB"}},
+    ],
+}
+
+
+def used_of_total(used: int, total: int) -> str:
+    return f"{used / GIB:.1f} / {total / GIB:.1f} GiB"
+
+
+class Server:
+    """`vram serve` on a free port, its scenario clock running in real time."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen(vram_argv("serve", "--listen", "127.0.0.1:0", "--interval", "0.5s", *args),
+                                     env=clean_env(VRAM_SIM_TIME=None), stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+        assert found, line
+        self.url = found.group(1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900"):
+        options.add_argument(arg)
+    if os.geteuid() == 0:
+        options.add_argument("--no-sandbox")  # chromium refuses to run as root with its sandbox
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def served(tmp_path):
+    started: list[Server] = []
+
+    def start(*args: str) -> Server:
+        server = Server(*args)
+        started.append(server)
+        return server
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def scenario_file(tmp_path) -> Path:
+    path = tmp_path / "web-page.json"
+    path.write_text(json.dumps(SCENARIO))
+    return path
+
+
+def wait(driver, condition, what: str):
+    return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(lambda d: condition(d), message=what)
+
+
+# The page replaces its GPU cards on every reading: read them in one script run, not element by element.
+READ_GPUS = """
+const text = (root, css) => { const e = root.querySelector(css); return e ? e.textContent : null; };
+return Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) => ({
+  index: card.dataset.index, name: text(card, '.gpu-name'), memory: text(card, '.mem-text'),
+  rows: Array.from(card.querySelectorAll('tr.proc')).map((row) => ({
+    pid: text(row, 'td.pid'), user: text(row, 'td.user'), pmem: text(row, 'td.pmem')})),
+}));
+"""
+
+
+def gpus_on_page(driver) -> dict[int, dict]:
+    return {int(g["index"]): g for g in driver.execute_script(READ_GPUS)}
+
+
+def memory_text(driver, index: int) -> str:
+    return gpus_on_page(driver).get(index, {}).get("memory") or ""
+
+
+def process_rows(driver, index: int) -> list[dict[str, str]]:
+    return gpus_on_page(driver)[index]["rows"]
+
+
+def browser_errors(driver) -> list[str]:
+    """Script errors and CSP refusals in the browser's console (failed loads such as the
+    history 404 are the page's business, said on the page)."""
+    return [e["message"] for e in driver.get_log("browser")
+            if e.get("source") == "javascript" or "Content Security Policy" in e["message"]
+            or "Refused to" in e["message"]]
+
+
+def load(driver, url: str) -> None:
+    driver.get(url)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#gpus article.gpu"), "the GPUs on the page")
+
+
+def test_the_page_shows_the_scenario_and_follows_its_timeline(browser, served, scenario_file):
+    server = served("--simulate", str(scenario_file))
+    browser.get_log("browser")  # only this page's messages
+    load(browser, server.url)
+
+    assert browser.find_element(By.ID, "simulated").is_displayed()
+    assert browser.find_element(By.ID, "simulated").text == "SIMULATED"
+    assert "scenario web-page" in browser.find_element(By.ID, "facts").text
+
+    total0, total1 = parse_size("80GiB"), parse_size("40GiB")
+    steps = [used_of_total(parse_size(s), total0) for s in STEPS]
+    first = memory_text(browser, 0)
+    assert first in steps
+    assert memory_text(browser, 1) == used_of_total(parse_size("2GiB"), total1)
+    assert process_rows(browser, 1) == [{"pid": "5151", "user": QUOTED_USER, "pmem": "2.0 GiB"}]
+    # The timeline moves: the other step comes, in the bar's text and in the process row.
+    other = steps[1 - steps.index(first)]
+    wait(browser, lambda d: memory_text(d, 0) == other, f"GPU 0 showing {other}")
+    other_size = STEPS[1 - steps.index(first)]
+    wait(browser, lambda d: process_rows(d, 0) == [{"pid": "4242", "user": HOSTILE_USER,
+                                                     "pmem": f"{parse_size(other_size) / GIB:.1f} GiB"}],
+         "GPU 0's process row following the timeline")
+    assert "live" in browser.find_element(By.ID, "freshness").text
+    assert not browser_errors(browser)
+
+
+def test_other_users_names_are_text_not_markup(browser, served, scenario_file):
+    server = served("--simulate", str(scenario_file))
+    load(browser, server.url)
+    users = [row["user"] for index in (0, 1) for row in process_rows(browser, index)]
+    assert users == [HOSTILE_USER, QUOTED_USER]
+    assert gpus_on_page(browser)[0]["name"] == HOSTILE_GPU
+    # Nothing the names spell was made into elements, and no script ran.
+    assert not browser.find_elements(By.CSS_SELECTOR, "#gpus img, #gpus b, #gpus i")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - asking raises when there is none
+    assert not browser_errors(browser)
+
+
+def test_a_phone_sees_one_column_without_horizontal_scrolling(browser, served):
+    server = served("--simulate", "demo")
+    try:
+        browser.set_window_size(390, 844)
+        load(browser, server.url)
+        scroll, client = browser.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert scroll <= client
+        lefts = {c.rect["x"] for c in browser.find_elements(By.CSS_SELECTOR, "#gpus article.gpu")}
+        assert len(lefts) == 1  # one column
+        assert not browser_errors(browser)
+    finally:
+        browser.set_window_size(1280, 900)
+
+
+def test_without_event_source_it_polls_and_says_when_the_server_stops(browser, served, scenario_file):
+    server = served("--simulate", str(scenario_file))
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                     {"source": "delete window.EventSource;"})
+    try:
+        load(browser, server.url)
+        assert browser.execute_script("return typeof window.EventSource") == "undefined"
+        wait(browser, lambda d: "polling" in d.find_element(By.ID, "freshness").text, "the page saying it polls")
+        first = memory_text(browser, 0)
+        wait(browser, lambda d: memory_text(d, 0) not in ("", first), "a new value by polling")
+        server.stop()
+        wait(browser, lambda d: "stopped answering" in d.find_element(By.ID, "freshness").text,
+             "the page saying the server stopped answering")
+        assert memory_text(browser, 0)  # the last reading stays on the page
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def test_without_a_store_the_history_says_why_in_one_line(browser, served):
+    server = served("--simulate", "demo")
+    load(browser, server.url)
+    wait(browser, lambda d: d.find_element(By.ID, "history-note").text, "the history note")
+    note = browser.find_element(By.ID, "history-note").text
+    assert note.startswith("No history chart: no history: run 'vram record'")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#charts canvas")
+
+
+def test_history_charts_from_the_store(browser, served, tmp_path):
+    db = tmp_path / "history.db"
+    # An hour of demo, recorded in well under a second on the stepped clock, ending now.
+    env = clean_env(VRAM_SIM_TIME=None, VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time()) - 3600))
+    subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
+                             "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
+    server = served("--simulate", "demo", "--db", str(db), "--hostname", "gpu-lab-01")
+    browser.get_log("browser")
+    load(browser, server.url)
+    wait(browser, lambda d: d.find_element(By.ID, "host").text == "gpu-lab-01", "the host's name in the banner")
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "two history charts")
+    legend = [e.get_attribute("textContent") for e in
+              browser.find_elements(By.CSS_SELECTOR, "#charts .chart:first-child .u-legend .u-series .u-label")]
+    assert legend == ["time"] + [f"GPU {i}" for i in range(8)]
+    assert browser.find_element(By.ID, "history-note").text.startswith("Recorded by vram record")
+    browser.find_element(By.CSS_SELECTOR, '#ranges button[data-range="5m"]').click()
+    assert browser.find_element(By.CSS_SELECTOR, '#ranges button[data-range="5m"]').get_attribute(
+        "aria-pressed") == "true"
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "the 5m charts")
+    assert not browser_errors(browser)
+    if os.environ.get("VRAM_UPDATE_SCREENSHOT") == "1":
+        browser.find_element(By.CSS_SELECTOR, '#ranges button[data-range="1h"]').click()
+        wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "the 1h charts")
+        height, frame = browser.execute_script("return [document.documentElement.scrollHeight, "
+                                               "window.outerHeight - window.innerHeight]")
+        browser.set_window_size(1280, height + frame)  # the whole page, without a scroll bar
+        try:
+            wait(browser, lambda d: d.execute_script("return window.innerHeight") >= height, "the taller window")
+            browser.save_screenshot(str(SCREENSHOT))
+        finally:
+            browser.set_window_size(1280, 900)
