@@ -37,6 +37,10 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
     down = sum(1 for h in fleet.hosts if h.state == "down")
     partial = sum(1 for h in fleet.hosts if h.state == "partial")
     summary = [fmt.count(len(fleet.hosts), "host"), fmt.count(gpus, "GPU")]
+    simulated = [h.host for h in fleet.hosts if h.simulated]
+    if simulated:
+        named = ", ".join(simulated) if len(simulated) < 4 else fmt.count(len(simulated), "host")
+        summary.append(f"simulated: {named}")
     if down:
         summary.append(style.paint(f"{down} down", "red"))
     if partial:
@@ -49,9 +53,8 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
                   f"{'MEMORY':>14} {'UTIL':>5} {'PROCS':>5}  TOP USER")
         lines.append(style.paint(header, "dim"))
     for host in fleet.hosts:
-        shown = host.host + (" (simulated)" if host.simulated else "")
         for g in host.gpus:
-            lines.append(_gpu_line(shown, g, style, bar_w))
+            lines.append(_gpu_line(host.host, g, style, bar_w))
         lines += [_host_note(host, note, style) for note in host.notes]
     lines += [style.paint(f"Prometheus warns: {w}", "yellow") for w in fleet.warnings]
     return "\n".join(lines)
