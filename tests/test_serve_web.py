@@ -153,13 +153,13 @@ def browser_errors(driver) -> list[str]:
 
 
 def load(driver, url: str) -> None:
+    driver.get_log("browser")  # from here on, only this page's messages
     driver.get(url)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#gpus article.gpu"), "the GPUs on the page")
 
 
 def test_the_page_shows_the_scenario_and_follows_its_timeline(browser, served, scenario_file):
     server = served("--simulate", str(scenario_file))
-    browser.get_log("browser")  # only this page's messages
     load(browser, server.url)
 
     assert browser.find_element(By.ID, "simulated").is_displayed()
@@ -245,7 +245,6 @@ def test_history_charts_from_the_store(browser, served, tmp_path):
     subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
                              "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
     server = served("--simulate", "demo", "--db", str(db), "--hostname", "gpu-lab-01")
-    browser.get_log("browser")
     load(browser, server.url)
     wait(browser, lambda d: d.find_element(By.ID, "host").text == "gpu-lab-01", "the host's name in the banner")
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "two history charts")
