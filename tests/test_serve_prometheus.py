@@ -324,3 +324,67 @@ def test_an_unreachable_prometheus_is_exit_1_and_a_bad_address_exit_2():
     for bad in ("prometheus:9090", "ftp://x", "http://", "http://h:99999", "http://h/?q=1"):
         assert_one_line_error(run_vram("fleet", "--prometheus", bad, env=clean_env()), 2, "--prometheus")
     assert_one_line_error(run_vram("fleet", env=clean_env()), 2, "--prometheus", "VRAM_PROMETHEUS")
+
+
+# ---------------------------------------------------------------- names, docs and the service
+
+def exposition(**options) -> str:
+    """The demo scenario's /metrics text, built in this process (as vram serve builds it)."""
+    import argparse
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from vramkit.cli.common import open_for
+    from vramkit.serve.metrics import ExportState, SnapshotCollector
+
+    machine = open_for(argparse.Namespace(simulate="demo"))
+    try:
+        snap = machine.snapshot()
+    finally:
+        machine.close()
+    state = ExportState(hostname="gpu-a", version="test", read_seconds=0.01)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snap, state, **options))
+    return generate_latest(registry).decode()
+
+
+def test_docs_metrics_lists_every_metric_and_label():
+    text = exposition(dcgm_names=True, commands=True)
+    doc = (DASHBOARD.parent.parent / "metrics.md").read_text()
+    names = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    assert {"vram_gpu_memory_used_bytes", "vram_read_errors_total", "DCGM_FI_DEV_FB_USED"} <= names
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"docs/metrics.md does not list {missing}"
+    labels = set(re.findall(r'[{,]([A-Za-z_]+)="', text))
+    assert not sorted(k for k in labels if f"`{k}`" not in doc), "docs/metrics.md does not name every label"
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="needs promtool (Debian package 'prometheus')")
+def test_vram_names_follow_prometheus_conventions_by_promtool():
+    lint = subprocess.run(["promtool", "check", "metrics"], input=exposition(dcgm_names=True, commands=True),
+                          capture_output=True, text=True)
+    problems = [line for line in (lint.stdout + lint.stderr).splitlines() if line.strip()]
+    # dcgm-exporter's own camelCase labels (modelName, Hostname) are kept on purpose, so that DCGM
+    # dashboards work; every vram_ family must pass.
+    assert problems and all(p.startswith("DCGM_FI_") and "camelCase" in p for p in problems), problems
+
+
+def test_the_serve_service_runs_a_command_line_vram_accepts():
+    import configparser
+    import shlex
+
+    from vramkit.cli.main import build_parser
+
+    unit_path = DASHBOARD.parent.parent.parent / "contrib" / "systemd" / "vram-serve.service"
+    unit = configparser.ConfigParser(interpolation=None, strict=False)
+    unit.read_string(unit_path.read_text())
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert argv[0] == "/usr/local/bin/vram" and argv[-1] == "$VRAM_SERVE_OPTIONS"
+    args = build_parser().parse_args(argv[1:-1])
+    assert (args.command, args.listen) == ("serve", "127.0.0.1:9787")  # safe by default
+    assert unit["Service"]["RestartPreventExitStatus"] == "2"
+    install = [line.strip("# ").strip() for line in unit_path.read_text().splitlines() if "sudo " in line]
+    fleet_doc = (DASHBOARD.parent.parent / "fleet.md").read_text()
+    assert install == ["sudo install -m 644 contrib/systemd/vram-serve.service /etc/systemd/system/",
+                       "sudo systemctl enable --now vram-serve"]
+    assert all(line in fleet_doc for line in install)
