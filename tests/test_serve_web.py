@@ -126,8 +126,10 @@ READ_GPUS = """
 const text = (root, css) => { const e = root.querySelector(css); return e ? e.textContent : null; };
 return Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) => ({
   index: card.dataset.index, name: text(card, '.gpu-name'), memory: text(card, '.mem-text'),
+  util: text(card, '.util-text'), temperature: text(card, '.temperature'), power: text(card, '.power'),
   rows: Array.from(card.querySelectorAll('tr.proc')).map((row) => ({
-    pid: text(row, 'td.pid'), user: text(row, 'td.user'), pmem: text(row, 'td.pmem')})),
+    pid: text(row, 'td.pid'), user: text(row, 'td.user'), pmem: text(row, 'td.pmem'), age: text(row, 'td.age'),
+    flags: text(row, 'td.flags')})),
 }));
 """
 
@@ -141,7 +143,8 @@ def memory_text(driver, index: int) -> str:
 
 
 def process_rows(driver, index: int) -> list[dict[str, str]]:
-    return gpus_on_page(driver)[index]["rows"]
+    """pid, user and memory of each process row (the columns a scenario fixes)."""
+    return [{k: row[k] for k in ("pid", "user", "pmem")} for row in gpus_on_page(driver)[index]["rows"]]
 
 
 def browser_errors(driver) -> list[str]:
@@ -172,6 +175,12 @@ def test_the_page_shows_the_scenario_and_follows_its_timeline(browser, served, s
     assert first in steps
     assert memory_text(browser, 1) == used_of_total(parse_size("2GiB"), total1)
     assert process_rows(browser, 1) == [{"pid": "5151", "user": QUOTED_USER, "pmem": "2.0 GiB"}]
+    gpus = gpus_on_page(browser)
+    assert (gpus[0]["util"], gpus[0]["temperature"], gpus[0]["power"]) == ("50%", "61 °C", "200 / 300 W")
+    assert gpus[1]["util"] == "0%"
+    # 5151 holds memory with sm_util 0 (an idle holder); 4242 runs on a GPU busy at 50%.
+    assert gpus[1]["rows"][0]["flags"].startswith("idle") and gpus[0]["rows"][0]["flags"] == ""
+    assert all(row["age"].startswith("1h0") for g in gpus.values() for row in g["rows"])  # age "1h" at t=0
     # The timeline moves: the other step comes, in the bar's text and in the process row.
     other = steps[1 - steps.index(first)]
     wait(browser, lambda d: memory_text(d, 0) == other, f"GPU 0 showing {other}")

@@ -11,7 +11,7 @@
 (function () {
   const POLL_MS = 3000; // how often to ask for a snapshot while the event stream is down
   const STREAM_RETRY_MS = 10000; // a closed event stream (refused, not merely dropped) is retried after this
-  const STALE_FLOOR_MS = 10000; // no new reading for max(this, 3 reading gaps): say so
+  const STALE_FLOOR_MS = 10000; // no new reading for max(this, 3 reading intervals): say so
   const HISTORY_REFRESH_MS = { "5m": 10000, "1h": 30000, "24h": 300000, "7d": 900000 };
   const GIB = 1024 * 1024 * 1024;
   const MIB = 1024 * 1024;
@@ -248,7 +248,10 @@
       return;
     }
     const quiet = Date.now() - receivedAt;
-    if (quiet > Math.max(STALE_FLOOR_MS, 3 * readingGapMs)) {
+    // The server's interval when it says it, else the gap seen between readings (unknown before
+    // the second one: then 20 s is assumed, so a slow --interval is not called stale at once).
+    const interval = known(latest.interval) ? latest.interval * 1000 : readingGapMs || 20000;
+    if (quiet > Math.max(STALE_FLOOR_MS, 3 * interval)) {
       note.className = "freshness stale";
       note.textContent = "No new reading for " + duration(quiet / 1000) + ": the server answers, but its last reading is from " +
         when + ".";
