@@ -185,9 +185,14 @@ class FleetHost:
     instance: str
     job: str
     up: bool | None  # Prometheus' `up` for the target; None: not scraped by it (e.g. federated)
-    simulated: bool = False
+    info: dict[str, str] = field(default_factory=dict)  # vram_host_info's labels: driver_version, simulated, ...
     gpus: list[FleetGpu] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # why its data is missing or partial
+
+    @property
+    def simulated(self) -> bool:
+        """The host runs vram on a simulated machine (it says so: its numbers are made up)."""
+        return self.info.get("simulated") == "true"
 
     @property
     def state(self) -> str:
@@ -208,6 +213,7 @@ class Fleet:
         for h in self.hosts:
             d = asdict(h)
             d["state"] = h.state
+            d["simulated"] = h.info.get("simulated") == "true"
             hosts.append(d)
         return {"prometheus": self.prometheus, "hosts": hosts, "warnings": self.warnings}
 
@@ -243,7 +249,7 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
         host = hosts[key]
         if name == "vram_host_info":
             host.host = s.labels.get("hostname") or host.host
-            host.simulated = s.labels.get("simulated") == "true"
+            host.info = {k: v for k, v in s.labels.items() if k not in ("__name__", "job", "instance", "hostname")}
             continue
         if name == "vram_read_errors_total" and s.value:
             errors[key] = s.value
