@@ -138,7 +138,7 @@ def _draw(store: Store, report: Report, path: Path, kind: str) -> None:
     from datetime import datetime
 
     from ..history.query import memory_series
-    from ..render.report_plot import PlotError, pick_step, render_png, render_svg
+    from ..render.report_plot import pick_step, render_png, render_svg
 
     span = report.until - report.since
     series = memory_series(store, report.since, report.until, pick_step(span))
@@ -149,7 +149,5 @@ def _draw(store: Store, report: Report, path: Path, kind: str) -> None:
             path.write_text(render_svg(series, title), encoding="utf-8")
         else:
             render_png(series, title, path)
-    except PlotError as e:
-        raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"--plot: cannot write {path}: {e.strerror}") from None

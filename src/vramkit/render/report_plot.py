@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from ..errors import RequestError
 from ..history.query import MemorySeries
 from ..procs import sanitize
 
@@ -21,8 +22,8 @@ OTHERS = "others"
 MAX_USERS = len(PALETTE) - 1  # the last colour is for "others"
 
 
-class PlotError(Exception):
-    """The picture cannot be made as asked (PNG without matplotlib)."""
+class PlotError(RequestError):
+    """The picture cannot be made as asked (PNG without matplotlib): exit 2, about --plot."""
 
 
 def pick_step(seconds: float, most: int = 360) -> float:
@@ -161,8 +162,8 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
     try:
         import matplotlib
     except ImportError:
-        raise PlotError("--plot: a PNG needs matplotlib: pip install 'vramkit[plot]' (or write an .svg, "
-                        "which needs nothing)") from None
+        raise PlotError("a PNG needs matplotlib: pip install 'vramkit[plot]' (or write an .svg, "
+                        "which needs nothing)", param="plot") from None
     matplotlib.use("Agg")  # no display: a file only
     import matplotlib.pyplot as plt
 
