@@ -63,7 +63,7 @@ Authorize = Callable[[str | None], bool]  # the Authorization header -> allowed
 
 class VramHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 128
+    request_queue_size = 1024  # a burst of connections waits in the kernel's queue rather than being dropped
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], service: Service, authorize: Authorize | None = None,
