@@ -332,3 +332,34 @@ def test_tls_and_basic_auth_beyond_loopback_do_not_warn(tmp_path, served_web):
                    context=ssl.create_default_context(cafile=str(cert)), auth=("alice", PASSWORD))
     assert s.get("/healthz")[0] == 200
     assert read_rest(s) == []
+
+
+@needs_openssl
+def test_a_client_that_never_starts_its_handshake_blocks_no_one(tmp_path, served_web):
+    """The handshake runs in the connection's own thread: a silent client on the TLS port does not
+    stop the accept loop from serving the next one."""
+    cert, _ = make_cert(tmp_path)
+    config = write(tmp_path / "web.yml", "tls_server_config: {cert_file: server.crt, key_file: server.key}\n")
+    s = served_web("--simulate", "demo", "--web-config", str(config),
+                   context=ssl.create_default_context(cafile=str(cert)))
+    silent = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(3)]
+    try:
+        assert s.get("/healthz")[0] == 200
+    finally:
+        for sock in silent:
+            sock.close()
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize(("host", "web", "tls", "authenticated", "warned"), [
+    ("127.0.0.1", False, False, False, None), ("::1", False, False, False, None),
+    ("localhost", False, False, False, None), ("127.0.0.2", False, False, False, None),
+    ("0.0.0.0", False, False, False, "without --web-config"), ("::", False, False, False, "without --web-config"),
+    ("0.0.0.0", True, True, False, "without basic_auth_users or required client certificates"),
+    ("192.0.2.1", True, False, True, "clear text"), ("0.0.0.0", True, True, True, None),
+])
+def test_who_is_warned(host, web, tls, authenticated, warned):
+    from vramkit.cli.serve import exposure_warning
+
+    line = exposure_warning(host, web, tls, authenticated)
+    assert (line is None) if warned is None else (line is not None and warned in line)

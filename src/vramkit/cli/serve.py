@@ -91,13 +91,16 @@ def is_loopback(host: str) -> bool:
     return bool(found) and all(ipaddress.ip_address(str(a[4][0]).split("%")[0]).is_loopback for a in found)
 
 
-def exposure_warning(host: str, tls: bool, users: bool) -> str | None:
+def exposure_warning(host: str, web_config: bool, tls: bool, authenticated: bool) -> str | None:
     """The one line said when vram serve is reachable from other machines without protection."""
     if is_loopback(host):
         return None
-    if not tls and not users:
+    if not web_config:
         return (f"vram serve: warning: listening on {host} without --web-config: anyone who can reach this "
                 "port can read the GPUs' process lists (users, pids); add TLS and basic auth with --web-config")
+    if not authenticated:
+        return (f"vram serve: warning: listening on {host} without basic_auth_users or required client "
+                "certificates in the web config: anyone who can reach this port can read the process lists")
     if not tls:
         return (f"vram serve: warning: listening on {host} with basic auth but no TLS: passwords cross the "
                 "network in clear text; add tls_server_config to the web config")
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
     host, port, ipv6 = parse_listen(args.listen)
     authorize = tls = None
-    users = False
+    users = authenticated = False
     if args.web_config:
         from pathlib import Path
 
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         tls = ssl_context(web) if web.tls is not None else None
         authorize = BasicAuth(web.users) if web.users else None
         users = bool(web.users)
+        authenticated = users or (web.tls is not None and web.tls.client_auth_type == "RequireAndVerifyClientCert")
     try:
         interval = parse_duration(args.interval)
     except ValueError as e:
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"vram serve: {scheme}://{shown}:{server.server_address[1]}/ (metrics at /metrics"
           + (f", history from {options.history_db}" if options.history_db else "")
           + (", basic auth" if users else "") + "; Ctrl-C stops)", file=sys.stderr, flush=True)
-    warning = exposure_warning(host, tls is not None, users)
+    warning = exposure_warning(host, bool(args.web_config), tls is not None, authenticated)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     try:
