@@ -363,3 +363,18 @@ def test_who_is_warned(host, web, tls, authenticated, warned):
 
     line = exposure_warning(host, web, tls, authenticated)
     assert (line is None) if warned is None else (line is not None and warned in line)
+
+
+@needs_openssl
+def test_min_version_is_enforced(tmp_path, served_web):
+    cert, _ = make_cert(tmp_path)
+    config = write(tmp_path / "web.yml", "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                                         "  min_version: TLS13\n")
+    s = served_web("--simulate", "demo", "--web-config", str(config),
+                   context=ssl.create_default_context(cafile=str(cert)))
+    assert s.get("/healthz")[0] == 200
+    old = ssl.create_default_context(cafile=str(cert))
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(OSError):
+        urllib_get(f"https://127.0.0.1:{s.port}/healthz", old)
+    assert s.stop() == 0
