@@ -422,8 +422,6 @@ def test_the_process_series_cap(served):
     assert s.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="serve/metrics.py yields vram_process_series_dropped before the process "
-                   "series that set it: each scrape shows the previous reading's count (0 at the first); reported")
 def test_the_dropped_count_is_the_same_reading_s(served):
     s = served("--simulate", "demo", "--max-process-series", "5")
     rows = len(run_vram("ps", "--simulate", "demo", "--json").json()["processes"])

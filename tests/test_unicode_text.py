@@ -57,3 +57,17 @@ def test_json_carries_the_replaced_text(scenario, command):
     out = _vram(command, "--simulate", str(path), "--json")
     assert not set(out) & set(HIDDEN) and "\\u202e" not in out.lower() and "\\u2028" not in out.lower()
     assert SHOWN in json.dumps(json.loads(out), ensure_ascii=False)
+
+
+def test_a_lone_surrogate_in_a_user_name_is_shown_not_crashed_on(write_scenario):
+    """JSON can carry "\\ud800", which no terminal encoding can print: it is replaced, as control
+    characters are (it was an internal error, exit 1, in ps and status)."""
+    from helpers import minimal_scenario, run_vram
+
+    data = minimal_scenario()
+    data["processes"][0]["user"] = "lone\ud800user"
+    path = write_scenario(data)
+    for command in ("ps", "status"):
+        result = run_vram(command, "--simulate", str(path))
+        assert result.rc == 0, result.err
+        assert "lone?user" in result.out

@@ -49,9 +49,14 @@ def gpu_dict(dev: Device) -> dict[str, Any]:
     return out
 
 
+def status_doc(snap: Snapshot) -> dict[str, Any]:
+    """What `vram status --json` prints, as a dict (vram serve's API adds to it)."""
+    return {**_header(snap), "gpus": [gpu_dict(g) for g in snap.gpus]}
+
+
 def status_json(snap: Snapshot, compact: bool = False) -> str:
     """Indented; `compact`: one line (NDJSON, a line per frame under --watch)."""
-    doc = {**_header(snap), "gpus": [gpu_dict(g) for g in snap.gpus]}
+    doc = status_doc(snap)
     return json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2)
 
 

@@ -123,7 +123,7 @@ class VramHTTPServer(ThreadingHTTPServer):
             print(f"vram serve: internal error answering a request: {message[:300]}", file=sys.stderr, flush=True)
 
 
-class HeadTooLarge(http.client.HTTPException):
+class _HeadTooLarge(http.client.HTTPException):
     """More than MAX_HEAD bytes before the request head ended: http.server answers 431."""
 
 
@@ -157,7 +157,7 @@ class HeadReader(io.RawIOBase):
             self.sock.settimeout(left)
         if self.budget is not None:
             if self.budget <= 0:
-                raise HeadTooLarge(f"request head longer than {MAX_HEAD} bytes")
+                raise _HeadTooLarge(f"request head longer than {MAX_HEAD} bytes")
             view = view[:self.budget]
         n = self.sock.recv_into(view)
         if self.budget is not None:
@@ -202,7 +202,7 @@ class Handler(BaseHTTPRequestHandler):
         except TimeoutError:
             self.close_connection = True
             return
-        except HeadTooLarge:
+        except _HeadTooLarge:
             self.send_error(431, "request head too large")
             self.close_connection = True
             return

@@ -63,10 +63,14 @@ class SnapshotCollector(PromCollector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._latest()  # type: ignore[operator]
-        yield from exporter_metrics(self.state)
         if snap is None:
+            yield from exporter_metrics(self.state)
             return
-        yield from vram_metrics(snap, self.state, self.commands, self.max_process_series)
+        # Built first: it counts the process series the cap drops, which exporter_metrics reports
+        # for this same reading.
+        families = list(vram_metrics(snap, self.state, self.commands, self.max_process_series))
+        yield from exporter_metrics(self.state)
+        yield from families
         if self.dcgm_names:
             yield from dcgm_metrics(snap, self.state.hostname)
 

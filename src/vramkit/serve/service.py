@@ -4,6 +4,7 @@ store), each built once per snapshot however many clients ask."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -104,13 +105,16 @@ class Service:
         return self._cached("metrics", build)
 
     def snapshot_json(self) -> bytes:
-        from ..render.data import status_json
+        from ..render.data import status_doc
 
         def build() -> bytes:
             snap = self.latest
             if snap is None:
                 return b'{"error": "no reading yet"}'
-            return status_json(self._shown(snap), compact=True).encode()
+            # The status JSON, and what the page shows besides: whose it is, how often it comes.
+            doc = {**status_doc(self._shown(snap)), "hostname": self.state.hostname,
+                   "interval": self.options.interval}
+            return json.dumps(doc, separators=(",", ":")).encode()
         return self._cached("snapshot", build)
 
     def _shown(self, snap: Snapshot) -> Snapshot:
