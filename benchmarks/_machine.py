@@ -146,3 +146,41 @@ def record_stepped(db: Path, scenario_file: Path, *, epoch: float, start: float,
     if result.returncode != 0:
         raise SystemExit(f"vram record exited {result.returncode}: {result.stderr.strip()[-500:]}")
     return time.perf_counter() - began
+
+
+# ---------------------------------------------------------------- helpers for long-running programs
+TICKS = os.sysconf("SC_CLK_TCK")
+
+# vram on its real-driver path: `import pynvml` loads the shim (which reads $VRAM_SIMULATE once),
+# then the variable goes, so vram opens NVML through pynvml as it does on a GPU server.
+VRAM_VIA_DRIVER = """\
+import os, sys
+import pynvml
+del os.environ["VRAM_SIMULATE"]
+from vramkit.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of every thread of pid (and its waited-for children), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
+
+
+def shim_env(shim_dir: Path, scenario_file: Path) -> dict[str, str]:
+    """This environment with the pynvml shim first on the path, on `scenario_file`: what a peer
+    (and vram on its driver path) runs under. Bytecode is cached for all, as after an install."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE")}
+    env.update(PYTHONPATH=str(shim_dir), VRAM_SIMULATE=str(scenario_file))
+    return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for programs that cannot take port 0)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
