@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario_file = write_scenario(tmp_path / "machine.json", scenario(sleepers.pids, real=True, gpus=args.gpus))
         env = shim_env(write_shim(tmp_path / "shim").parent, scenario_file)
         pids = set(sleepers.pids)
-        print(f"bench_serve: {args.gpus} simulated GPUs, {args.processes} real processes, both on the pynvml shim; "
+        print(f"bench_serve: {args.gpus} simulated GPUs, {args.processes} real processes, on the pynvml shim; "
               f"sampling every {args.interval:g} s, one scrape every {args.scrape_every:g} s; {args.seconds:g} s "
               f"measured per program and round after {args.warmup:g} s, {args.rounds} rounds; {environment()}")
         if args.gzip:
