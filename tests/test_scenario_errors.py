@@ -243,7 +243,7 @@ def test_sim_list():
     result = run_vram("sim", "list")
     assert result.rc == 0 and result.err == ""
     lines = result.out.splitlines()
-    assert [line.split()[0] for line in lines] == ["demo", "faulty", "mig"]
+    assert [line.split()[0] for line in lines] == ["demo", "faulty", "lab-day", "mig"]
     for line in lines:
         data = scenario_data(line.split()[0])
         assert f"{len(data['gpus'])} GPUs" in line
@@ -252,7 +252,7 @@ def test_sim_list():
 
 def test_sim_list_json():
     rows = run_vram("sim", "list", "--json").json()
-    assert [r["name"] for r in rows] == ["demo", "faulty", "mig"]
+    assert [r["name"] for r in rows] == ["demo", "faulty", "lab-day", "mig"]
     for r in rows:
         data = scenario_data(r["name"])
         assert r["gpus"] == len(data["gpus"]) and r["processes"] == len(data["processes"])

@@ -35,7 +35,7 @@ class Failure(VramkitError):
 def add_global_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("global options")
     g.add_argument("--simulate", metavar="NAME|FILE", default=argparse.SUPPRESS,
-                   help="use a simulated machine: a bundled scenario (demo, mig, faulty) or a scenario "
+                   help="use a simulated machine: a bundled scenario (demo, mig, faulty, lab-day) or a scenario "
                         "JSON file; also $VRAM_SIMULATE")
     g.add_argument("--no-color", action="store_true", default=argparse.SUPPRESS,
                    help="no colours (also when $NO_COLOR is set or output is not a terminal)")
