@@ -11,9 +11,9 @@ from typing import Any
 from ..history.query import JobLife
 from ..procs import sanitize
 from ..units import format_duration, format_size
-from .report_view import fit
 from .sparkline import buckets, spark
 from .style import Style
+from .text_width import fit
 
 SCHEMA_VERSION = 1
 GIB = 1024**3

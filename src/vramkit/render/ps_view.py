@@ -8,6 +8,7 @@ from . import fmt
 from .banner import banner
 from .status_view import processes_unknown
 from .style import Style, clip
+from .text_width import cells, pad
 
 HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED", "FLAGS", "COMMAND")
 RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED"}
@@ -36,7 +37,8 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int,
     `wide`: never cut the command (else it is cut at `width`)."""
     by_index = {g.index: g for g in snap.gpus}
     rows = [_row(by_index, p) for p in procs]
-    widths = {h: max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])}
+    # Display widths, not len(): a user name in CJK takes two columns a character.
+    widths = {h: max([len(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])}
     shown = list(HEADER[:-1])
     for column in DROP_ORDER:
         if sum(widths[h] + 2 for h in shown) + MIN_COMMAND <= width:
@@ -44,11 +46,10 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int,
         shown.remove(column)
     keep = [HEADER.index(h) for h in shown]
 
-    def line(cells: list[str]) -> str:
-        parts = [cells[i].rjust(widths[HEADER[i]]) if HEADER[i] in RIGHT else cells[i].ljust(widths[HEADER[i]])
-                 for i in keep]
+    def line(values: list[str]) -> str:
+        parts = [pad(values[i], widths[HEADER[i]], HEADER[i] in RIGHT) for i in keep]
         head = "  ".join(parts) + "  "
-        return head + (cells[-1] if wide else clip(cells[-1], max(1, width - len(head))))
+        return head + (values[-1] if wide else clip(values[-1], max(1, width - cells(head))))
 
     out = [banner(snap, style, width, total), style.paint(line(list(HEADER)), "bold")]
     out.extend(line(r) for r in rows)

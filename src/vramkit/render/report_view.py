@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -20,6 +19,7 @@ from ..procs import sanitize
 from ..units import format_duration, format_size
 from . import fmt
 from .style import Style
+from .text_width import cells, fit, pad
 
 SCHEMA_VERSION = 1
 GIB = 1024**3
@@ -52,33 +52,6 @@ def _hours(seconds: float) -> str:
     return f"{h:.0f}" if h >= 1000 else f"{h:.1f}" if h >= 10 else f"{h:.2f}"
 
 
-def cells(text: str) -> int:
-    """Display width: wide (CJK) and full-width characters take two columns, combining ones none."""
-    if text.isascii():
-        return len(text)
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-               for c in text)
-
-
-def fit(text: str, width: int) -> str:
-    """`text` cut to at most `width` columns (with … when cut)."""
-    if cells(text) <= width:
-        return text
-    out, used = [], 0
-    for c in text:
-        w = cells(c)
-        if used + w > width - 1:
-            break
-        out.append(c)
-        used += w
-    return "".join(out) + "…"
-
-
-def _pad(text: str, width: int, right: bool) -> str:
-    room = " " * max(0, width - cells(text))
-    return room + text if right else text + room
-
-
 MIN_COMMAND = 24  # a narrower command column is not worth reading: drop other columns first
 
 
@@ -97,7 +70,7 @@ def _table(header: list[str], rows: list[list[str]], right: set[str], style: Sty
     last = max(10, width - sum(widths[i] + 2 for i in keep))
 
     def line(values: list[str]) -> str:
-        parts = [_pad(values[i], widths[i], header[i] in right) for i in keep]
+        parts = [pad(values[i], widths[i], header[i] in right) for i in keep]
         return "  ".join([*parts, fit(values[-1], last)] if free else parts).rstrip()
 
     return [style.paint(line(header), "bold")] + [line(r) for r in rows]

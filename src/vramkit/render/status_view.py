@@ -8,6 +8,7 @@ from ..units import format_size
 from . import fmt
 from .banner import banner
 from .style import Style, clip, level_color
+from .text_width import cells, fit, pad
 
 
 def layout(width: int) -> tuple[int, int, int]:
@@ -31,7 +32,7 @@ def _gpu_line(dev: Device, style: Style, width: int) -> str:
     mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {share:>4}"
     util = dev.utilization
     util_bar = (style.bar(None if util is None else util / 100, util_w, "cyan") + " ") if util_w else ""
-    name = f"{clip(fmt.short_gpu_name(dev.name), name_w):<{name_w}}"
+    name = pad(clip(fmt.short_gpu_name(dev.name), name_w), name_w)
     return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, level_color(frac))}"
             f"  util {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}")
 
@@ -53,17 +54,26 @@ def processes_unknown(dev: Device) -> str | None:
     return None if dev.lost else dev.na.get("processes")
 
 
-def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False) -> list[str]:
+USER_W = 10  # the user column's width, in terminal columns; longer names widen it for all GPUs...
+USER_MAX = 20  # ...up to this, and are cut beyond it
+
+
+def user_width(gpus: list[Device]) -> int:
+    """One user column width for every GPU's holder lines, so the pids line up down the page."""
+    return min(USER_MAX, max([USER_W] + [cells(p.user or "?") for dev in gpus for p in dev.processes]))
+
+
+def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False, user_w: int = USER_W) -> list[str]:
     procs = sorted(dev.processes, key=lambda p: -(p.memory or 0))
     lines = []
     for p in procs:
-        user = p.user or "?"
+        user = pad(fit(p.user or "?", user_w), user_w)  # display width: a CJK name is twice its len()
         flags = fmt.flags(p)
         flag_text = style.paint(" [" + ",".join(flags) + "]", "yellow") if flags else ""
         mig = f" gi{p.mig_gi}" if p.mig_gi is not None else ""
-        head = f"      {format_size(p.memory):>8}  {user:<10} {p.pid:>7}{mig}  {fmt.elapsed(p):>7}  "
+        head = f"      {format_size(p.memory):>8}  {user} {p.pid:>7}{mig}  {fmt.elapsed(p):>7}  "
         command = p.command if p.command is not None else f"({p.host_missing})"
-        room = width - len(head) - (len(",".join(flags)) + 3 if flags else 0)
+        room = width - cells(head) - (len(",".join(flags)) + 3 if flags else 0)
         lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
     unknown = processes_unknown(dev)
     if unknown is not None:
@@ -76,10 +86,11 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False) -> 
 def render_status(snap: Snapshot, style: Style, width: int, total: int | None = None, wide: bool = False) -> str:
     """`total`: the machine's GPU count when `snap.gpus` is filtered (--gpu); `wide`: never cut a command."""
     lines = [banner(snap, style, width, total)]
+    user_w = user_width(snap.gpus)
     for dev in snap.gpus:
         lines.append(_gpu_line(dev, style, width))
         lines.extend(_mig_lines(dev, style))
-        lines.extend(_holder_lines(dev, style, width, wide))
+        lines.extend(_holder_lines(dev, style, width, wide, user_w))
         # "processes" is said on the holder line ("processes unknown (REASON)"), not twice.
         na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved", "processes")}
         if na:

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from typing import TextIO
 
+from .text_width import fit
+
 _CODES = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
           "dim": "2", "bold": "1", "reverse": "7"}
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -68,4 +70,5 @@ def terminal_width(default: int = 120) -> int:
 
 
 def clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    """`text` cut to at most `width` terminal columns (display width: CJK and emoji take two), with …"""
+    return fit(text, width)

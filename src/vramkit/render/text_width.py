@@ -1,0 +1,65 @@
+"""Display width: how many terminal columns text takes, and cutting or padding text to a width.
+
+len() counts code points, a terminal counts columns. The rules here are those of wcwidth(3), kept
+simple:
+- East Asian wide and full-width characters (CJK, kana, hangul, most emoji: east_asian_width "W"
+  or "F") take two columns;
+- combining and enclosing marks (categories Mn, Me: "e" + U+0301 is one "é"), the variation
+  selectors (U+FE0F "show as emoji" among them) and the zero-width joiner U+200D take none; a
+  ZWJ sequence ("👩‍💻") is measured as the sum of its parts (4), which is what most terminals draw;
+- everything else takes one (ambiguous-width characters such as "…" included).
+Control characters are not measured: text from other users is sanitized (procs.sanitize) first.
+
+ASCII text (nearly all of it) is measured with len() and never loads unicodedata, so that
+`vram status` costs no more than before.
+"""
+
+from __future__ import annotations
+
+ELLIPSIS = "…"  # marks cut text; one column wide
+_ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff") | frozenset(map(chr, range(0xFE00, 0xFE10)))
+
+
+def char_cells(char: str) -> int:
+    """Columns one character (code point) takes: 0, 1 or 2."""
+    if char.isascii():
+        return 1
+    import unicodedata  # here, not at the top: only text that is not ASCII needs it
+
+    if char in _ZERO_WIDTH or unicodedata.category(char) in ("Mn", "Me"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def cells(text: str) -> int:
+    """Display width of `text` in terminal columns."""
+    if text.isascii():
+        return len(text)
+    return sum(map(char_cells, text))
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to at most `width` columns, with … as its last column when cut. A wide character
+    that would straddle the limit is left out whole (the result may then be a column short: pad()
+    fills it), and marks that combine with the last character kept stay with it."""
+    if cells(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    if text.isascii():  # the fast path for most text: a column per character
+        return text[: width - 1] + ELLIPSIS
+    out, used = [], 0
+    for c in text:
+        w = char_cells(c)
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + ELLIPSIS
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """`text` padded with spaces to `width` columns: on the left when `right` (numbers), else on the
+    right. Text wider than `width` is returned whole: cut it with fit() first where it must fit."""
+    room = " " * max(0, width - cells(text))
+    return room + text if right else text + room

@@ -1,0 +1,123 @@
+"""Display width (render/text_width.py): CJK and most emoji take two terminal columns, combining
+marks, variation selectors and the zero-width joiner none. `vram status` and `vram ps` align and
+cut their columns by it, so a user name or a command line in Chinese, Japanese or with emoji
+neither shifts the columns after it nor runs past the terminal (issue 14 item 17)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import clean_env, minimal_scenario, run_vram
+
+from vramkit.render.style import clip
+from vramkit.render.text_width import cells, fit, pad
+
+SAMPLES = ["张伟", "データ処理.py", "🚀train.py", "e\u0301", "caf\u00e9", "👩\u200d💻 dev", "❤\ufe0f", "plain"]
+
+
+@pytest.mark.parametrize(("text", "width"), [
+    ("plain", 5), ("", 0), ("张伟", 4), ("データ処理.py", 13), ("🚀train.py", 10),
+    ("e\u0301", 1),  # e + combining acute accent: one column
+    ("\u00e9", 1),  # the same letter precomposed
+    ("👩\u200d💻", 4),  # a ZWJ sequence: the sum of its parts, the joiner none
+    ("❤\ufe0f", 1),  # U+FE0F (emoji presentation) takes none
+    ("ｆｕｌｌ", 8),  # full-width Latin
+    ("한국어", 6),
+])
+def test_cells_counts_terminal_columns(text, width):
+    assert cells(text) == width
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_fit_never_passes_the_width_and_keeps_a_prefix(text):
+    for width in range(0, cells(text) + 2):
+        cut = fit(text, width)
+        assert cells(cut) <= width, (text, width, cut)
+        if cells(text) <= width:
+            assert cut == text
+        elif width > 0:
+            assert cut.endswith("…") and text.startswith(cut[:-1]) and cells(cut) >= width - 1, (width, cut)
+        assert clip(text, width) == cut  # style.clip, used by every text view, cuts the same way
+
+
+def test_fit_keeps_a_combining_mark_with_its_letter():
+    assert fit("e\u0301e\u0301xyz", 3) == "e\u0301e\u0301…"
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_pad_fills_to_the_width_on_either_side(text):
+    assert cells(pad(text, 16)) == 16 and pad(text, 16).startswith(text)
+    assert cells(pad(text, 16, right=True)) == 16 and pad(text, 16, right=True).endswith(text)
+    assert pad("toolong", 3) == "toolong"
+
+
+# ------------------------------------------------------------------ the views
+WIDTH = 100
+ROWS = [  # (pid, user, command): each command starts with "python", long enough to be cut at 100 columns
+    (201, "张伟", "python データ処理.py --epochs 100 --data /mnt/共享/数据集/imagenet-21k --lr 0.1 --batch 256"),
+    (202, "ann", "python a.py --config configs/baseline-with-a-rather-long-name.yaml --seed 1234 --run x"),
+    (203, "田中太郎", "python 🚀train.py --model llama-7b --steps 100000 --note 🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀"),
+    (204, "e\u0301mile", "python e\u0301value\u0301.py " + "e\u0301" * 80),
+    (205, "bob", "python b.py"),
+]
+
+
+@pytest.fixture
+def wide_scenario(write_scenario):
+    data = minimal_scenario()
+    data["processes"] = [{"pid": pid, "user": user, "command": command, "gpus": {str(i % 2): f"{i + 1}GiB"}}
+                         for i, (pid, user, command) in enumerate(ROWS)]
+    return write_scenario(data)
+
+
+def _lines(*args: str) -> list[str]:
+    result = run_vram(*args, env=clean_env(COLUMNS=str(WIDTH)))
+    assert result.rc == 0, result.err
+    return result.out.splitlines()
+
+
+def _row(lines: list[str], pid: int) -> str:
+    [line] = [line for line in lines if f" {pid} " in line]
+    return line
+
+
+@pytest.mark.parametrize("command", ["status", "ps"])
+def test_no_line_is_wider_than_the_terminal(wide_scenario, command):
+    lines = _lines(command, "--simulate", str(wide_scenario))
+    assert all(cells(line) <= WIDTH for line in lines), [(cells(line), line) for line in lines if cells(line) > WIDTH]
+    for pid, _, command_line in ROWS:
+        if cells(command_line) > WIDTH // 2:
+            assert "…" in _row(lines, pid)  # cut, by display width (flags such as [idle] may follow)
+
+
+def _column_of(line: str, text: str) -> int:
+    """The terminal column `text` starts at in `line`."""
+    return cells(line[: line.index(text)])
+
+
+def test_ps_columns_line_up_with_wide_user_names(wide_scenario):
+    lines = _lines("ps", "--simulate", str(wide_scenario))
+    [header] = [line for line in lines if line.startswith("GPU")]
+    memory_end = _column_of(header, "MEMORY") + len("MEMORY")  # a right-aligned column: ends line up
+    for pid, user, _ in ROWS:
+        line = _row(lines, pid)
+        after_user = line[line.index(user) + len(user):]
+        memory = after_user.lstrip().split("  ")[0]
+        assert _column_of(line, user) + cells(user) + len(after_user) - len(after_user.lstrip()) + len(memory) \
+            == memory_end, line
+        assert _column_of(line, "python") == _column_of(header, "COMMAND"), line
+
+
+def test_status_columns_line_up_with_wide_user_names(wide_scenario):
+    lines = _lines("status", "--simulate", str(wide_scenario))
+    pid_ends = {_column_of(_row(lines, pid), f" {pid} ") + len(f" {pid}") for pid, _, _ in ROWS}
+    command_starts = {_column_of(_row(lines, pid), "python") for pid, _, _ in ROWS}
+    assert len(pid_ends) == 1 and len(command_starts) == 1, [_row(lines, pid) for pid, _, _ in ROWS]
+
+
+def test_ascii_output_does_not_load_unicodedata():
+    """The fast path: all-ASCII text is measured with len(), so `vram status` on demo (ASCII
+    throughout) does not import unicodedata at all."""
+    result = run_vram("status", "--simulate", "demo", python_flags=("-X", "importtime"))
+    assert result.rc == 0, result.err
+    imported = {line.rsplit("|", 1)[1].strip() for line in result.err.splitlines() if line.startswith("import time:")}
+    assert "vramkit.render.text_width" in imported and "unicodedata" not in imported
