@@ -42,12 +42,14 @@ def fit(text: str, width: int) -> str:
     """`text` cut to at most `width` columns, with … as its last column when cut. A wide character
     that would straddle the limit is left out whole (the result may then be a column short: pad()
     fills it), and marks that combine with the last character kept stay with it."""
+    if text.isascii():  # the fast path for most text: a column per character
+        if len(text) <= width:
+            return text
+        return text[: width - 1] + ELLIPSIS if width > 0 else ""
     if cells(text) <= width:
         return text
     if width <= 0:
         return ""
-    if text.isascii():  # the fast path for most text: a column per character
-        return text[: width - 1] + ELLIPSIS
     out, used = [], 0
     for c in text:
         w = char_cells(c)
@@ -61,5 +63,7 @@ def fit(text: str, width: int) -> str:
 def pad(text: str, width: int, right: bool = False) -> str:
     """`text` padded with spaces to `width` columns: on the left when `right` (numbers), else on the
     right. Text wider than `width` is returned whole: cut it with fit() first where it must fit."""
+    if text.isascii():  # the fast path, as in cells()
+        return text.rjust(width) if right else text.ljust(width)
     room = " " * max(0, width - cells(text))
     return room + text if right else text + room
