@@ -5,6 +5,8 @@ holders are the processes idle for 10 minutes by the history, not merely idle no
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import time
 
 from helpers import clean_env, run_vram
@@ -12,6 +14,7 @@ from helpers import clean_env, run_vram
 from vramkit.idle import IdleClock
 from vramkit.model import Device, GpuProcess, Snapshot
 
+ME = pwd.getpwuid(os.getuid()).pw_name
 RECORDED = 3 * 3600  # seconds of history, ending now
 SCENARIO = {
     "name": "idle-history",
@@ -21,8 +24,10 @@ SCENARIO = {
         {"memory_total": "80GiB", "utilization": {"timeline": [[0, 60], [9000, 0]], "interpolate": "step"}},
     ],
     "processes": [
-        {"pid": 101, "user": "ann", "command": "python notebook.py", "gpus": {"0": "10GiB"}, "sm_util": 0},
-        {"pid": 102, "user": "ben", "command": "python train.py", "gpus": {"1": "20GiB"}},
+        # The runner's own (kill selects a user's own processes; root's are root's).
+        {"pid": 101, "user": ME, "uid": os.getuid(), "command": "python notebook.py", "gpus": {"0": "10GiB"},
+         "sm_util": 0},
+        {"pid": 102, "user": ME, "uid": os.getuid(), "command": "python train.py", "gpus": {"1": "20GiB"}},
     ],
 }
 
@@ -39,7 +44,7 @@ def _kill_idle(path, db, idle: str, *pids: str) -> dict:
     # The live machine is where the recording ended.
     env = clean_env(VRAM_SIM_TIME=str(RECORDED), VRAM_AUDIT_LOG=str(db.parent / "audit.log"))
     result = run_vram("kill", *pids, "--simulate", str(path), "--idle", idle, "--db", str(db), "--dry-run",
-                      "--all-users", "--json", env=env, timeout=60)
+                      "--json", env=env, timeout=60)
     assert result.rc in (0, 1), result.err
     return json.loads(result.out)  # exit 1: every selected process refused (simulated ones are)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import threading
 from pathlib import Path
 
@@ -25,6 +26,8 @@ EPOCH = 1767225600  # 2026-01-01T00:00:00Z
 GiB = 1024**3
 
 pytestmark = pytest.mark.usefixtures("kill_sandbox")  # conftest: no protect list, audit log in tmp
+
+ME = pwd.getpwuid(os.getuid()).pw_name  # the real processes the tests start are the runner's
 
 
 @pytest.fixture
@@ -194,7 +197,7 @@ def test_reclaim_signals_the_same_real_process_through_the_audited_path(stepped,
     drive = Drive(write_scenario(real_idle_scenario(child.pid)), policy(command, reclaim_after="1h"), lines)
     try:
         drive.step(7200 // 60 + 1)  # t = 7200: notice, reclaim scheduled for 10800
-        assert records(out) == [expected(child.pid, "root", 0, 0, 12 * GiB, 7200, 7200.0, name="sleep",
+        assert records(out) == [expected(child.pid, ME, os.getuid(), 0, 12 * GiB, 7200, 7200.0, name="sleep",
                                          reclaim_at=10800, start_ticks=ticks, simulated=True)]
         drive.step(3600 // 60 - 1)  # up to t = 10740: not yet
         assert child.poll() is None and not (tmp_path / "audit.log").exists()
@@ -245,9 +248,9 @@ def test_dry_run_says_what_it_would_do_and_does_nothing(stepped, appender, child
         drive.close()
     assert child.poll() is None and not out.exists() and not (tmp_path / "audit.log").exists()
     assert lines == [
-        f"policy (dry run): rule idle-big: root's pid {child.pid} holds 12.0GiB on GPU 0, idle for 2h00m: "
+        f"policy (dry run): rule idle-big: {ME}'s pid {child.pid} holds 12.0GiB on GPU 0, idle for 2h00m: "
         f"would run {command[0]}; reclaim at 2026-01-01T03:00:00+00:00",
-        f"policy: rule idle-big: pid {child.pid} on GPU 0 (dry run): would send SIGTERM to root's pid "
+        f"policy: rule idle-big: pid {child.pid} on GPU 0 (dry run): would send SIGTERM to {ME}'s pid "
         f"{child.pid} holds 12.0GiB on GPU 0, idle for 3h00m",
     ]
 

@@ -194,7 +194,7 @@ def test_ranges_keep_live_samples_and_the_help_names_the_key(sim_env, recorded):
         before = {c.span: len(c.samples(0, TOTAL)) for c in app.charts.ranges}
         machine.backend.sim._fixed_t = RECORDED  # the live machine moves on: GPU 0 is high now
         snap = machine.snapshot()
-        snap.time = app.snap.time + 3 * 86400 / 600 * 2  # a few slots later, in every range
+        snap.time = app.snap.time + 2 * 7 * 86400 / 600  # two slots of the widest range on: new in each
         app.apply(snap)
         for chart in app.charts.ranges:
             samples = chart.samples(0, TOTAL)
