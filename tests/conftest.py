@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Children, Groups, Leasing, Strays, run_vram
+from helpers import Children, Groups, Leasing, Served, Strays, run_vram
 
 
 def pytest_configure(config):
@@ -206,3 +206,21 @@ def groups():
         yield kept
     finally:
         kept.cleanup()
+
+
+# ---------------------------------------------------------------- vram serve
+
+@pytest.fixture
+def served():
+    started: list[Served] = []
+
+    def start(*args: str, **kw: Any) -> Served:
+        """A `vram serve ARGS` process on a free port (helpers.Served); killed at teardown."""
+        s = Served(*args, **kw)
+        started.append(s)
+        return s
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()

@@ -2,80 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import signal
-import ssl
-import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram, scenario_data, vram_argv
-
-
-class Served:
-    """A `vram serve` process on a free port (--listen 127.0.0.1:0 unless `listen` says otherwise);
-    `context` (an ssl.SSLContext) and `auth` ((user, password)) for a server with --web-config."""
-
-    def __init__(self, *args: str, listen: str = "127.0.0.1:0", context: ssl.SSLContext | None = None,
-                 auth: tuple[str, str] | None = None):
-        self.proc = subprocess.Popen(vram_argv("serve", "--listen", listen, "--interval", "0.2s", *args),
-                                     env=clean_env(), stderr=subprocess.PIPE, text=True)
-        assert self.proc.stderr is not None
-        self.first_line = line = self.proc.stderr.readline()
-        found = re.search(r"(https?)://(\[[0-9a-f:]+\]|[0-9.]+):(\d+)/", line)
-        assert found, line
-        self.port = int(found.group(3))
-        host = found.group(2) if found.group(2) not in ("0.0.0.0", "[::]") else "127.0.0.1"
-        self.base = f"{found.group(1)}://{host}:{self.port}"
-        self.context = context
-        self.auth = auth
-        for _ in range(100):
-            try:
-                if self.get("/healthz")[0] != 503:  # 200, or 401 when asked without a password
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
-
-    def get(self, path: str, method: str = "GET", auth: tuple[str, str] | None = None
-            ) -> tuple[int, str, dict[str, str]]:
-        request = urllib.request.Request(self.base + path, method=method)
-        auth = auth or self.auth
-        if auth:
-            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-            request.add_header("Authorization", f"Basic {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=10, context=self.context) as r:
-                return r.status, r.read().decode(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(), dict(e.headers)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def served():
-    started: list[Served] = []
-
-    def start(*args: str) -> Served:
-        s = Served(*args)
-        started.append(s)
-        return s
-    yield start
-    for s in started:
-        if s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait()
+from helpers import assert_one_line_error, run_vram, scenario_data
 
 
 def samples(text: str, name: str) -> dict[str, float]:

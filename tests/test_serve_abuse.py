@@ -16,30 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram, scenario_data, vram_argv
+from helpers import Served, assert_one_line_error, clean_env, run_vram, scenario_data, vram_argv
 from prometheus_client.parser import text_string_to_metric_families
-from test_serve import Served
 
 from vramkit.procs import sanitize
 
 FLOOD = 1000
 HEAD_TIMEOUT = 10  # vram serve's CLIENT_TIMEOUT
 MAX_CLIENTS = 64  # requests it handles at once (a thread each)
-
-
-@pytest.fixture
-def served():
-    started: list[Served] = []
-
-    def start(*args: str, **kw) -> Served:
-        s = Served(*args, **kw)
-        started.append(s)
-        return s
-    yield start
-    for s in started:
-        if s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait()
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram
-from test_serve import Served
+from helpers import Served, assert_one_line_error, clean_env, run_vram
 
 bcrypt = pytest.importorskip("bcrypt", reason="the serve extra (bcrypt) is not installed")
 pytest.importorskip("yaml", reason="the serve extra (pyyaml) is not installed")
@@ -219,9 +218,9 @@ def test_a_password_past_72_bytes_is_checked_as_bcrypt_does():
     assert auth(basic("alice", long))  # bcrypt 5 raises on > 72 bytes; htpasswd truncates
 
 
-def test_basic_auth_over_http(tmp_path, served_web):
+def test_basic_auth_over_http(tmp_path, served):
     config = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed()}'\n")
-    s = served_web("--simulate", "demo", "--web-config", str(config), auth=None)
+    s = served("--simulate", "demo", "--web-config", str(config), auth=None)
     code, _, headers = s.get("/metrics")
     assert code == 401 and headers["WWW-Authenticate"].startswith("Basic")
     assert s.get("/metrics", auth=("alice", "wrong"))[0] == 401
@@ -233,28 +232,13 @@ def test_basic_auth_over_http(tmp_path, served_web):
 
 # ---------------------------------------------------------------- TLS, for real
 
-@pytest.fixture
-def served_web():
-    started: list[Served] = []
-
-    def start(*args: str, **kw) -> Served:
-        s = Served(*args, **kw)
-        started.append(s)
-        return s
-    yield start
-    for s in started:
-        if s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait()
-
-
 @needs_openssl
-def test_tls_with_basic_auth_verified_against_the_certificate(tmp_path, served_web):
+def test_tls_with_basic_auth_verified_against_the_certificate(tmp_path, served):
     cert, _ = make_cert(tmp_path)
     config = write(tmp_path / "web.yml", "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
                                          f"basic_auth_users:\n  alice: '{hashed()}'\n")
     verify = ssl.create_default_context(cafile=str(cert))
-    s = served_web("--simulate", "demo", "--web-config", str(config), context=verify, auth=("alice", PASSWORD))
+    s = served("--simulate", "demo", "--web-config", str(config), context=verify, auth=("alice", PASSWORD))
     assert s.first_line.startswith("vram serve: https://127.0.0.1:")
     code, text, _ = s.get("/metrics")
     assert code == 200 and "vram_gpu_memory_total_bytes" in text
@@ -275,14 +259,14 @@ def test_tls_with_basic_auth_verified_against_the_certificate(tmp_path, served_w
 
 
 @needs_openssl
-def test_a_client_certificate_is_required_when_configured(tmp_path, served_web):
+def test_a_client_certificate_is_required_when_configured(tmp_path, served):
     cert, _ = make_cert(tmp_path)
     client_cert, client_key = make_cert(tmp_path, "client")
     config = write(tmp_path / "web.yml", "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
                    "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client.crt\n")
     with_cert = ssl.create_default_context(cafile=str(cert))
     with_cert.load_cert_chain(client_cert, client_key)
-    s = served_web("--simulate", "demo", "--web-config", str(config), context=with_cert)
+    s = served("--simulate", "demo", "--web-config", str(config), context=with_cert)
     assert s.get("/healthz")[0] == 200
     without = ssl.create_default_context(cafile=str(cert))
     with pytest.raises(OSError):
@@ -306,41 +290,41 @@ def read_rest(s: Served) -> list[str]:
     return s.proc.stderr.read().splitlines()
 
 
-def test_listening_beyond_loopback_without_a_web_config_warns(served_web):
-    s = served_web("--simulate", "demo", listen="0.0.0.0:0")
+def test_listening_beyond_loopback_without_a_web_config_warns(served):
+    s = served("--simulate", "demo", listen="0.0.0.0:0")
     rest = read_rest(s)
     assert len(rest) == 1 and rest[0].startswith("vram serve: warning: listening on 0.0.0.0 without --web-config")
 
 
-def test_loopback_does_not_warn(served_web):
-    assert read_rest(served_web("--simulate", "demo")) == []
+def test_loopback_does_not_warn(served):
+    assert read_rest(served("--simulate", "demo")) == []
 
 
-def test_basic_auth_without_tls_beyond_loopback_warns_of_clear_text(tmp_path, served_web):
+def test_basic_auth_without_tls_beyond_loopback_warns_of_clear_text(tmp_path, served):
     config = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed()}'\n")
-    s = served_web("--simulate", "demo", "--web-config", str(config), listen="0.0.0.0:0", auth=("alice", PASSWORD))
+    s = served("--simulate", "demo", "--web-config", str(config), listen="0.0.0.0:0", auth=("alice", PASSWORD))
     rest = read_rest(s)
     assert len(rest) == 1 and "clear text" in rest[0]
 
 
 @needs_openssl
-def test_tls_and_basic_auth_beyond_loopback_do_not_warn(tmp_path, served_web):
+def test_tls_and_basic_auth_beyond_loopback_do_not_warn(tmp_path, served):
     cert, _ = make_cert(tmp_path)
     config = write(tmp_path / "web.yml", "tls_server_config: {cert_file: server.crt, key_file: server.key}\n"
                                          f"basic_auth_users:\n  alice: '{hashed()}'\n")
-    s = served_web("--simulate", "demo", "--web-config", str(config), listen="0.0.0.0:0",
+    s = served("--simulate", "demo", "--web-config", str(config), listen="0.0.0.0:0",
                    context=ssl.create_default_context(cafile=str(cert)), auth=("alice", PASSWORD))
     assert s.get("/healthz")[0] == 200
     assert read_rest(s) == []
 
 
 @needs_openssl
-def test_a_client_that_never_starts_its_handshake_blocks_no_one(tmp_path, served_web):
+def test_a_client_that_never_starts_its_handshake_blocks_no_one(tmp_path, served):
     """The handshake runs in the connection's own thread: a silent client on the TLS port does not
     stop the accept loop from serving the next one."""
     cert, _ = make_cert(tmp_path)
     config = write(tmp_path / "web.yml", "tls_server_config: {cert_file: server.crt, key_file: server.key}\n")
-    s = served_web("--simulate", "demo", "--web-config", str(config),
+    s = served("--simulate", "demo", "--web-config", str(config),
                    context=ssl.create_default_context(cafile=str(cert)))
     silent = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(3)]
     try:
@@ -366,11 +350,11 @@ def test_who_is_warned(host, web, tls, authenticated, warned):
 
 
 @needs_openssl
-def test_min_version_is_enforced(tmp_path, served_web):
+def test_min_version_is_enforced(tmp_path, served):
     cert, _ = make_cert(tmp_path)
     config = write(tmp_path / "web.yml", "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
                                          "  min_version: TLS13\n")
-    s = served_web("--simulate", "demo", "--web-config", str(config),
+    s = served("--simulate", "demo", "--web-config", str(config),
                    context=ssl.create_default_context(cafile=str(cert)))
     assert s.get("/healthz")[0] == 200
     old = ssl.create_default_context(cafile=str(cert))
