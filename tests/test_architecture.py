@@ -14,8 +14,9 @@ import vramkit
 
 SRC = Path(vramkit.__file__).parent
 # Where knowing about simulation belongs: the backends, the NVML layer with its simulator, the
-# views that print the banner, and the one line of snapshot.py that labels the Snapshot.
-ALLOWED = ("backends/", "nvml/", "render/", "snapshot.py", "cli/sim.py")
+# views that print the banner (and serve's metrics, which label it: vram_host_info{simulated}),
+# and the one line of snapshot.py that labels the Snapshot.
+ALLOWED = ("backends/", "nvml/", "render/", "serve/metrics.py", "snapshot.py", "cli/sim.py")
 SIM_BRANCH = re.compile(r"\.sim\b|\bsim\.|\.simulated\b|host_process\(|SimulatedNvml|SimulatedBackend")
 
 
