@@ -121,3 +121,21 @@ def test_ascii_output_does_not_load_unicodedata():
     assert result.rc == 0, result.err
     imported = {line.rsplit("|", 1)[1].strip() for line in result.err.splitlines() if line.startswith("import time:")}
     assert "vramkit.render.text_width" in imported and "unicodedata" not in imported
+
+
+def test_kill_plan_columns_line_up_with_wide_user_names(write_scenario):
+    """vram kill's plan pads by display width too: the MEMORY column ends at one display column
+    on every row, a Chinese user name's row included."""
+    from vramkit.render.text_width import cells
+
+    data = minimal_scenario()
+    data["processes"][0]["user"] = "张伟"
+    data["processes"][1]["user"] = "bob"
+    data["processes"][1]["gpus"] = {"0": "5GiB"}
+    result = run_vram("kill", "--simulate", str(write_scenario(data)), "--gpu", "0", "--dry-run", "--all-users",
+                      env=clean_env(COLUMNS="120"))
+    assert result.rc in (0, 1), result.err
+    rows = [line for line in result.out.splitlines() if "GiB" in line and ("张伟" in line or "bob" in line)]
+    assert len(rows) == 2, result.out
+    ends = {cells(line[:line.index("GiB") + 3]) for line in rows}
+    assert len(ends) == 1, rows

@@ -9,12 +9,13 @@ from ..select import Policy, ids_text
 from ..units import format_size
 from . import fmt
 from .style import Style, clip, level_color
+from .text_width import pad
 
 HOST_W, NAME_W, USER_W = 16, 18, 12
 
 
 def _gpu_line(host: str, g: FleetGpu, style: Style, bar_w: int) -> str:
-    head = f"{clip(host, HOST_W):<{HOST_W}} {g.index:>3}  "
+    head = f"{pad(clip(host, HOST_W), HOST_W)} {g.index:>3}  "
     if g.lost:
         return head + style.paint("LOST", "red", "bold") + "  fell off the bus or stopped answering"
     frac = None if g.memory_used is None or not g.memory_total else g.memory_used / g.memory_total
@@ -22,13 +23,13 @@ def _gpu_line(host: str, g: FleetGpu, style: Style, bar_w: int) -> str:
     bar = (style.bar(frac, bar_w, level_color(frac)) + " ") if bar_w else ""
     procs = fmt.NA if g.processes is None else str(g.processes)
     top = "-" if g.top_user is None else f"{clip(g.top_user, USER_W)} {format_size(g.top_user_memory)}"
-    return (f"{head}{clip(fmt.short_gpu_name(g.name), NAME_W):<{NAME_W}} {bar}{style.paint(mem, level_color(frac))}"
+    return (f"{head}{pad(clip(fmt.short_gpu_name(g.name), NAME_W), NAME_W)} {bar}{style.paint(mem, level_color(frac))}"
             f" {fmt.pct(g.utilization):>5} {procs:>5}  {top}")
 
 
 def _host_note(host: FleetHost, note: str, style: Style) -> str:
     colour = "red" if host.state == "down" else "yellow"
-    return f"{clip(host.host, HOST_W):<{HOST_W}}      " + style.paint(note, colour)
+    return f"{pad(clip(host.host, HOST_W), HOST_W)}      " + style.paint(note, colour)
 
 
 def render_fleet(fleet: Fleet, style: Style, width: int) -> str:

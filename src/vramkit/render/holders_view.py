@@ -10,6 +10,7 @@ from typing import Any
 from ..holders import Holder, HolderScan
 from ..units import format_duration, format_size
 from .style import Style, clip
+from .text_width import cells, pad
 
 HEADER = ("PID", "USER", "DEVICES", "GPU", "NVML", "ELAPSED", "FLAGS")
 RIGHT = {"PID", "ELAPSED"}
@@ -54,16 +55,16 @@ def render_holders(result: HolderScan, style: Style, width: int, now: float | No
     rows = [[str(h.pid), h.host.user or "?", clip(devices_text(h), 40), ",".join(map(str, h.gpus)) or "-",
              _nvml(h), format_duration(now - h.host.start_time), _flags(h)] for h in result.holders]
     if rows:
-        widths = [max([len(head)] + [len(r[i]) for r in rows]) for i, head in enumerate(HEADER)]
+        widths = [max([cells(head)] + [cells(r[i]) for r in rows]) for i, head in enumerate(HEADER)]
 
-        def cells(values: list[str]) -> str:
-            return "  ".join(v.rjust(w) if hd in RIGHT else v.ljust(w) for v, w, hd in zip(values, widths, HEADER))
+        def row(values: list[str]) -> str:  # padded by display width: a CJK user name is 2 columns a character
+            return "  ".join(pad(v, w, right=hd in RIGHT) for v, w, hd in zip(values, widths, HEADER))
 
         lead = sum(widths) + 2 * len(widths)
-        lines.append(style.paint(cells(list(HEADER)) + "  COMMAND", "bold"))
+        lines.append(style.paint(row(list(HEADER)) + "  COMMAND", "bold"))
         for h, r in zip(result.holders, rows):
             nvml = r[4]
-            line = cells(r) + "  " + clip(h.host.command, max(10, width - lead))
+            line = row(r) + "  " + clip(h.host.command, max(10, width - lead))
             if nvml == "not listed":
                 line = line.replace("not listed", style.paint("not listed", "yellow"), 1)
             lines.append(line)

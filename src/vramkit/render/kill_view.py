@@ -13,6 +13,7 @@ from ..units import format_duration, format_size
 from .banner import banner
 from .data import _header
 from .style import Style, clip
+from .text_width import cells, fit, pad
 
 _COLOURS = {EXITED: "green", SIGNALLED: "green", WOULD_SIGNAL: "cyan", STILL_RUNNING: "red", REFUSED: "yellow"}
 HEADER = ("PID", "USER", "GPU", "MEMORY", "AGE")
@@ -56,17 +57,17 @@ def _table(targets: list[Target], signal: str, last: str, style: Style, width: i
     rows = [[str(t.pid), t.user or "?", _gpus(t), _memory(t), format_duration(t.elapsed), _action(t, signal)]
             for t in targets]
     head = [*HEADER, last]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+    widths = [max([cells(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(head)]
 
-    def cells(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if h in RIGHT else v.ljust(w) for v, w, h in zip(values, widths, head))
+    def row(values: list[str]) -> str:  # padded by display width (a CJK user name: 2 columns a character)
+        return "  ".join(pad(v, w, right=h in RIGHT) for v, w, h in zip(values, widths, head))
 
     lead = sum(widths) + 2 * len(widths)
     indent = " " * (widths[0] + 2)
-    out = [style.paint(cells(head) + "  COMMAND", "bold")]
+    out = [style.paint(row(head) + "  COMMAND", "bold")]
     for t, r in zip(targets, rows):
         action = style.paint(r[-1].ljust(widths[-1]), _COLOURS.get(t.status, "bold"))
-        line = cells(r[:-1]) + "  " + action + "  " + clip(t.command or "?", max(10, width - lead))
+        line = row(r[:-1]) + "  " + action + "  " + clip(t.command or "?", max(10, width - lead))
         out.append(line)
         for detail in _details(t):
             wrapped = textwrap.wrap(detail, max(30, width - len(indent) - 2)) or [""]
@@ -131,8 +132,8 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
         for p in change.still:
             t = target_pids.get(p.pid)
             mark = style.paint(f"  [{t.status}]", _COLOURS.get(t.status, "bold")) if t else ""
-            head = f"       still held: {format_size(p.memory):>8}  {p.user or '?':<10} {p.pid:>7}  "
-            lines.append(head + clip(p.command or f"({p.host_missing})", max(10, width - len(head) - 16)) + mark)
+            head = f"       still held: {format_size(p.memory):>8}  {pad(fit(p.user or '?', 10), 10)} {p.pid:>7}  "
+            lines.append(head + clip(p.command or f"({p.host_missing})", max(10, width - cells(head) - 16)) + mark)
         if change.unattributed:
             lines.append(f"       {format_size(change.unattributed)} used but not charged to any listed process: "
                          "see vram ps --holders")

@@ -15,6 +15,7 @@ from ..units import format_duration, format_size
 from . import fmt
 from .banner import banner
 from .style import Style, clip
+from .text_width import pad
 
 
 def device_words(d: CudaDevice) -> str:
@@ -96,7 +97,7 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
             model = "MIG " + (u.dev.name or "").rsplit(" ", 1)[-1]
         else:
             model = fmt.short_gpu_name(u.dev.name)
-        model = f"{clip(model, 16):<16} " if show_model else ""
+        model = f"{pad(clip(model, 16), 16)} " if show_model else ""
         free = fmt.memory_pair(u.memory_free, u.memory_total)
         util = fmt.pct(u.utilization)
         paint: tuple[str, ...]
