@@ -5,6 +5,8 @@ neither shifts the columns after it nor runs past the terminal (issue 14 item 17
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from helpers import clean_env, minimal_scenario, run_vram
 
@@ -129,10 +131,10 @@ def test_kill_plan_columns_line_up_with_wide_user_names(write_scenario):
     from vramkit.render.text_width import cells
 
     data = minimal_scenario()
-    data["processes"][0]["user"] = "张伟"
-    data["processes"][1]["user"] = "bob"
-    data["processes"][1]["gpus"] = {"0": "5GiB"}
-    result = run_vram("kill", "--simulate", str(write_scenario(data)), "--gpu", "0", "--dry-run", "--all-users",
+    # The runner's uid: kill lists a user's own processes (as root and as an ordinary user).
+    data["processes"][0].update(user="张伟", uid=os.getuid())
+    data["processes"][1].update(user="bob", uid=os.getuid(), gpus={"0": "5GiB"})
+    result = run_vram("kill", "--simulate", str(write_scenario(data)), "--gpu", "0", "--dry-run",
                       env=clean_env(COLUMNS="120"))
     assert result.rc in (0, 1), result.err
     rows = [line for line in result.out.splitlines() if "GiB" in line and ("张伟" in line or "bob" in line)]
