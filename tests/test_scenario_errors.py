@@ -156,6 +156,21 @@ def test_a_full_gpu_is_valid(write_scenario):
     assert gpu["memory_free"] == 0
 
 
+def test_many_gpus_without_pci_ids_get_unique_ones(write_scenario):
+    # The generated PCI id once wrapped at the 16th GPU ("duplicate PCI bus id 00000000:10:00.0").
+    gpus = 64
+    data = {"name": "big", "gpus": [{"memory_total": "80GiB"} for _ in range(gpus)],
+            "processes": [{"pid": 100 + i, "user": "ann", "command": "python a.py", "gpus": {str(i): "1GiB"}}
+                          for i in range(gpus)]}
+    snap = run_vram("status", "--simulate", str(write_scenario(data)), "--json").json()
+    ids = [g["pci_bus_id"] for g in snap["gpus"]]
+    assert len(set(ids)) == gpus
+    assert ids[0] == "00000000:10:00.0" and ids[14] == "00000000:F0:00.0"  # as before for the first 15
+    assert ids[15] == "00000001:10:00.0" and ids[63] == "00000004:40:00.0"  # then the next PCI domain
+    # NVML looks a GPU up by the last 12 characters of its id: those are unique too.
+    assert len({i[-12:] for i in ids}) == gpus
+
+
 def test_bad_json(write_scenario):
     path = str(write_scenario('{"gpus": [ {"memory_total": "80GiB"},, ]}'))
     assert_one_line_error(run_vram("status", "--simulate", path), 2, path, "not valid JSON", "line 1")

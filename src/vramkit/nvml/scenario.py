@@ -331,6 +331,14 @@ def _check_device_nodes(c: _Checker, value: Any) -> None:
         c.fail("device_nodes", "must name files (e.g. /tmp/sim-dev/nvidia*), not a directory")
 
 
+def default_pci_bus_id(i: int) -> str:
+    """GPU i's PCI address when the scenario names none: unique for any number of GPUs. Like a
+    real server, 15 GPUs to a PCI domain, each on a bus of its own (0x10, 0x20 ... 0xF0: the first
+    15 keep the ids of earlier versions); the 16th starts domain 0001."""
+    domain, slot = divmod(i, 15)
+    return f"{domain:08X}:{0x10 * (slot + 1):02X}:00.0"
+
+
 def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
     where = f"gpus[{i}]"
     c.known(raw, GPU_FIELDS, where)
@@ -340,8 +348,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
     g["uuid"] = c.string(raw.get("uuid", f"GPU-{i:08x}-5eed-4a11-9000-{i:012x}"), f"{where}.uuid")
     if not g["uuid"].startswith("GPU-"):
         c.fail(f"{where}.uuid", f"must start with 'GPU-', got {_show(g['uuid'])}")
-    g["pci_bus_id"] = c.string(raw.get("pci_bus_id", f"00000000:{0x10 + i * 0x10 & 0xff:02X}:00.0"),
-                               f"{where}.pci_bus_id")
+    g["pci_bus_id"] = c.string(raw.get("pci_bus_id", default_pci_bus_id(i)), f"{where}.pci_bus_id")
     if not _PCI_RE.match(g["pci_bus_id"]):
         c.fail(f"{where}.pci_bus_id", f"must look like 00000000:07:00.0, got {_show(g['pci_bus_id'])}")
     if "memory_total" not in raw:
