@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
 
 from .. import units
 from ..errors import VramkitError, no_such_gpu
-from ..model import Snapshot
-from ..snapshot import Machine, open_machine
 
+# typing.TYPE_CHECKING without importing typing (~3 ms that `vram --help` need not pay); mypy
+# reads any constant of this name as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import TypeAlias
+    from collections.abc import Callable
+    from typing import TextIO, TypeAlias
+
+    from ..model import Snapshot
+    from ..snapshot import Machine
 
     # What each command's add_parser(sub, parents) gets: main's subparsers.
     Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -30,6 +34,46 @@ class UsageError(VramkitError):
 
 class Failure(VramkitError):
     """The command could not do its job: one line on stderr, exit 1."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written in the source, except that a paragraph of plain prose
+    is re-wrapped to the terminal's width (hand-wrapped lines broke mid-sentence on a narrower or
+    wider one). A paragraph with an indented or bulleted line (examples, lists) stays as it is."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        if width is None:  # as argparse's own default, without importing shutil (bz2, lzma, ...)
+            width = _terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith((" ", "-", "*")) for line in lines):
+                paragraphs.append("\n".join(indent + line if line else line for line in lines))
+            else:
+                paragraphs.append(textwrap.fill(" ".join(line.strip() for line in lines), width,
+                                                initial_indent=indent, subsequent_indent=indent,
+                                                break_long_words=False, break_on_hyphens=False))
+        return "\n\n".join(paragraphs) + "\n"
+
+
+def _terminal_columns() -> int:
+    """$COLUMNS, else the terminal's width, else 80: what shutil.get_terminal_size() answers."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +112,8 @@ def check_gpus(snap: Snapshot, wanted: list[int]) -> None:
 
 
 def open_for(args: argparse.Namespace) -> Machine:
+    from ..snapshot import open_machine  # here, not at the top: `vram --help` never opens a machine
+
     return open_machine(getattr(args, "simulate", None))
 
 

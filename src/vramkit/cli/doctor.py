@@ -14,13 +14,14 @@ from ..model import Snapshot
 from ..nvml.backend import NvmlUnavailable
 from ..render.style import Style, style_for, terminal_width
 from ..units import format_size
-from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
+from .commands import COMMANDS
+from .common import Failure, HelpFormatter, UsageError, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
     from ..doctor.explain import SavingsHook
     from .common import Subparsers
 
-HELP = "explain a CUDA out-of-memory error, or check this machine for what causes them"
+HELP = COMMANDS["doctor"]
 DESCRIPTION = """\
 With a log file (or - for stdin): find the LAST out-of-memory error in it (a traceback, a
 training log, notebook output) and explain it: what was asked for, what was free, what this
@@ -48,7 +49,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("log", nargs="?", metavar="LOGFILE", help="a log or traceback with the error; - reads stdin")
     p.add_argument("--json", action="store_true", help="print JSON (keys: docs/doctor.md)")
     p.add_argument("--gpu", metavar="LIST", help="log: the NVML GPU the job ran on; checklist: only these GPUs")

@@ -6,13 +6,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .common import UsageError
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError
 
 if TYPE_CHECKING:
     from ..estimate.analytic import Setup
     from .common import Subparsers
 
-HELP = "estimate the GPU memory a model needs to train or run (no GPU needed)"
+HELP = COMMANDS["estimate"]
 DESCRIPTION = """\
 Estimate the GPU memory one GPU needs to train or run MODEL: weights, gradients, optimizer
 states, activations, temporaries, the caching allocator and the CUDA context, at the peak of a
@@ -35,7 +36,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("estimate", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     add_setup_options(p)
     p.add_argument("--explain", action="store_true", help="show each term's formula with the numbers put in")
     p.add_argument("--json", action="store_true", help="print JSON: total_bytes, context_bytes, peak_bytes, "

@@ -8,13 +8,14 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
-from .common import UsageError
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError
 
 if TYPE_CHECKING:
     from ..fleet import Fleet, Prometheus
     from .common import Subparsers
 
-HELP = "every host's GPUs through Prometheus (vram serve on each host); fleet pick: where to run"
+HELP = COMMANDS["fleet"]
 DESCRIPTION = """\
 Ask Prometheus, which scrapes 'vram serve' on every host, for the newest numbers of every GPU:
 one table with host, GPU, name, memory used/total, utilization, processes and the user holding
@@ -54,7 +55,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     from .pick import add_policy_options
 
     p = sub.add_parser("fleet", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     _connection_options(p, suppress=False)
     p.set_defaults(run=run)
     actions = p.add_subparsers(dest="fleet_command", metavar="pick", parser_class=type(p))
@@ -62,7 +63,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                               description="Name the host whose GPUs fit the policy best, and the "
                               "CUDA_VISIBLE_DEVICES to use there.\n\nexamples:\n"
                               "  vram fleet pick -n 2 --min-free 40GiB --prometheus http://prometheus:9090\n",
-                              parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              parents=parents, formatter_class=HelpFormatter)
     _connection_options(pick, suppress=True)
     add_policy_options(pick)
     for unsupported in ("exclude", "only", "exclusive"):  # names GPUs of one machine, or needs uids

@@ -6,12 +6,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .common import UsageError
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
-HELP = "one process's memory on each GPU over its life, from recorded history"
+HELP = COMMANDS["job"]
 DESCRIPTION = """\
 Show what 'vram record' kept about a process: when it was first and last seen, its GPU-hours,
 memory GiB-hours, peak memory and idle time, its memory on each GPU over its life as a
@@ -27,7 +28,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("job", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("pid", metavar="PID", help="the process id")
     p.add_argument("--db", metavar="PATH", help="the database (default: the recorder's; also $VRAM_DB)")
     p.add_argument("--all", action="store_true", help="every recorded life of PID, newest first")

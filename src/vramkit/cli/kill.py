@@ -8,7 +8,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from .common import Failure, UsageError, open_for, parse_gpu_list
+from .commands import COMMANDS
+from .common import Failure, HelpFormatter, UsageError, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
     from ..collector import Collector
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from ..snapshot import Machine
     from .common import Subparsers
 
-HELP = "free GPU memory: signal GPU processes safely (asks first, logs every action)"
+HELP = COMMANDS["kill"]
 DESCRIPTION = """\
 Signal the processes that hold GPU memory: SIGTERM, wait for them to exit (--timeout),
 report who is still running (--force then sends SIGKILL), and show per GPU how much memory
@@ -69,7 +70,7 @@ def _pid(text: str) -> int:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("kill", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="processes to signal")
     sel = p.add_argument_group("selecting")
     sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")

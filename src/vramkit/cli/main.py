@@ -9,17 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
-from typing import NoReturn
 
 from .._version import __version__
 from ..errors import VramkitError
-from ..nvml.backend import NvmlUnavailable
-from ..nvml.scenario import ScenarioError
-from . import doctor, estimate, fleet, job, kill, pick, plan, ps, record, report, run, serve, sim, status, top
-from .common import UsageError, add_global_options
+from .commands import COMMANDS
+from .common import TYPE_CHECKING, HelpFormatter, UsageError, add_global_options
 
-COMMANDS = (status, ps, top, kill, pick, run, estimate, plan, doctor, record, report, job, serve, fleet, sim)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 EPILOG = """\
 examples:
@@ -37,22 +34,41 @@ examples:
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)  # argparse's own imports shutil to ask the width
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's usage block is noise here)
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """vram's parser. Without `argv`, every command's; with it, only the command `argv` names gets
+    its options (its module imported), the others are listed by name and help line alone: so
+    `vram --help` and `vram --version` import no command module and build no command's options."""
+    wanted = None if argv is None else command_in(argv)
     common = _Parser(add_help=False)
     add_global_options(common)
     parser = _Parser(prog="vram", description="See, free, share and plan NVIDIA GPU memory.",
-                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-                     parents=[common])
+                     epilog=EPILOG, formatter_class=HelpFormatter, parents=[common])
     parser.add_argument("--version", action="version", version=f"vram {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in COMMANDS:
-        module.add_parser(sub, [common])
+    unloaded = _Parser(add_help=False)  # every command not loaded: parsing one sets no `run`
+    for name, help_line in COMMANDS.items():
+        if argv is None or name == wanted:
+            # __import__, not importlib.import_module: -X importtime (tests/test_imports.py) sees it
+            __import__(f"{__package__}.{name}", fromlist=["add_parser"]).add_parser(sub, [common])
+        else:  # what sub.add_parser(name, help=...) records, without building a parser per command
+            sub.choices[name] = unloaded
+            sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), help_line))
     _note_parsers(parser)
     return parser
+
+
+def command_in(argv: list[str]) -> str | None:
+    """The command argv names: its first word before '--' that is a command's name."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return next((word for word in words if word in COMMANDS), None)
 
 
 def _note_parsers(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +100,29 @@ def _offer_simulation(message: str, command: str) -> bool:
     return False
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """argv parsed by a parser that knows only its command's options (vram alone is vram status)."""
+    args = build_parser(argv).parse_args(argv)
+    if args.command is None:
+        argv = [*argv, "status"]
+        args = build_parser(argv).parse_args(argv)
+    if not hasattr(args, "run"):  # a command command_in did not see (never expected): all of them
+        args = build_parser().parse_args(argv)
+    return args
+
+
+def _no_driver(e: VramkitError) -> bool:
+    from ..nvml.backend import NvmlUnavailable  # only once something failed: --help never loads NVML
+
+    return isinstance(e, NvmlUnavailable)
+
+
+def _print_traceback() -> None:
+    import traceback
+
+    traceback.print_exc()
+
+
 def flag_for(parser: argparse.ArgumentParser | None, param: str, args: argparse.Namespace | None = None) -> str | None:
     """The command's flag for a library parameter: the one option whose dest is `param`
     (`min_free` -> --min-free, `count` -> --count, not -n), unless the command names it in
@@ -105,6 +144,8 @@ def one_line(e: VramkitError, parser: argparse.ArgumentParser | None = None,
     """What vram prints for an error: the kind's prefix ("bad scenario: "; "error: " for bad
     input, exit 2; none for a failure), then the message, with the parameter named by the
     command's flag for it where it has one ('error: --count: must be ...')."""
+    from ..nvml.scenario import ScenarioError
+
     prefix = "bad scenario: " if isinstance(e, ScenarioError) else "error: " if e.exit_code == 2 else ""
     flag = flag_for(parser, e.param, args) if e.param else None
     return f"{prefix}{flag}: {e.message}" if flag else f"{prefix}{e}"
@@ -118,28 +159,25 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv[:argv.index("--")] if "--" in argv else argv)
     args: argparse.Namespace | None = None
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if args.command is None:
-            args = parser.parse_args([*argv, "status"])
+        args = _parse(argv)
         debug = getattr(args, "debug", False)
         try:
             code: int = args.run(args)
             return code
-        except NvmlUnavailable as e:
-            if getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE"):
+        except VramkitError as e:
+            if not _no_driver(e) or getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE"):
                 raise
             if debug:
-                traceback.print_exc()
+                _print_traceback()
             # Every command says why it failed (`vram ps` used to exit 1 silently).
             if _offer_simulation(str(e), args.command):
                 args.simulate = "demo"
                 code = args.run(args)
                 return code
             return 1
-    except VramkitError as e:  # NvmlUnavailable too, when no simulation is offered
+    except VramkitError as e:  # no driver too, when no simulation is offered
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         print(f"vram: {one_line(e, getattr(args, 'command_parser', None), args)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:

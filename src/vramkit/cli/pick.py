@@ -10,7 +10,8 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import VramkitError
-from .common import UsageError, open_for
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError, open_for
 
 if TYPE_CHECKING:
     from ..allocate import Selection, WaitStatus
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     Prepared = tuple[Machine, Snapshot, list[CudaDevice], Policy, Visible, LeaseDir]
 
-HELP = "choose free GPUs by policy and print their ids for CUDA_VISIBLE_DEVICES"
+HELP = COMMANDS["pick"]
 DESCRIPTION = """\
 Choose GPUs by policy and print their ids, ready for CUDA_VISIBLE_DEVICES.
 
@@ -64,7 +65,7 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pick", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     add_policy_options(p)
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("auto", "index", "uuid", "env"), default="auto",

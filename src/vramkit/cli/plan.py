@@ -6,13 +6,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .common import UsageError, open_for
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError, open_for
 from .estimate import add_setup_options, setup_from_args
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
-HELP = "plan a model on a GPU: largest batch, changes that make it fit, GPUs that fit"
+HELP = COMMANDS["plan"]
 DESCRIPTION = """\
 Check whether MODEL fits a GPU as set up (same options as 'vram estimate'), the largest batch
 that fits, and, when it does not fit, the changes ranked cheapest first, each with the memory it
@@ -32,7 +33,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     add_setup_options(p)
     p.add_argument("--gpu", metavar="NAME", default="a100-80gb",
                    help="a catalog GPU (a100-80gb, h100-sxm, rtx-4090, ...; default a100-80gb) or 'current'")

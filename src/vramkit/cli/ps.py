@@ -12,14 +12,15 @@ from ..model import GpuProcess
 from ..render.data import ps_csv, ps_json
 from ..render.ps_view import render_ps
 from ..render.style import style_for, terminal_width
-from .common import UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
     from ..model import Snapshot
     from ..snapshot import Machine
     from .common import Subparsers
 
-HELP = "list every process holding GPU memory"
+HELP = COMMANDS["ps"]
 DESCRIPTION = """\
 List every process that holds GPU memory: one row per process and GPU (a job spread over
 four GPUs has four rows), with its user, GPU memory, share of that GPU, the GPU's
@@ -57,7 +58,7 @@ SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ps", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     add_data_options(p, "process and GPU")
     p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
     p.add_argument("--sort", default="memory", metavar="KEY",

@@ -9,14 +9,15 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
-from .common import UsageError, open_for
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError, open_for
 
 if TYPE_CHECKING:
     from ..collector import Collector
     from ..model import Snapshot
     from .common import Subparsers
 
-HELP = "record GPU and process history into a database (foreground, or as a service)"
+HELP = COMMANDS["record"]
 DESCRIPTION = """\
 Sample every GPU and every process holding GPU memory every INTERVAL, and keep it in an
 SQLite database: memory, utilization, temperature and power per GPU; memory, own SM
@@ -39,7 +40,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("--db", metavar="PATH", help="the database (default: see above; also $VRAM_DB)")
     p.add_argument("--interval", metavar="DURATION", default="5s", help="time between samples (default 5s)")
     p.add_argument("--duration", metavar="DURATION", help="stop after this long (default: run until stopped)")

@@ -8,14 +8,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .common import UsageError
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError
 
 if TYPE_CHECKING:
     from ..history.store import Store
     from ..render.report_view import Report
     from .common import Subparsers
 
-HELP = "GPU-hours, memory-hours and idle holding per user, GPU, job or day, from recorded history"
+HELP = COMMANDS["report"]
 DESCRIPTION = """\
 Sum what 'vram record' kept over a window: per user (or GPU, job, day) the GPU-hours (a
 process holding memory on a GPU for an hour is one), memory GiB-hours, peak memory,
@@ -41,7 +42,7 @@ MAX_TOP = 100_000  # more rows than any report shows; keeps SQLite's LIMIT in ra
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("report", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("--db", metavar="PATH", help="the database (default: as vram record; also $VRAM_DB)")
     p.add_argument("--since", metavar="WHEN", default="7d", help="start of the window (default 7d: 7 days ago)")
     p.add_argument("--until", metavar="WHEN", default="now", help="end of the window (default now)")

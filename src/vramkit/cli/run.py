@@ -8,13 +8,14 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from .common import UsageError
+from .commands import COMMANDS
+from .common import HelpFormatter, UsageError
 from .pick import WaitPrinter, acquire_explained, add_policy_options, parse_wait, prepare
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
-HELP = "pick GPUs, reserve them, and run a command on them"
+HELP = COMMANDS["run"]
 DESCRIPTION = """\
 Pick GPUs by policy (the same options as vram pick), reserve them, and run CMD on them with
 CUDA_VISIBLE_DEVICES set and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that cuda:0 is the first GPU
@@ -38,7 +39,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       formatter_class=HelpFormatter,
                        usage="vram run [options] [--wait [SECONDS]] -- CMD [ARGS...]")
     add_policy_options(p)
     p.add_argument("--wait", metavar="SECONDS", nargs="?", const="forever",

@@ -9,13 +9,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from .common import Failure, UsageError, open_for
+from .commands import COMMANDS
+from .common import Failure, HelpFormatter, UsageError, open_for
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
 DEFAULT_PORT = 9787  # not dcgm-exporter's 9400, nvidia_gpu_exporter's 9835, nvitop-exporter's 8000
-HELP = "serve Prometheus metrics, a live web page and a JSON API (read-only)"
+HELP = COMMANDS["serve"]
 DESCRIPTION = f"""\
 Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:{DEFAULT_PORT}/:
   /metrics            for Prometheus (names and units: docs/metrics.md)
@@ -42,7 +43,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("--listen", metavar="ADDR:PORT", default=f"127.0.0.1:{DEFAULT_PORT}",
                    help=f"where to listen (default 127.0.0.1:{DEFAULT_PORT}; [::1]:PORT for IPv6)")
     p.add_argument("--interval", metavar="DURATION", default="2s", help="time between readings (default 2s)")

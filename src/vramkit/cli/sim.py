@@ -9,11 +9,13 @@ import shlex
 from typing import TYPE_CHECKING
 
 from ..nvml import scenario as scenarios
+from .commands import COMMANDS
+from .common import HelpFormatter
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
-HELP = "simulated machines: list, check and share them with other programs"
+HELP = COMMANDS["sim"]
 DESCRIPTION = """\
 vram runs on a simulated NVML when given --simulate NAME|FILE (or $VRAM_SIMULATE):
 every command works, and every view says it is simulated. A scenario is a JSON file that
@@ -68,19 +70,19 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sim", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     sim_sub = p.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
     ls = sim_sub.add_parser("list", help="list the bundled scenarios", description=LIST_DESCRIPTION,
-                            parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
+                            parents=parents, formatter_class=HelpFormatter)
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(run=run_list)
     val = sim_sub.add_parser("validate", help="check a scenario file", description=VALIDATE_DESCRIPTION,
-                             parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
+                             parents=parents, formatter_class=HelpFormatter)
     val.add_argument("scenario", metavar="NAME|FILE", help="a bundled scenario name or a scenario JSON file")
     val.set_defaults(run=run_validate)
     shim = sim_sub.add_parser("shim", help="write a pynvml that other programs can use to see a scenario",
                               description=SHIM_DESCRIPTION, parents=parents,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+                              formatter_class=HelpFormatter)
     shim.add_argument("directory", metavar="DIR", help="where to write pynvml.py (created if needed)")
     shim.set_defaults(run=run_shim)
     p.set_defaults(sim_parser=p)

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING
 from ..render.data import status_csv, status_json
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
-from .common import add_data_options, check_gpus, check_watch, open_for, parse_gpu_list, watch_loop
+from .commands import COMMANDS
+from .common import HelpFormatter, add_data_options, check_gpus, check_watch, open_for, parse_gpu_list, watch_loop
 
 if TYPE_CHECKING:
     from ..collector import Collector
     from ..snapshot import Machine
     from .common import Subparsers
 
-HELP = "show every GPU's memory and utilization, and who holds its memory"
+HELP = COMMANDS["status"]
 DESCRIPTION = """\
 Show each GPU: a memory bar with used/total, utilization, temperature, power/limit,
 and every process holding memory on it (size, user, pid, age, command).
@@ -38,7 +39,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     add_data_options(p, "GPU")
     p.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=2.0,
                    help="redraw every SECONDS (default 2) until Ctrl-C; with --json one compact JSON "

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..units import parse_duration
-from .common import Failure, UsageError, check_gpus, open_for, parse_gpu_list
+from .commands import COMMANDS
+from .common import Failure, HelpFormatter, UsageError, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
-HELP = "the live view: GPUs, their history, alerts and every GPU process, refreshed"
+HELP = COMMANDS["top"]
 DESCRIPTION = """\
 A live view of this machine's GPUs: a panel per GPU (memory bar, utilization, temperature,
 power, and the last minutes of memory and utilization), alerts (a GPU nearly full, memory
@@ -44,7 +45,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("--interval", metavar="SECONDS", type=float, default=2.0,
                    help="seconds between refreshes (default 2)")
     p.add_argument("--readonly", action="store_true", help="watch only: no kill action")
