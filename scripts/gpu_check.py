@@ -96,13 +96,28 @@ def start_torch_child(gib: float) -> tuple[subprocess.Popen, dict]:
     return child, counters
 
 
-def median_ms(cmd: list[str], runs: int) -> float:
-    times = []
+def median_ms(cmds: dict[str, list[str]], runs: int) -> dict[str, float]:
+    """Median wall time of each command, run in interleaved rounds (A B C A B C ...) so that a
+    change in the machine's load falls on every command alike."""
+    times: dict[str, list[float]] = {name: [] for name in cmds}
     for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+        for name, cmd in cmds.items():
+            t = time.perf_counter()
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times[name].append((time.perf_counter() - t) * 1000)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def peers() -> dict[str, list[str]]:
+    """The commands to time: vram status, nvidia-smi, and nvitop -1 / gpustat where installed."""
+    import importlib.util
+
+    cmds = {"vram status": [*VRAM, "status"], "nvidia-smi": ["nvidia-smi"]}
+    if importlib.util.find_spec("nvitop"):
+        cmds["nvitop -1"] = [sys.executable, "-m", "nvitop", "-1"]
+    if importlib.util.find_spec("gpustat"):
+        cmds["gpustat"] = [sys.executable, "-m", "gpustat"]
+    return cmds
 
 
 def main() -> int:
@@ -150,10 +165,11 @@ def main() -> int:
         ok &= mem is not None and mem >= counters["reserved"]
         child.stdin.close()
         child.wait(timeout=30)
-    vram_ms = median_ms([*VRAM, "status"], args.runs)
-    smi_ms = median_ms(["nvidia-smi"], args.runs)
-    lines += ["", f"timing (median of {args.runs}): vram status {vram_ms:.0f} ms, nvidia-smi {smi_ms:.0f} ms, "
-                  f"ratio {vram_ms / smi_ms:.2f}", "", f"result: {'all fields agree' if ok else 'DISAGREEMENTS above'}"]
+    timing = median_ms(peers(), args.runs)
+    vram_ms = timing["vram status"]
+    lines += ["", f"timing (median of {args.runs}, interleaved): " + ", ".join(
+        f"{name} {ms:.0f} ms" + ("" if name == "vram status" else f" (vram {vram_ms / ms:.2f}x)")
+        for name, ms in timing.items()), "", f"result: {'all fields agree' if ok else 'DISAGREEMENTS above'}"]
     report = "\n".join(lines)
     print(report)
     if args.report:

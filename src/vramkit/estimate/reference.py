@@ -395,3 +395,31 @@ def batch_for(spec: ModelSpec, b: int, s: int, device: Any = None, dtype: Any = 
             out["token_types"] = torch.zeros(b, s, dtype=torch.long, device=device)
         return out
     return {"ids": ids, "labels": torch.randint(0, spec.vocab, (b, s), device=device)}
+
+
+def run_step(net: nn.Module, spec: ModelSpec, setup: Any, seq: int, optimizer: Any, *, mixed: bool, low: Any,
+             pixel_dtype: Any, device: Any = None) -> None:
+    """One step as the estimator models it: a training step (forward under autocast when mixed,
+    backward, optimizer step, zero_grad) per `setup`, or an inference forward. The traced estimator
+    runs it on fake CPU tensors; scripts/estimate_check.py runs the same step on a real GPU."""
+    if setup.mode == "infer":
+        with torch.no_grad():
+            batch = batch_for(spec, setup.batch, seq, device=device, dtype=pixel_dtype)
+            if spec.family in ("gpt2", "llama"):
+                cache: list[Any] = []
+                net(batch["ids"], cache=cache)
+            else:
+                net(**batch)
+        return
+    for _ in range(setup.grad_accum):
+        batch = batch_for(spec, setup.batch, seq, device=device, dtype=pixel_dtype)
+        if mixed:
+            with torch.autocast("cpu" if device is None else torch.device(device).type, dtype=low):
+                loss = net(**batch)
+        else:
+            loss = net(**batch)
+        loss.backward()
+        del loss, batch
+    assert optimizer is not None  # made for training
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)

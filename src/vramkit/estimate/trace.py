@@ -289,82 +289,89 @@ def make_optimizer(name: str, params: Iterable[Any]) -> Any:
     raise EstimateError(f"unknown optimizer {name!r}")
 
 
+@dataclass
+class ReferenceRun:
+    """The reference model and step for one spec and setup: what the traced estimator runs on fake
+    tensors, and what scripts/estimate_check.py runs on a real GPU to check it."""
+
+    spec: ModelSpec
+    setup: Setup
+    seq: int
+    mixed: bool  # training under autocast (fp32 weights, 16-bit compute)
+    pure: bool  # weights built in the 16-bit dtype (bf16-pure training, 16-bit inference)
+    low: Any  # the 16-bit torch dtype
+
+    @classmethod
+    def plan(cls, model: str | ModelSpec, setup: Setup | None = None, **options: Any) -> ReferenceRun:
+        """Check that the setup can be traced; TraceUnavailable (or EstimateError) if not."""
+        from dataclasses import replace
+
+        from .analytic import Setup, _default_seq
+
+        torch = _torch()
+        spec = resolve(model) if isinstance(model, str) else model
+        setup = replace(setup or Setup(), **options)
+        setup.check(spec)
+        spec = spec.with_head(setup.head)
+        if spec.bare:
+            raise TraceUnavailable("a bare parameter count has no architecture to trace")
+        unsupported = [name for name, on in (("lora", setup.lora), ("quant", setup.quant),
+                                             ("zero", setup.zero is not None), ("tp", setup.tp > 1),
+                                             ("gpus", setup.gpus > 1)) if on]
+        if unsupported:
+            raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
+                                   "analytic estimate models it)")
+        if setup.image_size and spec.family == "vit":
+            spec = replace(spec, image_size=setup.image_size)
+        seq = spec.seq_for_image(None) if spec.family == "vit" else (setup.seq or _default_seq(spec))
+        return cls(spec=spec, setup=setup, seq=seq,
+                   mixed=setup.mode == "train" and setup.precision in ("fp16", "bf16"),
+                   pure=setup.precision == "bf16-pure" or (setup.mode == "infer" and setup.precision != "fp32"),
+                   low=torch.bfloat16 if setup.precision in ("bf16", "bf16-pure") else torch.float16)
+
+    def build(self) -> tuple[Any, Any]:
+        """(model, optimizer or None), built in the current fake mode or device context."""
+        torch = _torch()
+        from . import reference
+
+        opt = reference.Options(mixed=self.mixed, flash=self.setup.attention == "flash",
+                                checkpointing=self.setup.checkpointing)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(self.low if self.pure else torch.float32)  # built in its dtype: no copies
+        try:
+            net = reference.build(self.spec, opt)
+        finally:
+            torch.set_default_dtype(default)
+        net.train(self.setup.mode == "train")
+        optimizer = make_optimizer(self.setup.optimizer, net.parameters()) if self.setup.mode == "train" else None
+        return net, optimizer
+
+    def step(self, net: Any, optimizer: Any, device: Any = None) -> None:
+        torch = _torch()
+        from . import reference
+
+        reference.run_step(net, self.spec, self.setup, self.seq, optimizer, mixed=self.mixed, low=self.low,
+                           pixel_dtype=self.low if self.pure else torch.float32, device=device)
+
+
 def trace_estimate(model: str | ModelSpec, setup: Setup | None = None, steps: int = 2, **options: Any) -> TraceResult:
     """Trace the reference implementation of a spec's family with the setup's options."""
-    from dataclasses import replace
-
-    from .analytic import Setup
-
-    torch = _torch()
-    from . import reference
-
-    spec = resolve(model) if isinstance(model, str) else model
-    setup = replace(setup or Setup(), **options)
-    setup.check(spec)
-    spec = spec.with_head(setup.head)
-    if spec.bare:
-        raise TraceUnavailable("a bare parameter count has no architecture to trace")
-    unsupported = [name for name, on in (("lora", setup.lora), ("quant", setup.quant),
-                                         ("zero", setup.zero is not None), ("tp", setup.tp > 1),
-                                         ("gpus", setup.gpus > 1)) if on]
-    if unsupported:
-        raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the analytic "
-                               "estimate models it)")
-    from .analytic import _default_seq
-    mixed = setup.mode == "train" and setup.precision in ("fp16", "bf16")
-    low = torch.bfloat16 if setup.precision in ("bf16", "bf16-pure") else torch.float16
-    if setup.image_size and spec.family == "vit":
-        spec = replace(spec, image_size=setup.image_size)
-    seq = spec.seq_for_image(None) if spec.family == "vit" else (setup.seq or _default_seq(spec))
-    opt = reference.Options(mixed=mixed, flash=setup.attention == "flash", checkpointing=setup.checkpointing)
+    run = ReferenceRun.plan(model, setup, **options)
     notes = ["CPU trace on fake tensors: cuBLAS/cuDNN workspaces, allocator fragmentation and the CUDA "
              "context are not seen (the analytic estimate adds them)"]
-    if setup.attention == "flash":
+    if run.setup.attention == "flash":
         notes.append("flash attention traced with PyTorch's CPU fused kernel (keeps q, k, v, output and "
                      "logsumexp, as the CUDA flash and memory-efficient kernels do); dropout inside it omitted")
     fm = fake_mode()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pure = setup.precision == "bf16-pure" or (setup.mode == "infer" and setup.precision != "fp32")
-        default = torch.get_default_dtype()
         with fm:
-            torch.set_default_dtype(low if pure else torch.float32)  # built in its dtype: no copies
-            try:
-                net = reference.build(spec, opt)
-            finally:
-                torch.set_default_dtype(default)
-            net.train(setup.mode == "train")
-            optimizer = make_optimizer(setup.optimizer, net.parameters()) if setup.mode == "train" else None
-            pixel_dtype = low if pure else torch.float32
-
-        def step(i: int) -> None:
-            if setup.mode == "infer":
-                with torch.no_grad():
-                    batch = reference.batch_for(spec, setup.batch, seq, dtype=pixel_dtype)
-                    if spec.family in ("gpt2", "llama"):
-                        cache: list[Any] = []
-                        net(batch["ids"], cache=cache)
-                    else:
-                        net(**batch)
-                return
-            for _ in range(setup.grad_accum):
-                batch = reference.batch_for(spec, setup.batch, seq, dtype=pixel_dtype)
-                if mixed:
-                    with torch.autocast("cpu", dtype=low):
-                        loss = net(**batch)
-                else:
-                    loss = net(**batch)
-                loss.backward()
-                del loss, batch
-            assert optimizer is not None  # made for training
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = trace_memory(net, step, steps=steps, optimizer=optimizer, fake_mode=fm)
+            net, optimizer = run.build()
+        result = trace_memory(net, lambda i: run.step(net, optimizer), steps=steps, optimizer=optimizer,
+                              fake_mode=fm)
     result.notes = notes
     return result
 
 
-__all__ = ["TraceResult", "TraceUnavailable", "fake_mode", "round_block", "trace_estimate", "trace_memory"]
+__all__ = ["ReferenceRun", "TraceResult", "TraceUnavailable", "fake_mode", "round_block", "trace_estimate",
+           "trace_memory"]

@@ -1,0 +1,76 @@
+#!/bin/bash
+# Every real-GPU check of issue 18 in one run (GPU time is scarce: one call, then read the results).
+#
+#     OUT=results bash scripts/gpu_suite.sh [only...]     # only: machine gpu visible estimate torch cli
+#
+# Writes to $OUT (default ./gpu-results): machine.txt, gpu_check.md, cuda_visible.md, estimate.md,
+# estimate.json, torch_check.md, cli.txt and log.txt (everything the checks printed on stderr).
+# Each check has its own time limit, so one that hangs still leaves the others' results.
+set -u
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+want() { [ $# -eq 0 ] || [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+ONLY="$*"
+log="$out/log.txt"
+step() { echo "== $1 $(date +%T)" | tee -a "$log" >&2; }
+
+if want machine; then
+  step machine
+  { date -u; uname -a; nvidia-smi; nvidia-smi -q | head -40
+    $py -c "import torch, pynvml; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+'pynvml', getattr(pynvml, '__version__', '?'))"; } > "$out/machine.txt" 2>&1
+fi
+if want gpu; then
+  step gpu_check
+  timeout 150 $py scripts/gpu_check.py --torch --runs 10 --report "$out/gpu_check.md" >> "$log" 2>&1
+  echo "gpu_check exit $?" >> "$log"
+fi
+if want visible; then
+  step cuda_visible_check
+  timeout 120 $py scripts/cuda_visible_check.py --report "$out/cuda_visible.md" >> "$log" 2>&1
+  echo "cuda_visible_check exit $?" >> "$log"
+fi
+if want estimate; then
+  step estimate_check
+  timeout 240 $py scripts/estimate_check.py --report "$out/estimate.md" --json "$out/estimate.json" >> "$log" 2>&1
+  echo "estimate_check exit $?" >> "$log"
+fi
+if want torch; then
+  step torch_gpu_check
+  timeout 180 $py scripts/torch_gpu_check.py --report "$out/torch_check.md" >> "$log" 2>&1
+  echo "torch_gpu_check exit $?" >> "$log"
+fi
+if want cli; then
+  step cli
+  cli="$out/cli.txt"
+  : > "$cli"
+  run() { echo "\$ $*" >> "$cli"; timeout 60 "$@" >> "$cli" 2>&1; echo "[exit $?]" >> "$cli"; echo >> "$cli"; }
+  vram() { $py -m vramkit "$@"; }
+  # a process holding memory, so status, ps, serve and record have something to show
+  $py -c "import sys, torch; x = torch.empty(3 * 2**30, dtype=torch.uint8, device='cuda'); print('held', flush=True);
+sys.stdin.read()" < <(sleep 60) > /dev/null 2>&1 &
+  holder=$!
+  sleep 8
+  run vram status
+  run vram status --json
+  run vram ps
+  run vram ps --holders
+  run vram doctor
+  run vram pick --format index
+  run vram estimate bert-large-uncased --batch 8 --seq 512 --precision fp32
+  db=$(mktemp -d)/h.db
+  run vram record --db "$db" --interval 1s --samples 4
+  run vram report --db "$db"
+  vram serve --listen 127.0.0.1:9797 --interval 1s >> "$log" 2>&1 &
+  server=$!
+  sleep 4
+  run curl -s http://127.0.0.1:9797/metrics
+  run curl -s http://127.0.0.1:9797/api/v1/snapshot
+  kill $server 2>/dev/null
+  run nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw --format=csv
+  kill $holder 2>/dev/null
+  wait 2>/dev/null
+fi
+step done
