@@ -150,3 +150,33 @@ def test_live_data_names_the_processes_in_the_message():
     assert "CUDA_VISIBLE_DEVICES=7" in room.how and "GPU 1 " not in room.how
     pick = run_vram("pick", "--simulate", "demo", "--min-free", "1GiB")
     assert pick.out.strip() == "7"
+
+
+# Pieces that start a message, overlap, or look like one and are not; glued together at random.
+_PIECES = [
+    "CUDA out of memory.", "HIP out of memory.", "MPS backend out of memory", "CUDA error: out of memory",
+    "cuda runtime error (2) : out of memory", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED",
+    "CUBLAS_STATUS_ALLOC_FAILED", "cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+    "Unable to find a valid cuDNN algorithm to run convolution", "DefaultCPUAllocator: not enough memory",
+    "DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: ", "CUDA out of memory",
+    "out of memory", "ran out of memory.", "cuda runtime error (2) : ", "CUDA error: ", "Unable to find",
+    "CUDA ", "HIP ", "x", " ", "\n", "CUDA error: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_marker_scan_finds_what_the_pattern_finds_everywhere(seed):
+    # find_oom looks for literal markers and tries the pattern only around them (a 10 MB log in
+    # milliseconds); it must find exactly the matches the pattern finds tried at every character.
+    import random
+
+    from vramkit.doctor import oom
+
+    rng = random.Random(seed)
+    fixtures = [(FIXTURES / c["file"]).read_text() for c in CASES[seed % len(CASES):][:3]]
+    parts = [rng.choice(_PIECES) for _ in range(rng.randint(1, 60))] + fixtures
+    rng.shuffle(parts)
+    text = "".join(parts)
+    found = [(m.start(), m.end()) for m in oom._starts(text)]
+    assert found == [(m.start(), m.end()) for m in oom._START.finditer(text)]
+    assert found  # every text here holds a message

@@ -11,6 +11,7 @@ Pure text processing: no torch import, safe for the `vram` command.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..procs import sanitize
@@ -29,6 +30,12 @@ _START = re.compile(
     r"|(?:cuDNN error: )?CUDNN_STATUS_ALLOC_FAILED"
     r"|Unable to find a valid cuDNN algorithm to run convolution"
     r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")
+# What every form of _START contains, as plain text: a log is searched for these (str.find, fast)
+# and _START is tried only around them, instead of at every character of a multi-MB log.
+_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+            "Unable to find a valid cuDNN algorithm", "DefaultCPUAllocator: ")
+_BEFORE_MARKER = len("cuda runtime error (2) : ")  # the most of a match that comes before its marker
+_MATCH_SPAN = 100  # characters: longer than any match of _START
 # The exception name printed just before the message, when there is one.
 _EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError)\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
 # A message ends at a blank line, a new traceback, or where Python chains exceptions.
@@ -188,13 +195,34 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
     return report
 
 
+def _starts(text: str) -> Iterator[re.Match[str]]:
+    """The matches of _START in `text`, the same as _START.finditer(text), found by looking for the
+    literal markers and trying the pattern only in a short window around each."""
+    upcoming = {marker: text.find(marker) for marker in _MARKERS}
+    resume = 0  # where the previous match ended: the next one starts here or later
+    while True:
+        found = [at for at in upcoming.values() if at >= 0]
+        if not found:
+            return
+        at = min(found)
+        window_start = max(resume, at - _BEFORE_MARKER)
+        match = _START.search(text, window_start, window_start + _BEFORE_MARKER + _MATCH_SPAN)
+        # A match that starts after this marker belongs to a later one (and may be cut off here).
+        if match is not None and match.start() <= at:
+            yield match
+            resume = match.end()
+        for marker, where in upcoming.items():
+            if where == at or 0 <= where < resume:
+                upcoming[marker] = text.find(marker, max(at + 1, resume))
+
+
 def find_oom(text: str) -> OomReport | None:
     """The LAST out-of-memory message in a log or traceback (the one that ended the job).
 
     Messages wrapped over several lines (terminals, notebook output) are joined back together.
     """
     last = None
-    for match in _START.finditer(text):
+    for match in _starts(text):
         last = match
     if last is None:
         return None
