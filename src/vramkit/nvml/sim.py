@@ -15,15 +15,18 @@ stamped VRAM_SIM_EPOCH (default: when the simulator started) + t. A day of recor
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
 import os
+import select
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import RequestError
-from ..procs import StatFiles, is_defunct
+from ..procs import MAX_KEPT_FDS, StatFiles, is_defunct
 from . import compat
 from .scenario import Scenario, value_at
 
@@ -61,6 +64,67 @@ class SimHandle:
         return f"<simulated nvmlDevice {self.index}{'' if self.gi is None else f'/{self.gi}'}>"
 
 
+class _RealProcesses:
+    """Whether the scenario's real processes still run. A driver frees a process's memory when it
+    exits, so every call that lists or counts processes asks again (nothing is cached), but at
+    one poll() per call instead of /proc reads per process: each process is held by a pidfd,
+    which becomes readable once all its threads have exited (what is_defunct says of a zombie)
+    and never stands for another process that reuses the pid. Without pidfds (a kernel before
+    5.3, a seccomp filter) or past MAX_KEPT_FDS of them: /proc/PID/stat, with its start ticks."""
+
+    def __init__(self) -> None:
+        self._pidfds: dict[int, int] = {}  # pid -> pidfd of the process first seen with that pid
+        self._polls: dict[Any, tuple[select.poll, set[int]]] = {}  # group -> (poll, its pids registered)
+        self._use_pidfd = hasattr(os, "pidfd_open")
+        self._stats = StatFiles()
+        self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
+        self._lock = threading.Lock()  # the pynvml shim serves threaded programs (nvitop)
+
+    def alive(self, group: Any, pids: list[int]) -> set[int]:
+        """Which of `pids` (always the same list for one `group`) run now."""
+        with self._lock:
+            entry = self._polls.get(group)
+            if entry is None:
+                entry = self._polls[group] = (select.poll(), set())
+            poll, registered = entry
+            for pid in pids:
+                if pid not in registered and self._pin(pid):
+                    poll.register(self._pidfds[pid], select.POLLIN)
+                    registered.add(pid)
+            ended = {fd for fd, _ in poll.poll(0)} if registered else set()
+            return {pid for pid in pids if (self._pidfds[pid] not in ended if pid in registered
+                                            else self._alive_by_stat(pid))}
+
+    def _pin(self, pid: int) -> bool:
+        """Hold pid's process by a pidfd; False where that cannot be done (then: /proc)."""
+        if pid in self._pidfds:
+            return True
+        if not self._use_pidfd or pid in self._real_start or len(self._pidfds) >= MAX_KEPT_FDS:
+            return False  # a pid once read through /proc stays on /proc: one identity per pid
+        try:
+            self._pidfds[pid] = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False  # not running now: asked again next time, as a new process may take the pid
+        except OSError as e:
+            if e.errno in (errno.ENOSYS, errno.EPERM):  # no pidfds here at all
+                self._use_pidfd = False
+            return False  # EINVAL (a thread's id), EMFILE: this pid through /proc
+        return True
+
+    def _alive_by_stat(self, pid: int) -> bool:
+        stat = self._stats.stat(pid)
+        if stat is None or (stat.state == "Z" and is_defunct(pid)):
+            return False
+        return self._real_start.setdefault(pid, stat.start_ticks) == stat.start_ticks
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_pidfds", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 class SimulatedNvml:
     def __init__(self, scenario: Scenario, api: Any = None):
         self.scenario = scenario
@@ -79,14 +143,16 @@ class SimulatedNvml:
         self.stepped = clock == "stepped"
         if self.stepped and self._fixed_t is None:
             self._fixed_t = 0.0
-        self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
-        self._stats = StatFiles()  # the scenario's real processes' /proc/PID/stat
+        self._real = _RealProcesses()
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
         self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
         self._by_pid = {p["pid"]: p for p in scenario.processes}
         for p in scenario.processes:
             for unit, mem in p["gpus"].items():
                 self._by_unit.setdefault(unit, []).append((p, mem))
+        # unit -> the pids of its real processes, whose liveness each call asks the host
+        self._real_pids = {unit: [p["pid"] for p, _ in entries if p["source"] == "real"]
+                           for unit, entries in self._by_unit.items()}
         api_cfg = scenario.data.get("nvml_api", {})
         self._proc_api: str = api_cfg.get("process_info", "v3")
         self._mem_api: str = api_cfg.get("memory_info", "v2")
@@ -158,29 +224,22 @@ class SimulatedNvml:
         return g
 
     # ------------------------------------------------------------ processes over time
-    def _alive(self, p: dict[str, Any], t: float) -> bool:
-        if t < p.get("start_at", 0) or ("exit_at" in p and t >= p["exit_at"]):
-            return False
-        if p["source"] != "real":
-            return True
-        # A real process frees its GPU memory when it exits, as the driver does. One reading asks
-        # several times per process (memory, lists, samples): through a kept descriptor each ask
-        # is one pread, and exact (StatFiles).
-        stat = self._stats.stat(p["pid"])
-        if stat is None or (stat.state == "Z" and is_defunct(p["pid"])):
-            return False
-        return self._real_start.setdefault(p["pid"], stat.start_ticks) == stat.start_ticks
+    def _live(self, unit: tuple[int, int | None], t: float) -> list[tuple[dict[str, Any], Any]]:
+        """The unit's (process, memory spec) pairs whose process runs at t: within its
+        start_at/exit_at, and for a real process, still running on this host (a driver frees a
+        process's memory when it exits)."""
+        entries = self._by_unit.get(unit, ())
+        real = self._real_pids.get(unit)
+        running = self._real.alive(unit, real) if real else ()
+        return [(p, mem) for p, mem in entries
+                if not (t < p.get("start_at", 0) or ("exit_at" in p and t >= p["exit_at"]))
+                and (p["source"] != "real" or p["pid"] in running)]
 
     def _unit_memory(self, index: int, gi: int | None, t: float) -> tuple[int, int]:
         """(memory used by live processes, memory of listed processes not live now)."""
-        live = gone = 0
-        for p, mem in self._by_unit.get((index, gi), ()):
-            amount = int(value_at(mem, t))
-            if self._alive(p, t):
-                live += amount
-            else:
-                gone += amount
-        return live, gone
+        live = sum(int(value_at(mem, t)) for _, mem in self._live((index, gi), t))
+        listed = sum(int(value_at(mem, t)) for _, mem in self._by_unit.get((index, gi), ()))
+        return live, listed - live
 
     def _used(self, spec: dict[str, Any], index: int, gi: int | None, t: float) -> int:
         live, gone = self._unit_memory(index, gi, t)
@@ -342,7 +401,7 @@ class SimulatedNvml:
         t = self.now()
         units = [(handle.index, handle.gi)] if mig is not None or not g["mig"] else [
             (handle.index, m["gi"]) for m in g["mig"]]
-        used = 2 * 2**20 * sum(self._alive(p, t) for unit in units for p, _ in self._by_unit.get(unit, ()))
+        used = 2 * 2**20 * sum(len(self._live(unit, t)) for unit in units)
         used = min(used, total)
         return self.api.c_nvmlBAR1Memory_t(total, total - used, used)
 
@@ -389,8 +448,8 @@ class SimulatedNvml:
         stamp = int(time.time() * 1e6)
         device_util = int(value_at(g["utilization"], t))
         samples = []
-        for p, _ in self._by_unit.get((handle.index, None), ()):
-            if not self._alive(p, t) or p.get("state") == "zombie":
+        for p, _ in self._live((handle.index, None), t):
+            if p.get("state") == "zombie":
                 continue
             sm = int(value_at(p["sm_util"], t)) if "sm_util" in p else device_util
             if sm > 0 and stamp > lastSeenTimeStamp:
@@ -455,8 +514,8 @@ class SimulatedNvml:
         out = []
         for unit in units:
             ci = next((m["ci"] for m in g["mig"] if m["gi"] == unit[1]), 0xFFFFFFFF)
-            for p, mem in self._by_unit.get(unit, ()):
-                if kind in _TYPE_LISTS[p["type"]] and self._alive(p, t):
+            for p, mem in self._live(unit, t):
+                if kind in _TYPE_LISTS[p["type"]]:
                     fields = {"pid": p["pid"], "usedGpuMemory": int(value_at(mem, t))}
                     if version != "v1":
                         fields["gpuInstanceId"] = 0xFFFFFFFF if unit[1] is None else unit[1]
