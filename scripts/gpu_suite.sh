@@ -24,22 +24,22 @@ if want machine; then
 fi
 if want gpu; then
   step gpu_check
-  timeout 150 $py scripts/gpu_check.py --torch --runs 10 --report "$out/gpu_check.md" >> "$log" 2>&1
+  timeout 100 $py scripts/gpu_check.py --torch --runs 10 --report "$out/gpu_check.md" >> "$log" 2>&1
   echo "gpu_check exit $?" >> "$log"
 fi
 if want visible; then
   step cuda_visible_check
-  timeout 120 $py scripts/cuda_visible_check.py --report "$out/cuda_visible.md" >> "$log" 2>&1
+  timeout 90 $py scripts/cuda_visible_check.py --report "$out/cuda_visible.md" >> "$log" 2>&1
   echo "cuda_visible_check exit $?" >> "$log"
 fi
 if want estimate; then
   step estimate_check
-  timeout 240 $py scripts/estimate_check.py --report "$out/estimate.md" --json "$out/estimate.json" >> "$log" 2>&1
+  timeout 200 $py scripts/estimate_check.py --report "$out/estimate.md" --json "$out/estimate.json" >> "$log" 2>&1
   echo "estimate_check exit $?" >> "$log"
 fi
 if want torch; then
   step torch_gpu_check
-  timeout 180 $py scripts/torch_gpu_check.py --report "$out/torch_check.md" >> "$log" 2>&1
+  timeout 150 $py scripts/torch_gpu_check.py --report "$out/torch_check.md" >> "$log" 2>&1
   echo "torch_gpu_check exit $?" >> "$log"
 fi
 if want cli; then
