@@ -222,14 +222,14 @@ _vram() {{
             {value_options}) (( i++ )); continue ;;
             -*) continue ;;
         esac
-        subs=(${{(f)"$(_vram_subcommands "$path_")"}})
-        (( ${{${{subs%%:*}}[(Ie)$word]}} )) && path_="${{path_:+$path_ }}$word"
+        subs=(${{=$(_vram_names "$path_")}})
+        (( ${{subs[(Ie)$word]}} )) && path_="${{path_:+$path_ }}$word"
     done
     candidates=(${{(f)"$(_vram_values "$path_" "$prev")"}})
     if (( ${{#candidates}} )); then
         compadd -a candidates
-        [[ "$prev" == --simulate ]] && _files
-        return
+        if [[ "$prev" == --simulate ]]; then _files; fi
+        return 0
     fi
     if [[ "$PREFIX" == -* ]]; then
         candidates=(${{(f)"$(_vram_options "$path_")"}})
@@ -238,6 +238,12 @@ _vram() {{
         candidates=(${{(f)"$(_vram_subcommands "$path_")"}})
         (( ${{#candidates}} )) && _describe -t commands command candidates || _files
     fi
+}}
+
+_vram_names() {{
+    case "$1" in
+{names}
+    esac
 }}
 
 _vram_subcommands() {{
@@ -275,6 +281,7 @@ def zsh_script(tree: Command, scenarios: list[str]) -> str:
     commands = _walk(tree)
     return _ZSH.format(
         version=_version(),
+        names=_case_rows((c.path, _sq(" ".join(_names(c)))) for c in commands if c.subcommands),
         subcommands=_case_rows(((c.path, _sq(_zsh_lines((s.path.split()[-1], s.help) for s in c.subcommands)))
                                 for c in commands if c.subcommands), say="print -r --"),
         options=_case_rows(((c.path, _sq(_zsh_lines((n, o.help) for o in c.options for n in o.names)))
