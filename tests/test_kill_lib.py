@@ -10,10 +10,19 @@ import signal
 import stat
 
 import pytest
-from helpers import IGNORE_TERM, proc_state, real_gpu_scenario, start_python, start_sleeper, wait_for
+from helpers import (
+    IGNORE_TERM,
+    clean_env,
+    proc_state,
+    real_gpu_scenario,
+    run_vram,
+    start_python,
+    start_sleeper,
+    wait_for,
+)
 
 from vramkit import procs
-from vramkit.audit import AuditLog, default_path
+from vramkit.audit import SYSTEM_LOG, AuditLog, default_path
 from vramkit.kill import (
     EXITED,
     REFUSED,
@@ -167,6 +176,33 @@ def test_audit_log_default_places(monkeypatch, tmp_path):
     assert default_path() == tmp_path / ".local" / "state" / "vramkit" / "audit.log"
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     assert default_path() == tmp_path / "state" / "vramkit" / "audit.log"
+
+
+def test_a_simulated_machine_has_its_own_audit_log_even_as_root(monkeypatch, tmp_path):
+    # A rehearsal on a scenario must not add lines to the server's real log (root's default).
+    monkeypatch.delenv("VRAM_AUDIT_LOG")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    simulated = tmp_path / "state" / "vramkit" / "audit-simulated.log"
+    for euid in (0, 1000):
+        monkeypatch.setattr(os, "geteuid", lambda euid=euid: euid)
+        assert default_path(simulated=True) == simulated
+        assert AuditLog(context={"simulated": True, "scenario": "demo"}).path == simulated
+    assert AuditLog(context={"simulated": False}).path == tmp_path / "state" / "vramkit" / "audit.log"
+    monkeypatch.setenv("VRAM_AUDIT_LOG", str(tmp_path / "chosen.log"))  # the variable still wins
+    assert default_path(simulated=True) == tmp_path / "chosen.log"
+
+
+def test_vram_kill_on_a_scenario_writes_the_simulated_log(tmp_path):
+    system_before = SYSTEM_LOG.stat() if SYSTEM_LOG.exists() else None
+    env = clean_env(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"))
+    result = run_vram("kill", "--simulate", "demo", "--zombie", "--all-users", "--yes", env=env)
+    log = tmp_path / "state" / "vramkit" / "audit-simulated.log"
+    assert f"audit log: {log}" in result.out, result.out + result.err
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines and all(line["simulated"] is True and line["scenario"] == "demo" for line in lines)
+    system_after = SYSTEM_LOG.stat() if SYSTEM_LOG.exists() else None
+    assert (system_before and (system_before.st_size, system_before.st_mtime_ns)) == \
+        (system_after and (system_after.st_size, system_after.st_mtime_ns))
 
 
 def test_audit_log_creates_private_file_and_directory(tmp_path):

@@ -1,7 +1,10 @@
 """The audit log of `vram kill`: one JSON object a line for every signal, refusal and outcome.
 
 Where: $VRAM_AUDIT_LOG if set; as root /var/log/vramkit/audit.log; otherwise
-$XDG_STATE_HOME/vramkit/audit.log (default ~/.local/state/vramkit/audit.log). The file is
+$XDG_STATE_HOME/vramkit/audit.log (default ~/.local/state/vramkit/audit.log). A kill on a
+simulated machine (its audit context says `simulated`) goes to audit-simulated.log in that
+per-user directory, root's too: a rehearsal must not add lines to the machine's real log, while
+a real process a scenario names still gets its signal on record. The file is
 created with mode 0600 (and tightened to 0600 if it was looser), its directory 0700, and it is
 only ever appended to: one write() per line, so concurrent vram runs do not interleave lines.
 Every line is on disk (fsync) before write() returns: kill writes its "signal" record before
@@ -36,14 +39,14 @@ class AuditError(VramkitError, OSError):
     """The audit log cannot be opened or written. The message names the file."""
 
 
-def default_path() -> Path:
+def default_path(simulated: bool = False) -> Path:
     env = os.environ.get("VRAM_AUDIT_LOG")
     if env:
         return Path(env)
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not simulated:
         return SYSTEM_LOG
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "vramkit" / "audit.log"
+    return Path(base) / "vramkit" / ("audit-simulated.log" if simulated else "audit.log")
 
 
 def _open_directory(path: Path, fail: Any) -> int:
@@ -116,7 +119,7 @@ def caller() -> dict[str, Any]:
 
 class AuditLog:
     def __init__(self, path: Path | str | None = None, context: dict[str, Any] | None = None):
-        self.path = Path(path) if path is not None else default_path()
+        self.path = Path(path) if path is not None else default_path(bool((context or {}).get("simulated")))
         # Fields every line carries: caller, host, simulated scenario, the command line.
         self.context = {"caller": caller(), "host": os.uname().nodename, **(context or {})}
         self._fd: int | None = None

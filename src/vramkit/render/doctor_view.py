@@ -117,7 +117,7 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
         lines += _wrap(sanitize(f.how), 5, width)
     if any(f.saves_bytes is None for f in ex.fixes):
         lines.append(style.paint("     (a fix without a number: its saving depends on what the log does not say; "
-                                  "give --model and --batch-size)", "dim"))
+                                  "give --model and --batch)", "dim"))
     notes = list(ex.notes) + ([live_note] if live_note else [])
     for n in notes:
         lines.append(style.paint(f"note: {n}", "dim"))
