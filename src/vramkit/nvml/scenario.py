@@ -7,18 +7,30 @@ wrong type or an impossible number is a ScenarioError whose message names the fi
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import VramkitError
 from ..units import format_size, parse_duration, parse_size
 
-SCENARIO_DIR = Path(__file__).parent / "scenarios"
+# json and pathlib are imported where they are used: `vram status` on a real driver imports this
+# module (for ScenarioError) and loads no scenario; pathlib alone costs ~4 ms (urllib, ipaddress).
+_BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    SCENARIO_DIR: Path  # the bundled scenarios' directory
+else:
+    def __getattr__(name: str) -> Any:
+        if name == "SCENARIO_DIR":
+            from pathlib import Path
+
+            return Path(_BUNDLED)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 GPU_FIELDS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_used", "memory_reserved",
@@ -63,30 +75,46 @@ class Scenario:
 
 
 def bundled_names() -> list[str]:
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
+    return sorted(name[:-5] for name in os.listdir(_BUNDLED) if name.endswith(".json"))
 
 
-def resolve(name_or_path: str) -> Path:
-    """A bundled scenario name (`demo`) or a path to a JSON file."""
-    candidate = SCENARIO_DIR / f"{name_or_path}.json"
-    if "/" not in name_or_path and not name_or_path.endswith(".json") and candidate.exists():
-        return candidate
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
+def _find(name_or_path: str) -> tuple[str, str]:
+    """(the file, its label in messages: the name of a bundled scenario, else the path)."""
+    if "/" not in name_or_path and not name_or_path.endswith(".json"):
+        candidate = os.path.join(_BUNDLED, f"{name_or_path}.json")
+        if os.path.exists(candidate):
+            return candidate, name_or_path
+    if os.path.isfile(name_or_path):
+        bundled = os.path.dirname(name_or_path) == _BUNDLED
+        return name_or_path, _stem(name_or_path) if bundled else name_or_path
     raise ScenarioError(
         f"no scenario {name_or_path!r}: not a bundled name ({', '.join(bundled_names())}) "
         "and not a file"
     )
 
 
+def resolve(name_or_path: str) -> Path:
+    """A bundled scenario name (`demo`) or a path to a JSON file."""
+    from pathlib import Path
+
+    return Path(_find(name_or_path)[0])
+
+
+def _stem(path: str) -> str:
+    base = os.path.basename(path)
+    return base.rsplit(".", 1)[0] if "." in base.lstrip(".") else base
+
+
 def load(name_or_path: str) -> Scenario:
-    path = resolve(name_or_path)
-    label = path.stem if path.parent == SCENARIO_DIR else str(path)
+    import json
+
+    path, label = _find(name_or_path)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
+        if os.stat(path).st_size > MAX_FILE_BYTES:
             raise ScenarioError(f"{label}: larger than {format_size(MAX_FILE_BYTES)}: not a scenario")
-        data = json.loads(path.read_text(), parse_int=_bounded_int)
+        with open(path) as f:
+            text = f.read()
+        data = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as e:
         raise ScenarioError(f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except _BadNumber as e:
@@ -124,6 +152,8 @@ def _clip(text: str, limit: int = 60) -> str:
 
 def _show(value: Any) -> str:
     """A value as JSON for an error message, on one line, cut to a readable length."""
+    import json
+
     try:
         text = json.dumps(value)
     except (ValueError, RecursionError):
@@ -316,7 +346,7 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
                    "list one process once with several entries in 'gpus'")
         pids[p["pid"]] = i
     _check_memory_fits(c, gpus, processes)
-    name = data.get("name", Path(label).stem)
+    name = data.get("name", _stem(label))
     return Scenario(name=str(name), source=label, data=data, gpus=gpus, processes=processes)
 
 
