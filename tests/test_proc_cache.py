@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from helpers import minimal_scenario
+from helpers import cmdline, minimal_scenario, wait_for
 
 import vramkit
+from vramkit import procs
 
 
 def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
@@ -52,3 +53,14 @@ def test_stat_files_keep_one_descriptor_per_process_and_never_read_a_gone_one(ch
     stats.forget_all_but(set())
     assert len(os.listdir("/proc/self/fd")) == before
     stats.close()
+
+
+def test_a_long_command_line_is_read_whole_up_to_the_bound(children):
+    # Longer than one read (8 KiB), so the reading loops; then a bound smaller than the file.
+    argv = [sys.executable, "-c", "import time; time.sleep(600)", *(f"arg{i}={'x' * 90}" for i in range(400))]
+    child = children.start(argv)
+    base = f"/proc/{child.pid}"
+    assert wait_for(lambda: cmdline(child.pid).endswith(b"x\0"))
+    assert procs.ProcessTable._cmdline(base) == " ".join(argv)
+    assert procs._read_proc_file(f"{base}/cmdline", 20_000) == cmdline(child.pid)[:20_000]
+    assert procs._read_proc_file(f"{base}/no-such-file", 100) is None

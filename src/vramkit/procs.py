@@ -231,6 +231,33 @@ class StatFiles:
             pass
 
 
+MAX_CMDLINE_BYTES = 256 * 1024  # a command line is another user's text: bounded (ARG_MAX is ~2 MiB)
+MAX_CGROUP_BYTES = 64 * 1024
+
+
+def _read_proc_file(path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of a /proc file (None: unreadable). Plain os reads: a one-shot
+    `vram status` reads two such files per process, and open() costs twice as much."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, min(limit - size, 8192))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 class ProcessTable:
     """Reads processes from /proc, remembering what does not change between reads."""
 
@@ -281,21 +308,15 @@ class ProcessTable:
 
     @staticmethod
     def _cmdline(base: str) -> str:
-        try:
-            with open(f"{base}/cmdline", "rb") as f:
-                raw = f.read()
-        except OSError:
-            return ""
-        return sanitize(raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace"))
+        raw = _read_proc_file(f"{base}/cmdline", MAX_CMDLINE_BYTES)
+        return sanitize(raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")) if raw else ""
 
     @staticmethod
     def _container(base: str) -> str | None:
-        try:
-            with open(f"{base}/cgroup") as f:
-                text = f.read()
-        except OSError:
+        raw = _read_proc_file(f"{base}/cgroup", MAX_CGROUP_BYTES)
+        if raw is None:
             return None
-        match = _CONTAINER_RE.search(text)
+        match = _CONTAINER_RE.search(raw.decode(errors="replace"))
         if not match:
             return None
         return (match.group(1) or match.group(2))[:12]
