@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -52,3 +53,36 @@ def test_simulation_does_not_need_pynvml():
     # The simulator mirrors pynvml's constants and errors (nvml/compat.py) instead of importing it.
     names = _imported_by("status", "--simulate", "demo")
     assert "vramkit.nvml.compat" in names and "pynvml" not in names
+
+
+# What `vram status` imports may cost at most this many times a bare interpreter's start (CPU
+# time, best of 5 each, measured in this test). Today ~4x; an eager import of rich, psutil or the
+# estimator adds 2x or more. Generous, so that a busy machine does not fail it.
+IMPORT_BUDGET = 7.0
+
+
+def _cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
+    """User + system CPU seconds of one run of argv."""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, argv
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_status_imports_cost_a_few_bare_interpreter_starts(tmp_path):
+    modules = sorted(n for n in _imported_by("status", "--simulate", "demo") if n.split(".")[0] == "vramkit")
+    # Bytecode cached (in tmp_path) for both, as after an install: compiling is not importing.
+    env = clean_env(PYTHONDONTWRITEBYTECODE=None, PYTHONPYCACHEPREFIX=str(tmp_path))
+    bare = [sys.executable, "-c", "pass"]
+    status = [sys.executable, "-c", "import " + ", ".join(modules)]
+    for argv in (bare, status):  # warm-up: bytecode, page cache
+        _cpu_seconds(argv, env)
+    bare_best = status_best = float("inf")
+    for _ in range(5):
+        bare_best = min(bare_best, _cpu_seconds(bare, env))
+        status_best = min(status_best, _cpu_seconds(status, env))
+    ratio = status_best / max(bare_best, 1e-3)
+    assert ratio <= IMPORT_BUDGET, (f"importing what `vram status` imports took {status_best * 1000:.1f} ms of CPU, "
+                                    f"{ratio:.1f}x a bare python ({bare_best * 1000:.1f} ms); budget "
+                                    f"{IMPORT_BUDGET}x: python -X importtime -m vramkit status --simulate demo")
