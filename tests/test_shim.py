@@ -352,3 +352,101 @@ def test_bar1_memory_follows_the_large_bar_layout():
     part = sim.nvmlDeviceGetBAR1MemoryInfo(SimHandle(0, 1))  # 3g.40gb: 40192 of 81559 MiB
     assert part.bar1Total == 128 * GiB * 40192 // 81559 // MiB * MiB
     assert part.bar1Free + part.bar1Used == part.bar1Total
+
+
+# ---------------------------------------------------------------- vram sim spawn: real placeholders
+
+DEMO_ZOMBIE = 29044  # carol's defunct process in demo.json
+
+
+def _scenario_memory(name: str) -> dict[tuple[int, int], int]:
+    """(GPU, scenario pid) -> bytes, from the bundled scenario's own JSON (t=0)."""
+    from vramkit.units import parse_size
+
+    data = json.loads((Path(__import__("vramkit").__file__).parent / "nvml" / "scenarios" / f"{name}.json").read_text())
+    return {(int(gpu), p["pid"]): parse_size(mem) for p in data["processes"] if not p.get("start_at")
+            for gpu, mem in p["gpus"].items() if isinstance(mem, str)}
+
+
+def _spawned(tmp_path: Path, peer: list[str], scenario: str = "demo") -> tuple[str, dict[int, int]]:
+    """Run `peer` under `vram sim spawn --simulate SCENARIO`; its stdout, and the placeholders'
+    pids keyed by the scenario's (from the written file, which is matched entry by entry)."""
+    shim = write_shim(tmp_path / "shim").parent
+    out = tmp_path / "real.json"
+    result = _run([sys.executable, "-m", "vramkit", "sim", "spawn", "--simulate", scenario, "-o", str(out),
+                   "--", *peer], shim, None)
+    written = json.loads(out.read_text())
+    original = json.loads((Path(__import__("vramkit").__file__).parent / "nvml" / "scenarios"
+                           / f"{scenario}.json").read_text())
+    pids = {a["pid"]: b["pid"] for a, b in zip(original["processes"], written["processes"])}
+    assert all(p["source"] == "real" for p in written["processes"]), written
+    return result.stdout, pids
+
+
+@pytest.mark.slow
+def test_gpustat_lists_the_placeholders_of_demo(tmp_path):
+    # Through the shim alone gpustat lists none of demo's processes: their pids are in no /proc.
+    text, pids = _spawned(tmp_path, [*_program("gpustat", "gpustat"), "--json"])
+    seen = {(g["index"], p["pid"]): p["gpu_memory_usage"] for g in json.loads(text)["gpus"] for p in g["processes"]}
+    expected = {(gpu, pids[pid]): mem // MiB for (gpu, pid), mem in _scenario_memory("demo").items()}
+    assert expected and {key: seen.get(key) for key in expected} == expected, (seen, expected)
+    assert any(pid == pids[DEMO_ZOMBIE] for _, pid in seen)  # psutil finds a real zombie in /proc
+    assert all(_state(real) is None for real in pids.values())  # all ended once spawn returned
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.slow
+def test_nvitop_lists_the_placeholders_of_demo(tmp_path):
+    text, pids = _spawned(tmp_path, [*_program("nvitop", "nvitop"), "-1", "--ascii"])
+    rows = re.findall(r"^\|\s+(\d+)\s+(\d+)\s+(C\+G|C|G|X)\s", text, re.M)
+    seen = {(int(gpu), int(pid)) for gpu, pid, _ in rows}
+    # nvitop leaves zombies out of its table (it does with real ones on a real driver too).
+    expected = {(gpu, pids[pid]) for gpu, pid in _scenario_memory("demo") if pid != DEMO_ZOMBIE}
+    assert expected <= seen, text
+    assert all(_state(real) is None for real in pids.values())
+
+
+def test_spawn_without_a_command_runs_until_sigterm_and_ends_its_placeholders(tmp_path):
+    out = tmp_path / "real.json"
+    proc = subprocess.Popen([sys.executable, "-m", "vramkit", "sim", "spawn", "--simulate", "demo", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        line = proc.stdout.readline()  # said once the file is written and every placeholder runs
+        assert "placeholder processes stand in" in line and str(out) in line, line + proc.stderr.read()
+        placeholders = json.loads(out.read_text())["processes"]
+        states = {p["pid"]: _state(p["pid"]) for p in placeholders}
+        now = {p["pid"] for p in placeholders if not p.get("start_at")}  # one of demo's starts at 20 s
+        assert states and all(state in ("S", "Z") for state in states.values()), states
+        assert list(states.values()).count("Z") == 1  # demo's one zombie is a real one
+        # vram sees the placeholders as it would any real process: ps lists each of them.
+        listed = {p["pid"] for p in json.loads(_vram("ps", "--json", scenario=out).stdout)["processes"]}
+        assert listed == now
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert all(_state(pid) is None for pid in states), {pid: _state(pid) for pid in states}
+
+
+def test_spawn_needs_a_scenario_and_refuses_a_symlinked_file(tmp_path):
+    result = _vram("sim", "spawn", "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith("vram: error: --simulate: which scenario?"), \
+        result.stderr
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    result = _vram("sim", "spawn", "--simulate", "demo", "-o", str(tmp_path / "link.json"), "--", "true")
+    assert result.returncode == 2 and "it is a symlink" in result.stderr, result.stderr
+    assert not (tmp_path / "elsewhere.json").exists()
+
+
+def test_spawn_exits_with_the_command_s_code():
+    assert _vram("sim", "spawn", "--simulate", "demo", "--", "sh", "-c", "exit 7").returncode == 7

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shlex
+import sys
 from typing import TYPE_CHECKING
 
 from ..nvml import scenario as scenarios
 from .commands import COMMANDS
-from .common import HelpFormatter
+from .common import HelpFormatter, UsageError
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -27,6 +29,28 @@ examples:
   vram status --simulate my.json   use it
   vram sim shim /tmp/vram-shim     a pynvml for other programs (gpustat, nvitop) on a scenario:
                                    PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=demo gpustat
+  vram sim spawn --simulate demo -- gpustat
+                                   the same with real processes, which gpustat and nvitop list
+"""
+
+SPAWN_DESCRIPTION = """\
+Start a real placeholder process for every made-up process of a scenario, write the scenario with
+their pids, and keep them running until CMD exits (or, without CMD, until Ctrl-C or SIGTERM). A
+bundled scenario's pids belong to no process, and gpustat and nvitop drop a pid they cannot find
+in /proc: through the shim (vram sim shim) they list no processes. With the placeholders they
+list them, with the scenario's memory, GPUs and timelines; the user, command, age, CPU and RSS
+are the placeholders' own (sleep, started by you), as every program reads them from /proc. A
+zombie in the scenario is a real zombie, a stopped one is stopped.
+
+CMD runs with VRAM_SIMULATE set to the written scenario; vram exits with its exit code. The file's
+pids mean nothing once this command has ended.
+
+examples:
+  vram sim shim /tmp/shim
+  PYTHONPATH=/tmp/shim vram sim spawn --simulate demo -- gpustat
+  PYTHONPATH=/tmp/shim vram sim spawn --simulate demo -- nvitop -1
+  vram sim spawn --simulate demo -o /tmp/demo-real.json    until Ctrl-C; meanwhile, elsewhere:
+                                   VRAM_SIMULATE=/tmp/demo-real.json vram ps
 """
 
 SHIM_DESCRIPTION = """\
@@ -85,6 +109,15 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                               formatter_class=HelpFormatter)
     shim.add_argument("directory", metavar="DIR", help="where to write pynvml.py (created if needed)")
     shim.set_defaults(run=run_shim)
+    spawn = sim_sub.add_parser("spawn", help="real placeholder processes for a scenario's, for gpustat and nvitop",
+                               description=SPAWN_DESCRIPTION, parents=parents, formatter_class=HelpFormatter,
+                               usage="vram sim spawn [--simulate NAME|FILE] [-o FILE] [-- CMD [ARGS...]]")
+    spawn.add_argument("-o", "--output", metavar="FILE",
+                       help="write the scenario with the placeholders' pids here (default: a private "
+                            "temporary file, removed when this command ends)")
+    spawn.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                       help="a command to run while the placeholders live (with VRAM_SIMULATE set to the file)")
+    spawn.set_defaults(run=run_spawn)
     p.set_defaults(sim_parser=p)
 
 
@@ -127,3 +160,47 @@ def run_shim(args: argparse.Namespace) -> int:
     else:
         print(f"  export VRAM_SIMULATE=demo    # or: {', '.join(scenarios.bundled_names())}, or a scenario JSON file")
     return 0
+
+
+def run_spawn(args: argparse.Namespace) -> int:
+    import signal
+    import tempfile
+
+    from .. import launch
+    from ..nvml.placeholders import Placeholders
+
+    command = list(args.argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
+    if not chosen:
+        raise UsageError("--simulate: which scenario? (a bundled name such as demo, or a scenario JSON file)")
+    scenario = scenarios.load(chosen)  # a bad scenario fails here, before anything is started
+    with tempfile.TemporaryDirectory(prefix="vram-spawn-") as private, Placeholders(scenario.data) as placeholders:
+        output = os.path.abspath(args.output) if args.output else os.path.join(private, f"{scenario.name}-real.json")
+        _write_new(output, json.dumps(placeholders.scenario, indent=1) + "\n")
+        scenarios.load(output)  # what we wrote must load as the scenario did
+        say = sys.stderr if command else sys.stdout
+        print(f"vram: {len(placeholders.pids)} placeholder processes stand in for those of scenario "
+              f"'{scenario.name}' in {output}", file=say, flush=True)
+        if command:
+            return launch.run(command, {**os.environ, "VRAM_SIMULATE": output})
+        print(f"  export VRAM_SIMULATE={shlex.quote(output)}", file=say)
+        print("vram: they run until Ctrl-C (or SIGTERM)", file=say, flush=True)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind, ending the placeholders
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        return 0
+
+
+def _write_new(path: str, text: str) -> None:
+    """Write `path` afresh, never through a symlink planted there (O_NOFOLLOW)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        why = "it is a symlink" if e.errno == errno.ELOOP else e.strerror
+        raise UsageError(f"{path}: cannot write it: {why}", param="output") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
