@@ -96,6 +96,16 @@ def scenario(pids: list[int], real: bool, gpus: int = 8, name: str = "bench") ->
     }
 
 
+def program_env(src: Path | None = None) -> dict[str, str]:
+    """This environment for a measured program: bytecode cached, as after a normal install
+    (PYTHONDONTWRITEBYTECODE would make vram compile its own modules on every run, ~35 ms, while
+    the peers' .pyc came with pip); no scenario; vramkit from `src` (an older tree's src/) if given."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE")}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    return env
+
+
 def write_scenario(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data, indent=1))
     return path
@@ -172,7 +182,7 @@ def cpu_seconds(pid: int) -> float:
 def shim_env(shim_dir: Path, scenario_file: Path) -> dict[str, str]:
     """This environment with the pynvml shim first on the path, on `scenario_file`: what a peer
     (and vram on its driver path) runs under. Bytecode is cached for all, as after an install."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE")}
+    env = program_env()
     env.update(PYTHONPATH=str(shim_dir), VRAM_SIMULATE=str(scenario_file))
     return env
 

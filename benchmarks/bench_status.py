@@ -32,6 +32,7 @@ from _machine import (  # noqa: E402
     Sleepers,
     environment,
     median_ms,
+    program_env,
     scenario,
     shim_env,
     write_scenario,
@@ -47,15 +48,6 @@ VRAM, PEER = "vram status", "nvitop -1"
 def _command(script: str, module: str, *args: str) -> list[str]:
     path = BIN / script
     return [str(path), *args] if path.exists() else [sys.executable, "-m", module, *args]
-
-
-def _plain_env(src: Path | None) -> dict[str, str]:
-    # Cached bytecode for every program, as after a normal install: PYTHONDONTWRITEBYTECODE would
-    # make vram compile its own modules on every run (~35 ms) while the peers' .pyc came with pip.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE")}
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
-    return env
 
 
 def _on_shim(shim: Path, scenario_file: Path, src: Path | None) -> dict[str, str]:
@@ -78,7 +70,7 @@ def _time(cmd: list[str], env: dict[str, str]) -> float:
 def _imports(scenario_file: Path) -> tuple[set[str], list[tuple[int, str]]]:
     """Top-level packages `vram status` imports, and its slowest imports (cumulative µs, module)."""
     cmd = [sys.executable, "-X", "importtime", "-m", "vramkit", "status", "--simulate", str(scenario_file)]
-    result = subprocess.run(cmd, env=_plain_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    result = subprocess.run(cmd, env=program_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, check=True)
     modules, slow = set(), []
     for line in result.stderr.splitlines():
@@ -113,7 +105,7 @@ def measure(gpus: int, processes: int, runs: int, gpustat: bool, tmp: Path, shim
             VRAM: ([sys.executable, "-c", VRAM_VIA_DRIVER, "status"], on_shim),
             PEER: (_command("nvitop", "nvitop", "-1"), on_shim),
             "vram --simulate": (_command("vram", "vramkit", "status", "--simulate", str(scenario_file)),
-                                _plain_env(src)),
+                                program_env(src)),
         }
         if gpustat:
             programs["gpustat"] = (_command("gpustat", "gpustat"), on_shim)

@@ -1,5 +1,7 @@
 """What a snapshot is made of: plain dataclasses, no logic, shared by every layer.
 
+Each class has a docstring: without one, @dataclass builds it from inspect.signature() at import.
+
 A value of None means N/A: the driver does not support the field, refused it, or the
 host cannot see it. The reason is kept next to it (Device.na, GpuProcess.host_missing);
 a missing value is never shown as 0.
@@ -12,6 +14,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class MigDevice:
+    """One MIG instance of a GPU: its memory as NVML reports it."""
+
     gi: int  # GPU instance id
     ci: int | None  # compute instance id
     uuid: str | None
@@ -23,6 +27,8 @@ class MigDevice:
 
 @dataclass
 class GpuProcess:
+    """One process on one GPU (or MIG instance): what the driver says, joined with the host side."""
+
     pid: int
     gpu: int  # NVML index of the GPU
     gpu_uuid: str | None
@@ -60,6 +66,8 @@ class GpuProcess:
 
 @dataclass
 class Device:
+    """One GPU: what NVML reports, with `na` saying why a None field is missing."""
+
     index: int
     uuid: str | None = None
     name: str | None = None
@@ -84,6 +92,8 @@ class Device:
 
 @dataclass
 class Snapshot:
+    """Every GPU and the processes holding their memory, read once."""
+
     time: float  # unix seconds
     gpus: list[Device]
     simulated: bool = False

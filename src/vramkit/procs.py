@@ -52,6 +52,8 @@ def sanitize(text: str) -> str:
 
 @dataclass
 class HostProcess:
+    """A process's host side, from /proc (or a scenario's made-up process)."""
+
     pid: int
     user: str | None
     uid: int | None

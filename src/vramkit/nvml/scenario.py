@@ -67,6 +67,8 @@ class ScenarioError(VramkitError, ValueError):
 
 @dataclass
 class Scenario:
+    """A validated scenario: its GPUs and processes with every default filled in."""
+
     name: str
     source: str  # the file it came from
     data: dict[str, Any]

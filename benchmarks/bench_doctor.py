@@ -1,0 +1,148 @@
+"""`vram doctor LOG` on large training logs, against the floor measured in the same run.
+
+The logs: training progress lines (seeded, ~100 bytes each) of 1, 10 and 100 MB, with a caught
+out-of-memory message a third of the way in and the one that ended the job (a real PyTorch
+traceback, tests/fixtures/oom/) at the end. Two measures, each against its floor:
+
+- whole process: `vram doctor LOG --no-live` (stdout a pipe, cached bytecode) against a Python
+  process that reads the same file and finds the last out-of-memory marker with bytes.rfind
+  (what any reader of the log has to do at least). Runs interleaved, medians compared.
+- in process: `find_oom(text)` against `text.rfind(marker)` for each marker, on the same text.
+
+Target: `vram doctor` on the 10 MB log in at most 0.1 s, and its time growing no faster than the
+log (ms per MB flat or falling: it searches the log's last 4 MiB and counts the lines before).
+
+    .venv/bin/python benchmarks/bench_doctor.py [--sizes 1,10,100] [--runs 9] [--vramkit-src DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import BIN, ROOT, environment, median_ms, program_env  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "oom"
+MB = 10**6
+TARGET_MS, TARGET_MB = 100.0, 10
+# The floor: read the whole file, find the last marker of an out-of-memory message.
+MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+           "Unable to find a valid cuDNN algorithm", "DefaultCPUAllocator: ")
+FLOOR = f"""\
+import sys
+data = open(sys.argv[1], "rb").read()
+print(max(data.rfind(m) for m in {tuple(m.encode() for m in MARKERS)!r}))
+"""
+
+
+def write_log(path: Path, size: int, seed: int = 19) -> Path:
+    """A training log of about `size` bytes ending in a CUDA out-of-memory traceback."""
+    rng = random.Random(seed)
+    caught = (FIXTURES / "training_log_two_ooms.txt").read_text().splitlines()[1] + "\n"
+    ending = (FIXTURES / "cuda_2_2_two_processes_private_pools.txt").read_text()
+    lines, written, step = [], 0, 0
+    while written < size - len(ending):
+        if step == 0 or written < size // 3 <= written + 120:
+            line = caught if step else "[2026-11-30 09:00:00] starting run 19 on 8 GPUs\n"
+        else:
+            line = (f"[2026-11-30 {9 + step // 3600 % 12:02d}:{step // 60 % 60:02d}:{step % 60:02d}] "
+                    f"epoch {step // 5000} step {step} loss {rng.uniform(0.5, 3):.4f} lr {3e-4:.1e} "
+                    f"grad_norm {rng.uniform(0, 2):.3f} tok/s {rng.randint(40000, 90000)}\n")
+        lines.append(line)
+        written += len(line)
+        step += 1
+    path.write_text("".join(lines) + ending)
+    return path
+
+
+def _time(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"bench_doctor: {' '.join(cmd)[:200]} exited {result.returncode}: "
+                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
+    return elapsed
+
+
+def in_process(path: Path, repeat: int = 5) -> tuple[float, float]:
+    """(find_oom ms, literal-scan ms) on the log's text, best of `repeat`."""
+    from vramkit.doctor.oom import find_oom
+
+    text = path.read_text()
+    report = find_oom(text)
+    if report is None or report.form != "2.2+":
+        raise SystemExit(f"bench_doctor: find_oom did not find the final message in {path}")
+    best_find = best_scan = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        find_oom(text)
+        best_find = min(best_find, time.perf_counter() - start)
+        start = time.perf_counter()
+        max(text.rfind(m) for m in MARKERS)
+        best_scan = min(best_scan, time.perf_counter() - start)
+    return best_find * 1000, best_scan * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,10,100", help="log sizes in MB (default 1,10,100)")
+    ap.add_argument("--runs", type=int, default=9, help="timed runs of each command per size (default 9)")
+    ap.add_argument("--vramkit-src", type=Path, metavar="DIR",
+                    help="run vramkit from this source tree (the src/ of an older checkout: before/after)")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    src = args.vramkit_src.resolve() if args.vramkit_src else None
+    env = program_env(src)
+    if src is not None:
+        sys.path.insert(0, str(src))  # the in-process measure too
+    vram = [str(BIN / "vram")] if (BIN / "vram").exists() and src is None else [sys.executable, "-m", "vramkit"]
+
+    print(f"bench_doctor: logs of {', '.join(f'{s} MB' for s in sizes)}, {args.runs} interleaved runs each; "
+          f"{environment()}" + (f"\nvramkit from {src}" if src else ""))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vram-bench-doctor-") as tmp:
+        for size in sizes:
+            log = write_log(Path(tmp) / f"train-{size}MB.log", size * MB)
+            programs = {"vram": [*vram, "doctor", str(log), "--no-live"],
+                        "floor": [sys.executable, "-c", FLOOR, str(log)]}
+            for cmd in programs.values():  # warm-up: page cache, .pyc files
+                _time(cmd, env)
+            samples: dict[str, list[float]] = {name: [] for name in programs}
+            for r in range(args.runs):
+                for name in (["vram", "floor"] if r % 2 == 0 else ["floor", "vram"]):
+                    samples[name].append(_time(programs[name], env))
+            find_ms, scan_ms = in_process(log)
+            rows.append((size, median_ms(samples["vram"]), min(samples["vram"]) * 1000,
+                         max(samples["vram"]) * 1000, median_ms(samples["floor"]), find_ms, scan_ms))
+
+    print(f"\n{'log':>7} {'vram doctor':>12} {'min':>9} {'max':>9} {'per MB':>9} {'floor':>9} {'vs floor':>9}"
+          f"   {'find_oom':>9} {'rfind':>8} {'vs rfind':>8}")
+    for size, med, low, high, floor, find_ms, scan_ms in rows:
+        print(f"{size:>4} MB {med:10.1f}ms {low:7.1f}ms {high:7.1f}ms {med / size:7.2f}ms {floor:7.1f}ms "
+              f"{med / floor:8.2f}x   {find_ms:7.2f}ms {scan_ms:6.2f}ms {find_ms / scan_ms:7.2f}x")
+    print("floor: a python process that reads the whole log and finds the last marker (bytes.rfind); "
+          "find_oom / rfind: in process, on the same text (best of 5)")
+    by_size = {size: med for size, med, *_ in rows}
+    if TARGET_MB in by_size:
+        ok = by_size[TARGET_MB] <= TARGET_MS
+        print(f"target (vram doctor on a {TARGET_MB} MB log in at most {TARGET_MS:.0f} ms): "
+              f"{'MET' if ok else 'NOT MET'} ({by_size[TARGET_MB]:.1f} ms)")
+    per_mb = [med / size for size, med, *_ in rows]
+    linear = all(later <= earlier * 1.2 for earlier, later in zip(per_mb, per_mb[1:]))
+    print(f"ms per MB as the log grows: {', '.join(f'{v:.2f}' for v in per_mb)}: "
+          f"{'no faster than linear' if linear else 'FASTER THAN LINEAR'}")
+    print(f"median of the in-process ratios: {statistics.median(f / s for *_, f, s in rows):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
