@@ -35,7 +35,7 @@ from ..render.banner import banner
 from ..render.style import Style
 from ..units import parse_gpu_list
 from . import rows as R
-from .panels import alerts_text, gpu_panel
+from .panels import alerts_text, gpu_panel, name_cells
 from .screens import AlertsScreen, DetailScreen, HelpScreen
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
@@ -289,8 +289,9 @@ class TopApp(App[None]):
         two_lines = self.size.height >= 2 * len(snap.gpus) + 20
         alerting = {a.gpu for a in self.alerts if a.severity == "critical"}
         chart = self.charts.shown
+        names = name_cells(snap.gpus)
         panels = [gpu_panel(g, chart.samples(g.index, g.memory_total), snap.time, width, two_lines, chart.span,
-                            g.index in alerting) for g in snap.gpus]
+                            g.index in alerting, names) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]
         self.query_one("#gpus", Static).update(Text("\n").join(panels))

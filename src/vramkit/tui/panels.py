@@ -13,6 +13,7 @@ from ..model import Device
 from ..render import fmt
 from ..render.sparkline import buckets, spark
 from ..render.style import level_color
+from ..render.text_width import cells, fit, pad
 from .timeline import range_label
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -30,10 +31,17 @@ def bar(fraction: float | None, width: int, color: str) -> Text:
     return Text.assemble((filled, color), ("░" * (width - len(filled)), "dim"))
 
 
+def name_cells(devices: list[Device]) -> int:
+    """The columns the GPU names take in every panel: the widest short name. The same for all, so
+    that bars and numbers line up from one GPU to the next (an H100 above an L40S)."""
+    return max((cells(fmt.short_gpu_name(d.name)) for d in devices if not d.lost), default=0)
+
+
 def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
-              span: float = 300.0, alerting: bool = False) -> Text:
+              span: float = 300.0, alerting: bool = False, names: int | None = None) -> Text:
     """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
-    layouts the history sparklines); line 2, when there is room, memory and utilization history."""
+    layouts the history sparklines); line 2, when there is room, memory and utilization history.
+    `names`: the columns for the GPU's name (name_cells of all panels); default its own name's."""
     index = Text(f"{dev.index:>2} ", style="bold red" if alerting else "bold")
     if dev.lost:
         line = Text.assemble(index, ("LOST", "bold red"), f"  {dev.error or 'GPU is lost'}")
@@ -54,13 +62,14 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
     tail = f" {fmt.temp(dev.temperature):>5} {power:>{power_w}}"
     mem_text = f" {pair:>12} {share:>4}"
     name = fmt.short_gpu_name(dev.name)
+    wanted = cells(name) if names is None else names
     if two_lines:
         fixed = 3 + 1 + 4 + len(mem_text) + 7 + 5 + len(tail)
         room = max(8, width - fixed)
-        name_w = min(len(name), max(6, room // 3))
+        name_w = min(wanted, max(6, room // 3))
         bar_w = max(4, min(30, (room - name_w) * 2 // 3))
         util_w = max(0, min(12, room - name_w - bar_w))
-        line1 = Text.assemble(index, (f"{_clip(name, name_w):<{name_w}}", ""), " mem ", bar(frac, bar_w, color),
+        line1 = Text.assemble(index, (pad(fit(name, name_w), name_w), ""), " mem ", bar(frac, bar_w, color),
                               (mem_text, color), "  util ", bar(None if util is None else util / 100, util_w, "cyan"),
                               f" {fmt.pct(util):>4}", tail)
         spark_w = max(4, (width - 3 - 4 - 7 - 6) // 2)
@@ -74,19 +83,15 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
     # One line: index, name, bar, used/total, %, memory history, util %, util history, temp, power.
     fixed = 3 + 1 + len(mem_text) + 1 + 6 + 4 + 1 + len(tail)
     room = max(12, width - fixed)
-    name_w = min(len(name), max(5, room // 4))
+    name_w = min(wanted, max(5, room // 4))
     bar_w = max(3, min(20, (room - name_w) // 3))
     spark_w = max(2, (room - name_w - bar_w - 2) // 2)
-    line = Text.assemble(index, f"{_clip(name, name_w):<{name_w}} ", bar(frac, bar_w, color), (mem_text, color), " ",
+    line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color), " ",
                          (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or "green"),
                          f" util{fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), "cyan"),
                          tail)
     line.truncate(width)
     return line
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def alerts_text(alerts: list[Alert], width: int, max_lines: int) -> Text:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..model import Device, GpuProcess, Snapshot
 from ..render import fmt
+from ..render.text_width import fit
 from ..units import format_size
 
 SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
@@ -148,7 +149,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
     if p is None:
         values = {c: "" for c in columns}
         values["pid"] = str(row.parent_pid)
-        values["command"] = clip("(parent: holds no GPU memory)", command_width)
+        values["command"] = fit("(parent: holds no GPU memory)", command_width)
         return [values[c] for c in columns]
     dev = snap_gpus.get(p.gpu)
     total = dev.memory_total if dev is not None else None
@@ -157,7 +158,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
     values = {
         "gpu": f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}",
         "pid": str(p.pid),
-        "user": p.user or "?",
+        "user": fit(p.user or "?", WIDTHS["user"]),  # by display width: a CJK name is 2 columns a character
         "memory": format_size(p.memory),
         "share": fmt.pct(share),
         "util": fmt.pct(dev.utilization if dev is not None else None),
@@ -165,13 +166,9 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
         "rss": format_size(p.rss),
         "elapsed": fmt.elapsed(p),
         "flags": ",".join(fmt.flags(p)) or "-",
-        "command": clip(row.prefix + command, command_width),
+        "command": fit(row.prefix + command, command_width),
     }
     return [values[c] for c in columns]
-
-
-def clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 # Widths of the fixed columns (the command takes what is left).

@@ -1,0 +1,80 @@
+"""`vram top` measures text by display width: GPU panels line up whatever the GPUs' names, and
+table cells with CJK or emoji are cut to the columns they get (issue 14 item 17)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import minimal_scenario
+
+from vramkit.render.text_width import cells
+from vramkit.snapshot import open_machine
+from vramkit.tui.app import TopApp
+from vramkit.tui.rows import WIDTHS
+
+CJK_USER = "张伟明李"  # 8 columns in 4 characters
+CJK_COMMAND = "python 训练一个非常大的中文语言模型并且评估它的效果.py --数据 /数据/语料库/全部 🚀🚀🚀"
+
+
+@pytest.fixture
+def sim_env(monkeypatch):
+    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "NO_COLOR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+
+
+def _scenario(write_scenario):
+    data = minimal_scenario()
+    data["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
+    data["gpus"][1]["name"] = "NVIDIA L40S"
+    data["gpus"][1]["memory_total"] = "48GiB"
+    data["processes"][0].update(user=CJK_USER, command=CJK_COMMAND)
+    data["processes"][1].update(user="用户🙂名字很长的人", command="python b.py")
+    return write_scenario(data)
+
+
+def _run(path, size, body):
+    machine = open_machine(str(path))
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            body(app)
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()
+
+
+@pytest.mark.parametrize("size", [(100, 40), (100, 20), (80, 24), (160, 40)])
+def test_gpu_rows_with_names_of_different_lengths_put_their_columns_in_the_same_place(sim_env, write_scenario,
+                                                                                    size):
+    def body(app):
+        lines = app.query_one("#gpus").content.plain.splitlines()
+        first = [line for line in lines if line[:3].strip().isdigit()]
+        assert len(first) == 2, lines
+        h100, l40s = first
+        # Where the memory bar starts and where "used/total" ends: the same column in both rows.
+        for mark in ("GiB", "util"):
+            assert h100.index(mark) == l40s.index(mark), f"{mark!r}:\n{h100}\n{l40s}"
+        assert h100.index("H100") == l40s.index("L40S") == 3
+    _run(_scenario(write_scenario), size, body)
+
+
+def test_table_cells_are_cut_by_display_width(sim_env, write_scenario):
+    def body(app):
+        table = app.query_one("#procs")
+        widths = {str(c.key.value): c.width for c in table.ordered_columns}
+        rows = [{str(c.key.value): str(v) for c, v in zip(table.ordered_columns, table.get_row_at(i))}
+                for i in range(table.row_count)]
+        by_pid = {r["pid"]: r for r in rows}
+        cjk = by_pid["101"]
+        # 80 columns of command in fewer than 60 characters: len() let it through uncut.
+        assert cells(cjk["command"]) <= widths["command"] < cells(CJK_COMMAND)
+        assert cjk["command"].endswith("…") and cjk["command"].startswith("python 训练")
+        assert cjk["user"] == CJK_USER  # exactly the 8 columns it has: not cut
+        other = by_pid["102"]["user"]
+        assert cells(other) <= WIDTHS["user"] and other.endswith("…") and other.startswith("用户🙂")
+    _run(_scenario(write_scenario), (120, 40), body)
