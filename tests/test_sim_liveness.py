@@ -4,11 +4,12 @@ pidfds where the kernel has them and /proc/PID/stat where it does not; both say 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
-from helpers import minimal_scenario, proc_state, wait_for
+from helpers import clean_env, minimal_scenario, proc_state, vram_argv, wait_for
 from test_sim_threads import MAIN_THREAD_EXITS
 
 from vramkit.nvml import scenario as scenarios
@@ -69,3 +70,24 @@ def test_a_pid_not_running_yet_is_listed_once_it_runs(children, use_pidfd):
     sim = _sim([gone.pid], use_pidfd)
     assert gone.pid not in _listed(sim)[0]
     assert gone.pid not in sim._real._pidfds and gone.pid not in sim._real._real_start
+
+
+def test_every_process_is_read_under_a_low_open_files_limit(children, write_scenario):
+    # A server's default soft limit is often 1024 descriptors; the caches of open /proc files
+    # and pidfds (two per process here) must stay under it, or processes vanish from the view.
+    import resource
+
+    sleepers = [children.start(["sleep", "600"]) for _ in range(200)]
+    data = minimal_scenario()
+    data["processes"] += [{"pid": s.pid, "source": "real", "gpus": {str(i % 2): "64MiB"}}
+                          for i, s in enumerate(sleepers)]
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.run(vram_argv("status", "--json", "--simulate", str(write_scenario(data))), env=clean_env(),
+                          capture_output=True, text=True, timeout=60, preexec_fn=low_limit)
+    assert proc.returncode == 0, proc.stderr
+    listed = [p for g in json.loads(proc.stdout)["gpus"] for p in g["processes"] if p["pid"] > 102]
+    assert sorted(p["pid"] for p in listed) == sorted(s.pid for s in sleepers)
+    assert all(p["command"] == "sleep 600" for p in listed)

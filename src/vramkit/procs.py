@@ -171,6 +171,16 @@ def _boot_time() -> float:
 MAX_KEPT_FDS = 4096  # /proc/PID/stat descriptors a StatFiles keeps open, at most
 
 
+def kept_fds_limit() -> int:
+    """How many descriptors one cache of open files (StatFiles, the simulator's pidfds) may keep:
+    MAX_KEPT_FDS, or an eighth of this process's limit where that is lower (a server's default
+    soft limit is often 1024), so that opening a file never fails for lack of descriptors."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_KEPT_FDS if soft == resource.RLIM_INFINITY else max(0, min(MAX_KEPT_FDS, soft // 8))
+
+
 class StatFiles:
     """/proc/PID/stat of watched processes, through descriptors kept open: a re-read is one pread
     (3.5 us, where open, read and close take 12). A descriptor belongs to one process: once it
@@ -178,6 +188,7 @@ class StatFiles:
 
     def __init__(self) -> None:
         self._fds: dict[int, int] = {}  # pid -> an open descriptor of /proc/PID/stat
+        self._keep = kept_fds_limit()
         self._lock = threading.Lock()  # the pynvml shim serves threaded programs (nvitop)
 
     def read(self, pid: int) -> bytes:
@@ -201,7 +212,7 @@ class StatFiles:
         except BaseException:
             os.close(fd)
             raise
-        if len(self._fds) < MAX_KEPT_FDS:
+        if len(self._fds) < self._keep:
             self._fds[pid] = fd
         else:
             os.close(fd)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import RequestError
-from ..procs import MAX_KEPT_FDS, StatFiles, is_defunct
+from ..procs import StatFiles, is_defunct, kept_fds_limit
 from . import compat
 from .scenario import Scenario, value_at
 
@@ -70,12 +70,13 @@ class _RealProcesses:
     one poll() per call instead of /proc reads per process: each process is held by a pidfd,
     which becomes readable once all its threads have exited (what is_defunct says of a zombie)
     and never stands for another process that reuses the pid. Without pidfds (a kernel before
-    5.3, a seccomp filter) or past MAX_KEPT_FDS of them: /proc/PID/stat, with its start ticks."""
+    5.3, a seccomp filter) or past kept_fds_limit() of them: /proc/PID/stat, with its start ticks."""
 
     def __init__(self) -> None:
         self._pidfds: dict[int, int] = {}  # pid -> pidfd of the process first seen with that pid
         self._polls: dict[Any, tuple[select.poll, set[int]]] = {}  # group -> (poll, its pids registered)
         self._use_pidfd = hasattr(os, "pidfd_open")
+        self._keep = kept_fds_limit()
         self._stats = StatFiles()
         self._real_start: dict[int, int] = {}  # pid -> start ticks first seen (pid reuse guard)
         self._lock = threading.Lock()  # the pynvml shim serves threaded programs (nvitop)
@@ -99,7 +100,7 @@ class _RealProcesses:
         """Hold pid's process by a pidfd; False where that cannot be done (then: /proc)."""
         if pid in self._pidfds:
             return True
-        if not self._use_pidfd or pid in self._real_start or len(self._pidfds) >= MAX_KEPT_FDS:
+        if not self._use_pidfd or pid in self._real_start or len(self._pidfds) >= self._keep:
             return False  # a pid once read through /proc stays on /proc: one identity per pid
         try:
             self._pidfds[pid] = os.pidfd_open(pid)
