@@ -168,17 +168,18 @@ def _boot_time() -> float:
     return 0.0
 
 
-MAX_KEPT_FDS = 4096  # /proc/PID/stat descriptors a StatFiles keeps open, at most
+MAX_KEPT_FDS = 8192  # descriptors one cache keeps open, at most (see kept_fds_limit)
 
 
 def kept_fds_limit() -> int:
     """How many descriptors one cache of open files (StatFiles, the simulator's pidfds) may keep:
-    MAX_KEPT_FDS, or an eighth of this process's limit where that is lower (a server's default
-    soft limit is often 1024), so that opening a file never fails for lack of descriptors."""
+    MAX_KEPT_FDS, or a quarter of this process's limit where that is lower (a server's default
+    soft limit is often 1024): past it a file is opened and closed on each read, instead of
+    opening failing (EMFILE) for the cache and for the rest of the program."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return MAX_KEPT_FDS if soft == resource.RLIM_INFINITY else max(0, min(MAX_KEPT_FDS, soft // 8))
+    return MAX_KEPT_FDS if soft == resource.RLIM_INFINITY else max(0, min(MAX_KEPT_FDS, soft // 4))
 
 
 class StatFiles:
