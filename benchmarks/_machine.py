@@ -111,6 +111,17 @@ def write_scenario(path: Path, data: dict) -> Path:
     return path
 
 
+def wall_seconds(cmd: list[str], env: dict[str, str]) -> float:
+    """Wall time of one whole run of cmd, stdout and stderr piped; a failed run ends the benchmark."""
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {' '.join(cmd)[:200]} exited {result.returncode}: "
+                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
+    return elapsed
+
+
 def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import BIN, ROOT, environment, median_ms, program_env  # noqa: E402
+from _machine import BIN, ROOT, environment, median_ms, program_env, wall_seconds  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "oom"
 MB = 10**6
@@ -61,16 +60,6 @@ def write_log(path: Path, size: int, seed: int = 19) -> Path:
         step += 1
     path.write_text("".join(lines) + ending)
     return path
-
-
-def _time(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"bench_doctor: {' '.join(cmd)[:200]} exited {result.returncode}: "
-                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
-    return elapsed
 
 
 def in_process(path: Path, repeat: int = 5) -> tuple[float, float]:
@@ -115,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
             programs = {"vram": [*vram, "doctor", str(log), "--no-live"],
                         "floor": [sys.executable, "-c", FLOOR, str(log)]}
             for cmd in programs.values():  # warm-up: page cache, .pyc files
-                _time(cmd, env)
+                wall_seconds(cmd, env)
             samples: dict[str, list[float]] = {name: [] for name in programs}
             for r in range(args.runs):
                 for name in (["vram", "floor"] if r % 2 == 0 else ["floor", "vram"]):
-                    samples[name].append(_time(programs[name], env))
+                    samples[name].append(wall_seconds(programs[name], env))
             find_ms, scan_ms = in_process(log)
             rows.append((size, median_ms(samples["vram"]), min(samples["vram"]) * 1000,
                          max(samples["vram"]) * 1000, median_ms(samples["floor"]), find_ms, scan_ms))

@@ -30,7 +30,6 @@ import argparse
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,19 +37,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import BIN, environment, median_ms, record_stepped, scenario, write_scenario  # noqa: E402
+from _machine import (  # noqa: E402
+    BIN,
+    environment,
+    median_ms,
+    record_stepped,
+    scenario,
+    wall_seconds,
+    write_scenario,
+)
 
 DAY = 86400.0
-
-
-def _time(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"bench_report: {' '.join(cmd[:4])} exited {result.returncode}: "
-                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
-    return elapsed
 
 
 def floor_sql(since: float) -> str:
@@ -128,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         if sqlite_cli:
             commands["sqlite3 one-liner (floor)"] = [sqlite_cli, "-readonly", str(db), floor_sql(since)]
         for cmd in commands.values():  # warm-up: page cache, .pyc files
-            _time(cmd, env)
+            wall_seconds(cmd, env)
         samples: dict[str, list[float]] = {name: [] for name in commands}
         names = list(commands)
         for r in range(args.runs):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name].append(_time(commands[name], env))
+                samples[name].append(wall_seconds(commands[name], env))
         steps = in_process(db, time.time() - args.days * DAY, time.time())
 
     medians = {name: median_ms(s) for name, s in samples.items()}

@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,6 +34,7 @@ from _machine import (  # noqa: E402
     program_env,
     scenario,
     shim_env,
+    wall_seconds,
     write_scenario,
 )
 
@@ -55,16 +55,6 @@ def _on_shim(shim: Path, scenario_file: Path, src: Path | None) -> dict[str, str
     if src is not None:  # the shim imports vramkit too: from the same tree as vram
         env["PYTHONPATH"] += os.pathsep + str(src)
     return env
-
-
-def _time(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"bench_status: {' '.join(cmd)[:200]} exited {result.returncode}: "
-                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
-    return elapsed
 
 
 def _imports(scenario_file: Path) -> tuple[set[str], list[tuple[int, str]]]:
@@ -110,13 +100,13 @@ def measure(gpus: int, processes: int, runs: int, gpustat: bool, tmp: Path, shim
         if gpustat:
             programs["gpustat"] = (_command("gpustat", "gpustat"), on_shim)
         for cmd, env in programs.values():  # warm-up: page cache, .pyc files
-            _time(cmd, env)
-            _time(cmd, env)
+            wall_seconds(cmd, env)
+            wall_seconds(cmd, env)
         samples: dict[str, list[float]] = {name: [] for name in programs}
         names = list(programs)
         for r in range(runs):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name].append(_time(*programs[name]))
+                samples[name].append(wall_seconds(*programs[name]))
     return samples
 
 
