@@ -87,18 +87,38 @@ def plant_hostile_files(directory: Path) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("hostile", [False, True], ids=["clean", "hostile-files"])
+def hold_directory_lock(leasing, tmp_path):
+    """The directory lock held for the whole test (issue 13 item 5), here by the runner itself,
+    after one earlier `vram run` leased both fitting GPUs (so each has its lock file, as on a
+    machine in use: a GPU never leased before is covered by create_lease's second look, see
+    test_lease_locks). Every launcher goes around the lock; the GPUs' own locks keep them apart."""
+    import fcntl
+
+    warm = subprocess.run(vram_argv("run", "-q", "--simulate", "demo", "-n", "2", "--", "true"), env=leasing.env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert warm.returncode == 0, warm.stderr
+    held = open(leasing.dir / ".lock")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
+@pytest.mark.parametrize("hostile", ["clean", "hostile-files", "directory-lock-held"])
 def test_24_concurrent_launchers_never_share_a_gpu(groups, leasing, tmp_path, hostile):
     where = tmp_path / "records"
     where.mkdir()
-    planted = plant_hostile_files(leasing.dir) if hostile else []
+    planted = plant_hostile_files(leasing.dir) if hostile == "hostile-files" else []
+    held = hold_directory_lock(leasing, tmp_path) if hostile == "directory-lock-held" else None
     log = open(tmp_path / "stderr.txt", "w")
     started = time.monotonic()
     procs = [launch(groups, leasing, where, f"j{i:02d}", 0.2, "--wait", "120", "-n", "1", log=log) for i in range(24)]
     codes = wait_all(procs, timeout=120)
     elapsed = time.monotonic() - started
     log.close()
+    if held is not None:
+        held.close()
     assert codes == [0] * 24, (tmp_path / "stderr.txt").read_text()[-3000:]
+    if held is not None:
+        assert f"is held by pid {os.getpid()} of user" in (tmp_path / "stderr.txt").read_text()
     recs = records(where)
     assert len(recs) == 24  # all finished
     assert {r["order"] for r in recs} == {"PCI_BUS_ID"}

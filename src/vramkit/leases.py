@@ -3,7 +3,10 @@ or the lease times out, so that concurrent launchers never hand out the same GPU
 
 Everything lives in one directory shared by the machine's users (docs/leases.md):
 
-  .lock                 flock'd (exclusively, for milliseconds) around every read-decide-write
+  .lock                 flock'd (exclusively, for milliseconds) around every read-decide-write, so
+                        that launchers take turns; one that is held too long is gone around
+  gpu-KEY.lock          one per GPU (or MIG instance) ever leased here: no lease is written for a
+                        GPU without holding its lock, so whoever holds one blocks that GPU only
   lease-ID.json         a lease: which units, whose, until when (replaced atomically)
   lease-ID.lock         held (flock) by the launcher and, inherited, by its job: while anyone
                         holds it the lease is alive; when both are gone (even by SIGKILL) the
@@ -30,29 +33,39 @@ import shlex
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import VramkitError
-from .procs import descends_from, sanitize, user_name
+from .procs import descends_from, identity, sanitize, user_name
 
 ENV_DIR = "VRAM_LEASE_DIR"
 ENV_TIMEOUT = "VRAM_LEASE_TIMEOUT"
 SHARED_DIR = Path("/tmp/vramkit-leases")
 DEFAULT_TIMEOUT = 600.0  # seconds a lease waits for its job to appear on the GPU
 MAX_LEASE = 24 * 3600.0  # no lease lasts longer, whatever its file says
-LOCK_PATIENCE = 30.0  # seconds to wait for the directory lock before giving up
+HOLD_PATIENCE = 2.0  # seconds one holder may keep a lock before vram goes around it (vram holds one for ms)
+LOCK_PATIENCE = 30.0  # seconds a lock may change hands without this vram getting it, before it goes around
+PID_SLACK = 1.0  # seconds: a process's start time from /proc is exact to the boot time's second
+MAX_UNIT_LOCKS = 256  # GPU lock files taken per look (a machine has at most a few dozen GPUs and MIG slices)
+MAX_UNIT_LOCKS_PER_OWNER = 64  # of them from one owner: another user's junk cannot make every look slow
 MAX_FILE = 64 * 1024  # bytes: a lease or ticket is a few hundred; anything larger is junk, never read
 MAX_PER_OWNER = 256  # lease and ticket files read per owner per round; the rest of theirs are ignored
 _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
 _TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
+_UNIT_LOCK_RE = re.compile(r"^gpu-([A-Za-z0-9_.%-]{1,600})\.lock$")
 
 
 class LeaseError(VramkitError):
     """The lease directory cannot be used. The message is one line."""
 
+
+class LeaseConflict(LeaseError):
+    """Another launcher reserved a chosen GPU while this one was choosing (possible only while the
+    directory lock is gone around, for a GPU never leased here before): nothing was reserved;
+    choosing again gives a right answer."""
 
 
 def _pidns() -> str | None:
@@ -69,47 +82,113 @@ class LeaseDir:
     path: Path
     shared: bool  # shared by the machine's users (else per-user: only your own jobs coordinate)
     note: str | None = None  # why the shared directory was not used
-    # Told once per file about lease-directory entries that were ignored (other users' junk):
-    # one line each time something new is found. None: warnings.warn (the Python API).
+    # Told once per file about lease-directory entries that were ignored (other users' junk) and
+    # about locks held too long: one line each time something new is found. None: warnings.warn.
     on_warning: Callable[[str], None] | None = field(default=None, repr=False)
+    # In a look (locked()): GPU keys whose lock someone else holds -> who ("pid P of user U (comm)")
+    locked_out: dict[str, str] = field(default_factory=dict, repr=False)
     _lock_fd: int | None = field(default=None, repr=False)
     _warned: set[str] = field(default_factory=set, repr=False)
+    _look: list[tuple[int, bool]] | None = field(default=None, repr=False)  # (fd, close it after) held now
+    _units_held: set[str] = field(default_factory=set, repr=False)  # GPU keys locked since the look began
+    _seen: set[str] = field(default_factory=set, repr=False)  # lease ids read_state returned in this look
+    # Users seen keeping a lock too long: locks their processes hold are gone around at once, so
+    # that many locks held by one neighbour cost one wait, not one each.
+    _hostile_uids: set[int] = field(default_factory=set, repr=False)
 
-    def warn_ignored(self, ignored: list[str]) -> None:
-        """One warning line for the entries in `ignored` ("path (owner: why)") not reported yet."""
-        new = [i for i in ignored if i not in self._warned]
-        if not new:
+    def warn(self, line: str) -> None:
+        """`line` once per LeaseDir: to on_warning, else as a RuntimeWarning."""
+        if line in self._warned:
             return
-        self._warned.update(new)
-        shown = "; ".join(new[:3]) + (f"; and {len(new) - 3} more" if len(new) > 3 else "")
-        line = f"ignored in the lease directory (not a valid lease or ticket): {shown}"
+        self._warned.add(line)
         if self.on_warning is not None:
             self.on_warning(line)
         else:
             import warnings
-            warnings.warn(line, RuntimeWarning, stacklevel=2)
+            warnings.warn(line, RuntimeWarning, stacklevel=3)
+
+    def warn_ignored(self, ignored: list[str]) -> None:
+        """One warning line for the entries in `ignored` ("path (owner: why)") not reported yet."""
+        new = [i for i in ignored if f"ignored:{i}" not in self._warned]
+        if not new:
+            return
+        self._warned.update(f"ignored:{i}" for i in new)
+        shown = "; ".join(new[:3]) + (f"; and {len(new) - 3} more" if len(new) > 3 else "")
+        self.warn(f"ignored in the lease directory (not a valid lease or ticket): {shown}")
 
     @contextlib.contextmanager
-    def locked(self, patience: float = LOCK_PATIENCE) -> Iterator[None]:
-        """The directory lock: hold it only for a read-decide-write, never across a wait."""
-        if self._lock_fd is None:
-            self._lock_fd = _open_shared(self.path / ".lock")
-        deadline = time.monotonic() + patience
-        pause = 0.001
-        while True:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LeaseError(f"the lease directory {self.path} has been locked for {patience:.0f}s by "
-                                     f"{_lock_holder(self._lock_fd)}") from None
-                time.sleep(pause)
-                pause = min(pause * 2, 0.02)
+    def locked(self, patience: float = HOLD_PATIENCE, units: Iterable[str] = ()) -> Iterator[None]:
+        """A look at the directory: hold it only for a read-decide-write, never across a wait.
+
+        Takes the directory lock, so that launchers take turns, then the lock of every GPU leased
+        here before and of the GPU keys in `units` (the machine's: then even a GPU never leased
+        here cannot be chosen by two launchers at once while the directory lock is gone around,
+        see create_lease). A lock that one holder keeps for `patience` seconds (a vram keeps one for
+        milliseconds: this holder is stopped or hostile) is gone around and named once in a
+        warning: the GPUs stay usable, guarded by their own locks; a GPU whose lock is held that
+        long is reserved by its holder for this look (read_state says so, naming them)."""
+        if self._look is not None:
+            yield  # already looking (a nested call): the locks are held
+            return
+        self._look, self.locked_out, self._units_held, self._seen = [], {}, set(), set()
         try:
+            self._lock_directory(patience)
+            for key in sorted({*_unit_lock_keys(self.path), *units}, key=_unit_lock_name):
+                why = self.hold_unit(key, patience)
+                if why is not None:
+                    self.locked_out[key] = why
             yield
         finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            for fd, close in reversed(self._look):
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                if close:
+                    os.close(fd)
+            self._look = None
+
+    def _lock_directory(self, patience: float) -> None:
+        path = self.path / ".lock"
+        try:
+            if self._lock_fd is None:
+                self._lock_fd = _open_shared(path)
+        except LeaseError as e:  # a symlink, FIFO, directory, mode 000...: theirs to remove
+            self.warn(f"{e}; going around it: each GPU has a lock of its own")
+            return
+        pid = self._acquire(self._lock_fd, patience)
+        if pid is None:
+            assert self._look is not None
+            self._look.append((self._lock_fd, False))
+            return
+        self.warn(f"the lease directory lock {path} is held by {_describe(pid)} for {patience:g}s or more; "
+                  "going around it: each GPU has a lock of its own")
+
+    def hold_unit(self, key: str, patience: float = HOLD_PATIENCE) -> str | None:
+        """Take GPU `key`'s lock for the rest of this look (creating its file): None once held,
+        else who holds it. Call inside locked()."""
+        assert self._look is not None, "hold_unit() outside locked()"
+        if key in self._units_held:
+            return None
+        name = _unit_lock_name(key)
+        try:
+            fd = _open_shared(self.path / name)
+        except LeaseError as e:
+            return f"a lock file that cannot be used ({e})"
+        pid = self._acquire(fd, patience)
+        if pid is not None:
+            os.close(fd)
+            return _describe(pid)
+        self._look.append((fd, True))
+        self._units_held.add(key)
+        return None
+
+    def _acquire(self, fd: int, patience: float) -> int | None:
+        """_acquire, giving up at once on a lock held by another user seen keeping one too long
+        (one's own vrams are never given up on early: their looks take milliseconds)."""
+        pid = _acquire(fd, patience, lambda holder: _uid_of(holder) in self._hostile_uids)
+        uid = _uid_of(pid) if pid else None
+        if uid is not None and uid != os.getuid():
+            self._hostile_uids.add(uid)
+        return pid
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -122,6 +201,94 @@ class LeaseDir:
             return os.stat(self.path).st_mtime_ns
         except OSError:
             return 0
+
+
+def _unit_lock_name(key: str) -> str:
+    """gpu-KEY.lock, KEY with any byte outside [A-Za-z0-9_.-] written %XX (a key names a GPU
+    by UUID: GPU-..., MIG-...)."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else
+                   "".join(f"%{b:02X}" for b in c.encode()) for c in key)
+    return f"gpu-{safe}.lock"
+
+
+def _unit_key(name: str) -> str | None:
+    """The GPU key of a gpu-KEY.lock name, None for another name."""
+    m = _UNIT_LOCK_RE.match(name)
+    if not m:
+        return None
+    raw, out, i = m.group(1), bytearray(), 0
+    while i < len(raw):
+        if raw[i] == "%":
+            try:
+                out.append(int(raw[i + 1:i + 3], 16))
+            except ValueError:
+                return None
+            i += 3
+        else:
+            out.append(ord(raw[i]))
+            i += 1
+    try:
+        key = out.decode()
+    except UnicodeDecodeError:
+        return None
+    return key if _unit_lock_name(key) == name else None
+
+
+def _unit_lock_keys(path: Path) -> list[str]:
+    """Keys of the GPU lock files in the directory (locked() takes them in name order, as every
+    vram does, so two never wait for each other), at most MAX_UNIT_LOCKS and MAX_UNIT_LOCKS_PER_OWNER
+    of one owner."""
+    found: list[tuple[str, int]] = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name.startswith("gpu-"):
+                with contextlib.suppress(OSError):
+                    found.append((entry.name, entry.stat(follow_symlinks=False).st_uid))
+    keys: list[str] = []
+    per_owner: dict[int, int] = {}
+    for name, owner in sorted(found):
+        key = _unit_key(name)
+        per_owner[owner] = per_owner.get(owner, 0) + 1
+        if key is None or per_owner[owner] > MAX_UNIT_LOCKS_PER_OWNER:
+            continue
+        keys.append(key)
+        if len(keys) >= MAX_UNIT_LOCKS:
+            break
+    return keys
+
+
+def _acquire(fd: int, patience: float, known_hostile: Callable[[int], bool] = lambda pid: False) -> int | None:
+    """Take the flock on `fd`: None once taken. Gives up, returning the holder's pid (0: not
+    visible from here), once one holder has kept it `patience` seconds, or once it has changed
+    hands for LOCK_PATIENCE without this vram getting it; at once when known_hostile(holder)."""
+    if _try_lock(fd):
+        return None
+    holder = _lock_holder_pid(fd)
+    if holder and known_hostile(holder):
+        return holder
+    started = since = looked = time.monotonic()
+    pause = 0.001
+    while True:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+        if _try_lock(fd):
+            return None
+        now = time.monotonic()
+        if now - looked >= 0.25:  # /proc/locks lists every lock on the machine: not at every try
+            looked = now
+            pid = _lock_holder_pid(fd)
+            if pid and pid != holder:
+                holder, since = pid, now  # another holder: vrams taking turns, not one keeping it
+        if now - since >= patience or now - started >= max(patience, LOCK_PATIENCE):
+            return holder
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _open_shared(path: Path) -> int:
@@ -154,39 +321,50 @@ def _owner(path: Path) -> str:
 
 
 def _refuse_irregular(path: Path, st: os.stat_result) -> None:
-    """LeaseError when the directory's lock file is a symlink, directory, FIFO...: nobody can
-    take the lock until its owner or root removes it. One line naming them."""
+    """LeaseError when a lock file is a symlink, directory, FIFO...: nobody can take that lock
+    until its owner or root removes it. One line naming them."""
     if stat.S_ISREG(st.st_mode):
         return
     what = "a symlink" if stat.S_ISLNK(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else \
         "not a regular file"
-    raise LeaseError(f"{path} is {what}, made by {user_name(st.st_uid)}: no vram can reserve GPUs here until "
-                     f"they or root remove it (rm -r {path})")
+    raise LeaseError(f"{path} is {what}, made by {user_name(st.st_uid)} (they or root can remove it: rm -r {path})")
 
 
-def _lock_holder(fd: int) -> str:
-    """Who holds the flock on `fd`'s file, from /proc/locks: "pid P of user U (comm)"."""
+def _lock_holder_pid(fd: int) -> int:
+    """The pid holding a flock on `fd`'s file, from /proc/locks (read up to 1 MiB); 0 when none
+    is listed (released meanwhile, or held from another pid namespace)."""
     try:
         st = os.fstat(fd)
         ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             lines = f.read(1 << 20).splitlines()
     except OSError:
-        lines = []
+        return 0
     for line in lines:
-        parts = line.split()
+        parts = line.split()  # "1: FLOCK  ADVISORY  WRITE 4121 08:01:1234 0 EOF"; waiters have "->"
         if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == ident and parts[4].isdigit():
-            pid = int(parts[4])
-            if pid <= 0:
-                break  # in another pid namespace: not visible from here
-            try:
-                who = user_name(os.stat(f"/proc/{pid}").st_uid)
-                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-                    comm = sanitize(f.read(64).strip())
-            except OSError:
-                return f"pid {pid}"
-            return f"pid {pid} of user {who} ({comm})"
-    return "another program (a stopped vram?)"
+            return int(parts[4])
+    return 0
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _describe(pid: int) -> str:
+    """'pid P of user U (comm)' for a lock holder."""
+    if pid <= 0:
+        return "a process not visible from here (another pid namespace, or a stopped vram)"
+    try:
+        who = user_name(os.stat(f"/proc/{pid}").st_uid)
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            comm = sanitize(f.read(64).strip())
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} of user {who} ({comm})"
 
 
 def _usable(path: Path, shared: bool) -> str | None:
@@ -365,6 +543,17 @@ class Lease:
 
 
 @dataclass
+class LockedGpu(Lease):
+    """Not a file: a GPU whose lock someone else kept for the whole look (read_state adds one per
+    GPU in LeaseDir.locked_out), so that nothing chooses it, and every message names the holder."""
+
+    holder: str = ""
+
+    def who(self, now: float | None = None) -> str:
+        return f"{self.holder}, which holds its lock in the lease directory"
+
+
+@dataclass
 class Ticket:
     seq: int
     pid: int
@@ -431,7 +620,7 @@ def read_state(d: LeaseDir, now: float | None = None) -> State:
                         _remove(path, lock)  # our own, half-written (cannot happen) or corrupted
                     raise
                 if now >= lease.expires or (lease.locked and not _held(lock, owner)):
-                    _remove(path, lock)  # timed out, or its launcher and job are both gone
+                    _remove(path, lock)  # timed out (or its pid reused), or its launcher and job are both gone
                     continue
                 leases.append(lease)
             elif ticket_m:
@@ -447,6 +636,10 @@ def read_state(d: LeaseDir, now: float | None = None) -> State:
     tickets.sort(key=lambda t: t.seq)
     if ignored:
         d.warn_ignored(ignored)
+    d._seen.update(lease.id for lease in leases)
+    for key, holder in d.locked_out.items():
+        leases.append(LockedGpu(id=f"locked-{key}", units=[key], labels={}, kind="lock", user="?", uid=-1, pid=0,
+                                created=now, expires=now, locked=False, holder=holder))
     return State(leases, tickets)
 
 
@@ -491,15 +684,37 @@ def _lease_from(data: dict[str, Any], st: os.stat_result, lease_id: str) -> Leas
         _text(k, 256) and isinstance(v, list) and all(_pid(p) for p in v) for k, v in baseline.items()),
         "baseline is not a map of pid lists")
     assert isinstance(baseline, dict)
-    mtime = st.st_mtime
-    created = min(float(data["created"]), mtime)  # a lease cannot predate... nor postdate its file
-    expires = min(float(data["expires"]), mtime + MAX_LEASE)
+    written = min(st.st_mtime, st.st_ctime)  # a future mtime (touch -d) moves the ctime to now
+    created = min(float(data["created"]), written)  # a lease cannot postdate its file
+    expires = min(float(data["expires"]), written + MAX_LEASE, _holder_deadline(data, written))
     return Lease(id=lease_id, units=list(units), labels={k: sanitize(v) for k, v in labels.items()},
                  kind=data["kind"], user=sanitize(user_name(st.st_uid)), uid=st.st_uid, pid=data["pid"],
                  created=created, expires=expires, locked=data.get("locked", True), job_pid=data.get("job_pid"),
                  pidns=data.get("pidns"), host=sanitize(data.get("host", "")),
                  command=sanitize(data["command"]) if data.get("command") else None,
                  baseline={k: list(v) for k, v in baseline.items()})
+
+
+def _holder_deadline(data: dict[str, Any], written: float) -> float:
+    """When a lease must end by its holders' start times (/proc, not the file): MAX_LEASE after
+    the first of its pid and job_pid that is alive and older than the file; at once when one
+    started after the file was written (a reused pid: its holder is gone) and none is. Pids of
+    another pid namespace cannot be looked up here: math.inf (the file's times still cap it)."""
+    pidns = data.get("pidns")
+    if pidns is None or pidns != _pidns():
+        return math.inf
+    starts, reused = [], False
+    for pid in (data["pid"], data.get("job_pid")):
+        ident = identity(pid) if pid is not None else None
+        if ident is None:
+            continue  # gone: its lock (or the time) says whether the lease lives
+        if ident.start_time > written + PID_SLACK:
+            reused = True
+        else:
+            starts.append(ident.start_time)
+    if starts:
+        return min(starts) + MAX_LEASE
+    return -math.inf if reused else math.inf
 
 
 def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -> Ticket:
@@ -522,6 +737,8 @@ def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable
 
     Pids are only comparable inside one pid namespace: NVML reports the host's pids, so a lease
     taken in a container is only fulfilled by its own launcher, or by time."""
+    if lease.kind == "lock":
+        return False
     if lease.kind == "hold":
         before = {p for p in lease.baseline.get(key, []) if isinstance(p, int)}
         return any(p not in before for p in pids_on_unit if is_real(p))
@@ -577,12 +794,37 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
                  command: str | None = None, baseline: dict[str, list[int]] | None = None) -> HeldLease:
     """Reserve `units` ((key, label) pairs). Call with d.locked(), after deciding. Of `command`
     only the program's name is written: lease files are readable by every user, and arguments
-    can hold secrets (--db-password=...)."""
+    can hold secrets (--db-password=...).
+
+    No lease is written for a GPU without holding its lock (LeaseDir.hold_unit): one whose lock
+    this look did not hold from its start (a GPU never leased here) is locked now, and if a lease
+    that read_state did not show has appeared on it meanwhile, LeaseConflict."""
     now = time.time()
+    labels = dict(units)
+    newly = []
+    for key in sorted(labels):
+        if key in d._units_held:
+            continue
+        holder = d.hold_unit(key)
+        if holder is not None:
+            raise LeaseError(f"{labels[key]} is reserved by {holder}, which holds its lock in the lease directory")
+        newly.append(key)
+    if newly:
+        seen = set(d._seen)  # what the caller chose by
+        for other in read_state(d, now).leases:
+            taken = [labels[k] for k in other.units if k in newly and other.id not in seen]
+            if taken:
+                raise LeaseConflict(f"{taken[0]} was reserved by {other.who(now)} while this vram was choosing; "
+                                    "nothing was reserved: try again")
+    own = identity(os.getpid())
+    expires = min(now + timeout, own.start_time + MAX_LEASE if own is not None else math.inf)
+    if expires <= now:  # a lease counts at most MAX_LEASE from its holder's start (_holder_deadline)
+        raise LeaseError("this process started more than 24 hours ago, and a lease lasts at most 24 hours from "
+                         "its holder's start: start the job with `vram run`, or from a new process")
     uid = os.getuid()
     lease = Lease(id=f"{int(now * 1000):x}-{os.getpid()}-{secrets.token_hex(3)}", units=[k for k, _ in units],
-                  labels=dict(units), kind=kind, user=user_name(uid), uid=uid, pid=os.getpid(), created=now,
-                  expires=now + timeout, locked=kind != "hold", pidns=_pidns(), host=socket.gethostname(),
+                  labels=labels, kind=kind, user=user_name(uid), uid=uid, pid=os.getpid(), created=now,
+                  expires=expires, locked=kind != "hold", pidns=_pidns(), host=socket.gethostname(),
                   command=program_name(command), baseline=baseline or {})
     fd = None
     lock_path = d.path / f"lease-{lease.id}.lock"
