@@ -78,3 +78,35 @@ def test_table_cells_are_cut_by_display_width(sim_env, write_scenario):
         other = by_pid["102"]["user"]
         assert cells(other) <= WIDTHS["user"] and other.endswith("…") and other.startswith("用户🙂")
     _run(_scenario(write_scenario), (120, 40), body)
+
+
+# ---------------------------------------------------------------- the help screen
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
+def test_the_help_screen_fits_without_wrapping_a_line_of_keys(sim_env, size):
+    # It was written as one block of lines ~90 columns wide, which the 72-column pop-up of an
+    # 80x24 terminal wrapped mid-phrase ("... (parents and" / "children)").
+    from vramkit.tui.screens import ABOUT, HelpScreen
+
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            static = app.screen.query_one("#help-text")
+            text = static.render().plain
+            room = static.content_region.width
+            keys = text.split("\n\n")[0].splitlines()
+            assert max(cells(line) for line in keys) <= room, (room, keys)
+            assert "h   history range: 5m, 1h, 24h, 7d" in text and text.endswith(ABOUT)
+            if size == (80, 24):  # all of it on screen, nothing to scroll
+                scroll = app.screen.query_one("VerticalScroll")
+                assert scroll.max_scroll_y == 0, (scroll.virtual_size, scroll.size)
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()

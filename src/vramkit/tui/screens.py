@@ -13,35 +13,64 @@ from ..alerts import Alert, History
 from ..model import GpuProcess, Snapshot
 from ..render import fmt
 from ..render.sparkline import buckets, spark
+from ..render.text_width import cells, pad
 from ..units import format_duration, format_size
 from .panels import alerts_text
 
-HELP = """\
-[b]vram top[/b]: the live view of this machine's GPUs
+# The keys, by section: laid out for the width the help gets (help_text), never hand-wrapped.
+KEYS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Process table", [
+        ("↑ ↓ PgUp PgDn Home End", "move"), ("Enter", "details of the process"),
+        ("s", "next sort key"), ("r", "reverse order"),
+        ("t", "tree (parents and children)"), ("/", "search pid, user, command"),
+        ("u", "filter by user (a,b)"), ("g", "filter by GPU (0,2 or 0-3)"),
+        ("Esc", "clear search and filters"), ("click", "a header: sort by it"),
+    ]),
+    ("Actions", [("k", "kill the selected process (asks first; refused in --readonly)")]),
+    ("View", [
+        ("a", "all alerts"), ("p", "pause / resume refresh"), ("?", "this help"), ("q", "quit"),
+        ("h", "history range: 5m, 1h, 24h, 7d (the top line names its source)"),
+    ]),
+]
+# One paragraph, one line: the Static wraps it at words to whatever width it has.
+ABOUT = ("Memory is how much of a GPU's RAM is allocated; utilization is the share of recent time a kernel "
+         "ran. A history line shows the highest value in each slice of the range: what 'vram record' "
+         "recorded (when its database exists), then what this view has seen; blank where nothing was "
+         "recorded. \"full in ~\" is an estimate from the recent trend.")
+TITLE = "vram top: the live view of this machine's GPUs"
+MODAL_MAX_WIDTH = 110  # the pop-up's width: 90% of the screen, at most this (and its CSS below)
 
-[b]Process table[/b]
-  ↑ ↓ PgUp PgDn Home End   move            Enter    details of the process
-  s   next sort key          r   reverse order      t   tree view (parents and children)
-  /   search pid, user, command                       click a column header: sort by it
-  u   filter by user (comma-separated)              g   filter by GPU (0,2 or 0-3)
-  Esc clear search and filters
-[b]Actions[/b]
-  k   kill the selected process (asks first; refused in --readonly)
-[b]View[/b]
-  a   all alerts      p   pause / resume refresh      ?   this help      q   quit
-  h   history range: 5m, 1h, 24h, 7d (the top line says where it comes from)
 
-Memory is how much of a GPU's RAM is allocated; utilization is the share of recent time a
-kernel ran. History lines cover the chosen range, one cell per slice of time (its highest
-value): what 'vram record' recorded, when its database exists, then what this view has seen.
-Blank cells are time nobody recorded. "full in ~" is an estimate from the recent trend.
-"""
+def help_text(width: int) -> Text:
+    """The help for `width` columns: two keys to a line where both fit in half of it, else one;
+    at 80x24 all of it fits without scrolling."""
+    out = Text()
+    half = (width - 1) // 2
+    for title, keys in KEYS:
+        out.append(f"{title}\n", style="bold")
+        entries = [f"  {pad(key, 3 if cells(key) <= 3 else cells(key) + 1)} {what}" for key, what in keys]
+        i = 0
+        while i < len(entries):
+            pair = entries[i:i + 2]
+            if len(pair) == 2 and all(cells(e) <= half for e in pair):
+                out.append(pad(pair[0], half + 1) + pair[1] + "\n")
+                i += 2
+            else:
+                out.append(entries[i] + "\n")
+                i += 1
+    out.append("\n" + ABOUT)
+    return out
+
+
+def help_width(screen_width: int) -> int:
+    """The columns of text inside the pop-up on a screen this wide (border and padding taken off)."""
+    return min(screen_width * 9 // 10, MODAL_MAX_WIDTH) - 4
 
 
 class _Modal(ModalScreen[str | None]):
     DEFAULT_CSS = """
     _Modal { align: center middle; }
-    _Modal > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 90%;
+    _Modal > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 90%;  /* MODAL_MAX_WIDTH */
                               border: round $accent; padding: 0 1; background: $surface; }
     """
     BINDINGS = [Binding("escape,q", "close", "Close")]
@@ -54,8 +83,12 @@ class HelpScreen(_Modal):
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(HELP, id="help-text")
+        with VerticalScroll() as scroll:
+            scroll.border_title = TITLE  # on the border: one line less to scroll at 80x24
+            yield Static(help_text(help_width(self.app.size.width)), id="help-text")
+
+    def on_resize(self) -> None:
+        self.query_one("#help-text", Static).update(help_text(help_width(self.app.size.width)))
 
 
 class AlertsScreen(_Modal):
