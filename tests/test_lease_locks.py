@@ -13,7 +13,7 @@ import pwd
 import sys
 
 import pytest
-from helpers import AS_NOBODY, IS_ROOT, clean_env, run_vram, wait_for
+from helpers import AS_NOBODY, IS_ROOT, clean_env, run_vram, run_vram_as, wait_for
 
 from vramkit import leases as L
 
@@ -95,6 +95,30 @@ def test_a_held_gpu_lock_blocks_that_gpu_only_and_names_its_holder(where, childr
         assert blocked.rc == 1 and named in blocked.err, blocked.err
         assert "which holds its lock in the lease directory" in blocked.err
         assert len(blocked.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "mode-000"])
+def test_a_gpu_lock_file_that_is_not_a_lock_blocks_that_gpu_only_and_names_its_owner(where, kind):
+    """A FIFO, or a file others may not open, under GPU 4's lock name (planted by nobody when we
+    are root; the mode-000 file is then tried by a third user, uid 1, as root opens anything)."""
+    path = gpu_lock(where, G4)
+    prefix: tuple[str, ...] = ()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif IS_ROOT:
+        path.touch(mode=0)
+        prefix = ("setpriv", "--reuid=1", "--regid=1", "--clear-groups")
+    else:
+        pytest.skip("needs root to plant a file as another user (its owner may open it)")
+    if IS_ROOT:
+        os.lchown(path, 65534, 65534)
+    env = clean_env(VRAM_LEASE_DIR=str(where))
+    picked = run_vram_as(prefix, "pick", "--simulate", "demo", env=env)
+    assert picked.rc == 0 and picked.out == "7\n", picked.err
+    blocked = run_vram_as(prefix, "pick", "--simulate", "demo", "--only", "4", env=env)
+    assert blocked.rc == 1, blocked.err
+    assert "GPU 4 is reserved by its lock file, which cannot be used: " in blocked.err, blocked.err
+    assert str(path) in blocked.err and HOLDER in blocked.err, blocked.err
 
 
 def test_holding_every_lock_denies_gpus_but_names_the_holder(where, children):

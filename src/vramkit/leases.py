@@ -164,7 +164,8 @@ class LeaseDir:
 
     def hold_unit(self, key: str, patience: float = HOLD_PATIENCE) -> str | None:
         """Take GPU `key`'s lock for the rest of this look (creating its file): None once held,
-        else who holds it. Call inside locked()."""
+        else who keeps the GPU from being leased (a holder, or a file that is not a lock). Call
+        inside locked()."""
         assert self._look is not None, "hold_unit() outside locked()"
         if key in self._units_held:
             return None
@@ -172,11 +173,11 @@ class LeaseDir:
         try:
             fd = _open_shared(self.path / name)
         except LeaseError as e:
-            return f"a lock file that cannot be used ({e})"
+            return f"its lock file, which cannot be used: {e}"
         pid = self._acquire(fd, patience)
         if pid is not None:
             os.close(fd)
-            return _describe(pid)
+            return f"{_describe(pid)}, which holds its lock in the lease directory"
         self._look.append((fd, True))
         self._units_held.add(key)
         return None
@@ -550,7 +551,7 @@ class LockedGpu(Lease):
     holder: str = ""
 
     def who(self, now: float | None = None) -> str:
-        return f"{self.holder}, which holds its lock in the lease directory"
+        return self.holder
 
 
 @dataclass
@@ -807,7 +808,7 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
             continue
         holder = d.hold_unit(key)
         if holder is not None:
-            raise LeaseError(f"{labels[key]} is reserved by {holder}, which holds its lock in the lease directory")
+            raise LeaseError(f"{labels[key]} is reserved by {holder}")
         newly.append(key)
     if newly:
         seen = set(d._seen)  # what the caller chose by
