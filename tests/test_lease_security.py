@@ -4,7 +4,6 @@ block or slow anybody else's vram run / pick / use_gpus, and leases must not pub
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -196,10 +195,7 @@ def test_a_lease_lasts_a_day_from_its_holders_start_too(leasing):
 def test_a_process_older_than_a_day_gets_no_lease_that_would_not_count(leasing, monkeypatch):
     """Its lease would count for nothing (a day from its holder's start): refused in one line,
     rather than a reservation nobody honours."""
-    from vramkit import procs
-
-    real = procs.identity(os.getpid())
-    monkeypatch.setattr(L, "identity", lambda pid: dataclasses.replace(real, start_time=time.time() - L.MAX_LEASE - 1))
+    monkeypatch.setattr(L, "_start_time", lambda pid: time.time() - L.MAX_LEASE - 1)
     d = L.LeaseDir(shared(leasing), True)
     with d.locked(), pytest.raises(L.LeaseError, match="this process started more than 24 hours ago"):
         L.create_lease(d, [(G4, "GPU 4")], "api", 600)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VramkitError
-from .procs import descends_from, identity, sanitize, user_name
+from .procs import boot_time, descends_from, read_stat, sanitize, user_name
 
 ENV_DIR = "VRAM_LEASE_DIR"
 ENV_TIMEOUT = "VRAM_LEASE_TIMEOUT"
@@ -55,6 +55,7 @@ MAX_FILE = 64 * 1024  # bytes: a lease or ticket is a few hundred; anything larg
 MAX_PER_OWNER = 256  # lease and ticket files read per owner per round; the rest of theirs are ignored
 _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
 _TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
+_TICKS = os.sysconf("SC_CLK_TCK")
 _UNIT_LOCK_RE = re.compile(r"^gpu-([A-Za-z0-9_.%-]{1,600})\.lock$")
 
 
@@ -68,11 +69,16 @@ class LeaseConflict(LeaseError):
     choosing again gives a right answer."""
 
 
+_PIDNS: list[str | None] = []  # this process's pid namespace, read once (a process never changes its own)
+
+
 def _pidns() -> str | None:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
+    if not _PIDNS:
+        try:
+            _PIDNS.append(os.readlink("/proc/self/ns/pid"))
+        except OSError:
+            _PIDNS.append(None)
+    return _PIDNS[0]
 
 
 # ---------------------------------------------------------------- the directory
@@ -92,9 +98,11 @@ class LeaseDir:
     _look: list[tuple[int, bool]] | None = field(default=None, repr=False)  # (fd, close it after) held now
     _units_held: set[str] = field(default_factory=set, repr=False)  # GPU keys locked since the look began
     _seen: set[str] = field(default_factory=set, repr=False)  # lease ids read_state returned in this look
-    # Users seen keeping a lock too long: locks their processes hold are gone around at once, so
-    # that many locks held by one neighbour cost one wait, not one each.
+    # Other users seen keeping a lock too long: locks their processes hold are gone around at once,
+    # so that many locks held by one neighbour cost one wait, not one each. Of one's own user, the
+    # very processes (one's own vrams hold locks for milliseconds and must not be gone around).
     _hostile_uids: set[int] = field(default_factory=set, repr=False)
+    _hostile_pids: set[int] = field(default_factory=set, repr=False)
 
     def warn(self, line: str) -> None:
         """`line` once per LeaseDir: to on_warning, else as a RuntimeWarning."""
@@ -183,12 +191,15 @@ class LeaseDir:
         return None
 
     def _acquire(self, fd: int, patience: float) -> int | None:
-        """_acquire, giving up at once on a lock held by another user seen keeping one too long
-        (one's own vrams are never given up on early: their looks take milliseconds)."""
-        pid = _acquire(fd, patience, lambda holder: _uid_of(holder) in self._hostile_uids)
-        uid = _uid_of(pid) if pid else None
-        if uid is not None and uid != os.getuid():
-            self._hostile_uids.add(uid)
+        """_acquire, giving up at once on a lock held by a process seen keeping one too long, or by
+        another user one of whose processes was."""
+        pid = _acquire(fd, patience, lambda holder: holder in self._hostile_pids or
+                       _uid_of(holder) in self._hostile_uids)
+        if pid:
+            self._hostile_pids.add(pid)
+            uid = _uid_of(pid)
+            if uid is not None and uid != os.getuid():
+                self._hostile_uids.add(uid)
         return pid
 
     def close(self) -> None:
@@ -309,7 +320,7 @@ def _open_shared(path: Path) -> int:
         os.close(fd)
         _refuse_irregular(path, st)
     with contextlib.suppress(OSError):
-        if st.st_uid == os.getuid():
+        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o644:
             os.fchmod(fd, 0o644)  # despite a umask of 077: other users must be able to lock it
     return fd
 
@@ -696,6 +707,12 @@ def _lease_from(data: dict[str, Any], st: os.stat_result, lease_id: str) -> Leas
                  baseline={k: list(v) for k, v in baseline.items()})
 
 
+def _start_time(pid: int) -> float | None:
+    """When `pid` started (unix time, from /proc/PID/stat), None when there is no such process."""
+    stat_ = read_stat(pid)
+    return None if stat_ is None else boot_time() + stat_.start_ticks / _TICKS
+
+
 def _holder_deadline(data: dict[str, Any], written: float) -> float:
     """When a lease must end by its holders' start times (/proc, not the file): MAX_LEASE after
     the first of its pid and job_pid that is alive and older than the file; at once when one
@@ -706,13 +723,13 @@ def _holder_deadline(data: dict[str, Any], written: float) -> float:
         return math.inf
     starts, reused = [], False
     for pid in (data["pid"], data.get("job_pid")):
-        ident = identity(pid) if pid is not None else None
-        if ident is None:
+        started = _start_time(pid) if pid is not None else None
+        if started is None:
             continue  # gone: its lock (or the time) says whether the lease lives
-        if ident.start_time > written + PID_SLACK:
+        if started > written + PID_SLACK:
             reused = True
         else:
-            starts.append(ident.start_time)
+            starts.append(started)
     if starts:
         return min(starts) + MAX_LEASE
     return -math.inf if reused else math.inf
@@ -817,8 +834,8 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
             if taken:
                 raise LeaseConflict(f"{taken[0]} was reserved by {other.who(now)} while this vram was choosing; "
                                     "nothing was reserved: try again")
-    own = identity(os.getpid())
-    expires = min(now + timeout, own.start_time + MAX_LEASE if own is not None else math.inf)
+    own = _start_time(os.getpid())
+    expires = min(now + timeout, own + MAX_LEASE if own is not None else math.inf)
     if expires <= now:  # a lease counts at most MAX_LEASE from its holder's start (_holder_deadline)
         raise LeaseError("this process started more than 24 hours ago, and a lease lasts at most 24 hours from "
                          "its holder's start: start the job with `vram run`, or from a new process")
