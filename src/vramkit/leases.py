@@ -91,7 +91,7 @@ class LeaseDir:
     # Told once per file about lease-directory entries that were ignored (other users' junk) and
     # about locks held too long: one line each time something new is found. None: warnings.warn.
     on_warning: Callable[[str], None] | None = field(default=None, repr=False)
-    # In a look (locked()): GPU keys whose lock someone else holds -> who ("pid P of user U (comm)")
+    # In a look (locked()): GPU keys whose lock could not be taken -> who keeps it ("pid P of user U (comm), ...")
     locked_out: dict[str, str] = field(default_factory=dict, repr=False)
     _lock_fd: int | None = field(default=None, repr=False)
     _warned: set[str] = field(default_factory=set, repr=False)
