@@ -69,7 +69,13 @@ def cases(devices) -> list[tuple[str | None, bool]]:
     out = [(None, False), ("", False), ("0", False), (str(n), False), (f"0,{n}", False), (f"{n},0", False),
            ("-1,0", False), ("0,-1", False), ("0,0", False), (f"0,{u0}", False), (u0, False), (u0[:12], False),
            ("GPU-", False), ("gpu-" + u0[4:], False), (" 0 ", False), ("0,,0", False),
-           ("0abc", True), ("+0", True), (u0[4:12], True)]
+           ("0abc", True), ("+0", True), (u0[4:12], True),
+           # the same GPU named twice in different forms, and short or odd UUID prefixes (what CUDA
+           # does with these was not documented: the first real run showed index+UUID accepted)
+           (f"{u0},0", False), (f"{u0},{u0}", False), (f"{u0[:12]},{u0}", False), (f"0,{u0[:12]}", False),
+           ("GPU-" + u0[4], False), ("GPU-" + u0[4:6], False), ("GPU-" + u0[4:].upper(), False),
+           ("0,GPU-", False), ("GPU-,0", False), (u0 + " ", False), ("1abc", True), ("0,1abc", True),
+           ("MIG-", False), (f"0,{u0},1", False)]
     if n > 1:
         out += [("1,0", False), (f"{gpus[1].uuid},0", False), ("1,1", False)]
     return out

@@ -9,8 +9,12 @@ from 0. This module maps between the two. The rules it implements (docs/gpu-numb
   a GPU UUID or a unique prefix of one ("GPU-8932f937"), a MIG UUID or a unique prefix
   ("MIG-..."), or the older MIG form "MIG-GPU-<gpu uuid>/<gpu instance>/<compute instance>".
 - the first entry that names no device (out of range, negative, not an id, an unknown or
-  ambiguous UUID prefix, an empty entry) ends the list: only the entries before it count.
-- a device named twice makes the whole value invalid: CUDA fails to initialise.
+  ambiguous UUID prefix, "GPU-" alone, an empty entry) ends the list: only the entries before it
+  count. The hex digits of a UUID may be in either case; "GPU-" / "MIG-" must be upper case.
+- an entry that starts with an index ("1abc", "+1") is read as that index, as libcuda does (seen
+  on an H200, driver 580); vram warns that it is a typo.
+- a device named twice in the same form (two indices, or two UUIDs or prefixes) makes the whole
+  value invalid: CUDA fails to initialise. Named once by index and once by UUID, CUDA lists it once.
 - visible devices are numbered cuda:0, cuda:1, ... in the order of the list.
 - an index means a position in CUDA's own order: PCI bus order with CUDA_DEVICE_ORDER=PCI_BUS_ID,
   otherwise "fastest first", which vram can only assume equals PCI order when all GPUs are the
@@ -176,23 +180,26 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
         return None, f"{t!r} names no MIG instance here"
     if t.startswith(("GPU-", "MIG-")):
         want_mig = t.startswith("MIG-")
-        found = [d for d in devices if d.is_mig == want_mig and d.uuid and d.uuid.startswith(t)]
+        rest = t[4:].lower()  # libcuda takes the hex digits in either case (seen on driver 580)
+        if not rest:
+            return None, f"{t!r} is an empty UUID prefix"
+        found = [d for d in devices if d.is_mig == want_mig and d.uuid and d.uuid[:4] == t[:4]
+                 and d.uuid[4:].lower().startswith(rest)]
         if len(found) == 1:
             return found[0], None
         if found:
             return None, f"{t!r} is ambiguous: it begins the UUIDs of {', '.join(d.label for d in found)}"
         return None, f"{t!r} matches no {'MIG instance' if want_mig else 'GPU'} UUID here"
-    if re.fullmatch(r"\s*[-+]?\d+\s*", t):
+    lead = re.match(r"\+?(\d+)", t) if t.isascii() else None
+    if lead:
+        # libcuda reads the leading number of "0abc" or "+0" as the index (strtol-like; seen on an
+        # H200, driver 580, scripts/cuda_visible_check.py), so vram reads it so too, and says so
+        dev, why = _resolve(lead.group(1), order, devices)
+        if dev is None:
+            return None, f"{t!r} is read by CUDA as index {lead.group(1)[:20]}, and {why}"
+        return dev, f"CUDA reads {t!r} as index {lead.group(1)[:20]} (its leading number): write {lead.group(1)[:20]}"
+    if re.fullmatch(r"-\d+", t):
         return None, f"{t!r} is not a valid index (indices are 0, 1, 2, ...)"
-    lead = re.match(r"\d+", t)
-    if lead and t.isascii():
-        # CUDA documents only that an invalid entry ends the list; whether its parser takes the
-        # leading digits of "1abc" (strtol-like) is not documented. scripts/cuda_visible_check.py
-        # compares the two on a real GPU; vram calls such an entry invalid either way.
-        return None, (
-            f"{t!r} is not an index (digits only) or a GPU/MIG UUID; CUDA itself may read it as "
-            f"index {lead.group(0)[:20]} (undocumented), so write what you mean"
-        )
     return None, f"{t!r} is not an index or a GPU/MIG UUID"
 
 
@@ -209,11 +216,14 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
         return vis
     ended = False
     uses_index = False
+    named_as: dict[str, str] = {}  # device key -> "index" or "UUID", the form that listed it
     for text in value.split(","):
         if ended:
             vis.entries.append(Entry(text, "ignored", why="after the entry that ended the list"))
             continue
         dev, why = _resolve(text, order, devices)
+        if dev is not None and why is not None:
+            vis.pitfalls.append(f"entry {text.strip()!r}: {why}")
         if dev is None:
             vis.entries.append(Entry(text, "invalid", why=why))
             vis.pitfalls.append(
@@ -222,13 +232,18 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
             )
             ended = True
             continue
-        if text.strip().isdigit():
-            uses_index = True
-        if dev in vis.devices:
+        form = "UUID" if text.strip().startswith(("GPU-", "MIG-")) else "index"
+        uses_index = uses_index or form == "index"
+        if dev.key in named_as:
             vis.entries.append(Entry(text, "duplicate", dev, why=f"{dev.label} is already listed"))
-            vis.error = (f"CUDA_VISIBLE_DEVICES={value} names {dev.label} twice: CUDA refuses to start "
-                         "with a repeated device")
+            if named_as[dev.key] == form:
+                vis.error = (f"CUDA_VISIBLE_DEVICES={value} names {dev.label} twice: CUDA refuses to start "
+                             "with a repeated device")
+            else:  # seen on an H200, driver 580: "0,GPU-<its uuid>" and "GPU-<uuid>,0" start, with it once
+                vis.pitfalls.append(f"entry {text.strip()!r} names {dev.label} again (by {form}; it was listed by "
+                                    f"{named_as[dev.key]}): CUDA lists it once")
             continue
+        named_as[dev.key] = form
         vis.entries.append(Entry(text, "ok", dev))
         vis.devices.append(dev)
     if vis.error:
