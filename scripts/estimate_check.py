@@ -42,7 +42,7 @@ CASES: list[tuple[str, str, dict, bool]] = [
     ("BERT-Large infer b32 bf16", "bert-large-uncased", {"mode": "infer", "batch": 32, "seq": 512,
                                                         "precision": "bf16"}, False),
     ("GPT-2 medium b4 s1024 fp32", "gpt2-medium", {"batch": 4, "seq": 1024, "precision": "fp32"}, True),
-    ("GPT-2 medium b4 s1024 bf16", "gpt2-medium", {"batch": 4, "seq": 1024, "precision": "bf16"}, False),
+    ("GPT-2 medium b4 s1024 bf16", "gpt2-medium", {"batch": 4, "seq": 1024, "precision": "bf16"}, True),
     ("GPT-2 medium b4 s1024 bf16 ckpt", "gpt2-medium", {"batch": 4, "seq": 1024, "precision": "bf16",
                                                         "checkpointing": True}, False),
     ("GPT-2 medium infer b16 s1024 bf16", "gpt2-medium", {"mode": "infer", "batch": 16, "seq": 1024,
@@ -169,6 +169,25 @@ def nvml_used(pid: int) -> int | None:
     return total
 
 
+def case_of(label: str) -> tuple[str, dict]:
+    """(model, setup options) of a case by its label, from this script's case lists."""
+    for name, model, opts, _ in CASES + QUICK:
+        if name == label:
+            return model, opts
+    raise SystemExit(f"estimate_check: no case {label!r} in this script")
+
+
+def reestimate(rows: list[dict]) -> list[dict]:
+    """Recorded rows with their estimates made again by today's estimator (a case measured twice,
+    reference and HF, is estimated once)."""
+    out: list[dict] = []
+    for row in rows:
+        model, opts = case_of(row["label"])
+        same = out and out[-1]["label"] == row["label"]
+        out.append({**row, "estimates": out[-1]["estimates"] if same else estimates(model, opts)})
+    return out
+
+
 def estimates(model: str, opts: dict) -> dict:
     from vramkit.estimate.analytic import estimate
     from vramkit.estimate.trace import trace_estimate
@@ -194,16 +213,46 @@ def mib(n: int | None) -> str:
     return "-" if n is None else f"{n / MIB:,.0f}"
 
 
+def render(rows: list[dict]) -> list[str]:
+    """The markdown table: each row's measurements beside its estimates."""
+    lines = ["| case | model code | max allocated | traced | analytic peak | max reserved | NVML used "
+             "| analytic total | used − reserved |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        est = r["estimates"]
+        if "error" in r:
+            lines.append(f"| {r['label']} | {'HF' if r['hf'] else 'ref'} | error: {r['error']} | | | | | | |")
+            continue
+        alloc = max(r["step_alloc"]) if r.get("step_alloc") else None
+        reserved = max(r["step_reserved"]) if r.get("step_reserved") else None
+        used = r.get("nvml_used")
+        traced = est.get("traced_peak")
+        lines.append(
+            f"| {r['label']} | {'HF eager' if r['hf'] else 'reference'} | {mib(alloc)} | {mib(traced)} "
+            f"({pct(traced, alloc)}) | {mib(est['analytic_peak'])} ({pct(est['analytic_peak'], alloc)}) | "
+            f"{mib(reserved)} | {mib(used)} | {mib(est['analytic_total'])} ({pct(est['analytic_total'], used)}) | "
+            f"{mib(None if used is None or reserved is None else used - r['reserved_now'])} |")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", help="also write the markdown report here")
     ap.add_argument("--json", help="write every number here")
     ap.add_argument("--quick", action="store_true", help="small configs (a check of the script)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--from-json", metavar="FILE", help="no GPU: estimate (and trace) again the cases measured "
+                    "in FILE (a --json of an earlier run) and print the table")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.device)
+        return 0
+    if args.from_json:
+        with open(args.from_json) as f:
+            recorded = json.load(f)
+        rows = reestimate(recorded["rows"])
+        print("\n".join([f"recorded measurements ({args.from_json}) beside today's estimates", ""] + render(rows)))
         return 0
     cases = QUICK if args.quick else CASES
     env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..", "src")}
@@ -231,26 +280,9 @@ def main() -> int:
     proc.stdin.close()
     proc.wait(timeout=60)
 
-    lines = ["| case | model code | max allocated | traced | analytic peak | max reserved | NVML used "
-             "| analytic total | used − reserved |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        est = r["estimates"]
-        if "error" in r:
-            lines.append(f"| {r['label']} | {'HF' if r['hf'] else 'ref'} | error: {r['error']} | | | | | | |")
-            continue
-        alloc = max(r["step_alloc"]) if r.get("step_alloc") else None
-        reserved = max(r["step_reserved"]) if r.get("step_reserved") else None
-        used = r.get("nvml_used")
-        traced = est.get("traced_peak")
-        lines.append(
-            f"| {r['label']} | {'HF eager' if r['hf'] else 'reference'} | {mib(alloc)} | {mib(traced)} "
-            f"({pct(traced, alloc)}) | {mib(est['analytic_peak'])} ({pct(est['analytic_peak'], alloc)}) | "
-            f"{mib(reserved)} | {mib(used)} | {mib(est['analytic_total'])} ({pct(est['analytic_total'], used)}) | "
-            f"{mib(None if used is None or reserved is None else used - r['reserved_now'])} |")
     head = [f"estimator vs torch and NVML ({args.device}); MiB; differences are (estimate − measured) / measured",
             f"context before any case: NVML {mib(base)} MiB, torch reserved {mib(ready.get('reserved'))} MiB", ""]
-    report = "\n".join(head + lines)
+    report = "\n".join(head + render(rows))
     print(report)
     if args.report:
         with open(args.report, "w") as f:

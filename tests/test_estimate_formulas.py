@@ -178,7 +178,7 @@ def test_totals_add_up():
     assert e.total_bytes == e.reserved_bytes + e.context_bytes
     assert e.reserved_bytes >= e.peak_bytes and e.reserved_bytes % (2 * 1024**2) == 0
     assert sum(e.breakdown.values()) == e.total_bytes
-    assert e.context_bytes == default_context(12.4) == 512 * 1024**2
+    assert e.context_bytes == default_context(12.4) == 768 * 1024**2
     assert default_context(11.3) == GIB
     assert estimate("gpt2", context_overhead=0).context_bytes == 0
 
@@ -235,3 +235,23 @@ def test_spec_head_switch():
         resolve("gpt2").with_head("cls")
     assert replace(spec, layers=1).layers == 1
     assert Setup().precision == "bf16"
+
+
+def test_every_supported_model_type_is_read_and_the_error_names_them_all():
+    from vramkit.estimate.specs import SUPPORTED_TYPES, EstimateError, from_config
+
+    # one config with every family's keys: each supported type must read it
+    cfg = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+           "vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 4, "dim": 64, "n_layers": 2, "n_heads": 4,
+           "hidden_dim": 128, "d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128, "d_kv": 16,
+           "image_size": 32, "patch_size": 16}
+    for mtype in SUPPORTED_TYPES:
+        assert from_config({**cfg, "model_type": mtype}).layers == 2, mtype
+    with pytest.raises(EstimateError) as err:
+        from_config({**cfg, "model_type": "mamba"})
+    assert all(t in str(err.value) for t in SUPPORTED_TYPES)
+
+
+def test_a_bare_count_is_named_once():
+    e = estimate("7b")
+    assert e.model == "7b" and e.params == 7 * 10**9

@@ -38,10 +38,19 @@ from .specs import ENCODERS, EstimateError, ModelSpec, resolve
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
 
+# PyTorch's cuBLAS and cuBLASLt workspaces (32 MiB each on Hopper, ~8 MiB before it), taken through
+# the caching allocator at the first matmul and kept: max_memory_allocated on an H200 stayed 66-69 MiB
+# above the traced peak in every case of scripts/estimate_check.py (docs/gpu-check.md).
+CUBLAS_WORKSPACES = 64 * MiB
+
+
 def default_context(cuda: float) -> int:
-    """CUDA context + PyTorch's kernels, as nvidia-smi counts it: with lazy module loading
-    (CUDA >= 11.7, PyTorch's default) ~500 MiB; before that ~1 GiB (estimates; --context-overhead)."""
-    return 512 * MiB if cuda >= 11.7 else 1024 * MiB
+    """CUDA context + PyTorch's kernels, as nvidia-smi counts it (NVML's used memory of the process
+    minus what the caching allocator reserved). With lazy module loading (CUDA >= 11.7, PyTorch's
+    default) it was 742-762 MiB on an H200 (CUDA 13.0, PyTorch 2.11; docs/gpu-check.md): 768 MiB;
+    less on GPUs with fewer multiprocessors. Before 11.7 ~1 GiB and more (1343 MiB published on a
+    V100, CUDA 11.2). --context-overhead sets it."""
+    return 768 * MiB if cuda >= 11.7 else 1024 * MiB
 
 
 # The largest value each count may take: far past any real training or inference setup, and
@@ -228,7 +237,10 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
             terms.append(Term("ZeRO-3 gathered layers", ws, f"2 layers in flight × {p.largest_layer:,} params × "
                               f"{w16} B", "transient"))
     else:
-        terms.append(Term("weights", int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({setup.precision})"
+        kept_as = {4: "fp32", 2: "bf16" if setup.precision.startswith("bf16") else "fp16"}.get(int(dt.w), "")
+        if dt.mixed and dt.w == 4:  # mixed precision keeps fp32 master weights; autocast makes 16-bit copies
+            kept_as = f"fp32 master weights, {setup.precision} compute"
+        terms.append(Term("weights", int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({kept_as})"
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     if lora:
         aw = 4 if setup.precision != "bf16-pure" else 2
@@ -245,6 +257,9 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
             kv = kv_cache(spec, b, seq, x, tp)
             if kv:
                 terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp), "kv"))
+            if spec.family == "gpt2":  # k and v are views of one c_attn output: its q third stays too
+                terms.append(Term("q beside the cache (fused qkv)", kv // 2, "GPT-2's cache keeps views of the fused "
+                                  "qkv projection, so its q third stays allocated through the prefill", "kv"))
             ws = inference_working_set(spec, b, seq, dti, setup.attention == "flash", tp)
             terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
                               + ("attention scores, " if setup.attention == "eager" else "")
@@ -406,11 +421,17 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
     totals = {k: sum(v.values()) for k, v in moments.items()}
     peak_moment = max(totals, key=lambda k: totals[k])
     steady = totals[peak_moment]
-    peak = max(steady, max(sum(v.values()) for v in first.values()))
+    workspaces = 0 if spec.bare else CUBLAS_WORKSPACES  # a bare count: model states only
+    peak = max(steady, max(sum(v.values()) for v in first.values())) + workspaces
+    steady += workspaces
     breakdown = {k: v for k, v in moments[peak_moment].items() if v}
+    if workspaces:
+        breakdown["cuBLAS workspaces"] = workspaces
     reserved = round_segments(int(peak * (1 + setup.fragmentation)))
     context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
-    terms = terms + [
+    terms = terms + [Term("cuBLAS workspaces", workspaces, "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB each "
+                          "on Hopper), kept in the caching allocator from the first matmul", "overhead")] * bool(
+        workspaces) + [
         Term("allocator overhead", reserved - peak, f"caching allocator: {setup.fragmentation:.0%} fragmentation "
              f"over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
         Term("CUDA context", context, ("--context-overhead" if setup.context_overhead is not None else

@@ -209,6 +209,9 @@ def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, lora: bool, tp: int) -> list[
     else:
         per = (1 if lora else 2) * dt.x
         what = "gelu input" + ("" if lora else " and output (down-projection input)")
+        if spec.ffn == "gelu-new":  # HF's Python-op GELU keeps tanh, 1 + tanh and 0.5·x (fp32 under
+            per += 12 if dt.mixed else 3 * dt.x  # autocast, where pow keeps an fp32 copy of x instead of x)
+            what += "; gelu_new's tanh, 1 + tanh, 0.5·x" + (" and fp32 copy" if dt.mixed else "")
     out.append((f"feed-forward inner ({what}, {per} B × {i} wide)", tokens * i * per // tp))
     if spec.hidden_dropout > 0:
         out.append(("dropout mask after feed-forward", tokens * spec.hidden))
@@ -312,12 +315,18 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     stream and its norm, q/k/v, the attention scores (eager) and the feed-forward inner tensors."""
     T = b * s
     h, inner = spec.hidden, spec.inner
-    base = 2 * T * h * dt.r
+    # the residual stream and its norm; post-LN layers (BERT) also hold the sublayer output and the
+    # sum the norm reads (traced, and measured on an H200: BERT-Large inference was 64 MiB short without)
+    base = (2 if spec.pre_norm else 4) * T * h * dt.r
     sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
     if flash:
         attn = base + 4 * T * inner * dt.x // tp
     else:
-        attn = base + 3 * T * inner * dt.x // tp + b * spec.heads * s * s * (dt.x + sm) // tp
+        # softmax(scores, dtype=float32) casts a 16-bit input first: scores, the fp32 copy and the output
+        score_bytes = dt.x + (8 if sm == 4 and dt.x < 4 else sm)
+        attn = base + 3 * T * inner * dt.x // tp + b * spec.heads * s * s * score_bytes // tp
     gated = spec.ffn in ("swiglu", "gated-gelu")
-    ffn = base + T * spec.intermediate * dt.x * (3 if gated else 2) // tp
+    # gelu_new's Python ops hold x, 0.5·x, 1 + tanh and their product at once: two more than F.gelu
+    inner_tensors = 3 if gated else (4 if spec.ffn == "gelu-new" else 2)
+    ffn = base + T * spec.intermediate * dt.x * inner_tensors // tp
     return max(attn, ffn)

@@ -137,10 +137,18 @@ class Attention(nn.Module):
         return self.o(ctx)
 
 
+def _gelu_new(x: Any, mixed: bool) -> Any:
+    """HF's NewGELUActivation (GPT-2's gelu_new), op for op: it keeps tanh's output, 1 + tanh and
+    0.5·x for backward, which F.gelu does not. CUDA autocast runs pow in fp32 (a kept fp32 copy of
+    x); CPU autocast does not, hence the explicit cast."""
+    cube = torch.pow(x.float() if mixed else x, 3.0)
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cube)))
+
+
 class FeedForward(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
-        self.spec = spec
+        self.spec, self.mixed = spec, opt.mixed
         h, i = spec.hidden, spec.intermediate
         bias = spec.family not in ("llama", "t5")
         if spec.ffn in ("swiglu", "gated-gelu"):
@@ -154,6 +162,8 @@ class FeedForward(nn.Module):
             y = F.silu(self.gate(x)) * self.up(x)
         elif spec.ffn == "gated-gelu":
             y = F.gelu(self.gate(x), approximate="tanh") * self.up(x)
+        elif spec.ffn == "gelu-new":
+            y = _gelu_new(self.up(x), self.mixed)
         elif spec.ffn == "relu":
             y = F.relu(self.up(x))
         else:
@@ -173,7 +183,7 @@ class Layer(nn.Module):
             self.norm_x = _norm(spec, spec.hidden, opt)
             self.cross = Attention(spec, opt)
         self.norm2 = _norm(spec, spec.hidden, opt)
-        self.ffn = FeedForward(spec)
+        self.ffn = FeedForward(spec, opt)
 
     def forward(self, x: Any, enc: Any = None, bias: Any = None, rope: Any = None, cache: Any = None) -> Any:
         p = self.spec.hidden_dropout if self.training else 0.0

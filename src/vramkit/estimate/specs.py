@@ -42,7 +42,7 @@ class ModelSpec:
     embedding_size: int = 0  # ALBERT's factorised embedding; else = hidden
     shared_layers: bool = False  # ALBERT: one set of layer weights used by every layer
     decoder_layers: int = 0  # T5
-    ffn: str = "gelu"  # gelu | relu | swiglu | gated-gelu
+    ffn: str = "gelu"  # gelu | gelu-new (HF's NewGELU: Python ops, GPT-2's default) | relu | swiglu | gated-gelu
     tied: bool = True
     qkv_bias: bool = True
     attn_dropout: float = 0.0
@@ -147,6 +147,7 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
             heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=int(_opt(cfg, "n_inner", 4 * h)),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "n_positions", 1024)),
             embedding_size=h, tied=True, attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
+            ffn="gelu-new" if _opt(cfg, "activation_function", "gelu_new") == "gelu_new" else "gelu",
             hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)), head="lm", source=source)
     if mtype in ("llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense"):
         h = _need(cfg, "hidden_size", where=where)
@@ -184,11 +185,15 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
             attn_dropout=float(_opt(cfg, "attention_probs_dropout_prob", 0.0)),
             hidden_dropout=float(_opt(cfg, "hidden_dropout_prob", 0.0)), num_labels=int(labels), head="cls",
             source=source)
-    known = "bert, roberta, distilbert, albert, gpt2, llama, mistral, qwen2, t5, vit"
+    known = ", ".join(SUPPORTED_TYPES)
     if not mtype:
         raise EstimateError(f"{where}: config has no 'model_type' (one of: {known})")
     raise EstimateError(f"{where}: model_type {mtype!r} is not supported (supported: {known})")
 
+
+# every model_type from_config reads (kept beside it; tests check each one is accepted)
+SUPPORTED_TYPES = ("bert", "roberta", "xlm-roberta", "albert", "camembert", "electra", "distilbert", "gpt2",
+                   "llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense", "t5", "mt5", "vit")
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmbt])\s*$", re.I)
 _SCALE = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
@@ -218,7 +223,7 @@ def resolve(model: str) -> ModelSpec:
     if count is not None:
         if count <= 0:
             raise EstimateError(f"{text!r}: the parameter count must be more than 0")
-        return ModelSpec(name=f"{text} parameters", family="params", params=count, source="count",
+        return ModelSpec(name=text, family="params", params=count, source="count",
                          notes=("a bare parameter count: weights and model states only, no activations",))
     path = Path(text).expanduser()
     if path.is_dir():
