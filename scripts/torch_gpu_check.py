@@ -89,14 +89,16 @@ def step(b):
     r.step(net, opt, device="cuda")
     torch.cuda.synchronize()
 free, total = torch.cuda.mem_get_info()
-search = find_batch_size(step, high=4096)
-def fits(b):
+search = find_batch_size(step, high=4096, model=net)
+def fits(b):  # as find_batch_size tries a batch: from an emptied cache, no gradients left over
+    import gc
+    for p in net.parameters():
+        p.grad = None
+    gc.collect(); torch.cuda.empty_cache()
     try:
         step(b); return True
     except torch.OutOfMemoryError:
         return False
-    finally:
-        import gc; gc.collect(); torch.cuda.empty_cache()
 print(json.dumps({"free_at_start": free, "largest": search.largest, "recommended": search.recommended,
                   "method": search.method, "trials": [[t.batch, t.ok, t.peak_bytes] for t in search.trials],
                   "largest_runs": fits(search.largest), "one_more_runs": fits(search.largest + 1)}))
@@ -227,11 +229,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", help="also write the markdown report here")
     ap.add_argument("--workdir", help="where the OOM log is kept (default: a temporary folder)")
+    ap.add_argument("--only", help="run only these checks (comma-separated: oom,batch,leak,kill,holders)")
     args = ap.parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="vram-gpu-")
     lines, failed = [], []
-    for name, check in (("oom", lambda: check_oom(work)), ("batch", check_batch), ("leak", check_leak),
-                        ("kill", check_kill), ("holders", check_holders)):
+    checks = (("oom", lambda: check_oom(work)), ("batch", check_batch), ("leak", check_leak),
+              ("kill", check_kill), ("holders", check_holders))
+    for name, check in checks:
+        if args.only and name not in args.only.split(","):
+            continue
         started = time.perf_counter()
         try:
             ok, out = check()

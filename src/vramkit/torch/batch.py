@@ -59,22 +59,30 @@ def _default_memory() -> tuple[Callable[[], None] | None, Callable[[], int] | No
 
 class _Runner:
     def __init__(self, step_fn: Callable[[int], Any], before: Callable[[], None] | None,
-                 memory_fn: Callable[[], int] | None) -> None:
-        self.step_fn, self.before, self.memory_fn = step_fn, before, memory_fn
+                 memory_fn: Callable[[], int] | None, model: Any = None) -> None:
+        self.step_fn, self.before, self.memory_fn, self.model = step_fn, before, memory_fn, model
         self.trials: list[Trial] = []
         self.lo: int = 0  # largest success
         self.hi: int | None = None  # smallest failure
 
     def __call__(self, batch: int) -> bool:
         from .guard import is_oom
+        # every trial starts from an emptied cache, as a fresh job at that batch would: on an H200 a
+        # batch that failed right after a smaller one's trial ran once the cache was emptied
+        _cleanup()
         if self.before is not None:
             self.before()
+        failed = False
         try:
             self.step_fn(batch)
         except Exception as e:
             if not is_oom(e):
                 raise
-            del e
+            failed = True
+        if failed:  # out of the except block: its traceback no longer holds the step's tensors
+            if self.model is not None:  # an OOM mid-backward leaves some gradients allocated
+                for p in self.model.parameters():
+                    p.grad = None
             _cleanup()
             self.trials.append(Trial(batch, False, None))
             self.hi = batch if self.hi is None else min(self.hi, batch)
@@ -141,7 +149,8 @@ def _doubling(run: _Runner, low: int, high: int) -> None:
 def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 1 << 16,
                     predict: int | Callable[[], int] | None = None, memory_fn: Callable[[], int] | None = None,
                     capacity: int | None = None, before_trial: Callable[[], None] | None = None,
-                    margin: float = 0.1, multiple_of: int = 1, probe: int | None = None) -> BatchSearch:
+                    margin: float = 0.1, multiple_of: int = 1, probe: int | None = None,
+                    model: Any = None) -> BatchSearch:
     """The largest batch in [low, high] for which step_fn(batch) does not run out of memory.
 
     step_fn(batch): one real training step at that batch size (forward, backward, optimizer).
@@ -150,7 +159,9 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
     on CUDA they default to torch.cuda's peak counters and free memory. Without them, and
     without predict, the search is doubling + bisection.
     margin: the recommended batch stays this fraction below the largest (on memory when
-    measured). probe: the second measured batch (default 4 x low).
+    measured). probe: the second measured batch (default 4 x low). model: if given, its gradients
+    are dropped after a trial that ran out of memory (one that failed in the backward leaves some
+    allocated, which would count against the next trial).
     """
     if low < 1 or high < low:
         raise ValueError("need 1 <= low <= high")
@@ -158,7 +169,7 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
         raise ValueError("margin must be in [0, 1)")
     if memory_fn is None and capacity is None and before_trial is None:
         before_trial, memory_fn, capacity = _default_memory()
-    run = _Runner(step_fn, before_trial, memory_fn)
+    run = _Runner(step_fn, before_trial, memory_fn, model)
     guess = predict() if callable(predict) else predict
     measured = memory_fn is not None and capacity is not None
     if guess is None and not measured:

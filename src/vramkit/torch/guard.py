@@ -54,6 +54,13 @@ class TensorInfo:
     keeps_graph: bool = False
 
 
+def _stat_label(key: str) -> str:
+    """'allocated_bytes.all.peak' -> 'allocated peak'; 'num_ooms' -> 'num_ooms'."""
+    name, dotted, _ = key.partition(".")
+    kind = key.rsplit(".", 1)[-1] if dotted else "current"
+    return name.replace("_bytes", "") + ("" if kind == "current" else f" {kind}")
+
+
 @dataclass
 class OomDiagnosis:
     error: str
@@ -82,8 +89,7 @@ class OomDiagnosis:
             lines.append(f"  allocator stats: N/A ({self.allocator_note})")
         else:
             lines.append("  allocator: " + ", ".join(
-                f"{k.split('.')[0].replace('_bytes', '')}{'' if k.endswith('current') else ' ' + k.split('.')[-1]}"
-                f" {format_size(v) if 'bytes' in k else v}" for k, v in self.allocator.items()))
+                f"{_stat_label(k)} {format_size(v) if 'bytes' in k else v}" for k, v in self.allocator.items()))
         if self.tensors:
             lines.append("  largest live tensors:")
             for t in self.tensors:
