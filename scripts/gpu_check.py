@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -74,8 +75,8 @@ def compare(kind: str, ours, theirs: str) -> tuple[bool, str]:
     if kind == "pci":
         return ours.upper() == theirs.upper(), ""
     value = float(theirs)
-    if kind == "mib":
-        return ours // MIB == int(value), f"{ours // MIB} MiB"
+    if kind == "mib":  # nvidia-smi rounds up to the MiB (seen on driver 580: 615.06 MiB printed as 616)
+        return math.ceil(ours / MIB) == int(value), f"{math.ceil(ours / MIB)} MiB"
     if kind == "mib_live":
         return abs(ours / MIB - value) <= 64, f"{ours / MIB:.0f} MiB (±64 MiB: sampled apart)"
     if kind == "pct_live":
@@ -112,7 +113,10 @@ def peers() -> dict[str, list[str]]:
     """The commands to time: vram status, nvidia-smi, and nvitop -1 / gpustat where installed."""
     import importlib.util
 
-    cmds = {"vram status": [*VRAM, "status"], "nvidia-smi": ["nvidia-smi"]}
+    cmds = {"vram status": [*VRAM, "status"], "nvidia-smi": ["nvidia-smi"],
+            # the floor for any Python tool: the interpreter, then pynvml and the driver's init
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "python + nvmlInit": [sys.executable, "-c", "import pynvml; pynvml.nvmlInit()"]}
     if importlib.util.find_spec("nvitop"):
         cmds["nvitop -1"] = [sys.executable, "-m", "nvitop", "-1"]
     if importlib.util.find_spec("gpustat"):

@@ -26,6 +26,9 @@ if want gpu; then
   step gpu_check
   timeout 100 $py scripts/gpu_check.py --torch --runs 10 --report "$out/gpu_check.md" >> "$log" 2>&1
   echo "gpu_check exit $?" >> "$log"
+  step "where vram status spends its time on this driver"
+  $py -X importtime -m vramkit status 2>&1 >/dev/null | sort -t'|' -k2 -n | tail -25 >> "$log"
+  $py -m cProfile -s cumtime -m vramkit status 2>&1 | awk '/ncalls/{f=1} f' | head -45 >> "$log"
 fi
 if want visible; then
   step cuda_visible_check
@@ -39,7 +42,8 @@ if want estimate; then
 fi
 if want torch; then
   step torch_gpu_check
-  timeout 150 $py scripts/torch_gpu_check.py --report "$out/torch_check.md" >> "$log" 2>&1
+  timeout 150 $py scripts/torch_gpu_check.py --report "$out/torch_check.md" ${TORCH_CHECKS:+--only $TORCH_CHECKS} \
+    >> "$log" 2>&1
   echo "torch_gpu_check exit $?" >> "$log"
 fi
 if want cli; then
@@ -47,23 +51,23 @@ if want cli; then
   cli="$out/cli.txt"
   : > "$cli"
   run() { echo "\$ $*" >> "$cli"; timeout 60 "$@" >> "$cli" 2>&1; echo "[exit $?]" >> "$cli"; echo >> "$cli"; }
-  vram() { $py -m vramkit "$@"; }
+  vram() { run $py -m vramkit "$@"; }
   # a process holding memory, so status, ps, serve and record have something to show
   $py -c "import sys, torch; x = torch.empty(3 * 2**30, dtype=torch.uint8, device='cuda'); print('held', flush=True);
 sys.stdin.read()" < <(sleep 60) > /dev/null 2>&1 &
   holder=$!
   sleep 8
-  run vram status
-  run vram status --json
-  run vram ps
-  run vram ps --holders
-  run vram doctor
-  run vram pick --format index
-  run vram estimate bert-large-uncased --batch 8 --seq 512 --precision fp32
+  vram status
+  vram status --json
+  vram ps
+  vram ps --holders
+  vram doctor
+  vram pick --format index
+  vram estimate bert-large-uncased --batch 8 --seq 512 --precision fp32
   db=$(mktemp -d)/h.db
-  run vram record --db "$db" --interval 1s --samples 4
-  run vram report --db "$db"
-  vram serve --listen 127.0.0.1:9797 --interval 1s >> "$log" 2>&1 &
+  vram record --db "$db" --interval 1s --samples 4
+  vram report --db "$db"
+  $py -m vramkit serve --listen 127.0.0.1:9797 --interval 1s >> "$log" 2>&1 &
   server=$!
   sleep 4
   run curl -s http://127.0.0.1:9797/metrics
