@@ -87,30 +87,62 @@ def plant_hostile_files(directory: Path) -> list[str]:
     return names
 
 
-def hold_directory_lock(leasing, tmp_path):
-    """The directory lock held for the whole test (issue 13 item 5), here by the runner itself,
-    after one earlier `vram run` leased both fitting GPUs (so each has its lock file, as on a
-    machine in use: a GPU never leased before is covered by create_lease's second look, see
-    test_lease_locks). Every launcher goes around the lock; the GPUs' own locks keep them apart."""
+def hold_directory_lock(leasing, warm_up: bool):
+    """The directory lock held for the whole test (issue 13 item 5), here by the runner itself.
+    Every launcher goes around the lock; the GPUs' own locks keep them apart. `warm_up`: after
+    one earlier `vram run` leased both fitting GPUs, so each has its lock file (a machine in
+    use); else on a fresh directory, where no GPU has a lock file yet and all 24 launchers go
+    around the directory lock at about the same moment: each look creates and takes the lock
+    of every GPU of the machine before choosing, so they still take turns (go_around_together)."""
     import fcntl
 
-    warm = subprocess.run(vram_argv("run", "-q", "--simulate", "demo", "-n", "2", "--", "true"), env=leasing.env(),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    assert warm.returncode == 0, warm.stderr
-    held = open(leasing.dir / ".lock")
+    leasing.dir.mkdir(mode=0o1777, parents=True, exist_ok=True)
+    if warm_up:
+        warm = subprocess.run(vram_argv("run", "-q", "--simulate", "demo", "-n", "2", "--", "true"),
+                              env=leasing.env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert warm.returncode == 0, warm.stderr
+    else:
+        assert not list(leasing.dir.glob("gpu-*.lock"))
+    held = open(leasing.dir / ".lock", "a")
     fcntl.flock(held, fcntl.LOCK_EX)
     return held
 
 
-@pytest.mark.parametrize("hostile", ["clean", "hostile-files", "directory-lock-held"])
+def opened(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
+    except OSError:  # it exited, or closed a descriptor while we looked
+        return False
+
+
+def go_around_together(procs, lock: Path) -> None:
+    """Make the launchers go around the held directory lock in the same instant, the worst case
+    for a GPU never leased here: once every one waits for the lock (has it open), stop them all,
+    let more than the patience (2 s) pass, and continue them all: each finds it has waited long
+    enough at its next try, and all choose at once."""
+    assert wait_for(lambda: all(opened(p.pid, lock) for p in procs), timeout=60)
+    for p in procs:
+        os.kill(p.pid, signal.SIGSTOP)
+    time.sleep(2.5)
+    for p in procs:
+        os.kill(p.pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("hostile", ["clean", "hostile-files", "directory-lock-held",
+                                     "directory-lock-held-no-gpu-leased-yet"])
 def test_24_concurrent_launchers_never_share_a_gpu(groups, leasing, tmp_path, hostile):
     where = tmp_path / "records"
     where.mkdir()
     planted = plant_hostile_files(leasing.dir) if hostile == "hostile-files" else []
-    held = hold_directory_lock(leasing, tmp_path) if hostile == "directory-lock-held" else None
+    held = hold_directory_lock(leasing, warm_up=hostile == "directory-lock-held") \
+        if hostile.startswith("directory-lock-held") else None
     log = open(tmp_path / "stderr.txt", "w")
     started = time.monotonic()
     procs = [launch(groups, leasing, where, f"j{i:02d}", 0.2, "--wait", "120", "-n", "1", log=log) for i in range(24)]
+    if hostile == "directory-lock-held-no-gpu-leased-yet":
+        go_around_together(procs, Path(os.path.realpath(leasing.dir / ".lock")))
     codes = wait_all(procs, timeout=120)
     elapsed = time.monotonic() - started
     log.close()

@@ -1,8 +1,9 @@
 """Pick GPUs for a job, reserve them, wait in line: what `vram pick`, `vram run`,
 `vramkit.select_gpus()` and `vramkit.use_gpus()` share.
 
-One round: snapshot NVML, then under the lease directory's lock read the live leases and the
-queue, decide, and (when asked) write the lease; all within milliseconds. Waiting repeats the
+One round: snapshot NVML, then under the lease directory's locks (its own, and every GPU's)
+read the live leases and the queue, decide, and (when asked) write the lease; all within
+milliseconds. Waiting repeats the
 round whenever a lease comes or goes (the directory changes) and every `interval` seconds.
 """
 
@@ -244,7 +245,10 @@ def acquire(machine: Machine, policy: Policy, *, wait: float | None = None, leas
             free_run = decide(policy, units)
             if free_run.impossible:
                 raise NoGpusAvailable(free_run.impossible, impossible=True, decision=free_run)
-            with d.locked():
+            # The lock of every GPU of the machine is taken (its file created) before choosing, so
+            # that launchers take turns even on a GPU never leased here while the directory lock
+            # is gone around (docs/leases.md, "Locks").
+            with d.locked(units=[u.key for u in units]):
                 state = L.read_state(d)
                 earlier = [t for t in state.tickets if ticket is None or t.seq < ticket.seq]
                 blocked = lease_blocks(state, units, is_real)
@@ -255,8 +259,11 @@ def acquire(machine: Machine, policy: Policy, *, wait: float | None = None, leas
                     if lease_kind is not None:
                         labels = [(u.key, u.dev.label) for u in decision.chosen]
                         baseline = {u.key: [p.pid for p in u.processes] for u in decision.chosen}
-                        selection.lease = L.create_lease(d, labels, lease_kind, timeout, command=command,
-                                                         baseline=baseline if lease_kind == "hold" else None)
+                        try:
+                            selection.lease = L.create_lease(d, labels, lease_kind, timeout, command=command,
+                                                             baseline=baseline if lease_kind == "hold" else None)
+                        except L.LeaseConflict:
+                            continue  # another launcher leased a chosen GPU meanwhile: choose again, now
                     if ticket is not None:
                         ticket.leave()
                         ticket = None
