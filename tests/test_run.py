@@ -103,12 +103,33 @@ def test_impossible_requests_fail_at_once_even_with_wait(leasing):
     assert leasing.leftovers() == []
 
 
+def test_the_wait_line_says_how_long_only_once_a_second_has_passed():
+    """'waiting for 3 GPUs ...' at first, never 'waiting 0s'; 'waiting 1s for ...' from then on."""
+    from vramkit.allocate import WaitStatus, build_policy
+    from vramkit.cuda_env import devices_of
+    from vramkit.select import decide, units_of
+    from vramkit.snapshot import open_machine
+
+    machine = open_machine("demo")
+    try:
+        snap = machine.snapshot()
+        devices = devices_of(snap)
+        policy, _ = build_policy(devices, count=3, env={})
+        decision = decide(policy, units_of(snap, devices))
+    finally:
+        machine.close()
+    assert WaitStatus(decision, 0.0, 60, 0).text().startswith("waiting for 3 GPUs, ≥50% free, ≤50% busy: ")
+    assert WaitStatus(decision, 0.99, 60, 0).text().startswith("waiting for 3 GPUs")
+    assert WaitStatus(decision, 1.0, 60, 0).text().startswith("waiting 1s for 3 GPUs")
+    assert WaitStatus(decision, 75, 120, 1).text().startswith("waiting 1m15s for 3 GPUs")
+
+
 @pytest.mark.slow
 def test_a_wait_that_times_out_says_what_it_waited_for(leasing):
     result = run(leasing, "-n", "3", "--wait", "2", "--", "true")
     assert result.rc == 1 and result.out == ""
     lines = result.err_lines
-    assert lines[0].startswith("vram: waiting 0s for 3 GPUs, ≥50% free, ≤50% busy: only GPUs 4, 7 fit")
+    assert lines[0].startswith("vram: waiting for 3 GPUs, ≥50% free, ≤50% busy: only GPUs 4, 7 fit")
     assert lines[-1].startswith("vram: gave up after waiting 2s: too few GPUs fit now (wanted 3 GPUs")
     assert "GPUs 1-3 are busy (58%, 55%, 57% utilization; limit 50%)" in lines[-1]
     assert leasing.leftovers() == []  # the ticket is gone
@@ -125,7 +146,7 @@ def test_a_waiter_starts_when_the_gpu_is_released(leasing, groups):
     assert holder.wait(timeout=10) == 0
     assert 0.5 < time.monotonic() - started < 30
     first = result.err_lines[0]
-    assert first.startswith("vram: waiting 0s for 1 GPU, ≥50% free, ≤50% busy: ")
+    assert first.startswith("vram: waiting for 1 GPU, ≥50% free, ≤50% busy: ")
     assert f"GPU 7 is reserved by a vram run of {pwd.getpwuid(os.getuid()).pw_name} (pid {holder.pid}," in first
     assert "GPUs 0-6 are not in --only" in first
     assert result.err_lines[-1].startswith("vram: GPU 7 (A100-SXM4-80GB, 77.3GiB free) after waiting")

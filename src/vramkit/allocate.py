@@ -180,8 +180,10 @@ class WaitStatus:
         return "; ".join(shortfall_reasons(self.decision))
 
     def text(self) -> str:
-        """'waiting 12s for 1 GPU, ≥50% free, ≤50% busy: GPU 4 is reserved by ...; gives up in 1m48s'."""
-        parts = [f"waiting {format_duration(self.waited)} for {self.decision.policy.describe()}: {self.reasons()}"]
+        """'waiting 12s for 1 GPU, ≥50% free, ≤50% busy: GPU 4 is reserved by ...; gives up in 1m48s'
+        ('waiting for ...' in the first second: not 'waiting 0s')."""
+        waited = f"{format_duration(self.waited)} " if self.waited >= 1 else ""
+        parts = [f"waiting {waited}for {self.decision.policy.describe()}: {self.reasons()}"]
         if self.ahead:
             parts.append(f"{self.ahead} earlier waiter{'s' if self.ahead != 1 else ''} in line")
         if math.isfinite(self.timeout):
