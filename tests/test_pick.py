@@ -64,6 +64,27 @@ def test_explain_shows_every_verdict_and_the_cuda_numbering_on_stderr(leasing):
     assert f"leases: {leasing.dir} (shared by all users) · 0 active, 0 waiting" in err
 
 
+def test_explain_counts_gpu_locks_held_by_others_apart_from_leases(leasing):
+    """A GPU whose lock someone keeps is reserved by them, but it is not a lease: the note says
+    '1 active, ..., 1 GPU lock held by others', not '2 active'."""
+    import fcntl
+    import os
+
+    held = pick(leasing, "--only", "4", "--hold", "1m")
+    assert held.rc == 0, held.err
+    fd = os.open(leasing.dir / f"gpu-{DEMO_UUID.format(7)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = pick(leasing, "--max-util", "any", "--explain")
+    finally:
+        os.close(fd)
+    assert result.rc == 0, result.err
+    row_7 = next(line for line in result.err.splitlines() if line.startswith("    7  "))
+    assert f"reserved by pid {os.getpid()} of user" in row_7, result.err
+    assert f"leases: {leasing.dir} (shared by all users) · 1 active, 0 waiting, 1 GPU lock held by others" \
+        in result.err, result.err
+
+
 @pytest.mark.slow
 def test_impossible_requests_fail_at_once_and_say_what_is_available(leasing):
     for extra in ((), ("--wait", "60")):

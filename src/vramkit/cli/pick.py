@@ -129,7 +129,12 @@ def lease_note(leases: LeaseDir) -> str:
     try:
         with leases.locked(patience=2):
             state = read_state(leases)
-        counts = f"{len(state.leases)} active, {len(state.tickets)} waiting"
+        # A GPU whose lock another process kept for the whole look is listed among the leases
+        # (kind "lock", so that nothing chooses it), but it is not a lease: counted apart.
+        locks = sum(lease.kind == "lock" for lease in state.leases)
+        counts = f"{len(state.leases) - locks} active, {len(state.tickets)} waiting"
+        if locks:
+            counts += f", {locks} GPU lock{'s' if locks != 1 else ''} held by others"
     except Exception as e:  # the note is a courtesy
         counts = f"unreadable: {e}"
     where = "shared by all users" if leases.shared else "per-user"
