@@ -5,8 +5,6 @@ chooses again instead of failing with "try again"."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from vramkit import leases as L
@@ -17,11 +15,11 @@ from vramkit.snapshot import open_machine
 
 
 @pytest.fixture
-def where(tmp_path):
-    path = tmp_path / "leases"
-    path.mkdir()
-    os.chmod(path, 0o1777)
-    return path
+def where(leasing):
+    """A shared lease directory of the test's own, made as vram makes one (sticky, writable by all)."""
+    d = L.lease_dir(leasing.env())
+    d.close()
+    return d.path
 
 
 @pytest.fixture
