@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import assert_one_line_error, clean_env, minimal_scenario, run_vram, scenario_data
+from helpers import SCENARIO_DIR, assert_one_line_error, clean_env, minimal_scenario, run_vram, scenario_data
 
 
 def _set(path: str, value):
@@ -254,20 +254,27 @@ def test_validate_needs_a_name():
     assert_one_line_error(run_vram("sim", "validate"), 2)
 
 
+def _bundled() -> list[str]:
+    """The bundled scenarios' names, from the files (another may be added at any time)."""
+    names = sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
+    assert {"demo", "faulty", "lab-day", "mig"} <= set(names)
+    return names
+
+
 def test_sim_list():
     result = run_vram("sim", "list")
     assert result.rc == 0 and result.err == ""
     lines = result.out.splitlines()
-    assert [line.split()[0] for line in lines] == ["demo", "faulty", "lab-day", "mig"]
+    assert [line.split()[0] for line in lines] == _bundled()
     for line in lines:
         data = scenario_data(line.split()[0])
-        assert f"{len(data['gpus'])} GPUs" in line
+        assert f"{len(data['gpus'])} GPU" in line  # GPU or GPUs
         assert data["description"][:30] in line
 
 
 def test_sim_list_json():
     rows = run_vram("sim", "list", "--json").json()
-    assert [r["name"] for r in rows] == ["demo", "faulty", "lab-day", "mig"]
+    assert [r["name"] for r in rows] == _bundled()
     for r in rows:
         data = scenario_data(r["name"])
         assert r["gpus"] == len(data["gpus"]) and r["processes"] == len(data["processes"])
