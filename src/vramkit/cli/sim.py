@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..nvml import scenario as scenarios
+from ..render.fmt import count
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError
 
@@ -131,13 +132,14 @@ def run_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     for r in rows:
-        print(f"{r['name']:<8} {r['gpus']} GPUs, {r['processes']:>2} processes  {r['description']}")
+        print(f"{r['name']:<8} {count(r['gpus'], 'GPU') + ',':<7} {count(r['processes'], 'process', 'processes'):>12}"
+              f"  {r['description']}")
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
     s = scenarios.load(args.scenario)
-    print(f"{s.source}: ok ({len(s.gpus)} GPUs, {len(s.processes)} processes)")
+    print(f"{s.source}: ok ({count(len(s.gpus), 'GPU')}, {count(len(s.processes), 'process', 'processes')})")
     return 0
 
 
