@@ -349,9 +349,10 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     T = b * seq
     sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
     scores = 0 if setup.attention == "flash" else b * spec.heads * seq * seq * sm // tp
-    layer_bwd = 2 * max(T * spec.intermediate * dt.x // tp, scores, T * spec.hidden * dt.r)
+    gx = 4 if spec.ffn == "gelu-new" and dt.mixed else dt.x  # gelu_new's chain runs in fp32 under autocast
+    layer_bwd = 2 * max(T * spec.intermediate * gx // tp, scores, T * spec.hidden * dt.r)
     terms.append(Term("backward temporaries", layer_bwd, f"2 × the largest gradient of one layer: "
-                      f"max(b·s·i·{dt.x}, b·a·s²·{sm}" + (" (eager)" if scores else " (0 with flash)")
+                      f"max(b·s·i·{gx}, b·a·s²·{sm}" + (" (eager)" if scores else " (0 with flash)")
                       + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient"))
     if logits_extra:
         terms.append(Term("loss-gradient transients (fp32)", logits_extra,
@@ -382,8 +383,10 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
              "backward end": {**base, **grads},
              "optimizer step": {**always, **grads, Opt.name: Opt.bytes, T_opt.name: T_opt.bytes}}
         if setup.checkpointing:
+            # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
+            recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
             m["recompute"] = {**base, **g_acc, A.name: A.bytes - outside,
-                              "recomputed layer": named["recomputed layer"], "backward temporaries": layer_bwd // 2,
+                              "recomputed layer": named["recomputed layer"], "backward temporaries": recompute_bwd,
                               "gradients (head and one layer)": int(p.largest_layer * wt) // tp}
         return m
 
