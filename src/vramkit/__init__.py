@@ -16,31 +16,39 @@ Public API (documented in docs/api.md):
 Both load on first use, so `import vramkit` stays light.
 """
 
-from typing import Any
+from __future__ import annotations
 
 from ._version import __version__
-from .model import Device, GpuProcess, MigDevice, Snapshot
-from .nvml.backend import NvmlUnavailable
-from .nvml.scenario import ScenarioError
-from .snapshot import Machine, open_machine, snapshot
 
-_ALLOCATE = ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut", "select_gpus", "use_gpus")
+TYPE_CHECKING = False  # typing itself is not imported: `vram --help` loads nothing it does not need
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .model import Device, GpuProcess, MigDevice, Snapshot
+    from .nvml.backend import NvmlUnavailable
+    from .nvml.scenario import ScenarioError
+    from .snapshot import Machine, open_machine
+
+# name -> the submodule that defines it, imported on first use so `import vramkit` stays light
+_LAZY = {"Device": "model", "GpuProcess": "model", "MigDevice": "model", "Snapshot": "model",
+         "NvmlUnavailable": "nvml.backend", "ScenarioError": "nvml.scenario",
+         "Machine": "snapshot", "open_machine": "snapshot",
+         **{n: "allocate" for n in ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut",
+                                    "select_gpus", "use_gpus")},
+         "plan": "estimate", "trace_memory": "estimate"}
+# callable modules (_callable.py): vramkit.snapshot(...), vramkit.kill(...), vramkit.estimate(...)
+_CALLABLE_MODULES = ("snapshot", "kill", "estimate")
 
 
-def __getattr__(name: str) -> Any:  # lazy: `vram status` pays for neither the estimator nor the leases
-    if name in _ALLOCATE:
-        from . import allocate
+def __getattr__(name: str) -> Any:
+    from importlib import import_module
 
-        return getattr(allocate, name)
-    if name == "kill":
-        import importlib
-
-        return importlib.import_module(".kill", __name__)  # a callable module: kill(...)
-    if name in ("estimate", "plan", "trace_memory"):
-        import importlib
-
-        package = importlib.import_module(".estimate", __name__)  # a callable module: estimate(...)
-        return package if name == "estimate" else getattr(package, name)
+    if name in _CALLABLE_MODULES:
+        return import_module(f".{name}", __name__)
+    if name in _LAZY:
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'vramkit' has no attribute {name!r}")
 
 
@@ -48,3 +56,7 @@ __all__ = ["CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedO
            "Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
            "Snapshot", "estimate", "kill", "open_machine", "plan", "snapshot", "trace_memory",
            "__version__"]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(globals()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ._callable import make_callable
 from .backends import Backend
 from .idle import idle_now
 from .model import Device, GpuProcess, Snapshot
@@ -100,3 +101,6 @@ def snapshot(simulate: str | None = None) -> Snapshot:
         return machine.snapshot()
     finally:
         machine.close()
+
+
+make_callable(__name__, lambda: snapshot)  # `vramkit.snapshot(...)` while `vramkit.snapshot` is this module

@@ -21,7 +21,6 @@ import ctypes
 import errno
 import functools
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Callable
@@ -145,6 +144,8 @@ def _check_owner(info: os.stat_result, path: Path, what: str) -> None:
 def _replace(dfd: int, name: str, data: bytes, target: Path) -> None:
     """Write `data` to a fresh temporary file in the directory `dfd`, then rename it to `name`
     (atomic: a program importing it meanwhile sees the old file or the new one, never half)."""
+    import secrets  # here, not at the top: every program that loads the shim imports this module
+
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
         tmp = f".pynvml.py.{secrets.token_hex(8)}.tmp"
