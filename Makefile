@@ -41,6 +41,8 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_snapshot.py
 	$(BIN)/python benchmarks/bench_status.py
+	$(BIN)/python benchmarks/bench_help.py
+	$(BIN)/python benchmarks/bench_doctor.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
