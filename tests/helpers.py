@@ -83,6 +83,34 @@ def run_vram(*args: str, env: dict[str, str] | None = None, timeout: float = 30,
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def read_terminal(master: int, timeout: float, what: str) -> bytes:
+    """Everything written to a pseudo-terminal until every process has closed its end."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise TimeoutError(f"`{what}` did not finish in {timeout}s")
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every process closed its end of the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """A child a test started, gone for sure: killed if still running, waited for, pipes closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def run_vram_tty(*args: str, env: dict[str, str] | None = None, columns: int = 160,
                  timeout: float = 30) -> Result:
     """Run `vram ARGS` with stdout on a real pseudo-terminal (stdin closed, stderr piped)."""
@@ -91,20 +119,8 @@ def run_vram_tty(*args: str, env: dict[str, str] | None = None, columns: int = 1
     proc = subprocess.Popen(vram_argv(*args), stdin=subprocess.DEVNULL, stdout=slave,
                             stderr=subprocess.PIPE, env=env if env is not None else clean_env())
     os.close(slave)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise TimeoutError(f"vram {' '.join(args)} did not finish in {timeout}s")
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed its end of the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
+        chunks = [read_terminal(master, timeout, f"vram {' '.join(args)}")]
         err = proc.stderr.read().decode()
         rc = proc.wait(timeout=timeout)
     finally:

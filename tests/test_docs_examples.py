@@ -28,7 +28,6 @@ import os
 import pty
 import re
 import secrets
-import select
 import shutil
 import struct
 import subprocess
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from helpers import read_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -157,19 +157,8 @@ def on_terminal(command: str, cwd: Path, env: dict[str, str], timeout: float = 6
     proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
-    chunks: list[bytes] = []
     try:
-        while True:
-            ready, _, _ = select.select([master], [], [], timeout)
-            if not ready:
-                raise TimeoutError(f"`{command}` did not finish in {timeout}s")
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: every process closed its end of the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
+        chunks = [read_terminal(master, timeout, command)]
         proc.wait(timeout=timeout)
     finally:
         os.close(master)

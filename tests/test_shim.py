@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import reap
 
 from vramkit.nvml.scenario import bundled_names
 from vramkit.nvml.shim import MARKER, ShimError, write_shim
@@ -430,11 +431,7 @@ def test_spawn_without_a_command_runs_until_sigterm_and_ends_its_placeholders(tm
         proc.terminate()
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)
     assert all(_state(pid) is None for pid in states), {pid: _state(pid) for pid in states}
 
 

@@ -17,6 +17,7 @@ from helpers import (
     clean_env,
     expected_gpus,
     gib_pair,
+    reap,
     run_vram,
     run_vram_tty,
     scenario_data,
@@ -280,11 +281,7 @@ def _watch(*args: str, frames: int = 4, lines_per_frame: int | None = None):
         reader.join(timeout=10)
         err = proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)
     return proc.returncode, "".join(lines), err
 
 
