@@ -103,6 +103,21 @@ def parse_gpu_list(text: str) -> list[int]:
         raise UsageError(f"--gpu: {e}") from None
 
 
+def duration_flag(args: argparse.Namespace, name: str, low: float | None = None, high: float | None = None,
+                  bounds: str = "") -> float:
+    """The seconds in --NAME (30, 10m, 2h), or a one-line error naming the flag; `bounds` says the
+    allowed range when the value is below `low` or above `high`."""
+    flag = "--" + name.replace("_", "-")
+    text = getattr(args, name)
+    try:
+        value = units.parse_duration(text)
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise UsageError(f"{flag}: {bounds}, got {text}")
+    return value
+
+
 def check_gpus(snap: Snapshot, wanted: list[int]) -> None:
     """A RequestError (param gpu: --gpu) for the first wanted GPU this machine does not have."""
     have = [g.index for g in snap.gpus]

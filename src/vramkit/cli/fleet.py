@@ -73,18 +73,13 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 def _client(args: argparse.Namespace) -> tuple[Prometheus, tuple[str, ...]]:
     from ..fleet import Prometheus
-    from ..units import parse_duration
+    from .common import duration_flag
 
     url = args.prometheus or os.environ.get("VRAM_PROMETHEUS")
     if not url:
         raise UsageError("--prometheus: Prometheus' address is needed (or set $VRAM_PROMETHEUS), "
                          "e.g. --prometheus http://prometheus:9090")
-    try:
-        timeout = parse_duration(args.timeout)
-    except ValueError as e:
-        raise UsageError(f"--timeout: {e}") from None
-    if not 0.1 <= timeout <= 600:
-        raise UsageError(f"--timeout: must be 0.1s to 10m, got {args.timeout}")
+    timeout = duration_flag(args, "timeout", 0.1, 600, "must be 0.1s to 10m")
     try:
         prom = Prometheus(url, timeout=timeout)
     except VramkitError as e:

@@ -99,14 +99,11 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 def _criteria(args: argparse.Namespace) -> Criteria:
     from ..kill import Criteria
-    from ..units import parse_duration
+    from .common import duration_flag
 
     idle = None
     if args.idle is not None:
-        try:
-            idle = parse_duration(args.idle)
-        except ValueError as e:
-            raise UsageError(f"--idle: {e}") from None
+        idle = duration_flag(args, "idle")
     users = None
     if args.user is not None:
         users = tuple(u.strip() for u in args.user.split(",") if u.strip())
@@ -174,13 +171,10 @@ def run(args: argparse.Namespace) -> int:
     from ..protect import ProtectConfigError
     from ..render.kill_view import kill_json, render_nothing, render_plan, render_report
     from ..render.style import style_for, terminal_width
-    from ..units import parse_duration
+    from .common import duration_flag
 
     sig = parse_signal(args.signal)
-    try:
-        timeout = parse_duration(args.timeout)
-    except ValueError as e:
-        raise UsageError(f"--timeout: {e}") from None
+    timeout = duration_flag(args, "timeout")
     check_force(sig, args.force)
     criteria = _criteria(args)
     criteria.check()

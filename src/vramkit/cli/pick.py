@@ -188,14 +188,11 @@ def acquire_explained(args: argparse.Namespace, machine: Machine, snap: Snapshot
 
 def run(args: argparse.Namespace) -> int:
     from ..render.pick_view import ids_output, pick_json
-    from ..units import parse_duration
+    from .common import duration_flag
 
     hold = None
     if args.hold is not None:
-        try:
-            hold = parse_duration(args.hold)
-        except ValueError as e:
-            raise UsageError(f"--hold: {e}") from None
+        hold = duration_flag(args, "hold")
         if not 0 < hold <= 24 * 3600:
             raise UsageError("--hold: must be more than 0 seconds and at most 24h")
     wait = parse_wait(args.wait)

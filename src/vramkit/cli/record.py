@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError, open_for
+from .common import HelpFormatter, UsageError, duration_flag, open_for
 
 if TYPE_CHECKING:
     from ..collector import Collector
@@ -62,16 +62,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def _duration(args: argparse.Namespace, name: str, minimum: float = 0.0) -> float:
-    from ..units import parse_duration
-
-    text = getattr(args, name)
-    try:
-        value = parse_duration(text)
-    except ValueError as e:
-        raise UsageError(f"--{name.replace('_', '-')}: {e}") from None
-    if value < minimum:
-        raise UsageError(f"--{name.replace('_', '-')}: must be at least {minimum:g} seconds, got {text}")
-    return value
+    return duration_flag(args, name, minimum, None, f"must be at least {minimum:g} seconds")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from ..history.paths import found_path
     from ..serve.http import VramHTTPServer
     from ..serve.service import Options, Service
-    from ..units import parse_duration
+    from .common import duration_flag
 
     host, port, ipv6 = parse_listen(args.listen)
     authorize = tls = None
@@ -129,12 +129,7 @@ def run(args: argparse.Namespace) -> int:
         authorize = BasicAuth(web.users) if web.users else None
         users = bool(web.users)
         authenticated = users or (web.tls is not None and web.tls.client_auth_type == "RequireAndVerifyClientCert")
-    try:
-        interval = parse_duration(args.interval)
-    except ValueError as e:
-        raise UsageError(f"--interval: {e}") from None
-    if not 0.1 <= interval <= 3600:
-        raise UsageError(f"--interval: must be 0.1s to 1h, got {args.interval}")
+    interval = duration_flag(args, "interval", 0.1, 3600, "must be 0.1s to 1h")
     if not 0 <= args.max_process_series <= 1_000_000:
         raise UsageError(f"--max-process-series: must be 0 to 1000000, got {args.max_process_series}")
     options = Options(interval=interval, commands=args.process_commands, max_process_series=args.max_process_series,
