@@ -169,19 +169,22 @@ def test_naming_the_machines_gpus_makes_even_a_first_lease_take_turns(where, chi
     second.close()
 
 
-def test_a_look_holds_every_gpu_lock_so_a_lease_needs_no_second_read(where, monkeypatch):
-    """With the GPU's lock held since the look began, nobody can have leased it meanwhile:
-    create_lease does not read the directory again (the usual case costs one read)."""
+def test_a_lease_is_written_then_checked_by_one_more_read(where, monkeypatch):
+    """Holding the GPU's lock since the look began is not enough: its file's owner may have
+    swapped it (test_lease_swap.py). create_lease reads the directory once more, after its
+    lease is written (the usual case costs two reads, never more)."""
     d = L.LeaseDir(where, True)
     with d.locked():
         L.create_lease(d, [(G4, "GPU 4")], "run", 600).release()  # first lease: G4's lock file appears
-    reads: list[int] = []
+    present: list[list[str]] = []  # lease files there at each read
     real = L.read_state
-    monkeypatch.setattr(L, "read_state", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    monkeypatch.setattr(L, "read_state", lambda *a, **kw: present.append(
+        [n for n in L.leftovers(d) if n.endswith(".json")]) or real(*a, **kw))
     with d.locked():
         assert L._held(gpu_lock(where, G4))
+        L.read_state(d)
         held = L.create_lease(d, [(G4, "GPU 4")], "run", 600)
-    assert reads == []
+    assert present == [[], [f"lease-{held.lease.id}.json"]]
     held.release()
     d.close()
 

@@ -5,8 +5,10 @@ Everything lives in one directory shared by the machine's users (docs/leases.md)
 
   .lock                 flock'd (exclusively, for milliseconds) around every read-decide-write, so
                         that launchers take turns; one that is held too long is gone around
-  gpu-KEY.lock          one per GPU (or MIG instance) ever leased here: no lease is written for a
-                        GPU without holding its lock, so whoever holds one blocks that GPU only
+  gpu-KEY.lock          one per GPU (or MIG instance) of the machine: no lease is written for a
+                        GPU without holding its lock, so whoever holds one blocks that GPU only;
+                        its owner may swap it for another file, so a lease is also checked after
+                        it is written (create_lease)
   lease-ID.json         a lease: which units, whose, until when (replaced atomically)
   lease-ID.lock         held (flock) by the launcher and, inherited, by its job: while anyone
                         holds it the lease is alive; when both are gone (even by SIGKILL) the
@@ -33,7 +35,7 @@ import shlex
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ MAX_UNIT_LOCKS = 256  # GPU lock files taken per look (a machine has at most a f
 MAX_UNIT_LOCKS_PER_OWNER = 64  # of them from one owner: another user's junk cannot make every look slow
 MAX_FILE = 64 * 1024  # bytes: a lease or ticket is a few hundred; anything larger is junk, never read
 MAX_PER_OWNER = 256  # lease and ticket files read per owner per round; the rest of theirs are ignored
+RELOCKS = 4  # tries to lock a GPU's lock file that keeps being replaced (create_lease's check still guards)
 _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
 _TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -65,8 +68,8 @@ class LeaseError(VramkitError):
 
 class LeaseConflict(LeaseError):
     """Another launcher reserved a chosen GPU while this one was choosing (possible only while the
-    directory lock is gone around, for a GPU never leased here before): nothing was reserved;
-    choosing again gives a right answer."""
+    directory lock is gone around: for a GPU not locked from the look's start, or whose lock file
+    its owner swapped): nothing was reserved; choosing again gives a right answer."""
 
 
 _PIDNS: list[str | None] = []  # this process's pid namespace, read once (a process never changes its own)
@@ -177,17 +180,26 @@ class LeaseDir:
         assert self._look is not None, "hold_unit() outside locked()"
         if key in self._units_held:
             return None
-        name = _unit_lock_name(key)
-        try:
-            fd = _open_shared(self.path / name)
-        except LeaseError as e:
-            return f"its lock file, which cannot be used: {e}"
-        pid = self._acquire(fd, patience)
-        if pid is not None:
+        path = self.path / _unit_lock_name(key)
+        for attempt in range(RELOCKS):
+            try:
+                fd = _open_shared(path)
+            except LeaseError as e:
+                return f"its lock file, which cannot be used: {e}"
+            pid = self._acquire(fd, patience)
+            if pid is not None:
+                os.close(fd)
+                return f"{_describe(pid)}, which holds its lock in the lease directory"
+            if _names(path, fd) or attempt == RELOCKS - 1:
+                break
+            # Replaced meanwhile (its owner may unlink it in the sticky directory): a lock on a
+            # file no longer at that name keeps nobody out. Take the lock of the one that is.
+            self.warn(f"the lock file {path} was replaced while this vram locked it (its owner now: {_owner(path)}); "
+                      "leases are checked after they are written, so no GPU is given twice")
             os.close(fd)
-            return f"{_describe(pid)}, which holds its lock in the lease directory"
         self._look.append((fd, True))
         self._units_held.add(key)
+        self.locked_out.pop(key, None)
         return None
 
     def _acquire(self, fd: int, patience: float) -> int | None:
@@ -323,6 +335,15 @@ def _open_shared(path: Path) -> int:
         if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o644:
             os.fchmod(fd, 0o644)  # despite a umask of 077: other users must be able to lock it
     return fd
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` (not followed) still names the file open as `fd`."""
+    try:
+        there, mine = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _owner(path: Path) -> str:
@@ -583,8 +604,9 @@ class State:
     tickets: list[Ticket]  # in queue order
 
 
-def read_state(d: LeaseDir, now: float | None = None) -> State:
+def read_state(d: LeaseDir, now: float | None = None, *, known: Collection[str] | None = None) -> State:
     """Live leases and tickets; stale ones are removed where allowed. Call with d.locked().
+    With `known` (lease ids), only the leases not in it, and no tickets: what appeared since.
 
     Every file is another user's input: anything that is not a regular file of at most MAX_FILE
     bytes holding a valid lease or ticket is ignored (never opened blocking, never followed) and
@@ -598,6 +620,8 @@ def read_state(d: LeaseDir, now: float | None = None) -> State:
     for entry in os.scandir(d.path):
         name = entry.name
         lease_m, ticket_m = _LEASE_RE.match(name), _TICKET_RE.match(name)
+        if known is not None and (ticket_m or (lease_m and lease_m.group(1) in known)):
+            continue
         if not (lease_m or ticket_m):
             with contextlib.suppress(OSError):
                 if name.startswith(".tmp-") and now - entry.stat(follow_symlinks=False).st_mtime > 60:
@@ -814,26 +838,17 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
     only the program's name is written: lease files are readable by every user, and arguments
     can hold secrets (--db-password=...).
 
-    No lease is written for a GPU without holding its lock (LeaseDir.hold_unit): one whose lock
-    this look did not hold from its start (a GPU never leased here) is locked now, and if a lease
-    that read_state did not show has appeared on it meanwhile, LeaseConflict."""
+    No lease is written for a GPU without holding its lock (LeaseDir.hold_unit; one this look
+    did not lock from its start is locked now). A lock file's owner can swap it for another file,
+    so that two launchers each hold "its lock": so, write, then check (_check_written). Another
+    lease on one of these GPUs that the caller did not choose by (read_state in this look) means
+    LeaseConflict, and nothing is left reserved; choosing again gives a right answer."""
     now = time.time()
     labels = dict(units)
-    newly = []
     for key in sorted(labels):
-        if key in d._units_held:
-            continue
         holder = d.hold_unit(key)
         if holder is not None:
             raise LeaseError(f"{labels[key]} is reserved by {holder}")
-        newly.append(key)
-    if newly:
-        seen = set(d._seen)  # what the caller chose by
-        for other in read_state(d, now).leases:
-            taken = [labels[k] for k in other.units if k in newly and other.id not in seen]
-            if taken:
-                raise LeaseConflict(f"{taken[0]} was reserved by {other.who(now)} while this vram was choosing; "
-                                    "nothing was reserved: try again")
     own = _start_time(os.getpid())
     expires = min(now + timeout, own + MAX_LEASE if own is not None else math.inf)
     if expires <= now:  # a lease counts at most MAX_LEASE from its holder's start (_holder_deadline)
@@ -844,6 +859,7 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
                   labels=labels, kind=kind, user=user_name(uid), uid=uid, pid=os.getpid(), created=now,
                   expires=expires, locked=kind != "hold", pidns=_pidns(), host=socket.gethostname(),
                   command=program_name(command), baseline=baseline or {})
+    seen = set(d._seen)  # what the caller chose by
     fd = None
     lock_path = d.path / f"lease-{lease.id}.lock"
     if lease.locked:
@@ -862,7 +878,33 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
             os.close(fd)
         _remove(lock_path)
         raise LeaseError(f"cannot write a lease in {d.path}: {e.strerror}") from None
-    return HeldLease(d, lease, fd)
+    held = HeldLease(d, lease, fd)
+    try:
+        _check_written(d, lease, seen)
+    except BaseException:  # LeaseConflict, or Ctrl-C half-way: no lease left behind
+        held.release()
+        raise
+    return held
+
+
+def _check_written(d: LeaseDir, lease: Lease, seen: set[str]) -> None:
+    """LeaseConflict when the directory, read again after `lease` was written, holds another live
+    lease on one of its GPUs that the caller did not choose by (not in `seen`).
+
+    Of two launchers that both chose a GPU (each holding a flock on a different file under its
+    lock's name), the second to write its lease reads after both were written and finds the
+    first's: it backs off. The first may find the second's too, and back off as well: nothing is
+    then reserved and both choose again; never do both keep. No tie-break by time or id can let
+    one keep a lease it found another beside: the other may have read before this one wrote,
+    and kept its own."""
+    for other in read_state(d, known={*seen, lease.id}).leases:
+        if other.kind == "lock":
+            continue
+        taken = [lease.labels[k] for k in other.units if k in lease.labels]
+        if taken:
+            now = time.time()
+            raise LeaseConflict(f"{taken[0]} was reserved by {other.who(now)} while this vram was choosing; "
+                                "nothing was reserved: try again")
 
 
 def program_name(command: str | list[str] | None) -> str | None:
