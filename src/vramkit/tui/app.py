@@ -18,14 +18,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from rich.style import Style as RichStyle
 from rich.text import Text
 from textual import events
+from textual._types import SegmentLines
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
@@ -51,10 +55,56 @@ HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "
 
 class ProcTable(DataTable[Text]):
     """The process table: Home/End go to the first/last row (the command is clipped to fit, so
-    there is nothing to scroll sideways to)."""
+    there is nothing to scroll sideways to).
+
+    Cells are rendered once per text they show. DataTable keys its cell cache on a counter that
+    every update_cell bumps, so one changed cell (ELAPSED ticks on every row each second) would
+    render every visible cell again, most of the view's CPU on a busy machine."""
 
     BINDINGS = [Binding("home", "scroll_top", "Top", show=False),
                 Binding("end", "scroll_bottom", "Bottom", show=False)]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # A few screens' worth of cells (each cursor and hover state apart); old texts age out.
+        self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(4096)
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: RichStyle, width: int,
+                     cursor: bool = False, hover: bool = False) -> SegmentLines:
+        render = super()._render_cell
+        if column_index < 0:  # a row label: the table has none, but keep DataTable's path for one
+            return render(row_index, column_index, base_style, width, cursor, hover)
+        column_key = self._column_locations.get_key(column_index)
+        row_key = None if row_index < 0 else self._row_locations.get_key(row_index)
+        value: object = None
+        if column_key is None:
+            pass
+        elif row_index < 0:
+            value, height = self.columns[column_key].label, self.header_height
+        elif row_key is not None:
+            value, height = self._data[row_key].get(column_key), self.rows[row_key].height
+        if not isinstance(value, Text) or value.spans:  # only plain one-style texts are keyed by text
+            return render(row_index, column_index, base_style, width, cursor, hover)
+        # The row and column indexes are in the key: the rendered segments carry them as meta
+        # (for mouse clicks), and fixed rows and the header are styled by position.
+        key = (row_index, column_index, value.plain, value.style, value.justify, value.overflow, value.no_wrap,
+               height, base_style, width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state)
+        lines = self._rendered.get(key)
+        if lines is None:
+            lines = self._rendered[key] = render(row_index, column_index, base_style, width, cursor, hover)
+        return lines
+
+    def update_cells(self, changes: list[tuple[str, str, Text]]) -> None:
+        """update_cell for each (row key, column key, value), with one refresh for them all:
+        update_cell refreshes the whole widget for each cell (hundreds when ELAPSED ticks).
+        What update_cell does, but once: set the value, count an update, refresh."""
+        for row_key, column_key, value in changes:
+            if RowKey(row_key) not in self._row_locations or ColumnKey(column_key) not in self._column_locations:
+                raise CellDoesNotExist(f"No cell exists for row_key={row_key!r}, column_key={column_key!r}.")
+            self._data[RowKey(row_key)][ColumnKey(column_key)] = value
+        if changes:
+            self._update_count += 1
+            self.refresh()
 
 
 T = TypeVar("T")
@@ -150,6 +200,7 @@ class TopApp(App[None]):
         self._command_width = 0
         self._shown: list[tuple[str, list[str]]] = []
         self._rows: list[R.Row] = []
+        self._texts: dict[str, Text] = {}  # what each Static shows (_show)
 
     # ------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -283,7 +334,7 @@ class TopApp(App[None]):
             problem.truncate(width, overflow="ellipsis")
             head.append("\n")
             head.append_text(problem)
-        self.query_one("#banner", Static).update(head)
+        self._show("#banner", head)
         if snap is None:
             return
         two_lines = self.size.height >= 2 * len(snap.gpus) + 20
@@ -294,24 +345,22 @@ class TopApp(App[None]):
                             g.index in alerting, names) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]
-        self.query_one("#gpus", Static).update(Text("\n").join(panels))
+        self._show("#gpus", Text("\n").join(panels))
         max_alerts = 2 if self.size.height < 30 else 4
-        self.query_one("#alerts", Static).update(alerts_text(self.alerts, width, max_alerts))
+        self._show("#alerts", alerts_text(self.alerts, width, max_alerts))
         self._draw_viewline()
 
     def _fill_table(self, force: bool = False) -> None:
         if self.snap is None:
             return
-        table = self.query_one("#procs", DataTable)
+        table = self.query_one("#procs", ProcTable)
         by_index = {g.index: g for g in self.snap.gpus}
         self._rows = R.ordered(self.snap, self.view)
         wanted = [(r.key, R.cells(r, by_index, self._columns, self._command_width)) for r in self._rows]
         if not force and [k for k, _ in wanted] == [k for k, _ in self._shown]:
-            for (key, new), (_, old) in zip(wanted, self._shown):
-                if new != old:
-                    for column, a, b in zip(self._columns, new, old):
-                        if a != b:
-                            table.update_cell(key, column, self._cell(column, a))
+            table.update_cells([(key, column, self._cell(column, a))
+                                for (key, new), (_, old) in zip(wanted, self._shown) if new != old
+                                for column, a, b in zip(self._columns, new, old) if a != b])
         else:
             selected = self.selected_key()
             table.clear()
@@ -329,8 +378,17 @@ class TopApp(App[None]):
         total = len(self.snap.processes)
         shown = sum(1 for r in self._rows if r.proc is not None)
         count = f"{shown} of {total} GPU processes" if shown != total else f"{total} GPU processes"
-        self.query_one("#viewline", Static).update(Text(f"{count}  ·  {self.view.describe()}  ·  ? help",
-                                                        style="bold"))
+        self._show("#viewline", Text(f"{count}  ·  {self.view.describe()}  ·  ? help", style="bold"))
+
+    def _show(self, selector: str, text: Text) -> None:
+        """Put text in a Static, unless it already shows it; the layout is redone only when the
+        number of lines changes (each text is cut to the width, so only lines change heights)."""
+        old = self._texts.get(selector)
+        if old is not None and old == text and old.style == text.style:
+            return
+        lines = text.plain.count("\n")
+        self.query_one(selector, Static).update(text, layout=old is None or old.plain.count("\n") != lines)
+        self._texts[selector] = text
 
     @staticmethod
     def _cell(column: str, value: str) -> Text:
