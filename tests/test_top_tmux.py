@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import select
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
+import termios
+import time
 import uuid
 
 import pytest
@@ -44,7 +51,8 @@ def _start(session, tmp_path, width: int, height: int, *args: str) -> tuple:
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)])
 def test_top_runs_in_a_real_terminal_and_q_quits_with_0(session, tmp_path, size):
     name, env, rc_file, screen = _start(session, tmp_path, *size, "--simulate", "demo", "--interval", "0.5")
-    assert wait_for(lambda: "train_dp.py" in screen() and "A100" in screen(), timeout=20), screen()
+    # "GPU processes": the view's own line (the early frame, `vram status`, shows GPUs and commands too)
+    assert wait_for(lambda: "train_dp.py" in screen() and "GPU processes" in screen(), timeout=20), screen()
     text = screen()
     lines = text.splitlines()
     assert "SIMULATED machine" in text
@@ -72,3 +80,41 @@ def test_top_bad_interval_is_a_usage_error():
     proc = subprocess.run([sys.executable, "-m", "vramkit", "top", "--interval", "0"], capture_output=True,
                           text=True, env=clean_env(), stdin=subprocess.DEVNULL, timeout=30)
     assert proc.returncode == 2 and proc.stderr.startswith("vram: error: --interval")
+
+
+@pytest.mark.slow
+def test_top_draws_the_status_view_before_textual_and_leaves_the_terminal_as_it_was():
+    """The first frame comes before Textual is loaded: `vram status` of the first snapshot on the
+    alternate screen, then the view takes the screen over; keys typed meanwhile are not echoed,
+    and after quitting the terminal's modes are what they were (echo, line editing)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    before = termios.tcgetattr(slave)
+    proc = subprocess.Popen([sys.executable, "-m", "vramkit", "top", "--simulate", "demo"], stdin=slave,
+                            stdout=slave, stderr=slave, env=clean_env(), start_new_session=True)
+    out = b""
+    try:
+        deadline = time.monotonic() + 30
+        while b"GPU processes" not in out and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                out += os.read(master, 65536)
+        assert b"GPU processes" in out, out[-2000:]
+        os.write(master, b"q")
+        while proc.poll() is None and time.monotonic() < deadline + 20:  # reading, so it never blocks writing
+            if select.select([master], [], [], 0.1)[0]:
+                out += os.read(master, 65536)
+        assert proc.wait(timeout=1) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        after = termios.tcgetattr(slave)
+        os.close(master)
+        os.close(slave)
+    early_end = out.index("starting the live view…".encode())
+    early = out[:early_end].decode()
+    assert early.startswith("\x1b[?1049h"), early[:40]  # drawn on the alternate screen, Textual's too
+    assert "train_dp.py" in early and "A100" in early and "70.6/80.0GiB" in early  # the status view
+    assert "GPU processes" not in early  # the view came after it
+    assert after[3] & (termios.ECHO | termios.ICANON) == before[3] & (termios.ECHO | termios.ICANON)
+    assert after[3] == before[3]

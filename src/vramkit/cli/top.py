@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from .commands import COMMANDS
 from .common import Failure, HelpFormatter, UsageError, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
+    from ..model import Snapshot
+    from ..render.style import Style
     from .common import Subparsers
 
 HELP = COMMANDS["top"]
@@ -84,17 +87,17 @@ def run(args: argparse.Namespace) -> int:
             check_gpus(first, wanted)
         if getattr(args, "no_color", False):
             os.environ["NO_COLOR"] = "1"  # Textual reads it when the app is created
-        from ..alerts import Thresholds
-        from ..tui.app import TopApp
+        with _screen_on_stderr(), _early_frame(first, wanted, getattr(args, "no_color", False)):
+            from ..alerts import Thresholds
+            from ..tui.app import TopApp  # imports Textual: ~0.2 s, while the early frame is on screen
 
-        if not args.readonly:
-            from ..tui.actions import KillActions
+            if not args.readonly:
+                from ..tui.actions import KillActions
 
-        actions = None if args.readonly else KillActions(collector, all_users=args.all_users)
-        app = TopApp(collector.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
-                     thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions,
-                     history_db=history_db(args.db))
-        with _screen_on_stderr():
+            actions = None if args.readonly else KillActions(collector, all_users=args.all_users)
+            app = TopApp(collector.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
+                         thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions,
+                         history_db=history_db(args.db))
             app.run()
     finally:
         # A sample stuck in a slow driver call is left behind (its thread is a daemon): quitting
@@ -111,6 +114,48 @@ def history_db(named: str | None) -> Path | None:
     from ..history.paths import found_path
 
     return found_path(named)
+
+
+def early_frame(snap: Snapshot, style: Style, width: int, height: int) -> str:
+    """What `vram top` shows while Textual loads: the `vram status` view of the first snapshot,
+    cut to the terminal's height, and a line saying the live view is coming."""
+    from ..render.status_view import render_status
+
+    lines = render_status(snap, style, width).splitlines()[: max(0, height - 1)]
+    lines.append(style.paint("starting the live view…", "dim"))
+    return "\r\n".join(lines)
+
+
+@contextlib.contextmanager
+def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool) -> Iterator[None]:
+    """Draw early_frame on the alternate screen (where Textual then draws) at once, keys not
+    echoed meanwhile; on the way out, the terminal as it was (Textual restores what it found when
+    it started, which is this frame's settings)."""
+    import termios
+
+    from ..render.style import style_for
+
+    fd = sys.stderr.fileno()
+    try:
+        saved = termios.tcgetattr(fd)
+        size = os.get_terminal_size(fd)
+    except (termios.error, OSError):
+        yield
+        return
+    if wanted is not None:
+        snap = dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in wanted])
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ICANON)  # lflag: keys typed now wait for the view, unechoed
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    text = early_frame(snap, style_for(sys.stderr, no_color), size.columns, size.lines)
+    os.write(fd, f"\x1b[?1049h\x1b[H\x1b[2J{text}".encode())  # the alternate screen, cleared
+    try:
+        yield
+    except BaseException:  # before the view took the screen over (it leaves it itself on the way out)
+        os.write(fd, b"\x1b[?1049l")
+        raise
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 @contextlib.contextmanager
