@@ -406,3 +406,46 @@ def test_quitting_does_not_wait_for_a_snapshot_stuck_in_the_driver():
     finally:
         release.set()
         machine.close()
+
+
+def test_the_table_draws_what_changed(sim_env):
+    """Cells are rendered once per text (ProcTable): a refresh that changes a cell must draw the
+    new text, and a re-sort must draw the rows in their new places."""
+    machine = machine_for("demo")
+
+    def at(t: float):
+        machine.backend.sim._fixed_t = t
+        return machine.snapshot()
+
+    app = TopApp(lambda: at(20), interval=3600)
+
+    def drawn() -> list[str]:
+        table = app.query_one("#procs")
+        return [table.render_line(y).text for y in range(table.size.height)]
+
+    def erin(lines: list[str]) -> str:  # her evaluation job, started at t=20
+        return next(line for line in lines if " 61905 " in line)
+
+    async def body(pilot):
+        before = {r["pid"]: r for r in table_rows(app)}["61905"]["memory"]
+        assert before in erin(drawn())
+        app.apply(at(30))  # erin's evaluation job grew from ~1 to 14 GiB
+        await pilot.pause()
+        after = {r["pid"]: r for r in table_rows(app)}["61905"]["memory"]
+        assert after != before
+        assert after in erin(drawn()) and before not in erin(drawn())
+        order = [r["pid"] for r in table_rows(app)]
+        app.action_reverse()
+        await pilot.pause()
+        pids = [line.split()[1] for line in drawn()[1:] if line.strip()]
+        assert pids == order[::-1][: len(pids)] and len(pids) > 3
+        # A click lands on the row drawn there, also on cells whose text other rows show too
+        # (the row index is carried in the rendered cell)
+        flags = drawn()[0].index("FLAGS")
+        for y in (len(pids), 1, 2):
+            await pilot.click("#procs", offset=(flags, y))
+            assert app.selected_row().proc.pid == int(pids[y - 1])
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()

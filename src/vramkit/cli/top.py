@@ -80,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     from ..collector import Collector
 
     machine = open_for(args)
-    collector = Collector(machine, interval=args.interval)  # the view and its kills share one reader
+    # The view and its kills share one reader; the view keeps its own history (alerts.History,
+    # the charts), so the collector's ring holds only the newest snapshot, not 16 (MiBs at 500 processes).
+    collector = Collector(machine, interval=args.interval, keep=1)
     try:
         first = collector.snapshot()
         if wanted is not None:

@@ -67,7 +67,13 @@ class ProcTable(DataTable[Text]):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # A few screens' worth of cells (each cursor and hover state apart); old texts age out.
-        self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(4096)
+        self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(2048)
+        # DataTable's own caches are keyed on the update counter, so after each refresh their
+        # entries are never hit again: hold a few screens' worth, not DataTable's 10,000 cells
+        # and 1,000 rows and lines (MiBs of segments on a busy machine). Cells are cached above.
+        self._cell_render_cache = LRUCache(64)
+        self._row_render_cache = LRUCache(256)
+        self._line_cache = LRUCache(256)
 
     def _render_cell(self, row_index: int, column_index: int, base_style: RichStyle, width: int,
                      cursor: bool = False, hover: bool = False) -> SegmentLines:
