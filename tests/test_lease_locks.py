@@ -10,43 +10,20 @@ from __future__ import annotations
 
 import os
 import pwd
-import sys
 
 import pytest
-from helpers import AS_NOBODY, IS_ROOT, clean_env, run_vram, run_vram_as, wait_for
+from helpers import IS_ROOT, clean_env, run_vram, run_vram_as
+from lease_races import G4, G7, gpu_lock, hold, sticky_lease_dir
 
 from vramkit import leases as L
-
-G4, G7 = "GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e64", "GPU-9f1c2a4e-0b7d-4e1a-8c3f-1a2b3c4d5e67"  # demo's fitting GPUs
-HOLDER = "nobody" if IS_ROOT else pwd.getpwuid(os.getuid()).pw_name
-
-# Create (if need be) and flock each file named on the command line, then wait to be killed.
-HOLD = ("import fcntl, os, sys, time\n"
-        "fds = [os.open(p, os.O_RDONLY | os.O_CREAT, 0o644) for p in sys.argv[1:]]\n"
-        "for fd in fds: fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "time.sleep(120)\n")
 
 
 @pytest.fixture
 def where(shared_dir):
-    """A lease directory like the machine's: root's (or the runner's), sticky, writable by all."""
-    path = shared_dir / "leases"
-    path.mkdir()
-    os.chmod(path, 0o1777)
-    return path
+    return sticky_lease_dir(shared_dir)
 
 
-def hold(children, *paths):
-    """A neighbour's process holding the flock on `paths` (created by it if missing)."""
-    prefix = list(AS_NOBODY) if IS_ROOT else []
-    proc = children.start([*prefix, sys.executable, "-c", HOLD, *map(str, paths)])
-    assert wait_for(lambda: all(L._held(p) for p in paths), timeout=20)
-    return proc
-
-
-def gpu_lock(where, key):
-    return where / L._unit_lock_name(key)
-
+HOLDER = "nobody" if IS_ROOT else pwd.getpwuid(os.getuid()).pw_name
 
 def vram(where, *args):
     return run_vram(*args, env=clean_env(VRAM_LEASE_DIR=str(where)), timeout=60)

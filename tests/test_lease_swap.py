@@ -15,10 +15,18 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_lease_locks as lease_locks
 from helpers import IS_ROOT, wait_for
-from test_lease_locks import G4, gpu_lock, hold
-from test_run_concurrency import assert_no_overlap, go_around_together, launch, records, wait_all
+from lease_races import (
+    G4,
+    assert_no_overlap,
+    go_around_together,
+    gpu_lock,
+    hold,
+    launch,
+    records,
+    sticky_lease_dir,
+    wait_all,
+)
 
 from vramkit import leases as L
 from vramkit.cuda_env import devices_of
@@ -44,7 +52,9 @@ SWAP = ("import fcntl, os, sys\n"
         "            pass\n")
 
 
-where = lease_locks.where  # a sticky lease directory like the machine's (the fixture)
+@pytest.fixture
+def where(shared_dir):
+    return sticky_lease_dir(shared_dir)
 
 
 def plant(path: Path) -> None:

@@ -9,60 +9,18 @@ default policy, so 24 one-GPU jobs queue for two GPUs.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from helpers import vram_argv, wait_for
+from lease_races import assert_no_overlap, go_around_together, launch, records, wait_all
 
 pytestmark = pytest.mark.slow  # many launchers racing for GPUs, seconds of real waiting
-
-JOB = r"""
-import json, os, sys, time
-records, seconds, tag = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-record = {"tag": tag, "pid": os.getpid(), "launcher": os.getppid(), "start": time.time(),
-          "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "order": os.environ.get("CUDA_DEVICE_ORDER")}
-with open(os.path.join(records, f"start-{tag}.json"), "w") as f:
-    json.dump(record, f)
-time.sleep(seconds)
-record["end"] = time.time()
-with open(os.path.join(records, f"end-{tag}.json"), "w") as f:
-    json.dump(record, f)
-"""
-
-
-def records(where: Path, kind: str = "end") -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(where.glob(f"{kind}-*.json"))]
-
-
-def launch(groups, leasing, where: Path, tag: str, seconds: float, *args: str, env_extra=None, log=None):
-    argv = vram_argv("run", "--simulate", "demo", *args, "--", sys.executable, "-c", JOB, str(where), str(seconds), tag)
-    env = leasing.env(**(env_extra or {}))
-    return groups.start(argv, env=env, stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
-
-
-def assert_no_overlap(recs: list[dict]) -> dict[str, list[dict]]:
-    by_gpu: dict[str, list[dict]] = collections.defaultdict(list)
-    for r in recs:
-        by_gpu[r["cvd"]].append(r)
-    for gpu, rs in by_gpu.items():
-        rs.sort(key=lambda r: r["start"])
-        for a, b in zip(rs, rs[1:]):
-            assert b["start"] >= a["end"], f"GPU {gpu} held twice: {a['tag']} until {a['end']}, {b['tag']} from " \
-                                           f"{b['start']}"
-    return by_gpu
-
-
-def wait_all(procs, timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
-
 
 def plant_hostile_files(directory: Path) -> list[str]:
     """What a hostile neighbour leaves in the shared lease directory (issue 13): a FIFO under a
@@ -106,28 +64,6 @@ def hold_directory_lock(leasing, warm_up: bool):
     held = open(leasing.dir / ".lock", "a")
     fcntl.flock(held, fcntl.LOCK_EX)
     return held
-
-
-def opened(pid: int, path: Path) -> bool:
-    """Whether process `pid` has `path` open."""
-    fds = Path(f"/proc/{pid}/fd")
-    try:
-        return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
-    except OSError:  # it exited, or closed a descriptor while we looked
-        return False
-
-
-def go_around_together(procs, lock: Path) -> None:
-    """Make the launchers go around the held directory lock in the same instant, the worst case
-    for a GPU never leased here: once every one waits for the lock (has it open), stop them all,
-    let more than the patience (2 s) pass, and continue them all: each finds it has waited long
-    enough at its next try, and all choose at once."""
-    assert wait_for(lambda: all(opened(p.pid, lock) for p in procs), timeout=60)
-    for p in procs:
-        os.kill(p.pid, signal.SIGSTOP)
-    time.sleep(2.5)
-    for p in procs:
-        os.kill(p.pid, signal.SIGCONT)
 
 
 @pytest.mark.parametrize("hostile", ["clean", "hostile-files", "directory-lock-held",
