@@ -224,3 +224,11 @@ def served():
         if s.proc.poll() is None:
             s.proc.kill()
             s.proc.wait()
+
+
+@pytest.fixture
+def sim_env(monkeypatch):
+    """The simulator in-process at a pinned scenario time, untouched by the runner's environment."""
+    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "NO_COLOR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")

@@ -19,13 +19,6 @@ from vramkit.tui.screens import DetailScreen, HelpScreen
 from vramkit.units import format_size
 
 
-@pytest.fixture
-def sim_env(monkeypatch):
-    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "NO_COLOR"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("VRAM_SIM_TIME", "0")
-
-
 def machine_for(scenario):
     return open_machine(scenario if isinstance(scenario, str) else str(scenario))
 

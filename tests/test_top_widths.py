@@ -17,13 +17,6 @@ CJK_USER = "张伟明李"  # 8 columns in 4 characters
 CJK_COMMAND = "python 训练一个非常大的中文语言模型并且评估它的效果.py --数据 /数据/语料库/全部 🚀🚀🚀"
 
 
-@pytest.fixture
-def sim_env(monkeypatch):
-    for key in ("VRAM_SIMULATE", "VRAM_SIM_EPOCH", "NO_COLOR"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("VRAM_SIM_TIME", "0")
-
-
 def _scenario(write_scenario):
     data = minimal_scenario()
     data["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
