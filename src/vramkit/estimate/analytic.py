@@ -421,20 +421,20 @@ def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int) -> str:
 
 def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: list[Term],
             moments: dict[str, dict[str, int]], first: dict[str, dict[str, int]], notes: list[str]) -> Estimate:
-    totals = {k: sum(v.values()) for k, v in moments.items()}
+    workspaces = 0 if spec.bare else CUBLAS_WORKSPACES  # a bare count: model states only
+    totals = {k: sum(v.values()) + workspaces for k, v in moments.items()}  # allocated from the first matmul
+    first_totals = {k: sum(v.values()) + workspaces for k, v in first.items()}
     peak_moment = max(totals, key=lambda k: totals[k])
     steady = totals[peak_moment]
-    workspaces = 0 if spec.bare else CUBLAS_WORKSPACES  # a bare count: model states only
-    peak = max(steady, max(sum(v.values()) for v in first.values())) + workspaces
-    steady += workspaces
+    peak = max(steady, max(first_totals.values()))
     breakdown = {k: v for k, v in moments[peak_moment].items() if v}
     if workspaces:
         breakdown["cuBLAS workspaces"] = workspaces
+        terms = terms + [Term("cuBLAS workspaces", workspaces, "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB "
+                              "each on Hopper), kept in the caching allocator from the first matmul", "overhead")]
     reserved = round_segments(int(peak * (1 + setup.fragmentation)))
     context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
-    terms = terms + [Term("cuBLAS workspaces", workspaces, "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB each "
-                          "on Hopper), kept in the caching allocator from the first matmul", "overhead")] * bool(
-        workspaces) + [
+    terms = terms + [
         Term("allocator overhead", reserved - peak, f"caching allocator: {setup.fragmentation:.0%} fragmentation "
              f"over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
         Term("CUDA context", context, ("--context-overhead" if setup.context_overhead is not None else
@@ -444,7 +444,7 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
     breakdown["CUDA context"] = context
     return Estimate(model=spec.name, family=spec.family, setup=setup, params=p.total, trainable=pt
                     if setup.mode == "train" else 0, seq=seq, terms=terms, moments=totals,
-                    first_step={k: sum(v.values()) for k, v in first.items()},
+                    first_step=first_totals,
                     peak_moment=peak_moment, peak_bytes=int(peak), steady_bytes=int(steady),
                     reserved_bytes=reserved, context_bytes=context, total_bytes=reserved + context,
                     breakdown={k: int(v) for k, v in breakdown.items()}, notes=notes)
