@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pwd
 import signal
 import stat
 
@@ -13,6 +14,7 @@ import pytest
 from helpers import (
     IGNORE_TERM,
     clean_env,
+    minimal_scenario,
     proc_state,
     real_gpu_scenario,
     run_vram,
@@ -202,14 +204,17 @@ def _system_log_state() -> tuple[int, int] | None:
     return info.st_size, info.st_mtime_ns
 
 
-def test_vram_kill_on_a_scenario_writes_the_simulated_log(tmp_path):
+def test_vram_kill_on_a_scenario_writes_the_simulated_log(tmp_path, write_scenario):
     system_before = _system_log_state()
+    # a defunct process of the runner's own (an ordinary user may signal only their own)
+    data = minimal_scenario()
+    data["processes"][0].update(uid=os.getuid(), user=pwd.getpwuid(os.getuid()).pw_name, state="zombie", ppid=1)
     env = clean_env(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"))
-    result = run_vram("kill", "--simulate", "demo", "--zombie", "--all-users", "--yes", env=env)
+    result = run_vram("kill", "--simulate", str(write_scenario(data)), "--zombie", "--yes", env=env)
     log = tmp_path / "state" / "vramkit" / "audit-simulated.log"
     assert f"audit log: {log}" in result.out, result.out + result.err
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert lines and all(line["simulated"] is True and line["scenario"] == "demo" for line in lines)
+    assert lines and all(line["simulated"] is True and line["scenario"] == "tiny" for line in lines)
     assert _system_log_state() == system_before
 
 
