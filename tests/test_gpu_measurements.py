@@ -8,6 +8,7 @@ those numbers; the bundled `h200` scenario must read as the real machine did.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -30,14 +31,20 @@ ALLOCATOR_HELD_MORE = {
 }
 
 
-def _case(label: str) -> tuple[str, dict]:
+@functools.cache
+def _estimate_check():
+    """scripts/estimate_check.py, loaded once: its case list names what each row measured."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("estimate_check", SCRIPTS / "estimate_check.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.case_of(label)
+    return module
+
+
+def _case(label: str) -> tuple[str, dict]:
+    return _estimate_check().case_of(label)
 
 
 def _model(model: str) -> str:

@@ -35,13 +35,18 @@ def narrow(name: str):
     return replace(spec, **FAMILIES[name])
 
 
-def _agree(spec, **kw):
+def _peaks(spec, **kw):
+    """(analytic, traced) peaks without the cuBLAS workspaces, with the two results."""
     traced = trace_estimate(spec, **kw)
     analytic = estimate(spec, **kw)
     # both add the same measured 64 MiB of cuBLAS workspaces: compare what the formulas and the
     # trace each work out, or the constant would hide a 10 % miss on these small configs
     assert analytic.breakdown["cuBLAS workspaces"] == traced.breakdown["cuBLAS workspaces"] == CUBLAS_WORKSPACES
-    ours, theirs = analytic.peak_bytes - CUBLAS_WORKSPACES, traced.peak_bytes - CUBLAS_WORKSPACES
+    return analytic.peak_bytes - CUBLAS_WORKSPACES, traced.peak_bytes - CUBLAS_WORKSPACES, analytic, traced
+
+
+def _agree(spec, **kw):
+    ours, theirs, analytic, traced = _peaks(spec, **kw)
     err = ours / theirs - 1
     assert abs(err) <= 0.10, (f"{spec.name} {kw}: analytic {ours:,} ({analytic.peak_moment}) "
                               f"vs traced {theirs:,} ({traced.peak_phase}): {err:+.1%}")
@@ -79,3 +84,24 @@ def test_gradients_kept_by_zero_grad_count_in_every_step():
     kept = estimate("bert-large-uncased", zero_grad_to_none=False, **kw)
     assert kept.peak_bytes - freed.peak_bytes == kept.breakdown["gradients"]
     assert abs(_agree("bert-large-uncased", zero_grad_to_none=False, **kw)) <= 0.02
+
+
+if __name__ == "__main__":  # docs/estimation.md's table: python tests/test_trace_agreement.py
+    def _size(n: int) -> str:
+        return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+    def _row(label, spec, batch, precision, ckpt, **seq):
+        ours, theirs, _, _ = _peaks(spec, batch=batch, precision=precision, checkpointing=ckpt, **seq)
+        print(f"| {label} | {batch} | {precision} | {'yes' if ckpt else 'no'} | {_size(ours)} | {_size(theirs)} | "
+              f"{ours / theirs - 1:+.1%} |")
+
+    print("| family (narrow, 2 layers) | batch | precision | ckpt | analytic | traced | diff |")
+    print("|---|---|---|---|---|---|---|")
+    for name in FAMILIES:
+        spec = narrow(name)
+        for precision in ("fp32", "bf16"):
+            for ckpt in (False, True):
+                for batch in (4, 8):
+                    _row(name, spec, batch, precision, ckpt, **({} if spec.family == "vit" else {"seq": 128}))
+    for precision, ckpt in (("fp32", False), ("bf16", False), ("bf16", True)):
+        _row("bert-large-uncased (full)", "bert-large-uncased", 8, precision, ckpt, seq=512)
