@@ -35,7 +35,15 @@ class GpuProcess:
     memory: int | None  # bytes of GPU memory NVML attributes to this pid on this GPU
     types: tuple[str, ...] = ("compute",)  # "compute" and/or "graphics"
     mig_gi: int | None = None  # MIG GPU instance the memory is on
-    sm_utilization: int | None = None  # % of recent time this process ran kernels (NVML samples)
+    # The process's own utilization, from NVML's per-process samples since the previous reading
+    # (the last 5 s on a first one). The driver keeps a sample for each process that did some
+    # work: one absent from a successful reading did none, and reads 0. None: N/A, and
+    # `utilization_na` says why (not supported, no permission, MIG, ...); never 0 for unknown.
+    sm_utilization: int | None = None  # % of the time this process ran kernels
+    memory_utilization: int | None = None  # % of the time this process read or wrote GPU memory
+    encoder_utilization: int | None = None  # % of the video encoder's time this process used
+    decoder_utilization: int | None = None  # % of the video decoder's time this process used
+    utilization_na: str | None = None  # why the four are None, when they are
     # --- host side, from /proc (or the scenario, for synthetic pids)
     user: str | None = None
     uid: int | None = None
@@ -65,6 +73,48 @@ class GpuProcess:
 
 
 @dataclass
+class Health:
+    """A GPU's health and links: read only when asked (`vram status --all`, `vram info`), since it
+    costs some twenty NVML calls a GPU. None means N/A, and `na` (field -> why) says why."""
+
+    # ECC errors: since the driver loaded (volatile) and over the GPU's life (aggregate)
+    ecc_enabled: bool | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    # Page retirement (GPUs before Ampere): pages retired for errors, and retirement pending a reset
+    retired_pages_single_bit: int | None = None  # for multiple single-bit (corrected) errors
+    retired_pages_double_bit: int | None = None  # for a double-bit (uncorrected) error
+    retired_pages_pending: bool | None = None
+    # Row remapping (Ampere and later): rows remapped, one waiting for a reset, remapping failed
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failed: bool | None = None
+    # Why the clocks are held back, in words ("sw power cap", "hw thermal", ...): () when nothing does
+    throttle_reasons: tuple[str, ...] | None = None
+    sm_clock: int | None = None  # MHz
+    sm_clock_max: int | None = None  # MHz
+    memory_clock: int | None = None  # MHz
+    memory_clock_max: int | None = None  # MHz
+    performance_state: int | None = None  # 0 (P0, full speed) to 15 (P15, lowest)
+    pcie_gen: int | None = None  # PCIe link generation now (it drops when idle)
+    pcie_gen_max: int | None = None  # the most the GPU and its slot can do
+    pcie_width: int | None = None  # lanes now
+    pcie_width_max: int | None = None
+    pcie_tx: int | None = None  # bytes/s sent over PCIe (NVML's 20 ms sample)
+    pcie_rx: int | None = None  # bytes/s received over PCIe
+    persistence_mode: bool | None = None
+    compute_mode: str | None = None  # "default", "exclusive process" or "prohibited"
+    nvlink_links: int | None = None  # NVLink links the GPU has (0: none)
+    nvlink_links_up: int | None = None  # of those, the active ones
+    nvlink_tx: int | None = None  # bytes/s sent over all links since the previous reading
+    nvlink_rx: int | None = None  # bytes/s received over all links since the previous reading
+    na: dict[str, str] = field(default_factory=dict)  # field -> why it is N/A
+
+
+@dataclass
 class Device:
     """One GPU: what NVML reports, with `na` saying why a None field is missing."""
 
@@ -88,6 +138,7 @@ class Device:
     error: str | None = None  # why the whole GPU could not be read
     na: dict[str, str] = field(default_factory=dict)  # field -> why it is N/A
     processes: list[GpuProcess] = field(default_factory=list)
+    health: Health | None = None  # None: not read (only `vram status --all` and `vram info` read it)
 
 
 @dataclass
