@@ -40,6 +40,8 @@ examples:
   vram ps --json | jq '.processes[] | select(.idle)'
   vram ps --holders                also every process holding /dev/nvidia* open (as fuser -v),
                                    with whether NVML lists GPU memory for it
+  vram ps --env 4242               the GPUs pid 4242 was told to use (its CUDA_VISIBLE_DEVICES
+                                   and CUDA_DEVICE_ORDER) beside the GPUs it holds memory on
 """
 
 WIDE_HELP = ("never cut the command. Without it the command is cut to fit the terminal's width; piped "
@@ -67,7 +69,17 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--holders", action="store_true",
                    help="also list processes holding /dev/nvidia* open, as fuser -v shows them; this finds "
                         "memory NVML does not attribute (crashed or containerised jobs, forked workers)")
+    p.add_argument("--env", metavar="PID", type=_pid,
+                   help="one process's own view: the GPUs its environment tells it to use (as it started; "
+                        "readable for your own processes, or as root) beside the GPUs it holds memory on, "
+                        "and a mismatch flagged (exit 1 on a mismatch)")
     p.set_defaults(run=run)
+
+
+def _pid(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**22 + 1:
+        raise argparse.ArgumentTypeError(f"not a process id: {text[:40]!r}")
+    return int(text)
 
 
 def select(procs: list[GpuProcess], users: set[str] | None, gpus: list[int] | None) -> list[GpuProcess]:
@@ -79,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--sort: unknown key {args.sort!r} (choose from {', '.join(SORT_KEYS)})")
     if getattr(args, "holders", False) and args.csv:
         raise UsageError("--holders has no CSV form (two tables): use --json, or the text view")
+    if getattr(args, "env", None) is not None and (args.csv or getattr(args, "holders", False)):
+        raise UsageError("--env: one process's view has no CSV form, and is not shown with --holders")
     gpus = parse_gpu_list(args.gpu) if args.gpu else None
     users = {u.strip() for u in args.user.split(",") if u.strip()} if args.user else None
     machine = open_for(args)
@@ -88,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         machine.close()
     if gpus is not None:
         check_gpus(snap, gpus)
+    if getattr(args, "env", None) is not None:
+        return _env(args, snap)
     procs = sorted(select(snap.processes, users, gpus), key=SORT_KEYS[args.sort])
     if getattr(args, "holders", False):
         return _with_holders(args, machine, snap, procs, users, gpus)
@@ -108,6 +124,23 @@ def _shown(snap: Snapshot, gpus: list[int] | None) -> tuple[Snapshot, int | None
     if gpus is None:
         return snap, None
     return dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in gpus]), len(snap.gpus)
+
+
+def _env(args: argparse.Namespace, snap: Snapshot) -> int:
+    """--env PID: what the process was told beside what it holds; exit 1 on a mismatch, so a
+    script can check its own job."""
+    import json
+
+    from ..process_view import process_gpus
+    from ..render.env_view import render_env
+
+    view = process_gpus(snap, args.env)
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2))
+    else:
+        style = style_for(sys.stdout, getattr(args, "no_color", False))
+        print(render_env(view, style, terminal_width(), wide=args.wide))
+    return 1 if view.mismatch is not None else 0
 
 
 def _with_holders(args: argparse.Namespace, machine: Machine, snap: Snapshot, procs: list[GpuProcess],

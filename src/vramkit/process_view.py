@@ -1,0 +1,134 @@
+"""A process's own view of the GPUs: the ones it was told to use (CUDA_VISIBLE_DEVICES and
+CUDA_DEVICE_ORDER in its environment, read as libcuda reads them: cuda_env) beside the ones it
+holds memory on, so that "my job runs on the wrong GPU" shows at a glance.
+
+/proc/PID/environ is the environment the process started with: a value it set itself later
+(os.environ[...] = ... in Python before CUDA starts) is not there. So a mismatch is a reason to
+look, and says so, not a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import procs
+from .cuda_env import CudaDevice, Visible, allowed_keys, devices_of, parse_visible
+from .errors import RequestError
+from .model import Snapshot
+
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+SIMULATED_ENV = "a simulated scenario's made-up process: it has no environment"
+STARTED_WITH = ("this is its environment as it started: a value the process set itself later "
+                "(os.environ in Python) is not seen")
+
+EnvReader = Callable[[int, tuple[str, ...]], procs.Environ]
+
+
+@dataclass
+class ProcessGpus:
+    """What one process was told about GPUs, and what it holds."""
+
+    pid: int
+    user: str | None
+    command: str | None
+    holds: list[CudaDevice]  # where it holds memory, in NVML order
+    env: dict[str, str]  # the ENV_NAMES that are set in its environment
+    env_problem: str | None = None  # why its environment is unknown (then told is None)
+    told: Visible | None = None  # its CUDA_VISIBLE_DEVICES as CUDA reads it on this machine
+    mismatch: str | None = None  # "told GPU 1, holds memory on GPU 0"
+    notes: list[str] = field(default_factory=list)  # pitfalls of its value, a cut environment
+
+    @property
+    def told_text(self) -> str:
+        """The GPUs its CUDA_VISIBLE_DEVICES lets it use, as vram names them, with CUDA's numbers."""
+        if self.told is None:
+            return "unknown"
+        if self.told.error:
+            return "none: CUDA refuses to start with this value"
+        if not self.told.is_set:
+            return "every GPU (CUDA_VISIBLE_DEVICES is not set)"
+        if not self.told.devices:
+            return "no GPU"
+        return ", ".join(f"{d.label} as cuda:{i}" for i, d in enumerate(self.told.devices))
+
+    @property
+    def holds_text(self) -> str:
+        return ", ".join(d.label for d in self.holds) if self.holds else "no GPU memory"
+
+    def to_json(self) -> dict[str, Any]:
+        told = None
+        if self.told is not None:
+            told = {"value": self.told.value, "order": self.told.order.order, "error": self.told.error,
+                    "gpus": [_unit_json(d) for d in self.told.devices]}
+        return {"pid": self.pid, "user": self.user, "command": self.command, "environment": self.env,
+                "environment_problem": self.env_problem, "told": told,
+                "holds": [_unit_json(d) for d in self.holds], "mismatch": self.mismatch, "notes": self.notes}
+
+
+def _unit_json(d: CudaDevice) -> dict[str, Any]:
+    return {"gpu": d.index, "mig_gi": d.gi, "uuid": d.uuid}
+
+
+def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ) -> ProcessGpus:
+    """The process's own view of this snapshot's GPUs (a pid that holds no GPU memory too)."""
+    rows = [p for p in snap.processes if p.pid == pid]
+    devices = devices_of(snap)
+    held: list[CudaDevice] = []
+    for p in sorted(rows, key=lambda r: (r.gpu, r.mig_gi if r.mig_gi is not None else -1)):
+        unit = next((d for d in devices if d.index == p.gpu and d.gi == p.mig_gi), None)
+        if unit is not None and unit not in held:
+            held.append(unit)
+    first = rows[0] if rows else None
+    view = ProcessGpus(pid=pid, user=first.user if first else None, command=first.command if first else None,
+                       holds=held, env={})
+    if first is not None and not first.real:
+        view.env_problem = SIMULATED_ENV
+        return view
+    environ = read(pid, ENV_NAMES)
+    if environ.problem is not None:
+        view.env_problem = environ.problem
+        return view
+    view.env = dict(environ.values)
+    if environ.truncated:
+        view.notes.append(f"its environment is longer than {procs.MAX_ENVIRON_BYTES // 2**20} MiB: only the "
+                          "start was read, and a variable set after that is not seen")
+    view.told = parse_visible(environ.values.get("CUDA_VISIBLE_DEVICES"), devices,
+                              environ.values.get("CUDA_DEVICE_ORDER"))
+    view.notes.extend(view.told.pitfalls)
+    view.mismatch = _mismatch(view, devices)
+    return view
+
+
+def _mismatch(view: ProcessGpus, devices: list[CudaDevice]) -> str | None:
+    told = view.told
+    assert told is not None
+    if not view.holds:
+        return None
+    if told.error:
+        return f"holds memory on {view.holds_text}, but CUDA would refuse its CUDA_VISIBLE_DEVICES ({told.error})"
+    try:
+        allowed = allowed_keys(told, devices)
+    except RequestError as e:  # indices on a machine of mixed models without PCI_BUS_ID
+        view.notes.append(f"which GPUs it was told cannot be known: {e}")
+        return None
+    if allowed is None:
+        return None
+    outside = [d for d in view.holds if d.key not in allowed]
+    if not outside:
+        return None
+    told_text = ", ".join(d.label for d in told.devices) or "no GPU"
+    view.notes.insert(0, STARTED_WITH)
+    return f"told {told_text}, holds memory on {', '.join(d.label for d in outside)}"
+
+
+def mismatches(snap: Snapshot, read: EnvReader = procs.read_environ) -> list[ProcessGpus]:
+    """Every process whose memory is on a GPU its environment did not tell it to use, among the
+    ones whose environment this user may read (doctor's check)."""
+    out = []
+    for pid in sorted({p.pid for p in snap.processes if p.real and p.host_missing is None}):
+        view = process_gpus(snap, pid, read)
+        if view.mismatch is not None:
+            out.append(view)
+    return out

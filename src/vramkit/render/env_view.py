@@ -1,0 +1,37 @@
+"""A process's own view of the GPUs (process_view.ProcessGpus) as lines: `vram ps --env PID`
+prints them, the live view's detail screen shows the same lines."""
+
+from __future__ import annotations
+
+from ..process_view import ProcessGpus
+from .style import Style
+from .text_width import fit
+
+# The kinds of line, each painted by its reader: "" plain, "warn" (the mismatch), "dim" (notes).
+WARN, DIM = "warn", "dim"
+
+
+def env_lines(view: ProcessGpus) -> list[tuple[str, str]]:
+    """(text, kind) for each line: what it was told, what it holds, the mismatch and notes."""
+    if view.env_problem is not None:
+        told = f"told     {view.env_problem}"
+    else:
+        told = f"told     {view.told_text}"
+    lines = [(told, "")]
+    if view.env:
+        lines.append(("         " + "  ".join(f"{k}={v}" for k, v in view.env.items()), DIM))
+    lines.append((f"holds    {view.holds_text}", ""))
+    if view.mismatch is not None:
+        lines.append((f"MISMATCH {view.mismatch}", WARN))
+    lines.extend((f"note     {note}", DIM) for note in view.notes)
+    return lines
+
+
+def render_env(view: ProcessGpus, style: Style, width: int, wide: bool = False) -> str:
+    """The text view: a heading line for the process, then env_lines."""
+    head = f"pid {view.pid}" + (f"  {view.user}" if view.user else "") + (f"  {view.command}" if view.command else "")
+    out = [style.paint(head if wide else fit(head, width), "bold")]
+    paint = {WARN: ("bold", "yellow"), DIM: ("dim",), "": ()}
+    for text, kind in env_lines(view):
+        out.append(style.paint(text, *paint[kind]))
+    return "\n".join(out)
