@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "job": "one process's memory on each GPU over its life, from recorded history",
     "serve": "serve Prometheus metrics, a live web page and a JSON API (read-only)",
     "fleet": "every host's GPUs through Prometheus (vram serve on each host); fleet pick: where to run",
+    "config": "show the defaults vram uses (config files, environment) and where each came from",
     "sim": "simulated machines: list, check and share them with other programs",
     "completion": "print a shell completion script for bash, zsh or fish",
 }
