@@ -26,9 +26,11 @@ and --seq, as in vram doctor.)
 
 examples:
   vram estimate bert-large-uncased --batch 4 --seq 512 --precision fp32
-  vram estimate llama-3-8b --lora 16 --quant 4bit --checkpointing --seq 4096
+  vram estimate llama-3-8b --lora 16 --quant 4bit --double-quant --checkpointing --seq 4096
+  vram estimate 15517456384 --infer --quant 8bit   a bare count: weights and model states only
   vram estimate ./my-model/config.json --batch 8 --explain
   vram estimate llama-2-70b --gpus 8 --zero 3 --checkpointing --attention flash
+  vram estimate llama-2-13b --zero 3 --offload optimizer,params --zero-prefetch-bucket 1e7
   vram estimate mistral-7b --infer --batch 4 --seq 8192 --json | jq .total_bytes
   vram estimate gpt2 --batch 8 --trace        check the formulas against a traced step (needs torch)
 """
@@ -71,18 +73,34 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", choices=("eager", "flash"), default="eager",
                    help="eager (scores materialised, default) or flash / memory-efficient SDPA")
     p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
-    p.add_argument("--quant", choices=("8bit", "4bit"), help="quantized frozen base (QLoRA with --lora)")
+    p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
+                   "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
+    p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
+                   "(bnb_4bit_use_double_quant)")
     p.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
                    "default) or lm (logits over the vocabulary; decoders and T5)")
     p.add_argument("--gpus", metavar="N", default="1", help="GPUs (data parallel unless --tp)")
     p.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help="DeepSpeed ZeRO stage")
-    p.add_argument("--offload", action="store_true", help="ZeRO-Offload: optimizer states in CPU memory")
+    p.add_argument("--offload", nargs="?", const="optimizer", metavar="WHAT",
+                   help="DeepSpeed offload to CPU memory, a comma list: optimizer (ZeRO-Offload: optimizer "
+                        "states, fp32 master weights and gradients; grads is the same), params (ZeRO-3 "
+                        "parameter offload). Bare --offload: optimizer")
+    for flag, default, what in (("reduce-bucket", "5e8", "reduce_bucket_size"),
+                                ("allgather-bucket", "5e8", "allgather_bucket_size (stages 1-2)"),
+                                ("prefetch-bucket", "5e7", "stage3_prefetch_bucket_size"),
+                                ("persistence", "1e5", "stage3_param_persistence_threshold"),
+                                ("max-live", "1e9", "stage3_max_live_parameters")):
+        p.add_argument(f"--zero-{flag}", metavar="N", default=default,
+                       help=f"DeepSpeed {what} in elements (default {default})")
     p.add_argument("--tp", metavar="N", default="1", help="tensor-parallel degree (within --gpus)")
     p.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
                    help="ddp (default) or dp: DataParallel, which loads GPU 0 more")
     p.add_argument("--context-overhead", metavar="SIZE", help="CUDA context size (default 512MiB for CUDA >= "
                    "11.7, 1GiB before)")
     p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
+    p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch"})
+    p.add_argument("--torch", metavar="VERSION", default="2.0", help="PyTorch's semantics (default 2.0 and "
+                   "later: zero_grad() frees the gradients; 1.13 and before keep them allocated, set_to_none=False)")
 
 
 def _int(args: argparse.Namespace, name: str) -> int | None:
@@ -102,6 +120,43 @@ def _required_int(args: argparse.Namespace, name: str) -> int:
     return value
 
 
+OFFLOADS = {"optimizer": "optimizer", "grads": "optimizer", "params": "params"}
+
+
+def _offload(value: str | None) -> set[str]:
+    """--offload's comma list -> {"optimizer", "params"}; DeepSpeed offloads the gradients with the
+    optimizer states (offload_optimizer), so grads names the same thing."""
+    if value is None:
+        return set()
+    parts = [part.strip().lower() for part in value.split(",") if part.strip()]
+    bad = [part for part in parts if part not in OFFLOADS]
+    if bad or not parts:
+        raise UsageError(f"{(bad or [value])[0][:40]!r}: give optimizer, grads or params (a comma list)",
+                         param="offload")
+    return {OFFLOADS[part] for part in parts}
+
+
+def _elements(args: argparse.Namespace, name: str) -> int:
+    """A count of elements as DeepSpeed's config writes it: 500000000, 5e8 or 5_0000_0000."""
+    value = getattr(args, name)
+    try:
+        number = float(str(value).replace("_", ""))
+    except ValueError:
+        raise UsageError(f"{str(value)[:40]!r} is not a number of elements such as 5e8", param=name) from None
+    if not 0 <= number <= 1e15 or number != int(number):
+        raise UsageError(f"{str(value)[:40]!r}: give a whole number of elements from 0 to 1e15", param=name)
+    return int(number)
+
+
+def _torch_frees_grads(version: str) -> bool:
+    """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them)."""
+    try:
+        major = int(version.strip().split(".")[0])
+    except ValueError:
+        raise UsageError(f"{version[:40]!r} is not a PyTorch version such as 1.13 or 2.4", param="torch") from None
+    return major >= 2
+
+
 def setup_from_args(args: argparse.Namespace) -> Setup:
     """argparse -> analytic.Setup. Bad values are VramkitErrors naming the parameter (the dest
     of its option), which cli/main turns into one line that names the flag."""
@@ -118,9 +173,14 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
         cuda = float(args.cuda)
     except ValueError:
         raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
+    offload = _offload(args.offload)
+    zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
+                  for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
     return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
                  checkpointing=args.checkpointing, attention=args.attention, quant=args.quant,
-                 zero=None if args.zero is None else int(args.zero), offload=args.offload, parallel=args.parallel,
+                 double_quant=args.double_quant, zero_grad_to_none=_torch_frees_grads(args.torch),
+                 zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
+                 offload_params="params" in offload, **zero_sizes, parallel=args.parallel,
                  head=args.head, context_overhead=context, cuda=cuda,
                  batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),

@@ -32,8 +32,9 @@ from .formulas import (
     inference_working_set,
     kv_cache,
     params_of,
+    quant_bytes,
 )
-from .specs import ENCODERS, EstimateError, ModelSpec, resolve
+from .specs import ENCODERS, EstimateError, ModelSpec, numel, resolve
 
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
@@ -57,6 +58,8 @@ def default_context(cuda: float) -> int:
 # small enough that the arithmetic stays within floats.
 SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6, "seq": 10**8,
                 "image_size": 10**6, "lora": 10**6}
+ZERO_SIZES = ("zero_reduce_bucket", "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence",
+              "zero_max_live")
 
 
 @dataclass
@@ -72,9 +75,19 @@ class Setup:
     attention: str = "eager"  # eager | flash
     lora: int | None = None  # LoRA rank
     quant: str | None = None  # 8bit | 4bit (frozen base)
+    double_quant: bool = False  # 4-bit: the block constants quantized too (bnb_4bit_use_double_quant)
     gpus: int = 1
     zero: int | None = None  # DeepSpeed ZeRO stage; None = plain PyTorch
-    offload: bool = False
+    offload: bool = False  # ZeRO-Offload: optimizer states, fp32 master weights and gradients in CPU memory
+    offload_params: bool = False  # ZeRO-3 parameter offload (ZeRO-Infinity): only gathered layers on the GPU
+    # DeepSpeed's bucket sizes, in elements (its defaults): gradients reduced and parameters gathered
+    # through buffers of this size (stages 1-2); stage 3 prefetches, keeps small parameters whole
+    # (persistence threshold) and at most max_live parameters gathered
+    zero_reduce_bucket: int = 500_000_000
+    zero_allgather_bucket: int = 500_000_000
+    zero_prefetch_bucket: int = 50_000_000
+    zero_persistence: int = 100_000
+    zero_max_live: int = 1_000_000_000
     tp: int = 1  # tensor-parallel degree (within --gpus)
     parallel: str = "ddp"  # ddp | dp (DataParallel)
     head: str | None = None  # cls | lm; default per family
@@ -111,11 +124,26 @@ class Setup:
         one_of("quant", (None, *QUANT_BYTES), "8bit or 4bit")
         one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
         one_of("parallel", ("ddp", "dp"), "ddp or dp")
+        for name in ZERO_SIZES:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**15:
+                raise EstimateError(f"must be a number of elements from 0 to 1e15, not {value!r}", param=name)
         if self.quant and self.mode == "train" and not self.lora:
-            raise EstimateError("training a quantized model needs LoRA adapters (QLoRA): give a lora rank",
+            raise EstimateError("training a quantized model needs LoRA adapters (QLoRA): give a lora rank "
+                                "(a 4/8-bit base is frozen; full training is supported in fp32, fp16, bf16)",
+                                param="quant")
+        if self.double_quant and self.quant != "4bit":
+            raise EstimateError("double quantization is a 4-bit option: give quant 4bit", param="double_quant")
+        if self.quant and self.zero is not None:
+            raise EstimateError("a 4/8-bit base under DeepSpeed ZeRO is not modelled: use one or the other",
                                 param="quant")
         if self.offload and self.zero not in (2, 3):
             raise EstimateError("needs ZeRO stage 2 or 3 (ZeRO-Offload / ZeRO-Infinity)", param="offload")
+        if self.offload_params and self.zero != 3:
+            raise EstimateError("parameter offload needs ZeRO stage 3 (ZeRO-Infinity)", param="offload_params")
+        if self.zero == 3 and self.gpus == 1 and not self.offload_params:
+            raise EstimateError("ZeRO-3 on one GPU shards nothing: give more GPUs, or offload the parameters "
+                                "to CPU (ZeRO-Infinity), or use ZeRO-2 with optimizer offload", param="zero")
         if self.gpus % self.tp:
             raise EstimateError(f"{self.tp} must divide the number of GPUs ({self.gpus})", param="tp")
         if not spec.bare and spec.heads % self.tp:
@@ -220,22 +248,26 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     # ---- weights
     P = p.total
     if setup.quant:
-        qb = QUANT_BYTES[setup.quant]
-        base = P * qb / tp
-        terms.append(Term("weights", int(base), f"{P:,} params × {qb:g} B ({setup.quant} frozen base)"
+        qb = quant_bytes(setup.quant, setup.double_quant)
+        rest = P - p.quantized
+        base = (p.quantized * qb + rest * 2) / tp
+        kind = setup.quant + (" double-quantized" if setup.double_quant else "")
+        terms.append(Term("weights", int(base), f"{p.quantized:,} linear weights × {qb:.4g} B ({kind} frozen base)"
+                          + (f" + {rest:,} others × 2 B (embeddings, norms, biases and the output layer stay "
+                             "16-bit: bitsandbytes quantizes nn.Linear only, HF skips lm_head)" if rest else
+                             " (a bare count: the 16-bit embeddings and lm_head are not known)")
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     elif not train and setup.precision != "fp32":
         terms.append(Term("weights", P * 2 // tp, f"{P:,} params × 2 B (16-bit for inference)", "weights"))
     elif deepspeed:
         w16 = 4 if setup.precision == "fp32" else 2
         shard = dp if setup.zero == 3 else 1
-        wbytes = P * w16 // tp // shard
-        terms.append(Term("weights", wbytes, f"{P:,} params × {w16} B" + (f" / {shard} GPUs (ZeRO-3)" if shard > 1
-                          else "") + (f" / tp {tp}" if tp > 1 else ""), "weights"))
+        wbytes = 0 if setup.offload_params else P * w16 // tp // shard
+        terms.append(Term("weights", wbytes, "in CPU memory (ZeRO-3 parameter offload)" if setup.offload_params else
+                          f"{P:,} params × {w16} B" + (f" / {shard} GPUs (ZeRO-3)" if shard > 1 else "")
+                          + (f" / tp {tp}" if tp > 1 else ""), "weights"))
         if setup.zero == 3 and not spec.bare:  # a bare count has no layers to gather
-            ws = 2 * p.largest_layer * w16 // tp
-            terms.append(Term("ZeRO-3 gathered layers", ws, f"2 layers in flight × {p.largest_layer:,} params × "
-                              f"{w16} B", "transient"))
+            terms += _zero3_gathered(p, setup, w16, tp, shard)
     else:
         kept_as = {4: "fp32", 2: "bf16" if setup.precision.startswith("bf16") else "fp16"}.get(int(dt.w), "")
         if dt.mixed and dt.w == 4:  # mixed precision keeps fp32 master weights; autocast makes 16-bit copies
@@ -268,8 +300,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                 terms.append(Term("logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                                   "transient"))
         if setup.quant:
-            terms.append(Term("dequantized weight", p.largest * 2, f"largest matrix {p.largest:,} × 2 B, "
-                              "dequantized per matmul", "transient"))
+            terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
         moments = {"forward": {t.name: t.bytes for t in terms}}
         return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
@@ -296,7 +327,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
             f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
         tmp = 0
         tmp_f = "DeepSpeed's fused optimizer: none counted"
-        notes.append("DeepSpeed communication buckets (reduce/allgather) are not counted")
+        terms.append(_zero_buckets(setup, pt, w16))
     else:
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
@@ -317,7 +348,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
 
     # ---- activations
     sh = Shape(b=b, s=seq, s_dec=seq if spec.family == "t5" else 0, tp=tp)
-    acts = activations(spec, sh, dt, setup.attention == "flash", lora)
+    acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant))
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)
@@ -362,11 +393,11 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                           f"one layer's activations rebuilt in backward: {fmt(recompute)}"
                           + (" + its 16-bit weights" if dt.mixed else ""), "transient"))
     if setup.quant:
-        terms.append(Term("dequantized weight", p.largest * 2, f"largest matrix {p.largest:,} × 2 B, "
-                          "dequantized per matmul", "transient"))
+        terms.append(_quant_transient(spec, p, setup, b * seq, train=True))
     named = {t.name: t.bytes for t in terms}
     always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "DDP gradient buckets",
-                                                       "ZeRO-3 gathered layers", "dequantized weight")}
+                                                       "ZeRO-3 gathered layers", "ZeRO-3 persistent parameters",
+                                                       "DeepSpeed communication buckets", "dequantized weight")}
     grads = {G.name: G.bytes}
     # later micro-steps run with gradients held; so does every step when zero_grad keeps them
     g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
@@ -399,12 +430,64 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         for m in (*moments.values(), *first.values()):
             m["DataParallel extra on GPU 0"] = extra
         notes.append("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less")
-    if lora:
+    if lora and setup.quant:
+        notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
+                     "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; adapters on "
+                     + "/".join(_targets(spec)))
+    elif lora:
         notes.append("LoRA: frozen linears keep no inputs for weight gradients; adapters on "
                      + "/".join(_targets(spec)))
     result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
     result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
     return result
+
+
+def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, train: bool) -> Term:
+    """What one bitsandbytes matmul allocates beside its output, for the largest quantized linear:
+    4-bit dequantizes the whole weight to 16-bit (forward, and backward for the input gradient);
+    8-bit (LLM.int8) quantizes the input to int8 and multiplies into an int32 output, and in
+    backward dequantizes the weight for the input gradient."""
+    out_f, in_f = p.largest_quantized
+    shape = f"{out_f:,} × {in_f:,}" + (" (a typical shape for the count: no layers known)" if spec.bare else "")
+    weight = out_f * in_f * 2 // setup.tp
+    if setup.quant == "4bit":
+        return Term("dequantized weight", weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
+                    "matmul", "transient")
+    rows = 0 if spec.bare else tokens  # a bare count has no batch shape
+    int8 = rows * (in_f + 4 * out_f) // setup.tp
+    size = max(int8, weight) if train else int8
+    buffers = f"int8 input + int32 output {fmt(int8)}" if rows else "its int8 input and int32 output not counted"
+    return Term("dequantized weight", size, f"LLM.int8 matmul of the largest quantized matrix {shape}: {buffers}"
+                + (f"; backward dequantizes the weight {fmt(weight)}" if train else ""), "transient")
+
+
+def _zero_buckets(setup: Setup, pt: int, w16: int) -> Term:
+    """DeepSpeed's communication buffers, in the gradient dtype, none larger than the model."""
+    assert setup.zero is not None
+    reduce = min(setup.zero_reduce_bucket, pt)
+    if setup.zero == 3:
+        return Term("DeepSpeed communication buckets", reduce * w16, f"reduce bucket min({setup.zero_reduce_bucket:,}, "
+                    f"{pt:,}) elements × {w16} B", "overhead")
+    if setup.zero == 0:
+        return Term("DeepSpeed communication buckets", 0, "ZeRO-0: DeepSpeed's plain data parallel", "overhead")
+    gather = min(setup.zero_allgather_bucket, pt)
+    return Term("DeepSpeed communication buckets", (reduce + gather) * w16,
+                f"reduce bucket min({setup.zero_reduce_bucket:,}, {pt:,}) + allgather bucket "
+                f"min({setup.zero_allgather_bucket:,}, {pt:,}) elements × {w16} B", "overhead")
+
+
+def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> list[Term]:
+    """ZeRO-3 on each GPU: the layer being computed plus what the prefetch bucket fetched ahead (at
+    most max_live_parameters), and the small parameters it never partitions (persistence threshold)."""
+    live = min(p.largest_layer + setup.zero_prefetch_bucket, setup.zero_max_live, p.total)
+    small = sum(numel(s) for _, s, _ in p.shapes if numel(s) < setup.zero_persistence)
+    return [Term("ZeRO-3 gathered layers", live * w16 // tp,
+                 f"min(largest layer {p.largest_layer:,} + prefetch bucket {setup.zero_prefetch_bucket:,}, "
+                 f"max live {setup.zero_max_live:,}) params × {w16} B", "transient"),
+            Term("ZeRO-3 persistent parameters", small * w16 // tp - (0 if setup.offload_params else
+                 small * w16 // tp // shard),
+                 f"{small:,} params in tensors under the persistence threshold ({setup.zero_persistence:,}) kept "
+                 f"whole on every GPU × {w16} B", "weights")]
 
 
 def _targets(spec: ModelSpec) -> tuple[str, ...]:

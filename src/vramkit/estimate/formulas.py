@@ -11,13 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .specs import ENCODERS, ModelSpec, numel, param_shapes
+from .specs import ENCODERS, ModelSpec, numel, param_shapes, typical_hidden
 
 MiB = 1024**2
 GiB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
 QUANT_BYTES = {"8bit": 1.0, "4bit": 0.5 + 4 / 64}  # int8 / NF4 + an fp32 absmax per 64-block
+# bitsandbytes' double quantization: the absmax constants 8-bit per 64-block, plus an fp32 constant
+# per 256 of them (QLoRA paper §3: 0.5 + 4/64 -> 0.5 + 1/64 + 4/(64·256) bytes per weight)
+DOUBLE_QUANT_4BIT = 0.5 + 1 / 64 + 4 / (64 * 256)
+# The output module HF leaves unquantized (get_keys_to_not_convert: lm_head, or the classifier)
+UNQUANTIZED_OUTPUTS = ("lm_head.weight", "classifier.weight", "head.classifier.weight")
+
+
+def quant_bytes(quant: str, double_quant: bool = False) -> float:
+    """Bytes per quantized weight, with its block constants."""
+    return DOUBLE_QUANT_4BIT if quant == "4bit" and double_quant else QUANT_BYTES[quant]
 LORA_TARGETS = {"gpt2": ("qkv",), "default": ("q", "v")}  # PEFT's default target modules
 
 
@@ -81,6 +91,8 @@ class Params:
     layer_cast: int  # cast numel of one layer (what checkpointing re-casts)
     head_cast: int  # cast numel outside the checkpointed layers
     lora: int = 0  # adapter numel
+    quantized: int = 0  # numel bitsandbytes quantizes: nn.Linear weights, not the output module
+    largest_quantized: tuple[int, int] = (0, 0)  # (out, in) of the largest of those
     adafactor_state: int = 0  # numel of Adafactor's factored second moment
     shapes: list[tuple[str, tuple[int, ...], bool]] = field(default_factory=list)
 
@@ -116,9 +128,18 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1) -> Par
                     and any(k in f".{name}" for k in (".attn.", ".self.", ".cross.")):
                 lora += lora_rank * (s[0] + s[1])
     ada = sum((s[0] + numel(s) // s[0]) if len(s) >= 2 else numel(s) for _, s, _ in shapes)
+    if spec.bare:  # no shapes: every parameter counts as quantized, its largest matrix a typical one
+        h = typical_hidden(total)
+        quantized, largest_q = total, (4 * h, h)
+    else:
+        linear = [s for n, s, c in shapes if c and len(s) == 2 and n.endswith(".weight")
+                  and n not in UNQUANTIZED_OUTPUTS]
+        quantized = sum(numel(s) for s in linear)
+        largest_q = max(((s[0], s[1]) for s in linear), key=lambda s: s[0] * s[1], default=(0, 0))
     return Params(total=total, cast=cast, largest=max(numel(s) for _, s, _ in shapes),
                   largest_layer=largest_layer, layer_cast=one_layer_cast,
-                  head_cast=max(0, cast - layers_cast), lora=lora, adafactor_state=ada, shapes=shapes)
+                  head_cast=max(0, cast - layers_cast), lora=lora, adafactor_state=ada, quantized=quantized,
+                  largest_quantized=largest_q, shapes=shapes)
 
 
 # ---------------------------------------------------------------- activations (training)
@@ -218,8 +239,13 @@ def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, lora: bool, tp: int) -> list[
     return out
 
 
-def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool) -> Acts:
+def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False) -> Acts:
+    """`quantized`: the layers' linears are bitsandbytes' 4/8-bit ones, whose autograd functions
+    (MatMul4Bit, MatMul8bitLt) keep their input whenever it needs a gradient, frozen weight or not,
+    so under LoRA they save what full training saves; the 16-bit output module does not."""
     b, s = sh.b, sh.s
+    outer_lora = lora
+    lora = lora and not quantized
     T = b * s
     h = spec.hidden
     fam = spec.family
@@ -254,7 +280,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool)
             outside += [("LM head transform input", _lin_in(T, h, 1, dt, not lora)),
                         ("LM head gelu input", T * e * dt.x),
                         ("LM head norm", _norm(spec, T, e, dt, input_bytes=4 if dt.mixed else dt.x)),
-                        ("LM head decoder input", _lin_in(T, e, 1, dt, not lora)),
+                        ("LM head decoder input", _lin_in(T, e, 1, dt, not outer_lora)),
                         ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
                         ("labels", T * 8)]
             acts.logits = T * spec.vocab
@@ -262,7 +288,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool)
         if fam == "gpt2" and spec.hidden_dropout > 0:
             outside.append(("embedding dropout mask", T * h))
         outside += [("final norm", _norm(spec, T, h, dt)),
-                    ("LM head input", _lin_in(T, h, 1, dt, not lora)),
+                    ("LM head input", _lin_in(T, h, 1, dt, not outer_lora)),
                     ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
                     ("input ids and labels", T * 8 * 2)]
         acts.logits = T * spec.vocab
@@ -292,7 +318,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool)
         outside += [("decoder embedding dropout mask", Td * h if drop else 0),
                     ("decoder final norm", _norm(spec, Td, h, dt)),
                     ("decoder output dropout mask", Td * h if drop else 0),
-                    ("LM head input", _lin_in(Td, h, 1, dt, not lora)),
+                    ("LM head input", _lin_in(Td, h, 1, dt, not outer_lora)),
                     ("log-softmax output (fp32)", Td * spec.vocab * 4 // sh.tp),
                     ("relative-position buckets (int64)", (s * s + sd * sd) * 8),
                     ("input ids, decoder ids, labels", (T + 2 * Td) * 8)]

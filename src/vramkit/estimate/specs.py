@@ -196,18 +196,26 @@ SUPPORTED_TYPES = ("bert", "roberta", "xlm-roberta", "albert", "camembert", "ele
                    "llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense", "t5", "mt5", "vit")
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmbt])\s*$", re.I)
+_WHOLE_RE = re.compile(r"^\s*([0-9]+)\s*$")  # a plain number of parameters: 15517456384
+_COUNT_LIKE_RE = re.compile(r"^\s*[0-9][0-9.,_]*\s*[a-z]*\s*$", re.I)  # 7x, 1.5, 7,000: meant as a count
 _SCALE = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+COUNT_FORMS = "a number with k, m, b or t (7b, 350m) or a whole number of parameters (15517456384)"
 
 
 MAX_PARAMS = 1e15  # a quadrillion parameters: far past any model, well within floats
 
 
 def parse_param_count(text: str) -> int | None:
-    """'7b' -> 7_000_000_000, '350M' -> 350_000_000; None if `text` is not a bare count."""
+    """'7b' -> 7_000_000_000, '350M' -> 350_000_000, '15517456384' -> itself; None if `text` is not
+    a bare count."""
     m = _COUNT_RE.match(text)
-    if not m:
+    whole = _WHOLE_RE.match(text)
+    if whole:
+        count = float(whole.group(1))
+    elif m:
+        count = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    else:
         return None
-    count = float(m.group(1)) * _SCALE[m.group(2).lower()]
     if not count <= MAX_PARAMS:  # inf from a 400-digit number, or simply more than any model
         raise EstimateError(f"{text[:40]}{'…' if len(text) > 40 else ''}: more parameters than any model "
                             f"(at most {MAX_PARAMS:.0e})", param="model")
@@ -242,10 +250,18 @@ def resolve(model: str) -> ModelSpec:
         return from_config(catalog.MODELS[key], name=key, source="catalog")
     if "/" in text or text.endswith(".json"):
         raise EstimateError(f"{text}: no such file (configs are read locally, never downloaded)")
+    if _COUNT_LIKE_RE.match(text):
+        raise EstimateError(f"{text[:40]!r} is not a parameter count: give {COUNT_FORMS}")
     names = list(catalog.MODELS) + list(catalog.ALIASES)
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see 'vram estimate --list'"
     raise EstimateError(f"unknown model {text!r}{hint}")
+
+
+def typical_hidden(params: int) -> int:
+    """The width of a typical decoder of `params` parameters (LLaMA-shaped: 12·layers·hidden² with
+    layers = hidden / 128, as LLaMA-2 7B and 13B have), for the bounds a bare count has no shape for."""
+    return max(64, int(round((params * 128 / 12) ** (1 / 3))))
 
 
 # ---------------------------------------------------------------- parameter tensors

@@ -1,0 +1,127 @@
+"""Quantized bases (bitsandbytes 4/8-bit), DeepSpeed ZeRO's buffers and offload, bare counts, and the
+setups the estimator refuses (issue 16 items 1-4 and 9)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_one_line_error, run_vram
+
+from vramkit.estimate.analytic import estimate
+from vramkit.estimate.formulas import DOUBLE_QUANT_4BIT, params_of
+from vramkit.estimate.specs import EstimateError, parse_param_count, resolve, typical_hidden
+
+GIB = 1024**3
+
+
+def test_a_bare_count_with_quant_has_no_whole_model_dequantized():
+    """15.5b in 8-bit for inference was estimated at 46 GB (a 16-bit copy of all 15.5 B parameters
+    as 'the largest matrix'); about 16 GB was measured."""
+    e = estimate("15.5b", mode="infer", quant="8bit")
+    assert e.breakdown.get("dequantized weight", 0) == 0  # a bare count has no batch shape for int8 buffers
+    assert e.total_bytes < 17.5 * GIB
+    four = estimate("15.5b", mode="infer", quant="4bit")
+    h = typical_hidden(15_500_000_000)
+    assert four.breakdown["dequantized weight"] == 4 * h * h * 2  # one typical feed-forward matrix
+    assert four.breakdown["dequantized weight"] < GIB // 2
+    assert "typical shape" in next(t.formula for t in four.terms if t.name == "dequantized weight")
+
+
+def test_whole_numbers_are_counts_and_malformed_counts_are_refused():
+    assert parse_param_count("15517456384") == 15_517_456_384
+    assert estimate("15517456384").params == 15_517_456_384
+    for bad in ("7x", "1.5", "7,000b"):
+        with pytest.raises(EstimateError, match="not a parameter count"):
+            resolve(bad)
+    r = run_vram("estimate", "7x")
+    assert_one_line_error(r, 2, "not a parameter count")
+
+
+def test_quantization_leaves_embeddings_norms_and_lm_head_16bit():
+    spec = resolve("llama-2-7b")
+    p = params_of(spec)
+    assert p.quantized == 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    assert p.largest_quantized == (11008, 4096)
+    e8 = estimate(spec, mode="infer", quant="8bit", seq=512)
+    assert e8.breakdown["weights"] == p.quantized + (p.total - p.quantized) * 2
+    # a ViT's classifier is its output module, the patch embedding a convolution: neither quantized
+    vit = params_of(resolve("vit-base"))
+    assert vit.quantized == 12 * (4 * 768 * 768 + 2 * 768 * 3072)
+
+
+def test_double_quant_shrinks_the_block_constants():
+    single = estimate("llama-2-7b", lora=16, quant="4bit", seq=512)
+    double = estimate("llama-2-7b", lora=16, quant="4bit", double_quant=True, seq=512)
+    p = params_of(resolve("llama-2-7b"))
+    assert single.breakdown["weights"] - double.breakdown["weights"] == pytest.approx(
+        p.quantized * (0.5 + 4 / 64 - DOUBLE_QUANT_4BIT), abs=2)
+    with pytest.raises(EstimateError, match="4-bit option") as info:
+        estimate("llama-2-7b", mode="infer", quant="8bit", double_quant=True)
+    assert info.value.param == "double_quant"
+
+
+def test_qlora_keeps_the_inputs_bitsandbytes_saves():
+    """MatMul4Bit keeps its input (ctx.tensors = (A, B)) when A needs a gradient, which it does
+    under LoRA: the layers save what full training saves; plain 16-bit LoRA saves less."""
+    kw = {"lora": 16, "seq": 1024, "batch": 2}
+    qlora = estimate("llama-2-7b", quant="4bit", **kw)
+    lora = estimate("llama-2-7b", **kw)
+    full = estimate("llama-2-7b", seq=1024, batch=2)
+    def acts(e):
+        return next(t.bytes for t in e.terms if t.name == "activations")
+
+    assert acts(qlora) > acts(lora)
+    # all that full training saves, but the 16-bit lm_head's input (its weight is frozen)
+    assert acts(full) - acts(qlora) == 2 * 1024 * 4096 * 2
+    assert any("MatMul4Bit" in n for n in qlora.notes)
+
+
+def test_zero_buckets_are_counted_within_the_model_size():
+    small = estimate("bert-base-uncased", zero=2, gpus=2, batch=8, seq=128)
+    pt = small.trainable
+    assert small.breakdown["DeepSpeed communication buckets"] == 2 * pt * 2  # both buckets hold the whole model
+    big = estimate("7b", zero=2, gpus=8)
+    assert big.breakdown["DeepSpeed communication buckets"] == 2 * 500_000_000 * 2
+    half = estimate("7b", zero=2, gpus=8, zero_reduce_bucket=200_000_000, zero_allgather_bucket=200_000_000)
+    assert half.breakdown["DeepSpeed communication buckets"] == 2 * 200_000_000 * 2
+    assert not any("bucket" in n for n in big.notes)
+
+
+def test_zero3_gathers_by_prefetch_bucket_and_keeps_small_parameters():
+    e = estimate("llama-2-7b", zero=3, gpus=8, seq=512)
+    p = params_of(resolve("llama-2-7b"))
+    assert e.breakdown["ZeRO-3 gathered layers"] == (p.largest_layer + 50_000_000) * 2
+    norms = (2 * 32 + 1) * 4096  # RMSNorm weights: under the persistence threshold
+    assert e.breakdown["ZeRO-3 persistent parameters"] == norms * 2 - norms * 2 // 8
+    capped = estimate("llama-2-7b", zero=3, gpus=8, seq=512, zero_max_live=10_000_000)
+    assert capped.breakdown["ZeRO-3 gathered layers"] == 10_000_000 * 2
+
+
+def test_parameter_offload_and_zero3_on_one_gpu():
+    with pytest.raises(EstimateError, match="shards nothing") as info:
+        estimate("llama-2-7b", zero=3, gpus=1)
+    assert info.value.param == "zero"
+    infinity = estimate("llama-2-7b", zero=3, gpus=1, offload=True, offload_params=True, seq=512)
+    assert infinity.breakdown.get("weights", 0) == 0 and "ZeRO-3 gathered layers" in infinity.breakdown
+    with pytest.raises(EstimateError, match="stage 3"):
+        estimate("llama-2-7b", zero=2, gpus=2, offload_params=True)
+
+
+@pytest.mark.parametrize("argv, flag, words", [
+    (("llama-2-7b", "--quant", "4bit"), "--quant", "LoRA"),
+    (("llama-2-7b", "--zero", "3"), "--zero", "shards nothing"),
+    (("llama-2-7b", "--zero", "2", "--gpus", "2", "--offload", "params"), "--offload", "stage 3"),
+    (("llama-2-7b", "--zero", "2", "--gpus", "2", "--offload", "disk"), "--offload", "optimizer"),
+    (("llama-2-7b", "--zero", "2", "--gpus", "2", "--zero-reduce-bucket", "lots"), "--zero-reduce-bucket", "lots"),
+    (("llama-2-7b", "--infer", "--quant", "8bit", "--double-quant"), "--double-quant", "4-bit"),
+])
+def test_contradictions_are_one_line_errors(argv, flag, words):
+    assert_one_line_error(run_vram("estimate", *argv), 2, flag, words)
+
+
+def test_cli_options_reach_the_setup():
+    data = run_vram("estimate", "llama-2-7b", "--gpus", "2", "--zero", "3", "--offload", "optimizer,params",
+                    "--zero-prefetch-bucket", "1e7", "--json").json()
+    assert data["setup"]["offload"] and data["setup"]["offload_params"]
+    assert data["setup"]["zero_prefetch_bucket"] == 10_000_000
+    qlora = run_vram("estimate", "llama-2-7b", "--lora", "8", "--quant", "4bit", "--double-quant", "--json").json()
+    assert qlora["setup"]["double_quant"]
