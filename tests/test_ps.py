@@ -17,7 +17,8 @@ EXPECTED = expected_gpus(DEMO, t=0)
 ROWS = {(g["index"], pid): {**p, "memory_total": g["memory_total"]}
         for g in EXPECTED for pid, p in g["processes"].items()}
 SORT_KEYS = ("memory", "gpu", "pid", "user", "elapsed", "cpu", "rss")
-PS_HEADER = ["GPU", "PID", "USER", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED", "FLAGS", "COMMAND"]
+PS_HEADER = ["GPU", "PID", "USER", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED", "FLAGS",
+             "COMMAND"]
 
 
 def ps(*args: str, **env: str):
@@ -169,7 +170,7 @@ def test_text_columns(text):
 
 def test_text_flags_column(text):
     _, table = _table(text)
-    flags = {int(cells[1]): cells[9] for cells in table}
+    flags = {int(cells[1]): cells[PS_HEADER.index("FLAGS")] for cells in table}
     assert flags[29044] == "zombie,orphan"
     assert flags[38817] == "idle"
     assert flags[60112] == "-"
@@ -184,7 +185,8 @@ def test_text_is_clipped_to_the_terminal_width():
 def test_csv():
     result = ps("--csv")
     assert result.rc == 0
-    assert result.out.splitlines()[0] == ("gpu,pid,user,memory,memory_percent,gpu_utilization,cpu_percent,"
+    assert result.out.splitlines()[0] == ("gpu,pid,user,memory,memory_percent,gpu_utilization,sm_utilization,"
+                                          "memory_utilization,encoder_utilization,decoder_utilization,cpu_percent,"
                                           "rss,elapsed,state,container,command")
     got = list(csv.DictReader(io.StringIO(result.out)))
     assert sorted((int(r["gpu"]), int(r["pid"])) for r in got) == sorted(ROWS)

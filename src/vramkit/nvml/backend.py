@@ -53,7 +53,7 @@ class Nvml:
         self._mem_v2 = hasattr(lib, "nvmlMemory_v2")
         self._process_fn: dict[str, str] = {}
         self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
-        self._no_process_util: set[int] = set()  # GPUs whose driver does not sample processes
+        self._no_process_util: dict[int, str] = {}  # GPU index -> why its driver gives no process samples
         self._slow: dict[tuple[str, ...], tuple[float, float]] = {}  # fields -> (seconds it took, when)
         self.slow_call = SLOW_CALL
         self.slow_retry = SLOW_RETRY
@@ -285,19 +285,36 @@ class Nvml:
         dev.processes = list(rows.values())
 
     def _read_process_utilization(self, dev: Device, handle: Any) -> None:
-        if dev.index in self._no_process_util or not dev.processes or dev.mig_enabled:
+        if not dev.processes:
             return
-        sm = _process_samples(self, dev, handle)
-        if sm is None:
-            dev.na["process_utilization"] = "not supported"
-            return
+        if dev.mig_enabled:
+            reason: str | None = "MIG: the driver keeps no per-process samples"
+        else:
+            reason = self._no_process_util.get(dev.index)
+        if reason is None:
+            samples = _process_samples(self, dev, handle)
+            if isinstance(samples, str):
+                reason = dev.na["process_utilization"] = samples
+            else:
+                for proc in dev.processes:
+                    # The driver keeps a sample for each process that did some work: one with
+                    # none since the last reading did none (NVML's contract; nvitop reads 0 too).
+                    (proc.sm_utilization, proc.memory_utilization, proc.encoder_utilization,
+                     proc.decoder_utilization) = samples.get(proc.pid, (0, 0, 0, 0))
+                return
+        elif not dev.mig_enabled:
+            dev.na["process_utilization"] = reason
         for proc in dev.processes:
-            proc.sm_utilization = sm.get(proc.pid, 0)  # a holder with no samples ran no kernels
+            proc.utilization_na = reason
 
 
-def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, int] | None:
-    """pid -> mean SM % over the samples since the last read (the last 5 s on the first read);
-    {} when no process ran kernels; None when this GPU's driver does not sample processes."""
+Utilization = tuple[int, int, int, int]  # SM, memory, encoder, decoder %
+
+
+def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, Utilization] | str:
+    """pid -> mean (SM, memory, encoder, decoder) % over the samples since the last read (the last
+    5 s on the first read); {} when no process did any work; why not, when this GPU's driver keeps
+    no samples or refuses them (remembered: the call is not made again)."""
     lib = nvml.lib
     since = nvml._sample_since.get(dev.index, int(time.time() * 1e6) - 5_000_000)
     try:
@@ -308,16 +325,24 @@ def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, int] | N
             raise
         if code == nvml._codes["NVML_ERROR_NOT_FOUND"]:
             return {}  # no samples: nothing ran kernels in the window
-        nvml._no_process_util.add(dev.index)  # not supported here: do not ask again
-        return None
+        reason = "no permission" if code == nvml._codes["NVML_ERROR_NO_PERMISSION"] else (
+            "not supported" if code == nvml._codes["NVML_ERROR_NOT_SUPPORTED"] else f"NVML error: {e}")
+        nvml._no_process_util[dev.index] = reason
+        return reason
     except AttributeError:  # a pynvml too old to have the call
-        nvml._no_process_util.add(dev.index)
-        return None
-    per_pid: dict[int, list[int]] = {}
+        reason = nvml._no_process_util[dev.index] = "not supported by this nvidia-ml-py"
+        return reason
+    per_pid: dict[int, list[Utilization]] = {}
     for sample in samples:
-        per_pid.setdefault(sample.pid, []).append(sample.smUtil)
+        per_pid.setdefault(sample.pid, []).append((sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil))
         nvml._sample_since[dev.index] = max(nvml._sample_since.get(dev.index, 0), sample.timeStamp)
-    return {pid: round(sum(v) / len(v)) for pid, v in per_pid.items()}
+    return {pid: _mean(v) for pid, v in per_pid.items()}
+
+
+def _mean(samples: list[Utilization]) -> Utilization:
+    n = len(samples)
+    sm, mem, enc, dec = (round(sum(column) / n) for column in zip(*samples))
+    return sm, mem, enc, dec
 
 
 def open_real() -> Nvml:

@@ -39,8 +39,8 @@ GPU_FIELDS = {
 }
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
-    "pid", "source", "gpus", "type", "sm_util", "user", "uid", "command", "age", "state", "cpu_percent",
-    "rss", "ppid", "container", "start_at", "exit_at",
+    "pid", "source", "gpus", "type", "sm_util", "mem_util", "enc_util", "dec_util", "user", "uid", "command", "age",
+    "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
               "gpus", "processes", "device_nodes"}
@@ -476,9 +476,10 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]])
     p["pid"] = c.number(raw["pid"], f"{where}.pid", minimum=1, integer=True)
     p["source"] = c.choice(raw.get("source", "synthetic"), PROCESS_SOURCES, f"{where}.source")
     p["type"] = c.choice(raw.get("type", "compute"), PROCESS_TYPES, f"{where}.type")
-    if "sm_util" in raw:  # absent: the process is as busy as its GPU
-        p["sm_util"] = c.timeline(raw["sm_util"], f"{where}.sm_util",
-                                  lambda v, w: c.number(v, w, minimum=0, maximum=100))
+    # Absent: sm_util and mem_util follow the GPU's; enc_util and dec_util are 0.
+    for key in ("sm_util", "mem_util", "enc_util", "dec_util"):
+        if key in raw:
+            p[key] = c.timeline(raw[key], f"{where}.{key}", lambda v, w: c.number(v, w, minimum=0, maximum=100))
     gpus_raw = raw.get("gpus")
     if not isinstance(gpus_raw, dict) or not gpus_raw:
         c.fail(f"{where}.gpus", "must be an object {\"GPU index\": memory}, e.g. {\"0\": \"10GiB\"}")

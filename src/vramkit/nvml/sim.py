@@ -438,8 +438,10 @@ class SimulatedNvml:
         return int(value_at(g["fan"], self.now()))
 
     def nvmlDeviceGetProcessUtilization(self, handle: SimHandle, lastSeenTimeStamp: int) -> list[Any]:
-        """Per-process samples, as the driver keeps them: one per process that ran kernels lately
-        (sm_util > 0); NOT_FOUND when none did. A process's sm_util defaults to its GPU's."""
+        """Per-process samples, as the driver keeps them: one per process that did some work
+        lately (any of SM, memory, encoder, decoder above 0); NOT_FOUND when none did. A process's
+        sm_util defaults to its GPU's utilization, its mem_util (while it runs kernels) to its
+        GPU's memory utilization; enc_util and dec_util to 0."""
         g = self._field(handle, "process_utilization")
         if "utilization" in g["unsupported"] | g["no_permission"]:
             raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # no sampling at all on this GPU
@@ -448,13 +450,17 @@ class SimulatedNvml:
         t = self.now()
         stamp = int(time.time() * 1e6)
         device_util = int(value_at(g["utilization"], t))
+        device_mem = int(value_at(g["memory_utilization"], t))
         samples = []
         for p, _ in self._live((handle.index, None), t):
             if p.get("state") == "zombie":
                 continue
             sm = int(value_at(p["sm_util"], t)) if "sm_util" in p else device_util
-            if sm > 0 and stamp > lastSeenTimeStamp:
-                samples.append(self.api.c_nvmlProcessUtilizationSample_t(p["pid"], stamp, sm, 0, 0, 0))
+            mem = int(value_at(p["mem_util"], t)) if "mem_util" in p else (device_mem if sm else 0)
+            enc = int(value_at(p.get("enc_util", 0), t))
+            dec = int(value_at(p.get("dec_util", 0), t))
+            if (sm or mem or enc or dec) and stamp > lastSeenTimeStamp:
+                samples.append(self.api.c_nvmlProcessUtilizationSample_t(p["pid"], stamp, sm, mem, enc, dec))
         if not samples:
             raise self._error(self.api.NVML_ERROR_NOT_FOUND)
         return samples

@@ -17,6 +17,7 @@ from ..model import Device, GpuProcess, Snapshot
 SCHEMA_VERSION = 1
 
 _PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "types", "mig_gi", "sm_utilization",
+                 "memory_utilization", "encoder_utilization", "decoder_utilization", "utilization_na",
                  "start_ticks", "start_time", "elapsed", "cpu_percent", "rss", "ppid", "container", "zombie",
                  "orphaned", "idle", "idle_for", "real", "host_missing")
 
@@ -102,8 +103,9 @@ def status_csv(snap: Snapshot, header: bool = True) -> str:
     return buf.getvalue()
 
 
-PS_CSV_COLUMNS = ("gpu", "pid", "user", "memory", "memory_percent", "gpu_utilization", "cpu_percent",
-                  "rss", "elapsed", "state", "container", "command")
+PS_CSV_COLUMNS = ("gpu", "pid", "user", "memory", "memory_percent", "gpu_utilization", "sm_utilization",
+                  "memory_utilization", "encoder_utilization", "decoder_utilization", "cpu_percent", "rss",
+                  "elapsed", "state", "container", "command")
 
 
 def ps_csv(snap: Snapshot, procs: list[GpuProcess]) -> str:

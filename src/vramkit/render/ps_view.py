@@ -10,8 +10,11 @@ from .status_view import processes_unknown
 from .style import Style, clip
 from .text_width import cells, pad
 
-HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED", "FLAGS", "COMMAND")
-RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "UTIL", "CPU%", "RSS", "ELAPSED"}
+# %GPU: the share of the GPU's memory the process holds. SM% MBW% ENC% DEC%: the process's own
+# utilization (kernels, memory bandwidth, video encoder and decoder); its GPU's is on `vram status`.
+HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED",
+          "FLAGS", "COMMAND")
+RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED"}
 
 
 def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
@@ -19,15 +22,25 @@ def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
     share = None if p.memory is None or not dev.memory_total else 100 * p.memory / dev.memory_total
     gpu = f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}"
     return [
-        gpu, str(p.pid), p.user or "?", format_size(p.memory), fmt.pct(share), fmt.pct(dev.utilization),
+        gpu, str(p.pid), p.user or "?", format_size(p.memory), fmt.pct(share), fmt.pct(p.sm_utilization),
+        fmt.pct(p.memory_utilization), fmt.pct(p.encoder_utilization), fmt.pct(p.decoder_utilization),
         "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}", format_size(p.rss), fmt.elapsed(p),
         ",".join(fmt.flags(p)) or "-",
         p.command if p.command is not None else f"({p.host_missing})",
     ]
 
 
+def utilization_unknown(procs: list[GpuProcess]) -> list[str]:
+    """A line per GPU (and reason) whose processes' own utilization is N/A: why it is."""
+    reasons: dict[tuple[int, str], None] = {}
+    for p in procs:
+        if p.utilization_na is not None:
+            reasons[(p.gpu, p.utilization_na)] = None
+    return [f"GPU {gpu}: per-process utilization N/A ({why})" for gpu, why in sorted(reasons)]
+
+
 # Columns given up, in this order, when the terminal is too narrow for a readable command.
-DROP_ORDER = ("RSS", "CPU%", "%GPU", "UTIL")
+DROP_ORDER = ("DEC%", "ENC%", "RSS", "MBW%", "CPU%", "%GPU", "SM%")
 MIN_COMMAND = 24
 
 
@@ -56,6 +69,7 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int,
     # A GPU whose process list NVML cannot give has no rows: that is not "no processes".
     unknown = [(g.index, reason) for g in snap.gpus if (reason := processes_unknown(g)) is not None]
     out.extend(style.paint(f"GPU {index}: processes unknown ({reason})", "yellow") for index, reason in unknown)
+    out.extend(style.paint(clip(line, width), "dim") for line in utilization_unknown(procs))
     if not rows and not unknown:
         out.append(style.paint("no GPU processes", "dim"))
     elif not rows and len(unknown) < len(snap.gpus):
