@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 
 from vramkit.torch import (  # noqa: E402
     LeakDetector,
-    VramTrainerCallback,
     accumulation_plan,
     find_batch_size,
     find_batch_size_doubling,
@@ -248,34 +247,3 @@ def test_accumulation_plan_keeps_the_effective_batch(target, max_micro, expected
     plan = accumulation_plan(target, max_micro)
     assert (plan.micro_batch, plan.steps, plan.effective_batch, plan.exact) == expected
     assert plan.micro_batch <= max_micro
-
-
-# ---------------------------------------------------------------- trainer callbacks
-
-def test_hf_style_callback_runs_the_leak_detector(capsys):
-    cb = VramTrainerCallback()
-    cb.on_init_end(None, None, None)  # an event it does not use: a no-op
-    model = torch.nn.Linear(4, 1)
-    cb.on_train_begin(None, None, None, model=model)
-    kept = []
-    for _ in range(6):
-        loss = model(torch.randn(2, 4)).sum()
-        loss.backward()
-        kept.append(loss)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cb.on_step_end(None, None, None)
-    cb.on_train_end(None, None, None)
-    assert cb.detector.report().leaks
-    assert "outlive their step" in capsys.readouterr().err
-
-
-def test_lightning_callback_without_lightning():
-    try:
-        import lightning  # noqa: F401
-    except ImportError:
-        from vramkit.torch import lightning_callback
-        with pytest.raises(ImportError, match="pip install lightning"):
-            lightning_callback()
-    else:  # pragma: no cover - only where lightning is installed
-        pytest.skip("lightning is installed")

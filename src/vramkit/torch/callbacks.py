@@ -1,44 +1,167 @@
 """Thin wrappers for trainers: HF Transformers' Trainer and Lightning. Neither library is needed to
 import vramkit.torch; the Lightning callback class is built when asked for.
 
-    trainer = transformers.Trainer(..., callbacks=[VramTrainerCallback()])
+    trainer = transformers.Trainer(...)
+    VramTrainerCallback().attach(trainer)       # or Trainer(..., callbacks=[VramTrainerCallback()])
     trainer = lightning.Trainer(callbacks=[lightning_callback()])
 
-Both run a LeakDetector over the training steps (warnings name the line) and, for Lightning,
-print the oom_guard diagnosis when training dies of an out-of-memory error.
+Both do three things:
+- log memory into the trainer's own metrics (so they reach TensorBoard, W&B, CSV, ...):
+  with CUDA, `memory/gpu_peak_allocated_mib` and `memory/gpu_peak_reserved_mib`, the peaks since
+  the previous log (HF: per logging step) or batch (Lightning), read from torch.cuda and then reset;
+  without CUDA, the process's resident memory `memory/cpu_rss_mib` and its lifetime peak
+  `memory/cpu_peak_rss_mib` (what exists on a CPU run; there is no allocator peak to reset);
+- run a LeakDetector over the training steps and report each leak, once, through the
+  `vramkit.torch` logger at WARNING (shown on stderr unless logging is configured otherwise);
+- when training dies of an out-of-memory error, log the oom_guard diagnosis at ERROR, and always
+  stop the detector's TorchFunctionMode. Lightning calls on_exception; HF's Trainer has no such
+  event, so that part needs `attach(trainer)`, which also puts the callback first so that the
+  reporting callbacks (TensorBoard, W&B) see the memory keys it adds.
 """
 
 from __future__ import annotations
 
-import sys
+import functools
+import logging
+import os
+import resource
 from typing import Any
 
+from ._common import format_site, require_torch
 from .leak import LeakDetector
+
+logger = logging.getLogger("vramkit.torch")
+
+MiB = 1024**2
+
+
+def _mib(n: int | float) -> float:
+    return round(n / MiB, 1)
+
+
+def _rss_bytes() -> int | None:
+    """This process's resident memory now (Linux /proc/self/statm: pages)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read(200).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_metrics(device: Any = None) -> dict[str, float]:
+    """The keys the callbacks log (MiB, floats). On a CUDA device: the peaks of allocated and reserved
+    memory since the last call, which resets them. Otherwise: the process's RSS now and its peak."""
+    torch = require_torch()
+    dev = torch.device(device) if device is not None else None
+    if (dev is None or dev.type == "cuda") and torch.cuda.is_available() and torch.cuda.is_initialized():
+        metrics = {"memory/gpu_peak_allocated_mib": _mib(torch.cuda.max_memory_allocated(dev)),
+                   "memory/gpu_peak_reserved_mib": _mib(torch.cuda.max_memory_reserved(dev))}
+        torch.cuda.reset_peak_memory_stats(dev)
+        return metrics
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    rss = _rss_bytes()
+    if rss is None:
+        return {"memory/cpu_peak_rss_mib": _mib(peak)}
+    # the kernel updates the high-water mark lazily: it can trail the RSS read just now
+    return {"memory/cpu_rss_mib": _mib(rss), "memory/cpu_peak_rss_mib": _mib(max(peak, rss))}
+
+
+class _Reporter:
+    """The leak detector and the OOM diagnosis both callbacks share; reports through `logger`."""
+
+    def __init__(self, window: int, leaks: bool) -> None:
+        self.window, self.leaks = window, leaks
+        self.detector: LeakDetector | None = None
+        self._eval_reported: set[tuple[str, int, str]] = set()
+
+    def start(self, model: Any) -> None:
+        self.stop()  # a previous run that died without telling us leaves its mode on the stack
+        if self.leaks:
+            self.detector = LeakDetector(model, window=self.window, warn=False).start()
+            self._eval_reported = set()
+
+    def step(self) -> None:
+        if self.detector is None:
+            return
+        for leak in self.detector.step():
+            logger.warning("vramkit: possible memory leak: %s", leak)
+        for site, count in self.detector.report().eval_with_grad:
+            if site not in self._eval_reported:
+                self._eval_reported.add(site)
+                logger.warning("vramkit: %s: the model is in eval mode but autograd is recording (%d tensors): "
+                               "use torch.no_grad() or torch.inference_mode()", format_site(site), count)
+
+    def stop(self) -> None:
+        """Leave no TorchFunctionMode behind; the detector's report stays readable."""
+        if self.detector is not None:
+            self.detector.stop()
+
+    def finish(self) -> None:
+        self.stop()
+        if self.detector is not None:
+            report = self.detector.report()
+            if report.leaks or report.eval_with_grad:
+                logger.warning("vramkit: %s", report)
+
+    def failed(self, exc: BaseException, model: Any) -> None:
+        self.stop()
+        from .guard import diagnose, is_oom
+        if isinstance(exc, Exception) and is_oom(exc):
+            logger.error("%s", diagnose(exc, model=model).format())
 
 
 class VramTrainerCallback:
     """A transformers.TrainerCallback look-alike: Trainer calls on_* events by name, so every event
-    it does not use is a no-op here, and transformers is not imported."""
+    it does not use is a no-op here, and transformers is not imported. See the module docstring."""
 
-    def __init__(self, model: Any = None, *, window: int = 3, leaks: bool = True) -> None:
-        self.detector = LeakDetector(model, window=window) if leaks else None
+    def __init__(self, model: Any = None, *, window: int = 3, leaks: bool = True, memory: bool = True) -> None:
+        self.model, self.memory = model, memory
+        self._reporter = _Reporter(window, leaks)
+
+    @property
+    def detector(self) -> LeakDetector | None:
+        return self._reporter.detector
+
+    def attach(self, trainer: Any) -> VramTrainerCallback:
+        """Add this callback to `trainer` first (before TensorBoard/W&B, which log what on_log is given)
+        and wrap trainer.train so an exception stops the detector and an OOM is diagnosed."""
+        handler = trainer.callback_handler
+        handler.callbacks[:] = [self] + [c for c in handler.callbacks if c is not self]
+        train = trainer.train
+
+        @functools.wraps(train)
+        def train_with_diagnosis(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return train(*args, **kwargs)
+            except BaseException as exc:
+                self._reporter.failed(exc, self.model if self.model is not None else trainer.model)
+                raise
+
+        trainer.train = train_with_diagnosis
+        return self
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if self.detector is not None:
-            if self.detector.model is None and model is not None:
-                self.detector.model = self.detector._tracker.model = model
-            self.detector.start()
+        if self.model is None:
+            self.model = model
+        self._reporter.start(self.model)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.detector is not None:
-            self.detector.step()
+        self._reporter.step()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+               **kwargs: Any) -> None:
+        if not self.memory or logs is None:
+            return
+        metrics = memory_metrics(getattr(args, "device", None))
+        logs.update(metrics)
+        # Trainer appended a copy of `logs` to log_history before this event: keep the two the same
+        history = getattr(state, "log_history", None)
+        if history and history[-1] is not logs and all(history[-1].get(k) == v for k, v in logs.items()
+                                                       if k not in metrics):
+            history[-1].update(metrics)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.detector is not None:
-            self.detector.stop()
-            report = self.detector.report()
-            if report.leaks or report.eval_with_grad:
-                print(f"vramkit: {report}", file=sys.stderr)
+        self._reporter.finish()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("on_"):
@@ -46,7 +169,7 @@ class VramTrainerCallback:
         raise AttributeError(name)
 
 
-def lightning_callback(*, window: int = 3, leaks: bool = True) -> Any:
+def lightning_callback(*, window: int = 3, leaks: bool = True, memory: bool = True) -> Any:
     """A lightning Callback instance (lightning.pytorch or pytorch_lightning, whichever is installed)."""
     try:
         from lightning.pytorch import Callback
@@ -58,25 +181,24 @@ def lightning_callback(*, window: int = 3, leaks: bool = True) -> Any:
 
     class VramLightningCallback(Callback):
         def __init__(self) -> None:
-            self.detector: LeakDetector | None = None
+            self._reporter = _Reporter(window, leaks)
+
+        @property
+        def detector(self) -> LeakDetector | None:
+            return self._reporter.detector
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            if leaks:
-                self.detector = LeakDetector(pl_module, window=window).start()
+            self._reporter.start(pl_module)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
-            if self.detector is not None:
-                self.detector.step()
+            self._reporter.step()
+            if memory:  # the peak of this batch; the trainer's loggers write every log_every_n_steps
+                pl_module.log_dict(memory_metrics(pl_module.device), on_step=True, on_epoch=False)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            if self.detector is not None:
-                self.detector.stop()
+            self._reporter.finish()
 
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-            if self.detector is not None:
-                self.detector.stop()
-            from .guard import diagnose, is_oom
-            if isinstance(exception, Exception) and is_oom(exception):
-                print(diagnose(exception, model=pl_module).format(), file=sys.stderr)
+            self._reporter.failed(exception, pl_module)
 
     return VramLightningCallback()
