@@ -125,3 +125,28 @@ def test_cli_options_reach_the_setup():
     assert data["setup"]["zero_prefetch_bucket"] == 10_000_000
     qlora = run_vram("estimate", "llama-2-7b", "--lora", "8", "--quant", "4bit", "--double-quant", "--json").json()
     assert qlora["setup"]["double_quant"]
+
+
+def test_torch_semantics_are_an_option_and_said():
+    new = run_vram("estimate", "bert-base-uncased", "--batch", "8", "--json").json()
+    old = run_vram("estimate", "bert-base-uncased", "--batch", "8", "--torch", "1.13", "--json").json()
+    assert new["setup"]["zero_grad_to_none"] and not old["setup"]["zero_grad_to_none"]
+    assert old["peak_bytes"] - new["peak_bytes"] == new["breakdown"].get("gradients", old["breakdown"]["gradients"])
+    assert any("PyTorch 2.0 or later" in n for n in new["notes"])
+    assert any("before 2.0" in n for n in old["notes"])
+    assert_one_line_error(run_vram("estimate", "gpt2", "--torch", "new"), 2, "--torch", "PyTorch version")
+
+
+def test_estimate_and_plan_print_a_few_readable_lines():
+    from vramkit.estimate.planner import plan
+
+    e = estimate("llama-2-7b", lora=16, quant="4bit", double_quant=True, seq=1024)
+    text = str(e)
+    assert text.splitlines()[0] == "llama-2-7b: 6,738,415,616 parameters (llama), ESTIMATE"
+    assert "LoRA r=16, 4bit double-quant" in text and "nvidia-smi would show" in text
+    assert len(text.splitlines()) == 4 and "Term(" not in text
+    p = plan("bert-large-uncased", "rtx-4090", batch=32, seq=512, precision="fp32")
+    lines = str(p).splitlines()
+    assert lines[0].startswith("bert-large-uncased on rtx-4090 (24.0GiB): does not fit")
+    assert lines[2] == f"  largest batch that fits: {p.max_batch}"
+    assert lines[3].startswith("  cheapest change that fits: ") and "Change(" not in str(p)

@@ -98,6 +98,38 @@ class Setup:
     # backward (PyTorch < 2.0's default, which the HF Trainer inherited until 2023)
     zero_grad_to_none: bool = True
 
+    def describe(self, seq: int, family: str = "") -> str:
+        """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
+        if self.mode == "infer":
+            parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
+        else:
+            parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision, self.optimizer]
+            if self.grad_accum > 1:
+                parts.append(f"grad-accum {self.grad_accum}")
+            if self.checkpointing:
+                parts.append("checkpointing")
+            if not self.zero_grad_to_none:
+                parts.append("torch < 2.0 zero_grad")
+        if family not in ("params",):
+            parts.append(f"{self.attention} attention")
+        if self.lora:
+            parts.append(f"LoRA r={self.lora}")
+        if self.quant:
+            parts.append(self.quant + (" double-quant" if self.double_quant else ""))
+        if self.gpus > 1 or self.zero is not None:
+            par = f"{self.gpus} GPUs" if self.gpus > 1 else "1 GPU"
+            if self.zero is not None:
+                offloaded = [w for w, on in (("optimizer", self.offload), ("params", self.offload_params)) if on]
+                par += f", ZeRO-{self.zero}" + (f" + offload {'/'.join(offloaded)}" if offloaded else "")
+            elif self.parallel == "dp":
+                par += ", DataParallel"
+            else:
+                par += ", DDP"
+            if self.tp > 1:
+                par += f", tp {self.tp}"
+            parts.append(par)
+        return ", ".join(parts)
+
     def check(self, spec: ModelSpec) -> None:
         """EstimateError unless the setup makes sense for `spec`; `param` names the field to blame."""
         def positive(name: str, allow_none: bool = True) -> None:
@@ -177,6 +209,18 @@ class Estimate:
     breakdown: dict[str, int]  # the terms at the peak, plus overheads
     notes: list[str] = field(default_factory=list)
     activation_detail: list[tuple[str, int]] = field(default_factory=list)  # one layer's saved tensors
+
+    def __str__(self) -> str:
+        """A few lines, not the dataclass wall: model, setup, peak, steady state, nvidia-smi's view."""
+        from ..units import format_size
+
+        steady = "the peak" if self.steady_bytes == self.peak_bytes else format_size(self.steady_bytes)
+        return "\n".join([
+            f"{self.model}: {self.params:,} parameters ({self.family}), ESTIMATE",
+            f"  {self.setup.describe(self.seq, self.family)}",
+            f"  peak allocated {format_size(self.peak_bytes)} ({self.peak_moment}), steady state {steady}",
+            f"  nvidia-smi would show {format_size(self.total_bytes)} (reserved {format_size(self.reserved_bytes)}"
+            f" + CUDA context {format_size(self.context_bytes)})"])
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("terms", "setup")}
@@ -437,6 +481,9 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     elif lora:
         notes.append("LoRA: frozen linears keep no inputs for weight gradients; adapters on "
                      + "/".join(_targets(spec)))
+    notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
+                 "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
+                 "allocated through the next forward and backward")
     result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
     result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
     return result

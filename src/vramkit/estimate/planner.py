@@ -31,6 +31,20 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     gpus_that_fit: list[tuple[str, int]] = field(default_factory=list)  # (name, memory)
 
+    def __str__(self) -> str:
+        """A few lines: the verdict, the need, the largest batch and the cheapest change that fits."""
+        from ..units import format_size
+
+        verdict = "fits" if self.fits else "does not fit"
+        lines = [f"{self.model} on {self.gpu} ({format_size(self.capacity_bytes)}): {verdict}, needs ~"
+                 f"{format_size(self.estimate.total_bytes)} as nvidia-smi would show it (estimate)",
+                 f"  {self.estimate.setup.describe(self.estimate.seq, self.estimate.family)}",
+                 f"  largest batch that fits: {self.max_batch}"]
+        fitting = [c for c in self.changes if c.fits]
+        if fitting:
+            lines.append(f"  cheapest change that fits: {fitting[0].what} ({format_size(fitting[0].total_bytes)})")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "gpu": self.gpu, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
                 "total_bytes": self.estimate.total_bytes, "max_batch": self.max_batch,

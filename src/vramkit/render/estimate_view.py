@@ -17,33 +17,7 @@ _KIND_COLOR = {"weights": "blue", "gradients": "magenta", "optimizer": "yellow",
 
 
 def _setup_line(e: Estimate) -> str:
-    s = e.setup
-    if s.mode == "infer":
-        parts = [f"inference, batch {s.batch}, context {e.seq}", "fp32" if s.precision == "fp32" else "16-bit"]
-    else:
-        parts = [f"training, batch {s.batch}", f"seq {e.seq}", s.precision, s.optimizer]
-        if s.grad_accum > 1:
-            parts.append(f"grad-accum {s.grad_accum}")
-        if s.checkpointing:
-            parts.append("checkpointing")
-    if e.family not in ("params",):
-        parts.append(f"{s.attention} attention")
-    if s.lora:
-        parts.append(f"LoRA r={s.lora}")
-    if s.quant:
-        parts.append(s.quant)
-    if s.gpus > 1 or s.zero is not None:
-        par = f"{s.gpus} GPUs"
-        if s.zero is not None:
-            par += f", ZeRO-{s.zero}" + (" + offload" if s.offload else "")
-        elif s.parallel == "dp":
-            par += ", DataParallel"
-        else:
-            par += ", DDP"
-        if s.tp > 1:
-            par += f", tp {s.tp}"
-        parts.append(par)
-    return ", ".join(parts)
+    return e.setup.describe(e.seq, e.family)
 
 
 def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool = False) -> str:
