@@ -60,6 +60,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "bigcode/octocoder": {"model_type": "gpt_bigcode", "n_embd": 6144, "n_layer": 40, "n_head": 48,
                           "n_inner": 24576, "n_positions": 8192, "vocab_size": 49152, "multi_query": True,
                           "activation_function": "gelu_pytorch_tanh", "tie_word_embeddings": True},
+    # TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T: llama with grouped-query attention 32:4
+    "tiny-llama-1.1b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+                        "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+                        "max_position_embeddings": 2048, "hidden_act": "silu", "tie_word_embeddings": False},
     # google/gemma-2b (used when the catalog has no gemma-2b): multi-query, head_dim 256, tied embeddings
     "gemma-2b": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
                  "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
@@ -167,6 +171,13 @@ CASES = [
     Case(LITGPT, "llama-2-7b QLoRA nf4 r32 q,v, b2 x 4", "llama-2-7b", 13.68, {**_LIT, "quant": "4bit"}),
     Case(LITGPT, "mistral-7b LoRA r32 q,v, b2 x 4", "mistral-7b", 20.66, _LIT),
     Case(LITGPT, "mistral-7b QLoRA nf4 r32 q,v, b2 x 4", "mistral-7b", 14.29, {**_LIT, "quant": "4bit"}),
+    # tiny-llama/full.yaml (the README of 2024-04-24, commit 43c44323, has the same rows): full finetune,
+    # micro batch 4, global batch 32: 14.10 GB; lora.yaml: r 32 on every linear layer and the head,
+    # micro batch 8: 13.50 GB
+    Case(LITGPT, "tiny-llama 1.1B full finetune, b4 x 8", "tiny-llama-1.1b", 14.10,
+         {**_LIT, "lora": None, "batch": 4, "grad_accum": 8}),
+    Case(LITGPT, "tiny-llama 1.1B LoRA r32 all linear + head, b8", "tiny-llama-1.1b", 13.50,
+         {**_LIT, "batch": 8, "grad_accum": 1, "lora_targets": _ALL_LINEAR + ",head"}, needs="--lora-targets"),
     # gemma-2b/lora.yaml: r 8 on every linear layer and the head, micro batch 2, global batch 6: 12.62 GB
     Case(LITGPT, "gemma-2b LoRA r8 all linear + head, b2 x 3", "gemma-2b", 12.62,
          {**_LIT, "lora": 8, "grad_accum": 3, "lora_targets": _ALL_LINEAR + ",head"},
