@@ -59,8 +59,14 @@ def test_memory_metrics_on_cuda_read_and_reset_the_peaks(monkeypatch):
 
 # ---------------------------------------------------------------- HF Trainer
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
+try:
+    import accelerate  # noqa: F401  (transformers' Trainer needs it)
+    import transformers
+except ImportError:  # the trainers extra (pip install -e '.[trainers]')
+    transformers = None
+needs_hf = pytest.mark.skipif(transformers is None, reason="needs transformers and accelerate (the trainers extra)")
+Trainer = transformers.Trainer if transformers is not None else object
+TrainerCallback = transformers.TrainerCallback if transformers is not None else object
 
 
 class _Tokens(torch.utils.data.Dataset):
@@ -72,7 +78,7 @@ class _Tokens(torch.utils.data.Dataset):
         return {"input_ids": torch.randint(0, 100, (8,), generator=g), "labels": torch.tensor(i % 2)}
 
 
-class _SeesLogs(transformers.TrainerCallback):
+class _SeesLogs(TrainerCallback):
     """Stands in for TensorBoard / W&B: a reporting callback the Trainer calls before any user one."""
 
     def __init__(self) -> None:
@@ -97,6 +103,7 @@ def _hf_trainer(tmp_path, trainer_class=None, steps: int = 6):
 
 
 @pytest.mark.slow
+@needs_hf
 def test_hf_trainer_logs_memory_where_reporting_callbacks_see_it(tmp_path, vram_log):
     trainer, seen = _hf_trainer(tmp_path)
     VramTrainerCallback().attach(trainer)
@@ -110,7 +117,7 @@ def test_hf_trainer_logs_memory_where_reporting_callbacks_see_it(tmp_path, vram_
     assert _records(vram_log, logging.WARNING) == []  # a clean run: nothing to say
 
 
-class _KeepsLosses(transformers.Trainer):
+class _KeepsLosses(Trainer):
     """The classic leak, inside a Trainer: every step's loss tensor (and its graph) kept."""
 
     def compute_loss(self, model, inputs, *args, **kwargs):
@@ -120,6 +127,7 @@ class _KeepsLosses(transformers.Trainer):
 
 
 @pytest.mark.slow
+@needs_hf
 def test_hf_trainer_reports_a_leak_through_logging(tmp_path, vram_log):
     trainer, _ = _hf_trainer(tmp_path, _KeepsLosses, steps=8)
     trainer.kept = []
@@ -131,7 +139,7 @@ def test_hf_trainer_reports_a_leak_through_logging(tmp_path, vram_log):
     assert _get_current_function_mode_stack() == []
 
 
-class _RunsOutOfMemory(transformers.Trainer):
+class _RunsOutOfMemory(Trainer):
     def training_step(self, model, inputs, *args, **kwargs):
         if self.state.global_step == 2:
             raise torch.OutOfMemoryError(MESSAGE)
@@ -139,6 +147,7 @@ class _RunsOutOfMemory(transformers.Trainer):
 
 
 @pytest.mark.slow
+@needs_hf
 def test_hf_trainer_oom_is_diagnosed_and_leaves_no_mode(tmp_path, vram_log):
     trainer, _ = _hf_trainer(tmp_path, _RunsOutOfMemory)
     VramTrainerCallback().attach(trainer)
