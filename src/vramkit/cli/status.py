@@ -33,6 +33,7 @@ examples:
   vram status --gpu 0,2            only GPUs 0 and 2
   vram status --watch 2            redraw every 2 seconds (Ctrl-C stops)
   vram status --json | jq '.gpus[].memory_used'
+  vram status --all --gpu 2        GPU 2 with its health: ECC, remaps, throttling, clocks, PCIe, NVLink
   vram status --simulate demo      the bundled simulated 8-GPU server
 """
 
@@ -47,6 +48,10 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--wide", action="store_true",
                    help="never cut commands. Without it a command is cut to fit the terminal's width; "
                         "piped output uses $COLUMNS, or 120 columns when that is unset")
+    p.add_argument("--all", action="store_true",
+                   help="also each GPU's health: ECC errors, retired pages or remapped rows, throttle reasons, "
+                        "clocks, P-state, PCIe and NVLink links, persistence and compute mode (some twenty more "
+                        "driver calls a GPU: read only when asked)")
     p.set_defaults(run=run)
 
 
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         nonlocal frames
         frames += 1
         snap = source.snapshot()
+        if args.all:
+            machine.read_health(snap)
         total = None
         if wanted is not None:
             check_gpus(snap, wanted)

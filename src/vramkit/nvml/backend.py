@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import VramkitError
-from ..model import Device, GpuProcess, MigDevice
+from ..model import Device, GpuProcess, Health, MigDevice
 
 _UNSET = 0xFFFFFFFF  # what NVML puts in gpuInstanceId outside MIG
 SLOW_CALL = 1.0  # seconds: an NVML call slower than this is skipped (N/A with the reason) for a while
@@ -34,6 +34,10 @@ _PROCESS_FNS = {
     "graphics": ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
                  "nvmlDeviceGetGraphicsRunningProcesses"),
 }
+
+
+NEEDS_TWO = "needs two readings (NVML keeps counters)"
+_COMPUTE_MODES = {0: "default", 1: "exclusive thread", 2: "prohibited", 3: "exclusive process"}
 
 
 def _text(value: Any) -> str:
@@ -54,6 +58,7 @@ class Nvml:
         self._process_fn: dict[str, str] = {}
         self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
         self._no_process_util: dict[int, str] = {}  # GPU index -> why its driver gives no process samples
+        self._nvlink_counters: dict[int, tuple[float, int, int]] = {}  # GPU -> (when, tx KiB, rx KiB)
         self._slow: dict[tuple[str, ...], tuple[float, float]] = {}  # fields -> (seconds it took, when)
         self.slow_call = SLOW_CALL
         self.slow_retry = SLOW_RETRY
@@ -283,6 +288,136 @@ class Nvml:
                     if memory is not None and (row.memory is None or memory > row.memory):
                         row.memory = memory
         dev.processes = list(rows.values())
+
+    # ------------------------------------------------------------ health, when asked
+    def read_health(self, gpus: list[Device], settle: float = 0.0) -> None:
+        """Fill `health` on each GPU that is not lost: some twenty calls a GPU, so only `vram status
+        --all` makes them. A field the driver does not support or refuses is None with the reason in
+        health.na. NVLink traffic is a counter: a first reading waits `settle` seconds and reads
+        the counters again for a rate (repeated readings use the previous one)."""
+        self._read_all_health(gpus)
+        first = [d for d in gpus if d.health is not None and d.health.na.get("nvlink_tx") == NEEDS_TWO]
+        if first and settle > 0:
+            time.sleep(settle)
+            for dev in first:
+                assert dev.health is not None
+                probe = Device(index=dev.index)
+                self._read_nvlink(dev.index, self._handles[dev.index], dev.health, probe)
+                dev.health.na = {k: v for k, v in dev.health.na.items() if not k.startswith("nvlink_")} | probe.na
+
+    def _read_all_health(self, gpus: list[Device]) -> None:
+        for dev in gpus:
+            handle = self._handles.get(dev.index)
+            if dev.lost or handle is None:
+                continue
+            try:
+                dev.health = self._read_health(dev.index, handle)
+            except self.lib.NVMLError as e:  # lost between the snapshot and now
+                if getattr(e, "value", None) != self._codes["NVML_ERROR_GPU_IS_LOST"]:
+                    raise
+                dev.lost, dev.error = True, "GPU is lost (fell off the bus or needs a reset)"
+
+    def _read_health(self, index: int, handle: Any) -> Health:
+        from .scenario import THROTTLE_REASONS  # the words of the bits (a light module, loaded when asked)
+
+        lib, h, probe = self.lib, Health(), Device(index=index)
+
+        def ask(name: str, fn: str, *args: Any) -> Any:
+            return self._query(probe, (name,), getattr(lib, fn), handle, *args)
+
+        mode = ask("ecc_enabled", "nvmlDeviceGetEccMode")
+        h.ecc_enabled = None if mode is None else bool(mode[0])
+        for kind, error_type in (("corrected", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                                 ("uncorrected", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+            for when, counter in (("volatile", lib.NVML_VOLATILE_ECC), ("aggregate", lib.NVML_AGGREGATE_ECC)):
+                name = f"ecc_{kind}_{when}"
+                setattr(h, name, ask(name, "nvmlDeviceGetTotalEccErrors", error_type, counter))
+        single = ask("retired_pages_single_bit", "nvmlDeviceGetRetiredPages",
+                     lib.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        double = ask("retired_pages_double_bit", "nvmlDeviceGetRetiredPages",
+                     lib.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        h.retired_pages_single_bit = None if single is None else len(single)
+        h.retired_pages_double_bit = None if double is None else len(double)
+        pending = ask("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus")
+        h.retired_pages_pending = None if pending is None else bool(pending)
+        rows = self._query(probe, ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending",
+                                   "remap_failed"), lib.nvmlDeviceGetRemappedRows, handle)
+        if rows is not None:
+            h.remapped_rows_correctable, h.remapped_rows_uncorrectable = rows[0], rows[1]
+            h.remap_pending, h.remap_failed = bool(rows[2]), bool(rows[3])
+        reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(lib, "nvmlDeviceGetCurrentClocksEventReasons")
+                      else "nvmlDeviceGetCurrentClocksThrottleReasons")  # the name before driver 535
+        mask = ask("throttle_reasons", reasons_fn)
+        h.throttle_reasons = None if mask is None else tuple(w for w, bit in THROTTLE_REASONS.items() if mask & bit)
+        h.sm_clock = ask("sm_clock", "nvmlDeviceGetClockInfo", lib.NVML_CLOCK_SM)
+        h.sm_clock_max = ask("sm_clock_max", "nvmlDeviceGetMaxClockInfo", lib.NVML_CLOCK_SM)
+        h.memory_clock = ask("memory_clock", "nvmlDeviceGetClockInfo", lib.NVML_CLOCK_MEM)
+        h.memory_clock_max = ask("memory_clock_max", "nvmlDeviceGetMaxClockInfo", lib.NVML_CLOCK_MEM)
+        h.performance_state = ask("performance_state", "nvmlDeviceGetPerformanceState")
+        h.pcie_gen = ask("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration")
+        h.pcie_gen_max = ask("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration")
+        h.pcie_width = ask("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth")
+        h.pcie_width_max = ask("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")
+        tx = ask("pcie_tx", "nvmlDeviceGetPcieThroughput", lib.NVML_PCIE_UTIL_TX_BYTES)
+        rx = ask("pcie_rx", "nvmlDeviceGetPcieThroughput", lib.NVML_PCIE_UTIL_RX_BYTES)
+        h.pcie_tx = None if tx is None else tx * 1024  # NVML counts KB/s
+        h.pcie_rx = None if rx is None else rx * 1024
+        persistence = ask("persistence_mode", "nvmlDeviceGetPersistenceMode")
+        h.persistence_mode = None if persistence is None else bool(persistence)
+        compute = ask("compute_mode", "nvmlDeviceGetComputeMode")
+        h.compute_mode = None if compute is None else _COMPUTE_MODES.get(compute, f"mode {compute}")
+        self._read_nvlink(index, handle, h, probe)
+        h.na = probe.na
+        return h
+
+    def _read_nvlink(self, index: int, handle: Any, h: Health, probe: Device) -> None:
+        """Links up, and their data rate since the previous reading (NVML keeps counters, not rates)."""
+        lib = self.lib
+        up: list[int] = []
+        links = 0
+        for link in range(getattr(lib, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                state = lib.nvmlDeviceGetNvLinkState(handle, link)
+            except lib.NVMLError as e:
+                code = getattr(e, "value", None)
+                if code in (self._codes["NVML_ERROR_NOT_SUPPORTED"], self._codes["NVML_ERROR_INVALID_ARGUMENT"]):
+                    break  # past the GPU's last link (on a GPU without NVLink: link 0)
+                if code == self._codes["NVML_ERROR_GPU_IS_LOST"]:
+                    raise
+                reason = "no permission" if code == self._codes["NVML_ERROR_NO_PERMISSION"] else f"NVML error: {e}"
+                for name in ("nvlink_links", "nvlink_links_up", "nvlink_tx", "nvlink_rx"):
+                    probe.na[name] = reason
+                return
+            links += 1
+            if state:
+                up.append(link)
+        h.nvlink_links, h.nvlink_links_up = links, len(up)
+        if not up:
+            for name in ("nvlink_tx", "nvlink_rx"):
+                probe.na[name] = "no NVLink link is up" if links else "no NVLink"
+            return
+        directions = (lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+        fields = [(f, link) for f in directions for link in up]
+        values = self._query(probe, ("nvlink_tx", "nvlink_rx"), lib.nvmlDeviceGetFieldValues, handle, fields)
+        if values is None:
+            return
+        if any(v.nvmlReturn != 0 for v in values):
+            for name in ("nvlink_tx", "nvlink_rx"):
+                probe.na[name] = "not supported"
+            return
+        half = len(up)
+        tx_kib = sum(v.value.ullVal for v in values[:half])
+        rx_kib = sum(v.value.ullVal for v in values[half:])
+        stamp = max(v.timestamp for v in values) / 1e6
+        before = self._nvlink_counters.get(index)
+        self._nvlink_counters[index] = (stamp, tx_kib, rx_kib)
+        if before is None or stamp <= before[0]:
+            why = NEEDS_TWO if before is None else "no time passed since the previous reading"
+            probe.na["nvlink_tx"] = probe.na["nvlink_rx"] = why
+            return
+        seconds = stamp - before[0]
+        h.nvlink_tx = round(max(0, tx_kib - before[1]) * 1024 / seconds)
+        h.nvlink_rx = round(max(0, rx_kib - before[2]) * 1024 / seconds)
 
     def _read_process_utilization(self, dev: Device, handle: Any) -> None:
         if not dev.processes:

@@ -37,6 +37,24 @@ NVML_ERROR_NO_DATA = 21
 NVML_ERROR_UNKNOWN = 999
 
 NVML_TEMPERATURE_GPU = 0
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_COMPUTEMODE_DEFAULT = 0
+NVML_COMPUTEMODE_PROHIBITED = 2
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
+NVML_NVLINK_MAX_LINKS = 36
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
 nvmlMemory_v2 = 0x02000028
@@ -156,6 +174,21 @@ class c_nvmlBAR1Memory_t(_Struct):
 
 class nvmlPciInfo_t(_Struct):
     _fields_ = ("busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId")
+
+
+class c_nvmlValue_t:
+    """The value union of a field value: the simulator fills ullVal."""
+
+    def __init__(self) -> None:
+        self.ullVal = 0
+
+
+class c_nvmlFieldValue_t:
+    """One answer of nvmlDeviceGetFieldValues, by pynvml's field names."""
+
+    def __init__(self) -> None:
+        self.fieldId = self.scopeId = self.timestamp = self.latencyUsec = self.valueType = self.nvmlReturn = 0
+        self.value = c_nvmlValue_t()
 
 
 def nvmlFriendlyObject(fields: dict[str, Any]) -> FriendlyObject:

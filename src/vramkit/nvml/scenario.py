@@ -35,7 +35,7 @@ else:
 GPU_FIELDS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_used", "memory_reserved",
     "utilization", "memory_utilization", "temperature", "power", "power_limit", "fan",
-    "unsupported", "no_permission", "lost", "mig",
+    "unsupported", "no_permission", "lost", "mig", "health",
 }
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
@@ -47,7 +47,26 @@ TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api
 FAULT_FIELDS = {"driver", "slow_calls"}
 # Fields a scenario may mark unsupported / no_permission, and the NVML calls they stand for.
 QUERYABLE = {"memory", "utilization", "process_utilization", "temperature", "power", "power_limit", "fan", "processes",
-             "name", "uuid", "pci_bus_id"}
+             "name", "uuid", "pci_bus_id",
+             # health (read by `vram status --all` and `vram info`): one name per NVML call family
+             "ecc", "retired_pages", "remapped_rows", "throttle_reasons", "clocks", "performance_state", "pcie",
+             "pcie_throughput", "persistence_mode", "compute_mode", "nvlink"}
+# A GPU's health fields (docs/scenarios.md), the names of model.Health's: counts, flags, MHz, ...
+HEALTH_COUNTS = {"ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
+                 "ecc_uncorrected_aggregate", "retired_pages_single_bit", "retired_pages_double_bit",
+                 "remapped_rows_correctable", "remapped_rows_uncorrectable"}
+HEALTH_FLAGS = {"ecc_enabled", "retired_pages_pending", "remap_pending", "remap_failed", "persistence_mode"}
+HEALTH_TIMELINES = {"sm_clock", "memory_clock", "performance_state", "pcie_gen", "pcie_width"}
+HEALTH_LIMITS = {"sm_clock_max", "memory_clock_max", "pcie_gen_max", "pcie_width_max", "nvlink_links",
+                 "nvlink_links_up"}
+HEALTH_RATES = {"pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx"}  # bytes a second: "2GiB" or a number
+HEALTH_FIELDS = (HEALTH_COUNTS | HEALTH_FLAGS | HEALTH_TIMELINES | HEALTH_LIMITS | HEALTH_RATES
+                 | {"throttle_reasons", "compute_mode", "memory_errors"})
+# NVML's clocks event (throttle) reasons, bit by bit, as words
+THROTTLE_REASONS = {"gpu idle": 0x1, "applications clocks setting": 0x2, "sw power cap": 0x4, "hw slowdown": 0x8,
+                    "sync boost": 0x10, "sw thermal": 0x20, "hw thermal": 0x40, "hw power brake": 0x80,
+                    "display clocks": 0x100}
+COMPUTE_MODES = {"default": 0, "prohibited": 2, "exclusive process": 3}
 PROCESS_SOURCES = {"synthetic", "real", "missing"}
 PROCESS_TYPES = {"compute", "graphics", "both"}
 PROCESS_STATES = {"running", "sleeping", "zombie", "disk-sleep", "stopped"}
@@ -191,6 +210,29 @@ def value_at(value: Any, t: float) -> Any:
         elif t <= t1:
             return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
     return points[-1][1]
+
+
+def integral(value: Any, t: float) -> float:
+    """The area under a value from time 0 to t: what a counter of a rate (bytes a second) reads at t."""
+    if not is_timeline(value):
+        return float(value) * t
+    period = value.get("_repeat")
+    if period and t > period:
+        whole, t = divmod(t, period)
+        once = {**value, "_repeat": None}
+        return float(whole * integral(once, period) + integral(once, t))
+    points = value["_points"]
+    step = value.get("interpolate", "linear") == "step"
+    area, start = 0.0, 0.0
+    for (_, v0), (t1, _) in zip([(0.0, points[0][1])] + points, points + [(math.inf, points[-1][1])]):
+        end = min(t, t1)
+        if end > start:
+            a, b = value_at(value, start), (v0 if step else value_at(value, end))
+            area += (end - start) * (a + b) / 2 if not step else (end - start) * a
+            start = end
+        if t1 >= t:
+            break
+    return area
 
 
 def max_value(value: Any) -> Any:
@@ -421,6 +463,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
     if not isinstance(raw.get("lost", False), bool):
         c.fail(f"{where}.lost", "must be true or false")
     g["lost"] = raw.get("lost", False)
+    g["health"] = _validate_health(c, raw.get("health", {}), f"{where}.health", g["name"])
     mig = raw.get("mig", [])
     if not isinstance(mig, list):
         c.fail(f"{where}.mig", "must be a list of MIG instances")
@@ -449,6 +492,51 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's "
                "(less memory_reserved)")
     return g
+
+
+def _row_remapping(name: str) -> bool:
+    """Whether a GPU remaps rows (Ampere and later) rather than retiring pages (Volta, Turing...)."""
+    return not any(old in name for old in ("V100", "P100", "P40", "P4", "T4", "K80", "Quadro RTX", "TITAN V"))
+
+
+def _validate_health(c: _Checker, raw: Any, where: str, name: str) -> dict[str, Any]:
+    """A GPU's health with the defaults of a healthy data-center GPU filled in."""
+    c.known(raw, HEALTH_FIELDS, where)
+    h: dict[str, Any] = {"memory_errors": "row_remapping" if _row_remapping(name) else "page_retirement"}
+    if "memory_errors" in raw:
+        h["memory_errors"] = c.choice(raw["memory_errors"], {"row_remapping", "page_retirement"},
+                                      f"{where}.memory_errors")
+    for key in HEALTH_COUNTS:
+        h[key] = c.number(raw.get(key, 0), f"{where}.{key}", minimum=0, integer=True)
+    for key in HEALTH_FLAGS:
+        value = raw.get(key, key in ("ecc_enabled", "persistence_mode"))
+        if not isinstance(value, bool):
+            c.fail(f"{where}.{key}", f"must be true or false, got {_show(value)}")
+        h[key] = value
+    nvlink = 12 if "SXM" in name or "HBM" in name else 0  # SXM boards have NVLink, PCIe cards mostly not
+    limits = {"sm_clock_max": 1410, "memory_clock_max": 1593, "pcie_gen_max": 4, "pcie_width_max": 16,
+              "nvlink_links": nvlink}
+    for key, default in limits.items():
+        h[key] = c.number(raw.get(key, default), f"{where}.{key}", minimum=0, maximum=100_000, integer=True)
+    h["nvlink_links_up"] = c.number(raw.get("nvlink_links_up", h["nvlink_links"]), f"{where}.nvlink_links_up",
+                                    minimum=0, maximum=h["nvlink_links"], integer=True)
+    current = {"sm_clock": h["sm_clock_max"], "memory_clock": h["memory_clock_max"], "performance_state": 0,
+               "pcie_gen": h["pcie_gen_max"], "pcie_width": h["pcie_width_max"]}
+    for key, default in current.items():
+        top = 15 if key == "performance_state" else h[f"{key}_max"]
+
+        def up_to(v: Any, w: str, top: int = top) -> Any:
+            return c.number(v, w, minimum=0, maximum=top, integer=True)
+
+        h[key] = c.timeline(raw.get(key, default), f"{where}.{key}", up_to)
+    for key in HEALTH_RATES:
+        h[key] = c.timeline(raw.get(key, 0), f"{where}.{key}", c.size)
+    reasons = raw.get("throttle_reasons", [])
+    if not isinstance(reasons, list) or any(not isinstance(r, str) or r not in THROTTLE_REASONS for r in reasons):
+        c.fail(f"{where}.throttle_reasons", f"must be a list of: {', '.join(THROTTLE_REASONS)}")
+    h["throttle_reasons"] = reasons
+    h["compute_mode"] = c.choice(raw.get("compute_mode", "default"), set(COMPUTE_MODES), f"{where}.compute_mode")
+    return h
 
 
 def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict[str, Any]]) -> tuple[int, int | None]:

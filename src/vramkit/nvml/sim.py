@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 from ..errors import RequestError
 from ..procs import StatFiles, is_defunct, kept_fds_limit
 from . import compat
-from .scenario import Scenario, value_at
+from .scenario import COMPUTE_MODES, THROTTLE_REASONS, Scenario, integral, value_at
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -436,6 +436,149 @@ class SimulatedNvml:
         if g["fan"] is None or handle.gi is not None:
             raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # passively cooled, like an SXM A100
         return int(value_at(g["fan"], self.now()))
+
+    # ------------------------------------------------------------ health (scenario gpus[].health)
+    def _health(self, handle: SimHandle, family: str) -> dict[str, Any]:
+        """The GPU's health fields, or the error its `family` of calls answers with (a MIG instance
+        answers NOT_SUPPORTED: these are the whole GPU's)."""
+        if handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        health: dict[str, Any] = self._field(handle, family)["health"]
+        return health
+
+    def _health_now(self, handle: SimHandle, family: str, key: str) -> int:
+        return int(value_at(self._health(handle, family)[key], self.now()))
+
+    def nvmlDeviceGetEccMode(self, handle: SimHandle) -> list[int]:
+        enabled = int(self._health(handle, "ecc")["ecc_enabled"])
+        return [enabled, enabled]  # [current, pending]
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: SimHandle, errorType: int, counterType: int) -> int:
+        h = self._health(handle, "ecc")
+        if not h["ecc_enabled"]:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        kind = "corrected" if errorType == self.api.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
+        when = "volatile" if counterType == self.api.NVML_VOLATILE_ECC else "aggregate"
+        count: int = h[f"ecc_{kind}_{when}"]
+        return count
+
+    def _pages(self, handle: SimHandle, cause: int) -> int:
+        h = self._health(handle, "retired_pages")
+        if h["memory_errors"] != "page_retirement":
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # Ampere and later remap rows instead
+        single = cause == self.api.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        count: int = h["retired_pages_single_bit" if single else "retired_pages_double_bit"]
+        return count
+
+    def nvmlDeviceGetRetiredPages(self, handle: SimHandle, sourceFilter: int) -> list[int]:
+        return [0x1000 * (i + 1) for i in range(self._pages(handle, sourceFilter))]  # page addresses
+
+    def nvmlDeviceGetRetiredPages_v2(self, handle: SimHandle, sourceFilter: int) -> list[dict[str, int]]:
+        stamp = int(self._t0)
+        return [{"address": a, "timestamp": stamp} for a in self.nvmlDeviceGetRetiredPages(handle, sourceFilter)]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: SimHandle) -> int:
+        self._pages(handle, 0)
+        return int(self._health(handle, "retired_pages")["retired_pages_pending"])
+
+    def nvmlDeviceGetRemappedRows(self, handle: SimHandle) -> tuple[int, int, int, int]:
+        h = self._health(handle, "remapped_rows")
+        if h["memory_errors"] != "row_remapping":
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # before Ampere: page retirement
+        return (h["remapped_rows_correctable"], h["remapped_rows_uncorrectable"], int(h["remap_pending"]),
+                int(h["remap_failed"]))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: SimHandle) -> int:
+        mask = 0
+        for word in self._health(handle, "throttle_reasons")["throttle_reasons"]:
+            mask |= THROTTLE_REASONS[word]
+        return mask
+
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+    def nvmlDeviceGetSupportedClocksEventReasons(self, handle: SimHandle) -> int:
+        self._health(handle, "throttle_reasons")
+        return sum(THROTTLE_REASONS.values())
+
+    nvmlDeviceGetSupportedClocksThrottleReasons = nvmlDeviceGetSupportedClocksEventReasons
+
+    def _clock_key(self, clock: int) -> str:
+        if clock in (self.api.NVML_CLOCK_SM, self.api.NVML_CLOCK_GRAPHICS):
+            return "sm_clock"
+        if clock == self.api.NVML_CLOCK_MEM:
+            return "memory_clock"
+        raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # the video clock: not in scenarios
+
+    def nvmlDeviceGetClockInfo(self, handle: SimHandle, type: int) -> int:
+        return self._health_now(handle, "clocks", self._clock_key(type))
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: SimHandle, type: int) -> int:
+        return self._health_now(handle, "clocks", self._clock_key(type) + "_max")
+
+    def nvmlDeviceGetPerformanceState(self, handle: SimHandle) -> int:
+        return self._health_now(handle, "performance_state", "performance_state")
+
+    nvmlDeviceGetPowerState = nvmlDeviceGetPerformanceState
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
+        return self._health_now(handle, "pcie", "pcie_gen")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: SimHandle) -> int:
+        return self._health_now(handle, "pcie", "pcie_gen_max")
+
+    nvmlDeviceGetGpuMaxPcieLinkGeneration = nvmlDeviceGetMaxPcieLinkGeneration
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: SimHandle) -> int:
+        return self._health_now(handle, "pcie", "pcie_width")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: SimHandle) -> int:
+        return self._health_now(handle, "pcie", "pcie_width_max")
+
+    def nvmlDeviceGetPcieThroughput(self, handle: SimHandle, counter: int) -> int:
+        key = "pcie_tx" if counter == self.api.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx"
+        return self._health_now(handle, "pcie_throughput", key) // 1024  # KB/s, as NVML reports it
+
+    def nvmlDeviceGetPersistenceMode(self, handle: SimHandle) -> int:
+        return int(self._health(handle, "persistence_mode")["persistence_mode"])
+
+    def nvmlDeviceGetComputeMode(self, handle: SimHandle) -> int:
+        return COMPUTE_MODES[self._health(handle, "compute_mode")["compute_mode"]]
+
+    def _link(self, handle: SimHandle, link: int) -> dict[str, Any]:
+        h = self._health(handle, "nvlink")
+        if not 0 <= link < h["nvlink_links"]:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED if link >= 0 else self.api.NVML_ERROR_INVALID_ARGUMENT)
+        return h
+
+    def nvmlDeviceGetNvLinkState(self, handle: SimHandle, link: int) -> int:
+        return int(link < self._link(handle, link)["nvlink_links_up"])  # the first links_up are active
+
+    def nvmlDeviceGetFieldValues(self, handle: SimHandle, fieldIds: list[Any]) -> list[Any]:
+        """NVLink data counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB since the driver
+        loaded), per link as scopeId: the scenario's rate shared by the active links. Other fields
+        answer NOT_SUPPORTED in their own nvmlReturn, as NVML does."""
+        self._gpu(handle)
+        values = []
+        t = self.now()
+        for entry in fieldIds:
+            field_id, scope = entry if isinstance(entry, tuple) else (entry, 0)
+            value = self.api.c_nvmlFieldValue_t()
+            value.fieldId, value.scopeId = field_id, scope
+            value.timestamp = int((self._t0 + t) * 1e6)
+            value.valueType = self.api.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            direction = {self.api.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx",
+                         self.api.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx"}.get(field_id)
+            try:
+                if direction is None:
+                    raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+                h = self._link(handle, scope)
+                up = h["nvlink_links_up"]
+                value.value.ullVal = int(integral(h[direction], t) / up / 1024) if scope < up else 0
+                value.nvmlReturn = self.api.NVML_SUCCESS
+            except self.api.NVMLError as e:
+                value.nvmlReturn = e.value
+            values.append(value)
+        return values
 
     def nvmlDeviceGetProcessUtilization(self, handle: SimHandle, lastSeenTimeStamp: int) -> list[Any]:
         """Per-process samples, as the driver keeps them: one per process that did some work
