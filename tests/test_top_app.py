@@ -308,8 +308,8 @@ def test_fits_80x24(sim_env):
             assert lines[i].startswith(f"{i:>2} ")
         assert "70.6/80.0GiB" in lines[0]
         table = app.query_one("#procs")
-        assert [str(c.key.value) for c in table.ordered_columns] == ["gpu", "pid", "user", "memory", "elapsed",
-                                                                     "command"]
+        # The process's own SM% stays at 80 columns (its GPU's UTIL, which misleads beside one process, goes)
+        assert [str(c.key.value) for c in table.ordered_columns] == ["gpu", "pid", "user", "memory", "sm", "command"]
         assert table.row_count == 9
         # The table still gets rows on screen under the panels and alerts.
         assert table.size.height >= 5

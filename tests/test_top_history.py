@@ -177,7 +177,7 @@ def test_80_columns_draw_the_history_and_leave_out_the_path(sim_env, recorded):
         memory = history_line(app, 0)
         assert tick(LOW) in memory and tick(HIGH) in memory, memory
         assert "history 1h recorded" in banner(app) and str(db) not in banner(app)
-        assert len(banner(app).splitlines()) == 2  # as without a database
+        assert len(banner(app).splitlines()) == 3  # as without a database: two banner lines and the host's
     try:
         run_app(app, body, size=(80, 24))
     finally:

@@ -31,7 +31,8 @@ DEFAULT, SYSTEM, USER, ENV, FLAG = "default", "/etc", "~", "env", "flag"
 
 # The live view's process columns, in their default order (tui/rows.py draws them; a test keeps
 # the two lists the same).
-TOP_COLUMNS = ("gpu", "pid", "user", "memory", "share", "util", "cpu", "rss", "elapsed", "flags", "command")
+TOP_COLUMNS = ("gpu", "pid", "user", "memory", "share", "sm", "bw", "enc", "dec", "util", "cpu", "rss", "elapsed",
+               "flags", "command")
 
 
 def _seconds(value: Any) -> float:

@@ -34,12 +34,24 @@ The history lines start with what 'vram record' has recorded, when its database 
 $VRAM_DB, else the recorder's default), and go on with live samples; h switches their range:
 5m, 1h, 24h, 7d.
 
+A process's SM%, BW% (memory bandwidth), ENC and DEC are its own (NVML's per-process
+samples); UTIL is its GPU's. Under the banner, the host's CPU, RAM and swap. Enter on a process
+shows the GPUs its environment told it to use (CUDA_VISIBLE_DEVICES, as it started) beside the
+ones it holds memory on.
+
 Keys: ? help, q quit, s sort, r reverse, / search, u user, g GPU, t tree, Enter details,
-k kill (asks first; not with --readonly), a alerts, p pause, h history range.
+k kill: SIGTERM, SIGINT, or SIGKILL after TERM (asks first; not with --readonly), a alerts,
+p pause, h history range.
+
+Defaults (interval, columns, theme, colour thresholds...) come from the config files: see
+'vram config' and docs/config.md; a flag here overrides them.
 
 examples:
   vram top                         refresh every 2 seconds
   vram top --interval 1 --gpu 0-3  every second, GPUs 0 to 3 only
+  vram top --pid 4242,4243         only these processes
+  vram top --only-visible --compute  the GPUs this shell's CUDA_VISIBLE_DEVICES shows, compute only
+  vram top --ascii --theme light   a terminal without Unicode blocks, on a white background
   vram top --readonly              no actions, only watching
   vram top --simulate demo         the bundled simulated 8-GPU server
   vram top --db /tmp/demo.db       history recorded by 'vram record --db /tmp/demo.db'
@@ -49,31 +61,51 @@ examples:
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("--interval", metavar="SECONDS", type=float, default=2.0,
-                   help="seconds between refreshes (default 2)")
+    p.add_argument("--interval", metavar="SECONDS", type=float,
+                   help="seconds between refreshes (default 2; config top.interval)")
     p.add_argument("--readonly", action="store_true", help="watch only: no kill action")
     p.add_argument("--all-users", action="store_true",
                    help="as root, allow killing other users' processes (as vram kill --all-users)")
     p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
-    p.add_argument("--idle-after", metavar="DURATION", default="5m",
+    p.add_argument("--idle-after", metavar="DURATION",
                    help="alert when a process holds memory on a GPU idle this long, as observed (default 5m)")
-    p.add_argument("--history", metavar="DURATION", default="5m",
+    p.add_argument("--history", metavar="DURATION",
                    help="time covered by the history lines at start (default 5m; h switches)")
+    p.add_argument("--pid", metavar="LIST", help="only these processes (comma-separated pids)")
+    p.add_argument("--only-visible", action="store_true",
+                   help="only the GPUs (and MIG instances) CUDA_VISIBLE_DEVICES in vram's own environment shows")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--compute", action="store_const", const="compute", dest="kind",
+                      help="only compute processes (CUDA)")
+    kind.add_argument("--graphics", action="store_const", const="graphics", dest="kind",
+                      help="only graphics processes (a display, OpenGL, Vulkan)")
+    p.add_argument("--ascii", action="store_const", const=True,
+                   help="no Unicode blocks, box or tree characters (a terminal or font without them)")
+    p.add_argument("--theme", choices=("dark", "light"), help="colours for a dark (default) or light background")
     p.add_argument("--db", metavar="PATH",
                    help="the recorded history to draw (default: the recorder's database; also $VRAM_DB)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.interval > 0:
+    from ..config import load
+
+    if args.interval is not None and not args.interval > 0:
         raise UsageError("--interval: must be more than 0 seconds")
     try:
-        idle_after = parse_duration(args.idle_after)
-        span = parse_duration(args.history)
+        idle_after = parse_duration(args.idle_after) if args.idle_after is not None else None
+        span = parse_duration(args.history) if args.history is not None else None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if span < 10:
+    if span is not None and span < 10:
         raise UsageError("--history: at least 10s")
+    pids = _pids(args.pid) if args.pid else set()
+    cfg = load()
+    for name, value in (("interval", args.interval), ("idle_after", idle_after), ("history", span),
+                        ("ascii", args.ascii), ("theme", args.theme)):
+        cfg.flag(f"top.{name}", value)
+    if cfg["top.history"] < 10:
+        raise UsageError(f"top.history (from {cfg.sources['top.history']}): at least 10s")
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise Failure("vram top needs a terminal; for a refreshing text view use 'vram status --watch'")
@@ -82,24 +114,34 @@ def run(args: argparse.Namespace) -> int:
     machine = open_for(args)
     # The view and its kills share one reader; the view keeps its own history (alerts.History,
     # the charts), so the collector's ring holds only the newest snapshot, not 16 (MiBs at 500 processes).
-    collector = Collector(machine, interval=args.interval, keep=1)
+    collector = Collector(machine, interval=cfg["top.interval"], keep=1)
     try:
         first = collector.snapshot()
         if wanted is not None:
             check_gpus(first, wanted)
+        visible = _visible_units(first) if args.only_visible else None
+        if visible is not None:  # the panels too: only the GPUs vram's environment shows
+            gpus_shown = sorted({gpu for gpu, _ in visible})
+            wanted = gpus_shown if wanted is None else [g for g in wanted if g in gpus_shown]
         if getattr(args, "no_color", False):
             os.environ["NO_COLOR"] = "1"  # Textual reads it when the app is created
         with _screen_on_stderr(), _early_frame(first, wanted, getattr(args, "no_color", False)):
             from ..alerts import Thresholds
             from ..tui.app import TopApp  # imports Textual: ~0.2 s, while the early frame is on screen
+            from ..tui.look import THEMES, Look
+            from ..tui.rows import View
 
             if not args.readonly:
                 from ..tui.actions import KillActions
 
             actions = None if args.readonly else KillActions(collector, all_users=args.all_users)
-            app = TopApp(collector.snapshot, interval=args.interval, readonly=args.readonly, gpus=wanted,
-                         thresholds=Thresholds(idle_after=idle_after), history_span=span, actions=actions,
-                         history_db=history_db(args.db))
+            look = Look(THEMES[cfg["top.theme"]], cfg["top.ascii"], cfg["thresholds.memory_warn"],
+                        cfg["thresholds.memory_critical"])
+            thresholds = Thresholds(idle_after=cfg["top.idle_after"], nearly_full=cfg["thresholds.nearly_full"] / 100)
+            app = TopApp(collector.snapshot, interval=cfg["top.interval"], readonly=args.readonly, gpus=wanted,
+                         thresholds=thresholds, history_span=cfg["top.history"], actions=actions,
+                         history_db=history_db(args.db), look=look, columns=cfg["top.columns"],
+                         view=View(pids=pids, kind=args.kind, visible=visible))
             app.run()
     finally:
         # A sample stuck in a slow driver call is left behind (its thread is a daemon): quitting
@@ -107,6 +149,34 @@ def run(args: argparse.Namespace) -> int:
         if not collector.reading:
             machine.close()
     return app.return_code or 0
+
+
+def _pids(text: str) -> set[int]:
+    pids = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not (part.isascii() and part.isdigit()) or not 0 < int(part) <= 2**22:
+            raise UsageError(f"--pid: not a process id: {part[:40]!r} (a list: 4242,4243)")
+        pids.add(int(part))
+    return pids
+
+
+def _visible_units(snap: Snapshot) -> set[tuple[int, int | None]] | None:
+    """The (GPU, MIG instance) units vram's own CUDA_VISIBLE_DEVICES lets through (None: it is
+    not set, so every GPU); a value CUDA would refuse is a usage error."""
+    from ..cuda_env import allowed_keys, devices_of, parse_visible
+
+    devices = devices_of(snap)
+    vis = parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), devices, os.environ.get("CUDA_DEVICE_ORDER"))
+    try:
+        keys = allowed_keys(vis, devices)
+    except ValueError as e:
+        raise UsageError(f"--only-visible: {e}") from None
+    if keys is None:
+        return None
+    units = {(d.index, d.gi) for d in devices if d.key in keys}
+    # A whole GPU not in MIG mode holds its processes as (GPU, None); a GPU in MIG mode as (GPU, gi).
+    return units
 
 
 def history_db(named: str | None) -> Path | None:

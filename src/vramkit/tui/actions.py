@@ -26,8 +26,12 @@ class KillActions:
     def plan(self, pid: int) -> Plan:
         return kill_make_plan(self.machine, Criteria(pids=(pid,), all_users=self.all_users))
 
-    def execute(self, plan: Plan, force: bool = False) -> KillReport:
+    def execute(self, plan: Plan, force: bool = False, sig: int = signal.SIGTERM) -> KillReport:
+        """Send `sig` (SIGTERM, or SIGINT: a Python job's KeyboardInterrupt) through kill's checked
+        path; with `force`, SIGKILL after the wait if it still runs."""
+        if sig not in (signal.SIGTERM, signal.SIGINT):
+            raise ValueError(f"the live view sends SIGTERM or SIGINT, not {signal.Signals(sig).name}")
         m = self.machine
         # Not writable: AuditError, and nothing is signalled.
         with AuditLog(self.audit_path, m.audit_context("vram top")) as log:
-            return kill_execute(m, plan, signal.SIGTERM, timeout=self.timeout, force=force, audit=log)
+            return kill_execute(m, plan, sig, timeout=self.timeout, force=force, audit=log)

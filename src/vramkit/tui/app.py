@@ -34,12 +34,13 @@ from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
 from ..model import Snapshot
-from ..procs import sanitize
+from ..procs import HostLoad, read_host_load, sanitize
 from ..render.banner import banner
 from ..render.style import Style
 from ..units import parse_gpu_list
 from . import rows as R
-from .panels import alerts_text, gpu_panel, name_cells
+from .look import Look
+from .panels import alerts_text, gpu_panel, host_text, name_cells
 from .screens import AlertsScreen, DetailScreen, HelpScreen
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only
     from .actions import KillActions
 
 
-RIGHT = {"gpu", "pid", "memory", "share", "util", "cpu", "rss", "elapsed"}
+RIGHT = {"gpu", "pid", "memory", "share", "sm", "bw", "enc", "dec", "util", "cpu", "rss", "elapsed"}
 HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "share": "memory",
                "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
 
@@ -176,10 +177,22 @@ class TopApp(App[None]):
     def __init__(self, collect: Callable[[], Snapshot], interval: float = 2.0, readonly: bool = True,
                  gpus: list[int] | None = None, thresholds: Thresholds | None = None,
                  history_span: float = 300.0, actions: KillActions | None = None,
-                 history_db: str | Path | None = None):
+                 history_db: str | Path | None = None, look: Look | None = None,
+                 columns: tuple[str, ...] | None = None, view: R.View | None = None,
+                 read_host: Callable[[], HostLoad | None] | None = read_host_load):
         """`history_db`: the recorded history to draw before the first live sample (None: live
-        only). It is read only if it exists, so SQLite is not even imported without one."""
+        only). It is read only if it exists, so SQLite is not even imported without one.
+        `look`: theme, memory thresholds, ASCII; `columns`: the process columns wanted (config);
+        `view`: the table's starting view, with the command line's fixed filters; `read_host`:
+        the host's CPU/RAM/swap (None: no host line)."""
         super().__init__()
+        self.look = look or Look()
+        self.theme = self.look.palette.textual_theme
+        if self.look.ascii:
+            _ascii_scrollbars()
+        self.wanted_columns = columns
+        self.read_host = read_host
+        self.host: tuple[HostLoad | None, float | None] | None = None  # the last reading, its CPU %
         self.collect = collect
         self.interval = interval
         self.readonly = readonly or actions is None
@@ -195,7 +208,7 @@ class TopApp(App[None]):
         self._first_read = asyncio.Event()
         self._first_frame = asyncio.Event()  # the other ranges are read after it, not against it
         self.first_read_wait = 1.0  # seconds the first frame waits for it (a locked database)
-        self.view = R.View()
+        self.view = view or R.View()
         self.snap: Snapshot | None = None
         self.alerts: list[Alert] = []
         self.paused = False
@@ -240,7 +253,7 @@ class TopApp(App[None]):
 
     def _setup_columns(self) -> bool:
         """(Re)build the table's columns when the width calls for another set. True if it did."""
-        columns, command_width = R.columns_for(self.size.width)
+        columns, command_width = R.columns_for(self.size.width, self.wanted_columns)
         if columns == self._columns and command_width == self._command_width:
             return False
         table = self.query_one("#procs", DataTable)
@@ -248,7 +261,7 @@ class TopApp(App[None]):
         headers = dict(R.COLUMNS)
         for key in columns:
             width = command_width if key == "command" else R.WIDTHS[key]
-            label = Text(headers[key], justify="right" if key in RIGHT else "left")
+            label = self.look.text(Text(headers[key], justify="right" if key in RIGHT else "left"))
             table.add_column(label, width=width, key=key)
         self._columns, self._command_width = columns, command_width
         self._shown = []
@@ -300,7 +313,16 @@ class TopApp(App[None]):
             self._draw()
             return
         self.error = None
+        self._read_host()
         self.apply(snap)
+
+    def _read_host(self) -> None:
+        """The host line's reading: CPU % over the time since the last one (two small /proc reads)."""
+        if self.read_host is None:
+            return
+        load = self.read_host()
+        before = self.host[0] if self.host is not None else None
+        self.host = (load, None if load is None else load.busy_percent(before))
 
     def apply(self, snap: Snapshot) -> None:
         if self.only_gpus is not None:  # a copy: the collector's other consumers see every GPU
@@ -323,7 +345,7 @@ class TopApp(App[None]):
         if snap is not None:
             plain = banner(snap, Style(color=False, unicode=True), width)
             head = Text(plain)
-            head.highlight_words(["SIMULATED machine"], style="bold magenta")
+            head.highlight_words(["SIMULATED machine"], style=self.look.palette.simulated)
         extra = [f"refresh {self.interval:g}s"]
         source = self._history_source(wide=width >= 100)
         if source:
@@ -333,10 +355,13 @@ class TopApp(App[None]):
         if self.paused:
             extra.append("PAUSED (p resumes)")
         head.append("  ·  " + "  ·  ".join(extra), style="dim")
+        if self.host is not None:
+            head.append("\n")
+            head.append_text(host_text(*self.host, width, self.look))
         if self.error:
-            head.append("\n" + self.error, style="bold red")
+            head.append("\n" + self.error, style=f"bold {self.look.palette.critical}")
         if self.history_problem:
-            problem = Text(f"history database not used: {self.history_problem}", style="yellow")
+            problem = Text(f"history database not used: {self.history_problem}", style=self.look.palette.warn)
             problem.truncate(width, overflow="ellipsis")
             head.append("\n")
             head.append_text(problem)
@@ -348,12 +373,12 @@ class TopApp(App[None]):
         chart = self.charts.shown
         names = name_cells(snap.gpus)
         panels = [gpu_panel(g, chart.samples(g.index, g.memory_total), snap.time, width, two_lines, chart.span,
-                            g.index in alerting, names) for g in snap.gpus]
+                            g.index in alerting, names, self.look) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]
         self._show("#gpus", Text("\n").join(panels))
         max_alerts = 2 if self.size.height < 30 else 4
-        self._show("#alerts", alerts_text(self.alerts, width, max_alerts))
+        self._show("#alerts", alerts_text(self.alerts, width, max_alerts, self.look))
         self._draw_viewline()
 
     def _fill_table(self, force: bool = False) -> None:
@@ -389,6 +414,7 @@ class TopApp(App[None]):
     def _show(self, selector: str, text: Text) -> None:
         """Put text in a Static, unless it already shows it; the layout is redone only when the
         number of lines changes (each text is cut to the width, so only lines change heights)."""
+        text = self.look.text(text)
         old = self._texts.get(selector)
         if old is not None and old == text and old.style == text.style:
             return
@@ -396,13 +422,13 @@ class TopApp(App[None]):
         self.query_one(selector, Static).update(text, layout=old is None or old.plain.count("\n") != lines)
         self._texts[selector] = text
 
-    @staticmethod
-    def _cell(column: str, value: str) -> Text:
+    def _cell(self, column: str, value: str) -> Text:
         # Always Text: a plain str cell would be parsed as markup, and commands are other users' text.
+        value = self.look.plain(value)  # --ascii: the tree's branches, the … of a cut text
         if column in RIGHT:
             return Text(value, justify="right")
         if column == "flags" and value != "-":
-            return Text(value, style="yellow")
+            return Text(value, style=self.look.palette.flag)
         return Text(value)
 
     def selected_key(self) -> str | None:
@@ -575,3 +601,15 @@ def _round(seconds: float) -> float:
         if seconds >= 2 * unit:
             return seconds // unit * unit
     return max(60.0, seconds // 60 * 60)
+
+
+def _ascii_scrollbars() -> None:
+    """Scrollbars without the block characters Textual draws a thumb's ends with (--ascii): the
+    thumb is its colour alone."""
+    from textual.scrollbar import ScrollBar, ScrollBarRender
+
+    class AsciiScrollBarRender(ScrollBarRender):
+        VERTICAL_BARS = [" "] * 8
+        HORIZONTAL_BARS = [" "] * 8
+
+    ScrollBar.renderer = AsciiScrollBarRender

@@ -4,6 +4,7 @@ then the outcome (exited, still running, or refused and why), as `vram kill` rep
 from __future__ import annotations
 
 import asyncio
+import signal
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -60,7 +61,8 @@ class KillScreen(_Modal):
     """checking -> refused | confirm -> running -> done (or error)."""
 
     BINDINGS = [Binding("escape,n,q", "close", "Close"), Binding("y", "confirm(False)", "Yes, SIGTERM"),
-                Binding("f", "confirm(True)", "SIGTERM, then SIGKILL")]
+                Binding("f", "confirm(True)", "SIGTERM, then SIGKILL"),
+                Binding("i", "confirm(False, 'SIGINT')", "SIGINT")]
 
     def __init__(self, pid: int, actions: KillActions, lock: asyncio.Lock):
         super().__init__()
@@ -103,20 +105,21 @@ class KillScreen(_Modal):
             self.state = "confirm"
             self._show(Text.assemble(target_text(t), ("\nSend SIGTERM and wait up to "
                                                       f"{self.actions.timeout:g}s for it to exit?\n", "bold")),
-                       "y: yes   f: yes, and SIGKILL if it is still running   n/Esc: no")
+                       "y: yes   f: yes, and SIGKILL if it is still running   i: SIGINT instead (Ctrl-C: a Python "
+                       "job can save and exit)   n/Esc: no")
 
-    def action_confirm(self, force: bool) -> None:
+    def action_confirm(self, force: bool, name: str = "SIGTERM") -> None:
         if self.state != "confirm":
             return
         self.state = "running"
-        self._show(Text(f"SIGTERM sent to pid {self.pid}; waiting for it to exit…"), "")
-        self.run_worker(self._execute(force), exclusive=True)
+        self._show(Text(f"{name} sent to pid {self.pid}; waiting for it to exit…"), "")
+        self.run_worker(self._execute(force, signal.Signals[name]), exclusive=True)
 
-    async def _execute(self, force: bool) -> None:
+    async def _execute(self, force: bool, sig: signal.Signals = signal.SIGTERM) -> None:
         assert self.plan is not None  # "confirm" is only reached with a plan
         try:
             async with self.machine_lock:
-                report = await asyncio.to_thread(self.actions.execute, self.plan, force)
+                report = await asyncio.to_thread(self.actions.execute, self.plan, force, sig)
             self.report = report
         except Exception as e:  # AuditError: the log cannot be written, so nothing was signalled
             self.state = "error"

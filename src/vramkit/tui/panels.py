@@ -10,10 +10,11 @@ from rich.text import Text
 
 from ..alerts import Alert, GpuSample
 from ..model import Device
+from ..procs import HostLoad
 from ..render import fmt
 from ..render.sparkline import buckets, spark
-from ..render.style import level_color
 from ..render.text_width import cells, fit, pad
+from .look import PLAIN, Look
 from .timeline import range_label
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -38,18 +39,19 @@ def name_cells(devices: list[Device]) -> int:
 
 
 def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
-              span: float = 300.0, alerting: bool = False, names: int | None = None) -> Text:
+              span: float = 300.0, alerting: bool = False, names: int | None = None, look: Look = PLAIN) -> Text:
     """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
     layouts the history sparklines); line 2, when there is room, memory and utilization history.
-    `names`: the columns for the GPU's name (name_cells of all panels); default its own name's."""
-    index = Text(f"{dev.index:>2} ", style="bold red" if alerting else "bold")
+    `names`: the columns for the GPU's name (name_cells of all panels); default its own name's.
+    `look`: the colours (theme, memory thresholds)."""
+    critical, util_color = f"bold {look.palette.critical}", look.palette.util
+    index = Text(f"{dev.index:>2} ", style=critical if alerting else "bold")
     if dev.lost:
-        line = Text.assemble(index, ("LOST", "bold red"), f"  {dev.error or 'GPU is lost'}")
+        line = Text.assemble(index, ("LOST", critical), f"  {dev.error or 'GPU is lost'}")
         line.truncate(width)
         return line
     frac = fmt.mem_fraction(dev)
-    color = level_color(frac)
-    color = "" if color == "dim" else color
+    color = look.level(frac)
     pair = fmt.memory_pair(dev.memory_used, dev.memory_total)
     share = fmt.pct(None if frac is None else 100 * frac)
     util = dev.utilization
@@ -70,13 +72,14 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
         bar_w = max(4, min(30, (room - name_w) * 2 // 3))
         util_w = max(0, min(12, room - name_w - bar_w))
         line1 = Text.assemble(index, (pad(fit(name, name_w), name_w), ""), " mem ", bar(frac, bar_w, color),
-                              (mem_text, color), "  util ", bar(None if util is None else util / 100, util_w, "cyan"),
+                              (mem_text, color), "  util ",
+                              bar(None if util is None else util / 100, util_w, util_color),
                               f" {fmt.pct(util):>4}", tail)
         spark_w = max(4, (width - 3 - 4 - 7 - 6) // 2)
         label = range_label(span)
         line2 = Text.assemble(
-            "   ", ("mem ", "dim"), (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or "green"),
-            ("  util ", "dim"), (spark(buckets(util_pts, now, span, spark_w), 0, 1), "cyan"), (f" {label}", "dim"))
+            "   ", ("mem ", "dim"), (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or look.palette.ok),
+            ("  util ", "dim"), (spark(buckets(util_pts, now, span, spark_w), 0, 1), util_color), (f" {label}", "dim"))
         line1.truncate(width)
         line2.truncate(width)
         return Text("\n").join([line1, line2])
@@ -87,23 +90,51 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
     bar_w = max(3, min(20, (room - name_w) // 3))
     spark_w = max(2, (room - name_w - bar_w - 2) // 2)
     line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color), " ",
-                         (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or "green"),
-                         f" util{fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), "cyan"),
+                         (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or look.palette.ok),
+                         f" util{fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), util_color),
                          tail)
     line.truncate(width)
     return line
 
 
-def alerts_text(alerts: list[Alert], width: int, max_lines: int) -> Text:
+def alerts_text(alerts: list[Alert], width: int, max_lines: int, look: Look = PLAIN) -> Text:
     if not alerts:
         return Text("no alerts", style="dim")
     lines = []
     shown = alerts if len(alerts) <= max_lines else alerts[: max(1, max_lines - 1)]
     for a in shown:
-        mark, style = ("▲", "bold red") if a.severity == "critical" else ("●", "yellow")
+        mark, style = ("▲", f"bold {look.palette.critical}") if a.severity == "critical" else ("●", look.palette.warn)
         line = Text.assemble((mark + " ", style), a.message)
         line.truncate(width, overflow="ellipsis")
         lines.append(line)
     if len(shown) < len(alerts):
         lines.append(Text(f"  +{len(alerts) - len(shown)} more alerts (a: list all)", style="dim"))
     return Text("\n").join(lines)
+
+
+def host_text(load: HostLoad | None, cpu_percent: float | None, width: int, look: Look = PLAIN) -> Text:
+    """The host's CPU, RAM and swap on one line (CPU % over the last refresh; N/A on the first)."""
+    if load is None:
+        return Text("host: /proc/stat cannot be read", style="dim")
+    used = None if load.mem_total is None or load.mem_available is None else load.mem_total - load.mem_available
+    swap_used = None if load.swap_total is None or load.swap_free is None else load.swap_total - load.swap_free
+    bars = width >= 100
+    out = Text("host ", style="dim")
+    out.append(f"CPU {fmt.pct(cpu_percent):>4} of {load.cpus}")
+    if bars:
+        out.append(" ")
+        out.append_text(bar(None if cpu_percent is None else cpu_percent / 100, 10, look.palette.util))
+    ram = None if used is None or not load.mem_total else used / load.mem_total
+    out.append("   RAM ")
+    out.append(fmt.memory_pair(used, load.mem_total), style=look.level(ram))
+    if bars:
+        out.append(" ")
+        out.append_text(bar(ram, 10, look.level(ram)))
+    if load.swap_total == 0:
+        out.append("   swap none", style="dim")
+    else:
+        swap = None if swap_used is None or not load.swap_total else swap_used / load.swap_total
+        out.append("   swap ")
+        out.append(fmt.memory_pair(swap_used, load.swap_total), style=look.level(swap))
+    out.truncate(width)
+    return out

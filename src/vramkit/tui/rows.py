@@ -27,12 +27,15 @@ SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
 }
 SORT_ORDER = tuple(SORT_KEYS)
 
-# (key, header); the column a sort key belongs to, for clicking a header.
+# (key, header); the column a sort key belongs to, for clicking a header. SM%, BW%, ENC and DEC
+# are the process's own (NVML's per-process samples: kernels, memory bandwidth, video encoder and
+# decoder); UTIL is its GPU's, the same on every row of that GPU. config.TOP_COLUMNS lists the keys.
 COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "USER"), ("memory", "MEMORY"), ("share", "%GPU"),
-           ("util", "UTIL"), ("cpu", "CPU%"), ("rss", "RSS"), ("elapsed", "ELAPSED"), ("flags", "FLAGS"),
-           ("command", "COMMAND"))
-# Given up, in this order, when the terminal is narrow (the command stays readable).
-DROP_ORDER = ("rss", "cpu", "share", "util", "flags")
+           ("sm", "SM%"), ("bw", "BW%"), ("enc", "ENC"), ("dec", "DEC"), ("util", "UTIL"), ("cpu", "CPU%"),
+           ("rss", "RSS"), ("elapsed", "ELAPSED"), ("flags", "FLAGS"), ("command", "COMMAND"))
+# Given up, in this order, when the terminal is narrow (the command stays readable; the process's
+# own SM% outlasts its GPU's utilization, which misleads beside one process).
+DROP_ORDER = ("enc", "dec", "rss", "bw", "cpu", "share", "util", "flags", "elapsed")
 
 
 def row_key(p: GpuProcess) -> str:
@@ -49,9 +52,19 @@ class View:
     gpus: set[int] = field(default_factory=set)  # empty: every GPU
     search: str = ""
     tree: bool = False
+    # Fixed by the command line (Esc does not clear them):
+    pids: set[int] = field(default_factory=set)  # --pid: empty, every process
+    kind: str | None = None  # --compute / --graphics: "compute" or "graphics"
+    visible: set[tuple[int, int | None]] | None = None  # --only-visible: (GPU, MIG instance) units
 
     def describe(self) -> str:
         parts = [f"sort {self.sort}{' (reversed)' if self.reverse else ''}"]
+        if self.pids:
+            parts.append("pid " + ",".join(map(str, sorted(self.pids))))
+        if self.kind:
+            parts.append(f"{self.kind} only")
+        if self.visible is not None:
+            parts.append("visible to vram's CUDA_VISIBLE_DEVICES")
         if self.users:
             parts.append("user " + ",".join(sorted(self.users)))
         if self.gpus:
@@ -64,6 +77,12 @@ class View:
 
 
 def matches(p: GpuProcess, view: View) -> bool:
+    if view.pids and p.pid not in view.pids:
+        return False
+    if view.kind and view.kind not in p.types:
+        return False
+    if view.visible is not None and (p.gpu, p.mig_gi) not in view.visible:
+        return False
     if view.users and (p.user or "?") not in view.users:
         return False
     if view.gpus and p.gpu not in view.gpus:
@@ -161,6 +180,10 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
         "user": fit(p.user or "?", WIDTHS["user"]),  # by display width: a CJK name is 2 columns a character
         "memory": format_size(p.memory),
         "share": fmt.pct(share),
+        "sm": fmt.pct(p.sm_utilization),
+        "bw": fmt.pct(p.memory_utilization),
+        "enc": fmt.pct(p.encoder_utilization),
+        "dec": fmt.pct(p.decoder_utilization),
         "util": fmt.pct(dev.utilization if dev is not None else None),
         "cpu": "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}",
         "rss": format_size(p.rss),
@@ -172,13 +195,15 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
 
 
 # Widths of the fixed columns (the command takes what is left).
-WIDTHS = {"gpu": 3, "pid": 7, "user": 8, "memory": 7, "share": 4, "util": 4, "cpu": 4, "rss": 7,
-          "elapsed": 7, "flags": 13}
+WIDTHS = {"gpu": 3, "pid": 7, "user": 8, "memory": 7, "share": 4, "sm": 4, "bw": 4, "enc": 4, "dec": 4,
+          "util": 4, "cpu": 4, "rss": 7, "elapsed": 7, "flags": 13}
 
 
-def columns_for(width: int) -> tuple[list[str], int]:
-    """The columns that fit `width` cells with a readable command, and the command's width."""
-    shown = [k for k, _ in COLUMNS if k != "command"]
+def columns_for(width: int, wanted: tuple[str, ...] | None = None) -> tuple[list[str], int]:
+    """The columns that fit `width` cells with a readable command, and the command's width.
+    `wanted`: the columns asked for, in their order (the config's top.columns; default all)."""
+    wanted = wanted or tuple(k for k, _ in COLUMNS)
+    shown = [k for k in wanted if k != "command"]
     min_command = 32
 
     def used(cols: list[str]) -> int:
@@ -187,6 +212,7 @@ def columns_for(width: int) -> tuple[list[str], int]:
     for drop in DROP_ORDER:
         if used(shown) + min_command <= width:
             break
-        shown.remove(drop)
+        if drop in shown:
+            shown.remove(drop)
     command_width = max(min_command, width - used(shown) - 2)
-    return [*shown, "command"], command_width
+    return [*shown, "command"] if "command" in wanted else shown, command_width

@@ -10,11 +10,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..alerts import Alert, History
-from ..model import GpuProcess, Snapshot
+from ..model import GpuProcess, Health, Snapshot
+from ..process_view import EnvReader, ProcessGpus, process_gpus
+from ..procs import Environ, read_environ
 from ..render import fmt
+from ..render.env_view import DIM, WARN, env_lines
 from ..render.sparkline import buckets, spark
 from ..render.text_width import cells, pad
 from ..units import format_duration, format_size
+from .look import PLAIN, Look
 from .panels import alerts_text
 
 # The keys, by section: laid out for the width the help gets (help_text), never hand-wrapped.
@@ -26,7 +30,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("u", "filter by user (a,b)"), ("g", "filter by GPU (0,2 or 0-3)"),
         ("Esc", "clear search and filters"), ("click", "a header: sort by it"),
     ]),
-    ("Actions", [("k", "kill the selected process (asks first; refused in --readonly)")]),
+    ("Actions", [("k", "kill: SIGTERM, SIGINT or TERM+KILL (asks; not --readonly)")]),
     ("View", [
         ("a", "all alerts"), ("p", "pause / resume refresh"), ("?", "this help"), ("q", "quit"),
         ("h", "history range: 5m, 1h, 24h, 7d (the top line names its source)"),
@@ -67,13 +71,24 @@ def help_width(screen_width: int) -> int:
     return min(screen_width * 9 // 10, MODAL_MAX_WIDTH) - 4
 
 
+def _look(screen: ModalScreen[str | None]) -> Look:
+    """The app's look (a plain Look where the app is not the live view: a test's own app)."""
+    look = getattr(screen.app, "look", None)
+    return look if isinstance(look, Look) else PLAIN
+
+
 class _Modal(ModalScreen[str | None]):
     DEFAULT_CSS = """
     _Modal { align: center middle; }
     _Modal > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 90%;  /* MODAL_MAX_WIDTH */
                               border: round $accent; padding: 0 1; background: $surface; }
+    _Modal.ascii > VerticalScroll { border: ascii $accent; }
     """
     BINDINGS = [Binding("escape,q", "close", "Close")]
+
+    def on_mount(self) -> None:
+        if _look(self).ascii:
+            self.add_class("ascii")
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -85,10 +100,10 @@ class HelpScreen(_Modal):
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
             scroll.border_title = TITLE  # on the border: one line less to scroll at 80x24
-            yield Static(help_text(help_width(self.app.size.width)), id="help-text")
+            yield Static(_look(self).text(help_text(help_width(self.app.size.width))), id="help-text")
 
     def on_resize(self) -> None:
-        self.query_one("#help-text", Static).update(help_text(help_width(self.app.size.width)))
+        self.query_one("#help-text", Static).update(_look(self).text(help_text(help_width(self.app.size.width))))
 
 
 class AlertsScreen(_Modal):
@@ -99,11 +114,14 @@ class AlertsScreen(_Modal):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(Text("Alerts\n", style="bold"))
-            yield Static(alerts_text(self.alerts, 200, 10_000), id="alerts-all")
+            yield Static(_look(self).text(alerts_text(self.alerts, 200, 10_000, _look(self))), id="alerts-all")
 
 
-def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width: int, span: float) -> Text:
-    """Everything known about one pid: identity, full command, and its memory on each GPU over time."""
+def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width: int, span: float,
+                own: ProcessGpus | None = None, look: Look = PLAIN) -> Text:
+    """Everything known about one pid: identity, full command, the GPUs it was told to use beside
+    the ones it holds (`own`), its utilization and its memory on each GPU over time, and the
+    health of those GPUs where the snapshot read it."""
     p = rows[0]
     out = Text()
     out.append(f"pid {p.pid}", style="bold")
@@ -122,6 +140,18 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
         out.append("flags: " + ", ".join(flags) + "\n", style="yellow")
     out.append("\ncommand\n", style="bold")
     out.append((p.command if p.command is not None else "N/A") + "\n")  # sanitized by the snapshot
+    if own is not None:
+        out.append("\nGPUs: told (its environment) and held\n", style="bold")
+        kinds = {WARN: f"bold {look.palette.warn}", DIM: "dim", "": ""}
+        for line, kind in env_lines(own):
+            out.append(f"  {line}\n", style=kinds[kind])
+    out.append("\nits own utilization (NVML's samples for this process)\n", style="bold")
+    for r in rows:
+        where = f"GPU {r.gpu}" + ("" if r.mig_gi is None else f"/{r.mig_gi}")
+        own_util = (f"SM {fmt.pct(r.sm_utilization)}  memory bandwidth {fmt.pct(r.memory_utilization)}  "
+                  f"encoder {fmt.pct(r.encoder_utilization)}  decoder {fmt.pct(r.decoder_utilization)}")
+        out.append(f"  {where:<8} {own_util}")
+        out.append(f"  ({r.utilization_na})\n" if r.utilization_na else "\n", style="dim")
     out.append(f"\nGPU memory, last {format_duration(span)}\n", style="bold")
     spark_w = max(10, width - 40)
     by_index = {g.index: g for g in snap.gpus}
@@ -136,9 +166,47 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
         share = "" if total is None or r.memory is None else f" ({100 * r.memory / total:.0f}% of the GPU)"
         out.append(f"  {where:<8} {format_size(r.memory):>8}{share}\n")
         low = format_size(min(values)) if values else "N/A"
-        out.append(f"           {line}  ", style="green")
+        out.append(f"           {line}  ", style=look.palette.ok)
         out.append(f"min {low} max {format_size(max(values)) if values else 'N/A'}\n", style="dim")
+    for index in sorted({r.gpu for r in rows}):
+        dev = by_index.get(index)
+        if dev is not None and dev.health is not None:
+            out.append(f"\nGPU {index} health\n", style="bold")
+            for line, bad in health_lines(dev.health):
+                out.append(f"  {line}\n", style=f"bold {look.palette.warn}" if bad else "")
     return out
+
+
+def health_lines(h: Health) -> list[tuple[str, bool]]:
+    """A GPU's health as (line, whether it is a problem) pairs; N/A with the reason, never 0."""
+    def value(name: str, shown: str | None = None) -> str:
+        got = getattr(h, name)
+        if got is None:
+            why = h.na.get(name)
+            return f"N/A ({why})" if why else "N/A"
+        return shown if shown is not None else str(got)
+
+    def clock(now: str, top: str) -> str:
+        return f"{value(now)}/{value(top)} MHz"
+    throttled = [r for r in (h.throttle_reasons or ()) if r not in ("gpu idle", "applications clocks setting")]
+    ecc_bad = bool(h.ecc_uncorrected_volatile) or bool(h.ecc_uncorrected_aggregate)
+    remap_bad = bool(h.remap_pending) or bool(h.remap_failed) or bool(h.retired_pages_pending)
+    throttle_text = value("throttle_reasons", ", ".join(h.throttle_reasons or ()) or "none")
+    return [
+        (f"ECC errors: volatile {value('ecc_corrected_volatile')} corrected, {value('ecc_uncorrected_volatile')} "
+         f"uncorrected; aggregate {value('ecc_corrected_aggregate')} corrected, "
+         f"{value('ecc_uncorrected_aggregate')} uncorrected", ecc_bad),
+        (f"remapped rows: {value('remapped_rows_correctable')} correctable, {value('remapped_rows_uncorrectable')} "
+         f"uncorrectable, pending {value('remap_pending')}, failed {value('remap_failed')}; retired pages pending "
+         f"{value('retired_pages_pending')}", remap_bad),
+        (f"clocks held back by: {throttle_text}", bool(throttled)),
+        (f"SM clock {clock('sm_clock', 'sm_clock_max')}  memory clock {clock('memory_clock', 'memory_clock_max')}  "
+         f"P{value('performance_state')}", False),
+        (f"PCIe gen {value('pcie_gen')}/{value('pcie_gen_max')} x{value('pcie_width')}/{value('pcie_width_max')}",
+         False),
+        (f"persistence {value('persistence_mode')}  compute mode {value('compute_mode')}  NVLink "
+         f"{value('nvlink_links_up')}/{value('nvlink_links')} links up", False),
+    ]
 
 
 class DetailScreen(_Modal):
@@ -146,9 +214,16 @@ class DetailScreen(_Modal):
 
     BINDINGS = [Binding("escape,q,enter", "close", "Close"), Binding("k", "kill", "Kill")]
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, read_env: EnvReader = read_environ):
         super().__init__()
         self.pid = pid
+        self._read_env = read_env
+        self._environ: Environ | None = None  # read once: /proc shows the environment it started with
+
+    def _environ_once(self, pid: int, names: tuple[str, ...]) -> Environ:
+        if self._environ is None:
+            self._environ = self._read_env(pid, names)
+        return self._environ
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -161,7 +236,9 @@ class DetailScreen(_Modal):
             widget.update(Text(f"pid {self.pid} holds no GPU memory any more (exited, or its GPU was lost).",
                                style="yellow"))
             return
-        widget.update(detail_text(rows, snap, history, min(self.app.size.width - 6, 104), span))
+        own = process_gpus(snap, self.pid, self._environ_once)
+        look = _look(self)
+        widget.update(look.text(detail_text(rows, snap, history, min(self.app.size.width - 6, 104), span, own, look)))
 
     def action_kill(self) -> None:
         self.app.action_kill(self.pid)  # type: ignore[attr-defined]
