@@ -62,24 +62,31 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    help="micro-batch per GPU (default 1)")
     p.add_argument("--seq", "--seq-len", dest="seq", metavar="N", help="sequence length / inference context "
                    "(default: the model's, at most 512 for encoders and T5, 2048 for decoders)")
+    p.add_argument("--decoder-seq", "--decoder-seq-len", dest="decoder_seq", metavar="N",
+                   help="T5: the decoder (target) length (default: --seq)")
+    p.add_argument("--chunked-ce", dest="ce_chunk", metavar="TOKENS", nargs="?", const="128",
+                   help="LitGPT-style chunked lm_head and cross-entropy, TOKENS per chunk (default 128)")
     p.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "bf16-pure"), default="bf16",
                    help="fp32, fp16/bf16 mixed precision with fp32 master weights (default bf16), "
                         "or bf16-pure")
-    p.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit"),
-                   default="adamw", help="default adamw")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "none"),
+                   default="adamw", help="default adamw; none: a backward pass without an optimizer step")
     p.add_argument("--grad-accum", metavar="N", default="1", help="gradient-accumulation steps (default 1)")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
     p.add_argument("--attention", choices=("eager", "flash"), default="eager",
                    help="eager (scores materialised, default) or flash / memory-efficient SDPA")
     p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
+    p.add_argument("--lora-targets", metavar="LIST", help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
+                   "up, down, or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like models)")
     p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
                    "(bnb_4bit_use_double_quant)")
     p.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
                    "default) or lm (logits over the vocabulary; decoders and T5)")
-    p.add_argument("--gpus", metavar="N", default="1", help="GPUs (data parallel unless --tp)")
+    p.add_argument("--gpus", metavar="N", default="1", help="GPUs: training data parallel unless --tp; inference "
+                   "splits the layers over them (device_map='auto'; the fullest GPU shown) unless --tp")
     p.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help="DeepSpeed ZeRO stage")
     p.add_argument("--offload", nargs="?", const="optimizer", metavar="WHAT",
                    help="DeepSpeed offload to CPU memory, a comma list: optimizer (ZeRO-Offload: optimizer "
@@ -148,6 +155,17 @@ def _elements(args: argparse.Namespace, name: str) -> int:
     return int(number)
 
 
+def _lora_targets(value: str | None) -> tuple[str, ...] | None:
+    """--lora-targets q,k,v,o -> ("q", "k", "v", "o"); PEFT's module names (q_proj, gate_proj,
+    c_attn, query_key_value) name the same roles. Setup.check judges the names."""
+    if value is None:
+        return None
+    aliases = {"c_attn": "qkv", "query_key_value": "qkv", "dense": "o", "c_proj": "o", "out_proj": "o",
+               "query": "q", "key": "k", "value": "v", "fc1": "up", "fc2": "down", "c_fc": "up"}
+    names = [part.strip().lower().removesuffix("_proj") for part in value.split(",") if part.strip()]
+    return tuple(aliases.get(name, name) for name in names)
+
+
 def _torch_frees_grads(version: str) -> bool:
     """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them)."""
     try:
@@ -184,7 +202,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  head=args.head, context_overhead=context, cuda=cuda,
                  batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),
-                 image_size=_int(args, "image_size"), lora=_int(args, "lora"))
+                 image_size=_int(args, "image_size"), lora=_int(args, "lora"), decoder_seq=_int(args, "decoder_seq"),
+                 ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets))
 
 
 def list_models() -> str:

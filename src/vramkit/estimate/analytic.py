@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .formulas import (
+    LORA_TARGET_NAMES,
     OPTIMIZERS,
     PRECISIONS,
     QUANT_BYTES,
@@ -31,8 +32,10 @@ from .formulas import (
     fmt,
     inference_working_set,
     kv_cache,
+    lora_targets,
     params_of,
     quant_bytes,
+    softmax_bytes,
 )
 from .specs import ENCODERS, EstimateError, ModelSpec, numel, resolve
 
@@ -57,7 +60,7 @@ def default_context(cuda: float) -> int:
 # The largest value each count may take: far past any real training or inference setup, and
 # small enough that the arithmetic stays within floats.
 SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6, "seq": 10**8,
-                "image_size": 10**6, "lora": 10**6}
+                "image_size": 10**6, "lora": 10**6, "decoder_seq": 10**8, "ce_chunk": 10**8}
 ZERO_SIZES = ("zero_reduce_bucket", "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence",
               "zero_max_live")
 
@@ -74,6 +77,9 @@ class Setup:
     checkpointing: bool = False
     attention: str = "eager"  # eager | flash
     lora: int | None = None  # LoRA rank
+    lora_targets: tuple[str, ...] | None = None  # q, k, v, o, gate, up, down or all-linear; None: PEFT's default
+    decoder_seq: int | None = None  # T5: decoder (target) length; None = seq
+    ce_chunk: int | None = None  # LitGPT-style chunked lm_head + cross-entropy: tokens per chunk
     quant: str | None = None  # 8bit | 4bit (frozen base)
     double_quant: bool = False  # 4-bit: the block constants quantized too (bnb_4bit_use_double_quant)
     gpus: int = 1
@@ -148,8 +154,21 @@ class Setup:
         one_of("mode", ("train", "infer"), "train or infer")
         for name in ("batch", "grad_accum", "gpus", "tp"):
             positive(name, allow_none=False)
-        for name in ("seq", "image_size", "lora"):
+        for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk"):
             positive(name)
+        if self.lora_targets is not None:
+            bad = [t for t in self.lora_targets if t not in LORA_TARGET_NAMES]
+            if bad or not self.lora_targets or not self.lora:
+                raise EstimateError(f"must be some of {', '.join(LORA_TARGET_NAMES)}, with a lora rank"
+                                    + (f", not {bad[0]!r}" if bad else ""), param="lora_targets")
+        if self.decoder_seq is not None and spec.family != "t5":
+            raise EstimateError(f"a separate decoder length is for encoder-decoder models (t5), not {spec.family}",
+                                param="decoder_seq")
+        if self.ce_chunk is not None and (self.mode != "train" or spec.head != "lm"):
+            raise EstimateError("chunks the training loss over a vocabulary: needs training with an lm head",
+                                param="ce_chunk")
+        if self.optimizer == "none" and self.zero is not None:
+            raise EstimateError("DeepSpeed ZeRO shards optimizer states: give an optimizer", param="optimizer")
         one_of("precision", PRECISIONS, f"one of {', '.join(PRECISIONS)}")
         one_of("optimizer", OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}")
         one_of("attention", ("eager", "flash"), "eager or flash")
@@ -249,6 +268,8 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
                 f"foreach AdamW's sqrt(exp_avg_sq) temporary: {pt:,} × {wt:g} B")
     if opt == "sgd":
         return 0, 0, "plain SGD keeps no state", "none"
+    if opt == "none":
+        return 0, 0, "no optimizer: a backward pass only (the gradients are kept)", "none"
     if opt == "sgd-momentum":
         return pt * wt, 0, f"momentum buffer: {pt:,} × {wt:g} B", "none"
     if opt == "adafactor":
@@ -278,14 +299,16 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     dt = Dtypes.of(setup.precision, deepspeed=deepspeed and setup.precision != "fp32")
     tp = setup.tp
     dp = setup.gpus // tp
-    p = params_of(spec, setup.lora, tp)
+    p = params_of(spec, setup.lora, tp, setup.lora_targets)
     notes = list(spec.notes)
     if spec.family == "vit":
         seq = spec.seq_for_image(setup.image_size)
     else:
         seq = setup.seq or _default_seq(spec)
-        if spec.family in (*ENCODERS, "gpt2") and spec.max_positions and seq > spec.max_positions:
+        learned = spec.family in ENCODERS or (spec.arch == "gpt" and spec.positions == "learned")
+        if learned and spec.max_positions and seq > spec.max_positions:
             raise EstimateError(f"{seq} is longer than {spec.name}'s {spec.max_positions} positions", param="seq")
+    s_dec = (setup.decoder_seq or seq) if spec.family == "t5" else 0
     terms: list[Term] = []
     b = setup.batch
 
@@ -320,7 +343,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     if lora:
         aw = 4 if setup.precision != "bf16-pure" else 2
-        terms.append(Term("LoRA adapters", p.lora * aw, f"rank {setup.lora} on {'/'.join(_targets(spec))}: "
+        terms.append(Term("LoRA adapters", p.lora * aw, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
                           f"{p.lora:,} params × {aw} B", "weights"))
 
     pt = (p.lora if lora else P) // tp  # trainable params on this GPU (before ZeRO sharding)
@@ -330,9 +353,9 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         if spec.bare:
             notes.append("no activations or KV cache: a bare parameter count has no shape")
         else:
-            kv = kv_cache(spec, b, seq, x, tp)
+            kv = kv_cache(spec, b, seq, x, tp, s_dec)
             if kv:
-                terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp), "kv"))
+                terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
             if spec.family == "gpt2":  # k and v are views of one c_attn output: its q third stays too
                 terms.append(Term("q beside the cache (fused qkv)", kv // 2, "GPT-2's cache keeps views of the fused "
                                   "qkv projection, so its q third stays allocated through the prefill", "kv"))
@@ -345,6 +368,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                                   "transient"))
         if setup.quant:
             terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
+        if setup.gpus > 1 and tp == 1:
+            terms = _split_over_gpus(spec, p, setup.gpus, terms, notes)
         moments = {"forward": {t.name: t.bytes for t in terms}}
         return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
@@ -391,8 +416,9 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         return _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
 
     # ---- activations
-    sh = Shape(b=b, s=seq, s_dec=seq if spec.family == "t5" else 0, tp=tp)
-    acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant))
+    sh = Shape(b=b, s=seq, s_dec=s_dec, tp=tp)
+    acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant),
+                       targets=setup.lora_targets)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)
@@ -418,11 +444,14 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         terms.append(Term("autocast 16-bit weight copies", cast_copies,
                           f"{p.cast:,} matmul params × 2 B, cached for the forward and kept for backward",
                           "transient"))
-    logits_extra = 8 * acts.logits // tp
+    # LitGPT's chunked lm_head + cross-entropy: the fp32 copy and the loss gradient one chunk at a time
+    chunk_logits = acts.logits if not setup.ce_chunk else acts.logits * min(setup.ce_chunk, s_dec or seq) // (
+        s_dec or seq)
+    logits_extra = 8 * chunk_logits // tp
     # Backward of one layer holds the gradients of its largest activations for a moment (e.g.
     # softmax backward: grad of probs and of scores together).
     T = b * seq
-    sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
+    sm = softmax_bytes(spec, dt)
     scores = 0 if setup.attention == "flash" else b * spec.heads * seq * seq * sm // tp
     gx = 4 if spec.ffn == "gelu-new" and dt.mixed else dt.x  # gelu_new's chain runs in fp32 under autocast
     layer_bwd = 2 * max(T * spec.intermediate * gx // tp, scores, T * spec.hidden * dt.r)
@@ -431,7 +460,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                       + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient"))
     if logits_extra:
         terms.append(Term("loss-gradient transients (fp32)", logits_extra,
-                          f"grad of log-softmax + grad of logits: {acts.logits:,} logits × 8 B", "transient"))
+                          f"grad of log-softmax + grad of logits: {chunk_logits:,} logits × 8 B"
+                          + (f" (one chunk of {setup.ce_chunk} tokens)" if setup.ce_chunk else ""), "transient"))
     if setup.checkpointing:
         terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if dt.mixed else 0),
                           f"one layer's activations rebuilt in backward: {fmt(recompute)}"
@@ -446,7 +476,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     # later micro-steps run with gradients held; so does every step when zero_grad keeps them
     g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
     copies_bwd = cast_copies if not setup.checkpointing else (2 * p.head_cast // tp if cast_copies else 0)
-    fwd_logits = (dt.x + 4 if dt.x != 4 else 4) * acts.logits // tp
+    fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
 
     def moments_with(o_bytes: int) -> dict[str, dict[str, int]]:
         base = {**always, Opt.name: o_bytes}
@@ -477,10 +507,10 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     if lora and setup.quant:
         notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
                      "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; adapters on "
-                     + "/".join(_targets(spec)))
+                     + "/".join(_targets(spec, setup)))
     elif lora:
         notes.append("LoRA: frozen linears keep no inputs for weight gradients; adapters on "
-                     + "/".join(_targets(spec)))
+                     + "/".join(_targets(spec, setup)))
     notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
                  "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
                  "allocated through the next forward and backward")
@@ -506,6 +536,35 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     buffers = f"int8 input + int32 output {fmt(int8)}" if rows else "its int8 input and int32 output not counted"
     return Term("dequantized weight", size, f"LLM.int8 matmul of the largest quantized matrix {shape}: {buffers}"
                 + (f"; backward dequantizes the weight {fmt(weight)}" if train else ""), "transient")
+
+
+def _split_over_gpus(spec: ModelSpec, p: Params, gpus: int, terms: list[Term], notes: list[str]) -> list[Term]:
+    """Inference with the layers split over `gpus` (device_map="auto", one GPU at a time computing):
+    the fullest GPU holds its share of the layers, and the embeddings (first GPU) or the final norm
+    and lm_head (last GPU), whichever is larger; the KV cache is its layers' share."""
+    layers = spec.layers + spec.decoder_layers
+    if spec.bare or layers < 2:
+        share = 1 / gpus
+        what = f"1/{gpus} of the parameters (a bare count: no layers known)"
+    else:
+        per_gpu = -(-layers // min(gpus, layers))
+        in_layers = sum(numel(s) for n, s, _ in p.shapes if n.startswith(("layer", "encoder.", "decoder.")))
+        tail = sum(numel(s) for n, s, _ in p.shapes if n.startswith(("lm_head", "norm_f", "classifier", "head.")))
+        head = p.total - in_layers - tail
+        fullest = in_layers * per_gpu // layers + max(head, tail) if not spec.tied else \
+            in_layers * per_gpu // layers + head + tail
+        share = fullest / p.total
+        what = f"{per_gpu} of {layers} layers + the larger end ({max(head, tail):,} params) on the fullest GPU"
+    kv_share = (-(-layers // min(gpus, max(layers, 1))) / layers) if layers else 1 / gpus
+    notes.append(f"split over {gpus} GPUs (device_map='auto', layer by layer): the fullest GPU is shown")
+    out = []
+    for t in terms:
+        if t.kind == "weights":
+            t = Term(t.name, int(t.bytes * share), f"{t.formula}; × {share:.3f}: {what}", t.kind)
+        elif t.kind == "kv":
+            t = Term(t.name, int(t.bytes * kv_share), f"{t.formula}; × {kv_share:.3f}: this GPU's layers", t.kind)
+        out.append(t)
+    return out
 
 
 def _zero_buckets(setup: Setup, pt: int, w16: int) -> Term:
@@ -537,16 +596,18 @@ def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> l
                  f"whole on every GPU × {w16} B", "weights")]
 
 
-def _targets(spec: ModelSpec) -> tuple[str, ...]:
-    from .formulas import LORA_TARGETS
-    return LORA_TARGETS.get(spec.family, LORA_TARGETS["default"])
+def _targets(spec: ModelSpec, setup: Setup) -> tuple[str, ...]:
+    return lora_targets(spec, setup.lora_targets)
 
 
-def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int) -> str:
+def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int, s_dec: int = 0) -> str:
     if spec.family == "t5":
-        return f"2 × {spec.decoder_layers} layers × {b} × ({s} self + {s} cross) × {spec.inner} × {x} B"
-    return (f"2 (k,v) × {spec.layers} layers × {b} × {s} tokens × {spec.kv_heads} kv-heads × "
-            f"{spec.head_dim} × {x} B" + (f" / tp {tp}" if tp > 1 else ""))
+        return f"2 × {spec.decoder_layers} layers × {b} × ({s_dec or s} self + {s} cross) × {spec.inner} × {x} B"
+    window = spec.sliding_window and s > spec.sliding_window
+    tokens = f"{spec.sliding_window} tokens (the sliding window)" if window else f"{s} tokens"
+    return (f"2 (k,v) × {spec.layers} layers × {b} × {tokens} × {spec.kv_heads} kv-heads"
+            + (" (multi-query)" if spec.kv_heads == 1 else " (grouped-query)" if spec.kv_heads < spec.heads else "")
+            + f" × {spec.head_dim} × {x} B" + (f" / tp {tp}" if tp > 1 else ""))
 
 
 def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: list[Term],

@@ -16,7 +16,7 @@ from .specs import ENCODERS, ModelSpec, numel, param_shapes, typical_hidden
 MiB = 1024**2
 GiB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
-OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "none")  # none: backward only
 QUANT_BYTES = {"8bit": 1.0, "4bit": 0.5 + 4 / 64}  # int8 / NF4 + an fp32 absmax per 64-block
 # bitsandbytes' double quantization: the absmax constants 8-bit per 64-block, plus an fp32 constant
 # per 256 of them (QLoRA paper §3: 0.5 + 4/64 -> 0.5 + 1/64 + 4/(64·256) bytes per weight)
@@ -28,7 +28,10 @@ UNQUANTIZED_OUTPUTS = ("lm_head.weight", "classifier.weight", "head.classifier.w
 def quant_bytes(quant: str, double_quant: bool = False) -> float:
     """Bytes per quantized weight, with its block constants."""
     return DOUBLE_QUANT_4BIT if quant == "4bit" and double_quant else QUANT_BYTES[quant]
-LORA_TARGETS = {"gpt2": ("qkv",), "default": ("q", "v")}  # PEFT's default target modules
+ALL_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")  # the linears of a layer, by role
+LORA_TARGET_NAMES = (*ALL_LINEAR, "qkv", "all-linear")
+# Families whose HF attention runs the softmax in fp32 whatever the input dtype
+UPCAST_SOFTMAX = ("gpt_bigcode", "gpt_neox", "opt", "bloom")
 
 
 @dataclass
@@ -97,15 +100,16 @@ class Params:
     shapes: list[tuple[str, tuple[int, ...], bool]] = field(default_factory=list)
 
 
-def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1) -> Params:
+def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
+              targets: tuple[str, ...] | None = None) -> Params:
     shapes = param_shapes(spec)
     total = sum(numel(s) for _, s, _ in shapes)
     cast = sum(numel(s) for _, s, c in shapes if c)
-    if spec.family in ("gpt2",) or (spec.head == "lm" and spec.tied and spec.family in (*ENCODERS, "t5")):
+    if (spec.arch == "gpt" and spec.tied) or (spec.head == "lm" and spec.tied and spec.family in (*ENCODERS, "t5")):
         # The tied LM head multiplies by the (embedding) matrix: autocast casts it too.
         emb = next(s for n, s, _ in shapes if n in ("wte", "shared", "embeddings.word"))
         cast += numel(emb)
-    if spec.family == "llama" and spec.tied:
+    if spec.arch == "llama" and spec.tied:
         cast += spec.vocab * spec.hidden
     layer_sizes: dict[str, int] = {}
     layer_cast: dict[str, int] = {}
@@ -121,11 +125,11 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1) -> Par
     layers_cast = one_layer_cast * (n_layers if not spec.shared_layers else 1)
     lora = 0
     if lora_rank:
-        targets = LORA_TARGETS.get(spec.family, LORA_TARGETS["default"])
+        adapted = lora_targets(spec, targets)
         for name, s, _ in shapes:
             parts = name.split(".")
-            if parts[-1] == "weight" and len(s) == 2 and parts[-2] in targets \
-                    and any(k in f".{name}" for k in (".attn.", ".self.", ".cross.")):
+            if parts[-1] == "weight" and len(s) == 2 and parts[-2] in adapted \
+                    and any(k in f".{name}" for k in (".attn.", ".self.", ".cross.", ".ffn")):
                 lora += lora_rank * (s[0] + s[1])
     ada = sum((s[0] + numel(s) // s[0]) if len(s) >= 2 else numel(s) for _, s, _ in shapes)
     if spec.bare:  # no shapes: every parameter counts as quantized, its largest matrix a typical one
@@ -172,7 +176,7 @@ def _norm(spec: ModelSpec, tokens: int, width: int, dt: Dtypes, input_bytes: int
     """LayerNorm saves its input and fp32 mean/rstd; HF's RMSNorms save an fp32 input and the
     normalised tensor (LLaMA keeps it in the input dtype, T5 in fp32 or the weight dtype)."""
     if spec.rmsnorm:
-        if spec.family == "llama" and dt.r == 2:
+        if spec.arch == "llama" and dt.r == 2:
             return tokens * width * (4 + 2) + tokens * 4
         return tokens * width * 8 + tokens * 4
     return tokens * width * (input_bytes or dt.r) + tokens * 8
@@ -182,77 +186,124 @@ def _softmax_bytes(spec: ModelSpec, dt: Dtypes) -> int:
     """Bytes per attention-score element saved for backward: the softmax output (fp32 under
     autocast, and always fp32 in LLaMA/T5 code), the dropout mask and the probabilities the
     second matmul keeps (a 16-bit cast or the dropout output)."""
-    sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
+    sm = softmax_bytes(spec, dt)
     if spec.attn_dropout > 0:
         return sm + 1 + dt.x
     return sm + (dt.x if sm != dt.x else 0)
 
 
-def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, sq: int, sk: int,
+def softmax_bytes(spec: ModelSpec, dt: Dtypes) -> int:
+    """The softmax's dtype: fp32 under autocast, and in the code of every family but GPT-2 and the
+    encoders, which run it in the input dtype."""
+    return 4 if (dt.mixed or spec.arch in ("llama", "t5") or spec.family in UPCAST_SOFTMAX) else dt.x
+
+
+def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, keeps: frozenset[str], sq: int, sk: int,
                cross: bool = False) -> list[tuple[str, int]]:
     b, t = sh.b, sh.tp
     tq, tk = b * sq, b * sk
     inner, a = spec.inner, spec.heads
+    # GPT-BigCode's multi-query attention multiplies by its one k and v head as they are; GQA's
+    # repeat_kv makes full-width copies
+    kv_inner = spec.kv_width or inner
     out: list[tuple[str, int]] = []
-    fused = spec.family == "gpt2"
     if cross:  # q reads the decoder stream; k and v the encoder output (counted once, outside)
-        out.append(("cross-attention query input", _lin_in(tq, spec.hidden, 1, dt, not lora or True)))
+        out.append(("cross-attention query input", _lin_in(tq, spec.hidden, 1, dt, "q" in keeps)))
     else:
-        k = (1 if fused else 2) if lora else (1 if fused else 3)
+        k = int(bool(keeps & {"q", "k", "v"})) if spec.fused_qkv else len(keeps & {"q", "k", "v"})
         out.append(("q/k/v projection input" + (" (16-bit casts)" if dt.mixed else ""),
                     _lin_in(tq, spec.hidden, k, dt)))
+    if spec.qk_norm:  # Qwen3's per-head RMSNorm of q and k: fp32 input, normalised copy, rstd per head
+        heads = spec.heads + spec.kv_heads
+        out.append(("q/k norms", tq * heads * spec.head_dim * (4 + dt.x) // t + tq * heads * 4 // t))
     if flash:
         out.append(("q, k, v, output kept by the fused attention kernel",
-                    (tq * inner + 2 * tk * inner + tq * inner) * dt.x // t + b * a * sq * 4 // t))
+                    (tq * inner + 2 * tk * kv_inner + tq * inner) * dt.x // t + b * a * sq * 4 // t))
     else:
-        out.append(("q, kᵀ, v copies for the two matmuls", (tq * inner + 2 * tk * inner) * dt.x // t))
+        out.append(("q, kᵀ, v copies for the two matmuls", (tq * inner + 2 * tk * kv_inner) * dt.x // t))
         out.append((f"attention scores: softmax + dropout + probs ({_softmax_bytes(spec, dt)} B/elem)",
                     b * a * sq * sk * _softmax_bytes(spec, dt) // t))
-    if not lora:
+    if "o" in keeps:
         out.append(("attention context (output-projection input)", tq * inner * dt.x // t))
     if spec.hidden_dropout > 0:
         out.append(("dropout mask after attention", tq * spec.hidden))
     return out
 
 
-def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, lora: bool, tp: int) -> list[tuple[str, int]]:
+def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, keeps: frozenset[str], tp: int) -> list[tuple[str, int]]:
     i = spec.intermediate
     gated = spec.ffn in ("swiglu", "gated-gelu")
-    out = [("feed-forward input" + (" (16-bit casts)" if dt.mixed else ""),
-            _lin_in(tokens, spec.hidden, 2 if gated else 1, dt, saved=not lora))]
+    down = "down" in keeps
+    routed = ""
+    out: list[tuple[str, int]] = []
+    if spec.moe:  # HF's Mixtral loop: each expert reads an indexed copy of its tokens' states, its
+        # weighted output is kept for the routing weight's gradient; router logits and probabilities
+        out.append(("router logits and softmax (fp32)", tokens * spec.experts * (dt.x + 4 + 4) // tp))
+        out.append((f"expert inputs and weighted outputs (top {spec.top_k})",
+                    tokens * spec.top_k * spec.hidden * dt.x * 2 // tp))
+        tokens *= spec.top_k
+        routed = f", × top {spec.top_k} experts per token"
+    out.append(("feed-forward input" + (" (16-bit casts)" if dt.mixed else ""),
+                _lin_in(tokens, spec.hidden, len(keeps & {"gate", "up"}) if gated else 1, dt,
+                        saved=bool(keeps & {"gate", "up"}))))
     inner_drop = spec.family == "t5" and spec.hidden_dropout > 0
     if spec.ffn == "relu":
         per = dt.x + ((1 + dt.x) if inner_drop else 0)  # relu keeps its output = the down input
         what = "relu output" + (" + dropout mask + dropped" if inner_drop else "")
     elif gated:
-        per = (3 if lora else 4) * dt.x + (1 if inner_drop else 0)
-        what = "gate activation in/out, up projection, product" + (" + dropout mask" if inner_drop else "")
+        per = (4 if down else 3) * dt.x + (1 if inner_drop else 0)
+        what = "gate activation in/out, up projection" + (", product" if down else "") + (
+            " + dropout mask" if inner_drop else "")
     else:
-        per = (1 if lora else 2) * dt.x
-        what = "gelu input" + ("" if lora else " and output (down-projection input)")
+        per = (2 if down else 1) * dt.x
+        what = "gelu input" + (" and output (down-projection input)" if down else "")
         if spec.ffn == "gelu-new":  # HF's Python-op GELU keeps tanh, 1 + tanh and 0.5·x (fp32 under
             per += 12 if dt.mixed else 3 * dt.x  # autocast, where pow keeps an fp32 copy of x instead of x)
             what += "; gelu_new's tanh, 1 + tanh, 0.5·x" + (" and fp32 copy" if dt.mixed else "")
-    out.append((f"feed-forward inner ({what}, {per} B × {i} wide)", tokens * i * per // tp))
+    out.append((f"feed-forward inner ({what}, {per} B × {i} wide{routed})", tokens * i * per // tp))
     if spec.hidden_dropout > 0:
         out.append(("dropout mask after feed-forward", tokens * spec.hidden))
     return out
 
 
-def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False) -> Acts:
-    """`quantized`: the layers' linears are bitsandbytes' 4/8-bit ones, whose autograd functions
-    (MatMul4Bit, MatMul8bitLt) keep their input whenever it needs a gradient, frozen weight or not,
-    so under LoRA they save what full training saves; the 16-bit output module does not."""
+def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The linears LoRA adapts: `targets` (q, k, v, o, gate, up, down; all-linear for every one) or
+    PEFT's default for the family (q and v; the fused qkv projection where there is one)."""
+    if not targets:
+        return ("qkv",) if spec.fused_qkv else ("q", "v")
+    if "all-linear" in targets:
+        targets = ALL_LINEAR
+    if spec.fused_qkv:  # one projection: adapting any of q, k, v adapts it
+        fused = ("qkv",) if set(targets) & {"q", "k", "v", "qkv"} else ()
+        return fused + tuple(t for t in targets if t not in ("q", "k", "v", "qkv"))
+    return tuple(dict.fromkeys(t for x in targets for t in (("q", "k", "v") if x == "qkv" else (x,))))
+
+
+def _keeps(spec: ModelSpec, lora: bool, quantized: bool, targets: tuple[str, ...] | None) -> frozenset[str]:
+    """The linears of a layer that keep their input for backward: all of them in full training and
+    under bitsandbytes (MatMul4Bit, MatMul8bitLt keep it whenever it needs a gradient, frozen weight or
+    not); under 16-bit LoRA only the adapted ones (their adapters read it)."""
+    if not lora or quantized:
+        return frozenset(ALL_LINEAR)
+    adapted = lora_targets(spec, targets)
+    return frozenset(t for x in adapted for t in (("q", "k", "v") if x == "qkv" else (x,)))
+
+
+def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False,
+                targets: tuple[str, ...] | None = None) -> Acts:
+    """`quantized`: the layers' linears are bitsandbytes' 4/8-bit ones (see _keeps); the 16-bit
+    output module keeps no input under LoRA. `targets`: the LoRA target modules."""
     b, s = sh.b, sh.s
+    keeps = _keeps(spec, lora, quantized, targets)
     outer_lora = lora
     lora = lora and not quantized
     T = b * s
     h = spec.hidden
     fam = spec.family
     layer_terms: list[tuple[str, int]] = []
-    if fam in ENCODERS or fam in ("gpt2", "llama", "vit", "t5"):
-        attn = _attention(spec, sh, dt, flash, lora, s, s)
-        ffn = _ffn(spec, T, dt, lora, sh.tp)
+    if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
+        attn = _attention(spec, sh, dt, flash, keeps, s, s)
+        ffn = _ffn(spec, T, dt, keeps, sh.tp)
         if spec.pre_norm:
             layer_terms = [("norm before attention", _norm(spec, T, h, dt))] + attn + \
                           [("norm before feed-forward", _norm(spec, T, h, dt))] + ffn
@@ -284,9 +335,11 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
                         ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
                         ("labels", T * 8)]
             acts.logits = T * spec.vocab
-    elif fam in ("gpt2", "llama"):
-        if fam == "gpt2" and spec.hidden_dropout > 0:
+    elif spec.arch in ("gpt", "llama"):
+        if spec.arch == "gpt" and spec.hidden_dropout > 0:
             outside.append(("embedding dropout mask", T * h))
+        if spec.embed_norm:
+            outside.append(("embedding norm", _norm(spec, T, h, dt)))
         outside += [("final norm", _norm(spec, T, h, dt)),
                     ("LM head input", _lin_in(T, h, 1, dt, not outer_lora)),
                     ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
@@ -300,13 +353,13 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     elif fam == "t5":
         sd = sh.s_dec or s
         Td = b * sd
-        dec_self = _attention(spec, sh, dt, flash, lora, sd, sd)
-        dec_cross = _attention(spec, sh, dt, flash, lora, sd, s, cross=True)
+        dec_self = _attention(spec, sh, dt, flash, keeps, sd, sd)
+        dec_cross = _attention(spec, sh, dt, flash, keeps, sd, s, cross=True)
         if dt.mixed:  # every decoder layer casts the fp32 encoder output for its k and v
-            dec_cross.append(("encoder output, cast for cross k/v", _lin_in(T, h, 1 if lora else 2, dt)))
+            dec_cross.append(("encoder output, cast for cross k/v", _lin_in(T, h, len(keeps & {"k", "v"}), dt)))
         dec_terms = [("norm before self-attention", _norm(spec, Td, h, dt))] + dec_self + \
                     [("norm before cross-attention", _norm(spec, Td, h, dt))] + dec_cross + \
-                    [("norm before feed-forward", _norm(spec, Td, h, dt))] + _ffn(spec, Td, dt, lora, sh.tp)
+                    [("norm before feed-forward", _norm(spec, Td, h, dt))] + _ffn(spec, Td, dt, keeps, sh.tp)
         acts.dec_terms = dec_terms
         acts.dec_layer = sum(v for _, v in dec_terms)
         drop = spec.hidden_dropout > 0
@@ -327,12 +380,15 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     return acts
 
 
-def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1) -> int:
-    """2 (k and v) · layers · batch · context · kv-heads · head-dim · bytes."""
-    if spec.family in ("gpt2", "llama"):
-        return 2 * spec.layers * b * s * spec.kv_heads * spec.head_dim * x // tp
+def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 0) -> int:
+    """2 (k and v) · layers · batch · context · kv-heads · head-dim · bytes (T5: the decoder's
+    `s_dec` tokens of self-attention and the encoder's `s` of cross-attention)."""
+    if spec.arch in ("gpt", "llama"):
+        # a sliding-window cache keeps the last `window` tokens (HF's sliding-window cache layers, vLLM)
+        kept = min(s, spec.sliding_window) if spec.sliding_window else s
+        return 2 * spec.layers * b * kept * spec.kv_heads * spec.head_dim * x // tp
     if spec.family == "t5":  # decoder self-attention + cross-attention caches
-        return 2 * spec.decoder_layers * b * (s + s) * spec.inner * x // tp
+        return 2 * spec.decoder_layers * b * ((s_dec or s) + s) * spec.inner * x // tp
     return 0
 
 
@@ -344,7 +400,7 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     # the residual stream and its norm; post-LN layers (BERT) also hold the sublayer output and the
     # sum the norm reads (traced, and measured on an H200: BERT-Large inference was 64 MiB short without)
     base = (2 if spec.pre_norm else 4) * T * h * dt.r
-    sm = 4 if (dt.mixed or spec.family in ("llama", "t5")) else dt.x
+    sm = softmax_bytes(spec, dt)
     if flash:
         attn = base + 4 * T * inner * dt.x // tp
     else:
@@ -354,5 +410,9 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     gated = spec.ffn in ("swiglu", "gated-gelu")
     # gelu_new's Python ops hold x, 0.5·x, 1 + tanh and their product at once: two more than F.gelu
     inner_tensors = 3 if gated else (4 if spec.ffn == "gelu-new" else 2)
-    ffn = base + T * spec.intermediate * dt.x * inner_tensors // tp
+    if spec.moe:  # the experts run one after another, each on its share of the routed tokens
+        # (balanced routing), beside the output they accumulate into
+        ffn = base + T * h * dt.x + T * spec.top_k * spec.intermediate * dt.x * inner_tensors // spec.experts // tp
+    else:
+        ffn = base + T * spec.intermediate * dt.x * inner_tensors // tp
     return max(attn, ffn)

@@ -22,8 +22,13 @@ class EstimateError(RequestError):
     `param` names the Setup field when one is to blame."""
 
 
-FAMILIES = ("bert", "roberta", "distilbert", "albert", "gpt2", "llama", "t5", "vit")
+FAMILIES = ("bert", "roberta", "distilbert", "albert", "gpt2", "gpt_bigcode", "gpt_neox", "opt", "bloom", "llama",
+            "mistral", "mixtral", "qwen2", "qwen3", "gemma", "t5", "vit")
 ENCODERS = ("bert", "roberta", "distilbert", "albert")
+# Decoders built like GPT-2 (LayerNorm, biases, a plain two-matrix MLP) and like LLaMA (RMSNorm,
+# rotary positions, a gated MLP, no biases): each family keeps its own name and differs in traits
+GPT_LIKE = ("gpt2", "gpt_bigcode", "gpt_neox", "opt", "bloom")
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,16 @@ class ModelSpec:
     channels: int = 3
     num_labels: int = 2
     head: str = "cls"  # cls (classification) | lm (language-model logits over the vocabulary)
+    # decoder traits
+    kv_width: int = 0  # GPT-BigCode's fused c_attn: k and v are one head each (multi-query); else 0
+    fused_qkv: bool = False  # one q/k/v projection (GPT-2, GPT-BigCode, GPT-NeoX, BLOOM)
+    positions: str = "learned"  # learned (an embedding table) | rotary | alibi | relative (T5)
+    parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
+    embed_norm: bool = False  # BLOOM's LayerNorm after the word embeddings
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head's q and k
+    sliding_window: int = 0  # Mistral: attention (and a sliding-window KV cache) sees this many tokens
+    experts: int = 0  # Mixtral: feed-forward experts per layer (every one's weights on the GPU)
+    top_k: int = 0  # ... of which each token is routed through top_k
     params: int = 0  # only for family "params"
     source: str = "catalog"
     notes: tuple[str, ...] = field(default=())
@@ -62,12 +77,17 @@ class ModelSpec:
         return self.family == "params"
 
     @property
+    def arch(self) -> str:
+        """The code the formulas follow: gpt (GPT-2-like decoders), llama (LLaMA-like), or the family."""
+        return "gpt" if self.family in GPT_LIKE else "llama" if self.family in LLAMA_LIKE else self.family
+
+    @property
     def pre_norm(self) -> bool:
-        return self.family in ("gpt2", "llama", "t5", "vit")
+        return self.arch in ("gpt", "llama", "t5", "vit")
 
     @property
     def rmsnorm(self) -> bool:
-        return self.family in ("llama", "t5")
+        return self.arch in ("llama", "t5")
 
     @property
     def inner(self) -> int:
@@ -76,12 +96,16 @@ class ModelSpec:
 
     @property
     def causal(self) -> bool:
-        return self.family in ("gpt2", "llama")
+        return self.arch in ("gpt", "llama")
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
 
     def with_head(self, head: str | None) -> ModelSpec:
         if head is None or head == self.head or self.bare:
             return self
-        if head == "cls" and self.family in ("gpt2", "llama", "t5"):
+        if head == "cls" and self.arch in ("gpt", "llama", "t5"):
             raise EstimateError(f"{self.name}: only the language-model head (lm) is modelled for {self.family}",
                                 param="head")
         if head == "lm" and self.family == "vit":
@@ -146,19 +170,76 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
             name=name, family="gpt2", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=int(_opt(cfg, "n_inner", 4 * h)),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "n_positions", 1024)),
-            embedding_size=h, tied=True, attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
+            embedding_size=h, tied=True, fused_qkv=True, attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
             ffn="gelu-new" if _opt(cfg, "activation_function", "gelu_new") == "gelu_new" else "gelu",
             hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)), head="lm", source=source)
-    if mtype in ("llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense"):
+    if mtype == "gpt_bigcode":  # StarCoder, SantaCoder: GPT-2 with multi-query attention
+        h = _need(cfg, "n_embd", "hidden_size", where=where)
+        heads = _need(cfg, "n_head", "num_attention_heads", where=where)
+        mqa = bool(_opt(cfg, "multi_query", True))
+        act = str(_opt(cfg, "activation_function", "gelu_pytorch_tanh"))
+        return ModelSpec(
+            name=name, family="gpt_bigcode", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
+            heads=heads, kv_heads=1 if mqa else heads, head_dim=h // heads, kv_width=h // heads if mqa else 0,
+            intermediate=int(_opt(cfg, "n_inner", 4 * h)), vocab=_need(cfg, "vocab_size", where=where),
+            max_positions=int(_opt(cfg, "n_positions", 8192)), embedding_size=h, fused_qkv=True,
+            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
+            ffn="gelu-new" if act == "gelu_new" else "gelu", hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)),
+            head="lm", source=source)
+    if mtype == "gpt_neox":  # Pythia, GPT-NeoX-20B
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
         return ModelSpec(
-            name=name, family="llama", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
+            name=name, family="gpt_neox", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
+            kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
+            vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "max_position_embeddings", 2048)),
+            embedding_size=h, fused_qkv=True, positions="rotary",
+            parallel_residual=bool(_opt(cfg, "use_parallel_residual", True)),
+            tied=bool(_opt(cfg, "tie_word_embeddings", False)), qkv_bias=bool(_opt(cfg, "attention_bias", True)),
+            attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
+            hidden_dropout=float(_opt(cfg, "hidden_dropout", 0.0)), ffn="gelu", head="lm", source=source)
+    if mtype == "opt":
+        h = _need(cfg, "hidden_size", where=where)
+        heads = _need(cfg, "num_attention_heads", where=where)
+        embed_proj = int(_opt(cfg, "word_embed_proj_dim", h))
+        if embed_proj != h or not bool(_opt(cfg, "do_layer_norm_before", True)):
+            raise EstimateError(f"{where}: OPT with a projected embedding or post-norm layers (opt-350m) is not "
+                                "supported (supported: OPT models with word_embed_proj_dim = hidden_size)")
+        act = str(_opt(cfg, "activation_function", "relu"))
+        return ModelSpec(
+            name=name, family="opt", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
+            kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "ffn_dim", "intermediate_size", where=where),
+            vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "max_position_embeddings", 2048)),
+            embedding_size=h, ffn="relu" if act == "relu" else "gelu", qkv_bias=bool(_opt(cfg, "enable_bias", True)),
+            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
+            hidden_dropout=float(_opt(cfg, "dropout", 0.1)), head="lm", source=source)
+    if mtype == "bloom":
+        h = _need(cfg, "hidden_size", "n_embed", where=where)
+        heads = _need(cfg, "n_head", "num_attention_heads", where=where)
+        return ModelSpec(
+            name=name, family="bloom", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
+            heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=4 * h,
+            vocab=_need(cfg, "vocab_size", where=where), max_positions=0, embedding_size=h, fused_qkv=True,
+            positions="alibi", embed_norm=True, tied=bool(_opt(cfg, "tie_word_embeddings", True)), ffn="gelu",
+            attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
+            hidden_dropout=float(_opt(cfg, "hidden_dropout", 0.0)), head="lm", source=source)
+    if mtype in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma"):
+        h = _need(cfg, "hidden_size", where=where)
+        heads = _need(cfg, "num_attention_heads", where=where)
+        act = str(_opt(cfg, "hidden_activation", None) or _opt(cfg, "hidden_act", "silu"))
+        window = _opt(cfg, "sliding_window", 0) if mtype in ("mistral", "mixtral") or _opt(
+            cfg, "use_sliding_window", False) else 0
+        experts = int(_opt(cfg, "num_local_experts", 0)) if mtype == "mixtral" else 0
+        return ModelSpec(
+            name=name, family=mtype, hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=int(_opt(cfg, "num_key_value_heads", heads)), head_dim=int(_opt(cfg, "head_dim", h // heads)),
             intermediate=_need(cfg, "intermediate_size", where=where), vocab=_need(cfg, "vocab_size", where=where),
-            max_positions=int(_opt(cfg, "max_position_embeddings", 4096)), embedding_size=h, ffn="swiglu",
-            tied=bool(_opt(cfg, "tie_word_embeddings", False)),
-            qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")),
+            max_positions=int(_opt(cfg, "max_position_embeddings", 4096)), embedding_size=h,
+            ffn="gated-gelu" if act.startswith("gelu") else "swiglu", positions="rotary",
+            tied=bool(_opt(cfg, "tie_word_embeddings", mtype == "gemma")),
+            qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")), qk_norm=mtype == "qwen3",
+            sliding_window=int(window or 0), experts=experts,
+            top_k=int(_opt(cfg, "num_experts_per_tok", 2)) if experts else 0,
             attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)), hidden_dropout=0.0, head="lm", source=source)
     if mtype in ("t5", "mt5"):
         h = _need(cfg, "d_model", where=where)
@@ -193,7 +274,8 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
 
 # every model_type from_config reads (kept beside it; tests check each one is accepted)
 SUPPORTED_TYPES = ("bert", "roberta", "xlm-roberta", "albert", "camembert", "electra", "distilbert", "gpt2",
-                   "llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral_dense", "t5", "mt5", "vit")
+                   "gpt_bigcode", "gpt_neox", "opt", "bloom", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma",
+                   "t5", "mt5", "vit")
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmbt])\s*$", re.I)
 _WHOLE_RE = re.compile(r"^\s*([0-9]+)\s*$")  # a plain number of parameters: 15517456384
@@ -311,20 +393,30 @@ def param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...], bool]]:
             norm("head.norm", e)
             out.append(("head.decoder.bias", (v,), True))  # the decoder weight is the word embedding
         return out
-    if fam == "gpt2":
+    if spec.arch == "gpt":
         out.append(("wte", (v, h), False))
-        out.append(("wpe", (spec.max_positions, h), False))
+        if spec.positions == "learned":  # OPT's table has 2 more rows (its positions start at 2)
+            out.append(("wpe", (spec.max_positions + (2 if fam == "opt" else 0), h), False))
+        if spec.embed_norm:
+            norm("embed_norm", h)
+        kv = spec.kv_width or h  # GPT-BigCode's multi-query c_attn: q, then one head each of k and v
         for n in range(spec.layers):
             p = f"layer{n}"
             norm(f"{p}.norm1", h)
-            lin(f"{p}.attn.qkv", h, 3 * h)
+            if spec.fused_qkv:
+                lin(f"{p}.attn.qkv", h, h + 2 * kv, spec.qkv_bias)
+            else:
+                for proj in ("q", "k", "v"):
+                    lin(f"{p}.attn.{proj}", h, h, spec.qkv_bias)
             lin(f"{p}.attn.o", h, h)
             norm(f"{p}.norm2", h)
             lin(f"{p}.ffn.up", h, i)
             lin(f"{p}.ffn.down", i, h)
         norm("norm_f", h)
+        if not spec.tied:
+            lin("lm_head", h, v, False)
         return out
-    if fam == "llama":
+    if spec.arch == "llama":
         d, kv, a = spec.head_dim, spec.kv_heads, spec.heads
         out.append(("embed", (v, h), False))
         for n in range(spec.layers):
@@ -333,11 +425,18 @@ def param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...], bool]]:
             lin(f"{p}.attn.q", h, a * d, spec.qkv_bias)
             lin(f"{p}.attn.k", h, kv * d, spec.qkv_bias)
             lin(f"{p}.attn.v", h, kv * d, spec.qkv_bias)
+            if spec.qk_norm:
+                norm(f"{p}.attn.q_norm", d, bias=False)
+                norm(f"{p}.attn.k_norm", d, bias=False)
             lin(f"{p}.attn.o", a * d, h, False)
             norm(f"{p}.norm2", h, bias=False)
-            lin(f"{p}.ffn.gate", h, i, False)
-            lin(f"{p}.ffn.up", h, i, False)
-            lin(f"{p}.ffn.down", i, h, False)
+            if spec.moe:
+                lin(f"{p}.ffn.router", h, spec.experts, False)
+            for e in range(spec.experts or 1):
+                x = f".expert{e}" if spec.moe else ""
+                lin(f"{p}.ffn{x}.gate", h, i, False)
+                lin(f"{p}.ffn{x}.up", h, i, False)
+                lin(f"{p}.ffn{x}.down", i, h, False)
         norm("norm_f", h, bias=False)
         if not spec.tied:
             lin("lm_head", h, v, False)

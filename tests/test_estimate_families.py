@@ -1,0 +1,123 @@
+"""The decoder families beyond GPT-2 and LLaMA, their attention variants in the KV cache, and the
+setups issue 16 found missing (LoRA targets, T5's decoder length, no optimizer, layers split over
+GPUs for inference, chunked cross-entropy)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_one_line_error, run_vram
+
+from vramkit.estimate import catalog
+from vramkit.estimate.analytic import estimate
+from vramkit.estimate.formulas import kv_cache, params_of
+from vramkit.estimate.specs import EstimateError, from_config, param_count, resolve
+
+# the parameter counts the models' cards and papers publish
+PUBLISHED = {"starcoder": 15_517_456_384, "gpt-neox-20b": 20_554_567_680, "opt-1.3b": 1_315_758_080,
+             "bloom-7b1": 7_069_016_064, "qwen3-8b": 8_190_735_360, "mixtral-8x7b": 46_702_792_704,
+             "gemma-7b": 8_537_680_896, "mistral-7b": 7_241_732_096, "qwen2.5-7b": 7_615_616_512}
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_parameter_counts_match_the_published_ones(name):
+    spec = resolve(name)
+    assert param_count(spec) == PUBLISHED[name]
+    assert spec.family == catalog.MODELS[name]["model_type"]  # read as itself, not as llama or gpt2
+
+
+def test_qwen3_is_read_as_qwen3_with_its_head_dim_and_qk_norms():
+    cfg = {"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+           "head_dim": 128, "num_hidden_layers": 28, "intermediate_size": 3072, "vocab_size": 151936,
+           "tie_word_embeddings": True}
+    spec = from_config(cfg)
+    assert spec.family == "qwen3" and spec.head_dim == 128 and spec.qk_norm
+    assert param_count(spec) == 596_049_920  # Qwen3-0.6B, published
+    as_llama = from_config({**cfg, "model_type": "llama"})
+    assert param_count(spec) - param_count(as_llama) == 28 * 2 * 128  # the q and k norms
+
+
+def test_kv_cache_with_multi_query_grouped_query_and_a_sliding_window():
+    star = resolve("starcoder")  # one k/v head
+    assert kv_cache(star, 1, 8192, 2) == 2 * 40 * 8192 * 1 * 128 * 2
+    mistral = resolve("mistral-7b")  # 8 kv heads, a 4096-token window
+    assert kv_cache(mistral, 1, 2048, 2) == 2 * 32 * 2048 * 8 * 128 * 2
+    assert kv_cache(mistral, 1, 16384, 2) == kv_cache(mistral, 1, 4096, 2)
+    e = estimate("mistral-7b", mode="infer", seq=16384)
+    assert "sliding window" in next(t.formula for t in e.terms if t.name == "KV cache")
+    assert kv_cache(resolve("mixtral-8x7b"), 1, 16384, 2) == 2 * 32 * 16384 * 8 * 128 * 2  # no window
+
+
+def test_mixtral_holds_every_expert_and_routes_top_k():
+    spec = resolve("mixtral-8x7b")
+    assert spec.experts == 8 and spec.top_k == 2
+    dense = from_config({**catalog.MODELS["mixtral-8x7b"], "num_local_experts": 0})
+    assert param_count(spec) - param_count(dense) == 32 * (7 * 3 * 4096 * 14336 + 4096 * 8)
+    moe = estimate(spec, lora=8, seq=512, checkpointing=False)
+    one = estimate(from_config({**catalog.MODELS["mixtral-8x7b"], "num_local_experts": 8,
+                                "num_experts_per_tok": 1}), lora=8, seq=512)
+    assert moe.breakdown["activations"] > one.breakdown["activations"]  # two experts per token, not one
+
+
+def test_families_estimate_in_training_and_inference():
+    for name in ("starcoder", "gpt-neox-20b", "opt-1.3b", "bloom-7b1", "qwen3-8b", "mixtral-8x7b", "gemma-7b"):
+        for mode in ("train", "infer"):
+            e = estimate(name, mode=mode, batch=2, seq=256)
+            assert e.total_bytes > e.peak_bytes > 0, (name, mode)
+        assert estimate(name, lora=16, quant="4bit", seq=256).total_bytes < estimate(name, seq=256).total_bytes
+
+
+def test_an_unsupported_model_type_lists_what_is_supported(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "mamba"}')
+    line = assert_one_line_error(run_vram("estimate", str(cfg)), 2, "mamba", "not supported")
+    for supported in ("gpt_bigcode", "gpt_neox", "opt", "bloom", "qwen3", "mixtral", "gemma"):
+        assert supported in line
+
+
+def test_lora_targets():
+    spec = resolve("llama-2-7b")
+    assert params_of(spec, 16, targets=("all-linear",)).lora == 39_976_960  # PEFT's count for all-linear, r=16
+    default = estimate(spec, lora=16, seq=512)
+    wide = estimate(spec, lora=16, seq=512, lora_targets=("q", "k", "v", "o", "gate", "up", "down"))
+    assert wide.trainable == 39_976_960 and wide.peak_bytes > default.peak_bytes
+    assert params_of(resolve("gpt2"), 8, targets=("q", "v")).lora == 12 * 8 * (768 + 3 * 768)  # the fused c_attn
+    with pytest.raises(EstimateError, match="some of") as info:
+        estimate(spec, lora=16, lora_targets=("embed",))
+    assert info.value.param == "lora_targets"
+
+
+def test_t5_decoder_length():
+    short = estimate("t5-base", seq=512, decoder_seq=64, batch=4)
+    same = estimate("t5-base", seq=512, batch=4)
+    assert short.peak_bytes < same.peak_bytes
+    infer = estimate("t5-base", mode="infer", seq=512, decoder_seq=64)
+    assert infer.breakdown["KV cache"] == 2 * 12 * 1 * (64 + 512) * 768 * 2
+    with pytest.raises(EstimateError, match="encoder-decoder"):
+        estimate("gpt2", decoder_seq=64)
+
+
+def test_backward_without_an_optimizer():
+    e = estimate("1b", precision="fp32", optimizer="none")
+    assert e.peak_bytes == 8 * 10**9  # weights + gradients
+    assert_one_line_error(run_vram("estimate", "7b", "--optimizer", "none", "--zero", "2", "--gpus", "2"), 2,
+                          "--optimizer", "give an optimizer")
+
+
+def test_inference_split_over_gpus_shows_the_fullest_gpu():
+    one = estimate("llama-2-70b", mode="infer", seq=4096)
+    four = estimate("llama-2-70b", mode="infer", seq=4096, gpus=4)
+    assert four.breakdown["KV cache"] == one.breakdown["KV cache"] // 4
+    layer = (one.params - 2 * 32000 * 8192 - 8192) // 80
+    assert four.breakdown["weights"] == pytest.approx((20 * layer + 32000 * 8192 + 8192) * 2, rel=1e-6)
+    assert any("device_map" in n for n in four.notes)
+
+
+def test_chunked_cross_entropy_keeps_one_chunk_of_fp32_logits():
+    whole = estimate("llama-2-7b", batch=4, seq=2048, lora=16, checkpointing=True, attention="flash")
+    chunked = estimate("llama-2-7b", batch=4, seq=2048, lora=16, checkpointing=True, attention="flash", ce_chunk=128)
+    logits = 4 * 2048 * 32000
+    terms = {t.name: t.bytes for t in chunked.terms}
+    assert terms["loss-gradient transients (fp32)"] == 8 * logits * 128 // 2048
+    assert chunked.peak_bytes < whole.peak_bytes
+    with pytest.raises(EstimateError, match="lm head"):
+        estimate("bert-base-uncased", ce_chunk=128)
