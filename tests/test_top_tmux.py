@@ -118,3 +118,33 @@ def test_top_draws_the_status_view_before_textual_and_leaves_the_terminal_as_it_
     assert "GPU processes" not in early  # the view came after it
     assert after[3] & (termios.ECHO | termios.ICANON) == before[3] & (termios.ECHO | termios.ICANON)
     assert after[3] == before[3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+def test_new_columns_host_line_and_ascii_in_a_real_terminal(session, tmp_path, size):
+    """Issue 17's columns and lines at both sizes: the process's own SM% (and at 200 columns its
+    BW%, ENC, DEC beside the GPU's UTIL), the host line, the filter in the view line, no line past
+    the width, and with --ascii (here from the config file) nothing but ASCII on the screen."""
+    config = tmp_path / "xdg" / "vramkit" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[top]\nascii = true\ninterval = "0.5s"\n')
+    session[1]["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+    name, env, rc_file, screen = _start(session, tmp_path, *size, "--simulate", "demo", "--pid", "41234,52001")
+    # the footer's last key drawn too (its separator was a Unicode block)
+    assert wait_for(lambda: "GPU processes" in screen() and "palette" in screen(), timeout=20), screen()
+    text = screen()
+    lines = text.splitlines()
+    assert all(len(line) <= size[0] for line in lines)
+    assert text.isascii(), sorted({c for c in text if not c.isascii()})
+    assert "host CPU" in text and "RAM" in text
+    assert "5 of 9 GPU processes" in text and "pid 41234,52001" in text  # 41234 on 4 GPUs, 52001 on 1
+    header = next(line for line in lines if "PID" in line and "USER" in line)
+    assert "SM%" in header
+    if size[0] >= 200:
+        for column in ("BW%", "ENC", "DEC", "UTIL", "CPU%", "RSS", "ELAPSED", "FLAGS", "COMMAND"):
+            assert column in header, header
+    assert "38817" not in text  # filtered out
+    _tmux("send-keys", "-t", name, "q", env=env)
+    assert wait_for(rc_file.exists, timeout=20), screen()
+    assert rc_file.read_text().strip() == "rc=0"

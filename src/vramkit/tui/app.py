@@ -157,6 +157,7 @@ class TopApp(App[None]):
     #procs { height: 1fr; }
     #prompt { display: none; height: 3; }
     #prompt.shown { display: block; }
+    TopApp.ascii Footer FooterKey.-command-palette { border-left: none; }  /* --ascii: not a block */
     """
     BINDINGS = [
         Binding("q", "quit", "Quit"),
@@ -190,6 +191,7 @@ class TopApp(App[None]):
         self.theme = self.look.palette.textual_theme
         if self.look.ascii:
             _ascii_scrollbars()
+            self.add_class("ascii")
         self.wanted_columns = columns
         self.read_host = read_host
         self.host: tuple[HostLoad | None, float | None] | None = None  # the last reading, its CPU %
