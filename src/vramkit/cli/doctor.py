@@ -8,7 +8,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..model import Snapshot
 from ..nvml.backend import NvmlUnavailable
@@ -31,7 +31,10 @@ cause (fragmentation, other processes, the job's own usage, or a single request 
 the GPU), and fixes ranked with the memory each saves where that is known.
 
 Every form PyTorch has printed is read: >= 2.2, 2.1, 1.4-2.0, 1.0-1.3, HIP, MPS, cuBLAS and
-cuDNN allocation failures, and the CPU allocator's messages (docs/doctor.md).
+cuDNN allocation failures, and the CPU allocator's messages (docs/doctor.md). The traceback
+above the message says where the allocation failed (forward, backward, optimizer step, the
+evaluation loop's gather, DataParallel's gather to GPU 0, the pin-memory thread, loading a
+checkpoint, generation's KV cache), and the fixes are ranked for that place.
 
 Without a log: check this machine: GPUs nearly full, defunct or idle processes holding
 memory, other users on the GPUs you chose, CUDA_VISIBLE_DEVICES pitfalls, DataParallel
@@ -41,6 +44,7 @@ examples:
   vram doctor train.log              why did my job run out of memory?
   python train.py 2>&1 | vram doctor -
   vram doctor train.log --gpu 3      the job ran on NVML GPU 3 (CUDA_VISIBLE_DEVICES=3)
+  vram doctor train.log --model llama-3-8b --batch 4 --seq 2048 --precision bf16
   vram doctor train.log --json | jq '.cause, .fixes[0]'
   vram doctor                        check this machine
   vram doctor --simulate demo        the checklist on the bundled simulated server
@@ -63,7 +67,10 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    help="log: the batch size, for the estimator's savings")
     p.add_argument("--seq", "--seq-len", dest="seq_len", type=int, metavar="N",
                    help="log: the sequence length, for the estimator")
-    p.set_defaults(run=run)
+    # checked by the estimator's own Setup.check (as vram estimate's), which names the flag
+    p.add_argument("--precision", metavar="P", help="log: how the job ran: fp32 (default), fp16/bf16 mixed "
+                   "precision, or bf16-pure; for the estimator")
+    p.set_defaults(run=run, param_flags={"batch": "--batch", "seq": "--seq"})
 
 
 def _current_user() -> str | None:
@@ -184,20 +191,22 @@ def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
         machine.close()
 
 
-def _savings_hook(args: argparse.Namespace) -> tuple[SavingsHook | None, str | None]:
-    """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None."""
+def _savings_hook(args: argparse.Namespace, context: dict[str, Any]) -> tuple[SavingsHook | None, str | None]:
+    """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None,
+    anchored to the message in `context` (estimate/savings.py)."""
     if not (args.model or args.batch_size):
         return None, None
     if not (args.model and args.batch_size):
         return None, "give both --model and --batch for the estimator's savings of model-dependent fixes"
-    from ..estimate import EstimateError, doctor_savings, resolve
+    from ..estimate import EstimateError, doctor_savings, estimate, resolve
+    from ..estimate.savings import anchor_note, baseline
 
     try:
-        resolve(args.model)  # checked now: doctor_savings() answers None for a model it cannot resolve
+        spec = resolve(args.model)  # checked now: doctor_savings() answers None for a model it cannot resolve
     except EstimateError as e:
         raise UsageError(e.message, param="model") from e
-    return doctor_savings, ("savings of model-dependent fixes are estimates for fp32 AdamW training at "
-                            f"batch {args.batch_size} (vram estimate {args.model} --explain)")
+    estimate(spec, **baseline(context))  # the setup checked as vram estimate checks it (names the flag)
+    return doctor_savings, anchor_note(context)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -206,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         return _checklist(args, style)
     from ..doctor.explain import explain
     from ..doctor.oom import find_oom
+    from ..doctor.traceback import frames_before, phase_of
     from ..render.doctor_view import diagnosis_json, render_diagnosis
 
     for dest, flag in (("batch_size", "--batch"), ("seq_len", "--seq")):
@@ -230,9 +240,12 @@ def run(args: argparse.Namespace) -> int:
     snap, live_note = _live(args)
     if gpu is not None and snap is not None:
         check_gpus(snap, [gpu])
-    hook, hook_note = _savings_hook(args)
-    context = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len}
-    ex = explain(report, snap, gpu=gpu, job_pid=args.pid, me=_current_user(), savings=hook, context=context)
+    context = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len,
+               "precision": args.precision, "report": report}
+    hook, hook_note = _savings_hook(args, context)
+    phase = phase_of(frames_before(log.text, report.offset)) if report.offset is not None else None
+    ex = explain(report, snap, gpu=gpu, job_pid=args.pid, me=_current_user(), savings=hook, context=context,
+                 phase=phase)
     if hook_note:
         ex.notes.append(hook_note)
     if skipped_note:
@@ -248,7 +261,8 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
     from ..doctor.checklist import run_checklist
     from ..render.doctor_view import checklist_json, render_checklist
 
-    for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch_size", "--batch"), ("seq_len", "--seq")):
+    for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch_size", "--batch"), ("seq_len", "--seq"),
+                       ("precision", "--precision")):
         if getattr(args, dest) is not None:
             raise UsageError(f"{flag} needs a LOGFILE")
     from ..doctor.checklist import IDLE_MIN_AGE

@@ -6,7 +6,10 @@
 - who held the GPU's memory: this job (allocated / reserved-but-unallocated / non-PyTorch) and the
   other processes, from the message (at OOM time) and, when a snapshot is given, from NVML now;
 - ranked fixes. A saving is given only where it is known: measured from the message, read live,
-  or estimated by the `savings` hook (the model/batch estimator plugs in there; see SavingsHook).
+  or estimated by the `savings` hook (the model/batch estimator plugs in there; see SavingsHook),
+  and never more than the job held. Where the traceback says in which phase the allocation failed
+  (doctor.traceback.Phase: backward, DataParallel gather, the evaluation loop...), that phase's
+  fixes lead when the job's own usage is the cause, and fixes that cannot help there are dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 
 from ..model import Snapshot
 from ..units import format_size
-from .oom import OomReport
+from .oom import OomReport, printed_rounding
+from .traceback import Phase
 
 # The hook for fixes whose saving depends on the model and batch (halve_batch, bf16,
 # checkpointing, grad_accum, no_grad, offload_optimizer). Called as savings(fix_id, context)
@@ -81,6 +85,7 @@ class Explanation:
     live_gpu: int | None = None  # NVML index the live data is about
     fixes: list[Fix] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    phase: Phase | None = None  # where the allocation failed, from the traceback
 
 
 def _identify_job(report: OomReport, job_pid: int | None) -> tuple[int | None, int | None]:
@@ -123,15 +128,17 @@ def live_gpu_for(report: OomReport, snap: Snapshot, gpu: int | None = None) -> t
 
 def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | None = None,
             job_pid: int | None = None, me: str | None = None, savings: SavingsHook | None = None,
-            context: dict[str, Any] | None = None) -> Explanation:
+            context: dict[str, Any] | None = None, phase: Phase | None = None) -> Explanation:
     """The cause and ranked fixes for one parsed out-of-memory message.
 
     snapshot: live NVML data (named processes, GPUs with room now). gpu: the NVML index the job
     ran on, when the message's CUDA ordinal is not it. me: the caller's user name (own processes
     get `vram kill`, others' get "ask"). savings/context: the estimator hook (SavingsHook).
+    phase: where the allocation failed (doctor.traceback.phase_of), which ranks the fixes.
     """
     pid, job_bytes = _identify_job(report, job_pid)
-    ex = Explanation(report=report, cause="own_usage", cause_text="", job_pid=pid, job_bytes=job_bytes)
+    ex = Explanation(report=report, cause="own_usage", cause_text="", job_pid=pid, job_bytes=job_bytes,
+                     phase=phase)
     for p in report.processes:
         ex.holders.append(Holder(p.pid, p.bytes, "message", is_job=(p.pid == pid and job_bytes == p.bytes)))
     _others_from_message(ex)
@@ -151,11 +158,20 @@ def _others_from_message(ex: Explanation) -> None:
         ex.others_bytes, ex.others_basis = sum(h.bytes or 0 for h in listed), "message"
     elif r.total_bytes is not None and r.free_bytes is not None and ex.job_bytes is not None:
         # No process list (no NVML in the job): what is neither free nor this process's.
-        ex.others_bytes, ex.others_basis = max(0, r.total_bytes - r.free_bytes - ex.job_bytes), "derived"
+        rest = r.total_bytes - r.free_bytes - ex.job_bytes
+        if rest > _rounding(r.total_bytes, r.free_bytes, ex.job_bytes):
+            ex.others_bytes, ex.others_basis = rest, "derived"
     elif r.total_bytes is not None and r.free_bytes is not None and r.reserved_bytes is not None:
         # Older forms: what is outside PyTorch's cache (other processes and this job's CUDA context).
-        ex.others_bytes = max(0, r.total_bytes - r.free_bytes - r.reserved_bytes)
-        ex.others_basis = "outside PyTorch"
+        rest = r.total_bytes - r.free_bytes - r.reserved_bytes
+        if rest > _rounding(r.total_bytes, r.free_bytes, r.allocated_bytes, r.reserved_unallocated_bytes):
+            ex.others_bytes, ex.others_basis = rest, "outside PyTorch"
+
+
+def _rounding(*printed: int | None) -> int:
+    """How far a difference of sizes the message printed may be off: below this it is rounding,
+    not memory anyone holds."""
+    return sum(printed_rounding(v) for v in printed if v is not None)
 
 
 def _add_live(ex: Explanation, snap: Snapshot, gpu: int | None) -> None:
@@ -249,6 +265,89 @@ def _model_fixes(ex: Explanation) -> list[Fix]:
     return fixes
 
 
+# Fixes for where the allocation failed (doctor.traceback.PHASES), beside the model fixes above.
+_PHASE_FIX_TEXT = {
+    "eval_batch": ("smaller evaluation batch",
+                   "lower the evaluation batch (HF: TrainingArguments(per_device_eval_batch_size=...)); "
+                   "evaluation needs no activations for backward, so it runs under torch.no_grad()"),
+    "eval_accumulation": ("move predictions to the CPU as they are gathered",
+                          "HF: TrainingArguments(eval_accumulation_steps=N) copies the gathered logits to the "
+                          "CPU every N steps instead of keeping the whole evaluation set's on the GPU; in your "
+                          "own loop, collect outputs.cpu() rather than torch.cat on the GPU"),
+    "preprocess_logits": ("keep the predictions, not the logits",
+                          "HF: Trainer(preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1)) "
+                          "keeps one id per token instead of a vocabulary-wide row of logits"),
+    "ddp": ("DistributedDataParallel instead of DataParallel",
+            "torchrun --nproc_per_node=N train.py with DistributedDataParallel: each GPU computes its own loss, "
+            "nothing is gathered to GPU 0, and no replica is copied there at every step"),
+    "loss_in_replicas": ("compute the loss inside the replicas",
+                         "return the loss from the module DataParallel wraps (not the logits): only a scalar "
+                         "per GPU is gathered to GPU 0, not every replica's outputs"),
+    "optimizer_foreach": ("step the optimizer one tensor at a time",
+                          "torch.optim.AdamW(params, foreach=False) (or fused=True): the default multi-tensor "
+                          "update allocates temporaries for many parameters at once"),
+    "release_before_step": ("free what the step does not need",
+                            "del outputs and loss (keep loss.item()) before optimizer.step(); "
+                            "optimizer.zero_grad(set_to_none=True); the first step also creates the state: "
+                            "2 fp32 copies of every parameter for Adam"),
+    "pin_memory_off": ("DataLoader without pinned memory",
+                       "DataLoader(..., pin_memory=False), or fewer prefetched batches (prefetch_factor, "
+                       "num_workers): the pin-memory thread copies every batch into page-locked memory"),
+    "set_device_first": ("set the GPU before building the DataLoader",
+                         "torch.cuda.set_device(local_rank) first: the pin-memory thread creates a CUDA context "
+                         "on the current device, GPU 0 unless set, in every process"),
+    "map_location": ("load the checkpoint to the CPU first",
+                     "torch.load(path, map_location='cpu') (or this rank's own device): a checkpoint saved from "
+                     "cuda:0 loads back onto cuda:0, in every process; safetensors: load_file(path, device='cpu')"),
+    "load_order": ("load before anything else holds the GPU",
+                   "free the old model and optimizer first (del, then torch.cuda.empty_cache()); HF: "
+                   "from_pretrained(..., torch_dtype=torch.bfloat16, device_map='auto')"),
+    "generate_batch": ("generate fewer sequences at once",
+                       "a smaller batch, fewer num_beams / num_return_sequences, a lower max_new_tokens: the KV "
+                       "cache grows with batch x beams x (prompt + new tokens) x layers"),
+    "cache_offload": ("offload or quantize the KV cache",
+                      "generate(..., cache_implementation='offloaded') keeps all but the current layer's cache "
+                      "on the CPU; 'quantized' stores it in 4 bits"),
+    "half_weights": ("half-precision weights",
+                     "from_pretrained(..., torch_dtype=torch.bfloat16): the weights take half of fp32"),
+}
+# phase -> the fixes in the order they help there. Model fixes missing from a phase's list cannot
+# help there (the backward pass needs autograd; the evaluation gather holds no activations) and
+# are not offered.
+_PHASE_ORDER: dict[str, tuple[str, ...]] = {
+    "forward": ("halve_batch", "checkpointing", "bf16", "grad_accum", "offload_optimizer", "no_grad"),
+    "backward": ("checkpointing", "halve_batch", "grad_accum", "bf16", "offload_optimizer"),
+    "optimizer": ("offload_optimizer", "optimizer_foreach", "release_before_step"),
+    "eval_gather": ("eval_accumulation", "preprocess_logits", "eval_batch"),
+    "dataparallel": ("ddp", "loss_in_replicas", "halve_batch", "checkpointing", "bf16", "grad_accum"),
+    "pin_memory": ("pin_memory_off", "set_device_first"),
+    "checkpoint_load": ("map_location", "load_order"),
+    "generate": ("generate_batch", "cache_offload", "half_weights"),
+}
+_EVAL_FORWARD = ("eval_batch", "no_grad", "bf16")
+# Causes the phase's fixes answer best; for the others (fragmentation, other processes, a request
+# larger than the GPU) the cause's fix leads and the phase's follow.
+_PHASE_LEADS = ("own_usage", "device_full")
+
+
+def _phase_fixes(ex: Explanation) -> list[Fix]:
+    """The fixes for where the allocation failed, in the order that helps there (the model fixes
+    in their usual order when the traceback does not say)."""
+    model = {f.id: f for f in _model_fixes(ex)}
+    if ex.phase is None:
+        return list(model.values())
+    order = _EVAL_FORWARD if ex.phase.id == "forward" and ex.phase.evaluating else _PHASE_ORDER[ex.phase.id]
+    where = f"the allocation failed in the {ex.phase.title}"
+    out = []
+    for fix_id in order:
+        if fix_id in model:
+            out.append(model[fix_id])
+        else:
+            title, how = _PHASE_FIX_TEXT[fix_id]
+            out.append(_fix(fix_id, title, f"{how} ({where})" if not out else how))
+    return out
+
+
 def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: SavingsHook | None,
            context: dict[str, Any]) -> list[Fix]:
     r = ex.report
@@ -327,7 +426,7 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
     if r.kind == "mps":
         fixes.append(_fix("mps_watermark", "MPS memory limit", "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts the "
                           "limit (may make the system unstable); better: a smaller batch"))
-    fixes += _model_fixes(ex)
+    fixes += _phase_fixes(ex)
     return _rank(ex, fixes, savings, context)
 
 
@@ -341,15 +440,46 @@ def _rank(ex: Explanation, fixes: list[Fix], savings: SavingsHook | None, contex
                 value = None
             if value is not None:
                 f.saves_bytes, f.basis = int(value), "estimate"
+    fixes = _bounded(ex, fixes)
+    for f in fixes:
         if f.saves_bytes is not None and short is not None:
             f.enough = f.saves_bytes >= short
-    # The fix for the main cause leads; then fixes known to cover the shortfall, biggest first.
-    lead = next((f for f in fixes if f.id.startswith(_LEAD[ex.cause])), None)
-    if ex.cause == "host_ram" and fixes and fixes[0].id == "check_shape":
-        lead = fixes[0]
-    rest = sorted((f for f in fixes if f is not lead),
+    if ex.phase is not None and ex.cause in _PHASE_LEADS:
+        # Where it failed decides: that phase's fixes lead, in the order that helps there.
+        order = _EVAL_FORWARD if ex.phase.id == "forward" and ex.phase.evaluating else _PHASE_ORDER[ex.phase.id]
+        leads = [f for f in fixes if f.id in order]
+    else:
+        # The fix for the main cause leads; then fixes known to cover the shortfall, biggest first.
+        lead = next((f for f in fixes if f.id.startswith(_LEAD[ex.cause])), None)
+        if ex.cause == "host_ram" and fixes and fixes[0].id == "check_shape":
+            lead = fixes[0]
+        leads = [lead] if lead else []
+    rest = sorted((f for f in fixes if f not in leads),
                   key=lambda f: (f.enough is not True, f.saves_bytes is None, -(f.saves_bytes or 0)))
-    return ([lead] if lead else []) + rest
+    return leads + rest
+
+
+def _bounded(ex: Explanation, fixes: list[Fix]) -> list[Fix]:
+    """Estimated savings as the job can have them: never more than it held (a fix cannot free what
+    the job did not have), and a fix that saves nothing for the setup given is not offered."""
+    r = ex.report
+    held = next((v for v in (ex.job_bytes, r.reserved_bytes, r.allocated_bytes, r.total_bytes) if v), None)
+    kept, capped, idle = [], [], []
+    for f in fixes:
+        if f.basis == "estimate" and f.saves_bytes is not None:
+            if f.saves_bytes <= 0:
+                idle.append(f.title)
+                continue
+            if held is not None and f.saves_bytes > held:
+                f.saves_bytes = held
+                capped.append(f.title)
+        kept.append(f)
+    if capped and held is not None:
+        ex.notes.append(f"estimated savings capped at what the job held ({format_size(held)}): "
+                        + ", ".join(capped))
+    if idle:
+        ex.notes.append("not listed, they save nothing for the setup given: " + ", ".join(idle))
+    return kept
 
 
 _LEAD = {"request_too_large": "split_op", "memory_cap": "raise_cap", "fragmentation": "alloc_conf",

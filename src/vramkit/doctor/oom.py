@@ -40,12 +40,22 @@ _MATCH_SPAN = 100  # characters: longer than any match of _START
 _EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError)\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
 # A message ends at a blank line, a new traceback, or where Python chains exceptions.
 _END = re.compile(r"\n\s*\n|\nTraceback \(most recent call last\)|\nDuring handling of|\nThe above exception")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour (Python 3.13's tracebacks, coloured loggers)
 _WINDOW = 1600  # characters; the longest real message (several "Process P has" parts) is ~700
 
 
 def size_bytes(number: str, unit: str) -> int:
     """('20.00', 'MiB') -> 20971520; exactly as printed, rounded to a whole byte."""
     return int(round(float(number) * _UNITS[unit.lower()]))
+
+
+def printed_rounding(value: int) -> int:
+    """How far a size c10 printed may be from the true one: half a hundredth of the unit it was
+    printed in (format_size: bytes up to 1 KiB exactly, then KiB, MiB or GiB with two decimals)."""
+    for unit in (1024**3, 1024**2, 1024):
+        if value >= unit:  # the larger bound at a boundary: "1.00 GiB" may be either
+            return unit // 200
+    return 0
 
 
 def _size(pattern: str, text: str) -> int | None:
@@ -82,6 +92,7 @@ class OomReport:
     processes: list[OomProcess] = field(default_factory=list)
     hint: str | None = None  # the allocator setting the message suggests
     line: int | None = None  # 1-based line in the log where the message starts
+    offset: int | None = None  # where the message starts in the text searched (its traceback is above)
 
     @property
     def non_pytorch_bytes(self) -> int | None:
@@ -162,13 +173,13 @@ def parse_oom(text: str, line: int | None = None) -> OomReport | None:
 
 
 def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomReport:
-    before = text[max(0, start - 200):start]
+    before = ANSI_ESCAPE.sub("", text[max(0, start - 200):start])
     exc = _EXC.search(before.rsplit("\n", 1)[-1])
     rest = text[start:start + _WINDOW]
     nxt = _START.search(rest, match_end - start)  # a second message right after this one
     end = _END.search(rest)
     stop = min(x for x in (len(rest), nxt.start() if nxt else len(rest), end.start() if end else len(rest)))
-    body = " ".join(rest[:stop].split())
+    body = " ".join(ANSI_ESCAPE.sub("", rest[:stop]).split())
     body = sanitize(body)
     head = body[:60]
     if head.startswith(("CUDA out of memory.", "HIP out of memory.")):
@@ -192,6 +203,7 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
     if exc:
         report.exception = exc.group(1)
     report.line = line
+    report.offset = start
     return report
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from ..doctor.checklist import Checklist
 from ..doctor.explain import Explanation
 from ..doctor.oom import FORMS
+from ..doctor.traceback import Frame
 from ..model import Snapshot
 from ..procs import sanitize
 from ..units import format_size
@@ -118,10 +119,18 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
     if any(f.saves_bytes is None for f in ex.fixes):
         lines.append(style.paint("     (a fix without a number: its saving depends on what the log does not say; "
                                   "give --model and --batch)", "dim"))
+    lines += _wrap(ex.phase.sentence(), 0, width) if ex.phase is not None else []
     notes = list(ex.notes) + ([live_note] if live_note else [])
     for n in notes:
         lines.append(style.paint(f"note: {n}", "dim"))
     return "\n".join(lines)
+
+
+def _frame_dict(frame: Frame | None) -> dict[str, Any] | None:
+    if frame is None:
+        return None
+    return {"file": sanitize(frame.file), "line": frame.line, "function": sanitize(frame.func),
+            "code": sanitize(frame.code)}
 
 
 def diagnosis_dict(ex: Explanation, source: str, snap: Snapshot | None, live_note: str | None) -> dict[str, Any]:
@@ -153,6 +162,9 @@ def diagnosis_dict(ex: Explanation, source: str, snap: Snapshot | None, live_not
         "others_basis": ex.others_basis,
         "processes": [{"pid": h.pid, "bytes": h.bytes, "source": h.source, "is_job": h.is_job,
                        "user": h.user, "command": sanitize(h.command) if h.command else None} for h in ex.holders],
+        "phase": None if ex.phase is None else {
+            "id": ex.phase.id, "title": ex.phase.title, "detail": ex.phase.detail, "evaluating": ex.phase.evaluating,
+            "frame": _frame_dict(ex.phase.evidence), "user_frame": _frame_dict(ex.phase.user_frame)},
         "cause": ex.cause,
         "cause_text": ex.cause_text,
         "contributing": ex.contributing,

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from ..doctor.explain import Explanation, explain
 from ..doctor.oom import OomReport, parse_oom
+from ..doctor.traceback import frames_of_exception, phase_of
 from ..units import format_size
 from ._common import format_site, require_torch, storage_key
 from ._tracking import Tracker
@@ -76,9 +77,12 @@ class OomDiagnosis:
         if self.explanation is not None:
             ex = self.explanation
             r = ex.report  # the same report explain() was given
-            lines.append(f"  asked for {format_size(r.requested_bytes)}; free {format_size(r.free_bytes)} of "
-                         f"{format_size(r.total_bytes)}")
+            known = _known_sizes(r)
+            if known:
+                lines.append(f"  {known}")
             lines.append(f"  cause: {ex.cause_text}")
+            if ex.phase is not None:
+                lines.append(f"  {ex.phase.sentence()}")
             lines += [f"    also: {c}" for c in ex.contributing]
             for i, f in enumerate(ex.fixes[:4], 1):
                 saves = f" (saves {format_size(f.saves_bytes)})" if f.saves_bytes is not None else ""
@@ -100,6 +104,19 @@ class OomDiagnosis:
                              f"{where}{made}{graph}")
         lines += [f"  device: {d}" for d in self.device_check]
         return "\n".join(lines)
+
+
+def _known_sizes(r: OomReport) -> str:
+    """'asked for A; free F of T' with only the parts the message gave (the runtime forms give none)."""
+    parts = []
+    if r.requested_bytes is not None:
+        parts.append(f"asked for {format_size(r.requested_bytes)}")
+    if r.free_bytes is not None:
+        total = f" of {format_size(r.total_bytes)}" if r.total_bytes is not None else ""
+        parts.append(f"free {format_size(r.free_bytes)}{total}")
+    elif r.total_bytes is not None:
+        parts.append(f"total {format_size(r.total_bytes)}")
+    return "; ".join(parts)
 
 
 def device_check(model: Any = None) -> list[str]:
@@ -196,7 +213,9 @@ def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = No
     """The diagnosis oom_guard prints, for an OOM exception you caught yourself."""
     text = str(exc)
     report = parse_oom(text)
-    ex = explain(report) if report is not None else None
+    # where it failed, from the exception's own frames (and those it chains)
+    phase = phase_of(frames_of_exception(exc)) if report is not None else None
+    ex = explain(report, phase=phase) if report is not None else None
     allocator, note = _allocator(report)
     device_type = None
     if report is not None:
