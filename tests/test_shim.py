@@ -211,7 +211,7 @@ PYNVML_CHECKS = textwrap.dedent("""
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
     try:
-        N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM)  # no simulated clocks
+        N.nvmlDeviceGetClockInfo(N.nvmlDeviceGetHandleByIndex(3), N.NVML_CLOCK_SM)  # faulty GPU 3: no clocks
     except N.NVMLError_NotSupported as e:
         out["clock"] = ["NotSupported", str(e)]
     try:
@@ -447,3 +447,110 @@ def test_spawn_needs_a_scenario_and_refuses_a_symlinked_file(tmp_path):
 
 def test_spawn_exits_with_the_command_s_code():
     assert _vram("sim", "spawn", "--simulate", "demo", "--", "sh", "-c", "exit 7").returncode == 7
+
+
+# ---------------------------------------------------------------- GPU health through pynvml (issue 17)
+
+HEALTH_CALLS = textwrap.dedent("""
+    import json, pynvml as N
+    N.nvmlInit()
+    def ask(fn, *args):
+        try:
+            value = fn(*args)
+        except N.NVMLError as e:
+            return type(e).__name__
+        return list(value) if isinstance(value, tuple) else value
+    out = {}
+    for i in range(N.nvmlDeviceGetCount()):
+        h = N.nvmlDeviceGetHandleByIndex(i)
+        links = [ask(N.nvmlDeviceGetNvLinkState, h, link) for link in range(13)]
+        fields = N.nvmlDeviceGetFieldValues(h, [(N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0)])
+        out[i] = {
+            "ecc": [ask(N.nvmlDeviceGetEccMode, h),
+                    ask(N.nvmlDeviceGetTotalEccErrors, h, N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, N.NVML_VOLATILE_ECC),
+                    ask(N.nvmlDeviceGetTotalEccErrors, h, N.NVML_MEMORY_ERROR_TYPE_CORRECTED, N.NVML_AGGREGATE_ECC)],
+            "remapped": ask(N.nvmlDeviceGetRemappedRows, h),
+            "retired": [ask(N.nvmlDeviceGetRetiredPages, h, N.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+                        ask(N.nvmlDeviceGetRetiredPagesPendingStatus, h)],
+            "throttle": [ask(N.nvmlDeviceGetCurrentClocksEventReasons, h),
+                         ask(N.nvmlDeviceGetCurrentClocksThrottleReasons, h)],
+            "clocks": [ask(N.nvmlDeviceGetClockInfo, h, N.NVML_CLOCK_SM),
+                       ask(N.nvmlDeviceGetMaxClockInfo, h, N.NVML_CLOCK_SM),
+                       ask(N.nvmlDeviceGetClockInfo, h, N.NVML_CLOCK_MEM)],
+            "pstate": ask(N.nvmlDeviceGetPerformanceState, h),
+            "pcie": [ask(N.nvmlDeviceGetCurrPcieLinkGeneration, h), ask(N.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                     ask(N.nvmlDeviceGetCurrPcieLinkWidth, h), ask(N.nvmlDeviceGetMaxPcieLinkWidth, h),
+                     ask(N.nvmlDeviceGetPcieThroughput, h, N.NVML_PCIE_UTIL_TX_BYTES)],
+            "modes": [ask(N.nvmlDeviceGetPersistenceMode, h), ask(N.nvmlDeviceGetComputeMode, h)],
+            "nvlink": [links.count(1), links.count(0), links[-1]],
+            "field": [type(fields[0]).__name__, fields[0].nvmlReturn, fields[0].value.ullVal > 0],
+        }
+    N.nvmlShutdown()
+    print(json.dumps(out))
+""")
+
+
+def _health_json(scenario: str) -> dict[int, dict]:
+    result = _vram("status", "--all", "--json", scenario=scenario)
+    assert result.returncode == 0, result.stderr
+    return {g["index"]: g["health"] for g in json.loads(result.stdout)["gpus"]}
+
+
+def test_pynvml_health_calls_see_what_vram_sees(tmp_path):
+    """Each health call family through the real pynvml on the shim: the same values `vram status
+    --all --json` reports, and the scenario's NOT_SUPPORTED / NO_PERMISSION as pynvml's errors."""
+    shim = write_shim(tmp_path).parent
+    printed = _run([sys.executable, "-c", HEALTH_CALLS], shim, "unhealthy").stdout
+    calls = {int(k): v for k, v in json.loads(printed).items()}
+    vram = _health_json("unhealthy")
+    for i, seen in calls.items():
+        h = vram[i]
+        assert seen["ecc"] == [[1, 1], h["ecc_uncorrected_volatile"], h["ecc_corrected_aggregate"]]
+        assert seen["remapped"] == [h["remapped_rows_correctable"], h["remapped_rows_uncorrectable"],
+                                    int(h["remap_pending"]), int(h["remap_failed"])]
+        assert seen["retired"] == ["NVMLError_NotSupported"] * 2  # an A100 remaps rows instead
+        assert seen["throttle"][0] == seen["throttle"][1]
+        assert seen["clocks"] == [h["sm_clock"], h["sm_clock_max"], h["memory_clock"]]
+        assert seen["pstate"] == h["performance_state"]
+        assert seen["pcie"][:4] == [h["pcie_gen"], h["pcie_gen_max"], h["pcie_width"], h["pcie_width_max"]]
+        assert seen["pcie"][4] * 1024 == h["pcie_tx"]  # NVML's KB/s
+        assert seen["modes"] == [int(h["persistence_mode"]), {"default": 0, "exclusive process": 3}[h["compute_mode"]]]
+        down = h["nvlink_links"] - h["nvlink_links_up"]
+        assert seen["nvlink"] == [h["nvlink_links_up"], down, "NVMLError_NotSupported"]
+        assert seen["field"][:2] == ["c_nvmlFieldValue_t", 0]
+    assert calls[1]["throttle"][0] == 0x4  # sw power cap
+    assert vram[1]["throttle_reasons"] == ["sw power cap"]
+    assert calls[2]["ecc"][1] == 2 and calls[2]["remapped"][2] == 1
+    assert calls[3]["pstate"] == 8
+
+
+def test_pynvml_health_faults_on_faulty(tmp_path):
+    shim = write_shim(tmp_path).parent
+    calls = json.loads(_run([sys.executable, "-c", HEALTH_CALLS.replace("range(N.nvmlDeviceGetCount())", "(0, 2, 3)")],
+                            shim, "faulty").stdout)
+    vram = _health_json("faulty")
+    assert calls["0"]["retired"] == [[], 0] and calls["0"]["remapped"] == "NVMLError_NotSupported"  # a V100
+    assert calls["2"]["ecc"][0] == "NVMLError_NoPermission" and vram[2]["ecc_enabled"] is None
+    assert vram[2]["na"]["ecc_uncorrected_volatile"] == "no permission"
+    assert calls["2"]["retired"][0] == "NVMLError_NoPermission"
+    assert calls["2"]["pcie"][4] == "NVMLError_NotSupported" and vram[2]["na"]["pcie_tx"] == "not supported"
+    assert calls["3"]["clocks"][0] == "NVMLError_NotSupported" and vram[3]["sm_clock"] is None
+    assert calls["3"]["pstate"] == "NVMLError_NoPermission" and vram[3]["na"]["performance_state"] == "no permission"
+    assert calls["3"]["throttle"] == ["NVMLError_NotSupported"] * 2 and vram[3]["throttle_reasons"] is None
+
+
+def test_nvitop_sees_the_same_health(tmp_path):
+    pytest.importorskip("nvitop")
+    shim = write_shim(tmp_path).parent
+    code = ("import json; from nvitop import Device; ds = Device.all(); print(json.dumps([[d.sm_clock(), "
+            "d.max_sm_clock(), d.memory_clock(), d.performance_state(), d.persistence_mode(), d.compute_mode(), "
+            "d.total_volatile_uncorrected_ecc_errors(), d.nvlink_link_count(), d.pcie_tx_throughput()] for d in ds]))")
+    seen = json.loads(_run([sys.executable, "-c", code], shim, "unhealthy").stdout)
+    vram = _health_json("unhealthy")
+    for i, row in enumerate(seen):
+        h = vram[i]
+        assert row[:4] == [h["sm_clock"], h["sm_clock_max"], h["memory_clock"], f"P{h['performance_state']}"]
+        assert row[4] == ("Enabled" if h["persistence_mode"] else "Disabled")
+        assert row[6] == h["ecc_uncorrected_volatile"]
+        assert row[7] == h["nvlink_links"]
+        assert row[8] * 1024 == h["pcie_tx"]

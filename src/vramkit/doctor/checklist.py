@@ -9,7 +9,10 @@ Checks, on the GPUs this shell can use (CUDA_VISIBLE_DEVICES respected):
 - idle holders: memory held on a GPU at 0% utilization for a while;
 - CUDA_VISIBLE_DEVICES pitfalls: indices that do not exist, an empty value, index order versus
   PCI order on a machine with different GPUs, every job crowding onto GPU 0;
-- DataParallel imbalance: one process with far more memory on its first GPU than on its others.
+- DataParallel imbalance: one process with far more memory on its first GPU than on its others;
+- GPU health, when the snapshot's health was read (Machine.read_health): uncorrected ECC errors,
+  a row remap or page retirement waiting for a reset (or failed), clocks held back by power or
+  heat, a busy GPU stuck in a low performance state.
 """
 
 from __future__ import annotations
@@ -28,13 +31,21 @@ NEAR_FULL_FREE = 0.05  # a GPU with less than 5% of its memory free is nearly fu
 IDLE_MIN_AGE = 600.0  # seconds: a process that just started is not yet an idle holder
 DP_RATIO = 1.5  # first GPU holds >= 1.5x the median of the others ...
 DP_MIN_EXTRA = 2 * 1024**3  # ... and at least 2 GiB more
+ECC_CORRECTED_MANY = 1000  # corrected errors since the driver loaded that say the memory is wearing
+BUSY = 20  # % utilization: a GPU this busy should be in P0-P2, not idling its clocks
+LOW_PSTATE = 5  # P5 and above: clocks for an idle or display-only GPU
+# What holds clocks back that a person should know of; the rest are normal (idle, app clocks, sync boost).
+THROTTLES = {"sw power cap": "its power cap", "hw slowdown": "a hardware slowdown (power brake or heat)",
+             "sw thermal": "its temperature (software limit)", "hw thermal": "its temperature (hardware limit)",
+             "hw power brake": "an external power brake"}
 SEVERITY_ORDER = {"problem": 0, "warning": 1, "info": 2}
 
 
 @dataclass
 class Finding:
     code: str  # near_full, other_users, defunct_holder, not_visible, stale_orphan, idle_holder,
-    #            cvd_missing, cvd_empty, cvd_order, crowded_gpu0, dataparallel_imbalance
+    #            cvd_missing, cvd_empty, cvd_order, crowded_gpu0, dataparallel_imbalance,
+    #            ecc_errors, memory_repair_pending, memory_repair_failed, throttled, low_pstate
     severity: str  # problem, warning, info
     title: str
     detail: str
@@ -133,6 +144,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     if only is None:
         findings += _crowded(snap)
     findings += _dataparallel(snap, set(usable))
+    findings += _health(gpus)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.gpus[:1] or [-1], f.code))
     return Checklist(findings=findings, gpus_checked=usable, cuda_visible_devices=cvd, me=me, notes=notes)
 
@@ -273,4 +285,51 @@ def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
                 "(that GPU runs out first)",
                 "use DistributedDataParallel (one process per GPU, launched with torchrun): memory is even and "
                 "it is faster", gpus=gpus, pid=pid, user=first.user, command=first.command, memory=first.memory))
+    return out
+
+
+def _health(gpus: list[Device]) -> list[Finding]:
+    """What the GPU's health says is wrong: only on GPUs whose health was read."""
+    out = []
+    for g in gpus:
+        h = g.health
+        if h is None:
+            continue
+        uncorrected = max(h.ecc_uncorrected_volatile or 0, h.ecc_uncorrected_aggregate or 0)
+        if uncorrected or (h.ecc_corrected_volatile or 0) >= ECC_CORRECTED_MANY:
+            out.append(Finding(
+                "ecc_errors", "problem" if uncorrected else "warning", f"GPU {g.index} has ECC memory errors",
+                f"{h.ecc_uncorrected_volatile} uncorrected and {h.ecc_corrected_volatile} corrected since the driver "
+                f"loaded ({h.ecc_uncorrected_aggregate} and {h.ecc_corrected_aggregate} over its life): an "
+                "uncorrected error kills the job that met it",
+                "watch the count; if uncorrected errors come back after a reset, have the GPU replaced",
+                gpus=[g.index]))
+        if h.remap_failed:
+            out.append(Finding("memory_repair_failed", "problem", f"GPU {g.index} could not remap a failing "
+                               "memory row", f"{h.remapped_rows_uncorrectable} rows remapped for uncorrectable "
+                               "errors and no spare row left: its memory is unreliable",
+                               "drain the GPU and have it replaced", gpus=[g.index]))
+        elif h.remap_pending or h.retired_pages_pending:
+            what = "a memory row remap" if h.remap_pending else "a page retirement"
+            out.append(Finding("memory_repair_pending", "problem", f"GPU {g.index} has {what} waiting for a reset",
+                               "the bad memory stays in use until the GPU is reset: errors may recur",
+                               f"when no job runs on it, reset the GPU (as root: nvidia-smi -r -i {g.index}) "
+                               "or reboot", gpus=[g.index]))
+        held = [THROTTLES[r] for r in h.throttle_reasons or () if r in THROTTLES]
+        if held:
+            clock = "" if h.sm_clock is None or not h.sm_clock_max else (
+                f": SM clock {h.sm_clock} of {h.sm_clock_max} MHz")
+            fix = ("its draw is at the limit; a higher limit (nvidia-smi -pl) or less work per GPU restores the "
+                   "clock" if "sw power cap" in (h.throttle_reasons or ()) else
+                   "check the cooling (fans, airflow, the room) and the power supply")
+            out.append(Finding("throttled", "warning", f"GPU {g.index} is held back by {' and '.join(held)}",
+                               f"the clocks are lowered{clock}; jobs run slower than the GPU can", fix,
+                               gpus=[g.index]))
+        if (h.performance_state is not None and h.performance_state >= LOW_PSTATE
+                and (g.utilization or 0) >= BUSY):
+            out.append(Finding("low_pstate", "warning", f"GPU {g.index} is busy but stuck in P{h.performance_state}",
+                               f"{g.utilization}% utilization at the clocks of an idle GPU"
+                               + ("" if h.sm_clock is None else f" (SM {h.sm_clock} of {h.sm_clock_max} MHz)"),
+                               "a GPU at work runs in P0-P2: check persistence mode (nvidia-smi -pm 1), "
+                               "application clocks and locked clocks (nvidia-smi -rgc), or reset it", gpus=[g.index]))
     return out

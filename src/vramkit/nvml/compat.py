@@ -54,6 +54,8 @@ NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
 NVML_NVLINK_MAX_LINKS = 36
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_NVLINK_LINK_COUNT = 91
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
@@ -180,7 +182,7 @@ class c_nvmlValue_t:
     """The value union of a field value: the simulator fills ullVal."""
 
     def __init__(self) -> None:
-        self.ullVal = 0
+        self.ullVal = self.uiVal = 0
 
 
 class c_nvmlFieldValue_t:

@@ -318,6 +318,16 @@ def _temperature_v(sim: SimulatedNvml, name: str, handle: Any, ref: Any) -> None
     out.temperature = sim.nvmlDeviceGetTemperature(handle, out.sensorType)
 
 
+def _field_values(sim: SimulatedNvml, name: str, handle: Any, count: Any, ref: Any) -> None:
+    """nvitop calls the C function with its own array: answer each entry in place."""
+    array = _target(ref)
+    n = getattr(count, "value", count)
+    asked = [(array[i].fieldId, array[i].scopeId) for i in range(n)]
+    for slot, answer in zip(array, sim.nvmlDeviceGetFieldValues(handle, asked)):
+        slot.timestamp, slot.valueType, slot.nvmlReturn = answer.timestamp, answer.valueType, answer.nvmlReturn
+        slot.value.ullVal = answer.value.ullVal  # the union's widest member: uiVal lies within it
+
+
 def _error_string(sim: SimulatedNvml, name: str, result: Any) -> bytes:
     return sim.nvmlErrorString(getattr(result, "value", result)).encode()
 
@@ -328,4 +338,5 @@ _C_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "nvmlDeviceGetTemperature": _temperature,
     "nvmlDeviceGetTemperatureV": _temperature_v,
     "nvmlErrorString": _error_string,
+    "nvmlDeviceGetFieldValues": _field_values,
 }

@@ -555,8 +555,9 @@ class SimulatedNvml:
 
     def nvmlDeviceGetFieldValues(self, handle: SimHandle, fieldIds: list[Any]) -> list[Any]:
         """NVLink data counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB since the driver
-        loaded), per link as scopeId: the scenario's rate shared by the active links. Other fields
-        answer NOT_SUPPORTED in their own nvmlReturn, as NVML does."""
+        loaded), per link as scopeId: the scenario's rate shared by the active links; and the link
+        count (NVML_FI_DEV_NVLINK_LINK_COUNT). Other fields answer NOT_SUPPORTED in their own
+        nvmlReturn, as NVML does."""
         self._gpu(handle)
         values = []
         t = self.now()
@@ -569,6 +570,12 @@ class SimulatedNvml:
             direction = {self.api.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx",
                          self.api.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx"}.get(field_id)
             try:
+                if field_id == self.api.NVML_FI_DEV_NVLINK_LINK_COUNT:  # what nvitop asks for
+                    value.valueType = self.api.NVML_VALUE_TYPE_UNSIGNED_INT
+                    value.value.uiVal = self._health(handle, "nvlink")["nvlink_links"]
+                    value.nvmlReturn = self.api.NVML_SUCCESS
+                    values.append(value)
+                    continue
                 if direction is None:
                     raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
                 h = self._link(handle, scope)
