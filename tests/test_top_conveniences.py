@@ -251,3 +251,30 @@ def test_sigint_goes_through_the_checked_kill_path(sim_env, tmp_path):
 def test_bad_flags_are_one_line_and_exit_2(args, needle):
     result = run_vram("top", "--simulate", "demo", *args)
     assert result.rc == 2 and needle in result.err and result.err.count("\n") == 1
+
+
+def test_the_detail_screen_reads_its_gpus_health(sim_env):
+    machine = open_machine("unhealthy")
+    app = TopApp(machine.snapshot, interval=3600, read_health=machine.read_health, view=View(pids={91001, 91002}))
+    calls = []
+
+    def read_health(snap):
+        calls.append(sorted(g.index for g in snap.gpus))
+        machine.read_health(snap, settle=0)
+    app.read_health = read_health
+
+    async def body(pilot):
+        keys = [r["pid"] for r in _rows(app)]
+        await pilot.press(*["down"] * keys.index("91002"), "enter")  # judy's eval on GPU 2: ECC, a pending remap
+        for _ in range(100):
+            if isinstance(app.screen, DetailScreen) and "health" in app.screen.query_one("#detail").render().plain:
+                break
+            await pilot.pause(0.05)
+        text = app.screen.query_one("#detail").render().plain
+        assert "GPU 2 health" in text and "uncorrected 2 (life 3)" in text and "PENDING" in text
+        assert calls == [[2]]  # only its GPU, only once the screen is open
+        assert app.snap.gpus[2].health is None  # read on a copy: the collector's snapshot is not changed
+    try:
+        _run(app, body, size=(120, 40))
+    finally:
+        machine.close()

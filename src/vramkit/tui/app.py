@@ -33,7 +33,7 @@ from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
-from ..model import Snapshot
+from ..model import Device, Snapshot
 from ..procs import HostLoad, read_host_load, sanitize
 from ..render.banner import banner
 from ..render.style import Style
@@ -180,12 +180,14 @@ class TopApp(App[None]):
                  history_span: float = 300.0, actions: KillActions | None = None,
                  history_db: str | Path | None = None, look: Look | None = None,
                  columns: tuple[str, ...] | None = None, view: R.View | None = None,
-                 read_host: Callable[[], HostLoad | None] | None = read_host_load):
+                 read_host: Callable[[], HostLoad | None] | None = read_host_load,
+                 read_health: Callable[[Snapshot], None] | None = None):
         """`history_db`: the recorded history to draw before the first live sample (None: live
         only). It is read only if it exists, so SQLite is not even imported without one.
         `look`: theme, memory thresholds, ASCII; `columns`: the process columns wanted (config);
         `view`: the table's starting view, with the command line's fixed filters; `read_host`:
-        the host's CPU/RAM/swap (None: no host line)."""
+        the host's CPU/RAM/swap (None: no host line); `read_health`: Machine.read_health, for the
+        detail screen's GPUs (some twenty driver calls a GPU: only while it is open)."""
         super().__init__()
         self.look = look or Look()
         self.theme = self.look.palette.textual_theme
@@ -194,6 +196,8 @@ class TopApp(App[None]):
             self.add_class("ascii")
         self.wanted_columns = columns
         self.read_host = read_host
+        self.read_health = read_health
+        self.health: dict[int, Device] | None = None  # the detail screen's GPUs, their health read
         self.host: tuple[HostLoad | None, float | None] | None = None  # the last reading, its CPU %
         self.collect = collect
         self.interval = interval
@@ -310,6 +314,7 @@ class TopApp(App[None]):
         try:
             async with self._lock:
                 snap = await in_daemon_thread(self.collect)
+                self.health = await in_daemon_thread(functools.partial(self._detail_health, snap))
         except Exception as e:  # the view goes on with the last good data
             self.error = f"refresh failed at {time.strftime('%H:%M:%S')}: {type(e).__name__}: {e}"
             self._draw()
@@ -317,6 +322,17 @@ class TopApp(App[None]):
         self.error = None
         self._read_host()
         self.apply(snap)
+
+    def _detail_health(self, snap: Snapshot) -> dict[int, Device] | None:
+        """The detail screen's GPUs with their health read, on copies (the collector's other
+        consumers share the snapshot); None when no detail screen is open or nothing reads health."""
+        screen = self.screen
+        if self.read_health is None or not isinstance(screen, DetailScreen):
+            return None
+        held = {p.gpu for p in snap.processes if p.pid == screen.pid}
+        copies = [dataclasses.replace(g) for g in snap.gpus if g.index in held]
+        self.read_health(dataclasses.replace(snap, gpus=copies))
+        return {g.index: g for g in copies}
 
     def _read_host(self) -> None:
         """The host line's reading: CPU % over the time since the last one (two small /proc reads)."""
@@ -337,7 +353,7 @@ class TopApp(App[None]):
         self._draw()
         self._fill_table()
         if isinstance(self.screen, DetailScreen):
-            self.screen.update(snap, self.history, self.span)
+            self.screen.update(snap, self.history, self.span, self.health)
 
     # ------------------------------------------------------------ drawing
     def _draw(self) -> None:
@@ -553,6 +569,8 @@ class TopApp(App[None]):
         screen = DetailScreen(row.proc.pid)
         self.push_screen(screen)
         screen.call_after_refresh(screen.update, self.snap, self.history, self.span)
+        if self.read_health is not None:  # its GPUs' health now, not at the next refresh
+            screen.call_after_refresh(self.run_worker, self.refresh_data())
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         key = HEADER_SORT.get(str(event.column_key.value))

@@ -10,12 +10,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..alerts import Alert, History
-from ..model import GpuProcess, Health, Snapshot
+from ..model import Device, GpuProcess, Snapshot
 from ..process_view import EnvReader, ProcessGpus, process_gpus
 from ..procs import Environ, read_environ
 from ..render import fmt
 from ..render.env_view import DIM, WARN, env_lines
+from ..render.info_view import health_lines
 from ..render.sparkline import buckets, spark
+from ..render.style import Style
 from ..render.text_width import cells, pad
 from ..units import format_duration, format_size
 from .look import PLAIN, Look
@@ -118,10 +120,11 @@ class AlertsScreen(_Modal):
 
 
 def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width: int, span: float,
-                own: ProcessGpus | None = None, look: Look = PLAIN) -> Text:
+                own: ProcessGpus | None = None, look: Look = PLAIN,
+                health: dict[int, Device] | None = None) -> Text:
     """Everything known about one pid: identity, full command, the GPUs it was told to use beside
     the ones it holds (`own`), its utilization and its memory on each GPU over time, and the
-    health of those GPUs where the snapshot read it."""
+    health of those GPUs (`health`: copies of them with their health read, by GPU index)."""
     p = rows[0]
     out = Text()
     out.append(f"pid {p.pid}", style="bold")
@@ -169,44 +172,13 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
         out.append(f"           {line}  ", style=look.palette.ok)
         out.append(f"min {low} max {format_size(max(values)) if values else 'N/A'}\n", style="dim")
     for index in sorted({r.gpu for r in rows}):
-        dev = by_index.get(index)
-        if dev is not None and dev.health is not None:
-            out.append(f"\nGPU {index} health\n", style="bold")
-            for line, bad in health_lines(dev.health):
-                out.append(f"  {line}\n", style=f"bold {look.palette.warn}" if bad else "")
+        checked = (health or {}).get(index)
+        if checked is None or checked.health is None:
+            continue
+        out.append(f"\nGPU {index} health\n", style="bold")
+        lines = health_lines(checked, Style(color=True, unicode=True), width)
+        out.append_text(Text.from_ansi("\n".join(lines) + "\n"))  # its worrying lines painted as vram info does
     return out
-
-
-def health_lines(h: Health) -> list[tuple[str, bool]]:
-    """A GPU's health as (line, whether it is a problem) pairs; N/A with the reason, never 0."""
-    def value(name: str, shown: str | None = None) -> str:
-        got = getattr(h, name)
-        if got is None:
-            why = h.na.get(name)
-            return f"N/A ({why})" if why else "N/A"
-        return shown if shown is not None else str(got)
-
-    def clock(now: str, top: str) -> str:
-        return f"{value(now)}/{value(top)} MHz"
-    throttled = [r for r in (h.throttle_reasons or ()) if r not in ("gpu idle", "applications clocks setting")]
-    ecc_bad = bool(h.ecc_uncorrected_volatile) or bool(h.ecc_uncorrected_aggregate)
-    remap_bad = bool(h.remap_pending) or bool(h.remap_failed) or bool(h.retired_pages_pending)
-    throttle_text = value("throttle_reasons", ", ".join(h.throttle_reasons or ()) or "none")
-    return [
-        (f"ECC errors: volatile {value('ecc_corrected_volatile')} corrected, {value('ecc_uncorrected_volatile')} "
-         f"uncorrected; aggregate {value('ecc_corrected_aggregate')} corrected, "
-         f"{value('ecc_uncorrected_aggregate')} uncorrected", ecc_bad),
-        (f"remapped rows: {value('remapped_rows_correctable')} correctable, {value('remapped_rows_uncorrectable')} "
-         f"uncorrectable, pending {value('remap_pending')}, failed {value('remap_failed')}; retired pages pending "
-         f"{value('retired_pages_pending')}", remap_bad),
-        (f"clocks held back by: {throttle_text}", bool(throttled)),
-        (f"SM clock {clock('sm_clock', 'sm_clock_max')}  memory clock {clock('memory_clock', 'memory_clock_max')}  "
-         f"P{value('performance_state')}", False),
-        (f"PCIe gen {value('pcie_gen')}/{value('pcie_gen_max')} x{value('pcie_width')}/{value('pcie_width_max')}",
-         False),
-        (f"persistence {value('persistence_mode')}  compute mode {value('compute_mode')}  NVLink "
-         f"{value('nvlink_links_up')}/{value('nvlink_links')} links up", False),
-    ]
 
 
 class DetailScreen(_Modal):
@@ -229,7 +201,7 @@ class DetailScreen(_Modal):
         with VerticalScroll():
             yield Static("", id="detail")
 
-    def update(self, snap: Snapshot, history: History, span: float) -> None:
+    def update(self, snap: Snapshot, history: History, span: float, health: dict[int, Device] | None = None) -> None:
         rows = [p for p in snap.processes if p.pid == self.pid]
         widget = self.query_one("#detail", Static)
         if not rows:
@@ -238,7 +210,8 @@ class DetailScreen(_Modal):
             return
         own = process_gpus(snap, self.pid, self._environ_once)
         look = _look(self)
-        widget.update(look.text(detail_text(rows, snap, history, min(self.app.size.width - 6, 104), span, own, look)))
+        width = min(self.app.size.width - 6, 104)
+        widget.update(look.text(detail_text(rows, snap, history, width, span, own, look, health)))
 
     def action_kill(self) -> None:
         self.app.action_kill(self.pid)  # type: ignore[attr-defined]
