@@ -46,6 +46,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import KEYS, SYSTEM_FILE, load, show_value, user_file
+    from ..procs import sanitize
     from ..render.style import style_for, terminal_width
     from ..render.text_width import fit
 
@@ -53,17 +54,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"keys": {k.name: {"value": _plain(config[k.name]), "source": config.sources[k.name],
                                            "env": k.env} for k in KEYS},
-                          "files": {source: str(path) for source, path in config.files}}, indent=2))
+                          "files": {source: str(path) for source, path in config.files}}, indent=2, ensure_ascii=True))
         return 0
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     read = {path for _, path in config.files}
     for path in (SYSTEM_FILE, user_file()):
         state = "read" if path in read else "not there"
-        print(style.paint(f"{path}: {state}", "dim"))
+        print(style.paint(f"{sanitize(str(path))}: {state}", "dim"))  # $XDG_CONFIG_HOME may hold anything
     width = terminal_width()
     rows = [(k.name, show_value(k, config[k.name]), config.sources[k.name], k.help) for k in KEYS]
     key_w = max(len(r[0]) for r in rows)
-    value_w = min(40, max(len(r[1]) for r in rows))
+    value_w = min(32, max(len(r[1]) for r in rows))
     print(style.paint(f"{'KEY':<{key_w}}  {'VALUE':<{value_w}}  {'FROM':<7}  MEANING", "bold"))
     for name, value, source, meaning in rows:
         line = f"{name:<{key_w}}  {fit(value, value_w):<{value_w}}  {source:<7}  {meaning}"
