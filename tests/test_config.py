@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from helpers import AS_NOBODY, IS_ROOT, assert_one_line_error, clean_env, needs_root, run_vram_as
@@ -148,3 +149,12 @@ def test_an_ordinary_user_reads_the_defaults(shared_dir):
     result = run_vram_as(AS_NOBODY, "config", "--json", env=clean_env(XDG_CONFIG_HOME=str(shared_dir / "none")))
     assert result.rc == 0, result.err
     assert all(v["source"] == "default" for v in json.loads(result.out)["keys"].values())
+
+
+def test_the_documented_example_file_loads(home, tmp_path):
+    doc = (Path(__file__).parent.parent / "docs" / "config.md").read_text()
+    example = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    home.write_text(example)
+    cfg = C.load({}, system_file=tmp_path / "none.toml")
+    assert all(cfg.sources[k.name] == C.USER for k in C.KEYS), [k.name for k in C.KEYS if cfg.sources[k.name] != "~"]
+    assert cfg["top.history"] == 3600.0 and cfg["pick.max_util"] == "any"
