@@ -1,0 +1,173 @@
+"""Where the allocation failed, read from the traceback: one log per phase (tests/fixtures/oom/phases/,
+each with its origin and noise in index.json), the fix that must lead there, the fixes that cannot
+help there; the noise of real logs; oom_guard on a live exception."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_vram
+
+from vramkit.doctor import explain, find_oom
+from vramkit.doctor.traceback import TRACEBACK_WINDOW, frames_before, phase_of
+
+PHASES = Path(__file__).parent / "fixtures" / "oom" / "phases"
+CASES = json.loads((PHASES / "index.json").read_text())["cases"]
+MODEL_FIXES = {"halve_batch", "grad_accum", "bf16", "checkpointing", "no_grad", "offload_optimizer"}
+
+
+def phase_in(text: str):
+    report = find_oom(text)
+    assert report is not None and report.offset is not None
+    return report, phase_of(frames_before(text, report.offset))
+
+
+def test_every_log_is_listed_with_its_origin_and_every_phase_has_one():
+    assert {p.name for p in PHASES.glob("*.log")} == {c["file"] for c in CASES}
+    assert all(len(c["origin"]) > 20 and c["made"] in ("run", "written") for c in CASES)
+    assert {c["phase"] for c in CASES} == {"forward", "backward", "optimizer", "eval_gather", "dataparallel",
+                                           "pin_memory", "checkpoint_load", "generate"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_the_phase_leads_the_fixes(case):
+    data = run_vram("doctor", str(PHASES / case["file"]), "--no-live", "--json").json()
+    assert data["phase"]["id"] == case["phase"]
+    assert data["phase"]["user_frame"]["line"] == case["user_line"]
+    ids = [f["id"] for f in data["fixes"]]
+    assert ids[0] == case["top_fix"], ids
+    assert not set(case["not_offered"]) & set(ids), ids
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_the_text_says_where_it_failed(case):
+    result = run_vram("doctor", str(PHASES / case["file"]), "--no-live")
+    assert result.rc == 0, result.err
+    assert "Failed in the " in result.out and f":{case['user_line']})" in " ".join(result.out.split())
+    assert "\x1b" not in result.out and "[0m" not in result.out
+
+
+def test_backward_never_offers_evaluation_without_autograd():
+    """The issue's case: an OOM inside loss.backward() ranked 'no autograd for evaluation' second."""
+    text = (PHASES / "backward_torchrun_ranks.log").read_text()
+    report, phase = phase_in(text)
+    ids = [f.id for f in explain(report, phase=phase).fixes]
+    assert ids[:2] == ["checkpointing", "halve_batch"] and "no_grad" not in ids
+    # without the traceback, the same message gets the training fixes in their general order
+    assert [f.id for f in explain(report).fixes][0] == "halve_batch"
+
+
+def test_only_the_ranks_own_lines_count():
+    text = (PHASES / "backward_torchrun_ranks.log").read_text()
+    report, phase = phase_in(text)
+    assert report.device == 1 and phase is not None and phase.id == "backward"
+    # rank 0's message last: its own frames (the optimizer step) decide
+    lines = text.splitlines()
+    rank0 = next(i for i, line in enumerate(lines) if line.startswith("[rank0]: torch.OutOfMemoryError"))
+    reordered = "\n".join(lines[:rank0] + lines[rank0 + 1:rank0 + 2] + [lines[rank0]] + lines[rank0 + 2:])
+    report, phase = phase_in(reordered)
+    assert report.device == 0 and phase is not None and phase.id == "optimizer"
+
+
+def test_windows_paths_crlf_and_tqdm():
+    report, phase = phase_in((PHASES / "forward_windows_tqdm.log").read_bytes().decode())
+    assert phase is not None and phase.id == "forward"
+    assert phase.evidence.in_library and phase.evidence.path.endswith("models/bert/modeling_bert.py")
+    assert phase.evidence.func == "eager_attention_forward"
+    assert phase.user_frame is not None and phase.user_frame.file == "C:\\Users\\alice\\bert\\train.py"
+
+
+def test_colour_is_not_part_of_the_message_or_the_frames():
+    report, phase = phase_in((PHASES / "optimizer_step_colour.log").read_text())
+    assert report.exception == "torch.OutOfMemoryError" and "[0m" not in report.message
+    assert report.requested_bytes == round(1.27 * 1024**3)
+    assert phase is not None and phase.id == "optimizer" and phase.detail == "multi-tensor (foreach) update"
+    assert phase.user_frame is not None and phase.user_frame.code == "optimizer.step()"
+
+
+def test_a_chained_exception_reads_the_cause_above_it():
+    text = (PHASES / "checkpoint_load_chained.log").read_text()
+    report, phase = phase_in(text)
+    assert report.message.startswith("CUDA out of memory") and report.line == 40  # the re-raised copy
+    assert phase is not None and phase.id == "checkpoint_load"
+    assert phase.evidence.path.endswith("torch/serialization.py")
+    # without the chained traceback above it, the re-raise alone names no phase
+    cut = text[text.index("The above exception"):]
+    assert phase_in(cut)[1] is None
+
+
+def test_the_replica_or_thread_traceback_and_the_outer_one_are_read_together():
+    report, phase = phase_in((PHASES / "pin_memory_thread.log").read_text())
+    assert report.form == "runtime" and phase is not None and phase.id == "pin_memory"
+    assert phase.user_frame is not None and phase.user_frame.line == 142  # in the outer traceback
+
+
+def test_no_traceback_no_phase_and_output_without_a_traceback_is_no_evidence():
+    message = (PHASES / "generate_kv_cache.log").read_text().splitlines()[-1]
+    assert phase_in(message)[1] is None
+    # frames printed by something else (a warning's stack) without a traceback header are not read
+    text = ('  File "/x/site-packages/torch/_tensor.py", line 623, in backward\n    torch.autograd.backward(\n'
+            + message)
+    assert phase_in(text)[1] is None
+
+
+def test_what_is_read_is_bounded():
+    """Only the TRACEBACK_WINDOW characters above the message are read: a traceback further up is
+    not this error's."""
+    text = (PHASES / "dataparallel_gather.log").read_text()
+    report, phase = phase_in(text)
+    assert phase is not None and phase.id == "dataparallel"
+    tb_end = text.index("torch.OutOfMemoryError")
+    padded = text[:tb_end] + "x" * TRACEBACK_WINDOW + "\n" + text[tb_end:]
+    assert phase_in(padded)[1] is None
+
+
+# ---------------------------------------------------------------- oom_guard on a live exception
+
+torch = pytest.importorskip("torch")
+MESSAGE = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which "
+           "1.06 GiB is free. Including non-PyTorch memory, this process has 22.57 GiB memory in use. Of the "
+           "allocated memory 21.90 GiB is allocated by PyTorch, and 180.11 MiB is reserved by PyTorch but unallocated.")
+
+
+class _FailsInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise torch.OutOfMemoryError(MESSAGE)
+
+
+def test_oom_guard_reads_where_a_real_backward_failed():
+    from vramkit.torch import oom_guard
+
+    out = io.StringIO()
+    model = torch.nn.Linear(8, 2)
+    with pytest.raises(torch.OutOfMemoryError):
+        with oom_guard(file=out) as guard:
+            loss = _FailsInBackward.apply(model(torch.randn(4, 8)).sum())
+            loss.backward()
+    ex = guard.diagnosis.explanation
+    # the innermost library frame that names the phase: torch's autograd engine under loss.backward()
+    assert ex.phase.id == "backward" and "/torch/autograd/" in ex.phase.evidence.path
+    assert [f.id for f in ex.fixes][:2] == ["checkpointing", "halve_batch"]
+    text = out.getvalue()
+    assert "Failed in the backward pass" in text and "fix 1: activation checkpointing" in text
+    assert "asked for 2.0GiB; free 1.1GiB of 23.6GiB" in text
+
+
+def test_oom_guard_prints_only_what_the_runtime_form_knows():
+    from vramkit.torch import oom_guard
+
+    out = io.StringIO()
+    with pytest.raises(RuntimeError):
+        with oom_guard(file=out):
+            raise RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
+    text = out.getvalue()
+    assert "N/A of" not in text and "asked for" not in text and "free" not in text.split("cause:")[0]
+    assert "cause:" in text
