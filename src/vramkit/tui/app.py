@@ -363,7 +363,7 @@ class TopApp(App[None]):
         if snap is not None:
             plain = banner(snap, Style(color=False, unicode=True), width)
             head = Text(plain)
-            head.highlight_words(["SIMULATED machine"], style=self.look.palette.simulated)
+            head.highlight_words(["SIMULATED machine"], style=self.look.palette.banner_mark)
         extra = [f"refresh {self.interval:g}s"]
         source = self._history_source(wide=width >= 100)
         if source:

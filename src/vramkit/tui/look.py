@@ -30,15 +30,15 @@ class Palette:
     critical: str
     util: str
     flag: str
-    simulated: str
+    banner_mark: str  # the SIMULATED label in the banner
     textual_theme: str
 
 
-DARK = Palette(ok="green", warn="yellow", critical="red", util="cyan", flag="yellow", simulated="bold magenta",
+DARK = Palette(ok="green", warn="yellow", critical="red", util="cyan", flag="yellow", banner_mark="bold magenta",
                textual_theme="textual-dark")
 # Yellow and cyan on white are unreadable: deeper shades of the same meanings.
 LIGHT = Palette(ok="green4", warn="dark_orange3", critical="red3", util="dodger_blue3", flag="dark_orange3",
-                simulated="bold dark_magenta", textual_theme="textual-light")
+                banner_mark="bold dark_magenta", textual_theme="textual-light")
 THEMES = {"dark": DARK, "light": LIGHT}
 
 
