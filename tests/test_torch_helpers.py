@@ -16,9 +16,6 @@ torch = pytest.importorskip("torch")
 
 from vramkit.torch import (  # noqa: E402
     LeakDetector,
-    accumulation_plan,
-    find_batch_size,
-    find_batch_size_doubling,
     oom_guard,
     where,
 )
@@ -175,75 +172,3 @@ def test_evaluation_with_grad_enabled_is_reported():
             det.step()
     sites = det.report().eval_with_grad
     assert [site[1] for site, _ in sites] == [_line_of("eval-grad marker")]
-
-
-# ---------------------------------------------------------------- find_batch_size
-
-class CappedStep:
-    """A training step under a simulated memory cap: peak = fixed + per-sample memory, rounded up to
-    the caching allocator's 2 MiB blocks; past the cap it raises a real OutOfMemoryError."""
-
-    def __init__(self, cap: int, fixed: int = 900 * MiB, per_sample: int = 37 * MiB // 10) -> None:
-        self.cap, self.fixed, self.per = cap, fixed, per_sample
-        self.peak = 0
-
-    def need(self, batch: int) -> int:
-        raw = self.fixed + self.per * batch
-        return -(-raw // (2 * MiB)) * 2 * MiB
-
-    def __call__(self, batch: int) -> None:
-        need = self.need(batch)
-        if need > self.cap:
-            raise torch.cuda.OutOfMemoryError(
-                f"CUDA out of memory. Tried to allocate {(need - self.fixed) / MiB:.2f} MiB. GPU 0 has a total "
-                f"capacity of {self.cap / 1024**3:.2f} GiB of which 0 bytes is free.")
-        self.peak = need
-
-    def truth(self) -> int:
-        return max(b for b in range(1, 100000) if self.need(b) <= self.cap)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cap_gib", [2, 8, 24, 80])
-def test_batch_finder_beats_doubling_and_bisection(cap_gib):
-    step = CappedStep(cap_gib * 1024**3)
-    ours = find_batch_size(step, memory_fn=lambda: step.peak, capacity=step.cap, before_trial=lambda: None)
-    base = find_batch_size_doubling(step)
-    assert ours.largest == base.largest == step.truth()
-    assert ours.trial_count < base.trial_count
-    assert ours.trial_count <= 6
-    assert step.need(ours.recommended) <= 0.9 * step.cap + 2 * MiB
-
-
-@pytest.mark.slow
-def test_batch_finder_with_a_prediction_and_without_measurements():
-    step = CappedStep(8 * 1024**3)
-    truth = step.truth()
-    exact = find_batch_size(step, predict=truth, margin=0.0)
-    assert exact.largest == truth and exact.trial_count == 2 and exact.method == "predicted"
-    off = find_batch_size(step, predict=truth + 300)
-    assert off.largest == truth
-    plain = find_batch_size(step)  # CPU: nothing to measure, no prediction: doubling + bisection
-    assert plain.method == "doubling" and plain.largest == truth
-
-
-def test_batch_finder_when_nothing_fits_and_other_errors_propagate():
-    step = CappedStep(512 * MiB)
-    result = find_batch_size(step, memory_fn=lambda: step.peak, capacity=step.cap, before_trial=lambda: None)
-    assert result.largest == 0 and result.recommended == 0
-
-    def broken(batch):
-        raise ValueError("shape mismatch")
-
-    with pytest.raises(ValueError):
-        find_batch_size(broken)
-
-
-@pytest.mark.parametrize("target,max_micro,expected", [
-    (256, 48, (32, 8, 256, True)), (100, 30, (25, 4, 100, True)), (64, 64, (64, 1, 64, True)),
-    (97, 40, (33, 3, 99, False)),
-])
-def test_accumulation_plan_keeps_the_effective_batch(target, max_micro, expected):
-    plan = accumulation_plan(target, max_micro)
-    assert (plan.micro_batch, plan.steps, plan.effective_batch, plan.exact) == expected
-    assert plan.micro_batch <= max_micro

@@ -1,6 +1,7 @@
 """PyTorch helpers: run inside a training job (the optional torch extra).
 
     from vramkit.torch import oom_guard, where, LeakDetector, find_batch_size, accumulation_plan
+    from vramkit.torch import simulated_memory_cap   # a GPU's memory limit on any machine, for tests
 
 Importing this package does not import torch: each helper imports it when first used, so
 `import vramkit.torch` is cheap and works where torch is missing (the helpers then raise
@@ -19,6 +20,7 @@ _EXPORTS = {
     "LeakDetector": "leak", "Leak": "leak",
     "find_batch_size": "batch", "find_batch_size_doubling": "batch", "BatchSearch": "batch",
     "accumulation_plan": "batch", "AccumulationPlan": "batch",
+    "simulated_memory_cap": "memcap", "SimulatedMemoryCap": "memcap",
     "VramTrainerCallback": "callbacks", "lightning_callback": "callbacks",
 }
 __all__ = sorted(_EXPORTS)

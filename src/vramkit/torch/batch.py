@@ -5,17 +5,24 @@ The search measures peak memory on two small batches, fits memory = fixed + per_
 predicts the largest batch under the capacity, and confirms it (the prediction, then one more).
 A prediction from an estimator (`predict=`) skips the measurements. Without a way to measure
 memory it falls back to doubling then bisection, the usual method (find_batch_size_doubling).
+Without a GPU, run it inside simulated_memory_cap(bytes) (memcap.py), which it measures as it
+would CUDA.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import gc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RequestError
+from ..units import format_size
 from ._common import require_torch
+from .memcap import active_cap
 
 
 @dataclass
@@ -31,10 +38,30 @@ class BatchSearch:
     recommended: int  # with the safety margin, rounded down to `multiple_of`
     method: str  # "predicted", "measured", "doubling"
     trials: list[Trial] = field(default_factory=list)
+    capacity: int | None = None  # the bytes the search aimed under (None: not known)
+    margin: float = 0.1
+    multiple_of: int = 1
+    restored: list[str] = field(default_factory=list)  # what was put back after the trials
 
     @property
     def trial_count(self) -> int:
         return len(self.trials)
+
+    def __str__(self) -> str:
+        if not self.largest:
+            head = f"no batch fits: the smallest tried ({min(t.batch for t in self.trials)}) ran out of memory"
+        else:
+            rounding = f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
+            on = "on memory" if self.capacity is not None and self.method != "doubling" else "on the batch"
+            head = (f"largest batch that ran: {self.largest}; recommended: {self.recommended} "
+                    f"({self.margin:.0%} margin {on}{rounding})")
+        of = f" of {format_size(self.capacity)}" if self.capacity is not None else ""
+        trials = ", ".join(f"{t.batch} " + ((format_size(t.peak_bytes) if t.peak_bytes is not None else "ok")
+                                           if t.ok else "OOM") for t in self.trials)
+        lines = [head, f"{self.trial_count} trials ({self.method}{of}): {trials}"]
+        if self.restored:
+            lines.append(f"restored after the trials: {', '.join(self.restored)}")
+        return "\n".join(lines)
 
 
 def _cleanup() -> None:
@@ -48,7 +75,11 @@ def _cleanup() -> None:
 
 
 def _default_memory() -> tuple[Callable[[], None] | None, Callable[[], int] | None, int | None]:
-    """On CUDA: reset the peak before a trial, read it after; capacity = free + what we hold."""
+    """Under simulated_memory_cap: its counters. On CUDA: reset the peak before a trial, read it
+    after; capacity = free + what we hold."""
+    cap = active_cap()
+    if cap is not None:
+        return cap.reset_peak, cap.max_allocated, cap.capacity
     torch = require_torch()
     if not torch.cuda.is_available():
         return None, None, None
@@ -111,7 +142,7 @@ def _fit(trials: list[Trial], local: bool = False) -> tuple[float, float] | None
 
 
 def _finish(run: _Runner, method: str, margin: float, multiple_of: int,
-            capacity: int | None) -> BatchSearch:
+            capacity: int | None, restored: list[str] | None = None) -> BatchSearch:
     largest = run.lo
     recommended = int(largest * (1 - margin))
     fit = _fit(run.trials, local=True)
@@ -121,7 +152,8 @@ def _finish(run: _Runner, method: str, margin: float, multiple_of: int,
     recommended = max(0, recommended - recommended % max(1, multiple_of))
     if largest and not recommended:
         recommended = min(largest, max(1, multiple_of))
-    return BatchSearch(largest=largest, recommended=recommended, method=method, trials=run.trials)
+    return BatchSearch(largest=largest, recommended=recommended, method=method, trials=run.trials,
+                       capacity=capacity, margin=margin, multiple_of=multiple_of, restored=restored or [])
 
 
 def find_batch_size_doubling(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 1 << 16,
@@ -150,18 +182,26 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
                     predict: int | Callable[[], int] | None = None, memory_fn: Callable[[], int] | None = None,
                     capacity: int | None = None, before_trial: Callable[[], None] | None = None,
                     margin: float = 0.1, multiple_of: int = 1, probe: int | None = None,
-                    model: Any = None) -> BatchSearch:
+                    model: Any = None, optimizer: Any = None, restore: bool = True) -> BatchSearch:
     """The largest batch in [low, high] for which step_fn(batch) does not run out of memory.
 
     step_fn(batch): one real training step at that batch size (forward, backward, optimizer).
     predict: a batch size from the estimator (or a callable returning one): tried first.
     memory_fn/capacity/before_trial: measure a trial's peak bytes and the bytes available;
-    on CUDA they default to torch.cuda's peak counters and free memory. Without them, and
-    without predict, the search is doubling + bisection.
+    on CUDA they default to torch.cuda's peak counters and free memory, inside
+    simulated_memory_cap() to its counters. Without them, and without predict, the search is
+    doubling + bisection. Without CUDA, a simulated cap or `capacity` (the limit step_fn itself
+    enforces) it refuses to start: nothing would stop the trials before host memory runs out.
     margin: the recommended batch stays this fraction below the largest (on memory when
-    measured). probe: the second measured batch (default 4 x low). model: if given, its gradients
-    are dropped after a trial that ran out of memory (one that failed in the backward leaves some
-    allocated, which would count against the next trial).
+    measured). probe: the second measured batch (default 4 x low).
+
+    model, optimizer: the trials train them. With restore=True (the default) they are put back
+    as they were: the model's parameters and buffers (its state_dict) and the optimizer's state
+    and hyperparameters (its state_dict; a fresh optimizer is fresh again) are copied to host
+    memory before the first trial and loaded after the last; gradients are dropped, and the
+    torch (and CUDA) random generators restored. Not restored: anything else step_fn changes
+    (an LR scheduler, a data iterator, counters). The model's gradients are also dropped after
+    each trial that ran out of memory (one that failed in the backward leaves some allocated).
     """
     if low < 1 or high < low:
         raise ValueError("need 1 <= low <= high")
@@ -169,22 +209,37 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
         raise ValueError("margin must be in [0, 1)")
     if memory_fn is None and capacity is None and before_trial is None:
         before_trial, memory_fn, capacity = _default_memory()
+    if capacity is None and not require_torch().cuda.is_available():
+        raise RequestError("no GPU here and no memory cap: run the search inside "
+                           "vramkit.torch.simulated_memory_cap(bytes), or pass capacity= (the limit step_fn "
+                           "enforces); trials would otherwise grow until host memory runs out", param="capacity")
+    saved = _Saved(model, optimizer) if restore and (model is not None or optimizer is not None) else None
     run = _Runner(step_fn, before_trial, memory_fn, model)
+    try:
+        method = _search(run, low, high, predict, memory_fn, capacity, probe)
+    finally:
+        restored = saved.restore() if saved is not None else []
+    return _finish(run, method, margin, multiple_of, capacity, restored)
+
+
+def _search(run: _Runner, low: int, high: int, predict: int | Callable[[], int] | None,
+            memory_fn: Callable[[], int] | None, capacity: int | None, probe: int | None) -> str:
+    """Run the trials; returns the method."""
     guess = predict() if callable(predict) else predict
     measured = memory_fn is not None and capacity is not None
     if guess is None and not measured:
         _doubling(run, low, high)
-        return _finish(run, "doubling", margin, multiple_of, capacity)
+        return "doubling"
     if guess is not None and not measured:
         _gallop(run, min(max(int(guess), low), high), low, high)
-        return _finish(run, "predicted", margin, multiple_of, capacity)
+        return "predicted"
     method = "measured"
     if guess is not None:
         method = "predicted"
         run(min(max(int(guess), low), high))
     else:
         if not run(low):
-            return _finish(run, method, margin, multiple_of, capacity)
+            return method
         second = min(high, probe or low * 4)
         if second > low:
             run(second)
@@ -206,7 +261,53 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
         target = min(max(guess, run.lo + 1), ceiling)
         stalls = stalls + 1 if target != guess else 0  # the prediction fell outside the bracket
         run(target)
-    return _finish(run, method, margin, multiple_of, capacity)
+    return method
+
+
+def _host_copy(value: Any) -> Any:
+    """A deep copy with every tensor copied to host memory (not the GPU the search measures)."""
+    torch = require_torch()
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _host_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_host_copy(v) for v in value)
+    return copy.deepcopy(value)
+
+
+class _Saved:
+    """What the trials change, copied before the first: see find_batch_size's docstring."""
+
+    def __init__(self, model: Any, optimizer: Any) -> None:
+        torch = require_torch()
+        self.model, self.optimizer = model, optimizer
+        cap = active_cap()
+        with cap.paused() if cap is not None else contextlib.nullcontext():  # host copies: not on the GPU
+            self.model_state = _host_copy(model.state_dict()) if model is not None else None
+            self.optimizer_state = _host_copy(optimizer.state_dict()) if optimizer is not None else None
+        self.rng = torch.get_rng_state()
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if cuda else None
+
+    def restore(self) -> list[str]:
+        torch = require_torch()
+        done = []
+        if self.model is not None:
+            self.model.load_state_dict(self.model_state)
+            for p in self.model.parameters():
+                p.grad = None
+            done.append("model parameters and buffers")
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(self.optimizer_state)
+            self.optimizer.zero_grad(set_to_none=True)
+            done.append("optimizer state")
+        done.append("gradients dropped")
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        done.append("random generators")
+        return done
 
 
 def _gallop(run: _Runner, start: int, low: int, high: int) -> None:

@@ -1,0 +1,187 @@
+"""simulated_memory_cap(bytes): a GPU's memory limit on any machine, for trying code that must
+adapt to it (find_batch_size, an OOM handler) without a GPU.
+
+    with simulated_memory_cap(2 * 1024**3, held=model) as cap:
+        result = find_batch_size(train_step)      # measures and searches as it would on CUDA
+    cap.peak                                      # the most bytes allocated while it was active
+
+While active, every tensor storage a torch operation creates is counted, from its creation until
+it is freed (views share their storage; tensors saved for backward count while the graph keeps
+them), rounded up to the CUDA caching allocator's 512-byte blocks. An operation whose new storages
+would take the total past the capacity raises torch.OutOfMemoryError, with the message CUDA would
+give (parsed by oom_guard and `vram doctor` like a real one); its outputs are dropped.
+
+What it counts: allocations made while it is active, plus `held` (bytes, or a module whose
+parameters and buffers count as already there, as a model's weights on the GPU). What it does not
+model: the caching allocator's reserved-but-free memory and fragmentation, kernel workspaces, the
+CUDA context; a real GPU therefore fails somewhat earlier than the same number here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from ..errors import RequestError
+from ._common import require_torch, storage_key
+
+_ACTIVE: list[SimulatedMemoryCap] = []
+
+
+def active_cap() -> SimulatedMemoryCap | None:
+    """The innermost simulated_memory_cap in force, if any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _torch_size(n: int) -> str:
+    """Sizes as CUDA's own OOM message writes them (c10's format_size)."""
+    if n <= 1024:
+        return f"{n} bytes"
+    for unit, scale in (("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3)):
+        if n < scale * 1024 or unit == "GiB":
+            return f"{n / scale:.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _held_bytes(held: Any) -> int:
+    if isinstance(held, int) and not isinstance(held, bool):
+        if held < 0:
+            raise RequestError("must be 0 or more bytes", param="held")
+        return held
+    if hasattr(held, "parameters") and hasattr(held, "buffers"):
+        from ..estimate.trace import round_block
+        storages = {storage_key(t) for t in (*held.parameters(), *held.buffers())}
+        return sum(round_block(nbytes) for _, nbytes in storages if nbytes)
+    raise RequestError(f"a number of bytes or an nn.Module, not {type(held).__name__}", param="held")
+
+
+class SimulatedMemoryCap:
+    """A context manager; `capacity`, `current` (bytes counted now), `peak` (since the last reset)."""
+
+    def __init__(self, capacity: int, held: Any = 0, device: int = 0) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+            raise RequestError(f"a positive number of bytes, not {capacity!r}", param="capacity")
+        self.capacity, self.device = capacity, device
+        self.held = _held_bytes(held)
+        if self.held > capacity:
+            raise RequestError(f"{_torch_size(self.held)} held is more than the {_torch_size(capacity)} capacity",
+                               param="held")
+        self.current = self.held
+        self.peak = self.held
+        self.ooms = 0  # out-of-memory errors raised
+        self._live: dict[int, int] = {}  # id(storage) -> counted bytes, while the storage is alive
+        self._mode: Any = None
+        self._paused = 0
+
+    # ---- the peak counters find_batch_size reads (as torch.cuda's reset_peak / max_memory_allocated)
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def max_allocated(self) -> int:
+        return self.peak
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Storages made meanwhile are not counted, nor their frees: host copies, for instance."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def __enter__(self) -> SimulatedMemoryCap:
+        if self._mode is not None:
+            raise RuntimeError("simulated_memory_cap is already active")
+        self._mode = _mode_class()(self)
+        self._mode.__enter__()
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        mode, self._mode = self._mode, None
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if mode is not None:
+            mode.__exit__(exc_type, exc, tb)
+
+    def _count(self, new: list[Any]) -> None:
+        """Count the new storages of one operation, or raise as CUDA would if they do not fit."""
+        from ..estimate.trace import round_block
+        sizes = {id(s): round_block(s.nbytes()) for s in new if s.nbytes()}
+        asked = sum(sizes.values())
+        if self.current + asked > self.capacity:
+            self.ooms += 1
+            torch = require_torch()
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {_torch_size(asked)}. GPU {self.device} has a total "
+                f"capacity of {_torch_size(self.capacity)} of which {_torch_size(self.capacity - self.current)} "
+                f"is free. Of the allocated memory {_torch_size(self.current)} is allocated by PyTorch, and "
+                "0 bytes is reserved by PyTorch but unallocated. (simulated: vramkit.torch.simulated_memory_cap)")
+        for storage in new:
+            key = id(storage)
+            if key in sizes:
+                self._live[key] = sizes[key]
+                self.current += sizes[key]
+                weakref.finalize(storage, self._free, key)
+        self.peak = max(self.peak, self.current)
+
+    def _free(self, key: int) -> None:
+        self.current -= self._live.pop(key, 0)
+
+
+def simulated_memory_cap(capacity: int, *, held: Any = 0, device: int = 0) -> SimulatedMemoryCap:
+    """A memory limit of `capacity` bytes on the tensors torch creates while it is active; see the
+    module docstring. `held`: bytes (or an nn.Module's parameters and buffers) already taken."""
+    require_torch()
+    return SimulatedMemoryCap(capacity, held, device)
+
+
+def _storage(value: Any) -> Any:
+    """The storage of a dense tensor with memory (None: not a tensor, meta, sparse, ...)."""
+    torch = require_torch()
+    if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+        return None
+    try:
+        return value.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+_MODE: Any = None
+
+
+def _mode_class() -> Any:
+    global _MODE
+    if _MODE is None:
+        require_torch()
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        class _CountStorages(TorchDispatchMode):
+            def __init__(self, cap: SimulatedMemoryCap) -> None:
+                super().__init__()
+                self.cap = cap
+
+            def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                                   kwargs: dict[str, Any] | None = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                # an output sharing an input's storage (a view, an in-place or out= op) is no new memory
+                seen = {id(s) for s in map(_storage, tree_leaves((args, kwargs))) if s is not None}
+                new = []
+                for t in tree_leaves(out):
+                    storage = _storage(t)
+                    if storage is not None:
+                        key = id(storage)
+                        if key not in seen and key not in self.cap._live:
+                            seen.add(key)
+                            new.append(storage)
+                if new and not self.cap._paused:
+                    self.cap._count(new)
+                return out
+
+        _MODE = _CountStorages
+    return _MODE
