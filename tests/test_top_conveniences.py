@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 import signal
 import subprocess
 import sys
 import threading
 
 import pytest
-from helpers import cmdline, minimal_scenario, run_vram, wait_for
+from helpers import clean_env, cmdline, minimal_scenario, run_vram, vram_argv, wait_for
 
 from vramkit.procs import HostLoad
 from vramkit.snapshot import open_machine
@@ -278,3 +280,44 @@ def test_the_detail_screen_reads_its_gpus_health(sim_env):
         _run(app, body, size=(120, 40))
     finally:
         machine.close()
+
+
+@pytest.mark.parametrize("env, units", [
+    ({}, None),  # unset: every GPU
+    ({"CUDA_VISIBLE_DEVICES": "1"}, {(1, None)}),
+    ({"CUDA_VISIBLE_DEVICES": "6,0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, {(6, None), (0, None)}),
+    ({"CUDA_VISIBLE_DEVICES": ""}, set()),
+])
+def test_only_visible_reads_vrams_own_environment_as_cuda_does(sim_env, monkeypatch, env, units):
+    from vramkit.cli.top import _visible_units
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    machine = open_machine("demo")
+    try:
+        assert _visible_units(machine.snapshot()) == units
+    finally:
+        machine.close()
+
+
+def test_only_visible_with_a_value_cuda_refuses_is_exit_2():
+    master, slave = pty.openpty()  # a terminal: the value is read once the view would start
+    try:
+        proc = subprocess.run(vram_argv("top", "--simulate", "demo", "--only-visible"), stdin=slave, stdout=slave,
+                              stderr=subprocess.PIPE, text=True, timeout=30, env=clean_env(CUDA_VISIBLE_DEVICES="0,0"))
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 2 and "--only-visible" in proc.stderr and "twice" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_bad_config_file_stops_vram_top_with_one_line(tmp_path):
+    path = tmp_path / "xdg" / "vramkit" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text('[top]\ntheme = "neon"\n')
+    result = run_vram("top", "--simulate", "demo", env=clean_env(XDG_CONFIG_HOME=str(tmp_path / "xdg")))
+    assert result.rc == 2 and f"{path}: top.theme: must be one of dark, light" in result.err
+    assert result.err.count("\n") == 1

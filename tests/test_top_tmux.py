@@ -148,3 +148,33 @@ def test_new_columns_host_line_and_ascii_in_a_real_terminal(session, tmp_path, s
     _tmux("send-keys", "-t", name, "q", env=env)
     assert wait_for(rc_file.exists, timeout=20), screen()
     assert rc_file.read_text().strip() == "rc=0"
+
+
+@pytest.mark.slow
+def test_ascii_from_the_first_frame_to_the_last_byte():
+    """--ascii: the early frame (`vram status` before Textual loads) and everything Textual then
+    draws are ASCII bytes, escape sequences included."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "vramkit", "top", "--simulate", "demo", "--ascii", "--interval",
+                             "0.3"], stdin=slave, stdout=slave, stderr=slave, env=clean_env(), start_new_session=True)
+    out = b""
+    try:
+        deadline = time.monotonic() + 30
+        while out.count(b"GPU processes") < 2 and time.monotonic() < deadline:  # a refresh drawn after the first
+            if select.select([master], [], [], 0.1)[0]:
+                out += os.read(master, 65536)
+        os.write(master, b"q")
+        while proc.poll() is None and time.monotonic() < deadline + 20:
+            if select.select([master], [], [], 0.1)[0]:
+                out += os.read(master, 65536)
+        assert proc.wait(timeout=1) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)
+    assert b"starting the live view~" in out and b"70.6/80.0GiB" in out  # the early frame, in ASCII
+    assert b"GPU processes" in out
+    assert out.isascii(), sorted({c for c in out.decode(errors="replace") if not c.isascii()})

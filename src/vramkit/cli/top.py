@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             wanted = gpus_shown if wanted is None else [g for g in wanted if g in gpus_shown]
         if getattr(args, "no_color", False):
             os.environ["NO_COLOR"] = "1"  # Textual reads it when the app is created
-        with _screen_on_stderr(), _early_frame(first, wanted, getattr(args, "no_color", False)):
+        with _screen_on_stderr(), _early_frame(first, wanted, getattr(args, "no_color", False), cfg["top.ascii"]):
             from ..alerts import Thresholds
             from ..tui.app import TopApp  # imports Textual: ~0.2 s, while the early frame is on screen
             from ..tui.look import THEMES, Look
@@ -199,13 +199,14 @@ def early_frame(snap: Snapshot, style: Style, width: int, height: int) -> str:
 
 
 @contextlib.contextmanager
-def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool) -> Iterator[None]:
+def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool, ascii: bool = False) -> Iterator[None]:
     """Draw early_frame on the alternate screen (where Textual then draws) at once, keys not
     echoed meanwhile; on the way out, the terminal as it was (Textual restores what it found when
     it started, which is this frame's settings)."""
     import termios
 
     from ..render.style import style_for
+    from ..tui.look import Look
 
     fd = sys.stderr.fileno()
     try:
@@ -219,7 +220,9 @@ def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool) -> It
     quiet = list(saved)
     quiet[3] &= ~(termios.ECHO | termios.ICANON)  # lflag: keys typed now wait for the view, unechoed
     termios.tcsetattr(fd, termios.TCSANOW, quiet)
-    text = early_frame(snap, style_for(sys.stderr, no_color), size.columns, size.lines)
+    style = style_for(sys.stderr, no_color)
+    style.unicode = style.unicode and not ascii
+    text = Look(ascii=ascii).plain(early_frame(snap, style, size.columns, size.lines))
     os.write(fd, f"\x1b[?1049h\x1b[H\x1b[2J{text}".encode())  # the alternate screen, cleared
     try:
         yield

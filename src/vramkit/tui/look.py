@@ -9,8 +9,10 @@ only the characters the view itself draws are in the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rich.text import Text
+if TYPE_CHECKING:  # not imported: `vram top` draws its early frame through this module before rich loads
+    from rich.text import Text
 
 # Each drawing character -> one ASCII character (one for one: spans keep their offsets).
 _ASCII = str.maketrans({
