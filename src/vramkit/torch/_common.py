@@ -1,12 +1,16 @@
-"""What the helpers share: importing torch with a clear message, and where user code made a tensor."""
+"""What the helpers share: importing torch with a clear message, where user code made a tensor,
+and sizes small enough to need bytes and KiB."""
 
 from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
+
+from ..units import format_size
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -20,27 +24,68 @@ def require_torch() -> Any:
     return torch
 
 
-_SKIP: tuple[str, ...] | None = None
+# Where a frame's code lives: torch and vramkit.torch are never named; libraries (site-packages,
+# the standard library) are named as "the library line"; everything else is the user's own code.
+_SKIP, _LIBRARY, _USER = 0, 1, 2
+_KINDS: dict[str, int] = {}
+_PREFIXES: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 
-def _skip_dirs() -> tuple[str, ...]:
-    global _SKIP
-    if _SKIP is None:
+def _prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    global _PREFIXES
+    if _PREFIXES is None:
         torch = require_torch()
-        _SKIP = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, _HERE + os.sep)
-    return _SKIP
+        skip = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, _HERE + os.sep)
+        paths = sysconfig.get_paths()
+        library = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
+                   if paths.get(k)}
+        _PREFIXES = skip, tuple(sorted(library))
+    return _PREFIXES
 
 
-def user_site(depth: int = 2) -> tuple[str, int, str]:
-    """(file, line, function) of the innermost frame outside torch and vramkit.torch: the user's line."""
-    skip = _skip_dirs()
+def _kind(filename: str) -> int:
+    kind = _KINDS.get(filename)
+    if kind is None:
+        skip, library = _prefixes()
+        if filename.startswith(skip) or filename.startswith("<frozen"):
+            kind = _SKIP
+        elif filename.startswith(library) or any(part in filename for part in _LIBRARY_PARTS):
+            kind = _LIBRARY
+        else:
+            kind = _USER
+        _KINDS[filename] = kind
+    return kind
+
+
+Site = tuple[str, int, str]  # (file, line, function)
+
+
+def frame_is_ours(frame: FrameType) -> bool:
+    """A frame of torch or of vramkit.torch: never the user's line, never the user's variables."""
+    return _kind(frame.f_code.co_filename) == _SKIP
+
+
+def user_sites(depth: int = 2) -> tuple[Site, Site | None]:
+    """The innermost frame of the user's own code (outside torch, vramkit.torch and installed
+    libraries), and the innermost library frame below it (e.g. modeling_bert.py), if any.
+    Without a user frame, the innermost library frame stands in for it."""
     frame: FrameType | None = sys._getframe(depth)
+    library: Site | None = None
     while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(skip) and not name.startswith("<frozen"):
-            return name, frame.f_lineno, frame.f_code.co_name
+        code = frame.f_code
+        kind = _kind(code.co_filename)
+        if kind == _USER:
+            return (code.co_filename, frame.f_lineno, code.co_name), library
+        if kind == _LIBRARY and library is None:
+            library = (code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
-    return "?", 0, "?"
+    return (library or ("?", 0, "?")), None
+
+
+def user_site(depth: int = 2) -> Site:
+    """(file, line, function) of the innermost frame of the user's own code."""
+    return user_sites(depth + 1)[0]
 
 
 def tensors_in(value: Any) -> Iterator[Any]:
@@ -63,6 +108,16 @@ def storage_key(t: Any) -> tuple[int, int]:
         return id(t), t.numel() * t.element_size()
 
 
-def format_site(site: tuple[str, int, str]) -> str:
+def format_site(site: Site) -> str:
     file, line, func = site
     return f"{file}:{line} in {func}"
+
+
+def format_bytes(n: int) -> str:
+    """Sizes of single tensors: '48 B', '3.5 KiB', then units.format_size ('12MiB', '1.5GiB'),
+    so that a few small tensors never read as 0MiB."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024**2:
+        return f"{n / 1024:.1f} KiB"
+    return format_size(n)

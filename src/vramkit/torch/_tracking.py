@@ -1,5 +1,6 @@
-"""Remember where each tensor was created: a TorchFunctionMode that records the user's line for
-every tensor a torch function returns. Used by LeakDetector and oom_guard(track=True).
+"""Remember where each tensor was created: a TorchFunctionMode that records the user's line (and
+the library line below it, e.g. in modeling_bert.py) for every tensor a torch function returns.
+Used by LeakDetector and oom_guard(track=True).
 
 The cost is a Python call and a short frame walk per torch op: for debugging runs, not for
 production training. Tensors made inside autograd's C++ engine (.grad) are not seen.
@@ -13,14 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import require_torch, tensors_in, user_site
+from ._common import Site, require_torch, tensors_in, user_sites
 
 
 @dataclass
 class Entry:
     ref: Any  # weakref to the tensor
-    site: tuple[str, int, str]
+    site: Site  # the user's line
     step: int
+    library: Site | None = None  # the library line below the user's, if the tensor was made in one
 
 
 class Tracker:
@@ -28,10 +30,15 @@ class Tracker:
         self.entries: dict[int, Entry] = {}
         self.step = 0
         self.model = model
-        self.eval_grad_sites: Counter[tuple[str, int, str]] = Counter()
+        self.eval_grad_sites: Counter[Site] = Counter()
+        # per user line, the library lines that made tensors for autograd in eval mode
+        self.eval_grad_library: dict[Site, Counter[Site]] = {}
+        self.paused = False  # set while LeakDetector inspects tensors, whose methods are torch functions too
         self._mode: Any = None
 
     def record(self, out: Any, args: tuple[Any, ...]) -> None:
+        if self.paused:
+            return
         torch = require_torch()
         inputs = {id(a) for a in args if isinstance(a, torch.Tensor)}
         for t in tensors_in(out):
@@ -41,11 +48,13 @@ class Tracker:
             old = self.entries.get(key)
             if old is not None and old.ref() is t:
                 continue
-            site = user_site(3)
-            self.entries[key] = Entry(weakref.ref(t, self._forget(key)), site, self.step)
+            site, library = user_sites(3)
+            self.entries[key] = Entry(weakref.ref(t, self._forget(key)), site, self.step, library)
             if (self.model is not None and not getattr(self.model, "training", True)
                     and t.grad_fn is not None and torch.is_grad_enabled()):
                 self.eval_grad_sites[site] += 1
+                if library is not None:
+                    self.eval_grad_library.setdefault(site, Counter())[library] += 1
 
     def _forget(self, key: int) -> Callable[[Any], None]:
         def callback(ref: Any) -> None:
@@ -62,7 +71,7 @@ class Tracker:
                 out.append((t, entry))
         return out
 
-    def site_of(self, t: Any) -> tuple[str, int, str] | None:
+    def site_of(self, t: Any) -> Site | None:
         entry = self.entries.get(id(t))
         return entry.site if entry is not None and entry.ref() is t else None
 

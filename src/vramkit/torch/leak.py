@@ -1,4 +1,5 @@
-"""LeakDetector: find tensors that outlive the training step that made them, and the line that made them.
+"""LeakDetector: find tensors that outlive the training step that made them, autograd graphs that
+grow across steps, and the user's line that made them.
 
     det = LeakDetector(model)
     with det:
@@ -6,91 +7,144 @@
             loss = loss_fn(model(batch.x), batch.y)
             loss.backward(); opt.step(); opt.zero_grad()
             losses.append(loss)               # leak: keeps every loss and its autograd graph
+            total_loss += loss                # leak: one tensor whose graph chains every step's graph
     print(det.report())
 
 A tensor created during step k and still alive at the end of step k+1 survived its step.
-Survivors are normal once (optimizer state, caches made in step 1); a line whose survivors
-grow at every step for `window` steps is a leak. Tensors with a grad_fn keep their autograd
-graph alive: the usual fix is `loss.item()` (a float) or `loss.detach()`.
+Survivors are normal once (optimizer state, caches made in step 1); a line whose survivors keep
+growing (never fewer, more in `window` of the last 2 x `window` steps) is a leak. So is a line
+whose live tensors' autograd graph keeps growing (`total_loss += loss`). A flagged line that stops
+growing for 2 x `window` steps (a bounded buffer, deque(maxlen=6)) is withdrawn. Tensors with a
+grad_fn keep their autograd graph alive: the usual fix is `loss.item()` (a float) or `loss.detach()`.
 
-Given the model, it also warns when the model is in eval mode while autograd records
+Lines are the user's own code: frames in torch, vramkit and installed libraries (transformers'
+modeling_bert.py) are passed over, and the innermost library line is shown beside the user's.
+Given the model, it also reports when the model is in eval mode while autograd records
 (evaluation without torch.no_grad(): every activation is kept for a backward that never comes).
 """
 
 from __future__ import annotations
 
-import gc
 import linecache
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
-from ..units import format_size
-from ._common import format_site, require_torch, storage_key
+from ._common import Site, format_bytes, format_site, require_torch, storage_key
+from ._graph import GraphSize, GraphWalker
+from ._referrers import Holder, find_holder
 from ._tracking import Tracker
 
 
 @dataclass
 class Leak:
-    site: tuple[str, int, str]  # (file, line, function) that created the surviving tensors
+    site: Site  # the user's line that created the surviving tensors (or the tensor whose graph grows)
     code: str  # that line's source
     survivors: int  # tensors from this line alive beyond their step
-    bytes: int
+    bytes: int  # their own memory (views of one storage count once)
     keeps_graph: int  # how many of them hold an autograd graph
     grad_fn: str | None  # e.g. MseLossBackward0
-    held_by: str | None  # a variable holding them, e.g. "losses (list of 12) in train"
+    held_by: str | None  # who holds them, e.g. "losses (list of 12) in train", "metric.preds (list of 20) in run"
     first_step: int  # the step at which it was flagged
+    library_site: Site | None = None  # the library line below the user's that made them (modeling_bert.py)
+    graph_nodes: int = 0  # autograd nodes their graphs keep alive
+    graph_bytes: int = 0  # tensors those nodes saved for backward (0 once backward has freed them)
+    graph_steps: int = 0  # for a growing graph: how many steps it has grown by
+    kind: str = "tensors"  # "tensors": more tensors every step; "graph": one tensor's graph grows
 
     @property
     def line(self) -> int:
         return self.site[1]
 
+    def _graph_text(self) -> str:
+        saved = (f"{format_bytes(self.graph_bytes)} of tensors saved for backward" if self.graph_bytes
+                 else "their saved tensors freed by backward")
+        return f"{self.graph_nodes:,} autograd nodes, {saved}"
+
     def __str__(self) -> str:
-        text = (f"{format_site(self.site)}: {self.survivors} tensors ({format_size(self.bytes)}) created here "
-                f"outlive their step, more every step\n    {self.code}")
+        if self.kind == "graph":
+            text = (f"{format_site(self.site)}: the autograd graph of a tensor created here grows every step "
+                    f"(graph of {self.graph_steps} steps: {self._graph_text()})\n    {self.code}")
+        else:
+            text = (f"{format_site(self.site)}: {self.survivors} tensors ({format_bytes(self.bytes)}) created "
+                    f"here outlive their step, more every step\n    {self.code}")
+        if self.library_site is not None:
+            text += f"\n    made in {format_site(self.library_site)}"
         if self.held_by:
             text += f"\n    held by {self.held_by}"
-        if self.keeps_graph:
-            text += (f"\n    {self.keeps_graph} keep an autograd graph alive ({self.grad_fn}): store "
-                     "loss.item() (or .detach()) instead of the tensor")
+        if self.kind == "graph":
+            text += ("\n    accumulate loss.item() (a float) or loss.detach() instead of the tensor: "
+                     "every step's graph stays chained to it")
+        elif self.keeps_graph:
+            text += (f"\n    {self.keeps_graph} keep an autograd graph alive ({self.grad_fn}; "
+                     f"{self._graph_text()}): store loss.item() (or .detach()) instead of the tensor")
         return text
 
 
 @dataclass
 class LeakReport:
-    leaks: list[Leak]
+    leaks: list[Leak]  # still growing
     live_bytes: list[int]  # tracked live tensor memory at the end of each step
     growing: bool  # live memory grew at every one of the last `window` steps
-    eval_with_grad: list[tuple[tuple[str, int, str], int]] = field(default_factory=list)
+    # the user's lines that made tensors for autograd in eval mode, with how many
+    eval_with_grad: list[tuple[Site, int]] = field(default_factory=list)
+    eval_library: dict[Site, int] = field(default_factory=dict)  # the library lines below them
+    settled: list[Leak] = field(default_factory=list)  # flagged once, then stopped growing (bounded buffers)
 
     def __str__(self) -> str:
-        if not self.leaks and not self.eval_with_grad:
-            return f"no leak found over {len(self.live_bytes)} steps"
         parts = [str(leak) for leak in self.leaks]
-        for site, n in self.eval_with_grad:
-            parts.append(f"{format_site(site)}: {n} tensors recorded for autograd while the model is in eval mode: "
-                         "wrap evaluation in torch.no_grad() or torch.inference_mode()")
+        if self.eval_with_grad:
+            parts.append(eval_text(self.eval_with_grad, self.eval_library))
+        if not parts:
+            parts.append(f"no leak found over {len(self.live_bytes)} steps")
+        for leak in self.settled:
+            parts.append(f"{format_site(leak.site)}: stopped growing at {leak.survivors} tensors "
+                         f"({format_bytes(leak.bytes + leak.graph_bytes)}): bounded, not a leak"
+                         + (f"; held by {leak.held_by}" if leak.held_by else ""))
         if self.growing:
             parts.append("live tensor memory grew at every step: " +
-                         " -> ".join(format_size(b) for b in self.live_bytes[-4:]))
+                         " -> ".join(format_bytes(b) for b in self.live_bytes[-4:]))
         return "\n".join(parts)
 
 
-def _holder(t: Any) -> str | None:
-    """The name of a list/dict/set that holds `t`, found in the calling frames."""
-    containers = [r for r in gc.get_referrers(t) if isinstance(r, (list, dict, set, tuple))]
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None and containers:
-        for scope in (frame.f_locals, frame.f_globals if frame.f_back is None else {}):
-            for name, value in scope.items():
-                for c in containers:
-                    if value is c:
-                        return f"{name} ({type(c).__name__} of {len(c)}) in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return None
+def eval_text(found: list[tuple[Site, int]], library: dict[Site, int], shown: int = 3) -> str:
+    """One finding for every line that recorded autograd in eval mode."""
+    total = sum(n for _, n in found)
+    lines = ", ".join(format_site(site) for site, _ in found[:shown]) + (f" and {len(found) - shown} more"
+                                                                        if len(found) > shown else "")
+    text = (f"the model is in eval mode but autograd is recording: {total} tensors made for a backward "
+            f"that never comes, at {lines}")
+    if library:
+        top = ", ".join(format_site(site) for site, _ in Counter(library).most_common(2))
+        text += f" (made in {len(library)} library lines, most in {top})"
+    return text + ": wrap evaluation in torch.no_grad() or torch.inference_mode()"
+
+
+def _grows(history: list[int], window: int) -> bool:
+    """Never fewer, and more in at least `window` of the last 2 x `window` steps."""
+    recent = history[-(2 * window + 1):]
+    pairs = list(zip(recent, recent[1:]))
+    return len(pairs) >= window and all(b >= a for a, b in pairs) and sum(b > a for a, b in pairs) >= window
+
+
+def _settled(history: list[int], window: int) -> bool:
+    """No growth over the last 2 x `window` steps."""
+    recent = history[-(2 * window + 1):]
+    return len(recent) == 2 * window + 1 and all(b <= a for a, b in zip(recent, recent[1:]))
+
+
+@dataclass
+class _Site:
+    """What one user line has alive at the end of a step."""
+    survivors: list[Any] = field(default_factory=list)
+    bytes: int = 0
+    library: Counter[Site] = field(default_factory=Counter)
+    graph: GraphSize = field(default_factory=GraphSize)
+    root: Any = None  # the tensor whose graph is the largest
+    root_nodes: int = 0
 
 
 class LeakDetector:
@@ -102,10 +156,13 @@ class LeakDetector:
         require_torch()
         self.model, self.window, self.warn, self.min_bytes = model, window, warn, min_bytes
         self._tracker = Tracker(model)
-        self._history: dict[tuple[str, int, str], list[int]] = {}
+        self._counts: dict[Site, list[int]] = {}  # survivors per step
+        self._nodes: dict[Site, list[int]] = {}  # autograd nodes kept alive per step
         self._live: list[int] = []
-        self._leaks: dict[tuple[str, int, str], Leak] = {}
-        self._eval_warned: set[tuple[str, int, str]] = set()
+        self._leaks: dict[Site, Leak] = {}
+        self._holders: dict[Site, Holder] = {}
+        self._settled: dict[Site, Leak] = {}
+        self._eval_warned: set[Site] = set()
 
     # ---- context manager / explicit start-stop
     def start(self) -> LeakDetector:
@@ -130,51 +187,132 @@ class LeakDetector:
     # ---- the step hook
     def step(self) -> list[Leak]:
         """Call at the end of each step. Returns the leaks first flagged at this step."""
+        tracker = self._tracker
+        paused, tracker.paused = tracker.paused, True  # tensor methods called here are torch functions too
+        try:
+            return self._step(sys._getframe(1))
+        finally:
+            tracker.paused = paused
+            tracker.step += 1
+
+    def _measure(self) -> dict[Site, _Site]:
+        torch = require_torch()
         current = self._tracker.step
-        counts: dict[tuple[str, int, str], list[Any]] = {}
+        sites: dict[Site, _Site] = {}
+        old: list[tuple[Any, Any, tuple[int, int]]] = []
+        walker = GraphWalker(torch)
         seen: set[tuple[int, int]] = set()
         live = 0
-        for t, entry in self._tracker.live():
+        for t, entry in self._tracker.live():  # in creation order: an older tensor's graph claims shared nodes
             key = storage_key(t)
             if key not in seen:
                 seen.add(key)
                 live += key[1]
+            at = sites.get(entry.site)
+            if at is None:
+                at = sites[entry.site] = _Site()
             if entry.step < current:
-                counts.setdefault(entry.site, []).append(t)
+                old.append((t, entry, key))
+            if t.grad_fn is not None:
+                before = at.graph.nodes
+                walker.measure(t.grad_fn, at.graph)
+                if at.graph.nodes - before > at.root_nodes or at.root is None:
+                    at.root, at.root_nodes = t, at.graph.nodes - before
         self._live.append(live)
-        for site in set(self._history) | set(counts):
-            self._history.setdefault(site, []).append(len(counts.get(site, ())))
+        saved_by: set[tuple[int, int]] = set()
+        for at in sites.values():
+            at.graph.saved -= walker.parameters
+            saved_by |= at.graph.saved
+        for t, entry, key in old:
+            if key in saved_by:
+                continue  # kept alive by a graph (saved for backward): counted in that graph's memory
+            at = sites[entry.site]
+            at.survivors.append(t)
+            at.bytes += key[1]
+            if entry.library is not None:
+                at.library[entry.library] += 1
+        return sites
+
+    def _step(self, frame: Any) -> list[Leak]:
+        sites = self._measure()
+        for site in set(self._counts) | set(sites):
+            at = sites.get(site)
+            self._counts.setdefault(site, []).append(len(at.survivors) if at else 0)
+            self._nodes.setdefault(site, []).append(at.graph.nodes if at else 0)
         new = []
-        for site, history in self._history.items():
-            recent = history[-(self.window + 1):]
-            if site in self._leaks or len(recent) <= self.window:
+        for site, at in sites.items():
+            leak = self._leaks.get(site)
+            counts, nodes = self._counts[site], self._nodes[site]
+            if leak is not None:
+                self._update(leak, at, nodes)
                 continue
-            if all(b > a for a, b in zip(recent, recent[1:])):
-                alive = counts[site]
-                nbytes = sum(storage_key(t)[1] for t in alive)
-                if nbytes < self.min_bytes:
-                    continue
-                graph = [t for t in alive if t.grad_fn is not None]
-                leak = Leak(site=site, code=linecache.getline(site[0], site[1]).strip(), survivors=len(alive),
-                            bytes=nbytes, keeps_graph=len(graph),
-                            grad_fn=type(graph[-1].grad_fn).__name__ if graph else None,
-                            held_by=_holder(alive[-1]), first_step=current)
-                self._leaks[site] = leak
-                new.append(leak)
-                if self.warn:
-                    warnings.warn(f"vramkit: possible memory leak: {leak}", ResourceWarning, stacklevel=2)
-        for site, n in self._tracker.eval_grad_sites.items():
-            if site not in self._eval_warned:
-                self._eval_warned.add(site)
-                if self.warn:
-                    warnings.warn(f"vramkit: {format_site(site)}: the model is in eval mode but autograd is "
-                                  f"recording ({n} tensors): use torch.no_grad() or torch.inference_mode()",
-                                  ResourceWarning, stacklevel=2)
-        self._tracker.step = current + 1
+            kind = "tensors" if _grows(counts, self.window) else "graph" if _grows(nodes, self.window) else None
+            if kind is None or (kind == "graph" and at.root is None):
+                continue
+            target = at.survivors[-1] if kind == "tensors" else at.root
+            graphs = [t for t in at.survivors if t.grad_fn is not None]
+            leak = Leak(site=site, code=linecache.getline(site[0], site[1]).strip(), survivors=len(at.survivors),
+                        bytes=at.bytes, keeps_graph=len(graphs),
+                        grad_fn=type((graphs[-1] if graphs else target).grad_fn).__name__
+                        if (graphs or target.grad_fn is not None) else None,
+                        held_by=None, first_step=self._tracker.step, kind=kind,
+                        library_site=at.library.most_common(1)[0][0] if at.library else None)
+            self._update(leak, at, nodes)
+            if leak.bytes + leak.graph_bytes < self.min_bytes:
+                continue
+            holder = find_holder(target, frame, {id(sites), id(at), id(at.survivors)})
+            if holder is not None:
+                self._holders[site] = holder
+            self._leaks[site] = leak
+            self._settled.pop(site, None)
+            new.append(leak)
+            if self.warn:
+                warnings.warn(f"vramkit: possible memory leak: {leak}", ResourceWarning, stacklevel=3)
+        self._name_holders(frame)
+        for site in list(self._leaks):  # flag growth, not presence: a buffer that stopped growing is bounded
+            if _settled(self._counts[site], self.window) and _settled(self._nodes[site], self.window):
+                self._settled[site] = self._leaks.pop(site)
+        self._warn_eval()
         return new
 
+    def _update(self, leak: Leak, at: _Site, nodes: list[int]) -> None:
+        """Bring a leak's numbers to this step's."""
+        leak.survivors, leak.bytes = len(at.survivors), at.bytes
+        leak.keeps_graph = sum(1 for t in at.survivors if t.grad_fn is not None)
+        leak.graph_nodes = at.graph.nodes
+        leak.graph_bytes = sum(nbytes for _, nbytes in at.graph.saved)
+        leak.graph_steps = 1 + sum(b > a for a, b in zip(nodes, nodes[1:]))
+
+    def _name_holders(self, frame: Any) -> None:
+        """held_by for every leak, its container's length read again (cheap: no heap search)."""
+        for site, leak in self._leaks.items():
+            holder = self._holders.get(site)
+            if holder is None:
+                continue
+            holder.refresh(frame)
+            label = holder.label
+            if leak.kind == "graph":
+                memory = format_bytes(leak.graph_bytes) if leak.graph_bytes else f"{leak.graph_nodes:,} nodes"
+                label += f" (graph of {leak.graph_steps} steps, {memory})"
+            leak.held_by = f"{label} in {holder.func}"
+
+    def _warn_eval(self) -> None:
+        found, library = self._eval_found()
+        if self.warn and any(site not in self._eval_warned for site, _ in found):
+            warnings.warn(f"vramkit: {eval_text(found, library)}", ResourceWarning, stacklevel=4)
+        self._eval_warned.update(site for site, _ in found)
+
+    def _eval_found(self) -> tuple[list[tuple[Site, int]], dict[Site, int]]:
+        library: Counter[Site] = Counter()
+        for below in self._tracker.eval_grad_library.values():
+            library.update(below)
+        return sorted(self._tracker.eval_grad_sites.items()), dict(library)
+
     def report(self) -> LeakReport:
+        """The leaks still growing (their holders' lengths read again where the caller can see them), and the rest."""
+        self._name_holders(sys._getframe(1))
         recent = self._live[-(self.window + 1):]
         growing = len(recent) > self.window and all(b > a for a, b in zip(recent, recent[1:]))
+        found, library = self._eval_found()
         return LeakReport(leaks=list(self._leaks.values()), live_bytes=list(self._live), growing=growing,
-                          eval_with_grad=sorted(self._tracker.eval_grad_sites.items()))
+                          eval_with_grad=found, eval_library=library, settled=list(self._settled.values()))
