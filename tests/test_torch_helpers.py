@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from helpers import clean_env
 torch = pytest.importorskip("torch")
 
 from vramkit.torch import (  # noqa: E402
-    LeakDetector,
     oom_guard,
     where,
 )
@@ -110,65 +108,4 @@ def test_where_on_a_tidy_model():
     assert report.devices == ["cpu"] and not report.warnings and report.dtypes == ["bfloat16"]
 
 
-# ---------------------------------------------------------------- LeakDetector
-
-def _train(steps: int, leak: bool, detector: LeakDetector) -> list:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    losses = []
-    flagged_at = []
-    with detector:
-        for step in range(steps):
-            x, y = torch.randn(8, 16), torch.randn(8, 1)
-            loss = torch.nn.functional.mse_loss(model(x), y)  # loss-line marker
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss if leak else loss.item())
-            if detector.step():
-                flagged_at.append(step)
-    return flagged_at
-
-
-@pytest.mark.slow
-def test_planted_leak_is_reported_within_a_few_steps_naming_the_line():
-    det = LeakDetector(window=3, warn=False)
-    flagged = _train(10, leak=True, detector=det)
-    assert flagged and flagged[0] <= 4
-    leak = det.report().leaks[0]
-    assert leak.line == _line_of("loss-line marker") and leak.site[0] == __file__
-    assert "mse_loss" in leak.code
-    assert leak.keeps_graph == leak.survivors >= 3 and leak.grad_fn == "MseLossBackward0"
-    assert "loss.item()" in str(leak)
-    assert leak.held_by.startswith("losses (list of")
-
-
-@pytest.mark.slow
-def test_fixed_loop_is_not_flagged():
-    det = LeakDetector(window=3, warn=False)
-    assert _train(12, leak=False, detector=det) == []
-    report = det.report()
-    assert report.leaks == [] and not report.growing and "no leak found over 12 steps" in str(report)
-
-
-def test_leak_warning_names_the_line():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _train(6, leak=True, detector=LeakDetector(window=3))
-    assert any(f":{_line_of('loss-line marker')} in _train" in str(w.message) for w in caught)
-
-
-def test_evaluation_with_grad_enabled_is_reported():
-    model = torch.nn.Linear(4, 1)
-    model.eval()
-    det = LeakDetector(model, warn=False)
-    with det:
-        for _ in range(2):
-            model(torch.randn(2, 4)).sum()  # eval-grad marker
-            det.step()
-        with torch.no_grad():
-            model(torch.randn(2, 4)).sum()
-            det.step()
-    sites = det.report().eval_with_grad
-    assert [site[1] for site, _ in sites] == [_line_of("eval-grad marker")]
+# LeakDetector: tests/test_torch_leaks.py
