@@ -125,6 +125,25 @@ def test_what_is_read_is_bounded():
     assert phase_in(padded)[1] is None
 
 
+def test_a_forward_inside_evaluation_leads_with_the_evaluation_batch():
+    from vramkit.doctor.traceback import Frame
+
+    site = "/venv/lib/python3.11/site-packages"
+    frames = [Frame("/home/u/run.py", 12, "<module>", "trainer.evaluate()"),
+              Frame(f"{site}/transformers/trainer.py", 2871, "evaluate", "output = self.evaluation_loop("),
+              Frame(f"{site}/transformers/trainer.py", 2990, "evaluation_loop", "losses, logits, labels = "
+                    "self.prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)"),
+              Frame(f"{site}/transformers/trainer.py", 3260, "prediction_step", "outputs = model(**inputs)"),
+              Frame(f"{site}/torch/nn/modules/module.py", 1789, "_call_impl", "return forward_call(*args, **kwargs)"),
+              Frame(f"{site}/transformers/models/bert/modeling_bert.py", 126, "eager_attention_forward",
+                    "attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling")]
+    phase = phase_of(frames)
+    assert phase is not None and phase.id == "forward" and phase.evaluating
+    report = find_oom((PHASES / "generate_kv_cache.log").read_text().splitlines()[-1])
+    ids = [f.id for f in explain(report, phase=phase).fixes]
+    assert ids[0] == "eval_batch" and not {"grad_accum", "checkpointing", "offload_optimizer"} & set(ids)
+
+
 # ---------------------------------------------------------------- oom_guard on a live exception
 
 torch = pytest.importorskip("torch")

@@ -478,7 +478,7 @@ def _bounded(ex: Explanation, fixes: list[Fix]) -> list[Fix]:
         ex.notes.append(f"estimated savings capped at what the job held ({format_size(held)}): "
                         + ", ".join(capped))
     if idle:
-        ex.notes.append("not listed, they save nothing for the setup given: " + ", ".join(idle))
+        ex.notes.append("not listed, for the setup given they save nothing (or add memory): " + ", ".join(idle))
     return kept
 
 
