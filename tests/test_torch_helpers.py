@@ -15,7 +15,6 @@ torch = pytest.importorskip("torch")
 
 from vramkit.torch import (  # noqa: E402
     oom_guard,
-    where,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "oom"
@@ -88,24 +87,6 @@ def test_oom_guard_on_a_real_cpu_allocation_failure():
         with guard:
             torch.empty(2**62, dtype=torch.uint8)
     assert guard.diagnosis.report.kind == "cpu" and guard.diagnosis.explanation.cause == "host_ram"
-
-
-# ---------------------------------------------------------------- where
-
-def test_where_flags_stray_cpu_tensors_and_mixed_devices():
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
-    model[0].to("meta")  # stands in for a GPU: the model "moved", one layer left behind
-    report = where(model)
-    assert report.devices == ["meta", "cpu"] and report.mixed_devices
-    assert {name for name, _ in report.stray} == {"1.weight (param)", "1.bias (param)"}
-    assert any("still on the CPU while the model is on meta" in w for w in report.warnings)
-    assert "float32" in str(report)
-
-
-def test_where_on_a_tidy_model():
-    model = torch.nn.Linear(8, 8).to(torch.bfloat16)
-    report = where(model)
-    assert report.devices == ["cpu"] and not report.warnings and report.dtypes == ["bfloat16"]
 
 
 # LeakDetector: tests/test_torch_leaks.py
