@@ -337,15 +337,7 @@ def _phase_fixes(ex: Explanation) -> list[Fix]:
     if ex.phase is None:
         return list(model.values())
     order = _EVAL_FORWARD if ex.phase.id == "forward" and ex.phase.evaluating else _PHASE_ORDER[ex.phase.id]
-    where = f"the allocation failed in the {ex.phase.title}"
-    out = []
-    for fix_id in order:
-        if fix_id in model:
-            out.append(model[fix_id])
-        else:
-            title, how = _PHASE_FIX_TEXT[fix_id]
-            out.append(_fix(fix_id, title, f"{how} ({where})" if not out else how))
-    return out
+    return [model[fix_id] if fix_id in model else _fix(fix_id, *_PHASE_FIX_TEXT[fix_id]) for fix_id in order]
 
 
 def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: SavingsHook | None,

@@ -53,7 +53,8 @@ class Frame:
         """`code` at name:line, for one line of output."""
         name = self.path.rsplit("/", 1)[-1]
         where = f"{name}:{self.line}"
-        code = self.code if len(self.code) <= 80 else self.code[:79] + "…"
+        code = self.code.split("  # ", 1)[0]  # a trailing comment is not the call
+        code = code if len(code) <= 80 else code[:79] + "…"
         return f"{code} ({where})" if code else f"{self.func} ({where})"
 
 
