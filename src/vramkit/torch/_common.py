@@ -40,7 +40,7 @@ def _prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
         paths = sysconfig.get_paths()
         library = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
                    if paths.get(k)}
-        _PREFIXES = skip, tuple(sorted(library))
+        _PREFIXES = skip, tuple(sorted(library, key=len, reverse=True))  # the most specific first
     return _PREFIXES
 
 
@@ -109,7 +109,18 @@ def storage_key(t: Any) -> tuple[int, int]:
 
 
 def format_site(site: Site) -> str:
+    """'train.py:42 in main'; a library's file from its package on ('transformers/models/bert/...')."""
     file, line, func = site
+    if _KINDS.get(file) == _LIBRARY:
+        for prefix in _prefixes()[1]:
+            if file.startswith(prefix):
+                file = file[len(prefix):]
+                break
+        else:
+            for part in _LIBRARY_PARTS:
+                if part in file:
+                    file = file.split(part, 1)[1]
+                    break
     return f"{file}:{line} in {func}"
 
 

@@ -39,6 +39,10 @@ from ._referrers import Holder, find_holder
 from ._tracking import Tracker
 
 
+class LeakWarning(UserWarning):
+    """What LeakDetector(warn=True) warns with: a UserWarning, shown by default (a ResourceWarning is not)."""
+
+
 @dataclass
 class Leak:
     site: Site  # the user's line that created the surviving tensors (or the tensor whose graph grows)
@@ -267,7 +271,7 @@ class LeakDetector:
             self._settled.pop(site, None)
             new.append(leak)
             if self.warn:
-                warnings.warn(f"vramkit: possible memory leak: {leak}", ResourceWarning, stacklevel=3)
+                warnings.warn(f"vramkit: possible memory leak: {leak}", LeakWarning, stacklevel=3)
         self._name_holders(frame)
         for site in list(self._leaks):  # flag growth, not presence: a buffer that stopped growing is bounded
             if _settled(self._counts[site], self.window) and _settled(self._nodes[site], self.window):
@@ -299,7 +303,7 @@ class LeakDetector:
     def _warn_eval(self) -> None:
         found, library = self._eval_found()
         if self.warn and any(site not in self._eval_warned for site, _ in found):
-            warnings.warn(f"vramkit: {eval_text(found, library)}", ResourceWarning, stacklevel=4)
+            warnings.warn(f"vramkit: {eval_text(found, library)}", LeakWarning, stacklevel=4)
         self._eval_warned.update(site for site, _ in found)
 
     def _eval_found(self) -> tuple[list[tuple[Site, int]], dict[Site, int]]:
