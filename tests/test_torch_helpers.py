@@ -90,3 +90,38 @@ def test_oom_guard_on_a_real_cpu_allocation_failure():
 
 
 # LeakDetector: tests/test_torch_leaks.py
+
+
+# ---------------------------------------------------------------- trace_memory: what it prints, what it asks
+
+def _fake_mlp():
+    from vramkit.estimate.trace import fake_mode
+    fm = fake_mode()
+    with fm:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    return fm, model
+
+
+def test_trace_result_prints_a_summary_and_forgetting_fake_mode_says_so():
+    from vramkit.errors import RequestError
+    from vramkit.estimate.trace import trace_memory
+    fm, model = _fake_mlp()
+    opt = torch.optim.AdamW(model.parameters())
+
+    def step(i):
+        model(torch.randn(32, 64)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    result = trace_memory(model, step, optimizer=opt, fake_mode=fm)
+    lines = str(result).splitlines()
+    assert lines[0] == (f"traced peak {result.peak_bytes / 1024:.1f} KiB at step 1 (backward/step), "
+                        "steady state the peak")
+    assert [line.split()[0] for line in lines[1:]] == ["optimizer", "temporaries", "parameters", "gradients"]
+    with pytest.raises(RequestError, match="pass that mode too") as caught:
+        trace_memory(model, step, optimizer=opt)  # fake_mode= forgotten
+    assert caught.value.param == "fake_mode"
+    batch = torch.randn(32, 64)  # a real tensor, made before the trace
+    with pytest.raises(RequestError, match="make the batch inside step_fn") as caught:
+        trace_memory(model, lambda i: model(batch).sum().backward(), fake_mode=fm)
+    assert caught.value.param == "step_fn"

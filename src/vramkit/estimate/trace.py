@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import VramkitError
+from ..errors import RequestError, VramkitError
 from .specs import EstimateError, ModelSpec, resolve
 
 if TYPE_CHECKING:
@@ -66,6 +66,19 @@ class TraceResult:
     breakdown: dict[str, int]  # at the peak: parameters, gradients, optimizer state, ...
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        """The peak, where it came, and what it is made of (largest first)."""
+        from ..torch._common import format_bytes  # B and KiB too: a small model's trace is not '0MiB'
+
+        steady = "the peak" if self.steady_bytes == self.peak_bytes else format_bytes(self.steady_bytes)
+        lines = [f"traced peak {format_bytes(self.peak_bytes)} at step {self.peak_step} ({self.peak_phase}), "
+                 f"steady state {steady}"]
+        width = max((len(k) for k in self.breakdown), default=0)
+        lines += [f"  {what:<{width}}  {format_bytes(n):>10}"
+                  for what, n in sorted(self.breakdown.items(), key=lambda kv: -kv[1])]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"peak_bytes": self.peak_bytes, "steady_bytes": self.steady_bytes, "step_peaks": self.step_peaks,
@@ -191,6 +204,13 @@ def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, o
     Steady state = the peak of the last step.
     """
     torch = _torch()
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    fake_params = any(isinstance(p, FakeTensor) for p in model.parameters())
+    if fake_mode is None and fake_params:
+        raise RequestError("the model was built under fake_mode(): pass that mode too, "
+                           "trace_memory(model, step_fn, fake_mode=fm), so the step's tensors are fake as well",
+                           param="fake_mode")
     tracker = _Tracker()
     dispatch, cudalike = _modes(tracker)
     for p in model.parameters():
@@ -217,7 +237,14 @@ def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, o
             for i in range(steps):
                 tracker.step_peak = tracker.current
                 tracker.phase = "step start"
-                step_fn(i)
+                try:
+                    step_fn(i)
+                except AssertionError as e:  # FakeTensorMode's word for a real tensor in a fake computation
+                    if fake_mode is None or "FakeTensor" not in str(e):
+                        raise
+                    raise RequestError("a real tensor met the fake ones (a batch made before the trace, or a "
+                                       "model not built under fake_mode): make the batch inside step_fn and "
+                                       "build the model under the same fake_mode", param="step_fn") from None
                 for p in model.parameters():
                     if p.grad is not None:
                         tracker.mark(p.grad, "gradients")
