@@ -142,6 +142,22 @@ class Device:
 
 
 @dataclass
+class Topology:
+    """How the GPUs are connected, as `nvidia-smi topo -m` shows it. Read once (it does not change)
+    and only when asked: `vram pick` / `vram run` choosing several GPUs."""
+
+    # (GPU a, GPU b), a < b -> "NV<n>" (n NVLink links between them), else the closest PCIe
+    # relation: "PIX" (one PCIe switch), "PXB" (several switches), "PHB" (one host bridge),
+    # "NODE" (one NUMA node, across host bridges), "SYS" (across NUMA nodes); "?" unknown
+    links: dict[tuple[int, int], str] = field(default_factory=dict)
+    numa_node: dict[int, int | None] = field(default_factory=dict)  # GPU -> its NUMA node (None: N/A)
+    na: dict[str, str] = field(default_factory=dict)  # "nvlink", "pcie", "numa_node" -> why N/A
+
+    def between(self, a: int, b: int) -> str:
+        return self.links.get((min(a, b), max(a, b)), "?")
+
+
+@dataclass
 class Snapshot:
     """Every GPU and the processes holding their memory, read once."""
 
@@ -153,6 +169,7 @@ class Snapshot:
     cuda_version: str | None = None
     errors: list[str] = field(default_factory=list)
     monotonic: float | None = None  # when, on a clock that does not jump (intervals, idle time)
+    topology: Topology | None = None  # None: not read (Machine.want_topology: only pick and run read it)
 
     @property
     def processes(self) -> list[GpuProcess]:

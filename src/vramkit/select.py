@@ -105,6 +105,7 @@ class Unit:
     lost: bool
     memory_na: str | None = None  # why memory is N/A
     util_na: str | None = None
+    links: dict[int, str] = field(default_factory=dict)  # other GPU -> how they connect (Topology's words)
 
     @property
     def key(self) -> str:
@@ -127,10 +128,12 @@ def units_of(snap: Snapshot, devices: list[CudaDevice]) -> list[Unit]:
                                 util_na="not reported for MIG instances"))
             continue
         capacity = None if g.memory_total is None else g.memory_total - (g.memory_reserved or 0)
+        links = {} if snap.topology is None else {
+            o.index: snap.topology.between(d.index, o.index) for o in snap.gpus if o.index != d.index}
         out.append(Unit(dev=d, memory_total=g.memory_total, memory_free=g.memory_free, capacity=capacity,
                         utilization=g.utilization, processes=list(g.processes), lost=g.lost,
                         memory_na=g.na.get("memory_free") or g.na.get("memory_used"),
-                        util_na=g.na.get("utilization")))
+                        util_na=g.na.get("utilization"), links=links))
     return out
 
 
@@ -214,6 +217,7 @@ class Decision:
     verdicts: list[Verdict]
     chosen: list[Unit]  # in PCI order; empty unless the request is satisfied now
     impossible: str | None = None  # why it can never be satisfied (waiting will not help)
+    connection: str | None = None  # how the chosen GPUs connect, when that chose them (-n 2 and more)
 
     @property
     def ok(self) -> bool:
@@ -288,9 +292,53 @@ def decide(policy: Policy, units: list[Unit], blocked: dict[str, Block] | None =
     fitting = [v.unit for v in verdicts if v.fits]
     if len(fitting) >= policy.count:
         order = {u.key: i for i, u in enumerate(units)}
-        best = sorted(fitting, key=lambda u: (_rank(policy, u), order[u.key]))[: policy.count]
+        best_first = sorted(fitting, key=lambda u: (_rank(policy, u), order[u.key]))
+        best = best_first[: policy.count]
+        if policy.count > 1 and any(word != "?" for u in best_first for word in u.links.values()):
+            best = _connected(best_first, policy.count)
+            decision.connection = connection_text(best)
         decision.chosen = sorted(best, key=lambda u: order[u.key])
     return decision
+
+
+# How close two GPUs are (nvidia-smi topo -m's words): NVLink, then one PCIe switch, several
+# switches, one host bridge, one NUMA node, across NUMA nodes; unknown last.
+LINK_DISTANCE = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+LINK_WORDS = {"PIX": "one PCIe switch", "PXB": "PCIe switches, no host bridge between them",
+              "PHB": "one PCIe host bridge", "NODE": "one NUMA node, across PCIe host bridges",
+              "SYS": "different NUMA nodes", "?": "unknown"}
+
+
+def _distance(a: Unit, b: Unit) -> float:
+    word = a.links.get(b.dev.index, "?")
+    if word.startswith("NV"):
+        return -int(word[2:]) / 100  # NVLink: closest, more links closer still
+    return LINK_DISTANCE.get(word, 6)
+
+
+def _connected(best_first: list[Unit], count: int) -> list[Unit]:
+    """`count` units as closely connected as any `count` that fit, the better ranked where
+    connection ties: grown greedily from each unit in turn, the tightest group kept."""
+    position = {u.key: i for i, u in enumerate(best_first)}
+    groups = []
+    for seed in best_first:
+        group = [seed]
+        while len(group) < count:
+            rest = [u for u in best_first if u not in group]
+            group.append(min(rest, key=lambda u: (max(_distance(u, m) for m in group), position[u.key])))
+        pairs = [_distance(a, b) for i, a in enumerate(group) for b in group[i + 1:]]
+        groups.append(((max(pairs), sum(pairs), sum(position[u.key] for u in group)), group))
+    return min(groups, key=lambda scored: scored[0])[1]
+
+
+def connection_text(units: list[Unit]) -> str:
+    """'GPUs 3, 4: NVLink, 4 links (NV4)', 'GPUs 0, 1: one PCIe switch (PIX)': the weakest pair's."""
+    pairs = [(a, b) for i, a in enumerate(units) for b in units[i + 1:]]
+    a, b = max(pairs, key=lambda pair: _distance(*pair))
+    word = a.links.get(b.dev.index, "?")
+    words = f"NVLink, {word[2:]} links" if word.startswith("NV") else LINK_WORDS.get(word, word)
+    weakest = " between the farthest two" if len(units) > 2 else ""
+    return f"{ids_text(units)}: {words} ({word}){weakest}"
 
 
 def queue_blocks(units: list[Unit], blocked: dict[str, Block], earlier: list[tuple[Policy, str]]) -> dict[str, Block]:

@@ -14,7 +14,7 @@ from typing import Any
 from ._callable import make_callable
 from .backends import Backend
 from .idle import idle_now
-from .model import Device, GpuProcess, Health, Snapshot
+from .model import Device, GpuProcess, Health, Snapshot, Topology
 from .nvml.backend import NvmlUnavailable
 from .procs import HostProcess, cpu_percent_since
 
@@ -26,6 +26,9 @@ class Machine:
 
     def __init__(self, backend: Backend):
         self.backend = backend
+        # Topology (NVLink, PCIe, NUMA) rides on every snapshot once wanted: pick and run choosing
+        # several GPUs want it; read once by the driver's reader, so later snapshots cost nothing.
+        self.want_topology = False
         # (pid, start ticks) -> (CPU seconds, when): CPU % over the interval since the last snapshot.
         self._previous_cpu: dict[tuple[int, int | None], tuple[float, float]] = {}
 
@@ -48,7 +51,16 @@ class Machine:
             self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in hosts}
         return Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
                         driver_version=self.backend.driver_version, cuda_version=self.backend.cuda_version,
-                        monotonic=self.backend.monotonic())
+                        monotonic=self.backend.monotonic(), topology=self._topology())
+
+    def _topology(self) -> Topology | None:
+        if not self.want_topology:
+            return None
+        nvml = getattr(self.backend, "nvml", None)  # the NVIDIA backends' NVML reader
+        if nvml is None:
+            return Topology(na={"pcie": "this backend reads no topology"})
+        topology: Topology = nvml.read_topology()
+        return topology
 
     def read_health(self, snap: Snapshot, settle: float = 0.2) -> None:
         """Fill each GPU's `health` (ECC, remaps, throttling, clocks, PCIe, NVLink...): some twenty

@@ -104,6 +104,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
     from ..leases import lease_dir
 
     machine = open_for(args)
+    # Several GPUs: choose connected ones (NVLink, one PCIe switch, one NUMA node); the topology is
+    # read once here and rides on every later snapshot of this machine (while waiting too).
+    machine.want_topology = args.count > 1
     try:
         snap = machine.snapshot()
         devices = devices_of(snap)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import VramkitError
-from ..model import Device, GpuProcess, Health, MigDevice
+from ..model import Device, GpuProcess, Health, MigDevice, Topology
 
 _UNSET = 0xFFFFFFFF  # what NVML puts in gpuInstanceId outside MIG
 SLOW_CALL = 1.0  # seconds: an NVML call slower than this is skipped (N/A with the reason) for a while
@@ -58,7 +58,8 @@ class Nvml:
         self._process_fn: dict[str, str] = {}
         self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
         self._no_process_util: dict[int, str] = {}  # GPU index -> why its driver gives no process samples
-        self._nvlink_counters: dict[int, tuple[float, int, int]] = {}  # GPU -> (when, tx KiB, rx KiB)
+        self._nvlink_counters: dict[int, tuple[float, int, int]] = {}
+        self._topology: Topology | None = None  # GPU -> (when, tx KiB, rx KiB)
         self._slow: dict[tuple[str, ...], tuple[float, float]] = {}  # fields -> (seconds it took, when)
         self.slow_call = SLOW_CALL
         self.slow_retry = SLOW_RETRY
@@ -418,6 +419,75 @@ class Nvml:
         seconds = stamp - before[0]
         h.nvlink_tx = round(max(0, tx_kib - before[1]) * 1024 / seconds)
         h.nvlink_rx = round(max(0, rx_kib - before[2]) * 1024 / seconds)
+
+    # ------------------------------------------------------------ topology, when asked
+    def read_topology(self) -> Topology:
+        """How the GPUs are connected (`nvidia-smi topo -m`): NVLink peers through each active
+        link's remote PCI id, else the closest common PCIe ancestor; each GPU's NUMA node. Read
+        once (cabling does not change while the driver runs)."""
+        if self._topology is not None:
+            return self._topology
+        lib, topo = self.lib, Topology()
+        handles = {}
+        for i in range(self.count):
+            try:
+                handles[i] = self._handles.get(i) or lib.nvmlDeviceGetHandleByIndex(i)
+            except lib.NVMLError:
+                continue  # a lost GPU: not a candidate anyway
+        by_bus = {self._static[i]["pci_bus_id"].upper()[-12:]: i for i in handles
+                  if self._static.get(i, {}).get("pci_bus_id")}
+        nvlinks: dict[tuple[int, int], int] = {}
+        for i, handle in handles.items():
+            for peer in self._nvlink_peers(handle, topo):
+                j = by_bus.get(peer.upper()[-12:])
+                if j is not None and j != i:
+                    nvlinks[(i, j)] = nvlinks.get((i, j), 0) + 1
+            try:
+                topo.numa_node[i] = lib.nvmlDeviceGetNumaNodeId(handle)
+            except (lib.NVMLError, AttributeError) as e:  # AttributeError: a pynvml before 12.535
+                topo.numa_node[i] = None
+                topo.na.setdefault("numa_node", self._why(e))
+        words = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+        for i in handles:
+            for j in handles:
+                if j <= i:
+                    continue
+                count = max(nvlinks.get((i, j), 0), nvlinks.get((j, i), 0))
+                if count:
+                    topo.links[(i, j)] = f"NV{count}"
+                    continue
+                try:
+                    level = lib.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                except lib.NVMLError as e:
+                    topo.links[(i, j)] = "?"
+                    topo.na.setdefault("pcie", self._why(e))
+                    continue
+                topo.links[(i, j)] = words.get(level, "?")
+        self._topology = topo
+        return topo
+
+    def _nvlink_peers(self, handle: Any, topo: Topology) -> list[str]:
+        """The PCI bus ids at the other end of the GPU's active NVLink links."""
+        lib, peers = self.lib, []
+        for link in range(getattr(lib, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if not lib.nvmlDeviceGetNvLinkState(handle, link):
+                    continue
+                peers.append(_text(lib.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
+            except lib.NVMLError as e:
+                if getattr(e, "value", None) not in (self._codes["NVML_ERROR_NOT_SUPPORTED"],
+                                                     self._codes["NVML_ERROR_INVALID_ARGUMENT"]):
+                    topo.na.setdefault("nvlink", self._why(e))
+                break  # past the last link, or a GPU without NVLink
+        return peers
+
+    def _why(self, e: Exception) -> str:
+        code = getattr(e, "value", None)
+        if code == self._codes["NVML_ERROR_NOT_SUPPORTED"]:
+            return "not supported"
+        if code == self._codes["NVML_ERROR_NO_PERMISSION"]:
+            return "no permission"
+        return f"NVML error: {e}" if code is not None else "not supported by this nvidia-ml-py"
 
     def _read_process_utilization(self, dev: Device, handle: Any) -> None:
         if not dev.processes:

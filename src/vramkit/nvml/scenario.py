@@ -35,7 +35,7 @@ else:
 GPU_FIELDS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_used", "memory_reserved",
     "utilization", "memory_utilization", "temperature", "power", "power_limit", "fan",
-    "unsupported", "no_permission", "lost", "mig", "health",
+    "unsupported", "no_permission", "lost", "mig", "health", "numa_node",
 }
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
@@ -43,14 +43,16 @@ PROCESS_FIELDS = {
     "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
-              "gpus", "processes", "device_nodes"}
+              "gpus", "processes", "device_nodes", "topology"}
+# `nvidia-smi topo -m`'s words for how two GPUs are connected (besides NV<n>: n NVLink links)
+PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 FAULT_FIELDS = {"driver", "slow_calls"}
 # Fields a scenario may mark unsupported / no_permission, and the NVML calls they stand for.
 QUERYABLE = {"memory", "utilization", "process_utilization", "temperature", "power", "power_limit", "fan", "processes",
              "name", "uuid", "pci_bus_id",
              # health (read by `vram status --all` and `vram info`): one name per NVML call family
              "ecc", "retired_pages", "remapped_rows", "throttle_reasons", "clocks", "performance_state", "pcie",
-             "pcie_throughput", "persistence_mode", "compute_mode", "nvlink"}
+             "pcie_throughput", "persistence_mode", "compute_mode", "nvlink", "topology", "numa_node"}
 # A GPU's health fields (docs/scenarios.md), the names of model.Health's: counts, flags, MHz, ...
 HEALTH_COUNTS = {"ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
                  "ecc_uncorrected_aggregate", "retired_pages_single_bit", "retired_pages_double_bit",
@@ -379,6 +381,9 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
             c.fail(f"gpus[{i}].pci_bus_id", f"duplicate PCI bus id {g['pci_bus_id']}")
         seen[g["pci_bus_id"]] = f"gpus[{i}]"
 
+    if "topology" in data:
+        _validate_topology(c, data["topology"], gpus, gpus_raw)
+
     procs_raw = data.get("processes", [])
     if not isinstance(procs_raw, list):
         c.fail("processes", "must be a list")
@@ -464,6 +469,8 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         c.fail(f"{where}.lost", "must be true or false")
     g["lost"] = raw.get("lost", False)
     g["health"] = _validate_health(c, raw.get("health", {}), f"{where}.health", g["name"])
+    if "numa_node" in raw:
+        g["numa_node"] = c.number(raw["numa_node"], f"{where}.numa_node", minimum=0, maximum=1023, integer=True)
     mig = raw.get("mig", [])
     if not isinstance(mig, list):
         c.fail(f"{where}.mig", "must be a list of MIG instances")
@@ -492,6 +499,44 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's "
                "(less memory_reserved)")
     return g
+
+
+def _validate_topology(c: _Checker, raw: Any, gpus: list[dict[str, Any]], gpus_raw: list[Any]) -> None:
+    """`nvidia-smi topo -m`'s matrix: a row per GPU, "X" on the diagonal, NV<n> or a PCIe word
+    elsewhere, the same both ways. Sets each GPU's topology row, and its NVLink links (the NV
+    counts of its row) unless its health names nvlink_links, which must then be at least that."""
+    n = len(gpus)
+    if not isinstance(raw, list) or len(raw) != n:
+        c.fail("topology", f"must be a list of {n} rows (one per GPU), like nvidia-smi topo -m")
+    rows: list[list[str]] = []
+    for i, row in enumerate(raw):
+        cells = row.split() if isinstance(row, str) else row
+        if not isinstance(cells, list) or len(cells) != n or not all(isinstance(x, str) for x in cells):
+            c.fail(f"topology[{i}]", f"must have {n} entries (\"X NV12 SYS ...\" or a list), got {_show(row)}")
+        for j, cell in enumerate(cells):
+            if (cell == "X") != (i == j) or (cell != "X" and cell not in PCIE_LINKS
+                                            and not re.fullmatch(r"NV([1-9]\d?)", cell)):
+                c.fail(f"topology[{i}][{j}]", f"must be {'X' if i == j else 'NV<links> or ' + ', '.join(PCIE_LINKS)}"
+                       f", got {_show(cell)}")
+        rows.append(cells)
+    for i in range(n):
+        for j in range(i):
+            if rows[i][j] != rows[j][i]:
+                c.fail(f"topology[{i}][{j}]", f"{rows[i][j]} but topology[{j}][{i}] is {rows[j][i]}: must be the same")
+    for i, g in enumerate(gpus):
+        g["topology"] = rows[i]
+        links = sum(int(cell[2:]) for cell in rows[i] if cell.startswith("NV"))
+        h, given = g["health"], gpus_raw[i].get("health", {}) if isinstance(gpus_raw[i], dict) else {}
+        if "nvlink_links" in given:
+            if h["nvlink_links"] < links:
+                c.fail(f"gpus[{i}].health.nvlink_links", f"is {h['nvlink_links']}, but topology gives GPU {i} "
+                       f"{links} NVLink links")
+        else:
+            h["nvlink_links"] = links
+            if "nvlink_links_up" not in given:
+                h["nvlink_links_up"] = links
+            elif h["nvlink_links_up"] > links:
+                c.fail(f"gpus[{i}].health.nvlink_links_up", f"is more than GPU {i}'s {links} NVLink links")
 
 
 def _row_remapping(name: str) -> bool:

@@ -587,6 +587,45 @@ class SimulatedNvml:
             values.append(value)
         return values
 
+    # ------------------------------------------------------------ topology (scenario "topology")
+    def _topology_row(self, handle: SimHandle) -> list[str]:
+        if handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        row: list[str] | None = self._field(handle, "topology").get("topology")
+        if row is None:  # the scenario does not describe how its GPUs are connected
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        return row
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: SimHandle, device2: SimHandle) -> int:
+        """The closest PCIe ancestor of two GPUs. For a pair joined by NVLink (NV<n>), whose PCIe
+        path the matrix does not say: NODE on one NUMA node (or where none is given), else SYSTEM."""
+        cell = self._topology_row(device1)[device2.index]
+        self._topology_row(device2)
+        levels = {"X": self.api.NVML_TOPOLOGY_INTERNAL, "PIX": self.api.NVML_TOPOLOGY_SINGLE,
+                  "PXB": self.api.NVML_TOPOLOGY_MULTIPLE, "PHB": self.api.NVML_TOPOLOGY_HOSTBRIDGE,
+                  "NODE": self.api.NVML_TOPOLOGY_NODE, "SYS": self.api.NVML_TOPOLOGY_SYSTEM}
+        if cell.startswith("NV"):
+            nodes = {self.scenario.gpus[d.index].get("numa_node") for d in (device1, device2)}
+            return int(self.api.NVML_TOPOLOGY_NODE if len(nodes) == 1 else self.api.NVML_TOPOLOGY_SYSTEM)
+        return int(levels[cell])
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: SimHandle, link: int) -> Any:
+        """The GPU at the other end of `link`: a GPU's links go to its NV<n> peers in index order,
+        n links each."""
+        self._link(handle, link)
+        peers = [j for j, cell in enumerate(self._topology_row(handle)) if cell.startswith("NV")
+                 for _ in range(int(cell[2:]))]
+        if link >= len(peers):
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        return self.nvmlDeviceGetPciInfo(SimHandle(peers[link]))
+
+    def nvmlDeviceGetNumaNodeId(self, handle: SimHandle) -> int:
+        g = self._field(handle, "numa_node")
+        if g.get("numa_node") is None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        node: int = g["numa_node"]
+        return node
+
     def nvmlDeviceGetProcessUtilization(self, handle: SimHandle, lastSeenTimeStamp: int) -> list[Any]:
         """Per-process samples, as the driver keeps them: one per process that did some work
         lately (any of SM, memory, encoder, decoder above 0); NOT_FOUND when none did. A process's

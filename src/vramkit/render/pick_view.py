@@ -53,6 +53,7 @@ def pick_json(selection: Selection, snap: Snapshot) -> str:
         "env": selection.env,
         "gpus": [asdict(g) for g in selection.gpus],
         "policy": {k: v for k, v in selection.decision.policy.to_dict().items() if k != "uid"},
+        "connection": selection.decision.connection,  # how the chosen GPUs connect, when that chose them
         "lease": None if lease is None else {"id": lease.id, "units": lease.units, "expires": lease.expires},
         "waited": round(selection.waited, 3),
     }, indent=2)
@@ -113,6 +114,13 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
         parts = _wrap(verdict, width, len(row), *paint, style=style)
         lines.append(row + parts[0])
         lines.extend(" " * len(row) + part for part in parts[1:])
+    if decision.connection:
+        why = f"connected GPUs first: {decision.connection}"
+        lines.extend(("  " if i else "") + part for i, part in enumerate(_wrap(why, width, 2, style=style)))
+    elif len(decision.chosen) > 1 and snap.topology is not None and snap.topology.na:
+        why = "; ".join(f"{k}: {v}" for k, v in sorted(snap.topology.na.items()))
+        lines.extend(("  " if i else "") + part for i, part in enumerate(
+            _wrap(f"topology N/A ({why}): chosen by free memory alone", width, 2, "dim", style=style)))
     if selection is not None:
         for i, part in enumerate(_wrap(mapping_text(selection.cuda_visible_devices, [u.dev for u in selection.units]),
                                        width, 2, style=style)):
