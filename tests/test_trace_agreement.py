@@ -25,13 +25,22 @@ FAMILIES = {  # catalog model -> narrow overrides (activations dominate, as in r
     "llama-2-7b": {"kv_heads": 2, "intermediate": 688},  # GQA
     "t5-base": {"head_dim": 64},
     "vit-base": {"image_size": 128},
+    "starcoder": {"kv_heads": 1, "kv_width": 64},  # multi-query
+    "gpt-neox-20b": {},  # parallel residual, rotary
+    "opt-1.3b": {},  # relu, positions from 2
+    "bloom-7b1": {},  # ALiBi, embedding norm
+    "qwen3-8b": {"kv_heads": 2},  # q/k norms
+    "mistral-7b": {"kv_heads": 2, "sliding_window": 64},
+    "gemma-7b": {"kv_heads": 1},  # gated GELU, (1 + w) RMSNorm, scaled embeddings
+    "mixtral-8x7b": {"kv_heads": 2, "experts": 4, "intermediate": 512},  # top-2 of 4 experts
 }
 
 
 def narrow(name: str):
     spec = from_config(catalog.MODELS[name], name=name)
     spec = replace(spec, layers=2, hidden=256, heads=4, kv_heads=4, head_dim=64, intermediate=1024,
-                   vocab=2000, embedding_size=256, decoder_layers=2 if spec.family == "t5" else 0)
+                   vocab=2000, embedding_size=256, decoder_layers=2 if spec.family == "t5" else 0,
+                   max_positions=min(spec.max_positions, 1024))  # learned tables stay narrow too
     return replace(spec, **FAMILIES[name])
 
 

@@ -176,7 +176,7 @@ def _norm(spec: ModelSpec, tokens: int, width: int, dt: Dtypes, input_bytes: int
     """LayerNorm saves its input and fp32 mean/rstd; HF's RMSNorms save an fp32 input and the
     normalised tensor (LLaMA keeps it in the input dtype, T5 in fp32 or the weight dtype)."""
     if spec.rmsnorm:
-        if spec.arch == "llama" and dt.r == 2:
+        if spec.arch == "llama" and dt.r == 2 and spec.family != "gemma":  # Gemma's stays fp32: (1 + w) · x
             return tokens * width * (4 + 2) + tokens * 4
         return tokens * width * 8 + tokens * 4
     return tokens * width * (input_bytes or dt.r) + tokens * 8
@@ -410,9 +410,10 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     gated = spec.ffn in ("swiglu", "gated-gelu")
     # gelu_new's Python ops hold x, 0.5·x, 1 + tanh and their product at once: two more than F.gelu
     inner_tensors = 3 if gated else (4 if spec.ffn == "gelu-new" else 2)
-    if spec.moe:  # the experts run one after another, each on its share of the routed tokens
-        # (balanced routing), beside the output they accumulate into
-        ffn = base + T * h * dt.x + T * spec.top_k * spec.intermediate * dt.x * inner_tensors // spec.experts // tp
+    if spec.moe:  # transformers' grouped experts: every routed token's input and inner tensors at once,
+        # beside the output they accumulate into
+        routed = T * spec.top_k
+        ffn = base + T * h * dt.x + routed * h * dt.x + routed * spec.intermediate * dt.x * inner_tensors // tp
     else:
         ffn = base + T * spec.intermediate * dt.x * inner_tensors // tp
     return max(attn, ffn)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .formulas import UPCAST_SOFTMAX
 from .specs import ENCODERS, ModelSpec
 
 
@@ -56,6 +57,19 @@ class LlamaRMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
+class GemmaRMSNorm(LlamaRMSNorm):
+    """Gemma's: normalised in fp32, scaled by (1 + weight) in fp32, then cast back."""
+
+    def __init__(self, width: int, eps: float = 1e-6) -> None:
+        super().__init__(width, eps)
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: Any) -> Any:
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + self.weight.float())).type_as(x)
+
+
 class T5LayerNorm(LlamaRMSNorm):
     def forward(self, x: Any) -> Any:
         variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
@@ -66,11 +80,13 @@ class T5LayerNorm(LlamaRMSNorm):
 
 
 def _norm(spec: ModelSpec, width: int, opt: Options) -> nn.Module:
-    if spec.family == "llama":
+    if spec.family == "gemma":
+        return GemmaRMSNorm(width)
+    if spec.arch == "llama":
         return LlamaRMSNorm(width)
     if spec.family == "t5":
         return T5LayerNorm(width)
-    return LayerNorm(width, opt, eps=1e-5 if spec.family == "gpt2" else 1e-12)
+    return LayerNorm(width, opt, eps=1e-5 if spec.arch == "gpt" else 1e-12)
 
 
 def _rotate_half(x: Any) -> Any:
@@ -84,26 +100,36 @@ class Attention(nn.Module):
         self.spec, self.opt, self.causal = spec, opt, causal
         h, d, a, kv = spec.hidden, spec.head_dim, spec.heads, spec.kv_heads
         bias = spec.qkv_bias
-        if spec.family == "gpt2":
-            self.qkv = nn.Linear(h, 3 * h)
+        if spec.fused_qkv:
+            self.kv_width = spec.kv_width or h
+            self.qkv = nn.Linear(h, h + 2 * self.kv_width, bias=bias)
         else:
             self.q = nn.Linear(h, a * d, bias=bias)
             self.k = nn.Linear(h, kv * d, bias=bias)
             self.v = nn.Linear(h, kv * d, bias=bias)
-        self.o = nn.Linear(a * d, h, bias=spec.family not in ("llama", "t5"))
+        if spec.qk_norm:  # Qwen3: RMSNorm over each head of q and k
+            self.q_norm = LlamaRMSNorm(d)
+            self.k_norm = LlamaRMSNorm(d)
+        self.o = nn.Linear(a * d, h, bias=spec.arch not in ("llama", "t5"))
 
     def forward(self, x: Any, kv_input: Any = None, bias: Any = None, rope: Any = None, cache: Any = None) -> Any:
         spec = self.spec
         b, s, _ = x.shape
         a, kv, d = spec.heads, spec.kv_heads, spec.head_dim
-        if spec.family == "gpt2":
-            q, k, v = self.qkv(x).split(spec.hidden, dim=2)
+        if spec.fused_qkv:
+            q, k, v = self.qkv(x).split((spec.hidden, self.kv_width, self.kv_width), dim=2)
         else:
             src = x if kv_input is None else kv_input
             q, k, v = self.q(x), self.k(src), self.v(src)
         sk = k.shape[1]
-        q = q.view(b, s, a, d).transpose(1, 2)
-        k = k.view(b, sk, kv, d).transpose(1, 2)
+        if spec.kv_width and not self.opt.flash:
+            return self.o(self._multi_query(q, k, v, bias))
+        q = q.view(b, s, a, d)
+        k = k.view(b, sk, kv, d)
+        if spec.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
         v = v.view(b, sk, kv, d).transpose(1, 2)
         if rope is not None:
             cos, sin = rope
@@ -129,12 +155,28 @@ class Attention(nn.Module):
             elif self.causal:
                 mask = torch.full((s, sk), float("-inf"), device=x.device).triu(1)
                 scores = scores + mask.to(scores.dtype)
-            upcast = self.opt.mixed or spec.family in ("llama", "t5")
+            upcast = self.opt.mixed or spec.arch in ("llama", "t5") or spec.family in UPCAST_SOFTMAX
             probs = F.softmax(scores, dim=-1, dtype=torch.float32) if upcast else F.softmax(scores, dim=-1)
             probs = _dropout(probs.to(v.dtype), p_drop, self.training)
             ctx = torch.matmul(probs, v)
         ctx = ctx.transpose(1, 2).reshape(b, s, a * d)
         return self.o(ctx)
+
+    def _multi_query(self, q: Any, k: Any, v: Any, bias: Any) -> Any:
+        """GPT-BigCode's multi-query attention, as HF writes it: the heads of q stacked into one
+        matrix against the one k and v head, no copies of k and v per head."""
+        spec = self.spec
+        b, s, _ = q.shape
+        a, d, sk = spec.heads, spec.head_dim, k.shape[1]
+        scores = torch.bmm(q.reshape(b, s * a, d), k.transpose(1, 2)) / math.sqrt(d)
+        scores = scores.view(b, s, a, sk)
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
+        elif self.causal:
+            scores = scores + torch.full((s, 1, sk), float("-inf"), device=q.device).triu(1).to(scores.dtype)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+        probs = _dropout(probs, spec.attn_dropout if self.training else 0.0, self.training)
+        return torch.bmm(probs.view(b, s * a, sk), v).view(b, s, a * d)
 
 
 def _gelu_new(x: Any, mixed: bool) -> Any:
@@ -145,12 +187,41 @@ def _gelu_new(x: Any, mixed: bool) -> Any:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cube)))
 
 
+class MixtureOfExperts(nn.Module):
+    """Mixtral's sparse block: a router, every expert's weights, each token through top_k experts.
+    Routing is data-dependent, which fake tensors cannot follow: tokens go round-robin (token t to
+    experts t, t+1, ... mod E), the balanced routing the estimate assumes; the tensors each expert
+    keeps are those of HF's loop (an indexed copy of its tokens, its weighted output)."""
+
+    def __init__(self, spec: ModelSpec, opt: Options) -> None:
+        super().__init__()
+        self.spec = spec
+        self.router = nn.Linear(spec.hidden, spec.experts, bias=False)
+        self.experts = nn.ModuleList([FeedForward(spec, opt) for _ in range(spec.experts)])
+
+    def forward(self, x: Any) -> Any:
+        spec = self.spec
+        b, s, h = x.shape
+        flat = x.reshape(-1, h)
+        weights = F.softmax(self.router(flat), dim=1, dtype=torch.float32)
+        top, _ = torch.topk(weights, spec.top_k, dim=-1)
+        top = (top / top.sum(dim=-1, keepdim=True)).to(flat.dtype)
+        out = torch.zeros_like(flat)
+        tokens = flat.shape[0]
+        for e, expert in enumerate(self.experts):
+            for j in range(spec.top_k):
+                idx = torch.arange((e - j) % spec.experts, tokens, spec.experts, device=x.device)
+                y = expert(flat[idx]) * top[idx, j, None]
+                out = out.index_add(0, idx, y.to(out.dtype))
+        return out.reshape(b, s, h)
+
+
 class FeedForward(nn.Module):
     def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
         self.spec, self.mixed = spec, opt.mixed
         h, i = spec.hidden, spec.intermediate
-        bias = spec.family not in ("llama", "t5")
+        bias = spec.arch not in ("llama", "t5")
         if spec.ffn in ("swiglu", "gated-gelu"):
             self.gate = nn.Linear(h, i, bias=bias)
         self.up = nn.Linear(h, i, bias=bias)
@@ -167,7 +238,7 @@ class FeedForward(nn.Module):
         elif spec.ffn == "relu":
             y = F.relu(self.up(x))
         else:
-            y = F.gelu(self.up(x), approximate="tanh" if spec.family == "gpt2" else "none")
+            y = F.gelu(self.up(x), approximate="tanh" if spec.arch == "gpt" else "none")
         if spec.family == "t5":
             y = _dropout(y, spec.hidden_dropout, self.training)
         return self.down(y)
@@ -183,13 +254,16 @@ class Layer(nn.Module):
             self.norm_x = _norm(spec, spec.hidden, opt)
             self.cross = Attention(spec, opt)
         self.norm2 = _norm(spec, spec.hidden, opt)
-        self.ffn = FeedForward(spec, opt)
+        self.ffn: nn.Module = MixtureOfExperts(spec, opt) if spec.moe else FeedForward(spec, opt)
 
     def forward(self, x: Any, enc: Any = None, bias: Any = None, rope: Any = None, cache: Any = None) -> Any:
         p = self.spec.hidden_dropout if self.training else 0.0
         if not self.spec.pre_norm:  # BERT family: post-LN
             x = self.norm1(_dropout(self.attn(x), p, self.training) + x)
             return self.norm2(_dropout(self.ffn(x), p, self.training) + x)
+        if self.spec.parallel_residual:  # GPT-NeoX: attention and MLP both read x
+            attn = _dropout(self.attn(self.norm1(x), bias=bias, rope=rope, cache=cache), p, self.training)
+            return x + attn + _dropout(self.ffn(self.norm2(x)), p, self.training)
         x = x + _dropout(self.attn(self.norm1(x), bias=bias, rope=rope, cache=cache), p, self.training)
         if enc is not None:
             x = x + _dropout(self.cross(self.norm_x(x), kv_input=enc), p, self.training)
@@ -263,14 +337,18 @@ class EncoderModel(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    """GPT-2 and LLaMA / Mistral / Qwen-style causal LMs."""
+    """GPT-2-like (GPT-BigCode, GPT-NeoX, OPT, BLOOM) and LLaMA-like (Mistral, Mixtral, Qwen, Gemma)
+    causal LMs."""
 
     def __init__(self, spec: ModelSpec, opt: Options) -> None:
         super().__init__()
         self.spec = spec
         h = spec.hidden
         self.embed = nn.Embedding(spec.vocab, h)
-        self.wpe = nn.Embedding(spec.max_positions, h) if spec.family == "gpt2" else None
+        self.offset = 2 if spec.family == "opt" else 0  # OPT's positions start at 2
+        learned = spec.arch == "gpt" and spec.positions == "learned"
+        self.wpe = nn.Embedding(spec.max_positions + self.offset, h) if learned else None
+        self.embed_norm = _norm(spec, h, opt) if spec.embed_norm else None
         self.stack = Stack(spec, opt, spec.layers, causal=True)
         self.norm_f = _norm(spec, h, opt)
         self.lm_head = None if spec.tied else nn.Linear(h, spec.vocab, bias=False)
@@ -282,16 +360,30 @@ class DecoderModel(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos()[None, None], emb.sin()[None, None]
 
+    def _alibi(self, s: int, device: Any) -> Any:
+        """BLOOM's ALiBi: a per-head linear bias on the scores, with the causal mask."""
+        a = self.spec.heads
+        slopes = 2.0 ** (-8.0 * torch.arange(1, a + 1, device=device).float() / a)
+        bias = slopes[:, None, None] * torch.arange(s, device=device).float()[None, None, :]
+        return (bias + torch.full((s, s), float("-inf"), device=device).triu(1))[None]
+
     def forward(self, ids: Any, labels: Any = None, cache: Any = None) -> Any:
         spec = self.spec
+        s = ids.shape[1]
         x = self.embed(ids)
-        rope = None
+        if spec.family == "gemma":  # scaled by sqrt(hidden), in the embedding's dtype
+            x = x * torch.tensor(spec.hidden ** 0.5, dtype=x.dtype)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        rope = bias = None
         if self.wpe is not None:
-            x = _dropout(x + self.wpe(torch.arange(ids.shape[1], device=ids.device)), spec.hidden_dropout,
+            x = _dropout(x + self.wpe(torch.arange(s, device=ids.device) + self.offset), spec.hidden_dropout,
                          self.training)
+        elif spec.positions == "alibi":
+            bias = self._alibi(s, ids.device)
         else:
-            rope = self._rope(ids.shape[1], ids.device)
-        x = self.stack(x, rope=rope, cache=cache)
+            rope = self._rope(s, ids.device)
+        x = self.stack(x, bias=bias, rope=rope, cache=cache)
         x = self.norm_f(x)
         if labels is None:  # inference: logits of the last token only
             x = x[:, -1:]
@@ -382,7 +474,7 @@ class ViTModel(nn.Module):
 def build(spec: ModelSpec, opt: Options) -> nn.Module:
     if spec.family in ENCODERS:
         return EncoderModel(spec, opt)
-    if spec.family in ("gpt2", "llama"):
+    if spec.arch in ("gpt", "llama"):
         return DecoderModel(spec, opt)
     if spec.family == "t5":
         return T5Model(spec, opt)
@@ -415,7 +507,7 @@ def run_step(net: nn.Module, spec: ModelSpec, setup: Any, seq: int, optimizer: A
     if setup.mode == "infer":
         with torch.no_grad():
             batch = batch_for(spec, setup.batch, seq, device=device, dtype=pixel_dtype)
-            if spec.family in ("gpt2", "llama"):
+            if spec.arch in ("gpt", "llama"):
                 cache: list[Any] = []
                 net(batch["ids"], cache=cache)
             else:
