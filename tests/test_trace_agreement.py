@@ -79,6 +79,12 @@ def test_other_settings_agree(name, kw):
     _agree(narrow(name), batch=4, seq=128, **kw)
 
 
+@pytest.mark.parametrize("decoder_seq", [32, 256])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_t5_with_its_own_decoder_length_agrees(decoder_seq, precision):
+    _agree(narrow("t5-base"), batch=4, seq=128, decoder_seq=decoder_seq, precision=precision)
+
+
 def test_full_bert_large_agrees():
     """One full-size case: BERT-Large, seq 512, batch 8, fp32 AdamW (the published fine-tuning setup)."""
     err = _agree("bert-large-uncased", batch=8, seq=512, precision="fp32")

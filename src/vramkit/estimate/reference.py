@@ -483,8 +483,9 @@ def build(spec: ModelSpec, opt: Options) -> nn.Module:
     raise ValueError(f"no reference model for {spec.family!r}")
 
 
-def batch_for(spec: ModelSpec, b: int, s: int, device: Any = None, dtype: Any = torch.float32) -> dict[str, Any]:
-    """Random inputs of the right shape for one step."""
+def batch_for(spec: ModelSpec, b: int, s: int, device: Any = None, dtype: Any = torch.float32,
+              s_dec: int | None = None) -> dict[str, Any]:
+    """Random inputs of the right shape for one step (`s_dec`: T5's decoder length, default `s`)."""
     if spec.family == "vit":
         size = spec.image_size
         return {"pixels": torch.randn(b, spec.channels, size, size, device=device, dtype=dtype),
@@ -496,7 +497,7 @@ def batch_for(spec: ModelSpec, b: int, s: int, device: Any = None, dtype: Any = 
         if spec.type_vocab:
             out["token_types"] = torch.zeros(b, s, dtype=torch.long, device=device)
         return out
-    return {"ids": ids, "labels": torch.randint(0, spec.vocab, (b, s), device=device)}
+    return {"ids": ids, "labels": torch.randint(0, spec.vocab, (b, s_dec or s), device=device)}
 
 
 def run_step(net: nn.Module, spec: ModelSpec, setup: Any, seq: int, optimizer: Any, *, mixed: bool, low: Any,
@@ -514,7 +515,8 @@ def run_step(net: nn.Module, spec: ModelSpec, setup: Any, seq: int, optimizer: A
                 net(**batch)
         return
     for _ in range(setup.grad_accum):
-        batch = batch_for(spec, setup.batch, seq, device=device, dtype=pixel_dtype)
+        batch = batch_for(spec, setup.batch, seq, device=device, dtype=pixel_dtype,
+                          s_dec=getattr(setup, "decoder_seq", None))
         if mixed:
             with torch.autocast("cpu" if device is None else torch.device(device).type, dtype=low):
                 loss = net(**batch)
