@@ -156,3 +156,24 @@ def test_topology_sets_nvlink_links_and_checks_given_ones():
     data["gpus"][3]["health"] = {"nvlink_links": 2}
     with pytest.raises(scenarios.ScenarioError, match=r"gpus\[3\]\.health\.nvlink_links"):
         scenarios.validate(data, "test")
+
+
+def test_a_refused_topology_is_said_and_free_memory_chooses(tmp_path):
+    data = _data()
+    for gpu in data["gpus"]:
+        gpu["no_permission"] = ["topology"]
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps(data))
+    result = run_vram("pick", "-n", "2", "--max-util", "100", "--simulate", str(path), "--explain",
+                      env={"VRAM_LEASE_DIR": str(tmp_path / "leases")})
+    assert result.rc == 0, result.err
+    assert result.out.strip() == "0,1"  # the emptiest, as without a topology
+    assert "topology N/A (nvlink: no permission; pcie: no permission): chosen by free memory alone" in result.err
+
+
+def test_one_side_of_a_link_is_enough(tmp_path):
+    data = _data()
+    data["gpus"][3]["no_permission"] = ["topology"]  # GPU 4 still reports its links to GPU 3
+    path = tmp_path / "half.json"
+    path.write_text(json.dumps(data))
+    assert [u.dev.index for u in _decision(str(path), 2).chosen] == [3, 4]

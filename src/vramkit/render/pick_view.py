@@ -117,8 +117,10 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
     if decision.connection:
         why = f"connected GPUs first: {decision.connection}"
         lines.extend(("  " if i else "") + part for i, part in enumerate(_wrap(why, width, 2, style=style)))
-    elif len(decision.chosen) > 1 and snap.topology is not None and snap.topology.na:
-        why = "; ".join(f"{k}: {v}" for k, v in sorted(snap.topology.na.items()))
+    elif len(decision.chosen) > 1 and snap.topology is not None and (
+            refused := {k: v for k, v in snap.topology.na.items() if v != "not supported"}):
+        # (a machine that does not report its topology at all chooses as before, without a word)
+        why = "; ".join(f"{k}: {v}" for k, v in sorted(refused.items()))
         lines.extend(("  " if i else "") + part for i, part in enumerate(
             _wrap(f"topology N/A ({why}): chosen by free memory alone", width, 2, "dim", style=style)))
     if selection is not None:
