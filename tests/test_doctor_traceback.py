@@ -114,6 +114,16 @@ def test_no_traceback_no_phase_and_output_without_a_traceback_is_no_evidence():
     assert phase_in(text)[1] is None
 
 
+def test_a_message_without_its_own_traceback_does_not_take_an_earlier_one():
+    """A caught OOM logged by the script, below an earlier (unrelated) traceback: no phase."""
+    earlier = (PHASES / "dataparallel_gather.log").read_text().split("torch.OutOfMemoryError")[0]
+    earlier += "ValueError: bad shape\n"
+    logged = "epoch 5 step 12 OOM, retrying with a smaller batch: " + \
+        (PHASES / "generate_kv_cache.log").read_text().splitlines()[-1].split(": ", 1)[1]
+    assert phase_in(earlier + "epoch 5 step 11 loss 0.41\n" + logged + "\n")[1] is None
+    assert phase_in(earlier + logged + "\n")[1] is None
+
+
 def test_what_is_read_is_bounded():
     """Only the TRACEBACK_WINDOW characters above the message are read: a traceback further up is
     not this error's."""

@@ -106,16 +106,13 @@ def _lines(text: str) -> list[str]:
 def _frames_in(lines: list[str]) -> list[Frame]:
     """The frames among `lines` (outermost first), with the source line after each."""
     frames: list[Frame] = []
-    for i, raw in enumerate(lines):
-        line = _strip_prefix(raw, None) or ""
+    for i, line in enumerate(lines):
         m = _FRAME.match(line)
         if not m:
             continue
         code = ""
-        if i + 1 < len(lines):
-            nxt = _strip_prefix(lines[i + 1], None) or ""
-            if not _FRAME.match(nxt) and nxt.startswith("    "):
-                code = nxt.strip()[:300]
+        if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) and lines[i + 1].startswith("    "):
+            code = lines[i + 1].strip()[:300]
         frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")[:200], code))
     return frames[-MAX_FRAMES:]
 
@@ -144,30 +141,34 @@ def frames_before(text: str, offset: int) -> list[Frame]:
     m = _RANK.match(head)
     prefix = m.group(1) if m else None
     lines = _lines(text[start:line_start])
-    own: list[str] = []  # lines of this message's traceback, read bottom-up
-    groups: list[list[str]] = []  # tracebacks, innermost-in-time first
+    current: list[str] = []  # lines of the traceback being read, bottom-up
+    groups: list[list[str]] = []  # tracebacks, in the order they were read
+    # Right above the message only frames and their source lines may stand: anything else means the
+    # message has no traceback of its own (a logged, caught error), and one further up is another's.
+    # Above a chained separator or a re-raise, the other exception's message comes first.
+    in_frames = True
     i = len(lines) - 1
     while i >= 0:
         line = _strip_prefix(lines[i], prefix)
         i -= 1
-        if line is None:
+        if line is None or not line.strip():
             continue
-        own.append(line)
-        stripped = line.strip()
-        if _HEADER in stripped:
-            # tqdm leaves its bar in front of the header: only what follows it belongs here
-            groups.append(list(reversed(own)))
-            own = []
+        if _HEADER in line:  # `in`: a tqdm bar may stand in front of it on the same line
+            groups.append([line.strip(), *reversed(current)])
+            current = []
             nxt = _previous_text(lines, i, prefix)
-            if nxt is None:
-                break
-            j, above = nxt
-            if above.strip() in _CHAINED:
-                i = j - 1  # the chained exception's traceback is above the separator
+            if nxt is not None and nxt[1].strip() in _CHAINED:
+                i, in_frames = nxt[0] - 1, False  # the chained exception's traceback is above the separator
                 continue
-            if _ORIGINAL in stripped:
-                continue  # keep reading up: the outer traceback of the re-raised error
+            if _ORIGINAL in line:
+                in_frames = False  # keep reading up: the outer traceback of the re-raised error
+                continue
             break
+        framed = bool(_FRAME.match(line)) or line.startswith("    ")
+        if in_frames and not framed:
+            break
+        in_frames = in_frames or framed
+        current.append(line)
     if not groups:
         return []  # no traceback header: frames of unrelated output are no evidence
     return _frames_in(_order(groups))
