@@ -101,7 +101,7 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
             when = "at the OOM" if h.source == "message" else "now"
             who = f"{h.user}  " if h.user else ""
             cmd = sanitize(h.command) if h.command else ""
-            lines.append(clip(f"    {format_size(h.bytes):>8}  pid {h.pid:<8} [{when}] {who}{cmd}", width))
+            lines.append(clip(f"    {format_size(h.bytes):>8}  pid {h.pid:<8} [{when}] {who}{cmd}".rstrip(), width))
     lines.append("")
     lines.append(style.paint("Cause: ", "bold") + ex.cause_text)
     for c in ex.contributing:
