@@ -121,3 +121,15 @@ def test_chunked_cross_entropy_keeps_one_chunk_of_fp32_logits():
     assert chunked.peak_bytes < whole.peak_bytes
     with pytest.raises(EstimateError, match="lm head"):
         estimate("bert-base-uncased", ce_chunk=128)
+
+
+def test_lora_on_the_lm_head_and_targets_as_a_string():
+    spec = resolve("llama-2-7b")
+    assert params_of(spec, 8, targets=("all-linear", "head")).lora == \
+        params_of(spec, 8, targets=("all-linear",)).lora + 8 * (4096 + 32000)
+    head = estimate(spec, lora=8, seq=512, lora_targets="q,v,head")  # the API takes the command line's form
+    plain = estimate(spec, lora=8, seq=512, lora_targets=("q", "v"))
+    def acts(e):
+        return next(t.bytes for t in e.terms if t.name == "activations")
+
+    assert acts(head) - acts(plain) == 512 * 4096 * 2  # the adapter on the head reads its 16-bit input

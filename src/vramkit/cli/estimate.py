@@ -78,7 +78,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    help="eager (scores materialised, default) or flash / memory-efficient SDPA")
     p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
     p.add_argument("--lora-targets", metavar="LIST", help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
-                   "up, down, or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like models)")
+                   "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
+                   "models)")
     p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "

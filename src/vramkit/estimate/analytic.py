@@ -291,6 +291,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     """
     spec = resolve(model) if isinstance(model, str) else model
     setup = replace(setup or Setup(), **options)
+    if isinstance(setup.lora_targets, str):  # "q,v" as the command line writes it
+        setup = replace(setup, lora_targets=tuple(t.strip() for t in setup.lora_targets.split(",") if t.strip()))
     setup.check(spec)
     spec = spec.with_head(setup.head)
     train = setup.mode == "train"

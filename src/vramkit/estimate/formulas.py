@@ -29,7 +29,7 @@ def quant_bytes(quant: str, double_quant: bool = False) -> float:
     """Bytes per quantized weight, with its block constants."""
     return DOUBLE_QUANT_4BIT if quant == "4bit" and double_quant else QUANT_BYTES[quant]
 ALL_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")  # the linears of a layer, by role
-LORA_TARGET_NAMES = (*ALL_LINEAR, "qkv", "all-linear")
+LORA_TARGET_NAMES = (*ALL_LINEAR, "qkv", "all-linear", "head")  # head: the lm_head (LitGPT, torchtune)
 # Families whose HF attention runs the softmax in fp32 whatever the input dtype
 UPCAST_SOFTMAX = ("gpt_bigcode", "gpt_neox", "opt", "bloom")
 
@@ -131,6 +131,8 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
             if parts[-1] == "weight" and len(s) == 2 and parts[-2] in adapted \
                     and any(k in f".{name}" for k in (".attn.", ".self.", ".cross.", ".ffn")):
                 lora += lora_rank * (s[0] + s[1])
+        if "head" in adapted and spec.head == "lm":  # the lm_head, or the tied embedding it multiplies by
+            lora += lora_rank * (spec.hidden + spec.vocab)
     ada = sum((s[0] + numel(s) // s[0]) if len(s) >= 2 else numel(s) for _, s, _ in shapes)
     if spec.bare:  # no shapes: every parameter counts as quantized, its largest matrix a typical one
         h = typical_hidden(total)
@@ -271,8 +273,8 @@ def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None = None) -> tup
     PEFT's default for the family (q and v; the fused qkv projection where there is one)."""
     if not targets:
         return ("qkv",) if spec.fused_qkv else ("q", "v")
-    if "all-linear" in targets:
-        targets = ALL_LINEAR
+    if "all-linear" in targets:  # PEFT's all-linear leaves the output layer out; head adds it
+        targets = ALL_LINEAR + (("head",) if "head" in targets else ())
     if spec.fused_qkv:  # one projection: adapting any of q, k, v adapts it
         fused = ("qkv",) if set(targets) & {"q", "k", "v", "qkv"} else ()
         return fused + tuple(t for t in targets if t not in ("q", "k", "v", "qkv"))
@@ -295,7 +297,8 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     output module keeps no input under LoRA. `targets`: the LoRA target modules."""
     b, s = sh.b, sh.s
     keeps = _keeps(spec, lora, quantized, targets)
-    outer_lora = lora
+    # the LM head's input is kept when its weight trains, or an adapter on it reads the input
+    outer_lora = lora and "head" not in lora_targets(spec, targets)
     lora = lora and not quantized
     T = b * s
     h = spec.hidden
