@@ -179,6 +179,19 @@ def test_hf_callback_alone_reports_leaks_through_logging(vram_log):
     assert any("outlive their step" in m for m in messages)
 
 
+def test_hf_callback_passed_in_callbacks_says_reporting_callbacks_miss_its_keys(vram_log):
+    from types import SimpleNamespace
+    model = torch.nn.Linear(4, 1)
+    for report_to, warned in ((["tensorboard", "wandb"], True), ("none", False), ([], False)):
+        cb = VramTrainerCallback()
+        cb.on_train_begin(SimpleNamespace(report_to=report_to), None, None, model=model)
+        cb.on_train_end(None, None, None)
+        messages = _records(vram_log, logging.WARNING)
+        assert any("tensorboard, wandb callback(s) run before" in m and ".attach(trainer)" in m
+                   for m in messages) == warned
+        vram_log.clear()
+
+
 def test_hf_callback_restarted_after_a_run_that_died_leaves_one_mode():
     cb = VramTrainerCallback()
     model = torch.nn.Linear(4, 1)

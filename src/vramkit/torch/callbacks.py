@@ -110,6 +110,13 @@ class _Reporter:
             logger.error("%s", diagnose(exc, model=model).format())
 
 
+def _as_list(value: Any) -> list[str]:
+    """TrainingArguments.report_to: a name, a list of names, or None."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
 class VramTrainerCallback:
     """A transformers.TrainerCallback look-alike: Trainer calls on_* events by name, so every event
     it does not use is a no-op here, and transformers is not imported. See the module docstring."""
@@ -117,6 +124,7 @@ class VramTrainerCallback:
     def __init__(self, model: Any = None, *, window: int = 3, leaks: bool = True, memory: bool = True) -> None:
         self.model, self.memory = model, memory
         self._reporter = _Reporter(window, leaks)
+        self._attached = False
 
     @property
     def detector(self) -> LeakDetector | None:
@@ -138,12 +146,18 @@ class VramTrainerCallback:
                 raise
 
         trainer.train = train_with_diagnosis
+        self._attached = True
         return self
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if self.model is None:
             self.model = model
         self._reporter.start(self.model)
+        reporting = [r for r in _as_list(getattr(args, "report_to", None)) if r != "none"]
+        if reporting and self.memory and not self._attached:
+            logger.warning("vramkit: the Trainer's %s callback(s) run before VramTrainerCallback and will not see "
+                           "its memory metrics, nor will an OOM be diagnosed: add it with "
+                           "VramTrainerCallback().attach(trainer)", ", ".join(reporting))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._reporter.step()
