@@ -163,12 +163,7 @@ class Nvml:
             code = getattr(e, "value", None)
             if code == self._codes["NVML_ERROR_GPU_IS_LOST"]:
                 raise
-            if code == self._codes["NVML_ERROR_NOT_SUPPORTED"]:
-                reason = "not supported"
-            elif code == self._codes["NVML_ERROR_NO_PERMISSION"]:
-                reason = "no permission"
-            else:
-                reason = f"NVML error: {e}"
+            reason = self._why(e)
             for f in fields:
                 dev.na[f] = reason
             return None
@@ -385,7 +380,7 @@ class Nvml:
                     break  # past the GPU's last link (on a GPU without NVLink: link 0)
                 if code == self._codes["NVML_ERROR_GPU_IS_LOST"]:
                     raise
-                reason = "no permission" if code == self._codes["NVML_ERROR_NO_PERMISSION"] else f"NVML error: {e}"
+                reason = self._why(e)
                 for name in ("nvlink_links", "nvlink_links_up", "nvlink_tx", "nvlink_rx"):
                     probe.na[name] = reason
                 return
@@ -482,6 +477,7 @@ class Nvml:
         return peers
 
     def _why(self, e: Exception) -> str:
+        """Why a call gave no value, in the words every N/A reason uses."""
         code = getattr(e, "value", None)
         if code == self._codes["NVML_ERROR_NOT_SUPPORTED"]:
             return "not supported"
@@ -530,9 +526,7 @@ def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, Utilizat
             raise
         if code == nvml._codes["NVML_ERROR_NOT_FOUND"]:
             return {}  # no samples: nothing ran kernels in the window
-        reason = "no permission" if code == nvml._codes["NVML_ERROR_NO_PERMISSION"] else (
-            "not supported" if code == nvml._codes["NVML_ERROR_NOT_SUPPORTED"] else f"NVML error: {e}")
-        nvml._no_process_util[dev.index] = reason
+        reason = nvml._no_process_util[dev.index] = nvml._why(e)
         return reason
     except AttributeError:  # a pynvml too old to have the call
         reason = nvml._no_process_util[dev.index] = "not supported by this nvidia-ml-py"
