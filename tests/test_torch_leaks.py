@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vramkit.torch import LeakDetector  # noqa: E402
+from vramkit.torch import LeakDetector, _graph  # noqa: E402
 from vramkit.torch._common import format_bytes  # noqa: E402
 from vramkit.torch._referrers import find_holder  # noqa: E402
 from vramkit.torch._tracking import Tracker  # noqa: E402
@@ -110,6 +110,25 @@ def test_evaluation_with_grad_enabled_is_reported():
             det.step()
     sites = det.report().eval_with_grad
     assert [site[1] for site, _ in sites] == [_line_of("eval-grad marker")]
+
+
+def test_a_graph_larger_than_the_walk_stays_flagged(monkeypatch):
+    monkeypatch.setattr(_graph, "BUDGET", 60)  # a few steps' graphs: the walk stops, the graph grows on
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    det = LeakDetector(warn=False)
+    total = 0
+    with det:
+        for _ in range(STEPS):
+            loss = model(torch.randn(4, 8)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            total += loss  # budget marker
+            det.step()
+    leak, = det.report().leaks
+    assert leak.site[:2] == _here("budget marker") and leak.kind == "graph" and leak.graph_walk_stopped
+    assert leak.graph_nodes <= 60 and "over " in str(leak)
 
 
 # ---------------------------------------------------------------- the parts

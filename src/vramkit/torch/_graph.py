@@ -42,9 +42,9 @@ def _saved_names(node: Any) -> tuple[str, ...]:
 class GraphWalker:
     """One step's walk over every live graph: a node counts once, for the first graph that reaches it."""
 
-    def __init__(self, torch: Any, budget: int = BUDGET) -> None:
+    def __init__(self, torch: Any, budget: int | None = None) -> None:
         self._tensor = torch.Tensor
-        self.budget = budget
+        self.budget = BUDGET if budget is None else budget
         self._seen: set[int] = set()
         self._keep: list[Any] = []  # the visited nodes, so that no id is reused during the walk
         self.parameters: set[tuple[int, int]] = set()  # storages of leaves that require grad

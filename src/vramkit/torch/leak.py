@@ -57,6 +57,7 @@ class Leak:
     graph_nodes: int = 0  # autograd nodes their graphs keep alive
     graph_bytes: int = 0  # tensors those nodes saved for backward (0 once backward has freed them)
     graph_steps: int = 0  # for a growing graph: how many steps it has grown by
+    graph_walk_stopped: bool = False  # the walk's node budget ran out: the graph is larger than counted
     kind: str = "tensors"  # "tensors": more tensors every step; "graph": one tensor's graph grows
 
     @property
@@ -66,7 +67,8 @@ class Leak:
     def _graph_text(self) -> str:
         saved = (f"{format_bytes(self.graph_bytes)} of tensors saved for backward" if self.graph_bytes
                  else "their saved tensors freed by backward")
-        return f"{self.graph_nodes:,} autograd nodes, {saved}"
+        over = "over " if self.graph_walk_stopped else ""
+        return f"{over}{self.graph_nodes:,} autograd nodes, {saved}"
 
     def __str__(self) -> str:
         if self.kind == "graph":
@@ -274,6 +276,9 @@ class LeakDetector:
                 warnings.warn(f"vramkit: possible memory leak: {leak}", LeakWarning, stacklevel=3)
         self._name_holders(frame)
         for site in list(self._leaks):  # flag growth, not presence: a buffer that stopped growing is bounded
+            leak = self._leaks[site]
+            if leak.graph_walk_stopped:
+                continue  # a graph counted up to the budget looks flat while it still grows
             if _settled(self._counts[site], self.window) and _settled(self._nodes[site], self.window):
                 self._settled[site] = self._leaks.pop(site)
         self._warn_eval()
@@ -284,6 +289,7 @@ class LeakDetector:
         leak.survivors, leak.bytes = len(at.survivors), at.bytes
         leak.keeps_graph = sum(1 for t in at.survivors if t.grad_fn is not None)
         leak.graph_nodes = at.graph.nodes
+        leak.graph_walk_stopped = at.graph.truncated
         leak.graph_bytes = sum(nbytes for _, nbytes in at.graph.saved)
         leak.graph_steps = 1 + sum(b > a for a, b in zip(nodes, nodes[1:]))
 
@@ -296,7 +302,8 @@ class LeakDetector:
             holder.refresh(frame)
             label = holder.label
             if leak.kind == "graph":
-                memory = format_bytes(leak.graph_bytes) if leak.graph_bytes else f"{leak.graph_nodes:,} nodes"
+                over = "over " if leak.graph_walk_stopped else ""
+                memory = format_bytes(leak.graph_bytes) if leak.graph_bytes else f"{over}{leak.graph_nodes:,} nodes"
                 label += f" (graph of {leak.graph_steps} steps, {memory})"
             leak.held_by = f"{label} in {holder.func}"
 
