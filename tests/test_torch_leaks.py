@@ -335,6 +335,23 @@ def test_evaluation_without_no_grad_is_one_finding_and_its_kept_logits_a_leak():
     assert text.count("eval mode") == 1 and "torch.no_grad()" in text
 
 
+def loop_eval_loss_sum(model, det):
+    model.eval()
+    val_loss = 0
+    for step in range(STEPS):
+        out = model(**_batch(model, step))
+        val_loss += out.loss  # eval-loss-sum marker
+        det.step()
+
+
+@pytest.mark.slow
+def test_evaluation_loss_summed_without_no_grad_keeps_every_activation():
+    det, _ = _run(loop_eval_loss_sum, _gpt2())
+    leak = _only_leak(det, "eval-loss-sum marker")
+    assert leak.kind == "graph" and leak.graph_bytes > 1024**2  # no backward: every step's activations stay
+    assert leak.held_by == f"val_loss (graph of {STEPS} steps, {format_bytes(leak.graph_bytes)}) in loop_eval_loss_sum"
+
+
 # ---------------------------------------------------------------- loops that must not be flagged
 
 def loop_clean(model, det):
