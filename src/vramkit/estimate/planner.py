@@ -149,7 +149,7 @@ def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | No
         if setup.zero is None:
             for n in (2, 4, 8):
                 consider(f"ZeRO-3 on {n} GPUs", zero=3, gpus=n * setup.tp, checkpointing=setup.checkpointing)
-            consider("ZeRO-3 + CPU offload of optimizer and parameters (ZeRO-Infinity)", zero=3, offload=True,
+            consider("ZeRO-3 + CPU offload (ZeRO-Infinity)", zero=3, offload=True,
                      offload_params=True)
         elif not setup.offload and setup.zero >= 2:
             consider("CPU offload of optimizer states", offload=True)
