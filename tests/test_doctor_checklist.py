@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 
 import pytest
-from helpers import clean_env, minimal_scenario, run_vram, scenario_data
+from helpers import clean_env, cmdline, minimal_scenario, run_vram, scenario_data, wait_for
 
 import vramkit
 from vramkit.doctor import run_checklist
@@ -126,3 +128,27 @@ def test_gpu_option_narrows_and_checks_the_index():
     assert {f["code"] for f in data["findings"]} == {"idle_holder", "defunct_holder"}
     bad = run_vram("doctor", "--simulate", "demo", "--gpu", "12", env=clean_env(CUDA_VISIBLE_DEVICES=None))
     assert bad.rc == 2 and "no GPU 12" in bad.err
+
+
+def test_doctor_flags_a_process_on_a_gpu_its_environment_did_not_name(children, write_scenario, cli):
+    """A real process told GPU 1 that holds memory on GPU 0: doctor names it, with the pid and the
+    caveat that /proc shows the environment it started with; one told GPU 0 is not flagged."""
+    def sleeper(cvd: str):
+        proc = children.start(["sleep", "600"], env={"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": cvd})
+        assert wait_for(lambda: cmdline(proc.pid) == b"sleep\x00600\x00")
+        return proc
+
+    wrong, right = sleeper("1"), sleeper("0")
+    data = minimal_scenario()
+    data["processes"] += [{"pid": p.pid, "source": "real", "gpus": {"0": "1GiB"}} for p in (wrong, right)]
+    rc, out, err = cli("doctor", "--simulate", str(write_scenario(data)), "--json")
+    data = json.loads(out)
+    told = [f for f in data["findings"] if f["code"] == "told_other_gpu"]
+    assert [f["pid"] for f in told] == [wrong.pid], out
+    assert "told GPU 1, holds memory on GPU 0" in told[0]["detail"] and "as it started" in told[0]["detail"]
+
+
+def test_doctor_reads_gpu_health_and_flags_what_the_unhealthy_scenario_plants():
+    result = run_vram("doctor", "--simulate", "unhealthy", "--json", env=clean_env(CUDA_VISIBLE_DEVICES=None))
+    assert {(f["code"], tuple(f["gpus"])) for f in result.json()["findings"]} == {
+        ("ecc_errors", (2,)), ("memory_repair_pending", (2,)), ("throttled", (1,)), ("low_pstate", (3,))}

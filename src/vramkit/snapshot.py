@@ -14,7 +14,7 @@ from typing import Any
 from ._callable import make_callable
 from .backends import Backend
 from .idle import idle_now
-from .model import Device, GpuProcess, Health, Snapshot, Topology
+from .model import Device, GpuProcess, Snapshot, Topology
 from .nvml.backend import NvmlUnavailable
 from .procs import HostProcess, cpu_percent_since
 
@@ -66,12 +66,7 @@ class Machine:
         """Fill each GPU's `health` (ECC, remaps, throttling, clocks, PCIe, NVLink...): some twenty
         driver calls a GPU, made only when asked (`vram status --all`). A first reading of NVLink
         traffic waits `settle` seconds for a second one (NVML counts bytes; a rate needs two)."""
-        nvml = getattr(self.backend, "nvml", None)  # the NVIDIA backends' NVML reader
-        if nvml is None:
-            for dev in snap.gpus:
-                dev.health = Health(na={"*": "this backend reads no GPU health"})
-            return
-        nvml.read_health(snap.gpus, settle)
+        self.backend.read_health(snap.gpus, settle)
 
     def audit_context(self, via: str) -> dict[str, Any]:
         """What every audit line of an action taken through `via` says about this machine."""

@@ -47,6 +47,10 @@ class Backend(Protocol):
     def read_devices(self) -> list[Device]:
         """Every GPU with its processes (host side not filled in): N/A fields with reasons."""
 
+    def read_health(self, gpus: list[Device], settle: float) -> None:
+        """Fill each GPU's `health` (made only when asked: some twenty driver calls a GPU). A
+        first reading of link traffic waits `settle` seconds for a second one (rates need two)."""
+
     def host(self, pid: int, now: float) -> HostProcess | str:
         """The host side of a pid the driver listed, or one line saying why it is unknown."""
 

@@ -48,6 +48,9 @@ class NvidiaBackend:
     def read_devices(self) -> list[Device]:
         return self.nvml.read()
 
+    def read_health(self, gpus: list[Device], settle: float) -> None:
+        self.nvml.read_health(gpus, settle)
+
     def host(self, pid: int, now: float) -> HostProcess | str:
         return self.table.read(pid)
 

@@ -274,6 +274,7 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
         collector, recorded = seeded_collector(machine, args.db)
         snap = collector.snapshot()
         idle_known = recorded.covers(snap.time, IDLE_MIN_AGE)
+        machine.read_health(snap, settle=0)  # the checks need no link traffic rate
     finally:
         machine.close()
     wanted = None

@@ -10,6 +10,8 @@ Checks, on the GPUs this shell can use (CUDA_VISIBLE_DEVICES respected):
 - CUDA_VISIBLE_DEVICES pitfalls: indices that do not exist, an empty value, index order versus
   PCI order on a machine with different GPUs, every job crowding onto GPU 0;
 - DataParallel imbalance: one process with far more memory on its first GPU than on its others;
+- a process holding memory on a GPU its own CUDA_VISIBLE_DEVICES did not name (read from
+  /proc/PID/environ where this user may: process_view);
 - GPU health, when the snapshot's health was read (Machine.read_health): uncorrected ECC errors,
   a row remap or page retirement waiting for a reset (or failed), clocks held back by power or
   heat, a busy GPU stuck in a low performance state.
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .. import process_view
 from ..cuda_env import devices_of, parse_visible
 from ..model import Device, GpuProcess, Snapshot
-from ..procs import user_name
+from ..procs import Environ, read_environ, user_name
 from ..units import format_duration, format_size
 
 NEAR_FULL_FREE = 0.05  # a GPU with less than 5% of its memory free is nearly full
@@ -45,7 +48,8 @@ SEVERITY_ORDER = {"problem": 0, "warning": 1, "info": 2}
 class Finding:
     code: str  # near_full, other_users, defunct_holder, not_visible, stale_orphan, idle_holder,
     #            cvd_missing, cvd_empty, cvd_order, crowded_gpu0, dataparallel_imbalance,
-    #            ecc_errors, memory_repair_pending, memory_repair_failed, throttled, low_pstate
+    #            ecc_errors, memory_repair_pending, memory_repair_failed, throttled, low_pstate,
+    #            told_other_gpu
     severity: str  # problem, warning, info
     title: str
     detail: str
@@ -123,11 +127,13 @@ def _who(p: GpuProcess) -> str:
 
 
 def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str | None = None,
-                  only: list[int] | None = None, idle_known: bool = False) -> Checklist:
+                  only: list[int] | None = None, idle_known: bool = False,
+                  read_env: Callable[[int, tuple[str, ...]], Environ] = read_environ) -> Checklist:
     """Findings for this machine; `env` defaults to os.environ, `me` to the current user,
     `only` narrows the GPUs checked (vram doctor --gpu). `idle_known`: each process's idle_for
     comes from recorded history (a collector seeded from it), so an idle holder is one idle for
-    IDLE_MIN_AGE, not merely idle now and running that long."""
+    IDLE_MIN_AGE, not merely idle now and running that long. `read_env` reads a process's own
+    environment (a stand-in in tests)."""
     env = os.environ if env is None else env
     if me is None:
         me = user_name(os.getuid())
@@ -145,6 +151,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
         findings += _crowded(snap)
     findings += _dataparallel(snap, set(usable))
     findings += _health(gpus)
+    findings += _told_other_gpu(snap, set(usable), read_env)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.gpus[:1] or [-1], f.code))
     return Checklist(findings=findings, gpus_checked=usable, cuda_visible_devices=cvd, me=me, notes=notes)
 
@@ -332,4 +339,20 @@ def _health(gpus: list[Device]) -> list[Finding]:
                                + ("" if h.sm_clock is None else f" (SM {h.sm_clock} of {h.sm_clock_max} MHz)"),
                                "a GPU at work runs in P0-P2: check persistence mode (nvidia-smi -pm 1), "
                                "application clocks and locked clocks (nvidia-smi -rgc), or reset it", gpus=[g.index]))
+    return out
+
+
+def _told_other_gpu(snap: Snapshot, usable: set[int],
+                    read_env: Callable[[int, tuple[str, ...]], Environ]) -> list[Finding]:
+    """Processes whose memory is on a GPU their own CUDA_VISIBLE_DEVICES did not name."""
+    out = []
+    for view in process_view.mismatches(snap, read_env):
+        gpus = sorted({d.index for d in view.holds})
+        if not usable.intersection(gpus):
+            continue
+        out.append(Finding("told_other_gpu", "warning", f"pid {view.pid} runs on a GPU it was not told to use",
+                           f"{view.mismatch}; {process_view.STARTED_WITH}",
+                           "check how the job sets CUDA_VISIBLE_DEVICES (vram ps --env PID shows what it was "
+                           "told); vram run sets it from a lease", gpus=gpus, pid=view.pid, user=view.user,
+                           command=view.command))
     return out
