@@ -184,11 +184,14 @@ def test_the_user_line_passes_over_libraries_and_the_library_line_is_kept():
 
 # ---------------------------------------------------------------- tiny transformers models
 
-transformers = pytest.importorskip("transformers", reason="the transformers-model leak tests need transformers")
+def _transformers():
+    """Imported by the tests that build a model, so that the plain-torch tests above run without it."""
+    return pytest.importorskip("transformers", reason="the transformers-model leak tests need transformers")
 
 
 def _bert():
     torch.manual_seed(0)
+    transformers = _transformers()
     config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=SEQ, num_labels=3)
     return transformers.BertForSequenceClassification(config)
@@ -196,6 +199,7 @@ def _bert():
 
 def _gpt2():
     torch.manual_seed(0)
+    transformers = _transformers()
     config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=SEQ)
     return transformers.GPT2LMHeadModel(config)
 
@@ -203,7 +207,7 @@ def _gpt2():
 def _batch(model, step: int) -> dict:
     g = torch.Generator().manual_seed(step)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
-    labels = ids if isinstance(model, transformers.GPT2LMHeadModel) else torch.randint(0, 3, (BATCH,), generator=g)
+    labels = ids if model.config.model_type == "gpt2" else torch.randint(0, 3, (BATCH,), generator=g)
     return {"input_ids": ids, "labels": labels}
 
 
@@ -397,7 +401,7 @@ def loop_grad_accumulation(model, det):
 
 def loop_scheduler(model, det):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    sched = transformers.get_linear_schedule_with_warmup(opt, num_warmup_steps=5, num_training_steps=STEPS)
+    sched = _transformers().get_linear_schedule_with_warmup(opt, num_warmup_steps=5, num_training_steps=STEPS)
     for step in range(STEPS):
         out = model(**_batch(model, step))
         out.loss.backward()
