@@ -41,7 +41,9 @@ def test_kv_cache_with_multi_query_grouped_query_and_a_sliding_window():
     assert kv_cache(star, 1, 8192, 2) == 2 * 40 * 8192 * 1 * 128 * 2
     mistral = resolve("mistral-7b")  # 8 kv heads, a 4096-token window
     assert kv_cache(mistral, 1, 2048, 2) == 2 * 32 * 2048 * 8 * 128 * 2
-    assert kv_cache(mistral, 1, 16384, 2) == kv_cache(mistral, 1, 4096, 2)
+    # the prefill's keys and values stay whole (transformers keeps a view of the window: traced in
+    # tests/test_trace_hf.py); the window is said
+    assert kv_cache(mistral, 1, 16384, 2) == 4 * kv_cache(mistral, 1, 4096, 2)
     e = estimate("mistral-7b", mode="infer", seq=16384)
     assert "sliding window" in next(t.formula for t in e.terms if t.name == "KV cache")
     assert kv_cache(resolve("mixtral-8x7b"), 1, 16384, 2) == 2 * 32 * 16384 * 8 * 128 * 2  # no window

@@ -606,7 +606,8 @@ def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int, s_dec: int = 0
     if spec.family == "t5":
         return f"2 × {spec.decoder_layers} layers × {b} × ({s_dec or s} self + {s} cross) × {spec.inner} × {x} B"
     window = spec.sliding_window and s > spec.sliding_window
-    tokens = f"{spec.sliding_window} tokens (the sliding window)" if window else f"{s} tokens"
+    tokens = f"{s} tokens (all of the prefill; {spec.sliding_window} once decoding goes on: the sliding window)" \
+        if window else f"{s} tokens"
     return (f"2 (k,v) × {spec.layers} layers × {b} × {tokens} × {spec.kv_heads} kv-heads"
             + (" (multi-query)" if spec.kv_heads == 1 else " (grouped-query)" if spec.kv_heads < spec.heads else "")
             + f" × {spec.head_dim} × {x} B" + (f" / tp {tp}" if tp > 1 else ""))

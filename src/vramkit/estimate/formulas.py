@@ -387,9 +387,10 @@ def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 
     """2 (k and v) · layers · batch · context · kv-heads · head-dim · bytes (T5: the decoder's
     `s_dec` tokens of self-attention and the encoder's `s` of cross-attention)."""
     if spec.arch in ("gpt", "llama"):
-        # a sliding-window cache keeps the last `window` tokens (HF's sliding-window cache layers, vLLM)
-        kept = min(s, spec.sliding_window) if spec.sliding_window else s
-        return 2 * spec.layers * b * kept * spec.kv_heads * spec.head_dim * x // tp
+        # a sliding window does not shrink the prefill: transformers' sliding-window cache layer keeps
+        # a view of the last window tokens, which holds the whole prefill's keys and values until the
+        # next token (traced); only then is the cache window-sized
+        return 2 * spec.layers * b * s * spec.kv_heads * spec.head_dim * x // tp
     if spec.family == "t5":  # decoder self-attention + cross-attention caches
         return 2 * spec.decoder_layers * b * ((s_dec or s) + s) * spec.inner * x // tp
     return 0
