@@ -330,3 +330,24 @@ def test_explain_fits_the_terminal(leasing, columns, scenario):
     _, plain = pick_with_stderr_on_a_terminal(leasing, "--simulate", scenario, "--explain", columns=columns,
                                               NO_COLOR="1")
     assert ESCAPE not in plain  # ... unless NO_COLOR says otherwise
+
+
+def test_the_config_file_sets_picks_defaults_and_a_flag_overrides_them(cli, tmp_path):
+    """[pick] in ~/.config/vramkit/config.toml is the policy when no flag is given (vram config)."""
+    import json as _json
+
+    conf = tmp_path / "config" / "vramkit"
+    conf.mkdir(parents=True)
+    (conf / "config.toml").write_text('[pick]\nmin_free = "1GiB"\nprefer = "pack"\n')
+    rc, out, err = cli("pick", "--simulate", "demo", "--json")
+    assert rc == 0, err
+    packed = _json.loads(out)
+    assert packed["policy"]["prefer"] == "pack"
+    rc, out, err = cli("pick", "--simulate", "demo", "--json", "--prefer", "spread")
+    assert rc == 0, err
+    spread = _json.loads(out)
+    assert spread["policy"]["prefer"] == "spread"
+    assert packed["gpus"][0]["index"] != spread["gpus"][0]["index"]  # the fullest that fits vs the emptiest
+    (conf / "config.toml").write_text('[pick]\nprefer = "sideways"\n')
+    rc, out, err = cli("pick", "--simulate", "demo")
+    assert rc == 2 and "config.toml" in err and "prefer" in err and "Traceback" not in err

@@ -58,9 +58,11 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
                    help="busiest allowed utilization, 0-100 (default 50; 100 or 'any' for no limit)")
     g.add_argument("--exclude", metavar="LIST", help="never these: 0,2 | 0-3 | 0/9 (MIG) | GPU-uuid prefix")
     g.add_argument("--only", metavar="LIST", help="only these (same forms as --exclude)")
-    g.add_argument("--prefer", choices=("spread", "pack"), default="spread",
+    g.add_argument("--prefer", choices=("spread", "pack"), default=None,
                    help="spread: the emptiest GPUs (default); pack: the fullest that fit")
-    g.add_argument("--exclusive", action="store_true", help="only GPUs with no other user's process on them")
+    g.add_argument("--exclusive", action="store_true", default=None,
+                   help="only GPUs with no other user's process on them")
+    # Flags left out take the [pick] defaults of the config file (vram config shows them).
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
@@ -100,9 +102,13 @@ def prepare(args: argparse.Namespace) -> Prepared:
     """Open the machine, read the policy and the lease directory: (machine, snapshot, devices,
     policy, the environment's CUDA_VISIBLE_DEVICES as CUDA reads it, lease dir)."""
     from ..allocate import build_policy
+    from ..config import pick_defaults
     from ..cuda_env import devices_of
     from ..leases import lease_dir
 
+    for name, value in pick_defaults().items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     machine = open_for(args)
     # Several GPUs: choose connected ones (NVLink, one PCIe switch, one NUMA node); the topology is
     # read once here and rides on every later snapshot of this machine (while waiting too).
