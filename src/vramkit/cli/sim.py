@@ -131,8 +131,9 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    width = max(len(r["name"]) for r in rows)
     for r in rows:
-        print(f"{r['name']:<8} {count(r['gpus'], 'GPU') + ',':<7} {count(r['processes'], 'process', 'processes'):>12}"
+        print(f"{r['name']:<{width}} {count(r['gpus'], 'GPU') + ',':<7} {count(r['processes'], 'process', 'processes'):>12}"
               f"  {r['description']}")
     return 0
 
