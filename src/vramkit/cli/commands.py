@@ -10,6 +10,7 @@ from __future__ import annotations
 COMMANDS: dict[str, str] = {
     "status": "show every GPU's memory and utilization, and who holds its memory",
     "ps": "list every process holding GPU memory",
+    "info": "every detail of some GPUs: identity, memory, health, clocks, PCIe, NVLink, topology, processes",
     "top": "the live view: GPUs, their history, alerts and every GPU process, refreshed",
     "kill": "free GPU memory: signal GPU processes safely (asks first, logs every action)",
     "pick": "choose free GPUs by policy and print their ids for CUDA_VISIBLE_DEVICES",

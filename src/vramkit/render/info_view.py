@@ -1,5 +1,7 @@
-"""A GPU's health as lines under its block of `vram status --all`: ECC errors, retired pages or
-remapped rows, throttle reasons, clocks against their maxima, P-state, PCIe and NVLink links.
+"""A GPU in detail: its health as lines under its block of `vram status --all` (ECC errors,
+retired pages or remapped rows, throttle reasons, clocks against their maxima, P-state, PCIe and
+NVLink links), and `vram info`'s page per GPU (identity, memory, utilization, that health, its
+topology, and its processes with their own utilization), as nvidia-smi -q lists them.
 
 A field the driver does not support or refuses reads "N/A (why)"; a GPU whose memory errors are
 handled by row remapping (Ampere and later) shows no page-retirement line, and the reverse.
@@ -7,9 +9,12 @@ handled by row remapping (Ampere and later) shows no page-retirement line, and t
 
 from __future__ import annotations
 
-from ..model import Device, Health
+from ..model import Device, GpuProcess, Health, Snapshot, Topology
 from ..units import format_size
+from . import fmt
+from .banner import banner
 from .style import Style, clip
+from .text_width import cells, pad
 
 INDENT = " " * 6
 LABEL_W = 13
@@ -110,15 +115,27 @@ def health_lines(dev: Device, style: Style, width: int) -> list[str]:
     throttle = _na(h, "throttle_reasons") or (", ".join(h.throttle_reasons or ()) or "none")
     rows = [_ecc(h), *_memory_repair(h), ("throttled by", throttle), ("clocks", _clocks(h)), ("pcie", _pcie(h)),
             ("nvlink", _nvlink(h)), ("modes", _modes(h))]
-    out = []
-    for label, text in rows:
-        line = clip(f"{INDENT}{label:<{LABEL_W}} {text}", width)
-        out.append(style.paint(line, "yellow") if _worrying(label, h) else line)
-    return out
+    return [field_line(label, text, style, width, "yellow" if _worrying(label, dev) else None) for label, text in rows]
 
 
-def _worrying(label: str, h: Health) -> bool:
+def field_line(label: str, text: str, style: Style, width: int, colour: str | None = None) -> str:
+    """'      label         text', cut to `width` (painted `colour` when something is wrong)."""
+    line = clip(f"{INDENT}{label:<{LABEL_W}} {text}", width)
+    return style.paint(line, colour) if colour else line
+
+
+def health_problems(dev: Device) -> list[str]:
+    """The labels of the health lines that show something doctor flags (painted yellow above):
+    none when the health was not read."""
+    return [label for label in ("ecc", "rows remapped", "pages retired", "throttled by", "clocks")
+            if _worrying(label, dev)]
+
+
+def _worrying(label: str, dev: Device) -> bool:
     """Whether a line shows something to look at (painted, as doctor flags it)."""
+    h = dev.health
+    if h is None:
+        return False
     if label == "ecc":
         return bool(h.ecc_uncorrected_volatile)
     if label == "rows remapped":
@@ -127,4 +144,122 @@ def _worrying(label: str, h: Health) -> bool:
         return bool(h.retired_pages_pending)
     if label == "throttled by":
         return bool(set(h.throttle_reasons or ()) - {"gpu idle", "applications clocks setting"})
+    if label == "clocks" and h.performance_state is not None:
+        from ..doctor.checklist import BUSY, LOW_PSTATE  # doctor's own rule; loaded only for health
+
+        return h.performance_state >= LOW_PSTATE and (dev.utilization or 0) >= BUSY
     return False
+
+
+# ------------------------------------------------------------------ vram info
+
+
+def _value(dev: Device, name: str, text: str) -> str:
+    """`text` for a field that has a value, else 'N/A (why)' (plain N/A where the reader gave no reason)."""
+    if getattr(dev, name) is None:
+        return f"N/A ({dev.na[name]})" if name in dev.na else fmt.NA
+    return text
+
+
+def _identity_and_load(dev: Device) -> list[tuple[str, str]]:
+    frac = fmt.mem_fraction(dev)
+    power = (f"N/A ({dev.na.get('power_draw') or dev.na.get('power_limit') or 'not read'})"
+             if dev.power_draw is None and dev.power_limit is None else fmt.power(dev))
+    return [
+        ("uuid", dev.uuid or "N/A"),
+        ("pci bus id", dev.pci_bus_id or "N/A"),
+        ("mig", _value(dev, "mig_enabled", "on" if dev.mig_enabled else "off")),
+        ("memory used", _value(dev, "memory_used", f"{fmt.memory_pair(dev.memory_used, dev.memory_total)} "
+                                                   f"({fmt.pct(None if frac is None else 100 * frac)})")),
+        ("memory free", _value(dev, "memory_free", format_size(dev.memory_free))),
+        ("reserved", _value(dev, "memory_reserved", format_size(dev.memory_reserved))),
+        # the share of time a kernel ran, and memory was read or written: not how full it is
+        ("utilization", f"gpu {_value(dev, 'utilization', fmt.pct(dev.utilization))}  "
+                        f"memory {_value(dev, 'memory_utilization', fmt.pct(dev.memory_utilization))}"),
+        ("temperature", _value(dev, "temperature", fmt.temp(dev.temperature))),
+        ("power", power),
+        ("fan", _value(dev, "fan", fmt.pct(dev.fan))),
+    ]
+
+
+def _topology(dev: Device, topo: Topology | None, others: list[int]) -> list[tuple[str, str]]:
+    """Its NUMA node and how it reaches every other GPU (nvidia-smi topo -m's words), or why not."""
+    if topo is None:
+        return []
+    numa = topo.numa_node.get(dev.index)
+    numa_text = str(numa) if numa is not None else f"N/A ({topo.na.get('numa_node', 'not read')})"
+    links = [(j, topo.between(dev.index, j)) for j in others if j != dev.index]
+    known = [f"GPU {j} {link}" for j, link in links if link != "?"]
+    if not links:
+        link_text = "no other GPU"
+    elif known:
+        link_text = ", ".join(known) + ("" if len(known) == len(links) else ", others unknown")
+    else:
+        why = "; ".join(sorted(set(topo.na.values()))) or "not read"
+        link_text = f"N/A ({why})"
+    return [("numa node", numa_text), ("links", link_text)]
+
+
+USER_MAX = 20  # a longer user name is cut (as in vram status)
+PROCESS_HEADER = ("PID", "USER", "MEMORY", "SM%", "MBW%", "ENC%", "DEC%", "COMMAND")
+
+
+def _process_rows(procs: list[GpuProcess]) -> list[list[str]]:
+    return [[str(p.pid) + ("" if p.mig_gi is None else f" gi{p.mig_gi}"), clip(p.user or "?", USER_MAX),
+             format_size(p.memory),
+             fmt.pct(p.sm_utilization), fmt.pct(p.memory_utilization), fmt.pct(p.encoder_utilization),
+             fmt.pct(p.decoder_utilization), p.command if p.command is not None else f"({p.host_missing})"]
+            for p in sorted(procs, key=lambda p: -(p.memory or 0))]
+
+
+def _process_lines(dev: Device, style: Style, width: int) -> list[str]:
+    """Its processes, each with its own SM / memory-bandwidth / encoder / decoder %, or why none."""
+    unknown = None if dev.lost else dev.na.get("processes")
+    if unknown is not None:
+        return [field_line("processes", f"unknown ({unknown})", style, width, "yellow")]
+    if not dev.processes:
+        return [field_line("processes", "none", style, width)]
+    rows = _process_rows(dev.processes)
+    widths = [max(cells(h), *(cells(r[i]) for r in rows)) for i, h in enumerate(PROCESS_HEADER[:-1])]
+
+    def line(values: list[str] | tuple[str, ...]) -> str:
+        head = INDENT + "  ".join(pad(v, w, right=i not in (1,)) for i, (v, w) in enumerate(zip(values, widths)))
+        return clip(f"{head}  {values[-1]}", width)
+
+    out = [field_line("processes", str(len(rows)), style, width), style.paint(line(PROCESS_HEADER), "bold")]
+    out += [line(r) for r in rows]
+    reasons = sorted({p.utilization_na for p in dev.processes if p.utilization_na is not None})
+    out += [style.paint(clip(f"{INDENT}own utilization N/A ({why})", width), "dim") for why in reasons]
+    return out
+
+
+def _mig_lines(dev: Device, style: Style, width: int) -> list[str]:
+    # the profile ("3g.40gb") is the last word of the instance's name
+    return [field_line(f"mig gi {m.gi}", f"{(m.name or 'N/A').rsplit(' ', 1)[-1]}  "
+                                         f"{fmt.memory_pair(m.memory_used, m.memory_total)} used", style, width)
+            for m in dev.mig_devices]
+
+
+def info_lines(dev: Device, topo: Topology | None, others: list[int], style: Style, width: int) -> list[str]:
+    """One GPU's page of `vram info`: a heading, then a line per field."""
+    heading = style.paint(f"GPU {dev.index}", "bold") + ("" if dev.name is None else f"  {dev.name}")
+    if dev.lost:
+        return [heading + "  " + style.paint("LOST", "red", "bold") + f"  {dev.error or ''}".rstrip()]
+    out = [heading]
+    out += [field_line(label, text, style, width) for label, text in _identity_and_load(dev)]
+    out += _mig_lines(dev, style, width)
+    out += health_lines(dev, style, width)
+    out += [field_line(label, text, style, width) for label, text in _topology(dev, topo, others)]
+    out += _process_lines(dev, style, width)
+    return out
+
+
+def render_info(snap: Snapshot, style: Style, width: int, total: int | None = None,
+                machine_gpus: list[int] | None = None) -> str:
+    """`vram info`: the banner, then a page per GPU in `snap.gpus`. `total`: the machine's GPU count
+    when `snap.gpus` is a subset; `machine_gpus`: every GPU index (the links a GPU has to the rest)."""
+    others = machine_gpus if machine_gpus is not None else [g.index for g in snap.gpus]
+    out = [banner(snap, style, width, total)]
+    for dev in snap.gpus:
+        out += ["", *info_lines(dev, snap.topology, others, style, width)]
+    return "\n".join(out)
