@@ -85,8 +85,9 @@ class Leak:
             text += ("\n    accumulate loss.item() (a float) or loss.detach() instead of the tensor: "
                      "every step's graph stays chained to it")
         elif self.keeps_graph:
-            text += (f"\n    {self.keeps_graph} keep an autograd graph alive ({self.grad_fn}; "
-                     f"{self._graph_text()}): store loss.item() (or .detach()) instead of the tensor")
+            graph = self._graph_text() if self.graph_nodes else "inside another tensor's graph, counted there"
+            text += (f"\n    {self.keeps_graph} keep an autograd graph alive ({self.grad_fn}; {graph}): "
+                     "store loss.item() (or .detach()) instead of the tensor")
         return text
 
 
@@ -142,12 +143,16 @@ def _settled(history: list[int], window: int) -> bool:
     return len(recent) == 2 * window + 1 and all(b <= a for a, b in zip(recent, recent[1:]))
 
 
+# Tensors are told apart by the user's line and the library line below it: under one user line
+# (`trainer.train()`, `out = model(...)`) the library makes tensors of many kinds.
+Origin = tuple[Site, Site | None]
+
+
 @dataclass
 class _Site:
-    """What one user line has alive at the end of a step."""
+    """What one origin has alive at the end of a step."""
     survivors: list[Any] = field(default_factory=list)
     bytes: int = 0
-    library: Counter[Site] = field(default_factory=Counter)
     graph: GraphSize = field(default_factory=GraphSize)
     root: Any = None  # the tensor whose graph is the largest
     root_nodes: int = 0
@@ -162,12 +167,12 @@ class LeakDetector:
         require_torch()
         self.model, self.window, self.warn, self.min_bytes = model, window, warn, min_bytes
         self._tracker = Tracker(model)
-        self._counts: dict[Site, list[int]] = {}  # survivors per step
-        self._nodes: dict[Site, list[int]] = {}  # autograd nodes kept alive per step
+        self._counts: dict[Origin, list[int]] = {}  # survivors per step
+        self._nodes: dict[Origin, list[int]] = {}  # autograd nodes kept alive per step
         self._live: list[int] = []
-        self._leaks: dict[Site, Leak] = {}
-        self._holders: dict[Site, Holder] = {}
-        self._settled: dict[Site, Leak] = {}
+        self._leaks: dict[Origin, Leak] = {}
+        self._holders: dict[Origin, Holder] = {}
+        self._settled: dict[Origin, Leak] = {}
         self._eval_warned: set[Site] = set()
 
     # ---- context manager / explicit start-stop
@@ -201,54 +206,51 @@ class LeakDetector:
             tracker.paused = paused
             tracker.step += 1
 
-    def _measure(self) -> dict[Site, _Site]:
+    def _measure(self) -> dict[Origin, _Site]:
         torch = require_torch()
         current = self._tracker.step
-        sites: dict[Site, _Site] = {}
-        old: list[tuple[Any, Any, tuple[int, int]]] = []
+        sites: dict[Origin, _Site] = {}
         walker = GraphWalker(torch)
-        seen: set[tuple[int, int]] = set()
-        live = 0
-        for t, entry in self._tracker.live():  # in creation order: an older tensor's graph claims shared nodes
-            key = storage_key(t)
-            if key not in seen:
-                seen.add(key)
-                live += key[1]
-            at = sites.get(entry.site)
+        live: list[tuple[Any, Any, tuple[int, int], _Site]] = []
+        for t, entry in self._tracker.live():
+            origin = entry.site, entry.library
+            at = sites.get(origin)
             if at is None:
-                at = sites[entry.site] = _Site()
-            if entry.step < current:
-                old.append((t, entry, key))
-            if t.grad_fn is not None:
-                before = at.graph.nodes
-                walker.measure(t.grad_fn, at.graph)
-                if at.graph.nodes - before > at.root_nodes or at.root is None:
-                    at.root, at.root_nodes = t, at.graph.nodes - before
-        self._live.append(live)
-        saved_by: set[tuple[int, int]] = set()
+                at = sites[origin] = _Site()
+            live.append((t, entry, storage_key(t), at))
+        self._live.append(sum(nbytes for _, nbytes in {key for _, _, key, _ in live}))
+        roots = []
+        for t, _, _, at in live:
+            grad_fn = t.grad_fn
+            if grad_fn is not None:
+                walker.add(grad_fn)
+                roots.append((t, grad_fn, at))
+        # a graph counts for the tensor at its top (`total_loss`, not this step's loss inside its
+        # chain; the logits, not the activations they saved), the oldest first where two share nodes
+        claimed: set[int] = set()
+        for t, grad_fn, at in roots:
+            if walker.is_root(grad_fn):
+                nodes = walker.claim(grad_fn, at.graph, claimed)
+                if at.root is None or nodes > at.root_nodes:
+                    at.root, at.root_nodes = t, nodes
         for at in sites.values():
             at.graph.saved -= walker.parameters
-            saved_by |= at.graph.saved
-        for t, entry, key in old:
-            if key in saved_by:
-                continue  # kept alive by a graph (saved for backward): counted in that graph's memory
-            at = sites[entry.site]
-            at.survivors.append(t)
-            at.bytes += key[1]
-            if entry.library is not None:
-                at.library[entry.library] += 1
+        for t, entry, key, at in live:
+            if entry.step < current and key not in walker.saved:  # a saved tensor counts in its graph's memory
+                at.survivors.append(t)
+                at.bytes += key[1]
         return sites
 
     def _step(self, frame: Any) -> list[Leak]:
         sites = self._measure()
-        for site in set(self._counts) | set(sites):
-            at = sites.get(site)
-            self._counts.setdefault(site, []).append(len(at.survivors) if at else 0)
-            self._nodes.setdefault(site, []).append(at.graph.nodes if at else 0)
+        for origin in set(self._counts) | set(sites):
+            at = sites.get(origin)
+            self._counts.setdefault(origin, []).append(len(at.survivors) if at else 0)
+            self._nodes.setdefault(origin, []).append(at.graph.nodes if at else 0)
         new = []
-        for site, at in sites.items():
-            leak = self._leaks.get(site)
-            counts, nodes = self._counts[site], self._nodes[site]
+        for origin, at in sites.items():
+            leak = self._leaks.get(origin)
+            counts, nodes = self._counts[origin], self._nodes[origin]
             if leak is not None:
                 self._update(leak, at, nodes)
                 continue
@@ -257,30 +259,30 @@ class LeakDetector:
                 continue
             target = at.survivors[-1] if kind == "tensors" else at.root
             graphs = [t for t in at.survivors if t.grad_fn is not None]
+            site, library = origin
+            holding = graphs[-1] if graphs else target
             leak = Leak(site=site, code=linecache.getline(site[0], site[1]).strip(), survivors=len(at.survivors),
                         bytes=at.bytes, keeps_graph=len(graphs),
-                        grad_fn=type((graphs[-1] if graphs else target).grad_fn).__name__
-                        if (graphs or target.grad_fn is not None) else None,
-                        held_by=None, first_step=self._tracker.step, kind=kind,
-                        library_site=at.library.most_common(1)[0][0] if at.library else None)
+                        grad_fn=type(holding.grad_fn).__name__ if holding.grad_fn is not None else None,
+                        held_by=None, first_step=self._tracker.step, kind=kind, library_site=library)
             self._update(leak, at, nodes)
             if leak.bytes + leak.graph_bytes < self.min_bytes:
                 continue
             holder = find_holder(target, frame, {id(sites), id(at), id(at.survivors)})
             if holder is not None:
-                self._holders[site] = holder
-            self._leaks[site] = leak
-            self._settled.pop(site, None)
+                self._holders[origin] = holder
+            self._leaks[origin] = leak
+            self._settled.pop(origin, None)
             new.append(leak)
             if self.warn:
                 warnings.warn(f"vramkit: possible memory leak: {leak}", LeakWarning, stacklevel=3)
         self._name_holders(frame)
-        for site in list(self._leaks):  # flag growth, not presence: a buffer that stopped growing is bounded
-            leak = self._leaks[site]
+        for origin in list(self._leaks):  # flag growth, not presence: a buffer that stopped growing is bounded
+            leak = self._leaks[origin]
             if leak.graph_walk_stopped:
                 continue  # a graph counted up to the budget looks flat while it still grows
-            if _settled(self._counts[site], self.window) and _settled(self._nodes[site], self.window):
-                self._settled[site] = self._leaks.pop(site)
+            if _settled(self._counts[origin], self.window) and _settled(self._nodes[origin], self.window):
+                self._settled[origin] = self._leaks.pop(origin)
         self._warn_eval()
         return new
 
@@ -295,8 +297,8 @@ class LeakDetector:
 
     def _name_holders(self, frame: Any) -> None:
         """held_by for every leak, its container's length read again (cheap: no heap search)."""
-        for site, leak in self._leaks.items():
-            holder = self._holders.get(site)
+        for origin, leak in self._leaks.items():
+            holder = self._holders.get(origin)
             if holder is None:
                 continue
             holder.refresh(frame)
