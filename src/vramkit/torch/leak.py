@@ -18,7 +18,8 @@ growing for 2 x `window` steps (a bounded buffer, deque(maxlen=6)) is withdrawn.
 grad_fn keep their autograd graph alive: the usual fix is `loss.item()` (a float) or `loss.detach()`.
 
 Lines are the user's own code: frames in torch, vramkit and installed libraries (transformers'
-modeling_bert.py) are passed over, and the innermost library line is shown beside the user's.
+modeling_bert.py) are passed over, and the innermost library line is shown beside the user's
+(tensors are told apart by both: one model call makes tensors of many kinds).
 Given the model, it also reports when the model is in eval mode while autograd records
 (evaluation without torch.no_grad(): every activation is kept for a backward that never comes).
 """
