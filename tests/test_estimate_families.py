@@ -135,3 +135,20 @@ def test_lora_on_the_lm_head_and_targets_as_a_string():
         return next(t.bytes for t in e.terms if t.name == "activations")
 
     assert acts(head) - acts(plain) == 512 * 4096 * 2  # the adapter on the head reads its 16-bit input
+
+
+def test_bottleneck_adapters_and_prefix_tuning():
+    spec = resolve("llama-2-7b")
+    prefix = estimate(spec, prefix_len=30, seq=512)
+    assert prefix.trainable == 32 * 2 * 30 * 4096  # PEFT's prefix tuning: a key and a value a layer
+    adapter = estimate(spec, adapter=64, seq=512)
+    assert adapter.trainable == 32 * 2 * (2 * 4096 * 64 + 64 + 4096)
+    frozen = estimate(spec, prefix_len=1, seq=512)
+    assert adapter.peak_bytes > frozen.peak_bytes  # the adapters' inputs are kept
+    terms = {t.name for t in adapter.terms}
+    assert "bottleneck adapters" in terms and "LoRA adapters" not in terms
+    qa = estimate(spec, adapter=64, quant="4bit", seq=512)  # a quantized base trains with adapters too
+    assert qa.breakdown["weights"] < adapter.breakdown["weights"]
+    assert_one_line_error(run_vram("estimate", "7b", "--prefix-len", "16"), 2, "--prefix-len", "bare count")
+    data = run_vram("estimate", "gpt2", "--adapter", "32", "--json").json()
+    assert data["setup"]["adapter"] == 32 and "bottleneck adapters" in data["breakdown"]

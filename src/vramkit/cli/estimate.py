@@ -77,6 +77,10 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", choices=("eager", "flash"), default="eager",
                    help="eager (scores materialised, default) or flash / memory-efficient SDPA")
     p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
+    p.add_argument("--adapter", metavar="WIDTH", help="bottleneck adapters (Houlsby: two a layer) of this width; "
+                   "the base is frozen")
+    p.add_argument("--prefix-len", dest="prefix_len", metavar="TOKENS", help="prefix tuning with this many virtual "
+                   "tokens (PEFT, no reparameterisation); the base is frozen")
     p.add_argument("--lora-targets", metavar="LIST", help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
                    "models)")
@@ -203,7 +207,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  head=args.head, context_overhead=context, cuda=cuda,
                  batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),
-                 image_size=_int(args, "image_size"), lora=_int(args, "lora"), decoder_seq=_int(args, "decoder_seq"),
+                 image_size=_int(args, "image_size"), lora=_int(args, "lora"), adapter=_int(args, "adapter"),
+                 prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets))
 
 

@@ -29,6 +29,7 @@ from .formulas import (
     Shape,
     Term,
     activations,
+    adapter_params,
     fmt,
     inference_working_set,
     kv_cache,
@@ -60,7 +61,8 @@ def default_context(cuda: float) -> int:
 # The largest value each count may take: far past any real training or inference setup, and
 # small enough that the arithmetic stays within floats.
 SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6, "seq": 10**8,
-                "image_size": 10**6, "lora": 10**6, "decoder_seq": 10**8, "ce_chunk": 10**8}
+                "image_size": 10**6, "lora": 10**6, "decoder_seq": 10**8, "ce_chunk": 10**8,
+                "adapter": 10**6, "prefix_len": 10**6}
 ZERO_SIZES = ("zero_reduce_bucket", "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence",
               "zero_max_live")
 
@@ -77,6 +79,8 @@ class Setup:
     checkpointing: bool = False
     attention: str = "eager"  # eager | flash
     lora: int | None = None  # LoRA rank
+    adapter: int | None = None  # bottleneck adapters (Houlsby: two a layer) of this width; the base frozen
+    prefix_len: int | None = None  # prefix tuning: virtual tokens per layer's keys and values; the base frozen
     lora_targets: tuple[str, ...] | None = None  # q, k, v, o, gate, up, down or all-linear; None: PEFT's default
     decoder_seq: int | None = None  # T5: decoder (target) length; None = seq
     ce_chunk: int | None = None  # LitGPT-style chunked lm_head + cross-entropy: tokens per chunk
@@ -120,6 +124,10 @@ class Setup:
             parts.append(f"{self.attention} attention")
         if self.lora:
             parts.append(f"LoRA r={self.lora}")
+        if self.adapter:
+            parts.append(f"adapters width {self.adapter}")
+        if self.prefix_len:
+            parts.append(f"prefix {self.prefix_len} tokens")
         if self.quant:
             parts.append(self.quant + (" double-quant" if self.double_quant else ""))
         if self.gpus > 1 or self.zero is not None:
@@ -154,8 +162,14 @@ class Setup:
         one_of("mode", ("train", "infer"), "train or infer")
         for name in ("batch", "grad_accum", "gpus", "tp"):
             positive(name, allow_none=False)
-        for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk"):
+        for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk", "adapter", "prefix_len"):
             positive(name)
+        for name in ("adapter", "prefix_len"):
+            if getattr(self, name) and spec.bare:
+                raise EstimateError("needs a model with layers (a config or a catalog name), not a bare count",
+                                    param=name)
+        if self.prefix_len and spec.family == "vit":
+            raise EstimateError("prefix tuning is for language models, not ViT", param="prefix_len")
         if self.lora_targets is not None:
             bad = [t for t in self.lora_targets if t not in LORA_TARGET_NAMES]
             if bad or not self.lora_targets or not self.lora:
@@ -179,10 +193,10 @@ class Setup:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**15:
                 raise EstimateError(f"must be a number of elements from 0 to 1e15, not {value!r}", param=name)
-        if self.quant and self.mode == "train" and not self.lora:
-            raise EstimateError("training a quantized model needs LoRA adapters (QLoRA): give a lora rank "
-                                "(a 4/8-bit base is frozen; full training is supported in fp32, fp16, bf16)",
-                                param="quant")
+        if self.quant and self.mode == "train" and not (self.lora or self.adapter or self.prefix_len):
+            raise EstimateError("training a quantized model needs adapters (QLoRA): give a lora rank, an adapter "
+                                "width or a prefix length (a 4/8-bit base is frozen; full training is supported "
+                                "in fp32, fp16, bf16)", param="quant")
         if self.double_quant and self.quant != "4bit":
             raise EstimateError("double quantization is a 4-bit option: give quant 4bit", param="double_quant")
         if self.quant and self.zero is not None:
@@ -296,7 +310,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     setup.check(spec)
     spec = spec.with_head(setup.head)
     train = setup.mode == "train"
-    lora = bool(setup.lora)
+    lora = bool(setup.lora or setup.adapter or setup.prefix_len)  # a frozen base with adapters
     deepspeed = setup.zero is not None
     dt = Dtypes.of(setup.precision, deepspeed=deepspeed and setup.precision != "fp32")
     tp = setup.tp
@@ -343,12 +357,19 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
             kept_as = f"fp32 master weights, {setup.precision} compute"
         terms.append(Term("weights", int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({kept_as})"
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
-    if lora:
-        aw = 4 if setup.precision != "bf16-pure" else 2
+    bottleneck, virtual = adapter_params(spec, setup.adapter, setup.prefix_len)
+    aw = 4 if setup.precision != "bf16-pure" else 2
+    if setup.lora:
         terms.append(Term("LoRA adapters", p.lora * aw, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
                           f"{p.lora:,} params × {aw} B", "weights"))
+    if bottleneck:
+        terms.append(Term("bottleneck adapters", bottleneck * aw, f"2 a layer, h→{setup.adapter}→h with biases: "
+                          f"{bottleneck:,} params × {aw} B", "weights"))
+    if virtual:
+        terms.append(Term("prefix (virtual tokens)", virtual * aw, f"{setup.prefix_len} keys and values a layer: "
+                          f"{virtual:,} params × {aw} B", "weights"))
 
-    pt = (p.lora if lora else P) // tp  # trainable params on this GPU (before ZeRO sharding)
+    pt = (p.lora + bottleneck + virtual if lora else P) // tp  # trainable params on this GPU (before ZeRO)
     if not train:
         x = 2 if setup.precision != "fp32" else 4
         dti = Dtypes(x, x, x, x, x, False)
@@ -420,7 +441,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     # ---- activations
     sh = Shape(b=b, s=seq, s_dec=s_dec, tp=tp)
     acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant),
-                       targets=setup.lora_targets)
+                       targets=setup.lora_targets if setup.lora else (), adapter=setup.adapter or 0,
+                       prefix=setup.prefix_len or 0)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)
@@ -471,7 +493,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     if setup.quant:
         terms.append(_quant_transient(spec, p, setup, b * seq, train=True))
     named = {t.name: t.bytes for t in terms}
-    always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "DDP gradient buckets",
+    always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "bottleneck adapters",
+                                                       "prefix (virtual tokens)", "DDP gradient buckets",
                                                        "ZeRO-3 gathered layers", "ZeRO-3 persistent parameters",
                                                        "DeepSpeed communication buckets", "dequantized weight")}
     grads = {G.name: G.bytes}
@@ -506,13 +529,14 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         for m in (*moments.values(), *first.values()):
             m["DataParallel extra on GPU 0"] = extra
         notes.append("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less")
-    if lora and setup.quant:
+    if lora:
+        where = [w for w, on in ((f"LoRA on {'/'.join(_targets(spec, setup))}", setup.lora),
+                                 (f"bottleneck adapters ({setup.adapter} wide)", setup.adapter),
+                                 (f"a {setup.prefix_len}-token prefix", setup.prefix_len)) if on]
         notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
-                     "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; adapters on "
-                     + "/".join(_targets(spec, setup)))
-    elif lora:
-        notes.append("LoRA: frozen linears keep no inputs for weight gradients; adapters on "
-                     + "/".join(_targets(spec, setup)))
+                     "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; " + ", ".join(where)
+                     if setup.quant else "a frozen base: its linears keep no inputs for weight gradients; "
+                     + ", ".join(where))
     notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
                  "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
                  "allocated through the next forward and backward")

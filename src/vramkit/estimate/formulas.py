@@ -100,6 +100,16 @@ class Params:
     shapes: list[tuple[str, tuple[int, ...], bool]] = field(default_factory=list)
 
 
+def adapter_params(spec: ModelSpec, adapter: int | None, prefix: int | None) -> tuple[int, int]:
+    """(bottleneck-adapter params, prefix-tuning params): Houlsby adapters, two a layer, each down
+    h→m and up m→h with biases; prefix tuning (PEFT, no reparameterisation) a key and a value per
+    virtual token per attention layer."""
+    layers = spec.layers + spec.decoder_layers
+    bottleneck = layers * 2 * (2 * spec.hidden * adapter + adapter + spec.hidden) if adapter else 0
+    virtual = layers * 2 * prefix * spec.kv_heads * spec.head_dim if prefix else 0
+    return bottleneck, virtual
+
+
 def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
               targets: tuple[str, ...] | None = None) -> Params:
     shapes = param_shapes(spec)
@@ -174,9 +184,14 @@ def _lin_in(tokens: int, width: int, k: int, dt: Dtypes, saved: bool = True) -> 
     return tokens * width * dt.n
 
 
-def _norm(spec: ModelSpec, tokens: int, width: int, dt: Dtypes, input_bytes: int | None = None) -> int:
+def _norm(spec: ModelSpec, tokens: int, width: int, dt: Dtypes, input_bytes: int | None = None,
+          frozen: bool = False) -> int:
     """LayerNorm saves its input and fp32 mean/rstd; HF's RMSNorms save an fp32 input and the
-    normalised tensor (LLaMA keeps it in the input dtype, T5 in fp32 or the weight dtype)."""
+    normalised tensor (LLaMA keeps it in the input dtype, T5 in fp32 or the weight dtype). A frozen
+    LLaMA-like RMSNorm (LoRA, adapters) keeps no normalised tensor: only the weight's gradient reads it
+    (traced with PEFT on HF's LLaMA and Qwen3)."""
+    if spec.rmsnorm and frozen and spec.arch == "llama":
+        return tokens * width * 4 + tokens * 4
     if spec.rmsnorm:
         if spec.arch == "llama" and dt.r == 2 and spec.family != "gemma":  # Gemma's stays fp32: (1 + w) · x
             return tokens * width * (4 + 2) + tokens * 4
@@ -201,7 +216,7 @@ def softmax_bytes(spec: ModelSpec, dt: Dtypes) -> int:
 
 
 def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, keeps: frozenset[str], sq: int, sk: int,
-               cross: bool = False) -> list[tuple[str, int]]:
+               cross: bool = False, frozen: bool = False) -> list[tuple[str, int]]:
     b, t = sh.b, sh.tp
     tq, tk = b * sq, b * sk
     inner, a = spec.inner, spec.heads
@@ -217,7 +232,7 @@ def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, keeps: froze
                     _lin_in(tq, spec.hidden, k, dt)))
     if spec.qk_norm:  # Qwen3's per-head RMSNorm of q and k: fp32 input, normalised copy, rstd per head
         heads = spec.heads + spec.kv_heads
-        out.append(("q/k norms", tq * heads * spec.head_dim * (4 + dt.x) // t + tq * heads * 4 // t))
+        out.append(("q/k norms", tq * heads * spec.head_dim * (4 + (0 if frozen else dt.x)) // t + tq * heads * 4 // t))
     if flash:
         out.append(("q, k, v, output kept by the fused attention kernel",
                     (tq * inner + 2 * tk * kv_inner + tq * inner) * dt.x // t + b * a * sq * 4 // t))
@@ -271,8 +286,10 @@ def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, keeps: frozenset[str], tp: in
 def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The linears LoRA adapts: `targets` (q, k, v, o, gate, up, down; all-linear for every one) or
     PEFT's default for the family (q and v; the fused qkv projection where there is one)."""
-    if not targets:
+    if targets is None:
         return ("qkv",) if spec.fused_qkv else ("q", "v")
+    if not targets:  # no LoRA: other adapters only
+        return ()
     if "all-linear" in targets:  # PEFT's all-linear leaves the output layer out; head adds it
         targets = ALL_LINEAR + (("head",) if "head" in targets else ())
     if spec.fused_qkv:  # one projection: adapting any of q, k, v adapts it
@@ -292,11 +309,13 @@ def _keeps(spec: ModelSpec, lora: bool, quantized: bool, targets: tuple[str, ...
 
 
 def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False,
-                targets: tuple[str, ...] | None = None) -> Acts:
-    """`quantized`: the layers' linears are bitsandbytes' 4/8-bit ones (see _keeps); the 16-bit
-    output module keeps no input under LoRA. `targets`: the LoRA target modules."""
+                targets: tuple[str, ...] | None = None, adapter: int = 0, prefix: int = 0) -> Acts:
+    """`lora`: a frozen base with adapters (LoRA on `targets`, () for none; bottleneck adapters of
+    width `adapter`; `prefix` virtual tokens). `quantized`: the layers' linears are bitsandbytes'
+    4/8-bit ones (see _keeps); the 16-bit output module keeps no input under LoRA."""
     b, s = sh.b, sh.s
     keeps = _keeps(spec, lora, quantized, targets)
+    frozen = lora  # the base's norms too
     # the LM head's input is kept when its weight trains, or an adapter on it reads the input
     outer_lora = lora and "head" not in lora_targets(spec, targets)
     lora = lora and not quantized
@@ -305,11 +324,14 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     fam = spec.family
     layer_terms: list[tuple[str, int]] = []
     if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
-        attn = _attention(spec, sh, dt, flash, keeps, s, s)
+        attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
+        if adapter:  # Houlsby: after attention and after the MLP, each down (kept input), act, up
+            one = _lin_in(T, h, 1, dt) + 2 * T * adapter * dt.x
+            ffn = ffn + [(f"bottleneck adapters (2 × width {adapter}: inputs, activation, up input)", 2 * one)]
         if spec.pre_norm:
-            layer_terms = [("norm before attention", _norm(spec, T, h, dt))] + attn + \
-                          [("norm before feed-forward", _norm(spec, T, h, dt))] + ffn
+            layer_terms = [("norm before attention", _norm(spec, T, h, dt, frozen=frozen))] + attn + \
+                          [("norm before feed-forward", _norm(spec, T, h, dt, frozen=frozen))] + ffn
         else:  # post-LN (BERT family): the norms read the residual sums
             layer_terms = attn + [("norm after attention", _norm(spec, T, h, dt))] + ffn + \
                           [("norm after feed-forward", _norm(spec, T, h, dt))]
@@ -343,7 +365,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
             outside.append(("embedding dropout mask", T * h))
         if spec.embed_norm:
             outside.append(("embedding norm", _norm(spec, T, h, dt)))
-        outside += [("final norm", _norm(spec, T, h, dt)),
+        outside += [("final norm", _norm(spec, T, h, dt, frozen=frozen)),
                     ("LM head input", _lin_in(T, h, 1, dt, not outer_lora)),
                     ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
                     ("input ids and labels", T * 8 * 2)]
@@ -356,13 +378,16 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     elif fam == "t5":
         sd = sh.s_dec or s
         Td = b * sd
-        dec_self = _attention(spec, sh, dt, flash, keeps, sd, sd)
+        dec_self = _attention(spec, sh, dt, flash, keeps, sd, sd + prefix)
         dec_cross = _attention(spec, sh, dt, flash, keeps, sd, s, cross=True)
         if dt.mixed:  # every decoder layer casts the fp32 encoder output for its k and v
             dec_cross.append(("encoder output, cast for cross k/v", _lin_in(T, h, len(keeps & {"k", "v"}), dt)))
         dec_terms = [("norm before self-attention", _norm(spec, Td, h, dt))] + dec_self + \
                     [("norm before cross-attention", _norm(spec, Td, h, dt))] + dec_cross + \
                     [("norm before feed-forward", _norm(spec, Td, h, dt))] + _ffn(spec, Td, dt, keeps, sh.tp)
+        if adapter:
+            dec_terms.append((f"bottleneck adapters (2 × width {adapter})",
+                              2 * (_lin_in(Td, h, 1, dt) + 2 * Td * adapter * dt.x)))
         acts.dec_terms = dec_terms
         acts.dec_layer = sum(v for _, v in dec_terms)
         drop = spec.hidden_dropout > 0
@@ -379,6 +404,9 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
                     ("relative-position buckets (int64)", (s * s + sd * sd) * 8),
                     ("input ids, decoder ids, labels", (T + 2 * Td) * 8)]
         acts.logits = Td * spec.vocab
+    if prefix:  # the prefix encoder's output: every layer's virtual keys and values, for the batch
+        n_attn = spec.layers + spec.decoder_layers
+        outside.append(("prefix keys and values", b * prefix * 2 * n_attn * spec.kv_heads * spec.head_dim * dt.x))
     acts.outside = [(n, v) for n, v in outside if v]
     return acts
 
