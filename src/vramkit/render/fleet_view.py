@@ -8,7 +8,7 @@ from ..fleet import Fleet, FleetGpu, FleetHost, HostChoice
 from ..select import Policy, ids_text
 from ..units import format_size
 from . import fmt
-from .style import Style, clip, level_color
+from .style import Style, clip
 from .text_width import pad
 
 HOST_W, NAME_W, USER_W = 16, 18, 12
@@ -20,10 +20,10 @@ def _gpu_line(host: str, g: FleetGpu, style: Style, bar_w: int) -> str:
         return head + style.paint("LOST", "red", "bold") + "  fell off the bus or stopped answering"
     frac = None if g.memory_used is None or not g.memory_total else g.memory_used / g.memory_total
     mem = f"{fmt.memory_pair(g.memory_used, g.memory_total):>14}"
-    bar = (style.bar(frac, bar_w, level_color(frac)) + " ") if bar_w else ""
+    bar = (style.bar(frac, bar_w, style.level(frac)) + " ") if bar_w else ""
     procs = fmt.NA if g.processes is None else str(g.processes)
     top = "-" if g.top_user is None else f"{clip(g.top_user, USER_W)} {format_size(g.top_user_memory)}"
-    return (f"{head}{pad(clip(fmt.short_gpu_name(g.name), NAME_W), NAME_W)} {bar}{style.paint(mem, level_color(frac))}"
+    return (f"{head}{pad(clip(fmt.short_gpu_name(g.name), NAME_W), NAME_W)} {bar}{style.paint(mem, style.level(frac))}"
             f" {fmt.pct(g.utilization):>5} {procs:>5}  {top}")
 
 

@@ -8,7 +8,7 @@ from ..units import format_size
 from . import fmt
 from .banner import banner
 from .info_view import health_lines
-from .style import Style, clip, level_color
+from .style import Style, clip
 from .text_width import cells, fit, pad
 
 
@@ -28,13 +28,13 @@ def _gpu_line(dev: Device, style: Style, width: int) -> str:
         return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
     mem_w, util_w, name_w = layout(width)
     frac = fmt.mem_fraction(dev)
-    mem_bar = style.bar(frac, mem_w, level_color(frac))
+    mem_bar = style.bar(frac, mem_w, style.level(frac))
     share = fmt.pct(None if frac is None else 100 * frac)
     mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {share:>4}"
     util = dev.utilization
     util_bar = (style.bar(None if util is None else util / 100, util_w, "cyan") + " ") if util_w else ""
     name = pad(clip(fmt.short_gpu_name(dev.name), name_w), name_w)
-    return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, level_color(frac))}"
+    return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, style.level(frac))}"
             f"  util {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}")
 
 
@@ -44,7 +44,7 @@ def _mig_lines(dev: Device, style: Style) -> list[str]:
         frac = None if m.memory_used is None or not m.memory_total else m.memory_used / m.memory_total
         label = f"MIG gi {m.gi}"
         profile = (m.name or "").rsplit(" ", 1)[-1]
-        lines.append(f"      {label:<9} {profile:<9} mem {style.bar(frac, 16, level_color(frac))} "
+        lines.append(f"      {label:<9} {profile:<9} mem {style.bar(frac, 16, style.level(frac))} "
                      f"{fmt.memory_pair(m.memory_used, m.memory_total)}")
     return lines
 

@@ -2,13 +2,18 @@
 
 Colour only on a terminal, never when NO_COLOR is set or --no-color is given. Block-character
 bars on a terminal; plain ASCII bars when the output goes to a file or a pipe.
+
+How full a GPU's memory is colours it green, yellow or red at the config file's
+[thresholds] memory_warn / memory_critical (70 % and 90 % by default). The file is read only
+when a view asks for a level with colour on: piped output never reads it, and a bad file stops
+the command with one line (as in every command that reads it: docs/config.md).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from .text_width import fit
@@ -18,10 +23,34 @@ _CODES = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 
 
+MEMORY_WARN, MEMORY_CRITICAL = 70.0, 90.0  # config.py's defaults for [thresholds]
+
+
+def memory_level(fraction: float, warn: float = MEMORY_WARN, critical: float = MEMORY_CRITICAL) -> str:
+    """'ok', 'warn' or 'critical' for a memory fill (0-1) against thresholds in %."""
+    pct = 100 * fraction
+    return "critical" if pct >= critical else "warn" if pct >= warn else "ok"
+
+
+_LEVEL_COLOURS = {"ok": "green", "warn": "yellow", "critical": "red"}
+
+
 @dataclass
 class Style:
     color: bool
     unicode: bool
+    # (memory_warn, memory_critical) in %; None: read from the config file when first needed
+    thresholds: tuple[float, float] | None = field(default=None, repr=False)
+
+    def level(self, fraction: float | None) -> str:
+        """The colour of a memory fill at this style's thresholds ('dim' for N/A)."""
+        if fraction is None:
+            return "dim"
+        if not self.color:  # nothing is painted: the config file is not worth reading
+            return _LEVEL_COLOURS[memory_level(fraction)]
+        if self.thresholds is None:
+            self.thresholds = configured_thresholds()
+        return _LEVEL_COLOURS[memory_level(fraction, *self.thresholds)]
 
     def paint(self, text: str, *styles: str) -> str:
         if not self.color or not styles:
@@ -43,11 +72,13 @@ class Style:
         return self.paint(text, *styles) + self.paint("░" * empty, "dim")
 
 
-def level_color(fraction: float | None) -> str:
-    """Memory fullness colour: green below 70 %, yellow below 90 %, red above."""
-    if fraction is None:
-        return "dim"
-    return "green" if fraction < 0.7 else "yellow" if fraction < 0.9 else "red"
+def configured_thresholds() -> tuple[float, float]:
+    """(memory_warn, memory_critical) from the config files and environment (a RequestError, one
+    line, for a bad file)."""
+    from .. import config  # here: a piped `vram status` never loads it
+
+    loaded = config.load()
+    return loaded["thresholds.memory_warn"], loaded["thresholds.memory_critical"]
 
 
 def style_for(stream: TextIO | None = None, no_color: bool = False) -> Style:

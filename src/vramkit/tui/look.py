@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..render.style import MEMORY_CRITICAL, MEMORY_WARN, memory_level
+
 if TYPE_CHECKING:  # not imported: `vram top` draws its early frame through this module before rich loads
     from rich.text import Text
 
@@ -48,16 +50,15 @@ THEMES = {"dark": DARK, "light": LIGHT}
 class Look:
     palette: Palette = DARK
     ascii: bool = False
-    memory_warn: float = 70.0  # % of a GPU's memory in use from which it is drawn as a warning
-    memory_critical: float = 90.0
+    memory_warn: float = MEMORY_WARN  # % of a GPU's memory in use from which it is drawn as a warning
+    memory_critical: float = MEMORY_CRITICAL
 
     def level(self, fraction: float | None) -> str:
         """The colour of a memory fill: '' for N/A (drawn dim by the caller)."""
         if fraction is None:
             return ""
-        pct = 100 * fraction
-        return (self.palette.critical if pct >= self.memory_critical else
-                self.palette.warn if pct >= self.memory_warn else self.palette.ok)
+        colours = {"ok": self.palette.ok, "warn": self.palette.warn, "critical": self.palette.critical}
+        return colours[memory_level(fraction, self.memory_warn, self.memory_critical)]
 
     def text(self, text: Text) -> Text:
         """text as this look draws it: ASCII drawing characters with --ascii, else as it is."""
