@@ -152,3 +152,17 @@ def test_bottleneck_adapters_and_prefix_tuning():
     assert_one_line_error(run_vram("estimate", "7b", "--prefix-len", "16"), 2, "--prefix-len", "bare count")
     data = run_vram("estimate", "gpt2", "--adapter", "32", "--json").json()
     assert data["setup"]["adapter"] == 32 and "bottleneck adapters" in data["breakdown"]
+
+
+def test_lora_dropout_keeps_a_mask_per_adapter():
+    kw = {"lora": 8, "seq": 512, "batch": 2}
+    tokens, h = 2 * 512, 4096
+
+    def acts(e):
+        return next(t.bytes for t in e.terms if t.name == "activations")
+
+    mixed = acts(estimate("llama-2-7b", lora_dropout=0.05, **kw)) - acts(estimate("llama-2-7b", **kw))
+    assert mixed == 32 * 2 * tokens * h  # q and v: a 1-byte mask each (autocast's casts are kept either way)
+    pure = {d: acts(estimate("llama-2-7b", precision="bf16-pure", lora_dropout=d, **kw)) for d in (0, 0.05)}
+    assert pure[0.05] - pure[0] == 32 * tokens * h * (2 * 1 + 2 * 2 - 2)  # two dropped copies for one shared input
+    assert_one_line_error(run_vram("estimate", "gpt2", "--lora", "8", "--lora-dropout", "1.5"), 2, "--lora-dropout")

@@ -112,7 +112,8 @@ def traced_peft_and_analytic(name: str, precision: str, options: dict, batch: in
         config = peft.PrefixTuningConfig(num_virtual_tokens=options["prefix_len"], task_type="CAUSAL_LM")
     else:
         targets = "all-linear" if options.get("lora_targets") == ("all-linear",) else None
-        config = peft.LoraConfig(r=options["lora"], lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
+        config = peft.LoraConfig(r=options["lora"], lora_dropout=options.get("lora_dropout", 0.0),
+                                 target_modules=targets, task_type="CAUSAL_LM")
     dtype = torch.bfloat16 if precision == "bf16-pure" else torch.float32
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -140,6 +141,8 @@ def traced_peft_and_analytic(name: str, precision: str, options: dict, batch: in
 PEFT_CASES = [(name, precision, options) for name in ("llama", "gpt2", "qwen3", "opt")
               for precision, options in (("fp32", {"lora": 8}), ("fp32", {"lora": 8, "lora_targets": ("all-linear",)}),
                                          ("fp32", {"prefix_len": 16}), ("bf16-pure", {"lora": 8}),
+                                         ("fp32", {"lora": 8, "lora_dropout": 0.1}),
+                                         ("fp32", {"lora": 8, "lora_dropout": 0.1, "lora_targets": ("all-linear",)}),
                                          ("bf16-pure", {"prefix_len": 16}))]
 
 

@@ -84,6 +84,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-targets", metavar="LIST", help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
                    "models)")
+    p.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
+                   "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
     p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
@@ -171,6 +173,17 @@ def _lora_targets(value: str | None) -> tuple[str, ...] | None:
     return tuple(aliases.get(name, name) for name in names)
 
 
+def _fraction(args: argparse.Namespace, name: str) -> float:
+    """A probability as typed (0 when not given); Setup.check judges its range."""
+    value = getattr(args, name)
+    if value is None:
+        return 0.0
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"{str(value)[:40]!r} is not a number such as 0.05", param=name) from None
+
+
 def _torch_frees_grads(version: str) -> bool:
     """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them)."""
     try:
@@ -209,7 +222,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),
                  image_size=_int(args, "image_size"), lora=_int(args, "lora"), adapter=_int(args, "adapter"),
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
-                 ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets))
+                 ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
+                 lora_dropout=_fraction(args, "lora_dropout"))
 
 
 def list_models() -> str:

@@ -82,6 +82,7 @@ class Setup:
     adapter: int | None = None  # bottleneck adapters (Houlsby: two a layer) of this width; the base frozen
     prefix_len: int | None = None  # prefix tuning: virtual tokens per layer's keys and values; the base frozen
     lora_targets: tuple[str, ...] | None = None  # q, k, v, o, gate, up, down or all-linear; None: PEFT's default
+    lora_dropout: float = 0.0  # PEFT's default; LitGPT's configs use 0.05
     decoder_seq: int | None = None  # T5: decoder (target) length; None = seq
     ce_chunk: int | None = None  # LitGPT-style chunked lm_head + cross-entropy: tokens per chunk
     quant: str | None = None  # 8bit | 4bit (frozen base)
@@ -123,7 +124,7 @@ class Setup:
         if family not in ("params",):
             parts.append(f"{self.attention} attention")
         if self.lora:
-            parts.append(f"LoRA r={self.lora}")
+            parts.append(f"LoRA r={self.lora}" + (f" dropout {self.lora_dropout:g}" if self.lora_dropout else ""))
         if self.adapter:
             parts.append(f"adapters width {self.adapter}")
         if self.prefix_len:
@@ -215,6 +216,8 @@ class Setup:
             raise EstimateError(f"{self.tp} must divide the {spec.heads} attention heads", param="tp")
         if self.context_overhead is not None and self.context_overhead < 0:
             raise EstimateError("must not be negative", param="context_overhead")
+        if not isinstance(self.lora_dropout, (int, float)) or not 0 <= self.lora_dropout < 1:
+            raise EstimateError(f"must be at least 0 and less than 1, not {self.lora_dropout!r}", param="lora_dropout")
         if not 0 <= self.fragmentation < 1:
             raise EstimateError("must be at least 0 and less than 1", param="fragmentation")
         if self.image_size is not None and spec.family == "vit" and self.image_size % spec.patch_size:
@@ -442,7 +445,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     sh = Shape(b=b, s=seq, s_dec=s_dec, tp=tp)
     acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant),
                        targets=setup.lora_targets if setup.lora else (), adapter=setup.adapter or 0,
-                       prefix=setup.prefix_len or 0)
+                       prefix=setup.prefix_len or 0, lora_dropout=setup.lora_dropout)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)

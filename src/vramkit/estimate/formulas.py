@@ -309,7 +309,8 @@ def _keeps(spec: ModelSpec, lora: bool, quantized: bool, targets: tuple[str, ...
 
 
 def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False,
-                targets: tuple[str, ...] | None = None, adapter: int = 0, prefix: int = 0) -> Acts:
+                targets: tuple[str, ...] | None = None, adapter: int = 0, prefix: int = 0,
+                lora_dropout: float = 0.0) -> Acts:
     """`lora`: a frozen base with adapters (LoRA on `targets`, () for none; bottleneck adapters of
     width `adapter`; `prefix` virtual tokens). `quantized`: the layers' linears are bitsandbytes'
     4/8-bit ones (see _keeps); the 16-bit output module keeps no input under LoRA."""
@@ -326,6 +327,18 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
         attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
+        adapted = lora_targets(spec, targets) if lora and lora_dropout > 0 else ()
+        if adapted:  # each adapter's own dropout of its input: a 1-byte mask, and (without autocast,
+            # whose casts are kept either way) its dropped copy in place of the input they shared
+            widths = {"q": h, "k": h, "v": h, "qkv": h, "o": spec.inner, "gate": h, "up": h,
+                      "down": spec.intermediate}
+            groups = {"q": "attn", "k": "attn", "v": "attn", "qkv": "attn", "gate": "ffn", "up": "ffn"}
+            roles = [t for t in adapted if t in widths]
+            extra = sum(T * widths[t] for t in roles)
+            if not dt.mixed:
+                shared = {groups.get(t, t): widths[t] for t in roles}
+                extra += sum(T * widths[t] * dt.x for t in roles) - sum(T * w * dt.x for w in shared.values())
+            ffn = ffn + [("LoRA dropout (a mask per adapter; its dropped input)", extra)]
         if adapter:  # Houlsby: after attention and after the MLP, each down (kept input), act, up
             one = _lin_in(T, h, 1, dt) + 2 * T * adapter * dt.x
             ffn = ffn + [(f"bottleneck adapters (2 × width {adapter}: inputs, activation, up input)", 2 * one)]
