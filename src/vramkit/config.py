@@ -4,10 +4,10 @@ in the environment, then a command's flags; each later source overrides the earl
 key. Every value remembers where it came from (`vram config` shows it).
 
 The files are other people's text on a shared machine: read without following a symlink or
-blocking, at most MAX_BYTES; as root the machine's file must be root's and writable by nobody
-else, and yours must be yours (sudo may keep $HOME). A bad file is one line naming the file and
-the key (a RequestError: exit 2). TOML through tomllib (tomli on Python 3.10), imported only
-when a file exists.
+blocking, at most MAX_BYTES; as root both files, and every directory above them, must be root's
+and writable by nobody else (sudo may keep $HOME; $XDG_CONFIG_HOME may point anywhere). A bad
+file is one line naming the file and the key (a RequestError: exit 2). TOML through tomllib
+(tomli on Python 3.10), imported only when a file exists.
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ TOP_COLUMNS = ("gpu", "pid", "user", "memory", "share", "sm", "bw", "enc", "dec"
 def _seconds(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a number of seconds or a duration like 2s, 5m")
-    seconds = float(value) if isinstance(value, (int, float)) else parse_duration(str(value))
+    try:
+        seconds = float(value) if isinstance(value, (int, float)) else parse_duration(str(value))
+    except OverflowError:  # an integer of hundreds of digits: TOML allows it
+        seconds = float("inf")
     if not 0 < seconds <= 7 * 86400:
         raise ValueError("must be more than 0 and at most 7 days")
     return seconds
@@ -79,12 +82,23 @@ def _columns(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _printable(text: str, expected: str) -> str:
+    """`text` without the white space around it; refused when it holds a character sanitize would
+    replace: float() and the size parser skip some of them (\x1c-\x1f, U+2028), and `vram config`
+    prints the value back as it was written."""
+    text = text.strip()
+    if sanitize(text) != text:
+        raise ValueError(f"{expected}, without control or invisible characters")
+    return text
+
+
 def _min_free(value: Any) -> str:
     from .allocate import parse_min_free  # the pick's own parser: the value means what --min-free means
 
-    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
-    if text is None:
-        raise ValueError("must be a size like 20GiB or a share like 60%")
+    expected = "must be a size like 20GiB or a share like 60%"
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(expected)
+    text = _printable(str(value), expected)
     parse_min_free(text)
     return text
 
@@ -92,10 +106,12 @@ def _min_free(value: Any) -> str:
 def _max_util(value: Any) -> str:
     from .allocate import parse_max_util
 
+    expected = "must be a percentage 0-100, or 'any'"
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError("must be a percentage 0-100, or 'any'")
-    parse_max_util(str(value))
-    return str(value)
+        raise ValueError(expected)
+    text = _printable(str(value), expected)
+    parse_max_util(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -183,7 +199,7 @@ def _read(path: Path, source: str, euid: int) -> str | None:
         owners = (0,) if source == SYSTEM else (0, euid)
         if euid == 0 and (info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
             raise _fail(path, "another user can change it, and vram runs as root: chown root and chmod go-w it")
-        if euid == 0 and source == SYSTEM:
+        if euid == 0:  # yours too: $XDG_CONFIG_HOME or a kept $HOME may lead into another user's directory
             _check_directories(path)
         data = os.read(fd, MAX_BYTES + 1)
     finally:
@@ -197,9 +213,9 @@ def _read(path: Path, source: str, euid: int) -> str | None:
 
 
 def _check_directories(path: Path) -> None:
-    """Every directory above the machine's file must be root's and closed to others (or sticky):
-    whoever may change one could put another file in its place."""
-    for parent in path.parents:
+    """Every directory above a file root reads must be root's and closed to others (or sticky):
+    whoever may change one could put another file in its place, or a symlink to one."""
+    for parent in Path(os.path.abspath(path)).parents:
         try:
             info = os.lstat(parent)
         except OSError:
@@ -220,6 +236,10 @@ def _toml(text: str, path: Path) -> dict[str, Any]:
         data: dict[str, Any] = toml.loads(text)
     except toml.TOMLDecodeError as e:
         raise _fail(path, f"not valid TOML: {e}") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep: the parser recurses
+        raise _fail(path, "not a config file: values nested too deeply") from None
+    except ValueError as e:  # an integer of over 4300 digits (int()'s own limit)
+        raise _fail(path, f"not a config file: {str(e).split(';')[0]}") from None
     return data
 
 
