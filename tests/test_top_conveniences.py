@@ -321,3 +321,30 @@ def test_a_bad_config_file_stops_vram_top_with_one_line(tmp_path):
     result = run_vram("top", "--simulate", "demo", env=clean_env(XDG_CONFIG_HOME=str(tmp_path / "xdg")))
     assert result.rc == 2 and f"{path}: top.theme: must be one of dark, light" in result.err
     assert result.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+def test_a_gpu_whose_health_was_read_unhealthy_is_marked_on_its_panel(sim_env, size):
+    machine = open_machine("unhealthy")
+    app = TopApp(machine.snapshot, interval=3600, read_health=lambda snap: machine.read_health(snap, settle=0))
+
+    async def body(pilot):
+        gpus = app.query_one("#gpus").render().plain.splitlines()
+        assert not any(line[2:3] == "!" for line in gpus)  # nothing is said before health was read
+        keys = [r["pid"] for r in _rows(app)]
+        await pilot.press(*["down"] * keys.index("91002"), "enter")  # judy's eval on GPU 2
+        for _ in range(100):
+            if app.health_flags:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("escape")
+        await pilot.pause()
+        panels = app.query_one("#gpus").render().plain.splitlines()
+        assert [line[:3] for line in panels if line[:2].strip().isdigit()] == [" 0 ", " 1 ", " 2!", " 3 "]
+        assert all(len(line) <= size[0] for line in panels)
+        alerts = app.query_one("#alerts").render().plain
+        assert "GPU 2 health: uncorrected ECC errors, row remap pending (read " in alerts
+    try:
+        _run(app, body, size=size)
+    finally:
+        machine.close()

@@ -125,10 +125,21 @@ def field_line(label: str, text: str, style: Style, width: int, colour: str | No
 
 
 def health_problems(dev: Device) -> list[str]:
-    """The labels of the health lines that show something doctor flags (painted yellow above):
-    none when the health was not read."""
-    return [label for label in ("ecc", "rows remapped", "pages retired", "throttled by", "clocks")
-            if _worrying(label, dev)]
+    """What the GPU's health shows that doctor flags (the lines painted yellow above), in a few
+    words each ('uncorrected ECC errors', 'throttled: sw power cap', 'busy in P8'); none when its
+    health was not read."""
+    h = dev.health
+    if h is None or dev.lost:
+        return []
+    words = {
+        "ecc": "uncorrected ECC errors",
+        "rows remapped": "row remap failed" if h.remap_failed else "row remap pending",
+        "pages retired": "page retirement pending",
+        "throttled by": "throttled: " + ", ".join(r for r in h.throttle_reasons or ()
+                                                   if r not in ("gpu idle", "applications clocks setting")),
+        "clocks": f"busy in P{h.performance_state}",
+    }
+    return [text for label, text in words.items() if _worrying(label, dev)]
 
 
 def _worrying(label: str, dev: Device) -> bool:

@@ -36,6 +36,7 @@ from ..errors import VramkitError
 from ..model import Device, Snapshot
 from ..procs import HostLoad, read_host_load, sanitize
 from ..render.banner import banner
+from ..render.info_view import health_problems
 from ..render.style import Style
 from ..units import parse_gpu_list
 from . import rows as R
@@ -198,6 +199,9 @@ class TopApp(App[None]):
         self.read_host = read_host
         self.read_health = read_health
         self.health: dict[int, Device] | None = None  # the detail screen's GPUs, their health read
+        # GPU -> (what its health showed that doctor flags, when read): kept from the last reading
+        # of each GPU (the detail screen's), a '!' on its panel and a line among the alerts
+        self.health_flags: dict[int, tuple[list[str], float]] = {}
         self.host: tuple[HostLoad | None, float | None] | None = None  # the last reading, its CPU %
         self.collect = collect
         self.interval = interval
@@ -315,6 +319,7 @@ class TopApp(App[None]):
             async with self._lock:
                 snap = await in_daemon_thread(self.collect)
                 self.health = await in_daemon_thread(functools.partial(self._detail_health, snap))
+                self._note_health(snap.time)
         except Exception as e:  # the view goes on with the last good data
             self.error = f"refresh failed at {time.strftime('%H:%M:%S')}: {type(e).__name__}: {e}"
             self._draw()
@@ -333,6 +338,25 @@ class TopApp(App[None]):
         copies = [dataclasses.replace(g) for g in snap.gpus if g.index in held]
         self.read_health(dataclasses.replace(snap, gpus=copies))
         return {g.index: g for g in copies}
+
+    def _note_health(self, when: float) -> None:
+        for index, dev in (self.health or {}).items():
+            problems = health_problems(dev)
+            if problems:
+                self.health_flags[index] = (problems, when)
+            else:
+                self.health_flags.pop(index, None)
+
+    def _health_alerts(self, gpus: list[Device]) -> list[Alert]:
+        """A line per shown GPU whose health, when last read, showed what doctor flags."""
+        shown = {g.index for g in gpus}
+        out = []
+        for index, (problems, when) in sorted(self.health_flags.items()):
+            if index in shown:
+                read = time.strftime("%H:%M:%S", time.localtime(when))
+                out.append(Alert("health", "warning", f"GPU {index} health: {', '.join(problems)} (read {read}; "
+                                                      f"vram info {index})", gpu=index))
+        return out
 
     def _read_host(self) -> None:
         """The host line's reading: CPU % over the time since the last one (two small /proc reads)."""
@@ -391,12 +415,13 @@ class TopApp(App[None]):
         chart = self.charts.shown
         names = name_cells(snap.gpus)
         panels = [gpu_panel(g, chart.samples(g.index, g.memory_total), snap.time, width, two_lines, chart.span,
-                            g.index in alerting, names, self.look) for g in snap.gpus]
+                            g.index in alerting, names, self.look, g.index in self.health_flags) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]
         self._show("#gpus", Text("\n").join(panels))
         max_alerts = 2 if self.size.height < 30 else 4
-        self._show("#alerts", alerts_text(self.alerts, width, max_alerts, self.look))
+        alerts = self.alerts + self._health_alerts(snap.gpus)
+        self._show("#alerts", alerts_text(alerts, width, max_alerts, self.look))
         self._draw_viewline()
 
     def _fill_table(self, force: bool = False) -> None:
@@ -467,7 +492,8 @@ class TopApp(App[None]):
         self.push_screen(HelpScreen())
 
     def action_alerts(self) -> None:
-        self.push_screen(AlertsScreen(self.alerts))
+        shown = self.snap.gpus if self.snap is not None else []
+        self.push_screen(AlertsScreen(self.alerts + self._health_alerts(shown)))
 
     def action_cycle_sort(self) -> None:
         order = R.SORT_ORDER

@@ -39,13 +39,16 @@ def name_cells(devices: list[Device]) -> int:
 
 
 def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
-              span: float = 300.0, alerting: bool = False, names: int | None = None, look: Look = PLAIN) -> Text:
+              span: float = 300.0, alerting: bool = False, names: int | None = None, look: Look = PLAIN,
+              unhealthy: bool = False) -> Text:
     """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
     layouts the history sparklines); line 2, when there is room, memory and utilization history.
     `names`: the columns for the GPU's name (name_cells of all panels); default its own name's.
-    `look`: the colours (theme, memory thresholds)."""
+    `look`: the colours (theme, memory thresholds). `unhealthy`: its health, when last read,
+    showed what doctor flags: a '!' after the index (the alerts line says what)."""
     critical, util_color = f"bold {look.palette.critical}", look.palette.util
-    index = Text(f"{dev.index:>2} ", style=critical if alerting else "bold")
+    index = Text(f"{dev.index:>2}", style=critical if alerting else "bold")
+    index.append("!" if unhealthy else " ", style=f"bold {look.palette.warn}")
     if dev.lost:
         line = Text.assemble(index, ("LOST", critical), f"  {dev.error or 'GPU is lost'}")
         line.truncate(width)
