@@ -259,3 +259,25 @@ def test_lightning_oom_is_diagnosed_and_leaves_no_mode(tmp_path, vram_log):
     assert _get_current_function_mode_stack() == []
     errors = _records(vram_log, logging.ERROR)
     assert len(errors) == 1 and "vramkit oom_guard: out of memory" in errors[0]
+
+
+def test_evaluation_without_no_grad_is_one_logged_finding_not_one_per_line(vram_log):
+    """The callbacks' reporter logs evaluation under autograd once, as one finding naming its lines,
+    and again only when a new line records."""
+    from vramkit.torch.callbacks import _Reporter
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()
+    reporter = _Reporter(window=3, leaks=True)
+    reporter.start(model)
+    try:
+        kept = []
+        for _ in range(8):
+            out = model(torch.randn(4, 8))  # eval mode, autograd on
+            kept.append(out.softmax(-1))
+            reporter.step()
+    finally:
+        reporter.stop()
+    evals = [m for m in _records(vram_log, logging.WARNING) if "eval mode but autograd is recording" in m]
+    assert len(evals) == 1, evals
+    assert "no_grad" in evals[0]
+    assert _get_current_function_mode_stack() == []

@@ -17,7 +17,7 @@ _EXPORTS = {
     "oom_guard": "guard", "OomDiagnosis": "guard", "diagnose": "guard", "is_oom": "guard",
     "device_check": "guard", "largest_tensors": "guard",
     "where": "where", "WhereReport": "where",
-    "LeakDetector": "leak", "Leak": "leak",
+    "LeakDetector": "leak", "Leak": "leak", "LeakReport": "leak", "LeakWarning": "leak",
     "find_batch_size": "batch", "find_batch_size_doubling": "batch", "BatchSearch": "batch",
     "accumulation_plan": "batch", "AccumulationPlan": "batch",
     "simulated_memory_cap": "memcap", "SimulatedMemoryCap": "memcap",

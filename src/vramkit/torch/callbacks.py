@@ -27,8 +27,8 @@ import os
 import resource
 from typing import Any
 
-from ._common import format_site, require_torch
-from .leak import LeakDetector
+from ._common import require_torch
+from .leak import LeakDetector, eval_text
 
 logger = logging.getLogger("vramkit.torch")
 
@@ -85,11 +85,11 @@ class _Reporter:
             return
         for leak in self.detector.step():
             logger.warning("vramkit: possible memory leak: %s", leak)
-        for site, count in self.detector.report().eval_with_grad:
-            if site not in self._eval_reported:
-                self._eval_reported.add(site)
-                logger.warning("vramkit: %s: the model is in eval mode but autograd is recording (%d tensors): "
-                               "use torch.no_grad() or torch.inference_mode()", format_site(site), count)
+        report = self.detector.report()
+        new_lines = {site for site, _ in report.eval_with_grad} - self._eval_reported
+        if new_lines:  # one finding for all of evaluation's lines, again only when a new line appears
+            self._eval_reported |= new_lines
+            logger.warning("vramkit: %s", eval_text(report.eval_with_grad, report.eval_library))
 
     def stop(self) -> None:
         """Leave no TorchFunctionMode behind; the detector's report stays readable."""
