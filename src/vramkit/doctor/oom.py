@@ -40,7 +40,10 @@ _MATCH_SPAN = 100  # characters: longer than any match of _START
 _EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError)\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
 # A message ends at a blank line, a new traceback, or where Python chains exceptions.
 _END = re.compile(r"\n\s*\n|\nTraceback \(most recent call last\)|\nDuring handling of|\nThe above exception")
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour (Python 3.13's tracebacks, coloured loggers)
+# Colour (Python 3.13's tracebacks, coloured loggers), and the terminal commands a log may carry:
+# OSC (window titles, hyperlinks, clipboard writes; ended by BEL or ESC \\, bounded), other ESC pairs.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[()][0-9A-Za-z]"
+                         r"|\x1b[=>78cDEHMNOZ]")
 _WINDOW = 1600  # characters; the longest real message (several "Process P has" parts) is ~700
 
 

@@ -28,6 +28,9 @@ _CHAINED = ("The above exception was the direct cause of the following exception
             "During handling of the above exception, another exception occurred:")
 TRACEBACK_WINDOW = 64 * 1024  # characters before the message: the longest real tracebacks are ~20 KB
 MAX_FRAMES = 400
+# Tracebacks read up a chain ("During handling...", "Original Traceback"): real chains are a few
+# deep; a log of thousands would push the message's own frames out of MAX_FRAMES.
+MAX_CHAINED = 16
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def frames_before(text: str, offset: int) -> list[Frame]:
         if _HEADER in line:  # `in`: a tqdm bar may stand in front of it on the same line
             groups.append([line.strip(), *reversed(current)])
             current = []
+            if len(groups) >= MAX_CHAINED:
+                break
             nxt = _previous_text(lines, i, prefix)
             if nxt is not None and nxt[1].strip() in _CHAINED:
                 i, in_frames = nxt[0] - 1, False  # the chained exception's traceback is above the separator

@@ -1,0 +1,96 @@
+"""Red team: hostile logs for `vram doctor LOG` (huge, binary, a million frames, deep exception chains,
+terminal escape sequences in frames). Each ends in a diagnosis or one line, never a traceback, and no
+control character from the log reaches the terminal or the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+
+import pytest
+from helpers import run_vram
+
+from vramkit.doctor import find_oom
+from vramkit.doctor.traceback import MAX_CHAINED, frames_before, phase_of
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+       "of 79.15 GiB of which 3.19 MiB is free. Process 1234 has 79.14 GiB memory in use.\n")
+# A frame whose file, function and source line carry a window title, a hyperlink, a clipboard write
+# (OSC 52), colour, a cursor save and a right-to-left override.
+HOSTILE_FRAME = ('  File "/home/u/train\x1b]0;pwned\x07\x1b[31m.py", line 10, in main\x1b]8;;http://x\x1b\\\n'
+                 "    loss.backward()\x1b]52;c;ZXZpbA==\x07\x1b7\u202e\n")
+
+
+def _raw_controls(text: str) -> list[str]:
+    """Characters a terminal acts on or that hide text, found independently of procs.sanitize."""
+    return [hex(ord(c)) for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+
+
+def _diagnose(path, *flags: str):
+    result = run_vram("doctor", str(path), "--no-live", *flags, timeout=120)
+    assert "Traceback" not in result.err and result.rc in (0, 1), (result.rc, result.err[-500:])
+    assert not _raw_controls(result.out) and not _raw_controls(result.err)
+    return result
+
+
+def test_escape_sequences_in_frames_are_removed_not_just_neutralized(tmp_path):
+    """The OSC payloads (a title, a URL, base64 for the clipboard) are no part of the frame: they are
+    removed with their escape, not printed as text behind a '?'."""
+    log = tmp_path / "osc.log"
+    log.write_text("Traceback (most recent call last):\n" + HOSTILE_FRAME + OOM)
+    result = _diagnose(log)
+    assert result.rc == 0
+    line = next(x for x in result.out.splitlines() if x.startswith("Failed in"))
+    assert line == "Failed in the backward pass: loss.backward()? (train.py:10)"  # the bidi override as '?'
+    data = json.loads(_diagnose(log, "--json").out)
+    frame = data["phase"]["frame"]
+    assert frame["file"] == "/home/u/train.py" and frame["function"] == "main"
+    assert frame["code"] == "loss.backward()?"
+    for payload in ("pwned", "ZXZpbA==", "http://x"):
+        assert payload not in result.out and payload not in json.dumps(data)
+
+
+def test_a_deep_during_handling_chain_keeps_the_messages_own_frames(tmp_path):
+    """Thousands of chained tracebacks above the message: the chain read is bounded, and the frames
+    of the message's own traceback still name the phase."""
+    chained = ('Traceback (most recent call last):\n  File "/a.py", line 1, in g\n    x()\nRuntimeError: x\n\n'
+               "During handling of the above exception, another exception occurred:\n\n")
+    text = chained * 100_000 + "Traceback (most recent call last):\n" + HOSTILE_FRAME + OOM
+    report = find_oom(text)
+    assert report is not None and report.offset is not None
+    frames = frames_before(text, report.offset)
+    assert len(frames) <= MAX_CHAINED  # one frame a traceback
+    phase = phase_of(frames)
+    assert phase is not None and phase.id == "backward" and phase.evidence.line == 10
+    log = tmp_path / "nested.log"
+    log.write_text(text)
+    assert "Failed in the backward pass: loss.backward()" in _diagnose(log).out
+
+
+def test_a_million_frames(tmp_path):
+    log = tmp_path / "million.log"
+    with open(log, "w") as f:
+        f.write("Traceback (most recent call last):\n")
+        f.writelines(f'  File "/x/m{i}.py", line {i}, in f{i}\n    y = f()\n' for i in range(1_000_000))
+        f.write(OOM)
+    result = _diagnose(log)
+    assert result.rc == 0 and "asked for  20MiB" in result.out
+
+
+def test_a_1gib_sparse_log_binary_and_invalid_utf8(tmp_path):
+    log = tmp_path / "big.log"
+    with open(log, "wb") as f:
+        f.truncate(1024**3)  # NULs, costing no disk
+        f.seek(1024**3)
+        f.write(os.urandom(1 << 20) + b"\n" + b"\xff\xfe\xc0\x80\xed\xa0\x80\n" + OOM.encode() + b"\x9b2J\x1b[2J")
+    result = _diagnose(log)
+    assert result.rc == 0 and "asked for  20MiB" in result.out
+
+
+@pytest.mark.parametrize("junk", [b"\x00" * 5_000_000, os.urandom(5_000_000), b"\x1b]0;" * 1_000_000])
+def test_logs_without_a_message_are_one_line_exit_1(tmp_path, junk):
+    log = tmp_path / "junk.log"
+    log.write_bytes(junk)
+    result = _diagnose(log)
+    assert result.rc == 1 and len(result.err.strip().splitlines()) == 1
