@@ -1,13 +1,13 @@
 """What a snapshot is made of: plain dataclasses, no logic, shared by every layer.
 
 Each class has a docstring: without one, @dataclass builds it from inspect.signature() at import.
+The annotations are evaluated (no `from __future__ import annotations`): @dataclass checks each
+string annotation for ClassVar with a regular expression, ~1 ms of every `vram status`.
 
 A value of None means N/A: the driver does not support the field, refused it, or the
 host cannot see it. The reason is kept next to it (Device.na, GpuProcess.host_missing);
 a missing value is never shown as 0.
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 

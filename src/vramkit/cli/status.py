@@ -7,7 +7,6 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
-from ..render.data import status_csv, status_json
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
 from .commands import COMMANDS
@@ -83,8 +82,12 @@ def run(args: argparse.Namespace) -> int:
             # A copy: the snapshot also sits in the collector's ring.
             snap = dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in wanted])
         if args.json:  # under --watch: NDJSON, one object per line
+            from ..render.data import status_json  # (json, csv, datetime: only for data output)
+
             return status_json(snap, compact=watching)
         if args.csv:  # under --watch: one CSV table, its header once
+            from ..render.data import status_csv
+
             return status_csv(snap, header=frames == 1).rstrip("\n")
         return render_status(snap, style, terminal_width(), total, wide=args.wide)
 

@@ -24,12 +24,14 @@ import os
 import stat
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import VramkitError
 from .scenario import ScenarioError, load
 from .sim import SimulatedNvml
+
+if TYPE_CHECKING:
+    from pathlib import Path  # write_shim's alone: every program that loads the shim imports this module
 
 MARKER = "# pynvml shim written by `vram sim shim`"
 _NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE in an unsigned long long field
@@ -94,6 +96,8 @@ def write_shim(directory: str | os.PathLike[str]) -> Path:
     file is written to a new temporary name created with O_EXCL|O_NOFOLLOW inside the directory
     (opened once, everything relative to it) and renamed over pynvml.py.
     """
+    from pathlib import Path
+
     from .._version import __version__
 
     target_dir = Path(directory).expanduser().absolute()
