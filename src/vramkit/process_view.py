@@ -20,6 +20,8 @@ from .model import Snapshot
 
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 SIMULATED_ENV = "a simulated scenario's made-up process: it has no environment"
+PID_REUSED = ("not read: its pid now belongs to another process (the one NVML listed exited and the pid "
+              "was reused)")
 STARTED_WITH = ("this is its environment as it started: a value the process set itself later "
                 "(os.environ in Python) is not seen")
 
@@ -87,6 +89,9 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ)
         view.env_problem = SIMULATED_ENV
         return view
     environ = read(pid, ENV_NAMES)
+    if environ.problem is None and first is not None and first.start_ticks is not None:
+        # Checked after the read: whatever was read is then known to be this process's environment.
+        environ = _checked(environ, pid, first.start_ticks)
     if environ.problem is not None:
         view.env_problem = environ.problem
         return view
@@ -99,6 +104,17 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ)
     view.notes.extend(view.told.pitfalls)
     view.mismatch = _mismatch(view, devices)
     return view
+
+
+def _checked(environ: procs.Environ, pid: int, start_ticks: int) -> procs.Environ:
+    """`environ`, or why it is not the environment of the process (pid, start_ticks): the pid was
+    reused by another process, or the process exited while it was read."""
+    now = procs.read_stat(pid)
+    if now is None:
+        return procs.Environ({}, procs.NOT_VISIBLE)
+    if now.start_ticks != start_ticks:
+        return procs.Environ({}, PID_REUSED)
+    return environ
 
 
 def _mismatch(view: ProcessGpus, devices: list[CudaDevice]) -> str | None:

@@ -9,6 +9,9 @@ from .text_width import fit
 
 # The kinds of line, each painted by its reader: "" plain, "warn" (the mismatch), "dim" (notes).
 WARN, DIM = "warn", "dim"
+# Cells shown of a variable's value, and of a note (which may quote the value): another user's
+# process may set CUDA_VISIBLE_DEVICES to 4096 characters; the real ones fit easily.
+VALUE_CELLS, NOTE_CELLS = 200, 400
 
 
 def env_lines(view: ProcessGpus) -> list[tuple[str, str]]:
@@ -19,11 +22,11 @@ def env_lines(view: ProcessGpus) -> list[tuple[str, str]]:
         told = f"told     {view.told_text}"
     lines = [(told, "")]
     if view.env:
-        lines.append(("         " + "  ".join(f"{k}={v}" for k, v in view.env.items()), DIM))
+        lines.append(("         " + "  ".join(f"{k}={fit(v, VALUE_CELLS)}" for k, v in view.env.items()), DIM))
     lines.append((f"holds    {view.holds_text}", ""))
     if view.mismatch is not None:
-        lines.append((f"MISMATCH {view.mismatch}", WARN))
-    lines.extend((f"note     {note}", DIM) for note in view.notes)
+        lines.append((f"MISMATCH {fit(view.mismatch, NOTE_CELLS)}", WARN))
+    lines.extend((f"note     {fit(note, NOTE_CELLS)}", DIM) for note in view.notes)
     return lines
 
 
