@@ -8,7 +8,9 @@ a pipe; runs are interleaved (the order rotates each round) and medians compared
 
 Machines (GPUS x PROCESSES): 8x200, 8x1000 and 64x200 by default. The headline is vram's ratio to
 `nvitop -1`; the target is at most 0.35x. `vram status --simulate FILE` (no pynvml at all) is
-shown as context.
+shown as context, and so is the floor both programs stand on: a Python that only imports pynvml
+through the shim (the interpreter, nvidia-ml-py, the shim loading its scenario). What each program
+takes above that floor is its own work.
 
     .venv/bin/python benchmarks/bench_status.py [--runs 15] [--machines 8x200,8x1000,64x200] [--no-gpustat]
 """
@@ -18,9 +20,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,7 +38,6 @@ from _machine import (  # noqa: E402
     program_env,
     scenario,
     shim_env,
-    wall_seconds,
     write_scenario,
 )
 
@@ -43,6 +46,7 @@ from vramkit.nvml.shim import write_shim  # noqa: E402
 HEAVY = ("torch", "textual", "psutil", "rich", "pynvml")  # the first two must never be imported
 TARGET = 0.35  # vram status at most this share of nvitop -1's time
 VRAM, PEER = "vram status", "nvitop -1"
+FLOOR = "import pynvml"  # python -c 'import pynvml' on the shim: what every program here pays first
 
 
 def _command(script: str, module: str, *args: str) -> list[str]:
@@ -73,6 +77,20 @@ def _imports(scenario_file: Path) -> tuple[set[str], list[tuple[int, str]]]:
     return modules, sorted(slow, reverse=True)
 
 
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole run of cmd, stdout and stderr pipes; a failed run ends the
+    benchmark. CPU (user + system of the child) moves less than wall time on a shared machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"bench_status: {' '.join(cmd)[:200]} exited {result.returncode}: "
+                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
 def _machines(text: str) -> list[tuple[int, int]]:
     try:
         out = [(int(g), int(p)) for g, p in (m.lower().split("x") for m in text.split(","))]
@@ -84,9 +102,9 @@ def _machines(text: str) -> list[tuple[int, int]]:
 
 
 def measure(gpus: int, processes: int, runs: int, gpustat: bool, tmp: Path, shim: Path,
-            src: Path | None) -> dict[str, list[float]]:
-    """Seconds per run of each program on a gpus x processes machine, interleaved. `src`: a
-    vramkit source tree to run instead of the installed one."""
+            src: Path | None) -> dict[str, tuple[list[float], list[float]]]:
+    """(wall, CPU) seconds per run of each program on a gpus x processes machine, interleaved.
+    `src`: a vramkit source tree to run instead of the installed one."""
     with Sleepers(processes) as sleepers:
         scenario_file = write_scenario(tmp / f"machine-{gpus}x{processes}.json",
                                        scenario(sleepers.pids, real=True, gpus=gpus))
@@ -96,17 +114,20 @@ def measure(gpus: int, processes: int, runs: int, gpustat: bool, tmp: Path, shim
             PEER: (_command("nvitop", "nvitop", "-1"), on_shim),
             "vram --simulate": (_command("vram", "vramkit", "status", "--simulate", str(scenario_file)),
                                 program_env(src)),
+            FLOOR: ([sys.executable, "-c", "import pynvml"], on_shim),
         }
         if gpustat:
             programs["gpustat"] = (_command("gpustat", "gpustat"), on_shim)
         for cmd, env in programs.values():  # warm-up: page cache, .pyc files
-            wall_seconds(cmd, env)
-            wall_seconds(cmd, env)
-        samples: dict[str, list[float]] = {name: [] for name in programs}
+            _timed(cmd, env)
+            _timed(cmd, env)
+        samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in programs}
         names = list(programs)
         for r in range(runs):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name].append(wall_seconds(*programs[name]))
+                wall, cpu = _timed(*programs[name])
+                samples[name][0].append(wall)
+                samples[name][1].append(cpu)
     return samples
 
 
@@ -141,16 +162,23 @@ def main(argv: list[str] | None = None) -> int:
         shim = write_shim(tmp_path / "shim").parent
         for gpus, processes in machines:
             samples = measure(gpus, processes, args.runs, gpustat, tmp_path, shim, src)
-            medians = {name: median_ms(s) for name, s in samples.items()}
+            medians = {name: median_ms(wall) for name, (wall, _) in samples.items()}
+            cpu = {name: median_ms(c) for name, (_, c) in samples.items()}
             print(f"\n{gpus} GPUs x {processes} real processes")
-            print(f"{'program':<16} {'median':>9} {'min':>9} {'max':>9}  vs {PEER}")
-            for name, s in samples.items():
-                print(f"{name:<16} {medians[name]:7.1f}ms {min(s) * 1000:7.1f}ms {max(s) * 1000:7.1f}ms  "
-                      f"{medians[name] / medians[PEER]:5.2f}x")
+            print(f"{'program':<16} {'median':>9} {'min':>9} {'max':>9}  vs {PEER}  {'CPU':>9}  vs {PEER}")
+            for name, (wall, _) in samples.items():
+                print(f"{name:<16} {medians[name]:7.1f}ms {min(wall) * 1000:7.1f}ms {max(wall) * 1000:7.1f}ms  "
+                      f"{medians[name] / medians[PEER]:5.2f}x     {cpu[name]:7.1f}ms  {cpu[name] / cpu[PEER]:5.2f}x")
+            for what, times in (("wall", medians), ("CPU", cpu)):
+                floor = times[FLOOR]
+                print(f"{what} above the floor ({FLOOR} on the shim, {floor:.1f}ms): "
+                      f"{VRAM} {times[VRAM] - floor:.1f}ms, {PEER} {times[PEER] - floor:.1f}ms; "
+                      f"at {TARGET}x {VRAM} would have {TARGET * times[PEER] - floor:.1f}ms")
             ratio = medians[VRAM] / medians[PEER]
             ok = ratio <= TARGET
             met = met and ok
-            print(f"target ({VRAM} at most {TARGET}x {PEER}): {'MET' if ok else 'NOT MET'} ({ratio:.2f}x)")
+            print(f"target ({VRAM} at most {TARGET}x {PEER}, wall medians): {'MET' if ok else 'NOT MET'} "
+                  f"({ratio:.2f}x; CPU {cpu[VRAM] / cpu[PEER]:.2f}x)")
         modules, slow = _imports(write_scenario(tmp_path / "imports.json", scenario([], real=True)))
 
     found = {m: m in modules for m in HEAVY}
