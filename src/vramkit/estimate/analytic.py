@@ -195,9 +195,9 @@ class Setup:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**15:
                 raise EstimateError(f"must be a number of elements from 0 to 1e15, not {value!r}", param=name)
         if self.quant and self.mode == "train" and not (self.lora or self.adapter or self.prefix_len):
-            raise EstimateError("training a quantized model needs adapters (QLoRA): give a lora rank, an adapter "
-                                "width or a prefix length (a 4/8-bit base is frozen; full training is supported "
-                                "in fp32, fp16, bf16)", param="quant")
+            raise EstimateError("training a quantized model needs LoRA or other adapters (QLoRA): give a lora rank, "
+                                "an adapter width or a prefix length (a 4/8-bit base is frozen; full training is "
+                                "supported in fp32, fp16, bf16)", param="quant")
         if self.double_quant and self.quant != "4bit":
             raise EstimateError("double quantization is a 4-bit option: give quant 4bit", param="double_quant")
         if self.quant and self.zero is not None:
