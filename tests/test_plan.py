@@ -61,3 +61,12 @@ def test_a_same_effective_batch_split_multiplies_back_to_the_batch(model, gpu, b
             assert micro * accum == batch, c.what
         else:
             assert said == f"effective batch {micro * accum} instead of {batch}", c.what
+
+
+def test_inference_that_does_not_fit_can_split_its_layers():
+    p = plan("llama-2-70b", "a100-80gb", mode="infer", seq=4096)
+    assert not p.fits
+    split = {c.what: c for c in p.changes if c.what.startswith("layers split over")}
+    assert split["layers split over 2 GPUs (device_map)"].fits
+    assert split["layers split over 2 GPUs (device_map)"].total_bytes == \
+        estimate("llama-2-70b", mode="infer", seq=4096, gpus=2).total_bytes

@@ -186,6 +186,9 @@ def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | No
         for n in (2, 4, 8):
             if spec.heads % n == 0:
                 consider(f"tensor parallel over {n} GPUs", gpus=n, tp=n)
+        for n in (2, 4, 8):
+            if n > setup.gpus and setup.tp == 1:
+                consider(f"layers split over {n} GPUs (device_map)", gpus=n)
     elif not fits:  # a bare count: model states only
         consider("8-bit AdamW", optimizer="adamw-8bit")
         consider("LoRA r=16 (frozen base)", lora=16)
