@@ -26,6 +26,9 @@ CASES = [  # (words typed, the current word last) -> what must be offered; what 
     (["vram", "pick", "-"], {"-n", "--count", "--explain"}, {"--user"}),  # pick's own, not fleet pick's
     (["vram", "--simulate", "ps", "s"], {"status", "serve", "sim"}, set()),  # 'ps' was --simulate's value
     (["vram", "completion", ""], set(), {"status"}),
+    (["vram", "in"], {"info"}, set()),
+    (["vram", "info", "--"], {"--json", "--simulate", "--help"}, {"--all", "--gpu"}),
+    (["vram", "info", "2", "--j"], {"--json"}, set()),  # after a GPU index: still info's options
 ]
 
 
