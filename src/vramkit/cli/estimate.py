@@ -100,12 +100,14 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                         "states, fp32 master weights and gradients; grads is the same), params (ZeRO-3 "
                         "parameter offload). Bare --offload: optimizer")
     for flag, default, what in (("reduce-bucket", "5e8", "reduce_bucket_size"),
-                                ("allgather-bucket", "5e8", "allgather_bucket_size (stages 1-2)"),
+                                ("allgather-bucket", "5e8", "allgather_bucket_size (chunks only, no buffer)"),
                                 ("prefetch-bucket", "5e7", "stage3_prefetch_bucket_size"),
                                 ("persistence", "1e5", "stage3_param_persistence_threshold"),
                                 ("max-live", "1e9", "stage3_max_live_parameters")):
         p.add_argument(f"--zero-{flag}", metavar="N", default=default,
                        help=f"DeepSpeed {what} in elements (default {default})")
+    p.add_argument("--zero-overlap-comm", action="store_true", help="DeepSpeed overlap_comm (stages 1-2): a second "
+                   "reduce-bucket buffer (DeepSpeed's default off; Lightning's DeepSpeedStrategy turns it on)")
     p.add_argument("--tp", metavar="N", default="1", help="tensor-parallel degree (within --gpus)")
     p.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
                    help="ddp (default) or dp: DataParallel, which loads GPU 0 more")
@@ -216,7 +218,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  checkpointing=args.checkpointing, attention=args.attention, quant=args.quant,
                  double_quant=args.double_quant, zero_grad_to_none=_torch_frees_grads(args.torch),
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
-                 offload_params="params" in offload, **zero_sizes, parallel=args.parallel,
+                 offload_params="params" in offload, **zero_sizes, zero_overlap_comm=args.zero_overlap_comm,
+                 parallel=args.parallel,
                  head=args.head, context_overhead=context, cuda=cuda,
                  batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),

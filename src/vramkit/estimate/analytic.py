@@ -99,6 +99,7 @@ class Setup:
     zero_prefetch_bucket: int = 50_000_000
     zero_persistence: int = 100_000
     zero_max_live: int = 1_000_000_000
+    zero_overlap_comm: bool = False  # stages 1-2: a second reduce buffer (DeepSpeed's default off; Lightning on)
     tp: int = 1  # tensor-parallel degree (within --gpus)
     parallel: str = "ddp"  # ddp | dp (DataParallel)
     head: str | None = None  # cls | lm; default per family
@@ -597,18 +598,22 @@ def _split_over_gpus(spec: ModelSpec, p: Params, gpus: int, terms: list[Term], n
 
 
 def _zero_buckets(setup: Setup, pt: int, w16: int) -> Term:
-    """DeepSpeed's communication buffers, in the gradient dtype, none larger than the model."""
+    """DeepSpeed's gradient-reduction buffers, in the gradient dtype. Stages 1-2 (contiguous_gradients,
+    its default) allocate reduce_bucket_size elements in every backward, a second such buffer with
+    overlap_comm, whatever the model's size; stage 3 one flat buffer of that size. The allgather
+    bucket only bounds the chunks gathered into the parameters' own flat buffer: nothing of its own.
+    (DeepSpeed runtime/zero/stage_1_and_2.py backward(), stage3.py __ipg_bucket_flat_buffer)"""
     assert setup.zero is not None
-    reduce = min(setup.zero_reduce_bucket, pt)
-    if setup.zero == 3:
-        return Term("DeepSpeed communication buckets", reduce * w16, f"reduce bucket min({setup.zero_reduce_bucket:,}, "
-                    f"{pt:,}) elements × {w16} B", "overhead")
+    size = setup.zero_reduce_bucket
     if setup.zero == 0:
         return Term("DeepSpeed communication buckets", 0, "ZeRO-0: DeepSpeed's plain data parallel", "overhead")
-    gather = min(setup.zero_allgather_bucket, pt)
-    return Term("DeepSpeed communication buckets", (reduce + gather) * w16,
-                f"reduce bucket min({setup.zero_reduce_bucket:,}, {pt:,}) + allgather bucket "
-                f"min({setup.zero_allgather_bucket:,}, {pt:,}) elements × {w16} B", "overhead")
+    if setup.zero == 3:
+        return Term("DeepSpeed communication buckets", size * w16, f"the reduce bucket's flat buffer: {size:,} "
+                    f"elements × {w16} B", "overhead")
+    n = 2 if setup.zero_overlap_comm else 1
+    return Term("DeepSpeed communication buckets", n * size * w16,
+                f"{n} reduce bucket buffer{'s (overlap_comm)' if n > 1 else ''} of {size:,} elements × {w16} B, "
+                "allocated in backward whatever the model's size", "overhead")
 
 
 def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> list[Term]:
