@@ -13,8 +13,8 @@ from vramkit.render.style import Style
 
 @pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 100, 120, 200])
-@pytest.mark.parametrize("command", [["status"], ["ps"], ["info"]])
-@pytest.mark.parametrize("scenario", ["demo", "mig", "faulty"])
+@pytest.mark.parametrize("command", [["status"], ["status", "--all"], ["ps"], ["info"]])
+@pytest.mark.parametrize("scenario", ["demo", "mig", "faulty", "unhealthy"])
 def test_no_line_is_wider_than_the_terminal(columns, command, scenario):
     result = run_vram_tty(*command, "--simulate", scenario, columns=columns)
     assert result.rc == 0, result.err
