@@ -125,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
             wanted = gpus_shown if wanted is None else [g for g in wanted if g in gpus_shown]
         if getattr(args, "no_color", False):
             os.environ["NO_COLOR"] = "1"  # Textual reads it when the app is created
-        with _screen_on_stderr(), _early_frame(first, wanted, getattr(args, "no_color", False), cfg["top.ascii"]):
+        memory_levels = (cfg["thresholds.memory_warn"], cfg["thresholds.memory_critical"])
+        with _screen_on_stderr(), _early_frame(first, wanted, getattr(args, "no_color", False), cfg["top.ascii"],
+                                               memory_levels):
             from ..alerts import Thresholds
             from ..tui.app import TopApp  # imports Textual: ~0.2 s, while the early frame is on screen
             from ..tui.look import THEMES, Look
@@ -199,10 +201,12 @@ def early_frame(snap: Snapshot, style: Style, width: int, height: int) -> str:
 
 
 @contextlib.contextmanager
-def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool, ascii: bool = False) -> Iterator[None]:
+def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool, ascii: bool = False,
+                 thresholds: tuple[float, float] | None = None) -> Iterator[None]:
     """Draw early_frame on the alternate screen (where Textual then draws) at once, keys not
     echoed meanwhile; on the way out, the terminal as it was (Textual restores what it found when
-    it started, which is this frame's settings)."""
+    it started, which is this frame's settings). `thresholds`: the memory colours' (warn,
+    critical) % from the config already read (None: read it again if colour needs it)."""
     import termios
 
     from ..render.style import style_for
@@ -222,6 +226,7 @@ def _early_frame(snap: Snapshot, wanted: list[int] | None, no_color: bool, ascii
     termios.tcsetattr(fd, termios.TCSANOW, quiet)
     style = style_for(sys.stderr, no_color)
     style.unicode = style.unicode and not ascii
+    style.thresholds = thresholds
     text = Look(ascii=ascii).plain(early_frame(snap, style, size.columns, size.lines))
     os.write(fd, f"\x1b[?1049h\x1b[H\x1b[2J{text}".encode())  # the alternate screen, cleared
     try:
