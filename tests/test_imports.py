@@ -86,3 +86,47 @@ def test_status_imports_cost_a_few_bare_interpreter_starts(tmp_path):
     assert ratio <= IMPORT_BUDGET, (f"importing what `vram status` imports took {status_best * 1000:.1f} ms of CPU, "
                                     f"{ratio:.1f}x a bare python ({bare_best * 1000:.1f} ms); budget "
                                     f"{IMPORT_BUDGET}x: python -X importtime -m vramkit status --simulate demo")
+
+
+def test_plain_status_leaves_the_data_output_modules_alone():
+    # JSON and CSV output (render.data, with csv and datetime) load only when asked for: the
+    # table is what `vram status` prints most of the time.
+    data_modules = {"vramkit.render.data", "csv", "datetime", "pathlib"}
+    assert not _imported_by("status", "--simulate", "demo") & data_modules
+    assert "vramkit.render.data" in _imported_by("status", "--simulate", "demo", "--json")
+    assert "vramkit.render.data" in _imported_by("status", "--simulate", "demo", "--csv")
+
+
+def test_the_shim_imports_no_pathlib(tmp_path):
+    # Every program that loads the shim imports vramkit.nvml.shim: pathlib (and with it urllib
+    # and ipaddress) is for writing the shim, not for running under it.
+    pytest.importorskip("pynvml")
+    from vramkit.nvml.shim import write_shim
+
+    shim = write_shim(tmp_path / "shim").parent
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__import__("vramkit").__file__)))
+    env = clean_env(PYTHONPATH=f"{shim}{os.pathsep}{src}", VRAM_SIMULATE="demo")
+    result = subprocess.run([sys.executable, "-X", "importtime", "-c", "import pynvml; print(pynvml.nvmlInit)"],
+                            capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    names = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
+             if line.startswith("import time:") and "|" in line}
+    assert "vramkit.nvml.shim" in names  # the shim, not another pynvml, was loaded
+    assert "pathlib" not in names
+
+
+def test_the_collector_is_frozen_at_exit_only():
+    # Interpreter shutdown would collect every object of the run twice; vram freezes them at exit
+    # (an atexit handler), never while a command runs: main() called in a process leaves the
+    # collector as it was until that process exits.
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('at exit', gc.get_freeze_count() > 0))\n"  # runs last: LIFO
+            "from vramkit.cli.main import main\n"
+            "main(['status', '--simulate', 'demo'])\n"
+            "main(['status', '--simulate', 'demo'])\n"
+            "print('after main', gc.get_freeze_count() > 0, gc.isenabled())\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
+                            timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-2:] == ["after main False True", "at exit True"]
