@@ -110,7 +110,9 @@ def run_pick(args: argparse.Namespace) -> int:
     from ..allocate import build_policy
     from ..fleet import pick_host
     from ..render.fleet_view import choice_json, choice_line
+    from .pick import apply_config_defaults
 
+    apply_config_defaults(args)
     try:  # no local CUDA_VISIBLE_DEVICES: it is about this machine, not the host chosen
         policy, _ = build_policy([], count=args.count, min_free=args.min_free, max_util=args.max_util,
                                  prefer=args.prefer, env={})

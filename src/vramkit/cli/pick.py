@@ -98,17 +98,23 @@ def parse_wait(text: str | None) -> float | None:
                          "put the command after '--': vram run --wait -- CMD") from None
 
 
+def apply_config_defaults(args: argparse.Namespace) -> None:
+    """The policy flags left out take the config file's [pick] values (vram config shows them)."""
+    from ..config import pick_defaults
+
+    for name, value in pick_defaults().items():
+        if getattr(args, name, False) is None:
+            setattr(args, name, value)
+
+
 def prepare(args: argparse.Namespace) -> Prepared:
     """Open the machine, read the policy and the lease directory: (machine, snapshot, devices,
     policy, the environment's CUDA_VISIBLE_DEVICES as CUDA reads it, lease dir)."""
     from ..allocate import build_policy
-    from ..config import pick_defaults
     from ..cuda_env import devices_of
     from ..leases import lease_dir
 
-    for name, value in pick_defaults().items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    apply_config_defaults(args)
     machine = open_for(args)
     # Several GPUs: choose connected ones (NVLink, one PCIe switch, one NUMA node); the topology is
     # read once here and rides on every later snapshot of this machine (while waiting too).

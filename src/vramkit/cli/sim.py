@@ -133,8 +133,8 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     width = max(len(r["name"]) for r in rows)
     for r in rows:
-        print(f"{r['name']:<{width}} {count(r['gpus'], 'GPU') + ',':<7} {count(r['processes'], 'process', 'processes'):>12}"
-              f"  {r['description']}")
+        processes = count(r["processes"], "process", "processes")
+        print(f"{r['name']:<{width}} {count(r['gpus'], 'GPU') + ',':<7} {processes:>12}  {r['description']}")
     return 0
 
 
