@@ -9,7 +9,8 @@ from pathlib import Path
 from helpers import clean_env, run_vram
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "json.md").read_text()
-DOCUMENTED = set(re.findall(r"`([a-z_][a-z0-9_]*)`", DOC))
+# `key` or `parent.key` (a nested key)
+DOCUMENTED = {name.rsplit(".", 1)[-1] for name in re.findall(r"`([a-z_][a-z0-9_.]*)`", DOC)}
 
 
 def _undocumented(obj: dict) -> set[str]:
@@ -30,3 +31,9 @@ def test_ps_and_pick_json_keys_are_documented():
     assert _undocumented(ps["processes"][0]) == set()
     pick = run_vram("pick", "--simulate", "demo", "--json", "--min-free", "1GiB", env=clean_env()).json()
     assert _undocumented(pick) == set()
+
+
+def test_info_json_topology_keys_are_documented():
+    data = run_vram("info", "--simulate", "unhealthy", "--json", env=clean_env()).json()
+    assert _undocumented(data) == set()
+    assert _undocumented(data["topology"]) == set()
