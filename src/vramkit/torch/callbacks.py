@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import resource
 from typing import Any
 
 from ._common import require_torch
+from ._hostmem import rss_bytes
 from .leak import LeakDetector, eval_text
 
 logger = logging.getLogger("vramkit.torch")
@@ -37,15 +37,6 @@ MiB = 1024**2
 
 def _mib(n: int | float) -> float:
     return round(n / MiB, 1)
-
-
-def _rss_bytes() -> int | None:
-    """This process's resident memory now (Linux /proc/self/statm: pages)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read(200).split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def memory_metrics(device: Any = None) -> dict[str, float]:
@@ -59,7 +50,7 @@ def memory_metrics(device: Any = None) -> dict[str, float]:
         torch.cuda.reset_peak_memory_stats(dev)
         return metrics
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    rss = _rss_bytes()
+    rss = rss_bytes()
     if rss is None:
         return {"memory/cpu_peak_rss_mib": _mib(peak)}
     # the kernel updates the high-water mark lazily: it can trail the RSS read just now

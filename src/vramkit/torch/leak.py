@@ -36,6 +36,7 @@ from typing import Any
 
 from ._common import Site, format_bytes, format_site, require_torch, storage_key
 from ._graph import GraphSize, GraphWalker
+from ._hostmem import heap_bytes, rss_bytes
 from ._referrers import Holder, find_holder
 from ._tracking import Tracker
 
@@ -60,6 +61,10 @@ class Leak:
     graph_steps: int = 0  # for a growing graph: how many steps it has grown by
     graph_walk_stopped: bool = False  # the walk's node budget ran out: the graph is larger than counted
     kind: str = "tensors"  # "tensors": more tensors every step; "graph": one tensor's graph grows
+    # for a growing graph, what the whole process's host memory did over the steps it grew (None:
+    # not known here); its nodes are C++ heap objects Python cannot size (see _hostmem)
+    heap_growth: int | None = None
+    rss_growth: int | None = None
 
     @property
     def line(self) -> int:
@@ -71,10 +76,20 @@ class Leak:
         over = "over " if self.graph_walk_stopped else ""
         return f"{over}{self.graph_nodes:,} autograd nodes, {saved}"
 
+    def _host_text(self) -> str:
+        grew = [f"{name} grew by {format_bytes(n)}" for name, n in (("heap in use", self.heap_growth),
+                                                                ("resident memory", self.rss_growth))
+                if n is not None and n > 0]
+        if not grew:
+            return ""
+        return (f"\n    meanwhile the process's {' and its '.join(grew)} (process-wide: the nodes live "
+                "in host memory, and heap pages they share with freed activations are not returned to the OS)")
+
     def __str__(self) -> str:
         if self.kind == "graph":
             text = (f"{format_site(self.site)}: the autograd graph of a tensor created here grows every step "
-                    f"(graph of {self.graph_steps} steps: {self._graph_text()})\n    {self.code}")
+                    f"(graph of {self.graph_steps} steps: {self._graph_text()})\n    {self.code}"
+                    + self._host_text())
         else:
             text = (f"{format_site(self.site)}: {self.survivors} tensors ({format_bytes(self.bytes)}) created "
                     f"here outlive their step, more every step\n    {self.code}")
@@ -144,6 +159,11 @@ def _settled(history: list[int], window: int) -> bool:
     return len(recent) == 2 * window + 1 and all(b <= a for a, b in zip(recent, recent[1:]))
 
 
+def _growth(history: list[int | None], start: int) -> int | None:
+    first, last = history[start], history[-1]
+    return None if first is None or last is None else last - first
+
+
 # Tensors are told apart by the user's line and the library line below it: under one user line
 # (`trainer.train()`, `out = model(...)`) the library makes tensors of many kinds.
 Origin = tuple[Site, Site | None]
@@ -171,6 +191,8 @@ class LeakDetector:
         self._counts: dict[Origin, list[int]] = {}  # survivors per step
         self._nodes: dict[Origin, list[int]] = {}  # autograd nodes kept alive per step
         self._live: list[int] = []
+        self._heap: list[int | None] = []  # the process's heap in use at the end of each step
+        self._rss: list[int | None] = []  # and its resident memory
         self._leaks: dict[Origin, Leak] = {}
         self._holders: dict[Origin, Holder] = {}
         self._settled: dict[Origin, Leak] = {}
@@ -244,6 +266,8 @@ class LeakDetector:
 
     def _step(self, frame: Any) -> list[Leak]:
         sites = self._measure()
+        self._heap.append(heap_bytes())
+        self._rss.append(rss_bytes())
         for origin in set(self._counts) | set(sites):
             at = sites.get(origin)
             self._counts.setdefault(origin, []).append(len(at.survivors) if at else 0)
@@ -295,6 +319,12 @@ class LeakDetector:
         leak.graph_walk_stopped = at.graph.truncated
         leak.graph_bytes = sum(nbytes for _, nbytes in at.graph.saved)
         leak.graph_steps = 1 + sum(b > a for a, b in zip(nodes, nodes[1:]))
+        if leak.kind == "graph":
+            # from the step this origin's graph first held nodes (its history starts when it appeared)
+            grown = next((i for i, n in enumerate(nodes) if n), len(nodes) - 1)
+            start = len(self._heap) - len(nodes) + grown
+            leak.heap_growth = _growth(self._heap, start)
+            leak.rss_growth = _growth(self._rss, start)
 
     def _name_holders(self, frame: Any) -> None:
         """held_by for every leak, its container's length read again (cheap: no heap search)."""
