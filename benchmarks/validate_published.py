@@ -151,8 +151,8 @@ CASES = [
     # "bonus distilbert after" (bonus_distilbert-after.py): FSDP on 4 GPUs, cpu_offload=True (parameters
     # and gradients on the CPU, the optimizer steps there), "bf16-true", micro-batch 3 x 4: 1.15 GB
     Case(RASCHKA, "DistilBERT b3 x 4, FSDP x4 + CPU offload, bf16", "distilbert-base-uncased", 1.15,
-         {"batch": 3, "grad_accum": 4, "seq": 512, "precision": "bf16-pure", "zero": 3, "gpus": 4,
-          "offload": True, "offload_params": True, "attention": "eager"}, needs="--offload-params"),
+         {"batch": 3, "grad_accum": 4, "seq": 512, "precision": "bf16-pure", "fsdp": True, "gpus": 4,
+          "offload_params": True, "attention": "eager"}, needs="--fsdp"),
     # --- HF docs, llm_tutorial_optimization, section 1: prompt "Question: Please write a function in
     # Python that transforms bytes to Giga bytes.\n\nAnswer:" (about 20 tokens) + 60 new tokens; at
     # ~80 tokens the multi-query KV cache is < 2 MB, so the exact count does not matter

@@ -108,6 +108,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                        help=f"DeepSpeed {what} in elements (default {default})")
     p.add_argument("--zero-overlap-comm", action="store_true", help="DeepSpeed overlap_comm (stages 1-2): a second "
                    "reduce-bucket buffer (DeepSpeed's default off; Lightning's DeepSpeedStrategy turns it on)")
+    p.add_argument("--fsdp", action="store_true", help="PyTorch FSDP, full shard, one unit per layer: parameters, "
+                   "gradients and optimizer states sharded over --gpus; with --offload params (CPUOffload) they "
+                   "live on the CPU and the optimizer steps there")
     p.add_argument("--tp", metavar="N", default="1", help="tensor-parallel degree (within --gpus)")
     p.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
                    help="ddp (default) or dp: DataParallel, which loads GPU 0 more")
@@ -218,8 +221,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  checkpointing=args.checkpointing, attention=args.attention, quant=args.quant,
                  double_quant=args.double_quant, zero_grad_to_none=_torch_frees_grads(args.torch),
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
-                 offload_params="params" in offload, **zero_sizes, zero_overlap_comm=args.zero_overlap_comm,
-                 parallel=args.parallel,
+                 offload_params="params" in offload, fsdp=args.fsdp, **zero_sizes,
+                 zero_overlap_comm=args.zero_overlap_comm, parallel=args.parallel,
                  head=args.head, context_overhead=context, cuda=cuda,
                  batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),

@@ -100,6 +100,9 @@ class Setup:
     zero_persistence: int = 100_000
     zero_max_live: int = 1_000_000_000
     zero_overlap_comm: bool = False  # stages 1-2: a second reduce buffer (DeepSpeed's default off; Lightning on)
+    # PyTorch FSDP, full shard, one unit per transformer layer (auto_wrap_policy); with offload_params
+    # (CPUOffload(offload_params=True)) parameters and gradients live on the CPU, where the optimizer steps
+    fsdp: bool = False
     tp: int = 1  # tensor-parallel degree (within --gpus)
     parallel: str = "ddp"  # ddp | dp (DataParallel)
     head: str | None = None  # cls | lm; default per family
@@ -132,11 +135,13 @@ class Setup:
             parts.append(f"prefix {self.prefix_len} tokens")
         if self.quant:
             parts.append(self.quant + (" double-quant" if self.double_quant else ""))
-        if self.gpus > 1 or self.zero is not None:
+        if self.gpus > 1 or self.zero is not None or self.fsdp:
             par = f"{self.gpus} GPUs" if self.gpus > 1 else "1 GPU"
             if self.zero is not None:
                 offloaded = [w for w, on in (("optimizer", self.offload), ("params", self.offload_params)) if on]
                 par += f", ZeRO-{self.zero}" + (f" + offload {'/'.join(offloaded)}" if offloaded else "")
+            elif self.fsdp:
+                par += ", FSDP full shard" + (" + CPU offload" if self.offload_params else "")
             elif self.parallel == "dp":
                 par += ", DataParallel"
             else:
@@ -145,6 +150,20 @@ class Setup:
                 par += f", tp {self.tp}"
             parts.append(par)
         return ", ".join(parts)
+
+    def _check_fsdp(self) -> None:
+        """FSDP as modelled: full-shard training of a 16/32-bit model, alone (no ZeRO, tp or 4/8-bit base)."""
+        for name, clash in (("zero", self.zero is not None), ("tp", self.tp > 1), ("quant", self.quant is not None),
+                            ("mode", self.mode != "train")):
+            if clash:
+                raise EstimateError("FSDP is modelled for training alone: not with DeepSpeed ZeRO, tensor "
+                                    "parallelism, a 4/8-bit base or inference", param=name)
+        if self.offload:
+            raise EstimateError("FSDP offloads the parameters, and with them the gradients and the optimizer "
+                                "step (CPUOffload(offload_params=True)): offload params", param="offload")
+        if self.gpus == 1 and not self.offload_params:
+            raise EstimateError("FSDP on one GPU shards nothing: give more GPUs, or offload the parameters to CPU",
+                                param="fsdp")
 
     def check(self, spec: ModelSpec) -> None:
         """EstimateError unless the setup makes sense for `spec`; `param` names the field to blame."""
@@ -204,10 +223,12 @@ class Setup:
         if self.quant and self.zero is not None:
             raise EstimateError("a 4/8-bit base under DeepSpeed ZeRO is not modelled: use one or the other",
                                 param="quant")
+        if self.fsdp:
+            self._check_fsdp()
         if self.offload and self.zero not in (2, 3):
             raise EstimateError("needs ZeRO stage 2 or 3 (ZeRO-Offload / ZeRO-Infinity)", param="offload")
-        if self.offload_params and self.zero != 3:
-            raise EstimateError("parameter offload needs ZeRO stage 3 (ZeRO-Infinity)", param="offload_params")
+        if self.offload_params and self.zero != 3 and not self.fsdp:
+            raise EstimateError("parameter offload needs ZeRO stage 3 (ZeRO-Infinity) or FSDP", param="offload_params")
         if self.zero == 3 and self.gpus == 1 and not self.offload_params:
             raise EstimateError("ZeRO-3 on one GPU shards nothing: give more GPUs, or offload the parameters "
                                 "to CPU (ZeRO-Infinity), or use ZeRO-2 with optimizer offload", param="zero")
@@ -346,6 +367,12 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     elif not train and setup.precision != "fp32":
         terms.append(Term("weights", P * 2 // tp, f"{P:,} params × 2 B (16-bit for inference)", "weights"))
+    elif setup.fsdp:
+        terms.append(Term("weights", 0 if setup.offload_params else int(P * dt.w) // dp,
+                          "in CPU memory (FSDP CPUOffload)" if setup.offload_params else
+                          f"{P:,} params × {dt.w:g} B / {dp} GPUs (FSDP full shard)", "weights"))
+        if not spec.bare:  # a bare count has no layers to gather
+            terms.append(_fsdp_gathered(p, dt.w))
     elif deepspeed:
         w16 = 4 if setup.precision == "fp32" else 2
         shard = dp if setup.zero == 3 else 1
@@ -428,11 +455,17 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
         grad_f = f"{pt:,} trainable params × {wt:g} B"
+        if setup.fsdp:  # sharded like the parameters, or with them on the CPU
+            sharded = " (on the CPU: FSDP CPUOffload)" if setup.offload_params else f" / {dp} GPUs (FSDP)"
+            g, o, tmp = (0, 0, 0) if setup.offload_params else (g // dp, o / dp, tmp / dp)
+            grad_f, opt_f, tmp_f = grad_f + sharded, opt_f + sharded, tmp_f + sharded
+            if not spec.bare:
+                terms.append(_fsdp_unit_gradient(spec, p, pt if lora else 0, wt, dp))
     G = Term("gradients", int(g), grad_f, "gradients")
     Opt = Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer")
     T_opt = Term("optimizer-step temporaries", int(tmp), tmp_f, "transient")
     terms += [G, Opt, T_opt]
-    if setup.gpus > 1 and dp > 1 and not deepspeed and setup.parallel == "ddp":
+    if setup.gpus > 1 and dp > 1 and not deepspeed and not setup.fsdp and setup.parallel == "ddp":
         terms.append(Term("DDP gradient buckets", int(g), "a flat copy of the gradients for all-reduce "
                           "(gradient_as_bucket_view=True removes it)", "overhead"))
 
@@ -507,14 +540,20 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     copies_bwd = cast_copies if not setup.checkpointing else (2 * p.head_cast // tp if cast_copies else 0)
     fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
 
+    # FSDP: the gathered units live through forward and backward (resharded before the optimizer
+    # step); one unit's full gradient waits for its reduce-scatter in backward
+    gathered = {n: named[n] for n in ("FSDP gathered units",) if n in named}
+    unit_grad = {n: named[n] for n in ("FSDP unit gradient",) if n in named}
+
     def moments_with(o_bytes: int) -> dict[str, dict[str, int]]:
-        base = {**always, Opt.name: o_bytes}
+        base = {**always, **gathered, Opt.name: o_bytes}
         m = {"forward end": {**base, **g_acc, A.name: A.bytes, "autocast 16-bit weight copies": cast_copies,
                              "logits + fp32 copy (loss forward)": fwd_logits},
-             "backward start": {**base, **g_acc, A.name: A.bytes, "autocast 16-bit weight copies": copies_bwd,
+             "backward start": {**base, **g_acc, **unit_grad, A.name: A.bytes,
+                                "autocast 16-bit weight copies": copies_bwd,
                                 **({"loss-gradient transients (fp32)": logits_extra} if logits_extra > layer_bwd
                                    else {"backward temporaries": layer_bwd})},
-             "backward end": {**base, **grads},
+             "backward end": {**base, **grads, **unit_grad},
              "optimizer step": {**always, **grads, Opt.name: Opt.bytes, T_opt.name: T_opt.bytes}}
         if setup.checkpointing:
             # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
@@ -526,7 +565,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
 
     moments = moments_with(Opt.bytes)
     first = moments_with(0)
-    if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed:
+    if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed and not setup.fsdp:
         extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
         terms.append(Term("DataParallel extra on GPU 0", extra, f"outputs of {dp - 1} other replicas gathered "
                           "(+ their loss gradients) and the gradient reduction buffer", "overhead"))
@@ -628,6 +667,32 @@ def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> l
                  small * w16 // tp // shard),
                  f"{small:,} params in tensors under the persistence threshold ({setup.zero_persistence:,}) kept "
                  f"whole on every GPU × {w16} B", "weights")]
+
+
+def _in_layers(p: Params) -> int:
+    """Parameters inside the transformer layers (what a per-layer wrap policy makes units of)."""
+    return sum(numel(s) for n, s, _ in p.shapes if n.startswith(("layer", "encoder.", "decoder.")))
+
+
+def _fsdp_gathered(p: Params, w: float) -> Term:
+    """FSDP full shard with one unit per layer: the root unit (embeddings, head: the parameters outside
+    the layers) stays gathered from forward through backward (FSDP does not reshard the root after
+    forward), and in backward the unit being computed plus the next one, prefetched (BACKWARD_PRE,
+    the default). (torch.distributed.fsdp _runtime_utils: _post_forward_reshard, _prefetch_handle)"""
+    root = p.total - _in_layers(p)
+    live = root + 2 * p.largest_layer
+    return Term("FSDP gathered units", int(live * w), f"(root unit {root:,} + 2 layers × {p.largest_layer:,}) "
+                f"params × {w:g} B: the root, the layer computed and the next one prefetched", "transient")
+
+
+def _fsdp_unit_gradient(spec: ModelSpec, p: Params, trainable: int, w: float, dp: int) -> Term:
+    """One unit's unsharded gradient and the shard its reduce-scatter writes (no bucket: FSDP reduces
+    per unit); the root unit's comes last. `trainable`: the adapters' count under LoRA, else 0 (all)."""
+    layers = spec.layers + spec.decoder_layers
+    unit = max(p.largest_layer, p.total - _in_layers(p)) if not trainable else -(-trainable // max(1, layers))
+    size = unit + -(-unit // dp)
+    return Term("FSDP unit gradient", int(size * w), f"the largest unit's gradient {unit:,} + its reduce-scattered "
+                f"shard {-(-unit // dp):,}, × {w:g} B", "transient")
 
 
 def _targets(spec: ModelSpec, setup: Setup) -> tuple[str, ...]:
