@@ -7,9 +7,10 @@ adapt to it (find_batch_size, an OOM handler) without a GPU.
 
 While active, every tensor storage a torch operation creates is counted, from its creation until
 it is freed (views share their storage; tensors saved for backward count while the graph keeps
-them), rounded up to the CUDA caching allocator's 512-byte blocks. An operation whose new storages
-would take the total past the capacity raises torch.OutOfMemoryError, with the message CUDA would
-give (parsed by oom_guard and `vram doctor` like a real one); its outputs are dropped.
+them; an out= buffer or resize_ that grows a storage counts the growth), rounded up to the CUDA
+caching allocator's 512-byte blocks. An operation whose new storages would take the total past
+the capacity raises torch.OutOfMemoryError, with the message CUDA would give (parsed by oom_guard
+and `vram doctor` like a real one); its outputs are dropped.
 
 What it counts: allocations made while it is active, plus `held` (bytes, or a module whose
 parameters and buffers count as already there, as a model's weights on the GPU). What it does not
@@ -64,6 +65,8 @@ class SimulatedMemoryCap:
     def __init__(self, capacity: int, held: Any = 0, device: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
             raise RequestError(f"a positive number of bytes, not {capacity!r}", param="capacity")
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:  # printed in the OOM message
+            raise RequestError(f"a CUDA device number (0, 1, ...), not {device!r}", param="device")
         self.capacity, self.device = capacity, device
         self.held = _held_bytes(held)
         if self.held > capacity:
@@ -108,12 +111,21 @@ class SimulatedMemoryCap:
         if mode is not None:
             mode.__exit__(exc_type, exc, tb)
 
-    def _count(self, new: list[Any]) -> None:
-        """Count the new storages of one operation, or raise as CUDA would if they do not fit."""
+    def _count(self, new: list[Any], grown: list[tuple[Any, int]] | None = None) -> None:
+        """Count the new storages of one operation, and the growth of existing ones it resized
+        ((storage, bytes before): out= and resize_), or raise as CUDA would if they do not fit."""
         from ..estimate.trace import round_block
+        grown = grown or []
         sizes = {id(s): round_block(s.nbytes()) for s in new if s.nbytes()}
+        for storage, before in grown:
+            growth = round_block(storage.nbytes()) - (round_block(before) if before else 0)
+            if growth > 0:
+                sizes[id(storage)] = growth
         asked = sum(sizes.values())
         if self.current + asked > self.capacity:
+            for storage, before in grown:  # the allocation failed: the storage keeps its old size
+                with contextlib.suppress(RuntimeError):
+                    storage.resize_(before)
             self.ooms += 1
             torch = require_torch()
             raise torch.OutOfMemoryError(
@@ -121,12 +133,13 @@ class SimulatedMemoryCap:
                 f"capacity of {_torch_size(self.capacity)} of which {_torch_size(self.capacity - self.current)} "
                 f"is free. Of the allocated memory {_torch_size(self.current)} is allocated by PyTorch, and "
                 "0 bytes is reserved by PyTorch but unallocated. (simulated: vramkit.torch.simulated_memory_cap)")
-        for storage in new:
+        for storage in [*new, *(s for s, _ in grown)]:
             key = id(storage)
             if key in sizes:
-                self._live[key] = sizes[key]
+                if key not in self._live:
+                    weakref.finalize(storage, self._free, key)
+                self._live[key] = self._live.get(key, 0) + sizes[key]
                 self.current += sizes[key]
-                weakref.finalize(storage, self._free, key)
         self.peak = max(self.peak, self.current)
 
     def _free(self, key: int) -> None:
@@ -168,19 +181,25 @@ def _mode_class() -> Any:
 
             def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                    kwargs: dict[str, Any] | None = None) -> Any:
+                # an output sharing an input's storage (a view, an in-place or out= op) is no new
+                # memory, unless the operation resized it (out= of another shape, resize_): the growth is
+                inputs = {id(s): s for s in map(_storage, tree_leaves((args, kwargs))) if s is not None}
+                before = {key: s.nbytes() for key, s in inputs.items()}
                 out = func(*args, **(kwargs or {}))
-                # an output sharing an input's storage (a view, an in-place or out= op) is no new memory
-                seen = {id(s) for s in map(_storage, tree_leaves((args, kwargs))) if s is not None}
-                new = []
+                new, grown, seen = [], [], set()
                 for t in tree_leaves(out):
                     storage = _storage(t)
-                    if storage is not None:
-                        key = id(storage)
-                        if key not in seen and key not in self.cap._live:
-                            seen.add(key)
-                            new.append(storage)
-                if new and not self.cap._paused:
-                    self.cap._count(new)
+                    if storage is None or id(storage) in seen:
+                        continue
+                    key = id(storage)
+                    seen.add(key)
+                    if key in before:
+                        if storage.nbytes() > before[key]:
+                            grown.append((storage, before[key]))
+                    elif key not in self.cap._live:
+                        new.append(storage)
+                if (new or grown) and not self.cap._paused:
+                    self.cap._count(new, grown)
                 return out
 
         _MODE = _CountStorages
