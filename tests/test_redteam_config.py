@@ -9,22 +9,13 @@ import os
 import unicodedata
 
 import pytest
+import test_config
 from helpers import assert_one_line_error, clean_env, needs_root, run_vram
 
 from vramkit import config as C
 from vramkit.errors import RequestError
 
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """XDG_CONFIG_HOME under tmp_path, no VRAM_* in the environment; returns the user file's path."""
-    for key in list(os.environ):
-        if key.startswith("VRAM_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    path = tmp_path / "xdg" / "vramkit" / "config.toml"
-    path.parent.mkdir(parents=True)
-    return path
+home = test_config.home  # the fixture: XDG_CONFIG_HOME under tmp_path, the user file's path
 
 
 def _load(tmp_path, environ=None):
