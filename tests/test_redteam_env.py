@@ -13,7 +13,7 @@ from helpers import cmdline, minimal_scenario, run_vram, wait_for
 
 import vramkit
 from vramkit import procs
-from vramkit.process_view import PID_REUSED, process_gpus
+from vramkit.process_view import PID_REUSED, PIDS_UNMAPPED, mismatches, process_gpus
 from vramkit.render.env_view import NOTE_CELLS, VALUE_CELLS
 
 HOSTILE_VALUE = "0\u202e,1\u2028\x85\x1b]0;title\x07\x1b[2J\u200b" + "7" * 5000
@@ -124,3 +124,14 @@ def test_a_process_exiting_while_read_is_not_visible(children, write_scenario):
 
     view = process_gpus(snap, proc.pid, read=read_then_exit)
     assert view.env_problem == procs.NOT_VISIBLE and view.mismatch is None
+
+
+def test_in_a_pid_namespace_of_its_own_no_environment_is_read(children, write_scenario):
+    """vram in a container without the host's PID namespace: NVML's pid N is not this /proc's pid N,
+    so the environment found there is another process's (the backend says so: pids_visible)."""
+    stranger = _sleeper(children, CUDA_VISIBLE_DEVICES="1")
+    snap = _snapshot(write_scenario, stranger.pid)
+    view = process_gpus(snap, stranger.pid, pids_visible=False)
+    assert view.env_problem == PIDS_UNMAPPED and view.env == {} and view.mismatch is None
+    assert mismatches(snap, pids_visible=False) == []
+    assert [v.pid for v in mismatches(snap)] == [stranger.pid]  # where the pids are this /proc's: read

@@ -20,6 +20,8 @@ from .model import Snapshot
 
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 SIMULATED_ENV = "a simulated scenario's made-up process: it has no environment"
+PIDS_UNMAPPED = ("not read: vram runs in its own PID namespace, where NVML's pid names another process "
+                 "(or none)")
 PID_REUSED = ("not read: its pid now belongs to another process (the one NVML listed exited and the pid "
               "was reused)")
 STARTED_WITH = ("this is its environment as it started: a value the process set itself later "
@@ -73,8 +75,11 @@ def _unit_json(d: CudaDevice) -> dict[str, Any]:
     return {"gpu": d.index, "mig_gi": d.gi, "uuid": d.uuid}
 
 
-def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ) -> ProcessGpus:
-    """The process's own view of this snapshot's GPUs (a pid that holds no GPU memory too)."""
+def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ,
+                 pids_visible: bool = True) -> ProcessGpus:
+    """The process's own view of this snapshot's GPUs (a pid that holds no GPU memory too).
+    `pids_visible`: the backend's word that NVML's pids are this /proc's (Backend.pids_visible());
+    in a container's own PID namespace they are not, and the pid's environment is another's."""
     rows = [p for p in snap.processes if p.pid == pid]
     devices = devices_of(snap)
     held: list[CudaDevice] = []
@@ -87,6 +92,9 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ)
                        holds=held, env={})
     if first is not None and not first.real:
         view.env_problem = SIMULATED_ENV
+        return view
+    if first is not None and not pids_visible:
+        view.env_problem = PIDS_UNMAPPED
         return view
     environ = read(pid, ENV_NAMES)
     if environ.problem is None and first is not None and first.start_ticks is not None:
@@ -139,10 +147,13 @@ def _mismatch(view: ProcessGpus, devices: list[CudaDevice]) -> str | None:
     return f"told {told_text}, holds memory on {', '.join(d.label for d in outside)}"
 
 
-def mismatches(snap: Snapshot, read: EnvReader = procs.read_environ) -> list[ProcessGpus]:
+def mismatches(snap: Snapshot, read: EnvReader = procs.read_environ, pids_visible: bool = True) -> list[ProcessGpus]:
     """Every process whose memory is on a GPU its environment did not tell it to use, among the
-    ones whose environment this user may read (doctor's check)."""
-    out = []
+    ones whose environment this user may read (doctor's check); none where NVML's pids cannot be
+    mapped to this /proc (`pids_visible` False: see process_gpus)."""
+    out: list[ProcessGpus] = []
+    if not pids_visible:
+        return out
     for pid in sorted({p.pid for p in snap.processes if p.real and p.host_missing is None}):
         view = process_gpus(snap, pid, read)
         if view.mismatch is not None:
