@@ -94,3 +94,24 @@ def test_logs_without_a_message_are_one_line_exit_1(tmp_path, junk):
     log.write_bytes(junk)
     result = _diagnose(log)
     assert result.rc == 1 and len(result.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("message", [
+    "CUDA out of memory. Tried to allocate " + "9" * 400 + " GiB. GPU 0 has a total capacity of 79.15 GiB of "
+    "which 3.19 MiB is free.",
+    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU " + "9" * 30 + " has a total capacity of " + "9" * 300
+    + " GiB of which 3.19 MiB is free. Process " + "9" * 30 + " has 1.00 GiB memory in use.",
+    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; " + "1" * 500 + ".5 GiB total capacity; 1.00 GiB "
+    "already allocated; 0 bytes free; 1.50 GiB reserved in total by PyTorch)",
+])
+def test_numbers_no_gpu_could_print_are_left_out_not_a_crash(tmp_path, message):
+    """Hundreds of digits made an infinite float and then no int (an internal error): such a number is
+    no size, GPU or pid PyTorch printed, and is left out as unknown."""
+    log = tmp_path / "huge.log"
+    log.write_text(f"torch.OutOfMemoryError: {message}\n")
+    result = _diagnose(log, "--json")
+    assert result.rc == 0
+    report = find_oom(message)
+    assert report is not None
+    assert report.total_bytes is None or report.total_bytes < 10**30
+    assert report.device in (0, None) and all(p.pid < 2**63 for p in report.processes)

@@ -18,7 +18,9 @@ from ..procs import sanitize
 
 _UNITS = {"bytes": 1, "byte": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
           "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
-_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*(bytes|byte|[KMGT]i?B|B)"
+# Sizes of at most 20 digits (bytes of a 64-bit count): a longer number is no size PyTorch printed
+# (hundreds of digits would make an infinite float, and no int): it is left out as unknown.
+_SIZE = r"(?<![0-9.])([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*(bytes|byte|[KMGT]i?B|B)"
 
 # Where a message starts. The last match in a log is the one that killed the job.
 _START = re.compile(
@@ -128,7 +130,7 @@ FORMS = {
 
 def _parse_gpu(text: str, report: OomReport) -> None:
     report.requested_bytes = _size(r"Tried to allocate {S}", text)
-    m = re.search(r"GPU (\d+)", text)
+    m = re.search(r"GPU (\d{1,9})\b", text)  # an ordinal: more digits are no GPU
     report.device = int(m.group(1)) if m else None
     if re.search(r"has a total capac(?:i)?ty of", text):
         report.form = "2.1" if "capacty" in text else "2.2+"
@@ -137,7 +139,7 @@ def _parse_gpu(text: str, report: OomReport) -> None:
         report.allowed_bytes = _size(r"{S} allowed;", text)
         report.process_bytes = _size(r"this process has {S} memory in use", text)
         report.processes = [OomProcess(int(m.group(1)), size_bytes(m.group(2), m.group(3)))
-                            for m in re.finditer(r"Process (\d+) has " + _SIZE + r" memory in use", text)]
+                            for m in re.finditer(r"Process (\d{1,19}) has " + _SIZE + r" memory in use", text)]
         report.allocated_bytes = _size(r"Of the allocated memory {S} is allocated by PyTorch", text)
         report.private_pool_bytes = _size(r"with {S} allocated in private pools", text)
         report.reserved_unallocated_bytes = _size(r"and {S} is reserved by PyTorch but unallocated", text)

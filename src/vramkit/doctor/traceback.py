@@ -21,7 +21,7 @@ from ..procs import sanitize
 from .oom import ANSI_ESCAPE
 
 _RANK = re.compile(r"^\s*(\[(?:rank|default)\d+\]:)")
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d+), in (?P<func>[^\s]+)')
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9}), in (?P<func>[^\s]+)')
 _HEADER = "Traceback (most recent call last):"
 _ORIGINAL = "Original Traceback (most recent call last):"  # torch._utils.ExceptionWrapper (DataParallel, DataLoader)
 _CHAINED = ("The above exception was the direct cause of the following exception:",
