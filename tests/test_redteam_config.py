@@ -124,3 +124,16 @@ def test_an_ordinary_user_reads_a_file_in_their_own_open_directory(tmp_path, hom
     home.write_text("[top]\ninterval = 4\n")
     home.parent.chmod(0o777)
     assert C.load({}, system_file=tmp_path / "none.toml", euid=12345)["top.interval"] == 4.0
+
+
+def test_a_config_path_with_escapes_is_shown_replaced_in_text_and_json(tmp_path):
+    xdg = tmp_path / "x\x1b]0;title\x07\u202e"
+    (xdg / "vramkit").mkdir(parents=True)
+    (xdg / "vramkit" / "config.toml").write_text("[top]\ninterval = 1\n")
+    for argv in (["config"], ["config", "--json"]):
+        result = run_vram(*argv, env=clean_env(XDG_CONFIG_HOME=str(xdg)))
+        assert result.rc == 0, result.err
+        assert not _raw_controls(result.out)
+        if "--json" in argv:  # the JSON carries the replaced text, not the original escaped
+            files = json.loads(result.out)["files"]
+            assert not _raw_controls(json.dumps(files, ensure_ascii=False)) and files["~"].endswith("config.toml")

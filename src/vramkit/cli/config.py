@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"keys": {k.name: {"value": _plain(config[k.name]), "source": config.sources[k.name],
                                            "env": k.env} for k in KEYS},
-                          "files": {source: str(path) for source, path in config.files}}, indent=2, ensure_ascii=True))
+                          "files": {source: sanitize(str(path)) for source, path in config.files}},
+                         indent=2, ensure_ascii=True))  # the path replaced as the text view shows it
         return 0
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     read = {path for _, path in config.files}
