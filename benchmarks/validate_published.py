@@ -105,12 +105,14 @@ _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "pre
 # kernels' saved tensors, hence attention="flash"; Fabric "bf16-true" = the model in bf16, no master copy
 _VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash"}  # torch.optim.Adam: AdamW's memory
 _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
-# LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch
+# LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
+# its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32
 _LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer": "adamw", "batch": 2,
-        "grad_accum": 4, "lora": 32}
-# torchtune's llama2: SDPA, bf16 (no master copy), AdamW, activation checkpointing on
+        "grad_accum": 4, "lora": 32, "adapter_dtype": "16bit"}
+# torchtune's llama2: SDPA, bf16 (no master copy, the LoRA weights bf16 too), AdamW, activation
+# checkpointing on
 _TUNE = {"precision": "bf16-pure", "seq": 512, "batch": 2, "attention": "flash", "optimizer": "adamw",
-         "checkpointing": True, "lora": 8}
+         "checkpointing": True, "lora": 8, "adapter_dtype": "16bit"}
 _ALL_LINEAR = "q,k,v,o,gate,up,down"
 
 CASES = [

@@ -163,6 +163,32 @@ def test_lora_dropout_keeps_a_mask_per_adapter():
 
     mixed = acts(estimate("llama-2-7b", lora_dropout=0.05, **kw)) - acts(estimate("llama-2-7b", **kw))
     assert mixed == 32 * 2 * tokens * h  # q and v: a 1-byte mask each (autocast's casts are kept either way)
-    pure = {d: acts(estimate("llama-2-7b", precision="bf16-pure", lora_dropout=d, **kw)) for d in (0, 0.05)}
+    pure = {d: acts(estimate("llama-2-7b", precision="bf16-pure", lora_dropout=d, adapter_dtype="16bit", **kw))
+            for d in (0, 0.05)}
     assert pure[0.05] - pure[0] == 32 * tokens * h * (2 * 1 + 2 * 2 - 2)  # two dropped copies for one shared input
+    # PEFT's fp32 adapters on a bf16 base: each adapter keeps its own fp32 copy of the input in place of
+    # the shared bf16 one (+ a mask each with dropout)
+    peft = {d: acts(estimate("llama-2-7b", precision="bf16-pure", lora_dropout=d, **kw)) for d in (0, 0.05)}
+    assert peft[0] - pure[0] == 32 * tokens * h * (2 * 4 - 2)
+    assert peft[0.05] - peft[0] == 32 * 2 * tokens * h
     assert_one_line_error(run_vram("estimate", "gpt2", "--lora", "8", "--lora-dropout", "1.5"), 2, "--lora-dropout")
+
+
+def test_adapter_dtype_fp32_is_peft_s_default_and_16bit_is_litgpt_s():
+    """PEFT keeps LoRA weights, their gradients and Adam states in fp32 on a bf16 base; LitGPT and
+    torchtune in bf16 (issue 16 round 2, item 2)."""
+    kw = {"lora": 16, "seq": 512, "precision": "bf16-pure"}
+    peft, lit = estimate("llama-2-7b", **kw), estimate("llama-2-7b", adapter_dtype="16bit", **kw)
+    n = params_of(resolve("llama-2-7b"), 16).lora
+    for term, per_param in (("LoRA adapters", 2), ("gradients", 2), ("optimizer states (adamw)", 4)):
+        assert next(t.bytes for t in peft.terms if t.name == term) - \
+            next(t.bytes for t in lit.terms if t.name == term) == n * per_param, term
+    assert "fp32 adapters" in peft.setup.describe(512) and "16bit adapters" in lit.setup.describe(512)
+    assert any("PEFT" in note for note in peft.notes)
+    mixed = estimate("llama-2-7b", lora=16, seq=512, precision="bf16", adapter_dtype="16bit")
+    assert mixed.breakdown["LoRA adapters"] == n * 4  # an fp32 base (autocast) keeps fp32 adapters either way
+    r = run_vram("estimate", "llama-2-7b", "--lora", "16", "--precision", "bf16-pure", "--adapter-dtype", "16bit",
+                 "--json")
+    assert r.json()["setup"]["adapter_dtype"] == "16bit"
+    assert_one_line_error(run_vram("estimate", "gpt2", "--lora", "8", "--adapter-dtype", "8bit"), 2,
+                          "--adapter-dtype")

@@ -86,6 +86,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "models)")
     p.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
                    "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
+    p.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default="fp32",
+                   help="LoRA weights on a 16-bit base (--precision bf16-pure, --quant): fp32 as PEFT keeps them "
+                   "(default, autocast_adapter_dtype) or 16bit as LitGPT and torchtune do")
     p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
@@ -229,7 +232,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  image_size=_int(args, "image_size"), lora=_int(args, "lora"), adapter=_int(args, "adapter"),
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
-                 lora_dropout=_fraction(args, "lora_dropout"))
+                 lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype)
 
 
 def list_models() -> str:

@@ -83,6 +83,9 @@ class Setup:
     prefix_len: int | None = None  # prefix tuning: virtual tokens per layer's keys and values; the base frozen
     lora_targets: tuple[str, ...] | None = None  # q, k, v, o, gate, up, down or all-linear; None: PEFT's default
     lora_dropout: float = 0.0  # PEFT's default; LitGPT's configs use 0.05
+    # LoRA weights (their gradients and optimizer states) on a 16-bit base: fp32 as PEFT keeps them
+    # (autocast_adapter_dtype=True, its default since 0.12), or 16bit as LitGPT and torchtune do
+    adapter_dtype: str = "fp32"
     decoder_seq: int | None = None  # T5: decoder (target) length; None = seq
     ce_chunk: int | None = None  # LitGPT-style chunked lm_head + cross-entropy: tokens per chunk
     quant: str | None = None  # 8bit | 4bit (frozen base)
@@ -135,6 +138,8 @@ class Setup:
             parts.append(f"prefix {self.prefix_len} tokens")
         if self.quant:
             parts.append(self.quant + (" double-quant" if self.double_quant else ""))
+        if self.lora and (self.precision == "bf16-pure" or self.quant):
+            parts.append(f"{self.adapter_dtype} adapters")
         if self.gpus > 1 or self.zero is not None or self.fsdp:
             par = f"{self.gpus} GPUs" if self.gpus > 1 else "1 GPU"
             if self.zero is not None:
@@ -208,6 +213,7 @@ class Setup:
         one_of("optimizer", OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}")
         one_of("attention", ("eager", "flash"), "eager or flash")
         one_of("quant", (None, *QUANT_BYTES), "8bit or 4bit")
+        one_of("adapter_dtype", ("fp32", "16bit"), "fp32 (PEFT) or 16bit (LitGPT, torchtune)")
         one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
         one_of("parallel", ("ddp", "dp"), "ddp or dp")
         for name in ZERO_SIZES:
@@ -390,9 +396,11 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     bottleneck, virtual = adapter_params(spec, setup.adapter, setup.prefix_len)
     aw = 4 if setup.precision != "bf16-pure" else 2
+    lw = 2 if setup.precision == "bf16-pure" and setup.adapter_dtype == "16bit" else 4  # LoRA's weights
     if setup.lora:
-        terms.append(Term("LoRA adapters", p.lora * aw, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
-                          f"{p.lora:,} params × {aw} B", "weights"))
+        terms.append(Term("LoRA adapters", p.lora * lw, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
+                          f"{p.lora:,} params × {lw} B" + (" (fp32 on a 16-bit base: PEFT's autocast_adapter_dtype)"
+                                                          if lw == 4 and aw == 2 else ""), "weights"))
     if bottleneck:
         terms.append(Term("bottleneck adapters", bottleneck * aw, f"2 a layer, h→{setup.adapter}→h with biases: "
                           f"{bottleneck:,} params × {aw} B", "weights"))
@@ -428,7 +436,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
     # ---- training: gradients and optimizer states
-    wt = (4 if setup.precision != "bf16-pure" else 2) if lora else dt.w  # master / trainable dtype
+    wt = (lw if setup.lora else aw) if lora else dt.w  # master / trainable dtype
     g: float  # bytes; float where a formula has fractional bytes per param
     o: float
     tmp: float
@@ -479,7 +487,8 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     sh = Shape(b=b, s=seq, s_dec=s_dec, tp=tp)
     acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant),
                        targets=setup.lora_targets if setup.lora else (), adapter=setup.adapter or 0,
-                       prefix=setup.prefix_len or 0, lora_dropout=setup.lora_dropout)
+                       prefix=setup.prefix_len or 0, lora_dropout=setup.lora_dropout,
+                       fp32_adapters=bool(setup.lora) and lw == 4 and aw == 2)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)
@@ -580,6 +589,11 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                      "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; " + ", ".join(where)
                      if setup.quant else "a frozen base: its linears keep no inputs for weight gradients; "
                      + ", ".join(where))
+    if setup.lora and (setup.precision == "bf16-pure" or setup.quant):
+        notes.append("LoRA weights, their gradients and optimizer states in fp32 on the 16-bit base, as PEFT keeps "
+                     "them (autocast_adapter_dtype); --adapter-dtype 16bit for LitGPT and torchtune"
+                     if setup.adapter_dtype == "fp32" else "LoRA weights in 16-bit, as LitGPT and torchtune keep "
+                     "them (PEFT's default is fp32: --adapter-dtype fp32)")
     notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
                  "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
                  "allocated through the next forward and backward")

@@ -310,15 +310,17 @@ def _keeps(spec: ModelSpec, lora: bool, quantized: bool, targets: tuple[str, ...
 
 def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False,
                 targets: tuple[str, ...] | None = None, adapter: int = 0, prefix: int = 0,
-                lora_dropout: float = 0.0) -> Acts:
+                lora_dropout: float = 0.0, fp32_adapters: bool = False) -> Acts:
     """`lora`: a frozen base with adapters (LoRA on `targets`, () for none; bottleneck adapters of
     width `adapter`; `prefix` virtual tokens). `quantized`: the layers' linears are bitsandbytes'
-    4/8-bit ones (see _keeps); the 16-bit output module keeps no input under LoRA."""
+    4/8-bit ones (see _keeps); the 16-bit output module keeps no input under LoRA. `fp32_adapters`:
+    LoRA weights in fp32 on a 16-bit base (PEFT), which casts each adapted linear's input to fp32."""
     b, s = sh.b, sh.s
     keeps = _keeps(spec, lora, quantized, targets)
     frozen = lora  # the base's norms too
     # the LM head's input is kept when its weight trains, or an adapter on it reads the input
     outer_lora = lora and "head" not in lora_targets(spec, targets)
+    adapted_quantized = lora_targets(spec, targets) if lora and quantized else ()
     lora = lora and not quantized
     T = b * s
     h = spec.hidden
@@ -327,18 +329,25 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
         attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
-        adapted = lora_targets(spec, targets) if lora and lora_dropout > 0 else ()
+        adapted = lora_targets(spec, targets) if lora and (lora_dropout > 0 or fp32_adapters) else ()
+        adapted = adapted or (adapted_quantized if fp32_adapters else ())
         if adapted:  # each adapter's own dropout of its input: a 1-byte mask, and (without autocast,
-            # whose casts are kept either way) its dropped copy in place of the input they shared
+            # whose casts are kept either way) its dropped copy in place of the input they shared.
+            # fp32 adapters on a 16-bit base (PEFT's _cast_input_dtype): each adapter's own fp32 copy
+            # of its input (what lora_A keeps) in place of the shared 16-bit one, which the frozen base
+            # does not keep (a bitsandbytes base does: there the copies come on top)
             widths = {"q": h, "k": h, "v": h, "qkv": h, "o": spec.inner, "gate": h, "up": h,
                       "down": spec.intermediate}
             groups = {"q": "attn", "k": "attn", "v": "attn", "qkv": "attn", "gate": "ffn", "up": "ffn"}
             roles = [t for t in adapted if t in widths]
-            extra = sum(T * widths[t] for t in roles)
-            if not dt.mixed:
-                shared = {groups.get(t, t): widths[t] for t in roles}
-                extra += sum(T * widths[t] * dt.x for t in roles) - sum(T * w * dt.x for w in shared.values())
-            ffn = ffn + [("LoRA dropout (a mask per adapter; its dropped input)", extra)]
+            extra = sum(T * widths[t] for t in roles) if lora_dropout > 0 else 0
+            if fp32_adapters or not dt.mixed:
+                copy = 4 if fp32_adapters else dt.x
+                shared = {groups.get(t, t): widths[t] for t in roles} if not adapted_quantized else {}
+                extra += sum(T * widths[t] * copy for t in roles) - sum(T * w * dt.x for w in shared.values())
+            what = ("a mask per adapter; " if lora_dropout > 0 else "") + (
+                "its fp32 input copy" if fp32_adapters else "its dropped input")
+            ffn = ffn + [(f"LoRA inputs ({what})", extra)]
         if adapter:  # Houlsby: after attention and after the MLP, each down (kept input), act, up
             one = _lin_in(T, h, 1, dt) + 2 * T * adapter * dt.x
             ffn = ffn + [(f"bottleneck adapters (2 × width {adapter}: inputs, activation, up input)", 2 * one)]
