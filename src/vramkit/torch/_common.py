@@ -66,6 +66,12 @@ def frame_is_ours(frame: FrameType) -> bool:
     return _kind(frame.f_code.co_filename) == _SKIP
 
 
+def in_vramkit_torch(filename: str) -> bool:
+    """A file of vramkit.torch itself (simulated_memory_cap raising, a callback's wrapper): never
+    where the user's job failed."""
+    return filename.startswith(_HERE + os.sep)
+
+
 def user_sites(depth: int = 2) -> tuple[Site, Site | None]:
     """The innermost frame of the user's own code (outside torch, vramkit.torch and installed
     libraries), and the innermost library frame below it (e.g. modeling_bert.py), if any.

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from ..doctor.explain import Explanation, explain
 from ..doctor.oom import OomReport, parse_oom
-from ..doctor.traceback import frames_of_exception, phase_of
+from ..doctor.traceback import Frame, frames_of_exception, phase_of
 from ..units import format_size
-from ._common import format_site, require_torch, storage_key
+from ._common import format_bytes, format_site, frame_is_ours, in_vramkit_torch, require_torch, storage_key
 from ._tracking import Tracker
 
 _OOM_TEXTS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
@@ -100,7 +100,7 @@ class OomDiagnosis:
                 where = "; ".join(t.names[:2]) or "no variable in the failing frames"
                 made = f"; created at {t.created_at}" if t.created_at else ""
                 graph = "; keeps an autograd graph alive" if t.keeps_graph else ""
-                lines.append(f"    {format_size(t.nbytes):>8}  {t.dtype} {list(t.shape)} on {t.device}: "
+                lines.append(f"    {format_bytes(t.nbytes):>9}  {t.dtype} {list(t.shape)} on {t.device}: "
                              f"{where}{made}{graph}")
         lines += [f"  device: {d}" for d in self.device_check]
         return "\n".join(lines)
@@ -153,7 +153,10 @@ def _names_in_traceback(tb: Any) -> dict[int, list[str]]:
     names: dict[int, list[str]] = {}
     while tb is not None:
         frame = tb.tb_frame
-        where = f"{frame.f_code.co_filename}:{tb.tb_lineno} in {frame.f_code.co_name}"
+        if frame_is_ours(frame):  # torch's and vramkit's own locals (simulated_memory_cap's `out`) name nothing
+            tb = tb.tb_next
+            continue
+        where = format_site((frame.f_code.co_filename, tb.tb_lineno, frame.f_code.co_name))
         for var, value in frame.f_locals.items():
             if isinstance(value, torch.Tensor):
                 names.setdefault(id(value), []).append(f"{var} ({where})")
@@ -208,13 +211,30 @@ def _allocator(report: OomReport | None) -> tuple[dict[str, int] | None, str | N
     return out, None
 
 
+# torch's wrappers a Python dispatch mode is entered through (torch._disable_dynamo)
+_MODE_WRAPPERS = ("/torch/_compile.py", "/torch/_dynamo/")
+
+
+def _job_frames(frames: list[Frame]) -> list[Frame]:
+    """The frames of the job itself: an allocation refused by simulated_memory_cap's dispatch mode
+    was made by the op called just before the mode was entered, and vramkit's own wrappers
+    (attach()'s train) are no part of the job."""
+    entry = next((i for i, f in enumerate(frames) if in_vramkit_torch(f.file)
+                  and f.func in ("__torch_dispatch__", "__torch_function__")), None)
+    if entry is not None:
+        frames = frames[:entry]
+        while frames and any(w in frames[-1].path for w in _MODE_WRAPPERS):
+            frames = frames[:-1]
+    return [f for f in frames if not in_vramkit_torch(f.file)]
+
+
 def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = None, model: Any = None,
              top: int = 5) -> OomDiagnosis:
     """The diagnosis oom_guard prints, for an OOM exception you caught yourself."""
     text = str(exc)
     report = parse_oom(text)
     # where it failed, from the exception's own frames (and those it chains)
-    phase = phase_of(frames_of_exception(exc)) if report is not None else None
+    phase = phase_of(_job_frames(frames_of_exception(exc))) if report is not None else None
     ex = explain(report, phase=phase) if report is not None else None
     allocator, note = _allocator(report)
     device_type = None
