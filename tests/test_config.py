@@ -158,3 +158,15 @@ def test_the_documented_example_file_loads(home, tmp_path):
     cfg = C.load({}, system_file=tmp_path / "none.toml")
     assert all(cfg.sources[k.name] == C.USER for k in C.KEYS), [k.name for k in C.KEYS if cfg.sources[k.name] != "~"]
     assert cfg["top.history"] == 3600.0 and cfg["pick.max_util"] == "any"
+
+
+@pytest.mark.parametrize("value, expected", [("80", 80.0), ("62.5", 62.5), ("0", 0.0)])
+def test_a_threshold_from_the_environment_is_a_number(home, tmp_path, value, expected):
+    cfg = C.load({"VRAM_THRESHOLDS_MEMORY_WARN": value}, system_file=tmp_path / "none.toml")
+    assert (cfg["thresholds.memory_warn"], cfg.sources["thresholds.memory_warn"]) == (expected, C.ENV)
+
+
+@pytest.mark.parametrize("value", ["101", "5x", "-1", " 80", "8\u200b0", "1e2"])
+def test_a_bad_threshold_in_the_environment_is_refused(home, tmp_path, value):
+    with pytest.raises(RequestError):
+        C.load({"VRAM_THRESHOLDS_MEMORY_WARN": value}, system_file=tmp_path / "none.toml")

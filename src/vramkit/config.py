@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Mapping
@@ -48,6 +49,8 @@ def _seconds(value: Any) -> float:
 
 
 def _percent(value: Any) -> float:
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,6})?", value):
+        value = float(value)  # from the environment (VRAM_THRESHOLDS_MEMORY_WARN=80)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
         raise ValueError("must be a number from 0 to 100")
     return float(value)

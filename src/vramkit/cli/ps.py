@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if gpus is not None:
         check_gpus(snap, gpus)
     if getattr(args, "env", None) is not None:
-        return _env(args, snap)
+        return _env(args, snap, machine.backend.pids_visible())
     procs = sorted(select(snap.processes, users, gpus), key=SORT_KEYS[args.sort])
     if getattr(args, "holders", False):
         return _with_holders(args, machine, snap, procs, users, gpus)
@@ -126,7 +126,7 @@ def _shown(snap: Snapshot, gpus: list[int] | None) -> tuple[Snapshot, int | None
     return dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in gpus]), len(snap.gpus)
 
 
-def _env(args: argparse.Namespace, snap: Snapshot) -> int:
+def _env(args: argparse.Namespace, snap: Snapshot, pids_visible: bool) -> int:
     """--env PID: what the process was told beside what it holds; exit 1 on a mismatch, so a
     script can check its own job."""
     import json
@@ -134,7 +134,7 @@ def _env(args: argparse.Namespace, snap: Snapshot) -> int:
     from ..process_view import process_gpus
     from ..render.env_view import render_env
 
-    view = process_gpus(snap, args.env)
+    view = process_gpus(snap, args.env, pids_visible=pids_visible)
     if args.json:
         print(json.dumps(view.to_json(), indent=2))
     else:

@@ -143,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             app = TopApp(collector.snapshot, interval=cfg["top.interval"], readonly=args.readonly, gpus=wanted,
                          thresholds=thresholds, history_span=cfg["top.history"], actions=actions,
                          history_db=history_db(args.db), look=look, columns=cfg["top.columns"],
-                         view=View(pids=pids, kind=args.kind, visible=visible), read_health=machine.read_health)
+                         view=View(pids=pids, kind=args.kind, visible=visible), read_health=machine.read_health,
+                         pids_visible=machine.backend.pids_visible())
             app.run()
     finally:
         # A sample stuck in a slow driver call is left behind (its thread is a daemon): quitting

@@ -128,12 +128,14 @@ def _who(p: GpuProcess) -> str:
 
 def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str | None = None,
                   only: list[int] | None = None, idle_known: bool = False,
-                  read_env: Callable[[int, tuple[str, ...]], Environ] = read_environ) -> Checklist:
+                  read_env: Callable[[int, tuple[str, ...]], Environ] = read_environ,
+                  pids_visible: bool = True) -> Checklist:
     """Findings for this machine; `env` defaults to os.environ, `me` to the current user,
     `only` narrows the GPUs checked (vram doctor --gpu). `idle_known`: each process's idle_for
     comes from recorded history (a collector seeded from it), so an idle holder is one idle for
     IDLE_MIN_AGE, not merely idle now and running that long. `read_env` reads a process's own
-    environment (a stand-in in tests)."""
+    environment (a stand-in in tests); `pids_visible`: the backend's word that NVML's pids are
+    this /proc's (in a container's own PID namespace a pid's environment is another process's)."""
     env = os.environ if env is None else env
     if me is None:
         me = user_name(os.getuid())
@@ -151,7 +153,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
         findings += _crowded(snap)
     findings += _dataparallel(snap, set(usable))
     findings += _health(gpus)
-    findings += _told_other_gpu(snap, set(usable), read_env)
+    findings += _told_other_gpu(snap, set(usable), read_env, pids_visible)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.gpus[:1] or [-1], f.code))
     return Checklist(findings=findings, gpus_checked=usable, cuda_visible_devices=cvd, me=me, notes=notes)
 
@@ -342,11 +344,11 @@ def _health(gpus: list[Device]) -> list[Finding]:
     return out
 
 
-def _told_other_gpu(snap: Snapshot, usable: set[int],
-                    read_env: Callable[[int, tuple[str, ...]], Environ]) -> list[Finding]:
+def _told_other_gpu(snap: Snapshot, usable: set[int], read_env: Callable[[int, tuple[str, ...]], Environ],
+                    pids_visible: bool) -> list[Finding]:
     """Processes whose memory is on a GPU their own CUDA_VISIBLE_DEVICES did not name."""
     out = []
-    for view in process_view.mismatches(snap, read_env):
+    for view in process_view.mismatches(snap, read_env, pids_visible):
         gpus = sorted({d.index for d in view.holds})
         if not usable.intersection(gpus):
             continue

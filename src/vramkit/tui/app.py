@@ -182,13 +182,14 @@ class TopApp(App[None]):
                  history_db: str | Path | None = None, look: Look | None = None,
                  columns: tuple[str, ...] | None = None, view: R.View | None = None,
                  read_host: Callable[[], HostLoad | None] | None = read_host_load,
-                 read_health: Callable[[Snapshot], None] | None = None):
+                 read_health: Callable[[Snapshot], None] | None = None, pids_visible: bool = True):
         """`history_db`: the recorded history to draw before the first live sample (None: live
         only). It is read only if it exists, so SQLite is not even imported without one.
         `look`: theme, memory thresholds, ASCII; `columns`: the process columns wanted (config);
         `view`: the table's starting view, with the command line's fixed filters; `read_host`:
         the host's CPU/RAM/swap (None: no host line); `read_health`: Machine.read_health, for the
-        detail screen's GPUs (some twenty driver calls a GPU: only while it is open)."""
+        detail screen's GPUs (some twenty driver calls a GPU: only while it is open); `pids_visible`:
+        the backend's word that NVML's pids are this /proc's (else a pid's environment is another's)."""
         super().__init__()
         self.look = look or Look()
         self.theme = self.look.palette.textual_theme
@@ -198,6 +199,7 @@ class TopApp(App[None]):
         self.wanted_columns = columns
         self.read_host = read_host
         self.read_health = read_health
+        self.pids_visible = pids_visible
         self.health: dict[int, Device] | None = None  # the detail screen's GPUs, their health read
         # GPU -> (what its health showed that doctor flags, when read): kept from the last reading
         # of each GPU (the detail screen's), a '!' on its panel and a line among the alerts
@@ -592,7 +594,7 @@ class TopApp(App[None]):
         row = self.selected_row()
         if row is None or row.proc is None or self.snap is None:
             return
-        screen = DetailScreen(row.proc.pid)
+        screen = DetailScreen(row.proc.pid, pids_visible=self.pids_visible)
         self.push_screen(screen)
         screen.call_after_refresh(screen.update, self.snap, self.history, self.span)
         if self.read_health is not None:  # its GPUs' health now, not at the next refresh

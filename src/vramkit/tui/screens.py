@@ -186,10 +186,11 @@ class DetailScreen(_Modal):
 
     BINDINGS = [Binding("escape,q,enter", "close", "Close"), Binding("k", "kill", "Kill")]
 
-    def __init__(self, pid: int, read_env: EnvReader = read_environ):
+    def __init__(self, pid: int, read_env: EnvReader = read_environ, pids_visible: bool = True):
         super().__init__()
         self.pid = pid
         self._read_env = read_env
+        self._pids_visible = pids_visible  # Backend.pids_visible(): NVML's pids are this /proc's
         self._environ: Environ | None = None  # read once: /proc shows the environment it started with
 
     def _environ_once(self, pid: int, names: tuple[str, ...]) -> Environ:
@@ -208,7 +209,7 @@ class DetailScreen(_Modal):
             widget.update(Text(f"pid {self.pid} holds no GPU memory any more (exited, or its GPU was lost).",
                                style="yellow"))
             return
-        own = process_gpus(snap, self.pid, self._environ_once)
+        own = process_gpus(snap, self.pid, self._environ_once, self._pids_visible)
         look = _look(self)
         width = min(self.app.size.width - 6, 104)
         widget.update(look.text(detail_text(rows, snap, history, width, span, own, look, health)))
