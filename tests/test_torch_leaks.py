@@ -381,6 +381,7 @@ def test_evaluation_loss_summed_without_no_grad_keeps_every_activation():
     leak = _only_leak(det, "eval-loss-sum marker")
     assert leak.kind == "graph" and leak.graph_bytes > 1024**2  # no backward: every step's activations stay
     assert leak.held_by == f"val_loss (graph of {STEPS} steps, {format_bytes(leak.graph_bytes)}) in loop_eval_loss_sum"
+    assert "heap in use" not in str(leak)  # its bytes are the saved tensors, counted: no process-wide figure
 
 
 # ---------------------------------------------------------------- loops that must not be flagged

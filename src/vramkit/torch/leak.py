@@ -77,6 +77,9 @@ class Leak:
         return f"{over}{self.graph_nodes:,} autograd nodes, {saved}"
 
     def _host_text(self) -> str:
+        """For a graph whose saved tensors backward freed: the only bytes there are to show."""
+        if self.graph_bytes:
+            return ""
         grew = [f"{name} grew by {format_bytes(n)}" for name, n in (("heap in use", self.heap_growth),
                                                                 ("resident memory", self.rss_growth))
                 if n is not None and n > 0]
