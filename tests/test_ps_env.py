@@ -116,3 +116,20 @@ def test_another_users_process_is_not_visible(children, shared_dir):
     result = run_vram_as(AS_NOBODY, "ps", "--simulate", str(path), "--env", str(proc.pid))
     assert result.rc == 0, result.err
     assert f"told     {procs.ENV_NOT_VISIBLE}" in result.out and "holds    GPU 0" in result.out
+
+
+def test_in_its_own_pid_namespace_vram_does_not_read_another_processes_environment(children, write_scenario, cli,
+                                                                                      monkeypatch):
+    """Where the backend says NVML's pids are not this /proc's (a container without --pid=host), the
+    pid's environment would be another process's: not read, and said why."""
+    from vramkit.backends.simulated import SimulatedBackend
+    from vramkit.process_view import PIDS_UNMAPPED
+
+    wrong = _sleeper(children, CUDA_VISIBLE_DEVICES="1")
+    scenario = _scenario(write_scenario, {wrong.pid: "0"})
+    monkeypatch.setattr(SimulatedBackend, "pids_visible", lambda self: False)
+    rc, out, err = cli("ps", "--simulate", scenario, "--env", str(wrong.pid), "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["mismatch"] is None and data["environment"] == {}
+    assert data["environment_problem"] == PIDS_UNMAPPED
