@@ -106,13 +106,14 @@ _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "pre
 _VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash"}  # torch.optim.Adam: AdamW's memory
 _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
-# its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32
+# its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
+# that dtype (Lightning's BitsandbytesPrecision sets compute_dtype to it)
 _LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer": "adamw", "batch": 2,
-        "grad_accum": 4, "lora": 32, "adapter_dtype": "16bit"}
+        "grad_accum": 4, "lora": 32, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16"}
 # torchtune's llama2: SDPA, bf16 (no master copy, the LoRA weights bf16 too), AdamW, activation
-# checkpointing on
+# checkpointing on; torchao's NF4 dequantizes to the input's dtype (bf16)
 _TUNE = {"precision": "bf16-pure", "seq": 512, "batch": 2, "attention": "flash", "optimizer": "adamw",
-         "checkpointing": True, "lora": 8, "adapter_dtype": "16bit"}
+         "checkpointing": True, "lora": 8, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16"}
 _ALL_LINEAR = "q,k,v,o,gate,up,down"
 
 CASES = [
@@ -161,12 +162,14 @@ CASES = [
     # bf16 (torch_dtype=torch.bfloat16): 29.0260648727417
     Case(HF_LLM, "octocoder 15.5B inference, bf16", "bigcode/octocoder", 29.0260648727417,
          {"mode": "infer", "precision": "bf16", "seq": 80}, needs="model_type gpt_bigcode"),
-    # load_in_8bit=True: 15.219234466552734
+    # load_in_8bit=True, no torch_dtype: transformers loads the unquantized parts in fp16: 15.219234466552734
     Case(HF_LLM, "octocoder 15.5B inference, int8", "bigcode/octocoder", 15.219234466552734,
-         {"mode": "infer", "precision": "bf16", "seq": 80, "quant": "8bit"}, needs="model_type gpt_bigcode"),
-    # load_in_4bit=True (bitsandbytes' defaults: fp4, no double quantization): 9.543574333190918
+         {"mode": "infer", "precision": "fp16", "seq": 80, "quant": "8bit"}, needs="model_type gpt_bigcode"),
+    # load_in_4bit=True (BitsAndBytesConfig's defaults: fp4, no double quantization, bnb_4bit_compute_dtype
+    # float32; the unquantized parts in fp16): 9.543574333190918
     Case(HF_LLM, "octocoder 15.5B inference, 4-bit", "bigcode/octocoder", 9.543574333190918,
-         {"mode": "infer", "precision": "bf16", "seq": 80, "quant": "4bit"}, needs="model_type gpt_bigcode"),
+         {"mode": "infer", "precision": "fp16", "seq": 80, "quant": "4bit", "quant_compute_dtype": "fp32"},
+         needs="model_type gpt_bigcode"),
     # --- LitGPT config hub table, rows "<model>/lora.yaml" and "qlora.yaml" on 1xA10G (LoRA r 32 on
     # query and value, micro batch 2; qlora.yaml: quantize bnb.nf4, no double quantization)
     Case(LITGPT, "llama-2-7b LoRA r32 q,v, b2 x 4", "llama-2-7b", 19.77, _LIT),

@@ -19,9 +19,11 @@ def test_a_bare_count_with_quant_has_no_whole_model_dequantized():
     e = estimate("15.5b", mode="infer", quant="8bit")
     assert e.breakdown.get("dequantized weight", 0) == 0  # a bare count has no batch shape for int8 buffers
     assert e.total_bytes < 17.5 * GIB
-    four = estimate("15.5b", mode="infer", quant="4bit")
+    four = estimate("15.5b", mode="infer", quant="4bit", quant_compute_dtype="bf16")
     h = typical_hidden(15_500_000_000)
     assert four.breakdown["dequantized weight"] == 4 * h * h * 2  # one typical feed-forward matrix
+    fp32 = estimate("15.5b", mode="infer", quant="4bit")  # HF's default compute dtype: dequantized to fp32
+    assert fp32.breakdown["dequantized weight"] == 4 * h * h * 4
     assert four.breakdown["dequantized weight"] < GIB // 2
     assert "typical shape" in next(t.formula for t in four.terms if t.name == "dequantized weight")
 
@@ -156,3 +158,28 @@ def test_estimate_and_plan_print_a_few_readable_lines():
     assert lines[0].startswith("bert-large-uncased on rtx-4090 (24.0GiB): does not fit")
     assert lines[2] == f"  largest batch that fits: {p.max_batch}"
     assert lines[3].startswith("  cheapest change that fits: ") and "Change(" not in str(p)
+
+
+def test_4bit_compute_dtype_fp32_is_hf_s_default():
+    """BitsAndBytesConfig's bnb_4bit_compute_dtype defaults to float32: the weight is dequantized to
+    fp32, and each Linear4bit casts its input to fp32, the copy MatMul4Bit keeps for backward."""
+    spec = resolve("llama-2-7b")
+    out_f, in_f = params_of(spec).largest_quantized
+    tokens = 1 * 80
+    hf = estimate(spec, mode="infer", quant="4bit", seq=80)
+    lit = estimate(spec, mode="infer", quant="4bit", seq=80, quant_compute_dtype="bf16")
+    assert lit.breakdown["dequantized weight"] == out_f * in_f * 2
+    assert hf.breakdown["dequantized weight"] == out_f * in_f * 4 + tokens * (in_f + out_f) * 4
+    assert "fp32 compute" in hf.setup.describe(80) and "bf16 compute" in lit.setup.describe(80)
+
+    def acts(e):
+        return next(t.bytes for t in e.terms if t.name == "activations")
+
+    kw = {"lora": 8, "quant": "4bit", "seq": 512, "batch": 2, "precision": "bf16-pure", "adapter_dtype": "16bit"}
+    h, i, T = spec.hidden, spec.intermediate, 2 * 512
+    fp32 = acts(estimate(spec, **kw))
+    bf16 = acts(estimate(spec, quant_compute_dtype="bf16", **kw))
+    # per layer: seven fp32 copies (q, k, v, gate, up from h wide; o; down) for four shared bf16 inputs
+    assert fp32 - bf16 == spec.layers * T * ((5 * h + spec.inner + i) * 4 - (2 * h + spec.inner + i) * 2)
+    assert_one_line_error(run_vram("estimate", "gpt2", "--infer", "--quant", "4bit", "--quant-compute-dtype",
+                                   "int8"), 2, "--quant-compute-dtype")

@@ -91,6 +91,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "(default, autocast_adapter_dtype) or 16bit as LitGPT and torchtune do")
     p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
+    p.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
+                   default="fp32", help="4-bit: the dtype weights are dequantized to and multiplied in "
+                   "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
                    "(bnb_4bit_use_double_quant)")
     p.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
@@ -232,7 +235,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  image_size=_int(args, "image_size"), lora=_int(args, "lora"), adapter=_int(args, "adapter"),
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
-                 lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype)
+                 lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
+                 quant_compute_dtype=args.quant_compute_dtype)
 
 
 def list_models() -> str:

@@ -90,6 +90,9 @@ class Setup:
     ce_chunk: int | None = None  # LitGPT-style chunked lm_head + cross-entropy: tokens per chunk
     quant: str | None = None  # 8bit | 4bit (frozen base)
     double_quant: bool = False  # 4-bit: the block constants quantized too (bnb_4bit_use_double_quant)
+    # 4-bit: the dtype the weights are dequantized to and multiplied in (bnb_4bit_compute_dtype):
+    # HF's BitsAndBytesConfig defaults to fp32; LitGPT uses its precision (bf16), torchtune the input's
+    quant_compute_dtype: str = "fp32"
     gpus: int = 1
     zero: int | None = None  # DeepSpeed ZeRO stage; None = plain PyTorch
     offload: bool = False  # ZeRO-Offload: optimizer states, fp32 master weights and gradients in CPU memory
@@ -137,7 +140,8 @@ class Setup:
         if self.prefix_len:
             parts.append(f"prefix {self.prefix_len} tokens")
         if self.quant:
-            parts.append(self.quant + (" double-quant" if self.double_quant else ""))
+            parts.append(self.quant + (" double-quant" if self.double_quant else "")
+                         + (f", {self.quant_compute_dtype} compute" if self.quant == "4bit" else ""))
         if self.lora and (self.precision == "bf16-pure" or self.quant):
             parts.append(f"{self.adapter_dtype} adapters")
         if self.gpus > 1 or self.zero is not None or self.fsdp:
@@ -214,6 +218,7 @@ class Setup:
         one_of("attention", ("eager", "flash"), "eager or flash")
         one_of("quant", (None, *QUANT_BYTES), "8bit or 4bit")
         one_of("adapter_dtype", ("fp32", "16bit"), "fp32 (PEFT) or 16bit (LitGPT, torchtune)")
+        one_of("quant_compute_dtype", ("fp32", "bf16", "fp16"), "fp32 (HF's default), bf16 or fp16")
         one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
         one_of("parallel", ("ddp", "dp"), "ddp or dp")
         for name in ZERO_SIZES:
@@ -488,7 +493,10 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant),
                        targets=setup.lora_targets if setup.lora else (), adapter=setup.adapter or 0,
                        prefix=setup.prefix_len or 0, lora_dropout=setup.lora_dropout,
-                       fp32_adapters=bool(setup.lora) and lw == 4 and aw == 2)
+                       fp32_adapters=bool(setup.lora) and lw == 4 and aw == 2,
+                       # in fp32, or under autocast, the input is fp32 already: the linears share it
+                       fp32_compute=setup.quant == "4bit" and setup.quant_compute_dtype == "fp32" and dt.x == 2
+                       and not dt.mixed)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)
@@ -610,10 +618,18 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     out_f, in_f = p.largest_quantized
     shape = f"{out_f:,} × {in_f:,}" + (" (a typical shape for the count: no layers known)" if spec.bare else "")
     weight = out_f * in_f * 2 // setup.tp
-    if setup.quant == "4bit":
-        return Term("dequantized weight", weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
-                    "matmul", "transient")
     rows = 0 if spec.bare else tokens  # a bare count has no batch shape
+    if setup.quant == "4bit":
+        if setup.quant_compute_dtype != "fp32":
+            return Term("dequantized weight", weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
+                        "matmul", "transient")
+        # Linear4bit casts its input to fp32 (kept as an activation in training), dequantizes the weight
+        # to fp32 and multiplies into an fp32 output, cast back to the input's dtype after
+        cast = rows * ((0 if train else in_f) + out_f) * 4 // setup.tp
+        return Term("dequantized weight", 2 * weight + cast, f"largest quantized matrix {shape} × 4 B, dequantized "
+                    "per matmul in the fp32 compute dtype (bnb_4bit_compute_dtype, HF's default)"
+                    + (f" + its fp32 {'output' if train else 'input and output'} {fmt(cast)}" if cast else ""),
+                    "transient")
     int8 = rows * (in_f + 4 * out_f) // setup.tp
     size = max(int8, weight) if train else int8
     buffers = f"int8 input + int32 output {fmt(int8)}" if rows else "its int8 input and int32 output not counted"

@@ -283,6 +283,22 @@ def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, keeps: frozenset[str], tp: in
     return out
 
 
+def _input_widths(spec: ModelSpec) -> dict[str, int]:
+    """The input width of each linear of a layer, by role."""
+    h = spec.hidden
+    return {"q": h, "k": h, "v": h, "qkv": h, "o": spec.inner, "gate": h, "up": h, "down": spec.intermediate}
+
+
+def _input_copies(spec: ModelSpec, roles: list[str], tokens: int, dt: Dtypes, copy: int, replaces_shared: bool) -> int:
+    """Each linear of `roles` keeping its own copy of its input at `copy` bytes (a dtype cast of its
+    own), less the shared 16-bit inputs (q/k/v, gate/up, o, down) those copies stand in for when
+    nothing else keeps them."""
+    widths = _input_widths(spec)
+    groups = {"q": "attn", "k": "attn", "v": "attn", "qkv": "attn", "gate": "ffn", "up": "ffn"}
+    shared = {groups.get(t, t): widths[t] for t in roles} if replaces_shared else {}
+    return sum(tokens * widths[t] * copy for t in roles) - sum(tokens * w * dt.x for w in shared.values())
+
+
 def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The linears LoRA adapts: `targets` (q, k, v, o, gate, up, down; all-linear for every one) or
     PEFT's default for the family (q and v; the fused qkv projection where there is one)."""
@@ -310,11 +326,13 @@ def _keeps(spec: ModelSpec, lora: bool, quantized: bool, targets: tuple[str, ...
 
 def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False,
                 targets: tuple[str, ...] | None = None, adapter: int = 0, prefix: int = 0,
-                lora_dropout: float = 0.0, fp32_adapters: bool = False) -> Acts:
+                lora_dropout: float = 0.0, fp32_adapters: bool = False, fp32_compute: bool = False) -> Acts:
     """`lora`: a frozen base with adapters (LoRA on `targets`, () for none; bottleneck adapters of
     width `adapter`; `prefix` virtual tokens). `quantized`: the layers' linears are bitsandbytes'
     4/8-bit ones (see _keeps); the 16-bit output module keeps no input under LoRA. `fp32_adapters`:
-    LoRA weights in fp32 on a 16-bit base (PEFT), which casts each adapted linear's input to fp32."""
+    LoRA weights in fp32 on a 16-bit base (PEFT), which casts each adapted linear's input to fp32.
+    `fp32_compute`: 4-bit linears computing in fp32 (bnb_4bit_compute_dtype, HF's default), each
+    casting its input to fp32, the copy MatMul4Bit keeps."""
     b, s = sh.b, sh.s
     keeps = _keeps(spec, lora, quantized, targets)
     frozen = lora  # the base's norms too
@@ -336,18 +354,19 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
             # fp32 adapters on a 16-bit base (PEFT's _cast_input_dtype): each adapter's own fp32 copy
             # of its input (what lora_A keeps) in place of the shared 16-bit one, which the frozen base
             # does not keep (a bitsandbytes base does: there the copies come on top)
-            widths = {"q": h, "k": h, "v": h, "qkv": h, "o": spec.inner, "gate": h, "up": h,
-                      "down": spec.intermediate}
-            groups = {"q": "attn", "k": "attn", "v": "attn", "qkv": "attn", "gate": "ffn", "up": "ffn"}
-            roles = [t for t in adapted if t in widths]
-            extra = sum(T * widths[t] for t in roles) if lora_dropout > 0 else 0
+            roles = [t for t in adapted if t in _input_widths(spec)]
+            extra = sum(T * _input_widths(spec)[t] for t in roles) if lora_dropout > 0 else 0
             if fp32_adapters or not dt.mixed:
-                copy = 4 if fp32_adapters else dt.x
-                shared = {groups.get(t, t): widths[t] for t in roles} if not adapted_quantized else {}
-                extra += sum(T * widths[t] * copy for t in roles) - sum(T * w * dt.x for w in shared.values())
+                extra += _input_copies(spec, roles, T, dt, 4 if fp32_adapters else dt.x,
+                                       replaces_shared=not adapted_quantized)
             what = ("a mask per adapter; " if lora_dropout > 0 else "") + (
                 "its fp32 input copy" if fp32_adapters else "its dropped input")
             ffn = ffn + [(f"LoRA inputs ({what})", extra)]
+        if quantized and fp32_compute:  # bnb's Linear4bit: x.to(compute_dtype), kept by MatMul4Bit
+            roles = [t for t in lora_targets(spec, ("all-linear",))
+                     if t != "gate" or spec.ffn in ("swiglu", "gated-gelu")]
+            ffn = ffn + [("4-bit linears' inputs in the fp32 compute dtype (one copy each)",
+                          _input_copies(spec, roles, T, dt, 4, replaces_shared=True))]
         if adapter:  # Houlsby: after attention and after the MLP, each down (kept input), act, up
             one = _lin_in(T, h, 1, dt) + 2 * T * adapter * dt.x
             ffn = ffn + [(f"bottleneck adapters (2 × width {adapter}: inputs, activation, up input)", 2 * one)]
