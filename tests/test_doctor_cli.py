@@ -79,6 +79,18 @@ def test_batch_and_seq_are_spelled_as_in_estimate_and_the_old_way_too():
     assert "[--batch N]" in help_text and "[--seq N]" in help_text
 
 
+def test_a_fix_left_without_a_number_says_why_and_asks_for_the_model_only_when_missing():
+    # an evaluation gather: its fixes (eval_accumulation_steps, ...) are not the estimator's changes
+    log = str(Path(__file__).parent / "fixtures" / "docs" / "oom" / "eval_gather_trainer_tqdm.log")
+    bare = run_vram("doctor", log, "--no-live")
+    assert bare.rc == 0, bare.err
+    assert "give --model and --batch" in bare.out
+    given = run_vram("doctor", log, "--no-live", "--model", "bert-large-uncased", "--batch", "16")
+    assert given.rc == 0, given.err
+    assert "give --model and --batch" not in given.out  # they were given
+    assert "(a fix without a number: one the estimator does not model" in given.out
+
+
 def test_gpu_option_points_live_data_at_the_right_gpu():
     # The 1.x message has no pids: --gpu says which NVML GPU the job ran on.
     data = run_vram("doctor", str(FIXTURES / "cuda_1_x_runtimeerror.txt"), "--simulate", "demo", "--gpu", "5",

@@ -86,6 +86,8 @@ class Explanation:
     fixes: list[Fix] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     phase: Phase | None = None  # where the allocation failed, from the traceback
+    # the savings hook was given (--model and --batch): a fix left without a number is one it does not model
+    estimated: bool = False
 
 
 def _identify_job(report: OomReport, job_pid: int | None) -> tuple[int | None, int | None]:
@@ -147,6 +149,7 @@ def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | N
     ex.cause = _cause(ex)
     ex.cause_text = CAUSES[ex.cause]
     _contributing(ex)
+    ex.estimated = savings is not None
     ex.fixes = _fixes(ex, snapshot, me, savings, dict(context or {}, report=report))
     return ex
 

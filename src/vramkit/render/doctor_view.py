@@ -117,8 +117,10 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
         lines.append(f" {i:>2}. {f.title}{saves}")
         lines += _wrap(sanitize(f.how), 5, width)
     if any(f.saves_bytes is None for f in ex.fixes):
-        lines.append(style.paint("     (a fix without a number: its saving depends on what the log does not say; "
-                                  "give --model and --batch)", "dim"))
+        why = ("one the estimator does not model; it estimates changes of batch, precision, checkpointing, "
+               "accumulation and optimizer state" if ex.estimated
+               else "its saving depends on what the log does not say; give --model and --batch")
+        lines.append(style.paint(f"     (a fix without a number: {why})", "dim"))
     lines += _wrap(ex.phase.sentence(), 0, width) if ex.phase is not None else []
     notes = list(ex.notes) + ([live_note] if live_note else [])
     for n in notes:
