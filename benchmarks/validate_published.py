@@ -64,10 +64,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tiny-llama-1.1b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
                         "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
                         "max_position_embeddings": 2048, "hidden_act": "silu", "tie_word_embeddings": False},
-    # google/gemma-2b (used when the catalog has no gemma-2b): multi-query, head_dim 256, tied embeddings
-    "gemma-2b": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
-                 "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
-                 "max_position_embeddings": 8192, "hidden_act": "gelu", "tie_word_embeddings": True},
+    # google/gemma-2b as LitGPT builds it: multi-query, head_dim 256, and an untied lm_head (LitGPT's GPT
+    # always has its own lm_head; convert_hf_checkpoint copies the embedding into it)
+    "gemma-2b (LitGPT)": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+                          "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
+                 "max_position_embeddings": 8192, "hidden_act": "gelu", "tie_word_embeddings": False},
 }
 
 HF_TRAINING = Source(
@@ -107,9 +108,14 @@ _VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash"}  # torch.
 _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
 # its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
-# that dtype (Lightning's BitsandbytesPrecision sets compute_dtype to it)
+# that dtype (Lightning's BitsandbytesPrecision sets compute_dtype to it); every model's attention has one
+# q/k/v linear (LoRAQKVLinear: one lora_dropout for the three); lora.yaml: lora_dropout 0.05
 _LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer": "adamw", "batch": 2,
-        "grad_accum": 4, "lora": 32, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16"}
+        "grad_accum": 4, "lora": 32, "lora_dropout": 0.05, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
+        "fused_qkv": True}
+# LitGPT's QLoRA (qlora.yaml: quantize bnb.nf4): Lightning's BitsandbytesPrecision replaces every nn.Linear,
+# lm_head too, and finetune/lora.py then takes bitsandbytes' PagedAdamW (states in unified memory)
+_LIT_QLORA = {**_LIT, "quant": "4bit", "quant_head": True, "optimizer": "paged-adamw"}
 # torchtune's llama2: SDPA, bf16 (no master copy, the LoRA weights bf16 too), AdamW, activation
 # checkpointing on; torchao's NF4 dequantizes to the input's dtype (bf16)
 _TUNE = {"precision": "bf16-pure", "seq": 512, "batch": 2, "attention": "flash", "optimizer": "adamw",
@@ -173,9 +179,9 @@ CASES = [
     # --- LitGPT config hub table, rows "<model>/lora.yaml" and "qlora.yaml" on 1xA10G (LoRA r 32 on
     # query and value, micro batch 2; qlora.yaml: quantize bnb.nf4, no double quantization)
     Case(LITGPT, "llama-2-7b LoRA r32 q,v, b2 x 4", "llama-2-7b", 19.77, _LIT),
-    Case(LITGPT, "llama-2-7b QLoRA nf4 r32 q,v, b2 x 4", "llama-2-7b", 13.68, {**_LIT, "quant": "4bit"}),
+    Case(LITGPT, "llama-2-7b QLoRA nf4 r32 q,v, b2 x 4", "llama-2-7b", 13.68, _LIT_QLORA),
     Case(LITGPT, "mistral-7b LoRA r32 q,v, b2 x 4", "mistral-7b", 20.66, _LIT),
-    Case(LITGPT, "mistral-7b QLoRA nf4 r32 q,v, b2 x 4", "mistral-7b", 14.29, {**_LIT, "quant": "4bit"}),
+    Case(LITGPT, "mistral-7b QLoRA nf4 r32 q,v, b2 x 4", "mistral-7b", 14.29, _LIT_QLORA),
     # tiny-llama/full.yaml (the README of 2024-04-24, commit 43c44323, has the same rows): full finetune,
     # micro batch 4, global batch 32: 14.10 GB; lora.yaml: r 32 on every linear layer and the head,
     # micro batch 8: 13.50 GB
@@ -184,7 +190,7 @@ CASES = [
     Case(LITGPT, "tiny-llama 1.1B LoRA r32 all linear + head, b8", "tiny-llama-1.1b", 13.50,
          {**_LIT, "batch": 8, "grad_accum": 1, "lora_targets": _ALL_LINEAR + ",head"}, needs="--lora-targets"),
     # gemma-2b/lora.yaml: r 8 on every linear layer and the head, micro batch 2, global batch 6: 12.62 GB
-    Case(LITGPT, "gemma-2b LoRA r8 all linear + head, b2 x 3", "gemma-2b", 12.62,
+    Case(LITGPT, "gemma-2b LoRA r8 all linear + head, b2 x 3", "gemma-2b (LitGPT)", 12.62,
          {**_LIT, "lora": 8, "grad_accum": 3, "lora_targets": _ALL_LINEAR + ",head"},
          needs="model family gemma, --lora-targets"),
     # --- torchtune: lora_finetune.rst's table (LoRA layers, rank, alpha, peak memory), whose first row

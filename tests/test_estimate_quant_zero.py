@@ -183,3 +183,41 @@ def test_4bit_compute_dtype_fp32_is_hf_s_default():
     assert fp32 - bf16 == spec.layers * T * ((5 * h + spec.inner + i) * 4 - (2 * h + spec.inner + i) * 2)
     assert_one_line_error(run_vram("estimate", "gpt2", "--infer", "--quant", "4bit", "--quant-compute-dtype",
                                    "int8"), 2, "--quant-compute-dtype")
+
+
+def test_litgpt_qlora_options_quantized_head_paged_adamw_fused_qkv():
+    """LitGPT's QLoRA: Lightning's BitsandbytesPrecision quantizes lm_head too, bnb's PagedAdamW keeps its
+    states in unified memory, and LitGPT's attention is one q/k/v linear (one LoRA dropout)."""
+    spec = resolve("llama-2-7b")
+    head = spec.vocab * spec.hidden
+    kw = {"lora": 32, "quant": "4bit", "seq": 512, "batch": 2, "precision": "bf16-pure", "adapter_dtype": "16bit",
+          "quant_compute_dtype": "bf16"}
+    hf, lit = estimate(spec, **kw), estimate(spec, quant_head=True, **kw)
+    assert params_of(spec, quant_head=True).quantized - params_of(spec).quantized == head
+    assert hf.breakdown["weights"] - lit.breakdown["weights"] == int(head * (2 - 0.5625))
+    assert lit.breakdown["dequantized weight"] == head * 2  # now the largest quantized matrix
+    hf_acts, lit_acts = (next(t.bytes for t in e.terms if t.name == "activations") for e in (hf, lit))
+    assert lit_acts - hf_acts == 2 * 512 * spec.hidden * 2  # the 4-bit head keeps its input
+    assert "head quantized too" in lit.setup.describe(512)
+    paged = estimate(spec, quant_head=True, optimizer="paged-adamw", **kw)
+    assert paged.breakdown.get("optimizer states (paged-adamw)", 0) == 0
+    assert lit.peak_bytes - paged.peak_bytes >= 2 * 2 * paged.trainable  # AdamW's bf16 states leave the allocator
+    assert "unified memory" in next(t.formula for t in paged.terms if t.name.startswith("optimizer states"))
+
+    def dropout_extra(**more):
+        base = {"lora": 8, "seq": 512, "batch": 2, "precision": "bf16-pure", "adapter_dtype": "16bit", **more}
+        with_drop = estimate(spec, lora_dropout=0.05, **base)
+        return next(t.bytes for t in with_drop.terms if t.name == "activations") - \
+            next(t.bytes for t in estimate(spec, **base).terms if t.name == "activations")
+
+    T, h = 2 * 512, spec.hidden
+    # q and v apart: two masks and two dropped copies for their shared input; fused: one mask, one copy
+    assert dropout_extra() == spec.layers * (2 * T * h + 2 * T * h * 2 - T * h * 2)
+    assert dropout_extra(fused_qkv=True) == spec.layers * (T * h + T * h * 2 - T * h * 2)
+    with pytest.raises(EstimateError) as err:
+        estimate(spec, quant_head=True, lora=8)
+    assert err.value.param == "quant_head"
+    r = run_vram("estimate", "llama-2-7b", "--lora", "32", "--quant", "4bit", "--quant-head", "--optimizer",
+                 "paged-adamw", "--fused-qkv", "--json")
+    setup = r.json()["setup"]
+    assert setup["quant_head"] and setup["fused_qkv"] and setup["optimizer"] == "paged-adamw"

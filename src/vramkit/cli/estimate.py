@@ -70,8 +70,11 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "bf16-pure"), default="bf16",
                    help="fp32, fp16/bf16 mixed precision with fp32 master weights (default bf16), "
                         "or bf16-pure")
-    p.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "none"),
-                   default="adamw", help="default adamw; none: a backward pass without an optimizer step")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
+                                            "none"),
+                   default="adamw", help="default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
+                   "--quant), its states in unified memory, outside torch's counters; none: a backward pass without "
+                   "an optimizer step")
     p.add_argument("--grad-accum", metavar="N", default="1", help="gradient-accumulation steps (default 1)")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
     p.add_argument("--attention", choices=("eager", "flash"), default="eager",
@@ -84,6 +87,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-targets", metavar="LIST", help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
                    "models)")
+    p.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", help="q, k and v as one linear, as "
+                   "LitGPT builds every model: one LoRA dropout (and one 4-bit input cast) serves the three")
     p.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
                    "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
     p.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default="fp32",
@@ -94,6 +99,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
                    default="fp32", help="4-bit: the dtype weights are dequantized to and multiplied in "
                    "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")
+    p.add_argument("--quant-head", dest="quant_head", action="store_true", help="quantize the output layer too "
+                   "(Lightning's BitsandbytesPrecision in LitGPT; HF leaves lm_head 16-bit)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
                    "(bnb_4bit_use_double_quant)")
     p.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
@@ -236,7 +243,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
                  lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
-                 quant_compute_dtype=args.quant_compute_dtype)
+                 quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
+                 fused_qkv=args.fused_qkv)
 
 
 def list_models() -> str:

@@ -93,6 +93,8 @@ class Setup:
     # 4-bit: the dtype the weights are dequantized to and multiplied in (bnb_4bit_compute_dtype):
     # HF's BitsAndBytesConfig defaults to fp32; LitGPT uses its precision (bf16), torchtune the input's
     quant_compute_dtype: str = "fp32"
+    quant_head: bool = False  # the output layer quantized too (Lightning's BitsandbytesPrecision, LitGPT)
+    fused_qkv: bool = False  # q, k, v as one linear whatever the family (LitGPT's attn): one LoRA dropout for them
     gpus: int = 1
     zero: int | None = None  # DeepSpeed ZeRO stage; None = plain PyTorch
     offload: bool = False  # ZeRO-Offload: optimizer states, fp32 master weights and gradients in CPU memory
@@ -141,7 +143,8 @@ class Setup:
             parts.append(f"prefix {self.prefix_len} tokens")
         if self.quant:
             parts.append(self.quant + (" double-quant" if self.double_quant else "")
-                         + (f", {self.quant_compute_dtype} compute" if self.quant == "4bit" else ""))
+                         + (f", {self.quant_compute_dtype} compute" if self.quant == "4bit" else "")
+                         + (", head quantized too" if self.quant_head else ""))
         if self.lora and (self.precision == "bf16-pure" or self.quant):
             parts.append(f"{self.adapter_dtype} adapters")
         if self.gpus > 1 or self.zero is not None or self.fsdp:
@@ -229,6 +232,11 @@ class Setup:
             raise EstimateError("training a quantized model needs LoRA or other adapters (QLoRA): give a lora rank, "
                                 "an adapter width or a prefix length (a 4/8-bit base is frozen; full training is "
                                 "supported in fp32, fp16, bf16)", param="quant")
+        if self.quant_head and not self.quant:
+            raise EstimateError("quantizes the output layer with the rest: give quant 8bit or 4bit", param="quant_head")
+        if self.optimizer == "paged-adamw" and self.zero is not None:
+            raise EstimateError("DeepSpeed ZeRO shards its own optimizer's states, not bitsandbytes' paged ones",
+                                param="optimizer")
         if self.double_quant and self.quant != "4bit":
             raise EstimateError("double quantization is a 4-bit option: give quant 4bit", param="double_quant")
         if self.quant and self.zero is not None:
@@ -320,6 +328,10 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
         return 0, 0, "plain SGD keeps no state", "none"
     if opt == "none":
         return 0, 0, "no optimizer: a backward pass only (the gradients are kept)", "none"
+    if opt == "paged-adamw":  # cudaMallocManaged pages: outside the caching allocator and its counters
+        return 0, 0, (f"bitsandbytes PagedAdamW: 2 fp32 states × {pt:,} params in CUDA unified memory, outside "
+                      f"the caching allocator ({fmt(8 * pt)}; nvidia-smi counts the pages resident on the GPU)"), \
+            "fused kernel, none"
     if opt == "sgd-momentum":
         return pt * wt, 0, f"momentum buffer: {pt:,} × {wt:g} B", "none"
     if opt == "adafactor":
@@ -351,7 +363,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
     dt = Dtypes.of(setup.precision, deepspeed=deepspeed and setup.precision != "fp32")
     tp = setup.tp
     dp = setup.gpus // tp
-    p = params_of(spec, setup.lora, tp, setup.lora_targets)
+    p = params_of(spec, setup.lora, tp, setup.lora_targets, quant_head=setup.quant_head)
     notes = list(spec.notes)
     if spec.family == "vit":
         seq = spec.seq_for_image(setup.image_size)
@@ -372,8 +384,9 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
         base = (p.quantized * qb + rest * 2) / tp
         kind = setup.quant + (" double-quantized" if setup.double_quant else "")
         terms.append(Term("weights", int(base), f"{p.quantized:,} linear weights × {qb:.4g} B ({kind} frozen base)"
-                          + (f" + {rest:,} others × 2 B (embeddings, norms, biases and the output layer stay "
-                             "16-bit: bitsandbytes quantizes nn.Linear only, HF skips lm_head)" if rest else
+                          + (f" + {rest:,} others × 2 B (embeddings, norms, biases" + ("" if setup.quant_head else
+                             " and the output layer") + " stay 16-bit: bitsandbytes quantizes nn.Linear only"
+                             + ("" if setup.quant_head else ", HF skips lm_head") + ")" if rest else
                              " (a bare count: the 16-bit embeddings and lm_head are not known)")
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     elif not train and setup.precision != "fp32":
@@ -496,7 +509,7 @@ def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any)
                        fp32_adapters=bool(setup.lora) and lw == 4 and aw == 2,
                        # in fp32, or under autocast, the input is fp32 already: the linears share it
                        fp32_compute=setup.quant == "4bit" and setup.quant_compute_dtype == "fp32" and dt.x == 2
-                       and not dt.mixed)
+                       and not dt.mixed, quant_head=setup.quant_head, fused_qkv=setup.fused_qkv)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
     outside = sum(v for _, v in acts.outside)

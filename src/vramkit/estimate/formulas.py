@@ -16,7 +16,8 @@ from .specs import ENCODERS, ModelSpec, numel, param_shapes, typical_hidden
 MiB = 1024**2
 GiB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
-OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "none")  # none: backward only
+# none: backward only; paged-adamw: bitsandbytes' PagedAdamW, its fp32 states in CUDA unified memory
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw", "none")
 QUANT_BYTES = {"8bit": 1.0, "4bit": 0.5 + 4 / 64}  # int8 / NF4 + an fp32 absmax per 64-block
 # bitsandbytes' double quantization: the absmax constants 8-bit per 64-block, plus an fp32 constant
 # per 256 of them (QLoRA paper §3: 0.5 + 4/64 -> 0.5 + 1/64 + 4/(64·256) bytes per weight)
@@ -111,7 +112,9 @@ def adapter_params(spec: ModelSpec, adapter: int | None, prefix: int | None) -> 
 
 
 def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
-              targets: tuple[str, ...] | None = None) -> Params:
+              targets: tuple[str, ...] | None = None, quant_head: bool = False) -> Params:
+    """The parameter counts memory depends on. `quant_head`: bitsandbytes quantizes the output layer
+    too (Lightning's BitsandbytesPrecision replaces every nn.Linear; HF leaves lm_head 16-bit)."""
     shapes = param_shapes(spec)
     total = sum(numel(s) for _, s, _ in shapes)
     cast = sum(numel(s) for _, s, c in shapes if c)
@@ -149,7 +152,7 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
         quantized, largest_q = total, (4 * h, h)
     else:
         linear = [s for n, s, c in shapes if c and len(s) == 2 and n.endswith(".weight")
-                  and n not in UNQUANTIZED_OUTPUTS]
+                  and (quant_head or n not in UNQUANTIZED_OUTPUTS)]
         quantized = sum(numel(s) for s in linear)
         largest_q = max(((s[0], s[1]) for s in linear), key=lambda s: s[0] * s[1], default=(0, 0))
     return Params(total=total, cast=cast, largest=max(numel(s) for _, s, _ in shapes),
@@ -289,6 +292,12 @@ def _input_widths(spec: ModelSpec) -> dict[str, int]:
     return {"q": h, "k": h, "v": h, "qkv": h, "o": spec.inner, "gate": h, "up": h, "down": spec.intermediate}
 
 
+def _fuse(roles: tuple[str, ...] | list[str], fused_qkv: bool) -> list[str]:
+    """The linears of `roles` with an input width (not the head), q, k and v as one when fused."""
+    named = [("qkv" if fused_qkv and t in ("q", "k", "v") else t) for t in roles if t != "head"]
+    return list(dict.fromkeys(named))
+
+
 def _input_copies(spec: ModelSpec, roles: list[str], tokens: int, dt: Dtypes, copy: int, replaces_shared: bool) -> int:
     """Each linear of `roles` keeping its own copy of its input at `copy` bytes (a dtype cast of its
     own), less the shared 16-bit inputs (q/k/v, gate/up, o, down) those copies stand in for when
@@ -326,18 +335,21 @@ def _keeps(spec: ModelSpec, lora: bool, quantized: bool, targets: tuple[str, ...
 
 def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool, quantized: bool = False,
                 targets: tuple[str, ...] | None = None, adapter: int = 0, prefix: int = 0,
-                lora_dropout: float = 0.0, fp32_adapters: bool = False, fp32_compute: bool = False) -> Acts:
+                lora_dropout: float = 0.0, fp32_adapters: bool = False, fp32_compute: bool = False,
+                quant_head: bool = False, fused_qkv: bool = False) -> Acts:
     """`lora`: a frozen base with adapters (LoRA on `targets`, () for none; bottleneck adapters of
     width `adapter`; `prefix` virtual tokens). `quantized`: the layers' linears are bitsandbytes'
     4/8-bit ones (see _keeps); the 16-bit output module keeps no input under LoRA. `fp32_adapters`:
     LoRA weights in fp32 on a 16-bit base (PEFT), which casts each adapted linear's input to fp32.
     `fp32_compute`: 4-bit linears computing in fp32 (bnb_4bit_compute_dtype, HF's default), each
-    casting its input to fp32, the copy MatMul4Bit keeps."""
+    casting its input to fp32, the copy MatMul4Bit keeps. `quant_head`: the output layer is a
+    quantized linear too, which keeps its input like the others. `fused_qkv`: q, k and v are one
+    linear (LitGPT's attn), so one adapter dropout and one input cast serve the three."""
     b, s = sh.b, sh.s
     keeps = _keeps(spec, lora, quantized, targets)
     frozen = lora  # the base's norms too
     # the LM head's input is kept when its weight trains, or an adapter on it reads the input
-    outer_lora = lora and "head" not in lora_targets(spec, targets)
+    outer_lora = lora and "head" not in lora_targets(spec, targets) and not (quantized and quant_head)
     adapted_quantized = lora_targets(spec, targets) if lora and quantized else ()
     lora = lora and not quantized
     T = b * s
@@ -354,7 +366,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
             # fp32 adapters on a 16-bit base (PEFT's _cast_input_dtype): each adapter's own fp32 copy
             # of its input (what lora_A keeps) in place of the shared 16-bit one, which the frozen base
             # does not keep (a bitsandbytes base does: there the copies come on top)
-            roles = [t for t in adapted if t in _input_widths(spec)]
+            roles = _fuse(adapted, fused_qkv)
             extra = sum(T * _input_widths(spec)[t] for t in roles) if lora_dropout > 0 else 0
             if fp32_adapters or not dt.mixed:
                 extra += _input_copies(spec, roles, T, dt, 4 if fp32_adapters else dt.x,
@@ -363,8 +375,8 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
                 "its fp32 input copy" if fp32_adapters else "its dropped input")
             ffn = ffn + [(f"LoRA inputs ({what})", extra)]
         if quantized and fp32_compute:  # bnb's Linear4bit: x.to(compute_dtype), kept by MatMul4Bit
-            roles = [t for t in lora_targets(spec, ("all-linear",))
-                     if t != "gate" or spec.ffn in ("swiglu", "gated-gelu")]
+            roles = _fuse([t for t in lora_targets(spec, ("all-linear",))
+                           if t != "gate" or spec.ffn in ("swiglu", "gated-gelu")], fused_qkv)
             ffn = ffn + [("4-bit linears' inputs in the fp32 compute dtype (one copy each)",
                           _input_copies(spec, roles, T, dt, 4, replaces_shared=True))]
         if adapter:  # Houlsby: after attention and after the MLP, each down (kept input), act, up
