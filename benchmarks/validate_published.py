@@ -67,8 +67,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # google/gemma-2b as LitGPT builds it: multi-query, head_dim 256, and an untied lm_head (LitGPT's GPT
     # always has its own lm_head; convert_hf_checkpoint copies the embedding into it)
     "gemma-2b (LitGPT)": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
-                          "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
-                 "max_position_embeddings": 8192, "hidden_act": "gelu", "tie_word_embeddings": False},
+                          "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
+                          "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+                          "hidden_act": "gelu", "tie_word_embeddings": False},
 }
 
 HF_TRAINING = Source(
