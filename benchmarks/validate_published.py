@@ -73,8 +73,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 HF_TRAINING = Source(
-    "Hugging Face Transformers docs: Model training anatomy; Efficient training on a single GPU (2022-23)",
-    "https://huggingface.co/docs/transformers/model_memory_anatomy",
+    "Hugging Face Transformers docs: Efficient training on a single GPU (perf_train_gpu_one.mdx, 2022)",
+    # all eight numbers are on this page at this commit; today's model_memory_anatomy keeps only the first
+    "https://github.com/huggingface/transformers/blob/98513dfd0db6dab00d26c1ef3a0e5f7410ce2035/docs/source/en/"
+    "perf_train_gpu_one.mdx",
     "Tesla V100-SXM2-16GB, CUDA 11.2; HF Trainer, bert-large-uncased seq-classification, seq 512",
     NVIDIA_SMI, "MiB", 0)  # "GPU memory occupied: N MB" (NVML used; the page's MB are MiB)
 RASCHKA = Source(
@@ -99,7 +101,7 @@ TORCHTUNE = Source(
     RESERVED, "GB", 2)  # "Peak memory reserved, training" = torch.cuda.max_memory_reserved() / 1e9
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
-# allocated; the page measured the CUDA context alone as 1343 MB (torch.ones(1).cuda()).
+# allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
 _BERT = {"batch": 4, "seq": 512, "precision": "fp32", "optimizer": "adamw", "attention": "eager",
          "context_overhead": 1343 * 2**20, "zero_grad_to_none": False}
 _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "precision": "fp16"}
