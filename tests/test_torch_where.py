@@ -54,6 +54,12 @@ def test_where_on_a_tidy_model():
     assert report.devices == ["cpu"] and not report.warnings and report.dtypes == ["bfloat16"]
 
 
+def test_a_small_model_shows_its_real_size_not_0mib():
+    model = torch.nn.Linear(8, 8).to(torch.bfloat16)  # 72 bf16 values: 144 bytes
+    row = str(where(model)).splitlines()[1].split()
+    assert row == ["cpu", "bfloat16", "2", "144", "B"]
+
+
 def test_fp32_norm_layers_in_a_bf16_model_are_not_mixed_dtypes():
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 16),
                                 torch.nn.RMSNorm(16), torch.nn.Linear(16, 16)).to(torch.bfloat16)

@@ -14,8 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..units import format_size
-from ._common import require_torch
+from ._common import format_bytes, require_torch
 
 _SHOWN = 3  # names quoted in one warning
 _ITEMS_PER_ATTRIBUTE = 64  # tensors looked at in one list/dict attribute
@@ -52,7 +51,7 @@ class WhereReport:
     def __str__(self) -> str:
         lines = [f"{'DEVICE':<10} {'DTYPE':<16} {'TENSORS':>8} {'MEMORY':>9}"]
         for (device, dtype), g in sorted(self.groups.items()):
-            lines.append(f"{device:<10} {dtype:<16} {g['tensors']:>8} {format_size(g['bytes']):>9}")
+            lines.append(f"{device:<10} {dtype:<16} {g['tensors']:>8} {format_bytes(g['bytes']):>9}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
