@@ -74,7 +74,7 @@ def test_analytic_and_traced_peaks_agree(name, batch, precision, checkpointing):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-2-7b", "bert-base-uncased"])
 @pytest.mark.parametrize("kw", [{"attention": "flash"}, {"precision": "bf16-pure"}, {"optimizer": "sgd-momentum"},
-                                {"grad_accum": 2}, {"zero_grad_to_none": False}])
+                                {"grad_accum": 2}, {"zero_grad_to_none": False}, {"optimizer": "none"}])
 def test_other_settings_agree(name, kw):
     _agree(narrow(name), batch=4, seq=128, **kw)
 

@@ -50,3 +50,26 @@ def test_activations_are_counted_at_the_backward_peak():
     r = trace_memory(model, step, fake_mode=fm)
     # linear-2 input and gelu input: 2 × 1024 × 4096 × 4 B saved for backward
     assert r.breakdown["activations"] >= 2 * 1024 * 4096 * 4
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"lora": 8}, "lora"), ({"adapter": 16}, "adapter"), ({"prefix_len": 8}, "prefix_len"),
+    ({"ce_chunk": 64}, "ce_chunk"), ({"fsdp": True, "gpus": 2}, "fsdp"),
+    ({"optimizer": "paged-adamw"}, "paged-adamw"),
+])
+def test_the_reference_run_refuses_what_it_would_trace_as_full_training(options, named):
+    """The reference models train whole on one GPU: a frozen base with adapters, a chunked loss or
+    sharding traced as full training would be a wrong answer given as a check."""
+    from vramkit.estimate.trace import ReferenceRun, TraceUnavailable
+
+    with pytest.raises(TraceUnavailable, match=named):
+        ReferenceRun.plan("gpt2", seq=64, **options)
+
+
+def test_a_backward_pass_without_an_optimizer_traces():
+    from vramkit.estimate.trace import make_optimizer, trace_estimate
+
+    assert make_optimizer("none", []) is None
+    backward = trace_estimate("gpt2", seq=64, optimizer="none")
+    adam = trace_estimate("gpt2", seq=64)
+    assert "optimizer state" not in backward.breakdown and backward.peak_bytes < adam.peak_bytes

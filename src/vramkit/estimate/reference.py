@@ -524,6 +524,8 @@ def run_step(net: nn.Module, spec: ModelSpec, setup: Any, seq: int, optimizer: A
             loss = net(**batch)
         loss.backward()
         del loss, batch
-    assert optimizer is not None  # made for training
+    if optimizer is None:  # optimizer "none": backward passes only, the gradients cleared between them
+        net.zero_grad(set_to_none=setup.zero_grad_to_none)
+        return
     optimizer.step()
     optimizer.zero_grad(set_to_none=setup.zero_grad_to_none)

@@ -301,7 +301,10 @@ class _Adam8bit:
 
 
 def make_optimizer(name: str, params: Iterable[Any]) -> Any:
+    """The optimizer `name` as CUDA runs it; None for "none" (a backward pass without a step)."""
     torch = _torch()
+    if name == "none":
+        return None
     params = [p for p in params if p.requires_grad]
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4, foreach=True)
@@ -342,9 +345,14 @@ class ReferenceRun:
         spec = spec.with_head(setup.head)
         if spec.bare:
             raise TraceUnavailable("a bare parameter count has no architecture to trace")
-        unsupported = [name for name, on in (("lora", setup.lora), ("quant", setup.quant),
-                                             ("zero", setup.zero is not None), ("tp", setup.tp > 1),
-                                             ("gpus", setup.gpus > 1)) if on]
+        # the reference models are whole, trained in full, on one GPU: a frozen base with adapters, a
+        # chunked loss or sharding would be traced as something else (vramkit.trace_memory traces them
+        # on the real model)
+        unsupported = [name for name, on in (("lora", setup.lora), ("adapter", setup.adapter),
+                                             ("prefix_len", setup.prefix_len), ("ce_chunk", setup.ce_chunk),
+                                             ("quant", setup.quant), ("zero", setup.zero is not None),
+                                             ("fsdp", setup.fsdp), ("tp", setup.tp > 1), ("gpus", setup.gpus > 1),
+                                             ("optimizer paged-adamw", setup.optimizer == "paged-adamw")) if on]
         if unsupported:
             raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
                                    "analytic estimate models it)")
