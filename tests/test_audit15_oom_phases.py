@@ -18,14 +18,6 @@ from torch.overrides import _get_current_function_mode_stack  # noqa: E402
 from vramkit.torch import VramTrainerCallback, oom_guard, simulated_memory_cap  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _cnn():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
