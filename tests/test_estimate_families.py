@@ -192,3 +192,27 @@ def test_adapter_dtype_fp32_is_peft_s_default_and_16bit_is_litgpt_s():
     assert r.json()["setup"]["adapter_dtype"] == "16bit"
     assert_one_line_error(run_vram("estimate", "gpt2", "--lora", "8", "--adapter-dtype", "8bit"), 2,
                           "--adapter-dtype")
+
+
+def test_estimate_and_plan_take_a_config_dict_or_a_transformers_config():
+    """Issue 15 item 12: vramkit.estimate(BertConfig(...)) failed with AttributeError 'bare'."""
+    import vramkit
+    from vramkit.estimate.planner import plan
+    from vramkit.estimate.specs import spec_of
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                                     intermediate_size=1024)
+    by_config = vramkit.estimate(config, batch=2, seq=128)
+    by_dict = vramkit.estimate(config.to_dict(), batch=2, seq=128)
+    by_spec = vramkit.estimate(from_config(config.to_dict()), batch=2, seq=128)
+    assert by_config.family == "bert" and by_config.peak_bytes == by_dict.peak_bytes == by_spec.peak_bytes
+    assert plan(config, "rtx-4090", batch=2, seq=128).estimate.peak_bytes == by_config.peak_bytes
+    assert spec_of("gpt2") == resolve("gpt2")
+    with pytest.raises(EstimateError, match="nn.Module is measured, not estimated: use vramkit.trace_memory") as err:
+        vramkit.estimate(transformers.BertModel(config))
+    assert err.value.param == "model"
+    with pytest.raises(EstimateError, match="a model is a catalog name.*not int"):
+        vramkit.estimate(7)
+    with pytest.raises(EstimateError, match="no 'model_type'"):
+        vramkit.estimate({"hidden_size": 8})

@@ -38,7 +38,7 @@ from .formulas import (
     quant_bytes,
     softmax_bytes,
 )
-from .specs import ENCODERS, EstimateError, ModelSpec, numel, resolve
+from .specs import ENCODERS, EstimateError, ModelSpec, numel, spec_of
 
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
@@ -344,14 +344,15 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
             "fused kernel, none")
 
 
-def estimate(model: str | ModelSpec, setup: Setup | None = None, **options: Any) -> Estimate:
+def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estimate:
     """Estimate the GPU memory one GPU needs. `model`: a catalog name, a config.json path or
-    folder, a bare count like "7b", or a ModelSpec; options: the fields of Setup.
+    folder, a bare count like "7b", a config dict, a transformers config (model.config) or a
+    ModelSpec (specs.spec_of); options: the fields of Setup.
 
     >>> e = estimate("bert-large-uncased", batch=4, seq=512, precision="fp32")
     >>> e.total_bytes, e.breakdown
     """
-    spec = resolve(model) if isinstance(model, str) else model
+    spec = spec_of(model)
     setup = replace(setup or Setup(), **options)
     if isinstance(setup.lora_targets, str):  # "q,v" as the command line writes it
         setup = replace(setup, lora_targets=tuple(t.strip() for t in setup.lora_targets.split(",") if t.strip()))

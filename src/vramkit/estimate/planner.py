@@ -9,7 +9,7 @@ from typing import Any
 
 from . import catalog
 from .analytic import Estimate, Setup, estimate
-from .specs import EstimateError, ModelSpec, resolve
+from .specs import EstimateError, ModelSpec, resolve, spec_of
 
 
 @dataclass
@@ -84,14 +84,14 @@ def largest_batch(spec: ModelSpec, setup: Setup, capacity: int, limit: int = 655
     return lo
 
 
-def plan(model: str | ModelSpec, gpu: str | int = "a100-80gb", setup: Setup | None = None,
+def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None,
          gpu_label: str | None = None, **options: Any) -> Plan:
     """Plan a setup on a GPU: `gpu` is a catalog name or a capacity in bytes (e.g. free memory).
 
     >>> p = plan("bert-large-uncased", "rtx-4090", batch=32, seq=512)
     >>> p.fits, p.max_batch, [(c.what, c.total_bytes) for c in p.changes if c.fits]
     """
-    spec = resolve(model) if isinstance(model, str) else model
+    spec = spec_of(model)
     setup = replace(setup or Setup(), **options)
     if isinstance(gpu, int):
         if isinstance(gpu, bool) or gpu <= 0:

@@ -340,6 +340,32 @@ def resolve(model: str) -> ModelSpec:
     raise EstimateError(f"unknown model {text!r}{hint}")
 
 
+MODEL_KINDS = ("a catalog name, a config.json path, a count like 7b, a config dict, a transformers config "
+               "(PretrainedConfig) or a ModelSpec")
+
+
+def spec_of(model: object) -> ModelSpec:
+    """The spec of whatever estimate(), plan() and the traced estimate are given as `model`: a
+    ModelSpec; a string (resolve: catalog name, config.json, bare count); a config.json's dict; a
+    transformers config (an object with to_dict() and model_type). A model itself is refused: its
+    memory is measured (trace_memory), not estimated."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, str):
+        return resolve(model)
+    if hasattr(model, "named_parameters"):  # torch.nn.Module, a transformers model
+        raise EstimateError("an nn.Module is measured, not estimated: use vramkit.trace_memory(model, step_fn), or "
+                            "pass model.config", param="model")
+    to_dict = getattr(model, "to_dict", None)
+    if isinstance(model, dict) or (callable(to_dict) and getattr(model, "model_type", None)):
+        cfg = model if isinstance(model, dict) else to_dict()  # type: ignore[misc]
+        if not isinstance(cfg, dict):
+            raise EstimateError(f"{type(model).__name__}.to_dict() gave no dict", param="model")
+        name = cfg.get("_name_or_path") or cfg.get("model_type") or "config"
+        return from_config(cfg, name=str(name)[:100], source="config")
+    raise EstimateError(f"a model is {MODEL_KINDS}, not {type(model).__name__}", param="model")
+
+
 def typical_hidden(params: int) -> int:
     """The width of a typical decoder of `params` parameters (LLaMA-shaped: 12·layers·hidden² with
     layers = hidden / 128, as LLaMA-2 7B and 13B have), for the bounds a bare count has no shape for."""

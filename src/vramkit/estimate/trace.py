@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestError, VramkitError
-from .specs import EstimateError, ModelSpec, resolve
+from .specs import EstimateError, ModelSpec, spec_of
 
 if TYPE_CHECKING:
     from .analytic import Setup
@@ -332,14 +332,14 @@ class ReferenceRun:
     low: Any  # the 16-bit torch dtype
 
     @classmethod
-    def plan(cls, model: str | ModelSpec, setup: Setup | None = None, **options: Any) -> ReferenceRun:
+    def plan(cls, model: object, setup: Setup | None = None, **options: Any) -> ReferenceRun:
         """Check that the setup can be traced; TraceUnavailable (or EstimateError) if not."""
         from dataclasses import replace
 
         from .analytic import Setup, _default_seq
 
         torch = _torch()
-        spec = resolve(model) if isinstance(model, str) else model
+        spec = spec_of(model)
         setup = replace(setup or Setup(), **options)
         setup.check(spec)
         spec = spec.with_head(setup.head)
@@ -389,7 +389,8 @@ class ReferenceRun:
                            pixel_dtype=self.low if self.pure else torch.float32, device=device)
 
 
-def trace_estimate(model: str | ModelSpec, setup: Setup | None = None, steps: int = 2, **options: Any) -> TraceResult:
+def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
+                   **options: Any) -> TraceResult:
     """Trace the reference implementation of a spec's family with the setup's options."""
     run = ReferenceRun.plan(model, setup, **options)
     notes = ["CPU trace on fake tensors: cuBLAS/cuDNN workspaces, allocator fragmentation and the CUDA "
