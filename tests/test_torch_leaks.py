@@ -268,6 +268,13 @@ def test_total_loss_graph_reports_what_the_process_heap_grew():
     assert f"heap in use grew by {format_bytes(leak.heap_growth)}" in str(leak)
 
 
+def test_live_memory_growth_is_said_in_bytes_when_it_rounds_away():
+    from vramkit.torch.leak import LeakReport
+    report = LeakReport(leaks=[], live_bytes=[187_000, 187_004, 187_008, 187_012, 187_016], growing=True)
+    assert str(report).splitlines()[-1] == ("live tensor memory grew at every step, by 12 B over the last 3: "
+                                            "182.6 KiB -> 182.6 KiB -> 182.6 KiB -> 182.6 KiB")
+
+
 def test_host_memory_readings_see_kept_autograd_nodes():
     if heap_bytes() is None:
         pytest.skip("this C library does not report its heap (glibc's mallinfo2)")

@@ -131,8 +131,9 @@ class LeakReport:
                          f"({format_bytes(leak.bytes + leak.graph_bytes)}): bounded, not a leak"
                          + (f"; held by {leak.held_by}" if leak.held_by else ""))
         if self.growing:
-            parts.append("live tensor memory grew at every step: " +
-                         " -> ".join(format_bytes(b) for b in self.live_bytes[-4:]))
+            shown = self.live_bytes[-4:]  # the growth said in bytes: a few scalars a step round away in KiB
+            parts.append(f"live tensor memory grew at every step, by {format_bytes(shown[-1] - shown[0])} over "
+                         f"the last {len(shown) - 1}: " + " -> ".join(format_bytes(b) for b in shown))
         return "\n".join(parts)
 
 
