@@ -169,6 +169,29 @@ def test_holders_are_named_through_variables_containers_and_attributes():
     assert find_holder(torch.ones(6), frame) is None
 
 
+def _store_made_in_a_function():
+    class Store:
+        items: list = []  # a class attribute: every Store shares it
+
+    return Store()
+
+
+def test_holders_through_a_class_attribute():
+    class History:
+        losses: list = []
+
+    History.losses.append(torch.ones(3))
+    store = _store_made_in_a_function()  # its class is named by no variable: found through the instance
+    store.items.append(torch.ones(2))
+    frame = sys._getframe()
+    here = "test_holders_through_a_class_attribute"
+    found = find_holder(History.losses[0], frame)
+    assert str(found) == f"History.losses (list of 1) in {here}"
+    History.losses.append(torch.ones(3))
+    assert found.refresh(frame) and found.label == "History.losses (list of 2)"
+    assert str(find_holder(store.items[0], frame)) == f"store.items (list of 1) in {here}"
+
+
 def test_the_user_line_passes_over_libraries_and_the_library_line_is_kept():
     tracker = Tracker()
     tracker.start()

@@ -136,6 +136,16 @@ def _step_up(ref: Any, below: dict[int, _Way]) -> _Way | None:
                 key = held if isinstance(held, str) else None
                 return _Way(ref, (), ref, key, way)
         return None
+    if isinstance(ref, type):  # a class attribute (`history = []` in the class body): its __dict__ is a proxy
+        for way in below.values():
+            inner = way.inner
+            if isinstance(way.obj, dict) and way.key is not None and inner is not None \
+                    and vars(ref).get(way.key) is inner.obj:
+                return _Way(ref, (way.key,) + inner.attrs, inner.shown)
+        return None
+    kind = below.get(id(type(ref)))  # an instance reaches its class's attributes: self.history
+    if kind is not None:
+        return _Way(ref, kind.attrs, kind.shown)
     owned = getattr(ref, "__dict__", None)
     if isinstance(owned, dict):
         for key, value in list(owned.items()):  # an attribute (Python keeps small objects' attributes inline)
