@@ -112,10 +112,11 @@ _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
 # its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
 # that dtype (Lightning's BitsandbytesPrecision sets compute_dtype to it); every model's attention has one
-# q/k/v linear (LoRAQKVLinear: one lora_dropout for the three); lora.yaml: lora_dropout 0.05
+# q/k/v linear (LoRAQKVLinear: one lora_dropout for the three); lora.yaml: lora_dropout 0.05; fit() keeps
+# `logits` and `loss` of one micro-step until the next forward has run (the graph's nodes live on)
 _LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer": "adamw", "batch": 2,
         "grad_accum": 4, "lora": 32, "lora_dropout": 0.05, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
-        "fused_qkv": True}
+        "fused_qkv": True, "keeps_last_graph": True}
 # LitGPT's QLoRA (qlora.yaml: quantize bnb.nf4): Lightning's BitsandbytesPrecision replaces every nn.Linear,
 # lm_head too, and finetune/lora.py then takes bitsandbytes' PagedAdamW (states in unified memory)
 _LIT_QLORA = {**_LIT, "quant": "4bit", "quant_head": True, "optimizer": "paged-adamw"}

@@ -214,6 +214,9 @@ def test_litgpt_qlora_options_quantized_head_paged_adamw_fused_qkv():
     # q and v apart: two masks and two dropped copies for their shared input; fused: one mask, one copy
     assert dropout_extra() == spec.layers * (2 * T * h + 2 * T * h * 2 - T * h * 2)
     assert dropout_extra(fused_qkv=True) == spec.layers * (T * h + T * h * 2 - T * h * 2)
+    # under a 4-bit base the dropped copies come on top of the input bitsandbytes keeps (one mask, one copy)
+    assert dropout_extra(fused_qkv=True, quant="4bit", quant_compute_dtype="bf16") == \
+        spec.layers * (T * h + T * h * 2)
     with pytest.raises(EstimateError) as err:
         estimate(spec, quant_head=True, lora=8)
     assert err.value.param == "quant_head"
@@ -221,3 +224,19 @@ def test_litgpt_qlora_options_quantized_head_paged_adamw_fused_qkv():
                  "paged-adamw", "--fused-qkv", "--json")
     setup = r.json()["setup"]
     assert setup["quant_head"] and setup["fused_qkv"] and setup["optimizer"] == "paged-adamw"
+
+
+def test_a_loop_that_keeps_the_last_graph_keeps_what_bitsandbytes_holds_as_ctx_attributes():
+    """MatMul4Bit keeps its input as ctx.tensors, freed with the graph's nodes, not by backward;
+    LitGPT's fit() holds `logits` and `loss` until the next forward has run."""
+    spec = resolve("llama-2-7b")
+    kw = {"lora": 32, "quant": "4bit", "seq": 512, "batch": 2, "precision": "bf16-pure", "adapter_dtype": "16bit",
+          "quant_compute_dtype": "bf16", "quant_head": True, "fused_qkv": True, "grad_accum": 4}
+    freed, held = estimate(spec, **kw), estimate(spec, keeps_last_graph=True, **kw)
+    T, h, i = 2 * 512, spec.hidden, spec.intermediate
+    bnb = spec.layers * T * (h + spec.inner + h + i) * 2 + T * h * 2  # q/k/v, o, gate/up, down; the 4-bit head
+    term = next(t.bytes for t in held.terms if t.name.startswith("last micro-step's graph"))
+    assert term == bnb + T * spec.vocab * 2  # and its bf16 logits
+    assert held.moments["forward end"] - freed.moments["forward end"] == term
+    plain = estimate(spec, keeps_last_graph=True, **{**kw, "quant": None, "quant_head": False})
+    assert next(t.bytes for t in plain.terms if t.name.startswith("last micro-step")) == T * spec.vocab * 2

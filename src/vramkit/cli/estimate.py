@@ -89,6 +89,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "models)")
     p.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", help="q, k and v as one linear, as "
                    "LitGPT builds every model: one LoRA dropout (and one 4-bit input cast) serves the three")
+    p.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", help="the training loop "
+                   "holds the last micro-step's loss and logits into the next forward (LitGPT's fit loop): that "
+                   "graph lives on, with what bitsandbytes' matmuls keep as ctx attributes")
     p.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
                    "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
     p.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default="fp32",
@@ -244,7 +247,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
                  lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
                  quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
-                 fused_qkv=args.fused_qkv)
+                 fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph)
 
 
 def list_models() -> str:

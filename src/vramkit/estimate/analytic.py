@@ -30,6 +30,7 @@ from .formulas import (
     Term,
     activations,
     adapter_params,
+    bnb_held_inputs,
     fmt,
     inference_working_set,
     kv_cache,
@@ -95,6 +96,9 @@ class Setup:
     quant_compute_dtype: str = "fp32"
     quant_head: bool = False  # the output layer quantized too (Lightning's BitsandbytesPrecision, LitGPT)
     fused_qkv: bool = False  # q, k, v as one linear whatever the family (LitGPT's attn): one LoRA dropout for them
+    # the training loop holds the last micro-step's loss and logits into the next forward (LitGPT's fit
+    # loop): that graph's nodes live on, with the logits and what bitsandbytes keeps as ctx attributes
+    keeps_last_graph: bool = False
     gpus: int = 1
     zero: int | None = None  # DeepSpeed ZeRO stage; None = plain PyTorch
     offload: bool = False  # ZeRO-Offload: optimizer states, fp32 master weights and gradients in CPU memory
@@ -570,6 +574,17 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
     copies_bwd = cast_copies if not setup.checkpointing else (2 * p.head_cast // tp if cast_copies else 0)
     fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
+    held: dict[str, int] = {}
+    if setup.keeps_last_graph:
+        bnb = bnb_held_inputs(spec, b * seq, dt, setup.quant == "4bit" and setup.quant_compute_dtype == "fp32"
+                              and dt.x == 2 and not dt.mixed, setup.fused_qkv, setup.quant_head) \
+            if setup.quant else 0
+        held_t = Term("last micro-step's graph (held by the loop)", bnb + dt.x * acts.logits // tp,
+                      f"its logits {fmt(dt.x * acts.logits // tp)}" + (
+                          f" + the inputs bitsandbytes' matmuls keep as ctx attributes (MatMul4Bit ctx.tensors: freed "
+                          f"with the graph, not by backward) {fmt(bnb)}" if bnb else ""), "activations")
+        terms.append(held_t)
+        held = {held_t.name: held_t.bytes}
 
     # FSDP: the gathered units live through forward and backward (resharded before the optimizer
     # step); one unit's full gradient waits for its reduce-scatter in backward
@@ -578,9 +593,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
 
     def moments_with(o_bytes: int) -> dict[str, dict[str, int]]:
         base = {**always, **gathered, Opt.name: o_bytes}
-        m = {"forward end": {**base, **g_acc, A.name: A.bytes, "autocast 16-bit weight copies": cast_copies,
+        m = {"forward end": {**base, **g_acc, **held, A.name: A.bytes, "autocast 16-bit weight copies": cast_copies,
                              "logits + fp32 copy (loss forward)": fwd_logits},
-             "backward start": {**base, **g_acc, **unit_grad, A.name: A.bytes,
+             "backward start": {**base, **g_acc, **held, **unit_grad, A.name: A.bytes,
                                 "autocast 16-bit weight copies": copies_bwd,
                                 **({"loss-gradient transients (fp32)": logits_extra} if logits_extra > layer_bwd
                                    else {"backward temporaries": layer_bwd})},
@@ -589,7 +604,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         if setup.checkpointing:
             # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
             recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
-            m["recompute"] = {**base, **g_acc, A.name: A.bytes - outside,
+            m["recompute"] = {**base, **g_acc, **held, A.name: A.bytes - outside,
                               "recomputed layer": named["recomputed layer"], "backward temporaries": recompute_bwd,
                               "gradients (head and one layer)": int(p.largest_layer * wt) // tp}
         return m

@@ -292,6 +292,25 @@ def _input_widths(spec: ModelSpec) -> dict[str, int]:
     return {"q": h, "k": h, "v": h, "qkv": h, "o": spec.inner, "gate": h, "up": h, "down": spec.intermediate}
 
 
+def bnb_held_inputs(spec: ModelSpec, tokens: int, dt: Dtypes, fp32_compute: bool, fused_qkv: bool,
+                    quant_head: bool) -> int:
+    """The inputs bitsandbytes' matmuls hold as ctx attributes (MatMul4Bit / MatMul8bitLt
+    ctx.tensors, not save_for_backward): freed with the graph's nodes, not by backward. Every layer's
+    quantized linears (one shared 16-bit input per q/k/v, o, gate/up and down; with the fp32 compute
+    dtype each linear's own fp32 copy) and the head's when it is quantized."""
+    gated = spec.ffn in ("swiglu", "gated-gelu")
+    roles = _fuse([t for t in lora_targets(spec, ("all-linear",)) if t != "gate" or gated], fused_qkv)
+    widths = _input_widths(spec)
+    if fp32_compute:
+        per_layer = sum(tokens * widths[t] * 4 for t in roles)
+    else:
+        groups = {("attn" if t in ("q", "k", "v", "qkv") else "ffn" if t in ("gate", "up") else t): widths[t]
+                  for t in roles}
+        per_layer = sum(tokens * w * dt.x for w in groups.values())
+    head = tokens * spec.hidden * (4 if fp32_compute else dt.x) if quant_head and spec.head == "lm" else 0
+    return (spec.layers + spec.decoder_layers) * per_layer + head
+
+
 def _fuse(roles: tuple[str, ...] | list[str], fused_qkv: bool) -> list[str]:
     """The linears of `roles` with an input width (not the head), q, k and v as one when fused."""
     named = [("qkv" if fused_qkv and t in ("q", "k", "v") else t) for t in roles if t != "head"]
@@ -360,7 +379,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
         attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
         adapted = lora_targets(spec, targets) if lora and (lora_dropout > 0 or fp32_adapters) else ()
-        adapted = adapted or (adapted_quantized if fp32_adapters else ())
+        adapted = adapted or (adapted_quantized if fp32_adapters or lora_dropout > 0 else ())
         if adapted:  # each adapter's own dropout of its input: a 1-byte mask, and (without autocast,
             # whose casts are kept either way) its dropped copy in place of the input they shared.
             # fp32 adapters on a 16-bit base (PEFT's _cast_input_dtype): each adapter's own fp32 copy

@@ -352,7 +352,8 @@ class ReferenceRun:
                                              ("prefix_len", setup.prefix_len), ("ce_chunk", setup.ce_chunk),
                                              ("quant", setup.quant), ("zero", setup.zero is not None),
                                              ("fsdp", setup.fsdp), ("tp", setup.tp > 1), ("gpus", setup.gpus > 1),
-                                             ("optimizer paged-adamw", setup.optimizer == "paged-adamw")) if on]
+                                             ("optimizer paged-adamw", setup.optimizer == "paged-adamw"),
+                                             ("keeps_last_graph", setup.keeps_last_graph)) if on]
         if unsupported:
             raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
                                    "analytic estimate models it)")
