@@ -137,3 +137,42 @@ def test_hf_trainer_oom_under_a_cap_names_the_model_line_not_the_simulator(tmp_p
     failed = next(line for line in errors[0].splitlines() if "Failed in" in line)
     assert failed.startswith("  Failed in the forward pass") and ".py:" in failed
     assert "memcap.py" not in errors[0] and "eval_frame.py" not in errors[0] and "callbacks.py" not in errors[0]
+
+
+def _evaluate(model, x, grad: bool):
+    def loop():
+        model.eval()
+        kept = []
+        with torch.set_grad_enabled(grad):
+            for _ in range(40):
+                kept.append(model[:3](x))  # an evaluation loop that keeps every feature map (128 KiB)
+    return loop
+
+
+def test_evaluation_without_no_grad_ranks_no_grad_first():
+    model = _cnn()
+    x, _ = _batch()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    diagnosis, text = _guarded(model, weights + 1024**2, _evaluate(model, x, grad=True))
+    ex = diagnosis.explanation
+    assert ex.eval_with_grad and ex.fixes[0].id == "no_grad"
+    assert "also: the model is in eval mode but autograd is recording" in text
+
+
+def test_evaluation_under_no_grad_is_not_told_to_use_no_grad():
+    model = _cnn()
+    x, _ = _batch()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    diagnosis, text = _guarded(model, weights + 1024**2, _evaluate(model, x, grad=False))
+    ex = diagnosis.explanation
+    assert not ex.eval_with_grad and ex.fixes[0].id != "no_grad"  # no_grad ended before the guard looked
+    assert "autograd is recording" not in text
+
+
+def test_a_training_forward_is_not_an_evaluation():
+    model = _cnn()
+    x, _ = _batch()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    diagnosis, _ = _guarded(model, weights + 40_000, lambda: model(x))
+    assert model.training and not diagnosis.explanation.eval_with_grad
+    assert diagnosis.explanation.fixes[0].id == "halve_batch"

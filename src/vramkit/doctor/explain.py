@@ -88,6 +88,8 @@ class Explanation:
     phase: Phase | None = None  # where the allocation failed, from the traceback
     # the savings hook was given (--model and --batch): a fix left without a number is one it does not model
     estimated: bool = False
+    # the model was in eval mode while autograd recorded its activations (oom_guard sees the live tensors)
+    eval_with_grad: bool = False
 
 
 def _identify_job(report: OomReport, job_pid: int | None) -> tuple[int | None, int | None]:
@@ -130,17 +132,20 @@ def live_gpu_for(report: OomReport, snap: Snapshot, gpu: int | None = None) -> t
 
 def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | None = None,
             job_pid: int | None = None, me: str | None = None, savings: SavingsHook | None = None,
-            context: dict[str, Any] | None = None, phase: Phase | None = None) -> Explanation:
+            context: dict[str, Any] | None = None, phase: Phase | None = None,
+            eval_with_grad: bool = False) -> Explanation:
     """The cause and ranked fixes for one parsed out-of-memory message.
 
     snapshot: live NVML data (named processes, GPUs with room now). gpu: the NVML index the job
     ran on, when the message's CUDA ordinal is not it. me: the caller's user name (own processes
     get `vram kill`, others' get "ask"). savings/context: the estimator hook (SavingsHook).
     phase: where the allocation failed (doctor.traceback.phase_of), which ranks the fixes.
+    eval_with_grad: the model was in eval mode and the live activations keep autograd graphs
+    (evaluation without torch.no_grad()): no autograd is the fix for a forward pass.
     """
     pid, job_bytes = _identify_job(report, job_pid)
     ex = Explanation(report=report, cause="own_usage", cause_text="", job_pid=pid, job_bytes=job_bytes,
-                     phase=phase)
+                     phase=phase, eval_with_grad=eval_with_grad)
     for p in report.processes:
         ex.holders.append(Holder(p.pid, p.bytes, "message", is_job=(p.pid == pid and job_bytes == p.bytes)))
     _others_from_message(ex)
@@ -230,6 +235,9 @@ def _cause(ex: Explanation) -> str:
 
 def _contributing(ex: Explanation) -> None:
     r = ex.report
+    if ex.eval_with_grad:
+        ex.contributing.append("the model is in eval mode but autograd is recording: the live activations keep "
+                               "graphs for a backward that never comes")
     if ex.cause != "other_processes" and ex.others_bytes and ex.others_bytes >= max(1, r.shortfall_bytes or 0):
         who = ("memory outside PyTorch (other processes, this job's CUDA context)"
                if ex.others_basis == "outside PyTorch" else "other processes")
@@ -328,9 +336,16 @@ _PHASE_ORDER: dict[str, tuple[str, ...]] = {
     "generate": ("generate_batch", "cache_offload", "half_weights"),
 }
 _EVAL_FORWARD = ("eval_batch", "no_grad", "bf16")
+_EVAL_WITH_GRAD = ("no_grad", "eval_batch", "bf16")  # a model in eval mode whose activations keep graphs
 # Causes the phase's fixes answer best; for the others (fragmentation, other processes, a request
 # larger than the GPU) the cause's fix leads and the phase's follow.
 _PHASE_LEADS = ("own_usage", "device_full")
+
+
+def _phase_order(phase: Phase, eval_with_grad: bool) -> tuple[str, ...]:
+    if phase.id == "forward" and eval_with_grad:
+        return _EVAL_WITH_GRAD
+    return _EVAL_FORWARD if phase.id == "forward" and phase.evaluating else _PHASE_ORDER[phase.id]
 
 
 def _phase_fixes(ex: Explanation) -> list[Fix]:
@@ -338,8 +353,10 @@ def _phase_fixes(ex: Explanation) -> list[Fix]:
     in their usual order when the traceback does not say)."""
     model = {f.id: f for f in _model_fixes(ex)}
     if ex.phase is None:
+        if ex.eval_with_grad and "no_grad" in model:
+            return [model["no_grad"]] + [f for f in model.values() if f.id != "no_grad"]
         return list(model.values())
-    order = _EVAL_FORWARD if ex.phase.id == "forward" and ex.phase.evaluating else _PHASE_ORDER[ex.phase.id]
+    order = _phase_order(ex.phase, ex.eval_with_grad)
     return [model[fix_id] if fix_id in model else _fix(fix_id, *_PHASE_FIX_TEXT[fix_id]) for fix_id in order]
 
 
@@ -441,7 +458,7 @@ def _rank(ex: Explanation, fixes: list[Fix], savings: SavingsHook | None, contex
             f.enough = f.saves_bytes >= short
     if ex.phase is not None and ex.cause in _PHASE_LEADS:
         # Where it failed decides: that phase's fixes lead, in the order that helps there.
-        order = _EVAL_FORWARD if ex.phase.id == "forward" and ex.phase.evaluating else _PHASE_ORDER[ex.phase.id]
+        order = _phase_order(ex.phase, ex.eval_with_grad)
         leads = [f for f in fixes if f.id in order]
     else:
         # The fix for the main cause leads; then fixes known to cover the shortfall, biggest first.

@@ -235,7 +235,6 @@ def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = No
     report = parse_oom(text)
     # where it failed, from the exception's own frames (and those it chains)
     phase = phase_of(_job_frames(frames_of_exception(exc))) if report is not None else None
-    ex = explain(report, phase=phase) if report is not None else None
     allocator, note = _allocator(report)
     device_type = None
     if report is not None:
@@ -245,6 +244,9 @@ def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = No
     if device_type == "cuda" and not torch.cuda.is_available():
         device_type = None  # a CUDA message seen without CUDA (tests, a replayed log): show what is alive
     tensors = largest_tensors(top, device_type, tb or exc.__traceback__, tracker, model)
+    # evaluation without no_grad: the model in eval mode, and what filled the memory keeps graphs
+    eval_with_grad = model is not None and not getattr(model, "training", True) and any(t.keeps_graph for t in tensors)
+    ex = explain(report, phase=phase, eval_with_grad=eval_with_grad) if report is not None else None
     return OomDiagnosis(error=text, report=report, explanation=ex, allocator=allocator, allocator_note=note,
                         tensors=tensors, device_check=device_check(model))
 
