@@ -177,3 +177,30 @@ def test_one_side_of_a_link_is_enough(tmp_path):
     path = tmp_path / "half.json"
     path.write_text(json.dumps(data))
     assert [u.dev.index for u in _decision(str(path), 2).chosen] == [3, 4]
+
+
+def test_links_up_of_a_pcie_named_gpu_are_checked_against_its_topology_links():
+    """A GPU whose name gives it no NVLink by default gets its links from the matrix: links_up 2 of
+    NV4 is fine, 5 is refused, and without a topology any links_up is more than its 0 links."""
+    data = _data()
+    data["gpus"][3]["name"] = "NVIDIA A100-PCIE-40GB"
+    data["gpus"][3]["health"] = {"nvlink_links_up": 2}
+    gpus = scenarios.validate(data, "test").gpus
+    assert (gpus[3]["health"]["nvlink_links"], gpus[3]["health"]["nvlink_links_up"]) == (4, 2)
+    data["gpus"][3]["health"] = {"nvlink_links_up": 5}
+    with pytest.raises(scenarios.ScenarioError, match=r"gpus\[3\]\.health\.nvlink_links_up"):
+        scenarios.validate(data, "test")
+    data = _data(topology=False)
+    data["gpus"][3]["name"] = "NVIDIA A100-PCIE-40GB"
+    data["gpus"][3]["health"] = {"nvlink_links_up": 2}
+    with pytest.raises(scenarios.ScenarioError, match=r"gpus\[3\]\.health\.nvlink_links_up"):
+        scenarios.validate(data, "test")
+
+
+def test_a_gpu_has_at_most_18_nvlinks_and_a_scenario_at_most_1024_gpus():
+    data = _data()
+    data["topology"] = [row.replace("NV4", "NV19") for row in MATRIX]
+    with pytest.raises(scenarios.ScenarioError, match=r"topology\[3\].*at most 18"):
+        scenarios.validate(data, "test")
+    with pytest.raises(scenarios.ScenarioError, match="at most 1024"):
+        scenarios.validate({"name": "big", "gpus": [{"memory_total": "1GiB"}] * 1025}, "test")

@@ -76,6 +76,9 @@ PROCESS_STATES = {"running", "sleeping", "zombie", "disk-sleep", "stopped"}
 
 # No number field needs more (pids, uids, seconds, watts); a larger one is a typo or a fuzzer.
 MAX_NUMBER = 1e12
+# A machine, not a fleet: more GPUs than any one host has would only make every command slow.
+MAX_GPUS = 1024
+MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS: the most NVLink links one GPU has
 # faults.slow_calls: at most ten minutes per call (enough to play a hung driver).
 MAX_SLOW_CALL_MS = 600_000
 
@@ -344,6 +347,8 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
     gpus_raw = data.get("gpus")
     if not isinstance(gpus_raw, list) or not gpus_raw:
         c.fail("gpus", "must be a non-empty list")
+    if len(gpus_raw) > MAX_GPUS:
+        c.fail("gpus", f"at most {MAX_GPUS} GPUs (one machine), got {len(gpus_raw)}")
     for key in ("name", "description", "driver_version"):
         if key in data:
             c.string(data[key], key)
@@ -383,6 +388,10 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
 
     if "topology" in data:
         _validate_topology(c, data["topology"], gpus, gpus_raw)
+    for i, g in enumerate(gpus):  # after the topology, which may give a GPU its links
+        if g["health"]["nvlink_links_up"] > g["health"]["nvlink_links"]:
+            c.fail(f"gpus[{i}].health.nvlink_links_up", f"is more than GPU {i}'s {g['health']['nvlink_links']} "
+                   "NVLink links")
 
     procs_raw = data.get("processes", [])
     if not isinstance(procs_raw, list):
@@ -526,6 +535,8 @@ def _validate_topology(c: _Checker, raw: Any, gpus: list[dict[str, Any]], gpus_r
     for i, g in enumerate(gpus):
         g["topology"] = rows[i]
         links = sum(int(cell[2:]) for cell in rows[i] if cell.startswith("NV"))
+        if links > MAX_NVLINKS:
+            c.fail(f"topology[{i}]", f"gives GPU {i} {links} NVLink links; a GPU has at most {MAX_NVLINKS}")
         h, given = g["health"], gpus_raw[i].get("health", {}) if isinstance(gpus_raw[i], dict) else {}
         if "nvlink_links" in given:
             if h["nvlink_links"] < links:
@@ -535,8 +546,6 @@ def _validate_topology(c: _Checker, raw: Any, gpus: list[dict[str, Any]], gpus_r
             h["nvlink_links"] = links
             if "nvlink_links_up" not in given:
                 h["nvlink_links_up"] = links
-            elif h["nvlink_links_up"] > links:
-                c.fail(f"gpus[{i}].health.nvlink_links_up", f"is more than GPU {i}'s {links} NVLink links")
 
 
 def _row_remapping(name: str) -> bool:
@@ -562,9 +571,11 @@ def _validate_health(c: _Checker, raw: Any, where: str, name: str) -> dict[str, 
     limits = {"sm_clock_max": 1410, "memory_clock_max": 1593, "pcie_gen_max": 4, "pcie_width_max": 16,
               "nvlink_links": nvlink}
     for key, default in limits.items():
-        h[key] = c.number(raw.get(key, default), f"{where}.{key}", minimum=0, maximum=100_000, integer=True)
+        h[key] = c.number(raw.get(key, default), f"{where}.{key}", minimum=0,
+                          maximum=MAX_NVLINKS if key == "nvlink_links" else 100_000, integer=True)
+    # at most nvlink_links: checked once the topology (which may give the links) is read
     h["nvlink_links_up"] = c.number(raw.get("nvlink_links_up", h["nvlink_links"]), f"{where}.nvlink_links_up",
-                                    minimum=0, maximum=h["nvlink_links"], integer=True)
+                                    minimum=0, maximum=MAX_NVLINKS, integer=True)
     current = {"sm_clock": h["sm_clock_max"], "memory_clock": h["memory_clock_max"], "performance_state": 0,
                "pcie_gen": h["pcie_gen_max"], "pcie_width": h["pcie_width_max"]}
     for key, default in current.items():

@@ -148,6 +148,7 @@ class SimulatedNvml:
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
         self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
         self._by_pid = {p["pid"]: p for p in scenario.processes}
+        self._nvlink_peers: dict[int, list[int]] = {}  # GPU -> the GPU at each of its links
         for p in scenario.processes:
             for unit, mem in p["gpus"].items():
                 self._by_unit.setdefault(unit, []).append((p, mem))
@@ -613,8 +614,11 @@ class SimulatedNvml:
         """The GPU at the other end of `link`: a GPU's links go to its NV<n> peers in index order,
         n links each."""
         self._link(handle, link)
-        peers = [j for j, cell in enumerate(self._topology_row(handle)) if cell.startswith("NV")
-                 for _ in range(int(cell[2:]))]
+        peers = self._nvlink_peers.get(handle.index)
+        if peers is None:  # built once a GPU: the matrix does not change
+            peers = [j for j, cell in enumerate(self._topology_row(handle)) if cell.startswith("NV")
+                     for _ in range(int(cell[2:]))]
+            self._nvlink_peers[handle.index] = peers
         if link >= len(peers):
             raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
         return self.nvmlDeviceGetPciInfo(SimHandle(peers[link]))
