@@ -211,8 +211,9 @@ def _allocator(report: OomReport | None) -> tuple[dict[str, int] | None, str | N
     return out, None
 
 
-# torch's wrappers a Python dispatch mode is entered through (torch._disable_dynamo)
-_MODE_WRAPPERS = ("/torch/_compile.py", "/torch/_dynamo/")
+# torch's wrappers a Python mode is entered through: torch._disable_dynamo for a dispatch mode,
+# handle_torch_function for a function mode (LeakDetector's, inside the trainer callbacks)
+_MODE_WRAPPERS = ("/torch/_compile.py", "/torch/_dynamo/", "/torch/overrides.py")
 
 
 def _job_frames(frames: list[Frame]) -> list[Frame]:
