@@ -117,3 +117,30 @@ def test_what_doctor_flags_is_painted_on_a_terminal(index, label):
     assert line.lstrip().startswith("\x1b[33m"), repr(line)
     healthy = run_vram_tty("info", "0", "--simulate", "unhealthy", columns=120)
     assert not any(line.lstrip().startswith("\x1b[33m") for line in healthy.out.splitlines())
+
+
+def test_mig_mode_not_supported_and_refused_read_differently(monkeypatch):
+    """A GPU without MIG reads 'not supported' (null in JSON, as documented); a refused reading
+    keeps its reason in na, so vram info says why."""
+    import json as _json
+
+    from helpers import clean_env as _clean_env
+
+    from vramkit.cli.main import main
+    from vramkit.nvml.sim import SimulatedNvml
+
+    def refused(self, handle):
+        raise self._error(self.api.NVML_ERROR_NO_PERMISSION)
+
+    monkeypatch.setattr(SimulatedNvml, "nvmlDeviceGetMigMode", refused)
+    for key, value in _clean_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["info", "0", "--simulate", "demo", "--json"]) == 0
+    gpu = _json.loads(out.getvalue())["gpus"][0]
+    assert gpu["mig_enabled"] is None and gpu["na"]["mig_enabled"] == "no permission"

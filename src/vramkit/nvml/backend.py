@@ -230,9 +230,11 @@ class Nvml:
                     except lib.NVMLError as e:
                         if getattr(e, "value", None) != self._codes["NVML_ERROR_NOT_FOUND"]:
                             raise
-            static["mig"] = (enabled, handles)
-        enabled, handles = static["mig"]
+            static["mig"] = (enabled, handles, probe.na.get("mig"))
+        enabled, handles, reason = static["mig"]
         dev.mig_enabled = enabled
+        if enabled is None and reason and reason != "not supported":  # null alone means no MIG (docs/json.md)
+            dev.na["mig_enabled"] = reason
         for h in handles:
             probe = Device(index=dev.index)
             gi = lib.nvmlDeviceGetGpuInstanceId(h)

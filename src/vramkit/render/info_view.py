@@ -179,7 +179,8 @@ def _identity_and_load(dev: Device) -> list[tuple[str, str]]:
     return [
         ("uuid", dev.uuid or "N/A"),
         ("pci bus id", dev.pci_bus_id or "N/A"),
-        ("mig", _value(dev, "mig_enabled", "on" if dev.mig_enabled else "off")),
+        ("mig", "not supported" if dev.mig_enabled is None and "mig_enabled" not in dev.na
+         else _value(dev, "mig_enabled", "on" if dev.mig_enabled else "off")),
         ("memory used", _value(dev, "memory_used", f"{fmt.memory_pair(dev.memory_used, dev.memory_total)} "
                                                    f"({fmt.pct(None if frac is None else 100 * frac)})")),
         ("memory free", _value(dev, "memory_free", format_size(dev.memory_free))),
