@@ -133,3 +133,17 @@ def test_in_its_own_pid_namespace_vram_does_not_read_another_processes_environme
     data = json.loads(out)
     assert data["mismatch"] is None and data["environment"] == {}
     assert data["environment_problem"] == PIDS_UNMAPPED
+
+
+def test_as_root_a_refused_environment_is_not_called_another_users():
+    """root reads every user's environment; where the kernel still refuses (ptrace rules, a process
+    that cleared its dumpable flag) the reason says so instead of blaming another user."""
+    if os.geteuid() != 0:
+        pytest.skip("root only: an ordinary user is refused for another user's process")
+    try:
+        with open("/proc/1/environ", "rb") as f:
+            f.read(1)
+        pytest.skip("this kernel lets root read pid 1's environment")
+    except PermissionError:
+        pass
+    assert procs.read_environ(1, ("PATH",)).problem == procs.ENV_REFUSED_TO_ROOT

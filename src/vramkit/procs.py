@@ -274,6 +274,8 @@ def _read_proc_file(path: str, limit: int) -> bytes | None:
 
 MAX_ENVIRON_BYTES = 4 * 1024 * 1024  # environ is another user's text and can be megabytes: read this much at most
 ENV_NOT_VISIBLE = "not visible (another user's process)"
+# root is refused too where the kernel's ptrace rules (Yama, a dumpable-flag cleared) keep it out
+ENV_REFUSED_TO_ROOT = "not visible (the kernel refused to show its environment)"
 
 
 @dataclass
@@ -294,7 +296,7 @@ def read_environ(pid: int, names: tuple[str, ...], limit: int = MAX_ENVIRON_BYTE
     try:
         fd = os.open(f"/proc/{int(pid)}/environ", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except PermissionError:
-        return Environ({}, ENV_NOT_VISIBLE)
+        return Environ({}, ENV_REFUSED_TO_ROOT if os.geteuid() == 0 else ENV_NOT_VISIBLE)
     except FileNotFoundError:
         return Environ({}, NOT_VISIBLE)
     except OSError as e:
@@ -319,7 +321,7 @@ def read_environ(pid: int, names: tuple[str, ...], limit: int = MAX_ENVIRON_BYTE
         else:  # the bound reached: is there more?
             truncated = bool(os.read(fd, 1))
     except PermissionError:  # the open succeeds for a process whose environ ptrace rules hide
-        return Environ({}, ENV_NOT_VISIBLE)
+        return Environ({}, ENV_REFUSED_TO_ROOT if os.geteuid() == 0 else ENV_NOT_VISIBLE)
     except OSError as e:  # ESRCH: it exited meanwhile
         return Environ({}, NOT_VISIBLE if e.errno == errno.ESRCH else f"cannot read its environment: {e.strerror}")
     finally:
