@@ -107,7 +107,11 @@ _BERT = {"batch": 4, "seq": 512, "precision": "fp32", "optimizer": "adamw", "att
 _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "precision": "fp16"}
 # torchvision's MultiheadAttention calls scaled_dot_product_attention (need_weights=False): the fused
 # kernels' saved tensors, hence attention="flash"; Fabric "bf16-true" = the model in bf16, no master copy
-_VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash"}  # torch.optim.Adam: AdamW's memory
+# The loops of 01-04 (and the DistilBERT ones) run forward, optimizer.zero_grad(), backward, step: the last
+# step's gradients live through the forward; 05-06 call zero_grad() after the step
+# torchvision's MultiheadAttention projects q, k and v with one in_proj linear (one autocast cast)
+_VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash",  # torch.optim.Adam: AdamW's memory
+        "zero_grad_before_backward": True, "fused_qkv": True}
 _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
 # its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
@@ -151,16 +155,17 @@ CASES = [
     Case(RASCHKA, "ViT-L/16 b16, bf16-true", "vit_l_16 (10 classes)", 5.69, {**_VIT_BF16, "batch": 16}),
     # 05_gradient-accum.py: micro-batch 4 x 4 accumulation steps: 3.91 GB
     Case(RASCHKA, "ViT-L/16 b4 x accum 4, bf16-true", "vit_l_16 (10 classes)", 3.91,
-         {**_VIT_BF16, "batch": 4, "grad_accum": 4}),
+         {**_VIT_BF16, "batch": 4, "grad_accum": 4, "zero_grad_before_backward": False}),
     # 06_sgd-with-scheduler.py: as 05 with plain SGD (no momentum): 2.02 GB
     Case(RASCHKA, "ViT-L/16 b4 x 4, bf16-true, SGD", "vit_l_16 (10 classes)", 2.02,
-         {**_VIT_BF16, "batch": 4, "grad_accum": 4, "optimizer": "sgd"}),
+         {**_VIT_BF16, "batch": 4, "grad_accum": 4, "optimizer": "sgd", "zero_grad_before_backward": False}),
     # "bonus: distilbert before" (bonus_distilbert-before.py): DeepSpeed stage 2 on 4 GPUs, "16-mixed",
     # batch 12, IMDB padded to the longest review, truncated at 512, Adam: 3.99 GB. Lightning's
     # DeepSpeedStrategy sets both bucket sizes to 200_000_000 elements (DeepSpeed's own default: 5e8)
     Case(RASCHKA, "DistilBERT b12 s512, ZeRO-2 x4 GPUs, fp16", "distilbert-base-uncased", 3.99,
          {"batch": 12, "seq": 512, "precision": "fp16", "zero": 2, "gpus": 4, "attention": "eager",
-          "zero_reduce_bucket": 200_000_000, "zero_allgather_bucket": 200_000_000}, needs="--zero-bucket sizes"),
+          "zero_reduce_bucket": 200_000_000, "zero_allgather_bucket": 200_000_000, "zero_grad_before_backward": True},
+         needs="--zero-bucket sizes"),
     # "bonus distilbert after" (bonus_distilbert-after.py): FSDP on 4 GPUs, cpu_offload=True (parameters
     # and gradients on the CPU, the optimizer steps there), "bf16-true", micro-batch 3 x 4: 1.15 GB
     Case(RASCHKA, "DistilBERT b3 x 4, FSDP x4 + CPU offload, bf16", "distilbert-base-uncased", 1.15,

@@ -216,3 +216,31 @@ def test_estimate_and_plan_take_a_config_dict_or_a_transformers_config():
         vramkit.estimate(7)
     with pytest.raises(EstimateError, match="no 'model_type'"):
         vramkit.estimate({"hidden_size": 8})
+
+
+def test_zero_grad_before_backward_keeps_the_last_gradients_through_the_forward():
+    """forward, optimizer.zero_grad(), backward, step (Raschka's ViT scripts): the last step's
+    gradients are freed only after the forward."""
+    kw = {"batch": 16, "precision": "bf16-pure", "attention": "flash"}
+    usual = estimate("vit-large", **kw)
+    late = estimate("vit-large", zero_grad_before_backward=True, **kw)
+    grads = late.breakdown.get("gradients") or next(t.bytes for t in late.terms if t.name == "gradients")
+    assert late.moments["forward end"] - usual.moments["forward end"] == grads
+    assert late.moments["backward start"] == usual.moments["backward start"]  # freed before backward
+    assert late.first_step == usual.first_step  # no step before the first
+    assert "zero_grad before backward" in late.setup.describe(late.seq)
+
+
+def test_fused_qkv_casts_one_input_under_autocast():
+    """torchvision's ViT projects q, k, v with one in_proj linear: autocast casts its input once."""
+    kw = {"batch": 8, "precision": "bf16", "attention": "flash"}
+    spec = resolve("vit-large")
+    apart, fused = estimate(spec, **kw), estimate(spec, fused_qkv=True, **kw)
+    tokens = 8 * spec.seq_for_image(None)
+
+    def acts(e):
+        return next(t.bytes for t in e.terms if t.name == "activations")
+
+    assert acts(apart) - acts(fused) == spec.layers * 2 * tokens * spec.hidden * 2
+    pure = {k: acts(estimate(spec, batch=8, precision="bf16-pure", fused_qkv=k)) for k in (False, True)}
+    assert pure[False] == pure[True]  # no autocast: the three read one shared input either way

@@ -88,7 +88,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
                    "models)")
     p.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", help="q, k and v as one linear, as "
-                   "LitGPT builds every model: one LoRA dropout (and one 4-bit input cast) serves the three")
+                   "LitGPT builds every model and torchvision's ViT (MultiheadAttention): one autocast cast, LoRA "
+                   "dropout or 4-bit input cast serves the three")
     p.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", help="the training loop "
                    "holds the last micro-step's loss and logits into the next forward (LitGPT's fit loop): that "
                    "graph lives on, with what bitsandbytes' matmuls keep as ctx attributes")
@@ -134,6 +135,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "11.7, 1GiB before)")
     p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch"})
+    p.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
+                   help="the loop calls zero_grad() after the forward, just before backward: the last step's "
+                   "gradients stay allocated through the forward")
     p.add_argument("--torch", metavar="VERSION", default="2.0", help="PyTorch's semantics (default 2.0 and "
                    "later: zero_grad() frees the gradients; 1.13 and before keep them allocated, set_to_none=False)")
 
@@ -247,7 +251,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
                  lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
                  quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
-                 fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph)
+                 fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph,
+                 zero_grad_before_backward=args.zero_grad_before_backward)
 
 
 def list_models() -> str:

@@ -95,7 +95,9 @@ class Setup:
     # HF's BitsAndBytesConfig defaults to fp32; LitGPT uses its precision (bf16), torchtune the input's
     quant_compute_dtype: str = "fp32"
     quant_head: bool = False  # the output layer quantized too (Lightning's BitsandbytesPrecision, LitGPT)
-    fused_qkv: bool = False  # q, k, v as one linear whatever the family (LitGPT's attn): one LoRA dropout for them
+    # q, k, v as one linear whatever the family (LitGPT's attn, torchvision's MultiheadAttention in_proj):
+    # one autocast cast, one LoRA dropout for the three
+    fused_qkv: bool = False
     # the training loop holds the last micro-step's loss and logits into the next forward (LitGPT's fit
     # loop): that graph's nodes live on, with the logits and what bitsandbytes keeps as ctx attributes
     keeps_last_graph: bool = False
@@ -124,6 +126,9 @@ class Setup:
     # zero_grad(set_to_none=...): False keeps the gradients allocated through the next forward and
     # backward (PyTorch < 2.0's default, which the HF Trainer inherited until 2023)
     zero_grad_to_none: bool = True
+    # the loop calls zero_grad() after the forward, just before backward (forward, zero_grad, backward,
+    # step: Raschka's scripts): the last step's gradients stay allocated through the forward
+    zero_grad_before_backward: bool = False
 
     def describe(self, seq: int, family: str = "") -> str:
         """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
@@ -137,6 +142,8 @@ class Setup:
                 parts.append("checkpointing")
             if not self.zero_grad_to_none:
                 parts.append("torch < 2.0 zero_grad")
+            if self.zero_grad_before_backward:
+                parts.append("zero_grad before backward")
         if family not in ("params",):
             parts.append(f"{self.attention} attention")
         if self.lora:
@@ -610,7 +617,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         return m
 
     moments = moments_with(Opt.bytes)
-    first = moments_with(0)
+    first = moments_with(0)  # the first step: no optimizer states, no gradients of a step before
+    if setup.zero_grad_before_backward:
+        moments["forward end"].update(grads)
     if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed and not setup.fsdp:
         extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
         terms.append(Term("DataParallel extra on GPU 0", extra, f"outputs of {dp - 1} other replicas gathered "

@@ -219,7 +219,8 @@ def softmax_bytes(spec: ModelSpec, dt: Dtypes) -> int:
 
 
 def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, keeps: frozenset[str], sq: int, sk: int,
-               cross: bool = False, frozen: bool = False) -> list[tuple[str, int]]:
+               cross: bool = False, frozen: bool = False, fused: bool = False) -> list[tuple[str, int]]:
+    """One attention layer's saved tensors; `fused`: q, k, v are one linear whatever the family."""
     b, t = sh.b, sh.tp
     tq, tk = b * sq, b * sk
     inner, a = spec.inner, spec.heads
@@ -230,7 +231,7 @@ def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, keeps: froze
     if cross:  # q reads the decoder stream; k and v the encoder output (counted once, outside)
         out.append(("cross-attention query input", _lin_in(tq, spec.hidden, 1, dt, "q" in keeps)))
     else:
-        k = int(bool(keeps & {"q", "k", "v"})) if spec.fused_qkv else len(keeps & {"q", "k", "v"})
+        k = int(bool(keeps & {"q", "k", "v"})) if spec.fused_qkv or fused else len(keeps & {"q", "k", "v"})
         out.append(("q/k/v projection input" + (" (16-bit casts)" if dt.mixed else ""),
                     _lin_in(tq, spec.hidden, k, dt)))
     if spec.qk_norm:  # Qwen3's per-head RMSNorm of q and k: fp32 input, normalised copy, rstd per head
@@ -363,7 +364,8 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     `fp32_compute`: 4-bit linears computing in fp32 (bnb_4bit_compute_dtype, HF's default), each
     casting its input to fp32, the copy MatMul4Bit keeps. `quant_head`: the output layer is a
     quantized linear too, which keeps its input like the others. `fused_qkv`: q, k and v are one
-    linear (LitGPT's attn), so one adapter dropout and one input cast serve the three."""
+    linear (LitGPT's attn, torchvision's MultiheadAttention in_proj), so one adapter dropout and one
+    input cast (autocast, 4-bit compute dtype) serve the three."""
     b, s = sh.b, sh.s
     keeps = _keeps(spec, lora, quantized, targets)
     frozen = lora  # the base's norms too
@@ -376,7 +378,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     fam = spec.family
     layer_terms: list[tuple[str, int]] = []
     if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
-        attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen)
+        attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen, fused=fused_qkv)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
         adapted = lora_targets(spec, targets) if lora and (lora_dropout > 0 or fp32_adapters) else ()
         adapted = adapted or (adapted_quantized if fp32_adapters or lora_dropout > 0 else ())
