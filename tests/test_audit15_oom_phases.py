@@ -150,22 +150,22 @@ def _evaluate(model, x, grad: bool):
     return loop
 
 
-def test_evaluation_without_no_grad_ranks_no_grad_first():
+def _evaluation_diagnosis(grad: bool):
     model = _cnn()
     x, _ = _batch()
     weights = sum(p.numel() * 4 for p in model.parameters())
-    diagnosis, text = _guarded(model, weights + 1024**2, _evaluate(model, x, grad=True))
-    ex = diagnosis.explanation
+    diagnosis, text = _guarded(model, weights + 1024**2, _evaluate(model, x, grad=grad))
+    return diagnosis.explanation, text
+
+
+def test_evaluation_without_no_grad_ranks_no_grad_first():
+    ex, text = _evaluation_diagnosis(grad=True)
     assert ex.eval_with_grad and ex.fixes[0].id == "no_grad"
     assert "also: the model is in eval mode but autograd is recording" in text
 
 
 def test_evaluation_under_no_grad_is_not_told_to_use_no_grad():
-    model = _cnn()
-    x, _ = _batch()
-    weights = sum(p.numel() * 4 for p in model.parameters())
-    diagnosis, text = _guarded(model, weights + 1024**2, _evaluate(model, x, grad=False))
-    ex = diagnosis.explanation
+    ex, text = _evaluation_diagnosis(grad=False)
     assert not ex.eval_with_grad and ex.fixes[0].id != "no_grad"  # no_grad ended before the guard looked
     assert "autograd is recording" not in text
 
