@@ -70,3 +70,12 @@ def test_inference_that_does_not_fit_can_split_its_layers():
     assert split["layers split over 2 GPUs (device_map)"].fits
     assert split["layers split over 2 GPUs (device_map)"].total_bytes == \
         estimate("llama-2-70b", mode="infer", seq=4096, gpus=2).total_bytes
+
+
+def test_plan_under_fsdp_offers_more_gpus_and_cpu_offload_not_zero():
+    p = plan("llama-2-13b", "rtx-4090", fsdp=True, gpus=2, seq=512)
+    whats = {c.what: c for c in p.changes}
+    assert {"4 GPUs (FSDP)", "8 GPUs (FSDP)", "FSDP + CPU offload"} <= set(whats)
+    assert whats["8 GPUs (FSDP)"].total_bytes < whats["4 GPUs (FSDP)"].total_bytes < p.estimate.total_bytes
+    assert whats["FSDP + CPU offload"].setup == {"offload_params": True}
+    assert not any(c.what.startswith("ZeRO-3 on") for c in p.changes)  # FSDP and ZeRO do not combine

@@ -146,7 +146,13 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
         if smaller:
             spec_for[f"smaller model: {smaller}"] = resolve(smaller)
             consider(f"smaller model: {smaller}")
-        if setup.zero is None:
+        if setup.fsdp:  # already sharding with FSDP: more GPUs, or its CPU offload
+            for n in (2, 4, 8):
+                if n > setup.gpus:
+                    consider(f"{n} GPUs (FSDP)", gpus=n)
+            if not setup.offload_params:
+                consider("FSDP + CPU offload", offload_params=True)
+        elif setup.zero is None:
             for n in (2, 4, 8):
                 consider(f"ZeRO-3 on {n} GPUs", zero=3, gpus=n * setup.tp, checkpointing=setup.checkpointing)
             consider("ZeRO-3 + CPU offload (ZeRO-Infinity)", zero=3, offload=True,
@@ -165,7 +171,8 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
                                 ("8-bit AdamW", {"optimizer": "adamw-8bit"} if not setup.lora else {}),
                                 ("QLoRA r=16", {"lora": 16, "quant": "4bit", "optimizer": setup.optimizer}),
                                 ("ZeRO-3 on 8 GPUs", {"zero": 3, "gpus": 8 * setup.tp, "lora": None,
-                                                      "quant": None, "optimizer": "adamw"})):
+                                                      "quant": None, "optimizer": "adamw", "fsdp": False,
+                                                      "offload_params": False})):
                 if not diff:
                     continue
                 stacked.update(diff)
