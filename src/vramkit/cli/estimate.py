@@ -31,6 +31,8 @@ examples:
   vram estimate ./my-model/config.json --batch 8 --explain
   vram estimate llama-2-70b --gpus 8 --zero 3 --checkpointing --attention flash
   vram estimate llama-2-13b --zero 3 --offload optimizer,params --zero-prefetch-bucket 1e7
+  vram estimate distilbert-base-uncased --fsdp --gpus 4 --offload params --precision bf16-pure
+  vram estimate llama-2-7b --lora 32 --quant 4bit --quant-head --optimizer paged-adamw --fused-qkv
   vram estimate mistral-7b --infer --batch 4 --seq 8192 --json | jq .total_bytes
   vram estimate gpt2 --batch 8 --trace        check the formulas against a traced step (needs torch)
 """
