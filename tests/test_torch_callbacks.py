@@ -159,6 +159,21 @@ def test_hf_trainer_oom_is_diagnosed_and_leaves_no_mode(tmp_path, vram_log):
     assert len(errors) == 1 and "vramkit oom_guard: out of memory" in errors[0] and "fragmentation" in errors[0]
 
 
+@pytest.mark.slow
+@needs_hf
+def test_hf_callback_passed_in_callbacks_diagnoses_an_oom_in_the_step_and_leaves_no_mode(tmp_path, vram_log):
+    trainer, _ = _hf_trainer(tmp_path, _RunsOutOfMemory)
+    callback = VramTrainerCallback()  # not attached: Trainer(..., callbacks=[...]) as most people add it
+    trainer.add_callback(callback)
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        trainer.train()
+    assert str(caught.value) == MESSAGE  # re-raised unchanged
+    assert _get_current_function_mode_stack() == []
+    errors = _records(vram_log, logging.ERROR)
+    assert len(errors) == 1 and "vramkit oom_guard: out of memory" in errors[0]
+    assert "training_step" not in vars(trainer)  # the wrapper is gone again
+
+
 def test_hf_callback_alone_reports_leaks_through_logging(vram_log):
     """Without a Trainer: the events called by hand, as Trainer calls them."""
     cb = VramTrainerCallback()

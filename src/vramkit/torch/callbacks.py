@@ -15,8 +15,10 @@ Both do three things:
   `vramkit.torch` logger at WARNING (shown on stderr unless logging is configured otherwise);
 - when training dies of an out-of-memory error, log the oom_guard diagnosis at ERROR, and always
   stop the detector's TorchFunctionMode. Lightning calls on_exception; HF's Trainer has no such
-  event, so that part needs `attach(trainer)`, which also puts the callback first so that the
-  reporting callbacks (TensorBoard, W&B) see the memory keys it adds.
+  event: `attach(trainer)` wraps trainer.train (and puts the callback first so that the reporting
+  callbacks, TensorBoard and W&B, see the memory keys it adds); passed in callbacks=[...], it
+  wraps the running trainer's training_step, which covers forward and backward but not the
+  optimizer step.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import functools
 import logging
 import resource
+import sys
+from types import FrameType
 from typing import Any
 
 from ._common import require_torch
@@ -108,6 +112,21 @@ def _as_list(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
+def _calling_trainer(callback: Any, depth: int = 12) -> Any:
+    """The Trainer running `callback`'s event: a `self` in the calling frames whose callback
+    handler lists it (None when there is none, e.g. events called by hand)."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        handler = getattr(candidate, "callback_handler", None)
+        if any(c is callback for c in getattr(handler, "callbacks", ())):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
 class VramTrainerCallback:
     """A transformers.TrainerCallback look-alike: Trainer calls on_* events by name, so every event
     it does not use is a no-op here, and transformers is not imported. See the module docstring."""
@@ -116,6 +135,7 @@ class VramTrainerCallback:
         self.model, self.memory = model, memory
         self._reporter = _Reporter(window, leaks)
         self._attached = False
+        self._guarded: Any = None  # the trainer whose training_step this callback wrapped
 
     @property
     def detector(self) -> LeakDetector | None:
@@ -144,6 +164,8 @@ class VramTrainerCallback:
         if self.model is None:
             self.model = model
         self._reporter.start(self.model)
+        if not self._attached:
+            self._guard_training_step(_calling_trainer(self))
         reporting = [r for r in _as_list(getattr(args, "report_to", None)) if r != "none"]
         if reporting and self.memory and not self._attached:
             logger.warning("vramkit: the Trainer's %s callback(s) run before VramTrainerCallback and will not see "
@@ -167,6 +189,34 @@ class VramTrainerCallback:
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._reporter.finish()
+        self._unguard_training_step()
+
+    # Trainer has no event for an exception. Passed in callbacks=[...], the callback wraps the
+    # running trainer's training_step (its forward and backward, where the detector's mode is
+    # recording) so that an error there stops the mode and an OOM is diagnosed; an error elsewhere
+    # in the loop (the optimizer step) needs attach(trainer).
+    def _guard_training_step(self, trainer: Any) -> None:
+        self._unguard_training_step()
+        if trainer is None or not callable(getattr(trainer, "training_step", None)):
+            return
+        step = trainer.training_step
+
+        @functools.wraps(step)
+        def training_step_with_diagnosis(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return step(*args, **kwargs)
+            except BaseException as exc:
+                self._reporter.failed(exc, self.model if self.model is not None else trainer.model)
+                self._unguard_training_step()
+                raise
+
+        trainer.training_step = training_step_with_diagnosis
+        self._guarded = trainer
+
+    def _unguard_training_step(self) -> None:
+        trainer, self._guarded = self._guarded, None
+        if trainer is not None and "training_step" in vars(trainer):
+            del trainer.training_step  # the class's method again
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("on_"):
