@@ -279,6 +279,11 @@ def _code_phase(frame: Frame) -> tuple[str, str | None] | None:
     return None
 
 
+def _runs_closure(frame: Frame) -> bool:
+    """An optimizer's `loss = closure()`: what failed below it is the step's forward or backward."""
+    return "/torch/optim/" in frame.path and "closure(" in frame.code
+
+
 def phase_of(frames: list[Frame]) -> Phase | None:
     """The phase the frames (outermost first) were in when the allocation failed; None: no frames
     say. The innermost frame that names a phase decides; a module's forward counts only when no
@@ -289,6 +294,8 @@ def phase_of(frames: list[Frame]) -> Phase | None:
     evaluating = any(f.func in _EVAL_FUNCS for f in frames)
     in_forward = False
     for frame in reversed(frames):
+        if _runs_closure(frame):  # Lightning, LBFGS: forward and backward run inside optimizer.step(closure)
+            break
         found = _library_phase(frame) or (_code_phase(frame) if not frame.in_library else None)
         if found is not None:
             return Phase(found[0], found[1], frame, user, evaluating)
