@@ -56,7 +56,7 @@ def test_no_oom_in_the_log_is_one_line_exit_1():
 
 def test_unreadable_file_is_one_line_exit_2(tmp_path):
     assert_one_line_error(run_vram("doctor", str(tmp_path / "missing.log")), 2, "cannot read", "missing.log")
-    assert_one_line_error(run_vram("doctor", str(tmp_path)), 2, "cannot read")
+    assert_one_line_error(run_vram("doctor", str(tmp_path)), 2, "is a directory, not a log file")
 
 
 def test_bad_options_are_one_line_exit_2():

@@ -115,3 +115,28 @@ def test_numbers_no_gpu_could_print_are_left_out_not_a_crash(tmp_path, message):
     assert report is not None
     assert report.total_bytes is None or report.total_bytes < 10**30
     assert report.device in (0, None) and all(p.pid < 2**63 for p in report.processes)
+
+
+def test_a_log_whose_last_window_starts_inside_one_long_line_is_still_read(tmp_path):
+    """The tail window (4 MiB) starts inside a 6 MiB progress line: the message after it is found,
+    not cut away with everything up to the first newline."""
+    log = tmp_path / "long.log"
+    log.write_bytes(b"x" * (6 * 2**20) + OOM.encode())
+    result = run_vram("doctor", str(log), "--no-live")
+    assert result.rc == 0, result.err
+    assert "CUDA out of memory on GPU 0" in result.out
+
+
+def test_a_hostile_log_file_name_reaches_no_terminal(tmp_path):
+    """A file name is another user's text in a shared directory: its escapes are replaced in the
+    diagnosis, in the error for a missing file and for a directory."""
+    name = tmp_path / "ev\x1b]0;T\x07il\u202e.log"
+    name.write_text(OOM)
+    result = run_vram("doctor", str(name), "--no-live")
+    assert result.rc == 0 and not _raw_controls(result.out), _raw_controls(result.out)
+    missing = run_vram("doctor", str(tmp_path / "no\x1b[2Joom.log"), "--no-live")
+    assert missing.rc == 2 and not _raw_controls(missing.err)
+    folder = tmp_path / "d\x1b[2J"
+    folder.mkdir()
+    as_dir = run_vram("doctor", str(folder), "--no-live")
+    assert as_dir.rc == 2 and "is a directory" in as_dir.err and not _raw_controls(as_dir.err)

@@ -87,6 +87,7 @@ def _current_user() -> str | None:
 # stream (stdin, a pipe) is read to its end or STREAM_LIMIT bytes, whichever comes first; a
 # regular file is read from LOG_WINDOW bytes before its end.
 LOG_WINDOW = 4 * 1024**2
+LINE_SKIP_LIMIT = 64 * 1024  # the window starts at the first newline only when one is this near
 STREAM_LIMIT = 1024**3
 COUNT_LIMIT = 256 * 1024**2
 _CHUNK = 1024**2
@@ -116,22 +117,29 @@ class LogText:
 
 
 def _read_log(path: str) -> LogText:
+    """The log's tail; every message names it by its sanitized name (a file name in a shared
+    directory is another user's text: escapes in it must not reach the terminal)."""
     if path == "-":
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:  # a text stream without bytes underneath (tests, embedding)
             return _tail(io.BytesIO(sys.stdin.read(STREAM_LIMIT).encode("utf-8", "replace")), "stdin")
         return _tail(stream, "stdin")
+    from ..procs import sanitize
+
+    name = sanitize(path)
+    if os.path.isdir(path):  # open() of a directory fails before fstat could say what it is
+        raise UsageError(f"{name} is a directory, not a log file (for a stream, use - and a pipe)")
     try:
         with open(path, "rb") as f:
             mode = os.fstat(f.fileno()).st_mode
             if stat.S_ISREG(mode):
-                return _tail(f, path, size=os.fstat(f.fileno()).st_size)
+                return _tail(f, name, size=os.fstat(f.fileno()).st_size)
             if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
                 kind = "a directory" if stat.S_ISDIR(mode) else "a device"
-                raise UsageError(f"{path} is {kind}, not a log file (for a stream, use - and a pipe)")
-            return _tail(f, path)  # a FIFO, a socket: a stream
+                raise UsageError(f"{name} is {kind}, not a log file (for a stream, use - and a pipe)")
+            return _tail(f, name)  # a FIFO, a socket: a stream
     except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot read {name}: {e.strerror or e}") from None
 
 
 def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
@@ -170,10 +178,19 @@ def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
             skipped += drop
             del buf[:drop]
         data = bytes(buf)
-    if skipped and (cut := data.find(b"\n")) >= 0:  # start at a line, not inside a character
+    # Start at a line, not inside a character: at the first newline when it is near the start;
+    # a window that begins inside one very long line (a progress bar without newlines) is kept
+    # whole, less the continuation bytes of a character cut in two.
+    if skipped and 0 <= (cut := data.find(b"\n", 0, LINE_SKIP_LIMIT)):
         newlines += 1
         skipped += cut + 1
         data = data[cut + 1:]
+    elif skipped:
+        start = 0
+        while start < min(len(data), 4) and 0x80 <= data[start] <= 0xBF:
+            start += 1
+        skipped += start
+        data = data[start:]
     return LogText(data.decode("utf-8", errors="replace"), source,
                    newlines if skipped <= COUNT_LIMIT else None, skipped, total, truncated)
 
