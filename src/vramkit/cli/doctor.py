@@ -298,7 +298,7 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
     if args.gpu is not None:
         wanted = parse_gpu_list(args.gpu)
         check_gpus(snap, wanted)
-    result = run_checklist(snap, only=wanted, idle_known=idle_known)
+    result = run_checklist(snap, only=wanted, idle_known=idle_known, pids_visible=machine.backend.pids_visible())
     if idle_known:
         result.notes.append(recorded.note)
     if args.json:
