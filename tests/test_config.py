@@ -170,3 +170,19 @@ def test_a_threshold_from_the_environment_is_a_number(home, tmp_path, value, exp
 def test_a_bad_threshold_in_the_environment_is_refused(home, tmp_path, value):
     with pytest.raises(RequestError):
         C.load({"VRAM_THRESHOLDS_MEMORY_WARN": value}, system_file=tmp_path / "none.toml")
+
+
+@needs_root("to run vram as nobody")
+def test_a_config_behind_a_directory_the_user_cannot_enter_is_none_of_theirs(tmp_path):
+    """`sudo -u nobody vram pick` keeps the caller's $HOME: ~/.config/vramkit/config.toml is behind a
+    directory nobody cannot enter. That is no file of theirs: the defaults apply, no error."""
+    private = tmp_path / "home"
+    (private / ".config" / "vramkit").mkdir(parents=True)
+    (private / ".config" / "vramkit" / "config.toml").write_text('[pick]\nprefer = "pack"\n')
+    private.chmod(0o700)
+    env = clean_env(XDG_CONFIG_HOME=None, HOME=str(private))
+    result = run_vram_as(AS_NOBODY, "config", "--json", env=env)
+    assert result.rc == 0, result.err
+    assert json.loads(result.out)["keys"]["pick.prefer"]["source"] == "default"
+    result = run_vram_as(AS_NOBODY, "pick", "--simulate", "demo", "--min-free", "1GiB", env=env)
+    assert result.rc == 0, result.err

@@ -191,6 +191,12 @@ def _read(path: Path, source: str, euid: int) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except PermissionError:
+        if not _searchable(path.parent):  # behind a directory this user cannot enter (sudo -u with
+            return None                   # the caller's $HOME): not this user's file, and none of theirs
+        if os.path.islink(path):
+            raise _fail(path, "is a symbolic link: vram does not follow one; put the file there") from None
+        raise _fail(path, "cannot read: permission denied") from None
     except OSError as e:
         if os.path.islink(path):
             raise _fail(path, "is a symbolic link: vram does not follow one; put the file there") from None
@@ -213,6 +219,17 @@ def _read(path: Path, source: str, euid: int) -> str | None:
         return data.decode()
     except UnicodeDecodeError:
         raise _fail(path, "not UTF-8 text") from None
+
+
+def _searchable(directory: Path) -> bool:
+    """Whether this user may look up names in `directory` (and every directory above it)."""
+    try:
+        os.stat(directory)
+    except PermissionError:
+        return False
+    except OSError:
+        return True  # missing: the open said so already
+    return os.access(directory, os.X_OK)
 
 
 def _check_directories(path: Path) -> None:
