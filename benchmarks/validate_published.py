@@ -117,10 +117,11 @@ _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
 # that dtype (Lightning's BitsandbytesPrecision sets compute_dtype to it); every model's attention has one
 # q/k/v linear (LoRAQKVLinear: one lora_dropout for the three); lora.yaml: lora_dropout 0.05; fit() keeps
-# `logits` and `loss` of one micro-step until the next forward has run (the graph's nodes live on)
+# `logits` and `loss` of one micro-step until the next forward has run (the graph's nodes live on);
+# finetune/lora.py runs the lm_head and the loss in chunks of 128 tokens (full.py does not)
 _LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer": "adamw", "batch": 2,
         "grad_accum": 4, "lora": 32, "lora_dropout": 0.05, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
-        "fused_qkv": True, "keeps_last_graph": True}
+        "fused_qkv": True, "keeps_last_graph": True, "ce_chunk": 128}
 # LitGPT's QLoRA (qlora.yaml: quantize bnb.nf4): Lightning's BitsandbytesPrecision replaces every nn.Linear,
 # lm_head too, and finetune/lora.py then takes bitsandbytes' PagedAdamW (states in unified memory)
 _LIT_QLORA = {**_LIT, "quant": "4bit", "quant_head": True, "optimizer": "paged-adamw"}
@@ -195,7 +196,7 @@ CASES = [
     # micro batch 4, global batch 32: 14.10 GB; lora.yaml: r 32 on every linear layer and the head,
     # micro batch 8: 13.50 GB
     Case(LITGPT, "tiny-llama 1.1B full finetune, b4 x 8", "tiny-llama-1.1b", 14.10,
-         {**_LIT, "lora": None, "batch": 4, "grad_accum": 8}),
+         {**_LIT, "lora": None, "batch": 4, "grad_accum": 8, "ce_chunk": None}),
     Case(LITGPT, "tiny-llama 1.1B LoRA r32 all linear + head, b8", "tiny-llama-1.1b", 13.50,
          {**_LIT, "batch": 8, "grad_accum": 1, "lora_targets": _ALL_LINEAR + ",head"}, needs="--lora-targets"),
     # gemma-2b/lora.yaml: r 8 on every linear layer and the head, micro batch 2, global batch 6: 12.62 GB
