@@ -126,9 +126,11 @@ _LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer":
 # lm_head too, and finetune/lora.py then takes bitsandbytes' PagedAdamW (states in unified memory)
 _LIT_QLORA = {**_LIT, "quant": "4bit", "quant_head": True, "optimizer": "paged-adamw"}
 # torchtune's llama2: SDPA, bf16 (no master copy, the LoRA weights bf16 too), AdamW, activation
-# checkpointing on; torchao's NF4 dequantizes to the input's dtype (bf16)
+# checkpointing on; torchao's NF4 dequantizes to the input's dtype (bf16); the recipe's loop keeps
+# `logits` until the next forward
 _TUNE = {"precision": "bf16-pure", "seq": 512, "batch": 2, "attention": "flash", "optimizer": "adamw",
-         "checkpointing": True, "lora": 8, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16"}
+         "checkpointing": True, "lora": 8, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
+         "keeps_last_graph": True}
 _ALL_LINEAR = "q,k,v,o,gate,up,down"
 
 CASES = [
@@ -215,7 +217,7 @@ CASES = [
     # 7B_qlora_single_device.yaml then: LoRA r 8 on q, k, v, o and the MLP (those linears in torchao's
     # NF4, whose block scales are quantized again: double quantization), batch 2, accumulation 16
     Case(TORCHTUNE, "llama2-7b QLoRA NF4 r8 attn + MLP", "llama-2-7b", 9.29,
-         {**_TUNE, "quant": "4bit", "double_quant": True, "lora_targets": _ALL_LINEAR},
+         {**_TUNE, "quant": "4bit", "double_quant": True, "quant_backend": "torchao", "lora_targets": _ALL_LINEAR},
          needs="--lora-targets"),
 ]
 

@@ -240,3 +240,24 @@ def test_a_loop_that_keeps_the_last_graph_keeps_what_bitsandbytes_holds_as_ctx_a
     assert held.moments["forward end"] - freed.moments["forward end"] == term
     plain = estimate(spec, keeps_last_graph=True, **{**kw, "quant": None, "quant_head": False})
     assert next(t.bytes for t in plain.terms if t.name.startswith("last micro-step")) == T * spec.vocab * 2
+
+
+def test_torchao_nf4_keeps_no_inputs_and_nothing_as_ctx_attributes():
+    """torchtune's QLoRA quantizes with torchao, whose linear_nf4 keeps only the weight (ctx.nf4_weight):
+    its frozen layers save what 16-bit LoRA's save, not what bitsandbytes' MatMul4Bit keeps."""
+    kw = {"lora": 8, "quant": "4bit", "double_quant": True, "seq": 512, "batch": 2, "precision": "bf16-pure",
+          "adapter_dtype": "16bit", "keeps_last_graph": True}
+    bnb = estimate("llama-2-7b", quant_compute_dtype="bf16", **kw)
+    torchao = estimate("llama-2-7b", quant_backend="torchao", **kw)
+    lora = estimate("llama-2-7b", **{**kw, "quant": None, "double_quant": False})
+
+    def term(e, name):
+        return next(t.bytes for t in e.terms if t.name.startswith(name))
+
+    assert term(torchao, "activations") == term(lora, "activations") < term(bnb, "activations")
+    assert term(torchao, "last micro-step") == term(lora, "last micro-step") < term(bnb, "last micro-step")
+    assert torchao.breakdown.get("dequantized weight", 0) in (0, term(bnb, "dequantized weight"))
+    assert any("torchao" in n for n in torchao.notes)
+    with pytest.raises(EstimateError) as err:
+        estimate("llama-2-7b", lora=8, quant="8bit", quant_backend="torchao")
+    assert err.value.param == "quant_backend"

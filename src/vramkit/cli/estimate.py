@@ -105,6 +105,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
                    default="fp32", help="4-bit: the dtype weights are dequantized to and multiplied in "
                    "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")
+    p.add_argument("--quant-backend", dest="quant_backend", choices=("bitsandbytes", "torchao"),
+                   default="bitsandbytes", help="whose 4-bit linear: bitsandbytes (default; keeps its input for "
+                   "backward) or torchao's NF4 (torchtune's QLoRA; keeps only the weight)")
     p.add_argument("--quant-head", dest="quant_head", action="store_true", help="quantize the output layer too "
                    "(Lightning's BitsandbytesPrecision in LitGPT; HF leaves lm_head 16-bit)")
     p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
@@ -253,7 +256,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
                  lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
                  quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
-                 fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph,
+                 fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph, quant_backend=args.quant_backend,
                  zero_grad_before_backward=args.zero_grad_before_backward)
 
 

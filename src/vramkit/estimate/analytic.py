@@ -95,6 +95,9 @@ class Setup:
     # HF's BitsAndBytesConfig defaults to fp32; LitGPT uses its precision (bf16), torchtune the input's
     quant_compute_dtype: str = "fp32"
     quant_head: bool = False  # the output layer quantized too (Lightning's BitsandbytesPrecision, LitGPT)
+    # whose 4-bit linear: bitsandbytes (Linear4bit: keeps its input, in ctx.tensors) or torchao (NF4Tensor's
+    # linear_nf4, torchtune's QLoRA: keeps only the weight, dequantized to the input's dtype)
+    quant_backend: str = "bitsandbytes"
     # q, k, v as one linear whatever the family (LitGPT's attn, torchvision's MultiheadAttention in_proj):
     # one autocast cast, one LoRA dropout for the three
     fused_qkv: bool = False
@@ -233,6 +236,9 @@ class Setup:
         one_of("quant", (None, *QUANT_BYTES), "8bit or 4bit")
         one_of("adapter_dtype", ("fp32", "16bit"), "fp32 (PEFT) or 16bit (LitGPT, torchtune)")
         one_of("quant_compute_dtype", ("fp32", "bf16", "fp16"), "fp32 (HF's default), bf16 or fp16")
+        one_of("quant_backend", ("bitsandbytes", "torchao"), "bitsandbytes or torchao")
+        if self.quant_backend == "torchao" and self.quant not in (None, "4bit"):
+            raise EstimateError("torchao's NF4 is 4-bit: give quant 4bit", param="quant_backend")
         one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
         one_of("parallel", ("ddp", "dp"), "ddp or dp")
         for name in ZERO_SIZES:
@@ -515,12 +521,13 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
 
     # ---- activations
     sh = Shape(b=b, s=seq, s_dec=s_dec, tp=tp)
-    acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bool(setup.quant),
+    bnb = bool(setup.quant) and setup.quant_backend == "bitsandbytes"  # torchao's frozen linears keep no input
+    acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bnb,
                        targets=setup.lora_targets if setup.lora else (), adapter=setup.adapter or 0,
                        prefix=setup.prefix_len or 0, lora_dropout=setup.lora_dropout,
                        fp32_adapters=bool(setup.lora) and lw == 4 and aw == 2,
                        # in fp32, or under autocast, the input is fp32 already: the linears share it
-                       fp32_compute=setup.quant == "4bit" and setup.quant_compute_dtype == "fp32" and dt.x == 2
+                       fp32_compute=bnb and setup.quant == "4bit" and setup.quant_compute_dtype == "fp32" and dt.x == 2
                        and not dt.mixed, quant_head=setup.quant_head, fused_qkv=setup.fused_qkv)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.family == "t5" else 0
@@ -583,13 +590,13 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
     held: dict[str, int] = {}
     if setup.keeps_last_graph:
-        bnb = bnb_held_inputs(spec, b * seq, dt, setup.quant == "4bit" and setup.quant_compute_dtype == "fp32"
-                              and dt.x == 2 and not dt.mixed, setup.fused_qkv, setup.quant_head) \
-            if setup.quant else 0
-        held_t = Term("last micro-step's graph (held by the loop)", bnb + dt.x * acts.logits // tp,
+        ctx_held = bnb_held_inputs(spec, b * seq, dt, setup.quant == "4bit" and setup.quant_compute_dtype == "fp32"
+                                   and dt.x == 2 and not dt.mixed, setup.fused_qkv, setup.quant_head) \
+            if bnb else 0
+        held_t = Term("last micro-step's graph (held by the loop)", ctx_held + dt.x * acts.logits // tp,
                       f"its logits {fmt(dt.x * acts.logits // tp)}" + (
                           f" + the inputs bitsandbytes' matmuls keep as ctx attributes (MatMul4Bit ctx.tensors: freed "
-                          f"with the graph, not by backward) {fmt(bnb)}" if bnb else ""), "activations")
+                          f"with the graph, not by backward) {fmt(ctx_held)}" if ctx_held else ""), "activations")
         terms.append(held_t)
         held = {held_t.name: held_t.bytes}
 
@@ -633,8 +640,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                  (f"a {setup.prefix_len}-token prefix", setup.prefix_len)) if on]
         notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
                      "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; " + ", ".join(where)
-                     if setup.quant else "a frozen base: its linears keep no inputs for weight gradients; "
-                     + ", ".join(where))
+                     if bnb else "QLoRA: torchao's NF4 linear keeps only its weight (linear_nf4), no input; "
+                     + ", ".join(where) if setup.quant else "a frozen base: its linears keep no inputs for weight "
+                     "gradients; " + ", ".join(where))
     if setup.lora and (setup.precision == "bf16-pure" or setup.quant):
         notes.append("LoRA weights, their gradients and optimizer states in fp32 on the 16-bit base, as PEFT keeps "
                      "them (autocast_adapter_dtype); --adapter-dtype 16bit for LitGPT and torchtune"
@@ -658,7 +666,7 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     weight = out_f * in_f * 2 // setup.tp
     rows = 0 if spec.bare else tokens  # a bare count has no batch shape
     if setup.quant == "4bit":
-        if setup.quant_compute_dtype != "fp32":
+        if setup.quant_compute_dtype != "fp32" or setup.quant_backend == "torchao":  # torchao: the input's dtype
             return Term("dequantized weight", weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
                         "matmul", "transient")
         # Linear4bit casts its input to fp32 (kept as an activation in training), dequantizes the weight
