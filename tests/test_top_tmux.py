@@ -82,20 +82,18 @@ def test_top_bad_interval_is_a_usage_error():
     assert proc.returncode == 2 and proc.stderr.startswith("vram: error: --interval")
 
 
-@pytest.mark.slow
-def test_top_draws_the_status_view_before_textual_and_leaves_the_terminal_as_it_was():
-    """The first frame comes before Textual is loaded: `vram status` of the first snapshot on the
-    alternate screen, then the view takes the screen over; keys typed meanwhile are not echoed,
-    and after quitting the terminal's modes are what they were (echo, line editing)."""
+def _run_top_on_a_pty(args: list[str], size: tuple[int, int], frames: int) -> tuple[bytes, list, list]:
+    """`vram top ARGS` on a pseudo-terminal of (rows, columns) until it has drawn `frames` frames,
+    then 'q': (everything it wrote, the terminal's modes before, after)."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
     before = termios.tcgetattr(slave)
-    proc = subprocess.Popen([sys.executable, "-m", "vramkit", "top", "--simulate", "demo"], stdin=slave,
-                            stdout=slave, stderr=slave, env=clean_env(), start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "vramkit", "top", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env=clean_env(), start_new_session=True)
     out = b""
     try:
         deadline = time.monotonic() + 30
-        while b"GPU processes" not in out and time.monotonic() < deadline:
+        while out.count(b"GPU processes") < frames and time.monotonic() < deadline:
             if select.select([master], [], [], 0.1)[0]:
                 out += os.read(master, 65536)
         assert b"GPU processes" in out, out[-2000:]
@@ -111,6 +109,15 @@ def test_top_draws_the_status_view_before_textual_and_leaves_the_terminal_as_it_
         after = termios.tcgetattr(slave)
         os.close(master)
         os.close(slave)
+    return out, before, after
+
+
+@pytest.mark.slow
+def test_top_draws_the_status_view_before_textual_and_leaves_the_terminal_as_it_was():
+    """The first frame comes before Textual is loaded: `vram status` of the first snapshot on the
+    alternate screen, then the view takes the screen over; keys typed meanwhile are not echoed,
+    and after quitting the terminal's modes are what they were (echo, line editing)."""
+    out, before, after = _run_top_on_a_pty(["--simulate", "demo"], (40, 120), frames=1)
     early_end = out.index("starting the live view…".encode())
     early = out[:early_end].decode()
     assert early.startswith("\x1b[?1049h"), early[:40]  # drawn on the alternate screen, Textual's too
@@ -154,27 +161,8 @@ def test_new_columns_host_line_and_ascii_in_a_real_terminal(session, tmp_path, s
 def test_ascii_from_the_first_frame_to_the_last_byte():
     """--ascii: the early frame (`vram status` before Textual loads) and everything Textual then
     draws are ASCII bytes, escape sequences included."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "vramkit", "top", "--simulate", "demo", "--ascii", "--interval",
-                             "0.3"], stdin=slave, stdout=slave, stderr=slave, env=clean_env(), start_new_session=True)
-    out = b""
-    try:
-        deadline = time.monotonic() + 30
-        while out.count(b"GPU processes") < 2 and time.monotonic() < deadline:  # a refresh drawn after the first
-            if select.select([master], [], [], 0.1)[0]:
-                out += os.read(master, 65536)
-        os.write(master, b"q")
-        while proc.poll() is None and time.monotonic() < deadline + 20:
-            if select.select([master], [], [], 0.1)[0]:
-                out += os.read(master, 65536)
-        assert proc.wait(timeout=1) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-        os.close(slave)
+    # two frames: a refresh drawn after the first
+    out, _, _ = _run_top_on_a_pty(["--simulate", "demo", "--ascii", "--interval", "0.3"], (30, 100), frames=2)
     assert b"starting the live view~" in out and b"70.6/80.0GiB" in out  # the early frame, in ASCII
     assert b"GPU processes" in out
     assert out.isascii(), sorted({c for c in out.decode(errors="replace") if not c.isascii()})
