@@ -79,3 +79,22 @@ def test_plan_under_fsdp_offers_more_gpus_and_cpu_offload_not_zero():
     assert whats["8 GPUs (FSDP)"].total_bytes < whats["4 GPUs (FSDP)"].total_bytes < p.estimate.total_bytes
     assert whats["FSDP + CPU offload"].setup == {"offload_params": True}
     assert not any(c.what.startswith("ZeRO-3 on") for c in p.changes)  # FSDP and ZeRO do not combine
+
+
+def test_a_plan_and_an_estimate_print_a_few_readable_lines():
+    """str() of vramkit.plan() and vramkit.estimate(): the verdict, the setup, the peak, the largest
+    batch, and when nothing fits at batch 1 the change or GPU that would; not a dataclass repr."""
+    import vramkit
+
+    est = vramkit.estimate("gpt2", batch=4)
+    text = str(est)
+    assert "gpt2" in text and "batch 4" in text and "Estimate(" not in text and len(text.splitlines()) <= 8
+    fits = str(vramkit.plan("gpt2", gpu="RTX 4090"))
+    assert ": fits," in fits and "largest batch that fits: " in fits and "Plan(" not in fits
+    crowded = str(vramkit.plan("llama-3-8b", gpu="RTX 4090")).splitlines()
+    assert "does not fit" in crowded[0]
+    assert "largest batch that fits: none, not even 1" in crowded
+    assert any(line.startswith("  cheapest change that fits: ") for line in crowded)
+    assert any(line.startswith("  GPUs that fit it unchanged: ") for line in crowded)
+    hopeless = str(vramkit.plan("llama-2-70b", gpu="RTX 4090", seq=4096))
+    assert "no change fits alone; closest: " in hopeless

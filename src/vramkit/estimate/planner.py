@@ -39,10 +39,16 @@ class Plan:
         lines = [f"{self.model} on {self.gpu} ({format_size(self.capacity_bytes)}): {verdict}, needs ~"
                  f"{format_size(self.estimate.total_bytes)} as nvidia-smi would show it (estimate)",
                  f"  {self.estimate.setup.describe(self.estimate.seq, self.estimate.family)}",
-                 f"  largest batch that fits: {self.max_batch}"]
+                 f"  largest batch that fits: {self.max_batch or 'none, not even 1'}"]
         fitting = [c for c in self.changes if c.fits]
         if fitting:
             lines.append(f"  cheapest change that fits: {fitting[0].what} ({format_size(fitting[0].total_bytes)})")
+        elif self.changes:  # nothing fits alone: the one that comes closest
+            closest = min(self.changes, key=lambda c: c.total_bytes)
+            lines.append(f"  no change fits alone; closest: {closest.what} ({format_size(closest.total_bytes)})")
+        if not self.fits and self.gpus_that_fit:
+            names = ", ".join(f"{n} ({format_size(m)})" for n, m in self.gpus_that_fit[:3])
+            lines.append(f"  GPUs that fit it unchanged: {names}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
