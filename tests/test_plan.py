@@ -93,7 +93,7 @@ def test_a_plan_and_an_estimate_print_a_few_readable_lines():
     assert ": fits," in fits and "largest batch that fits: " in fits and "Plan(" not in fits
     crowded = str(vramkit.plan("llama-3-8b", gpu="RTX 4090")).splitlines()
     assert "does not fit" in crowded[0]
-    assert "largest batch that fits: none, not even 1" in crowded
+    assert "  largest batch that fits: none, not even 1" in crowded
     assert any(line.startswith("  cheapest change that fits: ") for line in crowded)
     assert any(line.startswith("  GPUs that fit it unchanged: ") for line in crowded)
     hopeless = str(vramkit.plan("llama-2-70b", gpu="RTX 4090", seq=4096))
