@@ -152,6 +152,12 @@ def test_a_forward_inside_evaluation_leads_with_the_evaluation_batch():
     report = find_oom((PHASES / "generate_kv_cache.log").read_text().splitlines()[-1])
     ids = [f.id for f in explain(report, phase=phase).fixes]
     assert ids[0] == "eval_batch" and not {"grad_accum", "checkpointing", "offload_optimizer"} & set(ids)
+    # HF's prediction_step runs the model under torch.no_grad(): "no autograd" would change nothing
+    assert phase.grad_off and "no_grad" not in ids
+    own_loop = [Frame("/home/u/run.py", 30, "evaluate", "out = model(batch)"), *frames[-2:]]
+    own = phase_of(own_loop)
+    assert own is not None and own.evaluating and not own.grad_off  # a user's own loop may well record
+    assert "no_grad" in [f.id for f in explain(report, phase=own).fixes]
 
 
 # ---------------------------------------------------------------- oom_guard on a live exception

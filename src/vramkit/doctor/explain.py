@@ -336,6 +336,7 @@ _PHASE_ORDER: dict[str, tuple[str, ...]] = {
     "generate": ("generate_batch", "cache_offload", "half_weights"),
 }
 _EVAL_FORWARD = ("eval_batch", "no_grad", "bf16")
+_EVAL_FORWARD_NO_GRAD = ("eval_batch", "bf16")  # the loop already runs under no_grad (HF, Lightning)
 _EVAL_WITH_GRAD = ("no_grad", "eval_batch", "bf16")  # a model in eval mode whose activations keep graphs
 # Causes the phase's fixes answer best; for the others (fragmentation, other processes, a request
 # larger than the GPU) the cause's fix leads and the phase's follow.
@@ -345,7 +346,9 @@ _PHASE_LEADS = ("own_usage", "device_full")
 def _phase_order(phase: Phase, eval_with_grad: bool) -> tuple[str, ...]:
     if phase.id == "forward" and eval_with_grad:
         return _EVAL_WITH_GRAD
-    return _EVAL_FORWARD if phase.id == "forward" and phase.evaluating else _PHASE_ORDER[phase.id]
+    if phase.id == "forward" and phase.evaluating:
+        return _EVAL_FORWARD_NO_GRAD if phase.grad_off else _EVAL_FORWARD
+    return _PHASE_ORDER[phase.id]
 
 
 def _phase_fixes(ex: Explanation) -> list[Fix]:

@@ -70,6 +70,7 @@ class Phase:
     evidence: Frame  # the innermost frame that names the phase
     user_frame: Frame | None  # the innermost frame of the user's own code
     evaluating: bool = False  # inside an evaluation loop (HF Trainer evaluate / prediction_step)
+    grad_off: bool = False  # that loop runs under torch.no_grad() (HF's prediction_step, Lightning's loops)
 
     @property
     def title(self) -> str:
@@ -260,6 +261,11 @@ _CODE_MARKERS: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"torch\.cat\(.*\b(logits|preds|predictions|outputs|all_)"), "eval_gather", "torch.cat of outputs"),
 )
 _FORWARD_FUNCS = ("_call_impl", "_wrapped_call_impl", "forward")
+# Library evaluation code known to run the model under torch.no_grad() / inference_mode(): a user's
+# own evaluate() is not (it may be the very reason for the OOM).
+_GRAD_OFF = (("/transformers/trainer.py", "prediction_step"),
+             ("/lightning/pytorch/loops/evaluation_loop.py", None),
+             ("/pytorch_lightning/loops/evaluation_loop.py", None))
 _EVAL_FUNCS = ("evaluation_loop", "prediction_step", "evaluate", "predict", "validation_step", "test_step")
 
 
@@ -292,14 +298,15 @@ def phase_of(frames: list[Frame]) -> Phase | None:
         return None
     user = next((f for f in reversed(frames) if not f.in_library), None)
     evaluating = any(f.func in _EVAL_FUNCS for f in frames)
+    grad_off = any(f.path.endswith(suffix) and func in (None, f.func) for f in frames for suffix, func in _GRAD_OFF)
     in_forward = False
     for frame in reversed(frames):
         if _runs_closure(frame):  # Lightning, LBFGS: forward and backward run inside optimizer.step(closure)
             break
         found = _library_phase(frame) or (_code_phase(frame) if not frame.in_library else None)
         if found is not None:
-            return Phase(found[0], found[1], frame, user, evaluating)
+            return Phase(found[0], found[1], frame, user, evaluating, grad_off)
         in_forward = in_forward or frame.func in _FORWARD_FUNCS
     if in_forward:  # the innermost frame is where it allocated (an attention matmul, a layer's output)
-        return Phase("forward", "in evaluation" if evaluating else None, frames[-1], user, evaluating)
+        return Phase("forward", "in evaluation" if evaluating else None, frames[-1], user, evaluating, grad_off)
     return None
