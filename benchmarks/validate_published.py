@@ -165,9 +165,12 @@ CASES = [
     # "bonus: distilbert before" (bonus_distilbert-before.py): DeepSpeed stage 2 on 4 GPUs, "16-mixed",
     # batch 12, IMDB padded to the longest review, truncated at 512, Adam: 3.99 GB. Lightning's
     # DeepSpeedStrategy sets both bucket sizes to 200_000_000 elements (DeepSpeed's own default: 5e8)
+    # and overlap_comm=True (lightning/pytorch/strategies/deepspeed.py: `overlap_comm: bool = True`;
+    # DeepSpeed's own default is off): stage 2 then keeps two reduce buffers
     Case(RASCHKA, "DistilBERT b12 s512, ZeRO-2 x4 GPUs, fp16", "distilbert-base-uncased", 3.99,
          {"batch": 12, "seq": 512, "precision": "fp16", "zero": 2, "gpus": 4, "attention": "eager",
-          "zero_reduce_bucket": 200_000_000, "zero_allgather_bucket": 200_000_000, "zero_grad_before_backward": True},
+          "zero_reduce_bucket": 200_000_000, "zero_allgather_bucket": 200_000_000, "zero_overlap_comm": True,
+          "zero_grad_before_backward": True},
          needs="--zero-bucket sizes"),
     # "bonus distilbert after" (bonus_distilbert-after.py): FSDP on 4 GPUs, cpu_offload=True (parameters
     # and gradients on the CPU, the optimizer steps there), "bf16-true", micro-batch 3 x 4: 1.15 GB
