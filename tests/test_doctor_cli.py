@@ -65,6 +65,8 @@ def test_bad_options_are_one_line_exit_2():
     assert_one_line_error(run_vram("doctor", LOG, "--batch-size", "0", "--no-live"), 2, "--batch")
     assert_one_line_error(run_vram("doctor", LOG, "--seq", "0", "--no-live"), 2, "--seq: must be at least 1")
     assert_one_line_error(run_vram("doctor", "--simulate", "demo", "--batch", "4"), 2, "--batch needs a LOGFILE")
+    # a precision the estimator does not know is refused even where no savings are computed
+    assert_one_line_error(run_vram("doctor", LOG, "--precision", "fp7", "--no-live"), 2, "--precision", "fp7")
 
 
 def test_batch_and_seq_are_spelled_as_in_estimate_and_the_old_way_too():
