@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError
@@ -79,7 +79,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "an optimizer step")
     p.add_argument("--grad-accum", metavar="N", default="1", help="gradient-accumulation steps (default 1)")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
-    p.add_argument("--attention", choices=("eager", "flash"), default="eager",
+    p.add_argument("--attention", choices=("eager", "flash"), default=None,
                    help="eager (scores materialised, default) or flash / memory-efficient SDPA")
     p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
     p.add_argument("--adapter", metavar="WIDTH", help="bottleneck adapters (Houlsby: two a layer) of this width; "
@@ -243,7 +243,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
                   for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
     return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
-                 checkpointing=args.checkpointing, attention=args.attention, quant=args.quant,
+                 checkpointing=args.checkpointing, attention=args.attention or "eager", quant=args.quant,
                  double_quant=args.double_quant, zero_grad_to_none=_torch_frees_grads(args.torch),
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
                  offload_params="params" in offload, fsdp=args.fsdp, **zero_sizes,
@@ -271,6 +271,26 @@ def list_models() -> str:
     return "MODEL                     FAMILY          PARAMS\n" + "\n".join(rows)
 
 
+def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
+    """Eager attention is the default here (HF's eager code, what the formulas trace), but recent
+    transformers run SDPA by default: where the scores make much of the peak, say what flash /
+    memory-efficient attention would need, so a long context is not read as needing far more."""
+    from dataclasses import replace
+
+    from ..errors import VramkitError
+    from ..estimate.analytic import estimate
+    from ..units import format_size
+
+    try:
+        flash = estimate(model, replace(setup, attention="flash"))
+    except VramkitError:  # a setup flash attention is not modelled for
+        return
+    if flash.total_bytes < 0.75 * result.total_bytes:
+        result.notes.append(f"eager attention (the default here) keeps every score matrix: with SDPA or flash "
+                            f"kernels (--attention flash; recent transformers use SDPA by default) it would be "
+                            f"{format_size(flash.total_bytes)} as nvidia-smi shows it")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..estimate.analytic import estimate
     from ..render.estimate_view import estimate_json, render_estimate, render_trace
@@ -283,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)")
     setup = setup_from_args(args)
     result = estimate(args.model, setup)  # an EstimateError is a VramkitError (exit 2): cli/main prints it
+    if args.attention is None:
+        _note_flash_attention(args.model, setup, result)
     traced = None
     if args.trace:
         from ..estimate.trace import TraceUnavailable, trace_estimate
