@@ -68,7 +68,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--seq", "--seq-len", dest="seq_len", type=int, metavar="N",
                    help="log: the sequence length, for the estimator")
     # checked by the estimator's own Setup.check (as vram estimate's), which names the flag
-    p.add_argument("--precision", metavar="P", choices=("fp32", "fp16", "bf16", "bf16-pure"), help="log: how the job ran: fp32 (default), fp16/bf16 mixed "
+    p.add_argument("--precision", metavar="P", choices=("fp32", "fp16", "bf16", "bf16-pure"),
+                   help="log: how the job ran: fp32 (default), fp16/bf16 mixed "
                    "precision, or bf16-pure; for the estimator")
     p.set_defaults(run=run, param_flags={"batch": "--batch", "seq": "--seq"})
 
