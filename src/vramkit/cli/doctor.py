@@ -67,7 +67,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    help="log: the batch size, for the estimator's savings")
     p.add_argument("--seq", "--seq-len", dest="seq_len", type=int, metavar="N",
                    help="log: the sequence length, for the estimator")
-    # checked by the estimator's own Setup.check (as vram estimate's), which names the flag
+    # the estimator's spellings, as vram estimate's (a wrong one is refused even without --batch)
     p.add_argument("--precision", metavar="P", choices=("fp32", "fp16", "bf16", "bf16-pure"),
                    help="log: how the job ran: fp32 (default), fp16/bf16 mixed "
                    "precision, or bf16-pure; for the estimator")
