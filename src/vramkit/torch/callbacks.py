@@ -146,19 +146,24 @@ class VramTrainerCallback:
         and wrap trainer.train so an exception stops the detector and an OOM is diagnosed."""
         handler = trainer.callback_handler
         handler.callbacks[:] = [self] + [c for c in handler.callbacks if c is not self]
-        train = trainer.train
-
-        @functools.wraps(train)
-        def train_with_diagnosis(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return train(*args, **kwargs)
-            except BaseException as exc:
-                self._reporter.failed(exc, self.model if self.model is not None else trainer.model)
-                raise
-
-        trainer.train = train_with_diagnosis
+        trainer.train = self._diagnosing(trainer.train, trainer)
         self._attached = True
         return self
+
+    def _diagnosing(self, fn: Any, trainer: Any, then: Any = None) -> Any:
+        """`fn` wrapped: an exception out of it stops the detector's mode and diagnoses an OOM
+        (then calls `then`, if given) before it propagates unchanged."""
+        @functools.wraps(fn)
+        def with_diagnosis(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                self._reporter.failed(exc, self.model if self.model is not None else trainer.model)
+                if then is not None:
+                    then()
+                raise
+
+        return with_diagnosis
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if self.model is None:
@@ -199,18 +204,7 @@ class VramTrainerCallback:
         self._unguard_training_step()
         if trainer is None or not callable(getattr(trainer, "training_step", None)):
             return
-        step = trainer.training_step
-
-        @functools.wraps(step)
-        def training_step_with_diagnosis(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return step(*args, **kwargs)
-            except BaseException as exc:
-                self._reporter.failed(exc, self.model if self.model is not None else trainer.model)
-                self._unguard_training_step()
-                raise
-
-        trainer.training_step = training_step_with_diagnosis
+        trainer.training_step = self._diagnosing(trainer.training_step, trainer, then=self._unguard_training_step)
         self._guarded = trainer
 
     def _unguard_training_step(self) -> None:
