@@ -97,9 +97,18 @@ def test_plain_status_leaves_the_data_output_modules_alone():
     assert "vramkit.render.data" in _imported_by("status", "--simulate", "demo", "--csv")
 
 
-def test_the_shim_imports_no_pathlib(tmp_path):
+def test_plain_status_leaves_the_health_view_and_glob_alone():
+    # The health lines (render.info_view) are drawn only under --all, and glob is for the holders
+    # scan's device minors: neither loads for a plain `vram status`.
+    plain = _imported_by("status", "--simulate", "demo")
+    assert not plain & {"vramkit.render.info_view", "glob"}
+    assert "vramkit.render.info_view" in _imported_by("status", "--simulate", "demo", "--all")
+
+
+def test_the_shim_imports_no_pathlib_and_no_typing(tmp_path):
     # Every program that loads the shim imports vramkit.nvml.shim: pathlib (and with it urllib
-    # and ipaddress) is for writing the shim, not for running under it.
+    # and ipaddress) is for writing the shim, not for running under it; typing is for mypy only
+    # (TYPE_CHECKING blocks in nvml/ and procs), ~2.5 ms of every program on the shim.
     pytest.importorskip("pynvml")
     from vramkit.nvml.shim import write_shim
 
@@ -113,6 +122,7 @@ def test_the_shim_imports_no_pathlib(tmp_path):
              if line.startswith("import time:") and "|" in line}
     assert "vramkit.nvml.shim" in names  # the shim, not another pynvml, was loaded
     assert "pathlib" not in names
+    assert "typing" not in names
 
 
 def test_the_collector_is_frozen_at_exit_only():

@@ -15,10 +15,15 @@ is one new module here implementing `Backend`, chosen in `snapshot.open_machine`
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
 
 from ..model import Device
 from ..procs import HostProcess
+
+TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    Protocol = object  # a structural type for mypy; at run time nothing checks it
 
 
 class Backend(Protocol):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import TYPE_CHECKING
 
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
 from .commands import COMMANDS
 from .common import HelpFormatter, add_data_options, check_gpus, check_watch, open_for, parse_gpu_list, watch_loop
 
+TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
     from ..collector import Collector
     from ..snapshot import Machine

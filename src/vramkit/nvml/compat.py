@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import string
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1

@@ -7,7 +7,6 @@ from ..model import Device, Snapshot
 from ..units import format_size
 from . import fmt
 from .banner import banner
-from .info_view import health_lines
 from .style import Style, clip
 from .text_width import cells, fit, pad
 
@@ -94,7 +93,10 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
         lines.append(_gpu_line(dev, style, width))
         lines.extend(_mig_lines(dev, style))
         lines.extend(_holder_lines(dev, style, width, wide, user_w))
-        lines.extend(health_lines(dev, style, width))  # read only under --all
+        if dev.health is not None:  # read only under --all; info_view loads only then
+            from .info_view import health_lines
+
+            lines.extend(health_lines(dev, style, width))
         # "processes" is said on the holder line ("processes unknown (REASON)"), not twice.
         na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved", "processes")}
         if na:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
 
 from .text_width import fit
+
+TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 _CODES = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
           "dim": "2", "bold": "1", "reverse": "7"}
