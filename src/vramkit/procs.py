@@ -37,17 +37,26 @@ _FORMAT_RANGES = (
     (0xE0020, 0xE007F),
     (0xD800, 0xDFFF),  # lone surrogates (text decoded with surrogateescape, JSON \ud800): not printable
 )
-# One str.translate table, built once: control characters (C0, DEL, C1) and the ranges above -> '?'.
-_CONTROL = dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0),
-                          *(c for low, high in _FORMAT_RANGES for c in range(low, high + 1))], "?")
 NOT_VISIBLE = "not visible in /proc: the process exited, or runs in another PID namespace"
+_control: dict[int, str] = {}  # the str.translate table, built on first use (~0.4 ms): see _control_table
+
+
+def _control_table() -> dict[int, str]:
+    """Control characters (C0, DEL, C1) and the ranges above -> '?'."""
+    if not _control:
+        _control.update(dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0),
+                                       *(c for low, high in _FORMAT_RANGES for c in range(low, high + 1))], "?"))
+    return _control
 
 
 def sanitize(text: str) -> str:
     """Replace control characters (terminal escapes, newlines, tabs...) and the characters that
     reorder or hide text (Unicode categories Cf, Zl, Zp: U+202E, zero-width spaces, U+2028...)
     with '?'."""
-    return text.translate(_CONTROL)
+    # Printable ASCII (0x20-0x7E) holds none of them: most command lines need no table at all.
+    if text.isascii() and text.isprintable():
+        return text
+    return text.translate(_control_table())
 
 
 @dataclass
