@@ -61,18 +61,18 @@ def _on_shim(shim: Path, scenario_file: Path, src: Path | None) -> dict[str, str
     return env
 
 
-def _imports(scenario_file: Path) -> tuple[set[str], list[tuple[int, str]]]:
-    """Top-level packages `vram status` imports, and its slowest imports (cumulative µs, module)."""
-    cmd = [sys.executable, "-X", "importtime", "-m", "vramkit", "status", "--simulate", str(scenario_file)]
-    result = subprocess.run(cmd, env=program_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, check=True)
+def _imports(cmd: list[str], env: dict[str, str]) -> tuple[set[str], list[tuple[int, str]]]:
+    """Top-level packages `cmd` (a Python program) imports, and its slowest imports (cumulative µs, module)."""
+    result = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, check=True)
     modules, slow = set(), []
     for line in result.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line or "cumulative" in line:
             continue
-        _, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        _, cumulative, raw_name = line[len("import time:"):].split("|")
+        name = raw_name.strip()
         modules.add(name.split(".")[0])
-        if not name.startswith(" "):
+        if not raw_name[1:].startswith(" "):  # nested imports are indented: only the top level here
             slow.append((int(cumulative), name))
     return modules, sorted(slow, reverse=True)
 
@@ -179,12 +179,20 @@ def main(argv: list[str] | None = None) -> int:
             met = met and ok
             print(f"target ({VRAM} at most {TARGET}x {PEER}, wall medians): {'MET' if ok else 'NOT MET'} "
                   f"({ratio:.2f}x; CPU {cpu[VRAM] / cpu[PEER]:.2f}x)")
-        modules, slow = _imports(write_scenario(tmp_path / "imports.json", scenario([], real=True)))
+        imports_file = write_scenario(tmp_path / "imports.json", scenario([], real=True))
+        modules, slow = _imports([sys.executable, "-m", "vramkit", "status", "--simulate", str(imports_file)],
+                                 program_env(src))
+        # The headline path: the shim as pynvml, then vram on "the driver" (what every round measured)
+        driver_modules, driver_slow = _imports([sys.executable, "-c", VRAM_VIA_DRIVER, "status"],
+                                               _on_shim(shim, imports_file, src))
 
     found = {m: m in modules for m in HEAVY}
     print("\n`vram status --simulate` imports: " + ", ".join(f"{m} {'YES' if v else 'no'}" for m, v in found.items()))
     print("slowest top-level imports (cumulative): " +
           ", ".join(f"{name} {us / 1000:.1f}ms" for us, name in slow[:6]))
+    print(f"on the real-driver path through the shim: typing {'YES' if 'typing' in driver_modules else 'no'}, "
+          f"dataclasses {'YES' if 'dataclasses' in driver_modules else 'no'}; slowest top-level imports: " +
+          ", ".join(f"{name} {us / 1000:.1f}ms" for us, name in driver_slow[:6]))
     clean = not (found["torch"] or found["textual"])
     print(f"no torch, no textual in `vram status`: {'OK' if clean else 'FAILED'}")
     print(f"all targets: {'MET' if met else 'NOT MET'}")
