@@ -442,3 +442,36 @@ def test_the_table_draws_what_changed(sim_env):
         run_app(app, body)
     finally:
         machine.close()
+
+
+def test_cells_are_stored_as_text_and_drawn_by_column(sim_env):
+    """The table holds plain strings (a Text per cell of every row held MiBs); the drawn cells
+    keep their column's look: numbers right-justified, commands literal (never markup), flags in
+    the palette's flag colour."""
+    app, machine = demo_app()
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        assert all(isinstance(cell, str) for i in range(table.row_count) for cell in table.get_row_at(i))
+        header = table.render_line(0).text
+        memory_end = header.index("MEMORY") + len("MEMORY")  # the header is right-justified too
+        drawn = {}
+        for y in range(1, table.size.height):
+            strip = table.render_line(y)
+            if strip.text.strip():
+                drawn[strip.text.split()[1]] = strip
+        rows = {r["pid"]: r for r in table_rows(app)}
+        assert len(drawn) > 3
+        for pid, strip in drawn.items():
+            assert strip.text[:memory_end].endswith(" " + rows[pid]["memory"])
+        zombie = drawn["29044"]
+        assert "[python] <defunct>" in zombie.text
+        flags = rows["29044"]["flags"]
+        assert flags != "-"
+        colours = {seg.style.color.name for seg in zombie
+                   if seg.text.strip() == flags and seg.style and seg.style.color}
+        assert colours == {app.look.palette.flag}
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()

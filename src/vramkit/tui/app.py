@@ -29,6 +29,7 @@ from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets._data_table import RowRenderables
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from ..alerts import Alert, History, Thresholds, evaluate
@@ -55,9 +56,12 @@ HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "
                "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
 
 
-class ProcTable(DataTable[Text]):
+class ProcTable(DataTable[str]):
     """The process table: Home/End go to the first/last row (the command is clipped to fit, so
     there is nothing to scroll sideways to).
+
+    Cells are stored as plain strings and made into Text (`cell_text`: by column and text) only
+    for the rows drawn: a Text for each of 500 rows x 15 columns held MiBs for nothing.
 
     Cells are rendered once per text they show. DataTable keys its cell cache on a counter that
     every update_cell bumps, so one changed cell (ELAPSED ticks on every row each second) would
@@ -66,8 +70,9 @@ class ProcTable(DataTable[Text]):
     BINDINGS = [Binding("home", "scroll_top", "Top", show=False),
                 Binding("end", "scroll_bottom", "Bottom", show=False)]
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, cell_text: Callable[[str, str], Text], **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.cell_text = cell_text  # (column key, shown text) -> the cell as drawn
         # A few screens' worth of cells (each cursor and hover state apart); old texts age out.
         self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(2048)
         # DataTable's own caches are keyed on the update counter, so after each refresh their
@@ -76,6 +81,17 @@ class ProcTable(DataTable[Text]):
         self._cell_render_cache = LRUCache(64)
         self._row_render_cache = LRUCache(256)
         self._line_cache = LRUCache(256)
+        # Each new row's cells are made into Text once to measure them (_update_dimensions): keep
+        # a screen's worth of rows, not 1,000 rows of Text.
+        self._row_renderable_cache = LRUCache(64)
+
+    def _compute_row_renderables(self, row_index: int) -> RowRenderables:
+        row_key = self._row_locations.get_key(row_index) if row_index >= 0 else None
+        if row_key is None or self._should_render_row_labels:  # the header (or a label: none here)
+            return super()._compute_row_renderables(row_index)
+        row = self._data.get(row_key, {})
+        return RowRenderables(None, [self.cell_text(str(c.key.value), row.get(c.key) or "")
+                                     for c in self.ordered_columns])
 
     def _render_cell(self, row_index: int, column_index: int, base_style: RichStyle, width: int,
                      cursor: bool = False, hover: bool = False) -> SegmentLines:
@@ -91,18 +107,23 @@ class ProcTable(DataTable[Text]):
             value, height = self.columns[column_key].label, self.header_height
         elif row_key is not None:
             value, height = self._data[row_key].get(column_key), self.rows[row_key].height
-        if not isinstance(value, Text) or value.spans:  # only plain one-style texts are keyed by text
+        text_key: tuple[object, ...]
+        if isinstance(value, str):  # a process cell: its look follows from its column and text
+            text_key = (column_key, value)
+        elif isinstance(value, Text) and not value.spans:  # a header: only plain one-style texts
+            text_key = (value.plain, value.style, value.justify, value.overflow, value.no_wrap)
+        else:
             return render(row_index, column_index, base_style, width, cursor, hover)
         # The row and column indexes are in the key: the rendered segments carry them as meta
         # (for mouse clicks), and fixed rows and the header are styled by position.
-        key = (row_index, column_index, value.plain, value.style, value.justify, value.overflow, value.no_wrap,
-               height, base_style, width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state)
+        key = (row_index, column_index, text_key, height, base_style, width, cursor, hover, self._show_hover_cursor,
+               self._pseudo_class_state)
         lines = self._rendered.get(key)
         if lines is None:
             lines = self._rendered[key] = render(row_index, column_index, base_style, width, cursor, hover)
         return lines
 
-    def update_cells(self, changes: list[tuple[str, str, Text]]) -> None:
+    def update_cells(self, changes: list[tuple[str, str, str]]) -> None:
         """update_cell for each (row key, column key, value), with one refresh for them all:
         update_cell refreshes the whole widget for each cell (hundreds when ELAPSED ticks).
         What update_cell does, but once: set the value, count an update, refresh."""
@@ -240,7 +261,7 @@ class TopApp(App[None]):
             yield Static("", id="gpus")
         yield Static("", id="alerts")
         yield Static("", id="viewline")
-        table = ProcTable(id="procs", cursor_type="row", zebra_stripes=False)
+        table = ProcTable(self._cell_text, id="procs", cursor_type="row", zebra_stripes=False)
         yield table
         yield Input(id="prompt")
         yield Footer()
@@ -434,14 +455,14 @@ class TopApp(App[None]):
         self._rows = R.ordered(self.snap, self.view)
         wanted = [(r.key, R.cells(r, by_index, self._columns, self._command_width)) for r in self._rows]
         if not force and [k for k, _ in wanted] == [k for k, _ in self._shown]:
-            table.update_cells([(key, column, self._cell(column, a))
+            table.update_cells([(key, column, self.look.plain(a))
                                 for (key, new), (_, old) in zip(wanted, self._shown) if new != old
                                 for column, a, b in zip(self._columns, new, old) if a != b])
         else:
             selected = self.selected_key()
             table.clear()
             for key, values in wanted:
-                table.add_row(*(self._cell(c, v) for c, v in zip(self._columns, values)), key=key)
+                table.add_row(*map(self.look.plain, values), key=key)
             keys = [k for k, _ in wanted]
             if selected in keys:
                 table.move_cursor(row=keys.index(selected), animate=False)
@@ -467,9 +488,10 @@ class TopApp(App[None]):
         self.query_one(selector, Static).update(text, layout=old is None or old.plain.count("\n") != lines)
         self._texts[selector] = text
 
-    def _cell(self, column: str, value: str) -> Text:
-        # Always Text: a plain str cell would be parsed as markup, and commands are other users' text.
-        value = self.look.plain(value)  # --ascii: the tree's branches, the … of a cut text
+    def _cell_text(self, column: str, value: str) -> Text:
+        """A process cell as drawn (the table stores its text already through look.plain: --ascii
+        turns the tree's branches and the … of a cut text into ASCII). Always Text: a plain str
+        would be parsed as markup, and commands are other users' text."""
         if column in RIGHT:
             return Text(value, justify="right")
         if column == "flags" and value != "-":
