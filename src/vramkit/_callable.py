@@ -8,7 +8,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing stays off the status path (issue 19); mypy reads the import below
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def make_callable(module_name: str, target: Callable[[], Callable[..., Any]]) -> None:
