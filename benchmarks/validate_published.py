@@ -110,8 +110,10 @@ _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "pre
 # The loops of 01-04 (and the DistilBERT ones) run forward, optimizer.zero_grad(), backward, step: the last
 # step's gradients live through the forward; 05-06 call zero_grad() after the step
 # torchvision's MultiheadAttention projects q, k and v with one in_proj linear (one autocast cast)
+# torch 2.1.0.dev20230623 predates pytorch#104780 (2023-07-07, "[foreach][Adam] Minimize use of intermediates"):
+# its foreach Adam keeps sqrt(exp_avg_sq) and `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)` at the update
 _VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash",  # torch.optim.Adam: AdamW's memory
-        "zero_grad_before_backward": True, "fused_qkv": True}
+        "zero_grad_before_backward": True, "fused_qkv": True, "foreach_denom_copy": True}
 _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
 # its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
@@ -218,10 +220,15 @@ CASES = [
     Case(TORCHTUNE, "llama2-7b LoRA r64 all layers", "llama-2-7b", 17.04,
          {**_TUNE, "lora": 64, "lora_targets": _ALL_LINEAR + ",head"}, needs="--lora-targets"),
     # 7B_qlora_single_device.yaml then: LoRA r 8 on q, k, v, o and the MLP (those linears in torchao's
-    # NF4, whose block scales are quantized again: double quantization), batch 2, accumulation 16
+    # NF4, whose block scales are quantized again: double quantization), batch 2, accumulation 16.
+    # The recipe builds the model on the GPU and quantizes each LoRA linear there, then again as the fp16
+    # checkpoint loads (lora_finetune_single_device.py _setup_model; modules/peft/lora.py; utils/
+    # _register_nf4_dispatch_ops.py), with torchao 0.1 (pyproject.toml: torchao==0.1), whose to_nf4 takes
+    # each whole tensor at once; the training figure is max_memory_reserved after reset_peak_memory_stats,
+    # which starts from the segments loading left reserved (the same table: 9.13 GB at model init)
     Case(TORCHTUNE, "llama2-7b QLoRA NF4 r8 attn + MLP", "llama-2-7b", 9.29,
-         {**_TUNE, "quant": "4bit", "double_quant": True, "quant_backend": "torchao", "lora_targets": _ALL_LINEAR},
-         needs="--lora-targets"),
+         {**_TUNE, "quant": "4bit", "double_quant": True, "quant_backend": "torchao", "lora_targets": _ALL_LINEAR,
+          "loading": "torchtune", "torchao_chunk": 0}, needs="--lora-targets"),
 ]
 
 

@@ -139,12 +139,24 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-overhead", metavar="SIZE", help="CUDA context size (default 512MiB for CUDA >= "
                    "11.7, 1GiB before)")
     p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
-    p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch"})
+    p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
+                                "foreach_denom_copy": "--torch", "torchao_chunk": "--torchao",
+                                "cache_views": "--transformers"})
     p.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
                    help="the loop calls zero_grad() after the forward, just before backward: the last step's "
                    "gradients stay allocated through the forward")
-    p.add_argument("--torch", metavar="VERSION", default="2.0", help="PyTorch's semantics (default 2.0 and "
-                   "later: zero_grad() frees the gradients; 1.13 and before keep them allocated, set_to_none=False)")
+    p.add_argument("--torch", metavar="VERSION", default="2.1", help="PyTorch's semantics (default 2.1 and "
+                   "later: zero_grad() frees the gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second "
+                   "list at the update; 1.13 and before keep the gradients allocated, set_to_none=False)")
+    p.add_argument("--loading", choices=("torchtune",), help="how the model was built and loaded, where that leaves "
+                   "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
+                   "builds the model on the GPU, quantizes each LoRA linear with torchao's to_nf4, and again as the "
+                   "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)")
+    p.add_argument("--transformers", metavar="VERSION", default="4.54", help="Hugging Face transformers' "
+                   "semantics for inference (default 4.54 and later: the KV cache copies k and v; before, it kept "
+                   "them as computed, and GPT-2's views hold its whole fused qkv output)")
+    p.add_argument("--torchao", metavar="VERSION", default="0.2", help="torchao's to_nf4 for --loading (default 0.2 "
+                   "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)")
 
 
 def _int(args: argparse.Namespace, name: str) -> int | None:
@@ -214,13 +226,32 @@ def _fraction(args: argparse.Namespace, name: str) -> float:
         raise UsageError(f"{str(value)[:40]!r} is not a number such as 0.05", param=name) from None
 
 
-def _torch_frees_grads(version: str) -> bool:
-    """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them)."""
+def _major_minor(version: str, library: str, examples: str, param: str) -> tuple[int, int]:
+    """'2.1', '4.53.2' or '2' -> (major, minor); anything else is a one-line usage error."""
     try:
-        major = int(version.strip().split(".")[0])
+        major, minor = (int(part) for part in (version.strip().split(".") + ["0"])[:2])
     except ValueError:
-        raise UsageError(f"{version[:40]!r} is not a PyTorch version such as 1.13 or 2.4", param="torch") from None
-    return major >= 2
+        raise UsageError(f"{version[:40]!r} is not a {library} version such as {examples}", param=param) from None
+    return major, minor
+
+
+def _torch_semantics(version: str) -> tuple[bool, bool]:
+    """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them); 2.0's foreach Adam adds
+    eps into a new list (2.1 in place)."""
+    major, minor = _major_minor(version, "PyTorch", "1.13 or 2.4", "torch")
+    return major >= 2, (major, minor) == (2, 0)  # zero_grad_to_none, foreach_denom_copy
+
+
+def _torchao_chunk(version: str) -> int:
+    """--torchao: to_nf4 quantizes in chunks from 0.2 on (CHUNK_SIZE), each whole tensor before."""
+    from ..estimate.loading import TORCHAO_CHUNK
+
+    return TORCHAO_CHUNK if _major_minor(version, "torchao", "0.1 or 0.4", "torchao_chunk") >= (0, 2) else 0
+
+
+def _cache_views(version: str) -> bool:
+    """--transformers: before 4.54 the KV cache kept the k and v tensors as computed (views)."""
+    return _major_minor(version, "transformers", "4.53 or 5.0", "cache_views") < (4, 54)
 
 
 def setup_from_args(args: argparse.Namespace) -> Setup:
@@ -240,11 +271,12 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     except ValueError:
         raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
     offload = _offload(args.offload)
+    frees_grads, denom_copy = _torch_semantics(args.torch)
     zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
                   for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
     return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
                  checkpointing=args.checkpointing, attention=args.attention or "eager", quant=args.quant,
-                 double_quant=args.double_quant, zero_grad_to_none=_torch_frees_grads(args.torch),
+                 double_quant=args.double_quant, zero_grad_to_none=frees_grads, foreach_denom_copy=denom_copy,
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
                  offload_params="params" in offload, fsdp=args.fsdp, **zero_sizes,
                  zero_overlap_comm=args.zero_overlap_comm, parallel=args.parallel,
@@ -257,7 +289,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
                  quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
                  fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph, quant_backend=args.quant_backend,
-                 zero_grad_before_backward=args.zero_grad_before_backward)
+                 zero_grad_before_backward=args.zero_grad_before_backward, loading=args.loading,
+                 torchao_chunk=_torchao_chunk(args.torchao), cache_views=_cache_views(args.transformers))
 
 
 def list_models() -> str:

@@ -32,6 +32,8 @@ from .formulas import (
     adapter_params,
     bnb_held_inputs,
     fmt,
+    hf_inference_note,
+    inference_held,
     inference_working_set,
     kv_cache,
     lora_targets,
@@ -39,6 +41,7 @@ from .formulas import (
     quant_bytes,
     softmax_bytes,
 )
+from .loading import LOADING_PATHS, TORCHAO_CHUNK, reserved_by_loading
 from .specs import ENCODERS, EstimateError, ModelSpec, numel, spec_of
 
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
@@ -132,11 +135,26 @@ class Setup:
     # the loop calls zero_grad() after the forward, just before backward (forward, zero_grad, backward,
     # step: Raschka's scripts): the last step's gradients stay allocated through the forward
     zero_grad_before_backward: bool = False
+    # foreach Adam/AdamW keep sqrt(exp_avg_sq) and sqrt(...) + eps as two lists at the update (PyTorch 2.0 and
+    # 2.1 nightlies before July 2023: `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`; pytorch#104780
+    # adds eps in place)
+    foreach_denom_copy: bool = False
+    # how the model was built and loaded, where that leaves more reserved than the step needs (loading.py):
+    # None (the weights loaded in place) or "torchtune" (torchtune 0.1's QLoRA build and checkpoint load)
+    loading: str | None = None
+    # elements torchao's to_nf4 quantizes at a time: 1,048,576 from torchao 0.2 on; 0 = the whole tensor (0.1)
+    torchao_chunk: int = TORCHAO_CHUNK
+    # inference: the KV cache keeps views of the k/v projections instead of copies (transformers before
+    # 4.54, whose DynamicCache stored the first step's tensors; 4.54 on torch.cat them into its own):
+    # GPT-2's k and v are views of one fused c_attn output, so its q third stays allocated too
+    cache_views: bool = False
 
     def describe(self, seq: int, family: str = "") -> str:
         """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
         if self.mode == "infer":
             parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
+            if self.cache_views:
+                parts.append("transformers < 4.54 cache")
         else:
             parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision, self.optimizer]
             if self.grad_accum > 1:
@@ -145,6 +163,8 @@ class Setup:
                 parts.append("checkpointing")
             if not self.zero_grad_to_none:
                 parts.append("torch < 2.0 zero_grad")
+            if self.foreach_denom_copy:
+                parts.append("torch 2.0 foreach Adam")
             if self.zero_grad_before_backward:
                 parts.append("zero_grad before backward")
         if family not in ("params",):
@@ -161,6 +181,8 @@ class Setup:
                          + (", head quantized too" if self.quant_head else ""))
         if self.lora and (self.precision == "bf16-pure" or self.quant):
             parts.append(f"{self.adapter_dtype} adapters")
+        if self.loading:
+            parts.append(f"{self.loading} loading" + (", torchao 0.1 to_nf4" if not self.torchao_chunk else ""))
         if self.gpus > 1 or self.zero is not None or self.fsdp:
             par = f"{self.gpus} GPUs" if self.gpus > 1 else "1 GPU"
             if self.zero is not None:
@@ -237,6 +259,14 @@ class Setup:
         one_of("adapter_dtype", ("fp32", "16bit"), "fp32 (PEFT) or 16bit (LitGPT, torchtune)")
         one_of("quant_compute_dtype", ("fp32", "bf16", "fp16"), "fp32 (HF's default), bf16 or fp16")
         one_of("quant_backend", ("bitsandbytes", "torchao"), "bitsandbytes or torchao")
+        one_of("loading", (None, *LOADING_PATHS), "torchtune (its QLoRA model build and checkpoint load)")
+        if self.loading and not (self.quant == "4bit" and self.quant_backend == "torchao" and self.lora
+                                 and spec.arch == "llama" and not spec.experts):
+            raise EstimateError("torchtune's loading quantizes the LoRA linears of a llama-family model with "
+                                "torchao: give quant 4bit, quant backend torchao and a lora rank", param="loading")
+        if not isinstance(self.torchao_chunk, int) or isinstance(self.torchao_chunk, bool) or self.torchao_chunk < 0:
+            raise EstimateError(f"must be a number of elements (0: the whole tensor), not {self.torchao_chunk!r}",
+                                param="torchao_chunk")
         if self.quant_backend == "torchao" and self.quant not in (None, "4bit"):
             raise EstimateError("torchao's NF4 is 4-bit: give quant 4bit", param="quant_backend")
         one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
@@ -454,13 +484,17 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
             kv = kv_cache(spec, b, seq, x, tp, s_dec)
             if kv:
                 terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
-            if spec.family == "gpt2":  # k and v are views of one c_attn output: its q third stays too
-                terms.append(Term("q beside the cache (fused qkv)", kv // 2, "GPT-2's cache keeps views of the fused "
-                                  "qkv projection, so its q third stays allocated through the prefill", "kv"))
-            ws = inference_working_set(spec, b, seq, dti, setup.attention == "flash", tp)
+            if setup.cache_views and spec.family == "gpt2":
+                terms.append(Term("q beside the cache (fused qkv)", kv // 2, "the cache keeps views of GPT-2's "
+                                  "fused qkv projection (transformers < 4.54), so its q third stays allocated "
+                                  "through the prefill", "kv"))
+            flash = setup.attention == "flash"
+            for name, size, formula in inference_held(spec, b, seq, dti, flash):
+                terms.append(Term(name, size, formula, "transient"))
+            ws = inference_working_set(spec, b, seq, dti, flash, tp)
             terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
                               + ("attention scores, " if setup.attention == "eager" else "")
-                              + "feed-forward inner (no-grad forward)", "transient"))
+                              + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash), "transient"))
             if spec.head == "lm":
                 terms.append(Term("logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                                   "transient"))
@@ -498,6 +532,8 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     else:
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
+        if setup.foreach_denom_copy and setup.optimizer == "adamw":
+            tmp, tmp_f = 2 * tmp, tmp_f + " + its copy with eps added (PyTorch 2.0's foreach Adam: denom)"
         grad_f = f"{pt:,} trainable params × {wt:g} B"
         if setup.fsdp:  # sharded like the parameters, or with them on the CPU
             sharded = " (on the CPU: FSDP CPUOffload)" if setup.offload_params else f" / {dp} GPUs (FSDP)"
@@ -808,6 +844,16 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
              f"default for CUDA {setup.cuda:g}: " + ("lazy module loading" if setup.cuda >= 11.7
                                                         else "eager module loading")), "overhead")]
     breakdown["allocator overhead"] = reserved - peak
+    loaded = reserved_by_loading(spec, setup)
+    if setup.loading:
+        notes.append(f"{setup.loading} loading leaves {fmt(loaded)} reserved (its segments stay cached); reserved "
+                     "is the larger of that and the step's")
+    if loaded > reserved:  # the allocator keeps what loading reserved: the step runs in those segments
+        terms.insert(-1, Term("cached since loading", loaded - reserved, f"{setup.loading}'s model build and "
+                          f"checkpoint load leave {fmt(loaded)} reserved (a replay through the caching allocator; "
+                          "no empty_cache), more than the step needs", "overhead"))
+        breakdown["cached since loading"] = loaded - reserved
+        reserved = loaded
     breakdown["CUDA context"] = context
     return Estimate(model=spec.name, family=spec.family, setup=setup, params=p.total, trainable=pt
                     if setup.mode == "train" else 0, seq=seq, terms=terms, moments=totals,

@@ -498,28 +498,83 @@ def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 
     return 0
 
 
+# What Hugging Face's eager decoder code (transformers 5) holds in a no-grad forward beyond one layer's
+# own temporaries, by family. Every decoder layer unpacks `out, _ = self.attn(...)`: `_` keeps that
+# layer's attention probabilities alive through the feed-forward; BLOOM's model keeps each block's
+# (output, probabilities) tuple until the next block returns, so the previous layer's too.
+HF_DECODERS = ("gpt2", "bloom", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+HELD_PROBS = {"bloom": 2}  # probability tensors alive during the feed-forward; 1 in the others
+# Feed-forward inner tensors alive at once: GELU written as Python ops keeps the matmul output beside
+# its partial products (GPT-2's gelu_new: x, 0.5·x, x³, 0.044715·x³; BLOOM's bloom_gelu_forward in
+# inference: x, 0.5·x, 0.798·x, 0.044715·x, 0.044715·x·x); a gated FFN keeps act(gate), up, product
+GELU_TENSORS = {"gelu-new": 4, "bloom": 5}
+
+
+def inference_held(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bool) -> list[tuple[str, int, str]]:
+    """Tensors the model's forward holds through every layer (name, bytes, formula): the embedding output
+    (`inputs_embeds` stays bound while the layers run; GPT-2 adds its position embeddings) and, with
+    eager attention, the 4-D causal mask masking_utils builds in the model's dtype."""
+    if spec.family not in HF_DECODERS:
+        return []
+    T, h, x = b * s, spec.hidden, dt.x
+    emb = T * h * x + (s * h * x if spec.family == "gpt2" else 0)
+    out = [("embedding output (inputs_embeds)", emb, f"{b} × {s} × {h:,} × {x} B"
+            + (f" + position embeddings {s} × {h:,} × {x} B" if spec.family == "gpt2" else ""))]
+    if not flash:
+        out.append(("causal mask (eager, 4-D)", b * s * s * x, f"{b} × 1 × {s} × {s} × {x} B (masking_utils)"))
+    return out
+
+
 def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bool, tp: int = 1) -> int:
     """The largest set of temporaries one layer holds during a no-grad forward: the residual
-    stream and its norm, q/k/v, the attention scores (eager) and the feed-forward inner tensors."""
+    stream and its norm, q/k/v, the attention scores (eager) and the feed-forward inner tensors;
+    for Hugging Face's decoders (HF_DECODERS) as their code holds them: the attention probabilities
+    kept through the feed-forward, the residual sums and each family's activation ops."""
     T = b * s
     h, inner = spec.hidden, spec.inner
+    hf = spec.family in HF_DECODERS
     # the residual stream and its norm; post-LN layers (BERT) also hold the sublayer output and the
     # sum the norm reads (traced, and measured on an H200: BERT-Large inference was 64 MiB short without)
     base = (2 if spec.pre_norm else 4) * T * h * dt.r
     sm = softmax_bytes(spec, dt)
+    probs = b * spec.heads * s * s * dt.x // tp  # the attention probabilities in the model's dtype
     if flash:
         attn = base + 4 * T * inner * dt.x // tp
     else:
         # softmax(scores, dtype=float32) casts a 16-bit input first: scores, the fp32 copy and the output
         score_bytes = dt.x + (8 if sm == 4 and dt.x < 4 else sm)
-        attn = base + 3 * T * inner * dt.x // tp + b * spec.heads * s * s * score_bytes // tp
+        qkv = 3
+        if hf and spec.arch == "llama":  # the rotated q; repeat_kv copies k and v to full width only for
+            # grouped-query attention (one kv head expands as a view; as many as heads: the cache itself)
+            qkv = 3 if 1 < spec.kv_heads < spec.heads else 1
+        if spec.family == "bloom":  # alibi.baddbmm's scores stay bound beside the masked sum, and the
+            # previous block's probabilities are still held; its query is reshaped into a copy
+            score_bytes += (2 if spec.layers > 1 else 1) * dt.x
+            qkv = 4
+        attn = base + qkv * T * inner * dt.x // tp + b * spec.heads * s * s * score_bytes // tp
     gated = spec.ffn in ("swiglu", "gated-gelu")
-    # gelu_new's Python ops hold x, 0.5·x, 1 + tanh and their product at once: two more than F.gelu
-    inner_tensors = 3 if gated else (4 if spec.ffn == "gelu-new" else 2)
-    if spec.moe:  # transformers' grouped experts: every routed token's input and inner tensors at once,
-        # beside the output they accumulate into
+    inner_tensors = 3 if gated else GELU_TENSORS.get(spec.family, GELU_TENSORS.get(spec.ffn, 2))
+    if hf:  # beside the norm output: the layer input (bound by the caller) and the post-attention sum;
+        # GPT-2's block also keeps attn_output; and the probabilities `_` holds (none from SDPA / flash)
+        base = (4 if spec.family == "gpt2" else 3) * T * h * dt.r + (0 if flash else probs * HELD_PROBS.get(
+            spec.family, 1))
+    if spec.moe:  # transformers' grouped_mm experts: the routed tokens' gathered inputs, the fused gate_up
+        # output (2 × intermediate wide) beside act(gate) and their product
         routed = T * spec.top_k
-        ffn = base + T * h * dt.x + routed * h * dt.x + routed * spec.intermediate * dt.x * inner_tensors // tp
+        ffn = base + routed * h * dt.x + routed * spec.intermediate * dt.x * 4 // tp
     else:
         ffn = base + T * spec.intermediate * dt.x * inner_tensors // tp
     return max(attn, ffn)
+
+
+def hf_inference_note(spec: ModelSpec, flash: bool) -> str:
+    """What the family's Hugging Face eager code holds that a plain layer would not, for the explanation."""
+    if spec.family not in HF_DECODERS or flash:
+        return ""
+    what = {"gpt2": "; HF GPT-2's block keeps attn_output and the probabilities (`_`) through the MLP, "
+                    "gelu_new's Python ops hold 4 inner tensors",
+            "bloom": "; HF BLOOM keeps the baddbmm scores beside their masked sum and fp32 softmax, this and "
+                     "the previous block's probabilities, and bloom_gelu_forward's Python ops hold 5 inner tensors",
+            "mixtral": "; HF Mixtral's grouped_mm experts hold the routed tokens' inputs and their fused "
+                       "gate_up output beside act(gate) and the product"}
+    return what.get(spec.family, "; HF keeps the attention probabilities (`_`) through the feed-forward")

@@ -18,10 +18,12 @@ from .specs import ENCODERS, ModelSpec
 
 
 class Options:
-    def __init__(self, mixed: bool = False, flash: bool = False, checkpointing: bool = False) -> None:
+    def __init__(self, mixed: bool = False, flash: bool = False, checkpointing: bool = False,
+                 cache_views: bool = False) -> None:
         self.mixed = mixed  # under autocast: norms and softmax in fp32, as CUDA autocast runs them
         self.flash = flash
         self.checkpointing = checkpointing
+        self.cache_views = cache_views  # the KV cache keeps k and v as computed (transformers < 4.54)
 
 
 def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -137,7 +139,9 @@ class Attention(nn.Module):
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
         if cache is not None:
-            cache.append((k, v))
+            # transformers >= 4.54 torch.cat's them into the cache's own tensors; before, it kept them as
+            # computed (views, for a fused qkv projection, of its whole output)
+            cache.append((k, v) if self.opt.cache_views else (k.clone(), v.clone()))
         if kv != a:  # repeat_kv, as HF does before the matmuls
             k = k[:, :, None].expand(b, kv, a // kv, sk, d).reshape(b, a, sk, d)
             v = v[:, :, None].expand(b, kv, a // kv, sk, d).reshape(b, a, sk, d)

@@ -371,7 +371,7 @@ class ReferenceRun:
         from . import reference
 
         opt = reference.Options(mixed=self.mixed, flash=self.setup.attention == "flash",
-                                checkpointing=self.setup.checkpointing)
+                                checkpointing=self.setup.checkpointing, cache_views=self.setup.cache_views)
         default = torch.get_default_dtype()
         torch.set_default_dtype(self.low if self.pure else torch.float32)  # built in its dtype: no copies
         try:
