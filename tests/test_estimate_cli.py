@@ -145,3 +145,22 @@ def test_the_default_eager_attention_says_what_sdpa_would_need_where_the_scores_
     assert "note: eager attention" not in explicit.out
     short = run_vram("estimate", "mistral-7b", "--infer", "--seq", "256")
     assert "note: eager attention" not in short.out  # the scores are no large share there
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"n_positions": "many"}, "not a number"),  # an optional key of the wrong type
+    ({"n_positions": 1e400}, "not a number"),  # JSON's 1e400 is inf
+    ({"attn_pdrop": float("nan")}, "attn_dropout must be a number from 0"),
+    ({"n_layer": 2_000_000}, "more than any model has"),  # every per-layer walk stays bounded
+])
+def test_hostile_config_values_are_one_line_errors(tmp_path, extra, needle):
+    cfg = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, needle)
+
+
+def test_a_negative_t5_decoder_depth_is_refused(tmp_path):
+    cfg = {"model_type": "t5", "d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128, "d_kv": 16,
+           "vocab_size": 100, "num_decoder_layers": -5}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, "decoder_layers must be a number from 0")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +132,30 @@ def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+# layers a config may have: past the deepest published transformers (DeepNet's 1,000); every per-layer
+# walk (the tracer, the loading replay) stays bounded on a hostile config
+MAX_LAYERS = 2048
+
+
 def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config") -> ModelSpec:
-    """A spec from the dict of a Hugging Face config.json."""
+    """A spec from the dict of a Hugging Face config.json (untrusted: every value is checked)."""
+    try:
+        spec = _from_config(cfg, name, source)
+    except EstimateError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:  # int("abc"), float(None), int(1e400) of an optional key
+        raise EstimateError(f"{name}: a config value is not a number ({str(e)[:80]})") from None
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1e15:
+            raise EstimateError(f"{name}: {f.name} must be a number from 0, not {value!r}")
+    layers = max(spec.layers, spec.decoder_layers)
+    if layers > MAX_LAYERS:
+        raise EstimateError(f"{name}: {layers:,} layers is more than any model has (at most {MAX_LAYERS:,})")
+    return spec
+
+
+def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise EstimateError(f"{name}: a config must be a JSON object")
     mtype = str(cfg.get("model_type", "")).lower()
