@@ -166,3 +166,22 @@ def test_ascii_from_the_first_frame_to_the_last_byte():
     assert b"starting the live view~" in out and b"70.6/80.0GiB" in out  # the early frame, in ASCII
     assert b"GPU processes" in out
     assert out.isascii(), sorted({c for c in out.decode(errors="replace") if not c.isascii()})
+
+
+@pytest.mark.slow
+def test_the_search_prompt_in_a_real_terminal(session, tmp_path):
+    """`/` opens the search prompt in a real terminal; what is typed filters the table live, Esc clears it."""
+    name, env, rc_file, screen = _start(session, tmp_path, 120, 40, "--simulate", "demo")
+    assert wait_for(lambda: "GPU processes" in screen(), timeout=20), screen()
+    assert "search pid, user or command" not in screen()
+    _tmux("send-keys", "-t", name, "/", env=env)
+    assert wait_for(lambda: "search pid, user or command" in screen(), timeout=20), screen()
+    _tmux("send-keys", "-t", name, "finetune", env=env)
+    assert wait_for(lambda: "1 of 9 GPU processes" in screen() and "search 'finetune'" in screen(), timeout=20), \
+        screen()
+    _tmux("send-keys", "-t", name, "Escape", env=env)
+    assert wait_for(lambda: any(line.strip().startswith("9 GPU processes") for line in screen().splitlines()),
+                    timeout=20), screen()
+    _tmux("send-keys", "-t", name, "q", env=env)
+    assert wait_for(rc_file.exists, timeout=20), screen()
+    assert rc_file.read_text().strip() == "rc=0"
