@@ -475,3 +475,33 @@ def test_cells_are_stored_as_text_and_drawn_by_column(sim_env):
         run_app(app, body)
     finally:
         machine.close()
+
+
+def test_the_view_keeps_the_trend_window_of_each_gpu_not_fifteen_minutes(sim_env):
+    """Alerts read each GPU's samples of the last trend window only (growth): the view keeps
+    about twice that many (not 15 minutes' worth, 1.6 MiB at 1 s on 8 GPUs), and a GPU whose
+    memory grows is still flagged."""
+    machine = machine_for("demo")
+
+    def at(t: float):
+        machine.backend.sim._fixed_t = t
+        snap = machine.snapshot()
+        snap.time = 1_000_000.0 + t  # history follows the scenario clock
+        return snap
+
+    app = TopApp(lambda: at(0), interval=1.0)
+
+    async def body(pilot):
+        app.paused = True  # only the samples given here
+        for t in range(1, 30):  # erin's evaluation job grows from t=20 (GPU 7)
+            app.apply(at(t))
+        assert any(a.kind == "growing" and a.gpu == 7 for a in app.alerts), app.alerts
+        for t in range(30, 400):
+            app.apply(at(t))
+        kept = {len(samples) for samples in app.history.gpus.values()}
+        window = app.thresholds.trend_window
+        assert window <= min(kept) and max(kept) <= 2 * window + 10, kept
+    try:
+        run_app(app, body)
+    finally:
+        machine.close()
