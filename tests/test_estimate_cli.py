@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from helpers import assert_one_line_error, run_vram
@@ -152,6 +153,11 @@ def test_the_default_eager_attention_says_what_sdpa_would_need_where_the_scores_
     ({"n_positions": 1e400}, "not a number"),  # JSON's 1e400 is inf
     ({"attn_pdrop": float("nan")}, "attn_dropout must be a number from 0"),
     ({"n_layer": 2_000_000}, "more than any model has"),  # every per-layer walk stays bounded
+    ({"n_head": 0}, "n_head must be a positive number"),  # formulas divide by it
+    ({"n_embd": 2}, "head_dim must be at least 1"),  # narrower than its 4 heads
+    ({"n_embd": 10**13}, "parameters is more than any model has"),
+    ({"attn_pdrop": 2.0}, "a probability from 0 to 1"),
+    ({"n_positions": 10**400}, "must be a number from 0 to 1e15, not 1000000000"),  # and printed short
 ])
 def test_hostile_config_values_are_one_line_errors(tmp_path, extra, needle):
     cfg = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, **extra}
@@ -164,3 +170,35 @@ def test_a_negative_t5_decoder_depth_is_refused(tmp_path):
            "vocab_size": 100, "num_decoder_layers": -5}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, "decoder_layers must be a number from 0")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"num_key_value_heads": 5}, "5 key/value heads do not divide 32"),
+    ({"num_experts_per_tok": 0}, "0 experts per token of 8"),
+    ({"num_local_experts": 100_000}, "at most 65,536 experts in all"),  # param_shapes lists every one
+])
+def test_hostile_moe_and_attention_shapes_are_one_line_errors(tmp_path, extra, needle):
+    cfg = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8,
+           "num_experts_per_tok": 2, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, needle)
+
+
+def test_a_config_file_is_read_bounded_and_never_waited_on(tmp_path):
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000)
+    assert_one_line_error(run_vram("estimate", str(nested)), 2, "nested too deeply")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(64 << 20)  # sparse: 64 MiB of zeros
+    assert_one_line_error(run_vram("estimate", str(big)), 2, "not a config.json")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # nobody writes: reading it would wait forever
+    assert_one_line_error(run_vram("estimate", str(fifo)), 2, "fifo.json")
+    # a link the user names is followed (Hugging Face's cache keeps config.json as a link into its blobs)
+    real = tmp_path / "blob"
+    real.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}))
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "snap" / "config.json").symlink_to(real)
+    assert run_vram("estimate", str(tmp_path / "snap")).rc == 0

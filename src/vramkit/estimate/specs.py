@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,7 @@ def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
 # layers a config may have: past the deepest published transformers (DeepNet's 1,000); every per-layer
 # walk (the tracer, the loading replay) stays bounded on a hostile config
 MAX_LAYERS = 2048
+MAX_EXPERT_LAYERS = 65536  # experts x layers (DeepSeek-V3: 256 x 61, Kimi K2: 384 x 61)
 
 
 def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config") -> ModelSpec:
@@ -148,11 +151,35 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
     for f in fields(spec):
         value = getattr(spec, f.name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1e15:
-            raise EstimateError(f"{name}: {f.name} must be a number from 0, not {value!r}")
+            raise EstimateError(f"{name}: {f.name} must be a number from 0 to 1e15, not {repr(value)[:40]}")
+    _check_shape(spec, name)
+    return spec
+
+
+def _check_shape(spec: ModelSpec, name: str) -> None:
+    """What every formula divides by or builds a shape from, and what bounds the per-layer walks."""
+    sizes = ["hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate"]
+    sizes += ["image_size", "patch_size", "channels"] if spec.family == "vit" else ["vocab"]
+    for size in sizes:
+        if getattr(spec, size) < 1:  # 0 from the config, or a width narrower than its heads (head_dim = h // heads)
+            raise EstimateError(f"{name}: {size} must be at least 1, not {getattr(spec, size)} "
+                                f"(hidden {spec.hidden:,}, {spec.heads:,} heads)")
+    if spec.heads % spec.kv_heads:
+        raise EstimateError(f"{name}: {spec.kv_heads:,} key/value heads do not divide {spec.heads:,} attention heads")
+    if spec.experts and not 1 <= spec.top_k <= spec.experts:
+        raise EstimateError(f"{name}: {spec.top_k} experts per token of {spec.experts} (1 to {spec.experts})")
+    for rate in ("attn_dropout", "hidden_dropout"):
+        if getattr(spec, rate) > 1:
+            raise EstimateError(f"{name}: {rate} is a probability from 0 to 1, not {getattr(spec, rate)!r}")
     layers = max(spec.layers, spec.decoder_layers)
     if layers > MAX_LAYERS:
         raise EstimateError(f"{name}: {layers:,} layers is more than any model has (at most {MAX_LAYERS:,})")
-    return spec
+    if layers * max(spec.experts, 1) > MAX_EXPERT_LAYERS:  # param_shapes lists every expert of every layer
+        raise EstimateError(f"{name}: {spec.experts:,} experts in each of {layers:,} layers is more than any model "
+                            f"has (at most {MAX_EXPERT_LAYERS:,} experts in all)")
+    if param_count(spec) > MAX_PARAMS:
+        raise EstimateError(f"{name}: {param_count(spec):.3g} parameters is more than any model has "
+                            f"(at most {MAX_PARAMS:.0e})")
 
 
 def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
@@ -344,9 +371,11 @@ def resolve(model: str) -> ModelSpec:
             raise EstimateError(f"{text}: no config.json in this folder")
     if path.is_file():
         try:
-            cfg = json.loads(path.read_text())
+            cfg = json.loads(_read_config(path))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise EstimateError(f"{path}: not a readable JSON config ({e})") from None
+        except RecursionError:
+            raise EstimateError(f"{path}: not a readable JSON config (nested too deeply)") from None
         return from_config(cfg, name=str(path), source="config")
     key = text.lower()
     key = catalog.ALIASES.get(key, key)
@@ -360,6 +389,24 @@ def resolve(model: str) -> ModelSpec:
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see 'vram estimate --list'"
     raise EstimateError(f"unknown model {text!r}{hint}")
+
+
+MAX_CONFIG_BYTES = 4 << 20  # a config.json is a few KiB; a large or endless file is not one
+
+
+def _read_config(path: Path) -> bytes:
+    """The file's bytes, bounded; never waiting on a FIFO put in its place. A symlink is followed:
+    the user named it (Hugging Face's cache keeps each config.json as a link into its blobs)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OSError(f"larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config.json")
+    return data
 
 
 MODEL_KINDS = ("a catalog name, a config.json path, a count like 7b, a config dict, a transformers config "
