@@ -45,6 +45,17 @@ def table_rows(app: TopApp) -> list[dict[str, str]]:
     return [dict(zip(keys, (str(cell) for cell in table.get_row_at(i)))) for i in range(table.row_count)]
 
 
+def scenario_clock(machine):
+    """at(t): the machine's snapshot at scenario time t, stamped with that time (history follows
+    the scenario clock)."""
+    def at(t: float):
+        machine.backend.sim._fixed_t = t
+        snap = machine.snapshot()
+        snap.time = 1_000_000.0 + t
+        return snap
+    return at
+
+
 def demo_app(**kw) -> tuple[TopApp, object]:
     machine = machine_for("demo")
     return TopApp(machine.snapshot, interval=3600, **kw), machine
@@ -225,11 +236,7 @@ def test_history_and_growth_alert_on_the_scenario_clock(sim_env):
     """The demo's evaluation job on GPU 7 grows from 1 to 14 GiB between t=20 and t=30."""
     machine = machine_for("demo")
 
-    def at(t: float):
-        machine.backend.sim._fixed_t = t
-        snap = machine.snapshot()
-        snap.time = 1_000_000.0 + t  # history follows the scenario clock
-        return snap
+    at = scenario_clock(machine)
 
     app = TopApp(lambda: at(0), interval=3600)
 
@@ -483,11 +490,7 @@ def test_the_view_keeps_the_trend_window_of_each_gpu_not_fifteen_minutes(sim_env
     memory grows is still flagged."""
     machine = machine_for("demo")
 
-    def at(t: float):
-        machine.backend.sim._fixed_t = t
-        snap = machine.snapshot()
-        snap.time = 1_000_000.0 + t  # history follows the scenario clock
-        return snap
+    at = scenario_clock(machine)
 
     app = TopApp(lambda: at(0), interval=1.0)
 
