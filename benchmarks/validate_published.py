@@ -5,7 +5,8 @@ Each case is one published number, quoted from the source named with it (the com
 with the setting that source ran: model and head, batch, sequence, precision, optimizer, LoRA,
 quantization, sharding. Each is compared with the estimate's own counterpart of what the source
 measured: `torch.cuda.max_memory_allocated` with `peak_bytes`, `max_memory_reserved` with
-`reserved_bytes`, nvidia-smi / NVML used memory with `total_bytes`. Nothing here is fitted: a case
+`reserved_bytes`, nvidia-smi / NVML used memory with `total_bytes`, allocated plus what nvidia-smi shows
+beyond the reserved (optimum's benchmark) with `peak_bytes + context_bytes`. Nothing here is fitted: a case
 that misses stays in the table and docs/estimation.md says why. A case that needs an option or a
 model family the estimator does not have yet is kept and shown as "needs ...", outside the
 statistics.
@@ -24,10 +25,14 @@ from vramkit.estimate import Estimate, EstimateError, ModelSpec, Setup, estimate
 from vramkit.estimate.catalog import MODELS
 from vramkit.estimate.specs import from_config
 
-UNITS = {"GB": 10**9, "GiB": 2**30, "MiB": 2**20}
-# what the source measured -> the Estimate field that models it
+UNITS = {"GB": 10**9, "GiB": 2**30, "MiB": 2**20, "MB": 10**6}
+# what the source measured -> the Estimate fields whose sum models it
 ALLOCATED, RESERVED, NVIDIA_SMI = "max_memory_allocated", "max_memory_reserved", "nvidia-smi"
-COUNTERPART = {ALLOCATED: "peak_bytes", RESERVED: "reserved_bytes", NVIDIA_SMI: "total_bytes"}
+# optimum's benchmark: max_memory_allocated plus what nvidia-smi showed beyond max_memory_reserved (the CUDA
+# context and any memory outside PyTorch's allocator)
+ALLOCATED_AND_EXTERNAL = "max_memory_allocated + non-PyTorch"
+COUNTERPART = {ALLOCATED: ("peak_bytes",), RESERVED: ("reserved_bytes",), NVIDIA_SMI: ("total_bytes",),
+               ALLOCATED_AND_EXTERNAL: ("peak_bytes", "context_bytes")}
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class Source:
     title: str
     url: str
     where: str  # the GPU and software, as the source states them
-    measured: str  # ALLOCATED | RESERVED | NVIDIA_SMI
+    measured: str  # ALLOCATED | RESERVED | NVIDIA_SMI | ALLOCATED_AND_EXTERNAL
     unit: str  # the unit the source prints its numbers in (a key of UNITS)
     decimals: int  # as printed there
 
@@ -99,11 +104,32 @@ TORCHTUNE = Source(
     "https://github.com/pytorch/torchtune/blob/ff594c23113891c99050f730c6be0aeacf511b2f/docs/source/tutorials/lora_finetune.rst",
     "GPU not stated; lora_finetune_single_device, llama2 7B, bf16, batch 2, alpaca (max_seq_len 512)",
     RESERVED, "GB", 2)  # "Peak memory reserved, training" = torch.cuda.max_memory_reserved() / 1e9
+OPTIMUM = Source(
+    "Hugging Face optimum: GPTQ benchmark (tests/benchmark/README.md, 2023-08-29), its fp16 and bitsandbytes rows",
+    "https://github.com/huggingface/optimum/blob/234a427450a7dcc978b227fa627ebcdab1764318/tests/benchmark/README.md",
+    "1x A100-SXM4-80GB; PyTorch 2.0.1, transformers 4.32, bitsandbytes 0.41.1; benchmark_gptq.py, prompt 512",
+    # benchmark_gptq.py (same commit) benchmark_memory(): allocated_bytes.all.peak * 1e-6 + (peak of nvidia-smi
+    # --query-gpu=memory.used in MiB * 1.048576, polled every 0.1 s - reserved_bytes.all.peak * 1e-6)
+    ALLOCATED_AND_EXTERNAL, "MB", 2)
+PEFT_DEEPSPEED = Source(
+    "Hugging Face PEFT docs: DeepSpeed guide (docs/source/accelerate/deepspeed.md, 2024-03-13), 'Memory usage'",
+    "https://github.com/huggingface/peft/blob/6008f272a565f56c146c5d9fd78d00cb24392d7b/docs/source/accelerate/"
+    "deepspeed.md",
+    "8x H100 80GB (LoRA) / 2x 40GB (QLoRA); accelerate + TRL SFTTrainer (examples/sft/train.py), bf16, seq 2048",
+    NVIDIA_SMI, "GB", 1)  # "the memory consumed per GPU" (the LoRA figure from a GPU-memory chart of the run)
+PEFT_FSDP = Source(
+    "Hugging Face PEFT docs: FSDP guide (docs/source/accelerate/fsdp.md, 2024-03-13), QLoRA 'Memory usage'",
+    "https://github.com/huggingface/peft/blob/6008f272a565f56c146c5d9fd78d00cb24392d7b/docs/source/accelerate/fsdp.md",
+    "2x 24GB GPUs; accelerate FSDP + TRL SFTTrainer (examples/sft/train.py), bf16, seq 2048",
+    NVIDIA_SMI, "GB", 1)  # "the memory consumed per GPU"
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
 _BERT = {"batch": 4, "seq": 512, "precision": "fp32", "optimizer": "adamw", "attention": "eager",
-         "context_overhead": 1343 * 2**20, "zero_grad_to_none": False}
+         "context_overhead": 1343 * 2**20, "zero_grad_to_none": False,
+         # transformers 4.2x's Trainer steps its own AdamW and Adafactor, a Python loop over the parameters
+         # (optimization.py: `for p in group["params"]`), on PyTorch 1.x: no list-wide temporaries
+         "foreach": False}
 _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "precision": "fp16"}
 # torchvision's MultiheadAttention calls scaled_dot_product_attention (need_weights=False): the fused
 # kernels' saved tensors, hence attention="flash"; Fabric "bf16-true" = the model in bf16, no master copy
@@ -134,6 +160,22 @@ _TUNE = {"precision": "bf16-pure", "seq": 512, "batch": 2, "attention": "flash",
          "checkpointing": True, "lora": 8, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
          "keeps_last_graph": True}
 _ALL_LINEAR = "q,k,v,o,gate,up,down"
+# optimum's benchmark_gptq.py at 234a4274: daryl149/llama-2-13b-chat-hf (Llama-2-13b's architecture) in fp16,
+# built under the GPU device (fp16) or loaded with BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type="fp4",
+# bnb_4bit_compute_dtype=float16) and torch_dtype float16 (--bitsandbytes); random prompts of 512 tokens,
+# greedy generate() with min_new_tokens = max_new_tokens = 512 (or 1 with --prefill), use_cache; transformers
+# 4.32's Llama has eager attention only (SDPA came with 4.36); PyTorch 2.0.1's wheels: CUDA 11.7
+_OPTIMUM = {"mode": "infer", "precision": "fp16", "attention": "eager", "cuda": 11.7}
+_OPTIMUM_BNB = {**_OPTIMUM, "quant": "4bit", "quant_compute_dtype": "fp16"}
+# PEFT's examples/sft at 6008f272: llama-2-70b, packed samples of max_seq_len 2048, bf16 mixed precision under
+# DeepSpeed (the model itself in bf16), flash_attention_2, gradient checkpointing, LoRA r 8 alpha 16 dropout 0.1
+# on "all-linear" (every linear of the layers, not lm_head), HF Trainer's AdamW
+_PEFT_SFT = {"seq": 2048, "precision": "bf16", "attention": "flash", "checkpointing": True, "lora": 8,
+             "lora_dropout": 0.1, "lora_targets": _ALL_LINEAR, "optimizer": "adamw"}
+# run_peft_qlora_*.sh: batch 2 x accumulation 2; nf4 (train.py's default bnb_4bit_quant_type) with nested
+# (double) quantization, compute and storage dtype bfloat16
+_PEFT_QLORA = {**_PEFT_SFT, "batch": 2, "grad_accum": 2, "gpus": 2, "quant": "4bit", "double_quant": True,
+               "quant_compute_dtype": "bf16"}
 
 CASES = [
     # --- HF docs, perf_train_gpu_one: "GPU memory occupied" after trainer.train() in each section
@@ -229,6 +271,34 @@ CASES = [
     Case(TORCHTUNE, "llama2-7b QLoRA NF4 r8 attn + MLP", "llama-2-7b", 9.29,
          {**_TUNE, "quant": "4bit", "double_quant": True, "quant_backend": "torchao", "lora_targets": _ALL_LINEAR,
           "loading": "torchtune", "torchao_chunk": 0}, needs="--lora-targets"),
+    # --- optimum, "Prefill-only benchmark results": generate() with 1 new token, "Max memory (MB)" per batch size
+    *(Case(OPTIMUM, f"llama-2-13b prefill 512, fp16, b{batch}", "llama-2-13b", published,
+           {**_OPTIMUM, "batch": batch, "seq": 512})
+      for batch, published in ((1, 27999.54), (2, 28524.37), (4, 29574.01), (8, 31673.30), (16, 35871.88))),
+    *(Case(OPTIMUM, f"llama-2-13b prefill 512, bnb fp4, b{batch}", "llama-2-13b", published,
+           {**_OPTIMUM_BNB, "batch": batch, "seq": 512})
+      for batch, published in ((1, 9952.65), (2, 10421.89), (4, 11440.08), (8, 13539.37), (16, 17737.95))),
+    # "Generation benchmark results": 512 new tokens, "Peak memory (MB)"; the last step holds 1,024 positions,
+    # estimated as a forward over 1,024 tokens
+    *(Case(OPTIMUM, f"llama-2-13b 512 + 512 new, fp16, b{batch}", "llama-2-13b", published,
+           {**_OPTIMUM, "batch": batch, "seq": 1024})
+      for batch, published in ((1, 29152.98), (2, 30831.09), (4, 34187.22), (8, 40327.62), (16, 53986.51))),
+    *(Case(OPTIMUM, f"llama-2-13b 512 + 512 new, bnb fp4, b{batch}", "llama-2-13b", published,
+           {**_OPTIMUM_BNB, "batch": batch, "seq": 1024})
+      for batch, published in ((1, 11018.36), (2, 12834.84), (4, 16187.69), (8, 22894.02), (16, 35532.37))),
+    # --- PEFT DeepSpeed guide: run_peft_deepspeed.sh (8 processes, ZeRO-3 without offload, batch 8 x accumulation
+    # 4; the model loaded in fp32 and partitioned in bf16 by zero.Init): "64 GB (80%)"
+    Case(PEFT_DEEPSPEED, "llama-2-70b LoRA r8 all-linear, ZeRO-3 x8, b8", "llama-2-70b", 64,
+         {**_PEFT_SFT, "batch": 8, "grad_accum": 4, "zero": 3, "gpus": 8}),
+    # run_peft_qlora_deepspeed_stage3.sh (deepspeed_config_z3_qlora.yaml: 2 processes, ZeRO-3, no offload): 36.6 GB
+    Case(PEFT_DEEPSPEED, "llama-2-70b QLoRA r8 all-linear, ZeRO-3 x2, b2", "llama-2-70b", 36.6,
+         {**_PEFT_QLORA, "zero": 3}, needs="a 4-bit base under ZeRO-3"),
+    # --- PEFT FSDP guide: run_peft_qlora_fsdp.sh (fsdp_config_qlora.yaml: 2 processes, FULL_SHARD, one unit
+    # per decoder layer, fsdp_offload_params true): 19.6 GB; "When disabling CPU offloading": 35.6 GB
+    Case(PEFT_FSDP, "llama-2-70b QLoRA r8, FSDP x2 + CPU offload, b2", "llama-2-70b", 19.6,
+         {**_PEFT_QLORA, "fsdp": True, "offload_params": True}, needs="a 4-bit base under FSDP"),
+    Case(PEFT_FSDP, "llama-2-70b QLoRA r8, FSDP x2, b2", "llama-2-70b", 35.6,
+         {**_PEFT_QLORA, "fsdp": True}, needs="a 4-bit base under FSDP"),
 ]
 
 
@@ -264,13 +334,12 @@ def run(case: Case) -> Row:
     if missing:  # an option the estimator does not have yet
         return Row(case, family, None, case.needs or ", ".join(missing))
     try:
-        spec = spec_of(case)
-    except EstimateError:  # a model family it does not read yet
+        result: Estimate = estimate(spec_of(case), **case.options)
+    except EstimateError:  # a model family it does not read, or a combination it refuses as not modelled, yet
         if not case.needs:
             raise
         return Row(case, family, None, case.needs)
-    result: Estimate = estimate(spec, **case.options)
-    return Row(case, family, int(getattr(result, COUNTERPART[case.source.measured])))
+    return Row(case, family, sum(int(getattr(result, name)) for name in COUNTERPART[case.source.measured]))
 
 
 def amount(n: float, source: Source) -> str:
@@ -282,7 +351,8 @@ def main() -> int:
     sources = list(dict.fromkeys(case.source for case in CASES))
     print("`vram estimate` against published measurements: each number quoted from its source, compared")
     print("with the estimate's counterpart of what was measured (max_memory_allocated: peak_bytes,")
-    print("max_memory_reserved: reserved_bytes, nvidia-smi: total_bytes)")
+    print("max_memory_reserved: reserved_bytes, nvidia-smi: total_bytes, max_memory_allocated + non-PyTorch:")
+    print("peak_bytes + context_bytes)")
     for number, source in enumerate(sources, 1):
         print(f"\n[{number}] {source.title}")
         print(f"    {source.url}")

@@ -93,26 +93,42 @@ def test_training_step_agrees_with_hf_modeling_code(name, precision):
 # Inference of these narrow models is mostly one layer's working set, as each family's transformers 5
 # code holds it: GPT-2, BLOOM and Mixtral were 16-23 % under before inference_working_set modelled
 # the probabilities `_` keeps through the feed-forward, BLOOM's baddbmm scores, the Python-op GELUs
-# and the grouped_mm experts' fused gate_up output
+# and the grouped_mm experts' fused gate_up output; GPT-NeoX, OPT and GPT-BigCode 2.5-7 % under before
+# their embeddings and masks, fused or rotated q/k/v and GPT-BigCode's mask buffer were counted
 INFER_FAMILIES = ["gpt2", "gpt_bigcode", "gpt_neox", "opt", "llama", "qwen3", "mistral", "gemma", "bloom", "mixtral"]
+
+
+# Within 1 %, not the 10 % issue 16 asks: each family's code is modelled tensor by tensor, and 1 % is
+# what tells it from the generic working set (OPT -2.5 %, GPT-BigCode -3.5 %, GPT-NeoX -7.1 % here)
+INFER_TOLERANCE = 0.01
 
 
 @pytest.mark.parametrize("name", INFER_FAMILIES)
 def test_inference_agrees_with_hf_modeling_code(name):
     ours, theirs = traced_and_analytic(name, "bf16-pure", mode="infer", batch=4, seq=256)
-    assert abs(ours / theirs - 1) <= 0.10, f"{name} inference: analytic {ours:,} vs HF traced {theirs:,}"
+    assert abs(ours / theirs - 1) <= INFER_TOLERANCE, f"{name} inference: analytic {ours:,} vs HF traced {theirs:,}"
 
 
 # Realistic widths, where the weights dwarf a narrow model's activations: the working set above the
-# weights must hold too (GPT-2 small, a BLOOM-560m-like model, a narrow 8-expert Mixtral)
+# weights must hold too (GPT-2 small, a BLOOM-560m-like model, a narrow 8-expert Mixtral, Pythia-410m,
+# OPT-350m's widths with its embedding unprojected (the estimator refuses word_embed_proj_dim != hidden),
+# SantaCoder: multi-query attention and GPT-BigCode's max_positions² bool mask buffer)
 REALISTIC = {"gpt2": {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257},
              "bloom": {"model_type": "bloom", "hidden_size": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 250880},
              "mixtral": {"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 8,
                          "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 3584,
-                         "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}}
+                         "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000},
+             "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 1024, "num_hidden_layers": 24,
+                          "num_attention_heads": 16, "intermediate_size": 4096, "vocab_size": 50304,
+                          "max_position_embeddings": 2048, "rotary_pct": 0.25},
+             "opt": {"model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                     "ffn_dim": 4096, "vocab_size": 50272, "word_embed_proj_dim": 1024,
+                     "max_position_embeddings": 2048},
+             "gpt_bigcode": {"model_type": "gpt_bigcode", "n_embd": 2048, "n_layer": 24, "n_head": 16,
+                             "multi_query": True, "vocab_size": 49280, "n_positions": 2048}}
 
 
-@pytest.mark.parametrize("name, batch, seq", [(n, b, s) for n in REALISTIC for b, s in ((1, 128), (8, 1024))])
+@pytest.mark.parametrize("name, batch, seq", [(n, b, s) for n in REALISTIC for b in (1, 8) for s in (128, 1024)])
 def test_inference_at_realistic_width_agrees_above_the_weights(name, batch, seq):
     CONFIGS[f"{name}-realistic"] = REALISTIC[name]
     try:
@@ -120,13 +136,82 @@ def test_inference_at_realistic_width_agrees_above_the_weights(name, batch, seq)
     finally:
         del CONFIGS[f"{name}-realistic"]
     weights = 2 * sum(p.numel() for p in _hf_model_params(REALISTIC[name]))
-    assert abs((ours - weights) / (theirs - weights) - 1) <= 0.10, f"{name} b{batch} s{seq}: {ours:,} vs {theirs:,}"
+    above = (ours - weights) / (theirs - weights) - 1
+    assert abs(above) <= INFER_TOLERANCE, f"{name} b{batch} s{seq}: {ours:,} vs {theirs:,} ({above:+.1%} above weights)"
 
 
 def _hf_model_params(cfg: dict):
     with warnings.catch_warnings(), fake_mode():
         warnings.simplefilter("ignore")
         return list(_hf_model(cfg, torch.bfloat16).parameters())
+
+
+# Encoders as people run them (BertModel & co., a tokenizer's attention mask) and T5-small / a
+# flan-T5-like gated T5 as generate() runs them: the encoder once, then the decoder's prefill of its own
+# length with the cache, and the last token's logits
+ENCODER_CONFIGS = {
+    "bert": {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "intermediate_size": 3072, "vocab_size": 30522},
+    "roberta": {"model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                "intermediate_size": 3072, "vocab_size": 50265, "max_position_embeddings": 514},
+    "distilbert": {"model_type": "distilbert", "dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072,
+                   "vocab_size": 30522},
+    "t5": {"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "d_ff": 2048, "d_kv": 64,
+           "vocab_size": 32128},
+    "t5-gated": {"model_type": "t5", "d_model": 512, "num_layers": 8, "num_heads": 6, "d_ff": 1024, "d_kv": 64,
+                 "vocab_size": 32128, "feed_forward_proj": "gated-gelu"},
+}
+
+
+def traced_encoder_and_analytic(name: str, batch: int, seq: int, decoder_seq: int = 0):
+    """(analytic peak, traced peak) of a 16-bit no-grad forward, without the cuBLAS workspaces."""
+    cfg = ENCODER_CONFIGS[name]
+    spec = from_config(cfg, name=name)
+    fm = fake_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = tf.AutoConfig.for_model(**cfg)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with fm:
+                auto = tf.AutoModelForSeq2SeqLM if decoder_seq else tf.AutoModel
+                net = auto.from_config(config, attn_implementation="eager").eval()
+        finally:
+            torch.set_default_dtype(default)
+
+        def step(_: int) -> None:
+            ids = torch.randint(0, spec.vocab, (batch, seq))
+            with torch.no_grad():
+                if not decoder_seq:
+                    net(input_ids=ids, attention_mask=torch.ones_like(ids))
+                    return
+                encoded = net.get_encoder()(input_ids=ids).last_hidden_state
+                cache = tf.EncoderDecoderCache(tf.DynamicCache(), tf.DynamicCache())
+                prompt = torch.randint(0, spec.vocab, (batch, decoder_seq))
+                out = net.get_decoder()(input_ids=prompt, encoder_hidden_states=encoded, cache=cache,
+                                        use_cache=True).last_hidden_state
+                net.lm_head(out[:, -1:])
+
+        traced = trace_memory(net, step, steps=1, fake_mode=fm)
+    analytic = estimate(spec, mode="infer", batch=batch, seq=seq, precision="bf16",
+                        **({"decoder_seq": decoder_seq} if decoder_seq else {}))
+    return analytic.peak_bytes - CUBLAS_WORKSPACES, traced.peak_bytes
+
+
+ENCODER_CASES = [("bert", 8, 512, 0), ("roberta", 8, 512, 0), ("distilbert", 8, 512, 0),
+                 ("t5", 8, 512, 128), ("t5", 8, 128, 512), ("t5", 1, 1024, 64),
+                 ("t5-gated", 8, 512, 128), ("t5-gated", 1, 64, 1024), ("t5-gated", 1, 1024, 64)]
+
+
+@pytest.mark.parametrize("name, batch, seq, decoder_seq", ENCODER_CASES)
+def test_encoder_inference_agrees_with_hf_modeling_code(name, batch, seq, decoder_seq):
+    # T5 within 3 % (its two moments modelled as its code runs them: it was +45 % to -56 % as one sum);
+    # the BERT family within the issue's 10 % (its H200-measured reference layer holds two more
+    # residual-width tensors than BertLayer: +2-4 % here)
+    ours, theirs = traced_encoder_and_analytic(name, batch, seq, decoder_seq)
+    bar = 0.03 if decoder_seq else 0.10
+    assert abs(ours / theirs - 1) <= bar, f"{name} b{batch} s{seq}/{decoder_seq}: {ours:,} vs HF traced {theirs:,}"
 
 
 def traced_peft_and_analytic(name: str, precision: str, options: dict, batch: int = 4, seq: int = 128):
@@ -193,6 +278,10 @@ if __name__ == "__main__":
     for family in INFER_FAMILIES:
         a, t = traced_and_analytic(family, "bf16-pure", mode="infer", batch=4, seq=256)
         print(f"| {family} | infer b4 s256 16-bit | {a / 2**20:.1f} MiB | {t / 2**20:.1f} MiB | {a / t - 1:+.1%} |")
+    for name, batch, seq, decoder_seq in ENCODER_CASES:
+        a, t = traced_encoder_and_analytic(name, batch, seq, decoder_seq)
+        what = f"infer b{batch} s{seq}" + (f" decoder {decoder_seq}" if decoder_seq else "") + " 16-bit"
+        print(f"| {name} | {what} | {a / 2**20:.1f} MiB | {t / 2**20:.1f} MiB | {a / t - 1:+.1%} |")
     try:
         import peft  # noqa: F401
     except ImportError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -140,21 +141,23 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "11.7, 1GiB before)")
     p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
-                                "foreach_denom_copy": "--torch", "torchao_chunk": "--torchao",
+                                "foreach_denom_copy": "--torch", "foreach": "--torch", "torchao_chunk": "--torchao",
                                 "cache_views": "--transformers"})
     p.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
                    help="the loop calls zero_grad() after the forward, just before backward: the last step's "
                    "gradients stay allocated through the forward")
     p.add_argument("--torch", metavar="VERSION", default="2.1", help="PyTorch's semantics (default 2.1 and "
                    "later: zero_grad() frees the gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second "
-                   "list at the update; 1.13 and before keep the gradients allocated, set_to_none=False)")
+                   "list at the update; 1.13 and before keep the gradients allocated, set_to_none=False, and "
+                   "update one parameter at a time)")
     p.add_argument("--loading", choices=("torchtune",), help="how the model was built and loaded, where that leaves "
                    "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
                    "builds the model on the GPU, quantizes each LoRA linear with torchao's to_nf4, and again as the "
                    "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)")
     p.add_argument("--transformers", metavar="VERSION", default="4.54", help="Hugging Face transformers' "
-                   "semantics for inference (default 4.54 and later: the KV cache copies k and v; before, it kept "
-                   "them as computed, and GPT-2's views hold its whole fused qkv output)")
+                   "KV cache in inference (default 4.54 and later: it copies k and v; before, it kept them as "
+                   "computed, and GPT-2's views hold its whole fused qkv output); the rest of the inference "
+                   "estimate follows transformers 5's modeling code whatever the version")
     p.add_argument("--torchao", metavar="VERSION", default="0.2", help="torchao's to_nf4 for --loading (default 0.2 "
                    "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)")
 
@@ -227,19 +230,22 @@ def _fraction(args: argparse.Namespace, name: str) -> float:
 
 
 def _major_minor(version: str, library: str, examples: str, param: str) -> tuple[int, int]:
-    """'2.1', '4.53.2' or '2' -> (major, minor); anything else is a one-line usage error."""
-    try:
-        major, minor = (int(part) for part in (version.strip().split(".") + ["0"])[:2])
-    except ValueError:
-        raise UsageError(f"{version[:40]!r} is not a {library} version such as {examples}", param=param) from None
-    return major, minor
+    """'2.1', '4.53.2' or '2.1.0+cu118' -> (major, minor); anything else (a bare '2', a sign, other
+    digits than ASCII) is a one-line usage error."""
+    match = _VERSION_RE.fullmatch(version.strip())
+    if not match:
+        raise UsageError(f"{version[:40]!r} is not a {library} version such as {examples}", param=param)
+    return int(match[1]), int(match[2])
 
 
-def _torch_semantics(version: str) -> tuple[bool, bool]:
-    """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them); 2.0's foreach Adam adds
-    eps into a new list (2.1 in place)."""
+_VERSION_RE = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:[.+][0-9A-Za-z.+]{0,40})?", re.ASCII)
+
+
+def _torch_semantics(version: str) -> tuple[bool, bool, bool]:
+    """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them) and the optimizers update
+    all parameters at once (foreach); 2.0's foreach Adam adds eps into a new list (2.1 in place)."""
     major, minor = _major_minor(version, "PyTorch", "1.13 or 2.4", "torch")
-    return major >= 2, (major, minor) == (2, 0)  # zero_grad_to_none, foreach_denom_copy
+    return major >= 2, (major, minor) == (2, 0), major >= 2  # zero_grad_to_none, foreach_denom_copy, foreach
 
 
 def _torchao_chunk(version: str) -> int:
@@ -271,12 +277,13 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     except ValueError:
         raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
     offload = _offload(args.offload)
-    frees_grads, denom_copy = _torch_semantics(args.torch)
+    frees_grads, denom_copy, foreach = _torch_semantics(args.torch)
     zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
                   for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
     return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
                  checkpointing=args.checkpointing, attention=args.attention or "eager", quant=args.quant,
                  double_quant=args.double_quant, zero_grad_to_none=frees_grads, foreach_denom_copy=denom_copy,
+                 foreach=foreach,
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
                  offload_params="params" in offload, fsdp=args.fsdp, **zero_sizes,
                  zero_overlap_comm=args.zero_overlap_comm, parallel=args.parallel,

@@ -14,10 +14,11 @@ optimizer step.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .formulas import (
+    ALL_LINEAR,
     LORA_TARGET_NAMES,
     OPTIMIZERS,
     PRECISIONS,
@@ -37,9 +38,11 @@ from .formulas import (
     inference_working_set,
     kv_cache,
     lora_targets,
+    model_buffers,
     params_of,
     quant_bytes,
     softmax_bytes,
+    t5_inference,
 )
 from .loading import LOADING_PATHS, TORCHAO_CHUNK, reserved_by_loading
 from .specs import ENCODERS, EstimateError, ModelSpec, numel, spec_of
@@ -139,6 +142,10 @@ class Setup:
     # 2.1 nightlies before July 2023: `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`; pytorch#104780
     # adds eps in place)
     foreach_denom_copy: bool = False
+    # the optimizer updates all parameters at once (foreach: PyTorch >= 2.0's default on CUDA), its
+    # temporaries as large as all of them; False: one at a time (PyTorch < 2.0, HF's own AdamW and
+    # Adafactor): the temporaries of the largest tensor only (pytorch#97712: 5515 MiB on 1.13.1, 6802 on 2.0.0)
+    foreach: bool = True
     # how the model was built and loaded, where that leaves more reserved than the step needs (loading.py):
     # None (the weights loaded in place) or "torchtune" (torchtune 0.1's QLoRA build and checkpoint load)
     loading: str | None = None
@@ -153,7 +160,7 @@ class Setup:
         """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
         if self.mode == "infer":
             parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
-            if self.cache_views:
+            if self.cache_views and family == "gpt2":  # the only family whose cache held a fused projection
                 parts.append("transformers < 4.54 cache")
         else:
             parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision, self.optimizer]
@@ -163,8 +170,10 @@ class Setup:
                 parts.append("checkpointing")
             if not self.zero_grad_to_none:
                 parts.append("torch < 2.0 zero_grad")
-            if self.foreach_denom_copy:
+            if self.foreach_denom_copy and self.foreach and self.optimizer == "adamw" and self.zero is None:
                 parts.append("torch 2.0 foreach Adam")
+            if not self.foreach and self.optimizer in ("adamw", "adafactor") and self.zero is None:
+                parts.append("for-loop optimizer")
             if self.zero_grad_before_backward:
                 parts.append("zero_grad before backward")
         if family not in ("params",):
@@ -215,6 +224,9 @@ class Setup:
 
     def check(self, spec: ModelSpec) -> None:
         """EstimateError unless the setup makes sense for `spec`; `param` names the field to blame."""
+        for f in fields(self):  # an on/off option takes True or False: "no" would be truthy
+            if isinstance(f.default, bool) and not isinstance(getattr(self, f.name), bool):
+                raise EstimateError(f"must be True or False, not {getattr(self, f.name)!r:.40}", param=f.name)
         def positive(name: str, allow_none: bool = True) -> None:
             value = getattr(self, name)
             if value is None and allow_none:
@@ -264,6 +276,13 @@ class Setup:
                                  and spec.arch == "llama" and not spec.experts):
             raise EstimateError("torchtune's loading quantizes the LoRA linears of a llama-family model with "
                                 "torchao: give quant 4bit, quant backend torchao and a lora rank", param="loading")
+        if self.loading and not set(ALL_LINEAR) <= set(lora_targets(spec, self.lora_targets)):
+            # torchtune 0.1 leaves the linears without LoRA in bf16, where the weights count them all NF4
+            raise EstimateError("torchtune's loading is modelled for its QLoRA recipe, LoRA on every linear of "
+                                "the layers: give lora targets all-linear", param="loading")
+        if self.loading and (self.mode != "train" or self.gpus > 1 or spec.tied):
+            raise EstimateError("torchtune's loading is modelled for its single-device finetune of a model with "
+                                "its own output layer (llama-2, mistral): training on one GPU", param="loading")
         if not isinstance(self.torchao_chunk, int) or isinstance(self.torchao_chunk, bool) or self.torchao_chunk < 0:
             raise EstimateError(f"must be a number of elements (0: the whole tensor), not {self.torchao_chunk!r}",
                                 param="torchao_chunk")
@@ -473,9 +492,13 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     if virtual:
         terms.append(Term("prefix (virtual tokens)", virtual * aw, f"{setup.prefix_len} keys and values a layer: "
                           f"{virtual:,} params × {aw} B", "weights"))
+    buffer = None if spec.bare else model_buffers(spec)
+    if buffer:  # allocated with the model, training or not
+        terms.append(Term(*buffer, "weights"))
 
     pt = (p.lora + bottleneck + virtual if lora else P) // tp  # trainable params on this GPU (before ZeRO)
     if not train:
+        encoder_only: set[str] = set()
         x = 2 if setup.precision != "fp32" else 4
         dti = Dtypes(x, x, x, x, x, False)
         if spec.bare:
@@ -489,12 +512,18 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                   "fused qkv projection (transformers < 4.54), so its q third stays allocated "
                                   "through the prefill", "kv"))
             flash = setup.attention == "flash"
-            for name, size, formula in inference_held(spec, b, seq, dti, flash):
-                terms.append(Term(name, size, formula, "transient"))
-            ws = inference_working_set(spec, b, seq, dti, flash, tp)
-            terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
-                              + ("attention scores, " if setup.attention == "eager" else "")
-                              + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash), "transient"))
+            if spec.family == "t5":  # the encoder's forward, then the decoder's prefill beside the cache
+                encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
+                terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
+                encoder_only = {name for name, _, _ in encoder}
+            else:
+                for name, size, formula in inference_held(spec, b, seq, dti, flash):
+                    terms.append(Term(name, size, formula, "transient"))
+                ws = inference_working_set(spec, b, seq, dti, flash, tp)
+                terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
+                                  + ("attention scores, " if setup.attention == "eager" else "")
+                                  + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash),
+                                  "transient"))
             if spec.head == "lm":
                 terms.append(Term("logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                                   "transient"))
@@ -502,7 +531,13 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
             terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
         if setup.gpus > 1 and tp == 1:
             terms = _split_over_gpus(spec, p, setup.gpus, terms, notes)
-        moments = {"forward": {t.name: t.bytes for t in terms}}
+        moments = {"forward": {t.name: t.bytes for t in terms if not t.name.startswith("logits")
+                               and t.name not in encoder_only}}
+        if encoder_only:  # no cache yet while the encoder runs
+            moments["encoder forward"] = {t.name: t.bytes for t in terms if t.kind not in ("transient", "kv")
+                                          or t.name in encoder_only}
+        if any(t.name.startswith("logits") for t in terms):  # the layers' temporaries are freed by then
+            moments["logits"] = {t.name: t.bytes for t in terms if t.kind != "transient" or t.name.startswith("logits")}
         return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
     # ---- training: gradients and optimizer states
@@ -532,7 +567,13 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     else:
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
-        if setup.foreach_denom_copy and setup.optimizer == "adamw":
+        if not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
+            # _single_tensor_adamw: exp_avg_sq.sqrt() and its quotient by the bias correction, both alive
+            n = (2 if setup.optimizer == "adamw" else 1) * min(pt, p.largest)
+            tmp = n * wt
+            tmp_f = (f"for-loop {setup.optimizer} (one parameter at a time): the largest tensor's temporaries, "
+                     f"{n:,} × {wt:g} B")
+        elif setup.foreach_denom_copy and setup.optimizer == "adamw":
             tmp, tmp_f = 2 * tmp, tmp_f + " + its copy with eps added (PyTorch 2.0's foreach Adam: denom)"
         grad_f = f"{pt:,} trainable params × {wt:g} B"
         if setup.fsdp:  # sharded like the parameters, or with them on the CPU
@@ -617,6 +658,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     named = {t.name: t.bytes for t in terms}
     always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "bottleneck adapters",
                                                        "prefix (virtual tokens)", "DDP gradient buckets",
+                                                       "causal-mask buffer",
                                                        "ZeRO-3 gathered layers", "ZeRO-3 persistent parameters",
                                                        "DeepSpeed communication buckets", "dequantized weight")}
     grads = {G.name: G.bytes}

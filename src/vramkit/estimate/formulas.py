@@ -485,6 +485,16 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     return acts
 
 
+def model_buffers(spec: ModelSpec) -> tuple[str, int, str] | None:
+    """(name, bytes, formula) of a buffer the family's HF model class allocates beside its parameters:
+    GPT-BigCode keeps a max_positions² bool causal mask (`self.bias`, not persistent: built at init and
+    moved to the GPU with the model, though transformers 5 masks through masking_utils instead)."""
+    if spec.family != "gpt_bigcode" or not spec.max_positions:
+        return None
+    n = spec.max_positions
+    return ("causal-mask buffer", n * n, f"{n:,} × {n:,} × 1 B (GPT-BigCode's bool `bias`, max positions²)")
+
+
 def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 0) -> int:
     """2 (k and v) · layers · batch · context · kv-heads · head-dim · bytes (T5: the decoder's
     `s_dec` tokens of self-attention and the encoder's `s` of cross-attention)."""
@@ -502,8 +512,15 @@ def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 
 # own temporaries, by family. Every decoder layer unpacks `out, _ = self.attn(...)`: `_` keeps that
 # layer's attention probabilities alive through the feed-forward; BLOOM's model keeps each block's
 # (output, probabilities) tuple until the next block returns, so the previous layer's too.
-HF_DECODERS = ("gpt2", "bloom", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+HF_DECODERS = ("gpt2", "gpt_bigcode", "gpt_neox", "opt", "bloom", "llama", "mistral", "mixtral", "qwen2", "qwen3",
+               "gemma")
 HELD_PROBS = {"bloom": 2}  # probability tensors alive during the feed-forward; 1 in the others
+# Residual-width tensors alive during the feed-forward: the layer input (bound by the caller), the
+# post-attention sum and the norm output; GPT-2's and GPT-BigCode's blocks also keep attn_output bound
+RESIDUAL_TENSORS = {"gpt2": 4, "gpt_bigcode": 4}
+# Learned position embeddings the model holds through its layers, as elements per token of one sequence:
+# GPT-2 and GPT-BigCode look them up once for the sequence (1 × s × h), OPT once per batch row (b × s × h)
+POSITION_EMBEDS = {"gpt2": "sequence", "gpt_bigcode": "sequence", "opt": "batch"}
 # Feed-forward inner tensors alive at once: GELU written as Python ops keeps the matmul output beside
 # its partial products (GPT-2's gelu_new: x, 0.5·x, x³, 0.044715·x³; BLOOM's bloom_gelu_forward in
 # inference: x, 0.5·x, 0.798·x, 0.044715·x, 0.044715·x·x); a gated FFN keeps act(gate), up, product
@@ -512,14 +529,19 @@ GELU_TENSORS = {"gelu-new": 4, "bloom": 5}
 
 def inference_held(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bool) -> list[tuple[str, int, str]]:
     """Tensors the model's forward holds through every layer (name, bytes, formula): the embedding output
-    (`inputs_embeds` stays bound while the layers run; GPT-2 adds its position embeddings) and, with
-    eager attention, the 4-D causal mask masking_utils builds in the model's dtype."""
+    (`inputs_embeds` stays bound while the layers run; GPT-2, GPT-BigCode and OPT add their learned
+    position embeddings) and, with eager attention, the 4-D causal mask masking_utils builds in the
+    model's dtype."""
     if spec.family not in HF_DECODERS:
         return []
     T, h, x = b * s, spec.hidden, dt.x
-    emb = T * h * x + (s * h * x if spec.family == "gpt2" else 0)
-    out = [("embedding output (inputs_embeds)", emb, f"{b} × {s} × {h:,} × {x} B"
-            + (f" + position embeddings {s} × {h:,} × {x} B" if spec.family == "gpt2" else ""))]
+    emb, formula = T * h * x, f"{b} × {s} × {h:,} × {x} B"
+    per = POSITION_EMBEDS.get(spec.family)
+    if per:  # the learned position embeddings stay bound beside it
+        rows = b if per == "batch" else 1
+        emb += rows * s * h * x
+        formula += f" + position embeddings {rows} × {s} × {h:,} × {x} B"
+    out = [("embedding output (inputs_embeds)", emb, formula)]
     if not flash:
         out.append(("causal mask (eager, 4-D)", b * s * s * x, f"{b} × 1 × {s} × {s} × {x} B (masking_utils)"))
     return out
@@ -543,20 +565,19 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     else:
         # softmax(scores, dtype=float32) casts a 16-bit input first: scores, the fp32 copy and the output
         score_bytes = dt.x + (8 if sm == 4 and dt.x < 4 else sm)
-        qkv = 3
-        if hf and spec.arch == "llama":  # the rotated q; repeat_kv copies k and v to full width only for
-            # grouped-query attention (one kv head expands as a view; as many as heads: the cache itself)
-            qkv = 3 if 1 < spec.kv_heads < spec.heads else 1
+        qkv = 3 * T * inner
+        if hf:
+            qkv = hf_attention_inputs(spec, T)
         if spec.family == "bloom":  # alibi.baddbmm's scores stay bound beside the masked sum, and the
             # previous block's probabilities are still held; its query is reshaped into a copy
             score_bytes += (2 if spec.layers > 1 else 1) * dt.x
-            qkv = 4
-        attn = base + qkv * T * inner * dt.x // tp + b * spec.heads * s * s * score_bytes // tp
+            qkv = 4 * T * inner
+        attn = base + qkv * dt.x // tp + b * spec.heads * s * s * score_bytes // tp
     gated = spec.ffn in ("swiglu", "gated-gelu")
     inner_tensors = 3 if gated else GELU_TENSORS.get(spec.family, GELU_TENSORS.get(spec.ffn, 2))
     if hf:  # beside the norm output: the layer input (bound by the caller) and the post-attention sum;
         # GPT-2's block also keeps attn_output; and the probabilities `_` holds (none from SDPA / flash)
-        base = (4 if spec.family == "gpt2" else 3) * T * h * dt.r + (0 if flash else probs * HELD_PROBS.get(
+        base = RESIDUAL_TENSORS.get(spec.family, 3) * T * h * dt.r + (0 if flash else probs * HELD_PROBS.get(
             spec.family, 1))
     if spec.moe:  # transformers' grouped_mm experts: the routed tokens' gathered inputs, the fused gate_up
         # output (2 × intermediate wide) beside act(gate) and their product
@@ -567,12 +588,77 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     return max(attn, ffn)
 
 
+def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bool,
+                 tp: int = 1) -> tuple[list[tuple[str, int, str]], list[tuple[str, int, str]]]:
+    """HF T5's no-grad forward as two moments, (encoder forward, decoder prefill of `sd` tokens), each
+    a list of (name, bytes, formula); the KV cache exists only in the second. Both stacks hold their
+    input embeddings and the relative position bias layer 0 computes for all layers, each block's `_`
+    the attention probabilities through its next sublayer; T5's softmax runs in the model's dtype, so
+    the scores are two tensors at once (matmul and its scaled or biased copy). Layer 0 first computes
+    the position buckets in int64: 49 bytes per query-key pair at once in the encoder (bidirectional),
+    41 in the decoder. The decoder adds the encoder output, its causal mask and the cross-attention's
+    zero position bias; its k and v go to the cache, so only q is held beside the scores."""
+    x, h, H = dt.x, spec.hidden, spec.heads
+    T, Td, F = b * s, b * sd, spec.intermediate
+    inner = spec.inner // tp
+    ffn_k = 3 if spec.ffn == "gated-gelu" else 2  # act(wi_0), wi_1, product; or wi and relu
+    # flash keeps no scores nor probabilities, but q, k, v and its output (as inference_working_set counts it)
+    score, held_probs, qkv_extra = (0, 0, 3) if flash else (2, 1, 0)
+
+    def probs(q: int, k: int) -> int:
+        return b * H * q * k * x // tp
+
+    bias = H * s * s * x // tp
+    enc_layer = max(bias + (2 * T * h + (3 + qkv_extra) * T * inner) * x + score * probs(s, s),
+                    bias + 3 * T * h * x + held_probs * probs(s, s) + ffn_k * T * F * x // tp,
+                    (T * h + 3 * T * inner) * x + 49 * s * s)  # layer 0's buckets: its input is the embedding
+    encoder = [("encoder: embedding output", T * h * x, f"{b} × {s} × {h:,} × {x} B"),
+               ("encoder: layer temporaries", enc_layer, f"the relative position bias 1 × {H} × {s} × {s} × {x} B "
+                "and the larger of attention (input, norm, q/k/v, scores and their scaled copy) and the "
+                f"feed-forward (input, sum, norm, the probabilities `_` holds, {ffn_k} inner tensors); or layer 0's "
+                f"int64 position buckets, {s} × {s} × 49 B")]
+    biases = (H * sd * sd + H * sd * s) * x // tp
+    dec_layer = max(biases + (2 * Td * h + (1 + qkv_extra) * Td * inner) * x + score * probs(sd, sd),
+                    biases + (3 * Td * h + (1 + qkv_extra) * Td * inner) * x + held_probs * probs(sd, sd)
+                    + score * probs(sd, s),
+                    biases + 3 * Td * h * x + held_probs * probs(sd, s) + ffn_k * Td * F * x // tp,
+                    (Td * h + Td * inner) * x + 41 * sd * sd)
+    decoder = [("encoder output (cross k/v input)", T * h * x, f"{b} × {s} × {h:,} × {x} B"),
+               ("decoder: embedding output and causal mask", (Td * h + b * sd * sd) * x,
+                f"({b} × {sd} × {h:,} + {b} × 1 × {sd} × {sd}) × {x} B"),
+               ("decoder: layer temporaries", dec_layer, f"the position biases ({H} × {sd} × {sd} self, {H} × {sd} × "
+                f"{s} cross) × {x} B and the largest of self-attention (scores and their scaled copy beside q), "
+                "cross-attention (the self-attention probabilities `_` still held) and the feed-forward (the "
+                f"cross-attention probabilities held, {ffn_k} inner tensors); or layer 0's int64 position "
+                f"buckets, {sd} × {sd} × 41 B")]
+    return encoder, decoder
+
+
+def hf_attention_inputs(spec: ModelSpec, T: int) -> int:
+    """Elements of the q/k/v tensors an HF decoder's eager attention holds beside its scores (the cache
+    holds its own copies of k and v): the fused projection's output, which its q, k and v are views of
+    (GPT-2, GPT-BigCode's h + 2 kv heads, GPT-NeoX); the rotated q (rotary families: a new tensor);
+    OPT's q scaled after its projection; repeat_kv's full-width copies of k and v for grouped-query
+    attention (one kv head expands as a view; as many as heads: the cache itself)."""
+    inner = spec.inner
+    held = T * (inner + 2 * spec.kv_heads * spec.head_dim) if spec.fused_qkv else 0
+    if spec.positions == "rotary" or spec.family == "opt":
+        held += T * inner
+    if spec.arch == "llama" and 1 < spec.kv_heads < spec.heads:
+        held += 2 * T * inner
+    return held
+
+
 def hf_inference_note(spec: ModelSpec, flash: bool) -> str:
     """What the family's Hugging Face eager code holds that a plain layer would not, for the explanation."""
     if spec.family not in HF_DECODERS or flash:
         return ""
     what = {"gpt2": "; HF GPT-2's block keeps attn_output and the probabilities (`_`) through the MLP, "
                     "gelu_new's Python ops hold 4 inner tensors",
+            "gpt_bigcode": "; HF GPT-BigCode's block keeps attn_output and the probabilities (`_`) through the "
+                           "MLP, and its attention the fused c_attn output its q, k and v are views of",
+            "gpt_neox": "; HF GPT-NeoX keeps the attention probabilities (`_`) through the MLP, and its attention "
+                        "the fused qkv output beside the rotated q",
             "bloom": "; HF BLOOM keeps the baddbmm scores beside their masked sum and fp32 softmax, this and "
                      "the previous block's probabilities, and bloom_gelu_forward's Python ops hold 5 inner tensors",
             "mixtral": "; HF Mixtral's grouped_mm experts hold the routed tokens' inputs and their fused "

@@ -300,20 +300,21 @@ class _Adam8bit:
                 p.grad.zero_()
 
 
-def make_optimizer(name: str, params: Iterable[Any]) -> Any:
-    """The optimizer `name` as CUDA runs it; None for "none" (a backward pass without a step)."""
+def make_optimizer(name: str, params: Iterable[Any], foreach: bool = True) -> Any:
+    """The optimizer `name` as CUDA runs it (foreach; False: one parameter at a time, as before
+    PyTorch 2.0); None for "none" (a backward pass without a step)."""
     torch = _torch()
     if name == "none":
         return None
     params = [p for p in params if p.requires_grad]
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-3, foreach=True)
+        return torch.optim.SGD(params, lr=1e-3, foreach=foreach)
     if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=foreach)
     if name == "adafactor":
-        return torch.optim.Adafactor(params, lr=1e-3, foreach=True)
+        return torch.optim.Adafactor(params, lr=1e-3, foreach=foreach)
     if name == "adamw-8bit":
         return _Adam8bit(params)
     raise EstimateError(f"unknown optimizer {name!r}")
@@ -379,7 +380,8 @@ class ReferenceRun:
         finally:
             torch.set_default_dtype(default)
         net.train(self.setup.mode == "train")
-        optimizer = make_optimizer(self.setup.optimizer, net.parameters()) if self.setup.mode == "train" else None
+        optimizer = make_optimizer(self.setup.optimizer, net.parameters(), self.setup.foreach) \
+            if self.setup.mode == "train" else None
         return net, optimizer
 
     def step(self, net: Any, optimizer: Any, device: Any = None) -> None:
