@@ -164,8 +164,11 @@ _ALL_LINEAR = "q,k,v,o,gate,up,down"
 # built under the GPU device (fp16) or loaded with BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type="fp4",
 # bnb_4bit_compute_dtype=float16) and torch_dtype float16 (--bitsandbytes); random prompts of 512 tokens,
 # greedy generate() with min_new_tokens = max_new_tokens = 512 (or 1 with --prefill), use_cache; transformers
-# 4.32's Llama has eager attention only (SDPA came with 4.36); PyTorch 2.0.1's wheels: CUDA 11.7
-_OPTIMUM = {"mode": "infer", "precision": "fp16", "attention": "eager", "cuda": 11.7}
+# 4.32's Llama has eager attention only (SDPA came with 4.36); PyTorch 2.0.1's wheels: CUDA 11.7. transformers
+# 4.32's semantics, as `--transformers 4.32` sets them: the prefill computes every position's logits and upcasts
+# them (< 4.45), generate() holds the previous step's tuple cache beside the next (< 4.42), views in the cache
+_OPTIMUM = {"mode": "infer", "precision": "fp16", "attention": "eager", "cuda": 11.7, "all_logits": True,
+            "legacy_cache": True, "cache_views": True}
 _OPTIMUM_BNB = {**_OPTIMUM, "quant": "4bit", "quant_compute_dtype": "fp16"}
 # PEFT's examples/sft at 6008f272: llama-2-70b, packed samples of max_seq_len 2048, bf16 mixed precision under
 # DeepSpeed (the model itself in bf16), flash_attention_2, gradient checkpointing, LoRA r 8 alpha 16 dropout 0.1
@@ -173,9 +176,14 @@ _OPTIMUM_BNB = {**_OPTIMUM, "quant": "4bit", "quant_compute_dtype": "fp16"}
 _PEFT_SFT = {"seq": 2048, "precision": "bf16", "attention": "flash", "checkpointing": True, "lora": 8,
              "lora_dropout": 0.1, "lora_targets": _ALL_LINEAR, "optimizer": "adamw"}
 # run_peft_qlora_*.sh: batch 2 x accumulation 2; nf4 (train.py's default bnb_4bit_quant_type) with nested
-# (double) quantization, compute and storage dtype bfloat16
+# (double) quantization, compute and storage dtype bfloat16, the model loaded in that dtype (utils.py:
+# torch_dtype=quant_storage_dtype), so PEFT of then created the LoRA weights in bf16 too (tuners/lora/layer.py
+# update_layer: self.to(weight.device, dtype=weight.dtype) for a floating-point base weight)
 _PEFT_QLORA = {**_PEFT_SFT, "batch": 2, "grad_accum": 2, "gpus": 2, "quant": "4bit", "double_quant": True,
-               "quant_compute_dtype": "bf16"}
+               "quant_compute_dtype": "bf16", "adapter_dtype": "16bit"}
+# under FSDP nothing recasts the bf16 model (DeepSpeed's bf16 does the same under ZeRO-3): "bfloat16 for pure
+# bfloat16 finetuning" (fsdp.md)
+_PEFT_QLORA_FSDP = {**_PEFT_QLORA, "precision": "bf16-pure", "fsdp": True}
 
 CASES = [
     # --- HF docs, perf_train_gpu_one: "GPU memory occupied" after trainer.train() in each section
@@ -278,13 +286,12 @@ CASES = [
     *(Case(OPTIMUM, f"llama-2-13b prefill 512, bnb fp4, b{batch}", "llama-2-13b", published,
            {**_OPTIMUM_BNB, "batch": batch, "seq": 512})
       for batch, published in ((1, 9952.65), (2, 10421.89), (4, 11440.08), (8, 13539.37), (16, 17737.95))),
-    # "Generation benchmark results": 512 new tokens, "Peak memory (MB)"; the last step holds 1,024 positions,
-    # estimated as a forward over 1,024 tokens
+    # "Generation benchmark results": 512 new tokens, "Peak memory (MB)": generate() over the 512-token prompt
     *(Case(OPTIMUM, f"llama-2-13b 512 + 512 new, fp16, b{batch}", "llama-2-13b", published,
-           {**_OPTIMUM, "batch": batch, "seq": 1024})
+           {**_OPTIMUM, "batch": batch, "seq": 512, "new_tokens": 512})
       for batch, published in ((1, 29152.98), (2, 30831.09), (4, 34187.22), (8, 40327.62), (16, 53986.51))),
     *(Case(OPTIMUM, f"llama-2-13b 512 + 512 new, bnb fp4, b{batch}", "llama-2-13b", published,
-           {**_OPTIMUM_BNB, "batch": batch, "seq": 1024})
+           {**_OPTIMUM_BNB, "batch": batch, "seq": 512, "new_tokens": 512})
       for batch, published in ((1, 11018.36), (2, 12834.84), (4, 16187.69), (8, 22894.02), (16, 35532.37))),
     # --- PEFT DeepSpeed guide: run_peft_deepspeed.sh (8 processes, ZeRO-3 without offload, batch 8 x accumulation
     # 4; the model loaded in fp32 and partitioned in bf16 by zero.Init): "64 GB (80%)"
@@ -292,13 +299,13 @@ CASES = [
          {**_PEFT_SFT, "batch": 8, "grad_accum": 4, "zero": 3, "gpus": 8}),
     # run_peft_qlora_deepspeed_stage3.sh (deepspeed_config_z3_qlora.yaml: 2 processes, ZeRO-3, no offload): 36.6 GB
     Case(PEFT_DEEPSPEED, "llama-2-70b QLoRA r8 all-linear, ZeRO-3 x2, b2", "llama-2-70b", 36.6,
-         {**_PEFT_QLORA, "zero": 3}, needs="a 4-bit base under ZeRO-3"),
+         {**_PEFT_QLORA, "zero": 3}),
     # --- PEFT FSDP guide: run_peft_qlora_fsdp.sh (fsdp_config_qlora.yaml: 2 processes, FULL_SHARD, one unit
     # per decoder layer, fsdp_offload_params true): 19.6 GB; "When disabling CPU offloading": 35.6 GB
     Case(PEFT_FSDP, "llama-2-70b QLoRA r8, FSDP x2 + CPU offload, b2", "llama-2-70b", 19.6,
-         {**_PEFT_QLORA, "fsdp": True, "offload_params": True}, needs="a 4-bit base under FSDP"),
+         {**_PEFT_QLORA_FSDP, "offload_params": True}),
     Case(PEFT_FSDP, "llama-2-70b QLoRA r8, FSDP x2, b2", "llama-2-70b", 35.6,
-         {**_PEFT_QLORA, "fsdp": True}, needs="a 4-bit base under FSDP"),
+         _PEFT_QLORA_FSDP),
 ]
 
 

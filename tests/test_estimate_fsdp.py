@@ -55,7 +55,7 @@ def test_fsdp_cpu_offload_keeps_parameters_gradients_and_optimizer_on_the_cpu():
     ({"zero": 3, "gpus": 4}, "zero"),
     ({"gpus": 1}, "fsdp"),
     ({"gpus": 4, "offload": True}, "offload"),
-    ({"gpus": 4, "quant": "4bit", "lora": 8}, "quant"),
+    ({"gpus": 4, "quant": "8bit", "lora": 8}, "quant"),
     ({"gpus": 4, "mode": "infer"}, "mode"),
 ])
 def test_fsdp_refuses_what_it_does_not_model(options, param):

@@ -35,6 +35,7 @@ examples:
   vram estimate distilbert-base-uncased --fsdp --gpus 4 --offload params --precision bf16-pure
   vram estimate llama-2-7b --lora 32 --quant 4bit --quant-head --optimizer paged-adamw --fused-qkv
   vram estimate mistral-7b --infer --batch 4 --seq 8192 --json | jq .total_bytes
+  vram estimate llama-2-13b --infer --seq 512 --new-tokens 512 --transformers 4.32
   vram estimate gpt2 --batch 8 --trace        check the formulas against a traced step (needs torch)
 """
 
@@ -142,7 +143,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
                                 "foreach_denom_copy": "--torch", "foreach": "--torch", "torchao_chunk": "--torchao",
-                                "cache_views": "--transformers"})
+                                "cache_views": "--transformers", "legacy_cache": "--transformers",
+                                "all_logits": "--transformers"})
     p.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
                    help="the loop calls zero_grad() after the forward, just before backward: the last step's "
                    "gradients stay allocated through the forward")
@@ -154,10 +156,14 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
                    "builds the model on the GPU, quantizes each LoRA linear with torchao's to_nf4, and again as the "
                    "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)")
+    p.add_argument("--new-tokens", dest="new_tokens", metavar="N", default="0", help="inference: generate() "
+                   "goes on for N new tokens after the --seq prompt (default 0: the prefill alone); the peak is the "
+                   "larger of the prefill and the last decode step, the cache then seq + N - 1 positions")
     p.add_argument("--transformers", metavar="VERSION", default="4.54", help="Hugging Face transformers' "
-                   "KV cache in inference (default 4.54 and later: it copies k and v; before, it kept them as "
-                   "computed, and GPT-2's views hold its whole fused qkv output); the rest of the inference "
-                   "estimate follows transformers 5's modeling code whatever the version")
+                   "inference semantics (default 4.54 and later: the KV cache copies k and v; before, it kept them "
+                   "as computed, and GPT-2's views hold its whole fused qkv output; before 4.45 the prefill computes "
+                   "every position's logits; before 4.42 generate() holds the previous step's cache beside the "
+                   "next); the rest of the inference estimate follows transformers 5's modeling code")
     p.add_argument("--torchao", metavar="VERSION", default="0.2", help="torchao's to_nf4 for --loading (default 0.2 "
                    "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)")
 
@@ -255,9 +261,12 @@ def _torchao_chunk(version: str) -> int:
     return TORCHAO_CHUNK if _major_minor(version, "torchao", "0.1 or 0.4", "torchao_chunk") >= (0, 2) else 0
 
 
-def _cache_views(version: str) -> bool:
-    """--transformers: before 4.54 the KV cache kept the k and v tensors as computed (views)."""
-    return _major_minor(version, "transformers", "4.53 or 5.0", "cache_views") < (4, 54)
+def _transformers_semantics(version: str) -> tuple[bool, bool, bool]:
+    """--transformers -> (cache_views, all_logits, legacy_cache): before 4.54 the KV cache kept the k and v
+    tensors as computed (views); before 4.45 generate() did not pass num_logits_to_keep=1, so the prefill
+    computed every position's logits; before 4.42 it kept the legacy tuple cache of the step before."""
+    version_tuple = _major_minor(version, "transformers", "4.53 or 5.0", "cache_views")
+    return version_tuple < (4, 54), version_tuple < (4, 45), version_tuple < (4, 42)
 
 
 def setup_from_args(args: argparse.Namespace) -> Setup:
@@ -278,6 +287,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
         raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
     offload = _offload(args.offload)
     frees_grads, denom_copy, foreach = _torch_semantics(args.torch)
+    cache_views, all_logits, legacy_cache = _transformers_semantics(args.transformers)
     zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
                   for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
     return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
@@ -297,7 +307,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
                  fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph, quant_backend=args.quant_backend,
                  zero_grad_before_backward=args.zero_grad_before_backward, loading=args.loading,
-                 torchao_chunk=_torchao_chunk(args.torchao), cache_views=_cache_views(args.transformers))
+                 torchao_chunk=_torchao_chunk(args.torchao), cache_views=cache_views, all_logits=all_logits,
+                 legacy_cache=legacy_cache, new_tokens=_required_int(args, "new_tokens"))
 
 
 def list_models() -> str:

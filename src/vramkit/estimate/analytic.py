@@ -23,6 +23,7 @@ from .formulas import (
     OPTIMIZERS,
     PRECISIONS,
     QUANT_BYTES,
+    UNQUANTIZED_OUTPUTS,
     Dtypes,
     GiB,
     MiB,
@@ -33,6 +34,7 @@ from .formulas import (
     adapter_params,
     bnb_held_inputs,
     fmt,
+    generation_steps,
     hf_inference_note,
     inference_held,
     inference_working_set,
@@ -40,6 +42,7 @@ from .formulas import (
     lora_targets,
     model_buffers,
     params_of,
+    prefill_logits,
     quant_bytes,
     softmax_bytes,
     t5_inference,
@@ -69,7 +72,7 @@ def default_context(cuda: float) -> int:
 # small enough that the arithmetic stays within floats.
 SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6, "seq": 10**8,
                 "image_size": 10**6, "lora": 10**6, "decoder_seq": 10**8, "ce_chunk": 10**8,
-                "adapter": 10**6, "prefix_len": 10**6}
+                "adapter": 10**6, "prefix_len": 10**6, "new_tokens": 10**8}
 ZERO_SIZES = ("zero_reduce_bucket", "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence",
               "zero_max_live")
 
@@ -155,13 +158,29 @@ class Setup:
     # 4.54, whose DynamicCache stored the first step's tensors; 4.54 on torch.cat them into its own):
     # GPT-2's k and v are views of one fused c_attn output, so its q third stays allocated too
     cache_views: bool = False
+    # inference: generate() goes on for this many new tokens after the prompt (0: the prefill alone); the
+    # last decode step extends the cache to seq + new_tokens - 1 positions (the last token is sampled
+    # from that step's logits)
+    new_tokens: int = 0
+    # generate() holds the previous step's cache while the model builds the next (transformers < 4.42: the
+    # legacy tuple, concatenated into a new one each step, or rebuilt through DynamicCache.from_legacy_cache),
+    # and the prefill's outputs (its logits) through the first decode step (no `del outputs` yet)
+    legacy_cache: bool = False
+    # the prefill computes every prompt position's logits (transformers < 4.45: no num_logits_to_keep)
+    all_logits: bool = False
 
     def describe(self, seq: int, family: str = "") -> str:
         """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
         if self.mode == "infer":
             parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
+            if self.new_tokens > 1:
+                parts[0] += f" + {self.new_tokens} new tokens"
             if self.cache_views and family == "gpt2":  # the only family whose cache held a fused projection
                 parts.append("transformers < 4.54 cache")
+            if self.legacy_cache and self.new_tokens > 1:
+                parts.append("transformers < 4.42 generate (two caches at a step)")
+            if self.all_logits:
+                parts.append("transformers < 4.45 prefill (every position's logits)")
         else:
             parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision, self.optimizer]
             if self.grad_accum > 1:
@@ -187,7 +206,8 @@ class Setup:
         if self.quant:
             parts.append(self.quant + (" double-quant" if self.double_quant else "")
                          + (f", {self.quant_compute_dtype} compute" if self.quant == "4bit" else "")
-                         + (", head quantized too" if self.quant_head else ""))
+                         + (", head quantized too" if self.quant_head else "")
+                         + (", 16-bit storage, sharded" if self.fsdp or self.zero == 3 else ""))
         if self.lora and (self.precision == "bf16-pure" or self.quant):
             parts.append(f"{self.adapter_dtype} adapters")
         if self.loading:
@@ -209,18 +229,34 @@ class Setup:
         return ", ".join(parts)
 
     def _check_fsdp(self) -> None:
-        """FSDP as modelled: full-shard training of a 16/32-bit model, alone (no ZeRO, tp or 4/8-bit base)."""
-        for name, clash in (("zero", self.zero is not None), ("tp", self.tp > 1), ("quant", self.quant is not None),
-                            ("mode", self.mode != "train")):
+        """FSDP as modelled: full-shard training, alone (no ZeRO or tp); a quantized base: _check_sharded_quant."""
+        for name, clash in (("zero", self.zero is not None), ("tp", self.tp > 1), ("mode", self.mode != "train")):
             if clash:
                 raise EstimateError("FSDP is modelled for training alone: not with DeepSpeed ZeRO, tensor "
-                                    "parallelism, a 4/8-bit base or inference", param=name)
+                                    "parallelism or inference", param=name)
         if self.offload:
             raise EstimateError("FSDP offloads the parameters, and with them the gradients and the optimizer "
                                 "step (CPUOffload(offload_params=True)): offload params", param="offload")
         if self.gpus == 1 and not self.offload_params:
             raise EstimateError("FSDP on one GPU shards nothing: give more GPUs, or offload the parameters to CPU",
                                 param="fsdp")
+
+    def _check_sharded_quant(self) -> None:
+        """A quantized base under DeepSpeed ZeRO or FSDP as modelled: ZeRO 0-2 keep it whole on every GPU;
+        ZeRO-3 and FSDP shard bitsandbytes' 4-bit weights packed in a 16-bit storage dtype
+        (bnb_4bit_quant_storage, PEFT's QLoRA recipes), which 8-bit and torchao's NF4 are not."""
+        if not self.quant or (self.zero is None and not self.fsdp):
+            return
+        if self.quant_backend != "bitsandbytes":
+            raise EstimateError("a quantized base under DeepSpeed ZeRO or FSDP is modelled for bitsandbytes "
+                                "(PEFT's QLoRA recipes), not torchao", param="quant_backend")
+        if (self.fsdp or self.zero == 3) and self.quant != "4bit":
+            raise EstimateError("ZeRO-3 and FSDP shard a quantized base as bitsandbytes' 4-bit weights in a 16-bit "
+                                "storage dtype (bnb_4bit_quant_storage): give quant 4bit", param="quant")
+        if self.zero == 3 and self.offload_params:
+            raise EstimateError("ZeRO-3 parameter offload with a 4-bit base is not modelled (PEFT's DeepSpeed "
+                                "guide: it takes more GPU memory than without): keep the parameters on the GPU, or "
+                                "use FSDP's CPU offload", param="offload_params")
 
     def check(self, spec: ModelSpec) -> None:
         """EstimateError unless the setup makes sense for `spec`; `param` names the field to blame."""
@@ -245,6 +281,11 @@ class Setup:
             positive(name, allow_none=False)
         for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk", "adapter", "prefix_len"):
             positive(name)
+        if self.new_tokens:  # 0 (the prefill alone) is its default
+            positive("new_tokens")
+            if self.mode != "infer" or spec.family in ENCODERS or spec.family in ("t5", "vit"):
+                raise EstimateError("generation is modelled for inference of decoder-only models (--infer)",
+                                    param="new_tokens")
         for name in ("adapter", "prefix_len"):
             if getattr(self, name) and spec.bare:
                 raise EstimateError("needs a model with layers (a config or a catalog name), not a bare count",
@@ -305,9 +346,7 @@ class Setup:
                                 param="optimizer")
         if self.double_quant and self.quant != "4bit":
             raise EstimateError("double quantization is a 4-bit option: give quant 4bit", param="double_quant")
-        if self.quant and self.zero is not None:
-            raise EstimateError("a 4/8-bit base under DeepSpeed ZeRO is not modelled: use one or the other",
-                                param="quant")
+        self._check_sharded_quant()
         if self.fsdp:
             self._check_fsdp()
         if self.offload and self.zero not in (2, 3):
@@ -439,13 +478,22 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         learned = spec.family in ENCODERS or (spec.arch == "gpt" and spec.positions == "learned")
         if learned and spec.max_positions and seq > spec.max_positions:
             raise EstimateError(f"{seq} is longer than {spec.name}'s {spec.max_positions} positions", param="seq")
+        last = seq + max(setup.new_tokens, 1) - 1  # the positions the last decode step reaches
+        if learned and spec.max_positions and last > spec.max_positions:
+            raise EstimateError(f"{seq} + {setup.new_tokens} new tokens reach past {spec.name}'s "
+                                f"{spec.max_positions} positions", param="new_tokens")
     s_dec = (setup.decoder_seq or seq) if spec.family == "t5" else 0
     terms: list[Term] = []
     b = setup.batch
 
     # ---- weights
     P = p.total
-    if setup.quant:
+    if setup.quant and (setup.fsdp or setup.zero == 3):  # the packed 4-bit weights flattened and sharded
+        terms += _sharded_4bit(spec, p, setup, dp)
+        notes.append(f"{'FSDP' if setup.fsdp else 'ZeRO-3'} over a 4-bit base: assumes bnb_4bit_quant_storage is the "
+                     "model's 16-bit dtype (PEFT's QLoRA recipes), so the packed weights are sharded; with uint8 "
+                     "storage they stay whole on every GPU")
+    elif setup.quant:
         qb = quant_bytes(setup.quant, setup.double_quant)
         rest = P - p.quantized
         base = (p.quantized * qb + rest * 2) / tp
@@ -483,9 +531,18 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     aw = 4 if setup.precision != "bf16-pure" else 2
     lw = 2 if setup.precision == "bf16-pure" and setup.adapter_dtype == "16bit" else 4  # LoRA's weights
     if setup.lora:
-        terms.append(Term("LoRA adapters", p.lora * lw, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
-                          f"{p.lora:,} params × {lw} B" + (" (fp32 on a 16-bit base: PEFT's autocast_adapter_dtype)"
-                                                          if lw == 4 and aw == 2 else ""), "weights"))
+        # ZeRO-3 partitions them with every parameter, in its 16-bit dtype; FSDP flattens and shards them
+        # (PEFT's fsdp_auto_wrap_policy makes each trainable linear a unit of its own), or offloads them
+        zero3_lw = (4 if setup.precision == "fp32" else 2) if setup.zero == 3 else lw
+        shards = dp if setup.zero == 3 or setup.fsdp else 1
+        on_gpu = 0 if setup.fsdp and setup.offload_params else p.lora * zero3_lw // shards
+        terms.append(Term("LoRA adapters", on_gpu, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
+                          f"{p.lora:,} params × {zero3_lw} B"
+                          + (" (fp32 on a 16-bit base: PEFT's autocast_adapter_dtype)" if zero3_lw == 4 and aw == 2
+                             else "")
+                          + (f" / {shards} GPUs" if shards > 1 else "")
+                          + (" (on the CPU: FSDP CPUOffload)" if setup.fsdp and setup.offload_params else ""),
+                          "weights"))
     if bottleneck:
         terms.append(Term("bottleneck adapters", bottleneck * aw, f"2 a layer, h→{setup.adapter}→h with biases: "
                           f"{bottleneck:,} params × {aw} B", "weights"))
@@ -499,6 +556,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     pt = (p.lora + bottleneck + virtual if lora else P) // tp  # trainable params on this GPU (before ZeRO)
     if not train:
         encoder_only: set[str] = set()
+        decode: dict[str, list[str]] = {}  # generation's decode steps: the names of their own terms
         x = 2 if setup.precision != "fp32" else 4
         dti = Dtypes(x, x, x, x, x, False)
         if spec.bare:
@@ -525,19 +583,32 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                   + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash),
                                   "transient"))
             if spec.head == "lm":
-                terms.append(Term("logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
-                                  "transient"))
+                size, formula = prefill_logits(spec, b, s_dec or seq, x, setup.all_logits)  # T5: the decoder's
+                terms.append(Term("logits (every position)" if setup.all_logits else "logits (last token, fp32)",
+                                  size, formula, "transient"))
+            if setup.new_tokens > 1 and kv:
+                steps = generation_steps(spec, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
+                                         setup.all_logits)
+                terms += [t for step in steps.values() for t in step if t.name not in {u.name for u in terms}]
+                decode = {name: [t.name for t in step] for name, step in steps.items()}
         if setup.quant:
             terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
         if setup.gpus > 1 and tp == 1:
             terms = _split_over_gpus(spec, p, setup.gpus, terms, notes)
-        moments = {"forward": {t.name: t.bytes for t in terms if not t.name.startswith("logits")
+        in_decode = {n for names in decode.values() for n in names}
+        prefill_terms = [t for t in terms if t.name not in in_decode or t.name.startswith("logits")]
+        moments = {"forward": {t.name: t.bytes for t in prefill_terms if not t.name.startswith("logits")
                                and t.name not in encoder_only}}
         if encoder_only:  # no cache yet while the encoder runs
             moments["encoder forward"] = {t.name: t.bytes for t in terms if t.kind not in ("transient", "kv")
                                           or t.name in encoder_only}
         if any(t.name.startswith("logits") for t in terms):  # the layers' temporaries are freed by then
-            moments["logits"] = {t.name: t.bytes for t in terms if t.kind != "transient" or t.name.startswith("logits")}
+            moments["logits"] = {t.name: t.bytes for t in prefill_terms if t.kind != "transient"
+                                 or t.name.startswith("logits")}
+        named = {t.name: t.bytes for t in terms}
+        for step, names in decode.items():  # the weights, the prefill's cache and the step's own terms
+            moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name in (
+                "KV cache", "dequantized weight")} | {n: named[n] for n in names}
         return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
     # ---- training: gradients and optimizer states
@@ -650,9 +721,10 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                           f"grad of log-softmax + grad of logits: {chunk_logits:,} logits × 8 B"
                           + (f" (one chunk of {setup.ce_chunk} tokens)" if setup.ce_chunk else ""), "transient"))
     if setup.checkpointing:
-        terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if dt.mixed else 0),
+        recast = dt.mixed and not setup.quant  # bitsandbytes' weights are not autocast's to cast
+        terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if recast else 0),
                           f"one layer's activations rebuilt in backward: {fmt(recompute)}"
-                          + (" + its 16-bit weights" if dt.mixed else ""), "transient"))
+                          + (" + its 16-bit weights" if recast else ""), "transient"))
     if setup.quant:
         terms.append(_quant_transient(spec, p, setup, b * seq, train=True))
     named = {t.name: t.bytes for t in terms}
@@ -660,7 +732,8 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                                        "prefix (virtual tokens)", "DDP gradient buckets",
                                                        "causal-mask buffer",
                                                        "ZeRO-3 gathered layers", "ZeRO-3 persistent parameters",
-                                                       "DeepSpeed communication buckets", "dequantized weight")}
+                                                       "DeepSpeed communication buckets", "dequantized weight",
+                                                       "4-bit quant state (every GPU)")}
     grads = {G.name: G.bytes}
     # later micro-steps run with gradients held; so does every step when zero_grad keeps them
     g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
@@ -837,6 +910,53 @@ def _fsdp_gathered(p: Params, w: float) -> Term:
     live = root + 2 * p.largest_layer
     return Term("FSDP gathered units", int(live * w), f"(root unit {root:,} + 2 layers × {p.largest_layer:,}) "
                 f"params × {w:g} B: the root, the layer computed and the next one prefetched", "transient")
+
+
+def _quantized_tensor(name: str, shape: tuple[int, ...], cast: bool, quant_head: bool) -> bool:
+    """Whether bitsandbytes quantizes this tensor: an nn.Linear weight, not HF's output module (params_of)."""
+    return cast and len(shape) == 2 and name.endswith(".weight") and (quant_head or name not in UNQUANTIZED_OUTPUTS)
+
+
+def _packed_4bit(spec: ModelSpec, p: Params, quant_head: bool) -> Params:
+    """The parameters as FSDP and ZeRO-3 flatten them when bitsandbytes packs its 4-bit weights in a 16-bit
+    storage dtype (bnb_4bit_quant_storage): each quantized weight a tensor of numel/4 16-bit elements (two
+    4-bit values a byte), the others as they are; counts in 16-bit storage elements. Layers are uniform."""
+    def stored(name: str, shape: tuple[int, ...], cast: bool) -> tuple[int, ...]:
+        return (-(-numel(shape) // 4), 1) if _quantized_tensor(name, shape, cast, quant_head) else shape
+
+    shapes = [(n, stored(n, s, c), c) for n, s, c in p.shapes]
+    in_layers = [(n, s, c) for n, s, c in p.shapes if n.startswith(("layer", "encoder.", "decoder."))]
+    per_layer = sum(numel(s) - numel(stored(n, s, c)) for n, s, c in in_layers) // max(
+        1, spec.layers + spec.decoder_layers)
+    return replace(p, total=sum(numel(s) for _, s, _ in shapes), largest_layer=p.largest_layer - per_layer,
+                   largest=max(numel(s) for _, s, _ in shapes), shapes=shapes)
+
+
+def _sharded_4bit(spec: ModelSpec, p: Params, setup: Setup, dp: int) -> list[Term]:
+    """FSDP / ZeRO-3 over a bitsandbytes 4-bit base (PEFT's QLoRA recipes): the packed weights, the 16-bit
+    embeddings, norms and output layer are one flat set of 16-bit elements, sharded over the GPUs (or, under
+    FSDP's CPU offload, on the CPU); each quantized weight's quant state (absmax, and the second-level
+    constants with double quantization) is an attribute of its module, not a parameter: every GPU keeps all
+    of it (bitsandbytes Params4bit / fix_4bit_weight_quant_state_from_module). Each layer is gathered whole
+    before it runs: the units FSDP keeps gathered, or ZeRO-3's live layers, in packed 16-bit elements."""
+    packed = _packed_4bit(spec, p, setup.quant_head)
+    qb = quant_bytes("4bit", setup.double_quant)
+    state = int(p.quantized * (qb - 0.5)) // setup.tp
+    kind = "double-quantized " if setup.double_quant else ""
+    where = "FSDP" if setup.fsdp else "ZeRO-3"
+    offloaded = setup.fsdp and setup.offload_params
+    terms = [Term("weights", 0 if offloaded else packed.total * 2 // setup.tp // dp,
+                  f"in CPU memory (FSDP CPUOffload): {packed.total:,} 16-bit elements" if offloaded else
+                  f"{packed.total:,} 16-bit elements ({p.quantized:,} 4-bit weights packed 4 to an element "
+                  f"(bnb_4bit_quant_storage) + {p.total - p.quantized:,} 16-bit embeddings, norms and output layer) "
+                  f"× 2 B / {dp} GPUs ({where})", "weights"),
+             Term("4-bit quant state (every GPU)", state, f"{p.quantized:,} quantized weights × {qb - 0.5:.4g} B "
+                  f"({kind}block constants): module attributes, not parameters: not sharded", "weights")]
+    if spec.bare:  # a bare count has no layers to gather
+        return terms
+    if setup.fsdp:
+        return [*terms, _fsdp_gathered(packed, 2)]
+    return [*terms, *_zero3_gathered(packed, setup, 2, setup.tp, dp)]
 
 
 def _fsdp_unit_gradient(spec: ModelSpec, p: Params, trainable: int, w: float, dp: int) -> Term:

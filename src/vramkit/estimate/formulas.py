@@ -588,6 +588,78 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
     return max(attn, ffn)
 
 
+# Families whose HF causal-LM head upcasts its logits with `logits = logits.float()` (transformers 4.32 to
+# 4.45: LlamaForCausalLM and the families copied from it); GPT-2, GPT-BigCode, GPT-NeoX, OPT and BLOOM
+# return them in the model's dtype
+UPCAST_LOGITS = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+
+
+def prefill_logits(spec: ModelSpec, b: int, s: int, x: int, all_positions: bool, kept: bool = False) -> tuple[int, str]:
+    """(bytes, formula) of the logits the prefill makes: the last token's in fp32 (transformers >= 4.45's
+    generate() asks for one: num_logits_to_keep=1), or before 4.45 every prompt position's, which
+    LlamaForCausalLM then upcasts (`.float()`) while its 16-bit output is still alive. `kept`: what stays
+    once the head returns (the upcast copy alone)."""
+    v = spec.vocab
+    if not all_positions:
+        return b * v * 4, f"{b} × {v:,} × 4 B"
+    upcast = spec.family in UPCAST_LOGITS and x < 4
+    if kept:
+        return b * s * v * (4 if upcast else x), f"{b} × {s} positions × {v:,} × {4 if upcast else x} B"
+    per = x + (4 if upcast else 0)
+    return b * s * v * per, f"{b} × {s} positions × {v:,} × {per} B" + (
+        f" ({x} B output + its fp32 copy)" if per > x else "")
+
+
+def decode_working_set(spec: ModelSpec, b: int, context: int, dt: Dtypes, flash: bool, tp: int = 1) -> int:
+    """One decode step's temporaries: a one-token forward (inference_working_set at s = 1) plus what its
+    attention reads across a cache of `context` positions: with eager attention the b × heads × context
+    scores (and the fp32 softmax copy), and for grouped-query attention repeat_kv's full-width copies of
+    one layer's cached k and v."""
+    one = inference_working_set(spec, b, 1, dt, flash, tp)
+    if flash:
+        return one
+    sm = softmax_bytes(spec, dt)
+    scores = b * spec.heads * context * (dt.x + (8 if sm == 4 and dt.x < 4 else sm)) // tp
+    repeat = 2 * b * context * spec.inner * dt.x // tp if spec.arch == "llama" and 1 < spec.kv_heads < spec.heads \
+        else 0
+    return one + scores + repeat
+
+
+def generation_steps(spec: ModelSpec, b: int, s: int, new_tokens: int, dt: Dtypes, flash: bool, tp: int,
+                     legacy: bool, all_logits: bool) -> dict[str, list[Term]]:
+    """generate()'s decode steps after a prefill of `s` tokens, as {moment: the terms it holds beyond the
+    weights and the prefill's KV cache}. The last step extends the cache to s + new_tokens - 1 positions
+    (the last token is sampled from its logits) beside one token's temporaries. Before transformers 4.42
+    generate() kept the previous step's cache (model_kwargs["past_key_values"]) while the model built the
+    next, so each step ends with two caches; and it kept the prefill's `outputs`, with its logits, through
+    the first decode step."""
+    kv_token = kv_cache(spec, b, 1, dt.x, tp)  # one position of the cache, all layers
+    last = s + new_tokens - 1
+    growth = Term("KV cache growth (generation)", kv_token * (last - s), f"{new_tokens - 1} more positions "
+                  f"to {last} (prompt {s} + {new_tokens} new - 1) × {fmt(kv_token)} a position", "kv")
+    layer_copy = kv_token * (last - 1) // max(1, spec.layers)
+    ws = Term("decode-step temporaries", decode_working_set(spec, b, last, dt, flash, tp) + layer_copy,
+              f"one token's forward attending to {last} positions" + ("" if flash else " (eager scores over the "
+              "cache)") + f", and one layer's k/v while torch.cat copies it {fmt(layer_copy)}", "transient")
+    logits = Term("decode-step logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
+                  "transient")
+    steps = {"last decode step": [growth, ws, logits]}
+    if legacy:
+        steps["last decode step"].insert(1, Term("previous step's cache (transformers < 4.42)", kv_token * (last - 1),
+                                                 f"{last - 1} positions × {fmt(kv_token)}: generate() still holds "
+                                                 "the tuple the step concatenates into a new one", "kv"))
+        first_ws = decode_working_set(spec, b, s + 1, dt, flash, tp)
+        held, formula = prefill_logits(spec, b, s, dt.x, all_logits, kept=True)
+        steps["first decode step"] = [
+            Term("first decode step: the new cache", kv_token * (s + 1), f"{s + 1} positions × {fmt(kv_token)} "
+                 "beside the prefill's, which generate() still holds", "kv"),
+            Term("first decode step: the prefill's logits", held, formula + ": the prefill's `outputs`, kept "
+                 "until the next forward returns (no `del outputs` before transformers 4.42)", "transient"),
+            Term("first decode step: temporaries", first_ws, f"one token's forward attending to {s + 1} positions",
+                 "transient")]
+    return steps
+
+
 def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bool,
                  tp: int = 1) -> tuple[list[tuple[str, int, str]], list[tuple[str, int, str]]]:
     """HF T5's no-grad forward as two moments, (encoder forward, decoder prefill of `sd` tokens), each

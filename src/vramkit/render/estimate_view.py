@@ -51,11 +51,14 @@ def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool =
         for t in e.terms:
             lines.append(f"  {t.name}: {format_size(t.bytes)} = {t.formula}")
         lines.append("")
-        lines.append(style.paint("memory at each moment of the second step (first step in brackets)", "bold"))
+        train = e.setup.mode == "train"
+        lines.append(style.paint("memory at each moment of the second step (first step in brackets)" if train
+                                 else "memory at each moment", "bold"))
+        width = max([15, *(len(k) for k in e.moments)])
         for k, v in e.moments.items():
-            first = e.first_step.get(k)
             mark = "  <- peak" if k == e.peak_moment else ""
-            lines.append(f"  {k:<15} {format_size(v):>9}  [{format_size(first)}]{mark}")
+            first = f"  [{format_size(e.first_step.get(k))}]" if train else ""
+            lines.append(f"  {k:<{width}} {format_size(v):>9}{first}{mark}")
         detail = getattr(e, "activation_detail", None)
         if detail:
             lines.append("")
