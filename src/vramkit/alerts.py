@@ -25,7 +25,7 @@ from .units import format_duration, format_size
 ProcKey = tuple[int, int, "int | None"]  # (pid, GPU index, MIG instance)
 
 
-@dataclass
+@dataclass(slots=True)  # one per GPU per refresh, kept for the trend window: ~100 bytes each, not ~220
 class GpuSample:
     time: float
     memory_used: int | None
