@@ -56,7 +56,7 @@ def test_fsdp_cpu_offload_keeps_parameters_gradients_and_optimizer_on_the_cpu():
     ({"gpus": 1}, "fsdp"),
     ({"gpus": 4, "offload": True}, "offload"),
     ({"gpus": 4, "quant": "8bit", "lora": 8}, "quant"),
-    ({"gpus": 4, "mode": "infer"}, "mode"),
+    ({"gpus": 4, "mode": "infer"}, "fsdp"),
 ])
 def test_fsdp_refuses_what_it_does_not_model(options, param):
     with pytest.raises(EstimateError) as err:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate.analytic import estimate
+from vramkit.estimate.analytic import CUBLAS_WORKSPACES, estimate
 from vramkit.estimate.specs import EstimateError, resolve
 
 LLAMA_13B = {"mode": "infer", "precision": "fp16", "attention": "eager", "seq": 512}
@@ -100,3 +100,42 @@ def test_generation_is_refused_where_it_is_not_modelled():
         estimate("gpt2", mode="infer", seq=1000, new_tokens=100)
     assert e.value.param == "new_tokens"
     assert estimate("gpt2", mode="infer", seq=1000, new_tokens=25).peak_bytes > 0
+
+
+def test_a_sliding_window_cache_stops_growing_at_the_window():
+    # transformers 5 keeps a sliding-window layer's last `window` positions once decoding goes on
+    opts = {"mode": "infer", "batch": 8, "attention": "flash"}
+    window = resolve("mistral-7b").sliding_window
+    assert window == 4096
+    short = estimate("mistral-7b", seq=2048, new_tokens=window - 2048 + 1, **opts)  # ends at the window
+    long = estimate("mistral-7b", seq=2048, new_tokens=16 * window, **opts)
+    assert long.moments["last decode step"] == short.moments["last decode step"]
+    # a prompt past the window: decoding holds less than the prefill did, which stays the peak
+    past = estimate("mistral-7b", seq=8192, new_tokens=32768, **opts)
+    assert past.peak_bytes == estimate("mistral-7b", seq=8192, **opts).peak_bytes
+
+
+def test_a_decode_steps_quantized_matmul_is_one_token_a_sequence():
+    opts = {"mode": "infer", "seq": 4096, "batch": 8, "quant": "4bit", "attention": "flash"}
+    gen = estimate("llama-2-7b", new_tokens=4096, **opts)
+    size = {t.name: t.bytes for t in gen.terms}
+    assert size["dequantized weight (decode step)"] < size["dequantized weight"] / 8  # fp32 buffers of 8 tokens
+    weights = sum(t.bytes for t in gen.terms if t.kind == "weights")
+    step = ("KV cache", "KV cache growth (generation)", "decode-step temporaries",
+            "decode-step logits (last token, fp32)", "dequantized weight (decode step)")
+    # (every moment also holds the cuBLAS workspaces)
+    assert gen.moments["last decode step"] == weights + sum(size[n] for n in step) + CUBLAS_WORKSPACES
+
+
+def test_what_generation_cannot_be_combined_with():
+    with pytest.raises(EstimateError, match="ZeRO shards what training keeps") as e:
+        estimate("llama-2-7b", mode="infer", zero=3, gpus=2)
+    assert e.value.param == "zero"
+    with pytest.raises(EstimateError, match="whole number") as e:
+        estimate("gpt2", mode="infer", new_tokens=None)
+    assert e.value.param == "new_tokens"
+    assert_one_line_error(run_vram("estimate", "gpt2", "--infer", "--seq", "100", "--new-tokens", "10", "--trace"),
+                          2, "--trace", "new_tokens (generation)")
+    assert_one_line_error(run_vram("estimate", "gpt2", "--infer", "--new-tokens", "10"), 2, "--new-tokens",
+                          "default prompt (1024, give --seq")
+    assert_one_line_error(run_vram("estimate", "gpt2", "--infer", "--fsdp", "--gpus", "2"), 2, "--fsdp")

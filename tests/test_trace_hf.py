@@ -262,8 +262,9 @@ PEFT_CASES = [(name, precision, options) for name in ("llama", "gpt2", "qwen3", 
                                          ("fp32", {"lora": 8, "lora_dropout": 0.1}),
                                          ("fp32", {"lora": 8, "lora_dropout": 0.1, "lora_targets": ("all-linear",)}),
                                          ("bf16-pure", {"prefix_len": 16}))]
-# with gradient checkpointing (non-reentrant; HF's GPT-2 fails torch's recompute metadata check here): the
-# recompute moment holds a layer's worth of gradients though the base is frozen (-14 % without them)
+# with gradient checkpointing (non-reentrant; HF's GPT-2 fails torch's recompute metadata check here), at
+# batch 4 x 128 tokens: the recompute moment's layer of gradients stands in for what the recompute holds
+# under LoRA (-15 % without it here); at other shapes it is no fit (docs/estimation.md: an open question)
 PEFT_CASES += [(name, precision, {"lora": 8, "checkpointing": True}) for name in ("llama", "qwen3")
                for precision in ("fp32", "bf16-pure")]
 

@@ -230,8 +230,8 @@ class Setup:
 
     def _check_fsdp(self) -> None:
         """FSDP as modelled: full-shard training, alone (no ZeRO or tp); a quantized base: _check_sharded_quant."""
-        for name, clash in (("zero", self.zero is not None), ("tp", self.tp > 1), ("mode", self.mode != "train")):
-            if clash:
+        for name, clash in (("zero", self.zero is not None), ("tp", self.tp > 1), ("fsdp", self.mode != "train")):
+            if clash:  # for inference the flag to blame is --fsdp itself (mode has no flag of its own)
                 raise EstimateError("FSDP is modelled for training alone: not with DeepSpeed ZeRO, tensor "
                                     "parallelism or inference", param=name)
         if self.offload:
@@ -281,6 +281,12 @@ class Setup:
             positive(name, allow_none=False)
         for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk", "adapter", "prefix_len"):
             positive(name)
+        if self.zero is not None and self.mode == "infer":  # it shards training states; inference splits layers
+            raise EstimateError("DeepSpeed ZeRO shards what training keeps: for inference over several GPUs give "
+                                "--gpus alone (device_map's layer split) or tensor parallelism", param="zero")
+        if not isinstance(self.new_tokens, int) or isinstance(self.new_tokens, bool):
+            raise EstimateError(f"must be a whole number (0: the prefill alone), not {self.new_tokens!r:.40}",
+                                param="new_tokens")
         if self.new_tokens:  # 0 (the prefill alone) is its default
             positive("new_tokens")
             if self.mode != "infer" or spec.family in ENCODERS or spec.family in ("t5", "vit"):
@@ -480,7 +486,8 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
             raise EstimateError(f"{seq} is longer than {spec.name}'s {spec.max_positions} positions", param="seq")
         last = seq + max(setup.new_tokens, 1) - 1  # the positions the last decode step reaches
         if learned and spec.max_positions and last > spec.max_positions:
-            raise EstimateError(f"{seq} + {setup.new_tokens} new tokens reach past {spec.name}'s "
+            prompt = f"a prompt of {seq}" if setup.seq else f"the default prompt ({seq}, give --seq for a shorter one)"
+            raise EstimateError(f"{prompt} + {setup.new_tokens} new tokens reach past {spec.name}'s "
                                 f"{spec.max_positions} positions", param="new_tokens")
     s_dec = (setup.decoder_seq or seq) if spec.family == "t5" else 0
     terms: list[Term] = []
@@ -593,6 +600,12 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                 decode = {name: [t.name for t in step] for name, step in steps.items()}
         if setup.quant:
             terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
+            if decode:  # a decode step multiplies one token a sequence: its matmul buffers are that size
+                step_quant = _quant_transient(spec, p, setup, b, train=False)
+                terms.append(replace(step_quant, name="dequantized weight (decode step)",
+                                     formula=step_quant.formula + " (one token a sequence)"))
+                for names in decode.values():
+                    names.append("dequantized weight (decode step)")
         if setup.gpus > 1 and tp == 1:
             terms = _split_over_gpus(spec, p, setup.gpus, terms, notes)
         in_decode = {n for names in decode.values() for n in names}
@@ -607,8 +620,8 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                  or t.name.startswith("logits")}
         named = {t.name: t.bytes for t in terms}
         for step, names in decode.items():  # the weights, the prefill's cache and the step's own terms
-            moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name in (
-                "KV cache", "dequantized weight")} | {n: named[n] for n in names}
+            moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name == "KV cache"} \
+                | {n: named[n] for n in names}
         return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
     # ---- training: gradients and optimizer states

@@ -635,18 +635,23 @@ def generation_steps(spec: ModelSpec, b: int, s: int, new_tokens: int, dt: Dtype
     the first decode step."""
     kv_token = kv_cache(spec, b, 1, dt.x, tp)  # one position of the cache, all layers
     last = s + new_tokens - 1
-    growth = Term("KV cache growth (generation)", kv_token * (last - s), f"{new_tokens - 1} more positions "
-                  f"to {last} (prompt {s} + {new_tokens} new - 1) × {fmt(kv_token)} a position", "kv")
-    layer_copy = kv_token * (last - 1) // max(1, spec.layers)
-    ws = Term("decode-step temporaries", decode_working_set(spec, b, last, dt, flash, tp) + layer_copy,
-              f"one token's forward attending to {last} positions" + ("" if flash else " (eager scores over the "
+    # a sliding-window cache keeps the last `window` positions once decoding goes on (the prefill's
+    # full cache, counted in the prefill moment, is cut down at the first decode step)
+    kept = min(last, spec.sliding_window) if spec.sliding_window else last
+    growth = Term("KV cache growth (generation)", kv_token * max(0, kept - s), f"{new_tokens - 1} more positions "
+                  f"to {last} (prompt {s} + {new_tokens} new - 1)"
+                  + (f", the cache kept to the {spec.sliding_window}-token window" if kept < last else "")
+                  + f" × {fmt(kv_token)} a position", "kv")
+    layer_copy = kv_token * (kept - 1) // max(1, spec.layers)
+    ws = Term("decode-step temporaries", decode_working_set(spec, b, kept, dt, flash, tp) + layer_copy,
+              f"one token's forward attending to {kept} positions" + ("" if flash else " (eager scores over the "
               "cache)") + f", and one layer's k/v while torch.cat copies it {fmt(layer_copy)}", "transient")
     logits = Term("decode-step logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                   "transient")
     steps = {"last decode step": [growth, ws, logits]}
     if legacy:
-        steps["last decode step"].insert(1, Term("previous step's cache (transformers < 4.42)", kv_token * (last - 1),
-                                                 f"{last - 1} positions × {fmt(kv_token)}: generate() still holds "
+        steps["last decode step"].insert(1, Term("previous step's cache (transformers < 4.42)", kv_token * (kept - 1),
+                                                 f"{kept - 1} positions × {fmt(kv_token)}: generate() still holds "
                                                  "the tuple the step concatenates into a new one", "kv"))
         first_ws = decode_working_set(spec, b, s + 1, dt, flash, tp)
         held, formula = prefill_logits(spec, b, s, dt.x, all_logits, kept=True)

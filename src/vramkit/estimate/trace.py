@@ -354,7 +354,11 @@ class ReferenceRun:
                                              ("quant", setup.quant), ("zero", setup.zero is not None),
                                              ("fsdp", setup.fsdp), ("tp", setup.tp > 1), ("gpus", setup.gpus > 1),
                                              ("optimizer paged-adamw", setup.optimizer == "paged-adamw"),
-                                             ("keeps_last_graph", setup.keeps_last_graph)) if on]
+                                             ("keeps_last_graph", setup.keeps_last_graph),
+                                             # the reference runs one prefill, as transformers 5 does it
+                                             ("new_tokens (generation)", setup.new_tokens > 1),
+                                             ("transformers < 4.45 (legacy cache, every position's logits)",
+                                              setup.legacy_cache or setup.all_logits)) if on]
         if unsupported:
             raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
                                    "analytic estimate models it)")
