@@ -202,3 +202,24 @@ def test_a_config_file_is_read_bounded_and_never_waited_on(tmp_path):
     (tmp_path / "snap").mkdir()
     (tmp_path / "snap" / "config.json").symlink_to(real)
     assert run_vram("estimate", str(tmp_path / "snap")).rc == 0
+
+
+def test_numbers_are_ascii_digits_and_options_their_own_type(tmp_path):
+    # int() and float() take other scripts' digits and underscores; a JSON config's true or 1.5 is no size
+    for flag, value in (("--batch", "\u0665"), ("--batch", "1_000"), ("--zero-reduce-bucket", "\u0665e8")):
+        args = ("estimate", "gpt2", "--zero", "2", "--gpus", "2", flag, value)
+        assert_one_line_error(run_vram(*args), 2, flag)
+    for extra, needle in (({"sliding_window": True}, "sliding_window must be a whole number"),
+                          ({"hidden_size": 4096.5}, "hidden_size must be a whole number")):
+        cfg = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
+               "intermediate_size": 14336, "vocab_size": 32000, **extra}
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, "config.json: " + needle)
+    assert_one_line_error(run_vram("estimate", "7b", "--infer", "--new-tokens", "10"), 2, "--new-tokens",
+                          "not a bare count")
+    from vramkit.estimate.analytic import estimate
+    from vramkit.estimate.specs import EstimateError
+
+    for stage in (3.0, True):  # 3.0 == 3 and True == 1, yet neither is a stage
+        with pytest.raises(EstimateError, match="ZeRO stage"):
+            estimate("gpt2", zero=stage, gpus=2)

@@ -173,10 +173,9 @@ def _int(args: argparse.Namespace, name: str) -> int | None:
     value = getattr(args, name)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"{value!r} is not a whole number", param=name) from None
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", str(value), re.ASCII):  # int() would take '٥' and '1_000'
+        raise UsageError(f"{str(value)[:40]!r} is not a whole number", param=name)
+    return int(value)
 
 
 def _required_int(args: argparse.Namespace, name: str) -> int:
@@ -205,6 +204,8 @@ def _elements(args: argparse.Namespace, name: str) -> int:
     """A count of elements as DeepSpeed's config writes it: 500000000, 5e8 or 5_0000_0000."""
     value = getattr(args, name)
     try:
+        if not str(value).isascii():  # float() would take other scripts' digits
+            raise ValueError(value)
         number = float(str(value).replace("_", ""))
     except ValueError:
         raise UsageError(f"{str(value)[:40]!r} is not a number of elements such as 5e8", param=name) from None

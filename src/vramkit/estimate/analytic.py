@@ -273,7 +273,8 @@ class Setup:
                 raise EstimateError(f"must be at most {SETUP_LIMITS[name]:,}", param=name)
 
         def one_of(name: str, allowed: tuple[object, ...], words: str) -> None:
-            if getattr(self, name) not in allowed:
+            value = getattr(self, name)  # by type too: 3.0 == 3 and True == 1, but neither is a stage
+            if not any(value == a and type(value) is type(a) for a in allowed):
                 raise EstimateError(f"must be {words}, not {getattr(self, name)!r}", param=name)
 
         one_of("mode", ("train", "infer"), "train or infer")
@@ -292,7 +293,7 @@ class Setup:
             if self.mode != "infer" or spec.family in ENCODERS or spec.family in ("t5", "vit"):
                 raise EstimateError("generation is modelled for inference of decoder-only models (--infer)",
                                     param="new_tokens")
-        for name in ("adapter", "prefix_len"):
+        for name in ("adapter", "prefix_len", "new_tokens"):
             if getattr(self, name) and spec.bare:
                 raise EstimateError("needs a model with layers (a config or a catalog name), not a bare count",
                                     param=name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 import stat
@@ -125,6 +126,8 @@ def _need(cfg: dict[str, Any], *keys: str, where: str) -> int:
             value = cfg[key]
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise EstimateError(f"{where}: {key} must be a positive number, not {value!r}")
+            if isinstance(value, float) and math.isfinite(value) and not value.is_integer():  # 1.5 heads
+                raise EstimateError(f"{where}: {key} must be a whole number, not {value!r}")
             return int(value)
     raise EstimateError(f"{where}: config is missing {keys[0]!r} (needed for a {cfg.get('model_type')} model)")
 
@@ -132,6 +135,14 @@ def _need(cfg: dict[str, Any], *keys: str, where: str) -> int:
 def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
     value = cfg.get(key)
     return default if value is None else value
+
+
+def _opt_int(cfg: dict[str, Any], key: str, default: int) -> int:
+    """An optional whole number of the config: JSON's 4096 or 4096.0 (or "4096"), not true or 1.5."""
+    value = _opt(cfg, key, default)
+    if isinstance(value, bool) or (isinstance(value, float) and math.isfinite(value) and not value.is_integer()):
+        raise EstimateError(f"{key} must be a whole number, not {repr(value)[:40]}")
+    return int(value)
 
 
 # layers a config may have: past the deepest published transformers (DeepNet's 1,000); every per-layer
@@ -144,8 +155,10 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
     """A spec from the dict of a Hugging Face config.json (untrusted: every value is checked)."""
     try:
         spec = _from_config(cfg, name, source)
-    except EstimateError:
-        raise
+    except EstimateError as e:
+        if str(e).startswith(name):
+            raise
+        raise EstimateError(f"{name}: {e}", param=e.param) from None  # which config said so
     except (TypeError, ValueError, OverflowError) as e:  # int("abc"), float(None), int(1e400) of an optional key
         raise EstimateError(f"{name}: a config value is not a number ({str(e)[:80]})") from None
     for f in fields(spec):
@@ -195,13 +208,13 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family=family, hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
             vocab=_need(cfg, "vocab_size", where=where),
-            max_positions=int(_opt(cfg, "max_position_embeddings", 512)),
-            type_vocab=int(_opt(cfg, "type_vocab_size", 2)),
-            embedding_size=int(_opt(cfg, "embedding_size", h)) if family == "albert" else h,
-            shared_layers=family == "albert" and int(_opt(cfg, "num_hidden_groups", 1)) == 1,
+            max_positions=_opt_int(cfg, "max_position_embeddings", 512),
+            type_vocab=_opt_int(cfg, "type_vocab_size", 2),
+            embedding_size=_opt_int(cfg, "embedding_size", h) if family == "albert" else h,
+            shared_layers=family == "albert" and _opt_int(cfg, "num_hidden_groups", 1) == 1,
             ffn="gelu", attn_dropout=float(_opt(cfg, "attention_probs_dropout_prob", 0.1)),
             hidden_dropout=float(_opt(cfg, "hidden_dropout_prob", 0.1)),
-            num_labels=int(_opt(cfg, "num_labels", 2)), head="cls", source=source)
+            num_labels=_opt_int(cfg, "num_labels", 2), head="cls", source=source)
     if mtype == "distilbert":
         h = _need(cfg, "dim", "hidden_size", where=where)
         heads = _need(cfg, "n_heads", "num_attention_heads", where=where)
@@ -209,16 +222,16 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="distilbert", hidden=h, layers=_need(cfg, "n_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "hidden_dim", where=where),
             vocab=_need(cfg, "vocab_size", where=where),
-            max_positions=int(_opt(cfg, "max_position_embeddings", 512)), type_vocab=0, embedding_size=h,
+            max_positions=_opt_int(cfg, "max_position_embeddings", 512), type_vocab=0, embedding_size=h,
             attn_dropout=float(_opt(cfg, "attention_dropout", 0.1)), hidden_dropout=float(_opt(cfg, "dropout", 0.1)),
-            num_labels=int(_opt(cfg, "num_labels", 2)), head="cls", source=source)
+            num_labels=_opt_int(cfg, "num_labels", 2), head="cls", source=source)
     if mtype == "gpt2":
         h = _need(cfg, "n_embd", "hidden_size", where=where)
         heads = _need(cfg, "n_head", "num_attention_heads", where=where)
         return ModelSpec(
             name=name, family="gpt2", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
-            heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=int(_opt(cfg, "n_inner", 4 * h)),
-            vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "n_positions", 1024)),
+            heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=_opt_int(cfg, "n_inner", 4 * h),
+            vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "n_positions", 1024),
             embedding_size=h, tied=True, fused_qkv=True, attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
             ffn="gelu-new" if _opt(cfg, "activation_function", "gelu_new") == "gelu_new" else "gelu",
             hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)), head="lm", source=source)
@@ -230,8 +243,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         return ModelSpec(
             name=name, family="gpt_bigcode", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=1 if mqa else heads, head_dim=h // heads, kv_width=h // heads if mqa else 0,
-            intermediate=int(_opt(cfg, "n_inner", 4 * h)), vocab=_need(cfg, "vocab_size", where=where),
-            max_positions=int(_opt(cfg, "n_positions", 8192)), embedding_size=h, fused_qkv=True,
+            intermediate=_opt_int(cfg, "n_inner", 4 * h), vocab=_need(cfg, "vocab_size", where=where),
+            max_positions=_opt_int(cfg, "n_positions", 8192), embedding_size=h, fused_qkv=True,
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
             ffn="gelu-new" if act == "gelu_new" else "gelu", hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)),
             head="lm", source=source)
@@ -241,7 +254,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         return ModelSpec(
             name=name, family="gpt_neox", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
-            vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "max_position_embeddings", 2048)),
+            vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "max_position_embeddings", 2048),
             embedding_size=h, fused_qkv=True, positions="rotary",
             parallel_residual=bool(_opt(cfg, "use_parallel_residual", True)),
             tied=bool(_opt(cfg, "tie_word_embeddings", False)), qkv_bias=bool(_opt(cfg, "attention_bias", True)),
@@ -250,7 +263,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if mtype == "opt":
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
-        embed_proj = int(_opt(cfg, "word_embed_proj_dim", h))
+        embed_proj = _opt_int(cfg, "word_embed_proj_dim", h)
         if embed_proj != h or not bool(_opt(cfg, "do_layer_norm_before", True)):
             raise EstimateError(f"{where}: OPT with a projected embedding or post-norm layers (opt-350m) is not "
                                 "supported (supported: OPT models with word_embed_proj_dim = hidden_size)")
@@ -258,7 +271,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         return ModelSpec(
             name=name, family="opt", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "ffn_dim", "intermediate_size", where=where),
-            vocab=_need(cfg, "vocab_size", where=where), max_positions=int(_opt(cfg, "max_position_embeddings", 2048)),
+            vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "max_position_embeddings", 2048),
             embedding_size=h, ffn="relu" if act == "relu" else "gelu", qkv_bias=bool(_opt(cfg, "enable_bias", True)),
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
             hidden_dropout=float(_opt(cfg, "dropout", 0.1)), head="lm", source=source)
@@ -278,17 +291,17 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         act = str(_opt(cfg, "hidden_activation", None) or _opt(cfg, "hidden_act", "silu"))
         window = _opt(cfg, "sliding_window", 0) if mtype in ("mistral", "mixtral") or _opt(
             cfg, "use_sliding_window", False) else 0
-        experts = int(_opt(cfg, "num_local_experts", 0)) if mtype == "mixtral" else 0
+        experts = _opt_int(cfg, "num_local_experts", 0) if mtype == "mixtral" else 0
         return ModelSpec(
             name=name, family=mtype, hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
-            kv_heads=int(_opt(cfg, "num_key_value_heads", heads)), head_dim=int(_opt(cfg, "head_dim", h // heads)),
+            kv_heads=_opt_int(cfg, "num_key_value_heads", heads), head_dim=_opt_int(cfg, "head_dim", h // heads),
             intermediate=_need(cfg, "intermediate_size", where=where), vocab=_need(cfg, "vocab_size", where=where),
-            max_positions=int(_opt(cfg, "max_position_embeddings", 4096)), embedding_size=h,
+            max_positions=_opt_int(cfg, "max_position_embeddings", 4096), embedding_size=h,
             ffn="gated-gelu" if act.startswith("gelu") else "swiglu", positions="rotary",
             tied=bool(_opt(cfg, "tie_word_embeddings", mtype == "gemma")),
             qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")), qk_norm=mtype == "qwen3",
-            sliding_window=int(window or 0), experts=experts,
-            top_k=int(_opt(cfg, "num_experts_per_tok", 2)) if experts else 0,
+            sliding_window=_opt_int({"sliding_window": window or 0}, "sliding_window", 0), experts=experts,
+            top_k=_opt_int(cfg, "num_experts_per_tok", 2) if experts else 0,
             attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)), hidden_dropout=0.0, head="lm", source=source)
     if mtype in ("t5", "mt5"):
         h = _need(cfg, "d_model", where=where)
@@ -298,11 +311,11 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="t5", hidden=h, layers=layers, heads=_need(cfg, "num_heads", where=where),
             kv_heads=_need(cfg, "num_heads", where=where), head_dim=_need(cfg, "d_kv", where=where),
             intermediate=_need(cfg, "d_ff", where=where), vocab=_need(cfg, "vocab_size", where=where),
-            decoder_layers=int(_opt(cfg, "num_decoder_layers", layers)), embedding_size=h,
+            decoder_layers=_opt_int(cfg, "num_decoder_layers", layers), embedding_size=h,
             ffn="gated-gelu" if proj.startswith("gated") else "relu",
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), qkv_bias=False,
             attn_dropout=float(_opt(cfg, "dropout_rate", 0.1)), hidden_dropout=float(_opt(cfg, "dropout_rate", 0.1)),
-            rel_buckets=int(_opt(cfg, "relative_attention_num_buckets", 32)), head="lm", source=source)
+            rel_buckets=_opt_int(cfg, "relative_attention_num_buckets", 32), head="lm", source=source)
     if mtype == "vit":
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
@@ -311,7 +324,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="vit", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
             image_size=_need(cfg, "image_size", where=where), patch_size=_need(cfg, "patch_size", where=where),
-            channels=int(_opt(cfg, "num_channels", 3)), embedding_size=h,
+            channels=_opt_int(cfg, "num_channels", 3), embedding_size=h,
             attn_dropout=float(_opt(cfg, "attention_probs_dropout_prob", 0.0)),
             hidden_dropout=float(_opt(cfg, "hidden_dropout_prob", 0.0)), num_labels=int(labels), head="cls",
             source=source)
