@@ -98,3 +98,72 @@ def test_a_plan_and_an_estimate_print_a_few_readable_lines():
     assert any(line.startswith("  GPUs that fit it unchanged: ") for line in crowded)
     hopeless = str(vramkit.plan("llama-2-70b", gpu="RTX 4090", seq=4096))
     assert "no change fits alone; closest: " in hopeless
+
+
+GENERATION = ("llama-2-70b", "--infer", "--seq", "4096", "--new-tokens", "4096", "--transformers", "4.32",
+              "--batch", "8", "--attention", "flash")
+
+
+def _plan_json(*args: str) -> dict[str, dict]:
+    """`vram --simulate demo plan ARGS --json` as a user runs it: its changes by label."""
+    from helpers import run_vram
+
+    r = run_vram("--simulate", "demo", "plan", *args, "--json")
+    assert r.rc == 0, r.err
+    return {c["what"]: c for c in r.json()["changes"]}
+
+
+def _estimate_total(*args: str) -> int:
+    from helpers import run_vram
+
+    r = run_vram("--simulate", "demo", "estimate", *args, "--json")
+    assert r.rc == 0, r.err
+    return int(r.json()["total_bytes"])
+
+
+def test_plan_for_generation_offers_a_newer_transformers_fewer_tokens_and_a_shorter_prompt():
+    """Generation with transformers 4.32's generate() (two caches a step, every prompt position's logits):
+    each change names the flag to type, and typing it into `vram estimate` gives the change's number."""
+    import re
+
+    changes = _plan_json(*GENERATION, "--gpu", "rtx-4090")
+    offered = ["transformers 4.54 or later (--transformers 4.54)", "2048 new tokens (--new-tokens 2048)",
+               "shorter prompt: 2048 tokens (--seq 2048)"]
+    assert set(offered) <= set(changes)
+    before = _estimate_total(*GENERATION)
+    for what in offered:
+        flag, value = re.search(r"\((--[a-z-]+) (\S+)\)$", what).groups()  # type: ignore[union-attr]
+        args = list(GENERATION)
+        args[args.index(flag) + 1] = value
+        assert changes[what]["total_bytes"] == _estimate_total(*args) < before, what
+    assert changes[offered[0]]["setup"] == {"cache_views": False, "legacy_cache": False, "all_logits": False}
+
+
+def test_plan_for_generation_leaves_out_what_does_not_lower_the_peak():
+    """transformers 4.54 on is the default: no upgrade to offer. With eager attention the prefill's scores
+    are the peak, which neither a newer generate() nor fewer new tokens lowers: neither is listed."""
+    assert not any(w.startswith("transformers") for w in _plan_json(*GENERATION[:6], "--gpu", "rtx-4090"))
+    eager = ("llama-2-70b", "--infer", "--seq", "4096", "--new-tokens", "4096", "--transformers", "4.32")
+    changes = _plan_json(*eager, "--gpu", "rtx-4090")
+    assert _estimate_total(*eager) == _estimate_total(*eager[:-1], "4.54")
+    assert not any(w.startswith("transformers") or "new token" in w for w in changes)
+    assert "shorter prompt: 2048 tokens (--seq 2048)" in changes
+
+
+def test_plan_over_qlora_keeps_it_when_sharding_and_lists_each_setup_once():
+    """QLoRA on 2 GPUs under FSDP: the stack does not repeat QLoRA (already so), shards with FSDP over 8 GPUs
+    keeping the 4-bit base, and the stacked "flash attention" (the single flash change again) is not listed;
+    without FSDP it shards with ZeRO-3, still QLoRA (it went back to full fine-tuning: 138 GiB)."""
+    qlora = ("llama-2-70b", "--lora", "16", "--quant", "4bit", "--seq", "2048")
+    changes = _plan_json(*qlora, "--fsdp", "--gpus", "2", "--gpu", "rtx-4090")
+    assert not any("QLoRA" in w for w in changes)
+    diffs = [sorted(c["setup"].items()) for w, c in changes.items() if not w.startswith("smaller model")]
+    assert all(diffs) and len(diffs) == len({repr(d) for d in diffs})  # none empty, none twice
+    sharded = changes["flash attention + checkpointing + FSDP on 8 GPUs"]
+    assert sharded["setup"] == {"attention": "flash", "checkpointing": True, "gpus": 8}
+    assert sharded["total_bytes"] == _estimate_total(*qlora, "--fsdp", "--gpus", "8", "--attention", "flash",
+                                                     "--checkpointing")
+    # already flash, no FSDP: no step of the stack repeats the setup, and ZeRO-3 keeps QLoRA
+    changes = _plan_json(*qlora, "--attention", "flash", "--gpu", "t4")
+    assert not any("flash" in w or "QLoRA" in w for w in changes), list(changes)
+    assert changes["checkpointing + ZeRO-3 on 8 GPUs"]["setup"] == {"checkpointing": True, "zero": 3, "gpus": 8}

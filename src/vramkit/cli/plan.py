@@ -18,8 +18,10 @@ DESCRIPTION = """\
 Check whether MODEL fits a GPU as set up (same options as 'vram estimate'), the largest batch
 that fits, and, when it does not fit, the changes ranked cheapest first, each with the memory it
 would need: micro-batch + gradient accumulation, flash attention, mixed precision, checkpointing,
-an 8-bit optimizer, shorter sequences, LoRA/QLoRA, a smaller variant, ZeRO, more GPUs; and which
-catalog GPUs fit it unchanged. All numbers are estimates.
+an 8-bit optimizer, shorter sequences, LoRA/QLoRA, a smaller variant, ZeRO or FSDP, more GPUs (and,
+when no one change is enough, them stacked); for inference: a smaller batch, flash attention, a newer
+transformers, fewer new tokens, a shorter prompt, 8/4-bit weights, tensor parallel, layers split over
+GPUs; and which catalog GPUs fit it unchanged. All numbers are estimates.
 
 --gpu current uses the free memory of the GPUs here (the one with the most free memory).
 
@@ -28,6 +30,7 @@ examples:
   vram plan llama-3-8b --gpu a100-80gb --seq 4096
   vram plan llama-2-7b --gpu current --simulate demo
   vram plan mistral-7b --gpu l4 --infer --batch 8 --seq 8192 --json
+  vram plan llama-2-13b --gpu a100-40gb --infer --batch 8 --seq 4096 --new-tokens 4096 --transformers 4.40
 """
 
 

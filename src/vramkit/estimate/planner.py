@@ -4,6 +4,7 @@ it fit (cheapest first, each with the memory it needs), and the GPUs that fit it
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,6 +91,42 @@ def largest_batch(spec: ModelSpec, setup: Setup, capacity: int, limit: int = 655
     return lo
 
 
+def _stack_changes(setup: Setup, consider: Callable[..., None], last_fits: Callable[[], bool]) -> None:
+    """Stack the cheap changes one on another until the stack fits; a step that changes nothing is skipped.
+    Sharding comes last and undoes the planner's own QLoRA and 8-bit AdamW (the user's own are kept: a 4-bit
+    base shards under FSDP and ZeRO-3); a setup already under FSDP gets more GPUs, not DeepSpeed."""
+    rank = setup.lora or 16
+    qlora = {} if setup.quant == "4bit" else {"lora": rank, "quant": "4bit", "optimizer": setup.optimizer}
+    own = {"lora": setup.lora, "quant": setup.quant, "optimizer": setup.optimizer}
+    if setup.fsdp:
+        shard = ("FSDP on 8 GPUs", {"gpus": 8, **own} if setup.gpus < 8 else {})
+    else:  # DeepSpeed keeps its own optimizer states, not bitsandbytes' paged ones
+        optimizer = "adamw" if setup.optimizer == "paged-adamw" else setup.optimizer
+        shard = ("ZeRO-3 on 8 GPUs", {"zero": 3, "gpus": 8 * setup.tp, **own, "optimizer": optimizer,
+                                      "offload_params": False})
+    steps: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("flash attention", {"attention": "flash"}),
+        ("checkpointing", {"checkpointing": True}),
+        ("bf16", {"precision": "bf16"} if setup.precision == "fp32" else {}),
+        ("8-bit AdamW", {"optimizer": "adamw-8bit"} if not setup.lora else {}),
+        (f"QLoRA r={rank}", qlora),
+        shard)
+    stacked: dict[str, Any] = {}
+    labels: list[str] = []
+    reached = setup
+    for label, diff in steps:
+        trial = {**stacked, **diff}
+        if not diff or replace(setup, **trial) == reached:  # already so: the same setup under a longer name
+            continue
+        stacked, reached = trial, replace(setup, **trial)
+        if label == shard[0]:  # the ZeRO / FSDP path starts again from the user's own fine-tuning
+            labels = [lb for lb in labels if lb not in (f"QLoRA r={rank}", "8-bit AdamW")]
+        labels.append(label)
+        consider(" + ".join(labels), **stacked)
+        if last_fits():
+            break
+
+
 def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None,
          gpu_label: str | None = None, **options: Any) -> Plan:
     """Plan a setup on a GPU: `gpu` is a catalog name or a capacity in bytes (e.g. free memory).
@@ -110,13 +147,24 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
     max_batch = largest_batch(spec, setup, capacity) if not spec.bare else (1 if fits else 0)
     changes: list[Change] = []
 
-    def consider(what: str, **diff: Any) -> None:
+    considered: list[tuple[ModelSpec, Setup]] = [(spec, setup)]  # what each listed change leads to
+
+    def consider(what: str, must_help: bool = False, **diff: Any) -> None:
+        """List a change unless the estimator refuses it, it leads where the setup or an earlier change does, or
+        (must_help) it needs no less than the setup: a shorter generation whose peak is the prefill."""
+        change_spec = spec_for.get(what, spec)
         try:
             new = replace(setup, **diff)
-            total = _total(spec_for.get(what, spec), new)
+            if (change_spec, new) in considered:  # e.g. stacked "flash attention" after the single flash change
+                return
+            total = _total(change_spec, new)
         except EstimateError:
             return
-        changes.append(Change(what, total, total <= capacity, {k: v for k, v in diff.items()}))
+        if must_help and total >= base.total_bytes:
+            return
+        considered.append((change_spec, new))
+        differs = {k: v for k, v in diff.items() if getattr(setup, k) != v}
+        changes.append(Change(what, total, total <= capacity, differs))
 
     spec_for: dict[str, ModelSpec] = {}
     if not fits and setup.mode == "train" and not spec.bare:
@@ -169,30 +217,23 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
             if n > setup.gpus and setup.zero is not None:
                 consider(f"{n} GPUs (ZeRO-{setup.zero})", gpus=n * setup.tp)
         if not any(c.fits for c in changes):  # no single change is enough: stack the cheap ones
-            stacked: dict[str, Any] = {}
-            labels: list[str] = []
-            for label, diff in (("flash attention", {"attention": "flash"}),
-                                ("checkpointing", {"checkpointing": True}),
-                                ("bf16", {"precision": "bf16"} if setup.precision == "fp32" else {}),
-                                ("8-bit AdamW", {"optimizer": "adamw-8bit"} if not setup.lora else {}),
-                                ("QLoRA r=16", {"lora": 16, "quant": "4bit", "optimizer": setup.optimizer}),
-                                ("ZeRO-3 on 8 GPUs", {"zero": 3, "gpus": 8 * setup.tp, "lora": None,
-                                                      "quant": None, "optimizer": "adamw", "fsdp": False,
-                                                      "offload_params": False})):
-                if not diff:
-                    continue
-                stacked.update(diff)
-                labels.append(label)
-                consider(" + ".join(labels), **stacked)
-                if changes and changes[-1].fits:
-                    break
-                if label == "QLoRA r=16":  # the ZeRO path starts again from full fine-tuning
-                    labels = [lb for lb in labels if lb not in ("QLoRA r=16", "8-bit AdamW")]
+            _stack_changes(setup, consider, lambda: bool(changes) and changes[-1].fits)
     elif not fits and setup.mode == "infer" and not spec.bare:
         if setup.batch > 1 and max_batch:
             consider(f"batch {max_batch}", batch=max_batch)
         if setup.attention == "eager":
             consider("flash / memory-efficient attention", attention="flash")
+        # generate() in transformers 4.54 on: one cache a step (4.42), the last position's logits (4.45), the
+        # cache's own k/v copies (4.54); each matters to some setups only, hence must_help
+        consider("transformers 4.54 or later (--transformers 4.54)", must_help=True, cache_views=False,
+                 legacy_cache=False, all_logits=False)
+        if setup.new_tokens > 1:
+            fewer = setup.new_tokens // 2
+            consider(f"{fewer} new token{'s' if fewer > 1 else ''} (--new-tokens {fewer})", must_help=True,
+                     new_tokens=fewer)
+        if spec.family != "vit" and base.seq // 2 >= 16:  # the prompt: what generation starts from
+            consider(f"shorter prompt: {base.seq // 2} tokens (--seq {base.seq // 2})", must_help=True,
+                     seq=base.seq // 2)
         for q in ("8bit", "4bit"):
             if setup.quant != q:
                 consider(f"{q} weights", quant=q)
