@@ -739,6 +739,27 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if recast else 0),
                           f"one layer's activations rebuilt in backward: {fmt(recompute)}"
                           + (" + its 16-bit weights" if recast else ""), "transient"))
+        # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
+        recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
+        if lora:  # a frozen base: no weight gradients at the recompute, but the rebuilt layer's activation
+            # gradients beside its saved tensors (traced, HF llama/qwen3 + PEFT, b1 s32 to b2 s1024): the layer
+            # output's gradient, then either the feed-forward's backward (the down-projection input's gradient
+            # with those of the activation's inputs: gate and up of a gated feed-forward, 3 alive, else 2) or
+            # the attention's, once the feed-forward's saved tensors are freed (eager: the probabilities' and
+            # the scores' gradients, with v's; the probabilities' own copy for the second matmul, a 16-bit cast
+            # or the dropout output, is freed by then)
+            n_ffn = 3 if spec.ffn in ("swiglu", "gated-gelu") else 2
+            ffn_grads = n_ffn * T * spec.intermediate * gx // tp
+            probs = b * spec.heads * seq * seq * dt.x // tp if scores and (sm != dt.x or spec.attn_dropout) else 0
+            attn_grads = 2 * scores + T * spec.inner * dt.x // tp
+            rebuilt_grads = T * spec.hidden * dt.r + max(ffn_grads, attn_grads - acts.ffn - probs)
+            ffn_f = f"the feed-forward's backward, {n_ffn} input gradients × b·s·i·{gx} B = {fmt(ffn_grads)}"
+            terms.append(Term("recompute gradients (frozen base)", rebuilt_grads,
+                              f"the layer output's gradient b·s·h·{dt.r} B + " + (
+                                  f"the larger of {ffn_f}, and the eager attention's, 2 × b·a·s²·{sm} + v's "
+                                  f"b·s·h·{dt.x} B less the feed-forward's {fmt(acts.ffn)}"
+                                  + (f" and the probabilities' copy {fmt(probs)}" if probs else "") + " freed by then"
+                                  if scores else ffn_f), "transient"))
     if setup.quant:
         terms.append(_quant_transient(spec, p, setup, b * seq, train=True))
     named = {t.name: t.bytes for t in terms}
@@ -781,11 +802,11 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
              "backward end": {**base, **grads, **unit_grad},
              "optimizer step": {**always, **grads, Opt.name: Opt.bytes, T_opt.name: T_opt.bytes}}
         if setup.checkpointing:
-            # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
-            recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
             m["recompute"] = {**base, **g_acc, **held, A.name: A.bytes - outside,
-                              "recomputed layer": named["recomputed layer"], "backward temporaries": recompute_bwd,
-                              "gradients (head and one layer)": int(p.largest_layer * wt) // tp}
+                              "recomputed layer": named["recomputed layer"],
+                              **({"recompute gradients (frozen base)": named["recompute gradients (frozen base)"]}
+                                 if lora else {"backward temporaries": recompute_bwd,
+                                               "gradients (head and one layer)": int(p.largest_layer * wt) // tp})}
         return m
 
     moments = moments_with(Opt.bytes)

@@ -175,6 +175,7 @@ class Acts:
     ckpt_layer: int = 0  # what a checkpointed encoder layer keeps
     layer_adjust: int = 0  # one-off correction (ALBERT's first layer in mixed precision)
     logits: int = 0  # b·s·V: the number of logits, for the loss transients
+    ffn: int = 0  # a layer's feed-forward's own saved bytes: freed by its backward, before the attention's
 
 
 def _lin_in(tokens: int, width: int, k: int, dt: Dtypes, saved: bool = True) -> int:
@@ -377,9 +378,11 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     h = spec.hidden
     fam = spec.family
     layer_terms: list[tuple[str, int]] = []
+    ffn_saved = 0
     if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
         attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen, fused=fused_qkv)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
+        ffn_saved = sum(v for _, v in ffn)
         adapted = lora_targets(spec, targets) if lora and (lora_dropout > 0 or fp32_adapters) else ()
         adapted = adapted or (adapted_quantized if fp32_adapters or lora_dropout > 0 else ())
         if adapted:  # each adapter's own dropout of its input: a 1-byte mask, and (without autocast,
@@ -409,7 +412,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
         else:  # post-LN (BERT family): the norms read the residual sums
             layer_terms = attn + [("norm after attention", _norm(spec, T, h, dt))] + ffn + \
                           [("norm after feed-forward", _norm(spec, T, h, dt))]
-    acts = Acts(layer=sum(v for _, v in layer_terms), layer_terms=layer_terms)
+    acts = Acts(layer=sum(v for _, v in layer_terms), layer_terms=layer_terms, ffn=ffn_saved)
     acts.ckpt_layer = T * h * dt.r  # a checkpointed layer keeps only its input
     outside: list[tuple[str, int]] = []
     if fam in ENCODERS:

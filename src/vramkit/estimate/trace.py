@@ -339,7 +339,6 @@ class ReferenceRun:
 
         from .analytic import Setup, _default_seq
 
-        torch = _torch()
         spec = spec_of(model)
         setup = replace(setup or Setup(), **options)
         setup.check(spec)
@@ -362,6 +361,7 @@ class ReferenceRun:
         if unsupported:
             raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
                                    "analytic estimate models it)")
+        torch = _torch()  # after the checks: what cannot be traced is said with or without torch
         if setup.image_size and spec.family == "vit":
             spec = replace(spec, image_size=setup.image_size)
         seq = spec.seq_for_image(None) if spec.family == "vit" else (setup.seq or _default_seq(spec))
