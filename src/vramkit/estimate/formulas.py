@@ -623,8 +623,7 @@ def decode_working_set(spec: ModelSpec, b: int, context: int, dt: Dtypes, flash:
         return one
     sm = softmax_bytes(spec, dt)
     scores = b * spec.heads * context * (dt.x + (8 if sm == 4 and dt.x < 4 else sm)) // tp
-    repeat = 2 * b * context * spec.inner * dt.x // tp if spec.arch == "llama" and 1 < spec.kv_heads < spec.heads \
-        else 0
+    repeat = 2 * b * context * spec.inner * dt.x // tp if _repeats_kv(spec) else 0
     return one + scores + repeat
 
 
@@ -714,6 +713,12 @@ def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bo
     return encoder, decoder
 
 
+def _repeats_kv(spec: ModelSpec) -> bool:
+    """Grouped-query attention in HF's llama-like code: repeat_kv makes full-width copies of k and v (one
+    kv head expands as a view; as many kv heads as heads need no repeat)."""
+    return spec.arch == "llama" and 1 < spec.kv_heads < spec.heads
+
+
 def hf_attention_inputs(spec: ModelSpec, T: int) -> int:
     """Elements of the q/k/v tensors an HF decoder's eager attention holds beside its scores (the cache
     holds its own copies of k and v): the fused projection's output, which its q, k and v are views of
@@ -724,7 +729,7 @@ def hf_attention_inputs(spec: ModelSpec, T: int) -> int:
     held = T * (inner + 2 * spec.kv_heads * spec.head_dim) if spec.fused_qkv else 0
     if spec.positions == "rotary" or spec.family == "opt":
         held += T * inner
-    if spec.arch == "llama" and 1 < spec.kv_heads < spec.heads:
+    if _repeats_kv(spec):
         held += 2 * T * inner
     return held
 

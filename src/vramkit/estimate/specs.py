@@ -139,7 +139,11 @@ def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
 
 def _opt_int(cfg: dict[str, Any], key: str, default: int) -> int:
     """An optional whole number of the config: JSON's 4096 or 4096.0 (or "4096"), not true or 1.5."""
-    value = _opt(cfg, key, default)
+    return _whole(key, _opt(cfg, key, default))
+
+
+def _whole(key: str, value: Any) -> int:
+    """A config value as a whole number: JSON's 4096 or 4096.0 (or "4096"), not true or 1.5."""
     if isinstance(value, bool) or (isinstance(value, float) and math.isfinite(value) and not value.is_integer()):
         raise EstimateError(f"{key} must be a whole number, not {repr(value)[:40]}")
     return int(value)
@@ -300,7 +304,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             ffn="gated-gelu" if act.startswith("gelu") else "swiglu", positions="rotary",
             tied=bool(_opt(cfg, "tie_word_embeddings", mtype == "gemma")),
             qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")), qk_norm=mtype == "qwen3",
-            sliding_window=_opt_int({"sliding_window": window or 0}, "sliding_window", 0), experts=experts,
+            sliding_window=_whole("sliding_window", window or 0), experts=experts,
             top_k=_opt_int(cfg, "num_experts_per_tok", 2) if experts else 0,
             attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)), hidden_dropout=0.0, head="lm", source=source)
     if mtype in ("t5", "mt5"):
