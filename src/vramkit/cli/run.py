@@ -20,8 +20,10 @@ DESCRIPTION = """\
 Pick GPUs by policy (the same options as vram pick), reserve them, and run CMD on them with
 CUDA_VISIBLE_DEVICES set and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that cuda:0 is the first GPU
 chosen and the numbers match nvidia-smi. CMD runs directly (no shell), gets signals sent to
-vram (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2), and vram exits with CMD's exit code
-(128+N when signal N ended it; 127 when CMD is not found).
+vram (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM), and vram exits with CMD's exit
+code (128+N when signal N ended it; 127 when CMD is not found). Ctrl-Z or kill -TSTP stops
+vram and CMD, fg or kill -CONT continues both (kill -STOP of vram's pid alone stops only vram:
+signal its process group, as a shell's kill %1 and Slurm's suspend do).
 
 The GPUs stay reserved until CMD (or a process it started) shows up on them in NVML, until it
 exits, or for at most --lease-timeout, so two vram runs started together never get the same
