@@ -149,15 +149,15 @@ def test_the_default_eager_attention_says_what_sdpa_would_need_where_the_scores_
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ({"n_positions": "many"}, "not a number"),  # an optional key of the wrong type
-    ({"n_positions": 1e400}, "not a number"),  # JSON's 1e400 is inf
-    ({"attn_pdrop": float("nan")}, "attn_dropout must be a number from 0"),
+    ({"n_positions": "many"}, "n_positions must be a whole number, not 'many'"),  # an optional key of the wrong type
+    ({"n_positions": 1e400}, "n_positions must be a whole number below 1e15, not inf"),  # JSON's 1e400 is inf
+    ({"attn_pdrop": float("nan")}, "attn_pdrop must be a probability from 0 to 1, not nan"),
     ({"n_layer": 2_000_000}, "more than any model has"),  # every per-layer walk stays bounded
-    ({"n_head": 0}, "n_head must be a positive number"),  # formulas divide by it
+    ({"n_head": 0}, "n_head must be a whole number of at least 1, not 0"),  # formulas divide by it
     ({"n_embd": 2}, "head_dim must be at least 1"),  # narrower than its 4 heads
     ({"n_embd": 10**13}, "parameters is more than any model has"),
-    ({"attn_pdrop": 2.0}, "a probability from 0 to 1"),
-    ({"n_positions": 10**400}, "must be a number from 0 to 1e15, not 1000000000"),  # and printed short
+    ({"attn_pdrop": 2.0}, "attn_pdrop must be a probability from 0 to 1"),
+    ({"n_positions": 10**400}, "n_positions must be a whole number below 1e15, not a 401-digit number"),  # short
 ])
 def test_hostile_config_values_are_one_line_errors(tmp_path, extra, needle):
     cfg = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, **extra}
@@ -169,12 +169,14 @@ def test_a_negative_t5_decoder_depth_is_refused(tmp_path):
     cfg = {"model_type": "t5", "d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128, "d_kv": 16,
            "vocab_size": 100, "num_decoder_layers": -5}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, "decoder_layers must be a number from 0")
+    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2,
+                          "num_decoder_layers must be a whole number of at least 0")
 
 
 @pytest.mark.parametrize("extra, needle", [
     ({"num_key_value_heads": 5}, "5 key/value heads do not divide 32"),
-    ({"num_experts_per_tok": 0}, "0 experts per token of 8"),
+    ({"num_experts_per_tok": 0}, "num_experts_per_tok must be a whole number of at least 1, not 0"),
+    ({"num_experts_per_tok": 9}, "9 experts per token of 8"),
     ({"num_local_experts": 100_000}, "at most 65,536 experts in all"),  # param_shapes lists every one
 ])
 def test_hostile_moe_and_attention_shapes_are_one_line_errors(tmp_path, extra, needle):

@@ -120,15 +120,64 @@ class ModelSpec:
         return (size // self.patch_size) ** 2 + 1
 
 
+MAX_SIZE = 1e15  # no size, count or width of a model comes near it; every product of them stays exact
+
+
+class _Digits(float):
+    """What a JSON integer too long for int() (Python's 4,300-digit limit) reads as: an infinite float
+    that says how long it was, so a key nobody reads may hold one and a key that is read names it."""
+
+    digits: int
+
+    def __new__(cls, text: str) -> _Digits:
+        self = super().__new__(cls, "-inf" if text.startswith("-") else "inf")
+        self.digits = len(text.lstrip("-"))
+        return self
+
+    def __repr__(self) -> str:
+        return f"a {self.digits:,}-digit number"
+
+    __str__ = __repr__
+
+
+_MAX_INT_DIGITS = 400  # far past any size, far below the limit; a longer one is _Digits
+
+
+def _parse_int(text: str) -> int | float:
+    return int(text) if len(text) <= _MAX_INT_DIGITS else _Digits(text)
+
+
+def _show(value: Any) -> str:
+    """A value of the config, short: never a 5,000-digit int (whose str() raises) nor a 5 MB string."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"a {int(math.log10(abs(value))) + 1:,}-digit number"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+_DIGITS_RE = re.compile(r"^\s*([0-9]{1,30})\s*$")  # "4096": ASCII digits only (int() takes '٥' and '1_000')
+
+
+def _whole(key: str, value: Any, least: int = 0) -> int:
+    """A config value as a whole number from `least` to MAX_SIZE: JSON's 4096 or 4096.0 (or "4096");
+    not true, 1.5, NaN, 1e309, a 5,000-digit number, or a size of 0 where a formula divides by it."""
+    if isinstance(value, str) and _DIGITS_RE.match(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and math.isfinite(value) and not value.is_integer()):
+        raise EstimateError(f"{key} must be a whole number, not {_show(value)}")
+    if not value < MAX_SIZE:  # NaN too (and a huge int compares exactly: no float of it)
+        raise EstimateError(f"{key} must be a whole number below 1e15, not {_show(value)}")
+    if value < least:
+        raise EstimateError(f"{key} must be a whole number of at least {least}, not {_show(value)}")
+    return int(value)
+
+
 def _need(cfg: dict[str, Any], *keys: str, where: str) -> int:
+    """A required size: the first of `keys` the config has, at least 1 (formulas divide by it)."""
     for key in keys:
         if key in cfg and cfg[key] is not None:
-            value = cfg[key]
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise EstimateError(f"{where}: {key} must be a positive number, not {value!r}")
-            if isinstance(value, float) and math.isfinite(value) and not value.is_integer():  # 1.5 heads
-                raise EstimateError(f"{where}: {key} must be a whole number, not {value!r}")
-            return int(value)
+            return _whole(key, cfg[key], least=1)
     raise EstimateError(f"{where}: config is missing {keys[0]!r} (needed for a {cfg.get('model_type')} model)")
 
 
@@ -137,16 +186,24 @@ def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def _opt_int(cfg: dict[str, Any], key: str, default: int) -> int:
-    """An optional whole number of the config: JSON's 4096 or 4096.0 (or "4096"), not true or 1.5."""
-    return _whole(key, _opt(cfg, key, default))
+def _opt_int(cfg: dict[str, Any], key: str, default: int, least: int = 1) -> int:
+    """An optional whole number of the config. Sizes (a table's rows, a layer's width, a count of
+    heads, labels, buckets or channels) are at least 1: a 0 there is an empty shape or a division by
+    zero; counts that may be none (token types, experts, a window, decoder layers) pass least=0."""
+    return _whole(key, _opt(cfg, key, default), least)
 
 
-def _whole(key: str, value: Any) -> int:
-    """A config value as a whole number: JSON's 4096 or 4096.0 (or "4096"), not true or 1.5."""
-    if isinstance(value, bool) or (isinstance(value, float) and math.isfinite(value) and not value.is_integer()):
-        raise EstimateError(f"{key} must be a whole number, not {repr(value)[:40]}")
-    return int(value)
+def _rate(cfg: dict[str, Any], key: str, default: float) -> float:
+    """A dropout probability of the config: a number from 0 to 1."""
+    value = _opt(cfg, key, default)
+    if isinstance(value, str):
+        try:
+            value = float(value) if len(value) < 40 and value.isascii() else value
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise EstimateError(f"{key} must be a probability from 0 to 1, not {_show(value)}")
+    return float(value)
 
 
 # layers a config may have: past the deepest published transformers (DeepNet's 1,000); every per-layer
@@ -168,7 +225,7 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
     for f in fields(spec):
         value = getattr(spec, f.name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1e15:
-            raise EstimateError(f"{name}: {f.name} must be a number from 0 to 1e15, not {repr(value)[:40]}")
+            raise EstimateError(f"{name}: {f.name} must be a number from 0 to 1e15, not {_show(value)}")
     _check_shape(spec, name)
     return spec
 
@@ -194,6 +251,9 @@ def _check_shape(spec: ModelSpec, name: str) -> None:
     if layers * max(spec.experts, 1) > MAX_EXPERT_LAYERS:  # param_shapes lists every expert of every layer
         raise EstimateError(f"{name}: {spec.experts:,} experts in each of {layers:,} layers is more than any model "
                             f"has (at most {MAX_EXPERT_LAYERS:,} experts in all)")
+    for tensor, shape, _ in param_shapes(spec):  # what the sums divide by (Adafactor's rows): no empty table
+        if min(shape) < 1:
+            raise EstimateError(f"{name}: {tensor} would have shape {shape}: a size of the config is 0")
     if param_count(spec) > MAX_PARAMS:
         raise EstimateError(f"{name}: {param_count(spec):.3g} parameters is more than any model has "
                             f"(at most {MAX_PARAMS:.0e})")
@@ -213,11 +273,11 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
             vocab=_need(cfg, "vocab_size", where=where),
             max_positions=_opt_int(cfg, "max_position_embeddings", 512),
-            type_vocab=_opt_int(cfg, "type_vocab_size", 2),
+            type_vocab=_opt_int(cfg, "type_vocab_size", 2, least=0),
             embedding_size=_opt_int(cfg, "embedding_size", h) if family == "albert" else h,
             shared_layers=family == "albert" and _opt_int(cfg, "num_hidden_groups", 1) == 1,
-            ffn="gelu", attn_dropout=float(_opt(cfg, "attention_probs_dropout_prob", 0.1)),
-            hidden_dropout=float(_opt(cfg, "hidden_dropout_prob", 0.1)),
+            ffn="gelu", attn_dropout=_rate(cfg, "attention_probs_dropout_prob", 0.1),
+            hidden_dropout=_rate(cfg, "hidden_dropout_prob", 0.1),
             num_labels=_opt_int(cfg, "num_labels", 2), head="cls", source=source)
     if mtype == "distilbert":
         h = _need(cfg, "dim", "hidden_size", where=where)
@@ -227,7 +287,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "hidden_dim", where=where),
             vocab=_need(cfg, "vocab_size", where=where),
             max_positions=_opt_int(cfg, "max_position_embeddings", 512), type_vocab=0, embedding_size=h,
-            attn_dropout=float(_opt(cfg, "attention_dropout", 0.1)), hidden_dropout=float(_opt(cfg, "dropout", 0.1)),
+            attn_dropout=_rate(cfg, "attention_dropout", 0.1), hidden_dropout=_rate(cfg, "dropout", 0.1),
             num_labels=_opt_int(cfg, "num_labels", 2), head="cls", source=source)
     if mtype == "gpt2":
         h = _need(cfg, "n_embd", "hidden_size", where=where)
@@ -236,9 +296,9 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="gpt2", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=_opt_int(cfg, "n_inner", 4 * h),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "n_positions", 1024),
-            embedding_size=h, tied=True, fused_qkv=True, attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
+            embedding_size=h, tied=True, fused_qkv=True, attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
             ffn="gelu-new" if _opt(cfg, "activation_function", "gelu_new") == "gelu_new" else "gelu",
-            hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)), head="lm", source=source)
+            hidden_dropout=_rate(cfg, "resid_pdrop", 0.1), head="lm", source=source)
     if mtype == "gpt_bigcode":  # StarCoder, SantaCoder: GPT-2 with multi-query attention
         h = _need(cfg, "n_embd", "hidden_size", where=where)
         heads = _need(cfg, "n_head", "num_attention_heads", where=where)
@@ -249,8 +309,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             heads=heads, kv_heads=1 if mqa else heads, head_dim=h // heads, kv_width=h // heads if mqa else 0,
             intermediate=_opt_int(cfg, "n_inner", 4 * h), vocab=_need(cfg, "vocab_size", where=where),
             max_positions=_opt_int(cfg, "n_positions", 8192), embedding_size=h, fused_qkv=True,
-            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=float(_opt(cfg, "attn_pdrop", 0.1)),
-            ffn="gelu-new" if act == "gelu_new" else "gelu", hidden_dropout=float(_opt(cfg, "resid_pdrop", 0.1)),
+            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
+            ffn="gelu-new" if act == "gelu_new" else "gelu", hidden_dropout=_rate(cfg, "resid_pdrop", 0.1),
             head="lm", source=source)
     if mtype == "gpt_neox":  # Pythia, GPT-NeoX-20B
         h = _need(cfg, "hidden_size", where=where)
@@ -262,8 +322,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             embedding_size=h, fused_qkv=True, positions="rotary",
             parallel_residual=bool(_opt(cfg, "use_parallel_residual", True)),
             tied=bool(_opt(cfg, "tie_word_embeddings", False)), qkv_bias=bool(_opt(cfg, "attention_bias", True)),
-            attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
-            hidden_dropout=float(_opt(cfg, "hidden_dropout", 0.0)), ffn="gelu", head="lm", source=source)
+            attn_dropout=_rate(cfg, "attention_dropout", 0.0),
+            hidden_dropout=_rate(cfg, "hidden_dropout", 0.0), ffn="gelu", head="lm", source=source)
     if mtype == "opt":
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
@@ -277,8 +337,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "ffn_dim", "intermediate_size", where=where),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "max_position_embeddings", 2048),
             embedding_size=h, ffn="relu" if act == "relu" else "gelu", qkv_bias=bool(_opt(cfg, "enable_bias", True)),
-            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
-            hidden_dropout=float(_opt(cfg, "dropout", 0.1)), head="lm", source=source)
+            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=_rate(cfg, "attention_dropout", 0.0),
+            hidden_dropout=_rate(cfg, "dropout", 0.1), head="lm", source=source)
     if mtype == "bloom":
         h = _need(cfg, "hidden_size", "n_embed", where=where)
         heads = _need(cfg, "n_head", "num_attention_heads", where=where)
@@ -287,15 +347,15 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=4 * h,
             vocab=_need(cfg, "vocab_size", where=where), max_positions=0, embedding_size=h, fused_qkv=True,
             positions="alibi", embed_norm=True, tied=bool(_opt(cfg, "tie_word_embeddings", True)), ffn="gelu",
-            attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)),
-            hidden_dropout=float(_opt(cfg, "hidden_dropout", 0.0)), head="lm", source=source)
+            attn_dropout=_rate(cfg, "attention_dropout", 0.0),
+            hidden_dropout=_rate(cfg, "hidden_dropout", 0.0), head="lm", source=source)
     if mtype in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma"):
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
         act = str(_opt(cfg, "hidden_activation", None) or _opt(cfg, "hidden_act", "silu"))
         window = _opt(cfg, "sliding_window", 0) if mtype in ("mistral", "mixtral") or _opt(
             cfg, "use_sliding_window", False) else 0
-        experts = _opt_int(cfg, "num_local_experts", 0) if mtype == "mixtral" else 0
+        experts = _opt_int(cfg, "num_local_experts", 0, least=0) if mtype == "mixtral" else 0
         return ModelSpec(
             name=name, family=mtype, hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=_opt_int(cfg, "num_key_value_heads", heads), head_dim=_opt_int(cfg, "head_dim", h // heads),
@@ -306,7 +366,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")), qk_norm=mtype == "qwen3",
             sliding_window=_whole("sliding_window", window or 0), experts=experts,
             top_k=_opt_int(cfg, "num_experts_per_tok", 2) if experts else 0,
-            attn_dropout=float(_opt(cfg, "attention_dropout", 0.0)), hidden_dropout=0.0, head="lm", source=source)
+            attn_dropout=_rate(cfg, "attention_dropout", 0.0), hidden_dropout=0.0, head="lm", source=source)
     if mtype in ("t5", "mt5"):
         h = _need(cfg, "d_model", where=where)
         layers = _need(cfg, "num_layers", where=where)
@@ -315,23 +375,26 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="t5", hidden=h, layers=layers, heads=_need(cfg, "num_heads", where=where),
             kv_heads=_need(cfg, "num_heads", where=where), head_dim=_need(cfg, "d_kv", where=where),
             intermediate=_need(cfg, "d_ff", where=where), vocab=_need(cfg, "vocab_size", where=where),
-            decoder_layers=_opt_int(cfg, "num_decoder_layers", layers), embedding_size=h,
+            decoder_layers=_opt_int(cfg, "num_decoder_layers", layers, least=0), embedding_size=h,
             ffn="gated-gelu" if proj.startswith("gated") else "relu",
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), qkv_bias=False,
-            attn_dropout=float(_opt(cfg, "dropout_rate", 0.1)), hidden_dropout=float(_opt(cfg, "dropout_rate", 0.1)),
+            attn_dropout=_rate(cfg, "dropout_rate", 0.1), hidden_dropout=_rate(cfg, "dropout_rate", 0.1),
             rel_buckets=_opt_int(cfg, "relative_attention_num_buckets", 32), head="lm", source=source)
     if mtype == "vit":
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
-        labels = cfg.get("num_labels") or len(cfg.get("id2label") or {}) or 1000
+        labels = _opt(cfg, "num_labels", None)
+        if labels is None:
+            id2label = cfg.get("id2label")
+            labels = len(id2label) if isinstance(id2label, dict) and id2label else 1000
         return ModelSpec(
             name=name, family="vit", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
             image_size=_need(cfg, "image_size", where=where), patch_size=_need(cfg, "patch_size", where=where),
             channels=_opt_int(cfg, "num_channels", 3), embedding_size=h,
-            attn_dropout=float(_opt(cfg, "attention_probs_dropout_prob", 0.0)),
-            hidden_dropout=float(_opt(cfg, "hidden_dropout_prob", 0.0)), num_labels=int(labels), head="cls",
-            source=source)
+            attn_dropout=_rate(cfg, "attention_probs_dropout_prob", 0.0),
+            hidden_dropout=_rate(cfg, "hidden_dropout_prob", 0.0), num_labels=_whole("num_labels", labels, least=1),
+            head="cls", source=source)
     known = ", ".join(SUPPORTED_TYPES)
     if not mtype:
         raise EstimateError(f"{where}: config has no 'model_type' (one of: {known})")
@@ -388,8 +451,8 @@ def resolve(model: str) -> ModelSpec:
             raise EstimateError(f"{text}: no config.json in this folder")
     if path.is_file():
         try:
-            cfg = json.loads(_read_config(path))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            cfg = json.loads(_read_config(path), parse_int=_parse_int)  # 10**5000 is no ValueError
+        except (OSError, UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
             raise EstimateError(f"{path}: not a readable JSON config ({e})") from None
         except RecursionError:
             raise EstimateError(f"{path}: not a readable JSON config (nested too deeply)") from None
@@ -447,8 +510,9 @@ def spec_of(model: object) -> ModelSpec:
         cfg = model if isinstance(model, dict) else to_dict()  # type: ignore[misc]
         if not isinstance(cfg, dict):
             raise EstimateError(f"{type(model).__name__}.to_dict() gave no dict", param="model")
-        name = cfg.get("_name_or_path") or cfg.get("model_type") or "config"
-        return from_config(cfg, name=str(name)[:100], source="config")
+        names = (cfg.get("_name_or_path"), cfg.get("model_type"))  # a str: never a 5,000-digit int's
+        name = next((v for v in names if isinstance(v, str) and v), "config")
+        return from_config(cfg, name=name[:100], source="config")
     raise EstimateError(f"a model is {MODEL_KINDS}, not {type(model).__name__}", param="model")
 
 
