@@ -41,10 +41,11 @@ _TEMPLATE = '''\
 {marker} (vramkit {version}). Rewrite it with that command; do not edit.
 """nvidia-ml-py's pynvml on vramkit's simulated NVML: the machine named by $VRAM_SIMULATE.
 
-PYTHONPATH={directory} VRAM_SIMULATE=demo gpustat
+PYTHONPATH=DIR VRAM_SIMULATE=demo gpustat    (DIR: this file's directory, _VRAM_SHIM_DIRECTORY)
 """
 import sys as _vram_sys
 
+_VRAM_SHIM_DIRECTORY = {directory!r}
 _VRAMKIT_PARENT = {parent!r}
 
 
@@ -126,7 +127,9 @@ def write_shim(directory: str | os.PathLike[str]) -> Path:
                 raise ShimError(f"{target} exists and is not a shim written by vram: choose another directory")
             _check_owner(info, target, "file")
         parent = str(Path(__file__).resolve().parents[2])  # the directory that holds the vramkit package
-        text = _TEMPLATE.format(marker=MARKER, version=__version__, directory=target_dir, parent=parent)
+        # Paths enter the code as repr() literals only, never pasted into it: a directory named
+        # 'x"""; import os; ...' must not become code that runs at every `import pynvml`.
+        text = _TEMPLATE.format(marker=MARKER, version=__version__, directory=str(target_dir), parent=parent)
         _replace(dfd, "pynvml.py", text.encode(), target)
     finally:
         os.close(dfd)
