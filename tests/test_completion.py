@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, run_vram
+from helpers import assert_one_line_error, read_terminal, reap, run_vram
 
 from vramkit.cli.commands import COMMANDS
 from vramkit.nvml.scenario import bundled_names
@@ -138,3 +139,82 @@ def test_a_description_with_quotes_survives_every_shell(tmp_path):
 
 def test_an_unknown_shell_is_one_line_exit_2():
     assert_one_line_error(run_vram("completion", "tcsh"), 2, "invalid choice: 'tcsh'")
+
+
+# ---------------------------------------------------------------- file names with spaces (issue 26 item 9)
+
+FILES = ["my lab.json", "my log.txt", "it's \"quoted\".json", "back\\slash.json", "dir with space/inner file.json"]
+
+
+def _tree(tmp_path: Path) -> Path:
+    where = tmp_path / "cwd"
+    for name in FILES:
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / name).write_text("{}")
+    return where
+
+
+def _bash_reply(script: Path, words: list[str], cwd: Path) -> list[str]:
+    """COMPREPLY of _vram for `words`, one entry a line (not split at spaces)."""
+    program = (f"source {script}\nCOMP_WORDS=(\"$@\")\nCOMP_CWORD=$(( $# - 1 ))\n"
+               "_vram vram\nprintf '%s\\n' \"${COMPREPLY[@]}\"")
+    proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", program, "bash", *words],
+                          capture_output=True, text=True, timeout=30, cwd=cwd)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    return [line for line in proc.stdout.splitlines() if line]
+
+
+@pytest.mark.parametrize("words, offered", [
+    (["vram", "report", "--db", "my l"], ["my lab.json", "my log.txt"]),
+    (["vram", "--simulate", "my l"], ["my lab.json", "my log.txt"]),  # beside the bundled names
+    (["vram", "doctor", "\"my lo"], ["my log.txt"]),  # the word typed so far may be quoted
+    (["vram", "record", "--policy", "'it"], ["it's \"quoted\".json"]),
+    (["vram", "sim", "validate", "my\\ la"], ["my lab.json"]),
+    (["vram", "sim", "shim", "dir\\ w"], ["dir with space"]),  # DIR: directories only
+    (["vram", "sim", "spawn", "-o", "back"], ["back\\slash.json"]),
+    (["vram", "serve", "--db", "dir with space/"], ["dir with space/inner file.json"]),
+])
+def test_bash_offers_file_names_with_spaces_as_one_word(tmp_path, words, offered):
+    got = _bash_reply(_script("bash", tmp_path), words, _tree(tmp_path))
+    assert sorted(got) == sorted(offered), (words, got)
+
+
+def test_bash_still_offers_scenarios_after_simulate_and_only_words_for_choices(tmp_path):
+    script, cwd = _script("bash", tmp_path), _tree(tmp_path)
+    assert set(bundled_names()) <= set(_bash_reply(script, ["vram", "--simulate", ""], cwd))
+    assert "my lab.json" in _bash_reply(script, ["vram", "--simulate", ""], cwd)
+    assert _bash_reply(script, ["vram", "ps", "--sort", "my"], cwd) == []  # a choice, never a file
+    assert "demo" in _bash_reply(script, ["vram", "sim", "validate", "de"], cwd)  # NAME|FILE
+
+
+def test_real_bash_tab_completes_a_file_name_with_spaces_into_one_argument(tmp_path):
+    """An interactive bash on a terminal: readline, the script, Tab, Enter; a `vram` function
+    shows the arguments it was given, one [bracket] each."""
+    import pty
+
+    script, cwd = _script("bash", tmp_path), _tree(tmp_path)
+    rc = tmp_path / "rc.sh"
+    rc.write_text(f"PS1='$ '\nsource {script}\nvram() {{ printf '[%s]' \"$@\"; printf '\\n'; }}\ncd {cwd}\n")
+    typed = [  # what is typed, Tab as \t -> the arguments vram gets
+        ("vram --simulate my\\ la\t", "[--simulate][my lab.json]"),
+        ("vram report --db my\\ la\t", "[report][--db][my lab.json]"),
+        ("vram doctor \"my lo\t", "[doctor][my log.txt]"),
+        ("vram record --policy 'my la\t", "[record][--policy][my lab.json]"),
+        ("vram sim shim dir\\ w\t", "[sim][shim][dir with space/]"),
+        ("vram serve --db dir\\ w\tin\t", "[serve][--db][dir with space/inner file.json]"),
+        ("vram sim validate it\t", "[sim][validate][it's \"quoted\".json]"),
+    ]
+    master, slave = pty.openpty()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TERM": "dumb", "INPUTRC": "/dev/null"}
+    proc = subprocess.Popen(["bash", "--rcfile", str(rc), "--noprofile", "-i"], stdin=slave, stdout=slave,
+                            stderr=slave, env=env, cwd=cwd, start_new_session=True)
+    os.close(slave)
+    try:
+        os.write(master, "".join(line + "\n" for line, _ in typed).encode() + b"exit\n")
+        out = read_terminal(master, 60, "bash -i").decode(errors="replace")
+        proc.wait(timeout=60)
+    finally:
+        os.close(master)
+        reap(proc)
+    got = [line.strip() for line in out.replace("\r", "").splitlines() if line.startswith("[")]
+    assert got == [argv for _, argv in typed], out
