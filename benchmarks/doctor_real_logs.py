@@ -58,9 +58,9 @@ def fix_matches(got: str, wanted: str) -> bool:
 
 
 def judge(name: str, text: str, meta: dict[str, Any]) -> Result:
+    from vramkit.doctor import traceback as tb
     from vramkit.doctor.explain import explain
     from vramkit.doctor.oom import find_oom
-    from vramkit.doctor.traceback import frames_before, phase_of
 
     expect = meta["expect"]
     framework = meta["framework"] + (" (notebook)" if meta.get("notebook") else "")
@@ -70,7 +70,10 @@ def judge(name: str, text: str, meta: dict[str, Any]) -> Result:
     if report is None:
         return Result(name, framework, meta.get("held_out", False), False if wants_place else None, False,
                       False if wants_fix else None, "no OOM found")
-    phase = phase_of(frames_before(text, report.offset)) if report.offset is not None else None
+    if hasattr(tb, "place_of"):  # the frames above, below, and llama.cpp's log lines (issue 28)
+        phase = tb.place_of(text, report.offset, report.kind) if report.offset is not None else None
+    else:  # the trees before it: the frames above the message
+        phase = tb.phase_of(tb.frames_before(text, report.offset)) if report.offset is not None else None
     ex = explain(report, None, phase=phase)
     place = None
     if wants_place:

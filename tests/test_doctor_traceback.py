@@ -105,13 +105,34 @@ def test_the_replica_or_thread_traceback_and_the_outer_one_are_read_together():
     assert phase.user_frame is not None and phase.user_frame.line == 142  # in the outer traceback
 
 
-def test_no_traceback_no_phase_and_output_without_a_traceback_is_no_evidence():
+def test_no_traceback_no_phase_and_headerless_frames_count_only_right_above_the_message():
     message = (PHASES / "generate_kv_cache.log").read_text().splitlines()[-1]
     assert phase_in(message)[1] is None
-    # frames printed by something else (a warning's stack) without a traceback header are not read
-    text = ('  File "/x/site-packages/torch/_tensor.py", line 623, in backward\n    torch.autograd.backward(\n'
-            + message)
-    assert phase_in(text)[1] is None
+    # frames pasted without their `Traceback` header (issue 28: people paste the end of a traceback)
+    # are the message's own when they stand right above it
+    frames = '  File "/x/site-packages/torch/_tensor.py", line 623, in backward\n    torch.autograd.backward(\n'
+    assert phase_in(frames + message)[1].id == "backward"
+    # but not when other output stands between them and the message (a warning's stack, then a log line)
+    assert phase_in(frames + "INFO step 12 done\n" + message)[1] is None
+
+
+def test_notebook_traceback_and_user_evaluation_function():
+    """IPython's frames (`--->` arrows, `File path:line, in func`) are read; a user's validate()
+    is an evaluation loop, and the sizeless CUDA error there is the job's own usage."""
+    text = ("---------------------------------------------------------------------------\n"
+            "RuntimeError                              Traceback (most recent call last)\n"
+            "Cell In[7], line 3\n      1 for epoch in range(3):\n      2     train(model)\n"
+            "----> 3     validate(model, val_loader)\n\n"
+            "File ~/work/train.py:82, in validate(model, loader)\n     80 for x, y in loader:\n"
+            "---> 82     out = model(x.cuda())\n\n"
+            "File ~/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1553, in Module._call_impl(self)\n"
+            "-> 1553 return forward_call(*args, **kwargs)\n\n"
+            "RuntimeError: CUDA error: out of memory\n")
+    report, phase = phase_in(text)
+    assert phase is not None and phase.id == "forward" and phase.evaluating and not phase.grad_off
+    assert phase.user_frame is not None and phase.user_frame.func == "validate" and phase.user_frame.line == 82
+    ex = explain(report, None, phase=phase)
+    assert ex.cause == "own_usage" and "no_grad" in [f.id for f in ex.fixes[:3]]
 
 
 def test_a_message_without_its_own_traceback_does_not_take_an_earlier_one():

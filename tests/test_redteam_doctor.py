@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import unicodedata
 
 import pytest
@@ -75,7 +76,7 @@ def test_a_million_frames(tmp_path):
         f.writelines(f'  File "/x/m{i}.py", line {i}, in f{i}\n    y = f()\n' for i in range(1_000_000))
         f.write(OOM)
     result = _diagnose(log)
-    assert result.rc == 0 and "asked for  20MiB" in result.out
+    assert result.rc == 0 and re.search(r"asked for +20MiB", result.out)
 
 
 def test_a_1gib_sparse_log_binary_and_invalid_utf8(tmp_path):
@@ -85,7 +86,7 @@ def test_a_1gib_sparse_log_binary_and_invalid_utf8(tmp_path):
         f.seek(1024**3)
         f.write(os.urandom(1 << 20) + b"\n" + b"\xff\xfe\xc0\x80\xed\xa0\x80\n" + OOM.encode() + b"\x9b2J\x1b[2J")
     result = _diagnose(log)
-    assert result.rc == 0 and "asked for  20MiB" in result.out
+    assert result.rc == 0 and re.search(r"asked for +20MiB", result.out)
 
 
 @pytest.mark.parametrize("junk", [b"\x00" * 5_000_000, os.urandom(5_000_000), b"\x1b]0;" * 1_000_000])

@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         return _checklist(args, style)
     from ..doctor.explain import explain
     from ..doctor.oom import find_oom
-    from ..doctor.traceback import frames_before, phase_of
+    from ..doctor.traceback import place_of
     from ..render.doctor_view import diagnosis_json, render_diagnosis
 
     for dest, flag in (("batch_size", "--batch"), ("seq_len", "--seq")):
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     context = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len,
                "precision": args.precision, "report": report}
     hook, hook_note = _savings_hook(args, context)
-    phase = phase_of(frames_before(log.text, report.offset)) if report.offset is not None else None
+    phase = place_of(log.text, report.offset, report.kind) if report.offset is not None else None
     ex = explain(report, snap, gpu=gpu, job_pid=args.pid, me=_current_user(), savings=hook, context=context,
                  phase=phase)
     if hook_note:

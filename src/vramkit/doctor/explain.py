@@ -35,8 +35,17 @@ MODEL_FIXES = ("halve_batch", "grad_accum", "bf16", "checkpointing", "no_grad", 
 FRAGMENTATION_SHARE = 0.10
 FRAGMENTATION_MIN = 1024**3
 
+# A single request this many times the GPU (or, the GPU's size unknown, above NOT_MEMORY_BYTES: several
+# times the largest card made) is no shortage: a shape, an index or a setting computed a wrong size.
+NOT_MEMORY_FACTOR = 4
+NOT_MEMORY_BYTES = 1024**4
+
 CAUSES = {
-    "request_too_large": "a single request larger than the GPU could ever give",
+    "not_memory": "a bug, not a memory problem: the request is many times any GPU (a wrong shape, an index out "
+                  "of range, or a setting that computes the size)",
+    "request_too_large": "a single request larger than the job could ever have free on this GPU",
+    "kv_cache_budget": "the inference engine's share of the GPU had no room left for the KV cache after the "
+                       "weights and activations",
     "memory_cap": "the per-process memory cap (set_per_process_memory_fraction), not the GPU, ran out",
     "fragmentation": "fragmentation: PyTorch had the memory reserved, but in pieces too small for the request",
     "other_processes": "other processes hold the memory this job needed",
@@ -105,6 +114,11 @@ def _identify_job(report: OomReport, job_pid: int | None) -> tuple[int | None, i
                 return p.pid, p.bytes
     if report.process_bytes is not None:
         return job_pid, report.process_bytes
+    if len(report.processes) == 1 and job_pid is None and report.kind in ("cuda", "hip"):
+        # No "this process" part, one process listed: the job holds memory too (it is running), so
+        # that process is the job, seen under its host pid from a container.
+        only = report.processes[0]
+        return only.pid, only.bytes
     floor = report.reserved_bytes if report.reserved_bytes is not None else report.allocated_bytes
     if floor is None or not report.processes:
         return job_pid, None
@@ -208,14 +222,26 @@ def _cause(ex: Explanation) -> str:
         return "host_ram"
     if r.kind in ("cublas", "cudnn"):
         return "library_workspace"
+    if r.kind == "vllm":
+        return "kv_cache_budget"
     if r.requested_bytes is None:
-        return "device_full" if r.kind == "cuda-runtime" else "own_usage"
+        if r.kind != "cuda-runtime":
+            return "own_usage"
+        # The sizeless form: where it failed says whose memory it was. A job in its forward, backward,
+        # optimizer step or evaluation loop ran out on its own tensors;
+        # with nothing to say so, a CUDA call outside the cache found the GPU full.
+        # (The pin-memory thread creates a CUDA context of its own: that call is outside the cache.)
+        return "own_usage" if ex.phase is not None and ex.phase.id != "pin_memory" else "device_full"
+    if r.requested_bytes >= NOT_MEMORY_BYTES or (r.total_bytes and
+                                                  r.requested_bytes >= NOT_MEMORY_FACTOR * r.total_bytes):
+        return "not_memory"
     if r.total_bytes is not None and r.requested_bytes > r.total_bytes:
         return "request_too_large"
     if r.allowed_bytes is not None:
         if r.requested_bytes > r.allowed_bytes:
             return "request_too_large"
-        if (r.reserved_bytes is not None and r.reserved_bytes + r.requested_bytes > r.allowed_bytes
+        slack = _rounding(r.allowed_bytes, r.reserved_bytes)
+        if (r.reserved_bytes is not None and r.reserved_bytes + r.requested_bytes > r.allowed_bytes - slack
                 and (r.free_bytes is None or r.free_bytes >= r.requested_bytes)):
             return "memory_cap"
     short = r.shortfall_bytes
@@ -223,14 +249,27 @@ def _cause(ex: Explanation) -> str:
         return "free_but_failed"
     short = short or 0
     ru = r.reserved_unallocated_bytes
-    if ru and r.reserved_bytes and ru >= short and (ru >= FRAGMENTATION_SHARE * r.reserved_bytes
-                                                    or ru >= FRAGMENTATION_MIN):
+    if ru and ru >= short and real_share(r):
         return "fragmentation"
     others = ex.others_bytes or 0
     own = ex.job_bytes if ex.job_bytes is not None else r.reserved_bytes
     if others and others >= short and (own is None or others >= own):
         return "other_processes"
+    if r.total_bytes is not None and r.requested_bytes > r.total_bytes - others - (r.non_pytorch_bytes or 0):
+        # More than the job could ever have free: the GPU less what others hold and what the job can
+        # never give back (its CUDA context, library workspaces).
+        return "request_too_large"
     return "own_usage"
+
+
+def real_share(r: OomReport) -> bool:
+    """Reserved-but-unallocated memory that is a real part of PyTorch's cache: at least
+    FRAGMENTATION_SHARE of it or FRAGMENTATION_MIN (a few MiB of a full cache are normal slack).
+    The one fragmentation rule: fragmentation is the cause when this holds and that memory could
+    have served the request (it is at least the shortfall); expandable_segments is offered when
+    either holds."""
+    ru = r.reserved_unallocated_bytes
+    return bool(ru and r.reserved_bytes and (ru >= FRAGMENTATION_SHARE * r.reserved_bytes or ru >= FRAGMENTATION_MIN))
 
 
 def _contributing(ex: Explanation) -> None:
@@ -321,6 +360,69 @@ _PHASE_FIX_TEXT = {
                       "on the CPU; 'quantized' stores it in 4 bits"),
     "half_weights": ("half-precision weights",
                      "from_pretrained(..., torch_dtype=torch.bfloat16): the weights take half of fp32"),
+    "ds_offload": ("offload parameters and optimizer state (DeepSpeed ZeRO-3)",
+                   "zero_optimization: stage 3 with offload_param and offload_optimizer {device: cpu} (or nvme): "
+                   "each GPU keeps only the layers it is computing"),
+    "ds_live_params": ("gather fewer parameters at once",
+                       "lower stage3_max_live_parameters, stage3_prefetch_bucket_size and reduce_bucket_size "
+                       "(DeepSpeed) or FSDP's limit_all_gathers=True: fewer gathered layers on the GPU together"),
+    "check_shape": ("check the shapes, indexes and settings that set this size",
+                    "print the shapes just before the failing line; an index out of range, a wrong view or "
+                    "broadcast, or a setting (num_beams with sampling, max_length, a sequence or image size) "
+                    "computed it; freeing memory or a smaller batch will not make it fit"),
+    "debug_sync": ("find the op that asked",
+                   "run once with CUDA_LAUNCH_BLOCKING=1 (HIP_LAUNCH_BLOCKING=1 on ROCm) so the error is raised "
+                   "at the operation that computed the size, not a later one"),
+    "paddle_fraction": ("let Paddle take a larger share of the GPU",
+                        "export FLAGS_fraction_of_gpu_memory_to_use=0.95 (the share Paddle reserves at start) when "
+                        "the GPU runs nothing else; lower it when another process needs room, or use "
+                        "FLAGS_allocator_strategy=auto_growth"),
+    "paddle_amp": ("mixed precision (Paddle)", "with paddle.amp.auto_cast(level='O1'): activations in float16"),
+    "paddle_recompute": ("recompute the big blocks (Paddle)",
+                         "paddle.distributed.fleet.utils.recompute around the large layers (activation "
+                         "checkpointing)"),
+    "tf_memory_growth": ("let TensorFlow take memory as it needs it",
+                         "tf.config.experimental.set_memory_growth(gpu, True) for each GPU (or "
+                         "TF_FORCE_GPU_ALLOW_GROWTH=true): by default TensorFlow reserves the whole GPU at start, "
+                         "leaving nothing for another process (or PyTorch/JAX in the same one)"),
+    "tf_mixed": ("mixed precision (Keras)", "tf.keras.mixed_precision.set_global_policy('mixed_float16')"),
+    "xla_prealloc": ("change what JAX/XLA reserves at start",
+                     "XLA_PYTHON_CLIENT_MEM_FRACTION=.9 (JAX takes 75% of the GPU at start; lower it when "
+                     "another process shares the GPU) or XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate as "
+                     "needed; more fragmentation)"),
+    "jax_remat": ("rematerialize the big blocks (JAX)", "jax.checkpoint (jax.remat) around the large layers"),
+    "vllm_gpu_util": ("give vLLM a larger share of the GPU",
+                      "--gpu-memory-utilization (default 0.9): the share of the whole GPU vLLM may fill with "
+                      "weights, activations and the KV cache; raise it when the GPU runs nothing else, lower it "
+                      "when other processes hold memory there"),
+    "vllm_max_model_len": ("a shorter context and fewer sequences at once",
+                           "--max-model-len (the KV cache one request must fit), --max-num-seqs and "
+                           "--max-num-batched-tokens lower"),
+    "vllm_smaller_weights": ("smaller weights, or more GPUs",
+                             "a quantized model (--quantization awq/gptq/fp8) or --tensor-parallel-size N: the "
+                             "weights leave room for the KV cache"),
+    "vllm_enforce_eager": ("no CUDA graphs", "--enforce-eager: the graphs' private memory pools are not captured"),
+    "llama_ngl": ("offload fewer layers to the GPU",
+                  "-ngl N (n_gpu_layers) lower: the other layers run on the CPU; with several GPUs, "
+                  "--tensor-split to give a small one fewer"),
+    "llama_ctx": ("a smaller context and batch",
+                  "-c N (n_ctx) lower: the KV cache grows with it; -ctk q8_0 -ctv q8_0 halve it; -ub/-b lower "
+                  "shrink the compute buffer"),
+    "llama_quant": ("a smaller quantization", "a Q4_K_M (or smaller) GGUF of the model instead of Q8_0/F16"),
+}
+# The batch fix, in the words of the framework that printed the message.
+_BATCH_HOW = {"paddle": "lower the batch size in the model's config or arguments (Paddle's message says so too)",
+              "tensorflow": "lower batch_size in fit()/the dataset's batch(); the tensor's first dimension is "
+                            "usually the batch",
+              "jax": "lower the batch (or sequence) size; with pmap/sharding, the per-device batch"}
+# framework -> its own fixes, in the order they help when its usage is the cause.
+_FRAMEWORK_FIXES: dict[str, tuple[str, ...]] = {
+    "paddle": ("halve_batch", "paddle_fraction", "paddle_amp", "paddle_recompute"),
+    "tensorflow": ("halve_batch", "tf_mixed", "tf_memory_growth"),
+    "jax": ("halve_batch", "xla_prealloc", "jax_remat"),
+    "vllm": ("vllm_max_model_len", "vllm_gpu_util", "vllm_enforce_eager"),
+    "llama.cpp": ("llama_ctx", "llama_ngl", "llama_quant"),
+    "deepspeed": ("ds_offload", "ds_live_params"),
 }
 # phase -> the fixes in the order they help there. Model fixes missing from a phase's list cannot
 # help there (the backward pass needs autograd; the evaluation gather holds no activations) and
@@ -334,13 +436,15 @@ _PHASE_ORDER: dict[str, tuple[str, ...]] = {
     "pin_memory": ("pin_memory_off", "set_device_first"),
     "checkpoint_load": ("map_location", "load_order"),
     "generate": ("generate_batch", "cache_offload", "half_weights"),
+    "kv_cache": ("vllm_gpu_util", "vllm_max_model_len", "vllm_smaller_weights"),
+    "param_gather": ("ds_offload", "ds_live_params", "halve_batch", "checkpointing"),
 }
 _EVAL_FORWARD = ("eval_batch", "no_grad", "bf16")
 _EVAL_FORWARD_NO_GRAD = ("eval_batch", "bf16")  # the loop already runs under no_grad (HF, Lightning)
 _EVAL_WITH_GRAD = ("no_grad", "eval_batch", "bf16")  # a model in eval mode whose activations keep graphs
 # Causes the phase's fixes answer best; for the others (fragmentation, other processes, a request
 # larger than the GPU) the cause's fix leads and the phase's follow.
-_PHASE_LEADS = ("own_usage", "device_full")
+_PHASE_LEADS = ("own_usage", "device_full", "kv_cache_budget")
 
 
 def _phase_order(phase: Phase, eval_with_grad: bool) -> tuple[str, ...]:
@@ -381,6 +485,11 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
                                  f"a single {format_size(r.requested_bytes)} request is usually a shape "
                                  "bug (an unintended broadcast or a wrong view)"))
         return _rank(ex, fixes, savings, context)
+    if ex.cause == "not_memory":
+        # No memory setting helps: the size itself is wrong.
+        return _rank(ex, [_fix(i, *_PHASE_FIX_TEXT[i]) for i in ("check_shape", "debug_sync")], savings, context)
+    if ex.cause == "kv_cache_budget":
+        fixes += [_fix(i, *_PHASE_FIX_TEXT[i]) for i in _PHASE_ORDER["kv_cache"]]
     if ex.cause == "request_too_large":
         cap = r.allowed_bytes if r.allowed_bytes is not None and r.allowed_bytes < (r.total_bytes or 1 << 62) \
             else r.total_bytes
@@ -392,18 +501,23 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         fixes.append(_fix("raise_cap", "raise the per-process cap",
                           "torch.cuda.set_per_process_memory_fraction(...) limits this process below the GPU",
                           r.total_bytes - r.allowed_bytes, "message"))
-    if ru:
+    # expandable_segments whenever the reserved-but-unallocated memory is a real share or could have
+    # served the request (the fragmentation rule, real_share), and when the GPU had the memory free but
+    # it could not be given (expandable segments map pages: no new contiguous segment is needed).
+    could_serve = bool(ru and r.shortfall_bytes and ru >= r.shortfall_bytes)
+    if r.kind in ("cuda", "hip") and (ex.cause == "free_but_failed" or (ru and (real_share(r) or could_serve))):
+        env = "PYTORCH_HIP_ALLOC_CONF" if r.kind == "hip" else "PYTORCH_CUDA_ALLOC_CONF"
         if r.form in ("1.0-1.3", "1.4-2.0"):
-            conf = "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128"
+            conf = f"{env}=max_split_size_mb:128"
             basis_note = " (PyTorch >= 2.1: expandable_segments:True)"
         else:
-            conf, basis_note = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ""
+            conf, basis_note = f"{env}=expandable_segments:True", ""
         frag = _fix("alloc_conf", "let the allocator reuse fragmented memory",
                     f"set {conf} in the job's environment{basis_note}; also keep tensor shapes steady "
-                    "(pad or bucket variable lengths)", ru, "message")
+                    "(pad or bucket variable lengths)", ru or None, "message")
         if ex.cause == "fragmentation":
             fixes.insert(0, frag)
-        elif ex.cause not in ("request_too_large",) and r.shortfall_bytes and ru >= r.shortfall_bytes:
+        elif ex.cause != "request_too_large":
             fixes.append(frag)
     others = [h for h in ex.holders if not h.is_job and h.bytes]
     if others and ex.cause not in ("request_too_large", "memory_cap"):
@@ -441,8 +555,49 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
     if r.kind == "mps":
         fixes.append(_fix("mps_watermark", "MPS memory limit", "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts the "
                           "limit (may make the system unstable); better: a smaller batch"))
-    fixes += _phase_fixes(ex)
+    fixes += _framework_fixes(ex, {f.id for f in fixes})
     return _rank(ex, fixes, savings, context)
+
+
+def _framework_order(ex: Explanation) -> tuple[str, ...] | None:
+    fw = ex.report.framework
+    if fw == "llama.cpp" and ex.phase is not None and ex.phase.id == "checkpoint_load":
+        return ("llama_ngl", "llama_quant", "llama_ctx")  # the weights did not fit: fewer layers on the GPU
+    return _FRAMEWORK_FIXES.get(fw)
+
+
+def _framework_fixes(ex: Explanation, have: set[str]) -> list[Fix]:
+    """The fixes of the framework that printed the message: its own (Paddle, TensorFlow, JAX,
+    llama.cpp, a vLLM KV cache), or PyTorch's for the phase with vLLM's or DeepSpeed's first."""
+    fw = ex.report.framework
+    own = _framework_order(ex) or ()
+    out = []
+    for fix_id in own:
+        if fix_id in have or (fix_id.startswith("vllm") and ex.cause == "kv_cache_budget"):
+            continue
+        if fix_id == "halve_batch":
+            out.append(_fix("halve_batch", "smaller batch (or shorter sequences)", _BATCH_HOW[fw]))
+        else:
+            out.append(_fix(fix_id, *_PHASE_FIX_TEXT[fix_id]))
+    if fw in ("paddle", "tensorflow", "jax", "llama.cpp") or ex.cause == "kv_cache_budget":
+        return out  # PyTorch's model fixes are not theirs
+    taken = have | {f.id for f in out}
+    return out + [f for f in _phase_fixes(ex) if f.id not in taken]
+
+
+def _lead_order(ex: Explanation) -> tuple[str, ...] | None:
+    """The fixes that lead, in order, when the job's own usage is the cause: the framework's own,
+    or those for the phase where it failed (DeepSpeed's after the phase's when frames say where)."""
+    if ex.cause not in _PHASE_LEADS:
+        return None
+    fw = ex.report.framework
+    if ex.cause == "kv_cache_budget":
+        return _PHASE_ORDER["kv_cache"]  # the message's own advice first: a larger gpu_memory_utilization
+    if fw in ("paddle", "tensorflow", "jax", "llama.cpp", "vllm"):
+        return _framework_order(ex)
+    if ex.phase is not None:
+        return _phase_order(ex.phase, ex.eval_with_grad)
+    return _framework_order(ex)
 
 
 def _rank(ex: Explanation, fixes: list[Fix], savings: SavingsHook | None, context: dict[str, Any]) -> list[Fix]:
@@ -459,10 +614,10 @@ def _rank(ex: Explanation, fixes: list[Fix], savings: SavingsHook | None, contex
     for f in fixes:
         if f.saves_bytes is not None and short is not None:
             f.enough = f.saves_bytes >= short
-    if ex.phase is not None and ex.cause in _PHASE_LEADS:
-        # Where it failed decides: that phase's fixes lead, in the order that helps there.
-        order = _phase_order(ex.phase, ex.eval_with_grad)
-        leads = [f for f in fixes if f.id in order]
+    order = _lead_order(ex)
+    if order:
+        # Where it failed (or the framework that failed) decides: those fixes lead, in the order that helps.
+        leads = sorted((f for f in fixes if f.id in order), key=lambda f: order.index(f.id))
     else:
         # The fix for the main cause leads; then fixes known to cover the shortfall, biggest first.
         lead = next((f for f in fixes if f.id.startswith(_LEAD[ex.cause])), None)
@@ -497,6 +652,7 @@ def _bounded(ex: Explanation, fixes: list[Fix]) -> list[Fix]:
     return kept
 
 
-_LEAD = {"request_too_large": "split_op", "memory_cap": "raise_cap", "fragmentation": "alloc_conf",
+_LEAD = {"not_memory": "check_shape", "kv_cache_budget": "vllm_gpu_util",
+         "request_too_large": "split_op", "memory_cap": "raise_cap", "fragmentation": "alloc_conf",
          "other_processes": "free_pid_", "own_usage": "halve_batch", "host_ram": "halve_batch",
          "library_workspace": "workspace", "device_full": "check_gpu", "free_but_failed": "check_gpu"}

@@ -31,15 +31,36 @@ _START = re.compile(
     r"|(?:CUDA error: )?CUBLAS_STATUS_ALLOC_FAILED"
     r"|(?:cuDNN error: )?CUDNN_STATUS_ALLOC_FAILED"
     r"|Unable to find a valid cuDNN algorithm to run convolution"
-    r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")
+    r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
+    r"|THCudaCheck FAIL file=[^\n]{0,300}? error=2 : out of memory"
+    # PaddlePaddle (2.x, then the 1.x allocators)
+    r"|Out of memory error on GPU \d{1,9}\."
+    r"|Cannot malloc [0-9.]{1,30} ?[KMG]?B GPU memory"
+    # TensorFlow (the op's message, and the stream executor's), XLA (JAX)
+    r"|OOM when allocating tensor"
+    r"|failed to allocate [^\n]{0,80}? from device: (?:CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory)"
+    r"|(?:RESOURCE_EXHAUSTED|Resource exhausted): Out\s{1,4}of memory (?:while trying to allocate|allocating)"
+    r"|RESOURCE_EXHAUSTED: Failed to allocate request for"
+    r"|Allocator \(\w{1,40}\) ran out of memory trying to allocate"
+    r"|cuMemAllocAsync failed to allocate \d{1,20} bytes"
+    # vLLM: no room left for the KV cache
+    r"|No available memory for the cache blocks"
+    r"|KV cache is needed, which is larger than the available KV cache memory"
+    # llama.cpp / ggml
+    r"|ggml_backend_cuda_buffer_type_alloc_buffer: allocating [0-9.]{1,20} MiB on device \d{1,4}: cudaMalloc failed")
 # What every form of _START contains, as plain text: a log is searched for these (str.find, fast)
 # and _START is tried only around them, instead of at every character of a multi-MB log.
 _MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
-            "Unable to find a valid cuDNN algorithm", "DefaultCPUAllocator: ")
-_BEFORE_MARKER = len("cuda runtime error (2) : ")  # the most of a match that comes before its marker
-_MATCH_SPAN = 100  # characters: longer than any match of _START
+            "Unable to find a valid cuDNN algorithm", "DefaultCPUAllocator: ", "THCudaCheck FAIL",
+            "Out of memory error on GPU", "GPU memory", "OOM when allocating", "from device: ", "of memory ",
+            "Failed to allocate request", "ran out of memory", "failed to allocate", "for the cache blocks",
+            "KV cache is needed", "cudaMalloc failed")
+# the most of a match that comes before its marker (THCudaCheck's file path may be long)
+_BEFORE_MARKER = 420
+_MATCH_SPAN = 500  # characters: longer than any match of _START
 # The exception name printed just before the message, when there is one.
-_EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError)\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
+_EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError"
+                  r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|EnforceNotMet))\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
 # A message ends at a blank line, a new traceback, or where Python chains exceptions.
 _END = re.compile(r"\n\s*\n|\nTraceback \(most recent call last\)|\nDuring handling of|\nThe above exception")
 # Colour (Python 3.13's tracebacks, coloured loggers), and the terminal commands a log may carry:
@@ -96,6 +117,10 @@ class OomReport:
     process_bytes: int | None = None  # "Including non-PyTorch memory, this process has ..."
     processes: list[OomProcess] = field(default_factory=list)
     hint: str | None = None  # the allocator setting the message suggests
+    framework: str = "pytorch"  # pytorch, paddle, tensorflow, jax, vllm, llama.cpp, deepspeed (from the log around it)
+    # the framework's memory share, when printed: FLAGS_fraction_of_gpu_memory_to_use, gpu_memory_utilization
+    setting: float | None = None
+    thc_storage: bool = False  # old PyTorch's THC said a tensor's storage could not be allocated
     line: int | None = None  # 1-based line in the log where the message starts
     offset: int | None = None  # where the message starts in the text searched (its traceback is above)
 
@@ -125,7 +150,24 @@ FORMS = {
     "cublas": "cuBLAS could not allocate its handle or workspace",
     "cudnn": "cuDNN could not allocate (or found no algorithm that fits: usually memory)",
     "cpu": "host RAM: PyTorch's CPU allocator",
+    "paddle": "PaddlePaddle: 'Out of memory error on GPU N. Cannot allocate X memory on GPU N, Y memory has been "
+              "allocated and available memory is only Z' (sizes in 1024 units, printed GB/MB), or 1.x's "
+              "'Cannot malloc'",
+    "tensorflow": "TensorFlow: 'OOM when allocating tensor with shape[...] and type T' (the size is the shape times "
+                  "the type's bytes; the BFC allocator's Limit and InUse above it, when printed)",
+    "xla": "XLA (JAX, TensorFlow's stream executor): 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate N "
+           "bytes', 'Failed to allocate request for', 'cuMemAllocAsync failed', 'failed to allocate ... from device'",
+    "vllm": "vLLM: 'No available memory for the cache blocks' (weights and activations left no room for the KV "
+            "cache in gpu_memory_utilization's share of the GPU), or the KV cache a max_model_len needs",
+    "ggml": "llama.cpp (ggml): 'ggml_backend_cuda_buffer_type_alloc_buffer: allocating X MiB on device N: "
+            "cudaMalloc failed: out of memory' (the model's weights, the KV cache or a compute buffer)",
 }
+# Bytes of an element of TensorFlow's dtype names, for 'OOM when allocating tensor with shape[...] and type T'.
+_TF_TYPES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
+             "int8": 1, "uint8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
+             "uint64": 8, "complex64": 8, "complex128": 16}
+_PADDLE_SIZE = r"([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([KMGT]?B)"
+_CONTEXT = 16 * 1024  # characters around the message searched for the framework that printed it
 
 
 def _parse_gpu(text: str, report: OomReport) -> None:
@@ -177,9 +219,22 @@ def parse_oom(text: str, line: int | None = None) -> OomReport | None:
     return _parse_at(text, m.start(), m.end(), line)
 
 
+def _exception_before(before: str) -> re.Match[str] | None:
+    """The exception name printed before the message: on its line, or (Paddle's `RuntimeError:
+    ResourceExhaustedError:`, a blank line, then the message) on the nearest line above it."""
+    lines = before.split("\n")
+    exc = _EXC.search(lines[-1])
+    if exc or lines[-1].strip():
+        return exc
+    for prior in reversed(lines[-4:-1]):
+        if prior.strip():
+            return _EXC.search(prior.rstrip())
+    return None
+
+
 def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomReport:
     before = ANSI_ESCAPE.sub("", text[max(0, start - 200):start])
-    exc = _EXC.search(before.rsplit("\n", 1)[-1])
+    exc = _exception_before(before)
     rest = text[start:start + _WINDOW]
     nxt = _START.search(rest, match_end - start)  # a second message right after this one
     end = _END.search(rest)
@@ -203,13 +258,114 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
         report = OomReport(kind="cublas", form="cublas", message=body)
     elif "CUDNN" in head or "cuDNN" in head:
         report = OomReport(kind="cudnn", form="cudnn", message=body)
+    elif head.startswith("THCudaCheck"):
+        report = OomReport(kind="cuda-runtime", form="runtime", message=body, thc_storage="THCStorage" in body)
+    elif head.startswith(("cuda runtime error", "CUDA error")) or "out of memory" in head[:30]:
+        report = OomReport(kind="cuda-runtime", form="runtime", message=body, thc_storage="THCStorage" in body)
     else:
-        report = OomReport(kind="cuda-runtime", form="runtime", message=body)
+        report = _parse_other(body, ANSI_ESCAPE.sub("", rest), ANSI_ESCAPE.sub("", text[max(0, start - 4096):start]))
     if exc:
         report.exception = exc.group(1)
     report.line = line
     report.offset = start
+    report.framework = framework_of(text, start, report.kind)
     return report
+
+
+def _paddle_size(pattern: str, text: str) -> int | None:
+    m = re.search(pattern.replace("{S}", _PADDLE_SIZE), text)
+    if not m:
+        return None
+    unit = {"B": "bytes", "KB": "KiB", "MB": "MiB", "GB": "GiB", "TB": "TiB"}[m.group(2)]
+    return size_bytes(m.group(1), unit)  # Paddle prints 1024 units as GB/MB
+
+
+def _int(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else None
+
+
+def _parse_other(body: str, rest: str, before: str) -> OomReport:
+    """The messages of the frameworks other than PyTorch (FORMS: paddle, tensorflow, xla, vllm, ggml)."""
+    if body.startswith(("Out of memory error on GPU", "Cannot malloc")):
+        report = OomReport(kind="paddle", form="paddle", message=body)
+        report.requested_bytes = (_paddle_size(r"Cannot allocate {S} memory", body)
+                                  or _paddle_size(r"Cannot malloc {S} GPU memory", body))
+        report.allocated_bytes = _paddle_size(r"{S} memory has been allocated", body)
+        report.free_bytes = _paddle_size(r"available memory is only {S}", body)
+        m = re.search(r"GPU (\d{1,9})", body)
+        report.device = int(m.group(1)) if m else None
+        flag = re.search(r"FLAGS_fraction_of_gpu_memory_to_use (?:is|value is) ([0-9]{1,3}(?:\.[0-9]{1,6})?)", rest)
+        report.setting = float(flag.group(1)) if flag else None
+        return report
+    if body.startswith("OOM when allocating"):
+        report = OomReport(kind="tensorflow", form="tensorflow", message=body)
+        shape = re.search(r"shape ?\[([0-9, ]{0,200})\]", body)
+        dtype = re.search(r"\band type (\w+)", body)
+        if shape and dtype and dtype.group(1) in _TF_TYPES and shape.group(1).strip():
+            count = 1
+            for n in shape.group(1).split(","):
+                count *= int(n)
+            report.requested_bytes = count * _TF_TYPES[dtype.group(1)]
+        if report.requested_bytes is None:  # the raised copy cut short: the op logged the same error above it
+            logged = re.findall(r"OOM when allocating tensor with shape ?\[([0-9, ]{1,200})\] and type (\w+)", before)
+            if logged and logged[-1][1] in _TF_TYPES:
+                count = 1
+                for n in logged[-1][0].split(","):
+                    count *= int(n)
+                report.requested_bytes = count * _TF_TYPES[logged[-1][1]]
+        m = re.search(r"device:GPU:(\d{1,9})", body)
+        report.device = int(m.group(1)) if m else None
+        limits = re.findall(r"Limit:\s+(\d{1,20})\s+InUse:\s+(\d{1,20})", before)
+        if limits:
+            report.total_bytes, report.allocated_bytes = int(limits[-1][0]), int(limits[-1][1])
+            report.free_bytes = max(0, report.total_bytes - report.allocated_bytes)
+        return report
+    if body.startswith(("No available memory for the cache", "KV cache is needed")):
+        report = OomReport(kind="vllm", form="vllm", message=body)
+        budget = re.findall(r"total_gpu_memory \(([0-9.]{1,10})GiB\) x gpu_memory_utilization \(([0-9.]{1,6})\)",
+                            before)
+        if budget:
+            report.total_bytes = size_bytes(budget[-1][0], "GiB")
+            report.setting = float(budget[-1][1])
+        return report
+    if body.startswith("ggml_backend_cuda_buffer_type_alloc_buffer"):
+        report = OomReport(kind="ggml", form="ggml", message=body)
+        m = re.search(r"allocating ([0-9.]{1,20}) MiB on device (\d{1,4})", body)
+        if m:
+            report.requested_bytes, report.device = size_bytes(m.group(1), "MiB"), int(m.group(2))
+        return report
+    report = OomReport(kind="xla", form="xla", message=body)
+    report.requested_bytes = (_int(r"(?:trying to allocate|allocating) (\d{1,20}) bytes", body)
+                              or _int(r"\((\d{1,20})B\) on device", body)
+                              or _int(r"rounded to (\d{1,20})", body)
+                              or _int(r"failed to allocate (\d{1,20}) bytes", body)
+                              or _int(r"\((\d{1,20}) bytes\) from device", body))
+    m = re.search(r"(?:device ordinal |GPU_)(\d{1,9})", body)
+    report.device = int(m.group(1)) if m else None
+    free_total = re.search(r"Free memory/Total memory: (\d{1,20})/(\d{1,20})", rest)
+    if free_total:
+        report.free_bytes, report.total_bytes = int(free_total.group(1)), int(free_total.group(2))
+    return report
+
+
+def framework_of(text: str, start: int, kind: str) -> str:
+    """Which framework printed the message: its own form says, or (PyTorch's message inside vLLM,
+    DeepSpeed or llama.cpp) the log around it."""
+    fixed = {"paddle": "paddle", "tensorflow": "tensorflow", "vllm": "vllm", "ggml": "llama.cpp"}
+    if kind in fixed:
+        return fixed[kind]
+    around = text[max(0, start - _CONTEXT):start + 4096].lower()
+    if kind == "xla":
+        jax = "jax" in around or "xla/python" in around or "xla_python" in around
+        return "tensorflow" if "tensorflow" in around and not jax else "jax"
+    if "vllm" in around or "enginecore" in around or "error in model execution (input dumped" in around:
+        return "vllm"
+    if "deepspeed" in around or "param_coordinator" in around or "partition_parameters" in around:
+        return "deepspeed"
+    if "ggml_" in around or "llama_model_load" in around:
+        return "llama.cpp"
+    return "pytorch"
 
 
 def _starts(text: str) -> Iterator[re.Match[str]]:

@@ -22,7 +22,17 @@ from .oom import ANSI_ESCAPE
 
 _RANK = re.compile(r"^\s*(\[(?:rank|default)\d+\]:)")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9}), in (?P<func>[^\s]+)')
-_HEADER = "Traceback (most recent call last):"
+_HEADER = "Traceback (most recent call last)"  # IPython prints it without the colon, after the exception's name
+# IPython / Jupyter / Colab frames: `FILE in func(args)` (IPython < 8), `File FILE:LINE, in func(args)` (8+),
+# `Cell In[5], line 3` / `Input In [5], in <cell line: 3>()` (the notebook cell), then the source with the
+# current line marked `---->` / `-->`.
+_IPY_FRAME = re.compile(r"^(?:File (?P<file8>[^\n]{1,1000}?):(?P<line8>\d{1,9}), in (?P<func8>[\w.<>]{1,200})"
+                        r"|(?P<cell>Cell In ?\[\d{1,9}\], line (?P<cline>\d{1,9}))"
+                        r"|(?P<input>Input In ?\[\d{1,9}\], in (?P<ifunc>[^\n]{1,200}))"
+                        r"|(?P<file>(?:/|~|<ipython-input-|[A-Za-z]:\\)[^\n]{0,1000}?\.py|<ipython-input-[\w-]{1,80}>)"
+                        r" in (?P<func>[\w.<>]{1,200})(?:\(|$))")
+_IPY_ARROW = re.compile(r"^-{1,6}> ?\s{0,8}(?P<line>\d{1,9}) ?(?P<code>.*)$")
+_IPY_CONTEXT = re.compile(r"^\s{0,8}\d{1,9}( |$)")
 _ORIGINAL = "Original Traceback (most recent call last):"  # torch._utils.ExceptionWrapper (DataParallel, DataLoader)
 _CHAINED = ("The above exception was the direct cause of the following exception:",
             "During handling of the above exception, another exception occurred:")
@@ -95,6 +105,8 @@ PHASES = {
     "pin_memory": "DataLoader pin-memory thread",
     "checkpoint_load": "checkpoint load",
     "generate": "generation",
+    "kv_cache": "reservation of the KV cache and compute buffers",
+    "param_gather": "gathering of sharded parameters (ZeRO-3 / FSDP)",
 }
 
 
@@ -108,17 +120,52 @@ def _lines(text: str) -> list[str]:
 
 
 def _frames_in(lines: list[str]) -> list[Frame]:
-    """The frames among `lines` (outermost first), with the source line after each."""
+    """The frames among `lines` (outermost first), with the source line after each: Python's own
+    `File "f", line N, in func` and IPython's (a notebook's) forms."""
     frames: list[Frame] = []
     for i, line in enumerate(lines):
         m = _FRAME.match(line)
-        if not m:
+        if m:
+            code = ""
+            if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) and lines[i + 1].startswith("    "):
+                code = lines[i + 1].strip()[:300]
+            frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")[:200], code))
             continue
-        code = ""
-        if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) and lines[i + 1].startswith("    "):
-            code = lines[i + 1].strip()[:300]
-        frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")[:200], code))
+        ipy = _IPY_FRAME.match(line.strip())
+        if ipy:
+            frames.append(_ipython_frame(ipy, lines, i))
     return frames[-MAX_FRAMES:]
+
+
+def _ipython_frame(m: re.Match[str], lines: list[str], i: int) -> Frame:
+    """An IPython frame: the file and function from its heading, the line and code from the arrow
+    below it (before the next frame)."""
+    if m.group("file8"):
+        file, line, func = m.group("file8"), int(m.group("line8")), m.group("func8")
+    elif m.group("cell"):
+        file, line, func = m.group("cell"), int(m.group("cline")), "<module>"
+    elif m.group("input"):
+        file, line, func = m.group("input").split(",")[0], 0, "<module>"
+    else:
+        file, line, func = m.group("file"), 0, m.group("func")
+    code = ""
+    for below in lines[i + 1:i + 40]:
+        if _FRAME.match(below) or _IPY_FRAME.match(below.strip()):
+            break
+        arrow = _IPY_ARROW.match(below.strip())
+        if arrow:
+            line, code = int(arrow.group("line")), arrow.group("code").strip()[:300]
+            break
+    return Frame(file, line, func.rsplit(".", 1)[-1][:200], code)
+
+
+def _framed(line: str) -> bool:
+    """A line that belongs to a traceback's frames: a frame heading, its source, IPython's arrows
+    and numbered context lines, the carets under the failing expression."""
+    stripped = line.strip()
+    return (bool(_FRAME.match(line)) or line.startswith("    ") or bool(_IPY_FRAME.match(stripped))
+            or bool(_IPY_ARROW.match(stripped)) or bool(_IPY_CONTEXT.match(line))
+            or stripped.startswith("[Previous line repeated"))
 
 
 def _strip_prefix(line: str, prefix: str | None) -> str | None:
@@ -131,20 +178,39 @@ def _strip_prefix(line: str, prefix: str | None) -> str | None:
     return line[m.end():]
 
 
+_EXC_TAIL = re.compile(r"(?:[A-Za-z_][\w.]{0,120}(?:Error|Exception|EnforceNotMet)\s*:\s*)+$")
+
+
+def _log_prefix(head: str) -> re.Pattern[str] | None:
+    """The logger's prefix on the message's line (`ERROR 11-18 18:07:28 engine.py:366] `, `vllm-1  | `),
+    as a pattern its other lines match whatever their times: the traceback's lines carry it too."""
+    head = _EXC_TAIL.sub("", head)
+    if len(head) < 3 or not re.search(r"[\]|>]\s*$", head):
+        return None
+    body = head.rstrip()
+    pattern = re.sub(r"\\?\d+", r"\\d+", re.escape(body)).replace("\\ ", r"\s+")
+    return re.compile("^" + pattern + (r"\s" if body != head else ""))
+
+
 def frames_before(text: str, offset: int) -> list[Frame]:
     """The frames of the traceback that ends with the message at `offset` (outermost first).
 
     Chained exceptions above it ("The above exception was the direct cause...") and the outer
     traceback of an error re-raised from a DataParallel replica or a DataLoader thread ("Original
     Traceback") are read too: their frames are where the allocation happened. Only the message's
-    own rank's lines count when a launcher prefixed them ("[rank1]: ...").
+    own rank's lines count when a launcher prefixed them ("[rank1]: ..."); a logger's prefix on the
+    message's line (vLLM's `ERROR ... engine.py:366] `) is taken off the lines above it. Frames
+    pasted without their `Traceback` header count when they stand right above the message.
     """
     start = max(0, offset - TRACEBACK_WINDOW)
     line_start = text.rfind("\n", start, offset) + 1
     head = _clean(text[line_start:offset])
     m = _RANK.match(head)
     prefix = m.group(1) if m else None
+    logged = None if m else _log_prefix(head)
     lines = _lines(text[start:line_start])
+    if logged is not None:
+        lines = [logged.sub("", line, count=1) for line in lines]
     current: list[str] = []  # lines of the traceback being read, bottom-up
     groups: list[list[str]] = []  # tracebacks, in the order they were read
     # Right above the message only frames and their source lines may stand: anything else means the
@@ -170,14 +236,37 @@ def frames_before(text: str, offset: int) -> list[Frame]:
                 in_frames = False  # keep reading up: the outer traceback of the re-raised error
                 continue
             break
-        framed = bool(_FRAME.match(line)) or line.startswith("    ")
+        framed = _framed(line)
         if in_frames and not framed:
             break
         in_frames = in_frames or framed
         current.append(line)
     if not groups:
-        return []  # no traceback header: frames of unrelated output are no evidence
+        # No header: frames pasted without it, right above the message, are still its own.
+        return _frames_in(list(reversed(current)))
     return _frames_in(_order(groups))
+
+
+def frames_after(text: str, offset: int) -> list[Frame]:
+    """The frames of a traceback printed right below the message at `offset` (a logger that printed
+    the error first, then the traceback): only when one starts within the next three lines."""
+    lines = _lines(text[offset:offset + TRACEBACK_WINDOW])[1:]  # [0]: the message's own line
+    seen = 0
+    for j, line in enumerate(lines):
+        if _HEADER in line:
+            found = []
+            for below in lines[j + 1:]:
+                if not below.strip():
+                    continue
+                if not _framed(below):
+                    break
+                found.append(below)
+            return _frames_in(found)
+        if line.strip():
+            seen += 1
+            if seen > 3:
+                break
+    return []
 
 
 def _previous_text(lines: list[str], i: int, prefix: str | None) -> tuple[int, str] | None:
@@ -228,6 +317,16 @@ _LIBRARY_MARKERS: tuple[tuple[str, tuple[str, ...] | None, str, str | None], ...
     ("torch/nn/parallel/data_parallel.py", ("scatter",), "dataparallel", "scatter"),
     ("torch/nn/parallel/data_parallel.py", ("replicate",), "dataparallel", "replicate"),
     ("torch/utils/data/_utils/pin_memory.py", None, "pin_memory", None),
+    ("vllm/worker/worker.py", ("raise_if_cache_size_invalid", "determine_num_available_blocks", "initialize_cache",
+                               "_init_cache_engine"), "kv_cache", "vLLM's KV cache"),
+    ("vllm/v1/core/kv_cache_utils.py", None, "kv_cache", "vLLM's KV cache"),
+    ("vllm/v1/engine/core.py", ("_initialize_kv_caches",), "kv_cache", "vLLM's KV cache"),
+    ("deepspeed/runtime/zero/partitioned_param_coordinator.py", None, "param_gather", "ZeRO-3"),
+    ("deepspeed/runtime/zero/partition_parameters.py", ("all_gather", "_all_gather", "allgather_fn",
+                                                        "all_gather_coalesced"), "param_gather", "ZeRO-3"),
+    ("torch/distributed/distributed_c10d.py", ("all_gather", "_all_gather_base", "all_gather_into_tensor"),
+     "param_gather", "all-gather"),
+    ("torch/distributed/fsdp/_flat_param.py", None, "param_gather", "FSDP"),
     ("transformers/trainer_pt_utils.py", ("nested_concat", "torch_pad_and_concatenate", "add",
                                           "distributed_concat", "nested_numpify", "to_cpu_and_numpy"),
      "eval_gather", "nested_concat"),
@@ -267,6 +366,12 @@ _GRAD_OFF = (("/transformers/trainer.py", "prediction_step"),
              ("/lightning/pytorch/loops/evaluation_loop.py", None),
              ("/pytorch_lightning/loops/evaluation_loop.py", None))
 _EVAL_FUNCS = ("evaluation_loop", "prediction_step", "evaluate", "predict", "validation_step", "test_step")
+# The user's own evaluation functions, by name: validate, val_step, evaluate_model, run_validation, do_eval, test.
+_EVAL_NAME = re.compile(r"^_*(?:val|valid|validate|validation|eval|evaluate|evaluation|test|testing|predict|inference)"
+                        r"(?:_\w*)?$|^\w+_(?:val|valid|validate|validation|eval|evaluate|evaluation|test)$")
+# Frames that say the code below them runs without autograd: torch.no_grad() / inference_mode() used as
+# a decorator (torch/utils/_contextlib.py, older torch/autograd/grad_mode.py), or a `with` line above.
+_NO_GRAD_CODE = re.compile(r"torch\.no_grad\(\)|torch\.inference_mode\(|set_grad_enabled\(False\)")
 
 
 def _library_phase(frame: Frame) -> tuple[str, str | None] | None:
@@ -297,8 +402,9 @@ def phase_of(frames: list[Frame]) -> Phase | None:
     if not frames:
         return None
     user = next((f for f in reversed(frames) if not f.in_library), None)
-    evaluating = any(f.func in _EVAL_FUNCS for f in frames)
+    evaluating = any(f.func in _EVAL_FUNCS or (not f.in_library and _EVAL_NAME.match(f.func)) for f in frames)
     grad_off = any(f.path.endswith(suffix) and func in (None, f.func) for f in frames for suffix, func in _GRAD_OFF)
+    grad_off = grad_off or any(f.func == "decorate_context" or _NO_GRAD_CODE.search(f.code) for f in frames)
     in_forward = False
     for frame in reversed(frames):
         if _runs_closure(frame):  # Lightning, LBFGS: forward and backward run inside optimizer.step(closure)
@@ -306,7 +412,46 @@ def phase_of(frames: list[Frame]) -> Phase | None:
         found = _library_phase(frame) or (_code_phase(frame) if not frame.in_library else None)
         if found is not None:
             return Phase(found[0], found[1], frame, user, evaluating, grad_off)
-        in_forward = in_forward or frame.func in _FORWARD_FUNCS
-    if in_forward:  # the innermost frame is where it allocated (an attention matmul, a layer's output)
+        # a module's forward, or the layers' own code (torch/nn/modules/conv.py's _conv_forward, F.conv2d)
+        in_forward = (in_forward or frame.func in _FORWARD_FUNCS or "/torch/nn/modules/" in frame.path
+                      or frame.path.endswith("/torch/nn/functional.py"))
+    if in_forward or (evaluating and user is not None):
+        # the innermost frame is where it allocated (an attention matmul, a layer's output); a user's
+        # own evaluation function with no library frame below it runs the model forward too
         return Phase("forward", "in evaluation" if evaluating else None, frames[-1], user, evaluating, grad_off)
     return None
+
+
+# llama.cpp's log lines around its allocation failure: what it was allocating.
+_GGML_PLACES = (("load_tensors", "checkpoint_load", "the model's weights"),
+                ("llama_model_load", "checkpoint_load", "the model's weights"),
+                ("alloc_tensor_range", "checkpoint_load", "the model's weights"),
+                ("llama_kv_cache_init", "kv_cache", "the KV cache"),
+                ("ggml_gallocr_reserve_n", "kv_cache", "a compute buffer"),
+                ("compute buffers", "kv_cache", "a compute buffer"),
+                ("llama_new_context_with_model", "kv_cache", "the context"),
+                ("llama_init_from_model", "kv_cache", "the context"))
+
+
+def _log_place(text: str, offset: int) -> Phase | None:
+    """Where an inference engine that logs instead of raising (llama.cpp) failed: the lines right
+    after the message name what it was allocating, or the stage logged just before it."""
+    after = _lines(text[offset:offset + 1200])[1:6]
+    before = _lines(text[max(0, offset - 600):offset])[-3:]
+    for line in after + list(reversed(before)):
+        for marker, phase, detail in _GGML_PLACES:
+            if marker in line:
+                where = Frame("llama.cpp log", 0, marker, line.strip()[:300])
+                return Phase(phase, detail, where, None)
+    return None
+
+
+def place_of(text: str, offset: int, kind: str | None = None) -> Phase | None:
+    """Where the message at `offset` in a log failed: the traceback above it (or, printed by a
+    logger first, below it), and for llama.cpp the log lines around it."""
+    phase = phase_of(frames_before(text, offset))
+    if phase is None:
+        phase = phase_of(frames_after(text, offset))
+    if phase is None and kind == "ggml":
+        phase = _log_place(text, offset)
+    return phase

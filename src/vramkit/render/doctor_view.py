@@ -42,6 +42,8 @@ def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
         ("other processes" if ex.others_basis != "outside PyTorch" else "outside PyTorch", ex.others_bytes, "░", "O"),
         ("free", r.free_bytes, "·", "."),
     ]
+    if r.allocated_bytes is None and r.reserved_bytes is None and ex.job_bytes:
+        parts[0] = ("this job", ex.job_bytes, "█", "#")  # the message names the job's total only
     bar, legend, done = "", [], 0.0
     for label, value, uni, ascii_ in parts:
         if not value:
@@ -62,7 +64,10 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
     where = f"line {r.line} of {source}" if r.line else source
     gpu = f" on GPU {r.device}" if r.device is not None else ""
     what = {"cpu": "Host RAM ran out", "cublas": "cuBLAS could not allocate", "cudnn": "cuDNN could not allocate",
-            "mps": "MPS ran out of memory", "hip": "HIP (ROCm) out of memory"}.get(r.kind, "CUDA out of memory")
+            "mps": "MPS ran out of memory", "hip": "HIP (ROCm) out of memory",
+            "paddle": "PaddlePaddle out of GPU memory", "tensorflow": "TensorFlow out of GPU memory",
+            "xla": f"XLA ({r.framework}) out of memory", "vllm": "vLLM: no memory left for the KV cache",
+            "ggml": "llama.cpp could not allocate"}.get(r.kind, "CUDA out of memory")
     lines = [style.paint(f"{what}{gpu}", "bold") + f"  ({where}; {r.exception or 'message'}, form: {r.form})"]
     rows: list[tuple[str, str]] = []
     if r.requested_bytes is not None:
@@ -144,6 +149,7 @@ def diagnosis_dict(ex: Explanation, source: str, snap: Snapshot | None, live_not
         "kind": r.kind,
         "form": r.form,
         "form_description": FORMS.get(r.form),
+        "framework": r.framework,
         "exception": r.exception,
         "message": r.message,
         "device": r.device,
