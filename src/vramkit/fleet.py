@@ -4,20 +4,32 @@
 (GET /api/v1/query, instant queries) and builds one Fleet: every host with its scrape state and its
 GPUs. Nothing here aggregates on its own: the numbers are the newest ones Prometheus holds.
 
-Prometheus and its label values are not trusted: an answer is read with a timeout and a size
-bound, and every label value is sanitized before anyone prints it (a user name on some host can
-hold terminal escapes or bytes that are not UTF-8).
+Prometheus and its answers are not trusted (a broken proxy, a hostile server, a user name on some
+host with terminal escapes in it):
+- one deadline for all the queries of a reading, connection, headers and body together: a watch
+  shuts the connection down when it passes, whatever it is waiting for (a byte a second is no
+  answer), and the body is bounded in size;
+- the JSON is parsed with its nesting bounded (a RecursionError is an answer that is not the API's),
+  and only the shapes the API gives are read: label values are strings, sanitized before anyone
+  prints them; GPU indexes are ASCII digits; every number finite and in its range, else unknown;
+- Prometheus' warnings are kept once each and at most MAX_WARNINGS of them; the rest counted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import math
+import os
 import re
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,9 +39,12 @@ from .model import GpuProcess
 from .procs import sanitize
 from .select import Decision, Policy, Unit, decide, shortfall_text
 
-DEFAULT_TIMEOUT = 10.0  # seconds for one answer of Prometheus
+DEFAULT_TIMEOUT = 10.0  # seconds for Prometheus' answers to one reading (read_fleet's four queries)
 MAX_ANSWER = 32 * 1024**2  # bytes of one answer: a fleet of thousands of GPUs fits well within
 MAX_LABEL = 128  # characters of a label value kept
+MAX_WARNINGS = 20  # distinct warnings of Prometheus kept (the rest only counted)
+MAX_BYTES = 2**53  # a memory number above this (8 PiB) is not one
+MAX_COUNT = 2**31  # processes, failed readings, dropped series: above this, not a count
 SEEN_WITHIN = "1d"  # a target that exported vram_exporter_info this recently is a vram host, up or down
 
 # The queries, one request each. GPU facts in one selector: a target's whole reading at once.
@@ -38,14 +53,23 @@ Q_SEEN = f"last_over_time(vram_exporter_info[{SEEN_WITHIN}])"
 Q_GPU = '{__name__=~"vram_gpu_.+|vram_host_info|vram_process_series_dropped|vram_read_errors_total"}'
 Q_USERS = "sum by (job, instance, gpu, user) (vram_process_memory_bytes)"
 
+_GPU_INDEX = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() takes '²' and '٣'
+
 
 class PrometheusError(VramkitError):
     """Prometheus could not be asked, or answered something other than data (exit 1)."""
 
 
 def clean(text: object) -> str:
-    """A label value fit to print: control and format characters and lone surrogates replaced, bounded."""
-    value = re.sub("[\ud800-\udfff]", "\ufffd", sanitize(str(text)))
+    """A label value fit to print: control and format characters and lone surrogates replaced, bounded.
+    Anything but a string or a number is shown as its type's name (str() of a deeply nested list
+    would recurse)."""
+    if not isinstance(text, (str, int, float)) or isinstance(text, bool):
+        text = f"<{type(text).__name__}>"
+    elif isinstance(text, int) and abs(text) >= 10**MAX_LABEL:  # str() refuses over 4300 digits
+        text = "<a huge number>"
+    value = str(text)[:MAX_LABEL * 4]
+    value = re.sub("[\ud800-\udfff]", "\ufffd", sanitize(value))
     return value if len(value) <= MAX_LABEL else value[:MAX_LABEL - 1] + "…"
 
 
@@ -66,7 +90,89 @@ def check_url(url: str) -> str:
 @dataclass
 class Sample:
     labels: dict[str, str]  # sanitized
-    value: float | None  # None: NaN or not a number
+    value: float | None  # None: NaN, infinite or not a number
+
+
+class _Watch:
+    """A deadline over every connection of one request (redirects included): when it passes, the
+    connections are shut down, which ends any read or TLS handshake waiting on them at once. Each
+    socket is watched through its own duplicate of the descriptor, so the watch never touches a
+    descriptor number the program reused after the connection closed."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.expired = False
+        self._fds: list[int] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left(self) -> float:
+        return max(0.001, self.deadline - time.monotonic())
+
+    def passed(self) -> bool:
+        return self.expired or time.monotonic() >= self.deadline
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            fd = os.dup(sock.fileno())
+            self._fds.append(fd)
+            if self.expired:
+                _shut(fd)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for fd in self._fds:
+                _shut(fd)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for fd in self._fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()
+
+    def connection(self, http_class: Callable[..., http.client.HTTPConnection]
+                   ) -> Callable[..., http.client.HTTPConnection]:
+        """urllib's connection class, made to connect within the deadline and be watched."""
+        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            kwargs["timeout"] = self.left()
+            conn = http_class(host, **kwargs)
+            create: Callable[..., socket.socket] = conn._create_connection  # type: ignore[attr-defined]
+
+            def watched(address: tuple[str, int], timeout: float | None = None,
+                        source_address: tuple[str, int] | None = None) -> socket.socket:
+                sock = create(address, self.left(), source_address)
+                sock.settimeout(self.left())  # also bounds each read; the watch bounds them all
+                self.add(sock)
+                return sock
+            conn._create_connection = watched  # type: ignore[attr-defined]
+            return conn
+        return make
+
+
+def _shut(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+
+
+def _handlers(watch: _Watch) -> list[urllib.request.BaseHandler]:
+    class Plain(urllib.request.HTTPHandler):
+        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+            return super().do_open(watch.connection(http_class), req, **kwargs)
+
+    class Tls(urllib.request.HTTPSHandler):
+        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+            return super().do_open(watch.connection(http_class), req, **kwargs)
+
+    return [Plain(), Tls()]
 
 
 class Prometheus:
@@ -76,20 +182,19 @@ class Prometheus:
         self.url = check_url(url)
         self.timeout = timeout
         self.max_answer = max_answer
-        self.warnings: list[str] = []  # Prometheus' own warnings (its answer may be partial)
+        self.warnings: list[str] = []  # Prometheus' own warnings (its answer may be partial), each once
+        self.warnings_left_out = 0  # distinct warnings beyond MAX_WARNINGS
+        self._warned: set[str] = set()
 
-    def query(self, promql: str) -> list[Sample]:
-        """An instant query's vector; PrometheusError when it cannot be had."""
+    def query(self, promql: str, deadline: float | None = None) -> list[Sample]:
+        """An instant query's vector; PrometheusError when it cannot be had by `deadline`
+        (time.monotonic(); default: `timeout` from now)."""
         target = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        answer = self._get(target)
-        try:
-            data = json.loads(answer.decode("utf-8", "replace"))
-        except ValueError:
-            raise PrometheusError(f"Prometheus at {self.url} answered something that is not JSON "
-                                  "(is this Prometheus' address?)") from None
+        answer = self._get(target, time.monotonic() + self.timeout if deadline is None else deadline)
+        data = self._json(answer)
         if not isinstance(data, dict):
             raise PrometheusError(f"Prometheus at {self.url} answered JSON that is not its API's")
-        self.warnings += [clean(w) for w in data.get("warnings") or [] if isinstance(w, str)]
+        self._warn(data.get("warnings"))
         if data.get("status") != "success":
             kind, error = clean(data.get("errorType", "error")), clean(data.get("error", "no reason given"))
             raise PrometheusError(f"Prometheus at {self.url} answered an error: {kind}: {error}")
@@ -100,38 +205,89 @@ class Prometheus:
                                   "where its API gives a vector")
         return [s for s in (_sample(item) for item in result["result"]) if s is not None]
 
-    def _get(self, target: str) -> bytes:
-        deadline = time.monotonic() + self.timeout
+    def _json(self, answer: bytes) -> Any:
+        try:
+            return json.loads(answer.decode("utf-8", "replace"))
+        except RecursionError:
+            raise PrometheusError(f"Prometheus at {self.url} answered JSON nested too deeply to be "
+                                  "its API's") from None
+        except ValueError:  # not JSON, or a number of more than 4300 digits
+            raise PrometheusError(f"Prometheus at {self.url} answered something that is not JSON "
+                                  "(is this Prometheus' address?)") from None
+
+    def _warn(self, warnings: object) -> None:
+        if not isinstance(warnings, list):
+            return
+        for w in warnings:
+            if not isinstance(w, str):
+                continue
+            text = clean(w)
+            if text in self._warned:
+                continue
+            self._warned.add(text)
+            if len(self.warnings) < MAX_WARNINGS:
+                self.warnings.append(text)
+            else:
+                self.warnings_left_out += 1
+
+    def _get(self, target: str, deadline: float) -> bytes:
+        if time.monotonic() >= deadline:
+            raise self._slow()
+        watch = _Watch(deadline)
         request = urllib.request.Request(target, headers={"Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return self._read(response, deadline)
-        except urllib.error.HTTPError as e:  # Prometheus answers 400/422/503 with a JSON error body
+            opener = urllib.request.build_opener(*_handlers(watch))
             try:
-                body = self._read(e, deadline)
-                data = json.loads(body.decode("utf-8", "replace"))
-                error = f"{clean(data['errorType'])}: {clean(data['error'])}"
-            except (PrometheusError, ValueError, KeyError, TypeError, OSError):
-                error = f"HTTP {e.code} {clean(e.reason)}"
-            raise PrometheusError(f"Prometheus at {self.url} answered an error: {error}") from None
-        except TimeoutError:
-            raise self._slow() from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, TimeoutError):
+                with opener.open(request, timeout=watch.left()) as response:
+                    return self._read(response, watch)
+            except urllib.error.HTTPError as e:  # Prometheus answers 400/422/503 with a JSON error body
+                try:
+                    raise self._http_error(e, watch) from None
+                finally:
+                    with contextlib.suppress(Exception):
+                        e.close()
+        except PrometheusError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever a broken answer makes urllib raise
+            if watch.passed() or isinstance(e, TimeoutError):
                 raise self._slow() from None
-            reason = e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror else e.reason
-            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(reason)}") from None
-        except (OSError, ValueError) as e:  # a connection reset mid-answer, a malformed status line
-            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(e)}") from None
+            if isinstance(e, urllib.error.URLError):
+                if isinstance(e.reason, TimeoutError):
+                    raise self._slow() from None
+                reason: object = (e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror
+                                  else e.reason)
+                raise PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(reason)}") from None
+            if isinstance(e, (OSError, ValueError)):  # a connection reset mid-answer, a bad chunk size
+                raise PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(_reason(e))}") from None
+            # A malformed status line, too many headers (http.client.HTTPException), or whatever else
+            # a broken answer makes the HTTP client raise.
+            raise PrometheusError(f"Prometheus at {self.url} did not answer in HTTP: "
+                                  f"{clean(_reason(e))}") from None
+        finally:
+            watch.close()
 
-    def _read(self, response: Any, deadline: float) -> bytes:
+    def _http_error(self, e: urllib.error.HTTPError, watch: _Watch) -> PrometheusError:
+        try:
+            data = json.loads(self._read(e, watch).decode("utf-8", "replace"))
+            error = f"{clean(data['errorType'])}: {clean(data['error'])}"
+        except PrometheusError:
+            raise
+        except Exception:  # noqa: BLE001 - no JSON error body: say the status
+            if watch.passed():
+                return self._slow()
+            error = f"HTTP {clean(e.code)} {clean(e.reason)}"
+        return PrometheusError(f"Prometheus at {self.url} answered an error: {error}")
+
+    def _read(self, response: Any, watch: _Watch) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
-            if time.monotonic() > deadline:
+            if watch.passed():
                 raise self._slow()
             chunk = response.read(65536)
             if not chunk:
+                if watch.passed():  # the watch shut the connection: an end, not the answer's
+                    raise self._slow()
                 return b"".join(chunks)
             size += len(chunk)
             if size > self.max_answer:
@@ -143,20 +299,36 @@ class Prometheus:
         return PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout:g}s")
 
 
+def _reason(e: BaseException) -> str:
+    """An exception's words, one line (http.client's include the bytes it refused, repr'd)."""
+    text = str(e) or type(e).__name__
+    return text.splitlines()[0] if text.strip() else type(e).__name__
+
+
+def _finite(value: object) -> float | None:
+    """A sample's value ("1.5", as Prometheus gives it): a finite float, or None."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    if isinstance(value, str) and len(value) > 64:
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _sample(item: object) -> Sample | None:
+    """One element of a vector: its labels (strings, as Prometheus' always are) and value; None
+    when it is not one."""
     if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
         return None
+    metric: dict[Any, Any] = item["metric"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        return None
     value = item.get("value")
-    number: float | None = None
-    if isinstance(value, list) and len(value) == 2:
-        try:
-            number = float(value[1])
-        except (TypeError, ValueError):
-            number = None
-        if number is not None and not math.isfinite(number):
-            number = None
-    labels = {clean(k): clean(v) for k, v in item["metric"].items()}
-    return Sample(labels, number)
+    number = _finite(value[1]) if isinstance(value, list) and len(value) == 2 else None
+    return Sample({clean(k): clean(v) for k, v in metric.items()}, number)
 
 
 # ---------------------------------------------------------------- the fleet
@@ -206,7 +378,8 @@ class FleetHost:
 class Fleet:
     prometheus: str
     hosts: list[FleetHost]
-    warnings: list[str]
+    warnings: list[str]  # Prometheus' warnings, each once, at most MAX_WARNINGS
+    warnings_left_out: int = 0  # distinct warnings beyond those
 
     def to_dict(self) -> dict[str, Any]:
         hosts = []
@@ -215,7 +388,8 @@ class Fleet:
             d["state"] = h.state
             d["simulated"] = h.info.get("simulated") == "true"
             hosts.append(d)
-        return {"prometheus": self.prometheus, "hosts": hosts, "warnings": self.warnings}
+        return {"prometheus": self.prometheus, "hosts": hosts, "warnings": self.warnings,
+                "warnings_left_out": self.warnings_left_out}
 
 
 def _key(labels: dict[str, str]) -> tuple[str, str]:
@@ -224,16 +398,23 @@ def _key(labels: dict[str, str]) -> tuple[str, str]:
 
 def _gpu_index(labels: dict[str, str]) -> int | None:
     text = labels.get("gpu", "")
-    return int(text) if text.isdigit() and len(text) < 6 else None
+    return int(text) if _GPU_INDEX.fullmatch(text) else None
+
+
+def _in_range(value: float | None, high: float) -> float | None:
+    """A non-negative number up to `high`, else None (unknown)."""
+    return value if value is not None and 0 <= value <= high else None
 
 
 def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
     """Every vram host Prometheus knows: the targets of `jobs`, and every target that exported
-    vram_exporter_info within SEEN_WITHIN (so that one which went down is still listed)."""
-    up = {_key(s.labels): s.value for s in prom.query(Q_UP)}
-    seen = {_key(s.labels): s.labels.get("hostname", "") for s in prom.query(Q_SEEN)}
-    readings = prom.query(Q_GPU)
-    users = prom.query(Q_USERS)
+    vram_exporter_info within SEEN_WITHIN (so that one which went down is still listed). The four
+    queries share one deadline, `prom.timeout` from now."""
+    deadline = time.monotonic() + prom.timeout
+    up = {_key(s.labels): s.value for s in prom.query(Q_UP, deadline)}
+    seen = {_key(s.labels): s.labels.get("hostname", "") for s in prom.query(Q_SEEN, deadline)}
+    readings = prom.query(Q_GPU, deadline)
+    users = prom.query(Q_USERS, deadline)
 
     keys = set(seen) | {k for k in up if k[0] in jobs} | {_key(s.labels) for s in readings}
     hosts: dict[tuple[str, str], FleetHost] = {}
@@ -251,11 +432,13 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
             host.host = s.labels.get("hostname") or host.host
             host.info = {k: v for k, v in s.labels.items() if k not in ("__name__", "job", "instance", "hostname")}
             continue
-        if name == "vram_read_errors_total" and s.value:
-            errors[key] = s.value
+        if name == "vram_read_errors_total":
+            if _in_range(s.value, MAX_COUNT):
+                errors[key] = s.value or 0.0
             continue
-        if name == "vram_process_series_dropped" and s.value:
-            dropped[key] = s.value
+        if name == "vram_process_series_dropped":
+            if _in_range(s.value, MAX_COUNT):
+                dropped[key] = s.value or 0.0
             continue
         index = _gpu_index(s.labels)
         if index is None:
@@ -265,10 +448,11 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
     for s in users:
         index = _gpu_index(s.labels)
         key = _key(s.labels)
-        if index is None or key not in gpus or s.value is None:
+        memory = _in_range(s.value, MAX_BYTES)
+        if index is None or key not in gpus or memory is None:
             continue
         gpu = gpus[key].setdefault(index, FleetGpu(index))
-        gpu.users[s.labels.get("user") or "unknown user"] = int(s.value)
+        gpu.users[s.labels.get("user") or "unknown user"] = int(memory)
     for key, host in hosts.items():
         host.gpus = [gpus[key][i] for i in sorted(gpus[key])]
         for g in host.gpus:
@@ -276,7 +460,7 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
                 g.top_user, g.top_user_memory = max(g.users.items(), key=lambda kv: (kv[1], kv[0]))
         _judge_host(host, errors.get(key), dropped.get(key))
     ordered = sorted(hosts.values(), key=lambda h: (h.host, h.instance, h.job))
-    return Fleet(prom.url, ordered, prom.warnings)
+    return Fleet(prom.url, ordered, list(prom.warnings), prom.warnings_left_out)
 
 
 _FIELDS = {
@@ -295,10 +479,12 @@ def _apply(gpu: FleetGpu, name: str, s: Sample) -> None:
         gpu.pci_bus_id = s.labels.get("pci_bus_id") or None
     elif name == "vram_gpu_lost":
         gpu.lost = s.value == 1
-    elif name == "vram_gpu_utilization_ratio" and s.value is not None:
-        gpu.utilization = round(s.value * 100)
-    elif name in _FIELDS and s.value is not None:
-        setattr(gpu, _FIELDS[name], int(s.value))
+    elif name == "vram_gpu_utilization_ratio":
+        ratio = _in_range(s.value, 1.0)
+        gpu.utilization = None if ratio is None else round(ratio * 100)
+    elif name in _FIELDS:
+        number = _in_range(s.value, MAX_COUNT if name == "vram_gpu_processes" else MAX_BYTES)
+        setattr(gpu, _FIELDS[name], None if number is None else int(number))
 
 
 def _judge_host(host: FleetHost, read_errors: float | None, dropped: float | None) -> None:

@@ -46,7 +46,8 @@ def _connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     g.add_argument("--job", metavar="NAME", action="append", default=default,
                    help="the scrape job(s) of vram serve (default 'vram'; repeat for several)")
     g.add_argument("--timeout", metavar="DURATION", default=argparse.SUPPRESS if suppress else "10s",
-                   help="how long to wait for each answer of Prometheus (default 10s)")
+                   help="how long to wait for Prometheus' answers, all of them together: connecting, "
+                        "headers and body (default 10s)")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print JSON")
 

@@ -12,6 +12,7 @@ from .style import Style, clip
 from .text_width import pad
 
 HOST_W, NAME_W, USER_W = 16, 18, 12
+SHOWN_WARNINGS = 5  # Prometheus' warnings shown (each once); the rest counted
 
 
 def _gpu_line(host: str, g: FleetGpu, style: Style, bar_w: int) -> str:
@@ -57,7 +58,11 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
         for g in host.gpus:
             lines.append(_gpu_line(host.host, g, style, bar_w))
         lines += [_host_note(host, note, style) for note in host.notes]
-    lines += [style.paint(f"Prometheus warns: {w}", "yellow") for w in fleet.warnings]
+    lines += [style.paint(f"Prometheus warns: {w}", "yellow") for w in fleet.warnings[:SHOWN_WARNINGS]]
+    more = len(fleet.warnings) - SHOWN_WARNINGS + fleet.warnings_left_out
+    if more > 0:
+        listed = f" (--json lists {len(fleet.warnings)})" if len(fleet.warnings) > SHOWN_WARNINGS else ""
+        lines.append(style.paint(f"Prometheus warns {fmt.count(more, 'more time')}{listed}", "yellow"))
     return "\n".join(lines)
 
 
