@@ -271,7 +271,9 @@ def test_zombie_selects_orphans_holding_memory(children, write_scenario, env, st
     if ppid != 1:
         pytest.skip(f"orphans are re-parented to a subreaper (pid {ppid}) here, not to init")
     other = start_sleeper(children)
-    path = write_scenario(real_gpu_scenario({orphan: {"0": "2GiB"}, other.pid: {"0": "1GiB"}}))
+    data = real_gpu_scenario({orphan: {"0": "2GiB"}, other.pid: {"0": "1GiB"}})
+    data["processes"][0]["sm_util"] = 0  # idle on a GPU busy with other work: a stale holder (an orphan
+    path = write_scenario(data)          # at work is a daemon: tests/test_kill_zombie_busy.py)
     result = kill(path, "--zombie", "--yes", "--timeout", "5", "--json", env=env)
     assert result.rc == 0, result.err
     assert list(by_pid(result)) == [orphan]

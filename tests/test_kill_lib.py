@@ -127,7 +127,10 @@ def test_a_defunct_child_is_seen_as_gone(children):
 # ---------------------------------------------------------------- protection rules
 
 def _cand(**kw) -> Candidate:
-    base = {"pid": 4242, "name": "python", "argv0": "python", "command": "python train.py", "user": "alice"}
+    # A system account's process (uid 0): names are credible for it (tests/test_protect_names.py
+    # has a login user's process named like a daemon).
+    base = {"pid": 4242, "name": "python", "argv0": "python", "command": "python train.py", "user": "alice",
+            "uids": (0, 0, 0), "real": False}
     return Candidate(**{**base, **kw})
 
 
@@ -138,15 +141,15 @@ def test_builtin_rules_cover_the_usual_suspects():
         refusal = rules.check(_cand(name=name[:15], argv0=name))
         assert refusal is not None and refusal.rule == "protected", name
     assert rules.check(_cand()) is None
-    assert rules.check(_cand(pid=1)).rule == "pid-1"
-    assert rules.check(_cand(kernel_thread=True)).rule == "kernel-thread"
+    assert rules.check(_cand(pid=1, real=True)).rule == "pid-1"
+    assert rules.check(_cand(kernel_thread=True, real=True)).rule == "kernel-thread"
     assert rules.check(_cand(pid=1, real=False)) is None  # a simulated pid 1 is not this machine's init
 
 
 def test_caller_chain_is_protected():
     rules = load(system=None, user=os.devnull, caller_chain=(100, 50, 1))
-    assert "vram itself" in rules.check(_cand(pid=100)).reason
-    assert "shell" in rules.check(_cand(pid=50)).reason
+    assert "vram itself" in rules.check(_cand(pid=100, real=True)).reason
+    assert "shell" in rules.check(_cand(pid=50, real=True)).reason
 
 
 def test_admin_and_user_files_extend_the_list(tmp_path):
@@ -162,7 +165,7 @@ def test_admin_and_user_files_extend_the_list(tmp_path):
     assert rules.check(_cand(command="python serve.py --port 9000")) is None
 
 
-@pytest.mark.parametrize("text, where", [("pid 42\n", ":1"), ("\n\nname\tok\nexe /bin/x\n", ":4")])
+@pytest.mark.parametrize("text, where", [("pid 42\n", ":1"), ("\n\nname\tok\nprocess /bin/x\n", ":4")])
 def test_a_bad_rule_line_names_the_file_and_line(text, where):
     with pytest.raises(ProtectConfigError, match=f"conf{where}: unknown kind"):
         parse(text, "conf")
@@ -282,4 +285,4 @@ def test_the_protected_conf_example_in_the_docs_parses():
     rules = parse(example, "example")
     assert [(r.kind, r.pattern) for r in rules] == [
         ("name", "tritonserver"), ("name", "vllm-*"), ("command", "*--serve-forever*"), ("user", "svc-inference"),
-        ("name", "jupyterhub")]
+        ("exe", "/opt/tritonserver/bin/*"), ("name", "jupyterhub")]

@@ -61,6 +61,11 @@ def plan_change_execute(pid: int, write_scenario, change):
 def test_a_process_that_execs_into_a_protected_name_after_planning_is_refused(children, write_scenario, tmp_path):
     sleep = shutil.which("sleep")
     assert sleep is not None
+    # A login user's process named sshd is not the machine's sshd (tests/test_protect_names.py): as
+    # root this one is root's and the built-in rule protects it; as a login user, their own rule.
+    conf = tmp_path / ".config" / "vramkit" / "protected.conf"  # kill_sandbox: HOME is tmp_path
+    conf.parent.mkdir(parents=True)
+    conf.write_text("name sshd\n")
     sshd = tmp_path / "sshd"  # exec'd through this name, /proc/PID/comm says 'sshd' (and so does argv[0])
     sshd.symlink_to(sleep)
     proc = start_changer(children, EXEC_ON_LINE, str(sshd), "sshd")

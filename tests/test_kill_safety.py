@@ -61,6 +61,20 @@ def nobody_child(children):
     return proc
 
 
+def protect_sshd(tmp_path) -> str:
+    """Where the rule that protects a test's fake sshd (`exec -a sshd sleep`) comes from. As root the
+    process is root's, a system account's, and the built-in name protects it; a login user's process
+    named sshd is not protected by the built-in list (tests/test_protect_names.py), only by the
+    user's own protected.conf."""
+    if os.geteuid() == 0:
+        return "built-in: remote login"
+    conf = tmp_path / ".config" / "vramkit" / "protected.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("name sshd\n")
+    conf.chmod(0o644)
+    return f"{conf}:1"
+
+
 def kill(path, *args: str, env: dict[str, str]):
     return run_vram("kill", "--simulate", str(path), *args, env=env)
 
@@ -146,7 +160,8 @@ def test_a_normal_user_signals_their_own_process(children, shared_dir):
 
 # ---------------------------------------------------------------- protected processes
 
-def test_protected_processes_are_refused_whatever_the_flags(children, write_scenario, env):
+def test_protected_processes_are_refused_whatever_the_flags(children, write_scenario, env, tmp_path):
+    origin = protect_sshd(tmp_path)
     sshd = start(children, ["bash", "-c", "exec -a sshd sleep 600"], b"sshd\x00600\x00")
     me, parent = os.getpid(), os.getppid()  # vram's parent (pytest) and its parent
     placements = {1: {"0": "1GiB"}, 2: {"0": "1GiB"}, me: {"1": "1GiB"}, parent: {"1": "1GiB"},
@@ -159,7 +174,7 @@ def test_protected_processes_are_refused_whatever_the_flags(children, write_scen
     assert rules == {1: ("refused", "pid-1"), 2: ("refused", "kernel-thread"), me: ("refused", "caller"),
                      parent: ("refused", "caller"), sshd.pid: ("refused", "protected")}
     reason = targets(result)[sshd.pid]["reason"]
-    assert "'sshd'" in reason and "built-in" in reason
+    assert "'sshd'" in reason and origin in reason
     assert all(not t["signals"] for t in targets(result).values())
     assert alive(sshd.pid)
     gpus = {g["index"]: g for g in result.json()["gpus"]} if result.rc == 0 else {
@@ -167,13 +182,14 @@ def test_protected_processes_are_refused_whatever_the_flags(children, write_scen
     assert gpus[1]["freed"] == 0
 
 
-def test_text_names_the_rule_of_each_refusal(children, write_scenario, env):
+def test_text_names_the_rule_of_each_refusal(children, write_scenario, env, tmp_path):
+    origin = protect_sshd(tmp_path)
     sshd = start(children, ["bash", "-c", "exec -a sshd sleep 600"], b"sshd\x00600\x00")
     path = write_scenario(real_gpu_scenario({1: {"0": "1GiB"}, sshd.pid: {"1": "1GiB"}}))
     result = kill(path, "1", str(sshd.pid), "--force", "--all-users", "--yes", env=env)
     assert result.rc == 1
     assert "refused by rule 'pid-1'" in result.out
-    assert "refused by rule 'protected': name matches 'sshd' (built-in: remote login)" in result.out
+    assert f"refused by rule 'protected': name matches 'sshd' ({origin})" in result.out
 
 
 def test_users_protect_their_own_processes(children, write_scenario, env, tmp_path):
@@ -210,6 +226,7 @@ def test_a_broken_protected_conf_stops_everything(children, write_scenario, env,
 def test_audit_log_has_a_line_per_action_and_mode_0600(children, write_scenario, env, tmp_path):
     goes = start_sleeper(children)
     stubborn = start_python(children, IGNORE_TERM)
+    protect_sshd(tmp_path)
     sshd = start(children, ["bash", "-c", "exec -a sshd sleep 600"], b"sshd\x00600\x00")
     placements = {goes.pid: {"0": "3GiB"}, stubborn.pid: {"1": "2GiB"}, sshd.pid: {"1": "1GiB"}}
     path = write_scenario(real_gpu_scenario(placements))

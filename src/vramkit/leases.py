@@ -57,7 +57,10 @@ MAX_FILE = 64 * 1024  # bytes: a lease or ticket is a few hundred; anything larg
 MAX_PER_OWNER = 256  # lease and ticket files read per owner per round; the rest of theirs are ignored
 RELOCKS = 4  # tries to lock a GPU's lock file that keeps being replaced (create_lease's check still guards)
 _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
-_TICKET_RE = re.compile(r"^wait-(\d{10})-(\d+)\.json$")
+# A ticket's SEQ is written with at least 10 digits and read with up to 19: a waiter takes the
+# highest live SEQ + 1, so a ticket planted at 9999999999 must not push the next ones out of sight.
+_TICKET_RE = re.compile(r"^wait-(\d{10,19})-(\d+)\.json$")
+MAX_SEQ = 10**19 - 1  # the last queue number (only a planted ticket gets near it)
 _TICKS = os.sysconf("SC_CLK_TCK")
 _UNIT_LOCK_RE = re.compile(r"^gpu-([A-Za-z0-9_.%-]{1,600})\.lock$")
 
@@ -669,7 +672,7 @@ def read_state(d: LeaseDir, now: float | None = None, *, known: Collection[str] 
             continue  # removed meanwhile
         except _Junk as e:
             ignored.append(f"{path} ({user_name(owner)}: {e})")
-    tickets.sort(key=lambda t: t.seq)
+    tickets.sort(key=lambda t: (t.seq, t.pid))  # the same order for every reader, even on a tie
     if ignored:
         d.warn_ignored(ignored)
     d._seen.update(lease.id for lease in leases)
@@ -938,7 +941,12 @@ class HeldTicket:
 
 def enqueue(d: LeaseDir, state: State, policy: dict[str, Any]) -> HeldTicket:
     """Join the queue behind every live waiter. Call with d.locked()."""
-    seq = max((t.seq for t in state.tickets), default=0) + 1
+    last = max(state.tickets, key=lambda t: t.seq, default=None)
+    seq = 1 if last is None else last.seq + 1
+    if seq > MAX_SEQ:  # someone's ticket took the last number: say whose, rather than wait unseen
+        assert last is not None
+        raise LeaseError(f"cannot join the queue in {d.path}: the ticket of {last.who()} took its last number "
+                         f"({last.seq}); it must leave the queue first")
     path = d.path / f"wait-{seq:010d}-{os.getpid()}.json"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

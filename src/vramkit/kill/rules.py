@@ -12,7 +12,7 @@ from .model import Caller, Target
 
 def candidate(t: Target) -> Candidate:
     return Candidate(pid=t.pid, name=t.name, argv0=t.argv0, command=t.command, user=t.user,
-                     kernel_thread=t.kernel_thread, real=not t.synthetic)
+                     kernel_thread=t.kernel_thread, real=not t.synthetic, uids=t.uids)
 
 
 def ownership(t: Target, caller: Caller, all_users: bool) -> Refusal | None:
@@ -48,9 +48,11 @@ def check(t: Target, caller: Caller, protection: Protection, all_users: bool) ->
     """Why t must not be signalled, or None. The order decides which rule a refusal names."""
     if t.unmapped:
         return Refusal("unmapped", t.unmapped)
-    refusal = protection.check(candidate(t))
+    refusal, doubt = protection.judge(candidate(t))
     if refusal:
         return refusal
+    if doubt and doubt not in t.notes:
+        t.notes.append(doubt)  # named like a protected process, but not credibly one: said, not obeyed
     refusal = ownership(t, caller, all_users)
     if refusal:
         return refusal

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .. import procs
 from ..collector import Collector
 from ..errors import no_such_gpu
+from ..idle import busy_percent
 from ..model import GpuProcess, Snapshot
 from ..protect import Protection, Refusal, load
 from ..snapshot import Machine
@@ -84,7 +85,7 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
     time is judged at once instead of by watching (see select_idle)."""
     criteria.check()
     caller = caller or Caller.current()
-    protection = protection or load(caller_chain=caller.chain)
+    protection = protection or load(caller_chain=caller.chain, caller_uid=0 if caller.root else caller.uid)
     if not protection.caller_chain:
         protection.caller_chain = caller.chain
     source = machine if isinstance(machine, Collector) else Collector(machine)
@@ -100,7 +101,8 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
         targets = [_named(pid, by_pid, holder_scan, table) for pid in dict.fromkeys(criteria.pids)]
     else:
         targets = list(by_pid.values())
-    targets = _narrow_by_criteria(targets, criteria, caller, notes)
+    notes.extend(protection.notes)
+    targets = _narrow_by_criteria(targets, criteria, caller, notes, snap)
     if criteria.idle is not None:
         targets = select_idle(source, snap, targets, criteria.idle, notes, progress, known=idle_known)
     for t in targets:
@@ -159,7 +161,8 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
     return t
 
 
-def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Caller, notes: list[str]) -> list[Target]:
+def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Caller, notes: list[str],
+                        snap: Snapshot) -> list[Target]:
     """Selectors narrow each other: GPUs AND users AND zombie; broad selectors keep the caller's
     own processes (others' only for root with all_users)."""
     if criteria.gpus is not None:
@@ -170,7 +173,8 @@ def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Calle
         users = set(criteria.users)
         targets = _narrow(targets, lambda t: t.user in users, notes, f"user {','.join(criteria.users)}")
     if criteria.zombie:
-        targets = _narrow(targets, lambda t: t.zombie or t.orphaned, notes, "zombie or orphaned")
+        targets = _narrow(targets, lambda t: t.zombie or (t.orphaned and _stale_orphan(t, snap, notes)), notes,
+                          "zombie or orphaned")
     if criteria.users is not None or criteria.pids or (caller.root and criteria.all_users):
         return targets
     others = [t for t in targets if not _is_own(t, caller) and not t.unmapped]
@@ -180,6 +184,43 @@ def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Calle
         notes.append(f"not selected: {len(others)} matching process{'es' if len(others) != 1 else ''} "
                      f"of other users ({', '.join(names)}): {how}")
     return [t for t in targets if _is_own(t, caller) or t.unmapped]
+
+
+BUSY_CPU = 10.0  # % of one CPU: an orphan using more is at work, not a stale holder
+
+
+def _orphan_at_work(t: Target, snap: Snapshot) -> str | None:
+    """Why an orphan (a process whose parent is init) is at work rather than left holding memory,
+    or None. Daemons are re-parented to init on purpose: only one that runs no kernels (the idle
+    rule: its own samples, else its GPU's) and uses little CPU counts as a stale holder. A GPU
+    whose utilization cannot be read cannot tell: that counts as at work (it is not selected)."""
+    devices = {d.index: d for d in snap.gpus}
+    for row in t.rows:
+        dev = devices.get(row.gpu)
+        busy = busy_percent(row, dev) if dev is not None else row.sm_utilization
+        if busy is None:
+            why = row.utilization_na or "N/A"
+            return f"whether it runs kernels on GPU {row.gpu} cannot be read ({why})"
+        if busy > 0:
+            return f"it runs kernels on GPU {row.gpu} ({busy}% of the time)"
+    cpu = max((r.cpu_percent for r in t.rows if r.cpu_percent is not None), default=None)
+    if cpu is None and t.listed is not None and not t.rows:  # a holder NVML does not list: /proc's lifetime average
+        cpu_time, started = getattr(t.listed, "cpu_time", None), t.start_time
+        if cpu_time is not None and started is not None and snap.time > started:
+            cpu = 100 * cpu_time / (snap.time - started)
+    if cpu is not None and cpu >= BUSY_CPU:
+        return f"it uses {cpu:.0f}% of a CPU"
+    return None
+
+
+def _stale_orphan(t: Target, snap: Snapshot, notes: list[str]) -> bool:
+    """--zombie's test of an orphan; one at work is left out with a note."""
+    busy = _orphan_at_work(t, snap)
+    if busy is None:
+        return True
+    notes.append(f"pid {t.pid} is orphaned (its parent is init) but at work: {busy}; a daemon is re-parented "
+                 "to init on purpose: not selected by --zombie")
+    return False
 
 
 def _judge(t: Target, caller: Caller, protection: Protection, all_users: bool) -> None:
