@@ -25,8 +25,11 @@ utilization and idle time per process; one row per process life with its totals.
 'vram report', 'vram job', 'vram kill --idle' and 'vram doctor' read it.
 
 The database is /var/lib/vramkit/history.db for root, else ~/.local/state/vramkit/history.db
-(--db, $VRAM_DB). Raw samples are kept a day, 1-minute averages 30 days, 15-minute averages a
-year (--keep-raw, --keep-minute, --keep-quarter), and the file stays under --max-size.
+(--db, $VRAM_DB). Where others may enter the database's directory (root's), the live file is
+private/history.db beside it, which only its owner can open, and root publishes a read-only
+copy for other users every --publish-every (60s) when something changed. Raw samples are
+kept a day, 1-minute averages 30 days, 15-minute averages a year (--keep-raw, --keep-minute,
+--keep-quarter), and the file stays under --max-size.
 It keeps going through a lost GPU or a driver reload, stops cleanly on SIGTERM or Ctrl-C, and
 continues where it stopped when started again. docs/history.md says how to run it as a service.
 
@@ -44,7 +47,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", metavar="PATH", help="the database (default: see above; also $VRAM_DB)")
     p.add_argument("--interval", metavar="DURATION", default="5s", help="time between samples (default 5s)")
     p.add_argument("--duration", metavar="DURATION", help="stop after this long (default: run until stopped)")
-    p.add_argument("--samples", metavar="N", type=int, help="stop after N samples")
+    p.add_argument("--samples", metavar="N", type=int,
+                   help="stop after N samples (attempts: one that could not be read or written counts)")
     p.add_argument("--commands", choices=("off", "name", "full"), default="name",
                    help="what is kept of each command line: off, the program name (default), or full")
     p.add_argument("--keep-raw", metavar="DURATION", default="24h", help="keep raw samples this long (24h)")
@@ -54,6 +58,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    help="keep 15-minute averages this long (365d)")
     p.add_argument("--max-size", metavar="SIZE", default="2GiB",
                    help="the most the database may hold; the oldest rows go first (2GiB)")
+    p.add_argument("--publish-every", metavar="DURATION", default="60s",
+                   help="how often the copy other users read is refreshed, when something changed (60s)")
     p.add_argument("--quiet", action="store_true", help="say nothing but errors")
     from ..history.notices import add_policy_options
 
@@ -76,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     duration = _duration(args, "duration") if args.duration is not None else None
     if args.samples is not None and args.samples < 1:
         raise UsageError(f"--samples: must be at least 1, got {args.samples}")
+    publish_every = _duration(args, "publish_every", minimum=0.1)
     keep = [_duration(args, n, minimum=60) for n in ("keep_raw", "keep_minute", "keep_quarter")]
     try:
         max_bytes = parse_size(args.max_size)
@@ -100,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         close_policy = attach_policy(collector, args, say)
         store = Store.open(args.db, write=True)
         try:
-            recorder = Recorder(store, interval, args.commands, retention, say)
+            recorder = Recorder(store, interval, args.commands, retention, say, publish_every)
         except BaseException:
             store.close(settle=False)
             raise
@@ -130,15 +137,19 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     if not args.quiet:
-        say(f"recording every {format_duration(interval) if interval >= 1 else f'{interval:g}s'} into "
-            f"{store.path}{'' if duration is None else f' for {format_duration(duration)}'} "
+        published = ("" if store.published is None else
+                     f", published for other users at {store.published} every {_seconds(publish_every)}")
+        say(f"recording every {_seconds(interval)} into "
+            f"{store.path}{published}{'' if duration is None else f' for {format_duration(duration)}'} "
             "(Ctrl-C or SIGTERM stops)")
     # The machine's clock (a stepped scenario clock does not wait): collector.backend, the
     # machine's now, which a reopening after a driver reload replaces.
     began = collector.backend.monotonic()
     failing: str | None = None
+    attempts = 0  # what --samples counts: a sample that could not be read or written too
     try:
         while not stop.is_set():
+            attempts += 1
             started = collector.backend.monotonic()
             try:
                 unreadable.clear()
@@ -154,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                     say(f"cannot read the GPUs: {line}; retrying every interval")
                     failing = line
                 _reopen(collector, args)
-            if args.samples is not None and recorder.samples + recorder.dropped >= args.samples:
+            if args.samples is not None and attempts >= args.samples:
                 break
             if duration is not None and collector.backend.monotonic() - began >= duration:
                 break
@@ -168,6 +179,12 @@ def run(args: argparse.Namespace) -> int:
         say(f"stopped: {recorder.samples} sample{'s' if recorder.samples != 1 else ''} recorded"
             + (f", {recorder.dropped} not written" if recorder.dropped else ""))
     return 0
+
+
+def _seconds(value: float) -> str:
+    from ..units import format_duration
+
+    return format_duration(value) if value >= 1 else f"{value:g}s"
 
 
 class _Unreadable(Exception):

@@ -2,6 +2,11 @@
 
 Kept apart from store.py (which imports sqlite3) so that a command that finds no database, the
 live view most of all, pays nothing for it.
+
+A database others may read (root's, in /var/lib/vramkit) is two files: the live one, which only
+its owner can open (PRIVATE/NAME beside the name: /var/lib/vramkit/private/history.db), and a
+read-only copy the recorder publishes under the name itself. Every path here is the name; store.py
+opens the live file when the caller can reach it and the published copy otherwise.
 """
 
 from __future__ import annotations
@@ -10,11 +15,24 @@ import os
 from pathlib import Path
 
 SYSTEM_DB = Path("/var/lib/vramkit/history.db")  # root's recorder: the service
+PRIVATE = "private"  # the 0700 directory beside a published database that holds the live one
 
 
 def user_db() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "vramkit" / "history.db"
+
+
+def live_path(path: str | Path) -> Path:
+    """Where the live database behind a published name is (whether or not there is one)."""
+    path = Path(path)
+    return path.parent / PRIVATE / path.name
+
+
+def recorded(path: str | Path) -> bool:
+    """Whether there is a database at `path` this user can see: the name, or a live database
+    behind it (which only its owner can see)."""
+    return os.path.lexists(path) or os.path.lexists(live_path(path))
 
 
 def default_path() -> Path:
@@ -33,7 +51,7 @@ def reader_path(named: str | Path | None = None) -> Path:
     if named:
         return Path(named)
     own = default_path()
-    if os.path.lexists(own) or not os.path.lexists(SYSTEM_DB):
+    if recorded(own) or not recorded(SYSTEM_DB):
         return own
     return SYSTEM_DB
 
@@ -43,4 +61,4 @@ def found_path(named: str | Path | None = None) -> Path | None:
     path = reader_path(named)
     if named or os.environ.get("VRAM_DB"):
         return path
-    return path if os.path.lexists(path) else None
+    return path if recorded(path) else None

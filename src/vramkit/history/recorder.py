@@ -4,13 +4,20 @@ Each snapshot is one transaction: its sample, its GPUs, its processes (matched t
 life, a row of `jobs`), and the span of the sample before it, now known (see store.py). Nothing
 is kept in memory that the database does not also have after the commit, so a recorder killed
 at any instant leaves a database that opens, short of at most the last interval; a restarted
-one continues the same jobs. A write that fails (the disk is full) is said once, the sample is
-dropped, and recording goes on; what was written before stays intact.
+one continues the same jobs. A write that fails (the disk is full, a row of the wrong type) is
+said once, the sample is dropped, and recording goes on; what was written before stays intact.
+Values read back from the file (after a restart) are taken only when they have the type the
+schema gives them: a row that does not is left alone, never trusted.
+
+A database other users read (store.published) is copied for them by a Publisher thread every
+`publish_every` seconds when something was written, and once more when the recorder closes.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +31,8 @@ MAX_COMMAND = 1024
 ROLLUP_EVERY = 300.0  # seconds of recording between rollups / retention passes
 FORGET_AFTER = 3600.0  # a job unseen this long is not matched again in memory (the database still is)
 SAME_START = 1.0  # seconds: with unknown start ticks, a pid started within this of a job's start is that job
+PUBLISH_EVERY = 60.0  # seconds between copies of a published database (when something changed)
+COPY_SHARE = 10.0  # ... or this many times as long as the last copy took, if longer
 
 JobKey = tuple[int, "int | None", "str | None"]  # (pid, start ticks, user)
 
@@ -58,6 +67,35 @@ class _Job:
     peak: int = 0
 
 
+def _int(value: object) -> int | None:
+    """A value the file holds as an integer, or None (a row of the wrong type is not trusted)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 62 else None
+
+
+def _real(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _gpu_set(value: object) -> set[int] | None:
+    """A job's GPU list ("0,3"), or None when it is not one."""
+    if not isinstance(value, str) or len(value) > 4096:
+        return None
+    parts = [x for x in value.split(",") if x]
+    if not all(x.isascii() and x.isdigit() and len(x) < 6 for x in parts):
+        return None
+    return {int(x) for x in parts}
+
+
+def _job_row(row: tuple[object, ...] | None) -> _Job | None:
+    """(id, last_seen, gpus, peak_memory) as the file holds them: a _Job, or None if wrong-typed."""
+    if row is None:
+        return None
+    job, seen, gpus = _int(row[0]), _real(row[1]), _gpu_set(row[2])
+    if job is None or seen is None or gpus is None:
+        return None
+    return _Job(job, seen, gpus, _int(row[3]) or 0)
+
+
 def max_gap(interval: float) -> float:
     """Longer than this between two samples and the time between is not counted: the recorder
     was stopped, the machine slept, or the clock jumped."""
@@ -66,7 +104,8 @@ def max_gap(interval: float) -> float:
 
 class Recorder:
     def __init__(self, store: Store, interval: float, commands: str = "name",
-                 retention: Retention | None = None, say: Callable[[str], None] | None = None):
+                 retention: Retention | None = None, say: Callable[[str], None] | None = None,
+                 publish_every: float = PUBLISH_EVERY):
         if commands not in COMMANDS:
             raise RequestError(f"commands: must be one of {', '.join(COMMANDS)}, got {commands!r}",
                                param="commands")
@@ -78,6 +117,7 @@ class Recorder:
         self.say = say or (lambda line: None)
         self.samples = 0  # written
         self.dropped = 0  # not written (a failed write)
+        self.commits = 0  # transactions committed (what a published copy follows)
         self._failing: str | None = None  # the failure being reported, said once
         self._prev: _Prev | None = None
         self._jobs: dict[JobKey, _Job] = {}
@@ -94,6 +134,8 @@ class Recorder:
             self._resume()
         except sqlite3.Error as e:  # a file damaged past its first pages
             raise StoreError(describe(e, store.path), param="db") from None
+        self.publisher = (Publisher(store, publish_every, self.say, lambda: self.commits)
+                          if store.published is not None else None)
 
     # ------------------------------------------------------------ consumer
     def __call__(self, snap: Snapshot) -> None:
@@ -112,11 +154,12 @@ class Recorder:
                 self._write_gpus(c, sample, snap)
                 new_jobs, held = self._write_processes(c, sample, snap, continuing)
                 idle_since = self._write_holding(c, held, snap.time, unbroken)
-        except sqlite3.Error as e:
+        except Exception as e:  # noqa: BLE001 - a write that fails for any reason is said, not fatal
             self.dropped += 1
-            self._fail(describe(e, self.store.path))
+            self._fail(self._why(e))
             return
         # Committed: only now does memory follow the database.
+        self.commits += 1
         self._jobs.update(new_jobs)
         self._prev = _Prev(sample, mono, snap.time, held)
         self._idle_since = idle_since
@@ -161,11 +204,16 @@ class Recorder:
                 if self._prev.mono is not None:  # (a resumed sample waits for a real next one)
                     with self.store.transaction() as c:
                         self._credit_previous(c, mono, None)
+                    self.commits += 1
                 self._prev = None
-        except sqlite3.Error as e:
-            self._fail(describe(e, self.store.path))
+        except Exception as e:  # noqa: BLE001 - said; the store still closes
+            self._fail(self._why(e))
         finally:
-            self.store.close()
+            try:
+                if self.publisher is not None:
+                    self.publisher.close()
+            finally:
+                self.store.close()
 
     # ------------------------------------------------------------ the writes
     def _credit_previous(self, c: sqlite3.Connection, mono: float, wall: float | None) -> bool:
@@ -280,8 +328,9 @@ class Recorder:
             row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks IS NULL "
                             "AND user IS ? AND last_seen >= ? ORDER BY id DESC LIMIT 1",
                             (pid, user, now - self.gap)).fetchone()
-        if row is not None:
-            return _Job(row[0], row[1], {int(x) for x in row[2].split(",") if x}, row[3])
+        found = _job_row(row)
+        if found is not None:
+            return found
         job_id = c.execute(
             "INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
             "last_seen, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
@@ -298,18 +347,26 @@ class Recorder:
         last = c.execute("SELECT id, t, span FROM samples ORDER BY id DESC LIMIT 1").fetchone()
         if last is None:
             return
-        sample, t, span = last
-        for job_id, pid, ticks, user, seen, gpus, peak in c.execute(
-                "SELECT id, pid, start_ticks, user, last_seen, gpus, peak_memory FROM jobs WHERE last_seen >= ?",
-                (t - self.gap,)):
-            self._jobs[(pid, ticks, user)] = _Job(job_id, seen, {int(x) for x in gpus.split(",") if x}, peak)
+        sample, t, span = _int(last[0]), _real(last[1]), last[2]
+        if sample is None or t is None:
+            return  # not a sample this recorder could continue from: start afresh
+        for row in c.execute("SELECT id, pid, start_ticks, user, last_seen, gpus, peak_memory FROM jobs "
+                             "WHERE last_seen >= ?", (t - self.gap,)):
+            job, pid, ticks, user = _job_row((row[0], row[4], row[5], row[6])), _int(row[1]), row[2], row[3]
+            if job is None or pid is None or (ticks is not None and _int(ticks) is None) \
+                    or not (user is None or isinstance(user, str)):
+                continue
+            self._jobs[(pid, ticks, user)] = job
         if span:
             return  # stopped cleanly: the time since is downtime
-        held = [_Held(job, gpu, memory, bool(idle)) for job, gpu, memory, idle in c.execute(
-            "SELECT job, gpu, memory, idle FROM proc_raw WHERE sample = ?", (sample,))]
-        self._prev = _Prev(sample, None, float(t), held)
-        self._idle_since = {(job, gpu): since for job, gpu, since in c.execute(
-            "SELECT job, gpu, idle_since FROM holding")}
+        held = []
+        for job_id, gpu, memory, idle in c.execute("SELECT job, gpu, memory, idle FROM proc_raw WHERE sample = ?",
+                                                   (sample,)):
+            if _int(job_id) is not None and _int(gpu) is not None:
+                held.append(_Held(job_id, gpu, _int(memory), idle == 1))
+        self._prev = _Prev(sample, None, t, held)
+        self._idle_since = {(job, gpu): _real(since) for job, gpu, since in c.execute(
+            "SELECT job, gpu, idle_since FROM holding") if _int(job) is not None and _int(gpu) is not None}
 
     def _maintain(self, now: float) -> None:
         if self._last_rollup is not None and 0 <= now - self._last_rollup < ROLLUP_EVERY:
@@ -320,13 +377,74 @@ class Recorder:
             # Forget jobs not seen for a while, and any the size bound removed from the database.
             ids = ",".join(str(j.id) for j in self._jobs.values())
             kept = {row[0] for row in self.store.conn.execute(f"SELECT id FROM jobs WHERE id IN ({ids})")}
-        except sqlite3.Error as e:
-            self._fail(describe(e, self.store.path))
+        except Exception as e:  # noqa: BLE001 - said once; recording goes on, the next pass retries
+            self._fail(self._why(e))
             return
+        self.commits += 1
         self._jobs = {k: j for k, j in self._jobs.items() if j.id in kept and abs(now - j.last_seen) <= FORGET_AFTER}
+
+    def _why(self, e: Exception) -> str:
+        if isinstance(e, sqlite3.Error):
+            return describe(e, self.store.path)
+        return f"{self.store.path}: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
 
     def _fail(self, line: str) -> None:
         if self._failing != line:
             self.say(f"{line}: samples are not being recorded (what was recorded is intact); retrying "
                      "every interval")
             self._failing = line
+
+
+class Publisher:
+    """Copies a store's live database to its published name (Store.publish) in a thread of its
+    own, so the copy never delays a sample: at once, then every `every` seconds (or ten times as
+    long as the last copy took, if longer) when `changes()` moved, and once more at close. A copy
+    that fails is said once (other users then read the copy before); recording is not touched."""
+
+    def __init__(self, store: Store, every: float, say: Callable[[str], None], changes: Callable[[], int]):
+        self.store = store
+        self.every = every
+        self.say = say
+        self.changes = changes
+        self.copies = 0
+        self._done: int | None = None  # changes() as of the newest copy
+        self._failing: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vram-publish", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            began = time.monotonic()
+            self.publish()
+            # A large history takes seconds to copy: wait ten times as long as the copy took, if
+            # that is longer, so that copying takes at most a tenth of one core.
+            if self._stop.wait(max(self.every, COPY_SHARE * (time.monotonic() - began))):
+                return
+
+    def publish(self) -> None:
+        with self._lock:
+            changes = self.changes()
+            if changes == self._done:
+                return
+            try:
+                self.store.publish()
+            except (OSError, sqlite3.Error) as e:
+                line = (describe(e, self.store.path) if isinstance(e, sqlite3.Error)
+                        else f"{e.filename or self.store.published}: {e.strerror or e}")
+                if line != self._failing:
+                    self.say(f"cannot publish the history for other users ({line}); they read the copy "
+                             "before, and it is tried again")
+                    self._failing = line
+                return
+            self._done = changes
+            self.copies += 1
+            if self._failing is not None:
+                self.say(f"published the history for other users again at {self.store.published}")
+                self._failing = None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.publish()

@@ -17,6 +17,7 @@ row by row (query.py): a 30-day report reads tens of thousands of rows, not mill
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -24,9 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from ..errors import RequestError
-from .paths import default_path, reader_path
+from .paths import default_path, live_path, reader_path
 
 SCHEMA_VERSION = 2
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
@@ -180,35 +182,137 @@ class StoreError(RequestError):
     """The database cannot be used as asked (corrupt, newer schema, locked, not ours): exit 2."""
 
 
-def _check_not_symlink(path: Path) -> None:
+class StoreBusyError(StoreError):
+    """The database is in use by another process of its owner (another recorder, a long
+    transaction): a failure of the moment, not bad input. `vram record` exits 1 (the service
+    restarts it), not 2."""
+
+    exit_code = 1
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _walk(directory: Path, create: bool) -> None:
+    """Check the way to `directory` one component at a time from / (audit.py's walk), creating
+    what is missing when `create` (0755 for root's shared store, 0700 otherwise). A symlink is
+    followed only when the directory holding it is root's or the caller's and nobody else may
+    write it; each directory on the way must be one no other user can change the next step in
+    (root's or the caller's, and writable by nobody else, or sticky with the next step root's or
+    the caller's). So nobody else can swap a file or directory in under a path checked here."""
+    me = os.geteuid()
+    shown = directory
+    todo = list(directory.absolute().parts[1:])
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    here = Path("/")
+    links = 0
+
+    def fail(why: str) -> NoReturn:
+        raise StoreError(f"{why}; choose a directory of your own (--db or $VRAM_DB)", param="db")
     try:
-        st = os.lstat(path)
+        while todo:
+            name = todo.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                nfd = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, here = nfd, here.parent
+                continue
+            holder = os.fstat(fd)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, 0o755 if me == 0 else 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            others_write = holder.st_mode & 0o022
+            if holder.st_uid not in (0, me):
+                fail(f"{here / name} can be changed by another user (uid {holder.st_uid} owns {here})")
+            if others_write and not holder.st_mode & stat.S_ISVTX:
+                fail(f"{here / name} can be changed by another user (others may write {here})")
+            if others_write and st.st_uid not in (0, me):
+                fail(f"{here / name} belongs to another user (uid {st.st_uid}), in {here}, which others may write")
+            if stat.S_ISLNK(st.st_mode):
+                if others_write:
+                    fail(f"{here / name} is a symbolic link in a directory others may write; give the path without it")
+                links += 1
+                if links > 40:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                target = os.readlink(name, dir_fd=fd)
+                todo[:0] = Path(target).parts
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                    here = Path("/")
+                    todo.pop(0)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                fail(f"{here / name} is not a directory")
+            nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd, here = nfd, here / name
+        st = os.fstat(fd)
+        if st.st_uid not in (0, me) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            fail(f"{shown} can be changed by another user")
     except FileNotFoundError:
-        return
+        raise
+    except OSError as e:
+        raise StoreError(f"cannot use {shown}: {e.strerror or e}", param="db") from None
+    finally:
+        os.close(fd)
+
+
+def _lstat(path: Path | str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
     except OSError as e:
         raise StoreError(f"{path}: {e.strerror}", param="db") from None
+
+
+def _check_not_symlink(path: Path) -> None:
+    st = _lstat(path)
+    if st is None:
+        return
     if stat.S_ISLNK(st.st_mode):
         raise StoreError(f"{path} is a symbolic link; vram does not follow links it did not make", param="db")
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"{path} is not a regular file", param="db")
 
 
-def _check_companions(path: Path, owner: int) -> None:
+def _check_trusted(path: Path | str, st: os.stat_result, whose: str) -> None:
+    """The rule for a file vram writes (whose = 'the recorder') or reads as root ('root'): it is
+    the caller's own, and no one else may write it."""
+    if st.st_uid != os.geteuid():
+        raise StoreError(f"{path} belongs to another user (uid {st.st_uid}), who could have written anything "
+                         f"in it; {whose} uses only a database and companion files of its own", param="db")
+    if st.st_mode & 0o022:
+        raise StoreError(f"{path} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                         f"{whose} uses only a database and companion files no one else may write "
+                         "(chmod go-w it)", param="db")
+
+
+def _check_companions(path: Path, owner: int, trusted: str | None = None) -> None:
     """SQLite opens PATH-wal, PATH-shm and PATH-journal next to the database and would follow a
     link there or use a file another user planted: each must be missing, or a regular file of the
-    database's owner (or root)."""
+    database's owner (or root); with `trusted`, of the caller and written by nobody else."""
     for suffix in ("-wal", "-shm", "-journal"):
         companion = Path(f"{path}{suffix}")
-        try:
-            st = os.lstat(companion)
-        except FileNotFoundError:
+        st = _lstat(companion)
+        if st is None:
             continue
-        except OSError as e:
-            raise StoreError(f"{companion}: {e.strerror}", param="db") from None
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise StoreError(f"{companion} is not a regular file (a link?); vram does not follow links",
                              param="db")
-        if st.st_uid not in (0, owner, os.geteuid()):
+        if trusted is not None:
+            _check_trusted(companion, st, trusted)
+        elif st.st_uid not in (0, owner, os.geteuid()):
             raise StoreError(f"{companion} belongs to another user (uid {st.st_uid}); remove it if it "
                              "is not yours", param="db")
 
@@ -225,12 +329,7 @@ def _check_header(path: Path) -> None:
         pass
     except OSError as e:
         raise StoreError(f"cannot read {path}-wal: {e.strerror}", param="db") from None
-    try:
-        with open(path, "rb", buffering=0) as f:
-            head = f.read(100)
-            size = os.fstat(f.fileno()).st_size
-    except OSError as e:
-        raise StoreError(f"cannot read {path}: {e.strerror}", param="db") from None
+    head, size = _head(path)
     if len(head) == 0:
         return  # new, empty: SQLite writes the header
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
@@ -244,20 +343,203 @@ def _check_header(path: Path) -> None:
                          f"{size} of {pages * page} bytes)", param="db")
 
 
-def _make_dir(directory: Path) -> None:
-    """Create the store's directory (0755 for root's shared store, 0700 otherwise); refuse a link
-    or a directory another user owns and could swap files in."""
-    if not directory.exists():
+def _head(path: Path | str) -> tuple[bytes, int]:
+    """The first 100 bytes of a file (SQLite's header) and its size; never waits (a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}", param="db") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"{path} is not a regular file", param="db")
+        return os.pread(fd, 100, 0), os.fstat(fd).st_size
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}", param="db") from None
+    finally:
+        os.close(fd)
+
+
+def _is_snapshot(path: Path) -> bool:
+    """A database file nobody writes in place: in rollback-journal mode (a published copy, or a
+    history whose recorder has stopped) with no write-ahead log beside it."""
+    head, _ = _head(path)
+    return len(head) == 100 and head[18:20] == b"\x01\x01" and not os.path.lexists(f"{path}-wal")
+
+
+def _private_dir(directory: Path) -> None:
+    """The 0700 directory of the live database: the caller's, and entered by nobody else."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise StoreError(f"cannot create {directory}: {e.strerror}", param="db") from None
+    try:
+        fd = os.open(directory, _DIR_FLAGS)
+    except OSError as e:
+        raise StoreError(f"cannot use {directory}: {e.strerror} (it must be a directory, not a link)",
+                         param="db") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise StoreError(f"{directory} belongs to another user (uid {st.st_uid}); the live database "
+                             "goes only in a directory of the recorder's own", param="db")
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _copy_file(src: str, dst: str) -> bool:
+    """Copy a file byte for byte into a new file (0600); False when there is no `src`."""
+    try:
+        sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        dfd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            directory.mkdir(parents=True, mode=0o755 if os.geteuid() == 0 else 0o700, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"cannot create {directory}: {e.strerror}", param="db") from None
-    st = os.lstat(directory)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise StoreError(f"{directory} is not a directory (a link?); vram does not follow links", param="db")
-    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-        raise StoreError(f"{directory} can be changed by another user; choose a directory of your own "
-                         "(--db or $VRAM_DB)", param="db")
+            while os.sendfile(dfd, sfd, None, 1 << 24):
+                pass
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+    return True
+
+
+def _unlink(path: Path | str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _flock_holders(st: os.stat_result) -> list[int]:
+    """The pids holding a flock on the file `st` describes (/proc/locks; -1 where unknown)."""
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == inode:
+                    pids.append(int(parts[4]) if parts[4].lstrip("-").isdigit() else -1)
+    except OSError:
+        return [-1]
+    return pids
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid if pid > 0 else None
+    except OSError:
+        return None
+
+
+def _check_old(old: Path) -> bool:
+    """The checks of a database to move private (_migrate); False when there is nothing to move."""
+    st = _lstat(old)
+    if st is None or (stat.S_ISREG(st.st_mode) and st.st_size == 0 and st.st_uid == os.geteuid()):
+        return False
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"{old} is not a regular file (a link?); vram does not follow links", param="db")
+    _check_trusted(old, st, "the recorder")
+    _check_companions(old, st.st_uid, "the recorder")
+    _check_header(old)
+    return st.st_size > 0
+
+
+def _migrate(old: Path, live: Path) -> None:
+    """Move the history at `old` (where the live database was before it went private) into
+    `live`: copied into a fresh file in the private directory, so that no lock anyone took on
+    the old file (which every user could open) reaches it, and checked before it takes the live
+    name. A recorder of an older vramkit still writing `old` is waited for by no one: refused."""
+    if not _check_old(old):
+        return
+    import fcntl
+
+    guard = os.open(old, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # A lock another user took cannot be a recorder's (they cannot write the file): only
+            # one of the caller's own (or one whose holder cannot be told) stops the move.
+            if any(_uid_of(pid) in (None, os.geteuid()) for pid in _flock_holders(os.fstat(guard))):
+                raise StoreBusyError(f"{old} is locked: another 'vram record' (of an older vramkit?) is "
+                                     "writing to it", param="db") from None
+        tmp = live.parent / f".{live.name}.moving"
+        for suffix in ("", "-wal", "-journal", "-shm"):
+            _unlink(f"{tmp}{suffix}")
+        try:
+            for suffix in ("", "-wal", "-journal"):  # SQLite finishes (or undoes) what they hold
+                _copy_file(f"{old}{suffix}", f"{tmp}{suffix}")
+            conn = sqlite3.connect(tmp, isolation_level=None, timeout=0)
+            try:
+                conn.execute("PRAGMA trusted_schema = OFF")
+                _validate(conn, old)
+                conn.execute("PRAGMA journal_mode = DELETE")  # folds the copied log in
+            finally:
+                conn.close()
+            os.rename(tmp, live)
+        except BaseException:
+            for suffix in ("", "-wal", "-journal", "-shm"):
+                _unlink(f"{tmp}{suffix}")
+            raise
+        _fsync_dir(live.parent)
+        for suffix in ("-wal", "-shm", "-journal"):  # the old file's: a copy published there has none
+            _unlink(f"{old}{suffix}")
+        if os.geteuid() != 0:
+            _unlink(old)  # nothing is published over it: a user's history is theirs alone
+    finally:
+        os.close(guard)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _number(value: object) -> bool:
+    if isinstance(value, (int, float)):
+        return True
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _validate(c: sqlite3.Connection, path: Path) -> bool:
+    """A writer's checks of an open database: ours (or empty), not newer, not damaged, its facts
+    of the right type. True when it is empty (new)."""
+    version = c.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer vramkit (schema {version}; this "
+                         f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
+    app = c.execute("PRAGMA application_id").fetchone()[0]
+    empty = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+    if app != APPLICATION_ID and not empty:
+        raise StoreError(f"{path} is an SQLite database, but not a vram history", param="db")
+    if empty:
+        return True
+    # A damaged page would make every sample fail, found only after writing began; a scan
+    # before the first write costs about 10 ms per MB, once per start.
+    problem = c.execute("PRAGMA quick_check(1)").fetchone()[0]
+    if problem != "ok":
+        raise StoreError(f"{path} is not a readable vram history database (corrupt: "
+                         f"{' '.join(str(problem).split())[:200]})", param="db")
+    if version >= 1:
+        for key, value in c.execute("SELECT key, value FROM meta WHERE key LIKE 'hour_%'"):
+            if not _number(value):
+                raise StoreError(f"{path} is not a readable vram history database (meta {str(key)[:40]!r} "
+                                 f"is {str(value)[:40]!r}, not a number)", param="db")
+    return False
 
 
 def describe(e: sqlite3.Error, path: Path) -> str:
@@ -279,39 +561,119 @@ def describe(e: sqlite3.Error, path: Path) -> str:
     return f"{path}: {text}"
 
 
+def _error(e: sqlite3.Error, path: Path) -> StoreError:
+    """The StoreError for an SQLite error while opening: busy or locked is a failure of the
+    moment (retried), anything else a database vram cannot use."""
+    line = describe(e, path)
+    text = str(e)
+    return (StoreBusyError if "locked" in text or "busy" in text else StoreError)(line, param="db")
+
+
 class Store:
     """An open history database. `Store.open(path, write=True)` for the recorder (creates and
-    migrates it); `Store.open(path)` for readers (read-only, never blocks the recorder)."""
+    migrates it); `Store.open(path)` for readers (read-only, never blocks the recorder).
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, writable: bool, lock_fd: int | None = None):
+    `path` is the file a writer has open, or the name a reader opened (the live file behind it,
+    or the copy); `published` the name a writer copies it to for other users (`publish()`),
+    None when nothing is published."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, writable: bool, lock_fd: int | None = None,
+                 published: Path | None = None):
         self.conn = conn
         self.path = path
         self.writable = writable
         self._lock_fd = lock_fd
+        self.published = published
         self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
-        """The database at `path`; by default, the recorder's (write) or the one readers find."""
+        """The database at `path`; by default, the recorder's (write) or the one readers find.
+
+        Where root records into a directory others may enter, the live database is PRIVATE/NAME
+        beside it (paths.live_path: only its owner can open it, so nobody else can lock it), and
+        a root recorder publishes a read-only copy at `path` itself. A reader opens the live file
+        when it can reach it (its owner, root), else `path`: read as an immutable file (no locks,
+        no -wal or -shm) when it is not the reader's own and nothing writes it in place."""
         path = Path(path) if path is not None else default_path() if write else reader_path()
-        if write:
-            _make_dir(path.parent)
-        _check_not_symlink(path)
-        if not write and not path.exists():
+        try:
+            return cls._open_writer(path) if write else cls._open_reader(path)
+        except FileNotFoundError:
             raise StoreError(f"no history at {path}: nothing has been recorded there (start "
-                             "'vram record', or name another database with --db)", param="db")
-        lock_fd = cls._lock(path) if write else None
+                             "'vram record', or name another database with --db)", param="db") from None
+
+    @classmethod
+    def _open_writer(cls, path: Path) -> Store:
+        _walk(path.parent, create=True)
+        live = live_path(path)
+        # Root's history in a directory others may enter is read by them: it goes private (and
+        # is published). A user's is 0600, which nobody else can open (and so lock) anyway.
+        shared = os.path.lexists(live) or (os.geteuid() == 0 and bool(os.stat(path.parent).st_mode & 0o011))
+        lock_fd: int | None = None
+        try:
+            if shared:
+                if not os.path.lexists(live):  # refused before anything is made beside it
+                    _check_old(path)
+                _private_dir(live.parent)
+                lock_fd = cls._lock(Path(f"{live}.lock"))
+                if not os.path.lexists(live):
+                    _migrate(path, live)
+                    os.close(os.open(live, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+            else:
+                lock_fd = cls._lock(path)
+                live = path
+            _check_not_symlink(live)
+            _check_trusted(live, os.lstat(live), "the recorder")
+        except BaseException as e:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+                raise StoreError(f"cannot open {path}: {e.strerror}", param="db") from None
+            if isinstance(e, sqlite3.Error):
+                raise _error(e, path) from None
+            raise
+        return cls._connect(live, True, lock_fd, path if shared and os.geteuid() == 0 else None)
+
+    @classmethod
+    def _open_reader(cls, path: Path) -> Store:
+        me = os.geteuid()
+        live = live_path(path)
+        try:
+            os.lstat(live)
+            target = live  # the owner's (or root's): the live file
+        except OSError:
+            target = path
+        if me == 0:  # root acts on what it reads (kill --idle): nothing another user could change
+            _walk(target.parent, create=False)
+        _check_not_symlink(target)
+        if not target.exists():
+            raise FileNotFoundError(target)
+        st = os.stat(target)
+        if me == 0:
+            _check_trusted(target, st, "vram as root")
+        snapshot = target == path and st.st_uid != me and _is_snapshot(path)
+        store = cls._connect(target, False, None, None, immutable=snapshot)
+        store.path = path  # what the reader named (reports say "in lab.db"), whichever file it is
+        return store
+
+    @classmethod
+    def _connect(cls, path: Path, write: bool, lock_fd: int | None, published: Path | None,
+                 immutable: bool = False) -> Store:
         conn: sqlite3.Connection | None = None
         try:
-            _check_companions(path, os.stat(path).st_uid)
+            if not immutable:
+                trusted = "the recorder" if write else "vram as root" if os.geteuid() == 0 else None
+                _check_companions(path, os.stat(path).st_uid, trusted)
             _check_header(path)
             if write:
                 conn = sqlite3.connect(path, timeout=0.5, isolation_level=None, check_same_thread=False)
             else:
-                conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=5,
-                                       isolation_level=None, check_same_thread=False)
+                # immutable: SQLite takes no lock and opens no -wal or -shm (a published copy,
+                # never written in place): nothing this reader does can reach a writer.
+                conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}",
+                                       uri=True, timeout=5, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from another user
-            store = cls(conn, path, write, lock_fd)
+            store = cls(conn, path, write, lock_fd, published)
             store._prepare()
             return store
         except BaseException as e:
@@ -320,7 +682,7 @@ class Store:
             if lock_fd is not None:
                 os.close(lock_fd)
             if isinstance(e, sqlite3.Error):
-                raise StoreError(describe(e, path), param="db") from None
+                raise _error(e, path) from None
             if isinstance(e, OSError):
                 raise StoreError(f"cannot open {path}: {e.strerror}", param="db") from None
             raise
@@ -328,38 +690,43 @@ class Store:
     @staticmethod
     def _lock(path: Path) -> int:
         """One recorder per database: an exclusive flock on the file (held until close; SQLite's
-        own locks are fcntl locks, which flock does not touch)."""
+        own locks are fcntl locks, which flock does not touch). A private database's lock is a
+        file of its own beside it, which nobody else can open (and so lock)."""
         import fcntl
 
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(path, flags, 0o644 if os.geteuid() == 0 else 0o600)
+            fd = os.open(path, flags, 0o600)
         except OSError as e:
-            if e.errno == 40:  # ELOOP: a link was put there
+            if e.errno == errno.ELOOP:  # a link was put there
                 raise StoreError(f"{path} is a symbolic link; vram does not follow links", param="db") from None
             raise StoreError(f"cannot open {path} for writing: {e.strerror}", param="db") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise StoreError(f"{path} is not a regular file", param="db")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreError(f"{path} is not a regular file", param="db")
+            _check_trusted(path, st, "the recorder")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise StoreBusyError(f"{path} is locked: another 'vram record' is writing to it", param="db") from None
+        except BaseException:
             os.close(fd)
-            raise StoreError(f"{path} is locked: another 'vram record' is writing to it", param="db") from None
+            raise
         return fd
 
     def _prepare(self) -> None:
         c = self.conn
         c.execute("PRAGMA busy_timeout = 500" if self.writable else "PRAGMA busy_timeout = 5000")
-        version = self.version()
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} was written by a newer vramkit (schema {version}; this "
-                             f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
-        app = c.execute("PRAGMA application_id").fetchone()[0]
-        empty = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
-        if app != APPLICATION_ID and not empty:
-            raise StoreError(f"{self.path} is an SQLite database, but not a vram history", param="db")
         if not self.writable:
+            version = self.version()
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} was written by a newer vramkit (schema {version}; this "
+                                 f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
+            app = c.execute("PRAGMA application_id").fetchone()[0]
+            empty = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+            if app != APPLICATION_ID and not empty:
+                raise StoreError(f"{self.path} is an SQLite database, but not a vram history", param="db")
             if empty:
                 raise StoreError(f"{self.path} holds no history yet", param="db")
             # An older schema is read as it is (a recorder service of the previous version may
@@ -369,23 +736,49 @@ class Store:
                                  f"{SCHEMA_VERSION} when it next starts", param="db")
             self.hour_sums = version >= 2
             return
-        if not empty:
-            # A damaged page would make every sample fail, found only after writing began; a scan
-            # before the first write costs about 10 ms per MB, once per start.
-            problem = c.execute("PRAGMA quick_check(1)").fetchone()[0]
-            if problem != "ok":
-                raise StoreError(f"{self.path} is not a readable vram history database (corrupt: "
-                                 f"{' '.join(str(problem).split())[:200]})", param="db")
+        empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
             c.execute("PRAGMA auto_vacuum = INCREMENTAL")
         # Between recorders the file is in rollback-journal mode (close()), where a reader in the
-        # middle of a query holds it shared: wait for it rather than refuse to start.
+        # middle of a query holds it shared: wait for it rather than refuse to start. Only the
+        # owner's own processes can: a database others may read is published, the live one private.
         c.execute("PRAGMA busy_timeout = 10000")
         c.execute("PRAGMA journal_mode = WAL")
         c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
         self.hour_sums = True
+
+    def publish(self) -> None:
+        """Copy the live database as of its newest commit to `published`, for other users: a fresh
+        file made in the private directory (VACUUM INTO, through a connection of its own, so it
+        can run beside the recorder's writes), synced, made readable (0644) and renamed over the
+        name in one step. A reader with the old copy open goes on reading it; no lock anyone holds
+        on the published file or its directory makes this wait."""
+        if self.published is None:
+            return
+        tmp = self.path.parent / f".{self.published.name}.publishing"
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            _unlink(f"{tmp}{suffix}")
+        src = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=5,
+                              isolation_level=None, check_same_thread=False)
+        try:
+            src.execute("PRAGMA trusted_schema = OFF")
+            src.execute("VACUUM INTO ?", (str(tmp),))
+        finally:
+            src.close()
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fchmod(fd, 0o644)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, self.published)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        _fsync_dir(self.published.parent)
 
     def version(self) -> int:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
