@@ -23,7 +23,8 @@ from vramkit.procs import sanitize
 
 FLOOD = 1000
 HEAD_TIMEOUT = 10  # vram serve's CLIENT_TIMEOUT
-MAX_CLIENTS = 64  # requests it handles at once (a thread each)
+MAX_CLIENTS = 64  # requests it handles at once (a worker thread each)
+MAX_PER_ADDRESS = 256  # connections it keeps from one address (these floods all come from 127.0.0.1)
 
 
 @pytest.fixture
@@ -147,15 +148,15 @@ def warm(s: Served) -> None:
 # ---------------------------------------------------------------- floods
 
 def test_a_thousand_idle_connections_are_bounded(served, many_files):
+    """Idle connections cost no thread; past the per-address limit each newcomer closes the
+    longest-idle one (without an answer: it asked nothing)."""
     s = served("--simulate", "demo")
     warm(s)
     before = rss_kib(s.pid)
     idle_threads = server_load(s.pid)[0]
     answers, threads, fds = flood(s.port, FLOOD, None, s.pid)
-    assert threads <= idle_threads + MAX_CLIENTS and fds <= MAX_CLIENTS + 32, (threads, fds)
-    refused = [a for a in answers if status_of(a) == 503]
-    assert refused, "connections beyond the limit were not answered 503"
-    assert all(status_of(a) in (503, None) for a in answers)
+    assert threads <= idle_threads and fds <= MAX_PER_ADDRESS + 32, (threads, fds)
+    assert all(status_of(a) is None for a in answers)
     assert s.proc.poll() is None
     assert wait_healthy(s) == 200
     after = rss_kib(s.pid)
@@ -170,7 +171,7 @@ def test_a_thousand_concurrent_scrapes(served, many_files):
     idle_threads = server_load(s.pid)[0]
     answers, threads, fds = flood(s.port, FLOOD, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                                   s.pid)
-    assert threads <= idle_threads + MAX_CLIENTS and fds <= MAX_CLIENTS + 32, (threads, fds)
+    assert threads <= idle_threads + MAX_CLIENTS and fds <= MAX_PER_ADDRESS + 32, (threads, fds)
     codes = [status_of(a) for a in answers]
     assert codes.count(200) >= 1
     assert set(codes) <= {200, 503, None}, set(codes)
@@ -184,18 +185,17 @@ def test_a_thousand_concurrent_scrapes(served, many_files):
     assert s.stop() == 0
 
 
-def test_the_503_path_when_every_slot_is_taken(served):
-    """64 connections that send nothing hold every slot until they go: the next is answered 503
-    at once, and once they go the server answers again."""
+def test_connections_that_send_nothing_hold_no_slot(served):
+    """64 connections that send nothing (once enough to refuse everyone 503) take nothing a
+    request needs: the next is answered at once (tests/test_serve_hostile.py: the sieges)."""
     s = served("--simulate", "demo")
     idle = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(64)]
     try:
-        answer = raw(s.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status_of(answer) == 503 and b"Retry-After: 1" in answer
+        answer = raw(s.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert status_of(answer) == 200
     finally:
         for sock in idle:
             sock.close()
-    assert wait_healthy(s) == 200
 
 
 def test_a_slow_client_is_dropped_after_the_timeout(served):

@@ -204,6 +204,70 @@ def test_basic_auth_checks_and_remembers_only_the_right_password():
     assert len(auth._verified) <= len(auth.users)  # the cache cannot grow past the user list
 
 
+def test_a_refused_password_is_remembered_too():
+    """Repeating a wrong (user, password) costs no second bcrypt; the cache is bounded."""
+    auth = BasicAuth({"alice": hashed().encode()})
+    assert not auth(basic("alice", "wrong"))
+    assert not auth(basic("mallory", "wrong"))
+    checks = auth.bcrypt_checks
+    for _ in range(10):
+        assert not auth(basic("alice", "wrong"))
+        assert not auth(basic("mallory", "wrong"))
+    assert auth.bcrypt_checks == checks
+    assert auth.quick(basic("alice", "wrong")) is False
+    assert auth.quick(basic("alice", PASSWORD)) is None  # not verified yet: only bcrypt can tell
+    assert auth(basic("alice", PASSWORD)) and auth.quick(basic("alice", PASSWORD)) is True
+    auth.MAX_FAILURES = 5
+    for i in range(20):
+        auth(basic("alice", f"guess {i}"))
+    assert len(auth._failed) == 5
+
+
+def test_one_bcrypt_check_at_a_time(monkeypatch):
+    """Guesses from many threads at once are checked one after another: at most one core."""
+    import threading
+    import time
+
+    auth = BasicAuth({"alice": hashed().encode()})
+    running = most = 0
+    lock = threading.Lock()
+    real = auth._bcrypt
+
+    class Counting:
+        @staticmethod
+        def checkpw(password, hashed_password):
+            nonlocal running, most
+            with lock:
+                running += 1
+                most = max(most, running)
+            time.sleep(0.02)  # long enough for the threads to overlap if they could
+            with lock:
+                running -= 1
+            return real.checkpw(password, hashed_password)
+    auth._bcrypt = Counting  # type: ignore[assignment]
+    start = threading.Barrier(8)
+
+    def guess(i: int) -> None:
+        start.wait()
+        auth(basic("alice", f"guess {i}"))
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert auth.bcrypt_checks == 8 and most == 1
+
+
+def test_an_unknown_user_costs_what_the_costliest_user_costs():
+    """The decoy an unknown user is checked against has the highest cost of the configured hashes
+    (not capped): with cost-13 hashes, an unknown user's check is a cost-13 check too."""
+    costly = bcrypt.hashpw(b"pw", bcrypt.gensalt(13))
+    auth = BasicAuth({"alice": hashed().encode(), "bob": costly})
+    assert auth._decoy.split(b"$")[2] == b"13"
+    assert not auth(basic("mallory", "pw"))  # bob's password for an unknown user: never a way in
+    assert auth(basic("bob", "pw"))
+
+
 @pytest.mark.parametrize("header", [None, "", "Bearer abc", "Basic !!!notbase64", "Basic " + base64.b64encode(
     b"no-colon").decode(), "Basic " + base64.b64encode(b"\xff\xfe:pw").decode(), "Basic " + "A" * 5000,
     basic("alice", "x" * 100)])

@@ -108,11 +108,26 @@ def exposure_warning(host: str, web_config: bool, tls: bool, authenticated: bool
     return None
 
 
+def raise_open_files(want: int) -> None:
+    """The soft open-files limit raised towards `want` (within the hard limit), so that the
+    server's connection limit, not the descriptor limit, is what a flood meets first."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
     import socket
 
     from ..history.paths import found_path
-    from ..serve.http import VramHTTPServer
+    from ..serve.http import MAX_CONNECTIONS, VramHTTPServer
     from ..serve.service import Options, Service
     from .common import duration_flag
 
@@ -134,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-process-series: must be 0 to 1000000, got {args.max_process_series}")
     options = Options(interval=interval, commands=args.process_commands, max_process_series=args.max_process_series,
                       dcgm_names=args.dcgm_names, history_db=found_path(args.db), hostname=args.hostname or "")
+    raise_open_files(MAX_CONNECTIONS + 256)
     machine = open_for(args)
     service = Service(machine, options)
     try:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from .._version import __version__
 from ..collector import Collector
@@ -18,6 +19,7 @@ from ..model import Snapshot
 from ..snapshot import Machine
 from .metrics import ExportState, render
 
+T = TypeVar("T")
 HISTORY_POINTS = 300  # slots per GPU in /api/v1/history: what a chart on a page can show
 
 
@@ -41,9 +43,12 @@ class Service:
         self.latest: Snapshot | None = None
         self.sequence = 0  # snapshots taken; SSE clients wait for it to move
         self.changed = threading.Condition()
-        self._cache: dict[str, tuple[int, bytes]] = {}
-        self._cache_lock = threading.Lock()
+        self._cache: dict[str, tuple[int, float, object]] = {}  # kind -> (sequence, built at, answer)
+        self._cache_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
         self.last_error: str | None = None
+        self.history_builds = 0  # how many times a history answer was computed (tests see the cache work)
 
     # ------------------------------------------------------------ sampling
     def start(self) -> None:
@@ -54,6 +59,15 @@ class Service:
         with self.changed:
             self.sequence = -1  # wakes every stream, which then ends
             self.changed.notify_all()
+        self._tell()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (quickly, from the sampling thread) after each reading and on closing."""
+        self._listeners.append(listener)
+
+    def _tell(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def _taken(self, snap: Snapshot) -> None:
         self.state.read_seconds = self.collector.last_read_seconds
@@ -62,6 +76,7 @@ class Service:
             self.sequence += 1
             self.changed.notify_all()
         self.last_error = None
+        self._tell()
 
     def _failed(self, e: Exception) -> None:
         self.state.read_errors += 1
@@ -79,16 +94,23 @@ class Service:
             return self.changed.wait_for(lambda: self.latest is not None or self.sequence < 0, timeout)
 
     # ------------------------------------------------------------ answers
-    def _cached(self, kind: str, build: Callable[[], bytes]) -> bytes:
-        """Built once per snapshot: N clients cost one rendering, not N."""
-        with self._cache_lock:
+    def _cached(self, kind: str, build: Callable[[], T], min_age: float = 0.0,
+                lasting: Callable[[T], bool] = lambda _: True) -> T:
+        """Built once per snapshot (and, with `min_age`, at most once in that many seconds): N
+        clients cost one rendering, not N. Each kind has its own lock, so a slow history query
+        never holds up /metrics; clients asking for the same kind meanwhile wait for its one build."""
+        with self._locks_lock:
+            lock = self._cache_locks.setdefault(kind, threading.Lock())
+        with lock:
             hit = self._cache.get(kind)
-            if hit is not None and hit[0] == self.sequence:
-                return hit[1]
+            now = time.monotonic()
+            if hit is not None and (hit[0] == self.sequence
+                                    or (now - hit[1] < min_age and lasting(hit[2]))):  # type: ignore[arg-type]
+                return hit[2]  # type: ignore[return-value]  # what build() made for this kind
             seq = self.sequence
-            body = build()
-            self._cache[kind] = (seq, body)
-            return body
+            answer = build()
+            self._cache[kind] = (seq, now, answer)
+            return answer
 
     def metrics(self) -> bytes:
         """Prometheus' text for the newest snapshot, written directly (metrics.render), not through
@@ -119,6 +141,16 @@ class Service:
         return replace(snap, gpus=[replace(g, processes=[replace(p, command=None) for p in g.processes])
                                    for g in snap.gpus])
 
+    def history_json(self, span: float) -> tuple[int, bytes]:
+        """(HTTP status, JSON) of history(span), computed once per reading, and for the long
+        ranges at most once per tenth of a slot (a 7-day chart's slot is 33 minutes): however
+        many pages ask, the store is queried once."""
+        def build() -> tuple[int, bytes]:
+            code, answer = self.history(span)
+            return code, json.dumps(answer, allow_nan=False).encode()
+        return self._cached(f"history {span:g}", build, min_age=span / HISTORY_POINTS / 10,
+                            lasting=lambda answer: answer[0] == 200)  # an error is asked again next reading
+
     def history(self, span: float) -> tuple[int, dict[str, object]]:
         """(HTTP status, answer): each GPU's recorded memory used and utilization over the last
         `span` seconds, in at most HISTORY_POINTS slots (history/series.py), or why there is none."""
@@ -126,6 +158,7 @@ class Service:
         from ..history.store import Store, StoreError
 
         path = self.options.history_db
+        self.history_builds += 1
         if path is None:
             return 404, {"error": "no history: run 'vram record', or name its database with vram serve --db"}
         try:

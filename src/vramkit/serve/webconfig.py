@@ -27,6 +27,7 @@ import re
 import secrets
 import stat
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,6 +203,11 @@ def _users(section: Any, path: Path) -> dict[str, bytes]:
     return users
 
 
+def _cost(hashed: bytes) -> int:
+    """A bcrypt hash's cost ($2y$COST$...)."""
+    return int(hashed.split(b"$")[2])
+
+
 def ssl_context(config: WebConfig) -> ssl.SSLContext:
     """A server-side SSLContext for config.tls, or a WebConfigError naming what does not load."""
     import ssl
@@ -236,47 +242,86 @@ def ssl_context(config: WebConfig) -> ssl.SSLContext:
 
 
 class BasicAuth:
-    """Checks an Authorization header against the config's users. bcrypt takes tens of
-    milliseconds by design, so a password once verified is remembered, as a keyed hash (one
-    entry per configured user: the cache cannot grow past the user list), and later requests
-    compare that in constant time. An unknown user costs a bcrypt check too, so that timing does
-    not tell which users exist."""
+    """Checks an Authorization header against the config's users.
+
+    bcrypt takes tens to hundreds of milliseconds by design, so:
+    - one check runs at a time (however many clients guess, at most one core is spent on it);
+    - a password once verified is remembered (one entry per configured user: the cache cannot
+      grow past the user list), and so is a refused (user, password) pair (the most recent
+      MAX_FAILURES): repeating either costs no bcrypt. Both caches hold HMACs of what the client
+      sent, under a key that dies with the process, never the passwords;
+    - an unknown user costs a check against the costliest configured hash (its result ignored),
+      so that timing does not tell which users exist.
+    `quick` answers from the caches alone (None: a slow check is needed); calling the object
+    answers in any case, waiting for its turn at bcrypt."""
+
+    MAX_FAILURES = 4096
 
     def __init__(self, users: dict[str, bytes]):
         import bcrypt
 
         self._bcrypt = bcrypt
         self.users = dict(users)
-        self._key = secrets.token_bytes(32)  # the cache holds HMACs under a key that dies with the process
-        self._verified: dict[str, bytes] = {}
-        self._lock = threading.Lock()
-        # The decoy costs what the users' hashes cost (bounded: it is computed at start).
-        cost = max((int(h.split(b"$")[2]) for h in users.values()), default=4)
-        self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(min(cost, 12)))
-        self.bcrypt_checks = 0  # how many slow checks ran (the cache's effect is visible in tests)
+        self._key = secrets.token_bytes(32)  # the caches hold HMACs under a key that dies with the process
+        self._verified: dict[str, bytes] = {}  # user -> HMAC of the (user, password) verified
+        self._failed: OrderedDict[bytes, None] = OrderedDict()  # HMACs of (user, password) refused
+        self._lock = threading.Lock()  # the caches
+        self._checking = threading.Lock()  # one bcrypt at a time
+        self._decoy = max(users.values(), key=_cost) if users else bcrypt.hashpw(b"-", bcrypt.gensalt(4))
+        self.bcrypt_checks = 0  # how many slow checks ran (the caches' effect is visible in tests)
+
+    def _digest(self, user: str, password: bytes) -> bytes:
+        name = user.encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, len(name).to_bytes(4, "big") + name + password, "sha256").digest()
+
+    def _remembered(self, user: str, digest: bytes) -> bool | None:
+        with self._lock:
+            verified = self._verified.get(user)
+            if verified is not None and hmac.compare_digest(verified, digest):
+                return True
+            if digest in self._failed:
+                self._failed.move_to_end(digest)
+                return False
+        return None
+
+    def quick(self, header: str | None) -> bool | None:
+        """The answer without bcrypt: False for a malformed header or a refused (user, password)
+        seen recently, True for a verified one; None when only a bcrypt check can tell."""
+        credentials = self._credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        return self._remembered(user, self._digest(user, password))
 
     def __call__(self, header: str | None) -> bool:
         credentials = self._credentials(header)
         if credentials is None:
             return False
         user, password = credentials
-        digest = hmac.new(self._key, password, "sha256").digest()
-        with self._lock:
-            remembered = self._verified.get(user)
-        if remembered is not None and hmac.compare_digest(remembered, digest):
-            return True
-        hashed = self.users.get(user)
-        self.bcrypt_checks += 1
-        # bcrypt looks at 72 bytes (htpasswd's hashes too); bcrypt 5 refuses longer passwords.
-        try:
-            ok = self._bcrypt.checkpw(password[:72], hashed if hashed is not None else self._decoy)
-        except ValueError:  # a hash this bcrypt cannot read (checked at load; belt and braces)
-            ok = False
-        if ok and hashed is not None:
+        digest = self._digest(user, password)
+        known = self._remembered(user, digest)
+        if known is not None:
+            return known
+        with self._checking:
+            known = self._remembered(user, digest)  # settled while this one waited its turn
+            if known is not None:
+                return known
+            hashed = self.users.get(user)
+            self.bcrypt_checks += 1
+            # bcrypt looks at 72 bytes (htpasswd's hashes too); bcrypt 5 refuses longer passwords.
+            try:
+                ok = self._bcrypt.checkpw(password[:72], hashed if hashed is not None else self._decoy)
+            except ValueError:  # a hash this bcrypt cannot read (checked at load; belt and braces)
+                ok = False
+            ok = ok and hashed is not None  # the decoy is another user's hash: never a way in
             with self._lock:
-                self._verified[user] = digest
-            return True
-        return False
+                if ok:
+                    self._verified[user] = digest
+                else:
+                    self._failed[digest] = None
+                    while len(self._failed) > self.MAX_FAILURES:
+                        self._failed.popitem(last=False)
+            return ok
 
     @staticmethod
     def _credentials(header: str | None) -> tuple[str, bytes] | None:
