@@ -365,7 +365,10 @@ class VramHTTPServer:
         """Close the connection of `group` that has waited longest without a complete request.
         Each candidate is read once more first: a client whose request has just arrived (it
         connected a moment ago, in the same burst) is answered, not dropped."""
-        for conn in sorted((c for c in group if c.evictable), key=lambda c: (c.since, c.seq)):
+        candidates = [c for c in group if c.evictable]
+        while candidates:
+            conn = min(candidates, key=lambda c: (c.since, c.seq))  # usually the first one goes
+            candidates.remove(conn)
             if conn.state == "head":
                 self._guarded(conn, self._read_head)
             if conn.state == "closed":  # it had gone: room made
