@@ -54,3 +54,21 @@ def test_the_threat_model_says_what_holding_the_lease_locks_costs_others():
     link = re.search(r"\(leases\.md#([a-z0-9-]+)\)", prose[wait.end():])
     assert link and link.group(1) == "locks-nobody-can-hold-the-machine-hostage"
     assert link.group(1) in slugs((DOCS / "leases.md").read_text(encoding="utf-8"))
+
+
+def test_the_threat_model_gives_the_services_and_the_history_their_real_limits():
+    from vramkit.history import paths, recorder
+    from vramkit.serve import http, webconfig
+
+    threat = " ".join(section((DOCS / "safety.md").read_text(encoding="utf-8"),
+                              "Threat model: what another local user can do to you through vram").split())
+    assert f"every {recorder.PUBLISH_EVERY:.0f} seconds when something changed" in threat
+    published = paths.SYSTEM_DB
+    assert f"`{paths.live_path(published)}`" in threat and f"`{published}`, a copy" in threat
+    assert f"closed after {http.CLIENT_TIMEOUT:.0f} seconds" in threat
+    assert f"with {http.MAX_CONNECTIONS:,} connections open ({http.MAX_PER_ADDRESS} from one address" in threat
+    assert f"({http.MAX_STREAMS}, {http.MAX_STREAMS_PER_ADDRESS} from one address)" in threat
+    assert f"after {'an hour' if http.STREAM_SECONDS == 3600 else '?'}" in threat
+    assert f"last {webconfig.BasicAuth.MAX_FAILURES:,} refused ones" in threat
+    anchor = re.search(r"\(\[above\]\(#([a-z0-9-]+)\)\)", threat)
+    assert anchor and anchor.group(1) in slugs((DOCS / "safety.md").read_text(encoding="utf-8"))
