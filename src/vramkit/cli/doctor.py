@@ -36,6 +36,11 @@ above the message says where the allocation failed (forward, backward, optimizer
 evaluation loop's gather, DataParallel's gather to GPU 0, the pin-memory thread, loading a
 checkpoint, generation's KV cache), and the fixes are ranked for that place.
 
+With a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot(), any torch since 1.13; a
+pickle is read without running anything in it): what was live at the peak, by category
+(parameters, gradients, optimizer state, activations, ...; free space in the allocator's
+segments), by your source line, and the largest blocks; --timeline draws it over time.
+
 Without a log: check this machine: GPUs nearly full, defunct or idle processes holding
 memory, other users on the GPUs you chose, CUDA_VISIBLE_DEVICES pitfalls, DataParallel
 imbalance. Only the GPUs in CUDA_VISIBLE_DEVICES are checked when it is set.
@@ -46,6 +51,8 @@ examples:
   vram doctor train.log --gpu 3      the job ran on NVML GPU 3 (CUDA_VISIBLE_DEVICES=3)
   vram doctor train.log --model llama-3-8b --batch 4 --seq 2048 --precision bf16
   vram doctor train.log --json | jq '.cause, .fixes[0]'
+  vram doctor oom.pickle             a PyTorch memory snapshot: what was live at the peak
+  vram doctor oom.pickle --timeline mem.svg   memory over time, stacked by category
   vram doctor                        check this machine
   vram doctor --simulate demo        the checklist on the bundled simulated server
 """
@@ -71,6 +78,10 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--precision", metavar="P", choices=("fp32", "fp16", "bf16", "bf16-pure"),
                    help="log: how the job ran: fp32 (default), fp16/bf16 mixed "
                    "precision, or bf16-pure; for the estimator")
+    p.add_argument("--timeline", metavar="FILE", help="snapshot: draw memory over time into FILE (.svg, or .html "
+                   "with the SVG inside)")
+    p.add_argument("--by", choices=("category", "line"), default="category",
+                   help="snapshot: stack the timeline by category (default) or by your source line")
     p.set_defaults(run=run, param_flags={"batch": "--batch", "seq": "--seq"})
 
 
@@ -231,6 +242,10 @@ def run(args: argparse.Namespace) -> int:
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     if args.log is None:
         return _checklist(args, style)
+    if _is_snapshot(args.log):
+        return _snapshot(args, style)
+    if args.timeline is not None:
+        raise UsageError("--timeline needs a PyTorch memory snapshot (a .pickle from _dump_snapshot), not a log")
     from ..doctor.explain import explain
     from ..doctor.oom import find_oom
     from ..doctor.traceback import place_of
@@ -306,4 +321,58 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
         print(checklist_json(result, snap))
     else:
         print(render_checklist(result, snap, style, terminal_width()))
+    return 0
+
+
+def _is_snapshot(path: str) -> bool:
+    """A pickle by its first bytes, or a .pickle/.pkl name (read without importing pickle: a log costs nothing)."""
+    if path == "-":
+        return False
+    if path.lower().endswith((".pickle", ".pkl")):
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False  # the log reader says why
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 2)
+    finally:
+        os.close(fd)
+    return head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
+
+
+def _snapshot(args: argparse.Namespace, style: Style) -> int:
+    """vram doctor SNAPSHOT: what was live at the peak; --timeline FILE draws it over time."""
+    from ..doctor.snapshot import SnapshotError, parse, peak_report, read_file, timeline
+    from ..procs import sanitize
+    from ..render.snapshot_view import peak_json, render_html, render_peak, render_svg
+
+    name = sanitize(args.log)
+    if args.timeline is not None and not args.timeline.lower().endswith((".svg", ".html", ".htm")):
+        raise UsageError("--timeline: give a .svg or .html file name")
+    try:
+        snap = parse(read_file(args.log, name))
+    except SnapshotError as e:
+        raise UsageError(e.message) from None
+    reports = [peak_report(d) for d in snap.devices]
+    if args.timeline is not None:
+        drawn = [d for d in snap.devices if d.entries] or snap.devices[:1]
+        if not drawn:
+            raise Failure(f"{name}: nothing to draw (the snapshot is empty)")
+        tl = timeline(drawn[0], by="category" if args.by == "category" else "source")
+        title = f"{name}: device {tl.device}, by {'category' if tl.by == 'category' else 'source line'}"
+        text = render_html(tl, title) if args.timeline.lower().endswith((".html", ".htm")) else render_svg(tl, title)
+        try:
+            with open(args.timeline, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise Failure(f"cannot write {sanitize(args.timeline)}: {e.strerror or e}") from None
+    if args.json:
+        print(peak_json(snap, reports, name))
+    else:
+        print(render_peak(snap, reports, name, style))
+        if args.timeline is not None:
+            print(f"\ntimeline written to {sanitize(args.timeline)}")
     return 0
