@@ -117,6 +117,11 @@ def _nice_step(top: float) -> tuple[int, str]:
     return scale * 1000, unit
 
 
+def _attr(text: str) -> str:
+    """Other users' text inside a double-quoted attribute."""
+    return escape(sanitize(text), {'"': "&quot;"})
+
+
 def band_label(tl: Timeline, name: str) -> str:
     if tl.by == "category":
         return CATEGORY_LABELS.get(name, name)
@@ -147,7 +152,8 @@ def render_svg(tl: Timeline, title: str) -> str:
         return top + height - height * v / ymax
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + bottom}" '
-           f'viewBox="0 0 {width} {top + height + bottom}" font-family="sans-serif" font-size="11">',
+           f'viewBox="0 0 {width} {top + height + bottom}" font-family="sans-serif" font-size="11" '
+           f'data-ymax-bytes="{ymax}" data-plot-top="{top}" data-plot-height="{height}">',
            f'<rect width="{width}" height="{top + height + bottom}" fill="white"/>',
            f'<text x="{left}" y="24" font-size="14" font-weight="bold">{escape(sanitize(title))}</text>',
            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{height}" fill="#fafafa" stroke="#ccc"/>']
@@ -173,7 +179,7 @@ def render_svg(tl: Timeline, title: str) -> str:
         for c in range(cols - 1, -1, -1):
             pts += [f"{left + (c + 1) * dx:.2f},{y(base[c]):.2f}", f"{left + c * dx:.2f},{y(base[c]):.2f}"]
         peak = vals[tl.peak_column] if vals else 0
-        out.append(f'<g class="band" data-name="{escape(sanitize(name))}" data-peak-bytes="{peak}">'
+        out.append(f'<g class="band" data-name="{_attr(name)}" data-peak-bytes="{peak}">'
                    f'<polygon points="{" ".join(pts)}" fill="{colour}"/>'
                    f'<title>{escape(sanitize(label))}: {size(peak)} at the peak</title></g>')
         legend.append((colour, label, peak))

@@ -14,7 +14,9 @@ Both do three things:
 - run a LeakDetector over the training steps and report each leak, once, through the
   `vramkit.torch` logger at WARNING (shown on stderr unless logging is configured otherwise);
 - when training dies of an out-of-memory error, log the oom_guard diagnosis at ERROR, and always
-  stop the detector's TorchFunctionMode. Lightning calls on_exception; HF's Trainer has no such
+  stop the detector's TorchFunctionMode. With snapshot="oom.pickle", CUDA's allocation history is
+  recorded over training and a memory snapshot dumped there on an OOM (`vram doctor oom.pickle`).
+  Lightning calls on_exception; HF's Trainer has no such
   event: `attach(trainer)` wraps trainer.train (and puts the callback first so that the reporting
   callbacks, TensorBoard and W&B, see the memory keys it adds); passed in callbacks=[...], it
   wraps the running trainer's training_step, which covers forward and backward but not the
@@ -25,14 +27,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import resource
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import require_torch
 from ._hostmem import rss_bytes
 from .leak import LeakDetector, eval_text
+
+if TYPE_CHECKING:
+    from .guard import SnapshotRecorder
 
 logger = logging.getLogger("vramkit.torch")
 
@@ -62,15 +68,25 @@ def memory_metrics(device: Any = None) -> dict[str, float]:
 
 
 class _Reporter:
-    """The leak detector and the OOM diagnosis both callbacks share; reports through `logger`."""
+    """The leak detector and the OOM diagnosis both callbacks share; reports through `logger`.
+    With `snapshot` (a file name), CUDA's allocation history is recorded over training and a memory
+    snapshot dumped there on an OOM (`vram doctor FILE`)."""
 
-    def __init__(self, window: int, leaks: bool) -> None:
+    def __init__(self, window: int, leaks: bool, snapshot: str | os.PathLike[str] | None = None) -> None:
         self.window, self.leaks = window, leaks
         self.detector: LeakDetector | None = None
         self._eval_reported: set[tuple[str, int, str]] = set()
+        self.recorder: SnapshotRecorder | None = None
+        if snapshot is not None:
+            from .guard import SnapshotRecorder
+            self.recorder = SnapshotRecorder(snapshot)
 
     def start(self, model: Any) -> None:
         self.stop()  # a previous run that died without telling us leaves its mode on the stack
+        if self.recorder is not None:
+            self.recorder.start()
+            if self.recorder.note:
+                logger.warning("vramkit: no memory snapshot on OOM: %s", self.recorder.note)
         if self.leaks:
             self.detector = LeakDetector(model, window=self.window, warn=False).start()
             self._eval_reported = set()
@@ -87,9 +103,11 @@ class _Reporter:
             logger.warning("vramkit: %s", eval_text(report.eval_with_grad, report.eval_library))
 
     def stop(self) -> None:
-        """Leave no TorchFunctionMode behind; the detector's report stays readable."""
+        """Leave no TorchFunctionMode behind (nor history recording); the detector's report stays readable."""
         if self.detector is not None:
             self.detector.stop()
+        if self.recorder is not None:
+            self.recorder.stop()
 
     def finish(self) -> None:
         self.stop()
@@ -99,10 +117,15 @@ class _Reporter:
                 logger.warning("vramkit: %s", report)
 
     def failed(self, exc: BaseException, model: Any) -> None:
-        self.stop()
         from .guard import diagnose, is_oom
-        if isinstance(exc, Exception) and is_oom(exc):
-            logger.error("%s", diagnose(exc, model=model).format())
+        oom = isinstance(exc, Exception) and is_oom(exc)
+        written = self.recorder.dump() if self.recorder is not None and oom else None
+        self.stop()
+        if oom:
+            diagnosis = diagnose(exc, model=model)
+            if self.recorder is not None:
+                diagnosis.snapshot, diagnosis.snapshot_note = written, self.recorder.note
+            logger.error("%s", diagnosis.format())
 
 
 def _as_list(value: Any) -> list[str]:
@@ -131,9 +154,10 @@ class VramTrainerCallback:
     """A transformers.TrainerCallback look-alike: Trainer calls on_* events by name, so every event
     it does not use is a no-op here, and transformers is not imported. See the module docstring."""
 
-    def __init__(self, model: Any = None, *, window: int = 3, leaks: bool = True, memory: bool = True) -> None:
+    def __init__(self, model: Any = None, *, window: int = 3, leaks: bool = True, memory: bool = True,
+                 snapshot: str | os.PathLike[str] | None = None) -> None:
         self.model, self.memory = model, memory
-        self._reporter = _Reporter(window, leaks)
+        self._reporter = _Reporter(window, leaks, snapshot)
         self._attached = False
         self._guarded: Any = None  # the trainer whose training_step this callback wrapped
 
@@ -218,7 +242,8 @@ class VramTrainerCallback:
         raise AttributeError(name)
 
 
-def lightning_callback(*, window: int = 3, leaks: bool = True, memory: bool = True) -> Any:
+def lightning_callback(*, window: int = 3, leaks: bool = True, memory: bool = True,
+                       snapshot: str | os.PathLike[str] | None = None) -> Any:
     """A lightning Callback instance (lightning.pytorch or pytorch_lightning, whichever is installed)."""
     try:
         from lightning.pytorch import Callback
@@ -230,7 +255,7 @@ def lightning_callback(*, window: int = 3, leaks: bool = True, memory: bool = Tr
 
     class VramLightningCallback(Callback):
         def __init__(self) -> None:
-            self._reporter = _Reporter(window, leaks)
+            self._reporter = _Reporter(window, leaks, snapshot)
 
         @property
         def detector(self) -> LeakDetector | None:

@@ -71,6 +71,8 @@ class OomDiagnosis:
     allocator_note: str | None
     tensors: list[TensorInfo]
     device_check: list[str]
+    snapshot: str | None = None  # the memory snapshot written (oom_guard(snapshot=...)), for `vram doctor`
+    snapshot_note: str | None = None  # why none was written
 
     def format(self) -> str:
         lines = ["vramkit oom_guard: out of memory"]
@@ -103,6 +105,11 @@ class OomDiagnosis:
                 lines.append(f"    {format_bytes(t.nbytes):>9}  {t.dtype} {list(t.shape)} on {t.device}: "
                              f"{where}{made}{graph}")
         lines += [f"  device: {d}" for d in self.device_check]
+        if self.snapshot is not None:
+            lines.append(f"  memory snapshot: {self.snapshot} (what was live, by category and line: "
+                         f"vram doctor {self.snapshot})")
+        elif self.snapshot_note is not None:
+            lines.append(f"  memory snapshot: not written ({self.snapshot_note})")
         return "\n".join(lines)
 
 
@@ -252,25 +259,72 @@ def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = No
                         tensors=tensors, device_check=device_check(model))
 
 
+class SnapshotRecorder:
+    """torch.cuda.memory's history recording for one guarded stretch: started on enter (when CUDA is
+    there), dumped to `path` on an OOM, stopped on leaving if this started it."""
+
+    def __init__(self, path: str | os.PathLike[str], max_entries: int = 100_000) -> None:
+        self.path, self.max_entries = os.fspath(path), max_entries
+        self.recording = False
+        self.note: str | None = None
+
+    def start(self) -> None:
+        torch = require_torch()
+        if not torch.cuda.is_available():
+            self.note = "CUDA not available: a memory snapshot records CUDA's caching allocator"
+            return
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+            self.recording, self.note = True, None
+        except Exception as e:  # an old torch, or a build without it: the guard still works
+            self.note = f"could not record memory history: {type(e).__name__}: {e}"
+
+    def dump(self) -> str | None:
+        if not self.recording:
+            return None
+        torch = require_torch()
+        try:
+            torch.cuda.memory._dump_snapshot(self.path)
+        except Exception as e:
+            self.note = f"could not write {self.path}: {type(e).__name__}: {e}"
+            return None
+        return self.path
+
+    def stop(self) -> None:
+        if self.recording:
+            self.recording = False
+            try:
+                require_torch().cuda.memory._record_memory_history(enabled=None)
+            except Exception:  # nothing to undo
+                pass
+
+
 class oom_guard(ContextDecorator):  # noqa: N801 - used like contextlib's lower-case managers
     """Context manager and decorator: on an out-of-memory error, print the diagnosis, then re-raise.
 
     file: where to print (default stderr; None prints nothing). on_oom: called with the
     OomDiagnosis. track: record where tensors are created while inside (slower; for debugging).
     model: include where(model) in the device check and name its parameters.
+    snapshot: a file name: record CUDA's allocation history while inside
+    (torch.cuda.memory._record_memory_history, max_entries=snapshot_entries) and, on an OOM, dump a
+    memory snapshot there (`vram doctor FILE` reads it); without CUDA the diagnosis says why none.
     The last diagnosis stays in `.diagnosis`.
     """
 
     def __init__(self, *, file: Any = sys.stderr, on_oom: Callable[[OomDiagnosis], Any] | None = None,
-                 track: bool = False, model: Any = None, top: int = 5) -> None:
+                 track: bool = False, model: Any = None, top: int = 5,
+                 snapshot: str | os.PathLike[str] | None = None, snapshot_entries: int = 100_000) -> None:
         self.file, self.on_oom, self.track, self.model, self.top = file, on_oom, track, model, top
         self.diagnosis: OomDiagnosis | None = None
         self._tracker: Tracker | None = None
+        self._recorder = SnapshotRecorder(snapshot, snapshot_entries) if snapshot is not None else None
 
     def __enter__(self) -> oom_guard:
         if self.track:
             self._tracker = Tracker()
             self._tracker.start()
+        if self._recorder is not None:
+            self._recorder.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -278,12 +332,21 @@ class oom_guard(ContextDecorator):  # noqa: N801 - used like contextlib's lower-
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             tracker.stop()
+        recorder = self._recorder
+        try:
+            written = recorder.dump() if recorder is not None and exc is not None and isinstance(exc, Exception) \
+                and is_oom(exc) else None
+        finally:
+            if recorder is not None:
+                recorder.stop()
         if exc is not None and isinstance(exc, Exception) and is_oom(exc):
             try:
                 self.diagnosis = diagnose(exc, tb, tracker=tracker, model=self.model, top=self.top)
             except Exception as e:  # the diagnosis must never replace the user's error
                 print(f"vramkit oom_guard: could not diagnose: {type(e).__name__}: {e}", file=self.file or sys.stderr)
                 return False
+            if recorder is not None:
+                self.diagnosis.snapshot, self.diagnosis.snapshot_note = written, recorder.note
             if self.file is not None:
                 print(self.diagnosis.format(), file=self.file)
             if self.on_oom is not None:
