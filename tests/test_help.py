@@ -47,11 +47,12 @@ def test_n_is_count_in_pick_and_run_and_not_a_kill_flag():
     assert_one_line_error(result, 2, "unrecognized arguments: -n")
 
 
-def test_kill_help_says_idle_watches_forward():
-    # It said "idle for the last 30 minutes", but vram cannot see the past: it samples from now.
-    out = run_vram("kill", "--help").out
-    assert "the last 30 minutes" not in out
-    assert "watches" in out and "--idle 30m takes up to 30 minutes" in out
+def test_kill_help_says_where_idle_time_comes_from():
+    # It said "vram cannot see the past" beside an --idle that reads the recorded history: both
+    # ways are told, the history first, watching from now only without it.
+    out = " ".join(run_vram("kill", "--help", env=clean_env(COLUMNS="1000")).out.split())
+    assert "cannot see the past" not in out
+    assert "its history answers at once" in out and "--idle 30m takes up to 30 minutes" in out
 
 
 # ---------------------------------------------------------------- the parser built lazily

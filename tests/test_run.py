@@ -84,7 +84,7 @@ def test_a_command_that_cannot_start(leasing, tmp_path):
 @pytest.mark.parametrize("args,message", [
     ((), "no command: put it after '--'"),
     (("--",), "no command"),
-    (("--wait", "python", "x.py"), "--wait: 'python' is not a number of seconds"),
+    (("--wait", "python", "x.py"), "--wait: not a duration: 'python'"),
     (("--lease-timeout", "0", "--", "true"), "--lease-timeout: must be more than 0"),
     (("--min-free", "20", "--", "true"), "needs a unit"),
 ])

@@ -16,7 +16,7 @@ from ..errors import VramkitError, no_such_gpu
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import TextIO, TypeAlias
+    from typing import Any, TextIO, TypeAlias
 
     from ..model import Snapshot
     from ..snapshot import Machine
@@ -47,6 +47,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             width = _terminal_columns() - 2
         super().__init__(prog, indent_increment, max_help_position, width)
 
+    def _expand_help(self, action: argparse.Action) -> str:
+        return expand_help(action, self._prog)
+
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
 
@@ -76,15 +79,123 @@ def _terminal_columns() -> int:
     return columns or 80
 
 
+# ------------------------------------------------------------------ help that cannot go stale
+
+def help_values(action: argparse.Action, **values: Callable[[], str]) -> argparse.Action:
+    """Values for %(NAME)s in `action`'s help, computed from the code that owns them when the help
+    is shown (a default that lives in the library or the config, the bundled scenarios): never
+    a copy in the help text that goes stale, and nothing imported to build the parser."""
+    action.help_values = values  # type: ignore[attr-defined]
+    return action
+
+
+def expand_help(action: argparse.Action, prog: str = "vram") -> str:
+    """`action`'s help as --help prints it: %(default)s, %(choices)s, %(prog)s and the values
+    help_values() names filled in (what argparse's HelpFormatter does, plus those)."""
+    params: dict[str, object] = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+    params["prog"] = prog
+    for name, value in list(params.items()):
+        if hasattr(value, "__name__"):
+            params[name] = value.__name__
+    if params.get("choices") is not None:
+        params["choices"] = ", ".join(str(c) for c in action.choices or ())
+    for name, compute in (getattr(action, "help_values", None) or {}).items():
+        params[name] = compute()
+    return (action.help or "") % params
+
+
+def _scenario_names() -> str:
+    from ..nvml.scenario import bundled_names
+
+    return ", ".join(bundled_names())
+
+
+# ------------------------------------------------------------------ durations: one parser
+
+class Duration:
+    """The one argparse type of every duration flag: 30, 90s, 10m, 2h, 1h30m -> seconds (float).
+    A bad value is one line naming the flag ('--interval: not a duration: ...'), exit 2; `low`
+    and `high` bound it (`bounds` says how), `words` are values with a meaning of their own
+    ({'forever': math.inf}), `hint` is added to a value that is not a duration."""
+
+    def __init__(self, flag: str, low: float | None = None, high: float | None = None, bounds: str = "",
+                 words: dict[str, float] | None = None, hint: str = "") -> None:
+        self.flag, self.low, self.high, self.bounds = flag, low, high, bounds
+        self.words, self.hint = words or {}, hint
+        self.__name__ = "duration"  # argparse names the type in its own messages
+
+    def __call__(self, text: str) -> float:
+        if text.strip().lower() in self.words:
+            return self.words[text.strip().lower()]
+        try:
+            value = units.parse_duration(text)
+        except ValueError as e:
+            raise UsageError(f"{self.flag}: {e}{'; ' + self.hint if self.hint else ''}") from None
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise UsageError(f"{self.flag}: {self.bounds}, got {text}")
+        return value
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as a duration flag takes them, in its largest whole unit: 2s, 5m, 24h, 30d, 0.5s."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def add_duration(parser: argparse._ActionsContainer, flag: str, *, low: float | None = None,
+                 high: float | None = None, bounds: str = "", words: dict[str, float] | None = None,
+                 hint: str = "", **kwargs: Any) -> argparse.Action:
+    """A duration flag (metavar DURATION unless given), parsed by Duration."""
+    kwargs.setdefault("metavar", "DURATION")
+    return parser.add_argument(flag, type=Duration(flag, low, high, bounds, words, hint), **kwargs)
+
+
+# ------------------------------------------------------------------ renamed flags
+
+class _OldSpelling(argparse.Action):
+    """A flag's old name, kept for a release: hidden from help and completion; it does what the
+    new one does and says so on stderr, once a run."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: argparse.Action, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        new_name = next(o for o in self.new.option_strings if o.startswith("--"))
+        print(f"vram: note: {option_string} is now {new_name} (the old name works until the next release)",
+              file=sys.stderr)
+        self.new(parser, namespace, values, new_name)
+
+
+def add_old_spelling(parser: argparse._ActionsContainer, old: str, new: argparse.Action) -> argparse.Action:
+    """`old` as a hidden alias of the option `new`: same value, same dest, a one-line note."""
+    kwargs: dict[str, Any] = {"nargs": new.nargs, "const": new.const, "choices": new.choices, "metavar": new.metavar}
+    if new.type is not None:
+        kwargs["type"] = new.type
+    return parser.add_argument(old, action=_OldSpelling, new=new, dest=new.dest, default=argparse.SUPPRESS, **kwargs)
+
+
+def is_old_spelling(action: argparse.Action) -> bool:
+    return isinstance(action, _OldSpelling)
+
+
 def add_global_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("global options")
-    g.add_argument("--simulate", metavar="NAME|FILE", default=argparse.SUPPRESS,
-                   help="use a simulated machine: a bundled scenario (demo, mig, faulty, lab-day) or a scenario "
-                        "JSON file; also $VRAM_SIMULATE")
+    help_values(g.add_argument("--simulate", metavar="NAME|FILE", default=argparse.SUPPRESS,
+                               help="use a simulated machine: a bundled scenario (%(scenarios)s) or a scenario "
+                                    "JSON file; also $VRAM_SIMULATE"), scenarios=_scenario_names)
     g.add_argument("--no-color", action="store_true", default=argparse.SUPPRESS,
                    help="no colours (also when $NO_COLOR is set or output is not a terminal)")
     g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the full traceback on errors")
+
+
+# --precision, as estimate, plan and doctor take it (each with its own default: see docs/flags.md)
+PRECISION_HELP = "fp32, fp16/bf16 mixed precision with fp32 master weights, or bf16-pure"
+PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
 
 
 def add_data_options(parser: argparse.ArgumentParser, csv_rows: str) -> None:
@@ -105,16 +216,12 @@ def parse_gpu_list(text: str) -> list[int]:
 
 def duration_flag(args: argparse.Namespace, name: str, low: float | None = None, high: float | None = None,
                   bounds: str = "") -> float:
-    """The seconds in --NAME (30, 10m, 2h), or a one-line error naming the flag; `bounds` says the
-    allowed range when the value is below `low` or above `high`."""
+    """The seconds in --NAME (parsed by Duration already, or still text), or a one-line error
+    naming the flag; `bounds` says the allowed range when the value is below `low` or above `high`."""
     flag = "--" + name.replace("_", "-")
-    text = getattr(args, name)
-    try:
-        value = units.parse_duration(text)
-    except ValueError as e:
-        raise UsageError(f"{flag}: {e}") from None
+    value: float = Duration(flag)(getattr(args, name)) if isinstance(getattr(args, name), str) else getattr(args, name)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise UsageError(f"{flag}: {bounds}, got {text}")
+        raise UsageError(f"{flag}: {bounds}, got {duration_text(value)}")
     return value
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError
+from .common import PRECISION_HELP, PRECISIONS, HelpFormatter, UsageError, help_values
 
 if TYPE_CHECKING:
     from ..estimate.analytic import Setup
@@ -42,84 +42,95 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("estimate", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=HelpFormatter)
-    add_setup_options(p)
-    p.add_argument("--explain", action="store_true", help="show each term's formula with the numbers put in")
-    p.add_argument("--json", action="store_true", help="print JSON: total_bytes, context_bytes, peak_bytes, "
-                   "breakdown, ...")
-    p.add_argument("--trace", action="store_true", help="also trace a real step on fake tensors (needs torch; "
-                   "no GPU, no weights)")
-    p.add_argument("--list", action="store_true", help="list the built-in models and exit")
+                       formatter_class=HelpFormatter, usage="vram estimate [options] MODEL | --list")
+    out = add_setup_options(p)["output"]
+    out.add_argument("--explain", action="store_true", help="show each term's formula with the numbers put in")
+    out.add_argument("--json", action="store_true", help="print JSON: total_bytes, context_bytes, peak_bytes, "
+                     "breakdown, ...")
+    out.add_argument("--trace", action="store_true", help="also trace a real step on fake tensors (needs torch; "
+                     "no GPU, no weights)")
+    out.add_argument("--list", action="store_true", help="list the built-in models and exit")
     p.set_defaults(run=run)
 
 
-def add_setup_options(p: argparse.ArgumentParser) -> None:
-    """The options that describe a setup; `vram plan` shares them."""
-    p.add_argument("model", nargs="?", metavar="MODEL", help="catalog name, config.json path or folder, or 7b")
-    mode = p.add_mutually_exclusive_group()
+def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """The options that describe a setup, in groups; `vram plan` shares them. Returns the groups
+    by name, with an empty "output" one last for the command's own options."""
+    g_model = p.add_argument_group("model and input")
+    g_step = p.add_argument_group("training step")
+    g_peft = p.add_argument_group("adapters (the base frozen)")
+    g_quant = p.add_argument_group("quantization")
+    g_par = p.add_argument_group("GPUs, sharding and offload (DeepSpeed, FSDP, tensor parallel)")
+    g_ver = p.add_argument_group("library versions and the CUDA context")
+    output = p.add_argument_group("output")
+    g_model.add_argument("model", nargs="?", metavar="MODEL", help="catalog name, config.json path or folder, or 7b")
+    mode = g_model.add_mutually_exclusive_group()
     mode.add_argument("--train", dest="mode", action="store_const", const="train", help="training (default)")
     mode.add_argument("--infer", dest="mode", action="store_const", const="infer",
                       help="inference (prefill + KV cache)")
     p.set_defaults(mode="train")
     # --batch-size/--seq-len too: vram doctor's old spelling, accepted by both (one documented).
-    p.add_argument("--batch", "--batch-size", dest="batch", metavar="N", default="1",
-                   help="micro-batch per GPU (default 1)")
-    p.add_argument("--seq", "--seq-len", dest="seq", metavar="N", help="sequence length / inference context "
+    g_model.add_argument("--batch", "--batch-size", dest="batch", metavar="N", default="1",
+                   help="micro-batch per GPU (default %(default)s)")
+    g_model.add_argument("--seq", "--seq-len", dest="seq", metavar="N", help="sequence length / inference context "
                    "(default: the model's, at most 512 for encoders and T5, 2048 for decoders)")
-    p.add_argument("--decoder-seq", "--decoder-seq-len", dest="decoder_seq", metavar="N",
+    g_model.add_argument("--decoder-seq", "--decoder-seq-len", dest="decoder_seq", metavar="N",
                    help="T5: the decoder (target) length (default: --seq)")
-    p.add_argument("--chunked-ce", dest="ce_chunk", metavar="TOKENS", nargs="?", const="128",
+    g_step.add_argument("--chunked-ce", dest="ce_chunk", metavar="TOKENS", nargs="?", const="128",
                    help="LitGPT-style chunked lm_head and cross-entropy, TOKENS per chunk (default 128)")
-    p.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16", "bf16-pure"), default="bf16",
-                   help="fp32, fp16/bf16 mixed precision with fp32 master weights (default bf16), "
-                        "or bf16-pure")
-    p.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw",
+    g_model.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
+    g_step.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                   help=PRECISION_HELP + " (default %(default)s)")
+    g_step.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
+                                                 "paged-adamw",
                                             "none"),
                    default="adamw", help="default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
                    "--quant), its states in unified memory, outside torch's counters; none: a backward pass without "
                    "an optimizer step")
-    p.add_argument("--grad-accum", metavar="N", default="1", help="gradient-accumulation steps (default 1)")
-    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
-    p.add_argument("--attention", choices=("eager", "flash"), default=None,
+    g_step.add_argument("--grad-accum", metavar="N", default="1",
+                        help="gradient-accumulation steps (default %(default)s)")
+    g_step.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
+    g_step.add_argument("--attention", choices=("eager", "flash"), default=None,
                    help="eager (scores materialised, default) or flash / memory-efficient SDPA")
-    p.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
-    p.add_argument("--adapter", metavar="WIDTH", help="bottleneck adapters (Houlsby: two a layer) of this width; "
+    g_peft.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
+    g_peft.add_argument("--adapter", metavar="WIDTH", help="bottleneck adapters (Houlsby: two a layer) of this width; "
                    "the base is frozen")
-    p.add_argument("--prefix-len", dest="prefix_len", metavar="TOKENS", help="prefix tuning with this many virtual "
+    g_peft.add_argument("--prefix-len", dest="prefix_len", metavar="TOKENS",
+                        help="prefix tuning with this many virtual "
                    "tokens (PEFT, no reparameterisation); the base is frozen")
-    p.add_argument("--lora-targets", metavar="LIST", help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
+    g_peft.add_argument("--lora-targets", metavar="LIST",
+                        help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
                    "models)")
-    p.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", help="q, k and v as one linear, as "
+    g_step.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", help="q, k and v as one linear, as "
                    "LitGPT builds every model and torchvision's ViT (MultiheadAttention): one autocast cast, LoRA "
                    "dropout or 4-bit input cast serves the three")
-    p.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", help="the training loop "
+    g_step.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", help="the training loop "
                    "holds the last micro-step's loss and logits into the next forward (LitGPT's fit loop): that "
                    "graph lives on, with what bitsandbytes' matmuls keep as ctx attributes")
-    p.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
+    g_peft.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
                    "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
-    p.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default="fp32",
+    g_peft.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default="fp32",
                    help="LoRA weights on a 16-bit base (--precision bf16-pure, --quant): fp32 as PEFT keeps them "
                    "(default, autocast_adapter_dtype) or 16bit as LitGPT and torchtune do")
-    p.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
+    g_quant.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
-    p.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
+    g_quant.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
                    default="fp32", help="4-bit: the dtype weights are dequantized to and multiplied in "
                    "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")
-    p.add_argument("--quant-backend", dest="quant_backend", choices=("bitsandbytes", "torchao"),
+    g_quant.add_argument("--quant-backend", dest="quant_backend", choices=("bitsandbytes", "torchao"),
                    default="bitsandbytes", help="whose 4-bit linear: bitsandbytes (default; keeps its input for "
                    "backward) or torchao's NF4 (torchtune's QLoRA; keeps only the weight)")
-    p.add_argument("--quant-head", dest="quant_head", action="store_true", help="quantize the output layer too "
+    g_quant.add_argument("--quant-head", dest="quant_head", action="store_true", help="quantize the output layer too "
                    "(Lightning's BitsandbytesPrecision in LitGPT; HF leaves lm_head 16-bit)")
-    p.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
+    g_quant.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
                    "(bnb_4bit_use_double_quant)")
-    p.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
+    g_model.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
                    "default) or lm (logits over the vocabulary; decoders and T5)")
-    p.add_argument("--gpus", metavar="N", default="1", help="GPUs: training data parallel unless --tp; inference "
+    g_par.add_argument("--gpus", metavar="N", default="1", help="GPUs: training data parallel unless --tp; inference "
                    "splits the layers over them (device_map='auto'; the fullest GPU shown) unless --tp")
-    p.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help="DeepSpeed ZeRO stage")
-    p.add_argument("--offload", nargs="?", const="optimizer", metavar="WHAT",
+    g_par.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help="DeepSpeed ZeRO stage")
+    g_par.add_argument("--offload", nargs="?", const="optimizer", metavar="WHAT",
                    help="DeepSpeed offload to CPU memory, a comma list: optimizer (ZeRO-Offload: optimizer "
                         "states, fp32 master weights and gradients; grads is the same), params (ZeRO-3 "
                         "parameter offload). Bare --offload: optimizer")
@@ -128,44 +139,60 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                                 ("prefetch-bucket", "5e7", "stage3_prefetch_bucket_size"),
                                 ("persistence", "1e5", "stage3_param_persistence_threshold"),
                                 ("max-live", "1e9", "stage3_max_live_parameters")):
-        p.add_argument(f"--zero-{flag}", metavar="N", default=default,
+        g_par.add_argument(f"--zero-{flag}", metavar="N", default=default,
                        help=f"DeepSpeed {what} in elements (default {default})")
-    p.add_argument("--zero-overlap-comm", action="store_true", help="DeepSpeed overlap_comm (stages 1-2): a second "
+    g_par.add_argument("--zero-overlap-comm", action="store_true", help="DeepSpeed overlap_comm (stages 1-2): a second "
                    "reduce-bucket buffer (DeepSpeed's default off; Lightning's DeepSpeedStrategy turns it on)")
-    p.add_argument("--fsdp", action="store_true", help="PyTorch FSDP, full shard, one unit per layer: parameters, "
+    g_par.add_argument("--fsdp", action="store_true", help="PyTorch FSDP, full shard, one unit per layer: parameters, "
                    "gradients and optimizer states sharded over --gpus; with --offload params (CPUOffload) they "
                    "live on the CPU and the optimizer steps there")
-    p.add_argument("--tp", metavar="N", default="1", help="tensor-parallel degree (within --gpus)")
-    p.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
+    g_par.add_argument("--tp", metavar="N", default="1",
+                       help="tensor-parallel degree (within --gpus; default %(default)s)")
+    g_par.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
                    help="ddp (default) or dp: DataParallel, which loads GPU 0 more")
-    p.add_argument("--context-overhead", metavar="SIZE", help="CUDA context size (default 512MiB for CUDA >= "
-                   "11.7, 1GiB before)")
-    p.add_argument("--cuda", metavar="VERSION", default="12.4", help="CUDA version, for the context default")
+    help_values(g_ver.add_argument("--context-overhead", metavar="SIZE", help="CUDA context size, as nvidia-smi "
+                                   "counts it (default %(new)s for CUDA >= 11.7, %(old)s before)"),
+                new=lambda: _context_default(12.4), old=lambda: _context_default(11.6))
+    g_ver.add_argument("--cuda", metavar="VERSION", default="12.4",
+                       help="CUDA version, for the context default (default %(default)s)")
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
                                 "foreach_denom_copy": "--torch", "foreach": "--torch", "torchao_chunk": "--torchao",
                                 "cache_views": "--transformers", "legacy_cache": "--transformers",
                                 "all_logits": "--transformers"})
-    p.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
+    g_step.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
                    help="the loop calls zero_grad() after the forward, just before backward: the last step's "
                    "gradients stay allocated through the forward")
-    p.add_argument("--torch", metavar="VERSION", default="2.1", help="PyTorch's semantics (default 2.1 and "
+    g_ver.add_argument("--torch", metavar="VERSION", default="2.1", help="PyTorch's semantics (default %(default)s and "
                    "later: zero_grad() frees the gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second "
                    "list at the update; 1.13 and before keep the gradients allocated, set_to_none=False, and "
                    "update one parameter at a time)")
-    p.add_argument("--loading", choices=("torchtune",), help="how the model was built and loaded, where that leaves "
+    g_quant.add_argument("--loading", choices=("torchtune",),
+                         help="how the model was built and loaded, where that leaves "
                    "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
                    "builds the model on the GPU, quantizes each LoRA linear with torchao's to_nf4, and again as the "
                    "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)")
-    p.add_argument("--new-tokens", dest="new_tokens", metavar="N", default="0", help="inference: generate() "
-                   "goes on for N new tokens after the --seq prompt (default 0: the prefill alone); the peak is the "
+    g_model.add_argument("--new-tokens", dest="new_tokens", metavar="N", default="0", help="inference: generate() "
+                   "goes on for N new tokens after the --seq prompt (default %(default)s: the prefill alone); the peak "
+                   "is the "
                    "larger of the prefill and the last decode step, the cache then seq + N - 1 positions")
-    p.add_argument("--transformers", metavar="VERSION", default="4.54", help="Hugging Face transformers' "
-                   "inference semantics (default 4.54 and later: the KV cache copies k and v; before, it kept them "
+    g_ver.add_argument("--transformers", metavar="VERSION", default="4.54", help="Hugging Face transformers' "
+                   "inference semantics (default %(default)s and later: the KV cache copies k and v; before, it kept "
+                   "them "
                    "as computed, and GPT-2's views hold its whole fused qkv output; before 4.45 the prefill computes "
                    "every position's logits; before 4.42 generate() holds the previous step's cache beside the "
                    "next); the rest of the inference estimate follows transformers 5's modeling code")
-    p.add_argument("--torchao", metavar="VERSION", default="0.2", help="torchao's to_nf4 for --loading (default 0.2 "
+    g_ver.add_argument("--torchao", metavar="VERSION", default="0.2",
+                       help="torchao's to_nf4 for --loading (default %(default)s "
                    "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)")
+    return {"model": g_model, "step": g_step, "adapters": g_peft, "quantization": g_quant, "parallel": g_par,
+            "versions": g_ver, "output": output}
+
+
+def _context_default(cuda: float) -> str:
+    from ..estimate.analytic import default_context
+    from ..units import format_size
+
+    return format_size(default_context(cuda)).replace(" ", "")
 
 
 def _int(args: argparse.Namespace, name: str) -> int | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError
+from .common import HelpFormatter, UsageError, add_duration
 
 if TYPE_CHECKING:
     from ..fleet import Fleet, Prometheus
@@ -37,6 +37,9 @@ examples:
 """
 
 
+TIMEOUT = "10s"  # fleet's --timeout when not given
+
+
 def _connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     # On both `fleet` and `fleet pick`: either place works; the subcommand's copy only sets what is given.
     default = argparse.SUPPRESS if suppress else None
@@ -45,9 +48,9 @@ def _connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
                    help="Prometheus' address, e.g. http://prometheus:9090 (default $VRAM_PROMETHEUS)")
     g.add_argument("--job", metavar="NAME", action="append", default=default,
                    help="the scrape job(s) of vram serve (default 'vram'; repeat for several)")
-    g.add_argument("--timeout", metavar="DURATION", default=argparse.SUPPRESS if suppress else "10s",
-                   help="how long to wait for Prometheus' answers, all of them together: connecting, "
-                        "headers and body (default 10s)")
+    add_duration(g, "--timeout", default=argparse.SUPPRESS if suppress else TIMEOUT, low=0.1, high=600,
+                 bounds="must be 0.1s to 10m", help="how long to wait for Prometheus' answers, all of them "
+                 "together: connecting, headers and body (default {TIMEOUT})")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print JSON")
 

@@ -41,7 +41,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("info", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     p.add_argument("gpus", metavar="GPU", nargs="*", help="the GPUs to show: 0 | 0,2 | 0-3 (default: all)")
-    p.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md, as vram status --all)")
+    p.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md, as vram status --health)")
     p.set_defaults(run=run, param_flags={"gpu": "GPU"})
 
 

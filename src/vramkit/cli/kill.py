@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from .commands import COMMANDS
-from .common import Failure, HelpFormatter, UsageError, open_for, parse_gpu_list
+from .common import Failure, HelpFormatter, UsageError, add_duration, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
     from ..collector import Collector
@@ -26,9 +26,9 @@ was freed and what still holds memory.
 Select by PID, --gpu, --user, --idle DURATION, --zombie (defunct or orphaned processes) and
 --holders (also processes that hold /dev/nvidia* open but NVML does not list).
 --idle DURATION keeps the processes that hold memory and run no kernels for DURATION (the
-process's own utilization samples, else its GPU at 0%). vram cannot see the past: it watches
-from now, about once a second, so --idle 30m takes up to 30 minutes, and drops a process as
-soon as it runs a kernel.
+process's own utilization samples, else its GPU at 0%). Where 'vram record' watched that whole
+time, its history answers at once (--db); otherwise vram watches from now, about once a second,
+so --idle 30m takes up to 30 minutes, and drops a process as soon as it runs a kernel.
 Selectors narrow each other. Without --user, selectors pick your own processes (root: root's,
 or everyone's with --all-users).
 
@@ -46,8 +46,8 @@ running (or you answered no), 2 bad usage.
 
 examples:
   vram kill 41234                  SIGTERM pid 41234, wait 10 s, report
-  vram kill --gpu 4 --idle 30m     your processes on GPU 4 that stay idle for the next 30 minutes
-                                   (vram watches them that long first)
+  vram kill --gpu 4 --idle 30m     your processes on GPU 4 idle for 30 minutes: from the recorded
+                                   history, else vram watches them that long first
   vram kill --zombie --dry-run     what would be signalled, without signalling
   vram kill 41234 --force --timeout 20s --yes
                                    SIGTERM, and SIGKILL if still running after 20 s
@@ -75,7 +75,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     sel = p.add_argument_group("selecting")
     sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")
     sel.add_argument("--user", metavar="NAMES", help="processes of these users (comma-separated)")
-    sel.add_argument("--idle", metavar="DURATION",
+    add_duration(sel, "--idle",
                      help="processes holding memory that ran no kernels for the last DURATION (e.g. 2h), "
                           "answered at once from the history 'vram record' keeps when it watched that "
                           "whole time; else vram watches from now, up to DURATION, before it asks")
@@ -85,8 +85,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                      help="include processes that hold /dev/nvidia* open but NVML lists no memory for")
     act = p.add_argument_group("signalling")
     act.add_argument("--signal", default="TERM", metavar="SIG", help="signal to send (default TERM): name or number")
-    act.add_argument("--timeout", default="10s", metavar="DURATION",
-                     help="how long to wait for each process to exit (default 10s)")
+    add_duration(act, "--timeout", default="10s",
+                 help="how long to wait for each process to exit (default %(default)s)")
     act.add_argument("--force", action="store_true", help="send SIGKILL to what is still running after the wait")
     act.add_argument("--all-users", action="store_true", help="as root: other users' processes too")
     act.add_argument("-y", "--yes", action="store_true", help="do not ask")

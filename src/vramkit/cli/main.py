@@ -41,7 +41,32 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's usage block is noise here)
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(f"{message}{did_you_mean(self, message)} (see '{self.prog} --help')")
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """'; did you mean ...?' for a misspelt command ("invalid choice: 'stauts'") or option
+    ("unrecognized arguments: --gpus 2"), from what `parser` offers (hidden old spellings not
+    suggested), or ''."""
+    import difflib
+    import re
+
+    choice = re.match(r"argument [^:]+: invalid choice: '([^']*)'", message)
+    if choice:
+        words = [w for a in parser._actions if isinstance(a, argparse._SubParsersAction) for w in a.choices]
+        words = words or [str(c) for a in parser._actions if a.choices for c in a.choices
+                          if message.startswith(f"argument {'/'.join(a.option_strings) or a.metavar}")]
+        close = difflib.get_close_matches(choice[1], words, n=1, cutoff=0.6)
+        return f"; did you mean '{close[0]}'?" if close else ""
+    if message.startswith("unrecognized arguments: "):
+        typed = next((w for w in message.split()[2:] if w.startswith("--")), None)
+        if typed is None:
+            return ""
+        options = [o for a in parser._actions if a.help != argparse.SUPPRESS
+                   for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(typed.split("=", 1)[0], options, n=1, cutoff=0.6)
+        return f"; did you mean {close[0]}?" if close else ""
+    return ""
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -104,12 +129,22 @@ def _offer_simulation(message: str, command: str) -> bool:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     """argv parsed by a parser that knows only its command's options (vram alone is vram status)."""
-    args = build_parser(argv).parse_args(argv)
+    args = _parse_with(build_parser(argv), argv)
     if args.command is None:
         argv = [*argv, "status"]
-        args = build_parser(argv).parse_args(argv)
+        args = _parse_with(build_parser(argv), argv)
     if not hasattr(args, "run"):  # a command command_in did not see (never expected): all of them
-        args = build_parser().parse_args(argv)
+        args = _parse_with(build_parser(), argv)
+    return args
+
+
+def _parse_with(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """parser.parse_args(argv), except that an option no parser knows is told by the command it
+    was given to ('see vram status --help', with a did-you-mean from that command's options), not
+    by vram's top-level parser, which argparse leaves the leftovers to."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
     return args
 
 
@@ -135,7 +170,8 @@ def flag_for(parser: argparse.ArgumentParser | None, param: str, args: argparse.
         return explicit[param]
     if parser is None:
         return None
-    options = [a.option_strings for a in parser._actions if a.dest == param and a.option_strings]
+    options = [a.option_strings for a in parser._actions
+               if a.dest == param and a.option_strings and a.help != argparse.SUPPRESS]
     if len(options) != 1:
         return None
     return next((o for o in options[0] if o.startswith("--")), options[0][0])

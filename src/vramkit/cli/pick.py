@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import VramkitError
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError, open_for
+from .common import HelpFormatter, UsageError, add_duration, open_for
 
 if TYPE_CHECKING:
     from ..allocate import Selection, WaitStatus
@@ -77,25 +77,23 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     out.add_argument("--json", action="store_true", help="print JSON: the GPUs, their ids and the environment")
     out.add_argument("--explain", action="store_true",
                      help="show every GPU's verdict and the cuda:N numbering, on stderr")
-    p.add_argument("--hold", metavar="DURATION",
-                   help="reserve the GPUs for DURATION (e.g. 2m) or until a new process shows up on them")
-    p.add_argument("--wait", metavar="SECONDS", nargs="?", const="forever",
-                   help="wait in line until GPUs fit (at most SECONDS, e.g. 600 or 10m; none: no limit)")
+    add_duration(p, "--hold", low=0.001, high=24 * 3600, bounds="must be more than 0 seconds and at most 24h",
+                 help="reserve the GPUs for DURATION (e.g. 2m) or until a new process shows up on them")
+    add_wait_option(p)
     p.set_defaults(run=run)
 
 
-def parse_wait(text: str | None) -> float | None:
-    from ..units import parse_duration
+def add_wait_option(p: argparse.ArgumentParser) -> None:
+    """--wait [DURATION], as pick and run take it: bare (or 'forever'), no limit."""
+    add_duration(p, "--wait", nargs="?", const=math.inf, words={"forever": math.inf},
+                 hint="put the command after '--': vram run --wait -- CMD",
+                 help="wait in line until GPUs fit: at most DURATION (e.g. 600, 10m, 2h), or without a value "
+                      "for as long as it takes")
 
-    if text is None:
-        return None
-    if text == "forever":
-        return math.inf
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise UsageError(f"--wait: {text!r} is not a number of seconds (e.g. 600 or 10m); "
-                         "put the command after '--': vram run --wait -- CMD") from None
+
+def parse_wait(value: float | None) -> float | None:
+    """--wait's seconds (math.inf: no limit), None when not given."""
+    return value
 
 
 def apply_config_defaults(args: argparse.Namespace) -> None:
@@ -208,8 +206,6 @@ def run(args: argparse.Namespace) -> int:
     hold = None
     if args.hold is not None:
         hold = duration_flag(args, "hold")
-        if not 0 < hold <= 24 * 3600:
-            raise UsageError("--hold: must be more than 0 seconds and at most 24h")
     wait = parse_wait(args.wait)
     machine, snap, devices, policy, visible, leases = prepare(args)
     if leases.note and not args.explain:  # (--explain shows it in its lease line)

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError, open_for
+from .common import HelpFormatter, UsageError, add_old_spelling, open_for
 from .estimate import add_setup_options, setup_from_args
 
 if TYPE_CHECKING:
@@ -23,24 +23,27 @@ when no one change is enough, them stacked); for inference: a smaller batch, fla
 transformers, fewer new tokens, a shorter prompt, 8/4-bit weights, tensor parallel, layers split over
 GPUs; and which catalog GPUs fit it unchanged. All numbers are estimates.
 
---gpu current uses the free memory of the GPUs here (the one with the most free memory).
+--card current uses the free memory of the GPUs here (the one with the most free memory).
 
 examples:
-  vram plan bert-large-uncased --gpu rtx-4090 --batch 32 --seq 512
-  vram plan llama-3-8b --gpu a100-80gb --seq 4096
-  vram plan llama-2-7b --gpu current --simulate demo
-  vram plan mistral-7b --gpu l4 --infer --batch 8 --seq 8192 --json
-  vram plan llama-2-13b --gpu a100-40gb --infer --batch 8 --seq 4096 --new-tokens 4096 --transformers 4.40
+  vram plan bert-large-uncased --card rtx-4090 --batch 32 --seq 512
+  vram plan llama-3-8b --card a100-80gb --seq 4096
+  vram plan llama-2-7b --card current --simulate demo
+  vram plan mistral-7b --card l4 --infer --batch 8 --seq 8192 --json
+  vram plan llama-2-13b --card a100-40gb --infer --batch 8 --seq 4096 --new-tokens 4096 --transformers 4.40
 """
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=HelpFormatter)
-    add_setup_options(p)
-    p.add_argument("--gpu", metavar="NAME", default="a100-80gb",
-                   help="a catalog GPU (a100-80gb, h100-sxm, rtx-4090, ...; default a100-80gb) or 'current'")
-    p.add_argument("--json", action="store_true", help="print JSON")
+                       formatter_class=HelpFormatter, usage="vram plan [options] MODEL")
+    groups = add_setup_options(p)
+    card = groups["output"].add_argument(
+        "--card", metavar="NAME|current", default="a100-80gb",
+        help="the GPU to plan for: a catalog GPU (a100-80gb, h100-sxm, rtx-4090, ...; default %(default)s), or "
+             "'current': the free memory of the GPU here with the most")
+    add_old_spelling(p, "--gpu", card)
+    groups["output"].add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
 
@@ -52,7 +55,7 @@ def _current_free(args: argparse.Namespace) -> int:
         machine.close()
     free = [g.memory_free for g in snap.gpus if g.memory_free is not None and not g.lost]
     if not free:
-        raise UsageError("--gpu current: no GPU here reports its free memory")
+        raise UsageError("--card current: no GPU here reports its free memory")
     return max(free)
 
 
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise UsageError("plan: give a MODEL (a catalog name, a config.json, or a count like 7b)")
     setup = setup_from_args(args)
-    gpu = _current_free(args) if args.gpu == "current" else args.gpu
+    gpu = _current_free(args) if args.card == "current" else args.card
     result = plan(args.model, gpu, setup, gpu_label="the GPU here with the most free memory")
     if args.json:
         print(plan_json(result))

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError, duration_flag, open_for
+from .common import HelpFormatter, UsageError, add_duration, add_old_spelling, duration_flag, open_for
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..collector import Collector
     from ..model import Snapshot
     from .common import Subparsers
@@ -45,21 +47,21 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     p.add_argument("--db", metavar="PATH", help="the database (default: see above; also $VRAM_DB)")
-    p.add_argument("--interval", metavar="DURATION", default="5s", help="time between samples (default 5s)")
-    p.add_argument("--duration", metavar="DURATION", help="stop after this long (default: run until stopped)")
+    _at_least(p, "--interval", 0.1, default="5s", help="time between samples (default %(default)s)")
+    add_duration(p, "--duration", help="stop after this long (default: run until stopped)")
     p.add_argument("--samples", metavar="N", type=int,
                    help="stop after N samples (attempts: one that could not be read or written counts)")
-    p.add_argument("--commands", choices=("off", "name", "full"), default="name",
-                   help="what is kept of each command line: off, the program name (default), or full")
-    p.add_argument("--keep-raw", metavar="DURATION", default="24h", help="keep raw samples this long (24h)")
-    p.add_argument("--keep-minute", metavar="DURATION", default="30d",
-                   help="keep 1-minute averages this long (30d)")
-    p.add_argument("--keep-quarter", metavar="DURATION", default="365d",
-                   help="keep 15-minute averages this long (365d)")
+    commands = p.add_argument("--process-commands", choices=("off", "name", "full"), nargs="?", const="full",
+                              default="name", help="what is kept of each process's command line: off, the "
+                              "program name (default), or full (bare --process-commands: full)")
+    add_old_spelling(p, "--commands", commands)
+    _at_least(p, "--keep-raw", 60, default="24h", help="keep raw samples this long (%(default)s)")
+    _at_least(p, "--keep-minute", 60, default="30d", help="keep 1-minute averages this long (%(default)s)")
+    _at_least(p, "--keep-quarter", 60, default="365d", help="keep 15-minute averages this long (%(default)s)")
     p.add_argument("--max-size", metavar="SIZE", default="2GiB",
-                   help="the most the database may hold; the oldest rows go first (2GiB)")
-    p.add_argument("--publish-every", metavar="DURATION", default="60s",
-                   help="how often the copy other users read is refreshed, when something changed (60s)")
+                   help="the most the database may hold; the oldest rows go first (%(default)s)")
+    _at_least(p, "--publish-every", 0.1, default="60s",
+              help="how often the copy other users read is refreshed, when something changed (%(default)s)")
     p.add_argument("--quiet", action="store_true", help="say nothing but errors")
     from ..history.notices import add_policy_options
 
@@ -67,11 +69,16 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.set_defaults(run=run)
 
 
+def _at_least(p: argparse.ArgumentParser, flag: str, minimum: float, **kwargs: Any) -> None:
+    add_duration(p, flag, low=minimum, bounds=f"must be at least {minimum:g} seconds", **kwargs)
+
+
 def _duration(args: argparse.Namespace, name: str, minimum: float = 0.0) -> float:
     return duration_flag(args, name, minimum, None, f"must be at least {minimum:g} seconds")
 
 
 def run(args: argparse.Namespace) -> int:
+
     from ..collector import Collector
     from ..history.recorder import Recorder
     from ..history.store import Retention, Store
@@ -107,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         close_policy = attach_policy(collector, args, say)
         store = Store.open(args.db, write=True)
         try:
-            recorder = Recorder(store, interval, args.commands, retention, say, publish_every)
+            recorder = Recorder(store, interval, args.process_commands, retention, say, publish_every)
         except BaseException:
             store.close(settle=False)
             raise

@@ -9,8 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError
-from .pick import WaitPrinter, acquire_explained, add_policy_options, parse_wait, prepare
+from .common import HelpFormatter, UsageError, add_duration, add_old_spelling, duration_text, help_values
+from .pick import WaitPrinter, acquire_explained, add_policy_options, add_wait_option, parse_wait, prepare
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -42,21 +42,27 @@ examples:
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter,
-                       usage="vram run [options] [--wait [SECONDS]] -- CMD [ARGS...]")
+                       usage="vram run [options] [--wait [DURATION]] -- CMD [ARGS...]")
     add_policy_options(p)
-    p.add_argument("--wait", metavar="SECONDS", nargs="?", const="forever",
-                   help="wait in line until GPUs fit: at most SECONDS (e.g. 600, 10m, 2h), or without "
-                        "a value for as long as it takes")
-    p.add_argument("--lease-timeout", metavar="DURATION",
-                   help="longest the GPUs stay reserved while CMD has not shown up on them "
-                        "(default 10m, or $VRAM_LEASE_TIMEOUT)")
-    p.add_argument("--ids", choices=("auto", "index", "uuid"), default="auto",
-                   help="CUDA_VISIBLE_DEVICES as indices or UUIDs (auto: indices, but UUIDs where a GPU "
-                        "in MIG mode or a lost GPU makes indices unclear)")
+    add_wait_option(p)
+    help_values(add_duration(p, "--lease-timeout", low=0.001, high=24 * 3600,
+                             bounds="must be more than 0 seconds and at most 24h",
+                             help="longest the GPUs stay reserved while CMD has not shown up on them "
+                                  "(default %(lease)s, or $VRAM_LEASE_TIMEOUT)"), lease=_default_lease)
+    fmt = p.add_argument("--format", choices=("auto", "index", "uuid"), default="auto",
+                         help="how CUDA_VISIBLE_DEVICES names the GPUs: auto (default): indices, but UUIDs where "
+                              "a GPU in MIG mode or a lost GPU makes indices unclear; index; uuid")
+    add_old_spelling(p, "--ids", fmt)
     p.add_argument("--explain", action="store_true", help="show every GPU's verdict and the numbering first")
     p.add_argument("-q", "--quiet", action="store_true", help="no status lines from vram on stderr")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to run")
     p.set_defaults(run=run)
+
+
+def _default_lease() -> str:
+    from ..leases import DEFAULT_TIMEOUT
+
+    return duration_text(DEFAULT_TIMEOUT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +70,6 @@ def run(args: argparse.Namespace) -> int:
     from ..allocate import LeaseWatcher
     from ..leases import MAX_LEASE, LeaseError, lease_timeout
     from ..render.pick_view import started_line
-    from ..units import parse_duration
 
     command = list(args.argv)
     if command and command[0] == "--":
@@ -72,11 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("no command: put it after '--', e.g. vram run -n 1 -- python train.py")
     wait = parse_wait(args.wait)
-    if args.lease_timeout:
-        try:
-            timeout = parse_duration(args.lease_timeout)
-        except ValueError as e:
-            raise UsageError(str(e), param="lease_timeout") from None
+    if args.lease_timeout is not None:
+        timeout = args.lease_timeout
         if not 0 < timeout <= MAX_LEASE:
             raise UsageError("must be more than 0 seconds and at most 24h", param="lease_timeout")
     else:
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         selection = acquire_explained(args, machine, snap, policy, visible, leases, waiter, wait=wait,
                                       lease_kind="run", lease_timeout=timeout, command=shlex.join(command),
-                                      ids=args.ids)
+                                      ids=args.format)
         if not quiet:
             print(started_line(selection, selection.snapshot), file=sys.stderr, flush=True)
         env = {**os.environ, **selection.env}

@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .commands import COMMANDS
-from .common import Failure, HelpFormatter, UsageError, open_for
+from .common import Failure, HelpFormatter, UsageError, add_duration, open_for
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -37,6 +37,7 @@ examples:
                                               for a Prometheus on another machine, with
                                               TLS and basic auth
   vram serve --dcgm-names                     also DCGM_FI_DEV_FB_USED and its siblings
+  vram serve --compat dcgm,nvitop             also dcgm-exporter's and nvitop-exporter's names
   vram serve --simulate demo                  the bundled simulated server
 """
 
@@ -46,21 +47,41 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=HelpFormatter)
     p.add_argument("--listen", metavar="ADDR:PORT", default=f"127.0.0.1:{DEFAULT_PORT}",
                    help=f"where to listen (default 127.0.0.1:{DEFAULT_PORT}; [::1]:PORT for IPv6)")
-    p.add_argument("--interval", metavar="DURATION", default="2s", help="time between readings (default 2s)")
+    add_duration(p, "--interval", default="2s", low=0.1, high=3600, bounds="must be 0.1s to 1h",
+                 help="time between readings (default %(default)s)")
     p.add_argument("--db", metavar="PATH", help="the history /api/v1/history and the page read (default: the "
                    "recorder's, when there is one; also $VRAM_DB)")
-    p.add_argument("--process-commands", action="store_true",
-                   help="also export each process's command line as a label (off: they can hold secrets)")
+    p.add_argument("--process-commands", choices=("name", "full"), nargs="?", const="full", default="name",
+                   help="what is exported of each process's command line: the program name (default: a command "
+                        "line can hold secrets), or full, the whole line as a label too (bare "
+                        "--process-commands: full)")
     p.add_argument("--max-process-series", metavar="N", type=int, default=2000,
                    help="at most N (process, GPU) series, the largest holders first (default 2000)")
     p.add_argument("--dcgm-names", action="store_true",
-                   help="also export dcgm-exporter's names, units and labels (DCGM_FI_DEV_FB_USED, ...)")
+                   help="also export dcgm-exporter's names, units and labels (DCGM_FI_DEV_FB_USED, ...); "
+                   "the same as --compat dcgm")
+    p.add_argument("--compat", metavar="SCHEMES", default="",
+                   help="also export other exporters' names and labels, comma-separated: dcgm (dcgm-exporter), "
+                   "nvitop (nvitop-exporter), nvidia-smi-exporter (utkuozdemir/nvidia_gpu_exporter), so "
+                   "their Grafana dashboards work unchanged (docs/metrics.md)")
     p.add_argument("--web-config", metavar="FILE", help="TLS and basic auth: tls_server_config (cert_file, "
                    "key_file, client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt "
                    "hash), as Prometheus' exporters read them; needs pip install 'vramkit[serve]'")
     p.add_argument("--hostname", metavar="NAME", help="the host's name in metrics and on the page "
                    "(default: this machine's)")
     p.set_defaults(run=run)
+
+
+def parse_compat(text: str) -> tuple[str, ...]:
+    """'dcgm,nvitop' -> ('dcgm', 'nvitop'); an unknown name is a usage error naming the known ones."""
+    from ..serve.metrics import COMPAT_SCHEMES
+
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    for name in names:
+        if name not in COMPAT_SCHEMES:
+            shown = name if len(name) <= 40 else name[:37] + "..."
+            raise UsageError(f"--compat: unknown naming scheme {shown!r} (known: {', '.join(COMPAT_SCHEMES)})")
+    return names
 
 
 def parse_listen(text: str) -> tuple[str, int, bool]:
@@ -147,8 +168,10 @@ def run(args: argparse.Namespace) -> int:
     interval = duration_flag(args, "interval", 0.1, 3600, "must be 0.1s to 1h")
     if not 0 <= args.max_process_series <= 1_000_000:
         raise UsageError(f"--max-process-series: must be 0 to 1000000, got {args.max_process_series}")
-    options = Options(interval=interval, commands=args.process_commands, max_process_series=args.max_process_series,
-                      dcgm_names=args.dcgm_names, history_db=found_path(args.db), hostname=args.hostname or "")
+    options = Options(interval=interval, commands=args.process_commands == "full",
+                      max_process_series=args.max_process_series,
+                      dcgm_names=args.dcgm_names, history_db=found_path(args.db), hostname=args.hostname or "",
+                      compat=parse_compat(args.compat))
     raise_open_files(MAX_CONNECTIONS + 256)
     machine = open_for(args)
     service = Service(machine, options)

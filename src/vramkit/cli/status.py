@@ -9,7 +9,17 @@ import sys
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
 from .commands import COMMANDS
-from .common import HelpFormatter, add_data_options, check_gpus, check_watch, open_for, parse_gpu_list, watch_loop
+from .common import (
+    HelpFormatter,
+    add_data_options,
+    add_duration,
+    add_old_spelling,
+    check_gpus,
+    check_watch,
+    open_for,
+    parse_gpu_list,
+    watch_loop,
+)
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -18,6 +28,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["status"]
+WATCH_DEFAULT_S = 2.0
 DESCRIPTION = """\
 Show each GPU: a memory bar with used/total, utilization, temperature, power/limit,
 and every process holding memory on it (size, user, pid, age, command).
@@ -30,9 +41,9 @@ busy and nearly empty. Fields the driver does not support are shown as N/A, neve
 examples:
   vram status                      all GPUs, once
   vram status --gpu 0,2            only GPUs 0 and 2
-  vram status --watch 2            redraw every 2 seconds (Ctrl-C stops)
+  vram status --watch 1s           redraw every second (Ctrl-C stops)
   vram status --json | jq '.gpus[].memory_used'
-  vram status --all --gpu 2        GPU 2 with its health: ECC, remaps, throttling, clocks, PCIe, NVLink
+  vram status --health --gpu 2     GPU 2 with its health: ECC, remaps, throttling, clocks, PCIe, NVLink
   vram status --simulate demo      the bundled simulated 8-GPU server
 """
 
@@ -41,16 +52,17 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     add_data_options(p, "GPU")
-    p.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=2.0,
-                   help="redraw every SECONDS (default 2) until Ctrl-C; with --json one compact JSON "
-                        "object per line (NDJSON), with --csv the header once and then only rows")
+    add_duration(p, "--watch", nargs="?", const=WATCH_DEFAULT_S,
+                 help="redraw every DURATION (1s, 0.5, 1m; bare --watch: %(const)gs) until Ctrl-C; with --json one "
+                      "compact JSON object per line (NDJSON), with --csv the header once and then only rows")
     p.add_argument("--wide", action="store_true",
                    help="never cut commands. Without it a command is cut to fit the terminal's width; "
                         "piped output uses $COLUMNS, or 120 columns when that is unset")
-    p.add_argument("--all", action="store_true",
+    health = p.add_argument("--health", action="store_true",
                    help="also each GPU's health: ECC errors, retired pages or remapped rows, throttle reasons, "
                         "clocks, P-state, PCIe and NVLink links, persistence and compute mode (some twenty more "
                         "driver calls a GPU: read only when asked)")
+    add_old_spelling(p, "--all", health)
     p.set_defaults(run=run)
 
 
@@ -73,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal frames
         frames += 1
         snap = source.snapshot()
-        if args.all:
+        if args.health:
             machine.read_health(snap)
         total = None
         if wanted is not None:

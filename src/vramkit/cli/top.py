@@ -8,13 +8,22 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..units import parse_duration
 from .commands import COMMANDS
-from .common import Failure, HelpFormatter, UsageError, check_gpus, open_for, parse_gpu_list
+from .common import (
+    Failure,
+    HelpFormatter,
+    UsageError,
+    add_duration,
+    check_gpus,
+    duration_text,
+    help_values,
+    open_for,
+    parse_gpu_list,
+)
 
 if TYPE_CHECKING:
     from ..model import Snapshot
@@ -48,7 +57,7 @@ Defaults (interval, columns, theme, colour thresholds...) come from the config f
 
 examples:
   vram top                         refresh every 2 seconds
-  vram top --interval 1 --gpu 0-3  every second, GPUs 0 to 3 only
+  vram top --interval 1s --gpu 0-3 every second, GPUs 0 to 3 only
   vram top --pid 4242,4243         only these processes
   vram top --only-visible --compute  the GPUs this shell's CUDA_VISIBLE_DEVICES shows, compute only
   vram top --ascii --theme light   a terminal without Unicode blocks, on a white background
@@ -61,16 +70,18 @@ examples:
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("--interval", metavar="SECONDS", type=float,
-                   help="seconds between refreshes (default 2; config top.interval)")
+    help_values(add_duration(p, "--interval", help="time between refreshes (default %(config)s; config top.interval)"),
+                config=_config_default("top.interval"))
     p.add_argument("--readonly", action="store_true", help="watch only: no kill action")
     p.add_argument("--all-users", action="store_true",
                    help="as root, allow killing other users' processes (as vram kill --all-users)")
     p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
-    p.add_argument("--idle-after", metavar="DURATION",
-                   help="alert when a process holds memory on a GPU idle this long, as observed (default 5m)")
-    p.add_argument("--history", metavar="DURATION",
-                   help="time covered by the history lines at start (default 5m; h switches)")
+    help_values(add_duration(p, "--idle-after", help="alert when a process holds memory on a GPU idle this long, "
+                             "as observed (default %(config)s; config top.idle_after)"),
+                config=_config_default("top.idle_after"))
+    help_values(add_duration(p, "--history", low=10, bounds="at least 10s",
+                             help="time covered by the history lines at start (default %(config)s; h switches)"),
+                config=_config_default("top.history"))
     p.add_argument("--pid", metavar="LIST", help="only these processes (comma-separated pids)")
     p.add_argument("--only-visible", action="store_true",
                    help="only the GPUs (and MIG instances) CUDA_VISIBLE_DEVICES in vram's own environment shows")
@@ -92,13 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.interval is not None and not args.interval > 0:
         raise UsageError("--interval: must be more than 0 seconds")
-    try:
-        idle_after = parse_duration(args.idle_after) if args.idle_after is not None else None
-        span = parse_duration(args.history) if args.history is not None else None
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if span is not None and span < 10:
-        raise UsageError("--history: at least 10s")
+    idle_after, span = args.idle_after, args.history
     pids = _pids(args.pid) if args.pid else set()
     cfg = load()
     for name, value in (("interval", args.interval), ("idle_after", idle_after), ("history", span),
@@ -153,6 +158,15 @@ def run(args: argparse.Namespace) -> int:
         if not collector.reading:
             machine.close()
     return app.return_code or 0
+
+
+def _config_default(name: str) -> Callable[[], str]:
+    """The built-in default of a config key, as a duration (for a help text)."""
+    def shown() -> str:
+        from ..config import BY_NAME
+
+        return duration_text(BY_NAME[name].default)
+    return shown
 
 
 def _pids(text: str) -> set[int]:
