@@ -15,7 +15,17 @@ from ..nvml.backend import NvmlUnavailable
 from ..render.style import Style, style_for, terminal_width
 from ..units import format_size
 from .commands import COMMANDS
-from .common import Failure, HelpFormatter, UsageError, check_gpus, open_for, parse_gpu_list
+from .common import (
+    PRECISION_HELP,
+    PRECISIONS,
+    Failure,
+    HelpFormatter,
+    UsageError,
+    check_gpus,
+    help_values,
+    open_for,
+    parse_gpu_list,
+)
 
 if TYPE_CHECKING:
     from ..doctor.explain import SavingsHook
@@ -70,19 +80,27 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-live", action="store_true", help="log: do not read this machine's GPUs")
     p.add_argument("--model", metavar="NAME", help="log: the model, for the estimator's savings")
     # --batch/--seq as in vram estimate and plan (documented); --batch-size/--seq-len still work.
-    p.add_argument("--batch", "--batch-size", dest="batch_size", type=int, metavar="N",
-                   help="log: the batch size, for the estimator's savings")
-    p.add_argument("--seq", "--seq-len", dest="seq_len", type=int, metavar="N",
+    p.add_argument("--batch", "--batch-size", dest="batch", type=int, metavar="N",
+                   help="log: the micro-batch per GPU, for the estimator's savings")
+    p.add_argument("--seq", "--seq-len", dest="seq", type=int, metavar="N",
                    help="log: the sequence length, for the estimator")
     # the estimator's spellings, as vram estimate's (a wrong one is refused even without --batch)
-    p.add_argument("--precision", metavar="P", choices=("fp32", "fp16", "bf16", "bf16-pure"),
-                   help="log: how the job ran: fp32 (default), fp16/bf16 mixed "
-                   "precision, or bf16-pure; for the estimator")
+    help_values(p.add_argument("--precision", metavar="P", choices=PRECISIONS,
+                               help="log: how the job ran, for the estimator: " + PRECISION_HELP + " (default "
+                               "%(assumed)s: a log does not say, and a job that ran out of memory most often ran "
+                               "in it; estimate and plan, which plan a new run, assume bf16)"),
+                assumed=_assumed_precision)
     p.add_argument("--timeline", metavar="FILE", help="snapshot: draw memory over time into FILE (.svg, or .html "
                    "with the SVG inside)")
     p.add_argument("--by", choices=("category", "line"), default="category",
                    help="snapshot: stack the timeline by category (default) or by your source line")
     p.set_defaults(run=run, param_flags={"batch": "--batch", "seq": "--seq"})
+
+
+def _assumed_precision() -> str:
+    from ..estimate.savings import DEFAULT_PRECISION
+
+    return DEFAULT_PRECISION
 
 
 def _current_user() -> str | None:
@@ -223,9 +241,9 @@ def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
 def _savings_hook(args: argparse.Namespace, context: dict[str, Any]) -> tuple[SavingsHook | None, str | None]:
     """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None,
     anchored to the message in `context` (estimate/savings.py)."""
-    if not (args.model or args.batch_size):
+    if not (args.model or args.batch):
         return None, None
-    if not (args.model and args.batch_size):
+    if not (args.model and args.batch):
         return None, "give both --model and --batch for the estimator's savings of model-dependent fixes"
     from ..estimate import EstimateError, doctor_savings, estimate, resolve
     from ..estimate.savings import anchor_note, baseline
@@ -251,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
     from ..doctor.traceback import place_of
     from ..render.doctor_view import diagnosis_json, render_diagnosis
 
-    for dest, flag in (("batch_size", "--batch"), ("seq_len", "--seq")):
+    for dest, flag in (("batch", "--batch"), ("seq", "--seq")):
         value = getattr(args, dest)
         if value is not None and value < 1:
             raise UsageError(f"{flag}: must be at least 1")
@@ -273,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
     snap, live_note = _live(args)
     if gpu is not None and snap is not None:
         check_gpus(snap, [gpu])
-    context = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len,
+    context = {"model": args.model, "batch_size": args.batch, "seq_len": args.seq,
                "precision": args.precision, "report": report}
     hook, hook_note = _savings_hook(args, context)
     phase = place_of(log.text, report.offset, report.kind) if report.offset is not None else None
@@ -294,7 +312,7 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
     from ..doctor.checklist import run_checklist
     from ..render.doctor_view import checklist_json, render_checklist
 
-    for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch_size", "--batch"), ("seq_len", "--seq"),
+    for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch", "--batch"), ("seq", "--seq"),
                        ("precision", "--precision")):
         if getattr(args, dest) is not None:
             raise UsageError(f"{flag} needs a LOGFILE")
