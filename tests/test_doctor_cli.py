@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from helpers import assert_one_line_error, clean_env, run_vram, vram_argv
+from helpers import assert_one_line_error, clean_env, has_nvidia_driver, run_vram, vram_argv
 
 FIXTURES = Path(__file__).parent / "fixtures" / "oom"
 LOG = str(FIXTURES / "training_log_two_ooms.txt")
@@ -43,10 +43,11 @@ def test_stdin_and_no_live_data():
 
 def test_without_a_driver_the_log_is_still_explained(tmp_path):
     # No NVML here (and no --simulate): the diagnosis stands on the message alone.
+    # 243 GiB asked of a 16 GiB card: a shape or size bug, not a memory problem (issue 28).
     result = run_vram("doctor", str(FIXTURES / "cuda_2_0_too_large.txt"), "--json")
     data = result.json()
-    assert data["cause"] == "request_too_large"
-    assert data["live"]["available"] in (False, True)  # True only on a machine with a GPU driver
+    assert data["cause"] == "not_memory"
+    assert data["live"]["available"] is has_nvidia_driver()
 
 
 def test_no_oom_in_the_log_is_one_line_exit_1():
