@@ -111,6 +111,13 @@ class Health:
     nvlink_links_up: int | None = None  # of those, the active ones
     nvlink_tx: int | None = None  # bytes/s sent over all links since the previous reading
     nvlink_rx: int | None = None  # bytes/s received over all links since the previous reading
+    graphics_clock: int | None = None  # MHz
+    graphics_clock_max: int | None = None  # MHz
+    memory_temperature: int | None = None  # degrees C of the memory (HBM), NVML_FI_DEV_MEMORY_TEMP
+    energy_total: int | None = None  # millijoules consumed since the driver loaded (a counter)
+    pcie_replays: int | None = None  # PCIe replays (link retries) since the driver loaded (a counter)
+    encoder_utilization: int | None = None  # % of recent time the video encoder was busy
+    decoder_utilization: int | None = None  # % of recent time the video decoder was busy
     na: dict[str, str] = field(default_factory=dict)  # field -> why it is N/A
 
 

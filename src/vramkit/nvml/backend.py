@@ -12,6 +12,7 @@ Rules it keeps:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -63,6 +64,7 @@ class Nvml:
         self._no_process_util: dict[int, str] = {}  # GPU index -> why its driver gives no process samples
         self._nvlink_counters: dict[int, tuple[float, int, int]] = {}
         self._topology: Topology | None = None  # GPU -> (when, tx KiB, rx KiB)
+        self._xids: XidWatcher | None = None
         self._slow: dict[tuple[str, ...], tuple[float, float]] = {}  # fields -> (seconds it took, when)
         self.slow_call = SLOW_CALL
         self.slow_retry = SLOW_RETRY
@@ -94,6 +96,9 @@ class Nvml:
         return self
 
     def close(self) -> None:
+        if self._xids is not None:
+            self._xids.stop()
+            self._xids = None
         if self._open:
             self._open = False
             try:
@@ -367,9 +372,40 @@ class Nvml:
         h.persistence_mode = None if persistence is None else bool(persistence)
         compute = ask("compute_mode", "nvmlDeviceGetComputeMode")
         h.compute_mode = None if compute is None else _COMPUTE_MODES.get(compute, f"mode {compute}")
+        h.graphics_clock = ask("graphics_clock", "nvmlDeviceGetClockInfo", lib.NVML_CLOCK_GRAPHICS)
+        h.graphics_clock_max = ask("graphics_clock_max", "nvmlDeviceGetMaxClockInfo", lib.NVML_CLOCK_GRAPHICS)
+        h.energy_total = ask("energy_total", "nvmlDeviceGetTotalEnergyConsumption")  # mJ
+        h.pcie_replays = ask("pcie_replays", "nvmlDeviceGetPcieReplayCounter")
+        for name in ("encoder", "decoder"):
+            util = ask(f"{name}_utilization", f"nvmlDeviceGet{name.capitalize()}Utilization")
+            setattr(h, f"{name}_utilization", None if util is None else util[0])
+        h.memory_temperature = self._field_value(probe, "memory_temperature", handle, lib.NVML_FI_DEV_MEMORY_TEMP)
         self._read_nvlink(index, handle, h, probe)
         h.na = probe.na
         return h
+
+    def _field_value(self, probe: Device, name: str, handle: Any, field_id: int) -> int | None:
+        """One of nvmlDeviceGetFieldValues' fields as a number (None with the reason in probe.na)."""
+        values = self._query(probe, (name,), self.lib.nvmlDeviceGetFieldValues, handle, [field_id])
+        if values is None:
+            return None
+        v = values[0]
+        if v.nvmlReturn != 0:
+            words = {self._codes["NVML_ERROR_NOT_SUPPORTED"]: "not supported",
+                     self._codes["NVML_ERROR_NO_PERMISSION"]: "no permission"}
+            probe.na[name] = words.get(v.nvmlReturn, f"NVML error {v.nvmlReturn}")
+            return None
+        member = _VALUE_MEMBERS.get(v.valueType, "ullVal")
+        return int(getattr(v.value, member))
+
+    # ------------------------------------------------------------ XID errors, for vram serve
+    def watch_xids(self) -> XidWatcher:
+        """Start (once) a background thread that waits on NVML's events for XID errors on every
+        GPU and counts them (vram serve's vram_gpu_xid_* series)."""
+        if self._xids is None:
+            self._xids = XidWatcher(self)
+            self._xids.start()
+        return self._xids
 
     def _read_nvlink(self, index: int, handle: Any, h: Health, probe: Device) -> None:
         """Links up, and their data rate since the previous reading (NVML keeps counters, not rates)."""
@@ -512,6 +548,86 @@ class Nvml:
             dev.na["process_utilization"] = reason
         for proc in dev.processes:
             proc.utilization_na = reason
+
+
+# nvmlDeviceGetFieldValues: the member of the value union each valueType uses
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
+XID_WAIT_MS = 500  # how long one nvmlEventSetWait blocks before the waiter checks whether to stop
+
+
+class XidWatcher:
+    """XID errors as NVML's event API reports them: one event set with every GPU registered for
+    nvmlEventTypeXidCriticalError, waited on by a daemon thread. Per GPU: how many events, per
+    XID number, and the last one (its number and when it came). A GPU whose driver refuses the
+    registration has `refused[index]` (why) and no counts: its XID series are N/A, never 0."""
+
+    def __init__(self, nvml: Nvml):
+        self.nvml = nvml
+        self.counts: dict[int, dict[int, int]] = {}  # GPU -> XID -> events since the watch started
+        self.last: dict[int, tuple[int, float]] = {}  # GPU -> (XID, unix time it came)
+        self.refused: dict[int, str] = {}  # GPU -> why it is not watched
+        self.error: str | None = None  # why the waiter stopped, when it failed
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._set: Any = None
+
+    def start(self) -> None:
+        lib = self.nvml.lib
+        try:
+            self._set = lib.nvmlEventSetCreate()
+        except (lib.NVMLError, AttributeError) as e:
+            self.error = self.nvml._why(e) if isinstance(e, lib.NVMLError) else "not supported by this nvidia-ml-py"
+            for i in range(self.nvml.count):
+                self.refused[i] = self.error
+            return
+        for i in range(self.nvml.count):
+            try:
+                handle = self.nvml._handles.get(i) or lib.nvmlDeviceGetHandleByIndex(i)
+                lib.nvmlDeviceRegisterEvents(handle, lib.nvmlEventTypeXidCriticalError, self._set)
+            except lib.NVMLError as e:
+                self.refused[i] = self.nvml._why(e)
+                continue
+            self.counts[i] = {}
+        self._thread = threading.Thread(target=self._wait, name="vram-xid-events", daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> None:
+        lib = self.nvml.lib
+        timeout = self.nvml._codes.get("NVML_ERROR_TIMEOUT", getattr(lib, "NVML_ERROR_TIMEOUT", 10))
+        while not self._stop.is_set():
+            try:
+                event = lib.nvmlEventSetWait(self._set, XID_WAIT_MS)
+            except lib.NVMLError as e:
+                if getattr(e, "value", None) == timeout:
+                    continue
+                self.error = f"NVML error: {e}"
+                return
+            try:
+                index = int(lib.nvmlDeviceGetIndex(event.device))
+            except lib.NVMLError:
+                continue
+            xid = int(event.eventData)
+            with self._lock:
+                per = self.counts.setdefault(index, {})
+                per[xid] = per.get(xid, 0) + 1
+                self.last[index] = (xid, time.time())
+
+    def read(self) -> tuple[dict[int, dict[int, int]], dict[int, tuple[int, float]]]:
+        """(GPU -> XID -> count, GPU -> (last XID, when)), copied: for the GPUs watched."""
+        with self._lock:
+            return {i: dict(c) for i, c in self.counts.items()}, dict(self.last)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * XID_WAIT_MS / 1000)
+        if self._set is not None and (self._thread is None or not self._thread.is_alive()):
+            try:
+                self.nvml.lib.nvmlEventSetFree(self._set)
+            except self.nvml.lib.NVMLError:
+                pass
+            self._set = None
 
 
 Utilization = tuple[int, int, int, int]  # SM, memory, encoder, decoder %

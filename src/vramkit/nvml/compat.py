@@ -64,6 +64,9 @@ NVML_TOPOLOGY_SYSTEM = 50
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 NVML_FI_DEV_NVLINK_LINK_COUNT = 91
+NVML_FI_DEV_MEMORY_TEMP = 82
+nvmlEventTypeXidCriticalError = 0x0000000000000008
+nvmlEventTypeNone = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_DEVICE_MIG_DISABLE = 0
@@ -185,6 +188,12 @@ class c_nvmlBAR1Memory_t(_Struct):
 
 class nvmlPciInfo_t(_Struct):
     _fields_ = ("busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId")
+
+
+class c_nvmlEventData_t(_Struct):
+    """One event from nvmlEventSetWait: the device's handle, the event type and its data (the XID)."""
+
+    _fields_ = ("device", "eventType", "eventData", "gpuInstanceId", "computeInstanceId")
 
 
 class c_nvmlValue_t:

@@ -53,7 +53,9 @@ QUERYABLE = {"memory", "utilization", "process_utilization", "temperature", "pow
              "name", "uuid", "pci_bus_id",
              # health (read by `vram status --all` and `vram info`): one name per NVML call family
              "ecc", "retired_pages", "remapped_rows", "throttle_reasons", "clocks", "performance_state", "pcie",
-             "pcie_throughput", "persistence_mode", "compute_mode", "nvlink", "topology", "numa_node"}
+             "pcie_throughput", "persistence_mode", "compute_mode", "nvlink", "topology", "numa_node",
+             # read by vram serve: the counters and sensors NVML has beyond those, and its XID events
+             "energy", "pcie_replays", "memory_temperature", "encoder_decoder", "events"}
 # A GPU's health fields (docs/scenarios.md), the names of model.Health's: counts, flags, MHz, ...
 HEALTH_COUNTS = {"ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
                  "ecc_uncorrected_aggregate", "retired_pages_single_bit", "retired_pages_double_bit",
@@ -63,7 +65,10 @@ HEALTH_TIMELINES = {"sm_clock", "memory_clock", "performance_state", "pcie_gen",
 HEALTH_LIMITS = {"sm_clock_max", "memory_clock_max", "pcie_gen_max", "pcie_width_max", "nvlink_links",
                  "nvlink_links_up"}
 HEALTH_RATES = {"pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx"}  # bytes a second: "2GiB" or a number
-HEALTH_FIELDS = (HEALTH_COUNTS | HEALTH_FLAGS | HEALTH_TIMELINES | HEALTH_LIMITS | HEALTH_RATES
+# Fields a driver reports only on some GPUs: absent from the scenario, their calls answer NOT_SUPPORTED.
+HEALTH_OPTIONAL = {"memory_temperature", "energy_joules", "pcie_replays", "encoder_utilization",
+                   "decoder_utilization", "xid_events"}
+HEALTH_FIELDS = (HEALTH_COUNTS | HEALTH_FLAGS | HEALTH_TIMELINES | HEALTH_LIMITS | HEALTH_RATES | HEALTH_OPTIONAL
                  | {"throttle_reasons", "compute_mode", "memory_errors"})
 # NVML's clocks event (throttle) reasons, bit by bit, as words
 THROTTLE_REASONS = {"gpu idle": 0x1, "applications clocks setting": 0x2, "sw power cap": 0x4, "hw slowdown": 0x8,
@@ -261,8 +266,10 @@ class _Checker:
             self.fail(where, f"must be an object, got {type(obj).__name__}")
         unknown = sorted(set(obj) - allowed)
         if unknown:
-            self.fail(f"{where}.{unknown[0]}" if where else unknown[0],
-                      f"unknown field (allowed: {', '.join(sorted(allowed))})")
+            listed = ", ".join(sorted(allowed))
+            if len(listed) > 400:  # health has some fifty: the message stays one readable line
+                listed = listed[:listed.rfind(", ", 0, 380)] + ", ... (docs/scenarios.md lists them all)"
+            self.fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown field (allowed: {listed})")
 
     def timeline(self, value: Any, where: str, convert: Callable[[Any, str], Any]) -> Any:
         """Validate a static value or a timeline, converting each value with `convert`."""
@@ -593,7 +600,36 @@ def _validate_health(c: _Checker, raw: Any, where: str, name: str) -> dict[str, 
         c.fail(f"{where}.throttle_reasons", f"must be a list of: {', '.join(THROTTLE_REASONS)}")
     h["throttle_reasons"] = reasons
     h["compute_mode"] = c.choice(raw.get("compute_mode", "default"), set(COMPUTE_MODES), f"{where}.compute_mode")
+    _validate_optional_health(c, raw, h, where)
     return h
+
+
+def _validate_optional_health(c: _Checker, raw: dict[str, Any], h: dict[str, Any], where: str) -> None:
+    """The fields that default to N/A (None: the call answers NOT_SUPPORTED): memory temperature,
+    the energy counter (joules at t=0; it grows by the GPU's power), PCIe replays, the video
+    engines' utilization, and XID events ([{"at": "30s", "xid": 79}, ...] on the scenario clock)."""
+    pct = lambda v, w: c.number(v, w, minimum=0, maximum=100)  # noqa: E731
+    h["memory_temperature"] = (None if "memory_temperature" not in raw else c.timeline(
+        raw["memory_temperature"], f"{where}.memory_temperature",
+        lambda v, w: c.number(v, w, minimum=-50, maximum=150)))
+    h["energy_joules"] = (None if "energy_joules" not in raw
+                          else c.number(raw["energy_joules"], f"{where}.energy_joules", minimum=0))
+    h["pcie_replays"] = (None if "pcie_replays" not in raw
+                         else c.number(raw["pcie_replays"], f"{where}.pcie_replays", minimum=0, integer=True))
+    for key in ("encoder_utilization", "decoder_utilization"):
+        h[key] = None if key not in raw else c.timeline(raw[key], f"{where}.{key}", pct)
+    events = raw.get("xid_events", [])
+    if not isinstance(events, list):
+        c.fail(f"{where}.xid_events", "must be a list of {\"at\": duration, \"xid\": number}")
+    h["xid_events"] = []
+    for i, e in enumerate(events):
+        ew = f"{where}.xid_events[{i}]"
+        c.known(e, {"at", "xid"}, ew)
+        if "xid" not in e:
+            c.fail(f"{ew}.xid", "is required (the XID number, e.g. 79)")
+        h["xid_events"].append((c.duration(e.get("at", 0), f"{ew}.at"),
+                                c.number(e["xid"], f"{ew}.xid", minimum=1, maximum=0xFFFFFFFF, integer=True)))
+    h["xid_events"].sort()
 
 
 def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict[str, Any]]) -> tuple[int, int | None]:
