@@ -28,6 +28,8 @@ OPTIONS = {
     "all": {"commands": True, "dcgm_names": True},
     "cap": {"max_process_series": 3, "commands": True},
     "cap0": {"max_process_series": 0},
+    "compat": {"compat": ("dcgm", "nvitop", "nvidia-smi-exporter"), "commands": True},
+    "compat-cap": {"compat": ("nvitop", "nvidia-smi-exporter"), "max_process_series": 2},
 }
 # Quotes, backslashes, newlines, terminal escapes, lone surrogates, bidi overrides, a long name.
 HOSTILE_USERS = ["ev\u001b[31mil\"q\\b\nx", "{}=,\"\\", "\u202eeman", "lone\ud800sur", "ok-user", "u" * 300]
@@ -47,10 +49,13 @@ def hostile_scenario(tmp_path: Path) -> Path:
     return path
 
 
-def read(simulate: str) -> Snapshot:
+def read(simulate: str, health: bool = False) -> Snapshot:
     machine = open_machine(simulate)
     try:
-        return machine.snapshot()
+        snap = machine.snapshot()
+        if health:  # what vram serve attaches at its slower cadence
+            machine.read_health(snap, settle=0)
+        return snap
     finally:
         machine.close()
 
@@ -75,7 +80,8 @@ def assert_same(snap: Snapshot | None, options: dict, *, read_seconds: float | N
     ours_state = ExportState(hostname=hostname, version="1.2.3", read_seconds=read_seconds, read_errors=7)
     theirs_state = replace(ours_state)
     ours = render(snap, ours_state, **options)
-    theirs = reference(snap, theirs_state, **options)
+    xids = options.get("xids")
+    theirs = reference(snap, theirs_state, **{k: v for k, v in options.items() if k != "xids"}, xids=lambda: xids)
     assert families(ours) == families(theirs)
     assert ours == theirs  # byte for byte, as a check that nothing else (order, spacing) drifted
     assert ours_state.process_series_dropped == theirs_state.process_series_dropped
@@ -96,6 +102,19 @@ def test_render_equals_prometheus_client_with_hostile_names(tmp_path, option):
     assert b'\\"' in body and b"\\\\" in body  # there was something to escape
     exported = OPTIONS[option].get("commands", False) and OPTIONS[option].get("max_process_series") != 0
     assert (b'command="' in body) == exported  # command lines only when asked for
+
+
+@pytest.mark.parametrize("simulate", ["unhealthy", "mig", "faulty"])
+@pytest.mark.parametrize("option", ["defaults", "all", "compat", "compat-cap"])
+def test_render_equals_prometheus_client_with_health_xids_and_mig(simulate, option):
+    from vramkit.serve.metrics import Xids
+
+    snap = read(simulate, health=True)
+    xids = Xids({0: {}, 2: {48: 2, 63: 1}}, {2: (63, 1_700_000_000.5)})
+    body, _ = assert_same(snap, {**OPTIONS[option], "xids": xids})
+    assert (b'xid="48"' in body) == (len(snap.gpus) > 2 and not snap.gpus[2].lost)
+    if simulate == "mig":
+        assert b'GPU_I_ID="1",GPU_I_PROFILE="3g.40gb"' in body  # MIG series and MIG processes
 
 
 def test_the_cap_drops_the_smallest_holders_and_says_how_many():

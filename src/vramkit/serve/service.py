@@ -11,16 +11,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .._version import __version__
 from ..collector import Collector
-from ..model import Snapshot
+from ..model import Health, Snapshot
 from ..snapshot import Machine
-from .metrics import ExportState, render
+from .metrics import COMPAT_SCHEMES, ExportState, Xids, render
+
+if TYPE_CHECKING:
+    from ..nvml.backend import XidWatcher
 
 T = TypeVar("T")
 HISTORY_POINTS = 300  # slots per GPU in /api/v1/history: what a chart on a page can show
+HEALTH_EVERY = 10.0  # seconds between readings of GPU health (some twenty NVML calls a GPU; memory: every reading)
 
 
 @dataclass
@@ -28,14 +32,25 @@ class Options:
     interval: float = 2.0
     commands: bool = False  # export command lines as a label (--process-commands)
     max_process_series: int = 2000
-    dcgm_names: bool = False
-    history_db: Path | None = None  # the store /api/v1/history reads (None: no history)
+    dcgm_names: bool = False  # the same as "dcgm" in compat
+    compat: tuple[str, ...] = ()  # other exporters' names also exported: dcgm, nvitop, nvidia-smi-exporter
+    history_db: Path | None = None  # the store /api/v1/history reads and the idle clock is seeded from
     hostname: str = ""
+    health_every: float = HEALTH_EVERY
+    xids: bool = True  # watch NVML's XID events (a background waiter)
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        unknown = set(self.compat) - set(COMPAT_SCHEMES)
+        if unknown:
+            raise ValueError(f"unknown naming scheme {sorted(unknown)[0]!r}")
+        return frozenset(self.compat) | ({"dcgm"} if self.dcgm_names else set())
 
 
 class Service:
     def __init__(self, machine: Machine, options: Options):
         self.options = options
+        self.machine = machine
         self.state = ExportState(hostname=options.hostname or socket.gethostname(), version=__version__)
         self.collector = Collector(machine, interval=options.interval)
         self.collector.subscribe(self._taken)
@@ -49,12 +64,44 @@ class Service:
         self._listeners: list[Callable[[], None]] = []
         self.last_error: str | None = None
         self.history_builds = 0  # how many times a history answer was computed (tests see the cache work)
+        # What /metrics shows: the newest snapshot with the newest health reading (every
+        # options.health_every seconds) attached, a copy: the collector's snapshots stay as taken.
+        self.exported: Snapshot | None = None
+        self._health: dict[int, Health] = {}
+        self._health_at: float | None = None
+        self._xids: XidWatcher | None = None
+        self.idle_note: str | None = None  # what history said to the idle clock, or why nothing
 
     # ------------------------------------------------------------ sampling
     def start(self) -> None:
+        if self.options.history_db is not None:
+            self._seed_idle(self.options.history_db)
+        if self.options.xids:
+            nvml = getattr(self.machine.backend, "nvml", None)
+            watch = getattr(nvml, "watch_xids", None)
+            if watch is not None:
+                self._xids = watch()
         self.collector.start()
 
+    def _seed_idle(self, path: Path) -> None:
+        """The idle clock continues from the history (as kill and doctor read it): a process idle
+        for an hour before serve started is idle for an hour at its first reading, not 0 s."""
+        from ..history.recorded_idle import read_recorded_idle
+
+        backend = self.machine.backend
+        now = backend.now()
+
+        def started(pid: int) -> tuple[int | None, float] | None:
+            host = backend.host(pid, now)
+            return None if isinstance(host, str) else (host.start_ticks, host.start_time)
+
+        recorded = read_recorded_idle(now, path, started)
+        self.collector.idle.seed(recorded.since)
+        self.idle_note = recorded.note
+
     def close(self) -> None:
+        if self._xids is not None:
+            self._xids.stop()
         self.collector.close()
         with self.changed:
             self.sequence = -1  # wakes every stream, which then ends
@@ -69,10 +116,28 @@ class Service:
         for listener in self._listeners:
             listener()
 
+    def _read_health(self, snap: Snapshot) -> Snapshot:
+        """`snap` with health attached, read again when `health_every` seconds have passed (clocks,
+        ECC, throttling, PCIe, NVLink, energy... change slower than memory and cost many calls)."""
+        now = time.monotonic()
+        if self._health_at is None or now - self._health_at >= self.options.health_every:
+            self._health_at = now
+            gpus = [replace(g, health=None) for g in snap.gpus]
+            try:
+                self.machine.backend.read_health(gpus, 0.0)
+            except Exception as e:  # noqa: BLE001 - health is extra: memory readings go on without it
+                self.last_error = f"health: {type(e).__name__}: {e}"
+            else:
+                self._health = {g.index: g.health for g in gpus if g.health is not None and not g.lost}
+        return replace(snap, gpus=[replace(g, health=self._health.get(g.index)) if not g.lost else g
+                                   for g in snap.gpus])
+
     def _taken(self, snap: Snapshot) -> None:
         self.state.read_seconds = self.collector.last_read_seconds
+        exported = self._read_health(snap)
         with self.changed:
             self.latest = snap
+            self.exported = exported
             self.sequence += 1
             self.changed.notify_all()
         self.last_error = None
@@ -116,9 +181,16 @@ class Service:
         """Prometheus' text for the newest snapshot, written directly (metrics.render), not through
         prometheus_client's registry: ~10x faster, so a scrape that meets a reading stays short."""
         o = self.options
-        return self._cached("metrics", lambda: render(self.latest, self.state, commands=o.commands,
+        return self._cached("metrics", lambda: render(self.exported, self.state, commands=o.commands,
                                                       max_process_series=o.max_process_series,
-                                                      dcgm_names=o.dcgm_names))
+                                                      compat=o.schemes, xids=self.xids()))
+
+    def xids(self) -> Xids | None:
+        """What the XID waiter has counted (None: not watching)."""
+        if self._xids is None:
+            return None
+        counts, last = self._xids.read()
+        return Xids(counts, last)
 
     def snapshot_json(self) -> bytes:
         from ..render.data import status_doc
