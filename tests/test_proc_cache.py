@@ -61,6 +61,6 @@ def test_a_long_command_line_is_read_whole_up_to_the_bound(children):
     child = children.start(argv)
     base = f"/proc/{child.pid}"
     assert wait_for(lambda: cmdline(child.pid).endswith(b"x\0"))
-    assert procs.ProcessTable._cmdline(base) == " ".join(argv)
-    assert procs._read_proc_file(f"{base}/cmdline", 20_000) == cmdline(child.pid)[:20_000]
-    assert procs._read_proc_file(f"{base}/no-such-file", 100) is None
+    assert procs.cmdline(child.pid) == " ".join(argv)
+    assert procs.read_proc_file(f"{base}/cmdline", 20_000) == cmdline(child.pid)[:20_000]
+    assert procs.read_proc_file(f"{base}/no-such-file", 100) is None

@@ -68,6 +68,6 @@ def recheck(t: Target, pinned: procs.Pinned, caller: Caller, protection: Protect
              all_users: bool) -> Refusal | None:
     """The checks again, on what the process is now (an exec may have changed name or owner)."""
     now = pinned.identity
-    fresh = Target(pid=t.pid, command=procs.ProcessTable._cmdline(f"/proc/{t.pid}") or f"[{now.name}]",
+    fresh = Target(pid=t.pid, command=procs.cmdline(t.pid) or f"[{now.name}]",
                    listed=t.listed, identity=now, defunct=now.state == "zombie" and procs.is_defunct(t.pid))
     return check(fresh, caller, protection, all_users)

@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any
 
+from ..procs import read_stat
+
 # What a synthetic process says about its host side; a real one's comes from /proc.
 HOST_FIELDS = ("user", "uid", "command", "age", "state", "cpu_percent", "rss", "ppid", "container")
 SLEEP_SECONDS = "2147483647"  # as long as sleep can count: the placeholder ends when we end it
@@ -52,11 +54,8 @@ def _sleep_command() -> list[str]:
 
 
 def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read(512).rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
+    stat = read_stat(pid)
+    return None if stat is None else stat.state
 
 
 class Placeholders:

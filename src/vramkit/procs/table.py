@@ -1,0 +1,96 @@
+"""The host side of the processes a snapshot lists: one HostProcess per pid, from /proc, with
+what does not change while a process lives (command line, container) read once."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .files import cmdline, container, container_in
+from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time, state_name
+from .text import NOT_VISIBLE
+from .users import user_name
+
+
+@dataclass
+class HostProcess:
+    """A process's host side, from /proc (or a scenario's made-up process)."""
+
+    pid: int
+    user: str | None
+    uid: int | None
+    command: str
+    name: str
+    state: str
+    start_time: float  # unix time
+    cpu_time: float  # seconds of user + system CPU
+    rss: int  # bytes
+    ppid: int
+    container: str | None
+    start_ticks: int | None = None  # clock ticks since boot: with the pid, the process's identity
+    real: bool = True  # False: a simulated scenario's made-up process (nothing here to signal)
+
+
+class ProcessTable:
+    """Reads processes from /proc, remembering what does not change between reads."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._boot = boot_time()
+        # (pid, start ticks) -> (command, container): what does not change while a process lives,
+        # so watch loops and the live view read /proc/PID/stat only.
+        self._fixed: dict[tuple[int, int], tuple[str, str | None]] = {}
+        self.stats = StatFiles()
+
+    def read(self, pid: int) -> HostProcess | str:
+        """The process, or a one-line reason why its host side cannot be read."""
+        try:
+            raw = self.stats.read(pid)
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except (FileNotFoundError, ProcessLookupError):
+            return NOT_VISIBLE
+        except PermissionError:
+            return "no permission to read /proc for this pid"
+        except OSError as e:
+            return f"cannot read /proc/{pid}: {e.strerror}"
+        if not raw:
+            return NOT_VISIBLE
+        stat = Stat(raw)
+        state, ticks, name = state_name(stat.state), stat.start_ticks, stat.name
+        key = (pid, ticks)
+        fixed = self._fixed.get(key)
+        if fixed is None or state == "zombie":  # a zombie's cmdline is empty: read it as it is
+            fixed = self._fixed[key] = (cmdline(pid) or f"[{name}]", container(pid))
+        command, in_container = fixed
+        return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name,
+                           state=state, start_time=self._boot + ticks / CLOCK_TICKS,
+                           cpu_time=stat.cpu_ticks / CLOCK_TICKS, rss=stat.rss_pages * self._page,
+                           ppid=stat.ppid, container=in_container, start_ticks=ticks)
+
+    def forget_all_but(self, pids: set[int]) -> None:
+        """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
+        long-running view does not grow with every process that came and went."""
+        if any(k[0] not in pids for k in self._fixed):
+            self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
+        self.stats.forget_all_but(pids)
+
+    def close(self) -> None:
+        self.stats.close()
+
+    @staticmethod
+    def _container(base: str) -> str | None:
+        """container() of the /proc/PID-like directory `base` (tests read fixture trees)."""
+        return container_in(f"{base}/cgroup")
+
+
+def cpu_percent_since(proc: HostProcess, now: float,
+                      previous: dict[tuple[int, int | None], tuple[float, float]]) -> float:
+    """CPU % since the previous reading of this process in `previous` (updated; keyed by pid and
+    start ticks), else averaged over its lifetime (as ps does)."""
+    key = (proc.pid, proc.start_ticks)
+    before = previous.get(key)
+    previous[key] = (proc.cpu_time, now)
+    if before is not None and now > before[1]:
+        return max(0.0, 100 * (proc.cpu_time - before[0]) / (now - before[1]))
+    lifetime = now - proc.start_time
+    return 100 * proc.cpu_time / lifetime if lifetime > 0 else 0.0
