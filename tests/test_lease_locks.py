@@ -16,6 +16,7 @@ from helpers import IS_ROOT, clean_env, run_vram, run_vram_as
 from lease_races import G4, G7, gpu_lock, hold, sticky_lease_dir
 
 from vramkit import leases as L
+from vramkit.leases import locking, reserve
 
 
 @pytest.fixture
@@ -155,8 +156,12 @@ def test_a_lease_is_written_then_checked_by_one_more_read(where, monkeypatch):
         L.create_lease(d, [(G4, "GPU 4")], "run", 600).release()  # first lease: G4's lock file appears
     present: list[list[str]] = []  # lease files there at each read
     real = L.read_state
-    monkeypatch.setattr(L, "read_state", lambda *a, **kw: present.append(
-        [n for n in L.leftovers(d) if n.endswith(".json")]) or real(*a, **kw))
+    def spy(*a, **kw):
+        present.append([n for n in L.leftovers(d) if n.endswith(".json")])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(L, "read_state", spy)
+    monkeypatch.setattr(reserve, "read_state", spy)  # create_lease's check after writing
     with d.locked():
         assert L._held(gpu_lock(where, G4))
         L.read_state(d)
@@ -174,7 +179,7 @@ def test_many_locks_held_by_one_neighbour_cost_one_wait(where, children, monkeyp
     fakes = [gpu_lock(where, f"GPU-fake-{i}") for i in range(3)]
     holders = [hold(children, path) for path in (where / ".lock", *fakes)]
     outcomes: list[tuple[int | None, bool]] = []  # (holder given up on, at once?)
-    real = L._acquire
+    real = locking._acquire
 
     def spy(fd, patience, known_hostile=lambda pid: False):
         at_once: list[bool] = []
@@ -182,7 +187,7 @@ def test_many_locks_held_by_one_neighbour_cost_one_wait(where, children, monkeyp
         outcomes.append((result, any(at_once)))
         return result
 
-    monkeypatch.setattr(L, "_acquire", spy)
+    monkeypatch.setattr(locking, "_acquire", spy)
     d = L.LeaseDir(where, True, on_warning=lambda _: None)
     with d.locked(patience=0.2):
         assert sorted(d.locked_out) == [f"GPU-fake-{i}" for i in range(3)]
@@ -193,6 +198,6 @@ def test_many_locks_held_by_one_neighbour_cost_one_wait(where, children, monkeyp
 def test_gpu_lock_names_round_trip_and_junk_names_are_not_locks():
     for key in (G4, "MIG-5c1e1a2b-58f2-5c37-9d2b-6a0f4a2c8e11", "GPU-x/1/0", "é", ".hidden"):
         name = L._unit_lock_name(key)
-        assert name.startswith("gpu-") and "/" not in name and L._unit_key(name) == key
+        assert name.startswith("gpu-") and "/" not in name and locking._unit_key(name) == key
     for junk in ("gpu-.lock", "gpu-%zz.lock", "gpu-%FF.lock", "gpu-a/b.lock", "gpu-%41.lock", "lease-x.lock"):
-        assert L._unit_key(junk) is None, junk  # %41 is 'A', which is never escaped: not a name vram makes
+        assert locking._unit_key(junk) is None, junk  # %41 is 'A', which is never escaped: not a name vram makes

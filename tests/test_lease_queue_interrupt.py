@@ -7,6 +7,7 @@ import os
 import pytest
 
 from vramkit import leases as L
+from vramkit.leases import queue
 
 
 def test_an_interrupt_while_writing_the_ticket_leaves_no_file(tmp_path, monkeypatch):
@@ -16,12 +17,12 @@ def test_an_interrupt_while_writing_the_ticket_leaves_no_file(tmp_path, monkeypa
     def interrupted(fd: int, data: bytes) -> int:
         raise KeyboardInterrupt  # as Ctrl-C arriving between creating the file and writing it
 
-    monkeypatch.setattr(L.os, "write", interrupted)
+    monkeypatch.setattr(queue.os, "write", interrupted)
     with d.locked():
         state = L.read_state(d)
         with pytest.raises(KeyboardInterrupt):
             L.enqueue(d, state, {"count": 1})
-    monkeypatch.setattr(L.os, "write", real_write)
+    monkeypatch.setattr(queue.os, "write", real_write)
     assert L.leftovers(d) == []
     with d.locked():  # and the queue still works
         ticket = L.enqueue(d, L.read_state(d), {"count": 1})

@@ -30,6 +30,7 @@ from lease_races import (
 
 from vramkit import leases as L
 from vramkit.cuda_env import devices_of
+from vramkit.leases import locking
 from vramkit.select import units_of
 from vramkit.snapshot import open_machine
 
@@ -147,7 +148,7 @@ def test_a_lock_taken_on_a_file_no_longer_at_its_name_is_taken_again(where, monk
     """The file is swapped while a look waits for (or takes) its lock: a flock on a file that is
     no longer GPU 4's lock keeps nobody out, so the look takes the lock of the file that is."""
     plant(gpu_lock(where, G4))
-    real = L._acquire
+    real = locking._acquire
     swapped: list[int] = []
 
     def swap_first(fd, *args, **kwargs):
@@ -156,7 +157,7 @@ def test_a_lock_taken_on_a_file_no_longer_at_its_name_is_taken_again(where, monk
             swap(gpu_lock(where, G4))
         return real(fd, *args, **kwargs)
 
-    monkeypatch.setattr(L, "_acquire", swap_first)
+    monkeypatch.setattr(locking, "_acquire", swap_first)
     d = L.LeaseDir(where, True, on_warning=lambda _: None)
     with d.locked(units=[G4]):
         assert swapped and os.lstat(gpu_lock(where, G4)).st_ino != swapped[0]

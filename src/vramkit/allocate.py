@@ -5,6 +5,8 @@ One round: snapshot NVML, then under the lease directory's locks (its own, and e
 read the live leases and the queue, decide, and (when asked) write the lease; all within
 milliseconds. Waiting repeats the
 round whenever a lease comes or goes (the directory changes) and every `interval` seconds.
+Rounds, and LeaseWatcher's looks, read the machine through a Collector (the caller's, or one
+over its Machine), as every repeated reader does (docs/architecture.md, "The collector").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from . import leases as L
+from .collector import Collector
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
 from .errors import RequestError, VramkitError
 from .model import Snapshot
@@ -226,7 +229,13 @@ def _selection(decision: Decision, devices: list[CudaDevice], snap: Snapshot, id
                      snapshot=snap)
 
 
-def acquire(machine: Machine, policy: Policy, *, wait: float | None = None, lease_kind: str | None = None,
+def _reader(machine: Machine | Collector, interval: float) -> Collector:
+    """What repeated rounds read through: the caller's Collector, or one over its Machine (never
+    closed here, nor started: each round samples it; the Machine stays the caller's to close)."""
+    return machine if isinstance(machine, Collector) else Collector(machine, interval=interval if interval > 0 else 2.0)
+
+
+def acquire(machine: Machine | Collector, policy: Policy, *, wait: float | None = None, lease_kind: str | None = None,
             lease_timeout: float | None = None, command: str | None = None, ids: str = "auto",
             on_wait: Callable[[WaitStatus], None] | None = None, interval: float = 2.0,
             lease_dir: L.LeaseDir | None = None) -> Selection:
@@ -236,12 +245,13 @@ def acquire(machine: Machine, policy: Policy, *, wait: float | None = None, leas
     (WaitTimedOut after a wait) and leases.LeaseError."""
     d = lease_dir or L.lease_dir()
     timeout = lease_timeout if lease_timeout is not None else L.lease_timeout()
-    is_real = machine.backend.is_real
+    reader = _reader(machine, interval)
+    is_real = reader.backend.is_real
     started = time.monotonic()
     ticket: L.HeldTicket | None = None
     try:
         while True:
-            snap = machine.snapshot()
+            snap = reader.snapshot()
             devices = devices_of(snap)
             units = units_of(snap, devices)
             free_run = decide(policy, units)
@@ -308,9 +318,10 @@ class LeaseWatcher:
     """While a launched job runs: end each unit's reservation once the job (or a descendant)
     shows on it in NVML, and the whole lease when it times out."""
 
-    def __init__(self, machine: Machine, lease: L.HeldLease, job_pid: int):
+    def __init__(self, machine: Machine | Collector, lease: L.HeldLease, job_pid: int, interval: float = 1.0):
         self.machine, self.lease, self.job_pid = machine, lease, job_pid
-        self.is_real = machine.backend.is_real
+        self.reader = _reader(machine, interval)  # tick() is called every `interval` seconds
+        self.is_real = self.reader.backend.is_real
 
     def tick(self) -> bool:
         """One look; False when there is nothing left to watch."""
@@ -319,7 +330,7 @@ class LeaseWatcher:
         if self.lease.expired():
             self.lease.release()
             return False
-        snap = self.machine.snapshot()
+        snap = self.reader.snapshot()
         units = {u.key: u for u in units_of(snap, devices_of(snap))}
         seen = [k for k in self.lease.pending if k in units and any(
             self.is_real(p.pid) and descends_from(p.pid, self.job_pid) for p in units[k].processes)]

@@ -1,0 +1,69 @@
+"""Which directory holds the leases: $VRAM_LEASE_DIR, the shared /tmp/vramkit-leases when it is
+safe (root's or yours, a real directory), else a per-user one."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..procs import user_name
+from .errors import LeaseError
+from .locking import LeaseDir
+from .settings import ENV_DIR, SHARED_DIR
+
+
+def _usable(path: Path, shared: bool) -> str | None:
+    """None when `path` can hold leases, else why not."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            os.makedirs(path.parent, exist_ok=True)
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o1777 if shared else 0o700)  # sticky: users can only remove their own
+            st = os.lstat(path)
+        except FileExistsError:
+            st = os.lstat(path)  # created by someone else just now
+        except OSError as e:
+            return f"cannot create {path}: {e.strerror}"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    mine = st.st_uid == os.getuid()
+    if shared and not mine and st.st_uid != 0:
+        # Its owner could remove anyone's leases (a GPU then goes to two jobs) or lock others out:
+        # a shared directory must be root's (contrib/tmpfiles.d/vramkit.conf creates it at boot).
+        return (f"{path} belongs to {user_name(st.st_uid)}, not to root or you "
+                f"(its owner could remove your leases; an admin should create it root-owned)")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable by you"
+    return None
+
+
+def lease_dir(env: Mapping[str, str] | None = None, shared_dir: Path = SHARED_DIR) -> LeaseDir:
+    """$VRAM_LEASE_DIR, else the shared `shared_dir` (/tmp/vramkit-leases), else a per-user directory."""
+    env = os.environ if env is None else env
+    chosen = env.get(ENV_DIR)
+    if chosen:
+        path = Path(chosen)
+        why = _usable(path, shared=True)
+        if why:
+            raise LeaseError(f"{ENV_DIR}: {why}")
+        return LeaseDir(path, shared=True)
+    why = _usable(shared_dir, shared=True)
+    if why is None:
+        return LeaseDir(shared_dir, shared=True)
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        private = Path(runtime) / "vramkit-leases"
+    else:
+        try:
+            private = Path.home() / ".cache" / "vramkit" / "leases"
+        except RuntimeError:  # no HOME and no passwd entry
+            raise LeaseError(f"no usable lease directory: {why}; set {ENV_DIR}") from None
+    why_private = _usable(private, shared=False)
+    if why_private:
+        raise LeaseError(f"no usable lease directory: {why}; {why_private}")
+    return LeaseDir(private, shared=False,
+                    note=f"leases are per-user ({private}): {why}; other users' vram runs cannot see them")
