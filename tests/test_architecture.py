@@ -82,3 +82,68 @@ def test_history_stands_on_the_library_and_nothing_below_imports_it():
             if rel.startswith("history/") and re.search(r"^\s*from\s+\.\.(cli|tui|render)\b", code):
                 upward.append(f"{rel}:{n}: {code.strip()}")
     assert below == [] and upward == []
+
+
+# Every /proc read is in procs/ (issue 27): one stat parser, one identity, bounded reads of other
+# users' text. The modules below read /proc outside it, each for a reason of its own.
+PROC_READS_ALLOWED = {
+    "holders.py": "the fd scan (/proc/*/fd links): one listing of every process, its own concern",
+    "backends/nvidia.py": "/proc/driver/nvidia: the NVIDIA driver's own files, the backend's to read",
+    "protect.py": "/proc/PID/exe under a root that tests replace with a fixture tree",
+    "launch.py": "the job's stopped state while vram run passes job control on (owned by the CLI's launcher)",
+    "history/store.py": "who holds the history database's lock (/proc/locks; procs.flock_holders is the same)",
+    "torch/_hostmem.py": "this process's own resident memory (/proc/self/statm), inside the torch helpers",
+}
+
+
+def _proc_paths(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of each string in the module's code that names a /proc path: a literal or an
+    f-string starting with /proc (docstrings and comments do not count)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    parts = {id(value) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for value in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in parts:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+            if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("/proc"):
+                found.append((node.lineno, head.value))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+              and node.value.startswith("/proc")):
+            found.append((node.lineno, node.value))
+    return sorted(found)
+
+
+def test_proc_is_read_in_procs_only():
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("procs/") or rel in PROC_READS_ALLOWED:
+            continue
+        found += [f"{rel}:{n}: {text}" for n, text in _proc_paths(path)]
+    assert found == [], "read /proc through vramkit.procs (or add the module to PROC_READS_ALLOWED, with why)"
+
+
+def test_the_proc_grep_finds_a_read(tmp_path):
+    """Not vacuous: the reads this rule moved into procs/ would be found; text that only mentions
+    /proc would not."""
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Reads /proc/PID/stat."""\n'
+                      'def f(pid):\n'
+                      '    """From /proc/locks."""\n'
+                      '    msg = "host: /proc/stat cannot be read"\n'
+                      '    open(f"/proc/{pid}/comm")\n'
+                      '    return open("/proc/locks"), os.stat(f"/proc/{pid}").st_uid\n')
+    assert [n for n, _ in _proc_paths(sample)] == [5, 6, 6]
+
+
+def test_every_allowed_proc_reader_still_reads_proc():
+    """An entry whose module no longer reads /proc is stale: remove it."""
+    assert [rel for rel in PROC_READS_ALLOWED if not _proc_paths(SRC / rel)] == []
