@@ -50,7 +50,7 @@ def _connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
                    help="the scrape job(s) of vram serve (default 'vram'; repeat for several)")
     add_duration(g, "--timeout", default=argparse.SUPPRESS if suppress else TIMEOUT, low=0.1, high=600,
                  bounds="must be 0.1s to 10m", help="how long to wait for Prometheus' answers, all of them "
-                 "together: connecting, headers and body (default {TIMEOUT})")
+                 f"together: connecting, headers and body (default {TIMEOUT})")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print JSON")
 
