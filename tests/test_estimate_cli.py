@@ -50,8 +50,8 @@ def test_batch_size_and_seq_len_are_accepted_as_in_doctor():
     plan = run_vram("plan", "bert-large-uncased", "--gpu", "rtx-4090", "--batch-size", "32", "--seq-len", "512")
     assert plan.out == run_vram("plan", "bert-large-uncased", "--gpu", "rtx-4090", "--batch", "32", "--seq", "512").out
     assert_one_line_error(run_vram("estimate", "gpt2", "--batch-size", "0"), 2, "--batch")
-    assert "usage: vram estimate [-h]" in run_vram("estimate", "--help").out
-    assert "[--batch N]" in run_vram("estimate", "--help").out
+    assert "usage: vram estimate [options] MODEL | --list" in run_vram("estimate", "--help").out
+    assert "\n  --batch N, --batch-size N" in run_vram("estimate", "--help").out
 
 
 def test_list():
@@ -68,7 +68,7 @@ def test_list():
     (("estimate", "gpt2", "--precision", "fp8"), "invalid choice"),
     (("estimate", "bert-base", "--seq", "1024"), "positions"),
     (("estimate",), "give a MODEL"),
-    (("plan", "gpt2", "--gpu", "a101"), "did you mean"),
+    (("plan", "gpt2", "--card", "a101"), "did you mean"),
     (("plan", "gpt2", "--batch", "0"), "--batch"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
