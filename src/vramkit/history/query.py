@@ -10,6 +10,13 @@ Usage, idle holders and coverage read the whole hours of a window from the hour 
 gpu_hour: store.py) and only the rest row by row: the ragged edges (under an hour each side) and
 the samples not summed yet (the last few minutes). The sums are those of the same rows, so the
 totals are the same to float rounding (tests/test_history_summary.py checks it).
+
+Typed reads. The file may be damaged or written by someone else, and SQLite lets any value into
+any column (no CHECKs; a column's type is only an affinity): a time can be 'abc', a blob, 1e308 or
+-9223372036854775808. Every column is read through one table of kinds (KINDS: a number's range,
+whether it is whole, or text): in SQL through `checked()` (the value, or NULL), in Python through
+`typed()` / `typed_text()`. A value out of its kind is unknown (None, shown as N/A); a row whose
+time, length, GPU or job is unknown is left out; non-finite meta values leave the hour sums unused.
 """
 
 from __future__ import annotations
@@ -19,10 +26,86 @@ import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
+from .paths import reader_path
 from .store import HOUR, ROLLUP_TIERS, Store, StoreError, describe
+
+# kind -> (lowest, highest, whole number). Times: 1970 to 9999 (what datetime can show, in any
+# zone); lengths: up to ~31 years; memory: up to 2**53 bytes (8 PiB, exact as a float); GPUs:
+# NVML indexes; pids and start ticks as the kernel gives them.
+MAX_TIME = 253_402_214_400.0  # 9999-12-30
+KINDS: dict[str, tuple[float, float, bool]] = {
+    "time": (0.0, MAX_TIME, False),
+    "seconds": (0.0, 1e9, False),
+    "bytes": (0.0, float(2**53), False),
+    "byte_seconds": (0.0, 2.0**53 * 1e9, False),
+    "percent": (0.0, 100.0, False),
+    "util_seconds": (0.0, 100 * 1e9, False),  # utilization (%) x seconds
+    "count": (0, 2**31, True),
+    "flag": (0, 1, True),
+    "gpu": (0, 1023, True),
+    "id": (1, 2**62, True),
+    "pid": (1, 2**31 - 1, True),
+    "ticks": (0, 2**62, True),
+}
+
+
+def checked(expr: str, kind: str) -> str:
+    """SQL: `expr` where it holds a number of its kind, else NULL. BETWEEN with numeric bounds is
+    false for NULL, text and blobs (they sort after every number) and for infinities."""
+    lo, hi, whole = KINDS[kind]
+    test = f"{expr} BETWEEN {lo!r} AND {hi!r}"
+    if whole:
+        test += f" AND {expr} = CAST({expr} AS INTEGER)"
+    return f"(CASE WHEN {test} THEN {expr} END)"
+
+
+def typed(value: object, kind: str) -> float | None:
+    """A value read from the database, if it is a number of its kind (bool, text, bytes, NaN, an
+    infinity or out of range: None). Whole kinds come back as int (see typed_int)."""
+    lo, hi, whole = KINDS[kind]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not lo <= value <= hi:  # False for NaN
+        return None
+    if whole:
+        return int(value) if value == int(value) else None
+    return float(value)
+
+
+def typed_int(value: object, kind: str) -> int | None:
+    """typed(), as a whole number (bytes, GPUs, ids, pids, ticks, flags)."""
+    v = typed(value, kind)
+    return None if v is None else int(v)
+
+
+def typed_text(value: object, limit: int = 4096) -> str | None:
+    """Text (a user, a command), cut to `limit` characters; anything else (a number, a blob) None."""
+    return value[:limit] if isinstance(value, str) else None
+
+
+def typed_gpus(value: object) -> str | None:
+    """A job's GPU list ("0,1,3"), or None when it is not one."""
+    text = typed_text(value, 4096)
+    if not text:
+        return None
+    parts = text.split(",")
+    if not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts):
+        return None
+    return ",".join(str(int(p)) for p in parts)
+
+
+def _meta_number(value: object) -> float | None:
+    """A meta value (text) as a finite number, or None."""
+    try:
+        number = float(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
 
 BY = ("user", "gpu", "job", "day")
 # Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
@@ -34,56 +117,93 @@ _QUARTER = 900
 # (no tier in a WHERE on t) scan every rollup row, even for the last hour.
 TIERS = ROLLUP_TIERS
 _IN_TIERS = f"tier IN ({', '.join(map(str, TIERS))})"
+
+
+def _keys(*pairs: tuple[str, str]) -> str:
+    """SQL: every (expression, kind) holds a value of its kind (the row's keys: time, length, job, GPU)."""
+    return " AND ".join(f"{checked(expr, kind)} IS NOT NULL" for expr, kind in pairs)
+
+
+# A process's row as read: every value through checked(); a row without its time, length, job or
+# GPU is left out. `{w}` is the window's condition on the time.
+_PROC_RAW_KEYS = _keys(("s.t", "time"), ("s.span", "seconds"), ("p.job", "id"), ("p.gpu", "gpu"))
+_PROC_ROLLUP_KEYS = _keys(("t", "time"), ("seconds", "seconds"), ("job", "id"), ("gpu", "gpu"))
+_GPU_RAW_KEYS = _keys(("s.t", "time"), ("s.span", "seconds"), ("g.gpu", "gpu"))
+_GPU_ROLLUP_KEYS = _keys(("t", "time"), ("seconds", "seconds"), ("gpu", "gpu"))
+_SPAN = checked("s.span", "seconds")
+_RAW_IDLE = f"{checked('p.idle', 'flag')} * {_SPAN}"
+_RAW_OCCUPIED = f"CASE WHEN {checked('g.procs', 'count')} > 0 THEN {_SPAN} ELSE 0 END"
+_RAW_UTIL_KNOWN = f"CASE WHEN {checked('g.util', 'percent')} IS NOT NULL THEN {_SPAN} END"
+_ROLLUP_UTIL_KNOWN = f"CASE WHEN {checked('util', 'percent')} IS NOT NULL THEN {checked('seconds', 'seconds')} END"
+
+
+def _c(expr: str, kind: str) -> str:
+    """checked(), short, for the SQL below."""
+    return checked(expr, kind)
+
+
 # The rows of proc_time / gpu_time that start in [:since, :until), read through the keys.
 PROC_WINDOW = f"""(
-    SELECT s.t AS t, s.span AS seconds, p.job AS job, p.gpu AS gpu, p.memory AS memory, p.memory AS memory_max,
-           p.sm_util AS sm_util, p.idle * s.span AS idle_seconds
-    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :since AND s.t < :until
+    SELECT s.t AS t, {_SPAN} AS seconds, p.job AS job, p.gpu AS gpu, {_c('p.memory', 'bytes')} AS memory,
+           {_c('p.memory', 'bytes')} AS memory_max, {_c('p.sm_util', 'percent')} AS sm_util,
+           {_RAW_IDLE} AS idle_seconds
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :since AND s.t < :until AND {_PROC_RAW_KEYS}
     UNION ALL
-    SELECT t, seconds, job, gpu, memory, memory_max, sm_util, idle_seconds FROM proc_rollup
-    WHERE {_IN_TIERS} AND t >= :since AND t < :until)"""
+    SELECT t, seconds, job, gpu, {_c('memory', 'bytes')}, {_c('memory_max', 'bytes')}, {_c('sm_util', 'percent')},
+           {_c('idle_seconds', 'seconds')} FROM proc_rollup
+    WHERE {_IN_TIERS} AND t >= :since AND t < :until AND {_PROC_ROLLUP_KEYS})"""
 GPU_WINDOW = f"""(
-    SELECT s.t AS t, s.span AS seconds, g.gpu AS gpu, g.used AS used_max, g.util AS util,
-           CASE WHEN g.procs > 0 THEN s.span ELSE 0 END AS occupied_seconds
-    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t >= :since AND s.t < :until
+    SELECT s.t AS t, {_SPAN} AS seconds, g.gpu AS gpu, {_c('g.used', 'bytes')} AS used_max,
+           {_c('g.util', 'percent')} AS util, {_RAW_OCCUPIED} AS occupied_seconds
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t >= :since AND s.t < :until AND {_GPU_RAW_KEYS}
     UNION ALL
-    SELECT t, seconds, gpu, used_max, util, occupied_seconds FROM gpu_rollup
-    WHERE {_IN_TIERS} AND t >= :since AND t < :until)"""
+    SELECT t, seconds, gpu, {_c('used_max', 'bytes')}, {_c('util', 'percent')}, {_c('occupied_seconds', 'seconds')}
+    FROM gpu_rollup WHERE {_IN_TIERS} AND t >= :since AND t < :until AND {_GPU_ROLLUP_KEYS})"""
 
 # The sums of usage, idle holders and coverage, as rows of one shape whichever source they come
 # from: row by row (as PROC_WINDOW, GPU_WINDOW) over [:s<n>, :u<n>), or from the hour sums over
 # the whole hours [:s<n>, :u<n>) plus the samples not summed yet (id > :after) up to :r<n>. The
 # unary + keeps SQLite on the samples' key (a few recent ids), not on their index by time.
+# ({{n}}: filled in per part by _Plan.sql.)
+_MEM = _c("p.memory", "bytes")
+_PROC_RAW_SUMS = f"""s.t, p.job, p.gpu, {_SPAN}, {_MEM} * {_SPAN}, {_MEM}, {_RAW_IDLE}, {_MEM} * ({_RAW_IDLE})"""
 _PROC_FINE = f"""
-    SELECT s.t AS t, p.job AS job, p.gpu AS gpu, s.span AS seconds, p.memory * s.span AS mbs, p.memory AS peak,
-           p.idle * s.span AS idle, p.memory * (p.idle * s.span) AS idle_mbs
-    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :s{{n}} AND s.t < :u{{n}}
+    SELECT s.t AS t, p.job AS job, p.gpu AS gpu, {_SPAN} AS seconds, {_MEM} * {_SPAN} AS mbs, {_MEM} AS peak,
+           {_RAW_IDLE} AS idle, {_MEM} * ({_RAW_IDLE}) AS idle_mbs
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :s{{n}} AND s.t < :u{{n}} AND {_PROC_RAW_KEYS}
     UNION ALL
-    SELECT t, job, gpu, seconds, memory * seconds, memory_max, idle_seconds, memory * idle_seconds FROM proc_rollup
-    WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}}"""
-_PROC_HOURS = """
-    SELECT t AS t, job AS job, gpu AS gpu, seconds AS seconds, memory_byte_seconds AS mbs, memory_max AS peak,
-           idle_seconds AS idle, idle_memory_byte_seconds AS idle_mbs
-    FROM proc_hour WHERE t >= :s{n} AND t < :u{n}
+    SELECT t, job, gpu, seconds, {_c('memory', 'bytes')} * seconds, {_c('memory_max', 'bytes')},
+           {_c('idle_seconds', 'seconds')}, {_c('memory', 'bytes')} * {_c('idle_seconds', 'seconds')}
+    FROM proc_rollup WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}} AND {_PROC_ROLLUP_KEYS}"""
+_PROC_HOURS = f"""
+    SELECT t AS t, job AS job, gpu AS gpu, seconds AS seconds, {_c('memory_byte_seconds', 'byte_seconds')} AS mbs,
+           {_c('memory_max', 'bytes')} AS peak, {_c('idle_seconds', 'seconds')} AS idle,
+           {_c('idle_memory_byte_seconds', 'byte_seconds')} AS idle_mbs
+    FROM proc_hour WHERE t >= :s{{n}} AND t < :u{{n}} AND {_PROC_ROLLUP_KEYS}
     UNION ALL
-    SELECT s.t, p.job, p.gpu, s.span, p.memory * s.span, p.memory, p.idle * s.span, p.memory * (p.idle * s.span)
-    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id > :after AND +s.t >= :s{n} AND +s.t < :r{n}"""
+    SELECT {_PROC_RAW_SUMS}
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id > :after AND +s.t >= :s{{n}} AND +s.t < :r{{n}}
+    AND {_PROC_RAW_KEYS}"""
+_GPU_RAW_SUMS = (f"s.t, g.gpu, {_SPAN}, {_RAW_OCCUPIED}, {_c('g.used', 'bytes')}, "
+                 f"{_c('g.util', 'percent')} * {_SPAN}, {_RAW_UTIL_KNOWN}")
 _GPU_FINE = f"""
-    SELECT s.t AS t, g.gpu AS gpu, s.span AS seconds, CASE WHEN g.procs > 0 THEN s.span ELSE 0 END AS occupied,
-           g.used AS used_max, g.util * s.span AS util_seconds,
-           CASE WHEN g.util IS NOT NULL THEN s.span END AS util_known
-    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t >= :s{{n}} AND s.t < :u{{n}}
+    SELECT s.t AS t, g.gpu AS gpu, {_SPAN} AS seconds, {_RAW_OCCUPIED} AS occupied,
+           {_c('g.used', 'bytes')} AS used_max, {_c('g.util', 'percent')} * {_SPAN} AS util_seconds,
+           {_RAW_UTIL_KNOWN} AS util_known
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.t >= :s{{n}} AND s.t < :u{{n}} AND {_GPU_RAW_KEYS}
     UNION ALL
-    SELECT t, gpu, seconds, occupied_seconds, used_max, util * seconds, CASE WHEN util IS NOT NULL THEN seconds END
-    FROM gpu_rollup WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}}"""
-_GPU_HOURS = """
-    SELECT t AS t, gpu AS gpu, seconds AS seconds, occupied_seconds AS occupied, used_max AS used_max,
-           util_seconds AS util_seconds, util_known_seconds AS util_known
-    FROM gpu_hour WHERE t >= :s{n} AND t < :u{n}
+    SELECT t, gpu, seconds, {_c('occupied_seconds', 'seconds')}, {_c('used_max', 'bytes')},
+           {_c('util', 'percent')} * seconds, {_ROLLUP_UTIL_KNOWN}
+    FROM gpu_rollup WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}} AND {_GPU_ROLLUP_KEYS}"""
+_GPU_HOURS = f"""
+    SELECT t AS t, gpu AS gpu, seconds AS seconds, {_c('occupied_seconds', 'seconds')} AS occupied,
+           {_c('used_max', 'bytes')} AS used_max, {_c('util_seconds', 'util_seconds')} AS util_seconds,
+           {_c('util_known_seconds', 'seconds')} AS util_known
+    FROM gpu_hour WHERE t >= :s{{n}} AND t < :u{{n}} AND {_GPU_ROLLUP_KEYS}
     UNION ALL
-    SELECT s.t, g.gpu, s.span, CASE WHEN g.procs > 0 THEN s.span ELSE 0 END, g.used, g.util * s.span,
-           CASE WHEN g.util IS NOT NULL THEN s.span END
-    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND +s.t >= :s{n} AND +s.t < :r{n}"""
+    SELECT {_GPU_RAW_SUMS}
+    FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND +s.t >= :s{{n}} AND +s.t < :r{{n}}
+    AND {_GPU_RAW_KEYS}"""
 
 
 @dataclass
@@ -125,7 +245,10 @@ def _snapshot(store: Store) -> Iterator[None]:
         yield
     finally:
         if store.conn.in_transaction:
-            store.conn.execute("COMMIT")
+            try:
+                store.conn.execute("COMMIT")
+            except sqlite3.Error as e:  # a damaged page found at the end; a read has nothing to lose
+                raise StoreError(describe(e, store.path), param="db") from None
 
 
 def _plan(store: Store, since: float, until: float, days: bool = False) -> _Plan:
@@ -135,16 +258,20 @@ def _plan(store: Store, since: float, until: float, days: bool = False) -> _Plan
     whole = _Plan([(since, until)], [])
     if not store.hour_sums or not (math.isfinite(since) and math.isfinite(until) and since < until):
         return whole
-    meta = {str(k): str(v) for k, v in _rows(
+    meta = {str(k): _meta_number(v) for k, v in _rows(
         store, "SELECT key, value FROM meta WHERE key IN ('hour_sample', 'hour_since', 'hour_t_last')", ())}
-    first = max(math.ceil(since / HOUR) * HOUR, float(meta.get("hour_since", "-inf")))
+    after, hour_since, summed_until = (meta.get(k) for k in ("hour_sample", "hour_since", "hour_t_last"))
+    # Meta that is there but not a number (or out of range) says nothing true about the sums:
+    # read every row instead.
+    if any(k in meta and meta[k] is None for k in meta) or not 0 <= (after or 0) <= KINDS["id"][1]:
+        return whole
+    first = max(math.ceil(since / HOUR) * HOUR, -math.inf if hour_since is None else hour_since)
     # The hour `until` falls in comes from the sums too when every sample summed is before `until`.
-    summed_until = meta.get("hour_t_last")
-    end = (math.ceil(until / HOUR) if summed_until is None or float(summed_until) < until
+    end = (math.ceil(until / HOUR) if summed_until is None or summed_until < until
            else math.floor(until / HOUR)) * HOUR
     if not first < end:
         return whole
-    plan = _Plan([], [], int(meta.get("hour_sample", "0")))
+    plan = _Plan([], [], int(after or 0))
     if since < first:
         plan.fine.append((since, first))
     start = first
@@ -165,13 +292,15 @@ def _hours_across_midnight(store: Store, first: float, end: float) -> list[float
     is a whole number of hours off UTC), within the hours that hold any row."""
     from datetime import datetime
 
-    extent = _rows(store, "SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM proc_hour UNION ALL "
-                   "SELECT max(t) FROM proc_hour UNION ALL SELECT min(t) FROM samples UNION ALL "
-                   "SELECT max(t) FROM samples)", ())[0]
-    if extent[0] is None:
+    valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
+    extent = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM proc_hour WHERE {valid} UNION ALL "
+                   f"SELECT max(t) FROM proc_hour WHERE {valid} UNION ALL SELECT min(t) FROM samples WHERE {valid} "
+                   f"UNION ALL SELECT max(t) FROM samples WHERE {valid})", ())[0]
+    low, high = typed(extent[0], "time"), typed(extent[1], "time")
+    if low is None or high is None:
         return []
-    lo = max(first, math.floor(float(extent[0]) / HOUR) * HOUR)
-    hi = min(end, math.floor(float(extent[1]) / HOUR) * HOUR + HOUR)
+    lo = max(first, math.floor(low / HOUR) * HOUR)
+    hi = min(end, math.floor(high / HOUR) * HOUR + HOUR)
     out = []
     for h in range(int(lo), int(hi), HOUR):
         if datetime.fromtimestamp(h).date() != datetime.fromtimestamp(h + HOUR - _QUARTER).date():
@@ -209,20 +338,27 @@ class Coverage:
     recorded_seconds: float
 
 
+# (t, seconds, gpu, memory, memory_max, sm_util, idle_seconds): memory and sm_util are averages in
+# a rollup's row, whole numbers in a raw one.
+Point = tuple[float, float, int, "float | None", "int | None", "float | None", float]
+
+
 @dataclass
 class JobLife:
+    """One process life. The totals are the recorder's (None: not a valid value in the file)."""
+
     id: int
     pid: int
     user: str | None
     command: str | None
     first_seen: float
     last_seen: float
-    gpus: str
-    peak_memory: int
-    gpu_seconds: float
-    memory_byte_seconds: float
-    idle_seconds: float
-    points: list[tuple[float, float, int, int | None, int | None, int | None, float]] = field(default_factory=list)
+    gpus: str | None
+    peak_memory: int | None
+    gpu_seconds: float | None
+    memory_byte_seconds: float | None
+    idle_seconds: float | None
+    points: list[Point] = field(default_factory=list)
     # (t, seconds, gpu, memory, memory_max, sm_util, idle_seconds), oldest first
 
 
@@ -232,23 +368,38 @@ def _rows(store: Store, sql: str, params: tuple[object, ...] | Mapping[str, obje
         return list(store.conn.execute(sql, params))
     except sqlite3.Error as e:
         raise StoreError(describe(e, store.path), param="db") from None
+    except UnicodeDecodeError:  # text that is not UTF-8, or an error message quoting a damaged schema
+        raise StoreError(_undecodable(store.path), param="db") from None
+
+
+def _undecodable(path: Path) -> str:
+    return f"{path} is not a readable vram history database (corrupt: text that is not UTF-8)"
+
+
+def open_store(path: Path | str | None = None) -> Store:
+    """Store.open for a reader, where a damaged file's schema (SQLite quotes it in its error, and
+    Python cannot decode the quote) is one line too, not a UnicodeDecodeError."""
+    try:
+        return Store.open(path)
+    except UnicodeDecodeError:
+        raise StoreError(_undecodable(reader_path(path)), param="db") from None
 
 
 def coverage(store: Store, since: float, until: float) -> Coverage:
     # The first and last of each tier, each one seek in a key (min(t) over the whole rollup
     # table would read every row of it).
-    ends = " UNION ALL ".join(f"SELECT min(t) AS t FROM gpu_rollup WHERE tier = {tier} UNION ALL "
-                              f"SELECT max(t) FROM gpu_rollup WHERE tier = {tier}" for tier in TIERS)
-    rows = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM samples UNION ALL "
-                 f"SELECT max(t) FROM samples UNION ALL {ends})", ())
-    first, last = rows[0]
+    valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
+    ends = " UNION ALL ".join(f"SELECT min(t) AS t FROM gpu_rollup WHERE tier = {tier} AND {valid} UNION ALL "
+                              f"SELECT max(t) FROM gpu_rollup WHERE tier = {tier} AND {valid}" for tier in TIERS)
+    rows = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM samples WHERE {valid} UNION ALL "
+                 f"SELECT max(t) FROM samples WHERE {valid} UNION ALL {ends})", ())
+    first, last = typed(rows[0][0], "time"), typed(rows[0][1], "time")
     # Seconds covered: each GPU's rows count the same time; one GPU's total is the window's.
     with _snapshot(store):
         rows_sql, params = _plan(store, since, until).sql(_GPU_FINE, _GPU_HOURS)
         per_gpu = _rows(store, f"SELECT gpu, SUM(seconds) FROM ({rows_sql}) GROUP BY gpu", params)
-    seconds = max((float(s) for _, s in per_gpu if s is not None), default=0.0)
-    return Coverage(first if first is None else float(first), last if last is None else float(last),
-                    seconds)
+    seconds = max((typed(s, "byte_seconds") or 0.0 for _, s in per_gpu), default=0.0)
+    return Coverage(first, last, float(seconds))
 
 
 @dataclass
@@ -272,8 +423,18 @@ def held(store: Store, since: float, until: float) -> list[Held]:
         rows = _rows(store, f"""
             SELECT job, gpu, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs)
             FROM ({rows_sql}) GROUP BY job, gpu""", params)
-    return [Held(int(job), int(gpu), float(s or 0), float(mbs or 0), None if peak is None else int(peak),
-                 float(idle or 0), float(idle_mbs or 0)) for job, gpu, s, mbs, peak, idle, idle_mbs in rows]
+    out = []
+    for job, gpu, s, mbs, peak, idle, idle_mbs in rows:
+        j, g = typed_int(job, "id"), typed_int(gpu, "gpu")
+        if j is None or g is None:
+            continue
+        out.append(Held(j, g, _total(s), _total(mbs), typed_int(peak, "bytes"), _total(idle), _total(idle_mbs)))
+    return out
+
+
+def _total(value: object) -> float:
+    """A sum read back (of checked values: finite, not negative), 0 when there was none."""
+    return float(typed(value, "byte_seconds") or 0.0)
 
 
 @dataclass
@@ -281,9 +442,9 @@ class _Job:
     pid: int
     user: str | None
     command: str | None
-    gpus: str
-    first_seen: float
-    last_seen: float
+    gpus: str | None
+    first_seen: float | None
+    last_seen: float | None
 
 
 def _jobs(store: Store, ids: set[int]) -> dict[int, _Job]:
@@ -294,7 +455,11 @@ def _jobs(store: Store, ids: set[int]) -> dict[int, _Job]:
         part = chunk[i:i + 500]
         for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen FROM jobs WHERE id IN "
                          f"({','.join('?' * len(part))})", tuple(part)):
-            out[int(row[0])] = _Job(*row[1:])
+            job, pid = typed_int(row[0], "id"), typed_int(row[1], "pid")
+            if job is None or pid is None:  # a job without its pid: nothing to show it as
+                continue
+            out[job] = _Job(pid, typed_text(row[2]), typed_text(row[3]), typed_gpus(row[4]), typed(row[5], "time"),
+                            typed(row[6], "time"))
     return out
 
 
@@ -351,17 +516,20 @@ def _by_day(store: Store, since: float, until: float) -> list[Usage]:
     jobs: dict[str, set[int]] = {}
     day_of: dict[int, str] = {}
     for q, job, gs, mbs, peak, idle in rows:
+        if typed(q, "id") is None or typed(job, "id") is None:
+            continue
         day = day_of.get(q)
         if day is None:
             day = day_of[q] = datetime.fromtimestamp(q * _QUARTER).strftime("%Y-%m-%d")
         u = days.get(day)
         if u is None:
             u = days[day] = Usage(day)
-        u.gpu_seconds += float(gs or 0)
-        u.memory_byte_seconds += float(mbs or 0)
-        u.idle_seconds += float(idle or 0)
-        if peak is not None:
-            u.peak_memory = max(u.peak_memory or 0, int(peak))
+        u.gpu_seconds += _total(gs)
+        u.memory_byte_seconds += _total(mbs)
+        u.idle_seconds += _total(idle)
+        top = typed_int(peak, "bytes")
+        if top is not None:
+            u.peak_memory = max(u.peak_memory or 0, top)
         jobs.setdefault(day, set()).add(int(job))
     for day, u in days.items():
         u.jobs = len(jobs[day])
@@ -381,11 +549,13 @@ def _by_gpu(store: Store, since: float, until: float, sums: list[Held]) -> list[
         _add(procs.setdefault(h.gpu, Usage("")), h)
         members.setdefault(h.gpu, set()).add(h.job)
     out = []
-    for gpu, occupied, peak, util in gpus:
-        p = procs.get(int(gpu), Usage(""))
-        out.append(Usage(f"GPU {gpu}", float(occupied or 0), p.memory_byte_seconds,
-                         None if peak is None else int(peak), p.idle_seconds, len(members.get(int(gpu), ())),
-                         utilization=None if util is None else float(util)))
+    for gpu_value, occupied, peak, util in gpus:
+        gpu = typed_int(gpu_value, "gpu")
+        if gpu is None:
+            continue
+        p = procs.get(gpu, Usage(""))
+        out.append(Usage(f"GPU {gpu}", _total(occupied), p.memory_byte_seconds, typed_int(peak, "bytes"),
+                         p.idle_seconds, len(members.get(gpu, ())), utilization=typed(util, "percent")))
     out.sort(key=lambda u: int(u.key.split()[1]))
     return out
 
@@ -440,7 +610,8 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
     for b, gpu, seconds in _rows(store, f"""
             SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM {GPU_WINDOW}
             GROUP BY b, gpu""", window):
-        recorded[(int(b), int(gpu))] = float(seconds or 0)
+        if typed(b, "count") is not None and typed(gpu, "gpu") is not None:
+            recorded[(int(b), int(gpu))] = _total(seconds)
     # Per job first (the join to `jobs` then touches one row per job and bucket, not per sample).
     held = _rows(store, f"""
         WITH per_job AS (
@@ -450,46 +621,79 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
         GROUP BY b, gpu, j.user""", window)
     gpus = sorted({gpu for _, gpu in recorded})
     memory: dict[int, dict[str, list[float | None]]] = {g: {} for g in gpus}
-    for b, gpu, user, mbs in held:
-        b, gpu = int(b), int(gpu)
+    for b_value, gpu_value, user, mbs in held:
+        b, gpu = typed_int(b_value, "count"), typed_int(gpu_value, "gpu")
+        if b is None or gpu is None:
+            continue
         seconds = recorded.get((b, gpu), 0.0)
         if not 0 <= b < count or seconds <= 0:
             continue
-        series = memory.setdefault(gpu, {}).setdefault(str(user), [None] * count)
-        series[b] = (series[b] or 0.0) + float(mbs or 0) / seconds
+        series = memory.setdefault(gpu, {}).setdefault(typed_text(user) or "?", [None] * count)
+        series[b] = (series[b] or 0.0) + _total(mbs) / seconds
     # A recorded bucket where a user held nothing is 0, not a gap.
     for gpu, users in memory.items():
         for series in users.values():
             for b in range(count):
                 if series[b] is None and recorded.get((b, gpu), 0.0) > 0:
                     series[b] = 0.0
-    totals = {int(g): None if m is None else int(m) for g, m in _rows(store, "SELECT gpu, memory_total FROM gpus", ())}
+    totals: dict[int, int | None] = {}
+    for g, m in _rows(store, "SELECT gpu, memory_total FROM gpus", ()):
+        gpu = typed_int(g, "gpu")
+        if gpu is not None:
+            totals[gpu] = typed_int(m, "bytes") or None  # a total of 0 is no total
     return MemorySeries(since, float(step), count, memory, {g: totals.get(g) for g in memory})
 
 
 def job_lives(store: Store, pid: int) -> list[JobLife]:
-    """Every recorded life of `pid`, newest first, each with its memory over time per GPU."""
+    """Every recorded life of `pid`, newest first, each with its memory over time per GPU. A life
+    whose first or last time is not valid takes them from its points; without either it is left out."""
     lives = []
-    for row in _rows(store, "SELECT id, pid, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
-                     "memory_byte_seconds, idle_seconds FROM jobs WHERE pid = ? ORDER BY first_seen DESC", (pid,)):
-        life = JobLife(*row)
+    for row in _rows(store, "SELECT id, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
+                     "memory_byte_seconds, idle_seconds FROM jobs WHERE pid = ?", (pid,)):
+        job = typed_int(row[0], "id")
+        if job is None:
+            continue
+        first, last = typed(row[3], "time"), typed(row[4], "time")
         # The rows of its life (a rollup bucket may start up to 15 minutes before its first sample).
-        life.points = [tuple(r) for r in _rows(store, f"""
+        window = {"job": job, "since": 0.0 if first is None else max(0.0, first - 900),
+                  "until": MAX_TIME if last is None else math.nextafter(last, math.inf)}
+        points = [_point(r) for r in _rows(store, f"""
             SELECT t, seconds, gpu, memory, memory_max, sm_util, idle_seconds FROM {PROC_WINDOW}
-            WHERE job = :job ORDER BY t, gpu""",
-            {"job": life.id, "since": life.first_seen - 900, "until": math.nextafter(life.last_seen, math.inf)})]
-        lives.append(life)
+            WHERE job = :job ORDER BY t, gpu""", window)]
+        first = first if first is not None else points[0][0] if points else None
+        last = last if last is not None else points[-1][0] if points else None
+        if first is None or last is None:
+            continue
+        lives.append(JobLife(job, pid, typed_text(row[1]), typed_text(row[2]), first, last, typed_gpus(row[5]),
+                             typed_int(row[6], "bytes"), typed(row[7], "seconds"),
+                             typed(row[8], "byte_seconds"), typed(row[9], "seconds"), points))
+    lives.sort(key=lambda life: life.first_seen, reverse=True)
     return lives
+
+
+def _point(row: tuple[Any, ...]) -> Point:
+    """A row of PROC_WINDOW (its values already checked) as a point of a job's life."""
+    t, seconds, gpu, memory, memory_max, sm_util, idle = row
+    return (float(t), float(seconds), int(gpu), typed(memory, "bytes"), typed_int(memory_max, "bytes"),
+            typed(sm_util, "percent"), float(typed(idle, "seconds") or 0.0))
 
 
 def idle_since(store: Store, fresh_after: float) -> dict[tuple[int, int | None, int], float]:
     """(pid, start ticks, GPU) -> since when (unix time) it has held memory there idle without a
     break in recording, for the processes of the newest sample, if that sample is later than
-    `fresh_after` (else {}: the recorder is not running, and its past says nothing about now)."""
-    last = _rows(store, "SELECT max(t) FROM samples", ())[0][0]
-    if last is None or float(last) < fresh_after:
+    `fresh_after` (else {}: the recorder is not running, and its past says nothing about now).
+    A row whose pid, start ticks, GPU or time is not valid is left out."""
+    last = typed(_rows(store, f"SELECT max(t) FROM samples WHERE t BETWEEN 0 AND {MAX_TIME!r}", ())[0][0], "time")
+    if last is None or last < fresh_after:
         return {}
     rows = _rows(store, """
         SELECT j.pid, j.start_ticks, h.gpu, h.idle_since FROM holding h JOIN jobs j ON j.id = h.job
         WHERE h.idle_since IS NOT NULL""", ())
-    return {(int(pid), ticks, int(gpu)): float(since) for pid, ticks, gpu, since in rows}
+    out: dict[tuple[int, int | None, int], float] = {}
+    for pid_value, ticks_value, gpu_value, since_value in rows:
+        pid, gpu, since = typed_int(pid_value, "pid"), typed_int(gpu_value, "gpu"), typed(since_value, "time")
+        ticks = typed_int(ticks_value, "ticks")
+        if pid is None or gpu is None or since is None or (ticks is None and ticks_value is not None):
+            continue
+        out[(pid, ticks, gpu)] = since
+    return out

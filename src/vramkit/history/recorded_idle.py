@@ -4,21 +4,35 @@
 been idle without a break in recording (the table `holding`). That answers "idle for the last
 2 h?" at once, where live sampling would have to watch for 2 h, but only when the recorder is
 running now (its newest sample is recent) and ran without a break over the whole window.
+
+The file is only as true as whoever wrote it (or what damaged it): a recorded idle start is never
+trusted beyond the life of the process it is about. It counts only for the live process with the
+same (pid, start ticks), from no earlier than that process started; one in the future, or for a
+process that is gone or is another one now, is dropped (that process is then watched from now).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import procs
 from ..collector import Collector
 from ..snapshot import Machine
 from ..units import format_duration
 from .paths import reader_path
-from .query import idle_since
+from .query import MAX_TIME, idle_since, open_store, typed
 from .recorder import max_gap
-from .store import Store, StoreError
+from .store import StoreError
+
+IdleKey = tuple[int, "int | None", int]  # (pid, start ticks, GPU)
+# How a process's start is found now: pid -> (start ticks, unix start time), or None when there is
+# no such process (or it cannot be read).
+Started = Callable[[int], "tuple[int | None, float] | None"]
+# A newest sample later than now by more than this is a clock (or a file) not to be trusted.
+FUTURE_SLACK = 60.0
 
 
 @dataclass
@@ -36,19 +50,21 @@ class RecordedIdle:
         return self.unbroken_since is not None and self.unbroken_since <= now - window
 
 
-def read_recorded_idle(now: float, path: Path | str | None = None) -> RecordedIdle:
+def read_recorded_idle(now: float, path: Path | str | None = None, started: Started | None = None) -> RecordedIdle:
     """Read the history at `path` (default: the recorder's database). Never raises for a missing,
-    stale or unreadable database: history is a help here, and its note says why it was not used."""
+    stale or unreadable database: history is a help here, and its note says why it was not used.
+    `started`: how to find a live process's start (within_lives; default /proc)."""
     path = reader_path(path)
     if not path.exists():
         return RecordedIdle(note=f"no recorded history at {path} ('vram record' keeps one)")
     try:
-        store = Store.open(path)
+        store = open_store(path)
     except StoreError as e:
         return RecordedIdle(note=f"history not used: {e.message}")
     try:
         c = store.conn
-        last_two = [t for (t,) in c.execute("SELECT t FROM samples ORDER BY id DESC LIMIT 2")]
+        valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
+        last_two = [float(t) for (t,) in c.execute(f"SELECT t FROM samples WHERE {valid} ORDER BY id DESC LIMIT 2")]
         if not last_two:
             return RecordedIdle(note=f"history at {path} has no recent samples")
         interval = last_two[0] - last_two[1] if len(last_two) == 2 and last_two[0] > last_two[1] else 60.0
@@ -56,28 +72,67 @@ def read_recorded_idle(now: float, path: Path | str | None = None) -> RecordedId
         if last_two[0] < fresh_after:
             return RecordedIdle(note=f"history at {path} ends {format_duration(now - last_two[0])} ago "
                                 "('vram record' is not running)")
+        if last_two[0] > now + FUTURE_SLACK:
+            return RecordedIdle(note=f"history not used: its newest sample is {format_duration(last_two[0] - now)} "
+                                f"in the future ({path})")
         # The current unbroken run began after the newest sample whose span is 0 (a break in
         # recording, or a restart), other than the newest sample itself.
-        broke = c.execute("SELECT max(t) FROM samples WHERE span = 0 AND id < (SELECT max(id) FROM samples)"
-                          ).fetchone()[0]
+        broke = typed(c.execute(f"SELECT max(t) FROM samples WHERE span = 0 AND {valid} AND id < "
+                                "(SELECT max(id) FROM samples)").fetchone()[0], "time")
         if broke is not None:
-            began = c.execute("SELECT min(t) FROM samples WHERE t > ?", (broke,)).fetchone()[0]
+            began = typed(c.execute(f"SELECT min(t) FROM samples WHERE t > ? AND {valid}", (broke,)).fetchone()[0],
+                          "time")
         else:
-            began = c.execute("SELECT min(t) FROM samples").fetchone()[0]
+            began = typed(c.execute(f"SELECT min(t) FROM samples WHERE {valid}").fetchone()[0], "time")
         since = idle_since(store, fresh_after)
     except (sqlite3.Error, StoreError) as e:
         return RecordedIdle(note=f"history not used: {e}")
+    except UnicodeDecodeError:
+        return RecordedIdle(note=f"history not used: {path} is corrupt (text that is not UTF-8)")
     finally:
         store.close()
-    return RecordedIdle(since, None if began is None else float(began),
+    return RecordedIdle(within_lives(since, now, started), None if began is None else min(began, now),
                         f"idle times from the history in {path} (recorded without a break for "
                         f"{format_duration(now - began) if began is not None else '0s'})")
+
+
+def started_here(pid: int) -> tuple[int | None, float] | None:
+    """The live process `pid` on this host, from /proc: (start ticks, start time), or None."""
+    found = procs.identity(pid)
+    return None if found is None else (found.start_ticks, found.start_time)
+
+
+def within_lives(since: dict[IdleKey, float], now: float, started: Started | None = None
+                 ) -> dict[IdleKey, float]:
+    """The recorded idle starts that can be true now: for the live process of the same identity,
+    moved up to its start (never earlier than it ran); one in the future, or whose process is
+    gone or is another one, is left out. `started` (default: /proc) finds a process's start; a
+    process recorded without start ticks (a simulated one, or one whose host side was not known)
+    is looked up only through a `started` given, else counted from no earlier than recorded."""
+    out = {}
+    for key, when in since.items():
+        pid, ticks, _gpu = key
+        if when > now:
+            continue
+        if ticks is not None or started is not None:
+            live = (started or started_here)(pid)
+            if live is None or live[0] != ticks:
+                continue
+            when = max(when, live[1])
+        out[key] = when
+    return out
 
 
 def seeded_collector(machine: Machine, path: Path | str | None = None) -> tuple[Collector, RecordedIdle]:
     """A collector on `machine` whose idle clock starts from what the history at `path` says
     (kill --idle, doctor), and that history (its `covers` says for how long it can be trusted)."""
     collector = Collector(machine)
-    recorded = read_recorded_idle(machine.backend.now(), path)
+    now = machine.backend.now()
+
+    def started(pid: int) -> tuple[int | None, float] | None:
+        host = machine.backend.host(pid, now)
+        return None if isinstance(host, str) else (host.start_ticks, host.start_time)
+
+    recorded = read_recorded_idle(now, path, started)
     collector.idle.seed(recorded.since)
     return collector, recorded

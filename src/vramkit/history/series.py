@@ -8,6 +8,8 @@ are read apart so that each uses its index (the view gpu_time would scan every r
 A row stands for the time up to the next one (a raw sample for its span, a rollup for its
 bucket), so a slot it covers without a row of its own holds its values: samples every 10 s do
 not draw as a comb on a chart of 0.5 s slots, and time nobody recorded stays empty.
+Every value is read through query.py's typed reads: a row without a valid time, length or GPU is
+left out, a memory or utilization out of its range is unknown.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+from .query import checked, typed, typed_int
 from .store import Store, StoreError, describe
 
 Slot = tuple[int | None, float | None]  # (memory used at most, bytes; utilization at most, %)
@@ -45,30 +48,43 @@ def gpu_series(store: Store, until: float, span: float, points: int) -> GpuSerie
     since = until - span
     out = GpuSeries(since, until, width)
     window = {"since": since, "until": until, "w": width}
-    raw = """SELECT g.gpu, CAST(s.t / :w AS INTEGER) AS slot, MAX(g.used), MAX(g.util), MIN(s.t),
-                    MAX(s.t + s.span) FROM samples s JOIN gpu_raw g ON g.sample = s.id
-             WHERE s.t >= :since AND s.t <= :until GROUP BY g.gpu, slot"""
-    rolled = """SELECT gpu, CAST(t / :w AS INTEGER) AS slot, MAX(used_max), MAX(util), MIN(t), MAX(t + tier)
-                FROM gpu_rollup WHERE tier IN (60, 900) AND t >= :since AND t <= :until GROUP BY gpu, slot"""
+    span_ok = checked("s.span", "seconds")
+    raw = f"""SELECT g.gpu, CAST(s.t / :w AS INTEGER) AS slot, MAX({checked('g.used', 'bytes')}),
+                     MAX({checked('g.util', 'percent')}), MIN(s.t), MAX(s.t + {span_ok})
+              FROM samples s JOIN gpu_raw g ON g.sample = s.id
+              WHERE s.t >= :since AND s.t <= :until AND {checked('g.gpu', 'gpu')} IS NOT NULL
+                AND {span_ok} IS NOT NULL GROUP BY g.gpu, slot"""
+    rolled = f"""SELECT gpu, CAST(t / :w AS INTEGER) AS slot, MAX({checked('used_max', 'bytes')}),
+                        MAX({checked('util', 'percent')}), MIN(t), MAX(t + tier)
+                 FROM gpu_rollup WHERE tier IN (60, 900) AND t >= :since AND t <= :until
+                   AND {checked('gpu', 'gpu')} IS NOT NULL GROUP BY gpu, slot"""
     # The raw sample before the window stands for its start (its span reaches into it).
-    before = """SELECT g.gpu, CAST(:since / :w AS INTEGER), g.used, g.util, :since, s.t + s.span
-                FROM samples s JOIN gpu_raw g ON g.sample = s.id
-                WHERE s.id = (SELECT id FROM samples WHERE t < :since ORDER BY t DESC LIMIT 1)
-                  AND s.t + s.span > :since"""
+    before = f"""SELECT g.gpu, CAST(:since / :w AS INTEGER), {checked('g.used', 'bytes')},
+                        {checked('g.util', 'percent')}, :since, s.t + {span_ok}
+                 FROM samples s JOIN gpu_raw g ON g.sample = s.id
+                 WHERE s.id = (SELECT id FROM samples WHERE t < :since AND t >= 0 ORDER BY t DESC LIMIT 1)
+                   AND {checked('g.gpu', 'gpu')} IS NOT NULL AND s.t + {span_ok} > :since"""
     reaches: dict[tuple[int, int], float] = {}  # (gpu, slot) -> the time its rows stand for up to
     try:
         for query in (before, raw, rolled):
-            for gpu, slot, used, util, first, reach in store.conn.execute(query, window):
-                slots = out.gpus.setdefault(int(gpu), {})
+            for row in store.conn.execute(query, window):
+                gpu, slot = typed_int(row[0], "gpu"), row[1]
+                first, reach = typed(row[4], "time"), typed(row[5], "time")
+                if gpu is None or not isinstance(slot, int) or first is None or reach is None:
+                    continue
+                slots = out.gpus.setdefault(gpu, {})
                 held = slots.get(slot, (None, None))
-                top = _higher(held[0], used)
-                slots[int(slot)] = (None if top is None else int(top), _higher(held[1], util))
-                key = (int(gpu), int(slot))
+                top = _higher(held[0], typed(row[2], "bytes"))
+                slots[slot] = (None if top is None else int(top), _higher(held[1], typed(row[3], "percent")))
+                key = (gpu, slot)
                 reaches[key] = max(reach, reaches.get(key, reach))
                 out.first = first if out.first is None else min(out.first, first)
                 out.last = reach if out.last is None else max(out.last, reach)
     except sqlite3.Error as e:  # corrupt pages show up only when read
         raise StoreError(describe(e, store.path), param="db") from None
+    except UnicodeDecodeError:  # a damaged schema quoted in SQLite's error
+        raise StoreError(f"{store.path} is not a readable vram history database (corrupt: text that is not "
+                         "UTF-8)", param="db") from None
     for gpu, slots in out.gpus.items():
         _fill_covered(slots, {s: r for (g, s), r in reaches.items() if g == gpu}, width, until)
     return out

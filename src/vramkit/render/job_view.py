@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..history.query import JobLife
+from ..history.query import MAX_TIME, JobLife, Point
 from ..procs import sanitize
 from ..units import format_duration, format_size
 from .sparkline import buckets, spark
@@ -18,16 +18,13 @@ from .text_width import fit
 SCHEMA_VERSION = 1
 GIB = 1024**3
 
-Point = tuple[float, float, int, "int | None", "int | None", "int | None", float]
-
-
 def _local(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _life_end(life: JobLife) -> float:
     """The end of the time its last sample stands for (the sample is taken at its start)."""
-    return max([life.last_seen] + [p[0] + p[1] for p in life.points])
+    return min(MAX_TIME, max([life.last_seen] + [p[0] + p[1] for p in life.points]))
 
 
 NICE_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 604800)
@@ -42,8 +39,8 @@ def _step(seconds: float, rows: int) -> int:
 @dataclass
 class _Slice:
     start: float
-    memory: dict[int, int | None]  # GPU -> the highest memory seen in the slice
-    sm: int | None  # the highest own SM utilization
+    memory: dict[int, float | None]  # GPU -> the highest memory seen in the slice
+    sm: float | None  # the highest own SM utilization
     idle: float  # share of the recorded time held idle
 
 
@@ -56,7 +53,7 @@ def _slices(points: list[Point], first: float, last: float, rows: int) -> list[_
         grouped.setdefault(p[0] // step * step, []).append(p)
     out = []
     for start, members in sorted(grouped.items()):
-        memory: dict[int, int | None] = {}
+        memory: dict[int, float | None] = {}
         for p in members:
             value = p[4] if p[4] is not None else p[3]
             held = memory.get(p[2])
@@ -76,10 +73,19 @@ def _table(life: JobLife, rows: int, style: Style) -> list[str]:
     header = "  " + "FROM".ljust(19) + "".join(f"{f'GPU {g}':>10}" for g in gpus) + "   SM  IDLE"
     lines = ["", style.paint(header, "bold")]
     for sl in table:
-        cells = "".join(f"{format_size(sl.memory[g]) if g in sl.memory else '-':>10}" for g in gpus)
-        sm = "N/A" if sl.sm is None else f"{sl.sm}%"
+        cells = "".join(f"{_size(sl.memory[g]) if g in sl.memory else '-':>10}" for g in gpus)
+        sm = "N/A" if sl.sm is None else f"{sl.sm:.0f}%"
         lines.append(f"  {_local(sl.start)}{cells}  {sm:>4}  {sl.idle:>4.0%}")
     return lines
+
+
+def _size(n: float | None) -> str:
+    return format_size(None if n is None else round(n))
+
+
+def _per_hour(value: float | None, unit: float = 1.0) -> str:
+    """A total per hour (GPU-hours, GiB-hours), N/A where the recorder's total is not valid."""
+    return "N/A" if value is None else f"{value / unit / 3600:.2f}"
 
 
 def render_job(lives: list[JobLife], pid: int, database: str, style: Style, width: int, rows: int = 12) -> str:
@@ -94,8 +100,9 @@ def render_job(lives: list[JobLife], pid: int, database: str, style: Style, widt
         end = _life_end(life)
         lived = max(0.0, end - life.first_seen)
         lines.append(f"  held    {_local(life.first_seen)} → {_local(end)} ({format_duration(lived)})")
-        share = f" ({life.idle_seconds / life.gpu_seconds:.0%} of its GPU time)" if life.gpu_seconds > 0 else ""
-        lines.append(f"  used    {life.gpu_seconds / 3600:.2f} GPU-hours · {life.memory_byte_seconds / GIB / 3600:.2f} "
+        share = (f" ({life.idle_seconds / life.gpu_seconds:.0%} of its GPU time)"
+                 if life.gpu_seconds and life.idle_seconds is not None else "")
+        lines.append(f"  used    {_per_hour(life.gpu_seconds)} GPU-hours · {_per_hour(life.memory_byte_seconds, GIB)} "
                      f"GiB-hours · peak {format_size(life.peak_memory)} · idle {format_duration(life.idle_seconds)}"
                      + share)
         by_gpu: dict[int, list[tuple[float, float | None]]] = {}
@@ -128,7 +135,7 @@ def job_json(lives: list[JobLife], pid: int, database: str) -> str:
         return {
             "pid": life.pid, "user": sanitize(life.user) if life.user else None,
             "command": sanitize(life.command) if life.command else None,
-            "gpus": [int(g) for g in life.gpus.split(",") if g],
+            "gpus": [int(g) for g in (life.gpus or "").split(",") if g],
             "first_seen": _iso(life.first_seen), "first_seen_timestamp": life.first_seen,
             "last_seen": _iso(life.last_seen), "last_seen_timestamp": life.last_seen,
             "peak_memory": life.peak_memory, "gpu_seconds": life.gpu_seconds,
