@@ -3,6 +3,7 @@ CPU training loops with a planted leak, and a simulated memory cap for the batch
 
 from __future__ import annotations
 
+import gc
 import io
 import subprocess
 import sys
@@ -65,6 +66,7 @@ def test_oom_guard_as_decorator_with_creation_sites():
         hidden = torch.ones(1024, 1024)  # created-here marker
         raise torch.OutOfMemoryError(MESSAGE + f" ({hidden.numel()} elements alive)")
 
+    gc.collect()  # an earlier test's cyclic garbage (a larger tensor held by its traceback) would come first
     with pytest.raises(torch.OutOfMemoryError):
         step()
     top = guard.diagnosis.tensors[0]

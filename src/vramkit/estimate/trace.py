@@ -20,19 +20,17 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestError, VramkitError
+from ..torch._common import format_bytes
+from ..torch._tensors import TensorTracker, round_block  # round_block: re-exported (__all__)
 from .specs import EstimateError, ModelSpec, spec_of
 
 if TYPE_CHECKING:
     from .analytic import Setup
-
-BLOCK = 512
-
 
 class TraceUnavailable(VramkitError, RuntimeError):
     """PyTorch is not installed (the optional torch extra)."""
@@ -51,11 +49,6 @@ def _torch() -> Any:
     return torch
 
 
-def round_block(n: int) -> int:
-    """The caching allocator hands out multiples of 512 bytes (at least 512)."""
-    return max(BLOCK, -(-n // BLOCK) * BLOCK)
-
-
 @dataclass
 class TraceResult:
     peak_bytes: int  # most allocated over all steps, 512-byte rounded
@@ -69,9 +62,8 @@ class TraceResult:
 
     def __str__(self) -> str:
         """The peak, where it came, and what it is made of (largest first)."""
-        from ..torch._common import format_bytes  # B and KiB too: a small model's trace is not '0MiB'
-
         steady = "the peak" if self.steady_bytes == self.peak_bytes else format_bytes(self.steady_bytes)
+        # format_bytes: B and KiB too, a small model's trace is not '0MiB'
         lines = [f"traced peak {format_bytes(self.peak_bytes)} at step {self.peak_step} ({self.peak_phase}), "
                  f"steady state {steady}"]
         width = max((len(k) for k in self.breakdown), default=0)
@@ -87,98 +79,48 @@ class TraceResult:
 
 
 class _Tracker:
-    """Live storages: serial -> bytes, with allocation/free times to rebuild the live set at the peak."""
+    """trace's policy on the one tensor tracker: every storage kept with its phase (the tag) and its
+    category (the label), to rebuild what was live at the peak."""
 
     def __init__(self) -> None:
-        self.serial_of: dict[int, int] = {}  # id(storage) -> serial, while alive
-        self.size: dict[int, int] = {}
-        self.born: dict[int, int] = {}
-        self.died: dict[int, int] = {}
-        self.phase_of: dict[int, str] = {}
-        self.category: dict[int, str] = {}
-        self.clock = 0
-        self.current = 0
-        self.peak = 0
-        self.peak_clock = 0
-        self.peak_phase = ""
-        self.phase = "setup"
-        self.step_peak = 0
-        self._next = 0
+        to_copy = _torch().ops.aten._to_copy.default
 
-    def track(self, storage: Any, category: str | None = None) -> int:
-        key = id(storage)
-        serial = self.serial_of.get(key)
-        if serial is not None:
-            if category and serial not in self.category:
-                self.category[serial] = category
-            return serial
-        self._next += 1
-        serial = self._next
-        nbytes = round_block(storage.nbytes()) if storage.nbytes() else 0
-        self.serial_of[key] = serial
-        self.size[serial] = nbytes
-        self.clock += 1
-        self.born[serial] = self.clock
-        self.phase_of[serial] = self.phase
-        if category:
-            self.category[serial] = category
-        self.current += nbytes
-        if self.current > self.step_peak:
-            self.step_peak = self.current
-        if self.current > self.peak:
-            self.peak, self.peak_clock, self.peak_phase = self.current, self.clock, self.phase
-        weakref.finalize(storage, self._free, key, serial)
-        return serial
+        def label(func: Any, args: tuple[Any, ...]) -> str | None:
+            if func is to_copy and args:  # a 16-bit copy of a parameter made by autocast
+                source = self.tracker.storage_of(args[0])
+                if source is not None and source.label == "parameters":
+                    return "autocast weight copies"
+            return None
 
-    def _free(self, key: int, serial: int) -> None:
-        if self.serial_of.get(key) == serial:
-            del self.serial_of[key]
-        self.clock += 1
-        self.died[serial] = self.clock
-        self.current -= self.size[serial]
+        self.tracker = TensorTracker(keep=True, label=label)
+        self.tracker.tag = "setup"
+
+    def set_phase(self, phase: str) -> None:
+        self.tracker.tag = phase
 
     def mark(self, tensor: Any, category: str) -> None:
-        serial = self.serial_of.get(id(tensor.untyped_storage()))
-        if serial is not None:
-            self.category[serial] = category
+        record = self.tracker.storage_of(tensor)
+        if record is not None:
+            record.label = category
 
     def live_at_peak(self) -> dict[str, int]:
+        tracker = self.tracker
         out: dict[str, int] = {}
-        for serial, born in self.born.items():
-            died = self.died.get(serial)
-            if born <= self.peak_clock and (died is None or died > self.peak_clock):
-                cat = self.category.get(serial) or ("activations" if self.phase_of[serial] == "forward"
-                                                    else "temporaries")
-                out[cat] = out.get(cat, 0) + self.size[serial]
+        for record in tracker.history or ():
+            if record.born <= tracker.peak_seq and (record.died is None or record.died > tracker.peak_seq):
+                cat = record.label or ("activations" if record.tag == "forward" else "temporaries")
+                out[cat] = out.get(cat, 0) + record.nbytes
         return out
 
 
-def _modes(tracker: _Tracker) -> tuple[Any, Any]:
+def _cuda_like() -> Any:
+    """A TorchFunctionMode: F.dropout as CUDA runs it, native_dropout with a 1-byte mask."""
     torch = _torch()
     from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
     F = torch.nn.functional
-    to_copy = torch.ops.aten._to_copy.default
-
-    class Dispatch(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                               kwargs: dict[str, Any] | None = None) -> Any:
-            out = func(*args, **(kwargs or {}))
-            category = None
-            if func is to_copy and args and isinstance(args[0], torch.Tensor):
-                src = tracker.serial_of.get(id(args[0].untyped_storage()))
-                if src is not None and tracker.category.get(src) == "parameters":
-                    category = "autocast weight copies"
-            for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor):
-                    tracker.track(t.untyped_storage(), category)
-            return out
 
     class CudaLike(TorchFunctionMode):
-        """F.dropout as CUDA runs it: native_dropout with a 1-byte mask."""
-
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
@@ -191,7 +133,7 @@ def _modes(tracker: _Tracker) -> tuple[Any, Any]:
                     return torch.native_dropout(x, p, True)[0]
             return func(*args, **kwargs)
 
-    return Dispatch(), CudaLike()
+    return CudaLike()
 
 
 def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, optimizer: Any = None,
@@ -203,7 +145,7 @@ def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, o
     real CPU tensors work too, just slower). `optimizer`: its state counts as "optimizer state".
     Steady state = the peak of the last step.
     """
-    torch = _torch()
+    _torch()
     from torch._subclasses.fake_tensor import FakeTensor
 
     fake_params = any(isinstance(p, FakeTensor) for p in model.parameters())
@@ -211,57 +153,68 @@ def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, o
         raise RequestError("the model was built under fake_mode(): pass that mode too, "
                            "trace_memory(model, step_fn, fake_mode=fm), so the step's tensors are fake as well",
                            param="fake_mode")
-    tracker = _Tracker()
-    dispatch, cudalike = _modes(tracker)
+    policy = _Tracker()
+    tracker = policy.tracker
     for p in model.parameters():
-        tracker.track(p.untyped_storage(), "parameters")
+        tracker.adopt(p, "parameters")
     for buf in model.buffers():
-        tracker.track(buf.untyped_storage(), "buffers")
+        tracker.adopt(buf, "buffers")
 
     def pre_hook(module: Any, args: Any) -> None:
-        tracker.phase = "forward"
+        policy.set_phase("forward")
 
     def post_hook(module: Any, args: Any, output: Any) -> None:
-        tracker.phase = "backward/step"
+        policy.set_phase("backward/step")
 
     handles = [model.register_forward_pre_hook(pre_hook), model.register_forward_hook(post_hook)]
     for p in model.parameters():
         if p.requires_grad:  # a gradient is known as one when it is accumulated, not at the end
-            handles.append(p.register_post_accumulate_grad_hook(lambda q: tracker.mark(q.grad, "gradients")))
+            handles.append(p.register_post_accumulate_grad_hook(lambda q: policy.mark(q.grad, "gradients")))
     step_peaks: list[int] = []
-    peaks_clock: list[int] = []
+    peaks_seq: list[int] = []
     started = time.perf_counter()
     ctx: Any = fake_mode if fake_mode is not None else contextlib.nullcontext()
     try:
-        with ctx, cudalike, dispatch:
-            for i in range(steps):
-                tracker.step_peak = tracker.current
-                tracker.phase = "step start"
-                try:
-                    step_fn(i)
-                except AssertionError as e:  # FakeTensorMode's word for a real tensor in a fake computation
-                    if fake_mode is None or "FakeTensor" not in str(e):
-                        raise
-                    raise RequestError("a real tensor met the fake ones (a batch made before the trace, or a "
-                                       "model not built under fake_mode): make the batch inside step_fn and "
-                                       "build the model under the same fake_mode", param="step_fn") from None
-                for p in model.parameters():
-                    if p.grad is not None:
-                        tracker.mark(p.grad, "gradients")
-                if optimizer is not None:
-                    for state in optimizer.state.values():
-                        for value in state.values():
-                            if isinstance(value, torch.Tensor):
-                                tracker.mark(value, "optimizer state")
-                step_peaks.append(tracker.step_peak)
-                peaks_clock.append(tracker.clock)
+        with ctx, _cuda_like():
+            tracker.start()  # inside the fake mode: it sees each operation before FakeTensorMode does
+            try:
+                _steps(policy, model, step_fn, steps, optimizer, fake_mode, step_peaks, peaks_seq)
+            finally:
+                tracker.stop()
     finally:
         for h in handles:
             h.remove()
-    peak_step = next(i for i, c in enumerate(peaks_clock) if tracker.peak_clock <= c) + 1
+    peak_step = next(i for i, c in enumerate(peaks_seq) if tracker.peak_seq <= c) + 1
     return TraceResult(peak_bytes=tracker.peak, steady_bytes=step_peaks[-1], step_peaks=step_peaks,
-                       peak_step=peak_step, peak_phase=tracker.peak_phase, breakdown=tracker.live_at_peak(),
+                       peak_step=peak_step, peak_phase=tracker.peak_tag, breakdown=policy.live_at_peak(),
                        seconds=time.perf_counter() - started)
+
+
+def _steps(policy: _Tracker, model: Any, step_fn: Callable[[int], object], steps: int, optimizer: Any,
+           fake_mode: Any, step_peaks: list[int], peaks_seq: list[int]) -> None:
+    torch = _torch()
+    tracker = policy.tracker
+    for i in range(steps):
+        tracker.reset_high()
+        policy.set_phase("step start")
+        try:
+            step_fn(i)
+        except AssertionError as e:  # FakeTensorMode's word for a real tensor in a fake computation
+            if fake_mode is None or "FakeTensor" not in str(e):
+                raise
+            raise RequestError("a real tensor met the fake ones (a batch made before the trace, or a "
+                               "model not built under fake_mode): make the batch inside step_fn and "
+                               "build the model under the same fake_mode", param="step_fn") from None
+        for p in model.parameters():
+            if p.grad is not None:
+                policy.mark(p.grad, "gradients")
+        if optimizer is not None:
+            for state in optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        policy.mark(value, "optimizer state")
+        step_peaks.append(tracker.high)
+        peaks_seq.append(tracker.seq)
 
 
 def fake_mode() -> Any:

@@ -263,7 +263,7 @@ class LeakDetector:
         for at in sites.values():
             at.graph.saved -= walker.parameters
         for t, entry, key, at in live:
-            if entry.step < current and key not in walker.saved:  # a saved tensor counts in its graph's memory
+            if entry.tag < current and key not in walker.saved:  # a saved tensor counts in its graph's memory
                 at.survivors.append(t)
                 at.bytes += key[1]
         return sites

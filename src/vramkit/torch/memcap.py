@@ -21,13 +21,13 @@ CUDA context; a real GPU therefore fails somewhat earlier than the same number h
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
 from ..errors import RequestError
 from ._common import require_torch, storage_key
+from ._tensors import TensorTracker, round_block
 
 _ACTIVE: list[SimulatedMemoryCap] = []
 
@@ -53,14 +53,14 @@ def _held_bytes(held: Any) -> int:
             raise RequestError("must be 0 or more bytes", param="held")
         return held
     if hasattr(held, "parameters") and hasattr(held, "buffers"):
-        from ..estimate.trace import round_block
         storages = {storage_key(t) for t in (*held.parameters(), *held.buffers())}
         return sum(round_block(nbytes) for _, nbytes in storages if nbytes)
     raise RequestError(f"a number of bytes or an nn.Module, not {type(held).__name__}", param="held")
 
 
 class SimulatedMemoryCap:
-    """A context manager; `capacity`, `current` (bytes counted now), `peak` (since the last reset)."""
+    """A context manager; `capacity`, `current` (bytes counted now), `peak` (since the last reset).
+    memcap's policy on the one tensor tracker (_tensors.py): `admit` refuses what does not fit."""
 
     def __init__(self, capacity: int, held: Any = 0, device: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
@@ -72,16 +72,20 @@ class SimulatedMemoryCap:
         if self.held > capacity:
             raise RequestError(f"{_torch_size(self.held)} held is more than the {_torch_size(capacity)} capacity",
                                param="held")
-        self.current = self.held
-        self.peak = self.held
         self.ooms = 0  # out-of-memory errors raised
-        self._live: dict[int, int] = {}  # id(storage) -> counted bytes, while the storage is alive
-        self._mode: Any = None
-        self._paused = 0
+        self._tracker = TensorTracker(held=self.held, admit=self._admit)
+
+    @property
+    def current(self) -> int:
+        return self._tracker.current
+
+    @property
+    def peak(self) -> int:
+        return self._tracker.high
 
     # ---- the peak counters find_batch_size reads (as torch.cuda's reset_peak / max_memory_allocated)
     def reset_peak(self) -> None:
-        self.peak = self.current
+        self._tracker.reset_high()
 
     def max_allocated(self) -> int:
         return self.peak
@@ -89,61 +93,36 @@ class SimulatedMemoryCap:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Storages made meanwhile are not counted, nor their frees: host copies, for instance."""
-        self._paused += 1
+        self._tracker.paused += 1
         try:
             yield
         finally:
-            self._paused -= 1
+            self._tracker.paused -= 1
 
     def __enter__(self) -> SimulatedMemoryCap:
-        if self._mode is not None:
+        if self._tracker.active:
             raise RuntimeError("simulated_memory_cap is already active")
-        self._mode = _mode_class()(self)
-        self._mode.__enter__()
+        self._tracker.start()
         _ACTIVE.append(self)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        mode, self._mode = self._mode, None
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-        if mode is not None:
-            mode.__exit__(exc_type, exc, tb)
+        self._tracker.stop((exc_type, exc, tb))
 
-    def _count(self, new: list[Any], grown: list[tuple[Any, int]] | None = None) -> None:
-        """Count the new storages of one operation, and the growth of existing ones it resized
-        ((storage, bytes before): out= and resize_), or raise as CUDA would if they do not fit."""
-        from ..estimate.trace import round_block
-        grown = grown or []
-        sizes = {id(s): round_block(s.nbytes()) for s in new if s.nbytes()}
-        for storage, before in grown:
-            growth = round_block(storage.nbytes()) - (round_block(before) if before else 0)
-            if growth > 0:
-                sizes[id(storage)] = growth
-        asked = sum(sizes.values())
-        if self.current + asked > self.capacity:
-            for storage, before in grown:  # the allocation failed: the storage keeps its old size
-                with contextlib.suppress(RuntimeError):
-                    storage.resize_(before)
+    def _admit(self, asked: int) -> None:
+        """Raise as CUDA would when an operation's new memory does not fit (its outputs are dropped)."""
+        current = self._tracker.current
+        if current + asked > self.capacity:
             self.ooms += 1
             torch = require_torch()
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {_torch_size(asked)}. GPU {self.device} has a total "
-                f"capacity of {_torch_size(self.capacity)} of which {_torch_size(self.capacity - self.current)} "
-                f"is free. Of the allocated memory {_torch_size(self.current)} is allocated by PyTorch, and "
+                f"capacity of {_torch_size(self.capacity)} of which {_torch_size(self.capacity - current)} "
+                f"is free. Of the allocated memory {_torch_size(current)} is allocated by PyTorch, and "
                 "0 bytes is reserved by PyTorch but unallocated. (simulated: vramkit.torch.simulated_memory_cap)")
-        for storage in [*new, *(s for s, _ in grown)]:
-            key = id(storage)
-            if key in sizes:
-                if key not in self._live:
-                    weakref.finalize(storage, self._free, key)
-                self._live[key] = self._live.get(key, 0) + sizes[key]
-                self.current += sizes[key]
-        self.peak = max(self.peak, self.current)
-
-    def _free(self, key: int) -> None:
-        self.current -= self._live.pop(key, 0)
 
 
 def simulated_memory_cap(capacity: int, *, held: Any = 0, device: int = 0) -> SimulatedMemoryCap:
@@ -151,56 +130,3 @@ def simulated_memory_cap(capacity: int, *, held: Any = 0, device: int = 0) -> Si
     module docstring. `held`: bytes (or an nn.Module's parameters and buffers) already taken."""
     require_torch()
     return SimulatedMemoryCap(capacity, held, device)
-
-
-def _storage(value: Any) -> Any:
-    """The storage of a dense tensor with memory (None: not a tensor, meta, sparse, ...)."""
-    torch = require_torch()
-    if not isinstance(value, torch.Tensor) or value.device.type == "meta":
-        return None
-    try:
-        return value.untyped_storage()
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-_MODE: Any = None
-
-
-def _mode_class() -> Any:
-    global _MODE
-    if _MODE is None:
-        require_torch()
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        class _CountStorages(TorchDispatchMode):
-            def __init__(self, cap: SimulatedMemoryCap) -> None:
-                super().__init__()
-                self.cap = cap
-
-            def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                                   kwargs: dict[str, Any] | None = None) -> Any:
-                # an output sharing an input's storage (a view, an in-place or out= op) is no new
-                # memory, unless the operation resized it (out= of another shape, resize_): the growth is
-                inputs = {id(s): s for s in map(_storage, tree_leaves((args, kwargs))) if s is not None}
-                before = {key: s.nbytes() for key, s in inputs.items()}
-                out = func(*args, **(kwargs or {}))
-                new, grown, seen = [], [], set()
-                for t in tree_leaves(out):
-                    storage = _storage(t)
-                    if storage is None or id(storage) in seen:
-                        continue
-                    key = id(storage)
-                    seen.add(key)
-                    if key in before:
-                        if storage.nbytes() > before[key]:
-                            grown.append((storage, before[key]))
-                    elif key not in self.cap._live:
-                        new.append(storage)
-                if (new or grown) and not self.cap._paused:
-                    self.cap._count(new, grown)
-                return out
-
-        _MODE = _CountStorages
-    return _MODE
