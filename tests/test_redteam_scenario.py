@@ -94,7 +94,7 @@ def test_a_hostile_value_is_one_line_naming_its_field(path, value, field):
 @pytest.mark.parametrize("path, value, field", [HOSTILE[i] for i in (2, 17, 30, 33, 39)])
 def test_the_cli_says_it_in_one_line_and_exits_2(write_scenario, path, value, field):
     text = json.dumps(_with(path, value))  # NaN as JSON's NaN literal, as a hostile file would have it
-    result = run_vram("--simulate", str(write_scenario(text)), "status", "--all")
+    result = run_vram("--simulate", str(write_scenario(text)), "status", "--health")
     assert_one_line_error(result, 2, field)
     assert not _raw_controls(result.err)
 
@@ -117,7 +117,7 @@ def test_text_with_escapes_is_refused_or_printed_sanitized(write_scenario, path,
     """Either the scenario is refused in one line (the text escaped in it), or every view prints it
     with the control characters replaced."""
     scenario = str(write_scenario(_with(path, text)))
-    for argv in (["status", "--all"], ["ps"], ["info"], ["pick"], ["doctor"]):
+    for argv in (["status", "--health"], ["ps"], ["info"], ["pick"], ["doctor"]):
         result = run_vram("--simulate", scenario, *argv)
         assert "Traceback" not in result.err and not _raw_controls(result.out + result.err), (argv, result.err)
         if result.rc == 2:
