@@ -28,8 +28,8 @@ import pytest
 from helpers import clean_env, run_vram
 
 from vramkit.errors import VramkitError
-from vramkit.history.query import open_store
 from vramkit.history.series import gpu_series
+from vramkit.history.store import Store
 
 HOURS = 26
 READERS = ("report", "job", "kill", "doctor", "series")
@@ -91,7 +91,7 @@ def readers(cli, monkeypatch, tmp_path):
                 problems.append(f"{what}: exit {rc}: {err.strip()[:300]}")
         for span in (300, 86400, 7 * 86400) if "series" in only else ():  # vram top's, serve's history
             try:
-                store = open_store(db)
+                store = Store.open(db)
             except VramkitError:
                 continue
             try:

@@ -38,7 +38,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..history.query import job_lives, open_store
+    from ..history.query import job_lives
+    from ..history.store import Store
     from ..render.job_view import job_json, render_job
     from ..render.style import style_for, terminal_width
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.rows <= 1000:
         raise UsageError(f"--rows: must be 1 to 1000, got {args.rows}")
     pid = int(text)
-    store = open_store(args.db)
+    store = Store.open(args.db)
     try:
         lives = job_lives(store, pid)
         database = str(store.path)

@@ -95,6 +95,7 @@ def _plot_path(args: argparse.Namespace) -> tuple[Path, str] | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..history import query
+    from ..history.store import Store
     from ..render.report_view import Report, render_report, report_csv, report_json
     from ..render.style import style_for, terminal_width
 
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     plot = _plot_path(args)
     if plot is not None and plot[1] == "png":
         _need_matplotlib()  # before the work, not after
-    store = query.open_store(args.db)
+    store = Store.open(args.db)
     try:
         sums = query.held(store, since, until)  # one pass over the window, shared
         rows = query.usage(store, since, until, args.by, sums=sums)

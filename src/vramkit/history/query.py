@@ -26,12 +26,10 @@ import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
-from .paths import reader_path
-from .store import HOUR, ROLLUP_TIERS, Store, StoreError, describe
+from .store import HOUR, ROLLUP_TIERS, Store, StoreError, describe, not_utf8
 
 # kind -> (lowest, highest, whole number). Times: 1970 to 9999 (what datetime can show, in any
 # zone); lengths: up to ~31 years; memory: up to 2**53 bytes (8 PiB, exact as a float); GPUs:
@@ -369,20 +367,7 @@ def _rows(store: Store, sql: str, params: tuple[object, ...] | Mapping[str, obje
     except sqlite3.Error as e:
         raise StoreError(describe(e, store.path), param="db") from None
     except UnicodeDecodeError:  # text that is not UTF-8, or an error message quoting a damaged schema
-        raise StoreError(_undecodable(store.path), param="db") from None
-
-
-def _undecodable(path: Path) -> str:
-    return f"{path} is not a readable vram history database (corrupt: text that is not UTF-8)"
-
-
-def open_store(path: Path | str | None = None) -> Store:
-    """Store.open for a reader, where a damaged file's schema (SQLite quotes it in its error, and
-    Python cannot decode the quote) is one line too, not a UnicodeDecodeError."""
-    try:
-        return Store.open(path)
-    except UnicodeDecodeError:
-        raise StoreError(_undecodable(reader_path(path)), param="db") from None
+        raise StoreError(not_utf8(store.path), param="db") from None
 
 
 def coverage(store: Store, since: float, until: float) -> Coverage:

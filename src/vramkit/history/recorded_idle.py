@@ -23,9 +23,9 @@ from ..collector import Collector
 from ..snapshot import Machine
 from ..units import format_duration
 from .paths import reader_path
-from .query import MAX_TIME, idle_since, open_store, typed
+from .query import MAX_TIME, idle_since, typed
 from .recorder import max_gap
-from .store import StoreError
+from .store import Store, StoreError
 
 IdleKey = tuple[int, "int | None", int]  # (pid, start ticks, GPU)
 # How a process's start is found now: pid -> (start ticks, unix start time), or None when there is
@@ -58,7 +58,7 @@ def read_recorded_idle(now: float, path: Path | str | None = None, started: Star
     if not path.exists():
         return RecordedIdle(note=f"no recorded history at {path} ('vram record' keeps one)")
     try:
-        store = open_store(path)
+        store = Store.open(path)
     except StoreError as e:
         return RecordedIdle(note=f"history not used: {e.message}")
     try:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import RequestError
+from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
 SCHEMA_VERSION = 2
@@ -416,28 +417,6 @@ def _unlink(path: Path | str) -> None:
         pass
 
 
-def _flock_holders(st: os.stat_result) -> list[int]:
-    """The pids holding a flock on the file `st` describes (/proc/locks; -1 where unknown)."""
-    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = []
-    try:
-        with open("/proc/locks") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == inode:
-                    pids.append(int(parts[4]) if parts[4].lstrip("-").isdigit() else -1)
-    except OSError:
-        return [-1]
-    return pids
-
-
-def _uid_of(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid if pid > 0 else None
-    except OSError:
-        return None
-
-
 def _check_old(old: Path) -> bool:
     """The checks of a database to move private (_migrate); False when there is nothing to move."""
     st = _lstat(old)
@@ -467,7 +446,9 @@ def _migrate(old: Path, live: Path) -> None:
         except BlockingIOError:
             # A lock another user took cannot be a recorder's (they cannot write the file): only
             # one of the caller's own (or one whose holder cannot be told) stops the move.
-            if any(_uid_of(pid) in (None, os.geteuid()) for pid in _flock_holders(os.fstat(guard))):
+            # No holder listed (unreadable /proc/locks) or one without a pid here: unknown, refused.
+            holders = flock_holders(os.fstat(guard)) or [0]
+            if any(uid_of(pid) in (None, os.geteuid()) for pid in holders):
                 raise StoreBusyError(f"{old} is locked: another 'vram record' (of an older vramkit?) is "
                                      "writing to it", param="db") from None
         tmp = live.parent / f".{live.name}.moving"
@@ -542,6 +523,10 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
     return False
 
 
+def not_utf8(path: Path) -> str:
+    return f"{path} is not a readable vram history database (corrupt: text that is not UTF-8)"
+
+
 def describe(e: sqlite3.Error, path: Path) -> str:
     """One line for an SQLite error on the store."""
     text = str(e)
@@ -601,6 +586,8 @@ class Store:
         except FileNotFoundError:
             raise StoreError(f"no history at {path}: nothing has been recorded there (start "
                              "'vram record', or name another database with --db)", param="db") from None
+        except UnicodeDecodeError:  # a damaged schema SQLite quotes in its error, not UTF-8
+            raise StoreError(not_utf8(path), param="db") from None
 
     @classmethod
     def _open_writer(cls, path: Path) -> Store:
