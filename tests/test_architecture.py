@@ -91,7 +91,6 @@ PROC_READS_ALLOWED = {
     "backends/nvidia.py": "/proc/driver/nvidia: the NVIDIA driver's own files, the backend's to read",
     "protect.py": "/proc/PID/exe under a root that tests replace with a fixture tree",
     "launch.py": "the job's stopped state while vram run passes job control on (owned by the CLI's launcher)",
-    "history/store.py": "who holds the history database's lock (/proc/locks; procs.flock_holders is the same)",
     "torch/_hostmem.py": "this process's own resident memory (/proc/self/statm), inside the torch helpers",
 }
 

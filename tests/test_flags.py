@@ -33,11 +33,10 @@ def _parse(parser, *argv):
 # A long flag name whose actions may differ in dest or in taking a value, each with its reason.
 ALLOWED_TWO_MEANINGS = {
     "--gpu": "plan's old spelling of --card (a catalog GPU), hidden for a release; everywhere else GPU indices",
-    "--all": "status's old spelling of --health, hidden for a release, beside job's every-life flag until "
-             "job.py renames it (--every-life, --all kept as its old spelling)",
+    "--all": "the old spelling of status's --health and of job's --every-life, hidden for a release",
 }
 # Flags in MEANINGS that no parser defines yet, each with its reason.
-PENDING = {"--every-life": "vram job's new name for --all (cli/job.py, changed by its owner)"}
+PENDING: dict[str, str] = {}
 
 
 def _signature(action: argparse.Action) -> tuple[str, bool]:

@@ -71,7 +71,7 @@ def readers(cli, monkeypatch, tmp_path):
         ["report", "--since", "30d", "--by", "day", "--csv"],
         ["report", "--since", "3h", "--by", "job", "--plot", plot],
         ["job", "41234"],
-        ["job", "38817", "--all", "--json"],
+        ["job", "38817", "--every-life", "--json"],
         ["kill", "--idle", "1h", "--simulate", "demo", "--dry-run", "--json", "--all-users"],
         ["doctor", "--simulate", "demo", "--json"],
     ]

@@ -145,7 +145,7 @@ MEANINGS: dict[str, str] = {
     "--output": "write the result to FILE",
     "--ids": "old spelling of run's --format",
     "--commands": "old spelling of record's --process-commands",
-    "--all": "every recorded life of the pid (vram job; status's old spelling of --health)",
+    "--all": "old spelling of status's --health and job's --every-life",
 }
 
 

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .commands import COMMANDS
-from .common import HelpFormatter, UsageError
+from .common import HelpFormatter, UsageError, add_old_spelling
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -17,11 +17,11 @@ DESCRIPTION = """\
 Show what 'vram record' kept about a process: when it was first and last seen, its GPU-hours,
 memory GiB-hours, peak memory and idle time, its memory on each GPU over its life as a
 sparkline, and a short table of how it went. A pid used again by a later process shows each
-life, newest first (--all), else only the newest.
+life, newest first (--every-life), else only the newest.
 
 examples:
   vram job 38817                   the newest recorded life of pid 38817
-  vram job 38817 --all             every recorded life of that pid
+  vram job 38817 --every-life      every recorded life of that pid
   vram job 38817 --json | jq '.lives[0].points | length'
 """
 
@@ -31,7 +31,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=HelpFormatter)
     p.add_argument("pid", metavar="PID", help="the process id")
     p.add_argument("--db", metavar="PATH", help="the database (default: the recorder's; also $VRAM_DB)")
-    p.add_argument("--all", action="store_true", help="every recorded life of PID, newest first")
+    every = p.add_argument("--every-life", action="store_true", help="every recorded life of PID, newest first")
+    add_old_spelling(p, "--all", every)
     p.add_argument("--rows", metavar="N", type=int, default=12, help="rows in the table (default 12)")
     p.add_argument("--json", action="store_true", help="print every recorded point as JSON")
     p.set_defaults(run=run)
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         database = str(store.path)
     finally:
         store.close()
-    if not args.all:
+    if not args.every_life:
         lives = lives[:1]
     if args.json:
         print(job_json(lives, pid, database))
