@@ -917,7 +917,7 @@ def _nvidia_smi(snap: Snapshot, xids: Xids | None, cap: int) -> list[Family]:
             app_mem[3].append((key, float(p.memory)))
     out += [apps, ok, app_info, app_mem]
     mig_info = _fam("nvidia_smi_mig_info", "MIG device identity.")
-    mig_mem = {f: _fam(f"nvidia_smi_mig_{f}_bytes", f"The GPU instance's memory {f}.")
+    mig_mem = {f: _fam(f"nvidia_smi_mig_memory_{f}_bytes", f"The GPU instance's memory {f}.")
                for f in ("total", "used", "free")}
     for g in live:
         for m in g.mig_devices:
