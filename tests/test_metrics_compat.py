@@ -2,8 +2,8 @@
 
 A real Prometheus scrapes four `vram serve --compat dcgm,nvitop,nvidia-smi-exporter` hosts:
 the bundled `unhealthy` (health problems, XIDs, NVLink), `mig` (MIG instances) and `faulty` (a lost
-GPU, refused fields) scenarios, and a workstation card with a fan. Every query of every panel of dcgm-exporter's dashboard
-(grafana.com 12239), nvitop-exporter's and nvidia_gpu_exporter's (14574), kept unchanged in
+GPU, refused fields) scenarios, and a workstation card with a fan. Every query of every panel of
+dcgm-exporter's dashboard (grafana.com 12239), nvitop-exporter's and nvidia_gpu_exporter's (14574), kept unchanged in
 tests/fixtures/dashboards/ (SOURCE.md), is run with its template variables substituted, and must
 return data, except the panels listed in NOT_READ, each with the reason vram cannot fill it.
 The counts per dashboard are printed (pytest -s shows them)."""
