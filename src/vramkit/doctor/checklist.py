@@ -1,6 +1,7 @@
 """`vram doctor` without a log: the usual reasons a job on this machine runs out of memory.
 
 Checks, on the GPUs this shell can use (CUDA_VISIBLE_DEVICES respected):
+- GPUs lost (fallen off the bus, or needing a reset): NVML cannot read them, so no job can use them;
 - GPUs nearly full;
 - other users' processes on the GPUs you chose (only when CUDA_VISIBLE_DEVICES picks GPUs: on a
   shared server every GPU has other users, which is not by itself a problem);
@@ -46,7 +47,7 @@ SEVERITY_ORDER = {"problem": 0, "warning": 1, "info": 2}
 
 @dataclass
 class Finding:
-    code: str  # near_full, other_users, defunct_holder, not_visible, stale_orphan, idle_holder,
+    code: str  # gpu_lost, near_full, other_users, defunct_holder, not_visible, stale_orphan, idle_holder,
     #            cvd_missing, cvd_empty, cvd_order, crowded_gpu0, dataparallel_imbalance,
     #            ecc_errors, memory_repair_pending, memory_repair_failed, throttled, low_pstate,
     #            told_other_gpu
@@ -143,6 +144,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     usable, findings, notes = _visible(snap, cvd, env.get("CUDA_DEVICE_ORDER"))
     if only is not None:
         usable = [i for i in usable if i in only]
+    findings += _lost(snap, usable)
     gpus = [g for g in snap.gpus if g.index in usable and not g.lost]
     findings += _near_full(gpus)
     if cvd is not None:
@@ -156,6 +158,16 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     findings += _told_other_gpu(snap, set(usable), read_env, pids_visible)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.gpus[:1] or [-1], f.code))
     return Checklist(findings=findings, gpus_checked=usable, cuda_visible_devices=cvd, me=me, notes=notes)
+
+
+def _lost(snap: Snapshot, usable: list[int]) -> list[Finding]:
+    """A GPU the driver lost: every other check skips it (it has no readings), so it is named here."""
+    return [Finding("gpu_lost", "problem", f"GPU {g.index} is lost",
+                    f"{g.error or 'GPU is lost'}: NVML cannot read it, and a job started on it fails",
+                    "use another GPU; an admin resets it when nothing runs there (as root: "
+                    f"nvidia-smi -r -i {g.index}) or reboots, and checks the kernel log (dmesg) for Xid errors",
+                    gpus=[g.index])
+            for g in snap.gpus if g.lost and g.index in usable]
 
 
 def _near_full(gpus: list[Device]) -> list[Finding]:
@@ -272,6 +284,13 @@ def _crowded(snap: Snapshot) -> list[Finding]:
 
 
 def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
+    """One process with far more on its first GPU than on its other GPUs of the same kind.
+
+    Like is compared with like: on a machine with 80 GB and 48 GB cards a job that fills each
+    card holds more on the big ones by design, so the first GPU is compared with the process's
+    other GPUs of the same model and size when it has any (with all of them when it has none),
+    and only the GPUs that hold markedly less than the first are named."""
+    kinds = {g.index: (g.name, g.memory_total) for g in snap.gpus}
     per_pid: dict[int, list[GpuProcess]] = {}
     for p in snap.processes:
         if p.memory:
@@ -282,18 +301,27 @@ def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
             continue
         rows.sort(key=lambda r: r.gpu)
         first, rest = rows[0], rows[1:]
-        typical = statistics.median(r.memory or 0 for r in rest)
-        if first.memory and first.memory >= DP_RATIO * typical and first.memory - typical >= DP_MIN_EXTRA:
-            gpus = [r.gpu for r in rows]
-            out.append(Finding(
-                "dataparallel_imbalance", "warning",
-                f"{first.user or 'unknown'}'s pid {pid} holds {first.memory / typical:.1f}x more on GPU {first.gpu} "
-                f"than on GPUs {_span(gpus[1:])}",
-                f"{format_size(first.memory)} on GPU {first.gpu} vs {format_size(int(typical))} on the others: the "
-                "pattern of nn.DataParallel, which gathers outputs and keeps the master copy on the first GPU "
-                "(that GPU runs out first)",
-                "use DistributedDataParallel (one process per GPU, launched with torchrun): memory is even and "
-                "it is faster", gpus=gpus, pid=pid, user=first.user, command=first.command, memory=first.memory))
+        peers = [r for r in rest if kinds.get(r.gpu) == kinds.get(first.gpu)] or rest
+        typical = statistics.median(r.memory or 0 for r in peers)
+        if not (first.memory and first.memory >= DP_RATIO * typical and first.memory - typical >= DP_MIN_EXTRA):
+            continue
+        lighter = [r.gpu for r in peers
+                   if first.memory >= DP_RATIO * (r.memory or 0) and first.memory - (r.memory or 0) >= DP_MIN_EXTRA]
+        if not lighter:
+            continue
+        where = f"GPU {lighter[0]}" if len(lighter) == 1 else f"GPUs {_span(lighter)}"
+        others = "the other" if len(lighter) == 1 else "the others"
+        out.append(Finding(
+            "dataparallel_imbalance", "warning",
+            f"{first.user or 'unknown'}'s pid {pid} holds {first.memory / typical:.1f}x more on GPU {first.gpu} "
+            f"than on {where}",
+            f"{format_size(first.memory)} on GPU {first.gpu} vs {format_size(int(typical))} on {others}"
+            + ("" if len(peers) == len(rest) else " of the same model") + ": the "
+            "pattern of nn.DataParallel, which gathers outputs and keeps the master copy on the first GPU "
+            "(that GPU runs out first)",
+            "use DistributedDataParallel (one process per GPU, launched with torchrun): memory is even and "
+            "it is faster", gpus=[first.gpu, *lighter], pid=pid, user=first.user, command=first.command,
+            memory=first.memory))
     return out
 
 
