@@ -42,7 +42,8 @@ daemons, sshd, container runtimes, systemd, and what /etc/vramkit/protected.conf
 Every signal, refusal and outcome is appended to an audit log. See docs/safety.md.
 
 Exit codes: 0 every target exited (or took the signal), 1 some were refused or are still
-running (or you answered no), 2 bad usage.
+running (or you answered no), 2 bad usage, 130 interrupted (Ctrl-C): what was signalled and
+what is known so far is still reported, and the audit log has each outcome.
 
 examples:
   vram kill 41234                  SIGTERM pid 41234, wait 10 s, report
@@ -167,7 +168,7 @@ def _ask(question: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from ..audit import AuditError, AuditLog
-    from ..kill import check_force, dry_report, execute, make_plan, parse_signal
+    from ..kill import KillInterrupted, check_force, dry_report, execute, make_plan, parse_signal
     from ..protect import ProtectConfigError
     from ..render.kill_view import kill_json, render_nothing, render_plan, render_report
     from ..render.style import style_for, terminal_width
@@ -225,10 +226,13 @@ def run(args: argparse.Namespace) -> int:
             log = AuditLog(context=context).open()
         except AuditError as e:
             raise Failure(f"{e}; nothing was signalled (set VRAM_AUDIT_LOG to a file you can write)") from None
+        interrupted = False
         try:
             report = execute(machine, plan, sig, timeout=timeout, force=args.force, audit=log, progress=progress)
         except AuditError as e:
             raise Failure(f"{e}; stopped signalling") from None
+        except KillInterrupted as e:  # Ctrl-C: the audit log has each outcome; say what is known
+            report, interrupted = e.report, True
         finally:
             log.close()
             if progress:
@@ -239,4 +243,10 @@ def run(args: argparse.Namespace) -> int:
         print(kill_json(report, sig.name, timeout, args.force))
     else:
         print(render_report(report, style, width, with_banner=not shown))
+    if interrupted:
+        sent = [t for t in report.targets if t.signals]
+        print(f"vram: interrupted: {len(sent)} process{'es' if len(sent) != 1 else ''} signalled, "
+              f"{sum(1 for t in sent if t.status == 'exited')} known to have exited; outcomes are in the audit log",
+              file=sys.stderr)
+        return 130
     return 0 if report.ok else 1

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from .._callable import make_callable
 from ..snapshot import open_machine
-from .execute import dry_report, execute, gpu_changes
+from .execute import INTERRUPTED, KillInterrupted, dry_report, execute, gpu_changes
 from .model import (
     ENDING,
     EXITED,
@@ -47,10 +47,10 @@ from .model import (
 from .rules import candidate, check, ownership, recheck
 from .selection import make_plan
 
-__all__ = ["ENDING", "EXITED", "KILL_GRACE", "REFUSED", "SETTLE", "SIGNALLED", "STILL_RUNNING", "WOULD_SIGNAL",
-           "Caller", "Criteria", "GpuChange", "KillReport", "KillRequestError", "Plan", "Progress", "Status",
-           "Target", "candidate", "check", "check_force", "dry_report", "execute", "gpu_changes", "kill",
-           "make_plan", "ownership", "parse_signal", "recheck"]
+__all__ = ["ENDING", "EXITED", "INTERRUPTED", "KILL_GRACE", "REFUSED", "SETTLE", "SIGNALLED", "STILL_RUNNING",
+           "WOULD_SIGNAL", "Caller", "Criteria", "GpuChange", "KillInterrupted", "KillReport", "KillRequestError",
+           "Plan", "Progress", "Status", "Target", "candidate", "check", "check_force", "dry_report", "execute",
+           "gpu_changes", "kill", "make_plan", "ownership", "parse_signal", "recheck"]
 
 
 def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, user: str | Iterable[str] | None = None,
@@ -69,6 +69,9 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
     still holds memory. Every signal, refusal and outcome goes to the audit log (default: see
     docs/safety.md); when it cannot be written nothing is signalled (audit.AuditError).
     Raises KillRequestError for a request that makes no sense (nothing selected, bad signal).
+    Ctrl-C while it signals or waits raises KillInterrupted (a KeyboardInterrupt) once the audit
+    log has each signalled target's outcome ("interrupted", with the signals sent); its `report`
+    says what is known so far.
     """
     from ..audit import AuditLog
 

@@ -21,6 +21,7 @@ from .model import (
     SETTLE,
     SIGNALLED,
     STILL_RUNNING,
+    WOULD_SIGNAL,
     GpuChange,
     KillReport,
     Plan,
@@ -35,6 +36,18 @@ if TYPE_CHECKING:
 
 
 AuditWrite = Callable[..., None]  # AuditLog.write(event, **fields)
+INTERRUPTED = "interrupted"  # the audit outcome of a target vram stopped waiting for on Ctrl-C
+
+
+class KillInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) while execute() signalled or waited. Raised once every target with a
+    signal record has its outcome record (result "interrupted" with the signals sent, or
+    "exited"); `report` says what is known so far: each target signalled and still running is
+    'signalled' with a note, each one not reached is refused by the rule 'interrupted'."""
+
+    def __init__(self, report: KillReport) -> None:
+        super().__init__("interrupted")
+        self.report = report
 
 
 def _no_audit(event: str, **fields: Any) -> None:
@@ -64,8 +77,9 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                         audit_log=str(audit.path) if audit is not None else None)
     log: AuditWrite = audit.write if audit is not None else _no_audit
     before = machine.snapshot()
-    pinned: dict[int, procs.Pinned] = {}
+    pinned: dict[int, procs.Pinned] = {}  # every handle held open: signalled, or being checked
     started: dict[int, float] = {}
+    unfinished: dict[int, Target] = {}  # targets with a signal record and no outcome record yet
     try:
         for t in plan.targets:
             if t.refusal is not None:
@@ -92,22 +106,22 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                     reason=t.refusal.reason)
                 continue
             assert isinstance(held, procs.Pinned)
+            pinned[t.pid] = held
             refusal = recheck(t, held, plan.caller, protection, plan.criteria.all_users)
             if refusal is not None:
-                held.close()
+                pinned.pop(t.pid).close()
                 t.status, t.refusal = REFUSED, refusal
                 log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule=refusal.rule,
                     reason=refusal.reason)
                 continue
-            if not _send(t, held, sig, log):
-                held.close()
+            if not _send(t, held, sig, log, unfinished):
+                pinned.pop(t.pid).close()
                 continue
             started[t.pid] = time.monotonic()
             if held.identity.state == "stopped" and sig in ENDING and sig != _signal.SIGKILL:
                 # A stopped process acts on SIGTERM only once continued (as the shell's kill does for jobs).
-                if _send(t, held, _signal.SIGCONT, log):
+                if _send(t, held, _signal.SIGCONT, log, unfinished):
                     t.notes.append("it was stopped: SIGCONT sent so it can act on the signal")
-            pinned[t.pid] = held
 
         waiting = list(pinned.values())
         if sig in ENDING and waiting:
@@ -118,7 +132,7 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                 for p in survivors:
                     t = _target(plan, p.pid)
                     t.notes.append(f"still running {timeout:g}s after {sig.name}: sent SIGKILL (--force)")
-                    _send(t, p, _signal.SIGKILL, log)
+                    _send(t, p, _signal.SIGKILL, log, unfinished)
                 grace = KILL_GRACE
                 ended2 = procs.wait_gone(survivors, time.monotonic() + grace, _ticker(progress, grace))
                 _mark_ended(plan, ended2, started)
@@ -140,6 +154,10 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
             if t.pid in pinned:
                 log("outcome", **_audit_target(t), signal=t.signals[-1] if t.signals else None, result=t.status,
                     seconds=None if t.seconds is None else round(t.seconds, 3))
+                unfinished.pop(t.pid, None)
+    except KeyboardInterrupt:
+        _interrupted(plan, pinned, unfinished, log)
+        raise KillInterrupted(_partial(machine, report, before)) from None
     finally:
         for p in pinned.values():
             p.close()
@@ -159,16 +177,19 @@ def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[
     return [h for h in found.holders if not h.nvml_listed and set(h.gpus) & touched]
 
 
-def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite) -> bool:
+def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite, unfinished: dict[int, Target]) -> bool:
     """Record the signal, then send it. The record is on disk (fsync) before the signal goes: when
     it cannot be written, AuditError stops everything before this signal (nothing unrecorded is
-    ever sent). If the send then fails, the next record for the target says why."""
+    ever sent). If the send then fails, the next record for the target says why; `unfinished`
+    holds the target until a record closes it."""
     name = _signal.Signals(sig).name
+    unfinished[t.pid] = t
     log("signal", **_audit_target(t), signal=name, result="sending")
     why = held.send(sig)
     if why is None:
         t.signals.append(name)
         return True
+    unfinished.pop(t.pid, None)
     if why == "exited":
         t.status, t.seconds = EXITED, 0.0
         log("outcome", **_audit_target(t), signal=name, result=EXITED, reason="had already exited")
@@ -179,6 +200,51 @@ def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite) -> bool:
                         else "the kernel refused the signal (EPERM)")
     log("refusal", **_audit_target(t), signal=name, result=REFUSED, rule=t.refusal.rule, reason=t.refusal.reason)
     return False
+
+
+def _interrupted(plan: Plan, pinned: dict[int, procs.Pinned], unfinished: dict[int, Target],
+                 log: AuditWrite) -> None:
+    """Ctrl-C: close every open signal record with what is known (the process exited, or it
+    was still running after the signals sent), and mark the targets not reached. SIGINT is held
+    back while the records are written, so a second Ctrl-C cannot leave one half done."""
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+    try:
+        for pid, t in list(unfinished.items()):
+            held = pinned.get(pid)
+            exited = t.status == EXITED or (held is not None and held.gone())
+            if exited:
+                t.status = EXITED
+                log("outcome", **_audit_target(t), signal=t.signals[-1] if t.signals else None, result=EXITED,
+                    sent=list(t.signals), seconds=None if t.seconds is None else round(t.seconds, 3))
+            elif t.signals:
+                t.status = SIGNALLED
+                t.notes.append(f"vram was interrupted (Ctrl-C) while waiting for it to exit: it was still running "
+                               f"after {', '.join(t.signals)}")
+                log("outcome", **_audit_target(t), signal=t.signals[-1], result=INTERRUPTED, sent=list(t.signals),
+                    reason="interrupted (Ctrl-C) while waiting for it to exit; it was still running")
+            else:
+                t.status = REFUSED
+                t.refusal = Refusal(INTERRUPTED, "vram was interrupted (Ctrl-C) as it was about to signal it: "
+                                                 "the signal may not have been sent")
+                log("outcome", **_audit_target(t), signal=None, result=INTERRUPTED, sent=[],
+                    reason="interrupted (Ctrl-C) as the signal was being sent; it may not have been sent")
+            unfinished.pop(pid)
+        for t in plan.targets:
+            if t.status == WOULD_SIGNAL and not t.signals:  # never reached (or still being checked)
+                t.status = REFUSED
+                t.refusal = Refusal(INTERRUPTED, "not signalled: vram was interrupted (Ctrl-C) before its turn")
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+
+
+def _partial(machine: Machine | Collector, report: KillReport, before: Snapshot) -> KillReport:
+    """The report of an interrupted run: one more reading of the GPUs (skipped on a second Ctrl-C)."""
+    try:
+        report.after = machine.snapshot()
+    except KeyboardInterrupt:
+        return report
+    report.gpus = gpu_changes(before, report.after, report.plan.targets)
+    return report
 
 
 def _target(plan: Plan, pid: int) -> Target:
