@@ -48,7 +48,7 @@ samples); UTIL is its GPU's. Under the banner, the host's CPU, RAM and swap. Ent
 shows the GPUs its environment told it to use (CUDA_VISIBLE_DEVICES, as it started) beside the
 ones it holds memory on.
 
-Keys: ? help, q quit, s sort, r reverse, / search, u user, g GPU, t tree, Enter details,
+Keys: ? help, q (or Ctrl-C) quit, s sort, r reverse, / search, u user, g GPU, t tree, Enter details,
 k kill: SIGTERM, SIGINT, or SIGKILL after TERM (asks first; not with --readonly), a alerts,
 p pause, h history range.
 
@@ -59,6 +59,7 @@ examples:
   vram top                         refresh every 2 seconds
   vram top --interval 1s --gpu 0-3 every second, GPUs 0 to 3 only
   vram top --pid 4242,4243         only these processes
+  vram top --user alice,bob        start with alice's and bob's processes (u changes the filter)
   vram top --only-visible --compute  the GPUs this shell's CUDA_VISIBLE_DEVICES shows, compute only
   vram top --ascii --theme light   a terminal without Unicode blocks, on a white background
   vram top --readonly              no actions, only watching
@@ -83,6 +84,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                              help="time covered by the history lines at start (default %(config)s; h switches)"),
                 config=_config_default("top.history"))
     p.add_argument("--pid", metavar="LIST", help="only these processes (comma-separated pids)")
+    p.add_argument("--user", nargs="?", const="", metavar="NAMES",
+                   help="start with the table filtered to these users (comma-separated; alone: yours); u changes it")
     p.add_argument("--only-visible", action="store_true",
                    help="only the GPUs (and MIG instances) CUDA_VISIBLE_DEVICES in vram's own environment shows")
     kind = p.add_mutually_exclusive_group()
@@ -105,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--interval: must be more than 0 seconds")
     idle_after, span = args.idle_after, args.history
     pids = _pids(args.pid) if args.pid else set()
+    users = _users(args.user)
     cfg = load()
     for name, value in (("interval", args.interval), ("idle_after", idle_after), ("history", span),
                         ("ascii", args.ascii), ("theme", args.theme)):
@@ -148,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
             app = TopApp(collector.snapshot, interval=cfg["top.interval"], readonly=args.readonly, gpus=wanted,
                          thresholds=thresholds, history_span=cfg["top.history"], actions=actions,
                          history_db=history_db(args.db), look=look, columns=cfg["top.columns"],
-                         view=View(pids=pids, kind=args.kind, visible=visible), read_health=machine.read_health,
+                         view=View(pids=pids, kind=args.kind, visible=visible, users=users),
+                         read_health=machine.read_health,
                          pids_visible=machine.backend.pids_visible())
             del first  # drawn already (the early frame); the view keeps only what it samples
             app.run()
@@ -177,6 +182,20 @@ def _pids(text: str) -> set[int]:
             raise UsageError(f"--pid: not a process id: {part[:40]!r} (a list: 4242,4243)")
         pids.add(int(part))
     return pids
+
+
+def _users(text: str | None) -> set[str]:
+    """--user NAMES as a set; --user alone: the caller's own name."""
+    if text is None:
+        return set()
+    if text == "":
+        from ..procs import user_name
+
+        return {user_name(os.getuid())}
+    names = {u.strip() for u in text.split(",") if u.strip()}
+    if not names:
+        raise UsageError("--user: name at least one user")
+    return names
 
 
 def _visible_units(snap: Snapshot) -> set[tuple[int, int | None]] | None:

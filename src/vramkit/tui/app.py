@@ -184,6 +184,9 @@ class TopApp(App[None]):
     """
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        # Ctrl-C quits, as it stops every other long-running vram command (Textual's default shows
+        # a toast; priority: it quits from the prompt too, where it would copy text).
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("slash", "prompt('search')", "Search"),
         Binding("s", "cycle_sort", "Sort"),
