@@ -285,9 +285,8 @@ def test_a_shared_directory_squatted_by_another_user_is_not_used(tmp_path, monke
     run = tmp_path / "run"
     run.mkdir()
     d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
-    assert d.path == run / "vramkit-leases" and not d.shared
-    assert f"{squatted} belongs to nobody, not to root or you" in d.note
-    assert "other users' vram runs cannot see them" in d.note
+    # Root's leases go in root's own directory beside it (which every user reads), not in nobody's.
+    assert d.path == tmp_path / "vramkit-leases-0" and d.path.stat().st_uid == 0 and d.note is None
     os.chown(squatted, 0, 0)  # root's: shared
     assert L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)}).path == squatted
 
@@ -324,3 +323,86 @@ def test_a_lock_file_with_mode_000_is_gone_around_not_an_internal_error(shared_d
     assert result.rc == 0 and result.out == "7\n", result.err
     (line,) = result.err.splitlines()
     assert f"cannot open {where / '.lock'}: Permission denied (owner root); going around it" in line, line
+
+
+# ---------------------------------------------------------------- issue 31 item 2: two users, a fresh /tmp
+
+# Run inside a mount namespace of its own (unshare -m) with an empty tmpfs on /tmp: a machine where
+# no admin has acted and nobody has run vram yet. Each step runs `vram ARGS` as a uid (setpriv),
+# without VRAM_LEASE_DIR, so vram chooses its lease directory as on a real machine. Prints one JSON
+# list: per step, its uid, exit code, stdout, stderr. A step "&" starts in the background and waits
+# for its job to write $STARTED (/tmp/started-N; its content is the step's "out"); the background
+# steps are killed, with what they started, at the end.
+FRESH_TMP_DRIVER = r"""
+import json, os, subprocess, sys, time
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "vramkit-test-tmp", "/tmp"], check=True)
+steps, python = json.loads(sys.argv[1]), sys.argv[2]
+results, background = [], []
+for n, (uid, mode, args) in enumerate(steps):
+    home = f"/tmp/home-{uid}"
+    os.makedirs(home, exist_ok=True)
+    os.chown(home, uid, uid)
+    env = {k: v for k, v in os.environ.items() if k not in ("VRAM_LEASE_DIR", "XDG_RUNTIME_DIR")}
+    env.update(HOME=home, STARTED=f"/tmp/started-{n}")
+    argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", python, "-m", "vramkit", *args]
+    if mode == "&":
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        background.append(proc)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(f"/tmp/started-{n}") and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        results.append({"uid": uid, "rc": proc.poll(), "out": open(f"/tmp/started-{n}").read()
+                        if os.path.exists(f"/tmp/started-{n}") else "", "err": ""})
+    else:
+        done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        results.append({"uid": uid, "rc": done.returncode, "out": done.stdout, "err": done.stderr})
+for proc in background:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+    proc.wait()
+print(json.dumps(results))
+"""
+ALICE, BOB = 64101, 64102  # ordinary users with no name on this machine (shown by number)
+
+
+def _fresh_tmp(*steps: tuple[int, str, list[str]]) -> list[dict]:
+    from helpers import clean_env
+
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("needs a mount namespace (unshare -m) for a fresh /tmp: " + probe.stderr.decode().strip())
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", FRESH_TMP_DRIVER,
+                           json.dumps(steps), sys.executable],
+                          capture_output=True, text=True, env=clean_env(VRAM_LEASE_DIR=None), timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to be two ordinary users on a fresh /tmp")
+def test_two_users_on_a_fresh_tmp_see_each_other_s_hold():
+    """Issue 31 item 2: `vram pick --hold 1m` as one user, then `vram pick` as another got the same
+    GPU (the first made /tmp/vramkit-leases theirs; the second refused it and leased alone)."""
+    hold, pick = _fresh_tmp(
+        (ALICE, "", ["pick", "--simulate", "demo", "--hold", "1m", "--format", "uuid"]),
+        (BOB, "", ["pick", "--simulate", "demo", "--format", "uuid"]))
+    assert hold["rc"] == 0 and pick["rc"] == 0, (hold, pick)
+    assert {hold["out"].strip(), pick["out"].strip()} == {G4, G7}  # two GPUs fit: each got one
+    assert "per-user" not in hold["err"] + pick["err"]  # no note: leases are shared
+
+
+RUN_AND_WAIT = ["sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES" > "$STARTED"; sleep 60']
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to be two ordinary users on a fresh /tmp")
+def test_two_users_vram_run_on_a_fresh_tmp_never_share_a_gpu():
+    """The issue's "must show": as two ordinary users, `vram run` twice on one free GPU: the second
+    waits or picks another. Here the first job holds its lease (it never shows on the simulated
+    GPU); the second user's run gets the other GPU, and a third run (either user) finds none."""
+    alice, bob, third = _fresh_tmp(
+        (ALICE, "&", ["run", "--simulate", "demo", "--", *RUN_AND_WAIT]),
+        (BOB, "&", ["run", "--simulate", "demo", "--", *RUN_AND_WAIT]),
+        (ALICE, "", ["run", "--simulate", "demo", "--", "true"]))
+    assert {alice["out"].strip(), bob["out"].strip()} == {"4", "7"}, (alice, bob)  # demo's two that fit
+    assert third["rc"] == 1 and "no GPU fits now" in third["err"], third
+    assert f"reserved by a vram run of {ALICE}" in third["err"] and f"of {BOB}" in third["err"]

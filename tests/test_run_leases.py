@@ -30,16 +30,32 @@ def two_gpus(processes=()) -> dict:
 
 # ---------------------------------------------------------------- where
 
-def test_the_shared_directory_is_created_sticky_and_world_writable(tmp_path, monkeypatch):
+@needs_root("to create the shared directory (only root does)")
+def test_root_creates_the_shared_directory_sticky_and_world_writable(tmp_path, monkeypatch):
     monkeypatch.setattr(L, "SHARED_DIR", tmp_path / "vramkit-leases")
     d = L.lease_dir(env={})
     assert d.path == tmp_path / "vramkit-leases" and d.shared and d.note is None
     mode = os.stat(d.path).st_mode
-    assert stat.S_IMODE(mode) == 0o1777
+    assert stat.S_IMODE(mode) == 0o1777 and os.stat(d.path).st_uid == 0
+    assert d.others_in == tmp_path  # every user's own directory beside it is read too
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root creates the shared directory; an ordinary user does not")
+def test_an_ordinary_user_leases_in_a_directory_of_their_own_beside_the_shared_one(tmp_path, monkeypatch):
+    """Issue 31 item 2: the first ordinary user made /tmp/vramkit-leases theirs, and every other
+    user then refused it (its owner could remove their leases) and leased where nobody looked.
+    Now an ordinary user never creates it: their leases go in /tmp/vramkit-leases-UID, only
+    theirs to write and everyone's to read."""
+    monkeypatch.setattr(L, "SHARED_DIR", tmp_path / "vramkit-leases")
+    d = L.lease_dir(env={})
+    assert not (tmp_path / "vramkit-leases").exists()
+    assert d.path == tmp_path / f"vramkit-leases-{os.getuid()}" and d.shared and d.note is None
+    assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o755
+    assert (d.others_in, d.others_base) == (tmp_path, "vramkit-leases")
 
 
 @needs_root("to give the shared directory to another user")
-def test_an_unsafe_shared_directory_falls_back_to_a_per_user_one(tmp_path, monkeypatch):
+def test_an_unsafe_shared_directory_is_read_but_leases_go_in_one_s_own(tmp_path, monkeypatch):
     shared = tmp_path / "vramkit-leases"
     shared.mkdir(mode=0o777)
     os.chmod(shared, 0o777)  # world-writable, not sticky ...
@@ -48,13 +64,13 @@ def test_an_unsafe_shared_directory_falls_back_to_a_per_user_one(tmp_path, monke
     run = tmp_path / "run"
     run.mkdir()
     d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
-    assert d.path == run / "vramkit-leases" and not d.shared
-    assert "belongs to nobody, not to root or you" in d.note and "other users' vram runs cannot see them" in d.note
-    assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o700
+    assert d.path == tmp_path / "vramkit-leases-0" and d.shared and d.note is None
+    assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o755
+    assert not (run / "vramkit-leases").exists()
 
 
 @pytest.mark.skipif(IS_ROOT, reason="root may write to any directory")
-def test_a_shared_directory_you_cannot_write_falls_back_to_a_per_user_one(tmp_path, monkeypatch):
+def test_a_shared_directory_you_cannot_write_is_read_but_leases_go_in_one_s_own(tmp_path, monkeypatch):
     shared = tmp_path / "vramkit-leases"
     shared.mkdir()
     os.chmod(shared, 0o1555)  # not writable by you (as if another user had made it for themselves)
@@ -65,9 +81,24 @@ def test_a_shared_directory_you_cannot_write_falls_back_to_a_per_user_one(tmp_pa
         d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
     finally:
         os.chmod(shared, 0o755)
+    assert d.path == tmp_path / f"vramkit-leases-{os.getuid()}" and d.shared and d.note is None
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root may write to any directory")
+def test_with_no_usable_tmp_the_private_fallback_says_what_an_admin_must_run(tmp_path, monkeypatch):
+    root = tmp_path / "tmp"
+    root.mkdir()
+    os.chmod(root, 0o555)  # nobody may create anything here: neither the shared nor an own directory
+    monkeypatch.setattr(L, "SHARED_DIR", root / "vramkit-leases")
+    run = tmp_path / "run"
+    run.mkdir()
+    try:
+        d = L.lease_dir(env={"XDG_RUNTIME_DIR": str(run)})
+    finally:
+        os.chmod(root, 0o755)
     assert d.path == run / "vramkit-leases" and not d.shared
-    assert "not writable by you" in d.note and "other users' vram runs cannot see them" in d.note
-    assert stat.S_IMODE(os.stat(d.path).st_mode) == 0o700
+    assert "other users' vram runs cannot see them" in d.note
+    assert "sudo scripts/install-system.sh" in d.note and "systemd-tmpfiles --create" in d.note
 
 
 def test_an_unusable_vram_lease_dir_is_an_error(tmp_path, leasing):

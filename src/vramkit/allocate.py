@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import signal
 import sys
 import time
@@ -249,6 +250,7 @@ def acquire(machine: Machine | Collector, policy: Policy, *, wait: float | None 
     is_real = reader.backend.is_real
     started = time.monotonic()
     ticket: L.HeldTicket | None = None
+    conflicts, conflicted = 0, False
     try:
         while True:
             snap = reader.snapshot()
@@ -275,21 +277,32 @@ def acquire(machine: Machine | Collector, policy: Policy, *, wait: float | None 
                             selection.lease = L.create_lease(d, labels, lease_kind, timeout, command=command,
                                                              baseline=baseline if lease_kind == "hold" else None)
                         except L.LeaseConflict:
-                            continue  # another launcher leased a chosen GPU meanwhile: choose again, now
-                    if ticket is not None:
-                        ticket.leave()
-                        ticket = None
-                    selection.waited = time.monotonic() - started
-                    return selection
-                if wait is None:
-                    raise NoGpusAvailable(shortfall_text(decision), decision=decision)
-                if ticket is None:
-                    # Ctrl-C is held off until `ticket` is set, so the finally below removes the file.
-                    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                    try:
-                        ticket = L.enqueue(d, state, policy.to_dict())
-                    finally:
-                        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+                            conflicts += 1
+                            conflicted = True
+                    if not conflicted:
+                        if ticket is not None:
+                            ticket.leave()
+                            ticket = None
+                        selection.waited = time.monotonic() - started
+                        return selection
+                if not conflicted:
+                    if wait is None:
+                        raise NoGpusAvailable(shortfall_text(decision), decision=decision)
+                    if ticket is None:
+                        # Ctrl-C is held off until `ticket` is set, so the finally below removes the file.
+                        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                        try:
+                            ticket = L.enqueue(d, state, policy.to_dict())
+                        finally:
+                            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            if conflicted:
+                # Another launcher leased a chosen GPU meanwhile: choose again, after a short random
+                # pause (outside the locks), so that two launchers that keep choosing alike (another
+                # user's takes no turns with this one: docs/leases.md) do not back off in step.
+                conflicted = False
+                time.sleep(random.uniform(0.0, min(0.5, 0.01 * 2 ** min(conflicts, 6))))
+                continue
+            assert wait is not None  # (without a wait, a round that could not choose has raised)
             waited = time.monotonic() - started
             if waited >= wait:
                 raise WaitTimedOut(f"gave up after waiting {format_duration(waited)}: {shortfall_text(decision)}",

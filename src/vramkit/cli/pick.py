@@ -150,7 +150,13 @@ def lease_note(leases: LeaseDir) -> str:
             counts += f", {locks} GPU lock{'s' if locks != 1 else ''} held by others"
     except Exception as e:  # the note is a courtesy
         counts = f"unreadable: {e}"
-    where = "shared by all users" if leases.shared else "per-user"
+    if not leases.shared:
+        where = "per-user"
+    elif leases.others_in is not None and leases.path.name != leases.others_base:
+        # No admin made the shared directory root's: each user's own, everyone's read.
+        where = f"yours; every user's {leases.others_in / leases.others_base}-* read, no admin's shared directory"
+    else:
+        where = "shared by all users"
     return f"leases: {leases.path} ({where}) · {counts}" + (f" · {leases.note}" if leases.note else "")
 
 

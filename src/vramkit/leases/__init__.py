@@ -1,7 +1,8 @@
 """Leases: a GPU vram handed out stays reserved until its job shows up on it in NVML, exits,
 or the lease times out, so that concurrent launchers never hand out the same GPU twice.
 
-Everything lives in one directory shared by the machine's users (docs/leases.md):
+Everything lives in one directory shared by the machine's users, or where no admin has made
+one, in one per user that every vram reads (others.py; docs/leases.md):
 
   .lock                 flock'd (exclusively, for milliseconds) around every read-decide-write, so
                         that launchers take turns; one that is held too long is gone around
@@ -30,7 +31,9 @@ One concern per module:
                 reads, atomic writes, lock checks, removal where allowed
   locking.py    LeaseDir: a look (the directory lock, then every GPU's, in name order), locks
                 kept too long gone around with their holder named
-  directory.py  which directory: $VRAM_LEASE_DIR, the shared one when safe, else a per-user one
+  directory.py  which directory: $VRAM_LEASE_DIR, the shared one when safe (root's), else this
+                user's own beside it, else a private one
+  others.py     where no admin made the shared one: each user's own directory, everyone's read
   model.py      Lease, LockedGpu, Ticket, State; program_name
   state.py      read_state: every file checked, stale ones removed; holders by (pid, start
                 ticks, boot id); fulfilled

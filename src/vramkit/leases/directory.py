@@ -1,5 +1,6 @@
-"""Which directory holds the leases: $VRAM_LEASE_DIR, the shared /tmp/vramkit-leases when it is
-safe (root's or yours, a real directory), else a per-user one."""
+"""Which directory holds the leases: $VRAM_LEASE_DIR; the shared /tmp/vramkit-leases when it is
+safe (root's or yours, a real directory; only root creates it); else this user's own
+/tmp/vramkit-leases-UID, every other user's read beside it (others.py); else a private one."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from .errors import LeaseError
 from .locking import LeaseDir
 from .settings import ENV_DIR, SHARED_DIR
 
+ADMIN_FIX = ("an admin can make one directory shared by all users: sudo scripts/install-system.sh, or "
+             "sudo systemd-tmpfiles --create /etc/tmpfiles.d/vramkit.conf with contrib/tmpfiles.d/vramkit.conf")
 
-def _usable(path: Path, shared: bool) -> str | None:
-    """None when `path` can hold leases, else why not."""
+
+def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
+    """None when `path` can hold leases, else why not (`create`: make it when missing)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
+        if not create:
+            return f"{path} does not exist"
         try:
             os.makedirs(path.parent, exist_ok=True)
             os.mkdir(path, 0o700)
@@ -51,9 +57,16 @@ def lease_dir(env: Mapping[str, str] | None = None, shared_dir: Path = SHARED_DI
         if why:
             raise LeaseError(f"{ENV_DIR}: {why}")
         return LeaseDir(path, shared=True)
-    why = _usable(shared_dir, shared=True)
+    # Only root creates the shared directory: one an ordinary user made would be theirs, and its
+    # owner could remove every other user's leases (so others would not use it).
+    why = _usable(shared_dir, shared=True, create=os.geteuid() == 0)
     if why is None:
-        return LeaseDir(shared_dir, shared=True)
+        return LeaseDir(shared_dir, shared=True, others_in=shared_dir.parent, others_base=shared_dir.name)
+    from .others import own_dir
+
+    own, why_own = own_dir(shared_dir)
+    if own is not None:
+        return LeaseDir(own, shared=True, others_in=shared_dir.parent, others_base=shared_dir.name)
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         private = Path(runtime) / "vramkit-leases"
@@ -61,9 +74,10 @@ def lease_dir(env: Mapping[str, str] | None = None, shared_dir: Path = SHARED_DI
         try:
             private = Path.home() / ".cache" / "vramkit" / "leases"
         except RuntimeError:  # no HOME and no passwd entry
-            raise LeaseError(f"no usable lease directory: {why}; set {ENV_DIR}") from None
+            raise LeaseError(f"no usable lease directory: {why}; {why_own}; set {ENV_DIR}") from None
     why_private = _usable(private, shared=False)
     if why_private:
-        raise LeaseError(f"no usable lease directory: {why}; {why_private}")
+        raise LeaseError(f"no usable lease directory: {why}; {why_own}; {why_private}")
     return LeaseDir(private, shared=False,
-                    note=f"leases are per-user ({private}): {why}; other users' vram runs cannot see them")
+                    note=f"leases are per-user ({private}): {why}; {why_own}; other users' vram runs cannot see "
+                         f"them ({ADMIN_FIX})")

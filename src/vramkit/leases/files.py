@@ -83,11 +83,12 @@ class _Junk(Exception):
     """A file in the lease directory that is not a lease or ticket; the message says why."""
 
 
-def _read_json(path: Path) -> tuple[dict[str, Any], os.stat_result]:
+def _read_json(path: Path | str, dir_fd: int | None = None) -> tuple[dict[str, Any], os.stat_result]:
     """A JSON object from a regular file of at most MAX_FILE bytes, and the file's stat; _Junk
-    otherwise. Never blocks (a FIFO), never follows a symlink, never reads more than MAX_FILE."""
+    otherwise. Never blocks (a FIFO), never follows a symlink, never reads more than MAX_FILE.
+    With `dir_fd`, `path` is a name in that directory (another user's, opened once)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -118,11 +119,12 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")  # NaN, Infinity, -Infinity
 
 
-def _held(path: Path, owner: int | None = None) -> bool:
+def _held(path: Path | str, owner: int | None = None, dir_fd: int | None = None) -> bool:
     """Whether someone holds the flock on `path` (False when it is missing, not a regular file,
-    or not owned by `owner`: a lock planted by someone else does not keep a lease alive)."""
+    or not owned by `owner`: a lock planted by someone else does not keep a lease alive). With
+    `dir_fd`, `path` is a name in that directory."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return False
     try:

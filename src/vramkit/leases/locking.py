@@ -27,6 +27,11 @@ class LeaseDir:
     path: Path
     shared: bool  # shared by the machine's users (else per-user: only your own jobs coordinate)
     note: str | None = None  # why the shared directory was not used
+    # Read too (read-only): every other user's lease directory in `others_in` (/tmp) named
+    # `others_base` (vramkit-leases) or `others_base`-*: leases shared where no admin made the
+    # shared directory (others.py). None: this directory alone ($VRAM_LEASE_DIR, a private one).
+    others_in: Path | None = None
+    others_base: str = ""
     # Told once per file about lease-directory entries that were ignored (other users' junk) and
     # about locks held too long: one line each time something new is found. None: warnings.warn.
     on_warning: Callable[[str], None] | None = field(default=None, repr=False)

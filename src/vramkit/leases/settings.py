@@ -12,6 +12,12 @@ from .errors import LeaseError
 ENV_DIR = "VRAM_LEASE_DIR"
 ENV_TIMEOUT = "VRAM_LEASE_TIMEOUT"
 SHARED_DIR = Path("/tmp/vramkit-leases")
+# Where no admin has made SHARED_DIR root's, each user keeps leases in a directory of their own
+# beside it, SHARED_DIR's name + "-UID" (only they can write it), and every vram reads everyone's
+# (others.py): leases are shared by all users of /tmp without any directory another user owns.
+MAX_DIRS = 256  # other users' lease directories read per look
+MAX_DIRS_PER_OWNER = 4  # of them from one owner (their own, one beside a squatted name, the old shared one)
+MAX_ENTRIES = 4096  # names listed in one other user's directory per look: their junk costs them, not us
 DEFAULT_TIMEOUT = 600.0  # seconds a lease waits for its job to appear on the GPU
 MAX_LEASE = 24 * 3600.0  # no lease lasts longer, whatever its file says
 HOLD_PATIENCE = 2.0  # seconds one holder may keep a lock before vram goes around it (vram holds one for ms)

@@ -29,7 +29,7 @@ from ..procs import (
 from .files import _held, _Junk, _read_json, _remove
 from .locking import LeaseDir
 from .model import Lease, LockedGpu, State, Ticket
-from .settings import LEGACY_PID_SLACK, MAX_FILE, MAX_LEASE, MAX_PER_OWNER
+from .settings import LEGACY_PID_SLACK, MAX_ENTRIES, MAX_FILE, MAX_LEASE, MAX_PER_OWNER
 
 _LEASE_RE = re.compile(r"^lease-([0-9a-z-]+)\.json$")
 # A ticket's SEQ is written with at least 10 digits and read with up to 19: a waiter takes the
@@ -102,6 +102,11 @@ def read_state(d: LeaseDir, now: float | None = None, *, known: Collection[str] 
             continue  # removed meanwhile
         except _Junk as e:
             ignored.append(f"{path} ({user_name(owner)}: {e})")
+    if d.others_in is not None:
+        from .others import foreign_dirs
+
+        for name in foreign_dirs(d.others_in, d.others_base, d.path):
+            leases.extend(_foreign_leases(d.others_in / name, now, known, ignored))
     tickets.sort(key=lambda t: (t.seq, t.pid))  # the same order for every reader, even on a tie
     if ignored:
         d.warn_ignored(ignored)
@@ -110,6 +115,55 @@ def read_state(d: LeaseDir, now: float | None = None, *, known: Collection[str] 
         leases.append(LockedGpu(id=f"locked-{key}", units=[key], labels={}, kind="lock", user="?", uid=-1, pid=0,
                                 created=now, expires=now, locked=False, holder=holder))
     return State(leases, tickets)
+
+
+def _foreign_leases(path: Path, now: float, known: Collection[str] | None, ignored: list[str]) -> list[Lease]:
+    """The live leases in another user's lease directory (others.py), read as their input: the
+    directory opened once, never through a symlink, at most MAX_ENTRIES names listed and
+    MAX_PER_OWNER leases of one owner read; regular files of at most MAX_FILE bytes only. Nothing
+    is removed there (stale leases are skipped: their owner's vram removes them), and tickets are
+    not read (waiting in line is per directory)."""
+    try:
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []  # gone, a symlink now, or not readable by us: its owner's leases stay theirs
+    leases: list[Lease] = []
+    per_owner: dict[int, int] = {}
+    try:
+        with os.scandir(dfd) as entries:
+            for listed, entry in enumerate(entries):
+                if listed >= MAX_ENTRIES:
+                    ignored.append(f"{path} (names beyond the first {MAX_ENTRIES}: not read)")
+                    break
+                m = _LEASE_RE.match(entry.name)
+                if not m or (known is not None and m.group(1) in known):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                owner = st.st_uid
+                per_owner[owner] = per_owner.get(owner, 0) + 1
+                if per_owner[owner] > MAX_PER_OWNER:
+                    continue
+                try:
+                    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
+                        raise _Junk("not a regular file of at most 64 KiB")
+                    data, st = _read_json(entry.name, dir_fd=dfd)
+                    lease = _lease_from(data, st, m.group(1))
+                except FileNotFoundError:
+                    continue
+                except _Junk as e:
+                    ignored.append(f"{path / entry.name} ({user_name(owner)}: {e})")
+                    continue
+                if now >= lease.expires or (lease.locked and not _held(f"lease-{m.group(1)}.lock", owner, dfd)):
+                    continue  # stale: left for its owner's vram to remove
+                leases.append(lease)
+    except OSError:
+        pass  # the directory went away while being read: what was read counts
+    finally:
+        os.close(dfd)
+    return leases
 
 
 def _finite(value: object) -> bool:
