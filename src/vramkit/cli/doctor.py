@@ -150,6 +150,9 @@ def _read_log(path: str) -> LogText:
     """The log's tail; every message names it by its sanitized name (a file name in a shared
     directory is another user's text: escapes in it must not reach the terminal)."""
     if path == "-":
+        if sys.stdin.isatty():  # not a pipe: say why nothing happens yet
+            print("vram doctor: reading the log from the terminal until Ctrl-D (or pipe it: "
+                  "python train.py 2>&1 | vram doctor -)", file=sys.stderr, flush=True)
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:  # a text stream without bytes underneath (tests, embedding)
             return _tail(io.BytesIO(sys.stdin.read(STREAM_LIMIT).encode("utf-8", "replace")), "stdin")
@@ -200,6 +203,8 @@ def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
                 del buf[:drop]
             if total >= STREAM_LIMIT:
                 truncated = True
+                break
+            if len(chunk) < _CHUNK:  # a short read is the end (a terminal's Ctrl-D: not twice)
                 break
         if len(buf) > LOG_WINDOW:
             drop = len(buf) - LOG_WINDOW

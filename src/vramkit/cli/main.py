@@ -198,6 +198,46 @@ def _freeze_at_exit() -> None:
     gc.freeze()
 
 
+def _stdout_failed(e: OSError) -> bool:
+    """Whether `e` came from writing standard output: it cannot take even an empty write (a
+    device such as /dev/full, a broken pipe), or it is a file on a disk that filled up."""
+    import errno
+    import stat
+
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
+    try:
+        _probe_stdout()
+    except OSError:
+        return True
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+    return regular and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _probe_stdout() -> None:
+    """Raise the OSError of standard output when it cannot take even an empty write (/dev/full)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    os.write(fd, b"")
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor underneath (tests, embedding)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     atexit.unregister(_freeze_at_exit)  # once, however often main() runs in one process (tests)
@@ -208,10 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv[:argv.index("--")] if "--" in argv else argv)
     args: argparse.Namespace | None = None
     try:
-        args = _parse(argv)
+        try:
+            args = _parse(argv)
+        except SystemExit as done:  # --help, --version: argparse ignores a failed write, vram does not
+            sys.stdout.flush()
+            if not done.code:
+                _probe_stdout()
+            raise
         debug = getattr(args, "debug", False)
         try:
             code: int = args.run(args)
+            sys.stdout.flush()  # a full disk or a closed reader shows here, not at exit
             return code
         except VramkitError as e:
             if not _no_driver(e) or getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE"):
@@ -233,9 +280,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (vram ps | head): not an error. Silence the flush at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_stdout()
         return 0
+    except OSError as e:
+        if debug or not _stdout_failed(e):
+            if debug:
+                raise
+            print(f"vram: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+                  file=sys.stderr)
+            return 1
+        # vram status > /dev/full: the output could not be written. One line, exit 1.
+        _drop_stdout()
+        print(f"vram: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        return 1
     except Exception as e:
         if debug:
             raise

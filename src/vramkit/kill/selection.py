@@ -66,6 +66,8 @@ def _from_holder(h: Holder) -> Target:
 def _plain_target(pid: int, table: procs.ProcessTable) -> Target:
     """A pid named on the command line that is not a GPU process: enough to say what it is."""
     host = table.read(pid)
+    if host == procs.NOT_VISIBLE:  # neither the driver nor /proc lists it: as kill(1) says
+        return Target(pid=pid, command="(no such process)")
     if isinstance(host, str):
         return Target(pid=pid, command=f"({host})")
     t = Target(pid=pid, command=host.command, listed=host)
@@ -152,6 +154,8 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
             t.refusal = Refusal("not-gpu", "NVML lists no GPU memory for it, but it holds "
                                 f"{', '.join(os.path.basename(d) for d in held.devices)} open: "
                                 "include device-file holders (--holders) to select such processes")
+        elif t.start_ticks is None and t.command == "(no such process)":
+            t.refusal = Refusal("no-such-process", f"no such process: neither the driver nor /proc lists pid {pid}")
         elif t.start_ticks is None and t.command.startswith("("):
             t.refusal = Refusal("no-such-process", f"no process {pid} {t.command}")
         else:
