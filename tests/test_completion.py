@@ -21,6 +21,7 @@ CASES = [  # (words typed, the current word last) -> what must be offered; what 
     (["vram", "sim", ""], {"list", "validate", "shim"}, {"status"}),
     (["vram", "sim", "list", "--"], {"--json", "--help"}, {"--sort"}),
     (["vram", "ps", "--so"], {"--sort"}, set()),
+    (["vram", "ps", "--sort", ""], {"memory", "gpu", "pid", "user", "elapsed", "cpu", "rss"}, {"--json"}),
     (["vram", "report", "--by", ""], {"user", "gpu", "job", "day"}, {"--json"}),
     (["vram", "pick", "--prefer", ""], {"spread", "pack"}, set()),
     (["vram", "fleet", "pick", "--pr"], {"--prefer", "--prometheus"}, set()),

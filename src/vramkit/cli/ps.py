@@ -63,7 +63,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=HelpFormatter)
     add_data_options(p, "process and GPU")
     p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
-    p.add_argument("--sort", default="memory", metavar="KEY",
+    # choices: what completion offers (it is generated from the parser)
+    p.add_argument("--sort", default="memory", metavar="KEY", choices=tuple(SORT_KEYS),
                    help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
     p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument("--holders", action="store_true",

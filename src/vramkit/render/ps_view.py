@@ -8,7 +8,7 @@ from . import fmt
 from .banner import banner
 from .status_view import processes_unknown
 from .style import Style, clip
-from .text_width import cells, pad
+from .text_width import cells, fit, pad
 
 # %GPU: the share of the GPU's memory the process holds. SM% MBW% ENC% DEC%: the process's own
 # utilization (kernels, memory bandwidth, video encoder and decoder); its GPU's is on `vram status`.
@@ -39,6 +39,10 @@ def utilization_unknown(procs: list[GpuProcess]) -> list[str]:
     return [f"GPU {gpu}: per-process utilization N/A ({why})" for gpu, why in sorted(reasons)]
 
 
+# A user name longer than this (a 31-character LDAP name) is cut with an ellipsis, measured in
+# display columns, so the command keeps its room; --wide shows it whole, --json and --csv always do.
+USER_MAX = 12
+
 # Columns given up, in this order, when the terminal is too narrow for a readable command.
 DROP_ORDER = ("DEC%", "ENC%", "RSS", "MBW%", "CPU%", "%GPU", "SM%")
 MIN_COMMAND = 24
@@ -50,6 +54,10 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int,
     `wide`: never cut the command (else it is cut at `width`)."""
     by_index = {g.index: g for g in snap.gpus}
     rows = [_row(by_index, p) for p in procs]
+    if not wide:
+        user = HEADER.index("USER")
+        for r in rows:
+            r[user] = fit(r[user], USER_MAX)
     # Display widths, not len(): a user name in CJK takes two columns a character.
     widths = {h: max([len(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])}
     shown = list(HEADER[:-1])
