@@ -87,14 +87,14 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
         line2.truncate(width)
         return Text("\n").join([line1, line2])
     # One line: index, name, bar, used/total, %, memory history, util %, util history, temp, power.
-    fixed = 3 + 1 + len(mem_text) + 1 + 6 + 4 + 1 + len(tail)
+    fixed = 3 + 1 + len(mem_text) + 1 + 7 + 4 + 1 + len(tail)
     room = max(12, width - fixed)
     name_w = min(wanted, max(5, room // 4))
     bar_w = max(3, min(20, (room - name_w) // 3))
     spark_w = max(2, (room - name_w - bar_w - 2) // 2)
     line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color), " ",
                          (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or look.palette.ok),
-                         f" util{fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), util_color),
+                         f" util {fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), util_color),
                          tail)
     line.truncate(width)
     return line
