@@ -67,6 +67,17 @@ class SimHandle:
         return f"<simulated nvmlDevice {self.index}{'' if self.gi is None else f'/{self.gi}'}>"
 
 
+class SimEventSet:
+    """An NVML event set: the GPUs registered (from when, on the scenario clock) and how many of
+    each one's XID events were handed out."""
+
+    def __init__(self) -> None:
+        self.since: dict[int, float] = {}
+        self.delivered: dict[int, int] = {}
+        self.freed = False
+        self.lock = threading.Lock()
+
+
 class _RealProcesses:
     """Whether the scenario's real processes still run. A driver frees a process's memory when it
     exits, so every call that lists or counts processes asks again (nothing is cached), but at
@@ -547,6 +558,88 @@ class SimulatedNvml:
     def nvmlDeviceGetComputeMode(self, handle: SimHandle) -> int:
         return COMPUTE_MODES[self._health(handle, "compute_mode")["compute_mode"]]
 
+    # ---------------------------------------------- counters and sensors only some GPUs have (N/A by default)
+    def _optional(self, handle: SimHandle, family: str, key: str) -> Any:
+        value = self._health(handle, family)[key]
+        if value is None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: SimHandle) -> int:
+        """Millijoules since the driver loaded: the scenario's energy_joules at t=0 plus the area
+        under the GPU's power since."""
+        start = self._optional(handle, "energy", "energy_joules")
+        power = self._gpu(handle)["power"]
+        return int((start + integral(power, self.now())) * 1000)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: SimHandle) -> int:
+        count: int = self._optional(handle, "pcie_replays", "pcie_replays")
+        return count
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: SimHandle) -> list[int]:
+        util = self._optional(handle, "encoder_decoder", "encoder_utilization")
+        return [int(value_at(util, self.now())), 167_000]  # [%, sampling period in µs]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: SimHandle) -> list[int]:
+        util = self._optional(handle, "encoder_decoder", "decoder_utilization")
+        return [int(value_at(util, self.now())), 167_000]
+
+    # ---------------------------------------------- events: XIDs (scenario gpus[].health.xid_events)
+    def nvmlDeviceGetSupportedEventTypes(self, handle: SimHandle) -> int:
+        self._health(handle, "events")
+        return int(self.api.nvmlEventTypeXidCriticalError)
+
+    def nvmlEventSetCreate(self) -> SimEventSet:
+        self._check_init()
+        return SimEventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: SimHandle, eventTypes: int, eventSet: SimEventSet) -> None:
+        """Only XID events are simulated. As NVML does, an event set sees the events that come
+        after its registration."""
+        self._health(handle, "events")
+        if not eventTypes & self.api.nvmlEventTypeXidCriticalError:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)
+        with eventSet.lock:
+            eventSet.since[handle.index] = self.now()
+
+    def nvmlEventSetWait(self, eventSet: SimEventSet, timeoutms: int) -> Any:
+        """The next XID whose scenario time has come on a registered GPU (the earliest first), or
+        NVML_ERROR_TIMEOUT after `timeoutms` milliseconds."""
+        self._check_init()
+        deadline = time.monotonic() + max(0, timeoutms) / 1000
+        while True:
+            found = self._next_event(eventSet)
+            if found is not None:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0 or eventSet.freed:
+                raise self._error(self.api.NVML_ERROR_TIMEOUT)
+            time.sleep(min(left, 0.05))
+
+    nvmlEventSetWait_v2 = nvmlEventSetWait
+
+    def _next_event(self, eventSet: SimEventSet) -> Any:
+        t = self.now()
+        with eventSet.lock:
+            best = None
+            for index, since in eventSet.since.items():
+                g = self.scenario.gpus[index]
+                if g["lost"]:
+                    continue
+                done = eventSet.delivered.get(index, 0)
+                pending = [e for e in g["health"]["xid_events"] if e[0] >= since][done:]
+                if pending and pending[0][0] <= t and (best is None or pending[0][0] < best[1][0]):
+                    best = (index, pending[0])
+            if best is None:
+                return None
+            index, (_, xid) = best
+            eventSet.delivered[index] = eventSet.delivered.get(index, 0) + 1
+        return compat.c_nvmlEventData_t(SimHandle(index), self.api.nvmlEventTypeXidCriticalError, xid,
+                                        0xFFFFFFFF, 0xFFFFFFFF)
+
+    def nvmlEventSetFree(self, eventSet: SimEventSet) -> None:
+        eventSet.freed = True
+
     def _link(self, handle: SimHandle, link: int) -> dict[str, Any]:
         h = self._health(handle, "nvlink")
         if not 0 <= link < h["nvlink_links"]:
@@ -559,8 +652,8 @@ class SimulatedNvml:
     def nvmlDeviceGetFieldValues(self, handle: SimHandle, fieldIds: list[Any]) -> list[Any]:
         """NVLink data counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB since the driver
         loaded), per link as scopeId: the scenario's rate shared by the active links; and the link
-        count (NVML_FI_DEV_NVLINK_LINK_COUNT). Other fields answer NOT_SUPPORTED in their own
-        nvmlReturn, as NVML does."""
+        count (NVML_FI_DEV_NVLINK_LINK_COUNT); the memory temperature (NVML_FI_DEV_MEMORY_TEMP).
+        Other fields answer NOT_SUPPORTED in their own nvmlReturn, as NVML does."""
         self._gpu(handle)
         values = []
         t = self.now()
@@ -573,6 +666,13 @@ class SimulatedNvml:
             direction = {self.api.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx",
                          self.api.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx"}.get(field_id)
             try:
+                if field_id == self.api.NVML_FI_DEV_MEMORY_TEMP:
+                    temperature = self._optional(handle, "memory_temperature", "memory_temperature")
+                    value.valueType = self.api.NVML_VALUE_TYPE_UNSIGNED_INT
+                    value.value.uiVal = int(value_at(temperature, t))
+                    value.nvmlReturn = self.api.NVML_SUCCESS
+                    values.append(value)
+                    continue
                 if field_id == self.api.NVML_FI_DEV_NVLINK_LINK_COUNT:  # what nvitop asks for
                     value.valueType = self.api.NVML_VALUE_TYPE_UNSIGNED_INT
                     value.value.uiVal = self._health(handle, "nvlink")["nvlink_links"]
