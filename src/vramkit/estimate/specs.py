@@ -398,7 +398,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     known = ", ".join(SUPPORTED_TYPES)
     if not mtype:
         raise EstimateError(f"{where}: config has no 'model_type' (one of: {known})")
-    raise EstimateError(f"{where}: model_type {mtype!r} is not supported (supported: {known})")
+    raise EstimateError(f"{where}: model_type {mtype!r} is not supported (supported: {known}); for weights and "
+                        "model states alone, give its parameter count instead: vram estimate 8B")
 
 
 # every model_type from_config reads (kept beside it; tests check each one is accepted)
@@ -457,18 +458,54 @@ def resolve(model: str) -> ModelSpec:
         except RecursionError:
             raise EstimateError(f"{path}: not a readable JSON config (nested too deeply)") from None
         return from_config(cfg, name=str(path), source="config")
-    key = text.lower()
-    key = catalog.ALIASES.get(key, key)
-    if key in catalog.MODELS:
+    key = _catalog_key(text)
+    if key is not None:
         return from_config(catalog.MODELS[key], name=key, source="catalog")
+    hub_id = _hub_id(text)
+    if hub_id is not None:  # a Hugging Face id by the part after the slash: Llama-3.1-8B is llama-3.1-8b
+        key = _catalog_key(hub_id)
+        if key is not None:
+            spec = from_config(catalog.MODELS[key], name=key, source="catalog")
+            return replace(spec, notes=(*spec.notes, f"{text} read as the catalog's {key}"))
+        raise EstimateError(f"{text!r} is not in the catalog{_near(hub_id.lower())}; configs are read locally, "
+                            f"never downloaded: give the path of its config.json, or {_count_hint(hub_id)}")
     if "/" in text or text.endswith(".json"):
         raise EstimateError(f"{text}: no such file (configs are read locally, never downloaded)")
     if _COUNT_LIKE_RE.match(text):
         raise EstimateError(f"{text[:40]!r} is not a parameter count: give {COUNT_FORMS}")
+    raise EstimateError(f"unknown model {text!r}: not in the catalog{_near(text.lower())}; give the path of its "
+                        f"config.json, or {_count_hint(text)}")
+
+
+def _catalog_key(text: str) -> str | None:
+    """The catalog's name for `text`, case-insensitively, through its aliases; None if it has none."""
+    key = text.strip().lower()
+    key = catalog.ALIASES.get(key, key)
+    return key if key in catalog.MODELS else None
+
+
+def _hub_id(text: str) -> str | None:
+    """The model part of a Hugging Face id 'org/Name' (one slash, no path syntax); None for a path."""
+    if text.count("/") != 1 or text.startswith(("/", ".", "~")) or text.endswith((".json", "/")):
+        return None
+    org, name = text.split("/")
+    return name if org and name and not Path(org).exists() else None
+
+
+def _near(key: str) -> str:
     names = list(catalog.MODELS) + list(catalog.ALIASES)
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; see 'vram estimate --list'"
-    raise EstimateError(f"unknown model {text!r}{hint}")
+    return f" (did you mean {', '.join(close)}?)" if close else " (vram estimate --list shows it)"
+
+
+_SIZE_IN_NAME_RE = re.compile(r"(?<![0-9a-z.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
+
+
+def _count_hint(name: str) -> str:
+    """'a bare parameter count: vram estimate 8B', with the size the name gives where it gives one."""
+    found = _SIZE_IN_NAME_RE.search(name)
+    count = f"{found[1]}{found[2].upper()}" if found else "8B"
+    return f"a bare parameter count for weights and model states alone: vram estimate {count}"
 
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json is a few KiB; a large or endless file is not one
