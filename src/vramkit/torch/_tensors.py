@@ -66,6 +66,20 @@ class TensorRecord:
     library: Site | None = None  # the library line below the user's, if the tensor was made in one
 
 
+def _leaves(value: Any, tensor: type, found: list[Any]) -> list[Any]:
+    """The tensors in an operation's arguments or results: aten's schemas nest them in lists and
+    tuples only (cheaper than pytree, which the dispatch of every operation would pay for)."""
+    if isinstance(value, tensor):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, tensor):
+                found.append(v)
+            elif isinstance(v, (list, tuple)):
+                _leaves(v, tensor, found)
+    return found
+
+
 def dense_storage(value: Any, torch: Any) -> Any:
     """The storage of a dense tensor with memory (None: not a tensor, meta, sparse, ...)."""
     if not isinstance(value, torch.Tensor) or value.device.type == "meta":
@@ -158,21 +172,26 @@ class TensorTracker:
             record.label = label
         return record
 
-    def _operation(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], torch: Any,
-                   leaves: Callable[[Any], list[Any]]) -> Any:
+    def _operation(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], torch: Any) -> Any:
         """Run one operation at the dispatch level and account for the memory it made."""
+        tensor = torch.Tensor
+        found = _leaves(args, tensor, [])
+        if kwargs:
+            _leaves(tuple(kwargs.values()), tensor, found)
         inputs = {}
-        for value in leaves((args, kwargs)):
-            storage = dense_storage(value, torch)
-            if storage is not None:
-                inputs[id(storage)] = storage.nbytes()
+        for value in found:
+            try:  # (a meta input's storage is no output's that counts: outputs are checked below)
+                storage = value.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            inputs[id(storage)] = storage.nbytes()
         out = func(*args, **kwargs)
         if self.paused:
             return out
         new: list[tuple[Any, Any]] = []
         grown: list[tuple[Any, int]] = []
         seen: set[int] = set()
-        for t in leaves(out):
+        for t in _leaves(out, tensor, []):
             storage = dense_storage(t, torch)
             if storage is None:
                 continue
@@ -293,7 +312,6 @@ def _mode_classes() -> tuple[Any, Any]:
         torch = require_torch()
         from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
 
         class _Storages(TorchDispatchMode):  # type: ignore[misc]  # torch is Any to mypy here
             def __init__(self, tracker: TensorTracker) -> None:
@@ -302,7 +320,7 @@ def _mode_classes() -> tuple[Any, Any]:
 
             def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                    kwargs: dict[str, Any] | None = None) -> Any:
-                return self.tracker._operation(func, args, kwargs or {}, torch, tree_leaves)
+                return self.tracker._operation(func, args, kwargs or {}, torch)
 
         class _Tensors(TorchFunctionMode):  # type: ignore[misc]
             def __init__(self, tracker: TensorTracker) -> None:
