@@ -11,6 +11,7 @@ from ..render.style import style_for, terminal_width
 from .commands import COMMANDS
 from .common import (
     HelpFormatter,
+    UsageError,
     add_data_options,
     add_duration,
     add_old_spelling,
@@ -41,6 +42,8 @@ busy and nearly empty. Fields the driver does not support are shown as N/A, neve
 examples:
   vram status                      all GPUs, once
   vram status --gpu 0,2            only GPUs 0 and 2
+  vram status --compact            one line per GPU, its holders per user
+  vram status --no-processes       the GPUs alone
   vram status --watch 1s           redraw every second (Ctrl-C stops)
   vram status --json | jq '.gpus[].memory_used'
   vram status --health --gpu 2     GPU 2 with its health: ECC, remaps, throttling, clocks, PCIe, NVLink
@@ -63,11 +66,22 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                         "clocks, P-state, PCIe and NVLink links, persistence and compute mode (some twenty more "
                         "driver calls a GPU: read only when asked)")
     add_old_spelling(p, "--all", health)
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--compact", action="store_true",
+                       help="one line per GPU: memory, utilization, temperature, power and who holds memory, "
+                            "per user (as gpustat)")
+    shape.add_argument("--no-processes", action="store_true",
+                       help="the GPU lines without the processes under them")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    if (args.compact or args.no_processes) and (args.json or args.csv):
+        flag = "--compact" if args.compact else "--no-processes"
+        raise UsageError(f"{flag} shapes the text view: not with --json or --csv")
+    if args.compact and args.health:
+        raise UsageError("--compact is one line per GPU: --health needs the full view")
     if args.watch is not None:
         check_watch(args.watch)  # before the collector: nan, inf, 1e-9 are one line, not a busy loop
     machine = open_for(args)
@@ -101,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
             from ..render.data import status_csv
 
             return status_csv(snap, header=frames == 1).rstrip("\n")
-        return render_status(snap, style, terminal_width(), total, wide=args.wide)
+        if args.compact:
+            from ..render.status_view import render_compact
+
+            return render_compact(snap, style, terminal_width(), total)
+        return render_status(snap, style, terminal_width(), total, wide=args.wide, processes=not args.no_processes)
 
     try:
         if watching:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..model import Snapshot
 from .style import Style
+
+
+def hostname(snap: Snapshot) -> str | None:
+    """The machine a snapshot is of: this host's name, or None for a simulated machine (it is
+    not this host)."""
+    return None if snap.simulated else os.uname().nodename
 
 
 def banner(snap: Snapshot, style: Style, width: int = 200, total: int | None = None) -> str:
@@ -14,6 +21,9 @@ def banner(snap: Snapshot, style: Style, width: int = 200, total: int | None = N
     `total`: the machine's GPU count when `snap.gpus` is a filtered subset (--gpu), which is
     then shown as "2 of 8 GPUs"."""
     parts: list[tuple[str, tuple[str, ...]]] = []
+    host = hostname(snap)
+    if host:  # a real machine: which one (a simulated machine is not this host)
+        parts.append((host, ("bold",)))
     if snap.simulated:
         parts.append((f"SIMULATED machine (scenario '{snap.scenario}'), not real GPUs", ("magenta", "bold")))
     if snap.driver_version:

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..model import Device, GpuProcess, Snapshot
+from .banner import hostname
+from .fmt import memory_share
 
 SCHEMA_VERSION = 1
 
@@ -22,10 +24,15 @@ _PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "ty
                  "orphaned", "idle", "idle_for", "real", "host_missing")
 
 
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, timezone.utc).isoformat(timespec="seconds")
+
+
 def _header(snap: Snapshot) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
-        "time": datetime.fromtimestamp(snap.time, timezone.utc).isoformat(timespec="seconds"),
+        "hostname": hostname(snap),
+        "time": _iso(snap.time),
         "timestamp": round(snap.time, 3),
         "simulated": snap.simulated,
         "scenario": snap.scenario,
@@ -67,8 +74,8 @@ def ps_rows(snap: Snapshot, procs: list[GpuProcess]) -> list[dict[str, Any]]:
     for p in procs:
         dev = by_index[p.gpu]
         row = {"gpu": p.gpu, "gpu_uuid": p.gpu_uuid, **process_dict(p)}
-        row["memory_percent"] = (round(100 * p.memory / dev.memory_total, 1)
-                                 if p.memory is not None and dev.memory_total else None)
+        share = memory_share(p, dev)  # of its MIG instance's memory when it runs in one
+        row["memory_percent"] = None if share is None else round(share, 1)
         row["gpu_utilization"] = dev.utilization
         rows.append(row)
     return rows
@@ -80,7 +87,7 @@ def ps_json(snap: Snapshot, procs: list[GpuProcess]) -> str:
 
 STATUS_CSV_COLUMNS = ("index", "name", "uuid", "pci_bus_id", "lost", "memory_used", "memory_total",
                       "memory_free", "memory_reserved", "utilization", "memory_utilization",
-                      "temperature", "power_draw", "power_limit", "fan", "process_count", "simulated")
+                      "temperature", "power_draw", "power_limit", "fan", "process_count", "simulated", "time")
 
 
 def _csv_value(value: object) -> str:
@@ -98,20 +105,22 @@ def status_csv(snap: Snapshot, header: bool = True) -> str:
     if header:
         writer.writerow(STATUS_CSV_COLUMNS)
     for dev in snap.gpus:
-        values = {**asdict(dev), "process_count": len(dev.processes), "simulated": snap.simulated}
+        values = {**asdict(dev), "process_count": len(dev.processes), "simulated": snap.simulated,
+                  "time": _iso(snap.time)}
         writer.writerow([_csv_value(values[c]) for c in STATUS_CSV_COLUMNS])
     return buf.getvalue()
 
 
 PS_CSV_COLUMNS = ("gpu", "pid", "user", "memory", "memory_percent", "gpu_utilization", "sm_utilization",
                   "memory_utilization", "encoder_utilization", "decoder_utilization", "cpu_percent", "rss",
-                  "elapsed", "state", "container", "command")
+                  "elapsed", "state", "container", "command", "time")
 
 
 def ps_csv(snap: Snapshot, procs: list[GpuProcess]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PS_CSV_COLUMNS)
+    when = _iso(snap.time)
     for row in ps_rows(snap, procs):
-        writer.writerow([_csv_value(row[c]) for c in PS_CSV_COLUMNS])
+        writer.writerow([_csv_value(when if c == "time" else row[c]) for c in PS_CSV_COLUMNS])
     return buf.getvalue()

@@ -13,6 +13,17 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+def memory_share(p: GpuProcess, dev: Device | None) -> float | None:
+    """The percentage of its memory a process holds: of its MIG instance's memory when it runs in
+    one (a 10 GiB instance of an 80 GiB GPU, held whole, is 100 %, not 12 %), else of its GPU's."""
+    if p.memory is None or dev is None:
+        return None
+    total = dev.memory_total
+    if p.mig_gi is not None:
+        total = next((m.memory_total for m in dev.mig_devices if m.gi == p.mig_gi), None)
+    return 100 * p.memory / total if total else None
+
+
 def pct(value: float | None) -> str:
     return NA if value is None else f"{value:.0f}%"
 

@@ -10,16 +10,16 @@ from .status_view import processes_unknown
 from .style import Style, clip
 from .text_width import cells, fit, pad
 
-# %GPU: the share of the GPU's memory the process holds. SM% MBW% ENC% DEC%: the process's own
-# utilization (kernels, memory bandwidth, video encoder and decoder); its GPU's is on `vram status`.
+# %GPU: the share of the GPU's memory the process holds (of its MIG instance's, in one). SM% MBW%
+# ENC% DEC%: the process's own utilization (kernels, memory bandwidth, video encoder and decoder);
+# its GPU's is on `vram status`.
 HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED",
           "FLAGS", "COMMAND")
 RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED"}
 
 
 def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
-    dev = snap_gpus[p.gpu]
-    share = None if p.memory is None or not dev.memory_total else 100 * p.memory / dev.memory_total
+    share = fmt.memory_share(p, snap_gpus.get(p.gpu))
     gpu = f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}"
     return [
         gpu, str(p.pid), p.user or "?", format_size(p.memory), fmt.pct(share), fmt.pct(p.sm_utilization),

@@ -85,24 +85,36 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False, use
     return lines
 
 
-def render_status(snap: Snapshot, style: Style, width: int, total: int | None = None, wide: bool = False) -> str:
-    """`total`: the machine's GPU count when `snap.gpus` is filtered (--gpu); `wide`: never cut a command."""
-    lines = [banner(snap, style, width, total)]
-    user_w = user_width(snap.gpus)
-    for dev in snap.gpus:
-        lines.append(_gpu_line(dev, style, width))
-        lines.extend(_mig_lines(dev, style))
-        lines.extend(_holder_lines(dev, style, width, wide, user_w))
-        if dev.health is not None:  # read only under --all; info_view loads only then
-            from .info_view import health_lines
+def _holders_by_user(dev: Device) -> str:
+    """Who holds memory on a GPU, per user, largest first: 'bob 70.6GiB, alice 2.0GiB'."""
+    unknown = processes_unknown(dev)
+    if unknown is not None:
+        return f"processes unknown ({unknown})"
+    held: dict[str, int] = {}
+    for p in dev.processes:
+        held[p.user or "?"] = held.get(p.user or "?", 0) + (p.memory or 0)
+    if not held:
+        return "-"
+    return ", ".join(f"{user} {format_size(size)}" for user, size in sorted(held.items(), key=lambda kv: -kv[1]))
 
-            lines.extend(health_lines(dev, style, width))
-        # "processes" is said on the holder line ("processes unknown (REASON)"), not twice.
-        na = {k: v for k, v in dev.na.items() if k not in ("fan", "memory_reserved", "processes")}
-        if na:
-            reasons = sorted(set(na.values()))
-            text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {r}" for r in reasons)
-            lines.append(style.paint(f"      N/A  {text}", "dim"))
+
+def _compact_line(dev: Device, style: Style, width: int) -> str:
+    """One GPU on one line: index, name, memory used/total and %, utilization, temperature,
+    power, and its holders per user (cut to the width; never less than 10 columns of them)."""
+    index = style.paint(f"{dev.index:>2}", "bold")
+    if dev.lost:
+        return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
+    frac = fmt.mem_fraction(dev)
+    share = fmt.pct(None if frac is None else 100 * frac)
+    mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {share:>4}"
+    name = pad(clip(fmt.short_gpu_name(dev.name), 14), 14)
+    head = (f"{fmt.pct(dev.utilization):>4} util  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}  ")
+    plain = f"{dev.index:>2}  {name} {mem_text}  {head}"
+    holders = clip(_holders_by_user(dev), max(10, width - cells(plain)))
+    return f"{index}  {name} {style.paint(mem_text, style.level(frac))}  {head}{holders}"
+
+
+def _summary(snap: Snapshot, style: Style) -> str:
     total_used = sum(g.memory_used or 0 for g in snap.gpus)
     total = sum(g.memory_total or 0 for g in snap.gpus)
     lost = sum(1 for g in snap.gpus if g.lost)
@@ -115,5 +127,38 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
         summary += f" (processes unknown on {fmt.count(unknown, 'GPU')})"
     if lost:
         summary += style.paint(f"; {fmt.count(lost, 'GPU')} lost", "red")
-    lines.append(style.paint(summary, "dim"))
+    return style.paint(summary, "dim")
+
+
+def render_compact(snap: Snapshot, style: Style, width: int, total: int | None = None) -> str:
+    """`vram status --compact`: the banner, one line per GPU, the total."""
+    lines = [banner(snap, style, width, total)]
+    lines.extend(_compact_line(dev, style, width) for dev in snap.gpus)
+    lines.append(_summary(snap, style))
+    return "\n".join(lines)
+
+
+def render_status(snap: Snapshot, style: Style, width: int, total: int | None = None, wide: bool = False,
+                  processes: bool = True) -> str:
+    """`total`: the machine's GPU count when `snap.gpus` is filtered (--gpu); `wide`: never cut a
+    command; `processes`: the holder lines under each GPU (--no-processes: none)."""
+    lines = [banner(snap, style, width, total)]
+    user_w = user_width(snap.gpus)
+    for dev in snap.gpus:
+        lines.append(_gpu_line(dev, style, width))
+        lines.extend(_mig_lines(dev, style))
+        if processes:
+            lines.extend(_holder_lines(dev, style, width, wide, user_w))
+        if dev.health is not None:  # read only under --all; info_view loads only then
+            from .info_view import health_lines
+
+            lines.extend(health_lines(dev, style, width))
+        # "processes" is said on the holder line ("processes unknown (REASON)"), not twice.
+        skip = ("fan", "memory_reserved", "processes") if processes else ("fan", "memory_reserved")
+        na = {k: v for k, v in dev.na.items() if k not in skip}
+        if na:
+            reasons = sorted(set(na.values()))
+            text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {r}" for r in reasons)
+            lines.append(style.paint(f"      N/A  {text}", "dim"))
+    lines.append(_summary(snap, style))
     return "\n".join(lines)

@@ -171,8 +171,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
         values["command"] = fit("(parent: holds no GPU memory)", command_width)
         return [values[c] for c in columns]
     dev = snap_gpus.get(p.gpu)
-    total = dev.memory_total if dev is not None else None
-    share = None if p.memory is None or not total else 100 * p.memory / total
+    share = fmt.memory_share(p, dev)  # of its MIG instance's, in one
     command = p.command if p.command is not None else f"({p.host_missing})"
     values = {
         "gpu": f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}",
