@@ -130,9 +130,10 @@ class Duration:
         try:
             value = units.parse_duration(text)
         except ValueError as e:
-            raise UsageError(f"{self.flag}: {e}{'; ' + self.hint if self.hint else ''}") from None
+            # argparse's own error (the parser's: the flag named, then where its help is)
+            raise argparse.ArgumentTypeError(f"{e}{'; ' + self.hint if self.hint else ''}") from None
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise UsageError(f"{self.flag}: {self.bounds}, got {text}")
+            raise argparse.ArgumentTypeError(f"{self.bounds}, got {text}")
         return value
 
 
