@@ -219,7 +219,7 @@ import pynvml
 del os.environ["VRAM_SIMULATE"]
 from vramkit.serve.metrics import vram_metrics
 from vramkit.serve.service import Options, Service
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 
 runs, top = int(sys.argv[1]), int(sys.argv[2])
 service = Service(open_machine(None), Options(interval=1.0))

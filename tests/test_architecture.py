@@ -1,6 +1,6 @@
 """The architecture's seams hold: only the backends and the simulator know a machine is simulated.
 
-The views may say so (the SIMULATED banner, the `simulated` field of JSON/CSV); snapshot.py copies
+The views may say so (the SIMULATED banner, the `simulated` field of JSON/CSV); machine.py copies
 the backend's label into the Snapshot. Nothing else branches on it: a second backend must not
 need edits across the library (docs/architecture.md, "The backend seam").
 """
@@ -15,8 +15,8 @@ import vramkit
 SRC = Path(vramkit.__file__).parent
 # Where knowing about simulation belongs: the backends, the NVML layer with its simulator, the
 # views that print the banner (and serve's metrics, which label it: vram_host_info{simulated}),
-# and the one line of snapshot.py that labels the Snapshot.
-ALLOWED = ("backends/", "nvml/", "render/", "serve/metrics.py", "snapshot.py", "cli/sim.py")
+# and the one line of machine.py that labels the Snapshot.
+ALLOWED = ("backends/", "nvml/", "render/", "serve/metrics.py", "machine.py", "cli/sim.py")
 SIM_BRANCH = re.compile(r"\.sim\b|\bsim\.|\.simulated\b|host_process\(|SimulatedNvml|SimulatedBackend")
 
 

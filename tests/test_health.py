@@ -11,10 +11,10 @@ from helpers import minimal_scenario, run_vram
 
 from vramkit.backends.simulated import SimulatedBackend
 from vramkit.doctor.checklist import run_checklist
+from vramkit.machine import Machine
 from vramkit.nvml import scenario as scenarios
 from vramkit.nvml.backend import Nvml
 from vramkit.nvml.sim import SimulatedNvml
-from vramkit.snapshot import Machine
 
 HEALTH_CALLS = {"nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRetiredPages",
                 "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",

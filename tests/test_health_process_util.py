@@ -12,9 +12,9 @@ import pytest
 from helpers import minimal_scenario, run_vram
 
 from vramkit.backends.simulated import SimulatedBackend
+from vramkit.machine import Machine
 from vramkit.nvml import scenario as scenarios
 from vramkit.nvml.sim import SimulatedNvml
-from vramkit.snapshot import Machine
 
 
 def _scenario(**gpu: object) -> dict:

@@ -16,7 +16,7 @@ import pytest
 from vramkit.collector import Collector
 from vramkit.history.recorder import Recorder
 from vramkit.history.store import Retention, Store
-from vramkit.snapshot import Machine, open_machine
+from vramkit.machine import Machine, open_machine
 
 EPOCH = 1767225600.0
 FOREVER = Retention(raw=1e9, minute=1e9, quarter=1e9, max_bytes=1 << 40)  # no rollup while recording

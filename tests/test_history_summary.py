@@ -22,7 +22,7 @@ from vramkit.collector import Collector
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
 from vramkit.history.store import APPLICATION_ID, MIGRATIONS, Retention, Store
-from vramkit.snapshot import Machine, open_machine
+from vramkit.machine import Machine, open_machine
 
 EPOCH = 1767225600.0  # 2026-01-01 00:00 UTC
 FOREVER = Retention(raw=1e9, minute=1e9, quarter=1e9, max_bytes=1 << 40)

@@ -37,8 +37,8 @@ from vramkit.kill import (
     make_plan,
     parse_signal,
 )
+from vramkit.machine import open_machine
 from vramkit.protect import Candidate, ProtectConfigError, load, parse
-from vramkit.snapshot import open_machine
 
 GiB = 1024**3
 

@@ -19,7 +19,7 @@ from vramkit import procs
 from vramkit.collector import Collector
 from vramkit.history.notices import Notifier, attach_policy, holdings, run_command
 from vramkit.history.policy import parse
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EPOCH = 1767225600  # 2026-01-01T00:00:00Z

@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 
 from vramkit.backends.simulated import SimulatedBackend
+from vramkit.machine import Machine
 from vramkit.nvml import scenario as scenarios
 from vramkit.nvml.backend import Nvml, NvmlUnavailable
 from vramkit.nvml.sim import SimulatedNvml
-from vramkit.snapshot import Machine
 from vramkit.units import parse_size
 
 

@@ -16,7 +16,7 @@ from helpers import AS_NOBODY, IS_ROOT, needs_root, run_vram, run_vram_as, vram_
 
 from vramkit import leases as L
 from vramkit.allocate import LeaseWatcher
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 
 K0, K1 = "GPU-00000000-0000-4000-8000-000000000000", "GPU-00000000-0000-4000-8000-000000000001"
 

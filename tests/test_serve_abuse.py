@@ -361,9 +361,9 @@ def test_a_failing_answer_is_a_500_said_once_and_the_server_goes_on(capsys):
     import urllib.error
     import urllib.request
 
+    from vramkit.machine import open_machine
     from vramkit.serve.http import VramHTTPServer
     from vramkit.serve.service import Options, Service
-    from vramkit.snapshot import open_machine
 
     service = Service(open_machine("demo"), Options(interval=0.2))
     service.start()

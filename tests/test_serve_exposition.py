@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
+from vramkit.machine import open_machine
 from vramkit.model import Snapshot
 from vramkit.serve.metrics import ExportState, SnapshotCollector, go_float, render
-from vramkit.snapshot import open_machine
 
 OPTIONS = {
     "defaults": {},

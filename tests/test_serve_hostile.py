@@ -380,9 +380,9 @@ def test_a_get_with_a_body_is_400_and_its_body_is_never_a_request(served, framin
 def test_history_is_computed_once_per_reading_however_many_ask(monkeypatch, tmp_path):
     """Twenty pages asking for the same range between two readings cost one query of the store."""
     from vramkit.history import series, store
+    from vramkit.machine import open_machine
     from vramkit.serve.http import VramHTTPServer
     from vramkit.serve.service import Options, Service
-    from vramkit.snapshot import open_machine
 
     queries = []
 
@@ -423,9 +423,9 @@ def test_history_is_computed_once_per_reading_however_many_ask(monkeypatch, tmp_
 def test_when_every_connection_of_an_address_is_busy_the_next_is_503(monkeypatch):
     """Connections waiting for a password check are busy, not idle: past the per-address limit
     the newcomer is refused 503 at once, and another address still gets in."""
+    from vramkit.machine import open_machine
     from vramkit.serve.http import VramHTTPServer
     from vramkit.serve.service import Options, Service
-    from vramkit.snapshot import open_machine
 
     monkeypatch.setattr(serve_http, "MAX_PER_ADDRESS", 8)
     release = threading.Event()

@@ -13,7 +13,7 @@ import pytest
 from helpers import expected_gpus, gib_pair, minimal_scenario, scenario_data
 
 from vramkit.alerts import Thresholds
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 from vramkit.tui.app import TopApp
 from vramkit.tui.screens import DetailScreen, HelpScreen
 from vramkit.units import format_size

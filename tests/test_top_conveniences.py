@@ -16,8 +16,8 @@ import threading
 import pytest
 from helpers import clean_env, cmdline, minimal_scenario, run_vram, vram_argv, wait_for
 
+from vramkit.machine import open_machine
 from vramkit.procs import HostLoad
-from vramkit.snapshot import open_machine
 from vramkit.tui.actions import KillActions
 from vramkit.tui.app import TopApp
 from vramkit.tui.look import LIGHT, Look

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from helpers import clean_env, scenario_data, wait_for
 
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 from vramkit.tui.app import TopApp
 from vramkit.tui.rows import View
 

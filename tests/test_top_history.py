@@ -26,7 +26,7 @@ import pytest
 from helpers import clean_env, minimal_scenario, run_vram, timeline_at, wait_for
 
 from vramkit.history.store import APPLICATION_ID
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 from vramkit.tui.app import TopApp
 from vramkit.units import parse_size
 
@@ -323,7 +323,7 @@ def test_a_view_without_a_database_does_not_import_sqlite(tmp_path):
 import asyncio, os, sys
 os.geteuid = lambda: 1000  # as a user, whose default database is under XDG_STATE_HOME (none there)
 from vramkit.cli.top import history_db
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 from vramkit.tui.app import TopApp
 machine = open_machine("demo")
 app = TopApp(machine.snapshot, interval=3600, history_db=history_db(None))

@@ -11,7 +11,7 @@ import threading
 import pytest
 from helpers import minimal_scenario, proc_state
 
-from vramkit.snapshot import open_machine
+from vramkit.machine import open_machine
 from vramkit.tui.actions import KillActions
 from vramkit.tui.app import TopApp
 

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from helpers import minimal_scenario
 
+from vramkit.machine import open_machine
 from vramkit.render.text_width import cells
-from vramkit.snapshot import open_machine
 from vramkit.tui.app import TopApp
 from vramkit.tui.rows import WIDTHS
 

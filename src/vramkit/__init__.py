@@ -24,20 +24,38 @@ TYPE_CHECKING = False  # typing itself is not imported: `vram --help` loads noth
 if TYPE_CHECKING:
     from typing import Any
 
+    from .machine import Machine
     from .model import Device, GpuProcess, MigDevice, Snapshot
     from .nvml.backend import NvmlUnavailable
     from .nvml.scenario import ScenarioError
-    from .snapshot import Machine, open_machine
 
 # name -> the submodule that defines it, imported on first use so `import vramkit` stays light
 _LAZY = {"Device": "model", "GpuProcess": "model", "MigDevice": "model", "Snapshot": "model",
          "NvmlUnavailable": "nvml.backend", "ScenarioError": "nvml.scenario",
-         "Machine": "snapshot", "open_machine": "snapshot",
+         "Machine": "machine",
          **{n: "allocate" for n in ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut",
                                     "select_gpus", "use_gpus")},
          "plan": "estimate", "trace_memory": "estimate"}
-# callable modules (_callable.py): vramkit.snapshot(...), vramkit.kill(...), vramkit.estimate(...)
-_CALLABLE_MODULES = ("snapshot", "kill", "estimate")
+# callable modules (_callable.py): vramkit.kill(...), vramkit.estimate(...)
+_CALLABLE_MODULES = ("kill", "estimate")
+
+
+def snapshot(simulate: str | None = None) -> Snapshot:
+    """Read every GPU and every process holding GPU memory, once (docs/api.md).
+
+    `simulate`: a bundled scenario name or a scenario file (default: $VRAM_SIMULATE, else the real
+    driver). Raises NvmlUnavailable or ScenarioError, each with a one-line message.
+    """
+    from .machine import snapshot as read_once
+
+    return read_once(simulate)
+
+
+def open_machine(simulate: str | None = None) -> Machine:
+    """An open machine for repeated snapshots (`machine.snapshot()`, `machine.close()`)."""
+    from .machine import open_machine as open_
+
+    return open_(simulate)
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from . import leases as L
 from .collector import Collector
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
 from .errors import RequestError, VramkitError
+from .machine import Machine, open_machine
 from .model import Snapshot
 from .procs import descends_from
 from .select import (
@@ -42,7 +43,6 @@ from .select import (
     shortfall_text,
     units_of,
 )
-from .snapshot import Machine, open_machine
 from .units import format_duration, parse_percent, parse_size
 
 Selectors: TypeAlias = "str | Sequence[int | str] | None"  # exclude / only: "0,2", or a list

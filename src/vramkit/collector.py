@@ -29,8 +29,8 @@ from typing import Any
 from .backends import Backend
 from .errors import RequestError
 from .idle import IdleClock
+from .machine import Machine
 from .model import Snapshot
-from .snapshot import Machine
 
 Consumer = Callable[[Snapshot], None]
 

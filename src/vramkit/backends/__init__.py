@@ -9,7 +9,7 @@ holders, the views) asks the backend and never asks which backend it is.
 Backends today: `nvidia.NvidiaBackend` (NVML through nvidia-ml-py), and
 `simulated.SimulatedBackend` (the same NVML reader on a scenario served through pynvml's
 interface, with the scenario's made-up processes). A second vendor, e.g. AMD through amdsmi,
-is one new module here implementing `Backend`, chosen in `snapshot.open_machine`.
+is one new module here implementing `Backend`, chosen in `machine.open_machine`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TextIO, TypeAlias
 
+    from ..machine import Machine
     from ..model import Snapshot
-    from ..snapshot import Machine
 
     # What each command's add_parser(sub, parents) gets: main's subparsers.
     Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -235,7 +235,7 @@ def check_gpus(snap: Snapshot, wanted: list[int]) -> None:
 
 
 def open_for(args: argparse.Namespace) -> Machine:
-    from ..snapshot import open_machine  # here, not at the top: `vram --help` never opens a machine
+    from ..machine import open_machine  # here, not at the top: `vram --help` never opens a machine
 
     return open_machine(getattr(args, "simulate", None))
 

@@ -14,7 +14,7 @@ from .common import Failure, HelpFormatter, UsageError, add_duration, open_for, 
 if TYPE_CHECKING:
     from ..collector import Collector
     from ..kill import Criteria
-    from ..snapshot import Machine
+    from ..machine import Machine
     from .common import Subparsers
 
 HELP = COMMANDS["kill"]

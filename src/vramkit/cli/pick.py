@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from ..allocate import Selection, WaitStatus
     from ..cuda_env import CudaDevice, Visible
     from ..leases import LeaseDir
+    from ..machine import Machine
     from ..model import Snapshot
     from ..select import Decision, Policy
-    from ..snapshot import Machine
     from .common import Subparsers
 
     Prepared = tuple[Machine, Snapshot, list[CudaDevice], Policy, Visible, LeaseDir]

@@ -16,8 +16,8 @@ from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
+    from ..machine import Machine
     from ..model import Snapshot
-    from ..snapshot import Machine
     from .common import Subparsers
 
 HELP = COMMANDS["ps"]

@@ -25,7 +25,7 @@ from .common import (
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
     from ..collector import Collector
-    from ..snapshot import Machine
+    from ..machine import Machine
     from .common import Subparsers
 
 HELP = COMMANDS["status"]

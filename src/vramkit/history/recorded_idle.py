@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import procs
 from ..collector import Collector
-from ..snapshot import Machine
+from ..machine import Machine
 from ..units import format_duration
 from .paths import reader_path
 from .query import MAX_TIME, idle_since, typed

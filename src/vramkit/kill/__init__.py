@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable
 
 from .._callable import make_callable
-from ..snapshot import open_machine
+from ..machine import open_machine
 from .execute import INTERRUPTED, KillInterrupted, dry_report, execute, gpu_changes
 from .model import (
     ENDING,

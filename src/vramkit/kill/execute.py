@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..collector import Collector
+from ..machine import Machine
 from ..model import Snapshot
 from ..protect import Protection, Refusal, load
-from ..snapshot import Machine
 from .model import (
     ENDING,
     EXITED,

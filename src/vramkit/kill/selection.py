@@ -11,9 +11,9 @@ from .. import procs
 from ..collector import Collector
 from ..errors import no_such_gpu
 from ..idle import busy_percent
+from ..machine import Machine
 from ..model import GpuProcess, Snapshot
 from ..protect import Protection, Refusal, load
-from ..snapshot import Machine
 from .idle import select_idle
 from .model import REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target
 from .rules import check

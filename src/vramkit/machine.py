@@ -2,7 +2,8 @@
 host side of each pid.
 
 `open_machine()` chooses the backend: the real driver, or a simulated scenario (--simulate /
-VRAM_SIMULATE); `Machine.snapshot()` reads it. `vramkit.snapshot()` is the one-call Python API.
+VRAM_SIMULATE); `Machine.snapshot()` reads it. `snapshot()` reads once: `vramkit.snapshot()`, the
+one-call Python API, calls it.
 Repeated readers (the live view, watch loops, kill --idle) read through a `collector.Collector`.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import os
 
-from ._callable import make_callable
 from .backends import Backend
 from .idle import idle_now
 from .model import Device, GpuProcess, Snapshot, Topology
@@ -123,5 +123,3 @@ def snapshot(simulate: str | None = None) -> Snapshot:
     finally:
         machine.close()
 
-
-make_callable(__name__, lambda: snapshot)  # `vramkit.snapshot(...)` while `vramkit.snapshot` is this module
