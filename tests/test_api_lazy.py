@@ -1,5 +1,5 @@
-"""`import vramkit` stays light: the callable modules (kill, estimate) and the allocator load on
-first use, and calling them works whether or not their module was imported first."""
+"""`import vramkit` stays light: the public functions (kill, estimate, ...) import their modules
+when called, and calling them works whether or not their module was imported first."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import sys
 
 CHECK = """
 import sys, vramkit
-heavy = [m for m in ("vramkit.kill", "vramkit.protect", "vramkit.estimate", "vramkit.allocate",
+heavy = [m for m in ("vramkit.killing", "vramkit.protect", "vramkit.estimate", "vramkit.allocate",
                      "vramkit.leases", "textual", "torch") if m in sys.modules]
 assert not heavy, heavy
-report = vramkit.kill([4242424], dry_run=True, simulate="demo")   # first use loads the module
-import vramkit.kill as module
-assert module is vramkit.kill and callable(vramkit.kill)
+report = vramkit.kill([4242424], dry_run=True, simulate="demo")   # the call loads the module
+assert "vramkit.killing" in sys.modules
+import vramkit.killing as module
+assert module is not vramkit.kill and callable(vramkit.kill)   # a submodule import rebinds nothing public
 assert type(vramkit.kill([4242424], dry_run=True, simulate="demo")) is type(report)
 assert vramkit.estimate("bert-base-uncased", batch=2, seq=128).total_bytes > 0
 assert vramkit.select_gpus is vramkit.allocate.select_gpus

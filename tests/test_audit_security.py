@@ -17,7 +17,7 @@ from helpers import clean_env, proc_state, real_gpu_scenario, start_python, star
 
 from vramkit import audit, procs
 from vramkit.audit import AuditError, AuditLog
-from vramkit.kill import Criteria, execute, kill, make_plan
+from vramkit.killing import Criteria, execute, kill, make_plan
 from vramkit.machine import open_machine
 
 

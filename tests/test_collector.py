@@ -142,7 +142,7 @@ def test_kill_idle_judges_by_the_collectors_clock(children, write_scenario):
     GPU 0 at 30% (busy)."""
     from helpers import real_gpu_scenario, start_sleeper
 
-    from vramkit.kill import Criteria, make_plan
+    from vramkit.killing import Criteria, make_plan
 
     idle, busy = start_sleeper(children), start_sleeper(children)
     path = write_scenario(real_gpu_scenario({idle.pid: {"1": "2GiB"}, busy.pid: {"0": "2GiB"}}))
@@ -173,7 +173,7 @@ def test_kill_idle_drops_a_process_that_works_again_while_others_are_watched(chi
     clock), it is not selected: every idle target is judged at every sample."""
     from helpers import real_gpu_scenario, start_sleeper
 
-    from vramkit.kill import Criteria, make_plan
+    from vramkit.killing import Criteria, make_plan
 
     a, b = start_sleeper(children), start_sleeper(children)
     data = real_gpu_scenario({a.pid: {"1": "2GiB"}, b.pid: {"0": "2GiB"}}, utilization=(0, 0))

@@ -58,7 +58,7 @@ def base(tmp_path_factory) -> Path:
 @pytest.fixture
 def readers(cli, monkeypatch, tmp_path):
     """readers(db, case) -> the problems (case, command, what went wrong) of every reader on db."""
-    import vramkit.kill.idle as kill_idle
+    import vramkit.killing.idle as kill_idle
 
     # kill --idle watches live when the history cannot be used: its clock runs an hour per look.
     ticks = itertools.count(0, 4000)

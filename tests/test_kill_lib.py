@@ -25,7 +25,7 @@ from helpers import (
 
 from vramkit import procs
 from vramkit.audit import SYSTEM_LOG, AuditLog, default_path
-from vramkit.kill import (
+from vramkit.killing import (
     EXITED,
     REFUSED,
     STILL_RUNNING,

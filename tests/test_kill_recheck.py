@@ -18,7 +18,7 @@ import pytest
 from helpers import cmdline, needs_root, proc_state, real_gpu_scenario, wait_for
 
 import vramkit
-from vramkit.kill import Criteria, execute, make_plan
+from vramkit.killing import Criteria, execute, make_plan
 
 # A python child that says 'ready', then waits for a line on stdin before it changes.
 EXEC_ON_LINE = ("import os, sys; print('ready', flush=True); sys.stdin.readline(); "

@@ -136,11 +136,11 @@ def test_a_refusal_is_shown_with_its_reason(sim_env, tmp_path):
 
 
 def test_the_kill_path_is_imported_at_the_first_kill_not_with_the_view():
-    """vramkit.kill and the audit log stay out of a view that never kills (resident memory)."""
+    """vramkit.killing and the audit log stay out of a view that never kills (resident memory)."""
     code = ("import sys\n"
             "from vramkit.tui.app import TopApp\n"
             "from vramkit.tui.actions import KillActions\n"
             "KillActions(None)\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('vramkit.kill', 'vramkit.audit'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('vramkit.killing', 'vramkit.audit'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout

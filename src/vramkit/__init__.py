@@ -11,9 +11,9 @@ Public API (documented in docs/api.md):
     select_gpus(count=1, **policy) -> Selection   choose GPUs now
     use_gpus(count=1, wait=None, **policy) -> Selection   reserve GPUs and set CUDA_VISIBLE_DEVICES
 
-`vramkit.kill` and `vramkit.estimate` are modules that can be called: `vramkit.kill(...)` runs
-`vramkit.kill.kill(...)`, and `from vramkit.kill import Criteria, make_plan, execute` works too.
-Both load on first use, so `import vramkit` stays light.
+`vramkit.estimate` is a module that can be called: `vramkit.estimate(...)` runs
+`vramkit.estimate.estimate(...)`. The functions here import their modules when called, so
+`import vramkit` stays light.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from ._version import __version__
 
 TYPE_CHECKING = False  # typing itself is not imported: `vram --help` loads nothing it does not need
 if TYPE_CHECKING:
+    import os
+    from collections.abc import Iterable
     from typing import Any
 
+    from .killing import KillReport, KillRequestError
     from .machine import Machine
     from .model import Device, GpuProcess, MigDevice, Snapshot
     from .nvml.backend import NvmlUnavailable
@@ -32,12 +35,12 @@ if TYPE_CHECKING:
 # name -> the submodule that defines it, imported on first use so `import vramkit` stays light
 _LAZY = {"Device": "model", "GpuProcess": "model", "MigDevice": "model", "Snapshot": "model",
          "NvmlUnavailable": "nvml.backend", "ScenarioError": "nvml.scenario",
-         "Machine": "machine",
+         "Machine": "machine", "KillReport": "killing", "KillRequestError": "killing",
          **{n: "allocate" for n in ("CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut",
                                     "select_gpus", "use_gpus")},
          "plan": "estimate", "trace_memory": "estimate"}
-# callable modules (_callable.py): vramkit.kill(...), vramkit.estimate(...)
-_CALLABLE_MODULES = ("kill", "estimate")
+# callable modules (_callable.py): vramkit.estimate(...)
+_CALLABLE_MODULES = ("estimate",)
 
 
 def snapshot(simulate: str | None = None) -> Snapshot:
@@ -58,6 +61,19 @@ def open_machine(simulate: str | None = None) -> Machine:
     return open_(simulate)
 
 
+def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, user: str | Iterable[str] | None = None,
+         idle: float | str | None = None, zombie: bool = False, holders: bool = False, signal: str | int = "TERM",
+         timeout: float = 10.0, force: bool = False, all_users: bool = False, dry_run: bool = False,
+         simulate: str | None = None, audit_log: str | os.PathLike[str] | None = None) -> KillReport:
+    """Signal GPU processes with every safety check of `vram kill`, without asking (docs/api.md,
+    docs/safety.md). Raises KillRequestError for a request that makes no sense."""
+    from .killing import kill as kill_checked
+
+    return kill_checked(pids, gpu=gpu, user=user, idle=idle, zombie=zombie, holders=holders, signal=signal,
+                        timeout=timeout, force=force, all_users=all_users, dry_run=dry_run, simulate=simulate,
+                        audit_log=audit_log)
+
+
 def __getattr__(name: str) -> Any:
     from importlib import import_module
 
@@ -71,8 +87,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["CudaAlreadyInitialized", "NoGpusAvailable", "Selection", "WaitTimedOut", "select_gpus", "use_gpus",
-           "Device", "GpuProcess", "Machine", "MigDevice", "NvmlUnavailable", "ScenarioError",
-           "Snapshot", "estimate", "kill", "open_machine", "plan", "snapshot", "trace_memory",
+           "Device", "GpuProcess", "KillReport", "KillRequestError", "Machine", "MigDevice", "NvmlUnavailable",
+           "ScenarioError", "Snapshot", "estimate", "kill", "open_machine", "plan", "snapshot", "trace_memory",
            "__version__"]
 
 

@@ -1,6 +1,6 @@
 """vram kill: free GPU memory by signalling GPU processes, with every safety check.
 
-The library (vramkit.kill) is imported inside run(): `vram status` must not pay for it."""
+The library (vramkit.killing) is imported inside run(): `vram status` must not pay for it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .common import Failure, HelpFormatter, UsageError, add_duration, open_for, 
 
 if TYPE_CHECKING:
     from ..collector import Collector
-    from ..kill import Criteria
+    from ..killing import Criteria
     from ..machine import Machine
     from .common import Subparsers
 
@@ -99,7 +99,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def _criteria(args: argparse.Namespace) -> Criteria:
-    from ..kill import Criteria
+    from ..killing import Criteria
     from .common import duration_flag
 
     idle = None
@@ -168,7 +168,7 @@ def _ask(question: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from ..audit import AuditError, AuditLog
-    from ..kill import KillInterrupted, check_force, dry_report, execute, make_plan, parse_signal
+    from ..killing import KillInterrupted, check_force, dry_report, execute, make_plan, parse_signal
     from ..protect import ProtectConfigError
     from ..render.kill_view import kill_json, render_nothing, render_plan, render_report
     from ..render.style import style_for, terminal_width

@@ -8,7 +8,7 @@ its stdin. One notice per (rule, pid, start ticks, GPU) per `repeat`; at most `m
 notices a minute over all rules (the rest wait for a later sample, counted). With
 `reclaim_after`, the process is sent SIGTERM that long after its first notice if it is still
 the same process, still idle and still holding the memory, through vram kill's checked and
-audited path (kill.make_plan, kill.execute): a protected process is never signalled, and
+audited path (killing.make_plan, killing.execute): a protected process is never signalled, and
 every signal and refusal is an audit line with via "policy".
 
 Commands and reclaims run in one worker thread, never in the sampling loop: a command runs
@@ -289,7 +289,7 @@ class Notifier:
         """In the worker: select the process afresh through vram kill's path, check it is the one
         noticed and still idle with the memory, then signal it (or, in a dry run, say so)."""
         from ..audit import AuditLog
-        from ..kill import EXITED, Caller, Criteria, dry_report, execute, make_plan
+        from ..killing import EXITED, Caller, Criteria, dry_report, execute, make_plan
         from ..protect import Refusal
 
         caller = Caller.current()

@@ -8,7 +8,7 @@ import os
 import textwrap
 from typing import Any
 
-from ..kill import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
+from ..killing import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
 from ..units import format_duration, format_size
 from .banner import banner
 from .data import _header

@@ -1,4 +1,4 @@
-"""The live view's actions, through exactly the path `vram kill` takes (vramkit.kill): select and
+"""The live view's actions, through exactly the path `vram kill` takes (vramkit.killing): select and
 check (identity, ownership, protected list), then re-check, signal, wait and audit. Nothing here
 re-implements a check; this only adapts the calls to one pid chosen in the table."""
 
@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..collector import Collector
-    from ..kill import KillReport, Plan
+    from ..killing import KillReport, Plan
 
 
 class KillActions:
     """Blocking calls: the app runs them off the UI thread, never beside a snapshot.
 
-    vramkit.kill and the audit log are imported at the first kill, not with the view: most
+    vramkit.killing and the audit log are imported at the first kill, not with the view: most
     sessions never kill, and those modules stay resident once imported (~0.5 MiB)."""
 
     def __init__(self, machine: Collector, audit_path: str | None = None, timeout: float = 10.0,
@@ -26,7 +26,7 @@ class KillActions:
         self.all_users = all_users
 
     def plan(self, pid: int) -> Plan:
-        from ..kill import Criteria, make_plan
+        from ..killing import Criteria, make_plan
 
         return make_plan(self.machine, Criteria(pids=(pid,), all_users=self.all_users))
 
@@ -36,7 +36,7 @@ class KillActions:
         if sig not in (signal.SIGTERM, signal.SIGINT):
             raise ValueError(f"the live view sends SIGTERM or SIGINT, not {signal.Signals(sig).name}")
         from ..audit import AuditLog
-        from ..kill import execute
+        from ..killing import execute
 
         m = self.machine
         # Not writable: AuditError, and nothing is signalled.

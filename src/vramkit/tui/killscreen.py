@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..kill import EXITED, REFUSED, STILL_RUNNING, KillReport, Plan, Target
+from ..killing import EXITED, REFUSED, STILL_RUNNING, KillReport, Plan, Target
 from ..units import format_duration, format_size
 from .actions import KillActions
 from .screens import _Modal

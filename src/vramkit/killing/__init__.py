@@ -5,14 +5,14 @@ Three steps, so that a command can show the plan and ask before anything happens
     plan = make_plan(machine, Criteria(gpus=(4,), idle=1800))   # select and pre-check
     report = execute(machine, plan, signal.SIGTERM, timeout=10)  # re-check, signal, wait, re-sample
 
-`kill()` does both, for the Python API. Every target is identified by pid *and* start ticks,
-recorded at selection. At the moment of signalling the process is pinned with pidfd_open, its
-identity, owner and protection are checked again, and the signal goes through the pidfd: a pid
-reused in between cannot receive it. Refusals name their rule (protect.Refusal).
+`kill()` does both, for the Python API (`vramkit.kill()` calls it). Every target is identified
+by pid *and* start ticks, recorded at selection. At the moment of signalling the process is
+pinned with pidfd_open, its identity, owner and protection are checked again, and the signal
+goes through the pidfd: a pid reused in between cannot receive it. Refusals name their rule (protect.Refusal).
 
 The package: model.py (the records and Status), selection.py (make_plan), rules.py (check,
 recheck), idle.py (kill --idle), execute.py (execute, the report). Everything documented is
-importable from here: `from vramkit.kill import Criteria, make_plan, execute`.
+importable from here: `from vramkit.killing import Criteria, make_plan, execute`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from .._callable import make_callable
 from ..machine import open_machine
 from .execute import INTERRUPTED, KillInterrupted, dry_report, execute, gpu_changes
 from .model import (
@@ -59,7 +58,7 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
          simulate: str | None = None, audit_log: str | os.PathLike[str] | None = None) -> KillReport:
     """Signal GPU processes with every safety check of `vram kill`, without asking.
 
-    >>> report = vramkit.kill([4242], timeout=5, force=True)
+    >>> report = kill([4242], timeout=5, force=True)
     >>> [(t.pid, t.status, t.refusal) for t in report.targets]
     [(4242, 'exited', None)]
 
@@ -94,7 +93,6 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
         machine.close()
 
 
-
 def _duration(value: float | str) -> float:
     from ..units import parse_duration
 
@@ -103,5 +101,3 @@ def _duration(value: float | str) -> float:
     except ValueError as e:
         raise KillRequestError(str(e), param="idle") from None
 
-
-make_callable(__name__, lambda: kill)
