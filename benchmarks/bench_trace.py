@@ -13,8 +13,8 @@ import platform
 import statistics
 import time
 
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.trace import trace_estimate
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.trace import trace_estimate
 from vramkit.units import format_size
 
 

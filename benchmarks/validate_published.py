@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from vramkit.estimate import Estimate, EstimateError, ModelSpec, Setup, estimate, resolve
-from vramkit.estimate.catalog import MODELS
-from vramkit.estimate.specs import from_config
+from vramkit.estimator import Estimate, EstimateError, ModelSpec, Setup, estimate, resolve
+from vramkit.estimator.catalog import MODELS
+from vramkit.estimator.specs import from_config
 
 UNITS = {"GB": 10**9, "GiB": 2**30, "MiB": 2**20, "MB": 10**6}
 # what the source measured -> the Estimate fields whose sum models it

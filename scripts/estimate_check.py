@@ -5,7 +5,7 @@
 
 For each case (BERT-Large, GPT-2 medium and a 1.1B LLaMA-style model built from
 scripts/configs/llama-1.1b.json; training and inference; fp32 and bf16; with and without
-checkpointing) a child process builds `vramkit.estimate.trace.ReferenceRun`'s reference model on
+checkpointing) a child process builds `vramkit.estimator.trace.ReferenceRun`'s reference model on
 the GPU with random weights and runs the same two steps the traced estimator runs on fake tensors,
 then reports torch.cuda.max_memory_allocated / max_memory_reserved per step; while the child pauses
 with its memory still held, this process reads the child's used memory from NVML (what nvidia-smi
@@ -106,7 +106,7 @@ def child(device: str) -> None:
 
     import torch
 
-    from vramkit.estimate.trace import ReferenceRun, make_optimizer
+    from vramkit.estimator.trace import ReferenceRun, make_optimizer
 
     cuda = device == "cuda"
     if cuda:
@@ -190,8 +190,8 @@ def reestimate(rows: list[dict]) -> list[dict]:
 
 
 def estimates(model: str, opts: dict) -> dict:
-    from vramkit.estimate.analytic import estimate
-    from vramkit.estimate.trace import trace_estimate
+    from vramkit.estimator.analytic import estimate
+    from vramkit.estimator.trace import trace_estimate
 
     est = estimate(model, **opts)
     out = {"analytic_peak": est.peak_bytes, "analytic_reserved": est.reserved_bytes,

@@ -79,7 +79,7 @@ def check_oom(work: str) -> tuple[bool, list[str]]:
 
 BATCH_CHILD = r"""
 import dataclasses, json, sys, torch
-from vramkit.estimate.trace import ReferenceRun
+from vramkit.estimator.trace import ReferenceRun
 from vramkit.torch import find_batch_size
 run = ReferenceRun.plan("gpt2", batch=1, seq=512, precision="fp32")
 with torch.device("cuda"):

@@ -274,7 +274,7 @@ def test_matcher_wildcard_and_dates() -> None:
 
 
 def test_the_trace_message_says_what_installs_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vramkit.estimate import trace
+    from vramkit.estimator import trace
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     with pytest.raises(trace.TraceUnavailable) as err:

@@ -11,7 +11,7 @@ from helpers import assert_one_line_error, run_vram
 
 import vramkit
 from vramkit.doctor import OomReport
-from vramkit.estimate.savings import anchor_scale, job_need
+from vramkit.estimator.savings import anchor_scale, job_need
 
 FIXTURES = Path(__file__).parent / "fixtures" / "oom"
 CPU_OOM = str(FIXTURES / "cpu_cant_allocate_torch_2_13.txt")

@@ -45,8 +45,8 @@ def test_every_error_is_a_vramkit_error():
 
 @pytest.mark.parametrize("path, name, other_base, code", [
     ("vramkit.nvml.scenario", "ScenarioError", ValueError, 2),
-    ("vramkit.estimate.specs", "EstimateError", ValueError, 2),
-    ("vramkit.estimate.trace", "TraceUnavailable", RuntimeError, 1),
+    ("vramkit.estimator.specs", "EstimateError", ValueError, 2),
+    ("vramkit.estimator.trace", "TraceUnavailable", RuntimeError, 1),
     ("vramkit.nvml.shim", "ShimError", Exception, 2),
     ("vramkit.cli.common", "UsageError", Exception, 2),
     ("vramkit.cli.common", "Failure", Exception, 1),
@@ -72,8 +72,8 @@ def test_the_message_names_the_parameter_not_a_flag():
 
 
 def test_library_errors_in_library_terms():
-    from vramkit.estimate import estimate
-    from vramkit.estimate.specs import EstimateError
+    from vramkit.estimator import estimate
+    from vramkit.estimator.specs import EstimateError
 
     with pytest.raises(EstimateError) as info:
         estimate("gpt2", tp=3, gpus=4)

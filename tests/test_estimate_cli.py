@@ -111,14 +111,14 @@ def test_estimate_without_trace_imports_no_torch():
     r = run_vram("estimate", "gpt2", "--json", python_flags=("-X", "importtime"))
     assert r.rc == 0
     names = {line.rsplit("|", 1)[1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
-    assert "vramkit.estimate.analytic" in names and not any(n.split(".")[0] == "torch" for n in names)
+    assert "vramkit.estimator.analytic" in names and not any(n.split(".")[0] == "torch" for n in names)
 
 
 def test_status_does_not_load_the_estimator():
     r = run_vram("status", "--simulate", "demo", python_flags=("-X", "importtime"))
     assert r.rc == 0
     names = {line.rsplit("|", 1)[1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
-    assert not any(n.startswith("vramkit.estimate") for n in names)
+    assert not any(n.startswith("vramkit.estimator") for n in names)
 
 
 @pytest.mark.slow
@@ -219,8 +219,8 @@ def test_numbers_are_ascii_digits_and_options_their_own_type(tmp_path):
         assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, "config.json: " + needle)
     assert_one_line_error(run_vram("estimate", "7b", "--infer", "--new-tokens", "10"), 2, "--new-tokens",
                           "not a bare count")
-    from vramkit.estimate.analytic import estimate
-    from vramkit.estimate.specs import EstimateError
+    from vramkit.estimator.analytic import estimate
+    from vramkit.estimator.specs import EstimateError
 
     for stage in (3.0, True):  # 3.0 == 3 and True == 1, yet neither is a stage
         with pytest.raises(EstimateError, match="ZeRO stage"):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate import catalog
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.formulas import kv_cache, params_of
-from vramkit.estimate.specs import EstimateError, from_config, param_count, resolve
+from vramkit.estimator import catalog
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.formulas import kv_cache, params_of
+from vramkit.estimator.specs import EstimateError, from_config, param_count, resolve
 
 # the parameter counts the models' cards and papers publish
 PUBLISHED = {"starcoder": 15_517_456_384, "gpt-neox-20b": 20_554_567_680, "opt-1.3b": 1_315_758_080,
@@ -197,8 +197,8 @@ def test_adapter_dtype_fp32_is_peft_s_default_and_16bit_is_litgpt_s():
 def test_estimate_and_plan_take_a_config_dict_or_a_transformers_config():
     """Issue 15 item 12: vramkit.estimate(BertConfig(...)) failed with AttributeError 'bare'."""
     import vramkit
-    from vramkit.estimate.planner import plan
-    from vramkit.estimate.specs import spec_of
+    from vramkit.estimator.planner import plan
+    from vramkit.estimator.specs import spec_of
 
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import run_vram
 
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.specs import EstimateError
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.specs import EstimateError
 
 VIT_ACCUM = {"image_size": 224, "batch": 4, "grad_accum": 4, "precision": "bf16-pure", "attention": "flash"}
 
@@ -55,7 +55,7 @@ def test_a_for_loop_adam_holds_the_largest_tensors_temporaries_only():
 
 def test_the_for_loop_adam_agrees_with_its_trace():
     pytest.importorskip("torch")
-    from vramkit.estimate.trace import trace_estimate
+    from vramkit.estimator.trace import trace_estimate
 
     peaks = {}
     for foreach in (True, False):  # the optimizer step is the peak of this small batch

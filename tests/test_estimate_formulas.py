@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from vramkit.estimate.analytic import Setup, default_context, estimate
-from vramkit.estimate.formulas import Dtypes, Shape, activations, kv_cache, params_of
-from vramkit.estimate.specs import EstimateError, ModelSpec, param_count, parse_param_count, resolve
+from vramkit.estimator.analytic import Setup, default_context, estimate
+from vramkit.estimator.formulas import Dtypes, Shape, activations, kv_cache, params_of
+from vramkit.estimator.specs import EstimateError, ModelSpec, param_count, parse_param_count, resolve
 
 GIB = 1024**3
 
@@ -240,7 +240,7 @@ def test_spec_head_switch():
 
 
 def test_every_supported_model_type_is_read_and_the_error_names_them_all():
-    from vramkit.estimate.specs import SUPPORTED_TYPES, EstimateError, from_config
+    from vramkit.estimator.specs import SUPPORTED_TYPES, EstimateError, from_config
 
     # one config with every family's keys: each supported type must read it
     cfg = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.formulas import params_of
-from vramkit.estimate.specs import EstimateError, numel, resolve
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.formulas import params_of
+from vramkit.estimator.specs import EstimateError, numel, resolve
 
 MODEL = "distilbert-base-uncased"
 SETUP = {"batch": 3, "seq": 512, "precision": "bf16-pure", "attention": "eager"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate.analytic import CUBLAS_WORKSPACES, estimate
-from vramkit.estimate.specs import EstimateError, resolve
+from vramkit.estimator.analytic import CUBLAS_WORKSPACES, estimate
+from vramkit.estimator.specs import EstimateError, resolve
 
 LLAMA_13B = {"mode": "infer", "precision": "fp16", "attention": "eager", "seq": 512}
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate import catalog
-from vramkit.estimate.specs import EstimateError, from_config
+from vramkit.estimator import catalog
+from vramkit.estimator.specs import EstimateError, from_config
 
 HUGE_DIGITS = "1" + "0" * 5000  # 10**5000: past Python's int-str conversion limit (4,300 digits)
 HOSTILE = ["0", "-1", HUGE_DIGITS, "-" + "9" * 5000, "1e309", "-1e309", "NaN", "1e20", "100000000000000000000",
@@ -100,7 +100,7 @@ def test_plan_on_random_keys_of_every_bundled_config(cli, tmp_path):
         for _ in range(4):
             key, text = rng.choice(keys), rng.choice(HOSTILE)
             path.write_text(with_text(cfg, key, text))
-            argv = ["plan", str(path), "--gpu", rng.choice(["a100-80gb", "rtx-4090"]), "--seq", "128"]
+            argv = ["plan", str(path), "--card", rng.choice(["a100-80gb", "rtx-4090"]), "--seq", "128"]
             rc, _out, err = cli(*argv)
             check(argv, rc, err, key, str(path))
 

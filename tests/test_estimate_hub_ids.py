@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate import EstimateError, resolve
+from vramkit.estimator import EstimateError, resolve
 
 
 @pytest.mark.parametrize("hub_id, key", [("meta-llama/Llama-3.1-8B", "llama-3-8b"),

@@ -1,15 +1,15 @@
-"""What loading leaves reserved: the caching-allocator model (estimate/allocator.py) and torchtune's
-QLoRA build and checkpoint load with torchao's to_nf4 (estimate/loading.py, `--loading torchtune`)."""
+"""What loading leaves reserved: the caching-allocator model (estimator/allocator.py) and torchtune's
+QLoRA build and checkpoint load with torchao's to_nf4 (estimator/loading.py, `--loading torchtune`)."""
 
 from __future__ import annotations
 
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate.allocator import CachingAllocator, replay, round_request, segment_size
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.loading import TORCHAO_CHUNK, torchtune_qlora_events, torchtune_qlora_reserved
-from vramkit.estimate.specs import EstimateError, resolve
+from vramkit.estimator.allocator import CachingAllocator, replay, round_request, segment_size
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.loading import TORCHAO_CHUNK, torchtune_qlora_events, torchtune_qlora_reserved
+from vramkit.estimator.specs import EstimateError, resolve
 
 MiB = 2**20
 ALL_LINEAR = ("q", "k", "v", "o", "gate", "down", "up")

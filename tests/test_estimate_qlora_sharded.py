@@ -11,9 +11,9 @@ import json
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.formulas import ALL_LINEAR, DOUBLE_QUANT_4BIT, UNQUANTIZED_OUTPUTS, params_of
-from vramkit.estimate.specs import EstimateError, numel, resolve
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.formulas import ALL_LINEAR, DOUBLE_QUANT_4BIT, UNQUANTIZED_OUTPUTS, params_of
+from vramkit.estimator.specs import EstimateError, numel, resolve
 
 MODEL = "llama-2-7b"
 QLORA = {"lora": 8, "lora_targets": ",".join(ALL_LINEAR), "quant": "4bit", "double_quant": True,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from helpers import assert_one_line_error, run_vram
 
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.formulas import DOUBLE_QUANT_4BIT, params_of
-from vramkit.estimate.specs import EstimateError, parse_param_count, resolve, typical_hidden
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.formulas import DOUBLE_QUANT_4BIT, params_of
+from vramkit.estimator.specs import EstimateError, parse_param_count, resolve, typical_hidden
 
 GIB = 1024**3
 
@@ -146,7 +146,7 @@ def test_torch_semantics_are_an_option_and_said():
 
 
 def test_estimate_and_plan_print_a_few_readable_lines():
-    from vramkit.estimate.planner import plan
+    from vramkit.estimator.planner import plan
 
     e = estimate("llama-2-7b", lora=16, quant="4bit", double_quant=True, seq=1024)
     text = str(e)

@@ -240,7 +240,7 @@ def test_an_old_spelling_is_never_suggested():
 # ---------------------------------------------------------------- help that cannot go stale
 
 def test_help_fills_in_defaults_and_lists_from_the_code(parser):
-    from vramkit.estimate.analytic import default_context
+    from vramkit.estimator.analytic import default_context
     from vramkit.nvml.scenario import bundled_names
     from vramkit.units import format_size
 

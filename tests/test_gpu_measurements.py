@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import run_vram
 
-from vramkit.estimate.analytic import estimate
+from vramkit.estimator.analytic import estimate
 
 RUNS = Path(__file__).parent / "fixtures" / "gpu"
 ROWS = json.loads((RUNS / "h200-run2" / "estimate.json").read_text())["rows"]
@@ -77,7 +77,7 @@ def test_the_cuda_context_default_is_what_the_h200_showed():
 @pytest.mark.parametrize("label", ["GPT-2 medium b4 s1024 bf16", "BERT-Large b4 bf16 ckpt"])
 def test_the_traced_estimate_within_3_percent_of_max_memory_allocated(label):
     pytest.importorskip("torch")
-    from vramkit.estimate.trace import trace_estimate
+    from vramkit.estimator.trace import trace_estimate
 
     model, opts = _case(label)
     row = next(r for r in ROWS if r["label"] == label)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from vramkit.estimate import plan
-from vramkit.estimate.analytic import estimate
-from vramkit.estimate.planner import gpu_memory, largest_batch
-from vramkit.estimate.specs import EstimateError, resolve
+from vramkit.estimator import plan
+from vramkit.estimator.analytic import estimate
+from vramkit.estimator.planner import gpu_memory, largest_batch
+from vramkit.estimator.specs import EstimateError, resolve
 
 GIB = 1024**3
 
 
 def test_largest_batch_is_the_boundary():
     spec = resolve("bert-base-uncased")
-    from vramkit.estimate.analytic import Setup
+    from vramkit.estimator.analytic import Setup
     setup = Setup(seq=512, precision="fp32")
     n = largest_batch(spec, setup, 24 * GIB)
     assert estimate(spec, setup, batch=n).total_bytes <= 24 * GIB < estimate(spec, setup, batch=n + 1).total_bytes

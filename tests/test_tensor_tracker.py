@@ -33,7 +33,7 @@ def test_torch_never_imports_estimate_so_the_two_do_not_import_each_other():
 
 
 def test_importing_the_tracker_and_the_trace_imports_no_torch():
-    code = ("import sys, vramkit.torch._tensors, vramkit.estimate.trace, vramkit.torch.memcap, "
+    code = ("import sys, vramkit.torch._tensors, vramkit.estimator.trace, vramkit.torch.memcap, "
             "vramkit.torch.leak; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -140,7 +140,7 @@ def test_tensors_are_recorded_with_their_line_and_tag_in_place_ops_are_not_new()
 
 
 def test_the_trace_and_the_memory_cap_count_the_same_bytes_on_one_step():
-    from vramkit.estimate.trace import trace_memory
+    from vramkit.estimator.trace import trace_memory
     from vramkit.torch import simulated_memory_cap
 
     torch.manual_seed(0)

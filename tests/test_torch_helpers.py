@@ -97,7 +97,7 @@ def test_oom_guard_on_a_real_cpu_allocation_failure():
 # ---------------------------------------------------------------- trace_memory: what it prints, what it asks
 
 def _fake_mlp():
-    from vramkit.estimate.trace import fake_mode
+    from vramkit.estimator.trace import fake_mode
     fm = fake_mode()
     with fm:
         model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
@@ -106,7 +106,7 @@ def _fake_mlp():
 
 def test_trace_result_prints_a_summary_and_forgetting_fake_mode_says_so():
     from vramkit.errors import RequestError
-    from vramkit.estimate.trace import trace_memory
+    from vramkit.estimator.trace import trace_memory
     fm, model = _fake_mlp()
     opt = torch.optim.AdamW(model.parameters())
 

@@ -11,10 +11,10 @@ pytestmark = pytest.mark.slow  # traces real PyTorch models (torch installed)
 
 pytest.importorskip("torch")
 
-from vramkit.estimate import catalog  # noqa: E402
-from vramkit.estimate.analytic import CUBLAS_WORKSPACES, estimate  # noqa: E402
-from vramkit.estimate.specs import from_config  # noqa: E402
-from vramkit.estimate.trace import trace_estimate  # noqa: E402
+from vramkit.estimator import catalog  # noqa: E402
+from vramkit.estimator.analytic import CUBLAS_WORKSPACES, estimate  # noqa: E402
+from vramkit.estimator.specs import from_config  # noqa: E402
+from vramkit.estimator.trace import trace_estimate  # noqa: E402
 
 FAMILIES = {  # catalog model -> narrow overrides (activations dominate, as in real training)
     "bert-base-uncased": {},

@@ -2,7 +2,7 @@
 family's real model class (transformers, eager attention), narrow and shallow, one training step of
 AdamW twice, and an inference forward with the KV cache. fp32 and bf16 weights only: CPU autocast
 keeps norms and softmax in 16-bit where CUDA autocast runs them in fp32, so a mixed-precision trace
-on the CPU would not be what a GPU does (the reference models in estimate/reference.py cover it).
+on the CPU would not be what a GPU does (the reference models in estimator/reference.py cover it).
 
     python tests/test_trace_hf.py      prints the table docs/estimation.md keeps
 """
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.slow  # traces real PyTorch models
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
-from vramkit.estimate.analytic import CUBLAS_WORKSPACES, estimate  # noqa: E402
-from vramkit.estimate.specs import from_config  # noqa: E402
-from vramkit.estimate.trace import fake_mode, make_optimizer, trace_memory  # noqa: E402
+from vramkit.estimator.analytic import CUBLAS_WORKSPACES, estimate  # noqa: E402
+from vramkit.estimator.specs import from_config  # noqa: E402
+from vramkit.estimator.trace import fake_mode, make_optimizer, trace_memory  # noqa: E402
 
 _LAYERS = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 1024,
            "vocab_size": 2000}

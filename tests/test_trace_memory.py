@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vramkit.estimate.trace import fake_mode, round_block, trace_memory  # noqa: E402
+from vramkit.estimator.trace import fake_mode, round_block, trace_memory  # noqa: E402
 
 
 def test_round_block():
@@ -60,14 +60,14 @@ def test_activations_are_counted_at_the_backward_peak():
 def test_the_reference_run_refuses_what_it_would_trace_as_full_training(options, named):
     """The reference models train whole on one GPU: a frozen base with adapters, a chunked loss or
     sharding traced as full training would be a wrong answer given as a check."""
-    from vramkit.estimate.trace import ReferenceRun, TraceUnavailable
+    from vramkit.estimator.trace import ReferenceRun, TraceUnavailable
 
     with pytest.raises(TraceUnavailable, match=named):
         ReferenceRun.plan("gpt2", seq=64, **options)
 
 
 def test_a_backward_pass_without_an_optimizer_traces():
-    from vramkit.estimate.trace import make_optimizer, trace_estimate
+    from vramkit.estimator.trace import make_optimizer, trace_estimate
 
     assert make_optimizer("none", []) is None
     backward = trace_estimate("gpt2", seq=64, optimizer="none")

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import vramkit
-from vramkit.estimate.catalog import MODELS
-from vramkit.estimate.specs import EstimateError, from_config
+from vramkit.estimator.catalog import MODELS
+from vramkit.estimator.specs import EstimateError, from_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "validate_published.py"

@@ -98,7 +98,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def _assumed_precision() -> str:
-    from ..estimate.savings import DEFAULT_PRECISION
+    from ..estimator.savings import DEFAULT_PRECISION
 
     return DEFAULT_PRECISION
 
@@ -244,14 +244,14 @@ def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
 
 
 def _savings_hook(args: argparse.Namespace, context: dict[str, Any]) -> tuple[SavingsHook | None, str | None]:
-    """The estimator plugs in here: vramkit.estimate.doctor_savings(fix_id, context) -> bytes | None,
-    anchored to the message in `context` (estimate/savings.py)."""
+    """The estimator plugs in here: vramkit.estimator.doctor_savings(fix_id, context) -> bytes | None,
+    anchored to the message in `context` (estimator/savings.py)."""
     if not (args.model or args.batch):
         return None, None
     if not (args.model and args.batch):
         return None, "give both --model and --batch for the estimator's savings of model-dependent fixes"
-    from ..estimate import EstimateError, doctor_savings, estimate, resolve
-    from ..estimate.savings import anchor_note, baseline
+    from ..estimator import EstimateError, doctor_savings, estimate, resolve
+    from ..estimator.savings import anchor_note, baseline
 
     try:
         spec = resolve(args.model)  # checked now: doctor_savings() answers None for a model it cannot resolve

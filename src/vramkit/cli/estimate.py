@@ -11,7 +11,7 @@ from .commands import COMMANDS
 from .common import PRECISION_HELP, PRECISIONS, HelpFormatter, UsageError, help_values
 
 if TYPE_CHECKING:
-    from ..estimate.analytic import Setup
+    from ..estimator.analytic import Setup
     from .common import Subparsers
 
 HELP = COMMANDS["estimate"]
@@ -189,7 +189,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
 
 
 def _context_default(cuda: float) -> str:
-    from ..estimate.analytic import default_context
+    from ..estimator.analytic import default_context
     from ..units import format_size
 
     return format_size(default_context(cuda)).replace(" ", "")
@@ -284,7 +284,7 @@ def _torch_semantics(version: str) -> tuple[bool, bool, bool]:
 
 def _torchao_chunk(version: str) -> int:
     """--torchao: to_nf4 quantizes in chunks from 0.2 on (CHUNK_SIZE), each whole tensor before."""
-    from ..estimate.loading import TORCHAO_CHUNK
+    from ..estimator.loading import TORCHAO_CHUNK
 
     return TORCHAO_CHUNK if _major_minor(version, "torchao", "0.1 or 0.4", "torchao_chunk") >= (0, 2) else 0
 
@@ -300,7 +300,7 @@ def _transformers_semantics(version: str) -> tuple[bool, bool, bool]:
 def setup_from_args(args: argparse.Namespace) -> Setup:
     """argparse -> analytic.Setup. Bad values are VramkitErrors naming the parameter (the dest
     of its option), which cli/main turns into one line that names the flag."""
-    from ..estimate.analytic import Setup
+    from ..estimator.analytic import Setup
     from ..units import parse_size
 
     context = None
@@ -340,8 +340,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
 
 
 def list_models() -> str:
-    from ..estimate import catalog
-    from ..estimate.specs import from_config, param_count
+    from ..estimator import catalog
+    from ..estimator.specs import from_config, param_count
 
     rows = []
     for name, cfg in catalog.MODELS.items():
@@ -357,7 +357,7 @@ def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
     from dataclasses import replace
 
     from ..errors import VramkitError
-    from ..estimate.analytic import estimate
+    from ..estimator.analytic import estimate
     from ..units import format_size
 
     try:
@@ -371,7 +371,7 @@ def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..estimate.analytic import estimate
+    from ..estimator.analytic import estimate
     from ..render.estimate_view import estimate_json, render_estimate, render_trace
     from ..render.style import style_for, terminal_width
 
@@ -386,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
         _note_flash_attention(args.model, setup, result)
     traced = None
     if args.trace:
-        from ..estimate.trace import TraceUnavailable, trace_estimate
+        from ..estimator.trace import TraceUnavailable, trace_estimate
 
         try:
             traced = trace_estimate(args.model, setup)

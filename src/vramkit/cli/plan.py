@@ -60,7 +60,7 @@ def _current_free(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..estimate.planner import plan
+    from ..estimator.planner import plan
     from ..render.plan_view import plan_json, render_plan
     from ..render.style import style_for
 

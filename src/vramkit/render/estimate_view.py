@@ -9,8 +9,8 @@ from ..units import format_size
 from .style import Style, clip
 
 if TYPE_CHECKING:
-    from ..estimate.analytic import Estimate
-    from ..estimate.trace import TraceResult
+    from ..estimator.analytic import Estimate
+    from ..estimator.trace import TraceResult
 
 _KIND_COLOR = {"weights": "blue", "gradients": "magenta", "optimizer": "yellow", "activations": "green",
                "transient": "cyan", "overhead": "dim", "kv": "green"}

@@ -9,7 +9,7 @@ from ..units import format_size
 from .style import Style
 
 if TYPE_CHECKING:
-    from ..estimate.planner import Plan
+    from ..estimator.planner import Plan
 
 
 def render_plan(p: Plan, style: Style) -> str:

@@ -2,7 +2,7 @@
 its death, and (when asked) the user's line of every tensor a torch function returns.
 
 Its clients keep their own policies on top of it:
-- estimate/trace.py: the peak and what it is made of, on fake tensors (`label`, `tag` = the phase);
+- estimator/trace.py: the peak and what it is made of, on fake tensors (`label`, `tag` = the phase);
 - memcap.py: a capacity; `admit` raises torch.OutOfMemoryError before an operation's memory counts;
 - _tracking.py (LeakDetector, oom_guard(track=True)): the user's and the library's line of each tensor.
 

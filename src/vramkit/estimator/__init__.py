@@ -1,20 +1,19 @@
 """Will it fit? Model specs, the analytic memory estimator, the fit planner, and (with the
 optional torch extra) the traced estimator.
 
-    from vramkit.estimate import estimate, plan
+    from vramkit.estimator import estimate, plan
     e = estimate("bert-large-uncased", batch=4, seq=512, precision="fp32")
     e.total_bytes, e.peak_bytes, e.breakdown
     p = plan("llama-3-8b", "a100-80gb", seq=4096)
 
-Importing this package imports no torch; `vramkit.estimate.trace` does, when used.
+Importing this package imports no torch; `vramkit.estimator.trace` does, when used.
+`vramkit.estimate()` and `vramkit.plan()` call `estimate` and `plan` here.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
-
-from .._callable import make_callable
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from .analytic import Estimate, Setup, estimate
@@ -36,5 +35,3 @@ def __getattr__(name: str) -> Any:  # lazy: `vram status` never pays for the est
         return getattr(import_module(f".{_WHERE[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-make_callable(__name__, lambda: import_module(".analytic", __name__).estimate)  # `vramkit.estimate(...)`
