@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vramkit.alerts import History, Thresholds, evaluate, growth, trend
+from vramkit.gpu_state import Device, GpuProcess, Snapshot
 from vramkit.idle import IdleClock
-from vramkit.model import Device, GpuProcess, Snapshot
 
 GiB = 1024**3
 TOTAL = 80 * GiB

@@ -70,7 +70,7 @@ def test_nothing_public_is_any(tmp_path):
     assert len(revealed) == len(names) + 4, result.stdout
     for name, kind in zip([*names, "estimate()", "snapshot()", "kill()", "plan()"], revealed):
         assert "Any" not in kind.replace("typing.Any", "Any").split("->")[-1], (name, kind)
-    assert revealed[-4:] == ["vramkit.estimator.analytic.Estimate", "vramkit.model.Snapshot",
+    assert revealed[-4:] == ["vramkit.estimator.analytic.Estimate", "vramkit.gpu_state.Snapshot",
                              "vramkit.killing.model.KillReport", "vramkit.estimator.planner.Plan"]
     assert revealed[names.index("VramkitError")].endswith("-> vramkit.errors.VramkitError")
 

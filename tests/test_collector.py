@@ -10,8 +10,8 @@ import pytest
 import vramkit
 from vramkit.collector import Collector
 from vramkit.errors import RequestError, VramkitError
+from vramkit.gpu_state import Device, GpuProcess, Snapshot
 from vramkit.idle import IdleClock
-from vramkit.model import Device, GpuProcess, Snapshot
 
 
 @pytest.fixture

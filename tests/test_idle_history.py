@@ -11,8 +11,8 @@ import time
 
 from helpers import clean_env, run_vram
 
+from vramkit.gpu_state import Device, GpuProcess, Snapshot
 from vramkit.idle import IdleClock
-from vramkit.model import Device, GpuProcess, Snapshot
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 RECORDED = 3 * 3600  # seconds of history, ending now

@@ -338,7 +338,7 @@ def test_without_a_policy_nothing_is_attached(stepped):
 
 
 def test_holdings_add_up_a_process_on_several_instances_of_one_gpu():
-    from vramkit.model import Device, GpuProcess, Snapshot
+    from vramkit.gpu_state import Device, GpuProcess, Snapshot
 
     rows = [GpuProcess(pid=7, gpu=0, gpu_uuid="GPU-x", memory=GiB, mig_gi=1, idle=True, idle_for=50.0),
             GpuProcess(pid=7, gpu=0, gpu_uuid="GPU-x", memory=2 * GiB, mig_gi=2, idle=True, idle_for=30.0)]

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
+from vramkit.gpu_state import Snapshot
 from vramkit.machine import open_machine
-from vramkit.model import Snapshot
 from vramkit.serve.metrics import ExportState, SnapshotCollector, go_float, render
 
 OPTIONS = {

@@ -39,15 +39,15 @@ if TYPE_CHECKING:
     from .estimator.planner import Plan
     from .estimator.specs import EstimateError
     from .estimator.trace import TraceResult
+    from .gpu_state import Device, GpuProcess, MigDevice, Snapshot
     from .killing import KillReport, KillRequestError
     from .machine import Machine
-    from .model import Device, GpuProcess, MigDevice, Snapshot
     from .nvml.backend import NvmlUnavailable
     from .nvml.scenario import ScenarioError
     from .protect import ProtectConfigError
 
 # class name -> the submodule that defines it, imported on first use so `import vramkit` stays light
-_LAZY = {"Device": "model", "GpuProcess": "model", "MigDevice": "model", "Snapshot": "model",
+_LAZY = {"Device": "gpu_state", "GpuProcess": "gpu_state", "MigDevice": "gpu_state", "Snapshot": "gpu_state",
          "Machine": "machine", "KillReport": "killing", "Estimate": "estimator.analytic", "Selection": "allocate",
          "VramkitError": "errors", "RequestError": "errors", "NvmlUnavailable": "nvml.backend",
          "ScenarioError": "nvml.scenario", "KillRequestError": "killing", "EstimateError": "estimator.specs",

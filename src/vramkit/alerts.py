@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .model import Device, GpuProcess, Snapshot
+from .gpu_state import Device, GpuProcess, Snapshot
 from .units import format_duration, format_size
 
 ProcKey = tuple[int, int, "int | None"]  # (pid, GPU index, MIG instance)

@@ -25,8 +25,8 @@ from . import leases as L
 from .collector import Collector
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
 from .errors import RequestError, VramkitError
+from .gpu_state import Snapshot
 from .machine import Machine, open_machine
-from .model import Snapshot
 from .procs import descends_from
 from .select import (
     DEFAULT_MAX_UTIL,

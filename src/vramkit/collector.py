@@ -28,9 +28,9 @@ from typing import Any
 
 from .backends import Backend
 from .errors import RequestError
+from .gpu_state import Snapshot
 from .idle import IdleClock
 from .machine import Machine
-from .model import Snapshot
 
 Consumer = Callable[[Snapshot], None]
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import RequestError
-from .model import Snapshot
+from .gpu_state import Snapshot
 
 ORDER_PCI = "PCI_BUS_ID"
 ORDER_FASTEST = "FASTEST_FIRST"

@@ -35,7 +35,7 @@ from typing import Any
 
 from .cuda_env import CudaDevice
 from .errors import RequestError, VramkitError
-from .model import GpuProcess
+from .gpu_state import GpuProcess
 from .procs import sanitize
 from .select import Decision, Policy, Unit, decide, shortfall_text
 

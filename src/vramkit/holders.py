@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from .backends import Backend
-from .model import Snapshot
+from .gpu_state import Snapshot
 from .procs import HostProcess, ProcessTable, identity
 
 _GPU_NODE = re.compile(r"^nvidia(\d+)$")

@@ -9,7 +9,7 @@ samples it is given (the collector's), keyed by process identity, so a reused pi
 
 from __future__ import annotations
 
-from .model import Device, GpuProcess, Snapshot
+from .gpu_state import Device, GpuProcess, Snapshot
 
 IdleKey = tuple[int, "int | None", int, "int | None"]  # (pid, start ticks, GPU, MIG instance)
 

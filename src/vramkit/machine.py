@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 from .backends import Backend
+from .gpu_state import Device, GpuProcess, Snapshot, Topology
 from .idle import idle_now
-from .model import Device, GpuProcess, Snapshot, Topology
 from .nvml.backend import NvmlUnavailable
 from .procs import HostProcess, cpu_percent_since
 

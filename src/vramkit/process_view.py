@@ -16,7 +16,7 @@ from typing import Any
 from . import procs
 from .cuda_env import CudaDevice, Visible, allowed_keys, devices_of, parse_visible
 from .errors import RequestError
-from .model import Snapshot
+from .gpu_state import Snapshot
 
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 SIMULATED_ENV = "a simulated scenario's made-up process: it has no environment"

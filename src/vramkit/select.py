@@ -16,7 +16,7 @@ from typing import Any
 
 from .cuda_env import CudaDevice, numbering
 from .errors import RequestError, no_such_gpu
-from .model import GpuProcess, Snapshot
+from .gpu_state import GpuProcess, Snapshot
 from .units import format_size
 
 DEFAULT_MIN_FREE_PCT = 50.0  # without --min-free: at least half the unit's memory is free

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from ..model import Device
+from ..gpu_state import Device
 from ..procs import HostProcess
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..model import Device
+from ..gpu_state import Device
 from ..nvml.backend import Nvml, open_real
 from ..procs import HostProcess, ProcessTable, in_initial_pid_namespace
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from ..model import Device
+from ..gpu_state import Device
 from ..nvml.backend import Nvml
 from ..nvml.scenario import Scenario
 from ..nvml.sim import SimulatedNvml

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TextIO, TypeAlias
 
+    from ..gpu_state import Snapshot
     from ..machine import Machine
-    from ..model import Snapshot
 
     # What each command's add_parser(sub, parents) gets: main's subparsers.
     Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

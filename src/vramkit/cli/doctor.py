@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..model import Snapshot
+from ..gpu_state import Snapshot
 from ..nvml.backend import NvmlUnavailable
 from ..render.style import Style, style_for, terminal_width
 from ..units import format_size

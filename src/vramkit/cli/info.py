@@ -14,7 +14,7 @@ from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, check_gpus, open_for
 
 if TYPE_CHECKING:
-    from ..model import Snapshot
+    from ..gpu_state import Snapshot
     from .common import Subparsers
 
 HELP = COMMANDS["info"]

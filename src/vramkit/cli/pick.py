@@ -16,9 +16,9 @@ from .common import HelpFormatter, UsageError, add_duration, open_for
 if TYPE_CHECKING:
     from ..allocate import Selection, WaitStatus
     from ..cuda_env import CudaDevice, Visible
+    from ..gpu_state import Snapshot
     from ..leases import LeaseDir
     from ..machine import Machine
-    from ..model import Snapshot
     from ..select import Decision, Policy
     from .common import Subparsers
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..model import GpuProcess
+from ..gpu_state import GpuProcess
 from ..render.data import ps_csv, ps_json
 from ..render.ps_view import render_ps
 from ..render.style import style_for, terminal_width
@@ -16,8 +16,8 @@ from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
 
 if TYPE_CHECKING:
+    from ..gpu_state import Snapshot
     from ..machine import Machine
-    from ..model import Snapshot
     from .common import Subparsers
 
 HELP = COMMANDS["ps"]

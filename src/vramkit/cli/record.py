@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..collector import Collector
-    from ..model import Snapshot
+    from ..gpu_state import Snapshot
     from .common import Subparsers
 
 HELP = COMMANDS["record"]

@@ -26,7 +26,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..model import Snapshot
+    from ..gpu_state import Snapshot
     from ..render.style import Style
     from .common import Subparsers
 

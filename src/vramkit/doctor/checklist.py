@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from .. import process_view
 from ..cuda_env import devices_of, parse_visible
-from ..model import Device, GpuProcess, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot
 from ..procs import Environ, read_environ, user_name
 from ..units import format_duration, format_size
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Snapshot
+from ..gpu_state import Snapshot
 from ..units import format_size
 from .oom import OomReport, printed_rounding
 from .traceback import Phase

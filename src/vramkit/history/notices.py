@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import queue
 
     from ..collector import Collector
-    from ..model import Snapshot
+    from ..gpu_state import Snapshot
 
 Say = Callable[[str], None]
 NoticeKey = tuple[str, int, "int | None", int]  # (rule, pid, start ticks, GPU)

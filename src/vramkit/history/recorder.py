@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import RequestError
-from ..model import GpuProcess, Snapshot
+from ..gpu_state import GpuProcess, Snapshot
 from .store import Retention, Store, StoreError, describe
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..collector import Collector
+from ..gpu_state import Snapshot
 from ..machine import Machine
-from ..model import Snapshot
 from ..protect import Protection, Refusal, load
 from .model import (
     ENDING,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from ..collector import Collector
+from ..gpu_state import Snapshot
 from ..idle import gpu_idle
-from ..model import Snapshot
 from .model import Progress, Target
 
 

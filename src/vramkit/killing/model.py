@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import procs
 from ..errors import RequestError
-from ..model import GpuProcess, Snapshot
+from ..gpu_state import GpuProcess, Snapshot
 from ..protect import Refusal
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from .. import procs
 from ..collector import Collector
 from ..errors import no_such_gpu
+from ..gpu_state import GpuProcess, Snapshot
 from ..idle import busy_percent
 from ..machine import Machine
-from ..model import GpuProcess, Snapshot
 from ..protect import Protection, Refusal, load
 from .idle import select_idle
 from .model import REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import VramkitError
-from ..model import Device, GpuProcess, Health, MigDevice, Topology
+from ..gpu_state import Device, GpuProcess, Health, MigDevice, Topology
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:

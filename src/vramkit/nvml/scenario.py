@@ -56,7 +56,7 @@ QUERYABLE = {"memory", "utilization", "process_utilization", "temperature", "pow
              "pcie_throughput", "persistence_mode", "compute_mode", "nvlink", "topology", "numa_node",
              # read by vram serve: the counters and sensors NVML has beyond those, and its XID events
              "energy", "pcie_replays", "memory_temperature", "encoder_decoder", "events"}
-# A GPU's health fields (docs/scenarios.md), the names of model.Health's: counts, flags, MHz, ...
+# A GPU's health fields (docs/scenarios.md), the names of gpu_state.Health's: counts, flags, MHz, ...
 HEALTH_COUNTS = {"ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
                  "ecc_uncorrected_aggregate", "retired_pages_single_bit", "retired_pages_double_bit",
                  "remapped_rows_correctable", "remapped_rows_uncorrectable"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..model import Snapshot
+from ..gpu_state import Snapshot
 from .style import Style
 
 

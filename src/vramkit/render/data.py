@@ -12,7 +12,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from ..model import Device, GpuProcess, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot
 from .banner import hostname
 from .fmt import memory_share
 

@@ -11,7 +11,7 @@ from ..doctor.checklist import Checklist
 from ..doctor.explain import Explanation
 from ..doctor.oom import FORMS
 from ..doctor.traceback import Frame
-from ..model import Snapshot
+from ..gpu_state import Snapshot
 from ..procs import sanitize
 from ..units import format_size
 from .banner import banner

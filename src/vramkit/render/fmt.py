@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import Device, GpuProcess
+from ..gpu_state import Device, GpuProcess
 from ..units import format_duration, format_size
 
 NA = "N/A"

@@ -9,7 +9,7 @@ handled by row remapping (Ampere and later) shows no page-retirement line, and t
 
 from __future__ import annotations
 
-from ..model import Device, GpuProcess, Health, Snapshot, Topology
+from ..gpu_state import Device, GpuProcess, Health, Snapshot, Topology
 from ..units import format_size
 from . import fmt
 from .banner import banner

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from ..allocate import Selection, WaitStatus
 from ..cuda_env import CudaDevice, Visible, cuda_index, short_pci
-from ..model import Snapshot
+from ..gpu_state import Snapshot
 from ..select import Decision, Unit, verdict_text
 from ..units import format_duration, format_size
 from . import fmt

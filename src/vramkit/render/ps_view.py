@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import Device, GpuProcess, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot
 from ..units import format_size
 from . import fmt
 from .banner import banner

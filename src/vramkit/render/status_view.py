@@ -3,7 +3,7 @@ followed by who holds memory on it."""
 
 from __future__ import annotations
 
-from ..model import Device, Snapshot
+from ..gpu_state import Device, Snapshot
 from ..units import format_size
 from . import fmt
 from .banner import banner

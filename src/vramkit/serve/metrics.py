@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.samples import Sample as PromSample
 
-from ..model import Device, GpuProcess, Health, Snapshot
+from ..gpu_state import Device, GpuProcess, Health, Snapshot
 from ..procs import sanitize
 
 MIB = 1024**2

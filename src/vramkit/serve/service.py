@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .._version import __version__
 from ..collector import Collector
+from ..gpu_state import Health, Snapshot
 from ..machine import Machine
-from ..model import Health, Snapshot
 from .metrics import COMPAT_SCHEMES, ExportState, Xids, render
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
-from ..model import Device, Snapshot
+from ..gpu_state import Device, Snapshot
 from ..procs import HostLoad, read_host_load, sanitize
 from ..render.banner import banner
 from ..render.info_view import health_problems

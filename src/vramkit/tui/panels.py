@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from ..alerts import Alert, GpuSample
-from ..model import Device
+from ..gpu_state import Device
 from ..procs import HostLoad
 from ..render import fmt
 from ..render.sparkline import buckets, spark

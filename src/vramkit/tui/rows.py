@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Device, GpuProcess, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot
 from ..render import fmt
 from ..render.text_width import fit
 from ..units import format_size

@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..alerts import Alert, History
-from ..model import Device, GpuProcess, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot
 from ..process_view import EnvReader, ProcessGpus, process_gpus
 from ..procs import Environ, read_environ
 from ..render import fmt

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..alerts import GpuSample
-from ..model import Snapshot
+from ..gpu_state import Snapshot
 from ..units import format_duration
 
 RANGES = (300.0, 3600.0, 86400.0, 7 * 86400.0)
