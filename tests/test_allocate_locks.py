@@ -10,8 +10,8 @@ import pytest
 from vramkit import leases as L
 from vramkit.allocate import acquire, build_policy
 from vramkit.cuda_env import devices_of
+from vramkit.gpu_choice import units_of
 from vramkit.machine import open_machine
-from vramkit.select import units_of
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from helpers import clean_env, run_vram
 
 from vramkit.cuda_env import devices_of
 from vramkit.errors import RequestError
-from vramkit.select import resolve_selectors
+from vramkit.gpu_choice import resolve_selectors
 from vramkit.units import parse_gpu_list
 
 

@@ -13,9 +13,9 @@ from helpers import assert_one_line_error, clean_env, run_vram
 
 from vramkit.errors import RequestError
 from vramkit.fleet import Q_GPU, Q_SEEN, Q_UP, Q_USERS, Prometheus, PrometheusError, check_url, pick_host, read_fleet
+from vramkit.gpu_choice import Policy
 from vramkit.render.fleet_view import render_fleet
 from vramkit.render.style import Style
-from vramkit.select import Policy
 
 GiB = 1024**3
 T = 1767225600.0

@@ -21,9 +21,9 @@ from test_fleet import T, gpu_series, target, two_hosts, vector
 
 from vramkit.errors import VramkitError
 from vramkit.fleet import Q_GPU, Q_SEEN, Q_UP, Q_USERS, Prometheus, pick_host, read_fleet
+from vramkit.gpu_choice import Policy
 from vramkit.render.fleet_view import fleet_json, render_fleet
 from vramkit.render.style import Style
-from vramkit.select import Policy
 
 GiB = 1024**3
 PLAIN = Style(color=False, unicode=False)

@@ -30,9 +30,9 @@ from lease_races import (
 
 from vramkit import leases as L
 from vramkit.cuda_env import devices_of
+from vramkit.gpu_choice import units_of
 from vramkit.leases import locking
 from vramkit.machine import open_machine
-from vramkit.select import units_of
 
 NEIGHBOUR = 65534  # nobody: owner of the lock files it planted (when the suite runs as root)
 

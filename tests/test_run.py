@@ -107,8 +107,8 @@ def test_the_wait_line_says_how_long_only_once_a_second_has_passed():
     """'waiting for 3 GPUs ...' at first, never 'waiting 0s'; 'waiting 1s for ...' from then on."""
     from vramkit.allocate import WaitStatus, build_policy
     from vramkit.cuda_env import devices_of
+    from vramkit.gpu_choice import decide, units_of
     from vramkit.machine import open_machine
-    from vramkit.select import decide, units_of
 
     machine = open_machine("demo")
     try:

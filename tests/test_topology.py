@@ -13,10 +13,10 @@ import textwrap
 import pytest
 from helpers import run_vram
 
+from vramkit.gpu_choice import Policy, decide, units_of
 from vramkit.machine import open_machine
 from vramkit.nvml import scenario as scenarios
 from vramkit.nvml.shim import write_shim
-from vramkit.select import Policy, decide, units_of
 
 MATRIX = ["X    PIX  NODE SYS  SYS  SYS",
           "PIX  X    NODE SYS  SYS  SYS",

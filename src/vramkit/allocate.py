@@ -25,10 +25,7 @@ from . import leases as L
 from .collector import Collector
 from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
 from .errors import RequestError, VramkitError
-from .gpu_state import Snapshot
-from .machine import Machine, open_machine
-from .procs import descends_from
-from .select import (
+from .gpu_choice import (
     DEFAULT_MAX_UTIL,
     DEFAULT_MIN_FREE_PCT,
     PREFER,
@@ -43,6 +40,9 @@ from .select import (
     shortfall_text,
     units_of,
 )
+from .gpu_state import Snapshot
+from .machine import Machine, open_machine
+from .procs import descends_from
 from .units import format_duration, parse_percent, parse_size
 
 Selectors: TypeAlias = "str | Sequence[int | str] | None"  # exclude / only: "0,2", or a list

@@ -35,9 +35,9 @@ from typing import Any
 
 from .cuda_env import CudaDevice
 from .errors import RequestError, VramkitError
+from .gpu_choice import Decision, Policy, Unit, decide, shortfall_text
 from .gpu_state import GpuProcess
 from .procs import sanitize
-from .select import Decision, Policy, Unit, decide, shortfall_text
 
 DEFAULT_TIMEOUT = 10.0  # seconds for Prometheus' answers to one reading (read_fleet's four queries)
 MAX_ANSWER = 32 * 1024**2  # bytes of one answer: a fleet of thousands of GPUs fits well within
@@ -529,7 +529,7 @@ class HostChoice:
 
 
 def host_units(host: FleetHost) -> list[Unit]:
-    """The host's GPUs as select.py's units (whole GPUs; Prometheus has no MIG series), in PCI order."""
+    """The host's GPUs as gpu_choice.py's units (whole GPUs; Prometheus has no MIG series), in PCI order."""
     units = []
     for g in sorted(host.gpus, key=lambda g: (g.pci_bus_id or "", g.index)):
         dev = CudaDevice(key=g.uuid or f"{host.instance}/{g.index}", index=g.index, uuid=g.uuid, name=g.name,
@@ -544,7 +544,7 @@ def host_units(host: FleetHost) -> list[Unit]:
 
 
 def pick_host(fleet: Fleet, policy: Policy) -> tuple[HostChoice | None, list[str]]:
-    """The host whose GPUs fit `policy` best (select.py judges each host's GPUs as `vram pick`
+    """The host whose GPUs fit `policy` best (gpu_choice.py judges each host's GPUs as `vram pick`
     does; among hosts that fit, the one whose chosen GPUs have the most free memory, then the
     least busy). Returns (choice or None, why each other host does not fit)."""
     fits: list[HostChoice] = []

@@ -16,10 +16,10 @@ from .common import HelpFormatter, UsageError, add_duration, open_for
 if TYPE_CHECKING:
     from ..allocate import Selection, WaitStatus
     from ..cuda_env import CudaDevice, Visible
+    from ..gpu_choice import Decision, Policy
     from ..gpu_state import Snapshot
     from ..leases import LeaseDir
     from ..machine import Machine
-    from ..select import Decision, Policy
     from .common import Subparsers
 
     Prepared = tuple[Machine, Snapshot, list[CudaDevice], Policy, Visible, LeaseDir]
@@ -173,9 +173,9 @@ def stderr_width() -> int:
 def explain_to_stderr(args: argparse.Namespace, snap: Snapshot, policy: Policy, visible: Visible, leases: LeaseDir,
                       selection: Selection | None, decision: Decision | None = None) -> None:
     from ..cuda_env import devices_of
+    from ..gpu_choice import decide, units_of
     from ..render.pick_view import explain
     from ..render.style import style_for
-    from ..select import decide, units_of
 
     if decision is None:
         decision = selection.decision if selection is not None else decide(policy, units_of(snap, devices_of(snap)))

@@ -535,7 +535,7 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         # The GPUs `vram pick --min-free NEED` would choose, in the order it would choose them: room
         # enough and not busy, emptiest first (not merely in index order, which names busy GPUs).
         from ..cuda_env import devices_of
-        from ..select import Policy, ranked, units_of
+        from ..gpu_choice import Policy, ranked, units_of
 
         units = [u for u in units_of(snap, devices_of(snap)) if not u.dev.is_mig and u.dev.index != ex.live_gpu]
         roomy = ranked(Policy(count=1, min_free=need), units)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..fleet import Fleet, FleetGpu, FleetHost, HostChoice
-from ..select import Policy, ids_text
+from ..gpu_choice import Policy, ids_text
 from ..units import format_size
 from . import fmt
 from .style import Style, clip

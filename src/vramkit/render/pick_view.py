@@ -9,8 +9,8 @@ from dataclasses import asdict
 
 from ..allocate import Selection, WaitStatus
 from ..cuda_env import CudaDevice, Visible, cuda_index, short_pci
+from ..gpu_choice import Decision, Unit, verdict_text
 from ..gpu_state import Snapshot
-from ..select import Decision, Unit, verdict_text
 from ..units import format_duration, format_size
 from . import fmt
 from .banner import banner

@@ -10,7 +10,7 @@ import vramkit
 from vramkit.allocate import build_policy
 from vramkit.cuda_env import devices_of
 from vramkit.errors import RequestError
-from vramkit.select import (
+from vramkit.gpu_choice import (
     Block,
     Policy,
     decide,
