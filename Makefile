@@ -2,11 +2,18 @@
 #   make run    install into .venv and show this machine's GPUs (`vram status`)
 #   make test   install into .venv with the test tools and run the whole test suite
 # While working: `make test-fast` runs everything but the tests marked slow (under a minute).
+# `make test-user` runs the tests whose result depends on who runs them (marked `uid`): CI runs the
+# whole suite as root, then these as an ordinary user.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint bench clean
+.PHONY: run test test-fast test-user lint bench clean
+
+# The tests run in parallel (pytest-xdist), one worker per core; tests that must not run at the
+# same time as each other share an xdist_group (tests/conftest.py), which loadgroup keeps on one
+# worker. `make test XDIST=` runs them one at a time, in this process.
+XDIST ?= -n auto --dist loadgroup
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,10 +37,13 @@ run: $(VENV)/.installed
 	@$(BIN)/vram status $(ARGS) || { rc=$$?; [ $$rc -eq 1 ] || exit $$rc; }
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 test-fast: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
+
+test-user: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q $(XDIST) -m uid
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -1,5 +1,7 @@
-"""Fixtures for the whole suite, and the suite's pytest set-up (the `slow` marker, and a summary
-line counting the torch tests that did not run because torch is not installed).
+"""Fixtures for the whole suite, and the suite's pytest set-up: the `slow` and `uid` markers, the
+groups of tests that must not run at the same time under pytest-xdist, every test's own lease
+directory (and a guard on the machine's shared one), and a summary line counting the torch tests
+that did not run because torch is not installed.
 
 The plain helpers the fixtures use (and test modules import) are in helpers.py:
 `from helpers import run_vram, ...`.
@@ -10,24 +12,251 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
-from helpers import Children, Groups, Leasing, Served, Strays, run_vram
+from helpers import UID_FILES, Children, Groups, Leasing, Served, Strays, run_vram
+
+from vramkit.leases import SHARED_DIR
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: takes a second or more (real waiting, many processes); "
                    "`make test-fast` leaves these out (-m 'not slow'), `make test` runs them")
+    config.addinivalue_line(
+        "markers", "uid: the result depends on who runs the suite (root or an ordinary user); "
+                   "set here for the files in helpers.UID_FILES and for tests that skip for root or "
+                   "non-root or use shared_dir. CI runs these again as an ordinary user (make test-user)")
+    if not config.pluginmanager.hasplugin("xdist"):  # the mark is xdist's; without it, harmless
+        config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
+    # Every test's lease directory lives under this one (see own_lease_dir), and so does the one
+    # used before the first test (collection, module fixtures): never the machine's shared one.
+    base = Path(tempfile.mkdtemp(prefix="vramkit-tests-"))
+    base.chmod(0o755)  # vram run as another user (nobody) must reach the lease directories in it
+    config.stash[_LEASE_BASE] = base
+    helpers.TEST_LEASE_DIR = str(_lease_dir_in(base, "session"))
     # Started in the background by a shell without job control (`make test &`, nohup, CI
     # wrappers), pytest inherits SIGINT ignored, and every `vram` it starts would ignore Ctrl-C
     # too; the tests that interrupt `vram run` need the ordinary disposition. A Python-level
     # handler here is reset to the default in every child at exec.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_unconfigure(config):
+    base = config.stash.get(_LEASE_BASE, None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- lease directories
+
+_LEASE_BASE = pytest.StashKey[Path]()
+
+
+def _lease_dir_in(base: Path, prefix: str) -> Path:
+    """A new lease directory as vram makes a shared one: sticky, writable by every user (a test
+    may run vram as nobody), owned by whoever runs the suite."""
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=base))
+    path.chmod(0o1777)
+    return path
+
+
+def _shared_lease_dir_state() -> tuple | None:
+    """What a test could change in the machine's shared lease directory: None when it is not
+    there, else its owner, mode, times and entries."""
+    try:
+        st = os.lstat(SHARED_DIR)
+    except FileNotFoundError:
+        return None
+    try:
+        names: list[str] | None = sorted(os.listdir(SHARED_DIR))
+    except OSError:
+        names = None
+    return (st.st_uid, st.st_gid, oct(st.st_mode), st.st_mtime_ns, st.st_ctime_ns, names)
+
+
+def _describe_lease_state(state: tuple | None) -> str:
+    if state is None:
+        return "absent"
+    uid, gid, mode, _mtime, _ctime, names = state
+    return f"uid {uid}, gid {gid}, mode {mode}, entries {names}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_lease_dir_untouched():
+    """The machine's shared lease directory (/tmp/vramkit-leases) is the users', never the
+    suite's: the run fails when it is not as it was before the first test."""
+    before = _shared_lease_dir_state()
+    yield
+    after = _shared_lease_dir_state()
+    if after != before:
+        pytest.fail(f"the test run changed the machine's shared lease directory {SHARED_DIR} "
+                    f"(before: {_describe_lease_state(before)}; after: {_describe_lease_state(after)}): "
+                    "a test ran `vram pick`/`vram run` (or vramkit's API) without its own VRAM_LEASE_DIR, "
+                    "or a real vram on this machine used it meanwhile", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def own_lease_dir(request, monkeypatch, shared_lease_dir_untouched) -> Path:
+    """Every test's own lease directory: VRAM_LEASE_DIR in this process (vramkit's API) and in
+    helpers.clean_env() (the `vram` a test starts). Fails the test that changed the machine's
+    shared one (under xdist, possibly a test running at the same time on another worker)."""
+    path = _lease_dir_in(request.config.stash[_LEASE_BASE], "leases")
+    previous, helpers.TEST_LEASE_DIR = helpers.TEST_LEASE_DIR, str(path)
+    monkeypatch.setenv("VRAM_LEASE_DIR", str(path))
+    before = _shared_lease_dir_state()
+    try:
+        yield path
+    finally:
+        helpers.TEST_LEASE_DIR = previous
+        shutil.rmtree(path, ignore_errors=True)
+    after = _shared_lease_dir_state()
+    if after != before:
+        pytest.fail(f"{SHARED_DIR}, the machine's shared lease directory, changed during this test "
+                    f"(before: {_describe_lease_state(before)}; after: {_describe_lease_state(after)}): "
+                    "give every vram it starts the test's own VRAM_LEASE_DIR (helpers.clean_env does)",
+                    pytrace=False)
+
+
+# ---------------------------------------------------------------- marks set by file and by test
+
+# Tests whose result depends on who runs the suite, found without a list: they skip for root or
+# for everyone else (helpers.needs_root, or a skipif whose reason names root), or use shared_dir
+# (a directory for vram run as another user). Whole files are listed in helpers.UID_FILES.
+_ROOT_REASON = re.compile(r"\broot\b|\buid\b|\bnobody\b|another user|ordinary user", re.IGNORECASE)
+
+
+def _uid_dependent(item: pytest.Item) -> bool:
+    if item.path.name in UID_FILES or "shared_dir" in getattr(item, "fixturenames", ()):
+        return True
+    for mark in item.iter_markers("skipif"):
+        reason = mark.kwargs.get("reason", "")
+        if isinstance(reason, str) and _ROOT_REASON.search(reason):
+            return True
+    return False
+
+
+SLOW_SECONDS = 2.0  # the summary names the tests not marked slow that took this long
+
+# Slow tests not marked in their own files: a second or more each (measured with --durations on
+# a busy 2-core machine), by file::function (every parametrized case) or file::function[case].
+# `make test-fast` leaves them out. Two of them wait out vram serve's fixed 10 s client timeout.
+SLOW_TESTS: frozenset[str] = frozenset({
+    "test_api_types.py::test_every_documented_example_passes_mypy_strict",
+    "test_api_types.py::test_nothing_public_is_any",
+    "test_architecture.py::test_proc_is_read_in_procs_only",
+    "test_collector.py::test_kill_idle_drops_a_process_that_works_again_while_others_are_watched",
+    "test_docs_examples.py::test_console_example_is_the_real_output[docs/user-guide.md:552]",
+    "test_docs_examples.py::test_console_example_is_the_real_output[docs/user-guide.md:585]",
+    "test_estimate_foreach.py::test_the_for_loop_adam_agrees_with_its_trace",
+    "test_estimate_hostile_config.py::test_every_key_of_each_kind_of_config_with_every_hostile_value[mixtral-8x7b]",
+    "test_fleet.py::test_fleet_and_fleet_pick_as_commands",
+    "test_fleet_hostile.py::test_a_body_dripped_a_byte_at_a_time_ends_at_the_deadline",
+    "test_fleet_hostile.py::test_a_server_that_never_answers_ends_at_the_deadline",
+    "test_fleet_hostile.py::test_fuzzed_answers_never_give_an_internal_error",
+    "test_fleet_hostile.py::test_headers_dripped_a_byte_at_a_time_end_at_the_deadline",
+    "test_fleet_hostile.py::test_the_deadline_is_for_all_the_queries_together",
+    "test_history_hostile.py::test_a_neighbour_holding_every_lock_it_can_take_stops_nothing",
+    "test_history_malformed_readers.py::test_a_truncated_or_damaged_file",
+    "test_history_malformed_readers.py::test_any_value_in_any_column",
+    "test_history_malformed_readers.py::test_meta_values_and_schema_garbage",
+    "test_history_malformed_readers.py::test_missing_tables_columns_and_tables_that_are_views",
+    "test_history_store.py::test_rollups_move_raw_to_minutes_to_quarters_without_changing_totals",
+    "test_history_summary.py::test_a_schema_1_database_reads_the_same_before_and_after_its_upgrade",
+    "test_history_summary.py::test_hour_sums_equal_the_rows_across_every_seam",
+    "test_idle_history.py::test_history_that_ended_is_not_used_and_vram_watches",
+    "test_idle_history.py::test_no_history_database_says_so",
+    "test_lease_locks.py::test_a_held_gpu_lock_blocks_that_gpu_only_and_names_its_holder",
+    "test_lease_locks.py::test_holding_every_lock_denies_gpus_but_names_the_holder",
+    "test_lease_locks.py::test_vram_pick_and_run_go_on_while_the_directory_lock_is_held",
+    "test_metrics_compat.py::test_dcgm_exporter_dashboard_fills",
+    "test_metrics_compat.py::test_nvidia_gpu_exporter_dashboard_fills",
+    "test_metrics_compat.py::test_nvitop_exporter_dashboard_fills",
+    "test_notices.py::test_a_hanging_notice_command_is_killed_with_what_it_started",
+    "test_pick.py::test_explain_counts_gpu_locks_held_by_others_apart_from_leases",
+    "test_record_cli.py::test_a_database_locked_by_another_recorder",
+    "test_record_cli.py::test_a_real_process_is_one_life_across_kills",
+    "test_record_cli.py::test_max_size_keeps_the_file_bounded_oldest_first",
+    "test_record_cli.py::test_readers_never_fail_nor_block_the_recorder",
+    "test_record_cli.py::test_sigkill_at_random_moments_loses_at_most_the_last_interval_and_restart_continues",
+    "test_record_cli.py::test_sigkill_on_the_real_clock",
+    "test_redteam_doctor.py::test_a_log_whose_last_window_starts_inside_one_long_line_is_still_read",
+    "test_serve_abuse.py::test_a_slow_client_is_dropped_after_the_timeout",
+    "test_serve_abuse.py::test_a_thousand_idle_connections_are_bounded",
+    "test_serve_hostile.py::test_a_real_browser_gets_the_live_page_through_the_siege",
+    "test_serve_hostile.py::test_a_real_prometheus_scrapes_through_the_siege",
+    "test_serve_hostile.py::test_a_wrong_password_flood_does_not_keep_the_right_one_out",
+    "test_serve_hostile.py::test_idle_connections_and_event_streams_keep_no_one_out",
+    "test_serve_hostile.py::test_idle_connections_from_many_addresses_cannot_fill_the_server",
+    "test_serve_hostile.py::test_with_tls_and_basic_auth_silent_and_handshaken_connections_keep_no_one_out",
+    "test_serve_idle_seed.py::test_serve_continues_the_recorded_idle_time",
+    "test_serve_prometheus.py::test_a_host_whose_scrape_fails_is_said_to_be_down",
+    "test_serve_prometheus.py::test_a_prometheus_that_is_slow_or_errs_is_one_line_and_exit_1[/silent-needles0]",
+    "test_serve_prometheus.py::test_an_unreachable_prometheus_is_exit_1_and_a_bad_address_exit_2",
+    "test_serve_prometheus.py::test_every_dashboard_panel_has_data_and_fleet_shows_each_scenario_exactly",
+    "test_serve_web.py::test_a_phone_sees_one_column_without_horizontal_scrolling",
+    "test_serve_web.py::test_history_charts_from_the_store",
+    "test_serve_web.py::test_other_users_names_are_text_not_markup",
+    "test_serve_web.py::test_the_page_shows_the_scenario_and_follows_its_timeline",
+    "test_serve_web.py::test_without_event_source_it_polls_and_says_when_the_server_stops",
+    "test_serve_webconfig.py::test_an_unknown_user_costs_what_the_costliest_user_costs",
+    "test_top_app.py::test_the_view_keeps_the_trend_window_of_each_gpu_not_fifteen_minutes",
+    "test_top_conveniences.py::test_a_gpu_whose_health_was_read_unhealthy_is_marked_on_its_panel[size1]",
+    "test_top_conveniences.py::test_ascii_draws_no_unicode",
+    "test_top_conveniences.py::test_sigint_goes_through_the_checked_kill_path",
+    "test_top_conveniences.py::test_the_detail_screen_reads_its_gpus_health",
+    "test_top_history.py::test_h_cycles_the_range_and_says_how_much_is_recorded",
+    "test_top_widths.py::test_the_help_screen_fits_without_wrapping_a_line_of_keys[size0]",
+    "test_top_widths.py::test_the_help_screen_fits_without_wrapping_a_line_of_keys[size1]",
+    "test_torch_batch.py::test_batch_finder_when_nothing_fits_and_other_errors_propagate",
+    "test_torch_batch.py::test_batch_search_summary_when_nothing_fits",
+    "test_torch_leaks.py::test_holders_are_named_through_variables_containers_and_attributes",
+    "test_torch_leaks.py::test_holders_through_a_class_attribute",
+    "test_trace_memory.py::test_a_backward_pass_without_an_optimizer_traces",
+})
+
+
+def _listed_slow(item: pytest.Item) -> bool:
+    key = f"{item.path.name}::{item.nodeid.split('::', 1)[-1]}"
+    return key in SLOW_TESTS or key.split("[", 1)[0] in SLOW_TESTS
+
+# Tests that must not run at the same time as each other under pytest-xdist, by file: each group
+# runs in one worker (make test uses --dist loadgroup).
+XDIST_GROUPS: dict[str, str] = {}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under -m "not slow" (make test-fast), a module marked slow as a whole is not even imported
+    (transformers, peft: seconds in every worker)."""
+    if config.option.markexpr.strip() == "not slow" and collection_path.suffix == ".py" \
+            and collection_path.name.startswith("test_"):
+        try:
+            text = collection_path.read_text()
+        except OSError:
+            return None
+        if re.search(r"^pytestmark = pytest\.mark\.slow\s*(#.*)?$", text, re.MULTILINE):
+            return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        if _uid_dependent(item):
+            item.add_marker(pytest.mark.uid)
+        if _listed_slow(item):
+            item.add_marker(pytest.mark.slow)
+        if name in XDIST_GROUPS and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[name]))
 
 
 # ---------------------------------------------------------------- torch tests that did not run
@@ -63,6 +292,8 @@ def _count_tests(path: Path, config: pytest.Config) -> int:
             return 1
 
     def count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+        if fast and f"{path.name}::{fn.name}" in SLOW_TESTS:
+            return 0
         n = 1
         for deco in fn.decorator_list:
             if fast and isinstance(deco, ast.Attribute) and deco.attr == "slow":
@@ -94,6 +325,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             missing += _count_tests(Path(str(config.rootpath)) / report.nodeid, config)
         else:
             missing += 1
+    # Keep `make test-fast` fast: name the tests that took a second or more and are not marked slow.
+    unmarked = sorted(((r.duration, r.nodeid) for r in terminalreporter.stats.get("passed", [])
+                       if r.when == "call" and r.duration >= SLOW_SECONDS and "slow" not in r.keywords),
+                      reverse=True)
+    if unmarked:
+        terminalreporter.write_line(
+            f"{len(unmarked)} test{'s' if len(unmarked) != 1 else ''} not marked slow took "
+            f"{SLOW_SECONDS:g} s or more (mark them, or list them in SLOW_TESTS in tests/conftest.py): "
+            + ", ".join(f"{nodeid} ({duration:.1f} s)" for duration, nodeid in unmarked[:10])
+            + (", ..." if len(unmarked) > 10 else ""), yellow=True)
     if missing:
         # Counted in pytest's last line too: "912 passed, 4 skipped, 107 torch tests not run".
         terminalreporter.stats.setdefault("torch tests not run", []).extend([None] * missing)

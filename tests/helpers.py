@@ -39,12 +39,23 @@ BANNED_IMPORTS = ("torch", "textual", "psutil", "pynvml")
 
 # ---------------------------------------------------------------- running the command
 
+# The running test's own lease directory (conftest.py's autouse fixture `own_lease_dir` sets it
+# before each test, and a session-wide one before collection): clean_env() points VRAM_LEASE_DIR at
+# it, so no `vram pick` or `vram run` a test starts touches the machine's shared /tmp/vramkit-leases
+# (run as root, then as nobody, they left it owned by nobody, and vram refuses such a directory).
+# Sticky and world-writable, as vram makes a shared one, so vram run as another user can use it.
+TEST_LEASE_DIR: str | None = None
+
+
 def clean_env(**extra: str | None) -> dict[str, str]:
     """The caller's environment without anything that changes vram's behaviour, with the
-    simulated clock pinned to t=0. `NAME=None` removes NAME."""
+    simulated clock pinned to t=0 and VRAM_LEASE_DIR the test's own lease directory (never the
+    machine's shared one). `NAME=None` removes NAME."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("VRAM_") and k not in ("NO_COLOR", "COLUMNS", "LINES", "FORCE_COLOR")}
     env["VRAM_SIM_TIME"] = "0"
+    if TEST_LEASE_DIR is not None:
+        env["VRAM_LEASE_DIR"] = TEST_LEASE_DIR
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TERM"] = "xterm-256color"
     for key, value in extra.items():
@@ -474,6 +485,22 @@ class Groups:
 # ---------------------------------------------------------------- who runs the suite
 
 IS_ROOT = os.geteuid() == 0
+
+# The test files whose results depend on who runs the suite: conftest.py marks their tests `uid`
+# (so do tests that skip for root or for everyone else, and those using shared_dir), and CI runs
+# the marked tests a second time as an ordinary user (`make test-user`, `pytest -m uid`). A file
+# that asks who it runs as (needs_root, IS_ROOT, run_vram_as, AS_NOBODY, os.geteuid/getuid,
+# setpriv, su, chown) belongs here: tests/test_suite_rules.py checks it.
+UID_FILES = frozenset({
+    "test_config.py", "test_docs_examples.py", "test_history_hostile.py", "test_holders.py",
+    "test_idle_history.py", "test_kill.py", "test_kill_lib.py", "test_kill_recheck.py", "test_kill_safety.py",
+    "test_kill_zombie_busy.py", "test_lease_locks.py", "test_lease_security.py", "test_lease_swap.py",
+    "test_leases_cross_user.py",
+    "test_notices.py", "test_policy.py", "test_protect_names.py", "test_ps_env.py", "test_real_processes.py",
+    "test_record_cli.py", "test_redteam_config.py", "test_run.py", "test_run_concurrency.py",
+    "test_run_leases.py", "test_serve_hostile.py", "test_serve_web.py", "test_shim_security.py",
+    "test_sim_spawn_output.py", "test_text_width.py", "test_top_history.py",
+})
 
 
 def needs_root(why: str):

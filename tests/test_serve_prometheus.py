@@ -37,6 +37,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def is_ours(port: int, data: Path) -> bool:
+    """Whether the Prometheus answering on `port` is the one started with this data directory."""
+    flags = get_json(f"http://127.0.0.1:{port}/api/v1/status/flags")
+    return flags.get("data", {}).get("storage.tsdb.path") == str(data)
+
+
 def get_json(url: str, timeout: float = 10) -> dict:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return json.loads(r.read())
@@ -130,9 +136,12 @@ def lab(tmp_path):
             while time.monotonic() < deadline and proc.poll() is None:
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as r:
-                        if r.status == 200:
+                        # Ready, and ours: not another test's Prometheus (pytest-xdist runs tests
+                        # side by side) that took the port first while this one failed to bind.
+                        if r.status == 200 and is_ours(port, tmp_path / "data") and proc.poll() is None:
                             url = f"http://127.0.0.1:{port}"
                             break
+                        time.sleep(0.1)
                 except OSError:
                     time.sleep(0.1)
             if url:
@@ -318,9 +327,11 @@ def test_a_prometheus_that_is_slow_or_errs_is_one_line_and_exit_1(misbehaving, p
 
 
 def test_an_unreachable_prometheus_is_exit_1_and_a_bad_address_exit_2():
-    port = free_port()  # nobody listens there now
-    assert_one_line_error(run_vram("fleet", "--prometheus", f"http://127.0.0.1:{port}", env=clean_env()), 1,
-                          f"cannot reach Prometheus at http://127.0.0.1:{port}")
+    with socket.socket() as held:  # bound, never listening: refused, and no other test can take it meanwhile
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        assert_one_line_error(run_vram("fleet", "--prometheus", f"http://127.0.0.1:{port}", env=clean_env()), 1,
+                              f"cannot reach Prometheus at http://127.0.0.1:{port}")
     for bad in ("prometheus:9090", "ftp://x", "http://", "http://h:99999", "http://h/?q=1"):
         assert_one_line_error(run_vram("fleet", "--prometheus", bad, env=clean_env()), 2, "--prometheus")
     assert_one_line_error(run_vram("fleet", env=clean_env()), 2, "--prometheus", "VRAM_PROMETHEUS")
