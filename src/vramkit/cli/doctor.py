@@ -150,7 +150,8 @@ def _read_log(path: str) -> LogText:
     """The log's tail; every message names it by its sanitized name (a file name in a shared
     directory is another user's text: escapes in it must not reach the terminal)."""
     if path == "-":
-        if sys.stdin.isatty():  # not a pipe: say why nothing happens yet
+        isatty = getattr(sys.stdin, "isatty", None)  # embedding or tests may give a bare stream
+        if isatty is not None and isatty():  # not a pipe: say why nothing happens yet
             print("vram doctor: reading the log from the terminal until Ctrl-D (or pipe it: "
                   "python train.py 2>&1 | vram doctor -)", file=sys.stderr, flush=True)
         stream = getattr(sys.stdin, "buffer", None)
