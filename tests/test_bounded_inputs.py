@@ -146,7 +146,8 @@ def test_unbounded_scenario_values_are_one_line_errors(cli, tmp_path, text, need
 @pytest.mark.parametrize("interval", ["inf", "nan", "1e-9", "1e400", "-inf"])
 def test_watch_interval_must_be_sane(cli, interval):
     # One parser of durations for every flag (issue 27): it names the flag and the value it refused.
-    one_line_error(cli("status", "--simulate", "demo", f"--watch={interval}"), "--watch", f"not a duration: {interval!r}")
+    result = cli("status", "--simulate", "demo", f"--watch={interval}")
+    one_line_error(result, "--watch", f"not a duration: {interval!r}")
 
 
 @pytest.mark.parametrize("value", ["abc", "nan", "inf", "1e999"])

@@ -254,7 +254,7 @@ def test_svg_needs_no_library_and_escapes_every_name(db, tmp_path):
 def test_png_without_matplotlib_is_one_line(db, tmp_path):
     result = run_vram("report", "--db", str(db), *WINDOW, "--plot", str(tmp_path / "g.png"),
                       env=_blocked_matplotlib(tmp_path))
-    assert_one_line_error(result, 2, "--plot", "vramkit[plot]", ".svg")
+    assert_one_line_error(result, 2, "--plot", "-m pip install -e ", "[plot]", ".svg")
     assert not (tmp_path / "g.png").exists()
 
 

@@ -131,7 +131,9 @@ def _need_matplotlib() -> None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot: a PNG needs matplotlib: pip install 'vramkit[plot]' (or write an .svg, "
+        from ..install_hint import install_hint
+
+        raise UsageError(f"--plot: a PNG needs matplotlib: {install_hint('plot')} (or write an .svg, "
                          "which needs nothing)")
 
 

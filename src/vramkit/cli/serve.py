@@ -66,7 +66,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    "their Grafana dashboards work unchanged (docs/metrics.md)")
     p.add_argument("--web-config", metavar="FILE", help="TLS and basic auth: tls_server_config (cert_file, "
                    "key_file, client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt "
-                   "hash), as Prometheus' exporters read them; needs pip install 'vramkit[serve]'")
+                   "hash), as Prometheus' exporters read them; needs pyyaml and bcrypt (vramkit's 'serve' extra)")
     p.add_argument("--hostname", metavar="NAME", help="the host's name in metrics and on the page "
                    "(default: this machine's)")
     p.set_defaults(run=run)

@@ -44,10 +44,9 @@ def _torch() -> Any:
             warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy"
             import torch
     except ImportError:
-        raise TraceUnavailable(
-            "needs PyTorch: pip install torch (from a checkout of vramkit: "
-            ".venv/bin/pip install -e '.[torch]', the 'torch' extra; vramkit is not on PyPI)"
-        ) from None
+        from ..install_hint import install_hint
+
+        raise TraceUnavailable(f"needs PyTorch: {install_hint('torch')}") from None
     return torch
 
 

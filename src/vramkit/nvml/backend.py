@@ -670,5 +670,7 @@ def open_real() -> Nvml:
     try:
         import pynvml
     except ImportError:
-        raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed: pip install nvidia-ml-py") from None
+        from ..install_hint import install_hint
+
+        raise NvmlUnavailable(f"nvidia-ml-py (pynvml) is not installed: {install_hint('nvml')}") from None
     return Nvml(pynvml).open()

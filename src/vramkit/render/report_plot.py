@@ -162,8 +162,10 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
     try:
         import matplotlib
     except ImportError:
-        raise PlotError("a PNG needs matplotlib: pip install 'vramkit[plot]' (or write an .svg, "
-                        "which needs nothing)", param="plot") from None
+        from ..install_hint import install_hint
+
+        raise PlotError(f"a PNG needs matplotlib: {install_hint('plot')} (or write an .svg, which needs "
+                        "nothing)", param="plot") from None
     matplotlib.use("Agg")  # no display: a file only
     import matplotlib.pyplot as plt
 

@@ -14,7 +14,7 @@ file works unchanged where it uses what vram serve supports:
 
 Anything else (an unknown key, an inline `cert:`, cipher lists) is refused, naming the file and
 the key, rather than silently ignored: a security setting that is not applied must not look
-applied. pyyaml and bcrypt come with `pip install 'vramkit[serve]'` and are imported only here.
+applied. pyyaml and bcrypt come with vramkit's `serve` extra and are imported only here.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 MAX_FILE = 1024 * 1024  # bytes read of the config, a certificate or a key
 PARAM = "web_config"
-INSTALL = "needs pyyaml and bcrypt: pip install 'vramkit[serve]'"
 TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
 # Go's tls.ClientAuthType names that Python's ssl can honour (the ones that do not verify a
 # certificate it is given cannot be, and are insecure anyway).
@@ -124,7 +123,9 @@ def load(path: Path) -> WebConfig:
         import bcrypt  # noqa: F401 - checked here, used by BasicAuth
         import yaml
     except ImportError:
-        raise RequestError(INSTALL, param=PARAM) from None
+        from ..install_hint import install_hint
+
+        raise RequestError(f"needs pyyaml and bcrypt: {install_hint('serve')}", param=PARAM) from None
     raw = _read(path, path, None)
     try:
         data = yaml.safe_load(raw.decode("utf-8"))

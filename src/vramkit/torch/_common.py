@@ -19,8 +19,9 @@ def require_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise ImportError("vramkit.torch needs PyTorch: pip install torch (from a checkout of vramkit: "
-                          ".venv/bin/pip install -e '.[torch]', the 'torch' extra; vramkit is not on PyPI)") from None
+        from ..install_hint import install_hint
+
+        raise ImportError(f"vramkit.torch needs PyTorch: {install_hint('torch')}") from None
     return torch
 
 

@@ -1,0 +1,43 @@
+"""How to install an optional part, said the way this vramkit was installed.
+
+vramkit is not on a package index, so "pip install 'vramkit[serve]'" names nothing a user can
+fetch. The hint follows the installation at hand: the system-wide one (scripts/install-system.sh
+leaves INSTALLED in its virtual environment), an editable checkout (its own extra), or else the
+packages themselves into the interpreter that runs vram. Only error paths import this module.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+# extra -> the packages it brings (pyproject.toml's [project.optional-dependencies])
+EXTRAS = {"torch": ("torch",), "plot": ("matplotlib",), "serve": ("pyyaml", "bcrypt"),
+          "nvml": ("nvidia-ml-py",)}
+
+
+def _checkout() -> str | None:
+    """The source checkout this vramkit runs from (an editable install), or None."""
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../src
+    root = os.path.dirname(src)
+    if os.path.basename(src) == "src" and os.path.isfile(os.path.join(root, "pyproject.toml")):
+        return root
+    return None
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs `extra`'s packages for this vramkit, e.g.
+    ".venv/bin/pip install -e '.[serve]'" from a checkout."""
+    packages = " ".join(EXTRAS[extra])
+    if os.path.isfile(os.path.join(sys.prefix, "INSTALLED")):  # scripts/install-system.sh's venv
+        if extra == "nvml":  # a dependency of the core: the install itself is broken
+            return f"sudo {shlex.quote(os.path.join(sys.prefix, 'bin', 'pip'))} install {packages}"
+        return f"sudo scripts/install-system.sh --extras {extra} (from the checkout it was installed from)"
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    checkout = _checkout()
+    if checkout is not None and extra != "nvml":
+        here = os.path.abspath(os.getcwd()) == checkout
+        target = f"'.[{extra}]'" if here else shlex.quote(f"{checkout}[{extra}]")
+        return f"{pip} -e {target}"
+    return f"{pip} {packages}"

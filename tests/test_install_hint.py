@@ -1,0 +1,42 @@
+"""Install hints name a way that works for the vramkit at hand: it is not on a package index, so
+`pip install 'vramkit[serve]'` would fetch nothing (issue 31)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from vramkit import install_hint as hint
+
+
+def test_from_this_checkout_the_extra_is_installed_editable(monkeypatch, tmp_path):
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(hint.__file__))))
+    monkeypatch.chdir(checkout)
+    assert hint.install_hint("serve") == f"{sys.executable} -m pip install -e '.[serve]'"
+    monkeypatch.chdir(tmp_path)  # elsewhere: the checkout by its path
+    assert hint.install_hint("plot") == f"{sys.executable} -m pip install -e '{checkout}[plot]'"
+
+
+def test_the_system_wide_install_is_extended_by_its_script(monkeypatch, tmp_path):
+    (tmp_path / "INSTALLED").write_text("installed by scripts/install-system.sh\n")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert hint.install_hint("serve").startswith("sudo scripts/install-system.sh --extras serve")
+    assert hint.install_hint("nvml") == f"sudo {tmp_path}/bin/pip install nvidia-ml-py"
+
+
+def test_an_installed_wheel_gets_the_packages_themselves(monkeypatch):
+    monkeypatch.setattr(hint, "_checkout", lambda: None)
+    assert hint.install_hint("serve") == f"{sys.executable} -m pip install pyyaml bcrypt"
+    assert hint.install_hint("torch") == f"{sys.executable} -m pip install torch"
+
+
+def test_no_message_names_a_package_index_entry_that_does_not_exist():
+    src = os.path.dirname(os.path.abspath(hint.__file__))
+    offenders = []
+    for root, _, files in os.walk(src):
+        for name in files:
+            if name.endswith(".py") and name != "install_hint.py":
+                text = open(os.path.join(root, name), encoding="utf-8").read()
+                if "install 'vramkit[" in text or 'install "vramkit[' in text:
+                    offenders.append(name)
+    assert offenders == []
