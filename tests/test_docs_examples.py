@@ -233,6 +233,12 @@ def real_output(example: Example, directory: Path) -> list[str]:
     return _trim(as_shown(printed, directory, leases).splitlines())
 
 
+def installed(program: str) -> bool:
+    """Whether an example finds `program` on the PATH it runs with: this interpreter's bin first
+    (gpustat, nvitop installed into the venv by the test extra), then the system's."""
+    return shutil.which(program, path=example_env(Path("/"), Path(DEFAULT_LEASE_DIR))["PATH"]) is not None
+
+
 def example_id(example: Example) -> str:
     return f"{example.document}:{example.line}"
 
@@ -242,13 +248,28 @@ def test_console_example_is_the_real_output(example: Example, tmp_path: Path) ->
     if listed(AS_ROOT, example) and os.geteuid() != 0:
         pytest.skip("the guide shows this example run as root")
     for program in OTHER_PROGRAMS:
-        if re.search(rf"(^|[|;&]\s*|\s){program}\b", example.command) and shutil.which(program) is None:
+        if re.search(rf"(^|[|;&]\s*|\s){program}\b", example.command) and not installed(program):
             pytest.skip(f"the example runs {program}, which is not installed")
     actual = real_output(example, tmp_path)
     assert matches(example.expected, actual), (
         f"{example.document}:{example.line}: `{example.command}` printed:\n" + "\n".join(actual)
         + "\n\nthe example says:\n" + "\n".join(example.expected)
     )
+
+
+def test_programs_in_the_venv_count_as_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A program installed next to this interpreter (the venv's gpustat) is found as the examples
+    find it, although the test's own PATH (make test, not an activated venv) lacks that directory."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    program = fake_bin / "some-peer-tool"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake_bin / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert shutil.which("some-peer-tool") is None
+    assert installed("some-peer-tool")
+    assert not installed("no-such-program-anywhere")
 
 
 def test_every_listed_example_exists() -> None:
