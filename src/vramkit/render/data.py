@@ -98,6 +98,14 @@ def _csv_value(value: object) -> str:
     return str(value)
 
 
+def process_count(dev: Device) -> int | None:
+    """How many processes hold memory on the GPU, or None (N/A) where that is not known: the
+    driver would not list them (dev.na["processes"] says why) or the GPU is lost. Never 0 then."""
+    if dev.lost or "processes" in dev.na:
+        return None
+    return len(dev.processes)
+
+
 def status_csv(snap: Snapshot, header: bool = True) -> str:
     """The header row (unless not `header`: later --watch frames), then a row per GPU."""
     buf = io.StringIO()
@@ -105,7 +113,7 @@ def status_csv(snap: Snapshot, header: bool = True) -> str:
     if header:
         writer.writerow(STATUS_CSV_COLUMNS)
     for dev in snap.gpus:
-        values = {**asdict(dev), "process_count": len(dev.processes), "simulated": snap.simulated,
+        values = {**asdict(dev), "process_count": process_count(dev), "simulated": snap.simulated,
                   "time": _iso(snap.time)}
         writer.writerow([_csv_value(values[c]) for c in STATUS_CSV_COLUMNS])
     return buf.getvalue()

@@ -156,7 +156,8 @@ def vram_metrics(snap: Snapshot, state: ExportState, commands: bool, max_process
         lost.add_metric(key, 1.0 if g.lost else 0.0)
         if g.lost:
             continue
-        procs.add_metric(key, float(len(g.processes)))
+        if "processes" not in g.na:  # a list the driver would not give has no count: no series, never 0
+            procs.add_metric(key, float(len(g.processes)))
         for name, family in fields.items():
             value = getattr(g, name)
             if value is not None:
@@ -365,7 +366,8 @@ def _vram_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, 
         lost.append((key, 1.0 if g.lost else 0.0))
         if g.lost:
             continue
-        procs.append((key, float(len(g.processes))))
+        if "processes" not in g.na:  # a list the driver would not give has no count: no series, never 0
+            procs.append((key, float(len(g.processes))))
         for samples, (field, _, _, scale) in zip(fields, _GPU_FIELDS):
             value = getattr(g, field)
             if value is not None:
@@ -625,7 +627,8 @@ def _vram_mig(snap: Snapshot) -> list[Family]:
                 v = getattr(m, f)
                 if v is not None:
                     fam[3].append((labels, float(v)))
-            procs[3].append((labels, float(sum(1 for p in g.processes if p.mig_gi == m.gi))))
+            if "processes" not in g.na:
+                procs[3].append((labels, float(sum(1 for p in g.processes if p.mig_gi == m.gi))))
     return [info, *fams.values(), procs]
 
 

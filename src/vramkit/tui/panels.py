@@ -45,7 +45,21 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
     layouts the history sparklines); line 2, when there is room, memory and utilization history.
     `names`: the columns for the GPU's name (name_cells of all panels); default its own name's.
     `look`: the colours (theme, memory thresholds). `unhealthy`: its health, when last read,
-    showed what doctor flags: a '!' after the index (the alerts line says what)."""
+    showed what doctor flags: a '!' after the index (the alerts line says what). A GPU whose
+    process list the driver would not give gets a line saying so, as `vram status` does: the
+    table then lists none of its processes, and that is not "none"."""
+    panel = _gpu_lines(dev, samples, now, width, two_lines, span, alerting, names, look, unhealthy)
+    unknown = None if dev.lost else dev.na.get("processes")
+    if unknown is None:
+        return panel
+    words = f"processes unknown ({unknown}): the table lists none of this GPU's"
+    note = Text.assemble("    ", (words, look.palette.warn))
+    note.truncate(width, overflow="ellipsis")
+    return Text("\n").join([panel, note])
+
+
+def _gpu_lines(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
+               span: float, alerting: bool, names: int | None, look: Look, unhealthy: bool) -> Text:
     critical, util_color = f"bold {look.palette.critical}", look.palette.util
     index = Text(f"{dev.index:>2}", style=critical if alerting else "bold")
     index.append("!" if unhealthy else " ", style=f"bold {look.palette.warn}")
