@@ -281,3 +281,130 @@ def test_history_charts_from_the_store(browser, served, tmp_path):
             browser.save_screenshot(str(SCREENSHOT))
         finally:
             browser.set_window_size(1280, 900)
+
+
+# ------------------------------------------------------------ issue 31: unknown lists, rounding, first paint, idle
+
+READ_FACTS = "return document.getElementById('facts').textContent"
+
+
+def test_a_gpu_whose_process_list_is_unknown_says_so_never_zero(browser, served, tmp_path):
+    """Issue 31 item 3: the lab's GPUs 3 and 5 (NOT_SUPPORTED, no permission) say 'processes
+    unknown (REASON)', an empty GPU 'no processes', and the banner counts what it could not list."""
+    from test_unknown_process_lists import REFUSED, UNSUPPORTED, WHY, lab_scenario
+
+    path = tmp_path / "lab.json"
+    path.write_text(json.dumps(lab_scenario()))
+    server = served("--simulate", str(path))
+    load(browser, server.url)
+    notes = browser.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) =>"
+        " [card.dataset.index, (card.querySelector('.no-procs') || {}).textContent || null]))")
+    assert notes[str(UNSUPPORTED)] == f"processes unknown ({WHY[UNSUPPORTED]})"
+    assert notes[str(REFUSED)] == f"processes unknown ({WHY[REFUSED]})"
+    assert notes["2"] == "no processes"
+    assert notes["0"] is None  # a table of its process
+    assert browser.execute_script(READ_FACTS).endswith("used by 5 processes (processes unknown on 2 GPUs)")
+    assert not browser_errors(browser)
+
+
+# Values on the halfway point between two printed ones: Python's format rounds a tie to even (what
+# `vram status` prints), JavaScript's toFixed and Math.round take it up.
+TIES = {
+    "name": "ties",
+    "gpus": [{"memory_total": "80GiB", "memory_used": "78.25GiB", "utilization": 50, "power": 62.5,
+              "power_limit": 400},
+             {"memory_total": "80GiB", "memory_used": "18GiB", "utilization": 0, "power": 63.5,
+              "power_limit": 400}],
+    "processes": [{"pid": 7001, "user": "dave", "sm_util": 50, "gpus": {"0": "78.25GiB"}},
+                  {"pid": 7002, "user": "alice", "sm_util": 0, "gpus": {"1": "18GiB"}}],
+}
+
+
+def test_the_page_rounds_as_vram_status_does(browser, served, tmp_path):
+    """Issue 31 item 10: 78.25 GiB is 78.2 and 22.5 % is 22 on the page as in `vram status`."""
+    from vramkit.render import fmt
+    from vramkit.units import format_size
+
+    path = tmp_path / "ties.json"
+    path.write_text(json.dumps(TIES))
+    snap = vramkit_snapshot(path)
+    server = served("--simulate", str(path))
+    load(browser, server.url)
+    gpus = gpus_on_page(browser)
+    pcts = browser.execute_script("return Array.from(document.querySelectorAll('#gpus article.gpu .pct'))"
+                                  ".map((e) => e.textContent)")
+    for g in snap.gpus:
+        cli_pair = fmt.memory_pair(g.memory_used, g.memory_total)  # "78.2/80.0GiB"
+        assert gpus[g.index]["memory"] == cli_pair.replace("/", " / ").replace("GiB", " GiB")
+        assert pcts[g.index] == fmt.pct(100 * fmt.mem_fraction(g))
+        assert gpus[g.index]["power"] == fmt.power(g).replace("/", " / ").replace("W", " W")
+        assert gpus[g.index]["rows"][0]["pmem"] == format_size(g.processes[0].memory).replace("GiB", " GiB")
+    # What those are, so that the rule itself is pinned: ties to even.
+    assert (gpus[0]["memory"], pcts[1], gpus[0]["power"], gpus[1]["power"]) == (
+        "78.2 / 80.0 GiB", "22%", "62 / 400 W", "64 / 400 W")
+    total = sum(g.memory_used or 0 for g in snap.gpus)
+    assert f"{format_size(total).replace('GiB', ' GiB')} of 160 GiB used by 2 processes" in browser.execute_script(
+        READ_FACTS)
+
+
+def vramkit_snapshot(path: Path):
+    import vramkit
+
+    return vramkit.snapshot(simulate=str(path))
+
+
+def test_the_first_paint_has_the_reading_without_asking_again(browser, served, scenario_file):
+    """Issue 31 item 10: the page as served carries the current reading, so the GPUs show with
+    the event stream and the snapshot API both unreachable (blocked here)."""
+    import urllib.request
+
+    server = served("--simulate", str(scenario_file))
+    with urllib.request.urlopen(server.url + "api/v1/snapshot", timeout=WAIT):
+        pass  # the server has its first reading
+    with urllib.request.urlopen(server.url, timeout=WAIT) as answer:
+        html = answer.read().decode()
+    assert '<script type="application/json" id="reading">' in html
+    assert "waiting for the first reading" not in html
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/api/v1/events*", "*/api/v1/snapshot*"]})
+    try:
+        load(browser, server.url)
+        assert "scenario web-page" in browser.execute_script(READ_FACTS)
+        assert memory_text(browser, 1) == used_of_total(parse_size("2GiB"), parse_size("40GiB"))
+        assert not [e for e in browser_errors(browser) if "Content Security Policy" in e or "Refused to" in e]
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+        browser.execute_cdp_cmd("Network.disable", {})
+
+
+def test_a_holder_idle_since_before_the_server_watched_shows_no_made_up_duration(browser, served):
+    """Issue 31 item 10: demo's alice has held GPU 4 idle for hours; a server that has just started
+    cannot know for how long, so the page says 'idle', not 'idle 0s'."""
+    server = served("--simulate", "demo")
+    load(browser, server.url)
+    rows = {row["pid"]: row for g in gpus_on_page(browser).values() for row in g["rows"]}
+    assert rows["38817"]["flags"] == "idle"
+
+
+def test_the_time_axis_shows_its_date_line_whole(browser, served, tmp_path):
+    """Issue 31 item 10: the history chart's time axis is as tall as its two-line labels (time over
+    date): no ink on the chart canvas' bottom rows, where a cut label would end."""
+    db = tmp_path / "history.db"
+    env = clean_env(VRAM_SIM_TIME=None, VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time()) - 3600))
+    subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
+                             "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
+    server = served("--simulate", "demo", "--db", str(db))
+    load(browser, server.url)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "two history charts")
+    ink = browser.execute_script("""
+      return Array.from(document.querySelectorAll('#charts canvas')).map((c) => {
+        const rows = Math.max(2, Math.round(2 * window.devicePixelRatio));
+        const data = c.getContext('2d').getImageData(0, c.height - rows, c.width, rows).data;
+        let n = 0;
+        for (let i = 3; i < data.length; i += 4) if (data[i] > 0) n += 1;
+        return n;
+      });""")
+    labels = browser.execute_script("return Array.from(document.querySelectorAll('#charts canvas'))"
+                                    ".map((c) => c.height)")
+    assert ink == [0, 0], (ink, labels)

@@ -920,6 +920,8 @@ class Handler(BaseHTTPRequestHandler):
         except (FileNotFoundError, OSError):
             self._send(404, b"not found\n", "text/plain; charset=utf-8", head=head)
             return
+        if name == "index.html":
+            body = self.server.service.page(body)  # with the current reading in it
         self._send(200, body, STATIC[name], head=head)
 
     def _history(self, query: str, head: bool) -> None:

@@ -71,6 +71,7 @@ class Service:
         self._health_at: float | None = None
         self._xids: XidWatcher | None = None
         self.idle_note: str | None = None  # what history said to the idle clock, or why nothing
+        self._first_monotonic: float | None = None  # the first reading's, on the idle clock's clock
 
     # ------------------------------------------------------------ sampling
     def start(self) -> None:
@@ -133,6 +134,8 @@ class Service:
                                    for g in snap.gpus])
 
     def _taken(self, snap: Snapshot) -> None:
+        if self._first_monotonic is None and snap.monotonic is not None:
+            self._first_monotonic = snap.monotonic
         self.state.read_seconds = self.collector.last_read_seconds
         exported = self._read_health(snap)
         with self.changed:
@@ -200,10 +203,27 @@ class Service:
             if snap is None:
                 return b'{"error": "no reading yet"}'
             # The status JSON, and what the page shows besides: whose it is, how often it comes.
+            # watched_for: seconds from the first reading to this one, on the idle clock's clock: a
+            # holder whose idle_for equals it has been idle since before serve watched (the page
+            # then does not show "idle 0s" for a notebook idle for days).
+            first = self._first_monotonic
             doc = {**status_doc(self._shown(snap)), "hostname": self.state.hostname,
-                   "interval": self.options.interval}
+                   "interval": self.options.interval,
+                   "watched_for": None if first is None or snap.monotonic is None else snap.monotonic - first}
             return json.dumps(doc, separators=(",", ":")).encode()
         return self._cached("snapshot", build)
+
+    def page(self, template: bytes) -> bytes:
+        """The web page with the current reading in it (a JSON data block, which no browser runs
+        and the CSP allows), so that its first paint shows the GPUs, not a wait for the event
+        stream. '<' is written as its JSON escape: nothing in the data can end the block."""
+        def build() -> bytes:
+            if self.latest is None:
+                return template
+            data = self.snapshot_json().replace(b"<", b"\\u003c")
+            block = b'<script type="application/json" id="reading">' + data + b"</script>\n"
+            return template.replace(b"</body>", block + b"</body>", 1)
+        return self._cached("page", build)
 
     def _shown(self, snap: Snapshot) -> Snapshot:
         """The snapshot as the JSON API shows it: command lines (which can hold tokens and

@@ -13,6 +13,7 @@
   const STREAM_RETRY_MS = 10000; // a closed event stream (refused, not merely dropped) is retried after this
   const STALE_FLOOR_MS = 10000; // no new reading for max(this, 3 reading intervals): say so
   const HISTORY_REFRESH_MS = { "5m": 10000, "1h": 30000, "24h": 300000, "7d": 900000 };
+  const TICK_PX = 10, AXIS_GAP_PX = 5, AXIS_FONT_PX = 12; // uPlot's axis defaults (ticks, gap, 12px font)
   const GIB = 1024 * 1024 * 1024;
   const MIB = 1024 * 1024;
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -30,18 +31,36 @@
 
   const known = (v) => v !== null && v !== undefined;
 
-  function size(bytes) {
-    if (!known(bytes)) return "N/A";
-    if (bytes >= GIB) return (bytes / GIB).toFixed(1) + " GiB";
-    return Math.round(bytes / MIB) + " MiB";
+  // Python's format(x, ".Nf"), which `vram status` prints with: the exact value rounded, a tie to
+  // the even digit. toFixed takes a tie up (78.25 GiB is "78.3", 22.5 % is "23"), so a tie is
+  // found in the exact decimal expansion (25 digits past the wanted ones tell a tie from a near one).
+  function fixed(x, digits) {
+    const exact = Math.abs(x).toFixed(digits + 25);
+    const cut = exact.length - 25;
+    if (!Number.isFinite(x) || exact.slice(cut) !== "5" + "0".repeat(24)) return x.toFixed(digits);
+    const head = exact.slice(0, cut).replace(/\.$/, "");
+    if (Number(head.slice(-1)) % 2 === 1) return x.toFixed(digits); // up to the even digit
+    return (x < 0 ? "-" : "") + head;
   }
 
-  // "70.6 / 80.0 GiB": both in the total's unit, as `vram status` prints them.
+  // units.format_size: "12.3 GiB", "512 MiB", "216 GiB" (no decimal from 100 GiB).
+  function size(bytes) {
+    if (!known(bytes)) return "N/A";
+    if (Math.abs(bytes) >= GIB) {
+      const gib = bytes / GIB;
+      return fixed(gib, Math.abs(gib) < 100 ? 1 : 0) + " GiB";
+    }
+    return fixed(bytes / MIB, 0) + " MiB";
+  }
+
+  // fmt.memory_pair: "70.6 / 80.0 GiB", both in GiB, as `vram status` prints them.
   function usedOfTotal(used, total) {
     if (!known(used) || !known(total)) return size(used) + " / " + size(total);
-    if (total >= GIB) return (used / GIB).toFixed(1) + " / " + (total / GIB).toFixed(1) + " GiB";
-    return Math.round(used / MIB) + " / " + Math.round(total / MIB) + " MiB";
+    return fixed(used / GIB, 1) + " / " + fixed(total / GIB, 1) + " GiB";
   }
+
+  // fmt.pct: "22%" (a share of 22.5 % is 22, as `vram status` rounds it).
+  const pct = (value) => (known(value) ? fixed(value, 0) + "%" : "N/A");
 
   // units.format_duration: 45s, 12m05s, 3h05m, 2d04h.
   function duration(seconds) {
@@ -86,8 +105,13 @@
     return box;
   }
 
-  function processTable(processes) {
+  function processTable(processes, unknown, watchedFor) {
     const wrap = el("div", "procs-wrap");
+    if (known(unknown)) {
+      // The driver would not list them: not "no processes", and no count (status: the same words).
+      wrap.append(el("p", "no-procs unknown", "processes unknown (" + unknown + ")"));
+      return wrap;
+    }
     if (!processes.length) {
       wrap.append(el("p", "no-procs", "no processes"));
       return wrap;
@@ -107,7 +131,7 @@
         el("td", "pname", known(p.name) ? p.name : ""), el("td", "pmem", size(p.memory)),
         el("td", "age", duration(p.elapsed)));
       const flags = el("td", "flags");
-      if (p.idle) flags.append(el("span", "flag idle", known(p.idle_for) ? "idle " + duration(p.idle_for) : "idle"));
+      if (p.idle) flags.append(idleFlag(p, watchedFor));
       if (p.zombie) flags.append(el("span", "flag zombie", "zombie"));
       if (p.orphaned) flags.append(el("span", "flag orphan", "orphan"));
       row.append(flags);
@@ -118,7 +142,23 @@
     return wrap;
   }
 
-  function gpuCard(gpu) {
+  // How long a holder has been idle, where that is known. One idle since the server's first reading
+  // (not seeded from a recorded history) has been idle at least that long, maybe for days: the
+  // page says "idle" alone in its first minute ("idle 0s" would be a guess), then "idle ≥ 5m00s".
+  function idleFlag(p, watchedFor) {
+    const flag = el("span", "flag idle", "idle");
+    if (!known(p.idle_for)) return flag;
+    const sinceWatching = known(watchedFor) && Math.abs(p.idle_for - watchedFor) < 0.001;
+    if (!sinceWatching) {
+      flag.textContent = "idle " + duration(p.idle_for);
+    } else if (p.idle_for >= 60) {
+      flag.textContent = "idle ≥ " + duration(p.idle_for);
+    }
+    if (sinceWatching) flag.title = "idle since before vram serve started watching it";
+    return flag;
+  }
+
+  function gpuCard(gpu, watchedFor) {
     const card = el("article", "gpu");
     card.dataset.index = String(gpu.index);
     const head = el("div", "gpu-head");
@@ -134,9 +174,9 @@
     const used = gpu.memory_used, total = gpu.memory_total;
     const memValue = el("span", "meter-value");
     memValue.append(el("span", "mem-text", usedOfTotal(used, total)));
-    if (known(used) && total) memValue.append(el("span", "pct", Math.round((100 * used) / total) + "%"));
+    if (known(used) && total) memValue.append(el("span", "pct", pct(100 * (used / total))));
     const util = gpu.utilization;
-    const utilValue = el("span", "meter-value util-text", known(util) ? util + "%" : "N/A");
+    const utilValue = el("span", "meter-value util-text", pct(util));
     const meters = el("div", "meters");
     meters.append(meter("memory", "mem", known(used) && total ? used / total : null, memValue),
       meter("utilization", "util", known(util) ? util / 100 : null, utilValue));
@@ -144,13 +184,13 @@
 
     const facts = el("div", "facts-row");
     facts.append(field(gpu, "temperature", known(gpu.temperature) ? gpu.temperature + " °C" : "N/A °C"));
-    const draw = known(gpu.power_draw) ? Math.round(gpu.power_draw) : "N/A";
-    const limit = known(gpu.power_limit) ? Math.round(gpu.power_limit) : "N/A";
+    const draw = known(gpu.power_draw) ? fixed(gpu.power_draw, 0) : "N/A";
+    const limit = known(gpu.power_limit) ? fixed(gpu.power_limit, 0) : "N/A";
     facts.append(field(gpu, "power", draw + " / " + limit + " W"));
     if (known(gpu.memory_utilization)) facts.append(field(gpu, "memory_utilization", "mem busy " + gpu.memory_utilization + "%"));
     if (gpu.mig_enabled) facts.append(el("span", "fact mig", "MIG: " + (gpu.mig_devices || []).length + " instances"));
     card.append(facts);
-    card.append(processTable(gpu.processes || []));
+    card.append(processTable(gpu.processes || [], gpu.na ? gpu.na.processes : null, watchedFor));
     return card;
   }
 
@@ -168,17 +208,22 @@
     const gpus = data.gpus || [];
     let used = 0, total = 0;
     const pids = new Set();
+    let unknown = 0;
     for (const g of gpus) {
       if (g.lost) continue;
       if (known(g.memory_used) && known(g.memory_total)) { used += g.memory_used; total += g.memory_total; }
       for (const p of g.processes || []) pids.add(p.pid);
+      if (g.na && known(g.na.processes)) unknown += 1;
     }
     const parts = [];
     if (data.simulated) parts.push("scenario " + (data.scenario || "?") + ", not real GPUs");
     parts.push("driver " + (data.driver_version || "N/A"));
     if (data.cuda_version) parts.push("CUDA " + data.cuda_version);
     parts.push(gpus.length + (gpus.length === 1 ? " GPU" : " GPUs"));
-    parts.push(usedOfTotal(used, total) + " used by " + pids.size + (pids.size === 1 ? " process" : " processes"));
+    // `vram status`'s total line: "216 GiB of 320 GiB used by 5 processes (processes unknown on 1 GPU)".
+    let held = size(used) + " of " + size(total) + " used by " + pids.size + (pids.size === 1 ? " process" : " processes");
+    if (unknown) held += " (processes unknown on " + unknown + (unknown === 1 ? " GPU)" : " GPUs)");
+    parts.push(held);
     $("facts").textContent = parts.join(" · ");
   }
 
@@ -220,7 +265,7 @@
     latest = data;
     if (first && charts.length) loadHistory(); // drawn before the first reading: redraw on the GPUs' memory scale
     renderBanner(data);
-    $("gpus").replaceChildren(...data.gpus.map(gpuCard));
+    $("gpus").replaceChildren(...data.gpus.map((gpu) => gpuCard(gpu, data.watched_for)));
     renderFreshness();
   }
 
@@ -259,6 +304,27 @@
     }
     note.className = "freshness live";
     note.textContent = "Last reading " + when + " · " + (mode === "polling" ? "polling every " + POLL_MS / 1000 + " s" : "live");
+  }
+
+  // The reading the server had when it sent the page (a JSON block in it), else the one it has
+  // now: the page shows the GPUs as soon as it runs, not after a round trip to the event stream.
+  async function firstReading() {
+    const block = $("reading");
+    if (block) {
+      accept(block.textContent);
+      if (latest) {
+        answered();
+        return;
+      }
+    }
+    try {
+      const answer = await fetch("/api/v1/snapshot", { cache: "no-store" });
+      const text = await answer.text();
+      answered();
+      if (answer.ok) accept(text);
+    } catch (e) {
+      // the stream (or polling) says how the server answers
+    }
   }
 
   // ------------------------------------------------------------ event stream, and polling when it is down
@@ -367,6 +433,12 @@
     const grid = { stroke: "rgba(128,128,128,0.25)", width: 1 };
     const axis = (unit, size) => ({ stroke: ink, grid: grid, ticks: grid, size: size,
       values: unit ? (u, vals) => vals.map((v) => v + unit) : undefined });
+    // The time axis as tall as its labels: a tick at midnight (or a range's first) is two lines,
+    // the time over the date, and uPlot cuts what does not fit in the axis' size.
+    const timeAxisSize = (u, values) => {
+      const lines = Math.max(1, ...(values || []).map((v) => String(v).split("\n").length));
+      return TICK_PX + AXIS_GAP_PX + Math.ceil(lines * AXIS_FONT_PX * 1.5) + 2;
+    };
     const series = (digits, unit) => gpus.map((g, n) => ({
       label: "GPU " + g, stroke: PALETTE[n % PALETTE.length], width: 1.5,
       value: (u, v) => (known(v) ? v.toFixed(digits) + unit : "–"),
@@ -378,7 +450,7 @@
         title: title, width: chartWidth(), height: 200,
         scales: { x: { time: true }, y: { range: yRange } },
         series: [{ label: "time" }, ...series(digits, unit)],
-        axes: [axis(null, 40), axis(tick, 64)],
+        axes: [axis(null, timeAxisSize), axis(tick, 64)],
       };
       charts.push(new window.uPlot(opts, [xs, ...data], box));
     };
@@ -433,6 +505,6 @@
   setInterval(renderFreshness, 1000);
   renderFreshness();
   readHostname();
-  startStream();
+  firstReading().then(startStream); // the current reading at once, then every new one as it comes
   loadHistory();
 })();
