@@ -68,7 +68,7 @@ AS_ROOT = [
 SHOWN_HOME = "/root"
 DEFAULT_LEASE_DIR = "/tmp/vramkit-leases"
 # Programs other than vram that an example pipes into or runs: skipped with the reason where missing.
-OTHER_PROGRAMS = ("jq", "gpustat")
+OTHER_PROGRAMS = ("jq", "gpustat", "curl")
 # The docs' examples are what a 120-column terminal shows (without colour: NO_COLOR is set).
 TERMINAL_SIZE = (50, 120)
 ERASE = "\x1b[K"
