@@ -228,3 +228,44 @@ def test_batch_search_summary_when_nothing_fits():
         result = find_batch_size(step)
     assert model_bytes and result.largest == 0
     assert str(result).splitlines()[0] == "no batch fits: the smallest tried (1) ran out of memory"
+
+
+# ---------------------------------------------------------------- issue 28: AdamW's flat peak, doubling's model=
+
+def _adamw_net_and_step():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(batch: int) -> None:
+        model(torch.randn(batch, 256)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+@pytest.mark.slow
+def test_find_batch_size_under_adamw_probes_past_the_flat_peak_with_few_failures():
+    model, opt, step = _adamw_net_and_step()
+    with simulated_memory_cap(16 * MiB, held=model):
+        result = find_batch_size(step, model=model, optimizer=opt)
+    with simulated_memory_cap(16 * MiB, held=model):
+        usual = find_batch_size_doubling(step, model=model, optimizer=opt)
+    assert result.largest == usual.largest > 0  # the same answer as the exhaustive search
+    failed = sum(not t.ok for t in result.trials)
+    assert failed <= 2, str(result)
+    assert result.trial_count < usual.trial_count, (str(result), str(usual))
+
+
+@pytest.mark.slow
+def test_find_batch_size_doubling_takes_model_and_optimizer_and_restores_them():
+    model, opt, step = _adamw_net_and_step()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with simulated_memory_cap(16 * MiB, held=model):
+        result = find_batch_size_doubling(step, model=model, optimizer=opt, high=256)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert opt.state_dict()["state"] == {}  # a fresh optimizer is fresh again
+    assert all(p.grad is None for p in model.parameters())
+    assert "restored after the trials: model parameters and buffers, optimizer state" in str(result)

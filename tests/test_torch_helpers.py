@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from vramkit.torch import (  # noqa: E402
     oom_guard,
+    simulated_memory_cap,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "oom"
@@ -127,3 +128,30 @@ def test_trace_result_prints_a_summary_and_forgetting_fake_mode_says_so():
     with pytest.raises(RequestError, match="make the batch inside step_fn") as caught:
         trace_memory(model, lambda i: model(batch).sum().backward(), fake_mode=fm)
     assert caught.value.param == "step_fn"
+
+
+# ---------------------------------------------------------------- oom_guard's failing frame
+
+class _CallsTheDispatcher(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.mm(a, b)  # dispatcher marker
+
+
+class _RightSubtract(torch.nn.Module):
+    @torch.no_grad()
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return 1 - a  # rsub marker: Tensor.__rsub__, through torch/_tensor.py's wrapper
+
+
+@pytest.mark.parametrize("module,marker", [(_CallsTheDispatcher, "dispatcher marker"),
+                                           (_RightSubtract, "rsub marker")])
+def test_oom_guard_names_the_users_frame_not_torchs_dispatcher(module, marker):
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    seen = []
+    with pytest.raises(torch.OutOfMemoryError):
+        with simulated_memory_cap(MiB // 2), oom_guard(file=None, on_oom=seen.append):
+            module()(a, b)
+    [diagnosis] = seen
+    phase = diagnosis.explanation.phase
+    assert phase is not None and phase.id == "forward"
+    assert phase.evidence.file == __file__ and phase.evidence.line == _line_of(marker), phase.sentence()

@@ -87,3 +87,14 @@ def test_fp32_norms_and_rotary_buffers_of_a_transformers_model():
     model._keep_in_fp32_modules = ["lm_head"]  # what a model class may declare
     model.lm_head.float()
     assert where(model).warnings == []
+
+
+
+def test_where_tells_a_reassigned_buffer_from_a_module_added_after_to():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+    model.to("meta")  # stands in for a GPU
+    model[1].running_mean = torch.zeros(8)  # a buffer re-assigned to a CPU tensor after .to()
+    [warning] = where(model).warnings
+    assert "1.running_mean (buffer)" in warning
+    assert "added after .to()" not in warning
+    assert "assigned" in warning and "device=" in warning

@@ -141,6 +141,43 @@ def _fit(trials: list[Trial], local: bool = False) -> tuple[float, float] | None
     return my - slope * mx, slope
 
 
+def _predict(trials: list[Trial], capacity: int, bracketed: bool = False) -> int | None:
+    """The next batch to try under `capacity`. Peak memory is often flat at small batches: something
+    other than the batch sets it (AdamW's step, with its moments and foreach temporaries, outweighs a
+    small batch's activations), so a secant through a point on that flat part underestimates the
+    per-sample slope and overshoots, and a flat pair has no slope at all. The secant through the two
+    largest successes is used unless the lower one is on the flat part (a smaller batch peaked as
+    high); otherwise the largest success is scaled by capacity / its peak, which cannot
+    overshoot while memory = fixed + per-sample x batch with fixed >= 0 (nor on a flat part below
+    such a line), and lands in the growing part from where the secant is exact."""
+    pts = sorted({(t.batch, t.peak_bytes) for t in trials if t.ok and t.peak_bytes is not None})
+    if not pts:
+        return None
+    floor = min(peak for _, peak in pts)
+    top_batch, top_peak = pts[-1]
+
+    def flat(peak: int) -> bool:
+        return peak <= floor + _FLAT_TOLERANCE * floor
+
+    # the lower point of the secant is on the flat part when a smaller batch peaked as high
+    lower_flat = len(pts) >= 2 and flat(pts[-2][1]) and pts[0][0] < pts[-2][0]
+    if len(pts) >= 2 and not flat(top_peak) and not lower_flat:
+        fit = _fit(trials, local=True)
+        if fit is not None:
+            return math.floor((capacity - fit[0]) / fit[1])
+    if top_peak <= 0:
+        return None
+    scaled = math.floor(top_batch * capacity / top_peak)
+    if not bracketed and top_peak <= floor + _FLAT_TOLERANCE * floor:
+        # still flat: nothing says how fast memory grows; probe 4x further (one failure at most,
+        # after which the scaling above, safe, finds the growing part inside the bracket)
+        return max(scaled, 4 * top_batch)
+    return scaled
+
+
+_FLAT_TOLERANCE = 0.002  # a peak within this fraction of the least one is on the flat part (CUDA's jitter)
+
+
 def _finish(run: _Runner, method: str, margin: float, multiple_of: int,
             capacity: int | None, restored: list[str] | None = None) -> BatchSearch:
     largest = run.lo
@@ -157,11 +194,19 @@ def _finish(run: _Runner, method: str, margin: float, multiple_of: int,
 
 
 def find_batch_size_doubling(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 1 << 16,
-                             margin: float = 0.1, multiple_of: int = 1) -> BatchSearch:
-    """The usual search: double until it fails, then bisect. The baseline find_batch_size beats."""
-    run = _Runner(step_fn, None, None)
-    _doubling(run, low, high)
-    return _finish(run, "doubling", margin, multiple_of, None)
+                             margin: float = 0.1, multiple_of: int = 1, model: Any = None, optimizer: Any = None,
+                             restore: bool = True) -> BatchSearch:
+    """The usual search: double until it fails, then bisect. The baseline find_batch_size beats.
+    model, optimizer, restore: as find_batch_size's (the trials' training undone)."""
+    if low < 1 or high < low:
+        raise ValueError("need 1 <= low <= high")
+    saved = _Saved(model, optimizer) if restore and (model is not None or optimizer is not None) else None
+    run = _Runner(step_fn, None, None, model)
+    try:
+        _doubling(run, low, high)
+    finally:
+        restored = saved.restore() if saved is not None else []
+    return _finish(run, "doubling", margin, multiple_of, None, restored)
 
 
 def _doubling(run: _Runner, low: int, high: int) -> None:
@@ -250,8 +295,7 @@ def _search(run: _Runner, low: int, high: int, predict: int | Callable[[], int] 
             _gallop(run, run.hi - 1, low, high)
             break
         ceiling = high if run.hi is None else run.hi - 1
-        fit = _fit(run.trials, local=True)
-        guess = math.floor((capacity - fit[0]) / fit[1]) if fit is not None and capacity is not None else None
+        guess = _predict(run.trials, capacity, run.hi is not None) if capacity is not None else None
         if guess is not None and run.hi is not None and not run.lo < guess < run.hi:
             guess = None  # the secant left the bracket: bisect instead of creeping by one
         if guess is None or stalls >= 2:

@@ -221,19 +221,31 @@ def _allocator(report: OomReport | None) -> tuple[dict[str, int] | None, str | N
 # torch's wrappers a Python mode is entered through: torch._disable_dynamo for a dispatch mode,
 # handle_torch_function for a function mode (LeakDetector's, inside the trainer callbacks)
 _MODE_WRAPPERS = ("/torch/_compile.py", "/torch/_dynamo/", "/torch/overrides.py")
+# torch's own plumbing between the user's call and the kernel: the dispatcher (torch.ops.aten.mm is
+# torch/_ops.py's OpOverloadPacket.__call__), Tensor's operator wrappers (`1 - a` runs
+# torch/_tensor.py's __rsub__ through a wrapper), decorators (torch.no_grad's decorate_context,
+# functools), Python decompositions and references. None of them is where the job allocated: the
+# innermost frame outside them is (the user's line, or a layer in torch/nn or an optimizer).
+_PLUMBING = _MODE_WRAPPERS + ("/torch/_ops.py", "/torch/_tensor.py", "/torch/_jit_internal.py",
+                              "/torch/utils/_python_dispatch.py", "/torch/utils/_contextlib.py",
+                              "/torch/_prims_common/", "/torch/_refs/", "/torch/_decomp/", "/torch/_library/",
+                              "/torch/library.py", "/torch/_higher_order_ops/", "/functools.py", "/contextlib.py")
 
 
 def _job_frames(frames: list[Frame]) -> list[Frame]:
     """The frames of the job itself: an allocation refused by simulated_memory_cap's dispatch mode
-    was made by the op called just before the mode was entered, and vramkit's own wrappers
-    (attach()'s train) are no part of the job."""
+    was made by the op called just before the mode was entered, vramkit's own wrappers (attach()'s
+    train) are no part of the job, and the innermost frames of torch's plumbing (_PLUMBING) are
+    passed over to the frame that called them."""
     entry = next((i for i, f in enumerate(frames) if in_vramkit_torch(f.file)
                   and f.func in ("__torch_dispatch__", "__torch_function__")), None)
     if entry is not None:
         frames = frames[:entry]
-        while frames and any(w in frames[-1].path for w in _MODE_WRAPPERS):
-            frames = frames[:-1]
-    return [f for f in frames if not in_vramkit_torch(f.file)]
+    frames = [f for f in frames if not in_vramkit_torch(f.file)]
+    inner = len(frames)
+    while inner and any(w in frames[inner - 1].path for w in _PLUMBING):
+        inner -= 1
+    return frames[:inner] if inner else frames  # all plumbing (no other frame): keep what there is
 
 
 def diagnose(exc: BaseException, tb: Any = None, *, tracker: Tracker | None = None, model: Any = None,

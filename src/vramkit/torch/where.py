@@ -3,7 +3,8 @@ attributes live.
 
 Flags the mistakes that waste memory or crash a step: a tensor left on the CPU while the rest is
 on a GPU (a plain attribute such as `self.rope_cache = torch.zeros(...)`, which .to() never moves;
-or a module added after .to()), parameters spread over several devices by accident, and parameters
+a buffer or parameter re-assigned to a CPU tensor after .to(), told apart by the module's other
+tensors having moved; or a module added after .to()), parameters spread over several devices by accident, and parameters
 in a second floating dtype. Norm layers kept in fp32 in a 16-bit model (and a Hugging Face model's
 _keep_in_fp32_modules) are intended and not flagged; nor are buffers such as rotary frequencies.
 """
@@ -128,11 +129,23 @@ def where(model: Any, max_stray: int = 10) -> WhereReport:
                     f"{len(attributes)} plain tensor attribute(s) on the CPU while the model is on {main}: "
                     f"{_names(attributes)}; .to() does not move plain attributes: register them with "
                     "self.register_buffer(name, tensor, persistent=False) (or nn.Parameter if trained)")
-            if registered:
+            # a module whose other parameters/buffers moved had this one replaced after .to(); a
+            # module with none on the main device was added after it (or all of its tensors replaced)
+            moved = {p.module_path for p in placed if p.device == main and p.kind != "attribute"}
+            replaced = [p for p in registered if p.module_path in moved]
+            left = [p for p in registered if p.module_path not in moved]
+            if replaced:
                 report.warnings.append(
-                    f"{len(registered)} parameter(s)/buffer(s) still on the CPU while the model is on {main}: "
-                    f"{_names(registered)}; probably a module added after .to(): call model.to(device) "
-                    "again after adding it")
+                    f"{len(replaced)} parameter(s)/buffer(s) on the CPU in module(s) otherwise on {main}: "
+                    f"{_names(replaced)}; re-assigned to a CPU tensor after .to() (`self.name = torch.zeros(...)` "
+                    "replaces the moved tensor): create the new one on the module's device "
+                    "(torch.zeros(..., device=self.weight.device)) or fill the old one in place "
+                    "(self.name.copy_(...), .zero_())")
+            if left:
+                report.warnings.append(
+                    f"{len(left)} parameter(s)/buffer(s) still on the CPU while the model is on {main}: "
+                    f"{_names(left)}; in module(s) with nothing on {main}: probably a module added after "
+                    ".to() (or all its tensors assigned after it): call model.to(device) again after adding it")
         others = [d for d in devices[1:] if d != "cpu"]
         if others:
             report.warnings.append(f"parameters on several devices: {', '.join(devices)} "
