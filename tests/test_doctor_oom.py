@@ -99,9 +99,19 @@ def test_fragmentation_fix_leads_and_saves_what_the_message_says():
 
 
 def test_too_large_request_says_freeing_will_not_help():
-    ex = explain(find_oom((FIXTURES / "cuda_2_0_too_large.txt").read_text()))
+    # 27 GiB asked of a 12 GiB card: more than the job could ever have free, not a bug's size.
+    ex = explain(find_oom((FIXTURES / "cuda_2_1_capacty_too_large.txt").read_text()))
+    assert ex.cause == "request_too_large"
     assert ex.fixes[0].id == "split_op" and "will not help" in ex.fixes[0].how
     assert not any(f.id.startswith("free_pid") for f in ex.fixes)
+
+
+def test_a_request_many_times_the_card_is_a_bug_to_look_for():
+    # 243 GiB asked of a 16 GiB card (issue 28): shapes and sizes first, never memory fixes.
+    ex = explain(find_oom((FIXTURES / "cuda_2_0_too_large.txt").read_text()))
+    assert ex.cause == "not_memory" and [f.id for f in ex.fixes][:2] == ["check_shape", "debug_sync"]
+    assert not any(f.id in ("split_op", "halve_batch", "checkpointing") or f.id.startswith("free_pid")
+                   for f in ex.fixes)
 
 
 def test_savings_hook_fills_model_dependent_fixes():
