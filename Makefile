@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-user lint bench clean
+.PHONY: run test test-fast test-user lint bench clean install
 
 # The tests run in parallel (pytest-xdist), one worker per core; tests that must not run at the
 # same time as each other share an xdist_group (tests/conftest.py), which loadgroup keeps on one
@@ -19,8 +19,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The whole command line: the core with the live view (tui) and the exporter (serve) extras.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[tui,serve]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
@@ -53,6 +54,10 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_status.py
 	$(BIN)/python benchmarks/bench_help.py
 	$(BIN)/python benchmarks/bench_doctor.py
+
+# For admins: the system-wide install (README, "For admins"), as root: sudo make install
+install:
+	sh scripts/install-system.sh $(if $(DESTDIR),--destdir $(DESTDIR)) $(INSTALL_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

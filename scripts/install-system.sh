@@ -67,8 +67,8 @@ fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 [ -n "$from" ] || from=$src
 [ -f "$src/contrib/systemd/vram-record.service" ] || die "run it from a checkout of vramkit ($src has no contrib/)"
-spec=$from
-[ -z "$extras" ] || spec="$from[$extras]"
+# The whole command line (tui: vram top, serve: the exporter its unit runs), and the extras asked for.
+spec="$from[tui,serve${extras:+,$extras}]"
 
 umask 022
 venv=$destdir$prefix

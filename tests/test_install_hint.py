@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+from helpers import clean_env
 
 from vramkit import install_hint as hint
 
@@ -26,7 +31,7 @@ def test_the_system_wide_install_is_extended_by_its_script(monkeypatch, tmp_path
 
 def test_an_installed_wheel_gets_the_packages_themselves(monkeypatch):
     monkeypatch.setattr(hint, "_checkout", lambda: None)
-    assert hint.install_hint("serve") == f"{sys.executable} -m pip install pyyaml bcrypt"
+    assert hint.install_hint("serve") == f"{sys.executable} -m pip install prometheus-client pyyaml bcrypt"
     assert hint.install_hint("torch") == f"{sys.executable} -m pip install torch"
 
 
@@ -40,3 +45,31 @@ def test_no_message_names_a_package_index_entry_that_does_not_exist():
                 if "install 'vramkit[" in text or 'install "vramkit[' in text:
                     offenders.append(name)
     assert offenders == []
+
+
+@pytest.mark.parametrize("argv, module, extra", [
+    (["top", "--simulate", "demo"], "textual", "'tui'"),
+    (["serve", "--simulate", "demo", "--listen", "127.0.0.1:0"], "prometheus_client", "'serve'"),
+])
+def test_a_command_whose_extra_is_missing_says_how_to_install_it(argv, module, extra):
+    # textual and prometheus-client are extras (issue 27): without them the rest of vram works, and
+    # these two commands say so in one line before doing anything.
+    code = (f"import sys; sys.modules[{module!r}] = None; from vramkit.cli.main import main; "
+            f"sys.exit(main({argv!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert f"(vramkit's {extra} extra)" in line and "pip install" in line
+
+
+def test_the_core_needs_only_nvml():
+    import tomllib
+
+    project = tomllib.loads((Path(hint.__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert [d.split(">")[0] for d in project["dependencies"] if "python_version" not in d] == ["nvidia-ml-py"]
+    extras = project["optional-dependencies"]
+    for extra, packages in hint.EXTRAS.items():
+        if extra != "nvml":
+            names = {d.split(">")[0].split("<")[0].split("[")[0] for d in extras[extra]}
+            assert names == set(packages), extra

@@ -9,12 +9,11 @@ packages themselves into the interpreter that runs vram. Only error paths import
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 
 # extra -> the packages it brings (pyproject.toml's [project.optional-dependencies])
-EXTRAS = {"torch": ("torch",), "plot": ("matplotlib",), "serve": ("pyyaml", "bcrypt"),
-          "nvml": ("nvidia-ml-py",)}
+EXTRAS = {"tui": ("textual",), "serve": ("prometheus-client", "pyyaml", "bcrypt"), "torch": ("torch",),
+          "plot": ("matplotlib",), "nvml": ("nvidia-ml-py",)}
 
 
 def _checkout() -> str | None:
@@ -29,6 +28,8 @@ def _checkout() -> str | None:
 def install_hint(extra: str) -> str:
     """The command that installs `extra`'s packages for this vramkit, e.g.
     ".venv/bin/pip install -e '.[serve]'" from a checkout."""
+    import shlex
+
     packages = " ".join(EXTRAS[extra])
     if os.path.isfile(os.path.join(sys.prefix, "INSTALLED")):  # scripts/install-system.sh's venv
         if extra == "nvml":  # a dependency of the core: the install itself is broken
@@ -41,3 +42,16 @@ def install_hint(extra: str) -> str:
         target = f"'.[{extra}]'" if here else shlex.quote(f"{checkout}[{extra}]")
         return f"{pip} -e {target}"
     return f"{pip} {packages}"
+
+
+def require(module: str, extra: str, what: str) -> None:
+    """Raise a one-line RequestError naming how to install `extra` when `module` is missing: asked
+    before the work starts (vram top draws a frame before Textual loads)."""
+    from importlib.util import find_spec
+
+    # sys.modules[name] = None is how an import is blocked (and how a test takes a package away)
+    if (module in sys.modules and sys.modules[module] is None) or find_spec(module) is None:
+        from .errors import RequestError
+
+        raise RequestError(f"{what} needs {' and '.join(EXTRAS[extra])} (vramkit's '{extra}' extra): "
+                           f"{install_hint(extra)}")

@@ -147,6 +147,9 @@ def raise_open_files(want: int) -> None:
 def run(args: argparse.Namespace) -> int:
     import socket
 
+    from ..install_hint import require
+
+    require("prometheus_client", "serve", "vram serve")
     from ..history.paths import found_path
     from ..serve.http import MAX_CONNECTIONS, VramHTTPServer
     from ..serve.service import Options, Service

@@ -103,7 +103,9 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load
+    from ..install_hint import require
 
+    require("textual", "tui", "vram top")
     if args.interval is not None and not args.interval > 0:
         raise UsageError("--interval: must be more than 0 seconds")
     idle_after, span = args.idle_after, args.history
