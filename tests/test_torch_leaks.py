@@ -479,6 +479,5 @@ def test_loops_without_a_leak_are_not_flagged(loop, make):
     assert report.leaks == [] and not report.eval_with_grad and not report.growing, str(report)
     assert len(report.live_bytes) == STEPS
     assert str(report).startswith(f"no leak found over {STEPS} steps")
-    if loop is loop_bounded_buffer:  # flagged while it filled up, withdrawn once it stopped growing
-        assert [leak.site[:2] for leak in report.settled] == [_here("bounded-buffer marker")]
-        assert "stopped growing at 5 tensors" in str(report)
+    if loop is loop_bounded_buffer:  # 48-byte host tensors without a graph, in a deque: not even counted
+        assert report.settled == []

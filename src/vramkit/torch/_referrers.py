@@ -54,11 +54,14 @@ class Holder:
     attrs: tuple[str, ...] = ()
     container: str | None = None  # e.g. "list"
     length: int = 0
+    bound: int | None = None  # a deque's maxlen: it never holds more
+    shown_id: int = 0  # id() of what is described (the container, or the held object itself)
 
     @property
     def label(self) -> str:
         text = self.name + "".join("." + a for a in self.attrs)
-        return text + (f" ({self.container} of {self.length})" if self.container else "")
+        bound = f", maxlen {self.bound}" if self.bound is not None else ""
+        return text + (f" ({self.container} of {self.length}{bound})" if self.container else "")
 
     def __str__(self) -> str:
         return f"{self.label} in {self.func}"
@@ -82,8 +85,9 @@ class Holder:
 def _describe(name: str, func: str, way: _Way) -> Holder:
     shown = way.shown
     if isinstance(shown, _CONTAINERS):
-        return Holder(name, func, way.attrs, type(shown).__name__, len(shown))
-    return Holder(name, func, way.attrs)
+        bound = shown.maxlen if isinstance(shown, deque) else None
+        return Holder(name, func, way.attrs, type(shown).__name__, len(shown), bound, id(shown))
+    return Holder(name, func, way.attrs, shown_id=id(shown))
 
 
 def _holds(container: Any, obj: Any) -> str | None | bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._common import Site, require_torch, tensors_in, user_sites
+from ._common import Site, require_torch, user_sites
 
 BLOCK = 512
 
@@ -280,13 +280,22 @@ class TensorTracker:
         """The tensors a torch function returned: each new one with the user's line."""
         if self.paused:
             return
-        inputs = {id(a) for a in args if isinstance(a, torch.Tensor)}
-        for t in tensors_in(out):
+        # the common cases first, without building anything: one tensor out, often an in-place op's
+        # input (an optimizer's step is mostly param.mul_, exp_avg.lerp_, ...), every op pays this
+        tensor = torch.Tensor
+        if isinstance(out, tensor):
+            outs: Any = (out,)
+        elif isinstance(out, (tuple, list)):
+            outs = [v for v in out if isinstance(v, tensor)]
+        else:
+            return
+        records = self.records
+        for t in outs:
             key = id(t)
-            if key in inputs:  # in-place ops return their input: not a new tensor
+            old = records.get(key)
+            if old is not None and old.ref() is t:  # already recorded (an in-place op on a new tensor)
                 continue
-            old = self.records.get(key)
-            if old is not None and old.ref() is t:
+            if any(a is t for a in args):  # in-place ops return their input: not a new tensor
                 continue
             site, library = user_sites(3)
             record = TensorRecord(weakref.ref(t, self._forget(key)), site, self.tag, library)
@@ -322,6 +331,8 @@ def _mode_classes() -> tuple[Any, Any]:
                                    kwargs: dict[str, Any] | None = None) -> Any:
                 return self.tracker._operation(func, args, kwargs or {}, torch)
 
+        _OUTPUTS = (torch.Tensor, tuple, list)  # what can hold a new tensor (not .item()'s float, is_complex's bool)
+
         class _Tensors(TorchFunctionMode):  # type: ignore[misc]
             def __init__(self, tracker: TensorTracker) -> None:
                 super().__init__()
@@ -329,9 +340,14 @@ def _mode_classes() -> tuple[Any, Any]:
 
             def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
                                    kwargs: dict[str, Any] | None = None) -> Any:
-                out = func(*args, **(kwargs or {}))
+                out = func(*args, **kwargs) if kwargs else func(*args)
+                tracker = self.tracker
+                # every op pays for what runs here: an in-place op returning its first argument (most
+                # of an optimizer's step) and a paused tracker return at once
+                if tracker.paused or (args and out is args[0]) or not isinstance(out, _OUTPUTS):
+                    return out
                 try:
-                    self.tracker._made(out, args, torch)
+                    tracker._made(out, args, torch)
                 except Exception:  # tracking must never break the user's step
                     pass
                 return out

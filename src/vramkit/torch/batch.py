@@ -147,9 +147,10 @@ def _predict(trials: list[Trial], capacity: int, bracketed: bool = False) -> int
     small batch's activations), so a secant through a point on that flat part underestimates the
     per-sample slope and overshoots, and a flat pair has no slope at all. The secant through the two
     largest successes is used unless the lower one is on the flat part (a smaller batch peaked as
-    high); otherwise the largest success is scaled by capacity / its peak, which cannot
-    overshoot while memory = fixed + per-sample x batch with fixed >= 0 (nor on a flat part below
-    such a line), and lands in the growing part from where the secant is exact."""
+    high); otherwise the largest success is scaled by capacity / its peak, which cannot overshoot
+    while memory = fixed + per-sample x batch with fixed >= 0 (nor from a flat part below such a
+    line), and lands in the growing part from where the secant is exact. While every peak is flat
+    and nothing has failed, batches 4x larger are probed."""
     pts = sorted({(t.batch, t.peak_bytes) for t in trials if t.ok and t.peak_bytes is not None})
     if not pts:
         return None
@@ -168,9 +169,9 @@ def _predict(trials: list[Trial], capacity: int, bracketed: bool = False) -> int
     if top_peak <= 0:
         return None
     scaled = math.floor(top_batch * capacity / top_peak)
-    if not bracketed and top_peak <= floor + _FLAT_TOLERANCE * floor:
+    if not bracketed and flat(top_peak):
         # still flat: nothing says how fast memory grows; probe 4x further (one failure at most,
-        # after which the scaling above, safe, finds the growing part inside the bracket)
+        # after which the scaling, safe, finds the growing part inside the bracket)
         return max(scaled, 4 * top_batch)
     return scaled
 

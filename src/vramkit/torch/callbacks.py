@@ -12,7 +12,8 @@ Both do three things:
   without CUDA, the process's resident memory `memory/cpu_rss_mib` and its lifetime peak
   `memory/cpu_peak_rss_mib` (what exists on a CPU run; there is no allocator peak to reset);
 - run a LeakDetector over the training steps and report each leak, once, through the
-  `vramkit.torch` logger at WARNING (shown on stderr unless logging is configured otherwise);
+  `vramkit.torch` logger at WARNING (shown on stderr unless logging is configured otherwise), and
+  withdraw it there ("vramkit: withdrawn: ... bounded, not a leak") when it stops growing;
 - when training dies of an out-of-memory error, log the oom_guard diagnosis at ERROR, and always
   stop the detector's TorchFunctionMode. With snapshot="oom.pickle", CUDA's allocation history is
   recorded over training and a memory snapshot dumped there on an OOM (`vram doctor oom.pickle`).
@@ -96,6 +97,8 @@ class _Reporter:
             return
         for leak in self.detector.step():
             logger.warning("vramkit: possible memory leak: %s", leak)
+        for leak in self.detector.withdrawn:  # it stopped growing: take the warning back, at its level
+            logger.warning("vramkit: withdrawn: %s", leak.settled_text())
         report = self.detector.report()
         new_lines = {site for site, _ in report.eval_with_grad} - self._eval_reported
         if new_lines:  # one finding for all of evaluation's lines, again only when a new line appears

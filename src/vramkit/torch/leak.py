@@ -26,10 +26,11 @@ Given the model, it also reports when the model is in eval mode while autograd r
 
 from __future__ import annotations
 
+import functools
 import linecache
 import sys
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,11 @@ class Leak:
     # not known here); its nodes are C++ heap objects Python cannot size (see _hostmem)
     heap_growth: int | None = None
     rss_growth: int | None = None
+    # what holds them, for the fix: "loss" (scalars with a graph), "activations" (larger tensors with
+    # their graph: hidden states, logits), "hook" (kept by a forward hook), "tensors" (no graph: kept
+    # batches, inputs, outputs), "graph" (kind "graph"), "bounded" (a deque(maxlen=N): not a leak)
+    holds: str = "loss"
+    on_gpu: bool = False  # the surviving tensors are on a GPU (not the host)
 
     @property
     def line(self) -> int:
@@ -100,14 +106,38 @@ class Leak:
             text += f"\n    made in {format_site(self.library_site)}"
         if self.held_by:
             text += f"\n    held by {self.held_by}"
+        return text + self._fix_text()
+
+    def _fix_text(self) -> str:
+        """What to change, for what is held (see `holds`)."""
         if self.kind == "graph":
-            text += ("\n    accumulate loss.item() (a float) or loss.detach() instead of the tensor: "
-                     "every step's graph stays chained to it")
-        elif self.keeps_graph:
+            return ("\n    accumulate loss.item() (a float) or loss.detach() instead of the tensor: "
+                    "every step's graph stays chained to it")
+        keeps = ""
+        if self.keeps_graph:
             graph = self._graph_text() if self.graph_nodes else "inside another tensor's graph, counted there"
-            text += (f"\n    {self.keeps_graph} keep an autograd graph alive ({self.grad_fn}; {graph}): "
-                     "store loss.item() (or .detach()) instead of the tensor")
-        return text
+            keeps = f"{self.keeps_graph} keep an autograd graph alive ({self.grad_fn}; {graph})"
+        if self.holds == "hook":
+            return ("\n    " + (keeps + "; " if keeps else "") + "kept by a hook on the model: remove the hook "
+                    "when done (handle = module.register_forward_hook(...); handle.remove()) or store "
+                    "output.detach()" + (".cpu()" if self.on_gpu else "") + " inside it")
+        if self.holds == "activations" and keeps:
+            return (f"\n    {keeps}: activations or hidden states kept with their graph: cache h.detach() "
+                    "(or compute them under torch.no_grad()) and clear the cache when the step is done")
+        if keeps:
+            return f"\n    {keeps}: store loss.item() (or .detach()) instead of the tensor"
+        return ("\n    no autograd graph: the tensors themselves pile up (kept batches, inputs or outputs): keep "
+                "only what you need (a float with .item(), a running sum), a bounded collections.deque(maxlen=N)"
+                + (", .cpu() copies" if self.on_gpu else "") + ", or clear it")
+
+    def settled_text(self) -> str:
+        """The line for a leak withdrawn (or never flagged: a deque(maxlen=N))."""
+        held = f"; held by {self.held_by}" if self.held_by else ""
+        if self.holds == "bounded":
+            size = format_bytes(self.bytes + self.graph_bytes)
+            return f"{format_site(self.site)}: {self.survivors} tensors ({size}) in a bounded deque: not a leak{held}"
+        return (f"{format_site(self.site)}: stopped growing at {self.survivors} tensors "
+                f"({format_bytes(self.bytes + self.graph_bytes)}): bounded, not a leak{held}")
 
 
 @dataclass
@@ -127,9 +157,7 @@ class LeakReport:
         if not parts:
             parts.append(f"no leak found over {len(self.live_bytes)} steps")
         for leak in self.settled:
-            parts.append(f"{format_site(leak.site)}: stopped growing at {leak.survivors} tensors "
-                         f"({format_bytes(leak.bytes + leak.graph_bytes)}): bounded, not a leak"
-                         + (f"; held by {leak.held_by}" if leak.held_by else ""))
+            parts.append(leak.settled_text())
         if self.growing:
             shown = self.live_bytes[-4:]  # the growth said in bytes: a few scalars a step round away in KiB
             parts.append(f"live tensor memory grew at every step, by {format_bytes(shown[-1] - shown[0])} over "
@@ -186,11 +214,17 @@ class _Site:
 class LeakDetector:
     """Step hook or context manager; see the module docstring."""
 
-    def __init__(self, model: Any = None, *, window: int = 3, warn: bool = True, min_bytes: int = 0) -> None:
+    def __init__(self, model: Any = None, *, window: int = 3, warn: bool = True, min_bytes: int = 0,
+                 cpu_floor: int = 1024) -> None:
         if window < 2:
             raise ValueError("window must be at least 2 steps")
         require_torch()
         self.model, self.window, self.warn, self.min_bytes = model, window, warn, min_bytes
+        # host tensors without a graph smaller than this are not counted as survivors: a detached loss
+        # (4 bytes) kept per step is a Python object, not the memory a leak hunt is after
+        self.cpu_floor = cpu_floor
+        self.withdrawn: list[Leak] = []  # the leaks withdrawn at the last step (they stopped growing)
+        self._bounded: dict[Origin, Leak] = {}  # lines whose survivors a deque(maxlen=N) holds: never flagged
         self._tracker = Tracker(model)
         self._counts: dict[Origin, list[int]] = {}  # survivors per step
         self._nodes: dict[Origin, list[int]] = {}  # autograd nodes kept alive per step
@@ -262,8 +296,11 @@ class LeakDetector:
                     at.root, at.root_nodes = t, nodes
         for at in sites.values():
             at.graph.saved -= walker.parameters
+        floor = self.cpu_floor
         for t, entry, key, at in live:
             if entry.tag < current and key not in walker.saved:  # a saved tensor counts in its graph's memory
+                if key[1] < floor and t.grad_fn is None and t.device.type == "cpu":
+                    continue  # a small host tensor without a graph (a detached loss): not a leak's memory
                 at.survivors.append(t)
                 at.bytes += key[1]
         return sites
@@ -277,8 +314,9 @@ class LeakDetector:
             self._counts.setdefault(origin, []).append(len(at.survivors) if at else 0)
             self._nodes.setdefault(origin, []).append(at.graph.nodes if at else 0)
         new = []
+        self.withdrawn = []
         for origin, at in sites.items():
-            leak = self._leaks.get(origin)
+            leak = self._leaks.get(origin) or self._bounded.get(origin)
             counts, nodes = self._counts[origin], self._nodes[origin]
             if leak is not None:
                 self._update(leak, at, nodes)
@@ -300,6 +338,15 @@ class LeakDetector:
             holder = find_holder(target, frame, {id(sites), id(at), id(at.survivors)})
             if holder is not None:
                 self._holders[origin] = holder
+            leak.on_gpu = target.device.type not in ("cpu", "meta")
+            if holder is not None and holder.bound is not None and kind == "tensors":
+                # a deque(maxlen=N) stops growing by construction: bounded, not a leak
+                leak.holds = "bounded"
+                self._bounded[origin] = leak
+                self._name_holder(origin, leak, frame)
+                continue
+            leak.holds = self._holds(leak, at, target, holder)
+            self._name_holder(origin, leak, frame)
             self._leaks[origin] = leak
             self._settled.pop(origin, None)
             new.append(leak)
@@ -312,8 +359,22 @@ class LeakDetector:
                 continue  # a graph counted up to the budget looks flat while it still grows
             if _settled(self._counts[origin], self.window) and _settled(self._nodes[origin], self.window):
                 self._settled[origin] = self._leaks.pop(origin)
+                self.withdrawn.append(leak)
+                if self.warn:
+                    warnings.warn(f"vramkit: withdrawn: {leak.settled_text()}", LeakWarning, stacklevel=3)
         self._warn_eval()
         return new
+
+    def _holds(self, leak: Leak, at: _Site, target: Any, holder: Holder | None) -> str:
+        """What holds the survivors, for the fix text (Leak.holds)."""
+        if leak.kind == "graph":
+            return "graph"
+        if self.model is not None and _kept_by_hook(self.model, target, holder, leak.site):
+            return "hook"
+        graphs = [t for t in at.survivors if t.grad_fn is not None]
+        if not graphs:
+            return "tensors"
+        return "loss" if all(t.numel() <= 1 for t in graphs) else "activations"
 
     def _update(self, leak: Leak, at: _Site, nodes: list[int]) -> None:
         """Bring a leak's numbers to this step's."""
@@ -332,10 +393,13 @@ class LeakDetector:
 
     def _name_holders(self, frame: Any) -> None:
         """held_by for every leak, its container's length read again (cheap: no heap search)."""
-        for origin, leak in self._leaks.items():
-            holder = self._holders.get(origin)
-            if holder is None:
-                continue
+        for leaks in (self._leaks, self._bounded):
+            for origin, leak in leaks.items():
+                self._name_holder(origin, leak, frame)
+
+    def _name_holder(self, origin: Origin, leak: Leak, frame: Any) -> None:
+        holder = self._holders.get(origin)
+        if holder is not None:
             holder.refresh(frame)
             label = holder.label
             if leak.kind == "graph":
@@ -363,4 +427,66 @@ class LeakDetector:
         growing = len(recent) > self.window and all(b > a for a, b in zip(recent, recent[1:]))
         found, library = self._eval_found()
         return LeakReport(leaks=list(self._leaks.values()), live_bytes=list(self._live), growing=growing,
-                          eval_with_grad=found, eval_library=library, settled=list(self._settled.values()))
+                          eval_with_grad=found, eval_library=library,
+                          settled=list(self._settled.values()) + list(self._bounded.values()))
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _hook_functions(model: Any) -> list[Any]:
+    """The hooks registered on the model's modules, and the global module hooks."""
+    hooks: list[Any] = []
+    modules = model.modules() if callable(getattr(model, "modules", None)) else ()
+    for module in modules:
+        for name in _HOOK_DICTS:
+            hooks += list((getattr(module, name, None) or {}).values())
+    from torch.nn.modules import module as torch_module
+    for name in _HOOK_DICTS:
+        hooks += list((getattr(torch_module, "_global" + name, None) or {}).values())
+    return hooks
+
+
+def _hook_reach(hook: Any, objects: list[Any], codes: set[tuple[str, str]]) -> None:
+    """What a hook can store into: its partial's arguments, its instance's attributes, its closure
+    and the globals its code names; and its code, where tensors made inside it are born."""
+    if isinstance(hook, functools.partial):
+        objects += [*hook.args, *hook.keywords.values()]
+        hook = hook.func
+    owner = getattr(hook, "__self__", None)
+    if owner is None and not hasattr(hook, "__code__") and hasattr(hook, "__dict__"):
+        owner, hook = hook, type(hook).__call__  # a callable object
+    if owner is not None:
+        objects.append(owner)
+        objects += list(getattr(owner, "__dict__", {}).values())
+        hook = getattr(hook, "__func__", hook)
+    code = getattr(hook, "__code__", None)
+    if code is None:
+        return
+    codes.add((code.co_filename, code.co_name))
+    for cell in getattr(hook, "__closure__", None) or ():
+        try:
+            objects.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    names = getattr(hook, "__globals__", {})
+    objects += [names[n] for n in code.co_names if n in names]
+
+
+def _kept_by_hook(model: Any, target: Any, holder: Holder | None, site: Site) -> bool:
+    """Whether a hook on the model made the tensor or stores it (in what the holder names, or
+    directly in a container it can reach)."""
+    objects: list[Any] = []
+    codes: set[tuple[str, str]] = set()
+    for hook in _hook_functions(model):
+        _hook_reach(hook, objects, codes)
+    if (site[0], site[2]) in codes:
+        return True
+    if holder is not None and any(id(o) == holder.shown_id for o in objects):
+        return True
+    for o in objects:
+        if isinstance(o, (list, deque, tuple)) and any(x is target for x in o):
+            return True
+        if isinstance(o, dict) and any(x is target for x in o.values()):
+            return True
+    return False
