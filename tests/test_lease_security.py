@@ -335,7 +335,16 @@ def test_a_lock_file_with_mode_000_is_gone_around_not_an_internal_error(shared_d
 # steps are killed, with what they started, at the end.
 FRESH_TMP_DRIVER = r"""
 import json, os, subprocess, sys, time
+# What the steps run from (this checkout, its venv) may itself be under /tmp (CI clones there): those
+# entries are bound back into the fresh /tmp through a handle on the old one, and nothing else is.
+old = os.open("/tmp", os.O_PATH)
+keep = sorted({os.path.join("/tmp", os.path.relpath(p, "/tmp").split(os.sep)[0])
+               for p in json.loads(sys.argv[3]) if p.startswith("/tmp/")})
 subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "vramkit-test-tmp", "/tmp"], check=True)
+for path in keep:
+    os.makedirs(path)
+    subprocess.run(["mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{old}/{os.path.basename(path)}", path],
+                   check=True, pass_fds=(old,))  # as is: canonicalized, the path would be the new /tmp
 steps, python = json.loads(sys.argv[1]), sys.argv[2]
 results, background = [], []
 for n, (uid, mode, args) in enumerate(steps):
@@ -372,8 +381,11 @@ def _fresh_tmp(*steps: tuple[int, str, list[str]]) -> list[dict]:
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip("needs a mount namespace (unshare -m) for a fresh /tmp: " + probe.stderr.decode().strip())
+    import vramkit
+
+    needed = [os.path.realpath(p) for p in (sys.prefix, sys.executable, os.path.dirname(vramkit.__file__))]
     done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", FRESH_TMP_DRIVER,
-                           json.dumps(steps), sys.executable],
+                           json.dumps(steps), sys.executable, json.dumps(needed)],
                           capture_output=True, text=True, env=clean_env(VRAM_LEASE_DIR=None), timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
