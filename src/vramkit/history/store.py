@@ -496,19 +496,26 @@ def _number(value: object) -> bool:
     return True
 
 
-def _validate(c: sqlite3.Connection, path: Path) -> bool:
-    """A writer's checks of an open database: ours (or empty), not newer, not damaged, its facts
-    of the right type. True when it is empty (new)."""
+def _identify(c: sqlite3.Connection, path: Path) -> bool:
+    """Reader's and writer's first checks: a vram history (or empty), of a schema this vram reads.
+    True when it is empty."""
     version = c.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path} was written by a newer vramkit (schema {version}; this "
                          f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
     app = c.execute("PRAGMA application_id").fetchone()[0]
-    empty = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+    empty: bool = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
     if app != APPLICATION_ID and not empty:
         raise StoreError(f"{path} is an SQLite database, but not a vram history", param="db")
-    if empty:
+    return empty
+
+
+def _validate(c: sqlite3.Connection, path: Path) -> bool:
+    """A writer's checks of an open database: ours (or empty), not newer, not damaged, its facts
+    of the right type. True when it is empty (new)."""
+    if _identify(c, path):
         return True
+    version = c.execute("PRAGMA user_version").fetchone()[0]
     # A damaged page would make every sample fail, found only after writing began; a scan
     # before the first write costs about 10 ms per MB, once per start.
     problem = c.execute("PRAGMA quick_check(1)").fetchone()[0]
@@ -706,16 +713,9 @@ class Store:
         c = self.conn
         c.execute("PRAGMA busy_timeout = 500" if self.writable else "PRAGMA busy_timeout = 5000")
         if not self.writable:
-            version = self.version()
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.path} was written by a newer vramkit (schema {version}; this "
-                                 f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
-            app = c.execute("PRAGMA application_id").fetchone()[0]
-            empty = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
-            if app != APPLICATION_ID and not empty:
-                raise StoreError(f"{self.path} is an SQLite database, but not a vram history", param="db")
-            if empty:
+            if _identify(c, self.path):
                 raise StoreError(f"{self.path} holds no history yet", param="db")
+            version = self.version()
             # An older schema is read as it is (a recorder service of the previous version may
             # still be writing it); 'vram record' upgrades it when it next starts.
             if version < READS_FROM:
