@@ -13,6 +13,8 @@ from vramkit import procs
 def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
     a = children.start([sys.executable, "-c", "import time; time.sleep(600)", "job-a"])
     b = children.start([sys.executable, "-c", "import time; time.sleep(600)", "job-b"])
+    # Popen returns once exec has begun; the new command line appears a moment later.
+    assert wait_for(lambda: cmdline(a.pid).endswith(b"job-a\0") and cmdline(b.pid).endswith(b"job-b\0"))
     data = minimal_scenario()
     data["processes"] += [{"pid": a.pid, "source": "real", "gpus": {"0": "1GiB"}},
                           {"pid": b.pid, "source": "real", "gpus": {"1": "1GiB"}}]
@@ -64,3 +66,25 @@ def test_a_long_command_line_is_read_whole_up_to_the_bound(children):
     assert procs.cmdline(child.pid) == " ".join(argv)
     assert procs.read_proc_file(f"{base}/cmdline", 20_000) == cmdline(child.pid)[:20_000]
     assert procs.read_proc_file(f"{base}/no-such-file", 100) is None
+
+
+def test_a_process_that_execs_another_program_is_read_again(children, tmp_path):
+    from vramkit.procs import ProcessTable
+
+    go = tmp_path / "go"
+    script = ("import os, time\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+              "os.execv('/bin/sleep', ['sleep', '600'])\n")
+    child = children.start([sys.executable, "-c", script, "before-exec"])
+    assert wait_for(lambda: cmdline(child.pid).endswith(b"before-exec\0"))
+    table = ProcessTable()
+    try:
+        before = table.read(child.pid)
+        assert not isinstance(before, str) and before.command.endswith("before-exec")
+        go.touch()
+        assert wait_for(lambda: cmdline(child.pid) == b"sleep\x00600\x00")
+        after = table.read(child.pid)
+        assert not isinstance(after, str) and after.start_ticks == before.start_ticks
+        assert (after.name, after.command) == ("sleep", "sleep 600")
+    finally:
+        table.close()

@@ -37,9 +37,10 @@ class ProcessTable:
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = boot_time()
-        # (pid, start ticks) -> (command, container): what does not change while a process lives,
-        # so watch loops and the live view read /proc/PID/stat only.
-        self._fixed: dict[tuple[int, int], tuple[str, str | None]] = {}
+        # (pid, start ticks) -> (name, command, container): what does not change while a process
+        # lives, so watch loops and the live view read /proc/PID/stat only. The name is kept to see
+        # an exec (same pid and start, a new program).
+        self._fixed: dict[tuple[int, int], tuple[str, str, str | None]] = {}
         self.stats = StatFiles()
 
     def read(self, pid: int) -> HostProcess | str:
@@ -59,9 +60,14 @@ class ProcessTable:
         state, ticks, name = state_name(stat.state), stat.start_ticks, stat.name
         key = (pid, ticks)
         fixed = self._fixed.get(key)
-        if fixed is None or state == "zombie":  # a zombie's cmdline is empty: read it as it is
-            fixed = self._fixed[key] = (cmdline(pid) or f"[{name}]", container(pid))
-        command, in_container = fixed
+        if fixed is None or fixed[0] != name or state == "zombie":
+            # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
+            # shown by name and not kept: the next read may find the real one.
+            line = cmdline(pid)
+            fixed = (name, line or f"[{name}]", container(pid))
+            if line:
+                self._fixed[key] = fixed
+        _, command, in_container = fixed
         return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name,
                            state=state, start_time=self._boot + ticks / CLOCK_TICKS,
                            cpu_time=stat.cpu_ticks / CLOCK_TICKS, rss=stat.rss_pages * self._page,
