@@ -8,10 +8,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..gpu_state import Snapshot
-from ..nvml.backend import NvmlUnavailable
 from ..render.style import Style, style_for, terminal_width
 from ..units import format_size
 from .commands import COMMANDS
@@ -27,8 +24,12 @@ from .common import (
     parse_gpu_list,
 )
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, as in cli/common.py
+if TYPE_CHECKING:  # a log read with --no-live opens no machine: gpu_state and nvml stay unloaded
+    from typing import Any, BinaryIO
+
     from ..doctor.explain import SavingsHook
+    from ..gpu_state import Snapshot
     from .common import Subparsers
 
 HELP = COMMANDS["doctor"]
@@ -234,6 +235,8 @@ def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
 def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
     if args.no_live:
         return None, "live data not read (--no-live)"
+    from ..nvml.backend import NvmlUnavailable
+
     try:
         machine = open_for(args)
     except NvmlUnavailable as e:

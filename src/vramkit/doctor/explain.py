@@ -16,18 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..gpu_state import Snapshot
 from ..units import format_size
 from .oom import OomReport, printed_rounding
 from .traceback import Phase
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, as in cli/common.py
+if TYPE_CHECKING:  # a log read with --no-live has no snapshot: gpu_state stays unloaded
+    from typing import Any
+
+    from ..gpu_state import Snapshot
 
 # The hook for fixes whose saving depends on the model and batch (halve_batch, bf16,
 # checkpointing, grad_accum, no_grad, offload_optimizer). Called as savings(fix_id, context)
 # with context = {"report": OomReport, "model": str|None, "batch_size": int|None,
 # "seq_len": int|None, ...}; returns bytes saved, or None when it cannot say.
-SavingsHook = Callable[[str, dict[str, Any]], "int | None"]
+SavingsHook = Callable[[str, "dict[str, Any]"], "int | None"]
 
 MODEL_FIXES = ("halve_batch", "grad_accum", "bf16", "checkpointing", "no_grad", "offload_optimizer")
 # Reserved-but-unallocated memory that could have served the request counts as fragmentation when it

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
-from datetime import datetime, timezone
-from typing import Any
 
-from ..doctor.checklist import Checklist
-from ..doctor.explain import Explanation
 from ..doctor.oom import FORMS
-from ..doctor.traceback import Frame
-from ..gpu_state import Snapshot
 from ..procs import sanitize
 from ..units import format_size
-from .banner import banner
 from .style import Style, clip
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, as in cli/common.py
+if TYPE_CHECKING:  # `vram doctor LOG` loads neither the checklist nor gpu_state; JSON only for --json
+    from typing import Any
+
+    from ..doctor.checklist import Checklist
+    from ..doctor.explain import Explanation
+    from ..doctor.traceback import Frame
+    from ..gpu_state import Snapshot
 
 SCHEMA_VERSION = 1
 _SEVERITY_STYLE = {"problem": ("red", "bold"), "warning": ("yellow",), "info": ("cyan",)}
@@ -187,6 +188,8 @@ def diagnosis_dict(ex: Explanation, source: str, snap: Snapshot | None, live_not
 
 
 def diagnosis_json(ex: Explanation, source: str, snap: Snapshot | None, live_note: str | None) -> str:
+    import json
+
     return json.dumps(diagnosis_dict(ex, source, snap, live_note), indent=2)
 
 
@@ -207,6 +210,8 @@ def _scope(result: Checklist) -> str:
 
 
 def render_checklist(result: Checklist, snap: Snapshot, style: Style, width: int = 120) -> str:
+    from .banner import banner
+
     lines = [banner(snap, style, width), f"vram doctor: {_scope(result)}"]
     if not result.findings:
         lines.append(style.paint("No problems found.", "green"))
@@ -227,6 +232,9 @@ def render_checklist(result: Checklist, snap: Snapshot, style: Style, width: int
 
 
 def checklist_json(result: Checklist, snap: Snapshot) -> str:
+    import json
+    from datetime import datetime, timezone
+
     out = {
         "schema": SCHEMA_VERSION,
         "time": datetime.fromtimestamp(snap.time, timezone.utc).isoformat(timespec="seconds"),
