@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -69,7 +70,8 @@ class Sleepers:
 
 def scenario(pids: list[int], real: bool, gpus: int = 8, name: str = "bench") -> dict:
     """`gpus` A100-80GB; process i on GPU i % gpus, every 10th also on the next GPU (DataParallel),
-    every 25th both compute and graphics. Sizes vary and always fit."""
+    every 25th both compute and graphics. Sizes vary and always fit; temperatures (40-84 C) and
+    power draws (100-350 W) vary too, within what a working GPU shows on any number of GPUs."""
     per_gpu = -(-len(pids) // gpus) if pids else 1
     cap = 60 * GiB // (per_gpu + per_gpu // 10 + 1) // MiB  # MiB per process at most
     processes = []
@@ -90,7 +92,7 @@ def scenario(pids: list[int], real: bool, gpus: int = 8, name: str = "bench") ->
         "description": f"benchmark: {gpus} GPUs, {len(pids)} {'real' if real else 'synthetic'} processes",
         "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": "81920MiB", "memory_reserved": "519MiB",
                   "utilization": (17 * g) % 100, "memory_utilization": (7 * g) % 100,
-                  "temperature": 40 + g, "power": 100.0 + 10 * g, "power_limit": 400}
+                  "temperature": 40 + (13 * g) % 45, "power": 100.0 + (10 * g) % 250, "power_limit": 400}
                  for g in range(gpus)],
         "processes": processes,
     }
@@ -120,6 +122,20 @@ def wall_seconds(cmd: list[str], env: dict[str, str]) -> float:
         raise SystemExit(f"{Path(sys.argv[0]).stem}: {' '.join(cmd)[:200]} exited {result.returncode}: "
                          f"{result.stderr.decode(errors='replace').strip()[-500:]}")
     return elapsed
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole run of cmd, stdout and stderr pipes; a failed run ends the
+    benchmark. CPU (user + system of the child) moves less than wall time on a shared machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {' '.join(cmd)[:200]} exited {result.returncode}: "
+                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def median_ms(samples: list[float]) -> float:

@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +36,7 @@ from _machine import (  # noqa: E402
     program_env,
     scenario,
     shim_env,
+    timed,
     write_scenario,
 )
 
@@ -77,20 +76,6 @@ def _imports(cmd: list[str], env: dict[str, str]) -> tuple[set[str], list[tuple[
     return modules, sorted(slow, reverse=True)
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall, CPU) seconds of one whole run of cmd, stdout and stderr pipes; a failed run ends the
-    benchmark. CPU (user + system of the child) moves less than wall time on a shared machine."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if result.returncode != 0:
-        raise SystemExit(f"bench_status: {' '.join(cmd)[:200]} exited {result.returncode}: "
-                         f"{result.stderr.decode(errors='replace').strip()[-500:]}")
-    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-
-
 def _machines(text: str) -> list[tuple[int, int]]:
     try:
         out = [(int(g), int(p)) for g, p in (m.lower().split("x") for m in text.split(","))]
@@ -119,13 +104,13 @@ def measure(gpus: int, processes: int, runs: int, gpustat: bool, tmp: Path, shim
         if gpustat:
             programs["gpustat"] = (_command("gpustat", "gpustat"), on_shim)
         for cmd, env in programs.values():  # warm-up: page cache, .pyc files
-            _timed(cmd, env)
-            _timed(cmd, env)
+            timed(cmd, env)
+            timed(cmd, env)
         samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in programs}
         names = list(programs)
         for r in range(runs):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                wall, cpu = _timed(*programs[name])
+                wall, cpu = timed(*programs[name])
                 samples[name][0].append(wall)
                 samples[name][1].append(cpu)
     return samples
