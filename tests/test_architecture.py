@@ -16,7 +16,7 @@ SRC = Path(vramkit.__file__).parent
 # Where knowing about simulation belongs: the backends, the NVML layer with its simulator, the
 # views that print the banner (and serve's metrics, which label it: vram_host_info{simulated}),
 # and the one line of machine.py that labels the Snapshot.
-ALLOWED = ("backends/", "nvml/", "render/", "serve/metrics.py", "machine.py", "cli/sim.py")
+ALLOWED = ("backends/", "nvml/", "amd/", "render/", "serve/metrics.py", "machine.py", "cli/sim.py")
 SIM_BRANCH = re.compile(r"\.sim\b|\bsim\.|\.simulated\b|host_process\(|SimulatedNvml|SimulatedBackend")
 
 
@@ -50,6 +50,8 @@ def test_backends_implement_the_protocol():
     import inspect
 
     from vramkit.backends import Backend
+    from vramkit.backends.amd import AmdBackend, SimulatedAmdBackend
+    from vramkit.backends.combined import CombinedBackend
     from vramkit.backends.nvidia import NvidiaBackend
     from vramkit.backends.simulated import SimulatedBackend
 
@@ -57,7 +59,7 @@ def test_backends_implement_the_protocol():
               if callable(fn) and not name.startswith("_")}
     assert {"read_devices", "host", "is_real", "pids_visible", "device_nodes", "gpu_minors",
             "audit_context", "forget_all_but", "close"} <= set(wanted)
-    for cls in (NvidiaBackend, SimulatedBackend):
+    for cls in (NvidiaBackend, SimulatedBackend, AmdBackend, SimulatedAmdBackend, CombinedBackend):
         for name, sig in wanted.items():
             have = inspect.signature(getattr(cls, name))
             assert list(have.parameters) == list(sig.parameters), (cls.__name__, name)

@@ -261,6 +261,13 @@ def _bundled() -> list[str]:
     return names
 
 
+def _machine(data: dict, key: str) -> list:
+    """A scenario's GPUs or processes; a mixed one's are its two vendors' parts together."""
+    if data.get("vendor") == "mixed":
+        return data["nvidia"].get(key, []) + data["amd"].get(key, [])
+    return data.get(key, [])
+
+
 def test_sim_list():
     result = run_vram("sim", "list")
     assert result.rc == 0 and result.err == ""
@@ -268,7 +275,7 @@ def test_sim_list():
     assert [line.split()[0] for line in lines] == _bundled()
     for line in lines:
         data = scenario_data(line.split()[0])
-        assert f"{len(data['gpus'])} GPU" in line  # GPU or GPUs
+        assert f"{len(_machine(data, 'gpus'))} GPU" in line  # GPU or GPUs
         assert data["description"][:30] in line
 
 
@@ -277,7 +284,7 @@ def test_sim_list_json():
     assert [r["name"] for r in rows] == _bundled()
     for r in rows:
         data = scenario_data(r["name"])
-        assert r["gpus"] == len(data["gpus"]) and r["processes"] == len(data["processes"])
+        assert r["gpus"] == len(_machine(data, "gpus")) and r["processes"] == len(_machine(data, "processes"))
         assert r["description"] == data["description"]
 
 

@@ -129,6 +129,7 @@ class Device:
     uuid: str | None = None
     name: str | None = None
     pci_bus_id: str | None = None
+    vendor: str = "nvidia"  # whose GPU: "nvidia" or "amd" (its backend; the visible-devices rule it follows)
     memory_total: int | None = None
     memory_used: int | None = None
     memory_free: int | None = None

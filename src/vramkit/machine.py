@@ -102,13 +102,13 @@ def open_machine(simulate: str | None = None) -> Machine:
     """
     simulate = simulate or os.environ.get("VRAM_SIMULATE") or None
     if simulate:
-        from .backends.simulated import SimulatedBackend
+        from .backends import choose
         from .nvml import scenario as scenarios
 
-        return Machine(SimulatedBackend.load(scenarios.load(simulate)))
-    from .backends.nvidia import NvidiaBackend
+        return Machine(choose.simulated(scenarios.load(simulate)))
+    from .backends import choose
 
-    return Machine(NvidiaBackend.open())
+    return Machine(choose.real())
 
 
 def snapshot(simulate: str | None = None) -> Snapshot:

@@ -44,7 +44,16 @@ PROCESS_FIELDS = {
     "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
-              "gpus", "processes", "device_nodes", "topology"}
+              "gpus", "processes", "device_nodes", "topology", "vendor", "rocm_version"}
+# Whose GPUs a scenario describes: NVIDIA's (served as NVML by sim.py), AMD's (served as amdsmi and
+# as a sysfs tree by vramkit.amd), or both in one host ("mixed": an "nvidia" and an "amd" scenario).
+VENDORS = ("nvidia", "amd", "mixed")
+MIXED_FIELDS = {"vendor", "name", "description", "nvidia", "amd"}
+# An AMD GPU's own fields: its partition modes (MI300's compute SPX/DPX/QPX/CPX and memory NPS1/NPS4);
+# a partitioned GPU lists its partitions as `partitions` (the MIG instances' schema), shown as instances.
+AMD_GPU_FIELDS = {"compute_partition", "memory_partition", "partitions"}
+COMPUTE_PARTITIONS = {"SPX", "DPX", "TPX", "QPX", "CPX"}
+MEMORY_PARTITIONS = {"NPS1", "NPS2", "NPS4", "NPS8"}
 # `nvidia-smi topo -m`'s words for how two GPUs are connected (besides NV<n>: n NVLink links)
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 FAULT_FIELDS = {"driver", "slow_calls"}
@@ -104,6 +113,12 @@ class Scenario:
     data: dict[str, Any]
     gpus: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)
+    vendor: str = "nvidia"  # one of VENDORS
+    parts: dict[str, Scenario] = field(default_factory=dict)  # a mixed scenario's: vendor -> its scenario
+
+    def for_vendor(self, vendor: str) -> Scenario | None:
+        """This scenario's machine of `vendor` (a mixed one's part), or None where it has none."""
+        return self if self.vendor == vendor else self.parts.get(vendor)
 
 
 def bundled_names() -> list[str]:
@@ -351,13 +366,16 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
     c = _Checker(label)
     if not isinstance(data, dict):
         raise ScenarioError(f"{label}: the top level must be an object with a 'gpus' list")
+    vendor = c.choice(data.get("vendor", "nvidia"), set(VENDORS), "vendor")
+    if vendor == "mixed":
+        return _validate_mixed(c, data, label)
     c.known(data, TOP_FIELDS, "")
     gpus_raw = data.get("gpus")
     if not isinstance(gpus_raw, list) or not gpus_raw:
         c.fail("gpus", "must be a non-empty list")
     if len(gpus_raw) > MAX_GPUS:
         c.fail("gpus", f"at most {MAX_GPUS} GPUs (one machine), got {len(gpus_raw)}")
-    for key in ("name", "description", "driver_version"):
+    for key in ("name", "description", "driver_version", "rocm_version"):
         if key in data:
             c.string(data[key], key)
     if "cuda_version" in data and not re.fullmatch(r"\d+\.\d+", str(data["cuda_version"])):
@@ -382,7 +400,7 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
             c.fail(f"faults.slow_calls.{fn}", "must name an NVML function, e.g. nvmlDeviceGetMemoryInfo")
         c.number(ms, f"faults.slow_calls.{fn}", minimum=0, maximum=MAX_SLOW_CALL_MS)
 
-    gpus = [_validate_gpu(c, g, i) for i, g in enumerate(gpus_raw)]
+    gpus = [_validate_gpu(c, g, i, vendor) for i, g in enumerate(gpus_raw)]
     seen: dict[str, str] = {}
     for i, g in enumerate(gpus):
         ids = [g["uuid"]] + [m["uuid"] for m in g["mig"]]
@@ -413,7 +431,29 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
         pids[p["pid"]] = i
     _check_memory_fits(c, gpus, processes)
     name = data.get("name", _stem(label))
-    return Scenario(name=str(name), source=label, data=data, gpus=gpus, processes=processes)
+    return Scenario(name=str(name), source=label, data=data, gpus=gpus, processes=processes, vendor=vendor)
+
+
+def _validate_mixed(c: _Checker, data: dict[str, Any], label: str) -> Scenario:
+    """One host with both vendors' GPUs: an "nvidia" and an "amd" scenario (each checked as its own),
+    NVIDIA's GPUs numbered first. A pid may hold memory on both."""
+    c.known(data, MIXED_FIELDS, "")
+    for key in ("name", "description"):
+        if key in data:
+            c.string(data[key], key)
+    parts = {}
+    for vendor in ("nvidia", "amd"):
+        part = data.get(vendor)
+        if not isinstance(part, dict):
+            c.fail(vendor, f"must be an object: the {vendor} GPUs' scenario (a mixed scenario has both)")
+        if part.get("vendor", vendor) != vendor:
+            c.fail(f"{vendor}.vendor", f"must be {vendor!r} (or left out), got {_show(part.get('vendor'))}")
+        parts[vendor] = validate({**part, "vendor": vendor}, f"{label}: {vendor}")
+    name = str(data.get("name", _stem(label)))
+    for part in parts.values():
+        part.name = name
+    return Scenario(name=name, source=label, data=data, gpus=[g for p in parts.values() for g in p.gpus],
+                    processes=[p for s in parts.values() for p in s.processes], vendor="mixed", parts=parts)
 
 
 def _check_device_nodes(c: _Checker, value: Any) -> None:
@@ -435,13 +475,16 @@ def default_pci_bus_id(i: int) -> str:
     return f"{domain:08X}:{0x10 * (slot + 1):02X}:00.0"
 
 
-def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
+def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict[str, Any]:
     where = f"gpus[{i}]"
-    c.known(raw, GPU_FIELDS, where)
+    amd = vendor == "amd"
+    c.known(raw, (GPU_FIELDS - {"mig"}) | AMD_GPU_FIELDS if amd else GPU_FIELDS, where)
     g = dict(raw)
     g["index"] = i
-    g["name"] = c.string(raw.get("name", "NVIDIA A100-SXM4-80GB"), f"{where}.name")
-    g["uuid"] = c.string(raw.get("uuid", f"GPU-{i:08x}-5eed-4a11-9000-{i:012x}"), f"{where}.uuid")
+    g["name"] = c.string(raw.get("name", "AMD Instinct MI300X" if amd else "NVIDIA A100-SXM4-80GB"), f"{where}.name")
+    # ROCm names a GPU "GPU-" + its 16 hex digit unique_id (ROCR_VISIBLE_DEVICES takes it so)
+    default_uuid = f"GPU-{0x5eed0000a11 + i:016x}" if amd else f"GPU-{i:08x}-5eed-4a11-9000-{i:012x}"
+    g["uuid"] = c.string(raw.get("uuid", default_uuid), f"{where}.uuid")
     if not g["uuid"].startswith("GPU-"):
         c.fail(f"{where}.uuid", f"must start with 'GPU-', got {_show(g['uuid'])}")
     g["pci_bus_id"] = c.string(raw.get("pci_bus_id", default_pci_bus_id(i)), f"{where}.pci_bus_id")
@@ -489,21 +532,26 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
     if "numa_node" in raw:
         g["numa_node"] = c.number(raw["numa_node"], f"{where}.numa_node", minimum=0, maximum=1023, integer=True)
     mig = raw.get("mig", [])
+    if amd:
+        _validate_partitions(c, raw, g, where)
+        mig = raw.get("partitions", [])
     if not isinstance(mig, list):
         c.fail(f"{where}.mig", "must be a list of MIG instances")
     g["mig"] = []
     gis = set()
     for j, m in enumerate(mig):
-        mw = f"{where}.mig[{j}]"
+        mw = f"{where}.partitions[{j}]" if amd else f"{where}.mig[{j}]"
         c.known(m, MIG_FIELDS, mw)
         inst = dict(m)
-        inst["gi"] = c.number(m.get("gi", j + 1), f"{mw}.gi", minimum=0, integer=True)
+        inst["gi"] = c.number(m.get("gi", j if amd else j + 1), f"{mw}.gi", minimum=0, integer=True)
         if inst["gi"] in gis:
             c.fail(f"{mw}.gi", f"duplicate GPU instance id {inst['gi']}")
         gis.add(inst["gi"])
         inst["ci"] = c.number(m.get("ci", 0), f"{mw}.ci", minimum=0, integer=True)
-        inst["profile"] = c.string(m.get("profile", "1g.10gb"), f"{mw}.profile")
-        inst["uuid"] = c.string(m.get("uuid", f"MIG-{i:08x}-{j:04x}-4a11-9000-{inst['gi']:012x}"), f"{mw}.uuid")
+        inst["profile"] = c.string(m.get("profile", g.get("compute_partition", "1g.10gb")), f"{mw}.profile")
+        default_uuid = (f"GPU-{g['uuid'][-12:]}{inst['gi']:04x}" if amd  # as ROCm: the GPU's id, the partition
+                        else f"MIG-{i:08x}-{j:04x}-4a11-9000-{inst['gi']:012x}")
+        inst["uuid"] = c.string(m.get("uuid", default_uuid), f"{mw}.uuid")
         if "memory_total" not in m:
             c.fail(f"{mw}.memory_total", "is required")
         inst["memory_total"] = c.size(m["memory_total"], f"{mw}.memory_total")
@@ -516,6 +564,18 @@ def _validate_gpu(c: _Checker, raw: Any, i: int) -> dict[str, Any]:
         c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's "
                "(less memory_reserved)")
     return g
+
+
+def _validate_partitions(c: _Checker, raw: dict[str, Any], g: dict[str, Any], where: str) -> None:
+    """An AMD GPU's partition modes: a GPU in a compute mode other than SPX lists its partitions."""
+    g["compute_partition"] = c.choice(raw.get("compute_partition", "SPX"), COMPUTE_PARTITIONS,
+                                      f"{where}.compute_partition")
+    g["memory_partition"] = c.choice(raw.get("memory_partition", "NPS1"), MEMORY_PARTITIONS,
+                                     f"{where}.memory_partition")
+    listed = raw.get("partitions", [])
+    if (g["compute_partition"] == "SPX") != (not listed):
+        c.fail(f"{where}.partitions", "a GPU in SPX mode has none; one in another compute mode lists them"
+               if listed else f"GPU {g['index']} is in {g['compute_partition']} mode: list its partitions")
 
 
 def _validate_topology(c: _Checker, raw: Any, gpus: list[dict[str, Any]], gpus_raw: list[Any]) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from ..errors import RequestError
 from ..procs import StatFiles, comm, is_defunct, kept_fds_limit
 from . import compat
-from .scenario import COMPUTE_MODES, THROTTLE_REASONS, Scenario, integral, value_at
+from .scenario import COMPUTE_MODES, THROTTLE_REASONS, Scenario, ScenarioError, integral, value_at
 
 TYPE_CHECKING = False  # for mypy: every program on the shim would import typing (~2.5 ms)
 if TYPE_CHECKING:
@@ -142,7 +142,11 @@ class _RealProcesses:
 
 class SimulatedNvml:
     def __init__(self, scenario: Scenario, api: Any = None):
-        self.scenario = scenario
+        nvidia = scenario.for_vendor("nvidia")  # a mixed host's NVIDIA part; an AMD machine has none
+        if nvidia is None:
+            raise ScenarioError(f"{scenario.source}: a scenario of {scenario.vendor} GPUs has no NVIDIA GPU to "
+                                "serve through NVML")
+        self.scenario = scenario = nvidia
         # `api` supplies the error and struct classes: pynvml itself in the shim, else compat.
         self.api = api if api is not None else compat
         self._initialized = 0

@@ -1,0 +1,116 @@
+"""A scenario of AMD GPUs played over time: what each GPU, partition and process holds and does at
+the scenario clock's t. fake_amdsmi.py and fake_sysfs.py serve it at their own library's interface.
+
+The scenario schema is the NVIDIA one's (docs/scenarios.md) with "vendor": "amd": a GPU may have
+compute_partition / memory_partition and, when partitioned, `partitions` (the MIG instances'
+schema, keyed "GPU/partition" in a process's gpus). The clock follows VRAM_SIM_TIME, VRAM_SIM_EPOCH
+and VRAM_SIM_CLOCK=stepped exactly as the NVML simulator's (nvml/sim.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..errors import RequestError
+from ..nvml.scenario import Scenario, ScenarioError, integral, value_at
+from ..nvml.sim import _seconds_from_env
+from ..procs import comm, is_defunct
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+Unit = tuple[int, "int | None"]  # (GPU index, partition id or None for the whole GPU)
+
+
+class SimulatedAmd:
+    """The AMD part of a scenario, on the scenario clock."""
+
+    def __init__(self, scenario: Scenario):
+        amd = scenario.for_vendor("amd")
+        if amd is None:
+            raise ScenarioError(f"{scenario.source}: a scenario of {scenario.vendor} GPUs has no AMD GPU")
+        self.scenario = amd
+        self._t0 = time.time()
+        epoch = _seconds_from_env("VRAM_SIM_EPOCH")
+        if epoch is not None:
+            self._t0 = epoch
+        self._fixed_t = _seconds_from_env("VRAM_SIM_TIME")
+        clock = os.environ.get("VRAM_SIM_CLOCK", "").strip()
+        if clock not in ("", "real", "stepped"):
+            shown = clock if len(clock) <= 40 else clock[:37] + "..."
+            raise RequestError(f"VRAM_SIM_CLOCK must be 'real' or 'stepped', got {shown!r}")
+        self.stepped = clock == "stepped"
+        if self.stepped and self._fixed_t is None:
+            self._fixed_t = 0.0
+        self._by_unit: dict[Unit, list[tuple[dict[str, Any], Any]]] = {}
+        for p in amd.processes:
+            for unit, mem in p["gpus"].items():
+                self._by_unit.setdefault(unit, []).append((p, mem))
+        self._by_pid = {p["pid"]: p for p in amd.processes}
+
+    @property
+    def gpus(self) -> list[dict[str, Any]]:
+        return self.scenario.gpus
+
+    # ------------------------------------------------------------ the clock (nvml/sim.py's rules)
+    def now(self) -> float:
+        return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
+
+    def wall_time(self) -> float:
+        return self._t0 + self.now() if self.stepped else time.time()
+
+    def advance(self, seconds: float) -> None:
+        if not self.stepped:
+            raise RuntimeError("advance() needs VRAM_SIM_CLOCK=stepped")
+        self._fixed_t = (self._fixed_t or 0.0) + max(0.0, seconds)
+
+    # ------------------------------------------------------------ units and processes at t
+    def units(self, index: int) -> list[Unit]:
+        """The whole GPU, or each of its partitions (a partitioned GPU's processes run in one)."""
+        parts = self.gpus[index]["mig"]
+        return [(index, m["gi"]) for m in parts] if parts else [(index, None)]
+
+    def live(self, unit: Unit, t: float) -> list[tuple[dict[str, Any], int]]:
+        """(process, bytes it holds) for each process on `unit` that runs at t (a real process: while
+        it runs on this host and is not a zombie, for the driver frees what a process held)."""
+        out = []
+        for p, mem in self._by_unit.get(unit, ()):
+            if t < p.get("start_at", 0) or ("exit_at" in p and t >= p["exit_at"]):
+                continue
+            if p["source"] == "real" and (comm(p["pid"]) is None or is_defunct(p["pid"])):
+                continue
+            out.append((p, int(value_at(mem, t))))
+        return out
+
+    def used(self, unit: Unit, t: float) -> int:
+        """Bytes in use on a GPU or partition: what the scenario says (less what exited processes
+        held), never less than its live processes hold."""
+        index, part = unit
+        spec = self.gpus[index] if part is None else next(m for m in self.gpus[index]["mig"] if m["gi"] == part)
+        live = sum(mem for _, mem in self.live(unit, t))
+        if "memory_used" not in spec:
+            return live
+        listed = sum(int(value_at(mem, t)) for _, mem in self._by_unit.get(unit, ()))
+        return max(live, int(value_at(spec["memory_used"], t)) - (listed - live))
+
+    def gpu_used(self, index: int, t: float) -> int:
+        return sum(self.used(u, t) for u in self.units(index))
+
+    def busy_ns(self, p: dict[str, Any], index: int, t: float) -> int:
+        """A process's graphics/compute engine time on a GPU since t=0, in ns (fdinfo's
+        drm-engine-gfx, amdsmi's engine_usage.gfx): its sm_util over time, else its GPU's."""
+        util = p.get("sm_util", self.gpus[index]["utilization"])
+        start = p.get("start_at", 0)
+        return int((integral(util, t) - integral(util, min(t, start))) / 100 * 1e9)
+
+    def host_process(self, pid: int) -> dict[str, Any] | None:
+        return self._by_pid.get(pid)
+
+    def pids(self) -> list[int]:
+        return list(self._by_pid)
+
+    @staticmethod
+    def value(value: Any, t: float) -> Any:
+        return value_at(value, t)
