@@ -1,22 +1,30 @@
 """The live view's cost: `vram top` vs `nvitop`, both refreshing every second in a real terminal
-(tmux), on one simulated machine of 8 GPUs and 500 processes: CPU, memory and the first frame.
+(tmux), on simulated machines of 8 GPUs and 200, then 500 processes: CPU, memory and the first frame.
 
 The processes are real (spawned `sleep`s), so nvitop's psutil finds each one in /proc as vram
-does. nvitop runs on the pynvml shim (`vram sim shim`); vram on `--simulate FILE`. Each program
+does. Both programs run on the pynvml shim (`vram sim shim`), and vram takes its real-driver path
+through it: the child imports the shim as `pynvml`, then vram opens "the driver" as on a GPU
+server (no --simulate), so it pays `import pynvml` and NVML's calls as nvitop does. Each program
 runs alone in its own tmux session (120x40) for a warm-up, then its CPU seconds (user + system,
-from /proc/PID/stat, children included) are measured over --seconds of wall time. Rounds alternate
-the order. The ratio vram / nvitop is what counts; lower is better.
+from /proc/PID/stat, children included) are measured over --seconds of wall time. Rounds are
+interleaved: each round runs every program once, the order alternating. The ratio vram / nvitop
+is what counts (lower is better): per round (the two ran minutes apart at most), printed as the
+median and the range over the rounds, and pooled (the sums of all rounds).
 
 Also per program and round: the first frame (from starting the tmux session to the first screen
 capture showing memory in GiB, polled every 10 ms: the same start-up cost of tmux for both), and
 its resident memory (VmRSS at the end of the measured time, and the peak, VmHWM).
 
 A third program is the floor the live view stands on: an empty Textual app (one Static line, no
-data), run the same way in the same rounds. vram top keeps Textual (DESIGN.md), so its distance to
-this floor is what it could still save.
+data), run the same way in the first round (its memory is what it is here for). vram top keeps
+Textual (DESIGN.md), so its distance to this floor is what it could still save.
 
-    .venv/bin/python benchmarks/bench_top.py [--seconds 60] [--processes 500] [--gpus 8] [--rounds 1]
+--curve SECONDS: afterwards, vram top alone on the last machine for that long, its RSS printed
+every --curve-every seconds (memory flat after warm-up, or growing).
+
+    .venv/bin/python benchmarks/bench_top.py [--machines 8x200,8x500] [--seconds 20] [--rounds 5]
         [--vramkit-src DIR]     (vramkit from an older tree's src/: before/after)
+        [--curve 600 --curve-every 30]
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import BIN, Sleepers, cpu_seconds, environment, scenario, write_scenario  # noqa: E402
+from _machine import BIN, VRAM_VIA_DRIVER, Sleepers, cpu_seconds, environment, scenario, write_scenario  # noqa: E402
 
 from vramkit.nvml.shim import write_shim  # noqa: E402
 
@@ -126,78 +134,134 @@ def measure(name: str, argv: list[str], env: dict[str, str], tmpdir: Path, secon
         run.close()
 
 
+def _machines(text: str) -> list[tuple[int, int]]:
+    """'8x200,8x500' -> [(8, 200), (8, 500)]: GPUs x processes."""
+    out = []
+    for part in text.split(","):
+        gpus, _, procs = part.strip().partition("x")
+        if not (gpus.isdigit() and procs.isdigit() and int(gpus) > 0):
+            raise argparse.ArgumentTypeError(f"not GPUs x processes: {part!r} (8x500)")
+        out.append((int(gpus), int(procs)))
+    return out
+
+
+def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """median (min-max)"""
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def _programs(src: Path | None, scenario_file: Path, shim: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
+    """name -> (argv, environment, text only its running view shows)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE", "NO_COLOR")}
+    base["TERM"] = "xterm-256color"
+    on_shim = {**base, "PYTHONPATH": str(shim), "VRAM_SIMULATE": str(scenario_file)}
+    # vram on its real-driver path through the shim, as nvitop; an older tree's vramkit after the shim
+    vram_env = {**on_shim, "PYTHONPATH": f"{shim}{os.pathsep}{src}"} if src else on_shim
+    return {
+        "vram top": ([sys.executable, "-c", VRAM_VIA_DRIVER, "top", "--interval", "1"], vram_env, "GPU processes"),
+        "nvitop": (_command("nvitop", "nvitop", "--interval", "1"), on_shim, "GiB"),
+        "floor": ([sys.executable, "-c", FLOOR_APP], base, "empty Textual app"),
+    }
+
+
+def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path | None) -> None:
+    """Every round on one machine; prints the table and whether the targets are met."""
+    with tempfile.TemporaryDirectory(prefix="vram-bench-top-") as tmp, Sleepers(processes) as sleepers:
+        tmp_path = Path(tmp)
+        scenario_file = write_scenario(tmp_path / "machine.json", scenario(sleepers.pids, real=True, gpus=gpus))
+        programs = _programs(src, scenario_file, write_shim(tmp_path / "shim").parent)
+        print(f"\n{gpus} x {processes}: {gpus} simulated GPUs, {processes} real processes, {args.rounds} rounds of "
+              f"{args.seconds:g} s per program", flush=True)
+        results: dict[str, list[Result]] = {name: [] for name in programs}
+        names = list(programs)
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                if name == "floor" and r > 0:  # its memory is all it is here for: one round shows it
+                    continue
+                cmd, env, ready = programs[name]
+                sub = tmp_path / f"tmux-{r}-{name.replace(' ', '-')}"
+                sub.mkdir()
+                results[name].append(measure(f"bench{r}", cmd, env, sub, args.seconds, args.warmup, ready))
+        curve = rss_curve(programs["vram top"], tmp_path, args) if args.curve else None
+
+    ratios = [v.cpu / n.cpu for v, n in zip(results["vram top"], results["nvitop"])]
+    pooled = sum(x.cpu for x in results["vram top"]) / sum(x.cpu for x in results["nvitop"])
+    floor_rss = statistics.median(x.rss for x in results["floor"])
+    print(f"{'program':<10} {'CPU s per round':>22} {'CPU %':>6}  {'first frame ms':>20}  {'RSS MiB':>18}"
+          f" {'peak':>6} {'above floor':>11}")
+    for name, rs in results.items():
+        cpu = [x.cpu for x in rs]
+        print(f"{name:<10} {_spread(cpu):>22} {100 * statistics.median(cpu) / args.seconds:5.1f}%"
+              f"  {_spread([1000 * x.first_frame for x in rs], '{:.0f}'):>20}"
+              f"  {_spread([x.rss / MiB for x in rs], '{:.1f}'):>18} {max(x.peak_rss for x in rs) / MiB:6.1f}"
+              f" {(statistics.median(x.rss for x in rs) - floor_rss) / MiB:+10.1f}M")
+    print("per round, CPU s: " + "; ".join(f"{n} " + ", ".join(f"{x.cpu:.2f}" for x in v) for n, v in results.items()))
+    print(f"vram top / nvitop CPU, per round: {', '.join(f'{r:.3f}' for r in ratios)}")
+    print(f"vram top / nvitop CPU: {_spread(ratios, '{:.3f}')}x per round (median, range); pooled {pooled:.3f}x")
+    frames = [v.first_frame / n.first_frame for v, n in zip(results["vram top"], results["nvitop"])]
+    print(f"vram top / nvitop first frame: {_spread(frames)}x per round")
+    above = (statistics.median(x.rss for x in results["vram top"]) - floor_rss) / MiB
+    if curve:
+        print("vram top alone, RSS MiB over time (s): " + ", ".join(f"{t:.0f}: {m / MiB:.1f}" for t, m in curve))
+    cpu_met = statistics.median(ratios) <= TARGET_CPU
+    print(f"target (CPU at most {TARGET_CPU}x nvitop's, median of rounds): {'MET' if cpu_met else 'NOT MET'} "
+          f"({statistics.median(ratios):.3f}x; rounds {min(ratios):.3f}-{max(ratios):.3f}x)")
+    rss_met = above <= TARGET_ABOVE_FLOOR
+    print(f"target (RSS at most {TARGET_ABOVE_FLOOR} MiB above the floor, an empty Textual app): "
+          f"{'MET' if rss_met else 'NOT MET'} ({above:+.1f} MiB)")
+
+
+def rss_curve(program: tuple[list[str], dict[str, str], str], tmp_path: Path,
+              args: argparse.Namespace) -> list[tuple[float, int]]:
+    """vram top alone for --curve seconds: (seconds since its first full view, VmRSS) every --curve-every."""
+    cmd, env, ready = program
+    sub = tmp_path / "tmux-curve"
+    sub.mkdir()
+    run = TmuxRun("curve", cmd, env, sub)
+    try:
+        _wait_for(run, ready, 0.2)
+        began, points = time.monotonic(), []
+        while True:
+            elapsed = time.monotonic() - began
+            points.append((elapsed, memory(run.pid)[0]))
+            if elapsed >= args.curve:
+                return points
+            time.sleep(min(args.curve_every, args.curve - elapsed))
+    finally:
+        run.close()
+
+
+TARGET_CPU = 0.25
+TARGET_ABOVE_FLOOR = 8.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=60.0, help="measured wall time per program and round (60)")
-    ap.add_argument("--warmup", type=float, default=3.0, help="seconds after the first frame before measuring (3)")
-    ap.add_argument("--processes", type=int, default=500, help="real processes holding GPU memory (500)")
-    ap.add_argument("--gpus", type=int, default=8, help="simulated GPUs (8)")
-    ap.add_argument("--rounds", type=int, default=1, help="rounds; the order alternates (1)")
+    ap.add_argument("--machines", type=_machines, default=_machines("8x200,8x500"),
+                    help="GPUs x real processes, comma-separated (8x200,8x500)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="measured wall time per program and round (20)")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds after the full view before measuring (3)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, interleaved; the order alternates (5)")
     ap.add_argument("--vramkit-src", type=Path, metavar="DIR",
                     help="run vram top from this source tree (the src/ of an older checkout: before/after)")
+    ap.add_argument("--curve", type=float, default=0.0, metavar="SECONDS",
+                    help="afterwards, vram top alone on the last machine this long, its RSS over time (0: no)")
+    ap.add_argument("--curve-every", type=float, default=30.0, metavar="SECONDS", help="the curve's step (30)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
     if shutil.which("tmux") is None:
         raise SystemExit("bench_top: needs tmux")
     src = args.vramkit_src.resolve() if args.vramkit_src else None
     if src is not None and not (src / "vramkit" / "__init__.py").is_file():
         raise SystemExit(f"bench_top: --vramkit-src {src} has no vramkit/__init__.py")
-
-    with tempfile.TemporaryDirectory(prefix="vram-bench-top-") as tmp, Sleepers(args.processes) as sleepers:
-        tmp_path = Path(tmp)
-        scenario_file = write_scenario(tmp_path / "machine.json", scenario(sleepers.pids, real=True, gpus=args.gpus))
-        shim = write_shim(tmp_path / "shim").parent
-        base = {k: v for k, v in os.environ.items()
-                if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE", "NO_COLOR")}
-        base["TERM"] = "xterm-256color"
-        top_args = ("top", "--simulate", str(scenario_file), "--interval", "1")
-        vram = ([sys.executable, "-m", "vramkit", *top_args], {**base, "PYTHONPATH": str(src)}) if src else (
-            _command("vram", "vramkit", *top_args), base)
-        programs = {
-            "vram top": (*vram, "GPU processes"),
-            "nvitop": (_command("nvitop", "nvitop", "--interval", "1"),
-                       {**base, "PYTHONPATH": str(shim), "VRAM_SIMULATE": str(scenario_file)}, "GiB"),
-            "floor": ([sys.executable, "-c", FLOOR_APP], base, "empty Textual app"),
-        }
-        print(f"bench_top: {args.gpus} simulated GPUs, {args.processes} real processes, 1 s refresh, "
-              f"{args.seconds:g} s measured per program and round, tmux 120x40; {environment()}")
-        if src is not None:
-            print(f"vramkit from {src}")
-        results: dict[str, list[Result]] = {name: [] for name in programs}
-        names = list(programs)
-        for r in range(args.rounds):
-            for name in names if r % 2 == 0 else names[::-1]:
-                cmd, env, ready = programs[name]
-                sub = tmp_path / f"tmux-{r}-{name.replace(' ', '-')}"
-                sub.mkdir()
-                results[name].append(measure(f"bench{r}", cmd, env, sub, args.seconds, args.warmup, ready))
-
-    total = {name: sum(x.cpu for x in v) for name, v in results.items()}
-    first = {name: statistics.median(x.first_frame for x in v) for name, v in results.items()}
-    rss = {name: max(x.rss for x in v) for name, v in results.items()}
-    peak = {name: max(x.peak_rss for x in v) for name, v in results.items()}
-    span = args.seconds * args.rounds
-    print(f"\n{'program':<10} {'CPU s':>8} {'CPU %':>7} {'vs nvitop':>9}  {'first frame':>11} {'vs nvitop':>9}"
-          f"  {'RSS MiB':>7} {'peak':>6} {'vs nvitop':>9} {'vs floor':>9}")
-    for name in programs:
-        print(f"{name:<10} {total[name]:8.2f} {100 * total[name] / span:6.1f}% {total[name] / total['nvitop']:8.2f}x"
-              f"  {1000 * first[name]:9.0f}ms {first[name] / first['nvitop']:8.2f}x"
-              f"  {rss[name] / MiB:7.1f} {peak[name] / MiB:6.1f} {rss[name] / rss['nvitop']:8.2f}x"
-              f" {(rss[name] - rss['floor']) / MiB:+8.1f}M")
-    print("\nper round, CPU s: " + "; ".join(f"{n} " + ", ".join(f"{x.cpu:.2f}" for x in v)
-                                             for n, v in results.items()))
-    print("per round, first frame ms: " + "; ".join(f"{n} " + ", ".join(f"{1000 * x.first_frame:.0f}" for x in v)
-                                                     for n, v in results.items()))
-    targets = [("CPU at most 0.30x nvitop's", total["vram top"] <= 0.30 * total["nvitop"],
-                f"{total['vram top'] / total['nvitop']:.2f}x"),
-               ("RSS no more than nvitop's", rss["vram top"] <= rss["nvitop"],
-                f"{rss['vram top'] / MiB:.1f} vs {rss['nvitop'] / MiB:.1f} MiB"),
-               ("first frame no later than nvitop's", first["vram top"] <= first["nvitop"],
-                f"{1000 * first['vram top']:.0f} vs {1000 * first['nvitop']:.0f} ms")]
-    above = {name: (rss[name] - rss["floor"]) / MiB for name in ("vram top", "nvitop")}
-    print(f"\nthe floor (an empty Textual app): RSS {rss['floor'] / MiB:.1f} MiB; vram top holds "
-          f"{above['vram top']:.1f} MiB above it, nvitop {above['nvitop']:+.1f}")
-    for what, met, value in targets:
-        print(f"target ({what}): {'MET' if met else 'NOT MET'} ({value})")
+    print(f"bench_top: vram top and nvitop --interval 1 on the pynvml shim, tmux 120x40, {args.warmup:g} s warm-up; "
+          f"{environment()}")
+    if src is not None:
+        print(f"vramkit from {src}")
+    for gpus, processes in args.machines:
+        run_machine(gpus, processes, args, src)
     return 0
 
 
