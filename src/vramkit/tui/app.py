@@ -17,13 +17,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.style import Style as RichStyle
 from rich.text import Text
 from textual import events
+from textual._two_way_dict import TwoWayDict
 from textual._types import SegmentLines
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -31,7 +32,7 @@ from textual.cache import LRUCache
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets._data_table import RowRenderables
-from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist, RowKey
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
@@ -61,12 +62,16 @@ class ProcTable(DataTable[str]):
     """The process table: Home/End go to the first/last row (the command is clipped to fit, so
     there is nothing to scroll sideways to).
 
-    Cells are stored as plain strings and made into Text (`cell_text`: by column and text) only
-    for the rows drawn: a Text for each of 500 rows x 15 columns held MiBs for nothing.
+    Only the rows drawn are built. The table's rows are places (row i of the view), not
+    processes: `show(count, values)` says how many there are and how to build the cells of
+    row i (plain strings, in column order), which happens when row i is drawn or asked for.
+    So a refresh of 550 processes with 35 on screen builds 35 rows, and a new order or a new
+    process changes no widget state but the number of places. Which process is under the cursor
+    is the app's business (it keeps the rows as data and moves the cursor with its process).
 
-    Cells are rendered once per text they show. DataTable keys its cell cache on a counter that
-    every update_cell bumps, so one changed cell (ELAPSED ticks on every row each second) would
-    render every visible cell again, most of the view's CPU on a busy machine."""
+    Cells are made into Text (`cell_text`: by column and text) only for the rows drawn, and are
+    rendered once per text they show: ELAPSED ticks on every row each second, and DataTable's
+    own cell cache, keyed on a counter of updates, would render every visible cell again."""
 
     BINDINGS = [Binding("home", "scroll_top", "Top", show=False),
                 Binding("end", "scroll_bottom", "Bottom", show=False)]
@@ -74,25 +79,70 @@ class ProcTable(DataTable[str]):
     def __init__(self, cell_text: Callable[[str, str], Text], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.cell_text = cell_text  # (column key, shown text) -> the cell as drawn
+        self._values: Callable[[int], list[str]] = lambda index: []  # row i's cells, built on demand
+        self._built: dict[int, list[str]] = {}  # the rows built since the last show()
+        self.rows_built = 0  # rows built, ever (the rest of the rows are never built)
         # A few screens' worth of cells (each cursor and hover state apart); old texts age out.
         self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(2048)
-        # DataTable's own caches are keyed on the update counter, so after each refresh their
-        # entries are never hit again: hold a few screens' worth, not DataTable's 10,000 cells
-        # and 1,000 rows and lines (MiBs of segments on a busy machine). Cells are cached above.
+        # DataTable's own caches are cleared on each show(): a screen's worth is all they need.
         self._cell_render_cache = LRUCache(64)
         self._row_render_cache = LRUCache(256)
         self._line_cache = LRUCache(256)
-        # Each new row's cells are made into Text once to measure them (_update_dimensions): keep
-        # a screen's worth of rows, not 1,000 rows of Text.
         self._row_renderable_cache = LRUCache(64)
 
+    def show(self, count: int, values: Callable[[int], list[str]]) -> None:
+        """From now on the table has `count` rows, row i's cells being values(i) (built when
+        row i is drawn). The cursor stays in its place (the caller moves it with its process)."""
+        self._values = values
+        self._built = {}
+        have = self.row_count
+        for index in range(have, count):
+            self.add_row(key=str(index))
+        if count < have:
+            for index in range(count, have):
+                key = RowKey(str(index))
+                del self.rows[key], self._data[key]
+            self._row_locations = TwoWayDict({RowKey(str(index)): index for index in range(count)})
+            self._require_update_dimensions = True
+            self._update_count += 1
+            self.cursor_coordinate = self.cursor_coordinate  # back inside the table
+            self.hover_coordinate = self.hover_coordinate
+            self.refresh(layout=True)
+        # The lines drawn before show other cells now; the row places and offsets are the same.
+        for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache):
+            cache.clear()
+        self.refresh()
+
+    def row_values(self, index: int) -> list[str]:
+        """Row `index`'s cells, in column order (built once per show())."""
+        cells = self._built.get(index)
+        if cells is None:
+            cells = self._built[index] = self._values(index)
+            self.rows_built += 1
+        return cells
+
+    def get_row(self, row_key: RowKey | str) -> list[str]:
+        index = self._row_locations.get(row_key if isinstance(row_key, RowKey) else RowKey(row_key))
+        if index is None:
+            raise RowDoesNotExist(f"Row key {row_key!r} is not valid.")
+        return self.row_values(index)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> str:
+        index = self._column_locations.get(column_key if isinstance(column_key, ColumnKey) else ColumnKey(column_key))
+        if index is None:
+            raise CellDoesNotExist(f"No cell exists for row_key={row_key!r}, column_key={column_key!r}.")
+        return self.get_row(row_key)[index]
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        # Every column has a fixed width and every row one line: no new row needs measuring
+        # (DataTable would build each one's cells to measure them).
+        super()._update_dimensions(())
+
     def _compute_row_renderables(self, row_index: int) -> RowRenderables:
-        row_key = self._row_locations.get_key(row_index) if row_index >= 0 else None
-        if row_key is None or self._should_render_row_labels:  # the header (or a label: none here)
+        if row_index < 0 or self._should_render_row_labels:  # the header (or a label: none here)
             return super()._compute_row_renderables(row_index)
-        row = self._data.get(row_key, {})
-        return RowRenderables(None, [self.cell_text(str(c.key.value), row.get(c.key) or "")
-                                     for c in self.ordered_columns])
+        return RowRenderables(None, [self.cell_text(str(c.key.value), value)
+                                     for c, value in zip(self.ordered_columns, self.row_values(row_index))])
 
     def _render_cell(self, row_index: int, column_index: int, base_style: RichStyle, width: int,
                      cursor: bool = False, hover: bool = False) -> SegmentLines:
@@ -100,14 +150,15 @@ class ProcTable(DataTable[str]):
         if column_index < 0:  # a row label: the table has none, but keep DataTable's path for one
             return render(row_index, column_index, base_style, width, cursor, hover)
         column_key = self._column_locations.get_key(column_index)
-        row_key = None if row_index < 0 else self._row_locations.get_key(row_index)
         value: object = None
+        height = 1
         if column_key is None:
             pass
         elif row_index < 0:
             value, height = self.columns[column_key].label, self.header_height
-        elif row_key is not None:
-            value, height = self._data[row_key].get(column_key), self.rows[row_key].height
+        elif row_index < self.row_count:
+            values = self.row_values(row_index)
+            value = values[column_index] if column_index < len(values) else None
         text_key: tuple[object, ...]
         if isinstance(value, str):  # a process cell: its look follows from its column and text
             text_key = (column_key, value)
@@ -123,18 +174,6 @@ class ProcTable(DataTable[str]):
         if lines is None:
             lines = self._rendered[key] = render(row_index, column_index, base_style, width, cursor, hover)
         return lines
-
-    def update_cells(self, changes: list[tuple[str, str, str]]) -> None:
-        """update_cell for each (row key, column key, value), with one refresh for them all:
-        update_cell refreshes the whole widget for each cell (hundreds when ELAPSED ticks).
-        What update_cell does, but once: set the value, count an update, refresh."""
-        for row_key, column_key, value in changes:
-            if RowKey(row_key) not in self._row_locations or ColumnKey(column_key) not in self._column_locations:
-                raise CellDoesNotExist(f"No cell exists for row_key={row_key!r}, column_key={column_key!r}.")
-            self._data[RowKey(row_key)][ColumnKey(column_key)] = value
-        if changes:
-            self._update_count += 1
-            self.refresh()
 
 
 T = TypeVar("T")
@@ -258,8 +297,7 @@ class TopApp(App[None]):
         self._prompt_mode: str | None = None
         self._columns: list[str] = []
         self._command_width = 0
-        self._shown: list[tuple[str, list[str]]] = []
-        self._rows: list[R.Row] = []
+        self._rows: list[R.Row] = []  # every row of the view, in its order (the table builds those drawn)
         self._texts: dict[str, Text] = {}  # what each Static shows (_show)
 
     # ------------------------------------------------------------ layout
@@ -288,8 +326,9 @@ class TopApp(App[None]):
         self.set_interval(self.interval, self.refresh_data)
 
     def on_resize(self) -> None:
+        selected = self.selected_key()  # new columns clear the table, its cursor too
         if self._setup_columns():
-            self._fill_table(force=True)
+            self._fill_table(selected)
         self._draw()
 
     def _setup_columns(self) -> bool:
@@ -305,7 +344,6 @@ class TopApp(App[None]):
             label = self.look.text(Text(headers[key], justify="right" if key in RIGHT else "left"))
             table.add_column(label, width=width, key=key)
         self._columns, self._command_width = columns, command_width
-        self._shown = []
         return True
 
     # ------------------------------------------------------------ data
@@ -455,26 +493,25 @@ class TopApp(App[None]):
         self._show("#alerts", alerts_text(alerts, width, max_alerts, self.look))
         self._draw_viewline()
 
-    def _fill_table(self, force: bool = False) -> None:
+    def _fill_table(self, selected: str | None = None) -> None:
+        """The rows in the view's order, as data; the table builds the ones it draws. The cursor
+        stays on its process (`selected`, default the one under it now) wherever that moved, and
+        goes to the top if it is gone."""
         if self.snap is None:
             return
         table = self.query_one("#procs", ProcTable)
-        by_index = {g.index: g for g in self.snap.gpus}
+        selected = selected or self.selected_key()
         self._rows = R.ordered(self.snap, self.view)
-        wanted = [(r.key, R.cells(r, by_index, self._columns, self._command_width)) for r in self._rows]
-        if not force and [k for k, _ in wanted] == [k for k, _ in self._shown]:
-            table.update_cells([(key, column, self.look.plain(a))
-                                for (key, new), (_, old) in zip(wanted, self._shown) if new != old
-                                for column, a, b in zip(self._columns, new, old) if a != b])
-        else:
-            selected = self.selected_key()
-            table.clear()
-            for key, values in wanted:
-                table.add_row(*map(self.look.plain, values), key=key)
-            keys = [k for k, _ in wanted]
-            if selected in keys:
-                table.move_cursor(row=keys.index(selected), animate=False)
-        self._shown = wanted
+        by_index = {g.index: g for g in self.snap.gpus}
+        rows, columns, command_width, plain = self._rows, self._columns, self._command_width, self.look.plain
+        table.show(len(rows), lambda i: [plain(v) for v in R.cells(rows[i], by_index, columns, command_width)])
+        if selected is not None:
+            index = next((i for i, r in enumerate(self._rows) if r.key == selected), None)
+            if index is None:  # its process is gone
+                table.move_cursor(row=0, animate=False)
+                table.scroll_to(y=0, animate=False)
+            elif index != table.cursor_row:
+                table.move_cursor(row=index, animate=False)
         self._draw_viewline()
 
     def _draw_viewline(self) -> None:
@@ -507,17 +544,13 @@ class TopApp(App[None]):
         return Text(value)
 
     def selected_key(self) -> str | None:
-        table = self.query_one("#procs", DataTable)
-        if not table.row_count:
-            return None
-        try:
-            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        except Exception:  # no row under the cursor
-            return None
+        """The key of the row under the cursor (R.row_key), None on an empty table."""
+        row = self.selected_row()
+        return None if row is None else row.key
 
     def selected_row(self) -> R.Row | None:
-        key = self.selected_key()
-        return next((r for r in self._rows if r.key == key), None)
+        row = self.query_one("#procs", ProcTable).cursor_row
+        return self._rows[row] if 0 <= row < len(self._rows) else None
 
     # ------------------------------------------------------------ actions
     def action_help(self) -> None:

@@ -1,0 +1,163 @@
+"""`vram top` on 500 processes builds only the rows it draws, and keeps the rest as data: far down
+the list it shows the right rows, and the cursor, the detail and the kill dialog stay on the
+process the person chose through scrolling, sorting and refreshes.
+
+Expected rows come from the scenario JSON (sorted by pid, then GPU, as the view's pid sort
+does), never from vram's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramkit.machine import open_machine
+from vramkit.tui import rows as R
+from vramkit.tui.actions import KillActions
+from vramkit.tui.app import TopApp
+from vramkit.tui.killscreen import KillScreen
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _machine import scenario  # noqa: E402
+
+
+@pytest.fixture
+def big(sim_env, tmp_path):
+    """(machine, the scenario's rows as (pid, gpu) in pid order): 500 processes on 8 GPUs, every
+    10th on two (550 rows)."""
+    data = scenario(list(range(10_000, 10_500)), real=False)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(data))
+    machine = open_machine(str(path))
+    expected = sorted((p["pid"], int(gpu)) for p in data["processes"] for gpu in p["gpus"])
+    yield machine, expected
+    machine.close()
+
+
+def run(app: TopApp, body) -> None:
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await body(pilot)
+    asyncio.run(main())
+
+
+def drawn(app: TopApp) -> list[tuple[int, int]]:
+    """(pid, gpu) of each process row on screen, top to bottom."""
+    table = app.query_one("#procs")
+    out = []
+    for y in range(1, table.size.height):  # line 0: the header
+        words = table.render_line(y).text.split()
+        if len(words) > 1 and words[1].isdigit():
+            out.append((int(words[1]), int(words[0])))
+    return out
+
+
+def test_only_the_rows_drawn_are_built_on_each_refresh(big, monkeypatch):
+    """A refresh of 550 rows with some 30 on screen builds the cells of those, not of all 550:
+    at the top of the list and far down it."""
+    machine, expected = big
+    built = []
+    cells = R.cells
+
+    def counting(row, *args, **kwargs):
+        built.append(row.key)
+        return cells(row, *args, **kwargs)
+
+    monkeypatch.setattr(R, "cells", counting)
+    app = TopApp(machine.snapshot, interval=3600, view=R.View(sort="pid"))
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        on_screen = table.size.height - 1
+        for where in ("top", "end"):
+            if where == "end":
+                await pilot.press("end")
+                await pilot.pause()
+            built.clear()
+            await app.refresh_data()
+            await pilot.pause()
+            assert drawn(app)  # the rows on screen were drawn from what was built
+            assert 0 < len(built) <= on_screen, (where, len(built), on_screen)
+            assert {f"{pid}/{gpu}/" for pid, gpu in drawn(app)} <= set(built)
+        assert table.row_count == len(expected) == 550
+    run(app, body)
+
+
+def test_far_down_the_list_the_right_rows_are_drawn_and_clicked(big):
+    machine, expected = big
+    app = TopApp(machine.snapshot, interval=3600, view=R.View(sort="pid"))
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        assert drawn(app) == expected[: len(drawn(app))]
+        table.scroll_to(y=300, animate=False)
+        await pilot.pause()
+        top = round(table.scroll_offset.y)
+        assert top == 300
+        shown = drawn(app)
+        assert len(shown) > 10 and shown == expected[top: top + len(shown)]
+        await app.refresh_data()  # a refresh keeps the place and draws the same rows
+        await pilot.pause()
+        assert round(table.scroll_offset.y) == top and drawn(app) == shown
+        # a click on a row far down selects the process drawn there
+        await pilot.click("#procs", offset=(40, 5))
+        assert (app.selected_row().proc.pid, app.selected_row().proc.gpu) == shown[4]
+        await pilot.press("end")
+        await pilot.pause()
+        shown = drawn(app)
+        assert shown == expected[-len(shown):]
+        assert (app.selected_row().proc.pid, app.selected_row().proc.gpu) == expected[-1]
+    run(app, body)
+
+
+@pytest.mark.slow
+def test_the_cursor_and_the_kill_target_stay_on_their_process_after_scrolling_and_sorting(big, tmp_path):
+    machine, expected = big
+    actions = KillActions(machine, audit_path=str(tmp_path / "audit.log"), timeout=5)
+    app = TopApp(machine.snapshot, interval=3600, view=R.View(sort="pid"), readonly=False, actions=actions)
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        table.move_cursor(row=400, animate=False)
+        await pilot.pause()
+        pid, gpu = expected[400]
+        assert app.selected_key() == f"{pid}/{gpu}/"
+        for keys in (("s",), ("r",), ("s", "s")):  # sort by user, reversed, then by elapsed and cpu
+            await pilot.press(*keys)
+            await app.refresh_data()
+            await pilot.pause()
+            assert app.selected_key() == f"{pid}/{gpu}/", keys
+            assert (pid, gpu) in drawn(app), keys  # still on screen, wherever it went
+            assert app.query_one("#procs").get_row_at(table.cursor_row)[1] == str(pid)
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, KillScreen) and app.screen.pid == pid
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("enter")  # the detail of the same process
+        await pilot.pause()
+        assert getattr(app.screen, "pid", None) == pid
+    run(app, body)
+
+
+def test_the_cursor_goes_to_the_top_when_its_process_is_gone(big):
+    machine, expected = big
+    app = TopApp(machine.snapshot, interval=3600, view=R.View(sort="pid"))
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        table.move_cursor(row=300, animate=False)
+        await pilot.pause()
+        pid, _ = expected[300]
+        app.view.pids = {p for p, _ in expected} - {pid}  # as if it exited: the view no longer lists it
+        await app.refresh_data()
+        await pilot.pause()
+        assert table.cursor_row == 0 and round(table.scroll_offset.y) == 0
+        assert app.selected_key() == f"{expected[0][0]}/{expected[0][1]}/"
+        assert table.row_count == len(expected) - sum(1 for p, _ in expected if p == pid)
+    run(app, body)
