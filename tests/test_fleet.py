@@ -264,7 +264,8 @@ def test_pick_chooses_the_host_with_the_most_free_memory_and_says_why_others_do_
 def test_fleet_and_fleet_pick_as_commands(fake):
     f = fake(two_hosts())
     shown = run_vram("fleet", "--prometheus", f.url, env=clean_env())
-    assert shown.rc == 0, shown.err
+    assert shown.rc == 1, shown.err  # gpu-b is down: shown, and said by the exit status
+    assert run_vram("fleet", "--prometheus", f.url, "--ignore-down", env=clean_env()).rc == 0
     lines = shown.out.splitlines()
     assert lines[0] == f"vram fleet via Prometheus {f.url}: 2 hosts, 2 GPUs, 1 down"
     assert lines[2].split()[:3] == ["gpu-a", "0", "A100-SXM4-80GB"] and "70.0/80.0GiB" in lines[2]

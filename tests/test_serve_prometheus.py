@@ -248,21 +248,22 @@ def test_every_dashboard_panel_has_data_and_fleet_shows_each_scenario_exactly(la
 @needs_prometheus
 def test_a_host_whose_scrape_fails_is_said_to_be_down(lab):
     url, hosts, targets, serves = lab
-    wait_until(lambda: len([h for h in run_vram("fleet", "--prometheus", url, "--json", env=clean_env())
-                            .json()["hosts"] if h["gpus"]]) == 2, lambda: "both hosts have GPUs")
+    wait_until(lambda: len([h for h in run_vram("fleet", "--prometheus", url, "--json", "--ignore-down",
+                                                env=clean_env()).json()["hosts"] if h["gpus"]]) == 2,
+               lambda: "both hosts have GPUs")
     # Stop gpu-b's vram serve: Prometheus' next scrape of it fails (up == 0).
     serves["gpu-b"].send_signal(signal.SIGTERM)
     serves["gpu-b"].wait(timeout=30)
 
     def down() -> dict | None:
-        data = run_vram("fleet", "--prometheus", url, "--json", env=clean_env()).json()
+        data = run_vram("fleet", "--prometheus", url, "--json", "--ignore-down", env=clean_env()).json()
         states = {h["host"]: h["state"] for h in data["hosts"]}
         return data if states == {"gpu-a": "up", "gpu-b": "down"} else None
     data = wait_until(down, lambda: run_vram("fleet", "--prometheus", url, env=clean_env()).out)
     b = next(h for h in data["hosts"] if h["host"] == "gpu-b")
     assert b["gpus"] == [] and "up == 0" in b["notes"][0]
     result = run_vram("fleet", "--prometheus", url, env=clean_env())
-    assert result.rc == 0
+    assert result.rc == 1  # a host is down: shown, and said by the exit status
     assert re.search(r"^gpu-b\s+scrape down \(up == 0", result.out, re.M), result.out
     assert "1 down" in result.out.splitlines()[0]
 

@@ -17,19 +17,11 @@ host with terminal escapes in it):
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 import math
-import os
 import re
-import socket
-import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,6 +29,7 @@ from .cuda_env import CudaDevice
 from .errors import RequestError, VramkitError
 from .gpu_choice import Decision, Policy, Unit, decide, shortfall_text
 from .gpu_state import GpuProcess
+from .http_get import GetError, get
 from .procs import sanitize
 
 DEFAULT_TIMEOUT = 10.0  # seconds for Prometheus' answers to one reading (read_fleet's four queries)
@@ -91,88 +84,6 @@ def check_url(url: str) -> str:
 class Sample:
     labels: dict[str, str]  # sanitized
     value: float | None  # None: NaN, infinite or not a number
-
-
-class _Watch:
-    """A deadline over every connection of one request (redirects included): when it passes, the
-    connections are shut down, which ends any read or TLS handshake waiting on them at once. Each
-    socket is watched through its own duplicate of the descriptor, so the watch never touches a
-    descriptor number the program reused after the connection closed."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.expired = False
-        self._fds: list[int] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def left(self) -> float:
-        return max(0.001, self.deadline - time.monotonic())
-
-    def passed(self) -> bool:
-        return self.expired or time.monotonic() >= self.deadline
-
-    def add(self, sock: socket.socket) -> None:
-        with self._lock:
-            fd = os.dup(sock.fileno())
-            self._fds.append(fd)
-            if self.expired:
-                _shut(fd)
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for fd in self._fds:
-                _shut(fd)
-
-    def close(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for fd in self._fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._fds.clear()
-
-    def connection(self, http_class: Callable[..., http.client.HTTPConnection]
-                   ) -> Callable[..., http.client.HTTPConnection]:
-        """urllib's connection class, made to connect within the deadline and be watched."""
-        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
-            kwargs["timeout"] = self.left()
-            conn = http_class(host, **kwargs)
-            create: Callable[..., socket.socket] = conn._create_connection  # type: ignore[attr-defined]
-
-            def watched(address: tuple[str, int], timeout: float | None = None,
-                        source_address: tuple[str, int] | None = None) -> socket.socket:
-                sock = create(address, self.left(), source_address)
-                sock.settimeout(self.left())  # also bounds each read; the watch bounds them all
-                self.add(sock)
-                return sock
-            conn._create_connection = watched  # type: ignore[attr-defined]
-            return conn
-        return make
-
-
-def _shut(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        sock = socket.socket(fileno=fd)
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        finally:
-            sock.detach()
-
-
-def _handlers(watch: _Watch) -> list[urllib.request.BaseHandler]:
-    class Plain(urllib.request.HTTPHandler):
-        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
-            return super().do_open(watch.connection(http_class), req, **kwargs)
-
-    class Tls(urllib.request.HTTPSHandler):
-        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
-            return super().do_open(watch.connection(http_class), req, **kwargs)
-
-    return [Plain(), Tls()]
 
 
 class Prometheus:
@@ -231,78 +142,28 @@ class Prometheus:
                 self.warnings_left_out += 1
 
     def _get(self, target: str, deadline: float) -> bytes:
-        if time.monotonic() >= deadline:
-            raise self._slow()
-        watch = _Watch(deadline)
-        request = urllib.request.Request(target, headers={"Accept": "application/json"})
         try:
-            opener = urllib.request.build_opener(*_handlers(watch))
+            answer = get(target, deadline, self.max_answer, headers={"Accept": "application/json"})
+        except GetError as e:
+            raise self._failed(e) from None
+        if answer.status >= 400:  # Prometheus answers 400/422/503 with a JSON error body
             try:
-                with opener.open(request, timeout=watch.left()) as response:
-                    return self._read(response, watch)
-            except urllib.error.HTTPError as e:  # Prometheus answers 400/422/503 with a JSON error body
-                try:
-                    raise self._http_error(e, watch) from None
-                finally:
-                    with contextlib.suppress(Exception):
-                        e.close()
-        except PrometheusError:
-            raise
-        except Exception as e:  # noqa: BLE001 - whatever a broken answer makes urllib raise
-            if watch.passed() or isinstance(e, TimeoutError):
-                raise self._slow() from None
-            if isinstance(e, urllib.error.URLError):
-                if isinstance(e.reason, TimeoutError):
-                    raise self._slow() from None
-                reason: object = (e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror
-                                  else e.reason)
-                raise PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(reason)}") from None
-            if isinstance(e, (OSError, ValueError)):  # a connection reset mid-answer, a bad chunk size
-                raise PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(_reason(e))}") from None
-            # A malformed status line, too many headers (http.client.HTTPException), or whatever else
-            # a broken answer makes the HTTP client raise.
-            raise PrometheusError(f"Prometheus at {self.url} did not answer in HTTP: "
-                                  f"{clean(_reason(e))}") from None
-        finally:
-            watch.close()
+                data = json.loads(answer.body.decode("utf-8", "replace"))
+                error = f"{clean(data['errorType'])}: {clean(data['error'])}"
+            except Exception:  # noqa: BLE001 - no JSON error body: say the status
+                error = f"HTTP {clean(answer.status)} {clean(answer.reason)}"
+            raise PrometheusError(f"Prometheus at {self.url} answered an error: {error}")
+        return answer.body
 
-    def _http_error(self, e: urllib.error.HTTPError, watch: _Watch) -> PrometheusError:
-        try:
-            data = json.loads(self._read(e, watch).decode("utf-8", "replace"))
-            error = f"{clean(data['errorType'])}: {clean(data['error'])}"
-        except PrometheusError:
-            raise
-        except Exception:  # noqa: BLE001 - no JSON error body: say the status
-            if watch.passed():
-                return self._slow()
-            error = f"HTTP {clean(e.code)} {clean(e.reason)}"
-        return PrometheusError(f"Prometheus at {self.url} answered an error: {error}")
-
-    def _read(self, response: Any, watch: _Watch) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            if watch.passed():
-                raise self._slow()
-            chunk = response.read(65536)
-            if not chunk:
-                if watch.passed():  # the watch shut the connection: an end, not the answer's
-                    raise self._slow()
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > self.max_answer:
-                raise PrometheusError(f"Prometheus at {self.url} answered more than "
-                                      f"{self.max_answer // 1024**2}MiB for one query: not read")
-            chunks.append(chunk)
-
-    def _slow(self) -> PrometheusError:
-        return PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout:g}s")
-
-
-def _reason(e: BaseException) -> str:
-    """An exception's words, one line (http.client's include the bytes it refused, repr'd)."""
-    text = str(e) or type(e).__name__
-    return text.splitlines()[0] if text.strip() else type(e).__name__
+    def _failed(self, e: GetError) -> PrometheusError:
+        if e.kind == "slow":
+            return PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout:g}s")
+        if e.kind == "too-big":
+            return PrometheusError(f"Prometheus at {self.url} answered more than "
+                                   f"{self.max_answer // 1024**2}MiB for one query: not read")
+        if e.kind == "unreachable":
+            return PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(e.detail)}")
+        return PrometheusError(f"Prometheus at {self.url} did not answer in HTTP: {clean(e.detail)}")
 
 
 def _finite(value: object) -> float | None:
@@ -376,10 +237,15 @@ class FleetHost:
 
 @dataclass
 class Fleet:
-    prometheus: str
+    prometheus: str | None  # its address; None when the hosts were read directly (fleet_hosts.py)
     hosts: list[FleetHost]
     warnings: list[str]  # Prometheus' warnings, each once, at most MAX_WARNINGS
     warnings_left_out: int = 0  # distinct warnings beyond those
+    source: str = "prometheus"  # or "hosts": each host's own vram serve
+
+    @property
+    def down(self) -> list[FleetHost]:
+        return [h for h in self.hosts if h.state == "down"]
 
     def to_dict(self) -> dict[str, Any]:
         hosts = []
@@ -388,7 +254,7 @@ class Fleet:
             d["state"] = h.state
             d["simulated"] = h.info.get("simulated") == "true"
             hosts.append(d)
-        return {"prometheus": self.prometheus, "hosts": hosts, "warnings": self.warnings,
+        return {"source": self.source, "prometheus": self.prometheus, "hosts": hosts, "warnings": self.warnings,
                 "warnings_left_out": self.warnings_left_out}
 
 

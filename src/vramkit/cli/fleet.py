@@ -25,6 +25,12 @@ its own line. docs/fleet.md sets this up, from one server to many.
 The Prometheus address comes from --prometheus or $VRAM_PROMETHEUS. Hosts are the targets of the
 scrape job 'vram' (--job), and every target that exported vram's metrics within a day.
 
+Without Prometheus, --hosts reads each host's own 'vram serve' (its /api/v1/snapshot) at once,
+within --timeout for all of them; --hosts-config gives basic auth and TLS in the format of a
+Prometheus scrape config's basic_auth and tls_config (docs/fleet.md).
+
+'vram fleet' exits 1 when a host is down (after showing the others); --ignore-down exits 0.
+
 'vram fleet pick' judges each host's GPUs as 'vram pick' does (the same policy options) and names
 the host and the CUDA_VISIBLE_DEVICES to use there. It reserves nothing: 'vram run' on that host
 does.
@@ -34,6 +40,8 @@ examples:
   vram fleet --prometheus http://prometheus:9090 --json | jq '.hosts[] | select(.state != "up")'
   vram fleet pick -n 2 --min-free 40GiB --prometheus http://prometheus:9090
   export VRAM_PROMETHEUS=http://prometheus:9090; vram fleet pick --json
+  vram fleet --hosts gpu-a:9787,gpu-b:9787,gpu-c:9787
+  vram fleet pick -n 1 --hosts https://gpu-a:9787,https://gpu-b:9787 --hosts-config fleet.yml
 """
 
 
@@ -48,9 +56,14 @@ def _connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
                    help="Prometheus' address, e.g. http://prometheus:9090 (default $VRAM_PROMETHEUS)")
     g.add_argument("--job", metavar="NAME", action="append", default=default,
                    help="the scrape job(s) of vram serve (default 'vram'; repeat for several)")
+    g.add_argument("--hosts", metavar="LIST", action="append", default=default,
+                   help="read these hosts' vram serve directly instead of Prometheus, e.g. gpu-a:9787,gpu-b "
+                   "(port 9787 unless given; https://host for TLS; repeatable)")
+    g.add_argument("--hosts-config", metavar="FILE", default=default,
+                   help="basic_auth and tls_config for --hosts, as in a Prometheus scrape config")
     add_duration(g, "--timeout", default=argparse.SUPPRESS if suppress else TIMEOUT, low=0.1, high=600,
-                 bounds="must be 0.1s to 10m", help="how long to wait for Prometheus' answers, all of them "
-                 f"together: connecting, headers and body (default {TIMEOUT})")
+                 bounds="must be 0.1s to 10m", help="how long to wait for the answers (Prometheus' or the "
+                 f"hosts'), all of them together: connecting, headers and body (default {TIMEOUT})")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print JSON")
 
@@ -61,6 +74,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("fleet", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     _connection_options(p, suppress=False)
+    p.add_argument("--ignore-down", action="store_true",
+                   help="exit 0 even when a host is down (it is still shown as down)")
     p.set_defaults(run=run)
     actions = p.add_subparsers(dest="fleet_command", metavar="pick", parser_class=type(p))
     pick = actions.add_parser("pick", help="name the host and the CUDA_VISIBLE_DEVICES to use there",
@@ -94,8 +109,25 @@ def _client(args: argparse.Namespace) -> tuple[Prometheus, tuple[str, ...]]:
 def _read(args: argparse.Namespace) -> Fleet:
     from ..fleet import read_fleet
 
+    if args.hosts:
+        return _read_hosts(args)
+    if args.hosts_config:
+        raise UsageError("--hosts-config: goes with --hosts (Prometheus' own settings are its own)")
     prom, jobs = _client(args)
     return read_fleet(prom, jobs)
+
+
+def _read_hosts(args: argparse.Namespace) -> Fleet:
+    from pathlib import Path
+
+    from ..fleet_hosts import load_client_config, parse_hosts, read_hosts
+    from .common import duration_flag
+
+    if args.prometheus or args.job:
+        raise UsageError("--hosts: reads the hosts without Prometheus; leave out --prometheus and --job")
+    urls = parse_hosts(args.hosts)
+    config = load_client_config(Path(args.hosts_config)) if args.hosts_config else None
+    return read_hosts(urls, duration_flag(args, "timeout", 0.1, 600, "must be 0.1s to 10m"), config)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         print(fleet_json(fleet))
     else:
         print(render_fleet(fleet, style_for(no_color=getattr(args, "no_color", False)), terminal_width()))
-    return 0
+    return 1 if fleet.down and not args.ignore_down else 0
 
 
 def run_pick(args: argparse.Namespace) -> int:

@@ -47,8 +47,9 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
         summary.append(style.paint(f"{down} down", "red"))
     if partial:
         summary.append(style.paint(f"{partial} partial", "yellow"))
-    lines = [style.paint(f"vram fleet via Prometheus {fleet.prometheus}", "bold") + ": " + ", ".join(summary)]
-    if not fleet.hosts:
+    via = f"Prometheus {fleet.prometheus}" if fleet.source == "prometheus" else "each host's vram serve"
+    lines = [style.paint(f"vram fleet via {via}", "bold") + ": " + ", ".join(summary)]
+    if not fleet.hosts and fleet.source == "prometheus":
         lines.append("no vram serve target in Prometheus (is its scrape job named 'vram'? see --job and docs/fleet.md)")
     else:
         header = (f"{'HOST':<{HOST_W}} {'GPU':>3}  {'NAME':<{NAME_W}} {'':<{bar_w + 1 if bar_w else 0}}"

@@ -1,0 +1,207 @@
+"""One bounded HTTP GET from a server vram does not trust: Prometheus' API (fleet.py), another host's
+vram serve (fleet_hosts.py).
+
+- One deadline for the whole request, connection, TLS, headers and body together (and redirects,
+  when followed): a watch shuts the connection down when it passes, whatever it is waiting for
+  (a byte a second is no answer).
+- The body is bounded in size; an HTTP error status comes back as an answer, with its body (as
+  bounded), for the caller to read its error text.
+- Every failure is one GetError saying what kind it was, for the caller to word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CHUNK = 65536
+
+
+@dataclass
+class Answer:
+    status: int
+    reason: str
+    body: bytes
+
+
+class GetError(Exception):
+    """Why a GET got no answer. kind: 'slow' (the deadline passed), 'unreachable' (the connection
+    failed or broke), 'not-http' (what came back is not HTTP), 'too-big' (over max_bytes)."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.detail = detail
+
+
+class Watch:
+    """A deadline over every connection of one request (redirects included): when it passes, the
+    connections are shut down, which ends any read or TLS handshake waiting on them at once. Each
+    socket is watched through its own duplicate of the descriptor, so the watch never touches a
+    descriptor number the program reused after the connection closed."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.expired = False
+        self._fds: list[int] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left(self) -> float:
+        return max(0.001, self.deadline - time.monotonic())
+
+    def passed(self) -> bool:
+        return self.expired or time.monotonic() >= self.deadline
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            fd = os.dup(sock.fileno())
+            self._fds.append(fd)
+            if self.expired:
+                _shut(fd)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for fd in self._fds:
+                _shut(fd)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for fd in self._fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()
+
+    def connection(self, http_class: Callable[..., http.client.HTTPConnection]
+                   ) -> Callable[..., http.client.HTTPConnection]:
+        """urllib's connection class, made to connect within the deadline and be watched."""
+        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            kwargs["timeout"] = self.left()
+            conn = http_class(host, **kwargs)
+            create: Callable[..., socket.socket] = conn._create_connection  # type: ignore[attr-defined]
+
+            def watched(address: tuple[str, int], timeout: float | None = None,
+                        source_address: tuple[str, int] | None = None) -> socket.socket:
+                sock = create(address, self.left(), source_address)
+                sock.settimeout(self.left())  # also bounds each read; the watch bounds them all
+                self.add(sock)
+                return sock
+            conn._create_connection = watched  # type: ignore[attr-defined]
+            return conn
+        return make
+
+
+def _shut(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as what it is (a 3xx), not followed: credentials are never carried
+    to an address the user did not name."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _opener(watch: Watch, context: ssl.SSLContext | None, redirects: bool) -> urllib.request.OpenerDirector:
+    class Plain(urllib.request.HTTPHandler):
+        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+            return super().do_open(watch.connection(http_class), req, **kwargs)
+
+    class Tls(urllib.request.HTTPSHandler):
+        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+            return super().do_open(watch.connection(http_class), req, **kwargs)
+
+    handlers: list[urllib.request.BaseHandler] = [Plain(), Tls(context=context)]
+    if not redirects:
+        handlers.append(_NoRedirect())
+    return urllib.request.build_opener(*handlers)
+
+
+def reason(e: BaseException) -> str:
+    """An exception's words, one line (http.client's include the bytes it refused, repr'd)."""
+    text = str(e) or type(e).__name__
+    return text.splitlines()[0] if text.strip() else type(e).__name__
+
+
+def get(url: str, deadline: float, max_bytes: int, headers: Mapping[str, str] | None = None,
+        context: ssl.SSLContext | None = None, redirects: bool = True) -> Answer:
+    """GET `url` by `deadline` (time.monotonic()), reading at most `max_bytes` of body; an HTTP
+    error status is an Answer too. Raises GetError."""
+    if time.monotonic() >= deadline:
+        raise GetError("slow")
+    watch = Watch(deadline)
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        opener = _opener(watch, context, redirects)
+        try:
+            with opener.open(request, timeout=watch.left()) as response:
+                return Answer(response.status, str(response.reason), _read(response, watch, max_bytes))
+        except urllib.error.HTTPError as e:  # 4xx/5xx (and a 3xx not followed): its body may say why
+            try:
+                try:
+                    body = _read(e, watch, max_bytes)
+                except GetError:
+                    raise
+                except Exception:  # noqa: BLE001 - the status is the answer; a body cut short adds nothing
+                    if watch.passed():
+                        raise GetError("slow") from None
+                    body = b""
+                return Answer(e.code, str(e.reason), body)
+            finally:
+                with contextlib.suppress(Exception):
+                    e.close()
+    except GetError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a broken answer makes urllib raise
+        if watch.passed() or isinstance(e, TimeoutError):
+            raise GetError("slow") from None
+        if isinstance(e, urllib.error.URLError):
+            if isinstance(e.reason, TimeoutError):
+                raise GetError("slow") from None
+            why: object = (e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror
+                           else e.reason)
+            raise GetError("unreachable", str(why)) from None
+        if isinstance(e, (OSError, ValueError)):  # a connection reset mid-answer, a bad chunk size
+            raise GetError("unreachable", reason(e)) from None
+        # A malformed status line, too many headers (http.client.HTTPException), or whatever else
+        # a broken answer makes the HTTP client raise.
+        raise GetError("not-http", reason(e)) from None
+    finally:
+        watch.close()
+
+
+def _read(response: Any, watch: Watch, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if watch.passed():
+            raise GetError("slow")
+        chunk = response.read(CHUNK)
+        if not chunk:
+            if watch.passed():  # the watch shut the connection: an end, not the answer's
+                raise GetError("slow")
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > max_bytes:
+            raise GetError("too-big")
+        chunks.append(chunk)
