@@ -4,7 +4,8 @@ order), sys/class/kfd/kfd/proc/PID/vram_<gpu_id>, sys/class/drm/cardN/device (ue
 busy %, partition modes, hwmon: temperature in m°C, power in µW, fan as pwm1/pwm1_max) and
 proc/PID/fdinfo (DRM clients: drm-memory-vram, drm-engine-gfx, drm-client-id, each client open on
 two descriptors, as a dup'ed one is). `write(t)` brings every value to the scenario's time t; a
-lost GPU has a KFD node and no DRM device; a field the scenario marks unsupported has no file.
+lost GPU has a KFD node and no DRM device; a field the scenario marks unsupported has no file
+(processes: no KFD process directory; no_permission processes: one this user cannot list).
 """
 
 from __future__ import annotations
@@ -114,14 +115,19 @@ class FakeSysfs:
 
     def _processes(self, nodes: list[tuple[int, int | None, int]], t: float) -> None:
         kfd = "sys/class/kfd/kfd/proc"
+        full = os.path.join(self.root, kfd)
+        if os.path.isdir(full):
+            os.chmod(full, 0o755)
         self._drop(kfd)
-        os.makedirs(os.path.join(self.root, kfd), exist_ok=True)
+        gpus = self.sim.gpus
+        if any("processes" in g["unsupported"] for g in gpus):
+            return  # an older kernel's KFD: no per-process files at all
+        os.makedirs(full, exist_ok=True)
         for pid in self._written_pids:
             self._drop(f"proc/{pid}")
         self._written_pids.clear()
-        off = {g["index"] for g in self.sim.gpus if "processes" in g["unsupported"]}
         for n, (index, part, gpu_id) in enumerate(nodes):
-            if index in off or self.sim.gpus[index]["lost"]:
+            if gpus[index]["lost"]:
                 continue
             g = self.sim.gpus[index]
             domain, bus, dev, fn = _bdf(g["pci_bus_id"], part or 0)
@@ -136,3 +142,5 @@ class FakeSysfs:
                         f"drm-engine-gfx:\t{self.sim.busy_ns(p, index, t)} ns\ndrm-engine-compute:\t0 ns")
                 for fd in (10 + 2 * n, 11 + 2 * n):  # a client's two descriptors: one client, counted once
                     self._put(f"proc/{pid}/fdinfo/{fd}", info)
+        if any("processes" in g["no_permission"] for g in gpus):
+            os.chmod(full, 0)  # KFD's process list is not this user's to read

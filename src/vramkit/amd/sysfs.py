@@ -176,8 +176,10 @@ class Sysfs:
         dev.mig_enabled = len(parts) > 1
         for j, part in enumerate(parts if dev.mig_enabled else ()):
             uid = part.get("unique_id")
+            # ROCm's name of a partition: the last 12 hex digits of the GPU's unique id, then the partition's 4
+            uuid = f"GPU-{uid:016x}"[-12:] if uid else None
             dev.mig_devices.append(MigDevice(
-                gi=j, ci=None, uuid=f"GPU-{uid:016x}"[-12:].join(("GPU-", f"{j:04x}")) if uid else None, name=f"{dev.name} {mode or ''}".strip(),
+                gi=j, ci=None, uuid=f"GPU-{uuid}{j:04x}" if uuid else None, name=f"{dev.name} {mode or ''}".strip(),
                 memory_total=part.get("size_in_bytes"), memory_used=None, memory_free=None))
 
     def _hwmon(self, dev: Device, device: str) -> None:
