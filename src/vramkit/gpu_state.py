@@ -58,12 +58,23 @@ class GpuProcess:
     ppid: int | None = None
     container: str | None = None  # short container id when in a container cgroup
     host_missing: str | None = None  # why the host side is unknown, when it is
+    # --- inside a container: NVML's pids are the host's, not this /proc's (pidmap.py)
+    nvml_pid: int | None = None  # the pid NVML reported, when it is another PID namespace's; `pid` is
+    #                              then this /proc's pid of the same process if known, else the same
+    holders_here: tuple[int, ...] = ()  # this /proc's processes holding the GPU, one or more of which NVML
+    #                                     lists under nvml_pid (which one cannot be told); () when mapped
     real: bool = True  # False: a simulated scenario's made-up process, not a process on this host
     # --- flags
     zombie: bool = False
     orphaned: bool = False
     idle: bool = False  # holds memory while running no kernels (idle.py: the one rule)
     idle_for: float | None = None  # seconds it has been seen idle without a break (None: not idle)
+
+    @property
+    def pid_here(self) -> int | None:
+        """The pid of this process in this /proc; None: NVML's pid is another PID namespace's and
+        no process here could be told to be it (never shown as a pid here)."""
+        return None if self.nvml_pid is not None and self.host_missing is not None else self.pid
 
     @property
     def key(self) -> tuple[int, int | None]:

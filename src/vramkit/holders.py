@@ -88,7 +88,8 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
     minors = backend.gpu_minors(snap.gpus)
     listed: dict[int, dict[int, int | None]] = {}
     for p in snap.processes:
-        listed.setdefault(p.pid, {})[p.gpu] = p.memory
+        if p.pid_here is not None:  # a host pid a container's /proc does not have is no holder's here
+            listed.setdefault(p.pid_here, {})[p.gpu] = p.memory
     me = os.getpid()
     candidates = pids if pids is not None else [int(d) for d in os.listdir("/proc") if d.isdigit()]
     for pid in candidates:

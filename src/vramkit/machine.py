@@ -15,7 +15,7 @@ from .backends import Backend
 from .gpu_state import Device, GpuProcess, Snapshot, Topology
 from .idle import idle_now
 from .nvml.backend import NvmlUnavailable
-from .procs import HostProcess, cpu_percent_since
+from .procs import OTHER_NAMESPACE, HostProcess, cpu_percent_since
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -52,9 +52,15 @@ class Machine:
         self.backend.forget_all_but(set(hosts))
         if any(k[0] not in hosts for k in self._previous_cpu):
             self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in hosts}
-        return Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
+        snap = Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
                         driver_version=self.backend.driver_version, cuda_version=self.backend.cuda_version,
                         monotonic=self.backend.monotonic(), topology=self._topology())
+        if any(h == OTHER_NAMESPACE for h in hosts.values()):  # inside a container: NVML's pids are the host's
+            from .pidmap import map_to_this_namespace
+
+            map_to_this_namespace(snap, self.backend,
+                                  lambda proc, dev, host: _join_host(proc, dev, host, now, self._previous_cpu))
+        return snap
 
     def _topology(self) -> Topology | None:
         if not self.want_topology:

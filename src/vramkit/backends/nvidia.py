@@ -8,7 +8,7 @@ import time
 
 from ..gpu_state import Device
 from ..nvml.backend import Nvml, open_real
-from ..procs import HostProcess, ProcessTable, in_initial_pid_namespace
+from ..procs import INITIAL_PID_NS_INODE, OTHER_NAMESPACE, HostProcess, ProcessTable, in_pid_namespace, shows_pids_of
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -20,10 +20,14 @@ DEVICE_NODES = "/dev/nvidia*"
 class NvidiaBackend:
     simulated = False
     scenario: str | None = None
+    # The PID namespace the driver numbers processes in (an inode number): the host's, whatever
+    # namespace asks. None: this /proc's (a scenario that names none).
+    driver_pid_namespace: int | None = INITIAL_PID_NS_INODE
 
     def __init__(self, nvml: Nvml):
         self.nvml = nvml
         self.table = ProcessTable()
+        self._pids_here: bool | None = None  # this /proc numbers processes as the driver does (read once)
 
     @classmethod
     def open(cls) -> NvidiaBackend:
@@ -54,7 +58,16 @@ class NvidiaBackend:
         self.nvml.read_health(gpus, settle)
 
     def host(self, pid: int, now: float) -> HostProcess | str:
+        if not self.proc_shows_driver_pids():
+            return OTHER_NAMESPACE  # /proc/PID here is another process, or none: never read as this one
         return self.table.read(pid)
+
+    def proc_shows_driver_pids(self) -> bool:
+        """Whether this /proc numbers processes as the driver does (not a container's own /proc)."""
+        if self._pids_here is None:
+            ns = self.driver_pid_namespace
+            self._pids_here = ns is None or in_pid_namespace(ns) is not False or shows_pids_of(ns)
+        return self._pids_here
 
     def forget_all_but(self, pids: set[int]) -> None:
         self.table.forget_all_but(pids)
@@ -63,7 +76,8 @@ class NvidiaBackend:
         return True
 
     def pids_visible(self) -> bool:
-        return in_initial_pid_namespace() is not False
+        ns = self.driver_pid_namespace
+        return ns is None or in_pid_namespace(ns) is not False
 
     def device_nodes(self) -> tuple[str | None, str]:
         return DEVICE_NODES, ""

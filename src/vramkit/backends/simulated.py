@@ -9,7 +9,7 @@ from ..gpu_state import Device
 from ..nvml.backend import Nvml
 from ..nvml.scenario import Scenario
 from ..nvml.sim import SimulatedNvml
-from ..procs import NOT_VISIBLE, HostProcess, sanitize
+from ..procs import NOT_VISIBLE, HostProcess, namespace_inode, sanitize
 from .nvidia import NvidiaBackend
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
@@ -24,6 +24,8 @@ class SimulatedBackend(NvidiaBackend):
         super().__init__(Nvml(sim).open())
         self.sim = sim
         self.scenario = sim.scenario.name
+        # The namespace the scenario's pids are numbered in (a container test's host); none: this /proc's
+        self.driver_pid_namespace = namespace_inode(sim.scenario.data.get("pid_namespace"))
         self._text: dict[int, tuple[str, str]] = {}  # synthetic pid -> (command, user), sanitized
 
     @classmethod
@@ -44,8 +46,8 @@ class SimulatedBackend(NvidiaBackend):
 
     def host(self, pid: int, now: float) -> HostProcess | str:
         described = self.sim.host_process(pid)
-        if described is None or described["source"] == "real":
-            return self.table.read(pid)
+        if described is None or described["source"] == "real" or not self.proc_shows_driver_pids():
+            return super().host(pid, now)
         if described["source"] == "missing":
             return NOT_VISIBLE
         text = self._text.get(pid)
@@ -66,9 +68,6 @@ class SimulatedBackend(NvidiaBackend):
     def is_real(self, pid: int) -> bool:
         described = self.sim.host_process(pid)
         return described is None or described["source"] != "synthetic"
-
-    def pids_visible(self) -> bool:
-        return True  # the scenario names pids as this /proc sees them
 
     def device_nodes(self) -> tuple[str | None, str]:
         pattern = self.sim.scenario.data.get("device_nodes")

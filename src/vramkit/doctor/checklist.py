@@ -50,7 +50,7 @@ class Finding:
     code: str  # gpu_lost, near_full, other_users, defunct_holder, not_visible, stale_orphan, idle_holder,
     #            cvd_missing, cvd_empty, cvd_order, crowded_gpu0, dataparallel_imbalance,
     #            ecc_errors, memory_repair_pending, memory_repair_failed, throttled, low_pstate,
-    #            told_other_gpu
+    #            told_other_gpu, container_pids
     severity: str  # problem, warning, info
     title: str
     detail: str
@@ -150,6 +150,7 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     if cvd is not None:
         findings += _other_users(gpus, me)
     findings += _holders(gpus, me, idle_known)
+    findings += _inside_container(gpus)
     findings += _order(snap, cvd, env)
     if only is None:
         findings += _crowded(snap)
@@ -197,6 +198,26 @@ def _other_users(gpus: list[Device], me: str | None) -> list[Finding]:
     return out
 
 
+def _inside_container(gpus: list[Device]) -> list[Finding]:
+    """Inside a container NVML lists host pids: say why nvidia-smi shows no processes here, and
+    what vram matched them to (pidmap.py), in one finding."""
+    rows = [p for g in gpus for p in g.processes if p.nvml_pid is not None]
+    if not rows:
+        return []
+    from ..pidmap import summary
+
+    told = [f"pid {p.pid} holds {format_size(p.memory)} on GPU {p.gpu} (host pid {p.nvml_pid}: the only "
+            "process here holding that GPU where nothing else could be it)" for p in rows if p.pid_here is not None]
+    return [Finding("container_pids", "info", "vram runs in a container: NVML lists the host's pids",
+                    "the driver reports each process by its pid on the host, which this container's /proc does "
+                    "not have (or gives to another process): that is why nvidia-smi shows no processes here; "
+                    "vram matched them to the processes here that hold the GPUs' device files open: "
+                    + "; ".join(told + summary(rows)),
+                    "use the pids vram shows (vram ps, vram kill PID); memory held outside this container can only "
+                    "be freed from the host, where vram ps names its process",
+                    gpus=sorted({p.gpu for p in rows}), memory=sum(p.memory or 0 for p in rows))]
+
+
 def _idle_holder(p: GpuProcess, idle_known: bool) -> bool:
     if not p.idle:
         return False
@@ -220,7 +241,7 @@ def _holders(gpus: list[Device], me: str | None, idle_known: bool = False) -> li
                                    f"{_who(p)}, {format_size(p.memory)}, a zombie for {format_duration(p.elapsed)}"
                                    + (", orphaned" if p.orphaned else ""), fix, gpus=[g.index], pid=p.pid,
                                    user=p.user, command=p.command, memory=p.memory))
-            elif p.host_missing and any_visible:
+            elif p.host_missing and any_visible and p.nvml_pid is None:  # a host pid: _inside_container
                 out.append(Finding("not_visible", "warning", f"pid {p.pid} holds memory on GPU {g.index} but "
                                    "/proc cannot see it", f"{format_size(p.memory)}; {p.host_missing}",
                                    "if it exited, its memory should be freed soon; if it stays, an admin "

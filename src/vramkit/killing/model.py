@@ -130,6 +130,9 @@ class Target:
     devices: tuple[str, ...] = ()  # /dev/nvidia* nodes it holds open (when scanned)
     holder_gpus: tuple[int, ...] = ()
     holder_ns_pids: tuple[int, ...] = ()  # NSpid from the holder scan, when it has no identity
+    # Inside a container: GPU -> memory NVML lists under host pids that this process and others here
+    # holding that GPU hold between them (which holds what cannot be told: pidmap.py)
+    shared: dict[int, int] = field(default_factory=dict)
     synthetic: bool = False  # a scenario's made-up process: nothing real to signal
     unmapped: str | None = None  # why the pid cannot be mapped to a process here
     defunct: bool = False  # every thread has exited: it waits to be reaped and cannot be signalled

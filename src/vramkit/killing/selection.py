@@ -14,6 +14,7 @@ from ..gpu_state import GpuProcess, Snapshot
 from ..idle import busy_percent
 from ..machine import Machine
 from ..protect import Protection, Refusal, load
+from ..units import format_size
 from .idle import select_idle
 from .model import REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target
 from .rules import check
@@ -31,7 +32,7 @@ def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
     if p.host_missing:
         t.unmapped = p.host_missing
         return t
-    if not trusted:
+    if not trusted and p.nvml_pid is None:  # a row pidmap matched to its process here has its pid here
         t.unmapped = ("vram runs in its own PID namespace (a container): NVML reports host pids, which "
                       "cannot be mapped to processes here; --holders finds GPU processes in this /proc")
         return t
@@ -123,22 +124,40 @@ def _gather(source: Collector, snap: Snapshot, criteria: Criteria,
     trusted = source.backend.pids_visible()
     by_pid: dict[int, Target] = {}
     for p in snap.processes:
+        if p.pid_here is None:  # a host pid no process here could be told to be: its holders_here stand in
+            continue
         t = by_pid.get(p.pid)
         if t is None:
             t = by_pid[p.pid] = _from_gpu_process(p, trusted)
         t.rows.append(p)
+    # Inside a container: processes here that hold memory NVML lists under host pids, between them
+    shared: dict[int, dict[int, int]] = {}  # pid here -> GPU -> what the rows it may hold add up to
+    between: dict[int, set[int]] = {}  # GPU -> the processes here those rows may be
+    for p in snap.processes:
+        if p.pid_here is None:
+            between.setdefault(p.gpu, set()).update(p.holders_here)
+            for pid in p.holders_here:
+                on = shared.setdefault(pid, {})
+                on[p.gpu] = on.get(p.gpu, 0) + (p.memory or 0)
     unlisted = [pid for pid in criteria.pids if pid not in by_pid]
-    if not (criteria.holders or unlisted):
+    if not (criteria.holders or unlisted or shared):
         return by_pid, None
     from ..holders import scan
 
-    holder_scan = scan(snap, source.backend, pids=None if criteria.holders else unlisted, table=table)
+    wanted = None if criteria.holders else sorted(set(unlisted) | set(shared))
+    holder_scan = scan(snap, source.backend, pids=wanted, table=table)
     for h in holder_scan.holders:
         existing = by_pid.get(h.pid)
         if existing is not None and existing.unmapped is None:
             existing.devices, existing.holder_gpus = h.devices, h.gpus
-        elif criteria.holders:
-            by_pid[h.pid] = _from_holder(h)
+        elif criteria.holders or h.pid in shared:
+            t = by_pid[h.pid] = _from_holder(h)
+            t.shared = shared.get(h.pid, {})
+            for gpu, held in sorted(t.shared.items()):
+                others = sorted(between[gpu] - {h.pid})
+                with_whom = f" with pid{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
+                t.notes.append(f"it holds GPU {gpu} open{with_whom}, where NVML lists {format_size(held)} under host "
+                               "pids that cannot be told apart here: it may hold some or all of it")
     return by_pid, holder_scan
 
 

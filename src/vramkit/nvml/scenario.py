@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import VramkitError
+from ..procs.namespaces import namespace_inode
 from ..units import format_size, parse_duration, parse_size
 
 # json and pathlib are imported where they are used: `vram status` on a real driver imports this
@@ -41,10 +42,10 @@ GPU_FIELDS = {
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
     "pid", "source", "gpus", "type", "sm_util", "mem_util", "enc_util", "dec_util", "user", "uid", "command", "age",
-    "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at",
+    "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at", "ns_pid",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
-              "gpus", "processes", "device_nodes", "topology", "vendor", "rocm_version"}
+              "gpus", "processes", "device_nodes", "topology", "pid_namespace", "vendor", "rocm_version"}
 # Whose GPUs a scenario describes: NVIDIA's (served as NVML by sim.py), AMD's (served as amdsmi and
 # as a sysfs tree by vramkit.amd), or both in one host ("mixed": an "nvidia" and an "amd" scenario).
 VENDORS = ("nvidia", "amd", "mixed")
@@ -382,6 +383,9 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
         c.fail("cuda_version", f"must look like \"12.4\", got {_show(data['cuda_version'])}")
     if "device_nodes" in data:
         _check_device_nodes(c, data["device_nodes"])
+    if "pid_namespace" in data and namespace_inode(data["pid_namespace"]) is None:
+        c.fail("pid_namespace", "must name the PID namespace the pids are numbered in, as /proc/PID/ns/pid "
+               f"links to (\"pid:[4026531836]\") or its inode number, got {_show(data['pid_namespace'])}")
     api = data.get("nvml_api", {})
     c.known(api, {"process_info", "memory_info"}, "nvml_api")
     if api.get("process_info", "v3") not in ("v1", "v2", "v3"):
@@ -748,6 +752,10 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]])
     for key in ("start_at", "exit_at"):
         if key in raw:
             p[key] = c.duration(raw[key], f"{where}.{key}")
+    if "ns_pid" in raw:
+        if p["source"] != "real":
+            c.fail(f"{where}.ns_pid", "only a real process has a pid in another namespace")
+        p["ns_pid"] = c.number(raw["ns_pid"], f"{where}.ns_pid", minimum=1, integer=True)
     if "start_at" in p and "exit_at" in p and p["exit_at"] <= p["start_at"]:
         c.fail(f"{where}.exit_at", "must be after start_at")
     return p

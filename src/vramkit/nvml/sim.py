@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import RequestError
-from ..procs import StatFiles, comm, is_defunct, kept_fds_limit
+from ..procs import StatFiles, comm, in_pid_namespace, is_defunct, kept_fds_limit, namespace_inode
 from . import compat
 from .scenario import COMPUTE_MODES, THROTTLE_REASONS, Scenario, ScenarioError, integral, value_at
 
@@ -170,8 +170,14 @@ class SimulatedNvml:
         for p in scenario.processes:
             for unit, mem in p["gpus"].items():
                 self._by_unit.setdefault(unit, []).append((p, mem))
+        # Run inside another PID namespace than the scenario's pids are numbered in (a container
+        # test), the simulated driver reaches a real process by its pid here (ns_pid), as the real
+        # driver, on the host, by its own; one without is taken as running.
+        ns = namespace_inode(scenario.data.get("pid_namespace"))
+        self._reach: Callable[[dict[str, Any]], int | None] = (
+            (lambda p: p.get("ns_pid")) if ns is not None and in_pid_namespace(ns) is False else (lambda p: p["pid"]))
         # unit -> the pids of its real processes, whose liveness each call asks the host
-        self._real_pids = {unit: [p["pid"] for p, _ in entries if p["source"] == "real"]
+        self._real_pids = {unit: [pid for p, _ in entries if p["source"] == "real" and (pid := self._reach(p))]
                            for unit, entries in self._by_unit.items()}
         api_cfg = scenario.data.get("nvml_api", {})
         self._proc_api: str = api_cfg.get("process_info", "v3")
@@ -253,7 +259,7 @@ class SimulatedNvml:
         running = self._real.alive(unit, real) if real else ()
         return [(p, mem) for p, mem in entries
                 if not (t < p.get("start_at", 0) or ("exit_at" in p and t >= p["exit_at"]))
-                and (p["source"] != "real" or p["pid"] in running)]
+                and (p["source"] != "real" or (pid := self._reach(p)) is None or pid in running)]
 
     def _unit_memory(self, index: int, gi: int | None, t: float) -> tuple[int, int]:
         """(memory used by live processes, memory of listed processes not live now)."""
@@ -309,7 +315,8 @@ class SimulatedNvml:
         if p is not None and p["source"] == "synthetic":
             name: str = p["command"].split()[0]
             return name
-        real = comm(pid)
+        here = self._reach(p) if p is not None else pid
+        real = comm(here) if here is not None else None
         if real is None:
             raise self._error(self.api.NVML_ERROR_NOT_FOUND)
         return real

@@ -6,7 +6,7 @@ and environments come from other users, so they are stripped of control characte
 
 One concern per module:
 
-  text.py        sanitize: the one sanitizer of other users' text; NOT_VISIBLE
+  text.py        sanitize: the one sanitizer of other users' text; NOT_VISIBLE, OTHER_NAMESPACE
   files.py       bounded reads of a process's files: cmdline, comm, the container from its cgroup
   stat.py        /proc/PID/stat: the one parser (Stat), StatFiles (kept-open descriptors), parents,
                  zombies (is_defunct), boot time, clock ticks, boot id
@@ -16,7 +16,7 @@ One concern per module:
   load.py        the host's CPU counters and memory
   identities.py  who a process is: ProcessKey (pid, start ticks, boot id), Identity (what kill
                  checks), gone, ancestors
-  namespaces.py  PID namespaces: this process's, and whether it is the host's
+  namespaces.py  PID namespaces: this process's, this /proc's, and whether it is the host's
   signals.py     pidfd pinning, signalling and waiting (Pinned, pin, wait_gone)
   locks.py       who holds a flock (/proc/locks)
 
@@ -44,7 +44,15 @@ if TYPE_CHECKING:
     )
     from .load import HostLoad, read_host_load
     from .locks import flock_holder, flock_holders
-    from .namespaces import INITIAL_PID_NS_INODE, in_initial_pid_namespace, pid_namespace
+    from .namespaces import (
+        INITIAL_PID_NS_INODE,
+        in_initial_pid_namespace,
+        in_pid_namespace,
+        namespace_inode,
+        pid_namespace,
+        proc_pid_namespace,
+        shows_pids_of,
+    )
     from .signals import Pinned, pin, wait_gone
     from .stat import (
         CLOCK_TICKS,
@@ -62,7 +70,7 @@ if TYPE_CHECKING:
         state_name,
     )
     from .table import HostProcess, ProcessTable, cpu_percent_since
-    from .text import NOT_VISIBLE, sanitize
+    from .text import NOT_VISIBLE, OTHER_NAMESPACE, sanitize
     from .users import uid_of, user_name
 
 _MODULES = {
@@ -70,26 +78,29 @@ _MODULES = {
     "files": ("MAX_CGROUP_BYTES", "MAX_CMDLINE_BYTES", "cmdline", "comm", "container", "read_proc_file"),
     "identities": ("ALIVE", "GONE", "OTHER_BOOT", "PF_KTHREAD", "REUSED", "Identity", "ProcessKey", "ancestors",
                    "gone", "identity"),
-    "namespaces": ("INITIAL_PID_NS_INODE", "in_initial_pid_namespace", "pid_namespace"),
+    "namespaces": ("INITIAL_PID_NS_INODE", "in_initial_pid_namespace", "in_pid_namespace", "namespace_inode",
+                   "pid_namespace", "proc_pid_namespace", "shows_pids_of"),
     "load": ("HostLoad", "read_host_load"),
     "locks": ("flock_holder", "flock_holders"),
     "signals": ("Pinned", "pin", "wait_gone"),
     "stat": ("CLOCK_TICKS", "MAX_KEPT_FDS", "Stat", "StatFiles", "boot_id", "boot_time", "descends_from",
              "is_defunct", "kept_fds_limit", "parent", "read_stat", "start_time", "state_name"),
     "table": ("HostProcess", "ProcessTable", "cpu_percent_since"),
-    "text": ("NOT_VISIBLE", "sanitize"),
+    "text": ("NOT_VISIBLE", "OTHER_NAMESPACE", "sanitize"),
     "users": ("uid_of", "user_name"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 # The same names as _WHERE's (tests/test_procs_package.py checks).
 __all__ = ["ALIVE", "CLOCK_TICKS", "ENV_NOT_VISIBLE", "ENV_REFUSED_TO_ROOT", "Environ", "GONE", "HostLoad",
            "HostProcess", "INITIAL_PID_NS_INODE", "Identity", "MAX_CGROUP_BYTES", "MAX_CMDLINE_BYTES",
-           "MAX_ENVIRON_BYTES", "MAX_KEPT_FDS", "NOT_VISIBLE", "OTHER_BOOT", "PF_KTHREAD", "Pinned",
+           "MAX_ENVIRON_BYTES", "MAX_KEPT_FDS", "NOT_VISIBLE", "OTHER_BOOT", "OTHER_NAMESPACE",
+           "PF_KTHREAD", "Pinned",
            "ProcessKey", "ProcessTable", "REUSED", "Stat", "StatFiles", "ancestors", "boot_id", "boot_time",
            "cmdline", "comm", "container", "cpu_percent_since", "descends_from", "flock_holder",
-           "flock_holders", "gone", "identity", "in_initial_pid_namespace", "is_defunct", "kept_fds_limit",
-           "parent", "pid_namespace", "pin", "read_environ", "read_host_load", "read_proc_file", "read_stat",
-           "sanitize", "start_time", "state_name", "uid_of", "user_name", "wait_gone"]
+           "flock_holders", "gone", "identity", "in_initial_pid_namespace", "in_pid_namespace", "is_defunct",
+           "kept_fds_limit", "namespace_inode", "parent", "pid_namespace", "pin", "proc_pid_namespace",
+           "read_environ", "read_host_load", "read_proc_file", "read_stat",
+           "sanitize", "shows_pids_of", "start_time", "state_name", "uid_of", "user_name", "wait_gone"]
 
 
 def __getattr__(name: str) -> object:

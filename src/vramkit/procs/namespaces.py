@@ -11,8 +11,14 @@ INITIAL_PID_NS_INODE = 0xEFFFFFFC
 def in_initial_pid_namespace() -> bool | None:
     """Whether this process sees the host's PID namespace (the one NVML reports pids in);
     None when it cannot be told."""
+    return in_pid_namespace(INITIAL_PID_NS_INODE)
+
+
+def in_pid_namespace(namespace: int) -> bool | None:
+    """Whether this process runs in PID namespace `namespace` (an inode number); None when it
+    cannot be told."""
     try:
-        return os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NS_INODE
+        return os.stat("/proc/self/ns/pid").st_ino == namespace
     except OSError:
         return None
 
@@ -29,3 +35,40 @@ def pid_namespace() -> str | None:
         except OSError:
             _PIDNS.append(None)
     return _PIDNS[0]
+
+
+def namespace_inode(value: object) -> int | None:
+    """A PID namespace as an inode number, from the number itself or the text /proc/PID/ns/pid
+    links to ("pid:[4026531836]"); None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.startswith("pid:[") and value.endswith("]") and value[5:-1].isdigit():
+        return int(value[5:-1]) or None
+    return None
+
+
+def proc_pid_namespace() -> int | None:
+    """The PID namespace whose pids this /proc shows (the namespace of its pid 1), as an inode
+    number; None when it cannot be told. Usually this process's own, but a /proc mounted by a
+    parent namespace (a pid namespace made without remounting /proc) shows the parent's pids."""
+    try:
+        return os.stat("/proc/1/ns/pid").st_ino
+    except OSError:  # pid 1 is not ours to inspect: only a /proc of our own namespace shows us one pid
+        pass
+    try:
+        with open("/proc/self/status", "rb") as f:
+            nspid = next((line.split()[1:] for line in f if line.startswith(b"NSpid:")), None)
+        own = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return own if nspid is not None and len(nspid) == 1 else None
+
+
+def shows_pids_of(namespace: int) -> bool:
+    """Whether this /proc numbers processes as PID namespace `namespace` does (a pid reported in
+    that namespace names the same process here). Unknown counts as yes only where this process
+    itself is in that namespace (or its own namespace cannot be read either: as before)."""
+    shown = proc_pid_namespace()
+    if shown is not None:
+        return shown == namespace
+    return in_pid_namespace(namespace) is not False

@@ -19,6 +19,9 @@ _FORMAT_RANGES = (
     (0xD800, 0xDFFF),  # lone surrogates (text decoded with surrogateescape, JSON \ud800): not printable
 )
 NOT_VISIBLE = "not visible in /proc: the process exited, or runs in another PID namespace"
+# The driver numbers processes in another PID namespace (the host's) than this /proc (a container's):
+# its pid names another process here, or none, and is never read as this /proc's.
+OTHER_NAMESPACE = "a pid of another PID namespace (the host's): this /proc numbers processes differently"
 _control: dict[int, str] = {}  # the str.translate table, built on first use (~0.4 ms): see _control_table
 
 

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 _PROCESS_KEYS = ("pid", "memory", "user", "uid", "command", "name", "state", "types", "mig_gi", "sm_utilization",
                  "memory_utilization", "encoder_utilization", "decoder_utilization", "utilization_na",
                  "start_ticks", "start_time", "elapsed", "cpu_percent", "rss", "ppid", "container", "zombie",
-                 "orphaned", "idle", "idle_for", "real", "host_missing")
+                 "orphaned", "idle", "idle_for", "real", "host_missing", "nvml_pid")
 
 
 def _iso(when: float) -> str:
@@ -44,6 +44,8 @@ def _header(snap: Snapshot) -> dict[str, Any]:
 def process_dict(proc: GpuProcess) -> dict[str, Any]:
     out = {k: getattr(proc, k) for k in _PROCESS_KEYS}
     out["types"] = list(proc.types)
+    out["pid"] = proc.pid_here  # null: NVML's host pid, which names no process of this /proc
+    out["holders_here"] = list(proc.holders_here)
     for key in ("elapsed", "start_time", "cpu_percent"):
         if out[key] is not None:
             out[key] = round(out[key], 1 if key != "start_time" else 3)

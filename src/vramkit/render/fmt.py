@@ -58,6 +58,23 @@ def short_gpu_name(name: str | None) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("Tesla ")
 
 
+def pid(proc: GpuProcess) -> str:
+    """The pid column: this /proc's pid; "-" for a host pid no process here could be told to be
+    (inside a container: the row says what is known; never a host pid shown as a pid here)."""
+    here = proc.pid_here
+    return "-" if here is None else str(here)
+
+
+def namespace_notes(procs: list[GpuProcess]) -> list[str]:
+    """Inside a container: what the rows NVML lists under host pids that no process here could be
+    told to be add up to (pidmap.summary); [] elsewhere, without loading it."""
+    if all(p.pid_here is not None for p in procs):
+        return []
+    from ..pidmap import summary
+
+    return summary(procs)
+
+
 def flags(proc: GpuProcess) -> list[str]:
     out = []
     if proc.zombie:

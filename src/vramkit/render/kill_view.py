@@ -41,7 +41,7 @@ def _details(t: Target) -> list[str]:
     out = []
     if t.refusal is not None:
         out.append(f"refused by rule '{t.refusal.rule}': {t.refusal.reason}")
-    if t.devices and not t.nvml_listed:
+    if t.devices and not t.nvml_listed and not t.shared:
         names = ", ".join(os.path.basename(d) for d in t.devices)
         out.append(f"NVML lists no memory for it; it holds {names} open")
     if t.container_pid is not None:

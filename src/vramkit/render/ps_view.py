@@ -22,7 +22,7 @@ def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
     share = fmt.memory_share(p, snap_gpus.get(p.gpu))
     gpu = f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}"
     return [
-        gpu, str(p.pid), p.user or "?", format_size(p.memory), fmt.pct(share), fmt.pct(p.sm_utilization),
+        gpu, fmt.pid(p), p.user or "?", format_size(p.memory), fmt.pct(share), fmt.pct(p.sm_utilization),
         fmt.pct(p.memory_utilization), fmt.pct(p.encoder_utilization), fmt.pct(p.decoder_utilization),
         "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}", format_size(p.rss), fmt.elapsed(p),
         ",".join(fmt.flags(p)) or "-",
@@ -78,6 +78,7 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int,
     unknown = [(g.index, reason) for g in snap.gpus if (reason := processes_unknown(g)) is not None]
     out.extend(style.paint(f"GPU {index}: processes unknown ({reason})", "yellow") for index, reason in unknown)
     out.extend(style.paint(clip(line, width), "dim") for line in utilization_unknown(procs))
+    out.extend(style.paint(clip(line, width), "yellow") for line in fmt.namespace_notes(procs))
     if not rows and not unknown:
         out.append(style.paint("no GPU processes", "dim"))
     elif not rows and len(unknown) < len(snap.gpus):

@@ -72,11 +72,12 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False, use
         flag_text = style.paint(" [" + ",".join(flags) + "]", "yellow") if flags else ""
         mig = f" gi{p.mig_gi}" if p.mig_gi is not None else ""
         # sm: the process's own share of the time kernels ran (its GPU's is "util" above)
-        head = (f"      {format_size(p.memory):>8}  {user} {p.pid:>7}{mig}  {fmt.elapsed(p):>7}"
+        head = (f"      {format_size(p.memory):>8}  {user} {fmt.pid(p):>7}{mig}  {fmt.elapsed(p):>7}"
                 f"  sm {fmt.pct(p.sm_utilization):>4}  ")
         command = p.command if p.command is not None else f"({p.host_missing})"
         room = width - cells(head) - (len(",".join(flags)) + 3 if flags else 0)
         lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
+    lines.extend(style.paint(clip(f"      {note}", width), "yellow") for note in fmt.namespace_notes(procs))
     unknown = processes_unknown(dev)
     if unknown is not None:
         lines.append(style.paint(f"      processes unknown ({unknown})", "yellow"))

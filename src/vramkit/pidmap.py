@@ -1,0 +1,107 @@
+"""Inside a container: NVML's pids are the host's, and this /proc numbers processes its own way.
+
+The driver reports every process by its pid in the host's PID namespace; a container's /proc has
+other numbers (and may give one of the host's numbers to an unrelated process). So nvidia-smi
+shows no processes there, and reading /proc/PID for a pid NVML reported would show the wrong
+process. What can be known from inside: which of this container's processes hold a GPU's device
+file open (holders.py), and which GPUs NVML lists each host pid on, with its memory. A host pid
+is matched to a process here only when nothing else fits: one process here holds (at least) the
+GPUs NVML lists that pid on, and no other listed pid could be it nor other process here could
+hold it. Otherwise the rows say which processes here may hold the memory, between them, and a
+row no process here can hold is said to run outside this container. A host pid is never shown
+as a pid of this container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from .backends import Backend
+from .gpu_state import Device, GpuProcess, Snapshot
+from .holders import Holder, scan
+from .procs import OTHER_NAMESPACE, HostProcess, ProcessTable
+from .units import format_size
+
+Join = Callable[[GpuProcess, Device, HostProcess], None]  # fills a row's host side (machine._join_host)
+
+
+def map_to_this_namespace(snap: Snapshot, backend: Backend, join: Join) -> None:
+    """Give each row NVML listed under another PID namespace's pid (host_missing is
+    OTHER_NAMESPACE) its process here where that is certain, else the processes here that may
+    hold it (`holders_here`) or none. Changes the rows in place."""
+    rows = [(p, dev) for dev in snap.gpus for p in dev.processes if p.host_missing == OTHER_NAMESPACE]
+    if not rows:
+        return
+    for p, _ in rows:
+        p.nvml_pid = p.pid  # from here on not a pid of this /proc (the holders scan reads pid_here)
+    table = ProcessTable()
+    try:
+        holders = [h for h in scan(snap, backend, table=table).holders if h.gpus]
+    finally:
+        table.close()
+    on: dict[int, set[int]] = {}  # host pid -> the GPUs NVML lists it on
+    for p, _ in rows:
+        on.setdefault(p.pid, set()).add(p.gpu)
+    fits = {pid: [h for h in holders if gpus <= set(h.gpus)] for pid, gpus in on.items()}
+    mapped = _certain(fits)
+    for p, dev in rows:
+        holder = mapped.get(p.pid)
+        if holder is not None:
+            p.pid, p.host_missing = holder.pid, None
+            join(p, dev, holder.host)
+            continue
+        p.holders_here = tuple(h.pid for h in fits[p.pid])
+        p.host_missing = _why_unmapped(p)
+
+
+def _certain(fits: dict[int, list[Holder]]) -> dict[int, Holder]:
+    """Host pid -> its process here, where nothing else fits: the host pid and the holder form a
+    group of their own (no other host pid may be that holder, no other holder may be that pid)."""
+    fitted_by: dict[int, set[int]] = {}  # holder pid -> the host pids it may be
+    for pid, holders in fits.items():
+        for h in holders:
+            fitted_by.setdefault(h.pid, set()).add(pid)
+    return {pid: holders[0] for pid, holders in fits.items()
+            if len(holders) == 1 and fitted_by[holders[0].pid] == {pid}}
+
+
+def _why_unmapped(p: GpuProcess) -> str:
+    head = f"host pid {p.nvml_pid}, of another PID namespace"
+    if not p.holders_here:
+        return f"{head}: no process of this container holds GPU {p.gpu} open, so it runs outside it"
+    if len(p.holders_here) == 1:
+        return (f"{head}: pid {p.holders_here[0]} here holds GPU {p.gpu}, but so may a process outside this "
+                "container: which holds this memory cannot be told")
+    return f"{head}: held by one of pids {', '.join(map(str, p.holders_here))} here, which cannot be told apart"
+
+
+def _pid_list(pids: Iterable[int]) -> str:
+    """311 / 311 and 420 / 311, 420 and 512."""
+    shown = [str(p) for p in pids]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def summary(procs: list[GpuProcess]) -> list[str]:
+    """What the rows NVML lists under host pids that no process here could be told to be add up to,
+    a line per GPU and group of processes here that may hold them:
+    '2 processes of this container hold GPU 0: 14.2GiB between pids 311 and 420'."""
+    groups: dict[tuple[int, tuple[int, ...]], list[GpuProcess]] = {}
+    for p in procs:
+        if p.pid_here is None:
+            groups.setdefault((p.gpu, p.holders_here), []).append(p)
+    lines = []
+    for (gpu, here), rows in sorted(groups.items()):
+        known = [p.memory for p in rows if p.memory is not None]
+        held = format_size(sum(known)) if known else "N/A"
+        listed = f"{len(rows)} process{'es' if len(rows) != 1 else ''}"
+        if not here:
+            lines.append(f"GPU {gpu}: {held} held by {listed} outside this container "
+                         f"(host pid{'s' if len(rows) != 1 else ''} {_pid_list(p.nvml_pid or 0 for p in rows)})")
+        elif len(here) == 1:
+            lines.append(f"1 process of this container holds GPU {gpu} (pid {here[0]}); NVML lists {listed} "
+                         f"there with {held}: which are its cannot be told")
+        else:
+            extra = "" if len(rows) == len(here) else f" (NVML lists {listed})"
+            lines.append(f"{len(here)} processes of this container hold GPU {gpu}: {held} between pids "
+                         f"{_pid_list(here)}{extra}")
+    return lines
