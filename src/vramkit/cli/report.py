@@ -106,8 +106,12 @@ def run(args: argparse.Namespace) -> int:
         _need_matplotlib()  # before the work, not after
     store = Store.open(args.db)
     try:
-        sums = query.held(store, since, until)  # one pass over the window, shared
-        rows = query.usage(store, since, until, args.by, sums=sums)
+        # One pass over the window, shared by the rows and the idle holders.
+        if args.by == "day":
+            sums, rows = query.held_and_days(store, since, until)
+        else:
+            sums = query.held(store, since, until)
+            rows = query.usage(store, since, until, args.by, sums=sums)
         limit = top if top is not None else 10 if args.by == "job" else None
         idle = query.idle_holders(store, since, until, limit=top or 10, sums=sums)
         report = Report(database=str(store.path), since=since, until=until, by=args.by,

@@ -109,6 +109,7 @@ BY = ("user", "gpu", "job", "day")
 # Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
 # local day, so days are summed from quarter-hour sums (no date() call per row).
 _QUARTER = 900
+_DAY = 86400
 
 # The rollup tiers store.roll_up writes (a bucket's seconds). The rollup tables' keys begin with
 # the tier: naming the tiers lets SQLite seek to a window, where the views proc_time and gpu_time
@@ -454,7 +455,7 @@ def usage(store: Store, since: float, until: float, by: str, sums: list[Held] | 
     if by not in BY:
         raise RequestError(f"by: must be one of {', '.join(BY)}, got {by!r}", param="by")
     if by == "day":
-        return _by_day(store, since, until)
+        return held_and_days(store, since, until)[1]
     sums = held(store, since, until) if sums is None else sums
     if by == "gpu":
         return _by_gpu(store, since, until, sums)
@@ -487,38 +488,99 @@ def _add(u: Usage, h: Held) -> None:
         u.peak_memory = max(u.peak_memory or 0, h.peak_memory)
 
 
-def _by_day(store: Store, since: float, until: float) -> list[Usage]:
-    """Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
-    _plan(days=True) keeps within one day)."""
-    from datetime import datetime
+def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held], list[Usage]]:
+    """held() and usage(by="day") in one pass over the window (what `vram report --by day` shows:
+    the days, and the idle holders from the sums per job and GPU).
+
+    Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
+    _plan(days=True) keeps within one day). The day is worked out in SQL from the zone's UTC
+    offsets over the window (_day_sql); the rows are summed per day, job and GPU once, and that
+    (a few hundred rows a day) is summed per job and GPU and per day, so a year never comes back
+    to Python row by row."""
+    from datetime import date, timedelta
 
     with _snapshot(store):
         rows_sql, params = _plan(store, since, until, days=True).sql(_PROC_FINE, _PROC_HOURS)
+        day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", _local_offsets(store, since, until))
         rows = _rows(store, f"""
-            SELECT CAST(t / {_QUARTER} AS INTEGER) AS q, job, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle)
-            FROM ({rows_sql}) GROUP BY q, job""", params)
-    days: dict[str, Usage] = {}
-    jobs: dict[str, set[int]] = {}
-    day_of: dict[int, str] = {}
-    for q, job, gs, mbs, peak, idle in rows:
-        if typed(q, "id") is None or typed(job, "id") is None:
+            WITH per AS (
+                SELECT {day} AS day, job, gpu, SUM(seconds) AS gs, SUM(mbs) AS mbs, MAX(peak) AS peak,
+                       SUM(idle) AS idle, SUM(idle_mbs) AS idle_mbs
+                FROM ({rows_sql}) GROUP BY day, job, gpu)
+            SELECT 0, job, gpu, SUM(gs), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs) FROM per GROUP BY job, gpu
+            UNION ALL
+            SELECT 1, day, COUNT(DISTINCT job), SUM(gs), SUM(mbs), MAX(peak), SUM(idle), 0 FROM per GROUP BY day""",
+                     params)
+    held_rows, days = [], []
+    for kind, key, other, gs, mbs, peak, idle, idle_mbs in rows:
+        if kind == 0:
+            job, gpu = typed_int(key, "id"), typed_int(other, "gpu")
+            if job is not None and gpu is not None:
+                held_rows.append(Held(job, gpu, _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle),
+                                      _total(idle_mbs)))
             continue
-        day = day_of.get(q)
-        if day is None:
-            day = day_of[q] = datetime.fromtimestamp(q * _QUARTER).strftime("%Y-%m-%d")
-        u = days.get(day)
-        if u is None:
-            u = days[day] = Usage(day)
-        u.gpu_seconds += _total(gs)
-        u.memory_byte_seconds += _total(mbs)
-        u.idle_seconds += _total(idle)
-        top = typed_int(peak, "bytes")
-        if top is not None:
-            u.peak_memory = max(u.peak_memory or 0, top)
-        jobs.setdefault(day, set()).add(int(job))
-    for day, u in days.items():
-        u.jobs = len(jobs[day])
-    return sorted(days.values(), key=lambda u: u.key)
+        number = typed_int(key, "count")
+        if number is not None:
+            name = (date(1970, 1, 1) + timedelta(days=number - 1)).strftime("%Y-%m-%d")
+            days.append(Usage(name, _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle), int(other)))
+    return held_rows, sorted(days, key=lambda u: u.key)
+
+
+def _day_sql(instant: str, offsets: list[tuple[int, int]]) -> str:
+    """SQL: the local day of `instant` (whole unix seconds), as days since 1969-12-31 (so that
+    every time from 1970 on, in any zone, is a positive number: SQLite's division truncates)."""
+    offset = str(offsets[-1][1])
+    if len(offsets) > 1:
+        offset = ("(CASE " + " ".join(f"WHEN {instant} < {start} THEN {off}"
+                                      for (_, off), (start, _) in zip(offsets, offsets[1:]))
+                  + f" ELSE {offset} END)")
+    return f"CAST(({instant} + {offset} + {_DAY}) / {_DAY} AS INTEGER)"
+
+
+def _local_offsets(store: Store, since: float, until: float) -> list[tuple[int, int]]:
+    """[(from, offset)]: the local zone's UTC offset (seconds) from each instant on, over the
+    rows of [since, until) (the first entry's `from` is where the search began). A change is
+    looked for every 6 hours, then found to the second: zones change their offset months apart."""
+    import time
+
+    low, high = _extent(store)
+    first, last = low or 0.0, high or 0.0
+    if math.isfinite(since):
+        first = max(first, since)
+    if math.isfinite(until):
+        last = min(last, until)
+    lo = int(first // HOUR * HOUR)
+    hi = max(lo, math.ceil(last))
+
+    def offset(t: int) -> int:
+        return time.localtime(t).tm_gmtoff
+
+    out = [(lo, offset(lo))]
+    t = lo
+    while t < hi:
+        step = min(t + 6 * HOUR, hi)
+        if offset(step) == out[-1][1]:
+            t = step
+            continue
+        before, after = t, step  # the offset changes in (before, after]
+        while after - before > 1:
+            middle = (before + after) // 2
+            before, after = (middle, after) if offset(middle) == out[-1][1] else (before, middle)
+        out.append((after, offset(after)))
+        t = after
+    return out
+
+
+def _extent(store: Store) -> tuple[float | None, float | None]:
+    """The first and last time of any process row (raw, each rollup tier, the hour sums), each
+    one seek in a key."""
+    valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
+    sources = ["samples WHERE", *(f"proc_rollup WHERE tier = {tier} AND" for tier in TIERS)]
+    if store.hour_sums:
+        sources.append("proc_hour WHERE")
+    ends = " UNION ALL ".join(f"SELECT {f}(t) AS t FROM {source} {valid}" for source in sources for f in ("min", "max"))
+    row = _rows(store, f"SELECT min(t), max(t) FROM ({ends})", ())[0]
+    return typed(row[0], "time"), typed(row[1], "time")
 
 
 def _by_gpu(store: Store, since: float, until: float, sums: list[Held]) -> list[Usage]:

@@ -1,0 +1,163 @@
+"""`vram report --by day` sums each local day in SQL (issue 36: a year had come back to Python as
+1.75 M rows of an hour and a job). Its days are those a plain computation gives: every row of
+every tier (raw, 1-minute, 15-minute) in the window, counted in the local day of its quarter hour
+(datetime.fromtimestamp), in UTC, in zones a half hour off UTC, across a daylight-saving change
+(one at a whole hour in UTC, one at half past, one of 30 minutes), with partial days at both edges
+of the window."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from helpers import clean_env, run_vram
+
+from vramkit.collector import Collector
+from vramkit.history import query
+from vramkit.history.recorder import Recorder
+from vramkit.history.store import Retention, Store
+from vramkit.machine import open_machine
+
+EPOCH = 1772841600.0  # 2026-03-07 00:00 UTC; New York and St John's move their clocks on 2026-03-08
+DAYS = 2.5
+INTERVAL = 120.0
+# Raw rows the last 6 hours, 1-minute rows the day before, 15-minute rows before that: the window
+# reads every tier and the hour sums.
+RETENTION = Retention(raw=6 * 3600, minute=24 * 3600, quarter=1e9, max_bytes=1 << 40)
+ZONES = [
+    "UTC0",
+    "Asia/Kolkata",  # +5:30: local midnight cuts an hour in two
+    "America/New_York",  # -5 -> -4 on 2026-03-08 07:00 UTC
+    "America/St_Johns",  # -3:30 -> -2:30 on 2026-03-08 05:30 UTC: a change inside an hour
+    "XST-10:30XDT-11,M3.2.0,M11.1.0",  # +10:30 -> +11 (a 30-minute change) on 2026-03-07 15:30 UTC
+]
+
+SCENARIO = {
+    "gpus": [{"memory_total": "80GiB", "utilization": 50}, {"memory_total": "80GiB"}],
+    "processes": [
+        {"pid": 301, "user": "ann", "command": "python train.py",
+         "gpus": {"0": {"timeline": [[0, "10GiB"], [1800, "30GiB"], [2700, "20GiB"]], "interpolate": "step",
+                        "repeat": "1h"}, "1": "5GiB"},
+         "sm_util": {"timeline": [[0, 80], [900, 0]], "interpolate": "step", "repeat": "1h"}},
+        {"pid": 302, "user": "ben", "command": "jupyter", "gpus": {"1": "12GiB"}, "sm_util": 0,
+         "start_at": "9h7m", "exit_at": "41h53m"},
+        {"pid": 303, "user": "cid", "command": "python eval.py",
+         "gpus": {"0": {"timeline": [[0, "4GiB"], [5400, "9GiB"]], "interpolate": "step", "repeat": "3h"}},
+         "start_at": "22h40m", "exit_at": "2d5h"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory) -> Path:
+    """Two and a half days recorded every 2 minutes on the stepped clock, rolled up as it went."""
+    tmp = tmp_path_factory.mktemp("days")
+    scenario = tmp / "scenario.json"
+    scenario.write_text(json.dumps(SCENARIO))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("VRAM_SIMULATE", raising=False)
+        mp.setenv("VRAM_SIM_CLOCK", "stepped")
+        mp.setenv("VRAM_SIM_EPOCH", f"{EPOCH:.0f}")
+        mp.setenv("VRAM_SIM_TIME", "0")
+        machine = open_machine(str(scenario))
+    db = tmp / "history.db"
+    store = Store.open(db, write=True)
+    recorder = Recorder(store, INTERVAL, retention=RETENTION)
+    collector = Collector(machine, interval=INTERVAL)
+    for _ in range(int(DAYS * 86400 / INTERVAL) + 1):
+        recorder.record(collector.sample())
+        machine.backend.sleep(threading.Event(), INTERVAL)
+    recorder.close(machine.backend.monotonic())
+    tiers = dict(Store.open(db).conn.execute("SELECT tier, count(*) FROM proc_rollup GROUP BY tier").fetchall())
+    assert tiers.get(60) and tiers.get(900)
+    return db
+
+
+def reference(db: Path, since: float, until: float) -> dict[str, tuple]:
+    """Each row of the view proc_time (every tier) in [since, until), in the local day of its
+    quarter hour, summed in Python."""
+    days: dict[str, list] = {}
+    store = Store.open(db)
+    try:
+        rows = store.conn.execute("SELECT t, job, seconds, memory * seconds, memory_max, idle_seconds "
+                                  "FROM proc_time WHERE t >= ? AND t < ?", (since, until)).fetchall()
+    finally:
+        store.close()
+    for t, job, seconds, mbs, peak, idle in rows:
+        day = datetime.fromtimestamp(int(t // 900) * 900).strftime("%Y-%m-%d")
+        d = days.setdefault(day, [0.0, 0.0, None, 0.0, set()])
+        d[0] += seconds
+        d[1] += mbs or 0.0
+        d[2] = d[2] if peak is None else max(d[2] or 0, peak)
+        d[3] += idle
+        d[4].add(job)
+    return {day: (s, mbs, peak, idle, len(jobs)) for day, (s, mbs, peak, idle, jobs) in days.items()}
+
+
+def assert_same(got: dict[str, tuple], want: dict[str, tuple], where: object) -> None:
+    assert list(got) == sorted(want), where
+    for day, (s, mbs, peak, idle, jobs) in want.items():
+        gs, gmbs, gpeak, gidle, gjobs = got[day]
+        assert (gpeak, gjobs) == (peak, jobs), (where, day)
+        assert gs == pytest.approx(s, rel=1e-9) and gidle == pytest.approx(idle, rel=1e-9, abs=1e-6), (where, day)
+        assert gmbs == pytest.approx(mbs, rel=1e-9), (where, day)
+
+
+def windows() -> list[tuple[float, float]]:
+    end = EPOCH + DAYS * 86400
+    return [
+        (EPOCH - 86400, end + 86400),  # all of it
+        (EPOCH + 13 * 3600 + 37 * 60 + 11, end - 3 * 3600 - 49 * 60 + 0.5),  # partial days at both edges
+        (EPOCH + 86400, EPOCH + 2 * 86400),  # one UTC day: two local days elsewhere
+        (EPOCH + 4.5 * 3600, EPOCH + 30 * 3600 + 7),  # across the changes of the first day
+        (EPOCH + 29 * 3600 + 3, end),  # the raw tier, its hour sums and the last rows
+    ]
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_days_are_summed_as_rows_of_every_tier_fall_into_local_days(history, zone, monkeypatch):
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        store = Store.open(history)
+        try:
+            for since, until in windows():
+                got = {u.key: (u.gpu_seconds, u.memory_byte_seconds, u.peak_memory, u.idle_seconds, u.jobs)
+                       for u in query.usage(store, since, until, "day")}
+                assert_same(got, reference(history, since, until), (zone, since, until))
+                # The sums per job and GPU read in the same pass (the report's idle holders) are held()'s.
+                both = {(h.job, h.gpu): h for h in query.held_and_days(store, since, until)[0]}
+                alone = {(h.job, h.gpu): h for h in query.held(store, since, until)}
+                assert set(both) == set(alone), (zone, since, until)
+                for key, h in alone.items():
+                    assert (both[key].peak_memory, both[key].seconds) == (h.peak_memory, pytest.approx(h.seconds))
+                    assert both[key].idle_memory_byte_seconds == pytest.approx(h.idle_memory_byte_seconds, rel=1e-9)
+                    assert both[key].memory_byte_seconds == pytest.approx(h.memory_byte_seconds, rel=1e-9)
+        finally:
+            store.close()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.mark.parametrize("zone", ["America/St_Johns", "XST-10:30XDT-11,M3.2.0,M11.1.0"])
+def test_vram_report_by_day_prints_the_same_days(history, zone, monkeypatch):
+    since, until = windows()[1]
+    result = run_vram("report", "--db", str(history), "--since", f"@{since!r}", "--until", f"@{until!r}",
+                      "--by", "day", "--json", env=clean_env(TZ=zone))
+    rows = result.json()["rows"]
+    got = {r["day"]: (r["gpu_seconds"], r["memory_byte_seconds"], r["peak_memory"], r["idle_seconds"], r["jobs"])
+           for r in rows}
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        want = reference(history, since, until)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert len(want) >= 2  # a partial day at each edge
+    assert_same(got, want, zone)
