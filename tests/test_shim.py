@@ -435,6 +435,25 @@ def test_spawn_without_a_command_runs_until_sigterm_and_ends_its_placeholders(tm
     assert all(_state(pid) is None for pid in states), {pid: _state(pid) for pid in states}
 
 
+def test_a_spawned_zombie_runs_no_kernels_as_the_scenario_s_does():
+    # Its placeholder is a real pid, whose state the simulator does not read: it used to get its
+    # GPU's utilization (GPU 5: 74%), so a defunct holder looked busy and was never flagged idle.
+    def engines(result: subprocess.CompletedProcess) -> tuple[dict, list[dict]]:
+        assert result.returncode == 0, result.stderr
+        rows = json.loads(result.stdout)["processes"]
+        zombies = [r for r in rows if r["zombie"]]
+        assert len(zombies) == 1 and zombies[0]["gpu"] == 5, rows
+        return zombies[0], [r for r in rows if r["gpu"] == 5 and not r["zombie"]]
+
+    keys = ("sm_utilization", "memory_utilization", "encoder_utilization", "decoder_utilization")
+    spawned, neighbours = engines(_vram("sim", "spawn", "--simulate", "demo", "--",
+                                        sys.executable, "-m", "vramkit", "ps", "--json"))
+    assert neighbours and all(r["sm_utilization"] > 0 for r in neighbours)  # its GPU is busy
+    assert [spawned[k] for k in keys] == [0, 0, 0, 0], spawned
+    synthetic, _ = engines(_vram("ps", "--json", scenario="demo"))
+    assert [synthetic[k] for k in keys] == [0, 0, 0, 0]
+
+
 def test_spawn_needs_a_scenario_and_refuses_a_symlinked_file(tmp_path):
     result = _vram("sim", "spawn", "--", "true")
     assert result.returncode == 2 and result.stderr.startswith("vram: error: --simulate: which scenario?"), \

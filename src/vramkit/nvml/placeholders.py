@@ -31,6 +31,9 @@ from ..procs import read_stat
 HOST_FIELDS = ("user", "uid", "command", "age", "state", "cpu_percent", "rss", "ppid", "container")
 SLEEP_SECONDS = "2147483647"  # as long as sleep can count: the placeholder ends when we end it
 STATE_WAIT_S = 5.0  # how long a zombie or stopped placeholder may take to reach its state
+# A synthetic zombie runs no kernels (nvml/sim.py samples none for it). Its placeholder is a real
+# pid, whose state the simulator does not read, so it would default to its GPU's utilization: say 0.
+ZOMBIE_ENGINES = {"sm_util": 0, "mem_util": 0, "enc_util": 0, "dec_util": 0}
 
 
 # A zombie that holds GPU memory, as they do on real servers: its main thread has exited ('Z' in
@@ -80,6 +83,8 @@ class Placeholders:
                     self.pids[pid] = self._spawn(str(process.get("state", "running")))
                 process["pid"] = self.pids[pid]
                 process["source"] = "real"
+                if process.get("state") == "zombie":  # its state goes below: its idleness must not
+                    process.update(ZOMBIE_ENGINES)
                 for key in HOST_FIELDS:
                     process.pop(key, None)
             self._await_states()
