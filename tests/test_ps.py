@@ -187,7 +187,8 @@ def test_csv():
     assert result.rc == 0
     assert result.out.splitlines()[0] == ("gpu,pid,user,memory,memory_percent,gpu_utilization,sm_utilization,"
                                           "memory_utilization,encoder_utilization,decoder_utilization,cpu_percent,"
-                                          "rss,elapsed,state,container,command,time")
+                                          "rss,elapsed,state,container,container_name,pod,namespace,pod_container,"
+                                          "slurm_job,slurm_step,command,time")
     got = list(csv.DictReader(io.StringIO(result.out)))
     assert sorted((int(r["gpu"]), int(r["pid"])) for r in got) == sorted(ROWS)
     for r in got:

@@ -25,6 +25,29 @@ class MigDevice:
     memory_free: int | None
 
 
+@dataclass(frozen=True)
+class Workload:
+    """Whom a process works for beyond its uid, from its cgroup (procs/workload.py) and the
+    runtime's or the kubelet's own state: a container, a Kubernetes pod, a Slurm job step. None:
+    not known (never guessed). Frozen: one object is shared by a process's rows and kept with it."""
+
+    runtime: str | None = None  # docker, containerd, cri-o, podman, lxc
+    container_id: str | None = None  # the runtime's full id (64 hex digits; LXC: the name)
+    container_name: str | None = None  # as the runtime's state names it
+    image: str | None = None
+    pod_uid: str | None = None  # from the cgroup path (kubepods)
+    pod: str | None = None  # pod name, namespace and container name: from the kubelet
+    namespace: str | None = None
+    pod_container: str | None = None
+    slurm_job: int | None = None  # from the cgroup path (Slurm's cgroup plugin, v1 or v2)
+    slurm_step: str | None = None  # "0", "1", ..., "batch", "extern", "interactive"
+    slurm_task: int | None = None  # the task (rank) within the step
+    slurm_uid: int | None = None  # the job's user, as the v1 path names it
+    slurm_array_job: int | None = None  # from its environment, when readable
+    slurm_array_task: int | None = None
+    note: str | None = None  # why a part is unknown (a state file refused, the kubelet silent): one line
+
+
 @dataclass
 class GpuProcess:
     """One process on one GPU (or MIG instance): what the driver says, joined with the host side."""
@@ -57,6 +80,7 @@ class GpuProcess:
     rss: int | None = None
     ppid: int | None = None
     container: str | None = None  # short container id when in a container cgroup
+    workload: Workload | None = None  # its container, pod or Slurm job (None: in none of them)
     host_missing: str | None = None  # why the host side is unknown, when it is
     # --- inside a container: NVML's pids are the host's, not this /proc's (pidmap.py)
     nvml_pid: int | None = None  # the pid NVML reported, when it is another PID namespace's; `pid` is

@@ -21,6 +21,8 @@ TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s pat
 if TYPE_CHECKING:
     from typing import Any
 
+    from .kubelet import PodNames
+
 __all__ = ["Machine", "NvmlUnavailable", "open_machine", "snapshot"]
 
 
@@ -34,6 +36,7 @@ class Machine:
         self.want_topology = False
         # (pid, start ticks) -> (CPU seconds, when): CPU % over the interval since the last snapshot.
         self._previous_cpu: dict[tuple[int, int | None], tuple[float, float]] = {}
+        self._pod_names: PodNames | None = None  # made when a process is first seen in a pod
 
     @property
     def simulated(self) -> bool:
@@ -49,6 +52,7 @@ class Machine:
                 if host is None:
                     host = hosts[proc.pid] = self.backend.host(proc.pid, now)
                 _join_host(proc, dev, host, now, self._previous_cpu)
+        self._name_pods(gpus)
         self.backend.forget_all_but(set(hosts))
         if any(k[0] not in hosts for k in self._previous_cpu):
             self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in hosts}
@@ -61,6 +65,17 @@ class Machine:
             map_to_this_namespace(snap, self.backend,
                                   lambda proc, dev, host: _join_host(proc, dev, host, now, self._previous_cpu))
         return snap
+
+    def _name_pods(self, gpus: list[Device]) -> None:
+        """Pod names from the kubelet for processes whose cgroup names a pod (kubelet.py); a host
+        without pods never loads it."""
+        if self._pod_names is None:
+            if not any(p.workload is not None and p.workload.pod_uid for g in gpus for p in g.processes):
+                return
+            from .kubelet import PodNames
+
+            self._pod_names = PodNames()
+        self._pod_names.name(gpus, self.backend.monotonic(), getattr(self.backend, "list_pods", None))
 
     def _topology(self) -> Topology | None:
         if not self.want_topology:
@@ -93,6 +108,7 @@ def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: floa
     proc.user, proc.uid, proc.command, proc.name = host.user, host.uid, host.command, host.name
     proc.state, proc.start_time, proc.rss, proc.ppid = host.state, host.start_time, host.rss, host.ppid
     proc.start_ticks, proc.real, proc.container = host.start_ticks, host.real, host.container
+    proc.workload = host.workload
     proc.elapsed = max(0.0, now - host.start_time)
     proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)
     proc.zombie = host.state == "zombie"

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import threading
 
-from ..gpu_state import Device
+from ..gpu_state import Device, Workload
 from ..nvml.backend import Nvml
 from ..nvml.scenario import Scenario
 from ..nvml.sim import SimulatedNvml
-from ..procs import NOT_VISIBLE, HostProcess, namespace_inode, sanitize
+from ..procs import NOT_VISIBLE, HostProcess, namespace_inode, sanitize, workload
 from .nvidia import NvidiaBackend
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
     from typing import Any
+
+    from ..kubelet import PodContainer
 
 
 class SimulatedBackend(NvidiaBackend):
@@ -58,12 +60,33 @@ class SimulatedBackend(NvidiaBackend):
         # on the scenario clock, so --watch sees it age and one started at t=20 has run 10 s at
         # t=30 (not 0 s at 0% CPU).
         age = described["age"] + max(0.0, self.sim.now() - described.get("start_at", 0))
+        owner = self._workload(pid, described)
         return HostProcess(
             pid=pid, user=user, uid=described["uid"], command=command,
             name=command.split()[0].rsplit("/", 1)[-1] if command.split() else "", state=described["state"],
             start_time=now - age, cpu_time=described["cpu_percent"] / 100 * age,
-            rss=described["rss"], ppid=described["ppid"], container=described.get("container"),
-            start_ticks=None, real=False)
+            rss=described["rss"], ppid=described["ppid"],
+            container=described.get("container") or (workload.short_id(owner) if owner else None),
+            start_ticks=None, real=False, workload=owner)
+
+    def _workload(self, pid: int, described: dict[str, Any]) -> Workload | None:
+        """A made-up process's workload: its scenario cgroup, read as /proc/PID/cgroup is, its
+        container named from the scenario's "containers" as the runtime's state would."""
+        if "cgroup" not in described:
+            return None
+        found = workload.from_text(described["cgroup"], _ScenarioNames(self.sim.scenario.data.get("containers", {})))
+        return Workload(note=f"pid {pid}: {found}") if isinstance(found, str) else found
+
+    def list_pods(self) -> list[PodContainer]:
+        """The scenario's "pods", as the kubelet's List would give them; without any, the real
+        kubelet's (a test's pod-resources server)."""
+        from ..kubelet import PodContainer, list_pods
+
+        pods = self.sim.scenario.data.get("pods")
+        if pods is None:
+            return list_pods()
+        return [PodContainer(sanitize(p["namespace"]), sanitize(p["name"]), sanitize(c["name"]),
+                             tuple(c.get("devices", ()))) for p in pods for c in p["containers"]]
 
     def is_real(self, pid: int) -> bool:
         described = self.sim.host_process(pid)
@@ -79,3 +102,16 @@ class SimulatedBackend(NvidiaBackend):
 
     def audit_context(self) -> dict[str, Any]:
         return {"simulated": True, "scenario": self.scenario}
+
+
+class _ScenarioNames(workload.RuntimeNames):
+    """Container names from a scenario's "containers" (what the runtime's state files would say)."""
+
+    def __init__(self, containers: dict[str, dict[str, str]]):
+        super().__init__("/")
+        self.containers = containers
+
+    def name(self, runtime: str | None, container_id: str) -> tuple[str | None, str | None, str | None]:
+        facts = self.containers.get(container_id, {})
+        name, image = facts.get("name"), facts.get("image")
+        return (sanitize(name) if name else None), (sanitize(image) if image else None), None

@@ -12,6 +12,7 @@ from ..gpu_state import GpuProcess
 from ..render.data import ps_csv, ps_json
 from ..render.ps_view import render_ps
 from ..render.style import style_for, terminal_width
+from . import owners
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_data_options, check_gpus, open_for, parse_gpu_list
 
@@ -29,7 +30,9 @@ utilization, host CPU% and RSS, age, flags and command.
 Flags: zombie (defunct, still listed by the driver), orphan (parent is pid 1), idle (holds
 memory but ran no kernels lately: the driver's per-process samples where it keeps them,
 else its GPU at 0% now), no-host (/proc cannot see the pid: it exited or
-lives in another PID namespace), container, graphics.
+lives in another PID namespace), container (one the OWNER column does not name), graphics.
+OWNER, shown when a process has one: its Kubernetes pod, Slurm job (JOB.STEP) or container,
+from its cgroup (docs/containers.md).
 
 CPU% is averaged over the process's lifetime, as ps does.
 
@@ -37,6 +40,7 @@ examples:
   vram ps                          everything, biggest first
   vram ps --user alice,bob         only these users' processes
   vram ps --gpu 0 --sort elapsed   GPU 0, oldest first
+  vram ps --pod nlp/train-7f9c     one Kubernetes pod's processes (--container, --slurm-job 48211)
   vram ps --json | jq '.processes[] | select(.idle)'
   vram ps --holders                also every process holding /dev/nvidia* open (as fuser -v),
                                    with whether NVML lists GPU memory for it
@@ -63,6 +67,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=HelpFormatter)
     add_data_options(p, "process and GPU")
     p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
+    owners.add_filters(p)
     # choices: what completion offers (it is generated from the parser)
     p.add_argument("--sort", default="memory", metavar="KEY", choices=tuple(SORT_KEYS),
                    help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         check_gpus(snap, gpus)
     if getattr(args, "env", None) is not None:
         return _env(args, snap, machine.backend.pids_visible())
-    procs = sorted(select(snap.processes, users, gpus), key=SORT_KEYS[args.sort])
+    procs = sorted(owners.select(select(snap.processes, users, gpus), owners.wanted(args)), key=SORT_KEYS[args.sort])
     if getattr(args, "holders", False):
         return _with_holders(args, machine, snap, procs, users, gpus)
     if args.json:

@@ -8,6 +8,7 @@ import sys
 
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
+from . import owners
 from .commands import COMMANDS
 from .common import (
     HelpFormatter,
@@ -46,6 +47,7 @@ examples:
   vram status --no-processes       the GPUs alone
   vram status --watch 1s           redraw every second (Ctrl-C stops)
   vram status --json | jq '.gpus[].memory_used'
+  vram status --slurm-job 48211    only one Slurm job's processes (--container NAME, --pod NS/NAME)
   vram status --health --gpu 2     GPU 2 with its health: ECC, remaps, throttling, clocks, PCIe, NVLink
   vram status --simulate demo      the bundled simulated 8-GPU server
 """
@@ -66,6 +68,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                         "clocks, P-state, PCIe and NVLink links, persistence and compute mode (some twenty more "
                         "driver calls a GPU: read only when asked)")
     add_old_spelling(p, "--all", health)
+    owners.add_filters(p)
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--compact", action="store_true",
                        help="one line per GPU: memory, utilization, temperature, power and who holds memory, "
@@ -77,6 +80,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    only_owners = owners.wanted(args)
     if (args.compact or args.no_processes) and (args.json or args.csv):
         flag = "--compact" if args.compact else "--no-processes"
         raise UsageError(f"{flag} shapes the text view: not with --json or --csv")
@@ -107,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
             total = len(snap.gpus)
             # A copy: the snapshot also sits in the collector's ring.
             snap = dataclasses.replace(snap, gpus=[g for g in snap.gpus if g.index in wanted])
+        if only_owners is not None:
+            total = total or len(snap.gpus)
+            snap = owners.only(snap, only_owners)
         if args.json:  # under --watch: NDJSON, one object per line
             from ..render.data import status_json  # (json, csv, datetime: only for data output)
 

@@ -17,6 +17,7 @@ from ..gpu_state import GpuProcess, Snapshot
 from ..protect import Refusal
 
 if TYPE_CHECKING:
+    from ..gpu_state import Workload
     from ..holders import Holder, HolderScan
 
 
@@ -107,6 +108,8 @@ class Listed(Protocol):
     def ppid(self) -> int | None: ...
     @property
     def container(self) -> str | None: ...
+    @property
+    def workload(self) -> Workload | None: ...
     @property
     def start_ticks(self) -> int | None: ...
     @property
@@ -216,6 +219,11 @@ class Target:
     @property
     def container(self) -> str | None:
         return self.listed.container if self.listed is not None else None
+
+    @property
+    def workload(self) -> Workload | None:
+        """Its container, pod or Slurm job, as listed (procs/workload.py)."""
+        return self.listed.workload if self.listed is not None else None
 
     @property
     def zombie(self) -> bool:

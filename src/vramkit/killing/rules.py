@@ -6,6 +6,7 @@ so an exec into a protected name or a change of owner in between is refused."""
 from __future__ import annotations
 
 from .. import procs
+from ..procs.workload import describe
 from ..protect import Candidate, Protection, Refusal
 from .model import Caller, Target
 
@@ -20,6 +21,9 @@ def ownership(t: Target, caller: Caller, all_users: bool) -> Refusal | None:
         return Refusal("ownership", "its owner cannot be read")
     real, effective, _saved = t.uids
     who = t.user or str(real)
+    owner = describe(t.workload)
+    if owner is not None:  # whom the process works for says more than its uid: "pod nlp/train-7f9c, run by root"
+        who = f"{owner}, run by {who}"
     if caller.root:
         if real == 0 and effective == 0:
             return None

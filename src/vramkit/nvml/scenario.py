@@ -42,10 +42,11 @@ GPU_FIELDS = {
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
     "pid", "source", "gpus", "type", "sm_util", "mem_util", "enc_util", "dec_util", "user", "uid", "command", "age",
-    "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at", "ns_pid",
+    "state", "cpu_percent", "rss", "ppid", "container", "start_at", "exit_at", "ns_pid", "cgroup",
 }
 TOP_FIELDS = {"name", "description", "driver_version", "cuda_version", "nvml_api", "faults",
-              "gpus", "processes", "device_nodes", "topology", "pid_namespace", "vendor", "rocm_version"}
+              "gpus", "processes", "device_nodes", "topology", "vendor", "rocm_version", "pid_namespace",
+              "containers", "pods"}
 # Whose GPUs a scenario describes: NVIDIA's (served as NVML by sim.py), AMD's (served as amdsmi and
 # as a sysfs tree by vramkit.amd), or both in one host ("mixed": an "nvidia" and an "amd" scenario).
 VENDORS = ("nvidia", "amd", "mixed")
@@ -383,6 +384,7 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
         c.fail("cuda_version", f"must look like \"12.4\", got {_show(data['cuda_version'])}")
     if "device_nodes" in data:
         _check_device_nodes(c, data["device_nodes"])
+    _check_workload_state(c, data)
     if "pid_namespace" in data and namespace_inode(data["pid_namespace"]) is None:
         c.fail("pid_namespace", "must name the PID namespace the pids are numbered in, as /proc/PID/ns/pid "
                f"links to (\"pid:[4026531836]\") or its inode number, got {_show(data['pid_namespace'])}")
@@ -712,6 +714,38 @@ def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict[str, Any]]
     return index, gi
 
 
+MAX_CGROUP_TEXT = 64 * 1024  # as much of /proc/PID/cgroup as vram reads
+
+
+def _check_workload_state(c: _Checker, data: dict[str, Any]) -> None:
+    """What the runtimes' state and the kubelet would say about the scenario's workloads:
+    "containers": {"<64-digit id>": {"name": ..., "image": ...}} (docker's and podman's state files),
+    "pods": [{"namespace", "name", "containers": [{"name", "devices": ["GPU-..."]}]}] (pod-resources List)."""
+    containers = data.get("containers", {})
+    if not isinstance(containers, dict):
+        c.fail("containers", "must be an object {\"container id\": {\"name\": ..., \"image\": ...}}")
+    for cid, facts in containers.items():
+        c.known(facts, {"name", "image"}, f"containers.{cid}")
+        for key in ("name", "image"):
+            if key in facts:
+                c.string(facts[key], f"containers.{cid}.{key}", controls=True)
+    pods = data.get("pods", [])
+    if not isinstance(pods, list):
+        c.fail("pods", "must be a list of {\"namespace\", \"name\", \"containers\"}")
+    for i, pod in enumerate(pods):
+        c.known(pod, {"namespace", "name", "containers"}, f"pods[{i}]")
+        for key in ("namespace", "name"):
+            c.string(pod.get(key), f"pods[{i}].{key}", controls=True)
+        if not isinstance(pod.get("containers"), list):
+            c.fail(f"pods[{i}].containers", "must be a list of {\"name\", \"devices\"}")
+        for j, ctr in enumerate(pod["containers"]):
+            c.known(ctr, {"name", "devices"}, f"pods[{i}].containers[{j}]")
+            c.string(ctr.get("name"), f"pods[{i}].containers[{j}].name", controls=True)
+            devices = ctr.get("devices", [])
+            if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+                c.fail(f"pods[{i}].containers[{j}].devices", "must be a list of device ids (\"GPU-...\")")
+
+
 def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]]) -> dict[str, Any]:
     where = f"processes[{i}]"
     c.known(raw, PROCESS_FIELDS, where)
@@ -743,9 +777,11 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]])
         p["ppid"] = c.number(raw.get("ppid", 1000), f"{where}.ppid", minimum=0, integer=True)
         if "container" in raw:
             p["container"] = c.string(raw["container"], f"{where}.container")
+        if "cgroup" in raw:  # its /proc/PID/cgroup text: as untrusted as the file (procs/workload.py)
+            p["cgroup"] = c.string(raw["cgroup"], f"{where}.cgroup", controls=True)[:MAX_CGROUP_TEXT]
     else:
         extra = sorted(set(raw) & {"user", "uid", "command", "age", "state", "cpu_percent", "rss",
-                                   "ppid", "container"})
+                                   "ppid", "container", "cgroup"})
         if extra:
             c.fail(f"{where}.{extra[0]}", f"only synthetic processes take host fields; a {p['source']} "
                    "process's host side comes from /proc")

@@ -7,7 +7,8 @@ and environments come from other users, so they are stripped of control characte
 One concern per module:
 
   text.py        sanitize: the one sanitizer of other users' text; NOT_VISIBLE, OTHER_NAMESPACE
-  files.py       bounded reads of a process's files: cmdline, comm, the container from its cgroup
+  files.py       bounded reads of a process's files: cmdline, comm
+  workload.py    whom a process works for, from its cgroup: container, Kubernetes pod, Slurm job
   stat.py        /proc/PID/stat: the one parser (Stat), StatFiles (kept-open descriptors), parents,
                  zombies (is_defunct), boot time, clock ticks, boot id
   users.py       user names (cached), the uid owning a pid
@@ -29,7 +30,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
     from .environ import ENV_NOT_VISIBLE, ENV_REFUSED_TO_ROOT, MAX_ENVIRON_BYTES, Environ, read_environ
-    from .files import MAX_CGROUP_BYTES, MAX_CMDLINE_BYTES, cmdline, comm, container, read_proc_file
+    from .files import MAX_CGROUP_BYTES, MAX_CMDLINE_BYTES, cmdline, comm, read_proc_file
     from .identities import (
         ALIVE,
         GONE,
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
 
 _MODULES = {
     "environ": ("ENV_NOT_VISIBLE", "ENV_REFUSED_TO_ROOT", "MAX_ENVIRON_BYTES", "Environ", "read_environ"),
-    "files": ("MAX_CGROUP_BYTES", "MAX_CMDLINE_BYTES", "cmdline", "comm", "container", "read_proc_file"),
+    "files": ("MAX_CGROUP_BYTES", "MAX_CMDLINE_BYTES", "cmdline", "comm", "read_proc_file"),
     "identities": ("ALIVE", "GONE", "OTHER_BOOT", "PF_KTHREAD", "REUSED", "Identity", "ProcessKey", "ancestors",
                    "gone", "identity"),
     "namespaces": ("INITIAL_PID_NS_INODE", "in_initial_pid_namespace", "in_pid_namespace", "namespace_inode",
@@ -96,7 +97,7 @@ __all__ = ["ALIVE", "CLOCK_TICKS", "ENV_NOT_VISIBLE", "ENV_REFUSED_TO_ROOT", "En
            "MAX_ENVIRON_BYTES", "MAX_KEPT_FDS", "NOT_VISIBLE", "OTHER_BOOT", "OTHER_NAMESPACE",
            "PF_KTHREAD", "Pinned",
            "ProcessKey", "ProcessTable", "REUSED", "Stat", "StatFiles", "ancestors", "boot_id", "boot_time",
-           "cmdline", "comm", "container", "cpu_percent_since", "descends_from", "flock_holder",
+           "cmdline", "comm", "cpu_percent_since", "descends_from", "flock_holder",
            "flock_holders", "gone", "identity", "in_initial_pid_namespace", "in_pid_namespace", "is_defunct",
            "kept_fds_limit", "namespace_inode", "parent", "pid_namespace", "pin", "proc_pid_namespace",
            "read_environ", "read_host_load", "read_proc_file", "read_stat",

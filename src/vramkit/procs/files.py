@@ -1,18 +1,16 @@
-"""Bounded reads of a process's own files in /proc: its command line, name (comm) and cgroup.
+"""Bounded reads of a process's own files in /proc: its command line and name (comm); its cgroup
+is read by workload.py.
 Another user's text, so bounded, and sanitized before it is returned as text."""
 
 from __future__ import annotations
 
 import os
-import re
 
 from .text import sanitize
 
 MAX_CMDLINE_BYTES = 256 * 1024  # a command line is another user's text: bounded (ARG_MAX is ~2 MiB)
 MAX_CGROUP_BYTES = 64 * 1024
 MAX_COMM_BYTES = 64  # comm is at most 16 bytes (TASK_COMM_LEN); a kernel thread's name up to 64
-_CONTAINER_RE = re.compile(r"(?:docker|containerd|crio|libpod|cri-containerd)[-/:]?([0-9a-f]{64})"
-                           r"|/([0-9a-f]{64})(?:\.scope)?$", re.M)
 
 
 def read_proc_file(path: str, limit: int) -> bytes | None:
@@ -51,19 +49,3 @@ def comm(pid: int) -> str | None:
     raw = read_proc_file(f"/proc/{int(pid)}/comm", MAX_COMM_BYTES)
     return None if raw is None else raw.decode(errors="replace").strip()
 
-
-def container(pid: int) -> str | None:
-    """The short id of the container the process runs in, from its cgroup (docker, containerd,
-    CRI-O, podman), or None."""
-    return container_in(f"/proc/{int(pid)}/cgroup")
-
-
-def container_in(cgroup_path: str) -> str | None:
-    """container() of a cgroup file (a process's, or a test's fixture)."""
-    raw = read_proc_file(cgroup_path, MAX_CGROUP_BYTES)
-    if raw is None:
-        return None
-    match = _CONTAINER_RE.search(raw.decode(errors="replace"))
-    if not match:
-        return None
-    return (match.group(1) or match.group(2))[:12]

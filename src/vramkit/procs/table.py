@@ -1,12 +1,14 @@
 """The host side of the processes a snapshot lists: one HostProcess per pid, from /proc, with
-what does not change while a process lives (command line, container) read once."""
+what does not change while a process lives (command line, container, pod, Slurm job) read once."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
-from .files import cmdline, container, container_in
+from ..gpu_state import Workload
+from . import workload
+from .files import cmdline
 from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time, state_name
 from .text import NOT_VISIBLE
 from .users import user_name
@@ -29,6 +31,7 @@ class HostProcess:
     container: str | None
     start_ticks: int | None = None  # clock ticks since boot: with the pid, the process's identity
     real: bool = True  # False: a simulated scenario's made-up process (nothing here to signal)
+    workload: Workload | None = None  # its container, pod or Slurm job (procs/workload.py)
 
 
 class ProcessTable:
@@ -37,10 +40,11 @@ class ProcessTable:
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = boot_time()
-        # (pid, start ticks) -> (name, command, container): what does not change while a process
+        # (pid, start ticks) -> (name, command, workload): what does not change while a process
         # lives, so watch loops and the live view read /proc/PID/stat only. The name is kept to see
         # an exec (same pid and start, a new program).
-        self._fixed: dict[tuple[int, int], tuple[str, str, str | None]] = {}
+        self._fixed: dict[tuple[int, int], tuple[str, str, Workload | None]] = {}
+        self.runtime_names = workload.RuntimeNames()  # container names from the runtimes' state files
         self.stats = StatFiles()
 
     def read(self, pid: int) -> HostProcess | str:
@@ -64,14 +68,26 @@ class ProcessTable:
             # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
             # shown by name and not kept: the next read may find the real one.
             line = cmdline(pid)
-            fixed = (name, line or f"[{name}]", container(pid))
+            fixed = (name, line or f"[{name}]", self._workload(pid))
             if line:
                 self._fixed[key] = fixed
-        _, command, in_container = fixed
+        _, command, owner = fixed
         return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name,
                            state=state, start_time=self._boot + ticks / CLOCK_TICKS,
                            cpu_time=stat.cpu_ticks / CLOCK_TICKS, rss=stat.rss_pages * self._page,
-                           ppid=stat.ppid, container=in_container, start_ticks=ticks)
+                           ppid=stat.ppid, container=workload.short_id(owner) if owner else None,
+                           start_ticks=ticks, workload=owner)
+
+    def _workload(self, pid: int) -> Workload | None:
+        found = workload.read(pid, self.runtime_names)
+        if isinstance(found, str):  # a cgroup file that cannot be the kernel's: said, not believed
+            return Workload(note=f"pid {pid}: {found}")
+        if found is not None and found.slurm_job is not None:
+            from .environ import read_environ  # only for a Slurm job's processes: status stays light
+
+            env = read_environ(pid, workload.SLURM_ARRAY_VARIABLES).values
+            found = workload.with_array(found, env)
+        return found
 
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
@@ -82,11 +98,6 @@ class ProcessTable:
 
     def close(self) -> None:
         self.stats.close()
-
-    @staticmethod
-    def _container(base: str) -> str | None:
-        """container() of the /proc/PID-like directory `base` (tests read fixture trees)."""
-        return container_in(f"{base}/cgroup")
 
 
 def cpu_percent_since(proc: HostProcess, now: float,

@@ -43,6 +43,7 @@ def _header(snap: Snapshot) -> dict[str, Any]:
 
 def process_dict(proc: GpuProcess) -> dict[str, Any]:
     out = {k: getattr(proc, k) for k in _PROCESS_KEYS}
+    out["workload"] = asdict(proc.workload) if proc.workload is not None else None
     out["types"] = list(proc.types)
     out["pid"] = proc.pid_here  # null: NVML's host pid, which names no process of this /proc
     out["holders_here"] = list(proc.holders_here)
@@ -123,7 +124,10 @@ def status_csv(snap: Snapshot, header: bool = True) -> str:
 
 PS_CSV_COLUMNS = ("gpu", "pid", "user", "memory", "memory_percent", "gpu_utilization", "sm_utilization",
                   "memory_utilization", "encoder_utilization", "decoder_utilization", "cpu_percent", "rss",
-                  "elapsed", "state", "container", "command", "time")
+                  "elapsed", "state", "container", "container_name", "pod", "namespace", "pod_container",
+                  "slurm_job", "slurm_step", "command", "time")
+# Its owner's columns: empty (not N/A) for a process in no container, pod or Slurm job.
+_OWNER_CSV = {"container_name", "pod", "namespace", "pod_container", "slurm_job", "slurm_step"}
 
 
 def ps_csv(snap: Snapshot, procs: list[GpuProcess]) -> str:
@@ -132,5 +136,7 @@ def ps_csv(snap: Snapshot, procs: list[GpuProcess]) -> str:
     writer.writerow(PS_CSV_COLUMNS)
     when = _iso(snap.time)
     for row in ps_rows(snap, procs):
-        writer.writerow([_csv_value(when if c == "time" else row[c]) for c in PS_CSV_COLUMNS])
+        owner = row["workload"] or {}
+        writer.writerow([_csv_value(when if c == "time" else row[c]) if c not in _OWNER_CSV else
+                         ("" if owner.get(c) is None else _csv_value(owner[c])) for c in PS_CSV_COLUMNS])
     return buf.getvalue()

@@ -85,7 +85,7 @@ def flags(proc: GpuProcess) -> list[str]:
         out.append("idle")
     if proc.host_missing:
         out.append("no-host")
-    if proc.container:
+    if proc.container and owner(proc) is None:  # a named owner says more (the OWNER column)
         out.append("container")
     if "graphics" in proc.types:
         out.append("graphics")
@@ -94,3 +94,31 @@ def flags(proc: GpuProcess) -> list[str]:
 
 def elapsed(proc: GpuProcess) -> str:
     return format_duration(proc.elapsed)
+
+
+OWNER_MAX = 32  # display columns of an owner in the text views (--wide, JSON and CSV: whole)
+
+
+def owner(proc: GpuProcess) -> str | None:
+    """Whom the process works for, short: 'pod nlp/train-7f9c', 'slurm 48211.0', 'docker alice-dev'
+    (a container without a name: its 12-digit id); None for a process in none of them."""
+    w = proc.workload
+    if w is None:
+        return None
+    if w.pod is not None:
+        return f"pod {w.namespace}/{w.pod}" if w.namespace else f"pod {w.pod}"
+    if w.pod_uid is not None:
+        return f"pod {w.pod_uid[:8]}"  # the kubelet did not name it (a note says why)
+    if w.slurm_job is not None:
+        job = f"{w.slurm_array_job}_{w.slurm_array_task}" if w.slurm_array_task is not None else str(w.slurm_job)
+        return f"slurm {job}" + (f".{w.slurm_step}" if w.slurm_step is not None else "")
+    if w.container_id is not None:
+        name = w.container_name or (w.container_id if w.runtime == "lxc" else w.container_id[:12])
+        return f"{w.runtime or 'container'} {name}"
+    return None
+
+
+def workload_notes(procs: list[GpuProcess]) -> list[str]:
+    """Why a part of some processes' owners is unknown (a state file refused, the kubelet silent,
+    a cgroup file that cannot be the kernel's): each reason once."""
+    return list(dict.fromkeys(p.workload.note for p in procs if p.workload is not None and p.workload.note))

@@ -9,6 +9,7 @@ import textwrap
 from typing import Any
 
 from ..killing import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
+from ..procs.workload import describe
 from ..units import format_duration, format_size
 from .banner import banner
 from .data import _header
@@ -44,10 +45,13 @@ def _details(t: Target) -> list[str]:
     if t.devices and not t.nvml_listed and not t.shared:
         names = ", ".join(os.path.basename(d) for d in t.devices)
         out.append(f"NVML lists no memory for it; it holds {names} open")
+    owner = describe(t.workload)
     if t.container_pid is not None:
-        where = f"container {t.container}" if t.container else "another PID namespace"
+        where = owner or (f"container {t.container}" if t.container else "another PID namespace")
         out.append(f"runs in {where} as pid {t.container_pid}")
-    elif t.container:
+    elif owner is not None and (t.refusal is None or owner not in t.refusal.reason):
+        out.append(f"belongs to {owner}")
+    elif t.container and owner is None:
         out.append(f"runs in container {t.container}")
     out.extend(t.notes)
     return out
@@ -154,7 +158,8 @@ def target_dict(t: Target) -> dict[str, Any]:
         "user": t.user, "uid": t.uid, "command": t.command, "name": t.name, "state": t.state,
         "gpus": [{"gpu": g, "memory": m} for g, m in sorted(t.gpus.items())], "memory": t.memory,
         "nvml_listed": t.nvml_listed, "devices": list(t.devices), "holder_gpus": list(t.holder_gpus),
-        "container": t.container, "namespace_pids": list(t.ns_pids), "container_pid": t.container_pid,
+        "container": t.container, "owner": describe(t.workload), "namespace_pids": list(t.ns_pids),
+        "container_pid": t.container_pid,
         "elapsed": None if t.elapsed is None else round(t.elapsed, 1), "simulated": t.synthetic,
         "status": t.status, "rule": t.refusal.rule if t.refusal else None,
         "reason": t.refusal.reason if t.refusal else None, "signals": list(t.signals),

@@ -15,10 +15,12 @@ from .text_width import cells, fit, pad
 # its GPU's is on `vram status`.
 HEADER = ("GPU", "PID", "USER", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED",
           "FLAGS", "COMMAND")
+# OWNER (container, pod, Slurm job: fmt.owner) stands before COMMAND when a listed process has one.
+OWNER_HEADER = (*HEADER[:-1], "OWNER", HEADER[-1])
 RIGHT = {"GPU", "PID", "MEMORY", "%GPU", "SM%", "MBW%", "ENC%", "DEC%", "CPU%", "RSS", "ELAPSED"}
 
 
-def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
+def _row(snap_gpus: dict[int, Device], p: GpuProcess, owners: bool = False) -> list[str]:
     share = fmt.memory_share(p, snap_gpus.get(p.gpu))
     gpu = f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}"
     return [
@@ -26,6 +28,7 @@ def _row(snap_gpus: dict[int, Device], p: GpuProcess) -> list[str]:
         fmt.pct(p.memory_utilization), fmt.pct(p.encoder_utilization), fmt.pct(p.decoder_utilization),
         "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}", format_size(p.rss), fmt.elapsed(p),
         ",".join(fmt.flags(p)) or "-",
+        *([fmt.owner(p) or "-"] if owners else []),
         p.command if p.command is not None else f"({p.host_missing})",
     ]
 
@@ -53,31 +56,36 @@ def render_ps(snap: Snapshot, procs: list[GpuProcess], style: Style, width: int,
     """`snap.gpus`: the GPUs shown (--gpu); `total`: the machine's GPU count when that is a subset;
     `wide`: never cut the command (else it is cut at `width`)."""
     by_index = {g.index: g for g in snap.gpus}
-    rows = [_row(by_index, p) for p in procs]
+    owners = any(fmt.owner(p) is not None for p in procs)
+    header = OWNER_HEADER if owners else HEADER
+    rows = [_row(by_index, p, owners) for p in procs]
     if not wide:
-        user = HEADER.index("USER")
+        user = header.index("USER")
         for r in rows:
             r[user] = fit(r[user], USER_MAX)
+            if owners:
+                r[-2] = fit(r[-2], fmt.OWNER_MAX)
     # Display widths, not len(): a user name in CJK takes two columns a character.
-    widths = {h: max([len(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(HEADER[:-1])}
-    shown = list(HEADER[:-1])
+    widths = {h: max([len(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(header[:-1])}
+    shown = list(header[:-1])
     for column in DROP_ORDER:
         if sum(widths[h] + 2 for h in shown) + MIN_COMMAND <= width:
             break
         shown.remove(column)
-    keep = [HEADER.index(h) for h in shown]
+    keep = [header.index(h) for h in shown]
 
     def line(values: list[str]) -> str:
-        parts = [pad(values[i], widths[HEADER[i]], HEADER[i] in RIGHT) for i in keep]
+        parts = [pad(values[i], widths[header[i]], header[i] in RIGHT) for i in keep]
         head = "  ".join(parts) + "  "
         return head + (values[-1] if wide else clip(values[-1], max(1, width - cells(head))))
 
-    out = [banner(snap, style, width, total), style.paint(line(list(HEADER)), "bold")]
+    out = [banner(snap, style, width, total), style.paint(line(list(header)), "bold")]
     out.extend(line(r) for r in rows)
     # A GPU whose process list NVML cannot give has no rows: that is not "no processes".
     unknown = [(g.index, reason) for g in snap.gpus if (reason := processes_unknown(g)) is not None]
     out.extend(style.paint(f"GPU {index}: processes unknown ({reason})", "yellow") for index, reason in unknown)
     out.extend(style.paint(clip(line, width), "dim") for line in utilization_unknown(procs))
+    out.extend(style.paint(clip(line, width), "dim") for line in fmt.workload_notes(procs))
     out.extend(style.paint(clip(line, width), "yellow") for line in fmt.namespace_notes(procs))
     if not rows and not unknown:
         out.append(style.paint("no GPU processes", "dim"))

@@ -70,12 +70,17 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False, use
         user = pad(fit(p.user or "?", user_w), user_w)  # display width: a CJK name is twice its len()
         flags = fmt.flags(p)
         flag_text = style.paint(" [" + ",".join(flags) + "]", "yellow") if flags else ""
+        owner = fmt.owner(p)
+        if owner is not None and not wide:
+            owner = fit(owner, fmt.OWNER_MAX)
+        if owner is not None:  # whom it works for: after the command, as the flags are
+            flag_text += style.paint(f" [{owner}]", "cyan")
         mig = f" gi{p.mig_gi}" if p.mig_gi is not None else ""
         # sm: the process's own share of the time kernels ran (its GPU's is "util" above)
         head = (f"      {format_size(p.memory):>8}  {user} {fmt.pid(p):>7}{mig}  {fmt.elapsed(p):>7}"
                 f"  sm {fmt.pct(p.sm_utilization):>4}  ")
         command = p.command if p.command is not None else f"({p.host_missing})"
-        room = width - cells(head) - (len(",".join(flags)) + 3 if flags else 0)
+        room = width - cells(head) - (len(",".join(flags)) + 3 if flags else 0) - (cells(owner) + 3 if owner else 0)
         lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
     lines.extend(style.paint(clip(f"      {note}", width), "yellow") for note in fmt.namespace_notes(procs))
     unknown = processes_unknown(dev)
@@ -161,5 +166,7 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
             reasons = sorted(set(na.values()))
             text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {r}" for r in reasons)
             lines.append(style.paint(f"      N/A  {text}", "dim"))
+    if processes:
+        lines.extend(style.paint(clip(note, width), "dim") for note in fmt.workload_notes(snap.processes))
     lines.append(_summary(snap, style))
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from prometheus_client.samples import Sample as PromSample
 
 from ..gpu_state import Device, GpuProcess, Health, Snapshot
 from ..procs import sanitize
+from ..procs.workload import short_id
 
 MIB = 1024**2
 MAX_LABEL = 128  # characters of a label value another user chose (user names, commands)
@@ -79,7 +80,8 @@ class SnapshotCollector(PromCollector):
             return
         # Built first: it counts the process series the cap drops, which exporter_metrics reports
         # for this same reading.
-        families = list(vram_metrics(snap, self.state, self.commands, self.max_process_series))
+        families = list(vram_metrics(snap, self.state, self.commands, self.max_process_series,
+                                     dcgm="dcgm" in self.compat))
         extra = extra_families(snap, self.state, self.compat, self.xids(), self.commands, self.max_process_series)
         yield from exporter_metrics(self.state)
         yield from families
@@ -128,7 +130,8 @@ def _gauge(name: str, doc: str, labels: list[str] = _GPU_LABELS) -> GaugeMetricF
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-def vram_metrics(snap: Snapshot, state: ExportState, commands: bool, max_process_series: int) -> Iterator[Metric]:
+def vram_metrics(snap: Snapshot, state: ExportState, commands: bool, max_process_series: int,
+                 dcgm: bool = False) -> Iterator[Metric]:
     host = InfoMetricFamily("vram_host", "The machine vram reads", labels=[
         "hostname", "driver_version", "cuda_version", "simulated", "scenario"])
     host.add_metric([label(state.hostname), snap.driver_version or "", snap.cuda_version or "",
@@ -166,10 +169,11 @@ def vram_metrics(snap: Snapshot, state: ExportState, commands: bool, max_process
     yield lost
     yield procs
     yield from fields.values()
-    yield from _process_metrics(snap, state, commands, max_process_series)
+    yield from _process_metrics(snap, state, commands, max_process_series, dcgm)
 
 
-def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: int) -> Iterator[Metric]:
+def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: int,
+                     dcgm: bool = False) -> Iterator[Metric]:
     labels = ["gpu", "uuid", "pid", "user"] + (["command"] if commands else [])
     memory = _gauge("vram_process_memory_bytes", "GPU memory a process holds on a GPU", labels)
     sm = _gauge("vram_process_sm_utilization_ratio", "Share of recent time the process's own kernels ran "
@@ -179,6 +183,7 @@ def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: in
     rows = [(g, p) for g in snap.gpus for p in g.processes]
     rows.sort(key=lambda gp: -(gp[1].memory or 0))
     state.process_series_dropped = max(0, len(rows) - cap)
+    owners = OwnerLabels(dcgm)
     for g, p in rows[:cap]:
         key = [str(g.index), g.uuid or "", str(p.pid), label(p.user)]
         if commands:
@@ -186,9 +191,11 @@ def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: in
         values = [(memory, None if p.memory is None else float(p.memory)),
                   (sm, None if p.sm_utilization is None else p.sm_utilization / 100),
                   (idle, float(p.idle_for or 0.0) if p.idle else 0.0)]
-        if p.mig_gi is not None:  # a process on a MIG instance says which, as dcgm-exporter labels it
-            named = {**dict(zip(labels, key)), "GPU_I_ID": str(p.mig_gi),
-                     "GPU_I_PROFILE": label(_mig_of(g).get(p.mig_gi, ""))}
+        owner = owners.of(p)
+        if p.mig_gi is not None or owner:  # a MIG instance, as dcgm-exporter labels it; an owner
+            named = {**dict(zip(labels, key)), **dict(owner)}
+            if p.mig_gi is not None:
+                named.update(GPU_I_ID=str(p.mig_gi), GPU_I_PROFILE=label(_mig_of(g).get(p.mig_gi, "")))
             for family, value in values:
                 if value is not None:
                     family.samples.append(PromSample(family.name, named, value))
@@ -199,6 +206,40 @@ def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: in
     yield memory
     yield sm
     yield idle
+
+
+# Whom a process works for, as labels of its series: the names dcgm-exporter gives a pod's
+# (pod, namespace, container: kube-state-metrics' too), and the Slurm job as slurm_job, or as
+# dcgm-exporter's hpc_job under --compat dcgm. At most MAX_OWNERS distinct owners a reading (the
+# largest holders first): more would multiply Prometheus' series; the rest carry none.
+MAX_OWNERS = 500
+
+
+class OwnerLabels:
+    """The owner labels of each process of one reading, under the MAX_OWNERS cap."""
+
+    def __init__(self, dcgm: bool):
+        self.job_label = "hpc_job" if dcgm else "slurm_job"
+        self.seen: set[tuple[tuple[str, str], ...]] = set()
+
+    def of(self, p: GpuProcess) -> tuple[tuple[str, str], ...]:
+        w = p.workload
+        if w is None:
+            return ()
+        pairs: list[tuple[str, str]] = []
+        if w.pod is not None:
+            pairs += [("pod", label(w.pod)), ("namespace", label(w.namespace))]
+        container = w.pod_container if w.pod is not None else (w.container_name or short_id(w))
+        if container:
+            pairs.append(("container", label(container)))
+        if w.slurm_job is not None:
+            pairs.append((self.job_label, str(w.slurm_job)))
+        owner = tuple(pairs)
+        if owner and owner not in self.seen:
+            if len(self.seen) >= MAX_OWNERS:
+                return ()
+            self.seen.add(owner)
+        return owner
 
 
 # dcgm-exporter's series for the facts vram also reads: (name, help, Device field, divisor). Names,
@@ -310,7 +351,7 @@ def render(snap: Snapshot | None, state: ExportState, *, commands: bool = False,
     # Built first: the cap's count of dropped series is reported above them, for this reading.
     schemes = frozenset(compat) | ({"dcgm"} if dcgm_names else set())
     body = _Text()
-    _vram_text(body, snap, state, commands, max_process_series)
+    _vram_text(body, snap, state, commands, max_process_series, "dcgm" in schemes)
     vram, others = _split(extra_families(snap, state, schemes, xids, commands, max_process_series))
     _families_text(body, vram)
     if "dcgm" in schemes:
@@ -352,7 +393,8 @@ _GPU_FIELDS = [
 ]
 
 
-def _vram_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, cap: int) -> None:
+def _vram_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, cap: int,
+               dcgm: bool = False) -> None:
     text.family("vram_host_info", "gauge", "The machine vram reads", [(_block([
         ("hostname", label(state.hostname)), ("driver_version", snap.driver_version or ""),
         ("cuda_version", snap.cuda_version or ""), ("simulated", "true" if snap.simulated else "false"),
@@ -377,13 +419,15 @@ def _vram_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, 
     text.family("vram_gpu_processes", "gauge", "Processes holding memory on the GPU", procs)
     for samples, (_, name, doc, _) in zip(fields, _GPU_FIELDS):
         text.family(name, "gauge", doc, samples)
-    _process_text(text, snap, state, commands, cap)
+    _process_text(text, snap, state, commands, cap, dcgm)
 
 
-def _process_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, cap: int) -> None:
+def _process_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, cap: int,
+                  dcgm: bool = False) -> None:
     rows = [(g, p) for g in snap.gpus for p in g.processes]
     rows.sort(key=lambda gp: -(gp[1].memory or 0))
     state.process_series_dropped = max(0, len(rows) - cap)
+    owners = OwnerLabels(dcgm)
     # Sorted label names: command, gpu, pid, user, uuid. The GPU's part is the same for its pairs.
     gpu_part = {id(g): (f'gpu="{g.index}"', f'uuid="{_value(g.uuid or "")}"}}') for g in snap.gpus}
     users: dict[str | None, str] = {}
@@ -398,6 +442,15 @@ def _process_text(text: _Text, snap: Snapshot, state: ExportState, commands: boo
             profile = _value(label(_mig_of(g).get(p.mig_gi, "")))
             head = f'{{GPU_I_ID="{p.mig_gi}",GPU_I_PROFILE="{profile}",' + head[1:]
         key = f'{head}{gpu},pid="{p.pid}",user="{user}",{uuid}'
+        owner = owners.of(p)
+        if owner:  # its labels sort among the others: the block built whole (few processes have one)
+            pairs = [("gpu", str(g.index)), ("uuid", g.uuid or ""), ("pid", str(p.pid)), ("user", label(p.user)),
+                     *owner]
+            if commands:
+                pairs.append(("command", label(p.command)))
+            if p.mig_gi is not None:
+                pairs += [("GPU_I_ID", str(p.mig_gi)), ("GPU_I_PROFILE", label(_mig_of(g).get(p.mig_gi, "")))]
+            key = _block(pairs)
         if p.memory is not None:
             memory.append((key, float(p.memory)))
         if p.sm_utilization is not None:

@@ -1,0 +1,41 @@
+"""--container, --pod and --slurm-job: the processes of one workload (procs/workload.py), for
+`vram ps` and `vram status`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..gpu_state import GpuProcess, Snapshot
+from ..procs.workload import matches
+
+
+def add_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--container", metavar="NAME|ID",
+                   help="only processes in this container: its name (as docker or podman names it, or the "
+                        "pod's container name) or an id prefix of 4+ digits")
+    p.add_argument("--pod", metavar="NAME|NS/NAME|UID",
+                   help="only processes of this Kubernetes pod (its name from the kubelet, or its UID)")
+    p.add_argument("--slurm-job", metavar="JOB[.STEP]",
+                   help="only processes of this Slurm job (JOB, JOB.STEP, or an array task ARRAYJOB_TASK)")
+
+
+def wanted(args: argparse.Namespace) -> dict[str, str] | None:
+    """The filters given, or None."""
+    given = {key: getattr(args, key) for key in ("container", "pod", "slurm_job") if getattr(args, key, None)}
+    return given or None
+
+
+def select(procs: list[GpuProcess], filters: dict[str, str] | None) -> list[GpuProcess]:
+    if filters is None:
+        return procs
+    return [p for p in procs if matches(p.workload, **filters)]
+
+
+def only(snap: Snapshot, filters: dict[str, str] | None) -> Snapshot:
+    """A copy of the snapshot with only the GPUs a matching process holds, each listing only those
+    processes (the snapshot may sit in a collector's ring: not changed)."""
+    if filters is None:
+        return snap
+    gpus = [dataclasses.replace(g, processes=mine) for g in snap.gpus if (mine := select(g.processes, filters))]
+    return dataclasses.replace(snap, gpus=gpus)

@@ -1,0 +1,341 @@
+"""Whom a process works for, from its cgroup: a container (docker, containerd/CRI, CRI-O, podman,
+LXC), a Kubernetes pod (its UID) or a Slurm job step; and the container's name from the runtime's
+own state files. Read once per process (ProcessTable keeps it with the process's identity).
+
+/proc/PID/cgroup is text the kernel writes, but the path in it is made of cgroup names, and a user
+with a delegated subtree (systemd's user@UID.service, a Slurm job's user/ directory) names those:
+a newline in a name makes a line of its own. So each hierarchy must appear once, the leftmost
+match wins (the part the runtime or slurmd made, above anything delegated), nothing below a
+user@UID.service counts but rootless podman, and every name read back is bounded and sanitized.
+The pod's name, namespace and container come from the kubelet (kube/podresources.py), not here.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from dataclasses import replace
+
+from ..gpu_state import Workload
+from .files import MAX_CGROUP_BYTES, read_proc_file
+from .text import sanitize
+
+# Runtime state files are root's, but a name in them is a user's text: bounded, sanitized, cut.
+MAX_STATE_BYTES = 4 * 1024 * 1024  # docker's config.v2.json holds the environment: tens of KiB
+MAX_PODMAN_STATE_BYTES = 16 * 1024 * 1024  # containers.json lists every container of the host
+MAX_NAME_CHARS = 128
+STATE_ROOT_ENV = "VRAM_STATE_ROOT"  # where / is for the runtimes' state (tests, a host mounted elsewhere)
+
+_HEX64 = r"[0-9a-f]{64}"
+# systemd driver: <prefix>-<id>.scope; conmon scopes (crio-conmon-, libpod-conmon-) are not the container.
+_SCOPE = re.compile(rf"(docker|cri-containerd|crio|libpod|nerdctl)-({_HEX64})\.scope")
+_SCOPE_RUNTIME = {"docker": "docker", "cri-containerd": "containerd", "crio": "cri-o", "libpod": "podman",
+                  "nerdctl": "containerd"}
+_BARE = re.compile(rf"(?:(crio|libpod)-)?({_HEX64})")  # cgroupfs driver: the id as a directory
+_CGROUPFS_PARENT = {"docker": "docker", "moby": "docker", "libpod_parent": "podman"}
+# Pod UIDs: a UUID (dashes; underscores in a systemd slice name) or a static pod's 32-digit hash.
+_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+_POD_SLICE = re.compile(rf"kubepods(?:-[a-z]+)?-pod({_UID})\.slice")
+_POD_DIR = re.compile(rf"pod({_UID})")
+_LXC = re.compile(r"lxc\.payload\.(.+)")
+_LXC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+_SLURM_V1 = re.compile(r"slurm(?:_[A-Za-z0-9_.-]+)?")
+_SLURM_V2 = re.compile(r"(?:[A-Za-z0-9_.-]+_)?slurmstepd\.scope")
+_JOB = re.compile(r"job_([0-9]{1,10})")
+_STEP = re.compile(r"step_([a-z0-9]{1,16})")
+_TASK = re.compile(r"task_([0-9]{1,7})")
+_USER_ID = re.compile(r"uid_([0-9]{1,10})")
+_USER_MANAGER = re.compile(r"user@[0-9]+\.service")
+
+
+class CgroupError(ValueError):
+    """A cgroup file that is not what the kernel writes (a name with a newline made a line)."""
+
+
+def parse(text: str) -> Workload | None:
+    """The workload a /proc/PID/cgroup text names, or None (a process in none). Raises
+    CgroupError on a file that cannot be the kernel's own."""
+    paths: dict[str, str] = {}
+    for line in text.split("\n"):
+        if not line:
+            continue
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[2].startswith("/"):
+            raise CgroupError(f"a line that is not 'id:controllers:/path' ({sanitize(line[:40])!r}...)")
+        if parts[0] in paths:  # one line per hierarchy: a second is a name with a newline in it
+            raise CgroupError(f"hierarchy {parts[0]} listed twice (a cgroup name with a newline in it)")
+        paths[parts[0]] = parts[2]
+    # The unified hierarchy first (cgroup v2), then v1's in the kernel's order.
+    for hierarchy in sorted(paths, key=lambda h: (h != "0", int(h))):
+        found = parse_path(paths[hierarchy])
+        if found is not None:
+            return found
+    return None
+
+
+def parse_path(path: str) -> Workload | None:
+    """The workload one cgroup path names, or None."""
+    segments = path.split("/")
+    fields: dict[str, object] = {}
+    kubepods = False  # below a kubepods slice or directory: pod<uid> is a pod
+    for i, seg in enumerate(segments):
+        kubepods = kubepods or seg.startswith("kubepods")
+        if _USER_MANAGER.fullmatch(seg):  # a user's own systemd: only rootless podman is real below it
+            return _rootless_podman(segments[i + 1:])
+        if "pod_uid" not in fields and (m := _POD_SLICE.fullmatch(seg) or (
+                _POD_DIR.fullmatch(seg) if kubepods else None)):
+            fields["pod_uid"] = m.group(1).replace("_", "-")
+            continue
+        if "container_id" not in fields:
+            container = _container(seg, segments[i - 1] if i else "", "pod_uid" in fields)
+            if container is not None:
+                fields["runtime"], fields["container_id"] = container
+                break  # anything below is the container's own (nested runtimes, its delegated cgroups)
+        if "slurm_job" not in fields and (m := _JOB.fullmatch(seg)) and i > 0 and (
+                _SLURM_V2.fullmatch(segments[i - 1]) or (
+                    _USER_ID.fullmatch(segments[i - 1]) and i > 1 and _SLURM_V1.fullmatch(segments[i - 2]))):
+            fields.update(_slurm(segments, i, m))
+            break
+    return Workload(**fields) if fields else None  # type: ignore[arg-type]
+
+
+def _container(seg: str, parent: str, in_pod: bool) -> tuple[str | None, str] | None:
+    if m := _SCOPE.fullmatch(seg):
+        return _SCOPE_RUNTIME[m.group(1)], m.group(2)
+    if m := _BARE.fullmatch(seg):
+        prefix = m.group(1)
+        if prefix:
+            return ("cri-o" if prefix == "crio" else "podman"), m.group(2)
+        return (_CGROUPFS_PARENT.get(parent) or ("containerd" if in_pod else None)), m.group(2)
+    if m := _LXC.fullmatch(seg):
+        return ("lxc", m.group(1)) if _LXC_NAME.fullmatch(m.group(1)) else None
+    if parent == "lxc" and _LXC_NAME.fullmatch(seg):
+        return "lxc", seg
+    return None
+
+
+def _rootless_podman(segments: list[str]) -> Workload | None:
+    for seg in segments:
+        if (m := _SCOPE.fullmatch(seg)) and m.group(1) == "libpod":
+            return Workload(runtime="podman", container_id=m.group(2))
+    return None
+
+
+def _slurm(segments: list[str], i: int, job: re.Match[str]) -> dict[str, object]:
+    out: dict[str, object] = {"slurm_job": int(job.group(1))}
+    if _USER_ID.fullmatch(segments[i - 1]):
+        out["slurm_uid"] = int(segments[i - 1][4:])
+    rest = segments[i + 1:i + 4]
+    if rest and (m := _STEP.fullmatch(rest[0])):
+        out["slurm_step"] = m.group(1)
+        # v1: step_N/task_N; v2: step_N/user/task_N
+        task = rest[1] if len(rest) > 1 and rest[1] != "user" else (rest[2] if len(rest) > 2 else "")
+        if m := _TASK.fullmatch(task):
+            out["slurm_task"] = int(m.group(1))
+    return out
+
+
+# ---------------------------------------------------------------- the runtimes' own state
+
+def state_root() -> str:
+    return os.environ.get(STATE_ROOT_ENV) or "/"
+
+
+def read_state_file(root: str, relative: str, limit: int) -> bytes:
+    """The file at root/relative, each directory and the file itself opened without following a
+    symlink and the file without blocking (a FIFO is refused, not waited on), at most `limit`
+    bytes. Raises OSError, or ValueError (not a regular file; too large), with the reason."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags | os.O_DIRECTORY)
+    try:
+        *dirs, name = relative.strip("/").split("/")
+        for part in dirs:
+            nxt = _open_at(part, flags | os.O_DIRECTORY, fd)
+            os.close(fd)
+            fd = nxt
+        file_fd = _open_at(name, flags | os.O_NONBLOCK | os.O_NOCTTY, fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{st.st_size} bytes, more than the {limit} read")
+        return f.read(limit)
+
+
+def _open_at(name: str, flags: int, dir_fd: int) -> int:
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as e:  # O_NOFOLLOW says ELOOP, or ENOTDIR with O_DIRECTORY: say which it was
+        if e.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
+            raise OSError(errno.ELOOP, "a symbolic link (not followed)") from None
+        raise
+
+
+def _clean_name(value: object) -> str | None:
+    if not isinstance(value, str) or not value.strip("/"):
+        return None
+    return sanitize(value.strip("/"))[:MAX_NAME_CHARS]
+
+
+class RuntimeNames:
+    """Container names (and images) from the runtimes' state files, each file read once: docker's
+    containers/ID/config.v2.json, podman's containers.json. A file that cannot be read leaves the
+    name unknown and says why in `problem`, once per file."""
+
+    DOCKER = "var/lib/docker/containers/{id}/config.v2.json"
+    PODMAN = "var/lib/containers/storage/overlay-containers/containers.json"
+
+    def __init__(self, root: str | None = None):
+        self.root = root or state_root()
+        self._podman: dict[str, tuple[str | None, str | None]] | None = None
+        self.problems: dict[str, str] = {}  # file -> why it was not read (FIFO, symlink, garbage)
+
+    def name(self, runtime: str | None, container_id: str) -> tuple[str | None, str | None, str | None]:
+        """(name, image, problem) of a container."""
+        if runtime == "docker":
+            return self._docker(container_id)
+        if runtime == "podman":
+            if self._podman is None:
+                self._podman = self._read_podman()
+            name, image = self._podman.get(container_id, (None, None))
+            return name, image, self.problems.get(self.PODMAN)
+        return None, None, None
+
+    def _docker(self, container_id: str) -> tuple[str | None, str | None, str | None]:
+        import json  # only where a container is: `vram status` elsewhere does not load it
+
+        relative = self.DOCKER.format(id=container_id)
+        try:
+            doc = json.loads(read_state_file(self.root, relative, MAX_STATE_BYTES))
+        except FileNotFoundError:
+            return None, None, None  # not readable here is no problem: not root, or another data-root
+        except PermissionError:
+            return None, None, None
+        except (OSError, ValueError) as e:  # json's errors are ValueErrors
+            return None, None, self._problem(relative, e)
+        if not isinstance(doc, dict):
+            return None, None, self._problem(relative, ValueError("not a JSON object"))
+        config = doc.get("Config")
+        return _clean_name(doc.get("Name")), _clean_name(config.get("Image") if isinstance(config, dict) else None), \
+            None
+
+    def _read_podman(self) -> dict[str, tuple[str | None, str | None]]:
+        import json
+
+        try:
+            doc = json.loads(read_state_file(self.root, self.PODMAN, MAX_PODMAN_STATE_BYTES))
+        except (FileNotFoundError, PermissionError):
+            return {}
+        except (OSError, ValueError) as e:
+            self._problem(self.PODMAN, e)
+            return {}
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for entry in doc if isinstance(doc, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                names = entry.get("names")
+                out[entry["id"]] = (_clean_name(names[0]) if isinstance(names, list) and names else None,
+                                    _clean_name(entry.get("image")))
+        return out
+
+    def _problem(self, relative: str, error: Exception) -> str:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        text = sanitize(f"container name unknown: /{relative} not read ({why[:120]})")
+        self.problems[relative] = text
+        return text
+
+
+def read(pid: int, names: RuntimeNames | None = None) -> Workload | str | None:
+    """The workload of a live process (None: in none), its container named from the runtime's
+    state; a string: why its cgroup cannot be trusted (one line)."""
+    return read_in(f"/proc/{int(pid)}/cgroup", names)
+
+
+def read_in(cgroup_path: str, names: RuntimeNames | None = None) -> Workload | str | None:
+    """read() of a cgroup file (a process's, or a test's fixture)."""
+    raw = read_proc_file(cgroup_path, MAX_CGROUP_BYTES)
+    if raw is None:
+        return None
+    return from_text(raw.decode(errors="replace"), names)
+
+
+def from_text(text: str, names: RuntimeNames | None = None) -> Workload | str | None:
+    try:
+        found = parse(text)
+    except CgroupError as e:
+        return f"its cgroup cannot be read as the kernel's: {e}"
+    if found is None or found.container_id is None or names is None or found.runtime == "lxc":
+        return found
+    name, image, problem = names.name(found.runtime, found.container_id)
+    if name is None and image is None and problem is None:
+        return found
+    return replace(found, container_name=name, image=image, note=problem)
+
+
+SLURM_ARRAY_VARIABLES = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+
+
+def with_array(w: Workload, env: dict[str, str]) -> Workload:
+    """A Slurm job's array job and task, from its environment (the cgroup names the task's own job
+    id only); unchanged when they are not set or not numbers."""
+    job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if not (job.isascii() and job.isdigit() and task.isascii() and task.isdigit() and len(job + task) < 20):
+        return w
+    return replace(w, slurm_array_job=int(job), slurm_array_task=int(task))
+
+
+def short_id(w: Workload) -> str | None:
+    """The container's id as people see it: 12 digits (an LXC name whole)."""
+    if w.container_id is None:
+        return None
+    return w.container_id if w.runtime == "lxc" else w.container_id[:12]
+
+
+def describe(w: Workload | None) -> str | None:
+    """In words, the most telling first: 'pod nlp/train-7f9c', 'Slurm job 48211 step 0',
+    'container alice-dev' (or its short id), 'pod uid 0f3c...' when the kubelet did not say."""
+    if w is None:
+        return None
+    if w.pod is not None:
+        return f"pod {w.namespace}/{w.pod}" if w.namespace else f"pod {w.pod}"
+    if w.pod_uid is not None:
+        return f"pod uid {w.pod_uid}"
+    if w.slurm_job is not None:
+        job = f"{w.slurm_array_job}_{w.slurm_array_task}" if w.slurm_array_task is not None else str(w.slurm_job)
+        return f"Slurm job {job}" + (f" step {w.slurm_step}" if w.slurm_step is not None else "")
+    if w.container_id is not None:
+        what = w.container_name or short_id(w)
+        return f"{w.runtime} container {what}" if w.runtime else f"container {what}"
+    return None
+
+
+def matches(w: Workload | None, container: str | None = None, pod: str | None = None,
+            slurm_job: str | None = None) -> bool:
+    """Whether a process's workload is the one each given filter names (all of them):
+    `container` its name or an id prefix of 4+ digits; `pod` its name, NAMESPACE/NAME or UID;
+    `slurm_job` JOB, JOB.STEP, or an array's ARRAYJOB_TASK."""
+    if container is not None:
+        if w is None or w.container_id is None:
+            return False
+        if container not in (w.container_name, w.container_id, w.pod_container) and not (
+                len(container) >= 4 and w.runtime != "lxc" and w.container_id.startswith(container)):
+            return False
+    if pod is not None:
+        if w is None or w.pod_uid is None:
+            return False
+        if pod not in (w.pod, w.pod_uid, f"{w.namespace}/{w.pod}"):
+            return False
+    if slurm_job is not None:
+        if w is None or w.slurm_job is None:
+            return False
+        job, _, step = slurm_job.partition(".")
+        jobs = {str(w.slurm_job)}
+        if w.slurm_array_task is not None:  # an array's task: by its own id, ARRAY_TASK, or the array
+            jobs |= {f"{w.slurm_array_job}_{w.slurm_array_task}", str(w.slurm_array_job)}
+        if job not in jobs or (step and step != w.slurm_step):
+            return False
+    return True
