@@ -17,12 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
-from . import catalog
+from . import catalog, hub_cache
 
 
 class EstimateError(RequestError):
     """Bad input for an estimate (unknown model, config missing a key, batch 0, ...): one line;
     `param` names the Setup field when one is to blame."""
+
+
+class UnknownFamily(EstimateError):
+    """A config whose model_type the formulas do not know: `config` (the config's dict) can still be
+    estimated by tracing transformers' own class for it (estimator/traced_family.py)."""
+
+    def __init__(self, message: str, config: dict[str, Any], name: str) -> None:
+        super().__init__(message)
+        self.config = config
+        self.name = name
 
 
 FAMILIES = ("bert", "roberta", "distilbert", "albert", "gpt2", "gpt_bigcode", "gpt_neox", "opt", "bloom", "llama",
@@ -74,6 +84,9 @@ class ModelSpec:
     params: int = 0  # only for family "params"
     source: str = "catalog"
     notes: tuple[str, ...] = field(default=())
+    # the checkpoint's dtype as its config names it (torch_dtype, transformers 5's dtype): bfloat16, float16,
+    # float32, or "" where it names none; transformers 5 loads the weights in it (dtype="auto")
+    dtype: str = ""
 
     @property
     def bare(self) -> bool:
@@ -222,6 +235,9 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
         raise EstimateError(f"{name}: {e}", param=e.param) from None  # which config said so
     except (TypeError, ValueError, OverflowError) as e:  # int("abc"), float(None), int(1e400) of an optional key
         raise EstimateError(f"{name}: a config value is not a number ({str(e)[:80]})") from None
+    dtype = cfg.get("dtype", cfg.get("torch_dtype"))
+    if isinstance(dtype, str) and dtype in ("bfloat16", "float16", "float32"):
+        spec = replace(spec, dtype=dtype)
     for f in fields(spec):
         value = getattr(spec, f.name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1e15:
@@ -398,8 +414,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     known = ", ".join(SUPPORTED_TYPES)
     if not mtype:
         raise EstimateError(f"{where}: config has no 'model_type' (one of: {known})")
-    raise EstimateError(f"{where}: model_type {mtype!r} is not supported (supported: {known}); for weights and "
-                        "model states alone, give its parameter count instead: vram estimate 8B")
+    raise UnknownFamily(f"{where}: model_type {mtype[:40]!r} is not supported (supported: {known}); for weights and "
+                        "model states alone, give its parameter count instead: vram estimate 8B", cfg, name)
 
 
 # every model_type from_config reads (kept beside it; tests check each one is accepted)
@@ -452,29 +468,52 @@ def resolve(model: str) -> ModelSpec:
             raise EstimateError(f"{text}: no config.json in this folder")
     if path.is_file():
         try:
-            cfg = json.loads(_read_config(path), parse_int=_parse_int)  # 10**5000 is no ValueError
-        except (OSError, UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            data = _read_config(path)
+        except OSError as e:
             raise EstimateError(f"{path}: not a readable JSON config ({e})") from None
-        except RecursionError:
-            raise EstimateError(f"{path}: not a readable JSON config (nested too deeply)") from None
-        return from_config(cfg, name=str(path), source="config")
+        return from_config(_parse_config(data, str(path)), name=str(path), source="config")
     key = _catalog_key(text)
     if key is not None:
         return from_config(catalog.MODELS[key], name=key, source="catalog")
     hub_id = _hub_id(text)
+    cached = _from_hub_cache(text) if hub_id is not None or hub_cache.is_repo_id(text) else None
+    if cached is not None:
+        return cached
     if hub_id is not None:  # a Hugging Face id by the part after the slash: Llama-3.1-8B is llama-3.1-8b
         key = _catalog_key(hub_id)
         if key is not None:
             spec = from_config(catalog.MODELS[key], name=key, source="catalog")
             return replace(spec, notes=(*spec.notes, f"{text} read as the catalog's {key}"))
-        raise EstimateError(f"{text!r} is not in the catalog{_near(hub_id.lower())}; configs are read locally, "
-                            f"never downloaded: give the path of its config.json, or {_count_hint(hub_id)}")
+        raise EstimateError(f"{text!r} is not in the catalog{_near(hub_id.lower())} nor in the local Hugging Face "
+                            f"cache ({hub_cache.hub_cache_dir()}); configs are read locally, never downloaded: give "
+                            f"the path of its config.json, or {_count_hint(hub_id)}")
     if "/" in text or text.endswith(".json"):
         raise EstimateError(f"{text}: no such file (configs are read locally, never downloaded)")
     if _COUNT_LIKE_RE.match(text):
         raise EstimateError(f"{text[:40]!r} is not a parameter count: give {COUNT_FORMS}")
     raise EstimateError(f"unknown model {text!r}: not in the catalog{_near(text.lower())}; give the path of its "
                         f"config.json, or {_count_hint(text)}")
+
+
+def _parse_config(data: bytes, where: str) -> Any:
+    try:
+        return json.loads(data, parse_int=_parse_int)  # 10**5000 is no ValueError
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        raise EstimateError(f"{where}: not a readable JSON config ({str(e)[:120]})") from None
+    except RecursionError:
+        raise EstimateError(f"{where}: not a readable JSON config (nested too deeply)") from None
+
+
+def _from_hub_cache(repo_id: str) -> ModelSpec | None:
+    """A Hub id's config from the local Hugging Face cache (hub_cache.py); None when it is not there."""
+    try:
+        found = hub_cache.read_cached_config(repo_id)
+    except hub_cache.CacheError as e:
+        raise EstimateError(f"{repo_id}: {e}") from None
+    if found is None:
+        return None
+    spec = from_config(_parse_config(found.data, found.path), name=repo_id, source="hub cache")
+    return replace(spec, notes=(*spec.notes, f"config from the local Hugging Face cache: {found.path}"))
 
 
 def _catalog_key(text: str) -> str | None:
