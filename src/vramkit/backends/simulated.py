@@ -71,10 +71,13 @@ class SimulatedBackend(NvidiaBackend):
 
     def _workload(self, pid: int, described: dict[str, Any]) -> Workload | None:
         """A made-up process's workload: its scenario cgroup, read as /proc/PID/cgroup is, its
-        container named from the scenario's "containers" as the runtime's state would."""
+        container named from the scenario's "containers" as the runtime's state would (without
+        any, from the runtimes' own state files)."""
         if "cgroup" not in described:
             return None
-        found = workload.from_text(described["cgroup"], _ScenarioNames(self.sim.scenario.data.get("containers", {})))
+        containers = self.sim.scenario.data.get("containers")  # without them, the runtimes' own state
+        names = self.table.runtime_names if containers is None else _ScenarioNames(containers)
+        found = workload.from_text(described["cgroup"], names)
         return Workload(note=f"pid {pid}: {found}") if isinstance(found, str) else found
 
     def list_pods(self) -> list[PodContainer]:
@@ -92,10 +95,10 @@ class SimulatedBackend(NvidiaBackend):
         described = self.sim.host_process(pid)
         return described is None or described["source"] != "synthetic"
 
-    def device_nodes(self) -> tuple[str | None, str]:
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
         pattern = self.sim.scenario.data.get("device_nodes")
         why = "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
-        return pattern, why
+        return ((pattern,) if pattern else ()), why
 
     def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
         return {g.index: g.index for g in gpus}  # a scenario's file nvidiaN stands for GPU N
