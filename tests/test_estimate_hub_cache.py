@@ -158,3 +158,13 @@ def test_a_hub_id_in_neither_the_cache_nor_the_catalog_names_where_it_looked(hf_
                                  "not in the catalog", "nor in the local Hugging Face cache",
                                  str(hf_home / "hub"), "vram estimate 7B")
     assert "no such file" not in line
+
+
+def test_reading_the_cache_imports_neither_torch_nor_transformers_nor_huggingface_hub(hf_home):
+    cache_model(hf_home / "hub", "org/m", TINY)
+    result = run_vram("estimate", "org/m", "--json", env=clean_env(HF_HOME=str(hf_home)),
+                      python_flags=("-X", "importtime"))
+    assert result.rc == 0, result.err
+    names = {line.rsplit("|", 1)[1].strip() for line in result.err.splitlines() if line.startswith("import time:")}
+    assert "vramkit.estimator.hub_cache" in names
+    assert not {n.split(".")[0] for n in names} & {"torch", "transformers", "huggingface_hub"}
