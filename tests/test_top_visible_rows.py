@@ -161,3 +161,46 @@ def test_the_cursor_goes_to_the_top_when_its_process_is_gone(big):
         assert app.selected_key() == f"{expected[0][0]}/{expected[0][1]}/"
         assert table.row_count == len(expected) - sum(1 for p, _ in expected if p == pid)
     run(app, body)
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenario, tree):
+    """ProcTable draws a process cell's segments itself (rich's Padding and Styled cost most of
+    a refresh's drawing): the same text, styles and mouse meta as DataTable's own path, for every
+    cell on screen, under and off the cursor and the mouse, flags in colour, a user name in
+    two-column characters, and in tree view the parent rows' empty cells."""
+    from helpers import scenario_data
+    from rich.segment import Segment
+    from textual.widgets import DataTable
+
+    data = scenario_data("demo")
+    data["processes"] += [{"pid": 201 + i, "user": "张伟", "uid": 1500, "command": f"torchrun worker {i}",
+                           "ppid": 200, "gpus": {"0": f"{1 + i}GiB"}} for i in range(2)]
+    machine = open_machine(str(write_scenario(data)))
+    app = TopApp(machine.snapshot, interval=3600, view=R.View(tree=tree))
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        checked = directly = 0
+        for show_hover in (False, True):
+            table._show_hover_cursor = show_hover
+            for row in range(table.row_count):
+                for column, key in enumerate(table.ordered_columns):
+                    width = key.get_render_width(table)
+                    for cursor in (False, True):
+                        for hover in (False, True):
+                            theirs = DataTable._render_cell(table, row, column, table.rich_style, width, cursor, hover)
+                            ours = table.draw_cell(row, column, table.get_row_at(row)[column], table.rich_style,
+                                                   width, cursor, hover)
+                            checked += 1
+                            if ours is not None:
+                                directly += 1
+                                assert [list(Segment.simplify(line)) for line in ours] == \
+                                       [list(Segment.simplify(line)) for line in theirs], (row, column, cursor, hover)
+        assert directly == checked > 500
+        if tree:
+            assert any(r.proc is None for r in app._rows)  # a parent row was among them
+    try:
+        run(app, body)
+    finally:
+        machine.close()
