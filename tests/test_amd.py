@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
-from helpers import run_vram
+import pytest
+from helpers import run_vram, scenario_data
 
 from vramkit.amd.smi import AmdSmiUnavailable, load_module
 from vramkit.procs.fdinfo import drm_clients
@@ -76,3 +78,30 @@ def test_a_mixed_host_shows_both_vendors_numbered_in_turn():
     assert [(g["index"], g["vendor"]) for g in gpus] == [(0, "nvidia"), (1, "nvidia"), (2, "amd"), (3, "amd")]
     assert [p["pid"] for g in gpus for p in g["processes"]] == [81234, 82345]
     assert json.dumps(gpus)  # plain data
+
+
+HOLD = "import sys, time; files = [open(p) for p in sys.argv[1:]]; print('ready', flush=True); time.sleep(600)"
+
+
+@pytest.mark.parametrize("path", ["amdsmi", "sysfs"])
+def test_holders_of_kfd_and_render_nodes_are_found_by_gpu(children, write_scenario, tmp_path, path):
+    """/dev/kfd serves every GPU, a render node one GPU or partition: ROCm's device N is renderD<128+N>
+    (GPU 6's two DPX partitions are devices 6 and 7, so renderD135 is GPU 6)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ["kfd"] + [f"renderD{128 + n}" for n in range(16)]:
+        (dev / name).write_text("")
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(dev / "kfd"), str(dev / "renderD129"),
+                             str(dev / "renderD135")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    children.procs.append(proc)
+    assert proc.stdout.readline().strip() == b"ready"
+    data = scenario_data("mi300x")
+    data["device_nodes"] = f"{dev}/*"
+    scenario = write_scenario(data)
+    result = run_vram("ps", "--simulate", str(scenario), "--holders", "--json", env={"VRAM_SIM_AMD": path})
+    assert result.rc == 0, result.err
+    holders = {h["pid"]: h for h in result.json()["holders"]}
+    h = holders[proc.pid]
+    assert h["gpus"] == [1, 6]
+    assert h["devices"] == [str(dev / "renderD129"), str(dev / "renderD135"), str(dev / "kfd")]

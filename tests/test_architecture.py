@@ -57,7 +57,7 @@ def test_backends_implement_the_protocol():
 
     wanted = {name: inspect.signature(fn) for name, fn in vars(Backend).items()
               if callable(fn) and not name.startswith("_")}
-    assert {"read_devices", "host", "is_real", "pids_visible", "device_nodes", "gpu_minors",
+    assert {"read_devices", "host", "is_real", "pids_visible", "device_nodes", "node_gpus",
             "audit_context", "forget_all_but", "close"} <= set(wanted)
     for cls in (NvidiaBackend, SimulatedBackend, AmdBackend, SimulatedAmdBackend, CombinedBackend):
         for name, sig in wanted.items():
@@ -148,3 +148,54 @@ def test_the_proc_grep_finds_a_read(tmp_path):
 def test_every_allowed_proc_reader_still_reads_proc():
     """An entry whose module no longer reads /proc is stale: remove it."""
     assert [rel for rel in PROC_READS_ALLOWED if not _proc_paths(SRC / rel)] == []
+
+
+# A vendor's variables and device nodes are named by its backend and its visible-devices rule only
+# (docs/architecture.md, "The backend seam"): everything above asks visible.py and Backend.
+VENDOR_NAMES = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                "GPU_DEVICE_ORDINAL"}
+VENDOR_NODES = ("/dev/nvidia", "/dev/kfd", "/dev/dri")
+BELOW_THE_SEAM = {
+    "backends/": "the backends own their device nodes",
+    "nvml/": "NVIDIA's library layer",
+    "amd/": "AMD's library layer",
+    "cuda_env.py": "NVIDIA's visible-devices rule",
+    "hip_env.py": "AMD's visible-devices rule",
+    "torch/": "torch's own runtime inside the user's process (torch.cuda), not a machine's backend",
+}
+
+
+def _vendor_names(path: Path) -> list[str]:
+    """(line, text) of each string constant that is a vendor's variable or names a device node;
+    docstrings, comments and words inside messages do not count."""
+    import ast
+
+    text = path.read_text()
+    if not any(word in text for word in (*VENDOR_NAMES, *VENDOR_NODES, "nvidia(")):
+        return []  # (parsing only the modules that could hold one keeps the test fast)
+    tree = ast.parse(text)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [f"{node.lineno}: {node.value}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+            and (node.value in VENDOR_NAMES or node.value.startswith(VENDOR_NODES) or "nvidia(\\d" in node.value)]
+
+
+def test_no_module_above_the_seam_names_a_vendors_variables_or_device_nodes():
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if not rel.startswith(tuple(BELOW_THE_SEAM)):
+            found += [f"{rel}:{hit}" for hit in _vendor_names(path)]
+    assert found == [], "ask visible.py (a process's variables) or the Backend (device nodes)"
+
+
+def test_the_vendor_name_check_finds_a_read(tmp_path):
+    sample = tmp_path / "m.py"
+    sample.write_text('"""Reads CUDA_VISIBLE_DEVICES."""\n'
+                      'import os\n'
+                      'msg = "set CUDA_VISIBLE_DEVICES=0 first"\n'
+                      'value = os.environ.get("HIP_VISIBLE_DEVICES")\n'
+                      'NODES = ("/dev/kfd", r"^nvidia(\\d+)$")\n')
+    assert [hit.split(":")[0] for hit in _vendor_names(sample)] == ["4", "5", "5"]

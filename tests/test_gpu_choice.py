@@ -92,7 +92,8 @@ def test_only_exclude_and_the_allowed_set_can_never_be_waited_out():
     assert chosen(d) == ["4"]
     d = decide(Policy(only=[devices[7].key, devices[6].key], count=2), units)
     assert d.impossible is None and not d.ok  # 6 is full now, not forever
-    d = decide(Policy(allowed=[devices[0].key, devices[1].key], allowed_from="0,1", count=3), units)
+    d = decide(Policy(allowed=[devices[0].key, devices[1].key], allowed_from="CUDA_VISIBLE_DEVICES=0,1", count=3),
+               units)
     assert d.impossible and "outside CUDA_VISIBLE_DEVICES=0,1" in d.impossible
 
 
@@ -198,7 +199,8 @@ def test_build_policy_reads_what_people_type(monkeypatch):
         with pytest.raises(ValueError, match=message):
             build_policy(devices, **kwargs)
     policy, vis = build_policy(devices, env={"CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-    assert policy.allowed == sorted([devices[2].key, devices[3].key]) and policy.allowed_from == "2,3"
+    assert policy.allowed == sorted([devices[2].key, devices[3].key])
+    assert policy.allowed_from == "CUDA_VISIBLE_DEVICES=2,3"
     with pytest.raises(ValueError, match="twice"):
         build_policy(devices, env={"CUDA_VISIBLE_DEVICES": "2,2"})
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from . import leases as L
+from . import visible as visible_devices
 from .collector import Collector
-from .cuda_env import CudaDevice, Visible, allowed_keys, child_env, cuda_index, devices_of, parse_visible
+from .cuda_env import CudaDevice, Visible, cuda_index, devices_of
 from .errors import RequestError, VramkitError
 from .gpu_choice import (
     DEFAULT_MAX_UTIL,
@@ -92,8 +93,9 @@ def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | i
                  only: Selectors = None, prefer: str = "spread", exclusive: bool = False,
                  env: Mapping[str, str] | None = None) -> tuple[Policy, Visible]:
     """A Policy from what a person typed. A bad value is a RequestError (a ValueError) whose
-    `param` names the argument. The environment's CUDA_VISIBLE_DEVICES (from Slurm, a container,
-    or you) is the allowed set; CUDA would refuse it: ValueError."""
+    `param` names the argument. The GPUs the environment lets a program use (CUDA_VISIBLE_DEVICES
+    from Slurm, a container or you; HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES on AMD GPUs: each
+    vendor's rule, visible.py) are the allowed set; one a runtime would refuse: ValueError."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise RequestError(f"must be a whole number of GPUs, at least 1 (got {count!r})", param="count")
     if prefer not in PREFER:
@@ -116,12 +118,12 @@ def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | i
         return resolve_selectors(text, devices, option)
 
     env = os.environ if env is None else env
-    visible = parse_visible(env.get("CUDA_VISIBLE_DEVICES"), devices, env.get("CUDA_DEVICE_ORDER"))
-    allowed = allowed_keys(visible, devices)  # ValueError when CUDA would refuse it
+    visible = visible_devices.read(env, devices)
+    allowed = visible_devices.allowed_keys(visible, devices)  # ValueError when a runtime would refuse it
     policy = Policy(count=count, min_free=size, min_free_pct=pct, max_util=util,
                     exclude=keys(exclude, "exclude") or [], only=keys(only, "only"),
                     allowed=None if allowed is None else sorted(allowed),
-                    allowed_from=visible.value if allowed is not None else None,
+                    allowed_from=visible.described if allowed is not None else None,
                     prefer=prefer, exclusive=exclusive)
     return policy, visible
 
@@ -146,7 +148,7 @@ class Selection:
     """GPUs chosen for a job, the environment that gives them to it, and its lease if any."""
 
     gpus: list[SelectedGpu]
-    env: dict[str, str]  # CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID
+    env: dict[str, str]  # the chosen vendor's variables: CUDA_VISIBLE_DEVICES (+ CUDA_DEVICE_ORDER), or HIP's
     decision: Decision = field(repr=False)
     devices: list[CudaDevice] = field(repr=False)
     snapshot: Snapshot = field(repr=False)
@@ -154,8 +156,14 @@ class Selection:
     waited: float = 0.0  # seconds spent in the queue
 
     @property
+    def variable(self) -> str:
+        """The variable that names the chosen GPUs (CUDA_VISIBLE_DEVICES, or HIP_VISIBLE_DEVICES)."""
+        return visible_devices.variable_of([u.dev for u in self.decision.chosen])
+
+    @property
     def cuda_visible_devices(self) -> str:
-        return self.env["CUDA_VISIBLE_DEVICES"]
+        """The chosen GPUs as the variable names them (the name kept from before AMD GPUs)."""
+        return self.env[self.variable]
 
     @property
     def indices(self) -> list[int]:
@@ -226,8 +234,8 @@ def _selection(decision: Decision, devices: list[CudaDevice], snap: Snapshot, id
                         pci_bus_id=u.dev.pci_bus_id, memory_total=u.memory_total, memory_free=u.memory_free,
                         utilization=u.utilization)
             for i, u in enumerate(decision.chosen)]
-    return Selection(gpus=gpus, env=child_env(chosen, devices, ids), decision=decision, devices=devices,
-                     snapshot=snap)
+    return Selection(gpus=gpus, env=visible_devices.child_env(chosen, devices, os.environ, ids), decision=decision,
+                     devices=devices, snapshot=snap)
 
 
 def _reader(machine: Machine | Collector, interval: float) -> Collector:

@@ -1,4 +1,5 @@
-"""CUDA_VISIBLE_DEVICES exactly as CUDA reads it, and the numbering a CUDA program sees.
+"""NVIDIA's visible-devices rule: CUDA_VISIBLE_DEVICES exactly as CUDA reads it, and the numbering a
+CUDA program sees (AMD's is hip_env.py; visible.py asks the rule of each vendor on the machine).
 
 NVML (nvidia-smi, vram status) numbers GPUs in PCI bus order. CUDA numbers them fastest first
 unless CUDA_DEVICE_ORDER=PCI_BUS_ID, and then renumbers what CUDA_VISIBLE_DEVICES lets through
@@ -24,11 +25,15 @@ from 0. This module maps between the two. The rules it implements (docs/gpu-numb
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .errors import RequestError
 from .gpu_state import Snapshot
 
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+ORDER = "CUDA_DEVICE_ORDER"
+VARIABLES = (VISIBLE, ORDER)
 ORDER_PCI = "PCI_BUS_ID"
 ORDER_FASTEST = "FASTEST_FIRST"
 
@@ -50,6 +55,7 @@ class CudaDevice:
     parent_uuid: str | None = None
     mig_mode: bool = False  # a whole GPU in MIG mode: CUDA runs on its instances, not on it
     lost: bool = False
+    vendor: str = "nvidia"  # whose rule names it in a program's environment (visible.py)
 
     @property
     def is_mig(self) -> bool:
@@ -60,6 +66,8 @@ class CudaDevice:
         """How vram names it to people: 'GPU 3', 'GPU 0 MIG 1g.10gb (gi 9)'."""
         if self.gi is None:
             return f"GPU {self.index}"
+        if self.vendor == "amd":
+            return f"GPU {self.index} partition {self.gi}"
         profile = (self.name or "").rsplit(" ", 1)[-1]
         return f"GPU {self.index} MIG {profile} (gi {self.gi})" if profile else f"GPU {self.index} MIG gi {self.gi}"
 
@@ -75,11 +83,11 @@ def devices_of(snap: Snapshot) -> list[CudaDevice]:
     for g in snap.gpus:
         mig_mode = bool(g.mig_enabled and g.mig_devices)
         out.append(CudaDevice(key=g.uuid or f"nvml-{g.index}", index=g.index, uuid=g.uuid, name=g.name,
-                              pci_bus_id=g.pci_bus_id, mig_mode=mig_mode, lost=g.lost))
+                              pci_bus_id=g.pci_bus_id, mig_mode=mig_mode, lost=g.lost, vendor=g.vendor))
         for m in g.mig_devices:
             out.append(CudaDevice(key=m.uuid or f"nvml-{g.index}/{m.gi}", index=g.index, uuid=m.uuid,
                                   name=m.name, pci_bus_id=g.pci_bus_id, gi=m.gi, ci=m.ci,
-                                  parent_uuid=g.uuid, lost=g.lost))
+                                  parent_uuid=g.uuid, lost=g.lost, vendor=g.vendor))
     return out
 
 
@@ -112,10 +120,15 @@ class Numbering:
 
 
 def _pci_sorted(devices: list[CudaDevice]) -> list[CudaDevice]:
-    gpus = [d for d in devices if not d.is_mig]
+    gpus = [d for d in devices if not d.is_mig and d.vendor == "nvidia"]  # CUDA sees no other vendor's
     if any(not d.pci_bus_id for d in gpus):  # e.g. a lost GPU: NVML's own order is PCI order in practice
         return sorted(gpus, key=lambda d: d.index)
     return sorted(gpus, key=_pci_key)
+
+
+def whole_gpus(devices: list[CudaDevice]) -> list[CudaDevice]:
+    """Every whole GPU in vram's order: NVIDIA's in PCI order (NVML's), then another vendor's in its own."""
+    return _pci_sorted(devices) + [d for d in devices if not d.is_mig and d.vendor != "nvidia"]
 
 
 def numbering(devices: list[CudaDevice], order_env: str | None) -> Numbering:
@@ -153,6 +166,9 @@ class Visible:
     devices: list[CudaDevice] = field(default_factory=list)  # cuda:0, cuda:1, ... (empty on error)
     error: str | None = None  # the value makes CUDA fail to initialise (a device named twice)
     pitfalls: list[str] = field(default_factory=list)
+    variable: str = VISIBLE  # the variable vram sets to choose this vendor's GPUs
+    vendor: str = "nvidia"  # or "amd", or "mixed" (visible.py: each vendor's rule, together)
+    described: str | None = None  # what was set, as NAME=value (None: nothing)
 
     @property
     def is_set(self) -> bool:
@@ -205,8 +221,9 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
 
 def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str | None = None) -> Visible:
     """Read CUDA_VISIBLE_DEVICES `value` (None = unset) as CUDA would on these devices."""
+    devices = [d for d in devices if d.vendor == "nvidia"]  # CUDA sees no other vendor's GPUs
     order = numbering(devices, order_env)
-    vis = Visible(value=value, order=order)
+    vis = Visible(value=value, order=order, described=None if value is None else f"{VISIBLE}={value}")
     if value is None:
         for gpu in order.gpus:
             vis.devices.extend(_expand(gpu, devices))
@@ -275,6 +292,11 @@ def _mig_pitfalls(vis: Visible) -> None:
                             f"device: it would use {migs[0].label}")
 
 
+def parse_env(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
+    """What a CUDA program started with `env` sees of these devices (NVIDIA's only)."""
+    return parse_visible(env.get(VISIBLE), devices, env.get(ORDER))
+
+
 def allowed_keys(vis: Visible, devices: list[CudaDevice]) -> set[str] | None:
     """The units a scheduler's CUDA_VISIBLE_DEVICES allows (None: no restriction). A GPU in MIG
     mode named as a whole allows its MIG instances. Raises RequestError (a ValueError) when CUDA
@@ -296,7 +318,7 @@ def allowed_keys(vis: Visible, devices: list[CudaDevice]) -> set[str] | None:
 def cuda_index(dev: CudaDevice, devices: list[CudaDevice]) -> int | None:
     """The index that names `dev` in CUDA_VISIBLE_DEVICES under CUDA_DEVICE_ORDER=PCI_BUS_ID
     (None for a MIG instance: those are named by UUID)."""
-    if dev.is_mig:
+    if dev.is_mig or dev.vendor != "nvidia":
         return None
     return numbering(devices, ORDER_PCI).gpus.index(dev)
 
@@ -306,6 +328,7 @@ def visible_value(units: list[CudaDevice], devices: list[CudaDevice], ids: str =
     `units`, in this order. ids: "index", "uuid", or "auto": indices, unless a GPU here is in MIG
     mode or lost (how CUDA counts those is driver-dependent) or has no known PCI id; then UUIDs,
     which cannot be misread."""
+    devices = [d for d in devices if d.vendor == "nvidia"]
     if ids == "auto":
         unclear = any(d.mig_mode or d.is_mig or d.lost or not d.pci_bus_id for d in devices)
         ids = "uuid" if unclear and all(u.uuid for u in units) else "index"
@@ -322,4 +345,4 @@ def visible_value(units: list[CudaDevice], devices: list[CudaDevice], ids: str =
 
 def child_env(units: list[CudaDevice], devices: list[CudaDevice], ids: str = "auto") -> dict[str, str]:
     """What a launched program gets: the visible list, numbered in PCI order (as nvidia-smi)."""
-    return {"CUDA_DEVICE_ORDER": ORDER_PCI, "CUDA_VISIBLE_DEVICES": visible_value(units, devices, ids)}
+    return {ORDER: ORDER_PCI, VISIBLE: visible_value(units, devices, ids)}

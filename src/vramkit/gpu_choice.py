@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .cuda_env import CudaDevice, numbering
+from .cuda_env import CudaDevice, whole_gpus
 from .errors import RequestError, no_such_gpu
 from .gpu_state import GpuProcess, Snapshot
 from .units import format_size
@@ -35,7 +35,7 @@ class Policy:
     exclude: list[str] = field(default_factory=list)  # unit keys
     only: list[str] | None = None  # unit keys
     allowed: list[str] | None = None  # unit keys from an inherited CUDA_VISIBLE_DEVICES
-    allowed_from: str | None = None  # that CUDA_VISIBLE_DEVICES value, for messages
+    allowed_from: str | None = None  # what the environment set, as NAME=value (visible.py), for messages
     prefer: str = "spread"
     exclusive: bool = False
     uid: int = field(default_factory=os.getuid)  # "other users" are relative to this uid
@@ -116,7 +116,7 @@ def units_of(snap: Snapshot, devices: list[CudaDevice]) -> list[Unit]:
     """Whole GPUs not in MIG mode, and the MIG instances of those that are; in PCI order."""
     by_index = {g.index: g for g in snap.gpus}
     out = []
-    for d in numbering(devices, "PCI_BUS_ID").gpus:
+    for d in whole_gpus(devices):
         g = by_index[d.index]
         if d.mig_mode:
             for m in (x for x in devices if x.is_mig and x.index == d.index):
@@ -239,7 +239,7 @@ def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
         v.never = Problem("excluded")
     elif unit.lost:
         v.never = Problem("lost")
-    elif unit.dev.is_mig and policy.count > 1:
+    elif unit.dev.is_mig and unit.dev.vendor == "nvidia" and policy.count > 1:  # an AMD partition is a GPU to HIP
         v.never = Problem("mig")
     elif policy.min_free is not None and unit.capacity is not None and unit.capacity < policy.min_free:
         v.never = Problem("small", format_size(unit.capacity))
@@ -290,15 +290,26 @@ def decide(policy: Policy, units: list[Unit], blocked: dict[str, Block] | None =
         decision.impossible = _impossible_text(decision, possible)
         return decision
     fitting = [v.unit for v in verdicts if v.fits]
+    order = {u.key: i for i, u in enumerate(units)}
+    fitting = _one_vendor(sorted(fitting, key=lambda u: (_rank(policy, u), order[u.key])), policy.count)
     if len(fitting) >= policy.count:
-        order = {u.key: i for i, u in enumerate(units)}
-        best_first = sorted(fitting, key=lambda u: (_rank(policy, u), order[u.key]))
+        best_first = fitting
         best = best_first[: policy.count]
         if policy.count > 1 and any(word != "?" for u in best_first for word in u.links.values()):
             best = _connected(best_first, policy.count)
             decision.connection = connection_text(best)
         decision.chosen = sorted(best, key=lambda u: order[u.key])
     return decision
+
+
+def _one_vendor(best_first: list[Unit], count: int) -> list[Unit]:
+    """The fitting units of one vendor (a program runs on one vendor's GPUs): the vendor of the best
+    unit that has `count` of them."""
+    for vendor in dict.fromkeys(u.dev.vendor for u in best_first):
+        mine = [u for u in best_first if u.dev.vendor == vendor]
+        if len(mine) >= count:
+            return mine
+    return []
 
 
 # How close two GPUs are (nvidia-smi topo -m's words): NVLink, then one PCIe switch, several
@@ -378,7 +389,7 @@ def ids_text(units: list[Unit]) -> str:
 
 
 _NEVER_WORDS = {
-    "allowed": "outside CUDA_VISIBLE_DEVICES{allowed}",
+    "allowed": "outside {allowed}",
     "only": "not in --only",
     "excluded": "excluded",
     "lost": "lost (fell off the bus)",
@@ -418,7 +429,7 @@ def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
             details = details[:1]
         words = (_NEVER_WORDS if never else _NOW_WORDS)[kind].format(
             details=", ".join(details),
-            allowed=f"={policy.allowed_from}" if policy.allowed_from is not None else "",
+            allowed=policy.allowed_from or "what the environment allows",
             need=f"; need {_need_text(policy, vs[0].unit)}" if kind == "memory" else "",
             limit=f"; limit {policy.max_util:g}%" if kind == "util" and policy.max_util is not None else "")
         verb = "is" if len(vs) == 1 else "are"
@@ -469,6 +480,9 @@ def shortfall_reasons(decision: Decision) -> list[str]:
     policy = decision.policy
     fitting = decision.fitting
     out = [f"only {ids_text(fitting)} fit{'s' if len(fitting) == 1 else ''}"] if fitting else []
+    vendors = sorted({u.dev.vendor for u in fitting})
+    if len(vendors) > 1:
+        out[0] += f", and a program runs on one vendor's GPUs: none of {', '.join(vendors)} has {policy.count} of them"
     out += _groups(decision.verdicts, policy, never=False)
     out += _groups(decision.verdicts, policy, never=True)
     return out
@@ -496,7 +510,7 @@ def verdict_text(v: Verdict, policy: Policy) -> str:
         table = _NEVER_WORDS if p is v.never else _NOW_WORDS
         words.append(table[p.kind].format(
             details=p.detail,
-            allowed=f"={policy.allowed_from}" if policy.allowed_from is not None else "",
+            allowed=policy.allowed_from or "what the environment allows",
             need=f"; need {_need_text(policy, v.unit)}" if p.kind == "memory" else "",
             limit=f"; limit {policy.max_util:g}%" if p.kind == "util" and policy.max_util is not None else ""))
     return "; ".join(words)

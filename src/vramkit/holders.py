@@ -1,24 +1,23 @@
-"""Processes that hold /dev/nvidia* open: what `fuser -v /dev/nvidia*` shows.
+"""Processes that hold a GPU's device nodes open: what `fuser -v /dev/nvidia*` (or /dev/kfd and
+/dev/dri/renderD* on AMD) shows. Which nodes, and which GPU each stands for, is the backend's to say.
 
 NVML lists the processes that have a CUDA context. Memory left behind by a crashed job, a
 DataLoader worker that inherited its parent's device files, or a process in another container
 is often held by a process NVML does not list; it still holds the device files open. Found by
 reading the links in /proc/PID/fd. On a simulated machine the device nodes are the files the
-scenario's `device_nodes` glob names (a file named nvidiaN stands for GPU N).
+scenario's `device_nodes` glob names (a file named nvidiaN stands for GPU N; on an AMD scenario
+renderD<128+N> for ROCm's device N).
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import re
 from dataclasses import dataclass, field
 
 from .backends import Backend
 from .gpu_state import Snapshot
 from .procs import HostProcess, ProcessTable, identity
-
-_GPU_NODE = re.compile(r"^nvidia(\d+)$")
 
 
 @dataclass
@@ -26,7 +25,7 @@ class Holder:
     pid: int
     devices: tuple[str, ...]  # the device nodes it holds open (full paths): GPUs by number, then the rest
     host: HostProcess
-    gpus: tuple[int, ...] = ()  # NVML indices of the GPUs whose nodes it holds (nvidiaN)
+    gpus: tuple[int, ...] = ()  # indices of the GPUs whose own nodes it holds (nvidiaN, renderDN)
     nvml_memory: dict[int, int | None] = field(default_factory=dict)  # GPU -> memory NVML lists
     ns_pids: tuple[int, ...] = ()  # NSpid: host pid, then its pid in each nested namespace
 
@@ -37,7 +36,7 @@ class Holder:
 
 @dataclass
 class HolderScan:
-    pattern: str | None  # the device-node glob; None: the machine has none (notes say why)
+    pattern: str | None  # the device-node globs, space-separated; None: the machine has none (notes say why)
     nodes: tuple[str, ...]  # the nodes that exist
     holders: list[Holder]
     unreadable: int = 0  # processes whose open files this user may not read
@@ -45,7 +44,7 @@ class HolderScan:
     notes: list[str] = field(default_factory=list)
 
 
-def _open_nodes(pid: int, nodes: frozenset[str]) -> tuple[str, ...] | None:
+def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]]) -> tuple[str, ...] | None:
     """The nodes pid holds open; None when its fd table cannot be read (not ours, or gone)."""
     base = f"/proc/{pid}/fd"
     try:
@@ -62,30 +61,28 @@ def _open_nodes(pid: int, nodes: frozenset[str]) -> tuple[str, ...] | None:
             continue
         if target in nodes:
             held.add(target)
-    return tuple(sorted(held, key=_node_order))
-
-
-def _node_order(path: str) -> tuple[int, int, str]:
-    """nvidia0, nvidia1, ..., nvidia10, then nvidiactl, nvidia-uvm, ... (as ls -v would)."""
-    m = _GPU_NODE.match(os.path.basename(path))
-    return (0, int(m.group(1)), path) if m else (1, 0, path)
+    return tuple(sorted(held, key=nodes.__getitem__))
 
 
 def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
          table: ProcessTable | None = None) -> HolderScan:
     """Every process (or only `pids`) that holds one of the backend's device nodes open."""
-    pattern, why_none = backend.device_nodes()
-    if pattern is None:
+    patterns, why_none = backend.device_nodes()
+    if not patterns:
         return HolderScan(None, (), [], notes=[why_none])
-    paths = sorted(glob.glob(pattern))
-    # A link in /proc/PID/fd names the real path: compare against both spellings.
-    nodes = frozenset(paths) | frozenset(os.path.realpath(p) for p in paths)
+    pattern = " ".join(patterns)
+    paths = sorted({p for glob_ in patterns for p in glob.glob(glob_)})
     result = HolderScan(pattern, tuple(paths), [])
     if not paths:
         result.notes.append(f"no device nodes match {pattern}")
         return result
     table = table or ProcessTable()
-    minors = backend.gpu_minors(snap.gpus)
+    node_gpu = backend.node_gpus(paths, snap.gpus)
+    # A link in /proc/PID/fd names the real path: compare against both spellings. A GPU's own
+    # nodes first, by GPU (nvidia0 ... nvidia10), then the rest (nvidiactl, kfd) by name.
+    node_gpu.update({os.path.realpath(p): g for p, g in list(node_gpu.items())})
+    nodes = {p: ((0, node_gpu[p], p) if p in node_gpu else (1, 0, p))
+             for p in set(paths) | {os.path.realpath(p) for p in paths}}
     listed: dict[int, dict[int, int | None]] = {}
     for p in snap.processes:
         if p.pid_here is not None:  # a host pid a container's /proc does not have is no holder's here
@@ -105,11 +102,7 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
         host = table.read(pid)
         if isinstance(host, str):
             continue  # it exited while we looked
-        gpus = set()
-        for path in held:
-            m = _GPU_NODE.match(os.path.basename(path))
-            if m and int(m.group(1)) in minors:
-                gpus.add(minors[int(m.group(1))])
+        gpus = {node_gpu[path] for path in held if path in node_gpu}
         ident = identity(pid)
         result.holders.append(Holder(pid=pid, devices=held, host=host, gpus=tuple(sorted(gpus)),
                                      nvml_memory=listed.get(pid, {}),

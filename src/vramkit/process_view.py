@@ -1,6 +1,6 @@
-"""A process's own view of the GPUs: the ones it was told to use (CUDA_VISIBLE_DEVICES and
-CUDA_DEVICE_ORDER in its environment, read as libcuda reads them: cuda_env) beside the ones it
-holds memory on, so that "my job runs on the wrong GPU" shows at a glance.
+"""A process's own view of the GPUs: the ones it was told to use (the variables of its environment
+each vendor's runtime reads, read as that runtime reads them: visible.py) beside the ones it holds
+memory on, so that "my job runs on the wrong GPU" shows at a glance.
 
 /proc/PID/environ is the environment the process started with: a value it set itself later
 (os.environ[...] = ... in Python before CUDA starts) is not there. So a mismatch is a reason to
@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import procs
-from .cuda_env import CudaDevice, Visible, allowed_keys, devices_of, parse_visible
+from . import visible as visible_devices
+from .cuda_env import CudaDevice, Visible, devices_of
 from .errors import RequestError
 from .gpu_state import Snapshot
 
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+ENV_NAMES = visible_devices.VARIABLES
 SIMULATED_ENV = "a simulated scenario's made-up process: it has no environment"
 PIDS_UNMAPPED = ("not read: vram runs in its own PID namespace, where NVML's pid names another process "
                  "(or none)")
@@ -40,19 +41,19 @@ class ProcessGpus:
     holds: list[CudaDevice]  # where it holds memory, in NVML order
     env: dict[str, str]  # the ENV_NAMES that are set in its environment
     env_problem: str | None = None  # why its environment is unknown (then told is None)
-    told: Visible | None = None  # its CUDA_VISIBLE_DEVICES as CUDA reads it on this machine
+    told: Visible | None = None  # its environment as its GPUs' runtime reads it on this machine
     mismatch: str | None = None  # "told GPU 1, holds memory on GPU 0"
     notes: list[str] = field(default_factory=list)  # pitfalls of its value, a cut environment
 
     @property
     def told_text(self) -> str:
-        """The GPUs its CUDA_VISIBLE_DEVICES lets it use, as vram names them, with CUDA's numbers."""
+        """The GPUs its environment lets it use, as vram names them, with the runtime's numbers."""
         if self.told is None:
             return "unknown"
         if self.told.error:
             return "none: CUDA refuses to start with this value"
         if not self.told.is_set:
-            return "every GPU (CUDA_VISIBLE_DEVICES is not set)"
+            return f"every GPU ({self.told.variable} is not set)"
         if not self.told.devices:
             return "no GPU"
         return ", ".join(f"{d.label} as cuda:{i}" for i, d in enumerate(self.told.devices))
@@ -107,8 +108,7 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ,
     if environ.truncated:
         view.notes.append(f"its environment is longer than {procs.MAX_ENVIRON_BYTES // 2**20} MiB: only the "
                           "start was read, and a variable set after that is not seen")
-    view.told = parse_visible(environ.values.get("CUDA_VISIBLE_DEVICES"), devices,
-                              environ.values.get("CUDA_DEVICE_ORDER"))
+    view.told = visible_devices.read(environ.values, devices)
     view.notes.extend(view.told.pitfalls)
     view.mismatch = _mismatch(view, devices)
     return view
@@ -131,9 +131,9 @@ def _mismatch(view: ProcessGpus, devices: list[CudaDevice]) -> str | None:
     if not view.holds:
         return None
     if told.error:
-        return f"holds memory on {view.holds_text}, but CUDA would refuse its CUDA_VISIBLE_DEVICES ({told.error})"
+        return f"holds memory on {view.holds_text}, but CUDA would refuse its {told.variable} ({told.error})"
     try:
-        allowed = allowed_keys(told, devices)
+        allowed = visible_devices.allowed_keys(told, devices)
     except RequestError as e:  # indices on a machine of mixed models without PCI_BUS_ID
         view.notes.append(f"which GPUs it was told cannot be known: {e}")
         return None

@@ -61,6 +61,7 @@ class AmdSmi:
         self.smi = smi
         self.driver_version: str | None = None
         self._busy: dict[tuple[int, int, int | None], tuple[int, float]] = {}  # (pid, gpu, part) -> (ns, t)
+        self.render_minors: dict[int, int] = {}  # /dev/dri/renderD<minor> -> GPU index
 
     def open(self) -> AmdSmi:
         try:
@@ -119,6 +120,12 @@ class AmdSmi:
             mode = self._call({}, "partition", "amdsmi_get_gpu_compute_partition", h)
             parts = [(self._call({}, "partition", "amdsmi_get_gpu_kfd_info", g[0]) or {}).get("current_partition_id", j)
                      for j, g in enumerate(group)]
+            if hasattr(self.smi, "amdsmi_get_gpu_enumeration_info"):  # ROCm 6.4+: each partition's render node
+                for g in group:
+                    info = self._call({}, "enumeration", "amdsmi_get_gpu_enumeration_info", g[0]) or {}
+                    minor = info.get("drm_render")
+                    if isinstance(minor, int):
+                        self.render_minors[minor] = index
             dev.mig_enabled = len(group) > 1
             total: int | None = 0
             used = 0

@@ -68,6 +68,7 @@ class Sysfs:
         self.kfd = os.path.join(root, "sys/class/kfd/kfd")
         self.driver_version: str | None = None
         self._busy: dict[tuple[int, int, int | None], tuple[int, float]] = {}
+        self.render_minors: dict[int, int] = {}  # /dev/dri/renderD<minor> -> GPU index
 
     def open(self) -> Sysfs:
         if not os.path.isdir(os.path.join(self.kfd, "topology/nodes")):
@@ -125,6 +126,7 @@ class Sysfs:
         for i, ((domain, busdev), parts) in enumerate(groups.items()):
             bdf = f"{domain:04x}:{busdev >> 5:02x}:{busdev & 0x1f:02x}.0"
             dev = Device(index=first_index + i, vendor="amd", pci_bus_id=bdf)
+            self.render_minors.update({p["drm_render_minor"]: dev.index for p in parts if "drm_render_minor" in p})
             uid = parts[0].get("unique_id")
             dev.uuid = f"GPU-{uid:016x}" if uid else None
             if uid is None:

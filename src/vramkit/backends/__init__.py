@@ -6,10 +6,12 @@ can see the pids the driver reports), the device nodes a process holds open to u
 what an audit line says about the machine. Everything above (snapshot, kill, allocate,
 holders, the views) asks the backend and never asks which backend it is.
 
-Backends today: `nvidia.NvidiaBackend` (NVML through nvidia-ml-py), and
-`simulated.SimulatedBackend` (the same NVML reader on a scenario served through pynvml's
-interface, with the scenario's made-up processes). A second vendor, e.g. AMD through amdsmi,
-is one new module here implementing `Backend`, chosen in `machine.open_machine`.
+Backends today: `nvidia.NvidiaBackend` (NVML through nvidia-ml-py), `simulated.SimulatedBackend`
+(the same NVML reader on a scenario served through pynvml's interface, with the scenario's
+made-up processes), `amd.AmdBackend` and `amd.SimulatedAmdBackend` (amdsmi, or the amdgpu
+driver's files), and `combined.CombinedBackend` (a host with both vendors); `choose.py` picks
+them. A third vendor is one new module here implementing `Backend`, chosen in choose.py, and its
+visible-devices rule in visible.py.
 """
 
 from __future__ import annotations
@@ -70,11 +72,13 @@ class Backend(Protocol):
         """Whether this /proc sees the pids the driver reports (False inside a container's own
         PID namespace, where NVML's host pids name other processes or none)."""
 
-    def device_nodes(self) -> tuple[str | None, str]:
-        """(glob of the device files a process holds open to use a GPU, or None; why None)."""
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
+        """(globs of the device files a process holds open to use a GPU: NVIDIA's /dev/nvidia*,
+        AMD's /dev/kfd and /dev/dri/renderD*; () when there are none, and then why)."""
 
-    def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
-        """Device-node minor (the N of nvidiaN) -> GPU index."""
+    def node_gpus(self, paths: list[str], gpus: list[Device]) -> dict[str, int]:
+        """The GPU (index) each of these device nodes stands for; a node of no one GPU (nvidiactl,
+        kfd) is left out."""
 
     def audit_context(self) -> dict[str, Any]:
         """What every audit line says about the machine."""

@@ -27,12 +27,25 @@ if TYPE_CHECKING:
     class Reader(Protocol):
         driver_version: str | None
 
+        render_minors: dict[int, int]  # /dev/dri/renderD<minor> -> GPU index, from the last reading
+
         def read(self, t: float, first_index: int = 0) -> list[Device]: ...
 
         def close(self) -> None: ...
 
-KFD_NODE = "/dev/kfd"  # every ROCm (HIP, OpenCL on ROCm) process holds it open
+# every ROCm (HIP, OpenCL on ROCm) process holds /dev/kfd open; the render node of each GPU it uses
+# (or partition: one each) too, and a graphics-only client only that
+DEVICE_NODES = ("/dev/kfd", "/dev/dri/renderD*")
 NO_HEALTH = "vramkit does not read AMD GPUs' health (ECC, clocks, links) yet"
+NO_VIDEO = "vramkit does not read AMD GPUs' video engines (VCN) yet"
+
+
+def _video_unread(gpus: list[Device]) -> list[Device]:
+    """Say why their encoder and decoder use are N/A (NVML's GPUs report them)."""
+    for g in gpus:
+        if not g.lost:
+            g.na.update(encoder_utilization=NO_VIDEO, decoder_utilization=NO_VIDEO)
+    return gpus
 
 
 def amd_present(root: str = "/") -> bool:
@@ -87,7 +100,7 @@ class AmdBackend:
         stop.wait(seconds)
 
     def read_devices(self) -> list[Device]:
-        return self.reader.read(self.monotonic(), self.first_index)
+        return _video_unread(self.reader.read(self.monotonic(), self.first_index))
 
     def read_health(self, gpus: list[Device], settle: float) -> None:
         for g in gpus:
@@ -108,11 +121,18 @@ class AmdBackend:
     def pids_visible(self) -> bool:
         return in_initial_pid_namespace() is not False
 
-    def device_nodes(self) -> tuple[str | None, str]:
-        return KFD_NODE, ""
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
+        return DEVICE_NODES, ""
 
-    def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
-        return {}  # /dev/kfd serves every GPU: holding it names none
+    def node_gpus(self, paths: list[str], gpus: list[Device]) -> dict[str, int]:
+        """renderD<minor> is the GPU whose KFD node (or amdsmi) names that minor; /dev/kfd serves
+        every GPU, so holding it names none."""
+        out = {}
+        for p in paths:
+            name = p.rsplit("/", 1)[-1]
+            if name.startswith("renderD") and name[7:].isdigit() and int(name[7:]) in self.reader.render_minors:
+                out[p] = self.reader.render_minors[int(name[7:])]
+        return out
 
     def audit_context(self) -> dict[str, Any]:
         return {"simulated": False, "scenario": None}
@@ -177,7 +197,7 @@ class SimulatedAmdBackend(AmdBackend):
         if self._tree is not None:
             self._tree.write(self.sim.now())
         # the readers' engine counters run on the scenario clock, as the fake files' do
-        return self.reader.read(self.sim.now(), self.first_index)
+        return _video_unread(self.reader.read(self.sim.now(), self.first_index))
 
     def host(self, pid: int, now: float) -> HostProcess | str:
         described = self.sim.host_process(pid)
@@ -204,10 +224,10 @@ class SimulatedAmdBackend(AmdBackend):
     def pids_visible(self) -> bool:
         return True
 
-    def device_nodes(self) -> tuple[str | None, str]:
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
         pattern = self.sim.scenario.data.get("device_nodes")
         why = "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
-        return pattern, why
+        return ((pattern,) if pattern else ()), why
 
     def audit_context(self) -> dict[str, Any]:
         return {"simulated": True, "scenario": self.scenario}

@@ -52,6 +52,8 @@ class CombinedBackend:
         self._owner = {}
         for b in self.backends:
             first_index = len(gpus)
+            if hasattr(b, "first_index"):
+                b.first_index = first_index  # (AMD's readers number their GPUs from it)
             devices = b.read_devices()
             for offset, dev in enumerate(devices):  # each vendor counts from 0: number them after the others
                 dev.index = first_index + offset
@@ -81,11 +83,16 @@ class CombinedBackend:
     def pids_visible(self) -> bool:
         return all(b.pids_visible() for b in self.backends)
 
-    def device_nodes(self) -> tuple[str | None, str]:
-        return self.first.device_nodes()
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
+        found = [b.device_nodes() for b in self.backends]
+        patterns = tuple(dict.fromkeys(p for nodes, _ in found for p in nodes))
+        return patterns, "" if patterns else "; ".join(dict.fromkeys(why for _, why in found))
 
-    def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
-        return self.first.gpu_minors(gpus)
+    def node_gpus(self, paths: list[str], gpus: list[Device]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.backends:
+            out.update(b.node_gpus(paths, [g for g in gpus if g.vendor == getattr(b, "vendor", "nvidia")]))
+        return out
 
     def audit_context(self) -> dict[str, Any]:
         return self.first.audit_context()

@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 DEVICE_NODES = "/dev/nvidia*"
 
 
+def _minor(path: str) -> int | None:
+    """N of a GPU's own node, nvidiaN (not nvidiactl, nvidia-uvm, nvidia-caps)."""
+    name = path.rsplit("/", 1)[-1]
+    return int(name[6:]) if name.startswith("nvidia") and name[6:].isdigit() else None
+
+
 class NvidiaBackend:
     simulated = False
     scenario: str | None = None
@@ -79,8 +85,13 @@ class NvidiaBackend:
         ns = self.driver_pid_namespace
         return ns is None or in_pid_namespace(ns) is not False
 
-    def device_nodes(self) -> tuple[str | None, str]:
-        return DEVICE_NODES, ""
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
+        return (DEVICE_NODES,), ""
+
+    def node_gpus(self, paths: list[str], gpus: list[Device]) -> dict[str, int]:
+        """/dev/nvidiaN is the GPU of minor N (nvidiactl, nvidia-uvm serve them all)."""
+        minors = self.gpu_minors(gpus)
+        return {p: minors[n] for p, n in ((p, _minor(p)) for p in paths) if n is not None and n in minors}
 
     def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
         """The driver numbers minors its own way; /proc/driver/nvidia/gpus/BUS/information says

@@ -95,10 +95,10 @@ class SimulatedBackend(NvidiaBackend):
         described = self.sim.host_process(pid)
         return described is None or described["source"] != "synthetic"
 
-    def device_nodes(self) -> tuple[str | None, str]:
+    def device_nodes(self) -> tuple[tuple[str, ...], str]:
         pattern = self.sim.scenario.data.get("device_nodes")
         why = "" if pattern else "the simulated machine has no device nodes (the scenario sets no device_nodes)"
-        return pattern, why
+        return ((pattern,) if pattern else ()), why
 
     def gpu_minors(self, gpus: list[Device]) -> dict[int, int]:
         return {g.index: g.index for g in gpus}  # a scenario's file nvidiaN stands for GPU N

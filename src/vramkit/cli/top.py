@@ -201,14 +201,16 @@ def _users(text: str | None) -> set[str]:
 
 
 def _visible_units(snap: Snapshot) -> set[tuple[int, int | None]] | None:
-    """The (GPU, MIG instance) units vram's own CUDA_VISIBLE_DEVICES lets through (None: it is
-    not set, so every GPU); a value CUDA would refuse is a usage error."""
-    from ..cuda_env import allowed_keys, devices_of, parse_visible
+    """The (GPU, MIG instance) units vram's own environment lets through (CUDA_VISIBLE_DEVICES, or
+    HIP's and ROCm's variables on AMD GPUs: visible.py; None: nothing set, so every GPU); a value a
+    runtime would refuse is a usage error."""
+    from .. import visible as visible_devices
+    from ..cuda_env import devices_of
 
     devices = devices_of(snap)
-    vis = parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), devices, os.environ.get("CUDA_DEVICE_ORDER"))
+    vis = visible_devices.read(os.environ, devices)
     try:
-        keys = allowed_keys(vis, devices)
+        keys = visible_devices.allowed_keys(vis, devices)
     except ValueError as e:
         raise UsageError(f"--only-visible: {e}") from None
     if keys is None:

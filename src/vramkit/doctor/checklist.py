@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .. import process_view
-from ..cuda_env import devices_of, parse_visible
+from .. import visible as visible_devices
+from ..cuda_env import ORDER_PCI, VISIBLE, Visible, devices_of
 from ..gpu_state import Device, GpuProcess, Snapshot
 from ..procs import Environ, read_environ, user_name
 from ..units import format_duration, format_size
@@ -66,27 +67,30 @@ class Finding:
 class Checklist:
     findings: list[Finding]
     gpus_checked: list[int]
-    cuda_visible_devices: str | None
+    cuda_visible_devices: str | None  # the NVIDIA rule's value (the JSON name kept); None: not set
     me: str | None
     notes: list[str] = field(default_factory=list)
+    visible_variable: str = VISIBLE  # the variable that chooses GPUs here (HIP's on AMD)
+    visible_set: str | None = None  # what the environment set, as NAME=value (None: nothing)
 
 
-def _visible(snap: Snapshot, cvd: str | None,
-             order_env: str | None = None) -> tuple[list[int], list[Finding], list[str]]:
-    """NVML indices this shell's CUDA programs can see, with findings about the variable itself."""
+def _visible(snap: Snapshot, vis: Visible) -> tuple[list[int], list[Finding], list[str]]:
+    """vram's indices of the GPUs this shell's programs can see (each vendor's rule: visible.py),
+    with findings about the variables themselves."""
     all_gpus = [g.index for g in snap.gpus]
-    if cvd is None:
+    if not vis.is_set:
         return all_gpus, [], []
     findings: list[Finding] = []
     notes: list[str] = []
-    if not cvd.strip():
+    cvd = vis.value or ""
+    if vis.vendor == "nvidia" and not cvd.strip():
         findings.append(Finding("cvd_empty", "problem", "CUDA_VISIBLE_DEVICES is empty",
                                 "an empty CUDA_VISIBLE_DEVICES hides every GPU: CUDA programs see none",
                                 "unset it, or set it to the GPUs you want: export CUDA_VISIBLE_DEVICES=0"))
         return [], findings, notes
-    # CUDA's own reading of the variable (cuda_env), so doctor, pick and run agree on it, and a
-    # 4,300-digit entry is an index out of range, not an int() error.
-    vis = parse_visible(cvd, devices_of(snap), order_env)
+    # the runtime's own reading of the variables (visible.py), so doctor, pick and run agree on it,
+    # and a 4,300-digit entry is an index out of range, not an int() error
+    name, runtime = vis.variable, "CUDA" if vis.vendor == "nvidia" else "ROCm"
     seen: list[int] = []
     for entry in vis.entries:
         item = entry.text.strip()
@@ -94,24 +98,29 @@ def _visible(snap: Snapshot, cvd: str | None,
             shown = item if len(item) <= 40 else item[:37] + "..."
             if item.isascii() and item.isdigit():
                 index = int(item) if len(item) <= 18 else None
-                findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES names GPU {shown}, "
+                findings.append(Finding("cvd_missing", "problem", f"{name} names GPU {shown}, "
                                         "which does not exist",
-                                        f"this machine has GPUs {_span(all_gpus)}; CUDA stops reading the list at "
-                                        "the first invalid entry, so the GPUs after it are hidden too",
+                                        f"this machine has GPUs {_span(all_gpus)}; {runtime} stops reading the list "
+                                        "at the first invalid entry, so the GPUs after it are hidden too",
                                         "fix the list: vram status shows the indices",
                                         gpus=[index] if index is not None else []))
             else:
-                findings.append(Finding("cvd_missing", "problem", f"CUDA_VISIBLE_DEVICES has {shown!r}, which "
-                                        "names no GPU here", "CUDA stops reading the list at the first invalid entry",
+                findings.append(Finding("cvd_missing", "problem", f"{name} has {shown!r}, which "
+                                        "names no GPU here", f"{runtime} stops reading the list at the first invalid "
+                                        "entry",
                                         "use indices or GPU UUIDs from vram status"))
             break
         if entry.device is None or entry.status not in ("ok", "duplicate"):
             continue
-        if entry.device.is_mig:
+        if entry.device.is_mig and entry.device.vendor == "nvidia":
             notes.append(f"{item}: MIG instances are not mapped here; checking every GPU")
             return all_gpus, findings, notes
         if entry.device.index not in seen:
             seen.append(entry.device.index)
+    named = {e.device.vendor for e in vis.entries if e.device is not None}
+    seen += [d.index for d in vis.devices if d.vendor not in named and d.index not in seen]  # a vendor left unset
+    if vis.vendor != "nvidia":
+        notes += vis.pitfalls
     return seen, findings, notes
 
 
@@ -140,25 +149,27 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
     env = os.environ if env is None else env
     if me is None:
         me = user_name(os.getuid())
-    cvd = env.get("CUDA_VISIBLE_DEVICES")
-    usable, findings, notes = _visible(snap, cvd, env.get("CUDA_DEVICE_ORDER"))
+    vis = visible_devices.read(env, devices_of(snap))
+    usable, findings, notes = _visible(snap, vis)
     if only is not None:
         usable = [i for i in usable if i in only]
     findings += _lost(snap, usable)
     gpus = [g for g in snap.gpus if g.index in usable and not g.lost]
     findings += _near_full(gpus)
-    if cvd is not None:
+    if vis.is_set:
         findings += _other_users(gpus, me)
     findings += _holders(gpus, me, idle_known)
     findings += _inside_container(gpus)
-    findings += _order(snap, cvd, env)
+    findings += _order(snap, vis)
     if only is None:
         findings += _crowded(snap)
     findings += _dataparallel(snap, set(usable))
     findings += _health(gpus)
     findings += _told_other_gpu(snap, set(usable), read_env, pids_visible)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.gpus[:1] or [-1], f.code))
-    return Checklist(findings=findings, gpus_checked=usable, cuda_visible_devices=cvd, me=me, notes=notes)
+    return Checklist(findings=findings, gpus_checked=usable, me=me, notes=notes,
+                     cuda_visible_devices=vis.value if vis.vendor == "nvidia" else None,
+                     visible_variable=vis.variable, visible_set=vis.described)
 
 
 def _lost(snap: Snapshot, usable: list[int]) -> list[Finding]:
@@ -272,14 +283,15 @@ def _holders(gpus: list[Device], me: str | None, idle_known: bool = False) -> li
     return out
 
 
-def _order(snap: Snapshot, cvd: str | None, env: Mapping[str, str]) -> list[Finding]:
+def _order(snap: Snapshot, vis: Visible) -> list[Finding]:
     """CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML (nvidia-smi, vram)
-    uses PCI order. With identical GPUs the two agree; with different models they may not."""
-    if not cvd or env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+    uses PCI order. With identical GPUs the two agree; with different models they may not. (ROCm
+    numbers in KFD's order, as vram does: nothing to warn of.)"""
+    if not vis.is_set or vis.vendor == "amd" or vis.order.order == ORDER_PCI:
         return []
-    if not any(x.strip().isdigit() for x in cvd.split(",")):
+    if not any(e.text.strip().isdigit() for e in vis.entries if e.device is None or e.device.vendor == "nvidia"):
         return []  # UUIDs do not depend on the order
-    kinds = {(g.name, g.memory_total) for g in snap.gpus if not g.lost}
+    kinds = {(g.name, g.memory_total) for g in snap.gpus if not g.lost and g.vendor == "nvidia"}
     if len(kinds) < 2:
         return []
     return [Finding("cvd_order", "warning", "CUDA_VISIBLE_DEVICES indices may not mean the GPUs vram shows",

@@ -171,7 +171,7 @@ def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[
     from ..holders import scan
 
     touched = {c.index for c in report.gpus}
-    if machine.backend.device_nodes()[0] is None or not touched or report.after is None:
+    if not machine.backend.device_nodes()[0] or not touched or report.after is None:
         return []
     found = scan(report.after, machine.backend)
     return [h for h in found.holders if not h.nvml_listed and set(h.gpus) & touched]

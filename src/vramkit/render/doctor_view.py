@@ -204,8 +204,12 @@ def _scope(result: Checklist) -> str:
     gpus = result.gpus_checked
     span = ",".join(map(str, gpus)) if len(gpus) < 3 or gpus != list(range(gpus[0], gpus[-1] + 1)) \
         else f"{gpus[0]}-{gpus[-1]}"
-    cvd = ("CUDA_VISIBLE_DEVICES not set" if result.cuda_visible_devices is None
-           else f"CUDA_VISIBLE_DEVICES={_clipped(sanitize(result.cuda_visible_devices))!r}")
+    if result.visible_set is None:
+        cvd = f"{result.visible_variable} not set"
+    elif result.cuda_visible_devices is not None:  # as before: the value quoted
+        cvd = f"{result.visible_variable}={_clipped(sanitize(result.cuda_visible_devices))!r}"
+    else:
+        cvd = _clipped(sanitize(result.visible_set))
     return f"checked GPU{'s' if len(gpus) != 1 else ''} {span or 'none'} ({cvd})"
 
 
@@ -242,6 +246,7 @@ def checklist_json(result: Checklist, snap: Snapshot) -> str:
         "scenario": snap.scenario,
         "gpus_checked": result.gpus_checked,
         "cuda_visible_devices": result.cuda_visible_devices,
+        "visible_devices": result.visible_set,
         "user": result.me,
         "findings": [{"code": f.code, "severity": f.severity, "title": f.title, "detail": f.detail, "fix": f.fix,
                       "gpus": f.gpus, "pid": f.pid, "user": f.user, "command": f.command, "memory": f.memory}

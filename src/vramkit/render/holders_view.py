@@ -84,6 +84,9 @@ def holder_dict(h: Holder, now: float | None = None) -> dict[str, Any]:
         "namespace_pids": list(h.ns_pids), "devices": list(h.devices), "gpus": list(h.gpus),
         "nvml_listed": h.nvml_listed,
         "nvml_memory": [{"gpu": g, "memory": m} for g, m in sorted(h.nvml_memory.items())],
+        # the same under vendor-neutral names (whichever driver lists it: NVML, amdsmi, KFD)
+        "driver_listed": h.nvml_listed,
+        "driver_memory": [{"gpu": g, "memory": m} for g, m in sorted(h.nvml_memory.items())],
     }
 
 

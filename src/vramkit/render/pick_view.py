@@ -22,12 +22,13 @@ def device_words(d: CudaDevice) -> str:
     return f"{d.label} (PCI {short_pci(d.pci_bus_id)})"
 
 
-def mapping_text(value: str, visible: list[CudaDevice]) -> str:
-    """'CUDA_VISIBLE_DEVICES=2,3 → your cuda:0 is GPU 2 (PCI 0000:41:00.0), cuda:1 is GPU 3 (...)'."""
+def mapping_text(described: str, visible: list[CudaDevice]) -> str:
+    """'CUDA_VISIBLE_DEVICES=2,3 → your cuda:0 is GPU 2 (PCI 0000:41:00.0), cuda:1 is GPU 3 (...)'
+    (`described`: what is set, NAME=value; PyTorch calls an AMD GPU cuda:N too)."""
     if not visible:
-        return f"CUDA_VISIBLE_DEVICES={value} → a CUDA program sees no GPU"
+        return f"{described} → a program sees no GPU"
     parts = [f"{'your ' if i == 0 else ''}cuda:{i} is {device_words(d)}" for i, d in enumerate(visible)]
-    return f"CUDA_VISIBLE_DEVICES={value} → " + ", ".join(parts)
+    return f"{described} → " + ", ".join(parts)
 
 
 def ids_output(selection: Selection, form: str) -> str:
@@ -36,8 +37,8 @@ def ids_output(selection: Selection, form: str) -> str:
         return " ".join(f"{k}={v}" for k, v in selection.env.items())
     if form == "uuid":
         return ",".join(g.uuid or "N/A" for g in selection.gpus)
-    if form == "auto":
-        return selection.cuda_visible_devices
+    if form == "auto" or any(u.dev.vendor != "nvidia" for u in selection.units):
+        return selection.cuda_visible_devices  # (an AMD pick: HIP's indices are the only ones)
     # index: the CUDA index under PCI_BUS_ID order; a MIG instance has none and is named by UUID
     return ",".join(str(cuda_index(u.dev, selection.devices)) if not u.dev.is_mig else (u.dev.uuid or "N/A")
                     for u in selection.units)
@@ -50,6 +51,7 @@ def pick_json(selection: Selection, snap: Snapshot) -> str:
         "simulated": snap.simulated,
         "scenario": snap.scenario,
         "cuda_visible_devices": selection.cuda_visible_devices,
+        "variable": selection.variable,
         "env": selection.env,
         "gpus": [asdict(g) for g in selection.gpus],
         "policy": {k: v for k, v in selection.decision.policy.to_dict().items() if k != "uid"},
@@ -61,10 +63,10 @@ def pick_json(selection: Selection, snap: Snapshot) -> str:
 
 def _env_lines(env_visible: Visible) -> list[str]:
     if not env_visible.is_set:
-        return ["allowed: every GPU (CUDA_VISIBLE_DEVICES is not set in your environment)"]
+        return [f"allowed: every GPU ({env_visible.variable} is not set in your environment)"]
     order = env_visible.order
-    head = f"allowed: what your environment's {mapping_text(env_visible.value or '', env_visible.devices)}"
-    if env_visible.value is not None and order.order != "PCI_BUS_ID":
+    head = f"allowed: what your environment's {mapping_text(env_visible.described or '', env_visible.devices)}"
+    if env_visible.vendor == "nvidia" and env_visible.value is not None and order.order != "PCI_BUS_ID":
         head += " (CUDA_DEVICE_ORDER is not PCI_BUS_ID)"
     return [head]
 
@@ -95,7 +97,7 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
     for v in decision.verdicts:
         u = v.unit
         if u.dev.is_mig:  # its name is the parent's model plus the profile: the profile says more
-            model = "MIG " + (u.dev.name or "").rsplit(" ", 1)[-1]
+            model = ("MIG " if u.dev.vendor == "nvidia" else "part ") + (u.dev.name or "").rsplit(" ", 1)[-1]
         else:
             model = fmt.short_gpu_name(u.dev.name)
         model = f"{pad(clip(model, 16), 16)} " if show_model else ""
@@ -124,12 +126,13 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
         lines.extend(("  " if i else "") + part for i, part in enumerate(
             _wrap(f"topology N/A ({why}): chosen by free memory alone", width, 2, "dim", style=style)))
     if selection is not None:
-        for i, part in enumerate(_wrap(mapping_text(selection.cuda_visible_devices, [u.dev for u in selection.units]),
-                                       width, 2, style=style)):
+        named = f"{selection.variable}={selection.cuda_visible_devices}"
+        for i, part in enumerate(_wrap(mapping_text(named, [u.dev for u in selection.units]), width, 2, style=style)):
             lines.append(("  " if i else "") + part)
-        lines.extend("  " + part for part in _wrap(
-            "with CUDA_DEVICE_ORDER=PCI_BUS_ID, which vram run sets (set it too when you use these ids yourself), "
-            "so cuda numbers follow nvidia-smi's order", width, 2, style=style))
+        if selection.units[0].dev.vendor == "nvidia":  # ROCm numbers in KFD's order: no variable changes it
+            lines.extend("  " + part for part in _wrap(
+                "with CUDA_DEVICE_ORDER=PCI_BUS_ID, which vram run sets (set it too when you use these ids yourself), "
+                "so cuda numbers follow nvidia-smi's order", width, 2, style=style))
     for pitfall in env_visible.pitfalls:
         for i, part in enumerate(_wrap(f"! {pitfall}", width, 2, "yellow", style=style)):
             lines.append(("  " if i else "") + part)
@@ -152,4 +155,4 @@ def started_line(selection: Selection, snap: Snapshot, command: str | None = Non
     gpus = ", ".join(_unit_words(u) for u in selection.units)
     waited = f" after waiting {format_duration(selection.waited)}" if selection.waited >= 1 else ""
     sim = f" [SIMULATED machine '{snap.scenario}']" if snap.simulated else ""
-    return f"vram: {gpus}{waited} → CUDA_VISIBLE_DEVICES={selection.cuda_visible_devices}{sim}"
+    return f"vram: {gpus}{waited} → {selection.variable}={selection.cuda_visible_devices}{sim}"
