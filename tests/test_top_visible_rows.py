@@ -57,6 +57,7 @@ def drawn(app: TopApp) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.slow
 def test_only_the_rows_drawn_are_built_on_each_refresh(big, monkeypatch):
     """A refresh of 550 rows with some 30 on screen builds the cells of those, not of all 550:
     at the top of the list and far down it."""
@@ -169,8 +170,11 @@ def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenar
     a refresh's drawing): the same text, styles and mouse meta as DataTable's own path, for every
     cell on screen, under and off the cursor and the mouse, flags in colour, a user name in
     two-column characters, and in tree view the parent rows' empty cells."""
+    from itertools import chain
+
     from helpers import scenario_data
     from rich.segment import Segment
+    from textual.coordinate import Coordinate
     from textual.widgets import DataTable
 
     data = scenario_data("demo")
@@ -198,6 +202,15 @@ def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenar
                                 assert [list(Segment.simplify(line)) for line in ours] == \
                                        [list(Segment.simplify(line)) for line in theirs], (row, column, cursor, hover)
         assert directly == checked > 500
+        # and whole lines, as DataTable's own _render_line_in_row puts them together
+        for cursor_row, hover_row in ((0, 0), (2, 5), (table.row_count - 1, 1)):
+            cursor, hover = Coordinate(cursor_row, 0), Coordinate(hover_row, 0)
+            for row in range(table.row_count):
+                key = table._row_locations.get_key(row)
+                ours = table._render_line_in_row(key, 0, table.rich_style, cursor, hover)
+                theirs = DataTable._render_line_in_row(table, key, 0, table.rich_style, cursor, hover)
+                assert [list(Segment.simplify(chain(*part))) for part in ours] == \
+                       [list(Segment.simplify(chain(*part))) for part in theirs], (row, cursor_row, hover_row)
         if tree:
             assert any(r.proc is None for r in app._rows)  # a parent row was among them
     try:

@@ -1,11 +1,10 @@
 """`vram top`: the Textual app.
 
 Snapshots are taken through the collector (vramkit.collector, shared with the kill actions, so
-they never split the machine's per-process samples) in a worker thread (`asyncio.to_thread`),
-one at a time, so a slow driver or a /proc walk over hundreds of processes never freezes the
-keyboard. Each refresh feeds the
-History (sparklines, alerts) and updates the table in place: only cells whose text changed are
-redrawn unless the set or order of rows changed.
+they never split the machine's per-process samples) in one daemon thread (Sampler), one at a
+time, so a slow driver or a /proc walk over hundreds of processes never freezes the keyboard,
+and quitting never waits for it. Each refresh feeds the History (sparklines, alerts), keeps the
+table's rows as data and builds only the rows on screen (ProcTable).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import dataclasses
 import functools
 import math
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +32,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import VerticalScroll
+from textual.coordinate import Coordinate
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets._data_table import RowRenderables
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist, RowKey
@@ -91,6 +94,9 @@ class ProcTable(DataTable[str]):
         self._row_render_cache = LRUCache(256)
         self._line_cache = LRUCache(256)
         self._row_renderable_cache = LRUCache(64)
+        self._frame_style: RichStyle | None = None  # the table's style while a frame is drawn
+        # process rows' lines (_render_line_in_row), cleared with DataTable's caches and on show()
+        self._lines_drawn: LRUCache[tuple[object, ...], tuple[SegmentLines, SegmentLines]] = LRUCache(256)
 
     def show(self, count: int, values: Callable[[int], list[str]]) -> None:
         """From now on the table has `count` rows, row i's cells being values(i) (built when
@@ -111,9 +117,14 @@ class ProcTable(DataTable[str]):
             self.hover_coordinate = self.hover_coordinate
             self.refresh(layout=True)
         # The lines drawn before show other cells now; the row places and offsets are the same.
-        for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache):
+        for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache,
+                      self._lines_drawn):
             cache.clear()
         self.refresh()
+
+    def _clear_caches(self) -> None:
+        super()._clear_caches()
+        self._lines_drawn.clear()
 
     def row_values(self, index: int) -> list[str]:
         """Row `index`'s cells, in column order (built once per show())."""
@@ -134,6 +145,52 @@ class ProcTable(DataTable[str]):
         if index is None:
             raise CellDoesNotExist(f"No cell exists for row_key={row_key!r}, column_key={column_key!r}.")
         return self.get_row(row_key)[index]
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The table's style is worked out once a frame, not once a line (DOMNode.rich_style walks
+        # every ancestor's styles: a twentieth of the view's CPU when it did it for each line).
+        self._frame_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame_style = None
+
+    def render_line(self, y: int) -> Strip:
+        if self._frame_style is None or self.fixed_rows:  # outside a frame: DataTable's own way
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._frame_style)
+
+    def _render_line_in_row(self, row_key: RowKey, line_no: int, base_style: RichStyle, cursor_location: Coordinate,
+                            hover_location: Coordinate) -> tuple[SegmentLines, SegmentLines]:
+        """A process row's line, as DataTable draws it for this table (a row cursor, no fixed
+        columns, labels or zebra stripes), without what only other tables need (their colours
+        and component styles are looked up for every line)."""
+        row_index = self._row_locations.get(row_key)
+        if (row_index is None or line_no or self.cursor_type != "row" or self.fixed_columns or self.zebra_stripes
+                or row_index < self.fixed_rows or self._should_render_row_labels):
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        cursor, hover = row_index == cursor_location.row, row_index == hover_location.row
+        key = ("row", row_index, base_style, cursor, hover, self.show_cursor, self._show_hover_cursor,
+               self._pseudo_class_state, self.size.width)
+        cached = self._lines_drawn.get(key)
+        if cached is not None:
+            return cached
+        cells: list[list[Segment]] = []
+        table_width = 0
+        for column_index, column in enumerate(self.ordered_columns):
+            width = column.get_render_width(self)
+            table_width += width
+            cells.append(self._render_cell(row_index, column_index, base_style, width, cursor, hover)[0])
+        extend, _ = self._get_styles_to_render_cell(False, False, False, hover, cursor, self.show_cursor,
+                                                    self._show_hover_cursor, False, False)
+        extend = base_style + extend + RichStyle.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+        cells.append([Segment(" " * max(0, self.size.width - table_width), extend)])
+        pair: tuple[SegmentLines, SegmentLines] = ([], cells)
+        self._lines_drawn[key] = pair
+        return pair
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # Every column has a fixed width and every row one line: no new row needs measuring
@@ -213,32 +270,56 @@ class ProcTable(DataTable[str]):
 T = TypeVar("T")
 
 
+def _settle(done: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    if done.cancelled():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)  # type: ignore[arg-type]
+
+
+def _run_and_settle(fn: Callable[[], T], loop: asyncio.AbstractEventLoop, done: asyncio.Future[T]) -> None:
+    try:
+        result, error = fn(), None
+    except BaseException as e:  # handed to the awaiting task
+        result, error = None, e
+    try:
+        loop.call_soon_threadsafe(_settle, done, result, error)
+    except RuntimeError:  # the loop is closed: the app has quit meanwhile
+        pass
+
+
 async def in_daemon_thread(fn: Callable[[], T]) -> T:
     """fn() in a daemon thread. Unlike asyncio.to_thread, quitting does not wait for it: a
     snapshot stuck in a slow driver call must not keep `q` from quitting at once."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result, error = fn(), None
-        except BaseException as e:  # handed to the awaiting task
-            result, error = None, e
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is closed: the app has quit meanwhile
-            pass
-
-    threading.Thread(target=run, name="vram-top-sample", daemon=True).start()
+    threading.Thread(target=_run_and_settle, args=(fn, loop, done), name="vram-top-read", daemon=True).start()
     return await done
+
+
+class Sampler:
+    """Runs functions one after another in one daemon thread, as in_daemon_thread does (quitting
+    does not wait for it), without starting a thread for each: the view samples every second."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.AbstractEventLoop, asyncio.Future[Any]]] = (
+            queue.SimpleQueue())
+        self._thread: threading.Thread | None = None
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="vram-top-sample", daemon=True)
+            self._thread.start()
+        self._jobs.put((fn, loop, done))
+        return await done
+
+    def _work(self) -> None:
+        while True:
+            _run_and_settle(*self._jobs.get())
 
 
 class TopApp(App[None]):
@@ -311,6 +392,7 @@ class TopApp(App[None]):
         self.span = history_span
         self.actions = actions
         self._lock = asyncio.Lock()  # one user of the machine at a time: a snapshot or a kill
+        self.sampler = Sampler()  # the thread that samples (a slow driver never freezes the keys)
         # Alerts and details. Of each GPU, alerts read only the trend window (growth): keep about
         # twice its samples, not 15 minutes' (7,200 samples, 1.6 MiB, at 1 s on 8 GPUs). The
         # processes' memory (change points) is kept for the detail screen's span.
@@ -420,10 +502,10 @@ class TopApp(App[None]):
             return
         try:
             async with self._lock:
-                snap = await in_daemon_thread(self.collect)
+                snap = await self.sampler.run(self.collect)
                 # health is read only for an open detail screen: no thread for it otherwise
                 reads_health = self.read_health is not None and isinstance(self.screen, DetailScreen)
-                self.health = await in_daemon_thread(functools.partial(self._detail_health, snap)) if (
+                self.health = await self.sampler.run(functools.partial(self._detail_health, snap)) if (
                     reads_health) else None
                 self._note_health(snap.time)
         except Exception as e:  # the view goes on with the last good data
