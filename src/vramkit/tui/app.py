@@ -262,6 +262,9 @@ class ProcTable(DataTable[str]):
         pad, fill = " " * self.cell_padding, " " * (inner - size)
         if not value:
             return [[Segment(pad + fill + pad, around)]]
+        if inside is around:  # one segment: fewer for every step of the compositor to go through
+            body = fill + value if text.justify == "right" else value + fill
+            return [[Segment(pad + body + pad, around)]]
         if text.justify == "right":
             return [[Segment(pad + fill, around), Segment(value, inside), Segment(pad, around)]]
         return [[Segment(pad, around), Segment(value, inside), Segment(fill + pad, around)]]
