@@ -558,3 +558,22 @@ class Served:
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=10)
+
+
+def crowded_scenario(gpus: int = 8, per_gpu: int = 200) -> dict[str, Any]:
+    """A big shared server for `vram serve`'s page: `gpus` A100-80GB with `per_gpu` made-up
+    processes each, of 23 users; every other process's SM% steps each half second (a busy
+    server's per-process numbers move at every reading), the rest hold still."""
+    processes = []
+    for i in range(gpus * per_gpu):
+        p: dict[str, Any] = {"pid": 100_000 + i, "user": f"user{i % 23:02d}", "command": f"python train_{i}.py",
+                             "cpu_percent": float(i % 400), "age": f"{1 + i % 50}h",
+                             "gpus": {str(i % gpus): f"{40 + (i * 37) % 300}MiB"}}
+        if i % 2 == 0:
+            p["sm_util"] = {"timeline": [[0, i % 100], [0.5, (i * 7) % 100]], "interpolate": "step", "repeat": 1}
+        else:
+            p["sm_util"] = 0 if i % 5 == 1 else 30
+        processes.append(p)
+    return {"name": "crowded", "processes": processes,
+            "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB", "utilization": 90, "temperature": 60,
+                      "power": 300, "power_limit": 400} for _ in range(gpus)]}

@@ -373,7 +373,7 @@ def test_a_failing_answer_is_a_500_said_once_and_the_server_goes_on(capsys):
     try:
         assert service.wait_for_first(30)
 
-        def broken() -> bytes:
+        def broken(*_: object) -> bytes:
             raise RuntimeError("a bug building /metrics")
         service.metrics = broken  # type: ignore[method-assign]
         base = f"http://127.0.0.1:{server.server_address[1]}"

@@ -94,7 +94,7 @@ class Siege:
         sock.sendall(f"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
         first = sock.recv(65536)
         assert first.startswith(b"HTTP/1.1 200"), first[:100]
-        self.stream_events[sock] = first.count(b"event: snapshot")
+        self.stream_events[sock] = first.count(b"event: ")
         self._add(sock, "stream")
 
     def _run(self) -> None:
@@ -110,7 +110,7 @@ class Siege:
                     data = b""
                 kind = self.kinds[sock]
                 if data and kind == "stream":
-                    self.stream_events[sock] += data.count(b"event: snapshot")
+                    self.stream_events[sock] += data.count(b"event: ")
                     continue
                 self.sel.unregister(sock)
                 del self.kinds[sock]

@@ -4,7 +4,7 @@ complete request, and nothing a client can make it do but answer.
     /                     the web page (static files from serve/web/)
     /metrics              Prometheus' text format
     /api/v1/snapshot      the newest reading, as `vram status --json` prints it
-    /api/v1/events        server-sent events: the same JSON after every reading
+    /api/v1/events        server-sent events: the same JSON, then what changed after every reading
     /api/v1/history       recorded memory and utilization per GPU (?range=1h), when a store exists
     /healthz              200 once the first reading is in
 
@@ -15,7 +15,10 @@ to a worker (at most MAX_CLIENTS threads), which builds the whole answer in memo
 writes it out as fast as the client takes it. So a client that connects and says nothing, sends
 its head a byte at a time, or reads its answer slowly holds a descriptor and a few KiB, never a
 thread. Event streams are written by the front too: after each reading it hands every stream the
-same bytes, skipping a stream that has not taken the last event yet.
+same bytes (the delta from the reading before: serve/updates.py), skipping a stream that has not
+taken the last event yet; such a stream, and a new one, is sent the whole JSON instead.
+/metrics, the API and the page are sent gzipped to a client that asks (Accept-Encoding), each
+compressed once per reading however many ask.
 
 Limits (docs/fleet.md, "Limits"):
 - at most max_connections (MAX_CONNECTIONS, lower where the open-files limit is) connections, and
@@ -54,7 +57,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from .service import Service
+from .service import Service, gzipped
 
 MAX_CONNECTIONS = 1000  # connections open at once, in every state
 MAX_PER_ADDRESS = 256  # of them, from one client address (an IPv6 /64)
@@ -70,6 +73,7 @@ LINGER = 2.0  # seconds a closing connection's unread bytes are drained, so the 
 MAX_REQUEST_LINE = 8192
 MAX_HEAD = 32 * 1024  # bytes of request line and headers together (http.client allows 100 x 64 KiB)
 SWEEP = 0.25  # seconds between looks at every connection's deadline
+GZIP_FROM = 1024  # bytes: a shorter answer is sent as it is (gzip's header and the CPU cost more)
 HISTORY_RANGES = {"5m": 300.0, "1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
 STATIC = {  # the only files served: name -> content type
     "index.html": "text/html; charset=utf-8",
@@ -143,7 +147,7 @@ class Connection:
 
     __slots__ = ("sock", "address", "key", "state", "inbuf", "out", "deadline", "since", "started",
                  "close_after", "tls", "want", "events", "stream_ends", "last_event", "progress",
-                 "discarded", "seq")
+                 "discarded", "seq", "shown")
 
     # handshake -> head -> busy [-> check -> busy] -> write -> head (keep-alive) | stream | linger
     def __init__(self, sock: socket.socket, address: Any, tls: bool, now: float, seq: int):
@@ -165,6 +169,7 @@ class Connection:
         self.progress = now
         self.discarded = 0
         self.seq = seq  # tie-breaker for eviction: the order of acceptance
+        self.shown = -1  # an event stream's: the reading its page holds (service.update().seq)
 
     @property
     def evictable(self) -> bool:
@@ -210,7 +215,6 @@ class VramHTTPServer:
         self._streams: dict[str, int] = {}  # address -> event streams open
         self._streams_lock = threading.Lock()
         self._seen = service.sequence
-        self._event: bytes | None = None
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._idle_workers = 0
@@ -224,6 +228,7 @@ class VramHTTPServer:
         self._shut_down.set()
         self._closed = False
         service.on_change(self._wake)
+        service.wants_updates = lambda: self.streams_open > 0
 
     # ------------------------------------------------------------ socketserver's interface
     def serve_forever(self, poll_interval: float = 0.5) -> None:
@@ -525,7 +530,10 @@ class VramHTTPServer:
             now = time.monotonic()
             conn.stream_ends = now + STREAM_SECONDS
             conn.progress = conn.last_event = now
-            conn.out += self._event_bytes()
+            update = self.service.update()
+            if update is not None:
+                conn.out += update.full
+                conn.shown = update.seq
             self._flush(conn)
             return
         self._start_write(conn)
@@ -641,14 +649,9 @@ class VramHTTPServer:
         with self._streams_lock:
             return sum(self._streams.values())
 
-    def _event_bytes(self) -> bytes:
-        if self._event is None or self._seen != self.service.sequence:
-            self._seen = self.service.sequence
-            self._event = b"event: snapshot\ndata: " + self.service.snapshot_json() + b"\n\n"
-        return self._event
-
     def _stream_news(self) -> None:
-        """After a reading: the new snapshot to every stream that has taken the last one."""
+        """After a reading: what changed to every stream that has taken the last event and holds
+        the reading before; the whole JSON to one that missed an event."""
         sequence = self.service.sequence
         if sequence == self._seen:
             return
@@ -660,11 +663,16 @@ class VramHTTPServer:
             return
         if not streams:
             return
-        event = self._event_bytes()
+        self._seen = sequence
+        update = self.service.update()
+        if update is None:
+            return
         now = time.monotonic()
         for conn in streams:
-            if not conn.out:  # one that has not taken the last event skips this one
-                conn.out += event
+            if not conn.out and conn.shown != update.seq:  # one that has not taken the last event skips this one
+                known = update.delta is not None and conn.shown == update.base
+                conn.out += update.delta if known and update.delta is not None else update.full
+                conn.shown = update.seq
                 conn.last_event = now
                 self._guarded(conn, self._flush)
 
@@ -745,6 +753,25 @@ def head_end(buffer: bytearray) -> int | None:
     return i + (3 if buffer[i + 1:i + 2] == b"\r" else 2)
 
 
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an Accept-Encoding header takes gzip: named (or "*") without q=0. The header is
+    within the request head's bound; only its first 64 entries are looked at."""
+    if not header:
+        return False
+    for item in header.split(",", 64)[:64]:
+        name, _, params = item.partition(";")
+        if name.strip().lower() not in ("gzip", "x-gzip", "*"):
+            continue
+        q = params.strip().lower()
+        if q.startswith("q="):
+            try:
+                return float(q[2:].strip()[:8]) > 0
+            except ValueError:
+                return False
+        return True
+    return False
+
+
 def oversized(start: bytes) -> bytes:
     """The answer to a head past MAX_HEAD: 414 when its request line alone is too long, else 431."""
     if b"\n" not in start:
@@ -752,6 +779,12 @@ def oversized(start: bytes) -> bytes:
                 b"Content-Length: 22\r\nConnection: close\r\n\r\nrequest line too long\n")
     return (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
             b"Content-Length: 24\r\nConnection: close\r\n\r\nrequest head too large\n")
+
+
+@functools.lru_cache(maxsize=len(STATIC))
+def _static_gzipped(name: str, body: bytes) -> bytes:
+    """A static file compressed once (the files do not change while serve runs)."""
+    return gzipped(body)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -879,11 +912,13 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path = url.path
         service = self.server.service
+        packed = accepts_gzip(self.headers.get("Accept-Encoding"))
         if path == "/metrics":
-            self._send(200, service.metrics(), "text/plain; version=0.0.4; charset=utf-8", head=head)
+            self._send(200, service.metrics(packed), "text/plain; version=0.0.4; charset=utf-8", head=head,
+                       gzip=packed)
         elif path == "/api/v1/snapshot":
             code = 200 if service.latest is not None else 503
-            self._send(code, service.snapshot_json(), "application/json", head=head)
+            self._send(code, service.snapshot_json(packed), "application/json", head=head, gzip=packed)
         elif path == "/api/v1/events":
             self._events(head)
         elif path == "/api/v1/history":
@@ -901,11 +936,17 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ answers
     def _send(self, code: int, body: bytes, content_type: str, head: bool = False,
-              extra: dict[str, str] | None = None) -> None:
+              extra: dict[str, str] | None = None, gzip: bool | None = None) -> None:
+        """gzip: None for an answer never compressed; else whether `body` is (the route compressed
+        it, once per reading, because the client asked), and the answer varies with the asking."""
         self._headers_sent = True
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if gzip is not None:
+            self.send_header("Vary", "Accept-Encoding")
+        if gzip:
+            self.send_header("Content-Encoding", "gzip")
         for name, value in {**SECURITY_HEADERS, **(extra or {})}.items():
             self.send_header(name, value)
         if self.close_connection:
@@ -920,9 +961,12 @@ class Handler(BaseHTTPRequestHandler):
         except (FileNotFoundError, OSError):
             self._send(404, b"not found\n", "text/plain; charset=utf-8", head=head)
             return
+        packed = accepts_gzip(self.headers.get("Accept-Encoding"))
         if name == "index.html":
-            body = self.server.service.page(body)  # with the current reading in it
-        self._send(200, body, STATIC[name], head=head)
+            body = self.server.service.page(body, packed)  # with the current reading in it
+        elif packed:
+            body = _static_gzipped(name, body)
+        self._send(200, body, STATIC[name], head=head, gzip=packed)
 
     def _history(self, query: str, head: bool) -> None:
         service = self.server.service
@@ -933,7 +977,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, body, "application/json", head=head)
             return
         code, body = service.history_json(span)
-        self._send(code, body, "application/json", head=head)
+        packed = accepts_gzip(self.headers.get("Accept-Encoding")) and len(body) >= GZIP_FROM
+        self._send(code, gzipped(body) if packed else body, "application/json", head=head, gzip=packed)
 
     def _events(self, head: bool) -> None:
         """The stream's headers; the front writes its events (no thread is held while it is open)."""

@@ -4,12 +4,14 @@ store), each built once per snapshot however many clients ask."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -18,6 +20,7 @@ from ..collector import Collector
 from ..gpu_state import Health, Snapshot
 from ..machine import Machine
 from .metrics import COMPAT_SCHEMES, ExportState, Xids, render
+from .updates import Shown
 
 if TYPE_CHECKING:
     from ..nvml.backend import XidWatcher
@@ -25,6 +28,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 HISTORY_POINTS = 300  # slots per GPU in /api/v1/history: what a chart on a page can show
 HEALTH_EVERY = 10.0  # seconds between readings of GPU health (some twenty NVML calls a GPU; memory: every reading)
+SWITCH_INTERVAL = 0.001  # seconds a thread holds the GIL while others wait (Python's default: 0.005)
+GZIP_LEVEL = 6  # zlib's default: /metrics at 8 x 1,000 (~0.4 MB) in a few ms, outside the GIL
+
+
+def gzipped(body: bytes) -> bytes:
+    """`body` as a gzip stream (Content-Encoding: gzip), with no file name or time in its header:
+    the same bytes for the same body."""
+    return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
 
 
 @dataclass
@@ -45,6 +56,27 @@ class Options:
         if unknown:
             raise ValueError(f"unknown naming scheme {sorted(unknown)[0]!r}")
         return frozenset(self.compat) | ({"dcgm"} if self.dcgm_names else set())
+
+
+@dataclass
+class Update:
+    """What the event stream sends after reading `seq`: the delta from reading `base` (for a page
+    that holds that one), or the whole doc as the pages following the stream hold it."""
+
+    seq: int
+    base: int | None
+    delta: bytes | None  # the event, ready to write
+    doc: dict[str, object] = field(repr=False)
+    _full: bytes | None = field(default=None, repr=False)
+
+    @property
+    def full(self) -> bytes:
+        """The whole doc as an event, made the first time a stream needs it (one that has just
+        opened, or that missed a delta)."""
+        if self._full is None:
+            data = json.dumps(self.doc, separators=(",", ":")).encode()
+            self._full = b"event: snapshot\nid: %d\ndata: %s\n\n" % (self.seq, data)
+        return self._full
 
 
 class Service:
@@ -72,9 +104,16 @@ class Service:
         self._xids: XidWatcher | None = None
         self.idle_note: str | None = None  # what history said to the idle clock, or why nothing
         self._first_monotonic: float | None = None  # the first reading's, on the idle clock's clock
+        self._shown = Shown()  # the status JSON as the pages following the event stream hold it
+        self.gzip_asked = False  # a scraper asked for gzip: the sampler compresses /metrics too
+        self.wants_updates: Callable[[], bool] = lambda: False  # the server: an event stream is open
 
     # ------------------------------------------------------------ sampling
     def start(self) -> None:
+        # A reading is Python that holds the GIL (~90 ms at 8 x 1,000 processes); a scrape that
+        # meets one passes through three threads (front, worker, front), each waiting for the GIL
+        # up to the switch interval: 1 ms instead of 5 keeps that wait short.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         if self.options.history_db is not None:
             self._seed_idle(self.options.history_db)
         if self.options.xids:
@@ -138,12 +177,25 @@ class Service:
             self._first_monotonic = snap.monotonic
         self.state.read_seconds = self.collector.last_read_seconds
         exported = self._read_health(snap)
-        with self.changed:
+        # /metrics' body is written here, in the sampling thread, right after the reading, and
+        # published with it: a scrape only sends bytes. Built lazily by the scraping thread, a
+        # scrape that met the next reading waited for the GIL the reading held (~45 ms at 8 x
+        # 1,000), so the slowest scrapes took 3-6x the median.
+        body = self._render(exported)
+        packed = gzipped(body) if self.gzip_asked else None
+        lock = self._lock("metrics")
+        with lock, self.changed:
             self.latest = snap
             self.exported = exported
             self.sequence += 1
+            now = time.monotonic()
+            self._cache["metrics"] = (self.sequence, now, body)
+            if packed is not None:
+                self._cache["metrics gzip"] = (self.sequence, now, packed)
             self.changed.notify_all()
         self.last_error = None
+        if self.wants_updates():
+            self.update()  # here too, not in the server's one thread that every client shares
         self._tell()
 
     def _failed(self, e: Exception) -> None:
@@ -162,14 +214,16 @@ class Service:
             return self.changed.wait_for(lambda: self.latest is not None or self.sequence < 0, timeout)
 
     # ------------------------------------------------------------ answers
+    def _lock(self, kind: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._cache_locks.setdefault(kind, threading.Lock())
+
     def _cached(self, kind: str, build: Callable[[], T], min_age: float = 0.0,
                 lasting: Callable[[T], bool] = lambda _: True) -> T:
         """Built once per snapshot (and, with `min_age`, at most once in that many seconds): N
         clients cost one rendering, not N. Each kind has its own lock, so a slow history query
         never holds up /metrics; clients asking for the same kind meanwhile wait for its one build."""
-        with self._locks_lock:
-            lock = self._cache_locks.setdefault(kind, threading.Lock())
-        with lock:
+        with self._lock(kind):
             hit = self._cache.get(kind)
             now = time.monotonic()
             if hit is not None and (hit[0] == self.sequence
@@ -180,13 +234,20 @@ class Service:
             self._cache[kind] = (seq, now, answer)
             return answer
 
-    def metrics(self) -> bytes:
-        """Prometheus' text for the newest snapshot, written directly (metrics.render), not through
-        prometheus_client's registry: ~10x faster, so a scrape that meets a reading stays short."""
+    def _render(self, exported: Snapshot | None) -> bytes:
+        """Prometheus' text for `exported`, written directly (metrics.render), not through
+        prometheus_client's registry: ~10x faster."""
         o = self.options
-        return self._cached("metrics", lambda: render(self.exported, self.state, commands=o.commands,
-                                                      max_process_series=o.max_process_series,
-                                                      compat=o.schemes, xids=self.xids()))
+        return render(exported, self.state, commands=o.commands, max_process_series=o.max_process_series,
+                      compat=o.schemes, xids=self.xids())
+
+    def metrics(self, packed: bool = False) -> bytes:
+        """/metrics' body for the newest reading (packed: gzipped), as the sampler wrote it; built
+        here only before the first reading, or the first time gzip is asked for."""
+        if packed:
+            self.gzip_asked = True
+            return self._cached("metrics gzip", lambda: gzipped(self.metrics()))
+        return self._cached("metrics", lambda: self._render(self.exported))
 
     def xids(self) -> Xids | None:
         """What the XID waiter has counted (None: not watching)."""
@@ -195,28 +256,61 @@ class Service:
         counts, last = self._xids.read()
         return Xids(counts, last)
 
-    def snapshot_json(self) -> bytes:
-        from ..render.data import status_doc
+    def _doc(self, snap: Snapshot) -> dict[str, object]:
+        """The status JSON, and what the page shows besides: whose it is, how often it comes.
+        watched_for: seconds from the first reading to this one, on the idle clock's clock: a
+        holder whose idle_for equals it has been idle since before serve watched (the page then
+        does not show "idle 0s" for a notebook idle for days)."""
+        from ..render.data import process_dict, status_doc
+
+        first = self._first_monotonic
+        # The GPUs without their processes through status_doc (its dataclass copying would copy
+        # every process too, then drop the copies), the processes once each: at 8 x 200 this is
+        # a tenth of the cost.
+        doc = status_doc(replace(snap, gpus=[replace(g, processes=[]) for g in snap.gpus]))
+        for gpu, dev in zip(doc["gpus"], snap.gpus):
+            gpu["processes"] = processes = [process_dict(p) for p in dev.processes]
+            if not self.options.commands:  # command lines (tokens, passwords) only with --process-commands
+                for p in processes:
+                    p["command"] = None
+        return {**doc, "hostname": self.state.hostname, "interval": self.options.interval,
+                "watched_for": None if first is None or snap.monotonic is None else snap.monotonic - first}
+
+    def snapshot_json(self, packed: bool = False) -> bytes:
+        if packed:
+            return self._cached("snapshot gzip", lambda: gzipped(self.snapshot_json()))
 
         def build() -> bytes:
             snap = self.latest
             if snap is None:
                 return b'{"error": "no reading yet"}'
-            # The status JSON, and what the page shows besides: whose it is, how often it comes.
-            # watched_for: seconds from the first reading to this one, on the idle clock's clock: a
-            # holder whose idle_for equals it has been idle since before serve watched (the page
-            # then does not show "idle 0s" for a notebook idle for days).
-            first = self._first_monotonic
-            doc = {**status_doc(self._shown(snap)), "hostname": self.state.hostname,
-                   "interval": self.options.interval,
-                   "watched_for": None if first is None or snap.monotonic is None else snap.monotonic - first}
-            return json.dumps(doc, separators=(",", ":")).encode()
+            return json.dumps(self._doc(snap), separators=(",", ":")).encode()
         return self._cached("snapshot", build)
 
-    def page(self, template: bytes) -> bytes:
+    def update(self) -> Update | None:
+        """The event stream's news for the newest reading (None before the first), made once per
+        reading, in order: each delta is from the reading the one before stood for."""
+        def build() -> Update | None:
+            with self.changed:
+                snap, seq = self.latest, self.sequence
+            if snap is None:
+                return None
+            base = self._shown.seq
+            delta = self._shown.advance(self._doc(snap), seq)
+            event = None
+            if delta is not None:
+                data = json.dumps(delta, separators=(",", ":")).encode()
+                event = b"event: delta\nid: %d\ndata: %s\n\n" % (seq, data)
+            return Update(seq, base if delta is not None else None, event, self._shown.doc or {})
+        return self._cached("update", build)
+
+    def page(self, template: bytes, packed: bool = False) -> bytes:
         """The web page with the current reading in it (a JSON data block, which no browser runs
         and the CSP allows), so that its first paint shows the GPUs, not a wait for the event
         stream. '<' is written as its JSON escape: nothing in the data can end the block."""
+        if packed:
+            return self._cached("page gzip", lambda: gzipped(self.page(template)))
+
         def build() -> bytes:
             if self.latest is None:
                 return template
@@ -224,14 +318,6 @@ class Service:
             block = b'<script type="application/json" id="reading">' + data + b"</script>\n"
             return template.replace(b"</body>", block + b"</body>", 1)
         return self._cached("page", build)
-
-    def _shown(self, snap: Snapshot) -> Snapshot:
-        """The snapshot as the JSON API shows it: command lines (which can hold tokens and
-        passwords) are null, as in /metrics, unless --process-commands."""
-        if self.options.commands:
-            return snap
-        return replace(snap, gpus=[replace(g, processes=[replace(p, command=None) for p in g.processes])
-                                   for g in snap.gpus])
 
     def history_json(self, span: float) -> tuple[int, bytes]:
         """(HTTP status, JSON) of history(span), computed once per reading, and for the long

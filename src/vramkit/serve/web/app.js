@@ -1,6 +1,11 @@
 // The page of `vram serve`: what `vram status` shows, kept live through server-sent events
-// (/api/v1/events), or by polling /api/v1/snapshot where events are unavailable or failing, and
-// history charts from /api/v1/history. Read-only: it only ever GETs.
+// (/api/v1/events: the whole status JSON first, then what changed after each reading), or by
+// polling /api/v1/snapshot where events are unavailable or failing, and history charts from
+// /api/v1/history. Read-only: it only ever GETs.
+//
+// Built for a big server (8 GPUs x 200 processes): each GPU shows its first ROWS processes in
+// the chosen order and a button with the count of the rest; sorting and the user filter are the
+// page's own, applied to the data it holds.
 //
 // Every text that comes from the server (host, GPU and user names, process names, errors) is
 // set with textContent, never parsed as HTML: user names on a shared machine are chosen by
@@ -16,6 +21,17 @@
   const TICK_PX = 10, AXIS_GAP_PX = 5, AXIS_FONT_PX = 12; // uPlot's axis defaults (ticks, gap, 12px font)
   const GIB = 1024 * 1024 * 1024;
   const MIB = 1024 * 1024;
+  const ROWS = 5; // processes shown per GPU until its "show all" is pressed
+  const CLOCKS = ["elapsed", "idle_for"]; // per process: seconds that run on between readings (serve/updates.py)
+  const TOP_CLOCKS = ["watched_for"];
+  const SORTS = {
+    memory: (a, b) => (b.memory || 0) - (a.memory || 0),
+    sm: (a, b) => (known(b.sm_utilization) ? b.sm_utilization : -1) - (known(a.sm_utilization) ? a.sm_utilization : -1),
+    cpu: (a, b) => (known(b.cpu_percent) ? b.cpu_percent : -1) - (known(a.cpu_percent) ? a.cpu_percent : -1),
+    user: (a, b) => String(a.user || "").localeCompare(String(b.user || "")),
+    age: (a, b) => (b.elapsed || 0) - (a.elapsed || 0),
+    pid: (a, b) => a.pid - b.pid,
+  };
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf"];
 
@@ -73,10 +89,17 @@
     return Math.floor(s / 86400) + "d" + two(Math.floor((s % 86400) / 3600)) + "h";
   }
 
-  function clock(unixSeconds) {
+  const two = (n) => String(n).padStart(2, "0");
+
+  // 24-hour local time, everywhere on the page (the banner and the charts).
+  function clock(unixSeconds, seconds = true) {
     const d = new Date(unixSeconds * 1000);
-    const two = (n) => String(n).padStart(2, "0");
-    return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + (seconds ? ":" + two(d.getSeconds()) : "");
+  }
+
+  function day(unixSeconds) {
+    const d = new Date(unixSeconds * 1000);
+    return d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate());
   }
 
   // A value the driver did not give is N/A, with its reason as a tooltip; never 0.
@@ -88,7 +111,9 @@
   }
 
   // ------------------------------------------------------------ the GPUs
-  function meter(kind, label, ratio, valueText) {
+  // alarm: whether a full bar is drawn in the alarm colour (memory nearly full is; a busy GPU is
+  // what it is for).
+  function meter(kind, label, ratio, valueText, alarm) {
     const box = el("div", "meter " + kind);
     box.append(el("span", "meter-label", label));
     const bar = el("div", "bar");
@@ -96,7 +121,7 @@
     if (known(ratio)) {
       const r = Math.min(1, Math.max(0, ratio));
       fill.style.width = (r * 100).toFixed(1) + "%"; // CSSOM, allowed under style-src 'self'
-      if (r >= 0.9) bar.classList.add("high");
+      if (alarm && r >= 0.9) bar.classList.add("high");
     } else {
       bar.classList.add("na");
     }
@@ -105,7 +130,18 @@
     return box;
   }
 
-  function processTable(processes, unknown, watchedFor) {
+  // ------------------------------------------------------------ the page's own choices
+  const view = { sort: "memory", user: "", expanded: new Set() }; // expanded: GPU indexes showing every process
+
+  function shownProcesses(processes) {
+    const mine = view.user ? processes.filter((p) => String(p.user) === view.user) : processes.slice();
+    const order = SORTS[view.sort] || SORTS.memory;
+    return mine.sort((a, b) => order(a, b) || a.pid - b.pid);
+  }
+
+  function processTable(gpu, watchedFor) {
+    const processes = gpu.processes || [];
+    const unknown = gpu.na ? gpu.na.processes : null;
     const wrap = el("div", "procs-wrap");
     if (known(unknown)) {
       // The driver would not list them: not "no processes", and no count (status: the same words).
@@ -116,19 +152,26 @@
       wrap.append(el("p", "no-procs", "no processes"));
       return wrap;
     }
+    const listed = shownProcesses(processes);
+    if (!listed.length) {
+      wrap.append(el("p", "no-procs", "no processes of " + view.user + " (" + processes.length + " of others)"));
+      return wrap;
+    }
+    const all = view.expanded.has(gpu.index);
+    const drawn = all ? listed : listed.slice(0, ROWS);
     const table = el("table", "procs");
     const head = el("tr");
-    for (const name of ["pid", "user", "process", "memory", "age", ""]) head.append(el("th", null, name));
+    for (const name of ["pid", "user", "process", "memory", "SM", "CPU", "age", ""]) head.append(el("th", null, name));
     const thead = el("thead");
     thead.append(head);
     table.append(thead);
     const body = el("tbody");
-    const sorted = processes.slice().sort((a, b) => (b.memory || 0) - (a.memory || 0));
-    for (const p of sorted) {
+    for (const p of drawn) {
       const row = el("tr", "proc");
       row.dataset.pid = String(p.pid);
       row.append(el("td", "pid", p.pid), el("td", "user", known(p.user) ? p.user : "N/A"),
         el("td", "pname", known(p.name) ? p.name : ""), el("td", "pmem", size(p.memory)),
+        el("td", "psm", pct(p.sm_utilization)), el("td", "pcpu", pct(p.cpu_percent)),
         el("td", "age", duration(p.elapsed)));
       const flags = el("td", "flags");
       if (p.idle) flags.append(idleFlag(p, watchedFor));
@@ -139,6 +182,14 @@
     }
     table.append(body);
     wrap.append(table);
+    if (listed.length > ROWS) {
+      const more = el("button", "more", all ? "show the first " + ROWS : "+ " + (listed.length - ROWS) + " more (show all " +
+        listed.length + ")");
+      more.type = "button";
+      more.dataset.gpu = String(gpu.index);
+      more.setAttribute("aria-expanded", String(all));
+      wrap.append(more);
+    }
     return wrap;
   }
 
@@ -161,6 +212,7 @@
   function gpuCard(gpu, watchedFor) {
     const card = el("article", "gpu");
     card.dataset.index = String(gpu.index);
+    card.id = "gpu-" + gpu.index;
     const head = el("div", "gpu-head");
     head.append(el("span", "gpu-index", gpu.index), el("span", "gpu-name", known(gpu.name) ? gpu.name : "N/A"));
     card.append(head);
@@ -178,8 +230,8 @@
     const util = gpu.utilization;
     const utilValue = el("span", "meter-value util-text", pct(util));
     const meters = el("div", "meters");
-    meters.append(meter("memory", "mem", known(used) && total ? used / total : null, memValue),
-      meter("utilization", "util", known(util) ? util / 100 : null, utilValue));
+    meters.append(meter("memory", "mem", known(used) && total ? used / total : null, memValue, true),
+      meter("utilization", "util", known(util) ? util / 100 : null, utilValue, false));
     card.append(meters);
 
     const facts = el("div", "facts-row");
@@ -190,8 +242,79 @@
     if (known(gpu.memory_utilization)) facts.append(field(gpu, "memory_utilization", "mem busy " + gpu.memory_utilization + "%"));
     if (gpu.mig_enabled) facts.append(el("span", "fact mig", "MIG: " + (gpu.mig_devices || []).length + " instances"));
     card.append(facts);
-    card.append(processTable(gpu.processes || [], gpu.na ? gpu.na.processes : null, watchedFor));
+    card.append(processTable(gpu, watchedFor));
     return card;
+  }
+
+  // One chip per GPU, a line or two even on a phone: its index, memory and utilization; a tap
+  // goes to its card.
+  function renderStrip(data) {
+    const chips = [];
+    for (const g of data.gpus) {
+      const chip = el("a", "chip");
+      chip.href = "#gpu-" + g.index;
+      chip.append(el("span", "chip-index", g.index));
+      if (g.lost) {
+        chip.classList.add("lost");
+        chip.append(el("span", "chip-text", "lost"));
+      } else {
+        const share = known(g.memory_used) && g.memory_total ? g.memory_used / g.memory_total : null;
+        const bar = el("span", "chip-bar");
+        const fill = el("span", "chip-fill");
+        if (known(share)) fill.style.width = (Math.min(1, share) * 100).toFixed(0) + "%";
+        if (known(share) && share >= 0.9) bar.classList.add("high");
+        bar.append(fill);
+        chip.append(bar, el("span", "chip-text", (known(share) ? pct(100 * share) : "N/A") + " · " + pct(g.utilization)));
+      }
+      chip.title = "GPU " + g.index + ": memory " + usedOfTotal(g.memory_used, g.memory_total) + ", utilization " +
+        pct(g.utilization);
+      chips.push(chip);
+    }
+    $("strip").replaceChildren(...chips);
+  }
+
+  // The users holding memory, for the filter: each with how many processes (as they are now).
+  function renderUsers(data) {
+    const counts = new Map();
+    for (const g of data.gpus) for (const p of g.processes || []) {
+      const user = String(known(p.user) ? p.user : "N/A");
+      counts.set(user, (counts.get(user) || 0) + 1);
+    }
+    const names = Array.from(counts.keys()).sort((a, b) => a.localeCompare(b));
+    const key = names.map((n) => n + "\u0000" + counts.get(n)).join("\u0001");
+    const select = $("user");
+    if (select.dataset.key === key) return; // the same users: leave the control alone
+    select.dataset.key = key;
+    const options = [el("option", null, "all users")];
+    options[0].value = "";
+    for (const name of names) {
+      const option = el("option", null, name + " (" + counts.get(name) + ")");
+      option.value = name;
+      options.push(option);
+    }
+    if (view.user && !counts.has(view.user)) {
+      const gone = el("option", null, view.user + " (0)"); // still chosen: kept, with none now
+      gone.value = view.user;
+      options.push(gone);
+    }
+    select.replaceChildren(...options);
+    select.value = view.user;
+  }
+
+  function renderGpus(data) {
+    const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.gpu : undefined;
+    $("gpus").replaceChildren(...data.gpus.map((gpu) => gpuCard(gpu, data.watched_for)));
+    if (focused !== undefined) { // the "show all" button pressed from the keyboard keeps the focus
+      const again = $("gpus").querySelector('button.more[data-gpu="' + focused + '"]');
+      if (again) again.focus();
+    }
+  }
+
+  function render(data) {
+    renderBanner(data);
+    renderStrip(data);
+    renderUsers(data);
+    renderGpus(data);
   }
 
   // ------------------------------------------------------------ the banner
@@ -247,26 +370,100 @@
   let failingSince = null; // client ms of the first unanswered request since the last answer
   let mode = "connecting";
 
-  function accept(text) {
-    let data;
+  function parse(text) {
     try {
-      data = JSON.parse(text);
+      const data = JSON.parse(text);
+      return data && typeof data === "object" ? data : null;
     } catch (e) {
-      return; // a torn message: the next one replaces it
+      return null; // a torn message: the next one replaces it
     }
+  }
+
+  function accept(text) {
+    show(parse(text));
+  }
+
+  let shownTimestamp = null; // the server's timestamp of the reading shown (the stream's doc changes in place)
+
+  function show(data) {
     if (!data || !Array.isArray(data.gpus)) return;
-    if (!latest || data.timestamp !== latest.timestamp) {
-      if (latest && known(latest.timestamp) && known(data.timestamp)) {
-        readingGapMs = Math.max(0, (data.timestamp - latest.timestamp) * 1000);
+    if (data.timestamp !== shownTimestamp) {
+      if (known(shownTimestamp) && known(data.timestamp)) {
+        readingGapMs = Math.max(0, (data.timestamp - shownTimestamp) * 1000);
       }
+      shownTimestamp = data.timestamp;
       receivedAt = Date.now();
     }
     const first = latest === null;
     latest = data;
     if (first && charts.length) loadHistory(); // drawn before the first reading: redraw on the GPUs' memory scale
-    renderBanner(data);
-    $("gpus").replaceChildren(...data.gpus.map((gpu) => gpuCard(gpu, data.watched_for)));
+    render(data);
     renderFreshness();
+  }
+
+  // ------------------------------------------------------------ the event stream's deltas
+  // What the stream holds: the whole JSON it sent first, with every delta since applied, and
+  // the reading (event id) that stands for. A delta from another reading (missed, or a stream
+  // that was restarted) cannot be applied: the stream is opened again, and sends the whole JSON.
+  let streamDoc = null;
+  let streamSeq = null;
+
+  function processKey(p) {
+    return known(p.mig_gi) ? p.pid + "/" + p.mig_gi : String(p.pid);
+  }
+
+  function runClocks(record, names, dt) {
+    for (const name of names) if (typeof record[name] === "number") record[name] = record[name] + dt;
+  }
+
+  // serve/updates.py makes these; the clocks run on here in the same sums as there.
+  function applyDelta(doc, delta) {
+    const dt = delta.dt || 0;
+    runClocks(doc, TOP_CLOCKS, dt);
+    Object.assign(doc, delta.set || {});
+    const changes = delta.gpus || {};
+    doc.gpus.forEach((gpu, i) => {
+      for (const p of gpu.processes || []) runClocks(p, CLOCKS, dt);
+      const change = changes[String(i)];
+      if (!change) return;
+      Object.assign(gpu, change.set || {});
+      let processes = gpu.processes || [];
+      if (change.del) {
+        const gone = new Set(change.del);
+        processes = processes.filter((p) => !gone.has(processKey(p)));
+      }
+      if (change.chg) {
+        const byKey = new Map(processes.map((p) => [processKey(p), p]));
+        for (const name of Object.keys(change.chg)) {
+          for (const [key, value] of change.chg[name]) {
+            const p = byKey.get(key);
+            if (p) p[name] = value;
+          }
+        }
+      }
+      if (change.add) processes = processes.concat(change.add);
+      gpu.processes = processes;
+    });
+  }
+
+  function onWhole(event) {
+    const data = parse(event.data);
+    if (!data || !Array.isArray(data.gpus)) return;
+    streamDoc = data;
+    streamSeq = event.lastEventId;
+    show(streamDoc);
+  }
+
+  function onDelta(event) {
+    const delta = parse(event.data);
+    if (!delta) return;
+    if (!streamDoc || String(delta.base) !== streamSeq) {
+      restartStream(); // a gap: the whole JSON again
+      return;
+    }
+    applyDelta(streamDoc, delta);
+    streamSeq = event.lastEventId;
+    show(streamDoc);
   }
 
   function answered() {
@@ -344,12 +541,14 @@
       mode = "live";
       renderFreshness();
     });
-    stream.addEventListener("snapshot", (event) => {
-      answered();
-      stopPolling();
-      mode = "live";
-      accept(event.data);
-    });
+    for (const [name, handle] of [["snapshot", onWhole], ["delta", onDelta]]) {
+      stream.addEventListener(name, (event) => {
+        answered();
+        stopPolling();
+        mode = "live";
+        handle(event);
+      });
+    }
     stream.addEventListener("error", () => {
       startPolling(); // a dropped stream reconnects by itself; meanwhile snapshots come by polling
       if (stream && stream.readyState === EventSource.CLOSED) {
@@ -358,6 +557,13 @@
         setTimeout(startStream, STREAM_RETRY_MS);
       }
     });
+  }
+
+  function restartStream() {
+    if (stream) stream.close();
+    stream = null;
+    streamDoc = streamSeq = null;
+    startStream();
   }
 
   function startPolling() {
@@ -439,6 +645,11 @@
       const lines = Math.max(1, ...(values || []).map((v) => String(v).split("\n").length));
       return TICK_PX + AXIS_GAP_PX + Math.ceil(lines * AXIS_FONT_PX * 1.5) + 2;
     };
+    // 24-hour time as in the banner (uPlot's default is "1:59pm"), the date under a day's first tick.
+    const timeValues = (u, splits, axisIdx, space, incr) => splits.map((t, i) => {
+      const hm = clock(t, incr < 60);
+      return i === 0 || day(t) !== day(splits[i - 1]) ? hm + "\n" + day(t) : hm;
+    });
     const series = (digits, unit) => gpus.map((g, n) => ({
       label: "GPU " + g, stroke: PALETTE[n % PALETTE.length], width: 1.5,
       value: (u, v) => (known(v) ? v.toFixed(digits) + unit : "–"),
@@ -449,8 +660,8 @@
       const opts = {
         title: title, width: chartWidth(), height: 200,
         scales: { x: { time: true }, y: { range: yRange } },
-        series: [{ label: "time" }, ...series(digits, unit)],
-        axes: [axis(null, timeAxisSize), axis(tick, 64)],
+        series: [{ label: "time", value: (u, v) => (known(v) ? day(v) + " " + clock(v) : "–") }, ...series(digits, unit)],
+        axes: [{ ...axis(null, timeAxisSize), values: timeValues }, axis(tick, 64)],
       };
       charts.push(new window.uPlot(opts, [xs, ...data], box));
     };
@@ -497,6 +708,28 @@
     const width = chartWidth();
     for (const chart of charts) chart.setSize({ width: width, height: 200 });
   }
+
+  // ------------------------------------------------------------ sorting, the user filter, "show all"
+  function redraw() {
+    if (latest) renderGpus(latest);
+  }
+
+  $("sort").addEventListener("change", (event) => {
+    view.sort = event.target.value;
+    redraw();
+  });
+  $("user").addEventListener("change", (event) => {
+    view.user = event.target.value;
+    redraw();
+  });
+  $("gpus").addEventListener("click", (event) => {
+    const button = event.target.closest("button.more");
+    if (!button) return;
+    const index = Number(button.dataset.gpu);
+    if (view.expanded.has(index)) view.expanded.delete(index);
+    else view.expanded.add(index);
+    redraw();
+  });
 
   // ------------------------------------------------------------ start
   $("ranges").addEventListener("click", chooseRange);
