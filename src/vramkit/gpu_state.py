@@ -25,11 +25,12 @@ class MigDevice:
     memory_free: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # compared as objects: no generated __eq__ and __hash__ (a third of its build cost)
 class Workload:
     """Whom a process works for beyond its uid, from its cgroup (procs/workload.py) and the
     runtime's or the kubelet's own state: a container, a Kubernetes pod, a Slurm job step. None:
-    not known (never guessed). Frozen: one object is shared by a process's rows and kept with it."""
+    not known (never guessed). One object is shared by a process's rows and kept with it: never
+    changed in place (dataclasses.replace makes another)."""
 
     runtime: str | None = None  # docker, containerd, cri-o, podman, lxc
     container_id: str | None = None  # the runtime's full id (64 hex digits; LXC: the name)

@@ -183,7 +183,7 @@ class PodNames:
         self.containers: dict[str, str] = {}
         self._asked: dict[str, float] = {}  # pod UID -> when it was last asked about, unnamed
         self._notes: dict[str, str] = {}  # pod UID -> why it has no name
-        self._named: dict[Workload, Workload] = {}  # a cgroup's workload -> the same, named
+        self._named: dict[tuple[str | None, str | None], Workload] = {}  # (pod UID, container id) -> named
 
     def name(self, gpus: list[Device], now: float,
              lister: Callable[[], list[PodContainer]] | None = None) -> None:
@@ -242,7 +242,8 @@ class PodNames:
                     self.containers[cid] = holding.pop() if len(holding) == 1 else in_pod[0].container
 
     def _named_workload(self, w: Workload) -> Workload:
-        named = self._named.get(w)
+        key = (w.pod_uid, w.container_id)
+        named = self._named.get(key)
         if named is not None:
             return named
         pod = self.pods.get(w.pod_uid or "")
@@ -251,7 +252,7 @@ class PodNames:
         named = replace(w, namespace=pod[0], pod=pod[1], pod_container=self.containers.get(w.container_id or ""))
         if len(self._named) > 4096:  # a long-running view's pods come and go: bounded
             self._named.clear()
-        self._named[w] = named
+        self._named[key] = named
         return named
 
 

@@ -28,26 +28,44 @@ MAX_PODMAN_STATE_BYTES = 16 * 1024 * 1024  # containers.json lists every contain
 MAX_NAME_CHARS = 128
 STATE_ROOT_ENV = "VRAM_STATE_ROOT"  # where / is for the runtimes' state (tests, a host mounted elsewhere)
 
+# A process in none of them (most of a GPU server's) costs one search of its cgroup text: each
+# pattern below needs one of these words, or an id as a directory of its own.
+_ANY = re.compile(r"docker|crio|libpod|nerdctl|kubepods|lxc|slurm|/[0-9a-f]{64}")
 _HEX64 = r"[0-9a-f]{64}"
-# systemd driver: <prefix>-<id>.scope; conmon scopes (crio-conmon-, libpod-conmon-) are not the container.
-_SCOPE = re.compile(rf"(docker|cri-containerd|crio|libpod|nerdctl)-({_HEX64})\.scope")
-_SCOPE_RUNTIME = {"docker": "docker", "cri-containerd": "containerd", "crio": "cri-o", "libpod": "podman",
-                  "nerdctl": "containerd"}
-_BARE = re.compile(rf"(?:(crio|libpod)-)?({_HEX64})")  # cgroupfs driver: the id as a directory
-_CGROUPFS_PARENT = {"docker": "docker", "moby": "docker", "libpod_parent": "podman"}
 # Pod UIDs: a UUID (dashes; underscores in a systemd slice name) or a static pod's 32-digit hash.
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
-_POD_SLICE = re.compile(rf"kubepods(?:-[a-z]+)?-pod({_UID})\.slice")
-_POD_DIR = re.compile(rf"pod({_UID})")
-_LXC = re.compile(r"lxc\.payload\.(.+)")
-_LXC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
-_SLURM_V1 = re.compile(r"slurm(?:_[A-Za-z0-9_.-]+)?")
-_SLURM_V2 = re.compile(r"(?:[A-Za-z0-9_.-]+_)?slurmstepd\.scope")
-_JOB = re.compile(r"job_([0-9]{1,10})")
-_STEP = re.compile(r"step_([a-z0-9]{1,16})")
-_TASK = re.compile(r"task_([0-9]{1,7})")
-_USER_ID = re.compile(r"uid_([0-9]{1,10})")
-_USER_MANAGER = re.compile(r"user@[0-9]+\.service")
+_SCOPE_RUNTIME = {"docker": "docker", "cri-containerd": "containerd", "crio": "cri-o", "libpod": "podman",
+                  "nerdctl": "containerd"}
+_CGROUPFS_PARENT = {"docker": "docker", "moby": "docker", "libpod_parent": "podman"}
+
+
+class _Patterns:
+    """Compiled on first use: `vram status` on a host without workloads never needs them."""
+
+    def __init__(self) -> None:
+        # systemd driver: <prefix>-<id>.scope; conmon scopes (crio-conmon-, libpod-conmon-) are not the container.
+        self.scope = re.compile(rf"(docker|cri-containerd|crio|libpod|nerdctl)-({_HEX64})\.scope")
+        self.bare = re.compile(rf"(?:(crio|libpod)-)?({_HEX64})")  # cgroupfs driver: the id as a directory
+        self.pod_slice = re.compile(rf"kubepods(?:-[a-z]+)?-pod({_UID})\.slice")
+        self.pod_dir = re.compile(rf"pod({_UID})")
+        self.lxc = re.compile(r"lxc\.payload\.(.+)")
+        self.lxc_name = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+        self.slurm_v1 = re.compile(r"slurm(?:_[A-Za-z0-9_.-]+)?")
+        self.slurm_v2 = re.compile(r"(?:[A-Za-z0-9_.-]+_)?slurmstepd\.scope")
+        self.job = re.compile(r"job_([0-9]{1,10})")
+        self.step = re.compile(r"step_([a-z0-9]{1,16})")
+        self.task = re.compile(r"task_([0-9]{1,7})")
+        self.user_id = re.compile(r"uid_([0-9]{1,10})")
+        self.user_manager = re.compile(r"user@[0-9]+\.service")
+
+
+_compiled: list[_Patterns] = []
+
+
+def _patterns() -> _Patterns:
+    if not _compiled:
+        _compiled.append(_Patterns())
+    return _compiled[0]
 
 
 class CgroupError(ValueError):
@@ -57,6 +75,8 @@ class CgroupError(ValueError):
 def parse(text: str) -> Workload | None:
     """The workload a /proc/PID/cgroup text names, or None (a process in none). Raises
     CgroupError on a file that cannot be the kernel's own."""
+    if not _ANY.search(text):
+        return None
     paths: dict[str, str] = {}
     for line in text.split("\n"):
         if not line:
@@ -77,15 +97,16 @@ def parse(text: str) -> Workload | None:
 
 def parse_path(path: str) -> Workload | None:
     """The workload one cgroup path names, or None."""
+    pat = _patterns()
     segments = path.split("/")
     fields: dict[str, object] = {}
     kubepods = False  # below a kubepods slice or directory: pod<uid> is a pod
     for i, seg in enumerate(segments):
         kubepods = kubepods or seg.startswith("kubepods")
-        if _USER_MANAGER.fullmatch(seg):  # a user's own systemd: only rootless podman is real below it
+        if pat.user_manager.fullmatch(seg):  # a user's own systemd: only rootless podman is real below it
             return _rootless_podman(segments[i + 1:])
-        if "pod_uid" not in fields and (m := _POD_SLICE.fullmatch(seg) or (
-                _POD_DIR.fullmatch(seg) if kubepods else None)):
+        if "pod_uid" not in fields and (m := pat.pod_slice.fullmatch(seg) or (
+                pat.pod_dir.fullmatch(seg) if kubepods else None)):
             fields["pod_uid"] = m.group(1).replace("_", "-")
             continue
         if "container_id" not in fields:
@@ -93,46 +114,49 @@ def parse_path(path: str) -> Workload | None:
             if container is not None:
                 fields["runtime"], fields["container_id"] = container
                 break  # anything below is the container's own (nested runtimes, its delegated cgroups)
-        if "slurm_job" not in fields and (m := _JOB.fullmatch(seg)) and i > 0 and (
-                _SLURM_V2.fullmatch(segments[i - 1]) or (
-                    _USER_ID.fullmatch(segments[i - 1]) and i > 1 and _SLURM_V1.fullmatch(segments[i - 2]))):
+        if "slurm_job" not in fields and (m := pat.job.fullmatch(seg)) and i > 0 and (
+                pat.slurm_v2.fullmatch(segments[i - 1]) or (
+                    pat.user_id.fullmatch(segments[i - 1]) and i > 1 and pat.slurm_v1.fullmatch(segments[i - 2]))):
             fields.update(_slurm(segments, i, m))
             break
     return Workload(**fields) if fields else None  # type: ignore[arg-type]
 
 
 def _container(seg: str, parent: str, in_pod: bool) -> tuple[str | None, str] | None:
-    if m := _SCOPE.fullmatch(seg):
+    pat = _patterns()
+    if m := pat.scope.fullmatch(seg):
         return _SCOPE_RUNTIME[m.group(1)], m.group(2)
-    if m := _BARE.fullmatch(seg):
+    if m := pat.bare.fullmatch(seg):
         prefix = m.group(1)
         if prefix:
             return ("cri-o" if prefix == "crio" else "podman"), m.group(2)
         return (_CGROUPFS_PARENT.get(parent) or ("containerd" if in_pod else None)), m.group(2)
-    if m := _LXC.fullmatch(seg):
-        return ("lxc", m.group(1)) if _LXC_NAME.fullmatch(m.group(1)) else None
-    if parent == "lxc" and _LXC_NAME.fullmatch(seg):
+    if m := pat.lxc.fullmatch(seg):
+        return ("lxc", m.group(1)) if pat.lxc_name.fullmatch(m.group(1)) else None
+    if parent == "lxc" and pat.lxc_name.fullmatch(seg):
         return "lxc", seg
     return None
 
 
 def _rootless_podman(segments: list[str]) -> Workload | None:
+    pat = _patterns()
     for seg in segments:
-        if (m := _SCOPE.fullmatch(seg)) and m.group(1) == "libpod":
+        if (m := pat.scope.fullmatch(seg)) and m.group(1) == "libpod":
             return Workload(runtime="podman", container_id=m.group(2))
     return None
 
 
 def _slurm(segments: list[str], i: int, job: re.Match[str]) -> dict[str, object]:
+    pat = _patterns()
     out: dict[str, object] = {"slurm_job": int(job.group(1))}
-    if _USER_ID.fullmatch(segments[i - 1]):
+    if pat.user_id.fullmatch(segments[i - 1]):
         out["slurm_uid"] = int(segments[i - 1][4:])
     rest = segments[i + 1:i + 4]
-    if rest and (m := _STEP.fullmatch(rest[0])):
+    if rest and (m := pat.step.fullmatch(rest[0])):
         out["slurm_step"] = m.group(1)
         # v1: step_N/task_N; v2: step_N/user/task_N
         task = rest[1] if len(rest) > 1 and rest[1] != "user" else (rest[2] if len(rest) > 2 else "")
-        if m := _TASK.fullmatch(task):
+        if m := pat.task.fullmatch(task):
             out["slurm_task"] = int(m.group(1))
     return out
 
