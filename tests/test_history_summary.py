@@ -239,8 +239,8 @@ def test_hour_sums_keep_what_raw_rows_said(stepped, tmp_path):
 def _downgrade(path: Path) -> None:
     """What a schema 1 recorder would have left: no hour sums."""
     with sqlite3.connect(path) as c:
-        c.executescript("DROP TABLE proc_hour; DROP TABLE gpu_hour; DELETE FROM meta WHERE key LIKE 'hour_%'; "
-                        "PRAGMA user_version = 1;")
+        c.executescript("DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; DROP TABLE gpu_hour; "
+                        "DELETE FROM meta WHERE key LIKE 'hour_%'; PRAGMA user_version = 1;")
     c.close()
 
 
@@ -263,7 +263,7 @@ def test_a_schema_1_database_reads_the_same_before_and_after_its_upgrade(stepped
         old.close()
     upgraded = Store.open(path, write=True)  # the recorder upgrades it: sums from every tier
     try:
-        assert upgraded.version() == 2 and upgraded.hour_sums
+        assert upgraded.version() == 3 and upgraded.hour_sums and upgraded.day_sums
         assert upgraded.conn.execute("SELECT count(*) FROM proc_hour").fetchone()[0] > 0
         for w in spans:
             assert_equal(summed(upgraded, *w), before[w], w)

@@ -8,6 +8,8 @@ of the window."""
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 import threading
 import time
 from datetime import datetime
@@ -161,3 +163,67 @@ def test_vram_report_by_day_prints_the_same_days(history, zone, monkeypatch):
         time.tzset()
     assert len(want) >= 2  # a partial day at each edge
     assert_same(got, want, zone)
+
+
+def reference_held(db: Path, since: float, until: float) -> dict[tuple[int, int], tuple]:
+    """Per job and GPU, the rows of the view proc_time in [since, until) summed."""
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT job, gpu, SUM(seconds), SUM(memory * seconds), MAX(memory_max), SUM(idle_seconds), "
+                         "SUM(memory * idle_seconds) FROM proc_time WHERE t >= ? AND t < ? GROUP BY job, gpu",
+                         (since, until)).fetchall()
+    return {(job, gpu): (s, mbs or 0.0, peak, idle, imbs or 0.0) for job, gpu, s, mbs, peak, idle, imbs in rows}
+
+
+def reference_gpus(db: Path, since: float, until: float) -> tuple[dict[int, tuple], float]:
+    """Per GPU, occupied seconds, peak and average utilization; and the seconds recorded."""
+    with sqlite3.connect(db) as c:
+        gpus = {gpu: (occ, peak, util) for gpu, occ, peak, util in c.execute(
+            "SELECT gpu, SUM(occupied_seconds), MAX(used_max), SUM(util * seconds) / "
+            "NULLIF(SUM(CASE WHEN util IS NOT NULL THEN seconds END), 0) FROM gpu_time WHERE t >= ? AND t < ? "
+            "GROUP BY gpu", (since, until))}
+        recorded = max((s for (s,) in c.execute(
+            "SELECT SUM(seconds) FROM gpu_time WHERE t >= ? AND t < ? GROUP BY gpu", (since, until))), default=0.0)
+    return gpus, recorded
+
+
+def assert_held_and_gpus(store: Store, db: Path, since: float, until: float, where: object) -> None:
+    held = {(h.job, h.gpu): (h.seconds, h.memory_byte_seconds, h.peak_memory, h.idle_seconds,
+                             h.idle_memory_byte_seconds) for h in query.held(store, since, until)}
+    want = reference_held(db, since, until)
+    assert set(held) == set(want), where
+    for key, values in want.items():
+        assert held[key] == pytest.approx(values, rel=1e-9, abs=1e-6), (where, key)
+    gpus, recorded = reference_gpus(db, since, until)
+    got = {int(u.key.split()[1]): (u.gpu_seconds, u.peak_memory, u.utilization)
+           for u in query.usage(store, since, until, "gpu")}
+    assert set(got) == set(gpus), where
+    for gpu, values in gpus.items():
+        assert got[gpu] == pytest.approx(values, rel=1e-9, abs=1e-6), (where, gpu)
+    assert query.coverage(store, since, until).recorded_seconds == pytest.approx(recorded, rel=1e-9), where
+
+
+def test_whole_utc_days_are_read_from_the_day_sums_with_the_same_totals(history):
+    store = Store.open(history)
+    try:
+        assert store.day_sums and store.conn.execute("SELECT count(*) FROM proc_day").fetchone()[0]
+        assert query._plan(store, *windows()[0]).days  # the whole days of the window come from them
+        for since, until in windows():
+            assert_held_and_gpus(store, history, since, until, (since, until))
+    finally:
+        store.close()
+
+
+def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tmp_path):
+    db = tmp_path / "old.db"
+    shutil.copy(history, db)
+    with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums
+        c.executescript("DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
+    c.close()
+    for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums
+        store = Store.open(db, write=write)
+        try:
+            assert store.day_sums == write and bool(query._plan(store, *windows()[0]).days) == write
+            for since, until in windows():
+                assert_held_and_gpus(store, db, since, until, (write, since, until))
+        finally:
+            store.close()

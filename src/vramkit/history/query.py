@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestError
-from .store import HOUR, ROLLUP_TIERS, Store, StoreError, describe, not_utf8
+from .store import DAY, HOUR, ROLLUP_TIERS, Store, StoreError, describe, not_utf8
 
 # kind -> (lowest, highest, whole number). Times: 1970 to 9999 (what datetime can show, in any
 # zone); lengths: up to ~31 years; memory: up to 2**53 bytes (8 PiB, exact as a float); GPUs:
@@ -109,7 +109,6 @@ BY = ("user", "gpu", "job", "day")
 # Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
 # local day, so days are summed from quarter-hour sums (no date() call per row).
 _QUARTER = 900
-_DAY = 86400
 
 # The rollup tiers store.roll_up writes (a bucket's seconds). The rollup tables' keys begin with
 # the tier: naming the tiers lets SQLite seek to a window, where the views proc_time and gpu_time
@@ -204,6 +203,10 @@ _GPU_HOURS = f"""
     FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND +s.t >= :s{{n}} AND +s.t < :r{{n}}
     AND {_GPU_RAW_KEYS}"""
 
+# The same from the day sums (schema 3): a day's sums are those of its hours.
+_DAYS_OF = {_PROC_HOURS: _PROC_HOURS.replace("FROM proc_hour WHERE", "FROM proc_day WHERE"),
+            _GPU_HOURS: _GPU_HOURS.replace("FROM gpu_hour WHERE", "FROM gpu_day WHERE")}
+
 
 @dataclass
 class _Plan:
@@ -213,19 +216,22 @@ class _Plan:
     fine: list[tuple[float, float]]
     hours: list[tuple[float, float, float]]
     after: int = 0
+    days: list[tuple[float, float, float]] = field(default_factory=list)  # as `hours`, from the day sums
 
     def sql(self, fine: str, hours: str) -> tuple[str, dict[str, object]]:
-        """The rows of the whole window (a UNION ALL of each part) and their parameters."""
+        """The rows of the whole window (a UNION ALL of each part) and their parameters. `hours`
+        reads the hour sums; the same with the day sums' table reads the days."""
         parts: list[str] = []
         params: dict[str, object] = {"after": self.after}
         for start, end in self.fine:
             n = len(parts)
             parts.append(fine.format(n=n))
             params.update({f"s{n}": start, f"u{n}": end})
-        for start, end, raw_end in self.hours:
-            n = len(parts)
-            parts.append(hours.format(n=n))
-            params.update({f"s{n}": start, f"u{n}": end, f"r{n}": raw_end})
+        for template, pieces in ((hours, self.hours), (_DAYS_OF[hours], self.days)):
+            for start, end, raw_end in pieces:
+                n = len(parts)
+                parts.append(template.format(n=n))
+                params.update({f"s{n}": start, f"u{n}": end, f"r{n}": raw_end})
         return "\n    UNION ALL".join(parts), params
 
 
@@ -250,10 +256,12 @@ def _snapshot(store: Store) -> Iterator[None]:
                 raise StoreError(describe(e, store.path), param="db") from None
 
 
-def _plan(store: Store, since: float, until: float, days: bool = False) -> _Plan:
-    """Split [since, until) into whole hours read from the hour sums and the rest read row by row.
-    `days`: an hour that local midnight cuts (zones half an hour off UTC) is read row by row, so
-    that each row still falls into the day of its quarter hour, as before."""
+def _plan(store: Store, since: float, until: float, days: bool = False, utc: bool = False) -> _Plan:
+    """Split [since, until) into whole UTC days read from the day sums, whole hours read from the
+    hour sums and the rest read row by row.
+    `days`: the rows go into local days: an hour that local midnight cuts (zones half an hour off
+    UTC) is read row by row, so that each row still falls into the day of its quarter hour, as
+    before, and the day sums are read only where local days are UTC days (`utc`)."""
     whole = _Plan([(since, until)], [])
     if not store.hour_sums or not (math.isfinite(since) and math.isfinite(until) and since < until):
         return whole
@@ -283,6 +291,19 @@ def _plan(store: Store, since: float, until: float, days: bool = False) -> _Plan
         plan.hours.append((start, end, min(end, until)))
     if end < until:
         plan.fine.append((end, until))
+    if store.day_sums and (utc or not days):
+        plan.hours, pieces = [], plan.hours
+        for low, high, raw_end in pieces:
+            # The whole UTC days inside come from the day sums (each at or after hour_since, as `first` is).
+            first_day, last_day = math.ceil(low / DAY) * DAY, math.floor(high / DAY) * DAY
+            if not first_day < last_day:
+                plan.hours.append((low, high, raw_end))
+                continue
+            if low < first_day:
+                plan.hours.append((low, first_day, min(first_day, raw_end)))
+            plan.days.append((first_day, last_day, min(last_day, raw_end)))
+            if last_day < high:
+                plan.hours.append((last_day, high, raw_end))
     return plan
 
 
@@ -500,8 +521,10 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
     from datetime import date, timedelta
 
     with _snapshot(store):
-        rows_sql, params = _plan(store, since, until, days=True).sql(_PROC_FINE, _PROC_HOURS)
-        day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", _local_offsets(store, since, until))
+        offsets = _local_offsets(store, since, until)
+        utc = all(offset == 0 for _, offset in offsets)
+        rows_sql, params = _plan(store, since, until, days=True, utc=utc).sql(_PROC_FINE, _PROC_HOURS)
+        day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
         rows = _rows(store, f"""
             WITH per AS (
                 SELECT {day} AS day, job, gpu, SUM(seconds) AS gs, SUM(mbs) AS mbs, MAX(peak) AS peak,
@@ -534,7 +557,7 @@ def _day_sql(instant: str, offsets: list[tuple[int, int]]) -> str:
         offset = ("(CASE " + " ".join(f"WHEN {instant} < {start} THEN {off}"
                                       for (_, off), (start, _) in zip(offsets, offsets[1:]))
                   + f" ELSE {offset} END)")
-    return f"CAST(({instant} + {offset} + {_DAY}) / {_DAY} AS INTEGER)"
+    return f"CAST(({instant} + {offset} + {DAY}) / {DAY} AS INTEGER)"
 
 
 def _local_offsets(store: Store, since: float, until: float) -> list[tuple[int, int]]:

@@ -13,6 +13,12 @@ Hour sums (schema 2): proc_hour and gpu_hour hold, per hour, the sums reports ad
 seconds, never averages, so that merging is adding), for every sample up to meta `hour_sample`
 (a sample id), from hour meta `hour_since` on. A report reads whole hours there and only the rest
 row by row (query.py): a 30-day report reads tens of thousands of rows, not millions.
+
+Day sums (schema 3): proc_day and gpu_day hold the same sums per UTC day, written in the same
+transactions as the hour sums, so a day's sums are those of its 24 hours: a year's report reads
+a row per day, process life and GPU, and hours and rows only at the edges. A day is usable from
+meta `hour_since` on (an older day lost hours to retention); `vram report --by day` reads them
+where local days are UTC days.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ from ..errors import RequestError
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
 HOUR = 3600
+DAY = 86400
 ROLLUP_TIERS = (60, 900)  # the rollup tables' tiers (a bucket's seconds)
 SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
 APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
@@ -72,6 +79,11 @@ _RAW_TO_HOURS = (f"""
            coalesce(SUM(CASE WHEN g.util IS NOT NULL THEN s.span END), 0)
     FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND s.id < :upto GROUP BY h, g.gpu
     ON CONFLICT (t, gpu) DO UPDATE SET {_GPU_HOUR_MERGE}""")
+
+# The same per UTC day (schema 3), in the same transactions: a day's sums are its hours'.
+_RAW_TO_DAYS = tuple(statement.replace("proc_hour", "proc_day").replace("gpu_hour", "gpu_day")
+                     .replace(f"CAST(s.t / {HOUR} AS INTEGER) * {HOUR}", f"CAST(s.t / {DAY} AS INTEGER) * {DAY}")
+                     for statement in _RAW_TO_HOURS)
 
 # Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
 MIGRATIONS: tuple[str, ...] = (
@@ -165,6 +177,30 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO meta (key, value) SELECT 'hour_t_last', t FROM (SELECT max(t) AS t FROM (
         SELECT max(t) AS t FROM samples WHERE id < (SELECT max(id) FROM samples)
         UNION ALL SELECT max(t) + tier FROM gpu_rollup GROUP BY tier)) WHERE t IS NOT NULL;
+    """,
+    # 3: day sums, of the hour sums there are (an hour's sums are whole; a day before hour_since
+    # is not read).
+    f"""
+    CREATE TABLE proc_day (
+        t INTEGER NOT NULL, job INTEGER NOT NULL, gpu INTEGER NOT NULL, seconds REAL NOT NULL,
+        memory_byte_seconds REAL NOT NULL, memory_max INTEGER, idle_seconds REAL NOT NULL,
+        idle_memory_byte_seconds REAL NOT NULL,
+        PRIMARY KEY (t, job, gpu)) WITHOUT ROWID;
+    CREATE TABLE gpu_day (
+        t INTEGER NOT NULL, gpu INTEGER NOT NULL, seconds REAL NOT NULL, occupied_seconds REAL NOT NULL,
+        lost_seconds REAL NOT NULL, used_max INTEGER, util_seconds REAL NOT NULL,
+        util_known_seconds REAL NOT NULL,
+        PRIMARY KEY (t, gpu)) WITHOUT ROWID;
+    INSERT INTO proc_day (t, job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds,
+                          idle_memory_byte_seconds)
+    SELECT t / {DAY} * {DAY} AS d, job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max),
+           SUM(idle_seconds), SUM(idle_memory_byte_seconds)
+    FROM proc_hour WHERE true GROUP BY d, job, gpu;
+    INSERT INTO gpu_day (t, gpu, seconds, occupied_seconds, lost_seconds, used_max, util_seconds,
+                         util_known_seconds)
+    SELECT t / {DAY} * {DAY} AS d, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds), MAX(used_max),
+           SUM(util_seconds), SUM(util_known_seconds)
+    FROM gpu_hour WHERE true GROUP BY d, gpu;
     """,
 )
 
@@ -577,6 +613,7 @@ class Store:
         self._lock_fd = lock_fd
         self.published = published
         self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
+        self.day_sums = False  # schema 3 or later: proc_day and gpu_day
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -722,6 +759,7 @@ class Store:
                 raise StoreError(f"{self.path} has schema {version}; 'vram record' upgrades it to "
                                  f"{SCHEMA_VERSION} when it next starts", param="db")
             self.hour_sums = version >= 2
+            self.day_sums = version >= 3
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
@@ -734,7 +772,7 @@ class Store:
         c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
-        self.hour_sums = True
+        self.hour_sums = self.day_sums = True
 
     def publish(self) -> None:
         """Copy the live database as of its newest commit to `published`, for other users: a fresh
@@ -974,7 +1012,7 @@ def _raw_to_hours(c: sqlite3.Connection) -> None:
                            "(SELECT max(id) FROM samples)) FROM samples", {"after": after}).fetchone()
     if upto is None or last is None:
         return
-    for statement in _RAW_TO_HOURS:
+    for statement in (*_RAW_TO_HOURS, *_RAW_TO_DAYS):
         c.execute(statement, {"after": after, "upto": upto})
     c.execute("INSERT INTO meta (key, value) VALUES ('hour_sample', ?) ON CONFLICT(key) DO UPDATE "
               "SET value = excluded.value", (upto - 1,))
@@ -994,6 +1032,9 @@ def _forget_hours_before(c: sqlite3.Connection, hour: float) -> None:
               "SET value = excluded.value", (float(hour),))
     c.execute("DELETE FROM proc_hour WHERE t < ?", (hour,))
     c.execute("DELETE FROM gpu_hour WHERE t < ?", (hour,))
+    # A day that began before `hour` lost some of its hours: it goes whole.
+    c.execute("DELETE FROM proc_day WHERE t < ?", (hour,))
+    c.execute("DELETE FROM gpu_day WHERE t < ?", (hour,))
 
 
 def _drop_old_jobs(c: sqlite3.Connection) -> None:
