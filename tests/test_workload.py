@@ -164,6 +164,19 @@ def test_a_podman_container_is_named_from_containers_json(tmp_path):
     assert found is not None and not isinstance(found, str) and found.container_name == "bob-notebook"
 
 
+def test_podmans_list_is_read_again_for_a_container_started_since(tmp_path, monkeypatch):
+    state = tmp_path / "var/lib/containers/storage/overlay-containers"
+    state.mkdir(parents=True)
+    (state / "containers.json").write_text(json.dumps([{"id": "c" * 64, "names": ["first"]}]))
+    names = RuntimeNames(str(tmp_path))
+    assert names.name("podman", "c" * 64)[0] == "first"
+    (state / "containers.json").write_text(json.dumps([{"id": "c" * 64, "names": ["first"]},
+                                                       {"id": ID, "names": ["later"]}]))
+    assert names.name("podman", ID)[0] is None  # read a moment ago: not again yet
+    monkeypatch.setattr(workload, "PODMAN_REREAD_S", 0.0)
+    assert names.name("podman", ID)[0] == "later"
+
+
 def test_a_name_with_escapes_is_sanitized_and_cut(tmp_path):
     _docker_state(tmp_path, name="/evil\x1b]0;pwned\x07" + "n" * 500)
     found = from_text(f"0::/docker/{ID}\n", RuntimeNames(str(tmp_path)))

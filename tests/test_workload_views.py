@@ -151,3 +151,53 @@ def test_garbage_from_the_kubelet_costs_one_line(tmp_path, kubelet_server):  # n
     assert result.rc == 0 and result.err == ""
     notes = [line for line in result.out.splitlines() if "pod names unknown" in line]
     assert len(notes) == 1 and "answered something that is not a pod list" in notes[0]
+
+
+def test_owner_labels_are_capped_per_reading(monkeypatch):
+    import dataclasses
+
+    from vramkit.gpu_state import Workload
+    from vramkit.machine import open_machine
+    from vramkit.serve import metrics
+
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    snap = open_machine("workloads").snapshot()
+    gpu = snap.gpus[0]
+    template = gpu.processes[0]
+    for other in snap.gpus[1:]:
+        other.processes = []
+    # 12 processes, each its own pod, memory falling with the pid: under a cap of 5 the 5 largest carry one
+    gpu.processes = [dataclasses.replace(template, pid=100 + i, memory=2**30 - i,
+                                         workload=Workload(pod_uid=f"{i:032x}", pod=f"p{i}", namespace="ns"))
+                     for i in range(12)]
+    monkeypatch.setattr(metrics, "MAX_OWNERS", 5)
+    text = metrics.render(snap, metrics.ExportState("gpu-a", "test")).decode()
+    memory = [line for line in text.splitlines() if line.startswith("vram_process_memory_bytes{") and 'gpu="0"' in line]
+    labelled = sorted(int(line.split('pid="')[1].split('"')[0]) for line in memory if 'pod="' in line)
+    assert labelled == [100, 101, 102, 103, 104]
+    assert len(memory) == 12  # the series stay; only their owner labels are left out
+
+
+@pytest.mark.parametrize("options", [{}, {"dcgm_names": True}, {"compat": ("dcgm",), "commands": True}])
+def test_both_metric_writers_write_the_owner_labels_alike(monkeypatch, options):
+    # vram serve writes /metrics directly; prometheus_client's collector is the reference
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from vramkit.gpu_state import Workload
+    from vramkit.machine import open_machine
+    from vramkit.serve import metrics
+
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    snap = open_machine("mig").snapshot()
+    on_mig = next(p for g in snap.gpus for p in g.processes if p.mig_gi is not None)
+    on_mig.workload = Workload(pod_uid="0" * 32, pod="small", namespace="ml", pod_container="c", slurm_job=7)
+    owners = open_machine("workloads").snapshot()
+    for snapshot in (snap, owners):
+        text = metrics.render(snapshot, metrics.ExportState("gpu-a", "test"), **options)
+        registry = CollectorRegistry()
+        registry.register(metrics.SnapshotCollector(lambda s=snapshot: s, metrics.ExportState("gpu-a", "test"),
+                                                    **options))
+        assert text == generate_latest(registry)
+    labelled = [line for line in metrics.render(snap, metrics.ExportState("gpu-a", "test"), **options).decode()
+                .splitlines() if 'pod="small"' in line]
+    assert labelled and all('GPU_I_ID="' in line and 'namespace="ml"' in line for line in labelled)

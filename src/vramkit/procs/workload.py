@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import stat
+import time
 from dataclasses import replace
 
 from ..gpu_state import Workload
@@ -26,6 +27,7 @@ from .text import sanitize
 MAX_STATE_BYTES = 4 * 1024 * 1024  # docker's config.v2.json holds the environment: tens of KiB
 MAX_PODMAN_STATE_BYTES = 16 * 1024 * 1024  # containers.json lists every container of the host
 MAX_NAME_CHARS = 128
+PODMAN_REREAD_S = 10.0  # a container podman's list does not name yet: its list read again at most this often
 STATE_ROOT_ENV = "VRAM_STATE_ROOT"  # where / is for the runtimes' state (tests, a host mounted elsewhere)
 
 # A process in none of them (most of a GPU server's) costs one search of its cgroup text: each
@@ -217,6 +219,7 @@ class RuntimeNames:
     def __init__(self, root: str | None = None):
         self.root = root or state_root()
         self._podman: dict[str, tuple[str | None, str | None]] | None = None
+        self._podman_read = 0.0  # when (time.monotonic) it was read
         self.problems: dict[str, str] = {}  # file -> why it was not read (FIFO, symlink, garbage)
 
     def name(self, runtime: str | None, container_id: str) -> tuple[str | None, str | None, str | None]:
@@ -224,8 +227,10 @@ class RuntimeNames:
         if runtime == "docker":
             return self._docker(container_id)
         if runtime == "podman":
-            if self._podman is None:
-                self._podman = self._read_podman()
+            # One list for every container: read once, and again for one started since (a long view)
+            if self._podman is None or (container_id not in self._podman
+                                        and time.monotonic() - self._podman_read >= PODMAN_REREAD_S):
+                self._podman, self._podman_read = self._read_podman(), time.monotonic()
             name, image = self._podman.get(container_id, (None, None))
             return name, image, self.problems.get(self.PODMAN)
         return None, None, None
