@@ -233,6 +233,7 @@ def open_stream(port: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 def test_a_stream_sends_the_whole_json_once_then_deltas_from_the_reading_before(served):
     server = served("--simulate", "demo")  # --interval 0.2s: processes' clocks, the timeline
     with open_stream(server.port) as sock:
@@ -298,3 +299,42 @@ def test_gzip_of_one_body_is_the_same_bytes():
     body = b"vram_gpu_memory_used_bytes 1\n" * 1000
     assert service_module.gzipped(body) == service_module.gzipped(body)
     assert gzip.decompress(service_module.gzipped(body)) == body
+
+
+def test_a_bug_building_an_event_costs_the_streams_not_the_server(capsys):
+    """An exception building the stream's news (in the sampler, then in the front) is said once
+    on stderr and is not a failed reading; the front goes on answering."""
+    import threading
+    import urllib.request
+
+    service = Service(vramkit.open_machine("demo"), Options(interval=0.2, xids=False))
+    real = service.update
+    calls: list[int] = []
+
+    def breaks_after_the_first() -> object:
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("a bug building an event")
+        return real()
+    service.update = breaks_after_the_first  # type: ignore[method-assign,assignment]
+    service.start()
+    server = VramHTTPServer(("127.0.0.1", 0), service)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        assert service.wait_for_first(30)
+        with open_stream(server.server_address[1]) as sock:
+            assert [kind for kind, _, _ in Events(sock).next(1)] == ["snapshot"]
+            for _ in range(3):  # readings with the stream open: each one's news fails
+                seen = service.sequence
+                assert service.wait_for_change(seen, 30) != seen
+            for _ in range(3):
+                with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/healthz", timeout=10) as r:
+                    assert r.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        service.close()
+    assert len(calls) >= 3 and service.state.read_errors == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["vram serve: internal error answering a request: RuntimeError: a bug building an event"]

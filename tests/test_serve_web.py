@@ -502,6 +502,7 @@ def test_a_big_server_s_page_gets_what_changed_and_draws_a_few_rows_per_gpu(brow
           f"{100 * (busy_end - busy_start) / (window_ms / 1000):.1f} % of the time")
 
 
+@pytest.mark.slow
 def test_sorting_filtering_and_showing_every_process_of_a_gpu(browser, served, tmp_path):
     """The page's own controls on the big server: by SM %, one user's processes, and "show all"."""
     data = crowded_scenario(2, 30)
@@ -533,6 +534,7 @@ def test_sorting_filtering_and_showing_every_process_of_a_gpu(browser, served, t
     assert not browser_errors(browser)
 
 
+@pytest.mark.slow
 def test_a_busy_gpu_is_not_drawn_as_an_alarm_and_the_strip_fits_a_phone(browser, served, tmp_path):
     """Utilization at 90 % is a GPU doing its job: only memory nearly full is drawn in the alarm
     colour. On a phone the strip of 8 GPUs and the process tables stay within the screen."""

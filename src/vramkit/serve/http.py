@@ -246,7 +246,10 @@ class VramHTTPServer:
                         self._guarded(key.data, self._ready, mask)
                     self._run_posts()
                 self._run_posts()
-                self._stream_news()
+                try:
+                    self._stream_news()
+                except Exception as e:  # a bug building an event: said once, the front goes on
+                    self.say_once(f"{type(e).__name__}: {e}")
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)

@@ -195,7 +195,10 @@ class Service:
             self.changed.notify_all()
         self.last_error = None
         if self.wants_updates():
-            self.update()  # here too, not in the server's one thread that every client shares
+            try:
+                self.update()  # here, not in the server's one thread that every client shares
+            except Exception as e:  # noqa: BLE001 - the front asks again, and says what fails
+                self.last_error = f"event stream: {type(e).__name__}: {e}"
         self._tell()
 
     def _failed(self, e: Exception) -> None:
