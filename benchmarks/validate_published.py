@@ -125,11 +125,11 @@ PEFT_FSDP = Source(
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
-_BERT = {"batch": 4, "seq": 512, "precision": "fp32", "optimizer": "adamw", "attention": "eager",
-         "context_overhead": 1343 * 2**20, "zero_grad_to_none": False,
-         # transformers 4.2x's Trainer steps its own AdamW and Adafactor, a Python loop over the parameters
-         # (optimization.py: `for p in group["params"]`), on PyTorch 1.x: no list-wide temporaries
-         "foreach": False}
+# The stack of the day sets the rest (stack.BEHAVIOURS): PyTorch < 2.0 zero_grad() keeps the gradients and the
+# optimizers step one parameter at a time (transformers 4.2x's Trainer steps its own AdamW and Adafactor, a Python
+# loop over the parameters: optimization.py `for p in group["params"]`); transformers < 4.36 runs eager attention
+_BERT = {"stack": "torch=1.12,transformers=4.20", "loop": "hf-trainer", "batch": 4, "seq": 512, "precision": "fp32",
+         "optimizer": "adamw", "context_overhead": 1343 * 2**20}
 _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "precision": "fp16"}
 # torchvision's MultiheadAttention calls scaled_dot_product_attention (need_weights=False): the fused
 # kernels' saved tensors, hence attention="flash"; Fabric "bf16-true" = the model in bf16, no master copy
@@ -138,8 +138,9 @@ _BERT_SMALL = {**_BERT, "batch": 1, "grad_accum": 4, "checkpointing": True, "pre
 # torchvision's MultiheadAttention projects q, k and v with one in_proj linear (one autocast cast)
 # torch 2.1.0.dev20230623 predates pytorch#104780 (2023-07-07, "[foreach][Adam] Minimize use of intermediates"):
 # its foreach Adam keeps sqrt(exp_avg_sq) and `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)` at the update
-_VIT = {"image_size": 224, "optimizer": "adamw", "attention": "flash",  # torch.optim.Adam: AdamW's memory
-        "zero_grad_before_backward": True, "fused_qkv": True, "foreach_denom_copy": True}
+# (the nightly's foreach Adam is 2.0's: the stack says torch 2.0 for it)
+_VIT = {"stack": "torch=2.0", "loop": "lightning", "image_size": 224, "optimizer": "adamw",  # torch.optim.Adam
+        "attention": "flash", "zero_grad_before_backward": True, "fused_qkv": True}
 _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # LitGPT: SDPA attention, bf16-true, AdamW; global batch 8 on one device -> accumulation 8 / micro batch;
 # its LoRA weights are created in the model's dtype (bf16), not PEFT's fp32; its 4-bit layers compute in
@@ -147,18 +148,18 @@ _VIT_BF16 = {**_VIT, "precision": "bf16-pure"}
 # q/k/v linear (LoRAQKVLinear: one lora_dropout for the three); lora.yaml: lora_dropout 0.05; fit() keeps
 # `logits` and `loss` of one micro-step until the next forward has run (the graph's nodes live on);
 # finetune/lora.py runs the lm_head and the loss in chunks of 128 tokens (full.py does not)
-_LIT = {"precision": "bf16-pure", "seq": 512, "attention": "flash", "optimizer": "adamw", "batch": 2,
-        "grad_accum": 4, "lora": 32, "lora_dropout": 0.05, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
-        "fused_qkv": True, "keeps_last_graph": True, "ce_chunk": 128}
+# (--loop litgpt: the 16-bit LoRA weights, the bf16 compute dtype, one qkv linear and the held graph)
+_LIT = {"stack": "torch=2.2", "loop": "litgpt", "precision": "bf16-pure", "seq": 512, "attention": "flash",
+        "batch": 2, "grad_accum": 4, "lora": 32, "lora_dropout": 0.05, "ce_chunk": 128}
 # LitGPT's QLoRA (qlora.yaml: quantize bnb.nf4): Lightning's BitsandbytesPrecision replaces every nn.Linear,
-# lm_head too, and finetune/lora.py then takes bitsandbytes' PagedAdamW (states in unified memory)
-_LIT_QLORA = {**_LIT, "quant": "4bit", "quant_head": True, "optimizer": "paged-adamw"}
+# lm_head too, and finetune/lora.py then takes bitsandbytes' PagedAdamW (states in unified memory): the loop's own
+_LIT_QLORA = {**_LIT, "quant": "4bit"}
 # torchtune's llama2: SDPA, bf16 (no master copy, the LoRA weights bf16 too), AdamW, activation
 # checkpointing on; torchao's NF4 dequantizes to the input's dtype (bf16); the recipe's loop keeps
 # `logits` until the next forward
-_TUNE = {"precision": "bf16-pure", "seq": 512, "batch": 2, "attention": "flash", "optimizer": "adamw",
-         "checkpointing": True, "lora": 8, "adapter_dtype": "16bit", "quant_compute_dtype": "bf16",
-         "keeps_last_graph": True}
+# (--loop torchtune: the 16-bit LoRA weights, bf16 compute, torchao's NF4 and the held graph)
+_TUNE = {"stack": "torch=2.3,torchao=0.1", "loop": "torchtune", "precision": "bf16-pure", "seq": 512, "batch": 2,
+         "attention": "flash", "optimizer": "adamw", "checkpointing": True, "lora": 8}
 _ALL_LINEAR = "q,k,v,o,gate,up,down"
 # optimum's benchmark_gptq.py at 234a4274: daryl149/llama-2-13b-chat-hf (Llama-2-13b's architecture) in fp16,
 # built under the GPU device (fp16) or loaded with BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type="fp4",
@@ -167,20 +168,20 @@ _ALL_LINEAR = "q,k,v,o,gate,up,down"
 # 4.32's Llama has eager attention only (SDPA came with 4.36); PyTorch 2.0.1's wheels: CUDA 11.7. transformers
 # 4.32's semantics, as `--transformers 4.32` sets them: the prefill computes every position's logits and upcasts
 # them (< 4.45), generate() holds the previous step's tuple cache beside the next (< 4.42), views in the cache
-_OPTIMUM = {"mode": "infer", "precision": "fp16", "attention": "eager", "cuda": 11.7, "all_logits": True,
-            "legacy_cache": True, "cache_views": True}
+_OPTIMUM = {"stack": "torch=2.0,transformers=4.32", "mode": "infer", "precision": "fp16", "cuda": 11.7}
 _OPTIMUM_BNB = {**_OPTIMUM, "quant": "4bit", "quant_compute_dtype": "fp16"}
 # PEFT's examples/sft at 6008f272: llama-2-70b, packed samples of max_seq_len 2048, bf16 mixed precision under
 # DeepSpeed (the model itself in bf16), flash_attention_2, gradient checkpointing, LoRA r 8 alpha 16 dropout 0.1
 # on "all-linear" (every linear of the layers, not lm_head), HF Trainer's AdamW
-_PEFT_SFT = {"seq": 2048, "precision": "bf16", "attention": "flash", "checkpointing": True, "lora": 8,
-             "lora_dropout": 0.1, "lora_targets": _ALL_LINEAR, "optimizer": "adamw"}
+_PEFT_SFT = {"stack": "torch=2.2,transformers=4.38,peft=0.10", "loop": "hf-trainer", "seq": 2048, "precision": "bf16",
+             "attention": "flash", "checkpointing": True, "lora": 8, "lora_dropout": 0.1, "lora_targets": _ALL_LINEAR,
+             "optimizer": "adamw"}
 # run_peft_qlora_*.sh: batch 2 x accumulation 2; nf4 (train.py's default bnb_4bit_quant_type) with nested
 # (double) quantization, compute and storage dtype bfloat16, the model loaded in that dtype (utils.py:
 # torch_dtype=quant_storage_dtype), so PEFT of then created the LoRA weights in bf16 too (tuners/lora/layer.py
-# update_layer: self.to(weight.device, dtype=weight.dtype) for a floating-point base weight)
+# update_layer: self.to(weight.device, dtype=weight.dtype) for a floating-point base weight: peft < 0.12's row)
 _PEFT_QLORA = {**_PEFT_SFT, "batch": 2, "grad_accum": 2, "gpus": 2, "quant": "4bit", "double_quant": True,
-               "quant_compute_dtype": "bf16", "adapter_dtype": "16bit"}
+               "quant_compute_dtype": "bf16"}
 # under FSDP nothing recasts the bf16 model (DeepSpeed's bf16 does the same under ZeRO-3): "bfloat16 for pure
 # bfloat16 finetuning" (fsdp.md)
 _PEFT_QLORA_FSDP = {**_PEFT_QLORA, "precision": "bf16-pure", "fsdp": True}
@@ -220,15 +221,15 @@ CASES = [
     # and overlap_comm=True (lightning/pytorch/strategies/deepspeed.py: `overlap_comm: bool = True`;
     # DeepSpeed's own default is off): stage 2 then keeps two reduce buffers
     Case(RASCHKA, "DistilBERT b12 s512, ZeRO-2 x4 GPUs, fp16", "distilbert-base-uncased", 3.99,
-         {"batch": 12, "seq": 512, "precision": "fp16", "zero": 2, "gpus": 4, "attention": "eager",
-          "zero_reduce_bucket": 200_000_000, "zero_allgather_bucket": 200_000_000, "zero_overlap_comm": True,
+         {"stack": "torch=2.0,transformers=4.30", "loop": "lightning", "batch": 12, "seq": 512, "precision": "fp16",
+          "zero": 2, "gpus": 4, "zero_reduce_bucket": 200_000_000, "zero_allgather_bucket": 200_000_000,
           "zero_grad_before_backward": True},
          needs="--zero-bucket sizes"),
     # "bonus distilbert after" (bonus_distilbert-after.py): FSDP on 4 GPUs, cpu_offload=True (parameters
     # and gradients on the CPU, the optimizer steps there), "bf16-true", micro-batch 3 x 4: 1.15 GB
     Case(RASCHKA, "DistilBERT b3 x 4, FSDP x4 + CPU offload, bf16", "distilbert-base-uncased", 1.15,
-         {"batch": 3, "grad_accum": 4, "seq": 512, "precision": "bf16-pure", "fsdp": True, "gpus": 4,
-          "offload_params": True, "attention": "eager"}, needs="--fsdp"),
+         {"stack": "torch=2.0,transformers=4.30", "loop": "lightning", "batch": 3, "grad_accum": 4, "seq": 512,
+          "precision": "bf16-pure", "fsdp": True, "gpus": 4, "offload_params": True}, needs="--fsdp"),
     # --- HF docs, llm_tutorial_optimization, section 1: prompt "Question: Please write a function in
     # Python that transforms bytes to Giga bytes.\n\nAnswer:" (about 20 tokens) + 60 new tokens; at
     # ~80 tokens the multi-query KV cache is < 2 MB, so the exact count does not matter
@@ -278,7 +279,7 @@ CASES = [
     # which starts from the segments loading left reserved (the same table: 9.13 GB at model init)
     Case(TORCHTUNE, "llama2-7b QLoRA NF4 r8 attn + MLP", "llama-2-7b", 9.29,
          {**_TUNE, "quant": "4bit", "double_quant": True, "quant_backend": "torchao", "lora_targets": _ALL_LINEAR,
-          "loading": "torchtune", "torchao_chunk": 0}, needs="--lora-targets"),
+          "loading": "torchtune"}, needs="--lora-targets"),
     # --- optimum, "Prefill-only benchmark results": generate() with 1 new token, "Max memory (MB)" per batch size
     *(Case(OPTIMUM, f"llama-2-13b prefill 512, fp16, b{batch}", "llama-2-13b", published,
            {**_OPTIMUM, "batch": batch, "seq": 512})

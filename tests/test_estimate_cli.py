@@ -133,19 +133,21 @@ def test_trace_option():
 
 
 def test_the_default_eager_attention_says_what_sdpa_would_need_where_the_scores_dominate():
-    """A 32k context with the default eager attention is mostly score matrices: the note gives the
-    flash / SDPA figure (what recent transformers run by default); asked for explicitly, no note."""
-    default = run_vram("estimate", "mistral-7b", "--infer", "--seq", "32768")
+    """A 32k context with an old stack's default eager attention (transformers < 4.36) is mostly score
+    matrices: the note gives the flash / SDPA figure; asked for explicitly, no note."""
+    default = run_vram("estimate", "mistral-7b", "--infer", "--seq", "32768", "--transformers", "4.35")
     assert default.rc == 0, default.err
     note = next(line for line in default.out.splitlines() if line.startswith("note: eager attention"))
-    flash = run_vram("estimate", "mistral-7b", "--infer", "--seq", "32768", "--attention", "flash", "--json").json()
+    flash = run_vram("estimate", "mistral-7b", "--infer", "--seq", "32768", "--transformers", "4.35", "--attention",
+                     "flash", "--json").json()
     from vramkit.units import format_size
 
     assert f"it would be {format_size(flash['total_bytes'])} " in note
     explicit = run_vram("estimate", "mistral-7b", "--infer", "--seq", "32768", "--attention", "eager")
     assert "note: eager attention" not in explicit.out
-    short = run_vram("estimate", "mistral-7b", "--infer", "--seq", "256")
+    short = run_vram("estimate", "mistral-7b", "--infer", "--seq", "256", "--transformers", "4.35")
     assert "note: eager attention" not in short.out  # the scores are no large share there
+    assert "note: eager attention" not in run_vram("estimate", "mistral-7b", "--infer", "--seq", "32768").out  # SDPA
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -66,7 +66,7 @@ def test_before_transformers_4_45_the_prefill_computes_every_positions_logits():
 
 def test_the_transformers_flag_selects_the_generate_semantics_by_version():
     args = ("estimate", "llama-2-13b", "--infer", "--precision", "fp16", "--seq", "512", "--new-tokens", "512",
-            "--batch", "8", "--json")
+            "--batch", "8", "--attention", "eager", "--json")
     by_version = {v: run_vram(*args, "--transformers", v).json() for v in ("4.32", "4.41", "4.42", "4.44", "4.45")}
     semantics = {v: (r["setup"]["legacy_cache"], r["setup"]["all_logits"], r["setup"]["new_tokens"])
                  for v, r in by_version.items()}

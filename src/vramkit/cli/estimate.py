@@ -12,6 +12,7 @@ from .common import PRECISION_HELP, PRECISIONS, HelpFormatter, UsageError, help_
 
 if TYPE_CHECKING:
     from ..estimator.analytic import Setup
+    from ..estimator.stack import Stack
     from .common import Subparsers
 
 HELP = COMMANDS["estimate"]
@@ -56,6 +57,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """The options that describe a setup, in groups; `vram plan` shares them. Returns the groups
     by name, with an empty "output" one last for the command's own options."""
+    from ..estimator.stack import LOOPS
+
     g_model = p.add_argument_group("model and input")
     g_step = p.add_argument_group("training step")
     g_peft = p.add_argument_group("adapters (the base frozen)")
@@ -79,19 +82,29 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
     g_step.add_argument("--chunked-ce", dest="ce_chunk", metavar="TOKENS", nargs="?", const="128",
                    help="LitGPT-style chunked lm_head and cross-entropy, TOKENS per chunk (default 128)")
     g_model.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
-    g_step.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help=PRECISION_HELP + " (default %(default)s)")
+    g_step.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help=PRECISION_HELP + " (default: the checkpoint's dtype where the stack loads it so, "
+                   "transformers 5's dtype='auto': bf16-pure for a bf16 checkpoint, fp32 for an fp32 one; else bf16)")
     g_step.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
                                                  "paged-adamw",
                                             "none"),
-                   default="adamw", help="default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
+                   default=None, help="default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
                    "--quant), its states in unified memory, outside torch's counters; none: a backward pass without "
                    "an optimizer step")
     g_step.add_argument("--grad-accum", metavar="N", default="1",
                         help="gradient-accumulation steps (default %(default)s)")
     g_step.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
     g_step.add_argument("--attention", choices=("eager", "flash"), default=None,
-                   help="eager (scores materialised, default) or flash / memory-efficient SDPA")
+                   help="eager (scores materialised) or flash / memory-efficient SDPA (default: SDPA where the stack's "
+                   "transformers uses it, 4.36 on; else eager)")
+    g_step.add_argument("--fused-optimizer", dest="fused", action=argparse.BooleanOptionalAction, default=None,
+                   help="AdamW as one fused kernel, no optimizer-step temporaries (default: as the loop does; the HF "
+                   "Trainer's adamw_torch_fused on torch >= 2.8)")
+    g_step.add_argument("--loop", choices=LOOPS, default=None, help="the training loop, whose own habits change "
+                   "memory (default hf-trainer): litgpt holds the last micro-step's graph, fuses q/k/v, keeps LoRA "
+                   "weights 16-bit and quantizes the head with a bf16 compute dtype; torchtune holds the last graph "
+                   "and quantizes with torchao's NF4; lightning turns DeepSpeed's overlap_comm on; docs/estimation.md "
+                   "lists each")
     g_peft.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
     g_peft.add_argument("--adapter", metavar="WIDTH", help="bottleneck adapters (Houlsby: two a layer) of this width; "
                    "the base is frozen")
@@ -102,26 +115,29 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                         help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
                    "models)")
-    g_step.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", help="q, k and v as one linear, as "
+    g_step.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", default=None,
+                   help="q, k and v as one linear, as "
                    "LitGPT builds every model and torchvision's ViT (MultiheadAttention): one autocast cast, LoRA "
                    "dropout or 4-bit input cast serves the three")
-    g_step.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", help="the training loop "
+    g_step.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", default=None,
+                   help="the training loop "
                    "holds the last micro-step's loss and logits into the next forward (LitGPT's fit loop): that "
                    "graph lives on, with what bitsandbytes' matmuls keep as ctx attributes")
     g_peft.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
                    "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
-    g_peft.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default="fp32",
+    g_peft.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default=None,
                    help="LoRA weights on a 16-bit base (--precision bf16-pure, --quant): fp32 as PEFT keeps them "
-                   "(default, autocast_adapter_dtype) or 16bit as LitGPT and torchtune do")
+                   "(default, autocast_adapter_dtype, PEFT 0.12 on) or 16bit as LitGPT and torchtune do (--loop)")
     g_quant.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
                    "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
     g_quant.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
-                   default="fp32", help="4-bit: the dtype weights are dequantized to and multiplied in "
+                   default=None, help="4-bit: the dtype weights are dequantized to and multiplied in "
                    "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")
     g_quant.add_argument("--quant-backend", dest="quant_backend", choices=("bitsandbytes", "torchao"),
-                   default="bitsandbytes", help="whose 4-bit linear: bitsandbytes (default; keeps its input for "
+                   default=None, help="whose 4-bit linear: bitsandbytes (default; keeps its input for "
                    "backward) or torchao's NF4 (torchtune's QLoRA; keeps only the weight)")
-    g_quant.add_argument("--quant-head", dest="quant_head", action="store_true", help="quantize the output layer too "
+    g_quant.add_argument("--quant-head", dest="quant_head", action="store_true", default=None,
+                   help="quantize the output layer too "
                    "(Lightning's BitsandbytesPrecision in LitGPT; HF leaves lm_head 16-bit)")
     g_quant.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
                    "(bnb_4bit_use_double_quant)")
@@ -141,7 +157,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                                 ("max-live", "1e9", "stage3_max_live_parameters")):
         g_par.add_argument(f"--zero-{flag}", metavar="N", default=default,
                        help=f"DeepSpeed {what} in elements (default {default})")
-    g_par.add_argument("--zero-overlap-comm", action="store_true", help="DeepSpeed overlap_comm (stages 1-2): a second "
+    g_par.add_argument("--zero-overlap-comm", action="store_true", default=None,
+                   help="DeepSpeed overlap_comm (stages 1-2): a second "
                    "reduce-bucket buffer (DeepSpeed's default off; Lightning's DeepSpeedStrategy turns it on)")
     g_par.add_argument("--fsdp", action="store_true", help="PyTorch FSDP, full shard, one unit per layer: parameters, "
                    "gradients and optimizer states sharded over --gpus; with --offload params (CPUOffload) they "
@@ -158,14 +175,20 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
                                 "foreach_denom_copy": "--torch", "foreach": "--torch", "torchao_chunk": "--torchao",
                                 "cache_views": "--transformers", "legacy_cache": "--transformers",
-                                "all_logits": "--transformers"})
+                                "all_logits": "--transformers", "fused": "--fused-optimizer"})
     g_step.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
+                        default=None,
                    help="the loop calls zero_grad() after the forward, just before backward: the last step's "
                    "gradients stay allocated through the forward")
-    g_ver.add_argument("--torch", metavar="VERSION", default="2.1", help="PyTorch's semantics (default %(default)s and "
-                   "later: zero_grad() frees the gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second "
-                   "list at the update; 1.13 and before keep the gradients allocated, set_to_none=False, and "
-                   "update one parameter at a time)")
+    g_ver.add_argument("--stack", metavar="LIST", help="the library versions the run used, a comma list such as "
+                   "torch=2.1,transformers=4.36,peft=0.7 (default: those installed beside vram, else the current "
+                   "releases); --torch, --transformers, --peft, --bitsandbytes, --torchao, --deepspeed set one each")
+    g_ver.add_argument("--torch", metavar="VERSION", help="PyTorch's semantics (2.0 and later: zero_grad() frees the "
+                   "gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second list at the update; 1.13 and "
+                   "before keep the gradients allocated, set_to_none=False, and update one parameter at a time; 2.8 "
+                   "on: the HF Trainer's fused AdamW)")
+    for library in ("peft", "bitsandbytes", "deepspeed"):
+        g_ver.add_argument(f"--{library}", metavar="VERSION", help=f"{library}'s version (default: --stack's)")
     g_quant.add_argument("--loading", choices=("torchtune",),
                          help="how the model was built and loaded, where that leaves "
                    "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
@@ -175,14 +198,15 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                    "goes on for N new tokens after the --seq prompt (default %(default)s: the prefill alone); the peak "
                    "is the "
                    "larger of the prefill and the last decode step, the cache then seq + N - 1 positions")
-    g_ver.add_argument("--transformers", metavar="VERSION", default="4.54", help="Hugging Face transformers' "
-                   "inference semantics (default %(default)s and later: the KV cache copies k and v; before, it kept "
+    g_ver.add_argument("--transformers", metavar="VERSION", help="Hugging Face transformers' "
+                   "semantics (4.54 and later: the KV cache copies k and v; before, it kept "
                    "them "
                    "as computed, and GPT-2's views hold its whole fused qkv output; before 4.45 the prefill computes "
                    "every position's logits; before 4.42 generate() holds the previous step's cache beside the "
-                   "next); the rest of the inference estimate follows transformers 5's modeling code")
-    g_ver.add_argument("--torchao", metavar="VERSION", default="0.2",
-                       help="torchao's to_nf4 for --loading (default %(default)s "
+                   "next; 4.36 on: SDPA attention; 5 on: the checkpoint's own dtype); the rest of the inference "
+                   "estimate follows transformers 5's modeling code")
+    g_ver.add_argument("--torchao", metavar="VERSION",
+                       help="torchao's to_nf4 for --loading (0.2 "
                    "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)")
     return {"model": g_model, "step": g_step, "adapters": g_peft, "quantization": g_quant, "parallel": g_par,
             "versions": g_ver, "output": output}
@@ -263,44 +287,32 @@ def _fraction(args: argparse.Namespace, name: str) -> float:
         raise UsageError(f"{str(value)[:40]!r} is not a number such as 0.05", param=name) from None
 
 
-def _major_minor(version: str, library: str, examples: str, param: str) -> tuple[int, int]:
-    """'2.1', '4.53.2' or '2.1.0+cu118' -> (major, minor); anything else (a bare '2', a sign, other
-    digits than ASCII) is a one-line usage error."""
-    match = _VERSION_RE.fullmatch(version.strip())
-    if not match:
-        raise UsageError(f"{version[:40]!r} is not a {library} version such as {examples}", param=param)
-    return int(match[1]), int(match[2])
+# the old per-source loop flags: each is one row of stack.BEHAVIOURS, which --loop sets with the rest of its loop
+LOOP_FLAGS = {"keeps_last_graph": ("--keeps-last-graph", "litgpt or torchtune"), "fused_qkv": ("--fused-qkv", "litgpt"),
+              "quant_head": ("--quant-head", "litgpt"), "zero_overlap_comm": ("--zero-overlap-comm", "lightning")}
 
 
-_VERSION_RE = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:[.+][0-9A-Za-z.+]{0,40})?", re.ASCII)
+def _stack(args: argparse.Namespace) -> Stack:
+    """--stack, then --torch, --transformers, ... over it; the versions installed beside vram by default."""
+    from ..estimator.stack import LIBRARIES, Stack
+
+    stack = Stack.installed()
+    if args.stack is not None:
+        stack = stack.parse(args.stack)
+    return stack.given(**{lib: getattr(args, lib) for lib in LIBRARIES})
 
 
-def _torch_semantics(version: str) -> tuple[bool, bool, bool]:
-    """--torch: from 2.0 on zero_grad() sets the gradients to None (frees them) and the optimizers update
-    all parameters at once (foreach); 2.0's foreach Adam adds eps into a new list (2.1 in place)."""
-    major, minor = _major_minor(version, "PyTorch", "1.13 or 2.4", "torch")
-    return major >= 2, (major, minor) == (2, 0), major >= 2  # zero_grad_to_none, foreach_denom_copy, foreach
-
-
-def _torchao_chunk(version: str) -> int:
-    """--torchao: to_nf4 quantizes in chunks from 0.2 on (CHUNK_SIZE), each whole tensor before."""
-    from ..estimator.loading import TORCHAO_CHUNK
-
-    return TORCHAO_CHUNK if _major_minor(version, "torchao", "0.1 or 0.4", "torchao_chunk") >= (0, 2) else 0
-
-
-def _transformers_semantics(version: str) -> tuple[bool, bool, bool]:
-    """--transformers -> (cache_views, all_logits, legacy_cache): before 4.54 the KV cache kept the k and v
-    tensors as computed (views); before 4.45 generate() did not pass num_logits_to_keep=1, so the prefill
-    computed every position's logits; before 4.42 it kept the legacy tuple cache of the step before."""
-    version_tuple = _major_minor(version, "transformers", "4.53 or 5.0", "cache_views")
-    return version_tuple < (4, 54), version_tuple < (4, 45), version_tuple < (4, 42)
+# what the command line may leave open for the stack and the loop to fill in (stack.BEHAVIOURS' fields)
+_OPEN = ("precision", "optimizer", "attention", "fused", "adapter_dtype", "quant_compute_dtype", "quant_backend",
+         "quant_head", "fused_qkv", "keeps_last_graph", "zero_overlap_comm", "zero_grad_before_backward")
 
 
 def setup_from_args(args: argparse.Namespace) -> Setup:
-    """argparse -> analytic.Setup. Bad values are VramkitErrors naming the parameter (the dest
-    of its option), which cli/main turns into one line that names the flag."""
-    from ..estimator.analytic import Setup
+    """argparse -> analytic.Setup: what the user gave, the rest from the stack and the loop (stack.setup_for).
+    Bad values are VramkitErrors naming the parameter (the dest of its option), which cli/main turns into
+    one line that names the flag."""
+    from ..estimator.specs import spec_of
+    from ..estimator.stack import setup_for
     from ..units import parse_size
 
     context = None
@@ -314,29 +326,27 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     except ValueError:
         raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
     offload = _offload(args.offload)
-    frees_grads, denom_copy, foreach = _torch_semantics(args.torch)
-    cache_views, all_logits, legacy_cache = _transformers_semantics(args.transformers)
+    stack = _stack(args)
     zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
                   for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
-    return Setup(mode=args.mode, precision=args.precision, optimizer=args.optimizer,
-                 checkpointing=args.checkpointing, attention=args.attention or "eager", quant=args.quant,
-                 double_quant=args.double_quant, zero_grad_to_none=frees_grads, foreach_denom_copy=denom_copy,
-                 foreach=foreach,
+    for name, (flag, loop) in LOOP_FLAGS.items():
+        if getattr(args, name) and args.loop is None:
+            print(f"note: {flag} is part of a training loop's habits: --loop {loop} sets it with the rest "
+                  "(the flag stays for a release)", file=sys.stderr)
+    given = dict(mode=args.mode, checkpointing=args.checkpointing, quant=args.quant,
+                 double_quant=args.double_quant,
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
                  offload_params="params" in offload, fsdp=args.fsdp, **zero_sizes,
-                 zero_overlap_comm=args.zero_overlap_comm, parallel=args.parallel,
-                 head=args.head, context_overhead=context, cuda=cuda,
+                 parallel=args.parallel, head=args.head, context_overhead=context, cuda=cuda,
                  batch=_required_int(args, "batch"), grad_accum=_required_int(args, "grad_accum"),
                  gpus=_required_int(args, "gpus"), tp=_required_int(args, "tp"), seq=_int(args, "seq"),
                  image_size=_int(args, "image_size"), lora=_int(args, "lora"), adapter=_int(args, "adapter"),
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
-                 lora_dropout=_fraction(args, "lora_dropout"), adapter_dtype=args.adapter_dtype,
-                 quant_compute_dtype=args.quant_compute_dtype, quant_head=args.quant_head,
-                 fused_qkv=args.fused_qkv, keeps_last_graph=args.keeps_last_graph, quant_backend=args.quant_backend,
-                 zero_grad_before_backward=args.zero_grad_before_backward, loading=args.loading,
-                 torchao_chunk=_torchao_chunk(args.torchao), cache_views=cache_views, all_logits=all_logits,
-                 legacy_cache=legacy_cache, new_tokens=_required_int(args, "new_tokens"))
+                 lora_dropout=_fraction(args, "lora_dropout"), loading=args.loading,
+                 new_tokens=_required_int(args, "new_tokens"))
+    given |= {name: getattr(args, name) for name in _OPEN if getattr(args, name) is not None}
+    return setup_for(spec_of(args.model), stack, args.loop, given)
 
 
 def list_models() -> str:
@@ -351,9 +361,9 @@ def list_models() -> str:
 
 
 def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
-    """Eager attention is the default here (HF's eager code, what the formulas trace), but recent
-    transformers run SDPA by default: where the scores make much of the peak, say what flash /
-    memory-efficient attention would need, so a long context is not read as needing far more."""
+    """Eager attention is an older stack's default (transformers < 4.36): where the scores make much of
+    the peak, say what flash / memory-efficient attention would need, so a long context is not read as
+    needing far more."""
     from dataclasses import replace
 
     from ..errors import VramkitError
@@ -365,8 +375,8 @@ def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
     except VramkitError:  # a setup flash attention is not modelled for
         return
     if flash.total_bytes < 0.75 * result.total_bytes:
-        result.notes.append(f"eager attention (the default here) keeps every score matrix: with SDPA or flash "
-                            f"kernels (--attention flash; recent transformers use SDPA by default) it would be "
+        result.notes.append(f"eager attention (transformers < 4.36's default) keeps every score matrix: with SDPA "
+                            f"or flash kernels (--attention flash; the default from transformers 4.36) it would be "
                             f"{format_size(flash.total_bytes)} as nvidia-smi shows it")
 
 
@@ -382,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)")
     setup = setup_from_args(args)
     result = estimate(args.model, setup)  # an EstimateError is a VramkitError (exit 2): cli/main prints it
-    if args.attention is None:
+    if args.attention is None and setup.attention == "eager":  # an older stack's default
         _note_flash_attention(args.model, setup, result)
     traced = None
     if args.trace:

@@ -49,6 +49,7 @@ from .formulas import (
 )
 from .loading import LOADING_PATHS, TORCHAO_CHUNK, reserved_by_loading
 from .specs import ENCODERS, EstimateError, ModelSpec, numel, spec_of
+from .stack import Stack, active, assumed_text, setup_for
 
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
@@ -75,6 +76,11 @@ SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6,
                 "adapter": 10**6, "prefix_len": 10**6, "new_tokens": 10**8}
 ZERO_SIZES = ("zero_reduce_bucket", "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence",
               "zero_max_live")
+
+
+# the Setup fields describe() spells in its own words (a behaviour row setting one needs no label of its own)
+_SPELLED = ("attention", "precision", "optimizer", "adapter_dtype", "quant_compute_dtype", "quant_head",
+            "torchao_chunk")
 
 
 @dataclass
@@ -168,6 +174,14 @@ class Setup:
     legacy_cache: bool = False
     # the prefill computes every prompt position's logits (transformers < 4.45: no num_logits_to_keep)
     all_logits: bool = False
+    # the optimizer as one fused kernel (AdamW(fused=True); the HF Trainer's adamw_torch_fused on torch >= 2.8):
+    # each parameter updated in place, no list-wide temporaries
+    fused: bool = False
+    # the stack and training loop the behaviour fields above were read from (stack.setup_for), and the rows
+    # of stack.BEHAVIOURS it assumed as the stack's defaults (the header names them); None: set field by field
+    stack: Stack | None = None
+    loop: str | None = None
+    assumed: tuple[str, ...] = ()
 
     def describe(self, seq: int, family: str = "") -> str:
         """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
@@ -175,28 +189,21 @@ class Setup:
             parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
             if self.new_tokens > 1:
                 parts[0] += f" + {self.new_tokens} new tokens"
-            if self.cache_views and family == "gpt2":  # the only family whose cache held a fused projection
-                parts.append("transformers < 4.54 cache")
-            if self.legacy_cache and self.new_tokens > 1:
-                parts.append("transformers < 4.42 generate (two caches at a step)")
-            if self.all_logits:
-                parts.append("transformers < 4.45 prefill (every position's logits)")
         else:
-            parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision, self.optimizer]
+            parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision,
+                     ("fused " if self.fused and self.optimizer == "adamw" else "") + self.optimizer]
             if self.grad_accum > 1:
                 parts.append(f"grad-accum {self.grad_accum}")
             if self.checkpointing:
                 parts.append("checkpointing")
-            if not self.zero_grad_to_none:
-                parts.append("torch < 2.0 zero_grad")
-            if self.foreach_denom_copy and self.foreach and self.optimizer == "adamw" and self.zero is None:
-                parts.append("torch 2.0 foreach Adam")
-            if not self.foreach and self.optimizer in ("adamw", "adafactor") and self.zero is None:
-                parts.append("for-loop optimizer")
-            if self.zero_grad_before_backward:
-                parts.append("zero_grad before backward")
+        # the library behaviours in effect (stack.BEHAVIOURS) but those whose field this line spells itself;
+        # the stack's defaults are the header's to name
+        parts += [row.label for row in active(self, family) if not row.default and row.field not in _SPELLED]
         if family not in ("params",):
             parts.append(f"{self.attention} attention")
+        assumed = assumed_text(self, family)  # what the stack's defaults chose where the user said nothing
+        if assumed:
+            parts.append(assumed)
         if self.lora:
             parts.append(f"LoRA r={self.lora}" + (f" dropout {self.lora_dropout:g}" if self.lora_dropout else ""))
         if self.adapter:
@@ -456,16 +463,34 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
             "fused kernel, none")
 
 
+def _with_stack(spec: ModelSpec, setup: Setup | None, options: dict[str, Any]) -> Setup:
+    """`setup` with `options` over it; with a stack or a loop among them ("torch=2.0,transformers=4.32", a
+    Stack, "litgpt"), the fields neither sets filled in from stack.BEHAVIOURS for that stack (over the versions
+    installed beside vram) and loop, as the command line does."""
+    stack, loop = options.get("stack"), options.get("loop")
+    if (stack is None or isinstance(stack, Stack)) and loop is None:
+        return replace(setup or Setup(), **options)
+    if not isinstance(stack, Stack):
+        stack = Stack.installed() if stack is None else Stack.installed().parse(str(stack))
+    defaults = Setup()
+    given = {f.name: getattr(setup, f.name) for f in fields(Setup) if setup is not None
+             and f.name not in ("stack", "loop", "assumed") and getattr(setup, f.name) != getattr(defaults, f.name)}
+    given |= {k: v for k, v in options.items() if k not in ("stack", "loop")}
+    return setup_for(spec, stack, loop, given)
+
+
 def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estimate:
     """Estimate the GPU memory one GPU needs. `model`: a catalog name, a config.json path or
     folder, a bare count like "7b", a config dict, a transformers config (model.config) or a
-    ModelSpec (specs.spec_of); options: the fields of Setup.
+    ModelSpec (specs.spec_of); options: the fields of Setup; `stack` ("torch=2.1,transformers=4.36") and
+    `loop` ("litgpt") fill in the fields not given from those libraries' and that loop's behaviours
+    (stack.BEHAVIOURS).
 
     >>> e = estimate("bert-large-uncased", batch=4, seq=512, precision="fp32")
     >>> e.total_bytes, e.breakdown
     """
     spec = spec_of(model)
-    setup = replace(setup or Setup(), **options)
+    setup = _with_stack(spec, setup, options)
     if isinstance(setup.lora_targets, str):  # "q,v" as the command line writes it
         setup = replace(setup, lora_targets=tuple(t.strip() for t in setup.lora_targets.split(",") if t.strip()))
     setup.check(spec)
@@ -652,7 +677,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     else:
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
-        if not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
+        if setup.fused and setup.optimizer == "adamw":  # torch._fused_adamw_: every state updated in place
+            tmp, tmp_f = 0, "fused AdamW (torch._fused_adamw_, one kernel over each parameter): none"
+        elif not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
             # _single_tensor_adamw: exp_avg_sq.sqrt() and its quotient by the bias correction, both alive
             n = (2 if setup.optimizer == "adamw" else 1) * min(pt, p.largest)
             tmp = n * wt

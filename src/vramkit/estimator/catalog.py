@@ -100,6 +100,17 @@ MODELS: dict[str, dict[str, Any]] = {
                   "intermediate_size": 4096},
 }
 
+# The checkpoint's dtype (its config's torch_dtype; where the config names none, its weights'): transformers 5
+# loads the model in it (dtype="auto"). Checkpoints published in float16 (llama-2, gpt-neox, opt, bloom) are left
+# without: the estimate has no pure-fp16 training to map them to.
+_BF16 = ("llama-3-8b", "llama-3-70b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen3-8b", "gemma-7b")
+_FP32 = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "tinybert",
+         "distilbert-base-uncased", "albert-base-v2", "roberta-base", "roberta-large", "gpt2", "gpt2-medium",
+         "gpt2-large", "gpt2-xl", "t5-small", "t5-base", "t5-large", "vit-base", "vit-large")
+for _names, _dtype in ((_BF16, "bfloat16"), (_FP32, "float32")):
+    for _name in _names:
+        MODELS[_name] = {**MODELS[_name], "torch_dtype": _dtype}
+
 ALIASES = {
     "bert-base": "bert-base-uncased", "bert-large": "bert-large-uncased",
     "distilbert-base": "distilbert-base-uncased", "distilbert": "distilbert-base-uncased",

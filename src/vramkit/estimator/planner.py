@@ -11,6 +11,7 @@ from typing import Any
 from . import catalog
 from .analytic import Estimate, Setup, estimate
 from .specs import EstimateError, ModelSpec, resolve, spec_of
+from .stack import remedies
 
 
 @dataclass
@@ -127,6 +128,14 @@ def _stack_changes(setup: Setup, consider: Callable[..., None], last_fits: Calla
             break
 
 
+def _behaviour_remedies(setup: Setup, spec: ModelSpec, consider: Callable[..., None]) -> None:
+    """A newer library or another loop habit, for each behaviour in effect that costs memory (stack.BEHAVIOURS'
+    remedies: generate() in transformers 4.54 on keeps one cache a step, the last position's logits and the cache's
+    own k/v copies); each matters to some setups only, hence must_help."""
+    for remedy, diff in remedies(setup, spec.family).items():
+        consider(remedy, must_help=True, **diff)
+
+
 def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None,
          gpu_label: str | None = None, **options: Any) -> Plan:
     """Plan a setup on a GPU: `gpu` is a catalog name or a capacity in bytes (e.g. free memory).
@@ -189,6 +198,7 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
             consider("activation checkpointing", checkpointing=True)
         if setup.optimizer in ("adamw", "adafactor") and not setup.lora:
             consider("8-bit AdamW", optimizer="adamw-8bit")
+        _behaviour_remedies(setup, spec, consider)
         if spec.family != "vit":
             seq = base.seq // 2
             if seq >= 16:
@@ -223,10 +233,7 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
             consider(f"batch {max_batch}", batch=max_batch)
         if setup.attention == "eager":
             consider("flash / memory-efficient attention", attention="flash")
-        # generate() in transformers 4.54 on: one cache a step (4.42), the last position's logits (4.45), the
-        # cache's own k/v copies (4.54); each matters to some setups only, hence must_help
-        consider("transformers 4.54 or later (--transformers 4.54)", must_help=True, cache_views=False,
-                 legacy_cache=False, all_logits=False)
+        _behaviour_remedies(setup, spec, consider)
         if setup.new_tokens > 1:
             fewer = setup.new_tokens // 2
             consider(f"{fewer} new token{'s' if fewer > 1 else ''} (--new-tokens {fewer})", must_help=True,

@@ -30,6 +30,7 @@ from ..errors import RequestError, VramkitError
 from ..torch._common import format_bytes
 from ..torch._tensors import TensorTracker, round_block  # round_block: re-exported (__all__)
 from .specs import EstimateError, ModelSpec, spec_of
+from .stack import untraced
 
 if TYPE_CHECKING:
     from .analytic import Setup
@@ -254,14 +255,16 @@ class _Adam8bit:
                 p.grad.zero_()
 
 
-def make_optimizer(name: str, params: Iterable[Any], foreach: bool = True) -> Any:
+def make_optimizer(name: str, params: Iterable[Any], foreach: bool = True, fused: bool = False) -> Any:
     """The optimizer `name` as CUDA runs it (foreach; False: one parameter at a time, as before
-    PyTorch 2.0); None for "none" (a backward pass without a step)."""
+    PyTorch 2.0; fused: AdamW's single kernel); None for "none" (a backward pass without a step)."""
     torch = _torch()
     if name == "none":
         return None
     params = [p for p in params if p.requires_grad]
     if name == "adamw":
+        if fused:
+            return torch.optim.AdamW(params, lr=1e-4, fused=True)
         return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3, foreach=foreach)
@@ -307,11 +310,8 @@ class ReferenceRun:
                                              ("quant", setup.quant), ("zero", setup.zero is not None),
                                              ("fsdp", setup.fsdp), ("tp", setup.tp > 1), ("gpus", setup.gpus > 1),
                                              ("optimizer paged-adamw", setup.optimizer == "paged-adamw"),
-                                             ("keeps_last_graph", setup.keeps_last_graph),
                                              # the reference runs one prefill, as transformers 5 does it
-                                             ("new_tokens (generation)", setup.new_tokens > 1),
-                                             ("transformers < 4.45 (legacy cache, every position's logits)",
-                                              setup.legacy_cache or setup.all_logits)) if on]
+                                             ("new_tokens (generation)", setup.new_tokens > 1)) if on]
         if unsupported:
             raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
                                    "analytic estimate models it)")
@@ -338,7 +338,7 @@ class ReferenceRun:
         finally:
             torch.set_default_dtype(default)
         net.train(self.setup.mode == "train")
-        optimizer = make_optimizer(self.setup.optimizer, net.parameters(), self.setup.foreach) \
+        optimizer = make_optimizer(self.setup.optimizer, net.parameters(), self.setup.foreach, self.setup.fused) \
             if self.setup.mode == "train" else None
         return net, optimizer
 
@@ -356,6 +356,10 @@ def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
     run = ReferenceRun.plan(model, setup, **options)
     notes = ["CPU trace on fake tensors: cuBLAS/cuDNN workspaces, allocator fragmentation and the CUDA "
              "context are not seen (the analytic estimate adds them)"]
+    # the library behaviours in effect that the reference step does not reproduce: the analytic estimate
+    # counts them, the trace does not (stack.BEHAVIOURS' traced column)
+    notes += [f"not traced: {row.label} ({row.effect}); the analytic estimate counts it"
+              for row in untraced(run.setup, run.spec.family)]
     if run.setup.attention == "flash":
         notes.append("flash attention traced with PyTorch's CPU fused kernel (keeps q, k, v, output and "
                      "logsumexp, as the CUDA flash and memory-efficient kernels do); dropout inside it omitted")

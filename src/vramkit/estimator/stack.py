@@ -1,0 +1,421 @@
+"""The software stack an estimate assumes, and the one table of library behaviours that change memory.
+
+A `Stack` names the versions of torch, transformers, peft, bitsandbytes, torchao and deepspeed; by
+default the ones installed beside vram (read from their package metadata, never imported), else the
+releases current when this vram was made. Each behaviour that changes memory is one row of
+BEHAVIOURS: what it is, the versions or training loops it belongs to, whether the traced estimator
+reproduces it, the words describe() prints, and the Setup field it sets. Every reader goes through
+this table: the command line (setup_for), Setup.describe() and --explain (active), the planner
+(remedies) and the tracer (untraced).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from .specs import EstimateError, ModelSpec
+
+if TYPE_CHECKING:
+    from .analytic import Setup
+
+LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "torchao", "deepspeed")
+Version = tuple[int, int]
+
+# the releases an estimate assumes where a library is not installed beside vram
+CURRENT: dict[str, Version] = {"torch": (2, 13), "transformers": (5, 24), "peft": (0, 21), "bitsandbytes": (0, 49),
+                               "torchao": (0, 15), "deepspeed": (0, 18)}
+
+# the training loops whose own behaviour changes memory (--loop); hf-trainer is the default
+LOOPS = ("hf-trainer", "accelerate", "lightning", "litgpt", "torchtune", "plain")
+DEFAULT_LOOP = "hf-trainer"
+
+_NAMES = {"torch": "PyTorch"}
+_VERSION_RE = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})(?:[.+][0-9A-Za-z.+]{0,40})?", re.ASCII)
+
+
+def parse_version(text: str, library: str) -> Version:
+    """'2.1', '4.53.2', '2.1.0+cu118' or '2.1.0.dev20230623' -> (major, minor); else EstimateError
+    naming the library's flag."""
+    match = _VERSION_RE.fullmatch(str(text).strip())
+    if not match:
+        raise EstimateError(f"{str(text)[:40]!r} is not a {_NAMES.get(library, library)} version such as "
+                            f"{'.'.join(map(str, CURRENT[library]))}", param=library)
+    return int(match[1]), int(match[2])
+
+
+@dataclass(frozen=True)
+class Stack:
+    torch: Version = CURRENT["torch"]
+    transformers: Version = CURRENT["transformers"]
+    peft: Version = CURRENT["peft"]
+    bitsandbytes: Version = CURRENT["bitsandbytes"]
+    torchao: Version = CURRENT["torchao"]
+    deepspeed: Version = CURRENT["deepspeed"]
+    # which libraries were not installed and fell back to CURRENT, or were given explicitly
+    origin: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @classmethod
+    def installed(cls) -> Stack:
+        """The versions installed beside vram (package metadata; nothing is imported), else CURRENT."""
+        versions: dict[str, Version] = {}
+        origin = []
+        for library in LIBRARIES:
+            try:
+                versions[library] = parse_version(importlib.metadata.version(library), library)
+                origin.append((library, "installed"))
+            except (importlib.metadata.PackageNotFoundError, EstimateError, ValueError):
+                versions[library] = CURRENT[library]
+                origin.append((library, "current release"))
+        return cls(**versions, origin=tuple(origin))
+
+    def given(self, **versions: str | None) -> Stack:
+        """This stack with the libraries named set to the versions given (text, as typed)."""
+        changed = {lib: parse_version(text, lib) for lib, text in versions.items() if text is not None}
+        if not changed:
+            return self
+        origin = tuple((lib, "given" if lib in changed else how) for lib, how in self.origin or
+                       ((lib, "current release") for lib in LIBRARIES))
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "origin"}
+        return Stack(**{**values, **changed}, origin=origin)
+
+    def parse(self, text: str) -> Stack:
+        """--stack 'torch=2.1,transformers=4.36': the libraries named, the rest as in this stack."""
+        versions: dict[str, str | None] = {}
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            name, _, version = part.partition("=")
+            name = name.strip().lower()
+            if name not in LIBRARIES or not version.strip():
+                raise EstimateError(f"{part[:40]!r}: give LIBRARY=VERSION, a comma list of "
+                                    f"{', '.join(LIBRARIES)} (torch=2.1,transformers=4.36)", param="stack")
+            versions[name] = version
+        try:
+            return self.given(**versions)
+        except EstimateError as e:  # the library's version is bad: --stack is the flag that said it
+            raise EstimateError(str(e), param="stack") from None
+
+    def version(self, library: str) -> Version:
+        value: Version = getattr(self, library)
+        return value
+
+    def __str__(self) -> str:
+        return self.naming(LIBRARIES)
+
+    def naming(self, libraries: tuple[str, ...]) -> str:
+        """'torch 2.13, transformers 5.24 installed' for the libraries given (each with where its version came
+        from where they differ: installed, given, the current release)."""
+        origin = dict(self.origin)
+        named = [f"{lib} {'.'.join(map(str, self.version(lib)))}" for lib in libraries]
+        whence = {origin.get(lib, "") for lib in libraries}
+        if len(whence) == 1:
+            return ", ".join(named) + (f" {whence.pop()}" if origin else "")
+        return ", ".join(f"{text} {origin.get(lib, '')}".rstrip() for text, lib in zip(named, libraries))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A library version range (`library` `op` `version`) or the training loops a behaviour belongs to."""
+
+    library: str  # one of LIBRARIES, or "loop"
+    op: str = ""  # <, >=, == (a version); "" for a loop
+    version: Version = (0, 0)
+    loops: tuple[str, ...] = ()
+
+    def holds(self, stack: Stack, loop: str) -> bool:
+        if self.library == "loop":
+            return loop in self.loops
+        have = stack.version(self.library)
+        return {"<": have < self.version, ">=": have >= self.version, "==": have == self.version}[self.op]
+
+    def __str__(self) -> str:
+        if self.library == "loop":
+            return "the " + " and ".join(self.loops) + " loop" + ("s" if len(self.loops) > 1 else "")
+        return f"{self.library} {self.op} {'.'.join(map(str, self.version))}"
+
+
+def _v(library: str, op: str, version: str) -> Requirement:
+    return Requirement(library, op, parse_version(version, library))
+
+
+def _loop(*loops: str) -> Requirement:
+    return Requirement("loop", loops=loops)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """One library behaviour that changes memory: a row of BEHAVIOURS."""
+
+    name: str
+    what: str  # what the library does, one line
+    requires: tuple[Requirement, ...]  # all must hold (versions, loops); () = set only by its flag
+    field: str  # the Setup field it sets ...
+    value: Any  # ... to this (a callable of the spec: the value for that model, None where it does not apply)
+    off: Any  # the field's value without the behaviour
+    traced: bool  # the traced estimator reproduces it
+    label: str  # describe()'s words
+    effect: str  # what it does to memory
+    flag: str  # how the command line asks for it
+    source: str = ""  # the library code it follows (docs/estimation.md's table prints it)
+    default: bool = False  # a default of the current stack, printed in the header as assumed
+    remedy: str = ""  # what a user does to be rid of it (the planner offers it when it helps)
+    matters: Callable[[Setup, str], bool] = lambda setup, family: True  # for this setup and model family
+
+    def value_for(self, spec: ModelSpec) -> Any:
+        return self.value(spec) if callable(self.value) else self.value
+
+    @property
+    def versions(self) -> str:
+        return ", ".join(str(r) for r in self.requires) or f"only when asked ({self.flag})"
+
+
+def _train(setup: Setup, family: str) -> bool:
+    return setup.mode == "train"
+
+
+def _infer(setup: Setup, family: str) -> bool:
+    return setup.mode == "infer"
+
+
+def _own_adamw(setup: Setup, family: str) -> bool:  # PyTorch's own optimizer steps (not DeepSpeed's)
+    return setup.mode == "train" and setup.optimizer == "adamw" and setup.zero is None
+
+
+def _checkpoint_precision(spec: ModelSpec) -> str | None:
+    """transformers 5's dtype="auto": the checkpoint's own dtype; a bf16 checkpoint trains in pure bf16,
+    an fp32 one in fp32; None where the config names none (a bare count, an older config: torch's fp32
+    default, which the setup's own precision default stands for)."""
+    return {"bfloat16": "bf16-pure", "float32": "fp32"}.get(spec.dtype)
+
+
+BEHAVIOURS: tuple[Behaviour, ...] = (
+    # ---- the defaults of the current stack (printed in the header as assumed)
+    Behaviour("sdpa", "transformers runs attention through torch's scaled_dot_product_attention (the fused "
+              "flash / memory-efficient kernels: no score matrix kept) unless attn_implementation='eager'",
+              (_v("transformers", ">=", "4.36"),), "attention", "flash", "eager", traced=True,
+              label="SDPA attention", effect="no b·a·s² scores or probabilities kept; q, k, v, output and logsumexp "
+              "saved instead", flag="--attention flash", default=True,
+              matters=lambda setup, family: family != "params",
+              source='transformers modeling_utils.py `_check_and_adjust_attn_implementation` (SDPA by default since '
+                     '4.36, #26572)'),
+    Behaviour("dtype-auto", "from_pretrained loads the checkpoint's own dtype (dtype='auto', transformers 5's "
+              "default): a bf16 checkpoint trains in pure bf16 unless mixed precision is asked for",
+              (_v("transformers", ">=", "5.0"),), "precision", _checkpoint_precision, "bf16", traced=True,
+              label="the checkpoint's dtype", effect="bf16 checkpoints: 2 B weights, gradients and AdamW states, no "
+              "fp32 master copy nor autocast copies; fp32 checkpoints: fp32 throughout", flag="--precision",
+              default=True, matters=_train,
+              source='transformers 5 modeling_utils.py `from_pretrained` (`dtype="auto"`: the config\'s '
+                     '`dtype`/`torch_dtype`)'),
+    Behaviour("fused-adamw", "the HF Trainer's default optimizer is adamw_torch_fused on torch >= 2.8 "
+              "(transformers#37358): one fused kernel updates each parameter in place",
+              (_v("torch", ">=", "2.8"), _v("transformers", ">=", "4.54"), _loop("hf-trainer")), "fused", True,
+              False, traced=True, label="fused AdamW", effect="no optimizer-step temporaries (foreach AdamW keeps "
+              "sqrt(exp_avg_sq) for every parameter at once)", flag="--fused-optimizer", default=True,
+              matters=_own_adamw,
+              source='transformers training_args.py (`default_optim = "adamw_torch_fused"` if torch >= 2.8, #37358); '
+                     'torch/optim/adamw.py `_fused_adamw` (`torch._fused_adamw_`)'),
+    # ---- older versions
+    Behaviour("zero-grad-keeps", "zero_grad() zeroes the gradients in place instead of freeing them "
+              "(set_to_none=False, PyTorch's default before 2.0; HF's Trainer until 2023)",
+              (_v("torch", "<", "2.0"),), "zero_grad_to_none", False, True, traced=True,
+              label="torch < 2.0 zero_grad", effect="the gradients stay allocated through the next forward and "
+              "backward", flag="--torch 1.13", remedy="torch 2.0 or later (--torch 2.0)", matters=_train,
+              source='torch/optim/optimizer.py `zero_grad(set_to_none=...)` (default True from 2.0)'),
+    Behaviour("foreach-denom-copy", "PyTorch 2.0's foreach Adam adds eps into a new list (denom = "
+              "torch._foreach_add(exp_avg_sq_sqrt, eps); pytorch#104780 made it in place in 2.1)",
+              (_v("torch", "==", "2.0"),), "foreach_denom_copy", True, False, traced=False,
+              label="torch 2.0 foreach Adam", effect="a second parameter-sized list at the update",
+              flag="--torch 2.0", remedy="torch 2.1 or later (--torch 2.1)",
+              matters=lambda setup, family: _own_adamw(setup, family) and setup.foreach and not setup.fused,
+              source='torch/optim/adam.py `_multi_tensor_adam` in 2.0 (`denom = torch._foreach_add(exp_avg_sq_sqrt, '
+                     'eps)`; pytorch#104780)'),
+    Behaviour("for-loop-optimizer", "the optimizers update one parameter at a time (foreach off: PyTorch < 2.0, "
+              "HF's own AdamW and Adafactor)", (_v("torch", "<", "2.0"),), "foreach", False, True, traced=True,
+              label="for-loop optimizer", effect="the update's temporaries are the largest tensor's, not all of "
+              "them", flag="--torch 1.13",
+              matters=lambda setup, family: setup.mode == "train" and setup.optimizer in ("adamw", "adafactor")
+              and setup.zero is None and not setup.fused,
+              source='torch/optim/adamw.py `_single_tensor_adamw`; transformers optimization.py `AdamW.step` (`for p '
+                     'in group["params"]`)'),
+    Behaviour("cache-views", "the KV cache keeps k and v as computed (views) instead of copying them into its "
+              "own tensors (DynamicCache before transformers 4.54): GPT-2's views hold its whole fused qkv output",
+              (_v("transformers", "<", "4.54"),), "cache_views", True, False, traced=True,
+              label="transformers < 4.54 cache", effect="GPT-2: the q third of the fused projection stays beside "
+              "the cache", flag="--transformers 4.53", remedy="transformers 4.54 or later (--transformers 4.54)",
+              matters=lambda setup, family: setup.mode == "infer" and family == "gpt2",
+              source='transformers cache_utils.py `DynamicCache.update` (`torch.cat` into its own tensors from 4.54)'),
+    Behaviour("legacy-cache", "generate() holds the previous step's cache while the model builds the next "
+              "(the legacy tuple cache, before transformers 4.42), and the prefill's outputs through the first "
+              "decode step", (_v("transformers", "<", "4.42"),), "legacy_cache", True, False, traced=False,
+              label="transformers < 4.42 generate (two caches at a step)", effect="two KV caches at a decode step",
+              flag="--transformers 4.41", remedy="transformers 4.54 or later (--transformers 4.54)",
+              matters=lambda setup, family: setup.mode == "infer" and setup.new_tokens > 1,
+              source='transformers generation/utils.py `_sample` (the tuple cache before 4.42)'),
+    Behaviour("all-logits", "the prefill computes every prompt position's logits (generate() before "
+              "transformers 4.45 passed no num_logits_to_keep)", (_v("transformers", "<", "4.45"),),
+              "all_logits", True, False, traced=False, label="transformers < 4.45 prefill (every position's "
+              "logits)", effect="b·s·vocab logits (upcast to fp32) instead of the last position's",
+              flag="--transformers 4.44", remedy="transformers 4.54 or later (--transformers 4.54)", matters=_infer,
+              source='transformers generation/utils.py (`num_logits_to_keep` from 4.45)'),
+    Behaviour("peft-base-dtype-adapters", "PEFT before 0.12 created LoRA weights in the base layer's dtype "
+              "(autocast_adapter_dtype, fp32 adapters on a 16-bit base, came with 0.12)",
+              (_v("peft", "<", "0.12"),), "adapter_dtype", "16bit", "fp32", traced=False,
+              label="16bit adapters", effect="LoRA weights, gradients and AdamW states 2 B instead of 4 B on a "
+              "16-bit base", flag="--peft 0.11",
+              matters=lambda setup, family: bool(setup.lora) and (setup.precision == "bf16-pure" or bool(setup.quant)),
+              source='peft tuners/lora/layer.py `update_layer` (`autocast_adapter_dtype` from 0.12)'),
+    Behaviour("torchao-whole-tensor", "torchao 0.1's to_nf4 quantizes each whole tensor at once (32 B an element; "
+              "0.2 on: 1,048,576 elements at a time)", (_v("torchao", "<", "0.2"),), "torchao_chunk", 0, 1048576,
+              traced=False, label="torchao 0.1 to_nf4", effect="torchtune's loading leaves more reserved",
+              flag="--torchao 0.1", remedy="torchao 0.2 or later (--torchao 0.2)",
+              matters=lambda setup, family: bool(setup.loading),
+              source='torchao dtypes/nf4tensor.py `to_nf4` (`CHUNK_SIZE` from 0.2)'),
+    # ---- training loops (--loop)
+    Behaviour("keeps-last-graph", "the loop holds the last micro-step's loss and logits into the next forward "
+              "(LitGPT's fit(), torchtune's recipes): that graph's nodes live on",
+              (_loop("litgpt", "torchtune"),), "keeps_last_graph", True, False, traced=False,
+              label="loop keeps the last graph", effect="the logits, and what bitsandbytes' matmuls keep as ctx "
+              "attributes, through the next forward", flag="--keeps-last-graph",
+              remedy="a loop that drops the loss and logits before the next forward", matters=_train,
+              source='litgpt finetune/lora.py `fit` (`loss`, `logits` live to the next forward); torchtune '
+                     'recipes/lora_finetune_single_device.py `train`'),
+    Behaviour("fused-qkv", "q, k and v are one linear (LitGPT builds every model so; torchvision's "
+              "MultiheadAttention)", (_loop("litgpt"),), "fused_qkv", True, False, traced=False,
+              label="fused qkv", effect="one autocast cast, LoRA dropout or 4-bit input cast for the three",
+              flag="--fused-qkv", matters=_train,
+              source='litgpt model.py `CausalSelfAttention.attn` (one qkv linear); lora.py `LoRAQKVLinear`'),
+    Behaviour("adapters-16bit", "LoRA weights in the model's 16-bit dtype (LitGPT, torchtune; PEFT keeps them "
+              "fp32)", (_loop("litgpt", "torchtune"),), "adapter_dtype", "16bit", "fp32", traced=False,
+              label="16bit adapters", effect="LoRA weights, gradients and AdamW states 2 B instead of 4 B",
+              flag="--adapter-dtype 16bit",
+              matters=lambda setup, family: bool(setup.lora) and (setup.precision == "bf16-pure" or bool(setup.quant)),
+              source="litgpt lora.py (LoRA weights in the model's dtype); torchtune modules/peft/lora.py `LoRALinear`"),
+    Behaviour("quant-compute-bf16", "4-bit weights dequantized to and multiplied in bf16 (Lightning's "
+              "BitsandbytesPrecision in LitGPT; torchao's NF4 in torchtune takes the input's dtype; HF's "
+              "BitsAndBytesConfig defaults to fp32)", (_loop("litgpt", "torchtune"),), "quant_compute_dtype",
+              "bf16", "fp32", traced=False, label="bf16 compute", effect="the dequantized weight 2 B, no fp32 "
+              "input cast", flag="--quant-compute-dtype bf16",
+              matters=lambda setup, family: setup.quant == "4bit",
+              source='lightning fabric/plugins/precision/bnb.py `BitsandbytesPrecision` (compute dtype = its dtype); '
+                     'torchao nf4tensor.py `linear_nf4`'),
+    Behaviour("quant-head", "the output layer quantized too (Lightning's BitsandbytesPrecision replaces every "
+              "nn.Linear; HF leaves lm_head 16-bit)", (_loop("litgpt"),), "quant_head", True, False, traced=False,
+              label="head quantized too", effect="lm_head at 4 or 8 bits", flag="--quant-head",
+              matters=lambda setup, family: bool(setup.quant),
+              source='lightning fabric/plugins/precision/bnb.py `_convert_layers` (every nn.Linear)'),
+    Behaviour("paged-adamw", "LitGPT's finetune scripts take bitsandbytes' PagedAdamW with a quantized base: its "
+              "states in CUDA unified memory", (_loop("litgpt"),), "optimizer", "paged-adamw", "adamw",
+              traced=False, label="paged AdamW", effect="the optimizer states outside the caching allocator",
+              flag="--optimizer paged-adamw",
+              matters=lambda setup, family: bool(setup.quant) and setup.mode == "train",
+              source='litgpt finetune/lora.py (`bnb.optim.PagedAdamW` when quantizing)'),
+    Behaviour("torchao-nf4", "torchtune's QLoRA quantizes with torchao's NF4 (linear_nf4 keeps only the weight, "
+              "no input)", (_loop("torchtune"),), "quant_backend", "torchao", "bitsandbytes", traced=False,
+              label="torchao NF4", effect="the frozen 4-bit linears keep no input for backward",
+              flag="--quant-backend torchao", matters=lambda setup, family: setup.quant == "4bit",
+              source='torchtune modules/peft/lora.py `LoRALinear(quantize_base=True)` (`to_nf4`, `linear_nf4`)'),
+    Behaviour("overlap-comm", "Lightning's DeepSpeedStrategy turns overlap_comm on (DeepSpeed's own default is "
+              "off): a second reduce-bucket buffer", (_loop("lightning"),), "zero_overlap_comm", True, False,
+              traced=False, label="overlap_comm", effect="a second reduce bucket of reduce_bucket_size elements",
+              flag="--zero-overlap-comm",
+              matters=lambda setup, family: setup.zero in (1, 2),
+              source='lightning pytorch/strategies/deepspeed.py `DeepSpeedStrategy(overlap_comm=True)`'),
+    Behaviour("zero-grad-before-backward", "the loop calls zero_grad() after the forward, just before backward "
+              "(forward, zero_grad, backward, step: Raschka's scripts)", (), "zero_grad_before_backward", True,
+              False, traced=False, label="zero_grad before backward", effect="the last step's gradients live "
+              "through the forward", flag="--zero-grad-before-backward",
+              remedy="zero_grad() after the optimizer step", matters=_train,
+              source="Raschka's pytorch-memory-optim scripts (forward, `zero_grad()`, backward, step)"),
+)
+
+BY_NAME = {row.name: row for row in BEHAVIOURS}
+
+
+def setup_for(spec: ModelSpec, stack: Stack, loop: str | None, given: dict[str, Any]) -> Setup:
+    """The Setup of `given` (what the user set), each field it leaves open filled in by the first row of
+    BEHAVIOURS whose versions and loop hold for `stack` and `loop`; the defaults among them are named in
+    Setup.assumed."""
+    from .analytic import Setup
+
+    loop = loop or DEFAULT_LOOP
+    if loop not in LOOPS:
+        raise EstimateError(f"must be one of {', '.join(LOOPS)}, not {str(loop)[:40]!r}", param="loop")
+    rows: dict[str, tuple[Behaviour, Any]] = {}  # field -> the first row that sets it, and its value
+    for row in BEHAVIOURS:
+        if row.field in given or row.field in rows or not row.requires:
+            continue
+        if all(r.holds(stack, loop) for r in row.requires):
+            value = row.value_for(spec)
+            if value is not None:
+                rows[row.field] = (row, value)
+    # a row that does not matter to the setup it makes is left out (LitGPT's quantized head without a quantized
+    # base; the Trainer's fused AdamW when another optimizer is asked for)
+    whole = Setup(**{**{f: v for f, (_, v) in rows.items()}, **given})
+    kept = {f: (row, v) for f, (row, v) in rows.items() if row.matters(whole, spec.family)}
+    return Setup(**{**{f: v for f, (_, v) in kept.items()}, **given}, stack=stack, loop=loop,
+                 assumed=tuple(row.name for row, _ in kept.values() if row.default))
+
+
+def active(setup: Setup, family: str) -> list[Behaviour]:
+    """The rows in effect in `setup` that matter to it (a model of `family`): a default of the stack where
+    setup_for assumed it (a user's own --attention flash is no assumption), any other row whenever its field
+    has the row's value, however it was set (its library's version, a loop, its own flag)."""
+    out = []
+    labels = set()
+    for row in BEHAVIOURS:
+        if row.default:
+            if row.name not in setup.assumed:
+                continue
+        elif getattr(setup, row.field) != row.value:
+            continue
+        if not row.matters(setup, family) or row.label in labels:
+            continue
+        labels.add(row.label)
+        out.append(row)
+    return out
+
+
+def assumed_text(setup: Setup, family: str) -> str:
+    """The header's words for the stack's defaults in effect: 'assumed (hf-trainer loop; torch 2.13,
+    transformers 5.24 installed): SDPA attention, fused AdamW'; "" when none."""
+    rows = [row for row in active(setup, family) if row.default]
+    if not rows:
+        return ""
+    libraries = tuple(dict.fromkeys(r.library for row in rows for r in row.requires if r.library != "loop"))
+    where = [f"{setup.loop} loop"] if any(r.library == "loop" for row in rows for r in row.requires) else []
+    if setup.stack:
+        where.append(setup.stack.naming(libraries))
+    return f"assumed ({'; '.join(where)}): " + ", ".join(row.label for row in rows)
+
+
+def untraced(setup: Setup, family: str) -> list[Behaviour]:
+    """The rows in effect that the traced estimator cannot reproduce (--trace says so)."""
+    return [row for row in active(setup, family) if not row.traced]
+
+
+def remedies(setup: Setup, family: str) -> dict[str, dict[str, Any]]:
+    """For the planner: each remedy of the rows in effect -> the field values without them (rows that share
+    a remedy, such as the three of an older transformers, are undone together)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in active(setup, family):
+        if row.remedy:
+            out.setdefault(row.remedy, {})[row.field] = row.off
+    return out
+
+
+def markdown_table() -> str:
+    """BEHAVIOURS as docs/estimation.md shows it (python -m vramkit.estimator.stack prints it)."""
+    rows = ["| behaviour | when | traced | header | effect on memory | library code |", "|---|---|---|---|---|---|"]
+    rows += [f"| {row.what} | {row.versions}; `{row.flag}` | {'yes' if row.traced else 'no: noted'} | "
+             f"{row.label}{' (assumed)' if row.default else ''} | {row.effect} | {row.source} |" for row in BEHAVIOURS]
+    return "\n".join(rows)
+
+
+__all__ = ["BEHAVIOURS", "CURRENT", "LIBRARIES", "LOOPS", "Behaviour", "Stack", "active", "remedies",
+           "setup_for", "untraced"]
+
+
+if __name__ == "__main__":
+    print(markdown_table())
