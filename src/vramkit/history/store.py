@@ -14,8 +14,8 @@ seconds, never averages, so that merging is adding), for every sample up to meta
 (a sample id), from hour meta `hour_since` on. A report reads whole hours there and only the rest
 row by row (query.py): a 30-day report reads tens of thousands of rows, not millions.
 
-Day sums (schema 3): proc_day and gpu_day hold the same sums per UTC day, written in the same
-transactions as the hour sums, so a day's sums are those of its 24 hours: a year's report reads
+Day sums (schema 3): proc_day and gpu_day hold the same sums per UTC day, summed from the hour
+sums in the transaction that changes an hour of the day, so a day's sums are those of its hours: a year's report reads
 a row per day, process life and GPU, and hours and rows only at the edges. A day is usable from
 meta `hour_since` on (an older day lost hours to retention); `vram report --by day` reads them
 where local days are UTC days.
@@ -80,10 +80,19 @@ _RAW_TO_HOURS = (f"""
     FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND s.id < :upto GROUP BY h, g.gpu
     ON CONFLICT (t, gpu) DO UPDATE SET {_GPU_HOUR_MERGE}""")
 
-# The same per UTC day (schema 3), in the same transactions: a day's sums are its hours'.
-_RAW_TO_DAYS = tuple(statement.replace("proc_hour", "proc_day").replace("gpu_hour", "gpu_day")
-                     .replace(f"CAST(s.t / {HOUR} AS INTEGER) * {HOUR}", f"CAST(s.t / {DAY} AS INTEGER) * {DAY}")
-                     for statement in _RAW_TO_HOURS)
+# A day's sums (schema 3): those of its hours, summed again whenever an hour of it changes (in the
+# same transaction), so a day always equals its hours.
+_HOURS_TO_DAY = (f"""
+    INSERT INTO proc_day (t, job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds,
+                          idle_memory_byte_seconds)
+    SELECT :day, job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds),
+           SUM(idle_memory_byte_seconds)
+    FROM proc_hour WHERE t >= :day AND t < :day + {DAY} GROUP BY job, gpu""", f"""
+    INSERT INTO gpu_day (t, gpu, seconds, occupied_seconds, lost_seconds, used_max, util_seconds,
+                         util_known_seconds)
+    SELECT :day, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds), MAX(used_max), SUM(util_seconds),
+           SUM(util_known_seconds)
+    FROM gpu_hour WHERE t >= :day AND t < :day + {DAY} GROUP BY gpu""")
 
 # Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
 MIGRATIONS: tuple[str, ...] = (
@@ -1012,8 +1021,15 @@ def _raw_to_hours(c: sqlite3.Connection) -> None:
                            "(SELECT max(id) FROM samples)) FROM samples", {"after": after}).fetchone()
     if upto is None or last is None:
         return
-    for statement in (*_RAW_TO_HOURS, *_RAW_TO_DAYS):
+    days = [day for (day,) in c.execute(f"SELECT DISTINCT CAST(t / {DAY} AS INTEGER) * {DAY} FROM samples "
+                                        "WHERE id > :after AND id < :upto", {"after": after, "upto": upto})]
+    for statement in _RAW_TO_HOURS:
         c.execute(statement, {"after": after, "upto": upto})
+    for day in days:
+        c.execute("DELETE FROM proc_day WHERE t = ?", (day,))
+        c.execute("DELETE FROM gpu_day WHERE t = ?", (day,))
+        for statement in _HOURS_TO_DAY:
+            c.execute(statement, {"day": day})
     c.execute("INSERT INTO meta (key, value) VALUES ('hour_sample', ?) ON CONFLICT(key) DO UPDATE "
               "SET value = excluded.value", (upto - 1,))
     # Every summed sample is at or before hour_t_last: a report ending later can read its last,
