@@ -26,7 +26,7 @@ import time
 MIB = 1024**2
 QUERY = ["index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "memory.free",
          "memory.reserved", "utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw",
-         "power.limit", "fan.speed"]
+         "power.limit", "fan.speed", "utilization.encoder", "utilization.decoder"]
 # vram JSON key, nvidia-smi column, how to compare
 FIELDS = [
     ("uuid", "uuid", "exact"), ("name", "name", "exact"), ("pci_bus_id", "pci.bus_id", "pci"),
@@ -35,6 +35,8 @@ FIELDS = [
     ("utilization", "utilization.gpu", "pct_live"), ("memory_utilization", "utilization.memory", "pct_live"),
     ("temperature", "temperature.gpu", "temp"), ("power_draw", "power.draw", "power"),
     ("power_limit", "power.limit", "float"), ("fan", "fan.speed", "pct_live"),
+    ("encoder_utilization", "utilization.encoder", "pct_live"),
+    ("decoder_utilization", "utilization.decoder", "pct_live"),
 ]
 VRAM = [sys.executable, "-m", "vramkit"]
 

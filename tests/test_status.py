@@ -33,7 +33,8 @@ from vramkit.units import parse_size
 DEMO = scenario_data("demo")
 EXPECTED = expected_gpus(DEMO, t=0)
 STATUS_CSV_HEADER = ("index,name,uuid,pci_bus_id,lost,memory_used,memory_total,memory_free,memory_reserved,"
-                     "utilization,memory_utilization,temperature,power_draw,power_limit,fan,process_count,simulated,time")
+                     "utilization,memory_utilization,temperature,power_draw,power_limit,fan,encoder_utilization,"
+                     "decoder_utilization,process_count,simulated,time")
 
 
 @pytest.fixture(scope="module")

@@ -152,8 +152,6 @@ class Health:
     memory_temperature: int | None = None  # degrees C of the memory (HBM), NVML_FI_DEV_MEMORY_TEMP
     energy_total: int | None = None  # millijoules consumed since the driver loaded (a counter)
     pcie_replays: int | None = None  # PCIe replays (link retries) since the driver loaded (a counter)
-    encoder_utilization: int | None = None  # % of recent time the video encoder was busy
-    decoder_utilization: int | None = None  # % of recent time the video decoder was busy
     na: dict[str, str] = field(default_factory=dict)  # field -> why it is N/A
 
 
@@ -176,6 +174,8 @@ class Device:
     power_draw: float | None = None  # watts
     power_limit: float | None = None  # watts
     fan: int | None = None  # %
+    encoder_utilization: int | None = None  # % of recent time the video encoder was busy
+    decoder_utilization: int | None = None  # % of recent time the video decoder was busy
     mig_enabled: bool | None = None
     mig_devices: list[MigDevice] = field(default_factory=list)
     lost: bool = False

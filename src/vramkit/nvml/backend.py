@@ -139,6 +139,11 @@ class Nvml:
             limit = self._query(dev, ("power_limit",), lib.nvmlDeviceGetEnforcedPowerLimit, handle)
             dev.power_limit = None if limit is None else limit / 1000
             dev.fan = self._query(dev, ("fan",), lib.nvmlDeviceGetFanSpeed, handle)
+            # the video engines' busy share: [%, sampling period in µs]
+            encoder = self._query(dev, ("encoder_utilization",), lib.nvmlDeviceGetEncoderUtilization, handle)
+            dev.encoder_utilization = None if encoder is None else encoder[0]
+            decoder = self._query(dev, ("decoder_utilization",), lib.nvmlDeviceGetDecoderUtilization, handle)
+            dev.decoder_utilization = None if decoder is None else decoder[0]
             self._read_mig(dev, handle)
             self._read_processes(dev, handle)
             self._read_process_utilization(dev, handle)
@@ -376,9 +381,6 @@ class Nvml:
         h.graphics_clock_max = ask("graphics_clock_max", "nvmlDeviceGetMaxClockInfo", lib.NVML_CLOCK_GRAPHICS)
         h.energy_total = ask("energy_total", "nvmlDeviceGetTotalEnergyConsumption")  # mJ
         h.pcie_replays = ask("pcie_replays", "nvmlDeviceGetPcieReplayCounter")
-        for name in ("encoder", "decoder"):
-            util = ask(f"{name}_utilization", f"nvmlDeviceGet{name.capitalize()}Utilization")
-            setattr(h, f"{name}_utilization", None if util is None else util[0])
         h.memory_temperature = self._field_value(probe, "memory_temperature", handle, lib.NVML_FI_DEV_MEMORY_TEMP)
         self._read_nvlink(index, handle, h, probe)
         h.na = probe.na

@@ -37,7 +37,8 @@ else:
 GPU_FIELDS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_used", "memory_reserved",
     "utilization", "memory_utilization", "temperature", "power", "power_limit", "fan",
-    "unsupported", "no_permission", "lost", "mig", "health", "numa_node",
+    "encoder_utilization", "decoder_utilization", "unsupported", "no_permission", "lost", "mig", "health",
+    "numa_node",
 }
 MIG_FIELDS = {"gi", "ci", "profile", "uuid", "memory_total", "memory_used"}
 PROCESS_FIELDS = {
@@ -61,12 +62,12 @@ PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 FAULT_FIELDS = {"driver", "slow_calls"}
 # Fields a scenario may mark unsupported / no_permission, and the NVML calls they stand for.
 QUERYABLE = {"memory", "utilization", "process_utilization", "temperature", "power", "power_limit", "fan", "processes",
-             "name", "uuid", "pci_bus_id",
+             "name", "uuid", "pci_bus_id", "encoder_decoder",
              # health (read by `vram status --all` and `vram info`): one name per NVML call family
              "ecc", "retired_pages", "remapped_rows", "throttle_reasons", "clocks", "performance_state", "pcie",
              "pcie_throughput", "persistence_mode", "compute_mode", "nvlink", "topology", "numa_node",
              # read by vram serve: the counters and sensors NVML has beyond those, and its XID events
-             "energy", "pcie_replays", "memory_temperature", "encoder_decoder", "events"}
+             "energy", "pcie_replays", "memory_temperature", "events"}
 # A GPU's health fields (docs/scenarios.md), the names of gpu_state.Health's: counts, flags, MHz, ...
 HEALTH_COUNTS = {"ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
                  "ecc_uncorrected_aggregate", "retired_pages_single_bit", "retired_pages_double_bit",
@@ -77,8 +78,7 @@ HEALTH_LIMITS = {"sm_clock_max", "memory_clock_max", "pcie_gen_max", "pcie_width
                  "nvlink_links_up"}
 HEALTH_RATES = {"pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx"}  # bytes a second: "2GiB" or a number
 # Fields a driver reports only on some GPUs: absent from the scenario, their calls answer NOT_SUPPORTED.
-HEALTH_OPTIONAL = {"memory_temperature", "energy_joules", "pcie_replays", "encoder_utilization",
-                   "decoder_utilization", "xid_events"}
+HEALTH_OPTIONAL = {"memory_temperature", "energy_joules", "pcie_replays", "xid_events"}
 HEALTH_FIELDS = (HEALTH_COUNTS | HEALTH_FLAGS | HEALTH_TIMELINES | HEALTH_LIMITS | HEALTH_RATES | HEALTH_OPTIONAL
                  | {"throttle_reasons", "compute_mode", "memory_errors"})
 # NVML's clocks event (throttle) reasons, bit by bit, as words
@@ -484,7 +484,9 @@ def default_pci_bus_id(i: int) -> str:
 def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict[str, Any]:
     where = f"gpus[{i}]"
     amd = vendor == "amd"
-    c.known(raw, (GPU_FIELDS - {"mig"}) | AMD_GPU_FIELDS if amd else GPU_FIELDS, where)
+    # vramkit reads no AMD video engine: a scenario must not say what nothing would show
+    c.known(raw, (GPU_FIELDS - {"mig", "encoder_utilization", "decoder_utilization"}) | AMD_GPU_FIELDS
+            if amd else GPU_FIELDS, where)
     g = dict(raw)
     g["index"] = i
     g["name"] = c.string(raw.get("name", "AMD Instinct MI300X" if amd else "NVIDIA A100-SXM4-80GB"), f"{where}.name")
@@ -523,9 +525,8 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
     g["power_limit"] = c.number(raw.get("power_limit", 400), f"{where}.power_limit", minimum=0)
     g["power"] = c.timeline(raw.get("power", 60), f"{where}.power",
                             lambda v, w: c.number(v, w, minimum=0))
-    g["fan"] = raw.get("fan")
-    if g["fan"] is not None:
-        g["fan"] = c.timeline(g["fan"], f"{where}.fan", pct)
+    for key in ("fan", "encoder_utilization", "decoder_utilization"):  # absent: NOT_SUPPORTED
+        g[key] = None if raw.get(key) is None else c.timeline(raw[key], f"{where}.{key}", pct)
     for key in ("unsupported", "no_permission"):
         items = raw.get(key, [])
         if not isinstance(items, list) or any(not isinstance(x, str) or x not in QUERYABLE for x in items):
@@ -672,9 +673,8 @@ def _validate_health(c: _Checker, raw: Any, where: str, name: str) -> dict[str, 
 
 def _validate_optional_health(c: _Checker, raw: dict[str, Any], h: dict[str, Any], where: str) -> None:
     """The fields that default to N/A (None: the call answers NOT_SUPPORTED): memory temperature,
-    the energy counter (joules at t=0; it grows by the GPU's power), PCIe replays, the video
-    engines' utilization, and XID events ([{"at": "30s", "xid": 79}, ...] on the scenario clock)."""
-    pct = lambda v, w: c.number(v, w, minimum=0, maximum=100)  # noqa: E731
+    the energy counter (joules at t=0; it grows by the GPU's power), PCIe replays, and XID events
+    ([{"at": "30s", "xid": 79}, ...] on the scenario clock)."""
     h["memory_temperature"] = (None if "memory_temperature" not in raw else c.timeline(
         raw["memory_temperature"], f"{where}.memory_temperature",
         lambda v, w: c.number(v, w, minimum=-50, maximum=150)))
@@ -682,8 +682,6 @@ def _validate_optional_health(c: _Checker, raw: dict[str, Any], h: dict[str, Any
                           else c.number(raw["energy_joules"], f"{where}.energy_joules", minimum=0))
     h["pcie_replays"] = (None if "pcie_replays" not in raw
                          else c.number(raw["pcie_replays"], f"{where}.pcie_replays", minimum=0, integer=True))
-    for key in ("encoder_utilization", "decoder_utilization"):
-        h[key] = None if key not in raw else c.timeline(raw[key], f"{where}.{key}", pct)
     events = raw.get("xid_events", [])
     if not isinstance(events, list):
         c.fail(f"{where}.xid_events", "must be a list of {\"at\": duration, \"xid\": number}")

@@ -462,6 +462,19 @@ class SimulatedNvml:
             raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # passively cooled, like an SXM A100
         return int(value_at(g["fan"], self.now()))
 
+    def _video(self, handle: SimHandle, key: str) -> list[int]:
+        """The GPU's video encoder or decoder: [%, sampling period in µs]."""
+        g = self._field(handle, "encoder_decoder")
+        if g[key] is None or handle.gi is not None:
+            raise self._error(self.api.NVML_ERROR_NOT_SUPPORTED)  # no such engine (or a MIG instance)
+        return [int(value_at(g[key], self.now())), 167_000]
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: SimHandle) -> list[int]:
+        return self._video(handle, "encoder_utilization")
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: SimHandle) -> list[int]:
+        return self._video(handle, "decoder_utilization")
+
     # ------------------------------------------------------------ health (scenario gpus[].health)
     def _health(self, handle: SimHandle, family: str) -> dict[str, Any]:
         """The GPU's health fields, or the error its `family` of calls answers with (a MIG instance
@@ -587,13 +600,6 @@ class SimulatedNvml:
         count: int = self._optional(handle, "pcie_replays", "pcie_replays")
         return count
 
-    def nvmlDeviceGetEncoderUtilization(self, handle: SimHandle) -> list[int]:
-        util = self._optional(handle, "encoder_decoder", "encoder_utilization")
-        return [int(value_at(util, self.now())), 167_000]  # [%, sampling period in µs]
-
-    def nvmlDeviceGetDecoderUtilization(self, handle: SimHandle) -> list[int]:
-        util = self._optional(handle, "encoder_decoder", "decoder_utilization")
-        return [int(value_at(util, self.now())), 167_000]
 
     # ---------------------------------------------- events: XIDs (scenario gpus[].health.xid_events)
     def nvmlDeviceGetSupportedEventTypes(self, handle: SimHandle) -> int:

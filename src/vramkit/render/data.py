@@ -90,7 +90,8 @@ def ps_json(snap: Snapshot, procs: list[GpuProcess]) -> str:
 
 STATUS_CSV_COLUMNS = ("index", "name", "uuid", "pci_bus_id", "lost", "memory_used", "memory_total",
                       "memory_free", "memory_reserved", "utilization", "memory_utilization",
-                      "temperature", "power_draw", "power_limit", "fan", "process_count", "simulated", "time")
+                      "temperature", "power_draw", "power_limit", "fan", "encoder_utilization", "decoder_utilization",
+                      "process_count", "simulated", "time")
 
 
 def _csv_value(value: object) -> str:

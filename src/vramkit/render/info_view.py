@@ -172,6 +172,15 @@ def _value(dev: Device, name: str, text: str) -> str:
     return text
 
 
+def _video(dev: Device) -> str:
+    """The video encoder's and decoder's busy share; one N/A where both are N/A for one reason."""
+    enc, dec = dev.encoder_utilization, dev.decoder_utilization
+    if enc is None and dec is None and dev.na.get("encoder_utilization") == dev.na.get("decoder_utilization"):
+        return _value(dev, "encoder_utilization", "")
+    return (f"encoder {_value(dev, 'encoder_utilization', fmt.pct(enc))}  "
+            f"decoder {_value(dev, 'decoder_utilization', fmt.pct(dec))}")
+
+
 def _identity_and_load(dev: Device) -> list[tuple[str, str]]:
     frac = fmt.mem_fraction(dev)
     power = (f"N/A ({dev.na.get('power_draw') or dev.na.get('power_limit') or 'not read'})"
@@ -179,7 +188,8 @@ def _identity_and_load(dev: Device) -> list[tuple[str, str]]:
     return [
         ("uuid", dev.uuid or "N/A"),
         ("pci bus id", dev.pci_bus_id or "N/A"),
-        ("mig", "not supported" if dev.mig_enabled is None and "mig_enabled" not in dev.na
+        ("mig" if dev.vendor == "nvidia" else "partitions",
+         "not supported" if dev.mig_enabled is None and "mig_enabled" not in dev.na
          else _value(dev, "mig_enabled", "on" if dev.mig_enabled else "off")),
         ("memory used", _value(dev, "memory_used", f"{fmt.memory_pair(dev.memory_used, dev.memory_total)} "
                                                    f"({fmt.pct(None if frac is None else 100 * frac)})")),
@@ -191,6 +201,7 @@ def _identity_and_load(dev: Device) -> list[tuple[str, str]]:
         ("temperature", _value(dev, "temperature", fmt.temp(dev.temperature))),
         ("power", power),
         ("fan", _value(dev, "fan", fmt.pct(dev.fan))),
+        ("video", _video(dev)),
     ]
 
 
@@ -247,7 +258,8 @@ def _process_lines(dev: Device, style: Style, width: int) -> list[str]:
 
 def _mig_lines(dev: Device, style: Style, width: int) -> list[str]:
     # the profile ("3g.40gb") is the last word of the instance's name
-    return [field_line(f"mig gi {m.gi}", f"{(m.name or 'N/A').rsplit(' ', 1)[-1]}  "
+    return [field_line(f"mig gi {m.gi}" if dev.vendor == "nvidia" else f"partition {m.gi}",
+                       f"{(m.name or 'N/A').rsplit(' ', 1)[-1]}  "
                                          f"{fmt.memory_pair(m.memory_used, m.memory_total)} used", style, width)
             for m in dev.mig_devices]
 

@@ -21,7 +21,32 @@ def layout(width: int) -> tuple[int, int, int]:
     return max(4, min(16, width - 71)), 0, 14
 
 
-def _gpu_line(dev: Device, style: Style, width: int) -> str:
+def _extras(dev: Device, video: bool) -> str:
+    """After the power: the fan where the GPU has one, and (`video`) the video encoder and decoder
+    while either is in use. Nothing for what is N/A: most GPUs have no fan, most never encode."""
+    text = f" fan {fmt.pct(dev.fan):>4}" if dev.fan is not None else ""
+    if video and (dev.encoder_utilization or dev.decoder_utilization):
+        text += f"  enc {fmt.pct(dev.encoder_utilization):>4} dec {fmt.pct(dev.decoder_utilization):>4}"
+    return text
+
+
+MIN_LINE = 80  # a GPU line's columns without its extras: fan and video use show only beyond it
+
+
+def extras_fit(gpus: list[Device], width: int) -> tuple[dict[int, str], int]:
+    """Each GPU's extras and the columns they take: fan and video use where both fit beside a line
+    of MIN_LINE columns, else the fan only, else none; the same columns for every GPU, so the
+    bars (which shrink to make room) line up down the page."""
+    for video in (True, False):
+        extras = {g.index: _extras(g, video) for g in gpus if not g.lost}
+        taken = max(map(cells, extras.values()), default=0)
+        if width - taken >= MIN_LINE:
+            return extras, taken
+    return {}, 0
+
+
+def _gpu_line(dev: Device, style: Style, width: int, extras: str = "") -> str:
+    """`width`: for the line without `extras`, which go after it."""
     index = style.paint(f"{dev.index:>2}", "bold")
     if dev.lost:
         return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
@@ -34,14 +59,14 @@ def _gpu_line(dev: Device, style: Style, width: int) -> str:
     util_bar = (style.bar(None if util is None else util / 100, util_w, "cyan") + " ") if util_w else ""
     name = pad(clip(fmt.short_gpu_name(dev.name), name_w), name_w)
     return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, style.level(frac))}"
-            f"  util {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}")
+            f"  util {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}{extras}")
 
 
 def _mig_lines(dev: Device, style: Style) -> list[str]:
     lines = []
     for m in dev.mig_devices:
         frac = None if m.memory_used is None or not m.memory_total else m.memory_used / m.memory_total
-        label = f"MIG gi {m.gi}"
+        label = f"MIG gi {m.gi}" if dev.vendor == "nvidia" else f"part {m.gi}"  # an AMD partition (DPX, CPX)
         profile = (m.name or "").rsplit(" ", 1)[-1]
         lines.append(f"      {label:<9} {profile:<9} mem {style.bar(frac, 16, style.level(frac))} "
                      f"{fmt.memory_pair(m.memory_used, m.memory_total)}")
@@ -150,8 +175,9 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
     command; `processes`: the holder lines under each GPU (--no-processes: none)."""
     lines = [banner(snap, style, width, total)]
     user_w = user_width(snap.gpus)
+    extras, taken = extras_fit(snap.gpus, width)
     for dev in snap.gpus:
-        lines.append(_gpu_line(dev, style, width))
+        lines.append(_gpu_line(dev, style, width - taken, extras.get(dev.index, "")))
         lines.extend(_mig_lines(dev, style))
         if processes:
             lines.extend(_holder_lines(dev, style, width, wide, user_w))
@@ -160,7 +186,9 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
 
             lines.extend(health_lines(dev, style, width))
         # "processes" is said on the holder line ("processes unknown (REASON)"), not twice.
-        skip = ("fan", "memory_reserved", "processes") if processes else ("fan", "memory_reserved")
+        # a GPU without a fan or video engines is common, not worth a line
+        quiet = ("fan", "encoder_utilization", "decoder_utilization", "memory_reserved")
+        skip = (*quiet, "processes") if processes else quiet
         na = {k: v for k, v in dev.na.items() if k not in skip}
         if na:
             reasons = sorted(set(na.values()))

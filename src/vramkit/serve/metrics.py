@@ -137,7 +137,7 @@ def vram_metrics(snap: Snapshot, state: ExportState, commands: bool, max_process
     host.add_metric([label(state.hostname), snap.driver_version or "", snap.cuda_version or "",
                      "true" if snap.simulated else "false", label(snap.scenario)], {})
     yield host
-    info = InfoMetricFamily("vram_gpu", "Each GPU", labels=["gpu", "uuid", "name", "pci_bus_id"])
+    info = InfoMetricFamily("vram_gpu", "Each GPU", labels=["gpu", "uuid", "name", "pci_bus_id", "vendor"])
     fields = {
         "memory_used": _gauge("vram_gpu_memory_used_bytes", "GPU memory in use (NVML; reserved memory apart)"),
         "memory_total": _gauge("vram_gpu_memory_total_bytes", "GPU memory in all"),
@@ -155,7 +155,7 @@ def vram_metrics(snap: Snapshot, state: ExportState, commands: bool, max_process
     procs = _gauge("vram_gpu_processes", "Processes holding memory on the GPU")
     for g in snap.gpus:
         key = [str(g.index), g.uuid or ""]
-        info.add_metric([str(g.index), g.uuid or "", label(g.name), g.pci_bus_id or ""], {})
+        info.add_metric([str(g.index), g.uuid or "", label(g.name), g.pci_bus_id or "", g.vendor], {})
         lost.add_metric(key, 1.0 if g.lost else 0.0)
         if g.lost:
             continue
@@ -404,7 +404,7 @@ def _vram_text(text: _Text, snap: Snapshot, state: ExportState, commands: bool, 
     for g in snap.gpus:
         key = _block([("gpu", str(g.index)), ("uuid", g.uuid or "")])
         info.append((_block([("gpu", str(g.index)), ("uuid", g.uuid or ""), ("name", label(g.name)),
-                             ("pci_bus_id", g.pci_bus_id or "")]), 1.0))
+                             ("pci_bus_id", g.pci_bus_id or ""), ("vendor", g.vendor)]), 1.0))
         lost.append((key, 1.0 if g.lost else 0.0))
         if g.lost:
             continue
@@ -594,10 +594,6 @@ _VRAM_HEALTH: list[tuple[str, str, str, Callable[[Health], float | None]]] = [
     ("vram_gpu_memory_temperature_celsius", "GPU memory (HBM) temperature", "", lambda h: h.memory_temperature),
     ("vram_gpu_energy_joules_total", "Energy the GPU consumed since the driver loaded", "",
      lambda h: _scaled(h.energy_total, 1e-3)),
-    ("vram_gpu_encoder_utilization_ratio", "Share of recent time the video encoder was busy (0-1)", "",
-     lambda h: _scaled(h.encoder_utilization, 0.01)),
-    ("vram_gpu_decoder_utilization_ratio", "Share of recent time the video decoder was busy (0-1)", "",
-     lambda h: _scaled(h.decoder_utilization, 0.01)),
     ("vram_gpu_ecc_enabled", "1 when ECC is on", "", lambda h: _flag(h.ecc_enabled)),
     ("vram_gpu_row_remap_pending", "1 when a row remap waits for a GPU reset", "", lambda h: _flag(h.remap_pending)),
     ("vram_gpu_row_remap_failed", "1 when row remapping failed (no spare row)", "", lambda h: _flag(h.remap_failed)),
@@ -606,11 +602,22 @@ _VRAM_HEALTH: list[tuple[str, str, str, Callable[[Health], float | None]]] = [
 ]
 
 
+# Percentages every reading has (not health's): exported as ratios
+_VRAM_PERCENT: list[tuple[str, str, Callable[[Device], int | None]]] = [
+    ("vram_gpu_fan_speed_ratio", "Fan speed, share of its maximum (0-1)", lambda g: g.fan),
+    ("vram_gpu_encoder_utilization_ratio", "Share of recent time the video encoder was busy (0-1)",
+     lambda g: g.encoder_utilization),
+    ("vram_gpu_decoder_utilization_ratio", "Share of recent time the video decoder was busy (0-1)",
+     lambda g: g.decoder_utilization),
+]
+
+
 def _vram_health(snap: Snapshot) -> list[Family]:
     gpus = [({"gpu": str(g.index), "uuid": g.uuid or ""}, h) for g, h in _healthy(snap)]
-    out = [("vram_gpu_fan_speed_ratio", "gauge", "Fan speed, share of its maximum (0-1)",
-            [({"gpu": str(g.index), "uuid": g.uuid or ""}, g.fan / 100) for g in snap.gpus
-             if not g.lost and g.fan is not None])]
+    live = [g for g in snap.gpus if not g.lost]
+    out: list[Family] = [(name, "gauge", doc, [({"gpu": str(g.index), "uuid": g.uuid or ""}, v / 100)
+                                               for g in live if (v := get(g)) is not None])
+                         for name, doc, get in _VRAM_PERCENT]
     out += _per_gpu(_VRAM_HEALTH, gpus)
     ecc = _fam("vram_gpu_ecc_errors_total", "ECC errors: corrected or uncorrected, since the driver loaded "
                "(volatile) or over the GPU's life (aggregate)", "counter")
@@ -709,8 +716,6 @@ _DCGM_HEALTH: list[tuple[str, str, str, Callable[[Health], float | None]]] = [
      "(in B/s).", "", lambda h: h.nvlink_tx),
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, not including protocol headers "
      "(in B/s).", "", lambda h: h.nvlink_rx),
-    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", "", lambda h: h.encoder_utilization),
-    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "", lambda h: h.decoder_utilization),
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors", "",
      lambda h: h.remapped_rows_correctable),
     ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors", "",
@@ -740,10 +745,19 @@ _DCGM_HEALTH: list[tuple[str, str, str, Callable[[Health], float | None]]] = [
 ]
 
 
+_DCGM_PERCENT: list[tuple[str, str, Callable[[Device], int | None]]] = [
+    ("DCGM_FI_DEV_FAN_SPEED", "Fan speed (in 0-100%).", lambda g: g.fan),
+    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", lambda g: g.encoder_utilization),
+    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", lambda g: g.decoder_utilization),
+]
+
+
 def _dcgm_more(snap: Snapshot, hostname: str, xids: Xids | None) -> list[Family]:
     gpus = [(_dcgm_key(g, hostname), h) for g, h in _healthy(snap)]
-    out = [("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in 0-100%).",
-            [(_dcgm_key(g, hostname), float(g.fan)) for g in snap.gpus if not g.lost and g.fan is not None])]
+    live = [g for g in snap.gpus if not g.lost]
+    out: list[Family] = [(name, "gauge", doc, [(_dcgm_key(g, hostname), float(v)) for g in live
+                                               if (v := get(g)) is not None])
+                         for name, doc, get in _DCGM_PERCENT]
     out += _per_gpu(_DCGM_HEALTH, gpus, lambda _: "gauge")
     xid = _fam("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.")
     if xids is not None:
@@ -769,10 +783,8 @@ def _nvitop(snap: Snapshot, hostname: str, commands: bool, cap: int) -> list[Fam
     gpu_rows: list[tuple[str, str, Callable[[Device], float | None]]] = [
         ("gpu_utilization_Percentage", "GPU utilization (%).", lambda g: g.utilization),
         ("gpu_memory_utilization_Percentage", "GPU memory utilization (%).", lambda g: g.memory_utilization),
-        ("gpu_encoder_utilization_Percentage", "GPU encoder utilization (%).",
-         lambda g: g.health.encoder_utilization if g.health else None),
-        ("gpu_decoder_utilization_Percentage", "GPU decoder utilization (%).",
-         lambda g: g.health.decoder_utilization if g.health else None),
+        ("gpu_encoder_utilization_Percentage", "GPU encoder utilization (%).", lambda g: g.encoder_utilization),
+        ("gpu_decoder_utilization_Percentage", "GPU decoder utilization (%).", lambda g: g.decoder_utilization),
         ("gpu_memory_total_MiB", "GPU memory total (MiB).", lambda g: _scaled(g.memory_total, 1 / MIB)),
         ("gpu_memory_used_MiB", "GPU memory used (MiB).", lambda g: _scaled(g.memory_used, 1 / MIB)),
         ("gpu_memory_free_MiB", "GPU memory free (MiB).", lambda g: _scaled(g.memory_free, 1 / MIB)),
@@ -875,9 +887,9 @@ def _nvidia_smi(snap: Snapshot, xids: Xids | None, cap: int) -> list[Family]:
         ("nvidia_smi_utilization_memory_ratio", "utilization.memory [%]",
          lambda g: _scaled(g.memory_utilization, 0.01)),
         ("nvidia_smi_utilization_encoder_ratio", "utilization.encoder [%]",
-         lambda g: _scaled(h(g).encoder_utilization, 0.01)),
+         lambda g: _scaled(g.encoder_utilization, 0.01)),
         ("nvidia_smi_utilization_decoder_ratio", "utilization.decoder [%]",
-         lambda g: _scaled(h(g).decoder_utilization, 0.01)),
+         lambda g: _scaled(g.decoder_utilization, 0.01)),
         ("nvidia_smi_temperature_gpu", "temperature.gpu", lambda g: g.temperature),
         ("nvidia_smi_temperature_memory", "temperature.memory", lambda g: h(g).memory_temperature),
         ("nvidia_smi_power_draw_watts", "power.draw [W]", lambda g: g.power_draw),
