@@ -19,8 +19,8 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
@@ -63,8 +63,9 @@ class _Prev:
 class _Job:
     id: int
     last_seen: float
-    gpus: set[int] = field(default_factory=set)
+    gpus: frozenset[int] | set[int] = frozenset()  # replaced, never changed in place
     peak: int = 0
+    gpu_list: str = ""  # `gpus` as the jobs table holds them ("0,3")
 
 
 def _int(value: object) -> int | None:
@@ -93,7 +94,22 @@ def _job_row(row: tuple[object, ...] | None) -> _Job | None:
     job, seen, gpus = _int(row[0]), _real(row[1]), _gpu_set(row[2])
     if job is None or seen is None or gpus is None:
         return None
-    return _Job(job, seen, gpus, _int(row[3]) or 0)
+    return _Job(job, seen, gpus, _int(row[3]) or 0, ",".join(map(str, sorted(gpus))))
+
+
+def _write_jobs(c: sqlite3.Connection, credit: dict[int, list[float]], seen: Iterable[_Job],
+                now: float | None) -> None:
+    """One UPDATE per job: the time its processes held memory in the previous sample (`credit`),
+    and for the jobs of this sample (`seen`) when they were last seen, their peak and GPUs."""
+    rows: list[tuple[float, float, float, float | None, int | None, str | None, int]] = []
+    for j in seen:
+        add = credit.pop(j.id, None) or (0.0, 0.0, 0.0)
+        rows.append((add[0], add[1], add[2], now, j.peak, j.gpu_list, j.id))
+    rows.extend((add[0], add[1], add[2], None, None, None, job) for job, add in credit.items())
+    c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
+                  "idle_seconds = idle_seconds + ?, last_seen = coalesce(?, last_seen), "
+                  "peak_memory = max(peak_memory, coalesce(?, peak_memory)), gpus = coalesce(?, gpus) "
+                  "WHERE id = ?", rows)
 
 
 def max_gap(interval: float) -> float:
@@ -147,12 +163,13 @@ class Recorder:
         self._check_lost(snap)
         try:
             with self.store.transaction() as c:
-                unbroken = self._credit_previous(c, mono, snap.time)
+                unbroken, credit = self._credit_previous(c, mono, snap.time)
                 continuing = {h.job for h in self._prev.held} if unbroken and self._prev else set()
                 sample = c.execute("INSERT INTO samples (t) VALUES (?)", (snap.time,)).lastrowid
                 assert sample is not None
                 self._write_gpus(c, sample, snap)
                 new_jobs, held = self._write_processes(c, sample, snap, continuing)
+                _write_jobs(c, credit, new_jobs.values(), snap.time)
                 idle_since = self._write_holding(c, held, snap.time, unbroken)
         except Exception as e:  # noqa: BLE001 - a write that fails for any reason is said, not fatal
             self.dropped += 1
@@ -203,7 +220,7 @@ class Recorder:
                 mono = time.monotonic() if now_monotonic is None else now_monotonic
                 if self._prev.mono is not None:  # (a resumed sample waits for a real next one)
                     with self.store.transaction() as c:
-                        self._credit_previous(c, mono, None)
+                        _write_jobs(c, self._credit_previous(c, mono, None)[1], (), None)
                     self.commits += 1
                 self._prev = None
         except Exception as e:  # noqa: BLE001 - said; the store still closes
@@ -216,12 +233,14 @@ class Recorder:
                 self.store.close()
 
     # ------------------------------------------------------------ the writes
-    def _credit_previous(self, c: sqlite3.Connection, mono: float, wall: float | None) -> bool:
-        """The previous sample stands for the time from it to now (capped): write its span and
-        add its processes' time to their jobs. False when there was no previous sample or the
-        time since it is a gap (recording was broken)."""
+    def _credit_previous(self, c: sqlite3.Connection, mono: float,
+                         wall: float | None) -> tuple[bool, dict[int, list[float]]]:
+        """The previous sample stands for the time from it to now (capped): write its span, and
+        say what its processes add to their jobs (job -> [seconds, memory byte-seconds, idle
+        seconds], all its GPUs together: _write_jobs writes them). False when there was no
+        previous sample or the time since it is a gap (recording was broken)."""
         if self._prev is None:
-            return False
+            return False, {}
         sample, held = self._prev.sample, self._prev.held
         if self._prev.mono is not None:
             span = mono - self._prev.mono
@@ -230,10 +249,16 @@ class Recorder:
         unbroken = 0 <= span <= self.gap
         span = span if unbroken else 0.0  # a gap, or a clock that went back: not counted
         c.execute("UPDATE samples SET span = ? WHERE id = ?", (span, sample))
-        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = "
-                      "memory_byte_seconds + ?, idle_seconds = idle_seconds + ? WHERE id = ?",
-                      [(span, (h.memory or 0) * span, span if h.idle else 0.0, h.job) for h in held])
-        return unbroken
+        credit: dict[int, list[float]] = {}
+        for h in held:
+            add = credit.get(h.job)
+            if add is None:
+                add = credit[h.job] = [0.0, 0.0, 0.0]
+            add[0] += span
+            add[1] += (h.memory or 0) * span
+            if h.idle:
+                add[2] += span
+        return unbroken, credit
 
     def _write_holding(self, c: sqlite3.Connection, held: list[_Held], now: float,
                        unbroken: bool) -> dict[tuple[int, int], float | None]:
@@ -296,14 +321,16 @@ class Recorder:
             job = changed.get(key)
             if job is None:
                 base = self._job(c, key, p, snap.time, continuing)
-                job = changed[key] = _Job(base.id, snap.time, set(base.gpus), base.peak)
-            job.gpus.add(gpu)
-            job.peak = max(job.peak, memory or 0)
+                # The GPU set is copied only when it grows: memory follows the database after the commit.
+                job = changed[key] = _Job(base.id, snap.time, base.gpus, base.peak, base.gpu_list)
+            if gpu not in job.gpus:
+                job.gpus = job.gpus | {gpu}
+                job.gpu_list = ",".join(map(str, sorted(job.gpus)))
+            if memory is not None and memory > job.peak:
+                job.peak = memory
             rows.append((sample, job.id, gpu, memory, sm, int(idle)))
             held.append(_Held(job.id, gpu, memory, idle))
         c.executemany("INSERT INTO proc_raw (sample, job, gpu, memory, sm_util, idle) VALUES (?, ?, ?, ?, ?, ?)", rows)
-        c.executemany("UPDATE jobs SET last_seen = ?, peak_memory = max(peak_memory, ?), gpus = ? WHERE id = ?",
-                      [(snap.time, j.peak, ",".join(map(str, sorted(j.gpus))), j.id) for j in changed.values()])
         return changed, held
 
     def _job(self, c: sqlite3.Connection, key: JobKey, p: GpuProcess, now: float, continuing: set[int]) -> _Job:
