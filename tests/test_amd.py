@@ -105,3 +105,90 @@ def test_holders_of_kfd_and_render_nodes_are_found_by_gpu(children, write_scenar
     h = holders[proc.pid]
     assert h["gpus"] == [1, 6]
     assert h["devices"] == [str(dev / "renderD129"), str(dev / "renderD135"), str(dev / "kfd")]
+
+
+def test_metrics_label_each_gpu_with_its_vendor_on_a_mixed_host():
+    """/metrics has the same names on AMD GPUs; vram_gpu_info says whose each GPU is."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vramkit.machine import snapshot
+    from vramkit.serve.metrics import ExportState, render
+
+    body = render(snapshot(simulate="mixed"), ExportState(hostname="h", version="t")).decode()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    info = {s.labels["gpu"]: s.labels["vendor"] for s in families["vram_gpu_info"].samples}
+    assert info == {"0": "nvidia", "1": "nvidia", "2": "amd", "3": "amd"}
+    used = {s.labels["gpu"]: s.value for s in families["vram_gpu_memory_used_bytes"].samples}
+    assert used["2"] == 40 * 2**30 and used["3"] == 0
+    held = {(s.labels["gpu"], s.labels["pid"]) for s in families["vram_process_memory_bytes"].samples}
+    assert held == {("0", "81234"), ("2", "82345")}
+
+
+@pytest.mark.parametrize("path", ["amdsmi", "sysfs"])
+def test_kill_frees_an_amd_gpu_and_finds_the_worker_still_holding_its_render_node(children, write_scenario,
+                                                                                  tmp_path, path):
+    """A ROCm job listed by the driver is terminated and its memory shows freed; a worker that inherited
+    its render node (KFD lists no memory for it) is named as still holding the GPU's files."""
+    from helpers import clean_env, start_sleeper
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("kfd", "renderD128", "renderD129"):
+        (dev / name).write_text("")
+    job = start_sleeper(children)
+    worker = subprocess.Popen([sys.executable, "-c", HOLD, str(dev / "kfd"), str(dev / "renderD129")],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    children.procs.append(worker)
+    assert worker.stdout.readline().strip() == b"ready"
+    scenario = write_scenario({
+        "vendor": "amd", "name": "amd-kill", "device_nodes": f"{dev}/*",
+        "gpus": [{"uuid": f"GPU-00000000000000a{i}", "pci_bus_id": f"0000:0{i + 1}:00.0", "name": "AMD Instinct MI210",
+                  "memory_total": "64GiB", "utilization": 40} for i in range(2)],
+        "processes": [{"pid": job.pid, "source": "real", "gpus": {"1": "6GiB"}}]})
+    env = clean_env(VRAM_AUDIT_LOG=str(tmp_path / "audit" / "audit.log"), HOME=str(tmp_path), XDG_CONFIG_HOME=None,
+                    XDG_STATE_HOME=None, VRAM_SIM_AMD=path)
+    result = run_vram("kill", "--simulate", str(scenario), str(job.pid), "--yes", "--timeout", "5", "--json", env=env)
+    assert result.rc == 0, result.err
+    data = result.json()
+    assert [t["status"] for t in data["targets"]] == ["exited"] and data["targets"][0]["memory"] == 6 * 2**30
+    gpu = data["gpus"][0]
+    assert gpu["index"] == 1 and gpu["memory_used_before"] == 6 * 2**30 and gpu["memory_used_after"] == 0
+    assert [(h["pid"], h["gpus"]) for h in data["holders_after"]] == [(worker.pid, [1])]
+    assert job.wait(5) < 0 and worker.poll() is None
+
+
+def test_doctor_reads_a_hip_oom_and_names_rocms_variable(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                   "of 191.98 GiB of which 512.00 MiB is free. Of the allocated memory 20.00 GiB is allocated by "
+                   "PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
+                   "is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n")
+    result = run_vram("doctor", str(log), "--simulate", "mi300x", env={"COLUMNS": "300"})
+    assert result.rc == 0, result.err
+    assert result.out.startswith("HIP (ROCm) out of memory on GPU 0")
+    assert "e.g. HIP_VISIBLE_DEVICES=5 (or vram pick)" in result.out
+    assert "pass --gpu if the job ran with HIP_VISIBLE_DEVICES set" in result.out
+    assert "CUDA_VISIBLE_DEVICES" not in result.out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["amdsmi", "sysfs"])
+def test_record_and_report_an_amd_machine_on_the_stepped_clock(tmp_path, path):
+    """Ten minutes of mi300x recorded at 60 s: each user's memory-hours follow from the scenario,
+    partitions (GPU 7's six sweep trials) included."""
+    from helpers import clean_env
+
+    env = clean_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH="1767225600", VRAM_SIM_TIME="0", VRAM_SIM_AMD=path)
+    db = tmp_path / "h.db"
+    rec = run_vram("record", "--simulate", "mi300x", "--db", str(db), "--duration", "10m", "--interval", "60s",
+                   env=env, timeout=120)
+    assert rec.rc == 0, rec.err
+    report = run_vram("report", "--db", str(db), "--by", "user", "--since", "2026-01-01", "--until", "2026-01-02",
+                      "--json", env=env)
+    assert report.rc == 0, report.err
+    rows = {r["user"]: r for r in report.json()["rows"]}
+    assert set(rows) == {"mei", "raj", "svc-vllm", "ana", "lin"}
+    assert rows["mei"]["gpu_seconds"] == 4 * 600 and rows["lin"]["gpu_seconds"] == 6 * 600  # six partitions
+    assert rows["mei"]["peak_memory"] == 171520 * 2**20
+    assert rows["lin"]["jobs"] == 6 and rows["lin"]["peak_memory"] == 19 * 2**30
+    assert rows["svc-vllm"]["memory_byte_seconds"] == 88064 * 2**20 * 600

@@ -119,3 +119,18 @@ def test_vram_pick_two_on_mi300x_names_hip_devices():
     data = result.json()
     assert data["variable"] == "HIP_VISIBLE_DEVICES" and data["env"] == {"HIP_VISIBLE_DEVICES": "4,5"}
     assert [g["index"] for g in data["gpus"]] == [4, 5]
+
+
+def test_doctor_names_rocms_visible_device_mistakes():
+    """Partitions count as GPUs to ROCm: index 9 is GPU 7's partition 1, and 19 names none."""
+    result = run_vram("doctor", "--simulate", "mi300x", "--json", env={"HIP_VISIBLE_DEVICES": "4,9,19,5"})
+    assert result.rc == 0, result.err
+    data = result.json()
+    assert data["gpus_checked"] == [4, 7] and data["visible_devices"] == "HIP_VISIBLE_DEVICES=4,9,19,5"
+    assert data["cuda_visible_devices"] is None
+    missing = [f for f in data["findings"] if f["code"] == "cvd_missing"]
+    assert [f["title"] for f in missing] == ["HIP_VISIBLE_DEVICES has '19', which names no GPU"]
+    empty = run_vram("doctor", "--simulate", "mi300x", "--json", env={"ROCR_VISIBLE_DEVICES": ""}).json()
+    assert empty["gpus_checked"] == []
+    titles = [f["title"] for f in empty["findings"] if f["code"] == "cvd_missing"]
+    assert titles == ["ROCR_VISIBLE_DEVICES is set but empty"]

@@ -154,6 +154,7 @@ class Entry:
     status: str  # "ok", "invalid" (ends the list), "duplicate", "ignored" (after the end)
     device: CudaDevice | None = None
     why: str | None = None  # for invalid/duplicate/ignored
+    source: str | None = None  # the variable it is an entry of, where a rule reads several (ROCm's)
 
 
 @dataclass

@@ -125,7 +125,8 @@ def units_of(snap: Snapshot, devices: list[CudaDevice]) -> list[Unit]:
                                 capacity=mig.memory_total, utilization=None,
                                 processes=[p for p in g.processes if p.mig_gi == m.gi], lost=g.lost,
                                 memory_na=None if mig.memory_free is not None else "N/A",
-                                util_na="not reported for MIG instances"))
+                                util_na="not reported for MIG instances" if m.vendor == "nvidia" else
+                                "read for the whole GPU, not its partitions"))
             continue
         capacity = None if g.memory_total is None else g.memory_total - (g.memory_reserved or 0)
         links = {} if snap.topology is None else {

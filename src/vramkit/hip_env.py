@@ -60,7 +60,8 @@ def _strtol0(text: str) -> int | None:
 
 def _rocr(value: str, found: list[CudaDevice], vis: Visible) -> list[CudaDevice]:
     if value == "":
-        vis.pitfalls.append(f"{ROCR} is set but empty: a ROCm program sees no GPU at all")
+        vis.entries.append(Entry("", "invalid", why="it is set but empty: a ROCm program sees no GPU at all",
+                                 source=ROCR))
         return []
     uuids = [(d.uuid or "Invalid-UUID").upper() for d in found]
     chosen: list[CudaDevice] = []
@@ -84,12 +85,13 @@ def _rocr(value: str, found: list[CudaDevice], vis: Visible) -> list[CudaDevice]
         if index is not None and found[index] in chosen:
             why, index = f"{found[index].label} is already listed", None
         if index is None:
-            vis.entries.append(Entry(token, "invalid", why=why))
-            vis.entries.extend(Entry(t, "ignored", why="after the entry that ended the list") for t in tokens[i + 1:])
+            vis.entries.append(Entry(token, "invalid", why=why, source=ROCR))
+            vis.entries.extend(Entry(t, "ignored", why="after the entry that ended the list", source=ROCR)
+                               for t in tokens[i + 1:])
             vis.pitfalls.append(f"{ROCR}: entry {token!r} ends the list: {why}; ROCm leaves it and every later "
                                 "entry out")
             break
-        vis.entries.append(Entry(token, "ok", found[index]))
+        vis.entries.append(Entry(token, "ok", found[index], source=ROCR))
         chosen.append(found[index])
     return chosen
 
@@ -106,16 +108,17 @@ def _hip(name: str, value: str, found: list[CudaDevice], vis: Visible) -> list[C
         if not ok:
             why = (f"{token!r} names no GPU here" if "GPU-" in token else
                    f"{token!r} is not an index of the {len(found)} GPU(s) ROCm shows (written as 0, 1, 2, ...)")
-            vis.entries.append(Entry(token, "invalid", why=why))
-            vis.entries.extend(Entry(t, "ignored", why="after the entry that ended the list") for t in tokens[i + 1:])
+            vis.entries.append(Entry(token, "invalid", why=why, source=name))
+            vis.entries.extend(Entry(t, "ignored", why="after the entry that ended the list", source=name)
+                               for t in tokens[i + 1:])
             vis.pitfalls.append(f"{name}: entry {token!r} ends the list: {why}; HIP leaves it and every later "
                                 "entry out")
             break
         dev = found[int(text)]
         if dev in chosen:
-            vis.entries.append(Entry(token, "duplicate", dev, why=f"{dev.label} is already listed"))
+            vis.entries.append(Entry(token, "duplicate", dev, why=f"{dev.label} is already listed", source=name))
             continue
-        vis.entries.append(Entry(token, "ok", dev))
+        vis.entries.append(Entry(token, "ok", dev, source=name))
         chosen.append(dev)
     return chosen
 

@@ -63,4 +63,16 @@ def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[s
 
 def variable_of(units: list[CudaDevice]) -> str:
     """The variable that names these units for a program (CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES)."""
-    return hip_env.HIP if units and units[0].vendor == "amd" else cuda_env.VISIBLE
+    return variable_for(units[0].vendor if units else "nvidia")
+
+
+def variable_for(vendor: str) -> str:
+    return hip_env.HIP if vendor == "amd" else cuda_env.VISIBLE
+
+
+def example(dev: CudaDevice, devices: list[CudaDevice]) -> str:
+    """How a program is told to use `dev` alone, for a message: 'CUDA_VISIBLE_DEVICES=3' (vram's
+    index, which is CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID), 'HIP_VISIBLE_DEVICES=7' (ROCm's)."""
+    if dev.vendor == "amd":
+        return f"{hip_env.HIP}={hip_env.child_env([dev], devices, {})[hip_env.HIP]}"
+    return f"{cuda_env.VISIBLE}={dev.index}"

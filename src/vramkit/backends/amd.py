@@ -194,10 +194,10 @@ class SimulatedAmdBackend(AmdBackend):
             super().sleep(stop, seconds)
 
     def read_devices(self) -> list[Device]:
+        t = self.sim.now()  # the files and the reader's engine counters on one scenario time
         if self._tree is not None:
-            self._tree.write(self.sim.now())
-        # the readers' engine counters run on the scenario clock, as the fake files' do
-        return _video_unread(self.reader.read(self.sim.now(), self.first_index))
+            self._tree.write(t)
+        return _video_unread(self.reader.read(t, self.first_index))
 
     def host(self, pid: int, now: float) -> HostProcess | str:
         described = self.sim.host_process(pid)

@@ -92,7 +92,15 @@ def _visible(snap: Snapshot, vis: Visible) -> tuple[list[int], list[Finding], li
     # and a 4,300-digit entry is an index out of range, not an int() error
     name, runtime = vis.variable, "CUDA" if vis.vendor == "nvidia" else "ROCm"
     seen: list[int] = []
-    for entry in vis.entries:
+    for entry in (e for e in vis.entries if e.source is not None and e.status == "invalid"):  # ROCm's
+        shown = entry.text.strip() if len(entry.text.strip()) <= 40 else entry.text.strip()[:37] + "..."
+        title = (f"{entry.source} is set but empty" if not shown
+                 else f"{entry.source} has {shown!r}, which names no GPU")
+        detail = entry.why if not shown else (f"{entry.why}; ROCm stops reading the list at the first invalid entry, "
+                                              "so the entries after it are left out too")
+        findings.append(Finding("cvd_missing", "problem", title, detail or "",
+                                "fix the list: vram status shows the GPUs (a partition is a GPU of its own to ROCm)"))
+    for entry in (e for e in vis.entries if e.source is None):  # CUDA's, one variable
         item = entry.text.strip()
         if entry.status == "invalid":
             shown = item if len(item) <= 40 else item[:37] + "..."
@@ -117,10 +125,12 @@ def _visible(snap: Snapshot, vis: Visible) -> tuple[list[int], list[Finding], li
             return all_gpus, findings, notes
         if entry.device.index not in seen:
             seen.append(entry.device.index)
-    named = {e.device.vendor for e in vis.entries if e.device is not None}
-    seen += [d.index for d in vis.devices if d.vendor not in named and d.index not in seen]  # a vendor left unset
+    # ROCm's GPUs are what its two variables leave (no entry alone says it); CUDA's, when it set none
+    cuda_named = any(e.source is None for e in vis.entries)
+    seen += [d.index for d in vis.devices if (d.vendor != "nvidia" or not cuda_named) and d.index not in seen]
     if vis.vendor != "nvidia":
-        notes += vis.pitfalls
+        ended = [e.why for e in vis.entries if e.status == "invalid" and e.why]
+        notes += [p for p in vis.pitfalls if not any(why in p for why in ended)]  # those are findings above
     return seen, findings, notes
 
 

@@ -143,8 +143,11 @@ def live_gpu_for(report: OomReport, snap: Snapshot, gpu: int | None = None) -> t
         if proc.pid in pids:
             return proc.gpu, None
     if report.device is not None and report.device in indices:
-        return report.device, (f"assuming GPU {report.device} in the message is NVML GPU {report.device}; "
-                               "pass --gpu if the job ran with CUDA_VISIBLE_DEVICES set")
+        from ..visible import variable_for
+
+        vendor = next(g.vendor for g in snap.gpus if g.index == report.device)
+        return report.device, (f"assuming GPU {report.device} in the message is vram's GPU {report.device}; "
+                               f"pass --gpu if the job ran with {variable_for(vendor)} set")
     return None, None
 
 
@@ -540,15 +543,17 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         # enough and not busy, emptiest first (not merely in index order, which names busy GPUs).
         from ..cuda_env import devices_of
         from ..gpu_choice import Policy, ranked, units_of
+        from ..visible import example
 
-        units = [u for u in units_of(snap, devices_of(snap)) if not u.dev.is_mig and u.dev.index != ex.live_gpu]
+        devices = devices_of(snap)
+        units = [u for u in units_of(snap, devices) if not u.dev.is_mig and u.dev.index != ex.live_gpu]
         roomy = ranked(Policy(count=1, min_free=need), units)
         if roomy:
             names = ", ".join(f"GPU {u.dev.index} ({format_size(u.memory_free)} free, {u.utilization}% busy)"
                               if u.utilization is not None else f"GPU {u.dev.index} ({format_size(u.memory_free)} free)"
                               for u in roomy[:4])
             fixes.append(_fix("other_gpu", "run on a GPU with room",
-                              f"now: {names}; e.g. CUDA_VISIBLE_DEVICES={roomy[0].dev.index} (or vram pick)"))
+                              f"now: {names}; e.g. {example(roomy[0].dev, devices)} (or vram pick)"))
     if ex.cause == "library_workspace":
         fixes.append(_fix("workspace", "leave headroom for library workspaces",
                           "torch.backends.cudnn.benchmark = False (smaller workspaces); "

@@ -166,6 +166,13 @@ GPUS: dict[str, tuple[int, int, str]] = {
     "rtx-4080": (16 * GIB, 717, "workstation"),
     "rtx-3090": (24 * GIB, 936, "workstation"),
     "rtx-3080": (10 * GIB, 760, "workstation"),
+    # AMD (published specs: amd.com's product pages)
+    "mi325x": (256 * GIB, 6000, "datacenter"),
+    "mi300x": (192 * GIB, 5300, "datacenter"),
+    "mi250x": (64 * GIB, 1638, "datacenter"),  # one of its two dies: each is a GPU of its own to ROCm (128GB a card)
+    "mi210": (64 * GIB, 1638, "datacenter"),
+    "radeon-pro-w7900": (48 * GIB, 864, "workstation"),
 }
 GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "v100": "v100-32gb", "a6000": "rtx-a6000",
-               "4090": "rtx-4090", "3090": "rtx-3090", "5090": "rtx-5090", "6000-ada": "rtx-6000-ada"}
+               "4090": "rtx-4090", "3090": "rtx-3090", "5090": "rtx-5090", "6000-ada": "rtx-6000-ada",
+               "mi300": "mi300x", "mi325": "mi325x", "mi250": "mi250x", "w7900": "radeon-pro-w7900"}
