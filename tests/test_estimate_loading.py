@@ -148,7 +148,7 @@ def test_the_cli_flags_and_their_errors():
 def test_the_transformers_flag_selects_the_kv_cache_semantics():
     # transformers < 4.54 kept k and v as computed: GPT-2's are views of the fused qkv output, whose
     # q third stays allocated beside the cache; 4.54 on copy them into the cache (the default)
-    args = ("estimate", "gpt2-medium", "--infer", "--batch", "16", "--seq", "1024", "--json")
+    args = ("estimate", "gpt2-medium", "--infer", "--batch", "16", "--seq", "1024", "--precision", "bf16", "--json")
     new = run_vram(*args).json()
     old = run_vram(*args, "--transformers", "4.53.3").json()
     assert not new["setup"]["cache_views"] and old["setup"]["cache_views"]
@@ -156,6 +156,6 @@ def test_the_transformers_flag_selects_the_kv_cache_semantics():
     assert old["peak_bytes"] - new["peak_bytes"] == kv // 2
     assert run_vram(*args, "--transformers", "5.0").json()["peak_bytes"] == new["peak_bytes"]
     # a family whose cache holds no fused projection is the same either way
-    llama = ("estimate", "llama-2-7b", "--infer", "--json")
+    llama = ("estimate", "llama-2-7b", "--infer", "--precision", "fp16", "--json")
     assert run_vram(*llama, "--transformers", "4.50").json()["peak_bytes"] == run_vram(*llama).json()["peak_bytes"]
     assert_one_line_error(run_vram(*args, "--transformers", "four"), 2, "--transformers", "transformers version")

@@ -32,6 +32,7 @@ QLORA = ("--lora", "8", "--quant", "4bit")
 CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "sdpa": ("llama", (), ("--transformers", "4.36"), ("--transformers", "4.35")),
     "dtype-auto": ("llama", (), ("--transformers", "5.0"), ()),
+    "fp32-default": ("llama", (), (), ("--transformers", "5.0")),
     "fused-adamw": ("llama", ("--loop", "hf-trainer", "--seq", "8"), ("--torch", "2.8", "--transformers", "4.54"),
                     ("--torch", "2.7")),
     "zero-grad-keeps": ("llama", (), ("--torch", "1.13"), ()),

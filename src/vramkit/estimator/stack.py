@@ -205,9 +205,17 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               (_v("transformers", ">=", "5.0"),), "precision", _checkpoint_precision, "bf16", traced=True,
               label="the checkpoint's dtype", effect="bf16 checkpoints: 2 B weights, gradients and AdamW states, no "
               "fp32 master copy nor autocast copies; fp32 checkpoints: fp32 throughout", flag="--precision",
-              default=True, matters=_train,
+              default=True, matters=lambda setup, family: not setup.quant,
               source='transformers 5 modeling_utils.py `from_pretrained` (`dtype="auto"`: the config\'s '
                      '`dtype`/`torch_dtype`)'),
+    Behaviour("fp32-default", "from_pretrained loads fp32 unless a torch_dtype is given (transformers < 5), and the "
+              "Trainer runs no mixed precision unless --bf16 or --fp16 is asked for: fp32 throughout",
+              (_v("transformers", "<", "5.0"),), "precision", "fp32", "bf16", traced=True,
+              label="fp32 (from_pretrained's default)", effect="4 B weights, gradients and AdamW states, fp32 "
+              "activations", flag="--precision fp32", default=True,
+              matters=lambda setup, family: not setup.quant,
+              source="transformers 4.x modeling_utils.py `from_pretrained` (torch_dtype None: torch's default "
+                     "dtype, fp32); training_args.py (`bf16`, `fp16` False)"),
     Behaviour("fused-adamw", "the HF Trainer's default optimizer is adamw_torch_fused on torch >= 2.8 "
               "(transformers#37358): one fused kernel updates each parameter in place",
               (_v("torch", ">=", "2.8"), _v("transformers", ">=", "4.54"), _loop("hf-trainer")), "fused", True,
