@@ -1,0 +1,73 @@
+"""A real Prometheus (the Debian package's /usr/bin/prometheus) scraping `vram serve` on the mixed
+host: AMD GPUs have the same metric names, and vram_gpu_info's vendor label splits them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PATIENCE = 90  # seconds for scrapes to land on a shared machine (not a timing test)
+GiB = 2**30
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
+                                                   reason="needs the Prometheus server (Debian package 'prometheus')")]
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _prometheus(groups, tmp_path, target: str) -> str:
+    """A Prometheus scraping `target` every second; its URL (a port taken meanwhile: another tried)."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: vram\n"
+                      f"    static_configs:\n      - targets: ['{target}']\n")
+    data = tmp_path / "data"
+    for _attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = groups.start([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + PATIENCE
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:  # ready, and ours (not another test's that took the port first)
+                flags = _get(f"http://127.0.0.1:{port}/api/v1/status/flags")
+                if flags["data"].get("storage.tsdb.path") == str(data) and proc.poll() is None:
+                    return f"http://127.0.0.1:{port}"
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.2)
+    raise AssertionError("Prometheus did not start")
+
+
+def _query(url: str, promql: str) -> list[dict]:
+    answer = _get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def test_prometheus_scrapes_amd_gpus_under_the_same_names_with_a_vendor_label(served, groups, tmp_path):
+    server = served("--simulate", "mixed")
+    url = _prometheus(groups, tmp_path, f"127.0.0.1:{server.port}")
+    promql = 'vram_gpu_memory_used_bytes * on(gpu) group_left(vendor, name) vram_gpu_info{vendor="amd"}'
+    deadline = time.monotonic() + PATIENCE
+    while not (rows := _query(url, promql)) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    got = {(r["metric"]["gpu"], r["metric"]["name"]): float(r["value"][1]) for r in rows}
+    assert got == {("2", "AMD Instinct MI210"): 40 * GiB, ("3", "AMD Instinct MI210"): 0.0}
+    vendors = {r["metric"]["gpu"]: r["metric"]["vendor"] for r in _query(url, "vram_gpu_info")}
+    assert vendors == {"0": "nvidia", "1": "nvidia", "2": "amd", "3": "amd"}
+    held = {(r["metric"]["gpu"], r["metric"]["pid"]) for r in _query(url, "vram_process_memory_bytes")}
+    assert held == {("0", "81234"), ("2", "82345")}
