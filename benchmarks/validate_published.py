@@ -123,6 +123,12 @@ PEFT_FSDP = Source(
     "2x 24GB GPUs; accelerate FSDP + TRL SFTTrainer (examples/sft/train.py), bf16, seq 2048",
     NVIDIA_SMI, "GB", 1)  # "the memory consumed per GPU"
 
+HF_FORUM_GPT2 = Source(
+    "Hugging Face forum: 'GPT 2 finetuning peaks at 8 GiB of VRAM' (2025-12), the Trainer with its defaults",
+    "https://discuss.huggingface.co/t/gpt-2-finetuning-peaks-at-8-gib-of-vram/172332",
+    "one GPU; torch 2.9.1, transformers 4.57.3, accelerate 1.12.0; the torch profiler's memory timeline",
+    ALLOCATED, "GiB", 0)  # "It shows peaks using 8 GiB of VRAM" (the profiler plot: allocated memory)
+
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
 # The stack of the day sets the rest (stack.BEHAVIOURS): PyTorch < 2.0 zero_grad() keeps the gradients and the
@@ -187,6 +193,11 @@ _PEFT_QLORA = {**_PEFT_SFT, "batch": 2, "grad_accum": 2, "gpus": 2, "quant": "4b
 _PEFT_QLORA_FSDP = {**_PEFT_QLORA, "precision": "bf16-pure", "fsdp": True}
 
 CASES = [
+    # --- the HF forum: AutoModelForCausalLM.from_pretrained("gpt2") and Trainer(TrainingArguments(...)) with no
+    # batch size, precision or optimizer given: per_device_train_batch_size 8 (the default), fp32 (from_pretrained's
+    # and the Trainer's defaults), adamw_torch_fused (torch >= 2.8), SDPA; group_texts' block_size 512
+    Case(HF_FORUM_GPT2, "gpt2 b8 s512, the Trainer's defaults", "gpt2", 8,
+         {"stack": "torch=2.9,transformers=4.57", "batch": 8, "seq": 512}),
     # --- HF docs, perf_train_gpu_one: "GPU memory occupied" after trainer.train() in each section
     Case(HF_TRAINING, "bert-large b4, fp32, AdamW", "bert-large-uncased", 14949, _BERT),
     Case(HF_TRAINING, "bert-large b1 x accum 4", "bert-large-uncased", 8681, {**_BERT, "batch": 1, "grad_accum": 4}),
@@ -326,6 +337,10 @@ class Row:
         return None if self.ours is None else (self.ours - self.measured) / self.measured
 
 
+# a case whose options are only these ran its libraries' defaults: the estimate's own defaults for that stack
+DEFAULTS_ONLY = {"stack", "loop", "mode", "batch", "seq", "new_tokens", "image_size"}
+
+
 def spec_of(case: Case) -> ModelSpec:
     if case.model in MODELS:
         return resolve(case.model)
@@ -371,6 +386,7 @@ def main() -> int:
             ours = "needs " + row.needs if row.ours is None else f"{amount(row.ours, source):>10} {row.error:>+7.1%}"
             print(f"  {row.case.label:<48} {row.family:<12} {amount(row.measured, source):>10} {ours}")
     done = [r for r in rows if r.error is not None]
+    plain = [r for r in done if set(r.case.options) <= DEFAULTS_ONLY]
     families = sorted({r.family for r in rows})
     print(f"\n{len(rows)} cases from {len(sources)} sources, {len(families)} model families "
           f"({', '.join(families)}); {len(done)} estimated, {len(rows) - len(done)} need what the estimator lacks")
@@ -380,6 +396,10 @@ def main() -> int:
         print(f"median |error| {statistics.median(errors):.1%}, worst {worst.error:+.1%} ({worst.case.label}); "
               f"within 5%: {sum(e <= 0.05 for e in errors)} of {len(done)}, "
               f"within 15%: {sum(e <= 0.15 for e in errors)} of {len(done)}")
+    if plain:
+        print(f"with only the model, the task, the batch, the sequence and the stack of the day given (the libraries' "
+              f"defaults): {len(plain)} case{'s' if len(plain) > 1 else ''}, within 15%: "
+              f"{sum(abs(r.error or 0.0) <= 0.15 for r in plain)}")
     return 0
 
 
