@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -192,3 +193,13 @@ def test_record_and_report_an_amd_machine_on_the_stepped_clock(tmp_path, path):
     assert rows["mei"]["peak_memory"] == 171520 * 2**20
     assert rows["lin"]["jobs"] == 6 and rows["lin"]["peak_memory"] == 19 * 2**30
     assert rows["svc-vllm"]["memory_byte_seconds"] == 88064 * 2**20 * 600
+
+
+def test_the_pynvml_shim_refuses_an_amd_only_scenario_and_serves_a_mixed_hosts_nvidia_part(tmp_path):
+    refused = run_vram("sim", "shim", str(tmp_path / "a"), "--simulate", "mi300x")
+    assert refused.rc == 2 and "pynvml programs would see no GPU" in refused.err and len(refused.err.splitlines()) == 1
+    assert run_vram("sim", "shim", str(tmp_path / "b"), "--simulate", "mixed").rc == 0
+    code = "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "b"), "VRAM_SIMULATE": "mixed"})
+    assert out.stdout.strip() == "2", out.stderr  # the two A100s; the MI210s are not NVML's

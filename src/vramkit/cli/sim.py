@@ -148,7 +148,10 @@ def run_shim(args: argparse.Namespace) -> int:
 
     chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
     if chosen:
-        scenarios.load(chosen)  # a bad scenario fails here, not later inside someone's program
+        scenario = scenarios.load(chosen)  # a bad scenario fails here, not later inside someone's program
+        if scenario.for_vendor("nvidia") is None:  # the shim is NVML's: pynvml programs see NVIDIA GPUs only
+            raise scenarios.ScenarioError(f"{scenario.source}: a scenario of {scenario.vendor} GPUs: pynvml programs "
+                                          "would see no GPU through the shim (it serves NVIDIA's NVML)")
         path = scenarios.resolve(chosen)
         if path.parent != scenarios.SCENARIO_DIR:
             chosen = str(path.absolute())  # the other program may run in another directory
