@@ -65,7 +65,7 @@ def test_list():
     (("estimate", "gpt2", "--seq", "-3"), "error: --seq: must be a whole number of at least 1, not -3"),
     (("estimate", "gpt2", "--batch", "two"), "not a whole number"),
     (("estimate", "gpt2", "--context-overhead=-1GiB"), "negative"),
-    (("estimate", "gpt2", "--precision", "fp8"), "invalid choice"),
+    (("estimate", "gpt2", "--precision", "fp8"), "--precision: 'fp8': give fp32, fp16, bf16, bf16-pure, int8 or int4"),
     (("estimate", "bert-base", "--seq", "1024"), "positions"),
     (("estimate",), "give a MODEL"),
     (("plan", "gpt2", "--card", "a101"), "did you mean"),

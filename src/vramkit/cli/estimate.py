@@ -12,6 +12,7 @@ from .common import PRECISION_HELP, PRECISIONS, HelpFormatter, UsageError, help_
 
 if TYPE_CHECKING:
     from ..estimator.analytic import Setup
+    from ..estimator.specs import ModelSpec
     from ..estimator.stack import Stack
     from .common import Subparsers
 
@@ -50,6 +51,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                      "breakdown, ...")
     out.add_argument("--trace", action="store_true", help="also trace a real step on fake tensors (needs torch; "
                      "no GPU, no weights)")
+    out.add_argument("--timeline", metavar="FILE", help="with --trace: draw the traced steps' memory over time "
+                     "into FILE (.svg, or .html), stacked by category as vram doctor draws a memory snapshot")
     out.add_argument("--list", action="store_true", help="list the built-in models and exit")
     p.set_defaults(run=run)
 
@@ -82,8 +85,10 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
     g_step.add_argument("--chunked-ce", dest="ce_chunk", metavar="TOKENS", nargs="?", const="128",
                    help="LitGPT-style chunked lm_head and cross-entropy, TOKENS per chunk (default 128)")
     g_model.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
-    g_step.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help=PRECISION_HELP + " (default: the checkpoint's dtype where the stack loads it so, "
+    g_step.add_argument("--precision", metavar="P", default=None,
+                   help=PRECISION_HELP + "; vram estimate also compares several, a comma list in one table, "
+                   "int8 and int4 being bitsandbytes' 8-bit and 4-bit base (bf16,int8,int4)"
+                   " (default: the checkpoint's dtype where the stack loads it so, "
                    "transformers 5's dtype='auto': bf16-pure for a bf16 checkpoint, fp32 for an fp32 one; else bf16)")
     g_step.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
                                                  "paged-adamw",
@@ -307,7 +312,7 @@ _OPEN = ("precision", "optimizer", "attention", "fused", "adapter_dtype", "quant
          "quant_head", "fused_qkv", "keeps_last_graph", "zero_overlap_comm", "zero_grad_before_backward")
 
 
-def setup_from_args(args: argparse.Namespace) -> Setup:
+def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Setup:
     """argparse -> analytic.Setup: what the user gave, the rest from the stack and the loop (stack.setup_for).
     Bad values are VramkitErrors naming the parameter (the dest of its option), which cli/main turns into
     one line that names the flag."""
@@ -346,7 +351,10 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  lora_dropout=_fraction(args, "lora_dropout"), loading=args.loading,
                  new_tokens=_required_int(args, "new_tokens"))
     given |= {name: getattr(args, name) for name in _OPEN if getattr(args, name) is not None}
-    return setup_for(spec_of(args.model), stack, args.loop, given)
+    if args.precision is not None and args.precision not in PRECISIONS:
+        raise UsageError(f"{args.precision[:40]!r}: give one of {', '.join(PRECISIONS)}" + (
+            " (vram estimate compares several)" if "," in args.precision else ""), param="precision")
+    return setup_for(spec or spec_of(args.model), stack, args.loop, given)
 
 
 def list_models() -> str:
@@ -381,7 +389,7 @@ def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..estimator.analytic import estimate
+    from ..estimator.host import host_memory
     from ..render.estimate_view import estimate_json, render_estimate, render_trace
     from ..render.style import style_for, terminal_width
 
@@ -390,8 +398,52 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise UsageError("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)")
-    setup = setup_from_args(args)
-    result = estimate(args.model, setup)  # an EstimateError is a VramkitError (exit 2): cli/main prints it
+    if args.timeline is not None and not args.trace:
+        raise UsageError("--timeline draws the traced steps: add --trace", param="timeline")
+    if args.timeline is not None and not args.timeline.lower().endswith((".svg", ".html", ".htm")):
+        raise UsageError("--timeline: give a .svg or .html file name", param="timeline")
+    style = style_for(sys.stdout, getattr(args, "no_color", False))
+    precisions = _precision_choices(args)
+    if len(precisions) > 1:
+        return _compare_precisions(args, precisions, style)
+    if precisions:
+        args = _with_precision(args, precisions[0])
+    result, traced, by_tracing = _estimate(args)
+    host = host_memory(result)
+    if args.timeline is not None and traced is not None:
+        _write_timeline(args.timeline, traced, f"{result.model}: the traced steps, by category")
+    if args.json:
+        extra: dict[str, Any] = {"trace": traced.to_dict()} if traced and args.trace else {}
+        if by_tracing:
+            extra["estimated_by"] = "trace"
+        if host is not None:
+            extra |= {"host_bytes": host[0], "host_formula": host[1]}
+        if args.timeline is not None:
+            extra["timeline"] = args.timeline
+        print(estimate_json(result, extra or None))
+        return 0
+    print(render_estimate(result, style, terminal_width(), explain=args.explain, host=host))
+    if traced and args.trace:
+        print()
+        print(render_trace(traced, style))
+    if args.timeline is not None:
+        from ..procs import sanitize
+
+        print(f"\ntimeline written to {sanitize(args.timeline)}")
+    return 0
+
+
+def _estimate(args: argparse.Namespace) -> tuple[Any, Any, bool]:
+    """(estimate, trace or None, whether the estimate is itself a trace): a family the formulas do
+    not know is traced through its transformers class (estimator/traced_family.py)."""
+    from ..estimator.analytic import estimate
+    from ..estimator.specs import UnknownFamily
+
+    try:
+        setup = setup_from_args(args)
+        result = estimate(args.model, setup)  # an EstimateError is a VramkitError (exit 2): cli/main prints it
+    except UnknownFamily as unknown:
+        return (*_estimate_by_tracing(args, unknown), True)
     if args.attention is None and setup.attention == "eager":  # an older stack's default
         _note_flash_attention(args.model, setup, result)
     traced = None
@@ -402,13 +454,93 @@ def run(args: argparse.Namespace) -> int:
             traced = trace_estimate(args.model, setup)
         except TraceUnavailable as e:  # about --trace itself, which no library parameter names
             raise UsageError(e.message, param="trace") from e
-    style = style_for(sys.stdout, getattr(args, "no_color", False))
+    return result, traced, False
+
+
+def _estimate_by_tracing(args: argparse.Namespace, unknown: Any) -> tuple[Any, Any]:
+    from ..estimator.trace import TraceUnavailable
+    from ..estimator.traced_family import estimate_by_tracing, stand_in
+
+    setup = setup_from_args(args, stand_in(unknown.config, unknown.name))
+    try:
+        return estimate_by_tracing(unknown.config, setup, name=unknown.name)
+    except TraceUnavailable as e:  # no torch or transformers: the refusal, and what tracing it needs
+        raise UsageError(f"{unknown.message}; tracing its transformers class {e.message}") from None
+
+
+def _write_timeline(path: str, traced: Any, title: str) -> None:
+    """The traced steps' memory over time, drawn as vram doctor draws a snapshot's."""
+    from ..estimator.trace import trace_timeline
+    from ..procs import sanitize
+    from ..render.snapshot_view import render_html, render_svg
+
+    tl = trace_timeline(traced)
+    text = render_html(tl, title) if path.lower().endswith((".html", ".htm")) else render_svg(tl, title)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        from .common import Failure
+
+        raise Failure(f"cannot write {sanitize(path)}: {e.strerror or e}") from None
+
+
+# --precision int8 / int4: bitsandbytes' 8-bit and 4-bit base (load_in_8bit / load_in_4bit), as --quant
+_QUANT_PRECISIONS = {"int8": "8bit", "int4": "4bit"}
+
+
+def _precision_choices(args: argparse.Namespace) -> list[str]:
+    """--precision's comma list, each a precision or int8/int4 ([] when not given)."""
+    if args.precision is None:
+        return []
+    items = list(dict.fromkeys(x.strip().lower() for x in str(args.precision).split(",") if x.strip()))
+    bad = [x for x in items if x not in PRECISIONS and x not in _QUANT_PRECISIONS]
+    if bad or not items:
+        import difflib
+
+        typed = (bad or [str(args.precision)])[0]
+        close = difflib.get_close_matches(typed, [*PRECISIONS, *_QUANT_PRECISIONS], n=1, cutoff=0.6)
+        raise UsageError(f"{typed[:40]!r}: give {', '.join(PRECISIONS)}, int8 or int4, or a comma list of them to "
+                         "compare" + (f"; did you mean '{close[0]}'?" if close else ""), param="precision")
+    if args.quant and any(x in _QUANT_PRECISIONS for x in items):
+        raise UsageError("int8 and int4 are --quant 8bit and 4bit: give one or the other", param="quant")
+    return items
+
+
+def _with_precision(args: argparse.Namespace, choice: str) -> argparse.Namespace:
+    quant = _QUANT_PRECISIONS.get(choice)
+    return argparse.Namespace(**{**vars(args), "precision": None if quant else choice, "quant": quant or args.quant})
+
+
+def _compare_precisions(args: argparse.Namespace, choices: list[str], style: Any) -> int:
+    """One setup at several precisions, one row each."""
+    import json
+
+    from ..errors import VramkitError
+    from ..estimator.host import host_memory
+    from ..render.estimate_view import estimate_json, render_precisions
+
+    for flag, on in (("trace", args.trace), ("explain", args.explain)):
+        if on:
+            raise UsageError(f"--{flag} shows one estimate: give one --precision", param=flag)
+    rows = []
+    for choice in choices:
+        try:
+            result, _, _ = _estimate(_with_precision(args, choice))
+        except VramkitError as e:  # which row could not be estimated
+            e.message = f"{choice}: {e.message}"
+            if choice in _QUANT_PRECISIONS and e.param == "quant":  # int4 stands for --quant 4bit here
+                e.param = "precision"
+            raise
+        label = f"{choice} (bitsandbytes)" if choice in _QUANT_PRECISIONS else choice
+        rows.append((label, result))
     if args.json:
-        extra = {"trace": traced.to_dict()} if traced else None
-        print(estimate_json(result, extra))
+        out = []
+        for label, result in rows:
+            row = json.loads(estimate_json(result))
+            host = host_memory(result)
+            out.append({"precision": label, **row, **({"host_bytes": host[0]} if host else {})})
+        print(json.dumps({"model": rows[0][1].model, "estimate": True, "by_precision": out}, indent=2))
         return 0
-    print(render_estimate(result, style, terminal_width(), explain=args.explain))
-    if traced:
-        print()
-        print(render_trace(traced, style))
+    print(render_precisions(rows, style))
     return 0

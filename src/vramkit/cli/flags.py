@@ -78,8 +78,8 @@ MEANINGS: dict[str, str] = {
     "--decoder-seq-len": "T5's decoder length (as --decoder-seq)",
     "--chunked-ce": "chunked lm_head and cross-entropy",
     "--image-size": "ViT input size",
-    "--precision": "the precision the model runs in (fp32, fp16, bf16, bf16-pure; doctor, reading a past job, "
-                   "assumes fp32)",
+    "--precision": "the precision the model runs in (fp32, fp16, bf16, bf16-pure; estimate also compares a comma "
+                   "list, with int8 and int4; doctor, reading a past job, assumes fp32)",
     "--optimizer": "the optimizer",
     "--grad-accum": "gradient-accumulation steps",
     "--checkpointing": "activation checkpointing",

@@ -226,6 +226,8 @@ class Setup:
                 par += f", ZeRO-{self.zero}" + (f" + offload {'/'.join(offloaded)}" if offloaded else "")
             elif self.fsdp:
                 par += ", FSDP full shard" + (" + CPU offload" if self.offload_params else "")
+            elif self.mode == "infer":  # no gradients to reduce: the layers are split, or tensor parallel
+                par += "" if self.tp > 1 else ", layers split over them (device_map='auto')"
             elif self.parallel == "dp":
                 par += ", DataParallel"
             else:

@@ -19,6 +19,7 @@ caching allocator, and the CUDA context; those come from the analytic estimate.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
 import warnings
@@ -33,6 +34,7 @@ from .specs import EstimateError, ModelSpec, spec_of
 from .stack import untraced
 
 if TYPE_CHECKING:
+    from ..doctor.snapshot import Timeline
     from .analytic import Setup
 
 class TraceUnavailable(VramkitError, RuntimeError):
@@ -61,6 +63,12 @@ class TraceResult:
     breakdown: dict[str, int]  # at the peak: parameters, gradients, optimizer state, ...
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # every storage the steps made, for the timeline: (bytes, born, died or None, category), born and
+    # died the tracker's sequence numbers (each allocation and free is one); `events` the last of them
+    storages: list[tuple[int, int, int | None, str]] = field(default_factory=list, repr=False)
+    events: int = 0
+    peak_seq: int = 0
+    phases: list[tuple[int, str]] = field(default_factory=list, repr=False)  # (seq, phase begun after it)
 
     def __str__(self) -> str:
         """The peak, where it came, and what it is made of (largest first)."""
@@ -96,8 +104,11 @@ class _Tracker:
 
         self.tracker = TensorTracker(keep=True, label=label)
         self.tracker.tag = "setup"
+        self.phases: list[tuple[int, str]] = []
 
     def set_phase(self, phase: str) -> None:
+        if phase != self.tracker.tag:
+            self.phases.append((self.tracker.seq, phase))
         self.tracker.tag = phase
 
     def mark(self, tensor: Any, category: str) -> None:
@@ -110,9 +121,17 @@ class _Tracker:
         out: dict[str, int] = {}
         for record in tracker.history or ():
             if record.born <= tracker.peak_seq and (record.died is None or record.died > tracker.peak_seq):
-                cat = record.label or ("activations" if record.tag == "forward" else "temporaries")
+                cat = _category(record)
                 out[cat] = out.get(cat, 0) + record.nbytes
         return out
+
+    def lifetimes(self) -> list[tuple[int, int, int | None, str]]:
+        return [(r.nbytes, r.born, r.died, _category(r)) for r in self.tracker.history or ()]
+
+
+def _category(record: Any) -> str:
+    """A storage's category: its label, else what it was made in (the forward's outputs, kept or not)."""
+    return str(record.label or ("activations" if record.tag == "forward" else "temporaries"))
 
 
 def _cuda_like() -> Any:
@@ -189,7 +208,8 @@ def trace_memory(model: Any, step_fn: Callable[[int], object], steps: int = 2, o
     peak_step = next(i for i, c in enumerate(peaks_seq) if tracker.peak_seq <= c) + 1
     return TraceResult(peak_bytes=tracker.peak, steady_bytes=step_peaks[-1], step_peaks=step_peaks,
                        peak_step=peak_step, peak_phase=tracker.peak_tag, breakdown=policy.live_at_peak(),
-                       seconds=time.perf_counter() - started)
+                       seconds=time.perf_counter() - started, storages=policy.lifetimes(), events=tracker.seq,
+                       peak_seq=tracker.peak_seq, phases=policy.phases)
 
 
 def _steps(policy: _Tracker, model: Any, step_fn: Callable[[int], object], steps: int, optimizer: Any,
@@ -350,6 +370,40 @@ class ReferenceRun:
                            pixel_dtype=self.low if self.pure else torch.float32, device=device)
 
 
+# the tracker's categories as a PyTorch memory snapshot's (doctor/snapshot.py), so the timeline is drawn
+# as `vram doctor SNAPSHOT --timeline` draws one; the rest follow the snapshot's rule: made in the forward
+# and alive when it ended, an activation (kept for backward); otherwise a temporary
+_SNAPSHOT_CATEGORIES = {"parameters": "parameter", "buffers": "parameter", "gradients": "gradient",
+                        "optimizer state": "optimizer_state"}
+_FORWARD_MADE = ("activations", "autocast weight copies")
+
+
+def trace_timeline(result: TraceResult, columns: int = 600) -> Timeline:
+    """The traced steps' memory over time, stacked by category, as the doctor's snapshot timeline."""
+    from ..doctor.snapshot import Allocation, DeviceMemory, timeline
+
+    ends = [seq for seq, phase in result.phases if phase != "forward"]  # where each forward (or other) ended
+
+    def category(born: int, died: int | None, label: str) -> str:
+        if label in _SNAPSHOT_CATEGORIES:
+            return _SNAPSHOT_CATEGORIES[label]
+        if label not in _FORWARD_MADE:
+            return "temporary"
+        i = bisect.bisect_left(ends, born)
+        kept = i < len(ends) and (died is None or died > ends[i])  # alive when its forward ended
+        return "activation" if kept else "temporary"
+
+    # step i of a DeviceMemory is the state after trace entry i - 1: entry index = sequence number - 1
+    allocations = [Allocation(addr=i, size=n, frames=(), born=born - 1, died=None if died is None else died - 1,
+                              category=category(born, died, label))
+                   for i, (n, born, died, label) in enumerate(result.storages)]
+    d = DeviceMemory(device=0, allocations=allocations, entries=result.events, reserved_start=None,
+                     times_us=[None] * (result.events + 1))
+    d.peak_step = result.peak_seq
+    d.peak_allocated = sum(a.size for a in d.live_at(result.peak_seq))
+    return timeline(d, by="category", columns=columns)
+
+
 def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
                    **options: Any) -> TraceResult:
     """Trace the reference implementation of a spec's family with the setup's options."""
@@ -383,4 +437,4 @@ def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
 
 
 __all__ = ["ReferenceRun", "TraceResult", "TraceUnavailable", "fake_mode", "round_block", "trace_estimate",
-           "trace_memory"]
+           "trace_memory", "trace_timeline"]

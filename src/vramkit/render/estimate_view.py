@@ -20,7 +20,9 @@ def _setup_line(e: Estimate) -> str:
     return e.setup.describe(e.seq, e.family)
 
 
-def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool = False) -> str:
+def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool = False,
+                    host: tuple[int, str] | None = None) -> str:
+    """`host`: (bytes, how counted) of host RAM an offloaded run needs (estimator/host.py)."""
     kinds = {t.name: t.kind for t in e.terms}
     lines = [style.paint(f"{e.model}", "bold") + f"  ·  {e.params:,} parameters"
              + (f" ({e.trainable:,} trainable per GPU)" if e.trainable and e.trainable != e.params else "")
@@ -43,6 +45,8 @@ def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool =
     lines.append(f"reserved         {format_size(e.reserved_bytes):>9}   (caching allocator)")
     lines.append(style.paint(f"nvidia-smi shows {format_size(total):>9}", "bold")
                  + f"   (reserved + {format_size(e.context_bytes)} CUDA context)")
+    if host is not None:
+        lines.append(f"host memory      {format_size(host[0]):>9}   (CPU RAM: {host[1]})")
     for note in e.notes:
         lines.append(style.paint(f"note: {note}", "dim"))
     if explain:
@@ -90,4 +94,20 @@ def render_trace(t: TraceResult, style: Style) -> str:
     lines.append(f"  {'traced in':<28}{t.seconds:>8.1f}s")
     for note in t.notes:
         lines.append(style.paint(f"  note: {note}", "dim"))
+    return "\n".join(lines)
+
+
+def render_precisions(rows: list[tuple[str, Estimate]], style: Style) -> str:
+    """One setup at several precisions, a row each: the weights, the peak, what nvidia-smi would show."""
+    first = rows[0][1]
+    label_w = max(12, *(len(label) for label, _ in rows)) + 2
+    lines = [style.paint(first.model, "bold") + f"  ·  {first.params:,} parameters  ·  ESTIMATE by precision", "",
+             f"{'precision':<{label_w}}{'weights':>10}{'peak allocated':>16}{'reserved':>10}{'nvidia-smi shows':>18}"]
+    for label, e in rows:
+        kinds = {t.name: t.kind for t in e.terms}
+        weights = sum(v for k, v in e.breakdown.items() if kinds.get(k) == "weights")
+        lines.append(f"{label:<{label_w}}{format_size(weights):>10}{format_size(e.peak_bytes):>16}"
+                     f"{format_size(e.reserved_bytes):>10}" + style.paint(f"{format_size(e.total_bytes):>18}", "bold"))
+    lines.append("")
+    lines += [style.paint(f"{label}: {_setup_line(e)}", "dim") for label, e in rows]
     return "\n".join(lines)
