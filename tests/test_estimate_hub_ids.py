@@ -10,6 +10,15 @@ from helpers import assert_one_line_error, run_vram
 from vramkit.estimator import EstimateError, resolve
 
 
+@pytest.fixture(autouse=True)
+def empty_hub_cache(tmp_path, monkeypatch):
+    """The catalog's reading of an id, whatever this machine's Hugging Face cache holds (a cached config
+    comes first: tests/test_estimate_hub_cache.py)."""
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hf-cache"))
+
+
 @pytest.mark.parametrize("hub_id, key", [("meta-llama/Llama-3.1-8B", "llama-3-8b"),
                                          ("my-org/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
                                          ("a-mirror/Mistral-7B-v0.1", "mistral-7b"),
