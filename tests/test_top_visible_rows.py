@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from textual.geometry import Region
 
 from vramkit.machine import open_machine
 from vramkit.tui import rows as R
@@ -47,11 +48,11 @@ def run(app: TopApp, body) -> None:
 
 
 def drawn(app: TopApp) -> list[tuple[int, int]]:
-    """(pid, gpu) of each process row on screen, top to bottom."""
+    """(pid, gpu) of each process row on screen, top to bottom, as a frame draws them."""
     table = app.query_one("#procs")
     out = []
-    for y in range(1, table.size.height):  # line 0: the header
-        words = table.render_line(y).text.split()
+    for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))[1:]:  # 0: the header
+        words = strip.text.split()
         if len(words) > 1 and words[1].isdigit():
             out.append((int(words[1]), int(words[0])))
     return out
@@ -170,7 +171,7 @@ def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenar
     a refresh's drawing): the same text, styles and mouse meta as DataTable's own path, for every
     cell on screen, under and off the cursor and the mouse, flags in colour, a user name in
     two-column characters, and in tree view the parent rows' empty cells."""
-    from itertools import chain
+    import functools
 
     from helpers import scenario_data
     from rich.segment import Segment
@@ -202,15 +203,19 @@ def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenar
                                 assert [list(Segment.simplify(line)) for line in ours] == \
                                        [list(Segment.simplify(line)) for line in theirs], (row, column, cursor, hover)
         assert directly == checked > 500
-        # and whole lines, as DataTable's own _render_line_in_row puts them together
+        # and whole lines in a frame, as DataTable's own render_line draws them
+        height = table.size.height
         for cursor_row, hover_row in ((0, 0), (2, 5), (table.row_count - 1, 1)):
-            cursor, hover = Coordinate(cursor_row, 0), Coordinate(hover_row, 0)
-            for row in range(table.row_count):
-                key = table._row_locations.get_key(row)
-                ours = table._render_line_in_row(key, 0, table.rich_style, cursor, hover)
-                theirs = DataTable._render_line_in_row(table, key, 0, table.rich_style, cursor, hover)
-                assert [list(Segment.simplify(chain(*part))) for part in ours] == \
-                       [list(Segment.simplify(chain(*part))) for part in theirs], (row, cursor_row, hover_row)
+            table.cursor_coordinate, table.hover_coordinate = Coordinate(cursor_row, 0), Coordinate(hover_row, 0)
+            table._frame = table._new_frame()
+            assert table._frame is not None
+            ours = [table.render_line(y) for y in range(height)]
+            table._frame = None
+            table._render_cell = functools.partial(DataTable._render_cell, table)  # DataTable's, all through rich
+            theirs = [DataTable.render_line(table, y) for y in range(height)]
+            del table._render_cell
+            assert [list(Segment.simplify(list(strip))) for strip in ours] == \
+                   [list(Segment.simplify(list(strip))) for strip in theirs], (cursor_row, hover_row)
         if tree:
             assert any(r.proc is None for r in app._rows)  # a parent row was among them
     try:

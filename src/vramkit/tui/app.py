@@ -19,20 +19,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.text import Text
 from textual import events
+from textual._segment_tools import line_crop
 from textual._two_way_dict import TwoWayDict
 from textual._types import SegmentLines
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import VerticalScroll
-from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import DataTable, Footer, Input, Static
@@ -63,6 +63,20 @@ HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "
                "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
 
 
+class _Frame(NamedTuple):
+    """What a frame of process lines is drawn with (ProcTable._new_frame)."""
+
+    style: RichStyle  # the table's
+    scroll_x: int
+    scroll_y: int
+    width: int
+    header: int  # lines of header
+    cursor_row: int
+    hover_row: int
+    columns: tuple[tuple[str, int], ...]  # each column's key and width as drawn
+    settings: tuple[object, ...]  # show_cursor, show hover cursor, pseudo classes, padding, cursor priorities
+
+
 class ProcTable(DataTable[str]):
     """The process table: Home/End go to the first/last row (the command is clipped to fit, so
     there is nothing to scroll sideways to).
@@ -87,16 +101,21 @@ class ProcTable(DataTable[str]):
         self._values: Callable[[int], list[str]] = lambda index: []  # row i's cells, built on demand
         self._built: dict[int, list[str]] = {}  # the rows built since the last show()
         self.rows_built = 0  # rows built, ever (the rest of the rows are never built)
-        # A few screens' worth of cells (each cursor and hover state apart); old texts age out.
-        self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(2048)
+        # The header's cells, and process cells drawn outside a frame (_cells_drawn has a frame's)
+        self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(256)
         # DataTable's own caches are cleared on each show(): a screen's worth is all they need.
         self._cell_render_cache = LRUCache(64)
         self._row_render_cache = LRUCache(256)
         self._line_cache = LRUCache(256)
         self._row_renderable_cache = LRUCache(64)
-        self._frame_style: RichStyle | None = None  # the table's style while a frame is drawn
-        # process rows' lines (_render_line_in_row), cleared with DataTable's caches and on show()
-        self._lines_drawn: LRUCache[tuple[object, ...], tuple[SegmentLines, SegmentLines]] = LRUCache(256)
+        self._frame: _Frame | None = None  # while a frame is drawn
+        self._drawn_with: tuple[object, ...] = ()  # the look of the lines drawn (a _Frame's but the cursor)
+        # process rows' lines, by (row, under the cursor, under the mouse): cleared on show(), with
+        # DataTable's caches, and when the look changes
+        self._lines_drawn: LRUCache[tuple[int, bool, bool], Strip] = LRUCache(256)
+        # their cells, by (row, column, text, under the cursor, under the mouse): kept across
+        # refreshes (most texts stay), cleared when the look changes
+        self._cells_drawn: LRUCache[tuple[int, int, str, bool, bool], list[Segment]] = LRUCache(2048)
 
     def show(self, count: int, values: Callable[[int], list[str]]) -> None:
         """From now on the table has `count` rows, row i's cells being values(i) (built when
@@ -125,6 +144,7 @@ class ProcTable(DataTable[str]):
     def _clear_caches(self) -> None:
         super()._clear_caches()
         self._lines_drawn.clear()
+        self._cells_drawn.clear()
 
     def row_values(self, index: int) -> list[str]:
         """Row `index`'s cells, in column order (built once per show())."""
@@ -147,50 +167,72 @@ class ProcTable(DataTable[str]):
         return self.get_row(row_key)[index]
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        # The table's style is worked out once a frame, not once a line (DOMNode.rich_style walks
-        # every ancestor's styles: a twentieth of the view's CPU when it did it for each line).
-        self._frame_style = self.rich_style
+        self._pseudo_class_state = self.get_pseudo_class_state()
+        self._frame = self._new_frame()
         try:
             return super().render_lines(crop)
         finally:
-            self._frame_style = None
+            self._frame = None
+
+    def _new_frame(self) -> _Frame | None:
+        """What every process line of this frame is drawn with, read once: each of Textual's
+        reactive attributes and DOMNode.rich_style costs a chain of lookups, and DataTable reads
+        a dozen of them for every line. None where this table is set up as it never is here
+        (fixed rows or columns, labels, zebra stripes, another cursor): DataTable draws those."""
+        if (self.cursor_type != "row" or self.fixed_columns or self.fixed_rows or self.zebra_stripes
+                or self._should_render_row_labels):
+            return None
+        columns = tuple((str(c.key.value), c.get_render_width(self)) for c in self.ordered_columns)
+        scroll_x, scroll_y = self.scroll_offset
+        frame = _Frame(self.rich_style, scroll_x, scroll_y, self.size.width,
+                       self.header_height if self.show_header else 0, self.cursor_coordinate.row,
+                       self.hover_coordinate.row, columns,
+                       (self.show_cursor, self._show_hover_cursor, self._pseudo_class_state, self.cell_padding,
+                        self.cursor_foreground_priority, self.cursor_background_priority))
+        drawn_with = (frame.style, frame.scroll_x, frame.width, frame.columns, frame.settings)
+        if drawn_with != self._drawn_with:  # another look: nothing drawn before is right
+            self._drawn_with = drawn_with
+            self._lines_drawn.clear()
+            self._cells_drawn.clear()
+        return frame
 
     def render_line(self, y: int) -> Strip:
-        if self._frame_style is None or self.fixed_rows:  # outside a frame: DataTable's own way
+        frame = self._frame
+        if frame is None or y < frame.header:  # the header, or outside a frame: DataTable's own way
             return super().render_line(y)
-        scroll_x, scroll_y = self.scroll_offset
-        if y >= (self.header_height if self.show_header else 0):
-            y += scroll_y
-        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._frame_style)
+        row = y - frame.header + frame.scroll_y
+        if row >= self.row_count:
+            return Strip.blank(frame.width, frame.style)
+        cursor, hover = row == frame.cursor_row, row == frame.hover_row
+        key = (row, cursor, hover)
+        strip = self._lines_drawn.get(key)
+        if strip is None:
+            strip = self._lines_drawn[key] = self._process_line(row, cursor, hover, frame)
+        return strip
 
-    def _render_line_in_row(self, row_key: RowKey, line_no: int, base_style: RichStyle, cursor_location: Coordinate,
-                            hover_location: Coordinate) -> tuple[SegmentLines, SegmentLines]:
-        """A process row's line, as DataTable draws it for this table (a row cursor, no fixed
-        columns, labels or zebra stripes), without what only other tables need (their colours
-        and component styles are looked up for every line)."""
-        row_index = self._row_locations.get(row_key)
-        if (row_index is None or line_no or self.cursor_type != "row" or self.fixed_columns or self.zebra_stripes
-                or row_index < self.fixed_rows or self._should_render_row_labels):
-            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
-        cursor, hover = row_index == cursor_location.row, row_index == hover_location.row
-        key = ("row", row_index, base_style, cursor, hover, self.show_cursor, self._show_hover_cursor,
-               self._pseudo_class_state, self.size.width)
-        cached = self._lines_drawn.get(key)
-        if cached is not None:
-            return cached
-        cells: list[list[Segment]] = []
+    def _process_line(self, row: int, cursor: bool, hover: bool, frame: _Frame) -> Strip:
+        """A process row's line, as DataTable draws it for this table (_render_line and
+        _render_line_in_row, for a row cursor and nothing fixed), from the frame's values."""
+        segments: list[Segment] = []
+        values = self.row_values(row)
         table_width = 0
-        for column_index, column in enumerate(self.ordered_columns):
-            width = column.get_render_width(self)
+        for column, (_, width) in enumerate(frame.columns):
             table_width += width
-            cells.append(self._render_cell(row_index, column_index, base_style, width, cursor, hover)[0])
-        extend, _ = self._get_styles_to_render_cell(False, False, False, hover, cursor, self.show_cursor,
-                                                    self._show_hover_cursor, False, False)
-        extend = base_style + extend + RichStyle.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
-        cells.append([Segment(" " * max(0, self.size.width - table_width), extend)])
-        pair: tuple[SegmentLines, SegmentLines] = ([], cells)
-        self._lines_drawn[key] = pair
-        return pair
+            value = values[column] if column < len(values) else ""
+            key = (row, column, value, cursor, hover)
+            cell = self._cells_drawn.get(key)
+            if cell is None:
+                lines = self.draw_cell(row, column, value, frame.style, width, cursor, hover)
+                if lines is None:
+                    lines = self._render_cell(row, column, frame.style, width, cursor, hover)
+                cell = self._cells_drawn[key] = lines[0]
+            segments.extend(cell)
+        extend, _ = self._get_styles_to_render_cell(False, False, False, hover, cursor, frame.settings[0],
+                                                    frame.settings[1], False, False)
+        extend = frame.style + extend + RichStyle.from_meta({"row": row, "column": 0, "out_of_bounds": True})
+        segments.append(Segment(" " * max(0, frame.width - table_width), extend))
+        line = line_crop(segments, frame.scroll_x, frame.scroll_x + frame.width, frame.width)
+        return Strip(line).adjust_cell_length(frame.width, frame.style).simplify()
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # Every column has a fixed width and every row one line: no new row needs measuring
