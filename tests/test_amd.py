@@ -203,3 +203,29 @@ def test_the_pynvml_shim_refuses_an_amd_only_scenario_and_serves_a_mixed_hosts_n
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(tmp_path / "b"), "VRAM_SIMULATE": "mixed"})
     assert out.stdout.strip() == "2", out.stderr  # the two A100s; the MI210s are not NVML's
+
+
+@pytest.mark.parametrize("path", ["amdsmi", "sysfs"])
+def test_health_reads_ecc_and_the_pcie_link_and_says_what_an_amd_gpu_lacks(write_scenario, monkeypatch, path):
+    monkeypatch.setenv("VRAM_SIM_AMD", path)
+    from vramkit.machine import open_machine
+
+    gpu = {"name": "AMD Instinct MI210", "memory_total": "64GiB", "unsupported": ["fan"],
+           "health": {"ecc_corrected_volatile": 12, "ecc_uncorrected_volatile": 1, "pcie_gen": 3, "pcie_width": 8,
+                      "pcie_gen_max": 4, "pcie_width_max": 16}}
+    scenario = write_scenario({"vendor": "amd", "gpus": [gpu, {**gpu, "health": {"ecc_enabled": False},
+                                                               "unsupported": ["fan", "pcie"]}]})
+    machine = open_machine(str(scenario))
+    try:
+        snap = machine.snapshot()
+        machine.read_health(snap, settle=0)
+    finally:
+        machine.close()
+    h, off = snap.gpus[0].health, snap.gpus[1].health
+    assert (h.ecc_enabled, h.ecc_corrected_volatile, h.ecc_uncorrected_volatile) == (True, 12, 1)
+    assert (h.pcie_gen, h.pcie_width, h.pcie_gen_max, h.pcie_width_max) == (3, 8, 4, 16)
+    assert h.ecc_corrected_aggregate is None and "since" in h.na["ecc_corrected_aggregate"]
+    assert h.nvlink_links is None and "xGMI" in h.na["nvlink_links"]
+    assert h.persistence_mode is None and "NVIDIA" in h.na["persistence_mode"]
+    assert off.ecc_corrected_volatile is None and off.na["ecc_corrected_volatile"]
+    assert off.pcie_gen is None and off.na["pcie_gen"]

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 MiB = 1 << 20
+_PCIE_COUNTERS = ("pcie_replay_count", "pcie_l0_to_recovery_count", "pcie_replay_roll_over_count",
+                  "pcie_nak_sent_count", "pcie_nak_received_count", "pcie_lc_perf_other_end_recovery_count")
 
 
 class amdsmi_processor_handle:  # noqa: N801 - the real package's ctypes class has this name
@@ -175,6 +177,27 @@ class FakeAmdSmi:
     def amdsmi_get_gpu_fan_speed_max(self, handle: Any, sensor_idx: int) -> int:
         self.amdsmi_get_gpu_fan_speed(handle, sensor_idx)
         return 255
+
+    def amdsmi_get_gpu_ecc_enabled(self, handle: Any) -> int:
+        """The RAS blocks with ECC on, as a bit mask (UMC, SDMA, GFX, ...: all or none here)."""
+        return 0x3FFF if self._check(handle, "ecc")["health"]["ecc_enabled"] else 0
+
+    def amdsmi_get_gpu_total_ecc_count(self, handle: Any) -> dict[str, Any]:
+        h = self._check(handle, "ecc")["health"]
+        if not h["ecc_enabled"]:
+            raise AmdSmiLibraryException(compat.AMDSMI_STATUS_NOT_SUPPORTED)
+        return {"correctable_count": h["ecc_corrected_volatile"], "uncorrectable_count": h["ecc_uncorrected_volatile"],
+                "deferred_count": 0}
+
+    def amdsmi_get_pcie_info(self, handle: Any) -> dict[str, Any]:
+        h = self._check(handle, "pcie")["health"]
+        mts = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
+        t = self.sim.now()
+        gen, width = int(self.sim.value(h["pcie_gen"], t)), int(self.sim.value(h["pcie_width"], t))
+        return {"pcie_static": {"max_pcie_width": h["pcie_width_max"], "max_pcie_speed": mts.get(h["pcie_gen_max"]),
+                                "pcie_interface_version": h["pcie_gen_max"], "slot_type": "OAM"},
+                "pcie_metric": {"pcie_width": width, "pcie_speed": mts.get(gen, "N/A"), "pcie_bandwidth": "N/A",
+                                **dict.fromkeys(_PCIE_COUNTERS, 0)}}
 
     def amdsmi_get_gpu_compute_partition(self, handle: Any) -> str:
         return str(self._check(handle, "partitions")["compute_partition"])

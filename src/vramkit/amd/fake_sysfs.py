@@ -106,6 +106,15 @@ class FakeSysfs:
             files[f"{hw}/power1_average"] = int(value(g["power"], t) * 1_000_000)
         if "power_limit" not in off:
             files[f"{hw}/power1_cap"] = int(g["power_limit"] * 1_000_000)
+        h = g["health"]
+        if "pcie" not in off:  # the PCI device's own link attributes
+            speeds = {1: "2.5", 2: "5.0", 3: "8.0", 4: "16.0", 5: "32.0", 6: "64.0"}
+            files["current_link_speed"] = f"{speeds.get(int(value(h['pcie_gen'], t)), 'Unknown')} GT/s PCIe"
+            files["current_link_width"] = int(value(h["pcie_width"], t))
+            files["max_link_speed"] = f"{speeds.get(h['pcie_gen_max'], 'Unknown')} GT/s PCIe"
+            files["max_link_width"] = h["pcie_width_max"]
+        if "ecc" not in off and h["ecc_enabled"]:  # RAS: the memory controller's error counts
+            files["ras/umc_err_count"] = f"ue: {h['ecc_uncorrected_volatile']}\nce: {h['ecc_corrected_volatile']}"
         if g["fan"] is not None and "fan" not in off:
             files[f"{hw}/pwm1"] = round(value(g["fan"], t) * 255 / 100)
             files[f"{hw}/pwm1_max"] = 255

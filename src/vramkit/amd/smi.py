@@ -39,6 +39,12 @@ def load_module() -> Any:
     return amdsmi
 
 
+def _gen(mts: Any) -> int | None:
+    """PCIe generation of a link speed in MT/s (2500: gen 1 ... 64000: gen 6); None unknown."""
+    gens = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
+    return gens.get(mts) if isinstance(mts, int) else None
+
+
 def _code(e: BaseException) -> int | None:
     code = getattr(e, "err_code", None)
     return code if isinstance(code, int) else None
@@ -62,6 +68,7 @@ class AmdSmi:
         self.driver_version: str | None = None
         self._busy: dict[tuple[int, int, int | None], tuple[int, float]] = {}  # (pid, gpu, part) -> (ns, t)
         self.render_minors: dict[int, int] = {}  # /dev/dri/renderD<minor> -> GPU index
+        self._handles: dict[int, Any] = {}  # GPU index -> its (first partition's) handle, from the last reading
 
     def open(self) -> AmdSmi:
         try:
@@ -112,6 +119,7 @@ class AmdSmi:
                 out.append(Device(index=index, vendor="amd", lost=lost, error=reason(err)))
                 continue
             dev = Device(index=index, vendor="amd", pci_bus_id=bdf)
+            self._handles[index] = h
             na = dev.na
             # a partition's own id is HIP's name for it; the GPU's is the one its partitions share
             dev.uuid = self._uuid(h, na) if len(group) == 1 else self._call(na, "uuid", "amdsmi_get_gpu_device_uuid", h)
@@ -165,6 +173,44 @@ class AmdSmi:
             out.append(dev)
         self._busy = {k: v for k, v in self._busy.items() if k in seen}
         return out
+
+    def read_health(self, gpus: list[Device]) -> None:
+        """ECC error counts (since the driver loaded) and the PCIe link, where amdsmi gives them."""
+        for g in gpus:
+            h, health = self._handles.get(g.index), g.health
+            if h is None or health is None:
+                continue
+            na = health.na
+            blocks = self._call(na, "ecc", "amdsmi_get_gpu_ecc_enabled", h)
+            if isinstance(blocks, int):
+                health.ecc_enabled = blocks != 0
+                na.pop("ecc_enabled", None)
+            ecc = self._call(na, "ecc", "amdsmi_get_gpu_total_ecc_count", h) if blocks else None
+            if ecc is not None:
+                health.ecc_corrected_volatile, health.ecc_uncorrected_volatile = (
+                    ecc["correctable_count"], ecc["uncorrectable_count"])
+                for key in ("ecc_corrected_volatile", "ecc_uncorrected_volatile"):
+                    na.pop(key, None)
+                for key in ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate"):
+                    na[key] = "amdsmi counts errors since the driver loaded, not over the GPU's life"
+            else:
+                for key in ("ecc_corrected_volatile", "ecc_uncorrected_volatile"):
+                    na[key] = na.get("ecc", "ECC is off on this GPU")
+            na.pop("ecc", None)
+            pcie = self._call(na, "pcie", "amdsmi_get_pcie_info", h)
+            if pcie is not None:
+                static, metric = pcie["pcie_static"], pcie["pcie_metric"]
+                read = {"pcie_gen": _gen(metric.get("pcie_speed")), "pcie_width": metric.get("pcie_width"),
+                        "pcie_gen_max": _gen(static.get("max_pcie_speed")),
+                        "pcie_width_max": static.get("max_pcie_width")}
+                for key, value in read.items():
+                    if isinstance(value, int):
+                        setattr(health, key, value)
+                        na.pop(key, None)
+            elif "pcie" in na:
+                for key in ("pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max"):
+                    na[key] = na["pcie"]
+            na.pop("pcie", None)
 
     def _uuid(self, h: Any, na: dict[str, str]) -> str | None:
         """ROCm's name for the GPU (GPU-<unique id>, as HIP and ROCR_VISIBLE_DEVICES take it) where

@@ -22,6 +22,9 @@ AMD_PCI_VENDOR = "1002"
 FIRST_READING = "a process's engine time is a counter (fdinfo drm-engine-*): its share needs a second reading"
 
 
+_PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}  # GT/s -> PCIe generation
+
+
 class SysfsUnavailable(Exception):
     """No KFD topology under the root: the amdgpu driver is not loaded (one line)."""
 
@@ -69,6 +72,7 @@ class Sysfs:
         self.driver_version: str | None = None
         self._busy: dict[tuple[int, int, int | None], tuple[int, float]] = {}
         self.render_minors: dict[int, int] = {}  # /dev/dri/renderD<minor> -> GPU index
+        self._devices: dict[int, str] = {}  # GPU index -> its DRM device directory, from the last reading
 
     def open(self) -> Sysfs:
         if not os.path.isdir(os.path.join(self.kfd, "topology/nodes")):
@@ -136,6 +140,7 @@ class Sysfs:
                 dev.lost, dev.error = True, f"its DRM device ({bdf}) is gone from /sys/class/drm: the GPU is lost"
                 out.append(dev)
                 continue
+            self._devices[dev.index] = device
             try:
                 self._device(dev, device, parts)
             except PermissionError as e:
@@ -152,6 +157,44 @@ class Sysfs:
             out.append(dev)
         self._busy = {k: v for k, v in self._busy.items() if k in seen}
         return out
+
+    def read_health(self, gpus: list[Device]) -> None:
+        """RAS's memory error counts (since the driver loaded) and the PCI device's link."""
+        for g in gpus:
+            device, health = self._devices.get(g.index), g.health
+            if device is None or health is None:
+                continue
+            na = health.na
+            try:
+                ras = _read(os.path.join(device, "ras/umc_err_count"))
+                links = {n: _read(os.path.join(device, n)) for n in
+                         ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")}
+            except PermissionError as e:
+                for key in ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "pcie_gen", "pcie_width"):
+                    na[key] = f"cannot read {e.filename}: permission denied"
+                continue
+            counts = dict(line.split(":", 1) for line in (ras or "").splitlines() if ":" in line)
+            if counts.get("ue", "").strip().isdigit() and counts.get("ce", "").strip().isdigit():
+                health.ecc_enabled = True
+                health.ecc_uncorrected_volatile, health.ecc_corrected_volatile = (
+                    int(counts["ue"]), int(counts["ce"]))
+                for key in ("ecc_enabled", "ecc_corrected_volatile", "ecc_uncorrected_volatile"):
+                    na.pop(key, None)
+                for key in ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate"):
+                    na[key] = "the amdgpu driver counts errors since it loaded, not over the GPU's life"
+            else:
+                for key in ("ecc_enabled", "ecc_corrected_volatile", "ecc_uncorrected_volatile"):
+                    na[key] = "no RAS error counts (ras/umc_err_count): ECC off or not supported"
+            for key, name in (("pcie_gen", "current_link_speed"), ("pcie_gen_max", "max_link_speed"),
+                              ("pcie_width", "current_link_width"), ("pcie_width_max", "max_link_width")):
+                text = links[name] or ""
+                value = _PCIE_GEN.get(text.split(" ")[0]) if "speed" in name else (
+                    int(text) if text.isdigit() else None)
+                if value is None:
+                    na[key] = f"the PCI device has no {name}"
+                else:
+                    setattr(health, key, value)
+                    na.pop(key, None)
 
     def _number(self, dev: Device, device: str, name: str, field: str) -> int | None:
         text = _read(os.path.join(device, name))

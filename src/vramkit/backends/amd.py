@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
         render_minors: dict[int, int]  # /dev/dri/renderD<minor> -> GPU index, from the last reading
 
+        def read_health(self, gpus: list[Device]) -> None: ...
+
         def read(self, t: float, first_index: int = 0) -> list[Device]: ...
 
         def close(self) -> None: ...
@@ -36,7 +38,17 @@ if TYPE_CHECKING:
 # every ROCm (HIP, OpenCL on ROCm) process holds /dev/kfd open; the render node of each GPU it uses
 # (or partition: one each) too, and a graphics-only client only that
 DEVICE_NODES = ("/dev/kfd", "/dev/dri/renderD*")
-NO_HEALTH = "vramkit does not read AMD GPUs' health (ECC, clocks, links) yet"
+NO_HEALTH = "vramkit does not read it on AMD GPUs yet"
+# NVIDIA's own features: an AMD GPU has none of them (N/A with the reason, never a made-up 0)
+LACKS = {
+    **dict.fromkeys(("nvlink_links", "nvlink_links_up", "nvlink_tx", "nvlink_rx"),
+                    "an NVIDIA link: AMD GPUs connect by xGMI (Infinity Fabric), not read by vramkit yet"),
+    **dict.fromkeys(("remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending", "remap_failed"),
+                    "NVIDIA's row remapping: AMD GPUs retire bad pages instead"),
+    "persistence_mode": "an NVIDIA driver mode: the amdgpu driver has none",
+    "compute_mode": "an NVIDIA driver setting: AMD GPUs have none",
+    "performance_state": "NVIDIA's P-states: AMD GPUs have DPM levels instead",
+}
 NO_VIDEO = "vramkit does not read AMD GPUs' video engines (VCN) yet"
 
 
@@ -103,11 +115,13 @@ class AmdBackend:
         return _video_unread(self.reader.read(self.monotonic(), self.first_index))
 
     def read_health(self, gpus: list[Device], settle: float) -> None:
-        for g in gpus:
-            if g.vendor == "amd":
-                health = Health()
-                health.na = {name: NO_HEALTH for name in Health.__dataclass_fields__ if name != "na"}
-                g.health = health
+        """ECC counts and the PCIe link, as the reader has them; the rest N/A with why."""
+        mine = [g for g in gpus if g.vendor == "amd" and not g.lost]
+        for g in mine:
+            health = Health()
+            health.na = {name: LACKS.get(name, NO_HEALTH) for name in Health.__dataclass_fields__ if name != "na"}
+            g.health = health
+        self.reader.read_health(mine)
 
     def host(self, pid: int, now: float) -> HostProcess | str:
         return self.table.read(pid)
