@@ -468,6 +468,13 @@ def test_spawn_exits_with_the_command_s_code():
     assert _vram("sim", "spawn", "--simulate", "demo", "--", "sh", "-c", "exit 7").returncode == 7
 
 
+def test_spawn_runs_every_bundled_scenario_s_placeholders():
+    # A synthetic process's host fields (its cgroup text too) are dropped: /proc has the real one's.
+    for name in bundled_names():
+        result = _vram("sim", "spawn", "--simulate", name, "--", "true")
+        assert result.returncode == 0, (name, result.stderr)
+
+
 # ---------------------------------------------------------------- GPU health through pynvml (issue 17)
 
 HEALTH_CALLS = textwrap.dedent("""

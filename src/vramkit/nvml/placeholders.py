@@ -28,7 +28,7 @@ from typing import Any
 from ..procs import read_stat
 
 # What a synthetic process says about its host side; a real one's comes from /proc.
-HOST_FIELDS = ("user", "uid", "command", "age", "state", "cpu_percent", "rss", "ppid", "container")
+HOST_FIELDS = ("user", "uid", "command", "age", "state", "cpu_percent", "rss", "ppid", "container", "cgroup")
 SLEEP_SECONDS = "2147483647"  # as long as sleep can count: the placeholder ends when we end it
 STATE_WAIT_S = 5.0  # how long a zombie or stopped placeholder may take to reach its state
 # A synthetic zombie runs no kernels (nvml/sim.py samples none for it). Its placeholder is a real
