@@ -459,6 +459,7 @@ class TopApp(App[None]):
         self._columns: list[str] = []
         self._command_width = 0
         self._rows: list[R.Row] = []  # every row of the view, in its order (the table builds those drawn)
+        self._counts = (0, 0)  # the snapshot's processes, and the rows of them the view shows
         self._texts: dict[str, Text] = {}  # what each Static shows (_show)
 
     # ------------------------------------------------------------ layout
@@ -666,6 +667,7 @@ class TopApp(App[None]):
         table = self.query_one("#procs", ProcTable)
         selected = selected or self.selected_key()
         self._rows = R.ordered(self.snap, self.view)
+        self._counts = (len(self.snap.processes), sum(1 for r in self._rows if r.proc is not None))
         by_index = {g.index: g for g in self.snap.gpus}
         rows, columns, command_width, plain = self._rows, self._columns, self._command_width, self.look.plain
         table.show(len(rows), lambda i: [plain(v) for v in R.cells(rows[i], by_index, columns, command_width)])
@@ -681,8 +683,7 @@ class TopApp(App[None]):
     def _draw_viewline(self) -> None:
         if self.snap is None:
             return
-        total = len(self.snap.processes)
-        shown = sum(1 for r in self._rows if r.proc is not None)
+        total, shown = self._counts
         count = f"{shown} of {total} GPU processes" if shown != total else f"{total} GPU processes"
         self._show("#viewline", Text(f"{count}  ·  {self.view.describe()}  ·  ? help", style="bold"))
 
