@@ -515,25 +515,34 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
 
     Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
     _plan(days=True) keeps within one day). The day is worked out in SQL from the zone's UTC
-    offsets over the window (_day_sql); the rows are summed per day, job and GPU once, and that
-    (a few hundred rows a day) is summed per job and GPU and per day, so a year never comes back
-    to Python row by row."""
+    offsets over the window (_day_sql), so a year never comes back to Python row by row. Where
+    local days are UTC days the window is mostly day sums, a row per day and pair: it is summed
+    per job and GPU and per day directly. Elsewhere it is hour sums: they are summed per day, job
+    and GPU once, and that (a twenty-fourth of them) per job and GPU and per day."""
     from datetime import date, timedelta
 
     with _snapshot(store):
         offsets = _local_offsets(store, since, until)
-        utc = all(offset == 0 for _, offset in offsets)
-        rows_sql, params = _plan(store, since, until, days=True, utc=utc).sql(_PROC_FINE, _PROC_HOURS)
+        plan = _plan(store, since, until, days=True, utc=all(offset == 0 for _, offset in offsets))
+        rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
-        rows = _rows(store, f"""
-            WITH per AS (
-                SELECT {day} AS day, job, gpu, SUM(seconds) AS gs, SUM(mbs) AS mbs, MAX(peak) AS peak,
-                       SUM(idle) AS idle, SUM(idle_mbs) AS idle_mbs
-                FROM ({rows_sql}) GROUP BY day, job, gpu)
-            SELECT 0, job, gpu, SUM(gs), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs) FROM per GROUP BY job, gpu
-            UNION ALL
-            SELECT 1, day, COUNT(DISTINCT job), SUM(gs), SUM(mbs), MAX(peak), SUM(idle), 0 FROM per GROUP BY day""",
-                     params)
+        if plan.days:
+            sql = f"""
+                SELECT 0, job, gpu, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs)
+                FROM ({rows_sql}) GROUP BY job, gpu
+                UNION ALL
+                SELECT 1, {day} AS day, COUNT(DISTINCT job), SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), 0
+                FROM ({rows_sql}) GROUP BY day"""
+        else:
+            sql = f"""
+                WITH per AS (
+                    SELECT {day} AS day, job, gpu, SUM(seconds) AS gs, SUM(mbs) AS mbs, MAX(peak) AS peak,
+                           SUM(idle) AS idle, SUM(idle_mbs) AS idle_mbs
+                    FROM ({rows_sql}) GROUP BY day, job, gpu)
+                SELECT 0, job, gpu, SUM(gs), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs) FROM per GROUP BY job, gpu
+                UNION ALL
+                SELECT 1, day, COUNT(DISTINCT job), SUM(gs), SUM(mbs), MAX(peak), SUM(idle), 0 FROM per GROUP BY day"""
+        rows = _rows(store, sql, params)
     held_rows, days = [], []
     for kind, key, other, gs, mbs, peak, idle, idle_mbs in rows:
         if kind == 0:
