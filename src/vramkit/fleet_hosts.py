@@ -65,9 +65,10 @@ class ClientConfig:
     context: ssl.SSLContext | None = None
 
 
-def parse_hosts(values: list[str]) -> list[str]:
+def parse_hosts(values: list[str], credentials: bool = False) -> list[str]:
     """Base URLs from --hosts values ('h1:9787,h2', 'https://h3:9787/prefix'), in the order given,
-    each once. A RequestError (param 'hosts') names the first one that is not an address."""
+    each once. A RequestError (param 'hosts') names the first one that is not an address, or, with
+    `credentials` (basic auth to send), one without a scheme: plain HTTP only where written."""
     urls: list[str] = []
     for value in values:
         for item in value.split(","):
@@ -75,6 +76,11 @@ def parse_hosts(values: list[str]) -> list[str]:
             if not item:
                 continue
             url = _base_url(item)
+            if credentials and "://" not in item:
+                shown = clean(item if len(item) <= 80 else item[:77] + "...")
+                raise RequestError(f"{shown!r}: the basic auth password would go in clear text over plain HTTP; "
+                                   f"write https://{shown} (or http://{shown} to send it in clear anyway)",
+                                   param=PARAM)
             if url not in urls:
                 urls.append(url)
             if len(urls) > MAX_HOSTS:
@@ -314,7 +320,8 @@ def _gpu(item: object) -> FleetGpu | None:
     if isinstance(index, bool) or not isinstance(index, int) or not _INDEX.fullmatch(str(index)):
         return None
     gpu = FleetGpu(index, uuid=_text(item.get("uuid")), name=_text(item.get("name")),
-                   pci_bus_id=_text(item.get("pci_bus_id")), lost=item.get("lost") is True)
+                   pci_bus_id=_text(item.get("pci_bus_id")), lost=item.get("lost") is True,
+                   vendor="amd" if item.get("vendor") == "amd" else "nvidia")  # (a vram serve before AMD: none)
     gpu.memory_used = _number(item.get("memory_used"), MAX_BYTES)
     gpu.memory_total = _number(item.get("memory_total"), MAX_BYTES)
     gpu.memory_reserved = _number(item.get("memory_reserved"), MAX_BYTES)

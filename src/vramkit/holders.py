@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass, field
 
 from .backends import Backend
@@ -44,8 +45,27 @@ class HolderScan:
     notes: list[str] = field(default_factory=list)
 
 
-def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]]) -> tuple[str, ...] | None:
-    """The nodes pid holds open; None when its fd table cannot be read (not ours, or gone)."""
+def _file_key(st: os.stat_result) -> tuple[int, int]:
+    """What a file is, whatever path names it: a device by its number (any node of it opens the
+    GPU), anything else (a simulated machine's nodes) by its inode."""
+    return (-1, st.st_rdev) if stat.S_ISCHR(st.st_mode) else (st.st_dev, st.st_ino)
+
+
+def _node_keys(paths: set[str]) -> dict[str, tuple[int, int]]:
+    keys = {}
+    for path in paths:
+        try:
+            keys[path] = _file_key(os.stat(path))
+        except OSError:
+            pass  # gone since the glob: no one holds it
+    return keys
+
+
+def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]],
+                keys: dict[str, tuple[int, int]]) -> tuple[str, ...] | None:
+    """The nodes pid holds open; None when its fd table cannot be read (not ours, or gone). A link's
+    text is only the path as the process's own mount namespace spells it (a file of its own at
+    /dev/nvidia0 in a tmpfs of its own reads the same): the file it opened must be the node."""
     base = f"/proc/{pid}/fd"
     try:
         fds = os.listdir(base)
@@ -60,6 +80,11 @@ def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]]) -> tuple[str, 
         except OSError:
             continue
         if target in nodes:
+            try:
+                if _file_key(os.stat(f"{base}/{fd}")) != keys.get(target):
+                    continue
+            except OSError:
+                continue  # closed meanwhile
             held.add(target)
     return tuple(sorted(held, key=nodes.__getitem__))
 
@@ -83,6 +108,7 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
     node_gpu.update({os.path.realpath(p): g for p, g in list(node_gpu.items())})
     nodes = {p: ((0, node_gpu[p], p) if p in node_gpu else (1, 0, p))
              for p in set(paths) | {os.path.realpath(p) for p in paths}}
+    keys = _node_keys(set(nodes))
     listed: dict[int, dict[int, int | None]] = {}
     for p in snap.processes:
         if p.pid_here is not None:  # a host pid a container's /proc does not have is no holder's here
@@ -90,7 +116,7 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
     me = os.getpid()
     candidates = pids if pids is not None else [int(d) for d in os.listdir("/proc") if d.isdigit()]
     for pid in candidates:
-        held = _open_nodes(pid, nodes)
+        held = _open_nodes(pid, nodes, keys)
         if held is None:
             result.unreadable += 1
             continue

@@ -125,8 +125,8 @@ def _read_hosts(args: argparse.Namespace) -> Fleet:
 
     if args.prometheus or args.job:
         raise UsageError("--hosts: reads the hosts without Prometheus; leave out --prometheus and --job")
-    urls = parse_hosts(args.hosts)
     config = load_client_config(Path(args.hosts_config)) if args.hosts_config else None
+    urls = parse_hosts(args.hosts, credentials=config is not None and config.authorization is not None)
     return read_hosts(urls, duration_flag(args, "timeout", 0.1, 600, "must be 0.1s to 10m"), config)
 
 

@@ -299,6 +299,10 @@ def from_text(text: str, names: RuntimeNames | None = None) -> Workload | str | 
         return f"its cgroup cannot be read as the kernel's: {e}"
     if found is None or found.container_id is None or names is None or found.runtime == "lxc":
         return found
+    if found.runtime == "podman" and _patterns().user_manager.search(text):
+        # rootless: its id is its user's choice (a cgroup name) and its name in that user's own
+        # storage; root's list must not lend it the name of root's container of that id
+        return found
     name, image, problem = names.name(found.runtime, found.container_id)
     if name is None and image is None and problem is None:
         return found

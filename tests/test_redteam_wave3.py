@@ -1,0 +1,104 @@
+"""Red team, third wave: a hostile neighbour and a hostile network peer against what names a
+process's owner (procs/workload.py), the device-file holders a container's pids are mapped
+through (holders.py, pidmap.py) and `vram fleet --hosts` (fleet_hosts.py). Each test performs the
+attack with real processes, files and servers. (The kubelet's: test_redteam_wave3_kubelet.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import assert_one_line_error, clean_env, real_gpu_scenario, run_vram, start_sleeper
+from test_fleet_hosts import FakeHost, send, snapshot
+from test_holders import HOLD, holder
+from test_workload import ID, _move, cgroup_dirs  # noqa: F401 - cgroup_dirs is a fixture
+
+from vramkit.procs.workload import RuntimeNames, describe, from_text
+
+# ---------------------------------------------------------------- a rootless container borrowing root's name
+
+ROOTLESS = f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container\n"
+
+
+def _roots_podman(root) -> None:
+    """Root's podman list, naming root's container ID 'prod-db'."""
+    state = root / "var/lib/containers/storage/overlay-containers"
+    state.mkdir(parents=True)
+    (state / "containers.json").write_text(json.dumps([{"id": ID, "names": ["prod-db"], "image": "postgres:16"}]))
+
+
+def test_a_rootless_container_named_with_roots_container_id_does_not_get_its_name(tmp_path):
+    # A user names a cgroup under their own systemd libpod-<id of root's container>.scope: the id is
+    # theirs to choose, so root's list must not name it.
+    _roots_podman(tmp_path)
+    found = from_text(ROOTLESS, RuntimeNames(str(tmp_path)))
+    assert found is not None and not isinstance(found, str)
+    assert (found.runtime, found.container_id, found.container_name, found.image) == ("podman", ID, None, None)
+    assert describe(found) == f"podman container {ID[:12]}"
+    # Root's own container of that id is still named.
+    rootful = from_text(f"0::/machine.slice/libpod-{ID}.scope/container\n", RuntimeNames(str(tmp_path)))
+    assert rootful is not None and not isinstance(rootful, str) and rootful.container_name == "prod-db"
+
+
+def test_a_real_process_in_a_users_libpod_scope_is_not_shown_as_roots_container(children, cgroup_dirs,  # noqa: F811
+                                                                                 tmp_path, write_scenario):
+    sleeper = start_sleeper(children)
+    _move(sleeper.pid, cgroup_dirs(f"user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"))
+    _roots_podman(tmp_path)
+    path = str(write_scenario(real_gpu_scenario({sleeper.pid: {"0": "1GiB"}})))
+    env = clean_env(VRAM_STATE_ROOT=str(tmp_path), COLUMNS="200")
+    [row] = run_vram("ps", "--json", "--simulate", path, env=env).json()["processes"]
+    assert row["workload"]["container_id"] == ID and row["workload"]["container_name"] is None
+    shown = run_vram("ps", "--simulate", path, "--container", "prod-db", env=env)
+    assert shown.rc == 0 and f" {sleeper.pid} " not in shown.out
+
+
+# ---------------------------------------------------------------- a device file of one's own at the node's path
+
+def test_a_file_of_its_own_at_a_device_nodes_path_is_not_holding_the_gpu(children, write_scenario, tmp_path):
+    # In a mount namespace of its own (unshare -rm: no privilege needed where user namespaces are
+    # allowed), a tmpfs over the directory of the nodes and a file named nvidia1 there: the link in
+    # /proc/PID/fd reads exactly as the real node's path.
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (dev / name).write_text("")
+    fake = subprocess.Popen(
+        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs none "{dev}" && : > "{dev}/nvidia1" && '
+                                       f'exec "{sys.executable}" -c "$0" "{dev}/nvidia1"', HOLD],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    children.procs.append(fake)
+    if fake.stdout.readline().strip() != b"ready":
+        pytest.skip(f"cannot make a mount namespace here: {fake.stderr.read().decode(errors='replace')[:200]}")
+    links = {os.readlink(f"/proc/{fake.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{fake.pid}/fd")}
+    assert str(dev / "nvidia1") in links  # what /proc shows of its file: the real node's path
+    real = holder(children, dev / "nvidia0")
+    path = write_scenario(real_gpu_scenario({}, device_nodes=f"{dev}/nvidia*"))
+    data = run_vram("ps", "--simulate", str(path), "--holders", "--json", env=clean_env(COLUMNS="200")).json()
+    assert {h["pid"]: h["gpus"] for h in data["holders"]} == {real.pid: [0]}
+
+
+# ---------------------------------------------------------------- basic auth over plain HTTP
+
+def test_basic_auth_is_not_sent_in_clear_to_a_host_given_without_a_scheme(tmp_path):
+    host = FakeHost(lambda h: send(h, snapshot()))
+    try:
+        config = tmp_path / "fleet.yml"
+        config.write_text("basic_auth: {username: alice, password: s3cret}\n")
+        refused = run_vram("fleet", "--hosts", host.address, "--hosts-config", str(config), env=clean_env())
+        assert_one_line_error(refused, 2, "basic auth password would go in clear text over plain HTTP",
+                              f"https://{host.address}")
+        assert host.requests == []
+        # Asked for in so many words, it is sent.
+        sent = run_vram("fleet", "--hosts", f"http://{host.address}", "--hosts-config", str(config),
+                        env=clean_env())
+        assert sent.rc == 0, sent.err
+        assert [r["Authorization"] for r in host.requests] == ["Basic YWxpY2U6czNjcmV0"]
+    finally:
+        host.close()
