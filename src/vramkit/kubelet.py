@@ -57,14 +57,10 @@ def socket_path() -> str:
 def list_pods(path: str | None = None, timeout: float = TIMEOUT_S) -> list[PodContainer]:
     """Every container the kubelet at `path` reports. Raises KubeletError."""
     path = path or socket_path()
-    try:
-        if not stat.S_ISSOCK(os.stat(path).st_mode):
-            raise KubeletError(f"{path} is not a socket")
-    except OSError as e:
-        raise KubeletError(f"no kubelet pod-resources socket at {path} ({e.strerror})") from None
+    real = _trusted_socket(path)
     import grpc  # type: ignore[import-untyped]  # only here: a host with no kubelet never loads it
 
-    channel = grpc.insecure_channel(f"unix:{os.path.abspath(path)}", options=[
+    channel = grpc.insecure_channel(f"unix:{real}", options=[
         ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.enable_http_proxy", 0)])
     try:
         call = channel.unary_unary(LIST_METHOD, request_serializer=lambda _: b"",
@@ -82,6 +78,25 @@ def list_pods(path: str | None = None, timeout: float = TIMEOUT_S) -> list[PodCo
         return decode_list(data)
     except ValueError as e:
         raise KubeletError(f"the kubelet at {path} answered something that is not a pod list ({e})") from None
+
+
+def _trusted_socket(path: str) -> str:
+    """The socket's real path, if it is one the kubelet (root) or this user made, in a directory no
+    one else may change: a socket another user bound there (where the kubelet's is missing, or a
+    directory others may write) would name any pod it likes. Raises KubeletError."""
+    real = os.path.realpath(path)
+    try:
+        st, holder = os.lstat(real), os.stat(os.path.dirname(real))
+    except OSError as e:
+        raise KubeletError(f"no kubelet pod-resources socket at {path} ({e.strerror})") from None
+    me = os.geteuid()
+    if not stat.S_ISSOCK(st.st_mode):
+        raise KubeletError(f"{path} is not a socket")
+    if st.st_uid not in (0, me):
+        raise KubeletError(f"{path} belongs to uid {st.st_uid}, not to root or you: not asked")
+    if holder.st_uid not in (0, me) or (holder.st_mode & 0o022 and not holder.st_mode & stat.S_ISVTX):
+        raise KubeletError(f"{path} is in a directory another user may change: not asked")
+    return real
 
 
 # ---------------------------------------------------------------- the protobuf wire format
@@ -215,22 +230,43 @@ class PodNames:
             containers_of.setdefault((c.namespace, c.pod), []).append(c)
             for d in c.devices:
                 owners.setdefault(d, set()).add((c.namespace, c.pod))
-        taken = set(self.pods.values())
+        # Only the pods of UIDs running now are taken: a pod recreated under its old name (a
+        # StatefulSet's) is a new UID, and the old one is gone.
+        present = {uid for p, _ in procs if (uid := _pod_uid(p)) is not None}
+        holder_of = {self.pods[u]: u for u in present if u in self.pods}
+        raw: dict[str, set[tuple[str, str]]] = {}
+        for uid in due:
+            common: set[tuple[str, str]] | None = None
+            for _, ids in (pi for pi in procs if _pod_uid(pi[0]) == uid):
+                held = {o for d in ids for o in owners.get(d, ())}
+                common = held if common is None else common & held
+            raw[uid] = common or set()
+        left = {uid: c - set(holder_of) for uid, c in raw.items()}
         for uid in sorted(due):
             mine = [(p, ids) for p, ids in procs if _pod_uid(p) == uid]
-            candidates: set[tuple[str, str]] | None = None
-            for _, ids in mine:
-                held = {o for d in ids for o in owners.get(d, ())}
-                candidates = held if candidates is None else candidates & held
-            candidates = (candidates or set()) - taken
+            candidates = left[uid]
             self._asked[uid] = now
+            gpus = ", ".join(sorted({d for _, ids in mine for d in ids}))[:200]
+            # Another pod's processes on the only pod's GPUs (one that sees GPUs it was not given,
+            # NVIDIA_VISIBLE_DEVICES=all): which of them is that pod cannot be told, so neither is
+            # named, even one named before.
+            rivals = sorted({v for v, c in left.items() if v != uid and c & candidates} |
+                            {holder_of[o] for o in raw[uid] if len(raw[uid]) == 1 and o in holder_of})
+            if rivals:
+                for rival in rivals:
+                    if rival in self.pods and rival not in due:
+                        self._unname(rival)
+                        self._asked[rival] = now
+                        self._notes[rival] = (f"pod {rival}: the processes of pod {uid} run on its pod's GPUs "
+                                              "too: which is that pod cannot be told")
+                self._notes[uid] = (f"pod {uid}: the processes of pod {', '.join(rivals)} run on the GPUs "
+                                    f"({gpus}) of the pod it may be: which is that pod cannot be told")
+                continue
             if len(candidates) != 1:
-                gpus = ", ".join(sorted({d for _, ids in mine for d in ids}))[:200]
                 self._notes[uid] = (f"pod {uid}: the kubelet lists no pod holding {gpus}" if not candidates else
                                     f"pod {uid}: {len(candidates)} pods share {gpus}: its name is not guessed")
                 continue
             pod = self.pods[uid] = candidates.pop()
-            taken.add(pod)
             self._notes.pop(uid, None)
             for p, ids in mine:  # its container: the one in the pod holding the GPU, or the pod's only one
                 cid = p.workload.container_id if p.workload else None
@@ -240,6 +276,10 @@ class PodNames:
                 holding = {c.container for c in in_pod if set(c.devices) & ids}
                 if len(holding) == 1 or len(in_pod) == 1:
                     self.containers[cid] = holding.pop() if len(holding) == 1 else in_pod[0].container
+
+    def _unname(self, uid: str) -> None:
+        self.pods.pop(uid, None)
+        self._named = {k: v for k, v in self._named.items() if k[0] != uid}
 
     def _named_workload(self, w: Workload) -> Workload:
         key = (w.pod_uid, w.container_id)
