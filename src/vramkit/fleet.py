@@ -210,6 +210,7 @@ class FleetGpu:
     top_user_memory: int | None = None
     users: dict[str, int] = field(default_factory=dict)  # user -> bytes held
     lost: bool = False
+    vendor: str = "nvidia"  # vram_gpu_info's vendor label (a vram serve before AMD support has none: NVIDIA)
 
 
 @dataclass
@@ -343,6 +344,7 @@ def _apply(gpu: FleetGpu, name: str, s: Sample) -> None:
         gpu.uuid = s.labels.get("uuid") or None
         gpu.name = s.labels.get("name") or None
         gpu.pci_bus_id = s.labels.get("pci_bus_id") or None
+        gpu.vendor = "amd" if s.labels.get("vendor") == "amd" else "nvidia"
     elif name == "vram_gpu_lost":
         gpu.lost = s.value == 1
     elif name == "vram_gpu_utilization_ratio":
@@ -389,9 +391,24 @@ class HostChoice:
         return [g for g in self.host.gpus if g.index in chosen]
 
     @property
+    def vendor(self) -> str:
+        return self.decision.chosen[0].dev.vendor if self.decision.chosen else "nvidia"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What to set there: the chosen vendor's variables (visible.py): CUDA's indices in PCI
+        order under CUDA_DEVICE_ORDER=PCI_BUS_ID, or HIP_VISIBLE_DEVICES in ROCm's order."""
+        from . import visible
+
+        devices = [u.dev for u in host_units(self.host)]
+        return visible.child_env([u.dev for u in self.decision.chosen], devices, {}, ids="index")
+
+    @property
     def cuda_visible_devices(self) -> str:
-        """Indices in PCI order (NVML's), right under CUDA_DEVICE_ORDER=PCI_BUS_ID."""
-        return ",".join(str(u.dev.index) for u in self.decision.chosen)
+        """The chosen GPUs as the variable names them (the name kept from before AMD GPUs)."""
+        from . import visible
+
+        return self.env[visible.variable_of([u.dev for u in self.decision.chosen])]
 
 
 def host_units(host: FleetHost) -> list[Unit]:
@@ -399,7 +416,7 @@ def host_units(host: FleetHost) -> list[Unit]:
     units = []
     for g in sorted(host.gpus, key=lambda g: (g.pci_bus_id or "", g.index)):
         dev = CudaDevice(key=g.uuid or f"{host.instance}/{g.index}", index=g.index, uuid=g.uuid, name=g.name,
-                         pci_bus_id=g.pci_bus_id, lost=g.lost)
+                         pci_bus_id=g.pci_bus_id, lost=g.lost, vendor=g.vendor)
         capacity = None if g.memory_total is None else g.memory_total - (g.memory_reserved or 0)
         procs = [GpuProcess(pid=0, gpu=g.index, gpu_uuid=g.uuid, memory=m, user=u) for u, m in g.users.items()]
         units.append(Unit(dev=dev, memory_total=g.memory_total, memory_free=g.memory_free, capacity=capacity,

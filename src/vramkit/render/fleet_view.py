@@ -75,14 +75,17 @@ def choice_line(choice: HostChoice, policy: Policy) -> str:
     """'on gpu-b: CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=2,3 (GPUs 2, 3: 79.4GiB, 79.4GiB free; ...)'."""
     free = ", ".join(format_size(g.memory_free) for g in choice.gpus)
     busy = ", ".join(fmt.pct(g.utilization) for g in choice.gpus)
-    return (f"on {choice.host.host}: CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={choice.cuda_visible_devices}"
+    env = " ".join(f"{k}={v}" for k, v in choice.env.items())
+    return (f"on {choice.host.host}: {env}"
             f" ({ids_text(choice.decision.chosen)}: {free} free, {busy} busy; wanted {policy.describe()})")
 
 
 def choice_json(choice: HostChoice, policy: Policy, refusals: list[str]) -> str:
     return json.dumps({
         "host": choice.host.host, "instance": choice.host.instance, "job": choice.host.job,
-        "cuda_device_order": "PCI_BUS_ID", "cuda_visible_devices": choice.cuda_visible_devices,
+        # the first two as before AMD GPUs (for an AMD pick: no order, HIP's value); `env` says which
+        "cuda_device_order": "PCI_BUS_ID" if choice.vendor == "nvidia" else None,
+        "cuda_visible_devices": choice.cuda_visible_devices, "env": choice.env,
         "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_free": g.memory_free,
                   "memory_total": g.memory_total, "utilization": g.utilization} for g in choice.gpus],
         "policy": policy.describe(), "other_hosts": refusals,
