@@ -10,9 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, real_gpu_scenario, run_vram, start_sleeper
+from helpers import assert_one_line_error, clean_env, real_gpu_scenario, run_vram, start_sleeper, wait_for
 from test_fleet_hosts import FakeHost, send, snapshot
 from test_holders import HOLD, holder
 from test_workload import ID, _move, cgroup_dirs  # noqa: F401 - cgroup_dirs is a fixture
@@ -55,6 +56,27 @@ def test_a_real_process_in_a_users_libpod_scope_is_not_shown_as_roots_container(
     assert row["workload"]["container_id"] == ID and row["workload"]["container_name"] is None
     shown = run_vram("ps", "--simulate", path, "--container", "prod-db", env=env)
     assert shown.rc == 0 and f" {sleeper.pid} " not in shown.out
+
+
+# ---------------------------------------------------------------- a Slurm array task by the environment's word
+
+def test_a_job_claiming_another_arrays_task_in_its_environment_still_shows_its_own_job(children, cgroup_dirs,  # noqa: F811
+                                                                                       write_scenario):
+    # Job 500's process says it is task 3 of array 48200 (someone else's): it sets its environment itself.
+    claim = {"SLURM_ARRAY_JOB_ID": "48200", "SLURM_ARRAY_TASK_ID": "3"}
+    liar = children.start(["sleep", "600"], env={**os.environ, **claim, "SLURM_JOB_ID": "500"})
+    stale = children.start(["sleep", "600"], env={**os.environ, **claim, "SLURM_JOB_ID": "400"})
+    for proc, job in ((liar, 500), (stale, 501)):
+        assert wait_for(lambda p=proc: Path(f"/proc/{p.pid}/cmdline").read_bytes() == b"sleep\x00600\x00")
+        _move(proc.pid, cgroup_dirs(f"system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0"))
+    path = str(write_scenario(real_gpu_scenario({liar.pid: {"0": "1GiB"}, stale.pid: {"1": "1GiB"}})))
+    shown = run_vram("ps", "--simulate", path, env=clean_env(COLUMNS="200"))
+    [row] = [line for line in shown.out.splitlines() if f" {liar.pid} " in line]
+    assert "slurm 500.0" in row and "48200" not in row
+    rows = {p["pid"]: p["workload"] for p in run_vram("ps", "--json", "--simulate", path).json()["processes"]}
+    assert (rows[liar.pid]["slurm_job"], rows[liar.pid]["slurm_array_job"]) == (500, 48200)
+    # Variables inherited from another job (SLURM_JOB_ID not this one's) are not believed at all.
+    assert (rows[stale.pid]["slurm_job"], rows[stale.pid]["slurm_array_job"]) == (501, None)
 
 
 # ---------------------------------------------------------------- a device file of one's own at the node's path

@@ -240,9 +240,10 @@ def test_filters_match_names_ids_and_steps():
     job = parse("0::/system.slice/slurmstepd.scope/job_48211/step_1/user/task_0\n")
     assert matches(job, slurm_job="48211") and matches(job, slurm_job="48211.1")
     assert not matches(job, slurm_job="48211.0") and not matches(job, slurm_job="4821")
-    arrayed = workload.with_array(job, {"SLURM_ARRAY_JOB_ID": "48200", "SLURM_ARRAY_TASK_ID": "11"})
+    arrayed = workload.with_array(job, {"SLURM_JOB_ID": "48211", "SLURM_ARRAY_JOB_ID": "48200",
+                                        "SLURM_ARRAY_TASK_ID": "11"})
     assert matches(arrayed, slurm_job="48200_11") and matches(arrayed, slurm_job="48200")
-    assert describe(arrayed) == "Slurm job 48200_11 step 1"
+    assert describe(arrayed) == "Slurm job 48211 step 1 (array task 48200_11, as its environment says)"
     assert workload.with_array(job, {"SLURM_ARRAY_JOB_ID": "x", "SLURM_ARRAY_TASK_ID": "1"}) == job
 
 
@@ -322,8 +323,8 @@ def test_a_real_process_in_a_docker_scope_is_named_from_the_state_once(children,
 
 
 def test_a_real_slurm_v2_step_with_its_array_task(children, cgroup_dirs):
-    proc = children.start(["sleep", "600"], env={**os.environ, "SLURM_ARRAY_JOB_ID": "48200",
-                                                  "SLURM_ARRAY_TASK_ID": "7"})
+    proc = children.start(["sleep", "600"], env={**os.environ, "SLURM_JOB_ID": "48211",
+                                                  "SLURM_ARRAY_JOB_ID": "48200", "SLURM_ARRAY_TASK_ID": "7"})
     assert wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes() == b"sleep\x00600\x00")
     _move(proc.pid, cgroup_dirs("system.slice/slurmstepd.scope/job_48211/step_0/user/task_0"))
     host = ProcessTable().read(proc.pid)

@@ -309,14 +309,18 @@ def from_text(text: str, names: RuntimeNames | None = None) -> Workload | str | 
     return replace(found, container_name=name, image=image, note=problem)
 
 
-SLURM_ARRAY_VARIABLES = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+SLURM_ARRAY_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
 
 
 def with_array(w: Workload, env: dict[str, str]) -> Workload:
     """A Slurm job's array job and task, from its environment (the cgroup names the task's own job
-    id only); unchanged when they are not set or not numbers."""
+    id only); unchanged when they are not set or not numbers, or when SLURM_JOB_ID there is not the
+    job the cgroup names (variables inherited from another job). The process sets its environment
+    itself, so this is its claim: shown beside the job id, never instead of it (describe)."""
     job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
     if not (job.isascii() and job.isdigit() and task.isascii() and task.isdigit() and len(job + task) < 20):
+        return w
+    if env.get("SLURM_JOB_ID") != str(w.slurm_job):
         return w
     return replace(w, slurm_array_job=int(job), slurm_array_task=int(task))
 
@@ -329,7 +333,8 @@ def short_id(w: Workload) -> str | None:
 
 
 def describe(w: Workload | None) -> str | None:
-    """In words, the most telling first: 'pod nlp/train-7f9c', 'Slurm job 48211 step 0',
+    """In words, the most telling first: 'pod nlp/train-7f9c', 'Slurm job 48211 step 0' (an array's
+    task, as the process's environment says, after it),
     'container alice-dev' (or its short id), 'pod uid 0f3c...' when the kubelet did not say."""
     if w is None:
         return None
@@ -338,8 +343,9 @@ def describe(w: Workload | None) -> str | None:
     if w.pod_uid is not None:
         return f"pod uid {w.pod_uid}"
     if w.slurm_job is not None:
-        job = f"{w.slurm_array_job}_{w.slurm_array_task}" if w.slurm_array_task is not None else str(w.slurm_job)
-        return f"Slurm job {job}" + (f" step {w.slurm_step}" if w.slurm_step is not None else "")
+        array = (f" (array task {w.slurm_array_job}_{w.slurm_array_task}, as its environment says)"
+                 if w.slurm_array_task is not None else "")
+        return f"Slurm job {w.slurm_job}" + (f" step {w.slurm_step}" if w.slurm_step is not None else "") + array
     if w.container_id is not None:
         what = w.container_name or short_id(w)
         return f"{w.runtime} container {what}" if w.runtime else f"container {what}"

@@ -109,9 +109,8 @@ def owner(proc: GpuProcess) -> str | None:
         return f"pod {w.namespace}/{w.pod}" if w.namespace else f"pod {w.pod}"
     if w.pod_uid is not None:
         return f"pod {w.pod_uid[:8]}"  # the kubelet did not name it (a note says why)
-    if w.slurm_job is not None:
-        job = f"{w.slurm_array_job}_{w.slurm_array_task}" if w.slurm_array_task is not None else str(w.slurm_job)
-        return f"slurm {job}" + (f".{w.slurm_step}" if w.slurm_step is not None else "")
+    if w.slurm_job is not None:  # the job its cgroup names: an array task's id is only its environment's claim
+        return f"slurm {w.slurm_job}" + (f".{w.slurm_step}" if w.slurm_step is not None else "")
     if w.container_id is not None:
         name = w.container_name or (w.container_id if w.runtime == "lxc" else w.container_id[:12])
         return f"{w.runtime or 'container'} {name}"
