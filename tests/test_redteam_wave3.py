@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,35 @@ def test_basic_auth_is_not_sent_in_clear_to_a_host_given_without_a_scheme(tmp_pa
         assert [r["Authorization"] for r in host.requests] == ["Basic YWxpY2U6czNjcmV0"]
     finally:
         host.close()
+
+
+# ---------------------------------------------------------------- a certificate from a CA other than ca_file's
+
+def test_a_ca_file_is_the_only_ca_a_host_certificate_may_come_from(served, tmp_path):
+    # A network peer holding a certificate for the host's name (or address) from a CA the system
+    # trusts, where the config names the fleet's own CA: as in Prometheus, only ca_file counts.
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed")
+    from test_serve_webconfig import make_cert
+
+    peer_cert, peer_key = make_cert(tmp_path, "peer")
+    fleet_ca, _ = make_cert(tmp_path, "fleet-ca")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config: {{cert_file: {peer_cert}, key_file: {peer_key}}}\n")
+    peer = served("--simulate", "demo", "--web-config", str(web),
+                  context=ssl.create_default_context(cafile=str(peer_cert)))
+    address = f"https://127.0.0.1:{peer.port}"
+    system = clean_env(SSL_CERT_FILE=str(peer_cert), SSL_CERT_DIR=str(tmp_path / "none"))  # the system trusts it
+    assert run_vram("fleet", "--hosts", address, env=system).rc == 0
+    config = tmp_path / "fleet.yml"
+    config.write_text(f"tls_config: {{ca_file: {fleet_ca.name}}}\n")
+    pinned = run_vram("fleet", "--hosts", address, "--hosts-config", str(config), env=system)
+    assert pinned.rc == 1 and "CERTIFICATE_VERIFY_FAILED" in pinned.out
+
+
+def test_an_empty_ca_file_is_refused_not_read_as_the_systems_cas(tmp_path):
+    (tmp_path / "empty.crt").write_text("")
+    config = tmp_path / "fleet.yml"
+    config.write_text("tls_config: {ca_file: empty.crt}\n")
+    result = run_vram("fleet", "--hosts", "https://127.0.0.1:1", "--hosts-config", str(config), env=clean_env())
+    assert_one_line_error(result, 2, "tls_config.ca_file: not a certificate: the file is empty")

@@ -203,12 +203,14 @@ def load_client_config(path: Path) -> ClientConfig:
 
 
 def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
-    context = ssl.create_default_context()
     ca = _string(tls, "ca_file", path, "tls_config.")
+    pem = None if ca is None else _read(base / ca, path, "tls_config.ca_file", MAX_CERT).decode("ascii", "replace")
+    if pem is not None and not pem.strip():  # (empty cadata would mean the system's CAs)
+        raise _config_error(path, "tls_config.ca_file", "not a certificate: the file is empty")
     try:
-        if ca is not None:
-            context.load_verify_locations(cadata=_read(base / ca, path, "tls_config.ca_file", MAX_CERT)
-                                          .decode("ascii", "replace"))
+        # ca_file is the only CA trusted, as in Prometheus: the system's would let any public CA's
+        # certificate for the name (or IP address) stand in for a host.
+        context = ssl.create_default_context(cadata=pem)
     except ssl.SSLError as e:
         raise _config_error(path, "tls_config.ca_file", f"not a certificate: {clean(e.reason or e)}") from None
     cert, key = _string(tls, "cert_file", path, "tls_config."), _string(tls, "key_file", path, "tls_config.")
