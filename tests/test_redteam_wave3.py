@@ -157,3 +157,15 @@ def test_an_empty_ca_file_is_refused_not_read_as_the_systems_cas(tmp_path):
     config.write_text("tls_config: {ca_file: empty.crt}\n")
     result = run_vram("fleet", "--hosts", "https://127.0.0.1:1", "--hosts-config", str(config), env=clean_env())
     assert_one_line_error(result, 2, "tls_config.ca_file: not a certificate: the file is empty")
+
+
+# ---------------------------------------------------------------- a line of its own with a digit that is not ASCII
+
+@pytest.mark.parametrize("digit", ["\u00b2", "\u0660", "\u0663"])
+def test_a_made_up_hierarchy_line_numbered_in_other_digits_is_refused(digit):
+    # Where the kernel lets a cgroup name hold a newline, the rest of the name is a line of its own:
+    # '²' crashed the reading (isdigit() but not int()), and '٠' sorted as hierarchy 0 ahead of
+    # the kernel's own lines on a cgroup v1 host, past the check that no hierarchy is listed twice.
+    text = f"4:memory:/user.slice/x\n{digit}::/docker/{ID}\n3:cpu:/\n"
+    found = from_text(text)
+    assert isinstance(found, str) and "its cgroup cannot be read as the kernel's" in found

@@ -84,7 +84,8 @@ def parse(text: str) -> Workload | None:
         if not line:
             continue
         parts = line.split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[2].startswith("/"):
+        # ASCII digits: str.isdigit() also takes '²' (int() refuses it) and '٣' (a second 3)
+        if len(parts) != 3 or not (parts[0].isascii() and parts[0].isdigit()) or not parts[2].startswith("/"):
             raise CgroupError(f"a line that is not 'id:controllers:/path' ({sanitize(line[:40])!r}...)")
         if parts[0] in paths:  # one line per hierarchy: a second is a name with a newline in it
             raise CgroupError(f"hierarchy {parts[0]} listed twice (a cgroup name with a newline in it)")
