@@ -282,7 +282,7 @@ def _plan(store: Store, since: float, until: float, days: bool = False, utc: boo
     if since < first:
         plan.fine.append((since, first))
     start = first
-    for cut in _hours_across_midnight(store, first, end) if days else []:
+    for cut in _hours_across_midnight(store, first, end) if days and not utc else []:
         if start < cut:
             plan.hours.append((start, cut, min(cut, until)))
         plan.fine.append((cut, min(cut + HOUR, until)))
@@ -526,13 +526,14 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
         plan = _plan(store, since, until, days=True, utc=all(offset == 0 for _, offset in offsets))
         rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
-        if plan.days:
+        if plan.days:  # the rows read and checked once (a CTE used twice is kept), summed twice
             sql = f"""
+                WITH r AS (SELECT {day} AS day, job, gpu, seconds, mbs, peak, idle, idle_mbs FROM ({rows_sql}))
                 SELECT 0, job, gpu, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs)
-                FROM ({rows_sql}) GROUP BY job, gpu
+                FROM r GROUP BY job, gpu
                 UNION ALL
-                SELECT 1, {day} AS day, COUNT(DISTINCT job), SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), 0
-                FROM ({rows_sql}) GROUP BY day"""
+                SELECT 1, day, COUNT(DISTINCT job), SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), 0
+                FROM r GROUP BY day"""
         else:
             sql = f"""
                 WITH per AS (
