@@ -124,13 +124,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((size, {n: median_ms(v) for n, v in wall.items()}, {n: median_ms(v) for n, v in cpu.items()},
                          min(wall["vram"]) * 1000, max(wall["vram"]) * 1000, find_ms, scan_ms))
 
-    print(f"\n{'log':>7} {'vram doctor':>12} {'min':>8} {'max':>8} {'CPU':>8} {'bare':>8} {'floor':>8} "
-          f"{'floor CPU':>9} {'vs floor':>9} {'CPU':>6}   {'find_oom':>9} {'rfind':>8} {'vs rfind':>8}")
+    print(f"\n{'':>7} {'vram doctor':>12} {'':>8} {'':>8} {'':>8} {'bare':>17} {'floor':>17} {'vs floor':>14} "
+          f"{'vs bare':>7}")
+    print(f"{'log':>7} {'median':>12} {'min':>8} {'max':>8} {'CPU':>8} {'median':>8} {'CPU':>8} {'median':>8} "
+          f"{'CPU':>8} {'wall':>7} {'CPU':>6} {'CPU':>7}   {'find_oom':>9} {'rfind':>8} {'vs rfind':>8}")
     for size, wall_ms, cpu_ms, low, high, find_ms, scan_ms in rows:
         print(f"{size:>4} MB {wall_ms['vram']:10.1f}ms {low:6.1f}ms {high:6.1f}ms {cpu_ms['vram']:6.1f}ms "
-              f"{wall_ms['bare']:6.1f}ms {wall_ms['floor']:6.1f}ms {cpu_ms['floor']:7.1f}ms "
-              f"{wall_ms['vram'] / wall_ms['floor']:8.2f}x {cpu_ms['vram'] / cpu_ms['floor']:5.2f}x   "
-              f"{find_ms:7.2f}ms {scan_ms:6.2f}ms {find_ms / scan_ms:7.2f}x")
+              f"{wall_ms['bare']:6.1f}ms {cpu_ms['bare']:6.1f}ms {wall_ms['floor']:6.1f}ms {cpu_ms['floor']:6.1f}ms "
+              f"{wall_ms['vram'] / wall_ms['floor']:6.2f}x {cpu_ms['vram'] / cpu_ms['floor']:5.2f}x "
+              f"{cpu_ms['vram'] / cpu_ms['bare']:6.2f}x   {find_ms:7.2f}ms {scan_ms:6.2f}ms {find_ms / scan_ms:7.2f}x")
     print("bare: python reads the whole log and finds the last marker (bytes.rfind); floor: the same after "
           "importing argparse, dataclasses, re, textwrap; find_oom / rfind: in process, on the same text (best of 5)")
     worst = max(cpu_ms["vram"] / cpu_ms["floor"] for _, _, cpu_ms, *_ in rows)
