@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -169,3 +170,24 @@ def test_a_made_up_hierarchy_line_numbered_in_other_digits_is_refused(digit):
     text = f"4:memory:/user.slice/x\n{digit}::/docker/{ID}\n3:cpu:/\n"
     found = from_text(text)
     assert isinstance(found, str) and "its cgroup cannot be read as the kernel's" in found
+
+
+# ---------------------------------------------------------------- a redirect to ftp://
+
+def test_a_prometheus_redirecting_to_ftp_is_not_followed_there():
+    # urllib follows a redirect to ftp://, on a connection the one deadline's watch does not see:
+    # an FTP server trickling its welcome a byte at a time kept vram waiting long past --timeout.
+    ftp = socket.socket()
+    ftp.bind(("127.0.0.1", 0))
+    ftp.listen(4)
+    ftp.settimeout(0)
+    host = FakeHost(lambda h: send(h, b"", status=302, Location=f"ftp://127.0.0.1:{ftp.getsockname()[1]}/q"))
+    try:
+        result = run_vram("fleet", "--prometheus", f"http://{host.address}", env=clean_env())
+        with pytest.raises(BlockingIOError):
+            ftp.accept()  # nobody connected
+        assert result.rc == 1 and "redirected (302) to an address that is not http or https" in result.err
+        assert len(result.err_lines) == 1
+    finally:
+        host.close()
+        ftp.close()

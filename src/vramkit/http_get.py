@@ -2,8 +2,8 @@
 vram serve (fleet_hosts.py).
 
 - One deadline for the whole request, connection, TLS, headers and body together (and redirects,
-  when followed): a watch shuts the connection down when it passes, whatever it is waiting for
-  (a byte a second is no answer).
+  when followed, to http and https addresses only): a watch shuts the connection down when it
+  passes, whatever it is waiting for (a byte a second is no answer).
 - The body is bounded in size; an HTTP error status comes back as an answer, with its body (as
   bounded), for the caller to read its error text.
 - Every failure is one GetError saying what kind it was, for the caller to word.
@@ -19,6 +19,7 @@ import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -122,6 +123,16 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+class _HttpOnlyRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects followed to http and https addresses only: urllib follows one to ftp:// too, a
+    connection the watch does not see (a server trickling there outlasts the deadline)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
+            raise GetError("not-http", f"redirected ({code}) to an address that is not http or https")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _opener(watch: Watch, context: ssl.SSLContext | None, redirects: bool) -> urllib.request.OpenerDirector:
     class Plain(urllib.request.HTTPHandler):
         def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
@@ -131,9 +142,8 @@ def _opener(watch: Watch, context: ssl.SSLContext | None, redirects: bool) -> ur
         def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
             return super().do_open(watch.connection(http_class), req, **kwargs)
 
-    handlers: list[urllib.request.BaseHandler] = [Plain(), Tls(context=context)]
-    if not redirects:
-        handlers.append(_NoRedirect())
+    handlers: list[urllib.request.BaseHandler] = [Plain(), Tls(context=context),
+                                                  _HttpOnlyRedirect() if redirects else _NoRedirect()]
     return urllib.request.build_opener(*handlers)
 
 
