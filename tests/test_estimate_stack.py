@@ -52,6 +52,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
     "paged-adamw": ("llama", QLORA, ("--loop", "litgpt"), ()),
     "torchao-nf4": ("llama", QLORA, ("--loop", "torchtune"), ()),
     "overlap-comm": ("llama", ("--zero", "2", "--gpus", "2"), ("--loop", "lightning"), ()),
+    "torch-compile": ("llama", (), ("--compile",), ()),
     "zero-grad-before-backward": ("llama", (), ("--zero-grad-before-backward",), ()),
 }
 

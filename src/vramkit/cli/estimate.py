@@ -90,7 +90,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                    "int8 and int4 being bitsandbytes' 8-bit and 4-bit base (bf16,int8,int4)"
                    " (default: the checkpoint's dtype where the stack loads it so, "
                    "transformers 5's dtype='auto': bf16-pure for a bf16 checkpoint, fp32 for an fp32 one; else bf16)")
-    g_step.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit",
+    g_step.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "adamw-4bit",
+                                                 "adamw-fp8",
                                                  "paged-adamw",
                                             "none"),
                    default=None, help="default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
@@ -105,6 +106,14 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
     g_step.add_argument("--fused-optimizer", dest="fused", action=argparse.BooleanOptionalAction, default=None,
                    help="AdamW as one fused kernel, no optimizer-step temporaries (default: as the loop does; the HF "
                    "Trainer's adamw_torch_fused on torch >= 2.8)")
+    g_step.add_argument("--optimizer-in-backward", dest="optimizer_in_backward", action="store_true",
+                   help="each parameter stepped and its gradient freed inside backward (torchtune's optimizer_in_bwd)")
+    g_step.add_argument("--offload-activations", dest="offload_activations", action="store_true",
+                   help="saved activations in pinned CPU memory between forward and backward (torchtune's "
+                   "enable_activation_offloading)")
+    g_step.add_argument("--compile", dest="compiled", action="store_true", default=None,
+                   help="the model runs under torch.compile: not modelled, the estimate is said as a bound (an upper "
+                   "one for training, a lower one for CUDA-graphed inference)")
     g_step.add_argument("--loop", choices=LOOPS, default=None, help="the training loop, whose own habits change "
                    "memory (default hf-trainer): litgpt holds the last micro-step's graph, fuses q/k/v, keeps LoRA "
                    "weights 16-bit and quantizes the head with a bf16 compute dtype; torchtune holds the last graph "
@@ -199,6 +208,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                    "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
                    "builds the model on the GPU, quantizes each LoRA linear with torchao's to_nf4, and again as the "
                    "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)")
+    g_model.add_argument("--cache-len", dest="cache_len", metavar="N", help="inference: a static KV cache of N "
+                   "positions (HF's StaticCache, generate(cache_implementation='static'); gpt-fast), allocated whole "
+                   "at once, with the prefill's mask over all of it; needs --attention flash")
     g_model.add_argument("--new-tokens", dest="new_tokens", metavar="N", default="0", help="inference: generate() "
                    "goes on for N new tokens after the --seq prompt (default %(default)s: the prefill alone); the peak "
                    "is the "
@@ -309,7 +321,7 @@ def _stack(args: argparse.Namespace) -> Stack:
 
 # what the command line may leave open for the stack and the loop to fill in (stack.BEHAVIOURS' fields)
 _OPEN = ("precision", "optimizer", "attention", "fused", "adapter_dtype", "quant_compute_dtype", "quant_backend",
-         "quant_head", "fused_qkv", "keeps_last_graph", "zero_overlap_comm", "zero_grad_before_backward")
+         "quant_head", "fused_qkv", "keeps_last_graph", "zero_overlap_comm", "zero_grad_before_backward", "compiled")
 
 
 def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Setup:
@@ -349,7 +361,8 @@ def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> 
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
                  lora_dropout=_fraction(args, "lora_dropout"), loading=args.loading,
-                 new_tokens=_required_int(args, "new_tokens"))
+                 new_tokens=_required_int(args, "new_tokens"), cache_len=_int(args, "cache_len"),
+                 optimizer_in_backward=args.optimizer_in_backward, offload_activations=args.offload_activations)
     given |= {name: getattr(args, name) for name in _OPEN if getattr(args, name) is not None}
     if args.precision is not None and args.precision not in PRECISIONS:
         raise UsageError(f"{args.precision[:40]!r}: give one of {', '.join(PRECISIONS)}" + (

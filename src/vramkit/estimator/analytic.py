@@ -23,6 +23,7 @@ from .formulas import (
     OPTIMIZERS,
     PRECISIONS,
     QUANT_BYTES,
+    TORCHAO_STATES,
     UNQUANTIZED_OUTPUTS,
     Dtypes,
     GiB,
@@ -73,7 +74,7 @@ def default_context(cuda: float) -> int:
 # small enough that the arithmetic stays within floats.
 SETUP_LIMITS = {"batch": 10**7, "grad_accum": 10**6, "gpus": 10**6, "tp": 10**6, "seq": 10**8,
                 "image_size": 10**6, "lora": 10**6, "decoder_seq": 10**8, "ce_chunk": 10**8,
-                "adapter": 10**6, "prefix_len": 10**6, "new_tokens": 10**8}
+                "adapter": 10**6, "prefix_len": 10**6, "new_tokens": 10**8, "cache_len": 10**8}
 ZERO_SIZES = ("zero_reduce_bucket", "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence",
               "zero_max_live")
 
@@ -177,6 +178,15 @@ class Setup:
     # the optimizer as one fused kernel (AdamW(fused=True); the HF Trainer's adamw_torch_fused on torch >= 2.8):
     # each parameter updated in place, no list-wide temporaries
     fused: bool = False
+    # inference: a static KV cache of this many positions (HF's StaticCache, generate(cache_implementation="static");
+    # gpt-fast's setup_caches), each layer's allocated whole at once; None: the dynamic cache, grown as tokens come
+    cache_len: int | None = None
+    # training: torchtune's optimizer_in_bwd (each parameter stepped and its gradient freed from a backward hook)
+    # and enable_activation_offloading (saved tensors in pinned CPU memory between forward and backward)
+    optimizer_in_backward: bool = False
+    offload_activations: bool = False
+    # torch.compile: not modelled, said as a bound (stack.BEHAVIOURS: training an upper bound, inference a lower)
+    compiled: bool = False
     # the stack and training loop the behaviour fields above were read from (stack.setup_for), and the rows
     # of stack.BEHAVIOURS it assumed as the stack's defaults (the header names them); None: set field by field
     stack: Stack | None = None
@@ -189,6 +199,8 @@ class Setup:
             parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
             if self.new_tokens > 1:
                 parts[0] += f" + {self.new_tokens} new tokens"
+            if self.cache_len:
+                parts.append(f"static cache {self.cache_len}")
         else:
             parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision,
                      ("fused " if self.fused and self.optimizer == "adamw" else "") + self.optimizer]
@@ -196,6 +208,10 @@ class Setup:
                 parts.append(f"grad-accum {self.grad_accum}")
             if self.checkpointing:
                 parts.append("checkpointing")
+            if self.optimizer_in_backward:
+                parts.append("optimizer in backward")
+            if self.offload_activations:
+                parts.append("activations offloaded")
         # the library behaviours in effect (stack.BEHAVIOURS) but those whose field this line spells itself;
         # the stack's defaults are the header's to name
         parts += [row.label for row in active(self, family) if not row.default and row.field not in _SPELLED]
@@ -289,8 +305,26 @@ class Setup:
         one_of("mode", ("train", "infer"), "train or infer")
         for name in ("batch", "grad_accum", "gpus", "tp"):
             positive(name, allow_none=False)
-        for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk", "adapter", "prefix_len"):
+        for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk", "adapter", "prefix_len", "cache_len"):
             positive(name)
+        for name in ("optimizer_in_backward", "offload_activations"):
+            if getattr(self, name) and (self.mode != "train" or self.zero is not None or self.fsdp):
+                raise EstimateError("is modelled for training on one GPU or DDP, as torchtune's single-device and "
+                                    "distributed recipes run it, not under DeepSpeed ZeRO or FSDP", param=name)
+        if self.optimizer_in_backward and (self.grad_accum > 1 or self.optimizer in ("none", "paged-adamw")):
+            raise EstimateError("steps each parameter inside backward: no gradient accumulation (torchtune refuses "
+                                "it) and an optimizer of torch's own", param="optimizer_in_backward")
+        if self.cache_len is not None:
+            if self.mode != "infer" or spec.arch not in ("gpt", "llama"):
+                raise EstimateError("a static KV cache is for inference of decoder-only models (--infer)",
+                                    param="cache_len")
+            if self.attention != "flash":
+                raise EstimateError("a static cache is modelled with SDPA (--attention flash): eager attention's "
+                                    "scores would span the whole cache", param="cache_len")
+            need = (self.seq or 0) + max(self.new_tokens, 1) - 1
+            if self.cache_len < need:
+                raise EstimateError(f"{self.cache_len} positions cannot hold the prompt and the new tokens ({need})",
+                                    param="cache_len")
         if self.zero is not None and self.mode == "infer":  # it shards training states; inference splits layers
             raise EstimateError("DeepSpeed ZeRO shards what training keeps: for inference over several GPUs give "
                                 "--gpus alone (device_map's layer split) or tensor parallelism", param="zero")
@@ -357,6 +391,9 @@ class Setup:
                                 "supported in fp32, fp16, bf16)", param="quant")
         if self.quant_head and not self.quant:
             raise EstimateError("quantizes the output layer with the rest: give quant 8bit or 4bit", param="quant_head")
+        if self.optimizer in TORCHAO_STATES and (self.zero is not None or self.fsdp):
+            raise EstimateError("torchao's low-bit AdamW is modelled on one GPU or DDP, not under DeepSpeed ZeRO or "
+                                "FSDP", param="optimizer")
         if self.optimizer == "paged-adamw" and self.zero is not None:
             raise EstimateError("DeepSpeed ZeRO shards its own optimizer's states, not bitsandbytes' paged ones",
                                 param="optimizer")
@@ -455,6 +492,8 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
             "fused kernel, none"
     if opt == "sgd-momentum":
         return pt * wt, 0, f"momentum buffer: {pt:,} × {wt:g} B", "none"
+    if opt in TORCHAO_STATES:
+        return _torchao_states(opt, pt, wt, p, lora)
     if opt == "adafactor":
         n = p.adafactor_state if not lora else pt // 50
         return (n * wt, pt * wt, f"factored second moment (rows + columns per matrix): {n:,} × {wt:g} B",
@@ -479,6 +518,27 @@ def _with_stack(spec: ModelSpec, setup: Setup | None, options: dict[str, Any]) -
              and f.name not in ("stack", "loop", "assumed") and getattr(setup, f.name) != getattr(defaults, f.name)}
     given |= {k: v for k, v in options.items() if k not in ("stack", "loop")}
     return setup_for(spec, stack, loop, given)
+
+
+def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[float, float, str, str]:
+    """torchao's AdamW4bit / AdamWFp8: two states a parameter, each quantized in blocks with an fp32 scale a
+    block where the tensor has 4,096 values or more and a whole number of blocks, else in the parameter's own
+    dtype (_AdamBase._new_buffer). The step (single_param_adam, torch.compile'd a parameter at a time) computes
+    in fp32: the largest tensor's two fp32 states at most beside the parameter."""
+    value, block = TORCHAO_STATES[opt]
+    per = 2 * (value + 4 / block)
+    if lora or not p.shapes:  # adapters (r × h, well over 4,096 values) or a bare count: every tensor quantized
+        small = 0
+    else:
+        small = sum(numel(s) for _, s, _ in p.shapes if numel(s) < 4096 or numel(s) % block)
+    states = (pt - small) * per + small * 2 * wt
+    largest = min(pt, p.largest)
+    what = "4-bit" if opt == "adamw-4bit" else "FP8"
+    return (states, 2 * largest * 4,
+            f"torchao AdamW{'4bit' if opt == 'adamw-4bit' else 'Fp8'}: 2 {what} states + an fp32 scale per {block} "
+            f"values: {pt - small:,} × {per:.4g} B"
+            + (f" + {small:,} in small tensors × 2 × {wt:g} B" if small else ""),
+            f"single_param_adam computes each tensor's states in fp32: the largest, {largest:,} × 2 × 4 B")
 
 
 def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estimate:
@@ -597,14 +657,26 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         if spec.bare:
             notes.append("no activations or KV cache: a bare parameter count has no shape")
         else:
-            kv = kv_cache(spec, b, seq, x, tp, s_dec)
-            if kv:
+            flash = setup.attention == "flash"
+            static = _static_len(spec, setup)
+            if setup.cache_len and setup.cache_len < seq + max(setup.new_tokens, 1) - 1:
+                raise EstimateError(f"{setup.cache_len} positions cannot hold the prompt and the new tokens "
+                                    f"({seq + max(setup.new_tokens, 1) - 1})", param="cache_len")
+            kv = kv_cache(spec, b, static or seq, x, tp, s_dec)
+            if static:  # allocated whole before the prefill; the prefill's mask spans it
+                terms.append(Term("KV cache", kv, f"a static cache of {static} positions, each layer's allocated whole "
+                                  f"at its first update (StaticCache(max_cache_len={setup.cache_len})"
+                                  + (f", the {spec.sliding_window}-token window" if static < (setup.cache_len or 0)
+                                     else "") + "): " + _kv_formula(spec, b, static, x, tp), "kv"))
+                terms.append(Term("static-cache attention mask", b * seq * static, f"the prefill's boolean mask over "
+                                  f"the whole cache, b·s·cache_len: {b} × {seq} × {static} × 1 B (SDPA's mask, "
+                                  "transformers masking_utils)", "transient"))
+            elif kv:
                 terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
             if setup.cache_views and spec.family == "gpt2":
                 terms.append(Term("q beside the cache (fused qkv)", kv // 2, "the cache keeps views of GPT-2's "
                                   "fused qkv projection (transformers < 4.54), so its q third stays allocated "
                                   "through the prefill", "kv"))
-            flash = setup.attention == "flash"
             if spec.family == "t5":  # the encoder's forward, then the decoder's prefill beside the cache
                 encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
                 terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
@@ -623,7 +695,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                   size, formula, "transient"))
             if setup.new_tokens > 1 and kv:
                 steps = generation_steps(spec, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
-                                         setup.all_logits)
+                                         setup.all_logits, static)
                 terms += [t for step in steps.values() for t in step if t.name not in {u.name for u in terms}]
                 decode = {name: [t.name for t in step] for name, step in steps.items()}
         if setup.quant:
@@ -681,6 +753,8 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
         if setup.fused and setup.optimizer == "adamw":  # torch._fused_adamw_: every state updated in place
             tmp, tmp_f = 0, "fused AdamW (torch._fused_adamw_, one kernel over each parameter): none"
+        elif setup.optimizer in TORCHAO_STATES:  # a parameter at a time already
+            pass
         elif not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
             # _single_tensor_adamw: exp_avg_sq.sqrt() and its quotient by the bias correction, both alive
             n = (2 if setup.optimizer == "adamw" else 1) * min(pt, p.largest)
@@ -696,6 +770,16 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
             grad_f, opt_f, tmp_f = grad_f + sharded, opt_f + sharded, tmp_f + sharded
             if not spec.bare:
                 terms.append(_fsdp_unit_gradient(spec, p, pt if lora else 0, wt, dp))
+    if setup.optimizer_in_backward:
+        # torchtune's optimizer_in_bwd: one optimizer a parameter, stepped from its post-accumulate-grad hook, which
+        # then drops the gradient: one parameter's gradient and its step's temporaries at a time, inside backward
+        one = min(pt, p.largest)
+        g = one * wt
+        grad_f = (f"optimizer in backward: each gradient stepped and freed as it is accumulated, the largest "
+                  f"{one:,} × {wt:g} B")
+        if tmp:
+            tmp = min(tmp, (2 if setup.foreach_denom_copy else 1) * one * wt)
+            tmp_f = f"one parameter's step at a time (its own optimizer): {one:,} × {wt:g} B"
     G = Term("gradients", int(g), grad_f, "gradients")
     Opt = Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer")
     T_opt = Term("optimizer-step temporaries", int(tmp), tmp_f, "transient")
@@ -737,6 +821,15 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         recompute = 0
         act_f = (f"{n_enc} layers × {fmt(acts.layer)}" + (f" + {n_dec} decoder layers × {fmt(acts.dec_layer)}"
                  if n_dec else "") + f" + outside the layers {fmt(outside)}")
+    if setup.offload_activations:
+        # torchtune's OffloadActivations (saved_tensors_hooks): each saved tensor of 1 KiB or more goes to pinned
+        # CPU memory as the forward makes it and comes back as backward needs it; on streams a layer's copies wait
+        # for the next layer's compute, so about two layers' saved tensors are on the GPU at a time
+        per_layer = acts.ckpt_layer if setup.checkpointing else max(acts.layer, acts.dec_layer)
+        on_gpu = min(int(a_total), 2 * per_layer + outside)
+        act_f = (f"activation offloading: 2 layers' saved tensors in flight (2 × {fmt(per_layer)}) + outside the "
+                 f"layers {fmt(outside)} on the GPU; the other {fmt(int(a_total) - on_gpu)} in pinned CPU memory")
+        a_total = on_gpu
     A = Term("activations", int(a_total), act_f, "activations")
     terms.append(A)
     cast_copies = 0
@@ -869,6 +962,14 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
     result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
     return result
+
+
+def _static_len(spec: ModelSpec, setup: Setup) -> int:
+    """The positions a static cache holds (0: a dynamic cache): --cache-len, or the sliding window where the
+    model has one (transformers' sliding-window cache layers keep the window alone)."""
+    if not setup.cache_len:
+        return 0
+    return min(setup.cache_len, spec.sliding_window) if spec.sliding_window else setup.cache_len
 
 
 def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, train: bool) -> Term:

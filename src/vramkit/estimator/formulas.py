@@ -17,7 +17,13 @@ MiB = 1024**2
 GiB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
 # none: backward only; paged-adamw: bitsandbytes' PagedAdamW, its fp32 states in CUDA unified memory
-OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "paged-adamw", "none")
+# adamw-4bit, adamw-fp8: torchao's low-bit AdamW (torchao/optim/adam.py AdamW4bit, AdamWFp8)
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "adamw-4bit", "adamw-fp8", "paged-adamw",
+              "none")
+# torchao's low-bit AdamW: (bytes a state value, values per fp32 scale): AdamW4bit's blocks of 128, AdamWFp8's of 256
+# (torchao optim/subclass_4bit.py, subclass_fp8.py); tensors under 4,096 values, or not a whole number of
+# blocks, keep plain states in the parameter's dtype (_AdamBase._new_buffer, "follow bitsandbytes")
+TORCHAO_STATES = {"adamw-4bit": (0.5, 128), "adamw-fp8": (1.0, 256)}
 QUANT_BYTES = {"8bit": 1.0, "4bit": 0.5 + 4 / 64}  # int8 / NF4 + an fp32 absmax per 64-block
 # bitsandbytes' double quantization: the absmax constants 8-bit per 64-block, plus an fp32 constant
 # per 256 of them (QLoRA paper §3: 0.5 + 4/64 -> 0.5 + 1/64 + 4/(64·256) bytes per weight)
@@ -628,13 +634,20 @@ def decode_working_set(spec: ModelSpec, b: int, context: int, dt: Dtypes, flash:
 
 
 def generation_steps(spec: ModelSpec, b: int, s: int, new_tokens: int, dt: Dtypes, flash: bool, tp: int,
-                     legacy: bool, all_logits: bool) -> dict[str, list[Term]]:
+                     legacy: bool, all_logits: bool, static_len: int = 0) -> dict[str, list[Term]]:
     """generate()'s decode steps after a prefill of `s` tokens, as {moment: the terms it holds beyond the
     weights and the prefill's KV cache}. The last step extends the cache to s + new_tokens - 1 positions
     (the last token is sampled from its logits) beside one token's temporaries. Before transformers 4.42
     generate() kept the previous step's cache (model_kwargs["past_key_values"]) while the model built the
     next, so each step ends with two caches; and it kept the prefill's `outputs`, with its logits, through
     the first decode step."""
+    if static_len:  # a static cache was allocated whole for the prefill: nothing grows, nothing is copied
+        return {"last decode step": [
+            Term("decode-step temporaries", decode_working_set(spec, b, static_len, dt, flash, tp) + b * static_len,
+                 f"one token's forward over the {static_len}-position static cache, with its boolean mask "
+                 f"{b} × {static_len} B", "transient"),
+            Term("decode-step logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
+                 "transient")]}
     kv_token = kv_cache(spec, b, 1, dt.x, tp)  # one position of the cache, all layers
     last = s + new_tokens - 1
     # a sliding-window cache keeps the last `window` positions once decoding goes on (the prefill's

@@ -275,6 +275,38 @@ class _Adam8bit:
                 p.grad.zero_()
 
 
+class _InBackward:
+    """torchtune's optimizer_in_bwd (training.register_optim_in_bwd_hooks): one optimizer a parameter, stepped
+    from the parameter's post-accumulate-grad hook, which then drops the gradient; step() and zero_grad() of
+    the loop have nothing left to do."""
+
+    def __init__(self, name: str, params: Iterable[Any], foreach: bool, fused: bool) -> None:
+        self.optimizers = {p: make_optimizer(name, [p], foreach, fused) for p in params if p.requires_grad}
+        self.armed = False
+
+    def arm(self) -> None:
+        """Hook the parameters, once: at the first step, after trace_memory's own hooks (which name each
+        gradient as it is accumulated, before this one steps and drops it)."""
+        if not self.armed:
+            for p in self.optimizers:
+                p.register_post_accumulate_grad_hook(self._step)
+            self.armed = True
+
+    def _step(self, param: Any) -> None:
+        self.optimizers[param].step()
+        self.optimizers[param].zero_grad(set_to_none=True)
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {p: s for opt in self.optimizers.values() for p, s in opt.state.items()}
+
+    def step(self) -> None:
+        pass
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+
 def make_optimizer(name: str, params: Iterable[Any], foreach: bool = True, fused: bool = False) -> Any:
     """The optimizer `name` as CUDA runs it (foreach; False: one parameter at a time, as before
     PyTorch 2.0; fused: AdamW's single kernel); None for "none" (a backward pass without a step)."""
@@ -330,6 +362,10 @@ class ReferenceRun:
                                              ("quant", setup.quant), ("zero", setup.zero is not None),
                                              ("fsdp", setup.fsdp), ("tp", setup.tp > 1), ("gpus", setup.gpus > 1),
                                              ("optimizer paged-adamw", setup.optimizer == "paged-adamw"),
+                                             ("activation offloading", setup.offload_activations),
+                                             ("a static KV cache", setup.cache_len is not None),
+                                             ("torchao's low-bit AdamW",
+                                              setup.optimizer in ("adamw-4bit", "adamw-fp8")),
                                              # the reference runs one prefill, as transformers 5 does it
                                              ("new_tokens (generation)", setup.new_tokens > 1)) if on]
         if unsupported:
@@ -358,14 +394,20 @@ class ReferenceRun:
         finally:
             torch.set_default_dtype(default)
         net.train(self.setup.mode == "train")
-        optimizer = make_optimizer(self.setup.optimizer, net.parameters(), self.setup.foreach, self.setup.fused) \
-            if self.setup.mode == "train" else None
+        if self.setup.mode != "train":
+            optimizer = None
+        elif self.setup.optimizer_in_backward:
+            optimizer = _InBackward(self.setup.optimizer, net.parameters(), self.setup.foreach, self.setup.fused)
+        else:
+            optimizer = make_optimizer(self.setup.optimizer, net.parameters(), self.setup.foreach, self.setup.fused)
         return net, optimizer
 
     def step(self, net: Any, optimizer: Any, device: Any = None) -> None:
         torch = _torch()
         from . import reference
 
+        if isinstance(optimizer, _InBackward):
+            optimizer.arm()
         reference.run_step(net, self.spec, self.setup, self.seq, optimizer, mixed=self.mixed, low=self.low,
                            pixel_dtype=self.low if self.pure else torch.float32, device=device)
 
