@@ -69,12 +69,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tiny-llama-1.1b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
                         "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
                         "max_position_embeddings": 2048, "hidden_act": "silu", "tie_word_embeddings": False},
-    # google/gemma-2b as LitGPT builds it: multi-query, head_dim 256, and an untied lm_head (LitGPT's GPT
-    # always has its own lm_head; convert_hf_checkpoint copies the embedding into it)
-    "gemma-2b (LitGPT)": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
-                          "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
-                          "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
-                          "hidden_act": "gelu", "tie_word_embeddings": False},
+    # google/gemma-2b: multi-query, head_dim 256, its lm_head tied to the embedding (LitGPT's GPT has its own
+    # lm_head all the same: convert_hf_checkpoint copies the embedding into it, which --loop litgpt says)
+    "google/gemma-2b": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+                        "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
+                        "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+                        "hidden_act": "gelu", "tie_word_embeddings": True},
 }
 
 HF_TRAINING = Source(
@@ -269,7 +269,7 @@ CASES = [
     Case(LITGPT, "tiny-llama 1.1B LoRA r32 all linear + head, b8", "tiny-llama-1.1b", 13.50,
          {**_LIT, "batch": 8, "grad_accum": 1, "lora_targets": _ALL_LINEAR + ",head"}, needs="--lora-targets"),
     # gemma-2b/lora.yaml: r 8 on every linear layer and the head, micro batch 2, global batch 6: 12.62 GB
-    Case(LITGPT, "gemma-2b LoRA r8 all linear + head, b2 x 3", "gemma-2b (LitGPT)", 12.62,
+    Case(LITGPT, "gemma-2b LoRA r8 all linear + head, b2 x 3", "google/gemma-2b", 12.62,
          {**_LIT, "lora": 8, "grad_accum": 3, "lora_targets": _ALL_LINEAR + ",head"},
          needs="model family gemma, --lora-targets"),
     # --- torchtune: lora_finetune.rst's table (LoRA layers, rank, alpha, peak memory), whose first row

@@ -46,6 +46,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
                                        "--loading", "torchtune"), ("--torchao", "0.1"), ()),
     "keeps-last-graph": ("llama", (), ("--loop", "litgpt"), ()),
     "fused-qkv": ("llama", (), ("--loop", "litgpt"), ()),
+    "copied-head": ("gpt2", (), ("--loop", "litgpt"), ()),
     "adapters-16bit": ("llama", ("--lora", "8", "--precision", "bf16-pure"), ("--loop", "litgpt"), ()),
     "quant-compute-bf16": ("llama", QLORA, ("--loop", "litgpt"), ()),
     "quant-head": ("llama", QLORA, ("--loop", "litgpt"), ()),

@@ -184,6 +184,9 @@ class Setup:
     # training: torchtune's optimizer_in_bwd (each parameter stepped and its gradient freed from a backward hook)
     # and enable_activation_offloading (saved tensors in pinned CPU memory between forward and backward)
     optimizer_in_backward: bool = False
+    # the output layer has weights of its own even where the config ties it to the embedding: LitGPT's GPT always
+    # builds an lm_head, and convert_hf_checkpoint copies the embedding into it (a copied head, not a tied one)
+    own_head: bool = False
     offload_activations: bool = False
     # torch.compile: not modelled, said as a bound (stack.BEHAVIOURS: training an upper bound, inference a lower)
     compiled: bool = False
@@ -556,7 +559,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     if isinstance(setup.lora_targets, str):  # "q,v" as the command line writes it
         setup = replace(setup, lora_targets=tuple(t.strip() for t in setup.lora_targets.split(",") if t.strip()))
     setup.check(spec)
-    spec = spec.with_head(setup.head)
+    spec = spec.with_head(setup.head).with_own_head(setup.own_head)
     train = setup.mode == "train"
     lora = bool(setup.lora or setup.adapter or setup.prefix_len)  # a frozen base with adapters
     deepspeed = setup.zero is not None

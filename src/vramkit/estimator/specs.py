@@ -128,6 +128,10 @@ class ModelSpec:
             raise EstimateError(f"{self.name}: a ViT has no language-model head (use cls)", param="head")
         return replace(self, head=head)
 
+    def with_own_head(self, own: bool) -> ModelSpec:
+        """With an output layer of its own where the config ties it to the embedding (a copied head: LitGPT)."""
+        return replace(self, tied=False) if own and self.tied and self.head == "lm" and not self.bare else self
+
     def seq_for_image(self, image_size: int | None) -> int:
         size = image_size or self.image_size
         return (size // self.patch_size) ** 2 + 1

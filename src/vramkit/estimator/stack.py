@@ -294,6 +294,12 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               label="fused qkv", effect="one autocast cast, LoRA dropout or 4-bit input cast for the three",
               flag="--fused-qkv", matters=_train,
               source='litgpt model.py `CausalSelfAttention.attn` (one qkv linear); lora.py `LoRAQKVLinear`'),
+    Behaviour("copied-head", "LitGPT's GPT always has an lm_head of its own; for a model whose config ties it to the "
+              "embedding, convert_hf_checkpoint copies the embedding into it", (_loop("litgpt"),), "own_head", True,
+              False, traced=True, label="lm_head its own (copied)", effect="where the config ties the head: vocab × "
+              "hidden more weights, and their gradients and optimizer states when trained", flag="--loop litgpt",
+              source="litgpt model.py `GPT.lm_head`; scripts/convert_hf_checkpoint.py (the embedding copied into "
+                     "lm_head for tied models)"),
     Behaviour("adapters-16bit", "LoRA weights in the model's 16-bit dtype (LitGPT, torchtune; PEFT keeps them "
               "fp32)", (_loop("litgpt", "torchtune"),), "adapter_dtype", "16bit", "fp32", traced=False,
               label="16bit adapters", effect="LoRA weights, gradients and AdamW states 2 B instead of 4 B",

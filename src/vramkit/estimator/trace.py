@@ -351,7 +351,7 @@ class ReferenceRun:
         spec = spec_of(model)
         setup = replace(setup or Setup(), **options)
         setup.check(spec)
-        spec = spec.with_head(setup.head)
+        spec = spec.with_head(setup.head).with_own_head(setup.own_head)
         if spec.bare:
             raise TraceUnavailable("a bare parameter count has no architecture to trace")
         # the reference models are whole, trained in full, on one GPU: a frozen base with adapters, a
