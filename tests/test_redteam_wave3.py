@@ -191,3 +191,30 @@ def test_a_prometheus_redirecting_to_ftp_is_not_followed_there():
     finally:
         host.close()
         ftp.close()
+
+
+# ---------------------------------------------------------------- a host passing for another
+
+def _gpu(free_gib: int) -> dict:
+    return {"index": 0, "uuid": "GPU-x", "name": "A100-SXM4-80GB", "memory_total": 80 * 2**30,
+            "memory_used": (80 - free_gib) * 2**30, "memory_free": free_gib * 2**30, "utilization": 0,
+            "processes": []}
+
+
+@pytest.mark.parametrize("claim", ["gpu-a", "localhost"])
+def test_a_host_saying_it_is_another_host_of_the_list_is_shown_by_its_address(claim):
+    # gpu-a is busy; the hostile host says it is gpu-a (or the name typed for gpu-a) with a GPU to
+    # spare: fleet pick must not say 'on gpu-a'.
+    real = FakeHost(lambda h: send(h, snapshot(_gpu(2), hostname="gpu-a")))
+    liar = FakeHost(lambda h: send(h, snapshot(_gpu(78), hostname=claim)))
+    try:
+        real_address = "localhost:" + real.address.rsplit(":", 1)[1]
+        hosts = f"{real_address},{liar.address}"
+        picked = run_vram("fleet", "pick", "--hosts", hosts, "--min-free", "40GiB", "--json", env=clean_env()).json()
+        assert picked["host"] == picked["instance"] == liar.address
+        doc = run_vram("fleet", "--hosts", hosts, "--json", env=clean_env()).json()
+        shown = {h["instance"]: h["host"] for h in doc["hosts"]}
+        assert shown[liar.address] == liar.address and list(shown.values()).count(claim) <= 1
+    finally:
+        real.close()
+        liar.close()

@@ -241,7 +241,26 @@ def read_hosts(urls: list[str], timeout: float, config: ClientConfig | None = No
     deadline = time.monotonic() + timeout
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
         hosts = list(pool.map(lambda url: _read_host(url, deadline, timeout, config, max_answer), urls))
+    _names_no_one_else_claims(hosts)
     return Fleet(None, hosts, [], source="hosts")
+
+
+def _names_no_one_else_claims(hosts: list[FleetHost]) -> None:
+    """A host's name for itself is its own word: shown only where no other host of the list has it,
+    by its word or by the address typed for it. Else one host could pass for another (gpu-b
+    answering that it is gpu-a, with GPUs to spare) and `fleet pick` send jobs to the wrong one;
+    such a host is shown by its address."""
+    typed = {h.instance: h.instance.rsplit(":", 1)[0].strip("[]") for h in hosts}
+    claims: dict[str, int] = {}
+    for h in hosts:
+        if h.host != h.instance:
+            claims[h.host] = claims.get(h.host, 0) + 1
+    for h in hosts:
+        if h.host == h.instance:
+            continue
+        if claims[h.host] > 1 or any(name == h.host for instance, name in typed.items() if instance != h.instance):
+            h.notes.append(f"partial: it says it is {h.host}, as another host of the list is: shown by its address")
+            h.host = h.instance
 
 
 def _read_host(url: str, deadline: float, timeout: float, config: ClientConfig, max_answer: int) -> FleetHost:
