@@ -648,7 +648,8 @@ class TopApp(App[None]):
         alerting = {a.gpu for a in self.alerts if a.severity == "critical"}
         chart = self.charts.shown
         names = name_cells(snap.gpus)
-        panels = [gpu_panel(g, chart.samples(g.index, g.memory_total), snap.time, width, two_lines, chart.span,
+        panels = [gpu_panel(g, functools.partial(chart.peaks, g.index, snap.time, total=g.memory_total), snap.time,
+                            width, two_lines, chart.span,
                             g.index in alerting, names, self.look, g.index in self.health_flags) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]

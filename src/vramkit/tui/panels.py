@@ -6,6 +6,8 @@ with no sample yet is blank, so a view that just started shows a short history, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 
 from ..alerts import Alert, GpuSample
@@ -38,7 +40,12 @@ def name_cells(devices: list[Device]) -> int:
     return max((cells(fmt.short_gpu_name(d.name)) for d in devices if not d.lost), default=0)
 
 
-def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
+# A GPU's history for its panel: samples, or a function that makes sparkline cells of them
+# (cells -> memory shares, utilization shares: RangeChart.peaks, without a sample per slot)
+History = list[GpuSample] | Callable[[int], tuple[list[float | None], list[float | None]]]
+
+
+def gpu_panel(dev: Device, samples: History, now: float, width: int, two_lines: bool,
               span: float = 300.0, alerting: bool = False, names: int | None = None, look: Look = PLAIN,
               unhealthy: bool = False) -> Text:
     """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
@@ -58,7 +65,7 @@ def gpu_panel(dev: Device, samples: list[GpuSample], now: float, width: int, two
     return Text("\n").join([panel, note])
 
 
-def _gpu_lines(dev: Device, samples: list[GpuSample], now: float, width: int, two_lines: bool,
+def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines: bool,
                span: float, alerting: bool, names: int | None, look: Look, unhealthy: bool) -> Text:
     critical, util_color = f"bold {look.palette.critical}", look.palette.util
     index = Text(f"{dev.index:>2}", style=critical if alerting else "bold")
@@ -73,8 +80,14 @@ def _gpu_lines(dev: Device, samples: list[GpuSample], now: float, width: int, tw
     share = fmt.pct(None if frac is None else 100 * frac)
     util = dev.utilization
     total = dev.memory_total or 1
-    mem_pts = [(s.time, None if s.memory_used is None else s.memory_used / total) for s in samples]
-    util_pts = [(s.time, None if s.utilization is None else s.utilization / 100) for s in samples]
+
+    def history(cells: int) -> tuple[list[float | None], list[float | None]]:
+        """Memory (share of total) and utilization (share of 100) history at `cells` cells."""
+        if callable(samples):
+            return samples(cells)
+        mem_pts = [(s.time, None if s.memory_used is None else s.memory_used / total) for s in samples]
+        util_pts = [(s.time, None if s.utilization is None else s.utilization / 100) for s in samples]
+        return buckets(mem_pts, now, span, cells), buckets(util_pts, now, span, cells)
     power = fmt.power(dev) if width >= 100 else (
         "N/A" if dev.power_draw is None else f"{dev.power_draw:.0f}W")
     power_w = 9 if width >= 100 else 5
@@ -94,9 +107,10 @@ def _gpu_lines(dev: Device, samples: list[GpuSample], now: float, width: int, tw
                               f" {fmt.pct(util):>4}", tail)
         spark_w = max(4, (width - 3 - 4 - 7 - 6) // 2)
         label = range_label(span)
+        mem_history, util_history = history(spark_w)
         line2 = Text.assemble(
-            "   ", ("mem ", "dim"), (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or look.palette.ok),
-            ("  util ", "dim"), (spark(buckets(util_pts, now, span, spark_w), 0, 1), util_color), (f" {label}", "dim"))
+            "   ", ("mem ", "dim"), (spark(mem_history, 0, 1), color or look.palette.ok),
+            ("  util ", "dim"), (spark(util_history, 0, 1), util_color), (f" {label}", "dim"))
         line1.truncate(width)
         line2.truncate(width)
         return Text("\n").join([line1, line2])
@@ -106,9 +120,10 @@ def _gpu_lines(dev: Device, samples: list[GpuSample], now: float, width: int, tw
     name_w = min(wanted, max(5, room // 4))
     bar_w = max(3, min(20, (room - name_w) // 3))
     spark_w = max(2, (room - name_w - bar_w - 2) // 2)
+    mem_history, util_history = history(spark_w)
     line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color), " ",
-                         (spark(buckets(mem_pts, now, span, spark_w), 0, 1), color or look.palette.ok),
-                         f" util {fmt.pct(util):>4} ", (spark(buckets(util_pts, now, span, spark_w), 0, 1), util_color),
+                         (spark(mem_history, 0, 1), color or look.palette.ok),
+                         f" util {fmt.pct(util):>4} ", (spark(util_history, 0, 1), util_color),
                          tail)
     line.truncate(width)
     return line

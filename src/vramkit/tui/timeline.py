@@ -1,22 +1,25 @@
 """The live view's history charts: each GPU's memory and utilization over a choice of ranges
 (5m, 1h, 24h, 7d), from the recorded history (when a database exists) and the live samples.
 
-Each range keeps a bounded number of slots per GPU (SLOTS, aligned to multiples of its length:
-the same slots history.series reads), holding the highest memory and utilization seen in it, so a
-week costs what five minutes do, and recorded and live samples merge in any order.
+Each range keeps a fixed number of slots per GPU (SLOTS, aligned to multiples of its length:
+the same slots history.series reads), holding the highest memory and utilization seen in each, in
+arrays allocated at once, so a week costs what five minutes do, from the first sample on, and
+recorded and live samples merge in any order.
 No SQLite here: the database is read by history.series, imported only when a database exists.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from array import array
+from math import isnan, nan
 
 from ..alerts import GpuSample
 from ..gpu_state import Snapshot
 from ..units import format_duration
 
 RANGES = (300.0, 3600.0, 86400.0, 7 * 86400.0)
-SLOTS = 600  # points kept per range and GPU: finer than any chart is wide
+SLOTS = 600  # points per range and GPU: finer than any chart is wide
+PLACES = SLOTS + SLOTS // 10  # places kept per range and GPU: a range, and a little of the time before it
 
 
 def range_label(span: float) -> str:
@@ -30,44 +33,92 @@ def range_label(span: float) -> str:
     return format_duration(span)
 
 
-def _higher(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
+def _higher(held: float, new: float | None) -> float:
+    """The higher of a slot's value (NaN: none yet) and a new one (None: not known)."""
+    if new is None:
+        return held
+    return new if isnan(held) or new > held else held
 
 
-@dataclass
 class RangeChart:
-    """One range: per GPU, slot index -> [memory used, utilization], the highest in the slot."""
+    """One range: per GPU, PLACES places, each holding one slot (its index, the highest memory used
+    and utilization seen in it): slot s lives at place s % PLACES until a newer slot takes it. The
+    places are allocated at once, in flat arrays, so a chart's memory is the same after a minute
+    and after a week (a dict of lists grew with every slot until the range was full: an hour
+    for 1h, a day for 24h)."""
 
-    span: float
-    gpus: dict[int, dict[int, list[float | None]]] = field(default_factory=dict)
-    recorded_first: float | None = None  # earliest recorded time in the range, once read
-    loaded: bool = False  # the database was read for this range
+    def __init__(self, span: float) -> None:
+        self.span = span
+        self.recorded_first: float | None = None  # earliest recorded time in the range, once read
+        self.loaded = False  # the database was read for this range
+        # GPU -> (slot held at each place, -1 for none; memory used; utilization), NaN for N/A
+        self.gpus: dict[int, tuple[array[int], array[float], array[float]]] = {}
 
     @property
     def width(self) -> float:
         return self.span / SLOTS
 
     def put(self, gpu: int, slot: int, used: float | None, util: float | None) -> None:
-        cell = self.gpus.setdefault(gpu, {}).get(slot)
-        if cell is None:
-            self.gpus[gpu][slot] = [used, util]
-        else:
-            cell[0], cell[1] = _higher(cell[0], used), _higher(cell[1], util)
+        places = self.gpus.get(gpu)
+        if places is None:
+            places = self.gpus[gpu] = (array("q", [-1]) * PLACES, array("d", [nan]) * PLACES,
+                                       array("d", [nan]) * PLACES)
+        slots, memory, utilization = places
+        i = slot % PLACES
+        if slots[i] == slot:
+            memory[i], utilization[i] = _higher(memory[i], used), _higher(utilization[i], util)
+        elif slots[i] < slot:  # a newer slot takes the place (one older than the place's is out of range)
+            slots[i] = slot
+            memory[i] = nan if used is None else used
+            utilization[i] = nan if util is None else util
 
     def add(self, t: float, gpu: int, used: float | None, util: float | None) -> None:
         self.put(gpu, int(t // self.width), used, util)
-        slots = self.gpus[gpu]
-        if len(slots) > SLOTS + SLOTS // 10:  # trim now and then, not on every sample
-            oldest = int((t - self.span) // self.width)
-            for slot in [s for s in slots if s < oldest]:
-                del slots[slot]
 
     def samples(self, gpu: int, total: int | None) -> list[GpuSample]:
         """The GPU's slots as samples (at the middle of each slot), oldest first."""
+        places = self.gpus.get(gpu)
+        if places is None:
+            return []
+        slots, memory, utilization = places
         half = self.width / 2
-        return [GpuSample(slot * self.width + half, None if used is None else int(used), total, None,
-                          None if util is None else int(util))
-                for slot, (used, util) in sorted(self.gpus.get(gpu, {}).items())]
+        held = sorted((slot, i) for i, slot in enumerate(slots) if slot >= 0)
+        return [GpuSample(slot * self.width + half, None if isnan(memory[i]) else int(memory[i]), total, None,
+                          None if isnan(utilization[i]) else int(utilization[i]))
+                for slot, i in held]
+
+
+    def peaks(self, gpu: int, now: float, cells: int,
+              total: int | None) -> tuple[list[float | None], list[float | None]]:
+        """What sparkline.buckets makes of samples(gpu, total) over the range at `cells` cells, for
+        memory (a share of `total`) and utilization (a share of 100), in one pass over the places:
+        a sample object per slot was most of a refresh's panels once the range had filled."""
+        memory_out: list[float | None] = [None] * cells
+        util_out: list[float | None] = [None] * cells
+        places = self.gpus.get(gpu)
+        if places is None or cells <= 0:
+            return memory_out, util_out
+        slots, memory, utilization = places
+        cell = self.span / cells
+        start, half, width = now - self.span, self.width / 2, self.width
+        earliest, last, whole = start - cell, cells - 1, total or 1
+        for i, slot in enumerate(slots):
+            if slot < 0:
+                continue
+            t = slot * width + half
+            if t < earliest:
+                continue
+            k = min(last, max(0, int((t - start) / cell)))
+            used, util = memory[i], utilization[i]
+            if not isnan(used):
+                share, held = int(used) / whole, memory_out[k]
+                if held is None or share > held:
+                    memory_out[k] = share
+            if not isnan(util):
+                share, held = int(util) / 100, util_out[k]
+                if held is None or share > held:
+                    util_out[k] = share
+        return memory_out, util_out
 
 
 class Charts:
