@@ -218,3 +218,36 @@ def test_a_host_saying_it_is_another_host_of_the_list_is_shown_by_its_address(cl
     finally:
         real.close()
         liar.close()
+
+
+# ---------------------------------------------------------------- a state root another user handed in
+
+def _docker_config(root, name: str):
+    directory = root / "var/lib/docker/containers" / ID
+    directory.mkdir(parents=True)
+    (directory / "config.v2.json").write_text(json.dumps({"Name": f"/{name}", "Config": {"Image": "x"}}))
+    return directory
+
+
+def test_container_names_are_not_read_from_a_state_another_user_may_write(tmp_path, write_scenario, children,
+                                                                          cgroup_dirs):  # noqa: F811
+    # root's vram run with an environment a user handed it (VRAM_STATE_ROOT=their directory): the
+    # user's files must not name root's containers.
+    sleeper = start_sleeper(children)
+    _move(sleeper.pid, cgroup_dirs(f"system.slice/docker-{ID}.scope"))
+    directory = _docker_config(tmp_path, "payroll-db")
+    path = str(write_scenario(real_gpu_scenario({sleeper.pid: {"0": "1GiB"}})))
+    env = clean_env(VRAM_STATE_ROOT=str(tmp_path), COLUMNS="200")
+
+    def shown() -> tuple[str | None, str]:
+        result = run_vram("ps", "--json", "--simulate", path, env=env).json()
+        [row] = result["processes"]
+        return row["workload"]["container_name"], row["workload"]["note"] or ""
+    assert shown()[0] == "payroll-db"  # root's own state: named
+    directory.chmod(0o777)  # anyone could have written it
+    name, notes = shown()
+    assert name is None and f"{ID} may be changed by any user" in notes
+    directory.chmod(0o700)
+    os.chown(directory / "config.v2.json", 65534, 65534)  # another user's file
+    name, notes = shown()
+    assert name is None and "config.v2.json belongs to uid 65534, not to root or you" in notes

@@ -173,25 +173,39 @@ def state_root() -> str:
 def read_state_file(root: str, relative: str, limit: int) -> bytes:
     """The file at root/relative, each directory and the file itself opened without following a
     symlink and the file without blocking (a FIFO is refused, not waited on), at most `limit`
-    bytes. Raises OSError, or ValueError (not a regular file; too large), with the reason."""
+    bytes; each of them root's or this user's and writable by no one else (a sticky directory
+    excepted: what is in it is checked in turn), as the runtimes' own state is: a state root
+    another user handed in (VRAM_STATE_ROOT) must not name containers. Raises OSError, or
+    ValueError (not a regular file; another user's; too large), with the reason."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(root, flags | os.O_DIRECTORY)
     try:
+        _check_owner(fd, root)
         *dirs, name = relative.strip("/").split("/")
         for part in dirs:
             nxt = _open_at(part, flags | os.O_DIRECTORY, fd)
             os.close(fd)
             fd = nxt
+            _check_owner(fd, part)
         file_fd = _open_at(name, flags | os.O_NONBLOCK | os.O_NOCTTY, fd)
     finally:
         os.close(fd)
     with os.fdopen(file_fd, "rb") as f:
-        st = os.fstat(f.fileno())
+        st = _check_owner(f.fileno(), name)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("not a regular file")
         if st.st_size > limit:
             raise ValueError(f"{st.st_size} bytes, more than the {limit} read")
         return f.read(limit)
+
+
+def _check_owner(fd: int, name: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if st.st_uid not in (0, os.geteuid()):
+        raise ValueError(f"{name} belongs to uid {st.st_uid}, not to root or you")
+    if st.st_mode & 0o002 and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        raise ValueError(f"{name} may be changed by any user")
+    return st
 
 
 def _open_at(name: str, flags: int, dir_fd: int) -> int:
