@@ -19,8 +19,8 @@ A third program is the floor the live view stands on: an empty Textual app (one 
 data), run the same way in the first round (its memory is what it is here for). vram top keeps
 Textual (DESIGN.md), so its distance to this floor is what it could still save.
 
---curve SECONDS: afterwards, vram top alone on the last machine for that long, its RSS printed
-every --curve-every seconds (memory flat after warm-up, or growing).
+--curve SECONDS: afterwards, vram top alone on each machine for that long, its RSS and CPU printed
+every --curve-every seconds (flat after warm-up, or growing as its history fills).
 
     .venv/bin/python benchmarks/bench_top.py [--machines 8x200,8x500] [--seconds 20] [--rounds 5]
         [--vramkit-src DIR]     (vramkit from an older tree's src/: before/after)
@@ -203,7 +203,8 @@ def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path |
     print(f"vram top / nvitop first frame: {_spread(frames)}x per round")
     above = (statistics.median(x.rss for x in results["vram top"]) - floor_rss) / MiB
     if curve:
-        print("vram top alone, RSS MiB over time (s): " + ", ".join(f"{t:.0f}: {m / MiB:.1f}" for t, m in curve))
+        print("vram top alone, over time (s): RSS MiB, CPU % since the point before")
+        print("  " + "; ".join(f"{t:.0f}: {m / MiB:.1f}" + ("" if c is None else f", {c:.1f}%") for t, m, c in curve))
     cpu_met = statistics.median(ratios) <= TARGET_CPU
     print(f"target (CPU at most {TARGET_CPU}x nvitop's, median of rounds): {'MET' if cpu_met else 'NOT MET'} "
           f"({statistics.median(ratios):.3f}x; rounds {min(ratios):.3f}-{max(ratios):.3f}x)")
@@ -213,8 +214,9 @@ def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path |
 
 
 def rss_curve(program: tuple[list[str], dict[str, str], str], tmp_path: Path,
-              args: argparse.Namespace) -> list[tuple[float, int]]:
-    """vram top alone for --curve seconds: (seconds since its first full view, VmRSS) every --curve-every."""
+              args: argparse.Namespace) -> list[tuple[float, int, float | None]]:
+    """vram top alone for --curve seconds, every --curve-every: (seconds since its first full view,
+    VmRSS, CPU % since the previous point)."""
     cmd, env, ready = program
     sub = tmp_path / "tmux-curve"
     sub.mkdir()
@@ -222,12 +224,15 @@ def rss_curve(program: tuple[list[str], dict[str, str], str], tmp_path: Path,
     try:
         _wait_for(run, ready, 0.2)
         began, points = time.monotonic(), []
+        before, cpu_before = began, cpu_seconds(run.pid)
         while True:
-            elapsed = time.monotonic() - began
-            points.append((elapsed, memory(run.pid)[0]))
-            if elapsed >= args.curve:
+            now, cpu = time.monotonic(), cpu_seconds(run.pid)
+            share = 100 * (cpu - cpu_before) / (now - before) if points else None
+            points.append((now - began, memory(run.pid)[0], share))
+            before, cpu_before = now, cpu
+            if now - began >= args.curve:
                 return points
-            time.sleep(min(args.curve_every, args.curve - elapsed))
+            time.sleep(min(args.curve_every, args.curve - (now - began)))
     finally:
         run.close()
 
@@ -246,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vramkit-src", type=Path, metavar="DIR",
                     help="run vram top from this source tree (the src/ of an older checkout: before/after)")
     ap.add_argument("--curve", type=float, default=0.0, metavar="SECONDS",
-                    help="afterwards, vram top alone on the last machine this long, its RSS over time (0: no)")
+                    help="afterwards, vram top alone on each machine this long, its RSS and CPU over time (0: no)")
     ap.add_argument("--curve-every", type=float, default=30.0, metavar="SECONDS", help="the curve's step (30)")
     args = ap.parse_args(argv)
     if args.rounds < 1:
