@@ -113,3 +113,25 @@ def test_torch_compile_is_said_as_a_bound():
     r = run_vram("estimate", "gpt2", "--compile")
     assert r.rc == 0 and "torch.compile (not modelled: a bound)" in r.out.splitlines()[1]
     assert estimate("gpt2", compiled=True).peak_bytes == estimate("gpt2").peak_bytes  # not modelled: only said
+
+
+def test_torchao_weight_only_quantization_for_inference():
+    """quantize_(model, Int8WeightOnlyConfig() | Int4WeightOnlyConfig() | Float8WeightOnlyConfig()): every nn.Linear,
+    lm_head too, in 1 B (+ a scale per output row: the 16-bit dtype's for int8, fp32 for float8) or 0.5 B with a
+    bf16 scale and zero point per 128 values; int8 and float8 dequantize the weight for each matmul, int4's
+    tinygemm kernel does not."""
+    from vramkit.estimator.formulas import params_of
+
+    spec = resolve("llama-3-8b")
+    p = params_of(spec, quant_head=True)
+    rows = sum(s[0] for n, s, c in p.shapes if c and len(s) == 2 and n.endswith(".weight"))
+    rest = p.total - p.quantized
+    expected = {"int8-wo": p.quantized + rows * 2 + rest * 2, "fp8-wo": p.quantized + rows * 4 + rest * 2,
+                "int4-wo": p.quantized * (0.5 + 4 / 128) + rest * 2}
+    for quant, weights in expected.items():
+        e = estimate(spec, mode="infer", seq=512, quant=quant)
+        assert _terms(e)["weights"] == int(weights), quant
+        dequantized = _terms(e)["dequantized weight"]
+        assert (dequantized == 0) == (quant == "int4-wo")
+    assert "lm_head.weight" in {n for n, s, c in p.shapes if c and len(s) == 2}  # quantized with the rest
+    assert_one_line_error(run_vram("estimate", "llama-3-8b", "--quant", "int4-wo"), 2, "--quant", "inference")

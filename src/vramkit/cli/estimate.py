@@ -142,8 +142,10 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
     g_peft.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default=None,
                    help="LoRA weights on a 16-bit base (--precision bf16-pure, --quant): fp32 as PEFT keeps them "
                    "(default, autocast_adapter_dtype, PEFT 0.12 on) or 16bit as LitGPT and torchtune do (--loop)")
-    g_quant.add_argument("--quant", choices=("8bit", "4bit"), help="bitsandbytes-quantized frozen base: its nn.Linear "
-                   "weights (embeddings and lm_head stay 16-bit); for training needs --lora (QLoRA)")
+    g_quant.add_argument("--quant", choices=("8bit", "4bit", "int8-wo", "int4-wo", "fp8-wo"),
+                   help="8bit, 4bit: a bitsandbytes-quantized frozen base, its nn.Linear weights (embeddings and "
+                   "lm_head stay 16-bit; for training needs --lora, QLoRA); int8-wo, int4-wo, fp8-wo: torchao's "
+                   "weight-only quantize_ for inference (every nn.Linear, lm_head too)")
     g_quant.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
                    default=None, help="4-bit: the dtype weights are dequantized to and multiplied in "
                    "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")

@@ -24,6 +24,7 @@ from .formulas import (
     PRECISIONS,
     QUANT_BYTES,
     TORCHAO_STATES,
+    TORCHAO_WEIGHT_ONLY,
     UNQUANTIZED_OUTPUTS,
     Dtypes,
     GiB,
@@ -361,7 +362,11 @@ class Setup:
         one_of("precision", PRECISIONS, f"one of {', '.join(PRECISIONS)}")
         one_of("optimizer", OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}")
         one_of("attention", ("eager", "flash"), "eager or flash")
-        one_of("quant", (None, *QUANT_BYTES), "8bit or 4bit")
+        one_of("quant", (None, *QUANT_BYTES, *TORCHAO_WEIGHT_ONLY), "8bit or 4bit (bitsandbytes), int8-wo, int4-wo or "
+               "fp8-wo (torchao weight-only)")
+        if self.quant in TORCHAO_WEIGHT_ONLY and (self.mode != "infer" or self.zero is not None or self.fsdp):
+            raise EstimateError("torchao's weight-only quantization is modelled for inference (quantize_ with "
+                                "Int8/Int4/Float8WeightOnlyConfig)", param="quant")
         one_of("adapter_dtype", ("fp32", "16bit"), "fp32 (PEFT) or 16bit (LitGPT, torchtune)")
         one_of("quant_compute_dtype", ("fp32", "bf16", "fp16"), "fp32 (HF's default), bf16 or fp16")
         one_of("quant_backend", ("bitsandbytes", "torchao"), "bitsandbytes or torchao")
@@ -566,7 +571,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     dt = Dtypes.of(setup.precision, deepspeed=deepspeed and setup.precision != "fp32")
     tp = setup.tp
     dp = setup.gpus // tp
-    p = params_of(spec, setup.lora, tp, setup.lora_targets, quant_head=setup.quant_head)
+    # torchao's quantize_ takes every nn.Linear, the output layer's too
+    p = params_of(spec, setup.lora, tp, setup.lora_targets,
+                  quant_head=setup.quant_head or setup.quant in TORCHAO_WEIGHT_ONLY)
     notes = list(spec.notes)
     if spec.family == "vit":
         seq = spec.seq_for_image(setup.image_size)
@@ -591,6 +598,8 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         notes.append(f"{'FSDP' if setup.fsdp else 'ZeRO-3'} over a 4-bit base: assumes bnb_4bit_quant_storage is the "
                      "model's 16-bit dtype (PEFT's QLoRA recipes), so the packed weights are sharded; with uint8 "
                      "storage they stay whole on every GPU")
+    elif setup.quant in TORCHAO_WEIGHT_ONLY:
+        terms.append(_torchao_weight_only(spec, p, setup))
     elif setup.quant:
         qb = quant_bytes(setup.quant, setup.double_quant)
         rest = P - p.quantized
@@ -975,6 +984,22 @@ def _static_len(spec: ModelSpec, setup: Setup) -> int:
     return min(setup.cache_len, spec.sliding_window) if spec.sliding_window else setup.cache_len
 
 
+def _torchao_weight_only(spec: ModelSpec, p: Params, setup: Setup) -> Term:
+    """torchao's quantize_ with a weight-only config replaces the weight of every nn.Linear, the output layer's
+    too (its default filter), by an affine-quantized tensor: int8 or float8 values with a scale per output row,
+    or int4 values packed for the tinygemm kernel with a bf16 scale and zero point per group of 128; the
+    embeddings, norms and biases stay 16-bit."""
+    assert setup.quant is not None
+    per, row_scale = TORCHAO_WEIGHT_ONLY[setup.quant]
+    rows = sum(s[0] for n, s, c in p.shapes if _quantized_tensor(n, s, c, True)) if not spec.bare else 0
+    rest = p.total - p.quantized
+    size = (p.quantized * per + rows * row_scale + rest * 2) / setup.tp
+    return Term("weights", int(size), f"{p.quantized:,} linear weights × {per:.4g} B (torchao {setup.quant}"
+                + (f", + {rows:,} output rows × {row_scale} B of scales" if row_scale and rows else "")
+                + f") + {rest:,} others × 2 B (embeddings, norms, biases stay 16-bit)"
+                + (f" / tp {setup.tp}" if setup.tp > 1 else ""), "weights")
+
+
 def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, train: bool) -> Term:
     """What one bitsandbytes matmul allocates beside its output, for the largest quantized linear:
     4-bit dequantizes the whole weight to 16-bit (forward, and backward for the input gradient);
@@ -983,6 +1008,12 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     out_f, in_f = p.largest_quantized
     shape = f"{out_f:,} × {in_f:,}" + (" (a typical shape for the count: no layers known)" if spec.bare else "")
     weight = out_f * in_f * 2 // setup.tp
+    if setup.quant == "int4-wo":  # aten._weight_int4pack_mm multiplies the packed weight itself
+        return Term("dequantized weight", 0, "torchao int4 weight-only: the tinygemm kernel "
+                    "(_weight_int4pack_mm) reads the packed weight, no copy", "transient")
+    if setup.quant in TORCHAO_WEIGHT_ONLY:  # int8: w.to(x.dtype) before the mm; float8: dequantize() then linear
+        return Term("dequantized weight", weight, f"torchao {setup.quant}: the largest quantized matrix {shape} "
+                    "dequantized to 16-bit for each matmul", "transient")
     rows = 0 if spec.bare else tokens  # a bare count has no batch shape
     if setup.quant == "4bit":
         if setup.quant_compute_dtype != "fp32" or setup.quant_backend == "torchao":  # torchao: the input's dtype

@@ -32,8 +32,17 @@ DOUBLE_QUANT_4BIT = 0.5 + 1 / 64 + 4 / (64 * 256)
 UNQUANTIZED_OUTPUTS = ("lm_head.weight", "classifier.weight", "head.classifier.weight")
 
 
+# torchao's weight-only quantization (quantize_(model, Int8WeightOnlyConfig() / Int4WeightOnlyConfig() /
+# Float8WeightOnlyConfig())), inference: bytes a weight, and the scale's bytes per output row (int8: the
+# weight's 16-bit dtype; float8: fp32) or, int4, the bf16 scale and zero point of each group of 128 values
+# (Int4WeightOnlyConfig(group_size=128), packed for the tinygemm kernel)
+TORCHAO_WEIGHT_ONLY = {"int8-wo": (1.0, 2), "int4-wo": (0.5 + 4 / 128, 0), "fp8-wo": (1.0, 4)}
+
+
 def quant_bytes(quant: str, double_quant: bool = False) -> float:
-    """Bytes per quantized weight, with its block constants."""
+    """Bytes per quantized weight, with its block constants (torchao's row scales apart: weight_only_scales)."""
+    if quant in TORCHAO_WEIGHT_ONLY:
+        return TORCHAO_WEIGHT_ONLY[quant][0]
     return DOUBLE_QUANT_4BIT if quant == "4bit" and double_quant else QUANT_BYTES[quant]
 ALL_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")  # the linears of a layer, by role
 LORA_TARGET_NAMES = (*ALL_LINEAR, "qkv", "all-linear", "head")  # head: the lm_head (LitGPT, torchtune)
