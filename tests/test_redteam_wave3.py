@@ -108,6 +108,28 @@ def test_a_file_of_its_own_at_a_device_nodes_path_is_not_holding_the_gpu(childre
     assert {h["pid"]: h["gpus"] for h in data["holders"]} == {real.pid: [0]}
 
 
+def test_a_gpu_given_under_another_gpus_name_is_held_as_itself(children, write_scenario, tmp_path):
+    # A container given the host's GPU 1 as its own /dev/nvidia0 (docker --device A:B): its link
+    # reads .../nvidia0, the file it holds is GPU 1's node.
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (dev / name).write_text("")
+    remapped = subprocess.Popen(
+        ["unshare", "-rm", "sh", "-c", f'mount --bind "{dev}/nvidia1" "{dev}/nvidia0" && '
+                                       f'exec "{sys.executable}" -c "$0" "{dev}/nvidia0"', HOLD],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    children.procs.append(remapped)
+    if remapped.stdout.readline().strip() != b"ready":
+        pytest.skip(f"cannot make a mount namespace here: {remapped.stderr.read().decode(errors='replace')[:200]}")
+    path = write_scenario(real_gpu_scenario({}, device_nodes=f"{dev}/nvidia*"))
+    data = run_vram("ps", "--simulate", str(path), "--holders", "--json", env=clean_env(COLUMNS="200")).json()
+    [held] = [h for h in data["holders"] if h["pid"] == remapped.pid]
+    assert held["gpus"] == [1] and held["devices"] == [str(dev / "nvidia1")]
+
+
 # ---------------------------------------------------------------- basic auth over plain HTTP
 
 def test_basic_auth_is_not_sent_in_clear_to_a_host_given_without_a_scheme(tmp_path):

@@ -51,21 +51,23 @@ def _file_key(st: os.stat_result) -> tuple[int, int]:
     return (-1, st.st_rdev) if stat.S_ISCHR(st.st_mode) else (st.st_dev, st.st_ino)
 
 
-def _node_keys(paths: set[str]) -> dict[str, tuple[int, int]]:
-    keys = {}
+def _nodes_by_key(paths: list[str]) -> dict[tuple[int, int], str]:
+    """Each node's file key -> its path (the glob's spelling)."""
+    by_key: dict[tuple[int, int], str] = {}
     for path in paths:
         try:
-            keys[path] = _file_key(os.stat(path))
+            by_key.setdefault(_file_key(os.stat(path)), path)
         except OSError:
             pass  # gone since the glob: no one holds it
-    return keys
+    return by_key
 
 
 def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]],
-                keys: dict[str, tuple[int, int]]) -> tuple[str, ...] | None:
+                by_key: dict[tuple[int, int], str]) -> tuple[str, ...] | None:
     """The nodes pid holds open; None when its fd table cannot be read (not ours, or gone). A link's
-    text is only the path as the process's own mount namespace spells it (a file of its own at
-    /dev/nvidia0 in a tmpfs of its own reads the same): the file it opened must be the node."""
+    text is only the path as the process's own mount namespace spells it: a file of its own at
+    /dev/nvidia0 in a tmpfs of its own reads the same, and a container given the host's nvidia1
+    as its /dev/nvidia0 too. So the file it opened is the node it is (by device number), if any."""
     base = f"/proc/{pid}/fd"
     try:
         fds = os.listdir(base)
@@ -81,11 +83,11 @@ def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]],
             continue
         if target in nodes:
             try:
-                if _file_key(os.stat(f"{base}/{fd}")) != keys.get(target):
-                    continue
+                node = by_key.get(_file_key(os.stat(f"{base}/{fd}")))
             except OSError:
                 continue  # closed meanwhile
-            held.add(target)
+            if node is not None:
+                held.add(node)
     return tuple(sorted(held, key=nodes.__getitem__))
 
 
@@ -108,7 +110,7 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
     node_gpu.update({os.path.realpath(p): g for p, g in list(node_gpu.items())})
     nodes = {p: ((0, node_gpu[p], p) if p in node_gpu else (1, 0, p))
              for p in set(paths) | {os.path.realpath(p) for p in paths}}
-    keys = _node_keys(set(nodes))
+    by_key = _nodes_by_key(paths)
     listed: dict[int, dict[int, int | None]] = {}
     for p in snap.processes:
         if p.pid_here is not None:  # a host pid a container's /proc does not have is no holder's here
@@ -116,7 +118,7 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
     me = os.getpid()
     candidates = pids if pids is not None else [int(d) for d in os.listdir("/proc") if d.isdigit()]
     for pid in candidates:
-        held = _open_nodes(pid, nodes, keys)
+        held = _open_nodes(pid, nodes, by_key)
         if held is None:
             result.unreadable += 1
             continue
