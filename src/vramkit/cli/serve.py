@@ -23,7 +23,8 @@ Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:{DEFAUL
   /                   a live web page: what 'vram status' shows, with history charts
                       when 'vram record' keeps a history
   /api/v1/snapshot    the newest reading, as 'vram status --json' prints it
-  /api/v1/events      the same after every reading (server-sent events)
+  /api/v1/events      the same, then what changed after every reading (server-sent
+                      events; docs/serve-page.md)
   /api/v1/history     recorded memory and utilization per GPU (?range=5m|1h|24h|7d)
 
 It listens on 127.0.0.1 only, unless --listen says otherwise; elsewhere, give it TLS and basic

@@ -28,7 +28,7 @@
     memory: (a, b) => (b.memory || 0) - (a.memory || 0),
     sm: (a, b) => (known(b.sm_utilization) ? b.sm_utilization : -1) - (known(a.sm_utilization) ? a.sm_utilization : -1),
     cpu: (a, b) => (known(b.cpu_percent) ? b.cpu_percent : -1) - (known(a.cpu_percent) ? a.cpu_percent : -1),
-    user: (a, b) => String(a.user || "").localeCompare(String(b.user || "")),
+    user: (a, b) => userOf(a).localeCompare(userOf(b)),
     age: (a, b) => (b.elapsed || 0) - (a.elapsed || 0),
     pid: (a, b) => a.pid - b.pid,
   };
@@ -132,9 +132,10 @@
 
   // ------------------------------------------------------------ the page's own choices
   const view = { sort: "memory", user: "", expanded: new Set() }; // expanded: GPU indexes showing every process
+  const userOf = (p) => (known(p.user) ? String(p.user) : "N/A"); // as the table shows it
 
   function shownProcesses(processes) {
-    const mine = view.user ? processes.filter((p) => String(p.user) === view.user) : processes.slice();
+    const mine = view.user ? processes.filter((p) => userOf(p) === view.user) : processes.slice();
     const order = SORTS[view.sort] || SORTS.memory;
     return mine.sort((a, b) => order(a, b) || a.pid - b.pid);
   }
@@ -169,7 +170,7 @@
     for (const p of drawn) {
       const row = el("tr", "proc");
       row.dataset.pid = String(p.pid);
-      row.append(el("td", "pid", p.pid), el("td", "user", known(p.user) ? p.user : "N/A"),
+      row.append(el("td", "pid", p.pid), el("td", "user", userOf(p)),
         el("td", "pname", known(p.name) ? p.name : ""), el("td", "pmem", size(p.memory)),
         el("td", "psm", pct(p.sm_utilization)), el("td", "pcpu", pct(p.cpu_percent)),
         el("td", "age", duration(p.elapsed)));
@@ -277,7 +278,7 @@
   function renderUsers(data) {
     const counts = new Map();
     for (const g of data.gpus) for (const p of g.processes || []) {
-      const user = String(known(p.user) ? p.user : "N/A");
+      const user = userOf(p);
       counts.set(user, (counts.get(user) || 0) + 1);
     }
     const names = Array.from(counts.keys()).sort((a, b) => a.localeCompare(b));
