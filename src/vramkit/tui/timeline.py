@@ -53,6 +53,7 @@ class RangeChart:
         self.loaded = False  # the database was read for this range
         # GPU -> (slot held at each place, -1 for none; memory used; utilization), NaN for N/A
         self.gpus: dict[int, tuple[array[int], array[float], array[float]]] = {}
+        self._held: dict[int, list[int]] = {}  # GPU -> [lowest, highest] slot ever put: where to look
 
     @property
     def width(self) -> float:
@@ -63,6 +64,9 @@ class RangeChart:
         if places is None:
             places = self.gpus[gpu] = (array("q", [-1]) * PLACES, array("d", [nan]) * PLACES,
                                        array("d", [nan]) * PLACES)
+            self._held[gpu] = [slot, slot]
+        held = self._held[gpu]
+        held[0], held[1] = min(held[0], slot), max(held[1], slot)
         slots, memory, utilization = places
         i = slot % PLACES
         if slots[i] == slot:
@@ -102,8 +106,11 @@ class RangeChart:
         cell = self.span / cells
         start, half, width = now - self.span, self.width / 2, self.width
         earliest, last, whole = start - cell, cells - 1, total or 1
-        for i, slot in enumerate(slots):
-            if slot < 0:
+        lowest, highest = self._held[gpu]
+        # only the slots that can be drawn and were put: a view that just started has few
+        for slot in range(max(lowest, int((earliest - half) // width)), highest + 1):
+            i = slot % PLACES
+            if slots[i] != slot:
                 continue
             t = slot * width + half
             if t < earliest:
