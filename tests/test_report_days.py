@@ -227,3 +227,41 @@ def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tm
                 assert_held_and_gpus(store, db, since, until, (write, since, until))
         finally:
             store.close()
+
+
+@pytest.mark.slow
+def test_half_an_hour_off_utc_a_long_window_is_still_one_statement(tmp_path, monkeypatch):
+    """Where local midnight cuts an hour (India, Iran, Newfoundland), each such hour is read row by
+    row. 200 days of them were 800 terms of one compound SELECT, past SQLite's 500: --by day over
+    more than about four months failed there ("too many terms in compound SELECT")."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"gpus": [{"memory_total": "80GiB"}], "processes": [
+        {"pid": 401, "user": "dee", "command": "python serve.py",
+         "gpus": {"0": {"timeline": [[0, "3GiB"], [1800, "9GiB"]], "interpolate": "step", "repeat": "5h"}}}]}))
+    monkeypatch.delenv("VRAM_SIMULATE", raising=False)
+    monkeypatch.setenv("VRAM_SIM_CLOCK", "stepped")
+    monkeypatch.setenv("VRAM_SIM_EPOCH", f"{EPOCH:.0f}")
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    monkeypatch.setattr("vramkit.history.recorder.ROLLUP_EVERY", 86400.0)  # a rollup a recorded day
+    machine = open_machine(str(scenario))
+    db = tmp_path / "history.db"
+    recorder = Recorder(Store.open(db, write=True), 1800.0)
+    collector = Collector(machine, interval=1800.0)
+    for _ in range(200 * 48):
+        recorder.record(collector.sample())
+        machine.backend.sleep(threading.Event(), 1800.0)
+    recorder.close(machine.backend.monotonic())
+    since, until = EPOCH - 3600, EPOCH + 201 * 86400
+    result = run_vram("report", "--db", str(db), "--since", f"@{since!r}", "--until", f"@{until!r}", "--by", "day",
+                      "--json", env=clean_env(TZ="Asia/Kolkata"))
+    got = {r["day"]: (r["gpu_seconds"], r["memory_byte_seconds"], r["peak_memory"], r["idle_seconds"], r["jobs"])
+           for r in result.json()["rows"]}
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        want = reference(db, since, until)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert len(want) == 201
+    assert_same(got, want, "Asia/Kolkata")

@@ -203,6 +203,16 @@ _GPU_HOURS = f"""
     FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND +s.t >= :s{{n}} AND +s.t < :r{{n}}
     AND {_GPU_RAW_KEYS}"""
 
+# The rows of the hours that local midnight cuts (`cuts`: a VALUES list of (lo, hi), see _Plan.sql),
+# in one part however many there are (SQLite allows 500 terms in a compound SELECT).
+_PROC_CUTS = (_PROC_FINE
+              .replace("FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :s{n} AND s.t < :u{n}",
+                       "FROM cuts c JOIN samples s ON s.t >= c.lo AND s.t < c.hi JOIN proc_raw p ON p.sample = s.id "
+                       "WHERE true")
+              .replace(f"FROM proc_rollup WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}}",
+                       f"FROM cuts c JOIN proc_rollup ON {_IN_TIERS} AND t >= c.lo AND t < c.hi WHERE true"))
+assert ":s{n}" not in _PROC_CUTS and "c.lo" in _PROC_CUTS
+
 # The same from the day sums (schema 3): a day's sums are those of its hours.
 _DAYS_OF = {_PROC_HOURS: _PROC_HOURS.replace("FROM proc_hour WHERE", "FROM proc_day WHERE"),
             _GPU_HOURS: _GPU_HOURS.replace("FROM gpu_hour WHERE", "FROM gpu_day WHERE")}
@@ -217,6 +227,7 @@ class _Plan:
     hours: list[tuple[float, float, float]]
     after: int = 0
     days: list[tuple[float, float, float]] = field(default_factory=list)  # as `hours`, from the day sums
+    cuts: list[tuple[int, float]] = field(default_factory=list)  # hours inside `hours` read row by row
 
     def sql(self, fine: str, hours: str) -> tuple[str, dict[str, object]]:
         """The rows of the whole window (a UNION ALL of each part) and their parameters. `hours`
@@ -230,9 +241,17 @@ class _Plan:
         for template, pieces in ((hours, self.hours), (_DAYS_OF[hours], self.days)):
             for start, end, raw_end in pieces:
                 n = len(parts)
-                parts.append(template.format(n=n))
+                part = template.format(n=n)
+                if self.cuts and template is hours:  # the cut hours come row by row, below
+                    part = (f"\n    SELECT * FROM ({part}) WHERE CAST(t / {HOUR} AS INTEGER) * {HOUR} "
+                            "NOT IN (SELECT lo FROM cuts)")
+                parts.append(part)
                 params.update({f"s{n}": start, f"u{n}": end, f"r{n}": raw_end})
-        return "\n    UNION ALL".join(parts), params
+        if not self.cuts:
+            return "\n    UNION ALL".join(parts), params
+        cuts = ", ".join(f"({lo}, {hi!r})" for lo, hi in self.cuts)
+        parts.append(_PROC_CUTS)
+        return f"WITH cuts(lo, hi) AS (VALUES {cuts})\n" + "\n    UNION ALL".join(parts), params
 
 
 @contextmanager
@@ -281,14 +300,9 @@ def _plan(store: Store, since: float, until: float, days: bool = False, utc: boo
     plan = _Plan([], [], int(after or 0))
     if since < first:
         plan.fine.append((since, first))
-    start = first
-    for cut in _hours_across_midnight(store, first, end) if days and not utc else []:
-        if start < cut:
-            plan.hours.append((start, cut, min(cut, until)))
-        plan.fine.append((cut, min(cut + HOUR, until)))
-        start = cut + HOUR
-    if start < end:
-        plan.hours.append((start, end, min(end, until)))
+    plan.hours.append((first, end, min(end, until)))
+    if days and not utc:
+        plan.cuts = [(int(cut), min(cut + HOUR, until)) for cut in _hours_across_midnight(store, first, end)]
     if end < until:
         plan.fine.append((end, until))
     if store.day_sums and (utc or not days):
