@@ -214,6 +214,8 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "test_history_malformed_readers.py::test_any_value_in_any_column[jobs]",
     "test_history_malformed_readers.py::test_any_value_in_any_column[meta]",
     "test_history_malformed_readers.py::test_any_value_in_any_column[proc_hour]",
+    "test_history_malformed_readers.py::test_any_value_in_any_column[proc_day]",
+    "test_history_malformed_readers.py::test_any_value_in_any_column[gpu_day]",
     "test_history_malformed_readers.py::test_any_value_in_any_column[proc_raw]",
     "test_history_malformed_readers.py::test_any_value_in_any_column[proc_rollup]",
     "test_history_malformed_readers.py::test_any_value_in_any_column[samples]",

@@ -38,7 +38,7 @@ READ_BY = {
     "meta": ("report", "series"), "gpus": ("report",), "samples": READERS, "gpu_raw": ("report", "series"),
     "jobs": ("report", "job", "kill", "doctor"), "proc_raw": ("report", "job"), "holding": ("kill", "doctor"),
     "gpu_rollup": ("report", "series"), "proc_rollup": ("report", "job"), "proc_hour": ("report",),
-    "gpu_hour": ("report",),
+    "gpu_hour": ("report",), "proc_day": ("report",), "gpu_day": ("report",),
 }
 
 
@@ -50,7 +50,8 @@ def base(tmp_path_factory) -> Path:
                     f"{HOURS}h", "--quiet", env=env, timeout=120)
     assert done.rc == 0, done.err
     with sqlite3.connect(db) as c:  # every tier the readers read is there
-        for table in ("samples", "gpu_rollup", "proc_rollup", "proc_hour", "gpu_hour", "holding", "jobs"):
+        for table in ("samples", "gpu_rollup", "proc_rollup", "proc_hour", "gpu_hour", "proc_day", "gpu_day",
+                      "holding", "jobs"):
             assert c.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
     return db
 
@@ -130,7 +131,7 @@ def _columns(db: Path) -> dict[str, list[str]]:
 
 
 TABLES = ("meta", "gpus", "samples", "gpu_raw", "jobs", "proc_raw", "holding", "gpu_rollup", "proc_rollup",
-          "proc_hour", "gpu_hour")
+          "proc_hour", "gpu_hour", "proc_day", "gpu_day")
 # What a hostile writer can store where a number belongs (NaN is stored as NULL by SQLite).
 BAD = [None, "abc", b"\x00\xff", 1e308, float("-inf"), -9223372036854775808, -1, 1.5, 1e12]
 BAD_ONE_ROW = ["abc", b"\x00", 1e308]  # in the newest row only (what max() and ORDER BY find first)
