@@ -26,7 +26,7 @@ from vramkit.machine import open_machine
 
 EPOCH = 1772841600.0  # 2026-03-07 00:00 UTC; New York and St John's move their clocks on 2026-03-08
 DAYS = 2.5
-INTERVAL = 120.0
+INTERVAL = 300.0
 # Raw rows the last 6 hours, 1-minute rows the day before, 15-minute rows before that: the window
 # reads every tier and the hour sums.
 RETENTION = Retention(raw=6 * 3600, minute=24 * 3600, quarter=1e9, max_bytes=1 << 40)
@@ -56,7 +56,7 @@ SCENARIO = {
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory) -> Path:
-    """Two and a half days recorded every 2 minutes on the stepped clock, rolled up as it went."""
+    """Two and a half days recorded every 5 minutes on the stepped clock, rolled up as it went."""
     tmp = tmp_path_factory.mktemp("days")
     scenario = tmp / "scenario.json"
     scenario.write_text(json.dumps(SCENARIO))
