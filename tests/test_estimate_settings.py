@@ -135,3 +135,25 @@ def test_torchao_weight_only_quantization_for_inference():
         assert (dequantized == 0) == (quant == "int4-wo")
     assert "lm_head.weight" in {n for n, s, c in p.shapes if c and len(s) == 2}  # quantized with the rest
     assert_one_line_error(run_vram("estimate", "llama-3-8b", "--quant", "int4-wo"), 2, "--quant", "inference")
+
+
+@pytest.mark.parametrize("model, options", [
+    ("llama-2-7b", {}),
+    ("llama-2-7b", {"gpus": 2}),  # DDP's gradient buckets
+    ("llama-2-13b", {"zero": 2, "gpus": 4}),  # DeepSpeed's reduce buckets
+    ("llama-2-70b", {"zero": 3, "gpus": 8}),  # ZeRO-3's gathered layers and persistent parameters
+    ("llama-2-7b", {"lora": 16, "quant": "4bit"}),  # the dequantized weight, the LoRA adapters
+    ("starcoder", {"lora": 8, "adapter": 64}),  # the causal-mask buffer, bottleneck adapters
+])
+def test_what_lives_the_whole_step_is_in_every_moment(model: str, options: dict):
+    """Each term says whether it lives through the whole training step (Term.whole_step: weights, and the
+    buffers and gathered layers of DDP, DeepSpeed, ZeRO-3 and a quantized base): the optimizer step is exactly
+    those, the gradients, the optimizer states and the step's temporaries, and no moment holds less than them."""
+    e = estimate(model, seq=512, **options)
+    terms = _terms(e)
+    whole = sum(t.bytes for t in e.terms if t.whole_step)
+    step = whole + terms["gradients"] + terms[f"optimizer states ({e.setup.optimizer})"] + \
+        terms["optimizer-step temporaries"] + terms["cuBLAS workspaces"]
+    assert e.moments["optimizer step"] == step
+    assert all(total >= whole for total in e.moments.values())
+    assert {t.name for t in e.terms if t.whole_step} >= {"weights"}

@@ -759,7 +759,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
             f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
         tmp = 0
         tmp_f = "DeepSpeed's fused optimizer: none counted"
-        terms.append(_zero_buckets(setup, pt, w16))
+        terms.append(replace(_zero_buckets(setup, pt, w16), lifetime="step"))
     else:
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
@@ -798,7 +798,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     terms += [G, Opt, T_opt]
     if setup.gpus > 1 and dp > 1 and not deepspeed and not setup.fsdp and setup.parallel == "ddp":
         terms.append(Term("DDP gradient buckets", int(g), "a flat copy of the gradients for all-reduce "
-                          "(gradient_as_bucket_view=True removes it)", "overhead"))
+                          "(gradient_as_bucket_view=True removes it)", "overhead", lifetime="step"))
 
     if spec.bare:
         notes.append("activations not counted: a bare parameter count has no shape")
@@ -895,14 +895,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                   + (f" and the probabilities' copy {fmt(probs)}" if probs else "") + " freed by then"
                                   if scores else ffn_f), "transient"))
     if setup.quant:
-        terms.append(_quant_transient(spec, p, setup, b * seq, train=True))
+        terms.append(replace(_quant_transient(spec, p, setup, b * seq, train=True), lifetime="step"))
     named = {t.name: t.bytes for t in terms}
-    always = {n: v for n, v in named.items() if n in ("weights", "LoRA adapters", "bottleneck adapters",
-                                                       "prefix (virtual tokens)", "DDP gradient buckets",
-                                                       "causal-mask buffer",
-                                                       "ZeRO-3 gathered layers", "ZeRO-3 persistent parameters",
-                                                       "DeepSpeed communication buckets", "dequantized weight",
-                                                       "4-bit quant state (every GPU)")}
+    always = {t.name: t.bytes for t in terms if t.whole_step}  # each term says whether it lives the whole step
     grads = {G.name: G.bytes}
     # later micro-steps run with gradients held; so does every step when zero_grad keeps them
     g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
@@ -1088,7 +1083,7 @@ def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> l
     small = sum(numel(s) for _, s, _ in p.shapes if numel(s) < setup.zero_persistence)
     return [Term("ZeRO-3 gathered layers", live * w16 // tp,
                  f"min(largest layer {p.largest_layer:,} + prefetch bucket {setup.zero_prefetch_bucket:,}, "
-                 f"max live {setup.zero_max_live:,}) params × {w16} B", "transient"),
+                 f"max live {setup.zero_max_live:,}) params × {w16} B", "transient", lifetime="step"),
             Term("ZeRO-3 persistent parameters", small * w16 // tp - (0 if setup.offload_params else
                  small * w16 // tp // shard),
                  f"{small:,} params in tensors under the persistence threshold ({setup.zero_persistence:,}) kept "

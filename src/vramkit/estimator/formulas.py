@@ -56,6 +56,14 @@ class Term:
     bytes: int
     formula: str
     kind: str  # weights | gradients | optimizer | activations | transient | overhead | kv
+    # "step": alive through every moment of a training step (forward, backward, optimizer step), whatever its
+    # kind (weights are; so are DDP's and DeepSpeed's buffers, ZeRO-3's gathered layers, a quantized base's
+    # dequantized weight); "": the moments that name it
+    lifetime: str = ""
+
+    @property
+    def whole_step(self) -> bool:
+        return self.kind == "weights" or self.lifetime == "step"
 
 
 @dataclass
