@@ -222,3 +222,48 @@ def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenar
         run(app, body)
     finally:
         machine.close()
+
+
+def test_a_refresh_redraws_the_cells_that_changed_and_the_screen_shows_them(sim_env):
+    """After a new snapshot the table marks for drawing the cells on screen whose text changed
+    (what the terminal is sent), each one of them, and the lines drawn then show the new texts."""
+    machine = open_machine("demo")
+
+    def at(t: float):
+        machine.backend.sim._fixed_t = t
+        return machine.snapshot()
+
+    app = TopApp(lambda: at(20), interval=3600)
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        await pilot.pause()
+        old = [list(table.get_row_at(i)) for i in range(table.row_count)]
+        marked = []
+        refresh = table.refresh
+        table.refresh = lambda *regions, **kw: (marked.append(regions), refresh(*regions, **kw))[1]
+        app.apply(at(30))  # erin's evaluation job grew; utilization moved
+        new = [list(table.get_row_at(i)) for i in range(table.row_count)]
+        changed = [(r, c) for r in range(len(new)) for c in range(len(new[r])) if new[r][c] != old[r][c]]
+        assert changed and len(changed) < sum(len(r) for r in new) // 2
+        regions = [region for call in marked for region in call]
+        assert regions and all(region.height == 1 for region in regions)  # never the whole table
+        edges = [0]
+        for column in table.ordered_columns:
+            edges.append(edges[-1] + column.get_render_width(table))
+        for r, c in changed:  # each changed cell is inside a marked region on its row
+            assert any(region.y == 1 + r and region.x <= edges[c] and edges[c + 1] <= region.right
+                       for region in regions), (r, c)
+        await pilot.pause()
+        lines = {tuple(strip.text.split()[:2]): strip.text
+                 for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))[1:]
+                 if strip.text.split()}
+        widths = [column.width for column in table.ordered_columns]  # a wider text is cut to its column
+        for row in new:  # (its GPU and pid are its first two cells)
+            line = lines[row[0], row[1]]
+            missing = [cell for cell, width in zip(row[:-1], widths) if cell[:width].strip() not in line]
+            assert not missing, (missing, line)
+    try:
+        run(app, body)
+    finally:
+        machine.close()

@@ -121,7 +121,7 @@ class ProcTable(DataTable[str]):
         """From now on the table has `count` rows, row i's cells being values(i) (built when
         row i is drawn). The cursor stays in its place (the caller moves it with its process)."""
         self._values = values
-        self._built = {}
+        before, self._built = self._built, {}
         have = self.row_count
         for index in range(have, count):
             self.add_row(key=str(index))
@@ -135,11 +135,39 @@ class ProcTable(DataTable[str]):
             self.cursor_coordinate = self.cursor_coordinate  # back inside the table
             self.hover_coordinate = self.hover_coordinate
             self.refresh(layout=True)
-        # The lines drawn before show other cells now; the row places and offsets are the same.
-        for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache,
-                      self._lines_drawn):
+        # DataTable's own lines (drawn outside a frame) may show other cells now
+        for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache):
             cache.clear()
-        self.refresh()
+        self._redraw_changed(before, count != have)
+
+    def _redraw_changed(self, before: dict[int, list[str]], everything: bool) -> None:
+        """Mark for drawing only the cells on screen whose text changed since the rows `before`
+        (the terminal gets those, not the table); a row not built before is drawn whole. The
+        lines kept are those of rows on screen that did not change: any other may show another
+        process when it comes into view."""
+        lines, self._lines_drawn = self._lines_drawn, LRUCache(self._lines_drawn.maxsize)
+        header = self.header_height if self.show_header else 0
+        if everything or not self.is_mounted or self.fixed_rows or self.fixed_columns:
+            self.refresh()
+            return
+        scroll_x, scroll_y = self.scroll_offset
+        edges = [0]
+        for column in self.ordered_columns:
+            edges.append(edges[-1] + column.get_render_width(self))
+        regions = []
+        for row in range(scroll_y, min(self.row_count, scroll_y + max(0, self.size.height - header))):
+            new, old = self.row_values(row), before.get(row)
+            changed = [c for c in range(len(new)) if old is None or c >= len(old) or old[c] != new[c]]
+            if not changed:
+                for key in ((row, c, h) for c in (False, True) for h in (False, True)):
+                    line = lines.get(key)
+                    if line is not None:
+                        self._lines_drawn[key] = line
+                continue
+            x, right = edges[changed[0]], (self.size.width + scroll_x if old is None else edges[changed[-1] + 1])
+            regions.append(Region(x - scroll_x, header + row - scroll_y, right - x, 1))
+        if regions:
+            self.refresh(*regions)
 
     def _clear_caches(self) -> None:
         super()._clear_caches()
