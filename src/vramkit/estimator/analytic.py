@@ -662,79 +662,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
 
     pt = (p.lora + bottleneck + virtual if lora else P) // tp  # trainable params on this GPU (before ZeRO)
     if not train:
-        encoder_only: set[str] = set()
-        decode: dict[str, list[str]] = {}  # generation's decode steps: the names of their own terms
-        x = 2 if setup.precision != "fp32" else 4
-        dti = Dtypes(x, x, x, x, x, False)
-        if spec.bare:
-            notes.append("no activations or KV cache: a bare parameter count has no shape")
-        else:
-            flash = setup.attention == "flash"
-            static = _static_len(spec, setup)
-            if setup.cache_len and setup.cache_len < seq + max(setup.new_tokens, 1) - 1:
-                raise EstimateError(f"{setup.cache_len} positions cannot hold the prompt and the new tokens "
-                                    f"({seq + max(setup.new_tokens, 1) - 1})", param="cache_len")
-            kv = kv_cache(spec, b, static or seq, x, tp, s_dec)
-            if static:  # allocated whole before the prefill; the prefill's mask spans it
-                terms.append(Term("KV cache", kv, f"a static cache of {static} positions, each layer's allocated whole "
-                                  f"at its first update (StaticCache(max_cache_len={setup.cache_len})"
-                                  + (f", the {spec.sliding_window}-token window" if static < (setup.cache_len or 0)
-                                     else "") + "): " + _kv_formula(spec, b, static, x, tp), "kv"))
-                terms.append(Term("static-cache attention mask", b * seq * static, f"the prefill's boolean mask over "
-                                  f"the whole cache, b·s·cache_len: {b} × {seq} × {static} × 1 B (SDPA's mask, "
-                                  "transformers masking_utils)", "transient"))
-            elif kv:
-                terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
-            if setup.cache_views and spec.family == "gpt2":
-                terms.append(Term("q beside the cache (fused qkv)", kv // 2, "the cache keeps views of GPT-2's "
-                                  "fused qkv projection (transformers < 4.54), so its q third stays allocated "
-                                  "through the prefill", "kv"))
-            if spec.family == "t5":  # the encoder's forward, then the decoder's prefill beside the cache
-                encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
-                terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
-                encoder_only = {name for name, _, _ in encoder}
-            else:
-                for name, size, formula in inference_held(spec, b, seq, dti, flash):
-                    terms.append(Term(name, size, formula, "transient"))
-                ws = inference_working_set(spec, b, seq, dti, flash, tp)
-                terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
-                                  + ("attention scores, " if setup.attention == "eager" else "")
-                                  + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash),
-                                  "transient"))
-            if spec.head == "lm":
-                size, formula = prefill_logits(spec, b, s_dec or seq, x, setup.all_logits)  # T5: the decoder's
-                terms.append(Term("logits (every position)" if setup.all_logits else "logits (last token, fp32)",
-                                  size, formula, "transient"))
-            if setup.new_tokens > 1 and kv:
-                steps = generation_steps(spec, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
-                                         setup.all_logits, static)
-                terms += [t for step in steps.values() for t in step if t.name not in {u.name for u in terms}]
-                decode = {name: [t.name for t in step] for name, step in steps.items()}
-        if setup.quant:
-            terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
-            if decode:  # a decode step multiplies one token a sequence: its matmul buffers are that size
-                step_quant = _quant_transient(spec, p, setup, b, train=False)
-                terms.append(replace(step_quant, name="dequantized weight (decode step)",
-                                     formula=step_quant.formula + " (one token a sequence)"))
-                for names in decode.values():
-                    names.append("dequantized weight (decode step)")
-        if setup.gpus > 1 and tp == 1:
-            terms = _split_over_gpus(spec, p, setup.gpus, terms, notes)
-        in_decode = {n for names in decode.values() for n in names}
-        prefill_terms = [t for t in terms if t.name not in in_decode or t.name.startswith("logits")]
-        moments = {"forward": {t.name: t.bytes for t in prefill_terms if not t.name.startswith("logits")
-                               and t.name not in encoder_only}}
-        if encoder_only:  # no cache yet while the encoder runs
-            moments["encoder forward"] = {t.name: t.bytes for t in terms if t.kind not in ("transient", "kv")
-                                          or t.name in encoder_only}
-        if any(t.name.startswith("logits") for t in terms):  # the layers' temporaries are freed by then
-            moments["logits"] = {t.name: t.bytes for t in prefill_terms if t.kind != "transient"
-                                 or t.name.startswith("logits")}
-        named = {t.name: t.bytes for t in terms}
-        for step, names in decode.items():  # the weights, the prefill's cache and the step's own terms
-            moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name == "KV cache"} \
-                | {n: named[n] for n in names}
-        return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
+        return _inference(spec, setup, p, pt, seq, s_dec, terms, notes)
 
     # ---- training: gradients and optimizer states
     wt = (lw if setup.lora else aw) if lora else dt.w  # master / trainable dtype
@@ -969,6 +897,86 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
     result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
     return result
+
+
+def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_dec: int, terms: list[Term],
+               notes: list[str]) -> Estimate:
+    """Inference: beside the weights (`terms`), the KV cache, the prefill's held tensors, its largest working
+    set and its logits, and generation's decode steps; the moments are the prefill, its logits and each step."""
+    b, tp = setup.batch, setup.tp
+    encoder_only: set[str] = set()
+    decode: dict[str, list[str]] = {}  # generation's decode steps: the names of their own terms
+    x = 2 if setup.precision != "fp32" else 4
+    dti = Dtypes(x, x, x, x, x, False)
+    if spec.bare:
+        notes.append("no activations or KV cache: a bare parameter count has no shape")
+    else:
+        flash = setup.attention == "flash"
+        static = _static_len(spec, setup)
+        if setup.cache_len and setup.cache_len < seq + max(setup.new_tokens, 1) - 1:
+            raise EstimateError(f"{setup.cache_len} positions cannot hold the prompt and the new tokens "
+                                f"({seq + max(setup.new_tokens, 1) - 1})", param="cache_len")
+        kv = kv_cache(spec, b, static or seq, x, tp, s_dec)
+        if static:  # allocated whole before the prefill; the prefill's mask spans it
+            terms.append(Term("KV cache", kv, f"a static cache of {static} positions, each layer's allocated whole "
+                              f"at its first update (StaticCache(max_cache_len={setup.cache_len})"
+                              + (f", the {spec.sliding_window}-token window" if static < (setup.cache_len or 0)
+                                 else "") + "): " + _kv_formula(spec, b, static, x, tp), "kv"))
+            terms.append(Term("static-cache attention mask", b * seq * static, f"the prefill's boolean mask over "
+                              f"the whole cache, b·s·cache_len: {b} × {seq} × {static} × 1 B (SDPA's mask, "
+                              "transformers masking_utils)", "transient"))
+        elif kv:
+            terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
+        if setup.cache_views and spec.family == "gpt2":
+            terms.append(Term("q beside the cache (fused qkv)", kv // 2, "the cache keeps views of GPT-2's "
+                              "fused qkv projection (transformers < 4.54), so its q third stays allocated "
+                              "through the prefill", "kv"))
+        if spec.family == "t5":  # the encoder's forward, then the decoder's prefill beside the cache
+            encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
+            terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
+            encoder_only = {name for name, _, _ in encoder}
+        else:
+            for name, size, formula in inference_held(spec, b, seq, dti, flash):
+                terms.append(Term(name, size, formula, "transient"))
+            ws = inference_working_set(spec, b, seq, dti, flash, tp)
+            terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
+                              + ("attention scores, " if setup.attention == "eager" else "")
+                              + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash),
+                              "transient"))
+        if spec.head == "lm":
+            size, formula = prefill_logits(spec, b, s_dec or seq, x, setup.all_logits)  # T5: the decoder's
+            terms.append(Term("logits (every position)" if setup.all_logits else "logits (last token, fp32)",
+                              size, formula, "transient"))
+        if setup.new_tokens > 1 and kv:
+            steps = generation_steps(spec, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
+                                     setup.all_logits, static)
+            terms += [t for step in steps.values() for t in step if t.name not in {u.name for u in terms}]
+            decode = {name: [t.name for t in step] for name, step in steps.items()}
+    if setup.quant:
+        terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
+        if decode:  # a decode step multiplies one token a sequence: its matmul buffers are that size
+            step_quant = _quant_transient(spec, p, setup, b, train=False)
+            terms.append(replace(step_quant, name="dequantized weight (decode step)",
+                                 formula=step_quant.formula + " (one token a sequence)"))
+            for names in decode.values():
+                names.append("dequantized weight (decode step)")
+    if setup.gpus > 1 and tp == 1:
+        terms = _split_over_gpus(spec, p, setup.gpus, terms, notes)
+    in_decode = {n for names in decode.values() for n in names}
+    prefill_terms = [t for t in terms if t.name not in in_decode or t.name.startswith("logits")]
+    moments = {"forward": {t.name: t.bytes for t in prefill_terms if not t.name.startswith("logits")
+                           and t.name not in encoder_only}}
+    if encoder_only:  # no cache yet while the encoder runs
+        moments["encoder forward"] = {t.name: t.bytes for t in terms if t.kind not in ("transient", "kv")
+                                      or t.name in encoder_only}
+    if any(t.name.startswith("logits") for t in terms):  # the layers' temporaries are freed by then
+        moments["logits"] = {t.name: t.bytes for t in prefill_terms if t.kind != "transient"
+                             or t.name.startswith("logits")}
+    named = {t.name: t.bytes for t in terms}
+    for step, names in decode.items():  # the weights, the prefill's cache and the step's own terms
+        moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name == "KV cache"} \
+            | {n: named[n] for n in names}
+    return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 
 
 def _static_len(spec: ModelSpec, setup: Setup) -> int:
