@@ -666,66 +666,10 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
 
     # ---- training: gradients and optimizer states
     wt = (lw if setup.lora else aw) if lora else dt.w  # master / trainable dtype
-    g: float  # bytes; float where a formula has fractional bytes per param
-    o: float
-    tmp: float
-    if setup.zero is not None:  # DeepSpeed
-        w16 = 4 if setup.precision == "fp32" else 2
-        k_opt = {"adamw": 12, "sgd": 4, "sgd-momentum": 8, "adafactor": 4, "adamw-8bit": 6}[setup.optimizer]
-        if setup.precision == "fp32":
-            k_opt -= 4  # no separate fp32 master copy
-        gshard = dp if setup.zero >= 2 else 1
-        oshard = dp if setup.zero >= 1 else 1
-        g = pt * w16 // gshard
-        o = pt * k_opt // oshard
-        if setup.offload:
-            o = 0
-            g = min(g, 2 * p.largest * w16)
-            notes.append("ZeRO-Offload: optimizer states and fp32 master weights live in CPU memory")
-        grad_f = f"{pt:,} × {w16} B" + (f" / {gshard} GPUs" if gshard > 1 else "")
-        opt_f = (f"K={k_opt} B/param (ZeRO paper: fp32 master + states) × {pt:,}" + (
-            f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
-        tmp = 0
-        tmp_f = "DeepSpeed's fused optimizer: none counted"
-        terms.append(replace(_zero_buckets(setup, pt, w16), lifetime="step"))
-    else:
-        g = int(pt * wt)
-        o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
-        if setup.fused and setup.optimizer == "adamw":  # torch._fused_adamw_: every state updated in place
-            tmp, tmp_f = 0, "fused AdamW (torch._fused_adamw_, one kernel over each parameter): none"
-        elif setup.optimizer in TORCHAO_STATES:  # a parameter at a time already
-            pass
-        elif not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
-            # _single_tensor_adamw: exp_avg_sq.sqrt() and its quotient by the bias correction, both alive
-            n = (2 if setup.optimizer == "adamw" else 1) * min(pt, p.largest)
-            tmp = n * wt
-            tmp_f = (f"for-loop {setup.optimizer} (one parameter at a time): the largest tensor's temporaries, "
-                     f"{n:,} × {wt:g} B")
-        elif setup.foreach_denom_copy and setup.optimizer == "adamw":
-            tmp, tmp_f = 2 * tmp, tmp_f + " + its copy with eps added (PyTorch 2.0's foreach Adam: denom)"
-        grad_f = f"{pt:,} trainable params × {wt:g} B"
-        if setup.fsdp:  # sharded like the parameters, or with them on the CPU
-            sharded = " (on the CPU: FSDP CPUOffload)" if setup.offload_params else f" / {dp} GPUs (FSDP)"
-            g, o, tmp = (0, 0, 0) if setup.offload_params else (g // dp, o / dp, tmp / dp)
-            grad_f, opt_f, tmp_f = grad_f + sharded, opt_f + sharded, tmp_f + sharded
-            if not spec.bare:
-                terms.append(_fsdp_unit_gradient(spec, p, pt if lora else 0, wt, dp))
-    if setup.optimizer_in_backward:
-        # torchtune's optimizer_in_bwd: one optimizer a parameter, stepped from its post-accumulate-grad hook, which
-        # then drops the gradient: one parameter's gradient and its step's temporaries at a time, inside backward
-        one = min(pt, p.largest)
-        g = one * wt
-        grad_f = (f"optimizer in backward: each gradient stepped and freed as it is accumulated, the largest "
-                  f"{one:,} × {wt:g} B")
-        if tmp:
-            tmp = min(tmp, (2 if setup.foreach_denom_copy else 1) * one * wt)
-            tmp_f = f"one parameter's step at a time (its own optimizer): {one:,} × {wt:g} B"
-    G = Term("gradients", int(g), grad_f, "gradients")
-    Opt = Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer")
-    T_opt = Term("optimizer-step temporaries", int(tmp), tmp_f, "transient")
+    G, Opt, T_opt = _model_states(spec, setup, p, pt, wt, lora, dp, terms, notes)
     terms += [G, Opt, T_opt]
     if setup.gpus > 1 and dp > 1 and not deepspeed and not setup.fsdp and setup.parallel == "ddp":
-        terms.append(Term("DDP gradient buckets", int(g), "a flat copy of the gradients for all-reduce "
+        terms.append(Term("DDP gradient buckets", G.bytes, "a flat copy of the gradients for all-reduce "
                           "(gradient_as_bucket_view=True removes it)", "overhead", lifetime="step"))
 
     if spec.bare:
@@ -977,6 +921,70 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
         moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name == "KV cache"} \
             | {n: named[n] for n in names}
     return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
+
+
+def _model_states(spec: ModelSpec, setup: Setup, p: Params, pt: int, wt: float, lora: bool, dp: int,
+                  terms: list[Term], notes: list[str]) -> tuple[Term, Term, Term]:
+    """Training's gradients, optimizer states and the optimizer step's temporaries for `pt` trainable parameters
+    in `wt` bytes: DeepSpeed's ZeRO (its buckets appended to `terms`), or PyTorch's own optimizers (fused,
+    foreach, a parameter at a time, torchao's low-bit, FSDP's shards, optimizer in backward)."""
+    g: float  # bytes; float where a formula has fractional bytes per param
+    o: float
+    tmp: float
+    if setup.zero is not None:  # DeepSpeed
+        w16 = 4 if setup.precision == "fp32" else 2
+        k_opt = {"adamw": 12, "sgd": 4, "sgd-momentum": 8, "adafactor": 4, "adamw-8bit": 6}[setup.optimizer]
+        if setup.precision == "fp32":
+            k_opt -= 4  # no separate fp32 master copy
+        gshard = dp if setup.zero >= 2 else 1
+        oshard = dp if setup.zero >= 1 else 1
+        g = pt * w16 // gshard
+        o = pt * k_opt // oshard
+        if setup.offload:
+            o = 0
+            g = min(g, 2 * p.largest * w16)
+            notes.append("ZeRO-Offload: optimizer states and fp32 master weights live in CPU memory")
+        grad_f = f"{pt:,} × {w16} B" + (f" / {gshard} GPUs" if gshard > 1 else "")
+        opt_f = (f"K={k_opt} B/param (ZeRO paper: fp32 master + states) × {pt:,}" + (
+            f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
+        tmp = 0
+        tmp_f = "DeepSpeed's fused optimizer: none counted"
+        terms.append(replace(_zero_buckets(setup, pt, w16), lifetime="step"))
+    else:
+        g = int(pt * wt)
+        o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
+        if setup.fused and setup.optimizer == "adamw":  # torch._fused_adamw_: every state updated in place
+            tmp, tmp_f = 0, "fused AdamW (torch._fused_adamw_, one kernel over each parameter): none"
+        elif setup.optimizer in TORCHAO_STATES:  # a parameter at a time already
+            pass
+        elif not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
+            # _single_tensor_adamw: exp_avg_sq.sqrt() and its quotient by the bias correction, both alive
+            n = (2 if setup.optimizer == "adamw" else 1) * min(pt, p.largest)
+            tmp = n * wt
+            tmp_f = (f"for-loop {setup.optimizer} (one parameter at a time): the largest tensor's temporaries, "
+                     f"{n:,} × {wt:g} B")
+        elif setup.foreach_denom_copy and setup.optimizer == "adamw":
+            tmp, tmp_f = 2 * tmp, tmp_f + " + its copy with eps added (PyTorch 2.0's foreach Adam: denom)"
+        grad_f = f"{pt:,} trainable params × {wt:g} B"
+        if setup.fsdp:  # sharded like the parameters, or with them on the CPU
+            sharded = " (on the CPU: FSDP CPUOffload)" if setup.offload_params else f" / {dp} GPUs (FSDP)"
+            g, o, tmp = (0, 0, 0) if setup.offload_params else (g // dp, o / dp, tmp / dp)
+            grad_f, opt_f, tmp_f = grad_f + sharded, opt_f + sharded, tmp_f + sharded
+            if not spec.bare:
+                terms.append(_fsdp_unit_gradient(spec, p, pt if lora else 0, wt, dp))
+    if setup.optimizer_in_backward:
+        # torchtune's optimizer_in_bwd: one optimizer a parameter, stepped from its post-accumulate-grad hook, which
+        # then drops the gradient: one parameter's gradient and its step's temporaries at a time, inside backward
+        one = min(pt, p.largest)
+        g = one * wt
+        grad_f = (f"optimizer in backward: each gradient stepped and freed as it is accumulated, the largest "
+                  f"{one:,} × {wt:g} B")
+        if tmp:
+            tmp = min(tmp, (2 if setup.foreach_denom_copy else 1) * one * wt)
+            tmp_f = f"one parameter's step at a time (its own optimizer): {one:,} × {wt:g} B"
+    return (Term("gradients", int(g), grad_f, "gradients"),
+            Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer"),
+            Term("optimizer-step temporaries", int(tmp), tmp_f, "transient"))
 
 
 def _static_len(spec: ModelSpec, setup: Setup) -> int:
