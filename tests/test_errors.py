@@ -15,8 +15,10 @@ import vramkit
 from vramkit.cli.main import flag_for, main, one_line
 from vramkit.errors import RequestError, VramkitError
 
-# Not vramkit's own errors: mirrors of pynvml's classes, raised to pynvml programs.
-FOREIGN = {"NVMLError", "NVMLLibraryMismatchError"}
+# Not vramkit's own errors: mirrors of pynvml's classes, raised to pynvml programs, and of amdsmi's
+# (the fake amdsmi module raises what the real one does, for the AMD reader to catch as it would those).
+FOREIGN = {"NVMLError", "NVMLLibraryMismatchError", "AmdSmiException", "AmdSmiLibraryException",
+           "AmdSmiRetryException", "AmdSmiTimeoutException", "AmdSmiParameterException"}
 
 
 def _error_classes() -> dict[str, type[BaseException]]:

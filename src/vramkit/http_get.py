@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import VramkitError
+
 CHUNK = 65536
 
 
@@ -35,7 +37,7 @@ class Answer:
     body: bytes
 
 
-class GetError(Exception):
+class GetError(VramkitError):
     """Why a GET got no answer. kind: 'slow' (the deadline passed), 'unreachable' (the connection
     failed or broke), 'not-http' (what came back is not HTTP), 'too-big' (over max_bytes)."""
 

@@ -19,6 +19,7 @@ import os
 import stat
 from dataclasses import dataclass, replace
 
+from .errors import VramkitError
 from .gpu_state import Device, GpuProcess, Workload
 from .procs import sanitize
 from .procs.workload import state_root
@@ -36,7 +37,7 @@ MAX_NAME_CHARS = 253  # a Kubernetes name's limit (DNS subdomain)
 LIST_METHOD = "/v1.PodResourcesLister/List"
 
 
-class KubeletError(Exception):
+class KubeletError(VramkitError):
     """The kubelet could not be asked, or its answer was not pod-resources: one line."""
 
 

@@ -9,6 +9,7 @@ as instances. A process's engine use is a counter (ns): its % needs two readings
 
 from __future__ import annotations
 
+from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, MigDevice
 from . import compat
 
@@ -20,7 +21,7 @@ MiB = 1 << 20
 FIRST_READING = "a process's engine time is a counter: its share needs a second reading"
 
 
-class AmdSmiUnavailable(Exception):
+class AmdSmiUnavailable(VramkitError):
     """amdsmi cannot be used here (no library, no driver): one line saying why."""
 
 

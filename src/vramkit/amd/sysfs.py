@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, MigDevice
 from ..procs.fdinfo import drm_clients
 
@@ -25,7 +26,7 @@ FIRST_READING = "a process's engine time is a counter (fdinfo drm-engine-*): its
 _PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}  # GT/s -> PCIe generation
 
 
-class SysfsUnavailable(Exception):
+class SysfsUnavailable(VramkitError):
     """No KFD topology under the root: the amdgpu driver is not loaded (one line)."""
 
 

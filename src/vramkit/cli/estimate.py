@@ -474,13 +474,15 @@ def _estimate(args: argparse.Namespace) -> tuple[Any, Any, bool]:
 
 def _estimate_by_tracing(args: argparse.Namespace, unknown: Any) -> tuple[Any, Any]:
     from ..estimator.trace import TraceUnavailable
-    from ..estimator.traced_family import estimate_by_tracing, stand_in
+    from ..estimator.traced_family import NotTraceable, estimate_by_tracing, stand_in
 
     setup = setup_from_args(args, stand_in(unknown.config, unknown.name))
     try:
         return estimate_by_tracing(unknown.config, setup, name=unknown.name)
     except TraceUnavailable as e:  # no torch or transformers: the refusal, and what tracing it needs
         raise UsageError(f"{unknown.message}; tracing its transformers class {e.message}") from None
+    except NotTraceable as e:  # the refusal (what the formulas take), and why tracing does not either
+        raise UsageError(f"{unknown.message}; {e.message.split(': ', 1)[-1]}") from None
 
 
 def _write_timeline(path: str, traced: Any, title: str) -> None:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import VramkitError
+
 # huggingface_hub's repo-id rule (utils/_validators.py): [org/]name of word characters, '-' and '.',
 # at most 96 each, no '--' or '..'
 _REPO_ID_RE = re.compile(r"^(?:[\w.-]{1,96}/)?[\w.-]{1,96}$", re.ASCII)
@@ -34,8 +36,10 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
-class CacheError(Exception):
+class CacheError(VramkitError):
     """The id is in the cache but its config cannot be read safely: one line saying why."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,11 @@ def _class_of(model_type: str, name: str) -> tuple[Any, Any]:
     return CONFIG_MAPPING[model_type], getattr(tf, cls_name)
 
 
+class NotTraceable(EstimateError):
+    """A config transformers can build whose class the tracer does not take (no attention heads: a
+    state-space model such as mamba steps through its sequence in Python on the CPU, for minutes)."""
+
+
 def _bounded(config: Any, name: str) -> int:
     """The config's layer count, after checking the sizes a build walks or multiplies."""
     layers = 0
@@ -138,6 +143,9 @@ def build(cfg: dict[str, Any], name: str) -> tuple[Any, Any]:
     except Exception as e:  # noqa: BLE001 - an untrusted config: whatever the class makes of it, one line
         raise EstimateError(f"{name}: transformers' {config_cls.__name__} refused this config "
                             f"({_one_line(e)})") from None
+    if not getattr(config, "num_attention_heads", None):
+        raise NotTraceable(f"{name}: tracing takes attention models only, and transformers' "
+                           f"{config_cls.__name__} has no attention heads")
     _bounded(config, name)
     return config, model_cls
 

@@ -19,6 +19,7 @@ import stat
 import time
 from dataclasses import replace
 
+from ..errors import VramkitError
 from ..gpu_state import Workload
 from .files import MAX_CGROUP_BYTES, read_proc_file
 from .text import sanitize
@@ -70,7 +71,7 @@ def _patterns() -> _Patterns:
     return _compiled[0]
 
 
-class CgroupError(ValueError):
+class CgroupError(VramkitError, ValueError):
     """A cgroup file that is not what the kernel writes (a name with a newline made a line)."""
 
 
