@@ -22,7 +22,9 @@ CASES = [  # (words typed, the current word last) -> what must be offered; what 
     (["vram", "sim", "list", "--"], {"--json", "--help"}, {"--sort"}),
     (["vram", "ps", "--so"], {"--sort"}, set()),
     (["vram", "ps", "--sort", ""], {"memory", "gpu", "pid", "user", "elapsed", "cpu", "rss"}, {"--json"}),
-    (["vram", "report", "--by", ""], {"user", "gpu", "job", "day"}, {"--json"}),
+    (["vram", "report", "--by", ""], {"user", "gpu", "life", "day", "container", "pod", "namespace", "slurm-job"},
+     {"--json", "job"}),
+    (["vram", "j"], set(), {"job"}),  # the old name of `vram life` is not offered
     (["vram", "pick", "--prefer", ""], {"spread", "pack"}, set()),
     (["vram", "fleet", "pick", "--pr"], {"--prefer", "--prometheus"}, set()),
     (["vram", "pick", "-"], {"-n", "--count", "--explain"}, {"--user"}),  # pick's own, not fleet pick's

@@ -33,7 +33,7 @@ def _parse(parser, *argv):
 # A long flag name whose actions may differ in dest or in taking a value, each with its reason.
 ALLOWED_TWO_MEANINGS = {
     "--gpu": "plan's old spelling of --card (a catalog GPU), hidden for a release; everywhere else GPU indices",
-    "--all": "the old spelling of status's --health and of job's --every-life, hidden for a release",
+    "--all": "the old spelling of status's --health and of life's --every-life, hidden for a release",
 }
 # Flags in MEANINGS that no parser defines yet, each with its reason.
 PENDING: dict[str, str] = {}
@@ -80,6 +80,7 @@ RENAMED = [
     # (command line before the flag, new, old, value, dest, parsed value)
     (("plan", "gpt2"), "--card", "--gpu", "rtx-4090", "card", "rtx-4090"),
     (("status",), "--health", "--all", None, "health", True),
+    (("life", "1"), "--every-life", "--all", None, "every_life", True),
     (("run",), "--format", "--ids", "uuid", "format", "uuid"),
     (("record",), "--process-commands", "--commands", "full", "process_commands", "full"),
 ]

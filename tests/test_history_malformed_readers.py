@@ -7,7 +7,7 @@ any type in any column (SQLite's affinities let TEXT, BLOB, REAL and NULL in whe
 belongs, with the schema's NOT NULLs loosened), numbers out of range (1e308, -2**63, far future and
 past times, negative spans, GPU indexes no machine has), garbage meta values and schema versions,
 missing tables and columns, tables replaced by views, a truncated file and random bytes in pages.
-Every reader then runs on it: `vram report` (each --by, --json, --csv, --plot), `vram job`,
+Every reader then runs on it: `vram report` (each --by, --json, --csv, --plot), `vram life`,
 `vram kill --idle` (recorded idle), `vram doctor` (its idle holders) and the live view's and
 serve's history series. Each must answer with real output or one line and exit 2: never an
 internal error or a traceback.
@@ -32,12 +32,12 @@ from vramkit.history.series import gpu_series
 from vramkit.history.store import Store
 
 HOURS = 26
-READERS = ("report", "job", "kill", "doctor", "series")
+READERS = ("report", "life", "kill", "doctor", "series")
 # The readers that read each table (kill --idle and doctor: recorded idle; series: vram top, serve).
 READ_BY = {
     "meta": ("report", "series"), "gpus": ("report",), "samples": READERS, "gpu_raw": ("report", "series"),
-    "jobs": ("report", "job", "kill", "doctor"), "proc_raw": ("report", "job"), "holding": ("kill", "doctor"),
-    "gpu_rollup": ("report", "series"), "proc_rollup": ("report", "job"), "proc_hour": ("report",),
+    "jobs": ("report", "life", "kill", "doctor"), "proc_raw": ("report", "life"), "holding": ("kill", "doctor"),
+    "gpu_rollup": ("report", "series"), "proc_rollup": ("report", "life"), "proc_hour": ("report",),
     "gpu_hour": ("report",), "proc_day": ("report",), "gpu_day": ("report",),
 }
 
@@ -70,9 +70,9 @@ def readers(cli, monkeypatch, tmp_path):
         ["report", "--since", "30d"],
         ["report", "--since", "30d", "--by", "gpu", "--json"],
         ["report", "--since", "30d", "--by", "day", "--csv"],
-        ["report", "--since", "3h", "--by", "job", "--plot", plot],
-        ["job", "41234"],
-        ["job", "38817", "--every-life", "--json"],
+        ["report", "--since", "3h", "--by", "life", "--plot", plot],
+        ["life", "41234"],
+        ["life", "38817", "--every-life", "--json"],
         ["kill", "--idle", "1h", "--simulate", "demo", "--dry-run", "--json", "--all-users"],
         ["doctor", "--simulate", "demo", "--json"],
     ]

@@ -21,7 +21,7 @@ import pytest
 from vramkit.collector import Collector
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import APPLICATION_ID, MIGRATIONS, Retention, Store
+from vramkit.history.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, WORKLOAD_COLUMNS, Retention, Store
 from vramkit.machine import Machine, open_machine
 
 EPOCH = 1767225600.0  # 2026-01-01 00:00 UTC
@@ -115,7 +115,7 @@ def summed(store: Store, since: float, until: float) -> dict[str, object]:
     held = {(h.job, h.gpu): (h.seconds, h.memory_byte_seconds, h.peak_memory, h.idle_seconds,
                              h.idle_memory_byte_seconds) for h in query.held(store, since, until)}
     gpus = {u.key: (u.gpu_seconds, u.peak_memory, u.utilization) for u in query.usage(store, since, until, "gpu")}
-    days = {u.key: (u.gpu_seconds, u.memory_byte_seconds, u.peak_memory, u.idle_seconds, u.jobs)
+    days = {u.key: (u.gpu_seconds, u.memory_byte_seconds, u.peak_memory, u.idle_seconds, u.lives)
             for u in query.usage(store, since, until, "day")}
     return {"held": held, "gpus": gpus, "recorded": query.coverage(store, since, until).recorded_seconds,
             "days": days}
@@ -237,9 +237,10 @@ def test_hour_sums_keep_what_raw_rows_said(stepped, tmp_path):
 
 
 def _downgrade(path: Path) -> None:
-    """What a schema 1 recorder would have left: no hour sums."""
+    """What a schema 1 recorder would have left: no hour sums (nor day sums, nor workloads)."""
     with sqlite3.connect(path) as c:
-        c.executescript("DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; DROP TABLE gpu_hour; "
+        c.executescript("".join(f"ALTER TABLE jobs DROP COLUMN {column};" for column, _ in WORKLOAD_COLUMNS)
+                        + "DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; DROP TABLE gpu_hour; "
                         "DELETE FROM meta WHERE key LIKE 'hour_%'; PRAGMA user_version = 1;")
     c.close()
 
@@ -263,7 +264,7 @@ def test_a_schema_1_database_reads_the_same_before_and_after_its_upgrade(stepped
         old.close()
     upgraded = Store.open(path, write=True)  # the recorder upgrades it: sums from every tier
     try:
-        assert upgraded.version() == 3 and upgraded.hour_sums and upgraded.day_sums
+        assert upgraded.version() == SCHEMA_VERSION and upgraded.hour_sums and upgraded.day_sums
         assert upgraded.conn.execute("SELECT count(*) FROM proc_hour").fetchone()[0] > 0
         for w in spans:
             assert_equal(summed(upgraded, *w), before[w], w)

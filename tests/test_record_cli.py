@@ -225,7 +225,7 @@ def test_readers_never_fail_nor_block_the_recorder(tmp_path):
             finally:
                 store.close()
             reads += 1
-        for by in ("user", "gpu", "job", "day"):  # and vram report itself, a process of its own
+        for by in ("user", "gpu", "life", "day"):  # and vram report itself, a process of its own
             report = run_vram("report", "--db", str(db), "--since", f"@{EPOCH}", "--until", f"@{EPOCH + 400 * 86400}",
                               "--by", by, "--json", env=stepped_env())
             assert report.rc == 0, report.err

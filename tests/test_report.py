@@ -140,7 +140,7 @@ def test_text_report(db):
     assert lines[0] == "usage by user, 2026-01-01 00:00 to 2026-01-01 02:00 (2h00m)"
     assert lines[1] == f"recorded: 2h00m of it (100%), in {db}"
     rows = {line.split()[0]: line.split() for line in lines[4:7]}
-    assert lines[3].split() == ["USER", "GPU-HOURS", "GiB-HOURS", "PEAK", "MEM", "IDLE", "HOURS", "JOBS"]
+    assert lines[3].split() == ["USER", "GPU-HOURS", "GiB-HOURS", "PEAK", "MEM", "IDLE", "HOURS", "PROCESSES"]
     assert rows["alice"][1:] == ["2.00", "60.0", "30.0GiB", "0.00", "1"]  # 30 GiB x 2 h
     assert rows["张伟"][1:] == ["1.00", "5.00", "5.0GiB", "1.00", "1"]  # from 1 h on, idle
     hostile = next(line for line in lines if line.startswith("eve"))
@@ -152,7 +152,7 @@ def test_text_report(db):
 
 
 def test_columns_line_up_with_wide_characters(db):
-    lines = report(db, *WINDOW, "--by", "job", COLUMNS="100").out.splitlines()
+    lines = report(db, *WINDOW, "--by", "life", COLUMNS="100").out.splitlines()
     from vramkit.render.report_view import cells
 
     table = lines[3:7]
@@ -201,20 +201,20 @@ def test_json_schema(db):
     assert doc["coverage"] == {"recorded_seconds": 2 * HOUR, "first_sample": EPOCH, "last_sample": EPOCH + 2 * HOUR}
     alice = next(r for r in doc["rows"] if r["user"] == "alice")
     assert alice == {"user": "alice", "gpu_seconds": 7200, "memory_byte_seconds": 30 * GIB * 7200,
-                     "peak_memory": 30 * GIB, "idle_seconds": 0, "jobs": 1}
+                     "peak_memory": 30 * GIB, "idle_seconds": 0, "lives": 1, "jobs": 1}
     assert "\x1b" not in json.dumps(doc, ensure_ascii=False)
     assert [h["pid"] for h in doc["idle_holders"]] == [502, 503]
     assert doc["idle_holders"][1] == {"pid": 503, "user": "张伟", "command": "python 训练.py", "gpus": [0],
                                       "idle_seconds": 3600, "idle_memory_byte_seconds": 5 * GIB * 3600,
                                       "peak_memory": 5 * GIB, "first_seen": EPOCH + HOUR,
                                       "last_seen": EPOCH + 2 * HOUR}
-    jobs = report(db, *WINDOW, "--json", "--by", "job", "--top", "1").json()
-    assert jobs["total_rows"] == 3 and [r["pid"] for r in jobs["rows"]] == [501]
+    lives = report(db, *WINDOW, "--json", "--by", "life", "--top", "1").json()
+    assert lives["total_rows"] == 3 and [r["pid"] for r in lives["rows"]] == [501]
     gpus = report(db, *WINDOW, "--json", "--by", "gpu").json()
     assert [(r["gpu"], r["utilization"]) for r in gpus["rows"]] == [(0, 70), (1, 0)]
 
 
-@pytest.mark.parametrize("by", ["user", "gpu", "job", "day"])
+@pytest.mark.parametrize("by", ["user", "gpu", "life", "day"])
 def test_csv_has_a_row_per_group_matching_json(db, by):
     doc = report(db, *WINDOW, "--json", "--by", by).json()
     result = report(db, *WINDOW, "--csv", "--by", by)

@@ -21,7 +21,7 @@ from helpers import clean_env, run_vram
 from vramkit.collector import Collector
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import Retention, Store
+from vramkit.history.store import WORKLOAD_COLUMNS, Retention, Store
 from vramkit.machine import open_machine
 
 EPOCH = 1772841600.0  # 2026-03-07 00:00 UTC; New York and St John's move their clocks on 2026-03-08
@@ -128,7 +128,7 @@ def test_days_are_summed_as_rows_of_every_tier_fall_into_local_days(history, zon
         store = Store.open(history)
         try:
             for since, until in windows():
-                got = {u.key: (u.gpu_seconds, u.memory_byte_seconds, u.peak_memory, u.idle_seconds, u.jobs)
+                got = {u.key: (u.gpu_seconds, u.memory_byte_seconds, u.peak_memory, u.idle_seconds, u.lives)
                        for u in query.usage(store, since, until, "day")}
                 assert_same(got, reference(history, since, until), (zone, since, until))
                 # The sums per job and GPU read in the same pass (the report's idle holders) are held()'s.
@@ -216,8 +216,9 @@ def test_whole_utc_days_are_read_from_the_day_sums_with_the_same_totals(history)
 def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tmp_path):
     db = tmp_path / "old.db"
     shutil.copy(history, db)
-    with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums
-        c.executescript("DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
+    with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads)
+        c.executescript("".join(f"ALTER TABLE jobs DROP COLUMN {column};" for column, _ in WORKLOAD_COLUMNS)
+                        + "DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
     c.close()
     for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums
         store = Store.open(db, write=write)

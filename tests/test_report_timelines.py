@@ -184,7 +184,7 @@ def test_per_gpu_equals_the_scenario(shared_day, since, until):
 
 def test_per_job_and_idle_holders_equal_the_scenario(shared_day):
     db, data, interval = shared_day
-    doc = report(db, 0, 6 * 3600, "--by", "job")
+    doc = report(db, 0, 6 * 3600, "--by", "life")
     want = expected(data, 0, 6 * 3600, interval)["job"]
     assert_rows_equal(doc["rows"], "pid", want)
     by_pid = {p["pid"]: p for p in data["processes"]}

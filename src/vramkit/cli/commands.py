@@ -19,11 +19,18 @@ COMMANDS: dict[str, str] = {
     "plan": "plan a model on a GPU: largest batch, changes that make it fit, GPUs that fit",
     "doctor": "explain a CUDA out-of-memory error, or check this machine for what causes them",
     "record": "record GPU and process history into a database (foreground, or as a service)",
-    "report": "GPU-hours, memory-hours and idle holding per user, GPU, job or day, from recorded history",
-    "job": "one process's memory on each GPU over its life, from recorded history",
+    "report": "GPU-hours, memory-hours and idle holding per user, GPU, process, day, container, pod or "
+              "Slurm job, from recorded history",
+    "life": "one process's memory on each GPU over its life (and its container, pod, Slurm job), from "
+            "recorded history",
     "serve": "serve Prometheus metrics, a live web page and a JSON API (read-only)",
     "fleet": "every host's GPUs through Prometheus (vram serve on each host); fleet pick: where to run",
     "config": "show the defaults vram uses (config files, environment) and where each came from",
     "sim": "simulated machines: list, check and share them with other programs",
     "completion": "print a shell completion script for bash, zsh or fish",
 }
+
+# Renamed commands: the old name still runs the new one for a release, hidden from the help listing,
+# completion and suggestions, with a one-line note on stderr (cli/main.py). "job" was the process
+# life, a word Slurm users read as their scheduler's job (docs/history.md, "Names").
+OLD_COMMANDS: dict[str, str] = {"job": "life"}

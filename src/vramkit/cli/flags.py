@@ -164,7 +164,7 @@ MEANINGS: dict[str, str] = {
     "--output": "write the result to FILE",
     "--ids": "old spelling of run's --format",
     "--commands": "old spelling of record's --process-commands",
-    "--all": "old spelling of status's --health and job's --every-life",
+    "--all": "old spelling of status's --health and life's --every-life",
 }
 
 
@@ -239,7 +239,10 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         "|---|---|---|",
     ]
     lines += [f"| `{name}` | {command} | `{new}` |" for name, command, new in sorted(old)]
-    return "\n".join(lines) + "\n"
+    lines += ["", "Renamed commands and values work the same way: `vram job` runs `vram life` (a process life; "
+              "\"job\" is left", "to schedulers such as Slurm) and `vram report --by job` is `--by life` "
+              "(docs/history.md, \"Names\").", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def meaning_of(action: argparse.Action) -> str:

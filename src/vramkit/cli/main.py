@@ -14,7 +14,7 @@ import sys
 
 from .._version import __version__
 from ..errors import VramkitError
-from .commands import COMMANDS
+from .commands import COMMANDS, OLD_COMMANDS
 from .common import TYPE_CHECKING, HelpFormatter, UsageError, add_global_options
 
 if TYPE_CHECKING:
@@ -90,6 +90,20 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), help_line))
     _note_parsers(parser)
     return parser
+
+
+def renamed(argv: list[str]) -> list[str]:
+    """argv with a renamed command's old name (OLD_COMMANDS) as its new one, said in one line on
+    stderr. The old name is no choice of the parser, so help, completion, 'did you mean' and the
+    error listing the commands never offer it."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    at = next((i for i, word in enumerate(words) if word in COMMANDS or word in OLD_COMMANDS), None)
+    if at is None or argv[at] not in OLD_COMMANDS:
+        return argv
+    old, new = argv[at], OLD_COMMANDS[argv[at]]
+    print(f"vram: note: 'vram {old}' is now 'vram {new}' (the old name works until the next release)",
+          file=sys.stderr)
+    return [*argv[:at], new, *argv[at + 1:]]
 
 
 def command_in(argv: list[str]) -> str | None:
@@ -244,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(_freeze_at_exit)
     if argv[:1] == ["help"]:  # vram help [COMMAND [SUBCOMMAND]]: that command's --help
         argv = [*argv[1:], "--help"]
+    argv = renamed(argv)
     # Before parsing succeeds, and never from a command run after '--' (vram run -- x --debug).
     debug = "--debug" in (argv[:argv.index("--")] if "--" in argv else argv)
     args: argparse.Namespace | None = None

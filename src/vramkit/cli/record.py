@@ -24,7 +24,7 @@ DESCRIPTION = """\
 Sample every GPU and every process holding GPU memory every INTERVAL, and keep it in an
 SQLite database: memory, utilization, temperature and power per GPU; memory, own SM
 utilization and idle time per process; one row per process life with its totals.
-'vram report', 'vram job', 'vram kill --idle' and 'vram doctor' read it.
+'vram report', 'vram life', 'vram kill --idle' and 'vram doctor' read it.
 
 The database is /var/lib/vramkit/history.db for root, else ~/.local/state/vramkit/history.db
 (--db, $VRAM_DB). Where others may enter the database's directory (root's), the live file is

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 
 HELP = COMMANDS["report"]
 DESCRIPTION = """\
-Sum what 'vram record' kept over a window: per user (or GPU, job, day) the GPU-hours (a
-process holding memory on a GPU for an hour is one), memory GiB-hours, peak memory,
-idle-holding hours (memory held while the process ran no kernels of its own) and jobs;
-then the processes that held memory idle longest. The first two lines say the window, how
-much of it was recorded, and in which database.
+Sum what 'vram record' kept over a window: per user (or GPU, process life, day, container,
+Kubernetes pod or namespace, Slurm job) the GPU-hours (a process holding memory on a GPU for
+an hour is one), memory GiB-hours, peak memory, idle-holding hours (memory held while the
+process ran no kernels of its own) and processes; then the processes that held memory idle
+longest. A process in no container, pod or Slurm job is counted in the row '(none)'. The
+first two lines say the window, how much of it was recorded, and in which database.
 
 WHEN is a duration meaning that long ago (7d, 24h, 90m, 1h30m), 'now', a local date or
 time (2026-11-01, '2026-11-01 13:00', 2026-11-01T13:00:05), or @UNIX (unix seconds).
@@ -32,11 +33,13 @@ examples:
   vram report                               the last 7 days, per user
   vram report --since 24h --by gpu          the last day, per GPU, with average utilization
   vram report --since 2026-11-01 --until 2026-11-08 --by day
-  vram report --by job --top 20             the 20 jobs with the most GPU-hours
+  vram report --by life --top 20            the 20 processes with the most GPU-hours
+  vram report --by slurm-job --since 30d    GPU-hours per Slurm job (--by pod, container, namespace)
   vram report --json | jq '.rows[] | {user, gpu_seconds}'
   vram report --since 24h --plot gpus.svg   memory per GPU over time, coloured by user
 """
 
+BY = ("user", "gpu", "life", "day", "container", "pod", "namespace", "slurm-job")  # history.query.BY
 MAX_TOP = 100_000  # more rows than any report shows; keeps SQLite's LIMIT in range
 
 
@@ -46,16 +49,30 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", metavar="PATH", help="the database (default: as vram record; also $VRAM_DB)")
     p.add_argument("--since", metavar="WHEN", default="7d", help="start of the window (default 7d: 7 days ago)")
     p.add_argument("--until", metavar="WHEN", default="now", help="end of the window (default now)")
-    p.add_argument("--by", choices=("user", "gpu", "job", "day"), default="user",
-                   help="one row per user (default), GPU, job (process life) or local day")
+    p.add_argument("--by", choices=BY, type=_by, default="user",
+                   help="one row per user (default), GPU, life (a process, from its start to its end), local "
+                        "day, container, pod, namespace (Kubernetes) or slurm-job")
     p.add_argument("--top", metavar="N",
-                   help="at most N rows per table (default: every user, GPU and day; 10 jobs; 10 idle holders)")
+                   help="at most N rows per table (default: every row; 10 process lives; 10 idle holders)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON (base units; schema: docs/history.md)")
     out.add_argument("--csv", action="store_true", help="print CSV, one row per group, with a header")
     p.add_argument("--plot", metavar="FILE", help="also draw memory per GPU over time, coloured by user, into "
                    "FILE.svg (no extra library) or FILE.png (needs matplotlib: vramkit[plot])")
     p.set_defaults(run=run)
+
+
+def _by(text: str) -> str:
+    """--by's value; the old name of a grouping ('job': a process life) as its new one, with a note."""
+    if text in BY:
+        return text
+    from ..history.query import OLD_BY
+
+    if text in OLD_BY:
+        print(f"vram: note: --by {text} is now --by {OLD_BY[text]} (the old name works until the next release)",
+              file=sys.stderr)
+        return OLD_BY[text]
+    return text
 
 
 def _window(args: argparse.Namespace, now: float) -> tuple[float, float]:
@@ -112,11 +129,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             sums = query.held(store, since, until)
             rows = query.usage(store, since, until, args.by, sums=sums)
-        limit = top if top is not None else 10 if args.by == "job" else None
+        limit = top if top is not None else 10 if args.by == "life" else None
         idle = query.idle_holders(store, since, until, limit=top or 10, sums=sums)
         report = Report(database=str(store.path), since=since, until=until, by=args.by,
                         rows=rows if limit is None else rows[:limit], idle_holders=idle,
                         coverage=query.coverage(store, since, until), total_rows=len(rows))
+        if args.by in query.WORKLOADS and not store.workloads:
+            report.notes.append(f"{store.path} was recorded before workloads were kept (schema {store.version()}): "
+                                f"every process is in '{query.NONE}' ('vram record' upgrades it when it next starts)")
         if plot is not None:
             _draw(store, report, *plot)
             report.notes.append(f"memory per GPU over time drawn into {plot[0]}")

@@ -2,5 +2,5 @@
 
 store.py holds the schema, its migrations, rollups and retention; recorder.py turns the
 collector's snapshots into rows (`vram record`); query.py answers reports, job timelines and
-"idle for how long" from it (`vram report`, `vram job`, kill --idle, doctor, the live view).
+"idle for how long" from it (`vram report`, `vram life`, kill --idle, doctor, the live view).
 """

@@ -1,5 +1,10 @@
-"""Questions asked of the history store: usage over a window (by user, GPU, job or day), the top
-idle holders, one job's memory over its life, and how long each held memory has been idle.
+"""Questions asked of the history store: usage over a window (by user, GPU, process life, day,
+container, pod, namespace or Slurm job), the top idle holders, one process life's memory over its
+life, and how long each held memory has been idle.
+
+Names: a "life" is one process from its start to its end (pid and start ticks: a row of the
+table `jobs`, whose name stays, as does the column `job` naming one; docs/history.md). "Job"
+in what people read means a scheduler's job (Slurm).
 
 Every total is a sum of value x seconds over the rows of every tier (store.gpu_time and
 store.proc_time, read here through the tables' keys: PROC_WINDOW, GPU_WINDOW). A row belongs to
@@ -29,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestError
-from .store import DAY, HOUR, ROLLUP_TIERS, Store, StoreError, describe, not_utf8
+from ..gpu_state import Workload
+from .store import DAY, HOUR, ROLLUP_TIERS, WORKLOAD_COLUMNS, Store, StoreError, describe, not_utf8
 
 # kind -> (lowest, highest, whole number). Times: 1970 to 9999 (what datetime can show, in any
 # zone); lengths: up to ~31 years; memory: up to 2**53 bytes (8 PiB, exact as a float); GPUs:
@@ -105,7 +111,10 @@ def _meta_number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-BY = ("user", "gpu", "job", "day")
+WORKLOADS = ("container", "pod", "namespace", "slurm-job")  # --by a workload (schema 4)
+BY = ("user", "gpu", "life", "day", *WORKLOADS)
+OLD_BY = {"job": "life"}  # the old name of a grouping, still taken
+NONE = "(none)"  # the group of the lives in no container, pod or Slurm job
 # Every UTC offset in use is a whole number of quarter hours: a 15-minute bucket lies in one
 # local day, so days are summed from quarter-hour sums (no date() call per row).
 _QUARTER = 900
@@ -353,9 +362,10 @@ class Usage:
     memory_byte_seconds: float = 0.0
     peak_memory: int | None = None
     idle_seconds: float = 0.0
-    jobs: int = 0
+    lives: int = 0  # process lives
     utilization: float | None = None  # --by gpu: the GPU's average utilization (%)
-    user: str | None = None  # --by job
+    workload: Workload | None = None  # --by life, or a workload: the (first) life's workload
+    user: str | None = None  # --by life
     pid: int | None = None
     command: str | None = None
     gpus: str | None = None
@@ -378,7 +388,7 @@ Point = tuple[float, float, int, "float | None", "int | None", "float | None", f
 
 
 @dataclass
-class JobLife:
+class ProcessLife:
     """One process life. The totals are the recorder's (None: not a valid value in the file)."""
 
     id: int
@@ -394,6 +404,7 @@ class JobLife:
     idle_seconds: float | None
     points: list[Point] = field(default_factory=list)
     # (t, seconds, gpu, memory, memory_max, sm_util, idle_seconds), oldest first
+    workload: Workload | None = None  # its container, pod or Slurm job (None: in none, or not recorded)
 
 
 def _rows(store: Store, sql: str, params: tuple[object, ...] | Mapping[str, object]) -> list[tuple[Any, ...]]:
@@ -459,34 +470,77 @@ def _total(value: object) -> float:
 
 
 @dataclass
-class _Job:
+class _Life:
     pid: int
     user: str | None
     command: str | None
     gpus: str | None
     first_seen: float | None
     last_seen: float | None
+    workload: Workload | None = None
 
 
-def _jobs(store: Store, ids: set[int]) -> dict[int, _Job]:
-    """The `jobs` rows of these ids (a window's jobs: hundreds, not millions)."""
-    out: dict[int, _Job] = {}
+def _workload_sql(store: Store) -> str:
+    """SQL: the workload columns of `jobs` to select after the others ('' before schema 4)."""
+    return "".join(f", {column}" for column, _ in WORKLOAD_COLUMNS) if store.workloads else ""
+
+
+def _workload(values: tuple[Any, ...]) -> Workload | None:
+    """A life's workload from its columns (WORKLOAD_COLUMNS' order), each through its type: None
+    when none is set (in none, or recorded before schema 4)."""
+    fields: dict[str, Any] = {}
+    for (column, kind), value in zip(WORKLOAD_COLUMNS, values):
+        typed_value = typed_text(value, 256) if kind == "TEXT" else typed_int(value, "count")
+        if typed_value is not None:
+            fields[column] = typed_value
+    return Workload(**fields) if fields else None
+
+
+def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
+    """The `jobs` rows of these ids (a window's process lives: hundreds, not millions)."""
+    out: dict[int, _Life] = {}
     chunk = sorted(ids)
+    extra = _workload_sql(store)
     for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
         part = chunk[i:i + 500]
-        for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen FROM jobs WHERE id IN "
-                         f"({','.join('?' * len(part))})", tuple(part)):
+        for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen{extra} FROM jobs "
+                         f"WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
             job, pid = typed_int(row[0], "id"), typed_int(row[1], "pid")
-            if job is None or pid is None:  # a job without its pid: nothing to show it as
+            if job is None or pid is None:  # a life without its pid: nothing to show it as
                 continue
-            out[job] = _Job(pid, typed_text(row[2]), typed_text(row[3]), typed_gpus(row[4]), typed(row[5], "time"),
-                            typed(row[6], "time"))
+            out[job] = _Life(pid, typed_text(row[2]), typed_text(row[3]), typed_gpus(row[4]), typed(row[5], "time"),
+                             typed(row[6], "time"), _workload(row[7:]))
     return out
 
 
+def workload_group(w: Workload | None, by: str) -> tuple[object, str]:
+    """(what tells the group apart, its name) of a life's workload in a report --by a workload:
+    a container by its id, named as its runtime (or the kubelet) names it, else by its short id;
+    a pod by its UID, as NAMESPACE/NAME (or 'uid UID' where the kubelet did not say); a namespace
+    by name; a Slurm job by its id (its steps together). A life in none: NONE."""
+    if by == "container" and w is not None and w.container_id is not None:
+        return w.container_id, w.container_name or w.pod_container or _short(w)
+    if by == "pod" and w is not None and w.pod_uid is not None:
+        name = (f"{w.namespace}/{w.pod}" if w.namespace else w.pod) if w.pod else f"uid {w.pod_uid}"
+        return w.pod_uid, name
+    if by == "namespace" and w is not None and w.pod_uid is not None:
+        return w.namespace, w.namespace or "(pod not named by the kubelet)"
+    if by == "slurm-job" and w is not None and w.slurm_job is not None:
+        return w.slurm_job, str(w.slurm_job)
+    return None, NONE
+
+
+def _short(w: Workload) -> str:
+    from ..procs.workload import short_id
+
+    return short_id(w) or "?"
+
+
 def usage(store: Store, since: float, until: float, by: str, sums: list[Held] | None = None) -> list[Usage]:
-    """Totals per user, GPU, job or day (local time) over [since, until), biggest GPU-time first
-    (GPUs and days in order). `sums`: held(store, since, until), when the caller has it already."""
+    """Totals per user, GPU, process life, day (local time) or workload (WORKLOADS) over
+    [since, until), biggest GPU-time first (GPUs and days in order). `sums`: held(store, since,
+    until), when the caller has it already."""
+    by = OLD_BY.get(by, by)
     if by not in BY:
         raise RequestError(f"by: must be one of {', '.join(BY)}, got {by!r}", param="by")
     if by == "day":
@@ -494,24 +548,28 @@ def usage(store: Store, since: float, until: float, by: str, sums: list[Held] | 
     sums = held(store, since, until) if sums is None else sums
     if by == "gpu":
         return _by_gpu(store, since, until, sums)
-    jobs = _jobs(store, {h.job for h in sums})
-    groups: dict[str, Usage] = {}
-    members: dict[str, set[int]] = {}
+    lives = _lives(store, {h.job for h in sums})
+    groups: dict[object, Usage] = {}
+    members: dict[object, set[int]] = {}
     for h in sums:
-        job = jobs.get(h.job)
-        if job is None:  # dropped by retention since the sums were read
+        life = lives.get(h.job)
+        if life is None:  # dropped by retention since the sums were read
             continue
-        key = (job.user or "?") if by == "user" else str(h.job)
+        if by in WORKLOADS:
+            key, name = workload_group(life.workload, by)
+        else:
+            key = name = (life.user or "?") if by == "user" else str(h.job)
         u = groups.get(key)
         if u is None:
-            u = groups[key] = Usage(key)
-            if by == "job":
-                u.key, u.user, u.pid, u.command, u.gpus = str(job.pid), job.user, job.pid, job.command, job.gpus
-                u.first_seen, u.last_seen = job.first_seen, job.last_seen
+            # A group's workload: its first life's (the one of the group's kind; none for NONE).
+            u = groups[key] = Usage(name, workload=life.workload if by not in WORKLOADS or key is not None else None)
+            if by == "life":
+                u.key, u.user, u.pid, u.command, u.gpus = str(life.pid), life.user, life.pid, life.command, life.gpus
+                u.first_seen, u.last_seen = life.first_seen, life.last_seen
         _add(u, h)
         members.setdefault(key, set()).add(h.job)
     for key, u in groups.items():
-        u.jobs = len(members[key])
+        u.lives = len(members[key])
     return sorted(groups.values(), key=lambda u: (-u.gpu_seconds, u.key))
 
 
@@ -667,16 +725,16 @@ def idle_holders(store: Store, since: float, until: float, limit: int = 10,
         idle_bytes[h.job] = idle_bytes.get(h.job, 0.0) + h.idle_memory_byte_seconds
     top = sorted((j for j, u in per_job.items() if u.idle_seconds > 0),
                  key=lambda j: (-per_job[j].idle_seconds, j))[:max(0, limit)]
-    jobs = _jobs(store, set(top))
+    lives = _lives(store, set(top))
     out = []
     for j in top:
-        job = jobs.get(j)
-        if job is None:
+        life = lives.get(j)
+        if life is None:
             continue
         u = per_job[j]
-        out.append(Usage(str(job.pid), u.gpu_seconds, idle_bytes[j], u.peak_memory, u.idle_seconds, 1,
-                         user=job.user, pid=job.pid, command=job.command, gpus=job.gpus,
-                         first_seen=job.first_seen, last_seen=job.last_seen))
+        out.append(Usage(str(life.pid), u.gpu_seconds, idle_bytes[j], u.peak_memory, u.idle_seconds, 1,
+                         workload=life.workload, user=life.user, pid=life.pid, command=life.command,
+                         gpus=life.gpus, first_seen=life.first_seen, last_seen=life.last_seen))
     return out
 
 
@@ -738,12 +796,12 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
     return MemorySeries(since, float(step), count, memory, {g: totals.get(g) for g in memory})
 
 
-def job_lives(store: Store, pid: int) -> list[JobLife]:
+def process_lives(store: Store, pid: int) -> list[ProcessLife]:
     """Every recorded life of `pid`, newest first, each with its memory over time per GPU. A life
     whose first or last time is not valid takes them from its points; without either it is left out."""
     lives = []
     for row in _rows(store, "SELECT id, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
-                     "memory_byte_seconds, idle_seconds FROM jobs WHERE pid = ?", (pid,)):
+                     f"memory_byte_seconds, idle_seconds{_workload_sql(store)} FROM jobs WHERE pid = ?", (pid,)):
         job = typed_int(row[0], "id")
         if job is None:
             continue
@@ -758,15 +816,16 @@ def job_lives(store: Store, pid: int) -> list[JobLife]:
         last = last if last is not None else points[-1][0] if points else None
         if first is None or last is None:
             continue
-        lives.append(JobLife(job, pid, typed_text(row[1]), typed_text(row[2]), first, last, typed_gpus(row[5]),
-                             typed_int(row[6], "bytes"), typed(row[7], "seconds"),
-                             typed(row[8], "byte_seconds"), typed(row[9], "seconds"), points))
+        lives.append(ProcessLife(job, pid, typed_text(row[1]), typed_text(row[2]), first, last, typed_gpus(row[5]),
+                                 typed_int(row[6], "bytes"), typed(row[7], "seconds"),
+                                 typed(row[8], "byte_seconds"), typed(row[9], "seconds"), points,
+                                 _workload(row[10:])))
     lives.sort(key=lambda life: life.first_seen, reverse=True)
     return lives
 
 
 def _point(row: tuple[Any, ...]) -> Point:
-    """A row of PROC_WINDOW (its values already checked) as a point of a job's life."""
+    """A row of PROC_WINDOW (its values already checked) as a point of a process's life."""
     t, seconds, gpu, memory, memory_max, sm_util, idle = row
     return (float(t), float(seconds), int(gpu), typed(memory, "bytes"), typed_int(memory_max, "bytes"),
             typed(sm_util, "percent"), float(typed(idle, "seconds") or 0.0))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
-from .store import Retention, Store, StoreError, describe
+from .store import WORKLOAD_COLUMNS, Retention, Store, StoreError, describe
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept
 MAX_COMMAND = 1024
@@ -110,6 +110,20 @@ def _write_jobs(c: sqlite3.Connection, credit: dict[int, list[float]], seen: Ite
                   "idle_seconds = idle_seconds + ?, last_seen = coalesce(?, last_seen), "
                   "peak_memory = max(peak_memory, coalesce(?, peak_memory)), gpus = coalesce(?, gpus) "
                   "WHERE id = ?", rows)
+
+
+_WORKLOAD_NAMES = ", ".join(column for column, _ in WORKLOAD_COLUMNS)
+_WORKLOAD_MARKS = ", ?" * len(WORKLOAD_COLUMNS)
+
+
+def _workload_values(p: GpuProcess) -> tuple[object, ...]:
+    """The process's workload as the columns of `jobs` keep it (every one NULL: in none). Text is
+    cut as a command is: a name from a runtime's state file is bounded already, this bounds the rest."""
+    w = p.workload
+    if w is None:
+        return (None,) * len(WORKLOAD_COLUMNS)
+    values = (getattr(w, column) for column, _ in WORKLOAD_COLUMNS)
+    return tuple(v[:MAX_COMMAND] if isinstance(v, str) else v for v in values)
 
 
 def max_gap(interval: float) -> float:
@@ -359,9 +373,10 @@ class Recorder:
         if found is not None:
             return found
         job_id = c.execute(
-            "INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
-            "last_seen, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
-            (pid, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now)).lastrowid
+            f"INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
+            f"last_seen, gpus, {_WORKLOAD_NAMES}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ''{_WORKLOAD_MARKS})",
+            (pid, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now,
+             *_workload_values(p))).lastrowid
         assert job_id is not None
         return _Job(job_id, now)
 

@@ -19,6 +19,11 @@ sums in the transaction that changes an hour of the day, so a day's sums are tho
 a row per day, process life and GPU, and hours and rows only at the edges. A day is usable from
 meta `hour_since` on (an older day lost hours to retention); `vram report --by day` reads them
 where local days are UTC days.
+
+Workloads (schema 4): each process life (a row of `jobs`) keeps whom it worked for, as
+procs/workload.py found it when the life was first seen: its container, Kubernetes pod and Slurm
+job step (WORKLOAD_COLUMNS; NULL: in none, or recorded before schema 4). `vram report --by
+container|pod|namespace|slurm-job` groups by them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from ..errors import RequestError
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
 HOUR = 3600
 DAY = 86400
@@ -93,6 +98,14 @@ _HOURS_TO_DAY = (f"""
     SELECT :day, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds), MAX(used_max), SUM(util_seconds),
            SUM(util_known_seconds)
     FROM gpu_hour WHERE t >= :day AND t < :day + {DAY} GROUP BY gpu""")
+
+# The columns of `jobs` that keep a life's workload (schema 4): (column, SQL type), each a field
+# of gpu_state.Workload of the same name.
+WORKLOAD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("runtime", "TEXT"), ("container_id", "TEXT"), ("container_name", "TEXT"), ("image", "TEXT"),
+    ("pod_uid", "TEXT"), ("pod", "TEXT"), ("namespace", "TEXT"), ("pod_container", "TEXT"),
+    ("slurm_job", "INTEGER"), ("slurm_step", "TEXT"), ("slurm_task", "INTEGER"), ("slurm_uid", "INTEGER"),
+    ("slurm_array_job", "INTEGER"), ("slurm_array_task", "INTEGER"))
 
 # Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
 MIGRATIONS: tuple[str, ...] = (
@@ -211,6 +224,8 @@ MIGRATIONS: tuple[str, ...] = (
            SUM(util_seconds), SUM(util_known_seconds)
     FROM gpu_hour WHERE true GROUP BY d, gpu;
     """,
+    # 4: each process life's workload (its container, pod, Slurm job); NULL for the lives before.
+    "".join(f"ALTER TABLE jobs ADD COLUMN {column} {kind};\n" for column, kind in WORKLOAD_COLUMNS),
 )
 
 
@@ -623,6 +638,7 @@ class Store:
         self.published = published
         self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
         self.day_sums = False  # schema 3 or later: proc_day and gpu_day
+        self.workloads = False  # schema 4 or later: the workload columns of `jobs`
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -769,6 +785,7 @@ class Store:
                                  f"{SCHEMA_VERSION} when it next starts", param="db")
             self.hour_sums = version >= 2
             self.day_sums = version >= 3
+            self.workloads = version >= 4
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
@@ -781,7 +798,7 @@ class Store:
         c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
-        self.hour_sums = self.day_sums = True
+        self.hour_sums = self.day_sums = self.workloads = True
 
     def publish(self) -> None:
         """Copy the live database as of its newest commit to `published`, for other users: a fresh

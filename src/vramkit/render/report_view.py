@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..history.query import Coverage, Usage
+from ..history.query import NONE, WORKLOADS, Coverage, Usage
 from ..procs import sanitize
+from ..procs.workload import describe
 from ..units import format_duration, format_size
 from . import fmt
+from .life_view import workload_dict
 from .style import Style
 from .text_width import cells, fit, pad
 
@@ -76,7 +78,9 @@ def _table(header: list[str], rows: list[list[str]], right: set[str], style: Sty
     return [style.paint(line(header), "bold")] + [line(r) for r in rows]
 
 
-_KEY_HEADER = {"user": "USER", "gpu": "GPU", "job": "PID", "day": "DAY"}
+_KEY_HEADER = {"user": "USER", "gpu": "GPU", "life": "PID", "day": "DAY", "container": "CONTAINER", "pod": "POD",
+               "namespace": "NAMESPACE", "slurm-job": "SLURM JOB"}
+_BY_WORDS = {"life": "process", "slurm-job": "Slurm job"}  # the headline's "usage by ..."
 
 
 def _key(u: Usage, by: str) -> str:
@@ -86,30 +90,31 @@ def _key(u: Usage, by: str) -> str:
 def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
     by = report.by
     header = [_KEY_HEADER[by]]
-    if by == "job":
+    if by == "life":
         header += ["USER", "GPUS"]
     header += ["GPU-HOURS", "GiB-HOURS", "PEAK MEM", "IDLE HOURS"]
     if by == "gpu":
         header += ["AVG UTIL"]
-    if by == "job":
-        header += ["FIRST SEEN", "LAST SEEN", "COMMAND"]
+    if by == "life":
+        header += ["FIRST SEEN", "LAST SEEN", "OWNER", "COMMAND"]
     else:
-        header += ["JOBS"]
+        header += ["PROCESSES"]
     rows = []
     for u in report.rows:
         row = [_key(u, by)]
-        if by == "job":
+        if by == "life":
             row += [sanitize(u.user or "?"), u.gpus or "-"]
         row += [_hours(u.gpu_seconds), _hours(u.memory_byte_seconds / GIB), format_size(u.peak_memory),
                 _hours(u.idle_seconds)]
         if by == "gpu":
             row += [fmt.pct(u.utilization)]
-        if by == "job":
-            row += [_local(u.first_seen), _local(u.last_seen), sanitize(u.command or "-")]
+        if by == "life":
+            row += [_local(u.first_seen), _local(u.last_seen), sanitize(describe(u.workload) or "-"),
+                    sanitize(u.command or "-")]
         else:
-            row += [str(u.jobs)]
+            row += [str(u.lives)]
         rows.append(row)
-    right = {"GPU", "PID", "GPU-HOURS", "GiB-HOURS", "PEAK MEM", "IDLE HOURS", "AVG UTIL", "JOBS"}
+    right = {"GPU", "PID", "SLURM JOB", "GPU-HOURS", "GiB-HOURS", "PEAK MEM", "IDLE HOURS", "AVG UTIL", "PROCESSES"}
     return header, rows, right
 
 
@@ -118,7 +123,8 @@ def _headline(report: Report) -> list[str]:
     span = report.until - report.since
     cov = report.coverage
     share = 100 * cov.recorded_seconds / span if span > 0 else 0.0
-    return [f"usage by {report.by}, {_local(report.since)} to {_local(report.until)} ({format_duration(span)})",
+    by = _BY_WORDS.get(report.by, report.by)
+    return [f"usage by {by}, {_local(report.since)} to {_local(report.until)} ({format_duration(span)})",
             f"recorded: {format_duration(cov.recorded_seconds)} of it ({share:.0f}%), in {sanitize(report.database)}"]
 
 
@@ -135,7 +141,7 @@ def render_report(report: Report, style: Style, width: int) -> str:
     lines.append("")
     if report.rows:
         header, rows, right = _usage_rows(report)
-        lines.extend(_table(header, rows, right, style, width, drop=("FIRST SEEN", "LAST SEEN", "GPUS")))
+        lines.extend(_table(header, rows, right, style, width, drop=("FIRST SEEN", "OWNER", "LAST SEEN", "GPUS")))
         if report.total_rows > len(report.rows):
             lines.append(style.paint(f"... {report.total_rows - len(report.rows)} more (--top N shows more)", "dim"))
     else:
@@ -176,15 +182,32 @@ def usage_dict(u: Usage, by: str) -> dict[str, Any]:
         out["gpu"] = int(u.key.split()[-1])
     elif by == "day":
         out["day"] = u.key
+    elif by in WORKLOADS:
+        out.update(_workload_keys(u, by))
+    # "jobs" is the old name of "lives" (process lives), kept for a release
     out.update({"gpu_seconds": u.gpu_seconds, "memory_byte_seconds": u.memory_byte_seconds,
-                "peak_memory": u.peak_memory, "idle_seconds": u.idle_seconds, "jobs": u.jobs})
+                "peak_memory": u.peak_memory, "idle_seconds": u.idle_seconds, "lives": u.lives, "jobs": u.lives})
     if by == "gpu":
         out["utilization"] = None if u.utilization is None else round(u.utilization, 2)
-    if by == "job":
+    if by == "life":
         out.update({"pid": u.pid, "user": _clean(u.user), "command": _clean(u.command),
                     "gpus": [int(g) for g in (u.gpus or "").split(",") if g.strip().isdigit()],
-                    "first_seen": u.first_seen, "last_seen": u.last_seen})
+                    "first_seen": u.first_seen, "last_seen": u.last_seen, "workload": workload_dict(u.workload)})
     return out
+
+
+def _workload_keys(u: Usage, by: str) -> dict[str, Any]:
+    """A workload row's own keys (null in the group of the lives in none: NONE)."""
+    w = u.workload if u.key != NONE else None
+    if by == "container":
+        return {"container": _clean(u.key) if w else None, "container_id": _clean(w.container_id) if w else None,
+                "runtime": _clean(w.runtime) if w else None}
+    if by == "pod":
+        return {"pod": _clean(w.pod) if w else None, "namespace": _clean(w.namespace) if w else None,
+                "pod_uid": _clean(w.pod_uid) if w else None}
+    if by == "namespace":
+        return {"namespace": _clean(w.namespace) if w else None}
+    return {"slurm_job": w.slurm_job if w else None}
 
 
 def _idle_dict(u: Usage) -> dict[str, Any]:
@@ -214,11 +237,18 @@ def report_json(report: Report) -> str:
 
 
 CSV_COLUMNS = {
-    "user": ("user", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs"),
-    "gpu": ("gpu", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs", "utilization"),
-    "day": ("day", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs"),
-    "job": ("pid", "user", "gpus", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds",
-            "first_seen", "last_seen", "command"),
+    "user": ("user", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs", "lives"),
+    "gpu": ("gpu", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs", "utilization",
+            "lives"),
+    "day": ("day", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs", "lives"),
+    "life": ("pid", "user", "gpus", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds",
+             "first_seen", "last_seen", "command"),
+    "container": ("container", "container_id", "runtime", "gpu_seconds", "memory_byte_seconds", "peak_memory",
+                  "idle_seconds", "lives"),
+    "pod": ("pod", "namespace", "pod_uid", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds",
+            "lives"),
+    "namespace": ("namespace", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "lives"),
+    "slurm-job": ("slurm_job", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "lives"),
 }
 
 

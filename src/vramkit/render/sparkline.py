@@ -1,5 +1,5 @@
 """Sparklines: a series of values as one line of block characters, shared by the live view
-and the history views (vram job)."""
+and the history views (vram life)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""`vram job PID`: one process life from recorded history: its totals, its memory on each GPU
-over its life as a sparkline, and a short table of how it went (text), or every point (JSON)."""
+"""`vram life PID`: one process life from recorded history: its totals, whom it worked for (its
+container, pod or Slurm job), its memory on each GPU over its life as a sparkline, and a short
+table of how it went (text), or every point (JSON)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..history.query import MAX_TIME, JobLife, Point
+from ..gpu_state import Workload
+from ..history.query import MAX_TIME, Point, ProcessLife
+from ..history.store import WORKLOAD_COLUMNS
 from ..procs import sanitize
+from ..procs.workload import describe
 from ..units import format_duration, format_size
 from .sparkline import buckets, spark
 from .style import Style
@@ -22,7 +26,7 @@ def _local(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _life_end(life: JobLife) -> float:
+def _life_end(life: ProcessLife) -> float:
     """The end of the time its last sample stands for (the sample is taken at its start)."""
     return min(MAX_TIME, max([life.last_seen] + [p[0] + p[1] for p in life.points]))
 
@@ -65,7 +69,7 @@ def _slices(points: list[Point], first: float, last: float, rows: int) -> list[_
     return out
 
 
-def _table(life: JobLife, rows: int, style: Style) -> list[str]:
+def _table(life: ProcessLife, rows: int, style: Style) -> list[str]:
     table = _slices(life.points, life.first_seen, _life_end(life), rows)
     gpus = sorted({g for sl in table for g in sl.memory})
     if not table:
@@ -88,7 +92,7 @@ def _per_hour(value: float | None, unit: float = 1.0) -> str:
     return "N/A" if value is None else f"{value / unit / 3600:.2f}"
 
 
-def render_job(lives: list[JobLife], pid: int, database: str, style: Style, width: int, rows: int = 12) -> str:
+def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style, width: int, rows: int = 12) -> str:
     lines: list[str] = []
     for n, life in enumerate(lives):
         if n:
@@ -99,6 +103,9 @@ def render_job(lives: list[JobLife], pid: int, database: str, style: Style, widt
         lines.append(style.paint(fit(f"pid {pid} · {user} · {command} · GPU {gpus}", width), "bold"))
         end = _life_end(life)
         lived = max(0.0, end - life.first_seen)
+        owner = describe(life.workload)
+        if owner is not None:
+            lines.append(f"  owner   {sanitize(owner)}")
         lines.append(f"  held    {_local(life.first_seen)} → {_local(end)} ({format_duration(lived)})")
         share = (f" ({life.idle_seconds / life.gpu_seconds:.0%} of its GPU time)"
                  if life.gpu_seconds and life.idle_seconds is not None else "")
@@ -126,12 +133,21 @@ def render_job(lives: list[JobLife], pid: int, database: str, style: Style, widt
     return "\n".join(lines)
 
 
+def workload_dict(w: Workload | None) -> dict[str, Any] | None:
+    """A recorded workload as JSON: the keys of `vram ps --json`'s `workload` (docs/json.md) that
+    the history keeps, text sanitized; None for a life in none."""
+    if w is None:
+        return None
+    return {column: sanitize(v) if isinstance(v, str) else v
+            for column, v in ((c, getattr(w, c)) for c, _ in WORKLOAD_COLUMNS)}
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat()
 
 
-def job_json(lives: list[JobLife], pid: int, database: str) -> str:
-    def life_dict(life: JobLife) -> dict[str, Any]:
+def life_json(lives: list[ProcessLife], pid: int, database: str) -> str:
+    def life_dict(life: ProcessLife) -> dict[str, Any]:
         return {
             "pid": life.pid, "user": sanitize(life.user) if life.user else None,
             "command": sanitize(life.command) if life.command else None,
@@ -140,6 +156,7 @@ def job_json(lives: list[JobLife], pid: int, database: str) -> str:
             "last_seen": _iso(life.last_seen), "last_seen_timestamp": life.last_seen,
             "peak_memory": life.peak_memory, "gpu_seconds": life.gpu_seconds,
             "memory_byte_seconds": life.memory_byte_seconds, "idle_seconds": life.idle_seconds,
+            "workload": workload_dict(life.workload),
             "points": [{"timestamp": p[0], "seconds": p[1], "gpu": p[2], "memory": p[3], "memory_max": p[4],
                         "sm_utilization": p[5], "idle_seconds": p[6]} for p in life.points],
         }

@@ -1,4 +1,5 @@
-"""vram job PID: one process's memory over its life, from the history `vram record` keeps."""
+"""vram life PID: one process's memory over its life, from the history `vram record` keeps.
+(`vram job PID`, its old name, still works: cli/main.py OLD_COMMANDS.)"""
 
 from __future__ import annotations
 
@@ -12,22 +13,24 @@ from .common import HelpFormatter, UsageError, add_old_spelling
 if TYPE_CHECKING:
     from .common import Subparsers
 
-HELP = COMMANDS["job"]
+HELP = COMMANDS["life"]
 DESCRIPTION = """\
-Show what 'vram record' kept about a process: when it was first and last seen, its GPU-hours,
-memory GiB-hours, peak memory and idle time, its memory on each GPU over its life as a
-sparkline, and a short table of how it went. A pid used again by a later process shows each
-life, newest first (--every-life), else only the newest.
+Show what 'vram record' kept about a process life (one process, from its start to its end):
+whom it worked for (its container, Kubernetes pod or Slurm job, when it was in one), when it
+was first and last seen, its GPU-hours, memory GiB-hours, peak memory and idle time, its
+memory on each GPU over its life as a sparkline, and a short table of how it went. A pid used
+again by a later process shows each life, newest first (--every-life), else only the newest.
+('vram job', the old name of this command, still works until the next release.)
 
 examples:
-  vram job 38817                   the newest recorded life of pid 38817
-  vram job 38817 --every-life      every recorded life of that pid
-  vram job 38817 --json | jq '.lives[0].points | length'
+  vram life 38817                  the newest recorded life of pid 38817
+  vram life 38817 --every-life     every recorded life of that pid
+  vram life 38817 --json | jq '.lives[0].points | length'
 """
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("job", help=HELP, description=DESCRIPTION, parents=parents,
+    p = sub.add_parser("life", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     p.add_argument("pid", metavar="PID", help="the process id")
     p.add_argument("--db", metavar="PATH", help="the database (default: the recorder's; also $VRAM_DB)")
@@ -39,9 +42,9 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..history.query import job_lives
+    from ..history.query import process_lives
     from ..history.store import Store
-    from ..render.job_view import job_json, render_job
+    from ..render.life_view import life_json, render_life
     from ..render.style import style_for, terminal_width
 
     text = str(args.pid).strip()
@@ -53,15 +56,15 @@ def run(args: argparse.Namespace) -> int:
     pid = int(text)
     store = Store.open(args.db)
     try:
-        lives = job_lives(store, pid)
+        lives = process_lives(store, pid)
         database = str(store.path)
     finally:
         store.close()
     if not args.every_life:
         lives = lives[:1]
     if args.json:
-        print(job_json(lives, pid, database))
+        print(life_json(lives, pid, database))
     else:
-        print(render_job(lives, pid, database, style_for(sys.stdout, getattr(args, "no_color", False)),
-                         terminal_width(), rows=args.rows))
+        print(render_life(lives, pid, database, style_for(sys.stdout, getattr(args, "no_color", False)),
+                          terminal_width(), rows=args.rows))
     return 0 if lives else 1

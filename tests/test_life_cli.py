@@ -1,4 +1,4 @@
-"""vram job PID: one process life from recorded history (issue 11 item 4), checked against what
+"""vram life PID (once vram job PID): one process life from recorded history (issue 11 item 4), checked against what
 the scenario implies."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def recorded(tmp_path_factory) -> Path:
 def test_a_life_in_json_equals_the_scenario(recorded):
     # bob's torchrun, 01:00-05:00: 4 GiB on GPU 0 (busy at 80%), 30 GiB on GPU 1 that grows to
     # 40 GiB at 04:00; GPU 1 ran no kernels 02:00-03:00.
-    life, = run_vram("job", "1002", "--db", str(recorded), "--json").json()["lives"]
+    life, = run_vram("life", "1002", "--db", str(recorded), "--json").json()["lives"]
     assert (life["user"], life["command"], life["gpus"]) == ("bob", "torchrun", [0, 1])
     assert life["first_seen_timestamp"] == EPOCH + 3600
     assert life["gpu_seconds"] == 2 * 4 * 3600
@@ -40,7 +40,7 @@ def test_a_life_in_json_equals_the_scenario(recorded):
 
 
 def test_the_text_shows_totals_sparklines_and_round_slices(recorded):
-    result = run_vram("job", "1002", "--db", str(recorded), env=clean_env(TZ="UTC"))
+    result = run_vram("life", "1002", "--db", str(recorded), env=clean_env(TZ="UTC"))
     assert result.rc == 0, result.err
     lines = strip_ansi(result.out).splitlines()
     assert lines[0] == "pid 1002 · bob · torchrun · GPU 0,1"
@@ -56,7 +56,7 @@ def test_the_text_shows_totals_sparklines_and_round_slices(recorded):
 
 
 def test_unknown_pid_says_so_and_exits_1(recorded):
-    result = run_vram("job", "4242", "--db", str(recorded))
+    result = run_vram("life", "4242", "--db", str(recorded))
     assert result.rc == 1 and f"no recorded life of pid 4242 in {recorded}" in result.out
 
 
@@ -67,8 +67,8 @@ def test_unknown_pid_says_so_and_exits_1(recorded):
     (("1", "--rows", "0"), "--rows: must be 1 to 1000"),
 ])
 def test_bad_input_is_one_line_and_exit_2(recorded, args, needle):
-    assert_one_line_error(run_vram("job", *args, "--db", str(recorded)), 2, needle)
+    assert_one_line_error(run_vram("life", *args, "--db", str(recorded)), 2, needle)
 
 
 def test_a_missing_database_is_one_line_and_exit_2(tmp_path):
-    assert_one_line_error(run_vram("job", "1", "--db", str(tmp_path / "none.db")), 2, "no history at")
+    assert_one_line_error(run_vram("life", "1", "--db", str(tmp_path / "none.db")), 2, "no history at")
