@@ -129,7 +129,7 @@ def test_prose_paragraphs_are_rewrapped_to_the_width_and_examples_kept_as_writte
     narrow = run_vram("ps", "--help", env=clean_env(COLUMNS="60")).out
     # The flags paragraph was hand-wrapped at ~90 columns, one line broken short mid-sentence.
     flags_wide = next(p for p in wide.split("\n\n") if p.startswith("Flags:"))
-    assert "\n" not in flags_wide and flags_wide.endswith("container, graphics.")
+    assert "\n" not in flags_wide and flags_wide.endswith("does not name), graphics.")
     flags_narrow = next(p for p in narrow.split("\n\n") if p.startswith("Flags:"))
     assert " ".join(flags_narrow.split()) == flags_wide
     assert max(len(line) for line in flags_narrow.splitlines()) <= 58

@@ -57,9 +57,9 @@ def test_static_facts_are_read_once_and_repeated_snapshots_make_few_calls(monkey
                    "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetMigMode"):
         assert first[static] == 8, static
         assert second[static] == 0, static
-    # Per GPU and snapshot: memory, utilization, temperature, power, limit, fan, 2 process lists,
-    # and the per-process utilization samples.
-    assert sum(second.values()) == 8 * 9
+    # Per GPU and snapshot: memory, utilization, temperature, power, limit, fan, the video encoder's
+    # and decoder's use, 2 process lists, and the per-process utilization samples.
+    assert sum(second.values()) == 8 * 11
 
 
 def test_old_driver_falls_back_and_remembers(monkeypatch):

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import reap
+from helpers import reap, scenario_data
 
 from vramkit.nvml.scenario import bundled_names
 from vramkit.nvml.shim import MARKER, ShimError, write_shim
@@ -191,12 +191,25 @@ def test_nvitop_once_sees_the_same_machine(machine, driver):
     assert not re.search(rf"\b{machine['gone']}\b", text)  # as a number of its own: not the 400 of "400W"
 
 
+def _serves_nvidia(name: str) -> bool:
+    return scenario_data(name).get("vendor") != "amd"  # an AMD machine has nothing NVML could show
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", bundled_names())
+@pytest.mark.parametrize("name", [n for n in bundled_names() if _serves_nvidia(n)])
 def test_peers_run_on_every_bundled_scenario(tmp_path, name):
     shim = write_shim(tmp_path).parent
     _run([*_program("gpustat", "gpustat"), "--json"], shim, name)
     _run([*_program("nvitop", "nvitop"), "-1"], shim, name)
+
+
+@pytest.mark.parametrize("name", [n for n in bundled_names() if not _serves_nvidia(n)])
+def test_a_peer_on_an_amd_scenario_gets_one_line_not_a_traceback(tmp_path, name):
+    shim = write_shim(tmp_path).parent
+    result = _run([*_program("gpustat", "gpustat"), "--json"], shim, name, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [f"pynvml shim: {name}: a scenario of amd GPUs has no NVIDIA GPU "
+                                                  "to serve through NVML"]
 
 
 # ---------------------------------------------------------------- pynvml's own API through the shim

@@ -31,6 +31,7 @@ Flags: zombie (defunct, still listed by the driver), orphan (parent is pid 1), i
 memory but ran no kernels lately: the driver's per-process samples where it keeps them,
 else its GPU at 0% now), no-host (/proc cannot see the pid: it exited or
 lives in another PID namespace), container (one the OWNER column does not name), graphics.
+
 OWNER, shown when a process has one: its Kubernetes pod, Slurm job (JOB.STEP) or container,
 from its cgroup (docs/containers.md).
 

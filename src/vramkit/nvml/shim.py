@@ -218,7 +218,10 @@ def install(namespace: dict[str, Any]) -> SimulatedNvml:
     except ScenarioError as e:
         _fail(f"bad scenario: {e}")
     api = _Namespace(namespace)
-    sim = SimulatedNvml(scenario, api=api)
+    try:
+        sim = SimulatedNvml(scenario, api=api)
+    except ScenarioError as e:  # an AMD machine: nothing NVML could show
+        _fail(str(e))
     # pynvml's own process-list wrappers stay: they reach the simulator through the C functions
     # below, so their version handling is pynvml's (on a driver without _v3, the unversioned call
     # raises NVMLLibraryMismatchError) and gpustat's v3 -> v2 fallback works as on such a driver.
