@@ -54,6 +54,7 @@ KINDS: dict[str, tuple[float, float, bool]] = {
     "id": (1, 2**62, True),
     "pid": (1, 2**31 - 1, True),
     "ticks": (0, 2**62, True),
+    "whole": (0, 2**62, True),  # any whole number that is not negative (a Slurm job id, a task)
 }
 
 
@@ -490,7 +491,7 @@ def _workload(values: tuple[Any, ...]) -> Workload | None:
     when none is set (in none, or recorded before schema 4)."""
     fields: dict[str, Any] = {}
     for (column, kind), value in zip(WORKLOAD_COLUMNS, values):
-        typed_value = typed_text(value, 256) if kind == "TEXT" else typed_int(value, "count")
+        typed_value = typed_text(value, 256) if kind == "TEXT" else typed_int(value, "whole")
         if typed_value is not None:
             fields[column] = typed_value
     return Workload(**fields) if fields else None
