@@ -492,7 +492,8 @@ IS_ROOT = os.geteuid() == 0
 # that asks who it runs as (needs_root, IS_ROOT, run_vram_as, AS_NOBODY, os.geteuid/getuid,
 # setpriv, su, chown) belongs here: tests/test_suite_rules.py checks it.
 UID_FILES = frozenset({
-    "test_backend_contract.py", "test_config.py", "test_container_inside.py", "test_docs_examples.py", "test_history_hostile.py", "test_holders.py",
+    "test_backend_contract.py", "test_config.py", "test_container_inside.py", "test_docs_examples.py",
+    "test_history_hostile.py", "test_holders.py",
     "test_idle_history.py", "test_kill.py", "test_kill_lib.py", "test_kill_recheck.py", "test_kill_safety.py",
     "test_kill_zombie_busy.py", "test_lease_locks.py", "test_lease_security.py", "test_lease_swap.py",
     "test_leases_cross_user.py",
