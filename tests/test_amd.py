@@ -229,3 +229,30 @@ def test_health_reads_ecc_and_the_pcie_link_and_says_what_an_amd_gpu_lacks(write
     assert h.persistence_mode is None and "NVIDIA" in h.na["persistence_mode"]
     assert off.ecc_corrected_volatile is None and off.na["ecc_corrected_volatile"]
     assert off.pcie_gen is None and off.na["pcie_gen"]
+
+
+def test_amdsmi_uuid_is_the_real_librarys_form_and_reads_back_as_rocms_name():
+    """amdsmi_get_gpu_device_uuid writes amdsmi_uuid_gen's form (the unique id around the PCI device id and
+    function 0xff); before ROCm 6.4 (no enumeration info) it is the only id: the reader turns it into the
+    GPU-<unique id> HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES take."""
+    from vramkit.amd.fake_amdsmi import FakeAmdSmi
+    from vramkit.amd.sim import SimulatedAmd
+    from vramkit.amd.smi import AmdSmi, rocm_uuid
+    from vramkit.nvml.scenario import load
+
+    fake = FakeAmdSmi(SimulatedAmd(load("mi300x")))
+    fake.amdsmi_init()
+    first = fake.amdsmi_get_processor_handles()[0]
+    assert fake.amdsmi_get_gpu_device_uuid(first) == "4bff74a1-0000-1000-80a1-c0de7e570000"
+    assert fake.amdsmi_get_gpu_asic_info(first)["asic_serial"] == "0x4BA1C0DE7E570000"
+    assert rocm_uuid("8EFF74A1-0000-1000-80A9-D8E2B0D45C29") == "GPU-8ea9d8e2b0d45c29"
+    assert rocm_uuid("not-an-amdsmi-uuid") == "not-an-amdsmi-uuid"
+
+    class BeforeRocm64:  # amdsmi without amdsmi_get_gpu_enumeration_info
+        def __getattr__(self, name):
+            if name == "amdsmi_get_gpu_enumeration_info":
+                raise AttributeError(name)
+            return getattr(fake, name)
+
+    gpus = AmdSmi(BeforeRocm64()).open().read(10.0)
+    assert [g.uuid for g in gpus] == [f"GPU-4ba1c0de7e57{d * 4}" for d in "01234567"]

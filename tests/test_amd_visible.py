@@ -78,6 +78,34 @@ def test_child_env_counts_among_the_agents_the_inherited_rocr_leaves():
         hip_env.child_env([FOUR[2]], FOUR, {"ROCR_VISIBLE_DEVICES": "3,1"})
 
 
+def test_child_env_by_uuid_names_the_same_gpus_whatever_rocr_renumbered():
+    """--format uuid on an AMD pick: HIP_VISIBLE_DEVICES gets each agent's UUID (HIP matches it among the
+    agents ROCR_VISIBLE_DEVICES left), never the indices it was given before."""
+    rocr = {"ROCR_VISIBLE_DEVICES": "3,1"}
+    env = hip_env.child_env([FOUR[1]], FOUR, rocr, ids="uuid")
+    assert env == {"HIP_VISIBLE_DEVICES": "GPU-abbaabbaabbaabba"}
+    assert seen({**rocr, **env}) == [1]
+    devices = devices_of(snapshot(simulate="mi300x"))
+    parts = [d for d in hip_env.agents(devices) if d.index == 7][2:4]  # two of GPU 7's CPX partitions
+    env = visible.child_env(parts, devices, {}, ids="uuid")
+    assert env == {"HIP_VISIBLE_DEVICES": "GPU-c0de7e5777770002,GPU-c0de7e5777770003"}
+    assert hip_env.parse_env(env, devices).devices == parts
+    nameless = CudaDevice(key="x", index=0, uuid=None, name="AMD Instinct MI210", pci_bus_id="0000:01:00.0",
+                          vendor="amd")
+    with pytest.raises(RequestError, match="no UUID in ROCm's form"):
+        hip_env.child_env([nameless], [nameless], {}, ids="uuid")
+
+
+def test_vram_run_format_uuid_on_an_amd_pick(tmp_path):
+    script = tmp_path / "x.py"
+    script.write_text(X)
+    result = run_vram("run", "--simulate", "mi300x", "-n", "2", "--format", "uuid", "--", "python3", str(script),
+                      env={"VRAM_LEASE_DIR": str(tmp_path / "leases")})
+    assert result.rc == 0, result.err
+    assert json.loads(result.out.strip().splitlines()[-1]) == {
+        "HIP_VISIBLE_DEVICES": "GPU-4ba1c0de7e574444,GPU-4ba1c0de7e575555"}
+
+
 def test_one_vendors_variables_for_one_vendors_pick():
     devices = devices_of(snapshot(simulate="mixed"))
     nvidia, amd = [d for d in devices if d.vendor == "nvidia"], [d for d in devices if d.vendor == "amd"]

@@ -19,7 +19,8 @@ Two layers (ROCR-Runtime's amd_filter_device.cpp, then CLR's rocdevice.cpp):
 - GPU_DEVICE_ORDINAL is the same list for OpenCL programs: HIP programs ignore it (vram says so).
 
 vram run sets HIP_VISIBLE_DEVICES to the picked agents' indices among those the inherited
-ROCR_VISIBLE_DEVICES leaves, and never CUDA_VISIBLE_DEVICES for an AMD pick.
+ROCR_VISIBLE_DEVICES leaves (or, with --format uuid, their UUIDs), and never CUDA_VISIBLE_DEVICES
+for an AMD pick.
 """
 
 from __future__ import annotations
@@ -149,16 +150,27 @@ def parse_env(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
     return vis
 
 
-def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[str, str]) -> dict[str, str]:
-    """HIP_VISIBLE_DEVICES showing exactly `units`, in this order: their indices among the agents
-    the inherited ROCR_VISIBLE_DEVICES leaves (all when it is unset)."""
+def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[str, str],
+              ids: str = "auto") -> dict[str, str]:
+    """HIP_VISIBLE_DEVICES showing exactly `units`, in this order. ids "auto" or "index": their
+    indices among the agents the inherited ROCR_VISIBLE_DEVICES leaves (all when it is unset);
+    "uuid": each agent's UUID (GPU-<unique id>, a partition's own), which HIP matches against the
+    agents it has, so the list means the same GPUs whatever ROCR_VISIBLE_DEVICES renumbered."""
     rocr = env.get(ROCR)
     base = agents(devices)
     if rocr is not None:
         base = _rocr(rocr, base, Visible(value=rocr, order=Numbering(ORDER_KFD, base, CERTAIN)))
-    out = []
     for u in units:
         if u not in base:
             raise RequestError(f"{u.label} is hidden by {ROCR}={rocr}: HIP cannot be told to use it")
-        out.append(str(base.index(u)))
-    return {HIP: ",".join(out)}
+    if ids != "uuid":
+        return {HIP: ",".join(str(base.index(u)) for u in units)}
+    nameless = [u.label for u in units if not (u.uuid and u.uuid.startswith("GPU-"))]
+    if nameless:
+        raise RequestError(f"{', '.join(nameless)} has no UUID in ROCm's form (GPU-...) here: name it by index "
+                           "(--format index)")
+    value = ",".join(str(u.uuid) for u in units)
+    # HIP takes the first agent whose UUID contains an entry: make sure each names its own
+    if _hip(HIP, value, base, Visible(value=value, order=Numbering(ORDER_KFD, base, CERTAIN))) != units:
+        raise RequestError(f"HIP would not read {HIP}={value} as the GPUs chosen: name them by index (--format index)")
+    return {HIP: value}

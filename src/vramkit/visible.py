@@ -57,7 +57,7 @@ def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[s
         raise RequestError("the GPUs chosen are of two vendors (" + ", ".join(sorted(picked)) + "): one program "
                            "runs on one vendor's GPUs; ask for them apart (--only)")
     if picked == {"amd"}:
-        return hip_env.child_env(units, devices, env)
+        return hip_env.child_env(units, devices, env, ids)
     return cuda_env.child_env(units, devices, ids)
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MiB = 1 << 20
+DEVICE_ID = 0x74A1  # MI300X's PCI device id, in every GPU's amdsmi UUID
 _PCIE_COUNTERS = ("pcie_replay_count", "pcie_l0_to_recovery_count", "pcie_replay_roll_over_count",
                   "pcie_nak_sent_count", "pcie_nak_received_count", "pcie_lc_perf_other_end_recovery_count")
 
@@ -99,8 +100,19 @@ class FakeAmdSmi:
         return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{handle.part or 0}"
 
     def amdsmi_get_gpu_device_uuid(self, handle: Any) -> str:
-        """The physical GPU's id, the same for each of its partitions (the scenario's uuid)."""
-        return str(self._check(handle, "uuid")["uuid"])
+        """The physical GPU's id, the same for each of its partitions, as amdsmi_uuid_gen makes it
+        from the unique id (asic_serial), the PCI device id and function 0xff:
+        GPU-4ba1c0de7e570000 is "4bff74a1-0000-1000-80a1-c0de7e570000"."""
+        serial = int(self._unique_id(self._check(handle, "uuid")), 16)
+        return (f"{serial >> 56:02x}ff{DEVICE_ID:04x}-0000-1000-80{serial >> 48 & 0xFF:02x}-"
+                f"{serial >> 32 & 0xFFFF:04x}{serial & 0xFFFFFFFF:08x}")
+
+    @staticmethod
+    def _unique_id(g: dict[str, Any]) -> str:
+        """The GPU's unique id (16 hex digits, as /sys/class/drm/cardN/device/unique_id), from the
+        scenario's ROCm-style uuid (GPU-<unique id>)."""
+        hexid = str(g["uuid"]).removeprefix("GPU-").lower()
+        return hexid if len(hexid) == 16 and all(c in "0123456789abcdef" for c in hexid) else "0" * 16
 
     def _hip_uuid(self, handle: amdsmi_processor_handle) -> str:
         g = self._check(handle, "uuid")
@@ -124,7 +136,8 @@ class FakeAmdSmi:
     def amdsmi_get_gpu_asic_info(self, handle: Any) -> dict[str, Any]:
         g = self._check(handle, "name")
         return {"market_name": g["name"], "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
-                "subvendor_id": "0x1002", "device_id": "0x74a1", "rev_id": "0x00", "asic_serial": "N/A",
+                "subvendor_id": "0x1002", "device_id": f"0x{DEVICE_ID:04x}", "rev_id": "0x00",
+                "asic_serial": f"0x{self._unique_id(g).upper()}",  # the Python layer's 0x{:016X}
                 "oam_id": handle.index, "num_compute_units": 304, "target_graphics_version": "gfx942",
                 "subsystem_id": "0x74a1"}
 

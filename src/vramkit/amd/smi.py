@@ -9,6 +9,8 @@ as instances. A process's engine use is a counter (ns): its % needs two readings
 
 from __future__ import annotations
 
+import re
+
 from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, MigDevice
 from . import compat
@@ -44,6 +46,20 @@ def _gen(mts: Any) -> int | None:
     """PCIe generation of a link speed in MT/s (2500: gen 1 ... 64000: gen 6); None unknown."""
     gens = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
     return gens.get(mts) if isinstance(mts, int) else None
+
+
+# amdsmi_get_gpu_device_uuid's form (amd_smi_uuid.cc, amdsmi_uuid_gen): an RFC 4122 version-1 layout
+# around the unique id (asic_serial): its byte 7, the function 0xff and the PCI device id, then
+# 0000-1000-80, its byte 6, its bytes 5-4 and 3-0. "4bff74a1-0000-1000-80a1-c0de7e570000" is unique
+# id 4ba1c0de7e570000, which ROCm calls GPU-4ba1c0de7e570000.
+_AMDSMI_UUID = re.compile(r"([0-9a-f]{2})[0-9a-f]{6}-0000-1000-80([0-9a-f]{2})-([0-9a-f]{12})")
+
+
+def rocm_uuid(amdsmi_uuid: str) -> str:
+    """ROCm's name for a GPU (GPU- and the unique id's 16 hex digits: what ROCR_VISIBLE_DEVICES,
+    HIP_VISIBLE_DEVICES and HSA take) from amdsmi's UUID; a UUID of another form is kept as given."""
+    m = _AMDSMI_UUID.fullmatch(amdsmi_uuid.strip().lower())
+    return f"GPU-{m.group(1)}{m.group(2)}{m.group(3)}" if m else amdsmi_uuid
 
 
 def _code(e: BaseException) -> int | None:
@@ -123,7 +139,11 @@ class AmdSmi:
             self._handles[index] = h
             na = dev.na
             # a partition's own id is HIP's name for it; the GPU's is the one its partitions share
-            dev.uuid = self._uuid(h, na) if len(group) == 1 else self._call(na, "uuid", "amdsmi_get_gpu_device_uuid", h)
+            if len(group) == 1:
+                dev.uuid = self._uuid(h, na)
+            else:  # amdsmi's UUID of a partition is its GPU's (made with function 0xff)
+                physical = self._call(na, "uuid", "amdsmi_get_gpu_device_uuid", h)
+                dev.uuid = rocm_uuid(str(physical)) if physical else None
             asic = self._call(na, "name", "amdsmi_get_gpu_asic_info", h)
             dev.name = asic["market_name"] if asic and asic.get("market_name") != "N/A" else None
             mode = self._call({}, "partition", "amdsmi_get_gpu_compute_partition", h)
@@ -215,13 +235,13 @@ class AmdSmi:
 
     def _uuid(self, h: Any, na: dict[str, str]) -> str | None:
         """ROCm's name for the GPU (GPU-<unique id>, as HIP and ROCR_VISIBLE_DEVICES take it) where
-        amdsmi gives it (enumeration info, ROCm 6.4+), else amdsmi's own UUID."""
+        amdsmi gives it (enumeration info, ROCm 6.4+), else read back out of amdsmi's own UUID."""
         if hasattr(self.smi, "amdsmi_get_gpu_enumeration_info"):
             info = self._call({}, "uuid", "amdsmi_get_gpu_enumeration_info", h)
             if info and str(info.get("hip_uuid", "")).startswith("GPU-"):
                 return str(info["hip_uuid"])
         value = self._call(na, "uuid", "amdsmi_get_gpu_device_uuid", h)
-        return str(value) if value else None
+        return rocm_uuid(str(value)) if value else None
 
     def _activity(self, dev: Device, h: Any) -> None:
         act = self._call(dev.na, "utilization", "amdsmi_get_gpu_activity", h)
