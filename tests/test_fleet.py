@@ -281,3 +281,6 @@ def test_fleet_and_fleet_pick_as_commands(fake):
     assert_one_line_error(run_vram("fleet", "pick", "-n", "0", env=env), 2, "--count")
     assert_one_line_error(run_vram("fleet", "pick", "--min-free", "lots", env=env), 2, "--min-free")
     assert_one_line_error(run_vram("fleet", "--timeout", "0", env=env), 2, "--timeout")
+    for flag in (["--only", "0"], ["--exclude", "1"], ["--exclusive"]):  # one machine's: refused, never ignored
+        assert_one_line_error(run_vram("fleet", "pick", "--min-free", "40GiB", *flag, env=env), 2, flag[0],
+                              "not for fleet pick", "vram pick")

@@ -85,7 +85,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                               parents=parents, formatter_class=HelpFormatter)
     _connection_options(pick, suppress=True)
     add_policy_options(pick)
-    for unsupported in ("exclude", "only", "exclusive"):  # names GPUs of one machine, or needs uids
+    for unsupported in ("exclude", "only", "exclusive"):  # names GPUs of one machine, or needs uids: refused
         pick.set_defaults(**{unsupported: None})
     pick.set_defaults(run=run_pick)
 
@@ -148,6 +148,11 @@ def run_pick(args: argparse.Namespace) -> int:
     from ..render.fleet_view import choice_json, choice_line
     from .pick import apply_config_defaults
 
+    for flag, why in (("only", "its GPU numbers are one machine's"), ("exclude", "its GPU numbers are one machine's"),
+                      ("exclusive", "whose processes are yours is known on each host, not here")):
+        if getattr(args, flag, None) is not None:  # refused, never ignored (config defaults come after)
+            raise UsageError(f"not for fleet pick, which chooses a host: {why} (use it with vram pick there)",
+                             param=flag)
     apply_config_defaults(args)
     try:  # no local CUDA_VISIBLE_DEVICES: it is about this machine, not the host chosen
         policy, _ = build_policy([], count=args.count, min_free=args.min_free, max_util=args.max_util,
