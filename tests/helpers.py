@@ -498,9 +498,11 @@ UID_FILES = frozenset({
     "test_kill_zombie_busy.py", "test_lease_locks.py", "test_lease_security.py", "test_lease_swap.py",
     "test_leases_cross_user.py",
     "test_notices.py", "test_policy.py", "test_protect_names.py", "test_ps_env.py", "test_real_processes.py",
-    "test_record_cli.py", "test_redteam_config.py", "test_run.py", "test_run_concurrency.py",
+    "test_record_cli.py", "test_redteam_config.py", "test_redteam_wave3.py", "test_redteam_wave3_kubelet.py",
+    "test_run.py", "test_run_concurrency.py",
     "test_run_leases.py", "test_serve_hostile.py", "test_serve_web.py", "test_shim_security.py",
-    "test_sim_spawn_output.py", "test_text_width.py", "test_top_history.py",
+    "test_sim_spawn_output.py", "test_text_width.py", "test_top_history.py", "test_workload.py",
+    "test_workload_trust.py",
 })
 
 

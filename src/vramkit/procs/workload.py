@@ -7,6 +7,9 @@ with a delegated subtree (systemd's user@UID.service, a Slurm job's user/ direct
 a newline in a name makes a line of its own. So each hierarchy must appear once, the leftmost
 match wins (the part the runtime or slurmd made, above anything delegated), nothing below a
 user@UID.service counts but rootless podman, and every name read back is bounded and sanitized.
+Other delegated trees (a machined container's, a subtree an admin gave a user) can make any name,
+so for a live process a match is believed only where the directory that names it is root's
+(CgroupMounts: where each hierarchy is mounted here), and Slurm's v1 path only at its root.
 The pod's name, namespace and container come from the kubelet (kube/podresources.py), not here.
 """
 
@@ -23,6 +26,10 @@ from ..errors import VramkitError
 from ..gpu_state import Workload
 from .files import MAX_CGROUP_BYTES, read_proc_file
 from .text import sanitize
+
+TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Runtime state files are root's, but a name in them is a user's text: bounded, sanitized, cut.
 MAX_STATE_BYTES = 4 * 1024 * 1024  # docker's config.v2.json holds the environment: tens of KiB
@@ -75,12 +82,13 @@ class CgroupError(VramkitError, ValueError):
     """A cgroup file that is not what the kernel writes (a name with a newline made a line)."""
 
 
-def parse(text: str) -> Workload | None:
+def parse(text: str, believed: Callable[[str, str], bool] | None = None) -> Workload | None:
     """The workload a /proc/PID/cgroup text names, or None (a process in none). Raises
-    CgroupError on a file that cannot be the kernel's own."""
+    CgroupError on a file that cannot be the kernel's own. `believed(controllers, directory)`:
+    whether a directory a match read was made by root (a live process's: read())."""
     if not _ANY.search(text):
         return None
-    paths: dict[str, str] = {}
+    paths: dict[str, tuple[str, str]] = {}
     for line in text.split("\n"):
         if not line:
             continue
@@ -90,38 +98,52 @@ def parse(text: str) -> Workload | None:
             raise CgroupError(f"a line that is not 'id:controllers:/path' ({sanitize(line[:40])!r}...)")
         if parts[0] in paths:  # one line per hierarchy: a second is a name with a newline in it
             raise CgroupError(f"hierarchy {parts[0]} listed twice (a cgroup name with a newline in it)")
-        paths[parts[0]] = parts[2]
+        paths[parts[0]] = (parts[1], parts[2])
     # The unified hierarchy first (cgroup v2), then v1's in the kernel's order.
     for hierarchy in sorted(paths, key=lambda h: (h != "0", int(h))):
-        found = parse_path(paths[hierarchy])
+        controllers, path = paths[hierarchy]
+        found = parse_path(path, None if believed is None else _in_hierarchy(believed, controllers))
         if found is not None:
             return found
     return None
 
 
-def parse_path(path: str) -> Workload | None:
-    """The workload one cgroup path names, or None."""
+def _in_hierarchy(believed: Callable[[str, str], bool], controllers: str) -> Callable[[str], bool]:
+    return lambda directory: believed(controllers, directory)
+
+
+def parse_path(path: str, believed: Callable[[str], bool] | None = None) -> Workload | None:
+    """The workload one cgroup path names, or None. `believed(directory)`: whether a directory a
+    match read was made by root; a match in one that was not ends the search in this path
+    (what lies below it was made by the same hand), keeping what was found above it."""
     pat = _patterns()
     segments = path.split("/")
     fields: dict[str, object] = {}
     kubepods = False  # below a kubepods slice or directory: pod<uid> is a pod
+
+    def made_by_root(*ends: int) -> bool:  # the directories ending at these segments
+        return believed is None or all(believed("/".join(segments[:end + 1])) for end in ends)
+
     for i, seg in enumerate(segments):
         kubepods = kubepods or seg.startswith("kubepods")
         if pat.user_manager.fullmatch(seg):  # a user's own systemd: only rootless podman is real below it
             return _rootless_podman(segments[i + 1:])
         if "pod_uid" not in fields and (m := pat.pod_slice.fullmatch(seg) or (
                 pat.pod_dir.fullmatch(seg) if kubepods else None)):
+            if not made_by_root(i):
+                break
             fields["pod_uid"] = m.group(1).replace("_", "-")
             continue
         if "container_id" not in fields:
             container = _container(seg, segments[i - 1] if i else "", "pod_uid" in fields)
             if container is not None:
-                fields["runtime"], fields["container_id"] = container
+                if made_by_root(i):
+                    fields["runtime"], fields["container_id"] = container
                 break  # anything below is the container's own (nested runtimes, its delegated cgroups)
         if "slurm_job" not in fields and (m := pat.job.fullmatch(seg)) and i > 0 and (
-                pat.slurm_v2.fullmatch(segments[i - 1]) or (
-                    pat.user_id.fullmatch(segments[i - 1]) and i > 1 and pat.slurm_v1.fullmatch(segments[i - 2]))):
-            fields.update(_slurm(segments, i, m))
+                pat.slurm_v2.fullmatch(segments[i - 1]) or (  # v1: /slurm/uid_N/job_N at the hierarchy's root
+                    i == 3 and pat.user_id.fullmatch(segments[2]) and pat.slurm_v1.fullmatch(segments[1]))):
+            fields.update(_slurm(segments, i, m, made_by_root))
             break
     return Workload(**fields) if fields else None  # type: ignore[arg-type]
 
@@ -150,19 +172,94 @@ def _rootless_podman(segments: list[str]) -> Workload | None:
     return None
 
 
-def _slurm(segments: list[str], i: int, job: re.Match[str]) -> dict[str, object]:
+def _slurm(segments: list[str], i: int, job: re.Match[str], made_by_root: Callable[..., bool]) -> dict[str, object]:
+    """The job (its v1 uid_N and job_N directories root's), then its step and task, each as far
+    as its directory is root's."""
     pat = _patterns()
+    v1 = bool(pat.user_id.fullmatch(segments[i - 1]))
+    if not made_by_root(*((i - 1, i) if v1 else (i,))):
+        return {}
     out: dict[str, object] = {"slurm_job": int(job.group(1))}
-    if pat.user_id.fullmatch(segments[i - 1]):
+    if v1:
         out["slurm_uid"] = int(segments[i - 1][4:])
     rest = segments[i + 1:i + 4]
-    if rest and (m := pat.step.fullmatch(rest[0])):
+    if rest and (m := pat.step.fullmatch(rest[0])) and made_by_root(i + 1):
         out["slurm_step"] = m.group(1)
         # v1: step_N/task_N; v2: step_N/user/task_N
-        task = rest[1] if len(rest) > 1 and rest[1] != "user" else (rest[2] if len(rest) > 2 else "")
-        if m := pat.task.fullmatch(task):
+        at = i + 2 if len(rest) > 1 and rest[1] != "user" else i + 3
+        task = segments[at] if at < len(segments) else ""
+        if (m := pat.task.fullmatch(task)) and made_by_root(*range(i + 2, at + 1)):
             out["slurm_task"] = int(m.group(1))
     return out
+
+
+# ---------------------------------------------------------------- who made a cgroup directory
+
+MOUNTINFO = "/proc/self/mountinfo"
+MAX_MOUNTINFO_BYTES = 4 * 1024 * 1024  # a node with many pods mounts thousands of things; cgroup's come first
+_OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
+
+
+class CgroupMounts:
+    """Where each cgroup hierarchy is mounted here (/proc/self/mountinfo, read on first need: a
+    host without workloads never reads it), and who made a cgroup directory in it."""
+
+    def __init__(self, mountinfo: str = MOUNTINFO):
+        self._mountinfo = mountinfo
+        # (v1 controllers, None for cgroup2; the mount's root in the hierarchy; where it is mounted)
+        self._mounts: list[tuple[frozenset[str] | None, str, str]] | None = None
+
+    def directory(self, controllers: str, path: str) -> str | None:
+        """Where the cgroup `path` of the hierarchy with `controllers` ('': the unified one) is
+        here; None where that part of the hierarchy is not mounted, or `path` climbs out of this
+        cgroup namespace (/../: another namespace's path, never looked up)."""
+        if self._mounts is None:
+            self._mounts = _cgroup_mounts(read_proc_file(self._mountinfo, MAX_MOUNTINFO_BYTES) or b"")
+        if "/../" in path + "/" or "/./" in path + "/":
+            return None
+        wanted = frozenset(controllers.split(",")) if controllers else None
+        for kind, root, point in self._mounts:
+            if (kind is None) != (wanted is None) or (wanted is not None and kind is not None and not wanted <= kind):
+                continue
+            if root == "/":
+                return point.rstrip("/") + path
+            if path == root or path.startswith(root + "/"):
+                return point.rstrip("/") + path[len(root):]
+        return None
+
+    def owner(self, controllers: str, path: str) -> int | None:
+        """The uid that owns the cgroup directory (not following a symbolic link); None where it
+        is not here (not mounted here, removed, another namespace's). Raises OSError where it
+        cannot be looked at (a directory on the way another user closed): not believed."""
+        directory = self.directory(controllers, path)
+        if directory is None:
+            return None
+        try:
+            return os.lstat(directory).st_uid
+        except FileNotFoundError:
+            return None
+
+
+def _cgroup_mounts(raw: bytes) -> list[tuple[frozenset[str] | None, str, str]]:
+    out: list[tuple[frozenset[str] | None, str, str]] = []
+    for line in raw.decode(errors="replace").split("\n"):
+        mount, sep, source = line.partition(" - ")
+        fields, about = mount.split(), source.split()
+        if not sep or len(fields) < 5 or len(about) < 3 or about[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, point = (_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), f) for f in fields[3:5])
+        out.append((None if about[0] == "cgroup2" else frozenset(about[2].split(",")), root, point))
+    return out
+
+
+_mounts: list[CgroupMounts] = []
+
+
+def cgroup_mounts() -> CgroupMounts:
+    """This process's view of the cgroup mounts, read once (they do not move while vram runs)."""
+    if not _mounts:
+        _mounts.append(CgroupMounts())
+    return _mounts[0]
 
 
 # ---------------------------------------------------------------- the runtimes' own state
@@ -294,23 +391,48 @@ class RuntimeNames:
         return text
 
 
-def read(pid: int, names: RuntimeNames | None = None) -> Workload | str | None:
+def read(pid: int, names: RuntimeNames | None = None, mounts: CgroupMounts | None = None) -> Workload | str | None:
     """The workload of a live process (None: in none), its container named from the runtime's
-    state; a string: why its cgroup cannot be trusted (one line)."""
-    return read_in(f"/proc/{int(pid)}/cgroup", names)
+    state; a string: why its cgroup cannot be trusted (one line). A match is believed only where
+    the cgroup directory that names it is root's (a missing one, not mounted here or gone with
+    the process, as before: its cgroup file read again must name it still)."""
+    return read_in(f"/proc/{int(pid)}/cgroup", names, mounts or cgroup_mounts())
 
 
-def read_in(cgroup_path: str, names: RuntimeNames | None = None) -> Workload | str | None:
-    """read() of a cgroup file (a process's, or a test's fixture)."""
+def read_in(cgroup_path: str, names: RuntimeNames | None = None,
+            mounts: CgroupMounts | None = None) -> Workload | str | None:
+    """read() of a cgroup file (a process's, or a test's fixture); without `mounts`, no
+    directory is looked at."""
     raw = read_proc_file(cgroup_path, MAX_CGROUP_BYTES)
     if raw is None:
         return None
-    return from_text(raw.decode(errors="replace"), names)
+    text = raw.decode(errors="replace")
+    if mounts is None:
+        return from_text(text, names)
+    again: list[str | None] = []  # the file read a second time, at most once
+
+    def believed(controllers: str, directory: str) -> bool:
+        try:
+            uid = mounts.owner(controllers, directory)
+        except OSError:
+            return False
+        if uid is not None:
+            return uid == 0
+        # Not here. A cgroup with a process in it cannot be removed: if the file still names it,
+        # it is out of sight (another namespace, not mounted); if not, the process moved out of
+        # a directory removed meanwhile, and what named it is not believed. Gone: as before.
+        if not again:
+            second = read_proc_file(cgroup_path, MAX_CGROUP_BYTES)
+            again.append(None if second is None else second.decode(errors="replace"))
+        return again[0] is None or again[0] == text
+
+    return from_text(text, names, believed)
 
 
-def from_text(text: str, names: RuntimeNames | None = None) -> Workload | str | None:
+def from_text(text: str, names: RuntimeNames | None = None,
+              believed: Callable[[str, str], bool] | None = None) -> Workload | str | None:
     try:
-        found = parse(text)
+        found = parse(text, believed)
     except CgroupError as e:
         return f"its cgroup cannot be read as the kernel's: {e}"
     if found is None or found.container_id is None or names is None or found.runtime == "lxc":
