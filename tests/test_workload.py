@@ -240,11 +240,40 @@ def test_filters_match_names_ids_and_steps():
     job = parse("0::/system.slice/slurmstepd.scope/job_48211/step_1/user/task_0\n")
     assert matches(job, slurm_job="48211") and matches(job, slurm_job="48211.1")
     assert not matches(job, slurm_job="48211.0") and not matches(job, slurm_job="4821")
-    arrayed = workload.with_array(job, {"SLURM_JOB_ID": "48211", "SLURM_ARRAY_JOB_ID": "48200",
-                                        "SLURM_ARRAY_TASK_ID": "11"})
+    arrayed = workload.with_environment(job, {"SLURM_JOB_ID": "48211", "SLURM_ARRAY_JOB_ID": "48200",
+                                              "SLURM_ARRAY_TASK_ID": "11"})
     assert matches(arrayed, slurm_job="48200_11") and matches(arrayed, slurm_job="48200")
     assert describe(arrayed) == "Slurm job 48211 step 1 (array task 48200_11, as its environment says)"
-    assert workload.with_array(job, {"SLURM_ARRAY_JOB_ID": "x", "SLURM_ARRAY_TASK_ID": "1"}) == job
+    assert workload.with_environment(job, {"SLURM_ARRAY_JOB_ID": "x", "SLURM_ARRAY_TASK_ID": "1"}) == job
+
+
+
+STEP = "0::/system.slice/slurmstepd.scope/job_48211/step_0/user/task_0\n"
+
+
+@pytest.mark.parametrize("env, gpus, variable", [
+    ({"SLURM_STEP_GPUS": "2,3", "SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1"}, ("2", "3"),
+     "SLURM_STEP_GPUS"),
+    ({"SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, ("0", "1", "2", "3"), "SLURM_JOB_GPUS"),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-5b0e3f2a-1c4d,MIG-11111111-2222-3333-4444-555555555555"},
+     ("GPU-5b0e3f2a-1c4d", "MIG-11111111-2222-3333-4444-555555555555"), "CUDA_VISIBLE_DEVICES"),
+    ({"SLURM_STEP_GPUS": "", "SLURM_JOB_GPUS": "1"}, ("1",), "SLURM_JOB_GPUS"),  # an empty list says nothing
+    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, None, None),  # what Slurm sets where a job has no GPU
+    ({"SLURM_JOB_GPUS": "0,1\x1b[2J"}, None, None),
+    ({"SLURM_JOB_GPUS": ",".join(["1"] * 65)}, None, None),
+    ({"SLURM_JOB_GPUS": "0,,1"}, None, None),
+])
+def test_a_slurm_jobs_gpus_from_its_environment(env, gpus, variable):
+    w = workload.with_environment(parse(STEP), {"SLURM_JOB_ID": "48211", **env})
+    assert (w.slurm_gpus, w.slurm_gpus_from) == (gpus, variable)
+
+
+def test_a_slurm_jobs_gpus_are_believed_only_from_its_own_job():
+    # Variables inherited from another job (a job started from inside another) name that job's GPUs
+    env = {"SLURM_JOB_ID": "500", "SLURM_JOB_GPUS": "0,1", "SLURM_STEP_GPUS": "0"}
+    job = parse(STEP)
+    assert workload.with_environment(job, env) is job
+    assert workload.with_environment(job, {"SLURM_JOB_GPUS": "0,1"}) is job  # no job id at all
 
 
 # ---------------------------------------------------------------- real processes in real cgroups
@@ -332,6 +361,21 @@ def test_a_real_slurm_v2_step_with_its_array_task(children, cgroup_dirs):
     w = host.workload
     assert (w.slurm_job, w.slurm_step, w.slurm_task, w.slurm_array_job, w.slurm_array_task) == (
         48211, "0", 0, 48200, 7)
+
+
+@pytest.mark.parametrize("job_id, shown", [("48211", ["2", "3"]), ("500", None)])
+def test_a_real_slurm_steps_gpus_in_ps_and_status_json(children, cgroup_dirs, write_scenario, job_id, shown):
+    proc = children.start(["sleep", "600"], env={**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": "0,1,2,3",
+                                                  "SLURM_STEP_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes() == b"sleep\x00600\x00")
+    _move(proc.pid, cgroup_dirs("system.slice/slurmstepd.scope/job_48211/step_0/user/task_0"))
+    path = str(write_scenario(real_gpu_scenario({proc.pid: {"0": "1GiB"}})))
+    [row] = run_vram("ps", "--json", "--simulate", path).json()["processes"]
+    status = run_vram("status", "--json", "--simulate", path).json()
+    [listed] = [p for g in status["gpus"] for p in g["processes"]]
+    for w in (row["workload"], listed["workload"]):
+        assert w["slurm_job"] == 48211
+        assert (w["slurm_gpus"], w["slurm_gpus_from"]) == (shown, shown and "SLURM_STEP_GPUS")
 
 
 def test_a_real_hostile_cgroup_name_is_one_line_and_the_process_stays_listed(children, cgroup_dirs, write_scenario):

@@ -46,6 +46,10 @@ class Workload:
     slurm_uid: int | None = None  # the job's user, as the v1 path names it
     slurm_array_job: int | None = None  # from its environment, when readable
     slurm_array_task: int | None = None
+    # The job's GPUs as its environment lists them (ids or UUIDs), and the variable that did:
+    # SLURM_STEP_GPUS, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES (procs/workload.py)
+    slurm_gpus: tuple[str, ...] | None = None
+    slurm_gpus_from: str | None = None
     note: str | None = None  # why a part is unknown (a state file refused, the kubelet silent): one line
 
 

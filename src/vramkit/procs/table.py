@@ -85,8 +85,8 @@ class ProcessTable:
         if found is not None and found.slurm_job is not None:
             from .environ import read_environ  # only for a Slurm job's processes: status stays light
 
-            env = read_environ(pid, workload.SLURM_ARRAY_VARIABLES).values
-            found = workload.with_array(found, env)
+            env = read_environ(pid, workload.SLURM_VARIABLES).values
+            found = workload.with_environment(found, env)
         return found
 
     def forget_all_but(self, pids: set[int]) -> None:

@@ -447,20 +447,31 @@ def from_text(text: str, names: RuntimeNames | None = None,
     return replace(found, container_name=name, image=image, note=problem)
 
 
-SLURM_ARRAY_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+# A Slurm job's processes: what their environment says of the job beyond its cgroup path. The
+# GPUs, most telling first: the step's (srun), the job's (batch, salloc), then CUDA's own list,
+# which Slurm numbers from 0 inside a job whose devices it constrains (ConstrainDevices=yes).
+SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", *SLURM_GPU_VARIABLES)
+MAX_SLURM_GPUS = 64  # entries of a GPU list believed: a node has a handful of GPUs, 7 MIG instances each
+_GPU_ID = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[0-9A-Za-z/-]{1,80}")
 
 
-def with_array(w: Workload, env: dict[str, str]) -> Workload:
-    """A Slurm job's array job and task, from its environment (the cgroup names the task's own job
-    id only); unchanged when they are not set or not numbers, or when SLURM_JOB_ID there is not the
-    job the cgroup names (variables inherited from another job). The process sets its environment
-    itself, so this is its claim: shown beside the job id, never instead of it (describe)."""
-    job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
-    if not (job.isascii() and job.isdigit() and task.isascii() and task.isdigit() and len(job + task) < 20):
-        return w
+def with_environment(w: Workload, env: dict[str, str]) -> Workload:
+    """A Slurm job's array job and task and its GPUs, from its environment (the cgroup names the
+    job's own id only); unchanged where SLURM_JOB_ID there is not the job the cgroup names
+    (variables inherited from another job). The process sets its environment itself, so this is
+    its claim: the array task shown beside the job id, never instead of it (describe); a value
+    that is not numbers (an array's), or not a list of GPU ids or UUIDs, is left out."""
     if env.get("SLURM_JOB_ID") != str(w.slurm_job):
         return w
-    return replace(w, slurm_array_job=int(job), slurm_array_task=int(task))
+    job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if job.isascii() and job.isdigit() and task.isascii() and task.isdigit() and len(job + task) < 20:
+        w = replace(w, slurm_array_job=int(job), slurm_array_task=int(task))
+    for variable in SLURM_GPU_VARIABLES:
+        gpus = env.get(variable, "").split(",")
+        if 0 < len(gpus) <= MAX_SLURM_GPUS and all(_GPU_ID.fullmatch(g) for g in gpus):
+            return replace(w, slurm_gpus=tuple(gpus), slurm_gpus_from=variable)
+    return w
 
 
 def short_id(w: Workload) -> str | None:
