@@ -108,6 +108,34 @@ def test_holders_of_kfd_and_render_nodes_are_found_by_gpu(children, write_scenar
     assert h["devices"] == [str(dev / "renderD129"), str(dev / "renderD135"), str(dev / "kfd")]
 
 
+def test_kill_says_what_lists_an_amd_gpus_processes_and_which_device_files_it_looked_for(children, write_scenario,
+                                                                                       tmp_path):
+    """A process named to vram kill that KFD does not list: refused in AMD's words (KFD, its render node,
+    /dev/kfd and the render nodes), never NVML's or /dev/nvidia*."""
+    from helpers import clean_env, start_sleeper
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ["kfd"] + [f"renderD{128 + n}" for n in range(16)]:
+        (dev / name).write_text("")
+    worker = subprocess.Popen([sys.executable, "-c", HOLD, str(dev / "renderD129")], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    children.procs.append(worker)
+    assert worker.stdout.readline().strip() == b"ready"
+    bystander = start_sleeper(children)
+    data = scenario_data("mi300x")
+    data["device_nodes"] = f"{dev}/*"
+    scenario = write_scenario(data)
+    env = clean_env(VRAM_AUDIT_LOG=str(tmp_path / "audit.log"), HOME=str(tmp_path), COLUMNS="300")
+    result = run_vram("kill", "--simulate", str(scenario), str(worker.pid), str(bystander.pid), "--dry-run", env=env)
+    assert "KFD lists no GPU memory for it, but it holds renderD129 open" in result.out, result.out
+    assert f"it holds no GPU memory KFD reports and no {dev}/* open" in result.out
+    assert "NVML" not in result.out and "nvidia" not in result.out
+    result = run_vram("kill", "--simulate", str(scenario), "--holders", "--gpu", "1", "--dry-run", env=env)
+    assert "KFD lists no memory for it; it holds renderD129 open" in result.out, result.out
+    assert "NVML" not in result.out
+
+
 def test_metrics_label_each_gpu_with_its_vendor_on_a_mixed_host():
     """/metrics has the same names on AMD GPUs; vram_gpu_info says whose each GPU is."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -170,6 +198,31 @@ def test_doctor_reads_a_hip_oom_and_names_rocms_variable(tmp_path):
     assert "e.g. HIP_VISIBLE_DEVICES=5 (or vram pick)" in result.out
     assert "pass --gpu if the job ran with HIP_VISIBLE_DEVICES set" in result.out
     assert "CUDA_VISIBLE_DEVICES" not in result.out
+
+
+@pytest.mark.parametrize("message, said", [
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 191.98 GiB "
+     "of which 10.00 GiB is free. Including non-PyTorch memory, this process has 181.00 GiB memory in use. Of the "
+     "allocated memory 150.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.",
+     "30.0GiB of this process's memory is outside PyTorch (HIP runtime, hipBLAS/rocBLAS/MIOpen workspaces, "
+     "RCCL buffers)"),
+    ("RuntimeError: HIP out of memory. Tried to allocate 40.00 GiB (GPU 0; 191.98 GiB total capacity; 150.00 GiB "
+     "already allocated; 1.00 GiB free; 152.00 GiB reserved in total by PyTorch)",
+     "outside PyTorch  39.0GiB (other processes + this job's HIP runtime)"),
+])
+def test_doctor_names_the_memory_rocms_runtime_holds_in_its_own_words(tmp_path, message, said):
+    log = tmp_path / "train.log"
+    log.write_text(message + "\n")
+    from helpers import clean_env
+
+    result = run_vram("doctor", str(log), "--simulate", "mi300x", env=clean_env(COLUMNS="300"))
+    assert result.rc == 0, result.err
+    assert said in result.out and "CUDA context" not in result.out and "cuBLAS" not in result.out
+    cuda = log.with_name("cuda.log")  # the same message from CUDA, on the same (AMD) machine: CUDA's words
+    cuda.write_text(message.replace("HIP", "CUDA") + "\n")
+    result = run_vram("doctor", str(cuda), "--simulate", "mi300x", env=clean_env(COLUMNS="300"))
+    assert result.rc == 0, result.err
+    assert "HIP runtime" not in result.out and ("CUDA context" in result.out)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run_vram
+from helpers import clean_env, run_vram
 
 from vramkit import hip_env, visible
 from vramkit.cuda_env import CudaDevice, devices_of
@@ -100,7 +100,7 @@ def test_vram_run_format_uuid_on_an_amd_pick(tmp_path):
     script = tmp_path / "x.py"
     script.write_text(X)
     result = run_vram("run", "--simulate", "mi300x", "-n", "2", "--format", "uuid", "--", "python3", str(script),
-                      env={"VRAM_LEASE_DIR": str(tmp_path / "leases")})
+                      env=clean_env(VRAM_LEASE_DIR=str(tmp_path / "leases")))
     assert result.rc == 0, result.err
     assert json.loads(result.out.strip().splitlines()[-1]) == {
         "HIP_VISIBLE_DEVICES": "GPU-4ba1c0de7e574444,GPU-4ba1c0de7e575555"}

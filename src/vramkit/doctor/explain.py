@@ -98,6 +98,8 @@ class Explanation:
     live_gpu: int | None = None  # NVML index the live data is about
     fixes: list[Fix] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # whose GPU ("nvidia", "amd"): the message's runtime, else the live GPU's; its runtime is named in its words
+    vendor: str = "nvidia"
     phase: Phase | None = None  # where the allocation failed, from the traceback
     # the savings hook was given (--model and --batch): a fix left without a number is one it does not model
     estimated: bool = False
@@ -172,6 +174,9 @@ def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | N
     _others_from_message(ex)
     if snapshot is not None:
         _add_live(ex, snapshot, gpu)
+    # a message that names its runtime says whose GPU it was; vLLM's, llama.cpp's, ... leave it to the live GPU
+    live = next((g.vendor for g in snapshot.gpus if g.index == ex.live_gpu), None) if snapshot else None
+    ex.vendor = "amd" if report.kind == "hip" else "nvidia" if report.kind.startswith("cu") else live or ex.vendor
     ex.cause = _cause(ex)
     ex.cause_text = CAUSES[ex.cause]
     _contributing(ex)
@@ -280,20 +285,23 @@ def real_share(r: OomReport) -> bool:
 
 
 def _contributing(ex: Explanation) -> None:
+    from ..vendor_terms import runtime
+
     r = ex.report
     if ex.eval_with_grad:
         ex.contributing.append("the model is in eval mode but autograd is recording: the live activations keep "
                                "graphs for a backward that never comes")
     if ex.cause != "other_processes" and ex.others_bytes and ex.others_bytes >= max(1, r.shortfall_bytes or 0):
-        who = ("memory outside PyTorch (other processes, this job's CUDA context)"
+        who = (f"memory outside PyTorch (other processes, this job's {runtime(ex.vendor).context})"
                if ex.others_basis == "outside PyTorch" else "other processes")
         ex.contributing.append(f"{who}: {format_size(ex.others_bytes)} on that GPU")
     if ex.cause != "fragmentation" and r.reserved_unallocated_bytes and r.shortfall_bytes is not None \
             and r.reserved_unallocated_bytes >= r.shortfall_bytes > 0:
         ex.contributing.append(f"{format_size(r.reserved_unallocated_bytes)} reserved by PyTorch but unallocated")
     if r.non_pytorch_bytes and r.total_bytes and r.non_pytorch_bytes >= 0.05 * r.total_bytes:
+        words = runtime(ex.vendor)
         ex.contributing.append(f"{format_size(r.non_pytorch_bytes)} of this process's memory is outside "
-                               "PyTorch (CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers)")
+                               f"PyTorch ({words.context}, {words.libraries})")
     if r.requested_bytes and r.total_bytes and ex.cause != "request_too_large" \
             and r.requested_bytes >= 0.25 * r.total_bytes:
         ex.contributing.append(f"the single request ({format_size(r.requested_bytes)}) is "
@@ -351,7 +359,7 @@ _PHASE_FIX_TEXT = {
                        "DataLoader(..., pin_memory=False), or fewer prefetched batches (prefetch_factor, "
                        "num_workers): the pin-memory thread copies every batch into page-locked memory"),
     "set_device_first": ("set the GPU before building the DataLoader",
-                         "torch.cuda.set_device(local_rank) first: the pin-memory thread creates a CUDA context "
+                         "torch.cuda.set_device(local_rank) first: the pin-memory thread creates a GPU context "
                          "on the current device, GPU 0 unless set, in every process"),
     "map_location": ("load the checkpoint to the CPU first",
                      "torch.load(path, map_location='cpu') (or this rank's own device): a checkpoint saved from "

@@ -15,6 +15,7 @@ from ..idle import busy_percent
 from ..machine import Machine
 from ..protect import Protection, Refusal, load
 from ..units import format_size
+from ..vendor_terms import lister
 from .idle import select_idle
 from .model import REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target
 from .rules import check
@@ -101,7 +102,8 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
     by_pid, holder_scan = _gather(source, snap, criteria, table)
     notes: list[str] = []
     if criteria.pids:
-        targets = [_named(pid, by_pid, holder_scan, table) for pid in dict.fromkeys(criteria.pids)]
+        nodes = ", ".join(source.backend.device_nodes()[0]) or "device file"
+        targets = [_named(pid, by_pid, holder_scan, table, snap, nodes) for pid in dict.fromkeys(criteria.pids)]
     else:
         targets = list(by_pid.values())
     notes.extend(protection.notes)
@@ -156,21 +158,24 @@ def _gather(source: Collector, snap: Snapshot, criteria: Criteria,
             for gpu, held in sorted(t.shared.items()):
                 others = sorted(between[gpu] - {h.pid})
                 with_whom = f" with pid{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
-                t.notes.append(f"it holds GPU {gpu} open{with_whom}, where NVML lists {format_size(held)} under host "
+                who = lister(g.vendor for g in snap.gpus if g.index == gpu)
+                t.notes.append(f"it holds GPU {gpu} open{with_whom}, where {who} lists {format_size(held)} under host "
                                "pids that cannot be told apart here: it may hold some or all of it")
     return by_pid, holder_scan
 
 
 def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
-           table: procs.ProcessTable) -> Target:
-    """The target for a pid named explicitly; refused already when it is no GPU process."""
+           table: procs.ProcessTable, snap: Snapshot, nodes: str) -> Target:
+    """The target for a pid named explicitly; refused already when it is no GPU process. nodes: the
+    backend's device files, for the refusal's words."""
     t = by_pid.get(pid)
     if t is None:
         t = _plain_target(pid, table)
         held = next((h for h in (holder_scan.holders if holder_scan else []) if h.pid == pid), None)
         if held is not None:
             t.devices = held.devices
-            t.refusal = Refusal("not-gpu", "NVML lists no GPU memory for it, but it holds "
+            who = lister(g.vendor for g in snap.gpus if g.index in held.gpus)
+            t.refusal = Refusal("not-gpu", f"{who} lists no GPU memory for it, but it holds "
                                 f"{', '.join(os.path.basename(d) for d in held.devices)} open: "
                                 "include device-file holders (--holders) to select such processes")
         elif t.start_ticks is None and t.command == "(no such process)":
@@ -178,8 +183,8 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
         elif t.start_ticks is None and t.command.startswith("("):
             t.refusal = Refusal("no-such-process", f"no process {pid} {t.command}")
         else:
-            t.refusal = Refusal("not-gpu", "it holds no GPU memory NVML reports and no /dev/nvidia* "
-                                "open (use kill(1) for other processes)")
+            t.refusal = Refusal("not-gpu", f"it holds no GPU memory {lister(g.vendor for g in snap.gpus)} reports "
+                                f"and no {nodes} open (use kill(1) for other processes)")
     t.explicit = True
     return t
 

@@ -92,9 +92,12 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
         pid = f" (pid {ex.job_pid})" if ex.job_pid is not None else ""
         rows.append((f"this job{pid}", f"{total} = " + " + ".join(parts) if parts else total))
     if ex.others_bytes is not None:
+        from ..vendor_terms import runtime
+
         label = "outside PyTorch" if ex.others_basis == "outside PyTorch" else "others"
         extra = {"derived": " (total - free - this job)",
-                 "outside PyTorch": " (other processes + this job's CUDA context)"}.get(ex.others_basis or "", "")
+                 "outside PyTorch": f" (other processes + this job's {runtime(ex.vendor).context})"}.get(
+                     ex.others_basis or "", "")
         rows.append((label, format_size(ex.others_bytes) + extra))
     key_width = max((len(k) for k, _ in rows), default=0)
     lines += [f"  {k.ljust(key_width)}  {v}" for k, v in rows]

@@ -8,9 +8,11 @@ import os
 import textwrap
 from typing import Any
 
+from ..gpu_state import Snapshot
 from ..killing import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
 from ..procs.workload import describe
 from ..units import format_duration, format_size
+from ..vendor_terms import lister
 from .banner import banner
 from .data import _header
 from .style import Style, clip
@@ -37,14 +39,15 @@ def _action(t: Target, signal: str) -> str:
     return t.status
 
 
-def _details(t: Target) -> list[str]:
+def _details(t: Target, snap: Snapshot) -> list[str]:
     """The lines under a row: why it is refused, how it holds the GPU, container, notes."""
     out = []
     if t.refusal is not None:
         out.append(f"refused by rule '{t.refusal.rule}': {t.refusal.reason}")
     if t.devices and not t.nvml_listed and not t.shared:
         names = ", ".join(os.path.basename(d) for d in t.devices)
-        out.append(f"NVML lists no memory for it; it holds {names} open")
+        who = lister(g.vendor for g in snap.gpus if g.index in t.holder_gpus)
+        out.append(f"{who} lists no memory for it; it holds {names} open")
     owner = describe(t.workload)
     if t.container_pid is not None:
         where = owner or (f"container {t.container}" if t.container else "another PID namespace")
@@ -57,7 +60,7 @@ def _details(t: Target) -> list[str]:
     return out
 
 
-def _table(targets: list[Target], signal: str, last: str, style: Style, width: int) -> list[str]:
+def _table(targets: list[Target], signal: str, last: str, style: Style, width: int, snap: Snapshot) -> list[str]:
     rows = [[str(t.pid), t.user or "?", _gpus(t), _memory(t), format_duration(t.elapsed), _action(t, signal)]
             for t in targets]
     head = [*HEADER, last]
@@ -73,7 +76,7 @@ def _table(targets: list[Target], signal: str, last: str, style: Style, width: i
         action = style.paint(r[-1].ljust(widths[-1]), _COLOURS.get(t.status, "bold"))
         line = row(r[:-1]) + "  " + action + "  " + clip(t.command or "?", max(10, width - lead))
         out.append(line)
-        for detail in _details(t):
+        for detail in _details(t, snap):
             wrapped = textwrap.wrap(detail, max(30, width - len(indent) - 2)) or [""]
             out.append(style.paint(indent + "↳ " + wrapped[0] if style.unicode else indent + "- " + wrapped[0], "dim"))
             out.extend(style.paint(indent + "  " + more, "dim") for more in wrapped[1:])
@@ -103,7 +106,7 @@ def render_plan(plan: Plan, signal: str, timeout: float, force: bool, style: Sty
         intro = f"dry run, nothing is signalled: would send {intro}" if plan.to_signal else (
             "dry run, nothing is signalled: every selected process would be refused")
     lines.append(style.paint(intro, "bold"))
-    lines.extend(_table(plan.targets, signal, "ACTION", style, width))
+    lines.extend(_table(plan.targets, signal, "ACTION", style, width, plan.snapshot))
     lines.extend(style.paint(n, "dim") for n in plan.notes)
     return "\n".join(lines)
 
@@ -117,7 +120,7 @@ def render_nothing(plan: Plan, style: Style, width: int) -> str:
 def render_report(report: KillReport, style: Style, width: int, with_banner: bool = True) -> str:
     plan = report.plan
     lines = [banner(plan.snapshot, style, width)] if with_banner else []
-    lines.extend(_table(plan.targets, report.signal, "RESULT", style, width))
+    lines.extend(_table(plan.targets, report.signal, "RESULT", style, width, plan.snapshot))
     lines.extend(style.paint(n, "dim") for n in plan.notes)
     target_pids = {t.pid: t for t in plan.targets}
     arrow = " → " if style.unicode else " -> "
@@ -143,7 +146,8 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
                          "see vram ps --holders")
         holders = [h for h in report.holders_after if change.index in h.gpus]
         for h in holders:
-            head = f"       holds its device files open, not listed by NVML: {h.host.user or '?'} {h.pid}  "
+            who = lister(g.vendor for g in plan.snapshot.gpus if g.index == change.index)
+            head = f"       holds its device files open, not listed by {who}: {h.host.user or '?'} {h.pid}  "
             lines.append(head + clip(h.host.command, max(10, width - len(head))))
         if not change.still and not change.unattributed and not holders:
             lines.append(style.paint("       no process holds memory on it now", "dim"))
