@@ -136,6 +136,43 @@ def test_kill_says_what_lists_an_amd_gpus_processes_and_which_device_files_it_lo
     assert "NVML" not in result.out
 
 
+def test_a_graphics_only_client_is_a_graphics_process_on_the_sysfs_path(write_scenario, monkeypatch):
+    """A process with VRAM in its render node's fdinfo that never opened /dev/kfd (KFD has no entry for it):
+    listed as a graphics process from fdinfo, as NVML lists them; amdsmi lists KFD's compute processes only,
+    as the real library does. Its engine share comes from fdinfo over two readings, as a compute one's."""
+    from helpers import clean_env
+
+    from vramkit.backends.amd import SimulatedAmdBackend
+    from vramkit.nvml.scenario import load
+
+    scenario = write_scenario({
+        "vendor": "amd", "name": "amd-graphics",
+        "gpus": [{"uuid": f"GPU-00000000000000a{i}", "pci_bus_id": f"0000:0{i + 1}:00.0",
+                  "name": "AMD Radeon Pro W7900", "memory_total": "48GiB", "utilization": 40} for i in range(2)],
+        "processes": [{"pid": 4242, "gpus": {"0": "10GiB"}, "command": "python train.py", "user": "alice"},
+                      {"pid": 4343, "type": "graphics", "gpus": {"1": "2GiB"}, "command": "blender", "user": "bob",
+                       "sm_util": 20}]})
+    listed = {}
+    for path in ("sysfs", "amdsmi"):
+        result = run_vram("status", "--simulate", str(scenario), "--json", env=clean_env(VRAM_SIM_AMD=path))
+        assert result.rc == 0, result.err
+        listed[path] = [(g["index"], p["pid"], p["memory"], p["types"]) for g in result.json()["gpus"]
+                        for p in g["processes"]]
+    assert listed["sysfs"] == [(0, 4242, 10 << 30, ["compute"]), (1, 4343, 2 << 30, ["graphics"])]
+    assert listed["amdsmi"] == [(0, 4242, 10 << 30, ["compute"])]
+    ps = run_vram("ps", "--simulate", str(scenario), env=clean_env(VRAM_SIM_AMD="sysfs", COLUMNS="200"))
+    assert any(line.split()[:2] == ["1", "4343"] and "graphics" in line.split() for line in ps.out.splitlines())
+    monkeypatch.setenv("VRAM_SIM_CLOCK", "stepped")
+    backend = SimulatedAmdBackend.load(load(str(scenario)), "sysfs")
+    try:
+        backend.read_devices()
+        backend.sim.advance(10)
+        gpu = backend.read_devices()[1]
+        assert [(p.pid, p.types, p.sm_utilization) for p in gpu.processes] == [(4343, ("graphics",), 20)]
+    finally:
+        backend.close()
+
+
 def test_metrics_label_each_gpu_with_its_vendor_on_a_mixed_host():
     """/metrics has the same names on AMD GPUs; vram_gpu_info says whose each GPU is."""
     from prometheus_client.parser import text_string_to_metric_families

@@ -223,6 +223,8 @@ class FakeAmdSmi:
         t = self.sim.now()
         out = []
         for p, mem in self.sim.live(self._unit(handle), t):
+            if p.get("type") == "graphics":
+                continue  # amdsmi lists KFD's compute processes only
             name = str(p.get("command", "")).split(" ")[0].rsplit("/", 1)[-1][:31] or "N/A"
             out.append({"name": name, "pid": p["pid"], "mem": mem,
                         "engine_usage": {"gfx": self.sim.busy_ns(p, handle.index, t), "enc": 0},

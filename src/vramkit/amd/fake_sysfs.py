@@ -3,9 +3,11 @@ sys/class/kfd/kfd/topology/nodes/N (node 0 the CPU, then a node per GPU or parti
 order), sys/class/kfd/kfd/proc/PID/vram_<gpu_id>, sys/class/drm/cardN/device (uevent, VRAM,
 busy %, partition modes, hwmon: temperature in m°C, power in µW, fan as pwm1/pwm1_max) and
 proc/PID/fdinfo (DRM clients: drm-memory-vram, drm-engine-gfx, drm-client-id, each client open on
-two descriptors, as a dup'ed one is). `write(t)` brings every value to the scenario's time t; a
-lost GPU has a KFD node and no DRM device; a field the scenario marks unsupported has no file
-(processes: no KFD process directory; no_permission processes: one this user cannot list).
+two descriptors, as a dup'ed one is) with proc/PID/fd's links to the render node. A process of
+"type": "graphics" is a graphics-only client: its fdinfo and links, no KFD entry. `write(t)`
+brings every value to the scenario's time t; a lost GPU has a KFD node and no DRM device; a field
+the scenario marks unsupported has no file (processes: no KFD process directory; no_permission
+processes: one this user cannot list).
 """
 
 from __future__ import annotations
@@ -143,13 +145,17 @@ class FakeSysfs:
             for p, mem in self.sim.live((index, part), t):
                 pid = p["pid"]
                 self._written_pids.add(pid)
-                self._put(f"{kfd}/{pid}/vram_{gpu_id}", mem)
-                self._put(f"{kfd}/{pid}/pasid", 0x8000 + pid % 0x7fff)
+                if p.get("type") != "graphics":  # a graphics-only client never opened /dev/kfd: KFD has no entry
+                    self._put(f"{kfd}/{pid}/vram_{gpu_id}", mem)
+                    self._put(f"{kfd}/{pid}/pasid", 0x8000 + pid % 0x7fff)
                 info = (f"pos:\t0\nflags:\t02100002\nmnt_id:\t24\ndrm-driver:\tamdgpu\n"
                         f"drm-pdev:\t{domain:04x}:{bus:02x}:{dev:02x}.{fn}\ndrm-client-id:\t{pid * 64 + n}\n"
                         f"drm-memory-vram:\t{mem // 1024} KiB\ndrm-memory-gtt:\t2048 KiB\ndrm-memory-cpu:\t0 KiB\n"
                         f"drm-engine-gfx:\t{self.sim.busy_ns(p, index, t)} ns\ndrm-engine-compute:\t0 ns")
                 for fd in (10 + 2 * n, 11 + 2 * n):  # a client's two descriptors: one client, counted once
                     self._put(f"proc/{pid}/fdinfo/{fd}", info)
+                    link = os.path.join(self.root, f"proc/{pid}/fd/{fd}")  # as the kernel's: the node's path
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
+                    os.symlink(f"/dev/dri/renderD{128 + n}", link)
         if any("processes" in g["no_permission"] for g in gpus):
             os.chmod(full, 0)  # KFD's process list is not this user's to read

@@ -5,7 +5,9 @@ hwmon sensors, partition modes) and each process's DRM clients (/proc/PID/fdinfo
 GPUs come in KFD's node order, the order ROCm numbers them (HIP device ids); a partition of a
 partitioned GPU (MI300's DPX/QPX/CPX) is a KFD node of its own at the same PCI device, another
 function. A KFD node whose DRM device is gone is a lost GPU. Processes are the pids KFD lists
-(compute clients: every ROCm program); a graphics-only client (no KFD) is not listed. Everything
+(compute clients: every ROCm program), then the graphics-only clients: processes holding a DRM
+device file (a render or card node) with VRAM in their fdinfo that never opened /dev/kfd, listed
+as graphics processes (as NVML lists them; another user's only to root). Everything
 is read under `root` ("/" on a real machine), every file bounded, none through a symlink's end
 that vramkit did not make (the device link is not followed: its uevent names the PCI address).
 """
@@ -16,7 +18,7 @@ import os
 
 from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, MigDevice
-from ..procs.fdinfo import drm_clients
+from ..procs.fdinfo import DrmClient, drm_clients, pids_holding
 
 MAX_FILE = 64 * 1024
 AMD_PCI_VENDOR = "1002"
@@ -126,6 +128,7 @@ class Sysfs:
         for n in nodes:  # partitions of one GPU: one PCI device (domain, bus, device), other functions
             groups.setdefault((n.get("domain", 0), n.get("location_id", 0) >> 3), []).append(n)
         held, procs_na = self._kfd_processes()
+        graphics = {} if procs_na else self._graphics_clients(held)
         out = []
         seen: set[tuple[int, int, int | None]] = set()
         for i, ((domain, busdev), parts) in enumerate(groups.items()):
@@ -150,7 +153,7 @@ class Sysfs:
                 dev.na["processes"] = procs_na
             else:
                 for j, part in enumerate(parts):
-                    self._processes(dev, part, j if dev.mig_enabled else None, held, t, seen)
+                    self._processes(dev, part, j if dev.mig_enabled else None, held, graphics, t, seen)
                 if dev.mig_enabled:
                     for m in dev.mig_devices:
                         m.memory_used = sum(p.memory or 0 for p in dev.processes if p.mig_gi == m.gi)
@@ -290,8 +293,35 @@ class Sysfs:
                         out.setdefault(pid, {})[int(name[5:])] = int(text)
         return out, None
 
+    def _graphics_clients(self, held: dict[int, dict[int, int]]) -> dict[int, list[DrmClient]]:
+        """pid -> its amdgpu DRM clients, for each process holding a DRM device file that KFD does
+        not list (it never opened /dev/kfd: a graphics-only client, as NVML's graphics processes)."""
+        out = {}
+        for pid in pids_holding(("/dev/dri/",), self.root):
+            if pid in held:
+                continue
+            try:
+                clients = drm_clients(pid, self.root, "amdgpu")
+            except PermissionError:
+                continue
+            if clients:
+                out[pid] = clients
+        return out
+
+    def _share(self, key: tuple[int, int, int | None], clients: list[DrmClient], t: float,
+               why: str | None) -> tuple[int | None, str | None]:
+        """A process's engine share (gfx + compute busy ns over two readings), or why not yet."""
+        if not clients:
+            return None, why if why != FIRST_READING else "no DRM client of this GPU in its fdinfo"
+        ns = sum(v for c in clients for k, v in c.engines.items() if k in ("gfx", "compute"))
+        before = self._busy.get(key)
+        self._busy[key] = (ns, t)
+        if before is not None and t > before[1]:
+            return max(0, min(100, round((ns - before[0]) / 1e9 / (t - before[1]) * 100))), None
+        return None, why
+
     def _processes(self, dev: Device, part: dict[str, int], gi: int | None, held: dict[int, dict[int, int]],
-                   t: float, seen: set[tuple[int, int, int | None]]) -> None:
+                   graphics: dict[int, list[DrmClient]], t: float, seen: set[tuple[int, int, int | None]]) -> None:
         bdf = f"{part.get('domain', 0):04x}:{part.get('location_id', 0) >> 8:02x}:" \
               f"{(part.get('location_id', 0) >> 3) & 0x1f:02x}.{part.get('location_id', 0) & 7}"
         for pid, by_gpu in held.items():
@@ -300,19 +330,21 @@ class Sysfs:
                 continue
             key = (pid, dev.index, gi)
             seen.add(key)
-            util: int | None = None
             why: str | None = FIRST_READING
             try:
                 clients = [c for c in drm_clients(pid, self.root, "amdgpu") if c.pdev == bdf]
             except PermissionError:
                 clients, why = [], "its fdinfo is not yours to read (engine time needs root or the same user)"
-            if clients:
-                ns = sum(v for c in clients for k, v in c.engines.items() if k in ("gfx", "compute"))
-                before = self._busy.get(key)
-                self._busy[key] = (ns, t)
-                if before is not None and t > before[1]:
-                    util, why = max(0, min(100, round((ns - before[0]) / 1e9 / (t - before[1]) * 100))), None
-            elif why == FIRST_READING:
-                why = "no DRM client of this GPU in its fdinfo"
+            util, why = self._share(key, clients, t, why)
             dev.processes.append(GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid, memory=memory, mig_gi=gi,
                                             sm_utilization=util, utilization_na=why))
+        for pid, all_clients in graphics.items():
+            clients = [c for c in all_clients if c.pdev == bdf]
+            memory = sum(c.memory.get("vram", 0) for c in clients)
+            if not memory:
+                continue  # a file held open with nothing in this GPU's memory
+            key = (pid, dev.index, gi)
+            seen.add(key)
+            util, why = self._share(key, clients, t, FIRST_READING)
+            dev.processes.append(GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid, memory=memory, mig_gi=gi,
+                                            types=("graphics",), sm_utilization=util, utilization_na=why))

@@ -77,3 +77,33 @@ def drm_clients(pid: int, root: str = "/", driver: str | None = None) -> list[Dr
         if client is not None and (driver is None or client.driver == driver):
             found.setdefault(client.client_id, client)
     return list(found.values())
+
+
+MAX_PIDS = 65536  # processes looked at in one scan
+
+
+def pids_holding(prefixes: tuple[str, ...], root: str = "/") -> list[int]:
+    """The pids under root/proc with a descriptor open on a file whose path starts with one of
+    `prefixes` (the links are read, never followed). Processes whose descriptors are not ours to
+    read (another user's, without root) are left out: the caller says so where it matters."""
+    base = os.path.join(root, "proc")
+    try:
+        pids = [int(n) for n in os.listdir(base)[:MAX_PIDS] if n.isdigit()]
+    except OSError:
+        return []
+    out = []
+    for pid in pids:
+        fds = os.path.join(base, str(pid), "fd")
+        try:
+            names = os.listdir(fds)[:MAX_FDS]
+        except OSError:  # gone, or not ours
+            continue
+        for name in names:
+            try:
+                target = os.readlink(os.path.join(fds, name))
+            except OSError:
+                continue
+            if target.startswith(prefixes):
+                out.append(pid)
+                break
+    return out
