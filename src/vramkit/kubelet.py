@@ -188,6 +188,47 @@ def _container(data: bytes) -> tuple[str, tuple[str, ...]]:
     return name, tuple(devices)
 
 
+# ---------------------------------------------------------------- the pod each GPU is allocated to
+
+def gpu_pods(listed: list[PodContainer]) -> dict[str, tuple[str, str, str | None]]:
+    """Device id (GPU or MIG instance UUID) -> (namespace, pod, container) of the one pod the
+    kubelet lists it for; a device several pods list (time-slicing, MPS) is in none, and the
+    container is None where several containers of that pod list it."""
+    holders: dict[str, set[tuple[str, str, str]]] = {}
+    for c in listed:
+        for d in c.devices:
+            holders.setdefault(d, set()).add((c.namespace, c.pod, c.container))
+    out: dict[str, tuple[str, str, str | None]] = {}
+    for device, held in holders.items():
+        if len({(ns, pod) for ns, pod, _ in held}) == 1:
+            namespace, pod, container = next(iter(held))
+            out[device] = (namespace, pod, container if len(held) == 1 else None)
+    return out
+
+
+class GpuPods:
+    """The pod each GPU is allocated to, as the kubelet lists it now (`vram serve --compat dcgm`
+    labels the GPU's series with it, as dcgm-exporter does), asked at most once a reading. After
+    a failure (no socket: no Kubernetes here, grpc never imported) none, and the kubelet is not
+    asked again for RETRY_S; `problem` says why."""
+
+    def __init__(self, lister: Callable[[], list[PodContainer]] | None = None):
+        self._lister = lister or list_pods
+        self._failed_at: float | None = None
+        self.problem: str | None = None
+
+    def read(self, now: float) -> dict[str, tuple[str, str, str | None]]:
+        if self._failed_at is not None and now - self._failed_at < RETRY_S:
+            return {}
+        try:
+            listed = self._lister()
+        except KubeletError as e:
+            self._failed_at, self.problem = now, str(e)
+            return {}
+        self._failed_at = self.problem = None
+        return gpu_pods(listed)
+
+
 # ---------------------------------------------------------------- joining pod UIDs to pods
 
 class PodNames:

@@ -85,7 +85,7 @@ class ProcessTable:
         if found is not None and found.slurm_job is not None:
             from .environ import read_environ  # only for a Slurm job's processes: status stays light
 
-            env = read_environ(pid, workload.SLURM_VARIABLES).values
+            env = read_environ(pid, workload.slurm_variables()).values
             found = workload.with_environment(found, env)
         return found
 

@@ -447,11 +447,22 @@ def from_text(text: str, names: RuntimeNames | None = None,
     return replace(found, container_name=name, image=image, note=problem)
 
 
-# A Slurm job's processes: what their environment says of the job beyond its cgroup path. The
-# GPUs, most telling first: the step's (srun), the job's (batch, salloc), then CUDA's own list,
-# which Slurm numbers from 0 inside a job whose devices it constrains (ConstrainDevices=yes).
-SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
-SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", *SLURM_GPU_VARIABLES)
+# A Slurm job's processes: what their environment says of the job beyond its cgroup path.
+SLURM_ARRAY_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+
+
+def slurm_gpu_variables() -> tuple[str, ...]:
+    """The variables that list a job's GPUs, most telling first: the step's (srun), the job's
+    (batch, salloc), then CUDA's own list, which Slurm numbers from 0 inside a job whose devices
+    it constrains (ConstrainDevices=yes). Loaded for a Slurm job's process only."""
+    from ..cuda_env import VISIBLE  # the vendor's variable is named below the seam
+
+    return ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", VISIBLE)
+
+
+def slurm_variables() -> tuple[str, ...]:
+    """What is read of a Slurm job's process's environment (with_environment)."""
+    return SLURM_ARRAY_VARIABLES + slurm_gpu_variables()
 MAX_SLURM_GPUS = 64  # entries of a GPU list believed: a node has a handful of GPUs, 7 MIG instances each
 _GPU_ID = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[0-9A-Za-z/-]{1,80}")
 
@@ -467,7 +478,7 @@ def with_environment(w: Workload, env: dict[str, str]) -> Workload:
     job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
     if job.isascii() and job.isdigit() and task.isascii() and task.isdigit() and len(job + task) < 20:
         w = replace(w, slurm_array_job=int(job), slurm_array_task=int(task))
-    for variable in SLURM_GPU_VARIABLES:
+    for variable in slurm_gpu_variables():
         gpus = env.get(variable, "").split(",")
         if 0 < len(gpus) <= MAX_SLURM_GPUS and all(_GPU_ID.fullmatch(g) for g in gpus):
             return replace(w, slurm_gpus=tuple(gpus), slurm_gpus_from=variable)

@@ -43,6 +43,9 @@ class ExportState:
     read_seconds: float | None = None  # how long the newest reading of the machine took
     read_errors: int = 0  # readings that failed, since start
     process_series_dropped: int = 0  # (process, GPU) pairs left out by the cap at the newest reading
+    # GPU or MIG UUID -> (namespace, pod, container) of the one pod the kubelet lists it for
+    # (kubelet.GpuPods; --compat dcgm labels the GPU's DCGM_FI_* series with it, as dcgm-exporter)
+    gpu_pods: dict[str, tuple[str, str, str | None]] | None = None
 
 
 def label(text: str | None) -> str:
@@ -88,7 +91,7 @@ class SnapshotCollector(PromCollector):
         vram, others = _split(extra)
         yield from (_prom_family(f) for f in vram)
         if "dcgm" in self.compat:
-            yield from dcgm_metrics(snap, self.state.hostname)
+            yield from dcgm_metrics(snap, self.state.hostname, dcgm_pod_labels(snap, self.state.gpu_pods))
         yield from (_prom_family(f) for f in others)
 
 
@@ -264,25 +267,33 @@ DCGM_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
 _MIG_FB = ("memory_used", "memory_free", "memory_total")  # the fields a MIG instance has its own of
 
 
-def dcgm_metrics(snap: Snapshot, hostname: str) -> Iterator[Metric]:
-    """dcgm-exporter's names, units and labels for the same facts (DCGM_FIELDS, DCGM_LABELS).
-    Memory is whole MiB, rounded down as DCGM gives it."""
-    families = [(GaugeMetricFamily(name, doc, labels=DCGM_LABELS), field, unit)
-                for name, doc, field, unit in DCGM_FIELDS]
+def dcgm_metrics(snap: Snapshot, hostname: str, pods: PodLabels | None = None) -> Iterator[Metric]:
+    """dcgm-exporter's names, units and labels for the same facts (DCGM_FIELDS, DCGM_LABELS), and
+    the pod a GPU or MIG instance is allocated to (`pods`: dcgm_pod_labels). Memory is whole MiB,
+    rounded down as DCGM gives it."""
+    pods = pods or {}
+    families = [(GaugeMetricFamily(name, doc, labels=DCGM_LABELS), field_name, unit)
+                for name, doc, field_name, unit in DCGM_FIELDS]
     for g in snap.gpus:
         if g.lost:
             continue
         key = [str(g.index), g.uuid or "", g.pci_bus_id or "", f"nvidia{g.index}", label(g.name), label(hostname)]
-        for family, field, unit in families:
-            value = getattr(g, field)
+        pod = pods.get(g.uuid or "")
+        for family, field_name, unit in families:
+            value = getattr(g, field_name)
             if value is not None:
-                family.add_metric(key, float(value // unit) if unit != 1 else float(value))
-            if field in _MIG_FB:  # each MIG instance's framebuffer, with GPU_I_ID and GPU_I_PROFILE
+                number = float(value // unit) if unit != 1 else float(value)
+                if pod:
+                    family.samples.append(PromSample(family.name, {**dict(zip(DCGM_LABELS, key)), **dict(pod)},
+                                                     number))
+                else:
+                    family.add_metric(key, number)
+            if field_name in _MIG_FB:  # each MIG instance's framebuffer, with GPU_I_ID and GPU_I_PROFILE
                 for m in g.mig_devices:
-                    v = getattr(m, field)
+                    v = getattr(m, field_name)
                     if v is not None:
                         labels = {**dict(zip(DCGM_LABELS, key)), "GPU_I_ID": str(m.gi),
-                                  "GPU_I_PROFILE": label(mig_profile(m.name))}
+                                  "GPU_I_PROFILE": label(mig_profile(m.name)), **dict(pods.get(m.uuid or "", ()))}
                         family.samples.append(PromSample(family.name, labels, float(v // MIB)))
     for family, _, _ in families:
         yield family
@@ -355,7 +366,7 @@ def render(snap: Snapshot | None, state: ExportState, *, commands: bool = False,
     vram, others = _split(extra_families(snap, state, schemes, xids, commands, max_process_series))
     _families_text(body, vram)
     if "dcgm" in schemes:
-        _dcgm_text(body, snap, state.hostname)
+        _dcgm_text(body, snap, state.hostname, dcgm_pod_labels(snap, state.gpu_pods))
     _families_text(body, others)
     _exporter_text(text, state)
     return ("".join(text.lines) + "".join(body.lines)).encode()
@@ -463,10 +474,10 @@ def _process_text(text: _Text, snap: Snapshot, state: ExportState, commands: boo
                 "running kernels of its own (0: busy)", idle)
 
 
-def _dcgm_text(text: _Text, snap: Snapshot, hostname: str) -> None:
+def _dcgm_text(text: _Text, snap: Snapshot, hostname: str, pods: PodLabels) -> None:
     rows = [(g, _block([("gpu", str(g.index)), ("UUID", g.uuid or ""), ("pci_bus_id", g.pci_bus_id or ""),
                         ("device", f"nvidia{g.index}"), ("modelName", label(g.name)),
-                        ("Hostname", label(hostname))]))
+                        ("Hostname", label(hostname)), *pods.get(g.uuid or "", ())]))
             for g in snap.gpus if not g.lost]
     for name, doc, field, unit in DCGM_FIELDS:
         samples = []
@@ -482,7 +493,8 @@ def _dcgm_text(text: _Text, snap: Snapshot, hostname: str) -> None:
                             ("gpu", str(g.index)), ("UUID", g.uuid or ""), ("pci_bus_id", g.pci_bus_id or ""),
                             ("device", f"nvidia{g.index}"), ("modelName", label(g.name)),
                             ("Hostname", label(hostname)), ("GPU_I_ID", str(m.gi)),
-                            ("GPU_I_PROFILE", label(mig_profile(m.name)))]), float(v // MIB)))
+                            ("GPU_I_PROFILE", label(mig_profile(m.name))), *pods.get(m.uuid or "", ())]),
+                                        float(v // MIB)))
         text.family(name, "gauge", doc, samples)
 
 
@@ -525,7 +537,7 @@ def extra_families(snap: Snapshot, state: ExportState, compat: frozenset[str], x
                    commands: bool, cap: int) -> list[Family]:
     out = _vram_health(snap) + _vram_xid(snap, xids) + _vram_mig(snap)
     if "dcgm" in compat:
-        out += _dcgm_more(snap, state.hostname, xids)
+        out += _dcgm_more(snap, state.hostname, xids, dcgm_pod_labels(snap, state.gpu_pods))
     if "nvitop" in compat:
         out += _nvitop(snap, state.hostname, commands, cap)
     if "nvidia-smi-exporter" in compat:
@@ -692,9 +704,39 @@ def _vram_mig(snap: Snapshot) -> list[Family]:
     return [info, *fams.values(), procs]
 
 
-def _dcgm_key(g: Device, hostname: str) -> dict[str, str]:
+def _dcgm_key(g: Device, hostname: str, pods: PodLabels) -> dict[str, str]:
     return {"gpu": str(g.index), "UUID": g.uuid or "", "pci_bus_id": g.pci_bus_id or "",
-            "device": f"nvidia{g.index}", "modelName": label(g.name), "Hostname": label(hostname)}
+            "device": f"nvidia{g.index}", "modelName": label(g.name), "Hostname": label(hostname),
+            **dict(pods.get(g.uuid or "", ()))}
+
+
+# The pod a GPU (or MIG instance) is allocated to, as dcgm-exporter labels the GPU's series with it
+# (its default names pod, namespace, container; pod_uid only with a Kubernetes API it asks and vram
+# does not): only a device the kubelet lists for exactly one pod (dcgm-exporter, with time-slicing,
+# takes the last pod listed: vram guesses none), the container where one container of it holds the
+# device; at most MAX_OWNERS distinct pods a reading, in GPU order, the rest unlabelled.
+PodLabels = dict[str, tuple[tuple[str, str], ...]]
+
+
+def dcgm_pod_labels(snap: Snapshot, gpu_pods: dict[str, tuple[str, str, str | None]] | None) -> PodLabels:
+    """GPU or MIG UUID -> its pod's labels, for the devices of `snap` that `gpu_pods` (ExportState's) lists."""
+    if not gpu_pods:
+        return {}
+    out: PodLabels = {}
+    seen: set[tuple[str, str, str | None]] = set()
+    for g in snap.gpus:
+        for uuid in (g.uuid, *(m.uuid for m in g.mig_devices)):
+            owner = gpu_pods.get(uuid or "")
+            if owner is None or uuid is None:
+                continue
+            if owner not in seen:
+                if len(seen) >= MAX_OWNERS:
+                    continue
+                seen.add(owner)
+            namespace, pod, container = owner
+            pairs = [("namespace", label(namespace)), ("pod", label(pod))]
+            out[uuid] = tuple(pairs + ([("container", label(container))] if container else []))
+    return out
 
 
 # DCGM fields beyond DCGM_FIELDS, from the health reading: (name, help as dcgm-exporter's csv or DCGM's
@@ -752,10 +794,10 @@ _DCGM_PERCENT: list[tuple[str, str, Callable[[Device], int | None]]] = [
 ]
 
 
-def _dcgm_more(snap: Snapshot, hostname: str, xids: Xids | None) -> list[Family]:
-    gpus = [(_dcgm_key(g, hostname), h) for g, h in _healthy(snap)]
+def _dcgm_more(snap: Snapshot, hostname: str, xids: Xids | None, pods: PodLabels) -> list[Family]:
+    gpus = [(_dcgm_key(g, hostname, pods), h) for g, h in _healthy(snap)]
     live = [g for g in snap.gpus if not g.lost]
-    out: list[Family] = [(name, "gauge", doc, [(_dcgm_key(g, hostname), float(v)) for g in live
+    out: list[Family] = [(name, "gauge", doc, [(_dcgm_key(g, hostname, pods), float(v)) for g in live
                                                if (v := get(g)) is not None])
                          for name, doc, get in _DCGM_PERCENT]
     out += _per_gpu(_DCGM_HEALTH, gpus, lambda _: "gauge")
@@ -763,7 +805,7 @@ def _dcgm_more(snap: Snapshot, hostname: str, xids: Xids | None) -> list[Family]
     if xids is not None:
         for g in snap.gpus:
             if g.index in xids.counts and not g.lost:
-                xid[3].append((_dcgm_key(g, hostname), float(xids.last.get(g.index, (0, 0.0))[0])))
+                xid[3].append((_dcgm_key(g, hostname, pods), float(xids.last.get(g.index, (0, 0.0))[0])))
     out.append(xid)
     return out
 

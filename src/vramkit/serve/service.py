@@ -24,6 +24,7 @@ from .metrics import COMPAT_SCHEMES, ExportState, Xids, render
 from .updates import Shown
 
 if TYPE_CHECKING:
+    from ..kubelet import GpuPods
     from ..nvml.backend import XidWatcher
 
 T = TypeVar("T")
@@ -108,6 +109,12 @@ class Service:
         self._shown = Shown()  # the status JSON as the pages following the event stream hold it
         self.gzip_asked = False  # a scraper asked for gzip: the sampler compresses /metrics too
         self.wants_updates: Callable[[], bool] = lambda: False  # the server: an event stream is open
+        # --compat dcgm: the pod each GPU is allocated to, from the kubelet, labels its DCGM series
+        self._gpu_pods: GpuPods | None = None
+        if "dcgm" in options.schemes:
+            from ..kubelet import GpuPods
+
+            self._gpu_pods = GpuPods(getattr(machine.backend, "list_pods", None))
 
     # ------------------------------------------------------------ sampling
     def start(self) -> None:
@@ -181,6 +188,8 @@ class Service:
             # GIL ~10 ms at 8 x 1,000 processes (a scrape that met one waited as long).
             gc.freeze()
         self.state.read_seconds = self.collector.last_read_seconds
+        if self._gpu_pods is not None:
+            self.state.gpu_pods = self._gpu_pods.read(time.monotonic())
         exported = self._read_health(snap)
         # /metrics' body is written here, in the sampling thread, right after the reading, and
         # published with it: a scrape only sends bytes. Built lazily by the scraping thread, a
