@@ -219,8 +219,8 @@ class CgroupMounts:
             return None
         wanted = frozenset(controllers.split(",")) if controllers else None
         for kind, root, point in self._mounts:
-            if (kind is None) != (wanted is None) or (wanted is not None and kind is not None and not wanted <= kind):
-                continue
+            if not (kind is None if wanted is None else kind is not None and wanted <= kind):
+                continue  # another hierarchy
             if root == "/":
                 return point.rstrip("/") + path
             if path == root or path.startswith(root + "/"):
@@ -448,7 +448,7 @@ def from_text(text: str, names: RuntimeNames | None = None,
 
 
 # A Slurm job's processes: what their environment says of the job beyond its cgroup path.
-SLURM_ARRAY_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+SLURM_JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
 
 
 def slurm_gpu_variables() -> tuple[str, ...]:
@@ -462,7 +462,9 @@ def slurm_gpu_variables() -> tuple[str, ...]:
 
 def slurm_variables() -> tuple[str, ...]:
     """What is read of a Slurm job's process's environment (with_environment)."""
-    return SLURM_ARRAY_VARIABLES + slurm_gpu_variables()
+    return SLURM_JOB_VARIABLES + slurm_gpu_variables()
+
+
 MAX_SLURM_GPUS = 64  # entries of a GPU list believed: a node has a handful of GPUs, 7 MIG instances each
 _GPU_ID = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[0-9A-Za-z/-]{1,80}")
 
