@@ -21,7 +21,7 @@ import pytest
 from vramkit.collector import Collector
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, WORKLOAD_COLUMNS, Retention, Store
+from vramkit.history.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Retention, Store
 from vramkit.machine import Machine, open_machine
 
 EPOCH = 1767225600.0  # 2026-01-01 00:00 UTC
@@ -239,9 +239,8 @@ def test_hour_sums_keep_what_raw_rows_said(stepped, tmp_path):
 def _downgrade(path: Path) -> None:
     """What a schema 1 recorder would have left: no hour sums (nor day sums, nor workloads)."""
     with sqlite3.connect(path) as c:
-        c.executescript("".join(f"ALTER TABLE jobs DROP COLUMN {column};" for column, _ in WORKLOAD_COLUMNS)
-                        + "DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; DROP TABLE gpu_hour; "
-                        "DELETE FROM meta WHERE key LIKE 'hour_%'; PRAGMA user_version = 1;")
+        c.executescript("DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; "
+                        "DROP TABLE gpu_hour; DELETE FROM meta WHERE key LIKE 'hour_%'; PRAGMA user_version = 1;")
     c.close()
 
 

@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 from helpers import clean_env, run_vram, vram_argv
 
-from vramkit.history.store import WORKLOAD_COLUMNS
+from vramkit.gpu_state import Device, GpuProcess, Snapshot, Workload
+from vramkit.history import query
+from vramkit.history.recorder import Recorder
+from vramkit.history.store import WORKLOAD_COLUMNS, Store
 
 EPOCH = 1767225600  # 2026-01-01 00:00 UTC
 HOURS = 2
@@ -186,11 +189,10 @@ def test_by_job_is_by_life_with_a_note(recorded):
 
 # ---------------------------------------------------------------- older databases
 def _downgrade(db: Path, version: int) -> None:
-    """Make `db` what a recorder of schema `version` wrote: without the workload columns (and,
-    for 2, without the day sums)."""
+    """Make `db` what a recorder of schema `version` wrote: without the workloads (and, for 2,
+    without the day sums)."""
     with sqlite3.connect(db) as c:
-        for column, _ in WORKLOAD_COLUMNS:
-            c.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        c.execute("DROP TABLE workloads")
         if version < 3:
             c.execute("DROP TABLE proc_day")
             c.execute("DROP TABLE gpu_day")
@@ -211,14 +213,16 @@ def test_an_older_database_still_reports_and_is_upgraded(recorded, tmp_path, ver
     text = run_vram("report", "--db", str(db), *WINDOW, "--by", "pod", env=stepped()).out
     assert f"was recorded before workloads were kept (schema {version})" in text
     assert run_vram("life", str(SLURM), "--db", str(db), env=stepped()).out.splitlines()[1].startswith("  held")
-    # The recorder upgrades it; the lives it goes on with keep no workload, new ones do.
+    # The recorder upgrades it, and the lives it goes on with get their workload when next seen.
     record(db, hours=1, start=SECONDS)
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 4
     later = run_vram("report", "--db", str(db), "--since", f"@{EPOCH}", "--until", f"@{EPOCH + 3 * 3600}",
                      "--json", "--by", "slurm-job", env=stepped())
     assert later.rc == 0, later.err
-    assert {r["slurm_job"] for r in later.json()["rows"]} == {None}  # the same lives, continued
+    jobs = {r["slurm_job"]: r for r in later.json()["rows"]}
+    assert set(jobs) == {48211, None} and jobs[48211]["lives"] == 1  # the same life, continued
+    assert jobs[48211]["gpu_seconds"] == 3 * 3600  # all of it: before the upgrade too
 
 
 # ---------------------------------------------------------------- root's published copy
@@ -245,3 +249,63 @@ def test_another_user_reads_workloads_from_the_published_copy(readable_dir):
     assert other.returncode == 0, other.stderr
     rows = {r["slurm_job"]: r["lives"] for r in json.loads(other.stdout)["rows"]}
     assert rows == {48211: 1, None: 3}
+
+
+# ---------------------------------------------------------------- what becomes known later
+def _snapshot(t: float, workload: Workload) -> Snapshot:
+    proc = GpuProcess(pid=300, gpu=0, gpu_uuid=None, memory=GiB, start_ticks=42, user="alice",
+                      sm_utilization=50, workload=workload)
+    return Snapshot(time=t, gpus=[Device(index=0, utilization=50, processes=[proc])], monotonic=t)
+
+
+def test_a_name_known_later_is_filled_in_and_what_was_written_stays(tmp_path):
+    # The kubelet did not answer at first (the pod has its UID only), then named it; later still
+    # another name is never written over it (a process does not move to another pod).
+    unnamed = Workload(runtime="containerd", container_id=POD_CONTAINER_ID, pod_uid=POD_UID)
+    named = Workload(runtime="containerd", container_id=POD_CONTAINER_ID, pod_uid=POD_UID, pod="train-7f9c",
+                     namespace="nlp", pod_container="trainer")
+    renamed = Workload(runtime="containerd", container_id=POD_CONTAINER_ID, pod_uid=POD_UID, pod="other",
+                       namespace="other", pod_container="other")
+    db = tmp_path / "h.db"
+    store = Store.open(db, write=True)
+    recorder = Recorder(store, 10.0)
+    for i, w in enumerate([unnamed, unnamed, named, named, renamed]):
+        recorder.record(_snapshot(EPOCH + 10 * i, w))
+    recorder.close(now_monotonic=EPOCH + 50)
+    store = Store.open(db)
+    try:
+        rows = query.usage(store, EPOCH, EPOCH + 60, "pod")
+        lives = query.process_lives(store, 300)
+    finally:
+        store.close()
+    assert [(u.key, u.lives, u.gpu_seconds) for u in rows] == [("nlp/train-7f9c", 1, 50.0)]
+    (life,) = lives
+    assert life.workload is not None and (life.workload.pod, life.workload.pod_container) == ("train-7f9c", "trainer")
+
+
+# ---------------------------------------------------------------- hostile values
+BAD = [None, "abc", b"\x00\xff", 1e308, float("-inf"), -9223372036854775808, -1, 1.5, "x" * 100_000,
+       "evil\x1b[31m\n"]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_values_of_the_wrong_kind_in_workloads_are_unknown_never_a_traceback(recorded, tmp_path, cli, bad):
+    db = tmp_path / "bad.db"
+    shutil.copy(recorded, db)
+    with sqlite3.connect(db) as c:
+        c.execute(f"UPDATE workloads SET {', '.join(f'{column} = ?' for column, _ in WORKLOAD_COLUMNS)}",
+                  (bad,) * len(WORKLOAD_COLUMNS))
+    c.close()
+    for by in ("container", "pod", "namespace", "slurm-job", "life"):
+        for out in ("--json", "--csv", "--no-color"):
+            rc, text, err = cli("report", "--db", str(db), *WINDOW, "--by", by, out)
+            assert rc == 0 and err == "", (by, out, err)
+            assert "\x1b" not in text and "x" * 300 not in text
+            if out == "--json":
+                assert sum(r["lives"] for r in json.loads(text)["rows"]) == 4
+    for pid in HELD:
+        rc, text, err = cli("life", str(pid), "--db", str(db), "--json")
+        assert rc == 0 and err == "", err
+        workload = json.loads(text)["lives"][0]["workload"]
+        assert workload is None or all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                       for v in workload.values() if v is not None)

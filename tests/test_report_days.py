@@ -21,7 +21,7 @@ from helpers import clean_env, run_vram
 from vramkit.collector import Collector
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import WORKLOAD_COLUMNS, Retention, Store
+from vramkit.history.store import Retention, Store
 from vramkit.machine import open_machine
 
 EPOCH = 1772841600.0  # 2026-03-07 00:00 UTC; New York and St John's move their clocks on 2026-03-08
@@ -217,8 +217,7 @@ def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tm
     db = tmp_path / "old.db"
     shutil.copy(history, db)
     with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads)
-        c.executescript("".join(f"ALTER TABLE jobs DROP COLUMN {column};" for column, _ in WORKLOAD_COLUMNS)
-                        + "DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
+        c.executescript("DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
     c.close()
     for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums
         store = Store.open(db, write=write)

@@ -481,9 +481,12 @@ class _Life:
     workload: Workload | None = None
 
 
-def _workload_sql(store: Store) -> str:
-    """SQL: the workload columns of `jobs` to select after the others ('' before schema 4)."""
-    return "".join(f", {column}" for column, _ in WORKLOAD_COLUMNS) if store.workloads else ""
+def _workload_sql(store: Store) -> tuple[str, str]:
+    """SQL: the workload's columns to select after those of `jobs`, and the join that brings them
+    (both '' before schema 4)."""
+    if not store.workloads:
+        return "", ""
+    return "".join(f", w.{column}" for column, _ in WORKLOAD_COLUMNS), " LEFT JOIN workloads w ON w.job = jobs.id"
 
 
 def _workload(values: tuple[Any, ...]) -> Workload | None:
@@ -501,10 +504,10 @@ def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
     """The `jobs` rows of these ids (a window's process lives: hundreds, not millions)."""
     out: dict[int, _Life] = {}
     chunk = sorted(ids)
-    extra = _workload_sql(store)
+    extra, join = _workload_sql(store)
     for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
         part = chunk[i:i + 500]
-        for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen{extra} FROM jobs "
+        for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen{extra} FROM jobs{join} "
                          f"WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
             job, pid = typed_int(row[0], "id"), typed_int(row[1], "pid")
             if job is None or pid is None:  # a life without its pid: nothing to show it as
@@ -801,8 +804,9 @@ def process_lives(store: Store, pid: int) -> list[ProcessLife]:
     """Every recorded life of `pid`, newest first, each with its memory over time per GPU. A life
     whose first or last time is not valid takes them from its points; without either it is left out."""
     lives = []
+    extra, join = _workload_sql(store)
     for row in _rows(store, "SELECT id, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
-                     f"memory_byte_seconds, idle_seconds{_workload_sql(store)} FROM jobs WHERE pid = ?", (pid,)):
+                     f"memory_byte_seconds, idle_seconds{extra} FROM jobs{join} WHERE pid = ?", (pid,)):
         job = typed_int(row[0], "id")
         if job is None:
             continue

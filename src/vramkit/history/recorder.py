@@ -16,6 +16,7 @@ A database other users read (store.published) is copied for them by a Publisher 
 from __future__ import annotations
 
 import math
+import operator
 import sqlite3
 import threading
 import time
@@ -66,6 +67,11 @@ class _Job:
     gpus: frozenset[int] | set[int] = frozenset()  # replaced, never changed in place
     peak: int = 0
     gpu_list: str = ""  # `gpus` as the jobs table holds them ("0,3")
+    # Its workload's columns as last written (None: resumed from the file, not compared yet), and
+    # the Workload object they were read from: a process keeps its object while nothing about it
+    # changes (gpu_state.Workload), so the columns are compared only when the object is another.
+    workload: tuple[object, ...] | None = None
+    seen: object = None
 
 
 def _int(value: object) -> int | None:
@@ -113,17 +119,32 @@ def _write_jobs(c: sqlite3.Connection, credit: dict[int, list[float]], seen: Ite
 
 
 _WORKLOAD_NAMES = ", ".join(column for column, _ in WORKLOAD_COLUMNS)
-_WORKLOAD_MARKS = ", ?" * len(WORKLOAD_COLUMNS)
+# A life's row of `workloads`, written or, where there is one, filled in: a part not known before
+# (the pod's name once the kubelet answers, a container's once its state file can be read) is
+# written, a part already written stays (a process does not move to another container, pod or job).
+_WORKLOAD_UPSERT = (f"INSERT INTO workloads (job, {_WORKLOAD_NAMES}) VALUES (?{', ?' * len(WORKLOAD_COLUMNS)}) "
+                    "ON CONFLICT (job) DO UPDATE SET "
+                    + ", ".join(f"{column} = coalesce({column}, excluded.{column})" for column, _ in WORKLOAD_COLUMNS))
+
+
+_WORKLOAD_OF = operator.attrgetter(*(column for column, _ in WORKLOAD_COLUMNS))
+_NO_WORKLOAD = (None,) * len(WORKLOAD_COLUMNS)
 
 
 def _workload_values(p: GpuProcess) -> tuple[object, ...]:
-    """The process's workload as the columns of `jobs` keep it (every one NULL: in none). Text is
-    cut as a command is: a name from a runtime's state file is bounded already, this bounds the rest."""
-    w = p.workload
-    if w is None:
-        return (None,) * len(WORKLOAD_COLUMNS)
-    values = (getattr(w, column) for column, _ in WORKLOAD_COLUMNS)
+    """The process's workload as the columns of `jobs` hold it (every one NULL: in none), as it is
+    (compared every sample: one C call); _cut() bounds its text when it is written."""
+    return _NO_WORKLOAD if p.workload is None else _WORKLOAD_OF(p.workload)
+
+
+def _cut(values: tuple[object, ...]) -> tuple[object, ...]:
+    """Text cut as a command is: a name from a runtime's state file is bounded already, this bounds the rest."""
     return tuple(v[:MAX_COMMAND] if isinstance(v, str) else v for v in values)
+
+
+def _fill_workload(c: sqlite3.Connection, job: int, values: tuple[object, ...]) -> None:
+    """Write a life's workload, or what of it was not known before (_WORKLOAD_UPSERT)."""
+    c.execute(_WORKLOAD_UPSERT, (job, *_cut(values)))
 
 
 def max_gap(interval: float) -> float:
@@ -336,7 +357,13 @@ class Recorder:
             if job is None:
                 base = self._job(c, key, p, snap.time, continuing)
                 # The GPU set is copied only when it grows: memory follows the database after the commit.
-                job = changed[key] = _Job(base.id, snap.time, base.gpus, base.peak, base.gpu_list)
+                job = changed[key] = _Job(base.id, snap.time, base.gpus, base.peak, base.gpu_list, base.workload,
+                                          base.seen)
+                if p.workload is not job.seen or job.workload is None:
+                    values = _workload_values(p)
+                    if values != job.workload and values != _NO_WORKLOAD:  # more is known, or resumed
+                        _fill_workload(c, job.id, values)
+                    job.workload, job.seen = values, p.workload
             if gpu not in job.gpus:
                 job.gpus = job.gpus | {gpu}
                 job.gpu_list = ",".join(map(str, sorted(job.gpus)))
@@ -372,13 +399,15 @@ class Recorder:
         found = _job_row(row)
         if found is not None:
             return found
+        workload = _workload_values(p)
         job_id = c.execute(
-            f"INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
-            f"last_seen, gpus, {_WORKLOAD_NAMES}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ''{_WORKLOAD_MARKS})",
-            (pid, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now,
-             *_workload_values(p))).lastrowid
+            "INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
+            "last_seen, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
+            (pid, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now)).lastrowid
         assert job_id is not None
-        return _Job(job_id, now)
+        if workload != _NO_WORKLOAD:
+            _fill_workload(c, job_id, workload)
+        return _Job(job_id, now, workload=workload, seen=p.workload)
 
     # ------------------------------------------------------------ upkeep
     def _resume(self) -> None:

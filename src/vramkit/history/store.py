@@ -20,10 +20,11 @@ a row per day, process life and GPU, and hours and rows only at the edges. A day
 meta `hour_since` on (an older day lost hours to retention); `vram report --by day` reads them
 where local days are UTC days.
 
-Workloads (schema 4): each process life (a row of `jobs`) keeps whom it worked for, as
-procs/workload.py found it when the life was first seen: its container, Kubernetes pod and Slurm
-job step (WORKLOAD_COLUMNS; NULL: in none, or recorded before schema 4). `vram report --by
-container|pod|namespace|slurm-job` groups by them.
+Workloads (schema 4): the table `workloads` keeps whom a process life (a row of `jobs`, the same
+id) worked for, as procs/workload.py found it: its container, Kubernetes pod and Slurm job step
+(WORKLOAD_COLUMNS). A life in none, or first seen before schema 4, has no row. A table of its own,
+not columns of `jobs`: the recorder updates every life's row of `jobs` each sample, and wider rows
+there cost every sample. `vram report --by container|pod|namespace|slurm-job` groups by them.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ _HOURS_TO_DAY = (f"""
            SUM(util_known_seconds)
     FROM gpu_hour WHERE t >= :day AND t < :day + {DAY} GROUP BY gpu""")
 
-# The columns of `jobs` that keep a life's workload (schema 4): (column, SQL type), each a field
-# of gpu_state.Workload of the same name.
+# The columns of `workloads` that keep a life's workload (schema 4): (column, SQL type), each a
+# field of gpu_state.Workload of the same name.
 WORKLOAD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("runtime", "TEXT"), ("container_id", "TEXT"), ("container_name", "TEXT"), ("image", "TEXT"),
     ("pod_uid", "TEXT"), ("pod", "TEXT"), ("namespace", "TEXT"), ("pod_container", "TEXT"),
@@ -224,8 +225,11 @@ MIGRATIONS: tuple[str, ...] = (
            SUM(util_seconds), SUM(util_known_seconds)
     FROM gpu_hour WHERE true GROUP BY d, gpu;
     """,
-    # 4: each process life's workload (its container, pod, Slurm job); NULL for the lives before.
-    "".join(f"ALTER TABLE jobs ADD COLUMN {column} {kind};\n" for column, kind in WORKLOAD_COLUMNS),
+    # 4: each process life's workload (its container, pod, Slurm job), for the lives in one.
+    f"""
+    CREATE TABLE workloads (
+        job INTEGER PRIMARY KEY, {", ".join(f"{column} {kind}" for column, kind in WORKLOAD_COLUMNS)});
+    """,
 )
 
 
@@ -638,7 +642,7 @@ class Store:
         self.published = published
         self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
         self.day_sums = False  # schema 3 or later: proc_day and gpu_day
-        self.workloads = False  # schema 4 or later: the workload columns of `jobs`
+        self.workloads = False  # schema 4 or later: the table `workloads`
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -1078,3 +1082,4 @@ def _drop_old_jobs(c: sqlite3.Connection) -> None:
     oldest = c.execute(f"SELECT min(t) FROM ({per_tier} UNION ALL SELECT min(t) FROM samples)").fetchone()[0]
     if oldest is not None:
         c.execute("DELETE FROM jobs WHERE last_seen < ?", (oldest,))
+        c.execute("DELETE FROM workloads WHERE job NOT IN (SELECT id FROM jobs)")  # (writers: schema 4)
