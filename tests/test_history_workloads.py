@@ -309,3 +309,15 @@ def test_values_of_the_wrong_kind_in_workloads_are_unknown_never_a_traceback(rec
         workload = json.loads(text)["lives"][0]["workload"]
         assert workload is None or all(isinstance(v, (str, int)) and not isinstance(v, bool)
                                        for v in workload.values() if v is not None)
+
+
+def test_a_container_named_none_is_not_the_group_of_none(recorded, tmp_path, cli):
+    db = tmp_path / "named.db"
+    shutil.copy(recorded, db)
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE workloads SET container_name = '(none)' WHERE runtime = 'docker'")
+    c.close()
+    rc, out, err = cli("report", "--db", str(db), *WINDOW, "--by", "container", "--json")
+    assert rc == 0, err
+    rows = [(r["container"], r["container_id"], r["lives"]) for r in json.loads(out)["rows"]]
+    assert ("(none)", CONTAINER_ID, 1) in rows and (None, None, 2) in rows

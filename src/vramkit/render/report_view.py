@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..history.query import NONE, WORKLOADS, Coverage, Usage
+from ..history.query import WORKLOADS, Coverage, Usage
 from ..procs import sanitize
 from ..procs.workload import describe
 from ..units import format_duration, format_size
@@ -197,8 +197,9 @@ def usage_dict(u: Usage, by: str) -> dict[str, Any]:
 
 
 def _workload_keys(u: Usage, by: str) -> dict[str, Any]:
-    """A workload row's own keys (null in the group of the lives in none: NONE)."""
-    w = u.workload if u.key != NONE else None
+    """A workload row's own keys (null in the group of the lives in none, which has no workload:
+    told by that, not by its name, which a container could also have)."""
+    w = u.workload
     if by == "container":
         return {"container": _clean(u.key) if w else None, "container_id": _clean(w.container_id) if w else None,
                 "runtime": _clean(w.runtime) if w else None}
