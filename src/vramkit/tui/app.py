@@ -114,8 +114,9 @@ class ProcTable(DataTable[str]):
         # DataTable's caches, and when the look changes
         self._lines_drawn: LRUCache[tuple[int, bool, bool], Strip] = LRUCache(256)
         # their cells, by (row, column, text, under the cursor, under the mouse): kept across
-        # refreshes (most texts stay), cleared when the look changes
-        self._cells_drawn: LRUCache[tuple[int, int, str, bool, bool], list[Segment]] = LRUCache(2048)
+        # refreshes (most texts stay), cleared when the look changes; a few screens' worth (a
+        # cache full after a minute, not after several: ELAPSED gives ~30 new texts a second)
+        self._cells_drawn: LRUCache[tuple[int, int, str, bool, bool], list[Segment]] = LRUCache(1024)
 
     def show(self, count: int, values: Callable[[int], list[str]]) -> None:
         """From now on the table has `count` rows, row i's cells being values(i) (built when
@@ -319,7 +320,9 @@ class ProcTable(DataTable[str]):
             return None
         text = self.cell_text(str(column_key.value), value)
         inner = width - 2 * self.cell_padding
-        size = cell_len(value)
+        # ASCII (nearly every cell) is measured by its length: rich's cell_len would keep each text
+        # of every second (ELAPSED) in its cache of 4,096 strings
+        size = len(value) if value.isascii() and value.isprintable() else cell_len(value)
         if text.spans or size > inner or "\n" in value or (text.style and text.justify == "right"):
             return None
         component, post = self._get_styles_to_render_cell(
