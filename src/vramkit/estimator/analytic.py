@@ -23,9 +23,11 @@ from .formulas import (
     OPTIMIZERS,
     PRECISIONS,
     QUANT_BYTES,
+    STEP_MOMENTS,
     TORCHAO_STATES,
     TORCHAO_WEIGHT_ONLY,
     UNQUANTIZED_OUTPUTS,
+    Acts,
     Dtypes,
     GiB,
     MiB,
@@ -47,6 +49,7 @@ from .formulas import (
     prefill_logits,
     quant_bytes,
     softmax_bytes,
+    step_moments,
     t5_inference,
 )
 from .loading import LOADING_PATHS, TORCHAO_CHUNK, reserved_by_loading
@@ -337,21 +340,21 @@ class Setup:
                                 param="new_tokens")
         if self.new_tokens:  # 0 (the prefill alone) is its default
             positive("new_tokens")
-            if self.mode != "infer" or spec.family in ENCODERS or spec.family in ("t5", "vit"):
+            if self.mode != "infer" or spec.family in ENCODERS or spec.encoder_decoder or spec.patches:
                 raise EstimateError("generation is modelled for inference of decoder-only models (--infer)",
                                     param="new_tokens")
         for name in ("adapter", "prefix_len", "new_tokens"):
             if getattr(self, name) and spec.bare:
                 raise EstimateError("needs a model with layers (a config or a catalog name), not a bare count",
                                     param=name)
-        if self.prefix_len and spec.family == "vit":
+        if self.prefix_len and spec.patches:
             raise EstimateError("prefix tuning is for language models, not ViT", param="prefix_len")
         if self.lora_targets is not None:
             bad = [t for t in self.lora_targets if t not in LORA_TARGET_NAMES]
             if bad or not self.lora_targets or not self.lora:
                 raise EstimateError(f"must be some of {', '.join(LORA_TARGET_NAMES)}, with a lora rank"
                                     + (f", not {bad[0]!r}" if bad else ""), param="lora_targets")
-        if self.decoder_seq is not None and spec.family != "t5":
+        if self.decoder_seq is not None and not spec.encoder_decoder:
             raise EstimateError(f"a separate decoder length is for encoder-decoder models (t5), not {spec.family}",
                                 param="decoder_seq")
         if self.ce_chunk is not None and (self.mode != "train" or spec.head != "lm"):
@@ -427,7 +430,7 @@ class Setup:
             raise EstimateError(f"must be at least 0 and less than 1, not {self.lora_dropout!r}", param="lora_dropout")
         if not 0 <= self.fragmentation < 1:
             raise EstimateError("must be at least 0 and less than 1", param="fragmentation")
-        if self.image_size is not None and spec.family == "vit" and self.image_size % spec.patch_size:
+        if self.image_size is not None and spec.patches and self.image_size % spec.patch_size:
             raise EstimateError(f"{self.image_size} is not a multiple of the patch size {spec.patch_size}",
                                 param="image_size")
 
@@ -477,7 +480,7 @@ def round_segments(n: int) -> int:
 
 
 def _default_seq(spec: ModelSpec) -> int:
-    if spec.family in ENCODERS or spec.family == "t5":
+    if spec.family in ENCODERS or spec.encoder_decoder:
         return min(512, spec.max_positions or 512)
     if spec.family == "gpt2":
         return spec.max_positions
@@ -575,7 +578,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     p = params_of(spec, setup.lora, tp, setup.lora_targets,
                   quant_head=setup.quant_head or setup.quant in TORCHAO_WEIGHT_ONLY)
     notes = list(spec.notes)
-    if spec.family == "vit":
+    if spec.patches:
         seq = spec.seq_for_image(setup.image_size)
     else:
         seq = setup.seq or _default_seq(spec)
@@ -587,7 +590,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
             prompt = f"a prompt of {seq}" if setup.seq else f"the default prompt ({seq}, give --seq for a shorter one)"
             raise EstimateError(f"{prompt} + {setup.new_tokens} new tokens reach past {spec.name}'s "
                                 f"{spec.max_positions} positions", param="new_tokens")
-    s_dec = (setup.decoder_seq or seq) if spec.family == "t5" else 0
+    s_dec = (setup.decoder_seq or seq) if spec.encoder_decoder else 0
     terms: list[Term] = []
     b = setup.batch
 
@@ -678,7 +681,44 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         first = dict(moments)
         return _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
 
-    # ---- activations
+    acts = _step_terms(spec, setup, p, dt, seq, s_dec, lora, wt, lw, aw, terms)
+    if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed and not setup.fsdp:
+        extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
+        terms.append(Term("DataParallel extra on GPU 0", extra, f"outputs of {dp - 1} other replicas gathered "
+                          "(+ their loss gradients) and the gradient reduction buffer", "overhead", lifetime="step"))
+        notes.append("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less")
+    if lora:
+        bnb = bool(setup.quant) and setup.quant_backend == "bitsandbytes"
+        where = [w for w, on in ((f"LoRA on {'/'.join(_targets(spec, setup))}", setup.lora),
+                                 (f"bottleneck adapters ({setup.adapter} wide)", setup.adapter),
+                                 (f"a {setup.prefix_len}-token prefix", setup.prefix_len)) if on]
+        notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
+                     "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; " + ", ".join(where)
+                     if bnb else "QLoRA: torchao's NF4 linear keeps only its weight (linear_nf4), no input; "
+                     + ", ".join(where) if setup.quant else "a frozen base: its linears keep no inputs for weight "
+                     "gradients; " + ", ".join(where))
+    if setup.lora and (setup.precision == "bf16-pure" or setup.quant):
+        notes.append("LoRA weights, their gradients and optimizer states in fp32 on the 16-bit base, as PEFT keeps "
+                     "them (autocast_adapter_dtype); --adapter-dtype 16bit for LitGPT and torchtune"
+                     if setup.adapter_dtype == "fp32" else "LoRA weights in 16-bit, as LitGPT and torchtune keep "
+                     "them (PEFT's default is fp32: --adapter-dtype fp32)")
+    notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
+                 "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
+                 "allocated through the next forward and backward")
+    moments = step_moments(terms, setup.checkpointing)  # each moment: the terms alive in it
+    first = step_moments(terms, setup.checkpointing, first=True)
+    result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
+    result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
+    return result
+
+
+def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, s_dec: int, lora: bool, wt: float,
+                lw: int, aw: int, terms: list[Term]) -> Acts:
+    """A training step's activations and transients, appended to `terms`, each with the moments it is alive in:
+    the saved activations, autocast's weight copies, the loss's logits and their gradients, backward's largest
+    gradients, a checkpointed layer's recompute, a quantized base's dequantized weight, the last micro-step's graph
+    where the loop holds it. Returns the activations (their per-layer detail)."""
+    b, tp = setup.batch, setup.tp
     sh = Shape(b=b, s=seq, s_dec=s_dec, tp=tp)
     bnb = bool(setup.quant) and setup.quant_backend == "bitsandbytes"  # torchao's frozen linears keep no input
     acts = activations(spec, sh, dt, setup.attention == "flash", lora, quantized=bnb,
@@ -689,11 +729,11 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                        fp32_compute=bnb and setup.quant == "4bit" and setup.quant_compute_dtype == "fp32" and dt.x == 2
                        and not dt.mixed, quant_head=setup.quant_head, fused_qkv=setup.fused_qkv)
     n_enc = spec.layers
-    n_dec = spec.decoder_layers if spec.family == "t5" else 0
+    n_dec = spec.decoder_layers if spec.encoder_decoder else 0
     outside = sum(v for _, v in acts.outside)
     if setup.checkpointing:
         kept = n_enc * acts.ckpt_layer + n_dec * (b * (sh.s_dec or seq) * spec.hidden * dt.r)
-        if spec.family == "t5":
+        if spec.encoder_decoder:
             kept += n_dec * b * seq * spec.hidden * dt.r  # each decoder layer keeps the encoder output ref
             kept -= n_dec * b * seq * spec.hidden * dt.r  # ... which is one shared tensor
         a_total = kept + outside
@@ -714,17 +754,26 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         act_f = (f"activation offloading: 2 layers' saved tensors in flight (2 × {fmt(per_layer)}) + outside the "
                  f"layers {fmt(outside)} on the GPU; the other {fmt(int(a_total) - on_gpu)} in pinned CPU memory")
         a_total = on_gpu
-    A = Term("activations", int(a_total), act_f, "activations")
-    terms.append(A)
-    cast_copies = 0
-    if dt.mixed and not setup.quant:
+    # saved from the forward until backward uses them; those outside the layers (the head's, the final norm's) are
+    # used and freed before the first checkpointed layer is recomputed
+    terms.append(Term("activations", int(a_total), act_f, "activations",
+                      lifetime=("forward end", "backward start", "recompute"),
+                      sizes={"recompute": int(a_total) - outside}))
+    wrote_copies = dt.mixed and not setup.quant
+    if wrote_copies:  # cached by autocast for the forward; with checkpointing only the head's outlive it
         cast_copies = 2 * p.cast // tp
         terms.append(Term("autocast 16-bit weight copies", cast_copies,
                           f"{p.cast:,} matmul params × 2 B, cached for the forward and kept for backward",
-                          "transient"))
+                          "transient", lifetime=("forward end", "backward start"),
+                          sizes={"backward start": 2 * p.head_cast // tp} if setup.checkpointing else {}))
     # LitGPT's chunked lm_head + cross-entropy: the fp32 copy and the loss gradient one chunk at a time
     chunk_logits = acts.logits if not setup.ce_chunk else acts.logits * min(setup.ce_chunk, s_dec or seq) // (
         s_dec or seq)
+    fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
+    if fwd_logits:
+        terms.append(Term("logits + fp32 copy (loss forward)", fwd_logits, f"{acts.logits:,} logits × {dt.x} B"
+                          + (f" + their fp32 copy for the loss, {chunk_logits:,} × 4 B" if dt.x != 4 else "")
+                          + (f" / tp {tp}" if tp > 1 else ""), "transient", lifetime=("forward end",)))
     logits_extra = 8 * chunk_logits // tp
     # Backward of one layer holds the gradients of its largest activations for a moment (e.g.
     # softmax backward: grad of probs and of scores together).
@@ -733,21 +782,31 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     scores = 0 if setup.attention == "flash" else b * spec.heads * seq * seq * sm // tp
     gx = 4 if spec.ffn == "gelu-new" and dt.mixed else dt.x  # gelu_new's chain runs in fp32 under autocast
     layer_bwd = 2 * max(T * spec.intermediate * gx // tp, scores, T * spec.hidden * dt.r)
+    # the loss's backward runs, and frees its transients, before the last layer's: backward start holds the larger
+    loss_first = logits_extra > layer_bwd
+    # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
+    recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
+    in_recompute = setup.checkpointing and not lora  # a frozen base's recompute has terms of its own (below)
     terms.append(Term("backward temporaries", layer_bwd, f"2 × the largest gradient of one layer: "
                       f"max(b·s·i·{gx}, b·a·s²·{sm}" + (" (eager)" if scores else " (0 with flash)")
-                      + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient"))
+                      + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient",
+                      lifetime=("backward start", "recompute") if in_recompute else ("backward start",),
+                      sizes={"backward start": 0 if loss_first else layer_bwd, "recompute": recompute_bwd}))
     if logits_extra:
         terms.append(Term("loss-gradient transients (fp32)", logits_extra,
                           f"grad of log-softmax + grad of logits: {chunk_logits:,} logits × 8 B"
-                          + (f" (one chunk of {setup.ce_chunk} tokens)" if setup.ce_chunk else ""), "transient"))
+                          + (f" (one chunk of {setup.ce_chunk} tokens)" if setup.ce_chunk else ""), "transient",
+                          lifetime=("backward start",), sizes={} if loss_first else {"backward start": 0}))
     if setup.checkpointing:
         recast = dt.mixed and not setup.quant  # bitsandbytes' weights are not autocast's to cast
         terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if recast else 0),
                           f"one layer's activations rebuilt in backward: {fmt(recompute)}"
-                          + (" + its 16-bit weights" if recast else ""), "transient"))
-        # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
-        recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
-        if lora:  # a frozen base: no weight gradients at the recompute, but the rebuilt layer's activation
+                          + (" + its 16-bit weights" if recast else ""), "transient", lifetime=("recompute",)))
+        if in_recompute:
+            terms.append(Term("gradients (head and one layer)", int(p.largest_layer * wt) // tp,
+                              f"the gradients written by then: the largest layer's, {p.largest_layer:,} × {wt:g} B"
+                              + (f" / tp {tp}" if tp > 1 else ""), "gradients", lifetime=("recompute",)))
+        else:  # a frozen base: no weight gradients at the recompute, but the rebuilt layer's activation
             # gradients beside its saved tensors (traced, HF llama/qwen3 + PEFT, b1 s32 to b2 s1024): the layer
             # output's gradient, then either the feed-forward's backward (the down-projection input's gradient
             # with those of the activation's inputs: gate and up of a gated feed-forward, 3 alive, else 2) or
@@ -765,82 +824,19 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                                   f"the larger of {ffn_f}, and the eager attention's, 2 × b·a·s²·{sm} + v's "
                                   f"b·s·h·{dt.x} B less the feed-forward's {fmt(acts.ffn)}"
                                   + (f" and the probabilities' copy {fmt(probs)}" if probs else "") + " freed by then"
-                                  if scores else ffn_f), "transient"))
+                                  if scores else ffn_f), "transient", lifetime=("recompute",)))
     if setup.quant:
         terms.append(replace(_quant_transient(spec, p, setup, b * seq, train=True), lifetime="step"))
-    named = {t.name: t.bytes for t in terms}
-    always = {t.name: t.bytes for t in terms if t.whole_step}  # each term says whether it lives the whole step
-    grads = {G.name: G.bytes}
-    # later micro-steps run with gradients held; so does every step when zero_grad keeps them
-    g_acc = grads if setup.grad_accum > 1 or not setup.zero_grad_to_none else {}
-    copies_bwd = cast_copies if not setup.checkpointing else (2 * p.head_cast // tp if cast_copies else 0)
-    fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
-    held: dict[str, int] = {}
     if setup.keeps_last_graph:
         ctx_held = bnb_held_inputs(spec, b * seq, dt, setup.quant == "4bit" and setup.quant_compute_dtype == "fp32"
                                    and dt.x == 2 and not dt.mixed, setup.fused_qkv, setup.quant_head) \
             if bnb else 0
-        held_t = Term("last micro-step's graph (held by the loop)", ctx_held + dt.x * acts.logits // tp,
-                      f"its logits {fmt(dt.x * acts.logits // tp)}" + (
-                          f" + the inputs bitsandbytes' matmuls keep as ctx attributes (MatMul4Bit ctx.tensors: freed "
-                          f"with the graph, not by backward) {fmt(ctx_held)}" if ctx_held else ""), "activations")
-        terms.append(held_t)
-        held = {held_t.name: held_t.bytes}
-
-    # FSDP: the gathered units live through forward and backward (resharded before the optimizer
-    # step); one unit's full gradient waits for its reduce-scatter in backward
-    gathered = {n: named[n] for n in ("FSDP gathered units",) if n in named}
-    unit_grad = {n: named[n] for n in ("FSDP unit gradient",) if n in named}
-
-    def moments_with(o_bytes: int) -> dict[str, dict[str, int]]:
-        base = {**always, **gathered, Opt.name: o_bytes}
-        m = {"forward end": {**base, **g_acc, **held, A.name: A.bytes, "autocast 16-bit weight copies": cast_copies,
-                             "logits + fp32 copy (loss forward)": fwd_logits},
-             "backward start": {**base, **g_acc, **held, **unit_grad, A.name: A.bytes,
-                                "autocast 16-bit weight copies": copies_bwd,
-                                **({"loss-gradient transients (fp32)": logits_extra} if logits_extra > layer_bwd
-                                   else {"backward temporaries": layer_bwd})},
-             "backward end": {**base, **grads, **unit_grad},
-             "optimizer step": {**always, **grads, Opt.name: Opt.bytes, T_opt.name: T_opt.bytes}}
-        if setup.checkpointing:
-            m["recompute"] = {**base, **g_acc, **held, A.name: A.bytes - outside,
-                              "recomputed layer": named["recomputed layer"],
-                              **({"recompute gradients (frozen base)": named["recompute gradients (frozen base)"]}
-                                 if lora else {"backward temporaries": recompute_bwd,
-                                               "gradients (head and one layer)": int(p.largest_layer * wt) // tp})}
-        return m
-
-    moments = moments_with(Opt.bytes)
-    first = moments_with(0)  # the first step: no optimizer states, no gradients of a step before
-    if setup.zero_grad_before_backward:
-        moments["forward end"].update(grads)
-    if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed and not setup.fsdp:
-        extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
-        terms.append(Term("DataParallel extra on GPU 0", extra, f"outputs of {dp - 1} other replicas gathered "
-                          "(+ their loss gradients) and the gradient reduction buffer", "overhead"))
-        for m in (*moments.values(), *first.values()):
-            m["DataParallel extra on GPU 0"] = extra
-        notes.append("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less")
-    if lora:
-        where = [w for w, on in ((f"LoRA on {'/'.join(_targets(spec, setup))}", setup.lora),
-                                 (f"bottleneck adapters ({setup.adapter} wide)", setup.adapter),
-                                 (f"a {setup.prefix_len}-token prefix", setup.prefix_len)) if on]
-        notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
-                     "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; " + ", ".join(where)
-                     if bnb else "QLoRA: torchao's NF4 linear keeps only its weight (linear_nf4), no input; "
-                     + ", ".join(where) if setup.quant else "a frozen base: its linears keep no inputs for weight "
-                     "gradients; " + ", ".join(where))
-    if setup.lora and (setup.precision == "bf16-pure" or setup.quant):
-        notes.append("LoRA weights, their gradients and optimizer states in fp32 on the 16-bit base, as PEFT keeps "
-                     "them (autocast_adapter_dtype); --adapter-dtype 16bit for LitGPT and torchtune"
-                     if setup.adapter_dtype == "fp32" else "LoRA weights in 16-bit, as LitGPT and torchtune keep "
-                     "them (PEFT's default is fp32: --adapter-dtype fp32)")
-    notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
-                 "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
-                 "allocated through the next forward and backward")
-    result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
-    result.activation_detail = [(n, v) for n, v in acts.layer_terms if v]
-    return result
+        terms.append(Term("last micro-step's graph (held by the loop)", ctx_held + dt.x * acts.logits // tp,
+                          f"its logits {fmt(dt.x * acts.logits // tp)}" + (
+                              f" + the inputs bitsandbytes' matmuls keep as ctx attributes (MatMul4Bit ctx.tensors: "
+                              f"freed with the graph, not by backward) {fmt(ctx_held)}" if ctx_held else ""),
+                          "activations", lifetime=("forward end", "backward start", "recompute")))
+    return acts
 
 
 def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_dec: int, terms: list[Term],
@@ -871,11 +867,11 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
                               "transformers masking_utils)", "transient"))
         elif kv:
             terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
-        if setup.cache_views and spec.family == "gpt2":
+        if setup.cache_views and spec.qkv_views:
             terms.append(Term("q beside the cache (fused qkv)", kv // 2, "the cache keeps views of GPT-2's "
                               "fused qkv projection (transformers < 4.54), so its q third stays allocated "
                               "through the prefill", "kv"))
-        if spec.family == "t5":  # the encoder's forward, then the decoder's prefill beside the cache
+        if spec.encoder_decoder:  # the encoder's forward, then the decoder's prefill beside the cache
             encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
             terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
             encoder_only = {name for name, _, _ in encoder}
@@ -982,9 +978,19 @@ def _model_states(spec: ModelSpec, setup: Setup, p: Params, pt: int, wt: float, 
         if tmp:
             tmp = min(tmp, (2 if setup.foreach_denom_copy else 1) * one * wt)
             tmp_f = f"one parameter's step at a time (its own optimizer): {one:,} × {wt:g} B"
-    return (Term("gradients", int(g), grad_f, "gradients"),
-            Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer"),
-            Term("optimizer-step temporaries", int(tmp), tmp_f, "transient"))
+    # the gradients live from backward to the optimizer step; later micro-steps run with them held, and so does
+    # every step when zero_grad keeps them; zeroed before backward, they are in the next forward too (not the first)
+    held = setup.grad_accum > 1 or not setup.zero_grad_to_none
+    g_life: tuple[str, ...] = ("backward end", "optimizer step") + (
+        ("forward end", "backward start", "recompute") if held else ())
+    zeroed_late = setup.zero_grad_before_backward and not held
+    return (Term("gradients", int(g), grad_f, "gradients", lifetime=g_life + (("forward end",) if zeroed_late else ()),
+                 first_step=g_life if zeroed_late else None),
+            # the states live through every moment from the first update on (torch creates them lazily): not
+            # whole_step, which is every moment of every step
+            Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer", lifetime=STEP_MOMENTS,
+                 first_step=("optimizer step",)),
+            Term("optimizer-step temporaries", int(tmp), tmp_f, "transient", lifetime=("optimizer step",)))
 
 
 def _static_len(spec: ModelSpec, setup: Setup) -> int:
@@ -1119,7 +1125,8 @@ def _fsdp_gathered(p: Params, w: float) -> Term:
     root = p.total - _in_layers(p)
     live = root + 2 * p.largest_layer
     return Term("FSDP gathered units", int(live * w), f"(root unit {root:,} + 2 layers × {p.largest_layer:,}) "
-                f"params × {w:g} B: the root, the layer computed and the next one prefetched", "transient")
+                f"params × {w:g} B: the root, the layer computed and the next one prefetched", "transient",
+                lifetime=("forward end", "backward start", "backward end", "recompute"))  # resharded before the step
 
 
 def _quantized_tensor(name: str, shape: tuple[int, ...], cast: bool, quant_head: bool) -> bool:
@@ -1176,7 +1183,7 @@ def _fsdp_unit_gradient(spec: ModelSpec, p: Params, trainable: int, w: float, dp
     unit = max(p.largest_layer, p.total - _in_layers(p)) if not trainable else -(-trainable // max(1, layers))
     size = unit + -(-unit // dp)
     return Term("FSDP unit gradient", int(size * w), f"the largest unit's gradient {unit:,} + its reduce-scattered "
-                f"shard {-(-unit // dp):,}, × {w:g} B", "transient")
+                f"shard {-(-unit // dp):,}, × {w:g} B", "transient", lifetime=("backward start", "backward end"))
 
 
 def _targets(spec: ModelSpec, setup: Setup) -> tuple[str, ...]:
@@ -1184,7 +1191,7 @@ def _targets(spec: ModelSpec, setup: Setup) -> tuple[str, ...]:
 
 
 def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int, s_dec: int = 0) -> str:
-    if spec.family == "t5":
+    if spec.encoder_decoder:
         return f"2 × {spec.decoder_layers} layers × {b} × ({s_dec or s} self + {s} cross) × {spec.inner} × {x} B"
     window = spec.sliding_window and s > spec.sliding_window
     tokens = f"{s} tokens (all of the prefill; {spec.sliding_window} once decoding goes on: the sliding window)" \

@@ -56,14 +56,42 @@ class Term:
     bytes: int
     formula: str
     kind: str  # weights | gradients | optimizer | activations | transient | overhead | kv
-    # "step": alive through every moment of a training step (forward, backward, optimizer step), whatever its
-    # kind (weights are; so are DDP's and DeepSpeed's buffers, ZeRO-3's gathered layers, a quantized base's
-    # dequantized weight); "": the moments that name it
-    lifetime: str = ""
+    # The moments of a training step (STEP_MOMENTS) the term is alive in: "step" for every one, whatever its kind
+    # (weights always are; so are DDP's and DeepSpeed's buffers, ZeRO-3's gathered layers, a quantized base's
+    # dequantized weight), else the moments' names. A training term without one is refused (step_moments), so a
+    # new term cannot silently miss the peak.
+    lifetime: str | tuple[str, ...] = ""
+    sizes: dict[str, int] = field(default_factory=dict)  # a moment where it is alive at another size than `bytes`
+    first_step: tuple[str, ...] | None = None  # its lifetime in the first step, where that differs
 
     @property
     def whole_step(self) -> bool:
         return self.kind == "weights" or self.lifetime == "step"
+
+    def alive_in(self, moment: str, first: bool = False) -> bool:
+        if first and self.first_step is not None:
+            return moment in self.first_step
+        return self.whole_step or (isinstance(self.lifetime, tuple) and moment in self.lifetime)
+
+    def at(self, moment: str) -> int:
+        """Its bytes at `moment` (alive there)."""
+        return self.sizes.get(moment, self.bytes)
+
+
+# The moments of a training step, in order: the end of the forward (activations, the loss's logits), the start of
+# backward (the loss's and the last layer's gradients), a checkpointed layer's recompute, the end of backward (the
+# gradients), the optimizer step (its states' update)
+STEP_MOMENTS = ("forward end", "backward start", "backward end", "optimizer step", "recompute")
+
+
+def step_moments(terms: list[Term], checkpointing: bool, first: bool = False) -> dict[str, dict[str, int]]:
+    """Each moment of a training step: the terms alive in it, at their size there. `first`: the first step
+    (terms whose first_step says otherwise: no optimizer states before the first update)."""
+    for t in terms:
+        if not t.whole_step and not t.lifetime:
+            raise ValueError(f"the training term {t.name!r} says no lifetime (the moments it is alive in)")
+    moments = STEP_MOMENTS if checkpointing else STEP_MOMENTS[:-1]
+    return {m: {t.name: t.at(m) for t in terms if t.alive_in(m, first)} for m in moments}
 
 
 @dataclass
@@ -141,7 +169,8 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
     shapes = param_shapes(spec)
     total = sum(numel(s) for _, s, _ in shapes)
     cast = sum(numel(s) for _, s, c in shapes if c)
-    if (spec.arch == "gpt" and spec.tied) or (spec.head == "lm" and spec.tied and spec.family in (*ENCODERS, "t5")):
+    lm_tied = spec.head == "lm" and spec.tied and (spec.family in ENCODERS or spec.encoder_decoder)
+    if (spec.arch == "gpt" and spec.tied) or lm_tied:
         # The tied LM head multiplies by the (embedding) matrix: autocast casts it too.
         emb = next(s for n, s, _ in shapes if n in ("wte", "shared", "embeddings.word"))
         cast += numel(emb)
@@ -220,7 +249,7 @@ def _norm(spec: ModelSpec, tokens: int, width: int, dt: Dtypes, input_bytes: int
     if spec.rmsnorm and frozen and spec.arch == "llama":
         return tokens * width * 4 + tokens * 4
     if spec.rmsnorm:
-        if spec.arch == "llama" and dt.r == 2 and spec.family != "gemma":  # Gemma's stays fp32: (1 + w) · x
+        if spec.arch == "llama" and dt.r == 2 and not spec.offset_norm:  # Gemma's stays fp32: (1 + w) · x
             return tokens * width * (4 + 2) + tokens * 4
         return tokens * width * 8 + tokens * 4
     return tokens * width * (input_bytes or dt.r) + tokens * 8
@@ -291,7 +320,7 @@ def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, keeps: frozenset[str], tp: in
     out.append(("feed-forward input" + (" (16-bit casts)" if dt.mixed else ""),
                 _lin_in(tokens, spec.hidden, len(keeps & {"gate", "up"}) if gated else 1, dt,
                         saved=bool(keeps & {"gate", "up"}))))
-    inner_drop = spec.family == "t5" and spec.hidden_dropout > 0
+    inner_drop = spec.encoder_decoder and spec.hidden_dropout > 0
     if spec.ffn == "relu":
         per = dt.x + ((1 + dt.x) if inner_drop else 0)  # relu keeps its output = the down input
         what = "relu output" + (" + dropout mask + dropped" if inner_drop else "")
@@ -470,12 +499,12 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
                     ("log-softmax output (fp32)", T * spec.vocab * 4 // sh.tp),
                     ("input ids and labels", T * 8 * 2)]
         acts.logits = T * spec.vocab
-    elif fam == "vit":
+    elif spec.patches:
         img = spec.seq_for_image(None) and b * spec.channels * (spec.patch_size ** 2) * (s - 1)
         outside += [("image (patch-embedding input)", img * (2 if dt.mixed else dt.x if dt.r == 2 else 4)),
                     ("final norm", _norm(spec, T, h, dt)),
                     ("classifier input", b * h * 2 if dt.mixed else T * h * dt.n)]
-    elif fam == "t5":
+    elif spec.encoder_decoder:
         sd = sh.s_dec or s
         Td = b * sd
         dec_self = _attention(spec, sh, dt, flash, keeps, sd, sd + prefix)
@@ -515,7 +544,7 @@ def model_buffers(spec: ModelSpec) -> tuple[str, int, str] | None:
     """(name, bytes, formula) of a buffer the family's HF model class allocates beside its parameters:
     GPT-BigCode keeps a max_positions² bool causal mask (`self.bias`, not persistent: built at init and
     moved to the GPU with the model, though transformers 5 masks through masking_utils instead)."""
-    if spec.family != "gpt_bigcode" or not spec.max_positions:
+    if not spec.mask_buffer or not spec.max_positions:
         return None
     n = spec.max_positions
     return ("causal-mask buffer", n * n, f"{n:,} × {n:,} × 1 B (GPT-BigCode's bool `bias`, max positions²)")
@@ -529,7 +558,7 @@ def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 
         # a view of the last window tokens, which holds the whole prefill's keys and values until the
         # next token (traced); only then is the cache window-sized
         return 2 * spec.layers * b * s * spec.kv_heads * spec.head_dim * x // tp
-    if spec.family == "t5":  # decoder self-attention + cross-attention caches
+    if spec.encoder_decoder:  # decoder self-attention + cross-attention caches
         return 2 * spec.decoder_layers * b * ((s_dec or s) + s) * spec.inner * x // tp
     return 0
 
@@ -594,7 +623,7 @@ def inference_working_set(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bo
         qkv = 3 * T * inner
         if hf:
             qkv = hf_attention_inputs(spec, T)
-        if spec.family == "bloom":  # alibi.baddbmm's scores stay bound beside the masked sum, and the
+        if spec.positions == "alibi":  # alibi.baddbmm's scores stay bound beside the masked sum, and the
             # previous block's probabilities are still held; its query is reshaped into a copy
             score_bytes += (2 if spec.layers > 1 else 1) * dt.x
             qkv = 4 * T * inner
@@ -757,7 +786,7 @@ def hf_attention_inputs(spec: ModelSpec, T: int) -> int:
     attention (one kv head expands as a view; as many as heads: the cache itself)."""
     inner = spec.inner
     held = T * (inner + 2 * spec.kv_heads * spec.head_dim) if spec.fused_qkv else 0
-    if spec.positions == "rotary" or spec.family == "opt":
+    if spec.positions == "rotary" or spec.scaled_q:
         held += T * inner
     if _repeats_kv(spec):
         held += 2 * T * inner

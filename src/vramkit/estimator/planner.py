@@ -199,7 +199,7 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
         if setup.optimizer in ("adamw", "adafactor") and not setup.lora:
             consider("8-bit AdamW", optimizer="adamw-8bit")
         _behaviour_remedies(setup, spec, consider)
-        if spec.family != "vit":
+        if not spec.patches:
             seq = base.seq // 2
             if seq >= 16:
                 consider(f"shorter sequences ({seq})", seq=seq)
@@ -238,7 +238,7 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
             fewer = setup.new_tokens // 2
             consider(f"{fewer} new token{'s' if fewer > 1 else ''} (--new-tokens {fewer})", must_help=True,
                      new_tokens=fewer)
-        if spec.family != "vit" and base.seq // 2 >= 16:  # the prompt: what generation starts from
+        if not spec.patches and base.seq // 2 >= 16:  # the prompt: what generation starts from
             consider(f"shorter prompt: {base.seq // 2} tokens (--seq {base.seq // 2})", must_help=True,
                      seq=base.seq // 2)
         for q in ("8bit", "4bit"):

@@ -84,11 +84,11 @@ class T5LayerNorm(LlamaRMSNorm):
 
 
 def _norm(spec: ModelSpec, width: int, opt: Options) -> nn.Module:
-    if spec.family == "gemma":
+    if spec.offset_norm:
         return GemmaRMSNorm(width)
     if spec.arch == "llama":
         return LlamaRMSNorm(width)
-    if spec.family == "t5":
+    if spec.encoder_decoder:
         return T5LayerNorm(width)
     return LayerNorm(width, opt, eps=1e-5 if spec.arch == "gpt" else 1e-12)
 
@@ -151,10 +151,10 @@ class Attention(nn.Module):
         if self.opt.flash:
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype),
                                                  is_causal=self.causal and bias is None,
-                                                 scale=1.0 if spec.family == "t5" else None)
+                                                 scale=1.0 if spec.encoder_decoder else None)
         else:
             scores = torch.matmul(q, k.transpose(-1, -2))
-            if spec.family != "t5":
+            if not spec.encoder_decoder:
                 scores = scores / math.sqrt(d)
             if bias is not None:
                 scores = scores + bias.to(scores.dtype)
@@ -245,7 +245,7 @@ class FeedForward(nn.Module):
             y = F.relu(self.up(x))
         else:
             y = F.gelu(self.up(x), approximate="tanh" if spec.arch == "gpt" else "none")
-        if spec.family == "t5":
+        if spec.encoder_decoder:
             y = _dropout(y, spec.hidden_dropout, self.training)
         return self.down(y)
 
@@ -351,7 +351,7 @@ class DecoderModel(nn.Module):
         self.spec = spec
         h = spec.hidden
         self.embed = nn.Embedding(spec.vocab, h)
-        self.offset = 2 if spec.family == "opt" else 0  # OPT's positions start at 2
+        self.offset = spec.position_offset  # OPT's positions start at 2
         learned = spec.arch == "gpt" and spec.positions == "learned"
         self.wpe = nn.Embedding(spec.max_positions + self.offset, h) if learned else None
         self.embed_norm = _norm(spec, h, opt) if spec.embed_norm else None
@@ -377,7 +377,7 @@ class DecoderModel(nn.Module):
         spec = self.spec
         s = ids.shape[1]
         x = self.embed(ids)
-        if spec.family == "gemma":  # scaled by sqrt(hidden), in the embedding's dtype
+        if spec.embedding_scale:  # scaled by sqrt(hidden), in the embedding's dtype
             x = x * torch.tensor(spec.hidden ** 0.5, dtype=x.dtype)
         if self.embed_norm is not None:
             x = self.embed_norm(x)
@@ -482,9 +482,9 @@ def build(spec: ModelSpec, opt: Options) -> nn.Module:
         return EncoderModel(spec, opt)
     if spec.arch in ("gpt", "llama"):
         return DecoderModel(spec, opt)
-    if spec.family == "t5":
+    if spec.encoder_decoder:
         return T5Model(spec, opt)
-    if spec.family == "vit":
+    if spec.patches:
         return ViTModel(spec, opt)
     raise ValueError(f"no reference model for {spec.family!r}")
 
@@ -492,7 +492,7 @@ def build(spec: ModelSpec, opt: Options) -> nn.Module:
 def batch_for(spec: ModelSpec, b: int, s: int, device: Any = None, dtype: Any = torch.float32,
               s_dec: int | None = None) -> dict[str, Any]:
     """Random inputs of the right shape for one step (`s_dec`: T5's decoder length, default `s`)."""
-    if spec.family == "vit":
+    if spec.patches:
         size = spec.image_size
         return {"pixels": torch.randn(b, spec.channels, size, size, device=device, dtype=dtype),
                 "labels": torch.randint(0, spec.num_labels, (b,), device=device)}

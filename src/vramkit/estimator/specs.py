@@ -81,6 +81,15 @@ class ModelSpec:
     sliding_window: int = 0  # Mistral: attention (and a sliding-window KV cache) sees this many tokens
     experts: int = 0  # Mixtral: feed-forward experts per layer (every one's weights on the GPU)
     top_k: int = 0  # ... of which each token is routed through top_k
+    # traits of a family's code, set where its config is read (_from_config), named for what they do
+    encoder_decoder: bool = False  # T5: an encoder and a decoder with cross-attention (a decoder length of its own)
+    patches: bool = False  # ViT: the input is an image cut into patches (the sequence: the patch count + 1)
+    embedding_scale: bool = False  # Gemma: the embeddings are multiplied by sqrt(hidden)
+    offset_norm: bool = False  # Gemma: RMSNorm scales by (1 + w), computed in fp32 whatever the dtype
+    scaled_q: bool = False  # OPT: q is multiplied by the scale after its projection (a tensor of its own)
+    position_offset: int = 0  # OPT: the learned positions start at 2 (the table has 2 more rows)
+    mask_buffer: bool = False  # GPT-BigCode: a max_positions² bool causal mask kept as a buffer (`self.bias`)
+    qkv_views: bool = False  # GPT-2: q, k and v are views of the fused projection's output (the cache kept them)
     params: int = 0  # only for family "params"
     source: str = "catalog"
     notes: tuple[str, ...] = field(default=())
@@ -124,7 +133,7 @@ class ModelSpec:
         if head == "cls" and self.arch in ("gpt", "llama", "t5"):
             raise EstimateError(f"{self.name}: only the language-model head (lm) is modelled for {self.family}",
                                 param="head")
-        if head == "lm" and self.family == "vit":
+        if head == "lm" and self.patches:
             raise EstimateError(f"{self.name}: a ViT has no language-model head (use cls)", param="head")
         return replace(self, head=head)
 
@@ -253,7 +262,7 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
 def _check_shape(spec: ModelSpec, name: str) -> None:
     """What every formula divides by or builds a shape from, and what bounds the per-layer walks."""
     sizes = ["hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate"]
-    sizes += ["image_size", "patch_size", "channels"] if spec.family == "vit" else ["vocab"]
+    sizes += ["image_size", "patch_size", "channels"] if spec.patches else ["vocab"]
     for size in sizes:
         if getattr(spec, size) < 1:  # 0 from the config, or a width narrower than its heads (head_dim = h // heads)
             raise EstimateError(f"{name}: {size} must be at least 1, not {getattr(spec, size)} "
@@ -316,7 +325,8 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="gpt2", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=_opt_int(cfg, "n_inner", 4 * h),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "n_positions", 1024),
-            embedding_size=h, tied=True, fused_qkv=True, attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
+            embedding_size=h, tied=True, fused_qkv=True, qkv_views=True,
+            attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
             ffn="gelu-new" if _opt(cfg, "activation_function", "gelu_new") == "gelu_new" else "gelu",
             hidden_dropout=_rate(cfg, "resid_pdrop", 0.1), head="lm", source=source)
     if mtype == "gpt_bigcode":  # StarCoder, SantaCoder: GPT-2 with multi-query attention
@@ -328,7 +338,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="gpt_bigcode", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=1 if mqa else heads, head_dim=h // heads, kv_width=h // heads if mqa else 0,
             intermediate=_opt_int(cfg, "n_inner", 4 * h), vocab=_need(cfg, "vocab_size", where=where),
-            max_positions=_opt_int(cfg, "n_positions", 8192), embedding_size=h, fused_qkv=True,
+            max_positions=_opt_int(cfg, "n_positions", 8192), embedding_size=h, fused_qkv=True, mask_buffer=True,
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
             ffn="gelu-new" if act == "gelu_new" else "gelu", hidden_dropout=_rate(cfg, "resid_pdrop", 0.1),
             head="lm", source=source)
@@ -357,6 +367,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "ffn_dim", "intermediate_size", where=where),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "max_position_embeddings", 2048),
             embedding_size=h, ffn="relu" if act == "relu" else "gelu", qkv_bias=bool(_opt(cfg, "enable_bias", True)),
+            scaled_q=True, position_offset=2,
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=_rate(cfg, "attention_dropout", 0.0),
             hidden_dropout=_rate(cfg, "dropout", 0.1), head="lm", source=source)
     if mtype == "bloom":
@@ -383,6 +394,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             max_positions=_opt_int(cfg, "max_position_embeddings", 4096), embedding_size=h,
             ffn="gated-gelu" if act.startswith("gelu") else "swiglu", positions="rotary",
             tied=bool(_opt(cfg, "tie_word_embeddings", mtype == "gemma")),
+            embedding_scale=mtype == "gemma", offset_norm=mtype == "gemma",
             qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")), qk_norm=mtype == "qwen3",
             sliding_window=_whole("sliding_window", window or 0), experts=experts,
             top_k=_opt_int(cfg, "num_experts_per_tok", 2) if experts else 0,
@@ -396,6 +408,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             kv_heads=_need(cfg, "num_heads", where=where), head_dim=_need(cfg, "d_kv", where=where),
             intermediate=_need(cfg, "d_ff", where=where), vocab=_need(cfg, "vocab_size", where=where),
             decoder_layers=_opt_int(cfg, "num_decoder_layers", layers, least=0), embedding_size=h,
+            encoder_decoder=True,
             ffn="gated-gelu" if proj.startswith("gated") else "relu",
             tied=bool(_opt(cfg, "tie_word_embeddings", True)), qkv_bias=False,
             attn_dropout=_rate(cfg, "dropout_rate", 0.1), hidden_dropout=_rate(cfg, "dropout_rate", 0.1),
@@ -411,7 +424,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="vit", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
             image_size=_need(cfg, "image_size", where=where), patch_size=_need(cfg, "patch_size", where=where),
-            channels=_opt_int(cfg, "num_channels", 3), embedding_size=h,
+            channels=_opt_int(cfg, "num_channels", 3), embedding_size=h, patches=True,
             attn_dropout=_rate(cfg, "attention_probs_dropout_prob", 0.0),
             hidden_dropout=_rate(cfg, "hidden_dropout_prob", 0.0), num_labels=_whole("num_labels", labels, least=1),
             head="cls", source=source)
@@ -652,7 +665,7 @@ def param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...], bool]]:
     if spec.arch == "gpt":
         out.append(("wte", (v, h), False))
         if spec.positions == "learned":  # OPT's table has 2 more rows (its positions start at 2)
-            out.append(("wpe", (spec.max_positions + (2 if fam == "opt" else 0), h), False))
+            out.append(("wpe", (spec.max_positions + spec.position_offset, h), False))
         if spec.embed_norm:
             norm("embed_norm", h)
         kv = spec.kv_width or h  # GPT-BigCode's multi-query c_attn: q, then one head each of k and v
@@ -697,7 +710,7 @@ def param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...], bool]]:
         if not spec.tied:
             lin("lm_head", h, v, False)
         return out
-    if fam == "t5":
+    if spec.encoder_decoder:
         inner = spec.inner
         out.append(("shared", (v, h), False))
 
@@ -728,7 +741,7 @@ def param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...], bool]]:
         if not spec.tied:
             lin("lm_head", h, v, False)
         return out
-    if fam == "vit":
+    if spec.patches:
         n_patches = (spec.image_size // spec.patch_size) ** 2
         out.append(("patch.weight", (h, spec.channels, spec.patch_size, spec.patch_size), True))
         out.append(("patch.bias", (h,), True))

@@ -372,9 +372,9 @@ class ReferenceRun:
             raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
                                    "analytic estimate models it)")
         torch = _torch()  # after the checks: what cannot be traced is said with or without torch
-        if setup.image_size and spec.family == "vit":
+        if setup.image_size and spec.patches:
             spec = replace(spec, image_size=setup.image_size)
-        seq = spec.seq_for_image(None) if spec.family == "vit" else (setup.seq or _default_seq(spec))
+        seq = spec.seq_for_image(None) if spec.patches else (setup.seq or _default_seq(spec))
         return cls(spec=spec, setup=setup, seq=seq,
                    mixed=setup.mode == "train" and setup.precision in ("fp16", "bf16"),
                    pure=setup.precision == "bf16-pure" or (setup.mode == "infer" and setup.precision != "fp32"),
