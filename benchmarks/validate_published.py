@@ -75,6 +75,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
                         "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
                         "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
                         "hidden_act": "gelu", "tie_word_embeddings": True},
+    # transformers' benchmark docs: PyTorchBenchmark on configs built in the script (BertConfig(), with
+    # hidden_size=384, with num_hidden_layers=6): no `architectures`, so MODEL_MAPPING's BertModel (the pooler, no
+    # task head; ours adds the 2-label classifier's 1,538 parameters)
+    "bert-base (BertConfig())": dict(MODELS["bert-base-uncased"]),
+    "bert-384-hid (BertConfig(hidden_size=384))": {**MODELS["bert-base-uncased"], "hidden_size": 384},
+    "bert-6-lay (BertConfig(num_hidden_layers=6))": {**MODELS["bert-base-uncased"], "num_hidden_layers": 6},
 }
 
 HF_TRAINING = Source(
@@ -128,6 +134,17 @@ HF_FORUM_GPT2 = Source(
     "https://discuss.huggingface.co/t/gpt-2-finetuning-peaks-at-8-gib-of-vram/172332",
     "one GPU; torch 2.9.1, transformers 4.57.3, accelerate 1.12.0; the torch profiler's memory timeline",
     ALLOCATED, "GiB", 0)  # "It shows peaks using 8 GiB of VRAM" (the profiler plot: allocated memory)
+HF_BENCHMARK = Source(
+    "Hugging Face Transformers docs: Benchmarks (benchmarks.rst, 2020-06-29), PyTorchBenchmark on custom configs",
+    # the page: "this time for customized configurations of the BertModel class"
+    "https://github.com/huggingface/transformers/blob/0decddca1790cce1e23ef109f97f864266b7764b/docs/source/"
+    "benchmarks.rst",
+    "TITAN RTX 24GB; torch 1.4.0, transformers 2.11.0; PyTorchBenchmark's defaults: fp32, eager, no_grad forward",
+    # benchmark.py _measure_memory: NVML's used memory on the device right after the forward (each measurement
+    # in a process of its own, use_multiprocessing=True): the CUDA context and what the allocator reserved;
+    # printed as bytes >> 20 under "Memory in MB" (max_memory_reserved, which an earlier version printed, could
+    # not reach 1,097 MiB for the 6-layer model's 268 MB of weights at 8 tokens)
+    NVIDIA_SMI, "MiB", 0)
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
@@ -198,6 +215,14 @@ CASES = [
     # and the Trainer's defaults), adamw_torch_fused (torch >= 2.8), SDPA; group_texts' block_size 512
     Case(HF_FORUM_GPT2, "gpt2 b8 s512, the Trainer's defaults", "gpt2", 8,
          {"stack": "torch=2.9,transformers=4.57", "batch": 8, "seq": 512}),
+    # --- transformers' benchmark docs, "INFERENCE - MEMORY - RESULT" for BertModel from three configs, batch 8,
+    # sequences 8 to 512 (the bert-base rows from s32 on repeat those the page prints above for bert-base-uncased)
+    *(Case(HF_BENCHMARK, f"{name.split()[0]} b8 s{seq}, the benchmark's defaults", name, mib,
+           {"stack": "torch=1.4,transformers=2.11", "mode": "infer", "batch": 8, "seq": seq})
+      for name, row in (("bert-base (BertConfig())", (1277, 1281, 1307, 1539)),
+                        ("bert-384-hid (BertConfig(hidden_size=384))", (1005, 1027, 1035, 1255)),
+                        ("bert-6-lay (BertConfig(num_hidden_layers=6))", (1097, 1101, 1127, 1359)))
+      for seq, mib in zip((8, 32, 128, 512), row)),
     # --- HF docs, perf_train_gpu_one: "GPU memory occupied" after trainer.train() in each section
     Case(HF_TRAINING, "bert-large b4, fp32, AdamW", "bert-large-uncased", 14949, _BERT),
     Case(HF_TRAINING, "bert-large b1 x accum 4", "bert-large-uncased", 8681, {**_BERT, "batch": 1, "grad_accum": 4}),
