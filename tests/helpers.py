@@ -493,7 +493,7 @@ IS_ROOT = os.geteuid() == 0
 # setpriv, su, chown) belongs here: tests/test_suite_rules.py checks it.
 UID_FILES = frozenset({
     "test_backend_contract.py", "test_config.py", "test_container_inside.py", "test_docs_examples.py",
-    "test_history_hostile.py", "test_holders.py",
+    "test_history_hostile.py", "test_history_workloads.py", "test_holders.py",
     "test_idle_history.py", "test_kill.py", "test_kill_lib.py", "test_kill_recheck.py", "test_kill_safety.py",
     "test_kill_zombie_busy.py", "test_lease_locks.py", "test_lease_security.py", "test_lease_swap.py",
     "test_leases_cross_user.py",
