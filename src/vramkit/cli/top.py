@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import owners
 from .commands import COMMANDS
 from .common import (
     Failure,
@@ -44,9 +45,10 @@ $VRAM_DB, else the recorder's default), and go on with live samples; h switches 
 5m, 1h, 24h, 7d.
 
 A process's SM%, BW% (memory bandwidth), ENC and DEC are its own (NVML's per-process
-samples); UTIL is its GPU's. Under the banner, the host's CPU, RAM and swap. Enter on a process
-shows the GPUs its environment told it to use (CUDA_VISIBLE_DEVICES, as it started) beside the
-ones it holds memory on.
+samples); UTIL is its GPU's. OWNER, when some process has one, is its container, Kubernetes pod
+or Slurm job, as in 'vram ps'. Under the banner, the host's CPU, RAM and swap; under the GPU
+panels, the memory each user holds now. Enter on a process shows the GPUs its environment told
+it to use (CUDA_VISIBLE_DEVICES, as it started) beside the ones it holds memory on.
 
 Keys: ? help, q (or Ctrl-C) quit, s sort, r reverse, / search, u user, g GPU, t tree, Enter details,
 k kill: SIGTERM, SIGINT, or SIGKILL after TERM (asks first; not with --readonly), a alerts,
@@ -61,6 +63,7 @@ examples:
   vram top --pid 4242,4243         only these processes
   vram top --user alice,bob        start with alice's and bob's processes (u changes the filter)
   vram top --only-visible --compute  the GPUs this shell's CUDA_VISIBLE_DEVICES shows, compute only
+  vram top --pod nlp/train-7f9c    only this Kubernetes pod's processes (also --container, --slurm-job)
   vram top --ascii --theme light   a terminal without Unicode blocks, on a white background
   vram top --readonly              no actions, only watching
   vram top --simulate demo         the bundled simulated 8-GPU server
@@ -88,6 +91,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    help="start with the table filtered to these users (comma-separated; alone: yours); u changes it")
     p.add_argument("--only-visible", action="store_true",
                    help="only the GPUs (and MIG instances) CUDA_VISIBLE_DEVICES in vram's own environment shows")
+    owners.add_filters(p)
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--compute", action="store_const", const="compute", dest="kind",
                       help="only compute processes (CUDA)")
@@ -154,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
             app = TopApp(collector.snapshot, interval=cfg["top.interval"], readonly=args.readonly, gpus=wanted,
                          thresholds=thresholds, history_span=cfg["top.history"], actions=actions,
                          history_db=history_db(args.db), look=look, columns=cfg["top.columns"],
-                         view=View(pids=pids, kind=args.kind, visible=visible, users=users),
+                         view=View(pids=pids, kind=args.kind, visible=visible, users=users,
+                                   workload=owners.wanted(args) or {}),
                          read_health=machine.read_health,
                          pids_visible=machine.backend.pids_visible())
             del first  # drawn already (the early frame); the view keeps only what it samples

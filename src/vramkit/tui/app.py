@@ -41,15 +41,17 @@ from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotEx
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
-from ..gpu_state import Device, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot
 from ..procs import HostLoad, read_host_load, sanitize
 from ..render.banner import banner
 from ..render.info_view import health_problems
+from ..render.status_view import extras_fit
 from ..render.style import Style
+from ..render.text_width import pad
 from ..units import parse_gpu_list
 from . import rows as R
 from .look import Look
-from .panels import alerts_text, gpu_panel, host_text, name_cells
+from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
 from .screens import AlertsScreen, DetailScreen, HelpScreen
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
@@ -405,6 +407,7 @@ class TopApp(App[None]):
     #banner { height: auto; padding: 0 1; }
     #gpu-area { height: auto; max-height: 60%; }
     #gpus { height: auto; padding: 0 1; }
+    #users { height: 1; padding: 0 1; }
     #alerts { height: auto; padding: 0 1; }
     #viewline { height: 1; padding: 0 1; background: $boost; }
     #procs { height: 1fr; }
@@ -488,6 +491,7 @@ class TopApp(App[None]):
         self.refreshes = 0
         self._prompt_mode: str | None = None
         self._columns: list[str] = []
+        self._owners = False  # the OWNER column is shown: some process has one (R.owned)
         self._command_width = 0
         self._rows: list[R.Row] = []  # every row of the view, in its order (the table builds those drawn)
         self._counts = (0, 0)  # the snapshot's processes, and the rows of them the view shows
@@ -498,6 +502,7 @@ class TopApp(App[None]):
         yield Static("", id="banner")
         with VerticalScroll(id="gpu-area"):
             yield Static("", id="gpus")
+        yield Static("", id="users")
         yield Static("", id="alerts")
         yield Static("", id="viewline")
         table = ProcTable(self._cell_text, id="procs", cursor_type="row", zebra_stripes=False)
@@ -526,7 +531,7 @@ class TopApp(App[None]):
 
     def _setup_columns(self) -> bool:
         """(Re)build the table's columns when the width calls for another set. True if it did."""
-        columns, command_width = R.columns_for(self.size.width, self.wanted_columns)
+        columns, command_width = R.columns_for(self.size.width, self.wanted_columns, self._owners)
         if columns == self._columns and command_width == self._command_width:
             return False
         table = self.query_one("#procs", DataTable)
@@ -679,12 +684,14 @@ class TopApp(App[None]):
         alerting = {a.gpu for a in self.alerts if a.severity == "critical"}
         chart = self.charts.shown
         names = name_cells(snap.gpus)
+        extras, taken = extras_fit(snap.gpus, width)  # fan, video engines: where and as vram status shows them
         panels = [gpu_panel(g, functools.partial(chart.peaks, g.index, snap.time, total=g.memory_total), snap.time,
-                            width, two_lines, chart.span,
-                            g.index in alerting, names, self.look, g.index in self.health_flags) for g in snap.gpus]
+                            width, two_lines, chart.span, g.index in alerting, names, self.look,
+                            g.index in self.health_flags, pad(extras.get(g.index, ""), taken)) for g in snap.gpus]
         if not panels:
             panels = [Text("no GPUs", style="dim")]
         self._show("#gpus", Text("\n").join(panels))
+        self._show("#users", users_text(snap.processes, width))
         max_alerts = 2 if self.size.height < 30 else 4
         alerts = self.alerts + self._health_alerts(snap.gpus)
         self._show("#alerts", alerts_text(alerts, width, max_alerts, self.look))
@@ -698,6 +705,10 @@ class TopApp(App[None]):
             return
         table = self.query_one("#procs", ProcTable)
         selected = selected or self.selected_key()
+        owners = R.owned(self.snap.processes)
+        if owners != self._owners:  # OWNER comes with the first process that has one, goes with the last
+            self._owners = owners
+            self._setup_columns()
         self._rows = R.ordered(self.snap, self.view)
         self._counts = (len(self.snap.processes), sum(1 for r in self._rows if r.proc is not None))
         by_index = {g.index: g for g in self.snap.gpus}
@@ -854,6 +865,9 @@ class TopApp(App[None]):
         row = self.selected_row()
         if row is None or row.proc is None or self.snap is None:
             return
+        if row.proc.pid_here is None:  # its number is another namespace's: /proc here knows another process by it
+            self.notify(f"no details: {_not_here(row.proc)}", severity="warning")
+            return
         screen = DetailScreen(row.proc.pid, pids_visible=self.pids_visible)
         self.push_screen(screen)
         screen.call_after_refresh(screen.update, self.snap, self.history, self.span)
@@ -879,6 +893,10 @@ class TopApp(App[None]):
             if row is None or row.proc is None:
                 self.notify("select a process first", severity="warning")
                 return
+            if row.proc.pid_here is None:  # never a host pid signalled as if it were this namespace's
+                self.notify(f"not signalled: {_not_here(row.proc)}; no pid here to signal (vram kill refuses it too)",
+                            severity="error")
+                return
             pid = row.proc.pid
 
         from .killscreen import KillScreen
@@ -887,6 +905,12 @@ class TopApp(App[None]):
             await self.refresh_data()
         self.push_screen(KillScreen(pid, self.actions, self._lock), after)
 
+
+
+def _not_here(p: GpuProcess) -> str:
+    """One line on a row whose NVML pid is a host pid no process in this PID namespace could be
+    told to be (inside a container): there is no pid here to look at or signal."""
+    return p.host_missing or f"host pid {p.nvml_pid}, of another PID namespace"
 
 
 def _merge(chart: RangeChart, series: GpuSeries) -> None:

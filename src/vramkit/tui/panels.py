@@ -11,11 +11,12 @@ from collections.abc import Callable
 from rich.text import Text
 
 from ..alerts import Alert, GpuSample
-from ..gpu_state import Device
+from ..gpu_state import Device, GpuProcess
 from ..procs import HostLoad
 from ..render import fmt
 from ..render.sparkline import buckets, spark
 from ..render.text_width import cells, fit, pad
+from ..units import format_size
 from .look import PLAIN, Look
 from .timeline import range_label
 
@@ -47,15 +48,17 @@ History = list[GpuSample] | Callable[[int], tuple[list[float | None], list[float
 
 def gpu_panel(dev: Device, samples: History, now: float, width: int, two_lines: bool,
               span: float = 300.0, alerting: bool = False, names: int | None = None, look: Look = PLAIN,
-              unhealthy: bool = False) -> Text:
+              unhealthy: bool = False, extras: str = "") -> Text:
     """One GPU: line 1 memory bar, used/total, utilization, temperature, power (and on one-line
     layouts the history sparklines); line 2, when there is room, memory and utilization history.
     `names`: the columns for the GPU's name (name_cells of all panels); default its own name's.
     `look`: the colours (theme, memory thresholds). `unhealthy`: its health, when last read,
-    showed what doctor flags: a '!' after the index (the alerts line says what). A GPU whose
+    showed what doctor flags: a '!' after the index (the alerts line says what). `extras`: the
+    fan and video engines' use after the power, as `vram status` shows them (its extras_fit: the
+    same columns on every panel). A GPU whose
     process list the driver would not give gets a line saying so, as `vram status` does: the
     table then lists none of its processes, and that is not "none"."""
-    panel = _gpu_lines(dev, samples, now, width, two_lines, span, alerting, names, look, unhealthy)
+    panel = _gpu_lines(dev, samples, now, width, two_lines, span, alerting, names, look, unhealthy, extras)
     unknown = None if dev.lost else dev.na.get("processes")
     if unknown is None:
         return panel
@@ -66,7 +69,7 @@ def gpu_panel(dev: Device, samples: History, now: float, width: int, two_lines: 
 
 
 def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines: bool,
-               span: float, alerting: bool, names: int | None, look: Look, unhealthy: bool) -> Text:
+               span: float, alerting: bool, names: int | None, look: Look, unhealthy: bool, extras: str) -> Text:
     critical, util_color = f"bold {look.palette.critical}", look.palette.util
     index = Text(f"{dev.index:>2}", style=critical if alerting else "bold")
     index.append("!" if unhealthy else " ", style=f"bold {look.palette.warn}")
@@ -91,7 +94,7 @@ def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines:
     power = fmt.power(dev) if width >= 100 else (
         "N/A" if dev.power_draw is None else f"{dev.power_draw:.0f}W")
     power_w = 9 if width >= 100 else 5
-    tail = f" {fmt.temp(dev.temperature):>5} {power:>{power_w}}"
+    tail = f" {fmt.temp(dev.temperature):>5} {power:>{power_w}}{extras}"
     mem_text = f" {pair:>12} {share:>4}"
     name = fmt.short_gpu_name(dev.name)
     wanted = cells(name) if names is None else names
@@ -127,6 +130,31 @@ def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines:
                          tail)
     line.truncate(width)
     return line
+
+
+def users_text(procs: list[GpuProcess], width: int) -> Text:
+    """The memory each user holds now on the GPUs shown (the sum of their processes), most first,
+    on one line: as many users as fit, then how many more."""
+    held: dict[str, int] = {}
+    for p in procs:
+        user = p.user or "?"
+        held[user] = held.get(user, 0) + (p.memory or 0)
+    out = Text("users ", style="dim")
+    if not held:
+        out.append("none hold GPU memory", style="dim")
+        return out
+    ranked = sorted(held.items(), key=lambda item: (-item[1], item[0]))
+    for i, (user, memory) in enumerate(ranked):
+        entry = Text.assemble((fit(user, 16), "bold"), f" {format_size(memory)}")
+        more = f"  +{len(ranked) - i - 1} more" if i < len(ranked) - 1 else ""
+        if i and out.cell_len + 2 + entry.cell_len + len(more) > width:
+            out.append(f"  +{len(ranked) - i} more", style="dim")
+            break
+        if i:
+            out.append("  ")
+        out.append_text(entry)
+    out.truncate(width)
+    return out
 
 
 def alerts_text(alerts: list[Alert], width: int, max_lines: int, look: Look = PLAIN) -> Text:

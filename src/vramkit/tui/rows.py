@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..gpu_state import Device, GpuProcess, Snapshot
+from ..procs import workload
 from ..render import fmt
 from ..render.text_width import fit
 from ..units import format_size
@@ -19,7 +20,7 @@ from ..units import format_size
 SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
     "memory": lambda p: -(p.memory or 0),
     "gpu": lambda p: (p.gpu, -(p.memory or 0)),
-    "pid": lambda p: (p.pid, p.gpu),
+    "pid": lambda p: (p.pid_here is None, p.pid, p.gpu),  # a host pid with no process here: last
     "user": lambda p: (p.user or "~", -(p.memory or 0)),
     "elapsed": lambda p: -(p.elapsed or 0),
     "cpu": lambda p: -(p.cpu_percent or 0),
@@ -32,14 +33,22 @@ SORT_ORDER = tuple(SORT_KEYS)
 # decoder); UTIL is its GPU's, the same on every row of that GPU. config.TOP_COLUMNS lists the keys.
 COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "USER"), ("memory", "MEMORY"), ("share", "%GPU"),
            ("sm", "SM%"), ("bw", "BW%"), ("enc", "ENC"), ("dec", "DEC"), ("util", "UTIL"), ("cpu", "CPU%"),
-           ("rss", "RSS"), ("elapsed", "ELAPSED"), ("flags", "FLAGS"), ("command", "COMMAND"))
+           ("rss", "RSS"), ("elapsed", "ELAPSED"), ("flags", "FLAGS"), ("owner", "OWNER"), ("command", "COMMAND"))
 # Given up, in this order, when the terminal is narrow (the command stays readable; the process's
 # own SM% outlasts its GPU's utilization, which misleads beside one process).
-DROP_ORDER = ("enc", "dec", "rss", "bw", "cpu", "share", "util", "flags", "elapsed")
+DROP_ORDER = ("enc", "dec", "rss", "bw", "cpu", "share", "util", "flags", "elapsed", "owner")
+
+
+def owned(procs: list[GpuProcess]) -> bool:
+    """Whether the OWNER column is shown: some process works for a container, pod or Slurm job
+    (fmt.owner, as `vram ps` decides it; not a config column: it comes and goes with them)."""
+    return any(fmt.owner(p) is not None for p in procs)
 
 
 def row_key(p: GpuProcess) -> str:
-    return f"{p.pid}/{p.gpu}/{'' if p.mig_gi is None else p.mig_gi}"
+    # A host pid no process here could be told to be is not this /proc's pid of that number.
+    pid = p.pid if p.pid_here is not None else f"host{p.nvml_pid}"
+    return f"{pid}/{p.gpu}/{'' if p.mig_gi is None else p.mig_gi}"
 
 
 @dataclass
@@ -56,6 +65,7 @@ class View:
     pids: set[int] = field(default_factory=set)  # --pid: empty, every process
     kind: str | None = None  # --compute / --graphics: "compute" or "graphics"
     visible: set[tuple[int, int | None]] | None = None  # --only-visible: (GPU, MIG instance) units
+    workload: dict[str, str] = field(default_factory=dict)  # --container, --pod, --slurm-job (workload.matches)
 
     def describe(self) -> str:
         parts = [f"sort {self.sort}{' (reversed)' if self.reverse else ''}"]
@@ -65,6 +75,8 @@ class View:
             parts.append(f"{self.kind} only")
         if self.visible is not None:
             parts.append("visible to vram's CUDA_VISIBLE_DEVICES")
+        for key, value in self.workload.items():
+            parts.append(f"{key.replace('_', ' ')} {value}")
         if self.users:
             parts.append("user " + ",".join(sorted(self.users)))
         if self.gpus:
@@ -77,11 +89,13 @@ class View:
 
 
 def matches(p: GpuProcess, view: View) -> bool:
-    if view.pids and p.pid not in view.pids:
+    if view.pids and p.pid_here not in view.pids:
         return False
     if view.kind and view.kind not in p.types:
         return False
     if view.visible is not None and (p.gpu, p.mig_gi) not in view.visible:
+        return False
+    if view.workload and not workload.matches(p.workload, **view.workload):
         return False
     if view.users and (p.user or "?") not in view.users:
         return False
@@ -89,7 +103,7 @@ def matches(p: GpuProcess, view: View) -> bool:
         return False
     if view.search:
         needle = view.search.lower()
-        hay = f"{p.pid} {p.user or ''} {p.command or p.host_missing or ''}".lower()
+        hay = f"{fmt.pid(p)} {p.user or ''} {p.command or p.host_missing or ''}".lower()
         if needle not in hay:
             return False
     return True
@@ -112,8 +126,11 @@ def ordered(snap: Snapshot, view: View) -> list[Row]:
     return _tree(procs)
 
 
-def _tree(procs: list[GpuProcess]) -> list[Row]:
-    """Rows in sort order, each process's children right after it (each level keeps the sort)."""
+def _tree(every: list[GpuProcess]) -> list[Row]:
+    """Rows in sort order, each process's children right after it (each level keeps the sort).
+    Rows under a host pid no process here could be told to be stand alone, after the tree: their
+    number is another namespace's, no parent's or child's here."""
+    procs = [p for p in every if p.pid_here is not None]
     pids = {p.pid for p in procs}
     by_pid: dict[int, list[GpuProcess]] = {}
     for p in procs:
@@ -159,6 +176,7 @@ def _tree(procs: list[GpuProcess]) -> list[Row]:
                 emit(sibling, "", i == len(group) - 1, 1)
         else:
             emit(pid, "", True, 0)
+    rows.extend(Row(row_key(p), p) for p in every if p.pid_here is None)
     return rows
 
 
@@ -175,7 +193,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
     command = p.command if p.command is not None else f"({p.host_missing})"
     values = {
         "gpu": f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}",
-        "pid": str(p.pid),
+        "pid": fmt.pid(p),  # '-' for a host pid no process here could be told to be, as in ps
         "user": fit(p.user or "?", WIDTHS["user"]),  # by display width: a CJK name is 2 columns a character
         "memory": format_size(p.memory),
         "share": fmt.pct(share),
@@ -188,6 +206,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
         "rss": format_size(p.rss),
         "elapsed": fmt.elapsed(p),
         "flags": ",".join(fmt.flags(p)) or "-",
+        "owner": fit(fmt.owner(p) or "-", WIDTHS["owner"]),
         "command": fit(row.prefix + command, command_width),
     }
     return [values[c] for c in columns]
@@ -195,14 +214,15 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
 
 # Widths of the fixed columns (the command takes what is left).
 WIDTHS = {"gpu": 3, "pid": 7, "user": 8, "memory": 7, "share": 4, "sm": 4, "bw": 4, "enc": 4, "dec": 4,
-          "util": 4, "cpu": 4, "rss": 7, "elapsed": 7, "flags": 13}
+          "util": 4, "cpu": 4, "rss": 7, "elapsed": 7, "flags": 13, "owner": 18}
 
 
-def columns_for(width: int, wanted: tuple[str, ...] | None = None) -> tuple[list[str], int]:
+def columns_for(width: int, wanted: tuple[str, ...] | None = None, owners: bool = False) -> tuple[list[str], int]:
     """The columns that fit `width` cells with a readable command, and the command's width.
-    `wanted`: the columns asked for, in their order (the config's top.columns; default all)."""
-    wanted = wanted or tuple(k for k, _ in COLUMNS)
-    shown = [k for k in wanted if k != "command"]
+    `wanted`: the columns asked for, in their order (the config's top.columns; default all but
+    OWNER); `owners`: OWNER is shown too (some process has one), before the command."""
+    wanted = tuple(k for k in (wanted or (k for k, _ in COLUMNS)) if k != "owner")
+    shown = [k for k in wanted if k != "command"] + (["owner"] if owners else [])
     min_command = 32
 
     def used(cols: list[str]) -> int:

@@ -13,6 +13,7 @@ from ..alerts import Alert, History
 from ..gpu_state import Device, GpuProcess, Snapshot
 from ..process_view import EnvReader, ProcessGpus, process_gpus
 from ..procs import Environ, read_environ
+from ..procs.workload import describe
 from ..render import fmt
 from ..render.env_view import DIM, WARN, env_lines
 from ..render.info_view import health_lines
@@ -135,8 +136,9 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
                    f"   ppid {p.ppid}\n")
         cpu = "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}%"
         out.append(f"CPU {cpu}   RSS {format_size(p.rss)}")
-        if p.container:
-            out.append(f"   container {p.container}")
+        owner = describe(p.workload)  # its container, pod or Slurm job, in words
+        if owner or p.container:
+            out.append(f"   {owner or 'container ' + str(p.container)}")
         out.append("\n")
     flags = sorted({f for r in rows for f in fmt.flags(r)})
     if flags:
