@@ -604,7 +604,7 @@ class TopApp(App[None]):
         screen = self.screen
         if self.read_health is None or not isinstance(screen, DetailScreen):
             return None
-        held = {p.gpu for p in snap.processes if p.pid == screen.pid}
+        held = {p.gpu for p in snap.processes if p.pid_here == screen.pid}
         copies = [dataclasses.replace(g) for g in snap.gpus if g.index in held]
         self.read_health(dataclasses.replace(snap, gpus=copies))
         return {g.index: g for g in copies}

@@ -205,7 +205,7 @@ class DetailScreen(_Modal):
             yield Static("", id="detail")
 
     def update(self, snap: Snapshot, history: History, span: float, health: dict[int, Device] | None = None) -> None:
-        rows = [p for p in snap.processes if p.pid == self.pid]
+        rows = [p for p in snap.processes if p.pid_here == self.pid]  # not another namespace's pid of that number
         widget = self.query_one("#detail", Static)
         if not rows:
             widget.update(Text(f"pid {self.pid} holds no GPU memory any more (exited, or its GPU was lost).",
