@@ -88,3 +88,31 @@ def test_a_process_that_execs_another_program_is_read_again(children, tmp_path):
         assert (after.name, after.command) == ("sleep", "sleep 600")
     finally:
         table.close()
+
+
+def test_a_process_that_renames_itself_is_shown_by_its_new_name(children, tmp_path):
+    # The name sanitized from comm is kept while comm stays the same: a rename (PR_SET_NAME, here
+    # through /proc/self/comm) must show the new name, sanitized, on the next read.
+    from vramkit.procs import ProcessTable
+
+    steps = [tmp_path / "first", tmp_path / "second"]
+    script = ("import os, time\n"
+              f"for go, name in zip({[str(s) for s in steps]!r}, [b'bad\\x1b[2Jname', b'worker-2']):\n"
+              "    while not os.path.exists(go): time.sleep(0.01)\n"
+              "    open('/proc/self/comm', 'wb').write(name)\n"
+              "time.sleep(600)\n")
+    child = children.start([sys.executable, "-c", script, "renamer"])
+    assert wait_for(lambda: cmdline(child.pid).endswith(b"renamer\0"))
+    table = ProcessTable()
+    try:
+        before = table.read(child.pid)
+        assert not isinstance(before, str) and before.name.startswith("python")
+        assert table.read(child.pid).name == before.name  # read again from what is kept
+        for step, comm, name in zip(steps, [b"bad\x1b[2Jname", b"worker-2"], ["bad?[2Jname", "worker-2"]):
+            step.touch()
+            assert wait_for(lambda comm=comm: procs.read_proc_file(f"/proc/{child.pid}/comm", 64) == comm + b"\n")
+            after = table.read(child.pid)
+            assert not isinstance(after, str) and after.start_ticks == before.start_ticks
+            assert after.name == name and after.command.endswith("renamer")
+    finally:
+        table.close()

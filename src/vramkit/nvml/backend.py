@@ -289,10 +289,11 @@ class Nvml:
                 gi = getattr(info, "gpuInstanceId", None)
                 gi = None if gi in (None, _UNSET) else gi
                 memory = info.usedGpuMemory  # None: the driver would not say (e.g. no permission)
-                row = rows.get((info.pid, gi))
+                pid = info.pid
+                row = rows.get((pid, gi))
                 if row is None:
-                    rows[(info.pid, gi)] = GpuProcess(pid=info.pid, gpu=dev.index, gpu_uuid=dev.uuid,
-                                                      memory=memory, types=(kind,), mig_gi=gi)
+                    rows[(pid, gi)] = GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid,
+                                                 memory=memory, types=(kind,), mig_gi=gi)
                 elif kind not in row.types:
                     # One process in both lists holds one allocation, not two: keep the larger figure.
                     row.types += (kind,)
@@ -655,10 +656,21 @@ def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, Utilizat
         reason = nvml._no_process_util[dev.index] = "not supported by this nvidia-ml-py"
         return reason
     per_pid: dict[int, list[Utilization]] = {}
+    latest = None
     for sample in samples:
-        per_pid.setdefault(sample.pid, []).append((sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil))
-        nvml._sample_since[dev.index] = max(nvml._sample_since.get(dev.index, 0), sample.timeStamp)
-    return {pid: _mean(v) for pid, v in per_pid.items()}
+        row = (sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil)
+        kept = per_pid.get(sample.pid)
+        if kept is None:
+            per_pid[sample.pid] = [row]
+        else:
+            kept.append(row)
+        stamp = sample.timeStamp
+        if latest is None or stamp > latest:
+            latest = stamp
+    if latest is not None:
+        nvml._sample_since[dev.index] = max(nvml._sample_since.get(dev.index, 0), latest)
+    # Mostly one sample a process (read every second or two): itself, without averaging.
+    return {pid: v[0] if len(v) == 1 else _mean(v) for pid, v in per_pid.items()}
 
 
 def _mean(samples: list[Utilization]) -> Utilization:

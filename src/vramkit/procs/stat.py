@@ -23,12 +23,19 @@ class Stat:
     def __init__(self, raw: bytes):
         close = raw.rfind(b")")  # the name may hold spaces and ')': it ends at the last ')'
         self._name = raw[raw.find(b"(") + 1:close]
-        self._fields = raw[close + 2:].split()  # _fields[0] is stat field 3 (state)
+        # _fields[0] is stat field 3 (state); split only up to rss (field 24), the last one read:
+        # the thirty fields after it would be split for nothing, for every process on every tick.
+        self._fields = raw[close + 2:].split(None, 22)
 
     @property
     def name(self) -> str:
         """comm, sanitized."""
         return sanitize(self._name.decode(errors="replace"))
+
+    @property
+    def raw_name(self) -> bytes:
+        """comm as the kernel wrote it: to tell whether it changed without sanitizing it again."""
+        return self._name
 
     @property
     def state(self) -> str:
