@@ -53,7 +53,7 @@ class Workload:
     note: str | None = None  # why a part is unknown (a state file refused, the kubelet silent): one line
 
 
-@dataclass
+@dataclass(slots=True)  # hundreds built every tick and kept in the recent snapshots: slots, not a dict each
 class GpuProcess:
     """One process on one GPU (or MIG instance): what the driver says, joined with the host side."""
 
