@@ -657,14 +657,14 @@ def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, Utilizat
         return reason
     per_pid: dict[int, list[Utilization]] = {}
     latest = None
-    for sample in samples:
+    for sample in samples:  # each field read once: pynvml's structs make every read a Python call
+        pid, stamp = sample.pid, sample.timeStamp
         row = (sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil)
-        kept = per_pid.get(sample.pid)
+        kept = per_pid.get(pid)
         if kept is None:
-            per_pid[sample.pid] = [row]
+            per_pid[pid] = [row]
         else:
             kept.append(row)
-        stamp = sample.timeStamp
         if latest is None or stamp > latest:
             latest = stamp
     if latest is not None:
