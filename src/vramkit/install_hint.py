@@ -13,7 +13,8 @@ import sys
 
 # extra -> the packages it brings (pyproject.toml's [project.optional-dependencies])
 EXTRAS = {"tui": ("textual",), "serve": ("prometheus-client", "pyyaml", "bcrypt"), "torch": ("torch",),
-          "plot": ("matplotlib",), "nvml": ("nvidia-ml-py",)}
+          "plot": ("matplotlib",), "nvml": ("nvidia-ml-py",),
+          "trainers": ("transformers", "accelerate", "lightning", "peft")}
 
 
 def _checkout() -> str | None:

@@ -68,7 +68,7 @@ def _transformers() -> Any:
     except ImportError:
         from ..install_hint import install_hint
 
-        raise TraceUnavailable(f"needs transformers: {install_hint('transformers')}") from None
+        raise TraceUnavailable(f"needs transformers: {install_hint('trainers')}") from None
     return transformers
 
 
