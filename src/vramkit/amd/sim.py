@@ -9,12 +9,10 @@ and VRAM_SIM_CLOCK=stepped exactly as the NVML simulator's (nvml/sim.py).
 
 from __future__ import annotations
 
-import os
 import time
 
-from ..errors import RequestError
 from ..nvml.scenario import Scenario, ScenarioError, integral, value_at
-from ..nvml.sim import _seconds_from_env
+from ..nvml.sim import scenario_clock
 from ..procs import comm, is_defunct
 
 TYPE_CHECKING = False
@@ -32,18 +30,7 @@ class SimulatedAmd:
         if amd is None:
             raise ScenarioError(f"{scenario.source}: a scenario of {scenario.vendor} GPUs has no AMD GPU")
         self.scenario = amd
-        self._t0 = time.time()
-        epoch = _seconds_from_env("VRAM_SIM_EPOCH")
-        if epoch is not None:
-            self._t0 = epoch
-        self._fixed_t = _seconds_from_env("VRAM_SIM_TIME")
-        clock = os.environ.get("VRAM_SIM_CLOCK", "").strip()
-        if clock not in ("", "real", "stepped"):
-            shown = clock if len(clock) <= 40 else clock[:37] + "..."
-            raise RequestError(f"VRAM_SIM_CLOCK must be 'real' or 'stepped', got {shown!r}")
-        self.stepped = clock == "stepped"
-        if self.stepped and self._fixed_t is None:
-            self._fixed_t = 0.0
+        self._t0, self._fixed_t, self.stepped = scenario_clock()
         self._by_unit: dict[Unit, list[tuple[dict[str, Any], Any]]] = {}
         for p in amd.processes:
             for unit, mem in p["gpus"].items():

@@ -55,6 +55,23 @@ def _seconds_from_env(name: str) -> float | None:
     return value
 
 
+def scenario_clock() -> tuple[float, float | None, bool]:
+    """A simulated machine's clock from the environment, for every vendor's simulator: (the
+    scenario's time zero in unix seconds, the fixed scenario time or None when it runs with the
+    wall clock, stepped). VRAM_SIM_EPOCH, VRAM_SIM_TIME and VRAM_SIM_CLOCK=real|stepped (a
+    stepped clock starts at 0 and moves only when a sampler sleeps)."""
+    epoch = _seconds_from_env("VRAM_SIM_EPOCH")
+    fixed = _seconds_from_env("VRAM_SIM_TIME")
+    clock = os.environ.get("VRAM_SIM_CLOCK", "").strip()
+    if clock not in ("", "real", "stepped"):
+        shown = clock if len(clock) <= 40 else clock[:37] + "..."
+        raise RequestError(f"VRAM_SIM_CLOCK must be 'real' or 'stepped', got {shown!r}")
+    stepped = clock == "stepped"
+    if stepped and fixed is None:
+        fixed = 0.0
+    return (time.time() if epoch is None else epoch), fixed, stepped
+
+
 class SimHandle:
     """A device handle: a whole GPU (gi None) or one MIG instance of it."""
 
@@ -150,18 +167,7 @@ class SimulatedNvml:
         # `api` supplies the error and struct classes: pynvml itself in the shim, else compat.
         self.api = api if api is not None else compat
         self._initialized = 0
-        self._t0 = time.time()
-        epoch = _seconds_from_env("VRAM_SIM_EPOCH")
-        if epoch is not None:
-            self._t0 = epoch
-        self._fixed_t = _seconds_from_env("VRAM_SIM_TIME")
-        clock = os.environ.get("VRAM_SIM_CLOCK", "").strip()
-        if clock not in ("", "real", "stepped"):
-            shown = clock if len(clock) <= 40 else clock[:37] + "..."
-            raise RequestError(f"VRAM_SIM_CLOCK must be 'real' or 'stepped', got {shown!r}")
-        self.stepped = clock == "stepped"
-        if self.stepped and self._fixed_t is None:
-            self._fixed_t = 0.0
+        self._t0, self._fixed_t, self.stepped = scenario_clock()
         self._real = _RealProcesses()
         # (gpu index, gi) -> [(process, memory spec)], built once: calls stay O(processes on GPU).
         self._by_unit: dict[tuple[int, int | None], list[tuple[dict[str, Any], Any]]] = {}
