@@ -4,10 +4,15 @@ audit record with an outcome, and exits 130 (issue 31, item 6)."""
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 
-from helpers import IGNORE_TERM, clean_env, real_gpu_scenario, reap, start_python, vram_argv, wait_for
+from helpers import clean_env, real_gpu_scenario, reap, start_python, vram_argv, wait_for
+
+# Ignores SIGTERM, and says on stdout that one came: the test presses Ctrl-C once the signal went.
+NOTES_TERM = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True)); "
+              "print('ready', flush=True); time.sleep(600)")
 
 
 def _records(path) -> list[dict]:
@@ -18,7 +23,7 @@ def _records(path) -> list[dict]:
 
 
 def test_ctrl_c_while_waiting_reports_and_closes_the_audit_record(children, write_scenario, tmp_path):
-    stubborn = start_python(children, IGNORE_TERM)
+    stubborn = start_python(children, NOTES_TERM)
     path = write_scenario(real_gpu_scenario({stubborn.pid: {"0": "4GiB"}}))
     log = tmp_path / "audit" / "audit.log"
     env = clean_env(VRAM_AUDIT_LOG=str(log), HOME=str(tmp_path), XDG_CONFIG_HOME=None, XDG_STATE_HOME=None)
@@ -28,6 +33,7 @@ def test_ctrl_c_while_waiting_reports_and_closes_the_audit_record(children, writ
                             env=env)
     try:
         assert wait_for(lambda: any(r["event"] == "signal" for r in _records(log)), timeout=20)
+        assert select.select([stubborn.stdout], [], [], 20)[0] and stubborn.stdout.readline().strip() == b"term"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
     finally:

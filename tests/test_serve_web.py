@@ -521,7 +521,9 @@ def test_sorting_filtering_and_showing_every_process_of_a_gpu(browser, served, t
     Select(browser.find_element(By.ID, "sort")).select_by_value("pid")
     first = sorted(str(p["pid"]) for p in data["processes"] if "0" in p["gpus"])
     wait(browser, lambda d: [r["pid"] for r in gpus_on_page(d)[0]["rows"]] == first[:5], "GPU 0 by pid")
-    browser.find_element(By.CSS_SELECTOR, '#gpus button.more[data-gpu="0"]').click()
+    # Found and clicked in one step of the page's own loop: an update may redraw the button between a
+    # find_element and its click (a stale element).
+    browser.execute_script("""document.querySelector('#gpus button.more[data-gpu="0"]').click()""")
     wait(browser, lambda d: [r["pid"] for r in gpus_on_page(d)[0]["rows"]] == first, "all of GPU 0")
     # Kept across updates: the next reading redraws GPU 0 whole, by pid.
     said = browser.find_element(By.ID, "freshness").text

@@ -184,10 +184,17 @@ def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite, unfinished: 
     holds the target until a record closes it."""
     name = _signal.Signals(sig).name
     unfinished[t.pid] = t
-    log("signal", **_audit_target(t), signal=name, result="sending")
-    why = held.send(sig)
+    # The record, the signal and the note that it went are one step: a Ctrl-C within it waits until
+    # it is done, so a signal that went is reported as sent (not as "may not have been sent").
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+    try:
+        log("signal", **_audit_target(t), signal=name, result="sending")
+        why = held.send(sig)
+        if why is None:
+            t.signals.append(name)
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
     if why is None:
-        t.signals.append(name)
         return True
     unfinished.pop(t.pid, None)
     if why == "exited":
