@@ -9,10 +9,8 @@ and VRAM_SIM_CLOCK=stepped exactly as the NVML simulator's (nvml/sim.py).
 
 from __future__ import annotations
 
-import time
-
 from ..nvml.scenario import Scenario, ScenarioError, integral, value_at
-from ..nvml.sim import scenario_clock
+from ..nvml.sim import ScenarioClock, scenario_clock
 from ..procs import comm, is_defunct
 
 TYPE_CHECKING = False
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
 Unit = tuple[int, "int | None"]  # (GPU index, partition id or None for the whole GPU)
 
 
-class SimulatedAmd:
+class SimulatedAmd(ScenarioClock):
     """The AMD part of a scenario, on the scenario clock."""
 
     def __init__(self, scenario: Scenario):
@@ -40,18 +38,6 @@ class SimulatedAmd:
     @property
     def gpus(self) -> list[dict[str, Any]]:
         return self.scenario.gpus
-
-    # ------------------------------------------------------------ the clock (nvml/sim.py's rules)
-    def now(self) -> float:
-        return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
-
-    def wall_time(self) -> float:
-        return self._t0 + self.now() if self.stepped else time.time()
-
-    def advance(self, seconds: float) -> None:
-        if not self.stepped:
-            raise RuntimeError("advance() needs VRAM_SIM_CLOCK=stepped")
-        self._fixed_t = (self._fixed_t or 0.0) + max(0.0, seconds)
 
     # ------------------------------------------------------------ units and processes at t
     def units(self, index: int) -> list[Unit]:

@@ -72,6 +72,27 @@ def scenario_clock() -> tuple[float, float | None, bool]:
     return (time.time() if epoch is None else epoch), fixed, stepped
 
 
+class ScenarioClock:
+    """Scenario time for every vendor's simulator (its __init__ sets the fields from scenario_clock())."""
+
+    _t0: float
+    _fixed_t: float | None
+    stepped: bool
+
+    def now(self) -> float:
+        return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
+
+    def wall_time(self) -> float:
+        """The unix time of now on the scenario clock: the real time, unless the clock is stepped."""
+        return self._t0 + self.now() if self.stepped else time.time()
+
+    def advance(self, seconds: float) -> None:
+        """Move a stepped clock forward (what waiting `seconds` would have done)."""
+        if not self.stepped:
+            raise RuntimeError("advance() needs VRAM_SIM_CLOCK=stepped")
+        self._fixed_t = (self._fixed_t or 0.0) + max(0.0, seconds)
+
+
 class SimHandle:
     """A device handle: a whole GPU (gi None) or one MIG instance of it."""
 
@@ -157,7 +178,7 @@ class _RealProcesses:
                 pass
 
 
-class SimulatedNvml:
+class SimulatedNvml(ScenarioClock):
     def __init__(self, scenario: Scenario, api: Any = None):
         nvidia = scenario.for_vendor("nvidia")  # a mixed host's NVIDIA part; an AMD machine has none
         if nvidia is None:
@@ -201,18 +222,6 @@ class SimulatedNvml:
     def functions(self) -> dict[str, Any]:
         return {n: getattr(self, n) for n in dir(type(self)) if n.startswith("nvml")}
 
-    def now(self) -> float:
-        return self._fixed_t if self._fixed_t is not None else time.time() - self._t0
-
-    def wall_time(self) -> float:
-        """The unix time of now on the scenario clock: the real time, unless the clock is stepped."""
-        return self._t0 + self.now() if self.stepped else time.time()
-
-    def advance(self, seconds: float) -> None:
-        """Move a stepped clock forward (what waiting `seconds` would have done)."""
-        if not self.stepped:
-            raise RuntimeError("advance() needs VRAM_SIM_CLOCK=stepped")
-        self._fixed_t = (self._fixed_t or 0.0) + max(0.0, seconds)
 
     @property
     def initialized(self) -> bool:
