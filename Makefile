@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-user lint bench clean install
+.PHONY: run test test-fast test-user lint bench clean install i18n
 
 # The tests run in parallel (pytest-xdist), one worker per core; tests that must not run at the
 # same time as each other share an xdist_group (tests/conftest.py), which loadgroup keeps on one
@@ -45,6 +45,11 @@ test-fast: $(VENV)/.installed-test
 
 test-user: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q $(XDIST) -m uid
+
+# The translations: extract every marked message, update each catalog (src/vramkit/locale/*/LC_MESSAGES/
+# vramkit.po), compile its .mo. After changing a message; then translate what it says is untranslated.
+i18n: $(VENV)/.installed-test
+	$(BIN)/python scripts/i18n.py
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -72,6 +72,15 @@ def _choice(*choices: str) -> Callable[[Any], str]:
     return check
 
 
+def _language(value: Any) -> str:
+    from .i18n import CATALOGS, ENGLISH, catalog_language
+
+    known = ("auto", ENGLISH, *CATALOGS)
+    if isinstance(value, str) and (value.strip().lower() in ("auto", ENGLISH) or catalog_language(value)):
+        return value.strip()
+    raise ValueError(f"must be one of {', '.join(known)}")
+
+
 def _columns(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):  # from the environment: comma-separated
         value = [v.strip() for v in value.split(",") if v.strip()]
@@ -145,6 +154,8 @@ KEYS: tuple[Key, ...] = (
     Key("pick.min_free", "50%", _min_free, "vram pick's default --min-free"),
     Key("pick.max_util", "50", _max_util, "vram pick's default --max-util"),
     Key("pick.exclusive", False, _flag, "vram pick's default --exclusive"),
+    Key("ui.language", "auto", _language, "the language of vram's messages (auto: $LANGUAGE, $LC_ALL, $LANG); "
+        "$VRAM_LANG overrides it"),
 )
 BY_NAME = {k.name: k for k in KEYS}
 

@@ -1,0 +1,134 @@
+"""The words vram prints, in the reader's language: gettext, domain "vramkit".
+
+Mark a message where it is written and translate it where it is used:
+    _("no GPU {index}").format(index=3)      a whole sentence, named placeholders (a translator may
+                                             reorder them; never build a sentence from pieces)
+    ngettext("{n} GPU", "{n} GPUs", n).format(n=n)
+    N_("...")                                only marks (a module-level table); _() it when shown
+    pgettext("column", "free")               a short word whose sense the context names
+
+The language, first found: $VRAM_LANG; the config's `ui.language` ($VRAM_UI_LANGUAGE, your file,
+the machine's) unless "auto"; then $LANGUAGE, $LC_ALL, $LC_MESSAGES, $LANG as gettext reads them.
+Shared servers often run LANG=C.UTF-8 or en_US.UTF-8 for everyone, hence the first two. No locale
+needs to be generated on the machine: only the catalog is read (locale/<lang>/LC_MESSAGES/vramkit.mo
+beside this file, or under $VRAM_LOCALEDIR for a translator trying a catalog).
+
+Kept in English on purpose: JSON and CSV keys, metric names and labels, flags and command names,
+units, the PyTorch messages doctor matches, the audit log and the history database.
+
+The catalog is read on the first message translated, not at import: `vram status --json` never
+reads it. Nothing here imports more than the standard library's gettext (argparse imports it anyway).
+"""
+
+from __future__ import annotations
+
+import gettext as _gettext
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+DOMAIN = "vramkit"
+LOCALE_DIR = Path(__file__).parent / "locale"
+ENGLISH = "en"
+# The catalogs that exist, and the spellings of a language each one answers (lower case, '-' as '_',
+# without an encoding or modifier). Chinese written in Traditional characters falls back to English:
+# a Simplified catalog is not theirs.
+CATALOGS = {"zh_CN": ("zh_cn", "zh", "zh_sg", "zh_hans", "zh_hans_cn")}
+_LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+_active: _gettext.NullTranslations | None = None
+_active_language: str | None = None
+
+
+def N_(message: str) -> str:  # noqa: N802 (gettext's own name for "mark, translate later")
+    return message
+
+
+def _(message: str) -> str:
+    return translation().gettext(message)
+
+
+def ngettext(singular: str, plural: str, n: int) -> str:
+    return translation().ngettext(singular, plural, n)
+
+
+def pgettext(context: str, message: str) -> str:
+    return translation().pgettext(context, message)
+
+
+def catalog_language(spelling: str) -> str | None:
+    """The catalog that answers a language as people write it (zh_CN.UTF-8, zh-CN, zh_Hans,
+    zh_CN@pinyin), or None: English, a language without a catalog, C, POSIX."""
+    base = spelling.strip().split(".", 1)[0].split("@", 1)[0].replace("-", "_").lower()
+    for catalog, spellings in CATALOGS.items():
+        if base in spellings:
+            return catalog
+    return None
+
+
+def chosen_language(environ: Mapping[str, str] | None = None, configured: str | None = None) -> str:
+    """The language vram speaks: a key of CATALOGS, or ENGLISH. `configured` is the config's
+    ui.language ("auto" or None: the locale variables decide)."""
+    environ = os.environ if environ is None else environ
+    for explicit in (environ.get("VRAM_LANG", ""), configured or ""):
+        if explicit.strip() and explicit.strip().lower() != "auto":
+            return catalog_language(explicit) or ENGLISH
+    for variable in _LOCALE_VARIABLES:
+        value = environ.get(variable, "")
+        if not value:
+            continue
+        # LANGUAGE is a priority list (zh_CN:en); the first of the other three that is set decides.
+        for spelling in value.split(":") if variable == "LANGUAGE" else [value]:
+            language = catalog_language(spelling)
+            if language:
+                return language
+            if spelling.split(".", 1)[0].split("_", 1)[0].lower() in ("en", "c", "posix"):
+                return ENGLISH
+        if variable != "LANGUAGE":
+            return ENGLISH
+    return ENGLISH
+
+
+def _configured_language() -> str | None:
+    """The config's ui.language, or None when no file sets it or a file cannot be read (the
+    command itself reports a bad config file when it reads it; a message's language never fails)."""
+    from .config import load  # here: the config reads files, and most messages never need it
+    from .errors import VramkitError
+
+    try:
+        value = load()["ui.language"]
+    except (VramkitError, OSError, KeyError):
+        return None
+    return str(value)
+
+
+def translator(language: str) -> _gettext.NullTranslations:
+    """The catalog of one language (a key of CATALOGS), or English: for a reader whose language is
+    not the process's (the web page follows its request's Accept-Language)."""
+    if language == ENGLISH or language not in CATALOGS and not os.environ.get("VRAM_LOCALEDIR"):
+        return _gettext.NullTranslations()
+    localedir = os.environ.get("VRAM_LOCALEDIR") or str(LOCALE_DIR)
+    return _gettext.translation(DOMAIN, localedir, languages=[language], fallback=True)
+
+
+def translation() -> _gettext.NullTranslations:
+    """The process's catalog, read once."""
+    global _active, _active_language
+    if _active is None:
+        environ = os.environ
+        configured = None if environ.get("VRAM_LANG", "").strip() else _configured_language()
+        _active_language = chosen_language(environ, configured)
+        _active = translator(_active_language)
+    return _active
+
+
+def language() -> str:
+    """The language of the process's messages: a key of CATALOGS, or ENGLISH."""
+    translation()
+    return _active_language or ENGLISH
+
+
+def reset() -> None:
+    """Choose the language again on the next message (tests; a process that changed its environment)."""
+    global _active, _active_language
+    _active = _active_language = None
