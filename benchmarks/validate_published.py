@@ -78,6 +78,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # transformers' benchmark docs: PyTorchBenchmark on configs built in the script (BertConfig(), with
     # hidden_size=384, with num_hidden_layers=6): no `architectures`, so MODEL_MAPPING's BertModel (the pooler, no
     # task head; ours adds the 2-label classifier's 1,538 parameters)
+    # Qwen/Qwen2.5-{0.5B,1.5B,3B,14B}-Instruct: qwen2 (q/k/v biases, grouped-query attention, SwiGLU) as the
+    # catalog's qwen2.5-7b, with their own sizes; the three small ones tie lm_head to the embedding
+    **{name: {**MODELS["qwen2.5-7b"], "hidden_size": h, "intermediate_size": i, "num_hidden_layers": n,
+              "num_attention_heads": a, "num_key_value_heads": kv, "vocab_size": v, "tie_word_embeddings": tied}
+       for name, h, i, n, a, kv, v, tied in (("Qwen2.5-0.5B-Instruct", 896, 4864, 24, 14, 2, 151936, True),
+                                             ("Qwen2.5-1.5B-Instruct", 1536, 8960, 28, 12, 2, 151936, True),
+                                             ("Qwen2.5-3B-Instruct", 2048, 11008, 36, 16, 2, 151936, True),
+                                             ("Qwen2.5-14B-Instruct", 5120, 13824, 48, 40, 8, 152064, False))},
     "bert-base (BertConfig())": dict(MODELS["bert-base-uncased"]),
     "bert-384-hid (BertConfig(hidden_size=384))": {**MODELS["bert-base-uncased"], "hidden_size": 384},
     "bert-6-lay (BertConfig(num_hidden_layers=6))": {**MODELS["bert-base-uncased"], "num_hidden_layers": 6},
@@ -134,6 +142,14 @@ HF_FORUM_GPT2 = Source(
     "https://discuss.huggingface.co/t/gpt-2-finetuning-peaks-at-8-gib-of-vram/172332",
     "one GPU; torch 2.9.1, transformers 4.57.3, accelerate 1.12.0; the torch profiler's memory timeline",
     ALLOCATED, "GiB", 0)  # "It shows peaks using 8 GiB of VRAM" (the profiler plot: allocated memory)
+QWEN_SPEED = Source(
+    "Qwen2.5 docs: Speed Benchmark (docs/source/benchmark/speed_benchmark.rst), the Transformers tables, BF16 rows",
+    "https://github.com/QwenLM/Qwen2.5/blob/010c37c33b13a1ac59944b349620e13404efe97d/docs/source/benchmark/"
+    "speed_benchmark.rst",
+    "1x A100 80GB; PyTorch 2.3.1, Transformers 4.46.0, Flash Attention 2.5.8; batch 1, generating 2048 tokens",
+    # examples/speed-benchmark/speed_benchmark_transformers.py: the sum over devices of
+    # torch.cuda.max_memory_allocated(i) / 1024 / 1024 / 1024 after generate(), printed as "GB"
+    ALLOCATED, "GiB", 2)
 HF_BENCHMARK = Source(
     "Hugging Face Transformers docs: Benchmarks (benchmarks.rst, 2020-06-29), PyTorchBenchmark on custom configs",
     # the page: "this time for customized configurations of the BertModel class"
@@ -208,6 +224,10 @@ _PEFT_QLORA = {**_PEFT_SFT, "batch": 2, "grad_accum": 2, "gpus": 2, "quant": "4b
 # under FSDP nothing recasts the bf16 model (DeepSpeed's bf16 does the same under ZeRO-3): "bfloat16 for pure
 # bfloat16 finetuning" (fsdp.md)
 _PEFT_QLORA_FSDP = {**_PEFT_QLORA, "precision": "bf16-pure", "fsdp": True}
+
+# Qwen2.5's speed benchmark: transformers 4.46 computes only the last position's logits in the prefill
+_QWEN = {"stack": "torch=2.3,transformers=4.46", "mode": "infer", "batch": 1, "new_tokens": 2048,
+         "precision": "bf16", "attention": "flash"}
 
 CASES = [
     # --- the HF forum: AutoModelForCausalLM.from_pretrained("gpt2") and Trainer(TrainingArguments(...)) with no
@@ -343,6 +363,17 @@ CASES = [
          {**_PEFT_QLORA_FSDP, "offload_params": True}),
     Case(PEFT_FSDP, "llama-2-70b QLoRA r8, FSDP x2, b2", "llama-2-70b", 35.6,
          _PEFT_QLORA_FSDP),
+    # --- Qwen2.5's speed benchmark: from_pretrained(torch_dtype="auto" (the checkpoints' bf16), device_map="auto",
+    # attn_implementation="flash_attention_2"), a prompt of N copies of one token, generate() with min_length =
+    # N + 2048 and max_new_tokens 2048 (the cache grows to N + 2047 positions); one model per process
+    *(Case(QWEN_SPEED, f"{model.split('-')[1]} {seq} + 2048 new, bf16", model if model in CONFIGS else "qwen2.5-7b",
+           published, {**_QWEN, "seq": seq})
+      for model, row in (("Qwen2.5-0.5B-Instruct", (0.97, 1.23, 1.60, 2.34)),
+                         ("Qwen2.5-1.5B-Instruct", (2.95, 3.43, 4.16, 5.62)),
+                         ("Qwen2.5-3B-Instruct", (5.95, 6.59, 7.47, 9.30)),
+                         ("Qwen2.5-7B-Instruct", (14.38, 15.38, 16.91, 19.97)),
+                         ("Qwen2.5-14B-Instruct", (28.08, 29.50, 31.95, 36.85)))
+      for seq, published in zip((1, 6144, 14336, 30720), row)),
 ]
 
 
