@@ -23,7 +23,14 @@ import helpers
 import pytest
 from helpers import UID_FILES, Children, Groups, Leasing, Served, Strays, run_vram
 
+from vramkit import i18n
 from vramkit.leases import SHARED_DIR
+
+# The suite checks English wording: every test, and every `vram` it starts (children inherit the
+# environment; helpers.clean_env keeps it), speaks English whatever the machine's LANG, so the suite
+# passes under LANG=zh_CN.UTF-8 too. A test of Chinese output overrides it (helpers.zh_env(), or
+# monkeypatch VRAM_LANG and call vramkit.i18n.reset(); the autouse fixture below resets after).
+os.environ["VRAM_LANG"] = "en"
 
 
 def pytest_configure(config):
@@ -124,6 +131,14 @@ def own_lease_dir(request, monkeypatch, shared_lease_dir_untouched) -> Path:
                     f"(before: {_describe_lease_state(before)}; after: {_describe_lease_state(after)}): "
                     "give every vram it starts the test's own VRAM_LEASE_DIR (helpers.clean_env does)",
                     pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def english_after_each_test():
+    """The process's language chosen again after every test: a test that switched this process to
+    Chinese (or main() that forced English for --json) leaves nothing to the next one."""
+    yield
+    i18n.reset()
 
 
 # ---------------------------------------------------------------- marks set by file and by test
@@ -726,7 +741,8 @@ def cli(monkeypatch, tmp_path, capsys):
     """cli(*argv) -> (exit code, stdout, stderr) of `vram ARGV` run in this process, in a clean,
     private environment (simulated clock at t=0, leases, audit log and config under tmp_path)."""
     for key in list(os.environ):
-        if key.startswith("VRAM_") or key in ("NO_COLOR", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        if (key.startswith("VRAM_") and key != "VRAM_LANG"
+                or key in ("NO_COLOR", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("VRAM_SIM_TIME", "0")
     monkeypatch.setenv("VRAM_LEASE_DIR", str(tmp_path / "leases"))

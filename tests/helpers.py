@@ -53,6 +53,7 @@ def clean_env(**extra: str | None) -> dict[str, str]:
     machine's shared one). `NAME=None` removes NAME."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("VRAM_") and k not in ("NO_COLOR", "COLUMNS", "LINES", "FORCE_COLOR")}
+    env["VRAM_LANG"] = os.environ.get("VRAM_LANG", "en")  # the suite's language (conftest pins English)
     env["VRAM_SIM_TIME"] = "0"
     if TEST_LEASE_DIR is not None:
         env["VRAM_LEASE_DIR"] = TEST_LEASE_DIR
@@ -64,6 +65,11 @@ def clean_env(**extra: str | None) -> dict[str, str]:
         else:
             env[key] = value
     return env
+
+
+def zh_env(**extra: str | None) -> dict[str, str]:
+    """clean_env() for a test of the Chinese output: VRAM_LANG=zh_CN (the suite pins English)."""
+    return clean_env(**{"VRAM_LANG": "zh_CN", **extra})
 
 
 def vram_argv(*args: str, python_flags: tuple[str, ...] = ()) -> list[str]:

@@ -58,7 +58,14 @@ def pgettext(context: str, message: str) -> str:
 
 def catalog_language(spelling: str) -> str | None:
     """The catalog that answers a language as people write it (zh_CN.UTF-8, zh-CN, zh_Hans,
-    zh_CN@pinyin), or None: English, a language without a catalog, C, POSIX."""
+    zh_CN@pinyin), or None: English, a language without a catalog, C, POSIX. Under $VRAM_LOCALEDIR
+    any language with a catalog there answers too (a translator's new one, the pseudo-locale)."""
+    localedir = os.environ.get("VRAM_LOCALEDIR")
+    if localedir:  # a translator's catalog (or the pseudo-locale) answers its own name, modifier kept
+        name, at, modifier = spelling.strip().partition("@")
+        name = name.split(".", 1)[0] + at + modifier
+        if name and "/" not in name and Path(localedir, name, "LC_MESSAGES", f"{DOMAIN}.mo").is_file():
+            return name
     base = spelling.strip().split(".", 1)[0].split("@", 1)[0].replace("-", "_").lower()
     for catalog, spellings in CATALOGS.items():
         if base in spellings:
@@ -67,7 +74,8 @@ def catalog_language(spelling: str) -> str | None:
 
 
 def chosen_language(environ: Mapping[str, str] | None = None, configured: str | None = None) -> str:
-    """The language vram speaks: a key of CATALOGS, or ENGLISH. `configured` is the config's
+    """The language vram speaks: a key of CATALOGS (or a catalog's under $VRAM_LOCALEDIR), or
+    ENGLISH. `configured` is the config's
     ui.language ("auto" or None: the locale variables decide)."""
     environ = os.environ if environ is None else environ
     for explicit in (environ.get("VRAM_LANG", ""), configured or ""):
@@ -123,9 +131,18 @@ def translation() -> _gettext.NullTranslations:
 
 
 def language() -> str:
-    """The language of the process's messages: a key of CATALOGS, or ENGLISH."""
+    """The language of the process's messages: a key of CATALOGS (or a catalog's under
+    $VRAM_LOCALEDIR), or ENGLISH."""
     translation()
     return _active_language or ENGLISH
+
+
+def force_english() -> None:
+    """English from now on, whatever the reader's language: the process prints JSON or CSV, which a
+    program reads (its keys are English anyway, and so must be every sentence in it and on stderr).
+    Reads no catalog and no config file."""
+    global _active, _active_language
+    _active, _active_language = _gettext.NullTranslations(), ENGLISH
 
 
 def reset() -> None:

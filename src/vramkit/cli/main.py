@@ -12,6 +12,7 @@ import gc
 import os
 import sys
 
+from .. import i18n
 from .._version import __version__
 from ..errors import VramkitError
 from .commands import COMMANDS, OLD_COMMANDS
@@ -162,6 +163,13 @@ def _parse_with(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
     return args
 
 
+def machine_readable(argv: list[str]) -> bool:
+    """Whether argv asks for JSON or CSV (before '--': the command `vram run` starts has its own
+    flags). Such output, and every line said with it, is English: a program reads it."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return "--json" in words or "--csv" in words
+
+
 def _no_driver(e: VramkitError) -> bool:
     from ..nvml.backend import NvmlUnavailable  # only once something failed: --help never loads NVML
 
@@ -258,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(_freeze_at_exit)
     if argv[:1] == ["help"]:  # vram help [COMMAND [SUBCOMMAND]]: that command's --help
         argv = [*argv[1:], "--help"]
+    # Before anything is translated for the command: its parser's help lines are, as it is built.
+    if machine_readable(argv):
+        i18n.force_english()
     argv = renamed(argv)
     # Before parsing succeeds, and never from a command run after '--' (vram run -- x --debug).
     debug = "--debug" in (argv[:argv.index("--")] if "--" in argv else argv)
@@ -271,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 _probe_stdout()
             raise
         debug = getattr(args, "debug", False)
+        if getattr(args, "json", False) or getattr(args, "csv", False):  # also spelt --js, --cs
+            i18n.force_english()
         try:
             code: int = args.run(args)
             sys.stdout.flush()  # a full disk or a closed reader shows here, not at exit
