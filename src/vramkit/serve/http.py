@@ -57,6 +57,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from . import page_words
 from .service import Service, gzipped
 
 MAX_CONNECTIONS = 1000  # connections open at once, in every state
@@ -939,15 +940,17 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ answers
     def _send(self, code: int, body: bytes, content_type: str, head: bool = False,
-              extra: dict[str, str] | None = None, gzip: bool | None = None) -> None:
+              extra: dict[str, str] | None = None, gzip: bool | None = None, vary: tuple[str, ...] = ()) -> None:
         """gzip: None for an answer never compressed; else whether `body` is (the route compressed
-        it, once per reading, because the client asked), and the answer varies with the asking."""
+        it, once per reading, because the client asked), and the answer varies with the asking.
+        vary: other request headers the answer depends on (the page's Accept-Language)."""
         self._headers_sent = True
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        if gzip is not None:
-            self.send_header("Vary", "Accept-Encoding")
+        varies = (("Accept-Encoding",) if gzip is not None else ()) + vary
+        if varies:
+            self.send_header("Vary", ", ".join(varies))
         if gzip:
             self.send_header("Content-Encoding", "gzip")
         for name, value in {**SECURITY_HEADERS, **(extra or {})}.items():
@@ -959,15 +962,19 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _static(self, name: str, head: bool) -> None:
+        packed = accepts_gzip(self.headers.get("Accept-Encoding"))
+        if name == "index.html":
+            # In the reader's language, with the current reading in it.
+            language = page_words.reader_language(self.headers.get("Accept-Language"))
+            body = self.server.service.page(language, packed)
+            self._send(200, body, STATIC[name], head=head, gzip=packed, vary=("Accept-Language",))
+            return
         try:
             body = resources.files("vramkit.serve").joinpath("web").joinpath(name).read_bytes()
         except (FileNotFoundError, OSError):
             self._send(404, b"not found\n", "text/plain; charset=utf-8", head=head)
             return
-        packed = accepts_gzip(self.headers.get("Accept-Encoding"))
-        if name == "index.html":
-            body = self.server.service.page(body, packed)  # with the current reading in it
-        elif packed:
+        if packed:
             body = _static_gzipped(name, body)
         self._send(200, body, STATIC[name], head=head, gzip=packed)
 

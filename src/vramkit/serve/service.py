@@ -20,6 +20,7 @@ from .._version import __version__
 from ..collector import Collector
 from ..gpu_state import Health, Snapshot
 from ..machine import Machine
+from . import page_words
 from .metrics import COMPAT_SCHEMES, ExportState, Xids, render
 from .updates import Shown
 
@@ -321,20 +322,22 @@ class Service:
             return Update(seq, base if delta is not None else None, event, self._shown.doc or {})
         return self._cached("update", build)
 
-    def page(self, template: bytes, packed: bool = False) -> bytes:
-        """The web page with the current reading in it (a JSON data block, which no browser runs
-        and the CSP allows), so that its first paint shows the GPUs, not a wait for the event
-        stream. '<' is written as its JSON escape: nothing in the data can end the block."""
+    def page(self, language: str, packed: bool = False) -> bytes:
+        """The web page in `language` (page_words.page: made once per language) with the current
+        reading in it (a JSON data block, which no browser runs and the CSP allows), so that its
+        first paint shows the GPUs, not a wait for the event stream. '<' is written as its JSON
+        escape: nothing in the data can end the block."""
         if packed:
-            return self._cached("page gzip", lambda: gzipped(self.page(template)))
+            return self._cached(f"page gzip {language}", lambda: gzipped(self.page(language)))
 
         def build() -> bytes:
+            template = page_words.page(language)
             if self.latest is None:
                 return template
             data = self.snapshot_json().replace(b"<", b"\\u003c")
             block = b'<script type="application/json" id="reading">' + data + b"</script>\n"
             return template.replace(b"</body>", block + b"</body>", 1)
-        return self._cached("page", build)
+        return self._cached(f"page {language}", build)
 
     def history_json(self, span: float) -> tuple[int, bytes]:
         """(HTTP status, JSON) of history(span), computed once per reading, and for the long
@@ -355,7 +358,7 @@ class Service:
         path = self.options.history_db
         self.history_builds += 1
         if path is None:
-            return 404, {"error": "no history: run 'vram record', or name its database with vram serve --db"}
+            return 404, {"error": page_words.NO_HISTORY}  # the API's English; the page shows it translated
         try:
             store = Store.open(path)
         except StoreError as e:

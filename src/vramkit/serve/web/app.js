@@ -11,6 +11,10 @@
 // set with textContent, never parsed as HTML: user names on a shared machine are chosen by
 // others. Nothing here writes a style attribute into markup (the server's CSP forbids inline
 // styles); a bar's width is set through the CSSOM (element.style), which CSP allows.
+//
+// Every word the page shows goes through t() (or tn() for a count), in the language the server
+// chose for the reader (Accept-Language, else its own: serve/page_words.py), whose translations
+// came with the page as a JSON block (#words); a word without one is shown in English.
 "use strict";
 
 (function () {
@@ -28,7 +32,7 @@
     memory: (a, b) => (b.memory || 0) - (a.memory || 0),
     sm: (a, b) => (known(b.sm_utilization) ? b.sm_utilization : -1) - (known(a.sm_utilization) ? a.sm_utilization : -1),
     cpu: (a, b) => (known(b.cpu_percent) ? b.cpu_percent : -1) - (known(a.cpu_percent) ? a.cpu_percent : -1),
-    user: (a, b) => userOf(a).localeCompare(userOf(b)),
+    user: (a, b) => userOf(a).localeCompare(userOf(b), LANG),
     age: (a, b) => (b.elapsed || 0) - (a.elapsed || 0),
     pid: (a, b) => a.pid - b.pid,
   };
@@ -36,6 +40,35 @@
     "#bcbd22", "#17becf"];
 
   const $ = (id) => document.getElementById(id);
+
+  // ------------------------------------------------------------ the page's words
+  const LANG = document.documentElement.lang || "en";
+  const WORDS = (() => {
+    const block = $("words");
+    try {
+      const data = block ? JSON.parse(block.textContent) : null;
+      if (data && typeof data === "object") return { words: data.words || {}, plurals: data.plurals || {} };
+    } catch (e) {
+      // English, as the page holds it
+    }
+    return { words: {}, plurals: {} };
+  })();
+  const own = (table, key) => Object.prototype.hasOwnProperty.call(table, key);
+
+  // {name} placeholders filled from values (as Python's str.format names them).
+  function withValues(text, values) {
+    if (!values) return text;
+    return text.replace(/\{(\w+)\}/g, (whole, name) => (own(values, name) ? String(values[name]) : whole));
+  }
+
+  // A word or sentence of the page, by its English (serve/page_words.py lists each one).
+  const t = (english, values) => withValues(own(WORDS.words, english) ? WORDS.words[english] : english, values);
+
+  // One with a count n (also its {n}): the singular or the plural, as the language has them.
+  function tn(singular, plural, n, values) {
+    const forms = own(WORDS.plurals, singular) ? WORDS.plurals[singular] : [singular, plural];
+    return withValues(forms[n === 1 ? 0 : 1], { n: n, ...values });
+  }
 
   // ------------------------------------------------------------ formatting
   function el(tag, className, text) {
@@ -103,10 +136,11 @@
   }
 
   // A value the driver did not give is N/A, with its reason as a tooltip; never 0.
+  const FIELD_NAMES = { temperature: "temperature", power: "power", memory_utilization: "memory busy" };
   function field(gpu, name, text) {
     const node = el("span", "fact " + name, text);
     const reason = gpu.na && gpu.na[name];
-    if (reason) node.title = name + ": " + reason;
+    if (reason) node.title = t("{field}: {reason}", { field: own(FIELD_NAMES, name) ? t(FIELD_NAMES[name]) : name, reason: reason });
     return node;
   }
 
@@ -140,29 +174,32 @@
     return mine.sort((a, b) => order(a, b) || a.pid - b.pid);
   }
 
+  // The process table's column headings, in the page's language once (SM and CPU are names).
+  const HEADINGS = [t("pid"), t("user"), t("process"), t("memory"), "SM", "CPU", t("age"), ""];
+
   function processTable(gpu, watchedFor) {
     const processes = gpu.processes || [];
     const unknown = gpu.na ? gpu.na.processes : null;
     const wrap = el("div", "procs-wrap");
     if (known(unknown)) {
       // The driver would not list them: not "no processes", and no count (status: the same words).
-      wrap.append(el("p", "no-procs unknown", "processes unknown (" + unknown + ")"));
+      wrap.append(el("p", "no-procs unknown", t("processes unknown ({reason})", { reason: unknown })));
       return wrap;
     }
     if (!processes.length) {
-      wrap.append(el("p", "no-procs", "no processes"));
+      wrap.append(el("p", "no-procs", t("no processes")));
       return wrap;
     }
     const listed = shownProcesses(processes);
     if (!listed.length) {
-      wrap.append(el("p", "no-procs", "no processes of " + view.user + " (" + processes.length + " of others)"));
+      wrap.append(el("p", "no-procs", t("no processes of {user} ({n} of others)", { user: view.user, n: processes.length })));
       return wrap;
     }
     const all = view.expanded.has(gpu.index);
     const drawn = all ? listed : listed.slice(0, ROWS);
     const table = el("table", "procs");
     const head = el("tr");
-    for (const name of ["pid", "user", "process", "memory", "SM", "CPU", "age", ""]) head.append(el("th", null, name));
+    for (const name of HEADINGS) head.append(el("th", null, name));
     const thead = el("thead");
     thead.append(head);
     table.append(thead);
@@ -176,16 +213,16 @@
         el("td", "age", duration(p.elapsed)));
       const flags = el("td", "flags");
       if (p.idle) flags.append(idleFlag(p, watchedFor));
-      if (p.zombie) flags.append(el("span", "flag zombie", "zombie"));
-      if (p.orphaned) flags.append(el("span", "flag orphan", "orphan"));
+      if (p.zombie) flags.append(el("span", "flag zombie", t("zombie")));
+      if (p.orphaned) flags.append(el("span", "flag orphan", t("orphan")));
       row.append(flags);
       body.append(row);
     }
     table.append(body);
     wrap.append(table);
     if (listed.length > ROWS) {
-      const more = el("button", "more", all ? "show the first " + ROWS : "+ " + (listed.length - ROWS) + " more (show all " +
-        listed.length + ")");
+      const more = el("button", "more", all ? t("show the first {n}", { n: ROWS })
+        : t("+ {more} more (show all {all})", { more: listed.length - ROWS, all: listed.length }));
       more.type = "button";
       more.dataset.gpu = String(gpu.index);
       more.setAttribute("aria-expanded", String(all));
@@ -198,15 +235,15 @@
   // (not seeded from a recorded history) has been idle at least that long, maybe for days: the
   // page says "idle" alone in its first minute ("idle 0s" would be a guess), then "idle ≥ 5m00s".
   function idleFlag(p, watchedFor) {
-    const flag = el("span", "flag idle", "idle");
+    const flag = el("span", "flag idle", t("idle"));
     if (!known(p.idle_for)) return flag;
     const sinceWatching = known(watchedFor) && Math.abs(p.idle_for - watchedFor) < 0.001;
     if (!sinceWatching) {
-      flag.textContent = "idle " + duration(p.idle_for);
+      flag.textContent = t("idle {duration}", { duration: duration(p.idle_for) });
     } else if (p.idle_for >= 60) {
-      flag.textContent = "idle ≥ " + duration(p.idle_for);
+      flag.textContent = t("idle ≥ {duration}", { duration: duration(p.idle_for) });
     }
-    if (sinceWatching) flag.title = "idle since before vram serve started watching it";
+    if (sinceWatching) flag.title = t("idle since before vram serve started watching it");
     return flag;
   }
 
@@ -219,7 +256,7 @@
     card.append(head);
     if (gpu.lost) {
       card.classList.add("lost");
-      card.append(el("p", "gpu-error", "GPU lost: it fell off the bus; no reading"));
+      card.append(el("p", "gpu-error", t("GPU lost: it fell off the bus; no reading")));
       return card;
     }
     if (gpu.error) card.append(el("p", "gpu-error", gpu.error));
@@ -231,8 +268,8 @@
     const util = gpu.utilization;
     const utilValue = el("span", "meter-value util-text", pct(util));
     const meters = el("div", "meters");
-    meters.append(meter("memory", "mem", known(used) && total ? used / total : null, memValue, true),
-      meter("utilization", "util", known(util) ? util / 100 : null, utilValue, false));
+    meters.append(meter("memory", t("mem"), known(used) && total ? used / total : null, memValue, true),
+      meter("utilization", t("util"), known(util) ? util / 100 : null, utilValue, false));
     card.append(meters);
 
     const facts = el("div", "facts-row");
@@ -240,8 +277,13 @@
     const draw = known(gpu.power_draw) ? fixed(gpu.power_draw, 0) : "N/A";
     const limit = known(gpu.power_limit) ? fixed(gpu.power_limit, 0) : "N/A";
     facts.append(field(gpu, "power", draw + " / " + limit + " W"));
-    if (known(gpu.memory_utilization)) facts.append(field(gpu, "memory_utilization", "mem busy " + gpu.memory_utilization + "%"));
-    if (gpu.mig_enabled) facts.append(el("span", "fact mig", "MIG: " + (gpu.mig_devices || []).length + " instances"));
+    if (known(gpu.memory_utilization)) {
+      facts.append(field(gpu, "memory_utilization", t("mem busy {percent}%", { percent: gpu.memory_utilization })));
+    }
+    if (gpu.mig_enabled) {
+      const instances = (gpu.mig_devices || []).length;
+      facts.append(el("span", "fact mig", tn("MIG: {n} instance", "MIG: {n} instances", instances)));
+    }
     card.append(facts);
     card.append(processTable(gpu, watchedFor));
     return card;
@@ -257,7 +299,7 @@
       chip.append(el("span", "chip-index", g.index));
       if (g.lost) {
         chip.classList.add("lost");
-        chip.append(el("span", "chip-text", "lost"));
+        chip.append(el("span", "chip-text", t("lost")));
       } else {
         const share = known(g.memory_used) && g.memory_total ? g.memory_used / g.memory_total : null;
         const bar = el("span", "chip-bar");
@@ -267,8 +309,8 @@
         bar.append(fill);
         chip.append(bar, el("span", "chip-text", (known(share) ? pct(100 * share) : "N/A") + " · " + pct(g.utilization)));
       }
-      chip.title = "GPU " + g.index + ": memory " + usedOfTotal(g.memory_used, g.memory_total) + ", utilization " +
-        pct(g.utilization);
+      chip.title = t("GPU {index}: memory {memory}, utilization {utilization}",
+        { index: g.index, memory: usedOfTotal(g.memory_used, g.memory_total), utilization: pct(g.utilization) });
       chips.push(chip);
     }
     $("strip").replaceChildren(...chips);
@@ -281,12 +323,12 @@
       const user = userOf(p);
       counts.set(user, (counts.get(user) || 0) + 1);
     }
-    const names = Array.from(counts.keys()).sort((a, b) => a.localeCompare(b));
+    const names = Array.from(counts.keys()).sort((a, b) => a.localeCompare(b, LANG));
     const key = names.map((n) => n + "\u0000" + counts.get(n)).join("\u0001");
     const select = $("user");
     if (select.dataset.key === key) return; // the same users: leave the control alone
     select.dataset.key = key;
-    const options = [el("option", null, "all users")];
+    const options = [el("option", null, t("all users"))];
     options[0].value = "";
     for (const name of names) {
       const option = el("option", null, name + " (" + counts.get(name) + ")");
@@ -326,8 +368,9 @@
     $("host").textContent = host;
     const sim = $("simulated");
     sim.hidden = !data.simulated;
-    sim.title = data.simulated ? "simulated machine (scenario " + (data.scenario || "?") + "), not real GPUs" : "";
-    document.title = (data.simulated ? "SIMULATED " : "") + host + " · vram";
+    const scenario = data.scenario || "?";
+    sim.title = data.simulated ? t("simulated machine (scenario {scenario}), not real GPUs", { scenario: scenario }) : "";
+    document.title = data.simulated ? t("SIMULATED {host} · vram", { host: host }) : host + " · vram";
 
     const gpus = data.gpus || [];
     let used = 0, total = 0;
@@ -340,13 +383,16 @@
       if (g.na && known(g.na.processes)) unknown += 1;
     }
     const parts = [];
-    if (data.simulated) parts.push("scenario " + (data.scenario || "?") + ", not real GPUs");
-    parts.push("driver " + (data.driver_version || "N/A"));
+    if (data.simulated) parts.push(t("scenario {scenario}, not real GPUs", { scenario: scenario }));
+    parts.push(t("driver {version}", { version: data.driver_version || "N/A" }));
     if (data.cuda_version) parts.push("CUDA " + data.cuda_version);
-    parts.push(gpus.length + (gpus.length === 1 ? " GPU" : " GPUs"));
+    parts.push(tn("{n} GPU", "{n} GPUs", gpus.length));
     // `vram status`'s total line: "216 GiB of 320 GiB used by 5 processes (processes unknown on 1 GPU)".
-    let held = size(used) + " of " + size(total) + " used by " + pids.size + (pids.size === 1 ? " process" : " processes");
-    if (unknown) held += " (processes unknown on " + unknown + (unknown === 1 ? " GPU)" : " GPUs)");
+    let held = tn("{used} of {total} used by {n} process", "{used} of {total} used by {n} processes", pids.size,
+      { used: size(used), total: size(total) });
+    if (unknown) {
+      held = tn("{held} (processes unknown on {n} GPU)", "{held} (processes unknown on {n} GPUs)", unknown, { held: held });
+    }
     parts.push(held);
     $("facts").textContent = parts.join(" · ");
   }
@@ -478,16 +524,16 @@
 
   function renderFreshness() {
     const note = $("freshness");
-    const when = latest && known(latest.timestamp) ? clock(latest.timestamp) : "none yet";
+    const when = latest && known(latest.timestamp) ? clock(latest.timestamp) : t("none yet");
     if (failingSince !== null) {
       note.className = "freshness down";
-      note.textContent = "The server stopped answering at " + clock(failingSince / 1000) + ". Last reading: " +
-        when + ". Retrying…";
+      note.textContent = t("The server stopped answering at {time}. Last reading: {when}. Retrying…",
+        { time: clock(failingSince / 1000), when: when });
       return;
     }
     if (!latest) {
       note.className = "freshness";
-      note.textContent = "Connecting…";
+      note.textContent = t("Connecting…");
       return;
     }
     const quiet = Date.now() - receivedAt;
@@ -496,12 +542,13 @@
     const interval = known(latest.interval) ? latest.interval * 1000 : readingGapMs || 20000;
     if (quiet > Math.max(STALE_FLOOR_MS, 3 * interval)) {
       note.className = "freshness stale";
-      note.textContent = "No new reading for " + duration(quiet / 1000) + ": the server answers, but its last reading is from " +
-        when + ".";
+      note.textContent = t("No new reading for {duration}: the server answers, but its last reading is from {when}.",
+        { duration: duration(quiet / 1000), when: when });
       return;
     }
     note.className = "freshness live";
-    note.textContent = "Last reading " + when + " · " + (mode === "polling" ? "polling every " + POLL_MS / 1000 + " s" : "live");
+    note.textContent = mode === "polling" ? t("Last reading {when} · polling every {seconds} s", { when: when, seconds: POLL_MS / 1000 })
+      : t("Last reading {when} · live", { when: when });
   }
 
   // The reading the server had when it sent the page (a JSON block in it), else the one it has
@@ -613,14 +660,14 @@
     const gpus = Object.keys(answer.gpus).sort((a, b) => Number(a) - Number(b));
     const note = $("history-note");
     if (!gpus.length) {
-      note.textContent = "Nothing recorded in the last " + range + ".";
+      note.textContent = t("Nothing recorded in the last {range}.", { range: range });
       return;
     }
     if (typeof window.uPlot !== "function") {
-      note.textContent = "No history chart: the chart library did not load.";
+      note.textContent = t("No history chart: the chart library did not load.");
       return;
     }
-    note.textContent = "Recorded by vram record: highest memory and utilization per " + duration(answer.width) + ".";
+    note.textContent = t("Recorded by vram record: highest memory and utilization per {duration}.", { duration: duration(answer.width) });
     const times = new Set();
     for (const g of gpus) for (const slot of answer.gpus[g]) times.add(slot[0]);
     const xs = Array.from(times).sort((a, b) => a - b);
@@ -661,13 +708,13 @@
       const opts = {
         title: title, width: chartWidth(), height: 200,
         scales: { x: { time: true }, y: { range: yRange } },
-        series: [{ label: "time", value: (u, v) => (known(v) ? day(v) + " " + clock(v) : "–") }, ...series(digits, unit)],
+        series: [{ label: t("time"), value: (u, v) => (known(v) ? day(v) + " " + clock(v) : "–") }, ...series(digits, unit)],
         axes: [{ ...axis(null, timeAxisSize), values: timeValues }, axis(tick, 64)],
       };
       charts.push(new window.uPlot(opts, [xs, ...data], box));
     };
-    make("Memory used per GPU (GiB)", top ? [0, top] : (u, lo, hi) => [0, Math.max(1, hi)], " GiB", 1, memory, " GiB");
-    make("Utilization per GPU (%)", [0, 100], "%", 0, util, "%");
+    make(t("Memory used per GPU (GiB)"), top ? [0, top] : (u, lo, hi) => [0, Math.max(1, hi)], " GiB", 1, memory, " GiB");
+    make(t("Utilization per GPU (%)"), [0, 100], "%", 0, util, "%");
   }
 
   async function loadHistory() {
@@ -687,12 +734,13 @@
         drawHistory(body);
       } else {
         clearCharts();
-        const why = body && typeof body.error === "string" ? body.error : "the server answered HTTP " + answer.status;
-        note.textContent = "No history chart: " + why + ".";
+        // The server's reason is the API's English: shown in the page's language where the page has it.
+        const why = body && typeof body.error === "string" ? t(body.error) : t("the server answered HTTP {status}", { status: answer.status });
+        note.textContent = t("No history chart: {why}.", { why: why });
       }
     } catch (e) {
       if (asked !== range) return;
-      note.textContent = "No history chart: the server did not answer.";
+      note.textContent = t("No history chart: the server did not answer.");
     }
     historyTimer = setTimeout(loadHistory, HISTORY_REFRESH_MS[range] || 60000);
   }
