@@ -543,7 +543,7 @@ def _compare_precisions(args: argparse.Namespace, choices: list[str], style: Any
     rows = []
     for choice in choices:
         try:
-            result, _, _ = _estimate(_with_precision(args, choice))
+            result, _t, _b = _estimate(_with_precision(args, choice))
         except VramkitError as e:  # which row could not be estimated
             e.message = f"{choice}: {e.message}"
             if choice in _QUANT_PRECISIONS and e.param == "quant":  # int4 stands for --quant 4bit here

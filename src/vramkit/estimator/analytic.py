@@ -17,6 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ..i18n import N_, _, ngettext
 from .formulas import (
     ALL_LINEAR,
     LORA_TARGET_NAMES,
@@ -54,7 +55,7 @@ from .formulas import (
 )
 from .loading import LOADING_PATHS, TORCHAO_CHUNK, reserved_by_loading
 from .specs import ENCODERS, EstimateError, ModelSpec, numel, spec_of
-from .stack import Stack, active, assumed_text, setup_for
+from .stack import Stack, active, assumed_text, list_of, setup_for
 
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
@@ -201,64 +202,84 @@ class Setup:
     assumed: tuple[str, ...] = ()
 
     def describe(self, seq: int, family: str = "") -> str:
-        """One line: mode, batch, sequence, precision, and every option that changes the estimate."""
+        """One line: mode, batch, sequence, precision, and every option that changes the estimate: a list
+        of items, each a whole phrase in the reader's words."""
         if self.mode == "infer":
-            parts = [f"inference, batch {self.batch}, context {seq}", "fp32" if self.precision == "fp32" else "16-bit"]
-            if self.new_tokens > 1:
-                parts[0] += f" + {self.new_tokens} new tokens"
+            head = (_("inference, batch {batch}, context {context} + {new_tokens} new tokens") if self.new_tokens > 1
+                    else _("inference, batch {batch}, context {context}"))
+            parts = [head.format(batch=self.batch, context=seq, new_tokens=self.new_tokens),
+                     "fp32" if self.precision == "fp32" else "16-bit"]
             if self.cache_len:
-                parts.append(f"static cache {self.cache_len}")
+                parts.append(_("static cache {positions}").format(positions=self.cache_len))
         else:
-            parts = [f"training, batch {self.batch}", f"seq {seq}", self.precision,
-                     ("fused " if self.fused and self.optimizer == "adamw" else "") + self.optimizer]
+            optimizer = (_("fused {optimizer}").format(optimizer=self.optimizer)
+                         if self.fused and self.optimizer == "adamw" else self.optimizer)
+            parts = [_("training, batch {batch}, seq {seq}").format(batch=self.batch, seq=seq), self.precision,
+                     optimizer]
             if self.grad_accum > 1:
-                parts.append(f"grad-accum {self.grad_accum}")
+                parts.append(_("grad-accum {steps}").format(steps=self.grad_accum))
             if self.checkpointing:
-                parts.append("checkpointing")
+                parts.append(_("checkpointing"))
             if self.optimizer_in_backward:
-                parts.append("optimizer in backward")
+                parts.append(_("optimizer in backward"))
             if self.offload_activations:
-                parts.append("activations offloaded")
+                parts.append(_("activations offloaded"))
         # the library behaviours in effect (stack.BEHAVIOURS) but those whose field this line spells itself;
         # the stack's defaults are the header's to name
-        parts += [row.label for row in active(self, family) if not row.default and row.field not in _SPELLED]
+        parts += [_(row.label) for row in active(self, family) if not row.default and row.field not in _SPELLED]
         if family not in ("params",):
-            parts.append(f"{self.attention} attention")
+            parts.append(_("{kind} attention").format(kind=self.attention))
         assumed = assumed_text(self, family)  # what the stack's defaults chose where the user said nothing
         if assumed:
             parts.append(assumed)
         if self.lora:
-            parts.append(f"LoRA r={self.lora}" + (f" dropout {self.lora_dropout:g}" if self.lora_dropout else ""))
+            parts.append(_("LoRA r={rank} dropout {dropout:g}").format(rank=self.lora, dropout=self.lora_dropout)
+                         if self.lora_dropout else f"LoRA r={self.lora}")
         if self.adapter:
-            parts.append(f"adapters width {self.adapter}")
+            parts.append(_("adapters width {width}").format(width=self.adapter))
         if self.prefix_len:
-            parts.append(f"prefix {self.prefix_len} tokens")
+            parts.append(_("prefix {tokens} tokens").format(tokens=self.prefix_len))
         if self.quant:
-            parts.append(self.quant + (" double-quant" if self.double_quant else "")
-                         + (f", {self.quant_compute_dtype} compute" if self.quant == "4bit" else "")
-                         + (", head quantized too" if self.quant_head else "")
-                         + (", 16-bit storage, sharded" if self.fsdp or self.zero == 3 else ""))
+            parts.append(self._describe_quant())
         if self.lora and (self.precision == "bf16-pure" or self.quant):
-            parts.append(f"{self.adapter_dtype} adapters")
+            parts.append(_("{dtype} adapters").format(dtype=self.adapter_dtype))
         if self.loading:
-            parts.append(f"{self.loading} loading" + (", torchao 0.1 to_nf4" if not self.torchao_chunk else ""))
+            parts.append(_("{loader} loading, torchao 0.1 to_nf4").format(loader=self.loading)
+                         if not self.torchao_chunk else _("{loader} loading").format(loader=self.loading))
         if self.gpus > 1 or self.zero is not None or self.fsdp:
-            par = f"{self.gpus} GPUs" if self.gpus > 1 else "1 GPU"
-            if self.zero is not None:
-                offloaded = [w for w, on in (("optimizer", self.offload), ("params", self.offload_params)) if on]
-                par += f", ZeRO-{self.zero}" + (f" + offload {'/'.join(offloaded)}" if offloaded else "")
-            elif self.fsdp:
-                par += ", FSDP full shard" + (" + CPU offload" if self.offload_params else "")
-            elif self.mode == "infer":  # no gradients to reduce: the layers are split, or tensor parallel
-                par += "" if self.tp > 1 else ", layers split over them (device_map='auto')"
-            elif self.parallel == "dp":
-                par += ", DataParallel"
-            else:
-                par += ", DDP"
-            if self.tp > 1:
-                par += f", tp {self.tp}"
-            parts.append(par)
-        return ", ".join(parts)
+            parts.append(self._describe_gpus())
+        return list_of(parts)
+
+    def _describe_quant(self) -> str:
+        """describe()'s words for a quantized base: the kind, then its options."""
+        items = [f"{self.quant} double-quant" if self.double_quant else str(self.quant)]
+        if self.quant == "4bit":
+            items.append(_("{dtype} compute").format(dtype=self.quant_compute_dtype))
+        if self.quant_head:
+            items.append(_("head quantized too"))
+        if self.fsdp or self.zero == 3:
+            items.append(_("16-bit storage, sharded"))
+        return list_of(items)
+
+    def _describe_gpus(self) -> str:
+        """describe()'s words for the GPUs: how many, and how the work is spread over them."""
+        items = [ngettext("{n} GPU", "{n} GPUs", self.gpus).format(n=self.gpus)]
+        if self.zero is not None:
+            offloaded = "/".join(w for w, on in (("optimizer", self.offload), ("params", self.offload_params)) if on)
+            items.append(_("ZeRO-{stage} + offload {what}").format(stage=self.zero, what=offloaded) if offloaded
+                         else f"ZeRO-{self.zero}")
+        elif self.fsdp:
+            items.append(_("FSDP full shard + CPU offload") if self.offload_params else _("FSDP full shard"))
+        elif self.mode == "infer":  # no gradients to reduce: the layers are split, or tensor parallel
+            if self.tp == 1:
+                items.append(_("layers split over them (device_map='auto')"))
+        elif self.parallel == "dp":
+            items.append("DataParallel")
+        else:
+            items.append("DDP")
+        if self.tp > 1:
+            items.append(f"tp {self.tp}")
+        return list_of(items)
 
     def _check_fsdp(self) -> None:
         """FSDP as modelled: full-shard training, alone (no ZeRO or tp); a quantized base: _check_sharded_quant."""
@@ -541,7 +562,7 @@ def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tupl
     if lora or not p.shapes:  # adapters (r × h, well over 4,096 values) or a bare count: every tensor quantized
         small = 0
     else:
-        small = sum(numel(s) for _, s, _ in p.shapes if numel(s) < 4096 or numel(s) % block)
+        small = sum(numel(s) for _n, s, _c in p.shapes if numel(s) < 4096 or numel(s) % block)
     states = (pt - small) * per + small * 2 * wt
     largest = min(pt, p.largest)
     what = "4-bit" if opt == "adamw-4bit" else "FP8"
@@ -598,9 +619,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     P = p.total
     if setup.quant and (setup.fsdp or setup.zero == 3):  # the packed 4-bit weights flattened and sharded
         terms += _sharded_4bit(spec, p, setup, dp)
-        notes.append(f"{'FSDP' if setup.fsdp else 'ZeRO-3'} over a 4-bit base: assumes bnb_4bit_quant_storage is the "
-                     "model's 16-bit dtype (PEFT's QLoRA recipes), so the packed weights are sharded; with uint8 "
-                     "storage they stay whole on every GPU")
+        notes.append(_("{sharding} over a 4-bit base: assumes bnb_4bit_quant_storage is the model's 16-bit dtype "
+                       "(PEFT's QLoRA recipes), so the packed weights are sharded; with uint8 storage they stay whole "
+                       "on every GPU").format(sharding="FSDP" if setup.fsdp else "ZeRO-3"))
     elif setup.quant in TORCHAO_WEIGHT_ONLY:
         terms.append(_torchao_weight_only(spec, p, setup))
     elif setup.quant:
@@ -608,16 +629,16 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         rest = P - p.quantized
         base = (p.quantized * qb + rest * 2) / tp
         kind = setup.quant + (" double-quantized" if setup.double_quant else "")
-        terms.append(Term("weights", int(base), f"{p.quantized:,} linear weights × {qb:.4g} B ({kind} frozen base)"
+        terms.append(Term(N_("weights"), int(base), f"{p.quantized:,} linear weights × {qb:.4g} B ({kind} frozen base)"
                           + (f" + {rest:,} others × 2 B (embeddings, norms, biases" + ("" if setup.quant_head else
                              " and the output layer") + " stay 16-bit: bitsandbytes quantizes nn.Linear only"
                              + ("" if setup.quant_head else ", HF skips lm_head") + ")" if rest else
                              " (a bare count: the 16-bit embeddings and lm_head are not known)")
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     elif not train and setup.precision != "fp32":
-        terms.append(Term("weights", P * 2 // tp, f"{P:,} params × 2 B (16-bit for inference)", "weights"))
+        terms.append(Term(N_("weights"), P * 2 // tp, f"{P:,} params × 2 B (16-bit for inference)", "weights"))
     elif setup.fsdp:
-        terms.append(Term("weights", 0 if setup.offload_params else int(P * dt.w) // dp,
+        terms.append(Term(N_("weights"), 0 if setup.offload_params else int(P * dt.w) // dp,
                           "in CPU memory (FSDP CPUOffload)" if setup.offload_params else
                           f"{P:,} params × {dt.w:g} B / {dp} GPUs (FSDP full shard)", "weights"))
         if not spec.bare:  # a bare count has no layers to gather
@@ -626,7 +647,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         w16 = 4 if setup.precision == "fp32" else 2
         shard = dp if setup.zero == 3 else 1
         wbytes = 0 if setup.offload_params else P * w16 // tp // shard
-        terms.append(Term("weights", wbytes, "in CPU memory (ZeRO-3 parameter offload)" if setup.offload_params else
+        terms.append(Term(N_("weights"), wbytes, "in CPU memory (ZeRO-3 parameter offload)" if setup.offload_params else
                           f"{P:,} params × {w16} B" + (f" / {shard} GPUs (ZeRO-3)" if shard > 1 else "")
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
         if setup.zero == 3 and not spec.bare:  # a bare count has no layers to gather
@@ -635,7 +656,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         kept_as = {4: "fp32", 2: "bf16" if setup.precision.startswith("bf16") else "fp16"}.get(int(dt.w), "")
         if dt.mixed and dt.w == 4:  # mixed precision keeps fp32 master weights; autocast makes 16-bit copies
             kept_as = f"fp32 master weights, {setup.precision} compute"
-        terms.append(Term("weights", int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({kept_as})"
+        terms.append(Term(N_("weights"), int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({kept_as})"
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     bottleneck, virtual = adapter_params(spec, setup.adapter, setup.prefix_len)
     aw = 4 if setup.precision != "bf16-pure" else 2
@@ -646,7 +667,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         zero3_lw = (4 if setup.precision == "fp32" else 2) if setup.zero == 3 else lw
         shards = dp if setup.zero == 3 or setup.fsdp else 1
         on_gpu = 0 if setup.fsdp and setup.offload_params else p.lora * zero3_lw // shards
-        terms.append(Term("LoRA adapters", on_gpu, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
+        terms.append(Term(N_("LoRA adapters"), on_gpu, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
                           f"{p.lora:,} params × {zero3_lw} B"
                           + (" (fp32 on a 16-bit base: PEFT's autocast_adapter_dtype)" if zero3_lw == 4 and aw == 2
                              else "")
@@ -654,10 +675,10 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                           + (" (on the CPU: FSDP CPUOffload)" if setup.fsdp and setup.offload_params else ""),
                           "weights"))
     if bottleneck:
-        terms.append(Term("bottleneck adapters", bottleneck * aw, f"2 a layer, h→{setup.adapter}→h with biases: "
+        terms.append(Term(N_("bottleneck adapters"), bottleneck * aw, f"2 a layer, h→{setup.adapter}→h with biases: "
                           f"{bottleneck:,} params × {aw} B", "weights"))
     if virtual:
-        terms.append(Term("prefix (virtual tokens)", virtual * aw, f"{setup.prefix_len} keys and values a layer: "
+        terms.append(Term(N_("prefix (virtual tokens)"), virtual * aw, f"{setup.prefix_len} keys and values a layer: "
                           f"{virtual:,} params × {aw} B", "weights"))
     buffer = None if spec.bare else model_buffers(spec)
     if buffer:  # allocated with the model, training or not
@@ -672,11 +693,11 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     G, Opt, T_opt = _model_states(spec, setup, p, pt, wt, lora, dp, terms, notes)
     terms += [G, Opt, T_opt]
     if setup.gpus > 1 and dp > 1 and not deepspeed and not setup.fsdp and setup.parallel == "ddp":
-        terms.append(Term("DDP gradient buckets", G.bytes, "a flat copy of the gradients for all-reduce "
+        terms.append(Term(N_("DDP gradient buckets"), G.bytes, "a flat copy of the gradients for all-reduce "
                           "(gradient_as_bucket_view=True removes it)", "overhead", lifetime="step"))
 
     if spec.bare:
-        notes.append("activations not counted: a bare parameter count has no shape")
+        notes.append(_("activations not counted: a bare parameter count has no shape"))
         moments = {"optimizer step": {t.name: t.bytes for t in terms}}
         first = dict(moments)
         return _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
@@ -684,27 +705,33 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     acts = _step_terms(spec, setup, p, dt, seq, s_dec, lora, wt, lw, aw, terms)
     if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed and not setup.fsdp:
         extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
-        terms.append(Term("DataParallel extra on GPU 0", extra, f"outputs of {dp - 1} other replicas gathered "
+        terms.append(Term(N_("DataParallel extra on GPU 0"), extra, f"outputs of {dp - 1} other replicas gathered "
                           "(+ their loss gradients) and the gradient reduction buffer", "overhead", lifetime="step"))
-        notes.append("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less")
+        notes.append(_("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less"))
     if lora:
         bnb = bool(setup.quant) and setup.quant_backend == "bitsandbytes"
-        where = [w for w, on in ((f"LoRA on {'/'.join(_targets(spec, setup))}", setup.lora),
-                                 (f"bottleneck adapters ({setup.adapter} wide)", setup.adapter),
-                                 (f"a {setup.prefix_len}-token prefix", setup.prefix_len)) if on]
-        notes.append(f"QLoRA: bitsandbytes' {setup.quant} matmuls keep their inputs for the input gradient "
-                     "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; " + ", ".join(where)
-                     if bnb else "QLoRA: torchao's NF4 linear keeps only its weight (linear_nf4), no input; "
-                     + ", ".join(where) if setup.quant else "a frozen base: its linears keep no inputs for weight "
-                     "gradients; " + ", ".join(where))
+        where = list_of([w for w, on in (
+            (_("LoRA on {targets}").format(targets="/".join(_targets(spec, setup))), setup.lora),
+            (_("bottleneck adapters ({width} wide)").format(width=setup.adapter), setup.adapter),
+            (_("a {tokens}-token prefix").format(tokens=setup.prefix_len), setup.prefix_len)) if on])
+        if bnb:
+            notes.append(_("QLoRA: bitsandbytes' {quant} matmuls keep their inputs for the input gradient "
+                           "(MatMul4Bit / MatMul8bitLt ctx.tensors), as full training does; {adapters}").format(
+                quant=setup.quant, adapters=where))
+        elif setup.quant:
+            notes.append(_("QLoRA: torchao's NF4 linear keeps only its weight (linear_nf4), no input; {adapters}")
+                         .format(adapters=where))
+        else:
+            notes.append(_("a frozen base: its linears keep no inputs for weight gradients; {adapters}").format(
+                adapters=where))
     if setup.lora and (setup.precision == "bf16-pure" or setup.quant):
-        notes.append("LoRA weights, their gradients and optimizer states in fp32 on the 16-bit base, as PEFT keeps "
-                     "them (autocast_adapter_dtype); --adapter-dtype 16bit for LitGPT and torchtune"
-                     if setup.adapter_dtype == "fp32" else "LoRA weights in 16-bit, as LitGPT and torchtune keep "
-                     "them (PEFT's default is fp32: --adapter-dtype fp32)")
-    notes.append("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
-                 "them)" if setup.zero_grad_to_none else "PyTorch before 2.0: zero_grad() keeps the gradients "
-                 "allocated through the next forward and backward")
+        notes.append(_("LoRA weights, their gradients and optimizer states in fp32 on the 16-bit base, as PEFT keeps "
+                       "them (autocast_adapter_dtype); --adapter-dtype 16bit for LitGPT and torchtune")
+                     if setup.adapter_dtype == "fp32" else _("LoRA weights in 16-bit, as LitGPT and torchtune keep "
+                                                             "them (PEFT's default is fp32: --adapter-dtype fp32)"))
+    notes.append(_("assumes PyTorch 2.0 or later: zero_grad() frees the gradients between steps (--torch 1.13 keeps "
+                   "them)") if setup.zero_grad_to_none else _("PyTorch before 2.0: zero_grad() keeps the gradients "
+                                                            "allocated through the next forward and backward"))
     moments = step_moments(terms, setup.checkpointing)  # each moment: the terms alive in it
     first = step_moments(terms, setup.checkpointing, first=True)
     result = _finish(spec, setup, p, pt, seq, terms, moments, first, notes)
@@ -730,7 +757,7 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
                        and not dt.mixed, quant_head=setup.quant_head, fused_qkv=setup.fused_qkv)
     n_enc = spec.layers
     n_dec = spec.decoder_layers if spec.encoder_decoder else 0
-    outside = sum(v for _, v in acts.outside)
+    outside = sum(v for _n, v in acts.outside)
     if setup.checkpointing:
         kept = n_enc * acts.ckpt_layer + n_dec * (b * (sh.s_dec or seq) * spec.hidden * dt.r)
         if spec.encoder_decoder:
@@ -756,13 +783,13 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
         a_total = on_gpu
     # saved from the forward until backward uses them; those outside the layers (the head's, the final norm's) are
     # used and freed before the first checkpointed layer is recomputed
-    terms.append(Term("activations", int(a_total), act_f, "activations",
+    terms.append(Term(N_("activations"), int(a_total), act_f, "activations",
                       lifetime=("forward end", "backward start", "recompute"),
                       sizes={"recompute": int(a_total) - outside}))
     wrote_copies = dt.mixed and not setup.quant
     if wrote_copies:  # cached by autocast for the forward; with checkpointing only the head's outlive it
         cast_copies = 2 * p.cast // tp
-        terms.append(Term("autocast 16-bit weight copies", cast_copies,
+        terms.append(Term(N_("autocast 16-bit weight copies"), cast_copies,
                           f"{p.cast:,} matmul params × 2 B, cached for the forward and kept for backward",
                           "transient", lifetime=("forward end", "backward start"),
                           sizes={"backward start": 2 * p.head_cast // tp} if setup.checkpointing else {}))
@@ -771,7 +798,7 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
         s_dec or seq)
     fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
     if fwd_logits:
-        terms.append(Term("logits + fp32 copy (loss forward)", fwd_logits, f"{acts.logits:,} logits × {dt.x} B"
+        terms.append(Term(N_("logits + fp32 copy (loss forward)"), fwd_logits, f"{acts.logits:,} logits × {dt.x} B"
                           + (f" + their fp32 copy for the loss, {chunk_logits:,} × 4 B" if dt.x != 4 else "")
                           + (f" / tp {tp}" if tp > 1 else ""), "transient", lifetime=("forward end",)))
     logits_extra = 8 * chunk_logits // tp
@@ -787,23 +814,23 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
     # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
     recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
     in_recompute = setup.checkpointing and not lora  # a frozen base's recompute has terms of its own (below)
-    terms.append(Term("backward temporaries", layer_bwd, f"2 × the largest gradient of one layer: "
+    terms.append(Term(N_("backward temporaries"), layer_bwd, f"2 × the largest gradient of one layer: "
                       f"max(b·s·i·{gx}, b·a·s²·{sm}" + (" (eager)" if scores else " (0 with flash)")
                       + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient",
                       lifetime=("backward start", "recompute") if in_recompute else ("backward start",),
                       sizes={"backward start": 0 if loss_first else layer_bwd, "recompute": recompute_bwd}))
     if logits_extra:
-        terms.append(Term("loss-gradient transients (fp32)", logits_extra,
+        terms.append(Term(N_("loss-gradient transients (fp32)"), logits_extra,
                           f"grad of log-softmax + grad of logits: {chunk_logits:,} logits × 8 B"
                           + (f" (one chunk of {setup.ce_chunk} tokens)" if setup.ce_chunk else ""), "transient",
                           lifetime=("backward start",), sizes={} if loss_first else {"backward start": 0}))
     if setup.checkpointing:
         recast = dt.mixed and not setup.quant  # bitsandbytes' weights are not autocast's to cast
-        terms.append(Term("recomputed layer", recompute + (2 * p.layer_cast // tp if recast else 0),
+        terms.append(Term(N_("recomputed layer"), recompute + (2 * p.layer_cast // tp if recast else 0),
                           f"one layer's activations rebuilt in backward: {fmt(recompute)}"
                           + (" + its 16-bit weights" if recast else ""), "transient", lifetime=("recompute",)))
         if in_recompute:
-            terms.append(Term("gradients (head and one layer)", int(p.largest_layer * wt) // tp,
+            terms.append(Term(N_("gradients (head and one layer)"), int(p.largest_layer * wt) // tp,
                               f"the gradients written by then: the largest layer's, {p.largest_layer:,} × {wt:g} B"
                               + (f" / tp {tp}" if tp > 1 else ""), "gradients", lifetime=("recompute",)))
         else:  # a frozen base: no weight gradients at the recompute, but the rebuilt layer's activation
@@ -819,7 +846,7 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
             attn_grads = 2 * scores + T * spec.inner * dt.x // tp
             rebuilt_grads = T * spec.hidden * dt.r + max(ffn_grads, attn_grads - acts.ffn - probs)
             ffn_f = f"the feed-forward's backward, {n_ffn} input gradients × b·s·i·{gx} B = {fmt(ffn_grads)}"
-            terms.append(Term("recompute gradients (frozen base)", rebuilt_grads,
+            terms.append(Term(N_("recompute gradients (frozen base)"), rebuilt_grads,
                               f"the layer output's gradient b·s·h·{dt.r} B + " + (
                                   f"the larger of {ffn_f}, and the eager attention's, 2 × b·a·s²·{sm} + v's "
                                   f"b·s·h·{dt.x} B less the feed-forward's {fmt(acts.ffn)}"
@@ -831,7 +858,7 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
         ctx_held = bnb_held_inputs(spec, b * seq, dt, setup.quant == "4bit" and setup.quant_compute_dtype == "fp32"
                                    and dt.x == 2 and not dt.mixed, setup.fused_qkv, setup.quant_head) \
             if bnb else 0
-        terms.append(Term("last micro-step's graph (held by the loop)", ctx_held + dt.x * acts.logits // tp,
+        terms.append(Term(N_("last micro-step's graph (held by the loop)"), ctx_held + dt.x * acts.logits // tp,
                           f"its logits {fmt(dt.x * acts.logits // tp)}" + (
                               f" + the inputs bitsandbytes' matmuls keep as ctx attributes (MatMul4Bit ctx.tensors: "
                               f"freed with the graph, not by backward) {fmt(ctx_held)}" if ctx_held else ""),
@@ -849,7 +876,7 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
     x = 2 if setup.precision != "fp32" else 4
     dti = Dtypes(x, x, x, x, x, False)
     if spec.bare:
-        notes.append("no activations or KV cache: a bare parameter count has no shape")
+        notes.append(_("no activations or KV cache: a bare parameter count has no shape"))
     else:
         flash = setup.attention == "flash"
         static = _static_len(spec, setup)
@@ -858,34 +885,34 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
                                 f"({seq + max(setup.new_tokens, 1) - 1})", param="cache_len")
         kv = kv_cache(spec, b, static or seq, x, tp, s_dec)
         if static:  # allocated whole before the prefill; the prefill's mask spans it
-            terms.append(Term("KV cache", kv, f"a static cache of {static} positions, each layer's allocated whole "
+            terms.append(Term(N_("KV cache"), kv, f"a static cache of {static} positions, each layer's allocated whole "
                               f"at its first update (StaticCache(max_cache_len={setup.cache_len})"
                               + (f", the {spec.sliding_window}-token window" if static < (setup.cache_len or 0)
                                  else "") + "): " + _kv_formula(spec, b, static, x, tp), "kv"))
-            terms.append(Term("static-cache attention mask", b * seq * static, f"the prefill's boolean mask over "
+            terms.append(Term(N_("static-cache attention mask"), b * seq * static, f"the prefill's boolean mask over "
                               f"the whole cache, b·s·cache_len: {b} × {seq} × {static} × 1 B (SDPA's mask, "
                               "transformers masking_utils)", "transient"))
         elif kv:
-            terms.append(Term("KV cache", kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
+            terms.append(Term(N_("KV cache"), kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
         if setup.cache_views and spec.qkv_views:
-            terms.append(Term("q beside the cache (fused qkv)", kv // 2, "the cache keeps views of GPT-2's "
+            terms.append(Term(N_("q beside the cache (fused qkv)"), kv // 2, "the cache keeps views of GPT-2's "
                               "fused qkv projection (transformers < 4.54), so its q third stays allocated "
                               "through the prefill", "kv"))
         if spec.encoder_decoder:  # the encoder's forward, then the decoder's prefill beside the cache
             encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
             terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
-            encoder_only = {name for name, _, _ in encoder}
+            encoder_only = {name for name, _s, _f in encoder}
         else:
             for name, size, formula in inference_held(spec, b, seq, dti, flash):
                 terms.append(Term(name, size, formula, "transient"))
             ws = inference_working_set(spec, b, seq, dti, flash, tp)
-            terms.append(Term("forward temporaries", ws, "largest layer working set: residual + norm, q/k/v, "
+            terms.append(Term(N_("forward temporaries"), ws, "largest layer working set: residual + norm, q/k/v, "
                               + ("attention scores, " if setup.attention == "eager" else "")
                               + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash),
                               "transient"))
         if spec.head == "lm":
             size, formula = prefill_logits(spec, b, s_dec or seq, x, setup.all_logits)  # T5: the decoder's
-            terms.append(Term("logits (every position)" if setup.all_logits else "logits (last token, fp32)",
+            terms.append(Term(N_("logits (every position)") if setup.all_logits else N_("logits (last token, fp32)"),
                               size, formula, "transient"))
         if setup.new_tokens > 1 and kv:
             steps = generation_steps(spec, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
@@ -896,7 +923,7 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
         terms.append(_quant_transient(spec, p, setup, b * seq, train=False))
         if decode:  # a decode step multiplies one token a sequence: its matmul buffers are that size
             step_quant = _quant_transient(spec, p, setup, b, train=False)
-            terms.append(replace(step_quant, name="dequantized weight (decode step)",
+            terms.append(replace(step_quant, name=N_("dequantized weight (decode step)"),
                                  formula=step_quant.formula + " (one token a sequence)"))
             for names in decode.values():
                 names.append("dequantized weight (decode step)")
@@ -939,7 +966,7 @@ def _model_states(spec: ModelSpec, setup: Setup, p: Params, pt: int, wt: float, 
         if setup.offload:
             o = 0
             g = min(g, 2 * p.largest * w16)
-            notes.append("ZeRO-Offload: optimizer states and fp32 master weights live in CPU memory")
+            notes.append(_("ZeRO-Offload: optimizer states and fp32 master weights live in CPU memory"))
         grad_f = f"{pt:,} × {w16} B" + (f" / {gshard} GPUs" if gshard > 1 else "")
         opt_f = (f"K={k_opt} B/param (ZeRO paper: fp32 master + states) × {pt:,}" + (
             f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
@@ -984,13 +1011,14 @@ def _model_states(spec: ModelSpec, setup: Setup, p: Params, pt: int, wt: float, 
     g_life: tuple[str, ...] = ("backward end", "optimizer step") + (
         ("forward end", "backward start", "recompute") if held else ())
     zeroed_late = setup.zero_grad_before_backward and not held
-    return (Term("gradients", int(g), grad_f, "gradients", lifetime=g_life + (("forward end",) if zeroed_late else ()),
+    return (Term(N_("gradients"), int(g), grad_f, "gradients",
+                 lifetime=g_life + (("forward end",) if zeroed_late else ()),
                  first_step=g_life if zeroed_late else None),
             # the states live through every moment from the first update on (torch creates them lazily): not
             # whole_step, which is every moment of every step
             Term(f"optimizer states ({setup.optimizer})", int(o), opt_f, "optimizer", lifetime=STEP_MOMENTS,
                  first_step=("optimizer step",)),
-            Term("optimizer-step temporaries", int(tmp), tmp_f, "transient", lifetime=("optimizer step",)))
+            Term(N_("optimizer-step temporaries"), int(tmp), tmp_f, "transient", lifetime=("optimizer step",)))
 
 
 def _static_len(spec: ModelSpec, setup: Setup) -> int:
@@ -1011,7 +1039,7 @@ def _torchao_weight_only(spec: ModelSpec, p: Params, setup: Setup) -> Term:
     rows = sum(s[0] for n, s, c in p.shapes if _quantized_tensor(n, s, c, True)) if not spec.bare else 0
     rest = p.total - p.quantized
     size = (p.quantized * per + rows * row_scale + rest * 2) / setup.tp
-    return Term("weights", int(size), f"{p.quantized:,} linear weights × {per:.4g} B (torchao {setup.quant}"
+    return Term(N_("weights"), int(size), f"{p.quantized:,} linear weights × {per:.4g} B (torchao {setup.quant}"
                 + (f", + {rows:,} output rows × {row_scale} B of scales" if row_scale and rows else "")
                 + f") + {rest:,} others × 2 B (embeddings, norms, biases stay 16-bit)"
                 + (f" / tp {setup.tp}" if setup.tp > 1 else ""), "weights")
@@ -1026,27 +1054,27 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     shape = f"{out_f:,} × {in_f:,}" + (" (a typical shape for the count: no layers known)" if spec.bare else "")
     weight = out_f * in_f * 2 // setup.tp
     if setup.quant == "int4-wo":  # aten._weight_int4pack_mm multiplies the packed weight itself
-        return Term("dequantized weight", 0, "torchao int4 weight-only: the tinygemm kernel "
+        return Term(N_("dequantized weight"), 0, "torchao int4 weight-only: the tinygemm kernel "
                     "(_weight_int4pack_mm) reads the packed weight, no copy", "transient")
     if setup.quant in TORCHAO_WEIGHT_ONLY:  # int8: w.to(x.dtype) before the mm; float8: dequantize() then linear
-        return Term("dequantized weight", weight, f"torchao {setup.quant}: the largest quantized matrix {shape} "
+        return Term(N_("dequantized weight"), weight, f"torchao {setup.quant}: the largest quantized matrix {shape} "
                     "dequantized to 16-bit for each matmul", "transient")
     rows = 0 if spec.bare else tokens  # a bare count has no batch shape
     if setup.quant == "4bit":
         if setup.quant_compute_dtype != "fp32" or setup.quant_backend == "torchao":  # torchao: the input's dtype
-            return Term("dequantized weight", weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
+            return Term(N_("dequantized weight"), weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
                         "matmul", "transient")
         # Linear4bit casts its input to fp32 (kept as an activation in training), dequantizes the weight
         # to fp32 and multiplies into an fp32 output, cast back to the input's dtype after
         cast = rows * ((0 if train else in_f) + out_f) * 4 // setup.tp
-        return Term("dequantized weight", 2 * weight + cast, f"largest quantized matrix {shape} × 4 B, dequantized "
+        return Term(N_("dequantized weight"), 2 * weight + cast, f"largest quantized matrix {shape} × 4 B, dequantized "
                     "per matmul in the fp32 compute dtype (bnb_4bit_compute_dtype, HF's default)"
                     + (f" + its fp32 {'output' if train else 'input and output'} {fmt(cast)}" if cast else ""),
                     "transient")
     int8 = rows * (in_f + 4 * out_f) // setup.tp
     size = max(int8, weight) if train else int8
     buffers = f"int8 input + int32 output {fmt(int8)}" if rows else "its int8 input and int32 output not counted"
-    return Term("dequantized weight", size, f"LLM.int8 matmul of the largest quantized matrix {shape}: {buffers}"
+    return Term(N_("dequantized weight"), size, f"LLM.int8 matmul of the largest quantized matrix {shape}: {buffers}"
                 + (f"; backward dequantizes the weight {fmt(weight)}" if train else ""), "transient")
 
 
@@ -1068,7 +1096,8 @@ def _split_over_gpus(spec: ModelSpec, p: Params, gpus: int, terms: list[Term], n
         share = fullest / p.total
         what = f"{per_gpu} of {layers} layers + the larger end ({max(head, tail):,} params) on the fullest GPU"
     kv_share = (-(-layers // min(gpus, max(layers, 1))) / layers) if layers else 1 / gpus
-    notes.append(f"split over {gpus} GPUs (device_map='auto', layer by layer): the fullest GPU is shown")
+    notes.append(_("split over {gpus} GPUs (device_map='auto', layer by layer): the fullest GPU is shown").format(
+        gpus=gpus))
     out = []
     for t in terms:
         if t.kind == "weights":
@@ -1088,12 +1117,12 @@ def _zero_buckets(setup: Setup, pt: int, w16: int) -> Term:
     assert setup.zero is not None
     size = setup.zero_reduce_bucket
     if setup.zero == 0:
-        return Term("DeepSpeed communication buckets", 0, "ZeRO-0: DeepSpeed's plain data parallel", "overhead")
+        return Term(N_("DeepSpeed communication buckets"), 0, "ZeRO-0: DeepSpeed's plain data parallel", "overhead")
     if setup.zero == 3:
-        return Term("DeepSpeed communication buckets", size * w16, f"the reduce bucket's flat buffer: {size:,} "
+        return Term(N_("DeepSpeed communication buckets"), size * w16, f"the reduce bucket's flat buffer: {size:,} "
                     f"elements × {w16} B", "overhead")
     n = 2 if setup.zero_overlap_comm else 1
-    return Term("DeepSpeed communication buckets", n * size * w16,
+    return Term(N_("DeepSpeed communication buckets"), n * size * w16,
                 f"{n} reduce bucket buffer{'s (overlap_comm)' if n > 1 else ''} of {size:,} elements × {w16} B, "
                 "allocated in backward whatever the model's size", "overhead")
 
@@ -1102,11 +1131,11 @@ def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> l
     """ZeRO-3 on each GPU: the layer being computed plus what the prefetch bucket fetched ahead (at
     most max_live_parameters), and the small parameters it never partitions (persistence threshold)."""
     live = min(p.largest_layer + setup.zero_prefetch_bucket, setup.zero_max_live, p.total)
-    small = sum(numel(s) for _, s, _ in p.shapes if numel(s) < setup.zero_persistence)
-    return [Term("ZeRO-3 gathered layers", live * w16 // tp,
+    small = sum(numel(s) for _n, s, _c in p.shapes if numel(s) < setup.zero_persistence)
+    return [Term(N_("ZeRO-3 gathered layers"), live * w16 // tp,
                  f"min(largest layer {p.largest_layer:,} + prefetch bucket {setup.zero_prefetch_bucket:,}, "
                  f"max live {setup.zero_max_live:,}) params × {w16} B", "transient", lifetime="step"),
-            Term("ZeRO-3 persistent parameters", small * w16 // tp - (0 if setup.offload_params else
+            Term(N_("ZeRO-3 persistent parameters"), small * w16 // tp - (0 if setup.offload_params else
                  small * w16 // tp // shard),
                  f"{small:,} params in tensors under the persistence threshold ({setup.zero_persistence:,}) kept "
                  f"whole on every GPU × {w16} B", "weights")]
@@ -1124,7 +1153,7 @@ def _fsdp_gathered(p: Params, w: float) -> Term:
     the default). (torch.distributed.fsdp _runtime_utils: _post_forward_reshard, _prefetch_handle)"""
     root = p.total - _in_layers(p)
     live = root + 2 * p.largest_layer
-    return Term("FSDP gathered units", int(live * w), f"(root unit {root:,} + 2 layers × {p.largest_layer:,}) "
+    return Term(N_("FSDP gathered units"), int(live * w), f"(root unit {root:,} + 2 layers × {p.largest_layer:,}) "
                 f"params × {w:g} B: the root, the layer computed and the next one prefetched", "transient",
                 lifetime=("forward end", "backward start", "backward end", "recompute"))  # resharded before the step
 
@@ -1145,8 +1174,8 @@ def _packed_4bit(spec: ModelSpec, p: Params, quant_head: bool) -> Params:
     in_layers = [(n, s, c) for n, s, c in p.shapes if n.startswith(("layer", "encoder.", "decoder."))]
     per_layer = sum(numel(s) - numel(stored(n, s, c)) for n, s, c in in_layers) // max(
         1, spec.layers + spec.decoder_layers)
-    return replace(p, total=sum(numel(s) for _, s, _ in shapes), largest_layer=p.largest_layer - per_layer,
-                   largest=max(numel(s) for _, s, _ in shapes), shapes=shapes)
+    return replace(p, total=sum(numel(s) for _n, s, _c in shapes), largest_layer=p.largest_layer - per_layer,
+                   largest=max(numel(s) for _n, s, _c in shapes), shapes=shapes)
 
 
 def _sharded_4bit(spec: ModelSpec, p: Params, setup: Setup, dp: int) -> list[Term]:
@@ -1162,12 +1191,12 @@ def _sharded_4bit(spec: ModelSpec, p: Params, setup: Setup, dp: int) -> list[Ter
     kind = "double-quantized " if setup.double_quant else ""
     where = "FSDP" if setup.fsdp else "ZeRO-3"
     offloaded = setup.fsdp and setup.offload_params
-    terms = [Term("weights", 0 if offloaded else packed.total * 2 // setup.tp // dp,
+    terms = [Term(N_("weights"), 0 if offloaded else packed.total * 2 // setup.tp // dp,
                   f"in CPU memory (FSDP CPUOffload): {packed.total:,} 16-bit elements" if offloaded else
                   f"{packed.total:,} 16-bit elements ({p.quantized:,} 4-bit weights packed 4 to an element "
                   f"(bnb_4bit_quant_storage) + {p.total - p.quantized:,} 16-bit embeddings, norms and output layer) "
                   f"× 2 B / {dp} GPUs ({where})", "weights"),
-             Term("4-bit quant state (every GPU)", state, f"{p.quantized:,} quantized weights × {qb - 0.5:.4g} B "
+             Term(N_("4-bit quant state (every GPU)"), state, f"{p.quantized:,} quantized weights × {qb - 0.5:.4g} B "
                   f"({kind}block constants): module attributes, not parameters: not sharded", "weights")]
     if spec.bare:  # a bare count has no layers to gather
         return terms
@@ -1182,7 +1211,7 @@ def _fsdp_unit_gradient(spec: ModelSpec, p: Params, trainable: int, w: float, dp
     layers = spec.layers + spec.decoder_layers
     unit = max(p.largest_layer, p.total - _in_layers(p)) if not trainable else -(-trainable // max(1, layers))
     size = unit + -(-unit // dp)
-    return Term("FSDP unit gradient", int(size * w), f"the largest unit's gradient {unit:,} + its reduce-scattered "
+    return Term(N_("FSDP unit gradient"), int(size * w), f"the largest unit's gradient {unit:,} + its reduce-scattered "
                 f"shard {-(-unit // dp):,}, × {w:g} B", "transient", lifetime=("backward start", "backward end"))
 
 
@@ -1212,23 +1241,23 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
     breakdown = {k: v for k, v in moments[peak_moment].items() if v}
     if workspaces:
         breakdown["cuBLAS workspaces"] = workspaces
-        terms = terms + [Term("cuBLAS workspaces", workspaces, "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB "
+        terms = terms + [Term(N_("cuBLAS workspaces"), workspaces, "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB "
                               "each on Hopper), kept in the caching allocator from the first matmul", "overhead")]
     reserved = round_segments(int(peak * (1 + setup.fragmentation)))
     context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
     terms = terms + [
-        Term("allocator overhead", reserved - peak, f"caching allocator: {setup.fragmentation:.0%} fragmentation "
+        Term(N_("allocator overhead"), reserved - peak, f"caching allocator: {setup.fragmentation:.0%} fragmentation "
              f"over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
-        Term("CUDA context", context, ("--context-overhead" if setup.context_overhead is not None else
+        Term(N_("CUDA context"), context, ("--context-overhead" if setup.context_overhead is not None else
              f"default for CUDA {setup.cuda:g}: " + ("lazy module loading" if setup.cuda >= 11.7
                                                         else "eager module loading")), "overhead")]
     breakdown["allocator overhead"] = reserved - peak
     loaded = reserved_by_loading(spec, setup)
     if setup.loading:
-        notes.append(f"{setup.loading} loading leaves {fmt(loaded)} reserved (its segments stay cached); reserved "
-                     "is the larger of that and the step's")
+        notes.append(_("{loader} loading leaves {size} reserved (its segments stay cached); reserved is the larger "
+                       "of that and the step's").format(loader=setup.loading, size=fmt(loaded)))
     if loaded > reserved:  # the allocator keeps what loading reserved: the step runs in those segments
-        terms.insert(-1, Term("cached since loading", loaded - reserved, f"{setup.loading}'s model build and "
+        terms.insert(-1, Term(N_("cached since loading"), loaded - reserved, f"{setup.loading}'s model build and "
                           f"checkpoint load leave {fmt(loaded)} reserved (a replay through the caching allocator; "
                           "no empty_cache), more than the step needs", "overhead"))
         breakdown["cached since loading"] = loaded - reserved

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..i18n import N_, _
 from .specs import ENCODERS, ModelSpec, numel, param_shapes, typical_hidden
 
 MiB = 1024**2
@@ -126,6 +127,19 @@ class Shape:
         return self.b * self.s
 
 
+# A term's name is a key of the breakdown (JSON keeps it in English): it is marked N_() where the term is
+# made and said in the reader's words when shown (term_name). The names made from a template:
+_NAMED_TERMS = ((N_("optimizer states ({optimizer})"), "optimizer states ("),)
+
+
+def term_name(name: str) -> str:
+    """A term's name in the reader's words."""
+    for template, start in _NAMED_TERMS:
+        if name.startswith(start) and name.endswith(")"):
+            return _(template).format(optimizer=name[len(start):-1])
+    return _(name)
+
+
 def fmt(n: float) -> str:
     """A byte count for formulas: exact below 1 MiB, else MiB/GiB with 2 decimals."""
     if abs(n) < MiB:
@@ -167,8 +181,8 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
     """The parameter counts memory depends on. `quant_head`: bitsandbytes quantizes the output layer
     too (Lightning's BitsandbytesPrecision replaces every nn.Linear; HF leaves lm_head 16-bit)."""
     shapes = param_shapes(spec)
-    total = sum(numel(s) for _, s, _ in shapes)
-    cast = sum(numel(s) for _, s, c in shapes if c)
+    total = sum(numel(s) for _n, s, _c in shapes)
+    cast = sum(numel(s) for _n, s, c in shapes if c)
     lm_tied = spec.head == "lm" and spec.tied and (spec.family in ENCODERS or spec.encoder_decoder)
     if (spec.arch == "gpt" and spec.tied) or lm_tied:
         # The tied LM head multiplies by the (embedding) matrix: autocast casts it too.
@@ -198,7 +212,7 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
                 lora += lora_rank * (s[0] + s[1])
         if "head" in adapted and spec.head == "lm":  # the lm_head, or the tied embedding it multiplies by
             lora += lora_rank * (spec.hidden + spec.vocab)
-    ada = sum((s[0] + numel(s) // s[0]) if len(s) >= 2 else numel(s) for _, s, _ in shapes)
+    ada = sum((s[0] + numel(s) // s[0]) if len(s) >= 2 else numel(s) for _n, s, _c in shapes)
     if spec.bare:  # no shapes: every parameter counts as quantized, its largest matrix a typical one
         h = typical_hidden(total)
         quantized, largest_q = total, (4 * h, h)
@@ -207,7 +221,7 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
                   and (quant_head or n not in UNQUANTIZED_OUTPUTS)]
         quantized = sum(numel(s) for s in linear)
         largest_q = max(((s[0], s[1]) for s in linear), key=lambda s: s[0] * s[1], default=(0, 0))
-    return Params(total=total, cast=cast, largest=max(numel(s) for _, s, _ in shapes),
+    return Params(total=total, cast=cast, largest=max(numel(s) for _n, s, _c in shapes),
                   largest_layer=largest_layer, layer_cast=one_layer_cast,
                   head_cast=max(0, cast - layers_cast), lora=lora, adafactor_state=ada, quantized=quantized,
                   largest_quantized=largest_q, shapes=shapes)
@@ -434,7 +448,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
     if fam in ENCODERS or spec.arch in ("gpt", "llama", "vit", "t5"):
         attn = _attention(spec, sh, dt, flash, keeps, s, s + prefix, frozen=frozen, fused=fused_qkv)
         ffn = _ffn(spec, T, dt, keeps, sh.tp)
-        ffn_saved = sum(v for _, v in ffn)
+        ffn_saved = sum(v for _n, v in ffn)
         adapted = lora_targets(spec, targets) if lora and (lora_dropout > 0 or fp32_adapters) else ()
         adapted = adapted or (adapted_quantized if fp32_adapters or lora_dropout > 0 else ())
         if adapted:  # each adapter's own dropout of its input: a 1-byte mask, and (without autocast,
@@ -464,7 +478,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
         else:  # post-LN (BERT family): the norms read the residual sums
             layer_terms = attn + [("norm after attention", _norm(spec, T, h, dt))] + ffn + \
                           [("norm after feed-forward", _norm(spec, T, h, dt))]
-    acts = Acts(layer=sum(v for _, v in layer_terms), layer_terms=layer_terms, ffn=ffn_saved)
+    acts = Acts(layer=sum(v for _n, v in layer_terms), layer_terms=layer_terms, ffn=ffn_saved)
     acts.ckpt_layer = T * h * dt.r  # a checkpointed layer keeps only its input
     outside: list[tuple[str, int]] = []
     if fam in ENCODERS:
@@ -518,7 +532,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
             dec_terms.append((f"bottleneck adapters (2 × width {adapter})",
                               2 * (_lin_in(Td, h, 1, dt) + 2 * Td * adapter * dt.x)))
         acts.dec_terms = dec_terms
-        acts.dec_layer = sum(v for _, v in dec_terms)
+        acts.dec_layer = sum(v for _n, v in dec_terms)
         drop = spec.hidden_dropout > 0
         outside += [("encoder embedding dropout mask", T * h if drop else 0),
                     ("encoder final norm", _norm(spec, T, h, dt)),
@@ -689,39 +703,40 @@ def generation_steps(spec: ModelSpec, b: int, s: int, new_tokens: int, dt: Dtype
     the first decode step."""
     if static_len:  # a static cache was allocated whole for the prefill: nothing grows, nothing is copied
         return {"last decode step": [
-            Term("decode-step temporaries", decode_working_set(spec, b, static_len, dt, flash, tp) + b * static_len,
+            Term(N_("decode-step temporaries"), decode_working_set(spec, b, static_len, dt, flash, tp) + b * static_len,
                  f"one token's forward over the {static_len}-position static cache, with its boolean mask "
                  f"{b} × {static_len} B", "transient"),
-            Term("decode-step logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
+            Term(N_("decode-step logits (last token, fp32)"), b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                  "transient")]}
     kv_token = kv_cache(spec, b, 1, dt.x, tp)  # one position of the cache, all layers
     last = s + new_tokens - 1
     # a sliding-window cache keeps the last `window` positions once decoding goes on (the prefill's
     # full cache, counted in the prefill moment, is cut down at the first decode step)
     kept = min(last, spec.sliding_window) if spec.sliding_window else last
-    growth = Term("KV cache growth (generation)", kv_token * max(0, kept - s), f"{new_tokens - 1} more positions "
+    growth = Term(N_("KV cache growth (generation)"), kv_token * max(0, kept - s), f"{new_tokens - 1} more positions "
                   f"to {last} (prompt {s} + {new_tokens} new - 1)"
                   + (f", the cache kept to the {spec.sliding_window}-token window" if kept < last else "")
                   + f" × {fmt(kv_token)} a position", "kv")
     layer_copy = kv_token * (kept - 1) // max(1, spec.layers)
-    ws = Term("decode-step temporaries", decode_working_set(spec, b, kept, dt, flash, tp) + layer_copy,
+    ws = Term(N_("decode-step temporaries"), decode_working_set(spec, b, kept, dt, flash, tp) + layer_copy,
               f"one token's forward attending to {kept} positions" + ("" if flash else " (eager scores over the "
               "cache)") + f", and one layer's k/v while torch.cat copies it {fmt(layer_copy)}", "transient")
-    logits = Term("decode-step logits (last token, fp32)", b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
+    logits = Term(N_("decode-step logits (last token, fp32)"), b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                   "transient")
     steps = {"last decode step": [growth, ws, logits]}
     if legacy:
-        steps["last decode step"].insert(1, Term("previous step's cache (transformers < 4.42)", kv_token * (kept - 1),
+        steps["last decode step"].insert(1, Term(N_("previous step's cache (transformers < 4.42)"),
+                                                 kv_token * (kept - 1),
                                                  f"{kept - 1} positions × {fmt(kv_token)}: generate() still holds "
                                                  "the tuple the step concatenates into a new one", "kv"))
         first_ws = decode_working_set(spec, b, s + 1, dt, flash, tp)
         held, formula = prefill_logits(spec, b, s, dt.x, all_logits, kept=True)
         steps["first decode step"] = [
-            Term("first decode step: the new cache", kv_token * (s + 1), f"{s + 1} positions × {fmt(kv_token)} "
+            Term(N_("first decode step: the new cache"), kv_token * (s + 1), f"{s + 1} positions × {fmt(kv_token)} "
                  "beside the prefill's, which generate() still holds", "kv"),
-            Term("first decode step: the prefill's logits", held, formula + ": the prefill's `outputs`, kept "
+            Term(N_("first decode step: the prefill's logits"), held, formula + ": the prefill's `outputs`, kept "
                  "until the next forward returns (no `del outputs` before transformers 4.42)", "transient"),
-            Term("first decode step: temporaries", first_ws, f"one token's forward attending to {s + 1} positions",
+            Term(N_("first decode step: temporaries"), first_ws, f"one token's forward attending to {s + 1} positions",
                  "transient")]
     return steps
 

@@ -226,7 +226,7 @@ def torchtune_qlora_events(spec: ModelSpec, lora_rank: int, lora_targets: tuple[
     norm()
     # _get_clones: copy.deepcopy(layer) per layer (sa_norm, attention, mlp_norm, MLP: attribute order)
     clones: list[dict[str, list[int]]] = []
-    for _ in range(spec.layers):
+    for _i in range(spec.layers):
         fields: dict[str, list[int]] = {}
         norm()
         for part, out, inp, adapted in linears:

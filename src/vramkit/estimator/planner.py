@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..i18n import _, ngettext
 from . import catalog
 from .analytic import Estimate, Setup, estimate
 from .specs import EstimateError, ModelSpec, resolve, spec_of
-from .stack import remedies
+from .stack import list_of, remedies
 
 
 @dataclass
@@ -37,20 +38,26 @@ class Plan:
         """A few lines: the verdict, the need, the largest batch and the cheapest change that fits."""
         from ..units import format_size
 
-        verdict = "fits" if self.fits else "does not fit"
-        lines = [f"{self.model} on {self.gpu} ({format_size(self.capacity_bytes)}): {verdict}, needs ~"
-                 f"{format_size(self.estimate.total_bytes)} as nvidia-smi would show it (estimate)",
+        need = format_size(self.estimate.total_bytes)
+        where = dict(model=self.model, gpu=self.gpu, capacity=format_size(self.capacity_bytes), need=need)
+        lines = [_("{model} on {gpu} ({capacity}): fits, needs ~{need} as nvidia-smi would show it (estimate)")
+                 .format(**where) if self.fits else
+                 _("{model} on {gpu} ({capacity}): does not fit, needs ~{need} as nvidia-smi would show it "
+                   "(estimate)").format(**where),
                  f"  {self.estimate.setup.describe(self.estimate.seq, self.estimate.family)}",
-                 f"  largest batch that fits: {self.max_batch or 'none, not even 1'}"]
+                 "  " + (_("largest batch that fits: {batch}").format(batch=self.max_batch) if self.max_batch
+                         else _("largest batch that fits: none, not even 1"))]
         fitting = [c for c in self.changes if c.fits]
         if fitting:
-            lines.append(f"  cheapest change that fits: {fitting[0].what} ({format_size(fitting[0].total_bytes)})")
+            lines.append("  " + _("cheapest change that fits: {change} ({size})").format(
+                change=fitting[0].what, size=format_size(fitting[0].total_bytes)))
         elif self.changes:  # nothing fits alone: the one that comes closest
             closest = min(self.changes, key=lambda c: c.total_bytes)
-            lines.append(f"  no change fits alone; closest: {closest.what} ({format_size(closest.total_bytes)})")
+            lines.append("  " + _("no change fits alone; closest: {change} ({size})").format(
+                change=closest.what, size=format_size(closest.total_bytes)))
         if not self.fits and self.gpus_that_fit:
-            names = ", ".join(f"{n} ({format_size(m)})" for n, m in self.gpus_that_fit[:3])
-            lines.append(f"  GPUs that fit it unchanged: {names}")
+            names = list_of([f"{n} ({format_size(m)})" for n, m in self.gpus_that_fit[:3]])
+            lines.append("  " + _("GPUs that fit it unchanged: {gpus}").format(gpus=names))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,8 +74,9 @@ def gpu_memory(name: str) -> tuple[str, int]:
     if key in catalog.GPUS:
         return key, catalog.GPUS[key][0]
     close = difflib.get_close_matches(key, list(catalog.GPUS) + list(catalog.GPU_ALIASES), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else f" (known: {', '.join(catalog.GPUS)})"
-    raise EstimateError(f"unknown GPU {name!r}{hint}")
+    if close:
+        raise EstimateError(_("unknown GPU {name!r}; did you mean {close}?").format(name=name, close=list_of(close)))
+    raise EstimateError(_("unknown GPU {name!r} (known: {known})").format(name=name, known=list_of(list(catalog.GPUS))))
 
 
 def _total(spec: ModelSpec, setup: Setup) -> int:
@@ -100,16 +108,16 @@ def _stack_changes(setup: Setup, consider: Callable[..., None], last_fits: Calla
     qlora = {} if setup.quant == "4bit" else {"lora": rank, "quant": "4bit", "optimizer": setup.optimizer}
     own = {"lora": setup.lora, "quant": setup.quant, "optimizer": setup.optimizer}
     if setup.fsdp:
-        shard = ("FSDP on 8 GPUs", {"gpus": 8, **own} if setup.gpus < 8 else {})
+        shard = (_("FSDP on {gpus} GPUs").format(gpus=8), {"gpus": 8, **own} if setup.gpus < 8 else {})
     else:  # DeepSpeed keeps its own optimizer states, not bitsandbytes' paged ones
         optimizer = "adamw" if setup.optimizer == "paged-adamw" else setup.optimizer
-        shard = ("ZeRO-3 on 8 GPUs", {"zero": 3, "gpus": 8 * setup.tp, **own, "optimizer": optimizer,
-                                      "offload_params": False})
+        shard = (_("ZeRO-3 on {gpus} GPUs").format(gpus=8), {"zero": 3, "gpus": 8 * setup.tp, **own,
+                                                             "optimizer": optimizer, "offload_params": False})
     steps: tuple[tuple[str, dict[str, Any]], ...] = (
-        ("flash attention", {"attention": "flash"}),
-        ("checkpointing", {"checkpointing": True}),
+        (_("flash attention"), {"attention": "flash"}),
+        (_("checkpointing"), {"checkpointing": True}),
         ("bf16", {"precision": "bf16"} if setup.precision == "fp32" else {}),
-        ("8-bit AdamW", {"optimizer": "adamw-8bit"} if not setup.lora else {}),
+        (_("8-bit AdamW"), {"optimizer": "adamw-8bit"} if not setup.lora else {}),
         (f"QLoRA r={rank}", qlora),
         shard)
     stacked: dict[str, Any] = {}
@@ -121,9 +129,9 @@ def _stack_changes(setup: Setup, consider: Callable[..., None], last_fits: Calla
             continue
         stacked, reached = trial, replace(setup, **trial)
         if label == shard[0]:  # the ZeRO / FSDP path starts again from the user's own fine-tuning
-            labels = [lb for lb in labels if lb not in (f"QLoRA r={rank}", "8-bit AdamW")]
+            labels = [lb for lb in labels if lb not in (f"QLoRA r={rank}", _("8-bit AdamW"))]
         labels.append(label)
-        consider(" + ".join(labels), **stacked)
+        consider(" + ".join(labels), **stacked)  # a sum: the same in every language
         if last_fits():
             break
 
@@ -133,7 +141,7 @@ def _behaviour_remedies(setup: Setup, spec: ModelSpec, consider: Callable[..., N
     remedies: generate() in transformers 4.54 on keeps one cache a step, the last position's logits and the cache's
     own k/v copies); each matters to some setups only, hence must_help."""
     for remedy, diff in remedies(setup, spec.family).items():
-        consider(remedy, must_help=True, **diff)
+        consider(_(remedy), must_help=True, **diff)  # marked where stack.BEHAVIOURS names it
 
 
 def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None,
@@ -147,8 +155,8 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
     setup = replace(setup or Setup(), **options)
     if isinstance(gpu, int):
         if isinstance(gpu, bool) or gpu <= 0:
-            raise EstimateError(f"GPU capacity must be a positive number of bytes, not {gpu!r}")
-        gpu_name, capacity = gpu_label or "the GPU", gpu
+            raise EstimateError(_("GPU capacity must be a positive number of bytes, not {value!r}").format(value=gpu))
+        gpu_name, capacity = gpu_label or _("the GPU"), gpu
     else:
         gpu_name, capacity = gpu_memory(gpu)
     base = estimate(spec, setup)
@@ -186,75 +194,79 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
 
             split = accumulation_plan(setup.batch, micro)
             accum = setup.grad_accum * split.steps
-            same = ("same effective batch" if split.exact else
-                    f"effective batch {split.effective_batch} instead of {setup.batch}")
-            consider(f"micro-batch {split.micro_batch} × grad-accum {accum} ({same})",
+            consider(_("micro-batch {micro} × grad-accum {steps} (same effective batch)").format(
+                micro=split.micro_batch, steps=accum) if split.exact else
+                _("micro-batch {micro} × grad-accum {steps} (effective batch {effective} instead of {batch})").format(
+                    micro=split.micro_batch, steps=accum, effective=split.effective_batch, batch=setup.batch),
                      batch=split.micro_batch, grad_accum=accum)
         if setup.attention == "eager":
-            consider("flash / memory-efficient attention", attention="flash")
+            consider(_("flash / memory-efficient attention"), attention="flash")
         if setup.precision == "fp32":
-            consider("bf16 mixed precision", precision="bf16")
+            consider(_("bf16 mixed precision"), precision="bf16")
         if not setup.checkpointing:
-            consider("activation checkpointing", checkpointing=True)
+            consider(_("activation checkpointing"), checkpointing=True)
         if setup.optimizer in ("adamw", "adafactor") and not setup.lora:
-            consider("8-bit AdamW", optimizer="adamw-8bit")
+            consider(_("8-bit AdamW"), optimizer="adamw-8bit")
         _behaviour_remedies(setup, spec, consider)
         if not spec.patches:
             seq = base.seq // 2
             if seq >= 16:
-                consider(f"shorter sequences ({seq})", seq=seq)
+                consider(_("shorter sequences ({seq})").format(seq=seq), seq=seq)
         if not setup.lora:
-            consider("LoRA r=16 (frozen base)", lora=16)
-            consider("QLoRA: LoRA r=16 on a 4-bit base", lora=16, quant="4bit")
+            consider(_("LoRA r={rank} (frozen base)").format(rank=16), lora=16)
+            consider(_("QLoRA: LoRA r={rank} on a 4-bit base").format(rank=16), lora=16, quant="4bit")
         smaller = catalog.SMALLER.get(spec.name)
         if smaller:
-            spec_for[f"smaller model: {smaller}"] = resolve(smaller)
-            consider(f"smaller model: {smaller}")
+            smaller_what = _("smaller model: {model}").format(model=smaller)
+            spec_for[smaller_what] = resolve(smaller)
+            consider(smaller_what)
         if setup.fsdp:  # already sharding with FSDP: more GPUs, or its CPU offload
             for n in (2, 4, 8):
                 if n > setup.gpus:
-                    consider(f"{n} GPUs (FSDP)", gpus=n)
+                    consider(_("{gpus} GPUs (FSDP)").format(gpus=n), gpus=n)
             if not setup.offload_params:
-                consider("FSDP + CPU offload", offload_params=True)
+                consider(_("FSDP + CPU offload"), offload_params=True)
         elif setup.zero is None:
             for n in (2, 4, 8):
-                consider(f"ZeRO-3 on {n} GPUs", zero=3, gpus=n * setup.tp, checkpointing=setup.checkpointing)
-            consider("ZeRO-3 + CPU offload (ZeRO-Infinity)", zero=3, offload=True,
+                consider(_("ZeRO-3 on {gpus} GPUs").format(gpus=n), zero=3, gpus=n * setup.tp,
+                         checkpointing=setup.checkpointing)
+            consider(_("ZeRO-3 + CPU offload (ZeRO-Infinity)"), zero=3, offload=True,
                      offload_params=True)
         elif not setup.offload and setup.zero >= 2:
-            consider("CPU offload of optimizer states", offload=True)
+            consider(_("CPU offload of optimizer states"), offload=True)
         for n in (2, 4, 8):
             if n > setup.gpus and setup.zero is not None:
-                consider(f"{n} GPUs (ZeRO-{setup.zero})", gpus=n * setup.tp)
+                consider(_("{gpus} GPUs (ZeRO-{stage})").format(gpus=n, stage=setup.zero), gpus=n * setup.tp)
         if not any(c.fits for c in changes):  # no single change is enough: stack the cheap ones
             _stack_changes(setup, consider, lambda: bool(changes) and changes[-1].fits)
     elif not fits and setup.mode == "infer" and not spec.bare:
         if setup.batch > 1 and max_batch:
-            consider(f"batch {max_batch}", batch=max_batch)
+            consider(_("batch {batch}").format(batch=max_batch), batch=max_batch)
         if setup.attention == "eager":
-            consider("flash / memory-efficient attention", attention="flash")
+            consider(_("flash / memory-efficient attention"), attention="flash")
         _behaviour_remedies(setup, spec, consider)
         if setup.new_tokens > 1:
             fewer = setup.new_tokens // 2
-            consider(f"{fewer} new token{'s' if fewer > 1 else ''} (--new-tokens {fewer})", must_help=True,
+            consider(ngettext("{n} new token (--new-tokens {n})", "{n} new tokens (--new-tokens {n})", fewer).format(
+                n=fewer), must_help=True,
                      new_tokens=fewer)
         if not spec.patches and base.seq // 2 >= 16:  # the prompt: what generation starts from
-            consider(f"shorter prompt: {base.seq // 2} tokens (--seq {base.seq // 2})", must_help=True,
+            consider(_("shorter prompt: {tokens} tokens (--seq {tokens})").format(tokens=base.seq // 2), must_help=True,
                      seq=base.seq // 2)
         for q in ("8bit", "4bit"):
             if setup.quant != q:
-                consider(f"{q} weights", quant=q)
+                consider(_("{quant} weights").format(quant=q), quant=q)
         for n in (2, 4, 8):
             if spec.heads % n == 0:
-                consider(f"tensor parallel over {n} GPUs", gpus=n, tp=n)
+                consider(_("tensor parallel over {gpus} GPUs").format(gpus=n), gpus=n, tp=n)
         for n in (2, 4, 8):
             if n > setup.gpus and setup.tp == 1:
-                consider(f"layers split over {n} GPUs (device_map)", gpus=n)
+                consider(_("layers split over {gpus} GPUs (device_map)").format(gpus=n), gpus=n)
     elif not fits:  # a bare count: model states only
-        consider("8-bit AdamW", optimizer="adamw-8bit")
-        consider("LoRA r=16 (frozen base)", lora=16)
+        consider(_("8-bit AdamW"), optimizer="adamw-8bit")
+        consider(_("LoRA r={rank} (frozen base)").format(rank=16), lora=16)
         for n in (2, 4, 8):
-            consider(f"ZeRO-3 on {n} GPUs", zero=3, gpus=n)
-    gpus = sorted(((n, m) for n, (m, _, _) in catalog.GPUS.items() if m >= base.total_bytes), key=lambda x: x[1])
+            consider(_("ZeRO-3 on {gpus} GPUs").format(gpus=n), zero=3, gpus=n)
+    gpus = sorted(((n, m) for n, (m, _a, _b) in catalog.GPUS.items() if m >= base.total_bytes), key=lambda x: x[1])
     return Plan(model=spec.name, gpu=gpu_name, capacity_bytes=capacity, estimate=base, fits=fits,
                 max_batch=max_batch, changes=changes, gpus_that_fit=gpus)

@@ -769,4 +769,4 @@ def numel(shape: tuple[int, ...]) -> int:
 
 
 def param_count(spec: ModelSpec) -> int:
-    return sum(numel(s) for _, s, _ in param_shapes(spec))
+    return sum(numel(s) for _n, s, _c in param_shapes(spec))

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
+from ..i18n import N_
 from .analytic import CUBLAS_WORKSPACES, Estimate, Setup, default_context, round_segments
 from .formulas import Term
 from .specs import MAX_LAYERS, MAX_PARAMS, EstimateError, ModelSpec, _whole, from_config
@@ -257,9 +258,9 @@ def _as_estimate(t: TraceResult, setup: Setup, name: str, model_type: str, cls_n
     terms = [Term(what, n, where, _KINDS.get(what, "transient")) for what, n in t.breakdown.items()]
     reserved = round_segments(int(t.peak_bytes * (1 + setup.fragmentation)))
     context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
-    terms += [Term("allocator overhead", reserved - t.peak_bytes, f"caching allocator: {setup.fragmentation:.0%} "
+    terms += [Term(N_("allocator overhead"), reserved - t.peak_bytes, f"caching allocator: {setup.fragmentation:.0%} "
                    "fragmentation over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
-              Term("CUDA context", context, "--context-overhead" if setup.context_overhead is not None else
+              Term(N_("CUDA context"), context, "--context-overhead" if setup.context_overhead is not None else
                    f"default for CUDA {setup.cuda:g}", "overhead")]
     breakdown = {**t.breakdown, "allocator overhead": reserved - t.peak_bytes, "CUDA context": context}
     steps = "a training step twice" if setup.mode == "train" else "one prefill"

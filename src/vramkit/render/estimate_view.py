@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..i18n import N_, _, pgettext
 from ..units import format_size
 from .style import Style, clip
+from .text_width import cells, pad
 
 if TYPE_CHECKING:
     from ..estimator.analytic import Estimate
@@ -16,57 +18,87 @@ _KIND_COLOR = {"weights": "blue", "gradients": "magenta", "optimizer": "yellow",
                "transient": "cyan", "overhead": "dim", "kv": "green"}
 
 
+# The moments of a step as the estimator names them (keys of Estimate.moments, kept in JSON), in words
+_MOMENTS = {"forward end": N_("forward end"), "backward start": N_("backward start"),
+            "backward end": N_("backward end"), "optimizer step": N_("optimizer step"),
+            "recompute": N_("recompute"), "forward": N_("forward"), "encoder forward": N_("encoder forward"),
+            "logits": N_("logits"), "last decode step": N_("last decode step"),
+            "first decode step": N_("first decode step")}
+
+
 def _setup_line(e: Estimate) -> str:
     return e.setup.describe(e.seq, e.family)
+
+
+def moment_name(moment: str) -> str:
+    """A moment of a step (a JSON key) in the reader's words."""
+    return _(_MOMENTS[moment]) if moment in _MOMENTS else moment
+
+
+def term_name(name: str) -> str:
+    """A term's name (a key of the breakdown, kept in English in JSON) in the reader's words: the
+    names are marked where the terms are made (formulas.TERM_NAMES)."""
+    from ..estimator.formulas import term_name as translated
+
+    return translated(name)
 
 
 def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool = False,
                     host: tuple[int, str] | None = None) -> str:
     """`host`: (bytes, how counted) of host RAM an offloaded run needs (estimator/host.py)."""
     kinds = {t.name: t.kind for t in e.terms}
-    lines = [style.paint(f"{e.model}", "bold") + f"  ·  {e.params:,} parameters"
-             + (f" ({e.trainable:,} trainable per GPU)" if e.trainable and e.trainable != e.params else "")
-             + "  ·  ESTIMATE",
-             _setup_line(e), ""]
+    params = _("{params:,} parameters").format(params=e.params)
+    if e.trainable and e.trainable != e.params:
+        params = _("{params:,} parameters ({trainable:,} trainable per GPU)").format(params=e.params,
+                                                                                   trainable=e.trainable)
+    lines = [style.paint(f"{e.model}", "bold") + f"  ·  {params}  ·  " + _("ESTIMATE"), _setup_line(e), ""]
     total = e.total_bytes
-    name_w = max(len(k) for k in e.breakdown) + 2
+    names = {k: term_name(k) for k in e.breakdown}
+    heading = _("at the peak ({moment})").format(moment=moment_name(e.peak_moment))
+    name_w = max(cells(k) for k in names.values()) + 2
     bar_w = max(10, min(40, width - name_w - 20))
-    lines.append(f"{'at the peak (' + e.peak_moment + ')':<{name_w}}{'memory':>9}  share")
+    # Translators: the breakdown table's headings: the memory each term takes, and its share of the total
+    lines.append(pad(heading, name_w) + pad(pgettext("column", "memory"), 9, right=True) + "  "
+                 + pgettext("column", "share"))
     for name, value in sorted(e.breakdown.items(), key=lambda kv: -kv[1]):
         color = _KIND_COLOR.get(kinds.get(name, "transient"), "cyan")
-        lines.append(f"{clip(name, name_w - 2):<{name_w}}{format_size(value):>9}  "
+        lines.append(f"{pad(clip(names[name], name_w - 2), name_w)}{format_size(value):>9}  "
                      f"{style.bar(value / total if total else 0, bar_w, color)} {value / total:4.0%}")
     lines.append("")
-    lines.append(f"peak allocated   {format_size(e.peak_bytes):>9}   (torch.cuda.max_memory_allocated)")
-    if e.steady_bytes != e.peak_bytes:
-        lines.append(f"steady state     {format_size(e.steady_bytes):>9}   (second step)")
-    else:
-        lines.append(f"steady state     {format_size(e.steady_bytes):>9}   (second step = the peak)")
-    lines.append(f"reserved         {format_size(e.reserved_bytes):>9}   (caching allocator)")
-    lines.append(style.paint(f"nvidia-smi shows {format_size(total):>9}", "bold")
-                 + f"   (reserved + {format_size(e.context_bytes)} CUDA context)")
+    # Translators: the summary under the table: a label padded to 17 columns, a size, what it is
+    summary = [(_("peak allocated"), e.peak_bytes, "(torch.cuda.max_memory_allocated)"),
+               (_("steady state"), e.steady_bytes, _("(second step)") if e.steady_bytes != e.peak_bytes
+                else _("(second step = the peak)")),
+               (_("reserved"), e.reserved_bytes, _("(caching allocator)"))]
+    shows, host_label = _("nvidia-smi shows"), _("host memory")
+    label_w = max(17, *(cells(label) + 1 for label in (*(row[0] for row in summary), shows, host_label)))
+    for label, value, words in summary:
+        lines.append(f"{pad(label, label_w)}{format_size(value):>9}   {words}")
+    lines.append(style.paint(f"{pad(shows, label_w)}{format_size(total):>9}", "bold") + "   "
+                 + _("(reserved + {context} CUDA context)").format(context=format_size(e.context_bytes)))
     if host is not None:
-        lines.append(f"host memory      {format_size(host[0]):>9}   (CPU RAM: {host[1]})")
+        lines.append(f"{pad(host_label, label_w)}{format_size(host[0]):>9}   "
+                     + _("(CPU RAM: {how})").format(how=host[1]))
     for note in e.notes:
-        lines.append(style.paint(f"note: {note}", "dim"))
+        lines.append(style.paint(_("note: {note}").format(note=note), "dim"))
     if explain:
         lines.append("")
-        lines.append(style.paint("how each term is computed", "bold"))
+        lines.append(style.paint(_("how each term is computed"), "bold"))
         for t in e.terms:
-            lines.append(f"  {t.name}: {format_size(t.bytes)} = {t.formula}")
+            lines.append(f"  {term_name(t.name)}: {format_size(t.bytes)} = {t.formula}")
         lines.append("")
         train = e.setup.mode == "train"
-        lines.append(style.paint("memory at each moment of the second step (first step in brackets)" if train
-                                 else "memory at each moment", "bold"))
-        width = max([15, *(len(k) for k in e.moments)])
+        lines.append(style.paint(_("memory at each moment of the second step (first step in brackets)") if train
+                                 else _("memory at each moment"), "bold"))
+        width = max([15, *(cells(moment_name(k)) for k in e.moments)])
         for k, v in e.moments.items():
-            mark = "  <- peak" if k == e.peak_moment else ""
+            mark = "  " + _("<- peak") if k == e.peak_moment else ""
             first = f"  [{format_size(e.first_step.get(k))}]" if train else ""
-            lines.append(f"  {k:<{width}} {format_size(v):>9}{first}{mark}")
+            lines.append(f"  {pad(moment_name(k), width)} {format_size(v):>9}{first}{mark}")
         detail = getattr(e, "activation_detail", None)
         if detail:
             lines.append("")
-            lines.append(style.paint("activations saved per layer", "bold"))
+            lines.append(style.paint(_("activations saved per layer"), "bold"))
             for name, value in detail:
                 lines.append(f"  {format_size(value):>9}  {name}")
     return "\n".join(lines)

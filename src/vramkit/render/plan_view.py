@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from ..estimator.stack import list_of
+from ..i18n import _
 from ..units import format_size
 from .style import Style
+from .text_width import pad
 
 if TYPE_CHECKING:
     from ..estimator.planner import Plan
@@ -14,26 +17,28 @@ if TYPE_CHECKING:
 
 def render_plan(p: Plan, style: Style) -> str:
     e = p.estimate
-    verdict = style.paint("FITS", "green", "bold") if p.fits else style.paint("DOES NOT FIT", "red", "bold")
-    lines = [f"{p.model} on {p.gpu} ({format_size(p.capacity_bytes)}): {verdict}  ·  needs ~"
-             f"{format_size(e.total_bytes)} as nvidia-smi would show it (estimate)"]
-    what = "micro-batch" if e.setup.mode == "train" else "batch"
+    verdict = style.paint(_("FITS"), "green", "bold") if p.fits else style.paint(_("DOES NOT FIT"), "red", "bold")
+    lines = [_("{model} on {gpu} ({capacity}): {verdict}  ·  needs ~{need} as nvidia-smi would show it (estimate)")
+             .format(model=p.model, gpu=p.gpu, capacity=format_size(p.capacity_bytes), verdict=verdict,
+                     need=format_size(e.total_bytes))]
+    train = e.setup.mode == "train"
     if p.max_batch:
-        lines.append(f"largest {what} that fits: {p.max_batch}")
+        lines.append((_("largest micro-batch that fits: {batch}") if train else
+                      _("largest batch that fits: {batch}")).format(batch=p.max_batch))
     else:
-        lines.append(f"not even {what} 1 fits as set up")
+        lines.append(_("not even micro-batch 1 fits as set up") if train else _("not even batch 1 fits as set up"))
     if p.changes:
         lines.append("")
-        lines.append("changes, cheapest first (memory each needs):")
+        lines.append(_("changes, cheapest first (memory each needs):"))
+        fits, too_big = style.paint(_("fits"), "green"), style.paint(_("too big"), "dim")
         for c in p.changes:
-            mark = style.paint("fits", "green") if c.fits else style.paint("too big", "dim")
-            lines.append(f"  {c.what:<52}{format_size(c.total_bytes):>9}  {mark}")
+            lines.append(f"  {pad(c.what, 52)}{format_size(c.total_bytes):>9}  {fits if c.fits else too_big}")
     lines.append("")
     if p.gpus_that_fit:
-        names = ", ".join(f"{n} ({format_size(m)})" for n, m in p.gpus_that_fit[:8])
-        lines.append(f"GPUs that fit it unchanged: {names}")
+        names = list_of([f"{n} ({format_size(m)})" for n, m in p.gpus_that_fit[:8]])
+        lines.append(_("GPUs that fit it unchanged: {gpus}").format(gpus=names))
     else:
-        lines.append("no single catalog GPU fits it unchanged")
+        lines.append(_("no single catalog GPU fits it unchanged"))
     return "\n".join(lines)
 
 
