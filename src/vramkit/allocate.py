@@ -36,12 +36,14 @@ from .gpu_choice import (
     Unit,
     decide,
     queue_blocks,
+    reasons_words,
     resolve_selectors,
     shortfall_reasons,
     shortfall_text,
     units_of,
 )
 from .gpu_state import Snapshot
+from .i18n import _, ngettext
 from .machine import Machine, open_machine
 from .procs import descends_from
 from .units import format_duration, parse_percent, parse_size
@@ -76,7 +78,8 @@ def parse_min_free(value: str | int | None) -> tuple[int | None, float | None]:
     if isinstance(value, str) and value.strip().endswith("%"):
         return None, parse_percent(value)
     if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit() and float(value) != 0:
-        raise RequestError(f"{value!r} needs a unit, e.g. {value.strip()}GiB (or a share: 50%)", param="min_free")
+        raise RequestError(_("{value} needs a unit, e.g. {number}GiB (or a share: 50%)").format(
+            value=repr(value), number=value.strip()), param="min_free")
     return parse_size(value), None
 
 
@@ -97,9 +100,10 @@ def build_policy(devices: list[CudaDevice], *, count: int = 1, min_free: str | i
     from Slurm, a container or you; HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES on AMD GPUs: each
     vendor's rule, visible.py) are the allowed set; one a runtime would refuse: ValueError."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise RequestError(f"must be a whole number of GPUs, at least 1 (got {count!r})", param="count")
+        raise RequestError(_("must be a whole number of GPUs, at least 1 (got {value})").format(value=repr(count)),
+                           param="count")
     if prefer not in PREFER:
-        raise RequestError(f"must be spread or pack (got {prefer!r})", param="prefer")
+        raise RequestError(_("must be spread or pack (got {value})").format(value=repr(prefer)), param="prefer")
     try:
         size, pct = parse_min_free(min_free)
     except RequestError:
@@ -189,18 +193,24 @@ class WaitStatus:
     ahead: int  # waiters before this one
 
     def reasons(self) -> str:
-        return "; ".join(shortfall_reasons(self.decision))
+        return reasons_words(shortfall_reasons(self.decision))
 
     def text(self) -> str:
         """'waiting 12s for 1 GPU, ≥50% free, ≤50% busy: GPU 4 is reserved by ...; gives up in 1m48s'
         ('waiting for ...' in the first second: not 'waiting 0s')."""
-        waited = f"{format_duration(self.waited)} " if self.waited >= 1 else ""
-        parts = [f"waiting {waited}for {self.decision.policy.describe()}: {self.reasons()}"]
+        wanted = self.decision.policy.describe()
+        if self.waited >= 1:
+            parts = [_("waiting {waited} for {wanted}: {reasons}").format(
+                waited=format_duration(self.waited), wanted=wanted, reasons=self.reasons())]
+        else:
+            parts = [_("waiting for {wanted}: {reasons}").format(wanted=wanted, reasons=self.reasons())]
         if self.ahead:
-            parts.append(f"{self.ahead} earlier waiter{'s' if self.ahead != 1 else ''} in line")
+            parts.append(ngettext("{n} earlier waiter in line", "{n} earlier waiters in line", self.ahead).format(
+                n=self.ahead))
         if math.isfinite(self.timeout):
-            parts.append(f"gives up in {format_duration(math.ceil(max(0.0, self.timeout - self.waited)))}")
-        return "; ".join(parts)
+            parts.append(_("gives up in {duration}").format(
+                duration=format_duration(math.ceil(max(0.0, self.timeout - self.waited)))))
+        return reasons_words(parts)
 
 
 # ---------------------------------------------------------------- one round, and the loop
@@ -213,7 +223,7 @@ def lease_blocks(state: L.State, units: list[Unit], is_real: Callable[[int], boo
         for key in lease.units:
             if key in pids and L.fulfilled(lease, key, pids[key], is_real):
                 continue  # its job shows on the GPU: NVML's numbers speak for it now
-            blocked[key] = Block("lease", f"is reserved by {lease.who(now)}")
+            blocked[key] = Block("lease", _("reserved by {who}").format(who=lease.who(now)))
     return blocked
 
 
@@ -313,7 +323,8 @@ def acquire(machine: Machine | Collector, policy: Policy, *, wait: float | None 
             assert wait is not None  # (without a wait, a round that could not choose has raised)
             waited = time.monotonic() - started
             if waited >= wait:
-                raise WaitTimedOut(f"gave up after waiting {format_duration(waited)}: {shortfall_text(decision)}",
+                raise WaitTimedOut(_("gave up after waiting {duration}: {reasons}").format(
+                    duration=format_duration(waited), reasons=shortfall_text(decision)),
                                    decision=decision)
             if on_wait is not None:
                 on_wait(WaitStatus(decision, waited, wait, len(earlier)))

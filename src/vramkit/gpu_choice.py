@@ -17,6 +17,7 @@ from typing import Any
 from .cuda_env import CudaDevice, whole_gpus
 from .errors import RequestError, no_such_gpu
 from .gpu_state import GpuProcess, Snapshot
+from .i18n import N_, _, ngettext, pgettext
 from .units import format_size
 
 DEFAULT_MIN_FREE_PCT = 50.0  # without --min-free: at least half the unit's memory is free
@@ -76,20 +77,32 @@ class Policy:
         """'1 GPU, ≥50% free, ≤50% busy, spread' (the words a refusal and the wait line use)."""
         parts = [_count_words(self.count)]
         if self.min_free is not None:
-            parts.append(f"≥{format_size(self.min_free)} free")
+            parts.append(_("≥{size} free").format(size=format_size(self.min_free)))
         elif self.min_free_pct:
-            parts.append(f"≥{self.min_free_pct:g}% free")
+            parts.append(_("≥{size} free").format(size=f"{self.min_free_pct:g}%"))
         if self.max_util is not None and self.max_util < 100:
-            parts.append(f"≤{self.max_util:g}% busy")
+            parts.append(_("≤{pct}% busy").format(pct=f"{self.max_util:g}"))
         if self.exclusive:
-            parts.append("no other user's process")
+            parts.append(_("no other user's process"))
         if self.prefer != "spread":
-            parts.append(f"prefer {self.prefer}")
-        return ", ".join(parts)
+            parts.append(_("prefer {policy}").format(policy=self.prefer))
+        return list_words(parts)
+
+
+def list_words(items: list[str]) -> str:
+    """Items of a list in a sentence: 'a, b, c' (the separator is the reader's language's)."""
+    # Translators: the separator between the items of a list ("1 GPU, ≥50% free, ≤50% busy")
+    return pgettext("list", ", ").join(items)
+
+
+def reasons_words(items: list[str]) -> str:
+    """Reasons, one after another: 'busy (...); short of free memory (...)'."""
+    # Translators: the separator between reasons (clauses) in one line
+    return pgettext("list", "; ").join(items)
 
 
 def _count_words(n: int) -> str:
-    return f"{n} GPU{'s' if n != 1 else ''}"
+    return ngettext("{n} GPU", "{n} GPUs", n).format(n=n)
 
 
 @dataclass
@@ -125,8 +138,8 @@ def units_of(snap: Snapshot, devices: list[CudaDevice]) -> list[Unit]:
                                 capacity=mig.memory_total, utilization=None,
                                 processes=[p for p in g.processes if p.mig_gi == m.gi], lost=g.lost,
                                 memory_na=None if mig.memory_free is not None else "N/A",
-                                util_na="not reported for MIG instances" if m.vendor == "nvidia" else
-                                "read for the whole GPU, not its partitions"))
+                                util_na=_("not reported for MIG instances") if m.vendor == "nvidia" else
+                                _("read for the whole GPU, not its partitions")))
             continue
         capacity = None if g.memory_total is None else g.memory_total - (g.memory_reserved or 0)
         links = {} if snap.topology is None else {
@@ -191,7 +204,7 @@ class Block:
     """Why a unit is reserved for someone else: a lease, or an earlier waiter's claim."""
 
     kind: str  # "lease" or "queue"
-    text: str  # follows "GPU 4 ": "is reserved by a vram run of bob (pid 4121, 12s ago)"
+    text: str  # what the unit is, after "GPU 4 is": "reserved by a vram run of bob (pid 4121, 12s ago)"
 
 
 @dataclass
@@ -254,11 +267,12 @@ def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
             v.problems.append(Problem("memory", format_size(unit.memory_free)))
     if policy.max_util is not None and policy.max_util < 100:
         if unit.utilization is None:
-            v.notes.append(f"--max-util not applied: utilization {unit.util_na or 'N/A'}")  # (shown by --explain)
+            v.notes.append(_("--max-util not applied: utilization {why}").format(  # (shown by --explain)
+                why=unit.util_na or "N/A"))
         elif unit.utilization > policy.max_util:
             v.problems.append(Problem("util", f"{unit.utilization}%"))
     if policy.exclusive:
-        others = sorted({p.user or "unknown user" for p in unit.processes if p.uid != policy.uid})
+        others = sorted({p.user or _("unknown user") for p in unit.processes if p.uid != policy.uid})
         if others:
             v.problems.append(Problem("exclusive", ", ".join(others)))
     if key in blocked:
@@ -316,9 +330,9 @@ def _one_vendor(best_first: list[Unit], count: int) -> list[Unit]:
 # How close two GPUs are (nvidia-smi topo -m's words): NVLink, then one PCIe switch, several
 # switches, one host bridge, one NUMA node, across NUMA nodes; unknown last.
 LINK_DISTANCE = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
-LINK_WORDS = {"PIX": "one PCIe switch", "PXB": "PCIe switches, no host bridge between them",
-              "PHB": "one PCIe host bridge", "NODE": "one NUMA node, across PCIe host bridges",
-              "SYS": "different NUMA nodes", "?": "unknown"}
+LINK_WORDS = {"PIX": N_("one PCIe switch"), "PXB": N_("PCIe switches, no host bridge between them"),
+              "PHB": N_("one PCIe host bridge"), "NODE": N_("one NUMA node, across PCIe host bridges"),
+              "SYS": N_("different NUMA nodes"), "?": N_("unknown")}
 
 
 def _distance(a: Unit, b: Unit) -> float:
@@ -348,9 +362,14 @@ def connection_text(units: list[Unit]) -> str:
     pairs = [(a, b) for i, a in enumerate(units) for b in units[i + 1:]]
     a, b = max(pairs, key=lambda pair: _distance(*pair))
     word = a.links.get(b.dev.index, "?")
-    words = f"NVLink, {word[2:]} links" if word.startswith("NV") else LINK_WORDS.get(word, word)
-    weakest = " between the farthest two" if len(units) > 2 else ""
-    return f"{ids_text(units)}: {words} ({word}){weakest}"
+    if word.startswith("NV"):
+        words = ngettext("NVLink, {n} link", "NVLink, {n} links", int(word[2:] or 0)).format(n=word[2:])
+    else:
+        words = _(LINK_WORDS[word]) if word in LINK_WORDS else word
+    if len(units) > 2:
+        return _("{gpus}: {link} ({code}) between the farthest two").format(gpus=ids_text(units), link=words,
+                                                                           code=word)
+    return _("{gpus}: {link} ({code})").format(gpus=ids_text(units), link=words, code=word)
 
 
 def queue_blocks(units: list[Unit], blocked: dict[str, Block], earlier: list[tuple[Policy, str]]) -> dict[str, Block]:
@@ -364,7 +383,7 @@ def queue_blocks(units: list[Unit], blocked: dict[str, Block], earlier: list[tup
             continue
         claimed = d.chosen if d.ok else d.fitting
         for u in claimed:
-            blocked[u.key] = Block("queue", f"is held for an earlier waiter ({who})")
+            blocked[u.key] = Block("queue", _("held for an earlier waiter ({who})").format(who=who))
     return blocked
 
 
@@ -372,6 +391,11 @@ def queue_blocks(units: list[Unit], blocked: dict[str, Block], earlier: list[tup
 
 def ids_text(units: list[Unit]) -> str:
     """'GPU 4', 'GPUs 0-3, 6', 'GPU 0/9, 0/10' (MIG instances as GPU/GPU-instance)."""
+    return ngettext("GPU {ids}", "GPUs {ids}", len(units)).format(ids=_id_runs(units))
+
+
+def _id_runs(units: list[Unit]) -> str:
+    """'4', '0-3, 6', '0/9, 0/10': ids_text without the word."""
     whole = sorted(u.dev.index for u in units if not u.dev.is_mig)
     runs: list[str] = []
     i = 0
@@ -385,26 +409,37 @@ def ids_text(units: list[Unit]) -> str:
             runs.append(f"{whole[i]}, {whole[j]}" if j == i + 1 else f"{whole[i]}-{whole[j]}")
         i = j + 1
     runs += [u.dev.short_id for u in units if u.dev.is_mig]
-    plural = len(units) > 1
-    return f"GPU{'s' if plural else ''} {', '.join(runs)}"
+    return ", ".join(runs)
 
 
-_NEVER_WORDS = {
-    "allowed": "outside {allowed}",
-    "only": "not in --only",
-    "excluded": "excluded",
-    "lost": "lost (fell off the bus)",
-    "mig": "MIG instances (a CUDA program uses one MIG instance, so they are for -n 1 only)",
-    "small": "too small ({details} usable)",
-}
-_NOW_WORDS = {
-    "memory": "short of free memory ({details} free{need})",
-    "memory-na": "of unknown free memory ({details})",
-    "util": "busy ({details} utilization{limit})",
-    "exclusive": "in use by other users ({details})",
-    "lease": "{details}",
-    "queue": "{details}",
-}
+def _problem_words(kind: str, details: str, policy: Policy, unit: Unit) -> str:
+    """What a unit is, for one kind of problem ('short of free memory (9.2GiB free; need 40.0GiB)'):
+    what follows "GPU 4 is" in a refusal, and a unit's verdict in --explain."""
+    if kind == "allowed":
+        return _("outside {allowed}").format(allowed=policy.allowed_from or _("what the environment allows"))
+    if kind == "only":
+        return _("not in --only")
+    if kind == "excluded":
+        return pgettext("pick verdict", "excluded")
+    if kind == "lost":
+        return _("lost (fell off the bus)")
+    if kind == "mig":
+        return _("MIG instances (a CUDA program uses one MIG instance, so they are for -n 1 only)")
+    if kind == "small":
+        return _("too small ({details} usable)").format(details=details)
+    if kind == "memory":
+        return _("short of free memory ({details} free; need {need})").format(details=details,
+                                                                           need=_need_text(policy, unit))
+    if kind == "memory-na":
+        return _("of unknown free memory ({details})").format(details=details)
+    if kind == "util" and policy.max_util is not None:
+        return _("busy ({details} utilization; limit {limit}%)").format(details=details,
+                                                                         limit=f"{policy.max_util:g}")
+    if kind == "util":
+        return _("busy ({details} utilization)").format(details=details)
+    if kind == "exclusive":
+        return _("in use by other users ({details})").format(details=details)
+    return details  # lease, queue: the Block's own words
 
 
 def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
@@ -422,20 +457,19 @@ def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
         details = [p.detail for p in problems if p.detail]
         if kind in ("lease", "queue"):
             for v, p in zip(vs, problems):
-                out.append(f"{ids_text([v.unit])} {p.detail}")
+                out.append(_unit_is([v.unit], p.detail))
             continue
         if kind == "exclusive":
             details = sorted({n for d in details for n in d.split(", ")})
         elif len(set(details)) == 1:
             details = details[:1]
-        words = (_NEVER_WORDS if never else _NOW_WORDS)[kind].format(
-            details=", ".join(details),
-            allowed=policy.allowed_from or "what the environment allows",
-            need=f"; need {_need_text(policy, vs[0].unit)}" if kind == "memory" else "",
-            limit=f"; limit {policy.max_util:g}%" if kind == "util" and policy.max_util is not None else "")
-        verb = "is" if len(vs) == 1 else "are"
-        out.append(f"{ids_text([v.unit for v in vs])} {verb} {words}")
+        out.append(_unit_is([v.unit for v in vs], _problem_words(kind, ", ".join(details), policy, vs[0].unit)))
     return out
+
+
+def _unit_is(units: list[Unit], words: str) -> str:
+    """'GPU 4 is busy (...)', 'GPUs 0, 5 are short of free memory (...)'."""
+    return ngettext("{gpus} is {what}", "{gpus} are {what}", len(units)).format(gpus=ids_text(units), what=words)
 
 
 def _need_text(policy: Policy, unit: Unit) -> str:
@@ -448,42 +482,55 @@ def available_text(decision: Decision, limit: int = 4) -> str:
     """What there is now: the units that fit, else the ones with the most free memory."""
     fitting = [v.unit for v in decision.verdicts if v.fits]
     if fitting:
-        body = ", ".join(f"{ids_text([u])} ({format_size(u.memory_free)} free)" for u in fitting[:limit])
-        more = f" and {len(fitting) - limit} more" if len(fitting) > limit else ""
-        return f"fitting now: {body}{more}"
+        body = list_words([_("{gpu} ({size} free)").format(gpu=ids_text([u]), size=format_size(u.memory_free))
+                           for u in fitting[:limit]])
+        if len(fitting) > limit:
+            return _("fitting now: {gpus} and {n} more").format(gpus=body, n=len(fitting) - limit)
+        return _("fitting now: {gpus}").format(gpus=body)
     units = [v.unit for v in decision.verdicts if v.unit.memory_free is not None and not v.unit.lost]
     units.sort(key=lambda u: -(u.memory_free or 0))
     if not units:
-        return "no GPU reports its free memory"
-    return "most free now: " + ", ".join(f"{ids_text([u])} {format_size(u.memory_free)}" for u in units[:limit])
+        return _("no GPU reports its free memory")
+    return _("most free now: {gpus}").format(gpus=list_words(
+        [f"{ids_text([u])} {format_size(u.memory_free)}" for u in units[:limit]]))
 
 
 def _impossible_text(decision: Decision, possible: list[Verdict]) -> str:
     policy = decision.policy
     total = len(decision.verdicts)
-    word = "unit" if any(v.unit.dev.is_mig for v in decision.verdicts) else "GPU"
+    mig = any(v.unit.dev.is_mig for v in decision.verdicts)
     if total < policy.count and not any(v.never for v in decision.verdicts):
-        listed = ids_text([v.unit for v in decision.verdicts]).split(" ", 1)[-1] if total else ""
-        head = (f"cannot pick {_count_words(policy.count)}: this machine has {total} {word}{'s' if total != 1 else ''}"
-                + (f" ({listed})" if total else ""))
-        return f"{head}; {available_text(decision)}"
+        if not total:
+            text = _("cannot pick {count}: this machine has 0 GPUs; {available}")
+        elif mig:
+            text = ngettext("cannot pick {count}: this machine has {total} unit ({ids}); {available}",
+                            "cannot pick {count}: this machine has {total} units ({ids}); {available}", total)
+        else:
+            text = ngettext("cannot pick {count}: this machine has {total} GPU ({ids}); {available}",
+                            "cannot pick {count}: this machine has {total} GPUs ({ids}); {available}", total)
+        return text.format(count=_count_words(policy.count), total=total,
+                           ids=_id_runs([v.unit for v in decision.verdicts]), available=available_text(decision))
+    reasons = reasons_words(_groups(decision.verdicts, policy, never=True))
     if not possible:
-        head = f"no GPU here can ever fit the request ({policy.describe()})"
+        text = _("no GPU here can ever fit the request ({wanted}): {reasons}; {available}")
+    elif mig:
+        text = _("only {n} of {total} units here could ever fit {wanted} ({gpus}): {reasons}; {available}")
     else:
-        head = (f"only {len(possible)} of {total} {word}s here could ever fit {policy.describe()} "
-                f"({ids_text([v.unit for v in possible])})")
-    reasons = "; ".join(_groups(decision.verdicts, policy, never=True))
-    return f"{head}: {reasons}; {available_text(decision)}"
+        text = _("only {n} of {total} GPUs here could ever fit {wanted} ({gpus}): {reasons}; {available}")
+    return text.format(n=len(possible), total=total, wanted=policy.describe(),
+                       gpus=ids_text([v.unit for v in possible]), reasons=reasons, available=available_text(decision))
 
 
 def shortfall_reasons(decision: Decision) -> list[str]:
     """Why a possible request is not satisfied now: what fits, then the others grouped by reason."""
     policy = decision.policy
     fitting = decision.fitting
-    out = [f"only {ids_text(fitting)} fit{'s' if len(fitting) == 1 else ''}"] if fitting else []
+    out = [ngettext("only {gpus} fits", "only {gpus} fit", len(fitting)).format(gpus=ids_text(fitting))
+           ] if fitting else []
     vendors = sorted({u.dev.vendor for u in fitting})
     if len(vendors) > 1:
-        out[0] += f", and a program runs on one vendor's GPUs: none of {', '.join(vendors)} has {policy.count} of them"
+        out[0] = _("only {gpus} fit, and a program runs on one vendor's GPUs: none of {vendors} has {count} of "
+                   "them").format(gpus=ids_text(fitting), vendors=", ".join(vendors), count=policy.count)
     out += _groups(decision.verdicts, policy, never=False)
     out += _groups(decision.verdicts, policy, never=True)
     return out
@@ -492,26 +539,18 @@ def shortfall_reasons(decision: Decision) -> list[str]:
 def shortfall_text(decision: Decision) -> str:
     """One line: 'no 1 GPU fits now (≥50% free, ≤50% busy): GPU 4 is reserved by ...; ...'."""
     policy = decision.policy
-    head = (f"no GPU fits now (wanted {policy.describe()})" if policy.count == 1 else
-            f"too few GPUs fit now (wanted {policy.describe()})")
-    reasons = shortfall_reasons(decision)
-    return f"{head}: {'; '.join(reasons)}" if reasons else head
+    reasons = reasons_words(shortfall_reasons(decision))
+    if policy.count == 1:
+        text = _("no GPU fits now (wanted {wanted}): {reasons}") if reasons else _("no GPU fits now (wanted {wanted})")
+    else:
+        text = (_("too few GPUs fit now (wanted {wanted}): {reasons}") if reasons else
+                _("too few GPUs fit now (wanted {wanted})"))
+    return text.format(wanted=policy.describe(), reasons=reasons)
 
 
 def verdict_text(v: Verdict, policy: Policy) -> str:
     """One unit's verdict in words: 'fits', or why not ('busy (97% utilization; limit 50%)')."""
     problems = [v.never] if v.never else v.problems
     if not problems:
-        return "fits"
-    words = []
-    for p in problems:
-        if p.kind in ("lease", "queue"):
-            words.append(p.detail.removeprefix("is "))
-            continue
-        table = _NEVER_WORDS if p is v.never else _NOW_WORDS
-        words.append(table[p.kind].format(
-            details=p.detail,
-            allowed=policy.allowed_from or "what the environment allows",
-            need=f"; need {_need_text(policy, v.unit)}" if p.kind == "memory" else "",
-            limit=f"; limit {policy.max_util:g}%" if p.kind == "util" and policy.max_util is not None else ""))
-    return "; ".join(words)
+        return pgettext("pick verdict", "fits")
+    return reasons_words([_problem_words(p.kind, p.detail, policy, v.unit) for p in problems])

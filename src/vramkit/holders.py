@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .backends import Backend
 from .gpu_state import Snapshot
+from .i18n import _, ngettext
 from .procs import HostProcess, ProcessTable, identity
 
 
@@ -101,7 +102,7 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
     paths = sorted({p for glob_ in patterns for p in glob.glob(glob_)})
     result = HolderScan(pattern, tuple(paths), [])
     if not paths:
-        result.notes.append(f"no device nodes match {pattern}")
+        result.notes.append(_("no device nodes match {pattern}").format(pattern=pattern))
         return result
     table = table or ProcessTable()
     node_gpu = backend.node_gpus(paths, snap.gpus)
@@ -137,6 +138,9 @@ def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
                                      ns_pids=ident.ns_pids if ident else (pid,)))
     result.holders.sort(key=lambda h: h.pid)
     if result.unreadable:
-        result.notes.append(f"{result.unreadable} processes could not be inspected (their open files are not "
-                            "yours to read): run as root to see every holder")
+        result.notes.append(ngettext("{n} process could not be inspected (its open files are not yours to read): "
+                                     "run as root to see every holder",
+                                     "{n} processes could not be inspected (their open files are not yours to "
+                                     "read): run as root to see every holder", result.unreadable).format(
+                                         n=result.unreadable))
     return result

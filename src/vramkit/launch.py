@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from .errors import VramkitError
+from .i18n import _
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGALRM)
@@ -57,11 +58,11 @@ def exit_code(status: int) -> int:
 def _resolve(program: str, env: dict[str, str]) -> str:
     if "/" in program:
         if not os.path.exists(program):
-            raise LaunchError(f"{program}: no such file", 127)
+            raise LaunchError(_("{program}: no such file").format(program=program), 127)
         return program
     found = shutil.which(program, path=env.get("PATH", os.defpath))
     if found is None:
-        raise LaunchError(f"{program}: command not found", 127)
+        raise LaunchError(_("{program}: command not found").format(program=program), 127)
     return found
 
 
@@ -71,7 +72,7 @@ def run(argv: Sequence[str], env: dict[str, str], *, pass_fds: Sequence[int] = (
     """Run `argv` to completion. `pass_fds` stay open in the child (the lease lock); `on_start(pid)`
     runs once it started; `tick()` every `tick_interval` seconds until it returns False."""
     if not argv:
-        raise LaunchError("no command given", 2)
+        raise LaunchError(_("no command given"), 2)
     path = _resolve(argv[0], env)
     watched = {*FORWARDED, *STOPS, signal.SIGCONT, signal.SIGCHLD}
     original = signal.pthread_sigmask(signal.SIG_BLOCK, watched)

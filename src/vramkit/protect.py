@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import RequestError
+from .i18n import N_, _, pgettext
 
 SYSTEM_CONF = Path("/etc/vramkit/protected.conf")
 KINDS = ("name", "command", "user", "exe")
@@ -40,26 +41,27 @@ MAX_CONF = 64 * 1024  # bytes: a protected.conf is a few lines; a larger file is
 # (and as a file) owned by root that no one else may change.
 SYSTEM_DIRS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/", "/snap/")
 
-# (group, why it matters, names, system-only): matched against the process name and argv[0]'s
+# (group, why it matters, names, system-only; group and why are shown in the reader's language):
+# matched against the process name and argv[0]'s
 # basename. system-only: the real one runs as a system account, never as a login user (a user's
 # own desktop session, rootless container runtime or systemd --user is run from the system's
 # executable, which is checked instead).
 BUILTIN: tuple[tuple[str, str, tuple[str, ...], bool], ...] = (
-    ("display server", "the graphical session of whoever sits at the machine runs on it",
+    (N_("display server"), N_("the graphical session of whoever sits at the machine runs on it"),
      ("Xorg", "X", "Xwayland", "xwayland", "gnome-shell", "gnome-session*", "gdm", "gdm3", "gdm-*",
       "sddm*", "lightdm*", "kwin_x11", "kwin_wayland", "kwin", "plasmashell", "ksmserver", "mutter",
       "cinnamon*", "xfwm4", "xfce4-session", "mate-session", "sway", "Hyprland", "weston", "gamescope*"), False),
-    ("NVIDIA daemon", "it keeps the driver, monitoring or the NVLink fabric of every GPU working",
+    (N_("NVIDIA daemon"), N_("it keeps the driver, monitoring or the NVLink fabric of every GPU working"),
      ("nvidia-persistenced", "nvidia-persistence*", "nv-hostengine", "dcgm*", "nv-fabricmanager",
       "nvidia-fabricmanager*", "nvidia-powerd"), True),
-    ("remote login", "ending it drops everyone's SSH sessions",
+    (N_("remote login"), N_("ending it drops everyone's SSH sessions"),
      ("sshd", "sshd-session", "sshd-auth"), True),
-    ("container runtime", "ending it takes whole containers down",
+    (N_("container runtime"), N_("ending it takes whole containers down"),
      ("dockerd", "containerd", "containerd-shim*", "runc", "crun", "conmon", "podman", "crio", "cri-o",
       "kubelet", "docker-proxy", "nvidia-container-*", "buildkitd"), False),
-    ("system service manager", "the machine or the user's session depends on it",
+    (N_("system service manager"), N_("the machine or the user's session depends on it"),
      ("systemd", "systemd-*", "init", "login", "agetty", "dbus-daemon", "dbus-broker*"), False),
-    ("job scheduler", "ending it loses every job it manages",
+    (N_("job scheduler"), N_("ending it loses every job it manages"),
      ("slurmd", "slurmctld", "slurmstepd", "slurmdbd", "pbs_mom", "sge_execd"), True),
 )
 
@@ -70,9 +72,33 @@ class ProtectConfigError(RequestError):
 
 # NamedTuples, not dataclasses: each dataclass costs ~0.3 ms at import, and `import vramkit` is on
 # the path of every `vram status`.
+class Said(NamedTuple):
+    """One sentence twice: in English (the audit log, which programs read) and in the reader's
+    language. `said(N_("it belongs to {who}"), who=...)`; a placeholder may be a Said itself."""
+
+    english: str
+    text: str
+
+
+def said(message: str, **values: object) -> Said:
+    english = {k: v.english if isinstance(v, Said) else v for k, v in values.items()}
+    shown = {k: v.text if isinstance(v, Said) else v for k, v in values.items()}
+    return Said(message.format(**english), _(message).format(**shown))
+
+
 class Refusal(NamedTuple):
     rule: str  # short id: pid-1, kernel-thread, caller, protected, ownership, ...
-    reason: str  # one line for people
+    reason: str  # one line for people, in English: the audit log and --json keep it
+    shown: str = ""  # the same in the reader's language ("": the reason)
+
+    @classmethod
+    def of(cls, rule: str, words: Said) -> Refusal:
+        return cls(rule, words.english, words.text)
+
+    @property
+    def text(self) -> str:
+        """The reason as vram shows it to people."""
+        return self.shown or self.reason
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.reason}"
@@ -85,6 +111,12 @@ class Rule(NamedTuple):
     why: str = ""
     system_only: bool = False  # a name only a system account's process is credibly
     own: bool = False  # from the caller's own protected.conf: protects the caller's processes as written
+    group: str = ""  # a built-in rule's group ("display server"): its origin in the reader's language
+
+    def origin_said(self) -> Said:
+        if self.group:
+            return said(N_("built-in: {group}"), group=Said(self.group, _(self.group)))
+        return Said(self.origin, self.origin)
 
 
 class Executable(NamedTuple):
@@ -144,34 +176,36 @@ def executable(pid: int, proc: str = "/proc") -> Executable:
         path = os.readlink(link)
         info = os.stat(link)  # the file the process runs, even when deleted or in another mount namespace
     except OSError as e:
-        return Executable(None, False, f"its executable cannot be read ({e.strerror or e})")
+        return Executable(None, False, _("its executable cannot be read ({error})").format(error=e.strerror or e))
     deleted = path.endswith(" (deleted)")
     if deleted:
         path = path[: -len(" (deleted)")]
     shown = path[:200]
     if info.st_uid != 0:
-        return Executable(path, False, f"its executable {shown} belongs to uid {info.st_uid}, not root")
+        return Executable(path, False, _("its executable {path} belongs to uid {uid}, not root").format(
+            path=shown, uid=info.st_uid))
     if not stat.S_ISREG(info.st_mode) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return Executable(path, False, f"its executable {shown} can be changed by users other than root")
+        return Executable(path, False, _("its executable {path} can be changed by users other than root").format(
+            path=shown))
     if not path.startswith(SYSTEM_DIRS):
-        return Executable(path, False, f"its executable {shown} is not in a system directory")
+        return Executable(path, False, _("its executable {path} is not in a system directory").format(path=shown))
     if not deleted:
         try:
             here = os.stat(path)
         except OSError:
             here = None
         if here is None or (here.st_dev, here.st_ino) != (info.st_dev, info.st_ino):
-            return Executable(path, False, f"its executable {shown} is not the file of that name here "
-                                           "(another mount namespace, or replaced)")
+            return Executable(path, False, _("its executable {path} is not the file of that name here "
+                                             "(another mount namespace, or replaced)").format(path=shown))
     for parent in Path(path).parents:
         try:
             st = os.lstat(parent)
         except OSError:
-            return Executable(path, False, f"its executable's directory {parent} cannot be read")
+            return Executable(path, False, _("its executable's directory {path} cannot be read").format(path=parent))
         open_to_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or open_to_others:
-            return Executable(path, False, f"its executable's directory {parent} can be changed by users "
-                                           "other than root")
+            return Executable(path, False, _("its executable's directory {path} can be changed by users "
+                                             "other than root").format(path=parent))
     return Executable(path, True)
 
 
@@ -193,13 +227,16 @@ class Protection:
         """The first rule that protects c (or None), and a note when a name or command rule matched
         but is not credible for c (a user's job called sshd), saying why it does not protect it."""
         if c.real and c.pid == 1:
-            return Refusal("pid-1", "pid 1 is the system's (or container's) init: signalling it brings "
-                                    "everything under it down"), None
+            return Refusal.of("pid-1", said(N_("pid 1 is the system's (or container's) init: signalling it brings "
+                                               "everything under it down"))), None
         if c.real and c.kernel_thread:
-            return Refusal("kernel-thread", f"{c.name} is a kernel thread, not a program that holds memory"), None
+            return Refusal.of("kernel-thread", said(N_("{name} is a kernel thread, not a program that holds memory"),
+                                                    name=c.name)), None
         if c.real and c.pid in self.caller_chain:
-            who = "vram itself" if c.pid == self.caller_chain[0] else "the caller's own shell or one of its parents"
-            return Refusal("caller", f"{c.name} (pid {c.pid}) is {who}"), None
+            if c.pid == self.caller_chain[0]:
+                return Refusal.of("caller", said(N_("{name} (pid {pid}) is vram itself"), name=c.name, pid=c.pid)), None
+            return Refusal.of("caller", said(N_("{name} (pid {pid}) is the caller's own shell or one of its parents"),
+                                             name=c.name, pid=c.pid)), None
         note = None
         if c.exe is None and c.real and any(r.kind == "exe" for r in self.rules):
             c = c._replace(exe=self._exe(c))  # read once, for every rule below
@@ -209,14 +246,18 @@ class Protection:
             if c.exe is None and c.real and rule.kind == "name" and not self.system_account(c):
                 c = c._replace(exe=self._exe(c))
             doubt = self._doubt(rule, c)
-            what = {"name": "name", "command": "command line", "user": "user", "exe": "executable"}[rule.kind]
+            what, origin = _kind_words(rule.kind), rule.origin_said()
             if doubt:
                 if note is None:
-                    note = (f"its {what} matches '{rule.pattern}' ({rule.origin}), but that does not protect it: "
-                            f"{doubt}")
+                    note = _("its {what} matches '{pattern}' ({origin}), but that does not protect it: {doubt}").format(
+                        what=what.text, pattern=rule.pattern, origin=origin.text, doubt=doubt)
                 continue
-            why = f": {rule.why}" if rule.why else ""
-            return Refusal("protected", f"{what} matches '{rule.pattern}' ({rule.origin}){why}"), None
+            if rule.why:
+                why = Said(rule.why, _(rule.why) if rule.group else rule.why)
+                return Refusal.of("protected", said(N_("{what} matches '{pattern}' ({origin}): {why}"), what=what,
+                                                    pattern=rule.pattern, origin=origin, why=why)), None
+            return Refusal.of("protected", said(N_("{what} matches '{pattern}' ({origin})"), what=what,
+                                                pattern=rule.pattern, origin=origin)), None
         return None, note
 
     def system_account(self, c: Candidate) -> bool:
@@ -227,7 +268,7 @@ class Protection:
         if c.exe is not None:
             return c.exe
         if not c.real:
-            return Executable(None, False, "a simulated process has no executable here")
+            return Executable(None, False, _("a simulated process has no executable here"))
         return executable(c.pid, self.proc)
 
     def _doubt(self, rule: Rule, c: Candidate) -> str | None:
@@ -238,18 +279,20 @@ class Protection:
             return None
         if rule.own and c.uids is not None and c.uids[0] == c.uids[1] == self.caller_uid:
             return None  # your own rule about your own process
-        who = ("its owner cannot be read" if c.uids is None else
-               f"it runs as {c.user or 'uid ' + str(c.uids[0])} (uid {c.uids[0]}), not a system account")
+        who = (_("its owner cannot be read") if c.uids is None else
+               _("it runs as {user} (uid {uid}), not a system account").format(
+                   user=c.user or f"uid {c.uids[0]}", uid=c.uids[0]))
         if rule.kind == "command":
-            return f"{who}, and anyone can put any text in a command line"
+            return _("{who}, and anyone can put any text in a command line").format(who=who)
         if rule.system_only:
-            return f"{who}, and the real one runs as a system account"
+            return _("{who}, and the real one runs as a system account").format(who=who)
         exe = self._exe(c)
         if not exe.system:
-            return f"{who}, and {exe.why}"
+            return _("{who}, and {why}").format(who=who, why=exe.why)
         base = os.path.basename(exe.path or "")
         if not fnmatchcase(base, rule.pattern):
-            return f"{who}, and its executable {exe.path} is not '{rule.pattern}'"
+            return _("{who}, and its executable {path} is not '{pattern}'").format(
+                who=who, path=exe.path, pattern=rule.pattern)
         return None
 
     def _matches(self, rule: Rule, c: Candidate) -> bool:
@@ -263,13 +306,24 @@ class Protection:
         return c.user is not None and fnmatchcase(c.user, rule.pattern)
 
 
+def _kind_words(kind: str) -> Said:
+    """What a rule of this kind matches, as the subject of a sentence."""
+    if kind == "name":
+        return Said("name", pgettext("protect rule", "name"))
+    if kind == "command":
+        return Said("command line", pgettext("protect rule", "command line"))
+    if kind == "user":
+        return Said("user", pgettext("protect rule", "user"))
+    return Said("executable", pgettext("protect rule", "executable"))
+
+
 def user_conf() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "vramkit" / "protected.conf"
 
 
 def builtin_rules() -> list[Rule]:
-    return [Rule("name", name, f"built-in: {group}", why, system_only)
+    return [Rule("name", name, f"built-in: {group}", why, system_only, group=group)
             for group, why, names, system_only in BUILTIN for name in names]
 
 
@@ -282,10 +336,11 @@ def parse(text: str, origin: str, own: bool = False) -> list[Rule]:
         parts = line.split(None, 1)
         kind, pattern = ("name", parts[0]) if len(parts) == 1 else (parts[0], parts[1].strip())
         if kind not in KINDS:
-            raise ProtectConfigError(f"{origin}:{number}: unknown kind {kind!r} (use name, command, user or exe, "
-                                     "then a pattern)")
+            raise ProtectConfigError(_("{where}: unknown kind {kind} (use name, command, user or exe, "
+                                       "then a pattern)").format(where=f"{origin}:{number}", kind=repr(kind)))
         if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in pattern):
-            raise ProtectConfigError(f"{origin}:{number}: the pattern contains control characters")
+            raise ProtectConfigError(_("{where}: the pattern contains control characters").format(
+                where=f"{origin}:{number}"))
         rules.append(Rule(kind, pattern, f"{origin}:{number}", own=own))
     return rules
 
@@ -308,7 +363,7 @@ def read_conf(path: Path, system: bool, euid: int | None = None) -> tuple[str | 
     path = Path(path)
 
     def refused(why: str) -> tuple[None, str]:
-        return None, f"protected list: {_shown(path)} ignored: {why}"
+        return None, _("protected list: {path} ignored: {why}").format(path=_shown(path), why=why)
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
@@ -316,20 +371,20 @@ def read_conf(path: Path, system: bool, euid: int | None = None) -> tuple[str | 
         return None, None
     except OSError as e:
         if os.path.islink(path):
-            return refused("it is a symbolic link, which vram does not follow")
+            return refused(_("it is a symbolic link, which vram does not follow"))
         if isinstance(e, PermissionError) and not config._searchable(path.parent):
             return None, None  # behind a directory this user cannot enter: not this user's file
-        return refused(f"cannot read it ({e.strerror})")
+        return refused(_("cannot read it ({error})").format(error=e.strerror))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return refused("not a regular file")
+            return refused(_("not a regular file"))
         if info.st_uid not in (0, euid):
-            return refused(f"it belongs to uid {info.st_uid}, not to root or you")
+            return refused(_("it belongs to uid {uid}, not to root or you").format(uid=info.st_uid))
         # Others may never write it; its group only where vram runs as root (config.py's rule: a
         # login user's umask 002 with a group of their own is common, and their rules are theirs).
         if info.st_mode & (stat.S_IWOTH | (stat.S_IWGRP if euid == 0 else 0)):
-            return refused("users other than its owner may change it (chmod go-w it)")
+            return refused(_("users other than its owner may change it (chmod go-w it)"))
         if euid == 0:
             try:
                 config._check_directories(path)
@@ -337,15 +392,16 @@ def read_conf(path: Path, system: bool, euid: int | None = None) -> tuple[str | 
                 return refused(str(e).split(": ", 1)[-1])
         data = os.read(fd, MAX_CONF + 1)
     except OSError as e:
-        return refused(f"cannot read it ({e.strerror})")
+        return refused(_("cannot read it ({error})").format(error=e.strerror))
     finally:
         os.close(fd)
     if len(data) > MAX_CONF:
-        raise ProtectConfigError(f"{_shown(path)}: larger than {MAX_CONF // 1024} KiB: not a protected list")
+        raise ProtectConfigError(_("{path}: larger than {size} KiB: not a protected list").format(
+            path=_shown(path), size=MAX_CONF // 1024))
     try:
         return data.decode(), None
     except UnicodeDecodeError:
-        raise ProtectConfigError(f"{_shown(path)}: not UTF-8 text") from None
+        raise ProtectConfigError(_("{path}: not UTF-8 text").format(path=_shown(path))) from None
 
 
 def load(system: Path | None = SYSTEM_CONF, user: Path | None = None,

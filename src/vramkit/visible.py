@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from . import cuda_env, hip_env
 from .cuda_env import CERTAIN, CudaDevice, Numbering, Visible
 from .errors import RequestError
+from .i18n import _
 
 # every variable a rule reads: what vram reads of another process's environment (ps --env)
 VARIABLES = tuple(dict.fromkeys(cuda_env.VARIABLES + hip_env.VARIABLES + (hip_env.HIP_FALLBACK,)))
@@ -54,8 +55,8 @@ def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[s
     """The variables that give a launched program exactly `units`: its vendor's, never another's."""
     picked = {u.vendor for u in units}
     if len(picked) > 1:
-        raise RequestError("the GPUs chosen are of two vendors (" + ", ".join(sorted(picked)) + "): one program "
-                           "runs on one vendor's GPUs; ask for them apart (--only)")
+        raise RequestError(_("the GPUs chosen are of two vendors ({vendors}): one program runs on one vendor's GPUs; "
+                             "ask for them apart (--only)").format(vendors=", ".join(sorted(picked))))
     if picked == {"amd"}:
         return hip_env.child_env(units, devices, env, ids)
     return cuda_env.child_env(units, devices, ids)

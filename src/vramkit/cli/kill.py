@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from ..i18n import _, ngettext
 from .commands import COMMANDS
 from .common import Failure, HelpFormatter, UsageError, add_duration, open_for, parse_gpu_list
 
@@ -63,9 +64,9 @@ def _pid(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a pid: {text!r}") from None
+        raise argparse.ArgumentTypeError(_("not a pid: {text}").format(text=repr(text))) from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"not a pid: {text!r}")
+        raise argparse.ArgumentTypeError(_("not a pid: {text}").format(text=repr(text)))
     return value
 
 
@@ -109,7 +110,7 @@ def _criteria(args: argparse.Namespace) -> Criteria:
     if args.user is not None:
         users = tuple(u.strip() for u in args.user.split(",") if u.strip())
         if not users:
-            raise UsageError("--user: name at least one user")
+            raise UsageError(_("--user: name at least one user"))
     return Criteria(pids=tuple(args.pids), gpus=tuple(parse_gpu_list(args.gpu)) if args.gpu else None,
                     users=users, idle=idle, zombie=args.zombie, holders=args.holders, all_users=args.all_users)
 
@@ -125,10 +126,11 @@ def _idle_source(machine: Machine, criteria: Criteria, db: str | None) -> tuple[
     collector, recorded = seeded_collector(machine, db)
     if recorded.covers(machine.backend.now(), criteria.idle):
         return collector, True, recorded.note
-    watching = f"watching from now for up to {format_duration(criteria.idle)}"
     if recorded.unbroken_since is not None:
-        return collector, False, f"{recorded.note}, less than {format_duration(criteria.idle)}: {watching}"
-    return collector, False, f"{recorded.note}: {watching}"
+        return collector, False, _("{history}, less than {duration}: watching from now for up to {duration}").format(
+            history=recorded.note, duration=format_duration(criteria.idle))
+    return collector, False, _("{history}: watching from now for up to {duration}").format(
+        history=recorded.note, duration=format_duration(criteria.idle))
 
 
 class _Progress:
@@ -141,10 +143,12 @@ class _Progress:
     def __call__(self, stage: str, done: float, total: float, count: int) -> None:
         spent = f"{done:.1f}s" if total < 10 else f"{done:.0f}s"
         if stage == "idle":
-            text = (f"sampling GPU utilization: {spent} of {total:g}s, "
-                    f"{count} process{'es' if count != 1 else ''} idle so far")
+            text = ngettext("sampling GPU utilization: {spent} of {total}s, {n} process idle so far",
+                            "sampling GPU utilization: {spent} of {total}s, {n} processes idle so far", count)
         else:
-            text = f"waiting for {count} process{'es' if count != 1 else ''} to exit: {spent} of {total:g}s"
+            text = ngettext("waiting for {n} process to exit: {spent} of {total}s",
+                            "waiting for {n} processes to exit: {spent} of {total}s", count)
+        text = text.format(n=count, spent=spent, total=f"{total:g}")
         self.stream.write("\r\x1b[K" + text)
         self.stream.flush()
         self.shown = True
@@ -163,7 +167,8 @@ def _ask(question: str) -> bool:
     if not answer:  # EOF
         sys.stderr.write("\n")
         return False
-    return answer.strip().lower() in ("y", "yes")
+    # Translators: the answers that mean yes to "[y/N]", lower case, separated by "|" (y and yes always work)
+    return answer.strip().lower() in ("y", "yes", *_("y|yes").split("|"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,11 +185,11 @@ def run(args: argparse.Namespace) -> int:
     criteria = _criteria(args)
     criteria.check()
     if args.json and not (args.yes or args.dry_run):
-        raise UsageError("--json is for programs, which cannot answer a question: add --yes (or --dry-run)")
+        raise UsageError(_("--json is for programs, which cannot answer a question: add --yes (or --dry-run)"))
     interactive = sys.stdin.isatty()
     if not (args.yes or args.dry_run or interactive):
-        raise UsageError("vram kill asks before signalling and stdin is not a terminal: add --yes to go ahead, "
-                         "or --dry-run to see what would be signalled")
+        raise UsageError(_("vram kill asks before signalling and stdin is not a terminal: add --yes to go ahead, "
+                           "or --dry-run to see what would be signalled"))
 
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     width = terminal_width()
@@ -195,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             plan = make_plan(source, criteria, progress=progress, idle_known=idle_known)
         except ProtectConfigError as e:
-            raise UsageError(f"protected list: {e}") from None
+            raise UsageError(_("protected list: {error}").format(error=e)) from None
         finally:
             if progress:
                 progress.clear()
@@ -217,20 +222,22 @@ def run(args: argparse.Namespace) -> int:
             print(render_plan(plan, sig.name, timeout, args.force, style, width))
             sys.stdout.flush()
             n = len(plan.to_signal)
-            question = f"Send {sig.name} to {'this process' if n == 1 else f'these {n} processes'}? [y/N] "
+            question = ngettext("Send {signal} to this process? [y/N] ", "Send {signal} to these {n} processes? [y/N] ",
+                                n).format(signal=sig.name, n=n)
             if not _ask(question):
-                print("nothing was signalled")
+                print(_("nothing was signalled"))
                 return 1
         context = {**machine.audit_context("vram kill"), "argv": ["vram", *sys.argv[1:]]}
         try:
             log = AuditLog(context=context).open()
         except AuditError as e:
-            raise Failure(f"{e}; nothing was signalled (set VRAM_AUDIT_LOG to a file you can write)") from None
+            raise Failure(_("{error}; nothing was signalled (set VRAM_AUDIT_LOG to a file you can write)").format(
+                error=e)) from None
         interrupted = False
         try:
             report = execute(machine, plan, sig, timeout=timeout, force=args.force, audit=log, progress=progress)
         except AuditError as e:
-            raise Failure(f"{e}; stopped signalling") from None
+            raise Failure(_("{error}; stopped signalling").format(error=e)) from None
         except KillInterrupted as e:  # Ctrl-C: the audit log has each outcome; say what is known
             report, interrupted = e.report, True
         finally:
@@ -245,8 +252,11 @@ def run(args: argparse.Namespace) -> int:
         print(render_report(report, style, width, with_banner=not shown))
     if interrupted:
         sent = [t for t in report.targets if t.signals]
-        print(f"vram: interrupted: {len(sent)} process{'es' if len(sent) != 1 else ''} signalled, "
-              f"{sum(1 for t in sent if t.status == 'exited')} known to have exited; outcomes are in the audit log",
+        exited = sum(1 for t in sent if t.status == "exited")
+        print("vram: " + ngettext("interrupted: {n} process signalled, {exited} known to have exited; outcomes are "
+                                  "in the audit log",
+                                  "interrupted: {n} processes signalled, {exited} known to have exited; outcomes "
+                                  "are in the audit log", len(sent)).format(n=len(sent), exited=exited),
               file=sys.stderr)
         return 130
     return 0 if report.ok else 1

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import VramkitError
+from ..i18n import _, ngettext
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_duration, open_for
 
@@ -129,7 +130,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
         except ValueError as e:  # build_policy's plain ValueErrors (they name the flag): exit 2
             raise UsageError(str(e)) from e
         leases = lease_dir()  # a LeaseError is a VramkitError (exit 1): cli/main prints it
-        leases.on_warning = lambda line: print(f"vram: warning: {line}", file=sys.stderr, flush=True)
+        leases.on_warning = lambda line: print(_("vram: warning: {message}").format(message=line), file=sys.stderr,
+                                              flush=True)
     except BaseException:
         machine.close()
         raise
@@ -145,19 +147,23 @@ def lease_note(leases: LeaseDir) -> str:
         # A GPU whose lock another process kept for the whole look is listed among the leases
         # (kind "lock", so that nothing chooses it), but it is not a lease: counted apart.
         locks = sum(lease.kind == "lock" for lease in state.leases)
-        counts = f"{len(state.leases) - locks} active, {len(state.tickets)} waiting"
+        counts = _("{active} active, {waiting} waiting").format(active=len(state.leases) - locks,
+                                                                waiting=len(state.tickets))
         if locks:
-            counts += f", {locks} GPU lock{'s' if locks != 1 else ''} held by others"
+            counts = ngettext("{counts}, {n} GPU lock held by others", "{counts}, {n} GPU locks held by others",
+                              locks).format(counts=counts, n=locks)
     except Exception as e:  # the note is a courtesy
-        counts = f"unreadable: {e}"
+        counts = _("unreadable: {error}").format(error=e)
     if not leases.shared:
-        where = "per-user"
+        where = _("per-user")
     elif leases.others_in is not None and leases.path.name != leases.others_base:
         # No admin made the shared directory root's: each user's own, everyone's read.
-        where = f"yours; every user's {leases.others_in / leases.others_base}-* read, no admin's shared directory"
+        where = _("yours; every user's {pattern} read, no admin's shared directory").format(
+            pattern=f"{leases.others_in / leases.others_base}-*")
     else:
-        where = "shared by all users"
-    return f"leases: {leases.path} ({where}) · {counts}" + (f" · {leases.note}" if leases.note else "")
+        where = _("shared by all users")
+    line = _("leases: {path} ({where}) · {counts}").format(path=leases.path, where=where, counts=counts)
+    return line + (f" · {leases.note}" if leases.note else "")
 
 
 def stderr_width() -> int:
@@ -215,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     wait = parse_wait(args.wait)
     machine, snap, devices, policy, visible, leases = prepare(args)
     if leases.note and not args.explain:  # (--explain shows it in its lease line)
-        print(f"vram: note: {leases.note}", file=sys.stderr)
+        print(_("vram: note: {message}").format(message=leases.note), file=sys.stderr)
     waiter = WaitPrinter(quiet=False) if wait is not None else None
     try:
         selection = acquire_explained(args, machine, snap, policy, visible, leases, waiter, wait=wait,

@@ -8,6 +8,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
+from ..i18n import _
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_duration, add_old_spelling, duration_text, help_values
 from .pick import WaitPrinter, acquire_explained, add_policy_options, add_wait_option, parse_wait, prepare
@@ -75,12 +76,12 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise UsageError("no command: put it after '--', e.g. vram run -n 1 -- python train.py")
+        raise UsageError(_("no command: put it after '--', e.g. vram run -n 1 -- python train.py"))
     wait = parse_wait(args.wait)
     if args.lease_timeout is not None:
         timeout = args.lease_timeout
         if not 0 < timeout <= MAX_LEASE:
-            raise UsageError("must be more than 0 seconds and at most 24h", param="lease_timeout")
+            raise UsageError(_("must be more than 0 seconds and at most 24h"), param="lease_timeout")
     else:
         try:
             timeout = lease_timeout()  # $VRAM_LEASE_TIMEOUT, checked there
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     machine, snap, devices, policy, visible, leases = prepare(args)
     quiet = args.quiet
     if leases.note and not quiet:
-        print(f"vram: note: {leases.note}", file=sys.stderr)
+        print(_("vram: note: {message}").format(message=leases.note), file=sys.stderr)
     waiter = WaitPrinter(quiet=quiet)
     selection = None
     try:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from .. import procs
 from ..collector import Collector
 from ..gpu_state import Snapshot
+from ..i18n import N_, _
 from ..machine import Machine
-from ..protect import Protection, Refusal, load
+from ..protect import Protection, Refusal, load, said
 from .model import (
     ENDING,
     EXITED,
@@ -88,20 +89,21 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                     reason=t.refusal.reason)
                 continue
             if t.start_ticks is None:  # check() refuses these; never signal a process not identified
-                t.status, t.refusal = REFUSED, Refusal("identity", "no start time was recorded for it")
+                t.status, t.refusal = REFUSED, Refusal.of("identity", said(N_("no start time was recorded for it")))
                 log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule="identity",
                     reason=t.refusal.reason)
                 continue
             held = procs.pin(t.pid, t.start_ticks)
             if held == "exited":
                 t.status, t.seconds = EXITED, 0.0
-                t.notes.append("it had already exited")
+                t.notes.append(_("it had already exited"))
                 log("outcome", **_audit_target(t), signal=None, result=EXITED, reason="had already exited")
                 continue
             if held == "identity":
                 t.status = REFUSED
-                t.refusal = Refusal("identity", f"pid {t.pid} now belongs to another process (its start time "
-                                                "is not the one recorded when it was selected)")
+                t.refusal = Refusal.of("identity", said(N_("pid {pid} now belongs to another process (its start "
+                                                           "time is not the one recorded when it was selected)"),
+                                                        pid=t.pid))
                 log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule="identity",
                     reason=t.refusal.reason)
                 continue
@@ -121,7 +123,7 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
             if held.identity.state == "stopped" and sig in ENDING and sig != _signal.SIGKILL:
                 # A stopped process acts on SIGTERM only once continued (as the shell's kill does for jobs).
                 if _send(t, held, _signal.SIGCONT, log, unfinished):
-                    t.notes.append("it was stopped: SIGCONT sent so it can act on the signal")
+                    t.notes.append(_("it was stopped: SIGCONT sent so it can act on the signal"))
 
         waiting = list(pinned.values())
         if sig in ENDING and waiting:
@@ -131,7 +133,8 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
             if force and survivors and sig != _signal.SIGKILL:
                 for p in survivors:
                     t = _target(plan, p.pid)
-                    t.notes.append(f"still running {timeout:g}s after {sig.name}: sent SIGKILL (--force)")
+                    t.notes.append(_("still running {seconds}s after {signal}: sent SIGKILL (--force)").format(
+                        seconds=f"{timeout:g}", signal=sig.name))
                     _send(t, p, _signal.SIGKILL, log, unfinished)
                 grace = KILL_GRACE
                 ended2 = procs.wait_gone(survivors, time.monotonic() + grace, _ticker(progress, grace))
@@ -142,10 +145,8 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                 t.status = STILL_RUNNING
                 now = procs.identity(p.pid)  # read once: it may exit between two reads
                 waited = timeout if not (force and sig != _signal.SIGKILL) else KILL_GRACE
-                t.notes.append(f"did not exit within {waited:g}s of {t.signals[-1]}"
-                               + ("" if force or sig == _signal.SIGKILL else ": --force sends SIGKILL after the wait")
-                               + (" (it is in uninterruptible sleep, often stuck in the driver)"
-                                  if now is not None and now.state == "disk-sleep" else ""))
+                t.notes.append(_still_running_note(waited, t.signals[-1], hint=not (force or sig == _signal.SIGKILL),
+                                                   stuck=now is not None and now.state == "disk-sleep"))
         else:
             for p in waiting:
                 t = _target(plan, p.pid)
@@ -165,6 +166,20 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
     report.gpus = gpu_changes(before, report.after, plan.targets)
     report.holders_after = _unlisted_holders(machine, report)
     return report
+
+
+def _still_running_note(waited: float, signal: str, hint: bool, stuck: bool) -> str:
+    if hint and stuck:
+        text = _("did not exit within {seconds}s of {signal}: --force sends SIGKILL after the wait (it is in "
+                 "uninterruptible sleep, often stuck in the driver)")
+    elif hint:
+        text = _("did not exit within {seconds}s of {signal}: --force sends SIGKILL after the wait")
+    elif stuck:
+        text = _("did not exit within {seconds}s of {signal} (it is in uninterruptible sleep, often stuck in the "
+                 "driver)")
+    else:
+        text = _("did not exit within {seconds}s of {signal}")
+    return text.format(seconds=f"{waited:g}", signal=signal)
 
 
 def _unlisted_holders(machine: Machine | Collector, report: KillReport) -> list[Holder]:
@@ -202,9 +217,8 @@ def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite, unfinished: 
         log("outcome", **_audit_target(t), signal=name, result=EXITED, reason="had already exited")
         return False
     t.status = REFUSED
-    t.refusal = Refusal("identity" if why == "identity" else "permission",
-                        "the pid now belongs to another process" if why == "identity"
-                        else "the kernel refused the signal (EPERM)")
+    t.refusal = (Refusal.of("identity", said(N_("the pid now belongs to another process"))) if why == "identity"
+                 else Refusal.of("permission", said(N_("the kernel refused the signal (EPERM)"))))
     log("refusal", **_audit_target(t), signal=name, result=REFUSED, rule=t.refusal.rule, reason=t.refusal.reason)
     return False
 
@@ -225,21 +239,22 @@ def _interrupted(plan: Plan, pinned: dict[int, procs.Pinned], unfinished: dict[i
                     sent=list(t.signals), seconds=None if t.seconds is None else round(t.seconds, 3))
             elif t.signals:
                 t.status = SIGNALLED
-                t.notes.append(f"vram was interrupted (Ctrl-C) while waiting for it to exit: it was still running "
-                               f"after {', '.join(t.signals)}")
+                t.notes.append(_("vram was interrupted (Ctrl-C) while waiting for it to exit: it was still running "
+                                 "after {signals}").format(signals=", ".join(t.signals)))
                 log("outcome", **_audit_target(t), signal=t.signals[-1], result=INTERRUPTED, sent=list(t.signals),
                     reason="interrupted (Ctrl-C) while waiting for it to exit; it was still running")
             else:
                 t.status = REFUSED
-                t.refusal = Refusal(INTERRUPTED, "vram was interrupted (Ctrl-C) as it was about to signal it: "
-                                                 "the signal may not have been sent")
+                t.refusal = Refusal.of(INTERRUPTED, said(N_("vram was interrupted (Ctrl-C) as it was about to signal "
+                                                            "it: the signal may not have been sent")))
                 log("outcome", **_audit_target(t), signal=None, result=INTERRUPTED, sent=[],
                     reason="interrupted (Ctrl-C) as the signal was being sent; it may not have been sent")
             unfinished.pop(pid)
         for t in plan.targets:
             if t.status == WOULD_SIGNAL and not t.signals:  # never reached (or still being checked)
                 t.status = REFUSED
-                t.refusal = Refusal(INTERRUPTED, "not signalled: vram was interrupted (Ctrl-C) before its turn")
+                t.refusal = Refusal.of(INTERRUPTED, said(N_("not signalled: vram was interrupted (Ctrl-C) before its "
+                                                            "turn")))
     finally:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 

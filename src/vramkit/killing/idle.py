@@ -7,6 +7,7 @@ import time
 
 from ..collector import Collector
 from ..gpu_state import Snapshot
+from ..i18n import _
 from ..idle import gpu_idle
 from .model import Progress, Target
 
@@ -22,8 +23,8 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
     unknown = sorted({g.index for g in snap.gpus if g.utilization is None
                       and any(g.index in t.all_gpus for t in targets)})
     if unknown:
-        notes.append(f"GPU {','.join(map(str, unknown))}: utilization is N/A, so --idle cannot judge the "
-                     "processes there (not selected)")
+        notes.append(_("GPU {gpus}: utilization is N/A, so --idle cannot judge the processes there "
+                       "(not selected)").format(gpus=",".join(map(str, unknown))))
     first_idle: dict[int, float] = {}  # pid -> monotonic time of the first idle sample (holder GPUs)
 
     def idle_for(t: Target, now: Snapshot) -> float | None:
@@ -74,5 +75,5 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
 def _chosen(targets: list[Target], idle: dict[int, Target], not_idle: list[Target], seconds: float,
             notes: list[str]) -> list[Target]:
     for t in not_idle:
-        notes.append(f"pid {t.pid} was not idle for {seconds:g}s: not selected")
+        notes.append(_("pid {pid} was not idle for {seconds}s: not selected").format(pid=t.pid, seconds=f"{seconds:g}"))
     return [t for t in targets if t.pid in idle]

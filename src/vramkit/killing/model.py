@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import procs
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
+from ..i18n import _
 from ..protect import Refusal
 
 if TYPE_CHECKING:
@@ -72,8 +73,8 @@ class Criteria:
     def check(self) -> None:
         """Raise KillRequestError when these criteria select nothing at all."""
         if not self.selects_anything():
-            raise KillRequestError("name what to signal: processes by pid, or by GPU, user, idle time, zombie "
-                                   "state or device-file holders")
+            raise KillRequestError(_("name what to signal: processes by pid, or by GPU, user, idle time, zombie "
+                                     "state or device-file holders"))
 
 
 @dataclass
@@ -328,8 +329,8 @@ def parse_signal(value: str | int) -> _signal.Signals:
         sig = _signal.Signals(int(text)) if text.isdigit() else _signal.Signals[
             text if text.startswith("SIG") else "SIG" + text]
     except (KeyError, ValueError):
-        raise KillRequestError(f"unknown signal {value!r} (try TERM, INT, HUP, KILL, USR1 or a number)",
-                               param="signal") from None
+        raise KillRequestError(_("unknown signal {signal} (try TERM, INT, HUP, KILL, USR1 or a number)").format(
+            signal=repr(value)), param="signal") from None
     return sig
 
 
@@ -337,5 +338,6 @@ def check_force(sig: int, force: bool) -> None:
     """force escalates to SIGKILL when the process did not end: only for a signal meant to end it."""
     if force and sig not in ENDING:
         name = _signal.Signals(sig).name
-        raise KillRequestError(f"escalates to SIGKILL after the wait for the process to end, but {name} does not "
-                               "end a process: use TERM (the default), INT or HUP", param="force")
+        raise KillRequestError(_("escalates to SIGKILL after the wait for the process to end, but {signal} does "
+                                 "not end a process: use TERM (the default), INT or HUP").format(signal=name),
+                               param="force")

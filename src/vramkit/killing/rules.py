@@ -6,8 +6,9 @@ so an exec into a protected name or a change of owner in between is refused."""
 from __future__ import annotations
 
 from .. import procs
+from ..i18n import N_, _
 from ..procs.workload import describe
-from ..protect import Candidate, Protection, Refusal
+from ..protect import Candidate, Protection, Refusal, Said, said
 from .model import Caller, Target
 
 
@@ -18,40 +19,47 @@ def candidate(t: Target) -> Candidate:
 
 def ownership(t: Target, caller: Caller, all_users: bool) -> Refusal | None:
     if t.uids is None:
-        return Refusal("ownership", "its owner cannot be read")
+        return Refusal.of("ownership", said(N_("its owner cannot be read")))
     real, effective, _saved = t.uids
-    who = t.user or str(real)
+    user = t.user or str(real)
     owner = describe(t.workload)
-    if owner is not None:  # whom the process works for says more than its uid: "pod nlp/train-7f9c, run by root"
-        who = f"{owner}, run by {who}"
+    # whom the process works for says more than its uid: "pod nlp/train-7f9c, run by root"
+    who = Said(user, user) if owner is None else said(N_("{owner}, run by {user}"), owner=owner, user=user)
     if caller.root:
         if real == 0 and effective == 0:
             return None
         if not all_users:
-            return Refusal("ownership", f"it belongs to {who}; as root, other users' processes also need --all-users")
+            return Refusal.of("ownership", said(N_("it belongs to {who}; as root, other users' processes also need "
+                                                   "--all-users"), who=who))
         return None
     if real == effective == caller.uid:
         return None
     if real == caller.uid:
-        return Refusal("ownership", f"it runs with another user's privileges (effective uid {effective})")
-    extra = " (--all-users needs root)" if all_users else ""
-    return Refusal("ownership", f"it belongs to {who}; you ({caller.user}) may signal only your own processes{extra}")
+        return Refusal.of("ownership", said(N_("it runs with another user's privileges (effective uid {uid})"),
+                                            uid=effective))
+    if all_users:
+        return Refusal.of("ownership", said(N_("it belongs to {who}; you ({me}) may signal only your own processes "
+                                               "(--all-users needs root)"), who=who, me=caller.user))
+    return Refusal.of("ownership", said(N_("it belongs to {who}; you ({me}) may signal only your own processes"),
+                                        who=who, me=caller.user))
 
 
-def _defunct_reason(t: Target) -> str:
+def _defunct_reason(t: Target) -> Said:
     if t.ppid == 1:
-        parent = ("its parent is init (pid 1), which should reap it; in a container this means the "
-                  "container's init does not reap children (run it with --init)")
-    else:
-        parent = f"its parent (pid {t.ppid}) has not reaped it: ending the parent frees it"
-    return (f"it has already exited (defunct) and cannot be signalled; {parent}. Memory still charged to it "
-            "is usually held by a child that inherited its GPU files (vram ps --holders)")
+        return said(N_("it has already exited (defunct) and cannot be signalled; its parent is init (pid 1), which "
+                       "should reap it; in a container this means the container's init does not reap children (run "
+                       "it with --init). Memory still charged to it is usually held by a child that inherited its "
+                       "GPU files (vram ps --holders)"))
+    return said(N_("it has already exited (defunct) and cannot be signalled; its parent (pid {ppid}) has not reaped "
+                   "it: ending the parent frees it. Memory still charged to it is usually held by a child that "
+                   "inherited its GPU files (vram ps --holders)"), ppid=t.ppid)
 
 
 def check(t: Target, caller: Caller, protection: Protection, all_users: bool) -> Refusal | None:
     """Why t must not be signalled, or None. The order decides which rule a refusal names."""
     if t.unmapped:
-        return Refusal("unmapped", t.unmapped)
+        # (English: the audit log keeps it; the words are marked N_ where they are written)
+        return Refusal("unmapped", t.unmapped, _(t.unmapped))
     refusal, doubt = protection.judge(candidate(t))
     if refusal:
         return refusal
@@ -61,10 +69,10 @@ def check(t: Target, caller: Caller, protection: Protection, all_users: bool) ->
     if refusal:
         return refusal
     if t.defunct:
-        return Refusal("zombie", _defunct_reason(t))
+        return Refusal.of("zombie", _defunct_reason(t))
     if t.synthetic:
-        return Refusal("simulated", "a made-up process of the simulated scenario: there is no real process "
-                                    "to signal")
+        return Refusal.of("simulated", said(N_("a made-up process of the simulated scenario: there is no real "
+                                               "process to signal")))
     return None
 
 

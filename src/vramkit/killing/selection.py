@@ -11,9 +11,10 @@ from .. import procs
 from ..collector import Collector
 from ..errors import no_such_gpu
 from ..gpu_state import GpuProcess, Snapshot
+from ..i18n import N_, _, ngettext
 from ..idle import busy_percent
 from ..machine import Machine
-from ..protect import Protection, Refusal, load
+from ..protect import Protection, Refusal, load, said
 from ..units import format_size
 from ..vendor_terms import lister
 from .idle import select_idle
@@ -34,8 +35,8 @@ def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
         t.unmapped = p.host_missing
         return t
     if not trusted and p.nvml_pid is None:  # a row pidmap matched to its process here has its pid here
-        t.unmapped = ("vram runs in its own PID namespace (a container): NVML reports host pids, which "
-                      "cannot be mapped to processes here; --holders finds GPU processes in this /proc")
+        t.unmapped = N_("vram runs in its own PID namespace (a container): NVML reports host pids, which "
+                        "cannot be mapped to processes here; --holders finds GPU processes in this /proc")
         return t
     _fill_identity(t)
     return t
@@ -49,13 +50,13 @@ def _fill_identity(t: Target) -> None:
         return
     if t.start_ticks is not None and now.start_ticks != t.start_ticks:
         # The pid was reused between the snapshot and this read: it is not the GPU process.
-        t.unmapped = "the pid now belongs to another process than the one NVML listed"
+        t.unmapped = N_("the pid now belongs to another process than the one NVML listed")
         return
     t.identity = now
     t.defunct = t.zombie and procs.is_defunct(t.pid)
     if t.zombie and not t.defunct:
-        t.notes.append("its main thread has exited (shown as defunct) but other threads still run and hold "
-                       "its memory: a signal ends them")
+        t.notes.append(_("its main thread has exited (shown as defunct) but other threads still run and hold "
+                         "its memory: a signal ends them"))
 
 
 def _from_holder(h: Holder) -> Target:
@@ -102,7 +103,7 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
     by_pid, holder_scan = _gather(source, snap, criteria, table)
     notes: list[str] = []
     if criteria.pids:
-        nodes = ", ".join(source.backend.device_nodes()[0]) or "device file"
+        nodes = ", ".join(source.backend.device_nodes()[0]) or _("device file")
         targets = [_named(pid, by_pid, holder_scan, table, snap, nodes) for pid in dict.fromkeys(criteria.pids)]
     else:
         targets = list(by_pid.values())
@@ -157,10 +158,17 @@ def _gather(source: Collector, snap: Snapshot, criteria: Criteria,
             t.shared = shared.get(h.pid, {})
             for gpu, held in sorted(t.shared.items()):
                 others = sorted(between[gpu] - {h.pid})
-                with_whom = f" with pid{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
                 who = lister(g.vendor for g in snap.gpus if g.index == gpu)
-                t.notes.append(f"it holds GPU {gpu} open{with_whom}, where {who} lists {format_size(held)} under host "
-                               "pids that cannot be told apart here: it may hold some or all of it")
+                if others:
+                    note = ngettext("it holds GPU {gpu} open with pid {pids}, where {who} lists {size} under host "
+                                    "pids that cannot be told apart here: it may hold some or all of it",
+                                    "it holds GPU {gpu} open with pids {pids}, where {who} lists {size} under host "
+                                    "pids that cannot be told apart here: it may hold some or all of it", len(others))
+                else:
+                    note = _("it holds GPU {gpu} open, where {who} lists {size} under host pids that cannot be told "
+                             "apart here: it may hold some or all of it")
+                t.notes.append(note.format(gpu=gpu, pids=", ".join(map(str, others)), who=who,
+                                           size=format_size(held)))
     return by_pid, holder_scan
 
 
@@ -175,16 +183,20 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
         if held is not None:
             t.devices = held.devices
             who = lister(g.vendor for g in snap.gpus if g.index in held.gpus)
-            t.refusal = Refusal("not-gpu", f"{who} lists no GPU memory for it, but it holds "
-                                f"{', '.join(os.path.basename(d) for d in held.devices)} open: "
-                                "include device-file holders (--holders) to select such processes")
+            t.refusal = Refusal.of("not-gpu", said(
+                N_("{who} lists no GPU memory for it, but it holds {devices} open: include device-file holders "
+                   "(--holders) to select such processes"),
+                who=who, devices=", ".join(os.path.basename(d) for d in held.devices)))
         elif t.start_ticks is None and t.command == "(no such process)":
-            t.refusal = Refusal("no-such-process", f"no such process: neither the driver nor /proc lists pid {pid}")
+            t.refusal = Refusal.of("no-such-process", said(
+                N_("no such process: neither the driver nor /proc lists pid {pid}"), pid=pid))
         elif t.start_ticks is None and t.command.startswith("("):
-            t.refusal = Refusal("no-such-process", f"no process {pid} {t.command}")
+            t.refusal = Refusal.of("no-such-process", said(N_("no process {pid} {command}"), pid=pid,
+                                                           command=t.command))
         else:
-            t.refusal = Refusal("not-gpu", f"it holds no GPU memory {lister(g.vendor for g in snap.gpus)} reports "
-                                f"and no {nodes} open (use kill(1) for other processes)")
+            t.refusal = Refusal.of("not-gpu", said(
+                N_("it holds no GPU memory {who} reports and no {nodes} open (use kill(1) for other processes)"),
+                who=lister(g.vendor for g in snap.gpus), nodes=nodes))
     t.explicit = True
     return t
 
@@ -196,21 +208,31 @@ def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Calle
     if criteria.gpus is not None:
         gpus = set(criteria.gpus)
         targets = _narrow(targets, lambda t: bool(set(t.all_gpus) & gpus), notes,
-                          f"GPU {','.join(map(str, criteria.gpus))}")
+                          _("pid {pid} does not match GPU {gpus}: not selected"),
+                          ",".join(map(str, criteria.gpus)))
     if criteria.users is not None:
         users = set(criteria.users)
-        targets = _narrow(targets, lambda t: t.user in users, notes, f"user {','.join(criteria.users)}")
+        targets = _narrow(targets, lambda t: t.user in users, notes,
+                          _("pid {pid} does not match user {users}: not selected"), ",".join(criteria.users))
     if criteria.zombie:
         targets = _narrow(targets, lambda t: t.zombie or (t.orphaned and _stale_orphan(t, snap, notes)), notes,
-                          "zombie or orphaned")
+                          _("pid {pid} is neither a zombie nor orphaned: not selected"))
     if criteria.users is not None or criteria.pids or (caller.root and criteria.all_users):
         return targets
     others = [t for t in targets if not _is_own(t, caller) and not t.unmapped]
     if others:
         names = sorted({t.user or "?" for t in others})
-        how = "add --all-users to include them" if caller.root else "only root may signal them"
-        notes.append(f"not selected: {len(others)} matching process{'es' if len(others) != 1 else ''} "
-                     f"of other users ({', '.join(names)}): {how}")
+        if caller.root:
+            note = ngettext("not selected: {n} matching process of other users ({users}): add --all-users to "
+                            "include them",
+                            "not selected: {n} matching processes of other users ({users}): add --all-users to "
+                            "include them", len(others))
+        else:
+            note = ngettext("not selected: {n} matching process of other users ({users}): only root may signal "
+                            "them",
+                            "not selected: {n} matching processes of other users ({users}): only root may signal "
+                            "them", len(others))
+        notes.append(note.format(n=len(others), users=", ".join(names)))
     return [t for t in targets if _is_own(t, caller) or t.unmapped]
 
 
@@ -228,16 +250,17 @@ def _orphan_at_work(t: Target, snap: Snapshot) -> str | None:
         busy = busy_percent(row, dev) if dev is not None else row.sm_utilization
         if busy is None:
             why = row.utilization_na or "N/A"
-            return f"whether it runs kernels on GPU {row.gpu} cannot be read ({why})"
+            return _("whether it runs kernels on GPU {gpu} cannot be read ({why})").format(gpu=row.gpu, why=why)
         if busy > 0:
-            return f"it runs kernels on GPU {row.gpu} ({busy}% of the time)"
+            # ({busy} is "40%": a "% o" in the message would read as a printf directive)
+            return _("it runs kernels on GPU {gpu} ({busy} of the time)").format(gpu=row.gpu, busy=f"{busy}%")
     cpu = max((r.cpu_percent for r in t.rows if r.cpu_percent is not None), default=None)
     if cpu is None and t.listed is not None and not t.rows:  # a holder NVML does not list: /proc's lifetime average
         cpu_time, started = getattr(t.listed, "cpu_time", None), t.start_time
         if cpu_time is not None and started is not None and snap.time > started:
             cpu = 100 * cpu_time / (snap.time - started)
     if cpu is not None and cpu >= BUSY_CPU:
-        return f"it uses {cpu:.0f}% of a CPU"
+        return _("it uses {cpu} of a CPU").format(cpu=f"{cpu:.0f}%")
     return None
 
 
@@ -246,8 +269,8 @@ def _stale_orphan(t: Target, snap: Snapshot, notes: list[str]) -> bool:
     busy = _orphan_at_work(t, snap)
     if busy is None:
         return True
-    notes.append(f"pid {t.pid} is orphaned (its parent is init) but at work: {busy}; a daemon is re-parented "
-                 "to init on purpose: not selected by --zombie")
+    notes.append(_("pid {pid} is orphaned (its parent is init) but at work: {busy}; a daemon is re-parented "
+                   "to init on purpose: not selected by --zombie").format(pid=t.pid, busy=busy))
     return False
 
 
@@ -256,16 +279,22 @@ def _judge(t: Target, caller: Caller, protection: Protection, all_users: bool) -
         t.refusal = check(t, caller, protection, all_users)
     t.status = REFUSED if t.refusal else WOULD_SIGNAL
     if t.container_pid == 1:
-        t.notes.append(f"pid 1 of its container{f' {t.container}' if t.container else ''}: ending it "
-                       "stops the whole container, and it ignores signals it has no handler for (only "
-                       "SIGKILL, e.g. with --force, always ends it)")
+        if t.container:
+            note = _("pid 1 of its container {container}: ending it stops the whole container, and it ignores "
+                     "signals it has no handler for (only SIGKILL, e.g. with --force, always ends it)")
+        else:
+            note = _("pid 1 of its container: ending it stops the whole container, and it ignores signals it has "
+                     "no handler for (only SIGKILL, e.g. with --force, always ends it)")
+        t.notes.append(note.format(container=t.container))
 
 
-def _narrow(targets: list[Target], keep: Callable[[Target], bool], notes: list[str], label: str) -> list[Target]:
+def _narrow(targets: list[Target], keep: Callable[[Target], bool], notes: list[str], left_out: str,
+            selector: str = "") -> list[Target]:
+    """left_out: the note for a pid named but not kept ({pid}, and {gpus} or {users}: the selector)."""
     out = []
     for t in targets:
         if keep(t):
             out.append(t)
         elif t.explicit:
-            notes.append(f"pid {t.pid} does not match {label}: not selected")
+            notes.append(left_out.format(pid=t.pid, gpus=selector, users=selector))
     return out

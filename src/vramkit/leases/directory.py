@@ -9,13 +9,14 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..i18n import N_, _
 from ..procs import user_name
 from .errors import LeaseError
 from .locking import LeaseDir
 from .settings import ENV_DIR, SHARED_DIR
 
-ADMIN_FIX = ("an admin can make one directory shared by all users: sudo scripts/install-system.sh, or "
-             "sudo systemd-tmpfiles --create /etc/tmpfiles.d/vramkit.conf with contrib/tmpfiles.d/vramkit.conf")
+ADMIN_FIX = N_("an admin can make one directory shared by all users: sudo scripts/install-system.sh, or "
+                "sudo systemd-tmpfiles --create /etc/tmpfiles.d/vramkit.conf with contrib/tmpfiles.d/vramkit.conf")
 
 
 def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
@@ -24,7 +25,7 @@ def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
         st = os.lstat(path)
     except FileNotFoundError:
         if not create:
-            return f"{path} does not exist"
+            return _("{path} does not exist").format(path=path)
         try:
             os.makedirs(path.parent, exist_ok=True)
             os.mkdir(path, 0o700)
@@ -33,17 +34,17 @@ def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
         except FileExistsError:
             st = os.lstat(path)  # created by someone else just now
         except OSError as e:
-            return f"cannot create {path}: {e.strerror}"
+            return _("cannot create {path}: {error}").format(path=path, error=e.strerror)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
+        return _("{path} is not a directory").format(path=path)
     mine = st.st_uid == os.getuid()
     if shared and not mine and st.st_uid != 0:
         # Its owner could remove anyone's leases (a GPU then goes to two jobs) or lock others out:
         # a shared directory must be root's (contrib/tmpfiles.d/vramkit.conf creates it at boot).
-        return (f"{path} belongs to {user_name(st.st_uid)}, not to root or you "
-                f"(its owner could remove your leases; an admin should create it root-owned)")
+        return _("{path} belongs to {user}, not to root or you (its owner could remove your leases; an admin "
+                 "should create it root-owned)").format(path=path, user=user_name(st.st_uid))
     if not os.access(path, os.W_OK | os.X_OK):
-        return f"{path} is not writable by you"
+        return _("{path} is not writable by you").format(path=path)
     return None
 
 
@@ -74,10 +75,12 @@ def lease_dir(env: Mapping[str, str] | None = None, shared_dir: Path = SHARED_DI
         try:
             private = Path.home() / ".cache" / "vramkit" / "leases"
         except RuntimeError:  # no HOME and no passwd entry
-            raise LeaseError(f"no usable lease directory: {why}; {why_own}; set {ENV_DIR}") from None
+            raise LeaseError(_("no usable lease directory: {why}; {why_own}; set {variable}").format(
+                why=why, why_own=why_own, variable=ENV_DIR)) from None
     why_private = _usable(private, shared=False)
     if why_private:
-        raise LeaseError(f"no usable lease directory: {why}; {why_own}; {why_private}")
+        raise LeaseError(_("no usable lease directory: {why}; {why_own}; {why_private}").format(
+            why=why, why_own=why_own, why_private=why_private))
     return LeaseDir(private, shared=False,
-                    note=f"leases are per-user ({private}): {why}; {why_own}; other users' vram runs cannot see "
-                         f"them ({ADMIN_FIX})")
+                    note=_("leases are per-user ({path}): {why}; {why_own}; other users' vram runs cannot see "
+                           "them ({fix})").format(path=private, why=why, why_own=why_own, fix=_(ADMIN_FIX)))

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ..i18n import _
 from ..procs import user_name
 from .errors import LeaseError
 from .settings import MAX_FILE
@@ -30,7 +31,8 @@ def _open_shared(path: Path) -> int:
     except OSError as e:
         with contextlib.suppress(OSError):
             _refuse_irregular(path, os.lstat(path))
-        raise LeaseError(f"cannot open {path}: {e.strerror} (owner {_owner(path)})") from None
+        raise LeaseError(_("cannot open {path}: {error} (owner {owner})").format(
+            path=path, error=e.strerror, owner=_owner(path))) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -62,9 +64,13 @@ def _refuse_irregular(path: Path, st: os.stat_result) -> None:
     until its owner or root removes it. One line naming them."""
     if stat.S_ISREG(st.st_mode):
         return
-    what = "a symlink" if stat.S_ISLNK(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else \
-        "not a regular file"
-    raise LeaseError(f"{path} is {what}, made by {user_name(st.st_uid)} (they or root can remove it: rm -r {path})")
+    if stat.S_ISLNK(st.st_mode):
+        text = _("{path} is a symlink, made by {user} (they or root can remove it: rm -r {path})")
+    elif stat.S_ISDIR(st.st_mode):
+        text = _("{path} is a directory, made by {user} (they or root can remove it: rm -r {path})")
+    else:
+        text = _("{path} is not a regular file, made by {user} (they or root can remove it: rm -r {path})")
+    raise LeaseError(text.format(path=path, user=user_name(st.st_uid)))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

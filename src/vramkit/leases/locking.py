@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..i18n import _
 from ..procs import comm, flock_holder, sanitize, uid_of, user_name
 from .errors import LeaseError
 from .files import _names, _open_shared, _owner
@@ -65,8 +66,10 @@ class LeaseDir:
         if not new:
             return
         self._warned.update(f"ignored:{i}" for i in new)
-        shown = "; ".join(new[:3]) + (f"; and {len(new) - 3} more" if len(new) > 3 else "")
-        self.warn(f"ignored in the lease directory (not a valid lease or ticket): {shown}")
+        shown = "; ".join(new[:3])
+        if len(new) > 3:
+            shown = _("{entries}; and {n} more").format(entries=shown, n=len(new) - 3)
+        self.warn(_("ignored in the lease directory (not a valid lease or ticket): {entries}").format(entries=shown))
 
     @contextlib.contextmanager
     def locked(self, patience: float = HOLD_PATIENCE, units: Iterable[str] = ()) -> Iterator[None]:
@@ -104,15 +107,15 @@ class LeaseDir:
             if self._lock_fd is None:
                 self._lock_fd = _open_shared(path)
         except LeaseError as e:  # a symlink, FIFO, directory, mode 000...: theirs to remove
-            self.warn(f"{e}; going around it: each GPU has a lock of its own")
+            self.warn(_("{error}; going around it: each GPU has a lock of its own").format(error=e))
             return
         pid = self._acquire(self._lock_fd, patience)
         if pid is None:
             assert self._look is not None
             self._look.append((self._lock_fd, False))
             return
-        self.warn(f"the lease directory lock {path} is held by {_describe(pid)} for {patience:g}s or more; "
-                  "going around it: each GPU has a lock of its own")
+        self.warn(_("the lease directory lock {path} is held by {who} for {seconds}s or more; going around it: "
+                    "each GPU has a lock of its own").format(path=path, who=_describe(pid), seconds=f"{patience:g}"))
 
     def hold_unit(self, key: str, patience: float = HOLD_PATIENCE) -> str | None:
         """Take GPU `key`'s lock for the rest of this look (creating its file): None once held,
@@ -126,17 +129,18 @@ class LeaseDir:
             try:
                 fd = _open_shared(path)
             except LeaseError as e:
-                return f"its lock file, which cannot be used: {e}"
+                return _("its lock file, which cannot be used: {error}").format(error=e)
             pid = self._acquire(fd, patience)
             if pid is not None:
                 os.close(fd)
-                return f"{_describe(pid)}, which holds its lock in the lease directory"
+                return _("{who}, which holds its lock in the lease directory").format(who=_describe(pid))
             if _names(path, fd) or attempt == RELOCKS - 1:
                 break
             # Replaced meanwhile (its owner may unlink it in the sticky directory): a lock on a
             # file no longer at that name keeps nobody out. Take the lock of the one that is.
-            self.warn(f"the lock file {path} was replaced while this vram locked it (its owner now: {_owner(path)}); "
-                      "leases are checked after they are written, so no GPU is given twice")
+            self.warn(_("the lock file {path} was replaced while this vram locked it (its owner now: {owner}); "
+                        "leases are checked after they are written, so no GPU is given twice").format(
+                            path=path, owner=_owner(path)))
             os.close(fd)
         self._look.append((fd, True))
         self._units_held.add(key)
@@ -259,8 +263,8 @@ def _try_lock(fd: int) -> bool:
 def _describe(pid: int) -> str:
     """'pid P of user U (comm)' for a lock holder."""
     if pid <= 0:
-        return "a process not visible from here (another pid namespace, or a stopped vram)"
+        return _("a process not visible from here (another pid namespace, or a stopped vram)")
     uid, name = uid_of(pid), comm(pid)
     if uid is None or name is None:
         return f"pid {pid}"
-    return f"pid {pid} of user {user_name(uid)} ({sanitize(name)})"
+    return _("pid {pid} of user {user} ({name})").format(pid=pid, user=user_name(uid), name=sanitize(name))

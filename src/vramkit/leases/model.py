@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..i18n import _
 from ..procs import ProcessKey
 
 
@@ -49,8 +50,15 @@ class Lease:
 
     def who(self, now: float | None = None) -> str:
         now = time.time() if now is None else now
-        what = {"run": "a vram run", "api": "a use_gpus() call", "hold": "vram pick --hold"}.get(self.kind, "a lease")
-        return f"{what} of {self.user} (pid {self.pid}, {max(0, now - self.created):.0f}s ago)"
+        if self.kind == "run":
+            text = _("a vram run of {user} (pid {pid}, {ago}s ago)")
+        elif self.kind == "api":
+            text = _("a use_gpus() call of {user} (pid {pid}, {ago}s ago)")
+        elif self.kind == "hold":
+            text = _("vram pick --hold of {user} (pid {pid}, {ago}s ago)")
+        else:
+            text = _("a lease of {user} (pid {pid}, {ago}s ago)")
+        return text.format(user=self.user, pid=self.pid, ago=f"{max(0, now - self.created):.0f}")
 
 
 @dataclass

@@ -25,6 +25,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from ..i18n import _
 from .settings import MAX_DIRS, MAX_DIRS_PER_OWNER
 
 
@@ -45,7 +46,7 @@ def own_dir(shared_dir: Path) -> tuple[Path | None, str | None]:
         made = Path(tempfile.mkdtemp(prefix=base + "-", dir=root))
         os.chmod(made, 0o755)
     except OSError as e:
-        return None, f"{why}; cannot make another in {root}: {e.strerror}"
+        return None, _("{why}; cannot make another in {path}: {error}").format(why=why, path=root, error=e.strerror)
     return made, None
 
 
@@ -56,7 +57,7 @@ def _ours(path: Path, create: bool) -> str | None:
         st = os.lstat(path)
     except FileNotFoundError:
         if not create:
-            return f"{path} does not exist"
+            return _("{path} does not exist").format(path=path)
         try:
             os.mkdir(path, 0o700)
             os.chmod(path, 0o755)  # readable by every user, whatever the umask: that is the point
@@ -64,13 +65,13 @@ def _ours(path: Path, create: bool) -> str | None:
         except FileExistsError:
             st = os.lstat(path)
         except OSError as e:
-            return f"cannot create {path}: {e.strerror}"
+            return _("cannot create {path}: {error}").format(path=path, error=e.strerror)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
+        return _("{path} is not a directory").format(path=path)
     if st.st_uid != os.getuid():
         from ..procs import user_name
 
-        return f"{path} belongs to {user_name(st.st_uid)}"
+        return _("{path} belongs to {user}").format(path=path, user=user_name(st.st_uid))
     if stat.S_IMODE(st.st_mode) != 0o755:
         with contextlib.suppress(OSError):
             os.chmod(path, 0o755)  # ours: others must read it, and nobody else write it

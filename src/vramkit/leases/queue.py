@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..i18n import _
 from ..procs import user_name
 from .errors import LeaseError
 from .files import _remove
@@ -38,8 +39,8 @@ def enqueue(d: LeaseDir, state: State, policy: dict[str, Any]) -> HeldTicket:
     seq = 1 if last is None else last.seq + 1
     if seq > MAX_SEQ:  # someone's ticket took the last number: say whose, rather than wait unseen
         assert last is not None
-        raise LeaseError(f"cannot join the queue in {d.path}: the ticket of {last.who()} took its last number "
-                         f"({last.seq}); it must leave the queue first")
+        raise LeaseError(_("cannot join the queue in {path}: the ticket of {who} took its last number ({seq}); it "
+                           "must leave the queue first").format(path=d.path, who=last.who(), seq=last.seq))
     path = d.path / f"wait-{seq:010d}-{os.getpid()}.json"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -47,7 +48,7 @@ def enqueue(d: LeaseDir, state: State, policy: dict[str, Any]) -> HeldTicket:
         _remove(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise LeaseError(f"cannot join the queue in {d.path}: {e.strerror}") from None
+        raise LeaseError(_("cannot join the queue in {path}: {error}").format(path=d.path, error=e.strerror)) from None
     try:
         os.fchmod(fd, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,6 +12,7 @@ import socket
 import time
 from dataclasses import asdict
 
+from ..i18n import _
 from ..procs import ProcessKey, boot_id, pid_namespace, user_name
 from .errors import LeaseConflict, LeaseError
 from .files import _remove, _write_json
@@ -83,14 +84,14 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
     for key in sorted(labels):
         holder = d.hold_unit(key)
         if holder is not None:
-            raise LeaseError(f"{labels[key]} is reserved by {holder}")
+            raise LeaseError(_("{gpu} is reserved by {who}").format(gpu=labels[key], who=holder))
     me = ProcessKey.of(os.getpid())
     expires = min(now + timeout, me.start_time + MAX_LEASE if me is not None else math.inf)
     if expires <= now:  # a lease counts at most MAX_LEASE from its holder's start (_holder_deadline)
-        raise LeaseError("this process started more than 24 hours ago, and a lease lasts at most 24 hours from "
-                         "its holder's start: start the job with `vram run`, or from a new process")
+        raise LeaseError(_("this process started more than 24 hours ago, and a lease lasts at most 24 hours from "
+                           "its holder's start: start the job with `vram run`, or from a new process"))
     uid = os.getuid()
-    lease = Lease(id=f"{int(now * 1000):x}-{os.getpid()}-{secrets.token_hex(3)}", units=[k for k, _ in units],
+    lease = Lease(id=f"{int(now * 1000):x}-{os.getpid()}-{secrets.token_hex(3)}", units=[k for k, _label in units],
                   labels=labels, kind=kind, user=user_name(uid), uid=uid, pid=os.getpid(), created=now,
                   expires=expires, locked=kind != "hold", pidns=pid_namespace(), host=socket.gethostname(),
                   command=program_name(command), baseline=baseline or {},
@@ -139,5 +140,5 @@ def _check_written(d: LeaseDir, lease: Lease, seen: set[str]) -> None:
         taken = [lease.labels[k] for k in other.units if k in lease.labels]
         if taken:
             now = time.time()
-            raise LeaseConflict(f"{taken[0]} was reserved by {other.who(now)} while this vram was choosing; "
-                                "nothing was reserved: try again")
+            raise LeaseConflict(_("{gpu} was reserved by {who} while this vram was choosing; nothing was "
+                                  "reserved: try again").format(gpu=taken[0], who=other.who(now)))

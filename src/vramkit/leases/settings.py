@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..i18n import _
 from .errors import LeaseError
 
 ENV_DIR = "VRAM_LEASE_DIR"
@@ -45,5 +46,5 @@ def lease_timeout(env: Mapping[str, str] | None = None) -> float:
     except ValueError as e:
         raise LeaseError(f"{ENV_TIMEOUT}: {e}") from None
     if not 0 < value <= MAX_LEASE:
-        raise LeaseError(f"{ENV_TIMEOUT}: must be more than 0 and at most 24h")
+        raise LeaseError(_("{variable}: must be more than 0 and at most 24h").format(variable=ENV_TIMEOUT))
     return value

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..holders import Holder, HolderScan
+from ..i18n import _, pgettext
 from ..units import format_duration, format_size
 from .style import Style, clip
 from .text_width import cells, pad
@@ -16,13 +17,20 @@ HEADER = ("PID", "USER", "DEVICES", "GPU", "NVML", "ELAPSED", "FLAGS")
 RIGHT = {"PID", "ELAPSED"}
 
 
+def _headings() -> list[str]:
+    """HEADER and COMMAND in the reader's language."""
+    return [pgettext("column", "PID"), pgettext("column", "USER"), pgettext("column", "DEVICES"),
+            pgettext("column", "GPU"), pgettext("column", "NVML"), pgettext("column", "ELAPSED"),
+            pgettext("column", "FLAGS"), pgettext("column", "COMMAND")]
+
+
 def devices_text(h: Holder) -> str:
     return ",".join(os.path.basename(d) for d in h.devices)
 
 
 def _nvml(h: Holder) -> str:
     if not h.nvml_listed:
-        return "not listed"
+        return pgettext("holder", "not listed")
     known = [m for m in h.nvml_memory.values() if m is not None]
     return format_size(sum(known)) if known else "N/A"
 
@@ -40,38 +48,41 @@ def _flags(h: Holder) -> str:
 
 def _details(h: Holder) -> list[str]:
     if len(h.ns_pids) > 1:
-        where = f"container {h.host.container}" if h.host.container else "another PID namespace"
-        return [f"runs in {where} as pid {h.ns_pids[-1]}"]
+        if h.host.container:
+            return [_("runs in container {container} as pid {pid}").format(container=h.host.container,
+                                                                           pid=h.ns_pids[-1])]
+        return [_("runs in another PID namespace as pid {pid}").format(pid=h.ns_pids[-1])]
     return []
 
 
 def render_holders(result: HolderScan, style: Style, width: int, now: float | None = None) -> str:
     now = time.time() if now is None else now
     if result.pattern is None:
-        title = "processes holding GPU device files open"
+        title = _("processes holding GPU device files open: {n}")
     else:
-        title = f"processes holding {result.pattern} open (as fuser -v shows them)"
-    lines = [style.paint(f"{title}: {len(result.holders)}", "bold")]
+        title = _("processes holding {pattern} open (as fuser -v shows them): {n}")
+    lines = [style.paint(title.format(pattern=result.pattern, n=len(result.holders)), "bold")]
     rows = [[str(h.pid), h.host.user or "?", clip(devices_text(h), 40), ",".join(map(str, h.gpus)) or "-",
              _nvml(h), format_duration(now - h.host.start_time), _flags(h)] for h in result.holders]
     if rows:
-        widths = [max([cells(head)] + [cells(r[i]) for r in rows]) for i, head in enumerate(HEADER)]
+        shown = _headings()
+        widths = [max([cells(head)] + [cells(r[i]) for r in rows]) for i, head in enumerate(shown[:-1])]
 
         def row(values: list[str]) -> str:  # padded by display width: a CJK user name is 2 columns a character
             return "  ".join(pad(v, w, right=hd in RIGHT) for v, w, hd in zip(values, widths, HEADER))
 
         lead = sum(widths) + 2 * len(widths)
-        lines.append(style.paint(row(list(HEADER)) + "  COMMAND", "bold"))
+        lines.append(style.paint(row(shown[:-1]) + "  " + shown[-1], "bold"))
         for h, r in zip(result.holders, rows):
             nvml = r[4]
             line = row(r) + "  " + clip(h.host.command, max(10, width - lead))
-            if nvml == "not listed":
-                line = line.replace("not listed", style.paint("not listed", "yellow"), 1)
+            if not h.nvml_listed:
+                line = line.replace(nvml, style.paint(nvml, "yellow"), 1)
             lines.append(line)
             lines.extend(style.paint(" " * (widths[0] + 2) + d, "dim") for d in _details(h))
     lines.extend(style.paint(n, "dim") for n in result.notes)
     if result.skipped_self:
-        lines.append(style.paint("(vram itself holds the device files while it reads NVML: not listed)", "dim"))
+        lines.append(style.paint(_("(vram itself holds the device files while it reads NVML: not listed)"), "dim"))
     return "\n".join(lines)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from typing import Any
 
 from ..gpu_state import Snapshot
+from ..i18n import _, ngettext, pgettext
 from ..killing import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
 from ..procs.workload import describe
 from ..units import format_duration, format_size
@@ -16,11 +16,28 @@ from ..vendor_terms import lister
 from .banner import banner
 from .data import _header
 from .style import Style, clip
-from .text_width import cells, fit, pad
+from .text_width import cells, fit, pad, wrap
 
 _COLOURS = {EXITED: "green", SIGNALLED: "green", WOULD_SIGNAL: "cyan", STILL_RUNNING: "red", REFUSED: "yellow"}
 HEADER = ("PID", "USER", "GPU", "MEMORY", "AGE")
 RIGHT = {"PID", "MEMORY", "AGE"}
+
+
+def _heading(name: str) -> str:
+    """A column's heading in the reader's language (HEADER, ACTION, RESULT, COMMAND)."""
+    return {"PID": pgettext("column", "PID"), "USER": pgettext("column", "USER"),
+            "GPU": pgettext("column", "GPU"), "MEMORY": pgettext("column", "MEMORY"),
+            "AGE": pgettext("column", "AGE"), "ACTION": pgettext("column", "ACTION"),
+            "RESULT": pgettext("column", "RESULT"), "COMMAND": pgettext("column", "COMMAND")}[name]
+
+
+def status_words(status: str) -> str:
+    """What became of a target, in the reader's language (the Status value stays English in JSON)."""
+    words: dict[str, str] = {
+        WOULD_SIGNAL: pgettext("kill status", "would signal"), SIGNALLED: pgettext("kill status", "signalled"),
+        EXITED: pgettext("kill status", "exited"), STILL_RUNNING: pgettext("kill status", "still running"),
+        REFUSED: pgettext("kill status", "refused")}
+    return words.get(status, status)
 
 
 def _gpus(t: Target) -> str:
@@ -35,27 +52,32 @@ def _action(t: Target, signal: str) -> str:
     if t.status == WOULD_SIGNAL:
         return signal
     if t.status == EXITED and t.seconds is not None and t.seconds >= 0.1:
-        return f"exited ({t.seconds:.1f}s)"
-    return t.status
+        return _("exited ({seconds}s)").format(seconds=f"{t.seconds:.1f}")
+    return status_words(t.status)
 
 
 def _details(t: Target, snap: Snapshot) -> list[str]:
     """The lines under a row: why it is refused, how it holds the GPU, container, notes."""
     out = []
     if t.refusal is not None:
-        out.append(f"refused by rule '{t.refusal.rule}': {t.refusal.reason}")
+        out.append(_("refused by rule '{rule}': {reason}").format(rule=t.refusal.rule, reason=t.refusal.text))
     if t.devices and not t.nvml_listed and not t.shared:
         names = ", ".join(os.path.basename(d) for d in t.devices)
         who = lister(g.vendor for g in snap.gpus if g.index in t.holder_gpus)
-        out.append(f"{who} lists no memory for it; it holds {names} open")
+        out.append(_("{who} lists no memory for it; it holds {devices} open").format(who=who, devices=names))
     owner = describe(t.workload)
     if t.container_pid is not None:
-        where = owner or (f"container {t.container}" if t.container else "another PID namespace")
-        out.append(f"runs in {where} as pid {t.container_pid}")
+        if owner:
+            where = _("runs in {owner} as pid {pid}")
+        elif t.container:
+            where = _("runs in container {container} as pid {pid}")
+        else:
+            where = _("runs in another PID namespace as pid {pid}")
+        out.append(where.format(owner=owner, container=t.container, pid=t.container_pid))
     elif owner is not None and (t.refusal is None or owner not in t.refusal.reason):
-        out.append(f"belongs to {owner}")
+        out.append(_("belongs to {owner}").format(owner=owner))
     elif t.container and owner is None:
-        out.append(f"runs in container {t.container}")
+        out.append(_("runs in container {container}").format(container=t.container))
     out.extend(t.notes)
     return out
 
@@ -64,20 +86,21 @@ def _table(targets: list[Target], signal: str, last: str, style: Style, width: i
     rows = [[str(t.pid), t.user or "?", _gpus(t), _memory(t), format_duration(t.elapsed), _action(t, signal)]
             for t in targets]
     head = [*HEADER, last]
-    widths = [max([cells(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(head)]
+    shown = [_heading(h) for h in head]
+    widths = [max([cells(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(shown)]
 
     def row(values: list[str]) -> str:  # padded by display width (a CJK user name: 2 columns a character)
         return "  ".join(pad(v, w, right=h in RIGHT) for v, w, h in zip(values, widths, head))
 
     lead = sum(widths) + 2 * len(widths)
     indent = " " * (widths[0] + 2)
-    out = [style.paint(row(head) + "  COMMAND", "bold")]
+    out = [style.paint(row(shown) + "  " + _heading("COMMAND"), "bold")]
     for t, r in zip(targets, rows):
-        action = style.paint(r[-1].ljust(widths[-1]), _COLOURS.get(t.status, "bold"))
+        action = style.paint(pad(r[-1], widths[-1]), _COLOURS.get(t.status, "bold"))
         line = row(r[:-1]) + "  " + action + "  " + clip(t.command or "?", max(10, width - lead))
         out.append(line)
         for detail in _details(t, snap):
-            wrapped = textwrap.wrap(detail, max(30, width - len(indent) - 2)) or [""]
+            wrapped = wrap(detail, max(30, width - len(indent) - 2)) or [""]
             out.append(style.paint(indent + "↳ " + wrapped[0] if style.unicode else indent + "- " + wrapped[0], "dim"))
             out.extend(style.paint(indent + "  " + more, "dim") for more in wrapped[1:])
     return out
@@ -85,17 +108,22 @@ def _table(targets: list[Target], signal: str, last: str, style: Style, width: i
 
 def _intro(plan: Plan, signal: str, timeout: float, force: bool) -> str:
     n = len(plan.to_signal)
-    what = f"{n} process{'es' if n != 1 else ''}"
     if not n:
-        return "nothing will be signalled"
-    if signal in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
-        tail = f", wait up to {timeout:g}s for {'it' if n == 1 else 'them'} to exit"
-        tail += ", then SIGKILL to any still running" if force else ""
+        return _("nothing will be signalled")
+    if signal in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") and force:
+        text = ngettext("{signal} to {n} process, wait up to {seconds}s for it to exit, then SIGKILL to any still "
+                        "running",
+                        "{signal} to {n} processes, wait up to {seconds}s for them to exit, then SIGKILL to any "
+                        "still running", n)
+    elif signal in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
+        text = ngettext("{signal} to {n} process, wait up to {seconds}s for it to exit",
+                        "{signal} to {n} processes, wait up to {seconds}s for them to exit", n)
     elif signal == "SIGKILL":
-        tail = ""
+        text = ngettext("{signal} to {n} process", "{signal} to {n} processes", n)
     else:
-        tail = " (it does not end a process: vram does not wait)"
-    return f"{signal} to {what}{tail}"
+        text = ngettext("{signal} to {n} process (it does not end a process: vram does not wait)",
+                        "{signal} to {n} processes (it does not end a process: vram does not wait)", n)
+    return text.format(signal=signal, n=n, seconds=f"{timeout:g}")
 
 
 def render_plan(plan: Plan, signal: str, timeout: float, force: bool, style: Style, width: int,
@@ -103,8 +131,8 @@ def render_plan(plan: Plan, signal: str, timeout: float, force: bool, style: Sty
     lines = [banner(plan.snapshot, style, width)]
     intro = _intro(plan, signal, timeout, force)
     if dry_run:
-        intro = f"dry run, nothing is signalled: would send {intro}" if plan.to_signal else (
-            "dry run, nothing is signalled: every selected process would be refused")
+        intro = _("dry run, nothing is signalled: would send {plan}").format(plan=intro) if plan.to_signal else (
+            _("dry run, nothing is signalled: every selected process would be refused"))
     lines.append(style.paint(intro, "bold"))
     lines.extend(_table(plan.targets, signal, "ACTION", style, width, plan.snapshot))
     lines.extend(style.paint(n, "dim") for n in plan.notes)
@@ -112,7 +140,7 @@ def render_plan(plan: Plan, signal: str, timeout: float, force: bool, style: Sty
 
 
 def render_nothing(plan: Plan, style: Style, width: int) -> str:
-    lines = [banner(plan.snapshot, style, width), "nothing to signal: no process matches"]
+    lines = [banner(plan.snapshot, style, width), _("nothing to signal: no process matches")]
     lines.extend(style.paint(n, "dim") for n in plan.notes)
     return "\n".join(lines)
 
@@ -125,34 +153,37 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
     target_pids = {t.pid: t for t in plan.targets}
     arrow = " → " if style.unicode else " -> "
     for change in report.gpus:
-        used = f"{format_size(change.used_before)}{arrow}{format_size(change.used_after)} used"
+        used = _("{before}{arrow}{after} used").format(before=format_size(change.used_before), arrow=arrow,
+                                                       after=format_size(change.used_after))
         freed = change.freed
         if freed is None:
-            verdict = "freed: N/A"
+            verdict = _("freed: N/A")
         elif freed > 0:
-            verdict = style.paint(f"{format_size(freed)} freed", "green")
+            verdict = style.paint(_("{size} freed").format(size=format_size(freed)), "green")
         elif freed == 0:
-            verdict = "nothing freed"
+            verdict = _("nothing freed")
         else:
-            verdict = f"{format_size(-freed)} more in use (other processes allocated meanwhile)"
-        lines.append(f"GPU {change.index}  {used}: {verdict}")
+            verdict = _("{size} more in use (other processes allocated meanwhile)").format(size=format_size(-freed))
+        lines.append(_("GPU {index}  {used}: {verdict}").format(index=change.index, used=used, verdict=verdict))
         for p in change.still:
             t = target_pids.get(p.pid)
-            mark = style.paint(f"  [{t.status}]", _COLOURS.get(t.status, "bold")) if t else ""
-            head = f"       still held: {format_size(p.memory):>8}  {pad(fit(p.user or '?', 10), 10)} {p.pid:>7}  "
+            mark = style.paint(f"  [{status_words(t.status)}]", _COLOURS.get(t.status, "bold")) if t else ""
+            head = (f"       {_('still held:')} {format_size(p.memory):>8}  {pad(fit(p.user or '?', 10), 10)} "
+                    f"{p.pid:>7}  ")
             lines.append(head + clip(p.command or f"({p.host_missing})", max(10, width - cells(head) - 16)) + mark)
         if change.unattributed:
-            lines.append(f"       {format_size(change.unattributed)} used but not charged to any listed process: "
-                         "see vram ps --holders")
+            lines.append("       " + _("{size} used but not charged to any listed process: see vram ps --holders")
+                         .format(size=format_size(change.unattributed)))
         holders = [h for h in report.holders_after if change.index in h.gpus]
         for h in holders:
             who = lister(g.vendor for g in plan.snapshot.gpus if g.index == change.index)
-            head = f"       holds its device files open, not listed by {who}: {h.host.user or '?'} {h.pid}  "
-            lines.append(head + clip(h.host.command, max(10, width - len(head))))
+            head = "       " + _("holds its device files open, not listed by {who}: {user} {pid}").format(
+                who=who, user=h.host.user or "?", pid=h.pid) + "  "
+            lines.append(head + clip(h.host.command, max(10, width - cells(head))))
         if not change.still and not change.unattributed and not holders:
-            lines.append(style.paint("       no process holds memory on it now", "dim"))
+            lines.append(style.paint("       " + _("no process holds memory on it now"), "dim"))
     if report.audit_log:
-        lines.append(style.paint(f"audit log: {report.audit_log}", "dim"))
+        lines.append(style.paint(_("audit log: {path}").format(path=report.audit_log), "dim"))
     return "\n".join(lines)
 
 

@@ -67,3 +67,36 @@ def pad(text: str, width: int, right: bool = False) -> str:
         return text.rjust(width) if right else text.ljust(width)
     room = " " * max(0, width - cells(text))
     return room + text if right else text + room
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """`text` folded into lines of at most `width` columns (textwrap.wrap counts code points, and
+    breaks only at spaces): between words, and between any two wide characters (CJK text has no
+    spaces). A word wider than a line is cut. ASCII text folds as textwrap does."""
+    import textwrap
+
+    if text.isascii():
+        return textwrap.wrap(text, width)
+    pieces: list[str] = []  # words (with the spaces before them), and each wide character alone
+    for c in text:
+        last = pieces[-1][-1] if pieces else ""
+        starts = not last or char_cells(c) == 2 or char_cells(last) == 2 or (c == " " and last != " ")
+        if starts:
+            pieces.append(c)
+        else:
+            pieces[-1] += c
+    lines: list[str] = []
+    line = ""
+    for piece in pieces:
+        if cells(line + piece) <= width or not line.strip():
+            line += piece
+        else:
+            lines.append(line.rstrip())
+            line = piece.lstrip()
+        while cells(line) > width:  # a single piece wider than the line
+            cut = fit(line, width + 1)[:-1] or line[:1]
+            lines.append(cut)
+            line = line[len(cut):]
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
