@@ -9,6 +9,7 @@ import stat
 import sys
 from dataclasses import dataclass
 
+from ..i18n import N_, _
 from ..render.style import Style, style_for, terminal_width
 from ..units import format_size
 from .commands import COMMANDS
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # a log read with --no-live opens no machine: gpu_state and n
     from .common import Subparsers
 
 HELP = COMMANDS["doctor"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 With a log file (or - for stdin): find the LAST out-of-memory error in it (a traceback, a
 training log, notebook output) and explain it: what was asked for, what was free, what this
 job held (allocated by PyTorch / reserved but unallocated / outside PyTorch), what other
@@ -66,35 +67,35 @@ examples:
   vram doctor oom.pickle --timeline mem.svg   memory over time, stacked by category
   vram doctor                        check this machine
   vram doctor --simulate demo        the checklist on the bundled simulated server
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("log", nargs="?", metavar="LOGFILE", help="a log or traceback with the error; - reads stdin")
-    p.add_argument("--json", action="store_true", help="print JSON (keys: docs/doctor.md)")
-    p.add_argument("--gpu", metavar="LIST", help="log: the NVML GPU the job ran on; checklist: only these GPUs")
-    p.add_argument("--db", metavar="PATH", help="checklist: the history that says how long processes have been idle "
-                   "(default: the recorder's; $VRAM_DB)")
-    p.add_argument("--pid", type=int, metavar="PID", help="log: the job's pid as NVML lists it (containers)")
-    p.add_argument("--no-live", action="store_true", help="log: do not read this machine's GPUs")
-    p.add_argument("--model", metavar="NAME", help="log: the model, for the estimator's savings")
+    p.add_argument("log", nargs="?", metavar="LOGFILE", help=N_("a log or traceback with the error; - reads stdin"))
+    p.add_argument("--json", action="store_true", help=N_("print JSON (keys: docs/doctor.md)"))
+    p.add_argument("--gpu", metavar="LIST", help=N_("log: the NVML GPU the job ran on; checklist: only these GPUs"))
+    p.add_argument("--db", metavar="PATH", help=N_("checklist: the history that says how long processes have been idle "
+                   "(default: the recorder's; $VRAM_DB)"))
+    p.add_argument("--pid", type=int, metavar="PID", help=N_("log: the job's pid as NVML lists it (containers)"))
+    p.add_argument("--no-live", action="store_true", help=N_("log: do not read this machine's GPUs"))
+    p.add_argument("--model", metavar="NAME", help=N_("log: the model, for the estimator's savings"))
     # --batch/--seq as in vram estimate and plan (documented); --batch-size/--seq-len still work.
     p.add_argument("--batch", "--batch-size", dest="batch", type=int, metavar="N",
-                   help="log: the micro-batch per GPU, for the estimator's savings")
+                   help=N_("log: the micro-batch per GPU, for the estimator's savings"))
     p.add_argument("--seq", "--seq-len", dest="seq", type=int, metavar="N",
-                   help="log: the sequence length, for the estimator")
+                   help=N_("log: the sequence length, for the estimator"))
     # the estimator's spellings, as vram estimate's (a wrong one is refused even without --batch)
     help_values(p.add_argument("--precision", metavar="P", choices=PRECISIONS,
-                               help="log: how the job ran, for the estimator: " + PRECISION_HELP + " (default "
-                               "%(assumed)s: a log does not say, and a job that ran out of memory most often ran "
-                               "in it; estimate and plan, which plan a new run, assume bf16)"),
-                assumed=_assumed_precision)
-    p.add_argument("--timeline", metavar="FILE", help="snapshot: draw memory over time into FILE (.svg, or .html "
-                   "with the SVG inside)")
+                               help=N_("log: how the job ran, for the estimator: %(precisions)s (default "
+                                       "%(assumed)s: a log does not say, and a job that ran out of memory most often "
+                                       "ran in it; estimate and plan, which plan a new run, assume bf16)")),
+                assumed=_assumed_precision, precisions=lambda: _(PRECISION_HELP))
+    p.add_argument("--timeline", metavar="FILE", help=N_("snapshot: draw memory over time into FILE (.svg, or .html "
+                   "with the SVG inside)"))
     p.add_argument("--by", choices=("category", "line"), default="category",
-                   help="snapshot: stack the timeline by category (default) or by your source line")
+                   help=N_("snapshot: stack the timeline by category (default) or by your source line"))
     p.set_defaults(run=run, param_flags={"batch": "--batch", "seq": "--seq"})
 
 
@@ -138,12 +139,13 @@ class LogText:
     def note(self) -> str | None:
         """What was skipped, for the output (None: the whole log was read)."""
         if self.truncated:
-            return (f"{self.source}: stopped reading after {format_size(self.total)} (it may never end); "
-                    f"only its last {format_size(len(self.text.encode('utf-8', 'replace')))} were searched")
+            return _("{source}: stopped reading after {size} (it may never end); only its last {searched} were "
+                     "searched").format(source=self.source, size=format_size(self.total),
+                                        searched=format_size(len(self.text.encode("utf-8", "replace"))))
         if self.skipped:
-            return (f"{self.source} has {format_size(self.total)}: only its last "
-                    f"{format_size(self.total - self.skipped)} were searched (the error that ended a job "
-                    "is near the end of its log)")
+            return _("{source} has {size}: only its last {searched} were searched (the error that ended a job "
+                     "is near the end of its log)").format(source=self.source, size=format_size(self.total),
+                                                           searched=format_size(self.total - self.skipped))
         return None
 
 
@@ -153,8 +155,8 @@ def _read_log(path: str) -> LogText:
     if path == "-":
         isatty = getattr(sys.stdin, "isatty", None)  # embedding or tests may give a bare stream
         if isatty is not None and isatty():  # not a pipe: say why nothing happens yet
-            print("vram doctor: reading the log from the terminal until Ctrl-D (or pipe it: "
-                  "python train.py 2>&1 | vram doctor -)", file=sys.stderr, flush=True)
+            print(_("vram doctor: reading the log from the terminal until Ctrl-D (or pipe it: "
+                    "python train.py 2>&1 | vram doctor -)"), file=sys.stderr, flush=True)
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:  # a text stream without bytes underneath (tests, embedding)
             return _tail(io.BytesIO(sys.stdin.read(STREAM_LIMIT).encode("utf-8", "replace")), "stdin")
@@ -163,18 +165,20 @@ def _read_log(path: str) -> LogText:
 
     name = sanitize(path)
     if os.path.isdir(path):  # open() of a directory fails before fstat could say what it is
-        raise UsageError(f"{name} is a directory, not a log file (for a stream, use - and a pipe)")
+        raise UsageError(_("{name} is a directory, not a log file (for a stream, use - and a pipe)").format(name=name))
     try:
         with open(path, "rb") as f:
             mode = os.fstat(f.fileno()).st_mode
             if stat.S_ISREG(mode):
                 return _tail(f, name, size=os.fstat(f.fileno()).st_size)
             if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                kind = "a directory" if stat.S_ISDIR(mode) else "a device"
-                raise UsageError(f"{name} is {kind}, not a log file (for a stream, use - and a pipe)")
+                raise UsageError((_("{name} is a directory, not a log file (for a stream, use - and a pipe)")
+                                  if stat.S_ISDIR(mode)
+                                  else _("{name} is a device, not a log file (for a stream, use - and a pipe)")
+                                  ).format(name=name))
             return _tail(f, name)  # a FIFO, a socket: a stream
     except OSError as e:
-        raise UsageError(f"cannot read {name}: {e.strerror or e}") from None
+        raise UsageError(_("cannot read {name}: {error}").format(name=name, error=e.strerror or e)) from None
 
 
 def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
@@ -234,13 +238,13 @@ def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
 
 def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:
     if args.no_live:
-        return None, "live data not read (--no-live)"
+        return None, _("live data not read (--no-live)")
     from ..nvml.backend import NvmlUnavailable
 
     try:
         machine = open_for(args)
     except NvmlUnavailable as e:
-        return None, f"no live data: {e}"
+        return None, _("no live data: {reason}").format(reason=e)
     try:
         return machine.snapshot(), None
     finally:
@@ -253,7 +257,7 @@ def _savings_hook(args: argparse.Namespace, context: dict[str, Any]) -> tuple[Sa
     if not (args.model or args.batch):
         return None, None
     if not (args.model and args.batch):
-        return None, "give both --model and --batch for the estimator's savings of model-dependent fixes"
+        return None, _("give both --model and --batch for the estimator's savings of model-dependent fixes")
     from ..estimator import EstimateError, doctor_savings, estimate, resolve
     from ..estimator.savings import anchor_note, baseline
 
@@ -272,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     if _is_snapshot(args.log):
         return _snapshot(args, style)
     if args.timeline is not None:
-        raise UsageError("--timeline needs a PyTorch memory snapshot (a .pickle from _dump_snapshot), not a log")
+        raise UsageError(_("--timeline needs a PyTorch memory snapshot (a .pickle from _dump_snapshot), not a log"))
     from ..doctor.explain import explain
     from ..doctor.oom import find_oom
     from ..doctor.traceback import place_of
@@ -281,20 +285,20 @@ def run(args: argparse.Namespace) -> int:
     for dest, flag in (("batch", "--batch"), ("seq", "--seq")):
         value = getattr(args, dest)
         if value is not None and value < 1:
-            raise UsageError(f"{flag}: must be at least 1")
+            raise UsageError(_("{flag}: must be at least 1").format(flag=flag))
     gpu = None
     if args.gpu is not None:
         gpus = parse_gpu_list(args.gpu)
         if len(gpus) != 1:
-            raise UsageError("--gpu: with a log, give the one GPU the job ran on")
+            raise UsageError(_("--gpu: with a log, give the one GPU the job ran on"))
         gpu = gpus[0]
     log = _read_log(args.log)
     source = log.source
     report = find_oom(log.text)
     skipped_note = log.note()
     if report is None:
-        raise Failure(f"no out-of-memory error found in {source}"
-                      + (f" ({skipped_note})" if skipped_note else ""))
+        raise Failure(_("no out-of-memory error found in {source} ({note})").format(source=source, note=skipped_note)
+                      if skipped_note else _("no out-of-memory error found in {source}").format(source=source))
     if report.line is not None:
         report.line = None if log.line_offset is None else report.line + log.line_offset
     snap, live_note = _live(args)
@@ -324,7 +328,7 @@ def _checklist(args: argparse.Namespace, style: Style) -> int:
     for dest, flag in (("pid", "--pid"), ("model", "--model"), ("batch", "--batch"), ("seq", "--seq"),
                        ("precision", "--precision")):
         if getattr(args, dest) is not None:
-            raise UsageError(f"{flag} needs a LOGFILE")
+            raise UsageError(_("{flag} needs a LOGFILE").format(flag=flag))
     from ..doctor.checklist import IDLE_MIN_AGE
     from ..history.recorded_idle import seeded_collector
 
@@ -378,7 +382,7 @@ def _snapshot(args: argparse.Namespace, style: Style) -> int:
 
     name = sanitize(args.log)
     if args.timeline is not None and not args.timeline.lower().endswith((".svg", ".html", ".htm")):
-        raise UsageError("--timeline: give a .svg or .html file name")
+        raise UsageError(_("--timeline: give a .svg or .html file name"))
     try:
         snap = parse(read_file(args.log, name))
     except SnapshotError as e:
@@ -387,19 +391,21 @@ def _snapshot(args: argparse.Namespace, style: Style) -> int:
     if args.timeline is not None:
         drawn = [d for d in snap.devices if d.entries] or snap.devices[:1]
         if not drawn:
-            raise Failure(f"{name}: nothing to draw (the snapshot is empty)")
+            raise Failure(_("{name}: nothing to draw (the snapshot is empty)").format(name=name))
         tl = timeline(drawn[0], by="category" if args.by == "category" else "source")
-        title = f"{name}: device {tl.device}, by {'category' if tl.by == 'category' else 'source line'}"
+        title = (_("{name}: device {device}, by category") if tl.by == "category"
+                 else _("{name}: device {device}, by source line")).format(name=name, device=tl.device)
         text = render_html(tl, title) if args.timeline.lower().endswith((".html", ".htm")) else render_svg(tl, title)
         try:
             with open(args.timeline, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            raise Failure(f"cannot write {sanitize(args.timeline)}: {e.strerror or e}") from None
+            raise Failure(_("cannot write {name}: {error}").format(name=sanitize(args.timeline),
+                                                                    error=e.strerror or e)) from None
     if args.json:
         print(peak_json(snap, reports, name))
     else:
         print(render_peak(snap, reports, name, style))
         if args.timeline is not None:
-            print(f"\ntimeline written to {sanitize(args.timeline)}")
+            print("\n" + _("timeline written to {name}").format(name=sanitize(args.timeline)))
     return 0

@@ -29,6 +29,7 @@ from .. import process_view
 from .. import visible as visible_devices
 from ..cuda_env import ORDER_PCI, VISIBLE, Visible, devices_of
 from ..gpu_state import Device, GpuProcess, Snapshot
+from ..i18n import N_, _, ngettext, pgettext
 from ..procs import Environ, read_environ, user_name
 from ..units import format_duration, format_size
 
@@ -40,9 +41,9 @@ ECC_CORRECTED_MANY = 1000  # corrected errors since the driver loaded that say t
 BUSY = 20  # % utilization: a GPU this busy should be in P0-P2, not idling its clocks
 LOW_PSTATE = 5  # P5 and above: clocks for an idle or display-only GPU
 # What holds clocks back that a person should know of; the rest are normal (idle, app clocks, sync boost).
-THROTTLES = {"sw power cap": "its power cap", "hw slowdown": "a hardware slowdown (power brake or heat)",
-             "sw thermal": "its temperature (software limit)", "hw thermal": "its temperature (hardware limit)",
-             "hw power brake": "an external power brake"}
+THROTTLES = {"sw power cap": N_("its power cap"), "hw slowdown": N_("a hardware slowdown (power brake or heat)"),
+             "sw thermal": N_("its temperature (software limit)"),
+             "hw thermal": N_("its temperature (hardware limit)"), "hw power brake": N_("an external power brake")}
 SEVERITY_ORDER = {"problem": 0, "warning": 1, "info": 2}
 
 
@@ -84,9 +85,9 @@ def _visible(snap: Snapshot, vis: Visible) -> tuple[list[int], list[Finding], li
     notes: list[str] = []
     cvd = vis.value or ""
     if vis.vendor == "nvidia" and not cvd.strip():
-        findings.append(Finding("cvd_empty", "problem", "CUDA_VISIBLE_DEVICES is empty",
-                                "an empty CUDA_VISIBLE_DEVICES hides every GPU: CUDA programs see none",
-                                "unset it, or set it to the GPUs you want: export CUDA_VISIBLE_DEVICES=0"))
+        findings.append(Finding("cvd_empty", "problem", _("CUDA_VISIBLE_DEVICES is empty"),
+                                _("an empty CUDA_VISIBLE_DEVICES hides every GPU: CUDA programs see none"),
+                                _("unset it, or set it to the GPUs you want: export CUDA_VISIBLE_DEVICES=0")))
         return [], findings, notes
     # the runtime's own reading of the variables (visible.py), so doctor, pick and run agree on it,
     # and a 4,300-digit entry is an index out of range, not an int() error
@@ -94,34 +95,40 @@ def _visible(snap: Snapshot, vis: Visible) -> tuple[list[int], list[Finding], li
     seen: list[int] = []
     for entry in (e for e in vis.entries if e.source is not None and e.status == "invalid"):  # ROCm's
         shown = entry.text.strip() if len(entry.text.strip()) <= 40 else entry.text.strip()[:37] + "..."
-        title = (f"{entry.source} is set but empty" if not shown
-                 else f"{entry.source} has {shown!r}, which names no GPU")
-        detail = entry.why if not shown else (f"{entry.why}; ROCm stops reading the list at the first invalid entry, "
-                                              "so the entries after it are left out too")
+        title = (_("{variable} is set but empty").format(variable=entry.source) if not shown
+                 else _("{variable} has {value}, which names no GPU").format(variable=entry.source,
+                                                                              value=repr(shown)))
+        detail = entry.why if not shown else _("{why}; ROCm stops reading the list at the first invalid entry, so "
+                                               "the entries after it are left out too").format(why=entry.why)
         findings.append(Finding("cvd_missing", "problem", title, detail or "",
-                                "fix the list: vram status shows the GPUs (a partition is a GPU of its own to ROCm)"))
+                                _("fix the list: vram status shows the GPUs (a partition is a GPU of its own to "
+                                  "ROCm)")))
     for entry in (e for e in vis.entries if e.source is None):  # CUDA's, one variable
         item = entry.text.strip()
         if entry.status == "invalid":
             shown = item if len(item) <= 40 else item[:37] + "..."
             if item.isascii() and item.isdigit():
                 index = int(item) if len(item) <= 18 else None
-                findings.append(Finding("cvd_missing", "problem", f"{name} names GPU {shown}, "
-                                        "which does not exist",
-                                        f"this machine has GPUs {_span(all_gpus)}; {runtime} stops reading the list "
-                                        "at the first invalid entry, so the GPUs after it are hidden too",
-                                        "fix the list: vram status shows the indices",
+                findings.append(Finding("cvd_missing", "problem",
+                                        _("{variable} names GPU {index}, which does not exist").format(
+                                            variable=name, index=shown),
+                                        _("this machine has GPUs {gpus}; {runtime} stops reading the list at the "
+                                          "first invalid entry, so the GPUs after it are hidden too").format(
+                                              gpus=_span(all_gpus), runtime=runtime),
+                                        _("fix the list: vram status shows the indices"),
                                         gpus=[index] if index is not None else []))
             else:
-                findings.append(Finding("cvd_missing", "problem", f"{name} has {shown!r}, which "
-                                        "names no GPU here", f"{runtime} stops reading the list at the first invalid "
-                                        "entry",
-                                        "use indices or GPU UUIDs from vram status"))
+                findings.append(Finding("cvd_missing", "problem",
+                                        _("{variable} has {value}, which names no GPU here").format(
+                                            variable=name, value=repr(shown)),
+                                        _("{runtime} stops reading the list at the first invalid entry").format(
+                                            runtime=runtime),
+                                        _("use indices or GPU UUIDs from vram status")))
             break
         if entry.device is None or entry.status not in ("ok", "duplicate"):
             continue
         if entry.device.is_mig and entry.device.vendor == "nvidia":
-            notes.append(f"{item}: MIG instances are not mapped here; checking every GPU")
+            notes.append(_("{entry}: MIG instances are not mapped here; checking every GPU").format(entry=item))
             return all_gpus, findings, notes
         if entry.device.index not in seen:
             seen.append(entry.device.index)
@@ -136,14 +143,15 @@ def _visible(snap: Snapshot, vis: Visible) -> tuple[list[int], list[Finding], li
 
 def _span(indices: list[int]) -> str:
     if not indices:
-        return "none"
+        return pgettext("gpus", "none")
     if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 2:
         return f"{indices[0]}-{indices[-1]}"
     return ",".join(map(str, indices))
 
 
 def _who(p: GpuProcess) -> str:
-    return f"{p.user or 'unknown user'} (pid {p.pid})"
+    return (_("{user} (pid {pid})").format(user=p.user, pid=p.pid) if p.user
+            else _("unknown user (pid {pid})").format(pid=p.pid))
 
 
 def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str | None = None,
@@ -184,10 +192,11 @@ def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str 
 
 def _lost(snap: Snapshot, usable: list[int]) -> list[Finding]:
     """A GPU the driver lost: every other check skips it (it has no readings), so it is named here."""
-    return [Finding("gpu_lost", "problem", f"GPU {g.index} is lost",
-                    f"{g.error or 'GPU is lost'}: NVML cannot read it, and a job started on it fails",
-                    "use another GPU; an admin resets it when nothing runs there (as root: "
-                    f"nvidia-smi -r -i {g.index}) or reboots, and checks the kernel log (dmesg) for Xid errors",
+    return [Finding("gpu_lost", "problem", _("GPU {index} is lost").format(index=g.index),
+                    _("{error}: NVML cannot read it, and a job started on it fails").format(
+                        error=g.error or _("GPU is lost")),
+                    _("use another GPU; an admin resets it when nothing runs there (as root: nvidia-smi -r -i {index}) "
+                      "or reboots, and checks the kernel log (dmesg) for Xid errors").format(index=g.index),
                     gpus=[g.index])
             for g in snap.gpus if g.lost and g.index in usable]
 
@@ -197,10 +206,12 @@ def _near_full(gpus: list[Device]) -> list[Finding]:
     for g in gpus:
         if g.memory_total and g.memory_free is not None and g.memory_free < NEAR_FULL_FREE * g.memory_total:
             holders = sorted(g.processes, key=lambda p: -(p.memory or 0))[:3]
-            names = ", ".join(f"{_who(p)} {format_size(p.memory)}" for p in holders) or "no listed process"
-            out.append(Finding("near_full", "warning", f"GPU {g.index} is nearly full",
-                               f"{format_size(g.memory_free)} free of {format_size(g.memory_total)}; held by {names}",
-                               "a job started here will run out of memory: pick another GPU (vram status)",
+            names = (pgettext("list separator", ", ").join(f"{_who(p)} {format_size(p.memory)}" for p in holders)
+                     or _("no listed process"))
+            out.append(Finding("near_full", "warning", _("GPU {index} is nearly full").format(index=g.index),
+                               _("{free} free of {total}; held by {holders}").format(
+                                   free=format_size(g.memory_free), total=format_size(g.memory_total), holders=names),
+                               _("a job started here will run out of memory: pick another GPU (vram status)"),
                                gpus=[g.index], memory=g.memory_free))
     return out
 
@@ -212,9 +223,11 @@ def _other_users(gpus: list[Device], me: str | None) -> list[Finding]:
         if others:
             held = sum(p.memory or 0 for p in others)
             names = ", ".join(sorted({p.user for p in others if p.user}))
-            out.append(Finding("other_users", "info", f"other users hold memory on GPU {g.index}, which you chose",
-                               f"{names}: {format_size(held)} of {format_size(g.memory_total)}",
-                               "your job gets what they leave: check vram status before starting",
+            out.append(Finding("other_users", "info",
+                               _("other users hold memory on GPU {index}, which you chose").format(index=g.index),
+                               _("{users}: {held} of {total}").format(users=names, held=format_size(held),
+                                                                      total=format_size(g.memory_total)),
+                               _("your job gets what they leave: check vram status before starting"),
                                gpus=[g.index], memory=held))
     return out
 
@@ -227,15 +240,17 @@ def _inside_container(gpus: list[Device]) -> list[Finding]:
         return []
     from ..pidmap import summary
 
-    told = [f"pid {p.pid} holds {format_size(p.memory)} on GPU {p.gpu} (host pid {p.nvml_pid}: the only "
-            "process here holding that GPU where nothing else could be it)" for p in rows if p.pid_here is not None]
-    return [Finding("container_pids", "info", "vram runs in a container: NVML lists the host's pids",
-                    "the driver reports each process by its pid on the host, which this container's /proc does "
-                    "not have (or gives to another process): that is why nvidia-smi shows no processes here; "
-                    "vram matched them to the processes here that hold the GPUs' device files open: "
-                    + "; ".join(told + summary(rows)),
-                    "use the pids vram shows (vram ps, vram kill PID); memory held outside this container can only "
-                    "be freed from the host, where vram ps names its process",
+    told = [_("pid {pid} holds {size} on GPU {index} (host pid {host_pid}: the only process here holding that GPU "
+              "where nothing else could be it)").format(pid=p.pid, size=format_size(p.memory), index=p.gpu,
+                                                         host_pid=p.nvml_pid)
+            for p in rows if p.pid_here is not None]
+    return [Finding("container_pids", "info", _("vram runs in a container: NVML lists the host's pids"),
+                    _("the driver reports each process by its pid on the host, which this container's /proc does "
+                      "not have (or gives to another process): that is why nvidia-smi shows no processes here; "
+                      "vram matched them to the processes here that hold the GPUs' device files open: {matches}"
+                      ).format(matches=pgettext("clause separator", "; ").join(told + summary(rows))),
+                    _("use the pids vram shows (vram ps, vram kill PID); memory held outside this container can "
+                      "only be freed from the host, where vram ps names its process"),
                     gpus=sorted({p.gpu for p in rows}), memory=sum(p.memory or 0 for p in rows))]
 
 
@@ -254,41 +269,65 @@ def _holders(gpus: list[Device], me: str | None, idle_known: bool = False) -> li
         for p in g.processes:
             mine = me is not None and p.user == me
             if p.zombie:
-                fix = (f"its parent must reap it: kill the parent (pid {p.ppid}) or vram kill {p.pid}" if mine
-                       else f"ask {p.user or 'its owner'} or an admin: the driver frees the memory when the "
-                            "process is reaped (a parent that died leaves it to init; a stuck one may need a reset)")
-                out.append(Finding("defunct_holder", "problem", f"defunct process {p.pid} still holds memory "
-                                   f"on GPU {g.index}",
-                                   f"{_who(p)}, {format_size(p.memory)}, a zombie for {format_duration(p.elapsed)}"
-                                   + (", orphaned" if p.orphaned else ""), fix, gpus=[g.index], pid=p.pid,
+                if mine:
+                    fix = _("its parent must reap it: kill the parent (pid {ppid}) or vram kill {pid}").format(
+                        ppid=p.ppid, pid=p.pid)
+                elif p.user:
+                    fix = _("ask {user} or an admin: the driver frees the memory when the process is reaped (a parent "
+                            "that died leaves it to init; a stuck one may need a reset)").format(user=p.user)
+                else:
+                    fix = _("ask its owner or an admin: the driver frees the memory when the process is reaped (a "
+                            "parent that died leaves it to init; a stuck one may need a reset)")
+                detail = (_("{who}, {size}, a zombie for {duration}, orphaned") if p.orphaned
+                          else _("{who}, {size}, a zombie for {duration}")).format(
+                              who=_who(p), size=format_size(p.memory), duration=format_duration(p.elapsed))
+                out.append(Finding("defunct_holder", "problem",
+                                   _("defunct process {pid} still holds memory on GPU {index}").format(
+                                       pid=p.pid, index=g.index),
+                                   detail, fix, gpus=[g.index], pid=p.pid,
                                    user=p.user, command=p.command, memory=p.memory))
             elif p.host_missing and any_visible and p.nvml_pid is None:  # a host pid: _inside_container
-                out.append(Finding("not_visible", "warning", f"pid {p.pid} holds memory on GPU {g.index} but "
-                                   "/proc cannot see it", f"{format_size(p.memory)}; {p.host_missing}",
-                                   "if it exited, its memory should be freed soon; if it stays, an admin "
-                                   "can find it with nvidia-smi on the host", gpus=[g.index], pid=p.pid,
+                out.append(Finding("not_visible", "warning",
+                                   _("pid {pid} holds memory on GPU {index} but /proc cannot see it").format(
+                                       pid=p.pid, index=g.index),
+                                   f"{format_size(p.memory)}; {p.host_missing}",
+                                   _("if it exited, its memory should be freed soon; if it stays, an admin "
+                                     "can find it with nvidia-smi on the host"), gpus=[g.index], pid=p.pid,
                                    memory=p.memory))
             elif _idle_holder(p, idle_known):
-                fix = (f"free it: release the memory (del + torch.cuda.empty_cache()), stop it, or vram kill {p.pid}"
-                       if mine else f"ask {p.user or 'its owner'} to free it (a notebook kernel often holds memory "
-                                    "long after its last cell)")
-                where = (f"on idle GPU {g.index}" if g.utilization == 0
-                         else f"on GPU {g.index} without running kernels")
-                why = (f"GPU {g.index} is at 0% utilization now" if g.utilization == 0 else
-                       f"its own utilization samples are 0% while GPU {g.index} is at "
-                       f"{'N/A' if g.utilization is None else f'{g.utilization}%'} with other work")
+                if mine:
+                    fix = _("free it: release the memory (del + torch.cuda.empty_cache()), stop it, or vram kill "
+                            "{pid}").format(pid=p.pid)
+                elif p.user:
+                    fix = _("ask {user} to free it (a notebook kernel often holds memory long after its last "
+                            "cell)").format(user=p.user)
+                else:
+                    fix = _("ask its owner to free it (a notebook kernel often holds memory long after its last cell)")
+                size = format_size(p.memory)
+                user = p.user or _("unknown")
+                title = (_("{user}'s pid {pid} holds {size} on idle GPU {index}") if g.utilization == 0
+                         else _("{user}'s pid {pid} holds {size} on GPU {index} without running kernels")).format(
+                             user=user, pid=p.pid, size=size, index=g.index)
+                why = (_("GPU {index} is at 0% utilization now").format(index=g.index) if g.utilization == 0 else
+                       _("its own utilization samples are 0% while GPU {index} is at {utilization} with other "
+                         "work").format(index=g.index,
+                                        utilization="N/A" if g.utilization is None else f"{g.utilization}%"))
                 if idle_known:
-                    why = f"idle for {format_duration(p.idle_for)} by the recorded history; {why}"
-                out.append(Finding("idle_holder", "warning", f"{p.user or 'unknown'}'s pid {p.pid} holds "
-                                   f"{format_size(p.memory)} {where}",
-                                   f"{why}; the process has run "
-                                   f"{format_duration(p.elapsed)}: {p.command or p.name or '?'}", fix,
+                    why = _("idle for {duration} by the recorded history; {why}").format(
+                        duration=format_duration(p.idle_for), why=why)
+                out.append(Finding("idle_holder", "warning", title,
+                                   _("{why}; the process has run {duration}: {command}").format(
+                                       why=why, duration=format_duration(p.elapsed),
+                                       command=p.command or p.name or "?"), fix,
                                    gpus=[g.index], pid=p.pid, user=p.user, command=p.command, memory=p.memory))
             elif mine and p.orphaned and g.utilization == 0:
-                out.append(Finding("stale_orphan", "warning", f"your orphaned process {p.pid} holds memory on "
-                                   f"GPU {g.index}", f"{format_size(p.memory)}; its parent exited "
-                                   "(a launcher or notebook that died, a DataLoader worker left behind)",
-                                   f"vram kill {p.pid} if it is no longer needed", gpus=[g.index], pid=p.pid,
+                out.append(Finding("stale_orphan", "warning",
+                                   _("your orphaned process {pid} holds memory on GPU {index}").format(
+                                       pid=p.pid, index=g.index),
+                                   _("{size}; its parent exited (a launcher or notebook that died, a DataLoader "
+                                     "worker left behind)").format(size=format_size(p.memory)),
+                                   _("vram kill {pid} if it is no longer needed").format(pid=p.pid),
+                                   gpus=[g.index], pid=p.pid,
                                    user=p.user, command=p.command, memory=p.memory))
     return out
 
@@ -304,10 +343,10 @@ def _order(snap: Snapshot, vis: Visible) -> list[Finding]:
     kinds = {(g.name, g.memory_total) for g in snap.gpus if not g.lost and g.vendor == "nvidia"}
     if len(kinds) < 2:
         return []
-    return [Finding("cvd_order", "warning", "CUDA_VISIBLE_DEVICES indices may not mean the GPUs vram shows",
-                    "this machine has different GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA "
-                    "numbers the fastest GPU 0, while nvidia-smi and vram use PCI order",
-                    "export CUDA_DEVICE_ORDER=PCI_BUS_ID (or use GPU UUIDs in CUDA_VISIBLE_DEVICES)")]
+    return [Finding("cvd_order", "warning", _("CUDA_VISIBLE_DEVICES indices may not mean the GPUs vram shows"),
+                    _("this machine has different GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA "
+                      "numbers the fastest GPU 0, while nvidia-smi and vram use PCI order"),
+                    _("export CUDA_DEVICE_ORDER=PCI_BUS_ID (or use GPU UUIDs in CUDA_VISIBLE_DEVICES)"))]
 
 
 def _crowded(snap: Snapshot) -> list[Finding]:
@@ -320,10 +359,13 @@ def _crowded(snap: Snapshot) -> list[Finding]:
     if len(on_zero_only) < 2 or not empty:
         return []
     users = ", ".join(sorted({p.user or "?" for p in on_zero_only}))
-    return [Finding("crowded_gpu0", "warning", f"{len(on_zero_only)} jobs share GPU 0 while GPUs "
-                    f"{_span(empty)} are empty", f"jobs by {users}: a program uses GPU 0 unless told otherwise",
-                    f"start jobs with CUDA_VISIBLE_DEVICES set (e.g. CUDA_VISIBLE_DEVICES={empty[0]}), "
-                    "or vram pick / vram run", gpus=[0])]
+    return [Finding("crowded_gpu0", "warning",
+                    ngettext("{n} jobs share GPU 0 while GPU {gpus} is empty",
+                             "{n} jobs share GPU 0 while GPUs {gpus} are empty", len(empty)).format(
+                                 n=len(on_zero_only), gpus=_span(empty)),
+                    _("jobs by {users}: a program uses GPU 0 unless told otherwise").format(users=users),
+                    _("start jobs with CUDA_VISIBLE_DEVICES set (e.g. CUDA_VISIBLE_DEVICES={index}), "
+                      "or vram pick / vram run").format(index=empty[0]), gpus=[0])]
 
 
 def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
@@ -352,18 +394,30 @@ def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
                    if first.memory >= DP_RATIO * (r.memory or 0) and first.memory - (r.memory or 0) >= DP_MIN_EXTRA]
         if not lighter:
             continue
-        where = f"GPU {lighter[0]}" if len(lighter) == 1 else f"GPUs {_span(lighter)}"
-        others = "the other" if len(lighter) == 1 else "the others"
+        values = {"user": first.user or _("unknown"), "pid": pid, "ratio": first.memory / typical,
+                  "first": first.gpu, "gpus": _span(lighter), "size": format_size(first.memory),
+                  "typical": format_size(int(typical))}
+        title = ngettext("{user}'s pid {pid} holds {ratio:.1f}x more on GPU {first} than on GPU {gpus}",
+                         "{user}'s pid {pid} holds {ratio:.1f}x more on GPU {first} than on GPUs {gpus}",
+                         len(lighter)).format(**values)
+        if len(peers) == len(rest):
+            detail = ngettext("{size} on GPU {first} vs {typical} on the other: the pattern of nn.DataParallel, "
+                              "which gathers outputs and keeps the master copy on the first GPU (that GPU runs out "
+                              "first)",
+                              "{size} on GPU {first} vs {typical} on the others: the pattern of nn.DataParallel, "
+                              "which gathers outputs and keeps the master copy on the first GPU (that GPU runs out "
+                              "first)", len(lighter)).format(**values)
+        else:
+            detail = ngettext("{size} on GPU {first} vs {typical} on the other of the same model: the pattern of "
+                              "nn.DataParallel, which gathers outputs and keeps the master copy on the first GPU "
+                              "(that GPU runs out first)",
+                              "{size} on GPU {first} vs {typical} on the others of the same model: the pattern of "
+                              "nn.DataParallel, which gathers outputs and keeps the master copy on the first GPU "
+                              "(that GPU runs out first)", len(lighter)).format(**values)
         out.append(Finding(
-            "dataparallel_imbalance", "warning",
-            f"{first.user or 'unknown'}'s pid {pid} holds {first.memory / typical:.1f}x more on GPU {first.gpu} "
-            f"than on {where}",
-            f"{format_size(first.memory)} on GPU {first.gpu} vs {format_size(int(typical))} on {others}"
-            + ("" if len(peers) == len(rest) else " of the same model") + ": the "
-            "pattern of nn.DataParallel, which gathers outputs and keeps the master copy on the first GPU "
-            "(that GPU runs out first)",
-            "use DistributedDataParallel (one process per GPU, launched with torchrun): memory is even and "
-            "it is faster", gpus=[first.gpu, *lighter], pid=pid, user=first.user, command=first.command,
+            "dataparallel_imbalance", "warning", title, detail,
+            _("use DistributedDataParallel (one process per GPU, launched with torchrun): memory is even and "
+              "it is faster"), gpus=[first.gpu, *lighter], pid=pid, user=first.user, command=first.command,
             memory=first.memory))
     return out
 
@@ -378,40 +432,51 @@ def _health(gpus: list[Device]) -> list[Finding]:
         uncorrected = max(h.ecc_uncorrected_volatile or 0, h.ecc_uncorrected_aggregate or 0)
         if uncorrected or (h.ecc_corrected_volatile or 0) >= ECC_CORRECTED_MANY:
             out.append(Finding(
-                "ecc_errors", "problem" if uncorrected else "warning", f"GPU {g.index} has ECC memory errors",
-                f"{h.ecc_uncorrected_volatile} uncorrected and {h.ecc_corrected_volatile} corrected since the driver "
-                f"loaded ({h.ecc_uncorrected_aggregate} and {h.ecc_corrected_aggregate} over its life): an "
-                "uncorrected error kills the job that met it",
-                "watch the count; if uncorrected errors come back after a reset, have the GPU replaced",
+                "ecc_errors", "problem" if uncorrected else "warning",
+                _("GPU {index} has ECC memory errors").format(index=g.index),
+                _("{uncorrected} uncorrected and {corrected} corrected since the driver loaded ({uncorrected_life} "
+                  "and {corrected_life} over its life): an uncorrected error kills the job that met it").format(
+                      uncorrected=h.ecc_uncorrected_volatile, corrected=h.ecc_corrected_volatile,
+                      uncorrected_life=h.ecc_uncorrected_aggregate, corrected_life=h.ecc_corrected_aggregate),
+                _("watch the count; if uncorrected errors come back after a reset, have the GPU replaced"),
                 gpus=[g.index]))
         if h.remap_failed:
-            out.append(Finding("memory_repair_failed", "problem", f"GPU {g.index} could not remap a failing "
-                               "memory row", f"{h.remapped_rows_uncorrectable} rows remapped for uncorrectable "
-                               "errors and no spare row left: its memory is unreliable",
-                               "drain the GPU and have it replaced", gpus=[g.index]))
+            out.append(Finding("memory_repair_failed", "problem",
+                               _("GPU {index} could not remap a failing memory row").format(index=g.index),
+                               _("{rows} rows remapped for uncorrectable errors and no spare row left: its memory is "
+                                 "unreliable").format(rows=h.remapped_rows_uncorrectable),
+                               _("drain the GPU and have it replaced"), gpus=[g.index]))
         elif h.remap_pending or h.retired_pages_pending:
-            what = "a memory row remap" if h.remap_pending else "a page retirement"
-            out.append(Finding("memory_repair_pending", "problem", f"GPU {g.index} has {what} waiting for a reset",
-                               "the bad memory stays in use until the GPU is reset: errors may recur",
-                               f"when no job runs on it, reset the GPU (as root: nvidia-smi -r -i {g.index}) "
-                               "or reboot", gpus=[g.index]))
-        held = [THROTTLES[r] for r in h.throttle_reasons or () if r in THROTTLES]
+            title = (_("GPU {index} has a memory row remap waiting for a reset") if h.remap_pending
+                     else _("GPU {index} has a page retirement waiting for a reset")).format(index=g.index)
+            out.append(Finding("memory_repair_pending", "problem", title,
+                               _("the bad memory stays in use until the GPU is reset: errors may recur"),
+                               _("when no job runs on it, reset the GPU (as root: nvidia-smi -r -i {index}) "
+                                 "or reboot").format(index=g.index), gpus=[g.index]))
+        held = [_(THROTTLES[r]) for r in h.throttle_reasons or () if r in THROTTLES]
         if held:
-            clock = "" if h.sm_clock is None or not h.sm_clock_max else (
-                f": SM clock {h.sm_clock} of {h.sm_clock_max} MHz")
-            fix = ("its draw is at the limit; a higher limit (nvidia-smi -pl) or less work per GPU restores the "
-                   "clock" if "sw power cap" in (h.throttle_reasons or ()) else
-                   "check the cooling (fans, airflow, the room) and the power supply")
-            out.append(Finding("throttled", "warning", f"GPU {g.index} is held back by {' and '.join(held)}",
-                               f"the clocks are lowered{clock}; jobs run slower than the GPU can", fix,
-                               gpus=[g.index]))
+            if h.sm_clock is None or not h.sm_clock_max:
+                detail = _("the clocks are lowered; jobs run slower than the GPU can")
+            else:
+                detail = _("the clocks are lowered: SM clock {clock} of {max_clock} MHz; jobs run slower than the "
+                           "GPU can").format(clock=h.sm_clock, max_clock=h.sm_clock_max)
+            fix = (_("its draw is at the limit; a higher limit (nvidia-smi -pl) or less work per GPU restores the "
+                     "clock") if "sw power cap" in (h.throttle_reasons or ()) else
+                   _("check the cooling (fans, airflow, the room) and the power supply"))
+            out.append(Finding("throttled", "warning", _("GPU {index} is held back by {reasons}").format(
+                index=g.index, reasons=pgettext("list", " and ").join(held)), detail, fix, gpus=[g.index]))
         if (h.performance_state is not None and h.performance_state >= LOW_PSTATE
                 and (g.utilization or 0) >= BUSY):
-            out.append(Finding("low_pstate", "warning", f"GPU {g.index} is busy but stuck in P{h.performance_state}",
-                               f"{g.utilization}% utilization at the clocks of an idle GPU"
-                               + ("" if h.sm_clock is None else f" (SM {h.sm_clock} of {h.sm_clock_max} MHz)"),
-                               "a GPU at work runs in P0-P2: check persistence mode (nvidia-smi -pm 1), "
-                               "application clocks and locked clocks (nvidia-smi -rgc), or reset it", gpus=[g.index]))
+            detail = (_("{utilization}% utilization at the clocks of an idle GPU") if h.sm_clock is None
+                      else _("{utilization}% utilization at the clocks of an idle GPU (SM {clock} of {max_clock} MHz)")
+                      ).format(utilization=g.utilization, clock=h.sm_clock, max_clock=h.sm_clock_max)
+            out.append(Finding("low_pstate", "warning",
+                               _("GPU {index} is busy but stuck in P{state}").format(index=g.index,
+                                                                                     state=h.performance_state),
+                               detail,
+                               _("a GPU at work runs in P0-P2: check persistence mode (nvidia-smi -pm 1), "
+                                 "application clocks and locked clocks (nvidia-smi -rgc), or reset it"),
+                               gpus=[g.index]))
     return out
 
 
@@ -423,9 +488,10 @@ def _told_other_gpu(snap: Snapshot, usable: set[int], read_env: Callable[[int, t
         gpus = sorted({d.index for d in view.holds})
         if not usable.intersection(gpus):
             continue
-        out.append(Finding("told_other_gpu", "warning", f"pid {view.pid} runs on a GPU it was not told to use",
+        out.append(Finding("told_other_gpu", "warning",
+                           _("pid {pid} runs on a GPU it was not told to use").format(pid=view.pid),
                            f"{view.mismatch}; {process_view.STARTED_WITH}",
-                           "check how the job sets CUDA_VISIBLE_DEVICES (vram ps --env PID shows what it was "
-                           "told); vram run sets it from a lease", gpus=gpus, pid=view.pid, user=view.user,
+                           _("check how the job sets CUDA_VISIBLE_DEVICES (vram ps --env PID shows what it was "
+                             "told); vram run sets it from a lease"), gpus=gpus, pid=view.pid, user=view.user,
                            command=view.command))
     return out

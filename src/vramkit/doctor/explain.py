@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..i18n import N_, _, pgettext
 from ..units import format_size
 from .oom import OomReport, printed_rounding
 from .traceback import Phase
@@ -45,20 +46,21 @@ NOT_MEMORY_FACTOR = 4
 NOT_MEMORY_BYTES = 1024**4
 
 CAUSES = {
-    "not_memory": "a bug, not a memory problem: the request is many times any GPU (a wrong shape, an index out "
-                  "of range, or a setting that computes the size)",
-    "request_too_large": "a single request larger than the job could ever have free on this GPU",
-    "kv_cache_budget": "the inference engine's share of the GPU had no room left for the KV cache after the "
-                       "weights and activations",
-    "memory_cap": "the per-process memory cap (set_per_process_memory_fraction), not the GPU, ran out",
-    "fragmentation": "fragmentation: PyTorch had the memory reserved, but in pieces too small for the request",
-    "other_processes": "other processes hold the memory this job needed",
-    "own_usage": "the job's own usage: its tensors filled the GPU",
-    "host_ram": "the host (CPU) ran out of RAM, not the GPU",
-    "library_workspace": "cuBLAS/cuDNN could not get memory for a handle or workspace: the GPU was (nearly) full",
-    "free_but_failed": "the GPU reported more free memory than was requested: another process took it in "
-                       "between, or it was not usable by this job (another GPU, a MIG slice, a Windows WDDM limit)",
-    "device_full": "the GPU had no memory for a CUDA call outside PyTorch's cache (often: full before the job began)",
+    "not_memory": N_("a bug, not a memory problem: the request is many times any GPU (a wrong shape, an index out "
+                  "of range, or a setting that computes the size)"),
+    "request_too_large": N_("a single request larger than the job could ever have free on this GPU"),
+    "kv_cache_budget": N_("the inference engine's share of the GPU had no room left for the KV cache after the "
+                       "weights and activations"),
+    "memory_cap": N_("the per-process memory cap (set_per_process_memory_fraction), not the GPU, ran out"),
+    "fragmentation": N_("fragmentation: PyTorch had the memory reserved, but in pieces too small for the request"),
+    "other_processes": N_("other processes hold the memory this job needed"),
+    "own_usage": N_("the job's own usage: its tensors filled the GPU"),
+    "host_ram": N_("the host (CPU) ran out of RAM, not the GPU"),
+    "library_workspace": N_("cuBLAS/cuDNN could not get memory for a handle or workspace: the GPU was (nearly) full"),
+    "free_but_failed": N_("the GPU reported more free memory than was requested: another process took it in "
+                       "between, or it was not usable by this job (another GPU, a MIG slice, a Windows WDDM limit)"),
+    "device_full": N_("the GPU had no memory for a CUDA call outside PyTorch's cache (often: full before the job "
+                      "began)"),
 }
 
 
@@ -139,7 +141,7 @@ def live_gpu_for(report: OomReport, snap: Snapshot, gpu: int | None = None) -> t
     """Which NVML GPU the message is about, and a note when that is an assumption."""
     indices = {g.index for g in snap.gpus}
     if gpu is not None:
-        return (gpu, None) if gpu in indices else (None, f"no GPU {gpu} on this machine")
+        return (gpu, None) if gpu in indices else (None, _("no GPU {index} on this machine").format(index=gpu))
     pids = {p.pid for p in report.processes}
     for proc in snap.processes:
         if proc.pid in pids:
@@ -148,8 +150,9 @@ def live_gpu_for(report: OomReport, snap: Snapshot, gpu: int | None = None) -> t
         from ..visible import variable_for
 
         vendor = next(g.vendor for g in snap.gpus if g.index == report.device)
-        return report.device, (f"assuming GPU {report.device} in the message is vram's GPU {report.device}; "
-                               f"pass --gpu if the job ran with {variable_for(vendor)} set")
+        return report.device, _("assuming GPU {index} in the message is vram's GPU {index}; pass --gpu if the "
+                                "job ran with {variable} set").format(index=report.device,
+                                                                      variable=variable_for(vendor))
     return None, None
 
 
@@ -178,7 +181,7 @@ def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | N
     live = next((g.vendor for g in snapshot.gpus if g.index == ex.live_gpu), None) if snapshot else None
     ex.vendor = "amd" if report.kind == "hip" else "nvidia" if report.kind.startswith("cu") else live or ex.vendor
     ex.cause = _cause(ex)
-    ex.cause_text = CAUSES[ex.cause]
+    ex.cause_text = _(CAUSES[ex.cause])
     _contributing(ex)
     ex.estimated = savings is not None
     ex.fixes = _fixes(ex, snapshot, me, savings, dict(context or {}, report=report))
@@ -225,7 +228,7 @@ def _add_live(ex: Explanation, snap: Snapshot, gpu: int | None) -> None:
                                  user=proc.user, command=proc.command))
     live_others = [h for h in ex.holders if h.source == "live" and not h.is_job and h.pid not in message_pids]
     if ex.others_basis != "message" and live_others:
-        ex.notes.append("live data is from now, not from the moment of the OOM")
+        ex.notes.append(_("live data is from now, not from the moment of the OOM"))
 
 
 def _cause(ex: Explanation) -> str:
@@ -289,147 +292,158 @@ def _contributing(ex: Explanation) -> None:
 
     r = ex.report
     if ex.eval_with_grad:
-        ex.contributing.append("the model is in eval mode but autograd is recording: the live activations keep "
-                               "graphs for a backward that never comes")
+        ex.contributing.append(_("the model is in eval mode but autograd is recording: the live activations keep "
+                                 "graphs for a backward that never comes"))
     if ex.cause != "other_processes" and ex.others_bytes and ex.others_bytes >= max(1, r.shortfall_bytes or 0):
-        who = (f"memory outside PyTorch (other processes, this job's {runtime(ex.vendor).context})"
-               if ex.others_basis == "outside PyTorch" else "other processes")
-        ex.contributing.append(f"{who}: {format_size(ex.others_bytes)} on that GPU")
+        size = format_size(ex.others_bytes)
+        if ex.others_basis == "outside PyTorch":
+            ex.contributing.append(_("memory outside PyTorch (other processes, this job's {context}): {size} on "
+                                     "that GPU").format(context=_(runtime(ex.vendor).context), size=size))
+        else:
+            ex.contributing.append(_("other processes: {size} on that GPU").format(size=size))
     if ex.cause != "fragmentation" and r.reserved_unallocated_bytes and r.shortfall_bytes is not None \
             and r.reserved_unallocated_bytes >= r.shortfall_bytes > 0:
-        ex.contributing.append(f"{format_size(r.reserved_unallocated_bytes)} reserved by PyTorch but unallocated")
+        ex.contributing.append(_("{size} reserved by PyTorch but unallocated").format(
+            size=format_size(r.reserved_unallocated_bytes)))
     if r.non_pytorch_bytes and r.total_bytes and r.non_pytorch_bytes >= 0.05 * r.total_bytes:
         words = runtime(ex.vendor)
-        ex.contributing.append(f"{format_size(r.non_pytorch_bytes)} of this process's memory is outside "
-                               f"PyTorch ({words.context}, {words.libraries})")
+        ex.contributing.append(_("{size} of this process's memory is outside PyTorch ({context}, {libraries})").format(
+            size=format_size(r.non_pytorch_bytes), context=_(words.context), libraries=_(words.libraries)))
     if r.requested_bytes and r.total_bytes and ex.cause != "request_too_large" \
             and r.requested_bytes >= 0.25 * r.total_bytes:
-        ex.contributing.append(f"the single request ({format_size(r.requested_bytes)}) is "
-                               f"{100 * r.requested_bytes / r.total_bytes:.0f}% of the GPU")
+        ex.contributing.append(_("the single request ({size}) is {percent:.0f}% of the GPU").format(
+            size=format_size(r.requested_bytes), percent=100 * r.requested_bytes / r.total_bytes))
 
 
 def _fix(fix_id: str, title: str, how: str, saves: int | None = None, basis: str | None = None) -> Fix:
     return Fix(fix_id, title, how, saves, basis if saves is not None else None)
 
 
+def _known_fix(fix_id: str) -> Fix:
+    """A fix of _PHASE_FIX_TEXT, in the reader's language."""
+    title, how = _PHASE_FIX_TEXT[fix_id]
+    return _fix(fix_id, _(title), _(how))
+
+
 def _model_fixes(ex: Explanation) -> list[Fix]:
     fixes = [
-        _fix("halve_batch", "smaller batch (or shorter sequences)",
-             "halve the batch size; with grad_accum below the effective batch stays the same"),
-        _fix("grad_accum", "gradient accumulation",
-             "run micro-batches and step the optimizer every N of them "
-             "(vramkit.torch.accumulation_plan keeps the effective batch)"),
-        _fix("bf16", "mixed precision", "torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss"),
-        _fix("checkpointing", "activation checkpointing",
-             "torch.utils.checkpoint on the big blocks (HF: model.gradient_checkpointing_enable())"),
-        _fix("no_grad", "no autograd for evaluation/inference",
-             "wrap evaluation in torch.no_grad() or torch.inference_mode(); keep loss.item(), not loss"),
-        _fix("offload_optimizer", "shard or offload optimizer state",
-             "FSDP / DeepSpeed ZeRO, CPU offload, or an 8-bit optimizer"),
+        _fix("halve_batch", _("smaller batch (or shorter sequences)"),
+             _("halve the batch size; with grad_accum below the effective batch stays the same")),
+        _fix("grad_accum", _("gradient accumulation"),
+             _("run micro-batches and step the optimizer every N of them "
+               "(vramkit.torch.accumulation_plan keeps the effective batch)")),
+        _fix("bf16", _("mixed precision"), _("torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss")),
+        _fix("checkpointing", _("activation checkpointing"),
+             _("torch.utils.checkpoint on the big blocks (HF: model.gradient_checkpointing_enable())")),
+        _fix("no_grad", _("no autograd for evaluation/inference"),
+             _("wrap evaluation in torch.no_grad() or torch.inference_mode(); keep loss.item(), not loss")),
+        _fix("offload_optimizer", _("shard or offload optimizer state"),
+             _("FSDP / DeepSpeed ZeRO, CPU offload, or an 8-bit optimizer")),
     ]
     return fixes
 
 
 # Fixes for where the allocation failed (doctor.traceback.PHASES), beside the model fixes above.
 _PHASE_FIX_TEXT = {
-    "eval_batch": ("smaller evaluation batch",
-                   "lower the evaluation batch (HF: TrainingArguments(per_device_eval_batch_size=...)); "
-                   "evaluation needs no activations for backward, so it runs under torch.no_grad()"),
-    "eval_accumulation": ("move predictions to the CPU as they are gathered",
-                          "HF: TrainingArguments(eval_accumulation_steps=N) copies the gathered logits to the "
+    "eval_batch": (N_("smaller evaluation batch"),
+                   N_("lower the evaluation batch (HF: TrainingArguments(per_device_eval_batch_size=...)); "
+                   "evaluation needs no activations for backward, so it runs under torch.no_grad()")),
+    "eval_accumulation": (N_("move predictions to the CPU as they are gathered"),
+                          N_("HF: TrainingArguments(eval_accumulation_steps=N) copies the gathered logits to the "
                           "CPU every N steps instead of keeping the whole evaluation set's on the GPU; in your "
-                          "own loop, collect outputs.cpu() rather than torch.cat on the GPU"),
-    "preprocess_logits": ("keep the predictions, not the logits",
-                          "HF: Trainer(preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1)) "
-                          "keeps one id per token instead of a vocabulary-wide row of logits"),
-    "ddp": ("DistributedDataParallel instead of DataParallel",
-            "torchrun --nproc_per_node=N train.py with DistributedDataParallel: each GPU computes its own loss, "
-            "nothing is gathered to GPU 0, and no replica is copied there at every step"),
-    "loss_in_replicas": ("compute the loss inside the replicas",
-                         "return the loss from the module DataParallel wraps (not the logits): only a scalar "
-                         "per GPU is gathered to GPU 0, not every replica's outputs"),
-    "optimizer_foreach": ("step the optimizer one tensor at a time",
-                          "torch.optim.AdamW(params, foreach=False) (or fused=True): the default multi-tensor "
-                          "update allocates temporaries for many parameters at once"),
-    "release_before_step": ("free what the step does not need",
-                            "del outputs and loss (keep loss.item()) before optimizer.step(); "
+                          "own loop, collect outputs.cpu() rather than torch.cat on the GPU")),
+    "preprocess_logits": (N_("keep the predictions, not the logits"),
+                          N_("HF: Trainer(preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1)) "
+                          "keeps one id per token instead of a vocabulary-wide row of logits")),
+    "ddp": (N_("DistributedDataParallel instead of DataParallel"),
+            N_("torchrun --nproc_per_node=N train.py with DistributedDataParallel: each GPU computes its own loss, "
+            "nothing is gathered to GPU 0, and no replica is copied there at every step")),
+    "loss_in_replicas": (N_("compute the loss inside the replicas"),
+                         N_("return the loss from the module DataParallel wraps (not the logits): only a scalar "
+                         "per GPU is gathered to GPU 0, not every replica's outputs")),
+    "optimizer_foreach": (N_("step the optimizer one tensor at a time"),
+                          N_("torch.optim.AdamW(params, foreach=False) (or fused=True): the default multi-tensor "
+                          "update allocates temporaries for many parameters at once")),
+    "release_before_step": (N_("free what the step does not need"),
+                            N_("del outputs and loss (keep loss.item()) before optimizer.step(); "
                             "optimizer.zero_grad(set_to_none=True); the first step also creates the state: "
-                            "2 fp32 copies of every parameter for Adam"),
-    "pin_memory_off": ("DataLoader without pinned memory",
-                       "DataLoader(..., pin_memory=False), or fewer prefetched batches (prefetch_factor, "
-                       "num_workers): the pin-memory thread copies every batch into page-locked memory"),
-    "set_device_first": ("set the GPU before building the DataLoader",
-                         "torch.cuda.set_device(local_rank) first: the pin-memory thread creates a GPU context "
-                         "on the current device, GPU 0 unless set, in every process"),
-    "map_location": ("load the checkpoint to the CPU first",
-                     "torch.load(path, map_location='cpu') (or this rank's own device): a checkpoint saved from "
-                     "cuda:0 loads back onto cuda:0, in every process; safetensors: load_file(path, device='cpu')"),
-    "load_order": ("load before anything else holds the GPU",
-                   "free the old model and optimizer first (del, then torch.cuda.empty_cache()); HF: "
-                   "from_pretrained(..., torch_dtype=torch.bfloat16, device_map='auto')"),
-    "generate_batch": ("generate fewer sequences at once",
-                       "a smaller batch, fewer num_beams / num_return_sequences, a lower max_new_tokens: the KV "
-                       "cache grows with batch x beams x (prompt + new tokens) x layers"),
-    "cache_offload": ("offload or quantize the KV cache",
-                      "generate(..., cache_implementation='offloaded') keeps all but the current layer's cache "
-                      "on the CPU; 'quantized' stores it in 4 bits"),
-    "half_weights": ("half-precision weights",
-                     "from_pretrained(..., torch_dtype=torch.bfloat16): the weights take half of fp32"),
-    "ds_offload": ("offload parameters and optimizer state (DeepSpeed ZeRO-3)",
-                   "zero_optimization: stage 3 with offload_param and offload_optimizer {device: cpu} (or nvme): "
-                   "each GPU keeps only the layers it is computing"),
-    "ds_live_params": ("gather fewer parameters at once",
-                       "lower stage3_max_live_parameters, stage3_prefetch_bucket_size and reduce_bucket_size "
-                       "(DeepSpeed) or FSDP's limit_all_gathers=True: fewer gathered layers on the GPU together"),
-    "check_shape": ("check the shapes, indexes and settings that set this size",
-                    "print the shapes just before the failing line; an index out of range, a wrong view or "
+                            "2 fp32 copies of every parameter for Adam")),
+    "pin_memory_off": (N_("DataLoader without pinned memory"),
+                       N_("DataLoader(..., pin_memory=False), or fewer prefetched batches (prefetch_factor, "
+                       "num_workers): the pin-memory thread copies every batch into page-locked memory")),
+    "set_device_first": (N_("set the GPU before building the DataLoader"),
+                         N_("torch.cuda.set_device(local_rank) first: the pin-memory thread creates a GPU context "
+                         "on the current device, GPU 0 unless set, in every process")),
+    "map_location": (N_("load the checkpoint to the CPU first"),
+                     N_("torch.load(path, map_location='cpu') (or this rank's own device): a checkpoint saved from "
+                     "cuda:0 loads back onto cuda:0, in every process; safetensors: load_file(path, device='cpu')")),
+    "load_order": (N_("load before anything else holds the GPU"),
+                   N_("free the old model and optimizer first (del, then torch.cuda.empty_cache()); HF: "
+                   "from_pretrained(..., torch_dtype=torch.bfloat16, device_map='auto')")),
+    "generate_batch": (N_("generate fewer sequences at once"),
+                       N_("a smaller batch, fewer num_beams / num_return_sequences, a lower max_new_tokens: the KV "
+                       "cache grows with batch x beams x (prompt + new tokens) x layers")),
+    "cache_offload": (N_("offload or quantize the KV cache"),
+                      N_("generate(..., cache_implementation='offloaded') keeps all but the current layer's cache "
+                      "on the CPU; 'quantized' stores it in 4 bits")),
+    "half_weights": (N_("half-precision weights"),
+                     N_("from_pretrained(..., torch_dtype=torch.bfloat16): the weights take half of fp32")),
+    "ds_offload": (N_("offload parameters and optimizer state (DeepSpeed ZeRO-3)"),
+                   N_("zero_optimization: stage 3 with offload_param and offload_optimizer {device: cpu} (or nvme): "
+                   "each GPU keeps only the layers it is computing")),
+    "ds_live_params": (N_("gather fewer parameters at once"),
+                       N_("lower stage3_max_live_parameters, stage3_prefetch_bucket_size and reduce_bucket_size "
+                       "(DeepSpeed) or FSDP's limit_all_gathers=True: fewer gathered layers on the GPU together")),
+    "check_shape": (N_("check the shapes, indexes and settings that set this size"),
+                    N_("print the shapes just before the failing line; an index out of range, a wrong view or "
                     "broadcast, or a setting (num_beams with sampling, max_length, a sequence or image size) "
-                    "computed it; freeing memory or a smaller batch will not make it fit"),
-    "debug_sync": ("find the op that asked",
-                   "run once with CUDA_LAUNCH_BLOCKING=1 (HIP_LAUNCH_BLOCKING=1 on ROCm) so the error is raised "
-                   "at the operation that computed the size, not a later one"),
-    "paddle_fraction": ("let Paddle take a larger share of the GPU",
-                        "export FLAGS_fraction_of_gpu_memory_to_use=0.95 (the share Paddle reserves at start) when "
+                    "computed it; freeing memory or a smaller batch will not make it fit")),
+    "debug_sync": (N_("find the op that asked"),
+                   N_("run once with CUDA_LAUNCH_BLOCKING=1 (HIP_LAUNCH_BLOCKING=1 on ROCm) so the error is raised "
+                   "at the operation that computed the size, not a later one")),
+    "paddle_fraction": (N_("let Paddle take a larger share of the GPU"),
+                        N_("export FLAGS_fraction_of_gpu_memory_to_use=0.95 (the share Paddle reserves at start) when "
                         "the GPU runs nothing else; lower it when another process needs room, or use "
-                        "FLAGS_allocator_strategy=auto_growth"),
-    "paddle_amp": ("mixed precision (Paddle)", "with paddle.amp.auto_cast(level='O1'): activations in float16"),
-    "paddle_recompute": ("recompute the big blocks (Paddle)",
-                         "paddle.distributed.fleet.utils.recompute around the large layers (activation "
-                         "checkpointing)"),
-    "tf_memory_growth": ("let TensorFlow take memory as it needs it",
-                         "tf.config.experimental.set_memory_growth(gpu, True) for each GPU (or "
+                        "FLAGS_allocator_strategy=auto_growth")),
+    "paddle_amp": (N_("mixed precision (Paddle)"), N_("with paddle.amp.auto_cast(level='O1'): activations in float16")),
+    "paddle_recompute": (N_("recompute the big blocks (Paddle)"),
+                         N_("paddle.distributed.fleet.utils.recompute around the large layers (activation "
+                         "checkpointing)")),
+    "tf_memory_growth": (N_("let TensorFlow take memory as it needs it"),
+                         N_("tf.config.experimental.set_memory_growth(gpu, True) for each GPU (or "
                          "TF_FORCE_GPU_ALLOW_GROWTH=true): by default TensorFlow reserves the whole GPU at start, "
-                         "leaving nothing for another process (or PyTorch/JAX in the same one)"),
-    "tf_mixed": ("mixed precision (Keras)", "tf.keras.mixed_precision.set_global_policy('mixed_float16')"),
-    "xla_prealloc": ("change what JAX/XLA reserves at start",
-                     "XLA_PYTHON_CLIENT_MEM_FRACTION=.9 (JAX takes 75% of the GPU at start; lower it when "
+                         "leaving nothing for another process (or PyTorch/JAX in the same one)")),
+    "tf_mixed": (N_("mixed precision (Keras)"), N_("tf.keras.mixed_precision.set_global_policy('mixed_float16')")),
+    "xla_prealloc": (N_("change what JAX/XLA reserves at start"),
+                     N_("XLA_PYTHON_CLIENT_MEM_FRACTION=.9 (JAX takes 75% of the GPU at start; lower it when "
                      "another process shares the GPU) or XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate as "
-                     "needed; more fragmentation)"),
-    "jax_remat": ("rematerialize the big blocks (JAX)", "jax.checkpoint (jax.remat) around the large layers"),
-    "vllm_gpu_util": ("give vLLM a larger share of the GPU",
-                      "--gpu-memory-utilization (default 0.9): the share of the whole GPU vLLM may fill with "
+                     "needed; more fragmentation)")),
+    "jax_remat": (N_("rematerialize the big blocks (JAX)"), N_("jax.checkpoint (jax.remat) around the large layers")),
+    "vllm_gpu_util": (N_("give vLLM a larger share of the GPU"),
+                      N_("--gpu-memory-utilization (default 0.9): the share of the whole GPU vLLM may fill with "
                       "weights, activations and the KV cache; raise it when the GPU runs nothing else, lower it "
-                      "when other processes hold memory there"),
-    "vllm_max_model_len": ("a shorter context and fewer sequences at once",
-                           "--max-model-len (the KV cache one request must fit), --max-num-seqs and "
-                           "--max-num-batched-tokens lower"),
-    "vllm_smaller_weights": ("smaller weights, or more GPUs",
-                             "a quantized model (--quantization awq/gptq/fp8) or --tensor-parallel-size N: the "
-                             "weights leave room for the KV cache"),
-    "vllm_enforce_eager": ("no CUDA graphs", "--enforce-eager: the graphs' private memory pools are not captured"),
-    "llama_ngl": ("offload fewer layers to the GPU",
-                  "-ngl N (n_gpu_layers) lower: the other layers run on the CPU; with several GPUs, "
-                  "--tensor-split to give a small one fewer"),
-    "llama_ctx": ("a smaller context and batch",
-                  "-c N (n_ctx) lower: the KV cache grows with it; -ctk q8_0 -ctv q8_0 halve it; -ub/-b lower "
-                  "shrink the compute buffer"),
-    "llama_quant": ("a smaller quantization", "a Q4_K_M (or smaller) GGUF of the model instead of Q8_0/F16"),
+                      "when other processes hold memory there")),
+    "vllm_max_model_len": (N_("a shorter context and fewer sequences at once"),
+                           N_("--max-model-len (the KV cache one request must fit), --max-num-seqs and "
+                           "--max-num-batched-tokens lower")),
+    "vllm_smaller_weights": (N_("smaller weights, or more GPUs"),
+                             N_("a quantized model (--quantization awq/gptq/fp8) or --tensor-parallel-size N: the "
+                             "weights leave room for the KV cache")),
+    "vllm_enforce_eager": (N_("no CUDA graphs"),
+                           N_("--enforce-eager: the graphs' private memory pools are not captured")),
+    "llama_ngl": (N_("offload fewer layers to the GPU"),
+                  N_("-ngl N (n_gpu_layers) lower: the other layers run on the CPU; with several GPUs, "
+                  "--tensor-split to give a small one fewer")),
+    "llama_ctx": (N_("a smaller context and batch"),
+                  N_("-c N (n_ctx) lower: the KV cache grows with it; -ctk q8_0 -ctv q8_0 halve it; -ub/-b lower "
+                  "shrink the compute buffer")),
+    "llama_quant": (N_("a smaller quantization"), N_("a Q4_K_M (or smaller) GGUF of the model instead of Q8_0/F16")),
 }
 # The batch fix, in the words of the framework that printed the message.
-_BATCH_HOW = {"paddle": "lower the batch size in the model's config or arguments (Paddle's message says so too)",
-              "tensorflow": "lower batch_size in fit()/the dataset's batch(); the tensor's first dimension is "
-                            "usually the batch",
-              "jax": "lower the batch (or sequence) size; with pmap/sharding, the per-device batch"}
+_BATCH_HOW = {"paddle": N_("lower the batch size in the model's config or arguments (Paddle's message says so too)"),
+              "tensorflow": N_("lower batch_size in fit()/the dataset's batch(); the tensor's first dimension is "
+                            "usually the batch"),
+              "jax": N_("lower the batch (or sequence) size; with pmap/sharding, the per-device batch")}
 # framework -> its own fixes, in the order they help when its usage is the cause.
 _FRAMEWORK_FIXES: dict[str, tuple[str, ...]] = {
     "paddle": ("halve_batch", "paddle_fraction", "paddle_amp", "paddle_recompute"),
@@ -479,7 +493,7 @@ def _phase_fixes(ex: Explanation) -> list[Fix]:
             return [model["no_grad"]] + [f for f in model.values() if f.id != "no_grad"]
         return list(model.values())
     order = _phase_order(ex.phase, ex.eval_with_grad)
-    return [model[fix_id] if fix_id in model else _fix(fix_id, *_PHASE_FIX_TEXT[fix_id]) for fix_id in order]
+    return [model[fix_id] if fix_id in model else _known_fix(fix_id) for fix_id in order]
 
 
 def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: SavingsHook | None,
@@ -489,32 +503,32 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
     ru = r.reserved_unallocated_bytes
     if ex.cause == "host_ram":
         fixes += [
-            _fix("halve_batch", "smaller batch", "halve the batch size (host memory scales with it too)"),
-            _fix("loader_workers", "fewer DataLoader workers", "each worker holds its own copy of the dataset "
-                 "state: lower num_workers, or share data with numpy memmaps"),
-            _fix("mmap_load", "load weights without a full copy in RAM",
-                 "torch.load(path, mmap=True); HF: from_pretrained(..., low_cpu_mem_usage=True)"),
+            _fix("halve_batch", _("smaller batch"), _("halve the batch size (host memory scales with it too)")),
+            _fix("loader_workers", _("fewer DataLoader workers"), _("each worker holds its own copy of the dataset "
+                 "state: lower num_workers, or share data with numpy memmaps")),
+            _fix("mmap_load", _("load weights without a full copy in RAM"),
+                 _("torch.load(path, mmap=True); HF: from_pretrained(..., low_cpu_mem_usage=True)")),
         ]
         if r.requested_bytes and r.requested_bytes >= 64 * 1024**3:
-            fixes.insert(0, _fix("check_shape", "check the shape of the failing tensor",
-                                 f"a single {format_size(r.requested_bytes)} request is usually a shape "
-                                 "bug (an unintended broadcast or a wrong view)"))
+            fixes.insert(0, _fix("check_shape", _("check the shape of the failing tensor"),
+                                 _("a single {size} request is usually a shape bug (an unintended broadcast or "
+                                   "a wrong view)").format(size=format_size(r.requested_bytes))))
         return _rank(ex, fixes, savings, context)
     if ex.cause == "not_memory":
         # No memory setting helps: the size itself is wrong.
-        return _rank(ex, [_fix(i, *_PHASE_FIX_TEXT[i]) for i in ("check_shape", "debug_sync")], savings, context)
+        return _rank(ex, [_known_fix(i) for i in ("check_shape", "debug_sync")], savings, context)
     if ex.cause == "kv_cache_budget":
-        fixes += [_fix(i, *_PHASE_FIX_TEXT[i]) for i in _PHASE_ORDER["kv_cache"]]
+        fixes += [_known_fix(i) for i in _PHASE_ORDER["kv_cache"]]
     if ex.cause == "request_too_large":
         cap = r.allowed_bytes if r.allowed_bytes is not None and r.allowed_bytes < (r.total_bytes or 1 << 62) \
             else r.total_bytes
-        fixes.append(_fix("split_op", "split the operation",
-                          f"one tensor of {format_size(r.requested_bytes)} cannot fit in {format_size(cap)}: "
-                          "process it in chunks (smaller batch or sequence, chunked attention/loss), or shard "
-                          "it over several GPUs; freeing memory will not help"))
+        fixes.append(_fix("split_op", _("split the operation"),
+                          _("one tensor of {size} cannot fit in {cap}: process it in chunks (smaller batch or "
+                            "sequence, chunked attention/loss), or shard it over several GPUs; freeing memory "
+                            "will not help").format(size=format_size(r.requested_bytes), cap=format_size(cap))))
     if ex.cause == "memory_cap" and r.allowed_bytes is not None and r.total_bytes is not None:
-        fixes.append(_fix("raise_cap", "raise the per-process cap",
-                          "torch.cuda.set_per_process_memory_fraction(...) limits this process below the GPU",
+        fixes.append(_fix("raise_cap", _("raise the per-process cap"),
+                          _("torch.cuda.set_per_process_memory_fraction(...) limits this process below the GPU"),
                           r.total_bytes - r.allowed_bytes, "message"))
     # expandable_segments whenever the reserved-but-unallocated memory is a real share or could have
     # served the request (the fragmentation rule, real_share), and when the GPU had the memory free but
@@ -523,13 +537,13 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
     if r.kind in ("cuda", "hip") and (ex.cause == "free_but_failed" or (ru and (real_share(r) or could_serve))):
         env = "PYTORCH_HIP_ALLOC_CONF" if r.kind == "hip" else "PYTORCH_CUDA_ALLOC_CONF"
         if r.form in ("1.0-1.3", "1.4-2.0"):
-            conf = f"{env}=max_split_size_mb:128"
-            basis_note = " (PyTorch >= 2.1: expandable_segments:True)"
+            how = _("set {setting} in the job's environment (PyTorch >= 2.1: expandable_segments:True); also keep "
+                    "tensor shapes steady (pad or bucket variable lengths)").format(
+                        setting=f"{env}=max_split_size_mb:128")
         else:
-            conf, basis_note = f"{env}=expandable_segments:True", ""
-        frag = _fix("alloc_conf", "let the allocator reuse fragmented memory",
-                    f"set {conf} in the job's environment{basis_note}; also keep tensor shapes steady "
-                    "(pad or bucket variable lengths)", ru or None, "message")
+            how = _("set {setting} in the job's environment; also keep tensor shapes steady (pad or bucket "
+                    "variable lengths)").format(setting=f"{env}=expandable_segments:True")
+        frag = _fix("alloc_conf", _("let the allocator reuse fragmented memory"), how, ru or None, "message")
         if ex.cause == "fragmentation":
             fixes.insert(0, frag)
         elif ex.cause != "request_too_large":
@@ -537,14 +551,17 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
     others = [h for h in ex.holders if not h.is_job and h.bytes]
     if others and ex.cause not in ("request_too_large", "memory_cap"):
         for h in sorted(others, key=lambda h: -(h.bytes or 0))[:3]:
-            what = f"{h.command}; " if h.command else ""
             if me is not None and h.user == me:
-                fixes.append(_fix(f"free_pid_{h.pid}", f"free your process {h.pid}",
-                                  f"{what}it is yours: stop it, or vram kill {h.pid}", h.bytes, h.source))
+                how = (_("{command}; it is yours: stop it, or vram kill {pid}") if h.command
+                       else _("it is yours: stop it, or vram kill {pid}")).format(command=h.command, pid=h.pid)
+                fixes.append(_fix(f"free_pid_{h.pid}", _("free your process {pid}").format(pid=h.pid), how,
+                                  h.bytes, h.source))
             else:
-                owner = h.user or "the owner"
-                fixes.append(_fix(f"free_pid_{h.pid}", f"ask {owner} to free pid {h.pid}",
-                                  f"{what}or run where there is room: vram pick", h.bytes, h.source))
+                how = (_("{command}; or run where there is room: vram pick") if h.command
+                       else _("or run where there is room: vram pick")).format(command=h.command)
+                title = (_("ask {user} to free pid {pid}").format(user=h.user, pid=h.pid) if h.user
+                         else _("ask the owner to free pid {pid}").format(pid=h.pid))
+                fixes.append(_fix(f"free_pid_{h.pid}", title, how, h.bytes, h.source))
     if snap is not None and r.requested_bytes and ex.cause not in ("request_too_large",):
         need = r.requested_bytes + (ex.job_bytes or r.reserved_bytes or 0)
         # The GPUs `vram pick --min-free NEED` would choose, in the order it would choose them: room
@@ -557,21 +574,25 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         units = [u for u in units_of(snap, devices) if not u.dev.is_mig and u.dev.index != ex.live_gpu]
         roomy = ranked(Policy(count=1, min_free=need), units)
         if roomy:
-            names = ", ".join(f"GPU {u.dev.index} ({format_size(u.memory_free)} free, {u.utilization}% busy)"
-                              if u.utilization is not None else f"GPU {u.dev.index} ({format_size(u.memory_free)} free)"
-                              for u in roomy[:4])
-            fixes.append(_fix("other_gpu", "run on a GPU with room",
-                              f"now: {names}; e.g. {example(roomy[0].dev, devices)} (or vram pick)"))
+            names = pgettext("list separator", ", ").join(
+                _("GPU {index} ({free} free, {busy}% busy)").format(
+                    index=u.dev.index, free=format_size(u.memory_free), busy=u.utilization)
+                if u.utilization is not None
+                else _("GPU {index} ({free} free)").format(index=u.dev.index, free=format_size(u.memory_free))
+                for u in roomy[:4])
+            fixes.append(_fix("other_gpu", _("run on a GPU with room"),
+                              _("now: {gpus}; e.g. {example} (or vram pick)").format(
+                                  gpus=names, example=example(roomy[0].dev, devices))))
     if ex.cause == "library_workspace":
-        fixes.append(_fix("workspace", "leave headroom for library workspaces",
-                          "torch.backends.cudnn.benchmark = False (smaller workspaces); "
-                          "CUBLAS_WORKSPACE_CONFIG=:4096:8; see the GPU's other holders: vram status"))
+        fixes.append(_fix("workspace", _("leave headroom for library workspaces"),
+                          _("torch.backends.cudnn.benchmark = False (smaller workspaces); "
+                            "CUBLAS_WORKSPACE_CONFIG=:4096:8; see the GPU's other holders: vram status")))
     if ex.cause in ("device_full", "free_but_failed"):
-        fixes.append(_fix("check_gpu", "check what holds the GPU", "vram status; a GPU full before the job "
-                          "starts fails at the first CUDA call"))
+        fixes.append(_fix("check_gpu", _("check what holds the GPU"), _("vram status; a GPU full before the job "
+                          "starts fails at the first CUDA call")))
     if r.kind == "mps":
-        fixes.append(_fix("mps_watermark", "MPS memory limit", "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts the "
-                          "limit (may make the system unstable); better: a smaller batch"))
+        fixes.append(_fix("mps_watermark", _("MPS memory limit"), _("PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts the "
+                          "limit (may make the system unstable); better: a smaller batch")))
     fixes += _framework_fixes(ex, {f.id for f in fixes})
     return _rank(ex, fixes, savings, context)
 
@@ -593,9 +614,9 @@ def _framework_fixes(ex: Explanation, have: set[str]) -> list[Fix]:
         if fix_id in have or (fix_id.startswith("vllm") and ex.cause == "kv_cache_budget"):
             continue
         if fix_id == "halve_batch":
-            out.append(_fix("halve_batch", "smaller batch (or shorter sequences)", _BATCH_HOW[fw]))
+            out.append(_fix("halve_batch", _("smaller batch (or shorter sequences)"), _(_BATCH_HOW[fw])))
         else:
-            out.append(_fix(fix_id, *_PHASE_FIX_TEXT[fix_id]))
+            out.append(_known_fix(fix_id))
     if fw in ("paddle", "tensorflow", "jax", "llama.cpp") or ex.cause == "kv_cache_budget":
         return out  # PyTorch's model fixes are not theirs
     taken = have | {f.id for f in out}
@@ -662,10 +683,11 @@ def _bounded(ex: Explanation, fixes: list[Fix]) -> list[Fix]:
                 capped.append(f.title)
         kept.append(f)
     if capped and held is not None:
-        ex.notes.append(f"estimated savings capped at what the job held ({format_size(held)}): "
-                        + ", ".join(capped))
+        ex.notes.append(_("estimated savings capped at what the job held ({size}): {fixes}").format(
+            size=format_size(held), fixes=pgettext("list separator", ", ").join(capped)))
     if idle:
-        ex.notes.append("not listed, for the setup given they save nothing (or add memory): " + ", ".join(idle))
+        ex.notes.append(_("not listed, for the setup given they save nothing (or add memory): {fixes}").format(
+            fixes=pgettext("list separator", ", ").join(idle)))
     return kept
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..i18n import N_, _
 from ..procs import sanitize
 from .oom import ANSI_ESCAPE
 
@@ -76,7 +77,7 @@ class Phase:
     """Where the allocation failed: the phase, what in the frames says so, and the user's own line."""
 
     id: str  # one of PHASES
-    detail: str | None  # e.g. "gather to GPU 0", "multi-tensor Adam"
+    detail: str | None  # e.g. "gather to GPU 0", "multi-tensor Adam" (marked N_: translated in title)
     evidence: Frame  # the innermost frame that names the phase
     user_frame: Frame | None  # the innermost frame of the user's own code
     evaluating: bool = False  # inside an evaluation loop (HF Trainer evaluate / prediction_step)
@@ -84,29 +85,29 @@ class Phase:
 
     @property
     def title(self) -> str:
-        text = PHASES[self.id]
-        return f"{text} ({self.detail})" if self.detail else text
+        text = _(PHASES[self.id])
+        return _("{phase} ({detail})").format(phase=text, detail=_(self.detail)) if self.detail else text
 
     def sentence(self) -> str:
         """Where the allocation failed and the user's own line that led there (text from a log:
         sanitized)."""
-        text = f"Failed in the {self.title}: {sanitize(self.evidence.short())}"
         if self.user_frame is not None and self.user_frame != self.evidence:
-            text += f", from {sanitize(self.user_frame.short())}"
-        return text
+            return _("Failed in the {phase}: {code}, from {user_code}").format(
+                phase=self.title, code=sanitize(self.evidence.short()), user_code=sanitize(self.user_frame.short()))
+        return _("Failed in the {phase}: {code}").format(phase=self.title, code=sanitize(self.evidence.short()))
 
 
 PHASES = {
-    "forward": "forward pass",
-    "backward": "backward pass",
-    "optimizer": "optimizer step",
-    "eval_gather": "evaluation loop's gather of predictions",
-    "dataparallel": "DataParallel scatter/gather",
-    "pin_memory": "DataLoader pin-memory thread",
-    "checkpoint_load": "checkpoint load",
-    "generate": "generation",
-    "kv_cache": "reservation of the KV cache and compute buffers",
-    "param_gather": "gathering of sharded parameters (ZeRO-3 / FSDP)",
+    "forward": N_("forward pass"),
+    "backward": N_("backward pass"),
+    "optimizer": N_("optimizer step"),
+    "eval_gather": N_("evaluation loop's gather of predictions"),
+    "dataparallel": N_("DataParallel scatter/gather"),
+    "pin_memory": N_("DataLoader pin-memory thread"),
+    "checkpoint_load": N_("checkpoint load"),
+    "generate": N_("generation"),
+    "kv_cache": N_("reservation of the KV cache and compute buffers"),
+    "param_gather": N_("gathering of sharded parameters (ZeRO-3 / FSDP)"),
 }
 
 
@@ -306,21 +307,21 @@ def frames_of_exception(exc: BaseException) -> list[Frame]:
 
 # (path suffix, function names or None for any) -> phase, detail; matched innermost frame first
 _LIBRARY_MARKERS: tuple[tuple[str, tuple[str, ...] | None, str, str | None], ...] = (
-    ("torch/nn/parallel/comm.py", ("gather",), "dataparallel", "gather to GPU 0"),
-    ("torch/nn/parallel/comm.py", ("scatter", "broadcast_coalesced", "broadcast"), "dataparallel", "scatter"),
+    ("torch/nn/parallel/comm.py", ("gather",), "dataparallel", N_("gather to GPU 0")),
+    ("torch/nn/parallel/comm.py", ("scatter", "broadcast_coalesced", "broadcast"), "dataparallel", N_("scatter")),
     ("torch/nn/parallel/_functions.py", None, "dataparallel", None),
-    ("torch/nn/parallel/scatter_gather.py", ("gather", "gather_map"), "dataparallel", "gather to GPU 0"),
-    ("torch/nn/parallel/scatter_gather.py", None, "dataparallel", "scatter"),
-    ("torch/nn/parallel/replicate.py", None, "dataparallel", "replicate"),
-    ("torch/nn/parallel/parallel_apply.py", None, "dataparallel", "a replica's forward"),
-    ("torch/nn/parallel/data_parallel.py", ("gather",), "dataparallel", "gather to GPU 0"),
-    ("torch/nn/parallel/data_parallel.py", ("scatter",), "dataparallel", "scatter"),
-    ("torch/nn/parallel/data_parallel.py", ("replicate",), "dataparallel", "replicate"),
+    ("torch/nn/parallel/scatter_gather.py", ("gather", "gather_map"), "dataparallel", N_("gather to GPU 0")),
+    ("torch/nn/parallel/scatter_gather.py", None, "dataparallel", N_("scatter")),
+    ("torch/nn/parallel/replicate.py", None, "dataparallel", N_("replicate")),
+    ("torch/nn/parallel/parallel_apply.py", None, "dataparallel", N_("a replica's forward")),
+    ("torch/nn/parallel/data_parallel.py", ("gather",), "dataparallel", N_("gather to GPU 0")),
+    ("torch/nn/parallel/data_parallel.py", ("scatter",), "dataparallel", N_("scatter")),
+    ("torch/nn/parallel/data_parallel.py", ("replicate",), "dataparallel", N_("replicate")),
     ("torch/utils/data/_utils/pin_memory.py", None, "pin_memory", None),
     ("vllm/worker/worker.py", ("raise_if_cache_size_invalid", "determine_num_available_blocks", "initialize_cache",
-                               "_init_cache_engine"), "kv_cache", "vLLM's KV cache"),
-    ("vllm/v1/core/kv_cache_utils.py", None, "kv_cache", "vLLM's KV cache"),
-    ("vllm/v1/engine/core.py", ("_initialize_kv_caches",), "kv_cache", "vLLM's KV cache"),
+                               "_init_cache_engine"), "kv_cache", N_("vLLM's KV cache")),
+    ("vllm/v1/core/kv_cache_utils.py", None, "kv_cache", N_("vLLM's KV cache")),
+    ("vllm/v1/engine/core.py", ("_initialize_kv_caches",), "kv_cache", N_("vLLM's KV cache")),
     ("deepspeed/runtime/zero/partitioned_param_coordinator.py", None, "param_gather", "ZeRO-3"),
     ("deepspeed/runtime/zero/partition_parameters.py", ("all_gather", "_all_gather", "allgather_fn",
                                                         "all_gather_coalesced"), "param_gather", "ZeRO-3"),
@@ -332,15 +333,15 @@ _LIBRARY_MARKERS: tuple[tuple[str, tuple[str, ...] | None, str, str | None], ...
      "eval_gather", "nested_concat"),
     ("accelerate/accelerator.py", ("gather_for_metrics", "gather", "pad_across_processes"), "eval_gather",
      "gather_for_metrics"),
-    ("transformers/cache_utils.py", None, "generate", "KV cache update"),
+    ("transformers/cache_utils.py", None, "generate", N_("KV cache update")),
     ("transformers/generation/utils.py", None, "generate", None),
     ("torch/_tensor.py", ("backward",), "backward", None),
     ("torch/autograd/__init__.py", ("backward", "grad"), "backward", None),
     ("torch/autograd/graph.py", ("_engine_run_backward",), "backward", None),
     ("accelerate/accelerator.py", ("backward",), "backward", None),
     ("torch/optim/", ("_multi_tensor_adam", "_multi_tensor_adamw", "_multi_tensor_sgd"), "optimizer",
-     "multi-tensor (foreach) update"),
-    ("torch/optim/", ("_init_group",), "optimizer", "creating the optimizer state"),
+     N_("multi-tensor (foreach) update")),
+    ("torch/optim/", ("_init_group",), "optimizer", N_("creating the optimizer state")),
     ("torch/optim/", None, "optimizer", None),
     ("accelerate/optimizer.py", ("step",), "optimizer", None),
     ("torch/serialization.py", None, "checkpoint_load", "torch.load"),
@@ -357,7 +358,7 @@ _CODE_MARKERS: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"\boptim\w*\.step\(|\bopt\.step\(|scaler\.step\("), "optimizer", None),
     (re.compile(r"torch\.load\(|\.load_state_dict\(|\bload_file\(|from_pretrained\("), "checkpoint_load", None),
     (re.compile(r"\.generate\(|past_key_values"), "generate", None),
-    (re.compile(r"torch\.cat\(.*\b(logits|preds|predictions|outputs|all_)"), "eval_gather", "torch.cat of outputs"),
+    (re.compile(r"torch\.cat\(.*\b(logits|preds|predictions|outputs|all_)"), "eval_gather", N_("torch.cat of outputs")),
 )
 _FORWARD_FUNCS = ("_call_impl", "_wrapped_call_impl", "forward")
 # Library evaluation code known to run the model under torch.no_grad() / inference_mode(): a user's
@@ -418,19 +419,19 @@ def phase_of(frames: list[Frame]) -> Phase | None:
     if in_forward or (evaluating and user is not None):
         # the innermost frame is where it allocated (an attention matmul, a layer's output); a user's
         # own evaluation function with no library frame below it runs the model forward too
-        return Phase("forward", "in evaluation" if evaluating else None, frames[-1], user, evaluating, grad_off)
+        return Phase("forward", N_("in evaluation") if evaluating else None, frames[-1], user, evaluating, grad_off)
     return None
 
 
 # llama.cpp's log lines around its allocation failure: what it was allocating.
-_GGML_PLACES = (("load_tensors", "checkpoint_load", "the model's weights"),
-                ("llama_model_load", "checkpoint_load", "the model's weights"),
-                ("alloc_tensor_range", "checkpoint_load", "the model's weights"),
-                ("llama_kv_cache_init", "kv_cache", "the KV cache"),
-                ("ggml_gallocr_reserve_n", "kv_cache", "a compute buffer"),
-                ("compute buffers", "kv_cache", "a compute buffer"),
-                ("llama_new_context_with_model", "kv_cache", "the context"),
-                ("llama_init_from_model", "kv_cache", "the context"))
+_GGML_PLACES = (("load_tensors", "checkpoint_load", N_("the model's weights")),
+                ("llama_model_load", "checkpoint_load", N_("the model's weights")),
+                ("alloc_tensor_range", "checkpoint_load", N_("the model's weights")),
+                ("llama_kv_cache_init", "kv_cache", N_("the KV cache")),
+                ("ggml_gallocr_reserve_n", "kv_cache", N_("a compute buffer")),
+                ("compute buffers", "kv_cache", N_("a compute buffer")),
+                ("llama_new_context_with_model", "kv_cache", N_("the context")),
+                ("llama_init_from_model", "kv_cache", N_("the context")))
 
 
 def _log_place(text: str, offset: int) -> Phase | None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import textwrap
-
 from ..doctor.oom import FORMS
+from ..i18n import N_, _, ngettext, pgettext
 from ..procs import sanitize
 from ..units import format_size
 from .style import Style, clip
+from .text_width import cells, char_cells, pad
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, as in cli/common.py
 if TYPE_CHECKING:  # `vram doctor LOG` loads neither the checklist nor gpu_state; JSON only for --json
@@ -20,16 +20,92 @@ if TYPE_CHECKING:  # `vram doctor LOG` loads neither the checklist nor gpu_state
 
 SCHEMA_VERSION = 1
 _SEVERITY_STYLE = {"problem": ("red", "bold"), "warning": ("yellow",), "info": ("cyan",)}
+# The checklist's severity tags (the JSON keeps the key: problem, warning, info).
+_SEVERITY_TAG = {"problem": N_("PROBLEM"), "warning": N_("WARNING"), "info": N_("INFO")}
+# What the text reads as the program's words by their kind (the JSON keeps the key).
+_BASIS = {"message": N_("message"), "live": N_("live"), "estimate": N_("estimate")}
+# Punctuation that never starts a line (Chinese line breaking): it stays with what it follows.
+_NO_LINE_START = frozenset("，。、：；！？）」』》〉】…,.:;!?)]}%")
+_NO_LINE_END = ("（", "「", "『", "《", "〈", "【")  # nor ends one
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` in the pieces a line may break between: words (with the spaces after them), and each
+    wide character on its own (CJK text breaks between any two characters); punctuation that may
+    not start a line stays with what it follows, an opening bracket with what follows it."""
+    out: list[str] = []
+    word = ""
+    for c in text:
+        if c in _NO_LINE_START and (word or out):
+            if word:
+                word += c
+            else:
+                out[-1] += c
+            continue
+        if c == " ":
+            out.append(word + c)
+            word = ""
+        elif char_cells(c) == 2 and not word.endswith(_NO_LINE_END):
+            if word:
+                out.append(word)
+            word = c
+            if c not in _NO_LINE_END:
+                out.append(word)
+                word = ""
+        else:
+            word += c
+    if word:
+        out.append(word)
+    return out
 
 
 def _wrap(text: str, indent: int, width: int) -> list[str]:
-    """Wrap rather than cut: a diagnosis is read in full."""
-    pad = " " * indent
-    return textwrap.wrap(text, width=max(40, width), initial_indent=pad, subsequent_indent=pad,
-                         break_on_hyphens=False) or [pad]
+    """Wrap rather than cut: a diagnosis is read in full. By display width (a CJK character takes
+    two columns), breaking at spaces and between wide characters; a word longer than a line is cut.
+    ASCII text as textwrap wraps it (what the English output always was)."""
+    lead = " " * indent
+    if text.isascii():
+        import textwrap
+
+        return textwrap.wrap(text, width=max(40, width), initial_indent=lead, subsequent_indent=lead,
+                             break_on_hyphens=False) or [lead]
+    room = max(40, width) - indent
+    text = " ".join(text.split("\n"))
+    lines: list[str] = []
+    line, used = "", 0
+    for piece in _pieces(text):
+        need = cells(piece.rstrip(" "))
+        if line and used + need > room:
+            lines.append(line.rstrip(" "))
+            line, used = "", 0
+        if not line:
+            piece = piece.lstrip(" ")
+            need = cells(piece.rstrip(" "))
+        while need > room:  # a word wider than the line: cut it
+            cut, taken = "", 0
+            for c in piece:
+                if taken + char_cells(c) > room:
+                    break
+                cut, taken = cut + c, taken + char_cells(c)
+            lines.append(cut)
+            piece = piece[len(cut):]
+            need = cells(piece.rstrip(" "))
+        line += piece
+        used += cells(piece)
+    if line.strip(" "):
+        lines.append(line.rstrip(" "))
+    return [lead + part for part in lines] or [lead]
 
 
 # ------------------------------------------------------------------ an OOM, explained
+
+# The failure's heading by the message's kind; a kind not listed is CUDA's.
+_WHAT = {"cpu": N_("Host RAM ran out"), "cublas": N_("cuBLAS could not allocate"),
+         "cudnn": N_("cuDNN could not allocate"), "mps": N_("MPS ran out of memory"),
+         "hip": N_("HIP (ROCm) out of memory"), "paddle": N_("PaddlePaddle out of GPU memory"),
+         "tensorflow": N_("TensorFlow out of GPU memory"), "vllm": N_("vLLM: no memory left for the KV cache"),
+         "ggml": N_("llama.cpp could not allocate"), "cuda": N_("CUDA out of memory")}
+
 
 def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
     """One bar for the GPU that ran out: this job's parts, the others, and what was free."""
@@ -37,14 +113,15 @@ def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
     if not r.total_bytes or r.free_bytes is None:
         return []
     parts: list[tuple[str, int | None, str, str]] = [
-        ("allocated by PyTorch", r.allocated_bytes, "█", "#"),
-        ("reserved, unallocated", r.reserved_unallocated_bytes, "▒", "R"),
-        ("non-PyTorch (this job)", r.non_pytorch_bytes, "▓", "N"),
-        ("other processes" if ex.others_basis != "outside PyTorch" else "outside PyTorch", ex.others_bytes, "░", "O"),
-        ("free", r.free_bytes, "·", "."),
+        (_("allocated by PyTorch"), r.allocated_bytes, "█", "#"),
+        (_("reserved, unallocated"), r.reserved_unallocated_bytes, "▒", "R"),
+        (_("non-PyTorch (this job)"), r.non_pytorch_bytes, "▓", "N"),
+        (_("other processes") if ex.others_basis != "outside PyTorch" else _("outside PyTorch"), ex.others_bytes,
+         "░", "O"),
+        (pgettext("memory", "free"), r.free_bytes, "·", "."),
     ]
     if r.allocated_bytes is None and r.reserved_bytes is None and ex.job_bytes:
-        parts[0] = ("this job", ex.job_bytes, "█", "#")  # the message names the job's total only
+        parts[0] = (_("this job"), ex.job_bytes, "█", "#")  # the message names the job's total only
     bar, legend, done = "", [], 0.0
     for label, value, uni, ascii_ in parts:
         if not value:
@@ -59,81 +136,101 @@ def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
     return [f"  [{bar[:width].ljust(width)}] {format_size(r.total_bytes)}", *_wrap("  ".join(legend), 3, 200)]
 
 
+def _job_row(ex: Explanation) -> str:
+    """This job's memory: its total, and what it is made of where the message says."""
+    r = ex.report
+    parts = [_("{size} allocated").format(size=format_size(r.allocated_bytes))] if r.allocated_bytes is not None \
+        else []
+    if r.reserved_unallocated_bytes is not None:
+        parts.append(_("{size} reserved-unallocated").format(size=format_size(r.reserved_unallocated_bytes)))
+    if r.non_pytorch_bytes is not None:
+        parts.append(_("{size} non-PyTorch").format(size=format_size(r.non_pytorch_bytes)))
+    total = (format_size(ex.job_bytes) if ex.job_bytes is not None
+             else _("at least {size}").format(size=format_size(r.reserved_bytes)) if r.reserved_bytes is not None
+             else "N/A")
+    return f"{total} = " + " + ".join(parts) if parts else total
+
+
 def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 120,
                      live_note: str | None = None) -> str:
     r = ex.report
-    where = f"line {r.line} of {source}" if r.line else source
-    gpu = f" on GPU {r.device}" if r.device is not None else ""
-    what = {"cpu": "Host RAM ran out", "cublas": "cuBLAS could not allocate", "cudnn": "cuDNN could not allocate",
-            "mps": "MPS ran out of memory", "hip": "HIP (ROCm) out of memory",
-            "paddle": "PaddlePaddle out of GPU memory", "tensorflow": "TensorFlow out of GPU memory",
-            "xla": f"XLA ({r.framework}) out of memory", "vllm": "vLLM: no memory left for the KV cache",
-            "ggml": "llama.cpp could not allocate"}.get(r.kind, "CUDA out of memory")
-    lines = [style.paint(f"{what}{gpu}", "bold") + f"  ({where}; {r.exception or 'message'}, form: {r.form})"]
+    where = _("line {line} of {source}").format(line=r.line, source=source) if r.line else source
+    what = (_("XLA ({framework}) out of memory").format(framework=r.framework) if r.kind == "xla"
+            else _(_WHAT.get(r.kind, _WHAT["cuda"])))
+    if r.device is not None:
+        what = _("{failure} on GPU {index}").format(failure=what, index=r.device)
+    # Translators: {exception} is the exception's Python name (RuntimeError, torch.OutOfMemoryError) or the
+    # word "message"; {form} is the message's form (2.2+, 1.4-2.0, hip...): both stay as they are
+    about = _("({where}; {exception}, form: {form})").format(
+        where=where, exception=r.exception or pgettext("exception", "message"), form=r.form)
+    lines = [style.paint(what, "bold") + f"  {about}"]
     rows: list[tuple[str, str]] = []
     if r.requested_bytes is not None:
-        rows.append(("asked for", format_size(r.requested_bytes)))
+        rows.append((_("asked for"), format_size(r.requested_bytes)))
     if r.free_bytes is not None:
-        total = f" of {format_size(r.total_bytes)}" if r.total_bytes is not None else ""
-        short = f"  → short by {format_size(r.shortfall_bytes)}" if r.shortfall_bytes else ""
-        rows.append(("free", f"{format_size(r.free_bytes)}{total}{short}"))
+        free = (_("{free} of {total}").format(free=format_size(r.free_bytes), total=format_size(r.total_bytes))
+                if r.total_bytes is not None else format_size(r.free_bytes))
+        if r.shortfall_bytes:
+            free = _("{free}  → short by {short}").format(free=free, short=format_size(r.shortfall_bytes))
+        rows.append((pgettext("memory", "free"), free))
     elif r.total_bytes is not None:
-        rows.append(("limit" if r.kind == "mps" else "total", format_size(r.total_bytes)))
+        rows.append((_("limit") if r.kind == "mps" else pgettext("memory", "total"), format_size(r.total_bytes)))
     if r.allowed_bytes is not None and r.kind != "mps":
-        rows.append(("cap", f"{format_size(r.allowed_bytes)} allowed by set_per_process_memory_fraction"))
+        rows.append((_("cap"), _("{size} allowed by set_per_process_memory_fraction").format(
+            size=format_size(r.allowed_bytes))))
     if ex.job_bytes is not None or r.allocated_bytes is not None:
-        parts = [f"{format_size(r.allocated_bytes)} allocated"] if r.allocated_bytes is not None else []
-        if r.reserved_unallocated_bytes is not None:
-            parts.append(f"{format_size(r.reserved_unallocated_bytes)} reserved-unallocated")
-        if r.non_pytorch_bytes is not None:
-            parts.append(f"{format_size(r.non_pytorch_bytes)} non-PyTorch")
-        total = (format_size(ex.job_bytes) if ex.job_bytes is not None
-                 else f"at least {format_size(r.reserved_bytes)}" if r.reserved_bytes is not None else "N/A")
-        pid = f" (pid {ex.job_pid})" if ex.job_pid is not None else ""
-        rows.append((f"this job{pid}", f"{total} = " + " + ".join(parts) if parts else total))
+        label = _("this job (pid {pid})").format(pid=ex.job_pid) if ex.job_pid is not None else _("this job")
+        rows.append((label, _job_row(ex)))
     if ex.others_bytes is not None:
         from ..vendor_terms import runtime
 
-        label = "outside PyTorch" if ex.others_basis == "outside PyTorch" else "others"
-        extra = {"derived": " (total - free - this job)",
-                 "outside PyTorch": f" (other processes + this job's {runtime(ex.vendor).context})"}.get(
-                     ex.others_basis or "", "")
-        rows.append((label, format_size(ex.others_bytes) + extra))
-    key_width = max((len(k) for k, _ in rows), default=0)
-    lines += [f"  {k.ljust(key_width)}  {v}" for k, v in rows]
+        size = format_size(ex.others_bytes)
+        if ex.others_basis == "outside PyTorch":
+            rows.append((_("outside PyTorch"), _("{size} (other processes + this job's {context})").format(
+                size=size, context=_(runtime(ex.vendor).context))))
+        elif ex.others_basis == "derived":
+            rows.append((_("others"), _("{size} (total - free - this job)").format(size=size)))
+        else:
+            rows.append((_("others"), size))
+    key_width = max((cells(k) for k, __ in rows), default=0)
+    lines += [f"  {pad(k, key_width)}  {v}" for k, v in rows]
     lines += _gpu_bar(ex, style)
     holders = [h for h in ex.holders if not h.is_job]
     if holders:
-        lines.append("  other processes on that GPU" + (f" (NVML GPU {ex.live_gpu})" if ex.live_gpu is not None else "")
-                     + ":")
+        lines.append("  " + (_("other processes on that GPU (NVML GPU {index}):").format(index=ex.live_gpu)
+                             if ex.live_gpu is not None else _("other processes on that GPU:")))
         for h in holders[:8]:
-            when = "at the OOM" if h.source == "message" else "now"
+            when = _("at the OOM") if h.source == "message" else _("now")
             who = f"{h.user}  " if h.user else ""
             cmd = sanitize(h.command) if h.command else ""
             lines.append(clip(f"    {format_size(h.bytes):>8}  pid {h.pid:<8} [{when}] {who}{cmd}".rstrip(), width))
     lines.append("")
-    lines.append(style.paint("Cause: ", "bold") + ex.cause_text)
+    # the label bold, as the template places it (a translation may put the text elsewhere)
+    label, __, rest = _("Cause: {text}").partition("{text}")
+    lines.append(style.paint(label, "bold") + ex.cause_text + rest)
     for c in ex.contributing:
-        lines += _wrap(f"also: {c}", 2, width)
+        lines += _wrap(_("also: {text}").format(text=c), 2, width)
     lines.append("")
-    lines.append(style.paint("Fixes, most useful first:", "bold"))
+    lines.append(style.paint(_("Fixes, most useful first:"), "bold"))
     for i, f in enumerate(ex.fixes, 1):
         saves = ""
         if f.saves_bytes is not None:
-            saves = f"  saves {format_size(f.saves_bytes)} ({f.basis})"
+            saves = "  " + _("saves {size} ({basis})").format(size=format_size(f.saves_bytes),
+                                                             basis=_(_BASIS.get(f.basis or "", f.basis or "")))
             if f.enough is True:
-                saves += " " + style.paint("enough", "green")
+                saves += " " + style.paint(_("enough"), "green")
         lines.append(f" {i:>2}. {f.title}{saves}")
         lines += _wrap(sanitize(f.how), 5, width)
     if any(f.saves_bytes is None for f in ex.fixes):
-        why = ("one the estimator does not model; it estimates changes of batch, precision, checkpointing, "
-               "accumulation and optimizer state" if ex.estimated
-               else "its saving depends on what the log does not say; give --model and --batch")
-        lines.append(style.paint(f"     (a fix without a number: {why})", "dim"))
+        why = (_("(a fix without a number: one the estimator does not model; it estimates changes of batch, "
+                 "precision, checkpointing, accumulation and optimizer state)") if ex.estimated
+               else _("(a fix without a number: its saving depends on what the log does not say; give --model and "
+                      "--batch)"))
+        lines.append(style.paint(f"     {why}", "dim"))
     lines += _wrap(ex.phase.sentence(), 0, width) if ex.phase is not None else []
     notes = list(ex.notes) + ([live_note] if live_note else [])
     for n in notes:
-        lines.append(style.paint(f"note: {n}", "dim"))
+        lines.append(style.paint(_("note: {note}").format(note=n), "dim"))
     return "\n".join(lines)
 
 
@@ -200,7 +297,9 @@ def diagnosis_json(ex: Explanation, source: str, snap: Snapshot | None, live_not
 
 def _clipped(text: str, keep: int = 60) -> str:
     """An environment value as much as a person reads: a 4,000-digit one is cut, and says so."""
-    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} characters)"
+    if len(text) <= keep:
+        return text
+    return _("{start}… ({count:,} characters)").format(start=text[:keep], count=len(text))
 
 
 def _scope(result: Checklist) -> str:
@@ -208,12 +307,23 @@ def _scope(result: Checklist) -> str:
     span = ",".join(map(str, gpus)) if len(gpus) < 3 or gpus != list(range(gpus[0], gpus[-1] + 1)) \
         else f"{gpus[0]}-{gpus[-1]}"
     if result.visible_set is None:
-        cvd = f"{result.visible_variable} not set"
+        cvd = _("{variable} not set").format(variable=result.visible_variable)
     elif result.cuda_visible_devices is not None:  # as before: the value quoted
         cvd = f"{result.visible_variable}={_clipped(sanitize(result.cuda_visible_devices))!r}"
     else:
         cvd = _clipped(sanitize(result.visible_set))
-    return f"checked GPU{'s' if len(gpus) != 1 else ''} {span or 'none'} ({cvd})"
+    if not gpus:
+        return _("checked GPUs none ({visible})").format(visible=cvd)
+    return ngettext("checked GPU {gpus} ({visible})", "checked GPUs {gpus} ({visible})", len(gpus)).format(
+        gpus=span, visible=cvd)
+
+
+def _severity_count(severity: str, n: int) -> str:
+    if severity == "problem":
+        return ngettext("{n} problem", "{n} problems", n).format(n=n)
+    if severity == "warning":
+        return ngettext("{n} warning", "{n} warnings", n).format(n=n)
+    return ngettext("{n} info", "{n} infos", n).format(n=n)
 
 
 def render_checklist(result: Checklist, snap: Snapshot, style: Style, width: int = 120) -> str:
@@ -221,20 +331,24 @@ def render_checklist(result: Checklist, snap: Snapshot, style: Style, width: int
 
     lines = [banner(snap, style, width), f"vram doctor: {_scope(result)}"]
     if not result.findings:
-        lines.append(style.paint("No problems found.", "green"))
+        lines.append(style.paint(_("No problems found."), "green"))
+    tags = {k: _(v) for k, v in _SEVERITY_TAG.items()}
+    tag_width = max(8, *(cells(t) for t in tags.values()))
     for f in result.findings:
-        tag = style.paint(f"{f.severity.upper():<8}", *_SEVERITY_STYLE[f.severity])
+        tag = style.paint(pad(tags[f.severity], tag_width), *_SEVERITY_STYLE[f.severity])
         lines.append(f" {tag} {sanitize(f.title)}")
-        lines += _wrap(sanitize(f.detail), 10, width)
-        lines += _wrap("→ " + sanitize(f.fix), 10, width)
+        lines += _wrap(sanitize(f.detail), tag_width + 2, width)
+        lines += _wrap("→ " + sanitize(f.fix), tag_width + 2, width)
     for n in result.notes:
-        lines.append(style.paint(f"note: {n}", "dim"))
+        lines.append(style.paint(_("note: {note}").format(note=n), "dim"))
     if result.findings:
         counts: dict[str, int] = {}
         for f in result.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
-        summary = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in counts.items())
-        lines.append(f"{len(result.findings)} finding{'s' if len(result.findings) != 1 else ''}: {summary}")
+        summary = pgettext("list separator", ", ").join(_severity_count(k, n) for k, n in counts.items())
+        total = len(result.findings)
+        lines.append(ngettext("{n} finding: {summary}", "{n} findings: {summary}", total).format(
+            n=total, summary=summary))
     return "\n".join(lines)
 
 
