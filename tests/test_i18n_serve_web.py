@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, vram_argv
+from helpers import assert_one_line_error, clean_env, run_vram, vram_argv, zh_env
 
 from vramkit import i18n
 from vramkit.serve import page_words
@@ -147,6 +147,35 @@ def test_the_server_answers_each_reader_in_theirs(server_here):
     zh_server = server_here("--simulate", "demo", VRAM_LANG=ZH)
     assert '<html lang="zh-CN">' in zh_server.get("", **{"Accept-Language": "fr"})[1]
     assert '<html lang="en">' in zh_server.get("", **{"Accept-Language": "en"})[1]
+
+
+# ------------------------------------------------------------ what the server says to its operator
+
+def test_a_chinese_server_s_web_config_errors_are_chinese(tmp_path):
+    path = tmp_path / "web.yml"
+    path.write_text("basic_auth_users:\n  alice: plain-text-password\n")
+    zh = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--web-config", str(path), env=zh_env())
+    line = assert_one_line_error(zh, 2, "--web-config", f"{path}: basic_auth_users.alice: ", "不是 bcrypt 哈希",
+                                 "htpasswd -nBC 10")
+    assert "not a bcrypt hash" not in line
+    path.chmod(0o666)
+    zh = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--web-config", str(path), env=zh_env())
+    assert_one_line_error(zh, 2, f"{path}: {path} 所有用户都可写：请执行 chmod o-w {path}")
+
+
+def test_an_internal_error_is_said_in_the_server_s_language(monkeypatch, capsys):
+    from vramkit.machine import open_machine
+    from vramkit.serve.http import VramHTTPServer
+    from vramkit.serve.service import Options, Service
+
+    monkeypatch.setenv("VRAM_LANG", ZH)
+    i18n.reset()
+    server = VramHTTPServer(("127.0.0.1", 0), Service(open_machine("demo"), Options(interval=60)))
+    try:
+        server.say_once("RuntimeError: a bug")
+    finally:
+        server.server_close()
+    assert capsys.readouterr().err == "vram serve：应答请求时出现内部错误：RuntimeError: a bug\n"
 
 
 # ------------------------------------------------------------ the page in a real browser

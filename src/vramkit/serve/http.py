@@ -57,6 +57,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from ..i18n import _
 from . import page_words
 from .service import Service, gzipped
 
@@ -271,7 +272,7 @@ class VramHTTPServer:
         self._closed = True
         for conn in list(self._conns):
             self._close(conn)
-        for _ in self._workers:
+        for _worker in self._workers:
             self._jobs.put(None)
         with self._checks_cond:
             self._checks.clear()
@@ -287,7 +288,9 @@ class VramHTTPServer:
     def say_once(self, message: str) -> None:
         if message not in self.errors_said and len(self.errors_said) < 100:
             self.errors_said.add(message)
-            print(f"vram serve: internal error answering a request: {message[:300]}", file=sys.stderr, flush=True)
+            # Translators: said once per distinct error on vram serve's stderr; {error} is Python's, in English
+            said = _("vram serve: internal error answering a request: {error}").format(error=message[:300])
+            print(said, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------ wake-ups from other threads
     def _wake(self) -> None:
@@ -325,7 +328,7 @@ class VramHTTPServer:
 
     # ------------------------------------------------------------ accepting, and the limits
     def _accept(self) -> None:
-        for _ in range(256):  # then the other ready connections get a turn
+        for _turn in range(256):  # then the other ready connections get a turn
             try:
                 sock, address = self.socket.accept()
             except (BlockingIOError, InterruptedError):
@@ -363,7 +366,7 @@ class VramHTTPServer:
         if len(mine) >= MAX_PER_ADDRESS and not self._evict_from(mine):
             return False
         if len(self._conns) >= self.max_connections:
-            for _, group in sorted(((len(g), g) for g in self._by_address.values()), key=lambda x: -x[0]):
+            for _size, group in sorted(((len(g), g) for g in self._by_address.values()), key=lambda x: -x[0]):
                 if self._evict_from(group):
                     break
             else:
@@ -763,7 +766,7 @@ def accepts_gzip(header: str | None) -> bool:
     if not header:
         return False
     for item in header.split(",", 64)[:64]:
-        name, _, params = item.partition(";")
+        name, _sep, params = item.partition(";")
         if name.strip().lower() not in ("gzip", "x-gzip", "*"):
             continue
         q = params.strip().lower()

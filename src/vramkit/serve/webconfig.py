@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestError
+from ..i18n import _
 from ..procs import sanitize
 
 if TYPE_CHECKING:
@@ -81,17 +82,19 @@ def _read(path: Path, what: Path, key: str | None, private: bool = False) -> byt
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise WebConfigError(what, key, f"cannot read {path}: {e.strerror}") from None
+        raise WebConfigError(what, key, _("cannot read {path}: {error}").format(path=path, error=e.strerror)) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise WebConfigError(what, key, f"{path} is not a regular file")
+            raise WebConfigError(what, key, _("{path} is not a regular file").format(path=path))
         if st.st_mode & stat.S_IWOTH:
-            raise WebConfigError(what, key, f"{path} is writable by every user: chmod o-w {path}")
+            raise WebConfigError(what, key, _("{path} is writable by every user: chmod o-w {path}").format(path=path))
         if private and st.st_mode & stat.S_IROTH:
-            raise WebConfigError(what, key, f"the private key {path} is readable by every user: chmod o-r {path}")
+            raise WebConfigError(what, key, _("the private key {path} is readable by every user: chmod o-r {path}")
+                                 .format(path=path))
         if st.st_size > MAX_FILE:
-            raise WebConfigError(what, key, f"{path} is larger than {MAX_FILE // 1024} KiB")
+            raise WebConfigError(what, key, _("{path} is larger than {size} KiB").format(path=path,
+                                                                                          size=MAX_FILE // 1024))
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(MAX_FILE + 1)[:MAX_FILE]
     finally:
@@ -105,15 +108,15 @@ def _shown(value: object, limit: int = 60) -> str:
 
 def _text(value: Any, path: Path, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise WebConfigError(path, key, f"expected a non-empty string, got {type(value).__name__}")
+        raise WebConfigError(path, key, _("expected a non-empty string, got {type}").format(type=type(value).__name__))
     return value
 
 
 def _unknown(section: dict[Any, Any], allowed: tuple[str, ...], path: Path, prefix: str) -> None:
     for key in section:
         if key not in allowed:
-            raise WebConfigError(path, f"{prefix}{_shown(key)}", f"not supported by vram serve "
-                                 f"(supported: {', '.join(allowed)})")
+            raise WebConfigError(path, f"{prefix}{_shown(key)}", _("not supported by vram serve (supported: {keys})")
+                                 .format(keys=", ".join(allowed)))
 
 
 def load(path: Path) -> WebConfig:
@@ -125,21 +128,24 @@ def load(path: Path) -> WebConfig:
     except ImportError:
         from ..install_hint import install_hint
 
-        raise RequestError(f"needs pyyaml and bcrypt: {install_hint('serve')}", param=PARAM) from None
+        raise RequestError(_("needs pyyaml and bcrypt: {hint}").format(hint=install_hint("serve")),
+                           param=PARAM) from None
     raw = _read(path, path, None)
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise WebConfigError(path, None, "not UTF-8 text") from None
+        raise WebConfigError(path, None, _("not UTF-8 text")) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or (str(e).splitlines() or ["not valid YAML"])[0]
-        raise WebConfigError(path, None, f"{where}{_shown(problem, 120)}") from None
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or [_("not valid YAML")])[0]
+        # pyyaml's problem is in English
+        why = _shown(problem, 120) if mark is None else _("line {line}: {problem}").format(
+            line=mark.line + 1, problem=_shown(problem, 120))
+        raise WebConfigError(path, None, why) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise WebConfigError(path, None, f"expected a mapping of {', '.join(TOP_KEYS)}")
+        raise WebConfigError(path, None, _("expected a mapping of {keys}").format(keys=", ".join(TOP_KEYS)))
     _unknown(data, TOP_KEYS, path, "")
     base = path.parent
     tls = _tls(data.get("tls_server_config"), path, base)
@@ -154,7 +160,7 @@ def _tls(section: Any, path: Path, base: Path) -> TLSSettings | None:
     if section is None:
         return None
     if not isinstance(section, dict):
-        raise WebConfigError(path, "tls_server_config", "expected a mapping")
+        raise WebConfigError(path, "tls_server_config", _("expected a mapping"))
     _unknown(section, TLS_KEYS, path, "tls_server_config.")
 
     def file(key: str, private: bool = False) -> Path:
@@ -164,25 +170,26 @@ def _tls(section: Any, path: Path, base: Path) -> TLSSettings | None:
         return found
     if "cert_file" not in section or "key_file" not in section:
         missing = "cert_file" if "cert_file" not in section else "key_file"
-        raise WebConfigError(path, f"tls_server_config.{missing}", "required (with TLS, both cert_file and key_file)")
+        raise WebConfigError(path, f"tls_server_config.{missing}",
+                             _("required (with TLS, both cert_file and key_file)"))
     settings: dict[str, Any] = {"cert_file": file("cert_file"), "key_file": file("key_file", private=True)}
     for key, allowed in (("client_auth_type", CLIENT_AUTH), ("min_version", TLS_VERSIONS),
                          ("max_version", TLS_VERSIONS)):
         if key in section:
             value = _text(section[key], path, f"tls_server_config.{key}")
             if value not in allowed:
-                raise WebConfigError(path, f"tls_server_config.{key}",
-                                     f"{_shown(value, 40)!r} is not one of {', '.join(allowed)}")
+                raise WebConfigError(path, f"tls_server_config.{key}", _("{value} is not one of {allowed}").format(
+                    value=repr(_shown(value, 40)), allowed=", ".join(allowed)))
             settings[key] = value
     if settings.get("client_auth_type", "NoClientCert") != "NoClientCert":
         if "client_ca_file" not in section:
             raise WebConfigError(path, "tls_server_config.client_ca_file",
-                                 f"required with client_auth_type {settings['client_auth_type']}")
+                                 _("required with client_auth_type {type}").format(type=settings["client_auth_type"]))
     if "client_ca_file" in section:
         settings["client_ca_file"] = file("client_ca_file")
     found = TLSSettings(**settings)
     if TLS_VERSIONS.index(found.min_version) > TLS_VERSIONS.index(found.max_version):
-        raise WebConfigError(path, "tls_server_config.min_version", "is above max_version")
+        raise WebConfigError(path, "tls_server_config.min_version", _("is above max_version"))
     return found
 
 
@@ -190,16 +197,16 @@ def _users(section: Any, path: Path) -> dict[str, bytes]:
     if section is None:
         return {}
     if not isinstance(section, dict):
-        raise WebConfigError(path, "basic_auth_users", "expected a mapping of user: bcrypt hash")
+        raise WebConfigError(path, "basic_auth_users", _("expected a mapping of user: bcrypt hash"))
     users: dict[str, bytes] = {}
     for user, hashed in section.items():
         if not isinstance(user, str) or not user or ":" in user:
-            raise WebConfigError(path, "basic_auth_users",
-                                 f"{_shown(user, 40)!r} is not a user name (text without ':')")
+            raise WebConfigError(path, "basic_auth_users", _("{user} is not a user name (text without ':')")
+                                 .format(user=repr(_shown(user, 40))))
         key = f"basic_auth_users.{_shown(user, 40)}"
         if not isinstance(hashed, str) or not BCRYPT.fullmatch(hashed):
-            raise WebConfigError(path, key, "not a bcrypt hash ($2y$10$ and 53 characters: "
-                                 "htpasswd -nBC 10 \"\" | tr -d ':\\n')")
+            raise WebConfigError(path, key, _("not a bcrypt hash ($2y$10$ and 53 characters: "
+                                              "htpasswd -nBC 10 \"\" | tr -d ':\\n')"))
         users[user] = hashed.encode()
     return users
 
@@ -226,9 +233,10 @@ def ssl_context(config: WebConfig) -> ssl.SSLContext:
     try:
         context.load_cert_chain(tls.cert_file, tls.key_file)
     except ssl.SSLError as e:
+        # Translators: {error} is OpenSSL's, in English
         raise WebConfigError(config.path, "tls_server_config.cert_file",
-                             f"{tls.cert_file} and {tls.key_file} do not load as a certificate and its "
-                             f"key: {e.reason or e}") from None
+                             _("{cert} and {key} do not load as a certificate and its key: {error}").format(
+                                 cert=tls.cert_file, key=tls.key_file, error=e.reason or e)) from None
     except OSError as e:
         raise WebConfigError(config.path, "tls_server_config.cert_file", e.strerror or str(e)) from None
     if tls.client_ca_file is not None:
@@ -236,7 +244,8 @@ def ssl_context(config: WebConfig) -> ssl.SSLContext:
             context.load_verify_locations(cafile=tls.client_ca_file)
         except (ssl.SSLError, OSError) as e:
             raise WebConfigError(config.path, "tls_server_config.client_ca_file",
-                                 f"{tls.client_ca_file} does not load as CA certificates: {e}") from None
+                                 _("{path} does not load as CA certificates: {error}").format(
+                                     path=tls.client_ca_file, error=e)) from None
     context.verify_mode = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
                            "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}[tls.client_auth_type]
     return context
@@ -328,7 +337,7 @@ class BasicAuth:
     def _credentials(header: str | None) -> tuple[str, bytes] | None:
         if not header or len(header) > 4096:
             return None
-        scheme, _, encoded = header.strip().partition(" ")
+        scheme, _sep, encoded = header.strip().partition(" ")
         if scheme.lower() != "basic":
             return None
         try:
