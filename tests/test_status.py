@@ -158,11 +158,12 @@ def test_text_summary_counts_every_process_once(demo_text):
     assert f"used by {n} processes" in summary
 
 
-def test_counts_are_singular_for_one():
-    from vramkit.render.fmt import count
-
-    assert (count(1, "process", "processes"), count(2, "process", "processes"), count(1, "GPU"),
-            count(0, "GPU")) == ("1 process", "2 processes", "1 GPU", "0 GPUs")
+def test_counts_are_singular_for_one(vram):
+    result = vram("status", "--simulate", "h200")
+    assert result.rc == 0
+    assert "  ·  1 GPU  ·  " in result.out
+    assert result.out.rstrip().endswith(" used by 1 process")
+    assert " used by 6 processes" in vram("status", "--simulate", "demo").out
 
 
 def test_csv(vram, demo_json):

@@ -13,6 +13,7 @@ import re
 
 from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, MigDevice
+from ..i18n import N_
 from . import compat
 
 TYPE_CHECKING = False
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MiB = 1 << 20
-FIRST_READING = "a process's engine time is a counter: its share needs a second reading"
+FIRST_READING = N_("a process's engine time is a counter: its share needs a second reading")
 
 
 class AmdSmiUnavailable(VramkitError):
@@ -70,9 +71,9 @@ def _code(e: BaseException) -> int | None:
 def reason(e: BaseException) -> str:
     code = _code(e)
     if code == compat.AMDSMI_STATUS_NOT_SUPPORTED:
-        return "not supported by this GPU or driver (amdsmi: NOT_SUPPORTED)"
+        return N_("not supported by this GPU or driver (amdsmi: NOT_SUPPORTED)")
     if code == compat.AMDSMI_STATUS_NO_PERM:
-        return "no permission (amdsmi: NO_PERM): run as root or join the render group"
+        return N_("no permission (amdsmi: NO_PERM): run as root or join the render group")
     info = getattr(e, "err_info", None) or str(e).replace("\n", " ").replace("\t", "")
     return f"amdsmi: {info}"
 
@@ -174,7 +175,7 @@ class AmdSmi:
                 dev.memory_total, dev.memory_used, dev.memory_free = total, used, total - used
             else:
                 dev.mig_devices = []
-            na["memory_reserved"] = "amdsmi does not report memory the driver reserves"
+            na["memory_reserved"] = N_("amdsmi does not report memory the driver reserves")
             self._activity(dev, h)
             dev.temperature = self._temperature(h, na)
             power = self._call(na, "power_draw", "amdsmi_get_power_info", h)
@@ -184,7 +185,7 @@ class AmdSmi:
                 if isinstance(watts, int):
                     dev.power_draw = float(watts)
                 else:
-                    na["power_draw"] = "amdsmi reports no socket power for this GPU"
+                    na["power_draw"] = N_("amdsmi reports no socket power for this GPU")
             cap = self._call(na, "power_limit", "amdsmi_get_power_cap_info", h)
             if cap is not None:
                 dev.power_limit = cap["power_cap"] / 1e6
@@ -213,7 +214,7 @@ class AmdSmi:
                 for key in ("ecc_corrected_volatile", "ecc_uncorrected_volatile"):
                     na.pop(key, None)
                 for key in ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate"):
-                    na[key] = "amdsmi counts errors since the driver loaded, not over the GPU's life"
+                    na[key] = N_("amdsmi counts errors since the driver loaded, not over the GPU's life")
             else:
                 for key in ("ecc_corrected_volatile", "ecc_uncorrected_volatile"):
                     na[key] = na.get("ecc", "ECC is off on this GPU")
@@ -272,7 +273,7 @@ class AmdSmi:
         if speed is not None and top:
             dev.fan = round(100 * speed / top)
         elif speed is not None:
-            dev.na["fan"] = "amdsmi reports no maximum fan speed"
+            dev.na["fan"] = N_("amdsmi reports no maximum fan speed")
 
     def _processes(self, dev: Device, h: Any, part: int | None, t: float,
                    seen: set[tuple[int, int, int | None]]) -> None:

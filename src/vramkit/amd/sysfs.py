@@ -18,6 +18,7 @@ import os
 
 from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, MigDevice
+from ..i18n import N_
 from ..procs.fdinfo import DrmClient, drm_clients, pids_holding
 
 MAX_FILE = 64 * 1024
@@ -138,7 +139,7 @@ class Sysfs:
             uid = parts[0].get("unique_id")
             dev.uuid = f"GPU-{uid:016x}" if uid else None
             if uid is None:
-                dev.na["uuid"] = "KFD's topology gives this GPU no unique_id"
+                dev.na["uuid"] = N_("KFD's topology gives this GPU no unique_id")
             device = cards.get(bdf)
             if device is None:
                 dev.lost, dev.error = True, f"its DRM device ({bdf}) is gone from /sys/class/drm: the GPU is lost"
@@ -185,10 +186,10 @@ class Sysfs:
                 for key in ("ecc_enabled", "ecc_corrected_volatile", "ecc_uncorrected_volatile"):
                     na.pop(key, None)
                 for key in ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate"):
-                    na[key] = "the amdgpu driver counts errors since it loaded, not over the GPU's life"
+                    na[key] = N_("the amdgpu driver counts errors since it loaded, not over the GPU's life")
             else:
                 for key in ("ecc_enabled", "ecc_corrected_volatile", "ecc_uncorrected_volatile"):
-                    na[key] = "no RAS error counts (ras/umc_err_count): ECC off or not supported"
+                    na[key] = N_("no RAS error counts (ras/umc_err_count): ECC off or not supported")
             for key, name in (("pcie_gen", "current_link_speed"), ("pcie_gen_max", "max_link_speed"),
                               ("pcie_width", "current_link_width"), ("pcie_width_max", "max_link_width")):
                 text = links[name] or ""
@@ -217,7 +218,7 @@ class Sysfs:
             dev.memory_free = dev.memory_total - dev.memory_used
         else:
             dev.na["memory_free"] = dev.na.get("memory_used") or dev.na.get("memory_total", "")
-        dev.na["memory_reserved"] = "the amdgpu driver does not report memory it reserves"
+        dev.na["memory_reserved"] = N_("the amdgpu driver does not report memory it reserves")
         dev.utilization = self._number(dev, device, "gpu_busy_percent", "utilization")
         dev.memory_utilization = self._number(dev, device, "mem_busy_percent", "memory_utilization")
         self._hwmon(dev, device)
@@ -239,7 +240,7 @@ class Sysfs:
             hwmon = []
         if not hwmon:
             for field in ("temperature", "power_draw", "power_limit", "fan"):
-                dev.na[field] = "the amdgpu driver exposes no hwmon sensors for this GPU"
+                dev.na[field] = N_("the amdgpu driver exposes no hwmon sensors for this GPU")
             return
         h = hwmon[0]
         temps = {}
@@ -250,23 +251,23 @@ class Sysfs:
                 temps[label] = int(value) // 1000
         temp = temps.get("edge", temps.get("junction"))
         if temp is None:
-            dev.na["temperature"] = "no edge or junction temperature in hwmon"
+            dev.na["temperature"] = N_("no edge or junction temperature in hwmon")
         dev.temperature = temp
         power = _read(os.path.join(h, "power1_average")) or _read(os.path.join(h, "power1_input"))
         if power and power.isdigit():
             dev.power_draw = int(power) / 1e6
         else:
-            dev.na["power_draw"] = "no power1_average or power1_input in hwmon"
+            dev.na["power_draw"] = N_("no power1_average or power1_input in hwmon")
         cap = _read(os.path.join(h, "power1_cap"))
         if cap and cap.isdigit():
             dev.power_limit = int(cap) / 1e6
         else:
-            dev.na["power_limit"] = "no power1_cap in hwmon"
+            dev.na["power_limit"] = N_("no power1_cap in hwmon")
         pwm, top = _read(os.path.join(h, "pwm1")), _read(os.path.join(h, "pwm1_max"))
         if pwm and top and pwm.isdigit() and top.isdigit() and int(top):
             dev.fan = round(100 * int(pwm) / int(top))
         else:
-            dev.na["fan"] = "no fan (pwm1) in hwmon: a passively cooled GPU"
+            dev.na["fan"] = N_("no fan (pwm1) in hwmon: a passively cooled GPU")
 
     def _kfd_processes(self) -> tuple[dict[int, dict[int, int]], str | None]:
         """pid -> {gpu_id: VRAM bytes} from /sys/class/kfd/kfd/proc, or why it cannot be read."""

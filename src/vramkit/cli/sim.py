@@ -9,8 +9,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
+from ..i18n import _, ngettext
 from ..nvml import scenario as scenarios
-from ..render.fmt import count
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError
 
@@ -130,16 +130,21 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    from ..render.text_width import pad
+
     width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        processes = count(r["processes"], "process", "processes")
-        print(f"{r['name']:<{width}} {count(r['gpus'], 'GPU') + ',':<7} {processes:>12}  {r['description']}")
+    for r in rows:  # the descriptions are the scenarios' own text (English)
+        gpus = _("{gpus},").format(gpus=ngettext("{n} GPU", "{n} GPUs", r["gpus"]).format(n=r["gpus"]))
+        processes = ngettext("{n} process", "{n} processes", r["processes"]).format(n=r["processes"])
+        print(f"{r['name']:<{width}} {pad(gpus, 7)} {pad(processes, 12, right=True)}  {r['description']}")
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
     s = scenarios.load(args.scenario)
-    print(f"{s.source}: ok ({count(len(s.gpus), 'GPU')}, {count(len(s.processes), 'process', 'processes')})")
+    gpus = ngettext("{n} GPU", "{n} GPUs", len(s.gpus)).format(n=len(s.gpus))
+    processes = ngettext("{n} process", "{n} processes", len(s.processes)).format(n=len(s.processes))
+    print(_("{source}: ok ({gpus}, {processes})").format(source=s.source, gpus=gpus, processes=processes))
     return 0
 
 
@@ -150,20 +155,22 @@ def run_shim(args: argparse.Namespace) -> int:
     if chosen:
         scenario = scenarios.load(chosen)  # a bad scenario fails here, not later inside someone's program
         if scenario.for_vendor("nvidia") is None:  # the shim is NVML's: pynvml programs see NVIDIA GPUs only
-            raise scenarios.ScenarioError(f"{scenario.source}: a scenario of {scenario.vendor} GPUs: pynvml programs "
-                                          "would see no GPU through the shim (it serves NVIDIA's NVML)")
+            raise scenarios.ScenarioError(_("{source}: a scenario of {vendor} GPUs: pynvml programs would see no "
+                                            "GPU through the shim (it serves NVIDIA's NVML)").format(
+                source=scenario.source, vendor=scenario.vendor))
         path = scenarios.resolve(chosen)
         if path.parent != scenarios.SCENARIO_DIR:
             chosen = str(path.absolute())  # the other program may run in another directory
     target = write_shim(args.directory)  # a ShimError is a VramkitError (exit 2): cli/main prints it
     directory = shlex.quote(str(target.parent))
-    print(f"wrote {target}")
-    print("pynvml programs (gpustat, nvitop, ...) see the simulated machine with:")
+    print(_("wrote {path}").format(path=target))
+    print(_("pynvml programs (gpustat, nvitop, ...) see the simulated machine with:"))
     print(f"  export PYTHONPATH={directory}${{PYTHONPATH:+:$PYTHONPATH}}")
     if chosen:
         print(f"  export VRAM_SIMULATE={shlex.quote(chosen)}")
     else:
-        print(f"  export VRAM_SIMULATE=demo    # or: {', '.join(scenarios.bundled_names())}, or a scenario JSON file")
+        print("  export VRAM_SIMULATE=demo    # " + _("or: {names}, or a scenario JSON file").format(
+            names=", ".join(scenarios.bundled_names())))
     return 0
 
 
@@ -179,7 +186,7 @@ def run_spawn(args: argparse.Namespace) -> int:
         command = command[1:]
     chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
     if not chosen:
-        raise UsageError("--simulate: which scenario? (a bundled name such as demo, or a scenario JSON file)")
+        raise UsageError(_("--simulate: which scenario? (a bundled name such as demo, or a scenario JSON file)"))
     scenario = scenarios.load(chosen)  # a bad scenario fails here, before anything is started
     if args.output:
         _check_output(os.path.abspath(args.output))  # so is an output we would refuse
@@ -188,18 +195,24 @@ def run_spawn(args: argparse.Namespace) -> int:
         _write_new(output, json.dumps(placeholders.scenario, indent=1) + "\n")
         scenarios.load(output)  # what we wrote must load as the scenario did
         say = sys.stderr if command else sys.stdout
-        print(f"vram: {len(placeholders.pids)} placeholder processes stand in for those of scenario "
-              f"'{scenario.name}' in {output}", file=say, flush=True)
+        print("vram: " + ngettext("{n} placeholder process stands in for those of scenario '{scenario}' in {path}",
+                                  "{n} placeholder processes stand in for those of scenario '{scenario}' in {path}",
+                                  len(placeholders.pids)).format(n=len(placeholders.pids), scenario=scenario.name,
+                                                                 path=output), file=say, flush=True)
         if command:
             return launch.run(command, {**os.environ, "VRAM_SIMULATE": output})
         print(f"  export VRAM_SIMULATE={shlex.quote(output)}", file=say)
-        print("vram: they run until Ctrl-C (or SIGTERM)", file=say, flush=True)
+        print("vram: " + _("they run until Ctrl-C (or SIGTERM)"), file=say, flush=True)
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind, ending the placeholders
         try:
             signal.pause()
         except KeyboardInterrupt:
             pass
         return 0
+
+
+def _cannot_write(path: str, why: object) -> UsageError:
+    return UsageError(_("{path}: cannot write it: {why}").format(path=path, why=why), param="output")
 
 
 def _check_output(path: str) -> None:
@@ -215,18 +228,19 @@ def _check_output(path: str) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        raise UsageError(f"{path}: cannot write it: {e.strerror}", param="output") from None
+        raise _cannot_write(path, e.strerror) from None
     if stat.S_ISLNK(info.st_mode):
-        why = "it is a symlink"
+        why = _("it is a symlink")
     elif stat.S_ISFIFO(info.st_mode):
-        why = "it is a FIFO, not a file"
+        why = _("it is a FIFO, not a file")
     elif not stat.S_ISREG(info.st_mode):
-        why = "it is not a regular file"
+        why = _("it is not a regular file")
     elif info.st_uid != os.geteuid():
-        why = f"it belongs to {user_name(info.st_uid)}, not to you"
+        why = _("it belongs to {user}, not to you").format(user=user_name(info.st_uid))
     else:
         return
-    raise UsageError(f"{path}: cannot write it: {why}; choose another file", param="output")
+    raise UsageError(_("{path}: cannot write it: {why}; choose another file").format(path=path, why=why),
+                     param="output")
 
 
 def _write_new(path: str, text: str) -> None:
@@ -240,14 +254,14 @@ def _write_new(path: str, text: str) -> None:
     try:
         dfd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise UsageError(f"{path}: cannot write it: {e.strerror}", param="output") from None
+        raise _cannot_write(path, e.strerror) from None
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         tmp = f".vram-spawn-{secrets.token_hex(8)}.tmp"
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         except OSError as e:
-            raise UsageError(f"{path}: cannot write it: {e.strerror}", param="output") from None
+            raise _cannot_write(path, e.strerror) from None
         try:
             try:
                 os.fchmod(fd, 0o644)  # readable by the programs pointed at it, whatever the umask
@@ -264,7 +278,7 @@ def _write_new(path: str, text: str) -> None:
             except OSError:
                 pass
             if isinstance(e, OSError):
-                raise UsageError(f"{path}: cannot write it: {e.strerror}", param="output") from None
+                raise _cannot_write(path, e.strerror) from None
             raise
     finally:
         os.close(dfd)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, Health, MigDevice, Topology
+from ..i18n import N_, _
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -40,7 +41,13 @@ _PROCESS_FNS = {
 }
 
 
-NEEDS_TWO = "needs two readings (NVML keeps counters)"
+# The N/A reasons are stored in English (the JSON's `na`), marked here and translated where they are
+# shown (render/fmt.reason).
+NEEDS_TWO = N_("needs two readings (NVML keeps counters)")
+NOT_SUPPORTED = N_("not supported")
+NO_PERMISSION = N_("no permission")
+OLD_PYNVML = N_("not supported by this nvidia-ml-py")
+GPU_LOST = N_("GPU is lost (fell off the bus or needs a reset)")
 _COMPUTE_MODES = {0: "default", 1: "exclusive thread", 2: "prohibited", 3: "exclusive process"}
 
 
@@ -81,7 +88,7 @@ class Nvml:
         except lib.NVMLError as e:
             raise NvmlUnavailable(self._init_message(e)) from None
         except OSError as e:  # a broken libnvidia-ml.so
-            raise NvmlUnavailable(f"NVML could not be loaded: {e}") from None
+            raise NvmlUnavailable(_("NVML could not be loaded: {error}").format(error=e)) from None
         self._open = True
         self.count = lib.nvmlDeviceGetCount()
         try:
@@ -109,12 +116,12 @@ class Nvml:
     def _init_message(self, e: Exception) -> str:
         code = getattr(e, "value", None)
         if code == self._codes["NVML_ERROR_LIBRARY_NOT_FOUND"]:
-            return "no NVIDIA driver found: the NVML library (libnvidia-ml.so.1) is not installed"
+            return _("no NVIDIA driver found: the NVML library (libnvidia-ml.so.1) is not installed")
         if code == self._codes["NVML_ERROR_DRIVER_NOT_LOADED"]:
-            return "the NVIDIA driver is not loaded (no /dev/nvidia*, or the kernel module is missing)"
+            return _("the NVIDIA driver is not loaded (no /dev/nvidia*, or the kernel module is missing)")
         if code == self._codes["NVML_ERROR_NO_PERMISSION"]:
-            return "no permission to use the NVIDIA driver (check the permissions of /dev/nvidia*)"
-        return f"NVML failed to start: {e}"
+            return _("no permission to use the NVIDIA driver (check the permissions of /dev/nvidia*)")
+        return _("NVML failed to start: {error}").format(error=e)
 
     # ------------------------------------------------------------ one snapshot
     def read(self) -> list[Device]:
@@ -151,7 +158,7 @@ class Nvml:
             if getattr(e, "value", None) != self._codes["NVML_ERROR_GPU_IS_LOST"]:
                 raise
             self._handles.pop(index, None)
-            dev.lost, dev.error = True, "GPU is lost (fell off the bus or needs a reset)"
+            dev.lost, dev.error = True, GPU_LOST
             dev.processes = []
         return dev
 
@@ -226,7 +233,7 @@ class Nvml:
         reserved = getattr(mem, "reserved", None)
         dev.memory_reserved = reserved
         if reserved is None:
-            dev.na["memory_reserved"] = "not reported by this driver (memory info v1)"
+            dev.na["memory_reserved"] = N_("not reported by this driver (memory info v1)")
 
     def _read_mig(self, dev: Device, handle: Any) -> None:
         lib = self.lib
@@ -246,7 +253,7 @@ class Nvml:
             static["mig"] = (enabled, handles, probe.na.get("mig"))
         enabled, handles, reason = static["mig"]
         dev.mig_enabled = enabled
-        if enabled is None and reason and reason != "not supported":  # null alone means no MIG (docs/json.md)
+        if enabled is None and reason and reason != NOT_SUPPORTED:  # null alone means no MIG (docs/json.md)
             dev.na["mig_enabled"] = reason
         for h in handles:
             probe = Device(index=dev.index)
@@ -327,7 +334,7 @@ class Nvml:
             except self.lib.NVMLError as e:  # lost between the snapshot and now
                 if getattr(e, "value", None) != self._codes["NVML_ERROR_GPU_IS_LOST"]:
                     raise
-                dev.lost, dev.error = True, "GPU is lost (fell off the bus or needs a reset)"
+                dev.lost, dev.error = True, GPU_LOST
 
     def _read_health(self, index: int, handle: Any) -> Health:
         from .scenario import THROTTLE_REASONS  # the words of the bits (a light module, loaded when asked)
@@ -394,8 +401,8 @@ class Nvml:
             return None
         v = values[0]
         if v.nvmlReturn != 0:
-            words = {self._codes["NVML_ERROR_NOT_SUPPORTED"]: "not supported",
-                     self._codes["NVML_ERROR_NO_PERMISSION"]: "no permission"}
+            words = {self._codes["NVML_ERROR_NOT_SUPPORTED"]: NOT_SUPPORTED,
+                     self._codes["NVML_ERROR_NO_PERMISSION"]: NO_PERMISSION}
             probe.na[name] = words.get(v.nvmlReturn, f"NVML error {v.nvmlReturn}")
             return None
         member = _VALUE_MEMBERS.get(v.valueType, "ullVal")
@@ -434,7 +441,7 @@ class Nvml:
         h.nvlink_links, h.nvlink_links_up = links, len(up)
         if not up:
             for name in ("nvlink_tx", "nvlink_rx"):
-                probe.na[name] = "no NVLink link is up" if links else "no NVLink"
+                probe.na[name] = N_("no NVLink link is up") if links else N_("no NVLink")
             return
         directions = (lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
         fields = [(f, link) for f in directions for link in up]
@@ -443,7 +450,7 @@ class Nvml:
             return
         if any(v.nvmlReturn != 0 for v in values):
             for name in ("nvlink_tx", "nvlink_rx"):
-                probe.na[name] = "not supported"
+                probe.na[name] = NOT_SUPPORTED
             return
         half = len(up)
         tx_kib = sum(v.value.ullVal for v in values[:half])
@@ -452,7 +459,7 @@ class Nvml:
         before = self._nvlink_counters.get(index)
         self._nvlink_counters[index] = (stamp, tx_kib, rx_kib)
         if before is None or stamp <= before[0]:
-            why = NEEDS_TWO if before is None else "no time passed since the previous reading"
+            why = NEEDS_TWO if before is None else N_("no time passed since the previous reading")
             probe.na["nvlink_tx"] = probe.na["nvlink_rx"] = why
             return
         seconds = stamp - before[0]
@@ -524,16 +531,16 @@ class Nvml:
         """Why a call gave no value, in the words every N/A reason uses."""
         code = getattr(e, "value", None)
         if code == self._codes["NVML_ERROR_NOT_SUPPORTED"]:
-            return "not supported"
+            return NOT_SUPPORTED
         if code == self._codes["NVML_ERROR_NO_PERMISSION"]:
-            return "no permission"
-        return f"NVML error: {e}" if code is not None else "not supported by this nvidia-ml-py"
+            return NO_PERMISSION
+        return f"NVML error: {e}" if code is not None else OLD_PYNVML  # fmt.reason() translates the prefix
 
     def _read_process_utilization(self, dev: Device, handle: Any) -> None:
         if not dev.processes:
             return
         if dev.mig_enabled:
-            reason: str | None = "MIG: the driver keeps no per-process samples"
+            reason: str | None = N_("MIG: the driver keeps no per-process samples")
         else:
             reason = self._no_process_util.get(dev.index)
         if reason is None:
@@ -580,7 +587,7 @@ class XidWatcher:
         try:
             self._set = lib.nvmlEventSetCreate()
         except (lib.NVMLError, AttributeError) as e:
-            self.error = self.nvml._why(e) if isinstance(e, lib.NVMLError) else "not supported by this nvidia-ml-py"
+            self.error = self.nvml._why(e) if isinstance(e, lib.NVMLError) else OLD_PYNVML
             for i in range(self.nvml.count):
                 self.refused[i] = self.error
             return
@@ -653,7 +660,7 @@ def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, Utilizat
         reason = nvml._no_process_util[dev.index] = nvml._why(e)
         return reason
     except AttributeError:  # a pynvml too old to have the call
-        reason = nvml._no_process_util[dev.index] = "not supported by this nvidia-ml-py"
+        reason = nvml._no_process_util[dev.index] = OLD_PYNVML
         return reason
     per_pid: dict[int, list[Utilization]] = {}
     latest = None
@@ -686,5 +693,6 @@ def open_real() -> Nvml:
     except ImportError:
         from ..install_hint import install_hint
 
-        raise NvmlUnavailable(f"nvidia-ml-py (pynvml) is not installed: {install_hint('nvml')}") from None
+        raise NvmlUnavailable(_("nvidia-ml-py (pynvml) is not installed: {hint}").format(
+            hint=install_hint("nvml"))) from None
     return Nvml(pynvml).open()

@@ -3,6 +3,8 @@ sanitizer. Stripped of control characters here, once, before anything prints it.
 
 from __future__ import annotations
 
+from ..i18n import N_
+
 # Characters that reorder or hide text: Unicode format characters (Cf: U+202E right-to-left
 # override, the bidi isolates, zero-width space/joiners, the BOM, soft hyphen, tag characters ...),
 # the line separator (Zl, U+2028) and the paragraph separator (Zp, U+2029). Literal ranges,
@@ -18,10 +20,10 @@ _FORMAT_RANGES = (
     (0xE0020, 0xE007F),
     (0xD800, 0xDFFF),  # lone surrogates (text decoded with surrogateescape, JSON \ud800): not printable
 )
-NOT_VISIBLE = "not visible in /proc: the process exited, or runs in another PID namespace"
+NOT_VISIBLE = N_("not visible in /proc: the process exited, or runs in another PID namespace")
 # The driver numbers processes in another PID namespace (the host's) than this /proc (a container's):
 # its pid names another process here, or none, and is never read as this /proc's.
-OTHER_NAMESPACE = "a pid of another PID namespace (the host's): this /proc numbers processes differently"
+OTHER_NAMESPACE = N_("a pid of another PID namespace (the host's): this /proc numbers processes differently")
 _control: dict[int, str] = {}  # the str.translate table, built on first use (~0.4 ms): see _control_table
 
 

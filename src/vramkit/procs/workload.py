@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from ..errors import VramkitError
 from ..gpu_state import Workload
+from ..i18n import N_, _
 from .files import MAX_CGROUP_BYTES, read_proc_file
 from .text import sanitize
 
@@ -494,23 +495,32 @@ def short_id(w: Workload) -> str | None:
     return w.container_id if w.runtime == "lxc" else w.container_id[:12]
 
 
-def describe(w: Workload | None) -> str | None:
+def describe(w: Workload | None, local: bool = False) -> str | None:
     """In words, the most telling first: 'pod nlp/train-7f9c', 'Slurm job 48211 step 0' (an array's
     task, as the process's environment says, after it),
-    'container alice-dev' (or its short id), 'pod uid 0f3c...' when the kubelet did not say."""
+    'container alice-dev' (or its short id), 'pod uid 0f3c...' when the kubelet did not say.
+    In English (the audit log, JSON), or with `local` in the reader's language (a view)."""
     if w is None:
         return None
+    say: Callable[[str], str] = _ if local else N_
     if w.pod is not None:
-        return f"pod {w.namespace}/{w.pod}" if w.namespace else f"pod {w.pod}"
+        if w.namespace:
+            return say(N_("pod {namespace}/{pod}")).format(namespace=w.namespace, pod=w.pod)
+        return say(N_("pod {pod}")).format(pod=w.pod)
     if w.pod_uid is not None:
-        return f"pod uid {w.pod_uid}"
+        return say(N_("pod uid {uid}")).format(uid=w.pod_uid)
     if w.slurm_job is not None:
-        array = (f" (array task {w.slurm_array_job}_{w.slurm_array_task}, as its environment says)"
-                 if w.slurm_array_task is not None else "")
-        return f"Slurm job {w.slurm_job}" + (f" step {w.slurm_step}" if w.slurm_step is not None else "") + array
+        job = (say(N_("Slurm job {job}")) if w.slurm_step is None else say(N_("Slurm job {job} step {step}"))).format(
+            job=w.slurm_job, step=w.slurm_step)
+        if w.slurm_array_task is None:
+            return job
+        return say(N_("{job} (array task {array}_{task}, as its environment says)")).format(
+            job=job, array=w.slurm_array_job, task=w.slurm_array_task)
     if w.container_id is not None:
         what = w.container_name or short_id(w)
-        return f"{w.runtime} container {what}" if w.runtime else f"container {what}"
+        if w.runtime:
+            return say(N_("{runtime} container {name}")).format(runtime=w.runtime, name=what)
+        return say(N_("container {name}")).format(name=what)
     return None
 
 
@@ -533,7 +543,7 @@ def matches(w: Workload | None, container: str | None = None, pod: str | None = 
     if slurm_job is not None:
         if w is None or w.slurm_job is None:
             return False
-        job, _, step = slurm_job.partition(".")
+        job, __, step = slurm_job.partition(".")
         jobs = {str(w.slurm_job)}
         if w.slurm_array_task is not None:  # an array's task: by its own id, ARRAY_TASK, or the array
             jobs |= {f"{w.slurm_array_job}_{w.slurm_array_task}", str(w.slurm_array_job)}

@@ -6,6 +6,7 @@ import json
 
 from ..fleet import Fleet, FleetGpu, FleetHost, HostChoice
 from ..gpu_choice import Policy, ids_text
+from ..i18n import _, ngettext, pgettext
 from ..units import format_size
 from . import fmt
 from .style import Style, clip
@@ -18,7 +19,8 @@ SHOWN_WARNINGS = 5  # Prometheus' warnings shown (each once); the rest counted
 def _gpu_line(host: str, g: FleetGpu, style: Style, bar_w: int) -> str:
     head = f"{pad(clip(host, HOST_W), HOST_W)} {g.index:>3}  "
     if g.lost:
-        return head + style.paint("LOST", "red", "bold") + "  fell off the bus or stopped answering"
+        return head + style.paint(pgettext("status", "LOST"), "red", "bold") + "  " + _(
+            "fell off the bus or stopped answering")
     frac = None if g.memory_used is None or not g.memory_total else g.memory_used / g.memory_total
     mem = f"{fmt.memory_pair(g.memory_used, g.memory_total):>14}"
     bar = (style.bar(frac, bar_w, style.level(frac)) + " ") if bar_w else ""
@@ -38,32 +40,47 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
     gpus = sum(len(h.gpus) for h in fleet.hosts)
     down = sum(1 for h in fleet.hosts if h.state == "down")
     partial = sum(1 for h in fleet.hosts if h.state == "partial")
-    summary = [fmt.count(len(fleet.hosts), "host"), fmt.count(gpus, "GPU")]
+    hosts = len(fleet.hosts)
+    summary = [ngettext("{n} host", "{n} hosts", hosts).format(n=hosts),
+               ngettext("{n} GPU", "{n} GPUs", gpus).format(n=gpus)]
     simulated = [h.host for h in fleet.hosts if h.simulated]
     if simulated:
-        named = ", ".join(simulated) if len(simulated) < 4 else fmt.count(len(simulated), "host")
-        summary.append(f"simulated: {named}")
+        named = (", ".join(simulated) if len(simulated) < 4
+                 else ngettext("{n} host", "{n} hosts", len(simulated)).format(n=len(simulated)))
+        summary.append(_("simulated: {hosts}").format(hosts=named))
     if down:
-        summary.append(style.paint(f"{down} down", "red"))
+        summary.append(style.paint(_("{n} down").format(n=down), "red"))
     if partial:
-        summary.append(style.paint(f"{partial} partial", "yellow"))
-    via = f"Prometheus {fleet.prometheus}" if fleet.source == "prometheus" else "each host's vram serve"
-    lines = [style.paint(f"vram fleet via {via}", "bold") + ": " + ", ".join(summary)]
+        summary.append(style.paint(_("{n} partial").format(n=partial), "yellow"))
+    title = (_("vram fleet via Prometheus {address}").format(address=fleet.prometheus) if fleet.source == "prometheus"
+             else _("vram fleet via each host's vram serve"))
+    lines = [style.paint(title, "bold") + ": " + ", ".join(summary)]
     if not fleet.hosts and fleet.source == "prometheus":
-        lines.append("no vram serve target in Prometheus (is its scrape job named 'vram'? see --job and docs/fleet.md)")
+        lines.append(_("no vram serve target in Prometheus (is its scrape job named 'vram'? see --job and "
+                       "docs/fleet.md)"))
     else:
-        header = (f"{'HOST':<{HOST_W}} {'GPU':>3}  {'NAME':<{NAME_W}} {'':<{bar_w + 1 if bar_w else 0}}"
-                  f"{'MEMORY':>14} {'UTIL':>5} {'PROCS':>5}  TOP USER")
+        # Translators: vram fleet's column headings
+        words = [pgettext("column", "HOST"), pgettext("column", "GPU"), pgettext("column", "NAME"),
+                 pgettext("column", "MEMORY"), pgettext("column", "UTIL"), pgettext("column", "PROCS"),
+                 pgettext("column", "TOP USER")]
+        header = (f"{pad(words[0], HOST_W)} {pad(words[1], 3, right=True)}  {pad(words[2], NAME_W)} "
+                  f"{'':<{bar_w + 1 if bar_w else 0}}{pad(words[3], 14, right=True)} {pad(words[4], 5, right=True)} "
+                  f"{pad(words[5], 5, right=True)}  {words[6]}")
         lines.append(style.paint(header, "dim"))
     for host in fleet.hosts:
         for g in host.gpus:
             lines.append(_gpu_line(host.host, g, style, bar_w))
         lines += [_host_note(host, note, style) for note in host.notes]
-    lines += [style.paint(f"Prometheus warns: {w}", "yellow") for w in fleet.warnings[:SHOWN_WARNINGS]]
+    lines += [style.paint(_("Prometheus warns: {warning}").format(warning=w), "yellow")
+              for w in fleet.warnings[:SHOWN_WARNINGS]]
     more = len(fleet.warnings) - SHOWN_WARNINGS + fleet.warnings_left_out
     if more > 0:
-        listed = f" (--json lists {len(fleet.warnings)})" if len(fleet.warnings) > SHOWN_WARNINGS else ""
-        lines.append(style.paint(f"Prometheus warns {fmt.count(more, 'more time')}{listed}", "yellow"))
+        if len(fleet.warnings) > SHOWN_WARNINGS:
+            text = ngettext("Prometheus warns {n} more time (--json lists {listed})",
+                            "Prometheus warns {n} more times (--json lists {listed})", more)
+        else:
+            text = ngettext("Prometheus warns {n} more time", "Prometheus warns {n} more times", more)
+        lines.append(style.paint(text.format(n=more, listed=len(fleet.warnings)), "yellow"))
     return "\n".join(lines)
 
 
@@ -76,8 +93,9 @@ def choice_line(choice: HostChoice, policy: Policy) -> str:
     free = ", ".join(format_size(g.memory_free) for g in choice.gpus)
     busy = ", ".join(fmt.pct(g.utilization) for g in choice.gpus)
     env = " ".join(f"{k}={v}" for k, v in choice.env.items())
-    return (f"on {choice.host.host}: {env}"
-            f" ({ids_text(choice.decision.chosen)}: {free} free, {busy} busy; wanted {policy.describe()})")
+    return _("on {host}: {env} ({gpus}: {free} free, {busy} busy; wanted {policy})").format(
+        host=choice.host.host, env=env, gpus=ids_text(choice.decision.chosen), free=free, busy=busy,
+        policy=policy.describe())
 
 
 def choice_json(choice: HostChoice, policy: Policy, refusals: list[str]) -> str:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from ..gpu_state import Device, GpuProcess
+from ..i18n import _, pgettext
 from ..units import format_duration, format_size
 
 NA = "N/A"
+_NVML_ERROR = "NVML error: "  # nvml/backend.py's reason for an error it has no words for
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """'1 process', '9 processes', '0 GPUs'."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+def reason(text: str) -> str:
+    """An N/A reason in the reader's words. Reasons are stored in English (the JSON's `na`, the
+    history): each is marked where it is written and translated only where it is shown."""
+    if text.startswith(_NVML_ERROR):  # NVML's own words stay as NVML wrote them
+        return _("NVML error: {error}").format(error=text[len(_NVML_ERROR):])
+    return _(text)
 
 
 def memory_share(p: GpuProcess, dev: Device | None) -> float | None:
@@ -90,6 +95,14 @@ def flags(proc: GpuProcess) -> list[str]:
     if "graphics" in proc.types:
         out.append("graphics")
     return out
+
+
+def flag_words() -> dict[str, str]:
+    """flags()'s words for people (a view asks once per screen, not per row; flags() themselves
+    stay English: JSON, top's filter)."""
+    return {"zombie": pgettext("flag", "zombie"), "orphan": pgettext("flag", "orphan"),
+            "idle": pgettext("flag", "idle"), "no-host": pgettext("flag", "no-host"),
+            "container": pgettext("flag", "container"), "graphics": pgettext("flag", "graphics")}
 
 
 def elapsed(proc: GpuProcess) -> str:

@@ -12,12 +12,13 @@ from typing import Any
 from ..gpu_state import Workload
 from ..history.query import MAX_TIME, Point, ProcessLife
 from ..history.store import WORKLOAD_COLUMNS
+from ..i18n import _, pgettext
 from ..procs import sanitize
 from ..procs.workload import describe
 from ..units import format_duration, format_size
 from .sparkline import buckets, spark
 from .style import Style
-from .text_width import fit
+from .text_width import cells, fit, pad
 
 SCHEMA_VERSION = 1
 GIB = 1024**3
@@ -74,12 +75,16 @@ def _table(life: ProcessLife, rows: int, style: Style) -> list[str]:
     gpus = sorted({g for sl in table for g in sl.memory})
     if not table:
         return []
-    header = "  " + "FROM".ljust(19) + "".join(f"{f'GPU {g}':>10}" for g in gpus) + "   SM  IDLE"
+    # Translators: vram life's table: the start of each slice of time, the memory on each GPU, the
+    # highest own SM use, the share of the slice the memory was held idle
+    idle = pgettext("column", "IDLE")
+    header = ("  " + pad(pgettext("column", "FROM"), 19) + "".join(f"{f'GPU {g}':>10}" for g in gpus)
+              + "   " + pgettext("column", "SM") + "  " + idle)
     lines = ["", style.paint(header, "bold")]
     for sl in table:
-        cells = "".join(f"{_size(sl.memory[g]) if g in sl.memory else '-':>10}" for g in gpus)
+        memory = "".join(f"{_size(sl.memory[g]) if g in sl.memory else '-':>10}" for g in gpus)
         sm = "N/A" if sl.sm is None else f"{sl.sm:.0f}%"
-        lines.append(f"  {_local(sl.start)}{cells}  {sm:>4}  {sl.idle:>4.0%}")
+        lines.append(f"  {_local(sl.start)}{memory}  {sm:>4}  {sl.idle:>4.0%}")
     return lines
 
 
@@ -97,21 +102,28 @@ def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style,
     for n, life in enumerate(lives):
         if n:
             lines.append("")
-        command = sanitize(life.command) if life.command else "(command not recorded)"
+        command = sanitize(life.command) if life.command else _("(command not recorded)")
         user = sanitize(life.user) if life.user else "?"
         gpus = life.gpus or "-"
         lines.append(style.paint(fit(f"pid {pid} · {user} · {command} · GPU {gpus}", width), "bold"))
         end = _life_end(life)
         lived = max(0.0, end - life.first_seen)
-        owner = describe(life.workload)
+        owner = describe(life.workload, local=True)
+        # Translators: the labels of vram life's lines (padded to one width)
+        labels = [pgettext("life", "owner"), pgettext("life", "held"), pgettext("life", "used")]
+        label_w = max(6, *map(cells, labels))
         if owner is not None:
-            lines.append(f"  owner   {sanitize(owner)}")
-        lines.append(f"  held    {_local(life.first_seen)} → {_local(end)} ({format_duration(lived)})")
-        share = (f" ({life.idle_seconds / life.gpu_seconds:.0%} of its GPU time)"
-                 if life.gpu_seconds and life.idle_seconds is not None else "")
-        lines.append(f"  used    {_per_hour(life.gpu_seconds)} GPU-hours · {_per_hour(life.memory_byte_seconds, GIB)} "
-                     f"GiB-hours · peak {format_size(life.peak_memory)} · idle {format_duration(life.idle_seconds)}"
-                     + share)
+            lines.append(f"  {pad(labels[0], label_w)}  {sanitize(owner)}")
+        lines.append(f"  {pad(labels[1], label_w)}  {_local(life.first_seen)} → {_local(end)} "
+                     f"({format_duration(lived)})")
+        values = {"gpu_hours": _per_hour(life.gpu_seconds), "gib_hours": _per_hour(life.memory_byte_seconds, GIB),
+                  "peak": format_size(life.peak_memory), "idle": format_duration(life.idle_seconds)}
+        if life.gpu_seconds and life.idle_seconds is not None:
+            used = _("{gpu_hours} GPU-hours · {gib_hours} GiB-hours · peak {peak} · idle {idle} "
+                     "({share} of its GPU time)").format(share=f"{life.idle_seconds / life.gpu_seconds:.0%}", **values)
+        else:
+            used = _("{gpu_hours} GPU-hours · {gib_hours} GiB-hours · peak {peak} · idle {idle}").format(**values)
+        lines.append(f"  {pad(labels[2], label_w)}  {used}")
         by_gpu: dict[int, list[tuple[float, float | None]]] = {}
         for p in life.points:
             by_gpu.setdefault(p[2], []).append((p[0], float(p[4] if p[4] is not None else p[3] or 0)))
@@ -121,15 +133,16 @@ def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style,
         for gpu, series in sorted(by_gpu.items()):
             line = spark(buckets(series, life.first_seen + span, span, spark_w, step=True), 0, top)
             peak = max((v or 0.0 for _, v in series), default=0.0)
-            lines.append(f"  GPU {gpu:<3} " + style.paint(line, "green") + f"  peak {format_size(int(peak))}")
+            lines.append(f"  GPU {gpu:<3} " + style.paint(line, "green") + "  "
+                         + _("peak {size}").format(size=format_size(int(peak))))
         lines.extend(_table(life, rows, style))
     if not lives:
-        lines.append(f"no recorded life of pid {pid} in {database}")
+        lines.append(_("no recorded life of pid {pid} in {database}").format(pid=pid, database=database))
     else:
         lines.append("")
-        lines.append(style.paint(f"from {database}; sparklines share one scale (0 to the highest peak); each row is "
-                                 "the highest memory and SM % in its slice, IDLE the share of its time held idle",
-                                 "dim"))
+        lines.append(style.paint(_("from {database}; sparklines share one scale (0 to the highest peak); each row is "
+                                   "the highest memory and SM % in its slice, {idle} the share of its time held "
+                                   "idle").format(database=database, idle=pgettext("column", "IDLE")), "dim"))
     return "\n".join(lines)
 
 

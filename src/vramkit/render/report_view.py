@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..history.query import WORKLOADS, Coverage, Usage
+from ..i18n import _, pgettext
 from ..procs import sanitize
 from ..procs.workload import describe
 from ..units import format_duration, format_size
@@ -64,7 +65,9 @@ def _table(header: list[str], rows: list[list[str]], right: set[str], style: Sty
     command would get fewer than MIN_COMMAND columns."""
     free = header[-1] not in right
     keep = list(range(len(header) - 1 if free else len(header)))
-    widths = {i: max([cells(header[i])] + [cells(r[i]) for r in rows]) for i in keep}
+    words = headings()
+    shown = [words[h] for h in header]
+    widths = {i: max([cells(shown[i])] + [cells(r[i]) for r in rows]) for i in keep}
     for name in drop:
         if not free or sum(widths[i] + 2 for i in keep) + MIN_COMMAND <= width:
             break
@@ -75,12 +78,28 @@ def _table(header: list[str], rows: list[list[str]], right: set[str], style: Sty
         parts = [pad(values[i], widths[i], header[i] in right) for i in keep]
         return "  ".join([*parts, fit(values[-1], last)] if free else parts).rstrip()
 
-    return [style.paint(line(header), "bold")] + [line(r) for r in rows]
+    return [style.paint(line(shown), "bold")] + [line(r) for r in rows]
+
+
+def headings() -> dict[str, str]:
+    """The report's column headings in the reader's words, by their English names (the keys the
+    table's alignment and dropping go by)."""
+    # Translators: vram report's column headings. GPU-HOURS: hours a GPU was held; GiB-HOURS: memory
+    # held times hours; IDLE HOURS: hours memory was held with no kernel running
+    return {"USER": pgettext("column", "USER"), "GPU": pgettext("column", "GPU"), "PID": pgettext("column", "PID"),
+            "DAY": pgettext("column", "DAY"), "CONTAINER": pgettext("column", "CONTAINER"),
+            "POD": pgettext("column", "POD"), "NAMESPACE": pgettext("column", "NAMESPACE"),
+            "SLURM JOB": pgettext("column", "SLURM JOB"), "GPUS": pgettext("column", "GPUS"),
+            "GPU-HOURS": pgettext("column", "GPU-HOURS"), "GiB-HOURS": pgettext("column", "GiB-HOURS"),
+            "PEAK MEM": pgettext("column", "PEAK MEM"), "IDLE HOURS": pgettext("column", "IDLE HOURS"),
+            "AVG UTIL": pgettext("column", "AVG UTIL"), "FIRST SEEN": pgettext("column", "FIRST SEEN"),
+            "LAST SEEN": pgettext("column", "LAST SEEN"), "OWNER": pgettext("column", "OWNER"),
+            "COMMAND": pgettext("column", "COMMAND"), "PROCESSES": pgettext("column", "PROCESSES"),
+            "HELD (AVG)": pgettext("column", "HELD (AVG)")}
 
 
 _KEY_HEADER = {"user": "USER", "gpu": "GPU", "life": "PID", "day": "DAY", "container": "CONTAINER", "pod": "POD",
                "namespace": "NAMESPACE", "slurm-job": "SLURM JOB"}
-_BY_WORDS = {"life": "process", "slurm-job": "Slurm job"}  # the headline's "usage by ..."
 
 
 def _key(u: Usage, by: str) -> str:
@@ -109,7 +128,7 @@ def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
         if by == "gpu":
             row += [fmt.pct(u.utilization)]
         if by == "life":
-            row += [_local(u.first_seen), _local(u.last_seen), sanitize(describe(u.workload) or "-"),
+            row += [_local(u.first_seen), _local(u.last_seen), sanitize(describe(u.workload, local=True) or "-"),
                     sanitize(u.command or "-")]
         else:
             row += [str(u.lives)]
@@ -123,9 +142,19 @@ def _headline(report: Report) -> list[str]:
     span = report.until - report.since
     cov = report.coverage
     share = 100 * cov.recorded_seconds / span if span > 0 else 0.0
-    by = _BY_WORDS.get(report.by, report.by)
-    return [f"usage by {by}, {_local(report.since)} to {_local(report.until)} ({format_duration(span)})",
-            f"recorded: {format_duration(cov.recorded_seconds)} of it ({share:.0f}%), in {sanitize(report.database)}"]
+    titles = {"user": _("usage by user, {since} to {until} ({span})"),
+              "gpu": _("usage by gpu, {since} to {until} ({span})"),
+              "life": _("usage by process, {since} to {until} ({span})"),
+              "day": _("usage by day, {since} to {until} ({span})"),
+              "container": _("usage by container, {since} to {until} ({span})"),
+              "pod": _("usage by pod, {since} to {until} ({span})"),
+              "namespace": _("usage by namespace, {since} to {until} ({span})"),
+              "slurm-job": _("usage by Slurm job, {since} to {until} ({span})")}
+    return [titles[report.by].format(since=_local(report.since), until=_local(report.until),
+                                     span=format_duration(span)),
+            _("recorded: {recorded} of it ({share}%), in {database}").format(
+                recorded=format_duration(cov.recorded_seconds), share=f"{share:.0f}",
+                database=sanitize(report.database))]
 
 
 def render_report(report: Report, style: Style, width: int) -> str:
@@ -134,25 +163,27 @@ def render_report(report: Report, style: Style, width: int) -> str:
     lines.extend(style.paint(n, "dim") for n in report.notes)
     cov = report.coverage
     if cov.recorded_seconds <= 0 and not report.rows:
-        held = ("the database is empty" if cov.first is None else
-                f"the database holds {_local(cov.first)} to {_local(cov.last)}")
-        lines.append(style.paint(f"no data recorded in this window ({held})", "yellow"))
+        held = (_("no data recorded in this window (the database is empty)") if cov.first is None else
+                _("no data recorded in this window (the database holds {first} to {last})").format(
+                    first=_local(cov.first), last=_local(cov.last)))
+        lines.append(style.paint(held, "yellow"))
         return "\n".join(lines)
     lines.append("")
     if report.rows:
         header, rows, right = _usage_rows(report)
         lines.extend(_table(header, rows, right, style, width, drop=("FIRST SEEN", "OWNER", "LAST SEEN", "GPUS")))
         if report.total_rows > len(report.rows):
-            lines.append(style.paint(f"... {report.total_rows - len(report.rows)} more (--top N shows more)", "dim"))
+            lines.append(style.paint(_("... {n} more (--top N shows more)").format(
+                n=report.total_rows - len(report.rows)), "dim"))
     else:
-        lines.append(style.paint("no process held GPU memory in this window", "dim"))
+        lines.append(style.paint(_("no process held GPU memory in this window"), "dim"))
     if report.by == "gpu":
-        lines.append(style.paint("GPU-hours of a GPU: the time any process held memory on it; peak memory: "
-                                 "the GPU's own reading", "dim"))
+        lines.append(style.paint(_("GPU-hours of a GPU: the time any process held memory on it; peak memory: "
+                                   "the GPU's own reading"), "dim"))
     lines.append("")
-    lines.append(style.paint("top idle holders (memory held while running no kernels of its own)", "bold"))
+    lines.append(style.paint(_("top idle holders (memory held while running no kernels of its own)"), "bold"))
     if not report.idle_holders:
-        lines.append(style.paint("none: no process held memory idle in this window", "dim"))
+        lines.append(style.paint(_("none: no process held memory idle in this window"), "dim"))
     else:
         rows = [[str(u.pid), sanitize(u.user or "?"), u.gpus or "-", _hours(u.idle_seconds),
                  format_size(round(u.memory_byte_seconds / u.idle_seconds) if u.idle_seconds else None),

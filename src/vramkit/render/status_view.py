@@ -4,11 +4,36 @@ followed by who holds memory on it."""
 from __future__ import annotations
 
 from ..gpu_state import Device, Snapshot
+from ..i18n import _, ngettext, pgettext
 from ..units import format_size
 from . import fmt
 from .banner import banner
 from .style import Style, clip
 from .text_width import cells, fit, pad
+
+
+class Words:
+    """The words of a GPU's lines in the reader's language, looked up once per screen (not per GPU
+    or row: `vram status --watch` redraws them every second)."""
+
+    __slots__ = ("mem", "util", "sm", "fan", "enc", "dec", "lost", "label_extra", "flags", "mig", "part",
+                 "no_processes")
+
+    def __init__(self) -> None:
+        # Translators: short labels before a GPU's memory bar, its utilization, a process's own SM use
+        self.mem = pgettext("status", "mem")
+        self.util = pgettext("status", "util")
+        self.sm = pgettext("status", "sm")
+        self.fan = pgettext("status", "fan")
+        self.enc = pgettext("status", "enc")
+        self.dec = pgettext("status", "dec")
+        self.lost = pgettext("status", "LOST")
+        self.mig = pgettext("status", "MIG gi")
+        self.part = pgettext("status", "part")
+        self.no_processes = _("no processes")
+        # the columns the labels take beyond the English ones' (layout() counts those)
+        self.label_extra = cells(self.mem) - 3 + cells(self.util) - 4
+        self.flags = fmt.flag_words()
 
 
 def layout(width: int) -> tuple[int, int, int]:
@@ -21,36 +46,40 @@ def layout(width: int) -> tuple[int, int, int]:
     return max(4, min(16, width - 71)), 0, 14
 
 
-def _extras(dev: Device, video: bool) -> str:
+def _extras(dev: Device, video: bool, words: Words) -> str:
     """After the power: the fan where the GPU has one, and (`video`) the video encoder and decoder
     while either is in use. Nothing for what is N/A: most GPUs have no fan, most never encode."""
-    text = f" fan {fmt.pct(dev.fan):>4}" if dev.fan is not None else ""
+    text = f" {words.fan} {fmt.pct(dev.fan):>4}" if dev.fan is not None else ""
     if video and (dev.encoder_utilization or dev.decoder_utilization):
-        text += f"  enc {fmt.pct(dev.encoder_utilization):>4} dec {fmt.pct(dev.decoder_utilization):>4}"
+        text += (f"  {words.enc} {fmt.pct(dev.encoder_utilization):>4}"
+                 f" {words.dec} {fmt.pct(dev.decoder_utilization):>4}")
     return text
 
 
 MIN_LINE = 80  # a GPU line's columns without its extras: fan and video use show only beyond it
 
 
-def extras_fit(gpus: list[Device], width: int) -> tuple[dict[int, str], int]:
+def extras_fit(gpus: list[Device], width: int, words: Words | None = None) -> tuple[dict[int, str], int]:
     """Each GPU's extras and the columns they take: fan and video use where both fit beside a line
     of MIN_LINE columns, else the fan only, else none; the same columns for every GPU, so the
     bars (which shrink to make room) line up down the page."""
+    words = words or Words()
     for video in (True, False):
-        extras = {g.index: _extras(g, video) for g in gpus if not g.lost}
+        extras = {g.index: _extras(g, video, words) for g in gpus if not g.lost}
         taken = max(map(cells, extras.values()), default=0)
         if width - taken >= MIN_LINE:
             return extras, taken
     return {}, 0
 
 
-def _gpu_line(dev: Device, style: Style, width: int, extras: str = "") -> str:
+def _gpu_line(dev: Device, style: Style, width: int, extras: str, words: Words) -> str:
     """`width`: for the line without `extras`, which go after it."""
     index = style.paint(f"{dev.index:>2}", "bold")
     if dev.lost:
-        return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
+        return f"{index}  {style.paint(words.lost, 'red', 'bold')}  {fmt.reason(dev.error or '')}"
     mem_w, util_w, name_w = layout(width)
+    if words.label_extra:  # longer labels than the English ones: the memory bar gives the room
+        mem_w = max(2, mem_w - words.label_extra)
     frac = fmt.mem_fraction(dev)
     mem_bar = style.bar(frac, mem_w, style.level(frac))
     share = fmt.pct(None if frac is None else 100 * frac)
@@ -58,24 +87,26 @@ def _gpu_line(dev: Device, style: Style, width: int, extras: str = "") -> str:
     util = dev.utilization
     util_bar = (style.bar(None if util is None else util / 100, util_w, "cyan") + " ") if util_w else ""
     name = pad(clip(fmt.short_gpu_name(dev.name), name_w), name_w)
-    return (f"{index}  {name} mem {mem_bar} {style.paint(mem_text, style.level(frac))}"
-            f"  util {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}{extras}")
+    return (f"{index}  {name} {words.mem} {mem_bar} {style.paint(mem_text, style.level(frac))}"
+            f"  {words.util} {util_bar}{fmt.pct(util):>4}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}{extras}")
 
 
-def _mig_lines(dev: Device, style: Style) -> list[str]:
+def _mig_lines(dev: Device, style: Style, words: Words) -> list[str]:
     lines = []
     for m in dev.mig_devices:
         frac = None if m.memory_used is None or not m.memory_total else m.memory_used / m.memory_total
-        label = f"MIG gi {m.gi}" if dev.vendor == "nvidia" else f"part {m.gi}"  # an AMD partition (DPX, CPX)
+        # an AMD partition (DPX, CPX): "part"
+        label = pad(f"{words.mig if dev.vendor == 'nvidia' else words.part} {m.gi}", 9)
         profile = (m.name or "").rsplit(" ", 1)[-1]
-        lines.append(f"      {label:<9} {profile:<9} mem {style.bar(frac, 16, style.level(frac))} "
+        lines.append(f"      {label} {profile:<9} {words.mem} {style.bar(frac, 16, style.level(frac))} "
                      f"{fmt.memory_pair(m.memory_used, m.memory_total)}")
     return lines
 
 
 def processes_unknown(dev: Device) -> str | None:
     """Why NVML could not list this GPU's processes ("no permission", "not supported"), or None
-    when it could: an empty list then is not "no processes"."""
+    when it could: an empty list then is not "no processes". In English (the JSON's): fmt.reason()
+    for people."""
     return None if dev.lost else dev.na.get("processes")
 
 
@@ -88,13 +119,13 @@ def user_width(gpus: list[Device]) -> int:
     return min(USER_MAX, max([USER_W] + [cells(p.user or "?") for dev in gpus for p in dev.processes]))
 
 
-def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False, user_w: int = USER_W) -> list[str]:
+def _holder_lines(dev: Device, style: Style, width: int, wide: bool, user_w: int, words: Words) -> list[str]:
     procs = sorted(dev.processes, key=lambda p: -(p.memory or 0))
     lines = []
     for p in procs:
         user = pad(fit(p.user or "?", user_w), user_w)  # display width: a CJK name is twice its len()
-        flags = fmt.flags(p)
-        flag_text = style.paint(" [" + ",".join(flags) + "]", "yellow") if flags else ""
+        flags = ",".join(words.flags[f] for f in fmt.flags(p))
+        flag_text = style.paint(f" [{flags}]", "yellow") if flags else ""
         owner = fmt.owner(p)
         if owner is not None and not wide:
             owner = fit(owner, fmt.OWNER_MAX)
@@ -103,16 +134,17 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool = False, use
         mig = f" gi{p.mig_gi}" if p.mig_gi is not None else ""
         # sm: the process's own share of the time kernels ran (its GPU's is "util" above)
         head = (f"      {format_size(p.memory):>8}  {user} {fmt.pid(p):>7}{mig}  {fmt.elapsed(p):>7}"
-                f"  sm {fmt.pct(p.sm_utilization):>4}  ")
-        command = p.command if p.command is not None else f"({p.host_missing})"
-        room = width - cells(head) - (len(",".join(flags)) + 3 if flags else 0) - (cells(owner) + 3 if owner else 0)
+                f"  {words.sm} {fmt.pct(p.sm_utilization):>4}  ")
+        command = p.command if p.command is not None else f"({fmt.reason(p.host_missing or '')})"
+        room = width - cells(head) - (cells(flags) + 3 if flags else 0) - (cells(owner) + 3 if owner else 0)
         lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
     lines.extend(style.paint(clip(f"      {note}", width), "yellow") for note in fmt.namespace_notes(procs))
     unknown = processes_unknown(dev)
     if unknown is not None:
-        lines.append(style.paint(f"      processes unknown ({unknown})", "yellow"))
+        lines.append(style.paint("      " + _("processes unknown ({reason})").format(reason=fmt.reason(unknown)),
+                                 "yellow"))
     elif not procs and not dev.lost:
-        lines.append(style.paint("      no processes", "dim"))
+        lines.append(style.paint(f"      {words.no_processes}", "dim"))
     return lines
 
 
@@ -120,7 +152,7 @@ def _holders_by_user(dev: Device) -> str:
     """Who holds memory on a GPU, per user, largest first: 'bob 70.6GiB, alice 2.0GiB'."""
     unknown = processes_unknown(dev)
     if unknown is not None:
-        return f"processes unknown ({unknown})"
+        return _("processes unknown ({reason})").format(reason=fmt.reason(unknown))
     held: dict[str, int] = {}
     for p in dev.processes:
         held[p.user or "?"] = held.get(p.user or "?", 0) + (p.memory or 0)
@@ -129,17 +161,17 @@ def _holders_by_user(dev: Device) -> str:
     return ", ".join(f"{user} {format_size(size)}" for user, size in sorted(held.items(), key=lambda kv: -kv[1]))
 
 
-def _compact_line(dev: Device, style: Style, width: int) -> str:
+def _compact_line(dev: Device, style: Style, width: int, words: Words) -> str:
     """One GPU on one line: index, name, memory used/total and %, utilization, temperature,
     power, and its holders per user (cut to the width; never less than 10 columns of them)."""
     index = style.paint(f"{dev.index:>2}", "bold")
     if dev.lost:
-        return f"{index}  {style.paint('LOST', 'red', 'bold')}  {dev.error}"
+        return f"{index}  {style.paint(words.lost, 'red', 'bold')}  {fmt.reason(dev.error or '')}"
     frac = fmt.mem_fraction(dev)
     share = fmt.pct(None if frac is None else 100 * frac)
     mem_text = f"{fmt.memory_pair(dev.memory_used, dev.memory_total):>14} {share:>4}"
     name = pad(clip(fmt.short_gpu_name(dev.name), 14), 14)
-    head = (f"{fmt.pct(dev.utilization):>4} util  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}  ")
+    head = (f"{fmt.pct(dev.utilization):>4} {words.util}  {fmt.temp(dev.temperature):>5} {fmt.power(dev):>9}  ")
     plain = f"{dev.index:>2}  {name} {mem_text}  {head}"
     holders = clip(_holders_by_user(dev), max(10, width - cells(plain)))
     return f"{index}  {name} {style.paint(mem_text, style.level(frac))}  {head}{holders}"
@@ -151,20 +183,22 @@ def _summary(snap: Snapshot, style: Style) -> str:
     lost = sum(1 for g in snap.gpus if g.lost)
     # A process on four GPUs is one process (snap.processes has a row per process and GPU).
     pids = len({p.pid for p in snap.processes})
-    summary = (f"total {format_size(total_used)} of {format_size(total)} used by "
-               f"{fmt.count(pids, 'process', 'processes')}")
+    summary = ngettext("total {used} of {total} used by {n} process", "total {used} of {total} used by {n} processes",
+                       pids).format(used=format_size(total_used), total=format_size(total), n=pids)
     unknown = sum(1 for g in snap.gpus if processes_unknown(g) is not None)
     if unknown:
-        summary += f" (processes unknown on {fmt.count(unknown, 'GPU')})"
+        summary += ngettext(" (processes unknown on {n} GPU)", " (processes unknown on {n} GPUs)",
+                            unknown).format(n=unknown)
     if lost:
-        summary += style.paint(f"; {fmt.count(lost, 'GPU')} lost", "red")
+        summary += style.paint(ngettext("; {n} GPU lost", "; {n} GPUs lost", lost).format(n=lost), "red")
     return style.paint(summary, "dim")
 
 
 def render_compact(snap: Snapshot, style: Style, width: int, total: int | None = None) -> str:
     """`vram status --compact`: the banner, one line per GPU, the total."""
     lines = [banner(snap, style, width, total)]
-    lines.extend(_compact_line(dev, style, width) for dev in snap.gpus)
+    words = Words()
+    lines.extend(_compact_line(dev, style, width, words) for dev in snap.gpus)
     lines.append(_summary(snap, style))
     return "\n".join(lines)
 
@@ -175,12 +209,13 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
     command; `processes`: the holder lines under each GPU (--no-processes: none)."""
     lines = [banner(snap, style, width, total)]
     user_w = user_width(snap.gpus)
-    extras, taken = extras_fit(snap.gpus, width)
+    words = Words()
+    extras, taken = extras_fit(snap.gpus, width, words)
     for dev in snap.gpus:
-        lines.append(_gpu_line(dev, style, width - taken, extras.get(dev.index, "")))
-        lines.extend(_mig_lines(dev, style))
+        lines.append(_gpu_line(dev, style, width - taken, extras.get(dev.index, ""), words))
+        lines.extend(_mig_lines(dev, style, words))
         if processes:
-            lines.extend(_holder_lines(dev, style, width, wide, user_w))
+            lines.extend(_holder_lines(dev, style, width, wide, user_w, words))
         if dev.health is not None:  # read only under --all; info_view loads only then
             from .info_view import health_lines
 
@@ -192,7 +227,8 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
         na = {k: v for k, v in dev.na.items() if k not in skip}
         if na:
             reasons = sorted(set(na.values()))
-            text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {r}" for r in reasons)
+            # the fields' names are the JSON's (kept in English); the reasons in the reader's words
+            text = "; ".join(f"{', '.join(sorted(k for k in na if na[k] == r))}: {fmt.reason(r)}" for r in reasons)
             lines.append(style.paint(f"      N/A  {text}", "dim"))
     if processes:
         lines.extend(style.paint(clip(note, width), "dim") for note in fmt.workload_notes(snap.processes))
