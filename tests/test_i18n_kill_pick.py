@@ -121,3 +121,17 @@ def test_pick_explain_is_chinese():
     rows = [line for line in lines if re.match(r"\s+\d+\s+0000:", line)]
     assert len(rows) == 8
     assert_columns_line_up(header, rows, 6)
+
+
+def test_wrap_folds_chinese_by_display_width():
+    from vramkit.render.text_width import wrap
+
+    text = ("它已经退出（僵尸进程），无法接收信号；它的父进程是 init（pid 1），本应回收它；在容器中这说明容器的 "
+            "init 不回收子进程（请用 --init 运行容器）。")
+    lines = wrap(text, 30)
+    assert len(lines) > 2 and all(cells(line) <= 30 for line in lines)
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")  # nothing lost, only folded
+    assert not any(line[0] in "，。；：）" for line in lines)  # closing punctuation stays on its line
+    assert "--init" in " ".join(lines).split()  # a Latin word is never cut
+    assert wrap("plain ascii text folds as textwrap does", 12) == ["plain ascii", "text folds", "as textwrap",
+                                                                  "does"]

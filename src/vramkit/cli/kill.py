@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from ..i18n import _, ngettext
+from ..i18n import N_, _, ngettext
 from .commands import COMMANDS
 from .common import Failure, HelpFormatter, UsageError, add_duration, open_for, parse_gpu_list
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["kill"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Signal the processes that hold GPU memory: SIGTERM, wait for them to exit (--timeout),
 report who is still running (--force then sends SIGKILL), and show per GPU how much memory
 was freed and what still holds memory.
@@ -57,7 +57,7 @@ examples:
                                    as root: bob's GPU processes
   vram kill --holders 5150         a process that holds /dev/nvidia* open but NVML does not list
   vram kill 41234 --signal USR1    send another signal (no wait: it does not end the process)
-"""
+""")
 
 
 def _pid(text: str) -> int:
@@ -73,29 +73,30 @@ def _pid(text: str) -> int:
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("kill", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="processes to signal")
-    sel = p.add_argument_group("selecting")
-    sel.add_argument("--gpu", metavar="LIST", help="processes on these GPUs: 0 | 0,2 | 0-3")
-    sel.add_argument("--user", metavar="NAMES", help="processes of these users (comma-separated)")
+    p.add_argument("pids", nargs="*", type=_pid, metavar="PID", help=N_("processes to signal"))
+    sel = p.add_argument_group(N_("selecting"))
+    sel.add_argument("--gpu", metavar="LIST", help=N_("processes on these GPUs: 0 | 0,2 | 0-3"))
+    sel.add_argument("--user", metavar="NAMES", help=N_("processes of these users (comma-separated)"))
     add_duration(sel, "--idle",
-                     help="processes holding memory that ran no kernels for the last DURATION (e.g. 2h), "
+                     help=N_("processes holding memory that ran no kernels for the last DURATION (e.g. 2h), "
                           "answered at once from the history 'vram record' keeps when it watched that "
-                          "whole time; else vram watches from now, up to DURATION, before it asks")
-    sel.add_argument("--db", metavar="PATH", help="the history --idle reads (default: the recorder's; $VRAM_DB)")
-    sel.add_argument("--zombie", action="store_true", help="defunct or orphaned processes holding memory")
+                          "whole time; else vram watches from now, up to DURATION, before it asks"))
+    sel.add_argument("--db", metavar="PATH", help=N_("the history --idle reads (default: the recorder's; $VRAM_DB)"))
+    sel.add_argument("--zombie", action="store_true", help=N_("defunct or orphaned processes holding memory"))
     sel.add_argument("--holders", action="store_true",
-                     help="include processes that hold /dev/nvidia* open but NVML lists no memory for")
-    act = p.add_argument_group("signalling")
-    act.add_argument("--signal", default="TERM", metavar="SIG", help="signal to send (default TERM): name or number")
+                     help=N_("include processes that hold /dev/nvidia* open but NVML lists no memory for"))
+    act = p.add_argument_group(N_("signalling"))
+    act.add_argument("--signal", default="TERM", metavar="SIG",
+                     help=N_("signal to send (default TERM): name or number"))
     add_duration(act, "--timeout", default="10s",
-                 help="how long to wait for each process to exit (default %(default)s)")
-    act.add_argument("--force", action="store_true", help="send SIGKILL to what is still running after the wait")
-    act.add_argument("--all-users", action="store_true", help="as root: other users' processes too")
-    act.add_argument("-y", "--yes", action="store_true", help="do not ask")
+                 help=N_("how long to wait for each process to exit (default %(default)s)"))
+    act.add_argument("--force", action="store_true", help=N_("send SIGKILL to what is still running after the wait"))
+    act.add_argument("--all-users", action="store_true", help=N_("as root: other users' processes too"))
+    act.add_argument("-y", "--yes", action="store_true", help=N_("do not ask"))
     # No -n: it is --count in pick and run; kill's dry run is spelled out.
-    act.add_argument("--dry-run", action="store_true", help="show what would be signalled, signal nothing")
-    p.add_argument("--json", action="store_true", help="print the plan or the results as JSON (needs --yes "
-                   "or --dry-run)")
+    act.add_argument("--dry-run", action="store_true", help=N_("show what would be signalled, signal nothing"))
+    p.add_argument("--json", action="store_true", help=N_("print the plan or the results as JSON (needs --yes "
+                   "or --dry-run)"))
     p.set_defaults(run=run)
 
 

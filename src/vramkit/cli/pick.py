@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import VramkitError
-from ..i18n import _, ngettext
+from ..i18n import N_, _, ngettext
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_duration, open_for
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     Prepared = tuple[Machine, Snapshot, list[CudaDevice], Policy, Visible, LeaseDir]
 
 HELP = COMMANDS["pick"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Choose GPUs by policy and print their ids, ready for CUDA_VISIBLE_DEVICES.
 
 By default a GPU qualifies when at least half its memory is free and it is busy (utilization)
@@ -47,22 +47,22 @@ examples:
   export $(vram pick --format env)          CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=4
   env $(vram pick --format env --hold 2m) python train.py   held 2 minutes or until it shows up
   vram pick --json | jq '.gpus[].uuid'
-"""
+""")
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("policy")
-    g.add_argument("-n", "--count", type=int, default=1, metavar="N", help="how many GPUs (default 1)")
+    g = p.add_argument_group(N_("policy"))
+    g.add_argument("-n", "--count", type=int, default=1, metavar="N", help=N_("how many GPUs (default 1)"))
     g.add_argument("--min-free", "--need", dest="min_free", metavar="SIZE|PCT",
-                   help="free memory each GPU must have: 20GiB, 30GB, or a share of the GPU like 60%% "
-                        "(default 50%%)")
+                   help=N_("free memory each GPU must have: 20GiB, 30GB, or a share of the GPU like 60%% "
+                        "(default 50%%)"))
     g.add_argument("--max-util", metavar="PCT",
-                   help="busiest allowed utilization, 0-100 (default 50; 100 or 'any' for no limit)")
-    g.add_argument("--exclude", metavar="LIST", help="never these: 0,2 | 0-3 | 0/9 (MIG) | GPU-uuid prefix")
-    g.add_argument("--only", metavar="LIST", help="only these (same forms as --exclude)")
+                   help=N_("busiest allowed utilization, 0-100 (default 50; 100 or 'any' for no limit)"))
+    g.add_argument("--exclude", metavar="LIST", help=N_("never these: 0,2 | 0-3 | 0/9 (MIG) | GPU-uuid prefix"))
+    g.add_argument("--only", metavar="LIST", help=N_("only these (same forms as --exclude)"))
     g.add_argument("--prefer", choices=("spread", "pack"), default=None,
-                   help="spread: the emptiest GPUs (default); pack: the fullest that fit")
+                   help=N_("spread: the emptiest GPUs (default); pack: the fullest that fit"))
     g.add_argument("--exclusive", action="store_true", default=None,
-                   help="only GPUs with no other user's process on them")
+                   help=N_("only GPUs with no other user's process on them"))
     # Flags left out take the [pick] defaults of the config file (vram config shows them).
 
 
@@ -70,16 +70,16 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pick", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     add_policy_options(p)
-    out = p.add_argument_group("output")
+    out = p.add_argument_group(N_("output"))
     out.add_argument("--format", choices=("auto", "index", "uuid", "env"), default="auto",
-                     help="auto (default): indices like 4,7, or UUIDs where a GPU in MIG mode or a lost GPU "
+                     help=N_("auto (default): indices like 4,7, or UUIDs where a GPU in MIG mode or a lost GPU "
                           "makes indices unclear; index; uuid: GPU-...; env: CUDA_DEVICE_ORDER=... "
-                          "CUDA_VISIBLE_DEVICES=... (a MIG instance is always named by its UUID)")
-    out.add_argument("--json", action="store_true", help="print JSON: the GPUs, their ids and the environment")
+                          "CUDA_VISIBLE_DEVICES=... (a MIG instance is always named by its UUID)"))
+    out.add_argument("--json", action="store_true", help=N_("print JSON: the GPUs, their ids and the environment"))
     out.add_argument("--explain", action="store_true",
-                     help="show every GPU's verdict and the cuda:N numbering, on stderr")
-    add_duration(p, "--hold", low=0.001, high=24 * 3600, bounds="must be more than 0 seconds and at most 24h",
-                 help="reserve the GPUs for DURATION (e.g. 2m) or until a new process shows up on them")
+                     help=N_("show every GPU's verdict and the cuda:N numbering, on stderr"))
+    add_duration(p, "--hold", low=0.001, high=24 * 3600, bounds=N_("must be more than 0 seconds and at most 24h"),
+                 help=N_("reserve the GPUs for DURATION (e.g. 2m) or until a new process shows up on them"))
     add_wait_option(p)
     p.set_defaults(run=run)
 
@@ -87,9 +87,9 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 def add_wait_option(p: argparse.ArgumentParser) -> None:
     """--wait [DURATION], as pick and run take it: bare (or 'forever'), no limit."""
     add_duration(p, "--wait", nargs="?", const=math.inf, words={"forever": math.inf},
-                 hint="put the command after '--': vram run --wait -- CMD",
-                 help="wait in line until GPUs fit: at most DURATION (e.g. 600, 10m, 2h), or without a value "
-                      "for as long as it takes")
+                 hint=N_("put the command after '--': vram run --wait -- CMD"),
+                 help=N_("wait in line until GPUs fit: at most DURATION (e.g. 600, 10m, 2h), or without a value "
+                      "for as long as it takes"))
 
 
 def parse_wait(value: float | None) -> float | None:

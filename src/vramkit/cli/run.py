@@ -8,7 +8,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from ..i18n import _
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_duration, add_old_spelling, duration_text, help_values
 from .pick import WaitPrinter, acquire_explained, add_policy_options, add_wait_option, parse_wait, prepare
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["run"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Pick GPUs by policy (the same options as vram pick), reserve them, and run CMD on them with
 CUDA_VISIBLE_DEVICES set and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that cuda:0 is the first GPU
 chosen and the numbers match nvidia-smi. CMD runs directly (no shell), gets signals sent to
@@ -37,7 +37,7 @@ examples:
   vram run --wait 2h -n 4 --exclusive -- python big.py      queue for up to 2 hours
   vram run --wait -- ./eval.sh                              queue with no time limit
   vram run --explain --only 4-7 -- python serve.py          show the choice, then run
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
@@ -47,16 +47,16 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     add_policy_options(p)
     add_wait_option(p)
     help_values(add_duration(p, "--lease-timeout", low=0.001, high=24 * 3600,
-                             bounds="must be more than 0 seconds and at most 24h",
-                             help="longest the GPUs stay reserved while CMD has not shown up on them "
-                                  "(default %(lease)s, or $VRAM_LEASE_TIMEOUT)"), lease=_default_lease)
+                             bounds=N_("must be more than 0 seconds and at most 24h"),
+                             help=N_("longest the GPUs stay reserved while CMD has not shown up on them "
+                                  "(default %(lease)s, or $VRAM_LEASE_TIMEOUT)")), lease=_default_lease)
     fmt = p.add_argument("--format", choices=("auto", "index", "uuid"), default="auto",
-                         help="how CUDA_VISIBLE_DEVICES names the GPUs: auto (default): indices, but UUIDs where "
-                              "a GPU in MIG mode or a lost GPU makes indices unclear; index; uuid")
+                         help=N_("how CUDA_VISIBLE_DEVICES names the GPUs: auto (default): indices, but UUIDs where "
+                              "a GPU in MIG mode or a lost GPU makes indices unclear; index; uuid"))
     add_old_spelling(p, "--ids", fmt)
-    p.add_argument("--explain", action="store_true", help="show every GPU's verdict and the numbering first")
-    p.add_argument("-q", "--quiet", action="store_true", help="no status lines from vram on stderr")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to run")
+    p.add_argument("--explain", action="store_true", help=N_("show every GPU's verdict and the numbering first"))
+    p.add_argument("-q", "--quiet", action="store_true", help=N_("no status lines from vram on stderr"))
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help=N_("the command to run"))
     p.set_defaults(run=run)
 
 

@@ -69,6 +69,10 @@ def pad(text: str, width: int, right: bool = False) -> str:
     return room + text if right else text + room
 
 
+# Closing punctuation stays with the character before it: a line never starts with it.
+_NO_LINE_START = frozenset("，。、；：！？）」』】》〉,.;:!?)")
+
+
 def wrap(text: str, width: int) -> list[str]:
     """`text` folded into lines of at most `width` columns (textwrap.wrap counts code points, and
     breaks only at spaces): between words, and between any two wide characters (CJK text has no
@@ -81,7 +85,7 @@ def wrap(text: str, width: int) -> list[str]:
     for c in text:
         last = pieces[-1][-1] if pieces else ""
         starts = not last or char_cells(c) == 2 or char_cells(last) == 2 or (c == " " and last != " ")
-        if starts:
+        if starts and c not in _NO_LINE_START:
             pieces.append(c)
         else:
             pieces[-1] += c
