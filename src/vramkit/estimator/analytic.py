@@ -512,28 +512,32 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
     """(state bytes, temporary bytes at the step, state formula, temp formula) for PyTorch's
     optimizers with the foreach implementation CUDA picks by default."""
     if opt == "adamw":
-        return (2 * pt * wt, pt * wt, f"2 states (exp_avg, exp_avg_sq) × {pt:,} params × {wt:g} B",
-                f"foreach AdamW's sqrt(exp_avg_sq) temporary: {pt:,} × {wt:g} B")
+        return (2 * pt * wt, pt * wt,
+                _("2 states (exp_avg, exp_avg_sq) × {params:,} params × {bytes:g} B").format(params=pt, bytes=wt),
+                _("foreach AdamW's sqrt(exp_avg_sq) temporary: {params:,} × {bytes:g} B").format(params=pt, bytes=wt))
     if opt == "sgd":
-        return 0, 0, "plain SGD keeps no state", "none"
+        return 0, 0, _("plain SGD keeps no state"), _("none")
     if opt == "none":
-        return 0, 0, "no optimizer: a backward pass only (the gradients are kept)", "none"
+        return 0, 0, _("no optimizer: a backward pass only (the gradients are kept)"), _("none")
     if opt == "paged-adamw":  # cudaMallocManaged pages: outside the caching allocator and its counters
-        return 0, 0, (f"bitsandbytes PagedAdamW: 2 fp32 states × {pt:,} params in CUDA unified memory, outside "
-                      f"the caching allocator ({fmt(8 * pt)}; nvidia-smi counts the pages resident on the GPU)"), \
-            "fused kernel, none"
+        return 0, 0, _("bitsandbytes PagedAdamW: 2 fp32 states × {params:,} params in CUDA unified memory, outside "
+                       "the caching allocator ({size}; nvidia-smi counts the pages resident on the GPU)").format(
+            params=pt, size=fmt(8 * pt)), _("fused kernel, none")
     if opt == "sgd-momentum":
-        return pt * wt, 0, f"momentum buffer: {pt:,} × {wt:g} B", "none"
+        return pt * wt, 0, _("momentum buffer: {params:,} × {bytes:g} B").format(params=pt, bytes=wt), _("none")
     if opt in TORCHAO_STATES:
         return _torchao_states(opt, pt, wt, p, lora)
     if opt == "adafactor":
         n = p.adafactor_state if not lora else pt // 50
-        return (n * wt, pt * wt, f"factored second moment (rows + columns per matrix): {n:,} × {wt:g} B",
-                f"foreach Adafactor's full-size variance estimate: {pt:,} × {wt:g} B")
+        return (n * wt, pt * wt,
+                _("factored second moment (rows + columns per matrix): {params:,} × {bytes:g} B").format(
+                    params=n, bytes=wt),
+                _("foreach Adafactor's full-size variance estimate: {params:,} × {bytes:g} B").format(
+                    params=pt, bytes=wt))
     # bitsandbytes 8-bit AdamW: two uint8 states + an fp32 absmax per 256-value block
     big = sum(x for x in (pt,) if x)
-    return (2 * big + 2 * big * 4 / 256, 0, f"2 uint8 states + fp32 absmax per 256: {pt:,} × 2.03 B",
-            "fused kernel, none")
+    return (2 * big + 2 * big * 4 / 256, 0,
+            _("2 uint8 states + fp32 absmax per 256: {params:,} × 2.03 B").format(params=pt), _("fused kernel, none"))
 
 
 def _with_stack(spec: ModelSpec, setup: Setup | None, options: dict[str, Any]) -> Setup:
@@ -636,28 +640,31 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
                              " (a bare count: the 16-bit embeddings and lm_head are not known)")
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     elif not train and setup.precision != "fp32":
-        terms.append(Term(N_("weights"), P * 2 // tp, f"{P:,} params × 2 B (16-bit for inference)", "weights"))
+        terms.append(Term(N_("weights"), P * 2 // tp,
+                          _("{params:,} params × 2 B (16-bit for inference)").format(params=P), "weights"))
     elif setup.fsdp:
         terms.append(Term(N_("weights"), 0 if setup.offload_params else int(P * dt.w) // dp,
-                          "in CPU memory (FSDP CPUOffload)" if setup.offload_params else
-                          f"{P:,} params × {dt.w:g} B / {dp} GPUs (FSDP full shard)", "weights"))
+                          _("in CPU memory (FSDP CPUOffload)") if setup.offload_params else
+                          _("{params:,} params × {bytes:g} B / {gpus} GPUs (FSDP full shard)").format(
+                              params=P, bytes=dt.w, gpus=dp), "weights"))
         if not spec.bare:  # a bare count has no layers to gather
             terms.append(_fsdp_gathered(p, dt.w))
     elif deepspeed:
         w16 = 4 if setup.precision == "fp32" else 2
         shard = dp if setup.zero == 3 else 1
         wbytes = 0 if setup.offload_params else P * w16 // tp // shard
-        terms.append(Term(N_("weights"), wbytes, "in CPU memory (ZeRO-3 parameter offload)" if setup.offload_params else
-                          f"{P:,} params × {w16} B" + (f" / {shard} GPUs (ZeRO-3)" if shard > 1 else "")
+        terms.append(Term(N_("weights"), wbytes, _("in CPU memory (ZeRO-3 parameter offload)") if setup.offload_params
+                          else (_("{params:,} params × {bytes} B / {gpus} GPUs (ZeRO-3)") if shard > 1 else
+                                _("{params:,} params × {bytes} B")).format(params=P, bytes=w16, gpus=shard)
                           + (f" / tp {tp}" if tp > 1 else ""), "weights"))
         if setup.zero == 3 and not spec.bare:  # a bare count has no layers to gather
             terms += _zero3_gathered(p, setup, w16, tp, shard)
     else:
         kept_as = {4: "fp32", 2: "bf16" if setup.precision.startswith("bf16") else "fp16"}.get(int(dt.w), "")
         if dt.mixed and dt.w == 4:  # mixed precision keeps fp32 master weights; autocast makes 16-bit copies
-            kept_as = f"fp32 master weights, {setup.precision} compute"
-        terms.append(Term(N_("weights"), int(P * dt.w) // tp, f"{P:,} params × {dt.w:g} B ({kept_as})"
-                          + (f" / tp {tp}" if tp > 1 else ""), "weights"))
+            kept_as = _("fp32 master weights, {precision} compute").format(precision=setup.precision)
+        terms.append(Term(N_("weights"), int(P * dt.w) // tp, _("{params:,} params × {bytes:g} B ({dtype})").format(
+            params=P, bytes=dt.w, dtype=kept_as) + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     bottleneck, virtual = adapter_params(spec, setup.adapter, setup.prefix_len)
     aw = 4 if setup.precision != "bf16-pure" else 2
     lw = 2 if setup.precision == "bf16-pure" and setup.adapter_dtype == "16bit" else 4  # LoRA's weights
@@ -667,19 +674,23 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         zero3_lw = (4 if setup.precision == "fp32" else 2) if setup.zero == 3 else lw
         shards = dp if setup.zero == 3 or setup.fsdp else 1
         on_gpu = 0 if setup.fsdp and setup.offload_params else p.lora * zero3_lw // shards
-        terms.append(Term(N_("LoRA adapters"), on_gpu, f"rank {setup.lora} on {'/'.join(_targets(spec, setup))}: "
-                          f"{p.lora:,} params × {zero3_lw} B"
-                          + (" (fp32 on a 16-bit base: PEFT's autocast_adapter_dtype)" if zero3_lw == 4 and aw == 2
-                             else "")
-                          + (f" / {shards} GPUs" if shards > 1 else "")
-                          + (" (on the CPU: FSDP CPUOffload)" if setup.fsdp and setup.offload_params else ""),
-                          "weights"))
+        lora_f = _("rank {rank} on {targets}: {params:,} params × {bytes} B").format(
+            rank=setup.lora, targets="/".join(_targets(spec, setup)), params=p.lora, bytes=zero3_lw)
+        if zero3_lw == 4 and aw == 2:
+            lora_f = _("{formula} (fp32 on a 16-bit base: PEFT's autocast_adapter_dtype)").format(formula=lora_f)
+        if shards > 1:
+            lora_f = _("{formula} / {gpus} GPUs").format(formula=lora_f, gpus=shards)
+        if setup.fsdp and setup.offload_params:
+            lora_f = _("{formula} (on the CPU: FSDP CPUOffload)").format(formula=lora_f)
+        terms.append(Term(N_("LoRA adapters"), on_gpu, lora_f, "weights"))
     if bottleneck:
-        terms.append(Term(N_("bottleneck adapters"), bottleneck * aw, f"2 a layer, h→{setup.adapter}→h with biases: "
-                          f"{bottleneck:,} params × {aw} B", "weights"))
+        terms.append(Term(N_("bottleneck adapters"), bottleneck * aw, _(
+            "2 a layer, h→{width}→h with biases: {params:,} params × {bytes} B").format(
+                width=setup.adapter, params=bottleneck, bytes=aw), "weights"))
     if virtual:
-        terms.append(Term(N_("prefix (virtual tokens)"), virtual * aw, f"{setup.prefix_len} keys and values a layer: "
-                          f"{virtual:,} params × {aw} B", "weights"))
+        terms.append(Term(N_("prefix (virtual tokens)"), virtual * aw, _(
+            "{tokens} keys and values a layer: {params:,} params × {bytes} B").format(
+                tokens=setup.prefix_len, params=virtual, bytes=aw), "weights"))
     buffer = None if spec.bare else model_buffers(spec)
     if buffer:  # allocated with the model, training or not
         terms.append(Term(*buffer, "weights"))
@@ -693,8 +704,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     G, Opt, T_opt = _model_states(spec, setup, p, pt, wt, lora, dp, terms, notes)
     terms += [G, Opt, T_opt]
     if setup.gpus > 1 and dp > 1 and not deepspeed and not setup.fsdp and setup.parallel == "ddp":
-        terms.append(Term(N_("DDP gradient buckets"), G.bytes, "a flat copy of the gradients for all-reduce "
-                          "(gradient_as_bucket_view=True removes it)", "overhead", lifetime="step"))
+        terms.append(Term(N_("DDP gradient buckets"), G.bytes, _("a flat copy of the gradients for all-reduce "
+                                                                 "(gradient_as_bucket_view=True removes it)"),
+                          "overhead", lifetime="step"))
 
     if spec.bare:
         notes.append(_("activations not counted: a bare parameter count has no shape"))
@@ -705,8 +717,9 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
     acts = _step_terms(spec, setup, p, dt, seq, s_dec, lora, wt, lw, aw, terms)
     if setup.gpus > 1 and setup.parallel == "dp" and not deepspeed and not setup.fsdp:
         extra = (dp - 1) * (acts.logits * (dt.x + 8) if acts.logits else b * spec.hidden * 4) // tp + G.bytes
-        terms.append(Term(N_("DataParallel extra on GPU 0"), extra, f"outputs of {dp - 1} other replicas gathered "
-                          "(+ their loss gradients) and the gradient reduction buffer", "overhead", lifetime="step"))
+        terms.append(Term(N_("DataParallel extra on GPU 0"), extra, _(
+            "outputs of {replicas} other replicas gathered (+ their loss gradients) and the gradient reduction "
+            "buffer").format(replicas=dp - 1), "overhead", lifetime="step"))
         notes.append(_("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less"))
     if lora:
         bnb = bool(setup.quant) and setup.quant_backend == "bitsandbytes"
@@ -765,21 +778,23 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
             kept -= n_dec * b * seq * spec.hidden * dt.r  # ... which is one shared tensor
         a_total = kept + outside
         recompute = max(acts.layer, acts.dec_layer)
-        act_f = (f"{n_enc + n_dec} layer inputs kept (b·s·h·{dt.r} B = {fmt(acts.ckpt_layer)} each) + "
-                 f"outside the layers {fmt(outside)}")
+        act_f = _("{layers} layer inputs kept (b·s·h·{bytes} B = {each} each) + outside the layers {outside}").format(
+            layers=n_enc + n_dec, bytes=dt.r, each=fmt(acts.ckpt_layer), outside=fmt(outside))
     else:
         a_total = n_enc * acts.layer + n_dec * acts.dec_layer + outside + acts.layer_adjust
         recompute = 0
-        act_f = (f"{n_enc} layers × {fmt(acts.layer)}" + (f" + {n_dec} decoder layers × {fmt(acts.dec_layer)}"
-                 if n_dec else "") + f" + outside the layers {fmt(outside)}")
+        act_f = (_("{layers} layers × {each} + {decoder} decoder layers × {decoder_each} + outside the layers "
+                   "{outside}") if n_dec else _("{layers} layers × {each} + outside the layers {outside}")).format(
+            layers=n_enc, each=fmt(acts.layer), decoder=n_dec, decoder_each=fmt(acts.dec_layer), outside=fmt(outside))
     if setup.offload_activations:
         # torchtune's OffloadActivations (saved_tensors_hooks): each saved tensor of 1 KiB or more goes to pinned
         # CPU memory as the forward makes it and comes back as backward needs it; on streams a layer's copies wait
         # for the next layer's compute, so about two layers' saved tensors are on the GPU at a time
         per_layer = acts.ckpt_layer if setup.checkpointing else max(acts.layer, acts.dec_layer)
         on_gpu = min(int(a_total), 2 * per_layer + outside)
-        act_f = (f"activation offloading: 2 layers' saved tensors in flight (2 × {fmt(per_layer)}) + outside the "
-                 f"layers {fmt(outside)} on the GPU; the other {fmt(int(a_total) - on_gpu)} in pinned CPU memory")
+        act_f = _("activation offloading: 2 layers' saved tensors in flight (2 × {each}) + outside the layers "
+                  "{outside} on the GPU; the other {rest} in pinned CPU memory").format(
+            each=fmt(per_layer), outside=fmt(outside), rest=fmt(int(a_total) - on_gpu))
         a_total = on_gpu
     # saved from the forward until backward uses them; those outside the layers (the head's, the final norm's) are
     # used and freed before the first checkpointed layer is recomputed
@@ -790,7 +805,8 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
     if wrote_copies:  # cached by autocast for the forward; with checkpointing only the head's outlive it
         cast_copies = 2 * p.cast // tp
         terms.append(Term(N_("autocast 16-bit weight copies"), cast_copies,
-                          f"{p.cast:,} matmul params × 2 B, cached for the forward and kept for backward",
+                          _("{params:,} matmul params × 2 B, cached for the forward and kept for backward").format(
+                              params=p.cast),
                           "transient", lifetime=("forward end", "backward start"),
                           sizes={"backward start": 2 * p.head_cast // tp} if setup.checkpointing else {}))
     # LitGPT's chunked lm_head + cross-entropy: the fp32 copy and the loss gradient one chunk at a time
@@ -798,8 +814,9 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
         s_dec or seq)
     fwd_logits = (dt.x * acts.logits + (4 * chunk_logits if dt.x != 4 else 0)) // tp
     if fwd_logits:
-        terms.append(Term(N_("logits + fp32 copy (loss forward)"), fwd_logits, f"{acts.logits:,} logits × {dt.x} B"
-                          + (f" + their fp32 copy for the loss, {chunk_logits:,} × 4 B" if dt.x != 4 else "")
+        logits_f = (_("{logits:,} logits × {bytes} B + their fp32 copy for the loss, {chunk:,} × 4 B") if dt.x != 4
+                    else _("{logits:,} logits × {bytes} B")).format(logits=acts.logits, bytes=dt.x, chunk=chunk_logits)
+        terms.append(Term(N_("logits + fp32 copy (loss forward)"), fwd_logits, logits_f
                           + (f" / tp {tp}" if tp > 1 else ""), "transient", lifetime=("forward end",)))
     logits_extra = 8 * chunk_logits // tp
     # Backward of one layer holds the gradients of its largest activations for a moment (e.g.
@@ -814,24 +831,30 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
     # gelu_new's backward runs a chain of fp32 ops, each gradient beside the next (traced)
     recompute_bwd = layer_bwd if spec.ffn == "gelu-new" else layer_bwd // 2
     in_recompute = setup.checkpointing and not lora  # a frozen base's recompute has terms of its own (below)
-    terms.append(Term(N_("backward temporaries"), layer_bwd, f"2 × the largest gradient of one layer: "
-                      f"max(b·s·i·{gx}, b·a·s²·{sm}" + (" (eager)" if scores else " (0 with flash)")
-                      + f", b·s·h·{dt.r}) = {fmt(layer_bwd // 2)}", "transient",
+    bwd_f = (_("2 × the largest gradient of one layer: max(b·s·i·{ffn}, b·a·s²·{scores} (eager), b·s·h·{hidden}) = "
+               "{largest}") if scores else
+             _("2 × the largest gradient of one layer: max(b·s·i·{ffn}, b·a·s²·{scores} (0 with flash), b·s·h·{hidden})"
+               " = {largest}")).format(ffn=gx, scores=sm, hidden=dt.r, largest=fmt(layer_bwd // 2))
+    terms.append(Term(N_("backward temporaries"), layer_bwd, bwd_f, "transient",
                       lifetime=("backward start", "recompute") if in_recompute else ("backward start",),
                       sizes={"backward start": 0 if loss_first else layer_bwd, "recompute": recompute_bwd}))
     if logits_extra:
         terms.append(Term(N_("loss-gradient transients (fp32)"), logits_extra,
-                          f"grad of log-softmax + grad of logits: {chunk_logits:,} logits × 8 B"
-                          + (f" (one chunk of {setup.ce_chunk} tokens)" if setup.ce_chunk else ""), "transient",
+                          (_("grad of log-softmax + grad of logits: {logits:,} logits × 8 B (one chunk of {tokens} "
+                             "tokens)") if setup.ce_chunk else
+                           _("grad of log-softmax + grad of logits: {logits:,} logits × 8 B")).format(
+                              logits=chunk_logits, tokens=setup.ce_chunk), "transient",
                           lifetime=("backward start",), sizes={} if loss_first else {"backward start": 0}))
     if setup.checkpointing:
         recast = dt.mixed and not setup.quant  # bitsandbytes' weights are not autocast's to cast
         terms.append(Term(N_("recomputed layer"), recompute + (2 * p.layer_cast // tp if recast else 0),
-                          f"one layer's activations rebuilt in backward: {fmt(recompute)}"
-                          + (" + its 16-bit weights" if recast else ""), "transient", lifetime=("recompute",)))
+                          (_("one layer's activations rebuilt in backward: {size} + its 16-bit weights") if recast
+                           else _("one layer's activations rebuilt in backward: {size}")).format(size=fmt(recompute)),
+                          "transient", lifetime=("recompute",)))
         if in_recompute:
             terms.append(Term(N_("gradients (head and one layer)"), int(p.largest_layer * wt) // tp,
-                              f"the gradients written by then: the largest layer's, {p.largest_layer:,} × {wt:g} B"
+                              _("the gradients written by then: the largest layer's, {params:,} × {bytes:g} B").format(
+                                  params=p.largest_layer, bytes=wt)
                               + (f" / tp {tp}" if tp > 1 else ""), "gradients", lifetime=("recompute",)))
         else:  # a frozen base: no weight gradients at the recompute, but the rebuilt layer's activation
             # gradients beside its saved tensors (traced, HF llama/qwen3 + PEFT, b1 s32 to b2 s1024): the layer
@@ -906,10 +929,12 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
             for name, size, formula in inference_held(spec, b, seq, dti, flash):
                 terms.append(Term(name, size, formula, "transient"))
             ws = inference_working_set(spec, b, seq, dti, flash, tp)
-            terms.append(Term(N_("forward temporaries"), ws, "largest layer working set: residual + norm, q/k/v, "
-                              + ("attention scores, " if setup.attention == "eager" else "")
-                              + "feed-forward inner (no-grad forward)" + hf_inference_note(spec, flash),
-                              "transient"))
+            working = (_("largest layer working set: residual + norm, q/k/v, attention scores, feed-forward inner "
+                         "(no-grad forward)") if setup.attention == "eager" else
+                       _("largest layer working set: residual + norm, q/k/v, feed-forward inner (no-grad forward)"))
+            held = hf_inference_note(spec, flash)
+            terms.append(Term(N_("forward temporaries"), ws, _("{formula}; {held}").format(formula=working, held=held)
+                              if held else working, "transient"))
         if spec.head == "lm":
             size, formula = prefill_logits(spec, b, s_dec or seq, x, setup.all_logits)  # T5: the decoder's
             terms.append(Term(N_("logits (every position)") if setup.all_logits else N_("logits (last token, fp32)"),
@@ -967,32 +992,39 @@ def _model_states(spec: ModelSpec, setup: Setup, p: Params, pt: int, wt: float, 
             o = 0
             g = min(g, 2 * p.largest * w16)
             notes.append(_("ZeRO-Offload: optimizer states and fp32 master weights live in CPU memory"))
-        grad_f = f"{pt:,} × {w16} B" + (f" / {gshard} GPUs" if gshard > 1 else "")
-        opt_f = (f"K={k_opt} B/param (ZeRO paper: fp32 master + states) × {pt:,}" + (
-            f" / {oshard} GPUs" if oshard > 1 else "") if not setup.offload else "offloaded to CPU")
+        grad_f = f"{pt:,} × {w16} B"
+        if gshard > 1:
+            grad_f = _("{formula} / {gpus} GPUs").format(formula=grad_f, gpus=gshard)
+        opt_f = _("K={k} B/param (ZeRO paper: fp32 master + states) × {params:,}").format(k=k_opt, params=pt)
+        if oshard > 1:
+            opt_f = _("{formula} / {gpus} GPUs").format(formula=opt_f, gpus=oshard)
+        if setup.offload:
+            opt_f = _("offloaded to CPU")
         tmp = 0
-        tmp_f = "DeepSpeed's fused optimizer: none counted"
+        tmp_f = _("DeepSpeed's fused optimizer: none counted")
         terms.append(replace(_zero_buckets(setup, pt, w16), lifetime="step"))
     else:
         g = int(pt * wt)
         o, tmp, opt_f, tmp_f = _optimizer(setup.optimizer, pt, wt, p, lora)
         if setup.fused and setup.optimizer == "adamw":  # torch._fused_adamw_: every state updated in place
-            tmp, tmp_f = 0, "fused AdamW (torch._fused_adamw_, one kernel over each parameter): none"
+            tmp, tmp_f = 0, _("fused AdamW (torch._fused_adamw_, one kernel over each parameter): none")
         elif setup.optimizer in TORCHAO_STATES:  # a parameter at a time already
             pass
         elif not setup.foreach and tmp:  # one parameter at a time: the largest one's temporaries
             # _single_tensor_adamw: exp_avg_sq.sqrt() and its quotient by the bias correction, both alive
             n = (2 if setup.optimizer == "adamw" else 1) * min(pt, p.largest)
             tmp = n * wt
-            tmp_f = (f"for-loop {setup.optimizer} (one parameter at a time): the largest tensor's temporaries, "
-                     f"{n:,} × {wt:g} B")
+            tmp_f = _("for-loop {optimizer} (one parameter at a time): the largest tensor's temporaries, "
+                      "{params:,} × {bytes:g} B").format(optimizer=setup.optimizer, params=n, bytes=wt)
         elif setup.foreach_denom_copy and setup.optimizer == "adamw":
-            tmp, tmp_f = 2 * tmp, tmp_f + " + its copy with eps added (PyTorch 2.0's foreach Adam: denom)"
-        grad_f = f"{pt:,} trainable params × {wt:g} B"
+            tmp, tmp_f = 2 * tmp, _("{formula} + its copy with eps added (PyTorch 2.0's foreach Adam: denom)").format(
+                formula=tmp_f)
+        grad_f = _("{params:,} trainable params × {bytes:g} B").format(params=pt, bytes=wt)
         if setup.fsdp:  # sharded like the parameters, or with them on the CPU
-            sharded = " (on the CPU: FSDP CPUOffload)" if setup.offload_params else f" / {dp} GPUs (FSDP)"
+            sharded = (_("{formula} (on the CPU: FSDP CPUOffload)") if setup.offload_params else
+                       _("{formula} / {gpus} GPUs (FSDP)"))
             g, o, tmp = (0, 0, 0) if setup.offload_params else (g // dp, o / dp, tmp / dp)
-            grad_f, opt_f, tmp_f = grad_f + sharded, opt_f + sharded, tmp_f + sharded
+            grad_f, opt_f, tmp_f = (sharded.format(formula=f, gpus=dp) for f in (grad_f, opt_f, tmp_f))
             if not spec.bare:
                 terms.append(_fsdp_unit_gradient(spec, p, pt if lora else 0, wt, dp))
     if setup.optimizer_in_backward:
@@ -1000,11 +1032,12 @@ def _model_states(spec: ModelSpec, setup: Setup, p: Params, pt: int, wt: float, 
         # then drops the gradient: one parameter's gradient and its step's temporaries at a time, inside backward
         one = min(pt, p.largest)
         g = one * wt
-        grad_f = (f"optimizer in backward: each gradient stepped and freed as it is accumulated, the largest "
-                  f"{one:,} × {wt:g} B")
+        grad_f = _("optimizer in backward: each gradient stepped and freed as it is accumulated, the largest "
+                   "{params:,} × {bytes:g} B").format(params=one, bytes=wt)
         if tmp:
             tmp = min(tmp, (2 if setup.foreach_denom_copy else 1) * one * wt)
-            tmp_f = f"one parameter's step at a time (its own optimizer): {one:,} × {wt:g} B"
+            tmp_f = _("one parameter's step at a time (its own optimizer): {params:,} × {bytes:g} B").format(
+                params=one, bytes=wt)
     # the gradients live from backward to the optimizer step; later micro-steps run with them held, and so does
     # every step when zero_grad keeps them; zeroed before backward, they are in the next forward too (not the first)
     held = setup.grad_accum > 1 or not setup.zero_grad_to_none
@@ -1221,13 +1254,17 @@ def _targets(spec: ModelSpec, setup: Setup) -> tuple[str, ...]:
 
 def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int, s_dec: int = 0) -> str:
     if spec.encoder_decoder:
-        return f"2 × {spec.decoder_layers} layers × {b} × ({s_dec or s} self + {s} cross) × {spec.inner} × {x} B"
+        return _("2 × {layers} layers × {batch} × ({self_len} self + {cross_len} cross) × {inner} × {bytes} B").format(
+            layers=spec.decoder_layers, batch=b, self_len=s_dec or s, cross_len=s, inner=spec.inner, bytes=x)
     window = spec.sliding_window and s > spec.sliding_window
-    tokens = f"{s} tokens (all of the prefill; {spec.sliding_window} once decoding goes on: the sliding window)" \
-        if window else f"{s} tokens"
-    return (f"2 (k,v) × {spec.layers} layers × {b} × {tokens} × {spec.kv_heads} kv-heads"
-            + (" (multi-query)" if spec.kv_heads == 1 else " (grouped-query)" if spec.kv_heads < spec.heads else "")
-            + f" × {spec.head_dim} × {x} B" + (f" / tp {tp}" if tp > 1 else ""))
+    tokens = _("{tokens} tokens (all of the prefill; {window} once decoding goes on: the sliding window)").format(
+        tokens=s, window=spec.sliding_window) if window else _("{tokens} tokens").format(tokens=s)
+    heads = (_("{heads} kv-heads (multi-query)") if spec.kv_heads == 1 else
+             _("{heads} kv-heads (grouped-query)") if spec.kv_heads < spec.heads else
+             _("{heads} kv-heads")).format(heads=spec.kv_heads)
+    return (_("2 (k,v) × {layers} layers × {batch} × {tokens} × {heads} × {head_dim} × {bytes} B").format(
+        layers=spec.layers, batch=b, tokens=tokens, heads=heads, head_dim=spec.head_dim, bytes=x)
+        + (f" / tp {tp}" if tp > 1 else ""))
 
 
 def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: list[Term],
@@ -1241,25 +1278,27 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
     breakdown = {k: v for k, v in moments[peak_moment].items() if v}
     if workspaces:
         breakdown["cuBLAS workspaces"] = workspaces
-        terms = terms + [Term(N_("cuBLAS workspaces"), workspaces, "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB "
-                              "each on Hopper), kept in the caching allocator from the first matmul", "overhead")]
+        terms = terms + [Term(N_("cuBLAS workspaces"), workspaces, _(
+            "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB each on Hopper), kept in the caching allocator from the "
+            "first matmul"), "overhead")]
     reserved = round_segments(int(peak * (1 + setup.fragmentation)))
     context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
     terms = terms + [
-        Term(N_("allocator overhead"), reserved - peak, f"caching allocator: {setup.fragmentation:.0%} fragmentation "
-             f"over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
+        Term(N_("allocator overhead"), reserved - peak, _(
+            "caching allocator: {share:.0%} fragmentation over the peak, rounded up to 2 MiB segments "
+            "(estimate)").format(share=setup.fragmentation), "overhead"),
         Term(N_("CUDA context"), context, ("--context-overhead" if setup.context_overhead is not None else
-             f"default for CUDA {setup.cuda:g}: " + ("lazy module loading" if setup.cuda >= 11.7
-                                                        else "eager module loading")), "overhead")]
+             (_("default for CUDA {version:g}: lazy module loading") if setup.cuda >= 11.7
+              else _("default for CUDA {version:g}: eager module loading")).format(version=setup.cuda)), "overhead")]
     breakdown["allocator overhead"] = reserved - peak
     loaded = reserved_by_loading(spec, setup)
     if setup.loading:
         notes.append(_("{loader} loading leaves {size} reserved (its segments stay cached); reserved is the larger "
                        "of that and the step's").format(loader=setup.loading, size=fmt(loaded)))
     if loaded > reserved:  # the allocator keeps what loading reserved: the step runs in those segments
-        terms.insert(-1, Term(N_("cached since loading"), loaded - reserved, f"{setup.loading}'s model build and "
-                          f"checkpoint load leave {fmt(loaded)} reserved (a replay through the caching allocator; "
-                          "no empty_cache), more than the step needs", "overhead"))
+        terms.insert(-1, Term(N_("cached since loading"), loaded - reserved, _(
+            "{loader}'s model build and checkpoint load leave {size} reserved (a replay through the caching allocator; "
+            "no empty_cache), more than the step needs").format(loader=setup.loading, size=fmt(loaded)), "overhead"))
         breakdown["cached since loading"] = loaded - reserved
         reserved = loaded
     breakdown["CUDA context"] = context

@@ -296,25 +296,27 @@ def _attention(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, keeps: froze
     kv_inner = spec.kv_width or inner
     out: list[tuple[str, int]] = []
     if cross:  # q reads the decoder stream; k and v the encoder output (counted once, outside)
-        out.append(("cross-attention query input", _lin_in(tq, spec.hidden, 1, dt, "q" in keeps)))
+        out.append((_("cross-attention query input"), _lin_in(tq, spec.hidden, 1, dt, "q" in keeps)))
     else:
         k = int(bool(keeps & {"q", "k", "v"})) if spec.fused_qkv or fused else len(keeps & {"q", "k", "v"})
-        out.append(("q/k/v projection input" + (" (16-bit casts)" if dt.mixed else ""),
+        out.append((_("q/k/v projection input (16-bit casts)") if dt.mixed else _("q/k/v projection input"),
                     _lin_in(tq, spec.hidden, k, dt)))
     if spec.qk_norm:  # Qwen3's per-head RMSNorm of q and k: fp32 input, normalised copy, rstd per head
         heads = spec.heads + spec.kv_heads
-        out.append(("q/k norms", tq * heads * spec.head_dim * (4 + (0 if frozen else dt.x)) // t + tq * heads * 4 // t))
+        out.append((_("q/k norms"),
+                    tq * heads * spec.head_dim * (4 + (0 if frozen else dt.x)) // t + tq * heads * 4 // t))
     if flash:
-        out.append(("q, k, v, output kept by the fused attention kernel",
+        out.append((_("q, k, v, output kept by the fused attention kernel"),
                     (tq * inner + 2 * tk * kv_inner + tq * inner) * dt.x // t + b * a * sq * 4 // t))
     else:
-        out.append(("q, kᵀ, v copies for the two matmuls", (tq * inner + 2 * tk * kv_inner) * dt.x // t))
-        out.append((f"attention scores: softmax + dropout + probs ({_softmax_bytes(spec, dt)} B/elem)",
+        out.append((_("q, kᵀ, v copies for the two matmuls"), (tq * inner + 2 * tk * kv_inner) * dt.x // t))
+        out.append((_("attention scores: softmax + dropout + probs ({bytes} B/elem)").format(
+                        bytes=_softmax_bytes(spec, dt)),
                     b * a * sq * sk * _softmax_bytes(spec, dt) // t))
     if "o" in keeps:
-        out.append(("attention context (output-projection input)", tq * inner * dt.x // t))
+        out.append((_("attention context (output-projection input)"), tq * inner * dt.x // t))
     if spec.hidden_dropout > 0:
-        out.append(("dropout mask after attention", tq * spec.hidden))
+        out.append((_("dropout mask after attention"), tq * spec.hidden))
     return out
 
 
@@ -322,35 +324,41 @@ def _ffn(spec: ModelSpec, tokens: int, dt: Dtypes, keeps: frozenset[str], tp: in
     i = spec.intermediate
     gated = spec.ffn in ("swiglu", "gated-gelu")
     down = "down" in keeps
-    routed = ""
+    routed = 0  # experts a token is routed to
     out: list[tuple[str, int]] = []
     if spec.moe:  # HF's Mixtral loop: each expert reads an indexed copy of its tokens' states, its
         # weighted output is kept for the routing weight's gradient; router logits and probabilities
-        out.append(("router logits and softmax (fp32)", tokens * spec.experts * (dt.x + 4 + 4) // tp))
-        out.append((f"expert inputs and weighted outputs (top {spec.top_k})",
+        out.append((_("router logits and softmax (fp32)"), tokens * spec.experts * (dt.x + 4 + 4) // tp))
+        out.append((_("expert inputs and weighted outputs (top {experts})").format(experts=spec.top_k),
                     tokens * spec.top_k * spec.hidden * dt.x * 2 // tp))
         tokens *= spec.top_k
-        routed = f", × top {spec.top_k} experts per token"
-    out.append(("feed-forward input" + (" (16-bit casts)" if dt.mixed else ""),
+        routed = spec.top_k
+    out.append((_("feed-forward input (16-bit casts)") if dt.mixed else _("feed-forward input"),
                 _lin_in(tokens, spec.hidden, len(keeps & {"gate", "up"}) if gated else 1, dt,
                         saved=bool(keeps & {"gate", "up"}))))
     inner_drop = spec.encoder_decoder and spec.hidden_dropout > 0
+    # the tensors the inner activation keeps, each list whole (a translator sees every one)
     if spec.ffn == "relu":
         per = dt.x + ((1 + dt.x) if inner_drop else 0)  # relu keeps its output = the down input
-        what = "relu output" + (" + dropout mask + dropped" if inner_drop else "")
+        what = _("relu output + dropout mask + dropped") if inner_drop else _("relu output")
     elif gated:
         per = (4 if down else 3) * dt.x + (1 if inner_drop else 0)
-        what = "gate activation in/out, up projection" + (", product" if down else "") + (
-            " + dropout mask" if inner_drop else "")
+        what = {(True, True): _("gate activation in/out, up projection, product + dropout mask"),
+                (True, False): _("gate activation in/out, up projection, product"),
+                (False, True): _("gate activation in/out, up projection + dropout mask"),
+                (False, False): _("gate activation in/out, up projection")}[(down, inner_drop)]
     else:
         per = (2 if down else 1) * dt.x
-        what = "gelu input" + (" and output (down-projection input)" if down else "")
+        what = _("gelu input and output (down-projection input)") if down else _("gelu input")
         if spec.ffn == "gelu-new":  # HF's Python-op GELU keeps tanh, 1 + tanh and 0.5·x (fp32 under
             per += 12 if dt.mixed else 3 * dt.x  # autocast, where pow keeps an fp32 copy of x instead of x)
-            what += "; gelu_new's tanh, 1 + tanh, 0.5·x" + (" and fp32 copy" if dt.mixed else "")
-    out.append((f"feed-forward inner ({what}, {per} B × {i} wide{routed})", tokens * i * per // tp))
+            what = (_("{tensors}; gelu_new's tanh, 1 + tanh, 0.5·x and fp32 copy") if dt.mixed else
+                    _("{tensors}; gelu_new's tanh, 1 + tanh, 0.5·x")).format(tensors=what)
+    inner = (_("feed-forward inner ({tensors}, {bytes} B × {width} wide, × top {experts} experts per token)") if routed
+             else _("feed-forward inner ({tensors}, {bytes} B × {width} wide)"))
+    out.append((inner.format(tensors=what, bytes=per, width=i, experts=routed), tokens * i * per // tp))
     if spec.hidden_dropout > 0:
-        out.append(("dropout mask after feed-forward", tokens * spec.hidden))
+        out.append((_("dropout mask after feed-forward"), tokens * spec.hidden))
     return out
 
 
@@ -461,23 +469,25 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
             if fp32_adapters or not dt.mixed:
                 extra += _input_copies(spec, roles, T, dt, 4 if fp32_adapters else dt.x,
                                        replaces_shared=not adapted_quantized)
-            what = ("a mask per adapter; " if lora_dropout > 0 else "") + (
-                "its fp32 input copy" if fp32_adapters else "its dropped input")
-            ffn = ffn + [(f"LoRA inputs ({what})", extra)]
+            what = ((_("a mask per adapter; its fp32 input copy") if fp32_adapters else
+                     _("a mask per adapter; its dropped input")) if lora_dropout > 0 else
+                    _("its fp32 input copy") if fp32_adapters else _("its dropped input"))
+            ffn = ffn + [(_("LoRA inputs ({what})").format(what=what), extra)]
         if quantized and fp32_compute:  # bnb's Linear4bit: x.to(compute_dtype), kept by MatMul4Bit
             roles = _fuse([t for t in lora_targets(spec, ("all-linear",))
                            if t != "gate" or spec.ffn in ("swiglu", "gated-gelu")], fused_qkv)
-            ffn = ffn + [("4-bit linears' inputs in the fp32 compute dtype (one copy each)",
+            ffn = ffn + [(_("4-bit linears' inputs in the fp32 compute dtype (one copy each)"),
                           _input_copies(spec, roles, T, dt, 4, replaces_shared=True))]
         if adapter:  # Houlsby: after attention and after the MLP, each down (kept input), act, up
             one = _lin_in(T, h, 1, dt) + 2 * T * adapter * dt.x
-            ffn = ffn + [(f"bottleneck adapters (2 × width {adapter}: inputs, activation, up input)", 2 * one)]
+            ffn = ffn + [(_("bottleneck adapters (2 × width {width}: inputs, activation, up input)").format(
+                width=adapter), 2 * one)]
         if spec.pre_norm:
-            layer_terms = [("norm before attention", _norm(spec, T, h, dt, frozen=frozen))] + attn + \
-                          [("norm before feed-forward", _norm(spec, T, h, dt, frozen=frozen))] + ffn
+            layer_terms = [(_("norm before attention"), _norm(spec, T, h, dt, frozen=frozen))] + attn + \
+                          [(_("norm before feed-forward"), _norm(spec, T, h, dt, frozen=frozen))] + ffn
         else:  # post-LN (BERT family): the norms read the residual sums
-            layer_terms = attn + [("norm after attention", _norm(spec, T, h, dt))] + ffn + \
-                          [("norm after feed-forward", _norm(spec, T, h, dt))]
+            layer_terms = attn + [(_("norm after attention"), _norm(spec, T, h, dt))] + ffn + \
+                          [(_("norm after feed-forward"), _norm(spec, T, h, dt))]
     acts = Acts(layer=sum(v for _n, v in layer_terms), layer_terms=layer_terms, ffn=ffn_saved)
     acts.ckpt_layer = T * h * dt.r  # a checkpointed layer keeps only its input
     outside: list[tuple[str, int]] = []
@@ -561,7 +571,8 @@ def model_buffers(spec: ModelSpec) -> tuple[str, int, str] | None:
     if not spec.mask_buffer or not spec.max_positions:
         return None
     n = spec.max_positions
-    return ("causal-mask buffer", n * n, f"{n:,} × {n:,} × 1 B (GPT-BigCode's bool `bias`, max positions²)")
+    return (N_("causal-mask buffer"), n * n,
+            _("{n:,} × {n:,} × 1 B (GPT-BigCode's bool `bias`, max positions²)").format(n=n))
 
 
 def kv_cache(spec: ModelSpec, b: int, s: int, x: int, tp: int = 1, s_dec: int = 0) -> int:
@@ -609,10 +620,11 @@ def inference_held(spec: ModelSpec, b: int, s: int, dt: Dtypes, flash: bool) -> 
     if per:  # the learned position embeddings stay bound beside it
         rows = b if per == "batch" else 1
         emb += rows * s * h * x
-        formula += f" + position embeddings {rows} × {s} × {h:,} × {x} B"
-    out = [("embedding output (inputs_embeds)", emb, formula)]
+        formula = _("{formula} + position embeddings {rows} × {seq} × {hidden:,} × {bytes} B").format(
+            formula=formula, rows=rows, seq=s, hidden=h, bytes=x)
+    out = [(N_("embedding output (inputs_embeds)"), emb, formula)]
     if not flash:
-        out.append(("causal mask (eager, 4-D)", b * s * s * x, f"{b} × 1 × {s} × {s} × {x} B (masking_utils)"))
+        out.append((N_("causal mask (eager, 4-D)"), b * s * s * x, f"{b} × 1 × {s} × {s} × {x} B (masking_utils)"))
     return out
 
 
@@ -673,10 +685,12 @@ def prefill_logits(spec: ModelSpec, b: int, s: int, x: int, all_positions: bool,
         return b * v * 4, f"{b} × {v:,} × 4 B"
     upcast = spec.family in UPCAST_LOGITS and x < 4
     if kept:
-        return b * s * v * (4 if upcast else x), f"{b} × {s} positions × {v:,} × {4 if upcast else x} B"
+        return b * s * v * (4 if upcast else x), _("{batch} × {seq} positions × {vocab:,} × {bytes} B").format(
+            batch=b, seq=s, vocab=v, bytes=4 if upcast else x)
     per = x + (4 if upcast else 0)
-    return b * s * v * per, f"{b} × {s} positions × {v:,} × {per} B" + (
-        f" ({x} B output + its fp32 copy)" if per > x else "")
+    return b * s * v * per, (_("{batch} × {seq} positions × {vocab:,} × {bytes} B ({output} B output + its fp32 copy)")
+                             if per > x else _("{batch} × {seq} positions × {vocab:,} × {bytes} B")).format(
+        batch=b, seq=s, vocab=v, bytes=per, output=x)
 
 
 def decode_working_set(spec: ModelSpec, b: int, context: int, dt: Dtypes, flash: bool, tp: int = 1) -> int:
@@ -765,8 +779,8 @@ def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bo
     enc_layer = max(bias + (2 * T * h + (3 + qkv_extra) * T * inner) * x + score * probs(s, s),
                     bias + 3 * T * h * x + held_probs * probs(s, s) + ffn_k * T * F * x // tp,
                     (T * h + 3 * T * inner) * x + 49 * s * s)  # layer 0's buckets: its input is the embedding
-    encoder = [("encoder: embedding output", T * h * x, f"{b} × {s} × {h:,} × {x} B"),
-               ("encoder: layer temporaries", enc_layer, f"the relative position bias 1 × {H} × {s} × {s} × {x} B "
+    encoder = [(N_("encoder: embedding output"), T * h * x, f"{b} × {s} × {h:,} × {x} B"),
+               (N_("encoder: layer temporaries"), enc_layer, f"the relative position bias 1 × {H} × {s} × {s} × {x} B "
                 "and the larger of attention (input, norm, q/k/v, scores and their scaled copy) and the "
                 f"feed-forward (input, sum, norm, the probabilities `_` holds, {ffn_k} inner tensors); or layer 0's "
                 f"int64 position buckets, {s} × {s} × 49 B")]
@@ -776,10 +790,11 @@ def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bo
                     + score * probs(sd, s),
                     biases + 3 * Td * h * x + held_probs * probs(sd, s) + ffn_k * Td * F * x // tp,
                     (Td * h + Td * inner) * x + 41 * sd * sd)
-    decoder = [("encoder output (cross k/v input)", T * h * x, f"{b} × {s} × {h:,} × {x} B"),
-               ("decoder: embedding output and causal mask", (Td * h + b * sd * sd) * x,
+    decoder = [(N_("encoder output (cross k/v input)"), T * h * x, f"{b} × {s} × {h:,} × {x} B"),
+               (N_("decoder: embedding output and causal mask"), (Td * h + b * sd * sd) * x,
                 f"({b} × {sd} × {h:,} + {b} × 1 × {sd} × {sd}) × {x} B"),
-               ("decoder: layer temporaries", dec_layer, f"the position biases ({H} × {sd} × {sd} self, {H} × {sd} × "
+               (N_("decoder: layer temporaries"), dec_layer,
+                f"the position biases ({H} × {sd} × {sd} self, {H} × {sd} × "
                 f"{s} cross) × {x} B and the largest of self-attention (scores and their scaled copy beside q), "
                 "cross-attention (the self-attention probabilities `_` still held) and the feed-forward (the "
                 f"cross-attention probabilities held, {ffn_k} inner tensors); or layer 0's int64 position "
@@ -809,17 +824,17 @@ def hf_attention_inputs(spec: ModelSpec, T: int) -> int:
 
 
 def hf_inference_note(spec: ModelSpec, flash: bool) -> str:
-    """What the family's Hugging Face eager code holds that a plain layer would not, for the explanation."""
+    """What the family's Hugging Face eager code holds that a plain layer would not, for the explanation ("": none)."""
     if spec.family not in HF_DECODERS or flash:
         return ""
-    what = {"gpt2": "; HF GPT-2's block keeps attn_output and the probabilities (`_`) through the MLP, "
-                    "gelu_new's Python ops hold 4 inner tensors",
-            "gpt_bigcode": "; HF GPT-BigCode's block keeps attn_output and the probabilities (`_`) through the "
-                           "MLP, and its attention the fused c_attn output its q, k and v are views of",
-            "gpt_neox": "; HF GPT-NeoX keeps the attention probabilities (`_`) through the MLP, and its attention "
-                        "the fused qkv output beside the rotated q",
-            "bloom": "; HF BLOOM keeps the baddbmm scores beside their masked sum and fp32 softmax, this and "
-                     "the previous block's probabilities, and bloom_gelu_forward's Python ops hold 5 inner tensors",
-            "mixtral": "; HF Mixtral's grouped_mm experts hold the routed tokens' inputs and their fused "
-                       "gate_up output beside act(gate) and the product"}
-    return what.get(spec.family, "; HF keeps the attention probabilities (`_`) through the feed-forward")
+    what = {"gpt2": N_("HF GPT-2's block keeps attn_output and the probabilities (`_`) through the MLP, "
+                    "gelu_new's Python ops hold 4 inner tensors"),
+            "gpt_bigcode": N_("HF GPT-BigCode's block keeps attn_output and the probabilities (`_`) through the "
+                           "MLP, and its attention the fused c_attn output its q, k and v are views of"),
+            "gpt_neox": N_("HF GPT-NeoX keeps the attention probabilities (`_`) through the MLP, and its attention "
+                        "the fused qkv output beside the rotated q"),
+            "bloom": N_("HF BLOOM keeps the baddbmm scores beside their masked sum and fp32 softmax, this and "
+                     "the previous block's probabilities, and bloom_gelu_forward's Python ops hold 5 inner tensors"),
+            "mixtral": N_("HF Mixtral's grouped_mm experts hold the routed tokens' inputs and their fused "
+                       "gate_up output beside act(gate) and the product")}
+    return _(what.get(spec.family, N_("HF keeps the attention probabilities (`_`) through the feed-forward")))

@@ -85,7 +85,9 @@ def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool =
         lines.append("")
         lines.append(style.paint(_("how each term is computed"), "bold"))
         for t in e.terms:
-            lines.append(f"  {term_name(t.name)}: {format_size(t.bytes)} = {t.formula}")
+            # Translators: one line of --explain: a term, its size, how it is computed
+            lines.append("  " + _("{term}: {size} = {formula}").format(term=term_name(t.name),
+                                                                       size=format_size(t.bytes), formula=t.formula))
         lines.append("")
         train = e.setup.mode == "train"
         lines.append(style.paint(_("memory at each moment of the second step (first step in brackets)") if train
