@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import VramkitError
+from .i18n import _
 from .procs import user_name
 
 SYSTEM_LOG = Path("/var/log/vramkit/audit.log")
@@ -71,8 +72,8 @@ def _open_directory(path: Path, fail: Any) -> int:
                     raise
                 holder = os.fstat(fd)
                 if holder.st_uid not in (0, os.geteuid()) or holder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                    fail(f"{name} on its path is a symlink in a directory others may write: "
-                         "give the path without it")
+                    fail(_("{name} on its path is a symlink in a directory others may write: give the path "
+                           "without it").format(name=name))
                 links += 1
                 if links > 40:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
@@ -135,18 +136,19 @@ class AuditLog:
                              | os.O_CLOEXEC | os.O_NOCTTY, 0o600, dir_fd=dfd)
             except OSError as e:
                 if e.errno == errno.ENXIO:  # a FIFO nobody reads
-                    self._fail("not a regular file")
+                    self._fail(_("not a regular file"))
                 if e.errno == errno.ELOOP:
-                    self._fail("it is a symlink")
+                    self._fail(_("it is a symlink"))
                 self._fail(e.strerror or str(e))
         finally:
             os.close(dfd)
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                self._fail("not a regular file")
+                self._fail(_("not a regular file"))
             if info.st_mode & stat.S_IWOTH:
-                self._fail("everyone may write it (anyone could have forged lines in it): remove it or chmod o-w it")
+                self._fail(_("everyone may write it (anyone could have forged lines in it): remove it or chmod o-w "
+                             "it"))
             if stat.S_IMODE(info.st_mode) != 0o600 and info.st_uid == os.geteuid():
                 os.fchmod(fd, 0o600)
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
@@ -157,7 +159,7 @@ class AuditLog:
         return self
 
     def _fail(self, why: str) -> NoReturn:
-        raise AuditError(f"cannot write the audit log {self.path}: {why}") from None
+        raise AuditError(_("cannot write the audit log {path}: {why}").format(path=self.path, why=why)) from None
 
     def write(self, event: str, **fields: Any) -> None:
         """Append one record and fsync it: when this returns, the line is on disk."""

@@ -98,26 +98,27 @@ def _read_json(path: Path | str, dir_fd: int | None = None) -> tuple[dict[str, A
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise _Junk("a symlink" if e.errno == errno.ELOOP else f"cannot open it: {e.strerror}") from None
+        raise _Junk(_("a symlink") if e.errno == errno.ELOOP else _("cannot open it: {error}").format(
+            error=e.strerror)) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _Junk("not a regular file")
+            raise _Junk(_("not a regular file"))
         if st.st_size > MAX_FILE:
-            raise _Junk(f"larger than {MAX_FILE // 1024} KiB")
+            raise _Junk(_("larger than {size} KiB").format(size=MAX_FILE // 1024))
         raw = os.read(fd, MAX_FILE + 1)
     except OSError as e:
-        raise _Junk(f"cannot read it: {e.strerror}") from None
+        raise _Junk(_("cannot read it: {error}").format(error=e.strerror)) from None
     finally:
         os.close(fd)
     if len(raw) > MAX_FILE:
-        raise _Junk(f"larger than {MAX_FILE // 1024} KiB")
+        raise _Junk(_("larger than {size} KiB").format(size=MAX_FILE // 1024))
     try:
         data = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):
-        raise _Junk("not JSON") from None
+        raise _Junk(_("not JSON")) from None
     if not isinstance(data, dict):
-        raise _Junk("not a JSON object")
+        raise _Junk(_("not a JSON object"))
     return data, st
 
 

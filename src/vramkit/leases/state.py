@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from ..i18n import N_, _
 from ..procs import (
     ALIVE,
     GONE,
@@ -69,16 +70,16 @@ def read_state(d: LeaseDir, now: float | None = None, *, known: Collection[str] 
         per_owner[owner] = per_owner.get(owner, 0) + 1
         if per_owner[owner] > MAX_PER_OWNER:
             if per_owner[owner] == MAX_PER_OWNER + 1:
-                ignored.insert(0, f"files of {user_name(owner)} in {d.path} beyond the first {MAX_PER_OWNER} "
-                                  "(not read)")
+                ignored.insert(0, _("files of {user} in {path} beyond the first {n} (not read)").format(
+                    user=user_name(owner), path=d.path, n=MAX_PER_OWNER))
             continue
         try:
             if stat.S_ISLNK(st.st_mode):
-                raise _Junk("a symlink")
+                raise _Junk(_("a symlink"))
             if not stat.S_ISREG(st.st_mode):
-                raise _Junk("not a regular file")
+                raise _Junk(_("not a regular file"))
             if st.st_size > MAX_FILE:
-                raise _Junk(f"larger than {MAX_FILE // 1024} KiB")
+                raise _Junk(_("larger than {size} KiB").format(size=MAX_FILE // 1024))
             if lease_m:
                 lock = path.with_name(f"lease-{lease_m.group(1)}.lock")
                 try:
@@ -133,7 +134,7 @@ def _foreign_leases(path: Path, now: float, known: Collection[str] | None, ignor
         with os.scandir(dfd) as entries:
             for listed, entry in enumerate(entries):
                 if listed >= MAX_ENTRIES:
-                    ignored.append(f"{path} (names beyond the first {MAX_ENTRIES}: not read)")
+                    ignored.append(_("{path} (names beyond the first {n}: not read)").format(path=path, n=MAX_ENTRIES))
                     break
                 m = _LEASE_RE.match(entry.name)
                 if not m or (known is not None and m.group(1) in known):
@@ -148,7 +149,7 @@ def _foreign_leases(path: Path, now: float, known: Collection[str] | None, ignor
                     continue
                 try:
                     if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
-                        raise _Junk("not a regular file of at most 64 KiB")
+                        raise _Junk(_("not a regular file of at most 64 KiB"))
                     data, st = _read_json(entry.name, dir_fd=dfd)
                     lease = _lease_from(data, st, m.group(1))
                 except FileNotFoundError:
@@ -189,30 +190,30 @@ def _lease_from(data: dict[str, Any], st: os.stat_result, lease_id: str) -> Leas
     from the file's own mtime, whatever the file says."""
     def need(ok: bool, what: str) -> None:
         if not ok:
-            raise _Junk(what)
+            raise _Junk(_(what))  # (marked N_ below: translated only when it fails)
 
-    need(data.get("id") == lease_id, "its id is not its name's")
+    need(data.get("id") == lease_id, N_("its id is not its name's"))
     units, labels, baseline = data.get("units"), data.get("labels"), data.get("baseline", {})
     need(isinstance(units, list) and len(units) <= 4096 and all(_text(u, 256) for u in units),
-         "units is not a list of GPU keys")
+         N_("units is not a list of GPU keys"))
     assert isinstance(units, list)
     need(isinstance(labels, dict) and all(_text(k, 256) and _text(v, 256) for k, v in labels.items()),
-         "labels is not a map of text")
+         N_("labels is not a map of text"))
     assert isinstance(labels, dict)
-    need(data.get("kind") in ("run", "api", "hold"), "kind is not run, api or hold")
-    need(_pid(data.get("pid")), "pid is not a pid")
-    need(data.get("job_pid") is None or _pid(data.get("job_pid")), "job_pid is not a pid")
-    need(_finite(data.get("created")) and _finite(data.get("expires")), "created or expires is not a finite number")
-    need(isinstance(data.get("locked", True), bool), "locked is not true or false")
-    need(data.get("pidns") is None or _text(data.get("pidns"), 256), "pidns is not text")
-    need(_text(data.get("host", ""), 256), "host is not text")
-    need(data.get("command") is None or _text(data.get("command")), "command is not text")
-    need(data.get("boot_id") is None or _text(data.get("boot_id"), 64), "boot_id is not text")
+    need(data.get("kind") in ("run", "api", "hold"), N_("kind is not run, api or hold"))
+    need(_pid(data.get("pid")), N_("pid is not a pid"))
+    need(data.get("job_pid") is None or _pid(data.get("job_pid")), N_("job_pid is not a pid"))
+    need(_finite(data.get("created")) and _finite(data.get("expires")), N_("created or expires is not a finite number"))
+    need(isinstance(data.get("locked", True), bool), N_("locked is not true or false"))
+    need(data.get("pidns") is None or _text(data.get("pidns"), 256), N_("pidns is not text"))
+    need(_text(data.get("host", ""), 256), N_("host is not text"))
+    need(data.get("command") is None or _text(data.get("command")), N_("command is not text"))
+    need(data.get("boot_id") is None or _text(data.get("boot_id"), 64), N_("boot_id is not text"))
     need(all(data.get(k) is None or _ticks(data.get(k)) for k in ("start_ticks", "job_start_ticks")),
-         "start_ticks or job_start_ticks is not a count of clock ticks")
+         N_("start_ticks or job_start_ticks is not a count of clock ticks"))
     need(isinstance(baseline, dict) and all(
         _text(k, 256) and isinstance(v, list) and all(_pid(p) for p in v) for k, v in baseline.items()),
-        "baseline is not a map of pid lists")
+        N_("baseline is not a map of pid lists"))
     assert isinstance(baseline, dict)
     written = min(st.st_mtime, st.st_ctime)  # a future mtime (touch -d) moves the ctime to now
     created = min(float(data["created"]), written)  # a lease cannot postdate its file
@@ -280,12 +281,12 @@ def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -
     finite; its uid (whose processes count as "other users'") is the file's owner."""
     policy = data.get("policy")
     if not isinstance(policy, dict):
-        raise _Junk("policy is not a map")
+        raise _Junk(_("policy is not a map"))
     if any(isinstance(v, float) and not math.isfinite(v) for v in policy.values()):
-        raise _Junk("policy has a number that is not finite")
+        raise _Junk(_("policy has a number that is not finite"))
     created = data.get("created", st.st_mtime)
     if not _finite(created):
-        raise _Junk("created is not a finite number")
+        raise _Junk(_("created is not a finite number"))
     return Ticket(seq=seq, pid=pid, user=sanitize(user_name(st.st_uid)), policy={**policy, "uid": st.st_uid},
                   created=min(float(created), st.st_mtime))
 
