@@ -161,14 +161,14 @@ def resolve_selectors(text: str, devices: list[CudaDevice], param: str) -> list[
     for raw in text.split(","):
         part = raw.strip()
         if not part:
-            raise RequestError(f"empty item in {text!r}", param=param)
+            raise RequestError(_("empty item in {text}").format(text=repr(text)), param=param)
         found: list[CudaDevice]
         if len(part) > 200 and not part.startswith(("GPU-", "MIG-")):
-            raise RequestError(f"{part[:40]!r}... is not a GPU (too long)", param=param)
+            raise RequestError(_("{text}... is not a GPU (too long)").format(text=repr(part[:40])), param=param)
         if m := re.fullmatch(r"(\d+)-(\d+)", part):
             lo, hi = int(m.group(1)), int(m.group(2))
             if lo > hi:
-                raise RequestError(f"{part!r} is not a range (try 0-3)", param=param)
+                raise RequestError(_("{text} is not a range (try 0-3)").format(text=repr(part)), param=param)
             # The first index this machine lacks, found lazily: within len(gpus) + 1 steps, so a
             # range such as 0-999999999 is never expanded.
             missing = next((i for i in range(lo, hi + 1) if i not in gpus), None)
@@ -182,16 +182,19 @@ def resolve_selectors(text: str, devices: list[CudaDevice], param: str) -> list[
         elif m := re.fullmatch(r"(\d+)/(\d+)", part):
             found = [d for d in devices if d.is_mig and d.index == int(m.group(1)) and d.gi == int(m.group(2))]
             if not found:
-                raise RequestError(f"no MIG instance {part} (GPU/GPU-instance, as vram ps shows it)", param=param)
+                raise RequestError(_("no MIG instance {text} (GPU/GPU-instance, as vram ps shows it)").format(
+                    text=part), param=param)
         elif part.startswith(("GPU-", "MIG-")):
             found = [d for d in devices if d.uuid and d.uuid.startswith(part)]
             if len(found) != 1:
-                what = "matches no GPU or MIG UUID here" if not found else (
-                    f"matches {len(found)} UUIDs ({', '.join(d.label for d in found)}); give more of it")
-                raise RequestError(f"{part!r} {what}", param=param)
+                if not found:
+                    raise RequestError(_("{text} matches no GPU or MIG UUID here").format(text=repr(part)),
+                                       param=param)
+                raise RequestError(_("{text} matches {n} UUIDs ({gpus}); give more of it").format(
+                    text=repr(part), n=len(found), gpus=", ".join(d.label for d in found)), param=param)
         else:
-            raise RequestError(f"{part!r} is not a GPU (try 0,2 or 0-3, 0/9 for a MIG instance, or a UUID)",
-                               param=param)
+            raise RequestError(_("{text} is not a GPU (try 0,2 or 0-3, 0/9 for a MIG instance, or a UUID)").format(
+                text=repr(part)), param=param)
         for d in found:
             keys.append(d.key)
             if d.mig_mode:
