@@ -66,11 +66,14 @@ def _from_holder(h: Holder) -> Target:
     return t
 
 
+NO_SUCH_PROCESS = N_("(no such process)")  # the command of a pid that no process has (shown translated)
+
+
 def _plain_target(pid: int, table: procs.ProcessTable) -> Target:
     """A pid named on the command line that is not a GPU process: enough to say what it is."""
     host = table.read(pid)
     if host == procs.NOT_VISIBLE:  # neither the driver nor /proc lists it: as kill(1) says
-        return Target(pid=pid, command="(no such process)")
+        return Target(pid=pid, command=NO_SUCH_PROCESS)
     if isinstance(host, str):
         return Target(pid=pid, command=f"({host})")
     t = Target(pid=pid, command=host.command, listed=host)
@@ -187,7 +190,7 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
                 N_("{who} lists no GPU memory for it, but it holds {devices} open: include device-file holders "
                    "(--holders) to select such processes"),
                 who=who, devices=", ".join(os.path.basename(d) for d in held.devices)))
-        elif t.start_ticks is None and t.command == "(no such process)":
+        elif t.start_ticks is None and t.command == NO_SUCH_PROCESS:
             t.refusal = Refusal.of("no-such-process", said(
                 N_("no such process: neither the driver nor /proc lists pid {pid}"), pid=pid))
         elif t.start_ticks is None and t.command.startswith("("):

@@ -10,6 +10,7 @@ from typing import Any
 from ..gpu_state import Snapshot
 from ..i18n import _, ngettext, pgettext
 from ..killing import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
+from ..killing.selection import NO_SUCH_PROCESS
 from ..procs.workload import describe
 from ..units import format_duration, format_size
 from ..vendor_terms import lister
@@ -97,7 +98,8 @@ def _table(targets: list[Target], signal: str, last: str, style: Style, width: i
     out = [style.paint(row(shown) + "  " + _heading("COMMAND"), "bold")]
     for t, r in zip(targets, rows):
         action = style.paint(pad(r[-1], widths[-1]), _COLOURS.get(t.status, "bold"))
-        line = row(r[:-1]) + "  " + action + "  " + clip(t.command or "?", max(10, width - lead))
+        command = _(NO_SUCH_PROCESS) if t.command == NO_SUCH_PROCESS else t.command or "?"
+        line = row(r[:-1]) + "  " + action + "  " + clip(command, max(10, width - lead))
         out.append(line)
         for detail in _details(t, snap):
             wrapped = wrap(detail, max(30, width - len(indent) - 2)) or [""]
