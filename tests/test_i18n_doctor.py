@@ -158,3 +158,19 @@ def test_every_real_log_reads_in_chinese(log: Path, monkeypatch: pytest.MonkeyPa
     if at is not None:
         del lines[at:at + len(quoted)]
     assert english_left("\n".join(lines)) == [], out
+
+
+def test_checklist_of_a_bad_cuda_visible_devices_is_chinese() -> None:
+    # the variable's reading (cuda_env) is said in Chinese too; the variable and its value stay
+    r = run_vram("doctor", "--simulate", "demo", env=zh_env(COLUMNS="100", CUDA_VISIBLE_DEVICES="0,9,1"))
+    assert r.rc == 0, r.err
+    assert english_left("\n".join(r.out.splitlines()[1:])) == [], r.out
+    assert "CUDA_VISIBLE_DEVICES 指定了 GPU 9，但它不存在" in r.out and "CUDA_VISIBLE_DEVICES='0,9,1'" in r.out
+
+
+def test_snapshot_peak_is_chinese() -> None:
+    snapshot = FIXTURES / "snapshots" / "train_step_recorded.pickle"
+    r = run_vram("doctor", str(snapshot), env=zh_env())
+    assert r.rc == 0, r.err
+    assert english_left(r.out) == [], r.out
+    assert "峰值时存活的最大块：" in r.out and "train_step.py:16 (train_step)" in r.out

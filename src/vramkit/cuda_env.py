@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from .errors import RequestError
 from .gpu_state import Snapshot
+from .i18n import _, ngettext, pgettext
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 ORDER = "CUDA_DEVICE_ORDER"
@@ -137,13 +138,14 @@ def numbering(devices: list[CudaDevice], order_env: str | None) -> Numbering:
         return Numbering(ORDER_PCI, gpus, CERTAIN)
     note = ""
     if order_env not in (None, "", ORDER_FASTEST):
-        note = f"CUDA_DEVICE_ORDER={order_env} is not a value CUDA knows, so it uses FASTEST_FIRST; "
+        note = _("CUDA_DEVICE_ORDER={value} is not a value CUDA knows, so it uses FASTEST_FIRST").format(
+            value=order_env) + pgettext("clause separator", "; ")
     names = {d.name for d in gpus}
     if len(names) <= 1 and None not in names:
-        return Numbering(ORDER_FASTEST, gpus, ASSUMED, note + (
+        return Numbering(ORDER_FASTEST, gpus, ASSUMED, note + _(
             "CUDA_DEVICE_ORDER is not PCI_BUS_ID, so CUDA numbers GPUs fastest first; all GPUs here are the "
             "same model, so that is taken to be PCI order (as nvidia-smi), but only PCI_BUS_ID guarantees it"))
-    return Numbering(ORDER_FASTEST, gpus, UNKNOWN, note + (
+    return Numbering(ORDER_FASTEST, gpus, UNKNOWN, note + _(
         "CUDA_DEVICE_ORDER is not PCI_BUS_ID and this machine mixes GPU models, so CUDA numbers them "
         "fastest first and a CUDA index may not be the GPU nvidia-smi shows with that number"))
 
@@ -180,13 +182,14 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
     """One entry -> (device, None) or (None, why it names no device)."""
     t = text.strip()
     if not t:
-        return None, "an empty entry"
+        return None, _("an empty entry")
     if t.isascii() and t.isdigit():
         i = int(t) if len(t) <= 18 else None  # int() refuses 4,300 digits; no machine has 10**18 GPUs
         if i is None or i >= len(order.gpus):
             n = len(order.gpus)
             shown = t if len(t) <= 40 else f"{t[:37]}..."
-            return None, f"index {shown} is out of range (CUDA sees {n} GPU{'s' if n != 1 else ''})"
+            return None, ngettext("index {index} is out of range (CUDA sees {n} GPU)",
+                                  "index {index} is out of range (CUDA sees {n} GPUs)", n).format(index=shown, n=n)
         return order.gpus[i], None
     if t.startswith("MIG-GPU-"):  # the R450/R460 form: MIG-GPU-<uuid>/<gi>/<ci>
         m = re.fullmatch(r"MIG-(GPU-[^/]+)/(\d+)/(\d+)", t)
@@ -194,30 +197,34 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
             for d in devices:
                 if d.is_mig and d.parent_uuid == m.group(1) and d.gi == int(m.group(2)) and d.ci == int(m.group(3)):
                     return d, None
-        return None, f"{t!r} names no MIG instance here"
+        return None, _("{entry} names no MIG instance here").format(entry=repr(t))
     if t.startswith(("GPU-", "MIG-")):
         want_mig = t.startswith("MIG-")
         rest = t[4:].lower()  # libcuda takes the hex digits in either case (seen on driver 580)
         if not rest:
-            return None, f"{t!r} is an empty UUID prefix"
+            return None, _("{entry} is an empty UUID prefix").format(entry=repr(t))
         found = [d for d in devices if d.is_mig == want_mig and d.uuid and d.uuid[:4] == t[:4]
                  and d.uuid[4:].lower().startswith(rest)]
         if len(found) == 1:
             return found[0], None
         if found:
-            return None, f"{t!r} is ambiguous: it begins the UUIDs of {', '.join(d.label for d in found)}"
-        return None, f"{t!r} matches no {'MIG instance' if want_mig else 'GPU'} UUID here"
+            return None, _("{entry} is ambiguous: it begins the UUIDs of {devices}").format(
+                entry=repr(t), devices=pgettext("list separator", ", ").join(d.label for d in found))
+        return None, (_("{entry} matches no MIG instance UUID here") if want_mig
+                      else _("{entry} matches no GPU UUID here")).format(entry=repr(t))
     lead = re.match(r"\+?(\d+)", t) if t.isascii() else None
     if lead:
         # libcuda reads the leading number of "0abc" or "+0" as the index (strtol-like; seen on an
         # H200, driver 580, scripts/cuda_visible_check.py), so vram reads it so too, and says so
         dev, why = _resolve(lead.group(1), order, devices)
         if dev is None:
-            return None, f"{t!r} is read by CUDA as index {lead.group(1)[:20]}, and {why}"
-        return dev, f"CUDA reads {t!r} as index {lead.group(1)[:20]} (its leading number): write {lead.group(1)[:20]}"
+            return None, _("{entry} is read by CUDA as index {index}, and {why}").format(
+                entry=repr(t), index=lead.group(1)[:20], why=why)
+        return dev, _("CUDA reads {entry} as index {index} (its leading number): write {index}").format(
+            entry=repr(t), index=lead.group(1)[:20])
     if re.fullmatch(r"-\d+", t):
-        return None, f"{t!r} is not a valid index (indices are 0, 1, 2, ...)"
-    return None, f"{t!r} is not an index or a GPU/MIG UUID"
+        return None, _("{entry} is not a valid index (indices are 0, 1, 2, ...)").format(entry=repr(t))
+    return None, _("{entry} is not an index or a GPU/MIG UUID").format(entry=repr(t))
 
 
 def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str | None = None) -> Visible:
@@ -230,36 +237,38 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
             vis.devices.extend(_expand(gpu, devices))
         return vis
     if value.strip() == "":
-        vis.pitfalls.append("CUDA_VISIBLE_DEVICES is set but empty: a CUDA program sees no GPU at all")
+        vis.pitfalls.append(_("CUDA_VISIBLE_DEVICES is set but empty: a CUDA program sees no GPU at all"))
         return vis
     ended = False
     uses_index = False
     named_as: dict[str, str] = {}  # device key -> "index" or "UUID", the form that listed it
     for text in value.split(","):
         if ended:
-            vis.entries.append(Entry(text, "ignored", why="after the entry that ended the list"))
+            vis.entries.append(Entry(text, "ignored", why=_("after the entry that ended the list")))
             continue
         dev, why = _resolve(text, order, devices)
         if dev is not None and why is not None:
-            vis.pitfalls.append(f"entry {text.strip()!r}: {why}")
+            vis.pitfalls.append(_("entry {entry}: {why}").format(entry=repr(text.strip()), why=why))
         if dev is None:
             vis.entries.append(Entry(text, "invalid", why=why))
-            vis.pitfalls.append(
-                f"entry {text.strip()!r} ends the list: {why}; vram leaves it and every later entry"
-                " out (CUDA's documented rule for an invalid entry)"
-            )
+            vis.pitfalls.append(_(
+                "entry {entry} ends the list: {why}; vram leaves it and every later entry out (CUDA's documented "
+                "rule for an invalid entry)").format(entry=repr(text.strip()), why=why))
             ended = True
             continue
         form = "UUID" if text.strip().startswith(("GPU-", "MIG-")) else "index"
         uses_index = uses_index or form == "index"
         if dev.key in named_as:
-            vis.entries.append(Entry(text, "duplicate", dev, why=f"{dev.label} is already listed"))
+            vis.entries.append(Entry(text, "duplicate", dev, why=_("{device} is already listed").format(
+                device=dev.label)))
             if named_as[dev.key] == form:
-                vis.error = (f"CUDA_VISIBLE_DEVICES={value} names {dev.label} twice: CUDA refuses to start "
-                             "with a repeated device")
+                vis.error = _("CUDA_VISIBLE_DEVICES={value} names {device} twice: CUDA refuses to start with a "
+                              "repeated device").format(value=value, device=dev.label)
             else:  # seen on an H200, driver 580: "0,GPU-<its uuid>" and "GPU-<uuid>,0" start, with it once
-                vis.pitfalls.append(f"entry {text.strip()!r} names {dev.label} again (by {form}; it was listed by "
-                                    f"{named_as[dev.key]}): CUDA lists it once")
+                vis.pitfalls.append((_("entry {entry} names {device} again (by UUID; it was listed by index): CUDA "
+                                       "lists it once") if form == "UUID" else
+                                     _("entry {entry} names {device} again (by index; it was listed by UUID): CUDA "
+                                       "lists it once")).format(entry=repr(text.strip()), device=dev.label))
             continue
         named_as[dev.key] = form
         vis.entries.append(Entry(text, "ok", dev))
@@ -271,10 +280,10 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
         vis.pitfalls.append(order.note)
     for d in vis.devices:
         if d.mig_mode:
-            vis.pitfalls.append(f"{d.label} is in MIG mode: CUDA runs on one of its MIG instances, not on the "
-                                "whole GPU; name the instance by its MIG UUID")
+            vis.pitfalls.append(_("{device} is in MIG mode: CUDA runs on one of its MIG instances, not on the "
+                                  "whole GPU; name the instance by its MIG UUID").format(device=d.label))
         if d.lost:
-            vis.pitfalls.append(f"{d.label} is lost (fell off the bus): CUDA cannot use it")
+            vis.pitfalls.append(_("{device} is lost (fell off the bus): CUDA cannot use it").format(device=d.label))
     _mig_pitfalls(vis)
     return vis
 
@@ -289,8 +298,8 @@ def _expand(gpu: CudaDevice, devices: list[CudaDevice]) -> list[CudaDevice]:
 def _mig_pitfalls(vis: Visible) -> None:
     migs = [d for d in vis.devices if d.is_mig]
     if len(migs) > 1:
-        vis.pitfalls.append(f"{len(migs)} MIG instances are visible, but a CUDA process enumerates only one MIG "
-                            f"device: it would use {migs[0].label}")
+        vis.pitfalls.append(_("{n} MIG instances are visible, but a CUDA process enumerates only one MIG device: "
+                              "it would use {device}").format(n=len(migs), device=migs[0].label))
 
 
 def parse_env(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
@@ -307,9 +316,9 @@ def allowed_keys(vis: Visible, devices: list[CudaDevice]) -> set[str] | None:
     if not vis.is_set:
         return None
     if vis.order.confidence == UNKNOWN and any(e.status == "ok" and e.text.strip().isdigit() for e in vis.entries):
-        raise RequestError(f"CUDA_VISIBLE_DEVICES={vis.value} uses indices, but CUDA_DEVICE_ORDER is not PCI_BUS_ID "
-                         "and this machine mixes GPU models, so which GPUs CUDA means cannot be known; set "
-                         "CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs")
+        raise RequestError(_("CUDA_VISIBLE_DEVICES={value} uses indices, but CUDA_DEVICE_ORDER is not PCI_BUS_ID "
+                             "and this machine mixes GPU models, so which GPUs CUDA means cannot be known; set "
+                             "CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs").format(value=vis.value))
     keys: set[str] = set()
     for d in vis.devices:
         keys.update(x.key for x in _expand(d, devices))
@@ -337,7 +346,8 @@ def visible_value(units: list[CudaDevice], devices: list[CudaDevice], ids: str =
     for u in units:
         if u.is_mig or ids == "uuid":
             if u.uuid is None:
-                raise RequestError(f"{u.label} has no UUID (NVML did not report one), so CUDA cannot be told about it")
+                raise RequestError(_("{device} has no UUID (NVML did not report one), so CUDA cannot be told about "
+                                     "it").format(device=u.label))
             out.append(u.uuid)
         else:
             out.append(str(cuda_index(u, devices)))

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 
 from .cuda_env import CERTAIN, CudaDevice, Entry, Numbering, Visible
 from .errors import RequestError
+from .i18n import _, ngettext, pgettext
 
 ROCR = "ROCR_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"
@@ -61,7 +62,7 @@ def _strtol0(text: str) -> int | None:
 
 def _rocr(value: str, found: list[CudaDevice], vis: Visible) -> list[CudaDevice]:
     if value == "":
-        vis.entries.append(Entry("", "invalid", why="it is set but empty: a ROCm program sees no GPU at all",
+        vis.entries.append(Entry("", "invalid", why=_("it is set but empty: a ROCm program sees no GPU at all"),
                                  source=ROCR))
         return []
     uuids = [(d.uuid or "Invalid-UUID").upper() for d in found]
@@ -71,26 +72,27 @@ def _rocr(value: str, found: list[CudaDevice], vis: Visible) -> list[CudaDevice]
         why = None
         index: int | None
         if i >= len(found):
-            why = f"ROCm looks at no more entries than there are GPUs ({len(found)})"
+            why = _("ROCm looks at no more entries than there are GPUs ({n})").format(n=len(found))
             index = None
         elif token.startswith("G"):
             hits = [j for j, u in enumerate(uuids) if 5 <= len(token) <= 20 and u.startswith(token)]
             index = hits[0] if len(hits) == 1 else None
-            why = None if index is not None else (f"{token!r} matches {'several GPUs' if hits else 'no GPU UUID'}")
+            why = None if index is not None else (_("{entry} matches several GPUs") if hits
+                                                  else _("{entry} matches no GPU UUID")).format(entry=repr(token))
         else:
             index = _strtol0(token)
             if index is None:
-                why = f"{token!r} is not a number"
+                why = _("{entry} is not a number").format(entry=repr(token))
             elif not 0 <= index < len(found):
-                why, index = f"index {token} is out of range ({len(found)} GPUs)", None
+                why, index = _("index {index} is out of range ({n} GPUs)").format(index=token, n=len(found)), None
         if index is not None and found[index] in chosen:
-            why, index = f"{found[index].label} is already listed", None
+            why, index = _("{device} is already listed").format(device=found[index].label), None
         if index is None:
             vis.entries.append(Entry(token, "invalid", why=why, source=ROCR))
-            vis.entries.extend(Entry(t, "ignored", why="after the entry that ended the list", source=ROCR)
+            vis.entries.extend(Entry(t, "ignored", why=_("after the entry that ended the list"), source=ROCR)
                                for t in tokens[i + 1:])
-            vis.pitfalls.append(f"{ROCR}: entry {token!r} ends the list: {why}; ROCm leaves it and every later "
-                                "entry out")
+            vis.pitfalls.append(_("{variable}: entry {entry} ends the list: {why}; ROCm leaves it and every later "
+                                  "entry out").format(variable=ROCR, entry=repr(token), why=why))
             break
         vis.entries.append(Entry(token, "ok", found[index], source=ROCR))
         chosen.append(found[index])
@@ -107,17 +109,20 @@ def _hip(name: str, value: str, found: list[CudaDevice], vis: Visible) -> list[C
             text = str(hit) if hit is not None else text
         ok = text.isascii() and text.isdigit() and str(int(text)) == text and int(text) < len(found)
         if not ok:
-            why = (f"{token!r} names no GPU here" if "GPU-" in token else
-                   f"{token!r} is not an index of the {len(found)} GPU(s) ROCm shows (written as 0, 1, 2, ...)")
+            why = (_("{entry} names no GPU here").format(entry=repr(token)) if "GPU-" in token else
+                   ngettext("{entry} is not an index of the {n} GPU ROCm shows (written as 0, 1, 2, ...)",
+                            "{entry} is not an index of the {n} GPUs ROCm shows (written as 0, 1, 2, ...)",
+                            len(found)).format(entry=repr(token), n=len(found)))
             vis.entries.append(Entry(token, "invalid", why=why, source=name))
-            vis.entries.extend(Entry(t, "ignored", why="after the entry that ended the list", source=name)
+            vis.entries.extend(Entry(t, "ignored", why=_("after the entry that ended the list"), source=name)
                                for t in tokens[i + 1:])
-            vis.pitfalls.append(f"{name}: entry {token!r} ends the list: {why}; HIP leaves it and every later "
-                                "entry out")
+            vis.pitfalls.append(_("{variable}: entry {entry} ends the list: {why}; HIP leaves it and every later "
+                                  "entry out").format(variable=name, entry=repr(token), why=why))
             break
         dev = found[int(text)]
         if dev in chosen:
-            vis.entries.append(Entry(token, "duplicate", dev, why=f"{dev.label} is already listed", source=name))
+            vis.entries.append(Entry(token, "duplicate", dev, why=_("{device} is already listed").format(
+                device=dev.label), source=name))
             continue
         vis.entries.append(Entry(token, "ok", dev, source=name))
         chosen.append(dev)
@@ -138,15 +143,16 @@ def parse_env(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
         found = _rocr(rocr, found, vis)
     if hip_value is not None:
         if hip is None:
-            vis.pitfalls.append(f"{HIP} is not set, so HIP reads {HIP_FALLBACK}={fallback} as AMD GPU indices")
+            vis.pitfalls.append(_("{variable} is not set, so HIP reads {fallback} as AMD GPU indices").format(
+                variable=HIP, fallback=f"{HIP_FALLBACK}={fallback}"))
         found = _hip(hip_name, hip_value, found, vis)
     if env.get(OPENCL):
-        vis.pitfalls.append(f"{OPENCL}={env[OPENCL]} is for OpenCL programs: HIP programs (PyTorch on ROCm) "
-                            f"ignore it; set {HIP}")
+        vis.pitfalls.append(_("{setting} is for OpenCL programs: HIP programs (PyTorch on ROCm) ignore it; set "
+                              "{variable}").format(setting=f"{OPENCL}={env[OPENCL]}", variable=HIP))
     vis.devices = found
     for d in found:
         if d.lost:
-            vis.pitfalls.append(f"{d.label} is lost: ROCm cannot use it")
+            vis.pitfalls.append(_("{device} is lost: ROCm cannot use it").format(device=d.label))
     return vis
 
 
@@ -162,15 +168,20 @@ def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[s
         base = _rocr(rocr, base, Visible(value=rocr, order=Numbering(ORDER_KFD, base, CERTAIN)))
     for u in units:
         if u not in base:
-            raise RequestError(f"{u.label} is hidden by {ROCR}={rocr}: HIP cannot be told to use it")
+            raise RequestError(_("{device} is hidden by {setting}: HIP cannot be told to use it").format(
+                device=u.label, setting=f"{ROCR}={rocr}"))
     if ids != "uuid":
         return {HIP: ",".join(str(base.index(u)) for u in units)}
     nameless = [u.label for u in units if not (u.uuid and u.uuid.startswith("GPU-"))]
     if nameless:
-        raise RequestError(f"{', '.join(nameless)} has no UUID in ROCm's form (GPU-...) here: name it by index "
-                           "(--format index)")
+        raise RequestError(ngettext("{devices} has no UUID in ROCm's form (GPU-...) here: name it by index "
+                                    "(--format index)",
+                                    "{devices} have no UUID in ROCm's form (GPU-...) here: name them by index "
+                                    "(--format index)", len(nameless)).format(
+                                        devices=pgettext("list separator", ", ").join(nameless)))
     value = ",".join(str(u.uuid) for u in units)
     # HIP takes the first agent whose UUID contains an entry: make sure each names its own
     if _hip(HIP, value, base, Visible(value=value, order=Numbering(ORDER_KFD, base, CERTAIN))) != units:
-        raise RequestError(f"HIP would not read {HIP}={value} as the GPUs chosen: name them by index (--format index)")
+        raise RequestError(_("HIP would not read {setting} as the GPUs chosen: name them by index (--format "
+                             "index)").format(setting=f"{HIP}={value}"))
     return {HIP: value}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .i18n import _, pgettext
+
 # extra -> the packages it brings (pyproject.toml's [project.optional-dependencies])
 EXTRAS = {"tui": ("textual",), "serve": ("prometheus-client", "pyyaml", "bcrypt"), "torch": ("torch",),
           "plot": ("matplotlib",), "nvml": ("nvidia-ml-py",),
@@ -35,7 +37,8 @@ def install_hint(extra: str) -> str:
     if os.path.isfile(os.path.join(sys.prefix, "INSTALLED")):  # scripts/install-system.sh's venv
         if extra == "nvml":  # a dependency of the core: the install itself is broken
             return f"sudo {shlex.quote(os.path.join(sys.prefix, 'bin', 'pip'))} install {packages}"
-        return f"sudo scripts/install-system.sh --extras {extra} (from the checkout it was installed from)"
+        return _("{command} (from the checkout it was installed from)").format(
+            command=f"sudo scripts/install-system.sh --extras {extra}")
     pip = f"{shlex.quote(sys.executable)} -m pip install"
     checkout = _checkout()
     if checkout is not None and extra != "nvml":
@@ -54,5 +57,6 @@ def require(module: str, extra: str, what: str) -> None:
     if (module in sys.modules and sys.modules[module] is None) or find_spec(module) is None:
         from .errors import RequestError
 
-        raise RequestError(f"{what} needs {' and '.join(EXTRAS[extra])} (vramkit's '{extra}' extra): "
-                           f"{install_hint(extra)}")
+        raise RequestError(_("{what} needs {packages} (vramkit's '{extra}' extra): {command}").format(
+            what=what, packages=pgettext("list", " and ").join(EXTRAS[extra]), extra=extra,
+            command=install_hint(extra)))

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestError
+from ..i18n import N_, _
 
 MAX_BYTES = 512 * 1024**2
 MAX_DEPTH = 40
@@ -47,17 +48,21 @@ MAX_ITEMS = 200_000_000
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "autograd_detail", "temporary", "input",
               "unknown")
 CATEGORY_LABELS = {
-    "parameter": "parameters",
-    "gradient": "gradients",
-    "optimizer_state": "optimizer state",
-    "activation": "activations (saved for backward)",
-    "autograd_detail": "autograd (gradients in flight)",
-    "temporary": "temporaries",
-    "input": "inputs",
-    "unknown": "unknown",
+    "parameter": N_("parameters"),
+    "gradient": N_("gradients"),
+    "optimizer_state": N_("optimizer state"),
+    "activation": N_("activations (saved for backward)"),
+    "autograd_detail": N_("autograd (gradients in flight)"),
+    "temporary": N_("temporaries"),
+    "input": N_("inputs"),
+    "unknown": N_("unknown"),
 }
 FREE_IN_SEGMENTS = "free_in_segments"
-FREE_LABEL = "free in segments (fragmentation)"
+FREE_LABEL = N_("free in segments (fragmentation)")  # the labels are marked: _() them where shown
+# What a live block's line is when no frame of the user's code says (a key in the JSON; its label translated)
+BEFORE_RECORDING = N_("allocated before recording began")
+NO_USER_FRAME = N_("no frame of your code")
+NO_FRAMES = N_("no frames recorded")
 PICKLE_MAGIC = b"\x80"  # protocol 2 and later; torch writes 2 (C++) or the default (4/5)
 
 
@@ -69,11 +74,11 @@ class SnapshotError(RequestError):
 
 class _NoGlobals(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        raise SnapshotError(f"refused: the pickle asks for {module[:60]}.{name[:60]}; a memory snapshot holds "
-                            "only dicts, lists, strings and numbers")
+        raise SnapshotError(_("refused: the pickle asks for {name}; a memory snapshot holds only dicts, lists, "
+                              "strings and numbers").format(name=f"{module[:60]}.{name[:60]}"))
 
     def persistent_load(self, pid: Any) -> Any:
-        raise SnapshotError("refused: the pickle uses persistent ids; a memory snapshot does not")
+        raise SnapshotError(_("refused: the pickle uses persistent ids; a memory snapshot does not"))
 
 
 def looks_like_snapshot(head: bytes, name: str = "") -> bool:
@@ -86,14 +91,15 @@ def looks_like_snapshot(head: bytes, name: str = "") -> bool:
 def loads(data: bytes, source: str = "snapshot") -> Any:
     """Unpickle `data` refusing every global; SnapshotError for anything else."""
     if len(data) > MAX_BYTES:
-        raise SnapshotError(f"{source}: larger than {MAX_BYTES // 1024**2} MiB")
+        raise SnapshotError(_("{source}: larger than {size} MiB").format(source=source, size=MAX_BYTES // 1024**2))
     try:
         obj = _NoGlobals(io.BytesIO(data)).load()
     except SnapshotError as e:
         raise SnapshotError(f"{source}: {e.message}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             MemoryError, RecursionError, OverflowError, UnicodeDecodeError) as e:
-        raise SnapshotError(f"{source}: not a readable pickle ({type(e).__name__}: {str(e)[:80]})") from None
+        raise SnapshotError(_("{source}: not a readable pickle ({error})").format(
+            source=source, error=f"{type(e).__name__}: {str(e)[:80]}")) from None
     _check_plain(obj, source)
     return obj
 
@@ -107,9 +113,9 @@ def _check_plain(obj: Any, source: str) -> None:
         value, depth = stack.pop()
         seen += 1
         if seen > MAX_ITEMS:
-            raise SnapshotError(f"{source}: more than {MAX_ITEMS:,} values")
+            raise SnapshotError(_("{source}: more than {count:,} values").format(source=source, count=MAX_ITEMS))
         if depth > MAX_DEPTH:
-            raise SnapshotError(f"{source}: nested more than {MAX_DEPTH} deep")
+            raise SnapshotError(_("{source}: nested more than {depth} deep").format(source=source, depth=MAX_DEPTH))
         if isinstance(value, dict):
             for k, v in value.items():
                 stack.append((k, depth + 1))
@@ -117,7 +123,8 @@ def _check_plain(obj: Any, source: str) -> None:
         elif isinstance(value, (list, tuple)):
             stack.extend((v, depth + 1) for v in value)
         elif value is not None and not isinstance(value, (str, int, float, bytes)):
-            raise SnapshotError(f"{source}: holds a {type(value).__name__}; a memory snapshot does not")
+            raise SnapshotError(_("{source}: holds a {type}; a memory snapshot does not").format(
+                source=source, type=type(value).__name__))
 
 
 def read_file(path: str, display: str | None = None) -> Any:
@@ -126,14 +133,15 @@ def read_file(path: str, display: str | None = None) -> Any:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise SnapshotError(f"cannot read {name}: {e.strerror or e}") from None
+        raise SnapshotError(_("cannot read {name}: {error}").format(name=name, error=e.strerror or e)) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise SnapshotError(f"{name}: not a regular file")
+            raise SnapshotError(_("{name}: not a regular file").format(name=name))
         if st.st_size > MAX_BYTES:
-            raise SnapshotError(f"{name}: {st.st_size // 1024**2} MiB, larger than the {MAX_BYTES // 1024**2} MiB "
-                                "read (record fewer entries: _record_memory_history(max_entries=...))")
+            raise SnapshotError(_("{name}: {size} MiB, larger than the {limit} MiB read (record fewer entries: "
+                                  "_record_memory_history(max_entries=...))").format(
+                                      name=name, size=st.st_size // 1024**2, limit=MAX_BYTES // 1024**2))
         data = f.read(MAX_BYTES + 1)
     return loads(data, name)
 
@@ -254,8 +262,8 @@ def parse(data: Any) -> Snapshot:
     elif isinstance(data, dict) and isinstance(data.get("segments"), list):
         form = "torch >= 2.1 (_dump_snapshot)"
     else:
-        raise SnapshotError("not a PyTorch memory snapshot (no 'segments': torch.cuda.memory._dump_snapshot "
-                            "writes one)")
+        raise SnapshotError(_("not a PyTorch memory snapshot (no 'segments': torch.cuda.memory._dump_snapshot "
+                              "writes one)"))
     segments = [s for s in data["segments"] if isinstance(s, dict)]
     traces = data.get("device_traces") if isinstance(data.get("device_traces"), list) else []
     if any("history" in b for s in segments for b in s.get("blocks") or [] if isinstance(b, dict)):
@@ -270,11 +278,11 @@ def parse(data: Any) -> Snapshot:
         out.devices.append(_device(dev, [s for s in segments if _int(s.get("device")) == dev],
                                    [e for e in trace if isinstance(e, dict)], profiled))
     if not out.devices:
-        out.notes.append("the snapshot is empty: no segments and no trace (was CUDA used, and "
-                         "_record_memory_history() on, in the process that wrote it?)")
+        out.notes.append(_("the snapshot is empty: no segments and no trace (was CUDA used, and "
+                           "_record_memory_history() on, in the process that wrote it?)"))
     elif not any(d.entries for d in out.devices):
-        out.notes.append("no trace: recorded without _record_memory_history(), so this is the state when the "
-                         "snapshot was taken, not its peak")
+        out.notes.append(_("no trace: recorded without _record_memory_history(), so this is the state when the "
+                           "snapshot was taken, not its peak"))
     return out
 
 
@@ -471,8 +479,8 @@ def peak_report(d: DeviceMemory, top: int = 10) -> PeakReport:
         by_category.append(Line(FREE_IN_SEGMENTS, FREE_LABEL, reserved - d.peak_allocated, 0))
     sources: dict[str, list[int]] = {}
     for a in live:
-        key = a.source or ("allocated before recording began" if a.born is None and not a.frames
-                           else "no frame of your code" if a.frames else "no frames recorded")
+        key = a.source or (BEFORE_RECORDING if a.born is None and not a.frames
+                           else NO_USER_FRAME if a.frames else NO_FRAMES)
         s = sources.setdefault(key, [0, 0])
         s[0] += a.size
         s[1] += 1
@@ -511,11 +519,11 @@ def timeline(d: DeviceMemory, by: str = "category", columns: int = 600, top: int
         for a in d.allocations:
             k = a.source or "other"
             weight[k] = weight.get(k, 0) + a.size * ((a.died if a.died is not None else n) - (a.born or 0))
-        named = [name for name, _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])) if name != "other"][:top]
+        named = [name for name, __ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])) if name != "other"][:top]
         key_of = {id(a): a.source if a.source in named else "other" for a in d.allocations}
         order = named + (["other"] if any(v == "other" for v in key_of.values()) else [])
     index = {k: i for i, k in enumerate(order)}
-    change: list[dict[int, int]] = [{} for _ in range(n + 1)]
+    change: list[dict[int, int]] = [{} for __ in range(n + 1)]
     for a in d.allocations:
         band = index[key_of[id(a)]]
         born = 0 if a.born is None else a.born + 1

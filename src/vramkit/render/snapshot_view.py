@@ -10,7 +10,18 @@ from __future__ import annotations
 import json
 from xml.sax.saxutils import escape
 
-from ..doctor.snapshot import CATEGORY_LABELS, FREE_IN_SEGMENTS, FREE_LABEL, PeakReport, Snapshot, Timeline
+from ..doctor.snapshot import (
+    BEFORE_RECORDING,
+    CATEGORY_LABELS,
+    FREE_IN_SEGMENTS,
+    FREE_LABEL,
+    NO_FRAMES,
+    NO_USER_FRAME,
+    PeakReport,
+    Snapshot,
+    Timeline,
+)
+from ..i18n import _, ngettext
 from ..procs import sanitize
 from .style import Style
 
@@ -38,43 +49,59 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:4.0f}%" if whole else "   -"
 
 
+def _blocks(n: int) -> str:
+    return ngettext("{n} block", "{n} blocks", n).format(n=n)
+
+
 def render_peak(snap: Snapshot, reports: list[PeakReport], source: str, style: Style) -> str:
-    lines = [style.paint(f"PyTorch memory snapshot: {sanitize(source)}", "bold") + f"  (form: {snap.form})"]
+    lines = [style.paint(_("PyTorch memory snapshot: {source}").format(source=sanitize(source)), "bold")
+             + "  " + _("(form: {form})").format(form=snap.form)]
     for note in snap.notes:
-        lines.append(f"  note: {note}")
+        lines.append("  " + _("note: {note}").format(note=note))
     for r in reports:
-        when = f"entry {r.step} of {r.entries}" if r.entries else "the snapshot (no trace)"
-        reserved = f", reserved {size(r.reserved)}" if r.reserved is not None else ""
+        when = (_("entry {step} of {entries}").format(step=r.step, entries=r.entries) if r.entries
+                else _("the snapshot (no trace)"))
+        head = (_("Device {device}: peak {size} allocated, reserved {reserved}").format(
+                    device=r.device, size=size(r.allocated), reserved=size(r.reserved)) if r.reserved is not None
+                else _("Device {device}: peak {size} allocated").format(device=r.device, size=size(r.allocated)))
         lines.append("")
-        lines.append(style.paint(f"Device {r.device}: peak {size(r.allocated)} allocated{reserved}", "bold")
-                     + f"  (at {when})")
-        how = ("the profiler's categories" if r.categories_from == "profiler"
-               else "categories inferred from each allocation's frames and lifetime; unknown where they say nothing")
-        lines.append(f"  by category ({how}):")
+        lines.append(style.paint(head, "bold") + "  " + _("(at {when})").format(when=when))
+        lines.append("  " + (_("by category (the profiler's categories):") if r.categories_from == "profiler"
+                             else _("by category (categories inferred from each allocation's frames and lifetime; "
+                                    "unknown where they say nothing):")))
         whole = r.reserved if r.reserved is not None else r.allocated
         for c in r.by_category:
-            count = f"  {c.count} block{'' if c.count == 1 else 's'}" if c.count else ""
-            lines.append(f"    {size(c.bytes):>9} {_pct(c.bytes, whole)}  {c.label}{count}")
-        lines.append("  by your source line (the innermost frame outside libraries):")
+            count = f"  {_blocks(c.count)}" if c.count else ""
+            lines.append(f"    {size(c.bytes):>9} {_pct(c.bytes, whole)}  {_(c.label)}{count}")
+        lines.append("  " + _("by your source line (the innermost frame outside libraries):"))
         for s in r.by_source:
-            blocks = f"{s.count} block{'' if s.count == 1 else 's'}"
-            lines.append(f"    {size(s.bytes):>9} {_pct(s.bytes, r.allocated)}  {sanitize(s.label)}  ({blocks})")
+            label = _(s.label) if s.label in _NO_LINE else sanitize(s.label)
+            lines.append(f"    {size(s.bytes):>9} {_pct(s.bytes, r.allocated)}  {label}  ({_blocks(s.count)})")
         if r.source_lines > len(r.by_source):
-            lines.append(f"    ... {r.source_lines - len(r.by_source)} more lines")
-        lines.append("  largest blocks live at the peak:")
+            lines.append("    " + _("... {n} more lines").format(n=r.source_lines - len(r.by_source)))
+        lines.append("  " + _("largest blocks live at the peak:"))
         for a in r.largest:
-            where = sanitize(a.source) if a.source else ("allocated before recording began" if a.born is None
-                                                          else "no frame of your code")
-            op = f" in {sanitize(a.op)}" if a.op and a.source and not a.source.endswith(f"({a.op})") else ""
-            lines.append(f"    {size(a.size):>9}  {CATEGORY_LABELS.get(a.category, a.category)}: {where}{op}")
+            where = sanitize(a.source) if a.source else _(BEFORE_RECORDING if a.born is None else NO_USER_FRAME)
+            category = _(CATEGORY_LABELS.get(a.category, a.category))
+            if a.op and a.source and not a.source.endswith(f"({a.op})"):
+                text = _("{category}: {where} in {op}").format(category=category, where=where, op=sanitize(a.op))
+            else:
+                text = _("{category}: {where}").format(category=category, where=where)
+            lines.append(f"    {size(a.size):>9}  {text}")
         if r.before_recording:
-            lines.append(f"  {size(r.before_recording)} at the peak was allocated before _record_memory_history() "
-                         "began: no frames, so no category or line")
+            lines.append("  " + _("{size} at the peak was allocated before _record_memory_history() began: no "
+                                  "frames, so no category or line").format(size=size(r.before_recording)))
         for o in r.ooms:
-            free = f", {size(o.device_free)} free on the device" if o.device_free is not None else ""
-            lines.append(style.paint(f"  out of memory at entry {o.index}: asked for {size(o.size)}{free}; "
-                                     f"{size(o.allocated)} allocated then", "red"))
+            text = (_("out of memory at entry {index}: asked for {size}, {free} free on the device; {allocated} "
+                      "allocated then") if o.device_free is not None
+                    else _("out of memory at entry {index}: asked for {size}; {allocated} allocated then")).format(
+                        index=o.index, size=size(o.size), free=size(o.device_free), allocated=size(o.allocated))
+            lines.append(style.paint("  " + text, "red"))
     return "\n".join(lines)
+
+
+# The labels of the lines no frame of the user's code names (the rest are file:line, not translated).
+_NO_LINE = (BEFORE_RECORDING, NO_USER_FRAME, NO_FRAMES)
 
 
 def peak_dict(snap: Snapshot, reports: list[PeakReport], source: str) -> dict[str, object]:
@@ -124,8 +151,8 @@ def _attr(text: str) -> str:
 
 def band_label(tl: Timeline, name: str) -> str:
     if tl.by == "category":
-        return CATEGORY_LABELS.get(name, name)
-    return name
+        return _(CATEGORY_LABELS.get(name, name))
+    return _("other") if name == "other" else name
 
 
 def _colour(tl: Timeline, i: int, name: str) -> str:
@@ -172,37 +199,40 @@ def render_svg(tl: Timeline, title: str) -> str:
     for i, (name, vals) in enumerate(layers):
         upper = [b + v for b, v in zip(base, vals)]
         colour = FREE_COLOUR if name == FREE_IN_SEGMENTS else _colour(tl, i, name)
-        label = FREE_LABEL if name == FREE_IN_SEGMENTS else band_label(tl, name)
+        label = _(FREE_LABEL) if name == FREE_IN_SEGMENTS else band_label(tl, name)
         pts = []
         for c in range(cols):
             pts += [f"{left + c * dx:.2f},{y(upper[c]):.2f}", f"{left + (c + 1) * dx:.2f},{y(upper[c]):.2f}"]
         for c in range(cols - 1, -1, -1):
             pts += [f"{left + (c + 1) * dx:.2f},{y(base[c]):.2f}", f"{left + c * dx:.2f},{y(base[c]):.2f}"]
         peak = vals[tl.peak_column] if vals else 0
+        tip = _("{band}: {size} at the peak").format(band=sanitize(label), size=size(peak))
         out.append(f'<g class="band" data-name="{_attr(name)}" data-peak-bytes="{peak}">'
                    f'<polygon points="{" ".join(pts)}" fill="{colour}"/>'
-                   f'<title>{escape(sanitize(label))}: {size(peak)} at the peak</title></g>')
+                   f'<title>{escape(tip)}</title></g>')
         legend.append((colour, label, peak))
         base = upper
     px = left + (tl.peak_column + 0.5) * dx
+    peak_word = escape(_("peak"))
     out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{top + height}" stroke="#333" '
                'stroke-dasharray="3,3"/>')
-    out.append(f'<text x="{px:.1f}" y="{top - 4}" text-anchor="middle" fill="#333">peak</text>')
+    out.append(f'<text x="{px:.1f}" y="{top - 4}" text-anchor="middle" fill="#333">{peak_word}</text>')
     first, last = tl.steps[0] if tl.steps else 0, tl.steps[-1] if tl.steps else 0
     times = [t for t in tl.times_us if t is not None]
     if len(times) == len(tl.times_us) and times and times[-1] > times[0]:
         span = (times[-1] - times[0]) / 1000
-        axis = f"time (ms since the first entry; {span:g} ms shown)"
+        axis = _("time (ms since the first entry; {span:g} ms shown)").format(span=span)
         ends = ("0", f"{span:.1f}")
     else:
-        axis = "trace entries (the allocator's actions, in order)"
+        axis = _("trace entries (the allocator's actions, in order)")
         ends = (str(first), str(last))
     out.append(f'<text x="{left}" y="{top + height + 16}" fill="#555">{ends[0]}</text>')
     out.append(f'<text x="{left + plot_w}" y="{top + height + 16}" text-anchor="end" fill="#555">{ends[1]}</text>')
     out.append(f'<text x="{left + plot_w / 2}" y="{top + height + 34}" text-anchor="middle" fill="#333">'
                f'{escape(axis)}</text>')
+    memory_axis = _("memory ({unit})").format(unit=unit)
     out.append(f'<text x="16" y="{top + height / 2}" transform="rotate(-90 16 {top + height / 2})" '
-               f'text-anchor="middle" fill="#333">memory ({unit})</text>')
+               f'text-anchor="middle" fill="#333">{escape(memory_axis)}</text>')
     for i, (colour, label, peak) in enumerate(reversed(legend)):
         ly = top + i * 18
         name = sanitize(label)
