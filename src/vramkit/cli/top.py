@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..i18n import N_, _
 from . import owners
 from .commands import COMMANDS
 from .common import (
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["top"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 A live view of this machine's GPUs: a panel per GPU (memory bar, utilization, temperature,
 power, and the last minutes of memory and utilization), alerts (a GPU nearly full, memory
 growing toward full with an estimated time until full, a process holding memory on a GPU idle
@@ -68,40 +69,42 @@ examples:
   vram top --readonly              no actions, only watching
   vram top --simulate demo         the bundled simulated 8-GPU server
   vram top --db /tmp/demo.db       history recorded by 'vram record --db /tmp/demo.db'
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    help_values(add_duration(p, "--interval", help="time between refreshes (default %(config)s; config top.interval)"),
+    help_values(add_duration(p, "--interval",
+                             help=N_("time between refreshes (default %(config)s; config top.interval)")),
                 config=_config_default("top.interval"))
-    p.add_argument("--readonly", action="store_true", help="watch only: no kill action")
+    p.add_argument("--readonly", action="store_true", help=N_("watch only: no kill action"))
     p.add_argument("--all-users", action="store_true",
-                   help="as root, allow killing other users' processes (as vram kill --all-users)")
-    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
-    help_values(add_duration(p, "--idle-after", help="alert when a process holds memory on a GPU idle this long, "
-                             "as observed (default %(config)s; config top.idle_after)"),
+                   help=N_("as root, allow killing other users' processes (as vram kill --all-users)"))
+    p.add_argument("--gpu", metavar="LIST", help=N_("only these GPUs: 0 | 0,2 | 0-3"))
+    help_values(add_duration(p, "--idle-after", help=N_("alert when a process holds memory on a GPU idle this long, "
+                                                        "as observed (default %(config)s; config top.idle_after)")),
                 config=_config_default("top.idle_after"))
-    help_values(add_duration(p, "--history", low=10, bounds="at least 10s",
-                             help="time covered by the history lines at start (default %(config)s; h switches)"),
+    help_values(add_duration(p, "--history", low=10, bounds=N_("at least 10s"),
+                             help=N_("time covered by the history lines at start (default %(config)s; h switches)")),
                 config=_config_default("top.history"))
-    p.add_argument("--pid", metavar="LIST", help="only these processes (comma-separated pids)")
+    p.add_argument("--pid", metavar="LIST", help=N_("only these processes (comma-separated pids)"))
     p.add_argument("--user", nargs="?", const="", metavar="NAMES",
-                   help="start with the table filtered to these users (comma-separated; alone: yours); u changes it")
+                   help=N_("start with the table filtered to these users (comma-separated; alone: yours); "
+                           "u changes it"))
     p.add_argument("--only-visible", action="store_true",
-                   help="only the GPUs (and MIG instances) CUDA_VISIBLE_DEVICES in vram's own environment shows")
+                   help=N_("only the GPUs (and MIG instances) CUDA_VISIBLE_DEVICES in vram's own environment shows"))
     owners.add_filters(p)
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--compute", action="store_const", const="compute", dest="kind",
-                      help="only compute processes (CUDA)")
+                      help=N_("only compute processes (CUDA)"))
     kind.add_argument("--graphics", action="store_const", const="graphics", dest="kind",
-                      help="only graphics processes (a display, OpenGL, Vulkan)")
+                      help=N_("only graphics processes (a display, OpenGL, Vulkan)"))
     p.add_argument("--ascii", action="store_const", const=True,
-                   help="no Unicode blocks, box or tree characters (a terminal or font without them)")
-    p.add_argument("--theme", choices=("dark", "light"), help="colours for a dark (default) or light background")
+                   help=N_("no Unicode blocks, box or tree characters (a terminal or font without them)"))
+    p.add_argument("--theme", choices=("dark", "light"), help=N_("colours for a dark (default) or light background"))
     p.add_argument("--db", metavar="PATH",
-                   help="the recorded history to draw (default: the recorder's database; also $VRAM_DB)")
+                   help=N_("the recorded history to draw (default: the recorder's database; also $VRAM_DB)"))
     p.set_defaults(run=run)
 
 
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
     require("textual", "tui", "vram top")
     if args.interval is not None and not args.interval > 0:
-        raise UsageError("--interval: must be more than 0 seconds")
+        raise UsageError(_("--interval: must be more than 0 seconds"))
     idle_after, span = args.idle_after, args.history
     pids = _pids(args.pid) if args.pid else set()
     users = _users(args.user)
@@ -120,10 +123,10 @@ def run(args: argparse.Namespace) -> int:
                         ("ascii", args.ascii), ("theme", args.theme)):
         cfg.flag(f"top.{name}", value)
     if cfg["top.history"] < 10:
-        raise UsageError(f"top.history (from {cfg.sources['top.history']}): at least 10s")
+        raise UsageError(_("top.history (from {source}): at least 10s").format(source=cfg.sources["top.history"]))
     wanted = parse_gpu_list(args.gpu) if args.gpu else None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise Failure("vram top needs a terminal; for a refreshing text view use 'vram status --watch'")
+        raise Failure(_("vram top needs a terminal; for a refreshing text view use 'vram status --watch'"))
     from ..collector import Collector
 
     machine = open_for(args)
@@ -136,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             check_gpus(first, wanted)
         visible = _visible_units(first) if args.only_visible else None
         if visible is not None:  # the panels too: only the GPUs vram's environment shows
-            gpus_shown = sorted({gpu for gpu, _ in visible})
+            gpus_shown = sorted({gpu for gpu, __ in visible})
             wanted = gpus_shown if wanted is None else [g for g in wanted if g in gpus_shown]
         if getattr(args, "no_color", False):
             os.environ["NO_COLOR"] = "1"  # Textual reads it when the app is created
@@ -186,7 +189,7 @@ def _pids(text: str) -> set[int]:
     for part in text.split(","):
         part = part.strip()
         if not (part.isascii() and part.isdigit()) or not 0 < int(part) <= 2**22:
-            raise UsageError(f"--pid: not a process id: {part[:40]!r} (a list: 4242,4243)")
+            raise UsageError(_("--pid: not a process id: {text} (a list: 4242,4243)").format(text=repr(part[:40])))
         pids.add(int(part))
     return pids
 
@@ -201,7 +204,7 @@ def _users(text: str | None) -> set[str]:
         return {user_name(os.getuid())}
     names = {u.strip() for u in text.split(",") if u.strip()}
     if not names:
-        raise UsageError("--user: name at least one user")
+        raise UsageError(_("--user: name at least one user"))
     return names
 
 
@@ -217,7 +220,7 @@ def _visible_units(snap: Snapshot) -> set[tuple[int, int | None]] | None:
     try:
         keys = visible_devices.allowed_keys(vis, devices)
     except ValueError as e:
-        raise UsageError(f"--only-visible: {e}") from None
+        raise UsageError(_("--only-visible: {error}").format(error=e)) from None
     if keys is None:
         return None
     units = {(d.index, d.gi) for d in devices if d.key in keys}
@@ -240,7 +243,7 @@ def early_frame(snap: Snapshot, style: Style, width: int, height: int) -> str:
     from ..render.status_view import render_status
 
     lines = render_status(snap, style, width).splitlines()[: max(0, height - 1)]
-    lines.append(style.paint("starting the live view…", "dim"))
+    lines.append(style.paint(_("starting the live view…"), "dim"))
     return "\r\n".join(lines)
 
 

@@ -42,7 +42,9 @@ from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotEx
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
 from ..gpu_state import Device, GpuProcess, Snapshot
+from ..i18n import N_, _, ngettext
 from ..procs import HostLoad, read_host_load, sanitize
+from ..render import fmt
 from ..render.banner import banner
 from ..render.info_view import health_problems
 from ..render.status_view import extras_fit
@@ -50,6 +52,7 @@ from ..render.style import Style
 from ..render.text_width import pad
 from ..units import parse_gpu_list
 from . import rows as R
+from .bindings import translate
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
 from .screens import AlertsScreen, DetailScreen, HelpScreen
@@ -60,6 +63,10 @@ if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only
     from .actions import KillActions
 
 
+# The prompt's placeholder for each of its modes (action_prompt)
+PROMPTS = {"search": N_("search pid, user or command (Enter keeps it, Esc clears)"),
+           "user": N_("only these users, comma-separated (empty: everyone)"),
+           "gpu": N_("only these GPUs: 0 | 0,2 | 0-3 (empty: every GPU)")}
 RIGHT = {"gpu", "pid", "memory", "share", "sm", "bw", "enc", "dec", "util", "cpu", "rss", "elapsed"}
 HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "share": "memory",
                "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
@@ -94,11 +101,12 @@ class ProcTable(DataTable[str]):
     rendered once per text they show: ELAPSED ticks on every row each second, and DataTable's
     own cell cache, keyed on a counter of updates, would render every visible cell again."""
 
-    BINDINGS = [Binding("home", "scroll_top", "Top", show=False),
-                Binding("end", "scroll_bottom", "Bottom", show=False)]
+    BINDINGS = [Binding("home", "scroll_top", N_("Top"), show=False),
+                Binding("end", "scroll_bottom", N_("Bottom"), show=False)]
 
     def __init__(self, cell_text: Callable[[str, str], Text], **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        translate(self)
         self.cell_text = cell_text  # (column key, shown text) -> the cell as drawn
         self._values: Callable[[int], list[str]] = lambda index: []  # row i's cells, built on demand
         self._built: dict[int, list[str]] = {}  # the rows built since the last show()
@@ -247,7 +255,7 @@ class ProcTable(DataTable[str]):
         segments: list[Segment] = []
         values = self.row_values(row)
         table_width = 0
-        for column, (_, width) in enumerate(frame.columns):
+        for column, (__, width) in enumerate(frame.columns):
             table_width += width
             value = values[column] if column < len(values) else ""
             key = (row, column, value, cursor, hover)
@@ -258,8 +266,8 @@ class ProcTable(DataTable[str]):
                     lines = self._render_cell(row, column, frame.style, width, cursor, hover)
                 cell = self._cells_drawn[key] = lines[0]
             segments.extend(cell)
-        extend, _ = self._get_styles_to_render_cell(False, False, False, hover, cursor, frame.settings[0],
-                                                    frame.settings[1], False, False)
+        extend, _post = self._get_styles_to_render_cell(False, False, False, hover, cursor, frame.settings[0],
+                                                       frame.settings[1], False, False)
         extend = frame.style + extend + RichStyle.from_meta({"row": row, "column": 0, "out_of_bounds": True})
         segments.append(Segment(" " * max(0, frame.width - table_width), extend))
         line = line_crop(segments, frame.scroll_x, frame.scroll_x + frame.width, frame.width)
@@ -415,23 +423,24 @@ class TopApp(App[None]):
     #prompt.shown { display: block; }
     TopApp.ascii Footer FooterKey.-command-palette { border-left: none; }  /* --ascii: not a block */
     """
+    # Descriptions marked only: each instance translates its own (bindings.translate).
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit", N_("Quit")),
         # Ctrl-C quits, as it stops every other long-running vram command (Textual's default shows
         # a toast; priority: it quits from the prompt too, where it would copy text).
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("question_mark", "help", "Help"),
-        Binding("slash", "prompt('search')", "Search"),
-        Binding("s", "cycle_sort", "Sort"),
-        Binding("r", "reverse", "Reverse", show=False),
-        Binding("u", "prompt('user')", "User"),
+        Binding("ctrl+c", "quit", N_("Quit"), show=False, priority=True),
+        Binding("question_mark", "help", N_("Help")),
+        Binding("slash", "prompt('search')", N_("Search")),
+        Binding("s", "cycle_sort", N_("Sort")),
+        Binding("r", "reverse", N_("Reverse"), show=False),
+        Binding("u", "prompt('user')", N_("User")),
         Binding("g", "prompt('gpu')", "GPU"),
-        Binding("t", "tree", "Tree"),
-        Binding("k", "kill", "Kill"),
-        Binding("a", "alerts", "Alerts", show=False),
-        Binding("p", "pause", "Pause", show=False),
-        Binding("h", "cycle_range", "Range"),
-        Binding("escape", "clear", "Clear", show=False),
+        Binding("t", "tree", N_("Tree")),
+        Binding("k", "kill", N_("Kill")),
+        Binding("a", "alerts", N_("Alerts"), show=False),
+        Binding("p", "pause", N_("Pause"), show=False),
+        Binding("h", "cycle_range", N_("Range")),
+        Binding("escape", "clear", N_("Clear"), show=False),
     ]
 
     def __init__(self, collect: Callable[[], Snapshot], interval: float = 2.0, readonly: bool = True,
@@ -449,6 +458,7 @@ class TopApp(App[None]):
         detail screen's GPUs (some twenty driver calls a GPU: only while it is open); `pids_visible`:
         the backend's word that NVML's pids are this /proc's (else a pid's environment is another's)."""
         super().__init__()
+        translate(self)
         self.look = look or Look()
         self.theme = self.look.palette.textual_theme
         if self.look.ascii:
@@ -496,6 +506,8 @@ class TopApp(App[None]):
         self._rows: list[R.Row] = []  # every row of the view, in its order (the table builds those drawn)
         self._counts = (0, 0)  # the snapshot's processes, and the rows of them the view shows
         self._texts: dict[str, Text] = {}  # what each Static shows (_show)
+        self._headers, self._widths = R.headers()  # the columns' headers and widths, in the reader's language
+        self._flag_words = fmt.flag_words()  # the FLAGS column's words, in the reader's language
 
     # ------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -531,15 +543,14 @@ class TopApp(App[None]):
 
     def _setup_columns(self) -> bool:
         """(Re)build the table's columns when the width calls for another set. True if it did."""
-        columns, command_width = R.columns_for(self.size.width, self.wanted_columns, self._owners)
+        columns, command_width = R.columns_for(self.size.width, self.wanted_columns, self._owners, self._widths)
         if columns == self._columns and command_width == self._command_width:
             return False
         table = self.query_one("#procs", DataTable)
         table.clear(columns=True)
-        headers = dict(R.COLUMNS)
         for key in columns:
-            width = command_width if key == "command" else R.WIDTHS[key]
-            label = self.look.text(Text(headers[key], justify="right" if key in RIGHT else "left"))
+            width = command_width if key == "command" else self._widths[key]
+            label = self.look.text(Text(self._headers[key], justify="right" if key in RIGHT else "left"))
             table.add_column(label, width=width, key=key)
         self._columns, self._command_width = columns, command_width
         return True
@@ -563,7 +574,8 @@ class TopApp(App[None]):
         except VramkitError as e:  # missing, locked, corrupt, newer schema: the view goes on live
             self.history_problem = sanitize(e.message)
         except Exception as e:  # noqa: BLE001  anything else the file does to SQLite: one line too
-            self.history_problem = sanitize(f"cannot read {self.history_db}: {type(e).__name__}: {e}")
+            self.history_problem = sanitize(_("cannot read {path}: {error}").format(
+                path=self.history_db, error=f"{type(e).__name__}: {e}"))
         finally:
             self._first_read.set()
         self._draw()
@@ -591,7 +603,8 @@ class TopApp(App[None]):
                     reads_health) else None
                 self._note_health(snap.time)
         except Exception as e:  # the view goes on with the last good data
-            self.error = f"refresh failed at {time.strftime('%H:%M:%S')}: {type(e).__name__}: {e}"
+            self.error = _("refresh failed at {time}: {error}").format(time=time.strftime("%H:%M:%S"),
+                                                                       error=f"{type(e).__name__}: {e}")
             self._draw()
             return
         self.error = None
@@ -624,8 +637,9 @@ class TopApp(App[None]):
         for index, (problems, when) in sorted(self.health_flags.items()):
             if index in shown:
                 read = time.strftime("%H:%M:%S", time.localtime(when))
-                out.append(Alert("health", "warning", f"GPU {index} health: {', '.join(problems)} (read {read}; "
-                                                      f"vram info {index})", gpu=index))
+                message = _("GPU {index} health: {problems} (read {time}; vram info {index})").format(
+                    index=index, problems=", ".join(problems), time=read)
+                out.append(Alert("health", "warning", message, gpu=index))
         return out
 
     def _read_host(self) -> None:
@@ -657,15 +671,16 @@ class TopApp(App[None]):
         if snap is not None:
             plain = banner(snap, Style(color=False, unicode=True), width)
             head = Text(plain)
-            head.highlight_words(["SIMULATED machine"], style=self.look.palette.banner_mark)
-        extra = [f"refresh {self.interval:g}s"]
+            # Translators: the words the banner's "SIMULATED machine (scenario ...), not real GPUs" begins with
+            head.highlight_words([_("SIMULATED machine")], style=self.look.palette.banner_mark)
+        extra = [_("refresh {interval}s").format(interval=f"{self.interval:g}")]
         source = self._history_source(wide=width >= 100)
         if source:
             extra.append(source)
         if self.readonly:
-            extra.append("read-only")
+            extra.append(_("read-only"))
         if self.paused:
-            extra.append("PAUSED (p resumes)")
+            extra.append(_("PAUSED (p resumes)"))
         head.append("  ·  " + "  ·  ".join(extra), style="dim")
         if self.host is not None:
             head.append("\n")
@@ -673,7 +688,8 @@ class TopApp(App[None]):
         if self.error:
             head.append("\n" + self.error, style=f"bold {self.look.palette.critical}")
         if self.history_problem:
-            problem = Text(f"history database not used: {self.history_problem}", style=self.look.palette.warn)
+            problem = Text(_("history database not used: {problem}").format(problem=self.history_problem),
+                           style=self.look.palette.warn)
             problem.truncate(width, overflow="ellipsis")
             head.append("\n")
             head.append_text(problem)
@@ -689,7 +705,7 @@ class TopApp(App[None]):
                             width, two_lines, chart.span, g.index in alerting, names, self.look,
                             g.index in self.health_flags, pad(extras.get(g.index, ""), taken)) for g in snap.gpus]
         if not panels:
-            panels = [Text("no GPUs", style="dim")]
+            panels = [Text(_("no GPUs"), style="dim")]
         self._show("#gpus", Text("\n").join(panels))
         self._show("#users", users_text(snap.processes, width))
         max_alerts = 2 if self.size.height < 30 else 4
@@ -713,7 +729,8 @@ class TopApp(App[None]):
         self._counts = (len(self.snap.processes), sum(1 for r in self._rows if r.proc is not None))
         by_index = {g.index: g for g in self.snap.gpus}
         rows, columns, command_width, plain = self._rows, self._columns, self._command_width, self.look.plain
-        table.show(len(rows), lambda i: [plain(v) for v in R.cells(rows[i], by_index, columns, command_width)])
+        words = self._flag_words
+        table.show(len(rows), lambda i: [plain(v) for v in R.cells(rows[i], by_index, columns, command_width, words)])
         if selected is not None:
             index = next((i for i, r in enumerate(self._rows) if r.key == selected), None)
             if index is None:  # its process is gone
@@ -727,8 +744,11 @@ class TopApp(App[None]):
         if self.snap is None:
             return
         total, shown = self._counts
-        count = f"{shown} of {total} GPU processes" if shown != total else f"{total} GPU processes"
-        self._show("#viewline", Text(f"{count}  ·  {self.view.describe()}  ·  ? help", style="bold"))
+        count = (ngettext("{shown} of {total} GPU process", "{shown} of {total} GPU processes", total)
+                 if shown != total else ngettext("{total} GPU process", "{total} GPU processes", total))
+        line = _("{count}  ·  {view}  ·  ? help").format(count=count.format(shown=shown, total=total),
+                                                        view=self.view.describe())
+        self._show("#viewline", Text(line, style="bold"))
 
     def _show(self, selector: str, text: Text) -> None:
         """Put text in a Static, unless it already shows it; the layout is redone only when the
@@ -785,21 +805,25 @@ class TopApp(App[None]):
         """Where the history lines come from, in a few words: the range, then the database.
         Narrow terminals get it shorter (no path; nothing without a database: the panels name
         the range), so the banner does not take a line from the table."""
-        with_path = wide
         chart = self.charts.shown
-        label = f"history {range_label(chart.span)}"
+        span = range_label(chart.span)
         if self.history_db is None or self.history_problem is not None:
-            return f"{label} live only" if wide or self.history_problem else ""
+            return _("history {span} live only").format(span=span) if wide or self.history_problem else ""
         where = sanitize(_home_short(self.history_db))
         if not chart.loaded:
-            return f"{label}: reading {where}…" if with_path else f"{label}: reading…"
+            return (_("history {span}: reading {path}…") if wide else _("history {span}: reading…")).format(
+                span=span, path=where)
         first = chart.recorded_first
         if first is None:
-            return f"{label} live, nothing recorded in it" + (f" ({where})" if with_path else "")
+            return (_("history {span} live, nothing recorded in it ({path})") if wide
+                    else _("history {span} live, nothing recorded in it")).format(span=span, path=where)
         now = self.snap.time if self.snap is not None else time.time()
         if first > now - chart.span + 2 * chart.width + 60:  # recorded less than the range
-            return f"{label}: {range_label(_round(now - first))} recorded" + (f", from {where}" if with_path else "")
-        return f"{label} from {where}" if with_path else f"{label} recorded"
+            return (_("history {span}: {recorded} recorded, from {path}") if wide
+                    else _("history {span}: {recorded} recorded")).format(
+                        span=span, recorded=range_label(_round(now - first)), path=where)
+        return (_("history {span} from {path}") if wide else _("history {span} recorded")).format(
+            span=span, path=where)
 
     def action_cycle_range(self) -> None:
         self.charts.cycle()
@@ -819,9 +843,7 @@ class TopApp(App[None]):
     def action_prompt(self, mode: str) -> None:
         prompt = self.query_one("#prompt", Input)
         self._prompt_mode = mode
-        prompt.placeholder = {"search": "search pid, user or command (Enter keeps it, Esc clears)",
-                              "user": "only these users, comma-separated (empty: everyone)",
-                              "gpu": "only these GPUs: 0 | 0,2 | 0-3 (empty: every GPU)"}[mode]
+        prompt.placeholder = _(PROMPTS[mode])
         prompt.value = {"search": self.view.search, "user": ",".join(sorted(self.view.users)),
                         "gpu": ",".join(map(str, sorted(self.view.gpus)))}[mode]
         prompt.add_class("shown")
@@ -866,7 +888,7 @@ class TopApp(App[None]):
         if row is None or row.proc is None or self.snap is None:
             return
         if row.proc.pid_here is None:  # its number is another namespace's: /proc here knows another process by it
-            self.notify(f"no details: {_not_here(row.proc)}", severity="warning")
+            self.notify(_("no details: {why}").format(why=_not_here(row.proc)), severity="warning")
             return
         screen = DetailScreen(row.proc.pid, pids_visible=self.pids_visible)
         self.push_screen(screen)
@@ -886,16 +908,16 @@ class TopApp(App[None]):
 
     def action_kill(self, pid: int | None = None) -> None:
         if self.readonly or self.actions is None:
-            self.notify("read-only view: actions are off (started with --readonly)", severity="warning")
+            self.notify(_("read-only view: actions are off (started with --readonly)"), severity="warning")
             return
         if pid is None:
             row = self.selected_row()
             if row is None or row.proc is None:
-                self.notify("select a process first", severity="warning")
+                self.notify(_("select a process first"), severity="warning")
                 return
             if row.proc.pid_here is None:  # never a host pid signalled as if it were this namespace's
-                self.notify(f"not signalled: {_not_here(row.proc)}; no pid here to signal (vram kill refuses it too)",
-                            severity="error")
+                self.notify(_("not signalled: {why}; no pid here to signal (vram kill refuses it too)").format(
+                    why=_not_here(row.proc)), severity="error")
                 return
             pid = row.proc.pid
 
@@ -910,7 +932,7 @@ class TopApp(App[None]):
 def _not_here(p: GpuProcess) -> str:
     """One line on a row whose NVML pid is a host pid no process in this PID namespace could be
     told to be (inside a container): there is no pid here to look at or signal."""
-    return p.host_missing or f"host pid {p.nvml_pid}, of another PID namespace"
+    return p.host_missing or _("host pid {pid}, of another PID namespace").format(pid=p.nvml_pid)
 
 
 def _merge(chart: RangeChart, series: GpuSeries) -> None:

@@ -12,24 +12,27 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ..i18n import N_, _
 from ..killing import EXITED, REFUSED, STILL_RUNNING, KillReport, Plan, Target
+from ..render.kill_view import status_words
 from ..units import format_duration, format_size
 from .actions import KillActions
+from .bindings import translate
 from .screens import _Modal
 
 
 def target_text(t: Target) -> Text:
     out = Text()
-    out.append(f"pid {t.pid}", style="bold")
-    out.append(f"   user {t.user or '?'}")
+    out.append(_("pid {pid}").format(pid=t.pid), style="bold")
+    out.append("   " + _("user {user}").format(user=t.user or "?"))
     if t.elapsed is not None:
-        out.append(f"   age {format_duration(t.elapsed)}")
+        out.append("   " + _("age {age}").format(age=format_duration(t.elapsed)))
     out.append("\n" + (t.command or "?") + "\n")  # commands were sanitized by the snapshot/procs
     if t.gpus:
         held = ", ".join(f"GPU {g}: {format_size(m)}" for g, m in sorted(t.gpus.items()))
-        out.append(f"holds {held}\n")
+        out.append(_("holds {memory}").format(memory=held) + "\n")
     for note in t.notes:
-        out.append(f"note: {note}\n", style="yellow")
+        out.append(_("note: {note}").format(note=note) + "\n", style="yellow")
     return out
 
 
@@ -37,35 +40,41 @@ def outcome_text(report: KillReport) -> Text:
     out = Text()
     for t in report.targets:
         if t.status == EXITED:
-            took = "" if t.seconds is None else f" after {t.seconds:.1f}s"
-            out.append(f"pid {t.pid} exited{took} ({', '.join(t.signals) or 'no signal needed'})\n",
-                       style="bold green")
+            signals = ", ".join(t.signals) or _("no signal needed")
+            exited = (_("pid {pid} exited ({signals})") if t.seconds is None
+                      else _("pid {pid} exited after {seconds}s ({signals})"))
+            out.append(exited.format(pid=t.pid, seconds=f"{t.seconds:.1f}" if t.seconds is not None else "",
+                                     signals=signals) + "\n", style="bold green")
         elif t.status == REFUSED and t.refusal is not None:
-            out.append(f"pid {t.pid}: refused ({t.refusal.rule}): {t.refusal.reason}\n", style="bold red")
+            out.append(_("pid {pid}: refused ({rule}): {reason}").format(
+                pid=t.pid, rule=t.refusal.rule, reason=t.refusal.reason) + "\n", style="bold red")
         elif t.status == STILL_RUNNING:
-            out.append(f"pid {t.pid} is still running after {', '.join(t.signals)}\n", style="bold yellow")
+            out.append(_("pid {pid} is still running after {signals}").format(
+                pid=t.pid, signals=", ".join(t.signals)) + "\n", style="bold yellow")
         else:
-            out.append(f"pid {t.pid}: {t.status}\n")
+            out.append(_("pid {pid}: {status}").format(pid=t.pid, status=status_words(t.status)) + "\n")
         for note in t.notes:
             out.append(f"  {note}\n", style="dim")
     for change in report.gpus:
         if change.freed is not None:
-            out.append(f"GPU {change.index}: {format_size(change.freed)} freed "
-                       f"({format_size(change.used_before)} -> {format_size(change.used_after)} used)\n")
+            out.append(_("GPU {index}: {freed} freed ({before} -> {after} used)").format(
+                index=change.index, freed=format_size(change.freed), before=format_size(change.used_before),
+                after=format_size(change.used_after)) + "\n")
     if report.audit_log:
-        out.append(f"logged to {report.audit_log}\n", style="dim")
+        out.append(_("logged to {path}").format(path=report.audit_log) + "\n", style="dim")
     return out
 
 
 class KillScreen(_Modal):
     """checking -> refused | confirm -> running -> done (or error)."""
 
-    BINDINGS = [Binding("escape,n,q", "close", "Close"), Binding("y", "confirm(False)", "Yes, SIGTERM"),
-                Binding("f", "confirm(True)", "SIGTERM, then SIGKILL"),
+    BINDINGS = [Binding("escape,n,q", "close", N_("Close")), Binding("y", "confirm(False)", N_("Yes, SIGTERM")),
+                Binding("f", "confirm(True)", N_("SIGTERM, then SIGKILL")),
                 Binding("i", "confirm(False, 'SIGINT')", "SIGINT")]
 
     def __init__(self, pid: int, actions: KillActions, lock: asyncio.Lock):
         super().__init__()
+        translate(self)
         self.pid = pid
         self.actions = actions
         self.machine_lock = lock  # not `lock`: Textual's own widget lock has that name
@@ -75,10 +84,13 @@ class KillScreen(_Modal):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text(f"Kill pid {self.pid}\n\nchecking…"), id="kill-text")
+            yield Static(Text(self._title() + "\n\n" + _("checking…")), id="kill-text")
+
+    def _title(self) -> str:
+        return _("Kill pid {pid}").format(pid=self.pid)
 
     def _show(self, body: Text, footer: str) -> None:
-        text = Text.assemble((f"Kill pid {self.pid}\n\n", "bold"), body, ("\n" + footer, "dim"))
+        text = Text.assemble((self._title() + "\n\n", "bold"), body, ("\n" + footer, "dim"))
         self.query_one("#kill-text", Static).update(text)
 
     def on_mount(self) -> None:
@@ -91,28 +103,32 @@ class KillScreen(_Modal):
             self.plan = plan
         except Exception as e:  # a bad protect.conf, an unknown pid: say so, signal nothing
             self.state = "error"
-            self._show(Text(f"cannot check pid {self.pid}: {e}", style="bold red"), "Esc closes")
+            self._show(Text(_("cannot check pid {pid}: {error}").format(pid=self.pid, error=e), style="bold red"),
+                       _("Esc closes"))
             return
         t = next((x for x in plan.targets if x.pid == self.pid), None)
         if t is None:
             self.state = "error"
-            self._show(Text("nothing selected", style="bold red"), "Esc closes")
+            self._show(Text(_("nothing selected"), style="bold red"), _("Esc closes"))
         elif t.refusal is not None:
             self.state = "refused"
-            self._show(Text.assemble(target_text(t), (f"\nrefused ({t.refusal.rule}): {t.refusal.reason}\n",
-                                                      "bold red")), "nothing was signalled  ·  Esc closes")
+            refused = _("refused ({rule}): {reason}").format(rule=t.refusal.rule, reason=t.refusal.reason)
+            self._show(Text.assemble(target_text(t), ("\n" + refused + "\n", "bold red")),
+                       _("nothing was signalled  ·  Esc closes"))
         else:
             self.state = "confirm"
-            self._show(Text.assemble(target_text(t), ("\nSend SIGTERM and wait up to "
-                                                      f"{self.actions.timeout:g}s for it to exit?\n", "bold")),
-                       "y: yes   f: yes, and SIGKILL if it is still running   i: SIGINT instead (Ctrl-C: a Python "
-                       "job can save and exit)   n/Esc: no")
+            question = _("Send SIGTERM and wait up to {seconds}s for it to exit?").format(
+                seconds=f"{self.actions.timeout:g}")
+            self._show(Text.assemble(target_text(t), ("\n" + question + "\n", "bold")),
+                       _("y: yes   f: yes, and SIGKILL if it is still running   i: SIGINT instead (Ctrl-C: a "
+                         "Python job can save and exit)   n/Esc: no"))
 
     def action_confirm(self, force: bool, name: str = "SIGTERM") -> None:
         if self.state != "confirm":
             return
         self.state = "running"
-        self._show(Text(f"{name} sent to pid {self.pid}; waiting for it to exit…"), "")
+        self._show(Text(_("{signal} sent to pid {pid}; waiting for it to exit…").format(signal=name, pid=self.pid)),
+                   "")
         self.run_worker(self._execute(force, signal.Signals[name]), exclusive=True)
 
     async def _execute(self, force: bool, sig: signal.Signals = signal.SIGTERM) -> None:
@@ -123,13 +139,15 @@ class KillScreen(_Modal):
             self.report = report
         except Exception as e:  # AuditError: the log cannot be written, so nothing was signalled
             self.state = "error"
-            self._show(Text(str(e), style="bold red"), "Esc closes")
+            self._show(Text(str(e), style="bold red"), _("Esc closes"))
             return
         self.state = "done"
-        self._show(outcome_text(report), "Esc closes")
+        self._show(outcome_text(report), _("Esc closes"))
         first = report.targets[0] if report.targets else None
         if first is not None:
-            summary = f"pid {first.pid}: {first.status}" + (f" ({first.refusal.reason})" if first.refusal else "")
+            summary = (_("pid {pid}: {status} ({reason})").format(
+                pid=first.pid, status=status_words(first.status), reason=first.refusal.reason) if first.refusal
+                else _("pid {pid}: {status}").format(pid=first.pid, status=status_words(first.status)))
             self.app.notify(summary, markup=False, severity="information" if report.ok else "warning")
 
     def action_close(self) -> None:

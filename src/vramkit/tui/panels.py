@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..alerts import Alert, GpuSample
 from ..gpu_state import Device, GpuProcess
+from ..i18n import _, ngettext, pgettext
 from ..procs import HostLoad
 from ..render import fmt
 from ..render.sparkline import buckets, spark
@@ -62,7 +63,7 @@ def gpu_panel(dev: Device, samples: History, now: float, width: int, two_lines: 
     unknown = None if dev.lost else dev.na.get("processes")
     if unknown is None:
         return panel
-    words = f"processes unknown ({unknown}): the table lists none of this GPU's"
+    words = _("processes unknown ({reason}): the table lists none of this GPU's").format(reason=fmt.reason(unknown))
     note = Text.assemble("    ", (words, look.palette.warn))
     note.truncate(width, overflow="ellipsis")
     return Text("\n").join([panel, note])
@@ -74,7 +75,7 @@ def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines:
     index = Text(f"{dev.index:>2}", style=critical if alerting else "bold")
     index.append("!" if unhealthy else " ", style=f"bold {look.palette.warn}")
     if dev.lost:
-        line = Text.assemble(index, ("LOST", critical), f"  {dev.error or 'GPU is lost'}")
+        line = Text.assemble(index, (_("LOST"), critical), "  " + (dev.error or _("GPU is lost")))
         line.truncate(width)
         return line
     frac = fmt.mem_fraction(dev)
@@ -98,27 +99,30 @@ def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines:
     mem_text = f" {pair:>12} {share:>4}"
     name = fmt.short_gpu_name(dev.name)
     wanted = cells(name) if names is None else names
+    # the labels' columns beyond the English ones' ("mem", "util"): a translation may be wider
+    mem, util_word = pgettext("GPU panel", "mem"), pgettext("GPU panel", "util")
+    wider = cells(mem) - 3 + cells(util_word) - 4
     if two_lines:
-        fixed = 3 + 1 + 4 + len(mem_text) + 7 + 5 + len(tail)
+        fixed = 3 + 1 + 4 + len(mem_text) + 7 + 5 + cells(tail) + wider
         room = max(8, width - fixed)
         name_w = min(wanted, max(6, room // 3))
         bar_w = max(4, min(30, (room - name_w) * 2 // 3))
         util_w = max(0, min(12, room - name_w - bar_w))
-        line1 = Text.assemble(index, (pad(fit(name, name_w), name_w), ""), " mem ", bar(frac, bar_w, color),
-                              (mem_text, color), "  util ",
+        line1 = Text.assemble(index, (pad(fit(name, name_w), name_w), ""), f" {mem} ", bar(frac, bar_w, color),
+                              (mem_text, color), f"  {util_word} ",
                               bar(None if util is None else util / 100, util_w, util_color),
                               f" {fmt.pct(util):>4}", tail)
-        spark_w = max(4, (width - 3 - 4 - 7 - 6) // 2)
+        spark_w = max(4, (width - 3 - 4 - 7 - 6 - wider) // 2)
         label = range_label(span)
         mem_history, util_history = history(spark_w)
         line2 = Text.assemble(
-            "   ", ("mem ", "dim"), (spark(mem_history, 0, 1), color or look.palette.ok),
-            ("  util ", "dim"), (spark(util_history, 0, 1), util_color), (f" {label}", "dim"))
+            "   ", (f"{mem} ", "dim"), (spark(mem_history, 0, 1), color or look.palette.ok),
+            (f"  {util_word} ", "dim"), (spark(util_history, 0, 1), util_color), (f" {label}", "dim"))
         line1.truncate(width)
         line2.truncate(width)
         return Text("\n").join([line1, line2])
     # One line: index, name, bar, used/total, %, memory history, util %, util history, temp, power.
-    fixed = 3 + 1 + len(mem_text) + 1 + 7 + 4 + 1 + len(tail)
+    fixed = 3 + 1 + len(mem_text) + 1 + 7 + 4 + 1 + cells(tail) + cells(util_word) - 4
     room = max(12, width - fixed)
     name_w = min(wanted, max(5, room // 4))
     bar_w = max(3, min(20, (room - name_w) // 3))
@@ -126,7 +130,7 @@ def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines:
     mem_history, util_history = history(spark_w)
     line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color), " ",
                          (spark(mem_history, 0, 1), color or look.palette.ok),
-                         f" util {fmt.pct(util):>4} ", (spark(util_history, 0, 1), util_color),
+                         f" {util_word} {fmt.pct(util):>4} ", (spark(util_history, 0, 1), util_color),
                          tail)
     line.truncate(width)
     return line
@@ -139,16 +143,16 @@ def users_text(procs: list[GpuProcess], width: int) -> Text:
     for p in procs:
         user = p.user or "?"
         held[user] = held.get(user, 0) + (p.memory or 0)
-    out = Text("users ", style="dim")
+    out = Text(_("users") + " ", style="dim")
     if not held:
-        out.append("none hold GPU memory", style="dim")
+        out.append(_("none hold GPU memory"), style="dim")
         return out
     ranked = sorted(held.items(), key=lambda item: (-item[1], item[0]))
     for i, (user, memory) in enumerate(ranked):
         entry = Text.assemble((fit(user, 16), "bold"), f" {format_size(memory)}")
-        more = f"  +{len(ranked) - i - 1} more" if i < len(ranked) - 1 else ""
-        if i and out.cell_len + 2 + entry.cell_len + len(more) > width:
-            out.append(f"  +{len(ranked) - i} more", style="dim")
+        more = "  " + _more(len(ranked) - i - 1) if i < len(ranked) - 1 else ""
+        if i and out.cell_len + 2 + entry.cell_len + cells(more) > width:
+            out.append("  " + _more(len(ranked) - i), style="dim")
             break
         if i:
             out.append("  ")
@@ -157,9 +161,14 @@ def users_text(procs: list[GpuProcess], width: int) -> Text:
     return out
 
 
+def _more(n: int) -> str:
+    """'+3 more': the users left out of the users line."""
+    return ngettext("+{n} more", "+{n} more", n).format(n=n)
+
+
 def alerts_text(alerts: list[Alert], width: int, max_lines: int, look: Look = PLAIN) -> Text:
     if not alerts:
-        return Text("no alerts", style="dim")
+        return Text(_("no alerts"), style="dim")
     lines = []
     shown = alerts if len(alerts) <= max_lines else alerts[: max(1, max_lines - 1)]
     for a in shown:
@@ -168,33 +177,35 @@ def alerts_text(alerts: list[Alert], width: int, max_lines: int, look: Look = PL
         line.truncate(width, overflow="ellipsis")
         lines.append(line)
     if len(shown) < len(alerts):
-        lines.append(Text(f"  +{len(alerts) - len(shown)} more alerts (a: list all)", style="dim"))
+        hidden = len(alerts) - len(shown)
+        lines.append(Text("  " + ngettext("+{n} more alert (a: list all)", "+{n} more alerts (a: list all)",
+                                          hidden).format(n=hidden), style="dim"))
     return Text("\n").join(lines)
 
 
 def host_text(load: HostLoad | None, cpu_percent: float | None, width: int, look: Look = PLAIN) -> Text:
     """The host's CPU, RAM and swap on one line (CPU % over the last refresh; N/A on the first)."""
     if load is None:
-        return Text("host: /proc/stat cannot be read", style="dim")
+        return Text(_("host: /proc/stat cannot be read"), style="dim")
     used = None if load.mem_total is None or load.mem_available is None else load.mem_total - load.mem_available
     swap_used = None if load.swap_total is None or load.swap_free is None else load.swap_total - load.swap_free
     bars = width >= 100
-    out = Text("host ", style="dim")
-    out.append(f"CPU {fmt.pct(cpu_percent):>4} of {load.cpus}")
+    out = Text(_("host") + " ", style="dim")
+    out.append(_("CPU {percent} of {cpus}").format(percent=f"{fmt.pct(cpu_percent):>4}", cpus=load.cpus))
     if bars:
         out.append(" ")
         out.append_text(bar(None if cpu_percent is None else cpu_percent / 100, 10, look.palette.util))
     ram = None if used is None or not load.mem_total else used / load.mem_total
-    out.append("   RAM ")
+    out.append("   " + _("RAM") + " ")
     out.append(fmt.memory_pair(used, load.mem_total), style=look.level(ram))
     if bars:
         out.append(" ")
         out.append_text(bar(ram, 10, look.level(ram)))
     if load.swap_total == 0:
-        out.append("   swap none", style="dim")
+        out.append("   " + _("swap none"), style="dim")
     else:
         swap = None if swap_used is None or not load.swap_total else swap_used / load.swap_total
-        out.append("   swap ")
+        out.append("   " + _("swap") + " ")
         out.append(fmt.memory_pair(swap_used, load.swap_total), style=look.level(swap))
     out.truncate(width)
     return out

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..gpu_state import Device, GpuProcess, Snapshot
+from ..i18n import N_, _, pgettext
 from ..procs import workload
 from ..render import fmt
+from ..render.text_width import cells as text_cells
 from ..render.text_width import fit
 from ..units import format_size
 
@@ -27,10 +29,14 @@ SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
     "rss": lambda p: -(p.rss or 0),
 }
 SORT_ORDER = tuple(SORT_KEYS)
+# The sort keys as the view line names them (the keys themselves are --sort's values)
+SORT_WORDS = {"memory": N_("memory"), "gpu": N_("gpu"), "pid": N_("pid"), "user": N_("user"),
+              "elapsed": N_("elapsed"), "cpu": N_("cpu"), "rss": N_("rss")}
 
 # (key, header); the column a sort key belongs to, for clicking a header. SM%, BW%, ENC and DEC
 # are the process's own (NVML's per-process samples: kernels, memory bandwidth, video encoder and
 # decoder); UTIL is its GPU's, the same on every row of that GPU. config.TOP_COLUMNS lists the keys.
+# The headers as shown are headers(): in the reader's language.
 COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "USER"), ("memory", "MEMORY"), ("share", "%GPU"),
            ("sm", "SM%"), ("bw", "BW%"), ("enc", "ENC"), ("dec", "DEC"), ("util", "UTIL"), ("cpu", "CPU%"),
            ("rss", "RSS"), ("elapsed", "ELAPSED"), ("flags", "FLAGS"), ("owner", "OWNER"), ("command", "COMMAND"))
@@ -68,24 +74,31 @@ class View:
     workload: dict[str, str] = field(default_factory=dict)  # --container, --pod, --slurm-job (workload.matches)
 
     def describe(self) -> str:
-        parts = [f"sort {self.sort}{' (reversed)' if self.reverse else ''}"]
+        key = _(SORT_WORDS.get(self.sort, self.sort))
+        parts = [(_("sort {key} (reversed)") if self.reverse else _("sort {key}")).format(key=key)]
         if self.pids:
-            parts.append("pid " + ",".join(map(str, sorted(self.pids))))
+            parts.append(_("pid {pids}").format(pids=",".join(map(str, sorted(self.pids)))))
         if self.kind:
-            parts.append(f"{self.kind} only")
+            parts.append(_(KIND_WORDS[self.kind]))
         if self.visible is not None:
-            parts.append("visible to vram's CUDA_VISIBLE_DEVICES")
-        for key, value in self.workload.items():
-            parts.append(f"{key.replace('_', ' ')} {value}")
+            parts.append(_("visible to vram's CUDA_VISIBLE_DEVICES"))
+        for name, value in self.workload.items():
+            parts.append(_(WORKLOAD_WORDS[name]).format(value=value))
         if self.users:
-            parts.append("user " + ",".join(sorted(self.users)))
+            parts.append(_("user {users}").format(users=",".join(sorted(self.users))))
         if self.gpus:
-            parts.append("GPU " + ",".join(map(str, sorted(self.gpus))))
+            parts.append(_("GPU {gpus}").format(gpus=",".join(map(str, sorted(self.gpus)))))
         if self.search:
-            parts.append(f"search {self.search!r}")
+            parts.append(_("search {text}").format(text=repr(self.search)))
         if self.tree:
-            parts.append("tree")
+            parts.append(_("tree"))
         return "  ·  ".join(parts)
+
+
+# The view line's words for --compute/--graphics and the workload filters (owners.wanted's keys)
+KIND_WORDS = {"compute": N_("compute only"), "graphics": N_("graphics only")}
+WORKLOAD_WORDS = {"container": N_("container {value}"), "pod": N_("pod {value}"),
+                  "slurm_job": N_("slurm job {value}")}
 
 
 def matches(p: GpuProcess, view: View) -> bool:
@@ -180,13 +193,15 @@ def _tree(every: list[GpuProcess]) -> list[Row]:
     return rows
 
 
-def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_width: int) -> list[str]:
-    """Text of each shown column for one row."""
+def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_width: int,
+          flag_words: dict[str, str] | None = None) -> list[str]:
+    """Text of each shown column for one row. `flag_words`: the flags as shown (fmt.flag_words,
+    asked once by the caller; default as fmt.flags names them)."""
     p = row.proc
     if p is None:
         values = {c: "" for c in columns}
         values["pid"] = str(row.parent_pid)
-        values["command"] = fit("(parent: holds no GPU memory)", command_width)
+        values["command"] = fit(_("(parent: holds no GPU memory)"), command_width)
         return [values[c] for c in columns]
     dev = snap_gpus.get(p.gpu)
     share = fmt.memory_share(p, dev)  # of its MIG instance's, in one
@@ -205,7 +220,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
         "cpu": "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}",
         "rss": format_size(p.rss),
         "elapsed": fmt.elapsed(p),
-        "flags": ",".join(fmt.flags(p)) or "-",
+        "flags": ",".join(flag_words.get(f, f) if flag_words else f for f in fmt.flags(p)) or "-",
         "owner": fit(fmt.owner(p) or "-", WIDTHS["owner"]),
         "command": fit(row.prefix + command, command_width),
     }
@@ -217,16 +232,35 @@ WIDTHS = {"gpu": 3, "pid": 7, "user": 8, "memory": 7, "share": 4, "sm": 4, "bw":
           "util": 4, "cpu": 4, "rss": 7, "elapsed": 7, "flags": 13, "owner": 18}
 
 
-def columns_for(width: int, wanted: tuple[str, ...] | None = None, owners: bool = False) -> tuple[list[str], int]:
+def headers() -> tuple[dict[str, str], dict[str, int]]:
+    """Each column's header in the reader's language, and each fixed column's width: WIDTHS, or
+    the header's display width where a translated header is wider (a Chinese character takes two
+    columns). Asked once by the view, not per refresh."""
+    # the "column" words `vram ps` uses too, each spelled out so that the catalog has it
+    words = {"GPU": pgettext("column", "GPU"), "PID": pgettext("column", "PID"), "USER": pgettext("column", "USER"),
+             "MEMORY": pgettext("column", "MEMORY"), "%GPU": pgettext("column", "%GPU"),
+             "SM%": pgettext("column", "SM%"), "BW%": pgettext("column", "BW%"), "ENC": pgettext("column", "ENC"),
+             "DEC": pgettext("column", "DEC"), "UTIL": pgettext("column", "UTIL"), "CPU%": pgettext("column", "CPU%"),
+             "RSS": pgettext("column", "RSS"), "ELAPSED": pgettext("column", "ELAPSED"),
+             "FLAGS": pgettext("column", "FLAGS"), "OWNER": pgettext("column", "OWNER"),
+             "COMMAND": pgettext("column", "COMMAND")}
+    names = {key: words[header] for key, header in COLUMNS}
+    return names, {key: max(width, text_cells(names[key])) for key, width in WIDTHS.items()}
+
+
+def columns_for(width: int, wanted: tuple[str, ...] | None = None, owners: bool = False,
+                widths: dict[str, int] | None = None) -> tuple[list[str], int]:
     """The columns that fit `width` cells with a readable command, and the command's width.
     `wanted`: the columns asked for, in their order (the config's top.columns; default all but
-    OWNER); `owners`: OWNER is shown too (some process has one), before the command."""
-    wanted = tuple(k for k in (wanted or (k for k, _ in COLUMNS)) if k != "owner")
+    OWNER); `owners`: OWNER is shown too (some process has one), before the command; `widths`:
+    the fixed columns' widths (headers(); default WIDTHS)."""
+    widths = widths or WIDTHS
+    wanted = tuple(k for k in (wanted or (k for k, __ in COLUMNS)) if k != "owner")
     shown = [k for k in wanted if k != "command"] + (["owner"] if owners else [])
     min_command = 32
 
     def used(cols: list[str]) -> int:
-        return sum(WIDTHS[c] + 2 for c in cols) + 2  # DataTable pads each cell by 1 on each side
+        return sum(widths[c] + 2 for c in cols) + 2  # DataTable pads each cell by 1 on each side
 
     for drop in DROP_ORDER:
         if used(shown) + min_command <= width:

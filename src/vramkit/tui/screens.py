@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from ..alerts import Alert, History
 from ..gpu_state import Device, GpuProcess, Snapshot
+from ..i18n import N_, _
 from ..process_view import EnvReader, ProcessGpus, process_gpus
 from ..procs import Environ, read_environ
 from ..procs.workload import describe
@@ -19,53 +20,63 @@ from ..render.env_view import DIM, WARN, env_lines
 from ..render.info_view import health_lines
 from ..render.sparkline import buckets, spark
 from ..render.style import Style
-from ..render.text_width import cells, pad
+from ..render.text_width import cells, pad, wrap
 from ..units import format_duration, format_size
+from .bindings import translate
 from .look import PLAIN, Look
 from .panels import alerts_text
 
 # The keys, by section: laid out for the width the help gets (help_text), never hand-wrapped.
+# Marked only (N_): translated when the help is drawn. Key names stay as the keyboard spells them.
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("Process table", [
-        ("↑ ↓ PgUp PgDn Home End", "move"), ("Enter", "details of the process"),
-        ("s", "next sort key"), ("r", "reverse order"),
-        ("t", "tree (parents and children)"), ("/", "search pid, user, command"),
-        ("u", "filter by user (a,b)"), ("g", "filter by GPU (0,2 or 0-3)"),
-        ("Esc", "clear search and filters"), ("click", "a header: sort by it"),
+    (N_("Process table"), [
+        ("↑ ↓ PgUp PgDn Home End", N_("move")), ("Enter", N_("details of the process")),
+        ("s", N_("next sort key")), ("r", N_("reverse order")),
+        ("t", N_("tree (parents and children)")), ("/", N_("search pid, user, command")),
+        ("u", N_("filter by user (a,b)")), ("g", N_("filter by GPU (0,2 or 0-3)")),
+        ("Esc", N_("clear search and filters")),
+        # Translators: a mouse click (on a column header), shown where a key is named
+        (N_("click"), N_("a header: sort by it")),
     ]),
-    ("Actions", [("k", "kill: SIGTERM, SIGINT or TERM+KILL (asks; not --readonly)")]),
-    ("View", [
-        ("a", "all alerts"), ("p", "pause / resume refresh"), ("?", "this help"), ("q", "quit"),
-        ("h", "history range: 5m, 1h, 24h, 7d (the top line names its source)"),
+    (N_("Actions"), [("k", N_("kill: SIGTERM, SIGINT or TERM+KILL (asks; not --readonly)"))]),
+    (N_("View"), [
+        ("a", N_("all alerts")), ("p", N_("pause / resume refresh")), ("?", N_("this help")), ("q", N_("quit")),
+        ("h", N_("history range: 5m, 1h, 24h, 7d (the top line names its source)")),
     ]),
 ]
 # One paragraph, one line: the Static wraps it at words to whatever width it has.
-ABOUT = ("Memory is how much of a GPU's RAM is allocated; utilization is the share of recent time a kernel "
-         "ran. A history line shows the highest value in each slice of the range: what 'vram record' "
-         "recorded (when its database exists), then what this view has seen; blank where nothing was "
-         "recorded. \"full in ~\" is an estimate from the recent trend.")
-TITLE = "vram top: the live view of this machine's GPUs"
+ABOUT = N_("Memory is how much of a GPU's RAM is allocated; utilization is the share of recent time a kernel "
+           "ran. A history line shows the highest value in each slice of the range: what 'vram record' "
+           "recorded (when its database exists), then what this view has seen; blank where nothing was "
+           "recorded. \"full in ~\" is an estimate from the recent trend.")
+TITLE = N_("vram top: the live view of this machine's GPUs")
 MODAL_MAX_WIDTH = 110  # the pop-up's width: 90% of the screen, at most this (and its CSS below)
 
 
 def help_text(width: int) -> Text:
-    """The help for `width` columns: two keys to a line where both fit in half of it, else one;
-    at 80x24 all of it fits without scrolling."""
+    """The help for `width` columns: two keys to a line where both fit in half of it, else one,
+    a longer one folded under its words; at 80x24 all of it fits without scrolling."""
     out = Text()
     half = (width - 1) // 2
     for title, keys in KEYS:
-        out.append(f"{title}\n", style="bold")
-        entries = [f"  {pad(key, 3 if cells(key) <= 3 else cells(key) + 1)} {what}" for key, what in keys]
+        out.append(f"{_(title)}\n", style="bold")
+        names = [(_(key) if key == "click" else key, _(what)) for key, what in keys]
+        entries = [(f"  {pad(key, 3 if cells(key) <= 3 else cells(key) + 1)} ", what) for key, what in names]
         i = 0
         while i < len(entries):
-            pair = entries[i:i + 2]
+            pair = ["".join(e) for e in entries[i:i + 2]]
             if len(pair) == 2 and all(cells(e) <= half for e in pair):
                 out.append(pad(pair[0], half + 1) + pair[1] + "\n")
                 i += 2
             else:
-                out.append(entries[i] + "\n")
+                key, what = entries[i]
+                lines = wrap(what, width - cells(key)) or [""]
+                out.append(key + f"\n{' ' * cells(key)}".join(lines) + "\n")
                 i += 1
-    out.append("\n" + ABOUT)
+    about = _(ABOUT)
+    # English wraps at its spaces where the Static is drawn; text without spaces between its words
+    # (Chinese) is folded here, by display width
+    out.append("\n" + (about if about.isascii() else "\n".join(wrap(about, width))))
     return out
 
 
@@ -87,7 +98,11 @@ class _Modal(ModalScreen[str | None]):
                               border: round $accent; padding: 0 1; background: $surface; }
     _Modal.ascii > VerticalScroll { border: ascii $accent; }
     """
-    BINDINGS = [Binding("escape,q", "close", "Close")]
+    BINDINGS = [Binding("escape,q", "close", N_("Close"))]
+
+    def __init__(self) -> None:
+        super().__init__()
+        translate(self)
 
     def on_mount(self) -> None:
         if _look(self).ascii:
@@ -98,11 +113,11 @@ class _Modal(ModalScreen[str | None]):
 
 
 class HelpScreen(_Modal):
-    BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
+    BINDINGS = [Binding("escape,q,question_mark", "close", N_("Close"))]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
-            scroll.border_title = TITLE  # on the border: one line less to scroll at 80x24
+            scroll.border_title = _(TITLE)  # on the border: one line less to scroll at 80x24
             yield Static(_look(self).text(help_text(help_width(self.app.size.width))), id="help-text")
 
     def on_resize(self) -> None:
@@ -116,7 +131,7 @@ class AlertsScreen(_Modal):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text("Alerts\n", style="bold"))
+            yield Static(Text(_("Alerts") + "\n", style="bold"))
             yield Static(_look(self).text(alerts_text(self.alerts, 200, 10_000, _look(self))), id="alerts-all")
 
 
@@ -128,56 +143,61 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
     health of those GPUs (`health`: copies of them with their health read, by GPU index)."""
     p = rows[0]
     out = Text()
-    out.append(f"pid {p.pid}", style="bold")
+    out.append(_("pid {pid}").format(pid=p.pid), style="bold")
     if p.host_missing:
         out.append(f"\n{p.host_missing}\n", style="yellow")
     else:
-        out.append(f"   user {p.user} (uid {p.uid})   state {p.state}   age {format_duration(p.elapsed)}"
-                   f"   ppid {p.ppid}\n")
+        out.append(_("   user {user} (uid {uid})   state {state}   age {age}   ppid {ppid}").format(
+            user=p.user, uid=p.uid, state=p.state, age=format_duration(p.elapsed), ppid=p.ppid) + "\n")
         cpu = "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}%"
-        out.append(f"CPU {cpu}   RSS {format_size(p.rss)}")
+        out.append(_("CPU {cpu}   RSS {rss}").format(cpu=cpu, rss=format_size(p.rss)))
         owner = describe(p.workload)  # its container, pod or Slurm job, in words
         if owner or p.container:
-            out.append(f"   {owner or 'container ' + str(p.container)}")
+            out.append("   " + (owner or _("container {id}").format(id=p.container)))
         out.append("\n")
     flags = sorted({f for r in rows for f in fmt.flags(r)})
     if flags:
-        out.append("flags: " + ", ".join(flags) + "\n", style="yellow")
-    out.append("\ncommand\n", style="bold")
+        words = fmt.flag_words()
+        out.append(_("flags: {flags}").format(flags=", ".join(words.get(f, f) for f in flags)) + "\n",
+                   style="yellow")
+    out.append("\n" + _("command") + "\n", style="bold")
     out.append((p.command if p.command is not None else "N/A") + "\n")  # sanitized by the snapshot
     if own is not None:
-        out.append("\nGPUs: told (its environment) and held\n", style="bold")
+        out.append("\n" + _("GPUs: told (its environment) and held") + "\n", style="bold")
         kinds = {WARN: f"bold {look.palette.warn}", DIM: "dim", "": ""}
         for line, kind in env_lines(own):
             out.append(f"  {line}\n", style=kinds[kind])
-    out.append("\nits own utilization (NVML's samples for this process)\n", style="bold")
+    out.append("\n" + _("its own utilization (NVML's samples for this process)") + "\n", style="bold")
     for r in rows:
         where = f"GPU {r.gpu}" + ("" if r.mig_gi is None else f"/{r.mig_gi}")
-        own_util = (f"SM {fmt.pct(r.sm_utilization)}  memory bandwidth {fmt.pct(r.memory_utilization)}  "
-                  f"encoder {fmt.pct(r.encoder_utilization)}  decoder {fmt.pct(r.decoder_utilization)}")
+        own_util = _("SM {sm}  memory bandwidth {bw}  encoder {enc}  decoder {dec}").format(
+            sm=fmt.pct(r.sm_utilization), bw=fmt.pct(r.memory_utilization), enc=fmt.pct(r.encoder_utilization),
+            dec=fmt.pct(r.decoder_utilization))
         out.append(f"  {where:<8} {own_util}")
-        out.append(f"  ({r.utilization_na})\n" if r.utilization_na else "\n", style="dim")
-    out.append(f"\nGPU memory, last {format_duration(span)}\n", style="bold")
+        out.append(f"  ({fmt.reason(r.utilization_na)})\n" if r.utilization_na else "\n", style="dim")
+    out.append("\n" + _("GPU memory, last {span}").format(span=format_duration(span)) + "\n", style="bold")
     spark_w = max(10, width - 40)
     by_index = {g.index: g for g in snap.gpus}
     for r in rows:
         dev = by_index.get(r.gpu)
         total = dev.memory_total if dev and dev.memory_total else None
         series = history.process(r.pid, r.gpu, r.mig_gi)
-        values = [v for _, v in series if v is not None]
+        values = [v for __, v in series if v is not None]
         hi = max(values) if values else 1
         line = spark(buckets([(t, v) for t, v in series], snap.time, span, spark_w, step=True), 0, hi or 1)
         where = f"GPU {r.gpu}" + ("" if r.mig_gi is None else f"/{r.mig_gi}")
-        share = "" if total is None or r.memory is None else f" ({100 * r.memory / total:.0f}% of the GPU)"
+        share = "" if total is None or r.memory is None else _(" ({percent}% of the GPU)").format(
+            percent=f"{100 * r.memory / total:.0f}")
         out.append(f"  {where:<8} {format_size(r.memory):>8}{share}\n")
         low = format_size(min(values)) if values else "N/A"
         out.append(f"           {line}  ", style=look.palette.ok)
-        out.append(f"min {low} max {format_size(max(values)) if values else 'N/A'}\n", style="dim")
+        out.append(_("min {low} max {high}").format(low=low, high=format_size(max(values)) if values else "N/A")
+                   + "\n", style="dim")
     for index in sorted({r.gpu for r in rows}):
         checked = (health or {}).get(index)
         if checked is None or checked.health is None:
             continue
-        out.append(f"\nGPU {index} health\n", style="bold")
+        out.append("\n" + _("GPU {index} health").format(index=index) + "\n", style="bold")
         lines = health_lines(checked, Style(color=True, unicode=True), width)
         out.append_text(Text.from_ansi("\n".join(lines) + "\n"))  # its worrying lines painted as vram info does
     return out
@@ -186,7 +206,7 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
 class DetailScreen(_Modal):
     """One process; the app calls `update` on every refresh while it is open."""
 
-    BINDINGS = [Binding("escape,q,enter", "close", "Close"), Binding("k", "kill", "Kill")]
+    BINDINGS = [Binding("escape,q,enter", "close", N_("Close")), Binding("k", "kill", N_("Kill"))]
 
     def __init__(self, pid: int, read_env: EnvReader = read_environ, pids_visible: bool = True):
         super().__init__()
@@ -208,8 +228,8 @@ class DetailScreen(_Modal):
         rows = [p for p in snap.processes if p.pid_here == self.pid]  # not another namespace's pid of that number
         widget = self.query_one("#detail", Static)
         if not rows:
-            widget.update(Text(f"pid {self.pid} holds no GPU memory any more (exited, or its GPU was lost).",
-                               style="yellow"))
+            widget.update(Text(_("pid {pid} holds no GPU memory any more (exited, or its GPU was lost).").format(
+                pid=self.pid), style="yellow"))
             return
         own = process_gpus(snap, self.pid, self._environ_once, self._pids_visible)
         look = _look(self)

@@ -1,0 +1,174 @@
+"""`vram top` in Chinese (VRAM_LANG=zh_CN) in a real terminal, tmux at 80x24: the help screen and
+the kill dialog are Chinese but for what stays English (key and signal names, flags, commands,
+numbers, units, user names), every line fits, and the table's columns line up by display width."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+from helpers import scenario_data, wait_for, zh_env
+
+from vramkit.render.text_width import cells
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+WIDTH, HEIGHT = 80, 24
+# Latin words that stay English in the Chinese view: keys, signals, flags, names of things
+KEPT = {"PgUp", "PgDn", "Home", "End", "Enter", "Esc", "Ctrl", "SIGTERM", "SIGINT", "SIGKILL", "TERM", "KILL",
+        "PID", "GPU", "GiB", "MiB", "vram", "top", "record", "readonly", "kernel", "Python"}
+
+
+def _english(text: str, also: set[str] = frozenset()) -> list[str]:
+    """The words of 3+ Latin letters in `text` that are not kept in English."""
+    return [w for w in re.findall(r"[A-Za-z][A-Za-z]{2,}", text) if w not in KEPT | also]
+
+
+class Top:
+    """`vram top ARGS` in its own tmux server at 80x24, as a person runs it."""
+
+    def __init__(self, tmp_path, *args: str, env: dict[str, str]):
+        self.env = {**env, "TMUX_TMPDIR": str(tmp_path)}
+        self.env.pop("TMUX", None)
+        self.name = f"vramzh-{uuid.uuid4().hex[:8]}"
+        self.rc_file = tmp_path / "rc"
+        command = shlex.join([sys.executable, "-m", "vramkit", "top", *args])
+        script = f"{command}; echo rc=$? > {shlex.quote(str(self.rc_file))}"
+        started = self.tmux("new-session", "-d", "-s", self.name, "-x", str(WIDTH), "-y", str(HEIGHT), "sh", "-c",
+                            script)
+        assert started.returncode == 0, started.stderr
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, env=self.env)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.name).stdout
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", self.name, *keys)
+
+    def close(self) -> None:
+        self.tmux("kill-server")
+
+
+def _box(screen: str, strip: bool = True) -> list[str]:
+    """The lines inside the pop-up's border (between its ╭ and ╰ lines, inside its │s)."""
+    lines = screen.splitlines()
+    top = next(i for i, line in enumerate(lines) if "╭" in line)
+    bottom = next(i for i, line in enumerate(lines) if "╰" in line and i > top)
+    inside = [line[line.index("│") + 1:line.rindex("│")] for line in lines[top + 1:bottom]]
+    return [line.strip() for line in inside] if strip else inside
+
+
+def _fits(screen: str) -> None:
+    wide = [line for line in screen.splitlines() if cells(line) > WIDTH]
+    assert not wide, wide
+
+
+@pytest.fixture
+def sleeper():
+    """A real process of this user's that the view may end; reaped by a thread (never a zombie)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
+    threading.Thread(target=proc.wait, daemon=True).start()
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+
+
+def test_help_screen_table_and_refusal_are_chinese_and_line_up_at_80x24(tmp_path):
+    top = Top(tmp_path, "--simulate", "demo", "--interval", "3600", env=zh_env(HOME=str(tmp_path)))
+    try:
+        assert wait_for(lambda: "个 GPU 进程" in top.screen() and "train_dp.py" in top.screen(), timeout=30), \
+            top.screen()
+        screen = top.screen()
+        _fits(screen)
+        lines = screen.splitlines()
+        # the footer's keys, the view line
+        assert "q 退出" in lines[-1] and "? 帮助" in lines[-1] and "k 结束进程" in lines[-1], lines[-1]
+        assert any(line.strip().startswith("9 个 GPU 进程  ·  排序：显存  ·  ? 帮助") for line in lines), screen
+        # the table: Chinese headers, and each row's cells under their header by display width
+        [header] = [line for line in lines if "用户" in line and "显存" in line and "命令" in line]
+        memory_end, command_at = cells(header[:header.index("显存") + 2]), cells(header[:header.index("命令")])
+        rows = [line for line in lines if re.match(r"\s+\d+\s+\d+\s+\w+\s+[\d.]+GiB", line)]
+        assert len(rows) >= 5, screen
+        for row in rows:
+            used = re.search(r"[\d.]+GiB", row)
+            assert cells(row[:used.end()]) == memory_end, (header, row)
+            assert cells(row[:re.search(r"%\s+", row).end()]) == command_at, (header, row)  # after SM%
+
+        top.keys("?")
+        assert wait_for(lambda: "╭" in top.screen() and "进程表" in top.screen(), timeout=20), top.screen()
+        screen = top.screen()
+        _fits(screen)
+        assert "vram top：本机 GPU 的实时视图" in screen  # the title, on the border
+        box = _box(screen)
+        assert box[0] == "进程表" and "操作" in box and "视图" in box, box
+        # every entry of a section starts under its section (nothing folded to the border), and the
+        # paragraph after them is whole: the help fits 80x24 without scrolling
+        about = box.index("")
+        titles = {"进程表", "操作", "视图"}
+        entries = _box(screen, strip=False)[:about]
+        assert all(line.strip() in titles or line.startswith("   ") for line in entries), entries
+        assert box[about + 1].startswith("显存是") and box[-1].endswith("估算。"), box
+        for key, words in (("s", "换下一个排序键"), ("k", "结束进程"), ("h", "历史范围"), ("q", "退出")):
+            assert any(re.search(rf"(^|\s){re.escape(key)}\s+{words}", line) for line in box), (key, box)
+        assert not _english(" ".join(box)), _english(" ".join(box))
+
+        # the kill dialog of another user's process: refused, in Chinese, nothing signalled
+        top.keys("Escape")
+        assert wait_for(lambda: "╭" not in top.screen(), timeout=20), top.screen()
+        top.keys("Home", "k")
+        assert wait_for(lambda: "没有发送任何信号" in top.screen(), timeout=20), top.screen()
+        screen = top.screen()
+        _fits(screen)
+        box = _box(screen)
+        assert box[0] == "结束进程 60112" and box[2].startswith("进程 60112   用户 dave   已运行 "), box
+        assert "占用 GPU 6: 78.2GiB" in box
+        assert any(line.startswith("已拒绝（ownership）：") for line in box), box
+        assert box[-1] == "没有发送任何信号  ·  Esc 关闭", box
+        top.keys("Escape")
+        assert wait_for(lambda: "╭" not in top.screen(), timeout=20), top.screen()
+        top.keys("q")
+        assert wait_for(top.rc_file.exists, timeout=20), top.screen()
+        assert top.rc_file.read_text().strip() == "rc=0"
+    finally:
+        top.close()
+
+
+def test_kill_dialog_asks_and_reports_in_chinese(tmp_path, sleeper, write_scenario):
+    data = scenario_data("demo")
+    data["processes"].append({"pid": sleeper.pid, "source": "real", "gpus": {"7": "1GiB"}})
+    path = write_scenario(json.dumps(data))
+    env = zh_env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"),
+                 VRAM_AUDIT_LOG=str(tmp_path / "audit.log"))
+    top = Top(tmp_path, "--simulate", str(path), "--interval", "3600", "--pid", str(sleeper.pid), env=env)
+    try:
+        assert wait_for(lambda: "个 GPU 进程中的 1 个" in top.screen(), timeout=30), top.screen()
+        top.keys("k")
+        assert wait_for(lambda: "让它退出？" in top.screen(), timeout=20), top.screen()
+        screen = top.screen()
+        _fits(screen)
+        box = _box(screen)
+        assert box[0] == f"结束进程 {sleeper.pid}", box
+        assert box[2].startswith(f"进程 {sleeper.pid}   用户 "), box
+        assert "发送 SIGTERM，并最多等待 10s 让它退出？" in box, box
+        user = box[2].split()[3]
+        text = " ".join(line for line in box if "python" not in line)  # the command is the process's own
+        assert not _english(text, {user}), _english(text, {user})
+        assert "n/Esc：否" in " ".join(box), box
+
+        top.keys("y")
+        assert wait_for(lambda: "后退出（SIGTERM）" in top.screen(), timeout=30), top.screen()
+        box = _box(top.screen())
+        assert any(re.fullmatch(rf"进程 {sleeper.pid} 在 [\d.]+s 后退出（SIGTERM）", line) for line in box), box
+        assert "已记录到" in box and box[-1] == "Esc 关闭", box  # the audit log's path, folded, after it
+        assert wait_for(lambda: sleeper.poll() is not None, timeout=10)
+    finally:
+        top.close()
