@@ -570,11 +570,15 @@ def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tupl
     states = (pt - small) * per + small * 2 * wt
     largest = min(pt, p.largest)
     what = "4-bit" if opt == "adamw-4bit" else "FP8"
+    states_f = (_("torchao {optimizer}: 2 {what} states + an fp32 scale per {block} values: {params:,} × "
+                  "{bytes:.4g} B + {small:,} in small tensors × 2 × {small_bytes:g} B") if small else
+                _("torchao {optimizer}: 2 {what} states + an fp32 scale per {block} values: {params:,} × "
+                  "{bytes:.4g} B"))
     return (states, 2 * largest * 4,
-            f"torchao AdamW{'4bit' if opt == 'adamw-4bit' else 'Fp8'}: 2 {what} states + an fp32 scale per {block} "
-            f"values: {pt - small:,} × {per:.4g} B"
-            + (f" + {small:,} in small tensors × 2 × {wt:g} B" if small else ""),
-            f"single_param_adam computes each tensor's states in fp32: the largest, {largest:,} × 2 × 4 B")
+            states_f.format(optimizer="AdamW4bit" if opt == "adamw-4bit" else "AdamWFp8", what=what, block=block,
+                            params=pt - small, bytes=per, small=small, small_bytes=wt),
+            _("single_param_adam computes each tensor's states in fp32: the largest, {params:,} × 2 × 4 B").format(
+                params=largest))
 
 
 def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estimate:
@@ -609,12 +613,16 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         seq = setup.seq or _default_seq(spec)
         learned = spec.family in ENCODERS or (spec.arch == "gpt" and spec.positions == "learned")
         if learned and spec.max_positions and seq > spec.max_positions:
-            raise EstimateError(f"{seq} is longer than {spec.name}'s {spec.max_positions} positions", param="seq")
+            raise EstimateError(_("{seq} is longer than {model}'s {positions} positions").format(
+                seq=seq, model=spec.name, positions=spec.max_positions), param="seq")
         last = seq + max(setup.new_tokens, 1) - 1  # the positions the last decode step reaches
         if learned and spec.max_positions and last > spec.max_positions:
-            prompt = f"a prompt of {seq}" if setup.seq else f"the default prompt ({seq}, give --seq for a shorter one)"
-            raise EstimateError(f"{prompt} + {setup.new_tokens} new tokens reach past {spec.name}'s "
-                                f"{spec.max_positions} positions", param="new_tokens")
+            reach = (_("a prompt of {seq} + {new_tokens} new tokens reach past {model}'s {positions} positions")
+                     if setup.seq else
+                     _("the default prompt ({seq}, give --seq for a shorter one) + {new_tokens} new tokens reach past "
+                       "{model}'s {positions} positions"))
+            raise EstimateError(reach.format(seq=seq, new_tokens=setup.new_tokens, model=spec.name,
+                                             positions=spec.max_positions), param="new_tokens")
     s_dec = (setup.decoder_seq or seq) if spec.encoder_decoder else 0
     terms: list[Term] = []
     b = setup.batch
@@ -632,13 +640,15 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         qb = quant_bytes(setup.quant, setup.double_quant)
         rest = P - p.quantized
         base = (p.quantized * qb + rest * 2) / tp
-        kind = setup.quant + (" double-quantized" if setup.double_quant else "")
-        terms.append(Term(N_("weights"), int(base), f"{p.quantized:,} linear weights × {qb:.4g} B ({kind} frozen base)"
-                          + (f" + {rest:,} others × 2 B (embeddings, norms, biases" + ("" if setup.quant_head else
-                             " and the output layer") + " stay 16-bit: bitsandbytes quantizes nn.Linear only"
-                             + ("" if setup.quant_head else ", HF skips lm_head") + ")" if rest else
-                             " (a bare count: the 16-bit embeddings and lm_head are not known)")
-                          + (f" / tp {tp}" if tp > 1 else ""), "weights"))
+        base_f = (_("{quantized:,} linear weights × {bytes:.4g} B ({quant} double-quantized frozen base)")
+                  if setup.double_quant else _("{quantized:,} linear weights × {bytes:.4g} B ({quant} frozen base)"))
+        others = (_("{formula} + {rest:,} others × 2 B (embeddings, norms, biases stay 16-bit: bitsandbytes "
+                    "quantizes nn.Linear only)") if setup.quant_head else
+                  _("{formula} + {rest:,} others × 2 B (embeddings, norms, biases and the output layer stay 16-bit: "
+                    "bitsandbytes quantizes nn.Linear only, HF skips lm_head)")) if rest else \
+            _("{formula} (a bare count: the 16-bit embeddings and lm_head are not known)")
+        weights_f = others.format(formula=base_f.format(quantized=p.quantized, bytes=qb, quant=setup.quant), rest=rest)
+        terms.append(Term(N_("weights"), int(base), weights_f + (f" / tp {tp}" if tp > 1 else ""), "weights"))
     elif not train and setup.precision != "fp32":
         terms.append(Term(N_("weights"), P * 2 // tp,
                           _("{params:,} params × 2 B (16-bit for inference)").format(params=P), "weights"))
@@ -868,13 +878,18 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
             probs = b * spec.heads * seq * seq * dt.x // tp if scores and (sm != dt.x or spec.attn_dropout) else 0
             attn_grads = 2 * scores + T * spec.inner * dt.x // tp
             rebuilt_grads = T * spec.hidden * dt.r + max(ffn_grads, attn_grads - acts.ffn - probs)
-            ffn_f = f"the feed-forward's backward, {n_ffn} input gradients × b·s·i·{gx} B = {fmt(ffn_grads)}"
-            terms.append(Term(N_("recompute gradients (frozen base)"), rebuilt_grads,
-                              f"the layer output's gradient b·s·h·{dt.r} B + " + (
-                                  f"the larger of {ffn_f}, and the eager attention's, 2 × b·a·s²·{sm} + v's "
-                                  f"b·s·h·{dt.x} B less the feed-forward's {fmt(acts.ffn)}"
-                                  + (f" and the probabilities' copy {fmt(probs)}" if probs else "") + " freed by then"
-                                  if scores else ffn_f), "transient", lifetime=("recompute",)))
+            ffn_f = _("the feed-forward's backward, {n} input gradients × b·s·i·{bytes} B = {size}").format(
+                n=n_ffn, bytes=gx, size=fmt(ffn_grads))
+            rebuilt_f = (_("the layer output's gradient b·s·h·{hidden} B + the larger of {ffn}, and the eager "
+                           "attention's, 2 × b·a·s²·{scores} + v's b·s·h·{x} B less the feed-forward's {saved} and the "
+                           "probabilities' copy {probs} freed by then") if scores and probs else
+                         _("the layer output's gradient b·s·h·{hidden} B + the larger of {ffn}, and the eager "
+                           "attention's, 2 × b·a·s²·{scores} + v's b·s·h·{x} B less the feed-forward's {saved} freed "
+                           "by then") if scores else
+                         _("the layer output's gradient b·s·h·{hidden} B + {ffn}"))
+            terms.append(Term(N_("recompute gradients (frozen base)"), rebuilt_grads, rebuilt_f.format(
+                hidden=dt.r, ffn=ffn_f, scores=sm, x=dt.x, saved=fmt(acts.ffn), probs=fmt(probs)), "transient",
+                lifetime=("recompute",)))
     if setup.quant:
         terms.append(replace(_quant_transient(spec, p, setup, b * seq, train=True), lifetime="step"))
     if setup.keeps_last_graph:
@@ -882,9 +897,10 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
                                    and dt.x == 2 and not dt.mixed, setup.fused_qkv, setup.quant_head) \
             if bnb else 0
         terms.append(Term(N_("last micro-step's graph (held by the loop)"), ctx_held + dt.x * acts.logits // tp,
-                          f"its logits {fmt(dt.x * acts.logits // tp)}" + (
-                              f" + the inputs bitsandbytes' matmuls keep as ctx attributes (MatMul4Bit ctx.tensors: "
-                              f"freed with the graph, not by backward) {fmt(ctx_held)}" if ctx_held else ""),
+                          (_("its logits {logits} + the inputs bitsandbytes' matmuls keep as ctx attributes "
+                             "(MatMul4Bit ctx.tensors: freed with the graph, not by backward) {held}") if ctx_held
+                           else _("its logits {logits}")).format(logits=fmt(dt.x * acts.logits // tp),
+                                                                  held=fmt(ctx_held)),
                           "activations", lifetime=("forward end", "backward start", "recompute")))
     return acts
 
@@ -904,23 +920,27 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
         flash = setup.attention == "flash"
         static = _static_len(spec, setup)
         if setup.cache_len and setup.cache_len < seq + max(setup.new_tokens, 1) - 1:
-            raise EstimateError(f"{setup.cache_len} positions cannot hold the prompt and the new tokens "
-                                f"({seq + max(setup.new_tokens, 1) - 1})", param="cache_len")
+            raise EstimateError(_("{positions} positions cannot hold the prompt and the new tokens ({need})").format(
+                positions=setup.cache_len, need=seq + max(setup.new_tokens, 1) - 1), param="cache_len")
         kv = kv_cache(spec, b, static or seq, x, tp, s_dec)
         if static:  # allocated whole before the prefill; the prefill's mask spans it
-            terms.append(Term(N_("KV cache"), kv, f"a static cache of {static} positions, each layer's allocated whole "
-                              f"at its first update (StaticCache(max_cache_len={setup.cache_len})"
-                              + (f", the {spec.sliding_window}-token window" if static < (setup.cache_len or 0)
-                                 else "") + "): " + _kv_formula(spec, b, static, x, tp), "kv"))
-            terms.append(Term(N_("static-cache attention mask"), b * seq * static, f"the prefill's boolean mask over "
-                              f"the whole cache, b·s·cache_len: {b} × {seq} × {static} × 1 B (SDPA's mask, "
-                              "transformers masking_utils)", "transient"))
+            static_f = (_("a static cache of {positions} positions, each layer's allocated whole at its first update "
+                          "(StaticCache(max_cache_len={length}), the {window}-token window): {formula}")
+                        if static < (setup.cache_len or 0) else
+                        _("a static cache of {positions} positions, each layer's allocated whole at its first update "
+                          "(StaticCache(max_cache_len={length})): {formula}"))
+            terms.append(Term(N_("KV cache"), kv, static_f.format(
+                positions=static, length=setup.cache_len, window=spec.sliding_window,
+                formula=_kv_formula(spec, b, static, x, tp)), "kv"))
+            terms.append(Term(N_("static-cache attention mask"), b * seq * static, _(
+                "the prefill's boolean mask over the whole cache, b·s·cache_len: {batch} × {seq} × {positions} × 1 B "
+                "(SDPA's mask, transformers masking_utils)").format(batch=b, seq=seq, positions=static), "transient"))
         elif kv:
             terms.append(Term(N_("KV cache"), kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
         if setup.cache_views and spec.qkv_views:
-            terms.append(Term(N_("q beside the cache (fused qkv)"), kv // 2, "the cache keeps views of GPT-2's "
-                              "fused qkv projection (transformers < 4.54), so its q third stays allocated "
-                              "through the prefill", "kv"))
+            terms.append(Term(N_("q beside the cache (fused qkv)"), kv // 2, _(
+                "the cache keeps views of GPT-2's fused qkv projection (transformers < 4.54), so its q third stays "
+                "allocated through the prefill"), "kv"))
         if spec.encoder_decoder:  # the encoder's forward, then the decoder's prefill beside the cache
             encoder, decoder = t5_inference(spec, b, seq, s_dec, dti, flash, tp)
             terms += [Term(name, size, formula, "transient") for name, size, formula in encoder + decoder]
@@ -1072,10 +1092,13 @@ def _torchao_weight_only(spec: ModelSpec, p: Params, setup: Setup) -> Term:
     rows = sum(s[0] for n, s, c in p.shapes if _quantized_tensor(n, s, c, True)) if not spec.bare else 0
     rest = p.total - p.quantized
     size = (p.quantized * per + rows * row_scale + rest * 2) / setup.tp
-    return Term(N_("weights"), int(size), f"{p.quantized:,} linear weights × {per:.4g} B (torchao {setup.quant}"
-                + (f", + {rows:,} output rows × {row_scale} B of scales" if row_scale and rows else "")
-                + f") + {rest:,} others × 2 B (embeddings, norms, biases stay 16-bit)"
-                + (f" / tp {setup.tp}" if setup.tp > 1 else ""), "weights")
+    weights_f = (_("{quantized:,} linear weights × {bytes:.4g} B (torchao {quant}, + {rows:,} output rows × "
+                   "{scale} B of scales) + {rest:,} others × 2 B (embeddings, norms, biases stay 16-bit)")
+                 if row_scale and rows else
+                 _("{quantized:,} linear weights × {bytes:.4g} B (torchao {quant}) + {rest:,} others × 2 B "
+                   "(embeddings, norms, biases stay 16-bit)")).format(
+        quantized=p.quantized, bytes=per, quant=setup.quant, rows=rows, scale=row_scale, rest=rest)
+    return Term(N_("weights"), int(size), weights_f + (f" / tp {setup.tp}" if setup.tp > 1 else ""), "weights")
 
 
 def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, train: bool) -> Term:
@@ -1084,31 +1107,42 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     8-bit (LLM.int8) quantizes the input to int8 and multiplies into an int32 output, and in
     backward dequantizes the weight for the input gradient."""
     out_f, in_f = p.largest_quantized
-    shape = f"{out_f:,} × {in_f:,}" + (" (a typical shape for the count: no layers known)" if spec.bare else "")
+    shape = (_("{rows:,} × {columns:,} (a typical shape for the count: no layers known)") if spec.bare
+             else "{rows:,} × {columns:,}").format(rows=out_f, columns=in_f)
     weight = out_f * in_f * 2 // setup.tp
     if setup.quant == "int4-wo":  # aten._weight_int4pack_mm multiplies the packed weight itself
-        return Term(N_("dequantized weight"), 0, "torchao int4 weight-only: the tinygemm kernel "
-                    "(_weight_int4pack_mm) reads the packed weight, no copy", "transient")
+        return Term(N_("dequantized weight"), 0, _("torchao int4 weight-only: the tinygemm kernel "
+                                                    "(_weight_int4pack_mm) reads the packed weight, no copy"),
+                    "transient")
     if setup.quant in TORCHAO_WEIGHT_ONLY:  # int8: w.to(x.dtype) before the mm; float8: dequantize() then linear
-        return Term(N_("dequantized weight"), weight, f"torchao {setup.quant}: the largest quantized matrix {shape} "
-                    "dequantized to 16-bit for each matmul", "transient")
+        return Term(N_("dequantized weight"), weight, _(
+            "torchao {quant}: the largest quantized matrix {shape} dequantized to 16-bit for each matmul").format(
+                quant=setup.quant, shape=shape), "transient")
     rows = 0 if spec.bare else tokens  # a bare count has no batch shape
     if setup.quant == "4bit":
         if setup.quant_compute_dtype != "fp32" or setup.quant_backend == "torchao":  # torchao: the input's dtype
-            return Term(N_("dequantized weight"), weight, f"largest quantized matrix {shape} × 2 B, dequantized per "
-                        "matmul", "transient")
+            return Term(N_("dequantized weight"), weight, _(
+                "largest quantized matrix {shape} × 2 B, dequantized per matmul").format(shape=shape), "transient")
         # Linear4bit casts its input to fp32 (kept as an activation in training), dequantizes the weight
         # to fp32 and multiplies into an fp32 output, cast back to the input's dtype after
         cast = rows * ((0 if train else in_f) + out_f) * 4 // setup.tp
-        return Term(N_("dequantized weight"), 2 * weight + cast, f"largest quantized matrix {shape} × 4 B, dequantized "
-                    "per matmul in the fp32 compute dtype (bnb_4bit_compute_dtype, HF's default)"
-                    + (f" + its fp32 {'output' if train else 'input and output'} {fmt(cast)}" if cast else ""),
+        dequantized = (_("largest quantized matrix {shape} × 4 B, dequantized per matmul in the fp32 compute dtype "
+                         "(bnb_4bit_compute_dtype, HF's default) + its fp32 output {size}") if cast and train else
+                       _("largest quantized matrix {shape} × 4 B, dequantized per matmul in the fp32 compute dtype "
+                         "(bnb_4bit_compute_dtype, HF's default) + its fp32 input and output {size}") if cast else
+                       _("largest quantized matrix {shape} × 4 B, dequantized per matmul in the fp32 compute dtype "
+                         "(bnb_4bit_compute_dtype, HF's default)"))
+        return Term(N_("dequantized weight"), 2 * weight + cast, dequantized.format(shape=shape, size=fmt(cast)),
                     "transient")
     int8 = rows * (in_f + 4 * out_f) // setup.tp
     size = max(int8, weight) if train else int8
-    buffers = f"int8 input + int32 output {fmt(int8)}" if rows else "its int8 input and int32 output not counted"
-    return Term(N_("dequantized weight"), size, f"LLM.int8 matmul of the largest quantized matrix {shape}: {buffers}"
-                + (f"; backward dequantizes the weight {fmt(weight)}" if train else ""), "transient")
+    buffers = (_("int8 input + int32 output {size}").format(size=fmt(int8)) if rows
+               else _("its int8 input and int32 output not counted"))
+    int8_f = _("LLM.int8 matmul of the largest quantized matrix {shape}: {buffers}").format(shape=shape,
+                                                                                            buffers=buffers)
+    if train:
+        int8_f = _("{formula}; backward dequantizes the weight {size}").format(formula=int8_f, size=fmt(weight))
+    return Term(N_("dequantized weight"), size, int8_f, "transient")
 
 
 def _split_over_gpus(spec: ModelSpec, p: Params, gpus: int, terms: list[Term], notes: list[str]) -> list[Term]:
@@ -1118,7 +1152,7 @@ def _split_over_gpus(spec: ModelSpec, p: Params, gpus: int, terms: list[Term], n
     layers = spec.layers + spec.decoder_layers
     if spec.bare or layers < 2:
         share = 1 / gpus
-        what = f"1/{gpus} of the parameters (a bare count: no layers known)"
+        what = _("1/{gpus} of the parameters (a bare count: no layers known)").format(gpus=gpus)
     else:
         per_gpu = -(-layers // min(gpus, layers))
         in_layers = sum(numel(s) for n, s, _ in p.shapes if n.startswith(("layer", "encoder.", "decoder.")))
@@ -1127,16 +1161,18 @@ def _split_over_gpus(spec: ModelSpec, p: Params, gpus: int, terms: list[Term], n
         fullest = in_layers * per_gpu // layers + max(head, tail) if not spec.tied else \
             in_layers * per_gpu // layers + head + tail
         share = fullest / p.total
-        what = f"{per_gpu} of {layers} layers + the larger end ({max(head, tail):,} params) on the fullest GPU"
+        what = _("{layers} of {all_layers} layers + the larger end ({params:,} params) on the fullest GPU").format(
+            layers=per_gpu, all_layers=layers, params=max(head, tail))
     kv_share = (-(-layers // min(gpus, max(layers, 1))) / layers) if layers else 1 / gpus
     notes.append(_("split over {gpus} GPUs (device_map='auto', layer by layer): the fullest GPU is shown").format(
         gpus=gpus))
     out = []
     for t in terms:
         if t.kind == "weights":
-            t = Term(t.name, int(t.bytes * share), f"{t.formula}; × {share:.3f}: {what}", t.kind)
+            t = Term(t.name, int(t.bytes * share), f"{t.formula}; × {share:.3f}: {what}", t.kind)  # arithmetic
         elif t.kind == "kv":
-            t = Term(t.name, int(t.bytes * kv_share), f"{t.formula}; × {kv_share:.3f}: this GPU's layers", t.kind)
+            t = Term(t.name, int(t.bytes * kv_share), _("{formula}; × {share:.3f}: this GPU's layers").format(
+                formula=t.formula, share=kv_share), t.kind)
         out.append(t)
     return out
 
@@ -1150,14 +1186,17 @@ def _zero_buckets(setup: Setup, pt: int, w16: int) -> Term:
     assert setup.zero is not None
     size = setup.zero_reduce_bucket
     if setup.zero == 0:
-        return Term(N_("DeepSpeed communication buckets"), 0, "ZeRO-0: DeepSpeed's plain data parallel", "overhead")
+        return Term(N_("DeepSpeed communication buckets"), 0, _("ZeRO-0: DeepSpeed's plain data parallel"), "overhead")
     if setup.zero == 3:
-        return Term(N_("DeepSpeed communication buckets"), size * w16, f"the reduce bucket's flat buffer: {size:,} "
-                    f"elements × {w16} B", "overhead")
+        return Term(N_("DeepSpeed communication buckets"), size * w16, _(
+            "the reduce bucket's flat buffer: {elements:,} elements × {bytes} B").format(elements=size, bytes=w16),
+            "overhead")
     n = 2 if setup.zero_overlap_comm else 1
-    return Term(N_("DeepSpeed communication buckets"), n * size * w16,
-                f"{n} reduce bucket buffer{'s (overlap_comm)' if n > 1 else ''} of {size:,} elements × {w16} B, "
-                "allocated in backward whatever the model's size", "overhead")
+    return Term(N_("DeepSpeed communication buckets"), n * size * w16, (
+        _("{n} reduce bucket buffers (overlap_comm) of {elements:,} elements × {bytes} B, allocated in backward "
+          "whatever the model's size") if n > 1 else
+        _("{n} reduce bucket buffer of {elements:,} elements × {bytes} B, allocated in backward whatever the model's "
+          "size")).format(n=n, elements=size, bytes=w16), "overhead")
 
 
 def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> list[Term]:
@@ -1166,12 +1205,13 @@ def _zero3_gathered(p: Params, setup: Setup, w16: int, tp: int, shard: int) -> l
     live = min(p.largest_layer + setup.zero_prefetch_bucket, setup.zero_max_live, p.total)
     small = sum(numel(s) for _n, s, _c in p.shapes if numel(s) < setup.zero_persistence)
     return [Term(N_("ZeRO-3 gathered layers"), live * w16 // tp,
-                 f"min(largest layer {p.largest_layer:,} + prefetch bucket {setup.zero_prefetch_bucket:,}, "
-                 f"max live {setup.zero_max_live:,}) params × {w16} B", "transient", lifetime="step"),
+                 _("min(largest layer {layer:,} + prefetch bucket {prefetch:,}, max live {live:,}) params × {bytes} B")
+                 .format(layer=p.largest_layer, prefetch=setup.zero_prefetch_bucket, live=setup.zero_max_live,
+                         bytes=w16), "transient", lifetime="step"),
             Term(N_("ZeRO-3 persistent parameters"), small * w16 // tp - (0 if setup.offload_params else
                  small * w16 // tp // shard),
-                 f"{small:,} params in tensors under the persistence threshold ({setup.zero_persistence:,}) kept "
-                 f"whole on every GPU × {w16} B", "weights")]
+                 _("{params:,} params in tensors under the persistence threshold ({threshold:,}) kept whole on every "
+                   "GPU × {bytes} B").format(params=small, threshold=setup.zero_persistence, bytes=w16), "weights")]
 
 
 def _in_layers(p: Params) -> int:
@@ -1186,8 +1226,9 @@ def _fsdp_gathered(p: Params, w: float) -> Term:
     the default). (torch.distributed.fsdp _runtime_utils: _post_forward_reshard, _prefetch_handle)"""
     root = p.total - _in_layers(p)
     live = root + 2 * p.largest_layer
-    return Term(N_("FSDP gathered units"), int(live * w), f"(root unit {root:,} + 2 layers × {p.largest_layer:,}) "
-                f"params × {w:g} B: the root, the layer computed and the next one prefetched", "transient",
+    return Term(N_("FSDP gathered units"), int(live * w), _(
+        "(root unit {root:,} + 2 layers × {layer:,}) params × {bytes:g} B: the root, the layer computed and the next "
+        "one prefetched").format(root=root, layer=p.largest_layer, bytes=w), "transient",
                 lifetime=("forward end", "backward start", "backward end", "recompute"))  # resharded before the step
 
 
@@ -1225,12 +1266,17 @@ def _sharded_4bit(spec: ModelSpec, p: Params, setup: Setup, dp: int) -> list[Ter
     where = "FSDP" if setup.fsdp else "ZeRO-3"
     offloaded = setup.fsdp and setup.offload_params
     terms = [Term(N_("weights"), 0 if offloaded else packed.total * 2 // setup.tp // dp,
-                  f"in CPU memory (FSDP CPUOffload): {packed.total:,} 16-bit elements" if offloaded else
-                  f"{packed.total:,} 16-bit elements ({p.quantized:,} 4-bit weights packed 4 to an element "
-                  f"(bnb_4bit_quant_storage) + {p.total - p.quantized:,} 16-bit embeddings, norms and output layer) "
-                  f"× 2 B / {dp} GPUs ({where})", "weights"),
-             Term(N_("4-bit quant state (every GPU)"), state, f"{p.quantized:,} quantized weights × {qb - 0.5:.4g} B "
-                  f"({kind}block constants): module attributes, not parameters: not sharded", "weights")]
+                  _("in CPU memory (FSDP CPUOffload): {elements:,} 16-bit elements").format(elements=packed.total)
+                  if offloaded else
+                  _("{elements:,} 16-bit elements ({quantized:,} 4-bit weights packed 4 to an element "
+                    "(bnb_4bit_quant_storage) + {rest:,} 16-bit embeddings, norms and output layer) × 2 B / {gpus} "
+                    "GPUs ({sharding})").format(elements=packed.total, quantized=p.quantized,
+                                                rest=p.total - p.quantized, gpus=dp, sharding=where), "weights"),
+             Term(N_("4-bit quant state (every GPU)"), state, (
+                 _("{weights:,} quantized weights × {bytes:.4g} B (double-quantized block constants): module "
+                   "attributes, not parameters: not sharded") if kind else
+                 _("{weights:,} quantized weights × {bytes:.4g} B (block constants): module attributes, not "
+                   "parameters: not sharded")).format(weights=p.quantized, bytes=qb - 0.5), "weights")]
     if spec.bare:  # a bare count has no layers to gather
         return terms
     if setup.fsdp:
@@ -1244,8 +1290,9 @@ def _fsdp_unit_gradient(spec: ModelSpec, p: Params, trainable: int, w: float, dp
     layers = spec.layers + spec.decoder_layers
     unit = max(p.largest_layer, p.total - _in_layers(p)) if not trainable else -(-trainable // max(1, layers))
     size = unit + -(-unit // dp)
-    return Term(N_("FSDP unit gradient"), int(size * w), f"the largest unit's gradient {unit:,} + its reduce-scattered "
-                f"shard {-(-unit // dp):,}, × {w:g} B", "transient", lifetime=("backward start", "backward end"))
+    return Term(N_("FSDP unit gradient"), int(size * w), _(
+        "the largest unit's gradient {unit:,} + its reduce-scattered shard {shard:,}, × {bytes:g} B").format(
+            unit=unit, shard=-(-unit // dp), bytes=w), "transient", lifetime=("backward start", "backward end"))
 
 
 def _targets(spec: ModelSpec, setup: Setup) -> tuple[str, ...]:

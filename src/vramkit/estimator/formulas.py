@@ -718,8 +718,8 @@ def generation_steps(spec: ModelSpec, b: int, s: int, new_tokens: int, dt: Dtype
     if static_len:  # a static cache was allocated whole for the prefill: nothing grows, nothing is copied
         return {"last decode step": [
             Term(N_("decode-step temporaries"), decode_working_set(spec, b, static_len, dt, flash, tp) + b * static_len,
-                 f"one token's forward over the {static_len}-position static cache, with its boolean mask "
-                 f"{b} × {static_len} B", "transient"),
+                 _("one token's forward over the {positions}-position static cache, with its boolean mask "
+                   "{batch} × {positions} B").format(positions=static_len, batch=b), "transient"),
             Term(N_("decode-step logits (last token, fp32)"), b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                  "transient")]}
     kv_token = kv_cache(spec, b, 1, dt.x, tp)  # one position of the cache, all layers
@@ -727,31 +727,39 @@ def generation_steps(spec: ModelSpec, b: int, s: int, new_tokens: int, dt: Dtype
     # a sliding-window cache keeps the last `window` positions once decoding goes on (the prefill's
     # full cache, counted in the prefill moment, is cut down at the first decode step)
     kept = min(last, spec.sliding_window) if spec.sliding_window else last
-    growth = Term(N_("KV cache growth (generation)"), kv_token * max(0, kept - s), f"{new_tokens - 1} more positions "
-                  f"to {last} (prompt {s} + {new_tokens} new - 1)"
-                  + (f", the cache kept to the {spec.sliding_window}-token window" if kept < last else "")
-                  + f" × {fmt(kv_token)} a position", "kv")
+    growth_f = (_("{more} more positions to {last} (prompt {prompt} + {new} new - 1), the cache kept to the "
+                  "{window}-token window × {size} a position") if kept < last else
+                _("{more} more positions to {last} (prompt {prompt} + {new} new - 1) × {size} a position"))
+    growth = Term(N_("KV cache growth (generation)"), kv_token * max(0, kept - s), growth_f.format(
+        more=new_tokens - 1, last=last, prompt=s, new=new_tokens, window=spec.sliding_window, size=fmt(kv_token)),
+        "kv")
     layer_copy = kv_token * (kept - 1) // max(1, spec.layers)
     ws = Term(N_("decode-step temporaries"), decode_working_set(spec, b, kept, dt, flash, tp) + layer_copy,
-              f"one token's forward attending to {kept} positions" + ("" if flash else " (eager scores over the "
-              "cache)") + f", and one layer's k/v while torch.cat copies it {fmt(layer_copy)}", "transient")
+              (_("one token's forward attending to {positions} positions, and one layer's k/v while torch.cat copies "
+                 "it {size}") if flash else
+               _("one token's forward attending to {positions} positions (eager scores over the cache), and one "
+                 "layer's k/v while torch.cat copies it {size}")).format(positions=kept, size=fmt(layer_copy)),
+              "transient")
     logits = Term(N_("decode-step logits (last token, fp32)"), b * spec.vocab * 4, f"{b} × {spec.vocab:,} × 4 B",
                   "transient")
     steps = {"last decode step": [growth, ws, logits]}
     if legacy:
         steps["last decode step"].insert(1, Term(N_("previous step's cache (transformers < 4.42)"),
                                                  kv_token * (kept - 1),
-                                                 f"{kept - 1} positions × {fmt(kv_token)}: generate() still holds "
-                                                 "the tuple the step concatenates into a new one", "kv"))
+                                                 _("{positions} positions × {size}: generate() still holds the "
+                                                   "tuple the step concatenates into a new one").format(
+                                                     positions=kept - 1, size=fmt(kv_token)), "kv"))
         first_ws = decode_working_set(spec, b, s + 1, dt, flash, tp)
         held, formula = prefill_logits(spec, b, s, dt.x, all_logits, kept=True)
         steps["first decode step"] = [
-            Term(N_("first decode step: the new cache"), kv_token * (s + 1), f"{s + 1} positions × {fmt(kv_token)} "
-                 "beside the prefill's, which generate() still holds", "kv"),
-            Term(N_("first decode step: the prefill's logits"), held, formula + ": the prefill's `outputs`, kept "
-                 "until the next forward returns (no `del outputs` before transformers 4.42)", "transient"),
-            Term(N_("first decode step: temporaries"), first_ws, f"one token's forward attending to {s + 1} positions",
-                 "transient")]
+            Term(N_("first decode step: the new cache"), kv_token * (s + 1), _(
+                "{positions} positions × {size} beside the prefill's, which generate() still holds").format(
+                    positions=s + 1, size=fmt(kv_token)), "kv"),
+            Term(N_("first decode step: the prefill's logits"), held, _(
+                "{formula}: the prefill's `outputs`, kept until the next forward returns (no `del outputs` before "
+                "transformers 4.42)").format(formula=formula), "transient"),
+            Term(N_("first decode step: temporaries"), first_ws, _(
+                "one token's forward attending to {positions} positions").format(positions=s + 1), "transient")]
     return steps
 
 
@@ -837,4 +845,5 @@ def hf_inference_note(spec: ModelSpec, flash: bool) -> str:
                      "the previous block's probabilities, and bloom_gelu_forward's Python ops hold 5 inner tensors"),
             "mixtral": N_("HF Mixtral's grouped_mm experts hold the routed tokens' inputs and their fused "
                        "gate_up output beside act(gate) and the product")}
-    return _(what.get(spec.family, N_("HF keeps the attention probabilities (`_`) through the feed-forward")))
+    default = N_("HF keeps the attention probabilities (`_`) through the feed-forward")
+    return _(what.get(spec.family, default))
