@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .. import units
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, check_gpus, open_for
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["info"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Show each GPU in detail, a line per field, as nvidia-smi -q does: name, UUID, PCI bus id, MIG
 mode; memory used, free and reserved; utilization of the GPU and of its memory, temperature,
 power, fan; its health (ECC errors, remapped rows or retired pages, throttle reasons in words,
@@ -34,14 +35,14 @@ examples:
   vram info 2                      GPU 2 only (also: 0,2 | 0-3 | 0 2)
   vram info 2 --json               the same as JSON: vram status --all --json's GPU objects
   vram info --simulate unhealthy   a simulated server with a throttling GPU and a pending row remap
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("info", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("gpus", metavar="GPU", nargs="*", help="the GPUs to show: 0 | 0,2 | 0-3 (default: all)")
-    p.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md, as vram status --health)")
+    p.add_argument("gpus", metavar="GPU", nargs="*", help=N_("the GPUs to show: 0 | 0,2 | 0-3 (default: all)"))
+    p.add_argument("--json", action="store_true", help=N_("print JSON (schema: docs/json.md, as vram status --health)"))
     p.set_defaults(run=run, param_flags={"gpu": "GPU"})
 
 
@@ -54,7 +55,7 @@ def wanted_gpus(words: list[str]) -> list[int] | None:
         try:
             wanted.update(units.parse_gpu_list(word))
         except ValueError as e:
-            raise UsageError(f"GPU: {e}") from None
+            raise UsageError(_("GPU: {error}").format(error=e)) from None
     return sorted(wanted)
 
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_old_spelling
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["life"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Show what 'vram record' kept about a process life (one process, from its start to its end):
 whom it worked for (its container, Kubernetes pod or Slurm job, when it was in one), when it
 was first and last seen, its GPU-hours, memory GiB-hours, peak memory and idle time, its
@@ -26,18 +27,18 @@ examples:
   vram life 38817                  the newest recorded life of pid 38817
   vram life 38817 --every-life     every recorded life of that pid
   vram life 38817 --json | jq '.lives[0].points | length'
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("life", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("pid", metavar="PID", help="the process id")
-    p.add_argument("--db", metavar="PATH", help="the database (default: the recorder's; also $VRAM_DB)")
-    every = p.add_argument("--every-life", action="store_true", help="every recorded life of PID, newest first")
+    p.add_argument("pid", metavar="PID", help=N_("the process id"))
+    p.add_argument("--db", metavar="PATH", help=N_("the database (default: the recorder's; also $VRAM_DB)"))
+    every = p.add_argument("--every-life", action="store_true", help=N_("every recorded life of PID, newest first"))
     add_old_spelling(p, "--all", every)
-    p.add_argument("--rows", metavar="N", type=int, default=12, help="rows in the table (default 12)")
-    p.add_argument("--json", action="store_true", help="print every recorded point as JSON")
+    p.add_argument("--rows", metavar="N", type=int, default=12, help=N_("rows in the table (default 12)"))
+    p.add_argument("--json", action="store_true", help=N_("print every recorded point as JSON"))
     p.set_defaults(run=run)
 
 
@@ -50,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     text = str(args.pid).strip()
     if not text.isdigit() or len(text) > 10 or not 0 < int(text) < 2**31:
         shown = text if len(text) <= 20 else text[:17] + "..."
-        raise UsageError(f"PID: not a process id: {shown!r}")
+        raise UsageError(_("PID: not a process id: {text}").format(text=repr(shown)))
     if not 1 <= args.rows <= 1000:
-        raise UsageError(f"--rows: must be 1 to 1000, got {args.rows}")
+        raise UsageError(_("--rows: must be 1 to 1000, got {value}").format(value=args.rows))
     pid = int(text)
     store = Store.open(args.db)
     try:

@@ -7,17 +7,18 @@ import argparse
 import dataclasses
 
 from ..gpu_state import GpuProcess, Snapshot
+from ..i18n import N_
 from ..procs.workload import matches
 
 
 def add_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--container", metavar="NAME|ID",
-                   help="only processes in this container: its name (as docker or podman names it, or the "
-                        "pod's container name) or an id prefix of 4+ digits")
+                   help=N_("only processes in this container: its name (as docker or podman names it, or the "
+                        "pod's container name) or an id prefix of 4+ digits"))
     p.add_argument("--pod", metavar="NAME|NS/NAME|UID",
-                   help="only processes of this Kubernetes pod (its name from the kubelet, or its UID)")
+                   help=N_("only processes of this Kubernetes pod (its name from the kubelet, or its UID)"))
     p.add_argument("--slurm-job", metavar="JOB[.STEP]",
-                   help="only processes of this Slurm job (JOB, JOB.STEP, or an array task ARRAYJOB_TASK)")
+                   help=N_("only processes of this Slurm job (JOB, JOB.STEP, or an array task ARRAYJOB_TASK)"))
 
 
 def wanted(args: argparse.Namespace) -> dict[str, str] | None:

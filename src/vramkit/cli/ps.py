@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..gpu_state import GpuProcess
+from ..i18n import N_, _
 from ..render.data import ps_csv, ps_json
 from ..render.ps_view import render_ps
 from ..render.style import style_for, terminal_width
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["ps"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 List every process that holds GPU memory: one row per process and GPU (a job spread over
 four GPUs has four rows), with its user, GPU memory, share of that GPU, the GPU's
 utilization, host CPU% and RSS, age, flags and command.
@@ -47,10 +48,10 @@ examples:
                                    with whether NVML lists GPU memory for it
   vram ps --env 4242               the GPUs pid 4242 was told to use (its CUDA_VISIBLE_DEVICES
                                    and CUDA_DEVICE_ORDER) beside the GPUs it holds memory on
-"""
+""")
 
-WIDE_HELP = ("never cut the command. Without it the command is cut to fit the terminal's width; piped "
-             "output uses $COLUMNS, or 120 columns when that is unset")
+WIDE_HELP = N_("never cut the command. Without it the command is cut to fit the terminal's width; piped "
+               "output uses $COLUMNS, or 120 columns when that is unset")
 
 SORT_KEYS: dict[str, Callable[[GpuProcess], Any]] = {
     "memory": (lambda p: -(p.memory or 0)),
@@ -67,25 +68,25 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ps", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     add_data_options(p, "process and GPU")
-    p.add_argument("--user", metavar="NAMES", help="only these users (comma-separated)")
+    p.add_argument("--user", metavar="NAMES", help=N_("only these users (comma-separated)"))
     owners.add_filters(p)
     # choices: what completion offers (it is generated from the parser)
     p.add_argument("--sort", default="memory", metavar="KEY", choices=tuple(SORT_KEYS),
-                   help=f"sort by {', '.join(SORT_KEYS)} (default memory, largest first)")
+                   help=N_("sort by %(choices)s (default memory, largest first)"))
     p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument("--holders", action="store_true",
-                   help="also list processes holding /dev/nvidia* open, as fuser -v shows them; this finds "
-                        "memory NVML does not attribute (crashed or containerised jobs, forked workers)")
+                   help=N_("also list processes holding /dev/nvidia* open, as fuser -v shows them; this finds "
+                           "memory NVML does not attribute (crashed or containerised jobs, forked workers)"))
     p.add_argument("--env", metavar="PID", type=_pid,
-                   help="one process's own view: the GPUs its environment tells it to use (as it started; "
-                        "readable for your own processes, or as root) beside the GPUs it holds memory on, "
-                        "and a mismatch flagged (exit 1 on a mismatch)")
+                   help=N_("one process's own view: the GPUs its environment tells it to use (as it started; "
+                           "readable for your own processes, or as root) beside the GPUs it holds memory on, "
+                           "and a mismatch flagged (exit 1 on a mismatch)"))
     p.set_defaults(run=run)
 
 
 def _pid(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**22 + 1:
-        raise argparse.ArgumentTypeError(f"not a process id: {text[:40]!r}")
+        raise argparse.ArgumentTypeError(_("not a process id: {text}").format(text=repr(text[:40])))
     return int(text)
 
 
@@ -95,11 +96,12 @@ def select(procs: list[GpuProcess], users: set[str] | None, gpus: list[int] | No
 
 def run(args: argparse.Namespace) -> int:
     if args.sort not in SORT_KEYS:
-        raise UsageError(f"--sort: unknown key {args.sort!r} (choose from {', '.join(SORT_KEYS)})")
+        raise UsageError(_("--sort: unknown key {key} (choose from {keys})").format(
+            key=repr(args.sort), keys=", ".join(SORT_KEYS)))
     if getattr(args, "holders", False) and args.csv:
-        raise UsageError("--holders has no CSV form (two tables): use --json, or the text view")
+        raise UsageError(_("--holders has no CSV form (two tables): use --json, or the text view"))
     if getattr(args, "env", None) is not None and (args.csv or getattr(args, "holders", False)):
-        raise UsageError("--env: one process's view has no CSV form, and is not shown with --holders")
+        raise UsageError(_("--env: one process's view has no CSV form, and is not shown with --holders"))
     gpus = parse_gpu_list(args.gpu) if args.gpu else None
     users = {u.strip() for u in args.user.split(",") if u.strip()} if args.user else None
     machine = open_for(args)

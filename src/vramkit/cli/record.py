@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
+from ..i18n import N_, _, ngettext
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_duration, add_old_spelling, duration_flag, open_for
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["record"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Sample every GPU and every process holding GPU memory every INTERVAL, and keep it in an
 SQLite database: memory, utilization, temperature and power per GPU; memory, own SM
 utilization and idle time per process; one row per process life with its totals.
@@ -40,41 +41,46 @@ examples:
   vram record --interval 1s --duration 1h
   sudo systemctl enable --now vram-record     the service (see docs/history.md)
   vram record --simulate demo --db /tmp/demo.db --duration 1m
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("--db", metavar="PATH", help="the database (default: see above; also $VRAM_DB)")
-    _at_least(p, "--interval", 0.1, default="5s", help="time between samples (default %(default)s)")
-    add_duration(p, "--duration", help="stop after this long (default: run until stopped)")
+    p.add_argument("--db", metavar="PATH", help=N_("the database (default: see above; also $VRAM_DB)"))
+    _at_least(p, "--interval", 0.1, default="5s", help=N_("time between samples (default %(default)s)"))
+    add_duration(p, "--duration", help=N_("stop after this long (default: run until stopped)"))
     p.add_argument("--samples", metavar="N", type=int,
-                   help="stop after N samples (attempts: one that could not be read or written counts)")
+                   help=N_("stop after N samples (attempts: one that could not be read or written counts)"))
     commands = p.add_argument("--process-commands", choices=("off", "name", "full"), nargs="?", const="full",
-                              default="name", help="what is kept of each process's command line: off, the "
-                              "program name (default), or full (bare --process-commands: full)")
+                              default="name", help=N_("what is kept of each process's command line: off, the "
+                              "program name (default), or full (bare --process-commands: full)"))
     add_old_spelling(p, "--commands", commands)
-    _at_least(p, "--keep-raw", 60, default="24h", help="keep raw samples this long (%(default)s)")
-    _at_least(p, "--keep-minute", 60, default="30d", help="keep 1-minute averages this long (%(default)s)")
-    _at_least(p, "--keep-quarter", 60, default="365d", help="keep 15-minute averages this long (%(default)s)")
+    _at_least(p, "--keep-raw", 60, default="24h", help=N_("keep raw samples this long (%(default)s)"))
+    _at_least(p, "--keep-minute", 60, default="30d", help=N_("keep 1-minute averages this long (%(default)s)"))
+    _at_least(p, "--keep-quarter", 60, default="365d", help=N_("keep 15-minute averages this long (%(default)s)"))
     p.add_argument("--max-size", metavar="SIZE", default="2GiB",
-                   help="the most the database may hold; the oldest rows go first (%(default)s)")
+                   help=N_("the most the database may hold; the oldest rows go first (%(default)s)"))
     _at_least(p, "--publish-every", 0.1, default="60s",
-              help="how often the copy other users read is refreshed, when something changed (%(default)s)")
-    p.add_argument("--quiet", action="store_true", help="say nothing but errors")
+              help=N_("how often the copy other users read is refreshed, when something changed (%(default)s)"))
+    p.add_argument("--quiet", action="store_true", help=N_("say nothing but errors"))
     from ..history.notices import add_policy_options
 
     add_policy_options(p)
     p.set_defaults(run=run)
 
 
+# the shortest each duration may be, said as the error says it (translated where it is shown)
+_BOUNDS = {0.0: N_("must be at least 0 seconds"), 0.1: N_("must be at least 0.1 seconds"),
+           60: N_("must be at least 60 seconds")}
+
+
 def _at_least(p: argparse.ArgumentParser, flag: str, minimum: float, **kwargs: Any) -> None:
-    add_duration(p, flag, low=minimum, bounds=f"must be at least {minimum:g} seconds", **kwargs)
+    add_duration(p, flag, low=minimum, bounds=_BOUNDS[minimum], **kwargs)
 
 
 def _duration(args: argparse.Namespace, name: str, minimum: float = 0.0) -> float:
-    return duration_flag(args, name, minimum, None, f"must be at least {minimum:g} seconds")
+    return duration_flag(args, name, minimum, None, _BOUNDS[minimum])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     interval = _duration(args, "interval", minimum=0.1)
     duration = _duration(args, "duration") if args.duration is not None else None
     if args.samples is not None and args.samples < 1:
-        raise UsageError(f"--samples: must be at least 1, got {args.samples}")
+        raise UsageError(_("--samples: must be at least 1, got {value}").format(value=args.samples))
     publish_every = _duration(args, "publish_every", minimum=0.1)
     keep = [_duration(args, n, minimum=60) for n in ("keep_raw", "keep_minute", "keep_quarter")]
     try:
@@ -96,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(f"--max-size: {e}") from None
     if max_bytes < 1024**2:
-        raise UsageError(f"--max-size: must be at least 1MiB, got {args.max_size}")
+        raise UsageError(_("--max-size: must be at least 1MiB, got {value}").format(value=args.max_size))
     retention = Retention(raw=keep[0], minute=max(keep[0], keep[1]), quarter=max(keep[0], keep[1], keep[2]),
                           max_bytes=max_bytes)
 
@@ -135,20 +141,28 @@ def run(args: argparse.Namespace) -> int:
     said_errors: set[str] = set()
 
     def on_error(e: Exception) -> None:  # each distinct one once: a recorder runs for months
-        line = f"internal error in the recorder: {type(e).__name__}: {sanitize(str(e))[:300]}"
+        line = _("internal error in the recorder: {kind}: {error}").format(kind=type(e).__name__,
+                                                                         error=sanitize(str(e))[:300])
         if line not in said_errors and len(said_errors) < 100:
             said_errors.add(line)
             say(line)
     collector.on_error = on_error
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_args: stop.set())
     if not args.quiet:
-        published = ("" if store.published is None else
-                     f", published for other users at {store.published} every {_seconds(publish_every)}")
-        say(f"recording every {_seconds(interval)} into "
-            f"{store.path}{published}{'' if duration is None else f' for {format_duration(duration)}'} "
-            "(Ctrl-C or SIGTERM stops)")
+        values = {"interval": _seconds(interval), "path": store.path, "published": store.published,
+                  "every": _seconds(publish_every), "duration": None if duration is None else format_duration(duration)}
+        if store.published is None:
+            line = (_("recording every {interval} into {path} (Ctrl-C or SIGTERM stops)") if duration is None else
+                    _("recording every {interval} into {path} for {duration} (Ctrl-C or SIGTERM stops)"))
+        elif duration is None:
+            line = _("recording every {interval} into {path}, published for other users at {published} every "
+                     "{every} (Ctrl-C or SIGTERM stops)")
+        else:
+            line = _("recording every {interval} into {path}, published for other users at {published} every "
+                     "{every} for {duration} (Ctrl-C or SIGTERM stops)")
+        say(line.format(**values))
     # The machine's clock (a stepped scenario clock does not wait): collector.backend, the
     # machine's now, which a reopening after a driver reload replaces.
     began = collector.backend.monotonic()
@@ -164,12 +178,12 @@ def run(args: argparse.Namespace) -> int:
                 if unreadable:  # NVML answered, but with errors only: its handles are stale
                     raise _Unreadable(unreadable[0])
                 if failing is not None:
-                    say("reading the GPUs again")
+                    say(_("reading the GPUs again"))
                     failing = None
             except Exception as e:  # noqa: BLE001 - a driver reload raises NVML's own errors too
                 line = sanitize(str(e) or type(e).__name__)
                 if failing != line:
-                    say(f"cannot read the GPUs: {line}; retrying every interval")
+                    say(_("cannot read the GPUs: {error}; retrying every interval").format(error=line))
                     failing = line
                 _reopen(collector, args)
             if args.samples is not None and attempts >= args.samples:
@@ -183,8 +197,13 @@ def run(args: argparse.Namespace) -> int:
         recorder.close(collector.backend.monotonic())
         collector.close()
     if not args.quiet:
-        say(f"stopped: {recorder.samples} sample{'s' if recorder.samples != 1 else ''} recorded"
-            + (f", {recorder.dropped} not written" if recorder.dropped else ""))
+        if recorder.dropped:
+            say(ngettext("stopped: {n} sample recorded, {dropped} not written",
+                         "stopped: {n} samples recorded, {dropped} not written", recorder.samples).format(
+                n=recorder.samples, dropped=recorder.dropped))
+        else:
+            say(ngettext("stopped: {n} sample recorded", "stopped: {n} samples recorded", recorder.samples).format(
+                n=recorder.samples))
     return 0
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["report"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Sum what 'vram record' kept over a window: per user (or GPU, process life, day, container,
 Kubernetes pod or namespace, Slurm job) the GPU-hours (a process holding memory on a GPU for
 an hour is one), memory GiB-hours, peak memory, idle-holding hours (memory held while the
@@ -37,7 +38,7 @@ examples:
   vram report --by slurm-job --since 30d    GPU-hours per Slurm job (--by pod, container, namespace)
   vram report --json | jq '.rows[] | {user, gpu_seconds}'
   vram report --since 24h --plot gpus.svg   memory per GPU over time, coloured by user
-"""
+""")
 
 BY = ("user", "gpu", "life", "day", "container", "pod", "namespace", "slurm-job")  # history.query.BY
 MAX_TOP = 100_000  # more rows than any report shows; keeps SQLite's LIMIT in range
@@ -46,19 +47,19 @@ MAX_TOP = 100_000  # more rows than any report shows; keeps SQLite's LIMIT in ra
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("report", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("--db", metavar="PATH", help="the database (default: as vram record; also $VRAM_DB)")
-    p.add_argument("--since", metavar="WHEN", default="7d", help="start of the window (default 7d: 7 days ago)")
-    p.add_argument("--until", metavar="WHEN", default="now", help="end of the window (default now)")
+    p.add_argument("--db", metavar="PATH", help=N_("the database (default: as vram record; also $VRAM_DB)"))
+    p.add_argument("--since", metavar="WHEN", default="7d", help=N_("start of the window (default 7d: 7 days ago)"))
+    p.add_argument("--until", metavar="WHEN", default="now", help=N_("end of the window (default now)"))
     p.add_argument("--by", choices=BY, type=_by, default="user",
-                   help="one row per user (default), GPU, life (a process, from its start to its end), local "
-                        "day, container, pod, namespace (Kubernetes) or slurm-job")
+                   help=N_("one row per user (default), GPU, life (a process, from its start to its end), local "
+                        "day, container, pod, namespace (Kubernetes) or slurm-job"))
     p.add_argument("--top", metavar="N",
-                   help="at most N rows per table (default: every row; 10 process lives; 10 idle holders)")
+                   help=N_("at most N rows per table (default: every row; 10 process lives; 10 idle holders)"))
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print JSON (base units; schema: docs/history.md)")
-    out.add_argument("--csv", action="store_true", help="print CSV, one row per group, with a header")
-    p.add_argument("--plot", metavar="FILE", help="also draw memory per GPU over time, coloured by user, into "
-                   "FILE.svg (no extra library) or FILE.png (needs matplotlib: vramkit[plot])")
+    out.add_argument("--json", action="store_true", help=N_("print JSON (base units; schema: docs/history.md)"))
+    out.add_argument("--csv", action="store_true", help=N_("print CSV, one row per group, with a header"))
+    p.add_argument("--plot", metavar="FILE", help=N_("also draw memory per GPU over time, coloured by user, into "
+                   "FILE.svg (no extra library) or FILE.png (needs matplotlib: vramkit[plot])"))
     p.set_defaults(run=run)
 
 
@@ -69,8 +70,8 @@ def _by(text: str) -> str:
     from ..history.query import OLD_BY
 
     if text in OLD_BY:
-        print(f"vram: note: --by {text} is now --by {OLD_BY[text]} (the old name works until the next release)",
-              file=sys.stderr)
+        print("vram: " + _("note: --by {old} is now --by {new} (the old name works until the next release)").format(
+            old=text, new=OLD_BY[text]), file=sys.stderr)
         return OLD_BY[text]
     return text
 
@@ -86,7 +87,8 @@ def _window(args: argparse.Namespace, now: float) -> tuple[float, float]:
             raise UsageError(f"--{name}: {e}") from None
     since, until = points
     if since >= until:
-        raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
+        raise UsageError(_("--since ({since}) must be before --until ({until})").format(since=args.since,
+                                                                                      until=args.until))
     return since, until
 
 
@@ -96,7 +98,8 @@ def _top(args: argparse.Namespace) -> int | None:
     text = str(args.top).strip()
     if not text.isdigit() or not 1 <= int(text[:7]) <= MAX_TOP or len(text) > 7:
         shown = text if len(text) <= 20 else text[:17] + "..."
-        raise UsageError(f"--top: must be a whole number from 1 to {MAX_TOP}, got {shown!r}")
+        raise UsageError(_("--top: must be a whole number from 1 to {top}, got {value}").format(
+            top=MAX_TOP, value=repr(shown)))
     return int(text)
 
 
@@ -106,7 +109,7 @@ def _plot_path(args: argparse.Namespace) -> tuple[Path, str] | None:
     path = Path(args.plot)
     kind = path.suffix.lower().lstrip(".")
     if kind not in ("svg", "png"):
-        raise UsageError(f"--plot: the file must end in .svg or .png, got {args.plot!r}")
+        raise UsageError(_("--plot: the file must end in .svg or .png, got {value}").format(value=repr(args.plot)))
     return path, kind
 
 
@@ -135,11 +138,12 @@ def run(args: argparse.Namespace) -> int:
                         rows=rows if limit is None else rows[:limit], idle_holders=idle,
                         coverage=query.coverage(store, since, until), total_rows=len(rows))
         if args.by in query.WORKLOADS and not store.workloads:
-            report.notes.append(f"{store.path} was recorded before workloads were kept (schema {store.version()}): "
-                                f"every process is in '{query.NONE}' ('vram record' upgrades it when it next starts)")
+            report.notes.append(_("{path} was recorded before workloads were kept (schema {schema}): every process "
+                                  "is in '{none}' ('vram record' upgrades it when it next starts)").format(
+                path=store.path, schema=store.version(), none=query.NONE))
         if plot is not None:
             _draw(store, report, *plot)
-            report.notes.append(f"memory per GPU over time drawn into {plot[0]}")
+            report.notes.append(_("memory per GPU over time drawn into {path}").format(path=plot[0]))
     finally:
         store.close()
     if args.json:
@@ -157,8 +161,8 @@ def _need_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
         from ..install_hint import install_hint
 
-        raise UsageError(f"--plot: a PNG needs matplotlib: {install_hint('plot')} (or write an .svg, "
-                         "which needs nothing)")
+        raise UsageError(_("--plot: a PNG needs matplotlib: {hint} (or write an .svg, which needs nothing)").format(
+            hint=install_hint("plot")))
 
 
 def _draw(store: Store, report: Report, path: Path, kind: str) -> None:
@@ -170,11 +174,11 @@ def _draw(store: Store, report: Report, path: Path, kind: str) -> None:
     span = report.until - report.since
     series = memory_series(store, report.since, report.until, pick_step(span))
     since, until = (datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") for t in (report.since, report.until))
-    title = f"GPU memory by user, {since} to {until}"
+    title = _("GPU memory by user, {since} to {until}").format(since=since, until=until)
     try:
         if kind == "svg":
             path.write_text(render_svg(series, title), encoding="utf-8")
         else:
             render_png(series, title, path)
     except OSError as e:
-        raise UsageError(f"--plot: cannot write {path}: {e.strerror}") from None
+        raise UsageError(_("--plot: cannot write {path}: {why}").format(path=path, why=e.strerror)) from None

@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import Failure, HelpFormatter, UsageError, add_duration, open_for
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9787  # not dcgm-exporter's 9400, nvidia_gpu_exporter's 9835, nvitop-exporter's 8000
 HELP = COMMANDS["serve"]
-DESCRIPTION = f"""\
-Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:{DEFAULT_PORT}/:
+DESCRIPTION = N_("""\
+Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:9787/:
   /metrics            for Prometheus (names and units: docs/metrics.md)
   /                   a live web page: what 'vram status' shows, with history charts
                       when 'vram record' keeps a history
@@ -33,43 +34,43 @@ can be killed through it. Per-process series carry pid and user, never the comma
 --process-commands. docs/fleet.md: from one server to many with Prometheus and Grafana.
 
 examples:
-  vram serve                                  http://127.0.0.1:{DEFAULT_PORT}/
-  vram serve --listen 0.0.0.0:{DEFAULT_PORT} --web-config /etc/vramkit/web.yml
+  vram serve                                  http://127.0.0.1:9787/
+  vram serve --listen 0.0.0.0:9787 --web-config /etc/vramkit/web.yml
                                               for a Prometheus on another machine, with
                                               TLS and basic auth
   vram serve --dcgm-names                     also DCGM_FI_DEV_FB_USED and its siblings
   vram serve --compat dcgm,nvitop             also dcgm-exporter's and nvitop-exporter's names
   vram serve --simulate demo                  the bundled simulated server
-"""
+""")  # 9787: DEFAULT_PORT
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     p.add_argument("--listen", metavar="ADDR:PORT", default=f"127.0.0.1:{DEFAULT_PORT}",
-                   help=f"where to listen (default 127.0.0.1:{DEFAULT_PORT}; [::1]:PORT for IPv6)")
-    add_duration(p, "--interval", default="2s", low=0.1, high=3600, bounds="must be 0.1s to 1h",
-                 help="time between readings (default %(default)s)")
-    p.add_argument("--db", metavar="PATH", help="the history /api/v1/history and the page read (default: the "
-                   "recorder's, when there is one; also $VRAM_DB)")
+                   help=N_("where to listen (default %(default)s; [::1]:PORT for IPv6)"))
+    add_duration(p, "--interval", default="2s", low=0.1, high=3600, bounds=N_("must be 0.1s to 1h"),
+                 help=N_("time between readings (default %(default)s)"))
+    p.add_argument("--db", metavar="PATH", help=N_("the history /api/v1/history and the page read (default: the "
+                   "recorder's, when there is one; also $VRAM_DB)"))
     p.add_argument("--process-commands", choices=("name", "full"), nargs="?", const="full", default="name",
-                   help="what is exported of each process's command line: the program name (default: a command "
+                   help=N_("what is exported of each process's command line: the program name (default: a command "
                         "line can hold secrets), or full, the whole line as a label too (bare "
-                        "--process-commands: full)")
+                        "--process-commands: full)"))
     p.add_argument("--max-process-series", metavar="N", type=int, default=2000,
-                   help="at most N (process, GPU) series, the largest holders first (default 2000)")
+                   help=N_("at most N (process, GPU) series, the largest holders first (default 2000)"))
     p.add_argument("--dcgm-names", action="store_true",
-                   help="also export dcgm-exporter's names, units and labels (DCGM_FI_DEV_FB_USED, ...); "
-                   "the same as --compat dcgm")
+                   help=N_("also export dcgm-exporter's names, units and labels (DCGM_FI_DEV_FB_USED, ...); "
+                   "the same as --compat dcgm"))
     p.add_argument("--compat", metavar="SCHEMES", default="",
-                   help="also export other exporters' names and labels, comma-separated: dcgm (dcgm-exporter), "
+                   help=N_("also export other exporters' names and labels, comma-separated: dcgm (dcgm-exporter), "
                    "nvitop (nvitop-exporter), nvidia-smi-exporter (utkuozdemir/nvidia_gpu_exporter), so "
-                   "their Grafana dashboards work unchanged (docs/metrics.md)")
-    p.add_argument("--web-config", metavar="FILE", help="TLS and basic auth: tls_server_config (cert_file, "
+                   "their Grafana dashboards work unchanged (docs/metrics.md)"))
+    p.add_argument("--web-config", metavar="FILE", help=N_("TLS and basic auth: tls_server_config (cert_file, "
                    "key_file, client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt "
-                   "hash), as Prometheus' exporters read them; needs pyyaml and bcrypt (vramkit's 'serve' extra)")
-    p.add_argument("--hostname", metavar="NAME", help="the host's name in metrics and on the page "
-                   "(default: this machine's)")
+                   "hash), as Prometheus' exporters read them; needs pyyaml and bcrypt (vramkit's 'serve' extra)"))
+    p.add_argument("--hostname", metavar="NAME", help=N_("the host's name in metrics and on the page "
+                   "(default: this machine's)"))
     p.set_defaults(run=run)
 
 
@@ -81,7 +82,8 @@ def parse_compat(text: str) -> tuple[str, ...]:
     for name in names:
         if name not in COMPAT_SCHEMES:
             shown = name if len(name) <= 40 else name[:37] + "..."
-            raise UsageError(f"--compat: unknown naming scheme {shown!r} (known: {', '.join(COMPAT_SCHEMES)})")
+            raise UsageError(_("--compat: unknown naming scheme {name} (known: {known})").format(
+                name=repr(shown), known=", ".join(COMPAT_SCHEMES)))
     return names
 
 
@@ -94,7 +96,8 @@ def parse_listen(text: str) -> tuple[str, int, bool]:
         host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536 or len(text) > 300:  # 0: any free port
         shown = text if len(text) <= 60 else text[:57] + "..."
-        raise UsageError(f"--listen: expected ADDR:PORT (e.g. 127.0.0.1:{DEFAULT_PORT}), got {shown!r}")
+        raise UsageError(_("--listen: expected ADDR:PORT (e.g. 127.0.0.1:{port}), got {text}").format(
+            port=DEFAULT_PORT, text=repr(shown)))
     return host or ("::" if ipv6 else "0.0.0.0"), int(port), ipv6
 
 
@@ -119,14 +122,16 @@ def exposure_warning(host: str, web_config: bool, tls: bool, authenticated: bool
     if is_loopback(host):
         return None
     if not web_config:
-        return (f"vram serve: warning: listening on {host} without --web-config: anyone who can reach this "
-                "port can read the GPUs' process lists (users, pids); add TLS and basic auth with --web-config")
+        return "vram serve: " + _("warning: listening on {host} without --web-config: anyone who can reach this "
+                                  "port can read the GPUs' process lists (users, pids); add TLS and basic auth with "
+                                  "--web-config").format(host=host)
     if not authenticated:
-        return (f"vram serve: warning: listening on {host} without basic_auth_users or required client "
-                "certificates in the web config: anyone who can reach this port can read the process lists")
+        return "vram serve: " + _("warning: listening on {host} without basic_auth_users or required client "
+                                  "certificates in the web config: anyone who can reach this port can read the "
+                                  "process lists").format(host=host)
     if not tls:
-        return (f"vram serve: warning: listening on {host} with basic auth but no TLS: passwords cross the "
-                "network in clear text; add tls_server_config to the web config")
+        return "vram serve: " + _("warning: listening on {host} with basic auth but no TLS: passwords cross the "
+                                  "network in clear text; add tls_server_config to the web config").format(host=host)
     return None
 
 
@@ -169,9 +174,10 @@ def run(args: argparse.Namespace) -> int:
         authorize = BasicAuth(web.users) if web.users else None
         users = bool(web.users)
         authenticated = users or (web.tls is not None and web.tls.client_auth_type == "RequireAndVerifyClientCert")
-    interval = duration_flag(args, "interval", 0.1, 3600, "must be 0.1s to 1h")
+    interval = duration_flag(args, "interval", 0.1, 3600, N_("must be 0.1s to 1h"))
     if not 0 <= args.max_process_series <= 1_000_000:
-        raise UsageError(f"--max-process-series: must be 0 to 1000000, got {args.max_process_series}")
+        raise UsageError(_("--max-process-series: must be 0 to 1000000, got {value}").format(
+            value=args.max_process_series))
     options = Options(interval=interval, commands=args.process_commands == "full",
                       max_process_series=args.max_process_series,
                       dcgm_names=args.dcgm_names, history_db=found_path(args.db), hostname=args.hostname or "",
@@ -184,13 +190,15 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         service.close()
         if e.errno == errno.EADDRINUSE:
-            raise UsageError(f"--listen: {args.listen} is in use (another vram serve?): choose another port") from None
+            raise UsageError(_("--listen: {address} is in use (another vram serve?): choose another port").format(
+                address=args.listen)) from None
         if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
-            raise UsageError(f"--listen: cannot listen on {args.listen}: {e.strerror or e}") from None
-        raise Failure(f"cannot listen on {args.listen}: {e.strerror or e}") from None
+            raise UsageError(_("--listen: cannot listen on {address}: {why}").format(address=args.listen,
+                                                                               why=e.strerror or e)) from None
+        raise Failure(_("cannot listen on {address}: {why}").format(address=args.listen, why=e.strerror or e)) from None
     stop = threading.Event()
 
-    def stopping(*_: object) -> None:
+    def stopping(*_args: object) -> None:
         stop.set()
         threading.Thread(target=server.shutdown, daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -198,9 +206,14 @@ def run(args: argparse.Namespace) -> int:
     service.start()
     shown = f"[{host}]" if ipv6 else host
     scheme = "https" if tls is not None else "http"
-    print(f"vram serve: {scheme}://{shown}:{server.server_address[1]}/ (metrics at /metrics"
-          + (f", history from {options.history_db}" if options.history_db else "")
-          + (", basic auth" if users else "") + "; Ctrl-C stops)", file=sys.stderr, flush=True)
+    url = f"{scheme}://{shown}:{server.server_address[1]}/"
+    if options.history_db:
+        line = (_("{url} (metrics at /metrics, history from {db}, basic auth; Ctrl-C stops)") if users else
+                _("{url} (metrics at /metrics, history from {db}; Ctrl-C stops)"))
+    else:
+        line = (_("{url} (metrics at /metrics, basic auth; Ctrl-C stops)") if users else
+                _("{url} (metrics at /metrics; Ctrl-C stops)"))
+    print("vram serve: " + line.format(url=url, db=options.history_db), file=sys.stderr, flush=True)
     warning = exposure_warning(host, bool(args.web_config), tls is not None, authenticated)
     if warning:
         print(warning, file=sys.stderr, flush=True)

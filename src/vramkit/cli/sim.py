@@ -9,7 +9,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from ..i18n import _, ngettext
+from ..i18n import N_, _, ngettext
 from ..nvml import scenario as scenarios
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["sim"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 vram runs on a simulated NVML when given --simulate NAME|FILE (or $VRAM_SIMULATE):
 every command works, and every view says it is simulated. A scenario is a JSON file that
 describes GPUs, processes, faults and timelines (format: docs/scenarios.md).
@@ -31,9 +31,9 @@ examples:
                                    PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=demo gpustat
   vram sim spawn --simulate demo -- gpustat
                                    the same with real processes, which gpustat and nvitop list
-"""
+""")
 
-SPAWN_DESCRIPTION = """\
+SPAWN_DESCRIPTION = N_("""\
 Start a real placeholder process for every made-up process of a scenario, write the scenario with
 their pids, and keep them running until CMD exits (or, without CMD, until Ctrl-C or SIGTERM). A
 bundled scenario's pids belong to no process, and gpustat and nvitop drop a pid they cannot find
@@ -51,9 +51,9 @@ examples:
   PYTHONPATH=/tmp/shim vram sim spawn --simulate demo -- nvitop -1
   vram sim spawn --simulate demo -o /tmp/demo-real.json    until Ctrl-C; meanwhile, elsewhere:
                                    VRAM_SIMULATE=/tmp/demo-real.json vram ps
-"""
+""")
 
-SHIM_DESCRIPTION = """\
+SHIM_DESCRIPTION = N_("""\
 Write DIR/pynvml.py: a drop-in pynvml that runs nvidia-ml-py's own code on vram's simulated
 NVML, so any pynvml program (gpustat, nvitop, your own scripts) sees a simulated machine.
 Put DIR first on PYTHONPATH and name the scenario in VRAM_SIMULATE (a bundled name or a JSON
@@ -68,9 +68,9 @@ examples:
   PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=demo gpustat
   PYTHONPATH=/tmp/vram-shim VRAM_SIMULATE=my.json nvitop -1
   vram sim shim /tmp/vram-shim --simulate faulty   also check the scenario, and print its export line
-"""
+""")
 
-LIST_DESCRIPTION = """\
+LIST_DESCRIPTION = N_("""\
 List the scenarios bundled with vram, each with its GPUs, its processes and what it shows.
 Use one with --simulate NAME (or $VRAM_SIMULATE=NAME) on any command.
 
@@ -78,9 +78,9 @@ examples:
   vram sim list
   vram sim list --json | jq -r '.[].name'
   vram status --simulate demo      the bundled busy 8x A100 server
-"""
+""")
 
-VALIDATE_DESCRIPTION = """\
+VALIDATE_DESCRIPTION = N_("""\
 Load a scenario (a bundled NAME or a JSON FILE) exactly as --simulate would, and say whether it
 is valid: "FILE: ok (N GPUs, M processes)" and exit 0, or the first problem, naming the field
 (gpus[0].memory_total: not a size: 'x'), and exit 2. The format: docs/scenarios.md.
@@ -89,34 +89,34 @@ examples:
   vram sim validate my.json
   vram sim validate demo
   vram sim validate my.json && vram status --simulate my.json
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sim", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
     sim_sub = p.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
-    ls = sim_sub.add_parser("list", help="list the bundled scenarios", description=LIST_DESCRIPTION,
+    ls = sim_sub.add_parser("list", help=N_("list the bundled scenarios"), description=LIST_DESCRIPTION,
                             parents=parents, formatter_class=HelpFormatter)
-    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.add_argument("--json", action="store_true", help=N_("print JSON"))
     ls.set_defaults(run=run_list)
-    val = sim_sub.add_parser("validate", help="check a scenario file", description=VALIDATE_DESCRIPTION,
+    val = sim_sub.add_parser("validate", help=N_("check a scenario file"), description=VALIDATE_DESCRIPTION,
                              parents=parents, formatter_class=HelpFormatter)
-    val.add_argument("scenario", metavar="NAME|FILE", help="a bundled scenario name or a scenario JSON file")
+    val.add_argument("scenario", metavar="NAME|FILE", help=N_("a bundled scenario name or a scenario JSON file"))
     val.set_defaults(run=run_validate)
-    shim = sim_sub.add_parser("shim", help="write a pynvml that other programs can use to see a scenario",
+    shim = sim_sub.add_parser("shim", help=N_("write a pynvml that other programs can use to see a scenario"),
                               description=SHIM_DESCRIPTION, parents=parents,
                               formatter_class=HelpFormatter)
-    shim.add_argument("directory", metavar="DIR", help="where to write pynvml.py (created if needed)")
+    shim.add_argument("directory", metavar="DIR", help=N_("where to write pynvml.py (created if needed)"))
     shim.set_defaults(run=run_shim)
-    spawn = sim_sub.add_parser("spawn", help="real placeholder processes for a scenario's, for gpustat and nvitop",
+    spawn = sim_sub.add_parser("spawn", help=N_("real placeholder processes for a scenario's, for gpustat and nvitop"),
                                description=SPAWN_DESCRIPTION, parents=parents, formatter_class=HelpFormatter,
                                usage="vram sim spawn [--simulate NAME|FILE] [-o FILE] [-- CMD [ARGS...]]")
     spawn.add_argument("-o", "--output", metavar="FILE",
-                       help="write the scenario with the placeholders' pids here (default: a private "
-                            "temporary file, removed when this command ends)")
+                       help=N_("write the scenario with the placeholders' pids here (default: a private "
+                            "temporary file, removed when this command ends)"))
     spawn.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
-                       help="a command to run while the placeholders live (with VRAM_SIMULATE set to the file)")
+                       help=N_("a command to run while the placeholders live (with VRAM_SIMULATE set to the file)"))
     spawn.set_defaults(run=run_spawn)
     p.set_defaults(sim_parser=p)
 

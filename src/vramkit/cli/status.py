@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 
+from ..i18n import N_, _
 from ..render.status_view import render_status
 from ..render.style import style_for, terminal_width
 from . import owners
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 HELP = COMMANDS["status"]
 WATCH_DEFAULT_S = 2.0
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Show each GPU: a memory bar with used/total, utilization, temperature, power/limit,
 and every process holding memory on it (size, user, pid, age, command).
 
@@ -50,7 +51,7 @@ examples:
   vram status --slurm-job 48211    only one Slurm job's processes (--container NAME, --pod NS/NAME)
   vram status --health --gpu 2     GPU 2 with its health: ECC, remaps, throttling, clocks, PCIe, NVLink
   vram status --simulate demo      the bundled simulated 8-GPU server
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
@@ -58,23 +59,23 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=HelpFormatter)
     add_data_options(p, "GPU")
     add_duration(p, "--watch", nargs="?", const=WATCH_DEFAULT_S,
-                 help="redraw every DURATION (1s, 0.5, 1m; bare --watch: %(const)gs) until Ctrl-C; with --json one "
-                      "compact JSON object per line (NDJSON), with --csv the header once and then only rows")
+                 help=N_("redraw every DURATION (1s, 0.5, 1m; bare --watch: %(const)gs) until Ctrl-C; with --json "
+                         "one compact JSON object per line (NDJSON), with --csv the header once and then only rows"))
     p.add_argument("--wide", action="store_true",
-                   help="never cut commands. Without it a command is cut to fit the terminal's width; "
-                        "piped output uses $COLUMNS, or 120 columns when that is unset")
+                   help=N_("never cut commands. Without it a command is cut to fit the terminal's width; "
+                           "piped output uses $COLUMNS, or 120 columns when that is unset"))
     health = p.add_argument("--health", action="store_true",
-                   help="also each GPU's health: ECC errors, retired pages or remapped rows, throttle reasons, "
-                        "clocks, P-state, PCIe and NVLink links, persistence and compute mode (some twenty more "
-                        "driver calls a GPU: read only when asked)")
+                   help=N_("also each GPU's health: ECC errors, retired pages or remapped rows, throttle "
+                           "reasons, clocks, P-state, PCIe and NVLink links, persistence and compute mode (some "
+                           "twenty more driver calls a GPU: read only when asked)"))
     add_old_spelling(p, "--all", health)
     owners.add_filters(p)
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--compact", action="store_true",
-                       help="one line per GPU: memory, utilization, temperature, power and who holds memory, "
-                            "per user (as gpustat)")
+                       help=N_("one line per GPU: memory, utilization, temperature, power and who holds "
+                               "memory, per user (as gpustat)"))
     shape.add_argument("--no-processes", action="store_true",
-                       help="the GPU lines without the processes under them")
+                       help=N_("the GPU lines without the processes under them"))
     p.set_defaults(run=run)
 
 
@@ -83,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
     only_owners = owners.wanted(args)
     if (args.compact or args.no_processes) and (args.json or args.csv):
         flag = "--compact" if args.compact else "--no-processes"
-        raise UsageError(f"{flag} shapes the text view: not with --json or --csv")
+        raise UsageError(_("{flag} shapes the text view: not with --json or --csv").format(flag=flag))
     if args.compact and args.health:
-        raise UsageError("--compact is one line per GPU: --health needs the full view")
+        raise UsageError(_("--compact is one line per GPU: --health needs the full view"))
     if args.watch is not None:
         check_watch(args.watch)  # before the collector: nan, inf, 1e-9 are one line, not a busy loop
     machine = open_for(args)
