@@ -63,7 +63,8 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
     [(4242, 'exited', None)]
 
     Each target ends as 'exited', 'still running', 'signalled' (a signal that does not end a
-    process, e.g. USR1), 'refused' (t.refusal names the rule and says why) or, with
+    process, e.g. USR1), 'refused' (t.refusal names the rule and says why: t.refusal.reason in
+    English, as the audit log has it, t.refusal.text in the reader's language) or, with
     dry_run=True, 'would signal'. report.gpus says per GPU how much memory was freed and who
     still holds memory. Every signal, refusal and outcome goes to the audit log (default: see
     docs/safety.md); when it cannot be written nothing is signalled (audit.AuditError).
