@@ -4,7 +4,7 @@
     python scripts/i18n.py --add FILE.po ...   the same, first taking the translations in FILE.po
                                                (a translator's or a helper's part) into zh_CN
 
-Extract: every _(), N_(), ngettext(), pgettext() in src/vramkit (Babel's python extractor) into
+Extract: every _(), N_(), ngettext(), N_plural(), pgettext() in src/vramkit (Babel's python extractor) into
 src/vramkit/locale/vramkit.pot. Update: each locale/<lang>/LC_MESSAGES/vramkit.po gains the new
 messages (untranslated) and loses the ones the code no longer has; a translation is never
 guessed from a similar message (no fuzzy matching). Compile: vramkit.mo beside each .po, which
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import io
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,11 +35,26 @@ PACKAGE = ROOT / "src" / "vramkit"
 LOCALE = PACKAGE / "locale"
 TEMPLATE = LOCALE / "vramkit.pot"
 LANGUAGES = ("zh_CN",)
-KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2), "pgettext": ((1, "c"), 2)}
+KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2), "N_plural": (1, 2), "pgettext": ((1, "c"), 2)}
 HEADER = "vram's messages. The glossary translators follow: docs/glossary.zh_CN.md"
 # Fixed: a date that changed on every run would make every update a change to commit.
 DATES = {"creation_date": datetime(2026, 12, 1, tzinfo=timezone.utc),
          "revision_date": datetime(2026, 12, 1, tzinfo=timezone.utc)}
+
+
+# Babel marks a message python-format when anything in it reads as a %-directive, "% of a GPU's
+# memory" too (a space is a flag): msgfmt -c would then demand a directive in the translation. Only
+# one without that flag is real (%s, %(name)s, %%).
+_REAL_PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0+]?(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]")
+
+
+def _true_formats(catalog: Catalog) -> Catalog:
+    """`catalog` without the python-format flag on messages that hold no real %-directive."""
+    for message in catalog:
+        ids = message.id if isinstance(message.id, (tuple, list)) else (message.id,)
+        if "python-format" in message.flags and not any(_REAL_PERCENT.search(i) for i in ids if i):
+            message.flags.discard("python-format")
+    return catalog
 
 
 def extract() -> Catalog:
@@ -65,7 +81,7 @@ def _read(path: Path, locale: str | None = None) -> Catalog:
 
 def _write_po(path: Path, catalog: Catalog) -> None:
     buffer = io.BytesIO()
-    write_po(buffer, catalog, width=100, sort_output=False, ignore_obsolete=True, include_previous=False)
+    write_po(buffer, _true_formats(catalog), width=100, sort_output=False, ignore_obsolete=True, include_previous=False)
     _replace(path, buffer.getvalue())
 
 

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_paths import SYSTEM_PATH, user_path
 from .errors import RequestError
+from .i18n import N_, _
 from .procs import sanitize
 from .units import parse_duration
 
-SYSTEM_FILE = Path("/etc/vramkit/config.toml")
+SYSTEM_FILE = Path(SYSTEM_PATH)
 MAX_BYTES = 64 * 1024
 DEFAULT, SYSTEM, USER, ENV, FLAG = "default", "/etc", "~", "env", "flag"
 
@@ -38,13 +40,13 @@ TOP_COLUMNS = ("gpu", "pid", "user", "memory", "share", "sm", "bw", "enc", "dec"
 
 def _seconds(value: Any) -> float:
     if isinstance(value, bool):
-        raise ValueError("must be a number of seconds or a duration like 2s, 5m")
+        raise ValueError(_("must be a number of seconds or a duration like 2s, 5m"))
     try:
         seconds = float(value) if isinstance(value, (int, float)) else parse_duration(str(value))
     except OverflowError:  # an integer of hundreds of digits: TOML allows it
         seconds = float("inf")
     if not 0 < seconds <= 7 * 86400:
-        raise ValueError("must be more than 0 and at most 7 days")
+        raise ValueError(_("must be more than 0 and at most 7 days"))
     return seconds
 
 
@@ -52,7 +54,7 @@ def _percent(value: Any) -> float:
     if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,6})?", value):
         value = float(value)  # from the environment (VRAM_THRESHOLDS_MEMORY_WARN=80)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-        raise ValueError("must be a number from 0 to 100")
+        raise ValueError(_("must be a number from 0 to 100"))
     return float(value)
 
 
@@ -61,13 +63,13 @@ def _flag(value: Any) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return value.lower() in ("1", "true", "yes", "on")  # from the environment
-    raise ValueError("must be true or false")
+    raise ValueError(_("must be true or false"))
 
 
 def _choice(*choices: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
+            raise ValueError(_("must be one of {choices}").format(choices=", ".join(choices)))
         return str(value)
     return check
 
@@ -78,19 +80,20 @@ def _language(value: Any) -> str:
     known = ("auto", ENGLISH, *CATALOGS)
     if isinstance(value, str) and (value.strip().lower() in ("auto", ENGLISH) or catalog_language(value)):
         return value.strip()
-    raise ValueError(f"must be one of {', '.join(known)}")
+    raise ValueError(_("must be one of {choices}").format(choices=", ".join(known)))
 
 
 def _columns(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):  # from the environment: comma-separated
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"must be a list of column names from {', '.join(TOP_COLUMNS)}")
+        raise ValueError(_("must be a list of column names from {columns}").format(columns=", ".join(TOP_COLUMNS)))
     unknown = [v for v in value if v not in TOP_COLUMNS]
     if unknown:
-        raise ValueError(f"unknown column {sanitize(unknown[0])[:40]!r} (known: {', '.join(TOP_COLUMNS)})")
+        raise ValueError(_("unknown column {name} (known: {columns})").format(
+            name=repr(sanitize(unknown[0])[:40]), columns=", ".join(TOP_COLUMNS)))
     if len(set(value)) != len(value):
-        raise ValueError("names a column twice")
+        raise ValueError(_("names a column twice"))
     return tuple(value)
 
 
@@ -100,14 +103,14 @@ def _printable(text: str, expected: str) -> str:
     prints the value back as it was written."""
     text = text.strip()
     if sanitize(text) != text:
-        raise ValueError(f"{expected}, without control or invisible characters")
+        raise ValueError(_("{expected}, without control or invisible characters").format(expected=expected))
     return text
 
 
 def _min_free(value: Any) -> str:
     from .allocate import parse_min_free  # the pick's own parser: the value means what --min-free means
 
-    expected = "must be a size like 20GiB or a share like 60%"
+    expected = _("must be a size like 20GiB or a share like 60%")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise ValueError(expected)
     text = _printable(str(value), expected)
@@ -118,7 +121,7 @@ def _min_free(value: Any) -> str:
 def _max_util(value: Any) -> str:
     from .allocate import parse_max_util
 
-    expected = "must be a percentage 0-100, or 'any'"
+    expected = _("must be a percentage 0-100, or 'any'")
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(expected)
     text = _printable(str(value), expected)
@@ -128,7 +131,8 @@ def _max_util(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Key:
-    """One setting: its section.name, default, parser (raises ValueError with the reason) and meaning."""
+    """One setting: its section.name, default, parser (raises ValueError with the reason) and meaning
+    (marked N_: `vram config` translates it when it shows it)."""
 
     name: str
     default: Any
@@ -141,21 +145,21 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("top.interval", 2.0, _seconds, "seconds between the live view's refreshes (--interval)"),
-    Key("top.idle_after", 300.0, _seconds, "alert on a process idle this long (--idle-after)"),
-    Key("top.history", 300.0, _seconds, "time the history lines cover at start (--history)"),
-    Key("top.columns", TOP_COLUMNS, _columns, "the process columns, in order (narrow terminals drop some)"),
-    Key("top.theme", "dark", _choice("dark", "light"), "colours for a dark or a light terminal (--theme)"),
-    Key("top.ascii", False, _flag, "no Unicode blocks or box characters (--ascii)"),
-    Key("thresholds.memory_warn", 70.0, _percent, "% of a GPU's memory in use drawn as a warning (yellow)"),
-    Key("thresholds.memory_critical", 90.0, _percent, "% in use drawn as critical (red)"),
-    Key("thresholds.nearly_full", 95.0, _percent, "% in use that raises the live view's 'nearly full' alert"),
-    Key("pick.prefer", "spread", _choice("spread", "pack"), "vram pick's default --prefer"),
-    Key("pick.min_free", "50%", _min_free, "vram pick's default --min-free"),
-    Key("pick.max_util", "50", _max_util, "vram pick's default --max-util"),
-    Key("pick.exclusive", False, _flag, "vram pick's default --exclusive"),
-    Key("ui.language", "auto", _language, "the language of vram's messages (auto: $LANGUAGE, $LC_ALL, $LANG); "
-        "$VRAM_LANG overrides it"),
+    Key("top.interval", 2.0, _seconds, N_("seconds between the live view's refreshes (--interval)")),
+    Key("top.idle_after", 300.0, _seconds, N_("alert on a process idle this long (--idle-after)")),
+    Key("top.history", 300.0, _seconds, N_("time the history lines cover at start (--history)")),
+    Key("top.columns", TOP_COLUMNS, _columns, N_("the process columns, in order (narrow terminals drop some)")),
+    Key("top.theme", "dark", _choice("dark", "light"), N_("colours for a dark or a light terminal (--theme)")),
+    Key("top.ascii", False, _flag, N_("no Unicode blocks or box characters (--ascii)")),
+    Key("thresholds.memory_warn", 70.0, _percent, N_("% of a GPU's memory in use drawn as a warning (yellow)")),
+    Key("thresholds.memory_critical", 90.0, _percent, N_("% in use drawn as critical (red)")),
+    Key("thresholds.nearly_full", 95.0, _percent, N_("% in use that raises the live view's 'nearly full' alert")),
+    Key("pick.prefer", "spread", _choice("spread", "pack"), N_("vram pick's default --prefer")),
+    Key("pick.min_free", "50%", _min_free, N_("vram pick's default --min-free")),
+    Key("pick.max_util", "50", _max_util, N_("vram pick's default --max-util")),
+    Key("pick.exclusive", False, _flag, N_("vram pick's default --exclusive")),
+    Key("ui.language", "auto", _language, N_("the language of vram's messages (auto: $LANGUAGE, $LC_ALL, $LANG); "
+                                             "$VRAM_LANG overrides it")),
 )
 BY_NAME = {k.name: k for k in KEYS}
 
@@ -187,8 +191,7 @@ class Config:
 
 
 def user_file() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "vramkit" / "config.toml"
+    return Path(user_path())
 
 
 def _fail(path: Path | str, message: str) -> RequestError:
@@ -206,30 +209,30 @@ def _read(path: Path, source: str, euid: int) -> str | None:
         if not _searchable(path.parent):  # behind a directory this user cannot enter (sudo -u with
             return None                   # the caller's $HOME): not this user's file, and none of theirs
         if os.path.islink(path):
-            raise _fail(path, "is a symbolic link: vram does not follow one; put the file there") from None
-        raise _fail(path, "cannot read: permission denied") from None
+            raise _fail(path, _("is a symbolic link: vram does not follow one; put the file there")) from None
+        raise _fail(path, _("cannot read: permission denied")) from None
     except OSError as e:
         if os.path.islink(path):
-            raise _fail(path, "is a symbolic link: vram does not follow one; put the file there") from None
-        raise _fail(path, f"cannot read: {e.strerror}") from None
+            raise _fail(path, _("is a symbolic link: vram does not follow one; put the file there")) from None
+        raise _fail(path, _("cannot read: {reason}").format(reason=e.strerror)) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise _fail(path, "not a regular file")
+            raise _fail(path, _("not a regular file"))
         owners = (0,) if source == SYSTEM else (0, euid)
         if euid == 0 and (info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-            raise _fail(path, "another user can change it, and vram runs as root: chown root and chmod go-w it")
+            raise _fail(path, _("another user can change it, and vram runs as root: chown root and chmod go-w it"))
         if euid == 0:  # yours too: $XDG_CONFIG_HOME or a kept $HOME may lead into another user's directory
             _check_directories(path)
         data = os.read(fd, MAX_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:
-        raise _fail(path, f"larger than {MAX_BYTES // 1024} KiB: not a config file")
+        raise _fail(path, _("larger than {size} KiB: not a config file").format(size=MAX_BYTES // 1024))
     try:
         return data.decode()
     except UnicodeDecodeError:
-        raise _fail(path, "not UTF-8 text") from None
+        raise _fail(path, _("not UTF-8 text")) from None
 
 
 def _searchable(directory: Path) -> bool:
@@ -253,8 +256,9 @@ def _check_directories(path: Path) -> None:
             continue
         open_to_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX
         if stat.S_ISLNK(info.st_mode) or info.st_uid != 0 or open_to_others:
-            raise _fail(path, f"its directory {sanitize(str(parent))[:200]} can be changed by a user other than "
-                              "root, and vram runs as root: chown root and chmod go-w it")
+            raise _fail(path, _("its directory {directory} can be changed by a user other than root, and vram "
+                                "runs as root: chown root and chmod go-w it").format(
+                                    directory=sanitize(str(parent))[:200]))
 
 
 def _toml(text: str, path: Path) -> dict[str, Any]:
@@ -262,26 +266,28 @@ def _toml(text: str, path: Path) -> dict[str, Any]:
     try:
         toml = importlib.import_module(module_name)
     except ModuleNotFoundError:
-        raise _fail(path, "reading a config file needs Python 3.11, or the tomli package on 3.10") from None
+        raise _fail(path, _("reading a config file needs Python 3.11, or the tomli package on 3.10")) from None
     try:
         data: dict[str, Any] = toml.loads(text)
     except toml.TOMLDecodeError as e:
-        raise _fail(path, f"not valid TOML: {e}") from None
+        raise _fail(path, _("not valid TOML: {error}").format(error=e)) from None
     except RecursionError:  # arrays or inline tables nested thousands deep: the parser recurses
-        raise _fail(path, "not a config file: values nested too deeply") from None
+        raise _fail(path, _("not a config file: values nested too deeply")) from None
     except ValueError as e:  # an integer of over 4300 digits (int()'s own limit)
-        raise _fail(path, f"not a config file: {str(e).split(';')[0]}") from None
+        raise _fail(path, _("not a config file: {error}").format(error=str(e).split(";")[0])) from None
     return data
 
 
 def _apply_file(config: Config, data: dict[str, Any], path: Path, source: str) -> None:
     for section, table in data.items():
         if not isinstance(table, dict):
-            raise _fail(path, f"{sanitize(str(section))[:40]}: must be a [table]: [top], [thresholds] or [pick]")
+            raise _fail(path, _("{section}: must be a [table]: [top], [thresholds] or [pick]").format(
+                section=sanitize(str(section))[:40]))
         for key, value in table.items():
             name = f"{section}.{key}"
             if name not in BY_NAME:
-                raise _fail(path, f"{sanitize(name)[:80]}: unknown key (known: {', '.join(BY_NAME)})")
+                raise _fail(path, _("{key}: unknown key (known: {keys})").format(
+                    key=sanitize(name)[:80], keys=", ".join(BY_NAME)))
             config.set(name, _parsed(BY_NAME[name], value, path), source)
 
 
@@ -289,7 +295,8 @@ def _parsed(key: Key, value: Any, where: Path | str) -> Any:
     try:
         return key.parse(value)
     except (ValueError, TypeError) as e:
-        raise _fail(where, f"{key.name}: {str(e) or 'not a valid value'}") from None
+        reason = str(e) or _("not a valid value")
+        raise _fail(where, f"{key.name}: {reason}") from None
 
 
 def load(environ: Mapping[str, str] | None = None, system_file: Path | None = None,
@@ -316,8 +323,10 @@ def _check(config: Config) -> None:
     warn, critical = config["thresholds.memory_warn"], config["thresholds.memory_critical"]
     if warn > critical:
         where = config.sources["thresholds.memory_warn"]
-        raise RequestError(f"thresholds.memory_warn ({warn:g}, from {where}) is above thresholds.memory_critical "
-                           f"({critical:g}, from {config.sources['thresholds.memory_critical']})")
+        raise RequestError(_("thresholds.memory_warn ({warn:g}, from {warn_source}) is above "
+                             "thresholds.memory_critical ({critical:g}, from {critical_source})").format(
+                                 warn=warn, warn_source=where, critical=critical,
+                                 critical_source=config.sources["thresholds.memory_critical"]))
 
 
 def pick_defaults(config: Config | None = None) -> dict[str, Any]:

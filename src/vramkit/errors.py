@@ -10,6 +10,8 @@ sense, 1 when the machine could not do it.
 
 from __future__ import annotations
 
+from .i18n import _
+
 
 class VramkitError(Exception):
     """An error with a one-line message meant for the person who made the call."""
@@ -34,6 +36,10 @@ class RequestError(VramkitError, ValueError):
 def no_such_gpu(index: int | str, have: list[int], param: str = "gpu",
                 kind: type[RequestError] = RequestError) -> RequestError:
     """The one wording for a GPU index this machine does not have (raise what it returns)."""
-    span = (f"GPUs 0-{max(have)}" if sorted(have) == list(range(max(have) + 1)) else
-            f"GPUs {','.join(map(str, sorted(have)))}") if have else "no GPUs"
-    return kind(f"no GPU {index} (this machine has {span})", param=param)
+    if not have:
+        return kind(_("no GPU {index} (this machine has no GPUs)").format(index=index), param=param)
+    if sorted(have) == list(range(max(have) + 1)):
+        return kind(_("no GPU {index} (this machine has GPUs 0-{last})").format(index=index, last=max(have)),
+                    param=param)
+    return kind(_("no GPU {index} (this machine has GPUs {indices})").format(
+        index=index, indices=",".join(map(str, sorted(have)))), param=param)

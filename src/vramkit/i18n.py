@@ -5,6 +5,7 @@ Mark a message where it is written and translate it where it is used:
                                              reorder them; never build a sentence from pieces)
     ngettext("{n} GPU", "{n} GPUs", n).format(n=n)
     N_("...")                                only marks (a module-level table); _() it when shown
+    N_plural("{n} GPU", "{n} GPUs")          the same for a plural pair: ngettext(*pair, n)
     pgettext("column", "free")               a short word whose sense the context names
 
 The language, first found: $VRAM_LANG; the config's `ui.language` ($VRAM_UI_LANGUAGE, your file,
@@ -25,10 +26,10 @@ from __future__ import annotations
 import gettext as _gettext
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 DOMAIN = "vramkit"
-LOCALE_DIR = Path(__file__).parent / "locale"
+# os.path, not pathlib: the shim and `vram status` import this module and never need pathlib
+LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locale")
 ENGLISH = "en"
 # The catalogs that exist, and the spellings of a language each one answers (lower case, '-' as '_',
 # without an encoding or modifier). Chinese written in Traditional characters falls back to English:
@@ -44,8 +45,14 @@ def N_(message: str) -> str:  # noqa: N802 (gettext's own name for "mark, transl
     return message
 
 
+def N_plural(singular: str, plural: str) -> tuple[str, str]:  # noqa: N802 (as N_)
+    """Only marks a plural pair (a module-level table); ngettext(*pair, n) it when shown."""
+    return singular, plural
+
+
 def _(message: str) -> str:
-    return translation().gettext(message)
+    # "" is the catalog's own key for its header: an empty help or message stays empty.
+    return translation().gettext(message) if message else message
 
 
 def ngettext(singular: str, plural: str, n: int) -> str:
@@ -64,7 +71,8 @@ def catalog_language(spelling: str) -> str | None:
     if localedir:  # a translator's catalog (or the pseudo-locale) answers its own name, modifier kept
         name, at, modifier = spelling.strip().partition("@")
         name = name.split(".", 1)[0] + at + modifier
-        if name and "/" not in name and Path(localedir, name, "LC_MESSAGES", f"{DOMAIN}.mo").is_file():
+        if name and "/" not in name and os.path.isfile(os.path.join(localedir, name, "LC_MESSAGES",
+                                                                    f"{DOMAIN}.mo")):
             return name
     base = spelling.strip().split(".", 1)[0].split("@", 1)[0].replace("-", "_").lower()
     for catalog, spellings in CATALOGS.items():
@@ -100,6 +108,12 @@ def chosen_language(environ: Mapping[str, str] | None = None, configured: str | 
 def _configured_language() -> str | None:
     """The config's ui.language, or None when no file sets it or a file cannot be read (the
     command itself reports a bad config file when it reads it; a message's language never fails)."""
+    from .config_paths import SYSTEM_PATH, user_path
+
+    # No file and no $VRAM_UI_LANGUAGE (config.py's name for the key), as on most machines: nothing
+    # to read, and the config reader (~10 ms of imports `vram status` does not otherwise pay) stays out.
+    if "VRAM_UI_LANGUAGE" not in os.environ and not any(map(os.path.lexists, (SYSTEM_PATH, user_path()))):
+        return None
     from .config import load  # here: the config reads files, and most messages never need it
     from .errors import VramkitError
 
@@ -115,7 +129,7 @@ def translator(language: str) -> _gettext.NullTranslations:
     not the process's (the web page follows its request's Accept-Language)."""
     if language == ENGLISH or language not in CATALOGS and not os.environ.get("VRAM_LOCALEDIR"):
         return _gettext.NullTranslations()
-    localedir = os.environ.get("VRAM_LOCALEDIR") or str(LOCALE_DIR)
+    localedir = os.environ.get("VRAM_LOCALEDIR") or LOCALE_DIR
     return _gettext.translation(DOMAIN, localedir, languages=[language], fallback=True)
 
 
@@ -123,10 +137,17 @@ def translation() -> _gettext.NullTranslations:
     """The process's catalog, read once."""
     global _active, _active_language
     if _active is None:
+        # English while the language is chosen: reading the config may word an error (a bad file),
+        # which would otherwise come back here for the language it is still choosing.
+        _active, _active_language = _gettext.NullTranslations(), ENGLISH
         environ = os.environ
         configured = None if environ.get("VRAM_LANG", "").strip() else _configured_language()
-        _active_language = chosen_language(environ, configured)
-        _active = translator(_active_language)
+        chosen = chosen_language(environ, configured)
+        try:
+            _active = translator(chosen)
+        except OSError:  # a catalog cut short or not a catalog (a translator's): English, not a crash
+            return _active
+        _active_language = chosen
     return _active
 
 

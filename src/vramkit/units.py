@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from .i18n import _
+
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -32,26 +34,26 @@ def parse_size(text: str | int | float) -> int:
     """'20GiB' -> 21474836480 bytes; '1.5 GB' -> 1500000000; a bare number is bytes."""
     size = _parse_size(text)
     if size > MAX_SIZE:
-        raise ValueError(f"size too large: {_short(str(text))!r} (at most 1EiB)")
+        raise ValueError(_("size too large: {value} (at most 1EiB)").format(value=repr(_short(str(text)))))
     return size
 
 
 def _parse_size(text: str | int | float) -> int:
     if isinstance(text, bool):
-        raise ValueError(f"not a size: {_short(repr(text))}")
+        raise ValueError(_("not a size: {value}").format(value=_short(repr(text))))
     if isinstance(text, (int, float)):
         if isinstance(text, float) and not math.isfinite(text):  # json.loads reads Infinity, NaN
-            raise ValueError(f"not a size: {_short(repr(text))}")
+            raise ValueError(_("not a size: {value}").format(value=_short(repr(text))))
         if text < 0:
-            raise ValueError(f"size must not be negative: {_short(repr(text))}")
+            raise ValueError(_("size must not be negative: {value}").format(value=_short(repr(text))))
         return int(text) if text <= MAX_SIZE else MAX_SIZE + 1
     if not isinstance(text, str):
-        raise ValueError(f"not a size: {_short(repr(text))}")
+        raise ValueError(_("not a size: {value}").format(value=_short(repr(text))))
     if text.strip().startswith("-"):
-        raise ValueError(f"size must not be negative: {_short(repr(text))}")
+        raise ValueError(_("size must not be negative: {value}").format(value=_short(repr(text))))
     match = _SIZE_RE.match(text)
     if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {_short(text)!r} (try e.g. 20GiB, 512MiB, 30GB)")
+        raise ValueError(_("not a size: {value} (try e.g. 20GiB, 512MiB, 30GB)").format(value=repr(_short(text))))
     value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]  # inf for 400 digits
     return int(round(value)) if value <= MAX_SIZE else MAX_SIZE + 1
 
@@ -76,37 +78,39 @@ def parse_percent(text: str | int | float) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"not a percentage: {_short(repr(text))}") from None
+        raise ValueError(_("not a percentage: {value}").format(value=_short(repr(text)))) from None
     if not 0 <= value <= 100:
-        raise ValueError(f"percentage out of range 0..100: {_short(repr(text))}")
+        raise ValueError(_("percentage out of range 0..100: {value}").format(value=_short(repr(text))))
     return value
 
 
 def parse_duration(text: str | int | float) -> float:
     """'90s', '5m', '2h', '1h30m', '1d', or a bare number of seconds -> seconds."""
     if isinstance(text, bool):
-        raise ValueError(f"not a duration: {_short(repr(text))}")
+        raise ValueError(_("not a duration: {value}").format(value=_short(repr(text))))
     if isinstance(text, (int, float)):
         if isinstance(text, float) and not math.isfinite(text):  # json.loads reads Infinity, NaN
-            raise ValueError(f"not a duration: {_short(repr(text))}")
+            raise ValueError(_("not a duration: {value}").format(value=_short(repr(text))))
         if text < 0:
-            raise ValueError(f"duration must not be negative: {_short(repr(text))}")
+            raise ValueError(_("duration must not be negative: {value}").format(value=_short(repr(text))))
         if text > MAX_DURATION:
-            raise ValueError(f"duration too long: {_short(repr(text))} (at most {MAX_DURATION:g} seconds)")
+            raise ValueError(_("duration too long: {value} (at most {limit:g} seconds)").format(
+                value=_short(repr(text)), limit=MAX_DURATION))
         return float(text)
     cleaned = str(text).strip().lower().replace(" ", "")
     if not cleaned or cleaned.startswith("-"):
-        raise ValueError(f"not a duration: {_short(str(text))!r} (try e.g. 90s, 5m, 2h)")
+        raise ValueError(_("not a duration: {value} (try e.g. 90s, 5m, 2h)").format(value=repr(_short(str(text)))))
     total, pos = 0.0, 0
     for match in _DURATION_RE.finditer(cleaned):
         if match.start() != pos or match.group(2) not in _DURATION_UNITS:
-            raise ValueError(f"not a duration: {_short(str(text))!r} (try e.g. 90s, 5m, 2h)")
+            raise ValueError(_("not a duration: {value} (try e.g. 90s, 5m, 2h)").format(value=repr(_short(str(text)))))
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
     if pos != len(cleaned):
-        raise ValueError(f"not a duration: {_short(str(text))!r} (try e.g. 90s, 5m, 2h)")
+        raise ValueError(_("not a duration: {value} (try e.g. 90s, 5m, 2h)").format(value=repr(_short(str(text)))))
     if not total <= MAX_DURATION:  # inf from 400 digits too
-        raise ValueError(f"duration too long: {_short(str(text))!r} (at most {MAX_DURATION:g} seconds)")
+        raise ValueError(_("duration too long: {value} (at most {limit:g} seconds)").format(
+            value=repr(_short(str(text))), limit=MAX_DURATION))
     return total
 
 
@@ -144,10 +148,11 @@ def parse_gpu_list(text: str) -> list[int]:
             else:
                 lo = hi = int(part)
         except ValueError:
-            raise ValueError(f"{_short(text)!r} is not a GPU list (try 0 or 0,2 or 0-3)") from None
+            raise ValueError(_("{value} is not a GPU list (try 0 or 0,2 or 0-3)").format(
+                value=repr(_short(text)))) from None
         if lo != hi and hi > MAX_GPU_INDEX:
-            raise ValueError(f"GPU range {_short(part)} is too large: no machine has GPU {_short(str(hi))} "
-                             f"(GPU indices stop at {MAX_GPU_INDEX})")
+            raise ValueError(_("GPU range {range} is too large: no machine has GPU {index} (GPU indices stop at "
+                               "{last})").format(range=_short(part), index=_short(str(hi)), last=MAX_GPU_INDEX))
         out.update(range(lo, hi + 1))
     return sorted(out)
 
@@ -167,7 +172,7 @@ def parse_time_point(text: str, now: float) -> float:
     from datetime import datetime
 
     cleaned = text.strip()
-    hint = "(try 7d, 24h, now, 2026-11-01, '2026-11-01 13:00' or @1767225600)"
+    hint = _("(try 7d, 24h, now, 2026-11-01, '2026-11-01 13:00' or @1767225600)")
     if cleaned.lower() == "now":
         return now
     if cleaned.startswith("@"):
@@ -176,7 +181,7 @@ def parse_time_point(text: str, now: float) -> float:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or not 0 <= value <= 1e11:  # 1e11: the year 5138
-            raise ValueError(f"not a unix time: {_short(text)!r} {hint}")
+            raise ValueError(_("not a unix time: {value} {hint}").format(value=repr(_short(text)), hint=hint))
         return value
     if len(cleaned) <= 19 and cleaned[:4].isdigit() and cleaned[4:5] == "-":
         for layout in _TIME_FORMATS:
@@ -184,8 +189,8 @@ def parse_time_point(text: str, now: float) -> float:
                 return datetime.strptime(cleaned, layout).timestamp()  # naive: local time
             except (ValueError, OverflowError, OSError):
                 continue
-        raise ValueError(f"not a date or time: {_short(text)!r} {hint}")
+        raise ValueError(_("not a date or time: {value} {hint}").format(value=repr(_short(text)), hint=hint))
     try:
         return now - parse_duration(cleaned)
     except ValueError:
-        raise ValueError(f"not a time: {_short(text)!r} {hint}") from None
+        raise ValueError(_("not a time: {value} {hint}").format(value=repr(_short(text)), hint=hint)) from None

@@ -10,6 +10,7 @@ import time
 
 from .. import units
 from ..errors import VramkitError, no_such_gpu
+from ..i18n import N_, _
 
 # typing.TYPE_CHECKING without importing typing (~3 ms that `vram --help` need not pay); mypy
 # reads any constant of this name as true.
@@ -39,16 +40,64 @@ class Failure(VramkitError):
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions and epilogs as written in the source, except that a paragraph of plain prose
     is re-wrapped to the terminal's width (hand-wrapped lines broke mid-sentence on a narrower or
-    wider one). A paragraph with an indented or bulleted line (examples, lists) stays as it is."""
+    wider one). A paragraph with an indented or bulleted line (examples, lists) stays as it is.
+
+    Every text is translated here, when the help is shown (descriptions, epilogs, section titles,
+    each option's help): a command marks them N_() where it writes them, and building a parser,
+    which every run does, translates nothing. Chinese has no spaces: lines are folded by display
+    width (render/text_width.wrap), not at spaces by code points as textwrap does."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
         if width is None:  # as argparse's own default, without importing shutil (bz2, lzma, ...)
             width = _terminal_columns() - 2
         super().__init__(prog, indent_increment, max_help_position, width)
+        self._headings: list[str] = []  # the section titles shown, translated
 
     def _expand_help(self, action: argparse.Action) -> str:
         return expand_help(action, self._prog)
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(_(text))
+
+    def start_section(self, heading: str | None) -> None:
+        if heading:
+            heading = _(heading)
+            self._headings.append(heading)
+        super().start_section(heading)
+
+    def format_help(self) -> str:
+        text: str = super().format_help()
+        # Python 3.10 to 3.13 end each section title with an ASCII colon of their own; 3.14 words it
+        # through gettext ("%(heading)s:"), which Chinese writes "：" (and then this finds nothing).
+        for heading in self._headings:
+            titled = _("%(heading)s:") % {"heading": heading}
+            if titled != f"{heading}:":
+                text = text.replace(f"\n{heading}:\n", f"\n{titled}\n")
+        return text
+
+    def _format_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None) -> str:
+        # argparse indents the usage's next lines by len(prefix): a translated prefix takes more
+        # columns than characters ("用法：" is 6 columns), so the lines get the difference too.
+        prefix = _("usage: ") if prefix is None else prefix
+        extra = _cells(prefix) - len(prefix)
+        self._width -= extra
+        try:
+            text = super()._format_usage(usage, actions, groups, prefix)
+        finally:
+            self._width += extra
+        if not extra:
+            return text
+        first, *rest = text.split("\n")
+        return "\n".join([first, *(" " * extra + line if line.strip() else line for line in rest)])
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        if text.isascii():
+            lines: list[str] = super()._split_lines(text, width)
+            return lines
+        from ..render.text_width import wrap
+
+        return wrap(" ".join(text.split()), width)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
@@ -58,11 +107,36 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             lines = paragraph.splitlines()
             if any(line.startswith((" ", "-", "*")) for line in lines):
                 paragraphs.append("\n".join(indent + line if line else line for line in lines))
-            else:
+            elif paragraph.isascii():
                 paragraphs.append(textwrap.fill(" ".join(line.strip() for line in lines), width,
                                                 initial_indent=indent, subsequent_indent=indent,
                                                 break_long_words=False, break_on_hyphens=False))
+            else:
+                from ..render.text_width import wrap
+
+                paragraphs.append("\n".join(indent + line for line in wrap(_joined(lines), width - len(indent))))
         return "\n\n".join(paragraphs) + "\n"
+
+
+def _cells(text: str) -> int:
+    """Display width (render/text_width.cells), loaded only for text that is not ASCII: English
+    help never imports the renderer."""
+    if text.isascii():
+        return len(text)
+    from ..render.text_width import cells
+
+    return cells(text)
+
+
+def _joined(lines: list[str]) -> str:
+    """Hand-wrapped lines as one paragraph: a space where a line ended between two words, none
+    between two Chinese characters (the line break there was no space)."""
+    text = ""
+    for line in (line.strip() for line in lines):
+        if text and line and _cells(text[-1]) == 1 and _cells(line[0]) == 1:
+            text += " "
+        text += line
+    return text
 
 
 def _terminal_columns() -> int:
@@ -101,7 +175,10 @@ def expand_help(action: argparse.Action, prog: str = "vram") -> str:
         params["choices"] = ", ".join(str(c) for c in action.choices or ())
     for name, compute in (getattr(action, "help_values", None) or {}).items():
         params[name] = compute()
-    return (action.help or "") % params
+    try:
+        return (_(action.help) if action.help else "") % params
+    except (ValueError, KeyError, TypeError):  # a translation that broke a %(name)s: the English, not a crash
+        return (action.help or "") % params
 
 
 def _scenario_names() -> str:
@@ -131,10 +208,17 @@ class Duration:
             value = units.parse_duration(text)
         except ValueError as e:
             # argparse's own error (the parser's: the flag named, then where its help is)
-            raise argparse.ArgumentTypeError(f"{e}{'; ' + self.hint if self.hint else ''}") from None
+            raise argparse.ArgumentTypeError(
+                _("{error}; {hint}").format(error=e, hint=_(self.hint)) if self.hint else str(e)) from None
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise argparse.ArgumentTypeError(f"{self.bounds}, got {text}")
+            raise argparse.ArgumentTypeError(out_of_bounds(self.bounds, text))
         return value
+
+
+def out_of_bounds(bounds: str, value: str) -> str:
+    """'must be 0.1s to 1h, got 2d': `bounds` as a command marked it (N_), and the value given."""
+    # Translators: {bounds} is a whole phrase such as "must be 0.1s to 1h", translated on its own.
+    return _("{bounds}, got {value}").format(bounds=_(bounds), value=value)
 
 
 def duration_text(seconds: float) -> str:
@@ -166,8 +250,8 @@ class _OldSpelling(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         new_name = next(o for o in self.new.option_strings if o.startswith("--"))
-        print(f"vram: note: {option_string} is now {new_name} (the old name works until the next release)",
-              file=sys.stderr)
+        print(_("vram: note: {old} is now {new} (the old name works until the next release)").format(
+            old=option_string, new=new_name), file=sys.stderr)
         self.new(parser, namespace, values, new_name)
 
 
@@ -184,27 +268,32 @@ def is_old_spelling(action: argparse.Action) -> bool:
 
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("global options")
+    g = parser.add_argument_group(N_("global options"))
     help_values(g.add_argument("--simulate", metavar="NAME|FILE", default=argparse.SUPPRESS,
-                               help="use a simulated machine: a bundled scenario (%(scenarios)s) or a scenario "
-                                    "JSON file; also $VRAM_SIMULATE"), scenarios=_scenario_names)
+                               help=N_("use a simulated machine: a bundled scenario (%(scenarios)s) or a scenario "
+                                       "JSON file; also $VRAM_SIMULATE")), scenarios=_scenario_names)
     g.add_argument("--no-color", action="store_true", default=argparse.SUPPRESS,
-                   help="no colours (also when $NO_COLOR is set or output is not a terminal)")
+                   help=N_("no colours (also when $NO_COLOR is set or output is not a terminal)"))
     g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show the full traceback on errors")
+                   help=N_("show the full traceback on errors"))
 
 
 # --precision, as estimate, plan and doctor take it (each with its own default: see docs/flags.md)
-PRECISION_HELP = "fp32, fp16/bf16 mixed precision with fp32 master weights, or bf16-pure"
+PRECISION_HELP = N_("fp32, fp16/bf16 mixed precision with fp32 master weights, or bf16-pure")
 PRECISIONS = ("fp32", "fp16", "bf16", "bf16-pure")
 
 
+# --csv's help by what a row is (whole sentences, for the translator)
+CSV_HELP = {"GPU": N_("print CSV, one row per GPU"),
+            "process and GPU": N_("print CSV, one row per process and GPU")}
+
+
 def add_data_options(parser: argparse.ArgumentParser, csv_rows: str) -> None:
-    """--json / --csv (one of them), and --gpu, as status and ps take them."""
+    """--json / --csv (one of them), and --gpu, as status and ps take them; `csv_rows` a key of CSV_HELP."""
     out = parser.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print JSON (schema: docs/json.md)")
-    out.add_argument("--csv", action="store_true", help=f"print CSV, one row per {csv_rows}")
-    parser.add_argument("--gpu", metavar="LIST", help="only these GPUs: 0 | 0,2 | 0-3")
+    out.add_argument("--json", action="store_true", help=N_("print JSON (schema: docs/json.md)"))
+    out.add_argument("--csv", action="store_true", help=CSV_HELP[csv_rows])
+    parser.add_argument("--gpu", metavar="LIST", help=N_("only these GPUs: 0 | 0,2 | 0-3"))
 
 
 def parse_gpu_list(text: str) -> list[int]:
@@ -222,7 +311,7 @@ def duration_flag(args: argparse.Namespace, name: str, low: float | None = None,
     flag = "--" + name.replace("_", "-")
     value: float = Duration(flag)(getattr(args, name)) if isinstance(getattr(args, name), str) else getattr(args, name)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise UsageError(f"{flag}: {bounds}, got {duration_text(value)}")
+        raise UsageError(f"{flag}: {out_of_bounds(bounds, duration_text(value))}")
     return value
 
 
@@ -248,8 +337,8 @@ WATCH_MAX_S = 86400.0
 def check_watch(interval: float) -> None:
     """A UsageError unless `interval` is a number of seconds --watch can wait (not nan, inf, 1e-9)."""
     if not (math.isfinite(interval) and WATCH_MIN_S <= interval <= WATCH_MAX_S):
-        raise UsageError(f"--watch: the interval must be {WATCH_MIN_S:g} to {WATCH_MAX_S:g} seconds, "
-                         f"got {interval:g}")
+        raise UsageError("--watch: " + _("the interval must be {low:g} to {high:g} seconds, got {value:g}").format(
+            low=WATCH_MIN_S, high=WATCH_MAX_S, value=interval))
 
 
 def watch_loop(interval: float, draw: Callable[[], str], tty: bool, out: TextIO | None = None,

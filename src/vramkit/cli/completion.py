@@ -2,6 +2,8 @@
 
 The script is static (no `vram` runs at each Tab): the commands, their subcommands, options,
 the values of options with a fixed set of them, and the bundled scenario names for --simulate.
+The descriptions zsh and fish show beside each candidate are in the language vram speaks when
+the script is generated.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..i18n import N_, _
+from ..render.text_width import cells, fit
 from .commands import COMMANDS
 from .common import TYPE_CHECKING, HelpFormatter
 
@@ -17,7 +21,8 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["completion"]
-DESCRIPTION = """\
+# Translators: keep the command lines; translate the prose and what each example does.
+DESCRIPTION = N_("""\
 Print a completion script for SHELL on stdout. It completes commands, subcommands, options,
 the values of options that take one of a few words (--by, --sort, --format, ...), the bundled
 scenario names after --simulate, and file names elsewhere. Install it once, and again after
@@ -28,7 +33,7 @@ examples:
   vram completion zsh > ~/.zfunc/_vram     with fpath=(~/.zfunc $fpath) before compinit in ~/.zshrc
   vram completion fish > ~/.config/fish/completions/vram.fish
   source <(vram completion bash)           this shell only
-"""
+""")
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -36,7 +41,7 @@ SHELLS = ("bash", "zsh", "fish")
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("completion", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter)
-    p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+    p.add_argument("shell", choices=SHELLS, metavar="SHELL", help=N_("bash, zsh or fish"))
     p.set_defaults(run=run)
 
 
@@ -74,14 +79,15 @@ def command_tree(parser: argparse.ArgumentParser, path: str = "", help_text: str
     command = Command(path, help_text)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            helps = {a.dest: (_(a.help) if a.help else "") for a in action._choices_actions}
             for name, child in action.choices.items():
                 command.subcommands.append(command_tree(child, f"{path} {name}".strip(), helps.get(name, "")))
         elif action.option_strings and action.help != argparse.SUPPRESS:
             choices = [str(c) for c in action.choices] if action.choices else []
             # An optional value (--wait [SECONDS]) is not assumed: the next word may be anything.
-            command.options.append(Option(list(action.option_strings), _first_clause(action.help or ""),
-                                          action.nargs not in (0, "?"), choices, str(action.metavar or "")))
+            described = _first_clause(_(action.help)) if action.help else ""
+            command.options.append(Option(list(action.option_strings), described, action.nargs not in (0, "?"),
+                                          choices, str(action.metavar or "")))
         elif not action.option_strings and action.help != argparse.SUPPRESS:
             command.positionals.append(str(action.metavar or action.dest))
     return command
@@ -93,11 +99,13 @@ def _walk(command: Command) -> list[Command]:
 
 def _first_clause(text: str, limit: int = 72) -> str:
     """A help text as a one-line description next to a candidate: up to its first '; ' (a second
-    thought), cut at a word to `limit` characters."""
-    text = " ".join(text.replace("%%", "%").split()).split("; ", 1)[0]
-    if len(text) <= limit:
+    thought; '；' in Chinese), cut at a word to `limit` columns."""
+    text = " ".join(text.replace("%%", "%").split()).split("; ", 1)[0].split("；", 1)[0]
+    if cells(text) <= limit:
         return text
-    return text[:limit - 3].rsplit(" ", 1)[0].rstrip(",:(") + "..."
+    if text.isascii():
+        return text[:limit - 3].rsplit(" ", 1)[0].rstrip(",:(") + "..."
+    return fit(text, limit)
 
 
 def _value_options(tree: Command) -> list[str]:

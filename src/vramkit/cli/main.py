@@ -15,13 +15,23 @@ import sys
 from .. import i18n
 from .._version import __version__
 from ..errors import VramkitError
+from ..i18n import N_, _
 from .commands import COMMANDS, OLD_COMMANDS
 from .common import TYPE_CHECKING, HelpFormatter, UsageError, add_global_options
 
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-EPILOG = """\
+# argparse words its help ("usage: ", "options") and its errors through its module's own `_` and
+# `ngettext`, looked up when it builds each one: pointed at vram's catalog they speak the reader's
+# language (their msgids: argparse_words.py). Set here, in the command line's entry point only: a
+# program that imports vramkit as a library keeps its own argparse.
+setattr(argparse, "_", _)  # noqa: B010 (mypy: not in argparse's stubs)
+setattr(argparse, "ngettext", i18n.ngettext)  # noqa: B010
+
+DESCRIPTION = N_("See, free, share and plan NVIDIA GPU memory.")
+# Translators: keep each command line as it is; translate what it does (after the command).
+EPILOG = N_("""\
 examples:
   vram status                      what is on each GPU, and who holds its memory
   vram ps --user alice             alice's GPU processes
@@ -33,41 +43,50 @@ examples:
   vram status --simulate demo      try it on the bundled simulated 8-GPU server
 
 'vram COMMAND --help' (or 'vram help COMMAND') shows each command's options and examples.
-"""
+""")
 
 
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)  # argparse's own imports shutil to ask the width
         super().__init__(*args, **kwargs)
+        # What the user typed that this parser refused, for did_you_mean: argparse's message says it,
+        # but in the reader's language.
+        self.bad_choice: tuple[argparse.Action, object] | None = None
+        self.unrecognized: list[str] = []
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            self.bad_choice = (action, value)
+        super()._check_value(action, value)
 
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's usage block is noise here)
-        raise UsageError(f"{message}{did_you_mean(self, message)} (see '{self.prog} --help')")
+        suggestion = did_you_mean(self, self.bad_choice, self.unrecognized)
+        if suggestion:
+            raise UsageError(_("{error}; did you mean {suggestion}? (see '{prog} --help')").format(
+                error=message, suggestion=suggestion, prog=self.prog))
+        raise UsageError(_("{error} (see '{prog} --help')").format(error=message, prog=self.prog))
 
 
-def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
-    """'; did you mean ...?' for a misspelt command ("invalid choice: 'stauts'") or option
-    ("unrecognized arguments: --gpus 2"), from what `parser` offers (hidden old spellings not
-    suggested), or ''."""
+def did_you_mean(parser: argparse.ArgumentParser, choice: tuple[argparse.Action, object] | None,
+                 unrecognized: list[str]) -> str:
+    """The command ("'status'") or option ("--gpu") `parser` offers that is closest to a misspelt
+    choice (`choice`: the action and the value it refused) or to the first option among the
+    unrecognized words, or ''. Hidden spellings (old names, suppressed options) are not offered."""
     import difflib
-    import re
 
-    choice = re.match(r"argument [^:]+: invalid choice: '([^']*)'", message)
-    if choice:
-        words = [w for a in parser._actions if isinstance(a, argparse._SubParsersAction) for w in a.choices]
-        words = words or [str(c) for a in parser._actions if a.choices for c in a.choices
-                          if message.startswith(f"argument {'/'.join(a.option_strings) or a.metavar}")]
-        close = difflib.get_close_matches(choice[1], words, n=1, cutoff=0.6)
-        return f"; did you mean '{close[0]}'?" if close else ""
-    if message.startswith("unrecognized arguments: "):
-        typed = next((w for w in message.split()[2:] if w.startswith("--")), None)
-        if typed is None:
-            return ""
-        options = [o for a in parser._actions if a.help != argparse.SUPPRESS
-                   for o in a.option_strings if o.startswith("--")]
-        close = difflib.get_close_matches(typed.split("=", 1)[0], options, n=1, cutoff=0.6)
-        return f"; did you mean {close[0]}?" if close else ""
-    return ""
+    if choice is not None:
+        action, typed = choice
+        words = [str(c) for c in action.choices or ()]
+        close = difflib.get_close_matches(str(typed), words, n=1, cutoff=0.6)
+        return f"'{close[0]}'" if close else ""
+    option = next((w for w in unrecognized if w.startswith("--")), None)
+    if option is None:
+        return ""
+    options = [o for a in parser._actions if a.help != argparse.SUPPRESS
+               for o in a.option_strings if o.startswith("--")]
+    close = difflib.get_close_matches(option.split("=", 1)[0], options, n=1, cutoff=0.6)
+    return close[0] if close else ""
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -77,9 +96,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     wanted = None if argv is None else command_in(argv)
     common = _Parser(add_help=False)
     add_global_options(common)
-    parser = _Parser(prog="vram", description="See, free, share and plan NVIDIA GPU memory.",
-                     epilog=EPILOG, formatter_class=HelpFormatter, parents=[common])
-    parser.add_argument("--version", action="version", version=f"vram {__version__}")
+    parser = _Parser(prog="vram", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter,
+                     parents=[common])
+    # The help given: argparse words it for translation only from Python 3.13 on.
+    parser.add_argument("--version", action="version", version=f"vram {__version__}",
+                        help=N_("show program's version number and exit"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     unloaded = _Parser(add_help=False)  # every command not loaded: parsing one sets no `run`
     for name, help_line in COMMANDS.items():
@@ -102,8 +123,8 @@ def renamed(argv: list[str]) -> list[str]:
     if at is None or argv[at] not in OLD_COMMANDS:
         return argv
     old, new = argv[at], OLD_COMMANDS[argv[at]]
-    print(f"vram: note: 'vram {old}' is now 'vram {new}' (the old name works until the next release)",
-          file=sys.stderr)
+    print(_("vram: note: 'vram {old}' is now 'vram {new}' (the old name works until the next release)").format(
+        old=old, new=new), file=sys.stderr)
     return [*argv[:at], new, *argv[at + 1:]]
 
 
@@ -127,13 +148,14 @@ def _offer_simulation(message: str, command: str) -> bool:
     """On a terminal, `vram status` offers the simulated server instead of just failing;
     every other command says how to try it."""
     print(f"vram: {message}", file=sys.stderr)
-    hint = ("vram: to try vram without a GPU, use the bundled simulated server: "
-            f"vram {command} --simulate demo")
+    hint = _("vram: to try vram without a GPU, use the bundled simulated server: vram {command} --simulate demo"
+             ).format(command=command)
     if command != "status" or not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(hint, file=sys.stderr)
         return False
     try:
-        answer = input("Show the bundled simulated server (8x A100, scenario 'demo') instead? [Y/n] ")
+        # Translators: the answer is read as English (Enter, y or yes: show it): keep [Y/n].
+        answer = input(_("Show the bundled simulated server (8x A100, scenario 'demo') instead? [Y/n] "))
     except EOFError:
         answer = "n"
     if answer.strip().lower() in ("", "y", "yes"):
@@ -159,7 +181,10 @@ def _parse_with(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
     by vram's top-level parser, which argparse leaves the leftovers to."""
     args, extras = parser.parse_known_args(argv)
     if extras:
-        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
+        command_parser = getattr(args, "command_parser", parser)
+        if isinstance(command_parser, _Parser):
+            command_parser.unrecognized = extras
+        command_parser.error(_("unrecognized arguments: %s") % " ".join(extras))  # argparse's own words
     return args
 
 
@@ -206,9 +231,16 @@ def one_line(e: VramkitError, parser: argparse.ArgumentParser | None = None,
     command's flag for it where it has one ('error: --count: must be ...')."""
     from ..nvml.scenario import ScenarioError
 
-    prefix = "bad scenario: " if isinstance(e, ScenarioError) else "error: " if e.exit_code == 2 else ""
     flag = flag_for(parser, e.param, args) if e.param else None
-    return f"{prefix}{flag}: {e.message}" if flag else f"{prefix}{e}"
+    message = f"{flag}: {e.message}" if flag else str(e)
+    if isinstance(e, ScenarioError):
+        return _("bad scenario: {message}").format(message=message)
+    return _("error: {message}").format(message=message) if e.exit_code == 2 else message
+
+
+def _internal_error(e: BaseException) -> str:
+    return _("vram: internal error: {kind}: {error} (run with --debug for the traceback)").format(
+        kind=type(e).__name__, error=e)
 
 
 def _freeze_at_exit() -> None:
@@ -314,16 +346,14 @@ def main(argv: list[str] | None = None) -> int:
         if debug or not _stdout_failed(e):
             if debug:
                 raise
-            print(f"vram: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
-                  file=sys.stderr)
+            print(_internal_error(e), file=sys.stderr)
             return 1
         # vram status > /dev/full: the output could not be written. One line, exit 1.
         _drop_stdout()
-        print(f"vram: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        print(_("vram: cannot write the output: {reason}").format(reason=e.strerror or e), file=sys.stderr)
         return 1
     except Exception as e:
         if debug:
             raise
-        print(f"vram: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
-              file=sys.stderr)
+        print(_internal_error(e), file=sys.stderr)
         return 1
