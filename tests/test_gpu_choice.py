@@ -118,7 +118,7 @@ def test_a_refusal_groups_gpus_by_reason():
 def test_leases_block_and_earlier_waiters_are_served_first():
     _, devices, units = machine("demo")
     k4, k7 = devices[4].key, devices[7].key
-    lease = {k7: Block("lease", "is reserved by a vram run of bob (pid 9, 1s ago)")}
+    lease = {k7: Block("lease", "reserved by a vram run of bob (pid 9, 1s ago)")}
     d = decide(Policy(), units, lease)
     assert chosen(d) == ["4"]
     assert "GPU 7 is reserved by a vram run of bob" in shortfall_text(decide(Policy(count=2), units, lease))
