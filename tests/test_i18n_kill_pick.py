@@ -8,7 +8,7 @@ import json
 import os
 import re
 
-from helpers import clean_env, real_gpu_scenario, run_vram
+from helpers import clean_env, real_gpu_scenario, run_vram, run_vram_answering, start_sleeper
 
 from vramkit.render.text_width import cells
 
@@ -107,6 +107,24 @@ def test_kill_refusals_are_chinese(tmp_path):
     assert target["status"] == "refused"
     (record,) = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
     assert record["reason"].startswith("pid 1 is the system's")
+
+
+def test_kill_asks_and_reports_in_chinese(children, write_scenario, tmp_path):
+    """The question, a yes in Chinese, and the report: what exited and what each GPU freed."""
+    child = start_sleeper(children)
+    path = write_scenario(real_gpu_scenario({child.pid: {"0": "3GiB"}}))
+    env = {**ZH, "VRAM_AUDIT_LOG": str(tmp_path / "audit.log"), "HOME": str(tmp_path)}
+    result = run_vram_answering("kill", "--simulate", str(path), str(child.pid), "--timeout", "5", "--no-color",
+                                answer="是\n", env=env)
+    assert result.rc == 0, result.err
+    assert "向 1 个进程发送 SIGTERM？[y/N]" in result.err
+    assert child.wait(5) < 0  # it got the signal: the Chinese yes was a yes
+    report = after_banner(result.out, "结果")
+    assert_chinese(report, commands=("sleep 600",))
+    assert "已退出" in report and "释放了 3.0GiB" in report
+    (record,) = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()
+                 if json.loads(line)["event"] == "outcome"]
+    assert record["result"] == "exited"  # the audit log's words stay English
 
 
 def test_pick_explain_is_chinese():
