@@ -24,7 +24,8 @@ def ownership(t: Target, caller: Caller, all_users: bool) -> Refusal | None:
     user = t.user or str(real)
     owner = describe(t.workload)
     # whom the process works for says more than its uid: "pod nlp/train-7f9c, run by root"
-    who = Said(user, user) if owner is None else said(N_("{owner}, run by {user}"), owner=owner, user=user)
+    who = Said(user, user) if owner is None else said(
+        N_("{owner}, run by {user}"), owner=Said(owner, describe(t.workload, local=True) or owner), user=user)
     if caller.root:
         if real == 0 and effective == 0:
             return None

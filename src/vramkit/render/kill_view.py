@@ -66,7 +66,8 @@ def _details(t: Target, snap: Snapshot) -> list[str]:
         names = ", ".join(os.path.basename(d) for d in t.devices)
         who = lister(g.vendor for g in snap.gpus if g.index in t.holder_gpus)
         out.append(_("{who} lists no memory for it; it holds {devices} open").format(who=who, devices=names))
-    owner = describe(t.workload)
+    owner = describe(t.workload)  # (English, as the refusal's reason says it)
+    shown = describe(t.workload, local=True)
     if t.container_pid is not None:
         if owner:
             where = _("runs in {owner} as pid {pid}")
@@ -74,9 +75,9 @@ def _details(t: Target, snap: Snapshot) -> list[str]:
             where = _("runs in container {container} as pid {pid}")
         else:
             where = _("runs in another PID namespace as pid {pid}")
-        out.append(where.format(owner=owner, container=t.container, pid=t.container_pid))
+        out.append(where.format(owner=shown, container=t.container, pid=t.container_pid))
     elif owner is not None and (t.refusal is None or owner not in t.refusal.reason):
-        out.append(_("belongs to {owner}").format(owner=owner))
+        out.append(_("belongs to {owner}").format(owner=shown))
     elif t.container and owner is None:
         out.append(_("runs in container {container}").format(container=t.container))
     out.extend(t.notes)
