@@ -150,6 +150,8 @@ def test_wrap_folds_chinese_by_display_width():
     assert len(lines) > 2 and all(cells(line) <= 30 for line in lines)
     assert "".join(lines).replace(" ", "") == text.replace(" ", "")  # nothing lost, only folded
     assert not any(line[0] in "，。；：）" for line in lines)  # closing punctuation stays on its line
+    for width in (20, 29):  # widths where a line would end just after "init（"
+        assert not any(line[-1] == "（" for line in wrap(text, width))  # a bracket goes with what it opens
     assert "--init" in " ".join(lines).split()  # a Latin word is never cut
     assert wrap("plain ascii text folds as textwrap does", 12) == ["plain ascii", "text folds", "as textwrap",
                                                                   "does"]

@@ -69,8 +69,10 @@ def pad(text: str, width: int, right: bool = False) -> str:
     return room + text if right else text + room
 
 
-# Closing punctuation stays with the character before it: a line never starts with it.
+# Closing punctuation stays with the character before it (a line never starts with it), opening
+# brackets with the one after (a line never ends with one).
 _NO_LINE_START = frozenset("，。、；：！？）」』】》〉,.;:!?)")
+_NO_LINE_END = frozenset("（「『【《〈")
 
 
 def wrap(text: str, width: int) -> list[str]:
@@ -85,7 +87,7 @@ def wrap(text: str, width: int) -> list[str]:
     for c in text:
         last = pieces[-1][-1] if pieces else ""
         starts = not last or char_cells(c) == 2 or char_cells(last) == 2 or (c == " " and last != " ")
-        if starts and c not in _NO_LINE_START:
+        if starts and c not in _NO_LINE_START and last not in _NO_LINE_END:
             pieces.append(c)
         else:
             pieces[-1] += c
