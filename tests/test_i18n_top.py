@@ -27,8 +27,8 @@ KEPT = {"PgUp", "PgDn", "Home", "End", "Enter", "Esc", "Ctrl", "SIGTERM", "SIGIN
 
 
 def _english(text: str, also: set[str] = frozenset()) -> list[str]:
-    """The words of 3+ Latin letters in `text` that are not kept in English."""
-    return [w for w in re.findall(r"[A-Za-z][A-Za-z]{2,}", text) if w not in KEPT | also]
+    """The words of 3+ Latin letters in `text` that are not kept in English (flags are)."""
+    return [w for w in re.findall(r"[A-Za-z]{3,}", re.sub(r"--[\w-]+", "", text)) if w not in KEPT | also]
 
 
 class Top:
@@ -132,6 +132,8 @@ def test_help_screen_table_and_refusal_are_chinese_and_line_up_at_80x24(tmp_path
         assert box[0] == "结束进程 60112" and box[2].startswith("进程 60112   用户 dave   已运行 "), box
         assert "占用 GPU 6: 78.2GiB" in box
         assert any(line.startswith("已拒绝（ownership）：") for line in box), box
+        text = " ".join(line for line in box if "sft.py" not in line and "--bf16" not in line)  # dave's command
+        assert not _english(text, {"dave", "root", "ownership"}), _english(text, {"dave", "root", "ownership"})
         assert box[-1] == "没有发送任何信号  ·  Esc 关闭", box
         top.keys("Escape")
         assert wait_for(lambda: "╭" not in top.screen(), timeout=20), top.screen()

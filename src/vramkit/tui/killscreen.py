@@ -15,10 +15,11 @@ from textual.widgets import Static
 from ..i18n import N_, _
 from ..killing import EXITED, REFUSED, STILL_RUNNING, KillReport, Plan, Target
 from ..render.kill_view import status_words
+from ..render.text_width import wrap
 from ..units import format_duration, format_size
 from .actions import KillActions
 from .bindings import translate
-from .screens import _Modal
+from .screens import _Modal, help_width
 
 
 def target_text(t: Target) -> Text:
@@ -47,7 +48,7 @@ def outcome_text(report: KillReport) -> Text:
                                      signals=signals) + "\n", style="bold green")
         elif t.status == REFUSED and t.refusal is not None:
             out.append(_("pid {pid}: refused ({rule}): {reason}").format(
-                pid=t.pid, rule=t.refusal.rule, reason=t.refusal.reason) + "\n", style="bold red")
+                pid=t.pid, rule=t.refusal.rule, reason=t.refusal.text) + "\n", style="bold red")
         elif t.status == STILL_RUNNING:
             out.append(_("pid {pid} is still running after {signals}").format(
                 pid=t.pid, signals=", ".join(t.signals)) + "\n", style="bold yellow")
@@ -90,8 +91,13 @@ class KillScreen(_Modal):
         return _("Kill pid {pid}").format(pid=self.pid)
 
     def _show(self, body: Text, footer: str) -> None:
-        text = Text.assemble((self._title() + "\n\n", "bold"), body, ("\n" + footer, "dim"))
+        text = Text.assemble((self._title() + "\n\n", "bold"), body, ("\n" + self._fold(footer), "dim"))
         self.query_one("#kill-text", Static).update(text)
+
+    def _fold(self, line: str) -> str:
+        """A line of text without spaces between its words (Chinese) folded by display width: the
+        dialog would fold it only at spaces, leaving a short line before each run of characters."""
+        return line if line.isascii() else "\n".join(wrap(line, help_width(self.app.size.width)))
 
     def on_mount(self) -> None:
         self.run_worker(self._check(), exclusive=True)
@@ -112,14 +118,14 @@ class KillScreen(_Modal):
             self._show(Text(_("nothing selected"), style="bold red"), _("Esc closes"))
         elif t.refusal is not None:
             self.state = "refused"
-            refused = _("refused ({rule}): {reason}").format(rule=t.refusal.rule, reason=t.refusal.reason)
-            self._show(Text.assemble(target_text(t), ("\n" + refused + "\n", "bold red")),
+            refused = _("refused ({rule}): {reason}").format(rule=t.refusal.rule, reason=t.refusal.text)
+            self._show(Text.assemble(target_text(t), ("\n" + self._fold(refused) + "\n", "bold red")),
                        _("nothing was signalled  ·  Esc closes"))
         else:
             self.state = "confirm"
             question = _("Send SIGTERM and wait up to {seconds}s for it to exit?").format(
                 seconds=f"{self.actions.timeout:g}")
-            self._show(Text.assemble(target_text(t), ("\n" + question + "\n", "bold")),
+            self._show(Text.assemble(target_text(t), ("\n" + self._fold(question) + "\n", "bold")),
                        _("y: yes   f: yes, and SIGKILL if it is still running   i: SIGINT instead (Ctrl-C: a "
                          "Python job can save and exit)   n/Esc: no"))
 
@@ -146,7 +152,7 @@ class KillScreen(_Modal):
         first = report.targets[0] if report.targets else None
         if first is not None:
             summary = (_("pid {pid}: {status} ({reason})").format(
-                pid=first.pid, status=status_words(first.status), reason=first.refusal.reason) if first.refusal
+                pid=first.pid, status=status_words(first.status), reason=first.refusal.text) if first.refusal
                 else _("pid {pid}: {status}").format(pid=first.pid, status=status_words(first.status)))
             self.app.notify(summary, markup=False, severity="information" if report.ok else "warning")
 
