@@ -174,3 +174,22 @@ def test_kill_dialog_asks_and_reports_in_chinese(tmp_path, sleeper, write_scenar
         assert wait_for(lambda: sleeper.poll() is not None, timeout=10)
     finally:
         top.close()
+
+
+def test_top_help_is_chinese_and_fits_80_columns():
+    proc = subprocess.run([sys.executable, "-m", "vramkit", "top", "--help"], capture_output=True, text=True,
+                          env=zh_env(COLUMNS="80"), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not [line for line in lines if cells(line) > WIDTH], [line for line in lines if cells(line) > WIDTH]
+    text = proc.stdout
+    assert "vram top：本机 GPU 的实时视图。" in text and "示例：" in text
+    assert "  vram top --readonly              只看，不提供操作" in lines  # an example, its command kept
+    [readonly] = [line for line in lines if line.startswith("  --readonly ")]
+    assert readonly.split(None, 1)[1] == "只看：不提供结束进程操作", readonly
+    # the description and this command's options have no English left but names, flags and values
+    own = text[text.index("vram top："):text.index("  --container")]
+    kept = {"CPU", "CUDA", "VISIBLE", "DEVICES", "VRAM", "NVML", "MIG", "Kubernetes", "Pod", "Slurm", "Unicode",
+            "DURATION", "LIST", "NAMES", "root", "shell", "kill", "record", "config", "docs", "interval", "idle",
+            "after", "demo", "tmp", "alice", "bob", "nlp", "train", "light"}  # names, metavars, config keys, values
+    assert not _english(own, kept), _english(own, kept)
