@@ -155,6 +155,7 @@ def _programs(src: Path | None, scenario_file: Path, shim: Path) -> dict[str, tu
     base = {k: v for k, v in os.environ.items()
             if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE", "NO_COLOR")}
     base["TERM"] = "xterm-256color"
+    base["VRAM_LANG"] = "en"  # the view is told ready by an English heading (nvitop speaks only English)
     on_shim = {**base, "PYTHONPATH": str(shim), "VRAM_SIMULATE": str(scenario_file)}
     # vram on its real-driver path through the shim, as nvitop; an older tree's vramkit after the shim
     vram_env = {**on_shim, "PYTHONPATH": f"{shim}{os.pathsep}{src}"} if src else on_shim
