@@ -174,3 +174,49 @@ def test_snapshot_peak_is_chinese() -> None:
     assert r.rc == 0, r.err
     assert english_left(r.out) == [], r.out
     assert "峰值时存活的最大块：" in r.out and "train_step.py:16 (train_step)" in r.out
+
+
+TORCH_SCRIPT = """
+import io, sys
+import torch
+from vramkit.torch import LeakDetector, oom_guard
+message = open(sys.argv[1]).read().split(": ", 1)[1].strip()
+out = io.StringIO()
+try:
+    with oom_guard(file=out):
+        activations = torch.zeros(512, 1024)
+        raise torch.cuda.OutOfMemoryError(message)
+except torch.cuda.OutOfMemoryError:
+    pass
+print(out.getvalue())
+model = torch.nn.Linear(8, 8)
+det = LeakDetector(model, window=3, warn=False).start()
+losses = []
+for step in range(6):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    loss.backward()
+    losses.append(loss)
+    det.step()
+det.stop()
+print(det.report())
+"""
+
+
+@pytest.mark.slow
+def test_torch_helpers_speak_chinese(tmp_path: Path) -> None:
+    """What oom_guard prints in a training job, and the leak detector's report, follow the job's language."""
+    pytest.importorskip("torch")
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_SCRIPT)
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(script), str(FIXTURES / "oom" / "cuda_2_1_capacty_two_processes.txt")],
+                          capture_output=True, text=True, env=zh_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "vramkit oom_guard：显存不足" in out and "原因：碎片" in out and "expandable_segments:True" in out
+    assert "在所属步骤结束后仍存活" in out and "loss.item()" in out
+    # the kept parts: code quoted from the job, PyTorch's names, the variables that hold the tensors
+    lines = [line for line in out.splitlines() if not line.startswith("    ") or CJK.search(line)]
+    assert english_left("\n".join(lines)) == [], out

@@ -18,7 +18,7 @@ def test_where_flags_a_module_added_after_to_and_says_to_move_it_again():
     assert report.devices == ["meta", "cpu"] and report.mixed_devices
     assert {name for name, _ in report.stray} == {"1.weight (param)", "1.bias (param)"}
     [warning] = report.warnings
-    assert "2 parameter(s)/buffer(s) still on the CPU while the model is on meta" in warning
+    assert "2 parameters/buffers still on the CPU while the model is on meta" in warning
     assert "call model.to(device) again after adding it" in warning
     assert "register_buffer" not in warning  # they already are parameters
     assert "float32" in str(report)
@@ -39,7 +39,7 @@ def test_where_sees_plain_tensor_attributes_left_on_the_cpu():
     report = where(model)
     assert {name for name, _ in report.stray} == {"0.rope_cache (attribute)", "0.masks[0] (attribute)"}
     [warning] = report.warnings
-    assert warning.startswith("2 plain tensor attribute(s) on the CPU while the model is on meta: "
+    assert warning.startswith("2 plain tensor attributes on the CPU while the model is on meta: "
                               "0.rope_cache (attribute), 0.masks[0] (attribute);")
     assert "self.register_buffer(name, tensor, persistent=False)" in warning
     assert report.groups[("cpu", "float32")] == {"tensors": 2, "elements": 128 * 16 + 16,
@@ -69,7 +69,7 @@ def test_fp32_norm_layers_in_a_bf16_model_are_not_mixed_dtypes():
     assert report.dtypes == ["bfloat16", "float32"] and report.warnings == []
     model[2].float()  # a linear layer in fp32: that one is a mistake (or at least worth a look)
     [warning] = where(model).warnings
-    assert warning.startswith("mixed floating dtypes: 2 parameter(s) in float32 in a bfloat16 model: "
+    assert warning.startswith("mixed floating dtypes: 2 parameters in float32 in a bfloat16 model: "
                               "2.weight (param), 2.bias (param)")
 
 

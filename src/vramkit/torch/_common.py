@@ -19,9 +19,10 @@ def require_torch() -> Any:
     try:
         import torch
     except ImportError:
+        from ..i18n import _
         from ..install_hint import install_hint
 
-        raise ImportError(f"vramkit.torch needs PyTorch: {install_hint('torch')}") from None
+        raise ImportError(_("vramkit.torch needs PyTorch: {command}").format(command=install_hint("torch"))) from None
     return torch
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from ..i18n import _
 from ._common import frame_is_ours
 
 _CONTAINERS = (list, tuple, set, frozenset, deque, dict)
@@ -60,11 +61,15 @@ class Holder:
     @property
     def label(self) -> str:
         text = self.name + "".join("." + a for a in self.attrs)
-        bound = f", maxlen {self.bound}" if self.bound is not None else ""
-        return text + (f" ({self.container} of {self.length}{bound})" if self.container else "")
+        if not self.container:
+            return text
+        if self.bound is not None:
+            return _("{name} ({container} of {length}, maxlen {bound})").format(
+                name=text, container=self.container, length=self.length, bound=self.bound)
+        return _("{name} ({container} of {length})").format(name=text, container=self.container, length=self.length)
 
     def __str__(self) -> str:
-        return f"{self.label} in {self.func}"
+        return _("{holder} in {function}").format(holder=self.label, function=self.func)
 
     def refresh(self, frame: FrameType | None) -> bool:
         """Read the container's length again through the same variable and attributes, without a
@@ -107,7 +112,7 @@ def find_holder(obj: Any, frame: FrameType | None, ignore: set[int] | None = Non
     skip = set(ignore or ())
     level = [_Way(obj, (), obj)]
     seen = {id(obj)}
-    for _ in range(DEPTH + 1):
+    for __ in range(DEPTH + 1):
         for way in level:
             hit = names.get(id(way.obj))
             if hit is not None:

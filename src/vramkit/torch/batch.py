@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestError
+from ..i18n import N_, _, ngettext, pgettext
 from ..units import format_size
 from ._common import require_torch
 from .memcap import active_cap
@@ -41,7 +42,7 @@ class BatchSearch:
     capacity: int | None = None  # the bytes the search aimed under (None: not known)
     margin: float = 0.1
     multiple_of: int = 1
-    restored: list[str] = field(default_factory=list)  # what was put back after the trials
+    restored: list[str] = field(default_factory=list)  # what was put back after the trials (marked: _() to show)
 
     @property
     def trial_count(self) -> int:
@@ -49,18 +50,29 @@ class BatchSearch:
 
     def __str__(self) -> str:
         if not self.largest:
-            head = f"no batch fits: the smallest tried ({min(t.batch for t in self.trials)}) ran out of memory"
+            head = _("no batch fits: the smallest tried ({batch}) ran out of memory").format(
+                batch=min(t.batch for t in self.trials))
         else:
-            rounding = f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
-            on = "on memory" if self.capacity is not None and self.method != "doubling" else "on the batch"
-            head = (f"largest batch that ran: {self.largest}; recommended: {self.recommended} "
-                    f"({self.margin:.0%} margin {on}{rounding})")
-        of = f" of {format_size(self.capacity)}" if self.capacity is not None else ""
-        trials = ", ".join(f"{t.batch} " + ((format_size(t.peak_bytes) if t.peak_bytes is not None else "ok")
-                                           if t.ok else "OOM") for t in self.trials)
-        lines = [head, f"{self.trial_count} trials ({self.method}{of}): {trials}"]
+            on_memory = self.capacity is not None and self.method != "doubling"
+            if self.multiple_of > 1:
+                margin = (_("{margin:.0%} margin on memory, a multiple of {multiple}") if on_memory
+                          else _("{margin:.0%} margin on the batch, a multiple of {multiple}"))
+            else:
+                margin = _("{margin:.0%} margin on memory") if on_memory else _("{margin:.0%} margin on the batch")
+            head = _("largest batch that ran: {largest}; recommended: {recommended} ({margin})").format(
+                largest=self.largest, recommended=self.recommended,
+                margin=margin.format(margin=self.margin, multiple=self.multiple_of))
+        trials = pgettext("list separator", ", ").join(
+            f"{t.batch} " + ((format_size(t.peak_bytes) if t.peak_bytes is not None else "ok") if t.ok else "OOM")
+            for t in self.trials)
+        count = (ngettext("{n} trial ({method} of {capacity}): {trials}", "{n} trials ({method} of {capacity}): "
+                          "{trials}", self.trial_count) if self.capacity is not None
+                 else ngettext("{n} trial ({method}): {trials}", "{n} trials ({method}): {trials}", self.trial_count))
+        lines = [head, count.format(n=self.trial_count, method=self.method, trials=trials,
+                                    capacity=format_size(self.capacity))]
         if self.restored:
-            lines.append(f"restored after the trials: {', '.join(self.restored)}")
+            lines.append(_("restored after the trials: {what}").format(
+                what=pgettext("list separator", ", ").join(_(what) for what in self.restored)))
         return "\n".join(lines)
 
 
@@ -83,7 +95,7 @@ def _default_memory() -> tuple[Callable[[], None] | None, Callable[[], int] | No
     torch = require_torch()
     if not torch.cuda.is_available():
         return None, None, None
-    free, _ = torch.cuda.mem_get_info()
+    free, __ = torch.cuda.mem_get_info()
     capacity = int(free + torch.cuda.memory_reserved())
     return torch.cuda.reset_peak_memory_stats, lambda: int(torch.cuda.max_memory_allocated()), capacity
 
@@ -130,11 +142,11 @@ def _fit(trials: list[Trial], local: bool = False) -> tuple[float, float] | None
     pts = sorted({(t.batch, t.peak_bytes) for t in trials if t.ok and t.peak_bytes is not None})
     if local:
         pts = pts[-2:]
-    if len({b for b, _ in pts}) < 2:
+    if len({b for b, __ in pts}) < 2:
         return None
     n = len(pts)
-    mx, my = sum(b for b, _ in pts) / n, sum(m for _, m in pts) / n
-    sxx = sum((b - mx) ** 2 for b, _ in pts)
+    mx, my = sum(b for b, __ in pts) / n, sum(m for __, m in pts) / n
+    sxx = sum((b - mx) ** 2 for b, __ in pts)
     slope = sum((b - mx) * (m - my) for b, m in pts) / sxx
     if slope <= 0:
         return None
@@ -154,7 +166,7 @@ def _predict(trials: list[Trial], capacity: int, bracketed: bool = False) -> int
     pts = sorted({(t.batch, t.peak_bytes) for t in trials if t.ok and t.peak_bytes is not None})
     if not pts:
         return None
-    floor = min(peak for _, peak in pts)
+    floor = min(peak for __, peak in pts)
     top_batch, top_peak = pts[-1]
 
     def flat(peak: int) -> bool:
@@ -256,9 +268,9 @@ def find_batch_size(step_fn: Callable[[int], Any], *, low: int = 1, high: int = 
     if memory_fn is None and capacity is None and before_trial is None:
         before_trial, memory_fn, capacity = _default_memory()
     if capacity is None and not require_torch().cuda.is_available():
-        raise RequestError("no GPU here and no memory cap: run the search inside "
-                           "vramkit.torch.simulated_memory_cap(bytes), or pass capacity= (the limit step_fn "
-                           "enforces); trials would otherwise grow until host memory runs out", param="capacity")
+        raise RequestError(_("no GPU here and no memory cap: run the search inside "
+                             "vramkit.torch.simulated_memory_cap(bytes), or pass capacity= (the limit step_fn "
+                             "enforces); trials would otherwise grow until host memory runs out"), param="capacity")
     saved = _Saved(model, optimizer) if restore and (model is not None or optimizer is not None) else None
     run = _Runner(step_fn, before_trial, memory_fn, model)
     try:
@@ -342,16 +354,16 @@ class _Saved:
             self.model.load_state_dict(self.model_state)
             for p in self.model.parameters():
                 p.grad = None
-            done.append("model parameters and buffers")
+            done.append(N_("model parameters and buffers"))
         if self.optimizer is not None:
             self.optimizer.load_state_dict(self.optimizer_state)
             self.optimizer.zero_grad(set_to_none=True)
-            done.append("optimizer state")
-        done.append("gradients dropped")
+            done.append(N_("optimizer state"))
+        done.append(N_("gradients dropped"))
         torch.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
-        done.append("random generators")
+        done.append(N_("random generators"))
         return done
 
 

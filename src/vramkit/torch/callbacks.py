@@ -34,6 +34,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..i18n import _
 from ._common import require_torch
 from ._hostmem import rss_bytes
 from .leak import LeakDetector, eval_text
@@ -87,7 +88,7 @@ class _Reporter:
         if self.recorder is not None:
             self.recorder.start()
             if self.recorder.note:
-                logger.warning("vramkit: no memory snapshot on OOM: %s", self.recorder.note)
+                logger.warning(_("vramkit: no memory snapshot on OOM: %s"), self.recorder.note)
         if self.leaks:
             self.detector = LeakDetector(model, window=self.window, warn=False).start()
             self._eval_reported = set()
@@ -96,11 +97,11 @@ class _Reporter:
         if self.detector is None:
             return
         for leak in self.detector.step():
-            logger.warning("vramkit: possible memory leak: %s", leak)
+            logger.warning(_("vramkit: possible memory leak: %s"), leak)
         for leak in self.detector.withdrawn:  # it stopped growing: take the warning back, at its level
-            logger.warning("vramkit: withdrawn: %s", leak.settled_text())
+            logger.warning(_("vramkit: withdrawn: %s"), leak.settled_text())
         report = self.detector.report()
-        new_lines = {site for site, _ in report.eval_with_grad} - self._eval_reported
+        new_lines = {site for site, __ in report.eval_with_grad} - self._eval_reported
         if new_lines:  # one finding for all of evaluation's lines, again only when a new line appears
             self._eval_reported |= new_lines
             logger.warning("vramkit: %s", eval_text(report.eval_with_grad, report.eval_library))
@@ -142,7 +143,7 @@ def _calling_trainer(callback: Any, depth: int = 12) -> Any:
     """The Trainer running `callback`'s event: a `self` in the calling frames whose callback
     handler lists it (None when there is none, e.g. events called by hand)."""
     frame: FrameType | None = sys._getframe(1)
-    for _ in range(depth):
+    for __ in range(depth):
         if frame is None:
             return None
         candidate = frame.f_locals.get("self")
@@ -200,9 +201,9 @@ class VramTrainerCallback:
             self._guard_training_step(_calling_trainer(self))
         reporting = [r for r in _as_list(getattr(args, "report_to", None)) if r != "none"]
         if reporting and self.memory and not self._attached:
-            logger.warning("vramkit: the Trainer's %s callback(s) run before VramTrainerCallback and will not see "
-                           "its memory metrics, nor will an OOM be diagnosed: add it with "
-                           "VramTrainerCallback().attach(trainer)", ", ".join(reporting))
+            logger.warning(_("vramkit: the Trainer's %s callback(s) run before VramTrainerCallback and will not see "
+                             "its memory metrics, nor will an OOM be diagnosed: add it with "
+                             "VramTrainerCallback().attach(trainer)"), ", ".join(reporting))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._reporter.step()
@@ -254,7 +255,7 @@ def lightning_callback(*, window: int = 3, leaks: bool = True, memory: bool = Tr
         try:
             from pytorch_lightning import Callback
         except ImportError:
-            raise ImportError("lightning_callback needs lightning: pip install lightning") from None
+            raise ImportError(_("lightning_callback needs lightning: pip install lightning")) from None
 
     class VramLightningCallback(Callback):
         def __init__(self) -> None:

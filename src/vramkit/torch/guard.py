@@ -25,6 +25,7 @@ from typing import Any, Literal
 from ..doctor.explain import Explanation, explain
 from ..doctor.oom import OomReport, parse_oom
 from ..doctor.traceback import Frame, frames_of_exception, phase_of
+from ..i18n import _, ngettext, pgettext
 from ..units import format_size
 from ._common import format_bytes, format_site, frame_is_ours, in_vramkit_torch, require_torch, storage_key
 from ._tracking import Tracker
@@ -57,7 +58,7 @@ class TensorInfo:
 
 def _stat_label(key: str) -> str:
     """'allocated_bytes.all.peak' -> 'allocated peak'; 'num_ooms' -> 'num_ooms'."""
-    name, dotted, _ = key.partition(".")
+    name, dotted, __ = key.partition(".")
     kind = key.rsplit(".", 1)[-1] if dotted else "current"
     return name.replace("_bytes", "") + ("" if kind == "current" else f" {kind}")
 
@@ -75,41 +76,44 @@ class OomDiagnosis:
     snapshot_note: str | None = None  # why none was written
 
     def format(self) -> str:
-        lines = ["vramkit oom_guard: out of memory"]
+        lines = [_("vramkit oom_guard: out of memory")]
         if self.explanation is not None:
             ex = self.explanation
             r = ex.report  # the same report explain() was given
             known = _known_sizes(r)
             if known:
                 lines.append(f"  {known}")
-            lines.append(f"  cause: {ex.cause_text}")
+            lines.append("  " + _("cause: {text}").format(text=ex.cause_text))
             if ex.phase is not None:
                 lines.append(f"  {ex.phase.sentence()}")
-            lines += [f"    also: {c}" for c in ex.contributing]
+            lines += ["    " + _("also: {text}").format(text=c) for c in ex.contributing]
             for i, f in enumerate(ex.fixes[:4], 1):
-                saves = f" (saves {format_size(f.saves_bytes)})" if f.saves_bytes is not None else ""
-                lines.append(f"  fix {i}: {f.title}{saves}: {f.how}")
+                lines.append("  " + (_("fix {n}: {title} (saves {size}): {how}") if f.saves_bytes is not None
+                                     else _("fix {n}: {title}: {how}")).format(
+                    n=i, title=f.title, size=format_size(f.saves_bytes), how=f.how))
         else:
             lines.append(f"  {self.error[:200]}")
         if self.allocator is None:
-            lines.append(f"  allocator stats: N/A ({self.allocator_note})")
+            lines.append("  " + _("allocator stats: N/A ({reason})").format(reason=self.allocator_note))
         else:
-            lines.append("  allocator: " + ", ".join(
-                f"{_stat_label(k)} {format_size(v) if 'bytes' in k else v}" for k, v in self.allocator.items()))
+            lines.append("  " + _("allocator: {stats}").format(stats=", ".join(
+                f"{_stat_label(k)} {format_size(v) if 'bytes' in k else v}" for k, v in self.allocator.items())))
         if self.tensors:
-            lines.append("  largest live tensors:")
+            lines.append("  " + _("largest live tensors:"))
             for t in self.tensors:
-                where = "; ".join(t.names[:2]) or "no variable in the failing frames"
-                made = f"; created at {t.created_at}" if t.created_at else ""
-                graph = "; keeps an autograd graph alive" if t.keeps_graph else ""
-                lines.append(f"    {format_bytes(t.nbytes):>9}  {t.dtype} {list(t.shape)} on {t.device}: "
-                             f"{where}{made}{graph}")
-        lines += [f"  device: {d}" for d in self.device_check]
+                where = pgettext("clause separator", "; ").join(t.names[:2]) or _("no variable in the failing frames")
+                if t.created_at:
+                    where = _("{where}; created at {site}").format(where=where, site=t.created_at)
+                if t.keeps_graph:
+                    where = _("{where}; keeps an autograd graph alive").format(where=where)
+                lines.append(f"    {format_bytes(t.nbytes):>9}  " + _("{dtype} {shape} on {device}: {where}").format(
+                    dtype=t.dtype, shape=list(t.shape), device=t.device, where=where))
+        lines += ["  " + _("device: {check}").format(check=d) for d in self.device_check]
         if self.snapshot is not None:
-            lines.append(f"  memory snapshot: {self.snapshot} (what was live, by category and line: "
-                         f"vram doctor {self.snapshot})")
+            lines.append("  " + _("memory snapshot: {path} (what was live, by category and line: vram doctor "
+                                  "{path})").format(path=self.snapshot))
         elif self.snapshot_note is not None:
-            lines.append(f"  memory snapshot: not written ({self.snapshot_note})")
+            lines.append("  " + _("memory snapshot: not written ({reason})").format(reason=self.snapshot_note))
         return "\n".join(lines)
 
 
@@ -117,13 +121,14 @@ def _known_sizes(r: OomReport) -> str:
     """'asked for A; free F of T' with only the parts the message gave (the runtime forms give none)."""
     parts = []
     if r.requested_bytes is not None:
-        parts.append(f"asked for {format_size(r.requested_bytes)}")
+        parts.append(_("asked for {size}").format(size=format_size(r.requested_bytes)))
     if r.free_bytes is not None:
-        total = f" of {format_size(r.total_bytes)}" if r.total_bytes is not None else ""
-        parts.append(f"free {format_size(r.free_bytes)}{total}")
+        free = format_size(r.free_bytes)
+        parts.append(_("free {free} of {total}").format(free=free, total=format_size(r.total_bytes))
+                     if r.total_bytes is not None else _("free {free}").format(free=free))
     elif r.total_bytes is not None:
-        parts.append(f"total {format_size(r.total_bytes)}")
-    return "; ".join(parts)
+        parts.append(_("total {size}").format(size=format_size(r.total_bytes)))
+    return pgettext("clause separator", "; ").join(parts)
 
 
 def device_check(model: Any = None) -> list[str]:
@@ -131,26 +136,33 @@ def device_check(model: Any = None) -> list[str]:
     torch = require_torch()
     out = []
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    out.append(f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "CUDA_VISIBLE_DEVICES not set: every GPU "
-               "is visible and tensors go to GPU 0 unless told otherwise")
+    out.append(f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else _(
+        "CUDA_VISIBLE_DEVICES not set: every GPU is visible and tensors go to GPU 0 unless told otherwise"))
     if not torch.cuda.is_available():
-        out.append("CUDA: not available (N/A: no GPU or a CPU build of torch)")
+        out.append(_("CUDA: not available (N/A: no GPU or a CPU build of torch)"))
     else:
         count = torch.cuda.device_count()
-        out.append(f"CUDA: {count} device(s) visible, current cuda:{torch.cuda.current_device()}")
+        out.append(ngettext("CUDA: {n} device visible, current cuda:{current}",
+                            "CUDA: {n} devices visible, current cuda:{current}", count).format(
+                                n=count, current=torch.cuda.current_device()))
         if cvd is not None and cvd.strip():
             wanted = len([x for x in cvd.split(",") if x.strip()])
             if torch.cuda.is_initialized() and wanted != count:
-                out.append(f"CUDA_VISIBLE_DEVICES lists {wanted} GPU(s) but CUDA sees {count}: it was changed "
-                           "after CUDA was initialised, so it has no effect; set it before the first CUDA call "
-                           "(before `import torch` to be safe)")
+                out.append(ngettext(
+                    "CUDA_VISIBLE_DEVICES lists {wanted} GPU but CUDA sees {count}: it was changed after CUDA was "
+                    "initialised, so it has no effect; set it before the first CUDA call (before `import torch` to "
+                    "be safe)",
+                    "CUDA_VISIBLE_DEVICES lists {wanted} GPUs but CUDA sees {count}: it was changed after CUDA was "
+                    "initialised, so it has no effect; set it before the first CUDA call (before `import torch` to "
+                    "be safe)", wanted).format(wanted=wanted, count=count))
         if cvd and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-            out.append("CUDA_DEVICE_ORDER is not PCI_BUS_ID: with different GPU models, CUDA's indices may "
-                       "differ from nvidia-smi's")
+            out.append(_("CUDA_DEVICE_ORDER is not PCI_BUS_ID: with different GPU models, CUDA's indices may "
+                         "differ from nvidia-smi's"))
     if model is not None:
         from .where import where
         report = where(model)
-        out.append("model on " + ", ".join(report.devices) + " in " + ", ".join(report.dtypes))
+        out.append(_("model on {devices} in {dtypes}").format(devices=", ".join(report.devices),
+                                                             dtypes=", ".join(report.dtypes)))
         out += report.warnings
     return out
 
@@ -193,7 +205,7 @@ def largest_tensors(top: int = 5, device_type: str | None = None, tb: Any = None
                 seen[key] = obj
     biggest = sorted(seen.items(), key=lambda kv: -kv[0][1])[:top]
     out = []
-    for (_, nbytes), t in biggest:
+    for (__, nbytes), t in biggest:
         site = tracker.site_of(t) if tracker is not None else None
         out.append(TensorInfo(nbytes=nbytes, shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."),
                               device=str(t.device), names=names.get(id(t), []),
@@ -204,9 +216,9 @@ def largest_tensors(top: int = 5, device_type: str | None = None, tb: Any = None
 def _allocator(report: OomReport | None) -> tuple[dict[str, int] | None, str | None]:
     torch = require_torch()
     if not torch.cuda.is_available():
-        return None, "CUDA not available"
+        return None, _("CUDA not available")
     if not torch.cuda.is_initialized():
-        return None, "CUDA not initialised in this process"
+        return None, _("CUDA not initialised in this process")
     device = report.device if report is not None and report.device is not None else torch.cuda.current_device()
     stats = torch.cuda.memory_stats(device)
     out = {k: int(stats[k]) for k in _STATS if k in stats}
@@ -283,13 +295,13 @@ class SnapshotRecorder:
     def start(self) -> None:
         torch = require_torch()
         if not torch.cuda.is_available():
-            self.note = "CUDA not available: a memory snapshot records CUDA's caching allocator"
+            self.note = _("CUDA not available: a memory snapshot records CUDA's caching allocator")
             return
         try:
             torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
             self.recording, self.note = True, None
         except Exception as e:  # an old torch, or a build without it: the guard still works
-            self.note = f"could not record memory history: {type(e).__name__}: {e}"
+            self.note = _("could not record memory history: {error}").format(error=f"{type(e).__name__}: {e}")
 
     def dump(self) -> str | None:
         if not self.recording:
@@ -298,7 +310,7 @@ class SnapshotRecorder:
         try:
             torch.cuda.memory._dump_snapshot(self.path)
         except Exception as e:
-            self.note = f"could not write {self.path}: {type(e).__name__}: {e}"
+            self.note = _("could not write {path}: {error}").format(path=self.path, error=f"{type(e).__name__}: {e}")
             return None
         return self.path
 
@@ -355,7 +367,8 @@ class oom_guard(ContextDecorator):  # noqa: N801 - used like contextlib's lower-
             try:
                 self.diagnosis = diagnose(exc, tb, tracker=tracker, model=self.model, top=self.top)
             except Exception as e:  # the diagnosis must never replace the user's error
-                print(f"vramkit oom_guard: could not diagnose: {type(e).__name__}: {e}", file=self.file or sys.stderr)
+                print(_("vramkit oom_guard: could not diagnose: {error}").format(error=f"{type(e).__name__}: {e}"),
+                      file=self.file or sys.stderr)
                 return False
             if recorder is not None:
                 self.diagnosis.snapshot, self.diagnosis.snapshot_note = written, recorder.note

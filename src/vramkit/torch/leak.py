@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..i18n import _, ngettext
 from ._common import Site, format_bytes, format_site, require_torch, storage_key
 from ._graph import GraphSize, GraphWalker
 from ._hostmem import heap_bytes, rss_bytes
@@ -77,67 +78,90 @@ class Leak:
         return self.site[1]
 
     def _graph_text(self) -> str:
-        saved = (f"{format_bytes(self.graph_bytes)} of tensors saved for backward" if self.graph_bytes
-                 else "their saved tensors freed by backward")
-        over = "over " if self.graph_walk_stopped else ""
-        return f"{over}{self.graph_nodes:,} autograd nodes, {saved}"
+        saved = (_("{size} of tensors saved for backward").format(size=format_bytes(self.graph_bytes))
+                 if self.graph_bytes else _("their saved tensors freed by backward"))
+        return (_("over {n:,} autograd nodes, {saved}") if self.graph_walk_stopped
+                else _("{n:,} autograd nodes, {saved}")).format(n=self.graph_nodes, saved=saved)
 
     def _host_text(self) -> str:
         """For a graph whose saved tensors backward freed: the only bytes there are to show."""
         if self.graph_bytes:
             return ""
-        grew = [f"{name} grew by {format_bytes(n)}" for name, n in (("heap in use", self.heap_growth),
-                                                                ("resident memory", self.rss_growth))
-                if n is not None and n > 0]
-        if not grew:
+        heap, rss = self.heap_growth, self.rss_growth
+        heap_grew, rss_grew = heap is not None and heap > 0, rss is not None and rss > 0
+        if heap_grew and rss_grew:
+            text = _("meanwhile the process's heap in use grew by {heap} and its resident memory grew by {rss}")
+        elif heap_grew:
+            text = _("meanwhile the process's heap in use grew by {heap}")
+        elif rss_grew:
+            text = _("meanwhile the process's resident memory grew by {rss}")
+        else:
             return ""
-        return (f"\n    meanwhile the process's {' and its '.join(grew)} (process-wide: the nodes live "
-                "in host memory, and heap pages they share with freed activations are not returned to the OS)")
+        return "\n    " + _("{growth} (process-wide: the nodes live in host memory, and heap pages they share with "
+                              "freed activations are not returned to the OS)").format(
+            growth=text.format(heap=format_bytes(heap or 0), rss=format_bytes(rss or 0)))
 
     def __str__(self) -> str:
         if self.kind == "graph":
-            text = (f"{format_site(self.site)}: the autograd graph of a tensor created here grows every step "
-                    f"(graph of {self.graph_steps} steps: {self._graph_text()})\n    {self.code}"
-                    + self._host_text())
+            text = _("{site}: the autograd graph of a tensor created here grows every step (graph of {steps} "
+                     "steps: {graph})").format(site=format_site(self.site), steps=self.graph_steps,
+                                               graph=self._graph_text())
+            text += f"\n    {self.code}" + self._host_text()
         else:
-            text = (f"{format_site(self.site)}: {self.survivors} tensors ({format_bytes(self.bytes)}) created "
-                    f"here outlive their step, more every step\n    {self.code}")
+            text = ngettext("{site}: {n} tensor ({size}) created here outlives its step, more every step",
+                            "{site}: {n} tensors ({size}) created here outlive their step, more every step",
+                            self.survivors).format(site=format_site(self.site), n=self.survivors,
+                                                   size=format_bytes(self.bytes))
+            text += f"\n    {self.code}"
         if self.library_site is not None:
-            text += f"\n    made in {format_site(self.library_site)}"
+            text += "\n    " + _("made in {site}").format(site=format_site(self.library_site))
         if self.held_by:
-            text += f"\n    held by {self.held_by}"
+            text += "\n    " + _("held by {holder}").format(holder=self.held_by)
         return text + self._fix_text()
 
     def _fix_text(self) -> str:
         """What to change, for what is held (see `holds`)."""
         if self.kind == "graph":
-            return ("\n    accumulate loss.item() (a float) or loss.detach() instead of the tensor: "
-                    "every step's graph stays chained to it")
+            return "\n    " + _("accumulate loss.item() (a float) or loss.detach() instead of the tensor: every "
+                                "step's graph stays chained to it")
         keeps = ""
         if self.keeps_graph:
-            graph = self._graph_text() if self.graph_nodes else "inside another tensor's graph, counted there"
-            keeps = f"{self.keeps_graph} keep an autograd graph alive ({self.grad_fn}; {graph})"
+            graph = self._graph_text() if self.graph_nodes else _("inside another tensor's graph, counted there")
+            keeps = ngettext("{n} keeps an autograd graph alive ({grad_fn}; {graph})",
+                             "{n} keep an autograd graph alive ({grad_fn}; {graph})", self.keeps_graph).format(
+                n=self.keeps_graph, grad_fn=self.grad_fn, graph=graph)
         if self.holds == "hook":
-            return ("\n    " + (keeps + "; " if keeps else "") + "kept by a hook on the model: remove the hook "
-                    "when done (handle = module.register_forward_hook(...); handle.remove()) or store "
-                    "output.detach()" + (".cpu()" if self.on_gpu else "") + " inside it")
+            store = "output.detach()" + (".cpu()" if self.on_gpu else "")
+            fix = _("kept by a hook on the model: remove the hook when done (handle = "
+                    "module.register_forward_hook(...); handle.remove()) or store {store} inside it").format(
+                        store=store)
+            return "\n    " + (_("{keeps}; {fix}").format(keeps=keeps, fix=fix) if keeps else fix)
         if self.holds == "activations" and keeps:
-            return (f"\n    {keeps}: activations or hidden states kept with their graph: cache h.detach() "
-                    "(or compute them under torch.no_grad()) and clear the cache when the step is done")
+            return "\n    " + _("{keeps}: activations or hidden states kept with their graph: cache h.detach() (or "
+                                "compute them under torch.no_grad()) and clear the cache when the step is done"
+                                ).format(keeps=keeps)
         if keeps:
-            return f"\n    {keeps}: store loss.item() (or .detach()) instead of the tensor"
-        return ("\n    no autograd graph: the tensors themselves pile up (kept batches, inputs or outputs): keep "
-                "only what you need (a float with .item(), a running sum), a bounded collections.deque(maxlen=N)"
-                + (", .cpu() copies" if self.on_gpu else "") + ", or clear it")
+            return "\n    " + _("{keeps}: store loss.item() (or .detach()) instead of the tensor").format(keeps=keeps)
+        if self.on_gpu:
+            return "\n    " + _("no autograd graph: the tensors themselves pile up (kept batches, inputs or outputs): "
+                                "keep only what you need (a float with .item(), a running sum), a bounded "
+                                "collections.deque(maxlen=N), .cpu() copies, or clear it")
+        return "\n    " + _("no autograd graph: the tensors themselves pile up (kept batches, inputs or outputs): keep "
+                            "only what you need (a float with .item(), a running sum), a bounded "
+                            "collections.deque(maxlen=N), or clear it")
 
     def settled_text(self) -> str:
         """The line for a leak withdrawn (or never flagged: a deque(maxlen=N))."""
-        held = f"; held by {self.held_by}" if self.held_by else ""
+        values = {"site": format_site(self.site), "n": self.survivors,
+                  "size": format_bytes(self.bytes + self.graph_bytes)}
         if self.holds == "bounded":
-            size = format_bytes(self.bytes + self.graph_bytes)
-            return f"{format_site(self.site)}: {self.survivors} tensors ({size}) in a bounded deque: not a leak{held}"
-        return (f"{format_site(self.site)}: stopped growing at {self.survivors} tensors "
-                f"({format_bytes(self.bytes + self.graph_bytes)}): bounded, not a leak{held}")
+            text = ngettext("{site}: {n} tensor ({size}) in a bounded deque: not a leak",
+                            "{site}: {n} tensors ({size}) in a bounded deque: not a leak", self.survivors)
+        else:
+            text = ngettext("{site}: stopped growing at {n} tensor ({size}): bounded, not a leak",
+                            "{site}: stopped growing at {n} tensors ({size}): bounded, not a leak", self.survivors)
+        text = text.format(**values)
+        return _("{text}; held by {holder}").format(text=text, holder=self.held_by) if self.held_by else text
 
 
 @dataclass
@@ -155,27 +179,39 @@ class LeakReport:
         if self.eval_with_grad:
             parts.append(eval_text(self.eval_with_grad, self.eval_library))
         if not parts:
-            parts.append(f"no leak found over {len(self.live_bytes)} steps")
+            parts.append(ngettext("no leak found over {n} step", "no leak found over {n} steps",
+                                  len(self.live_bytes)).format(n=len(self.live_bytes)))
         for leak in self.settled:
             parts.append(leak.settled_text())
         if self.growing:
             shown = self.live_bytes[-4:]  # the growth said in bytes: a few scalars a step round away in KiB
-            parts.append(f"live tensor memory grew at every step, by {format_bytes(shown[-1] - shown[0])} over "
-                         f"the last {len(shown) - 1}: " + " -> ".join(format_bytes(b) for b in shown))
+            parts.append(_("live tensor memory grew at every step, by {size} over the last {n}: {sizes}").format(
+                size=format_bytes(shown[-1] - shown[0]), n=len(shown) - 1,
+                sizes=" -> ".join(format_bytes(b) for b in shown)))
         return "\n".join(parts)
 
 
 def eval_text(found: list[tuple[Site, int]], library: dict[Site, int], shown: int = 3) -> str:
     """One finding for every line that recorded autograd in eval mode."""
-    total = sum(n for _, n in found)
-    lines = ", ".join(format_site(site) for site, _ in found[:shown]) + (f" and {len(found) - shown} more"
-                                                                        if len(found) > shown else "")
-    text = (f"the model is in eval mode but autograd is recording: {total} tensors made for a backward "
-            f"that never comes, at {lines}")
+    total = sum(n for __, n in found)
+    lines = ", ".join(format_site(site) for site, __ in found[:shown])
+    if len(found) > shown:
+        lines = _("{sites} and {n} more").format(sites=lines, n=len(found) - shown)
     if library:
-        top = ", ".join(format_site(site) for site, _ in Counter(library).most_common(2))
-        text += f" (made in {len(library)} library lines, most in {top})"
-    return text + ": wrap evaluation in torch.no_grad() or torch.inference_mode()"
+        top = ", ".join(format_site(site) for site, __ in Counter(library).most_common(2))
+        text = ngettext("the model is in eval mode but autograd is recording: {n} tensor made for a backward that "
+                        "never comes, at {sites} (made in {count} library lines, most in {top}): wrap evaluation "
+                        "in torch.no_grad() or torch.inference_mode()",
+                        "the model is in eval mode but autograd is recording: {n} tensors made for a backward that "
+                        "never comes, at {sites} (made in {count} library lines, most in {top}): wrap evaluation "
+                        "in torch.no_grad() or torch.inference_mode()", total)
+    else:
+        text = ngettext("the model is in eval mode but autograd is recording: {n} tensor made for a backward that "
+                        "never comes, at {sites}: wrap evaluation in torch.no_grad() or torch.inference_mode()",
+                        "the model is in eval mode but autograd is recording: {n} tensors made for a backward that "
+                        "never comes, at {sites}: wrap evaluation in torch.no_grad() or torch.inference_mode()",
+                        total)
+    return text.format(n=total, sites=lines, count=len(library), top=top if library else "")
 
 
 def _grows(history: list[int], window: int) -> bool:
@@ -279,9 +315,9 @@ class LeakDetector:
             if at is None:
                 at = sites[origin] = _Site()
             live.append((t, entry, storage_key(t), at))
-        self._live.append(sum(nbytes for _, nbytes in {key for _, _, key, _ in live}))
+        self._live.append(sum(nbytes for __, nbytes in {key for __, __, key, __ in live}))
         roots = []
-        for t, _, _, at in live:
+        for t, __, __, at in live:
             grad_fn = t.grad_fn
             if grad_fn is not None:
                 walker.add(grad_fn)
@@ -351,7 +387,7 @@ class LeakDetector:
             self._settled.pop(origin, None)
             new.append(leak)
             if self.warn:
-                warnings.warn(f"vramkit: possible memory leak: {leak}", LeakWarning, stacklevel=3)
+                warnings.warn(_("vramkit: possible memory leak: {leak}").format(leak=leak), LeakWarning, stacklevel=3)
         self._name_holders(frame)
         for origin in list(self._leaks):  # flag growth, not presence: a buffer that stopped growing is bounded
             leak = self._leaks[origin]
@@ -361,7 +397,8 @@ class LeakDetector:
                 self._settled[origin] = self._leaks.pop(origin)
                 self.withdrawn.append(leak)
                 if self.warn:
-                    warnings.warn(f"vramkit: withdrawn: {leak.settled_text()}", LeakWarning, stacklevel=3)
+                    warnings.warn(_("vramkit: withdrawn: {leak}").format(leak=leak.settled_text()), LeakWarning,
+                                  stacklevel=3)
         self._warn_eval()
         return new
 
@@ -382,7 +419,7 @@ class LeakDetector:
         leak.keeps_graph = sum(1 for t in at.survivors if t.grad_fn is not None)
         leak.graph_nodes = at.graph.nodes
         leak.graph_walk_stopped = at.graph.truncated
-        leak.graph_bytes = sum(nbytes for _, nbytes in at.graph.saved)
+        leak.graph_bytes = sum(nbytes for __, nbytes in at.graph.saved)
         leak.graph_steps = 1 + sum(b > a for a, b in zip(nodes, nodes[1:]))
         if leak.kind == "graph":
             # from the step this origin's graph first held nodes (its history starts when it appeared)
@@ -403,16 +440,18 @@ class LeakDetector:
             holder.refresh(frame)
             label = holder.label
             if leak.kind == "graph":
-                over = "over " if leak.graph_walk_stopped else ""
-                memory = format_bytes(leak.graph_bytes) if leak.graph_bytes else f"{over}{leak.graph_nodes:,} nodes"
-                label += f" (graph of {leak.graph_steps} steps, {memory})"
-            leak.held_by = f"{label} in {holder.func}"
+                memory = (format_bytes(leak.graph_bytes) if leak.graph_bytes
+                          else (_("over {n:,} nodes") if leak.graph_walk_stopped else _("{n:,} nodes")).format(
+                              n=leak.graph_nodes))
+                label = _("{holder} (graph of {steps} steps, {memory})").format(
+                    holder=label, steps=leak.graph_steps, memory=memory)
+            leak.held_by = _("{holder} in {function}").format(holder=label, function=holder.func)
 
     def _warn_eval(self) -> None:
         found, library = self._eval_found()
-        if self.warn and any(site not in self._eval_warned for site, _ in found):
+        if self.warn and any(site not in self._eval_warned for site, __ in found):
             warnings.warn(f"vramkit: {eval_text(found, library)}", LeakWarning, stacklevel=4)
-        self._eval_warned.update(site for site, _ in found)
+        self._eval_warned.update(site for site, __ in found)
 
     def _eval_found(self) -> tuple[list[tuple[Site, int]], dict[Site, int]]:
         library: Counter[Site] = Counter()

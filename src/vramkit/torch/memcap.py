@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import RequestError
+from ..i18n import _
 from ._common import require_torch, storage_key
 from ._tensors import TensorTracker, round_block
 
@@ -50,12 +51,13 @@ def _torch_size(n: int) -> str:
 def _held_bytes(held: Any) -> int:
     if isinstance(held, int) and not isinstance(held, bool):
         if held < 0:
-            raise RequestError("must be 0 or more bytes", param="held")
+            raise RequestError(_("must be 0 or more bytes"), param="held")
         return held
     if hasattr(held, "parameters") and hasattr(held, "buffers"):
         storages = {storage_key(t) for t in (*held.parameters(), *held.buffers())}
-        return sum(round_block(nbytes) for _, nbytes in storages if nbytes)
-    raise RequestError(f"a number of bytes or an nn.Module, not {type(held).__name__}", param="held")
+        return sum(round_block(nbytes) for __, nbytes in storages if nbytes)
+    raise RequestError(_("a number of bytes or an nn.Module, not {type}").format(type=type(held).__name__),
+                       param="held")
 
 
 class SimulatedMemoryCap:
@@ -64,14 +66,16 @@ class SimulatedMemoryCap:
 
     def __init__(self, capacity: int, held: Any = 0, device: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-            raise RequestError(f"a positive number of bytes, not {capacity!r}", param="capacity")
+            raise RequestError(_("a positive number of bytes, not {value}").format(value=repr(capacity)),
+                               param="capacity")
         if isinstance(device, bool) or not isinstance(device, int) or device < 0:  # printed in the OOM message
-            raise RequestError(f"a CUDA device number (0, 1, ...), not {device!r}", param="device")
+            raise RequestError(_("a CUDA device number (0, 1, ...), not {value}").format(value=repr(device)),
+                               param="device")
         self.capacity, self.device = capacity, device
         self.held = _held_bytes(held)
         if self.held > capacity:
-            raise RequestError(f"{_torch_size(self.held)} held is more than the {_torch_size(capacity)} capacity",
-                               param="held")
+            raise RequestError(_("{held} held is more than the {capacity} capacity").format(
+                held=_torch_size(self.held), capacity=_torch_size(capacity)), param="held")
         self.ooms = 0  # out-of-memory errors raised
         self._tracker = TensorTracker(held=self.held, admit=self._admit)
 

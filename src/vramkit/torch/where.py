@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..i18n import _, ngettext
 from ._common import format_bytes, require_torch
 
 _SHOWN = 3  # names quoted in one warning
@@ -114,7 +115,7 @@ def where(model: Any, max_stray: int = 10) -> WhereReport:
         params, total = by_device[p.device]
         by_device[p.device] = (params + (p.nbytes if p.kind == "param" else 0), total + p.nbytes)
     devices = sorted(by_device, key=lambda d: by_device[d], reverse=True)
-    dtypes = sorted({dtype for _, dtype in groups})
+    dtypes = sorted({dtype for __, dtype in groups})
     report = WhereReport(groups=dict(groups), stray=[], devices=devices, dtypes=dtypes)
     if len(devices) > 1:
         main = devices[0]
@@ -125,31 +126,43 @@ def where(model: Any, max_stray: int = 10) -> WhereReport:
             attributes = [p for p in on_cpu if p.kind == "attribute"]
             registered = [p for p in on_cpu if p.kind != "attribute"]
             if attributes:
-                report.warnings.append(
-                    f"{len(attributes)} plain tensor attribute(s) on the CPU while the model is on {main}: "
-                    f"{_names(attributes)}; .to() does not move plain attributes: register them with "
-                    "self.register_buffer(name, tensor, persistent=False) (or nn.Parameter if trained)")
+                report.warnings.append(ngettext(
+                    "{n} plain tensor attribute on the CPU while the model is on {device}: {names}; .to() does not "
+                    "move plain attributes: register it with self.register_buffer(name, tensor, persistent=False) "
+                    "(or nn.Parameter if trained)",
+                    "{n} plain tensor attributes on the CPU while the model is on {device}: {names}; .to() does not "
+                    "move plain attributes: register them with self.register_buffer(name, tensor, persistent=False) "
+                    "(or nn.Parameter if trained)", len(attributes)).format(
+                        n=len(attributes), device=main, names=_names(attributes)))
             # a module whose other parameters/buffers moved had this one replaced after .to(); a
             # module with none on the main device was added after it (or all of its tensors replaced)
             moved = {p.module_path for p in placed if p.device == main and p.kind != "attribute"}
             replaced = [p for p in registered if p.module_path in moved]
             left = [p for p in registered if p.module_path not in moved]
             if replaced:
-                report.warnings.append(
-                    f"{len(replaced)} parameter(s)/buffer(s) on the CPU in module(s) otherwise on {main}: "
-                    f"{_names(replaced)}; re-assigned to a CPU tensor after .to() (`self.name = torch.zeros(...)` "
-                    "replaces the moved tensor): create the new one on the module's device "
-                    "(torch.zeros(..., device=self.weight.device)) or fill the old one in place "
-                    "(self.name.copy_(...), .zero_())")
+                report.warnings.append(ngettext(
+                    "{n} parameter or buffer on the CPU in a module otherwise on {device}: {names}; re-assigned to a "
+                    "CPU tensor after .to() (`self.name = torch.zeros(...)` replaces the moved tensor): create the "
+                    "new one on the module's device (torch.zeros(..., device=self.weight.device)) or fill the old "
+                    "one in place (self.name.copy_(...), .zero_())",
+                    "{n} parameters/buffers on the CPU in modules otherwise on {device}: {names}; re-assigned to a "
+                    "CPU tensor after .to() (`self.name = torch.zeros(...)` replaces the moved tensor): create the "
+                    "new one on the module's device (torch.zeros(..., device=self.weight.device)) or fill the old "
+                    "one in place (self.name.copy_(...), .zero_())", len(replaced)).format(
+                        n=len(replaced), device=main, names=_names(replaced)))
             if left:
-                report.warnings.append(
-                    f"{len(left)} parameter(s)/buffer(s) still on the CPU while the model is on {main}: "
-                    f"{_names(left)}; in module(s) with nothing on {main}: probably a module added after "
-                    ".to() (or all its tensors assigned after it): call model.to(device) again after adding it")
+                report.warnings.append(ngettext(
+                    "{n} parameter or buffer still on the CPU while the model is on {device}: {names}; in a module "
+                    "with nothing on {device}: probably a module added after .to() (or all its tensors assigned "
+                    "after it): call model.to(device) again after adding it",
+                    "{n} parameters/buffers still on the CPU while the model is on {device}: {names}; in modules "
+                    "with nothing on {device}: probably a module added after .to() (or all its tensors assigned "
+                    "after it): call model.to(device) again after adding it", len(left)).format(
+                        n=len(left), device=main, names=_names(left)))
         others = [d for d in devices[1:] if d != "cpu"]
         if others:
-            report.warnings.append(f"parameters on several devices: {', '.join(devices)} "
-                                   "(intended model parallelism, or a module moved by mistake?)")
+            report.warnings.append(_("parameters on several devices: {devices} (intended model parallelism, or a "
+                                     "module moved by mistake?)").format(devices=", ".join(devices)))
     report.warnings += _dtype_warnings(model, placed)
     return report
 
@@ -168,5 +181,8 @@ def _dtype_warnings(model: Any, placed: list[Placed]) -> list[str]:
     if not odd:
         return []
     kinds = sorted({p.dtype for p in odd})
-    return [f"mixed floating dtypes: {len(odd)} parameter(s) in {', '.join(kinds)} in a {main} model: "
-            f"{_names(odd)} (norm layers kept in float32 on purpose are not counted)"]
+    return [ngettext("mixed floating dtypes: {n} parameter in {dtypes} in a {main} model: {names} (norm layers kept "
+                     "in float32 on purpose are not counted)",
+                     "mixed floating dtypes: {n} parameters in {dtypes} in a {main} model: {names} (norm layers kept "
+                     "in float32 on purpose are not counted)", len(odd)).format(
+                         n=len(odd), dtypes=", ".join(kinds), main=main, names=_names(odd))]
