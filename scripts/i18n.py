@@ -3,6 +3,9 @@
     python scripts/i18n.py                     extract, update every catalog, compile
     python scripts/i18n.py --add FILE.po ...   the same, first taking the translations in FILE.po
                                                (a translator's or a helper's part) into zh_CN
+    python scripts/i18n.py --pseudo DIR        write the pseudo-locale "en@pseudo" under DIR from
+                                               the .pot: VRAM_LOCALEDIR=DIR VRAM_LANG=en@pseudo vram ...
+                                               (docs/i18n.md)
 
 Extract: every _(), N_(), ngettext(), N_plural(), pgettext() in src/vramkit (Babel's python extractor) into
 src/vramkit/locale/vramkit.pot. Update: each locale/<lang>/LC_MESSAGES/vramkit.po gains the new
@@ -136,11 +139,47 @@ def update(parts: list[Path]) -> None:
         print(f"{language}: {len(catalog)} messages, {missing} untranslated", file=sys.stderr)
 
 
+# The pseudo-locale: every message between markers, its letters accented and a third longer, the
+# placeholders, flags, $VARIABLES and line breaks kept. English left outside the markers was never
+# marked, or was put together from pieces; a table too narrow for longer words shows too.
+PSEUDO = "en@pseudo"
+OPEN, CLOSE = "⟦", "⟧"
+_KEPT = re.compile(r"%(?:\(\w+\))?[-#0+]?\d*(?:\.\d+)?[diouxXeEfFgGcrsa%]|\{\w*(?:[!:][^{}]*)?\}|\$\w+|--[\w-]+|\n")
+_ACCENTED = str.maketrans("aeiouAEIOUcnsyCNSY", "áéíóúÁÉÍÓÚçñšýÇÑŠÝ")
+
+
+def pseudo(text: str) -> str:
+    pieces, at = [], 0
+    for kept in _KEPT.finditer(text):
+        pieces += [text[at:kept.start()].translate(_ACCENTED), kept.group()]
+        at = kept.end()
+    pieces.append(text[at:].translate(_ACCENTED))
+    return OPEN + "".join(pieces) + "~" * (len(text) // 3) + CLOSE
+
+
+def write_pseudo(localedir: Path) -> Path:
+    """The pseudo-locale's catalog under `localedir`, made from the .pot; its path."""
+    catalog = Catalog(locale="en", fuzzy=False)
+    for message in _read(TEMPLATE):
+        if message.id:
+            string = tuple(map(pseudo, message.id)) if message.pluralizable else pseudo(message.id)
+            catalog.add(message.id, string, context=message.context)
+    path = localedir / PSEUDO / "LC_MESSAGES" / "vramkit.mo"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_mo(path, catalog)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--add", type=Path, action="append", default=[], metavar="FILE.po",
                         help="take the translations in FILE.po first (may repeat)")
+    parser.add_argument("--pseudo", type=Path, metavar="DIR",
+                        help=f"only write the pseudo-locale {PSEUDO} under DIR, from the .pot")
     args = parser.parse_args()
+    if args.pseudo:
+        print(f"{write_pseudo(args.pseudo)}: VRAM_LOCALEDIR={args.pseudo} VRAM_LANG={PSEUDO} vram ...", file=sys.stderr)
+        return 0
     LOCALE.mkdir(exist_ok=True)
     with open(LOCALE / ".update.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

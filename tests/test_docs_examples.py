@@ -42,7 +42,7 @@ import pytest
 from helpers import read_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [*sorted(ROOT.glob("README*.md")), *sorted((ROOT / "docs").glob("*.md"))]  # README.zh_CN.md too
 GIVEN_FILES = Path(__file__).resolve().parent / "fixtures" / "docs"
 
 # (document, command prefix): why those examples are not run here. Keep it short: each needs what a
@@ -182,9 +182,11 @@ def _as_seen(line: str) -> str:
     return seen
 
 
-def example_env(home: Path, leases: Path, on_demo: bool = False) -> dict[str, str]:
+def example_env(home: Path, leases: Path, on_demo: bool = False, language: str = "en") -> dict[str, str]:
     """The environment an example runs in: this vram first on PATH, `home` as HOME (so kill's audit
-    log and vram's per-user files are the test's own), its own lease directory, no colour."""
+    log and vram's per-user files are the test's own), its own lease directory, no colour, and the
+    document's language (VRAM_LANG: a *.zh_CN.md shows Chinese output, every other doc English,
+    whatever the machine's LANG)."""
     drop = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAM_", "CUDA_", "XDG_")) and k not in drop}
@@ -195,6 +197,7 @@ def example_env(home: Path, leases: Path, on_demo: bool = False) -> dict[str, st
         VRAM_LEASE_DIR=str(leases),
         NO_COLOR="1",
         TERM="xterm-256color",
+        VRAM_LANG=language,
     )
     if on_demo:
         env["VRAM_SIMULATE"] = "demo"
@@ -223,7 +226,8 @@ def real_output(example: Example, directory: Path) -> list[str]:
     if GIVEN_FILES.is_dir():
         shutil.copytree(GIVEN_FILES, directory, dirs_exist_ok=True)
     leases = own_lease_dir()
-    env = example_env(directory, leases, on_demo=listed(ON_DEMO, example))
+    language = "zh_CN" if example.document.endswith(".zh_CN.md") else "en"
+    env = example_env(directory, leases, on_demo=listed(ON_DEMO, example), language=language)
     try:
         for earlier in example.before:
             subprocess.run(["bash", "-c", earlier], cwd=directory, env=env, stdin=subprocess.DEVNULL,

@@ -284,38 +284,11 @@ def test_the_committed_mo_is_the_po_compiled():
 
 # ---------------------------------------------------------------- the pseudo-locale
 
-# Every message wrapped in markers, its letters accented and a third longer (placeholders, flags
-# and line breaks kept): any English left outside the markers was never marked, or was assembled
-# from pieces; a table that breaks at 80 columns with longer words breaks in a real language too.
-OPEN, CLOSE = "⟦", "⟧"
-_KEPT = re.compile(r"%(?:\(\w+\))?[-#0+]?\d*(?:\.\d+)?[diouxXeEfFgGcrsa%]|\{\w*(?:[!:][^{}]*)?\}|\$\w+|--[\w-]+|\n")
-_ACCENTED = str.maketrans("aeiouAEIOUcnsyCNSY", "áéíóúÁÉÍÓÚçñšýÇÑŠÝ")
-
-
-def pseudo(text: str) -> str:
-    pieces, at = [], 0
-    for kept in _KEPT.finditer(text):
-        pieces += [text[at:kept.start()].translate(_ACCENTED), kept.group()]
-        at = kept.end()
-    pieces.append(text[at:].translate(_ACCENTED))
-    return OPEN + "".join(pieces) + "~" * (len(text) // 3) + CLOSE
-
-
 @pytest.fixture(scope="module")
 def pseudo_locale(tmp_path_factory) -> Path:
-    """A catalog "en@pseudo" made from the .pot, under a VRAM_LOCALEDIR of its own."""
-    pytest.importorskip("babel")
-    from babel.messages.catalog import Catalog
-    from babel.messages.mofile import write_mo
-
-    catalog = Catalog(locale="en")
-    for m in _read_po(LOCALE / "vramkit.pot"):
-        if m.id:
-            catalog.add(m.id, tuple(map(pseudo, m.id)) if m.pluralizable else pseudo(m.id), context=m.context)
+    """The pseudo-locale "en@pseudo" (scripts/i18n.py --pseudo) under a VRAM_LOCALEDIR of its own."""
     localedir = tmp_path_factory.mktemp("locale")
-    (localedir / "en@pseudo" / "LC_MESSAGES").mkdir(parents=True)
-    with (localedir / "en@pseudo" / "LC_MESSAGES" / "vramkit.mo").open("wb") as f:
-        write_mo(f, catalog)
+    _catalog_tool().write_pseudo(localedir)
     return localedir
 
 
@@ -345,6 +318,9 @@ def _outputs(**env: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def pseudo_outputs(pseudo_locale) -> dict[str, str]:
     return _outputs(VRAM_LANG="en@pseudo", VRAM_LOCALEDIR=str(pseudo_locale))
+
+
+OPEN, CLOSE = "⟦", "⟧"  # scripts/i18n.py's pseudo-locale markers
 
 
 def _unmarked(line: str) -> str:
@@ -420,3 +396,23 @@ def test_the_pseudo_locale_keeps_tables_within_80_columns(pseudo_outputs):
 def test_the_pseudo_locale_is_spoken(pseudo_outputs):
     """The markers are there at all: the pseudo-locale really was the language of each run."""
     assert all(OPEN in out for out in pseudo_outputs.values()), [c for c, o in pseudo_outputs.items() if OPEN not in o]
+
+
+def _imports(*args: str, env: dict[str, str]) -> set[str]:
+    err = run_vram(*args, env=env, python_flags=("-X", "importtime")).err
+    return {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
+
+
+def test_the_config_reader_loads_for_the_language_only_when_a_file_mentions_it(tmp_path):
+    """Piped `vram status` read no config file before it spoke Chinese: now the first message
+    asks for ui.language, and only a file that mentions it costs the config reader (~15 ms)."""
+    (tmp_path / "vramkit").mkdir()
+    config = tmp_path / "vramkit" / "config.toml"
+    env = clean_env(VRAM_LANG=None, XDG_CONFIG_HOME=str(tmp_path), LANG="C.UTF-8")
+    config.write_text("[thresholds]\nmemory_warn = 200\n")  # a mistake: said by the commands that use it
+    assert "vramkit.config" not in _imports("status", "--simulate", "demo", env=env)
+    config.write_text('[ui]\nlanguage = "zh_CN"\n')
+    assert "vramkit.config" in _imports("status", "--simulate", "demo", env=env)
+    assert _language_of(env) == "zh_CN"
+    config.write_text('[ui]\nlanguage = "zh_CN"\n[thresholds]\nmemory_warn = 200\n')  # unusable: $LANG decides
+    assert _language_of(env) == "en"

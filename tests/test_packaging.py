@@ -54,7 +54,10 @@ def test_the_sdist_carries_the_docs_the_tests_and_the_licence(sdist):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("LICENSE", "README.md", "Makefile", "docs/user-guide.md", "docs/scenarios.md",
                    "tests/conftest.py", "tests/helpers.py", "tests/fixtures/policy_valid.toml",
-                   "benchmarks/bench_help.py", "src/vramkit/cli/completion.py"):
+                   "benchmarks/bench_help.py", "src/vramkit/cli/completion.py",
+                   # the catalogs: the compiled one vram reads, and what `make i18n` and the tests need
+                   "src/vramkit/locale/zh_CN/LC_MESSAGES/vramkit.mo", "src/vramkit/locale/zh_CN/LC_MESSAGES/vramkit.po",
+                   "src/vramkit/locale/vramkit.pot", "scripts/i18n.py"):
         assert needed in names, needed
     # Every doc the README links to is in it (the links were dead on a package page).
     readme = (ROOT / "README.md").read_text()
@@ -74,4 +77,5 @@ def test_a_wheel_builds_from_the_sdist_alone_and_names_its_licence(sdist, tmp_pa
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names), names
     assert "License-Expression: MIT" in metadata
     assert "vramkit/nvml/scenarios/demo.json" in names and "vramkit/cli/completion.py" in names
+    assert "vramkit/locale/zh_CN/LC_MESSAGES/vramkit.mo" in names  # what vram reads to speak Chinese
     assert not any(n.startswith(("tests/", "docs/")) for n in names)  # the wheel is the package only

@@ -22,14 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_paths import SYSTEM_PATH, user_path
+from .config_paths import MAX_BYTES, SYSTEM_PATH, user_path
 from .errors import RequestError
 from .i18n import N_, _
 from .procs import sanitize
 from .units import parse_duration
 
 SYSTEM_FILE = Path(SYSTEM_PATH)
-MAX_BYTES = 64 * 1024
 DEFAULT, SYSTEM, USER, ENV, FLAG = "default", "/etc", "~", "env", "flag"
 
 # The live view's process columns, in their default order (tui/rows.py draws them; a test keeps
