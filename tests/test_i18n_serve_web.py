@@ -160,7 +160,7 @@ def test_a_chinese_server_s_web_config_errors_are_chinese(tmp_path):
     assert "not a bcrypt hash" not in line
     path.chmod(0o666)
     zh = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--web-config", str(path), env=zh_env())
-    assert_one_line_error(zh, 2, f"{path}: {path} 所有用户都可写：请执行 chmod o-w {path}")
+    assert_one_line_error(zh, 2, f"{path}: {path} 所有用户都可写：chmod o-w {path}")
 
 
 def test_an_internal_error_is_said_in_the_server_s_language(monkeypatch, capsys):
@@ -235,12 +235,13 @@ KEPT = {"GPU", "SM", "CPU", "CUDA", "MIG", "PID", "GiB", "MiB", "HTTP", "JSON", 
 
 def untranslated(driver, server_url: str) -> list[str]:
     """English words on the page that are not data (host, GPU, user, process and scenario names,
-    versions, the driver's N/A reasons: the status JSON's own) and not KEPT."""
+    versions: the status JSON's own) and not KEPT. The driver's N/A reasons are not data here:
+    stored in English, they are shown in the reader's words."""
     with urllib.request.urlopen(server_url + "api/v1/snapshot", timeout=20) as answer:
         data = json.loads(answer.read())
     names = {data.get("hostname") or "", data.get("scenario") or "", data.get("driver_version") or ""}
     for gpu in data["gpus"]:
-        names |= {gpu.get("name") or "", *(gpu.get("na") or {}).values()}
+        names.add(gpu.get("name") or "")
         for p in gpu.get("processes") or ():
             names |= {str(p.get("user") or ""), str(p.get("name") or "")}
     left = []
@@ -307,3 +308,31 @@ def test_the_same_browser_asking_for_english_gets_the_english_page(zh_browser, s
     finally:
         zh_browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
         zh_browser.execute_cdp_cmd("Network.disable", {})
+
+
+@needs_browser
+def test_the_driver_s_reasons_are_in_the_reader_s_words(zh_browser, served, tmp_path):
+    """The lab's GPUs whose processes the driver would not list: the reason (stored in English,
+    the JSON's) in Chinese on a Chinese page, as `vram status` says it."""
+    from test_unknown_process_lists import REFUSED, UNSUPPORTED, lab_scenario
+
+    path = tmp_path / "lab.json"
+    path.write_text(json.dumps(lab_scenario()))
+    server = served("--simulate", str(path))
+    load(zh_browser, server.url)
+    notes = zh_browser.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) =>"
+        " [card.dataset.index, (card.querySelector('.no-procs') || {}).textContent || null]))")
+    assert notes[str(UNSUPPORTED)] == "进程未知（不支持）" and notes[str(REFUSED)] == "进程未知（无权限）"
+    assert notes["2"] == "无进程"
+    assert zh_browser.find_element(By.ID, "facts").text.endswith("由 5 个进程占用（2 块 GPU 的进程未知）")
+    assert untranslated(zh_browser, server.url) == []
+    assert not browser_errors(zh_browser)
+    try:  # the Chinese page on a phone: one column, nothing wider than the screen
+        zh_browser.set_window_size(390, 844)
+        load(zh_browser, server.url)
+        scroll, client = zh_browser.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert scroll <= client
+    finally:
+        zh_browser.set_window_size(1280, 900)

@@ -10,8 +10,11 @@ translations app.js looks up (`t("...")`) put in as a JSON data block (no script
 the CSP allows it, as the reading's block beside it). English needs no block: app.js falls back
 to the English it holds.
 
+The driver's N/A reasons are stored in English (the JSON's `na`); the page gets the translations
+of the current reading's with the reading (`reasons`: a second block, made once per reading).
+
 What stays English: the JSON API and /metrics (programs read them), the data the page shows
-(host, GPU, user and process names, the driver's N/A reasons, a history store's error), numbers,
+(host, GPU, user and process names, NVML's own error names, a history store's error), numbers,
 units and durations (as `vram status` prints them: 12m05s, GiB, W, °C).
 """
 
@@ -22,6 +25,7 @@ import gettext
 import html
 import json
 import re
+from collections.abc import Iterable
 from importlib import resources
 
 from .. import i18n
@@ -216,6 +220,19 @@ def page(language: str) -> bytes:
         block = '<script type="application/json" id="words">' + data.replace("<", "\\u003c") + "</script>\n"
         text = text.replace("</body>", block + "</body>", 1)
     return text.encode("utf-8")
+
+
+def reasons(language: str, texts: Iterable[str]) -> bytes:
+    """The translations of a reading's N/A reasons (stored in English, marked N_() where the
+    driver layers write them), as a JSON data block for the page; empty where there are none
+    (English, or reasons the catalog does not have: NVML's own error names)."""
+    catalog = words(language).catalog
+    said = {text: catalog.gettext(text) for text in texts}
+    said = {text: translated for text, translated in said.items() if translated != text}
+    if not said:
+        return b""
+    data = json.dumps(said, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    return ('<script type="application/json" id="reasons">' + data + "</script>\n").encode("utf-8")
 
 
 def reader_language(accept_language: str | None) -> str:

@@ -332,10 +332,12 @@ class Service:
 
         def build() -> bytes:
             template = page_words.page(language)
-            if self.latest is None:
+            snap = self.latest
+            if snap is None:
                 return template
             data = self.snapshot_json().replace(b"<", b"\\u003c")
             block = b'<script type="application/json" id="reading">' + data + b"</script>\n"
+            block += page_words.reasons(language, {why for g in snap.gpus for why in g.na.values()})
             return template.replace(b"</body>", block + b"</body>", 1)
         return self._cached(f"page {language}", build)
 

@@ -43,15 +43,19 @@
 
   // ------------------------------------------------------------ the page's words
   const LANG = document.documentElement.lang || "en";
-  const WORDS = (() => {
-    const block = $("words");
+  function readBlock(id) {
+    const block = $(id);
     try {
       const data = block ? JSON.parse(block.textContent) : null;
-      if (data && typeof data === "object") return { words: data.words || {}, plurals: data.plurals || {} };
+      return data && typeof data === "object" ? data : {};
     } catch (e) {
-      // English, as the page holds it
+      return {}; // English, as the page holds it
     }
-    return { words: {}, plurals: {} };
+  }
+  const WORDS = (() => {
+    const data = readBlock("words");
+    // The N/A reasons of the reading the page came with, which the driver layers store in English.
+    return { words: { ...(data.words || {}), ...readBlock("reasons") }, plurals: data.plurals || {} };
   })();
   const own = (table, key) => Object.prototype.hasOwnProperty.call(table, key);
 
@@ -140,7 +144,7 @@
   function field(gpu, name, text) {
     const node = el("span", "fact " + name, text);
     const reason = gpu.na && gpu.na[name];
-    if (reason) node.title = t("{field}: {reason}", { field: own(FIELD_NAMES, name) ? t(FIELD_NAMES[name]) : name, reason: reason });
+    if (reason) node.title = t("{field}: {reason}", { field: own(FIELD_NAMES, name) ? t(FIELD_NAMES[name]) : name, reason: t(reason) });
     return node;
   }
 
@@ -183,7 +187,7 @@
     const wrap = el("div", "procs-wrap");
     if (known(unknown)) {
       // The driver would not list them: not "no processes", and no count (status: the same words).
-      wrap.append(el("p", "no-procs unknown", t("processes unknown ({reason})", { reason: unknown })));
+      wrap.append(el("p", "no-procs unknown", t("processes unknown ({reason})", { reason: t(unknown) })));
       return wrap;
     }
     if (!processes.length) {
