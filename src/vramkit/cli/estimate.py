@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import PRECISION_HELP, PRECISIONS, HelpFormatter, UsageError, help_values
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["estimate"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Estimate the GPU memory one GPU needs to train or run MODEL: weights, gradients, optimizer
 states, activations, temporaries, the caching allocator and the CUDA context, at the peak of a
 training step, and what nvidia-smi would show. Every number is an estimate (docs/estimation.md).
@@ -39,21 +41,21 @@ examples:
   vram estimate mistral-7b --infer --batch 4 --seq 8192 --json | jq .total_bytes
   vram estimate llama-2-13b --infer --seq 512 --new-tokens 512 --transformers 4.32
   vram estimate gpt2 --batch 8 --trace        check the formulas against a traced step (needs torch)
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("estimate", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter, usage="vram estimate [options] MODEL | --list")
     out = add_setup_options(p)["output"]
-    out.add_argument("--explain", action="store_true", help="show each term's formula with the numbers put in")
-    out.add_argument("--json", action="store_true", help="print JSON: total_bytes, context_bytes, peak_bytes, "
-                     "breakdown, ...")
-    out.add_argument("--trace", action="store_true", help="also trace a real step on fake tensors (needs torch; "
-                     "no GPU, no weights)")
-    out.add_argument("--timeline", metavar="FILE", help="with --trace: draw the traced steps' memory over time "
-                     "into FILE (.svg, or .html), stacked by category as vram doctor draws a memory snapshot")
-    out.add_argument("--list", action="store_true", help="list the built-in models and exit")
+    out.add_argument("--explain", action="store_true", help=N_("show each term's formula with the numbers put in"))
+    out.add_argument("--json", action="store_true", help=N_("print JSON: total_bytes, context_bytes, peak_bytes, "
+                     "breakdown, ..."))
+    out.add_argument("--trace", action="store_true", help=N_("also trace a real step on fake tensors (needs torch; "
+                     "no GPU, no weights)"))
+    out.add_argument("--timeline", metavar="FILE", help=N_("with --trace: draw the traced steps' memory over time "
+                     "into FILE (.svg, or .html), stacked by category as vram doctor draws a memory snapshot"))
+    out.add_argument("--list", action="store_true", help=N_("list the built-in models and exit"))
     p.set_defaults(run=run)
 
 
@@ -62,171 +64,187 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
     by name, with an empty "output" one last for the command's own options."""
     from ..estimator.stack import LOOPS
 
-    g_model = p.add_argument_group("model and input")
-    g_step = p.add_argument_group("training step")
-    g_peft = p.add_argument_group("adapters (the base frozen)")
-    g_quant = p.add_argument_group("quantization")
-    g_par = p.add_argument_group("GPUs, sharding and offload (DeepSpeed, FSDP, tensor parallel)")
-    g_ver = p.add_argument_group("library versions and the CUDA context")
-    output = p.add_argument_group("output")
-    g_model.add_argument("model", nargs="?", metavar="MODEL", help="catalog name, config.json path or folder, or 7b")
+    g_model = p.add_argument_group(N_("model and input"))
+    g_step = p.add_argument_group(N_("training step"))
+    g_peft = p.add_argument_group(N_("adapters (the base frozen)"))
+    g_quant = p.add_argument_group(N_("quantization"))
+    g_par = p.add_argument_group(N_("GPUs, sharding and offload (DeepSpeed, FSDP, tensor parallel)"))
+    g_ver = p.add_argument_group(N_("library versions and the CUDA context"))
+    output = p.add_argument_group(N_("output"))
+    g_model.add_argument("model", nargs="?", metavar="MODEL",
+                         help=N_("catalog name, config.json path or folder, or 7b"))
     mode = g_model.add_mutually_exclusive_group()
-    mode.add_argument("--train", dest="mode", action="store_const", const="train", help="training (default)")
+    mode.add_argument("--train", dest="mode", action="store_const", const="train", help=N_("training (default)"))
     mode.add_argument("--infer", dest="mode", action="store_const", const="infer",
-                      help="inference (prefill + KV cache)")
+                      help=N_("inference (prefill + KV cache)"))
     p.set_defaults(mode="train")
     # --batch-size/--seq-len too: vram doctor's old spelling, accepted by both (one documented).
     g_model.add_argument("--batch", "--batch-size", dest="batch", metavar="N", default="1",
-                   help="micro-batch per GPU (default %(default)s)")
-    g_model.add_argument("--seq", "--seq-len", dest="seq", metavar="N", help="sequence length / inference context "
-                   "(default: the model's, at most 512 for encoders and T5, 2048 for decoders)")
+                   help=N_("micro-batch per GPU (default %(default)s)"))
+    g_model.add_argument("--seq", "--seq-len", dest="seq", metavar="N", help=N_("sequence length / inference context "
+                   "(default: the model's, at most 512 for encoders and T5, 2048 for decoders)"))
     g_model.add_argument("--decoder-seq", "--decoder-seq-len", dest="decoder_seq", metavar="N",
-                   help="T5: the decoder (target) length (default: --seq)")
+                   help=N_("T5: the decoder (target) length (default: --seq)"))
     g_step.add_argument("--chunked-ce", dest="ce_chunk", metavar="TOKENS", nargs="?", const="128",
-                   help="LitGPT-style chunked lm_head and cross-entropy, TOKENS per chunk (default 128)")
-    g_model.add_argument("--image-size", metavar="N", help="ViT input size in pixels (default: the config's)")
-    g_step.add_argument("--precision", metavar="P", default=None,
-                   help=PRECISION_HELP + "; vram estimate also compares several, a comma list in one table, "
-                   "int8 and int4 being bitsandbytes' 8-bit and 4-bit base (bf16,int8,int4)"
-                   " (default: the checkpoint's dtype where the stack loads it so, "
-                   "transformers 5's dtype='auto': bf16-pure for a bf16 checkpoint, fp32 for an fp32 one; else bf16)")
+                   help=N_("LitGPT-style chunked lm_head and cross-entropy, TOKENS per chunk (default 128)"))
+    g_model.add_argument("--image-size", metavar="N", help=N_("ViT input size in pixels (default: the config's)"))
+    help_values(g_step.add_argument(
+        "--precision", metavar="P", default=None,
+        help=N_("%(precisions)s; vram estimate also compares several, a comma list in one table, int8 and int4 being "
+                "bitsandbytes' 8-bit and 4-bit base (bf16,int8,int4) (default: the checkpoint's dtype where the stack "
+                "loads it so, transformers 5's dtype='auto': bf16-pure for a bf16 checkpoint, fp32 for an fp32 one; "
+                "else bf16)")), precisions=lambda: _(PRECISION_HELP))
     g_step.add_argument("--optimizer", choices=("adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "adamw-4bit",
                                                  "adamw-fp8",
                                                  "paged-adamw",
                                             "none"),
-                   default=None, help="default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
+                   default=None, help=N_("default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
                    "--quant), its states in unified memory, outside torch's counters; none: a backward pass without "
-                   "an optimizer step")
+                   "an optimizer step"))
     g_step.add_argument("--grad-accum", metavar="N", default="1",
-                        help="gradient-accumulation steps (default %(default)s)")
-    g_step.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
+                        help=N_("gradient-accumulation steps (default %(default)s)"))
+    g_step.add_argument("--checkpointing", action="store_true", help=N_("activation checkpointing of every layer"))
     g_step.add_argument("--attention", choices=("eager", "flash"), default=None,
-                   help="eager (scores materialised) or flash / memory-efficient SDPA (default: SDPA where the stack's "
-                   "transformers uses it, 4.36 on; else eager)")
+                   help=N_("eager (scores materialised) or flash / memory-efficient SDPA (default: SDPA where the "
+                   "stack's "
+                   "transformers uses it, 4.36 on; else eager)"))
     g_step.add_argument("--fused-optimizer", dest="fused", action=argparse.BooleanOptionalAction, default=None,
-                   help="AdamW as one fused kernel, no optimizer-step temporaries (default: as the loop does; the HF "
-                   "Trainer's adamw_torch_fused on torch >= 2.8)")
+                   help=N_("AdamW as one fused kernel, no optimizer-step temporaries (default: as the loop does; "
+                   "the HF "
+                   "Trainer's adamw_torch_fused on torch >= 2.8)"))
     g_step.add_argument("--optimizer-in-backward", dest="optimizer_in_backward", action="store_true",
-                   help="each parameter stepped and its gradient freed inside backward (torchtune's optimizer_in_bwd)")
+                   help=N_("each parameter stepped and its gradient freed inside backward (torchtune's "
+                   "optimizer_in_bwd)"))
     g_step.add_argument("--offload-activations", dest="offload_activations", action="store_true",
-                   help="saved activations in pinned CPU memory between forward and backward (torchtune's "
-                   "enable_activation_offloading)")
+                   help=N_("saved activations in pinned CPU memory between forward and backward (torchtune's "
+                   "enable_activation_offloading)"))
     g_step.add_argument("--compile", dest="compiled", action="store_true", default=None,
-                   help="the model runs under torch.compile: not modelled, the estimate is said as a bound (an upper "
-                   "one for training, a lower one for CUDA-graphed inference)")
-    g_step.add_argument("--loop", choices=LOOPS, default=None, help="the training loop, whose own habits change "
+                   help=N_("the model runs under torch.compile: not modelled, the estimate is said as a bound (an "
+                   "upper "
+                   "one for training, a lower one for CUDA-graphed inference)"))
+    g_step.add_argument("--loop", choices=LOOPS, default=None, help=N_("the training loop, whose own habits change "
                    "memory (default hf-trainer): litgpt holds the last micro-step's graph, fuses q/k/v, keeps LoRA "
                    "weights 16-bit and quantizes the head with a bf16 compute dtype; torchtune holds the last graph "
                    "and quantizes with torchao's NF4; lightning turns DeepSpeed's overlap_comm on; docs/estimation.md "
-                   "lists each")
-    g_peft.add_argument("--lora", metavar="RANK", help="LoRA adapters of this rank; the base is frozen")
-    g_peft.add_argument("--adapter", metavar="WIDTH", help="bottleneck adapters (Houlsby: two a layer) of this width; "
-                   "the base is frozen")
+                   "lists each"))
+    g_peft.add_argument("--lora", metavar="RANK", help=N_("LoRA adapters of this rank; the base is frozen"))
+    g_peft.add_argument("--adapter", metavar="WIDTH",
+                   help=N_("bottleneck adapters (Houlsby: two a layer) of this width; "
+                   "the base is frozen"))
     g_peft.add_argument("--prefix-len", dest="prefix_len", metavar="TOKENS",
-                        help="prefix tuning with this many virtual "
-                   "tokens (PEFT, no reparameterisation); the base is frozen")
+                        help=N_("prefix tuning with this many virtual "
+                   "tokens (PEFT, no reparameterisation); the base is frozen"))
     g_peft.add_argument("--lora-targets", metavar="LIST",
-                        help="the linears LoRA adapts, a comma list of q, k, v, o, gate, "
+                        help=N_("the linears LoRA adapts, a comma list of q, k, v, o, gate, "
                    "up, down, head (the lm_head), or all-linear (default PEFT's: q,v; the fused qkv in GPT-2-like "
-                   "models)")
+                   "models)"))
     g_step.add_argument("--fused-qkv", dest="fused_qkv", action="store_true", default=None,
-                   help="q, k and v as one linear, as "
+                   help=N_("q, k and v as one linear, as "
                    "LitGPT builds every model and torchvision's ViT (MultiheadAttention): one autocast cast, LoRA "
-                   "dropout or 4-bit input cast serves the three")
+                   "dropout or 4-bit input cast serves the three"))
     g_step.add_argument("--keeps-last-graph", dest="keeps_last_graph", action="store_true", default=None,
-                   help="the training loop "
+                   help=N_("the training loop "
                    "holds the last micro-step's loss and logits into the next forward (LitGPT's fit loop): that "
-                   "graph lives on, with what bitsandbytes' matmuls keep as ctx attributes")
-    g_peft.add_argument("--lora-dropout", metavar="P", help="dropout on each LoRA adapter's input (default 0, PEFT's; "
-                   "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear")
+                   "graph lives on, with what bitsandbytes' matmuls keep as ctx attributes"))
+    g_peft.add_argument("--lora-dropout", metavar="P",
+                   help=N_("dropout on each LoRA adapter's input (default 0, PEFT's; "
+                   "LitGPT's configs use 0.05): a mask and a dropped copy per adapted linear"))
     g_peft.add_argument("--adapter-dtype", dest="adapter_dtype", choices=("fp32", "16bit"), default=None,
-                   help="LoRA weights on a 16-bit base (--precision bf16-pure, --quant): fp32 as PEFT keeps them "
-                   "(default, autocast_adapter_dtype, PEFT 0.12 on) or 16bit as LitGPT and torchtune do (--loop)")
+                   help=N_("LoRA weights on a 16-bit base (--precision bf16-pure, --quant): fp32 as PEFT keeps them "
+                   "(default, autocast_adapter_dtype, PEFT 0.12 on) or 16bit as LitGPT and torchtune do (--loop)"))
     g_quant.add_argument("--quant", choices=("8bit", "4bit", "int8-wo", "int4-wo", "fp8-wo"),
-                   help="8bit, 4bit: a bitsandbytes-quantized frozen base, its nn.Linear weights (embeddings and "
+                   help=N_("8bit, 4bit: a bitsandbytes-quantized frozen base, its nn.Linear weights (embeddings and "
                    "lm_head stay 16-bit; for training needs --lora, QLoRA); int8-wo, int4-wo, fp8-wo: torchao's "
-                   "weight-only quantize_ for inference (every nn.Linear, lm_head too)")
+                   "weight-only quantize_ for inference (every nn.Linear, lm_head too)"))
     g_quant.add_argument("--quant-compute-dtype", dest="quant_compute_dtype", choices=("fp32", "bf16", "fp16"),
-                   default=None, help="4-bit: the dtype weights are dequantized to and multiplied in "
-                   "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)")
+                   default=None, help=N_("4-bit: the dtype weights are dequantized to and multiplied in "
+                   "(bnb_4bit_compute_dtype; default fp32, HF's; LitGPT uses bf16)"))
     g_quant.add_argument("--quant-backend", dest="quant_backend", choices=("bitsandbytes", "torchao"),
-                   default=None, help="whose 4-bit linear: bitsandbytes (default; keeps its input for "
-                   "backward) or torchao's NF4 (torchtune's QLoRA; keeps only the weight)")
+                   default=None, help=N_("whose 4-bit linear: bitsandbytes (default; keeps its input for "
+                   "backward) or torchao's NF4 (torchtune's QLoRA; keeps only the weight)"))
     g_quant.add_argument("--quant-head", dest="quant_head", action="store_true", default=None,
-                   help="quantize the output layer too "
-                   "(Lightning's BitsandbytesPrecision in LitGPT; HF leaves lm_head 16-bit)")
-    g_quant.add_argument("--double-quant", action="store_true", help="4-bit: quantize the block constants too "
-                   "(bnb_4bit_use_double_quant)")
-    g_model.add_argument("--head", choices=("cls", "lm"), help="task head: cls (classification; encoders and ViT "
-                   "default) or lm (logits over the vocabulary; decoders and T5)")
-    g_par.add_argument("--gpus", metavar="N", default="1", help="GPUs: training data parallel unless --tp; inference "
-                   "splits the layers over them (device_map='auto'; the fullest GPU shown) unless --tp")
-    g_par.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help="DeepSpeed ZeRO stage")
+                   help=N_("quantize the output layer too "
+                   "(Lightning's BitsandbytesPrecision in LitGPT; HF leaves lm_head 16-bit)"))
+    g_quant.add_argument("--double-quant", action="store_true", help=N_("4-bit: quantize the block constants too "
+                   "(bnb_4bit_use_double_quant)"))
+    g_model.add_argument("--head", choices=("cls", "lm"), help=N_("task head: cls (classification; encoders and ViT "
+                   "default) or lm (logits over the vocabulary; decoders and T5)"))
+    g_par.add_argument("--gpus", metavar="N", default="1",
+                   help=N_("GPUs: training data parallel unless --tp; inference "
+                   "splits the layers over them (device_map='auto'; the fullest GPU shown) unless --tp"))
+    g_par.add_argument("--zero", metavar="STAGE", choices=("0", "1", "2", "3"), help=N_("DeepSpeed ZeRO stage"))
     g_par.add_argument("--offload", nargs="?", const="optimizer", metavar="WHAT",
-                   help="DeepSpeed offload to CPU memory, a comma list: optimizer (ZeRO-Offload: optimizer "
+                   help=N_("DeepSpeed offload to CPU memory, a comma list: optimizer (ZeRO-Offload: optimizer "
                         "states, fp32 master weights and gradients; grads is the same), params (ZeRO-3 "
-                        "parameter offload). Bare --offload: optimizer")
-    for flag, default, what in (("reduce-bucket", "5e8", "reduce_bucket_size"),
-                                ("allgather-bucket", "5e8", "allgather_bucket_size (chunks only, no buffer)"),
-                                ("prefetch-bucket", "5e7", "stage3_prefetch_bucket_size"),
-                                ("persistence", "1e5", "stage3_param_persistence_threshold"),
-                                ("max-live", "1e9", "stage3_max_live_parameters")):
-        g_par.add_argument(f"--zero-{flag}", metavar="N", default=default,
-                       help=f"DeepSpeed {what} in elements (default {default})")
+                        "parameter offload). Bare --offload: optimizer"))
+    bucket_help = N_("DeepSpeed %(name)s in elements (default %(default)s)")
+    for flag, default, name, what in (
+            ("reduce-bucket", "5e8", "reduce_bucket_size", bucket_help),
+            ("allgather-bucket", "5e8", "allgather_bucket_size",
+             N_("DeepSpeed %(name)s (chunks only, no buffer) in elements (default %(default)s)")),
+            ("prefetch-bucket", "5e7", "stage3_prefetch_bucket_size", bucket_help),
+            ("persistence", "1e5", "stage3_param_persistence_threshold", bucket_help),
+            ("max-live", "1e9", "stage3_max_live_parameters", bucket_help)):
+        help_values(g_par.add_argument(f"--zero-{flag}", metavar="N", default=default, help=what),
+                    name=functools.partial(str, name))
     g_par.add_argument("--zero-overlap-comm", action="store_true", default=None,
-                   help="DeepSpeed overlap_comm (stages 1-2): a second "
-                   "reduce-bucket buffer (DeepSpeed's default off; Lightning's DeepSpeedStrategy turns it on)")
-    g_par.add_argument("--fsdp", action="store_true", help="PyTorch FSDP, full shard, one unit per layer: parameters, "
+                   help=N_("DeepSpeed overlap_comm (stages 1-2): a second "
+                   "reduce-bucket buffer (DeepSpeed's default off; Lightning's DeepSpeedStrategy turns it on)"))
+    g_par.add_argument("--fsdp", action="store_true",
+                   help=N_("PyTorch FSDP, full shard, one unit per layer: parameters, "
                    "gradients and optimizer states sharded over --gpus; with --offload params (CPUOffload) they "
-                   "live on the CPU and the optimizer steps there")
+                   "live on the CPU and the optimizer steps there"))
     g_par.add_argument("--tp", metavar="N", default="1",
-                       help="tensor-parallel degree (within --gpus; default %(default)s)")
+                       help=N_("tensor-parallel degree (within --gpus; default %(default)s)"))
     g_par.add_argument("--parallel", choices=("ddp", "dp"), default="ddp",
-                   help="ddp (default) or dp: DataParallel, which loads GPU 0 more")
-    help_values(g_ver.add_argument("--context-overhead", metavar="SIZE", help="CUDA context size, as nvidia-smi "
-                                   "counts it (default %(new)s for CUDA >= 11.7, %(old)s before)"),
+                   help=N_("ddp (default) or dp: DataParallel, which loads GPU 0 more"))
+    help_values(g_ver.add_argument("--context-overhead", metavar="SIZE", help=N_("CUDA context size, as nvidia-smi "
+                                   "counts it (default %(new)s for CUDA >= 11.7, %(old)s before)")),
                 new=lambda: _context_default(12.4), old=lambda: _context_default(11.6))
     g_ver.add_argument("--cuda", metavar="VERSION", default="12.4",
-                       help="CUDA version, for the context default (default %(default)s)")
+                       help=N_("CUDA version, for the context default (default %(default)s)"))
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
                                 "foreach_denom_copy": "--torch", "foreach": "--torch", "torchao_chunk": "--torchao",
                                 "cache_views": "--transformers", "legacy_cache": "--transformers",
                                 "all_logits": "--transformers", "fused": "--fused-optimizer"})
     g_step.add_argument("--zero-grad-before-backward", dest="zero_grad_before_backward", action="store_true",
                         default=None,
-                   help="the loop calls zero_grad() after the forward, just before backward: the last step's "
-                   "gradients stay allocated through the forward")
-    g_ver.add_argument("--stack", metavar="LIST", help="the library versions the run used, a comma list such as "
+                   help=N_("the loop calls zero_grad() after the forward, just before backward: the last step's "
+                   "gradients stay allocated through the forward"))
+    g_ver.add_argument("--stack", metavar="LIST", help=N_("the library versions the run used, a comma list such as "
                    "torch=2.1,transformers=4.36,peft=0.7 (default: those installed beside vram, else the current "
-                   "releases); --torch, --transformers, --peft, --bitsandbytes, --torchao, --deepspeed set one each")
-    g_ver.add_argument("--torch", metavar="VERSION", help="PyTorch's semantics (2.0 and later: zero_grad() frees the "
+                   "releases); --torch, --transformers, --peft, --bitsandbytes, --torchao, --deepspeed set one each"))
+    g_ver.add_argument("--torch", metavar="VERSION",
+                   help=N_("PyTorch's semantics (2.0 and later: zero_grad() frees the "
                    "gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second list at the update; 1.13 and "
                    "before keep the gradients allocated, set_to_none=False, and update one parameter at a time; 2.8 "
-                   "on: the HF Trainer's fused AdamW)")
+                   "on: the HF Trainer's fused AdamW)"))
     for library in ("peft", "bitsandbytes", "deepspeed"):
-        g_ver.add_argument(f"--{library}", metavar="VERSION", help=f"{library}'s version (default: --stack's)")
+        help_values(g_ver.add_argument(f"--{library}", metavar="VERSION",
+                                       help=N_("%(library)s's version (default: --stack's)")),
+                    library=functools.partial(str, library))
     g_quant.add_argument("--loading", choices=("torchtune",),
-                         help="how the model was built and loaded, where that leaves "
+                         help=N_("how the model was built and loaded, where that leaves "
                    "more reserved than the step needs (the caching allocator keeps it): torchtune (its QLoRA recipe "
                    "builds the model on the GPU, quantizes each LoRA linear with torchao's to_nf4, and again as the "
-                   "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)")
-    g_model.add_argument("--cache-len", dest="cache_len", metavar="N", help="inference: a static KV cache of N "
+                   "checkpoint loads; needs --quant 4bit --quant-backend torchao --lora)"))
+    g_model.add_argument("--cache-len", dest="cache_len", metavar="N", help=N_("inference: a static KV cache of N "
                    "positions (HF's StaticCache, generate(cache_implementation='static'); gpt-fast), allocated whole "
-                   "at once, with the prefill's mask over all of it; needs --attention flash")
-    g_model.add_argument("--new-tokens", dest="new_tokens", metavar="N", default="0", help="inference: generate() "
+                   "at once, with the prefill's mask over all of it; needs --attention flash"))
+    g_model.add_argument("--new-tokens", dest="new_tokens", metavar="N", default="0", help=N_("inference: generate() "
                    "goes on for N new tokens after the --seq prompt (default %(default)s: the prefill alone); the peak "
                    "is the "
-                   "larger of the prefill and the last decode step, the cache then seq + N - 1 positions")
-    g_ver.add_argument("--transformers", metavar="VERSION", help="Hugging Face transformers' "
+                   "larger of the prefill and the last decode step, the cache then seq + N - 1 positions"))
+    g_ver.add_argument("--transformers", metavar="VERSION", help=N_("Hugging Face transformers' "
                    "semantics (4.54 and later: the KV cache copies k and v; before, it kept "
                    "them "
                    "as computed, and GPT-2's views hold its whole fused qkv output; before 4.45 the prefill computes "
                    "every position's logits; before 4.42 generate() holds the previous step's cache beside the "
                    "next; 4.36 on: SDPA attention; 5 on: the checkpoint's own dtype); the rest of the inference "
-                   "estimate follows transformers 5's modeling code")
+                   "estimate follows transformers 5's modeling code"))
     g_ver.add_argument("--torchao", metavar="VERSION",
-                       help="torchao's to_nf4 for --loading (0.2 "
-                   "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)")
+                       help=N_("torchao's to_nf4 for --loading (0.2 "
+                   "and later: 1,048,576 elements at a time; 0.1 took each whole tensor at once, 32 bytes an element)"))
     return {"model": g_model, "step": g_step, "adapters": g_peft, "quantization": g_quant, "parallel": g_par,
             "versions": g_ver, "output": output}
 
@@ -244,7 +262,7 @@ def _int(args: argparse.Namespace, name: str) -> int | None:
     if value is None:
         return None
     if not re.fullmatch(r"\s*-?[0-9]+\s*", str(value), re.ASCII):  # int() would take '٥' and '1_000'
-        raise UsageError(f"{str(value)[:40]!r} is not a whole number", param=name)
+        raise UsageError(_("{value!r} is not a whole number").format(value=str(value)[:40]), param=name)
     return int(value)
 
 
@@ -265,7 +283,8 @@ def _offload(value: str | None) -> set[str]:
     parts = [part.strip().lower() for part in value.split(",") if part.strip()]
     bad = [part for part in parts if part not in OFFLOADS]
     if bad or not parts:
-        raise UsageError(f"{(bad or [value])[0][:40]!r}: give optimizer, grads or params (a comma list)",
+        raise UsageError(_("{value!r}: give optimizer, grads or params (a comma list)").format(
+                         value=(bad or [value])[0][:40]),
                          param="offload")
     return {OFFLOADS[part] for part in parts}
 
@@ -278,9 +297,11 @@ def _elements(args: argparse.Namespace, name: str) -> int:
             raise ValueError(value)
         number = float(str(value).replace("_", ""))
     except ValueError:
-        raise UsageError(f"{str(value)[:40]!r} is not a number of elements such as 5e8", param=name) from None
+        raise UsageError(_("{value!r} is not a number of elements such as 5e8").format(value=str(value)[:40]),
+                         param=name) from None
     if not 0 <= number <= 1e15 or number != int(number):
-        raise UsageError(f"{str(value)[:40]!r}: give a whole number of elements from 0 to 1e15", param=name)
+        raise UsageError(_("{value!r}: give a whole number of elements from 0 to 1e15").format(value=str(value)[:40]),
+                         param=name)
     return int(number)
 
 
@@ -303,7 +324,8 @@ def _fraction(args: argparse.Namespace, name: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise UsageError(f"{str(value)[:40]!r} is not a number such as 0.05", param=name) from None
+        raise UsageError(_("{value!r} is not a number such as 0.05").format(value=str(value)[:40]),
+                         param=name) from None
 
 
 # the old per-source loop flags: each is one row of stack.BEHAVIOURS, which --loop sets with the rest of its loop
@@ -343,15 +365,15 @@ def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> 
     try:
         cuda = float(args.cuda)
     except ValueError:
-        raise UsageError(f"{args.cuda!r} is not a version such as 12.4", param="cuda") from None
+        raise UsageError(_("{value!r} is not a version such as 12.4").format(value=args.cuda), param="cuda") from None
     offload = _offload(args.offload)
     stack = _stack(args)
     zero_sizes = {f"zero_{name}": _elements(args, f"zero_{name}")
                   for name in ("reduce_bucket", "allgather_bucket", "prefetch_bucket", "persistence", "max_live")}
     for name, (flag, loop) in LOOP_FLAGS.items():
         if getattr(args, name) and args.loop is None:
-            print(f"note: {flag} is part of a training loop's habits: --loop {loop} sets it with the rest "
-                  "(the flag stays for a release)", file=sys.stderr)
+            print(_("note: {flag} is part of a training loop's habits: --loop {loop} sets it with the rest (the flag "
+                    "stays for a release)").format(flag=flag, loop=loop), file=sys.stderr)
     given = dict(mode=args.mode, checkpointing=args.checkpointing, quant=args.quant,
                  double_quant=args.double_quant,
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
@@ -367,8 +389,10 @@ def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> 
                  optimizer_in_backward=args.optimizer_in_backward, offload_activations=args.offload_activations)
     given |= {name: getattr(args, name) for name in _OPEN if getattr(args, name) is not None}
     if args.precision is not None and args.precision not in PRECISIONS:
-        raise UsageError(f"{args.precision[:40]!r}: give one of {', '.join(PRECISIONS)}" + (
-            " (vram estimate compares several)" if "," in args.precision else ""), param="precision")
+        raise UsageError((_("{value!r}: give one of {names} (vram estimate compares several)") if "," in args.precision
+                          else _("{value!r}: give one of {names}")).format(value=args.precision[:40],
+                                                                           names=", ".join(PRECISIONS)),
+                         param="precision")
     return setup_for(spec or spec_of(args.model), stack, args.loop, given)
 
 
@@ -398,9 +422,9 @@ def _note_flash_attention(model: str, setup: Any, result: Any) -> None:
     except VramkitError:  # a setup flash attention is not modelled for
         return
     if flash.total_bytes < 0.75 * result.total_bytes:
-        result.notes.append(f"eager attention (transformers < 4.36's default) keeps every score matrix: with SDPA "
-                            f"or flash kernels (--attention flash; the default from transformers 4.36) it would be "
-                            f"{format_size(flash.total_bytes)} as nvidia-smi shows it")
+        result.notes.append(_("eager attention (transformers < 4.36's default) keeps every score matrix: with SDPA or "
+                              "flash kernels (--attention flash; the default from transformers 4.36) it would be "
+                              "{size} as nvidia-smi shows it").format(size=format_size(flash.total_bytes)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -412,11 +436,11 @@ def run(args: argparse.Namespace) -> int:
         print(list_models())
         return 0
     if not args.model:
-        raise UsageError("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)")
+        raise UsageError(_("estimate: give a MODEL (a catalog name, a config.json, or a count like 7b; see --list)"))
     if args.timeline is not None and not args.trace:
-        raise UsageError("--timeline draws the traced steps: add --trace", param="timeline")
+        raise UsageError(_("--timeline draws the traced steps: add --trace"), param="timeline")
     if args.timeline is not None and not args.timeline.lower().endswith((".svg", ".html", ".htm")):
-        raise UsageError("--timeline: give a .svg or .html file name", param="timeline")
+        raise UsageError(_("--timeline: give a .svg or .html file name"), param="timeline")
     style = style_for(sys.stdout, getattr(args, "no_color", False))
     precisions = _precision_choices(args)
     if len(precisions) > 1:
@@ -426,7 +450,7 @@ def run(args: argparse.Namespace) -> int:
     result, traced, by_tracing = _estimate(args)
     host = host_memory(result)
     if args.timeline is not None and traced is not None:
-        _write_timeline(args.timeline, traced, f"{result.model}: the traced steps, by category")
+        _write_timeline(args.timeline, traced, _("{model}: the traced steps, by category").format(model=result.model))
     if args.json:
         extra: dict[str, Any] = {"trace": traced.to_dict()} if traced and args.trace else {}
         if by_tracing:
@@ -444,7 +468,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline is not None:
         from ..procs import sanitize
 
-        print(f"\ntimeline written to {sanitize(args.timeline)}")
+        print("\n" + _("timeline written to {path}").format(path=sanitize(args.timeline)))
     return 0
 
 
@@ -480,9 +504,11 @@ def _estimate_by_tracing(args: argparse.Namespace, unknown: Any) -> tuple[Any, A
     try:
         return estimate_by_tracing(unknown.config, setup, name=unknown.name)
     except TraceUnavailable as e:  # no torch or transformers: the refusal, and what tracing it needs
-        raise UsageError(f"{unknown.message}; tracing its transformers class {e.message}") from None
+        raise UsageError(_("{refusal}; tracing its transformers class {why}").format(refusal=unknown.message,
+                                                                                   why=e.message)) from None
     except NotTraceable as e:  # the refusal (what the formulas take), and why tracing does not either
-        raise UsageError(f"{unknown.message}; {e.message.split(': ', 1)[-1]}") from None
+        raise UsageError(_("{refusal}; {why}").format(refusal=unknown.message,
+                                                     why=e.message.split(": ", 1)[-1])) from None
 
 
 def _write_timeline(path: str, traced: Any, title: str) -> None:
@@ -499,7 +525,7 @@ def _write_timeline(path: str, traced: Any, title: str) -> None:
     except OSError as e:
         from .common import Failure
 
-        raise Failure(f"cannot write {sanitize(path)}: {e.strerror or e}") from None
+        raise Failure(_("cannot write {path}: {error}").format(path=sanitize(path), error=e.strerror or e)) from None
 
 
 # --precision int8 / int4: bitsandbytes' 8-bit and 4-bit base (load_in_8bit / load_in_4bit), as --quant
@@ -517,10 +543,12 @@ def _precision_choices(args: argparse.Namespace) -> list[str]:
 
         typed = (bad or [str(args.precision)])[0]
         close = difflib.get_close_matches(typed, [*PRECISIONS, *_QUANT_PRECISIONS], n=1, cutoff=0.6)
-        raise UsageError(f"{typed[:40]!r}: give {', '.join(PRECISIONS)}, int8 or int4, or a comma list of them to "
-                         "compare" + (f"; did you mean '{close[0]}'?" if close else ""), param="precision")
+        raise UsageError((_("{value!r}: give {names}, int8 or int4, or a comma list of them to compare; did you mean "
+                            "'{close}'?") if close else
+                          _("{value!r}: give {names}, int8 or int4, or a comma list of them to compare")).format(
+            value=typed[:40], names=", ".join(PRECISIONS), close=close[0] if close else ""), param="precision")
     if args.quant and any(x in _QUANT_PRECISIONS for x in items):
-        raise UsageError("int8 and int4 are --quant 8bit and 4bit: give one or the other", param="quant")
+        raise UsageError(_("int8 and int4 are --quant 8bit and 4bit: give one or the other"), param="quant")
     return items
 
 
@@ -539,7 +567,7 @@ def _compare_precisions(args: argparse.Namespace, choices: list[str], style: Any
 
     for flag, on in (("trace", args.trace), ("explain", args.explain)):
         if on:
-            raise UsageError(f"--{flag} shows one estimate: give one --precision", param=flag)
+            raise UsageError(_("--{flag} shows one estimate: give one --precision").format(flag=flag), param=flag)
     rows = []
     for choice in choices:
         try:

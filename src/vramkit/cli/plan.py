@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from ..i18n import N_, _
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_old_spelling, open_for
 from .estimate import add_setup_options, setup_from_args
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from .common import Subparsers
 
 HELP = COMMANDS["plan"]
-DESCRIPTION = """\
+DESCRIPTION = N_("""\
 Check whether MODEL fits a GPU as set up (same options as 'vram estimate'), the largest batch
 that fits, and, when it does not fit, the changes ranked cheapest first, each with the memory it
 would need: micro-batch + gradient accumulation, flash attention, mixed precision, checkpointing,
@@ -31,7 +32,7 @@ examples:
   vram plan llama-2-7b --card current --simulate demo
   vram plan mistral-7b --card l4 --infer --batch 8 --seq 8192 --json
   vram plan llama-2-13b --card a100-40gb --infer --batch 8 --seq 4096 --new-tokens 4096 --transformers 4.40
-"""
+""")
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
@@ -40,10 +41,10 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     groups = add_setup_options(p)
     card = groups["output"].add_argument(
         "--card", metavar="NAME|current", default="a100-80gb",
-        help="the GPU to plan for: a catalog GPU (a100-80gb, h100-sxm, rtx-4090, ...; default %(default)s), or "
-             "'current': the free memory of the GPU here with the most")
+        help=N_("the GPU to plan for: a catalog GPU (a100-80gb, h100-sxm, rtx-4090, ...; default %(default)s), or "
+             "'current': the free memory of the GPU here with the most"))
     add_old_spelling(p, "--gpu", card)
-    groups["output"].add_argument("--json", action="store_true", help="print JSON")
+    groups["output"].add_argument("--json", action="store_true", help=N_("print JSON"))
     p.set_defaults(run=run)
 
 
@@ -55,7 +56,7 @@ def _current_free(args: argparse.Namespace) -> int:
         machine.close()
     free = [g.memory_free for g in snap.gpus if g.memory_free is not None and not g.lost]
     if not free:
-        raise UsageError("--card current: no GPU here reports its free memory")
+        raise UsageError(_("--card current: no GPU here reports its free memory"))
     return max(free)
 
 
@@ -65,10 +66,10 @@ def run(args: argparse.Namespace) -> int:
     from ..render.style import style_for
 
     if not args.model:
-        raise UsageError("plan: give a MODEL (a catalog name, a config.json, or a count like 7b)")
+        raise UsageError(_("plan: give a MODEL (a catalog name, a config.json, or a count like 7b)"))
     setup = setup_from_args(args)
     gpu = _current_free(args) if args.card == "current" else args.card
-    result = plan(args.model, gpu, setup, gpu_label="the GPU here with the most free memory")
+    result = plan(args.model, gpu, setup, gpu_label=_("the GPU here with the most free memory"))
     if args.json:
         print(plan_json(result))
     else:

@@ -285,13 +285,13 @@ class Setup:
         """FSDP as modelled: full-shard training, alone (no ZeRO or tp); a quantized base: _check_sharded_quant."""
         for name, clash in (("zero", self.zero is not None), ("tp", self.tp > 1), ("fsdp", self.mode != "train")):
             if clash:  # for inference the flag to blame is --fsdp itself (mode has no flag of its own)
-                raise EstimateError("FSDP is modelled for training alone: not with DeepSpeed ZeRO, tensor "
-                                    "parallelism or inference", param=name)
+                raise EstimateError(_("FSDP is modelled for training alone: not with DeepSpeed ZeRO, tensor "
+                                    "parallelism or inference"), param=name)
         if self.offload:
-            raise EstimateError("FSDP offloads the parameters, and with them the gradients and the optimizer "
-                                "step (CPUOffload(offload_params=True)): offload params", param="offload")
+            raise EstimateError(_("FSDP offloads the parameters, and with them the gradients and the optimizer "
+                                "step (CPUOffload(offload_params=True)): offload params"), param="offload")
         if self.gpus == 1 and not self.offload_params:
-            raise EstimateError("FSDP on one GPU shards nothing: give more GPUs, or offload the parameters to CPU",
+            raise EstimateError(_("FSDP on one GPU shards nothing: give more GPUs, or offload the parameters to CPU"),
                                 param="fsdp")
 
     def _check_sharded_quant(self) -> None:
@@ -301,158 +301,174 @@ class Setup:
         if not self.quant or (self.zero is None and not self.fsdp):
             return
         if self.quant_backend != "bitsandbytes":
-            raise EstimateError("a quantized base under DeepSpeed ZeRO or FSDP is modelled for bitsandbytes "
-                                "(PEFT's QLoRA recipes), not torchao", param="quant_backend")
+            raise EstimateError(_("a quantized base under DeepSpeed ZeRO or FSDP is modelled for bitsandbytes "
+                                "(PEFT's QLoRA recipes), not torchao"), param="quant_backend")
         if (self.fsdp or self.zero == 3) and self.quant != "4bit":
-            raise EstimateError("ZeRO-3 and FSDP shard a quantized base as bitsandbytes' 4-bit weights in a 16-bit "
-                                "storage dtype (bnb_4bit_quant_storage): give quant 4bit", param="quant")
+            raise EstimateError(_("ZeRO-3 and FSDP shard a quantized base as bitsandbytes' 4-bit weights in a 16-bit "
+                                "storage dtype (bnb_4bit_quant_storage): give quant 4bit"), param="quant")
         if self.zero == 3 and self.offload_params:
-            raise EstimateError("ZeRO-3 parameter offload with a 4-bit base is not modelled (PEFT's DeepSpeed "
+            raise EstimateError(_("ZeRO-3 parameter offload with a 4-bit base is not modelled (PEFT's DeepSpeed "
                                 "guide: it takes more GPU memory than without): keep the parameters on the GPU, or "
-                                "use FSDP's CPU offload", param="offload_params")
+                                "use FSDP's CPU offload"), param="offload_params")
 
     def check(self, spec: ModelSpec) -> None:
         """EstimateError unless the setup makes sense for `spec`; `param` names the field to blame."""
         for f in fields(self):  # an on/off option takes True or False: "no" would be truthy
             if isinstance(f.default, bool) and not isinstance(getattr(self, f.name), bool):
-                raise EstimateError(f"must be True or False, not {getattr(self, f.name)!r:.40}", param=f.name)
+                raise EstimateError(_("must be True or False, not {value}").format(
+                    value=f"{getattr(self, f.name)!r:.40}"), param=f.name)
         def positive(name: str, allow_none: bool = True) -> None:
             value = getattr(self, name)
             if value is None and allow_none:
                 return
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise EstimateError(f"must be a whole number of at least 1, not {value!r}", param=name)
+                raise EstimateError(_("must be a whole number of at least 1, not {value!r}").format(value=value),
+                                    param=name)
             if value > SETUP_LIMITS[name]:  # far past any real setup; beyond it floats overflow
-                raise EstimateError(f"must be at most {SETUP_LIMITS[name]:,}", param=name)
+                raise EstimateError(_("must be at most {limit:,}").format(limit=SETUP_LIMITS[name]), param=name)
 
         def one_of(name: str, allowed: tuple[object, ...], words: str) -> None:
             value = getattr(self, name)  # by type too: 3.0 == 3 and True == 1, but neither is a stage
             if not any(value == a and type(value) is type(a) for a in allowed):
-                raise EstimateError(f"must be {words}, not {getattr(self, name)!r}", param=name)
+                raise EstimateError(_("must be {allowed}, not {value!r}").format(allowed=words,
+                                                                               value=getattr(self, name)), param=name)
 
-        one_of("mode", ("train", "infer"), "train or infer")
+        one_of("mode", ("train", "infer"), _("train or infer"))
         for name in ("batch", "grad_accum", "gpus", "tp"):
             positive(name, allow_none=False)
         for name in ("seq", "image_size", "lora", "decoder_seq", "ce_chunk", "adapter", "prefix_len", "cache_len"):
             positive(name)
         for name in ("optimizer_in_backward", "offload_activations"):
             if getattr(self, name) and (self.mode != "train" or self.zero is not None or self.fsdp):
-                raise EstimateError("is modelled for training on one GPU or DDP, as torchtune's single-device and "
-                                    "distributed recipes run it, not under DeepSpeed ZeRO or FSDP", param=name)
+                raise EstimateError(_("is modelled for training on one GPU or DDP, as torchtune's single-device and "
+                                    "distributed recipes run it, not under DeepSpeed ZeRO or FSDP"), param=name)
         if self.optimizer_in_backward and (self.grad_accum > 1 or self.optimizer in ("none", "paged-adamw")):
-            raise EstimateError("steps each parameter inside backward: no gradient accumulation (torchtune refuses "
-                                "it) and an optimizer of torch's own", param="optimizer_in_backward")
+            raise EstimateError(_("steps each parameter inside backward: no gradient accumulation (torchtune refuses "
+                                "it) and an optimizer of torch's own"), param="optimizer_in_backward")
         if self.cache_len is not None:
             if self.mode != "infer" or spec.arch not in ("gpt", "llama"):
-                raise EstimateError("a static KV cache is for inference of decoder-only models (--infer)",
+                raise EstimateError(_("a static KV cache is for inference of decoder-only models (--infer)"),
                                     param="cache_len")
             if self.attention != "flash":
-                raise EstimateError("a static cache is modelled with SDPA (--attention flash): eager attention's "
-                                    "scores would span the whole cache", param="cache_len")
+                raise EstimateError(_("a static cache is modelled with SDPA (--attention flash): eager attention's "
+                                    "scores would span the whole cache"), param="cache_len")
             need = (self.seq or 0) + max(self.new_tokens, 1) - 1
             if self.cache_len < need:
-                raise EstimateError(f"{self.cache_len} positions cannot hold the prompt and the new tokens ({need})",
+                raise EstimateError(_("{positions} positions cannot hold the prompt and the new tokens ({need})")
+                                    .format(positions=self.cache_len, need=need),
                                     param="cache_len")
         if self.zero is not None and self.mode == "infer":  # it shards training states; inference splits layers
-            raise EstimateError("DeepSpeed ZeRO shards what training keeps: for inference over several GPUs give "
-                                "--gpus alone (device_map's layer split) or tensor parallelism", param="zero")
+            raise EstimateError(_("DeepSpeed ZeRO shards what training keeps: for inference over several GPUs give "
+                                "--gpus alone (device_map's layer split) or tensor parallelism"), param="zero")
         if not isinstance(self.new_tokens, int) or isinstance(self.new_tokens, bool):
-            raise EstimateError(f"must be a whole number (0: the prefill alone), not {self.new_tokens!r:.40}",
+            raise EstimateError(_("must be a whole number (0: the prefill alone), not {value}").format(
+                value=f"{self.new_tokens!r:.40}"),
                                 param="new_tokens")
         if self.new_tokens:  # 0 (the prefill alone) is its default
             positive("new_tokens")
             if self.mode != "infer" or spec.family in ENCODERS or spec.encoder_decoder or spec.patches:
-                raise EstimateError("generation is modelled for inference of decoder-only models (--infer)",
+                raise EstimateError(_("generation is modelled for inference of decoder-only models (--infer)"),
                                     param="new_tokens")
         for name in ("adapter", "prefix_len", "new_tokens"):
             if getattr(self, name) and spec.bare:
-                raise EstimateError("needs a model with layers (a config or a catalog name), not a bare count",
+                raise EstimateError(_("needs a model with layers (a config or a catalog name), not a bare count"),
                                     param=name)
         if self.prefix_len and spec.patches:
-            raise EstimateError("prefix tuning is for language models, not ViT", param="prefix_len")
+            raise EstimateError(_("prefix tuning is for language models, not ViT"), param="prefix_len")
         if self.lora_targets is not None:
             bad = [t for t in self.lora_targets if t not in LORA_TARGET_NAMES]
             if bad or not self.lora_targets or not self.lora:
-                raise EstimateError(f"must be some of {', '.join(LORA_TARGET_NAMES)}, with a lora rank"
-                                    + (f", not {bad[0]!r}" if bad else ""), param="lora_targets")
+                raise EstimateError((_("must be some of {names}, with a lora rank, not {value!r}") if bad else
+                                     _("must be some of {names}, with a lora rank")).format(
+                    names=", ".join(LORA_TARGET_NAMES), value=bad[0] if bad else ""), param="lora_targets")
         if self.decoder_seq is not None and not spec.encoder_decoder:
-            raise EstimateError(f"a separate decoder length is for encoder-decoder models (t5), not {spec.family}",
+            raise EstimateError(_("a separate decoder length is for encoder-decoder models (t5), not {family}").format(
+                family=spec.family),
                                 param="decoder_seq")
         if self.ce_chunk is not None and (self.mode != "train" or spec.head != "lm"):
-            raise EstimateError("chunks the training loss over a vocabulary: needs training with an lm head",
+            raise EstimateError(_("chunks the training loss over a vocabulary: needs training with an lm head"),
                                 param="ce_chunk")
         if self.optimizer == "none" and self.zero is not None:
-            raise EstimateError("DeepSpeed ZeRO shards optimizer states: give an optimizer", param="optimizer")
-        one_of("precision", PRECISIONS, f"one of {', '.join(PRECISIONS)}")
-        one_of("optimizer", OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}")
-        one_of("attention", ("eager", "flash"), "eager or flash")
-        one_of("quant", (None, *QUANT_BYTES, *TORCHAO_WEIGHT_ONLY), "8bit or 4bit (bitsandbytes), int8-wo, int4-wo or "
-               "fp8-wo (torchao weight-only)")
+            raise EstimateError(_("DeepSpeed ZeRO shards optimizer states: give an optimizer"), param="optimizer")
+        one_of("precision", PRECISIONS, _("one of {names}").format(names=", ".join(PRECISIONS)))
+        one_of("optimizer", OPTIMIZERS, _("one of {names}").format(names=", ".join(OPTIMIZERS)))
+        one_of("attention", ("eager", "flash"), _("eager or flash"))
+        one_of("quant", (None, *QUANT_BYTES, *TORCHAO_WEIGHT_ONLY), _("8bit or 4bit (bitsandbytes), int8-wo, int4-wo "
+                                                                      "or fp8-wo (torchao weight-only)"))
         if self.quant in TORCHAO_WEIGHT_ONLY and (self.mode != "infer" or self.zero is not None or self.fsdp):
-            raise EstimateError("torchao's weight-only quantization is modelled for inference (quantize_ with "
-                                "Int8/Int4/Float8WeightOnlyConfig)", param="quant")
-        one_of("adapter_dtype", ("fp32", "16bit"), "fp32 (PEFT) or 16bit (LitGPT, torchtune)")
-        one_of("quant_compute_dtype", ("fp32", "bf16", "fp16"), "fp32 (HF's default), bf16 or fp16")
-        one_of("quant_backend", ("bitsandbytes", "torchao"), "bitsandbytes or torchao")
-        one_of("loading", (None, *LOADING_PATHS), "torchtune (its QLoRA model build and checkpoint load)")
+            raise EstimateError(_("torchao's weight-only quantization is modelled for inference (quantize_ with "
+                                "Int8/Int4/Float8WeightOnlyConfig)"), param="quant")
+        one_of("adapter_dtype", ("fp32", "16bit"), _("fp32 (PEFT) or 16bit (LitGPT, torchtune)"))
+        one_of("quant_compute_dtype", ("fp32", "bf16", "fp16"), _("fp32 (HF's default), bf16 or fp16"))
+        one_of("quant_backend", ("bitsandbytes", "torchao"), _("bitsandbytes or torchao"))
+        one_of("loading", (None, *LOADING_PATHS), _("torchtune (its QLoRA model build and checkpoint load)"))
         if self.loading and not (self.quant == "4bit" and self.quant_backend == "torchao" and self.lora
                                  and spec.arch == "llama" and not spec.experts):
-            raise EstimateError("torchtune's loading quantizes the LoRA linears of a llama-family model with "
-                                "torchao: give quant 4bit, quant backend torchao and a lora rank", param="loading")
+            raise EstimateError(_("torchtune's loading quantizes the LoRA linears of a llama-family model with "
+                                "torchao: give quant 4bit, quant backend torchao and a lora rank"), param="loading")
         if self.loading and not set(ALL_LINEAR) <= set(lora_targets(spec, self.lora_targets)):
             # torchtune 0.1 leaves the linears without LoRA in bf16, where the weights count them all NF4
-            raise EstimateError("torchtune's loading is modelled for its QLoRA recipe, LoRA on every linear of "
-                                "the layers: give lora targets all-linear", param="loading")
+            raise EstimateError(_("torchtune's loading is modelled for its QLoRA recipe, LoRA on every linear of "
+                                "the layers: give lora targets all-linear"), param="loading")
         if self.loading and (self.mode != "train" or self.gpus > 1 or spec.tied):
-            raise EstimateError("torchtune's loading is modelled for its single-device finetune of a model with "
-                                "its own output layer (llama-2, mistral): training on one GPU", param="loading")
+            raise EstimateError(_("torchtune's loading is modelled for its single-device finetune of a model with "
+                                "its own output layer (llama-2, mistral): training on one GPU"), param="loading")
         if not isinstance(self.torchao_chunk, int) or isinstance(self.torchao_chunk, bool) or self.torchao_chunk < 0:
-            raise EstimateError(f"must be a number of elements (0: the whole tensor), not {self.torchao_chunk!r}",
+            raise EstimateError(_("must be a number of elements (0: the whole tensor), not {value!r}").format(
+                value=self.torchao_chunk),
                                 param="torchao_chunk")
         if self.quant_backend == "torchao" and self.quant not in (None, "4bit"):
-            raise EstimateError("torchao's NF4 is 4-bit: give quant 4bit", param="quant_backend")
-        one_of("zero", (None, 0, 1, 2, 3), "a ZeRO stage: 0, 1, 2 or 3")
-        one_of("parallel", ("ddp", "dp"), "ddp or dp")
+            raise EstimateError(_("torchao's NF4 is 4-bit: give quant 4bit"), param="quant_backend")
+        one_of("zero", (None, 0, 1, 2, 3), _("a ZeRO stage: 0, 1, 2 or 3"))
+        one_of("parallel", ("ddp", "dp"), _("ddp or dp"))
         for name in ZERO_SIZES:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**15:
-                raise EstimateError(f"must be a number of elements from 0 to 1e15, not {value!r}", param=name)
+                raise EstimateError(_("must be a number of elements from 0 to 1e15, not {value!r}").format(value=value),
+                                    param=name)
         if self.quant and self.mode == "train" and not (self.lora or self.adapter or self.prefix_len):
-            raise EstimateError("training a quantized model needs LoRA or other adapters (QLoRA): give a lora rank, "
+            raise EstimateError(_("training a quantized model needs LoRA or other adapters (QLoRA): give a lora rank, "
                                 "an adapter width or a prefix length (a 4/8-bit base is frozen; full training is "
-                                "supported in fp32, fp16, bf16)", param="quant")
+                                "supported in fp32, fp16, bf16)"), param="quant")
         if self.quant_head and not self.quant:
-            raise EstimateError("quantizes the output layer with the rest: give quant 8bit or 4bit", param="quant_head")
+            raise EstimateError(_("quantizes the output layer with the rest: give quant 8bit or 4bit"),
+                                param="quant_head")
         if self.optimizer in TORCHAO_STATES and (self.zero is not None or self.fsdp):
-            raise EstimateError("torchao's low-bit AdamW is modelled on one GPU or DDP, not under DeepSpeed ZeRO or "
-                                "FSDP", param="optimizer")
+            raise EstimateError(_("torchao's low-bit AdamW is modelled on one GPU or DDP, not under DeepSpeed ZeRO or "
+                                "FSDP"), param="optimizer")
         if self.optimizer == "paged-adamw" and self.zero is not None:
-            raise EstimateError("DeepSpeed ZeRO shards its own optimizer's states, not bitsandbytes' paged ones",
+            raise EstimateError(_("DeepSpeed ZeRO shards its own optimizer's states, not bitsandbytes' paged ones"),
                                 param="optimizer")
         if self.double_quant and self.quant != "4bit":
-            raise EstimateError("double quantization is a 4-bit option: give quant 4bit", param="double_quant")
+            raise EstimateError(_("double quantization is a 4-bit option: give quant 4bit"), param="double_quant")
         self._check_sharded_quant()
         if self.fsdp:
             self._check_fsdp()
         if self.offload and self.zero not in (2, 3):
-            raise EstimateError("needs ZeRO stage 2 or 3 (ZeRO-Offload / ZeRO-Infinity)", param="offload")
+            raise EstimateError(_("needs ZeRO stage 2 or 3 (ZeRO-Offload / ZeRO-Infinity)"),
+                                param="offload")
         if self.offload_params and self.zero != 3 and not self.fsdp:
-            raise EstimateError("parameter offload needs ZeRO stage 3 (ZeRO-Infinity) or FSDP", param="offload_params")
+            raise EstimateError(_("parameter offload needs ZeRO stage 3 (ZeRO-Infinity) or FSDP"),
+                                param="offload_params")
         if self.zero == 3 and self.gpus == 1 and not self.offload_params:
-            raise EstimateError("ZeRO-3 on one GPU shards nothing: give more GPUs, or offload the parameters "
-                                "to CPU (ZeRO-Infinity), or use ZeRO-2 with optimizer offload", param="zero")
+            raise EstimateError(_("ZeRO-3 on one GPU shards nothing: give more GPUs, or offload the parameters "
+                                "to CPU (ZeRO-Infinity), or use ZeRO-2 with optimizer offload"), param="zero")
         if self.gpus % self.tp:
-            raise EstimateError(f"{self.tp} must divide the number of GPUs ({self.gpus})", param="tp")
+            raise EstimateError(_("{tp} must divide the number of GPUs ({gpus})").format(tp=self.tp, gpus=self.gpus),
+                                param="tp")
         if not spec.bare and spec.heads % self.tp:
-            raise EstimateError(f"{self.tp} must divide the {spec.heads} attention heads", param="tp")
+            raise EstimateError(_("{tp} must divide the {heads} attention heads").format(tp=self.tp, heads=spec.heads),
+                                param="tp")
         if self.context_overhead is not None and self.context_overhead < 0:
-            raise EstimateError("must not be negative", param="context_overhead")
+            raise EstimateError(_("must not be negative"), param="context_overhead")
         if not isinstance(self.lora_dropout, (int, float)) or not 0 <= self.lora_dropout < 1:
-            raise EstimateError(f"must be at least 0 and less than 1, not {self.lora_dropout!r}", param="lora_dropout")
+            raise EstimateError(_("must be at least 0 and less than 1, not {value!r}").format(value=self.lora_dropout),
+                                param="lora_dropout")
         if not 0 <= self.fragmentation < 1:
-            raise EstimateError("must be at least 0 and less than 1", param="fragmentation")
+            raise EstimateError(_("must be at least 0 and less than 1"), param="fragmentation")
         if self.image_size is not None and spec.patches and self.image_size % spec.patch_size:
-            raise EstimateError(f"{self.image_size} is not a multiple of the patch size {spec.patch_size}",
+            raise EstimateError(_("{size} is not a multiple of the patch size {patch}").format(
+                size=self.image_size, patch=spec.patch_size),
                                 param="image_size")
 
 

@@ -205,7 +205,7 @@ def params_of(spec: ModelSpec, lora_rank: int | None = None, tp: int = 1,
     lora = 0
     if lora_rank:
         adapted = lora_targets(spec, targets)
-        for name, s, _ in shapes:
+        for name, s, _cast in shapes:
             parts = name.split(".")
             if parts[-1] == "weight" and len(s) == 2 and parts[-2] in adapted \
                     and any(k in f".{name}" for k in (".attn.", ".self.", ".cross.", ".ffn")):

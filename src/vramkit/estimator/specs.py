@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
+from ..i18n import _
 from . import catalog, hub_cache
 
 
@@ -280,7 +281,7 @@ def _check_shape(spec: ModelSpec, name: str) -> None:
     if layers * max(spec.experts, 1) > MAX_EXPERT_LAYERS:  # param_shapes lists every expert of every layer
         raise EstimateError(f"{name}: {spec.experts:,} experts in each of {layers:,} layers is more than any model "
                             f"has (at most {MAX_EXPERT_LAYERS:,} experts in all)")
-    for tensor, shape, _ in param_shapes(spec):  # what the sums divide by (Adafactor's rows): no empty table
+    for tensor, shape, _cast in param_shapes(spec):  # what the sums divide by (Adafactor's rows): no empty table
         if min(shape) < 1:
             raise EstimateError(f"{name}: {tensor} would have shape {shape}: a size of the config is 0")
     if param_count(spec) > MAX_PARAMS:
@@ -430,9 +431,10 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             head="cls", source=source)
     known = ", ".join(SUPPORTED_TYPES)
     if not mtype:
-        raise EstimateError(f"{where}: config has no 'model_type' (one of: {known})")
-    raise UnknownFamily(f"{where}: model_type {mtype[:40]!r} is not supported (supported: {known}); for weights and "
-                        "model states alone, give its parameter count instead: vram estimate 8B", cfg, name)
+        raise EstimateError(_("{where}: config has no 'model_type' (one of: {known})").format(where=where, known=known))
+    raise UnknownFamily(_("{where}: model_type {type!r} is not supported (supported: {known}); for weights and model "
+                          "states alone, give its parameter count instead: vram estimate 8B").format(
+        where=where, type=mtype[:40], known=known), cfg, name)
 
 
 # every model_type from_config reads (kept beside it; tests check each one is accepted)
@@ -462,32 +464,32 @@ def parse_param_count(text: str) -> int | None:
     else:
         return None
     if not count <= MAX_PARAMS:  # inf from a 400-digit number, or simply more than any model
-        raise EstimateError(f"{text[:40]}{'…' if len(text) > 40 else ''}: more parameters than any model "
-                            f"(at most {MAX_PARAMS:.0e})", param="model")
+        raise EstimateError(_("{text}: more parameters than any model (at most {most:.0e})").format(
+            text=text[:40] + ("…" if len(text) > 40 else ""), most=MAX_PARAMS), param="model")
     return int(count)
 
 
 def resolve(model: str) -> ModelSpec:
     """A catalog name, a config.json file or a folder holding one, or a bare count like '7b'."""
     if not isinstance(model, str) or not model.strip():
-        raise EstimateError("no model given (a catalog name, a config.json path, or a count like 7b)")
+        raise EstimateError(_("no model given (a catalog name, a config.json path, or a count like 7b)"))
     text = model.strip()
     count = parse_param_count(text)
     if count is not None:
         if count <= 0:
-            raise EstimateError(f"{text!r}: the parameter count must be more than 0")
+            raise EstimateError(_("{text!r}: the parameter count must be more than 0").format(text=text))
         return ModelSpec(name=text, family="params", params=count, source="count",
-                         notes=("a bare parameter count: weights and model states only, no activations",))
+                         notes=(_("a bare parameter count: weights and model states only, no activations"),))
     path = Path(text).expanduser()
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
-            raise EstimateError(f"{text}: no config.json in this folder")
+            raise EstimateError(_("{path}: no config.json in this folder").format(path=text))
     if path.is_file():
         try:
             data = _read_config(path)
         except OSError as e:
-            raise EstimateError(f"{path}: not a readable JSON config ({e})") from None
+            raise EstimateError(_("{path}: not a readable JSON config ({error})").format(path=path, error=e)) from None
         return from_config(_parse_config(data, str(path)), name=str(path), source="config")
     key = _catalog_key(text)
     if key is not None:
@@ -500,25 +502,29 @@ def resolve(model: str) -> ModelSpec:
         key = _catalog_key(hub_id)
         if key is not None:
             spec = from_config(catalog.MODELS[key], name=key, source="catalog")
-            return replace(spec, notes=(*spec.notes, f"{text} read as the catalog's {key}"))
-        raise EstimateError(f"{text!r} is not in the catalog{_near(hub_id.lower())} nor in the local Hugging Face "
-                            f"cache ({hub_cache.hub_cache_dir()}); configs are read locally, never downloaded: give "
-                            f"the path of its config.json, or {_count_hint(hub_id)}")
+            return replace(spec, notes=(*spec.notes, _("{text} read as the catalog's {key}").format(text=text,
+                                                                                                   key=key)))
+        raise EstimateError(_("{text!r} is not in the catalog{near} nor in the local Hugging Face cache ({cache}); "
+                              "configs are read locally, never downloaded: give the path of its config.json, or "
+                              "{count}").format(text=text, near=_near(hub_id.lower()), cache=hub_cache.hub_cache_dir(),
+                                                count=_count_hint(hub_id)))
     if "/" in text or text.endswith(".json"):
-        raise EstimateError(f"{text}: no such file (configs are read locally, never downloaded)")
+        raise EstimateError(_("{path}: no such file (configs are read locally, never downloaded)").format(path=text))
     if _COUNT_LIKE_RE.match(text):
-        raise EstimateError(f"{text[:40]!r} is not a parameter count: give {COUNT_FORMS}")
-    raise EstimateError(f"unknown model {text!r}: not in the catalog{_near(text.lower())}; give the path of its "
-                        f"config.json, or {_count_hint(text)}")
+        raise EstimateError(_("{text!r} is not a parameter count: give {forms}").format(text=text[:40],
+                                                                                         forms=COUNT_FORMS))
+    raise EstimateError(_("unknown model {text!r}: not in the catalog{near}; give the path of its config.json, or "
+                          "{count}").format(text=text, near=_near(text.lower()), count=_count_hint(text)))
 
 
 def _parse_config(data: bytes, where: str) -> Any:
     try:
         return json.loads(data, parse_int=_parse_int)  # 10**5000 is no ValueError
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
-        raise EstimateError(f"{where}: not a readable JSON config ({str(e)[:120]})") from None
+        raise EstimateError(_("{path}: not a readable JSON config ({error})").format(path=where,
+                                                                                      error=str(e)[:120])) from None
     except RecursionError:
-        raise EstimateError(f"{where}: not a readable JSON config (nested too deeply)") from None
+        raise EstimateError(_("{path}: not a readable JSON config (nested too deeply)").format(path=where)) from None
 
 
 def _from_hub_cache(repo_id: str) -> ModelSpec | None:
@@ -530,7 +536,8 @@ def _from_hub_cache(repo_id: str) -> ModelSpec | None:
     if found is None:
         return None
     spec = from_config(_parse_config(found.data, found.path), name=repo_id, source="hub cache")
-    return replace(spec, notes=(*spec.notes, f"config from the local Hugging Face cache: {found.path}"))
+    return replace(spec, notes=(*spec.notes, _("config from the local Hugging Face cache: {path}").format(
+        path=found.path)))
 
 
 def _catalog_key(text: str) -> str | None:
@@ -551,7 +558,9 @@ def _hub_id(text: str) -> str | None:
 def _near(key: str) -> str:
     names = list(catalog.MODELS) + list(catalog.ALIASES)
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
-    return f" (did you mean {', '.join(close)}?)" if close else " (vram estimate --list shows it)"
+    # Translators: put right after "not in the catalog" in the unknown-model errors
+    return (_(" (did you mean {names}?)").format(names=", ".join(close)) if close
+            else _(" (vram estimate --list shows it)"))
 
 
 _SIZE_IN_NAME_RE = re.compile(r"(?<![0-9a-z.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
@@ -561,7 +570,7 @@ def _count_hint(name: str) -> str:
     """'a bare parameter count: vram estimate 8B', with the size the name gives where it gives one."""
     found = _SIZE_IN_NAME_RE.search(name)
     count = f"{found[1]}{found[2].upper()}" if found else "8B"
-    return f"a bare parameter count for weights and model states alone: vram estimate {count}"
+    return _("a bare parameter count for weights and model states alone: vram estimate {count}").format(count=count)
 
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json is a few KiB; a large or endless file is not one
@@ -596,8 +605,8 @@ def spec_of(model: object) -> ModelSpec:
     if isinstance(model, str):
         return resolve(model)
     if hasattr(model, "named_parameters"):  # torch.nn.Module, a transformers model
-        raise EstimateError("an nn.Module is measured, not estimated: use vramkit.trace_memory(model, step_fn), or "
-                            "pass model.config", param="model")
+        raise EstimateError(_("an nn.Module is measured, not estimated: use vramkit.trace_memory(model, step_fn), or "
+                            "pass model.config"), param="model")
     to_dict = getattr(model, "to_dict", None)
     if isinstance(model, dict) or (callable(to_dict) and getattr(model, "model_type", None)):
         cfg = model if isinstance(model, dict) else to_dict()  # type: ignore[misc]

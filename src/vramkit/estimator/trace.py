@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestError, VramkitError
+from ..i18n import _
 from ..torch._common import format_bytes
 from ..torch._tensors import TensorTracker, round_block  # round_block: re-exported (__all__)
 from .specs import EstimateError, ModelSpec, spec_of
@@ -353,7 +354,7 @@ class ReferenceRun:
         setup.check(spec)
         spec = spec.with_head(setup.head).with_own_head(setup.own_head)
         if spec.bare:
-            raise TraceUnavailable("a bare parameter count has no architecture to trace")
+            raise TraceUnavailable(_("a bare parameter count has no architecture to trace"))
         # the reference models are whole, trained in full, on one GPU: a frozen base with adapters, a
         # chunked loss or sharding would be traced as something else (vramkit.trace_memory traces them
         # on the real model)
