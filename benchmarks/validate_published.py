@@ -86,6 +86,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                              ("Qwen2.5-1.5B-Instruct", 1536, 8960, 28, 12, 2, 151936, True),
                                              ("Qwen2.5-3B-Instruct", 2048, 11008, 36, 16, 2, 151936, True),
                                              ("Qwen2.5-14B-Instruct", 5120, 13824, 48, 40, 8, 152064, False))},
+    # LitGPT's stablelm-base-alpha-3b (lit_gpt/config.py at 8641822): GPT-NeoX, n_embd 4096, 16 layers, 32 heads,
+    # MLP 4 x 4096, rotary_percentage 0.25, parallel residual, biases, vocab 50254 padded to 50688, own lm_head
+    "stablelm-base-alpha-3b": {**MODELS["gpt-neox-20b"], "hidden_size": 4096, "num_hidden_layers": 16,
+                               "num_attention_heads": 32, "intermediate_size": 16384, "vocab_size": 50688,
+                               "max_position_embeddings": 4096},
+    # LitGPT's phi-1_5 (same file): n_embd 2048, 24 layers, 32 heads, MLP 8192, rotary_percentage 0.5, one shared
+    # norm (parallel attention and MLP), biases, lm_head bias, vocab padded to 51200; transformers' "phi" the same
+    "microsoft/phi-1_5": {"model_type": "phi", "hidden_size": 2048, "intermediate_size": 8192,
+                          "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 32,
+                          "vocab_size": 51200, "max_position_embeddings": 2048, "partial_rotary_factor": 0.5,
+                          "hidden_act": "gelu_new", "tie_word_embeddings": False},
     "bert-base (BertConfig())": dict(MODELS["bert-base-uncased"]),
     "bert-384-hid (BertConfig(hidden_size=384))": {**MODELS["bert-base-uncased"], "hidden_size": 384},
     "bert-6-lay (BertConfig(num_hidden_layers=6))": {**MODELS["bert-base-uncased"], "num_hidden_layers": 6},
@@ -161,6 +172,21 @@ HF_BENCHMARK = Source(
     # printed as bytes >> 20 under "Memory in MB" (max_memory_reserved, which an earlier version printed, could
     # not reach 1,097 MiB for the 6-layer model's 268 MB of weights at 8 tokens)
     NVIDIA_SMI, "MiB", 0)
+LITGPT_RESOURCES = Source(
+    "LitGPT: Resource Tables (tutorials/resource-tables.md, 2023-10-27), Single-GPU Inference, no quantization",
+    "https://github.com/Lightning-AI/litgpt/blob/0cc02afa1dca7434418cf612690da13d38d294fd/tutorials/"
+    "resource-tables.md",
+    "1x A100-SXM4-40GB; PyTorch 2.1.0+cu121, Lightning 2.1.0.rc0, Lit-GPT commit 8641822; generate/base.py",
+    # generate/base.py at 8641822: fabric.print(f"Memory used: {torch.cuda.max_memory_allocated() / 1e9:.02f} GB")
+    ALLOCATED, "GB", 2)
+HF_PR_4850 = Source(
+    "transformers PR #4850 (2020-06-08), 'Baseline GPU results' of PyTorchBenchmark (the benchmark's defaults)",
+    "https://github.com/huggingface/transformers/pull/4850",
+    "GPU, versions not printed (transformers after 2.11.0, torch >= 1.4); fp32 no_grad forward of the bare model",
+    # src/transformers/benchmark/benchmark.py of the PR (torchscript and TPU arguments): _measure_memory empties the
+    # cache, torch.cuda.reset_peak_memory_stats(), runs the forward, then Memory(torch.cuda.max_memory_reserved()),
+    # printed as bytes >> 20 with " MB"; each (batch, sequence) builds its model anew
+    RESERVED, "MiB", 0)
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
@@ -230,6 +256,24 @@ _QWEN = {"stack": "torch=2.3,transformers=4.46", "mode": "infer", "batch": 1, "n
          "precision": "bf16", "attention": "flash"}
 
 CASES = [
+    # --- LitGPT's resource tables, "Single-GPU Inference", the rows with Quantization "None": generate/base.py's
+    # defaults at 8641822 (prompt "Hello, my name is", max_new_tokens 50, one sample, precision None ->
+    # get_default_supported_precision(training=False) = "bf16-true" on an A100; the page: "All experiments were
+    # run using ... --precision bf16-true"); the KV cache sized for the prompt + 50 tokens. The Llama 2 prompt is
+    # 6 tokens (BOS + 5 of SentencePiece), the GPT-NeoX / phi ones 5
+    *(Case(LITGPT_RESOURCES, f"{label} {seq} + 50 new, generate's defaults", model, published,
+           {"stack": "torch=2.1", "loop": "litgpt", "mode": "infer", "seq": seq, "new_tokens": 50},
+           needs="model family phi with --new-tokens" if model == "microsoft/phi-1_5" else "")
+      for label, model, seq, published in (("phi-1.5", "microsoft/phi-1_5", 5, 2.86),
+                                           ("StableLM 3B", "stablelm-base-alpha-3b", 5, 7.30),
+                                           ("Llama 2 7B", "llama-2-7b", 6, 13.52),
+                                           ("Llama 2 13B", "llama-2-13b", 6, 26.21))),
+    # --- transformers PR #4850, "Baseline GPU results", "INFERENCE - MEMORY - RESULT": distilbert-base-uncased and
+    # bert-base-cased, batch 8, sequences 8 to 512 (lines "<model>/8/<seq>: N MB")
+    *(Case(HF_PR_4850, f"{model} b8 s{seq}, defaults", model, mib,
+           {"stack": "torch=1.5,transformers=2.11", "mode": "infer", "batch": 8, "seq": seq})
+      for model, row in (("distilbert-base-uncased", (274, 298, 324, 552)), ("bert-base-cased", (458, 462, 488, 728)))
+      for seq, mib in zip((8, 32, 128, 512), row)),
     # --- the HF forum: AutoModelForCausalLM.from_pretrained("gpt2") and Trainer(TrainingArguments(...)) with no
     # batch size, precision or optimizer given: per_device_train_batch_size 8 (the default), fp32 (from_pretrained's
     # and the Trainer's defaults), adamw_torch_fused (torch >= 2.8), SDPA; group_texts' block_size 512
