@@ -30,6 +30,7 @@ from .errors import RequestError, VramkitError
 from .gpu_choice import Decision, Policy, Unit, decide, shortfall_text
 from .gpu_state import GpuProcess
 from .http_get import GetError, get
+from .i18n import _
 from .procs import sanitize
 
 DEFAULT_TIMEOUT = 10.0  # seconds for Prometheus' answers to one reading (read_fleet's four queries)
@@ -72,11 +73,12 @@ def check_url(url: str) -> str:
     shown = clean(url if len(url) <= 80 else url[:77] + "...")
     parts = urllib.parse.urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise RequestError(f"expected Prometheus' address, like http://prometheus:9090, got {shown!r}", param="url")
+        raise RequestError(_("expected Prometheus' address, like http://prometheus:9090, got {url}").format(
+            url=repr(shown)), param="url")
     try:
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError:
-        raise RequestError(f"bad port in {shown!r}", param="url") from None
+        raise RequestError(_("bad port in {url}").format(url=repr(shown)), param="url") from None
     return url.strip().rstrip("/")
 
 
@@ -358,24 +360,25 @@ def _apply(gpu: FleetGpu, name: str, s: Sample) -> None:
 def _judge_host(host: FleetHost, read_errors: float | None, dropped: float | None) -> None:
     """Say plainly what is missing: the scrape down, no reading yet, a GPU without memory numbers."""
     if host.up is False:
-        host.notes.append(f"scrape down (up == 0 for {host.instance}): Prometheus cannot read it; "
-                          "no current numbers")
+        host.notes.append(_("scrape down (up == 0 for {target}): Prometheus cannot read it; no current "
+                            "numbers").format(target=host.instance))
         host.gpus = []  # whatever Prometheus still holds is stale
         return
     if host.up is None and not host.gpus:
-        host.notes.append(f"not scraped now: Prometheus has no target {host.instance} (it exported "
-                          f"within the last {SEEN_WITHIN})")
+        host.notes.append(_("not scraped now: Prometheus has no target {target} (it exported within the last "
+                            "{within})").format(target=host.instance, within=SEEN_WITHIN))
         return
     if not host.gpus:
-        why = f" ({read_errors:.0f} failed readings)" if read_errors else ""
-        host.notes.append(f"partial: the target answers but reports no GPU{why}")
+        host.notes.append(_("partial: the target answers but reports no GPU ({n} failed readings)").format(
+            n=f"{read_errors:.0f}") if read_errors else _("partial: the target answers but reports no GPU"))
         return
     missing = [g.index for g in host.gpus if not g.lost and (g.memory_used is None or g.memory_total is None)]
     if missing:
-        host.notes.append(f"partial: no memory numbers for GPU {', '.join(map(str, missing))}")
+        host.notes.append(_("partial: no memory numbers for GPU {indices}").format(
+            indices=", ".join(map(str, missing))))
     if dropped:
-        host.notes.append(f"partial: {dropped:.0f} process series left out by --max-process-series "
-                          "(top user may be incomplete)")
+        host.notes.append(_("partial: {n} process series left out by --max-process-series (top user may be "
+                            "incomplete)").format(n=f"{dropped:.0f}"))
 
 
 # ---------------------------------------------------------------- choosing a host
@@ -434,7 +437,7 @@ def pick_host(fleet: Fleet, policy: Policy) -> tuple[HostChoice | None, list[str
     refusals = []
     for host in fleet.hosts:
         if host.up is False or not host.gpus:
-            refusals.append(f"{host.host}: {host.notes[0] if host.notes else 'no GPU numbers'}")
+            refusals.append(f"{host.host}: {host.notes[0] if host.notes else _('no GPU numbers')}")
             continue
         decision = decide(policy, host_units(host))
         if decision.ok:

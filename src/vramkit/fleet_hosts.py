@@ -43,6 +43,7 @@ from typing import Any
 from .errors import RequestError
 from .fleet import MAX_ANSWER, MAX_BYTES, MAX_COUNT, Fleet, FleetGpu, FleetHost, _in_range, _judge_host, clean
 from .http_get import GetError, get
+from .i18n import _
 
 DEFAULT_PORT = 9787  # vram serve's
 MAX_HOSTS = 1024  # addresses in one --hosts
@@ -78,21 +79,23 @@ def parse_hosts(values: list[str], credentials: bool = False) -> list[str]:
             url = _base_url(item)
             if credentials and "://" not in item:
                 shown = clean(item if len(item) <= 80 else item[:77] + "...")
-                raise RequestError(f"{shown!r}: the basic auth password would go in clear text over plain HTTP; "
-                                   f"write https://{shown} (or http://{shown} to send it in clear anyway)",
+                raise RequestError(_("{quoted}: the basic auth password would go in clear text over plain HTTP; "
+                                     "write https://{address} (or http://{address} to send it in clear anyway)").format(
+                                         quoted=repr(shown), address=shown),
                                    param=PARAM)
             if url not in urls:
                 urls.append(url)
             if len(urls) > MAX_HOSTS:
-                raise RequestError(f"more than {MAX_HOSTS} hosts", param=PARAM)
+                raise RequestError(_("more than {n} hosts").format(n=MAX_HOSTS), param=PARAM)
     if not urls:
-        raise RequestError("expected host addresses, like gpu-a:9787,gpu-b:9787", param=PARAM)
+        raise RequestError(_("expected host addresses, like gpu-a:9787,gpu-b:9787"), param=PARAM)
     return urls
 
 
 def _base_url(item: str) -> str:
     shown = clean(item if len(item) <= 80 else item[:77] + "...")
-    bad = RequestError(f"expected a host address like gpu-a:9787 or https://gpu-a:9787, got {shown!r}",
+    bad = RequestError(_("expected a host address like gpu-a:9787 or https://gpu-a:9787, got {address}").format(
+        address=repr(shown)),
                        param=PARAM)
     try:
         parts = urllib.parse.urlsplit(item if "://" in item else f"http://{item}")
@@ -101,7 +104,7 @@ def _base_url(item: str) -> str:
     try:
         port = parts.port
     except ValueError:
-        raise RequestError(f"bad port in {shown!r}", param=PARAM) from None
+        raise RequestError(_("bad port in {address}").format(address=repr(shown)), param=PARAM) from None
     host = parts.hostname or ""
     # No user:password@ in the address (credentials belong in --hosts-config, not in ps' listing).
     if parts.scheme not in ("http", "https") or parts.query or parts.fragment or "@" in parts.netloc \
@@ -115,7 +118,7 @@ def _base_url(item: str) -> str:
 
 def _config_error(path: Path, key: str | None, why: str) -> RequestError:
     where = f"{path}: {key}" if key else str(path)
-    return RequestError(f"{where}: {why}", param=CONFIG_PARAM)
+    return RequestError(_("{where}: {why}").format(where=where, why=why), param=CONFIG_PARAM)
 
 
 def _read(path: Path, config: Path, key: str | None, limit: int, secret: bool = False) -> bytes:
@@ -126,17 +129,18 @@ def _read(path: Path, config: Path, key: str | None, limit: int, secret: bool = 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise _config_error(config, key, f"cannot read {path}: {e.strerror}") from None
+        raise _config_error(config, key, _("cannot read {path}: {why}").format(path=path, why=e.strerror)) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _config_error(config, key, f"{path} is not a regular file")
+            raise _config_error(config, key, _("{path} is not a regular file").format(path=path))
         if st.st_mode & stat.S_IWOTH:  # anyone could slip in their own CA, or their password
-            raise _config_error(config, key, f"{path} is writable by every user: chmod o-w {path}")
+            raise _config_error(config, key, _("{path} is writable by every user: chmod o-w {path}").format(path=path))
         if secret and st.st_mode & (stat.S_IROTH | stat.S_IWOTH):
-            raise _config_error(config, key, f"{path} is open to every user: chmod o-rw {path}")
+            raise _config_error(config, key, _("{path} is open to every user: chmod o-rw {path}").format(path=path))
         if st.st_size > limit:
-            raise _config_error(config, key, f"{path} is larger than {limit // 1024} KiB")
+            raise _config_error(config, key, _("{path} is larger than {size} KiB").format(
+                path=path, size=limit // 1024))
         return os.read(fd, limit + 1)[:limit]
     finally:
         os.close(fd)
@@ -157,7 +161,8 @@ def _section(data: dict[Any, Any], key: str, allowed: tuple[str, ...], path: Pat
         raise _config_error(path, key, "expected a mapping")
     for name in section:
         if name not in allowed:
-            raise _config_error(path, f"{key}.{clean(name)}", f"not supported (supported: {', '.join(allowed)})")
+            raise _config_error(path, f"{key}.{clean(name)}", _("not supported (supported: {names})").format(
+                names=", ".join(allowed)))
     return section
 
 
@@ -170,7 +175,8 @@ def load_client_config(path: Path) -> ClientConfig:
     except ImportError:
         from .install_hint import install_hint
 
-        raise RequestError(f"needs pyyaml: {install_hint('serve')}", param=CONFIG_PARAM) from None
+        raise RequestError(_("needs pyyaml: {hint}").format(
+            hint=install_hint("serve")), param=CONFIG_PARAM) from None
     try:
         data = yaml.safe_load(_read(path, path, None, MAX_CONFIG).decode("utf-8"))
     except UnicodeDecodeError:
@@ -212,7 +218,8 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
         # certificate for the name (or IP address) stand in for a host.
         context = ssl.create_default_context(cadata=pem)
     except ssl.SSLError as e:
-        raise _config_error(path, "tls_config.ca_file", f"not a certificate: {clean(e.reason or e)}") from None
+        raise _config_error(path, "tls_config.ca_file", _("not a certificate: {error}").format(
+            error=clean(e.reason or e))) from None
     cert, key = _string(tls, "cert_file", path, "tls_config."), _string(tls, "key_file", path, "tls_config.")
     if (cert is None) != (key is None):
         raise _config_error(path, "tls_config", "cert_file and key_file go together")
@@ -222,7 +229,8 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
         try:
             context.load_cert_chain(base / cert, base / key)
         except (ssl.SSLError, OSError) as e:
-            raise _config_error(path, "tls_config.cert_file", f"does not load: {clean(e)}") from None
+            raise _config_error(path, "tls_config.cert_file", _("does not load: {error}").format(
+                error=clean(e))) from None
     skip = tls.get("insecure_skip_verify", False)
     if not isinstance(skip, bool):
         raise _config_error(path, "tls_config.insecure_skip_verify", "expected true or false")
@@ -259,7 +267,8 @@ def _names_no_one_else_claims(hosts: list[FleetHost]) -> None:
         if h.host == h.instance:
             continue
         if claims[h.host] > 1 or any(name == h.host for instance, name in typed.items() if instance != h.instance):
-            h.notes.append(f"partial: it says it is {h.host}, as another host of the list is: shown by its address")
+            h.notes.append(_("partial: it says it is {name}, as another host of the list is: shown by its "
+                             "address").format(name=h.host))
             h.host = h.instance
 
 
@@ -276,13 +285,14 @@ def _read_host(url: str, deadline: float, timeout: float, config: ClientConfig, 
         host.notes.append(_failure(e, timeout, max_answer))
         return host
     if answer.status != 200:
-        hint = " (basic auth: see --hosts-config)" if answer.status in (401, 403) else ""
-        host.notes.append(f"down: answered HTTP {clean(answer.status)} {clean(answer.reason)}{hint}")
+        hint = _(" (basic auth: see --hosts-config)") if answer.status in (401, 403) else ""
+        host.notes.append(_("down: answered HTTP {status} {reason}{hint}").format(
+                              status=clean(answer.status), reason=clean(answer.reason), hint=hint))
         return host
     try:
         doc = json.loads(answer.body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
-        host.notes.append("down: answered something that is not vram serve's JSON (is this its address?)")
+        host.notes.append(_("down: answered something that is not vram serve's JSON (is this its address?)"))
         return host
     host.up = True
     _fill(host, doc)
@@ -291,12 +301,12 @@ def _read_host(url: str, deadline: float, timeout: float, config: ClientConfig, 
 
 def _failure(e: GetError, timeout: float, max_answer: int) -> str:
     if e.kind == "slow":
-        return f"down: did not answer within {timeout:g}s"
+        return _("down: did not answer within {timeout}").format(timeout=f"{timeout:g}s")
     if e.kind == "too-big":
-        return f"down: answered more than {max_answer // 1024**2}MiB: not read"
+        return _("down: answered more than {size}: not read").format(size=f"{max_answer // 1024**2}MiB")
     if e.kind == "unreachable":
-        return f"down: cannot reach it: {clean(e.detail)}"
-    return f"down: did not answer in HTTP: {clean(e.detail)}"
+        return _("down: cannot reach it: {error}").format(error=clean(e.detail))
+    return _("down: did not answer in HTTP: {error}").format(error=clean(e.detail))
 
 
 def _number(value: object, high: float) -> int | None:
@@ -314,11 +324,12 @@ def _text(value: object) -> str | None:
 def _fill(host: FleetHost, doc: object) -> None:
     """The snapshot's GPUs into `host`; what is not the API's shape is a note, not a guess."""
     if not isinstance(doc, dict):
-        host.notes.append("partial: its answer is not a snapshot")
+        host.notes.append(_("partial: its answer is not a snapshot"))
         return
     if not isinstance(doc.get("gpus"), list):
         error = _text(doc.get("error"))
-        host.notes.append(f"partial: {error}" if error else "partial: its answer lists no GPUs")
+        host.notes.append(_("partial: {error}").format(
+            error=error) if error else _("partial: its answer lists no GPUs"))
         return
     host.host = _text(doc.get("hostname")) or host.host
     host.info = {k: v for k, v in (("driver_version", _text(doc.get("driver_version"))),

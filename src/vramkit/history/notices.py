@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..i18n import N_, _, ngettext
 from ..procs import sanitize
 from ..units import format_duration, format_size
 from .policy import SYSTEM_POLICY, Policy, Rule
@@ -115,7 +116,7 @@ def run_command(argv: tuple[str, ...], stdin: bytes, timeout: float) -> CommandR
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd="/", env=env, close_fds=True, start_new_session=True)
     except OSError as e:
-        return CommandResult(127, f"cannot run it: {e.strerror}")
+        return CommandResult(127, _("cannot run it: {why}").format(why=e.strerror))
     assert proc.stdin is not None and proc.stdout is not None
     deadline = time.monotonic() + timeout
     try:
@@ -228,8 +229,8 @@ class Notifier:
                 self.held_back += 1
                 if not self._limit_said:
                     self._limit_said = True
-                    self.say(f"policy: more than {self.policy.max_per_minute} notices a minute: the rest wait "
-                             "for a later minute (counted; said once)")
+                    self.say(_("policy: more than {n} notices a minute: the rest wait for a later minute (counted; "
+                               "said once)").format(n=self.policy.max_per_minute))
         if state is not None and state.reclaim_at is not None and now >= state.reclaim_at \
                 and not state.reclaim_queued:
             state.reclaim_queued = True
@@ -259,17 +260,19 @@ class Notifier:
 
     @staticmethod
     def _describe(h: Holding) -> str:
-        who = sanitize(h.user) if h.user else f"uid {h.uid}" if h.uid is not None else "an unknown user"
-        return (f"{who}'s pid {h.pid} holds {format_size(h.memory)} on GPU {h.gpu}, idle for "
-                f"{format_duration(h.idle_for)}")
+        who = sanitize(h.user) if h.user else f"uid {h.uid}" if h.uid is not None else _("an unknown user")
+        return _("{who}'s pid {pid} holds {size} on GPU {gpu}, idle for {idle}").format(
+            who=who, pid=h.pid, size=format_size(h.memory), gpu=h.gpu, idle=format_duration(h.idle_for))
 
     def _notice(self, rule: Rule, h: Holding, facts: dict[str, Any], first: bool) -> None:
         self.sent += 1
-        reclaim = f"; reclaim at {facts['reclaim']['at']}" if first and facts["reclaim"]["scheduled"] else ""
+        reclaim = (_("; reclaim at {time}").format(time=facts["reclaim"]["at"])
+                   if first and facts["reclaim"]["scheduled"] else "")
+        values = {"rule": rule.name, "holding": self._describe(h), "command": rule.command[0], "reclaim": reclaim}
         if self.dry_run:
-            self.say(f"policy (dry run): rule {rule.name}: {self._describe(h)}: would run {rule.command[0]}{reclaim}")
+            self.say(_("policy (dry run): rule {rule}: {holding}: would run {command}{reclaim}").format(**values))
             return
-        self.say(f"policy: rule {rule.name}: {self._describe(h)}: running {rule.command[0]}{reclaim}")
+        self.say(_("policy: rule {rule}: {holding}: running {command}{reclaim}").format(**values))
         data = (json.dumps(facts, sort_keys=True) + "\n").encode()
         self._submit(lambda: self._run(rule, h, data))
 
@@ -279,10 +282,14 @@ class Notifier:
             return
         with self._lock:
             self.failed += 1
-        why = (f"still running after {format_duration(self.policy.timeout)}: killed" if result.returncode is None
-               else f"exit status {result.returncode}")
-        self.say(f"policy: rule {rule.name}: the notice command for pid {h.pid} failed ({why})"
-                 + (f": {result.output[:200]}" if result.output else ""))
+        why = (_("still running after {timeout}: killed").format(timeout=format_duration(self.policy.timeout))
+               if result.returncode is None else _("exit status {code}").format(code=result.returncode))
+        if result.output:
+            self.say(_("policy: rule {rule}: the notice command for pid {pid} failed ({why}): {output}").format(
+                rule=rule.name, pid=h.pid, why=why, output=result.output[:200]))
+        else:
+            self.say(_("policy: rule {rule}: the notice command for pid {pid} failed ({why})").format(
+                rule=rule.name, pid=h.pid, why=why))
 
     # ------------------------------------------------------------ reclaim
     def _reclaim(self, rule: Rule, h: Holding) -> None:
@@ -290,43 +297,55 @@ class Notifier:
         noticed and still idle with the memory, then signal it (or, in a dry run, say so)."""
         from ..audit import AuditLog
         from ..killing import EXITED, Caller, Criteria, dry_report, execute, make_plan
-        from ..protect import Refusal
+        from ..protect import Refusal, said
 
         caller = Caller.current()
         plan = make_plan(self.collector, Criteria(pids=(h.pid,), all_users=caller.root), caller=caller)
         target = plan.targets[0]
-        what = f"policy: rule {rule.name}: pid {h.pid} on GPU {h.gpu}"
+        what = {"rule": rule.name, "pid": h.pid, "gpu": h.gpu}
         on_gpu = [x for x in holdings(plan.snapshot) if x.pid == h.pid and x.gpu == h.gpu]
         same = [x for x in on_gpu if x.start_ticks == h.start_ticks]
         if not on_gpu:
-            self.say(f"{what}: no longer holds memory there (exited or freed it): nothing to reclaim")
+            self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu}: no longer holds memory there (exited or freed "
+                       "it): nothing to reclaim").format(**what))
             return
         if not same or (h.start_ticks is not None and target.start_ticks != h.start_ticks):
             # Not the process that was noticed: never signal it; the refusal is audited below.
-            target.refusal = Refusal("identity", f"pid {h.pid} now belongs to another process than the one "
-                                                 "the notice was about")
+            target.refusal = Refusal.of("identity", said(N_("pid {pid} now belongs to another process than the "
+                                                            "one the notice was about"), pid=h.pid))
         elif not self._applies(rule, same[0]):
-            self.say(f"{what}: no longer idle with {format_size(rule.min_memory)} or more: not reclaimed")
+            self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu}: no longer idle with {size} or more: not "
+                       "reclaimed").format(size=format_size(rule.min_memory), **what))
             return
         if self.dry_run:
             report = dry_report(plan)
             t = report.targets[0]
-            self.say(f"{what} (dry run): would send SIGTERM to {self._describe(same[0] if same else h)}"
-                     if t.refusal is None else f"{what} (dry run): would refuse: {t.refusal}")
+            if t.refusal is None:
+                self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu} (dry run): would send SIGTERM to "
+                           "{holding}").format(holding=self._describe(same[0] if same else h), **what))
+            else:
+                self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu} (dry run): would refuse: {refusal}").format(
+                    refusal=f"{t.refusal.rule}: {t.refusal.text}", **what))
             return
         context = {**self.collector.audit_context("policy"), "policy": self.policy.path, "policy_rule": rule.name}
         with AuditLog(self.audit_path, context) as log:
             report = execute(self.collector, plan, signal.SIGTERM, timeout=self.reclaim_timeout, audit=log)
         t = report.targets[0]
         if t.refusal is not None:
-            self.say(f"{what}: not reclaimed: {t.refusal}")
+            self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu}: not reclaimed: {refusal}").format(
+                refusal=f"{t.refusal.rule}: {t.refusal.text}", **what))
             return
         with self._lock:
             if t.status == EXITED:
                 self.reclaimed += 1
         freed = sum(c.freed or 0 for c in report.gpus)
-        self.say(f"{what}: reclaimed: SIGTERM sent to {self._describe(h)}: {t.status}"
-                 + (f", {format_size(freed)} freed" if t.status == EXITED else ""))
+        if t.status == EXITED:
+            self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu}: reclaimed: SIGTERM sent to {holding}: {status}, "
+                       "{size} freed").format(holding=self._describe(h), status=t.status, size=format_size(freed),
+                                              **what))
+        else:
+            self.say(_("policy: rule {rule}: pid {pid} on GPU {gpu}: reclaimed: SIGTERM sent to {holding}: "
+                       "{status}").format(holding=self._describe(h), status=t.status, **what))
 
     # ------------------------------------------------------------ the worker
     def _submit(self, job: Callable[[], None]) -> None:
@@ -337,8 +356,8 @@ class Notifier:
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1:
-                self.say(f"policy: more than {QUEUE_LIMIT} notices and reclaims waiting (a command that hangs?): "
-                         "further ones are dropped, counted")
+                self.say(_("policy: more than {n} notices and reclaims waiting (a command that hangs?): further "
+                           "ones are dropped, counted").format(n=QUEUE_LIMIT))
 
     def _work(self) -> None:
         while True:
@@ -368,20 +387,26 @@ class Notifier:
             pass
         self._worker.join(wait)
         if self.held_back or self.dropped:
-            self.say(f"policy: {self.held_back} notice{'s' if self.held_back != 1 else ''} waited for the rate "
-                     f"limit ({self.policy.max_per_minute} a minute)"
-                     + (f", {self.dropped} dropped (the queue was full)" if self.dropped else ""))
+            values = {"n": self.held_back, "limit": self.policy.max_per_minute, "dropped": self.dropped}
+            if self.dropped:
+                self.say(ngettext("policy: {n} notice waited for the rate limit ({limit} a minute), {dropped} dropped "
+                                  "(the queue was full)", "policy: {n} notices waited for the rate limit ({limit} a "
+                                  "minute), {dropped} dropped (the queue was full)", self.held_back).format(**values))
+            else:
+                self.say(ngettext("policy: {n} notice waited for the rate limit ({limit} a minute)",
+                                  "policy: {n} notices waited for the rate limit ({limit} a minute)",
+                                  self.held_back).format(**values))
 
 
 # ---------------------------------------------------------------- wiring into `vram record`
 
 def add_policy_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("idle-holder notices (docs/policy-examples/)")
-    group.add_argument("--policy", metavar="FILE",
-                       help=f"notify (and maybe reclaim) idle holders as FILE says (default: {SYSTEM_POLICY} "
-                            "when it exists)")
+    group = parser.add_argument_group(N_("idle-holder notices (docs/policy-examples/)"))
+    group.add_argument("--policy", metavar="FILE",  # /etc/vramkit/policy.toml: SYSTEM_POLICY
+                       help=N_("notify (and maybe reclaim) idle holders as FILE says (default: "
+                               "/etc/vramkit/policy.toml when it exists)"))
     group.add_argument("--dry-run", action="store_true",
-                       help="with a policy: say which notices and reclaims it would make; run and signal nothing")
+                       help=N_("with a policy: say which notices and reclaims it would make; run and signal nothing"))
 
 
 def attach_policy(collector: Collector, args: argparse.Namespace, say: Say) -> Callable[[], None] | None:
@@ -398,8 +423,13 @@ def attach_policy(collector: Collector, args: argparse.Namespace, say: Say) -> C
     notifier = Notifier(policy, collector, say=say, dry_run=bool(getattr(args, "dry_run", False)))
     unsubscribe = collector.subscribe(notifier)
     rules = ", ".join(r.name for r in policy.rules)
-    say(f"policy {sanitize(str(path))}: {len(policy.rules)} rule{'s' if len(policy.rules) != 1 else ''} ({rules})"
-        + (" (dry run: no command is run, nothing is signalled)" if notifier.dry_run else ""))
+    n = len(policy.rules)
+    if notifier.dry_run:
+        line = ngettext("policy {path}: {n} rule ({rules}) (dry run: no command is run, nothing is signalled)",
+                        "policy {path}: {n} rules ({rules}) (dry run: no command is run, nothing is signalled)", n)
+    else:
+        line = ngettext("policy {path}: {n} rule ({rules})", "policy {path}: {n} rules ({rules})", n)
+    say(line.format(path=sanitize(str(path)), n=n, rules=rules))
 
     def close() -> None:
         unsubscribe()
@@ -415,4 +445,4 @@ def seed_idle_from_history(collector: Collector, db: str | Path | None, say: Say
     recorded = read_recorded_idle(collector.backend.now(), db)
     if recorded.since:
         collector.idle.seed(recorded.since)
-        say(f"policy: {recorded.note}")
+        say(_("policy: {note}").format(note=recorded.note))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import procs
 from ..collector import Collector
+from ..i18n import _
 from ..machine import Machine
 from ..units import format_duration
 from .paths import reader_path
@@ -56,25 +57,25 @@ def read_recorded_idle(now: float, path: Path | str | None = None, started: Star
     `started`: how to find a live process's start (within_lives; default /proc)."""
     path = reader_path(path)
     if not path.exists():
-        return RecordedIdle(note=f"no recorded history at {path} ('vram record' keeps one)")
+        return RecordedIdle(note=_("no recorded history at {path} ('vram record' keeps one)").format(path=path))
     try:
         store = Store.open(path)
     except StoreError as e:
-        return RecordedIdle(note=f"history not used: {e.message}")
+        return RecordedIdle(note=_("history not used: {error}").format(error=e.message))
     try:
         c = store.conn
         valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
         last_two = [float(t) for (t,) in c.execute(f"SELECT t FROM samples WHERE {valid} ORDER BY id DESC LIMIT 2")]
         if not last_two:
-            return RecordedIdle(note=f"history at {path} has no recent samples")
+            return RecordedIdle(note=_("history at {path} has no recent samples").format(path=path))
         interval = last_two[0] - last_two[1] if len(last_two) == 2 and last_two[0] > last_two[1] else 60.0
         fresh_after = now - max_gap(interval)
         if last_two[0] < fresh_after:
-            return RecordedIdle(note=f"history at {path} ends {format_duration(now - last_two[0])} ago "
-                                "('vram record' is not running)")
+            return RecordedIdle(note=_("history at {path} ends {ago} ago ('vram record' is not running)").format(
+                path=path, ago=format_duration(now - last_two[0])))
         if last_two[0] > now + FUTURE_SLACK:
-            return RecordedIdle(note=f"history not used: its newest sample is {format_duration(last_two[0] - now)} "
-                                f"in the future ({path})")
+            return RecordedIdle(note=_("history not used: its newest sample is {ahead} in the future ({path})").format(
+                ahead=format_duration(last_two[0] - now), path=path))
         # The current unbroken run began after the newest sample whose span is 0 (a break in
         # recording, or a restart), other than the newest sample itself.
         broke = typed(c.execute(f"SELECT max(t) FROM samples WHERE span = 0 AND {valid} AND id < "
@@ -86,14 +87,14 @@ def read_recorded_idle(now: float, path: Path | str | None = None, started: Star
             began = typed(c.execute(f"SELECT min(t) FROM samples WHERE {valid}").fetchone()[0], "time")
         since = idle_since(store, fresh_after)
     except (sqlite3.Error, StoreError) as e:
-        return RecordedIdle(note=f"history not used: {e}")
+        return RecordedIdle(note=_("history not used: {error}").format(error=e))
     except UnicodeDecodeError:
-        return RecordedIdle(note=f"history not used: {path} is corrupt (text that is not UTF-8)")
+        return RecordedIdle(note=_("history not used: {path} is corrupt (text that is not UTF-8)").format(path=path))
     finally:
         store.close()
     return RecordedIdle(within_lives(since, now, started), None if began is None else min(began, now),
-                        f"idle times from the history in {path} (recorded without a break for "
-                        f"{format_duration(now - began) if began is not None else '0s'})")
+                        _("idle times from the history in {path} (recorded without a break for {span})").format(
+                            path=path, span=format_duration(now - began) if began is not None else "0s"))
 
 
 def started_here(pid: int) -> tuple[int | None, float] | None:

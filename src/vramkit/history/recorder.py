@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
+from ..i18n import _, ngettext
 from .store import WORKLOAD_COLUMNS, Retention, Store, StoreError, describe
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept
@@ -118,16 +119,16 @@ def _write_jobs(c: sqlite3.Connection, credit: dict[int, list[float]], seen: Ite
                   "WHERE id = ?", rows)
 
 
-_WORKLOAD_NAMES = ", ".join(column for column, _ in WORKLOAD_COLUMNS)
+_WORKLOAD_NAMES = ", ".join(column for column, _k in WORKLOAD_COLUMNS)
 # A life's row of `workloads`, written or, where there is one, filled in: a part not known before
 # (the pod's name once the kubelet answers, a container's once its state file can be read) is
 # written, a part already written stays (a process does not move to another container, pod or job).
 _WORKLOAD_UPSERT = (f"INSERT INTO workloads (job, {_WORKLOAD_NAMES}) VALUES (?{', ?' * len(WORKLOAD_COLUMNS)}) "
                     "ON CONFLICT (job) DO UPDATE SET "
-                    + ", ".join(f"{column} = coalesce({column}, excluded.{column})" for column, _ in WORKLOAD_COLUMNS))
+                    + ", ".join(f"{column} = coalesce({column}, excluded.{column})" for column, _k in WORKLOAD_COLUMNS))
 
 
-_WORKLOAD_OF = operator.attrgetter(*(column for column, _ in WORKLOAD_COLUMNS))
+_WORKLOAD_OF = operator.attrgetter(*(column for column, _k in WORKLOAD_COLUMNS))
 _NO_WORKLOAD = (None,) * len(WORKLOAD_COLUMNS)
 
 
@@ -217,8 +218,9 @@ class Recorder:
         self._idle_since = idle_since
         self.samples += 1
         if self._failing is not None:
-            self.say(f"recording again ({self.dropped} sample{'s' if self.dropped != 1 else ''} "
-                     "could not be written)")
+            self.say(ngettext("recording again ({n} sample could not be written)",
+                              "recording again ({n} samples could not be written)", self.dropped).format(
+                                  n=self.dropped))
             self._failing = None
         assert self._first_origin is not None
         self._maintain(self._first_origin + mono)
@@ -228,9 +230,13 @@ class Recorder:
         lost = {g.index for g in snap.gpus if g.lost}
         for gpu in sorted(lost - self._lost):
             why = next((g.error for g in snap.gpus if g.index == gpu and g.error), None)
-            self.say(f"GPU {gpu} is lost{f' ({why})' if why else ''}; recording it as lost until it is back")
+            if why:
+                self.say(_("GPU {index} is lost ({reason}); recording it as lost until it is back").format(
+                    index=gpu, reason=_(why)))
+            else:
+                self.say(_("GPU {index} is lost; recording it as lost until it is back").format(index=gpu))
         for gpu in sorted(self._lost - lost):
-            self.say(f"GPU {gpu} is back; recording it again")
+            self.say(_("GPU {index} is back; recording it again").format(index=gpu))
         self._lost = lost
 
     def _check_clock(self, wall: float, mono: float) -> None:
@@ -244,8 +250,11 @@ class Recorder:
         if abs(jump) > self.gap:
             from ..units import format_duration
 
-            self.say(f"the system clock jumped {'ahead' if jump > 0 else 'back'} by {format_duration(abs(jump))}; "
-                     "recorded time is measured on the monotonic clock, so nothing is counted twice or lost")
+            line = (_("the system clock jumped ahead by {jump}; recorded time is measured on the monotonic clock, "
+                      "so nothing is counted twice or lost") if jump > 0 else
+                    _("the system clock jumped back by {jump}; recorded time is measured on the monotonic clock, "
+                      "so nothing is counted twice or lost"))
+            self.say(line.format(jump=format_duration(abs(jump))))
             self._origin = origin
 
     def close(self, now_monotonic: float | None = None) -> None:
@@ -461,8 +470,8 @@ class Recorder:
 
     def _fail(self, line: str) -> None:
         if self._failing != line:
-            self.say(f"{line}: samples are not being recorded (what was recorded is intact); retrying "
-                     "every interval")
+            self.say(_("{error}: samples are not being recorded (what was recorded is intact); retrying every "
+                       "interval").format(error=line))
             self._failing = line
 
 
@@ -505,14 +514,14 @@ class Publisher:
                 line = (describe(e, self.store.path) if isinstance(e, sqlite3.Error)
                         else f"{e.filename or self.store.published}: {e.strerror or e}")
                 if line != self._failing:
-                    self.say(f"cannot publish the history for other users ({line}); they read the copy "
-                             "before, and it is tried again")
+                    self.say(_("cannot publish the history for other users ({error}); they read the copy before, "
+                               "and it is tried again").format(error=line))
                     self._failing = line
                 return
             self._done = changes
             self.copies += 1
             if self._failing is not None:
-                self.say(f"published the history for other users again at {self.store.published}")
+                self.say(_("published the history for other users again at {path}").format(path=self.store.published))
                 self._failing = None
 
     def close(self) -> None:

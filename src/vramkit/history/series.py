@@ -18,7 +18,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from .query import checked, typed, typed_int
-from .store import Store, StoreError, describe
+from .store import Store, StoreError, describe, not_utf8
 
 Slot = tuple[int | None, float | None]  # (memory used at most, bytes; utilization at most, %)
 
@@ -83,8 +83,7 @@ def gpu_series(store: Store, until: float, span: float, points: int) -> GpuSerie
     except sqlite3.Error as e:  # corrupt pages show up only when read
         raise StoreError(describe(e, store.path), param="db") from None
     except UnicodeDecodeError:  # a damaged schema quoted in SQLite's error
-        raise StoreError(f"{store.path} is not a readable vram history database (corrupt: text that is not "
-                         "UTF-8)", param="db") from None
+        raise StoreError(not_utf8(store.path), param="db") from None
     for gpu, slots in out.gpus.items():
         _fill_covered(slots, {s: r for (g, s), r in reaches.items() if g == gpu}, width, until)
     return out

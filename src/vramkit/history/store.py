@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import RequestError
+from ..i18n import N_, _
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
@@ -273,7 +274,7 @@ def _walk(directory: Path, create: bool) -> None:
     links = 0
 
     def fail(why: str) -> NoReturn:
-        raise StoreError(f"{why}; choose a directory of your own (--db or $VRAM_DB)", param="db")
+        raise StoreError(_("{why}; choose a directory of your own (--db or $VRAM_DB)").format(why=why), param="db")
     try:
         while todo:
             name = todo.pop(0)
@@ -297,14 +298,18 @@ def _walk(directory: Path, create: bool) -> None:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             others_write = holder.st_mode & 0o022
             if holder.st_uid not in (0, me):
-                fail(f"{here / name} can be changed by another user (uid {holder.st_uid} owns {here})")
+                fail(_("{path} can be changed by another user (uid {uid} owns {directory})").format(
+                    path=here / name, uid=holder.st_uid, directory=here))
             if others_write and not holder.st_mode & stat.S_ISVTX:
-                fail(f"{here / name} can be changed by another user (others may write {here})")
+                fail(_("{path} can be changed by another user (others may write {directory})").format(
+                    path=here / name, directory=here))
             if others_write and st.st_uid not in (0, me):
-                fail(f"{here / name} belongs to another user (uid {st.st_uid}), in {here}, which others may write")
+                fail(_("{path} belongs to another user (uid {uid}), in {directory}, which others may "
+                       "write").format(path=here / name, uid=st.st_uid, directory=here))
             if stat.S_ISLNK(st.st_mode):
                 if others_write:
-                    fail(f"{here / name} is a symbolic link in a directory others may write; give the path without it")
+                    fail(_("{path} is a symbolic link in a directory others may write; give the path "
+                           "without it").format(path=here / name))
                 links += 1
                 if links > 40:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
@@ -317,17 +322,17 @@ def _walk(directory: Path, create: bool) -> None:
                     todo.pop(0)
                 continue
             if not stat.S_ISDIR(st.st_mode):
-                fail(f"{here / name} is not a directory")
+                fail(_("{path} is not a directory").format(path=here / name))
             nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd, here = nfd, here / name
         st = os.fstat(fd)
         if st.st_uid not in (0, me) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-            fail(f"{shown} can be changed by another user")
+            fail(_("{path} can be changed by another user").format(path=shown))
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise StoreError(f"cannot use {shown}: {e.strerror or e}", param="db") from None
+        raise StoreError(_("cannot use {path}: {why}").format(path=shown, why=e.strerror or e), param="db") from None
     finally:
         os.close(fd)
 
@@ -338,7 +343,7 @@ def _lstat(path: Path | str) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise StoreError(f"{path}: {e.strerror}", param="db") from None
+        raise StoreError(_("{path}: {why}").format(path=path, why=e.strerror), param="db") from None
 
 
 def _check_not_symlink(path: Path) -> None:
@@ -346,21 +351,23 @@ def _check_not_symlink(path: Path) -> None:
     if st is None:
         return
     if stat.S_ISLNK(st.st_mode):
-        raise StoreError(f"{path} is a symbolic link; vram does not follow links it did not make", param="db")
+        raise StoreError(_("{path} is a symbolic link; vram does not follow links it did not make").format(
+            path=path), param="db")
     if not stat.S_ISREG(st.st_mode):
-        raise StoreError(f"{path} is not a regular file", param="db")
+        raise StoreError(_("{path} is not a regular file").format(path=path), param="db")
 
 
 def _check_trusted(path: Path | str, st: os.stat_result, whose: str) -> None:
     """The rule for a file vram writes (whose = 'the recorder') or reads as root ('root'): it is
     the caller's own, and no one else may write it."""
     if st.st_uid != os.geteuid():
-        raise StoreError(f"{path} belongs to another user (uid {st.st_uid}), who could have written anything "
-                         f"in it; {whose} uses only a database and companion files of its own", param="db")
+        raise StoreError(_("{path} belongs to another user (uid {uid}), who could have written anything in it; "
+                           "{who} uses only a database and companion files of its own").format(
+                               path=path, uid=st.st_uid, who=_(whose)), param="db")
     if st.st_mode & 0o022:
-        raise StoreError(f"{path} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
-                         f"{whose} uses only a database and companion files no one else may write "
-                         "(chmod go-w it)", param="db")
+        raise StoreError(_("{path} can be written by other users (mode {mode:04o}); {who} "
+                           "uses only a database and companion files no one else may write (chmod go-w it)").format(
+                               path=path, mode=stat.S_IMODE(st.st_mode), who=_(whose)), param="db")
 
 
 def _check_companions(path: Path, owner: int, trusted: str | None = None) -> None:
@@ -373,13 +380,14 @@ def _check_companions(path: Path, owner: int, trusted: str | None = None) -> Non
         if st is None:
             continue
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            raise StoreError(f"{companion} is not a regular file (a link?); vram does not follow links",
+            raise StoreError(_("{path} is not a regular file (a link?); vram does not follow links").format(
+                path=companion),
                              param="db")
         if trusted is not None:
             _check_trusted(companion, st, trusted)
         elif st.st_uid not in (0, owner, os.geteuid()):
-            raise StoreError(f"{companion} belongs to another user (uid {st.st_uid}); remove it if it "
-                             "is not yours", param="db")
+            raise StoreError(_("{path} belongs to another user (uid {uid}); remove it if it is not yours").format(
+                path=companion, uid=st.st_uid), param="db")
 
 
 def _check_header(path: Path) -> None:
@@ -393,19 +401,20 @@ def _check_header(path: Path) -> None:
     except FileNotFoundError:
         pass
     except OSError as e:
-        raise StoreError(f"cannot read {path}-wal: {e.strerror}", param="db") from None
+        raise StoreError(_("cannot read {path}-wal: {why}").format(path=path, why=e.strerror), param="db") from None
     head, size = _head(path)
     if len(head) == 0:
         return  # new, empty: SQLite writes the header
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
-        raise StoreError(f"{path} is not a readable vram history database (not an SQLite file)", param="db")
+        raise StoreError(_("{path} is not a readable vram history database (not an SQLite file)").format(
+            path=path), param="db")
     page = int.from_bytes(head[16:18], "big")
     page = 65536 if page == 1 else page
     pages = int.from_bytes(head[28:32], "big")
     counter, valid_for = head[24:28], head[92:96]
     if counter == valid_for and pages and size < pages * page:
-        raise StoreError(f"{path} is not a readable vram history database (corrupt: cut short at "
-                         f"{size} of {pages * page} bytes)", param="db")
+        raise StoreError(_("{path} is not a readable vram history database (corrupt: cut short at {size} of "
+                           "{total} bytes)").format(path=path, size=size, total=pages * page), param="db")
 
 
 def _head(path: Path | str) -> tuple[bytes, int]:
@@ -413,13 +422,13 @@ def _head(path: Path | str) -> tuple[bytes, int]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise StoreError(f"cannot read {path}: {e.strerror}", param="db") from None
+        raise StoreError(_("cannot read {path}: {why}").format(path=path, why=e.strerror), param="db") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StoreError(f"{path} is not a regular file", param="db")
+            raise StoreError(_("{path} is not a regular file").format(path=path), param="db")
         return os.pread(fd, 100, 0), os.fstat(fd).st_size
     except OSError as e:
-        raise StoreError(f"cannot read {path}: {e.strerror}", param="db") from None
+        raise StoreError(_("cannot read {path}: {why}").format(path=path, why=e.strerror), param="db") from None
     finally:
         os.close(fd)
 
@@ -427,7 +436,7 @@ def _head(path: Path | str) -> tuple[bytes, int]:
 def _is_snapshot(path: Path) -> bool:
     """A database file nobody writes in place: in rollback-journal mode (a published copy, or a
     history whose recorder has stopped) with no write-ahead log beside it."""
-    head, _ = _head(path)
+    head, _size = _head(path)
     return len(head) == 100 and head[18:20] == b"\x01\x01" and not os.path.lexists(f"{path}-wal")
 
 
@@ -438,17 +447,20 @@ def _private_dir(directory: Path) -> None:
     except FileExistsError:
         pass
     except OSError as e:
-        raise StoreError(f"cannot create {directory}: {e.strerror}", param="db") from None
+        raise StoreError(_("cannot create {directory}: {why}").format(
+            directory=directory, why=e.strerror), param="db") from None
     try:
         fd = os.open(directory, _DIR_FLAGS)
     except OSError as e:
-        raise StoreError(f"cannot use {directory}: {e.strerror} (it must be a directory, not a link)",
+        raise StoreError(_("cannot use {directory}: {why} (it must be a directory, not a link)").format(
+            directory=directory, why=e.strerror),
                          param="db") from None
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
-            raise StoreError(f"{directory} belongs to another user (uid {st.st_uid}); the live database "
-                             "goes only in a directory of the recorder's own", param="db")
+            raise StoreError(_("{directory} belongs to another user (uid {uid}); the live database goes only "
+                               "in a directory of the recorder's own").format(
+                                   directory=directory, uid=st.st_uid), param="db")
         if stat.S_IMODE(st.st_mode) != 0o700:
             os.fchmod(fd, 0o700)
     finally:
@@ -487,9 +499,10 @@ def _check_old(old: Path) -> bool:
     if st is None or (stat.S_ISREG(st.st_mode) and st.st_size == 0 and st.st_uid == os.geteuid()):
         return False
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-        raise StoreError(f"{old} is not a regular file (a link?); vram does not follow links", param="db")
-    _check_trusted(old, st, "the recorder")
-    _check_companions(old, st.st_uid, "the recorder")
+        raise StoreError(_("{path} is not a regular file (a link?); vram does not follow links").format(
+            path=old), param="db")
+    _check_trusted(old, st, N_("the recorder"))
+    _check_companions(old, st.st_uid, N_("the recorder"))
     _check_header(old)
     return st.st_size > 0
 
@@ -513,8 +526,8 @@ def _migrate(old: Path, live: Path) -> None:
             # No holder listed (unreadable /proc/locks) or one without a pid here: unknown, refused.
             holders = flock_holders(os.fstat(guard)) or [0]
             if any(uid_of(pid) in (None, os.geteuid()) for pid in holders):
-                raise StoreBusyError(f"{old} is locked: another 'vram record' (of an older vramkit?) is "
-                                     "writing to it", param="db") from None
+                raise StoreBusyError(_("{path} is locked: another 'vram record' (of an older vramkit?) is "
+                                       "writing to it").format(path=old), param="db") from None
         tmp = live.parent / f".{live.name}.moving"
         for suffix in ("", "-wal", "-journal", "-shm"):
             _unlink(f"{tmp}{suffix}")
@@ -565,12 +578,13 @@ def _identify(c: sqlite3.Connection, path: Path) -> bool:
     True when it is empty."""
     version = c.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{path} was written by a newer vramkit (schema {version}; this "
-                         f"vram reads up to {SCHEMA_VERSION}): upgrade vramkit to read it", param="db")
+        raise StoreError(_("{path} was written by a newer vramkit (schema {version}; this vram reads up to "
+                           "{newest}): upgrade vramkit to read it").format(
+                               path=path, version=version, newest=SCHEMA_VERSION), param="db")
     app = c.execute("PRAGMA application_id").fetchone()[0]
     empty: bool = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
     if app != APPLICATION_ID and not empty:
-        raise StoreError(f"{path} is an SQLite database, but not a vram history", param="db")
+        raise StoreError(_("{path} is an SQLite database, but not a vram history").format(path=path), param="db")
     return empty
 
 
@@ -584,18 +598,20 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
     # before the first write costs about 10 ms per MB, once per start.
     problem = c.execute("PRAGMA quick_check(1)").fetchone()[0]
     if problem != "ok":
-        raise StoreError(f"{path} is not a readable vram history database (corrupt: "
-                         f"{' '.join(str(problem).split())[:200]})", param="db")
+        raise StoreError(_("{path} is not a readable vram history database (corrupt: "
+                           "{problem})").format(
+                               path=path, problem=' '.join(str(problem).split())[:200]), param="db")
     if version >= 1:
         for key, value in c.execute("SELECT key, value FROM meta WHERE key LIKE 'hour_%'"):
             if not _number(value):
-                raise StoreError(f"{path} is not a readable vram history database (meta {str(key)[:40]!r} "
-                                 f"is {str(value)[:40]!r}, not a number)", param="db")
+                raise StoreError(_("{path} is not a readable vram history database (meta {key} is "
+                                   "{value}, not a number)").format(
+                                     path=path, key=repr(str(key)[:40]), value=repr(str(value)[:40])), param="db")
     return False
 
 
 def not_utf8(path: Path) -> str:
-    return f"{path} is not a readable vram history database (corrupt: text that is not UTF-8)"
+    return _("{path} is not a readable vram history database (corrupt: text that is not UTF-8)").format(path=path)
 
 
 def describe(e: sqlite3.Error, path: Path) -> str:
@@ -603,17 +619,20 @@ def describe(e: sqlite3.Error, path: Path) -> str:
     text = str(e)
     code = getattr(e, "sqlite_errorcode", None)
     if code == SQLITE_FULL or "disk is full" in text:
-        return f"{path}: the disk is full"
+        return _("{path}: the disk is full").format(path=path)
     if code is not None and code & 0xFF == SQLITE_IOERR:  # EFBIG (a file size limit) lands here too
-        return f"{path}: cannot write ({text}: the disk failed, or a file size limit was reached)"
+        return _("{path}: cannot write ({error}: the disk failed, or a file size limit was reached)").format(
+            path=path, error=text)
     if code == SQLITE_NOTADB or "not a database" in text or "malformed" in text:
-        return f"{path} is not a readable vram history database (corrupt, or another kind of file): {text}"
+        return _("{path} is not a readable vram history database (corrupt, or another kind of file): {error}").format(
+            path=path, error=text)
     if "readonly" in text or "read-only" in text:
-        return f"{path} is read-only here: {text}"
+        return _("{path} is read-only here: {error}").format(path=path, error=text)
     if "locked" in text or "busy" in text:
-        return f"{path} is locked by another program: {text}"
+        return _("{path} is locked by another program: {error}").format(path=path, error=text)
     if "unable to open" in text:
-        return f"cannot open {path}: {text} (does its directory exist, and may you read it?)"
+        return _("cannot open {path}: {error} (does its directory exist, and may you read it?)").format(
+            path=path, error=text)
     return f"{path}: {text}"
 
 
@@ -657,8 +676,8 @@ class Store:
         try:
             return cls._open_writer(path) if write else cls._open_reader(path)
         except FileNotFoundError:
-            raise StoreError(f"no history at {path}: nothing has been recorded there (start "
-                             "'vram record', or name another database with --db)", param="db") from None
+            raise StoreError(_("no history at {path}: nothing has been recorded there (start 'vram record', or "
+                               "name another database with --db)").format(path=path), param="db") from None
         except UnicodeDecodeError:  # a damaged schema SQLite quotes in its error, not UTF-8
             raise StoreError(not_utf8(path), param="db") from None
 
@@ -683,12 +702,12 @@ class Store:
                 lock_fd = cls._lock(path)
                 live = path
             _check_not_symlink(live)
-            _check_trusted(live, os.lstat(live), "the recorder")
+            _check_trusted(live, os.lstat(live), N_("the recorder"))
         except BaseException as e:
             if lock_fd is not None:
                 os.close(lock_fd)
             if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
-                raise StoreError(f"cannot open {path}: {e.strerror}", param="db") from None
+                raise StoreError(_("cannot open {path}: {why}").format(path=path, why=e.strerror), param="db") from None
             if isinstance(e, sqlite3.Error):
                 raise _error(e, path) from None
             raise
@@ -710,7 +729,7 @@ class Store:
             raise FileNotFoundError(target)
         st = os.stat(target)
         if me == 0:
-            _check_trusted(target, st, "vram as root")
+            _check_trusted(target, st, N_("vram as root"))
         snapshot = target == path and st.st_uid != me and _is_snapshot(path)
         store = cls._connect(target, False, None, None, immutable=snapshot)
         store.path = path  # what the reader named (reports say "in lab.db"), whichever file it is
@@ -722,7 +741,7 @@ class Store:
         conn: sqlite3.Connection | None = None
         try:
             if not immutable:
-                trusted = "the recorder" if write else "vram as root" if os.geteuid() == 0 else None
+                trusted = N_("the recorder") if write else N_("vram as root") if os.geteuid() == 0 else None
                 _check_companions(path, os.stat(path).st_uid, trusted)
             _check_header(path)
             if write:
@@ -744,7 +763,7 @@ class Store:
             if isinstance(e, sqlite3.Error):
                 raise _error(e, path) from None
             if isinstance(e, OSError):
-                raise StoreError(f"cannot open {path}: {e.strerror}", param="db") from None
+                raise StoreError(_("cannot open {path}: {why}").format(path=path, why=e.strerror), param="db") from None
             raise
 
     @staticmethod
@@ -759,17 +778,20 @@ class Store:
             fd = os.open(path, flags, 0o600)
         except OSError as e:
             if e.errno == errno.ELOOP:  # a link was put there
-                raise StoreError(f"{path} is a symbolic link; vram does not follow links", param="db") from None
-            raise StoreError(f"cannot open {path} for writing: {e.strerror}", param="db") from None
+                raise StoreError(_("{path} is a symbolic link; vram does not follow links").format(
+                    path=path), param="db") from None
+            raise StoreError(_("cannot open {path} for writing: {why}").format(
+                path=path, why=e.strerror), param="db") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise StoreError(f"{path} is not a regular file", param="db")
-            _check_trusted(path, st, "the recorder")
+                raise StoreError(_("{path} is not a regular file").format(path=path), param="db")
+            _check_trusted(path, st, N_("the recorder"))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                raise StoreBusyError(f"{path} is locked: another 'vram record' is writing to it", param="db") from None
+                raise StoreBusyError(_("{path} is locked: another 'vram record' is writing to it").format(
+                    path=path), param="db") from None
         except BaseException:
             os.close(fd)
             raise
@@ -780,13 +802,14 @@ class Store:
         c.execute("PRAGMA busy_timeout = 500" if self.writable else "PRAGMA busy_timeout = 5000")
         if not self.writable:
             if _identify(c, self.path):
-                raise StoreError(f"{self.path} holds no history yet", param="db")
+                raise StoreError(_("{path} holds no history yet").format(path=self.path), param="db")
             version = self.version()
             # An older schema is read as it is (a recorder service of the previous version may
             # still be writing it); 'vram record' upgrades it when it next starts.
             if version < READS_FROM:
-                raise StoreError(f"{self.path} has schema {version}; 'vram record' upgrades it to "
-                                 f"{SCHEMA_VERSION} when it next starts", param="db")
+                raise StoreError(_("{path} has schema {version}; 'vram record' upgrades it to {newest} when it "
+                                   "next starts").format(
+                                       path=self.path, version=version, newest=SCHEMA_VERSION), param="db")
             self.hour_sums = version >= 2
             self.day_sums = version >= 3
             self.workloads = version >= 4
