@@ -52,6 +52,18 @@ def test_every_word_of_the_page_is_in_the_table_and_translated():
     assert chinese.words[page_words.NO_HISTORY] != page_words.NO_HISTORY
 
 
+def test_a_reading_s_reasons_come_translated_with_the_page():
+    """N/A reasons and GPU errors are stored in English (the JSON's); the page gets the catalog's
+    words for those of its reading. NVML's own error names are not in it: they stay as NVML said."""
+    lost = "GPU is lost (fell off the bus or needs a reset)"
+    block = page_words.reasons(ZH, {"not supported", lost, "NVML error 999", "</script><b>"}).decode()
+    found = re.fullmatch(r'<script type="application/json" id="reasons">(.*)</script>\n', block)
+    assert found and "<" not in found.group(1)
+    said = json.loads(found.group(1))
+    assert said == {"not supported": "不支持", lost: i18n.translator(ZH).gettext(lost)} and said[lost] != lost
+    assert page_words.reasons(i18n.ENGLISH, {"not supported", lost}) == b""
+
+
 @pytest.mark.parametrize(("header", "language"), [
     ("zh-CN,zh;q=0.9,en;q=0.8", ZH), ("zh", ZH), ("zh-Hans", ZH), ("zh-Hans-CN", ZH), ("ZH_cn", ZH),
     ("en-US,en;q=0.9", "en"), ("fr-FR, zh;q=0.5, en;q=0.4", ZH), ("en;q=0.3, zh-Hans", ZH),
@@ -131,6 +143,7 @@ def server_here():
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_server_answers_each_reader_in_theirs(server_here):
     server = server_here("--simulate", "demo")
     zh_headers, zh = server.get("", **{"Accept-Language": "zh-CN,zh;q=0.9"})

@@ -223,9 +223,9 @@ def page(language: str) -> bytes:
 
 
 def reasons(language: str, texts: Iterable[str]) -> bytes:
-    """The translations of a reading's N/A reasons (stored in English, marked N_() where the
-    driver layers write them), as a JSON data block for the page; empty where there are none
-    (English, or reasons the catalog does not have: NVML's own error names)."""
+    """The translations of a reading's N/A reasons and GPU errors (stored in English, marked N_()
+    where the driver layers write them), as a JSON data block for the page; empty where there are
+    none (English, or texts the catalog does not have: NVML's own error names)."""
     catalog = words(language).catalog
     said = {text: catalog.gettext(text) for text in texts}
     said = {text: translated for text, translated in said.items() if translated != text}

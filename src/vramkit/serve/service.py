@@ -337,7 +337,8 @@ class Service:
                 return template
             data = self.snapshot_json().replace(b"<", b"\\u003c")
             block = b'<script type="application/json" id="reading">' + data + b"</script>\n"
-            block += page_words.reasons(language, {why for g in snap.gpus for why in g.na.values()})
+            said = {why for g in snap.gpus for why in g.na.values()} | {g.error for g in snap.gpus if g.error}
+            block += page_words.reasons(language, said)
             return template.replace(b"</body>", block + b"</body>", 1)
         return self._cached(f"page {language}", build)
 

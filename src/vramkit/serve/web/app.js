@@ -54,7 +54,7 @@
   }
   const WORDS = (() => {
     const data = readBlock("words");
-    // The N/A reasons of the reading the page came with, which the driver layers store in English.
+    // The N/A reasons and GPU errors of the reading the page came with (the driver layers store them in English).
     return { words: { ...(data.words || {}), ...readBlock("reasons") }, plurals: data.plurals || {} };
   })();
   const own = (table, key) => Object.prototype.hasOwnProperty.call(table, key);
@@ -263,7 +263,7 @@
       card.append(el("p", "gpu-error", t("GPU lost: it fell off the bus; no reading")));
       return card;
     }
-    if (gpu.error) card.append(el("p", "gpu-error", gpu.error));
+    if (gpu.error) card.append(el("p", "gpu-error", t(gpu.error)));
 
     const used = gpu.memory_used, total = gpu.memory_total;
     const memValue = el("span", "meter-value");
