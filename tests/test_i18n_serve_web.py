@@ -96,8 +96,8 @@ def test_the_page_is_made_once_per_language():
 
 
 def test_the_english_page_is_the_template_as_it_was():
-    """English: no words block, every marker its own English: the page before issue 34, byte for
-    byte, but for the two labels' markers (kept as they read)."""
+    """English: no words block, every marker its own English: the page before issue 34 (but for
+    two line breaks inside the footer's sentences, now one line each)."""
     text = page_words.page(i18n.ENGLISH).decode()
     assert '<html lang="en">' in text and 'id="words"' not in text and "{{" not in text
     assert ('<p>Read-only view of <code>vram serve</code>. The same data: <a href="/api/v1/snapshot">'
