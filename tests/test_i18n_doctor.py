@@ -220,3 +220,10 @@ def test_torch_helpers_speak_chinese(tmp_path: Path) -> None:
     # the kept parts: code quoted from the job, PyTorch's names, the variables that hold the tensors
     lines = [line for line in out.splitlines() if not line.startswith("    ") or CJK.search(line)]
     assert english_left("\n".join(lines)) == [], out
+
+
+def test_wrap_takes_text_that_starts_with_closing_punctuation() -> None:
+    # a fix's text can start with "（" or "，" (a translated sentence after a quoted name): it folds
+    from vramkit.render.text_width import wrap
+
+    assert wrap("，中文", 10) == ["，中文"] and wrap("）" + "中" * 12, 10) == ["）中中中中", "中中中中中", "中中中"]

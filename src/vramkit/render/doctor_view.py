@@ -7,7 +7,7 @@ from ..i18n import N_, _, ngettext, pgettext
 from ..procs import sanitize
 from ..units import format_size
 from .style import Style, clip
-from .text_width import cells, char_cells, pad
+from .text_width import cells, pad, wrap
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, as in cli/common.py
 if TYPE_CHECKING:  # `vram doctor LOG` loads neither the checklist nor gpu_state; JSON only for --json
@@ -24,77 +24,19 @@ _SEVERITY_STYLE = {"problem": ("red", "bold"), "warning": ("yellow",), "info": (
 _SEVERITY_TAG = {"problem": N_("PROBLEM"), "warning": N_("WARNING"), "info": N_("INFO")}
 # What the text reads as the program's words by their kind (the JSON keeps the key).
 _BASIS = {"message": N_("message"), "live": N_("live"), "estimate": N_("estimate")}
-# Punctuation that never starts a line (Chinese line breaking): it stays with what it follows.
-_NO_LINE_START = frozenset("，。、：；！？）」』》〉】…,.:;!?)]}%")
-_NO_LINE_END = ("（", "「", "『", "《", "〈", "【")  # nor ends one
-
-
-def _pieces(text: str) -> list[str]:
-    """`text` in the pieces a line may break between: words (with the spaces after them), and each
-    wide character on its own (CJK text breaks between any two characters); punctuation that may
-    not start a line stays with what it follows, an opening bracket with what follows it."""
-    out: list[str] = []
-    word = ""
-    for c in text:
-        if c in _NO_LINE_START and (word or out):
-            if word:
-                word += c
-            else:
-                out[-1] += c
-            continue
-        if c == " ":
-            out.append(word + c)
-            word = ""
-        elif char_cells(c) == 2 and not word.endswith(_NO_LINE_END):
-            if word:
-                out.append(word)
-            word = c
-            if c not in _NO_LINE_END:
-                out.append(word)
-                word = ""
-        else:
-            word += c
-    if word:
-        out.append(word)
-    return out
 
 
 def _wrap(text: str, indent: int, width: int) -> list[str]:
-    """Wrap rather than cut: a diagnosis is read in full. By display width (a CJK character takes
-    two columns), breaking at spaces and between wide characters; a word longer than a line is cut.
-    ASCII text as textwrap wraps it (what the English output always was)."""
+    """Wrap rather than cut: a diagnosis is read in full. By display width (Chinese breaks between
+    any two characters: text_width.wrap); ASCII text as textwrap wraps it, what the English output
+    always was."""
     lead = " " * indent
     if text.isascii():
         import textwrap
 
         return textwrap.wrap(text, width=max(40, width), initial_indent=lead, subsequent_indent=lead,
                              break_on_hyphens=False) or [lead]
-    room = max(40, width) - indent
-    text = " ".join(text.split("\n"))
-    lines: list[str] = []
-    line, used = "", 0
-    for piece in _pieces(text):
-        need = cells(piece.rstrip(" "))
-        if line and used + need > room:
-            lines.append(line.rstrip(" "))
-            line, used = "", 0
-        if not line:
-            piece = piece.lstrip(" ")
-            need = cells(piece.rstrip(" "))
-        while need > room:  # a word wider than the line: cut it
-            cut, taken = "", 0
-            for c in piece:
-                if taken + char_cells(c) > room:
-                    break
-                cut, taken = cut + c, taken + char_cells(c)
-            lines.append(cut)
-            piece = piece[len(cut):]
-            need = cells(piece.rstrip(" "))
-        line += piece
-        used += cells(piece)
-    if line.strip(" "):
-        lines.append(line.rstrip(" "))
-    return [lead + part for part in lines] or [lead]
+    return [lead + line for line in wrap(" ".join(text.split("\n")), max(40, width) - indent)] or [lead]
 
 
 # ------------------------------------------------------------------ an OOM, explained

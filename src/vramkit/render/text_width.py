@@ -87,7 +87,7 @@ def wrap(text: str, width: int) -> list[str]:
     for c in text:
         last = pieces[-1][-1] if pieces else ""
         starts = not last or char_cells(c) == 2 or char_cells(last) == 2 or (c == " " and last != " ")
-        if starts and c not in _NO_LINE_START and last not in _NO_LINE_END:
+        if not pieces or (starts and c not in _NO_LINE_START and last not in _NO_LINE_END):
             pieces.append(c)
         else:
             pieces[-1] += c
