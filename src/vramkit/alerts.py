@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .gpu_state import Device, GpuProcess, Snapshot
+from .i18n import N_, _
 from .units import format_duration, format_size
 
 ProcKey = tuple[int, int, "int | None"]  # (pid, GPU index, MIG instance)
@@ -159,7 +160,7 @@ def growth(history: History, index: int, th: Thresholds) -> tuple[float, float] 
 
 
 def _who(p: GpuProcess) -> str:
-    return f"pid {p.pid} ({p.user})" if p.user else f"pid {p.pid}"
+    return f"pid {p.pid} ({p.user})" if p.user else f"pid {p.pid}"  # said inside the sentences below
 
 
 def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
@@ -171,31 +172,37 @@ def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
     out: list[Alert] = []
     for dev in snap.gpus:
         if dev.lost:
-            out.append(Alert("lost", "critical", f"GPU {dev.index} lost: {dev.error or 'GPU is lost'}",
-                             gpu=dev.index))
+            # the kinds ("lost", "nearly_full", ...) are for programs; the messages for people
+            out.append(Alert("lost", "critical", _("GPU {index} lost: {reason}").format(
+                index=dev.index, reason=_(dev.error or N_("GPU is lost"))), gpu=dev.index))
             continue
         share = _used_share(dev)
         if share is not None and share >= th.nearly_full:
             out.append(Alert("nearly_full", "critical",
-                             f"GPU {dev.index} nearly full: {format_size(dev.memory_free)} free of "
-                             f"{format_size(dev.memory_total)} ({100 * share:.0f}% used)", gpu=dev.index))
+                             _("GPU {index} nearly full: {free} free of {total} ({share}% used)").format(
+                                 index=dev.index, free=format_size(dev.memory_free),
+                                 total=format_size(dev.memory_total), share=f"{100 * share:.0f}"), gpu=dev.index))
         else:
             grow = growth(history, dev.index, th)
             if grow is not None:
                 rate, eta = grow
                 out.append(Alert("growing", "warning",
-                                 f"GPU {dev.index} memory growing {format_size(int(rate))}/s: full in "
-                                 f"~{format_duration(eta)} at this rate (estimate)", gpu=dev.index, eta=eta))
+                                 _("GPU {index} memory growing {rate}/s: full in ~{eta} at this rate "
+                                   "(estimate)").format(
+                                     index=dev.index, rate=format_size(int(rate)), eta=format_duration(eta)),
+                                 gpu=dev.index, eta=eta))
         for p in dev.processes:
             idle = p.idle_for
             if p.zombie and p.memory:
                 out.append(Alert("defunct", "warning",
-                                 f"{_who(p)} is defunct and still holds {format_size(p.memory)} on GPU "
-                                 f"{dev.index}", gpu=dev.index, pid=p.pid))
+                                 _("{who} is defunct and still holds {size} on GPU {index}").format(
+                                     who=_who(p), size=format_size(p.memory), index=dev.index),
+                                 gpu=dev.index, pid=p.pid))
             elif idle is not None and idle >= th.idle_after and (p.memory or 0) >= th.idle_min_memory:
                 out.append(Alert("idle_holder", "warning",
-                                 f"{_who(p)} holds {format_size(p.memory)} on GPU {dev.index}, "
-                                 f"idle for {format_duration(idle)}+", gpu=dev.index, pid=p.pid))
+                                 _("{who} holds {size} on GPU {index}, idle for {idle}+").format(
+                                     who=_who(p), size=format_size(p.memory), index=dev.index,
+                                     idle=format_duration(idle)), gpu=dev.index, pid=p.pid))
     order = {"critical": 0, "warning": 1}
     out.sort(key=lambda a: (order[a.severity], a.gpu if a.gpu is not None else -1))
     return out

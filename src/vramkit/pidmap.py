@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from .backends import Backend
 from .gpu_state import Device, GpuProcess, Snapshot
 from .holders import Holder, scan
+from .i18n import _, ngettext
 from .procs import OTHER_NAMESPACE, HostProcess, ProcessTable
 from .units import format_size
 
@@ -32,7 +33,7 @@ def map_to_this_namespace(snap: Snapshot, backend: Backend, join: Join) -> None:
     rows = [(p, dev) for dev in snap.gpus for p in dev.processes if p.host_missing == OTHER_NAMESPACE]
     if not rows:
         return
-    for p, _ in rows:
+    for p, _host in rows:
         p.nvml_pid = p.pid  # from here on not a pid of this /proc (the holders scan reads pid_here)
     table = ProcessTable()
     try:
@@ -40,7 +41,7 @@ def map_to_this_namespace(snap: Snapshot, backend: Backend, join: Join) -> None:
     finally:
         table.close()
     on: dict[int, set[int]] = {}  # host pid -> the GPUs NVML lists it on
-    for p, _ in rows:
+    for p, _host in rows:
         on.setdefault(p.pid, set()).add(p.gpu)
     fits = {pid: [h for h in holders if gpus <= set(h.gpus)] for pid, gpus in on.items()}
     mapped = _certain(fits)
@@ -78,7 +79,9 @@ def _why_unmapped(p: GpuProcess) -> str:
 def _pid_list(pids: Iterable[int]) -> str:
     """311 / 311 and 420 / 311, 420 and 512."""
     shown = [str(p) for p in pids]
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    if len(shown) == 1:
+        return shown[0]
+    return _("{pids} and {last}").format(pids=", ".join(shown[:-1]), last=shown[-1])
 
 
 def summary(procs: list[GpuProcess]) -> list[str]:
@@ -93,15 +96,23 @@ def summary(procs: list[GpuProcess]) -> list[str]:
     for (gpu, here), rows in sorted(groups.items()):
         known = [p.memory for p in rows if p.memory is not None]
         held = format_size(sum(known)) if known else "N/A"
-        listed = f"{len(rows)} process{'es' if len(rows) != 1 else ''}"
+        n = len(rows)
         if not here:
-            lines.append(f"GPU {gpu}: {held} held by {listed} outside this container "
-                         f"(host pid{'s' if len(rows) != 1 else ''} {_pid_list(p.nvml_pid or 0 for p in rows)})")
+            lines.append(ngettext("GPU {gpu}: {held} held by {n} process outside this container (host pid {pids})",
+                                  "GPU {gpu}: {held} held by {n} processes outside this container (host pids {pids})",
+                                  n).format(gpu=gpu, held=held, n=n, pids=_pid_list(p.nvml_pid or 0 for p in rows)))
         elif len(here) == 1:
-            lines.append(f"1 process of this container holds GPU {gpu} (pid {here[0]}); NVML lists {listed} "
-                         f"there with {held}: which are its cannot be told")
+            lines.append(ngettext("1 process of this container holds GPU {gpu} (pid {pid}); NVML lists {n} process "
+                                  "there with {held}: which are its cannot be told",
+                                  "1 process of this container holds GPU {gpu} (pid {pid}); NVML lists {n} processes "
+                                  "there with {held}: which are its cannot be told", n).format(
+                gpu=gpu, pid=here[0], n=n, held=held))
+        elif n == len(here):
+            lines.append(_("{count} processes of this container hold GPU {gpu}: {held} between pids {pids}").format(
+                count=len(here), gpu=gpu, held=held, pids=_pid_list(here)))
         else:
-            extra = "" if len(rows) == len(here) else f" (NVML lists {listed})"
-            lines.append(f"{len(here)} processes of this container hold GPU {gpu}: {held} between pids "
-                         f"{_pid_list(here)}{extra}")
+            lines.append(ngettext("{count} processes of this container hold GPU {gpu}: {held} between pids {pids} "
+                                  "(NVML lists {n} process)", "{count} processes of this container hold GPU {gpu}: "
+                                  "{held} between pids {pids} (NVML lists {n} processes)", n).format(
+                count=len(here), gpu=gpu, held=held, pids=_pid_list(here), n=n))
     return lines
