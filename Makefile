@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-user lint bench clean install i18n
+.PHONY: run test test-fast test-user test-zh lint bench clean install i18n
 
 # The tests run in parallel (pytest-xdist), one worker per core; tests that must not run at the
 # same time as each other share an xdist_group (tests/conftest.py), which loadgroup keeps on one
@@ -45,6 +45,15 @@ test-fast: $(VENV)/.installed-test
 
 test-user: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q $(XDIST) -m uid
+
+# The suite pins English (tests/conftest.py sets VRAM_LANG=en), so it passes under any locale. This
+# subset runs under a Chinese one to keep it so (CI runs it): the tests of the Chinese output, the
+# docs' console examples (English, and zh_CN for *.zh_CN.md), the help, the error lines, the config.
+# LANG only: a LC_ALL naming a locale the machine has not generated makes bash warn on stderr.
+ZH_TESTS := tests/test_i18n*.py tests/test_docs_examples.py tests/test_help.py tests/test_flags.py \
+	tests/test_cli_output_errors.py tests/test_config.py tests/test_layout.py
+test-zh: $(VENV)/.installed-test
+	LANG=zh_CN.UTF-8 LANGUAGE=zh_CN:zh $(BIN)/python -m pytest -q $(XDIST) $(ZH_TESTS)
 
 # The translations: extract every marked message, update each catalog (src/vramkit/locale/*/LC_MESSAGES/
 # vramkit.po), compile its .mo. After changing a message; then translate what it says is untranslated.

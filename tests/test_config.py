@@ -17,9 +17,10 @@ from vramkit.tui.rows import COLUMNS
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """XDG_CONFIG_HOME under tmp_path, no VRAM_* in the environment; returns the user file's path."""
+    """XDG_CONFIG_HOME under tmp_path, no VRAM_* in the environment (but the suite's VRAM_LANG);
+    returns the user file's path."""
     for key in list(os.environ):
-        if key.startswith("VRAM_"):
+        if key.startswith("VRAM_") and key != "VRAM_LANG":
             monkeypatch.delenv(key)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     path = tmp_path / "xdg" / "vramkit" / "config.toml"

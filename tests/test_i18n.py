@@ -81,8 +81,7 @@ def test_a_bad_config_file_while_the_language_is_chosen_is_one_line(tmp_path):
     which asks for the language again: English meanwhile, then the error in the reader's language."""
     (tmp_path / "vramkit").mkdir()
     (tmp_path / "vramkit" / "config.toml").write_text("[top\n")
-    env = clean_env(VRAM_LANG=None, XDG_CONFIG_HOME=str(tmp_path), LANG="zh_CN.UTF-8", LANGUAGE=None,
-                    LC_ALL=None, LC_MESSAGES=None)
+    env = _locale_env(tmp_path, LANG="zh_CN.UTF-8")
     assert_one_line_error(run_vram("config", env=env), 2, "config.toml: 不是有效的 TOML：")
 
 
@@ -135,6 +134,14 @@ def test_machine_readable_is_read_before_the_command_separator():
 
 # ---------------------------------------------------------------- the language chosen
 
+def _locale_env(config_home: Path, **variables: str) -> dict[str, str]:
+    """clean_env() with the config under `config_home` and only `variables` of VRAM_LANG and the
+    locale's (the suite's VRAM_LANG=en and the machine's LANG gone)."""
+    env = clean_env(XDG_CONFIG_HOME=str(config_home), **{k: None for k in (
+        "VRAM_LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")})
+    return {**env, **variables}
+
+
 def _language_of(env: dict[str, str]) -> str:
     """The language a real `vram` speaks in `env`: its help's first word."""
     first = run_vram("--help", env=env).out.split(" ", 1)[0]
@@ -159,10 +166,7 @@ def test_the_language_comes_from_vram_lang_then_the_config_then_the_locale(tmp_p
     if config is not None:
         (tmp_path / "vramkit").mkdir()
         (tmp_path / "vramkit" / "config.toml").write_text(f'[ui]\nlanguage = "{config}"\n')
-    env = clean_env(XDG_CONFIG_HOME=str(tmp_path), **{k: None for k in (
-        "VRAM_LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")})
-    env.update(variables)
-    assert _language_of(env) == language
+    assert _language_of(_locale_env(tmp_path, **variables)) == language
 
 
 def test_the_environment_name_of_ui_language_is_the_one_i18n_checks():
@@ -408,7 +412,7 @@ def test_the_config_reader_loads_for_the_language_only_when_a_file_mentions_it(t
     asks for ui.language, and only a file that mentions it costs the config reader (~15 ms)."""
     (tmp_path / "vramkit").mkdir()
     config = tmp_path / "vramkit" / "config.toml"
-    env = clean_env(VRAM_LANG=None, XDG_CONFIG_HOME=str(tmp_path), LANG="C.UTF-8")
+    env = _locale_env(tmp_path, LANG="C.UTF-8")
     config.write_text("[thresholds]\nmemory_warn = 200\n")  # a mistake: said by the commands that use it
     assert "vramkit.config" not in _imports("status", "--simulate", "demo", env=env)
     config.write_text('[ui]\nlanguage = "zh_CN"\n')

@@ -57,7 +57,7 @@ class Job:
     def __init__(self, tmp_path: Path, code: int, start: bool = True, **popen: object):
         tmp_path.mkdir(exist_ok=True)
         self.ready, self.go = tmp_path / "ready", tmp_path / "go"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VRAM_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VRAM_") or k == "VRAM_LANG"}
         env.update(VRAM_LEASE_DIR=str(tmp_path / "leases"), VRAM_SIM_TIME="0", PYTHONDONTWRITEBYTECODE="1")
         self.argv = vram_argv("run", "-q", "--simulate", "demo", "--", PY, "-c", JOB, str(self.ready),
                               str(self.go), str(code))
