@@ -113,3 +113,21 @@ def test_json_stays_english_where_the_text_is_chinese():
     assert not re.search(r"[\u4e00-\u9fff]", json.dumps(data, ensure_ascii=False))
     plan = run_vram("plan", "bert-large-uncased", "--card", "rtx-4090", "--batch", "32", "--json", env=ZH).json()
     assert not re.search(r"[\u4e00-\u9fff]", json.dumps(plan, ensure_ascii=False))
+
+
+def test_help_and_errors_are_chinese():
+    helped = run_vram("estimate", "--help", env=ZH)
+    assert helped.rc == 0, helped.err
+    for words in ("模型和输入", "训练步", "量化", "显示每一项代入数值后的公式", "每块 GPU 的微批（默认 1）", "示例："):
+        assert words in helped.out, words
+    assert "DeepSpeed 的 reduce_bucket_size，单位为元素" in helped.out
+    assert "缓存分配器和 CUDA 上下文" in helped.out.replace("\n", "")  # a paragraph folded by display width
+    planned = run_vram("plan", "--help", env=ZH)
+    assert "要规划的 GPU" in planned.out and "不做改动即可放下" in planned.out
+    for args, words in ((("estimate", "llama-9b"), "未知的模型 'llama-9b'"),
+                        (("estimate", "llama-3-8b", "--tp", "3"), "必须能整除 GPU 数"),
+                        (("estimate", "llama-3-8b", "--quant", "4bit"), "训练量化模型需要 LoRA"),
+                        (("estimate", "llama-3-8b", "--precision", "fp9"), "请给出"),
+                        (("plan", "llama-3-8b", "--card", "rtx-9999"), "未知的 GPU 'rtx-9999'")):
+        result = run_vram(*args, env=ZH)
+        assert result.rc == 2 and words in result.err and result.err.count("\n") == 1, (args, result.err)
