@@ -187,6 +187,22 @@ HF_PR_4850 = Source(
     # cache, torch.cuda.reset_peak_memory_stats(), runs the forward, then Memory(torch.cuda.max_memory_reserved()),
     # printed as bytes >> 20 with " MB"; each (batch, sequence) builds its model anew
     RESERVED, "MiB", 0)
+# torchtune's generate recipe (recipes/generate.py): the model built in the config's dtype (bf16) on the GPU,
+# model.setup_caches(max_batch_size=1, dtype): each layer's KVCache of the model's max_seq_len (4096 for llama2_7b and,
+# then, llama3_8b) with num_heads (the query heads: k and v were expanded before the cache) and the causal_mask of
+# max_seq_len^2 bools; logger.info(f"Memory used: {torch.cuda.max_memory_allocated() / 1e9:.02f} GB")
+TUNE_E2E = Source(
+    "torchtune docs: End-to-End Workflow (tutorials/e2e_flow.rst, 2024-04-14), generation with the shipped config",
+    "https://github.com/pytorch/torchtune/blob/f326b5e95f9fcd8acf66bab23a264d720f8df334/docs/source/tutorials/"
+    "e2e_flow.rst",
+    "GPU not stated; torchtune 0.1 (torchao 0.1, tested on PyTorch 2.2); tune run generate, bf16, the LoRA-tuned 7B",
+    ALLOCATED, "GB", 2)
+TUNE_LLAMA3 = Source(
+    "torchtune docs: Meta Llama3 in torchtune (tutorials/llama3.rst, 2024-04-18), generation with the shipped config",
+    "https://github.com/pytorch/torchtune/blob/90f62682b86fec9027bafedcf53464fd3cddc2dc/docs/source/tutorials/"
+    "llama3.rst",
+    "GPU not stated; torchtune 0.1 (torchao 0.1, tested on PyTorch 2.2); tune run generate, bf16, the LoRA-tuned 8B",
+    ALLOCATED, "GB", 2)
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
@@ -268,6 +284,15 @@ CASES = [
                                            ("StableLM 3B", "stablelm-base-alpha-3b", 5, 7.30),
                                            ("Llama 2 7B", "llama-2-7b", 6, 13.52),
                                            ("Llama 2 13B", "llama-2-13b", 6, 26.21))),
+    # --- torchtune's generate recipe with generation.yaml (dtype bf16, max_new_tokens 300, top_k 300, temperature 0.8;
+    # only the checkpoint paths and the prompt changed): "[generate.py:99] Memory used: 15.72 GB" after the prompt
+    # "What are some interesting sites to visit in the Bay Area?" (BOS + 12 tokens) and 300 tokens at 25.83 tokens/s
+    Case(TUNE_E2E, "llama2-7b 13 + 300 new, generate recipe defaults", "llama-2-7b", 15.72,
+         {"stack": "torch=2.2,torchao=0.1", "loop": "torchtune", "mode": "infer", "seq": 13, "new_tokens": 300}),
+    # llama3.rst: the same recipe on the LoRA-tuned Llama3 8B, prompt "Hello, my name is" (BOS + 5 tokens):
+    # "[generate.py:139] Memory used: 18.31 GB" (it stopped at an end token after about 206 of the 300)
+    Case(TUNE_LLAMA3, "llama3-8b 6 + 300 new, generate recipe defaults", "llama-3-8b", 18.31,
+         {"stack": "torch=2.2,torchao=0.1", "loop": "torchtune", "mode": "infer", "seq": 6, "new_tokens": 300}),
     # --- transformers PR #4850, "Baseline GPU results", "INFERENCE - MEMORY - RESULT": distilbert-base-uncased and
     # bert-base-cased, batch 8, sequences 8 to 512 (lines "<model>/8/<seq>: N MB")
     *(Case(HF_PR_4850, f"{model} b8 s{seq}, defaults", model, mib,
