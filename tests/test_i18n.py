@@ -420,3 +420,32 @@ def test_the_config_reader_loads_for_the_language_only_when_a_file_mentions_it(t
     assert _language_of(env) == "zh_CN"
     config.write_text('[ui]\nlanguage = "zh_CN"\n[thresholds]\nmemory_warn = 200\n')  # unusable: $LANG decides
     assert _language_of(env) == "en"
+
+
+def test_the_catalog_vram_reads_answers_as_gettext_does():
+    """i18n.Catalog indexes the .mo's bytes and decodes a message when asked (the whole catalog
+    decoded at load was ~4 ms of every Chinese `vram status`): every message, context and plural
+    form of the committed catalog reads as gettext.GNUTranslations reads it."""
+    pytest.importorskip("babel")
+    mine = i18n.Catalog(MO.read_bytes())
+    with MO.open("rb") as f:
+        theirs = gettext.GNUTranslations(f)
+    asked = 0
+    for m in _read_po(PO):
+        if not m.id:
+            continue
+        if m.pluralizable:
+            for n in (0, 1, 2, 5):
+                if m.context:
+                    assert mine.npgettext(m.context, *m.id, n) == theirs.npgettext(m.context, *m.id, n)
+                else:
+                    assert mine.ngettext(*m.id, n) == theirs.ngettext(*m.id, n)
+        elif m.context:
+            assert mine.pgettext(m.context, m.id) == theirs.pgettext(m.context, m.id)
+        else:
+            assert mine.gettext(m.id) == theirs.gettext(m.id)
+        asked += 1
+    assert asked > 100
+    assert mine.gettext("no such message") == "no such message" and mine.ngettext("a", "b", 2) == "b"
+    with pytest.raises(OSError):
+        i18n.Catalog(b"\xde\x12\x04\x95 cut short")
