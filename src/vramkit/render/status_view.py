@@ -4,7 +4,7 @@ followed by who holds memory on it."""
 from __future__ import annotations
 
 from ..gpu_state import Device, Snapshot
-from ..i18n import _, ngettext, pgettext
+from ..i18n import _, ngettext, pgettext, translation
 from ..units import format_size
 from . import fmt
 from .banner import banner
@@ -36,6 +36,19 @@ class Words:
         self.flags = fmt.flag_words()
 
 
+_cached: tuple[object, Words] | None = None  # (the catalog they were looked up in, the words)
+
+
+def screen_words() -> Words:
+    """The Words of the process's language, looked up once (again only when the language changes:
+    tests, i18n.reset()); `vram status --watch` and the live view redraw without a lookup."""
+    global _cached
+    catalog = translation()
+    if _cached is None or _cached[0] is not catalog:
+        _cached = (catalog, Words())
+    return _cached[1]
+
+
 def layout(width: int) -> tuple[int, int, int]:
     """(memory bar, utilization bar, name) widths that keep a GPU line within `width` columns:
     115 columns at full size, 80 with the utilization bar dropped and shorter bars."""
@@ -63,7 +76,7 @@ def extras_fit(gpus: list[Device], width: int, words: Words | None = None) -> tu
     """Each GPU's extras and the columns they take: fan and video use where both fit beside a line
     of MIN_LINE columns, else the fan only, else none; the same columns for every GPU, so the
     bars (which shrink to make room) line up down the page."""
-    words = words or Words()
+    words = words or screen_words()
     for video in (True, False):
         extras = {g.index: _extras(g, video, words) for g in gpus if not g.lost}
         taken = max(map(cells, extras.values()), default=0)
@@ -197,7 +210,7 @@ def _summary(snap: Snapshot, style: Style) -> str:
 def render_compact(snap: Snapshot, style: Style, width: int, total: int | None = None) -> str:
     """`vram status --compact`: the banner, one line per GPU, the total."""
     lines = [banner(snap, style, width, total)]
-    words = Words()
+    words = screen_words()
     lines.extend(_compact_line(dev, style, width, words) for dev in snap.gpus)
     lines.append(_summary(snap, style))
     return "\n".join(lines)
@@ -209,7 +222,7 @@ def render_status(snap: Snapshot, style: Style, width: int, total: int | None = 
     command; `processes`: the holder lines under each GPU (--no-processes: none)."""
     lines = [banner(snap, style, width, total)]
     user_w = user_width(snap.gpus)
-    words = Words()
+    words = screen_words()
     extras, taken = extras_fit(snap.gpus, width, words)
     for dev in snap.gpus:
         lines.append(_gpu_line(dev, style, width - taken, extras.get(dev.index, ""), words))
