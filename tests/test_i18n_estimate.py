@@ -131,3 +131,22 @@ def test_help_and_errors_are_chinese():
                         (("plan", "llama-3-8b", "--card", "rtx-9999"), "未知的 GPU 'rtx-9999'")):
         result = run_vram(*args, env=ZH)
         assert result.rc == 2 and words in result.err and result.err.count("\n") == 1, (args, result.err)
+
+
+def test_the_precision_table_is_chinese_and_lines_up():
+    result = run_vram("estimate", "llama-3-8b", "--infer", "--precision", "bf16,int8,int4", env=ZH)
+    assert result.rc == 0, result.err
+    assert_chinese(result.out)
+    lines = result.out.splitlines()
+    header = lines[2]
+    assert header.startswith("精度") and "nvidia-smi 显示" in header
+    heads = ("权重", "峰值已分配", "已保留", "nvidia-smi 显示")
+    ends = [cells(header[:header.index(head) + len(head)]) for head in heads]
+    for row in lines[3:6]:
+        sizes = list(re.finditer(r"\d+(\.\d+)?[KMGT]iB", row))
+        assert [cells(row[:m.end()]) for m in sizes] == ends, (header, row)
+
+
+def test_list_headings_are_chinese():
+    result = run_vram("estimate", "--list", env=ZH)
+    assert result.rc == 0 and result.out.splitlines()[0].split() == ["模型", "系列", "参数量"], result.out[:200]

@@ -399,12 +399,16 @@ def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> 
 def list_models() -> str:
     from ..estimator import catalog
     from ..estimator.specs import from_config, param_count
+    from ..i18n import pgettext
+    from ..render.text_width import pad
 
     rows = []
     for name, cfg in catalog.MODELS.items():
         spec = from_config(cfg, name=name)
         rows.append(f"{name:<26}{spec.family:<12}{param_count(spec) / 1e6:>10,.1f}M")
-    return "MODEL                     FAMILY          PARAMS\n" + "\n".join(rows)
+    # Translators: the headings of vram estimate --list (model name, family, parameter count)
+    heads = (pgettext("column", "MODEL"), pgettext("column", "FAMILY"), pgettext("column", "PARAMS"))
+    return pad(heads[0], 26) + pad(heads[1], 12) + pad(heads[2], 10, right=True) + "\n" + "\n".join(rows)
 
 
 def _note_flash_attention(model: str, setup: Any, result: Any) -> None:

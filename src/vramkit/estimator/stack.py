@@ -212,8 +212,8 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "flash / memory-efficient kernels: no score matrix kept) unless attn_implementation='eager'",
               (_v("transformers", ">=", "4.36"),), "attention", "flash", "eager", traced=True,
               label=N_("SDPA attention"),
-              effect="no b·a·s² scores or probabilities kept; q, k, v, output and logsumexp "
-              "saved instead", flag="--attention flash", default=True,
+              effect=N_("no b·a·s² scores or probabilities kept; q, k, v, output and logsumexp "
+              "saved instead"), flag="--attention flash", default=True,
               matters=lambda setup, family: family != "params",
               source='transformers modeling_utils.py `_check_and_adjust_attn_implementation` (SDPA by default since '
                      '4.36, #26572)'),
@@ -221,24 +221,25 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "default): a bf16 checkpoint trains in pure bf16 unless mixed precision is asked for",
               (_v("transformers", ">=", "5.0"),), "precision", _checkpoint_precision, "bf16", traced=True,
               label=N_("the checkpoint's dtype"),
-              effect="bf16 checkpoints: 2 B weights, gradients and AdamW states, no "
-              "fp32 master copy nor autocast copies; fp32 checkpoints: fp32 throughout", flag="--precision",
+              effect=N_("bf16 checkpoints: 2 B weights, gradients and AdamW states, no "
+              "fp32 master copy nor autocast copies; fp32 checkpoints: fp32 throughout"), flag="--precision",
               default=True, matters=lambda setup, family: not setup.quant,
               source='transformers 5 modeling_utils.py `from_pretrained` (`dtype="auto"`: the config\'s '
                      '`dtype`/`torch_dtype`)'),
     Behaviour("fp32-default", "from_pretrained loads fp32 unless a torch_dtype is given (transformers < 5), and the "
               "Trainer runs no mixed precision unless --bf16 or --fp16 is asked for: fp32 throughout",
               (_v("transformers", "<", "5.0"),), "precision", "fp32", "bf16", traced=True,
-              label=N_("fp32 (from_pretrained's default)"), effect="4 B weights, gradients and AdamW states, fp32 "
-              "activations", flag="--precision fp32", default=True,
+              label=N_("fp32 (from_pretrained's default)"), effect=N_("4 B weights, gradients and AdamW states, fp32 "
+              "activations"), flag="--precision fp32", default=True,
               matters=lambda setup, family: not setup.quant,
               source="transformers 4.x modeling_utils.py `from_pretrained` (torch_dtype None: torch's default "
                      "dtype, fp32); training_args.py (`bf16`, `fp16` False)"),
     Behaviour("fused-adamw", "the HF Trainer's default optimizer is adamw_torch_fused on torch >= 2.8 "
               "(transformers#37358): one fused kernel updates each parameter in place",
               (_v("torch", ">=", "2.8"), _v("transformers", ">=", "4.54"), _loop("hf-trainer")), "fused", True,
-              False, traced=True, label=N_("fused AdamW"), effect="no optimizer-step temporaries (foreach AdamW keeps "
-              "sqrt(exp_avg_sq) for every parameter at once)", flag="--fused-optimizer", default=True,
+              False, traced=True, label=N_("fused AdamW"),
+              effect=N_("no optimizer-step temporaries (foreach AdamW keeps "
+              "sqrt(exp_avg_sq) for every parameter at once)"), flag="--fused-optimizer", default=True,
               matters=_own_adamw,
               source='transformers training_args.py (`default_optim = "adamw_torch_fused"` if torch >= 2.8, #37358); '
                      'torch/optim/adamw.py `_fused_adamw` (`torch._fused_adamw_`)'),
@@ -246,21 +247,21 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("zero-grad-keeps", "zero_grad() zeroes the gradients in place instead of freeing them "
               "(set_to_none=False, PyTorch's default before 2.0; HF's Trainer until 2023)",
               (_v("torch", "<", "2.0"),), "zero_grad_to_none", False, True, traced=True,
-              label=N_("torch < 2.0 zero_grad"), effect="the gradients stay allocated through the next forward and "
-              "backward", flag="--torch 1.13", remedy=N_("torch 2.0 or later (--torch 2.0)"), matters=_train,
+              label=N_("torch < 2.0 zero_grad"), effect=N_("the gradients stay allocated through the next forward and "
+              "backward"), flag="--torch 1.13", remedy=N_("torch 2.0 or later (--torch 2.0)"), matters=_train,
               source='torch/optim/optimizer.py `zero_grad(set_to_none=...)` (default True from 2.0)'),
     Behaviour("foreach-denom-copy", "PyTorch 2.0's foreach Adam adds eps into a new list (denom = "
               "torch._foreach_add(exp_avg_sq_sqrt, eps); pytorch#104780 made it in place in 2.1)",
               (_v("torch", "==", "2.0"),), "foreach_denom_copy", True, False, traced=False,
-              label=N_("torch 2.0 foreach Adam"), effect="a second parameter-sized list at the update",
+              label=N_("torch 2.0 foreach Adam"), effect=N_("a second parameter-sized list at the update"),
               flag="--torch 2.0", remedy=N_("torch 2.1 or later (--torch 2.1)"),
               matters=lambda setup, family: _own_adamw(setup, family) and setup.foreach and not setup.fused,
               source='torch/optim/adam.py `_multi_tensor_adam` in 2.0 (`denom = torch._foreach_add(exp_avg_sq_sqrt, '
                      'eps)`; pytorch#104780)'),
     Behaviour("for-loop-optimizer", "the optimizers update one parameter at a time (foreach off: PyTorch < 2.0, "
               "HF's own AdamW and Adafactor)", (_v("torch", "<", "2.0"),), "foreach", False, True, traced=True,
-              label=N_("for-loop optimizer"), effect="the update's temporaries are the largest tensor's, not all of "
-              "them", flag="--torch 1.13",
+              label=N_("for-loop optimizer"), effect=N_("the update's temporaries are the largest tensor's, not all of "
+              "them"), flag="--torch 1.13",
               matters=lambda setup, family: setup.mode == "train" and setup.optimizer in ("adamw", "adafactor")
               and setup.zero is None and not setup.fused,
               source='torch/optim/adamw.py `_single_tensor_adamw`; transformers optimization.py `AdamW.step` (`for p '
@@ -268,33 +269,35 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("cache-views", "the KV cache keeps k and v as computed (views) instead of copying them into its "
               "own tensors (DynamicCache before transformers 4.54): GPT-2's views hold its whole fused qkv output",
               (_v("transformers", "<", "4.54"),), "cache_views", True, False, traced=True,
-              label=N_("transformers < 4.54 cache"), effect="GPT-2: the q third of the fused projection stays beside "
-              "the cache", flag="--transformers 4.53", remedy=N_("transformers 4.54 or later (--transformers 4.54)"),
+              label=N_("transformers < 4.54 cache"),
+              effect=N_("GPT-2: the q third of the fused projection stays beside "
+              "the cache"), flag="--transformers 4.53", remedy=N_("transformers 4.54 or later (--transformers 4.54)"),
               matters=lambda setup, family: setup.mode == "infer" and family == "gpt2",
               source='transformers cache_utils.py `DynamicCache.update` (`torch.cat` into its own tensors from 4.54)'),
     Behaviour("legacy-cache", "generate() holds the previous step's cache while the model builds the next "
               "(the legacy tuple cache, before transformers 4.42), and the prefill's outputs through the first "
               "decode step", (_v("transformers", "<", "4.42"),), "legacy_cache", True, False, traced=False,
-              label=N_("transformers < 4.42 generate (two caches at a step)"), effect="two KV caches at a decode step",
+              label=N_("transformers < 4.42 generate (two caches at a step)"),
+              effect=N_("two KV caches at a decode step"),
               flag="--transformers 4.41", remedy=N_("transformers 4.54 or later (--transformers 4.54)"),
               matters=lambda setup, family: setup.mode == "infer" and setup.new_tokens > 1,
               source='transformers generation/utils.py `_sample` (the tuple cache before 4.42)'),
     Behaviour("all-logits", "the prefill computes every prompt position's logits (generate() before "
               "transformers 4.45 passed no num_logits_to_keep)", (_v("transformers", "<", "4.45"),),
               "all_logits", True, False, traced=False, label=N_("transformers < 4.45 prefill (every position's "
-              "logits)"), effect="b·s·vocab logits (upcast to fp32) instead of the last position's",
+              "logits)"), effect=N_("b·s·vocab logits (upcast to fp32) instead of the last position's"),
               flag="--transformers 4.44", remedy=N_("transformers 4.54 or later (--transformers 4.54)"), matters=_infer,
               source='transformers generation/utils.py (`num_logits_to_keep` from 4.45)'),
     Behaviour("peft-base-dtype-adapters", "PEFT before 0.12 created LoRA weights in the base layer's dtype "
               "(autocast_adapter_dtype, fp32 adapters on a 16-bit base, came with 0.12)",
               (_v("peft", "<", "0.12"),), "adapter_dtype", "16bit", "fp32", traced=False,
-              label=N_("16bit adapters"), effect="LoRA weights, gradients and AdamW states 2 B instead of 4 B on a "
-              "16-bit base", flag="--peft 0.11",
+              label=N_("16bit adapters"), effect=N_("LoRA weights, gradients and AdamW states 2 B instead of 4 B on a "
+              "16-bit base"), flag="--peft 0.11",
               matters=lambda setup, family: bool(setup.lora) and (setup.precision == "bf16-pure" or bool(setup.quant)),
               source='peft tuners/lora/layer.py `update_layer` (`autocast_adapter_dtype` from 0.12)'),
     Behaviour("torchao-whole-tensor", "torchao 0.1's to_nf4 quantizes each whole tensor at once (32 B an element; "
               "0.2 on: 1,048,576 elements at a time)", (_v("torchao", "<", "0.2"),), "torchao_chunk", 0, 1048576,
-              traced=False, label=N_("torchao 0.1 to_nf4"), effect="torchtune's loading leaves more reserved",
+              traced=False, label=N_("torchao 0.1 to_nf4"), effect=N_("torchtune's loading leaves more reserved"),
               flag="--torchao 0.1", remedy=N_("torchao 0.2 or later (--torchao 0.2)"),
               matters=lambda setup, family: bool(setup.loading),
               source='torchao dtypes/nf4tensor.py `to_nf4` (`CHUNK_SIZE` from 0.2)'),
@@ -302,56 +305,57 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("keeps-last-graph", "the loop holds the last micro-step's loss and logits into the next forward "
               "(LitGPT's fit(), torchtune's recipes): that graph's nodes live on",
               (_loop("litgpt", "torchtune"),), "keeps_last_graph", True, False, traced=False,
-              label=N_("loop keeps the last graph"), effect="the logits, and what bitsandbytes' matmuls keep as ctx "
-              "attributes, through the next forward", flag="--keeps-last-graph",
+              label=N_("loop keeps the last graph"), effect=N_("the logits, and what bitsandbytes' matmuls keep as ctx "
+              "attributes, through the next forward"), flag="--keeps-last-graph",
               remedy=N_("a loop that drops the loss and logits before the next forward"), matters=_train,
               source='litgpt finetune/lora.py `fit` (`loss`, `logits` live to the next forward); torchtune '
                      'recipes/lora_finetune_single_device.py `train`'),
     Behaviour("fused-qkv", "q, k and v are one linear (LitGPT builds every model so; torchvision's "
               "MultiheadAttention)", (_loop("litgpt"),), "fused_qkv", True, False, traced=False,
-              label=N_("fused qkv"), effect="one autocast cast, LoRA dropout or 4-bit input cast for the three",
+              label=N_("fused qkv"), effect=N_("one autocast cast, LoRA dropout or 4-bit input cast for the three"),
               flag="--fused-qkv", matters=_train,
               source='litgpt model.py `CausalSelfAttention.attn` (one qkv linear); lora.py `LoRAQKVLinear`'),
     Behaviour("copied-head", "LitGPT's GPT always has an lm_head of its own; for a model whose config ties it to the "
               "embedding, convert_hf_checkpoint copies the embedding into it", (_loop("litgpt"),), "own_head", True,
               False, traced=True, label=N_("lm_head its own (copied)"),
-              effect="where the config ties the head: vocab × "
-              "hidden more weights, and their gradients and optimizer states when trained", flag="--loop litgpt",
+              effect=N_("where the config ties the head: vocab × "
+              "hidden more weights, and their gradients and optimizer states when trained"), flag="--loop litgpt",
               source="litgpt model.py `GPT.lm_head`; scripts/convert_hf_checkpoint.py (the embedding copied into "
                      "lm_head for tied models)"),
     Behaviour("adapters-16bit", "LoRA weights in the model's 16-bit dtype (LitGPT, torchtune; PEFT keeps them "
               "fp32)", (_loop("litgpt", "torchtune"),), "adapter_dtype", "16bit", "fp32", traced=False,
-              label=N_("16bit adapters"), effect="LoRA weights, gradients and AdamW states 2 B instead of 4 B",
+              label=N_("16bit adapters"), effect=N_("LoRA weights, gradients and AdamW states 2 B instead of 4 B"),
               flag="--adapter-dtype 16bit",
               matters=lambda setup, family: bool(setup.lora) and (setup.precision == "bf16-pure" or bool(setup.quant)),
               source="litgpt lora.py (LoRA weights in the model's dtype); torchtune modules/peft/lora.py `LoRALinear`"),
     Behaviour("quant-compute-bf16", "4-bit weights dequantized to and multiplied in bf16 (Lightning's "
               "BitsandbytesPrecision in LitGPT; torchao's NF4 in torchtune takes the input's dtype; HF's "
               "BitsAndBytesConfig defaults to fp32)", (_loop("litgpt", "torchtune"),), "quant_compute_dtype",
-              "bf16", "fp32", traced=False, label=N_("bf16 compute"), effect="the dequantized weight 2 B, no fp32 "
-              "input cast", flag="--quant-compute-dtype bf16",
+              "bf16", "fp32", traced=False, label=N_("bf16 compute"), effect=N_("the dequantized weight 2 B, no fp32 "
+              "input cast"), flag="--quant-compute-dtype bf16",
               matters=lambda setup, family: setup.quant == "4bit",
               source='lightning fabric/plugins/precision/bnb.py `BitsandbytesPrecision` (compute dtype = its dtype); '
                      'torchao nf4tensor.py `linear_nf4`'),
     Behaviour("quant-head", "the output layer quantized too (Lightning's BitsandbytesPrecision replaces every "
               "nn.Linear; HF leaves lm_head 16-bit)", (_loop("litgpt"),), "quant_head", True, False, traced=False,
-              label=N_("head quantized too"), effect="lm_head at 4 or 8 bits", flag="--quant-head",
+              label=N_("head quantized too"), effect=N_("lm_head at 4 or 8 bits"), flag="--quant-head",
               matters=lambda setup, family: bool(setup.quant),
               source='lightning fabric/plugins/precision/bnb.py `_convert_layers` (every nn.Linear)'),
     Behaviour("paged-adamw", "LitGPT's finetune scripts take bitsandbytes' PagedAdamW with a quantized base: its "
               "states in CUDA unified memory", (_loop("litgpt"),), "optimizer", "paged-adamw", "adamw",
-              traced=False, label=N_("paged AdamW"), effect="the optimizer states outside the caching allocator",
+              traced=False, label=N_("paged AdamW"), effect=N_("the optimizer states outside the caching allocator"),
               flag="--optimizer paged-adamw",
               matters=lambda setup, family: bool(setup.quant) and setup.mode == "train",
               source='litgpt finetune/lora.py (`bnb.optim.PagedAdamW` when quantizing)'),
     Behaviour("torchao-nf4", "torchtune's QLoRA quantizes with torchao's NF4 (linear_nf4 keeps only the weight, "
               "no input)", (_loop("torchtune"),), "quant_backend", "torchao", "bitsandbytes", traced=False,
-              label=N_("torchao NF4"), effect="the frozen 4-bit linears keep no input for backward",
+              label=N_("torchao NF4"), effect=N_("the frozen 4-bit linears keep no input for backward"),
               flag="--quant-backend torchao", matters=lambda setup, family: setup.quant == "4bit",
               source='torchtune modules/peft/lora.py `LoRALinear(quantize_base=True)` (`to_nf4`, `linear_nf4`)'),
     Behaviour("overlap-comm", "Lightning's DeepSpeedStrategy turns overlap_comm on (DeepSpeed's own default is "
               "off): a second reduce-bucket buffer", (_loop("lightning"),), "zero_overlap_comm", True, False,
-              traced=False, label=N_("overlap_comm"), effect="a second reduce bucket of reduce_bucket_size elements",
+              traced=False, label=N_("overlap_comm"),
+              effect=N_("a second reduce bucket of reduce_bucket_size elements"),
               flag="--zero-overlap-comm",
               matters=lambda setup, family: setup.zero in (1, 2),
               source='lightning pytorch/strategies/deepspeed.py `DeepSpeedStrategy(overlap_comm=True)`'),
@@ -359,15 +363,15 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "allocated or saved for backward; mode='reduce-overhead' replays CUDA graphs whose inputs and outputs "
               "are static buffers", (), "compiled", True, False, traced=False,
               label=N_("torch.compile (not modelled: a bound)"),
-              effect="not modelled: training peaks fell 20-30 % under "
+              effect=N_("not modelled: training peaks fell 20-30 % under "
               "it in published runs (this estimate is then an upper bound); a CUDA-graphed inference keeps static "
-              "buffers beside the step (this estimate is then a lower bound)", flag="--compile",
+              "buffers beside the step (this estimate is then a lower bound)"), flag="--compile",
               source="torch/_inductor (fusion, min-cut recomputation in the partitioner); "
                      "torch/_inductor/cudagraph_trees.py (static inputs and outputs)"),
     Behaviour("zero-grad-before-backward", "the loop calls zero_grad() after the forward, just before backward "
               "(forward, zero_grad, backward, step: Raschka's scripts)", (), "zero_grad_before_backward", True,
-              False, traced=False, label=N_("zero_grad before backward"), effect="the last step's gradients live "
-              "through the forward", flag="--zero-grad-before-backward",
+              False, traced=False, label=N_("zero_grad before backward"), effect=N_("the last step's gradients live "
+              "through the forward"), flag="--zero-grad-before-backward",
               remedy=N_("zero_grad() after the optimizer step"), matters=_train,
               source="Raschka's pytorch-memory-optim scripts (forward, `zero_grad()`, backward, step)"),
 )

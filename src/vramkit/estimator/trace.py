@@ -50,7 +50,7 @@ def _torch() -> Any:
     except ImportError:
         from ..install_hint import install_hint
 
-        raise TraceUnavailable(f"needs PyTorch: {install_hint('torch')}") from None
+        raise TraceUnavailable(_("needs PyTorch: {hint}").format(hint=install_hint("torch"))) from None
     return torch
 
 
@@ -370,8 +370,8 @@ class ReferenceRun:
                                              # the reference runs one prefill, as transformers 5 does it
                                              ("new_tokens (generation)", setup.new_tokens > 1)) if on]
         if unsupported:
-            raise TraceUnavailable(f"tracing a setup with {', '.join(unsupported)} is not supported (the "
-                                   "analytic estimate models it)")
+            raise TraceUnavailable(_("tracing a setup with {options} is not supported (the analytic estimate "
+                                     "models it)").format(options=", ".join(unsupported)))
         torch = _torch()  # after the checks: what cannot be traced is said with or without torch
         if setup.image_size and spec.patches:
             spec = replace(spec, image_size=setup.image_size)
@@ -451,15 +451,14 @@ def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
                    **options: Any) -> TraceResult:
     """Trace the reference implementation of a spec's family with the setup's options."""
     run = ReferenceRun.plan(model, setup, **options)
-    notes = ["CPU trace on fake tensors: cuBLAS/cuDNN workspaces, allocator fragmentation and the CUDA "
-             "context are not seen (the analytic estimate adds them)"]
+    notes = [""]  # what the trace does not see: said once the workspaces are added (below)
     # the library behaviours in effect that the reference step does not reproduce: the analytic estimate
     # counts them, the trace does not (stack.BEHAVIOURS' traced column)
-    notes += [f"not traced: {row.label} ({row.effect}); the analytic estimate counts it"
-              for row in untraced(run.setup, run.spec.family)]
+    notes += [_("not traced: {behaviour} ({effect}); the analytic estimate counts it").format(
+        behaviour=_(row.label), effect=_(row.effect)) for row in untraced(run.setup, run.spec.family)]
     if run.setup.attention == "flash":
-        notes.append("flash attention traced with PyTorch's CPU fused kernel (keeps q, k, v, output and "
-                     "logsumexp, as the CUDA flash and memory-efficient kernels do); dropout inside it omitted")
+        notes.append(_("flash attention traced with PyTorch's CPU fused kernel (keeps q, k, v, output and logsumexp, "
+                       "as the CUDA flash and memory-efficient kernels do); dropout inside it omitted"))
     fm = fake_mode()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -473,8 +472,8 @@ def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
     result.steady_bytes += CUBLAS_WORKSPACES
     result.step_peaks = [p + CUBLAS_WORKSPACES for p in result.step_peaks]
     result.breakdown["cuBLAS workspaces"] = CUBLAS_WORKSPACES
-    notes[0] = ("CPU trace on fake tensors, plus PyTorch's cuBLAS workspaces (64 MiB, measured on an H200); "
-                "allocator fragmentation and the CUDA context are not seen (the analytic estimate adds them)")
+    notes[0] = _("CPU trace on fake tensors, plus PyTorch's cuBLAS workspaces (64 MiB, measured on an H200); "
+                 "allocator fragmentation and the CUDA context are not seen (the analytic estimate adds them)")
     result.notes = notes
     return result
 

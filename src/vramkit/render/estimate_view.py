@@ -118,30 +118,47 @@ def estimate_json(e: Estimate, extra: dict[str, Any] | None = None) -> str:
     return json.dumps(out, indent=2)
 
 
+# the categories a traced step's storages are counted in (estimator/trace.py), and its phases: shown in words
+_TRACED = (N_("parameters"), N_("buffers"), N_("optimizer state"), N_("temporaries"), N_("autocast weight copies"))
+_PHASES = {"setup": N_("setup"), "forward": N_("forward"), "backward/step": N_("backward/step")}
+
+
 def render_trace(t: TraceResult, style: Style) -> str:
     """The traced result beside the analytic one."""
-    lines = [style.paint("traced (fake tensors, CUDA allocator rounding)", "bold")]
-    for name, value in sorted(t.breakdown.items(), key=lambda kv: -kv[1]):
-        lines.append(f"  {name:<28}{format_size(value):>9}")
-    lines.append(f"  {'peak allocated':<28}{format_size(t.peak_bytes):>9}   (step {t.peak_step}, {t.peak_phase})")
-    lines.append(f"  {'steady state (step 2)':<28}{format_size(t.steady_bytes):>9}")
-    lines.append(f"  {'traced in':<28}{t.seconds:>8.1f}s")
+    lines = [style.paint(_("traced (fake tensors, CUDA allocator rounding)"), "bold")]
+    rows = [(term_name(name), format_size(value)) for name, value in sorted(t.breakdown.items(), key=lambda kv: -kv[1])]
+    phase = _(_PHASES[t.peak_phase]) if t.peak_phase in _PHASES else str(t.peak_phase)
+    rows += [(_("peak allocated"), f"{format_size(t.peak_bytes)}   " + _("(step {step}, {phase})").format(
+                 step=t.peak_step, phase=phase)),
+             (_("steady state (step 2)"), format_size(t.steady_bytes)),
+             (_("traced in"), _("{seconds:.1f}s").format(seconds=t.seconds))]
+    name_w = max(28, *(cells(name) + 1 for name, _value in rows))
+    for name, value in rows:
+        size, _sep, rest = value.partition("   ")
+        lines.append(f"  {pad(name, name_w)}{size:>9}" + (f"   {rest}" if rest else ""))
     for note in t.notes:
-        lines.append(style.paint(f"  note: {note}", "dim"))
+        lines.append(style.paint("  " + _("note: {note}").format(note=note), "dim"))
     return "\n".join(lines)
 
 
 def render_precisions(rows: list[tuple[str, Estimate]], style: Style) -> str:
     """One setup at several precisions, a row each: the weights, the peak, what nvidia-smi would show."""
     first = rows[0][1]
-    label_w = max(12, *(len(label) for label, _ in rows)) + 2
-    lines = [style.paint(first.model, "bold") + f"  ·  {first.params:,} parameters  ·  ESTIMATE by precision", "",
-             f"{'precision':<{label_w}}{'weights':>10}{'peak allocated':>16}{'reserved':>10}{'nvidia-smi shows':>18}"]
+    # Translators: the headings of the table comparing precisions (each right-aligned over its sizes)
+    heads = [pgettext("column", "precision"), pgettext("column", "weights"), pgettext("column", "peak allocated"),
+             pgettext("column", "reserved"), pgettext("column", "nvidia-smi shows")]
+    label_w = max(12, *(cells(label) for label, _e in rows), cells(heads[0])) + 2
+    widths = [max(minimum, cells(head) + 2) for minimum, head in zip((10, 16, 10, 18), heads[1:])]
+    params = _("{params:,} parameters").format(params=first.params)
+    lines = [style.paint(first.model, "bold") + f"  ·  {params}  ·  " + _("ESTIMATE by precision"), "",
+             pad(heads[0], label_w) + "".join(pad(h, w, right=True) for h, w in zip(heads[1:], widths))]
     for label, e in rows:
         kinds = {t.name: t.kind for t in e.terms}
         weights = sum(v for k, v in e.breakdown.items() if kinds.get(k) == "weights")
-        lines.append(f"{label:<{label_w}}{format_size(weights):>10}{format_size(e.peak_bytes):>16}"
-                     f"{format_size(e.reserved_bytes):>10}" + style.paint(f"{format_size(e.total_bytes):>18}", "bold"))
+        lines.append(pad(label, label_w) + pad(format_size(weights), widths[0], right=True)
+                     + pad(format_size(e.peak_bytes), widths[1], right=True)
+                     + pad(format_size(e.reserved_bytes), widths[2], right=True)
+                     + style.paint(pad(format_size(e.total_bytes), widths[3], right=True), "bold"))
     lines.append("")
     lines += [style.paint(f"{label}: {_setup_line(e)}", "dim") for label, e in rows]
     return "\n".join(lines)
