@@ -97,6 +97,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
                           "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 32,
                           "vocab_size": 51200, "max_position_embeddings": 2048, "partial_rotary_factor": 0.5,
                           "hidden_act": "gelu_new", "tie_word_embeddings": False},
+    # aodiniz/bert_uncased_L-10_H-512_A-8_cord19-200616_squad2: Google's BERT miniature L-10 H-512 A-8 (intermediate
+    # 4 x 512, BERT's vocabulary), as its name says, with a question-answering head
+    "bert L-10 H-512 A-8": {**MODELS["bert-base-uncased"], "hidden_size": 512, "num_hidden_layers": 10,
+                            "num_attention_heads": 8, "intermediate_size": 2048},
     "bert-base (BertConfig())": dict(MODELS["bert-base-uncased"]),
     "bert-384-hid (BertConfig(hidden_size=384))": {**MODELS["bert-base-uncased"], "hidden_size": 384},
     "bert-6-lay (BertConfig(num_hidden_layers=6))": {**MODELS["bert-base-uncased"], "num_hidden_layers": 6},
@@ -187,6 +191,16 @@ HF_PR_4850 = Source(
     # cache, torch.cuda.reset_peak_memory_stats(), runs the forward, then Memory(torch.cuda.max_memory_reserved()),
     # printed as bytes >> 20 with " MB"; each (batch, sequence) builds its model anew
     RESERVED, "MiB", 0)
+HF_BENCHMARK_NOTEBOOK = Source(
+    "transformers notebooks/05-benchmark.ipynb (2020-06-26), 'Inference - Pre-trained Model Comparison'",
+    "https://github.com/huggingface/transformers/blob/96459e6259d96cd75523f1464388e563df6f7c75/notebooks/"
+    "05-benchmark.ipynb",
+    "Tesla P100-PCIE-16GB (Colab); torch 1.5.1+cu101, transformers 2.11.0 (master); run_benchmark.py's defaults",
+    # the notebook installs py3nvml "to track GPU memory usage" and its env.csv says use_multiprocessing True: the
+    # benchmark of then (as the 2020-06-29 page's) reads NVML's used memory right after the forward, in a process of
+    # its own; the CSV's "result" is bytes >> 20
+    NVIDIA_SMI, "MiB", 0)
+
 # torchtune's generate recipe (recipes/generate.py): the model built in the config's dtype (bf16) on the GPU,
 # model.setup_caches(max_batch_size=1, dtype): each layer's KVCache of the model's max_seq_len (4096 for llama2_7b and,
 # then, llama3_8b) with num_heads (the query heads: k and v were expanded before the cache) and the causal_mask of
@@ -293,6 +307,16 @@ CASES = [
     # "[generate.py:139] Memory used: 18.31 GB" (it stopped at an end token after about 206 of the 300)
     Case(TUNE_LLAMA3, "llama3-8b 6 + 300 new, generate recipe defaults", "llama-3-8b", 18.31,
          {"stack": "torch=2.2,torchao=0.1", "loop": "torchtune", "mode": "infer", "seq": 6, "new_tokens": 300}),
+    # --- transformers' benchmark notebook: run_benchmark.py --no_speed --save_to_csv, batch 32, sequences 32, 128, 512
+    # (1024 is past these models' positions: NaN), plots_pt/required_memory.csv as the notebook shows it; the class of
+    # each checkpoint's config.architectures (only_pretrain_model False), fp32, a no_grad forward. Left out: the
+    # XLM-R checkpoint (its size not stated) and Longformer (a family the estimator does not have)
+    *(Case(HF_BENCHMARK_NOTEBOOK, f"{label} b32 s{seq}, defaults", model, mib,
+           {"stack": "torch=1.5,transformers=2.11", "mode": "infer", "batch": 32, "seq": seq})
+      for label, model, row in (("a-ware/roberta-large-squad", "roberta-large", (2219, 2455, 3641)),
+                                ("aodiniz/bert L-10 H-512", "bert L-10 H-512 A-8", (1025, 1143, 1719)),
+                                ("deepset/roberta-base-squad2", "roberta-base", (1373, 1533, 2433)))
+      for seq, mib in zip((32, 128, 512), row)),
     # --- transformers PR #4850, "Baseline GPU results", "INFERENCE - MEMORY - RESULT": distilbert-base-uncased and
     # bert-base-cased, batch 8, sequences 8 to 512 (lines "<model>/8/<seq>: N MB")
     *(Case(HF_PR_4850, f"{model} b8 s{seq}, defaults", model, mib,
