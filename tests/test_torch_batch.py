@@ -4,6 +4,8 @@ simulated_memory_cap, which the search measures as it would CUDA."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -20,6 +22,19 @@ from vramkit.torch import (  # noqa: E402
 )
 
 MiB = 1024**2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def collections_see_only_this_modules_objects():
+    """find_batch_size collects garbage (gc.collect) before every trial and after every failed one,
+    as a real job must to free a step's tensors. In a test worker that has imported the rest of the
+    suite each collection scans millions of objects (about a second: most of these tests' time).
+    The heap from before this module is frozen meanwhile: every collection still scans everything
+    the trials and the tests make, which is all a trial can leave behind."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 # ---------------------------------------------------------------- find_batch_size
