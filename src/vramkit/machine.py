@@ -13,6 +13,7 @@ import os
 
 from .backends import Backend
 from .gpu_state import Device, GpuProcess, Snapshot, Topology
+from .i18n import N_
 from .idle import idle_now
 from .nvml.backend import NvmlUnavailable
 from .procs import OTHER_NAMESPACE, HostProcess, cpu_percent_since
@@ -82,7 +83,7 @@ class Machine:
             return None
         nvml = getattr(self.backend, "nvml", None)  # the NVIDIA backends' NVML reader
         if nvml is None:
-            return Topology(na={"pcie": "this backend reads no topology"})
+            return Topology(na={"pcie": N_("this backend reads no topology")})
         topology: Topology = nvml.read_topology()
         return topology
 

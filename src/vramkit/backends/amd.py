@@ -16,6 +16,7 @@ import time
 
 from ..amd.sim import SimulatedAmd
 from ..gpu_state import Device, Health
+from ..i18n import N_
 from ..nvml.scenario import Scenario
 from ..procs import NOT_VISIBLE, HostProcess, ProcessTable, in_initial_pid_namespace, sanitize
 
@@ -38,18 +39,18 @@ if TYPE_CHECKING:
 # every ROCm (HIP, OpenCL on ROCm) process holds /dev/kfd open; the render node of each GPU it uses
 # (or partition: one each) too, and a graphics-only client only that
 DEVICE_NODES = ("/dev/kfd", "/dev/dri/renderD*")
-NO_HEALTH = "vramkit does not read it on AMD GPUs yet"
+NO_HEALTH = N_("vramkit does not read it on AMD GPUs yet")
 # NVIDIA's own features: an AMD GPU has none of them (N/A with the reason, never a made-up 0)
 LACKS = {
     **dict.fromkeys(("nvlink_links", "nvlink_links_up", "nvlink_tx", "nvlink_rx"),
-                    "an NVIDIA link: AMD GPUs connect by xGMI (Infinity Fabric), not read by vramkit yet"),
+                    N_("an NVIDIA link: AMD GPUs connect by xGMI (Infinity Fabric), not read by vramkit yet")),
     **dict.fromkeys(("remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending", "remap_failed"),
-                    "NVIDIA's row remapping: AMD GPUs retire bad pages instead"),
-    "persistence_mode": "an NVIDIA driver mode: the amdgpu driver has none",
-    "compute_mode": "an NVIDIA driver setting: AMD GPUs have none",
-    "performance_state": "NVIDIA's P-states: AMD GPUs have DPM levels instead",
+                    N_("NVIDIA's row remapping: AMD GPUs retire bad pages instead")),
+    "persistence_mode": N_("an NVIDIA driver mode: the amdgpu driver has none"),
+    "compute_mode": N_("an NVIDIA driver setting: AMD GPUs have none"),
+    "performance_state": N_("NVIDIA's P-states: AMD GPUs have DPM levels instead"),
 }
-NO_VIDEO = "vramkit does not read AMD GPUs' video engines (VCN) yet"
+NO_VIDEO = N_("vramkit does not read AMD GPUs' video engines (VCN) yet")
 
 
 def _video_unread(gpus: list[Device]) -> list[Device]:

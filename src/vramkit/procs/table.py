@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from ..gpu_state import Workload
+from ..i18n import N_
 from . import workload
 from .files import cmdline
 from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time, state_name
@@ -56,7 +57,7 @@ class ProcessTable:
         except (FileNotFoundError, ProcessLookupError):
             return NOT_VISIBLE
         except PermissionError:
-            return "no permission to read /proc for this pid"
+            return N_("no permission to read /proc for this pid")
         except OSError as e:
             return f"cannot read /proc/{pid}: {e.strerror}"
         if not raw:
@@ -72,7 +73,7 @@ class ProcessTable:
             fixed = (comm, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None)
             if line:
                 self._fixed[key] = fixed
-        _, name, command, owner, container = fixed
+        _stat, name, command, owner, container = fixed
         return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name,
                            state=state, start_time=self._boot + ticks / CLOCK_TICKS,
                            cpu_time=stat.cpu_ticks / CLOCK_TICKS, rss=stat.rss_pages * self._page,

@@ -10,7 +10,7 @@ handled by row remapping (Ampere and later) shows no page-retirement line, and t
 from __future__ import annotations
 
 from ..gpu_state import Device, GpuProcess, Health, Snapshot, Topology
-from ..i18n import _, pgettext
+from ..i18n import N_, _, pgettext
 from ..units import format_size
 from . import fmt
 from .banner import banner
@@ -18,6 +18,7 @@ from .style import Style, clip
 from .text_width import cells, pad
 
 INDENT = " " * 6
+NOT_READ = N_("not read")  # a field the reader gave no reason for
 LABEL_W = 13
 
 
@@ -25,7 +26,7 @@ def _na_reason(h: Health, *names: str) -> str | None:
     """Why the first of `names` that is N/A is (in English, as stored), else None."""
     for name in names:
         if getattr(h, name) is None:
-            return h.na.get(name, "not read")
+            return h.na.get(name, NOT_READ)
     return None
 
 
@@ -223,7 +224,7 @@ def _video(dev: Device) -> str:
 
 def _identity_and_load(dev: Device) -> list[tuple[str, str]]:
     frac = fmt.mem_fraction(dev)
-    power = (na_text(dev.na.get("power_draw") or dev.na.get("power_limit") or "not read")
+    power = (na_text(dev.na.get("power_draw") or dev.na.get("power_limit") or NOT_READ)
              if dev.power_draw is None and dev.power_limit is None else fmt.power(dev))
     return [
         ("uuid", dev.uuid or "N/A"),
@@ -251,7 +252,7 @@ def _topology(dev: Device, topo: Topology | None, others: list[int]) -> list[tup
     if topo is None:
         return []
     numa = topo.numa_node.get(dev.index)
-    numa_text = str(numa) if numa is not None else na_text(topo.na.get("numa_node", "not read"))
+    numa_text = str(numa) if numa is not None else na_text(topo.na.get("numa_node", NOT_READ))
     links = [(j, topo.between(dev.index, j)) for j in others if j != dev.index]
     known = [f"GPU {j} {link}" for j, link in links if link != "?"]  # nvidia-smi topo -m's words: NV12, SYS
     if not links:
@@ -260,7 +261,7 @@ def _topology(dev: Device, topo: Topology | None, others: list[int]) -> list[tup
         link_text = ", ".join(known) if len(known) == len(links) else _("{links}, others unknown").format(
             links=", ".join(known))
     else:
-        reasons = sorted(set(topo.na.values())) or ["not read"]
+        reasons = sorted(set(topo.na.values())) or [NOT_READ]
         link_text = _("N/A ({reason})").format(reason="; ".join(fmt.reason(r) for r in reasons))
     return [("numa node", numa_text), ("links", link_text)]
 

@@ -12,6 +12,7 @@ from xml.sax.saxutils import escape
 
 from ..errors import RequestError
 from ..history.query import MemorySeries
+from ..i18n import _
 from ..procs import sanitize
 
 GIB = 1024**3
@@ -112,7 +113,7 @@ def render_svg(series: MemorySeries, title: str) -> str:
     for row, gpu in enumerate(gpus):
         y0 = top + row * (panel + gap)
         total = series.totals.get(gpu)
-        peak = max((sum(v[i] for _, v in layers.get(gpu, [])) for i in range(series.count)), default=0.0)
+        peak = max((sum(v[i] for _user, v in layers.get(gpu, [])) for i in range(series.count)), default=0.0)
         scale_max = float(total) if total else max(peak, 1.0)
 
         def y(value: float) -> float:
@@ -164,8 +165,8 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
     except ImportError:
         from ..install_hint import install_hint
 
-        raise PlotError(f"a PNG needs matplotlib: {install_hint('plot')} (or write an .svg, which needs "
-                        "nothing)", param="plot") from None
+        raise PlotError(_("a PNG needs matplotlib: {hint} (or write an .svg, which needs nothing)").format(
+            hint=install_hint("plot")), param="plot") from None
     matplotlib.use("Agg")  # no display: a file only
     import matplotlib.pyplot as plt
 
@@ -179,8 +180,8 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
             gpu_layers = layers.get(gpu, [])
             if gpu_layers:
                 # A step per bucket: repeat the last value so the final bucket is drawn too.
-                ys = [[v / GIB for v in values] + [values[-1] / GIB] for _, values in gpu_layers]
-                ax.stackplot(times, ys, colors=[_color(legend, u) for u, _ in gpu_layers], step="post")
+                ys = [[v / GIB for v in values] + [values[-1] / GIB] for _user, values in gpu_layers]
+                ax.stackplot(times, ys, colors=[_color(legend, u) for u, _values in gpu_layers], step="post")
             for i, missing in enumerate(_gaps(series, gpu)):
                 if missing:
                     ax.axvspan(times[i], times[i + 1], color="#e0e0e0", linewidth=0)
