@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import VramkitError
+from ..i18n import _
 from ..procs.namespaces import namespace_inode
 from ..units import format_size, parse_duration, parse_size
 
@@ -160,22 +161,24 @@ def load(name_or_path: str) -> Scenario:
     path, label = _find(name_or_path)
     try:
         if os.stat(path).st_size > MAX_FILE_BYTES:
-            raise ScenarioError(f"{label}: larger than {format_size(MAX_FILE_BYTES)}: not a scenario")
+            raise ScenarioError(_("{label}: larger than {limit}: not a scenario").format(
+                label=label, limit=format_size(MAX_FILE_BYTES)))
         with open(path) as f:
             text = f.read()
         data = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as e:
-        raise ScenarioError(f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ScenarioError(_("{label}: not valid JSON: {error} at line {line} column {column}").format(
+            label=label, error=e.msg, line=e.lineno, column=e.colno)) from None
     except _BadNumber as e:
-        raise ScenarioError(f"{label}: {e}") from None
+        raise ScenarioError(_("{label}: {error}").format(label=label, error=e)) from None
     except RecursionError:
-        raise ScenarioError(f"{label}: nested too deeply to be a scenario") from None
+        raise ScenarioError(_("{label}: nested too deeply to be a scenario").format(label=label)) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{label}: cannot read: {e}") from None
+        raise ScenarioError(_("{label}: cannot read: {error}").format(label=label, error=e)) from None
     try:
         return validate(data, label)
     except RecursionError:  # a value nested just below the parser's limit, shown in a message
-        raise ScenarioError(f"{label}: nested too deeply to be a scenario") from None
+        raise ScenarioError(_("{label}: nested too deeply to be a scenario").format(label=label)) from None
 
 
 # Bounds on what a scenario file may hold: a scenario is a few kilobytes. Numbers are bounded per
@@ -252,7 +255,7 @@ def integral(value: Any, t: float) -> float:
     points = value["_points"]
     step = value.get("interpolate", "linear") == "step"
     area, start = 0.0, 0.0
-    for (_, v0), (t1, _) in zip([(0.0, points[0][1])] + points, points + [(math.inf, points[-1][1])]):
+    for (_t0, v0), (t1, _v1) in zip([(0.0, points[0][1])] + points, points + [(math.inf, points[-1][1])]):
         end = min(t, t1)
         if end > start:
             a, b = value_at(value, start), (v0 if step else value_at(value, end))
@@ -276,17 +279,18 @@ class _Checker:
         self.label = label
 
     def fail(self, where: str, message: str) -> NoReturn:
-        raise ScenarioError(f"{self.label}: {where}: {message}")
+        raise ScenarioError(_("{label}: {where}: {message}").format(label=self.label, where=where, message=message))
 
     def known(self, obj: Any, allowed: set[str], where: str) -> None:
         if not isinstance(obj, dict):
-            self.fail(where, f"must be an object, got {type(obj).__name__}")
+            self.fail(where, _("must be an object, got {kind}").format(kind=type(obj).__name__))
         unknown = sorted(set(obj) - allowed)
         if unknown:
             listed = ", ".join(sorted(allowed))
             if len(listed) > 400:  # health has some fifty: the message stays one readable line
                 listed = listed[:listed.rfind(", ", 0, 380)] + ", ... (docs/scenarios.md lists them all)"
-            self.fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown field (allowed: {listed})")
+            self.fail(f"{where}.{unknown[0]}" if where else unknown[0], _("unknown field (allowed: {listed})").format(
+                listed=listed))
 
     def timeline(self, value: Any, where: str, convert: Callable[[Any, str], Any]) -> Any:
         """Validate a static value or a timeline, converting each value with `convert`."""
@@ -295,19 +299,19 @@ class _Checker:
         self.known(value, {"timeline", "repeat", "interpolate"}, where)
         raw = value["timeline"]
         if not isinstance(raw, list) or not raw:
-            self.fail(f"{where}.timeline", "must be a non-empty list of [seconds, value] pairs")
+            self.fail(f"{where}.timeline", _("must be a non-empty list of [seconds, value] pairs"))
         points: list[tuple[float, Any]] = []
         for i, pair in enumerate(raw):
             if not isinstance(pair, list) or len(pair) != 2:
-                self.fail(f"{where}.timeline[{i}]", "must be a [seconds, value] pair")
+                self.fail(f"{where}.timeline[{i}]", _("must be a [seconds, value] pair"))
             t = self.number(pair[0], f"{where}.timeline[{i}][0]", minimum=0)
             if points and t < points[-1][0]:
-                self.fail(f"{where}.timeline[{i}]", "times must not decrease")
+                self.fail(f"{where}.timeline[{i}]", _("times must not decrease"))
             points.append((t, convert(pair[1], f"{where}.timeline[{i}][1]")))
         out = dict(value)
         out["_points"] = points
         if value.get("interpolate", "linear") not in ("linear", "step"):
-            self.fail(f"{where}.interpolate", "must be 'linear' or 'step'")
+            self.fail(f"{where}.interpolate", _("must be 'linear' or 'step'"))
         if "repeat" in value:
             out["_repeat"] = self.duration(value["repeat"], f"{where}.repeat")
         return out
@@ -318,18 +322,20 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, kinds) or (
                 isinstance(value, float) and not math.isfinite(value)):
             # (json.loads reads Infinity and NaN: NaN would pass every range check below)
-            self.fail(where, f"must be {'an integer' if integer else 'a number'}, got {_show(value)}")
+            self.fail(where, (_("must be an integer, got {value}") if integer else
+                              _("must be a number, got {value}")).format(value=_show(value)))
         if minimum is not None and value < minimum:
-            self.fail(where, f"must be at least {minimum}, got {_show(value)}")
+            self.fail(where, _("must be at least {minimum}, got {value}").format(minimum=minimum, value=_show(value)))
         if maximum is None:
             maximum = MAX_NUMBER
         if value > maximum:
-            self.fail(where, f"must be at most {maximum:g}, got {_show(value)}")
+            self.fail(where, _("must be at most {maximum:g}, got {value}").format(maximum=maximum, value=_show(value)))
         return value
 
     def size(self, value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            self.fail(where, f"must be a size like \"80GiB\" or a number of bytes, got {_show(value)}")
+            self.fail(where, _('must be a size like "80GiB" or a number of bytes, got {value}').format(
+                value=_show(value)))
         try:
             return parse_size(value)
         except ValueError as e:
@@ -346,17 +352,18 @@ class _Checker:
     def string(self, value: Any, where: str, controls: bool = False) -> str:
         # Blank counts as empty: a process name is taken from the command's first word.
         if not isinstance(value, str) or not value.strip():
-            self.fail(where, f"must be a non-empty string, got {_show(value)}")
+            self.fail(where, _("must be a non-empty string, got {value}").format(value=_show(value)))
         # Driver-side text (names, ids, versions) is printed as is, so it must not carry terminal
         # escapes. Host-side text (user, command) may: vram strips it as it does /proc's.
         if not controls and _CONTROL_RE.search(value):
-            self.fail(where, f"must not contain control characters, got {_show(value)}")
+            self.fail(where, _("must not contain control characters, got {value}").format(value=_show(value)))
         return value
 
     def choice(self, value: Any, allowed: set[str], where: str) -> str:
         # The isinstance check first: a list or an object is not hashable, `in` would raise.
         if not isinstance(value, str) or value not in allowed:
-            self.fail(where, f"must be one of {', '.join(sorted(allowed))}, got {_show(value)}")
+            self.fail(where, _("must be one of {names}, got {value}").format(
+                names=', '.join(sorted(allowed)), value=_show(value)))
         return value
 
 
@@ -367,43 +374,44 @@ _PCI_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 def validate(data: Any, label: str = "scenario") -> Scenario:
     c = _Checker(label)
     if not isinstance(data, dict):
-        raise ScenarioError(f"{label}: the top level must be an object with a 'gpus' list")
+        raise ScenarioError(_("{label}: the top level must be an object with a 'gpus' list").format(label=label))
     vendor = c.choice(data.get("vendor", "nvidia"), set(VENDORS), "vendor")
     if vendor == "mixed":
         return _validate_mixed(c, data, label)
     c.known(data, TOP_FIELDS, "")
     gpus_raw = data.get("gpus")
     if not isinstance(gpus_raw, list) or not gpus_raw:
-        c.fail("gpus", "must be a non-empty list")
+        c.fail("gpus", _("must be a non-empty list"))
     if len(gpus_raw) > MAX_GPUS:
-        c.fail("gpus", f"at most {MAX_GPUS} GPUs (one machine), got {len(gpus_raw)}")
+        c.fail("gpus", _("at most {most} GPUs (one machine), got {count}").format(most=MAX_GPUS, count=len(gpus_raw)))
     for key in ("name", "description", "driver_version", "rocm_version"):
         if key in data:
             c.string(data[key], key)
     if "cuda_version" in data and not re.fullmatch(r"\d+\.\d+", str(data["cuda_version"])):
-        c.fail("cuda_version", f"must look like \"12.4\", got {_show(data['cuda_version'])}")
+        c.fail("cuda_version", _('must look like "12.4", got {value}').format(value=_show(data['cuda_version'])))
     if "device_nodes" in data:
         _check_device_nodes(c, data["device_nodes"])
     _check_workload_state(c, data)
     if "pid_namespace" in data and namespace_inode(data["pid_namespace"]) is None:
-        c.fail("pid_namespace", "must name the PID namespace the pids are numbered in, as /proc/PID/ns/pid "
-               f"links to (\"pid:[4026531836]\") or its inode number, got {_show(data['pid_namespace'])}")
+        c.fail("pid_namespace", _("must name the PID namespace the pids are numbered in, as /proc/PID/ns/pid "
+                                  'links to ("pid:[4026531836]") or its inode number, got '
+                                  "{value}").format(value=_show(data['pid_namespace'])))
     api = data.get("nvml_api", {})
     c.known(api, {"process_info", "memory_info"}, "nvml_api")
     if api.get("process_info", "v3") not in ("v1", "v2", "v3"):
-        c.fail("nvml_api.process_info", "must be v1, v2 or v3")
+        c.fail("nvml_api.process_info", _("must be v1, v2 or v3"))
     if api.get("memory_info", "v2") not in ("v1", "v2"):
-        c.fail("nvml_api.memory_info", "must be v1 or v2")
+        c.fail("nvml_api.memory_info", _("must be v1 or v2"))
     faults = data.get("faults", {})
     c.known(faults, FAULT_FIELDS, "faults")
     if faults.get("driver") not in (None, "missing", "not_loaded"):
-        c.fail("faults.driver", "must be 'missing' or 'not_loaded'")
+        c.fail("faults.driver", _("must be 'missing' or 'not_loaded'"))
     slow = faults.get("slow_calls", {})
     if not isinstance(slow, dict):
-        c.fail("faults.slow_calls", "must be an object {NVML function name: milliseconds}")
+        c.fail("faults.slow_calls", _("must be an object {NVML function name: milliseconds}"))
     for fn, ms in slow.items():
         if not fn.startswith("nvml"):
-            c.fail(f"faults.slow_calls.{fn}", "must name an NVML function, e.g. nvmlDeviceGetMemoryInfo")
+            c.fail(f"faults.slow_calls.{fn}", _("must name an NVML function, e.g. nvmlDeviceGetMemoryInfo"))
         c.number(ms, f"faults.slow_calls.{fn}", minimum=0, maximum=MAX_SLOW_CALL_MS)
 
     gpus = [_validate_gpu(c, g, i, vendor) for i, g in enumerate(gpus_raw)]
@@ -412,28 +420,30 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
         ids = [g["uuid"]] + [m["uuid"] for m in g["mig"]]
         for uuid in ids:
             if uuid in seen:
-                c.fail(f"gpus[{i}].uuid", f"duplicate uuid {uuid} (also {seen[uuid]})")
+                c.fail(f"gpus[{i}].uuid", _("duplicate uuid {uuid} (also {other})").format(uuid=uuid, other=seen[uuid]))
             seen[uuid] = f"gpus[{i}]"
         if g["pci_bus_id"] in seen:
-            c.fail(f"gpus[{i}].pci_bus_id", f"duplicate PCI bus id {g['pci_bus_id']}")
+            c.fail(f"gpus[{i}].pci_bus_id", _("duplicate PCI bus id {bus}").format(bus=g['pci_bus_id']))
         seen[g["pci_bus_id"]] = f"gpus[{i}]"
 
     if "topology" in data:
         _validate_topology(c, data["topology"], gpus, gpus_raw)
     for i, g in enumerate(gpus):  # after the topology, which may give a GPU its links
         if g["health"]["nvlink_links_up"] > g["health"]["nvlink_links"]:
-            c.fail(f"gpus[{i}].health.nvlink_links_up", f"is more than GPU {i}'s {g['health']['nvlink_links']} "
-                   "NVLink links")
+            c.fail(f"gpus[{i}].health.nvlink_links_up", _("is more than GPU {i}'s {links} "
+                                                          "NVLink links").format(
+                                                            i=i, links=g['health']['nvlink_links']))
 
     procs_raw = data.get("processes", [])
     if not isinstance(procs_raw, list):
-        c.fail("processes", "must be a list")
+        c.fail("processes", _("must be a list"))
     processes = [_validate_process(c, p, i, gpus) for i, p in enumerate(procs_raw)]
     pids: dict[int, int] = {}
     for i, p in enumerate(processes):
         if p["pid"] in pids:
-            c.fail(f"processes[{i}].pid", f"duplicate pid {p['pid']} (also processes[{pids[p['pid']]}]); "
-                   "list one process once with several entries in 'gpus'")
+            c.fail(f"processes[{i}].pid", _("duplicate pid {pid} (also processes[{other}]); list one "
+                                            "process once with several entries in 'gpus'").format(
+                                                pid=p['pid'], other=pids[p['pid']]))
         pids[p["pid"]] = i
     _check_memory_fits(c, gpus, processes)
     name = data.get("name", _stem(label))
@@ -451,9 +461,11 @@ def _validate_mixed(c: _Checker, data: dict[str, Any], label: str) -> Scenario:
     for vendor in ("nvidia", "amd"):
         part = data.get(vendor)
         if not isinstance(part, dict):
-            c.fail(vendor, f"must be an object: the {vendor} GPUs' scenario (a mixed scenario has both)")
+            c.fail(vendor, _("must be an object: the {vendor} GPUs' scenario (a mixed scenario has both)").format(
+                vendor=vendor))
         if part.get("vendor", vendor) != vendor:
-            c.fail(f"{vendor}.vendor", f"must be {vendor!r} (or left out), got {_show(part.get('vendor'))}")
+            c.fail(f"{vendor}.vendor", _("must be {vendor} (or left out), got {got}").format(
+                vendor=repr(vendor), got=_show(part.get('vendor'))))
         parts[vendor] = validate({**part, "vendor": vendor}, f"{label}: {vendor}")
     name = str(data.get("name", _stem(label)))
     for part in parts.values():
@@ -467,10 +479,10 @@ def _check_device_nodes(c: _Checker, value: Any) -> None:
     (`vram ps --holders` finds the processes that hold them open)."""
     c.string(value, "device_nodes")
     if not value.startswith("/"):
-        c.fail("device_nodes", "must be an absolute path or glob like \"/tmp/sim-dev/nvidia*\", "
-               f"got {_show(value)}")
+        c.fail("device_nodes", _('must be an absolute path or glob like "/tmp/sim-dev/nvidia*", got '
+                                 "{value}").format(value=_show(value)))
     if value.endswith("/"):
-        c.fail("device_nodes", "must name files (e.g. /tmp/sim-dev/nvidia*), not a directory")
+        c.fail("device_nodes", _("must name files (e.g. /tmp/sim-dev/nvidia*), not a directory"))
 
 
 def default_pci_bus_id(i: int) -> str:
@@ -494,21 +506,23 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
     default_uuid = f"GPU-{0x5eed0000a11 + i:016x}" if amd else f"GPU-{i:08x}-5eed-4a11-9000-{i:012x}"
     g["uuid"] = c.string(raw.get("uuid", default_uuid), f"{where}.uuid")
     if not g["uuid"].startswith("GPU-"):
-        c.fail(f"{where}.uuid", f"must start with 'GPU-', got {_show(g['uuid'])}")
+        c.fail(f"{where}.uuid", _("must start with 'GPU-', got {value}").format(value=_show(g['uuid'])))
     g["pci_bus_id"] = c.string(raw.get("pci_bus_id", default_pci_bus_id(i)), f"{where}.pci_bus_id")
     if not _PCI_RE.match(g["pci_bus_id"]):
-        c.fail(f"{where}.pci_bus_id", f"must look like 00000000:07:00.0, got {_show(g['pci_bus_id'])}")
+        c.fail(f"{where}.pci_bus_id", _("must look like 00000000:07:00.0, got {value}").format(
+            value=_show(g['pci_bus_id'])))
     if "memory_total" not in raw:
-        c.fail(f"{where}.memory_total", "is required (e.g. \"80GiB\")")
+        c.fail(f"{where}.memory_total", _("is required (e.g. \"80GiB\")"))
     g["memory_total"] = c.size(raw["memory_total"], f"{where}.memory_total")
     if g["memory_total"] == 0:
-        c.fail(f"{where}.memory_total", "must be more than 0")
+        c.fail(f"{where}.memory_total", _("must be more than 0"))
     total = g["memory_total"]
 
     def size_within_total(v: Any, w: str) -> int:
         n = c.size(v, w)
         if n > total:
-            c.fail(w, f"{format_size(n)} is more than memory_total ({format_size(total)})")
+            c.fail(w, _("{size} is more than memory_total ({total})").format(
+                size=format_size(n), total=format_size(total)))
         return n
 
     for key in ("memory_used", "memory_reserved"):
@@ -516,7 +530,8 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
             g[key] = c.timeline(raw[key], f"{where}.{key}", size_within_total)
     g.setdefault("memory_reserved", 0)
     if "memory_used" in raw and max_value(g["memory_used"]) + max_value(g["memory_reserved"]) > total:
-        c.fail(f"{where}.memory_used", f"plus memory_reserved is more than memory_total ({format_size(total)})")
+        c.fail(f"{where}.memory_used", _("plus memory_reserved is more than memory_total ({total})").format(
+            total=format_size(total)))
     pct = lambda v, w: c.number(v, w, minimum=0, maximum=100)  # noqa: E731
     g["utilization"] = c.timeline(raw.get("utilization", 0), f"{where}.utilization", pct)
     g["memory_utilization"] = c.timeline(raw.get("memory_utilization", 0), f"{where}.memory_utilization", pct)
@@ -530,10 +545,10 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
     for key in ("unsupported", "no_permission"):
         items = raw.get(key, [])
         if not isinstance(items, list) or any(not isinstance(x, str) or x not in QUERYABLE for x in items):
-            c.fail(f"{where}.{key}", f"must be a list of: {', '.join(sorted(QUERYABLE))}")
+            c.fail(f"{where}.{key}", _("must be a list of: {names}").format(names=', '.join(sorted(QUERYABLE))))
         g[key] = set(items)
     if not isinstance(raw.get("lost", False), bool):
-        c.fail(f"{where}.lost", "must be true or false")
+        c.fail(f"{where}.lost", _("must be true or false"))
     g["lost"] = raw.get("lost", False)
     g["health"] = _validate_health(c, raw.get("health", {}), f"{where}.health", g["name"])
     if "numa_node" in raw:
@@ -543,7 +558,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
         _validate_partitions(c, raw, g, where)
         mig = raw.get("partitions", [])
     if not isinstance(mig, list):
-        c.fail(f"{where}.mig", "must be a list of MIG instances")
+        c.fail(f"{where}.mig", _("must be a list of MIG instances"))
     g["mig"] = []
     gis = set()
     for j, m in enumerate(mig):
@@ -552,7 +567,7 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
         inst = dict(m)
         inst["gi"] = c.number(m.get("gi", j if amd else j + 1), f"{mw}.gi", minimum=0, integer=True)
         if inst["gi"] in gis:
-            c.fail(f"{mw}.gi", f"duplicate GPU instance id {inst['gi']}")
+            c.fail(f"{mw}.gi", _("duplicate GPU instance id {gi}").format(gi=inst['gi']))
         gis.add(inst["gi"])
         inst["ci"] = c.number(m.get("ci", 0), f"{mw}.ci", minimum=0, integer=True)
         inst["profile"] = c.string(m.get("profile", g.get("compute_partition", "1g.10gb")), f"{mw}.profile")
@@ -560,16 +575,16 @@ def _validate_gpu(c: _Checker, raw: Any, i: int, vendor: str = "nvidia") -> dict
                         else f"MIG-{i:08x}-{j:04x}-4a11-9000-{inst['gi']:012x}")
         inst["uuid"] = c.string(m.get("uuid", default_uuid), f"{mw}.uuid")
         if "memory_total" not in m:
-            c.fail(f"{mw}.memory_total", "is required")
+            c.fail(f"{mw}.memory_total", _("is required"))
         inst["memory_total"] = c.size(m["memory_total"], f"{mw}.memory_total")
         if "memory_used" in m:
             inst["memory_used"] = c.timeline(m["memory_used"], f"{mw}.memory_used", c.size)
             if max_value(inst["memory_used"]) > inst["memory_total"]:
-                c.fail(f"{mw}.memory_used", "is more than the instance's memory_total")
+                c.fail(f"{mw}.memory_used", _("is more than the instance's memory_total"))
         g["mig"].append(inst)
     if sum(m["memory_total"] for m in g["mig"]) > total - max_value(g["memory_reserved"]):
-        c.fail(f"{where}.mig", "the MIG instances' memory_total add up to more than the GPU's "
-               "(less memory_reserved)")
+        c.fail(f"{where}.mig", _("the MIG instances' memory_total add up to more than the GPU's "
+               "(less memory_reserved)"))
     return g
 
 
@@ -591,32 +606,38 @@ def _validate_topology(c: _Checker, raw: Any, gpus: list[dict[str, Any]], gpus_r
     counts of its row) unless its health names nvlink_links, which must then be at least that."""
     n = len(gpus)
     if not isinstance(raw, list) or len(raw) != n:
-        c.fail("topology", f"must be a list of {n} rows (one per GPU), like nvidia-smi topo -m")
+        c.fail("topology", _("must be a list of {n} rows (one per GPU), like nvidia-smi topo -m").format(n=n))
     rows: list[list[str]] = []
     for i, row in enumerate(raw):
         cells = row.split() if isinstance(row, str) else row
         if not isinstance(cells, list) or len(cells) != n or not all(isinstance(x, str) for x in cells):
-            c.fail(f"topology[{i}]", f"must have {n} entries (\"X NV12 SYS ...\" or a list), got {_show(row)}")
+            c.fail(f"topology[{i}]", _('must have {n} entries ("X NV12 SYS ..." or a list), got {row}').format(
+                n=n, row=_show(row)))
         for j, cell in enumerate(cells):
             if (cell == "X") != (i == j) or (cell != "X" and cell not in PCIE_LINKS
                                             and not re.fullmatch(r"NV([1-9]\d?)", cell)):
-                c.fail(f"topology[{i}][{j}]", f"must be {'X' if i == j else 'NV<links> or ' + ', '.join(PCIE_LINKS)}"
-                       f", got {_show(cell)}")
+                if i == j:
+                    c.fail(f"topology[{i}][{j}]", _("must be X, got {value}").format(value=_show(cell)))
+                c.fail(f"topology[{i}][{j}]", _("must be NV<links> or {links}, got {value}").format(
+                    links=", ".join(PCIE_LINKS), value=_show(cell)))
         rows.append(cells)
     for i in range(n):
         for j in range(i):
             if rows[i][j] != rows[j][i]:
-                c.fail(f"topology[{i}][{j}]", f"{rows[i][j]} but topology[{j}][{i}] is {rows[j][i]}: must be the same")
+                c.fail(f"topology[{i}][{j}]", _("{there} but topology[{j}][{i}] is {back}: must be the "
+                                                "same").format(there=rows[i][j], j=j, i=i, back=rows[j][i]))
     for i, g in enumerate(gpus):
         g["topology"] = rows[i]
         links = sum(int(cell[2:]) for cell in rows[i] if cell.startswith("NV"))
         if links > MAX_NVLINKS:
-            c.fail(f"topology[{i}]", f"gives GPU {i} {links} NVLink links; a GPU has at most {MAX_NVLINKS}")
+            c.fail(f"topology[{i}]", _("gives GPU {i} {links} NVLink links; a GPU has at most {most}").format(
+                i=i, links=links, most=MAX_NVLINKS))
         h, given = g["health"], gpus_raw[i].get("health", {}) if isinstance(gpus_raw[i], dict) else {}
         if "nvlink_links" in given:
             if h["nvlink_links"] < links:
-                c.fail(f"gpus[{i}].health.nvlink_links", f"is {h['nvlink_links']}, but topology gives GPU {i} "
-                       f"{links} NVLink links")
+                c.fail(f"gpus[{i}].health.nvlink_links", _("is {given}, but topology gives GPU {i} "
+                                                           "{links} NVLink links").format(
+                                                               given=h['nvlink_links'], i=i, links=links))
         else:
             h["nvlink_links"] = links
             if "nvlink_links_up" not in given:
@@ -640,7 +661,7 @@ def _validate_health(c: _Checker, raw: Any, where: str, name: str) -> dict[str, 
     for key in HEALTH_FLAGS:
         value = raw.get(key, key in ("ecc_enabled", "persistence_mode"))
         if not isinstance(value, bool):
-            c.fail(f"{where}.{key}", f"must be true or false, got {_show(value)}")
+            c.fail(f"{where}.{key}", _("must be true or false, got {value}").format(value=_show(value)))
         h[key] = value
     nvlink = 12 if "SXM" in name or "HBM" in name else 0  # SXM boards have NVLink, PCIe cards mostly not
     limits = {"sm_clock_max": 1410, "memory_clock_max": 1593, "pcie_gen_max": 4, "pcie_width_max": 16,
@@ -664,7 +685,8 @@ def _validate_health(c: _Checker, raw: Any, where: str, name: str) -> dict[str, 
         h[key] = c.timeline(raw.get(key, 0), f"{where}.{key}", c.size)
     reasons = raw.get("throttle_reasons", [])
     if not isinstance(reasons, list) or any(not isinstance(r, str) or r not in THROTTLE_REASONS for r in reasons):
-        c.fail(f"{where}.throttle_reasons", f"must be a list of: {', '.join(THROTTLE_REASONS)}")
+        c.fail(f"{where}.throttle_reasons", _("must be a list of: {reasons}").format(
+            reasons=', '.join(THROTTLE_REASONS)))
     h["throttle_reasons"] = reasons
     h["compute_mode"] = c.choice(raw.get("compute_mode", "default"), set(COMPUTE_MODES), f"{where}.compute_mode")
     _validate_optional_health(c, raw, h, where)
@@ -684,13 +706,13 @@ def _validate_optional_health(c: _Checker, raw: dict[str, Any], h: dict[str, Any
                          else c.number(raw["pcie_replays"], f"{where}.pcie_replays", minimum=0, integer=True))
     events = raw.get("xid_events", [])
     if not isinstance(events, list):
-        c.fail(f"{where}.xid_events", "must be a list of {\"at\": duration, \"xid\": number}")
+        c.fail(f"{where}.xid_events", _("must be a list of {\"at\": duration, \"xid\": number}"))
     h["xid_events"] = []
     for i, e in enumerate(events):
         ew = f"{where}.xid_events[{i}]"
         c.known(e, {"at", "xid"}, ew)
         if "xid" not in e:
-            c.fail(f"{ew}.xid", "is required (the XID number, e.g. 79)")
+            c.fail(f"{ew}.xid", _("is required (the XID number, e.g. 79)"))
         h["xid_events"].append((c.duration(e.get("at", 0), f"{ew}.at"),
                                 c.number(e["xid"], f"{ew}.xid", minimum=1, maximum=0xFFFFFFFF, integer=True)))
     h["xid_events"].sort()
@@ -700,15 +722,16 @@ def _parse_gpu_key(c: _Checker, key: str, where: str, gpus: list[dict[str, Any]]
     """'3' -> (3, None): the whole GPU 3. '0/2' -> (0, 2): GPU 0, MIG GPU instance 2."""
     m = re.fullmatch(r"(\d+)(?:/(\d+))?", key)
     if not m:
-        c.fail(f"{where}.{key}", "keys must be a GPU index like \"0\", or GPU/GPU-instance like \"0/1\"")
+        c.fail(f"{where}.{key}", _("keys must be a GPU index like \"0\", or GPU/GPU-instance like \"0/1\""))
     index, gi = int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
     if index >= len(gpus):
-        c.fail(f"{where}.{key}", f"there is no GPU {index} (the scenario has {len(gpus)})")
+        c.fail(f"{where}.{key}", _("there is no GPU {index} (the scenario has {count})").format(
+            index=index, count=len(gpus)))
     if gi is not None and gi not in {x["gi"] for x in gpus[index]["mig"]}:
-        c.fail(f"{where}.{key}", f"GPU {index} has no MIG GPU instance {gi}")
+        c.fail(f"{where}.{key}", _("GPU {index} has no MIG GPU instance {gi}").format(index=index, gi=gi))
     if gi is None and gpus[index]["mig"]:
-        c.fail(f"{where}.{key}", f"GPU {index} is in MIG mode: name the instance, e.g. \"{index}/"
-               f"{gpus[index]['mig'][0]['gi']}\"")
+        c.fail(f"{where}.{key}", _("GPU {index} is in MIG mode: name the instance, e.g. "
+                                   '"{index}/{gi}"').format(index=index, gi=gpus[index]['mig'][0]['gi']))
     return index, gi
 
 
@@ -721,7 +744,7 @@ def _check_workload_state(c: _Checker, data: dict[str, Any]) -> None:
     "pods": [{"namespace", "name", "containers": [{"name", "devices": ["GPU-..."]}]}] (pod-resources List)."""
     containers = data.get("containers", {})
     if not isinstance(containers, dict):
-        c.fail("containers", "must be an object {\"container id\": {\"name\": ..., \"image\": ...}}")
+        c.fail("containers", _("must be an object {\"container id\": {\"name\": ..., \"image\": ...}}"))
     for cid, facts in containers.items():
         c.known(facts, {"name", "image"}, f"containers.{cid}")
         for key in ("name", "image"):
@@ -729,26 +752,26 @@ def _check_workload_state(c: _Checker, data: dict[str, Any]) -> None:
                 c.string(facts[key], f"containers.{cid}.{key}", controls=True)
     pods = data.get("pods", [])
     if not isinstance(pods, list):
-        c.fail("pods", "must be a list of {\"namespace\", \"name\", \"containers\"}")
+        c.fail("pods", _("must be a list of {\"namespace\", \"name\", \"containers\"}"))
     for i, pod in enumerate(pods):
         c.known(pod, {"namespace", "name", "containers"}, f"pods[{i}]")
         for key in ("namespace", "name"):
             c.string(pod.get(key), f"pods[{i}].{key}", controls=True)
         if not isinstance(pod.get("containers"), list):
-            c.fail(f"pods[{i}].containers", "must be a list of {\"name\", \"devices\"}")
+            c.fail(f"pods[{i}].containers", _("must be a list of {\"name\", \"devices\"}"))
         for j, ctr in enumerate(pod["containers"]):
             c.known(ctr, {"name", "devices"}, f"pods[{i}].containers[{j}]")
             c.string(ctr.get("name"), f"pods[{i}].containers[{j}].name", controls=True)
             devices = ctr.get("devices", [])
             if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-                c.fail(f"pods[{i}].containers[{j}].devices", "must be a list of device ids (\"GPU-...\")")
+                c.fail(f"pods[{i}].containers[{j}].devices", _("must be a list of device ids (\"GPU-...\")"))
 
 
 def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]]) -> dict[str, Any]:
     where = f"processes[{i}]"
     c.known(raw, PROCESS_FIELDS, where)
     if "pid" not in raw:
-        c.fail(f"{where}.pid", "is required")
+        c.fail(f"{where}.pid", _("is required"))
     p = dict(raw)
     p["pid"] = c.number(raw["pid"], f"{where}.pid", minimum=1, integer=True)
     p["source"] = c.choice(raw.get("source", "synthetic"), PROCESS_SOURCES, f"{where}.source")
@@ -759,7 +782,7 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]])
             p[key] = c.timeline(raw[key], f"{where}.{key}", lambda v, w: c.number(v, w, minimum=0, maximum=100))
     gpus_raw = raw.get("gpus")
     if not isinstance(gpus_raw, dict) or not gpus_raw:
-        c.fail(f"{where}.gpus", "must be an object {\"GPU index\": memory}, e.g. {\"0\": \"10GiB\"}")
+        c.fail(f"{where}.gpus", _("must be an object {\"GPU index\": memory}, e.g. {\"0\": \"10GiB\"}"))
     p["gpus"] = {}
     for key, mem in gpus_raw.items():
         loc = _parse_gpu_key(c, key, f"{where}.gpus", gpus)
@@ -781,17 +804,17 @@ def _validate_process(c: _Checker, raw: Any, i: int, gpus: list[dict[str, Any]])
         extra = sorted(set(raw) & {"user", "uid", "command", "age", "state", "cpu_percent", "rss",
                                    "ppid", "container", "cgroup"})
         if extra:
-            c.fail(f"{where}.{extra[0]}", f"only synthetic processes take host fields; a {p['source']} "
-                   "process's host side comes from /proc")
+            c.fail(f"{where}.{extra[0]}", _("only synthetic processes take host fields; a {source} process's "
+                                            "host side comes from /proc").format(source=p['source']))
     for key in ("start_at", "exit_at"):
         if key in raw:
             p[key] = c.duration(raw[key], f"{where}.{key}")
     if "ns_pid" in raw:
         if p["source"] != "real":
-            c.fail(f"{where}.ns_pid", "only a real process has a pid in another namespace")
+            c.fail(f"{where}.ns_pid", _("only a real process has a pid in another namespace"))
         p["ns_pid"] = c.number(raw["ns_pid"], f"{where}.ns_pid", minimum=1, integer=True)
     if "start_at" in p and "exit_at" in p and p["exit_at"] <= p["start_at"]:
-        c.fail(f"{where}.exit_at", "must be after start_at")
+        c.fail(f"{where}.exit_at", _("must be after start_at"))
     return p
 
 
@@ -814,8 +837,9 @@ def _check_memory_fits(c: _Checker, gpus: list[dict[str, Any]], processes: list[
             if held > room:
                 limit = f"memory_total ({format_size(room)})" if gi is not None or not reserved else (
                     f"memory_total less memory_reserved ({format_size(room)})")
-                c.fail(where, f"processes hold {format_size(held)}, more than {limit}")
+                c.fail(where, _("processes hold {held}, more than {limit}").format(held=format_size(held), limit=limit))
             if used is not None and not is_timeline(used) and held > used:
-                c.fail(f"{where}.memory_used", f"is {format_size(used)} but its processes hold "
-                       f"{format_size(held)}")
+                c.fail(f"{where}.memory_used", _("is {used} but its processes hold "
+                                                 "{held}").format(
+                                                   used=format_size(used), held=format_size(held)))
 
