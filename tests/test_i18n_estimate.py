@@ -115,6 +115,7 @@ def test_json_stays_english_where_the_text_is_chinese():
     assert not re.search(r"[\u4e00-\u9fff]", json.dumps(plan, ensure_ascii=False))
 
 
+@pytest.mark.slow  # seven commands
 def test_help_and_errors_are_chinese():
     helped = run_vram("estimate", "--help", env=ZH)
     assert helped.rc == 0, helped.err

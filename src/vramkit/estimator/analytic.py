@@ -497,13 +497,16 @@ class Estimate:
         """A few lines, not the dataclass wall: model, setup, peak, steady state, nvidia-smi's view."""
         from ..units import format_size
 
-        steady = "the peak" if self.steady_bytes == self.peak_bytes else format_size(self.steady_bytes)
+        steady = _("the peak") if self.steady_bytes == self.peak_bytes else format_size(self.steady_bytes)
         return "\n".join([
-            f"{self.model}: {self.params:,} parameters ({self.family}), ESTIMATE",
+            _("{model}: {params:,} parameters ({family}), ESTIMATE").format(model=self.model, params=self.params,
+                                                                          family=self.family),
             f"  {self.setup.describe(self.seq, self.family)}",
-            f"  peak allocated {format_size(self.peak_bytes)} ({self.peak_moment}), steady state {steady}",
-            f"  nvidia-smi would show {format_size(self.total_bytes)} (reserved {format_size(self.reserved_bytes)}"
-            f" + CUDA context {format_size(self.context_bytes)})"])
+            "  " + _("peak allocated {peak} ({moment}), steady state {steady}").format(
+                peak=format_size(self.peak_bytes), moment=self.peak_moment, steady=steady),
+            "  " + _("nvidia-smi would show {total} (reserved {reserved} + CUDA context {context})").format(
+                total=format_size(self.total_bytes), reserved=format_size(self.reserved_bytes),
+                context=format_size(self.context_bytes))])
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("terms", "setup")}

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..i18n import _
+
 if TYPE_CHECKING:
     from .analytic import Estimate
 
@@ -38,20 +40,23 @@ def host_memory(e: Estimate) -> tuple[int, str] | None:
     if s.fsdp:
         w = 2 if s.precision == "bf16-pure" else 4
         n = total * w + trainable * (w + states)
-        return n, (f"FSDP CPUOffload: {total:,} params × {w} B + {trainable:,} trainable × ({w} B gradients + "
-                   f"{states} B optimizer states), for the {s.gpus} GPUs' shards together")
+        return n, _("FSDP CPUOffload: {params:,} params × {bytes} B + {trainable:,} trainable × ({bytes} B gradients + "
+                    "{states} B optimizer states), for the {gpus} GPUs' shards together").format(
+            params=total, bytes=w, trainable=trainable, states=states, gpus=s.gpus)
     per = 4 + states + 4 if s.offload else 0  # fp32 master + states + fp32 gradients
     params16 = 2 * total if s.offload_params else 0
     n = trainable * per + params16
-    parts = ([f"{trainable:,} trainable × {per} B (fp32 master, {states} B optimizer states, fp32 gradients)"]
-             if per else []) + ([f"{total:,} params × 2 B (ZeRO-3 parameter offload)"] if params16 else [])
-    load = ""
+    parts = ([_("{trainable:,} trainable × {bytes} B (fp32 master, {states} B optimizer states, fp32 gradients)")
+              .format(trainable=trainable, bytes=per, states=states)] if per else []) + (
+        [_("{params:,} params × 2 B (ZeRO-3 parameter offload)").format(params=total)] if params16 else [])
+    offloaded = " + ".join(parts)  # a sum: the same in every language
     if s.zero is not None and s.zero < 3 and 4 * total * s.gpus > n:  # each process holds the model as it loads
         n = 4 * total * s.gpus
-        load = f"; at load every process builds the whole fp32 model first: {total:,} × 4 B × {s.gpus} GPUs"
-    return int(n * DEEPSPEED_BUFFER_FACTOR), (
-        "DeepSpeed offload: " + " + ".join(parts) + load + f", × {DEEPSPEED_BUFFER_FACTOR:g} (DeepSpeed's "
-        f"additional_buffer_factor), for the {s.gpus} GPUs of one node together")
+        offloaded = _("{offloaded}; at load every process builds the whole fp32 model first: {params:,} × 4 B × "
+                      "{gpus} GPUs").format(offloaded=offloaded, params=total, gpus=s.gpus)
+    return int(n * DEEPSPEED_BUFFER_FACTOR), _(
+        "DeepSpeed offload: {offloaded}, × {factor:g} (DeepSpeed's additional_buffer_factor), for the {gpus} GPUs of "
+        "one node together").format(offloaded=offloaded, factor=DEEPSPEED_BUFFER_FACTOR, gpus=s.gpus)
 
 
 __all__ = ["host_memory"]

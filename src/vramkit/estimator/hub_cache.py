@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import VramkitError
+from ..i18n import _
 
 # huggingface_hub's repo-id rule (utils/_validators.py): [org/]name of word characters, '-' and '.',
 # at most 96 each, no '--' or '..'
@@ -68,7 +69,7 @@ def hub_cache_dir(env: Mapping[str, str] | None = None) -> Path:
 def read_bounded(fd: int, limit: int, what: str) -> bytes:
     """A regular file's bytes, at most `limit` (more is an error: not what it claims to be)."""
     if not stat.S_ISREG(os.fstat(fd).st_mode):
-        raise CacheError(f"{what} is not a regular file")
+        raise CacheError(_("{path} is not a regular file").format(path=what))
     chunks: list[bytes] = []
     size = 0
     while size <= limit:
@@ -78,7 +79,7 @@ def read_bounded(fd: int, limit: int, what: str) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     if size > limit:
-        raise CacheError(f"{what} is larger than {limit:,} bytes: not a config")
+        raise CacheError(_("{path} is larger than {limit:,} bytes: not a config").format(path=what, limit=limit))
     return b"".join(chunks)
 
 
@@ -87,7 +88,8 @@ def _open(name: str, flags: int, dir_fd: int, what: str) -> int:
         return os.open(name, flags, dir_fd=dir_fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise CacheError(f"{what} is a symlink or not a folder: not followed in a shared cache") from None
+            raise CacheError(_("{path} is a symlink or not a folder: not followed in a shared cache").format(
+                path=what)) from None
         raise
 
 
@@ -112,7 +114,7 @@ def read_cached_config(repo_id: str, cache: Path | None = None) -> CachedConfig 
         finally:
             os.close(repo_fd)
     except OSError as e:
-        raise CacheError(f"{root / folder}: {e.strerror or e}") from None
+        raise CacheError(_("{path}: {error}").format(path=root / folder, error=e.strerror or e)) from None
     finally:
         os.close(root_fd)
 
@@ -136,7 +138,7 @@ def _revision(repo_fd: int, where: Path) -> str:
             finally:
                 os.close(fd)
             if not _REVISION_RE.match(text) or text in (".", ".."):
-                raise CacheError(f"{where}/refs/main does not hold a commit hash")
+                raise CacheError(_("{path}/refs/main does not hold a commit hash").format(path=where))
             return text
     snaps_fd = _open("snapshots", _DIR, repo_fd, f"{where}/snapshots")
     try:
@@ -144,8 +146,8 @@ def _revision(repo_fd: int, where: Path) -> str:
     finally:
         os.close(snaps_fd)
     if len(names) != 1:
-        raise CacheError(f"{where} has no refs/main and {len(names)} snapshots: give the path of the config.json "
-                         "you mean")
+        raise CacheError(_("{path} has no refs/main and {count} snapshots: give the path of the config.json you "
+                           "mean").format(path=where, count=len(names)))
     return names[0]
 
 
@@ -157,19 +159,20 @@ def _read_snapshot(repo_fd: int, where: Path) -> CachedConfig:
         try:
             rev_fd = _open(revision, _DIR, snaps_fd, f"{where}/snapshots/{revision}")
         except FileNotFoundError:
-            raise CacheError(f"{where}/snapshots/{revision} (refs/main) is missing") from None
+            raise CacheError(_("{path}/snapshots/{revision} (refs/main) is missing").format(
+                path=where, revision=revision)) from None
     finally:
         os.close(snaps_fd)
     try:
         try:
             st = os.stat("config.json", dir_fd=rev_fd, follow_symlinks=False)
         except FileNotFoundError:
-            raise CacheError(f"{shown} is missing: the snapshot holds no config.json") from None
+            raise CacheError(_("{path} is missing: the snapshot holds no config.json").format(path=shown)) from None
         if stat.S_ISLNK(st.st_mode):  # huggingface_hub's link into blobs/, resolved by us (see above)
             target = os.readlink("config.json", dir_fd=rev_fd)
             blob = _blob_name(target, where, revision)
             if blob is None:
-                raise CacheError(f"{shown} links outside its model's blobs/ folder: not followed")
+                raise CacheError(_("{path} links outside its model's blobs/ folder: not followed").format(path=shown))
             blobs_fd = _open("blobs", _DIR, repo_fd, f"{where}/blobs")
             try:
                 fd = _open(blob, _FILE, blobs_fd, f"{where}/blobs/{blob}")

@@ -132,10 +132,11 @@ class ModelSpec:
         if head is None or head == self.head or self.bare:
             return self
         if head == "cls" and self.arch in ("gpt", "llama", "t5"):
-            raise EstimateError(f"{self.name}: only the language-model head (lm) is modelled for {self.family}",
-                                param="head")
+            raise EstimateError(_("{model}: only the language-model head (lm) is modelled for {family}").format(
+                model=self.name, family=self.family), param="head")
         if head == "lm" and self.patches:
-            raise EstimateError(f"{self.name}: a ViT has no language-model head (use cls)", param="head")
+            raise EstimateError(_("{model}: a ViT has no language-model head (use cls)").format(model=self.name),
+                                param="head")
         return replace(self, head=head)
 
     def with_own_head(self, own: bool) -> ModelSpec:
@@ -162,7 +163,7 @@ class _Digits(float):
         return self
 
     def __repr__(self) -> str:
-        return f"a {self.digits:,}-digit number"
+        return _("a {digits:,}-digit number").format(digits=self.digits)
 
     __str__ = __repr__
 
@@ -177,7 +178,7 @@ def _parse_int(text: str) -> int | float:
 def _show(value: Any) -> str:
     """A value of the config, short: never a 5,000-digit int (whose str() raises) nor a 5 MB string."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
-        return f"a {int(math.log10(abs(value))) + 1:,}-digit number"
+        return _("a {digits:,}-digit number").format(digits=int(math.log10(abs(value))) + 1)
     text = repr(value)
     return text if len(text) <= 40 else text[:40] + "…"
 
@@ -192,11 +193,13 @@ def _whole(key: str, value: Any, least: int = 0) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and math.isfinite(value) and not value.is_integer()):
-        raise EstimateError(f"{key} must be a whole number, not {_show(value)}")
+        raise EstimateError(_("{key} must be a whole number, not {value}").format(key=key, value=_show(value)))
     if not value < MAX_SIZE:  # NaN too (and a huge int compares exactly: no float of it)
-        raise EstimateError(f"{key} must be a whole number below 1e15, not {_show(value)}")
+        raise EstimateError(_("{key} must be a whole number below 1e15, not {value}").format(key=key,
+                                                                                            value=_show(value)))
     if value < least:
-        raise EstimateError(f"{key} must be a whole number of at least {least}, not {_show(value)}")
+        raise EstimateError(_("{key} must be a whole number of at least {least}, not {value}").format(
+            key=key, least=least, value=_show(value)))
     return int(value)
 
 
@@ -205,7 +208,8 @@ def _need(cfg: dict[str, Any], *keys: str, where: str) -> int:
     for key in keys:
         if key in cfg and cfg[key] is not None:
             return _whole(key, cfg[key], least=1)
-    raise EstimateError(f"{where}: config is missing {keys[0]!r} (needed for a {cfg.get('model_type')} model)")
+    raise EstimateError(_("{where}: config is missing {key!r} (needed for a {type} model)").format(
+        where=where, key=keys[0], type=cfg.get("model_type")))
 
 
 def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
@@ -229,7 +233,8 @@ def _rate(cfg: dict[str, Any], key: str, default: float) -> float:
         except ValueError:
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise EstimateError(f"{key} must be a probability from 0 to 1, not {_show(value)}")
+        raise EstimateError(_("{key} must be a probability from 0 to 1, not {value}").format(key=key,
+                                                                                            value=_show(value)))
     return float(value)
 
 
@@ -248,14 +253,16 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
             raise
         raise EstimateError(f"{name}: {e}", param=e.param) from None  # which config said so
     except (TypeError, ValueError, OverflowError) as e:  # int("abc"), float(None), int(1e400) of an optional key
-        raise EstimateError(f"{name}: a config value is not a number ({str(e)[:80]})") from None
+        raise EstimateError(_("{where}: a config value is not a number ({error})").format(
+            where=name, error=str(e)[:80])) from None
     dtype = cfg.get("dtype", cfg.get("torch_dtype"))
     if isinstance(dtype, str) and dtype in ("bfloat16", "float16", "float32"):
         spec = replace(spec, dtype=dtype)
     for f in fields(spec):
         value = getattr(spec, f.name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1e15:
-            raise EstimateError(f"{name}: {f.name} must be a number from 0 to 1e15, not {_show(value)}")
+            raise EstimateError(_("{where}: {key} must be a number from 0 to 1e15, not {value}").format(
+                where=name, key=f.name, value=_show(value)))
     _check_shape(spec, name)
     return spec
 
@@ -266,32 +273,39 @@ def _check_shape(spec: ModelSpec, name: str) -> None:
     sizes += ["image_size", "patch_size", "channels"] if spec.patches else ["vocab"]
     for size in sizes:
         if getattr(spec, size) < 1:  # 0 from the config, or a width narrower than its heads (head_dim = h // heads)
-            raise EstimateError(f"{name}: {size} must be at least 1, not {getattr(spec, size)} "
-                                f"(hidden {spec.hidden:,}, {spec.heads:,} heads)")
+            raise EstimateError(_("{where}: {key} must be at least 1, not {value} (hidden {hidden:,}, {heads:,} heads)")
+                                .format(where=name, key=size, value=getattr(spec, size), hidden=spec.hidden,
+                                        heads=spec.heads))
     if spec.heads % spec.kv_heads:
-        raise EstimateError(f"{name}: {spec.kv_heads:,} key/value heads do not divide {spec.heads:,} attention heads")
+        raise EstimateError(_("{where}: {kv_heads:,} key/value heads do not divide {heads:,} attention heads").format(
+            where=name, kv_heads=spec.kv_heads, heads=spec.heads))
     if spec.experts and not 1 <= spec.top_k <= spec.experts:
-        raise EstimateError(f"{name}: {spec.top_k} experts per token of {spec.experts} (1 to {spec.experts})")
+        raise EstimateError(_("{where}: {top_k} experts per token of {experts} (1 to {experts})").format(
+            where=name, top_k=spec.top_k, experts=spec.experts))
     for rate in ("attn_dropout", "hidden_dropout"):
         if getattr(spec, rate) > 1:
-            raise EstimateError(f"{name}: {rate} is a probability from 0 to 1, not {getattr(spec, rate)!r}")
+            raise EstimateError(_("{where}: {key} is a probability from 0 to 1, not {value!r}").format(
+                where=name, key=rate, value=getattr(spec, rate)))
     layers = max(spec.layers, spec.decoder_layers)
     if layers > MAX_LAYERS:
-        raise EstimateError(f"{name}: {layers:,} layers is more than any model has (at most {MAX_LAYERS:,})")
+        raise EstimateError(_("{where}: {layers:,} layers is more than any model has (at most {most:,})").format(
+            where=name, layers=layers, most=MAX_LAYERS))
     if layers * max(spec.experts, 1) > MAX_EXPERT_LAYERS:  # param_shapes lists every expert of every layer
-        raise EstimateError(f"{name}: {spec.experts:,} experts in each of {layers:,} layers is more than any model "
-                            f"has (at most {MAX_EXPERT_LAYERS:,} experts in all)")
+        raise EstimateError(_("{where}: {experts:,} experts in each of {layers:,} layers is more than any model has "
+                              "(at most {most:,} experts in all)").format(
+            where=name, experts=spec.experts, layers=layers, most=MAX_EXPERT_LAYERS))
     for tensor, shape, _cast in param_shapes(spec):  # what the sums divide by (Adafactor's rows): no empty table
         if min(shape) < 1:
-            raise EstimateError(f"{name}: {tensor} would have shape {shape}: a size of the config is 0")
+            raise EstimateError(_("{where}: {tensor} would have shape {shape}: a size of the config is 0").format(
+                where=name, tensor=tensor, shape=shape))
     if param_count(spec) > MAX_PARAMS:
-        raise EstimateError(f"{name}: {param_count(spec):.3g} parameters is more than any model has "
-                            f"(at most {MAX_PARAMS:.0e})")
+        raise EstimateError(_("{where}: {params:.3g} parameters is more than any model has (at most {most:.0e})")
+                            .format(where=name, params=param_count(spec), most=MAX_PARAMS))
 
 
 def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if not isinstance(cfg, dict):
-        raise EstimateError(f"{name}: a config must be a JSON object")
+        raise EstimateError(_("{where}: a config must be a JSON object").format(where=name))
     mtype = str(cfg.get("model_type", "")).lower()
     where = name
     if mtype in ("bert", "roberta", "xlm-roberta", "albert", "camembert", "electra"):
@@ -360,8 +374,9 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         heads = _need(cfg, "num_attention_heads", where=where)
         embed_proj = _opt_int(cfg, "word_embed_proj_dim", h)
         if embed_proj != h or not bool(_opt(cfg, "do_layer_norm_before", True)):
-            raise EstimateError(f"{where}: OPT with a projected embedding or post-norm layers (opt-350m) is not "
-                                "supported (supported: OPT models with word_embed_proj_dim = hidden_size)")
+            raise EstimateError(_("{where}: OPT with a projected embedding or post-norm layers (opt-350m) is not "
+                                  "supported (supported: OPT models with word_embed_proj_dim = hidden_size)").format(
+                where=where))
         act = str(_opt(cfg, "activation_function", "relu"))
         return ModelSpec(
             name=name, family="opt", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
@@ -611,11 +626,12 @@ def spec_of(model: object) -> ModelSpec:
     if isinstance(model, dict) or (callable(to_dict) and getattr(model, "model_type", None)):
         cfg = model if isinstance(model, dict) else to_dict()  # type: ignore[misc]
         if not isinstance(cfg, dict):
-            raise EstimateError(f"{type(model).__name__}.to_dict() gave no dict", param="model")
+            raise EstimateError(_("{type}.to_dict() gave no dict").format(type=type(model).__name__), param="model")
         names = (cfg.get("_name_or_path"), cfg.get("model_type"))  # a str: never a 5,000-digit int's
         name = next((v for v in names if isinstance(v, str) and v), "config")
         return from_config(cfg, name=name[:100], source="config")
-    raise EstimateError(f"a model is {MODEL_KINDS}, not {type(model).__name__}", param="model")
+    raise EstimateError(_("a model is {kinds}, not {type}").format(kinds=MODEL_KINDS, type=type(model).__name__),
+                        param="model")
 
 
 def typical_hidden(params: int) -> int:

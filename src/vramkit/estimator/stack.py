@@ -43,8 +43,9 @@ def parse_version(text: str, library: str) -> Version:
     naming the library's flag."""
     match = _VERSION_RE.fullmatch(str(text).strip())
     if not match:
-        raise EstimateError(f"{str(text)[:40]!r} is not a {_NAMES.get(library, library)} version such as "
-                            f"{'.'.join(map(str, CURRENT[library]))}", param=library)
+        raise EstimateError(_("{value!r} is not a {library} version such as {example}").format(
+            value=str(text)[:40], library=_NAMES.get(library, library), example=".".join(map(str, CURRENT[library]))),
+            param=library)
     return int(match[1]), int(match[2])
 
 
@@ -90,8 +91,10 @@ class Stack:
             name, _eq, version = part.partition("=")
             name = name.strip().lower()
             if name not in LIBRARIES or not version.strip():
-                raise EstimateError(f"{part[:40]!r}: give LIBRARY=VERSION, a comma list of "
-                                    f"{', '.join(LIBRARIES)} (torch=2.1,transformers=4.36)", param="stack")
+                raise EstimateError(_("{value!r}: give LIBRARY=VERSION, a comma list of {libraries} "
+                                      "(torch=2.1,transformers=4.36)").format(value=part[:40],
+                                                                              libraries=", ".join(LIBRARIES)),
+                                    param="stack")
             versions[name] = version
         try:
             return self.given(**versions)
@@ -387,7 +390,8 @@ def setup_for(spec: ModelSpec, stack: Stack, loop: str | None, given: dict[str, 
 
     loop = loop or DEFAULT_LOOP
     if loop not in LOOPS:
-        raise EstimateError(f"must be one of {', '.join(LOOPS)}, not {str(loop)[:40]!r}", param="loop")
+        raise EstimateError(_("must be one of {names}, not {value!r}").format(names=", ".join(LOOPS),
+                                                                            value=str(loop)[:40]), param="loop")
     rows: dict[str, tuple[Behaviour, Any]] = {}  # field -> the first row that sets it, and its value
     for row in BEHAVIOURS:
         if row.field in given or row.field in rows or not row.requires:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
-from ..i18n import N_
+from ..i18n import N_, _
 from .analytic import CUBLAS_WORKSPACES, Estimate, Setup, default_context, round_segments
 from .formulas import Term
 from .specs import MAX_LAYERS, MAX_PARAMS, EstimateError, ModelSpec, _whole, from_config
@@ -98,14 +98,16 @@ def _class_of(model_type: str, name: str) -> tuple[Any, Any]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     if model_type not in CONFIG_MAPPING:
-        raise EstimateError(f"{name}: model_type {model_type[:40]!r} is neither in the formulas nor in transformers "
-                            f"{tf.__version__} (a model with its own code is never run); give its parameter count "
-                            "for weights and model states alone: vram estimate 8B")
+        raise EstimateError(_("{where}: model_type {type!r} is neither in the formulas nor in transformers {version} "
+                              "(a model with its own code is never run); give its parameter count for weights and "
+                              "model states alone: vram estimate 8B").format(where=name, type=model_type[:40],
+                                                                            version=tf.__version__))
     cls_name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     if cls_name is None:
-        raise EstimateError(f"{name}: model_type {model_type[:40]!r} has no causal-LM class in transformers "
-                            f"{tf.__version__}: only decoders are traced from a config; give its parameter count "
-                            "for weights and model states alone: vram estimate 8B")
+        raise EstimateError(_("{where}: model_type {type!r} has no causal-LM class in transformers {version}: only "
+                              "decoders are traced from a config; give its parameter count for weights and model "
+                              "states alone: vram estimate 8B").format(where=name, type=model_type[:40],
+                                                                      version=tf.__version__))
     return CONFIG_MAPPING[model_type], getattr(tf, cls_name)
 
 
@@ -125,11 +127,13 @@ def _bounded(config: Any, name: str) -> int:
         if key == "num_hidden_layers":
             layers = number
             if number > MAX_LAYERS:
-                raise EstimateError(f"{name}: {number:,} layers is more than any model has (at most {MAX_LAYERS:,})")
+                raise EstimateError(_("{where}: {layers:,} layers is more than any model has (at most {most:,})")
+                                    .format(where=name, layers=number, most=MAX_LAYERS))
     for key in ("n_routed_experts", "num_local_experts", "num_experts"):
         experts = getattr(config, key, None)
         if isinstance(experts, int) and experts * max(layers, 1) > 65536:
-            raise EstimateError(f"{name}: {experts:,} experts in each of {layers:,} layers is more than any model has")
+            raise EstimateError(_("{where}: {experts:,} experts in each of {layers:,} layers is more than any model "
+                                  "has").format(where=name, experts=experts, layers=layers))
     return layers
 
 
@@ -142,11 +146,11 @@ def build(cfg: dict[str, Any], name: str) -> tuple[Any, Any]:
         with _quiet():
             config = config_cls(**kwargs)
     except Exception as e:  # noqa: BLE001 - an untrusted config: whatever the class makes of it, one line
-        raise EstimateError(f"{name}: transformers' {config_cls.__name__} refused this config "
-                            f"({_one_line(e)})") from None
+        raise EstimateError(_("{where}: transformers' {cls} refused this config ({error})").format(
+            where=name, cls=config_cls.__name__, error=_one_line(e))) from None
     if not getattr(config, "num_attention_heads", None):
-        raise NotTraceable(f"{name}: tracing takes attention models only, and transformers' "
-                           f"{config_cls.__name__} has no attention heads")
+        raise NotTraceable(_("{where}: tracing takes attention models only, and transformers' {cls} has no attention "
+                             "heads").format(where=name, cls=config_cls.__name__))
     _bounded(config, name)
     return config, model_cls
 
@@ -168,10 +172,12 @@ def estimate_by_tracing(cfg: dict[str, Any], setup: Setup | None = None, name: s
     setup = replace(setup or Setup(), **options)
     refused = _refused(setup)
     if refused:
-        raise EstimateError(f"{name}: model_type {str(cfg.get('model_type'))[:40]!r} is estimated by tracing its "
-                            "transformers class, whole, on one GPU: not with " + ", ".join(dict.fromkeys(refused)))
+        raise EstimateError(_("{where}: model_type {type!r} is estimated by tracing its transformers class, whole, on "
+                              "one GPU: not with {options}").format(where=name, type=str(cfg.get("model_type"))[:40],
+                                                                    options=", ".join(dict.fromkeys(refused))))
     if setup.head not in (None, "lm"):
-        raise EstimateError(f"{name}: only the language-model head (lm) is traced for a config", param="head")
+        raise EstimateError(_("{where}: only the language-model head (lm) is traced for a config").format(where=name),
+                            param="head")
     spec = stand_in(cfg, name)
     setup.check(spec)
     config, model_cls = build(cfg, name)
@@ -186,7 +192,7 @@ def estimate_by_tracing(cfg: dict[str, Any], setup: Setup | None = None, name: s
     said = []
     if attention == "sdpa" and not getattr(model_cls, "_supports_sdpa", False):  # no attention (Mamba), or eager only
         attention = "eager"
-        said.append(f"{model_cls.__name__} has no SDPA attention: traced with its eager code")
+        said.append(_("{cls} has no SDPA attention: traced with its eager code").format(cls=model_cls.__name__))
     config._attn_implementation = attention
     fm = fake_mode()
     with _quiet():
@@ -196,14 +202,14 @@ def estimate_by_tracing(cfg: dict[str, Any], setup: Setup | None = None, name: s
             with fm:
                 net = model_cls(config)
         except Exception as e:  # noqa: BLE001 - an untrusted config: one line, whatever transformers raised
-            raise EstimateError(f"{name}: transformers could not build {model_cls.__name__} from this config "
-                                f"({_one_line(e)})") from None
+            raise EstimateError(_("{where}: transformers could not build {cls} from this config ({error})").format(
+                where=name, cls=model_cls.__name__, error=_one_line(e))) from None
         finally:
             torch.set_default_dtype(default)
         params = sum(p.numel() for p in net.parameters())
         if params > MAX_PARAMS:
-            raise EstimateError(f"{name}: {params:.3g} parameters is more than any model has "
-                                f"(at most {MAX_PARAMS:.0e})")
+            raise EstimateError(_("{where}: {params:.3g} parameters is more than any model has (at most {most:.0e})")
+                                .format(where=name, params=params, most=MAX_PARAMS))
         net.train(train)
         if train and setup.checkpointing:
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -237,8 +243,8 @@ def estimate_by_tracing(cfg: dict[str, Any], setup: Setup | None = None, name: s
         except EstimateError:
             raise
         except Exception as e:  # noqa: BLE001 - an untrusted config: one line, whatever transformers raised
-            raise EstimateError(f"{name}: {model_cls.__name__} failed on a traced step ({type(e).__name__}: "
-                                f"{_one_line(e)})") from None
+            raise EstimateError(_("{where}: {cls} failed on a traced step ({error})").format(
+                where=name, cls=model_cls.__name__, error=f"{type(e).__name__}: {_one_line(e)}")) from None
     estimated = _as_estimate(traced, setup, name, str(cfg.get("model_type")), model_cls.__name__, params, seq, mixed)
     estimated.notes += said
     return estimated, traced
@@ -254,22 +260,26 @@ def _as_estimate(t: TraceResult, setup: Setup, name: str, model_type: str, cls_n
     t.steady_bytes += CUBLAS_WORKSPACES
     t.step_peaks = [p + CUBLAS_WORKSPACES for p in t.step_peaks]
     t.breakdown["cuBLAS workspaces"] = CUBLAS_WORKSPACES
-    where = f"live at the traced peak (step {t.peak_step}, {t.peak_phase})"
+    where = _("live at the traced peak (step {step}, {phase})").format(step=t.peak_step, phase=t.peak_phase)
     terms = [Term(what, n, where, _KINDS.get(what, "transient")) for what, n in t.breakdown.items()]
     reserved = round_segments(int(t.peak_bytes * (1 + setup.fragmentation)))
     context = setup.context_overhead if setup.context_overhead is not None else default_context(setup.cuda)
-    terms += [Term(N_("allocator overhead"), reserved - t.peak_bytes, f"caching allocator: {setup.fragmentation:.0%} "
-                   "fragmentation over the peak, rounded up to 2 MiB segments (estimate)", "overhead"),
+    terms += [Term(N_("allocator overhead"), reserved - t.peak_bytes, _(
+                  "caching allocator: {share:.0%} fragmentation over the peak, rounded up to 2 MiB segments "
+                  "(estimate)").format(share=setup.fragmentation), "overhead"),
               Term(N_("CUDA context"), context, "--context-overhead" if setup.context_overhead is not None else
-                   f"default for CUDA {setup.cuda:g}", "overhead")]
+                   _("default for CUDA {version:g}").format(version=setup.cuda), "overhead")]
     breakdown = {**t.breakdown, "allocator overhead": reserved - t.peak_bytes, "CUDA context": context}
-    steps = "a training step twice" if setup.mode == "train" else "one prefill"
-    notes = [f"model_type {model_type!r} is not in the formulas: estimated by tracing transformers' {cls_name} "
-             f"built from the config on fake tensors, {steps}",
-             f"traced with transformers {transformers.__version__} and torch {_torch().__version__}"]
+    notes = [(_("model_type {type!r} is not in the formulas: estimated by tracing transformers' {cls} built from the "
+                "config on fake tensors, a training step twice") if setup.mode == "train" else
+              _("model_type {type!r} is not in the formulas: estimated by tracing transformers' {cls} built from the "
+                "config on fake tensors, one prefill")).format(type=model_type, cls=cls_name),
+             _("traced with transformers {transformers} and torch {torch}").format(
+                 transformers=transformers.__version__, torch=_torch().__version__)]
     if mixed:
-        notes.append(f"{setup.precision} mixed precision traced under CPU autocast, which keeps some ops CUDA runs "
-                     "in fp32 (norms, softmax) in 16-bit unless the model casts them itself")
+        notes.append(_("{precision} mixed precision traced under CPU autocast, which keeps some ops CUDA runs in fp32 "
+                       "(norms, softmax) in 16-bit unless the model casts them itself").format(
+            precision=setup.precision))
     moment = f"traced {t.peak_phase}"
     return Estimate(model=name, family=model_type, setup=setup, params=params,
                     trainable=params if setup.mode == "train" else 0, seq=seq, terms=terms,

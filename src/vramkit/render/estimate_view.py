@@ -23,7 +23,8 @@ _MOMENTS = {"forward end": N_("forward end"), "backward start": N_("backward sta
             "backward end": N_("backward end"), "optimizer step": N_("optimizer step"),
             "recompute": N_("recompute"), "forward": N_("forward"), "encoder forward": N_("encoder forward"),
             "logits": N_("logits"), "last decode step": N_("last decode step"),
-            "first decode step": N_("first decode step")}
+            "first decode step": N_("first decode step"), "traced forward": N_("traced forward"),
+            "traced backward/step": N_("traced backward/step")}
 
 
 def _setup_line(e: Estimate) -> str:
