@@ -18,15 +18,17 @@ from . import visible as visible_devices
 from .cuda_env import CudaDevice, Visible, devices_of
 from .errors import RequestError
 from .gpu_state import Snapshot
+from .i18n import N_, _
 
 ENV_NAMES = visible_devices.VARIABLES
-SIMULATED_ENV = "a simulated scenario's made-up process: it has no environment"
-PIDS_UNMAPPED = ("not read: vram runs in its own PID namespace, where NVML's pid names another process "
-                 "(or none)")
-PID_REUSED = ("not read: its pid now belongs to another process (the one NVML listed exited and the pid "
-              "was reused)")
-STARTED_WITH = ("this is its environment as it started: a value the process set itself later "
-                "(os.environ in Python) is not seen")
+# In the reader's language where they are made: `vram ps --env --json` is English (the CLI's JSON).
+SIMULATED_ENV = N_("a simulated scenario's made-up process: it has no environment")
+PIDS_UNMAPPED = N_("not read: vram runs in its own PID namespace, where NVML's pid names another process "
+                   "(or none)")
+PID_REUSED = N_("not read: its pid now belongs to another process (the one NVML listed exited and the pid "
+                "was reused)")
+STARTED_WITH = N_("this is its environment as it started: a value the process set itself later "
+                  "(os.environ in Python) is not seen")
 
 EnvReader = Callable[[int, tuple[str, ...]], procs.Environ]
 
@@ -49,18 +51,19 @@ class ProcessGpus:
     def told_text(self) -> str:
         """The GPUs its environment lets it use, as vram names them, with the runtime's numbers."""
         if self.told is None:
-            return "unknown"
+            return _("unknown")
         if self.told.error:
-            return "none: CUDA refuses to start with this value"
+            return _("none: CUDA refuses to start with this value")
         if not self.told.is_set:
-            return f"every GPU ({self.told.variable} is not set)"
+            return _("every GPU ({variable} is not set)").format(variable=self.told.variable)
         if not self.told.devices:
-            return "no GPU"
-        return ", ".join(f"{d.label} as cuda:{i}" for i, d in enumerate(self.told.devices))
+            return _("no GPU")
+        return ", ".join(_("{gpu} as cuda:{index}").format(
+            gpu=d.label, index=i) for i, d in enumerate(self.told.devices))
 
     @property
     def holds_text(self) -> str:
-        return ", ".join(d.label for d in self.holds) if self.holds else "no GPU memory"
+        return ", ".join(d.label for d in self.holds) if self.holds else _("no GPU memory")
 
     def to_json(self) -> dict[str, Any]:
         told = None
@@ -92,26 +95,35 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ,
     view = ProcessGpus(pid=pid, user=first.user if first else None, command=first.command if first else None,
                        holds=held, env={})
     if first is not None and not first.real:
-        view.env_problem = SIMULATED_ENV
+        view.env_problem = _(SIMULATED_ENV)
         return view
     if first is not None and not pids_visible:
-        view.env_problem = PIDS_UNMAPPED
+        view.env_problem = _(PIDS_UNMAPPED)
         return view
     environ = read(pid, ENV_NAMES)
     if environ.problem is None and first is not None and first.start_ticks is not None:
         # Checked after the read: whatever was read is then known to be this process's environment.
         environ = _checked(environ, pid, first.start_ticks)
     if environ.problem is not None:
-        view.env_problem = environ.problem
+        view.env_problem = _problem(environ.problem)
         return view
     view.env = dict(environ.values)
     if environ.truncated:
-        view.notes.append(f"its environment is longer than {procs.MAX_ENVIRON_BYTES // 2**20} MiB: only the "
-                          "start was read, and a variable set after that is not seen")
+        view.notes.append(_("its environment is longer than {size} MiB: only the start was read, and a variable "
+                            "set after that is not seen").format(size=procs.MAX_ENVIRON_BYTES // 2**20))
     view.told = visible_devices.read(environ.values, devices)
     view.notes.extend(view.told.pitfalls)
     view.mismatch = _mismatch(view, devices)
     return view
+
+
+def _problem(problem: str) -> str:
+    """Why the environment was not read, in the reader's words (procs says it in English)."""
+    from .procs.environ import CANNOT_READ
+
+    if problem.startswith(CANNOT_READ):
+        return _("cannot read its environment: {why}").format(why=problem[len(CANNOT_READ):])
+    return _(problem)
 
 
 def _checked(environ: procs.Environ, pid: int, start_ticks: int) -> procs.Environ:
@@ -131,20 +143,21 @@ def _mismatch(view: ProcessGpus, devices: list[CudaDevice]) -> str | None:
     if not view.holds:
         return None
     if told.error:
-        return f"holds memory on {view.holds_text}, but CUDA would refuse its {told.variable} ({told.error})"
+        return _("holds memory on {gpus}, but CUDA would refuse its {variable} ({error})").format(
+            gpus=view.holds_text, variable=told.variable, error=told.error)
     try:
         allowed = visible_devices.allowed_keys(told, devices)
     except RequestError as e:  # indices on a machine of mixed models without PCI_BUS_ID
-        view.notes.append(f"which GPUs it was told cannot be known: {e}")
+        view.notes.append(_("which GPUs it was told cannot be known: {error}").format(error=e))
         return None
     if allowed is None:
         return None
     outside = [d for d in view.holds if d.key not in allowed]
     if not outside:
         return None
-    told_text = ", ".join(d.label for d in told.devices) or "no GPU"
-    view.notes.insert(0, STARTED_WITH)
-    return f"told {told_text}, holds memory on {', '.join(d.label for d in outside)}"
+    told_text = ", ".join(d.label for d in told.devices) or _("no GPU")
+    view.notes.insert(0, _(STARTED_WITH))
+    return _("told {told}, holds memory on {gpus}").format(told=told_text, gpus=", ".join(d.label for d in outside))
 
 
 def mismatches(snap: Snapshot, read: EnvReader = procs.read_environ, pids_visible: bool = True) -> list[ProcessGpus]:

@@ -7,12 +7,14 @@ import errno
 import os
 from dataclasses import dataclass
 
+from ..i18n import N_
 from .text import NOT_VISIBLE, sanitize
 
 MAX_ENVIRON_BYTES = 4 * 1024 * 1024  # environ is another user's text and can be megabytes: read this much at most
-ENV_NOT_VISIBLE = "not visible (another user's process)"
+ENV_NOT_VISIBLE = N_("not visible (another user's process)")
 # root is refused too where the kernel's ptrace rules (Yama, a dumpable-flag cleared) keep it out
-ENV_REFUSED_TO_ROOT = "not visible (the kernel refused to show its environment)"
+CANNOT_READ = "cannot read its environment: "  # then the system's reason (process_view says it in words)
+ENV_REFUSED_TO_ROOT = N_("not visible (the kernel refused to show its environment)")
 
 
 @dataclass
@@ -37,7 +39,7 @@ def read_environ(pid: int, names: tuple[str, ...], limit: int = MAX_ENVIRON_BYTE
     except FileNotFoundError:
         return Environ({}, NOT_VISIBLE)
     except OSError as e:
-        return Environ({}, f"cannot read its environment: {e.strerror}")
+        return Environ({}, f"{CANNOT_READ}{e.strerror}")
     found: dict[str, str] = {}
     pending = b""  # an entry cut by the chunk boundary
     size = 0
@@ -60,7 +62,7 @@ def read_environ(pid: int, names: tuple[str, ...], limit: int = MAX_ENVIRON_BYTE
     except PermissionError:  # the open succeeds for a process whose environ ptrace rules hide
         return Environ({}, ENV_REFUSED_TO_ROOT if os.geteuid() == 0 else ENV_NOT_VISIBLE)
     except OSError as e:  # ESRCH: it exited meanwhile
-        return Environ({}, NOT_VISIBLE if e.errno == errno.ESRCH else f"cannot read its environment: {e.strerror}")
+        return Environ({}, NOT_VISIBLE if e.errno == errno.ESRCH else f"{CANNOT_READ}{e.strerror}")
     finally:
         os.close(fd)
     if pending and not truncated:  # the last entry has no NUL after it
