@@ -109,6 +109,22 @@ def test_json_and_csv_switch_the_process_to_english(flag):
     assert run_vram(*args, flag, env=zh_env()).err == "vram: error: --gpu: no GPU 9 (this machine has GPUs 0-7)\n"
 
 
+@pytest.mark.parametrize("args", [
+    ("status", "--json"), ("status", "--csv"), ("ps", "--json"), ("ps", "--csv"), ("pick", "--explain", "--json"),
+    ("doctor", "tests/fixtures/oom/cuda_2_2_two_processes_private_pools.txt", "--json"),
+    ("estimate", "llama-3-8b", "--batch", "4", "--seq", "2048", "--lora", "16", "--json"), ("config", "--json"),
+])
+def test_what_a_program_reads_is_the_same_in_every_language(args, tmp_path):
+    """JSON and CSV, keys, values and every sentence in them, byte for byte (a stepped simulated
+    clock: the same times in both runs)."""
+    env = clean_env(VRAM_SIMULATE="demo", VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH="1767225600", VRAM_SIM_TIME=None,
+                    XDG_CONFIG_HOME=str(tmp_path))
+    args = tuple(str(Path(__file__).parents[1] / a) if a.startswith("tests/") else a for a in args)
+    english, chinese_run = run_vram(*args, env=env), run_vram(*args, env={**env, "VRAM_LANG": "zh_CN"})
+    assert english.rc == 0 and english.out, english.err
+    assert (chinese_run.rc, chinese_run.out, chinese_run.err) == (english.rc, english.out, english.err)
+
+
 def test_json_help_and_argparse_errors_are_english_too():
     """The flag is seen in argv before the parser is built (its help lines, argparse's errors)."""
     result = run_vram("status", "--json", "--gpuu", "1", env=zh_env())
