@@ -589,6 +589,18 @@ XDIST_GROUPS: dict[str, str] = {
 }
 
 
+# Modules with tests of 5 s and more (a whole run's --durations on 2 cores, most first), started before
+# the rest: under xdist the last tests decide when the run ends, and a worker that draws a 30 s test
+# last keeps the other one idle meanwhile. Within a module the order stays as written.
+LONGEST_FIRST: tuple[str, ...] = (
+    "test_trace_hf.py", "test_torch_batch.py", "test_trace_agreement.py", "test_serve_hostile.py",
+    "test_history_malformed_readers.py", "test_run_concurrency.py", "test_serve_web.py", "test_trace_memory.py",
+    "test_estimate_unknown_family.py", "test_serve_abuse.py", "test_serve_prometheus.py", "test_torch_callbacks.py",
+    "test_metrics_compat.py", "test_lease_locks.py", "test_gpu_measurements.py", "test_lease_swap.py",
+    "test_estimate_timeline.py", "test_amd_prometheus.py", "test_estimate_cli.py",
+)
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Under -m "not slow" (make test-fast), a module marked slow as a whole is not even imported
     (transformers, peft: seconds in every worker)."""
@@ -613,6 +625,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if name in XDIST_GROUPS and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[name]))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's order kept
 
 
 # ---------------------------------------------------------------- torch tests that did not run
