@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import Served
+from helpers import Served, chromium_sandbox_args
 
 from vramkit.serve import http as serve_http
 
@@ -537,8 +537,8 @@ def test_a_real_browser_gets_the_live_page_through_the_siege(served):
     options.binary_location = chromium
     for arg in ("--headless=new", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
-    if os.geteuid() == 0:
-        options.add_argument("--no-sandbox")
+    for arg in chromium_sandbox_args():
+        options.add_argument(arg)
     with Siege(s.port, idle=300, streams=32):
         driver = webdriver.Chrome(service=webdriver.ChromeService(chromedriver), options=options)
         try:

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, crowded_scenario, vram_argv
+from helpers import chromium_sandbox_args, clean_env, crowded_scenario, vram_argv
 
 from vramkit.units import parse_size
 
@@ -92,8 +92,8 @@ def browser():
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900"):
         options.add_argument(arg)
-    if os.geteuid() == 0:
-        options.add_argument("--no-sandbox")  # chromium refuses to run as root with its sandbox
+    for arg in chromium_sandbox_args():
+        options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
     yield driver
