@@ -27,7 +27,7 @@ KEPT = {"GPU", "GPUs", "CUDA", "cuBLAS", "cuBLASLt", "Hopper", "PyTorch", "PEFT"
         "rtx-a6000", "radeon-pro-w7900", "mi250x", "h100-sxm", "h100-pcie", "h200", "bert-large-uncased",
         "bert-base-uncased", "llama-3-8b", "mistral-7b", "paged-adamw", "SGD", "double-quant", "4bit", "8bit",
         "uint8", "int8", "int4", "absmax", "exp_avg", "exp_avg_sq", "foreach", "Adam", "denom", "eps", "tp",
-        "device_map", "overlap_comm", "KV", "down", "reduce", "NVML", "vram", "estimate", "plan", "MODEL",
+        "device_map", "overlap_comm", "KV", "down", "reduce", "int64", "NVML", "vram", "estimate", "plan", "MODEL",
         "config.json", "json", "list"}
 
 
@@ -35,7 +35,8 @@ def english_left(line: str) -> list[str]:
     """The English words of a sentence left in `line`, once what stays English is taken out: flags,
     quoted names, code (dotted, underscored or called names), sizes, formulas' symbols."""
     line = re.sub(r"'[^']*'|`[^`]*`", " ", line)  # quoted names
-    line = re.sub(r"\b[A-Za-z][\w.]*-[\w.-]*\d[\w.-]*", " ", line)  # model and GPU names: llama-3-8b, rtx-4090
+    # model and GPU names: llama-3-8b, rtx-4090, t5-base
+    line = re.sub(r"\b[A-Za-z][\w.]*-[\w.-]*\d[\w.-]*|\b[A-Za-z]+\d[\w.]*-[\w.-]+", " ", line)
     line = re.sub(r"--[\w-]+|/[\w./-]+|\b[\w.]+=[\w.,']+", " ", line)  # flags, paths, VAR=value
     line = re.sub(r"\b[\w.]*[._][\w.]*\w\(?\)?", " ", line)  # code: torch._fused_adamw_, zero_grad(), a.b
     line = re.sub(r"\b\w+\(", " ", line)  # a function's name: max(, sqrt(
@@ -84,7 +85,9 @@ def test_estimate_explain_is_chinese_and_the_breakdown_lines_up_at_80_columns():
     ("llama-2-13b", "--infer", "--seq", "512", "--new-tokens", "512", "--transformers", "4.32", "--explain"),
     ("llama-2-70b", "--gpus", "8", "--zero", "3", "--checkpointing", "--attention", "flash", "--explain"),
     ("bert-large-uncased", "--batch", "4", "--seq", "512", "--precision", "fp32", "--explain"),
-], ids=["inference", "generation", "zero3", "bert-fp32"])
+    ("t5-base", "--infer", "--explain"),
+    ("llama-2-13b", "--zero", "2", "--gpus", "4", "--offload", "optimizer", "--explain"),
+], ids=["inference", "generation", "zero3", "bert-fp32", "t5-inference", "offload"])
 def test_other_setups_are_chinese(args):
     result = run_vram("estimate", *args, env=ZH)
     assert result.rc == 0, result.err

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ..i18n import N_, _, ngettext
+from ..i18n import N_, _, ngettext, pgettext
 from .formulas import (
     ALL_LINEAR,
     LORA_TARGET_NAMES,
@@ -265,7 +265,9 @@ class Setup:
         """describe()'s words for the GPUs: how many, and how the work is spread over them."""
         items = [ngettext("{n} GPU", "{n} GPUs", self.gpus).format(n=self.gpus)]
         if self.zero is not None:
-            offloaded = "/".join(w for w, on in (("optimizer", self.offload), ("params", self.offload_params)) if on)
+            # Translators: what ZeRO offloads to the CPU, joined by "/" (the values of --offload)
+            offloaded = "/".join(w for w, on in ((pgettext("offloaded", "optimizer"), self.offload),
+                                                 (pgettext("offloaded", "params"), self.offload_params)) if on)
             items.append(_("ZeRO-{stage} + offload {what}").format(stage=self.zero, what=offloaded) if offloaded
                          else f"ZeRO-{self.zero}")
         elif self.fsdp:

@@ -539,7 +539,7 @@ def activations(spec: ModelSpec, sh: Shape, dt: Dtypes, flash: bool, lora: bool,
                     [("norm before cross-attention", _norm(spec, Td, h, dt))] + dec_cross + \
                     [("norm before feed-forward", _norm(spec, Td, h, dt))] + _ffn(spec, Td, dt, keeps, sh.tp)
         if adapter:
-            dec_terms.append((f"bottleneck adapters (2 × width {adapter})",
+            dec_terms.append((_("bottleneck adapters (2 × width {width})").format(width=adapter),
                               2 * (_lin_in(Td, h, 1, dt) + 2 * Td * adapter * dt.x)))
         acts.dec_terms = dec_terms
         acts.dec_layer = sum(v for _n, v in dec_terms)
@@ -788,10 +788,11 @@ def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bo
                     bias + 3 * T * h * x + held_probs * probs(s, s) + ffn_k * T * F * x // tp,
                     (T * h + 3 * T * inner) * x + 49 * s * s)  # layer 0's buckets: its input is the embedding
     encoder = [(N_("encoder: embedding output"), T * h * x, f"{b} × {s} × {h:,} × {x} B"),
-               (N_("encoder: layer temporaries"), enc_layer, f"the relative position bias 1 × {H} × {s} × {s} × {x} B "
-                "and the larger of attention (input, norm, q/k/v, scores and their scaled copy) and the "
-                f"feed-forward (input, sum, norm, the probabilities `_` holds, {ffn_k} inner tensors); or layer 0's "
-                f"int64 position buckets, {s} × {s} × 49 B")]
+               (N_("encoder: layer temporaries"), enc_layer, _(
+                   "the relative position bias 1 × {heads} × {seq} × {seq} × {bytes} B and the larger of attention "
+                   "(input, norm, q/k/v, scores and their scaled copy) and the feed-forward (input, sum, norm, the "
+                   "probabilities `_` holds, {inner} inner tensors); or layer 0's int64 position buckets, {seq} × "
+                   "{seq} × 49 B").format(heads=H, seq=s, bytes=x, inner=ffn_k))]
     biases = (H * sd * sd + H * sd * s) * x // tp
     dec_layer = max(biases + (2 * Td * h + (1 + qkv_extra) * Td * inner) * x + score * probs(sd, sd),
                     biases + (3 * Td * h + (1 + qkv_extra) * Td * inner) * x + held_probs * probs(sd, sd)
@@ -802,11 +803,11 @@ def t5_inference(spec: ModelSpec, b: int, s: int, sd: int, dt: Dtypes, flash: bo
                (N_("decoder: embedding output and causal mask"), (Td * h + b * sd * sd) * x,
                 f"({b} × {sd} × {h:,} + {b} × 1 × {sd} × {sd}) × {x} B"),
                (N_("decoder: layer temporaries"), dec_layer,
-                f"the position biases ({H} × {sd} × {sd} self, {H} × {sd} × "
-                f"{s} cross) × {x} B and the largest of self-attention (scores and their scaled copy beside q), "
-                "cross-attention (the self-attention probabilities `_` still held) and the feed-forward (the "
-                f"cross-attention probabilities held, {ffn_k} inner tensors); or layer 0's int64 position "
-                f"buckets, {sd} × {sd} × 41 B")]
+                _("the position biases ({heads} × {dec} × {dec} self, {heads} × {dec} × {seq} cross) × {bytes} B and "
+                  "the largest of self-attention (scores and their scaled copy beside q), cross-attention (the "
+                  "self-attention probabilities `_` still held) and the feed-forward (the cross-attention "
+                  "probabilities held, {inner} inner tensors); or layer 0's int64 position buckets, {dec} × {dec} × "
+                  "41 B").format(heads=H, dec=sd, seq=s, bytes=x, inner=ffn_k))]
     return encoder, decoder
 
 

@@ -597,12 +597,12 @@ def _read_config(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
+            raise OSError(_("{path} is not a regular file").format(path=path))
         data = os.read(fd, MAX_CONFIG_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:
-        raise OSError(f"larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config.json")
+        raise OSError(_("larger than {size} MiB: not a config.json").format(size=MAX_CONFIG_BYTES >> 20))
     return data
 
 

@@ -73,14 +73,14 @@ class TraceResult:
 
     def __str__(self) -> str:
         """The peak, where it came, and what it is made of (largest first)."""
-        steady = "the peak" if self.steady_bytes == self.peak_bytes else format_bytes(self.steady_bytes)
+        steady = _("the peak") if self.steady_bytes == self.peak_bytes else format_bytes(self.steady_bytes)
         # format_bytes: B and KiB too, a small model's trace is not '0MiB'
-        lines = [f"traced peak {format_bytes(self.peak_bytes)} at step {self.peak_step} ({self.peak_phase}), "
-                 f"steady state {steady}"]
+        lines = [_("traced peak {peak} at step {step} ({phase}), steady state {steady}").format(
+            peak=format_bytes(self.peak_bytes), step=self.peak_step, phase=self.peak_phase, steady=steady)]
         width = max((len(k) for k in self.breakdown), default=0)
         lines += [f"  {what:<{width}}  {format_bytes(n):>10}"
                   for what, n in sorted(self.breakdown.items(), key=lambda kv: -kv[1])]
-        lines += [f"  note: {note}" for note in self.notes]
+        lines += ["  " + _("note: {note}").format(note=note) for note in self.notes]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def _transformers() -> Any:
     except ImportError:
         from ..install_hint import install_hint
 
-        raise TraceUnavailable(f"needs transformers: {install_hint('trainers')}") from None
+        raise TraceUnavailable(_("needs transformers: {hint}").format(hint=install_hint("trainers"))) from None
     return transformers
 
 
