@@ -143,3 +143,22 @@ def test_life_in_chinese(history):
     out = _zh("life", "38817", "--db", str(history))
     assert "用量" in out and "GPU 小时" in out and "峰值 18.0GiB" in out and "起始时间" in out
     assert not _english_left(out, KEPT | _scenario_words("demo") | set(WORD.findall(str(history))))
+
+
+def test_a_workload_note_kept_in_english_is_shown_in_chinese(monkeypatch):
+    # The note stays English where it is kept (ps --json, the serve API); the views say it translated.
+    from vramkit import i18n
+    from vramkit.procs.workload import CGROUP_UNREADABLE, PID_NOTE, POD_SHARED, local_note
+
+    note = PID_NOTE.format(pid=42, why=CGROUP_UNREADABLE.format(error="hierarchy 3 listed twice"))
+    assert note == "pid 42: its cgroup cannot be read as the kernel's: hierarchy 3 listed twice"
+    monkeypatch.setenv("VRAM_LANG", "zh_CN")
+    i18n.reset()
+    try:
+        assert local_note(note) == "pid 42：它的 cgroup 不像内核写出的，无法采信：hierarchy 3 listed twice"
+        shared = POD_SHARED.format(uid="0f3c", n=2, gpus="GPU-a")
+        assert local_note(shared) == "Pod 0f3c：2 个 Pod 共享 GPU-a：不猜测它的名字"
+        assert local_note("a note of no known form") == "a note of no known form"
+    finally:
+        monkeypatch.delenv("VRAM_LANG")
+        i18n.reset()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from .errors import VramkitError
 from .gpu_state import Device, GpuProcess, Workload
 from .procs import sanitize
-from .procs.workload import state_root
+from .procs.workload import POD_NAMES_UNKNOWN, POD_NONE, POD_RIVAL, POD_RIVALS, POD_SHARED, state_root
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ class PodNames:
                 listed = (lister or list_pods)()
             except KubeletError as e:
                 for uid in due:
-                    self._asked[uid], self._notes[uid] = now, f"pod names unknown: {e}"
+                    self._asked[uid], self._notes[uid] = now, POD_NAMES_UNKNOWN.format(error=e)
             else:
                 self._join(procs, listed, due, now)
         for p, _ in procs:
@@ -299,14 +299,12 @@ class PodNames:
                     if rival in self.pods and rival not in due:
                         self._unname(rival)
                         self._asked[rival] = now
-                        self._notes[rival] = (f"pod {rival}: the processes of pod {uid} run on its pod's GPUs "
-                                              "too: which is that pod cannot be told")
-                self._notes[uid] = (f"pod {uid}: the processes of pod {', '.join(rivals)} run on the GPUs "
-                                    f"({gpus}) of the pod it may be: which is that pod cannot be told")
+                        self._notes[rival] = POD_RIVAL.format(uid=rival, other=uid)
+                self._notes[uid] = POD_RIVALS.format(uid=uid, others=", ".join(rivals), gpus=gpus)
                 continue
             if len(candidates) != 1:
-                self._notes[uid] = (f"pod {uid}: the kubelet lists no pod holding {gpus}" if not candidates else
-                                    f"pod {uid}: {len(candidates)} pods share {gpus}: its name is not guessed")
+                self._notes[uid] = (POD_NONE.format(uid=uid, gpus=gpus) if not candidates else
+                                    POD_SHARED.format(uid=uid, n=len(candidates), gpus=gpus))
                 continue
             pod = self.pods[uid] = candidates.pop()
             self._notes.pop(uid, None)

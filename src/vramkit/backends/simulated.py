@@ -78,7 +78,7 @@ class SimulatedBackend(NvidiaBackend):
         containers = self.sim.scenario.data.get("containers")  # without them, the runtimes' own state
         names = self.table.runtime_names if containers is None else _ScenarioNames(containers)
         found = workload.from_text(described["cgroup"], names)
-        return Workload(note=f"pid {pid}: {found}") if isinstance(found, str) else found
+        return Workload(note=workload.PID_NOTE.format(pid=pid, why=found)) if isinstance(found, str) else found
 
     def list_pods(self) -> list[PodContainer]:
         """The scenario's "pods", as the kubelet's List would give them; without any, the real

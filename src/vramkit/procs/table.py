@@ -82,7 +82,7 @@ class ProcessTable:
     def _workload(self, pid: int) -> Workload | None:
         found = workload.read(pid, self.runtime_names)
         if isinstance(found, str):  # a cgroup file that cannot be the kernel's: said, not believed
-            return Workload(note=f"pid {pid}: {found}")
+            return Workload(note=workload.PID_NOTE.format(pid=pid, why=found))
         if found is not None and found.slurm_job is not None:
             from .environ import read_environ  # only for a Slurm job's processes: status stays light
 

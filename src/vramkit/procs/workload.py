@@ -387,7 +387,7 @@ class RuntimeNames:
 
     def _problem(self, relative: str, error: Exception) -> str:
         why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        text = sanitize(f"container name unknown: /{relative} not read ({why[:120]})")
+        text = sanitize(NAME_UNKNOWN.format(path=relative, why=why[:120]))
         self.problems[relative] = text
         return text
 
@@ -435,7 +435,7 @@ def from_text(text: str, names: RuntimeNames | None = None,
     try:
         found = parse(text, believed)
     except CgroupError as e:
-        return f"its cgroup cannot be read as the kernel's: {e}"
+        return CGROUP_UNREADABLE.format(error=e)
     if found is None or found.container_id is None or names is None or found.runtime == "lxc":
         return found
     if found.runtime == "podman" and _patterns().user_manager.search(text):
@@ -493,6 +493,37 @@ def short_id(w: Workload) -> str | None:
     if w.container_id is None:
         return None
     return w.container_id if w.runtime == "lxc" else w.container_id[:12]
+
+
+# A workload's note is kept in English (JSON, the history): each is made from one of these forms,
+# and local_note() says it in the reader's words where it is shown.
+NAME_UNKNOWN = N_("container name unknown: /{path} not read ({why})")
+CGROUP_UNREADABLE = N_("its cgroup cannot be read as the kernel's: {error}")
+PID_NOTE = N_("pid {pid}: {why}")
+POD_NAMES_UNKNOWN = N_("pod names unknown: {error}")
+POD_RIVAL = N_("pod {uid}: the processes of pod {other} run on its pod's GPUs too: which is that pod cannot be told")
+POD_RIVALS = N_("pod {uid}: the processes of pod {others} run on the GPUs ({gpus}) of the pod it may be: which is "
+                "that pod cannot be told")
+POD_NONE = N_("pod {uid}: the kubelet lists no pod holding {gpus}")
+POD_SHARED = N_("pod {uid}: {n} pods share {gpus}: its name is not guessed")
+NOTE_FORMS = (NAME_UNKNOWN, CGROUP_UNREADABLE, POD_NAMES_UNKNOWN, POD_RIVAL, POD_RIVALS, POD_NONE, POD_SHARED,
+              PID_NOTE)
+_note_patterns: list[tuple[str, re.Pattern[str]]] = []
+
+
+def local_note(note: str) -> str:
+    """A note made from NOTE_FORMS in the reader's language (a part that is itself a note too);
+    any other text as it is."""
+    if not _note_patterns:
+        for form in NOTE_FORMS:
+            parts = re.split(r"\{(\w+)\}", form)
+            source = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.*?)" for i, p in enumerate(parts))
+            _note_patterns.append((form, re.compile(source + r"\Z", re.S)))
+    for form, pattern in _note_patterns:
+        m = pattern.match(note)
+        if m:
+            return _(form).format(**{k: local_note(v) for k, v in m.groupdict().items()})
+    return note
 
 
 def describe(w: Workload | None, local: bool = False) -> str | None:

@@ -132,5 +132,10 @@ def owner(proc: GpuProcess) -> str | None:
 
 def workload_notes(procs: list[GpuProcess]) -> list[str]:
     """Why a part of some processes' owners is unknown (a state file refused, the kubelet silent,
-    a cgroup file that cannot be the kernel's): each reason once."""
-    return list(dict.fromkeys(p.workload.note for p in procs if p.workload is not None and p.workload.note))
+    a cgroup file that cannot be the kernel's): each reason once, in the reader's words."""
+    notes = list(dict.fromkeys(p.workload.note for p in procs if p.workload is not None and p.workload.note))
+    if not notes:
+        return notes
+    from ..procs.workload import local_note
+
+    return [local_note(note) for note in notes]
