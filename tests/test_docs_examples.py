@@ -64,6 +64,7 @@ ON_DEMO = [
 # Shown run as root: kill's ownership refusal and root's audit-log path, spawn's placeholders' user.
 AS_ROOT = [
     ("docs/user-guide.md", "vram kill"),
+    ("README.zh_CN.md", "vram kill"),
     ("docs/user-guide.md", "PYTHONPATH=~/shim vram sim spawn"),
 ]
 SHOWN_HOME = "/root"
