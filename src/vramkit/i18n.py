@@ -17,8 +17,11 @@ beside this file, or under $VRAM_LOCALEDIR for a translator trying a catalog).
 Kept in English on purpose: JSON and CSV keys, metric names and labels, flags and command names,
 units, the PyTorch messages doctor matches, the audit log and the history database.
 
-The catalog is read on the first message translated, not at import: `vram status --json` never
-reads it. Nothing here imports more than the standard library's gettext (argparse imports it anyway).
+The catalog is read on the first message translated, not at import, and then only indexed (Catalog:
+each message decoded when asked for); `--json`/`--csv` never read it (force_english: cli/main.py).
+The config reader is imported for ui.language only when a config file mentions it (config_paths).
+Nothing here imports more than the standard library's gettext (argparse imports it anyway).
+docs/i18n.md says it for users and translators.
 """
 
 from __future__ import annotations
