@@ -49,11 +49,12 @@ test-user: $(VENV)/.installed-test
 # The suite pins English (tests/conftest.py sets VRAM_LANG=en), so it passes under any locale. This
 # subset runs under a Chinese one to keep it so (CI runs it): the tests of the Chinese output, the
 # docs' console examples (English, and zh_CN for *.zh_CN.md), the help, the error lines, the config.
-# LANG only: a LC_ALL naming a locale the machine has not generated makes bash warn on stderr.
+# LANG, with LC_ALL and LC_MESSAGES unset (either would decide first): a LC_ALL naming a locale the
+# machine has not generated makes bash warn on stderr.
 ZH_TESTS := tests/test_i18n*.py tests/test_docs_examples.py tests/test_help.py tests/test_flags.py \
 	tests/test_cli_output_errors.py tests/test_config.py tests/test_layout.py
 test-zh: $(VENV)/.installed-test
-	LANG=zh_CN.UTF-8 LANGUAGE=zh_CN:zh $(BIN)/python -m pytest -q $(XDIST) $(ZH_TESTS)
+	env -u LC_ALL -u LC_MESSAGES LANG=zh_CN.UTF-8 LANGUAGE=zh_CN:zh $(BIN)/python -m pytest -q $(XDIST) $(ZH_TESTS)
 
 # The translations: extract every marked message, update each catalog (src/vramkit/locale/*/LC_MESSAGES/
 # vramkit.po), compile its .mo. After changing a message; then translate what it says is untranslated.
