@@ -36,6 +36,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
     "fused-adamw": ("llama", ("--loop", "hf-trainer", "--seq", "8"), ("--torch", "2.8", "--transformers", "4.54"),
                     ("--torch", "2.7")),
     "zero-grad-keeps": ("llama", (), ("--torch", "1.13"), ()),
+    "cublas-own-workspace": ("llama", (), ("--torch", "1.13"), ()),
     "foreach-denom-copy": ("llama", (), ("--torch", "2.0"), ()),
     "for-loop-optimizer": ("llama", (), ("--torch", "1.13"), ()),
     "cache-views": ("gpt2", ("--infer",), ("--transformers", "4.53"), ()),
@@ -223,3 +224,22 @@ def test_behaviour_rows_are_whole():
         assert row.what and row.label and row.effect and row.flag and row.source
         assert row.field in Setup.__dataclass_fields__
         assert row.off == getattr(Setup(), row.field) or row.field == "precision"
+
+
+def test_before_torch_2_cublas_allocates_its_workspaces_outside_the_allocator():
+    """PyTorch hands cuBLAS a workspace from its caching allocator from 2.0 on (pytorch#95668: "1.13 does not
+    have this issue"); before, cuBLAS cudaMallocs its own: max_memory_allocated and reserved do not count it,
+    nvidia-smi does. transformers PR #4850's max_memory_reserved rows were all 64 MiB over."""
+    from vramkit.estimator.analytic import CUBLAS_WORKSPACES
+
+    run = {"mode": "infer", "batch": 8, "seq": 128}
+    old = estimate("bert-base-uncased", stack="torch=1.5,transformers=2.11", **run)
+    new = estimate("bert-base-uncased", stack="torch=2.0,transformers=2.11", **run)
+    assert new.peak_bytes - old.peak_bytes == CUBLAS_WORKSPACES
+    assert old.reserved_bytes < new.reserved_bytes - CUBLAS_WORKSPACES // 2
+    assert old.total_bytes == old.reserved_bytes + old.context_bytes + CUBLAS_WORKSPACES
+    assert sum(old.breakdown.values()) == old.total_bytes and old.breakdown["cuBLAS workspaces"] == CUBLAS_WORKSPACES
+    r = run_vram("estimate", "bert-base-uncased", "--infer", "--batch", "8", "--seq", "128", "--torch", "1.5")
+    assert r.rc == 0, r.err
+    assert "torch < 2.0 cuBLAS workspaces" in r.out.splitlines()[1]
+    assert "CUDA context + 64MiB cuBLAS's own workspaces)" in r.out, r.out

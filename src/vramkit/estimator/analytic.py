@@ -60,9 +60,13 @@ from .stack import Stack, active, assumed_text, list_of, setup_for
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
 
-# PyTorch's cuBLAS and cuBLASLt workspaces (32 MiB each on Hopper, ~8 MiB before it), taken through
-# the caching allocator at the first matmul and kept: max_memory_allocated on an H200 stayed 66-69 MiB
-# above the traced peak in every case of scripts/estimate_check.py (docs/gpu-check.md).
+# PyTorch's cuBLAS and cuBLASLt workspaces, taken through the caching allocator at the first matmul and kept
+# (from torch 2.0 on: stack.BEHAVIOURS' cublas-own-workspace row for before). Their size depends on the GPU:
+# CublasHandlePool.cpp `parseChosenWorkspaceSize` gives cuBLAS CUBLAS_WORKSPACE_CONFIG's default :4096:2:16:8
+# (8,519,680 B) and 32 MiB on compute capability 9.0 (Hopper); the cuBLASLt one is CUBLASLT_WORKSPACE_SIZE (1 MiB
+# there, 4 MiB on large Ampere and 32 MiB on 9.x in CUDABlas.cpp after pytorch#120925). The estimate takes no GPU:
+# it adds what an H200 measured, max_memory_allocated 66-69 MiB above the traced peak in every case of
+# scripts/estimate_check.py (docs/gpu-check.md); on other GPUs about 50 MiB of it is not there.
 CUBLAS_WORKSPACES = 64 * MiB
 
 
@@ -195,6 +199,9 @@ class Setup:
     offload_activations: bool = False
     # torch.compile: not modelled, said as a bound (stack.BEHAVIOURS: training an upper bound, inference a lower)
     compiled: bool = False
+    # cuBLAS allocates its workspaces itself (cudaMalloc), outside the caching allocator: PyTorch before 2.0 gave
+    # it none of its own (pytorch#95668): not in max_memory_allocated or reserved, still in nvidia-smi's count
+    cublas_own_workspace: bool = False
     # the stack and training loop the behaviour fields above were read from (stack.setup_for), and the rows
     # of stack.BEHAVIOURS it assumed as the stack's defaults (the header names them); None: set field by field
     stack: Stack | None = None
@@ -506,9 +513,17 @@ class Estimate:
             f"  {self.setup.describe(self.seq, self.family)}",
             "  " + _("peak allocated {peak} ({moment}), steady state {steady}").format(
                 peak=format_size(self.peak_bytes), moment=self.peak_moment, steady=steady),
-            "  " + _("nvidia-smi would show {total} (reserved {reserved} + CUDA context {context})").format(
+            "  " + (_("nvidia-smi would show {total} (reserved {reserved} + CUDA context {context} + cuBLAS's own "
+                      "workspaces {outside})") if self.outside_allocator else
+                    _("nvidia-smi would show {total} (reserved {reserved} + CUDA context {context})")).format(
                 total=format_size(self.total_bytes), reserved=format_size(self.reserved_bytes),
-                context=format_size(self.context_bytes))])
+                context=format_size(self.context_bytes), outside=format_size(self.outside_allocator))])
+
+    @property
+    def outside_allocator(self) -> int:
+        """What nvidia-smi counts beyond the caching allocator's reserve and the CUDA context: cuBLAS's own
+        workspaces before torch 2.0 (Setup.cublas_own_workspace)."""
+        return self.total_bytes - self.reserved_bytes - self.context_bytes
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("terms", "setup")}
@@ -1338,8 +1353,9 @@ def _kv_formula(spec: ModelSpec, b: int, s: int, x: int, tp: int, s_dec: int = 0
 def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: list[Term],
             moments: dict[str, dict[str, int]], first: dict[str, dict[str, int]], notes: list[str]) -> Estimate:
     workspaces = 0 if spec.bare else CUBLAS_WORKSPACES  # a bare count: model states only
-    totals = {k: sum(v.values()) + workspaces for k, v in moments.items()}  # allocated from the first matmul
-    first_totals = {k: sum(v.values()) + workspaces for k, v in first.items()}
+    pooled, own = cublas_workspaces(setup, workspaces)
+    totals = {k: sum(v.values()) + pooled for k, v in moments.items()}  # allocated from the first matmul
+    first_totals = {k: sum(v.values()) + pooled for k, v in first.items()}
     peak_moment = max(totals, key=lambda k: totals[k])
     steady = totals[peak_moment]
     peak = max(steady, max(first_totals.values()))
@@ -1347,6 +1363,8 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
     if workspaces:
         breakdown["cuBLAS workspaces"] = workspaces
         terms = terms + [Term(N_("cuBLAS workspaces"), workspaces, _(
+            "cuBLAS's own workspaces (cudaMalloc: PyTorch before 2.0 gave it none from the caching allocator), "
+            "outside max_memory_allocated and reserved; nvidia-smi counts them (the H200's 64 MiB)") if own else _(
             "PyTorch's cuBLAS + cuBLASLt workspaces (32 MiB each on Hopper), kept in the caching allocator from the "
             "first matmul"), "overhead")]
     reserved = round_segments(int(peak * (1 + setup.fragmentation)))
@@ -1374,8 +1392,15 @@ def _finish(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, terms: 
                     if setup.mode == "train" else 0, seq=seq, terms=terms, moments=totals,
                     first_step=first_totals,
                     peak_moment=peak_moment, peak_bytes=int(peak), steady_bytes=int(steady),
-                    reserved_bytes=reserved, context_bytes=context, total_bytes=reserved + context,
+                    reserved_bytes=reserved, context_bytes=context, total_bytes=reserved + context + own,
                     breakdown={k: int(v) for k, v in breakdown.items()}, notes=notes)
+
+
+def cublas_workspaces(setup: Setup, workspaces: int = CUBLAS_WORKSPACES) -> tuple[int, int]:
+    """(the workspaces in the caching allocator, those cuBLAS allocated itself): PyTorch hands cuBLAS a workspace
+    from its allocator (cublasSetWorkspace) from 2.0 on; before, cuBLAS cudaMallocs its own, which only nvidia-smi
+    sees."""
+    return (0, workspaces) if setup.cublas_own_workspace else (workspaces, 0)
 
 
 __all__ = ["Estimate", "EstimateError", "GiB", "MiB", "Setup", "default_context", "estimate"]

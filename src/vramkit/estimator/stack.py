@@ -253,6 +253,15 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               label=N_("torch < 2.0 zero_grad"), effect=N_("the gradients stay allocated through the next forward and "
               "backward"), flag="--torch 1.13", remedy=N_("torch 2.0 or later (--torch 2.0)"), matters=_train,
               source='torch/optim/optimizer.py `zero_grad(set_to_none=...)` (default True from 2.0)'),
+    Behaviour("cublas-own-workspace", "cuBLAS allocates its workspaces itself (cudaMalloc): PyTorch before 2.0 "
+              "hands it none from the caching allocator (2.0 nightlies on: cublasSetWorkspace with a block of its "
+              "own, pytorch#95668)", (_v("torch", "<", "2.0"),), "cublas_own_workspace", True, False, traced=True,
+              label=N_("torch < 2.0 cuBLAS workspaces"),
+              effect=N_("the cuBLAS workspaces outside the caching allocator: not in max_memory_allocated or "
+              "reserved; nvidia-smi still counts them"), flag="--torch 1.13",
+              matters=lambda setup, family: family != "params",
+              source="torch aten/src/ATen/cuda/CublasHandlePool.cpp (1.13: `cublasCreate`, `cublasSetStream` only; "
+                     "2.0: `getNewWorkspace()` from the CUDACachingAllocator, `cublasSetWorkspace`; pytorch#95668)"),
     Behaviour("foreach-denom-copy", "PyTorch 2.0's foreach Adam adds eps into a new list (denom = "
               "torch._foreach_add(exp_avg_sq_sqrt, eps); pytorch#104780 made it in place in 2.1)",
               (_v("torch", "==", "2.0"),), "foreach_denom_copy", True, False, traced=False,

@@ -466,14 +466,21 @@ def trace_estimate(model: object, setup: Setup | None = None, steps: int = 2,
             net, optimizer = run.build()
         result = trace_memory(net, lambda i: run.step(net, optimizer), steps=steps, optimizer=optimizer,
                               fake_mode=fm)
-    # CUDA-only and not traced, but allocated by every real run through the caching allocator
-    from .analytic import CUBLAS_WORKSPACES
-    result.peak_bytes += CUBLAS_WORKSPACES
-    result.steady_bytes += CUBLAS_WORKSPACES
-    result.step_peaks = [p + CUBLAS_WORKSPACES for p in result.step_peaks]
-    result.breakdown["cuBLAS workspaces"] = CUBLAS_WORKSPACES
-    notes[0] = _("CPU trace on fake tensors, plus PyTorch's cuBLAS workspaces (64 MiB, measured on an H200); "
-                 "allocator fragmentation and the CUDA context are not seen (the analytic estimate adds them)")
+    # CUDA-only and not traced, but allocated by every real run through the caching allocator (from torch 2.0 on;
+    # before, cuBLAS allocated its own, which max_memory_allocated does not count)
+    from .analytic import cublas_workspaces
+    pooled, _own = cublas_workspaces(run.setup)
+    result.peak_bytes += pooled
+    result.steady_bytes += pooled
+    result.step_peaks = [p + pooled for p in result.step_peaks]
+    if pooled:
+        result.breakdown["cuBLAS workspaces"] = pooled
+    notes[0] = (_("CPU trace on fake tensors, plus PyTorch's cuBLAS workspaces (64 MiB, measured on an H200); "
+                  "allocator fragmentation and the CUDA context are not seen (the analytic estimate adds them)")
+                if pooled else
+                _("CPU trace on fake tensors; cuBLAS allocates its workspaces outside the caching allocator before "
+                  "torch 2.0; allocator fragmentation and the CUDA context are not seen (the analytic estimate adds "
+                  "them)"))
     result.notes = notes
     return result
 

@@ -20,7 +20,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..i18n import N_, _
-from .analytic import CUBLAS_WORKSPACES, Estimate, Setup, default_context, round_segments
+from .analytic import CUBLAS_WORKSPACES, Estimate, Setup, cublas_workspaces, default_context, round_segments
 from .formulas import Term
 from .specs import MAX_LAYERS, MAX_PARAMS, EstimateError, ModelSpec, _whole, from_config
 from .trace import TraceResult, TraceUnavailable, _torch, fake_mode, make_optimizer, trace_memory
@@ -256,9 +256,10 @@ def _as_estimate(t: TraceResult, setup: Setup, name: str, model_type: str, cls_n
     takes, the caching allocator's overhead and the CUDA context, as analytic estimates add them."""
     import transformers
 
-    t.peak_bytes += CUBLAS_WORKSPACES
-    t.steady_bytes += CUBLAS_WORKSPACES
-    t.step_peaks = [p + CUBLAS_WORKSPACES for p in t.step_peaks]
+    pooled, own = cublas_workspaces(setup)
+    t.peak_bytes += pooled
+    t.steady_bytes += pooled
+    t.step_peaks = [p + pooled for p in t.step_peaks]
     t.breakdown["cuBLAS workspaces"] = CUBLAS_WORKSPACES
     where = _("live at the traced peak (step {step}, {phase})").format(step=t.peak_step, phase=t.peak_phase)
     terms = [Term(what, n, where, _KINDS.get(what, "transient")) for what, n in t.breakdown.items()]
@@ -285,7 +286,7 @@ def _as_estimate(t: TraceResult, setup: Setup, name: str, model_type: str, cls_n
                     trainable=params if setup.mode == "train" else 0, seq=seq, terms=terms,
                     moments={moment: t.steady_bytes}, first_step={moment: t.step_peaks[0]}, peak_moment=moment,
                     peak_bytes=t.peak_bytes, steady_bytes=t.steady_bytes, reserved_bytes=reserved,
-                    context_bytes=context, total_bytes=reserved + context, breakdown=breakdown, notes=notes)
+                    context_bytes=context, total_bytes=reserved + context + own, breakdown=breakdown, notes=notes)
 
 
 __all__ = ["TRACED_OPTIONS", "build", "estimate_by_tracing", "stand_in"]

@@ -76,7 +76,9 @@ def render_estimate(e: Estimate, style: Style, width: int = 100, explain: bool =
     for label, value, words in summary:
         lines.append(f"{pad(label, label_w)}{format_size(value):>9}   {words}")
     lines.append(style.paint(f"{pad(shows, label_w)}{format_size(total):>9}", "bold") + "   "
-                 + _("(reserved + {context} CUDA context)").format(context=format_size(e.context_bytes)))
+                 + (_("(reserved + {context} CUDA context + {outside} cuBLAS's own workspaces)")
+                    if e.outside_allocator else _("(reserved + {context} CUDA context)")).format(
+                     context=format_size(e.context_bytes), outside=format_size(e.outside_allocator)))
     if host is not None:
         lines.append(f"{pad(host_label, label_w)}{format_size(host[0]):>9}   "
                      + _("(CPU RAM: {how})").format(how=host[1]))
