@@ -83,8 +83,10 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ,
                  pids_visible: bool = True) -> ProcessGpus:
     """The process's own view of this snapshot's GPUs (a pid that holds no GPU memory too).
     `pids_visible`: the backend's word that NVML's pids are this /proc's (Backend.pids_visible());
-    in a container's own PID namespace they are not, and the pid's environment is another's."""
-    rows = [p for p in snap.processes if p.pid == pid]
+    in a container's own PID namespace they are not: only the rows pidmap matched to a process here
+    are that process's (its pid here and start ticks are known), and a row under a host pid no
+    process here could be told to be is nobody's here, whatever its number."""
+    rows = [p for p in snap.processes if p.pid_here == pid]
     devices = devices_of(snap)
     held: list[CudaDevice] = []
     for p in sorted(rows, key=lambda r: (r.gpu, r.mig_gi if r.mig_gi is not None else -1)):
@@ -97,7 +99,7 @@ def process_gpus(snap: Snapshot, pid: int, read: EnvReader = procs.read_environ,
     if first is not None and not first.real:
         view.env_problem = _(SIMULATED_ENV)
         return view
-    if first is not None and not pids_visible:
+    if first is not None and not pids_visible and first.nvml_pid is None:
         view.env_problem = _(PIDS_UNMAPPED)
         return view
     environ = read(pid, ENV_NAMES)
@@ -162,13 +164,12 @@ def _mismatch(view: ProcessGpus, devices: list[CudaDevice]) -> str | None:
 
 def mismatches(snap: Snapshot, read: EnvReader = procs.read_environ, pids_visible: bool = True) -> list[ProcessGpus]:
     """Every process whose memory is on a GPU its environment did not tell it to use, among the
-    ones whose environment this user may read (doctor's check); none where NVML's pids cannot be
-    mapped to this /proc (`pids_visible` False: see process_gpus)."""
+    ones whose environment this user may read (doctor's check); where NVML's pids are not this
+    /proc's (`pids_visible` False), only the rows pidmap matched to a process here."""
     out: list[ProcessGpus] = []
-    if not pids_visible:
-        return out
-    for pid in sorted({p.pid for p in snap.processes if p.real and p.host_missing is None}):
-        view = process_gpus(snap, pid, read)
+    for pid in sorted({p.pid for p in snap.processes if p.real and p.host_missing is None
+                       and (pids_visible or p.nvml_pid is not None)}):
+        view = process_gpus(snap, pid, read, pids_visible)
         if view.mismatch is not None:
             out.append(view)
     return out

@@ -155,6 +155,10 @@ def max_gap(interval: float) -> float:
 
 
 class Recorder:
+    # Of the device fields a reading may go without (backends.EXTRAS: power limit, fan, encoder and
+    # decoder use) the history keeps none (gpu_raw, proc_raw): its Collector need not read them.
+    EXTRAS: frozenset[str] = frozenset()
+
     def __init__(self, store: Store, interval: float, commands: str = "name",
                  retention: Retention | None = None, say: Callable[[str], None] | None = None,
                  publish_every: float = PUBLISH_EVERY):
@@ -351,6 +355,11 @@ class Recorder:
         per: dict[tuple[JobKey, int], tuple[GpuProcess, int | None, int | None, bool]] = {}
         for dev in snap.gpus:
             for p in dev.processes:
+                if p.pid_here is None:
+                    # Inside a container, a holder NVML lists under a host pid no process here could
+                    # be told to be (pidmap.py): not a life of this /proc, and its number may be a
+                    # process here. Its memory stays in its GPU's used total (gpu_raw).
+                    continue
                 key: JobKey = (p.pid, p.start_ticks, p.user)
                 was = per.get((key, dev.index))
                 if was is None:
