@@ -12,12 +12,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import IS_ROOT, real_gpu_scenario, run_vram, start_sleeper, wait_for
+from helpers import IS_ROOT, clean_env, real_gpu_scenario, run_vram, start_sleeper, wait_for, zh_env
 from test_workload import ID, SLICE_UID, UID, _cgroup2_root, _move, cgroup_dirs  # noqa: F401 - a fixture
 
+from vramkit.gpu_state import Workload
 from vramkit.procs import workload
 from vramkit.procs.table import ProcessTable
-from vramkit.procs.workload import CgroupMounts, parse, parse_path
+from vramkit.procs.workload import (
+    CONTAINER_NOT_BELIEVED,
+    JOB_NOT_BELIEVED,
+    POD_NOT_BELIEVED,
+    STEP_NOT_BELIEVED,
+    CgroupMounts,
+    parse,
+    parse_path,
+)
 
 OTHER_UID = 54321  # a user with no name here: the directories are handed to it
 
@@ -38,13 +47,19 @@ def _workload(pid: int):
     return host.workload
 
 
+def _refused(found, note: str) -> bool:
+    """No owner, and the note that says a match was not believed."""
+    return isinstance(found, Workload) and vars(found) == vars(Workload(note=note))
+
+
 # ---------------------------------------------------------------- cgroup v2, real directories
 
-@pytest.mark.parametrize("layout", [f"mine/docker/{ID}", f"mine/system.slice/docker-{ID}.scope",
-                                    f"mine/kubepods/burstable/pod{UID}",
-                                    f"mine/kubepods.slice/kubepods-pod{SLICE_UID}.slice/cri-containerd-{ID}.scope",
-                                    "mine/system.slice/slurmstepd.scope/job_48211/step_0/user/task_0"])
-def test_a_tree_handed_to_a_user_names_no_container_pod_or_job(children, cgroup_dirs, layout):  # noqa: F811
+@pytest.mark.parametrize("layout, note", [
+    (f"mine/docker/{ID}", CONTAINER_NOT_BELIEVED), (f"mine/system.slice/docker-{ID}.scope", CONTAINER_NOT_BELIEVED),
+    (f"mine/kubepods/burstable/pod{UID}", POD_NOT_BELIEVED),
+    (f"mine/kubepods.slice/kubepods-pod{SLICE_UID}.slice/cri-containerd-{ID}.scope", POD_NOT_BELIEVED),
+    ("mine/system.slice/slurmstepd.scope/job_48211/step_0/user/task_0", JOB_NOT_BELIEVED)])
+def test_a_tree_handed_to_a_user_names_no_container_pod_or_job(children, cgroup_dirs, layout, note):  # noqa: F811
     sleeper = start_sleeper(children)
     made = cgroup_dirs(layout)
     _move(sleeper.pid, made)
@@ -54,7 +69,7 @@ def test_a_tree_handed_to_a_user_names_no_container_pod_or_job(children, cgroup_
     _hand_over(handed, "theirs")
     assert handed.stat().st_uid == OTHER_UID
     _move(sleeper2.pid, handed)
-    assert _workload(sleeper2.pid) is None
+    assert _refused(_workload(sleeper2.pid), note)
 
 
 def test_ps_shows_no_owner_for_a_users_docker_named_cgroup(children, cgroup_dirs, write_scenario):  # noqa: F811
@@ -64,7 +79,37 @@ def test_ps_shows_no_owner_for_a_users_docker_named_cgroup(children, cgroup_dirs
     _move(sleeper.pid, handed)
     data = run_vram("ps", "--json", "--simulate",
                     str(write_scenario(real_gpu_scenario({sleeper.pid: {"0": "1GiB"}})))).json()
-    assert [(p["pid"], p["workload"], p["container"]) for p in data["processes"]] == [(sleeper.pid, None, None)]
+    [row] = data["processes"]
+    assert (row["pid"], row["container"]) == (sleeper.pid, None)
+    assert row["workload"] == {**{k: None for k in row["workload"]}, "note": CONTAINER_NOT_BELIEVED}
+
+
+def test_a_match_not_believed_is_said_once_where_people_look(children, cgroup_dirs, write_scenario):  # noqa: F811
+    # Two processes in two users' docker-named cgroups, one in root's: the line comes once, in
+    # ps and status, and the JSON says it of each process it concerns
+    first, second, ours = start_sleeper(children), start_sleeper(children), start_sleeper(children)
+    for sleeper, box in ((first, "one"), (second, "two")):
+        handed = cgroup_dirs(f"machine.slice/{box}/payload/docker/{ID}")
+        _hand_over(handed, box)
+        _move(sleeper.pid, handed)
+    _move(ours.pid, cgroup_dirs(f"system.slice/docker-{ID}.scope"))
+    scenario = str(write_scenario(real_gpu_scenario({first.pid: {"0": "1GiB"}, second.pid: {"0": "1GiB"},
+                                                     ours.pid: {"1": "1GiB"}})))
+    line = workload.local_note(CONTAINER_NOT_BELIEVED)
+    for command in ("ps", "status"):
+        result = run_vram(command, "--simulate", scenario, env=clean_env(COLUMNS="300"))
+        assert result.rc == 0, result.err
+        assert result.out.splitlines().count(line) == 1, result.out
+    data = run_vram("ps", "--json", "--simulate", scenario).json()
+    notes = {p["pid"]: (p["workload"] or {}).get("note") for p in data["processes"]}
+    assert notes == {first.pid: CONTAINER_NOT_BELIEVED, second.pid: CONTAINER_NOT_BELIEVED, ours.pid: None}
+    chinese = run_vram("ps", "--simulate", scenario, env=zh_env(COLUMNS="300"))
+    said = "不采信由无法确认属于 root 的 cgroup 目录所指名的容器（该目录的所有者可以随意这样命名）"
+    assert chinese.out.splitlines().count(said) == 1, chinese.out
+    # Nothing refused, nothing said
+    clean = run_vram("ps", "--simulate", str(write_scenario(real_gpu_scenario({ours.pid: {"0": "1GiB"}}))),
+                     env=clean_env(COLUMNS="300"))
+    assert "not believed" not in clean.out and f"docker {ID[:12]}" in clean.out
 
 
 def test_a_pod_is_kept_where_only_the_container_below_it_is_a_users(children, cgroup_dirs):  # noqa: F811
@@ -75,7 +120,7 @@ def test_a_pod_is_kept_where_only_the_container_below_it_is_a_users(children, cg
     _move(sleeper.pid, container)
     w = _workload(sleeper.pid)
     assert pod.stat().st_uid == 0
-    assert w is not None and (w.pod_uid, w.container_id) == (UID, None)
+    assert w is not None and (w.pod_uid, w.container_id, w.note) == (UID, None, CONTAINER_NOT_BELIEVED)
 
 
 def test_a_slurm_step_below_roots_job_is_dropped_when_a_user_made_it(children, cgroup_dirs):  # noqa: F811
@@ -86,6 +131,7 @@ def test_a_slurm_step_below_roots_job_is_dropped_when_a_user_made_it(children, c
     _move(sleeper.pid, step)
     w = _workload(sleeper.pid)
     assert w is not None and (w.slurm_job, w.slurm_step, w.slurm_task) == (48211, None, None)
+    assert w.note == STEP_NOT_BELIEVED
 
 
 def test_the_directory_is_looked_at_once_per_process(children, cgroup_dirs, monkeypatch):  # noqa: F811
@@ -163,7 +209,7 @@ def test_a_real_slurm_v1_job_is_roots_and_at_the_hierarchys_root(children, v1_di
     for d in (theirs, theirs.parent):
         os.chown(d, OTHER_UID, OTHER_UID)
     _move(handed.pid, theirs)
-    assert _workload(handed.pid) is None
+    assert _refused(_workload(handed.pid), JOB_NOT_BELIEVED)
     # Not at the root: a tree anyone was given may hold slurm/uid_0/job_1, made by root or not
     deep = v1_dirs(f"vt{uuid.uuid4().hex[:8]}/slurm/uid_0/job_1/step_0")
     _move(nested.pid, deep)
@@ -211,7 +257,7 @@ def test_a_missing_directory_is_believed_only_while_the_process_is_still_in_it(t
         return None
     monkeypatch.setattr(CgroupMounts, "owner", moved)
     cgroup.write_text(text)
-    assert workload.read_in(str(cgroup), None, mounts) is None
+    assert _refused(workload.read_in(str(cgroup), None, mounts), CONTAINER_NOT_BELIEVED)
 
 
 def test_a_directory_that_cannot_be_looked_at_is_not_believed(tmp_path, monkeypatch):
@@ -222,7 +268,7 @@ def test_a_directory_that_cannot_be_looked_at_is_not_believed(tmp_path, monkeypa
     def closed(self, controllers, path):
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(CgroupMounts, "owner", closed)
-    assert workload.read_in(str(cgroup), None, mounts) is None
+    assert _refused(workload.read_in(str(cgroup), None, mounts), CONTAINER_NOT_BELIEVED)
 
 
 def test_the_unified_hierarchy_is_found_here(children):

@@ -101,12 +101,14 @@ def parse(text: str, believed: Callable[[str, str], bool] | None = None) -> Work
             raise CgroupError(f"hierarchy {parts[0]} listed twice (a cgroup name with a newline in it)")
         paths[parts[0]] = (parts[1], parts[2])
     # The unified hierarchy first (cgroup v2), then v1's in the kernel's order.
+    refused: Workload | None = None  # the first hierarchy's match not believed, said if none is
     for hierarchy in sorted(paths, key=lambda h: (h != "0", int(h))):
         controllers, path = paths[hierarchy]
         found = parse_path(path, None if believed is None else _in_hierarchy(believed, controllers))
-        if found is not None:
+        if found is not None and (found.container_id or found.pod_uid or found.slurm_job is not None):
             return found
-    return None
+        refused = refused or found
+    return refused
 
 
 def _in_hierarchy(believed: Callable[[str, str], bool], controllers: str) -> Callable[[str], bool]:
@@ -116,7 +118,8 @@ def _in_hierarchy(believed: Callable[[str, str], bool], controllers: str) -> Cal
 def parse_path(path: str, believed: Callable[[str], bool] | None = None) -> Workload | None:
     """The workload one cgroup path names, or None. `believed(directory)`: whether a directory a
     match read was made by root; a match in one that was not ends the search in this path
-    (what lies below it was made by the same hand), keeping what was found above it."""
+    (what lies below it was made by the same hand), keeping what was found above it, and is said
+    in the workload's note (one without an owner when nothing above it was found)."""
     pat = _patterns()
     segments = path.split("/")
     fields: dict[str, object] = {}
@@ -132,6 +135,7 @@ def parse_path(path: str, believed: Callable[[str], bool] | None = None) -> Work
         if "pod_uid" not in fields and (m := pat.pod_slice.fullmatch(seg) or (
                 pat.pod_dir.fullmatch(seg) if kubepods else None)):
             if not made_by_root(i):
+                fields["note"] = POD_NOT_BELIEVED
                 break
             fields["pod_uid"] = m.group(1).replace("_", "-")
             continue
@@ -140,6 +144,8 @@ def parse_path(path: str, believed: Callable[[str], bool] | None = None) -> Work
             if container is not None:
                 if made_by_root(i):
                     fields["runtime"], fields["container_id"] = container
+                else:
+                    fields["note"] = CONTAINER_NOT_BELIEVED
                 break  # anything below is the container's own (nested runtimes, its delegated cgroups)
         if "slurm_job" not in fields and (m := pat.job.fullmatch(seg)) and i > 0 and (
                 pat.slurm_v2.fullmatch(segments[i - 1]) or (  # v1: /slurm/uid_N/job_N at the hierarchy's root
@@ -179,18 +185,24 @@ def _slurm(segments: list[str], i: int, job: re.Match[str], made_by_root: Callab
     pat = _patterns()
     v1 = bool(pat.user_id.fullmatch(segments[i - 1]))
     if not made_by_root(*((i - 1, i) if v1 else (i,))):
-        return {}
+        return {"note": JOB_NOT_BELIEVED}
     out: dict[str, object] = {"slurm_job": int(job.group(1))}
     if v1:
         out["slurm_uid"] = int(segments[i - 1][4:])
     rest = segments[i + 1:i + 4]
-    if rest and (m := pat.step.fullmatch(rest[0])) and made_by_root(i + 1):
+    if rest and (m := pat.step.fullmatch(rest[0])):
+        if not made_by_root(i + 1):
+            out["note"] = STEP_NOT_BELIEVED
+            return out
         out["slurm_step"] = m.group(1)
         # v1: step_N/task_N; v2: step_N/user/task_N
         at = i + 2 if len(rest) > 1 and rest[1] != "user" else i + 3
         task = segments[at] if at < len(segments) else ""
-        if (m := pat.task.fullmatch(task)) and made_by_root(*range(i + 2, at + 1)):
-            out["slurm_task"] = int(m.group(1))
+        if m := pat.task.fullmatch(task):
+            if made_by_root(*range(i + 2, at + 1)):
+                out["slurm_task"] = int(m.group(1))
+            else:
+                out["note"] = STEP_NOT_BELIEVED
     return out
 
 
@@ -445,7 +457,7 @@ def from_text(text: str, names: RuntimeNames | None = None,
     name, image, problem = names.name(found.runtime, found.container_id)
     if name is None and image is None and problem is None:
         return found
-    return replace(found, container_name=name, image=image, note=problem)
+    return replace(found, container_name=name, image=image, note=problem or found.note)
 
 
 # A Slurm job's processes: what their environment says of the job beyond its cgroup path.
@@ -506,8 +518,18 @@ POD_RIVALS = N_("pod {uid}: the processes of pod {others} run on the GPUs ({gpus
                 "that pod cannot be told")
 POD_NONE = N_("pod {uid}: the kubelet lists no pod holding {gpus}")
 POD_SHARED = N_("pod {uid}: {n} pods share {gpus}: its name is not guessed")
+# A match in a cgroup directory that is not root's (parse_path): not believed, and said once (no
+# pid or path in it: every process such a directory holds shows the same line).
+CONTAINER_NOT_BELIEVED = N_("a container named by a cgroup directory not known to be root's is not believed (whoever "
+                            "owns the directory may name it so)")
+POD_NOT_BELIEVED = N_("a pod named by a cgroup directory not known to be root's is not believed (whoever owns the "
+                      "directory may name it so)")
+JOB_NOT_BELIEVED = N_("a Slurm job named by a cgroup directory not known to be root's is not believed (whoever owns "
+                      "the directory may name it so)")
+STEP_NOT_BELIEVED = N_("a Slurm step or task named by a cgroup directory not known to be root's is not believed "
+                       "(whoever owns the directory may name it so)")
 NOTE_FORMS = (NAME_UNKNOWN, CGROUP_UNREADABLE, POD_NAMES_UNKNOWN, POD_RIVAL, POD_RIVALS, POD_NONE, POD_SHARED,
-              PID_NOTE)
+              PID_NOTE, CONTAINER_NOT_BELIEVED, POD_NOT_BELIEVED, JOB_NOT_BELIEVED, STEP_NOT_BELIEVED)
 _note_patterns: list[tuple[str, re.Pattern[str]]] = []
 
 
