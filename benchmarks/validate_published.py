@@ -204,7 +204,9 @@ HF_BENCHMARK_NOTEBOOK = Source(
 # torchtune's generate recipe (recipes/generate.py): the model built in the config's dtype (bf16) on the GPU,
 # model.setup_caches(max_batch_size=1, dtype): each layer's KVCache of the model's max_seq_len (4096 for llama2_7b and,
 # then, llama3_8b) with num_heads (the query heads: k and v were expanded before the cache) and the causal_mask of
-# max_seq_len^2 bools; logger.info(f"Memory used: {torch.cuda.max_memory_allocated() / 1e9:.02f} GB")
+# max_seq_len^2 bools; logger.info(f"Memory used: {torch.cuda.max_memory_allocated() / 1e9:.02f} GB"). torchtune 0.1's
+# rows of stack.BEHAVIOURS (--loop torchtune with torchtune=0.1 in the stack) say all three: the cache of the builder's
+# max_seq_len, its causal mask, k and v expanded to the query heads
 TUNE_E2E = Source(
     "torchtune docs: End-to-End Workflow (tutorials/e2e_flow.rst, 2024-04-14), generation with the shipped config",
     "https://github.com/pytorch/torchtune/blob/f326b5e95f9fcd8acf66bab23a264d720f8df334/docs/source/tutorials/"
@@ -253,9 +255,12 @@ _LIT_QLORA = {**_LIT, "quant": "4bit"}
 # checkpointing on; torchao's NF4 dequantizes to the input's dtype (bf16); the recipe's loop keeps
 # `logits` until the next forward
 # (--loop torchtune: the 16-bit LoRA weights, bf16 compute, torchao's NF4 and the held graph)
-_TUNE = {"stack": "torch=2.3,torchao=0.1", "loop": "torchtune", "precision": "bf16-pure", "seq": 512, "batch": 2,
-         "attention": "flash", "optimizer": "adamw", "checkpointing": True, "lora": 8}
+_TUNE = {"stack": "torch=2.3,torchao=0.1,torchtune=0.1", "loop": "torchtune", "precision": "bf16-pure", "seq": 512,
+         "batch": 2, "attention": "flash", "optimizer": "adamw", "checkpointing": True, "lora": 8}
 _ALL_LINEAR = "q,k,v,o,gate,up,down"
+# torchtune 0.1's generate recipe with generation.yaml: bf16 (the builder's dtype), max_new_tokens 300
+_TUNE_GENERATE = {"stack": "torch=2.2,torchao=0.1,torchtune=0.1", "loop": "torchtune", "mode": "infer",
+                  "new_tokens": 300}
 # optimum's benchmark_gptq.py at 234a4274: daryl149/llama-2-13b-chat-hf (Llama-2-13b's architecture) in fp16,
 # built under the GPU device (fp16) or loaded with BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type="fp4",
 # bnb_4bit_compute_dtype=float16) and torch_dtype float16 (--bitsandbytes); random prompts of 512 tokens,
@@ -302,11 +307,11 @@ CASES = [
     # only the checkpoint paths and the prompt changed): "[generate.py:99] Memory used: 15.72 GB" after the prompt
     # "What are some interesting sites to visit in the Bay Area?" (BOS + 12 tokens) and 300 tokens at 25.83 tokens/s
     Case(TUNE_E2E, "llama2-7b 13 + 300 new, generate recipe defaults", "llama-2-7b", 15.72,
-         {"stack": "torch=2.2,torchao=0.1", "loop": "torchtune", "mode": "infer", "seq": 13, "new_tokens": 300}),
+         {**_TUNE_GENERATE, "seq": 13}),
     # llama3.rst: the same recipe on the LoRA-tuned Llama3 8B, prompt "Hello, my name is" (BOS + 5 tokens):
     # "[generate.py:139] Memory used: 18.31 GB" (it stopped at an end token after about 206 of the 300)
     Case(TUNE_LLAMA3, "llama3-8b 6 + 300 new, generate recipe defaults", "llama-3-8b", 18.31,
-         {"stack": "torch=2.2,torchao=0.1", "loop": "torchtune", "mode": "infer", "seq": 6, "new_tokens": 300}),
+         {**_TUNE_GENERATE, "seq": 6}),
     # --- transformers' benchmark notebook: run_benchmark.py --no_speed --save_to_csv, batch 32, sequences 32, 128, 512
     # (1024 is past these models' positions: NaN), plots_pt/required_memory.csv as the notebook shows it; the class of
     # each checkpoint's config.architectures (only_pretrain_model False), fp32, a no_grad forward. Left out: the

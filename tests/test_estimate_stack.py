@@ -27,6 +27,7 @@ TINY_GPT2 = {"model_type": "gpt2", "torch_dtype": "float32", "n_embd": 64, "n_la
 # versions under which no version row holds but SDPA's (each case adds its own)
 NEUTRAL = ("--stack", "torch=2.4,transformers=4.54,peft=0.13,torchao=0.5", "--loop", "plain")
 QLORA = ("--lora", "8", "--quant", "4bit")
+TUNE_GENERATE = ("--infer", "--loop", "torchtune", "--seq", "16", "--new-tokens", "8")  # torchtune's generate recipe
 
 # each row: (model, what the scenario runs, what turns the row on, what leaves it off)
 CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
@@ -45,6 +46,10 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
     "peft-base-dtype-adapters": ("llama", ("--lora", "8", "--precision", "bf16-pure"), ("--peft", "0.11"), ()),
     "torchao-whole-tensor": ("llama", (*QLORA, "--quant-backend", "torchao", "--lora-targets", "all-linear",
                                        "--loading", "torchtune"), ("--torchao", "0.1"), ()),
+    "torchtune-0.1-static-cache": ("llama", TUNE_GENERATE, ("--torchtune", "0.1"), ("--torchtune", "0.4")),
+    "torchtune-static-cache": ("llama", TUNE_GENERATE, ("--torchtune", "0.3"), ("--torchtune", "0.4")),
+    "torchtune-causal-mask": ("llama", TUNE_GENERATE, ("--torchtune", "0.3"), ("--torchtune", "0.4")),
+    "torchtune-expanded-kv": ("llama", TUNE_GENERATE, ("--torchtune", "0.4"), ("--torchtune", "0.5")),
     "keeps-last-graph": ("llama", (), ("--loop", "litgpt"), ()),
     "fused-qkv": ("llama", (), ("--loop", "litgpt"), ()),
     "copied-head": ("gpt2", (), ("--loop", "litgpt"), ()),
@@ -243,3 +248,31 @@ def test_before_torch_2_cublas_allocates_its_workspaces_outside_the_allocator():
     assert r.rc == 0, r.err
     assert "torch < 2.0 cuBLAS workspaces" in r.out.splitlines()[1]
     assert "CUDA context + 64MiB cuBLAS's own workspaces)" in r.out, r.out
+
+
+def test_torchtune_generate_allocates_the_builders_whole_cache_before_0_4():
+    """torchtune 0.1's recipes/generate.py calls setup_caches: every layer's KVCache of the builder's max_seq_len
+    (llama3_8b: 4096 in 0.1, 8192 from 0.2) with num_heads, not num_kv_heads (k and v are expanded before the
+    cache until pytorch/torchtune#1961, 0.5), and a max_seq_len² bool causal mask. The e2e_flow.rst and llama3.rst
+    generation runs measured 15.72 and 18.31 GB; the dynamic cache of 13 + 300 positions gave -12.8 % and -11.7 %."""
+    run = {"loop": "torchtune", "mode": "infer", "seq": 6, "new_tokens": 300}
+    tune01 = estimate("llama-3-8b", stack="torch=2.2,torchtune=0.1", **run)
+    layers, heads, head_dim = 32, 32, 128
+    assert tune01.setup.cache_len == 4096 and tune01.setup.kv_expanded and tune01.setup.cache_mask_whole
+    terms = {t.name: t.bytes for t in tune01.terms}
+    assert terms["KV cache"] == 2 * layers * 4096 * heads * head_dim * 2  # bf16, the 32 query heads
+    assert terms["causal mask over the cache"] == 4096 * 4096
+    assert abs(tune01.peak_bytes - 18.31e9) / 18.31e9 < 0.01
+    assert estimate("llama-3-8b", stack="torch=2.2,torchtune=0.2", **run).setup.cache_len == 8192
+    given = estimate("llama-3-8b", stack="torch=2.2,torchtune=0.1", cache_len=1024, **run)
+    assert given.setup.cache_len == 1024
+    assert {t.name: t.bytes for t in given.terms}["KV cache"] == terms["KV cache"] // 4
+    later = estimate("llama-3-8b", stack="torch=2.2,torchtune=0.5", **run)  # prompt + new tokens, 8 kv heads
+    assert later.setup.cache_len is None and not later.setup.kv_expanded
+    assert later.peak_bytes < tune01.peak_bytes - 2 * 10**9
+    assert estimate("llama-3-8b", stack="torch=2.2,torchtune=0.1", loop="torchtune", seq=512).setup.cache_len is None
+    r = run_vram("estimate", "llama-3-8b", "--infer", "--loop", "torchtune", "--torchtune", "0.1", "--seq", "6",
+                 "--new-tokens", "300")
+    assert r.rc == 0, r.err
+    assert "static cache 4096" in r.out.splitlines()[1] and "torchtune's static KV cache" in r.out.splitlines()[1]
+    assert "causal mask over the cache" in r.out

@@ -214,13 +214,14 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                    "gradients stay allocated through the forward"))
     g_ver.add_argument("--stack", metavar="LIST", help=N_("the library versions the run used, a comma list such as "
                    "torch=2.1,transformers=4.36,peft=0.7 (default: those installed beside vram, else the current "
-                   "releases); --torch, --transformers, --peft, --bitsandbytes, --torchao, --deepspeed set one each"))
+                   "releases); --torch, --transformers, --peft, --bitsandbytes, --torchao, --deepspeed, --torchtune "
+                   "set one each"))
     g_ver.add_argument("--torch", metavar="VERSION",
                    help=N_("PyTorch's semantics (2.0 and later: zero_grad() frees the "
                    "gradients; 2.0: foreach Adam also keeps sqrt(v) + eps as a second list at the update; 1.13 and "
                    "before keep the gradients allocated, set_to_none=False, and update one parameter at a time; 2.8 "
                    "on: the HF Trainer's fused AdamW)"))
-    for library in ("peft", "bitsandbytes", "deepspeed"):
+    for library in ("peft", "bitsandbytes", "deepspeed", "torchtune"):
         help_values(g_ver.add_argument(f"--{library}", metavar="VERSION",
                                        help=N_("%(library)s's version (default: --stack's)")),
                     library=functools.partial(str, library))
@@ -386,9 +387,11 @@ def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> 
                  prefix_len=_int(args, "prefix_len"), decoder_seq=_int(args, "decoder_seq"),
                  ce_chunk=_int(args, "ce_chunk"), lora_targets=_lora_targets(args.lora_targets),
                  lora_dropout=_fraction(args, "lora_dropout"), loading=args.loading,
-                 new_tokens=_required_int(args, "new_tokens"), cache_len=_int(args, "cache_len"),
+                 new_tokens=_required_int(args, "new_tokens"),
                  optimizer_in_backward=args.optimizer_in_backward, offload_activations=args.offload_activations)
     given |= {name: getattr(args, name) for name in _OPEN if getattr(args, name) is not None}
+    if args.cache_len is not None:  # else open: torchtune's recipes size a static cache themselves (stack.BEHAVIOURS)
+        given["cache_len"] = _int(args, "cache_len")
     if args.precision is not None and args.precision not in PRECISIONS:
         raise UsageError((_("{value!r}: give one of {names} (vram estimate compares several)") if "," in args.precision
                           else _("{value!r}: give one of {names}")).format(value=args.precision[:40],

@@ -190,6 +190,11 @@ class Setup:
     # inference: a static KV cache of this many positions (HF's StaticCache, generate(cache_implementation="static");
     # gpt-fast's setup_caches), each layer's allocated whole at once; None: the dynamic cache, grown as tokens come
     cache_len: int | None = None
+    # the static cache's causal mask made whole with it, cache_len × cache_len booleans, its rows indexed each step
+    # (torchtune's setup_caches before 0.4); else the prefill's own mask over the cache (transformers' sdpa_mask)
+    cache_mask_whole: bool = False
+    # the KV cache holds k and v expanded to the query heads (torchtune's KVCache before 0.5), not the kv heads
+    kv_expanded: bool = False
     # training: torchtune's optimizer_in_bwd (each parameter stepped and its gradient freed from a backward hook)
     # and enable_activation_offloading (saved tensors in pinned CPU memory between forward and backward)
     optimizer_in_backward: bool = False
@@ -955,11 +960,23 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
     else:
         flash = setup.attention == "flash"
         static = _static_len(spec, setup)
+        # the cache's own heads: the query heads where k and v are expanded before it (torchtune < 0.5)
+        cached = replace(spec, kv_heads=spec.heads) if setup.kv_expanded else spec
         if setup.cache_len and setup.cache_len < seq + max(setup.new_tokens, 1) - 1:
             raise EstimateError(_("{positions} positions cannot hold the prompt and the new tokens ({need})").format(
                 positions=setup.cache_len, need=seq + max(setup.new_tokens, 1) - 1), param="cache_len")
-        kv = kv_cache(spec, b, static or seq, x, tp, s_dec)
-        if static:  # allocated whole before the prefill; the prefill's mask spans it
+        kv = kv_cache(cached, b, static or seq, x, tp, s_dec)
+        expanded = (_("; k and v expanded to the {heads} query heads before the cache (torchtune's KVCache before "
+                      "0.5)").format(heads=spec.heads) if cached is not spec and spec.kv_heads < spec.heads else "")
+        if static and setup.cache_mask_whole:  # torchtune's setup_caches: the caches and the mask, before the prefill
+            terms.append(Term(N_("KV cache"), kv, _(
+                "a static cache of {positions} positions, every layer's KVCache made by setup_caches before the "
+                "prefill (torchtune): {formula}").format(
+                    positions=static, formula=_kv_formula(cached, b, static, x, tp)) + expanded, "kv"))
+            terms.append(Term(N_("causal mask over the cache"), static * static, _(
+                "torch.tril(torch.ones({positions}, {positions}, dtype=torch.bool)): {positions} × {positions} × 1 B, "
+                "made with the caches (torchtune's setup_caches)").format(positions=static), "kv"))
+        elif static:  # allocated whole before the prefill; the prefill's mask spans it
             static_f = (_("a static cache of {positions} positions, each layer's allocated whole at its first update "
                           "(StaticCache(max_cache_len={length}), the {window}-token window): {formula}")
                         if static < (setup.cache_len or 0) else
@@ -967,12 +984,13 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
                           "(StaticCache(max_cache_len={length})): {formula}"))
             terms.append(Term(N_("KV cache"), kv, static_f.format(
                 positions=static, length=setup.cache_len, window=spec.sliding_window,
-                formula=_kv_formula(spec, b, static, x, tp)), "kv"))
+                formula=_kv_formula(cached, b, static, x, tp)) + expanded, "kv"))
+        if static:
             terms.append(Term(N_("static-cache attention mask"), b * seq * static, _(
                 "the prefill's boolean mask over the whole cache, b·s·cache_len: {batch} × {seq} × {positions} × 1 B "
                 "(SDPA's mask, transformers masking_utils)").format(batch=b, seq=seq, positions=static), "transient"))
         elif kv:
-            terms.append(Term(N_("KV cache"), kv, _kv_formula(spec, b, seq, x, tp, s_dec), "kv"))
+            terms.append(Term(N_("KV cache"), kv, _kv_formula(cached, b, seq, x, tp, s_dec) + expanded, "kv"))
         if setup.cache_views and spec.qkv_views:
             terms.append(Term(N_("q beside the cache (fused qkv)"), kv // 2, _(
                 "the cache keeps views of GPT-2's fused qkv projection (transformers < 4.54), so its q third stays "
@@ -996,7 +1014,7 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
             terms.append(Term(N_("logits (every position)") if setup.all_logits else N_("logits (last token, fp32)"),
                               size, formula, "transient"))
         if setup.new_tokens > 1 and kv:
-            steps = generation_steps(spec, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
+            steps = generation_steps(cached, b, seq, setup.new_tokens, dti, flash, tp, setup.legacy_cache,
                                      setup.all_logits, static)
             terms += [t for step in steps.values() for t in step if t.name not in {u.name for u in terms}]
             decode = {name: [t.name for t in step] for name, step in steps.items()}
@@ -1022,7 +1040,8 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
                              or t.name.startswith("logits")}
     named = {t.name: t.bytes for t in terms}
     for step, names in decode.items():  # the weights, the prefill's cache and the step's own terms
-        moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights" or t.name == "KV cache"} \
+        moments[step] = {t.name: t.bytes for t in terms if t.kind == "weights"
+                         or t.name in ("KV cache", "causal mask over the cache")} \
             | {n: named[n] for n in names}
     return _finish(spec, setup, p, pt, seq, terms, moments, dict(moments), notes)
 

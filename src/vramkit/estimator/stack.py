@@ -18,17 +18,17 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..i18n import N_, _, pgettext
-from .specs import EstimateError, ModelSpec
+from .specs import LLAMA_LIKE, EstimateError, ModelSpec
 
 if TYPE_CHECKING:
     from .analytic import Setup
 
-LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "torchao", "deepspeed")
+LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "torchao", "deepspeed", "torchtune")
 Version = tuple[int, int]
 
 # the releases an estimate assumes where a library is not installed beside vram
 CURRENT: dict[str, Version] = {"torch": (2, 13), "transformers": (5, 24), "peft": (0, 21), "bitsandbytes": (0, 49),
-                               "torchao": (0, 15), "deepspeed": (0, 18)}
+                               "torchao": (0, 15), "deepspeed": (0, 18), "torchtune": (0, 6)}
 
 # the training loops whose own behaviour changes memory (--loop); hf-trainer is the default
 LOOPS = ("hf-trainer", "accelerate", "lightning", "litgpt", "torchtune", "plain")
@@ -57,6 +57,7 @@ class Stack:
     bitsandbytes: Version = CURRENT["bitsandbytes"]
     torchao: Version = CURRENT["torchao"]
     deepspeed: Version = CURRENT["deepspeed"]
+    torchtune: Version = CURRENT["torchtune"]
     # which libraries were not installed and fell back to CURRENT, or were given explicitly
     origin: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
@@ -202,6 +203,26 @@ def _own_adamw(setup: Setup, family: str) -> bool:  # PyTorch's own optimizer st
     return setup.mode == "train" and setup.optimizer == "adamw" and setup.zero is None
 
 
+def _tune_generates(setup: Setup, family: str) -> bool:
+    """torchtune's generate recipe on one of its decoders (all llama-like), through SDPA (its attention calls
+    scaled_dot_product_attention)."""
+    return setup.mode == "infer" and family in LLAMA_LIKE and setup.attention == "flash"
+
+
+def _tune_max_seq_len(spec: ModelSpec) -> int | None:
+    """The max_seq_len torchtune 0.2 and 0.3's builders give a model: its config's (llama2 4096, llama3 8192,
+    mistral 32768, gemma 8192)."""
+    return spec.max_positions or None
+
+
+def _tune_0_1_max_seq_len(spec: ModelSpec) -> int | None:
+    """torchtune 0.1's builders: as 0.2's but llama3_8b (and its 128,256-token vocabulary's family), which 0.1
+    built with max_seq_len=4096 where its config says 8192 (models/llama3/_model_builders.py in 0.1.1)."""
+    if spec.family == "llama" and spec.vocab == 128256 and spec.max_positions:
+        return min(spec.max_positions, 4096)
+    return _tune_max_seq_len(spec)
+
+
 def _checkpoint_precision(spec: ModelSpec) -> str | None:
     """transformers 5's dtype="auto": the checkpoint's own dtype; a bf16 checkpoint trains in pure bf16,
     an fp32 one in fp32; None where the config names none (a bare count, an older config: torch's fp32
@@ -314,6 +335,41 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               matters=lambda setup, family: bool(setup.loading),
               source='torchao dtypes/nf4tensor.py `to_nf4` (`CHUNK_SIZE` from 0.2)'),
     # ---- training loops (--loop)
+    Behaviour("torchtune-0.1-static-cache", "torchtune 0.1's generate recipe calls setup_caches, which gives every "
+              "layer a KVCache over the whole max_seq_len of the model's builder (llama3_8b: 4096) before the "
+              "prefill", (_v("torchtune", "<", "0.2"), _loop("torchtune")), "cache_len", _tune_0_1_max_seq_len, None,
+              traced=False, label=N_("torchtune's static KV cache"),
+              effect=N_("k and v of every layer for max_seq_len positions, whatever the prompt and the new tokens"),
+              flag="--loop torchtune --infer --torchtune 0.1", matters=_tune_generates,
+              source="torchtune 0.1 recipes/generate.py (`model.setup_caches(max_batch_size=1, dtype)`), "
+                     "modules/transformer.py `setup_caches`, modules/kv_cache.py `KVCache`; "
+                     "models/llama3/_model_builders.py (`max_seq_len=4096`)"),
+    Behaviour("torchtune-static-cache", "torchtune's generate recipe before 0.4 calls setup_caches, which gives every "
+              "layer a KVCache over the model's whole max_seq_len (0.4 sizes it to the prompt and max_new_tokens)",
+              (_v("torchtune", "<", "0.4"), _loop("torchtune")), "cache_len", _tune_max_seq_len, None, traced=False,
+              label=N_("torchtune's static KV cache"),
+              effect=N_("k and v of every layer for max_seq_len positions, whatever the prompt and the new tokens"),
+              flag="--loop torchtune --infer --torchtune 0.3", matters=_tune_generates,
+              source="torchtune 0.2-0.3 recipes/generate.py (`setup_caches(batch_size=1, dtype)`); 0.4 "
+                     "(`decoder_max_seq_len=prompt.numel() + cfg.max_new_tokens`)"),
+    Behaviour("torchtune-causal-mask", "torchtune's setup_caches before 0.4 also makes the causal mask over the whole "
+              "cache, torch.tril(torch.ones(max_seq_len, max_seq_len, dtype=torch.bool)), and indexes its rows each "
+              "step", (_v("torchtune", "<", "0.4"), _loop("torchtune")), "cache_mask_whole", True, False,
+              traced=False, label=N_("torchtune's causal mask over the cache"),
+              effect=N_("max_seq_len × max_seq_len booleans beside the cache"),
+              flag="--loop torchtune --infer --torchtune 0.3",
+              matters=lambda setup, family: _tune_generates(setup, family) and setup.cache_len is not None,
+              source="torchtune 0.1-0.3 modules/transformer.py `TransformerDecoder.setup_caches` (`self.causal_mask`), "
+                     "`forward` (`self.causal_mask[None, None, input_pos]`)"),
+    Behaviour("torchtune-expanded-kv", "torchtune's KVCache before 0.5 holds num_heads, not num_kv_heads: attention "
+              "expands k and v to the query heads before it updates the cache (pytorch/torchtune#1961, 2024-11-10, "
+              "changed it)", (_v("torchtune", "<", "0.5"), _loop("torchtune")), "kv_expanded", True, False,
+              traced=False, label=N_("torchtune < 0.5 cache (k and v expanded to the query heads)"),
+              effect=N_("grouped-query models: a KV cache heads / kv_heads times larger"),
+              flag="--loop torchtune --infer --torchtune 0.4",
+              matters=lambda setup, family: setup.mode == "infer" and family in LLAMA_LIKE,
+              source="torchtune 0.1-0.4 modules/kv_cache.py (`cache_shape = (batch_size, num_heads, max_seq_len, "
+                     "head_dim)`), modules/attention.py (`k.expand`); #1961 (`num_kv_heads`, 0.5)"),
     Behaviour("keeps-last-graph", "the loop holds the last micro-step's loss and logits into the next forward "
               "(LitGPT's fit(), torchtune's recipes): that graph's nodes live on",
               (_loop("litgpt", "torchtune"),), "keeps_last_graph", True, False, traced=False,
@@ -426,6 +482,10 @@ def active(setup: Setup, family: str) -> list[Behaviour]:
     for row in BEHAVIOURS:
         if row.default:
             if row.name not in setup.assumed:
+                continue
+        elif callable(row.value):  # a value of the model's (torchtune's cache length): where its stack and loop set it
+            if getattr(setup, row.field) == row.off or setup.stack is None or not all(
+                    r.holds(setup.stack, setup.loop or DEFAULT_LOOP) for r in row.requires):
                 continue
         elif getattr(setup, row.field) != row.value:
             continue
