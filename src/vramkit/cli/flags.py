@@ -128,6 +128,7 @@ MEANINGS: dict[str, str] = {
     "--new-tokens": "tokens generate() goes on for",
     "--transformers": "the transformers version whose semantics apply",
     "--torchao": "the torchao version whose semantics apply",
+    "--torchtune": "the torchtune version whose semantics apply",
     "--trace": "also trace a real step on fake tensors",
     "--list": "list the built-in models",
     "--no-live": "do not read this machine's GPUs",
