@@ -276,3 +276,6 @@ def test_torchtune_generate_allocates_the_builders_whole_cache_before_0_4():
     assert r.rc == 0, r.err
     assert "static cache 4096" in r.out.splitlines()[1] and "torchtune's static KV cache" in r.out.splitlines()[1]
     assert "causal mask over the cache" in r.out
+    # torchtune 0.1's generate raises ValueError past the model's max_seq_len: the flag to blame is --seq
+    assert_one_line_error(run_vram("estimate", "llama-2-7b", "--infer", "--loop", "torchtune", "--torchtune", "0.1",
+                                   "--seq", "5000"), 2, "--seq")

@@ -367,6 +367,10 @@ class Setup:
                 raise EstimateError(_("a static cache is modelled with SDPA (--attention flash): eager attention's "
                                     "scores would span the whole cache"), param="cache_len")
             need = (self.seq or 0) + max(self.new_tokens, 1) - 1
+            if self.cache_len < need and self.cache_mask_whole:  # torchtune's own cache: its generate() refuses it
+                raise EstimateError(_("the prompt and the new tokens ({need}) do not fit in torchtune's cache of the "
+                                    "model's max_seq_len ({positions}): its generate() refuses them").format(
+                                        positions=self.cache_len, need=need), param="seq")
             if self.cache_len < need:
                 raise EstimateError(_("{positions} positions cannot hold the prompt and the new tokens ({need})")
                                     .format(positions=self.cache_len, need=need),
