@@ -1,6 +1,6 @@
 """The software stack an estimate assumes, and the one table of library behaviours that change memory.
 
-A `Stack` names the versions of torch, transformers, peft, bitsandbytes, torchao and deepspeed; by
+A `Stack` names the versions of torch, transformers, peft, bitsandbytes, torchao, deepspeed and torchtune; by
 default the ones installed beside vram (read from their package metadata, never imported), else the
 releases current when this vram was made. Each behaviour that changes memory is one row of
 BEHAVIOURS: what it is, the versions or training loops it belongs to, whether the traced estimator
