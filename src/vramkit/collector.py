@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .backends import Backend
+from .backends import EXTRAS, Backend
 from .errors import RequestError
 from .gpu_state import Snapshot
 from .idle import IdleClock
@@ -36,11 +36,14 @@ Consumer = Callable[[Snapshot], None]
 
 
 class Collector:
-    def __init__(self, machine: Machine, interval: float = 2.0, keep: int = 16):
+    def __init__(self, machine: Machine, interval: float = 2.0, keep: int = 16, extras: frozenset[str] = EXTRAS):
         if not interval > 0:
             raise RequestError("interval: must be more than 0 seconds", param="interval")
         self.machine = machine
         self.interval = interval
+        # Which of backends.EXTRAS each reading reads: the ones its consumers use (all by default;
+        # the recorder's Recorder.EXTRAS, none). Kept here, so a reopened machine reads the same.
+        self.extras = extras
         # The newest last. Short: a snapshot of a busy machine holds thousands of objects, and
         # consumers that want a longer past keep their own compact history (alerts.History).
         self.recent: deque[Snapshot] = deque(maxlen=keep)
@@ -89,7 +92,7 @@ class Collector:
         with self._read_lock:
             began = time.perf_counter()
             try:
-                snap = self.machine.snapshot()
+                snap = self.machine.snapshot(self.extras)
             except Exception:
                 self.errors += 1
                 raise

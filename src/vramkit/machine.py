@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from .backends import Backend
+from .backends import EXTRAS, Backend
 from .gpu_state import Device, GpuProcess, Snapshot, Topology
 from .i18n import N_
 from .idle import idle_now
@@ -43,8 +43,10 @@ class Machine:
     def simulated(self) -> bool:
         return self.backend.simulated
 
-    def snapshot(self) -> Snapshot:
-        gpus = self.backend.read_devices()
+    def snapshot(self, extras: frozenset[str] = EXTRAS) -> Snapshot:
+        """Every GPU and process, joined with the host side; of backends.EXTRAS only those in
+        `extras` are read (the recorder reads none)."""
+        gpus = self.backend.read_devices(extras)
         now = self.backend.now()
         hosts: dict[int, HostProcess | str] = {}
         for dev in gpus:

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # a structural type for mypy; at run time nothing checks it
 
+# Device fields a reader may go without: the views and the exporter show them, the recorder keeps
+# none of them, and each is a driver call a GPU and reading. `read_devices(extras)` reads those named.
+EXTRAS = frozenset({"power_limit", "fan", "encoder_utilization", "decoder_utilization"})
+
 
 class Backend(Protocol):
     """One open machine of one vendor. `read_devices` is stateful where the driver is (NVML's
@@ -51,8 +55,10 @@ class Backend(Protocol):
         """Wait `seconds` between samples, or until `stop` is set. A stepped scenario clock
         does not wait: it moves forward by `seconds`."""
 
-    def read_devices(self) -> list[Device]:
-        """Every GPU with its processes (host side not filled in): N/A fields with reasons."""
+    def read_devices(self, extras: frozenset[str] = EXTRAS) -> list[Device]:
+        """Every GPU with its processes (host side not filled in): N/A fields with reasons. Of
+        EXTRAS, only those in `extras` need be read (one left out is None with the reason
+        nvml.backend.NOT_READ); a backend may read them anyway where they cost nothing more."""
 
     def read_health(self, gpus: list[Device], settle: float) -> None:
         """Fill each GPU's `health` (made only when asked: some twenty driver calls a GPU). A

@@ -19,6 +19,7 @@ from ..gpu_state import Device, Health
 from ..i18n import N_
 from ..nvml.scenario import Scenario
 from ..procs import NOT_VISIBLE, HostProcess, ProcessTable, in_initial_pid_namespace, sanitize
+from . import EXTRAS
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -112,7 +113,8 @@ class AmdBackend:
     def sleep(self, stop: threading.Event, seconds: float) -> None:
         stop.wait(seconds)
 
-    def read_devices(self) -> list[Device]:
+    def read_devices(self, extras: frozenset[str] = EXTRAS) -> list[Device]:
+        # The readers (amd/) read every field: `extras` is not passed on, the contract allows more.
         return _video_unread(self.reader.read(self.monotonic(), self.first_index))
 
     def read_health(self, gpus: list[Device], settle: float) -> None:
@@ -208,7 +210,7 @@ class SimulatedAmdBackend(AmdBackend):
         else:
             super().sleep(stop, seconds)
 
-    def read_devices(self) -> list[Device]:
+    def read_devices(self, extras: frozenset[str] = EXTRAS) -> list[Device]:
         t = self.sim.now()  # the files and the reader's engine counters on one scenario time
         if self._tree is not None:
             self._tree.write(t)

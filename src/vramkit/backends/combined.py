@@ -8,7 +8,7 @@ import threading
 
 from ..gpu_state import Device
 from ..procs import HostProcess
-from . import Backend
+from . import EXTRAS, Backend
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -47,14 +47,14 @@ class CombinedBackend:
             if sim is not None and sim.stepped:  # a stepped scenario clock moves with the first's
                 sim.advance(seconds)
 
-    def read_devices(self) -> list[Device]:
+    def read_devices(self, extras: frozenset[str] = EXTRAS) -> list[Device]:
         gpus: list[Device] = []
         self._owner = {}
         for b in self.backends:
             first_index = len(gpus)
             if hasattr(b, "first_index"):
                 b.first_index = first_index  # (AMD's readers number their GPUs from it)
-            devices = b.read_devices()
+            devices = b.read_devices(extras)
             for offset, dev in enumerate(devices):  # each vendor counts from 0: number them after the others
                 dev.index = first_index + offset
                 for p in dev.processes:

@@ -9,6 +9,7 @@ import time
 from ..gpu_state import Device
 from ..nvml.backend import Nvml, open_real
 from ..procs import INITIAL_PID_NS_INODE, OTHER_NAMESPACE, HostProcess, ProcessTable, in_pid_namespace, shows_pids_of
+from . import EXTRAS
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -57,8 +58,8 @@ class NvidiaBackend:
     def sleep(self, stop: threading.Event, seconds: float) -> None:
         stop.wait(seconds)
 
-    def read_devices(self) -> list[Device]:
-        return self.nvml.read()
+    def read_devices(self, extras: frozenset[str] = EXTRAS) -> list[Device]:
+        return self.nvml.read(extras)
 
     def read_health(self, gpus: list[Device], settle: float) -> None:
         self.nvml.read_health(gpus, settle)

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from ..history.notices import attach_policy
 
     machine = open_for(args)
-    collector = Collector(machine, interval=interval)
+    collector = Collector(machine, interval=interval, extras=Recorder.EXTRAS)
     close_policy = None
     try:
         # The policy first: it reads what the history says about idle time before this

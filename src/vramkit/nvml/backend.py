@@ -48,7 +48,18 @@ NOT_SUPPORTED = N_("not supported")
 NO_PERMISSION = N_("no permission")
 OLD_PYNVML = N_("not supported by this nvidia-ml-py")
 GPU_LOST = N_("GPU is lost (fell off the bus or needs a reset)")
+NOT_READ = N_("not read: this reading does not use it")
 _COMPUTE_MODES = {0: "default", 1: "exclusive thread", 2: "prohibited", 3: "exclusive process"}
+
+
+# The fields a reading may go without (backends.EXTRAS): field -> (the NVML call, its value from
+# what the call returns). Power in mW; the video engines' busy share as [%, sampling period in µs].
+_EXTRA_CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "power_limit": ("nvmlDeviceGetEnforcedPowerLimit", lambda milliwatts: milliwatts / 1000),
+    "fan": ("nvmlDeviceGetFanSpeed", lambda percent: percent),
+    "encoder_utilization": ("nvmlDeviceGetEncoderUtilization", lambda share: share[0]),
+    "decoder_utilization": ("nvmlDeviceGetDecoderUtilization", lambda share: share[0]),
+}
 
 
 def _text(value: Any) -> str:
@@ -124,10 +135,12 @@ class Nvml:
         return _("NVML failed to start: {error}").format(error=e)
 
     # ------------------------------------------------------------ one snapshot
-    def read(self) -> list[Device]:
-        return [self._read_device(i) for i in range(self.count)]
+    def read(self, extras: frozenset[str] | None = None) -> list[Device]:
+        """Every GPU. Of the fields a reading may go without (backends.EXTRAS: power limit, fan,
+        encoder and decoder use), only those in `extras` (None: all of them)."""
+        return [self._read_device(i, extras) for i in range(self.count)]
 
-    def _read_device(self, index: int) -> Device:
+    def _read_device(self, index: int, extras: frozenset[str] | None = None) -> Device:
         lib = self.lib
         dev = Device(index=index)
         try:
@@ -143,14 +156,12 @@ class Nvml:
                                           lib.NVML_TEMPERATURE_GPU)
             power = self._query(dev, ("power_draw",), lib.nvmlDeviceGetPowerUsage, handle)
             dev.power_draw = None if power is None else power / 1000
-            limit = self._query(dev, ("power_limit",), lib.nvmlDeviceGetEnforcedPowerLimit, handle)
-            dev.power_limit = None if limit is None else limit / 1000
-            dev.fan = self._query(dev, ("fan",), lib.nvmlDeviceGetFanSpeed, handle)
-            # the video engines' busy share: [%, sampling period in µs]
-            encoder = self._query(dev, ("encoder_utilization",), lib.nvmlDeviceGetEncoderUtilization, handle)
-            dev.encoder_utilization = None if encoder is None else encoder[0]
-            decoder = self._query(dev, ("decoder_utilization",), lib.nvmlDeviceGetDecoderUtilization, handle)
-            dev.decoder_utilization = None if decoder is None else decoder[0]
+            for field, (call, value) in _EXTRA_CALLS.items():
+                if extras is None or field in extras:
+                    got = self._query(dev, (field,), getattr(lib, call), handle)
+                    setattr(dev, field, None if got is None else value(got))
+                else:
+                    dev.na[field] = NOT_READ
             self._read_mig(dev, handle)
             self._read_processes(dev, handle)
             self._read_process_utilization(dev, handle)
@@ -664,9 +675,12 @@ def _process_samples(nvml: Nvml, dev: Device, handle: Any) -> dict[int, Utilizat
         return reason
     per_pid: dict[int, list[Utilization]] = {}
     latest = None
-    for sample in samples:  # each field read once: pynvml's structs make every read a Python call
-        pid, stamp = sample.pid, sample.timeStamp
-        row = (sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil)
+    # Each field read once, and past pynvml's own __getattribute__ (a Python call per read that only
+    # turns bytes into str; these are integers): ctypes' field descriptors directly, ~3x faster.
+    get = object.__getattribute__
+    for sample in samples:
+        pid, stamp = get(sample, "pid"), get(sample, "timeStamp")
+        row = (get(sample, "smUtil"), get(sample, "memUtil"), get(sample, "encUtil"), get(sample, "decUtil"))
         kept = per_pid.get(pid)
         if kept is None:
             per_pid[pid] = [row]
