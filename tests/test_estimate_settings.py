@@ -80,10 +80,16 @@ def test_a_static_cache_is_sized_by_its_length_with_its_mask():
     """StaticCache(max_cache_len=L) is allocated whole before the prefill: the cache is L positions whatever the
     prompt, the prefill's boolean mask spans it, and decoding adds no growth (nothing is concatenated)."""
     spec = resolve("llama-3-8b")
-    e = estimate(spec, mode="infer", seq=1000, new_tokens=24, cache_len=4096, attention="flash", precision="bf16")
+    e = estimate(spec, mode="infer", seq=1000, new_tokens=24, cache_len=4096, attention="flash", precision="bf16",
+                 stack="transformers=5.13")
     terms = _terms(e)
     assert terms["KV cache"] == kv_cache(spec, 1, 4096, 2)
     assert terms["static-cache attention mask"] == 1000 * 4096
+    # transformers 5.14 on: an empty static cache's prefill passes is_causal, no mask (masking_utils, #47094)
+    current = estimate(spec, mode="infer", seq=1000, new_tokens=24, cache_len=4096, attention="flash",
+                       precision="bf16", stack="transformers=5.14")
+    assert "static-cache attention mask" not in _terms(current)
+    assert e.peak_bytes - current.peak_bytes == 1000 * 4096
     assert "KV cache growth (generation)" not in terms
     dynamic = _terms(estimate(spec, mode="infer", seq=1000, new_tokens=24, attention="flash", precision="bf16"))
     assert dynamic["KV cache"] == kv_cache(spec, 1, 1000, 2) < terms["KV cache"]
@@ -94,6 +100,51 @@ def test_a_static_cache_is_sized_by_its_length_with_its_mask():
         assert_one_line_error(run_vram("estimate", "llama-3-8b", "--infer", "--seq", "1000", *bad), 2, "--cache-len",
                               needle)
     assert_one_line_error(run_vram("estimate", "llama-3-8b", "--cache-len", "4096"), 2, "--cache-len", "inference")
+
+
+@pytest.mark.slow  # traces on fake tensors
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # past_key_values, renamed cache in 5.24, taken by 5.14 on
+@pytest.mark.parametrize(("batch", "seq", "cache_len"), [(2, 256, 2048), (1, 1000, 4096)])
+def test_a_static_cache_agrees_with_transformers_static_cache_traced(tmp_path: Path, batch: int, seq: int,
+                                                                     cache_len: int):
+    """transformers' own LlamaForCausalLM, its prefill into a StaticCache(max_cache_len=cache_len) traced on fake
+    tensors (no mask: the installed transformers is 5.14 or later), against the analytic estimate on that stack."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from vramkit.estimator.analytic import CUBLAS_WORKSPACES
+    from vramkit.estimator.stack import parse_version
+    from vramkit.estimator.trace import fake_mode, trace_memory
+
+    if parse_version(transformers.__version__, "transformers") < (5, 14):
+        pytest.skip("transformers before 5.14 builds the prefill's mask over the cache")
+    cfg = {**TINY, "num_key_value_heads": 2, "max_position_embeddings": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    config = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+    config._attn_implementation = "sdpa"
+    fm = fake_mode()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with fm:
+            net = transformers.LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default)
+
+    def prefill(_step: int) -> None:
+        ids = torch.randint(0, cfg["vocab_size"], (batch, seq))
+        with torch.no_grad():
+            net(input_ids=ids, past_key_values=transformers.StaticCache(config=config, max_cache_len=cache_len),
+                use_cache=True, logits_to_keep=1)
+
+    traced = trace_memory(net, prefill, steps=1, fake_mode=fm).peak_bytes
+    analytic = estimate(str(path), mode="infer", batch=batch, seq=seq, cache_len=cache_len, attention="flash",
+                        precision="bf16", stack=f"transformers={transformers.__version__}")
+    assert "static-cache attention mask" not in _terms(analytic)
+    # the trace sees no cuBLAS workspaces: the analytic peak less them
+    assert abs(analytic.peak_bytes - CUBLAS_WORKSPACES - traced) <= 0.03 * traced
+    static_kv = kv_cache(resolve(str(path)), batch, cache_len, 2)
+    assert static_kv == _terms(analytic)["KV cache"]
 
 
 def test_activation_offloading_keeps_two_layers_on_the_gpu():

@@ -43,6 +43,8 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
     "cache-views": ("gpt2", ("--infer",), ("--transformers", "4.53"), ()),
     "legacy-cache": ("llama", ("--infer", "--new-tokens", "8", "--seq", "32"), ("--transformers", "4.41"), ()),
     "all-logits": ("llama", ("--infer",), ("--transformers", "4.44"), ()),
+    "static-prefill-mask": ("llama", ("--infer", "--seq", "16", "--cache-len", "64"), ("--transformers", "5.13"),
+                            ("--transformers", "5.14")),
     "peft-base-dtype-adapters": ("llama", ("--lora", "8", "--precision", "bf16-pure"), ("--peft", "0.11"), ()),
     "torchao-whole-tensor": ("llama", (*QLORA, "--quant-backend", "torchao", "--lora-targets", "all-linear",
                                        "--loading", "torchtune"), ("--torchao", "0.1"), ()),

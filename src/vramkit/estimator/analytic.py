@@ -193,6 +193,9 @@ class Setup:
     # the static cache's causal mask made whole with it, cache_len × cache_len booleans, its rows indexed each step
     # (torchtune's setup_caches before 0.4); else the prefill's own mask over the cache (transformers' sdpa_mask)
     cache_mask_whole: bool = False
+    # the prefill with a static cache builds SDPA's boolean mask over the whole cache, b × s × cache_len (transformers
+    # < 5.14; 5.14's masking_utils lets an empty static cache's prefill use is_causal instead, #47094)
+    static_prefill_mask: bool = False
     # the KV cache holds k and v expanded to the query heads (torchtune's KVCache before 0.5), not the kv heads
     kv_expanded: bool = False
     # training: torchtune's optimizer_in_bwd (each parameter stepped and its gradient freed from a backward hook)
@@ -989,7 +992,7 @@ def _inference(spec: ModelSpec, setup: Setup, p: Params, pt: int, seq: int, s_de
             terms.append(Term(N_("KV cache"), kv, static_f.format(
                 positions=static, length=setup.cache_len, window=spec.sliding_window,
                 formula=_kv_formula(cached, b, static, x, tp)) + expanded, "kv"))
-        if static:
+        if static and (setup.cache_mask_whole or setup.static_prefill_mask):
             terms.append(Term(N_("static-cache attention mask"), b * seq * static, _(
                 "the prefill's boolean mask over the whole cache, b·s·cache_len: {batch} × {seq} × {positions} × 1 B "
                 "(SDPA's mask, transformers masking_utils)").format(batch=b, seq=seq, positions=static), "transient"))

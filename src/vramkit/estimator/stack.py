@@ -321,6 +321,16 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "logits)"), effect=N_("b·s·vocab logits (upcast to fp32) instead of the last position's"),
               flag="--transformers 4.44", remedy=N_("transformers 4.54 or later (--transformers 4.54)"), matters=_infer,
               source='transformers generation/utils.py (`num_logits_to_keep` from 4.45)'),
+    Behaviour("static-prefill-mask", "a prefill into a static cache builds SDPA's boolean mask over the whole cache "
+              "(transformers 5.14's masking_utils skips it for an empty static cache and passes is_causal, #47094)",
+              (_v("transformers", "<", "5.14"),), "static_prefill_mask", True, False, traced=False,
+              label=N_("transformers < 5.14 static-cache prefill mask"),
+              effect=N_("b·s·cache_len booleans through the prefill"), flag="--transformers 5.13",
+              remedy=N_("transformers 5.14 or later (--transformers 5.14)"),
+              matters=lambda setup, family: setup.mode == "infer" and setup.cache_len is not None
+              and not setup.cache_mask_whole,
+              source="transformers masking_utils.py `_ignore_causal_mask_sdpa` (5.14: `q_offset == 0` with only "
+                     "future k/v positions padded returns True; before, XPU only), `sdpa_mask`"),
     Behaviour("peft-base-dtype-adapters", "PEFT before 0.12 created LoRA weights in the base layer's dtype "
               "(autocast_adapter_dtype, fp32 adapters on a 16-bit base, came with 0.12)",
               (_v("peft", "<", "0.12"),), "adapter_dtype", "16bit", "fp32", traced=False,
