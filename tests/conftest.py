@@ -583,11 +583,8 @@ def _listed_slow(item: pytest.Item) -> bool:
 # Tests that must not run at the same time as each other under pytest-xdist, or that share a costly
 # module fixture, by file: each group runs in one worker (make test uses --dist loadgroup).
 XDIST_GROUPS: dict[str, str] = {
-    # its module fixture builds one wheel in the checkout's build/: two workers building at once
-    # collide there ("File exists: build/bdist.../vramkit-0.1.0.dist-info") and the tests skipped
-    "test_install_system.py": "wheel",
-    # Not a conflict: its module fixture (a Prometheus scraping four vram serve, about 7 s until the
-    # first scrape) is read by every test, and split over two workers it was started twice
+    # its module fixture (a Prometheus scraping four vram serve, about 7 s to the first scrape) is
+    # only read by its tests: split over two workers it was started twice
     "test_metrics_compat.py": "prometheus-lab",
 }
 

@@ -5,6 +5,7 @@ built here, its dependencies are not installed (--pip-args '--no-deps --no-index
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -19,9 +20,21 @@ pytestmark = pytest.mark.slow  # builds a wheel and a virtualenv
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--no-index", "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=300)
+    """One wheel for the run. pip builds it in the checkout's build/, where two builds at once collide
+    ("File exists: build/bdist...", "could not delete build/lib/..."): under xdist the workers take
+    turns under a lock in the run's temporary directory (their base directories' parent), and the
+    first one's wheel serves the others."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out = shared / "vramkit-wheel"
+    with open(shared / "vramkit-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted(out.glob("vramkit-*.whl"))
+        if built:
+            return built[0]
+        out.mkdir(exist_ok=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                               "--no-index", "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         pytest.skip(f"cannot build a wheel of vramkit here: {done.stderr.strip()[-300:]}")
     return next(out.glob("vramkit-*.whl"))
