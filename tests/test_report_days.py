@@ -36,7 +36,10 @@ ZONES = [
     "America/New_York",  # -5 -> -4 on 2026-03-08 07:00 UTC
     "America/St_Johns",  # -3:30 -> -2:30 on 2026-03-08 05:30 UTC: a change inside an hour
     "XST-10:30XDT-11,M3.2.0,M11.1.0",  # +10:30 -> +11 (a 30-minute change) on 2026-03-07 15:30 UTC
+    "Asia/Shanghai",  # +8 all year: most of vram's users
 ]
+# Europe/Berlin moves its clocks on 2026-03-29 01:00 UTC (+1 -> +2): a history of its own around it.
+BERLIN_EPOCH = 1774656000.0  # 2026-03-28 00:00 UTC
 
 SCENARIO = {
     "gpus": [{"memory_total": "80GiB", "utilization": 50}, {"memory_total": "80GiB"}],
@@ -57,13 +60,22 @@ SCENARIO = {
 @pytest.fixture(scope="module")
 def history(tmp_path_factory) -> Path:
     """Two and a half days recorded every 5 minutes on the stepped clock, rolled up as it went."""
-    tmp = tmp_path_factory.mktemp("days")
+    return record(tmp_path_factory.mktemp("days"), EPOCH)
+
+
+@pytest.fixture(scope="module")
+def berlin_history(tmp_path_factory) -> Path:
+    """The same two and a half days from BERLIN_EPOCH on."""
+    return record(tmp_path_factory.mktemp("berlin"), BERLIN_EPOCH)
+
+
+def record(tmp: Path, epoch: float) -> Path:
     scenario = tmp / "scenario.json"
     scenario.write_text(json.dumps(SCENARIO))
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("VRAM_SIMULATE", raising=False)
         mp.setenv("VRAM_SIM_CLOCK", "stepped")
-        mp.setenv("VRAM_SIM_EPOCH", f"{EPOCH:.0f}")
+        mp.setenv("VRAM_SIM_EPOCH", f"{epoch:.0f}")
         mp.setenv("VRAM_SIM_TIME", "0")
         machine = open_machine(str(scenario))
     db = tmp / "history.db"
@@ -109,25 +121,35 @@ def assert_same(got: dict[str, tuple], want: dict[str, tuple], where: object) ->
         assert gmbs == pytest.approx(mbs, rel=1e-9), (where, day)
 
 
-def windows() -> list[tuple[float, float]]:
-    end = EPOCH + DAYS * 86400
+def windows(epoch: float = EPOCH) -> list[tuple[float, float]]:
+    end = epoch + DAYS * 86400
     return [
-        (EPOCH - 86400, end + 86400),  # all of it
-        (EPOCH + 13 * 3600 + 37 * 60 + 11, end - 3 * 3600 - 49 * 60 + 0.5),  # partial days at both edges
-        (EPOCH + 86400, EPOCH + 2 * 86400),  # one UTC day: two local days elsewhere
-        (EPOCH + 4.5 * 3600, EPOCH + 30 * 3600 + 7),  # across the changes of the first day
-        (EPOCH + 29 * 3600 + 3, end),  # the raw tier, its hour sums and the last rows
+        (epoch - 86400, end + 86400),  # all of it
+        (epoch + 13 * 3600 + 37 * 60 + 11, end - 3 * 3600 - 49 * 60 + 0.5),  # partial days at both edges
+        (epoch + 86400, epoch + 2 * 86400),  # one UTC day: two local days elsewhere
+        (epoch + 4.5 * 3600, epoch + 30 * 3600 + 7),  # across the changes of the first day
+        (epoch + 29 * 3600 + 3, end),  # the raw tier, its hour sums and the last rows
     ]
 
 
 @pytest.mark.parametrize("zone", ZONES)
 def test_days_are_summed_as_rows_of_every_tier_fall_into_local_days(history, zone, monkeypatch):
+    assert_days_and_held(history, zone, windows(), monkeypatch)
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "UTC0"])
+def test_days_across_berlins_clock_change(berlin_history, zone, monkeypatch):
+    assert_days_and_held(berlin_history, zone, windows(BERLIN_EPOCH), monkeypatch)
+
+
+def assert_days_and_held(history: Path, zone: str, spans: list[tuple[float, float]], monkeypatch) -> None:
+    """usage(by="day") is reference()'s days; held_and_days()'s sums per job and GPU are held()'s."""
     monkeypatch.setenv("TZ", zone)
     time.tzset()
     try:
         store = Store.open(history)
         try:
-            for since, until in windows():
+            for since, until in spans:
                 got = {u.key: (u.gpu_seconds, u.memory_byte_seconds, u.peak_memory, u.idle_seconds, u.lives)
                        for u in query.usage(store, since, until, "day")}
                 assert_same(got, reference(history, since, until), (zone, since, until))

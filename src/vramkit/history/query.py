@@ -223,6 +223,23 @@ _PROC_CUTS = (_PROC_FINE
                        f"FROM cuts c JOIN proc_rollup ON {_IN_TIERS} AND t >= c.lo AND t < c.hi WHERE true"))
 assert ":s{n}" not in _PROC_CUTS and "c.lo" in _PROC_CUTS
 
+# The samples not summed yet of _PROC_HOURS alone (what held_and_days reads of an hours part
+# besides the hour sums it reads per local day).
+_PROC_UNSUMMED = f"""
+    SELECT s.t AS t, p.job AS job, p.gpu AS gpu, {_SPAN} AS seconds, {_MEM} * {_SPAN} AS mbs, {_MEM} AS peak,
+           {_RAW_IDLE} AS idle, {_MEM} * ({_RAW_IDLE}) AS idle_mbs
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id > :after AND +s.t >= :s{{n}} AND +s.t < :r{{n}}
+    AND {_PROC_RAW_KEYS}"""
+assert _PROC_UNSUMMED.split("FROM")[-1] == _PROC_HOURS.split("FROM")[-1]
+
+# The hour sums of each span of a local day (the temp table held_and_days fills: id, lo, hi).
+_DAY_SPAN_SUMS = f"""
+    SELECT d.id, SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
+           MAX({_c('h.memory_max', 'bytes')}), SUM({_c('h.idle_seconds', 'seconds')}), group_concat(DISTINCT h.job)
+    FROM temp.vram_day_spans d JOIN proc_hour h ON h.t >= d.lo AND h.t < d.hi
+    WHERE {_keys(('h.t', 'time'), ('h.seconds', 'seconds'), ('h.job', 'id'), ('h.gpu', 'gpu'))}
+    GROUP BY d.id"""
+
 # The same from the day sums (schema 3): a day's sums are those of its hours.
 _DAYS_OF = {_PROC_HOURS: _PROC_HOURS.replace("FROM proc_hour WHERE", "FROM proc_day WHERE"),
             _GPU_HOURS: _GPU_HOURS.replace("FROM gpu_hour WHERE", "FROM gpu_day WHERE")}
@@ -248,7 +265,8 @@ class _Plan:
             n = len(parts)
             parts.append(fine.format(n=n))
             params.update({f"s{n}": start, f"u{n}": end})
-        for template, pieces in ((hours, self.hours), (_DAYS_OF[hours], self.days)):
+        sources = [(hours, self.hours)] + ([(_DAYS_OF[hours], self.days)] if self.days else [])
+        for template, pieces in sources:
             for start, end, raw_end in pieces:
                 n = len(parts)
                 part = template.format(n=n)
@@ -586,20 +604,20 @@ def _add(u: Usage, h: Held) -> None:
 
 
 def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held], list[Usage]]:
-    """held() and usage(by="day") in one pass over the window (what `vram report --by day` shows:
-    the days, and the idle holders from the sums per job and GPU).
+    """held() and usage(by="day") (what `vram report --by day` shows: the days, and the idle
+    holders from the sums per job and GPU), in one pass over the window where local days are UTC days.
 
     Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
     _plan(days=True) keeps within one day). The day is worked out in SQL from the zone's UTC
     offsets over the window (_day_sql), so a year never comes back to Python row by row. Where
     local days are UTC days the window is mostly day sums, a row per day and pair: it is summed
-    per job and GPU and per day directly. Elsewhere it is hour sums: they are summed per day, job
-    and GPU once, and that (a twenty-fourth of them) per job and GPU and per day."""
-    from datetime import date, timedelta
-
+    per job and GPU and per day directly. Elsewhere the sums per job and GPU are held()'s (the
+    day sums serve them whatever the zone) and the days are _local_days()'s."""
     with _snapshot(store):
         offsets = _local_offsets(store, since, until)
-        plan = _plan(store, since, until, days=True, utc=all(offset == 0 for _, offset in offsets))
+        if any(offset != 0 for _, offset in offsets):
+            return held(store, since, until), _local_days(store, since, until, offsets)
+        plan = _plan(store, since, until, days=True, utc=True)
         rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
         if plan.days:  # the rows read and checked once (a CTE used twice is kept), summed twice
@@ -630,9 +648,99 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
             continue
         number = typed_int(key, "count")
         if number is not None:
-            name = (date(1970, 1, 1) + timedelta(days=number - 1)).strftime("%Y-%m-%d")
-            days.append(Usage(name, _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle), int(other)))
+            days.append(Usage(_day_name(number), _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle),
+                              int(other)))
     return held_rows, sorted(days, key=lambda u: u.key)
+
+
+def _day_name(number: int) -> str:
+    """A day as _day_sql numbers it, as YYYY-MM-DD."""
+    from datetime import date, timedelta
+
+    return (date(1970, 1, 1) + timedelta(days=number - 1)).strftime("%Y-%m-%d")
+
+
+def _local_days(store: Store, since: float, until: float, offsets: list[tuple[int, int]]) -> list[Usage]:
+    """usage(by="day") where local days are not UTC days (the day sums, per UTC day, cannot serve).
+
+    The hour sums, most of a year's rows, are summed per span of a local day: a temp table of the
+    spans (a few per day, worked out here from the zone's offsets) is joined to proc_hour's key, so
+    SQLite sums each span as it reads it, in the key's order, with no sort and no per-row day
+    arithmetic. The rest (the window's edges, the samples not summed yet, the hours local midnight
+    cuts) is summed per day as before (_day_sql). The two are added here: sums, the peak, and the
+    process lives as sets of job ids (a life counts once a day whichever part it is in)."""
+    plan = _plan(store, since, until, days=True)
+    spans: list[tuple[int, float, float]] = []  # (day, lo, hi): the hour sums in [lo, hi) are of that day
+    cuts = sorted(lo for lo, _ in plan.cuts)
+    for first, end, _ in plan.hours:
+        for number, lo, hi in _day_spans(offsets, math.floor(first), math.ceil(end)):
+            spans.extend((number, max(a, first), min(b, end)) for a, b in _without_hours(lo, hi, cuts))
+    days: dict[int, list[Any]] = {}
+
+    def add(number: int, gs: object, mbs: object, peak: object, idle: object, jobs: object) -> None:
+        d = days.setdefault(number, [0.0, 0.0, None, 0.0, set()])
+        d[0] += _total(gs)
+        d[1] += _total(mbs)
+        p = typed_int(peak, "bytes")
+        d[2] = d[2] if p is None else max(d[2] or 0, p)
+        d[3] += _total(idle)
+        d[4].update(int(float(j)) for j in str(jobs or "").split(",") if j)
+
+    if spans:
+        _rows(store, "DROP TABLE IF EXISTS temp.vram_day_spans", ())
+        _rows(store, "CREATE TEMP TABLE vram_day_spans (id INTEGER PRIMARY KEY, lo, hi)", ())
+        try:
+            try:
+                store.conn.executemany("INSERT INTO temp.vram_day_spans VALUES (?, ?, ?)",
+                                       [(i, lo, hi) for i, (_, lo, hi) in enumerate(spans)])
+            except sqlite3.Error as e:
+                raise StoreError(describe(e, store.path), param="db") from None
+            for i, gs, mbs, peak, idle, jobs in _rows(store, _DAY_SPAN_SUMS, ()):
+                add(spans[int(i)][0], gs, mbs, peak, idle, jobs)
+        finally:
+            _rows(store, "DROP TABLE temp.vram_day_spans", ())
+    rest_sql, params = plan.sql(_PROC_FINE, _PROC_UNSUMMED)
+    day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
+    for number, gs, mbs, peak, idle, jobs in _rows(store, f"""
+            SELECT {day} AS day, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), group_concat(DISTINCT job)
+            FROM ({rest_sql}) GROUP BY day""", params):
+        n = typed_int(number, "count")
+        if n is not None:
+            add(n, gs, mbs, peak, idle, jobs)
+    return [Usage(_day_name(n), gs, mbs, peak, idle, len(jobs))
+            for n, (gs, mbs, peak, idle, jobs) in sorted(days.items())]
+
+
+def _day_spans(offsets: list[tuple[int, int]], start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(day, lo, hi): the rows in [lo, hi) are of that local day (as _day_sql numbers it), over
+    [start, end). A row is in the day of its quarter hour: the quarters from x on are the rows from
+    x rounded up to a quarter on."""
+    def up(x: int) -> int:
+        return -(-x // _QUARTER) * _QUARTER
+
+    for i, (begin, offset) in enumerate(offsets):  # the first offset also holds before it began (as in _day_sql)
+        stop = offsets[i + 1][0] if i + 1 < len(offsets) else end
+        lo, seg_end = max(begin, start) if i else start, min(stop, end)
+        while lo < seg_end:
+            number = (lo + offset + DAY) // DAY
+            hi = min(seg_end, number * DAY - offset)  # the next local midnight in this offset
+            if up(lo) < up(hi):
+                yield number, up(lo), up(hi)
+            lo = hi
+
+
+def _without_hours(lo: int, hi: int, hours: list[int]) -> Iterator[tuple[int, int]]:
+    """[lo, hi) less the hours [h, h + HOUR) of `hours` (sorted)."""
+    for h in hours:
+        if h >= hi:
+            break
+        if h + HOUR <= lo:
+            continue
+        if lo < h:
+            yield lo, h
+        lo = max(lo, h + HOUR)
+    if lo < hi:
+        yield lo, hi
 
 
 def _day_sql(instant: str, offsets: list[tuple[int, int]]) -> str:
