@@ -227,3 +227,32 @@ def test_wrap_takes_text_that_starts_with_closing_punctuation() -> None:
     from vramkit.render.text_width import wrap
 
     assert wrap("，中文", 10) == ["，中文"] and wrap("）" + "中" * 12, 10) == ["）中中中中", "中中中中中", "中中中"]
+
+
+def test_checklist_sentences_built_from_values_are_chinese() -> None:
+    # a lost GPU's error (the backend's message, translated where shown), a process /proc cannot see,
+    # a holder with its memory, both vendors' variables: whole messages, no English left inside
+    r = run_vram("doctor", "--simulate", "faulty", env=zh_env(COLUMNS="200"))
+    assert "GPU 已丢失（从总线上掉线或需要重置）：" in r.out and "fell off the bus" not in r.out, r.out
+    assert "4.0GiB；在 /proc 中不可见：" in r.out and "not visible in /proc" not in r.out, r.out
+    r = run_vram("doctor", "--simulate", "demo", env=zh_env(COLUMNS="200"))
+    assert "占用者：dave（pid 60112，78.2GiB）" in r.out, r.out
+    r = run_vram("doctor", "--simulate", "mixed", env=zh_env(COLUMNS="200"))
+    assert "未设置 CUDA_VISIBLE_DEVICES 或 HIP_VISIBLE_DEVICES" in r.out, r.out
+    r = run_vram("doctor", "--simulate", "mixed", env=clean_env(COLUMNS="200"))
+    assert "CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES not set" in r.out, r.out
+
+
+def test_memory_bar_names_the_framework_that_allocated() -> None:
+    log = FIXTURES / "oom_real" / "tf_asr_tile_bfc.log"
+    english = run_vram("doctor", str(log), "--no-live", env=clean_env(COLUMNS="200")).out
+    (legend,) = [line for line in english.splitlines() if "allocated by" in line]
+    assert "allocated by TensorFlow" in legend and "PyTorch" not in legend, english
+    chinese = run_vram("doctor", str(log), "--no-live", env=zh_env(COLUMNS="200")).out
+    assert "TensorFlow 已分配" in chinese and "PyTorch 已分配" not in chinese, chinese
+
+
+def test_snapshot_block_counts_use_chinese_brackets() -> None:
+    snapshot = FIXTURES / "snapshots" / "train_step_recorded.pickle"
+    r = run_vram("doctor", str(snapshot), env=zh_env())
+    assert re.search(r"（\d+ 个块）", r.out) and not re.search(r"\(\d+ 个块\)", r.out), r.out

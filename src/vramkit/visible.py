@@ -10,7 +10,7 @@ run sets one vendor's variable for one vendor's pick, never both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from . import cuda_env, hip_env
 from .cuda_env import CERTAIN, CudaDevice, Numbering, Visible
@@ -35,7 +35,7 @@ def read(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
     given = [p for p in parts if p.is_set]
     merged = Visible(value=" ".join(p.described or "" for p in given) or None,
                      order=parts[0].order if parts[0].is_set else Numbering("", [], CERTAIN),
-                     variable=" or ".join(p.variable for p in parts), vendor="mixed",
+                     variable=_either(p.variable for p in parts), vendor="mixed",
                      described=" ".join(p.described or "" for p in given) or None)
     for p in parts:
         merged.entries += p.entries
@@ -43,6 +43,15 @@ def read(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
         merged.pitfalls += p.pitfalls
         merged.error = merged.error or p.error
     return merged
+
+
+def _either(variables: Iterable[str]) -> str:
+    """'CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES', in the reader's language (doctor: '... not set')."""
+    first, *rest = variables
+    for second in rest:
+        # Translators: two variables, either of which chooses GPUs ("{variable} not set" says it of both)
+        first = _("{first} or {second}").format(first=first, second=second)
+    return first
 
 
 def allowed_keys(vis: Visible, devices: list[CudaDevice]) -> set[str] | None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from .. import process_view
 from .. import visible as visible_devices
 from ..cuda_env import ORDER_PCI, VISIBLE, Visible, devices_of
+from ..gpu_choice import list_words
 from ..gpu_state import Device, GpuProcess, Snapshot
 from ..i18n import N_, _, ngettext, pgettext
 from ..procs import Environ, read_environ, user_name
@@ -154,6 +155,12 @@ def _who(p: GpuProcess) -> str:
             else _("unknown user (pid {pid})").format(pid=p.pid))
 
 
+def _holding(p: GpuProcess) -> str:
+    """Who holds how much, in one message (a translator may put the size inside the brackets)."""
+    return (_("{user} (pid {pid}) {size}").format(user=p.user, pid=p.pid, size=format_size(p.memory)) if p.user
+            else _("unknown user (pid {pid}) {size}").format(pid=p.pid, size=format_size(p.memory)))
+
+
 def run_checklist(snap: Snapshot, env: Mapping[str, str] | None = None, me: str | None = None,
                   only: list[int] | None = None, idle_known: bool = False,
                   read_env: Callable[[int, tuple[str, ...]], Environ] = read_environ,
@@ -194,7 +201,7 @@ def _lost(snap: Snapshot, usable: list[int]) -> list[Finding]:
     """A GPU the driver lost: every other check skips it (it has no readings), so it is named here."""
     return [Finding("gpu_lost", "problem", _("GPU {index} is lost").format(index=g.index),
                     _("{error}: NVML cannot read it, and a job started on it fails").format(
-                        error=g.error or _("GPU is lost")),
+                        error=_(g.error) if g.error else _("GPU is lost")),  # the backend's are N_-marked
                     _("use another GPU; an admin resets it when nothing runs there (as root: nvidia-smi -r -i {index}) "
                       "or reboots, and checks the kernel log (dmesg) for Xid errors").format(index=g.index),
                     gpus=[g.index])
@@ -206,8 +213,7 @@ def _near_full(gpus: list[Device]) -> list[Finding]:
     for g in gpus:
         if g.memory_total and g.memory_free is not None and g.memory_free < NEAR_FULL_FREE * g.memory_total:
             holders = sorted(g.processes, key=lambda p: -(p.memory or 0))[:3]
-            names = (pgettext("list separator", ", ").join(f"{_who(p)} {format_size(p.memory)}" for p in holders)
-                     or _("no listed process"))
+            names = list_words([_holding(p) for p in holders]) or _("no listed process")
             out.append(Finding("near_full", "warning", _("GPU {index} is nearly full").format(index=g.index),
                                _("{free} free of {total}; held by {holders}").format(
                                    free=format_size(g.memory_free), total=format_size(g.memory_total), holders=names),
@@ -222,7 +228,7 @@ def _other_users(gpus: list[Device], me: str | None) -> list[Finding]:
         others = [p for p in g.processes if p.user is not None and p.user != me]
         if others:
             held = sum(p.memory or 0 for p in others)
-            names = ", ".join(sorted({p.user for p in others if p.user}))
+            names = list_words(sorted({p.user for p in others if p.user}))
             out.append(Finding("other_users", "info",
                                _("other users hold memory on GPU {index}, which you chose").format(index=g.index),
                                _("{users}: {held} of {total}").format(users=names, held=format_size(held),
@@ -290,7 +296,7 @@ def _holders(gpus: list[Device], me: str | None, idle_known: bool = False) -> li
                 out.append(Finding("not_visible", "warning",
                                    _("pid {pid} holds memory on GPU {index} but /proc cannot see it").format(
                                        pid=p.pid, index=g.index),
-                                   f"{format_size(p.memory)}; {p.host_missing}",
+                                   _("{size}; {why}").format(size=format_size(p.memory), why=_(p.host_missing)),
                                    _("if it exited, its memory should be freed soon; if it stays, an admin "
                                      "can find it with nvidia-smi on the host"), gpus=[g.index], pid=p.pid,
                                    memory=p.memory))

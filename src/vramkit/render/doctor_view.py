@@ -49,13 +49,20 @@ _WHAT = {"cpu": N_("Host RAM ran out"), "cublas": N_("cuBLAS could not allocate"
          "ggml": N_("llama.cpp could not allocate"), "cuda": N_("CUDA out of memory")}
 
 
+# The bar's part that the framework's allocator handed out, by the framework that printed the message
+# (OomReport.framework); vLLM and DeepSpeed allocate through PyTorch.
+_ALLOCATED_BY = {"pytorch": N_("allocated by PyTorch"), "tensorflow": N_("allocated by TensorFlow"),
+                 "paddle": N_("allocated by PaddlePaddle"), "jax": N_("allocated by JAX"),
+                 "llama.cpp": N_("allocated by llama.cpp")}
+
+
 def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
     """One bar for the GPU that ran out: this job's parts, the others, and what was free."""
     r = ex.report
     if not r.total_bytes or r.free_bytes is None:
         return []
     parts: list[tuple[str, int | None, str, str]] = [
-        (_("allocated by PyTorch"), r.allocated_bytes, "█", "#"),
+        (_(_ALLOCATED_BY.get(r.framework, _ALLOCATED_BY["pytorch"])), r.allocated_bytes, "█", "#"),
         (_("reserved, unallocated"), r.reserved_unallocated_bytes, "▒", "R"),
         (_("non-PyTorch (this job)"), r.non_pytorch_bytes, "▓", "N"),
         (_("other processes") if ex.others_basis != "outside PyTorch" else _("outside PyTorch"), ex.others_bytes,

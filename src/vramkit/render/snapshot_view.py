@@ -76,7 +76,9 @@ def render_peak(snap: Snapshot, reports: list[PeakReport], source: str, style: S
         lines.append("  " + _("by your source line (the innermost frame outside libraries):"))
         for s in r.by_source:
             label = _(s.label) if s.label in _NO_LINE else sanitize(s.label)
-            lines.append(f"    {size(s.bytes):>9} {_pct(s.bytes, r.allocated)}  {label}  ({_blocks(s.count)})")
+            # Translators: how many allocations a source line made, in brackets after it
+            blocks = ngettext("({n} block)", "({n} blocks)", s.count).format(n=s.count)
+            lines.append(f"    {size(s.bytes):>9} {_pct(s.bytes, r.allocated)}  {label}  {blocks}")
         if r.source_lines > len(r.by_source):
             lines.append("    " + _("... {n} more lines").format(n=r.source_lines - len(r.by_source)))
         lines.append("  " + _("largest blocks live at the peak:"))
