@@ -104,7 +104,7 @@ def test_impossible_requests_say_what_is_available():
     assert "fitting now: GPU 4 (61.5GiB free), GPU 7 (77.3GiB free)" in d.impossible
     d = decide(Policy(min_free=200 * GiB, min_free_pct=None), units)
     assert "GPUs 0-7 are too small (79.5GiB usable)" in d.impossible
-    assert "most free now: GPU 7 77.3GiB, GPU 4 61.5GiB" in d.impossible
+    assert "most free now: GPU 7 (77.3GiB free), GPU 4 (61.5GiB free)" in d.impossible
 
 
 def test_a_refusal_groups_gpus_by_reason():

@@ -155,3 +155,45 @@ def test_wrap_folds_chinese_by_display_width():
     assert "--init" in " ".join(lines).split()  # a Latin word is never cut
     assert wrap("plain ascii text folds as textwrap does", 12) == ["plain ascii", "text folds", "as textwrap",
                                                                   "does"]
+
+
+def test_pick_explain_names_the_gpu_model_not_an_ml_model():
+    # pick's MODEL column is the GPU's model (型号); estimate --list's is a neural network's (模型)
+    result = run_vram("pick", "--explain", "--simulate", "demo", "--no-color", env=clean_env(VRAM_LANG="zh_CN",
+                                                                                           COLUMNS="120"))
+    header = next(line for line in after_banner(result.err, "请求").splitlines() if "结论" in line)
+    assert "型号" in header.split() and "模型" not in header, header
+
+
+def test_impossible_pick_says_the_most_free_gpus_in_chinese():
+    result = run_vram("pick", "--min-free", "200GiB", "--simulate", "demo", env=ZH)
+    assert result.rc == 1
+    assert "当前空闲最多：GPU 7（空闲 77.3GiB）" in result.err, result.err
+    result = run_vram("pick", "-n", "3", "--exclusive", "--simulate", "demo", env=ZH)
+    assert "正被其他用户使用（alice，erin）" in result.err, result.err  # the list separator is Chinese
+
+
+def test_kill_names_other_users_with_the_chinese_separator():
+    result = run_vram("kill", "--idle", "1m", "--dry-run", "--simulate", "demo", env=ZH)
+    assert "（alice，bob，carol，dave，erin）" in result.out + result.err, result.out + result.err
+
+
+def test_run_usage_line_is_chinese():
+    result = run_vram("run", "--help", env=ZH)
+    assert result.rc == 0, result.err
+    assert result.out.splitlines()[0] == "用法：vram run [选项] [--wait [DURATION]] -- CMD [ARGS...]", result.out[:200]
+    english = run_vram("run", "--help")
+    assert english.out.splitlines()[0] == "usage: vram run [options] [--wait [DURATION]] -- CMD [ARGS...]"
+
+
+def test_kill_report_says_what_is_still_held_in_chinese(children, write_scenario, tmp_path):
+    child, keep = start_sleeper(children), start_sleeper(children)
+    path = write_scenario(real_gpu_scenario({child.pid: {"0": "3GiB"}, keep.pid: {"0": "2GiB"}}))
+    env = {**ZH, "VRAM_AUDIT_LOG": str(tmp_path / "audit.log"), "HOME": str(tmp_path), "COLUMNS": "200"}
+    result = run_vram("kill", "--simulate", str(path), str(child.pid), "--yes", "--timeout", "5", "--no-color",
+                      env=env)
+    assert result.rc == 0, result.err
+    (held,) = [line for line in result.out.splitlines() if str(keep.pid) in line and "GiB" in line
+               and "释放" not in line]
+    assert held.lstrip().startswith("仍占用：") and "2.0GiB" in held, result.out
+    assert_chinese(held, commands=("sleep 600",))

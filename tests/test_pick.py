@@ -95,7 +95,7 @@ def test_impossible_requests_fail_at_once_and_say_what_is_available(leasing):
         assert time.monotonic() - started < 20  # not the 60 s of --wait
         result = pick(leasing, "--min-free", "200GiB", *extra)
         assert_one_line_error(result, 1, "no GPU here can ever fit the request (1 GPU, ≥200GiB free",
-                              "GPUs 0-7 are too small (79.5GiB usable)", "most free now: GPU 7 77.3GiB")
+                              "GPUs 0-7 are too small (79.5GiB usable)", "most free now: GPU 7 (77.3GiB free)")
     assert leasing.leftovers() == []
 
 

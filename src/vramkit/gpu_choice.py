@@ -214,6 +214,7 @@ class Block:
 class Problem:
     kind: str  # memory, memory-na, util, exclusive, lease, queue; never: allowed, excluded, only, lost, mig, small
     detail: str = ""  # e.g. "9.2GiB free"
+    users: tuple[str, ...] = ()  # exclusive: the other users (grouping merges them)
 
 
 @dataclass
@@ -277,7 +278,7 @@ def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
     if policy.exclusive:
         others = sorted({p.user or _("unknown user") for p in unit.processes if p.uid != policy.uid})
         if others:
-            v.problems.append(Problem("exclusive", ", ".join(others)))
+            v.problems.append(Problem("exclusive", list_words(others), users=tuple(others)))
     if key in blocked:
         v.problems.append(Problem(blocked[key].kind, blocked[key].text))
     return v
@@ -463,10 +464,10 @@ def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
                 out.append(_unit_is([v.unit], p.detail))
             continue
         if kind == "exclusive":
-            details = sorted({n for d in details for n in d.split(", ")})
+            details = sorted({n for p in problems for n in p.users})
         elif len(set(details)) == 1:
             details = details[:1]
-        out.append(_unit_is([v.unit for v in vs], _problem_words(kind, ", ".join(details), policy, vs[0].unit)))
+        out.append(_unit_is([v.unit for v in vs], _problem_words(kind, list_words(details), policy, vs[0].unit)))
     return out
 
 
@@ -495,7 +496,7 @@ def available_text(decision: Decision, limit: int = 4) -> str:
     if not units:
         return _("no GPU reports its free memory")
     return _("most free now: {gpus}").format(gpus=list_words(
-        [f"{ids_text([u])} {format_size(u.memory_free)}" for u in units[:limit]]))
+        [_("{gpu} ({size} free)").format(gpu=ids_text([u]), size=format_size(u.memory_free)) for u in units[:limit]]))
 
 
 def _impossible_text(decision: Decision, possible: list[Verdict]) -> str:

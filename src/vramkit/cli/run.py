@@ -43,7 +43,8 @@ examples:
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION, parents=parents,
                        formatter_class=HelpFormatter,
-                       usage="vram run [options] [--wait [DURATION]] -- CMD [ARGS...]")
+                       # Translators: argparse's usage line after "usage: "; translate only [options]
+                       usage=_("%(prog)s [options] [--wait [DURATION]] -- CMD [ARGS...]"))
     add_policy_options(p)
     add_wait_option(p)
     help_values(add_duration(p, "--lease-timeout", low=0.001, high=24 * 3600,

@@ -171,8 +171,9 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
         for p in change.still:
             t = target_pids.get(p.pid)
             mark = style.paint(f"  [{status_words(t.status)}]", _COLOURS.get(t.status, "bold")) if t else ""
-            head = (f"       {_('still held:')} {format_size(p.memory):>8}  {pad(fit(p.user or '?', 10), 10)} "
-                    f"{p.pid:>7}  ")
+            # Translators: a process the kill left holding memory: its size, user and pid (kept aligned)
+            head = "       " + _("still held: {size}  {user} {pid}").format(
+                size=f"{format_size(p.memory):>8}", user=pad(fit(p.user or "?", 10), 10), pid=f"{p.pid:>7}") + "  "
             lines.append(head + clip(p.command or f"({p.host_missing})", max(10, width - cells(head) - 16)) + mark)
         if change.unattributed:
             lines.append("       " + _("{size} used but not charged to any listed process: see vram ps --holders")

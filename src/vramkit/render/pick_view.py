@@ -98,7 +98,9 @@ def explain(snap: Snapshot, decision: Decision, env_visible: Visible, selection:
         lines.extend(("  " if i else "") + part for i, part in enumerate(_wrap(line, width, 2, style=style)))
     chosen = {u.key: i for i, u in enumerate(decision.chosen)}
     show_model = width is None or width >= 100  # a narrow terminal keeps room for the verdict
-    heads = {"GPU": pgettext("column", "GPU"), "PCI": pgettext("column", "PCI"), "MODEL": pgettext("column", "MODEL"),
+    heads = {"GPU": pgettext("column", "GPU"), "PCI": pgettext("column", "PCI"),
+             # Translators: MODEL here is the GPU's model (A100-SXM4-80GB), not a neural network's
+             "MODEL": pgettext("GPU model column", "MODEL"),
              "FREE/TOTAL": pgettext("column", "FREE/TOTAL"), "UTIL": pgettext("column", "UTIL")}
     # column widths by display width: the English ones, or a translated heading's where it is wider
     w = {key: max(least, cells(heads[key])) for key, least in
