@@ -130,7 +130,7 @@ def test_help_screen_table_and_refusal_are_chinese_and_line_up_at_80x24(tmp_path
         _fits(screen)
         box = _box(screen)
         assert box[0] == "结束进程 60112" and box[2].startswith("进程 60112   用户 dave   已运行 "), box
-        assert "占用 GPU 6: 78.2GiB" in box
+        assert "占用 GPU 6：78.2GiB" in box
         assert any(line.startswith("已拒绝（ownership）：") for line in box), box
         text = " ".join(line for line in box if "sft.py" not in line and "--bf16" not in line)  # dave's command
         assert not _english(text, {"dave", "root", "ownership"}), _english(text, {"dave", "root", "ownership"})
@@ -193,3 +193,61 @@ def test_top_help_is_chinese_and_fits_80_columns():
             "DURATION", "LIST", "NAMES", "root", "shell", "kill", "record", "config", "docs", "interval", "idle",
             "after", "demo", "tmp", "alice", "bob", "nlp", "train", "light"}  # names, metavars, config keys, values
     assert not _english(own, kept), _english(own, kept)
+
+
+def _in_chinese_app(monkeypatch, size, body):
+    """The live view in-process (Textual's test pilot) under VRAM_LANG=zh_CN, on the demo scenario."""
+    import asyncio
+
+    from vramkit import i18n
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    monkeypatch.setenv("VRAM_LANG", "zh_CN")
+    i18n.reset()
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await body(app, pilot)
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()
+
+
+def test_detail_dialog_says_the_state_in_words_and_keeps_min_max_on_the_sparkline(sim_env, monkeypatch):
+    from vramkit.tui.screens import DetailScreen
+
+    async def body(app, pilot):
+        await pilot.press("s", "s")  # sort by pid: 29044, 38817, 41234 x4, ...
+        await pilot.press("home", "down", "down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen) and app.screen.pid == 41234
+        static = app.screen.query_one("#detail")
+        text = static.content.plain
+        state = re.search(r"状态 (\S+)", text)
+        assert state and re.search(r"[\u4e00-\u9fff]", state.group(1)), text[:300]  # not /proc's "running"
+        room = static.content_region.width
+        sparks = [line for line in text.splitlines() if re.search(r"范围 \S+ ~ \S+$", line)]
+        assert sparks and all(cells(line) <= room for line in sparks), (room, sparks)
+    _in_chinese_app(monkeypatch, (80, 24), body)
+
+
+def test_command_palette_is_chinese(sim_env, monkeypatch):
+    from textual.command import CommandPalette
+    from textual.widgets import Input, OptionList
+
+    async def body(app, pilot):
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.5)
+        assert isinstance(app.screen, CommandPalette)
+        assert app.screen.query_one(Input).placeholder == "搜索命令…"
+        options = app.screen.query_one(OptionList)
+        prompts = " ".join(str(options.get_option_at_index(i).prompt) for i in range(options.option_count))
+        for words in ("主题", "退出", "按键", "截图"):
+            assert words in prompts, prompts
+        assert not re.search(r"\b(Theme|Quit|Keys|Screenshot)\b", prompts), prompts
+    _in_chinese_app(monkeypatch, (100, 30), body)

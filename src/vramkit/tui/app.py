@@ -29,12 +29,15 @@ from textual import events
 from textual._segment_tools import line_crop
 from textual._two_way_dict import TwoWayDict
 from textual._types import SegmentLines
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.cache import LRUCache
+from textual.command import CommandPalette
 from textual.containers import VerticalScroll
 from textual.geometry import Region
+from textual.screen import Screen
 from textual.strip import Strip
+from textual.theme import ThemeProvider
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets._data_table import RowRenderables
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist, RowKey
@@ -406,6 +409,17 @@ class Sampler:
     def _work(self) -> None:
         while True:
             _run_and_settle(*self._jobs.get())
+
+
+# Textual's own commands in the Ctrl-P palette (App.get_system_commands): their titles and help, word
+# for word, so each is shown in the reader's language; one Textual adds later stays English until listed.
+_SYSTEM_WORDS = frozenset((
+    N_("Theme"), N_("Change the current theme"), N_("Quit"), N_("Quit the application as soon as possible"),
+    N_("Keys"), N_("Hide the keys and widget help panel"),
+    N_("Show help for the focused widget and a summary of available keys"),
+    N_("Minimize"), N_("Minimize the widget and restore to normal size"),
+    N_("Maximize"), N_("Maximize the focused widget"),
+    N_("Screenshot"), N_("Save an SVG 'screenshot' of the current screen")))
 
 
 class TopApp(App[None]):
@@ -781,6 +795,22 @@ class TopApp(App[None]):
         return self._rows[row] if 0 <= row < len(self._rows) else None
 
     # ------------------------------------------------------------ actions
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's palette commands, as Textual offers them (the same conditions and actions), in words
+        the reader reads."""
+        for command in super().get_system_commands(screen):
+            yield command._replace(title=_(command.title) if command.title in _SYSTEM_WORDS else command.title,
+                                   help=_(command.help) if command.help in _SYSTEM_WORDS else command.help)
+
+    def action_command_palette(self) -> None:
+        # Textual's, with its placeholder in the reader's language
+        if self.use_command_palette and not CommandPalette.is_open(self):  # type: ignore[arg-type]  # App[None]
+            self.push_screen(CommandPalette(placeholder=_("Search for commands…"), id="--command-palette"))
+
+    def search_themes(self) -> None:
+        # Textual's (the palette's Theme command), with its placeholder in the reader's language
+        self.push_screen(CommandPalette(providers=[ThemeProvider], placeholder=_("Search for themes…")))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 

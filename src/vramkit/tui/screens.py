@@ -135,6 +135,15 @@ class AlertsScreen(_Modal):
             yield Static(_look(self).text(alerts_text(self.alerts, 200, 10_000, _look(self))), id="alerts-all")
 
 
+# The process's state in the details dialog, in words (procs/stat.py's names of /proc's state letters).
+_STATE_WORDS = {
+    # Translators: a process's state (from /proc), shown after "state"
+    "running": N_("running"), "sleeping": N_("sleeping"), "disk-sleep": N_("waiting on disk"),
+    "zombie": N_("zombie"), "stopped": N_("stopped"), "tracing-stop": N_("stopped by a debugger"),
+    "dead": N_("dead"), "idle": N_("idle"), "paging": N_("paging"), "parked": N_("parked")}
+_SPARK_INDENT = 11  # the sparkline under its GPU's line, past "  GPU 0/12 "
+
+
 def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width: int, span: float,
                 own: ProcessGpus | None = None, look: Look = PLAIN,
                 health: dict[int, Device] | None = None) -> Text:
@@ -147,8 +156,9 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
     if p.host_missing:
         out.append(f"\n{p.host_missing}\n", style="yellow")
     else:
+        state = _(_STATE_WORDS[p.state]) if p.state in _STATE_WORDS else p.state
         out.append(_("   user {user} (uid {uid})   state {state}   age {age}   ppid {ppid}").format(
-            user=p.user, uid=p.uid, state=p.state, age=format_duration(p.elapsed), ppid=p.ppid) + "\n")
+            user=p.user, uid=p.uid, state=state, age=format_duration(p.elapsed), ppid=p.ppid) + "\n")
         cpu = "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}%"
         out.append(_("CPU {cpu}   RSS {rss}").format(cpu=cpu, rss=format_size(p.rss)))
         owner = describe(p.workload)  # its container, pod or Slurm job, in words
@@ -176,7 +186,6 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
         out.append(f"  {where:<8} {own_util}")
         out.append(f"  ({fmt.reason(r.utilization_na)})\n" if r.utilization_na else "\n", style="dim")
     out.append("\n" + _("GPU memory, last {span}").format(span=format_duration(span)) + "\n", style="bold")
-    spark_w = max(10, width - 40)
     by_index = {g.index: g for g in snap.gpus}
     for r in rows:
         dev = by_index.get(r.gpu)
@@ -184,15 +193,16 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
         series = history.process(r.pid, r.gpu, r.mig_gi)
         values = [v for __, v in series if v is not None]
         hi = max(values) if values else 1
+        low = format_size(min(values)) if values else "N/A"
+        span_text = _("min {low} max {high}").format(low=low, high=format_size(max(values)) if values else "N/A")
+        spark_w = max(10, width - _SPARK_INDENT - 2 - cells(span_text))  # the line and its min/max on one line
         line = spark(buckets([(t, v) for t, v in series], snap.time, span, spark_w, step=True), 0, hi or 1)
         where = f"GPU {r.gpu}" + ("" if r.mig_gi is None else f"/{r.mig_gi}")
         share = "" if total is None or r.memory is None else _(" ({percent}% of the GPU)").format(
             percent=f"{100 * r.memory / total:.0f}")
         out.append(f"  {where:<8} {format_size(r.memory):>8}{share}\n")
-        low = format_size(min(values)) if values else "N/A"
-        out.append(f"           {line}  ", style=look.palette.ok)
-        out.append(_("min {low} max {high}").format(low=low, high=format_size(max(values)) if values else "N/A")
-                   + "\n", style="dim")
+        out.append(" " * _SPARK_INDENT + line + "  ", style=look.palette.ok)
+        out.append(span_text + "\n", style="dim")
     for index in sorted({r.gpu for r in rows}):
         checked = (health or {}).get(index)
         if checked is None or checked.health is None:
@@ -233,7 +243,8 @@ class DetailScreen(_Modal):
             return
         own = process_gpus(snap, self.pid, self._environ_once, self._pids_visible)
         look = _look(self)
-        width = min(self.app.size.width - 6, 104)
+        # the pop-up's own text width, less its scrollbar (Textual's 2 columns: the details scroll): nothing wraps
+        width = help_width(self.app.size.width) - 2
         widget.update(look.text(detail_text(rows, snap, history, width, span, own, look, health)))
 
     def action_kill(self) -> None:
