@@ -21,7 +21,10 @@ Afterwards the script checks that both really recorded every process. Target (is
 0.5 CPU seconds per minute in every round, and below the peer.
 
     .venv/bin/python benchmarks/bench_record.py [--seconds 60] [--rounds 5] [--processes 200] [--gpus 8]
-        [--vramkit-src DIR]
+        [--vramkit-src DIR] [--compare DIR]
+
+--compare DIR adds, in every round, `vram record` from another source tree (before/after in one run,
+interleaved with the others, on the same machine and shim).
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def measure(cmd: list[str], env: dict[str, str], seconds: float, warmup: float) 
     return used
 
 
-def check_vram(db: Path, processes: int) -> str:
+def check_vram(db: Path, processes: int, name: str = "vram") -> str:
     conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
     try:
         samples = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
@@ -106,7 +109,7 @@ def check_vram(db: Path, processes: int) -> str:
         conn.close()
     if jobs < processes:
         raise SystemExit(f"bench_record: vram recorded {jobs} process lives with a host side, expected {processes}")
-    return f"vram: {samples} samples, {rows} (process, GPU) rows in the last, {jobs} process lives, " \
+    return f"{name}: {samples} samples, {rows} (process, GPU) rows in the last, {jobs} process lives, " \
            f"{db.stat().st_size / 2**20:.1f} MiB on disk"
 
 
@@ -128,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=8, help="simulated GPUs (8)")
     ap.add_argument("--vramkit-src", type=Path, metavar="DIR",
                     help="run vramkit (vram and the shim) from this source tree: before/after")
+    ap.add_argument("--compare", type=Path, metavar="DIR",
+                    help="also run vram record from this source tree in every round (vram and its shim from DIR)")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="vram-bench-record-") as tmp, Sleepers(args.processes) as sleepers:
@@ -137,20 +142,29 @@ def main(argv: list[str] | None = None) -> int:
         env = shim_env(shim, scenario_file)
         if args.vramkit_src is not None:  # the shim imports vramkit too: from the same tree as vram
             env["PYTHONPATH"] += os.pathsep + str(args.vramkit_src.resolve())
+        compared = f"vram record ({args.compare.resolve().parent.name or args.compare})" if args.compare else ""
+        if args.compare is not None:
+            compare_env = shim_env(shim, scenario_file)
+            compare_env["PYTHONPATH"] += os.pathsep + str(args.compare.resolve())
         print(f"bench_record: {args.gpus} simulated GPUs, {args.processes} real processes, 1 s interval, "
               f"{args.seconds:g} s measured per program and round after {args.warmup:g} s, "
               f"{args.rounds} rounds; {environment()}"
-              + (f"\nvramkit from {args.vramkit_src.resolve()}" if args.vramkit_src else ""))
+              + (f"\nvramkit from {args.vramkit_src.resolve()}" if args.vramkit_src else "")
+              + (f"\n{compared}: vramkit from {args.compare.resolve()}" if args.compare else ""))
         used: dict[str, list[float]] = {"vram record": [], "nvitop collector": []}
+        if compared:
+            used[compared] = []
         checks = []
         for r in range(args.rounds):
-            for name in list(used) if r % 2 == 0 else list(used)[::-1]:
-                if name == "vram record":
-                    db = tmp_path / f"history-{r}.db"
+            names = list(used)
+            for name in names[r % len(names):] + names[:r % len(names)]:  # each program first in turn
+                if name.startswith("vram record"):
+                    db = tmp_path / f"history-{r}-{len(checks)}.db"
                     cmd = [sys.executable, "-c", VRAM_VIA_DRIVER, "record", "--db", str(db), "--interval", "1s",
                            "--quiet"]
-                    used[name].append(measure(cmd, env, args.seconds, args.warmup))
-                    checks.append(check_vram(db, args.processes))
+                    used[name].append(measure(cmd, compare_env if name == compared else env, args.seconds,
+                                              args.warmup))
+                    checks.append(check_vram(db, args.processes, name if name == compared else "vram"))
                 else:
                     log = tmp_path / f"nvitop-{r}.jsonl"
                     cmd = [sys.executable, "-c", NVITOP_COLLECTOR, str(log), "1", "60"]
@@ -161,18 +175,23 @@ def main(argv: list[str] | None = None) -> int:
     rates = {name: [60 * x / args.seconds for x in v] for name, v in used.items()}
     per_minute = {name: statistics.mean(r) for name, r in rates.items()}
     peer = per_minute["nvitop collector"]
-    print(f"\n{'program':<17} {'CPU s/min':>9} {'% of a core':>12} {'median':>7} {'min':>6} {'max':>6}  "
+    width = max(17, *map(len, rates))
+    print(f"\n{'program':<{width}} {'CPU s/min':>9} {'% of a core':>12} {'median':>7} {'min':>6} {'max':>6}  "
           f"{'per round (CPU s/min)':<34} vs nvitop")
     for name, r in rates.items():
         ratio = f"{per_minute[name] / peer:6.2f}x" if peer else "   n/a"
-        print(f"{name:<17} {per_minute[name]:9.3f} {100 * per_minute[name] / 60:11.2f}% {statistics.median(r):7.3f} "
-              f"{min(r):6.3f} {max(r):6.3f}  {', '.join(f'{x:.3f}' for x in r):<34} {ratio}")
+        print(f"{name:<{width}} {per_minute[name]:9.3f} {100 * per_minute[name] / 60:11.2f}% "
+              f"{statistics.median(r):7.3f} {min(r):6.3f} {max(r):6.3f}  "
+              f"{', '.join(f'{x:.3f}' for x in r):<34} {ratio}")
     print("\n" + "\n".join(checks))
     worst = max(rates["vram record"])
     met = worst <= TARGET and per_minute["vram record"] < peer
     print(f"\ntarget (at most {TARGET} CPU s/min in every round, and below nvitop's collector): "
           f"{'MET' if met else 'NOT MET'} (worst round {worst:.3f}, mean {per_minute['vram record']:.3f} "
           f"vs {peer:.3f} CPU s/min)")
+    if compared:
+        print(f"{compared}: worst round {max(rates[compared]):.3f}, mean {per_minute[compared]:.3f} CPU s/min; "
+              f"this tree / it: {per_minute['vram record'] / per_minute[compared]:.2f}x")
     return 0
 
 
