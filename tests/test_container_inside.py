@@ -195,6 +195,24 @@ def test_two_holders_are_said_plainly(container, write_scenario, dev, env):
     assert "1 process of this container holds GPU 1" in text and "cannot be told" in text
 
 
+def test_a_row_with_no_pid_here_is_said_in_the_readers_language(container, write_scenario, dev, env):
+    """Why a host pid has no process here is kept in English for the JSON and said in the reader's
+    words in ps and status (it used to be shown as the English the row keeps)."""
+    first, first_host = container.start(dev / "nvidia0")
+    second, second_host = container.start(dev / "nvidia0")
+    path = scenario(write_scenario, dev, {(first_host, first): {"0": "6GiB"}, (second_host, second): {"0": "8GiB"}})
+    zh = {**env, "VRAM_LANG": "zh_CN"}
+    data = container.vram("ps", "--simulate", str(path), "--json", env=zh).json()
+    missing = {p["nvml_pid"]: p["host_missing"] for p in data["processes"]}
+    assert "of another PID namespace" in missing[OUTSIDE] and "runs outside" in missing[OUTSIDE]
+    assert "which cannot be told apart" in missing[first_host]
+    for command in ("ps", "status"):
+        out = container.vram(command, "--simulate", str(path), env=zh)
+        assert out.rc == 0, out.err
+        assert "属于另一个 PID 命名空间" in out.out and "无法区分" in out.out, out.out
+        assert "of another PID namespace" not in out.out and "cannot be told" not in out.out, out.out
+
+
 def test_kill_frees_the_containers_own_process(container, write_scenario, dev, env):
     here, host = container.start(dev / "nvidia0", dev / "nvidiactl")
     decoy, decoy_host = container.start(at=host)

@@ -160,7 +160,8 @@ def growth(history: History, index: int, th: Thresholds) -> tuple[float, float] 
 
 
 def _who(p: GpuProcess) -> str:
-    return f"pid {p.pid} ({p.user})" if p.user else f"pid {p.pid}"  # said inside the sentences below
+    # said inside the sentences below
+    return _("pid {pid} ({user})").format(pid=p.pid, user=p.user) if p.user else _("pid {pid}").format(pid=p.pid)
 
 
 def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from .backends import Backend
 from .gpu_state import Device, GpuProcess, Snapshot
 from .holders import Holder, scan
-from .i18n import _, ngettext
+from .i18n import N_, _, ngettext
 from .procs import OTHER_NAMESPACE, HostProcess, ProcessTable
 from .units import format_size
 
@@ -67,13 +67,28 @@ def _certain(fits: dict[int, list[Holder]]) -> dict[int, Holder]:
 
 
 def _why_unmapped(p: GpuProcess) -> str:
-    head = f"host pid {p.nvml_pid}, of another PID namespace"
-    if not p.holders_here:
-        return f"{head}: no process of this container holds GPU {p.gpu} open, so it runs outside it"
-    if len(p.holders_here) == 1:
-        return (f"{head}: pid {p.holders_here[0]} here holds GPU {p.gpu}, but so may a process outside this "
-                "container: which holds this memory cannot be told")
-    return f"{head}: held by one of pids {', '.join(map(str, p.holders_here))} here, which cannot be told apart"
+    return why_unmapped(p, local=False)
+
+
+# Why a host pid has no process here, by how many processes here hold its GPU (none, one, several)
+_OUTSIDE = N_("host pid {pid}, of another PID namespace: no process of this container holds GPU {gpu} open, so it "
+              "runs outside it")
+_MAYBE_ONE = N_("host pid {pid}, of another PID namespace: pid {here} here holds GPU {gpu}, but so may a process "
+                "outside this container: which holds this memory cannot be told")
+_ONE_OF = N_("host pid {pid}, of another PID namespace: held by one of pids {pids} here, which cannot be told apart")
+
+
+def why_unmapped(p: GpuProcess, local: bool = True) -> str:
+    """Why a row NVML lists under a host pid has no process here: in English (`local=False`: what
+    the row keeps, the JSON's host_missing) or in the reader's words."""
+    say = _ if local else str
+    pids = p.holders_here
+    if not pids:
+        return say(_OUTSIDE).format(pid=p.nvml_pid, gpu=p.gpu)
+    if len(pids) == 1:
+        return say(_MAYBE_ONE).format(pid=p.nvml_pid, here=pids[0], gpu=p.gpu)
+    listed = _pid_list(pids) if local else ", ".join(map(str, pids))
+    return say(_ONE_OF).format(pid=p.nvml_pid, pids=listed)
 
 
 def _pid_list(pids: Iterable[int]) -> str:

@@ -6,6 +6,7 @@ so an exec into a protected name or a change of owner in between is refused."""
 from __future__ import annotations
 
 from .. import procs
+from ..gpu_state import GpuProcess
 from ..i18n import N_, _
 from ..procs.workload import describe
 from ..protect import Candidate, Protection, Refusal, Said, said
@@ -60,6 +61,11 @@ def check(t: Target, caller: Caller, protection: Protection, all_users: bool) ->
     """Why t must not be signalled, or None. The order decides which rule a refusal names."""
     if t.unmapped:
         # (English: the audit log keeps it; the words are marked N_ where they are written)
+        listed = t.listed
+        if isinstance(listed, GpuProcess) and listed.nvml_pid is not None and listed.pid_here is None:
+            from ..pidmap import why_unmapped  # inside a container: said from what pidmap knows of the row
+
+            return Refusal("unmapped", t.unmapped, why_unmapped(listed))
         return Refusal("unmapped", t.unmapped, _(t.unmapped))
     refusal, doubt = protection.judge(candidate(t))
     if refusal:

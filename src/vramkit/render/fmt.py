@@ -18,6 +18,16 @@ def reason(text: str) -> str:
     return _(text)
 
 
+def missing(p: GpuProcess) -> str:
+    """Why a process's host side is unknown, in the reader's words: a row NVML lists under a host
+    pid inside a container is said from what pidmap knows of it (its English is kept for the JSON)."""
+    if p.nvml_pid is not None and p.pid_here is None:
+        from ..pidmap import why_unmapped  # only inside a container: pidmap reads /proc and device files
+
+        return why_unmapped(p)
+    return reason(p.host_missing or "")
+
+
 def memory_share(p: GpuProcess, dev: Device | None) -> float | None:
     """The percentage of its memory a process holds: of its MIG instance's memory when it runs in
     one (a 10 GiB instance of an 80 GiB GPU, held whole, is 100 %, not 12 %), else of its GPU's."""

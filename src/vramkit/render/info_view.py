@@ -275,7 +275,7 @@ def _process_rows(procs: list[GpuProcess]) -> list[list[str]]:
              format_size(p.memory),
              fmt.pct(p.sm_utilization), fmt.pct(p.memory_utilization), fmt.pct(p.encoder_utilization),
              fmt.pct(p.decoder_utilization),
-             p.command if p.command is not None else f"({fmt.reason(p.host_missing or '')})"]
+             p.command if p.command is not None else f"({fmt.missing(p)})"]
             for p in sorted(procs, key=lambda p: -(p.memory or 0))]
 
 

@@ -14,6 +14,7 @@ from ..killing.selection import NO_SUCH_PROCESS
 from ..procs.workload import describe
 from ..units import format_duration, format_size
 from ..vendor_terms import lister
+from . import fmt
 from .banner import banner
 from .data import _header
 from .style import Style, clip
@@ -174,7 +175,7 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
             # Translators: a process the kill left holding memory: its size, user and pid (kept aligned)
             head = "       " + _("still held: {size}  {user} {pid}").format(
                 size=f"{format_size(p.memory):>8}", user=pad(fit(p.user or "?", 10), 10), pid=f"{p.pid:>7}") + "  "
-            lines.append(head + clip(p.command or f"({p.host_missing})", max(10, width - cells(head) - 16)) + mark)
+            lines.append(head + clip(p.command or f"({fmt.missing(p)})", max(10, width - cells(head) - 16)) + mark)
         if change.unattributed:
             lines.append("       " + _("{size} used but not charged to any listed process: see vram ps --holders")
                          .format(size=format_size(change.unattributed)))

@@ -43,7 +43,7 @@ def _row(snap_gpus: dict[int, Device], p: GpuProcess, owners: bool, flag_words: 
         "N/A" if p.cpu_percent is None else f"{p.cpu_percent:.0f}", format_size(p.rss), fmt.elapsed(p),
         ",".join(flag_words[f] for f in fmt.flags(p)) or "-",
         *([fmt.owner(p) or "-"] if owners else []),
-        p.command if p.command is not None else f"({fmt.reason(p.host_missing or '')})",
+        p.command if p.command is not None else f"({fmt.missing(p)})",
     ]
 
 

@@ -148,7 +148,7 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool, user_w: int
         # sm: the process's own share of the time kernels ran (its GPU's is "util" above)
         head = (f"      {format_size(p.memory):>8}  {user} {fmt.pid(p):>7}{mig}  {fmt.elapsed(p):>7}"
                 f"  {words.sm} {fmt.pct(p.sm_utilization):>4}  ")
-        command = p.command if p.command is not None else f"({fmt.reason(p.host_missing or '')})"
+        command = p.command if p.command is not None else f"({fmt.missing(p)})"
         room = width - cells(head) - (cells(flags) + 3 if flags else 0) - (cells(owner) + 3 if owner else 0)
         lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
     lines.extend(style.paint(clip(f"      {note}", width), "yellow") for note in fmt.namespace_notes(procs))

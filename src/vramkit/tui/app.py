@@ -962,7 +962,7 @@ class TopApp(App[None]):
 def _not_here(p: GpuProcess) -> str:
     """One line on a row whose NVML pid is a host pid no process in this PID namespace could be
     told to be (inside a container): there is no pid here to look at or signal."""
-    return p.host_missing or _("host pid {pid}, of another PID namespace").format(pid=p.nvml_pid)
+    return fmt.missing(p) if p.host_missing else _("host pid {pid}, of another PID namespace").format(pid=p.nvml_pid)
 
 
 def _merge(chart: RangeChart, series: GpuSeries) -> None:

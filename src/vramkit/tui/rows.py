@@ -116,7 +116,7 @@ def matches(p: GpuProcess, view: View) -> bool:
         return False
     if view.search:
         needle = view.search.lower()
-        hay = f"{fmt.pid(p)} {p.user or ''} {p.command or p.host_missing or ''}".lower()
+        hay = f"{fmt.pid(p)} {p.user or ''} {p.command or (fmt.missing(p) if p.host_missing else '')}".lower()
         if needle not in hay:
             return False
     return True
@@ -205,7 +205,7 @@ def cells(row: Row, snap_gpus: dict[int, Device], columns: list[str], command_wi
         return [values[c] for c in columns]
     dev = snap_gpus.get(p.gpu)
     share = fmt.memory_share(p, dev)  # of its MIG instance's, in one
-    command = p.command if p.command is not None else f"({p.host_missing})"
+    command = p.command if p.command is not None else f"({fmt.missing(p)})"
     values = {
         "gpu": f"{p.gpu}" if p.mig_gi is None else f"{p.gpu}/{p.mig_gi}",
         "pid": fmt.pid(p),  # '-' for a host pid no process here could be told to be, as in ps

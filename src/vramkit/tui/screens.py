@@ -154,7 +154,7 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
     out = Text()
     out.append(_("pid {pid}").format(pid=p.pid), style="bold")
     if p.host_missing:
-        out.append(f"\n{p.host_missing}\n", style="yellow")
+        out.append(f"\n{fmt.missing(p)}\n", style="yellow")
     else:
         state = _(_STATE_WORDS[p.state]) if p.state in _STATE_WORDS else p.state
         out.append(_("   user {user} (uid {uid})   state {state}   age {age}   ppid {ppid}").format(
