@@ -243,6 +243,22 @@ def test_kill_one_of_two_frees_what_it_held(container, write_scenario, dev, env)
     assert wait_for(lambda: not Path(f"/proc/{second_host}").exists()) and Path(f"/proc/{first_host}").exists()
 
 
+def test_what_a_kill_leaves_is_never_shown_under_a_host_pid(container, write_scenario, dev, env):
+    """Three holders of GPU 0 here: after one is ended, the two left still cannot be told apart,
+    and the report's 'still held' lines must not print their host pids as pids of this container."""
+    first, first_host = container.start(dev / "nvidia0")
+    second, second_host = container.start(dev / "nvidia0")
+    third, third_host = container.start(dev / "nvidia0")
+    path = scenario(write_scenario, dev, {(first_host, first): {"0": "6GiB"}, (second_host, second): {"0": "8GiB"},
+                                          (third_host, third): {"0": "2GiB"}})
+    done = container.vram("kill", "--simulate", str(path), str(second), "--yes", "--timeout", "5", env=env)
+    assert done.rc == 0, done.err
+    held = [line for line in done.out.splitlines() if "still held" in line]
+    assert len(held) == 2, done.out
+    assert not any(str(pid) in line.split() for line in held for pid in (first_host, third_host)), done.out
+    assert all(line.split()[4] == "-" for line in held), done.out  # "still held: 6.0GiB  ?  -  (host pid ...)"
+
+
 @pytest.mark.parametrize("field, value, needle", [
     ("pid_namespace", "net:[4026531840]", "pid_namespace: must name the PID namespace"),
     ("pid_namespace", -3, "pid_namespace: must name the PID namespace"),

@@ -170,11 +170,11 @@ def render_report(report: KillReport, style: Style, width: int, with_banner: boo
             verdict = _("{size} more in use (other processes allocated meanwhile)").format(size=format_size(-freed))
         lines.append(_("GPU {index}  {used}: {verdict}").format(index=change.index, used=used, verdict=verdict))
         for p in change.still:
-            t = target_pids.get(p.pid)
+            t = target_pids.get(p.pid_here) if p.pid_here is not None else None  # never a host pid as one here
             mark = style.paint(f"  [{status_words(t.status)}]", _COLOURS.get(t.status, "bold")) if t else ""
             # Translators: a process the kill left holding memory: its size, user and pid (kept aligned)
             head = "       " + _("still held: {size}  {user} {pid}").format(
-                size=f"{format_size(p.memory):>8}", user=pad(fit(p.user or "?", 10), 10), pid=f"{p.pid:>7}") + "  "
+                size=f"{format_size(p.memory):>8}", user=pad(fit(p.user or "?", 10), 10), pid=f"{fmt.pid(p):>7}") + "  "
             lines.append(head + clip(p.command or f"({fmt.missing(p)})", max(10, width - cells(head) - 16)) + mark)
         if change.unattributed:
             lines.append("       " + _("{size} used but not charged to any listed process: see vram ps --holders")
