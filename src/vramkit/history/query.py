@@ -61,11 +61,16 @@ KINDS: dict[str, tuple[float, float, bool]] = {
 def checked(expr: str, kind: str) -> str:
     """SQL: `expr` where it holds a number of its kind, else NULL. BETWEEN with numeric bounds is
     false for NULL, text and blobs (they sort after every number) and for infinities."""
+    return f"(CASE WHEN {of_kind(expr, kind)} THEN {expr} END)"
+
+
+def of_kind(expr: str, kind: str) -> str:
+    """SQL: whether `expr` holds a number of its kind (checked()'s test)."""
     lo, hi, whole = KINDS[kind]
     test = f"{expr} BETWEEN {lo!r} AND {hi!r}"
     if whole:
         test += f" AND {expr} = CAST({expr} AS INTEGER)"
-    return f"(CASE WHEN {test} THEN {expr} END)"
+    return test
 
 
 def typed(value: object, kind: str) -> float | None:
@@ -232,12 +237,14 @@ _PROC_UNSUMMED = f"""
     AND {_PROC_RAW_KEYS}"""
 assert _PROC_UNSUMMED.split("FROM")[-1] == _PROC_HOURS.split("FROM")[-1]
 
-# The hour sums of each span of a local day (the temp table held_and_days fills: id, lo, hi).
+_HOUR_KEYS = (("h.t", "time"), ("h.seconds", "seconds"), ("h.job", "id"), ("h.gpu", "gpu"))
+# The hour sums of each span of a local day (the temp table _local_days fills: id, lo, hi). The
+# keys as plain tests (most of a year's rows pass here: ~10% faster than _keys()).
 _DAY_SPAN_SUMS = f"""
     SELECT d.id, SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
            MAX({_c('h.memory_max', 'bytes')}), SUM({_c('h.idle_seconds', 'seconds')}), group_concat(DISTINCT h.job)
     FROM temp.vram_day_spans d JOIN proc_hour h ON h.t >= d.lo AND h.t < d.hi
-    WHERE {_keys(('h.t', 'time'), ('h.seconds', 'seconds'), ('h.job', 'id'), ('h.gpu', 'gpu'))}
+    WHERE {' AND '.join(of_kind(expr, kind) for expr, kind in _HOUR_KEYS)}
     GROUP BY d.id"""
 
 # The same from the day sums (schema 3): a day's sums are those of its hours.
