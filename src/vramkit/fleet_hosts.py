@@ -245,12 +245,29 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
 def read_hosts(urls: list[str], timeout: float, config: ClientConfig | None = None,
                max_answer: int = MAX_ANSWER) -> Fleet:
     """Every host's snapshot, read at once within `timeout` seconds for all of them together."""
+    hosts = []
+    for url, answer in zip(urls, read_snapshots(urls, timeout, config, max_answer)):
+        instance = url.split("://", 1)[1]
+        host = FleetHost(host=instance, instance=instance, job="", up=False)
+        if isinstance(answer, Down):
+            host.notes.append(answer.note(timeout, max_answer))
+        else:
+            host.up = True
+            _fill(host, answer)
+        hosts.append(host)
+    _names_no_one_else_claims(hosts)
+    return Fleet(None, hosts, [], source="hosts")
+
+
+def read_snapshots(urls: list[str], timeout: float, config: ClientConfig | None = None,
+                   max_answer: int = MAX_ANSWER) -> list[object | Down]:
+    """Each host's /api/v1/snapshot as parsed JSON (untrusted: any shape), or why it is down, in
+    the order of `urls`, all read at once within `timeout` seconds together (vram fleet --hosts,
+    and vram serve --hosts every reading)."""
     config = config or ClientConfig()
     deadline = time.monotonic() + timeout
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
-        hosts = list(pool.map(lambda url: _read_host(url, deadline, timeout, config, max_answer), urls))
-    _names_no_one_else_claims(hosts)
-    return Fleet(None, hosts, [], source="hosts")
+        return list(pool.map(lambda url: _read_snapshot(url, deadline, config, max_answer), urls))
 
 
 def _names_no_one_else_claims(hosts: list[FleetHost]) -> None:
@@ -272,9 +289,32 @@ def _names_no_one_else_claims(hosts: list[FleetHost]) -> None:
             h.host = h.instance
 
 
-def _read_host(url: str, deadline: float, timeout: float, config: ClientConfig, max_answer: int) -> FleetHost:
-    instance = url.split("://", 1)[1]
-    host = FleetHost(host=instance, instance=instance, job="", up=False)
+@dataclass(frozen=True)
+class Down:
+    """Why a host's snapshot was not read: `kind` (slow, too-big, unreachable, protocol, status,
+    not-json: what a program may match) and `detail` (sanitized: the error, or the HTTP status)."""
+
+    kind: str
+    detail: str = ""
+
+    def note(self, timeout: float, max_answer: int) -> str:
+        """The sentence `vram fleet` shows for it, in the user's language."""
+        if self.kind == "slow":
+            return _("down: did not answer within {timeout}").format(timeout=f"{timeout:g}s")
+        if self.kind == "too-big":
+            return _("down: answered more than {size}: not read").format(size=f"{max_answer // 1024**2}MiB")
+        if self.kind == "unreachable":
+            return _("down: cannot reach it: {error}").format(error=self.detail)
+        if self.kind == "status":
+            status, _sep, reason = self.detail.partition(" ")
+            hint = _(" (basic auth: see --hosts-config)") if status in ("401", "403") else ""
+            return _("down: answered HTTP {status} {reason}{hint}").format(status=status, reason=reason, hint=hint)
+        if self.kind == "not-json":
+            return _("down: answered something that is not vram serve's JSON (is this its address?)")
+        return _("down: did not answer in HTTP: {error}").format(error=self.detail)
+
+
+def _read_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: int) -> object | Down:
     headers = {"Accept": "application/json"}
     if config.authorization is not None:
         headers["Authorization"] = config.authorization
@@ -282,31 +322,15 @@ def _read_host(url: str, deadline: float, timeout: float, config: ClientConfig, 
         answer = get(url + SNAPSHOT, deadline, max_answer, headers=headers, context=config.context,
                      redirects=False)
     except GetError as e:
-        host.notes.append(_failure(e, timeout, max_answer))
-        return host
+        kind = e.kind if e.kind in ("slow", "too-big", "unreachable") else "protocol"
+        return Down(kind, clean(e.detail))
     if answer.status != 200:
-        hint = _(" (basic auth: see --hosts-config)") if answer.status in (401, 403) else ""
-        host.notes.append(_("down: answered HTTP {status} {reason}{hint}").format(
-                              status=clean(answer.status), reason=clean(answer.reason), hint=hint))
-        return host
+        return Down("status", f"{clean(answer.status)} {clean(answer.reason)}")
     try:
-        doc = json.loads(answer.body.decode("utf-8", "replace"))
+        doc: object = json.loads(answer.body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
-        host.notes.append(_("down: answered something that is not vram serve's JSON (is this its address?)"))
-        return host
-    host.up = True
-    _fill(host, doc)
-    return host
-
-
-def _failure(e: GetError, timeout: float, max_answer: int) -> str:
-    if e.kind == "slow":
-        return _("down: did not answer within {timeout}").format(timeout=f"{timeout:g}s")
-    if e.kind == "too-big":
-        return _("down: answered more than {size}: not read").format(size=f"{max_answer // 1024**2}MiB")
-    if e.kind == "unreachable":
-        return _("down: cannot reach it: {error}").format(error=clean(e.detail))
-    return _("down: did not answer in HTTP: {error}").format(error=clean(e.detail))
+        return Down("not-json")
+    return doc
 
 
 def _number(value: object, high: float) -> int | None:

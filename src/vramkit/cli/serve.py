@@ -14,9 +14,11 @@ from .commands import COMMANDS
 from .common import Failure, HelpFormatter, UsageError, add_duration, open_for
 
 if TYPE_CHECKING:
+    from ..serve.hosts import OtherHosts
     from .common import Subparsers
 
 DEFAULT_PORT = 9787  # not dcgm-exporter's 9400, nvidia_gpu_exporter's 9835, nvitop-exporter's 8000
+HOSTS_TIMEOUT = "5s"
 HELP = COMMANDS["serve"]
 DESCRIPTION = N_("""\
 Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:9787/:
@@ -27,6 +29,8 @@ Sample this machine's GPUs every INTERVAL and serve, on http://127.0.0.1:9787/:
   /api/v1/events      the same, then what changed after every reading (server-sent
                       events; docs/serve-page.md)
   /api/v1/history     recorded memory and utilization per GPU (?range=5m|1h|24h|7d)
+  /api/v1/hosts       with --hosts: the other hosts' readings, which the page shows
+                      below this machine's (docs/serve-page.md)
 
 It listens on 127.0.0.1 only, unless --listen says otherwise; elsewhere, give it TLS and basic
 auth with --web-config (Prometheus' web config format; docs/fleet.md). It is read-only: nothing
@@ -41,6 +45,7 @@ examples:
   vram serve --dcgm-names                     also DCGM_FI_DEV_FB_USED and its siblings
   vram serve --compat dcgm,nvitop             also dcgm-exporter's and nvitop-exporter's names
   vram serve --simulate demo                  the bundled simulated server
+  vram serve --hosts gpu-b:9787,gpu-c:9787    the page shows those hosts' vram serve too
 """)  # 9787: DEFAULT_PORT
 
 
@@ -71,6 +76,15 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                    "hash), as Prometheus' exporters read them; needs pyyaml and bcrypt (vramkit's 'serve' extra)"))
     p.add_argument("--hostname", metavar="NAME", help=N_("the host's name in metrics and on the page "
                    "(default: this machine's)"))
+    p.add_argument("--hosts", metavar="LIST", action="append",
+                   help=N_("also read these hosts' vram serve every interval and show them on the page, e.g. "
+                   "gpu-b:9787,gpu-c (port 9787 unless given; https://host for TLS; repeatable), as vram fleet "
+                   "--hosts reads them"))
+    p.add_argument("--hosts-config", metavar="FILE",
+                   help=N_("basic_auth and tls_config for --hosts, as in a Prometheus scrape config"))
+    add_duration(p, "--hosts-timeout", default=HOSTS_TIMEOUT, low=0.1, high=600, bounds=N_("must be 0.1s to 10m"),
+                 help=N_("how long to wait for the --hosts' answers each time, all of them together "
+                 "(default %(default)s); a host that has not answered is shown as down"))
     p.set_defaults(run=run)
 
 
@@ -150,6 +164,20 @@ def raise_open_files(want: int) -> None:
         pass
 
 
+def other_hosts(args: argparse.Namespace, interval: float) -> OtherHosts:
+    """The hosts of --hosts (addresses and client config checked here: a usage error, exit 2)."""
+    from pathlib import Path
+
+    from ..fleet_hosts import load_client_config, parse_hosts
+    from ..serve.hosts import OtherHosts
+    from .common import duration_flag
+
+    config = load_client_config(Path(args.hosts_config)) if args.hosts_config else None
+    urls = parse_hosts(args.hosts, credentials=config is not None and config.authorization is not None)
+    timeout = duration_flag(args, "hosts_timeout", 0.1, 600, N_("must be 0.1s to 10m"))
+    return OtherHosts(urls, interval, timeout, config)
+
+
 def run(args: argparse.Namespace) -> int:
     import socket
 
@@ -182,9 +210,14 @@ def run(args: argparse.Namespace) -> int:
                       max_process_series=args.max_process_series,
                       dcgm_names=args.dcgm_names, history_db=found_path(args.db), hostname=args.hostname or "",
                       compat=parse_compat(args.compat))
+    hosts = None
+    if args.hosts:
+        hosts = other_hosts(args, interval)
+    elif args.hosts_config:
+        raise UsageError(_("--hosts-config: goes with --hosts"))
     raise_open_files(MAX_CONNECTIONS + 256)
     machine = open_for(args)
-    service = Service(machine, options)
+    service = Service(machine, options, hosts)
     try:
         server = VramHTTPServer((host, port), service, authorize=authorize, ipv6=ipv6, tls=tls)
     except OSError as e:

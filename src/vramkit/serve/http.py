@@ -6,6 +6,7 @@ complete request, and nothing a client can make it do but answer.
     /api/v1/snapshot      the newest reading, as `vram status --json` prints it
     /api/v1/events        server-sent events: the same JSON, then what changed after every reading
     /api/v1/history       recorded memory and utilization per GPU (?range=1h), when a store exists
+    /api/v1/hosts         the other hosts of --hosts as this server last read them (serve/hosts.py)
     /healthz              200 once the first reading is in
 
 One thread (the front, `serve_forever`) runs a selector over every connection: it accepts, runs
@@ -930,6 +931,8 @@ class Handler(BaseHTTPRequestHandler):
             self._events(head)
         elif path == "/api/v1/history":
             self._history(url.query, head)
+        elif path == "/api/v1/hosts":
+            self._hosts(head)
         elif path == "/healthz":
             ok = service.latest is not None
             self._send(200 if ok else 503, b"ok\n" if ok else b"no reading yet\n", "text/plain; charset=utf-8",
@@ -992,6 +995,16 @@ class Handler(BaseHTTPRequestHandler):
         code, body = service.history_json(span)
         packed = accepts_gzip(self.headers.get("Accept-Encoding")) and len(body) >= GZIP_FROM
         self._send(code, gzipped(body) if packed else body, "application/json", head=head, gzip=packed)
+
+    def _hosts(self, head: bool) -> None:
+        hosts = self.server.service.hosts
+        if hosts is None:
+            body = b'{"error": "this vram serve reads no other hosts (vram serve --hosts)"}'
+            self._send(404, body, "application/json", head=head)
+            return
+        body = hosts.api_json()
+        packed = accepts_gzip(self.headers.get("Accept-Encoding")) and len(body) >= GZIP_FROM
+        self._send(200, gzipped(body) if packed else body, "application/json", head=head, gzip=packed)
 
     def _events(self, head: bool) -> None:
         """The stream's headers; the front writes its events (no thread is held while it is open)."""

@@ -30,6 +30,7 @@ from importlib import resources
 
 from .. import i18n
 from ..i18n import N_
+from . import hosts
 
 # What the API answers where the server has no history; the page shows it in its reader's language.
 NO_HISTORY = N_("no history: run 'vram record', or name its database with vram serve --db")
@@ -185,6 +186,18 @@ def _table(w: Words) -> None:
     # Translators: the legend's name of the chart's time axis
     w.pgettext("page", "time")
     w.gettext(NO_HISTORY)
+
+    # The other hosts (vram serve --hosts)
+    # Translators: what the part of the page showing the other servers is (read by screen readers)
+    w.pgettext("page", "Other hosts")
+    # Translators: another server's part of the page, before this server has asked it for its reading
+    w.pgettext("page", "Not read yet.")
+    # Translators: another server that did not answer; {why} is one of the reasons below ("cannot reach it:
+    # Connection refused"), {when} a time of day (14:41:44)
+    w.pgettext("page", "Down: {why}. Last seen at {when}.")
+    w.pgettext("page", "Down: {why}. Not seen since this server started.")
+    for why in hosts.DOWN.values():  # sent in English by /api/v1/hosts
+        w.gettext(why)
 
 
 @functools.lru_cache(maxsize=len(i18n.CATALOGS) + 1)

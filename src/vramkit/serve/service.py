@@ -27,6 +27,7 @@ from .updates import Shown
 if TYPE_CHECKING:
     from ..kubelet import GpuPods
     from ..nvml.backend import XidWatcher
+    from .hosts import OtherHosts
 
 T = TypeVar("T")
 HISTORY_POINTS = 300  # slots per GPU in /api/v1/history: what a chart on a page can show
@@ -83,8 +84,9 @@ class Update:
 
 
 class Service:
-    def __init__(self, machine: Machine, options: Options):
+    def __init__(self, machine: Machine, options: Options, hosts: OtherHosts | None = None):
         self.options = options
+        self.hosts = hosts  # --hosts: the other hosts the page shows, read by their own thread
         self.machine = machine
         self.state = ExportState(hostname=options.hostname or socket.gethostname(), version=__version__)
         self.collector = Collector(machine, interval=options.interval)
@@ -131,6 +133,8 @@ class Service:
             if watch is not None:
                 self._xids = watch()
         self.collector.start()
+        if self.hosts is not None:
+            self.hosts.start()
 
     def _seed_idle(self, path: Path) -> None:
         """The idle clock continues from the history (as kill and doctor read it): a process idle
@@ -149,6 +153,8 @@ class Service:
         self.idle_note = recorded.note
 
     def close(self) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
         if self._xids is not None:
             self._xids.stop()
         self.collector.close()
@@ -314,7 +320,10 @@ class Service:
             if snap is None:
                 return None
             base = self._shown.seq
-            delta = self._shown.advance(self._doc(snap), seq)
+            doc = self._doc(snap)
+            if self.hosts is not None:  # the newest round, read again only when a round has been read
+                doc["hosts"] = self.hosts.entries()
+            delta = self._shown.advance(doc, seq)
             event = None
             if delta is not None:
                 data = json.dumps(delta, separators=(",", ":")).encode()
@@ -339,6 +348,9 @@ class Service:
             block = b'<script type="application/json" id="reading">' + data + b"</script>\n"
             said = {why for g in snap.gpus for why in g.na.values()} | {g.error for g in snap.gpus if g.error}
             block += page_words.reasons(language, said)
+            if self.hosts is not None:
+                block += (b'<script type="application/json" id="hosts-reading">'
+                          + self.hosts.api_json().replace(b"<", b"\\u003c") + b"</script>\n")
             return template.replace(b"</body>", block + b"</body>", 1)
         return self._cached(f"page {language}", build)
 

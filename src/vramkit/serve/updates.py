@@ -10,6 +10,11 @@ one into a delta against it:
                     "add": [whole new processes], "del": [keys of processes gone],
                     "chg": {field: [[key, value], ...]}}}}
 
+With `vram serve --hosts`, the doc also holds "hosts" (serve/hosts.py's entries): a delta's
+"hosts" names by position each host that changed, with its own snapshot's delta (the same shape,
+its own dt: {"0": {"set": {...}, "doc": {"dt": 2.0, "set": ..., "gpus": ...}}}); an unchanged host
+is not sent.
+
 GPUs are named by their position in the list (a delta is only made when the list has as many
 GPUs as before); processes by `process_key` (the pid, with the MIG instance where there is one).
 A changed field is sent per process as a [key, value] pair: when only a process's SM% moved, that
@@ -109,17 +114,55 @@ class Shown:
         self.doc, self.seq = doc, seq
         if old is None or len(old.get("gpus") or ()) != len(doc.get("gpus") or ()):
             return None
-        now, then = doc.get("timestamp"), old.get("timestamp")
-        dt = float(now - then) if isinstance(now, (int, float)) and isinstance(then, (int, float)) else 0.0
-        delta: dict[str, Any] = {"base": base, "dt": dt}
-        top = _set(old, doc, ("gpus",), TOP_CLOCKS, dt)
-        if top:
-            delta["set"] = top
-        gpus = {}
-        for i, (was, now_gpu) in enumerate(zip(old["gpus"], doc["gpus"])):
-            change = _gpu_delta(was, now_gpu, dt)
-            if change:
-                gpus[str(i)] = change
-        if gpus:
-            delta["gpus"] = gpus
+        delta: dict[str, Any] = {"base": base, **_doc_delta(old, doc)}
+        if doc.get("hosts") is not None or old.get("hosts") is not None:
+            hosts = _hosts_delta(old.get("hosts") or [], doc.get("hosts") or [])
+            if hosts is None:
+                return None
+            if hosts:
+                delta["hosts"] = hosts
         return delta
+
+
+def _doc_delta(old: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """A status JSON's changes from `old` (as many GPUs): dt, set, gpus."""
+    now, then = doc.get("timestamp"), old.get("timestamp")
+    dt = float(now - then) if isinstance(now, (int, float)) and isinstance(then, (int, float)) else 0.0
+    delta: dict[str, Any] = {"dt": dt}
+    top = _set(old, doc, ("gpus", "hosts"), TOP_CLOCKS, dt)
+    if top:
+        delta["set"] = top
+    gpus = {}
+    for i, (was, now_gpu) in enumerate(zip(old["gpus"], doc["gpus"])):
+        change = _gpu_delta(was, now_gpu, dt)
+        if change:
+            gpus[str(i)] = change
+    if gpus:
+        delta["gpus"] = gpus
+    return delta
+
+
+def _hosts_delta(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The other hosts' changes (vram serve --hosts), by position: for each host that changed,
+    "set" (its entry's fields, a whole snapshot where it came or went or its GPUs changed in
+    number) and "doc" (its snapshot's delta, with that host's own dt). A host unchanged is not
+    sent. None: the list changed length (never, with one --hosts)."""
+    if len(old) != len(new):
+        return None
+    out = {}
+    for i, (was, now) in enumerate(zip(old, new)):
+        change: dict[str, Any] = {}
+        fields = _set(was, now, ("snapshot",), (), 0.0)
+        before, after = was.get("snapshot"), now.get("snapshot")
+        if isinstance(before, dict) and isinstance(after, dict) \
+                and len(before.get("gpus") or ()) == len(after.get("gpus") or ()):
+            doc = _doc_delta(before, after)
+            if len(doc) > 1 or doc["dt"]:
+                change["doc"] = doc
+        elif before != after:
+            fields["snapshot"] = after
+        if fields:
+            change["set"] = fields
+        if change:
+            out[str(i)] = change
+    return out

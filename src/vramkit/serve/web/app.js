@@ -169,7 +169,7 @@
   }
 
   // ------------------------------------------------------------ the page's own choices
-  const view = { sort: "memory", user: "", expanded: new Set() }; // expanded: GPU indexes showing every process
+  const view = { sort: "memory", user: "", expanded: new Set() }; // expanded: the GPUs showing every process (showAll's keys)
   const userOf = (p) => (known(p.user) ? String(p.user) : "N/A"); // as the table shows it
 
   function shownProcesses(processes) {
@@ -181,7 +181,9 @@
   // The process table's column headings, in the page's language once (SM and CPU are names).
   const HEADINGS = [t("pid"), t("user"), t("process"), t("memory"), "SM", "CPU", t("age"), ""];
 
-  function processTable(gpu, watchedFor) {
+  // scope: "" for this machine's GPUs, "h2-" for those of the third host of --hosts (the key of
+  // "show all" and of a card's id).
+  function processTable(gpu, watchedFor, scope) {
     const processes = gpu.processes || [];
     const unknown = gpu.na ? gpu.na.processes : null;
     const wrap = el("div", "procs-wrap");
@@ -199,7 +201,7 @@
       wrap.append(el("p", "no-procs", t("no processes of {user} ({n} of others)", { user: view.user, n: processes.length })));
       return wrap;
     }
-    const all = view.expanded.has(gpu.index);
+    const all = view.expanded.has(scope + gpu.index);
     const drawn = all ? listed : listed.slice(0, ROWS);
     const table = el("table", "procs");
     const head = el("tr");
@@ -228,7 +230,7 @@
       const more = el("button", "more", all ? t("show the first {n}", { n: ROWS })
         : t("+ {more} more (show all {all})", { more: listed.length - ROWS, all: listed.length }));
       more.type = "button";
-      more.dataset.gpu = String(gpu.index);
+      more.dataset.gpu = scope + gpu.index;
       more.setAttribute("aria-expanded", String(all));
       wrap.append(more);
     }
@@ -251,10 +253,10 @@
     return flag;
   }
 
-  function gpuCard(gpu, watchedFor) {
+  function gpuCard(gpu, watchedFor, scope = "") {
     const card = el("article", "gpu");
     card.dataset.index = String(gpu.index);
-    card.id = "gpu-" + gpu.index;
+    card.id = scope + "gpu-" + gpu.index;
     const head = el("div", "gpu-head");
     head.append(el("span", "gpu-index", gpu.index), el("span", "gpu-name", known(gpu.name) ? gpu.name : "N/A"));
     card.append(head);
@@ -289,7 +291,7 @@
       facts.append(el("span", "fact mig", tn("MIG: {n} instance", "MIG: {n} instances", instances)));
     }
     card.append(facts);
-    card.append(processTable(gpu, watchedFor));
+    card.append(processTable(gpu, watchedFor, scope));
     return card;
   }
 
@@ -323,7 +325,8 @@
   // The users holding memory, for the filter: each with how many processes (as they are now).
   function renderUsers(data) {
     const counts = new Map();
-    for (const g of data.gpus) for (const p of g.processes || []) {
+    const everyGpu = data.gpus.concat(...(data.hosts || []).map((h) => (h.snapshot ? h.snapshot.gpus : [])));
+    for (const g of everyGpu) for (const p of g.processes || []) {
       const user = userOf(p);
       counts.set(user, (counts.get(user) || 0) + 1);
     }
@@ -362,6 +365,64 @@
     renderStrip(data);
     renderUsers(data);
     renderGpus(data);
+    renderHosts(data, false);
+  }
+
+  // ------------------------------------------------------------ the other hosts (vram serve --hosts)
+  // Each as serve/hosts.py keeps it: its reading (drawn with the same cards as this machine's), or
+  // why it is down. A section is drawn again only when its host changed (hostsChanged), or on a
+  // choice of the reader's (sort, filter, "show all").
+  const DOWN = { // serve/hosts.py's DOWN, by `why`
+    slow: "did not answer within {detail}",
+    "too-big": "answered more than {detail}: not read",
+    unreachable: "cannot reach it: {detail}",
+    protocol: "did not answer in HTTP: {detail}",
+    status: "answered HTTP {detail}",
+    "not-json": "answered something that is not vram serve's JSON",
+  };
+  let hostsChanged = null; // null: every host; else the positions of the hosts a delta changed
+
+  function hostSection(entry, i) {
+    const section = el("section", "host");
+    section.dataset.address = String(entry.address);
+    const snap = entry.snapshot;
+    const name = snap && snap.hostname ? String(snap.hostname) : String(entry.address);
+    const head = el("h2", "host-head");
+    head.append(el("span", "host-name", name));
+    if (name !== String(entry.address)) head.append(el("span", "host-address", entry.address));
+    section.append(head);
+    if (entry.why === "waiting") {
+      section.append(el("p", "host-state", t("Not read yet.")));
+      return section;
+    }
+    if (!entry.up || !snap || !Array.isArray(snap.gpus)) {
+      section.classList.add("down");
+      const why = own(DOWN, entry.why) ? t(DOWN[entry.why], { detail: known(entry.detail) ? entry.detail : "" })
+        : String(entry.error || "");
+      section.append(el("p", "host-state down", known(entry.last_seen)
+        ? t("Down: {why}. Last seen at {when}.", { why: why, when: clock(entry.last_seen) })
+        : t("Down: {why}. Not seen since this server started.", { why: why })));
+      return section;
+    }
+    if (snap.simulated) head.append(el("span", "simulated", t("SIMULATED")));
+    section.append(el("p", "facts", factsOf(snap)));
+    const cards = el("div", "host-gpus");
+    cards.append(...snap.gpus.map((gpu) => gpuCard(gpu, snap.watched_for, "h" + i + "-")));
+    section.append(cards);
+    return section;
+  }
+
+  function renderHosts(data, all) {
+    const hosts = Array.isArray(data.hosts) ? data.hosts : [];
+    const box = $("hosts");
+    box.hidden = !hosts.length;
+    const changed = all || hostsChanged === null || box.children.length !== hosts.length ? null : hostsChanged;
+    hostsChanged = new Set();
+    if (changed === null) {
+      box.replaceChildren(...hosts.map(hostSection));
+      return;
+    }
+    for (const i of changed) box.children[i].replaceWith(hostSection(hosts[i], i));
   }
 
   // ------------------------------------------------------------ the banner
@@ -376,6 +437,12 @@
     sim.title = data.simulated ? t("simulated machine (scenario {scenario}), not real GPUs", { scenario: scenario }) : "";
     document.title = data.simulated ? t("SIMULATED {host} · vram", { host: host }) : host + " · vram";
 
+    $("facts").textContent = factsOf(data);
+  }
+
+  // A machine's line under its name: driver, GPUs and what they hold, as `vram status` says it.
+  function factsOf(data) {
+    const scenario = data.scenario || "?";
     const gpus = data.gpus || [];
     let used = 0, total = 0;
     const pids = new Set();
@@ -398,7 +465,7 @@
       held = tn("{held} (processes unknown on {n} GPU)", "{held} (processes unknown on {n} GPUs)", unknown, { held: held });
     }
     parts.push(held);
-    $("facts").textContent = parts.join(" · ");
+    return parts.join(" · ");
   }
 
   async function readHostname() {
@@ -430,8 +497,15 @@
     }
   }
 
-  function accept(text) {
-    show(parse(text));
+  // A whole reading; hostsText: /api/v1/hosts' answer, for a reading that does not hold the hosts.
+  function accept(text, hostsText) {
+    const data = parse(text);
+    if (data && hostsText) {
+      const hosts = parse(hostsText);
+      if (hosts && Array.isArray(hosts.hosts)) data.hosts = hosts.hosts;
+    }
+    hostsChanged = null;
+    show(data);
   }
 
   let shownTimestamp = null; // the server's timestamp of the reading shown (the stream's doc changes in place)
@@ -469,6 +543,19 @@
 
   // serve/updates.py makes these; the clocks run on here in the same sums as there.
   function applyDelta(doc, delta) {
+    applyDocDelta(doc, delta);
+    const hosts = delta.hosts || {};
+    for (const i of Object.keys(hosts)) {
+      const entry = doc.hosts && doc.hosts[Number(i)];
+      if (!entry) continue;
+      Object.assign(entry, hosts[i].set || {});
+      if (hosts[i].doc && entry.snapshot) applyDocDelta(entry.snapshot, hosts[i].doc);
+      if (hostsChanged) hostsChanged.add(Number(i));
+    }
+  }
+
+  // A status JSON's delta (this machine's, or another host's with its own dt).
+  function applyDocDelta(doc, delta) {
     const dt = delta.dt || 0;
     runClocks(doc, TOP_CLOCKS, dt);
     Object.assign(doc, delta.set || {});
@@ -500,6 +587,7 @@
   function onWhole(event) {
     const data = parse(event.data);
     if (!data || !Array.isArray(data.gpus)) return;
+    hostsChanged = null;
     streamDoc = data;
     streamSeq = event.lastEventId;
     show(streamDoc);
@@ -560,7 +648,8 @@
   async function firstReading() {
     const block = $("reading");
     if (block) {
-      accept(block.textContent);
+      const hosts = $("hosts-reading");
+      accept(block.textContent, hosts ? hosts.textContent : null);
       if (latest) {
         answered();
         return;
@@ -625,6 +714,16 @@
     pollOnce();
   }
 
+  // The other hosts as the server last read them (null: it reads none, or did not answer).
+  async function hostsNow() {
+    try {
+      const answer = await fetch("/api/v1/hosts", { cache: "no-store" });
+      return answer.ok ? await answer.text() : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
   function stopPolling() {
     polling = false;
     clearTimeout(pollTimer);
@@ -636,7 +735,7 @@
       const answer = await fetch("/api/v1/snapshot", { cache: "no-store" });
       const text = await answer.text();
       answered();
-      if (answer.ok) accept(text);
+      if (answer.ok) accept(text, await hostsNow());
       else renderFreshness();
     } catch (e) {
       unanswered();
@@ -764,7 +863,9 @@
 
   // ------------------------------------------------------------ sorting, the user filter, "show all"
   function redraw() {
-    if (latest) renderGpus(latest);
+    if (!latest) return;
+    renderGpus(latest);
+    renderHosts(latest, true);
   }
 
   $("sort").addEventListener("change", (event) => {
@@ -775,14 +876,16 @@
     view.user = event.target.value;
     redraw();
   });
-  $("gpus").addEventListener("click", (event) => {
+  function showAll(event) {
     const button = event.target.closest("button.more");
     if (!button) return;
-    const index = Number(button.dataset.gpu);
-    if (view.expanded.has(index)) view.expanded.delete(index);
-    else view.expanded.add(index);
+    const key = button.dataset.gpu; // "3": this machine's GPU 3; "h1-3": GPU 3 of the second host
+    if (view.expanded.has(key)) view.expanded.delete(key);
+    else view.expanded.add(key);
     redraw();
-  });
+  }
+  $("gpus").addEventListener("click", showAll);
+  $("hosts").addEventListener("click", showAll);
 
   // ------------------------------------------------------------ start
   $("ranges").addEventListener("click", chooseRange);

@@ -1,0 +1,164 @@
+"""`vram serve --hosts`: the page shows the other hosts' vram serve below this machine's GPUs, a
+stopped host as down with when it was last seen, in the reader's language, and another host's
+names as text, never as markup. Real `vram serve` processes (the simulator) on free ports and the
+real headless Chromium (test_serve_web's fixtures)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+import test_i18n_serve_web
+import test_serve_web
+from helpers import run_vram
+from test_serve_web import HOSTILE_GPU, HOSTILE_USER, QUOTED_USER, WAIT, Server, browser_errors, wait
+
+# test_serve_web's fixtures (a Chromium for the module, `vram serve` processes), and the Chinese Chromium
+browser, served, zh_browser = test_serve_web.browser, test_serve_web.served, test_i18n_serve_web.zh_browser
+NoAlertPresentException = pytest.importorskip("selenium.common.exceptions").NoAlertPresentException
+By = pytest.importorskip("selenium.webdriver.common.by").By
+
+HOSTILE_HOST = "<script>alert(2)</script>gpu-x"
+HOSTILE_COMMAND = "python -c '<img src=y onerror=alert(3)>'"
+HOSTILE = {
+    "name": "hostile",
+    "gpus": [{"name": HOSTILE_GPU, "memory_total": "80GiB", "utilization": 50}],
+    "processes": [
+        {"pid": 4242, "user": HOSTILE_USER, "command": HOSTILE_COMMAND, "gpus": {"0": "10GiB"}},
+        {"pid": 5151, "user": QUOTED_USER, "gpus": {"0": "2GiB"}},
+    ],
+}
+
+# Each host's section as the page draws it, read in one script run (the page redraws sections).
+READ_HOSTS = """
+const text = (root, css) => { const e = root.querySelector(css); return e ? e.textContent : null; };
+return Array.from(document.querySelectorAll('#hosts section.host')).map((s) => ({
+  address: s.dataset.address, name: text(s, '.host-name'), down: s.classList.contains('down'),
+  state: text(s, '.host-state'),
+  gpus: Array.from(s.querySelectorAll('article.gpu')).map((card) => ({
+    index: card.dataset.index, name: text(card, '.gpu-name'),
+    users: Array.from(card.querySelectorAll('tr.proc td.user')).map((td) => td.textContent),
+    commands: Array.from(card.querySelectorAll('tr.proc td.pname')).map((td) => td.textContent)})),
+}));
+"""
+
+
+def address(server: Server) -> str:
+    return server.url.split("://", 1)[1].rstrip("/")
+
+
+def hosts_api(server: Server) -> list[dict]:
+    with urllib.request.urlopen(server.url + "api/v1/hosts", timeout=20) as answer:
+        return json.loads(answer.read())["hosts"]
+
+
+def wait_for_api(server: Server, up: list[bool]) -> list[dict]:
+    deadline = time.monotonic() + WAIT
+    while True:
+        hosts = hosts_api(server)
+        if [h["up"] for h in hosts] == up or time.monotonic() > deadline:
+            assert [h["up"] for h in hosts] == up, hosts
+            return hosts
+        time.sleep(0.1)
+
+
+def hosts_on_page(driver) -> list[dict]:
+    return driver.execute_script(READ_HOSTS)
+
+
+@pytest.mark.slow
+def test_the_page_shows_every_host_and_a_stopped_one_as_down(browser, served):
+    a = served("--simulate", "demo", "--hostname", "gpu-a")
+    b = served("--simulate", "mig", "--hostname", "gpu-b")
+    main = served("--simulate", "demo", "--hostname", "gpu-main", "--hosts", f"{address(a)},{address(b)}",
+                  "--hosts-timeout", "5s")
+    wait_for_api(main, [True, True])
+    b.stop()
+    hosts = wait_for_api(main, [True, False])
+    assert hosts[1]["why"] == "unreachable" and hosts[1]["error"].startswith("cannot reach it: ")
+    assert isinstance(hosts[1]["last_seen"], float) and hosts[1]["snapshot"] is None
+    browser.get_log("browser")
+    browser.get(main.url)
+
+    demo = run_vram("status", "--simulate", "demo", "--json").json()
+    names = [g["name"] for g in demo["gpus"]]
+
+    def shown(driver):
+        found = hosts_on_page(driver)
+        return found if len(found) == 2 and found[0]["gpus"] and found[1]["down"] else None
+    found = wait(browser, shown, "both hosts on the page, the stopped one down")
+    first, second = found
+    assert (first["address"], first["name"], first["down"]) == (address(a), "gpu-a", False)
+    assert [g["name"] for g in first["gpus"]] == names
+    users = sorted(u for g in first["gpus"] for u in g["users"])
+    assert users and set(users) <= {p["user"] for g in demo["gpus"] for p in g["processes"]}
+    # The stopped host: down, why, and when this server last read it; no GPUs of a reading gone stale.
+    assert second["address"] == address(b) and not second["gpus"]
+    assert second["state"].startswith("Down: cannot reach it: ") and ". Last seen at " in second["state"]
+    # This machine's GPUs as before, and nothing of another host among them.
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#gpus article.gpu")) == len(demo["gpus"])
+    assert not browser_errors(browser)
+
+
+@pytest.mark.slow
+def test_another_host_s_names_are_text_not_markup(browser, served, tmp_path):
+    scenario = tmp_path / "hostile.json"
+    scenario.write_text(json.dumps(HOSTILE))
+    hostile = served("--simulate", str(scenario), "--hostname", HOSTILE_HOST, "--process-commands")
+    main = served("--simulate", "demo", "--hosts", address(hostile))
+    wait_for_api(main, [True])
+    browser.get_log("browser")
+    browser.get(main.url)
+    found = wait(browser, lambda d: [h for h in hosts_on_page(d) if h["gpus"]], "the hostile host's GPUs")
+    host = found[0]
+    assert host["name"] == HOSTILE_HOST
+    assert [g["name"] for g in host["gpus"]] == [HOSTILE_GPU]
+    assert host["gpus"][0]["users"] == [HOSTILE_USER, QUOTED_USER]
+    assert not browser.find_elements(By.CSS_SELECTOR, "#hosts img, #hosts b, #hosts i, #hosts script")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - asking raises when there is none
+    assert not browser_errors(browser)
+
+
+@pytest.mark.slow
+def test_a_down_host_is_said_in_the_reader_s_language(zh_browser, served):
+    a = served("--simulate", "demo")
+    main = served("--simulate", "demo", "--hosts", address(a))
+    wait_for_api(main, [True])
+    a.stop()
+    wait_for_api(main, [False])
+    zh_browser.get(main.url)
+    found = wait(zh_browser, lambda d: [h for h in hosts_on_page(d) if h["down"]], "the stopped host, down")
+    state = found[0]["state"]
+    assert state.startswith("宕机：无法连接：") and "最后一次读到是在" in state, state
+    # The API stays English.
+    assert hosts_api(main)[0]["error"].startswith("cannot reach it: ")
+
+
+def test_what_is_kept_of_a_snapshot_is_checked_field_by_field():
+    from vramkit.serve.hosts import kept_snapshot
+
+    doc = {"hostname": "x\x1b[31m", "timestamp": float("nan"), "gpus": [
+        {"index": 0, "name": ["not", "text"], "memory_used": True, "utilization": 1e400,
+         "na": {"processes": 5}, "processes": [{"pid": "1"}, {"pid": 7, "user": 3, "extra": "dropped"}]},
+        {"index": -1}, "junk", {"index": 0, "name": "a second GPU 0"}]}
+    kept = kept_snapshot(doc)
+    assert kept is not None and "\x1b" not in kept["hostname"] and kept["timestamp"] is None
+    (gpu,) = kept["gpus"]
+    assert gpu["name"] is None and gpu["memory_used"] is None and gpu["utilization"] is None and gpu["na"] == {}
+    assert [p["pid"] for p in gpu["processes"]] == [7] and gpu["processes"][0]["user"] is None
+    assert "extra" not in gpu["processes"][0]
+    assert kept_snapshot({"error": "no reading yet"}) is None and kept_snapshot([1]) is None
+
+
+def test_without_hosts_the_api_says_so_and_bad_hosts_are_exit_2(served):
+    plain = served("--simulate", "demo")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        hosts_api(plain)
+    assert refused.value.code == 404
+    bad = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--hosts", "gpu a")
+    assert bad.rc == 2 and bad.err.count("\n") == 1 and "--hosts" in bad.err and "Traceback" not in bad.err
+    lone = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--hosts-config", "x.yml")
+    assert lone.rc == 2 and "--hosts-config: goes with --hosts" in lone.err
