@@ -126,8 +126,10 @@ def test_help_and_errors_are_chinese():
         assert words in helped.out, words
     assert "DeepSpeed 的 reduce_bucket_size，单位为元素" in helped.out
     assert "缓存分配器和 CUDA 上下文" in helped.out.replace("\n", "")  # a paragraph folded by display width
+    assert helped.out.startswith("用法：vram estimate [选项] MODEL | --list")
     planned = run_vram("plan", "--help", env=ZH)
     assert "要规划的 GPU" in planned.out and "不做改动即可放下" in planned.out
+    assert planned.out.startswith("用法：vram plan [选项] MODEL")
     for args, words in ((("estimate", "llama-9b"), "未知的模型 'llama-9b'"),
                         (("estimate", "llama-3-8b", "--tp", "3"), "必须能整除 GPU 数"),
                         (("estimate", "llama-3-8b", "--quant", "4bit"), "训练量化模型需要 LoRA"),

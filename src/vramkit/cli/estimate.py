@@ -46,7 +46,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("estimate", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=HelpFormatter, usage="vram estimate [options] MODEL | --list")
+                       formatter_class=HelpFormatter, usage=_("%(prog)s [options] MODEL | --list"))
     out = add_setup_options(p)["output"]
     out.add_argument("--explain", action="store_true", help=N_("show each term's formula with the numbers put in"))
     out.add_argument("--json", action="store_true", help=N_("print JSON: total_bytes, context_bytes, peak_bytes, "

@@ -37,7 +37,7 @@ examples:
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help=HELP, description=DESCRIPTION, parents=parents,
-                       formatter_class=HelpFormatter, usage="vram plan [options] MODEL")
+                       formatter_class=HelpFormatter, usage=_("%(prog)s [options] MODEL"))
     groups = add_setup_options(p)
     card = groups["output"].add_argument(
         "--card", metavar="NAME|current", default="a100-80gb",
