@@ -162,3 +162,52 @@ def test_without_hosts_the_api_says_so_and_bad_hosts_are_exit_2(served):
     assert bad.rc == 2 and bad.err.count("\n") == 1 and "--hosts" in bad.err and "Traceback" not in bad.err
     lone = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--hosts-config", "x.yml")
     assert lone.rc == 2 and "--hosts-config: goes with --hosts" in lone.err
+
+
+def test_a_delta_names_only_the_hosts_that_changed_and_the_page_s_copy_stays_the_server_s():
+    """The event stream with --hosts (serve/updates.py): each round makes new entries; a host whose
+    reading is the same is not sent, one whose reading moved is sent as its own delta, one that went
+    down as its changed fields; app.js' way of applying them (test_serve_updates.apply for a
+    reading) keeps the page's copy equal to the server's."""
+    import copy
+
+    from test_serve_updates import apply, doc_at, proc
+
+    from vramkit.serve.updates import Shown
+
+    def entry(name: str, snapshot: dict | None, **fields) -> dict:
+        return {"address": name, "up": snapshot is not None, "why": None, "error": None, "detail": None,
+                "last_seen": None, "snapshot": snapshot, **fields}
+
+    def reading(t: float, hosts: list[dict]) -> dict:
+        return {**doc_at(t, [proc(1, memory=1 << 30, elapsed=10.0)]), "hosts": hosts}
+
+    def host_a(t: float, memory: int) -> dict:
+        return doc_at(t, [proc(7, memory=memory, elapsed=100.0 + t, user="<b>x</b>")], hostname="gpu-a")
+
+    still = doc_at(5.0, [proc(9, memory=2 << 30, elapsed=50.0)], hostname="gpu-b")
+    shown = Shown()
+    assert shown.advance(reading(0.0, [entry("a:1", host_a(0.0, 1 << 30)), entry("b:1", copy.deepcopy(still))]),
+                         1) is None
+    page = copy.deepcopy(shown.doc)
+    rounds = [
+        [entry("a:1", host_a(2.0, 1 << 30)), entry("b:1", copy.deepcopy(still))],  # a's clock runs on
+        [entry("a:1", host_a(4.0, 3 << 30)), entry("b:1", copy.deepcopy(still))],  # a's process grows
+        [entry("a:1", host_a(6.0, 3 << 30)), entry("b:1", None, why="unreachable", error="cannot reach it: x",
+                                                    detail="x", last_seen=5.0)],  # b goes down
+    ]
+    for seq, hosts in enumerate(rounds, start=2):
+        delta = shown.advance(reading(2.0 * (seq - 1), hosts), seq)
+        assert delta is not None
+        sent = delta.get("hosts", {})
+        assert "0" in sent and ("1" in sent) == (seq == 4), delta
+        wire = json.loads(json.dumps(delta))
+        apply(page, wire)
+        for i, change in wire.get("hosts", {}).items():
+            host = page["hosts"][int(i)]
+            host.update(change.get("set", {}))
+            if "doc" in change:
+                apply(host["snapshot"], change["doc"])
+        assert page == shown.doc
+    assert rounds[-1][0]["snapshot"]["gpus"][0]["processes"][0]["memory"] == 3 << 30
+    assert page["hosts"][1]["up"] is False and page["hosts"][1]["snapshot"] is None

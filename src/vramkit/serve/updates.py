@@ -59,8 +59,11 @@ def _set(old: dict[str, Any], new: dict[str, Any], skip: tuple[str, ...], clocks
         if name in skip:
             continue
         before = old.get(name, _MISSING)
-        if name in clocks and _number(before) and _number(value) and abs(before + dt - value) < SLACK:
-            new[name] = before + dt  # the page's own sum, to the last bit
+        if name in clocks and _number(before) and _number(value):
+            if abs(before + dt - value) < SLACK:
+                new[name] = before + dt  # the page's own sum, to the last bit
+            else:  # (also a clock that stood still: the page ran it on)
+                changed[name] = value
         elif name in STEADY and _number(before) and _number(value) and abs(before - value) < SLACK:
             new[name] = before
         elif before != value or type(before) is not type(value):
