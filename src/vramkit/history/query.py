@@ -310,12 +310,14 @@ def _snapshot(store: Store) -> Iterator[None]:
                 raise StoreError(describe(e, store.path), param="db") from None
 
 
-def _plan(store: Store, since: float, until: float, days: bool = False, utc: bool = False) -> _Plan:
+def _plan(store: Store, since: float, until: float, offsets: list[tuple[int, int]] | None = None) -> _Plan:
     """Split [since, until) into whole UTC days read from the day sums, whole hours read from the
     hour sums and the rest read row by row.
-    `days`: the rows go into local days: an hour that local midnight cuts (zones half an hour off
-    UTC) is read row by row, so that each row still falls into the day of its quarter hour, as
-    before, and the day sums are read only where local days are UTC days (`utc`)."""
+    `offsets` (_local_offsets()): the rows go into local days: an hour that local midnight cuts
+    (zones half an hour off UTC) is read row by row, so that each row still falls into the day of
+    its quarter hour, as before, and the day sums are read only where local days are UTC days."""
+    days = offsets is not None
+    utc = offsets is None or all(offset == 0 for _, offset in offsets)
     whole = _Plan([(since, until)], [])
     if not store.hour_sums or not (math.isfinite(since) and math.isfinite(until) and since < until):
         return whole
@@ -336,8 +338,8 @@ def _plan(store: Store, since: float, until: float, days: bool = False, utc: boo
     if since < first:
         plan.fine.append((since, first))
     plan.hours.append((first, end, min(end, until)))
-    if days and not utc:
-        plan.cuts = [(int(cut), min(cut + HOUR, until)) for cut in _hours_across_midnight(store, first, end)]
+    if offsets is not None and not utc:
+        plan.cuts = [(int(cut), min(cut + HOUR, until)) for cut in _cut_hours(store, offsets, first, end)]
     if end < until:
         plan.fine.append((end, until))
     if store.day_sums and (utc or not days):
@@ -356,25 +358,32 @@ def _plan(store: Store, since: float, until: float, days: bool = False, utc: boo
     return plan
 
 
-def _hours_across_midnight(store: Store, first: float, end: float) -> list[float]:
-    """The hours in [first, end) whose quarter hours fall into two local days (none where the zone
-    is a whole number of hours off UTC), within the hours that hold any row."""
-    from datetime import datetime
-
-    valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
-    extent = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM proc_hour WHERE {valid} UNION ALL "
-                   f"SELECT max(t) FROM proc_hour WHERE {valid} UNION ALL SELECT min(t) FROM samples WHERE {valid} "
-                   f"UNION ALL SELECT max(t) FROM samples WHERE {valid})", ())[0]
-    low, high = typed(extent[0], "time"), typed(extent[1], "time")
+def _cut_hours(store: Store, offsets: list[tuple[int, int]], first: float, end: float) -> list[float]:
+    """The hours in [first, end) whose quarter hours fall into two local days as _day_sql numbers
+    them (none where every offset is a whole number of hours), within the hours that hold any row.
+    Only the hours of a local midnight or a change of offset can be: a few a day, not every hour."""
+    low, high = _extent(store)
     if low is None or high is None:
         return []
-    lo = max(first, math.floor(low / HOUR) * HOUR)
-    hi = min(end, math.floor(high / HOUR) * HOUR + HOUR)
-    out = []
-    for h in range(int(lo), int(hi), HOUR):
-        if datetime.fromtimestamp(h).date() != datetime.fromtimestamp(h + HOUR - _QUARTER).date():
-            out.append(float(h))
-    return out
+    lo = int(max(first, math.floor(low / HOUR) * HOUR))
+    hi = int(min(end, math.floor(high / HOUR) * HOUR + HOUR))
+
+    def day(quarter: int) -> int:
+        offset = offsets[0][1]
+        for begin, later in offsets[1:]:
+            if quarter < begin:
+                break
+            offset = later
+        return (quarter + offset + DAY) // DAY
+
+    hours = {begin // HOUR * HOUR for begin, _ in offsets[1:]}
+    for i, (begin, offset) in enumerate(offsets):
+        stop = offsets[i + 1][0] if i + 1 < len(offsets) else hi
+        midnight = -(-(max(begin, lo) + offset) // DAY) * DAY - offset  # the first at or after the start
+        while midnight < stop:
+            hours.add(midnight // HOUR * HOUR)
+            midnight += DAY
+    return [float(h) for h in sorted(hours) if lo <= h < hi and day(h) != day(h + HOUR - _QUARTER)]
 
 
 @dataclass
@@ -615,7 +624,7 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
     holders from the sums per job and GPU), in one pass over the window where local days are UTC days.
 
     Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
-    _plan(days=True) keeps within one day). The day is worked out in SQL from the zone's UTC
+    _plan() keeps within one day). The day is worked out in SQL from the zone's UTC
     offsets over the window (_day_sql), so a year never comes back to Python row by row. Where
     local days are UTC days the window is mostly day sums, a row per day and pair: it is summed
     per job and GPU and per day directly. Elsewhere the sums per job and GPU are held()'s (the
@@ -624,7 +633,7 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
         offsets = _local_offsets(store, since, until)
         if any(offset != 0 for _, offset in offsets):
             return held(store, since, until), _local_days(store, since, until, offsets)
-        plan = _plan(store, since, until, days=True, utc=True)
+        plan = _plan(store, since, until, offsets)
         rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
         if plan.days:  # the rows read and checked once (a CTE used twice is kept), summed twice
@@ -676,7 +685,7 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     arithmetic. The rest (the window's edges, the samples not summed yet, the hours local midnight
     cuts) is summed per day as before (_day_sql). The two are added here: sums, the peak, and the
     process lives as sets of job ids (a life counts once a day whichever part it is in)."""
-    plan = _plan(store, since, until, days=True)
+    plan = _plan(store, since, until, offsets)
     spans: list[tuple[int, float, float]] = []  # (day, lo, hi): the hour sums in [lo, hi) are of that day
     cuts = sorted(lo for lo, _ in plan.cuts)
     for first, end, _ in plan.hours:
