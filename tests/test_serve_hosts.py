@@ -79,6 +79,7 @@ def test_the_page_shows_every_host_and_a_stopped_one_as_down(browser, served):
     hosts = wait_for_api(main, [True, False])
     assert hosts[1]["why"] == "unreachable" and hosts[1]["error"].startswith("cannot reach it: ")
     assert isinstance(hosts[1]["last_seen"], float) and hosts[1]["snapshot"] is None
+    assert hosts[1]["hostname"] == "gpu-b"  # the name it gave when it last answered
     browser.get_log("browser")
     browser.get(main.url)
 
@@ -95,7 +96,7 @@ def test_the_page_shows_every_host_and_a_stopped_one_as_down(browser, served):
     users = sorted(u for g in first["gpus"] for u in g["users"])
     assert users and set(users) <= {p["user"] for g in demo["gpus"] for p in g["processes"]}
     # The stopped host: down, why, and when this server last read it; no GPUs of a reading gone stale.
-    assert second["address"] == address(b) and not second["gpus"]
+    assert (second["address"], second["name"]) == (address(b), "gpu-b") and not second["gpus"]
     assert second["state"].startswith("Down: cannot reach it: ") and ". Last seen at " in second["state"]
     # This machine's GPUs as before, and nothing of another host among them.
     assert len(browser.find_elements(By.CSS_SELECTOR, "#gpus article.gpu")) == len(demo["gpus"])
@@ -138,7 +139,7 @@ def test_a_down_host_is_said_in_the_reader_s_language(zh_browser, served):
 
 
 def test_what_is_kept_of_a_snapshot_is_checked_field_by_field():
-    from vramkit.serve.hosts import kept_snapshot
+    from vramkit.serve.hosts import MAX_GPUS, MAX_PROCESSES, kept_snapshot
 
     doc = {"hostname": "x\x1b[31m", "timestamp": float("nan"), "gpus": [
         {"index": 0, "name": ["not", "text"], "memory_used": True, "utilization": 1e400,
@@ -151,6 +152,11 @@ def test_what_is_kept_of_a_snapshot_is_checked_field_by_field():
     assert [p["pid"] for p in gpu["processes"]] == [7] and gpu["processes"][0]["user"] is None
     assert "extra" not in gpu["processes"][0]
     assert kept_snapshot({"error": "no reading yet"}) is None and kept_snapshot([1]) is None
+    # Bounded per host: a host that lists a million processes costs the page no more than MAX_PROCESSES.
+    crowd = [{"pid": 100 + i, "memory": 1} for i in range(10_000)]
+    big = kept_snapshot({"gpus": [{"index": i, "processes": crowd} for i in range(100)]})
+    assert big is not None and len(big["gpus"]) == MAX_GPUS
+    assert sum(len(g["processes"]) for g in big["gpus"]) == MAX_PROCESSES
 
 
 def test_without_hosts_the_api_says_so_and_bad_hosts_are_exit_2(served):

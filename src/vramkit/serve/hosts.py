@@ -9,13 +9,13 @@ lists bounded); the rest is dropped. The page sets every string as text, never a
 
 Each host is an entry of /api/v1/hosts (English, as the rest of the API):
 
-    {"address": "gpu-a:9787", "up": true, "why": null, "error": null, "detail": null, "last_seen": null,
-     "snapshot": {the host's /api/v1/snapshot, as kept}}
+    {"address": "gpu-a:9787", "hostname": "gpu-a", "up": true, "why": null, "error": null, "detail": null,
+     "last_seen": null, "snapshot": {the host's /api/v1/snapshot, as kept}}
 
 and, for a host that did not answer: "up": false, "why" (slow, too-big, unreachable, protocol,
 status, not-json; waiting before the first round), "error" (the English sentence), "detail" (what
 the sentence names: the timeout, the error, the HTTP status), "last_seen" (unix time this server last read
-it; null: never) and "snapshot": null.
+it; null: never), "hostname" (the name it last gave for itself) and "snapshot": null.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..fleet import MAX_ANSWER, clean
+from ..fleet import clean
 from ..fleet_hosts import ClientConfig, Down, read_snapshots
 from ..i18n import N_
 
 MAX_GPUS = 64  # per host
-MAX_PROCESSES = 5000  # per GPU of a host
+MAX_PROCESSES = 16_384  # per host, over all its GPUs (a big server: 8 x 1,000)
+MAX_ANSWER_BYTES = 16 * 1024**2  # of a host's answer (8 x 1,000 processes: ~4 MB); parsed under the GIL
 MAX_DEVICES = 64  # MIG instances per GPU
 MIN_PERIOD = 1.0  # seconds between two rounds at the least, however short the reading interval
 # The English sentence for each kind of failure: the API's; the page shows it in the reader's language
@@ -86,7 +87,8 @@ def _process(item: object) -> dict[str, Any] | None:
     return p
 
 
-def _gpu(item: object) -> dict[str, Any] | None:
+def _gpu(item: object, room: int) -> dict[str, Any] | None:
+    """A GPU of the snapshot, with at most `room` of its processes."""
     if not isinstance(item, dict) or _index(item.get("index")) is None:
         return None
     g: dict[str, Any] = {"index": item["index"], "lost": item.get("lost") is True,
@@ -100,7 +102,7 @@ def _gpu(item: object) -> dict[str, Any] | None:
     g["mig_devices"] = [{} for d in devices[:MAX_DEVICES] if isinstance(d, dict)] if isinstance(devices, list) else []
     processes = item.get("processes")
     if isinstance(processes, list):
-        kept = [_process(p) for p in processes[:MAX_PROCESSES]]
+        kept = [_process(p) for p in processes[:room]]
         g["processes"] = [p for p in kept if p is not None]
     else:
         g["processes"] = []
@@ -116,10 +118,12 @@ def kept_snapshot(doc: object) -> dict[str, Any] | None:
     kept.update({name: _number(doc.get(name)) for name in _TOP_NUMBERS})
     kept["simulated"] = doc.get("simulated") is True
     gpus: dict[int, dict[str, Any]] = {}
+    room = MAX_PROCESSES
     for item in doc["gpus"][:MAX_GPUS]:
-        gpu = _gpu(item)
+        gpu = _gpu(item, room)
         if gpu is not None and gpu["index"] not in gpus:
             gpus[gpu["index"]] = gpu
+            room -= len(gpu["processes"])
     kept["gpus"] = [gpus[i] for i in sorted(gpus)]
     return kept
 
@@ -130,7 +134,7 @@ class OtherHosts:
     change: the API's JSON is written when the round is, from the entries as read)."""
 
     def __init__(self, urls: list[str], period: float, timeout: float, config: ClientConfig | None = None,
-                 max_answer: int = MAX_ANSWER):
+                 max_answer: int = MAX_ANSWER_BYTES):
         self.urls = urls
         self.period = max(MIN_PERIOD, period)
         self.timeout = timeout
@@ -138,6 +142,7 @@ class OtherHosts:
         self.max_answer = max_answer
         self.rounds = 0
         self._last_seen: dict[str, float] = {}
+        self._names: dict[str, str] = {}  # the name each host last gave (--hostname), kept while it is down
         self._lock = threading.Lock()
         self.last_error: str | None = None
         self._entries = [self._down(url, Down("waiting")) for url in urls]
@@ -149,7 +154,7 @@ class OtherHosts:
     def _down(self, url: str, down: Down) -> dict[str, Any]:
         detail = f"{self.timeout:g}s" if down.kind == "slow" else \
             f"{self.max_answer // 1024**2}MiB" if down.kind == "too-big" else down.detail
-        return {"address": url.split("://", 1)[1], "up": False, "why": down.kind,
+        return {"address": url.split("://", 1)[1], "hostname": self._names.get(url), "up": False, "why": down.kind,
                 "error": DOWN[down.kind].format(detail=detail), "detail": detail,
                 "last_seen": self._last_seen.get(url), "snapshot": None}
 
@@ -182,7 +187,10 @@ class OtherHosts:
                 entries.append(self._down(url, answer if isinstance(answer, Down) else Down("not-json")))
                 continue
             self._last_seen[url] = now
-            entries.append({"address": url.split("://", 1)[1], "up": True, "why": None, "error": None,
+            if kept["hostname"]:
+                self._names[url] = kept["hostname"]
+            entries.append({"address": url.split("://", 1)[1], "hostname": kept["hostname"], "up": True,
+                            "why": None, "error": None,
                             "detail": None, "last_seen": None, "snapshot": kept})
         encoded = self._encode(entries)
         with self._lock:

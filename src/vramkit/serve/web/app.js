@@ -386,7 +386,9 @@
     const section = el("section", "host");
     section.dataset.address = String(entry.address);
     const snap = entry.snapshot;
-    const name = snap && snap.hostname ? String(snap.hostname) : String(entry.address);
+    // The name the host gives itself (its word: the address typed for it is shown beside it).
+    const said = snap && snap.hostname ? snap.hostname : entry.hostname;
+    const name = said ? String(said) : String(entry.address);
     const head = el("h2", "host-head");
     head.append(el("span", "host-name", name));
     if (name !== String(entry.address)) head.append(el("span", "host-address", entry.address));
