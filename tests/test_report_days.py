@@ -168,9 +168,12 @@ def assert_days_and_held(history: Path, zone: str, spans: list[tuple[float, floa
         time.tzset()
 
 
-@pytest.mark.parametrize("zone", ["America/St_Johns", "XST-10:30XDT-11,M3.2.0,M11.1.0"])
-def test_vram_report_by_day_prints_the_same_days(history, zone, monkeypatch):
-    since, until = windows()[1]
+@pytest.mark.parametrize("zone", ["America/St_Johns", "XST-10:30XDT-11,M3.2.0,M11.1.0", "Asia/Shanghai",
+                                  "Europe/Berlin"])
+def test_vram_report_by_day_prints_the_same_days(history, berlin_history, zone, monkeypatch):
+    if zone == "Europe/Berlin":  # across its clock change
+        history = berlin_history
+    since, until = windows(BERLIN_EPOCH if zone == "Europe/Berlin" else EPOCH)[1]
     result = run_vram("report", "--db", str(history), "--since", f"@{since!r}", "--until", f"@{until!r}",
                       "--by", "day", "--json", env=clean_env(TZ=zone))
     rows = result.json()["rows"]
