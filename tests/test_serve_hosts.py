@@ -217,3 +217,20 @@ def test_a_delta_names_only_the_hosts_that_changed_and_the_page_s_copy_stays_the
         assert page == shown.doc
     assert rounds[-1][0]["snapshot"]["gpus"][0]["processes"][0]["memory"] == 3 << 30
     assert page["hosts"][1]["up"] is False and page["hosts"][1]["snapshot"] is None
+
+
+def test_the_page_words_each_reason_a_host_is_down_as_the_api_does_and_translated():
+    """app.js' DOWN is page_words.HOST_DOWN (the API's English, by kind), and zh_CN translates each."""
+    import re
+    from pathlib import Path
+
+    from vramkit.serve import page_words
+
+    script = (Path(page_words.__file__).parent / "web" / "app.js").read_text()
+    table = re.search(r"const DOWN = \{(.*?)\};", script, re.S)
+    assert table
+    in_page = dict(re.findall(r'"?([\w-]+)"?: "([^"]*)"', table.group(1)))
+    assert in_page == {k: v for k, v in page_words.HOST_DOWN.items() if k != "waiting"}
+    chinese = page_words.words("zh_CN").words
+    for english in page_words.HOST_DOWN.values():
+        assert chinese[english] != english, english

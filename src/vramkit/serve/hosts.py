@@ -24,29 +24,18 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..fleet import clean
 from ..fleet_hosts import ClientConfig, Down, read_snapshots
-from ..i18n import N_
+from . import page_words
+from .service import gzipped
 
 MAX_GPUS = 64  # per host
 MAX_PROCESSES = 16_384  # per host, over all its GPUs (a big server: 8 x 1,000)
 MAX_ANSWER_BYTES = 16 * 1024**2  # of a host's answer (8 x 1,000 processes: ~4 MB); parsed under the GIL
 MAX_DEVICES = 64  # MIG instances per GPU
 MIN_PERIOD = 1.0  # seconds between two rounds at the least, however short the reading interval
-# The English sentence for each kind of failure: the API's; the page shows it in the reader's language
-# (page_words, app.js' DOWN).
-DOWN = {
-    "slow": N_("did not answer within {detail}"),
-    "too-big": N_("answered more than {detail}: not read"),
-    "unreachable": N_("cannot reach it: {detail}"),
-    "protocol": N_("did not answer in HTTP: {detail}"),
-    "status": N_("answered HTTP {detail}"),
-    "not-json": N_("answered something that is not vram serve's JSON"),
-    "waiting": N_("not read yet"),
-}
 _TOP_TEXT = ("hostname", "scenario", "driver_version", "cuda_version")
 _TOP_NUMBERS = ("timestamp", "interval", "watched_for")
 _GPU_TEXT = ("name", "uuid", "error")
@@ -149,13 +138,13 @@ class OtherHosts:
         self._json = self._encode(self._entries)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.on_round: Callable[[], None] = lambda: None
+        self._packed: tuple[bytes, bytes] | None = None  # (the JSON, gzipped): once per round, when asked
 
     def _down(self, url: str, down: Down) -> dict[str, Any]:
         detail = f"{self.timeout:g}s" if down.kind == "slow" else \
             f"{self.max_answer // 1024**2}MiB" if down.kind == "too-big" else down.detail
         return {"address": url.split("://", 1)[1], "hostname": self._names.get(url), "up": False, "why": down.kind,
-                "error": DOWN[down.kind].format(detail=detail), "detail": detail,
+                "error": page_words.HOST_DOWN[down.kind].format(detail=detail), "detail": detail,
                 "last_seen": self._last_seen.get(url), "snapshot": None}
 
     @staticmethod
@@ -173,9 +162,17 @@ class OtherHosts:
         with self._lock:
             return self._entries
 
-    def api_json(self) -> bytes:
+    def api_json(self, packed: bool = False) -> bytes:
+        """/api/v1/hosts' body (packed: gzipped, compressed once per round however many ask)."""
         with self._lock:
-            return self._json
+            body, done = self._json, self._packed
+        if not packed:
+            return body
+        if done is None or done[0] is not body:
+            done = (body, gzipped(body))
+            with self._lock:
+                self._packed = done
+        return done[1]
 
     def read_once(self) -> None:
         answers = read_snapshots(self.urls, self.timeout, self.config, self.max_answer)
@@ -196,7 +193,6 @@ class OtherHosts:
         with self._lock:
             self._entries, self._json = entries, encoded
             self.rounds += 1
-        self.on_round()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -1002,9 +1002,8 @@ class Handler(BaseHTTPRequestHandler):
             body = b'{"error": "this vram serve reads no other hosts (vram serve --hosts)"}'
             self._send(404, body, "application/json", head=head)
             return
-        body = hosts.api_json()
-        packed = accepts_gzip(self.headers.get("Accept-Encoding")) and len(body) >= GZIP_FROM
-        self._send(200, gzipped(body) if packed else body, "application/json", head=head, gzip=packed)
+        packed = accepts_gzip(self.headers.get("Accept-Encoding"))
+        self._send(200, hosts.api_json(packed), "application/json", head=head, gzip=packed)
 
     def _events(self, head: bool) -> None:
         """The stream's headers; the front writes its events (no thread is held while it is open)."""

@@ -30,10 +30,20 @@ from importlib import resources
 
 from .. import i18n
 from ..i18n import N_
-from . import hosts
 
 # What the API answers where the server has no history; the page shows it in its reader's language.
 NO_HISTORY = N_("no history: run 'vram record', or name its database with vram serve --db")
+# Why another host (vram serve --hosts) is down, by serve/hosts.py's kind: the API's English sentence,
+# which the page shows in its reader's language (app.js' DOWN holds the same).
+HOST_DOWN = {
+    "slow": N_("did not answer within {detail}"),
+    "too-big": N_("answered more than {detail}: not read"),
+    "unreachable": N_("cannot reach it: {detail}"),
+    "protocol": N_("did not answer in HTTP: {detail}"),
+    "status": N_("answered HTTP {detail}"),
+    "not-json": N_("answered something that is not vram serve's JSON"),
+    "waiting": N_("not read yet"),
+}
 # The markup a sentence of index.html holds as a {placeholder}: a translation moves it, never changes it.
 MARKUP = {
     "command": "<code>vram serve</code>",
@@ -196,7 +206,7 @@ def _table(w: Words) -> None:
     # Connection refused"), {when} a time of day (14:41:44)
     w.pgettext("page", "Down: {why}. Last seen at {when}.")
     w.pgettext("page", "Down: {why}. Not seen since this server started.")
-    for why in hosts.DOWN.values():  # sent in English by /api/v1/hosts
+    for why in HOST_DOWN.values():  # sent in English by /api/v1/hosts
         w.gettext(why)
 
 
