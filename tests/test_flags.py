@@ -183,7 +183,7 @@ def test_every_duration_flag_is_in_the_units_test(parser):
                      ("run", "--wait"), ("run", "--lease-timeout"), ("record", "--interval"),
                      ("record", "--duration"), ("record", "--keep-raw"), ("record", "--keep-minute"),
                      ("record", "--keep-quarter"), ("record", "--publish-every"), ("serve", "--interval"),
-                     ("fleet", "--timeout"), ("fleet pick", "--timeout")}
+                     ("serve", "--hosts-timeout"), ("fleet", "--timeout"), ("fleet pick", "--timeout")}
 
 
 @pytest.mark.parametrize("argv, message", [
