@@ -104,6 +104,24 @@ def test_the_page_shows_every_host_and_a_stopped_one_as_down(browser, served):
 
 
 @pytest.mark.slow
+def test_a_page_that_polls_follows_the_hosts_too(browser, served):
+    """Without EventSource the page polls /api/v1/snapshot and /api/v1/hosts: a host that stops
+    answering turns down on the page there too."""
+    a = served("--simulate", "demo", "--hostname", "gpu-a")
+    main = served("--simulate", "demo", "--hosts", address(a))
+    wait_for_api(main, [True])
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "delete window.EventSource;"})
+    try:
+        browser.get(main.url)
+        wait(browser, lambda d: "polling" in d.find_element(By.ID, "freshness").text, "the page saying it polls")
+        assert wait(browser, lambda d: [h for h in hosts_on_page(d) if h["gpus"]], "gpu-a's GPUs")[0]["name"] == "gpu-a"
+        a.stop()
+        wait(browser, lambda d: [h for h in hosts_on_page(d) if h["down"]], "gpu-a down, by polling")
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+@pytest.mark.slow
 def test_another_host_s_names_are_text_not_markup(browser, served, tmp_path):
     scenario = tmp_path / "hostile.json"
     scenario.write_text(json.dumps(HOSTILE))
