@@ -24,17 +24,30 @@ from vramkit.torch import (  # noqa: E402
 MiB = 1024**2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def collections_see_only_this_modules_objects():
-    """find_batch_size collects garbage (gc.collect) before every trial and after every failed one,
-    as a real job must to free a step's tensors. In a test worker that has imported the rest of the
-    suite each collection scans millions of objects (about a second: most of these tests' time).
-    The heap from before this module is frozen meanwhile: every collection still scans everything
-    the trials and the tests make, which is all a trial can leave behind."""
-    gc.collect()
+def test_the_trials_collections_walk_only_what_the_search_made():
+    """find_batch_size collects garbage before every trial and after every failed one, as a real job
+    must to free a step's tensors; in a process with millions of objects (a worker that imported the
+    suite, a job that imported its model's library) each full collection took about a second. The
+    older heap is frozen for the search and thawed after it; a caller's own freeze is left alone."""
+    seen = []
+
+    def step(batch):
+        seen.append(gc.get_freeze_count())
+        if batch > 6:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
+
+    assert gc.get_freeze_count() == 0
+    find_batch_size(step, capacity=1 << 30, high=64)
+    assert seen and all(count > 0 for count in seen) and gc.get_freeze_count() == 0
+    find_batch_size_doubling(step, high=64)
+    assert gc.get_freeze_count() == 0
     gc.freeze()
-    yield
-    gc.unfreeze()
+    try:
+        mine = gc.get_freeze_count()
+        find_batch_size(step, capacity=1 << 30, high=64)
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
 
 
 # ---------------------------------------------------------------- find_batch_size
