@@ -9,7 +9,6 @@ page as before. Skipped with test_serve_web where chromium, chromedriver or sele
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -18,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram, vram_argv, zh_env
+from helpers import assert_one_line_error, chromium_sandbox_args, clean_env, run_vram, vram_argv, zh_env
 
 from vramkit import i18n
 from vramkit.serve import page_words
@@ -219,11 +218,9 @@ def zh_browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900",
-                "--lang=zh-CN"):
+                "--lang=zh-CN", *chromium_sandbox_args()):
         options.add_argument(arg)
     options.add_experimental_option("prefs", {"intl.accept_languages": "zh-CN,zh"})
-    if os.geteuid() == 0:
-        options.add_argument("--no-sandbox")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
     yield driver
