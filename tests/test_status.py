@@ -28,6 +28,7 @@ from helpers import (
     wait_for,
 )
 
+from vramkit.render.text_width import cells
 from vramkit.units import parse_size
 
 DEMO = scenario_data("demo")
@@ -374,6 +375,18 @@ def test_holder_lines_fit_the_terminal():
     for line in holders:
         assert len(line) <= 100, line
     assert any(line.endswith("…") for line in holders)  # bob's long command was clipped
+
+
+def test_a_holder_line_cuts_its_flags_where_the_command_has_no_room_left():
+    """The command keeps 10 columns; the flags after it are cut to what is left, not run past the width."""
+    def zombie(columns: str) -> str:
+        out = run_vram("status", "--simulate", "demo", env=clean_env(COLUMNS=columns)).out
+        holders = [line for block in status_blocks(out).values() for line in block[1:]]
+        assert all(cells(line) <= int(columns) for line in holders), holders
+        return next(line for line in holders if " 29044 " in line)
+
+    assert zombie("80").endswith("  [python] … [zombie,orphan]")  # fits: whole
+    assert zombie("70").endswith("  [python] … [zom…")
 
 
 @pytest.mark.parametrize("columns", ["abc", "", "80x"])

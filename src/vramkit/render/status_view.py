@@ -138,19 +138,30 @@ def _holder_lines(dev: Device, style: Style, width: int, wide: bool, user_w: int
     for p in procs:
         user = pad(fit(p.user or "?", user_w), user_w)  # display width: a CJK name is twice its len()
         flags = ",".join(words.flags[f] for f in fmt.flags(p))
-        flag_text = style.paint(f" [{flags}]", "yellow") if flags else ""
         owner = fmt.owner(p)
         if owner is not None and not wide:
             owner = fit(owner, fmt.OWNER_MAX)
-        if owner is not None:  # whom it works for: after the command, as the flags are
-            flag_text += style.paint(f" [{owner}]", "cyan")
+        # after the command: its flags, then whom it works for
+        tail = [(f" [{flags}]", "yellow")] if flags else []
+        if owner is not None:
+            tail.append((f" [{owner}]", "cyan"))
         mig = f" gi{p.mig_gi}" if p.mig_gi is not None else ""
         # sm: the process's own share of the time kernels ran (its GPU's is "util" above)
         head = (f"      {format_size(p.memory):>8}  {user} {fmt.pid(p):>7}{mig}  {fmt.elapsed(p):>7}"
                 f"  {words.sm} {fmt.pct(p.sm_utilization):>4}  ")
         command = p.command if p.command is not None else f"({fmt.missing(p)})"
-        room = width - cells(head) - (cells(flags) + 3 if flags else 0) - (cells(owner) + 3 if owner else 0)
-        lines.append(head + (command if wide else clip(command, max(10, room))) + flag_text)
+        if wide:
+            lines.append(head + command + "".join(style.paint(text, color) for text, color in tail))
+            continue
+        # the command gets the room the tail leaves, but at least 10 columns; the tail is cut to
+        # what the command then leaves (longer words than English's can leave it short of room)
+        command = clip(command, max(10, width - cells(head) - sum(cells(text) for text, _color in tail)))
+        room = width - cells(head) - cells(command)
+        for text, color in tail:
+            text = fit(text, room) if room >= 2 else ""  # " …" at least, never a … stuck to the command
+            room -= cells(text)
+            command += style.paint(text, color) if text else ""
+        lines.append(head + command)
     lines.extend(style.paint(clip(f"      {note}", width), "yellow") for note in fmt.namespace_notes(procs))
     unknown = processes_unknown(dev)
     if unknown is not None:
