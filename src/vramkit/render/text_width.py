@@ -17,12 +17,14 @@ ASCII text (nearly all of it) is measured with len() and never loads unicodedata
 from __future__ import annotations
 
 ELLIPSIS = "…"  # marks cut text; one column wide
+# the marks vram itself puts in English text (a cut, the banner's separator): measured without unicodedata
+_OWN_MARKS = frozenset(ELLIPSIS + "·")
 _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff") | frozenset(map(chr, range(0xFE00, 0xFE10)))
 
 
 def char_cells(char: str) -> int:
     """Columns one character (code point) takes: 0, 1 or 2."""
-    if char.isascii():
+    if char.isascii() or char in _OWN_MARKS:
         return 1
     import unicodedata  # here, not at the top: only text that is not ASCII needs it
 
