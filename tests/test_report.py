@@ -279,3 +279,16 @@ def test_memory_series_is_each_users_average_per_bucket(db):
     assert series.memory[0]["alice"] == [30 * GIB] * 4
     assert series.memory[0]["张伟"] == [0, 0, 5 * GIB, 5 * GIB]  # starts at 1 h: none held before (not a gap)
     assert series.memory[1] == {"eve?[31m<b>&\"'</b>": [10 * GIB] * 4}  # as recorded (the views sanitize too)
+
+
+def test_headings_fold_where_the_one_line_table_is_wider_than_the_terminal(db):
+    """A heading wider than its column's values folds onto two lines (between words, by display
+    width) rather than push the table past the width; where the table fits, it stays one line."""
+    from vramkit.render.report_view import cells
+
+    lines = report(db, *WINDOW, COLUMNS="60").out.splitlines()
+    table = lines[3:lines.index("", 3)]
+    assert lines[3].split() == ["GPU-", "GiB-", "IDLE"] and lines[4].split()[:3] == ["USER", "HOURS", "HOURS"]
+    assert all(cells(line) <= 60 for line in table), table
+    ends = {cells(line) for line in table[2:]}  # the numbers still end under their headings
+    assert ends == {cells(table[1])}, table

@@ -22,7 +22,7 @@ from ..units import format_duration, format_size
 from . import fmt
 from .life_view import workload_dict
 from .style import Style
-from .text_width import cells, fit, pad
+from .text_width import cells, fit, pad, wrap
 
 SCHEMA_VERSION = 1
 GIB = 1024**3
@@ -72,13 +72,48 @@ def _table(header: list[str], rows: list[list[str]], right: set[str], style: Sty
         if not free or sum(widths[i] + 2 for i in keep) + MIN_COMMAND <= width:
             break
         keep.remove(header.index(name))
+    # what the kept columns may take: all of `width` but the command's least (10) and its gap
+    room = width - 10 if free else width + 2
+    widths = {i: widths[i] for i in keep}
+    _fold_headings(shown, widths, {i: max([0] + [cells(r[i]) for r in rows]) for i in keep}, room)
     last = max(10, width - sum(widths[i] + 2 for i in keep))
 
     def line(values: list[str]) -> str:
         parts = [pad(values[i], widths[i], header[i] in right) for i in keep]
         return "  ".join([*parts, fit(values[-1], last)] if free else parts).rstrip()
 
-    return [style.paint(line(shown), "bold")] + [line(r) for r in rows]
+    # a folded heading's lines stand above its column's values, the last one next to them
+    folded = {i: wrap(shown[i], widths[i]) if cells(shown[i]) > widths[i] else [shown[i]] for i in keep}
+    depth = max(map(len, folded.values()))
+    heading = [shown[:] for _line in range(depth)]
+    for i, parts in folded.items():
+        for n in range(depth):
+            heading[n][i] = ([""] * (depth - len(parts)) + parts)[n]
+    if free:
+        heading = [[*values[:-1], ""] for values in heading[:-1]] + heading[-1:]
+    return [style.paint(line(values), "bold") for values in heading] + [line(r) for r in rows]
+
+
+def _fold_headings(shown: list[str], widths: dict[int, int], needs: dict[int, int], room: int) -> None:
+    """Narrow the columns of `widths` (each two columns apart) to `room` where their headings made
+    them wider than their values (`needs`) make them: a heading folds onto two lines, then more,
+    the columns it saves most in first. Nothing changes where the table fits already."""
+    def total() -> int:
+        return sum(w + 2 for w in widths.values())
+
+    def narrowest(text: str, depth: int) -> int:
+        """The fewest columns `text` folds into on at most `depth` lines."""
+        return next(w for w in range(max(1, -(-cells(text) // depth)), cells(text) + 1)
+                    if len(lines := wrap(text, w)) <= depth and max(map(cells, lines)) <= w)
+
+    depth = 1
+    while total() > room and depth < max(cells(shown[i]) for i in widths):
+        depth += 1
+        narrower = {i: max(needs[i], narrowest(shown[i], depth)) for i in widths}
+        for i in sorted(widths, key=lambda i: narrower[i] - widths[i]):  # the most saved first
+            if total() <= room:
+                break
+            widths[i] = min(widths[i], narrower[i])
 
 
 def headings() -> dict[str, str]:
