@@ -187,7 +187,7 @@ def test_label_values_that_are_not_strings_drop_the_sample(hostile):
     (b"[" * 100_000, "nested too deeply"),
     (b'{"status": "success", "data": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_001, "nested too deeply"),
     (b'{"status": "success", "data": {"resultType": "vector", "result": [' + b"9" * 5000 + b"]}}", "not JSON"),
-])
+], ids=["deep-list", "deep-object", "long-number"])  # an id of the whole body would not fit in a child's environment
 def test_deeply_nested_or_unreadable_json_is_one_line(hostile, body, needle):
     h = hostile(answering({Q_UP: body}))
     assert_one_line_error(fleet(h.url), 1, f"Prometheus at {h.url} answered", needle)
