@@ -84,7 +84,9 @@ def _read(path: Path, locale: str | None = None) -> Catalog:
 
 def _write_po(path: Path, catalog: Catalog) -> None:
     buffer = io.BytesIO()
-    write_po(buffer, _true_formats(catalog), width=100, sort_output=False, ignore_obsolete=True, include_previous=False)
+    # File names without line numbers: any edit above a message would otherwise change the catalog
+    write_po(buffer, _true_formats(catalog), width=100, sort_output=False, ignore_obsolete=True, include_previous=False,
+             include_lineno=False)
     _replace(path, buffer.getvalue())
 
 
