@@ -89,7 +89,10 @@ def test_a_1gib_sparse_log_binary_and_invalid_utf8(tmp_path):
     assert result.rc == 0 and re.search(r"asked for +20MiB", result.out)
 
 
-@pytest.mark.parametrize("junk", [b"\x00" * 5_000_000, os.urandom(5_000_000), b"\x1b]0;" * 1_000_000])
+# named ids: an id made of the junk itself would differ between xdist workers (the random bytes) and not
+# fit in a child's environment (PYTEST_CURRENT_TEST)
+@pytest.mark.parametrize("junk", [b"\x00" * 5_000_000, os.urandom(5_000_000), b"\x1b]0;" * 1_000_000],
+                         ids=["nuls", "random-bytes", "terminal-titles"])
 def test_logs_without_a_message_are_one_line_exit_1(tmp_path, junk):
     log = tmp_path / "junk.log"
     log.write_bytes(junk)
