@@ -69,7 +69,7 @@ def test_top_inside_a_container_keeps_a_host_pid_apart_from_the_same_number_here
         assert not audit.exists()
         assert wait_for(lambda: subprocess.run(["kill", "-0", str(host)]).returncode == 0)
         tmux("send-keys", "-t", name, "q")
-        assert wait_for(rc_file.exists, timeout=20), screen()
+        assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
         assert rc_file.read_text().strip() == "rc=0"
     finally:
         tmux("kill-server")

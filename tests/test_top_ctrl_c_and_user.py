@@ -104,7 +104,7 @@ def test_ctrl_c_quits_in_a_real_terminal(tmp_path):
         screen = lambda: tmux("capture-pane", "-p", "-t", name).stdout  # noqa: E731
         assert wait_for(lambda: "GPU processes" in screen(), timeout=20), screen()
         tmux("send-keys", "-t", name, "C-c")
-        assert wait_for(rc_file.exists, timeout=20), screen()
+        assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
         assert rc_file.read_text().strip() == "rc=0"
     finally:
         tmux("kill-server")

@@ -374,7 +374,7 @@ def test_top_in_tmux_draws_the_recorded_history_and_h_switches(recorded, tmp_pat
         tmux("send-keys", "-t", name, "h")
         assert wait_for(lambda: "history 24h: 1h recorded, from" in screen(), timeout=20), screen()
         tmux("send-keys", "-t", name, "q")
-        assert wait_for(rc_file.exists, timeout=20), screen()
+        assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
         assert rc_file.read_text().strip() == "rc=0"
     finally:
         tmux("kill-server")

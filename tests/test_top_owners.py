@@ -242,7 +242,7 @@ def test_top_pod_filter_owner_and_users_in_a_real_terminal(tmp_path, size):
         rows = [line for line in lines if line.split()[:2] == ["1", "5230"]]
         assert len(rows) == 1 and not any(" 4101 " in line for line in lines)
         tmux("send-keys", "-t", name, "q")
-        assert wait_for(rc_file.exists, timeout=20), screen()
+        assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
         assert rc_file.read_text().strip() == "rc=0"
     finally:
         tmux("kill-server")

@@ -65,7 +65,7 @@ def test_top_runs_in_a_real_terminal_and_q_quits_with_0(session, tmp_path, size)
     assert "41234" in text and "bob" in text
     assert all(len(line) <= size[0] for line in lines)
     _tmux("send-keys", "-t", name, "q", env=env)
-    assert wait_for(rc_file.exists, timeout=20), screen()
+    assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
     assert rc_file.read_text().strip() == "rc=0"
 
 
@@ -153,7 +153,7 @@ def test_new_columns_host_line_and_ascii_in_a_real_terminal(session, tmp_path, s
             assert column in header, header
     assert "38817" not in text  # filtered out
     _tmux("send-keys", "-t", name, "q", env=env)
-    assert wait_for(rc_file.exists, timeout=20), screen()
+    assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
     assert rc_file.read_text().strip() == "rc=0"
 
 
@@ -183,5 +183,5 @@ def test_the_search_prompt_in_a_real_terminal(session, tmp_path):
     assert wait_for(lambda: any(line.strip().startswith("9 GPU processes") for line in screen().splitlines()),
                     timeout=20), screen()
     _tmux("send-keys", "-t", name, "q", env=env)
-    assert wait_for(rc_file.exists, timeout=20), screen()
+    assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
     assert rc_file.read_text().strip() == "rc=0"
