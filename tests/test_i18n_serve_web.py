@@ -161,6 +161,21 @@ def test_the_server_answers_each_reader_in_theirs(server_here):
     assert '<html lang="en">' in zh_server.get("", **{"Accept-Language": "en"})[1]
 
 
+def test_a_chinese_server_s_api_errors_stay_english(server_here, tmp_path):
+    """The history store's errors are worded where they are raised: a Chinese server answered its
+    JSON API's 503 in Chinese. The API speaks English whatever the server's language."""
+    not_a_store = tmp_path / "history.db"
+    not_a_store.write_bytes(b"this is no SQLite file, just text\n" * 64)
+    errors = {}
+    for language in (ZH, "en"):
+        server = server_here("--simulate", "demo", "--db", str(not_a_store), VRAM_LANG=language)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            server.get("api/v1/history", **{"Accept-Language": "zh-CN"})
+        assert refused.value.code == 503
+        errors[language] = json.loads(refused.value.read())["error"]
+    assert errors[ZH] == errors["en"] and errors["en"].isascii(), errors
+
+
 # ------------------------------------------------------------ what the server says to its operator
 
 def test_a_chinese_server_s_web_config_errors_are_chinese(tmp_path):

@@ -26,6 +26,7 @@ docs/i18n.md says it for users and translators.
 
 from __future__ import annotations
 
+import _thread
 import gettext as _gettext
 import os
 from collections.abc import Callable, Mapping
@@ -204,9 +205,27 @@ class Catalog(_gettext.NullTranslations):
         return forms[min(self._plural(n), len(forms) - 1)]
 
 
+_NONE = _gettext.NullTranslations()
+_this_thread = _thread._local()  # (the C module's thread-local: threading is not imported for it)
+
+
+class english:  # noqa: N801 (used as `with i18n.english():`, as a function would be)
+    """English for what this thread words meanwhile, whatever the process's language: an answer a
+    program reads (vram serve's JSON API) in a server that speaks the reader's language elsewhere."""
+
+    def __enter__(self) -> None:
+        self._before = getattr(_this_thread, "english", False)
+        _this_thread.english = True
+
+    def __exit__(self, *exc: object) -> None:
+        _this_thread.english = self._before
+
+
 def translation() -> _gettext.NullTranslations:
-    """The process's catalog, read once."""
+    """The process's catalog, read once (none in a thread inside `english()`)."""
     global _active, _active_language
+    if getattr(_this_thread, "english", False):
+        return _NONE
     if _active is None:
         # English while the language is chosen: reading the config may word an error (a bad file),
         # which would otherwise come back here for the language it is still choosing.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from .. import i18n
 from .._version import __version__
 from ..collector import Collector
 from ..gpu_state import Health, Snapshot
@@ -374,16 +375,17 @@ class Service:
         self.history_builds += 1
         if path is None:
             return 404, {"error": page_words.NO_HISTORY}  # the API's English; the page shows it translated
-        try:
-            store = Store.open(path)
-        except StoreError as e:
-            return 503, {"error": e.message}
-        try:
-            series = gpu_series(store, time.time(), span, HISTORY_POINTS)
-        except StoreError as e:
-            return 503, {"error": e.message}
-        finally:
-            store.close()
+        with i18n.english():  # the API's words are English (a store's error is worded where it is raised)
+            try:
+                store = Store.open(path)
+            except StoreError as e:
+                return 503, {"error": e.message}
+            try:
+                series = gpu_series(store, time.time(), span, HISTORY_POINTS)
+            except StoreError as e:
+                return 503, {"error": e.message}
+            finally:
+                store.close()
         gpus = {str(gpu): [[round(i * series.width, 3), used, util] for i, (used, util) in sorted(slots.items())]
                 for gpu, slots in series.gpus.items()}
         return 200, {"database": str(path), "since": series.since, "until": series.until, "width": series.width,
