@@ -170,12 +170,12 @@ def test_impossible_pick_says_the_most_free_gpus_in_chinese():
     assert result.rc == 1
     assert "当前空闲最多：GPU 7（空闲 77.3GiB）" in result.err, result.err
     result = run_vram("pick", "-n", "3", "--exclusive", "--simulate", "demo", env=ZH)
-    assert "正被其他用户使用（alice，erin）" in result.err, result.err  # the list separator is Chinese
+    assert "正被其他用户使用（alice、erin）" in result.err, result.err  # the list separator is Chinese
 
 
 def test_kill_names_other_users_with_the_chinese_separator():
     result = run_vram("kill", "--idle", "1m", "--dry-run", "--simulate", "demo", env=ZH)
-    assert "（alice，bob，carol，dave，erin）" in result.out + result.err, result.out + result.err
+    assert "（alice、bob、carol、dave、erin）" in result.out + result.err, result.out + result.err
 
 
 def test_run_usage_line_is_chinese():

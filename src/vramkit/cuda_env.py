@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from .errors import RequestError
 from .gpu_state import Snapshot
-from .i18n import _, ngettext, pgettext
+from .i18n import _, join_words, ngettext, pgettext
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 ORDER = "CUDA_DEVICE_ORDER"
@@ -209,7 +209,7 @@ def _resolve(text: str, order: Numbering, devices: list[CudaDevice]) -> tuple[Cu
             return found[0], None
         if found:
             return None, _("{entry} is ambiguous: it begins the UUIDs of {devices}").format(
-                entry=repr(t), devices=pgettext("list separator", ", ").join(d.label for d in found))
+                entry=repr(t), devices=join_words(d.label for d in found))
         return None, (_("{entry} matches no MIG instance UUID here") if want_mig
                       else _("{entry} matches no GPU UUID here")).format(entry=repr(t))
     lead = re.match(r"\+?(\d+)", t) if t.isascii() else None

@@ -17,7 +17,7 @@ from typing import Any
 from .cuda_env import CudaDevice, whole_gpus
 from .errors import RequestError, no_such_gpu
 from .gpu_state import GpuProcess, Snapshot
-from .i18n import N_, _, ngettext, pgettext
+from .i18n import N_, _, join_words, ngettext, pgettext
 from .units import format_size
 
 DEFAULT_MIN_FREE_PCT = 50.0  # without --min-free: at least half the unit's memory is free
@@ -86,13 +86,7 @@ class Policy:
             parts.append(_("no other user's process"))
         if self.prefer != "spread":
             parts.append(_("prefer {policy}").format(policy=self.prefer))
-        return list_words(parts)
-
-
-def list_words(items: list[str]) -> str:
-    """Items of a list in a sentence: 'a, b, c' (the separator is the reader's language's)."""
-    # Translators: the separator between the items of a list ("1 GPU, ≥50% free, ≤50% busy")
-    return pgettext("list", ", ").join(items)
+        return join_words(parts)
 
 
 def reasons_words(items: list[str]) -> str:
@@ -278,7 +272,7 @@ def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
     if policy.exclusive:
         others = sorted({p.user or _("unknown user") for p in unit.processes if p.uid != policy.uid})
         if others:
-            v.problems.append(Problem("exclusive", list_words(others), users=tuple(others)))
+            v.problems.append(Problem("exclusive", join_words(others), users=tuple(others)))
     if key in blocked:
         v.problems.append(Problem(blocked[key].kind, blocked[key].text))
     return v
@@ -467,7 +461,7 @@ def _groups(verdicts: list[Verdict], policy: Policy, never: bool) -> list[str]:
             details = sorted({n for p in problems for n in p.users})
         elif len(set(details)) == 1:
             details = details[:1]
-        out.append(_unit_is([v.unit for v in vs], _problem_words(kind, list_words(details), policy, vs[0].unit)))
+        out.append(_unit_is([v.unit for v in vs], _problem_words(kind, join_words(details), policy, vs[0].unit)))
     return out
 
 
@@ -486,7 +480,7 @@ def available_text(decision: Decision, limit: int = 4) -> str:
     """What there is now: the units that fit, else the ones with the most free memory."""
     fitting = [v.unit for v in decision.verdicts if v.fits]
     if fitting:
-        body = list_words([_("{gpu} ({size} free)").format(gpu=ids_text([u]), size=format_size(u.memory_free))
+        body = join_words([_("{gpu} ({size} free)").format(gpu=ids_text([u]), size=format_size(u.memory_free))
                            for u in fitting[:limit]])
         if len(fitting) > limit:
             return _("fitting now: {gpus} and {n} more").format(gpus=body, n=len(fitting) - limit)
@@ -495,7 +489,7 @@ def available_text(decision: Decision, limit: int = 4) -> str:
     units.sort(key=lambda u: -(u.memory_free or 0))
     if not units:
         return _("no GPU reports its free memory")
-    return _("most free now: {gpus}").format(gpus=list_words(
+    return _("most free now: {gpus}").format(gpus=join_words(
         [_("{gpu} ({size} free)").format(gpu=ids_text([u]), size=format_size(u.memory_free)) for u in units[:limit]]))
 
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from .cuda_env import CERTAIN, CudaDevice, Entry, Numbering, Visible
 from .errors import RequestError
-from .i18n import _, ngettext, pgettext
+from .i18n import _, join_words, ngettext
 
 ROCR = "ROCR_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"
@@ -178,7 +178,7 @@ def child_env(units: list[CudaDevice], devices: list[CudaDevice], env: Mapping[s
                                     "(--format index)",
                                     "{devices} have no UUID in ROCm's form (GPU-...) here: name them by index "
                                     "(--format index)", len(nameless)).format(
-                                        devices=pgettext("list separator", ", ").join(nameless)))
+                                        devices=join_words(nameless)))
     value = ",".join(str(u.uuid) for u in units)
     # HIP takes the first agent whose UUID contains an entry: make sure each names its own
     if _hip(HIP, value, base, Visible(value=value, order=Numbering(ORDER_KFD, base, CERTAIN))) != units:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import _thread
 import gettext as _gettext
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 DOMAIN = "vramkit"
 # os.path, not pathlib: the shim and `vram status` import this module and never need pathlib
@@ -65,6 +65,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
 
 def pgettext(context: str, message: str) -> str:
     return translation().pgettext(context, message)
+
+
+def join_words(items: Iterable[str]) -> str:
+    """Items one after another, as a list is written in the reader's language ("a, b, c"; 甲、乙、丙)."""
+    # Translators: what separates the items of a list ("fp32, fused adamw, flash attention")
+    return pgettext("list separator", ", ").join(items)
 
 
 def catalog_language(spelling: str) -> str | None:

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from .. import process_view
 from .. import visible as visible_devices
 from ..cuda_env import ORDER_PCI, VISIBLE, Visible, devices_of
-from ..gpu_choice import list_words
 from ..gpu_state import Device, GpuProcess, Snapshot
-from ..i18n import N_, _, ngettext, pgettext
+from ..i18n import N_, _, join_words, ngettext, pgettext
 from ..procs import Environ, read_environ, user_name
 from ..units import format_duration, format_size
 
@@ -213,7 +212,7 @@ def _near_full(gpus: list[Device]) -> list[Finding]:
     for g in gpus:
         if g.memory_total and g.memory_free is not None and g.memory_free < NEAR_FULL_FREE * g.memory_total:
             holders = sorted(g.processes, key=lambda p: -(p.memory or 0))[:3]
-            names = list_words([_holding(p) for p in holders]) or _("no listed process")
+            names = join_words([_holding(p) for p in holders]) or _("no listed process")
             out.append(Finding("near_full", "warning", _("GPU {index} is nearly full").format(index=g.index),
                                _("{free} free of {total}; held by {holders}").format(
                                    free=format_size(g.memory_free), total=format_size(g.memory_total), holders=names),
@@ -228,7 +227,7 @@ def _other_users(gpus: list[Device], me: str | None) -> list[Finding]:
         others = [p for p in g.processes if p.user is not None and p.user != me]
         if others:
             held = sum(p.memory or 0 for p in others)
-            names = list_words(sorted({p.user for p in others if p.user}))
+            names = join_words(sorted({p.user for p in others if p.user}))
             out.append(Finding("other_users", "info",
                                _("other users hold memory on GPU {index}, which you chose").format(index=g.index),
                                _("{users}: {held} of {total}").format(users=names, held=format_size(held),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..i18n import N_, _, pgettext
+from ..i18n import N_, _, join_words
 from ..units import format_size
 from .oom import OomReport, printed_rounding
 from .traceback import Phase
@@ -574,7 +574,7 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         units = [u for u in units_of(snap, devices) if not u.dev.is_mig and u.dev.index != ex.live_gpu]
         roomy = ranked(Policy(count=1, min_free=need), units)
         if roomy:
-            names = pgettext("list separator", ", ").join(
+            names = join_words(
                 _("GPU {index} ({free} free, {busy}% busy)").format(
                     index=u.dev.index, free=format_size(u.memory_free), busy=u.utilization)
                 if u.utilization is not None
@@ -684,10 +684,10 @@ def _bounded(ex: Explanation, fixes: list[Fix]) -> list[Fix]:
         kept.append(f)
     if capped and held is not None:
         ex.notes.append(_("estimated savings capped at what the job held ({size}): {fixes}").format(
-            size=format_size(held), fixes=pgettext("list separator", ", ").join(capped)))
+            size=format_size(held), fixes=join_words(capped)))
     if idle:
         ex.notes.append(_("not listed, for the setup given they save nothing (or add memory): {fixes}").format(
-            fixes=pgettext("list separator", ", ").join(idle)))
+            fixes=join_words(idle)))
     return kept
 
 

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ..i18n import N_, _, ngettext, pgettext
+from ..i18n import N_, _, join_words, ngettext, pgettext
 from .formulas import (
     ALL_LINEAR,
     LORA_TARGET_NAMES,
@@ -55,7 +55,7 @@ from .formulas import (
 )
 from .loading import LOADING_PATHS, TORCHAO_CHUNK, reserved_by_loading
 from .specs import ENCODERS, EstimateError, ModelSpec, numel, spec_of
-from .stack import Stack, active, assumed_text, list_of, setup_for
+from .stack import Stack, active, assumed_text, setup_for
 
 SEGMENT = 2 * MiB  # the caching allocator's large-segment granularity
 
@@ -263,7 +263,7 @@ class Setup:
                          if not self.torchao_chunk else _("{loader} loading").format(loader=self.loading))
         if self.gpus > 1 or self.zero is not None or self.fsdp:
             parts.append(self._describe_gpus())
-        return list_of(parts)
+        return join_words(parts)
 
     def _describe_quant(self) -> str:
         """describe()'s words for a quantized base: the kind, then its options."""
@@ -274,7 +274,7 @@ class Setup:
             items.append(_("head quantized too"))
         if self.fsdp or self.zero == 3:
             items.append(_("16-bit storage, sharded"))
-        return list_of(items)
+        return join_words(items)
 
     def _describe_gpus(self) -> str:
         """describe()'s words for the GPUs: how many, and how the work is spread over them."""
@@ -296,7 +296,7 @@ class Setup:
             items.append("DDP")
         if self.tp > 1:
             items.append(f"tp {self.tp}")
-        return list_of(items)
+        return join_words(items)
 
     def _check_fsdp(self) -> None:
         """FSDP as modelled: full-shard training, alone (no ZeRO or tp); a quantized base: _check_sharded_quant."""
@@ -781,7 +781,7 @@ def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estim
         notes.append(_("DataParallel: GPU 0 carries the extra shown; the other GPUs need that much less"))
     if lora:
         bnb = bool(setup.quant) and setup.quant_backend == "bitsandbytes"
-        where = list_of([w for w, on in (
+        where = join_words([w for w, on in (
             (_("LoRA on {targets}").format(targets="/".join(_targets(spec, setup))), setup.lora),
             (_("bottleneck adapters ({width} wide)").format(width=setup.adapter), setup.adapter),
             (_("a {tokens}-token prefix").format(tokens=setup.prefix_len), setup.prefix_len)) if on])

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..i18n import _, ngettext
+from ..i18n import _, join_words, ngettext
 from . import catalog
 from .analytic import Estimate, Setup, estimate
 from .specs import EstimateError, ModelSpec, resolve, spec_of
-from .stack import list_of, remedies
+from .stack import remedies
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Plan:
             lines.append("  " + _("no change fits alone; closest: {change} ({size})").format(
                 change=closest.what, size=format_size(closest.total_bytes)))
         if not self.fits and self.gpus_that_fit:
-            names = list_of([f"{n} ({format_size(m)})" for n, m in self.gpus_that_fit[:3]])
+            names = join_words([f"{n} ({format_size(m)})" for n, m in self.gpus_that_fit[:3]])
             lines.append("  " + _("GPUs that fit it unchanged: {gpus}").format(gpus=names))
         return "\n".join(lines)
 
@@ -75,8 +75,8 @@ def gpu_memory(name: str) -> tuple[str, int]:
         return key, catalog.GPUS[key][0]
     close = difflib.get_close_matches(key, list(catalog.GPUS) + list(catalog.GPU_ALIASES), n=3, cutoff=0.5)
     if close:
-        raise EstimateError(_("unknown GPU {name!r}; did you mean {close}?").format(name=name, close=list_of(close)))
-    raise EstimateError(_("unknown GPU {name!r} (known: {known})").format(name=name, known=list_of(list(catalog.GPUS))))
+        raise EstimateError(_("unknown GPU {name!r}; did you mean {close}?").format(name=name, close=join_words(close)))
+    raise EstimateError(_("unknown GPU {name!r} (known: {known})").format(name=name, known=join_words(catalog.GPUS)))
 
 
 def _total(spec: ModelSpec, setup: Setup) -> int:

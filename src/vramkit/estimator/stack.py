@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from ..i18n import N_, _, pgettext
+from ..i18n import N_, _, join_words, pgettext
 from .specs import LLAMA_LIKE, EstimateError, ModelSpec
 
 if TYPE_CHECKING:
@@ -116,8 +116,8 @@ class Stack:
         named = [f"{lib} {'.'.join(map(str, self.version(lib)))}" for lib in libraries]
         whence = {origin.get(lib, "") for lib in libraries}
         if len(whence) == 1:
-            return _whence(list_of(named), whence.pop() if origin else "")
-        return list_of([_whence(text, origin.get(lib, "")) for text, lib in zip(named, libraries)])
+            return _whence(join_words(named), whence.pop() if origin else "")
+        return join_words([_whence(text, origin.get(lib, "")) for text, lib in zip(named, libraries)])
 
 
 # where a library's version came from (Stack.origin), in words
@@ -127,12 +127,6 @@ _WHENCE = {"installed": N_("{libraries} installed"), "current release": N_("{lib
 
 def _whence(libraries: str, origin: str) -> str:
     return _(_WHENCE[origin]).format(libraries=libraries) if origin in _WHENCE else libraries
-
-
-def list_of(items: list[str]) -> str:
-    """Items one after another, as a list is written in the reader's language ("a, b, c")."""
-    # Translators: what separates the items of a list ("fp32, fused adamw, flash attention")
-    return pgettext("list separator", ", ").join(items)
 
 
 @dataclass(frozen=True)
@@ -519,7 +513,7 @@ def assumed_text(setup: Setup, family: str) -> str:
         where.append(setup.stack.naming(libraries))
     # Translators: the header's defaults: where they come from (the loop; the libraries' versions), then which
     return _("assumed ({where}): {behaviours}").format(where=pgettext("list of groups", "; ").join(where),
-                                                       behaviours=list_of([_(row.label) for row in rows]))
+                                                       behaviours=join_words([_(row.label) for row in rows]))
 
 
 def untraced(setup: Setup, family: str) -> list[Behaviour]:

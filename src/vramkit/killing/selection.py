@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 from .. import procs
 from ..collector import Collector
 from ..errors import no_such_gpu
-from ..gpu_choice import list_words
 from ..gpu_state import GpuProcess, Snapshot
-from ..i18n import N_, _, ngettext
+from ..i18n import N_, _, join_words, ngettext
 from ..idle import busy_percent
 from ..machine import Machine
 from ..protect import Protection, Refusal, load, said
@@ -236,7 +235,7 @@ def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Calle
                             "them",
                             "not selected: {n} matching processes of other users ({users}): only root may signal "
                             "them", len(others))
-        notes.append(note.format(n=len(others), users=list_words(names)))
+        notes.append(note.format(n=len(others), users=join_words(names)))
     return [t for t in targets if _is_own(t, caller) or t.unmapped]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..doctor.oom import FORMS
-from ..i18n import N_, _, ngettext, pgettext
+from ..i18n import N_, _, join_words, ngettext, pgettext
 from ..procs import sanitize
 from ..units import format_size
 from .style import Style, clip
@@ -294,7 +294,7 @@ def render_checklist(result: Checklist, snap: Snapshot, style: Style, width: int
         counts: dict[str, int] = {}
         for f in result.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
-        summary = pgettext("list separator", ", ").join(_severity_count(k, n) for k, n in counts.items())
+        summary = join_words(_severity_count(k, n) for k, n in counts.items())
         total = len(result.findings)
         lines.append(ngettext("{n} finding: {summary}", "{n} findings: {summary}", total).format(
             n=total, summary=summary))

@@ -8,9 +8,9 @@ from dataclasses import asdict
 
 from ..allocate import Selection, WaitStatus
 from ..cuda_env import CudaDevice, Visible, cuda_index, short_pci
-from ..gpu_choice import Decision, Unit, list_words, verdict_text
+from ..gpu_choice import Decision, Unit, verdict_text
 from ..gpu_state import Snapshot
-from ..i18n import _, pgettext
+from ..i18n import _, join_words, pgettext
 from ..units import format_duration, format_size
 from . import fmt
 from .banner import banner
@@ -29,7 +29,7 @@ def mapping_text(described: str, visible: list[CudaDevice]) -> str:
         return _("{variable} → a program sees no GPU").format(variable=described)
     parts = [(_("your cuda:{n} is {gpu}") if i == 0 else _("cuda:{n} is {gpu}")).format(n=i, gpu=device_words(d))
              for i, d in enumerate(visible)]
-    return f"{described} → " + list_words(parts)
+    return f"{described} → " + join_words(parts)
 
 
 def ids_output(selection: Selection, form: str) -> str:
@@ -171,7 +171,7 @@ def _unit_words(u: Unit) -> str:
 
 def started_line(selection: Selection, snap: Snapshot, command: str | None = None) -> str:
     """'vram: GPU 7 (A100-SXM4-80GB, 77.3GiB free) → CUDA_VISIBLE_DEVICES=7 · python train.py'."""
-    gpus = list_words([_unit_words(u) for u in selection.units])
+    gpus = join_words([_unit_words(u) for u in selection.units])
     if selection.waited >= 1:
         gpus = _("{gpus} after waiting {duration}").format(gpus=gpus, duration=format_duration(selection.waited))
     sim = " " + _("[SIMULATED machine '{scenario}']").format(scenario=snap.scenario) if snap.simulated else ""

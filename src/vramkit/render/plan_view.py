@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ..estimator.stack import list_of
-from ..i18n import _
+from ..i18n import _, join_words
 from ..units import format_size
 from .style import Style
 from .text_width import pad
@@ -35,7 +34,7 @@ def render_plan(p: Plan, style: Style) -> str:
             lines.append(f"  {pad(c.what, 52)}{format_size(c.total_bytes):>9}  {fits if c.fits else too_big}")
     lines.append("")
     if p.gpus_that_fit:
-        names = list_of([f"{n} ({format_size(m)})" for n, m in p.gpus_that_fit[:8]])
+        names = join_words([f"{n} ({format_size(m)})" for n, m in p.gpus_that_fit[:8]])
         lines.append(_("GPUs that fit it unchanged: {gpus}").format(gpus=names))
     else:
         lines.append(_("no single catalog GPU fits it unchanged"))

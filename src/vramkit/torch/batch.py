@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RequestError
-from ..i18n import N_, _, ngettext, pgettext
+from ..i18n import N_, _, join_words, ngettext
 from ..units import format_size
 from ._common import require_torch
 from .memcap import active_cap
@@ -62,7 +62,7 @@ class BatchSearch:
             head = _("largest batch that ran: {largest}; recommended: {recommended} ({margin})").format(
                 largest=self.largest, recommended=self.recommended,
                 margin=margin.format(margin=self.margin, multiple=self.multiple_of))
-        trials = pgettext("list separator", ", ").join(
+        trials = join_words(
             f"{t.batch} " + ((format_size(t.peak_bytes) if t.peak_bytes is not None else "ok") if t.ok else "OOM")
             for t in self.trials)
         count = (ngettext("{n} trial ({method} of {capacity}): {trials}", "{n} trials ({method} of {capacity}): "
@@ -72,7 +72,7 @@ class BatchSearch:
                                     capacity=format_size(self.capacity))]
         if self.restored:
             lines.append(_("restored after the trials: {what}").format(
-                what=pgettext("list separator", ", ").join(_(what) for what in self.restored)))
+                what=join_words(_(what) for what in self.restored)))
         return "\n".join(lines)
 
 

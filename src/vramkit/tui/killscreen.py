@@ -12,8 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..gpu_choice import list_words
-from ..i18n import N_, _
+from ..i18n import N_, _, join_words
 from ..killing import EXITED, REFUSED, STILL_RUNNING, KillReport, Plan, Target
 from ..render.kill_view import status_words
 from ..render.text_width import wrap
@@ -32,7 +31,7 @@ def target_text(t: Target) -> Text:
     out.append("\n" + (t.command or "?") + "\n")  # commands were sanitized by the snapshot/procs
     if t.gpus:
         # Translators: what one process holds on one GPU, in the kill dialog ("holds {memory}")
-        held = list_words([_("GPU {index}: {size}").format(index=g, size=format_size(m))
+        held = join_words([_("GPU {index}: {size}").format(index=g, size=format_size(m))
                            for g, m in sorted(t.gpus.items())])
         out.append(_("holds {memory}").format(memory=held) + "\n")
     for note in t.notes:
