@@ -4,11 +4,12 @@ user names, rule ids), and the columns still line up by display width."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
 
-from helpers import clean_env, real_gpu_scenario, run_vram, run_vram_answering, start_sleeper
+from helpers import clean_env, needs_root, real_gpu_scenario, run_vram, run_vram_answering, start_sleeper
 
 from vramkit.render.text_width import cells
 
@@ -16,7 +17,8 @@ ZH = clean_env(VRAM_LANG="zh_CN")
 # Words that stay English inside Chinese text: names of things, not words of a sentence.
 KEPT = {"GPU", "PID", "PCI", "CUDA", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PCI_BUS_ID", "NVML", "SIGTERM",
         "SIGKILL", "init", "pid", "vram", "ps", "run", "kernel", "nvidia-smi", "cuda", "spread", "GiB", "MiB",
-        "N/A", "demo", "carol", "root", "shell", "SXM4-80GB", "A100-SXM4-80GB", "defunct", "python", "SIMULATED"}
+        "N/A", "demo", "carol", "root", "shell", "SXM4-80GB", "A100-SXM4-80GB", "defunct", "python", "SIMULATED",
+        getpass.getuser()}  # who runs the tests: the report names the user of the processes they start
 
 
 def english_left(line: str, commands: tuple[str, ...] = ()) -> list[str]:
@@ -62,6 +64,7 @@ def assert_columns_line_up(header: str, rows: list[str], columns: int) -> None:
             assert h0 == v0 or h1 == v1, (header, row)
 
 
+@needs_root("the demo's zombie is carol's: only root's --all-users puts it in the plan, for the zombie rule to refuse")
 def test_kill_zombie_dry_run_is_chinese():
     # As root without --all-users the demo's zombie (carol's) is not selected: a note says why.
     result = run_vram("kill", "--zombie", "--dry-run", "--simulate", "demo", env=ZH)
@@ -169,10 +172,16 @@ def test_impossible_pick_says_the_most_free_gpus_in_chinese():
     result = run_vram("pick", "--min-free", "200GiB", "--simulate", "demo", env=ZH)
     assert result.rc == 1
     assert "当前空闲最多：GPU 7（空闲 77.3GiB）" in result.err, result.err
+
+
+@needs_root("which GPUs other users hold depends on who asks: as root, the demo's alice and erin")
+def test_impossible_exclusive_pick_names_other_users_with_the_chinese_separator():
     result = run_vram("pick", "-n", "3", "--exclusive", "--simulate", "demo", env=ZH)
     assert "正被其他用户使用（alice、erin）" in result.err, result.err  # the list separator is Chinese
 
 
+@needs_root("as root the demo's processes are all other users': the note names them at once (a user's "
+            "own --idle selection is watched for the minute)")
 def test_kill_names_other_users_with_the_chinese_separator():
     result = run_vram("kill", "--idle", "1m", "--dry-run", "--simulate", "demo", env=ZH)
     assert "（alice、bob、carol、dave、erin）" in result.out + result.err, result.out + result.err
