@@ -86,11 +86,12 @@ def sleeper():
 def test_help_screen_table_and_refusal_are_chinese_and_line_up_at_80x24(tmp_path):
     top = Top(tmp_path, "--simulate", "demo", "--interval", "3600", env=zh_env(HOME=str(tmp_path)))
     try:
-        assert wait_for(lambda: "个 GPU 进程" in top.screen() and "train_dp.py" in top.screen(), timeout=30), \
+        # the table and the footer (drawn in a later frame than the table, under load)
+        assert wait_for(lambda: all(w in top.screen() for w in ("个 GPU 进程", "train_dp.py", "q 退出")), timeout=30), \
             top.screen()
         screen = top.screen()
         _fits(screen)
-        lines = screen.splitlines()
+        lines = screen.rstrip("\n").splitlines()
         # the footer's keys, the view line
         assert "q 退出" in lines[-1] and "? 帮助" in lines[-1] and "k 结束进程" in lines[-1], lines[-1]
         assert any(line.strip().startswith("9 个 GPU 进程  ·  排序：显存  ·  ? 帮助") for line in lines), screen
