@@ -6,6 +6,8 @@ real headless Chromium (test_serve_web's fixtures)."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import urllib.request
 
@@ -100,6 +102,107 @@ def test_the_page_shows_every_host_and_a_stopped_one_as_down(browser, served):
     assert second["state"].startswith("Down: cannot reach it: ") and ". Last seen at " in second["state"]
     # This machine's GPUs as before, and nothing of another host among them.
     assert len(browser.find_elements(By.CSS_SELECTOR, "#gpus article.gpu")) == len(demo["gpus"])
+    assert not browser_errors(browser)
+
+
+class SlowHost:
+    """A host on the network that accepts connections and then never answers (silent) or answers
+    HTTP a byte every 0.1 s (trickle); it counts the connections it is holding open at once."""
+
+    def __init__(self, trickle: bool):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.trickle = trickle
+        self.open = self.most = self.accepted = 0
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closing.is_set():
+            try:
+                conn, _peer = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self.lock:
+                self.open += 1
+                self.accepted += 1
+                self.most = max(self.most, self.open)
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n" \
+            + b" " * 1_000_000
+        try:
+            with conn:
+                conn.settimeout(0.1)
+                sent = 0
+                while not self.closing.is_set():
+                    if self.trickle:
+                        conn.sendall(answer[sent:sent + 1])
+                        sent += 1
+                    try:
+                        if conn.recv(4096) == b"" and not self.trickle:
+                            return  # the reader hung up
+                    except TimeoutError:
+                        pass
+        except OSError:
+            pass  # the reader hung up
+        finally:
+            with self.lock:
+                self.open -= 1
+
+    def close(self) -> None:
+        self.closing.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def slow_host():
+    made: list[SlowHost] = []
+
+    def make(trickle: bool) -> SlowHost:
+        made.append(SlowHost(trickle))
+        return made[-1]
+    yield make
+    for host in made:
+        host.close()
+
+
+@pytest.mark.slow
+def test_a_silent_or_trickling_host_never_holds_up_the_others(browser, served, slow_host):
+    """Each host is read on its own clock with its own deadline: with --hosts-timeout 10m, a host
+    that accepts and never answers and one that trickles a byte at a time hold one connection
+    each, and meanwhile the host that answers is on /api/v1/hosts and the page, read again every
+    interval (one deadline a round held every host's reading until the slowest had answered)."""
+    silent, trickle = slow_host(False), slow_host(True)
+    a = served("--simulate", "demo", "--hostname", "gpu-a")
+    main = served("--simulate", "demo", "--hosts", f"{silent.address},{address(a)},{trickle.address}",
+                  "--hosts-timeout", "10m")
+    stamps: set[float] = set()
+    deadline = time.monotonic() + 2 * WAIT
+    while len(stamps) < 4:
+        hosts = hosts_api(main)
+        assert [hosts[0]["why"], hosts[2]["why"]] == ["waiting", "waiting"], hosts
+        if hosts[1]["up"]:
+            stamps.add(hosts[1]["snapshot"]["timestamp"])
+        assert time.monotonic() < deadline, f"gpu-a read {len(stamps)} times while the others were silent"
+        time.sleep(0.1)
+    browser.get(main.url)
+
+    def shown(driver):
+        found = hosts_on_page(driver)
+        return found if len(found) == 3 and found[1]["gpus"] else None
+    silent_row, gpu_a, trickle_row = wait(browser, shown, "gpu-a's GPUs beside the hosts not read yet")
+    assert gpu_a["name"] == "gpu-a" and not gpu_a["down"]
+    assert [silent_row["state"], trickle_row["state"]] == ["Not read yet.", "Not read yet."]
+    assert not silent_row["gpus"] and not trickle_row["gpus"]
+    # One connection each, held; never a second read of a host while its first is open.
+    assert (silent.accepted, silent.most, trickle.accepted, trickle.most) == (1, 1, 1, 1)
+    assert [h["why"] for h in hosts_api(main)] == ["waiting", None, "waiting"]
     assert not browser_errors(browser)
 
 

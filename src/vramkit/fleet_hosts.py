@@ -315,6 +315,12 @@ class Down:
 
 
 def _read_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: int) -> object | Down:
+    body = fetch_snapshot(url, deadline, config, max_answer)
+    return body if isinstance(body, Down) else parse_snapshot(body)
+
+
+def fetch_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: int) -> bytes | Down:
+    """A host's /api/v1/snapshot body (at most `max_answer` bytes, by `deadline`), or why not."""
     headers = {"Accept": "application/json"}
     if config.authorization is not None:
         headers["Authorization"] = config.authorization
@@ -326,8 +332,13 @@ def _read_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: 
         return Down(kind, clean(e.detail))
     if answer.status != 200:
         return Down("status", f"{clean(answer.status)} {clean(answer.reason)}")
+    return answer.body
+
+
+def parse_snapshot(body: bytes) -> object | Down:
+    """The body as JSON (untrusted: any shape), or Down('not-json')."""
     try:
-        doc: object = json.loads(answer.body.decode("utf-8", "replace"))
+        doc: object = json.loads(body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return Down("not-json")
     return doc

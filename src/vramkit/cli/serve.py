@@ -83,8 +83,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--hosts-config", metavar="FILE",
                    help=N_("basic_auth and tls_config for --hosts, as in a Prometheus scrape config"))
     add_duration(p, "--hosts-timeout", default=HOSTS_TIMEOUT, low=0.1, high=600, bounds=N_("must be 0.1s to 10m"),
-                 help=N_("how long to wait for the --hosts' answers each time, all of them together "
-                 "(default %(default)s); a host that has not answered is shown as down"))
+                 help=N_("how long to wait for each --hosts host's answer (default %(default)s); a host that "
+                 "has not answered by then is shown as down, the others are shown as they answer"))
     p.set_defaults(run=run)
 
 
