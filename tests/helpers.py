@@ -498,7 +498,7 @@ IS_ROOT = os.geteuid() == 0
 # that asks who it runs as (needs_root, IS_ROOT, run_vram_as, AS_NOBODY, os.geteuid/getuid,
 # setpriv, su, chown) belongs here: tests/test_suite_rules.py checks it.
 UID_FILES = frozenset({
-    "test_backend_contract.py", "test_config.py", "test_container_inside.py", "test_docs_examples.py",
+    "test_backend_contract.py", "test_config.py", "test_docs_examples.py",
     "test_history_hostile.py", "test_history_workloads.py", "test_holders.py",
     "test_i18n_kill_pick.py", "test_idle_history.py", "test_kill.py", "test_kill_lib.py", "test_kill_recheck.py",
     "test_kill_safety.py",

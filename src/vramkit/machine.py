@@ -17,6 +17,7 @@ from .i18n import N_
 from .idle import idle_now
 from .nvml.backend import NvmlUnavailable
 from .procs import OTHER_NAMESPACE, HostProcess, cpu_percent_since
+from .procs.namespaces import orphaned
 
 TYPE_CHECKING = False  # for mypy: typing is not imported on `vram status`'s path (~2.5 ms)
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: floa
     proc.elapsed = max(0.0, now - host.start_time)
     proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)
     proc.zombie = host.state == "zombie"
-    proc.orphaned = host.ppid == 1 and host.pid != 1
+    proc.orphaned = orphaned(host.pid, host.ppid, host.real)  # a container's pid 1 is its own init
     proc.idle = idle_now(proc, dev)
     proc.idle_for = 0.0 if proc.idle else None  # one sample; a Collector's IdleClock knows longer
 

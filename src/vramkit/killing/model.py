@@ -15,6 +15,7 @@ from .. import procs
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
 from ..i18n import _
+from ..procs.namespaces import orphaned as left_to_init
 from ..protect import Refusal
 
 if TYPE_CHECKING:
@@ -233,7 +234,7 @@ class Target:
 
     @property
     def orphaned(self) -> bool:
-        return self.ppid == 1 and self.pid != 1
+        return left_to_init(self.pid, self.ppid, read_here=not self.synthetic)
 
     # ------------------------------------------------------------ what it holds
     @property

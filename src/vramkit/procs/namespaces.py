@@ -72,3 +72,24 @@ def shows_pids_of(namespace: int) -> bool:
     if shown is not None:
         return shown == namespace
     return in_pid_namespace(namespace) is not False
+
+
+_PROC_IS_HOSTS: list[bool] = []  # whether this /proc's pid 1 is the host's init, read once
+
+
+def proc_is_hosts() -> bool:
+    """Whether this /proc numbers processes as the host does, so that its pid 1 is the host's init;
+    unknown counts as yes (as before vram asked)."""
+    if not _PROC_IS_HOSTS:
+        shown = proc_pid_namespace()
+        _PROC_IS_HOSTS.append(shown is None or shown == INITIAL_PID_NS_INODE)
+    return _PROC_IS_HOSTS[0]
+
+
+def orphaned(pid: int, ppid: int | None, read_here: bool = True) -> bool:
+    """Whether a process was left to init by its parent: its parent is pid 1, the host's init. In a
+    container's PID namespace pid 1 is the container's own first process (its entrypoint, tini, a
+    shell), the parent of what it starts: a child of it is no orphan there, as it is none seen from
+    the host (and an orphan there cannot be told from one). `read_here` False: a simulated
+    scenario's made-up process, whose parent is the one the scenario's host gives it."""
+    return ppid == 1 and pid != 1 and (not read_here or proc_is_hosts())

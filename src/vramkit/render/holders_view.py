@@ -9,6 +9,7 @@ from typing import Any
 
 from ..holders import Holder, HolderScan
 from ..i18n import _, pgettext
+from ..procs.namespaces import orphaned
 from ..units import format_duration, format_size
 from .style import Style, clip
 from .text_width import cells, pad
@@ -39,7 +40,7 @@ def _flags(h: Holder) -> str:
     out = []
     if h.host.state == "zombie":
         out.append("zombie")
-    if h.host.ppid == 1 and h.pid != 1:
+    if orphaned(h.pid, h.host.ppid, h.host.real):
         out.append("orphan")
     if h.host.container:
         out.append("container")

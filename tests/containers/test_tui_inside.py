@@ -1,6 +1,6 @@
-"""`vram top` inside a real PID namespace (the approach of test_container_inside.py: vram entered
-into it with nsenter, on a scenario whose pids are the host's): the container's own GPU process
-is numbered as a host pid NVML lists for a process outside, and the view never mixes the two."""
+"""`vram top` inside a real PID namespace (the fixtures: conftest.py here): the container's own
+GPU process is numbered as a host pid NVML lists for a process outside, and the view never mixes
+the two."""
 
 from __future__ import annotations
 
@@ -10,36 +10,23 @@ import subprocess
 import uuid
 
 import pytest
-from helpers import clean_env, vram_argv, wait_for
-from test_container_inside import OUTSIDE, Container, _can_unshare, scenario
+from helpers import clean_env, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
-@pytest.fixture
-def container(children):
-    why = _can_unshare()
-    if why:
-        pytest.skip(why)
-    return Container(children)
-
-
 @pytest.mark.slow
 def test_top_inside_a_container_keeps_a_host_pid_apart_from_the_same_number_here(
-        container, write_scenario, tmp_path):
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
-        (dev / name).write_text("")
-    # the container's GPU process is pid OUTSIDE here: the number NVML gives a process outside it
-    here, host = container.start(dev / "nvidia0", dev / "nvidiactl", at=OUTSIDE)
-    path = scenario(write_scenario, dev, {(host, here): {"0": "6GiB"}})
+        container, scenario, dev, tmp_path):
+    outside = scenario.outside
+    # the container's GPU process is pid `outside` here: the number NVML gives a process outside it
+    here, host = container.start(dev / "nvidia0", dev / "nvidiactl", at=outside)
+    path = scenario({(host, here): {"0": "6GiB"}})
     audit = tmp_path / "audit.log"
     env = clean_env(TMUX=None, TMUX_TMPDIR=str(tmp_path), VRAM_AUDIT_LOG=str(audit), HOME=str(tmp_path),
                     XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     name = f"vramtop-{uuid.uuid4().hex[:8]}"
-    argv = ["nsenter", "--target", str(container.init), "--pid", "--mount", "--",
-            *vram_argv("top", "--simulate", str(path), "--interval", "3600")]
+    argv = container.argv("top", "--simulate", str(path), "--interval", "3600")
     rc_file = tmp_path / "rc"
 
     def tmux(*args: str) -> subprocess.CompletedProcess:
@@ -53,10 +40,10 @@ def test_top_inside_a_container_keeps_a_host_pid_apart_from_the_same_number_here
     try:
         assert wait_for(lambda: "GPU processes" in screen() and "host pid" in screen(), timeout=30), screen()
         lines = screen().splitlines()
-        [mine] = [line for line in lines if line.split()[:2] == ["0", str(OUTSIDE)]]
-        [theirs] = [line for line in lines if line.split()[:1] == ["1"] and f"host pid {OUTSIDE}," in line]
+        [mine] = [line for line in lines if line.split()[:2] == ["0", str(outside)]]
+        [theirs] = [line for line in lines if line.split()[:1] == ["1"] and f"host pid {outside}," in line]
         assert theirs.split()[1] == "-", theirs  # never the host pid in the PID column
-        # the detail view of pid OUTSIDE here is the container's process: GPU 0 only
+        # the detail view of that pid here is the container's process: GPU 0 only
         tmux("send-keys", "-t", name, "Home", "Enter")
         assert wait_for(lambda: "its own utilization" in screen(), timeout=20), screen()
         detail = screen().splitlines()
