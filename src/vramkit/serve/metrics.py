@@ -3,7 +3,8 @@ conventions (base units: bytes, ratios 0-1, celsius, watts, seconds), and option
 dcgm-exporter's names so that existing DCGM dashboards work unchanged. docs/metrics.md lists them.
 
 A field the driver does not report (None) has no sample: a missing series, never a 0.
-Per-process series carry pid and user, never the command line unless asked for
+Per-process series carry pid and user (inside a container, the pid here, empty where none is
+known, and the host's as nvml_pid), never the command line unless asked for
 (`commands=True`), and are capped (the largest holders first) so that a machine with thousands
 of processes cannot blow up Prometheus' series count.
 
@@ -188,14 +189,14 @@ def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: in
     state.process_series_dropped = max(0, len(rows) - cap)
     owners = OwnerLabels(dcgm)
     for g, p in rows[:cap]:
-        key = [str(g.index), g.uuid or "", str(p.pid), label(p.user)]
+        key = [str(g.index), g.uuid or "", pid_label(p), label(p.user)]
         if commands:
             key.append(label(p.command))
         values = [(memory, None if p.memory is None else float(p.memory)),
                   (sm, None if p.sm_utilization is None else p.sm_utilization / 100),
                   (idle, float(p.idle_for or 0.0) if p.idle else 0.0)]
-        owner = owners.of(p)
-        if p.mig_gi is not None or owner:  # a MIG instance, as dcgm-exporter labels it; an owner
+        owner = owners.of(p) + nvml_pid_label(p)
+        if p.mig_gi is not None or owner:  # a MIG instance, as dcgm-exporter labels it; an owner; a host pid
             named = {**dict(zip(labels, key)), **dict(owner)}
             if p.mig_gi is not None:
                 named.update(GPU_I_ID=str(p.mig_gi), GPU_I_PROFILE=label(_mig_of(g).get(p.mig_gi, "")))
@@ -209,6 +210,21 @@ def _process_metrics(snap: Snapshot, state: ExportState, commands: bool, cap: in
     yield memory
     yield sm
     yield idle
+
+
+def pid_label(p: GpuProcess) -> str:
+    """A row's pid label: its pid here, or "" where NVML listed it under another PID namespace's
+    pid (inside a container) that no process here could be told to be: that number names another
+    process here, or none (the JSON's pid null)."""
+    pid = p.pid_here
+    return "" if pid is None else str(pid)
+
+
+def nvml_pid_label(p: GpuProcess) -> tuple[tuple[str, str], ...]:
+    """nvml_pid, the host pid NVML listed a row under where it is another PID namespace's (inside a
+    container; the JSON's nvml_pid): it keeps apart the rows with no pid here, and follows a process
+    whether or not it could be told to be one here."""
+    return () if p.nvml_pid is None else (("nvml_pid", str(p.nvml_pid)),)
 
 
 # Whom a process works for, as labels of its series: the names dcgm-exporter gives a pod's
@@ -452,10 +468,11 @@ def _process_text(text: _Text, snap: Snapshot, state: ExportState, commands: boo
         if p.mig_gi is not None:  # upper case sorts first: GPU_I_ID, GPU_I_PROFILE, command, ...
             profile = _value(label(_mig_of(g).get(p.mig_gi, "")))
             head = f'{{GPU_I_ID="{p.mig_gi}",GPU_I_PROFILE="{profile}",' + head[1:]
-        key = f'{head}{gpu},pid="{p.pid}",user="{user}",{uuid}'
-        owner = owners.of(p)
+        pid = pid_label(p)
+        key = f'{head}{gpu},pid="{pid}",user="{user}",{uuid}'
+        owner = owners.of(p) + nvml_pid_label(p)
         if owner:  # its labels sort among the others: the block built whole (few processes have one)
-            pairs = [("gpu", str(g.index)), ("uuid", g.uuid or ""), ("pid", str(p.pid)), ("user", label(p.user)),
+            pairs = [("gpu", str(g.index)), ("uuid", g.uuid or ""), ("pid", pid), ("user", label(p.user)),
                      *owner]
             if commands:
                 pairs.append(("command", label(p.command)))
@@ -879,7 +896,7 @@ def _nvitop(snap: Snapshot, hostname: str, commands: bool, cap: int) -> list[Fam
     ]
     pfams: list[Family] = [(name, "gauge", doc, []) for name, doc, _ in proc_rows]
     for g, p in rows:
-        key = {**_nvitop_key(g, hostname), "pid": str(p.pid), "username": label(p.user)}
+        key = {**_nvitop_key(g, hostname), "pid": pid_label(p), "username": label(p.user), **dict(nvml_pid_label(p))}
         extra = {"status": p.state or ""}
         if commands:
             extra["command"] = label(p.command)
@@ -1021,7 +1038,7 @@ def _nvidia_smi(snap: Snapshot, xids: Xids | None, cap: int) -> list[Family]:
             apps[3].append(({"uuid": smi_uuid(g.uuid)}, float(len(g.processes))))
     rows = sorted(((g, p) for g in live for p in g.processes), key=lambda gp: -(gp[1].memory or 0))[:cap]
     for g, p in rows:
-        key = {"uuid": smi_uuid(g.uuid), "pid": str(p.pid), "process_name": label(p.name)}
+        key = {"uuid": smi_uuid(g.uuid), "pid": pid_label(p), "process_name": label(p.name), **dict(nvml_pid_label(p))}
         app_info[3].append((key, 1.0))
         if p.memory is not None:
             app_mem[3].append((key, float(p.memory)))
