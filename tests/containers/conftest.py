@@ -149,15 +149,16 @@ def env(tmp_path) -> dict[str, str]:
 
 class Scenarios:
     """{(host pid, pid here): {"0": "6GiB"}} as a scenario of real processes, numbered as the host
-    numbers them, plus the made-up process `outside` on GPU 1 (another container's, held by none here)."""
+    numbers them, on two GPUs busy `utilization` %, plus the made-up process `outside` on GPU 1
+    (another container's, held by none here)."""
 
     outside = 4242
 
     def __init__(self, write_scenario, dev: Path) -> None:
         self.write_scenario, self.dev = write_scenario, dev
 
-    def __call__(self, placements: dict[tuple[int, int], dict[str, str]]) -> Path:
-        data = real_gpu_scenario({host: gpus for (host, _), gpus in placements.items()},
+    def __call__(self, placements: dict[tuple[int, int], dict[str, str]], utilization=(30, 0)) -> Path:
+        data = real_gpu_scenario({host: gpus for (host, _), gpus in placements.items()}, utilization,
                                  device_nodes=f"{self.dev}/nvidia*", pid_namespace=os.readlink("/proc/self/ns/pid"))
         for entry, (_, here) in zip(data["processes"], placements):
             entry["ns_pid"] = here

@@ -4,7 +4,10 @@ no orphan (the fixtures: conftest.py here)."""
 
 from __future__ import annotations
 
+import pytest
 
+
+@pytest.mark.slow
 def test_a_child_of_the_containers_pid_1_is_no_orphan(container, scenario, dev, env):
     here, host = container.start(dev / "nvidia0", dev / "nvidiactl")  # started by the container's pid 1
     path = scenario({(host, here): {"0": "6GiB"}})

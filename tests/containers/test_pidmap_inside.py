@@ -71,6 +71,7 @@ def test_two_holders_are_said_plainly(container, scenario, dev, env):
     assert "1 process of this container holds GPU 1" in text and "cannot be told" in text
 
 
+@pytest.mark.slow
 def test_a_row_with_no_pid_here_is_said_in_the_readers_language(container, scenario, dev, env):
     """Why a host pid has no process here is kept in English for the JSON and said in the reader's
     words in ps and status (it used to be shown as the English the row keeps)."""

@@ -11,6 +11,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 
+import pytest
 from helpers import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,6 +32,7 @@ def samples(body: str, name: str) -> Iterator[dict[str, str]]:
                 yield {**sample.labels, "value": str(sample.value)}
 
 
+@pytest.mark.slow
 def test_a_host_pid_is_never_a_pid_label(container, scenario, dev, env, children):
     mine, mine_host = container.start(dev / "nvidia0", dev / "nvidiactl")  # the only holder of GPU 0: matched
     first, first_host = container.start(dev / "nvidia1")  # two holders of GPU 1 here, and NVML lists a third
