@@ -192,6 +192,9 @@ def _downgrade(db: Path, version: int) -> None:
     """Make `db` what a recorder of schema `version` wrote: without the workloads (and, for 2,
     without the day sums)."""
     with sqlite3.connect(db) as c:
+        c.execute("DROP TABLE local_days")
+        c.execute("DROP TABLE proc_local_day")
+        c.execute("ALTER TABLE jobs DROP COLUMN host_pid")
         c.execute("DROP TABLE workloads")
         if version < 3:
             c.execute("DROP TABLE proc_day")
@@ -216,7 +219,7 @@ def test_an_older_database_still_reports_and_is_upgraded(recorded, tmp_path, ver
     # The recorder upgrades it, and the lives it goes on with get their workload when next seen.
     record(db, hours=1, start=SECONDS)
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
     later = run_vram("report", "--db", str(db), "--since", f"@{EPOCH}", "--until", f"@{EPOCH + 3 * 3600}",
                      "--json", "--by", "slurm-job", env=stepped())
     assert later.rc == 0, later.err

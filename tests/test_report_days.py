@@ -69,7 +69,9 @@ def berlin_history(tmp_path_factory) -> Path:
     return record(tmp_path_factory.mktemp("berlin"), BERLIN_EPOCH)
 
 
-def record(tmp: Path, epoch: float) -> Path:
+def record(tmp: Path, epoch: float, zones: tuple[str, ...] = ()) -> Path:
+    """The recording; with `zones`, the recorder runs in each zone in turn (TZ), an equal part of
+    the time each, restarted between them (its local days are its zone's)."""
     scenario = tmp / "scenario.json"
     scenario.write_text(json.dumps(SCENARIO))
     with pytest.MonkeyPatch.context() as mp:
@@ -79,13 +81,23 @@ def record(tmp: Path, epoch: float) -> Path:
         mp.setenv("VRAM_SIM_TIME", "0")
         machine = open_machine(str(scenario))
     db = tmp / "history.db"
-    store = Store.open(db, write=True)
-    recorder = Recorder(store, INTERVAL, retention=RETENTION)
     collector = Collector(machine, interval=INTERVAL)
-    for _ in range(int(DAYS * 86400 / INTERVAL) + 1):
-        recorder.record(collector.sample())
-        machine.backend.sleep(threading.Event(), INTERVAL)
-    recorder.close(machine.backend.monotonic())
+    samples = int(DAYS * 86400 / INTERVAL) + 1
+    parts = zones or (None,)
+    for i, zone in enumerate(parts):
+        with pytest.MonkeyPatch.context() as mp:
+            if zone is not None:
+                mp.setenv("TZ", zone)
+                time.tzset()
+            try:
+                recorder = Recorder(Store.open(db, write=True), INTERVAL, retention=RETENTION)
+                for _ in range(samples * i // len(parts), samples * (i + 1) // len(parts)):
+                    recorder.record(collector.sample())
+                    machine.backend.sleep(threading.Event(), INTERVAL)
+                recorder.close(machine.backend.monotonic())
+            finally:
+                mp.undo()
+                time.tzset()
     tiers = dict(Store.open(db).conn.execute("SELECT tier, count(*) FROM proc_rollup GROUP BY tier").fetchall())
     assert tiers.get(60) and tiers.get(900)
     return db
@@ -190,6 +202,121 @@ def test_vram_report_by_day_prints_the_same_days(history, berlin_history, zone, 
     assert_same(got, want, zone)
 
 
+# ---------------------------------------------------------------- the recorder's local days (schema 5)
+@pytest.fixture(scope="module")
+def recorded_in(tmp_path_factory) -> dict[str, Path]:
+    """The history recorded by a recorder in each zone: Berlin across its clock change, India
+    (half an hour off UTC), China; and one whose recorder moved from Berlin to China."""
+    return {"Europe/Berlin": record(tmp_path_factory.mktemp("in-berlin"), BERLIN_EPOCH, ("Europe/Berlin",)),
+            "Asia/Kolkata": record(tmp_path_factory.mktemp("in-kolkata"), EPOCH, ("Asia/Kolkata",)),
+            "Asia/Shanghai": record(tmp_path_factory.mktemp("in-shanghai"), EPOCH, ("Asia/Shanghai",)),
+            "moved": record(tmp_path_factory.mktemp("moved"), BERLIN_EPOCH, ("Europe/Berlin", "Asia/Shanghai"))}
+
+
+def assert_local_days_are_their_hours(db: Path) -> None:
+    """Every local day stored is the sum of the hour sums in its hours [t, hi) (days of two zones
+    may overlap: each is still its hours')."""
+    with sqlite3.connect(db) as c:
+        spans = c.execute("SELECT t, hi FROM local_days ORDER BY t").fetchall()
+        assert spans
+        for t, hi in spans:
+            assert t % 3600 == 0 and hi % 3600 == 0 and 22 * 3600 <= hi - t <= 25 * 3600, (t, hi)
+            day = c.execute("SELECT job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds, "
+                            "idle_memory_byte_seconds FROM proc_local_day WHERE t = ? ORDER BY job, gpu",
+                            (t,)).fetchall()
+            hours = c.execute("SELECT job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), "
+                              "SUM(idle_seconds), SUM(idle_memory_byte_seconds) FROM proc_hour WHERE t >= ? AND t < ? "
+                              "GROUP BY job, gpu ORDER BY job, gpu", (t, hi)).fetchall()
+            assert day == pytest.approx(hours), (t, hi)
+        assert c.execute("SELECT count(*) FROM proc_local_day WHERE t NOT IN (SELECT t FROM local_days)").fetchone() \
+            == (0,)
+    c.close()
+
+
+@pytest.mark.parametrize("recorder", ["Europe/Berlin", "Asia/Kolkata", "Asia/Shanghai", "moved"])
+@pytest.mark.parametrize("reader", ["Europe/Berlin", "Asia/Kolkata", "Asia/Shanghai", "America/New_York", "UTC0"])
+def test_in_the_recorders_zone_the_days_are_its_local_days(recorded_in, recorder, reader, monkeypatch):
+    """A reader in the recorder's zone reads its local days (a row per day and pair, not 24), and
+    every reader's days are still the rows' (reference()), in its own zone, whoever recorded them."""
+    db = recorded_in[recorder]
+    assert_local_days_are_their_hours(db)
+    epoch = BERLIN_EPOCH if recorder in ("Europe/Berlin", "moved") else EPOCH
+    assert_days_and_held(db, reader, windows(epoch), monkeypatch)
+    monkeypatch.setenv("TZ", reader)
+    time.tzset()
+    try:
+        store = Store.open(db)
+        try:
+            since, until = epoch - 86400, epoch + (DAYS + 1) * 86400
+            plan = query._plan(store, since, until, query._local_offsets(store, since, until))
+        finally:
+            store.close()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    # The reader's whole days the recorder stored as its own: all of its zone's but the edges
+    # (and, after a move, the days of the zone it moved to); none elsewhere (New York's, UTC's).
+    if reader == recorder or (recorder == "moved" and reader == "Asia/Shanghai"):
+        assert plan.local and len(plan.days) == 1
+        assert plan.days[0][1] - plan.days[0][0] >= 23 * 3600  # (India's: without the hour midnight cuts)
+    else:
+        assert not plan.local and not (reader != "UTC0" and plan.days)
+
+
+# Written by vramkit at 66ef291 (schema 4, before local days): SCENARIO recorded as record() does
+# from BERLIN_EPOCH, by a recorder in Europe/Berlin (TZ), the file as its recorder left it.
+SCHEMA_4 = Path(__file__).parent / "fixtures" / "history_schema4_berlin.db"
+
+
+def _contents(db: Path) -> dict[str, list[tuple]]:
+    with sqlite3.connect(db) as c:
+        tables = [name for (name,) in c.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        out = {name: sorted(c.execute(f"SELECT * FROM {name}").fetchall(), key=repr) for name in tables}
+    c.close()
+    return out
+
+
+def test_a_schema_4_file_is_upgraded_to_local_days_with_nothing_lost(tmp_path, monkeypatch):
+    db = tmp_path / "history.db"
+    shutil.copy(SCHEMA_4, db)
+    db.chmod(0o600)
+    before = _contents(db)
+    assert before["meta"] and "local_days" not in before
+    since, until = windows(BERLIN_EPOCH)[0]
+    args = ("report", "--db", str(db), "--since", f"@{since!r}", "--until", f"@{until!r}", "--by", "day", "--json")
+    old = run_vram(*args, env=clean_env(TZ="Europe/Berlin"))
+    assert old.rc == 0, old.err
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        Store.open(db, write=True).close()  # what `vram record` does first: the migration, in its zone
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    after = _contents(db)
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone() == (5,)
+    c.close()
+    for table, rows in before.items():  # every row kept; the lives of this /proc have no host pid
+        assert [row[:-1] if table == "jobs" else row for row in after[table]] == rows, table
+    assert all(row[-1] is None for row in after["jobs"])
+    assert_local_days_are_their_hours(db)
+    new = run_vram(*args, env=clean_env(TZ="Europe/Berlin"))
+    assert new.rc == 0 and new.json() == old.json()
+    assert_days_and_held(db, "Europe/Berlin", windows(BERLIN_EPOCH), monkeypatch)
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        store = Store.open(db)
+        try:
+            assert query._plan(store, since, until, query._local_offsets(store, since, until)).local
+        finally:
+            store.close()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def reference_held(db: Path, since: float, until: float) -> dict[tuple[int, int], tuple]:
     """Per job and GPU, the rows of the view proc_time in [since, until) summed."""
     with sqlite3.connect(db) as c:
@@ -241,8 +368,9 @@ def test_whole_utc_days_are_read_from_the_day_sums_with_the_same_totals(history)
 def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tmp_path):
     db = tmp_path / "old.db"
     shutil.copy(history, db)
-    with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads)
-        c.executescript("DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
+    with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads, local days)
+        c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN host_pid; "
+                        "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
     c.close()
     for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums
         store = Store.open(db, write=write)

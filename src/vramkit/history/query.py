@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -247,9 +248,11 @@ _DAY_SPAN_SUMS = f"""
     WHERE {' AND '.join(of_kind(expr, kind) for expr, kind in _HOUR_KEYS)}
     GROUP BY d.id"""
 
-# The same from the day sums (schema 3): a day's sums are those of its hours.
+# The same from the day sums (schema 3): a day's sums are those of its hours; and from the
+# recorder's local days (schema 5, processes only).
 _DAYS_OF = {_PROC_HOURS: _PROC_HOURS.replace("FROM proc_hour WHERE", "FROM proc_day WHERE"),
             _GPU_HOURS: _GPU_HOURS.replace("FROM gpu_hour WHERE", "FROM gpu_day WHERE")}
+_LOCAL_DAYS_OF = {_PROC_HOURS: _PROC_HOURS.replace("FROM proc_hour WHERE", "FROM proc_local_day WHERE")}
 
 
 @dataclass
@@ -262,6 +265,7 @@ class _Plan:
     after: int = 0
     days: list[tuple[float, float, float]] = field(default_factory=list)  # as `hours`, from the day sums
     cuts: list[tuple[int, float]] = field(default_factory=list)  # hours inside `hours` read row by row
+    local: bool = False  # `days` are the recorder's local days (proc_local_day), not UTC days
 
     def sql(self, fine: str, hours: str) -> tuple[str, dict[str, object]]:
         """The rows of the whole window (a UNION ALL of each part) and their parameters. `hours`
@@ -272,12 +276,13 @@ class _Plan:
             n = len(parts)
             parts.append(fine.format(n=n))
             params.update({f"s{n}": start, f"u{n}": end})
-        sources = [(hours, self.hours)] + ([(_DAYS_OF[hours], self.days)] if self.days else [])
+        days = (_LOCAL_DAYS_OF if self.local else _DAYS_OF)[hours] if self.days else hours
+        sources = [(hours, self.hours)] + ([(days, self.days)] if self.days else [])
         for template, pieces in sources:
             for start, end, raw_end in pieces:
                 n = len(parts)
                 part = template.format(n=n)
-                if self.cuts and template is hours:  # the cut hours come row by row, below
+                if self.cuts:  # the cut hours come row by row, below (a local day holds none of them)
                     part = (f"\n    SELECT * FROM ({part}) WHERE CAST(t / {HOUR} AS INTEGER) * {HOUR} "
                             "NOT IN (SELECT lo FROM cuts)")
                 parts.append(part)
@@ -310,12 +315,14 @@ def _snapshot(store: Store) -> Iterator[None]:
                 raise StoreError(describe(e, store.path), param="db") from None
 
 
-def _plan(store: Store, since: float, until: float, offsets: list[tuple[int, int]] | None = None) -> _Plan:
+def _plan(store: Store, since: float, until: float, offsets: list[tuple[int, int]] | None = None,
+          local_days: bool = True) -> _Plan:
     """Split [since, until) into whole UTC days read from the day sums, whole hours read from the
     hour sums and the rest read row by row.
     `offsets` (_local_offsets()): the rows go into local days: an hour that local midnight cuts
     (zones half an hour off UTC) is read row by row, so that each row still falls into the day of
-    its quarter hour, as before, and the day sums are read only where local days are UTC days."""
+    its quarter hour, as before, and the day sums are read only where local days are UTC days;
+    elsewhere the recorder's local days where they are the reader's (`local_days`: _read_local_days)."""
     days = offsets is not None
     utc = offsets is None or all(offset == 0 for _, offset in offsets)
     whole = _Plan([(since, until)], [])
@@ -342,7 +349,10 @@ def _plan(store: Store, since: float, until: float, offsets: list[tuple[int, int
         plan.cuts = [(int(cut), min(cut + HOUR, until)) for cut in _cut_hours(store, offsets, first, end)]
     if end < until:
         plan.fine.append((end, until))
-    if store.day_sums and (utc or not days):
+    if offsets is not None and not utc:
+        if local_days and store.local_days:
+            _read_local_days(store, offsets, plan)
+    elif store.day_sums and (utc or not days):
         plan.hours, pieces = [], plan.hours
         for low, high, raw_end in pieces:
             # The whole UTC days inside come from the day sums (each at or after hour_since, as `first` is).
@@ -356,6 +366,57 @@ def _plan(store: Store, since: float, until: float, offsets: list[tuple[int, int
             if last_day < high:
                 plan.hours.append((last_day, high, raw_end))
     return plan
+
+
+def _read_local_days(store: Store, offsets: list[tuple[int, int]], plan: _Plan) -> None:
+    """Move the local days of `plan.hours` that the recorder stored as the same hours [t, hi)
+    (store.py: its own zone's days) to `plan.days`, read from proc_local_day: a row per day and
+    pair instead of one per hour and pair. A day stored otherwise (another zone's, a clock change
+    the reader sees elsewhere, a day cut by the window) stays in the hour sums."""
+    if not plan.hours:
+        return
+    low, high = plan.hours[0][0], plan.hours[-1][1]
+    stored: dict[int, int] = {}
+    for t, hi in _rows(store, f"SELECT t, hi FROM local_days WHERE t >= ? AND t < ? AND {of_kind('t', 'time')} "
+                       f"AND {of_kind('hi', 'time')} AND t = CAST(t AS INTEGER) AND hi = CAST(hi AS INTEGER)",
+                       (low, high)):
+        stored[int(t)] = int(hi)
+    if not stored:
+        return
+    starts = sorted(stored)
+    cuts = sorted(lo for lo, _ in plan.cuts)
+    hours, days = [], []
+    for first, end, raw_end in plan.hours:
+        # The reader's days in this piece, as the hours [lo, hi) each holds (less the cut hours);
+        # the two spans of a day with a change of offset in it are one.
+        spans: list[list[int]] = []
+        for number, lo, hi in _day_spans(offsets, math.floor(first), math.ceil(end)):
+            for a, b in _without_hours(max(lo, math.ceil(first)), min(hi, math.floor(end)), cuts):
+                if spans and spans[-1][0] == number and spans[-1][2] == a:
+                    spans[-1][2] = b
+                else:
+                    spans.append([number, a, b])
+        runs: list[list[int]] = []  # [from, to, days, index of the last]: consecutive days stored as the reader's
+        for i, (_number, a, b) in enumerate(spans):
+            if stored.get(a) != b:
+                continue
+            if runs and runs[-1][3] == i - 1:
+                runs[-1][1], runs[-1][2], runs[-1][3] = b, runs[-1][2] + 1, i
+            else:
+                runs.append([a, b, 1, i])
+        cursor = first
+        for a, b, count, _last in runs:
+            # Another zone's day stored inside the run would be read with it: not from the days then.
+            if bisect_left(starts, b) - bisect_left(starts, a) != count:
+                continue
+            if cursor < a:
+                hours.append((cursor, float(a), min(float(a), raw_end)))
+            days.append((float(a), float(b), min(float(b), raw_end)))
+            cursor = float(b)
+        if cursor < end:
+            hours.append((cursor, end, raw_end))
+    if days:
+        plan.hours, plan.days, plan.local = hours, days, True
 
 
 def _cut_hours(store: Store, offsets: list[tuple[int, int]], first: float, end: float) -> list[float]:
@@ -627,13 +688,15 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
     _plan() keeps within one day). The day is worked out in SQL from the zone's UTC
     offsets over the window (_day_sql), so a year never comes back to Python row by row. Where
     local days are UTC days the window is mostly day sums, a row per day and pair: it is summed
-    per job and GPU and per day directly. Elsewhere the sums per job and GPU are held()'s (the
-    day sums serve them whatever the zone) and the days are _local_days()'s."""
+    per job and GPU and per day directly; so it is where the recorder stored its local days as the
+    reader's (schema 5: in the recorder's zone), a row per local day and pair. Elsewhere the sums
+    per job and GPU are held()'s (the day sums serve them whatever the zone) and the days are
+    _local_days()'s."""
     with _snapshot(store):
         offsets = _local_offsets(store, since, until)
-        if any(offset != 0 for _, offset in offsets):
-            return held(store, since, until), _local_days(store, since, until, offsets)
         plan = _plan(store, since, until, offsets)
+        if any(offset != 0 for _, offset in offsets) and not _mostly_days(plan):
+            return held(store, since, until), _local_days(store, since, until, offsets)
         rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
         if plan.days:  # the rows read and checked once (a CTE used twice is kept), summed twice
@@ -669,6 +732,14 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
     return held_rows, sorted(days, key=lambda u: u.key)
 
 
+def _mostly_days(plan: _Plan) -> bool:
+    """Whether the recorder's local days (plan.local) are most of the window's hours: then one
+    pass as in UTC, each hour left summed per row into its day; else _local_days' per-span sums."""
+    if not plan.local:
+        return False
+    return sum(b - a for a, b, _ in plan.days) >= sum(b - a for a, b, _ in plan.hours)
+
+
 def _day_name(number: int) -> str:
     """A day as _day_sql numbers it, as YYYY-MM-DD."""
     from datetime import date, timedelta
@@ -685,7 +756,7 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     arithmetic. The rest (the window's edges, the samples not summed yet, the hours local midnight
     cuts) is summed per day as before (_day_sql). The two are added here: sums, the peak, and the
     process lives as sets of job ids (a life counts once a day whichever part it is in)."""
-    plan = _plan(store, since, until, offsets)
+    plan = _plan(store, since, until, offsets, local_days=False)
     spans: list[tuple[int, float, float]] = []  # (day, lo, hi): the hour sums in [lo, hi) are of that day
     cuts = sorted(lo for lo, _ in plan.cuts)
     for first, end, _ in plan.hours:

@@ -25,6 +25,21 @@ id) worked for, as procs/workload.py found it: its container, Kubernetes pod and
 (WORKLOAD_COLUMNS). A life in none, or first seen before schema 4, has no row. A table of its own,
 not columns of `jobs`: the recorder updates every life's row of `jobs` each sample, and wider rows
 there cost every sample. `vram report --by container|pod|namespace|slurm-job` groups by them.
+
+Local days (schema 5): proc_local_day holds the same sums per day of the recorder's own zone
+(time.localtime where it runs), each a row of `local_days`: t .. hi, the whole hours of that day
+(a day of 23 or 25 hours across a clock change; in a zone half an hour off UTC the hour local
+midnight cuts belongs to neither day and is read row by row). They are kept as the UTC days are:
+summed from the hour sums in the transaction that changes an hour of the day, so a local day is
+always the sum of its hours [t, hi). A reader uses a day where its own zone's day is the same
+span of hours (query._plan): in the recorder's zone, and in any zone whose midnights fall at the
+same instants; elsewhere it sums the hour sums per local day. A day some earlier recorder's zone
+stored that the hours under it changed is dropped, never left stale (_sum_local_days).
+
+Holders outside (schema 5): inside a container's PID namespace NVML lists processes by their
+host pid, and a row no process here could be told to be (pidmap.py) is a life of its own: `jobs`
+holds it with pid 0 (no pid of this /proc: every lookup by pid passes it by) and its host pid in
+`host_pid`, NVML's number for it in another PID namespace. A life of this /proc has host_pid NULL.
 """
 
 from __future__ import annotations
@@ -44,12 +59,13 @@ from ..i18n import N_, _
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
 HOUR = 3600
 DAY = 86400
 ROLLUP_TIERS = (60, 900)  # the rollup tables' tiers (a bucket's seconds)
 SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
+MAX_DAY_TIME = 253_402_214_400 - 2 * DAY  # the last hour a local day is looked for (datetime's year 9999)
 APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
 
 # Hour sums (schema 2). A raw sample is summed into its hour once its span is final (it is not the
@@ -100,6 +116,14 @@ _HOURS_TO_DAY = (f"""
     SELECT :day, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds), MAX(used_max), SUM(util_seconds),
            SUM(util_known_seconds)
     FROM gpu_hour WHERE t >= :day AND t < :day + {DAY} GROUP BY gpu""")
+
+# A local day's sums (schema 5): those of its whole hours [:day, :hi), as a UTC day's.
+_HOURS_TO_LOCAL_DAY = """
+    INSERT INTO proc_local_day (t, job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds,
+                                idle_memory_byte_seconds)
+    SELECT :day, job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds),
+           SUM(idle_memory_byte_seconds)
+    FROM proc_hour WHERE t >= :day AND t < :hi GROUP BY job, gpu"""
 
 # The columns of `workloads` that keep a life's workload (schema 4): (column, SQL type), each a
 # field of gpu_state.Workload of the same name.
@@ -230,6 +254,17 @@ MIGRATIONS: tuple[str, ...] = (
     f"""
     CREATE TABLE workloads (
         job INTEGER PRIMARY KEY, {", ".join(f"{column} {kind}" for column, kind in WORKLOAD_COLUMNS)});
+    """,
+    # 5: the recorder's local days (filled from the hour sums there are by _sum_local_days, in
+    # the same transaction), and the host pid of a life NVML listed outside this PID namespace.
+    """
+    CREATE TABLE local_days (t INTEGER PRIMARY KEY, hi INTEGER NOT NULL);
+    CREATE TABLE proc_local_day (
+        t INTEGER NOT NULL, job INTEGER NOT NULL, gpu INTEGER NOT NULL, seconds REAL NOT NULL,
+        memory_byte_seconds REAL NOT NULL, memory_max INTEGER, idle_seconds REAL NOT NULL,
+        idle_memory_byte_seconds REAL NOT NULL,
+        PRIMARY KEY (t, job, gpu)) WITHOUT ROWID;
+    ALTER TABLE jobs ADD COLUMN host_pid INTEGER;
     """,
 )
 
@@ -662,6 +697,7 @@ class Store:
         self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
         self.day_sums = False  # schema 3 or later: proc_day and gpu_day
         self.workloads = False  # schema 4 or later: the table `workloads`
+        self.local_days = False  # schema 5 or later: the recorder's local days, and jobs.host_pid
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -813,6 +849,7 @@ class Store:
             self.hour_sums = version >= 2
             self.day_sums = version >= 3
             self.workloads = version >= 4
+            self.local_days = version >= 5
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
@@ -825,7 +862,7 @@ class Store:
         c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
-        self.hour_sums = self.day_sums = self.workloads = True
+        self.hour_sums = self.day_sums = self.workloads = self.local_days = True
 
     def publish(self) -> None:
         """Copy the live database as of its newest commit to `published`, for other users: a fresh
@@ -867,7 +904,10 @@ class Store:
             # One script (executescript commits whatever transaction is open before it runs).
             try:
                 self.conn.executescript(f"BEGIN IMMEDIATE; {MIGRATIONS[version]}; PRAGMA user_version = "
-                                        f"{version + 1}; PRAGMA application_id = {APPLICATION_ID}; COMMIT;")
+                                        f"{version + 1}; PRAGMA application_id = {APPLICATION_ID};")
+                if version + 1 == 5:
+                    _fill_local_days(self.conn)
+                self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
@@ -1065,8 +1105,9 @@ def _raw_to_hours(c: sqlite3.Connection) -> None:
                            "(SELECT max(id) FROM samples)) FROM samples", {"after": after}).fetchone()
     if upto is None or last is None:
         return
-    days = [day for (day,) in c.execute(f"SELECT DISTINCT CAST(t / {DAY} AS INTEGER) * {DAY} FROM samples "
-                                        "WHERE id > :after AND id < :upto", {"after": after, "upto": upto})]
+    hours = [int(h) for (h,) in c.execute(f"SELECT DISTINCT CAST(t / {HOUR} AS INTEGER) * {HOUR} FROM samples "
+                                          "WHERE id > :after AND id < :upto", {"after": after, "upto": upto})]
+    days = sorted({hour // DAY * DAY for hour in hours})
     for statement in _RAW_TO_HOURS:
         c.execute(statement, {"after": after, "upto": upto})
     for day in days:
@@ -1074,12 +1115,80 @@ def _raw_to_hours(c: sqlite3.Connection) -> None:
         c.execute("DELETE FROM gpu_day WHERE t = ?", (day,))
         for statement in _HOURS_TO_DAY:
             c.execute(statement, {"day": day})
+    _sum_local_days(c, hours)
     c.execute("INSERT INTO meta (key, value) VALUES ('hour_sample', ?) ON CONFLICT(key) DO UPDATE "
               "SET value = excluded.value", (upto - 1,))
     # Every summed sample is at or before hour_t_last: a report ending later can read its last,
     # unfinished hour from the sums too.
     c.execute("INSERT INTO meta (key, value) VALUES ('hour_t_last', ?) ON CONFLICT(key) DO UPDATE "
               "SET value = max(CAST(value AS REAL), CAST(excluded.value AS REAL))", (float(last),))
+
+
+def _local_day(hour: int) -> tuple[int, int] | None:
+    """The whole hours [t, hi) of the local day (this process's zone, time.localtime) that `hour`
+    is wholly in, or None when local midnight cuts it. A time belongs to the local day of its
+    quarter hour (query._day_sql's rule: its local date), so an hour is whole when its first and
+    last quarters are of one day (every zone's offset is a whole number of quarter hours)."""
+    import time
+
+    if not 0 <= hour <= MAX_DAY_TIME:
+        return None
+
+    def day(t: int) -> int:
+        return (t + time.localtime(t).tm_gmtoff + DAY) // DAY
+
+    def whole(h: int) -> int | None:
+        first = day(h)
+        return first if first == day(h + HOUR - 900) else None
+
+    number = whole(hour)
+    if number is None:
+        return None
+    lo = hi = hour
+    for _step in range(48):  # a day has at most 26 hours (a change of up to 2 hours); bounded anyway
+        if whole(lo - HOUR) != number:
+            break
+        lo -= HOUR
+    for _step in range(48):
+        hi += HOUR
+        if whole(hi) != number:
+            break
+    return lo, hi
+
+
+def _sum_local_days(c: sqlite3.Connection, hours: list[int]) -> None:
+    """The hour sums of `hours` changed: every local day stored over one of them goes (whichever
+    recorder's zone stored it), and the day of this process's zone each is in is summed again
+    from its hours (schema 5)."""
+    done: set[int] = set()  # the days summed again here
+    for hour in sorted(set(hours)):
+        for (t,) in c.execute("SELECT t FROM local_days WHERE t <= ? AND hi > ?", (hour, hour)).fetchall():
+            if t not in done:
+                c.execute("DELETE FROM proc_local_day WHERE t = ?", (t,))
+                c.execute("DELETE FROM local_days WHERE t = ?", (t,))
+        span = _local_day(hour)
+        if span is not None and span[0] not in done:
+            c.execute("INSERT INTO local_days (t, hi) VALUES (?, ?)", span)
+            c.execute(_HOURS_TO_LOCAL_DAY, {"day": span[0], "hi": span[1]})
+            done.add(span[0])
+
+
+def _fill_local_days(c: sqlite3.Connection) -> None:
+    """Schema 5's migration: the local days of the hour sums there are, in this process's zone."""
+    since = c.execute("SELECT value FROM meta WHERE key = 'hour_since'").fetchone()
+    first = float(since[0]) if since is not None and _number(since[0]) else 0.0
+    covered = -1  # the hours before this are in a day summed already
+    # Only the hours there are (a file's hours are bounded by its size, its times may not be).
+    for (hour,) in c.execute(f"SELECT DISTINCT t FROM proc_hour WHERE typeof(t) = 'integer' AND t >= ? "
+                             f"AND t <= {MAX_DAY_TIME} AND t % {HOUR} = 0 ORDER BY t", (max(0.0, first),)).fetchall():
+        if hour < covered:
+            continue
+        span = _local_day(hour)
+        if span is None:
+            continue
+        c.execute("INSERT INTO local_days (t, hi) VALUES (?, ?)", span)
+        c.execute(_HOURS_TO_LOCAL_DAY, {"day": span[0], "hi": span[1]})
+        covered = span[1]
 
 
 def _forget_hours_before(c: sqlite3.Connection, hour: float) -> None:
@@ -1095,6 +1204,8 @@ def _forget_hours_before(c: sqlite3.Connection, hour: float) -> None:
     # A day that began before `hour` lost some of its hours: it goes whole.
     c.execute("DELETE FROM proc_day WHERE t < ?", (hour,))
     c.execute("DELETE FROM gpu_day WHERE t < ?", (hour,))
+    c.execute("DELETE FROM proc_local_day WHERE t < ?", (hour,))
+    c.execute("DELETE FROM local_days WHERE t < ?", (hour,))
 
 
 def _drop_old_jobs(c: sqlite3.Connection) -> None:
