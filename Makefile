@@ -51,8 +51,8 @@ test-user: $(VENV)/.installed-test
 # docs' console examples (English, and zh_CN for *.zh_CN.md), the help, the error lines, the config.
 # LANG, with LC_ALL and LC_MESSAGES unset (either would decide first): a LC_ALL naming a locale the
 # machine has not generated makes bash warn on stderr.
-ZH_TESTS := tests/test_i18n*.py tests/test_docs_examples.py tests/test_help.py tests/test_flags.py \
-	tests/test_cli_output_errors.py tests/test_config.py tests/test_layout.py
+ZH_TESTS := tests/test_i18n*.py tests/e2e/test_i18n*.py tests/docs/test_docs_examples.py tests/test_cli_help.py \
+	tests/test_flags.py tests/test_cli_output_errors.py tests/test_config.py tests/test_render_layout.py
 test-zh: $(VENV)/.installed-test
 	env -u LC_ALL -u LC_MESSAGES LANG=zh_CN.UTF-8 LANGUAGE=zh_CN:zh $(BIN)/python -m pytest -q $(XDIST) $(ZH_TESTS)
 

@@ -1,7 +1,7 @@
 """Leases shared between users where no admin has acted (issue 31 item 2, docs/leases.md "Where
 leases live"): each user's own directory beside the shared one's name, everyone's read as another
 user's input. Two users are played here by two directories of one user (the tests run as anyone);
-tests/test_lease_security.py runs two real users on a fresh /tmp (as root)."""
+tests/redteam/test_leases_security.py runs two real users on a fresh /tmp (as root)."""
 
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ def test_the_api_is_exported_from_the_package():
 
     for name in ("select_gpus", "use_gpus", "NoGpusAvailable", "CudaAlreadyInitialized", "Selection", "WaitTimedOut"):
         assert hasattr(vramkit, name), f"vramkit/__init__.py does not re-export vramkit.allocate.{name}"
-        if name in ("select_gpus", "use_gpus"):  # plain typed functions that call allocate's (test_api_types.py)
+        if name in ("select_gpus", "use_gpus"):  # typed functions calling allocate's (test_vramkit_api_types.py)
             assert inspect.signature(getattr(vramkit, name)) == inspect.signature(getattr(allocate, name))
         else:
             assert getattr(vramkit, name) is getattr(allocate, name)

@@ -105,7 +105,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     unloaded = _Parser(add_help=False)  # every command not loaded: parsing one sets no `run`
     for name, help_line in COMMANDS.items():
         if argv is None or name == wanted:
-            # __import__, not importlib.import_module: -X importtime (tests/test_imports.py) sees it
+            # __import__, not importlib.import_module: -X importtime (tests/test_vramkit_imports.py) sees it
             __import__(f"{__package__}.{name}", fromlist=["add_parser"]).add_parser(sub, [common])
         else:  # what sub.add_parser(name, help=...) records, without building a parser per command
             sub.choices[name] = unloaded

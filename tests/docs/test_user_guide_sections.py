@@ -1,6 +1,6 @@
 """The user guide covers every command `vram --help` lists (issue 31 item 12): a section whose
 heading names `vram COMMAND`, with at least one example of it (a `$ ` line running it, in a
-```console block, which tests/test_docs_examples.py runs, or a ```text block where it cannot
+```console block, which tests/docs/test_docs_examples.py runs, or a ```text block where it cannot
 run there: vram fleet needs a Prometheus)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from helpers import clean_env, run_vram
 
 from vramkit.cli.commands import COMMANDS
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "user-guide.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 
 
 def sections(text: str) -> dict[str, str]:

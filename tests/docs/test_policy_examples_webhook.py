@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).parent.parent / "docs" / "policy-examples" / "vram-notice-webhook"
+SCRIPT = Path(__file__).parents[2] / "docs" / "policy-examples" / "vram-notice-webhook"
 
 
 def post(tmp_path: Path, user: str, name: str) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from vramkit import audit
 from vramkit import leases as L
 
-DOCS = Path(__file__).parent.parent / "docs"
+DOCS = Path(__file__).parents[2] / "docs"
 
 
 def section(text: str, heading: str) -> str:

@@ -64,7 +64,7 @@ def test_selectors_never_expand_a_huge_range():
 
 # ---------------------------------------------------------------- vram doctor LOGFILE
 
-OOM_FIXTURES = Path(__file__).parent / "fixtures" / "oom"
+OOM_FIXTURES = Path(__file__).parents[1] / "fixtures" / "oom"
 
 
 class _Endless(io.RawIOBase):

@@ -41,9 +41,9 @@ from typing import NamedTuple
 import pytest
 from helpers import read_terminal
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [*sorted(ROOT.glob("README*.md")), *sorted((ROOT / "docs").glob("*.md"))]  # README.zh_CN.md too
-GIVEN_FILES = Path(__file__).resolve().parent / "fixtures" / "docs"
+GIVEN_FILES = ROOT / "tests" / "fixtures" / "docs"
 
 # (document, command prefix): why those examples are not run here. Keep it short: each needs what a
 # test machine does not have.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers import clean_env, run_vram
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "json.md").read_text()
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "json.md").read_text()
 # `key` or `parent.key` (a nested key)
 DOCUMENTED = {name.rsplit(".", 1)[-1] for name in re.findall(r"`([a-z_][a-z0-9_.]*)`", DOC)}
 
