@@ -11,6 +11,7 @@ A namespace needs root: a test that makes one is marked `uid` (tests/conftest.py
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,18 @@ class Container:
     def argv(self, *args: str) -> list[str]:
         """`vram args...` entered into the namespace (its PID and mount namespaces: its /proc)."""
         return ["nsenter", "--target", str(self.init), "--pid", "--mount", "--", *vram_argv(*args)]
+
+    def serve(self, *args: str, env: dict[str, str], children) -> str:
+        """`vram serve args...` in the namespace on a free port: its base URL. The namespace's end
+        (the container fixture's teardown) takes it with it."""
+        proc = subprocess.Popen(self.argv("serve", "--listen", "127.0.0.1:0", "--interval", "0.2s", *args), env=env,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        children.procs.append(proc)
+        assert proc.stderr is not None
+        first_line = proc.stderr.readline()
+        port = re.search(r"http://127\.0\.0\.1:(\d+)/", first_line)
+        assert port, first_line
+        return f"http://127.0.0.1:{port.group(1)}"
 
     def vram(self, *args: str, env: dict[str, str]) -> Result:
         proc = subprocess.run(self.argv(*args), capture_output=True, text=True, env=env, timeout=60,

@@ -6,8 +6,6 @@ conftest.py here). Its memory stays in its GPU's series."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 
@@ -41,15 +39,7 @@ def test_a_host_pid_is_never_a_pid_label(container, scenario, dev, env, children
     path = scenario({(mine_host, mine): {"0": "6GiB"}, (first_host, first): {"1": "2GiB"},
                      (second_host, second): {"1": "4GiB"}})
 
-    serve = subprocess.Popen(container.argv("serve", "--simulate", str(path), "--listen", "127.0.0.1:0",
-                                            "--interval", "0.2s", "--compat", ",".join(COMPAT)),
-                             env=env, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    children.procs.append(serve)  # the namespace's end takes vram serve with it
-    assert serve.stderr is not None
-    first_line = serve.stderr.readline()
-    port = re.search(r"http://127\.0\.0\.1:(\d+)/", first_line)
-    assert port, first_line
-    base = f"http://127.0.0.1:{port.group(1)}"
+    base = container.serve("--simulate", str(path), "--compat", ",".join(COMPAT), env=env, children=children)
 
     def get(path: str) -> str:
         try:

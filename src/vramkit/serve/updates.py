@@ -16,7 +16,8 @@ its own dt: {"0": {"set": {...}, "doc": {"dt": 2.0, "set": ..., "gpus": ...}}});
 is not sent.
 
 GPUs are named by their position in the list (a delta is only made when the list has as many
-GPUs as before); processes by `process_key` (the pid, with the MIG instance where there is one).
+GPUs as before); processes by `process_key` (the pid, with the MIG instance where there is one;
+inside a container, a row with no pid here by its host pid).
 A changed field is sent per process as a [key, value] pair: when only a process's SM% moved, that
 is a dozen bytes, not its whole record.
 
@@ -41,8 +42,10 @@ SLACK = 0.5  # seconds a clock or a steady time may be from the reading's value 
 
 
 def process_key(p: dict[str, Any]) -> str:
-    """A process's name within its GPU's list (the same pid can hold memory on two MIG instances)."""
-    return str(p["pid"]) if p.get("mig_gi") is None else f"{p['pid']}/{p['mig_gi']}"
+    """A process's name within its GPU's list (the same pid can hold memory on two MIG instances);
+    a row with no pid here (inside a container: pid null, pidmap.py) by its host pid, nvml_pid."""
+    pid = p["pid"] if p.get("pid") is not None else f"host{p.get('nvml_pid')}"
+    return str(pid) if p.get("mig_gi") is None else f"{pid}/{p['mig_gi']}"
 
 
 def _number(value: Any) -> bool:

@@ -213,7 +213,7 @@
     for (const p of drawn) {
       const row = el("tr", "proc");
       row.dataset.pid = String(p.pid);
-      row.append(el("td", "pid", p.pid), el("td", "user", userOf(p)),
+      row.append(el("td", "pid", known(p.pid) ? p.pid : "-"), el("td", "user", userOf(p)),
         el("td", "pname", known(p.name) ? p.name : ""), el("td", "pmem", size(p.memory)),
         el("td", "psm", pct(p.sm_utilization)), el("td", "pcpu", pct(p.cpu_percent)),
         el("td", "age", duration(p.elapsed)));
@@ -452,7 +452,7 @@
     for (const g of gpus) {
       if (g.lost) continue;
       if (known(g.memory_used) && known(g.memory_total)) { used += g.memory_used; total += g.memory_total; }
-      for (const p of g.processes || []) pids.add(p.pid);
+      for (const p of g.processes || []) pids.add(known(p.pid) ? p.pid : "host" + p.nvml_pid);
       if (g.na && known(g.na.processes)) unknown += 1;
     }
     const parts = [];
@@ -535,8 +535,10 @@
   let streamDoc = null;
   let streamSeq = null;
 
+  // As serve/updates.py's process_key: a row with no pid here (inside a container) by its host pid.
   function processKey(p) {
-    return known(p.mig_gi) ? p.pid + "/" + p.mig_gi : String(p.pid);
+    const pid = known(p.pid) ? p.pid : "host" + p.nvml_pid;
+    return known(p.mig_gi) ? pid + "/" + p.mig_gi : String(pid);
   }
 
   function runClocks(record, names, dt) {
