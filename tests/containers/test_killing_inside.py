@@ -58,3 +58,19 @@ def test_what_a_kill_leaves_is_never_shown_under_a_host_pid(container, scenario,
     assert len(held) == 2, done.out
     assert not any(str(pid) in line.split() for line in held for pid in (first_host, third_host)), done.out
     assert all(line.split()[4] == "-" for line in held), done.out  # "still held: 6.0GiB  ?  -  (host pid ...)"
+
+
+def test_what_a_kill_leaves_is_never_listed_under_a_host_pid_in_json(container, scenario, dev, env):
+    """The same in kill's JSON: `still_holding` gives such a row as ps --json does, pid null and its
+    host pid as nvml_pid (it gave the host pid as `pid`, a number that names another process here
+    or none)."""
+    first, first_host = container.start(dev / "nvidia0")
+    second, second_host = container.start(dev / "nvidia0")
+    third, third_host = container.start(dev / "nvidia0")
+    path = scenario({(first_host, first): {"0": "6GiB"}, (second_host, second): {"0": "8GiB"},
+                     (third_host, third): {"0": "2GiB"}})
+    done = container.vram("kill", "--simulate", str(path), str(second), "--yes", "--timeout", "5", "--json", env=env)
+    assert done.rc == 0, done.err
+    [gpu] = done.json()["gpus"]
+    assert sorted((p["pid"], p["nvml_pid"], p["target"]) for p in gpu["still_holding"]) == [
+        (None, first_host, False), (None, third_host, False)], gpu

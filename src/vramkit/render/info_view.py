@@ -271,7 +271,7 @@ PROCESS_HEADER = ("PID", "USER", "MEMORY", "SM%", "MBW%", "ENC%", "DEC%", "COMMA
 
 
 def _process_rows(procs: list[GpuProcess]) -> list[list[str]]:
-    return [[str(p.pid) + ("" if p.mig_gi is None else f" gi{p.mig_gi}"), clip(p.user or "?", USER_MAX),
+    return [[fmt.pid(p) + ("" if p.mig_gi is None else f" gi{p.mig_gi}"), clip(p.user or "?", USER_MAX),
              format_size(p.memory),
              fmt.pct(p.sm_utilization), fmt.pct(p.memory_utilization), fmt.pct(p.encoder_utilization),
              fmt.pct(p.decoder_utilization),

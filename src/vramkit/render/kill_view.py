@@ -215,8 +215,10 @@ def kill_json(report: KillReport, signal: str, timeout: float, force: bool) -> s
         "ok": report.ok, "targets": [target_dict(t) for t in plan.targets], "notes": list(plan.notes),
         "gpus": [{"index": c.index, "memory_used_before": c.used_before, "memory_used_after": c.used_after,
                   "freed": c.freed, "targets_held": c.targets_held, "unattributed": c.unattributed,
-                  "still_holding": [{"pid": p.pid, "user": p.user, "memory": p.memory, "command": p.command,
-                                     "target": any(t.pid == p.pid for t in plan.targets)} for p in c.still]}
+                  # pid null and nvml_pid: a host pid no process here could be told to be (as ps --json)
+                  "still_holding": [{"pid": p.pid_here, "nvml_pid": p.nvml_pid, "user": p.user, "memory": p.memory,
+                                     "command": p.command, "target": any(t.pid == p.pid_here for t in plan.targets)}
+                                    for p in c.still]}
                  for c in report.gpus],
         "holders_after": [{"pid": h.pid, "user": h.host.user, "command": h.host.command, "gpus": list(h.gpus),
                            "devices": list(h.devices)} for h in report.holders_after],
