@@ -24,3 +24,18 @@ def test_doctor_says_it_in_one_finding(container, scenario, dev, env):
     assert not any(f.get("pid") in (mine_host, scenario.outside) for f in findings), findings
     text = container.vram("doctor", "--simulate", str(path), env=env)
     assert "vram runs in a container: NVML lists the host's pids" in text.out, text.out
+
+
+def test_a_nearly_full_gpu_names_its_holders_by_their_host_pids(container, scenario, dev, env):
+    """Who holds a nearly full GPU: a holder no process here could be told to be is named by its
+    host pid, said to be one (it was 'unknown user (pid 31671)', a number that names another
+    process here or none)."""
+    first, first_host = container.start(dev / "nvidia0")
+    second, second_host = container.start(dev / "nvidia0")
+    path = scenario({(first_host, first): {"0": "19GiB"}, (second_host, second): {"0": "20GiB"}})
+
+    done = container.vram("doctor", "--simulate", str(path), "--json", env=env)
+    [full] = [f for f in done.json()["findings"] if f["code"] == "near_full"]
+    for host in (first_host, second_host):
+        assert f"a process of another PID namespace (host pid {host})" in full["detail"], full
+        assert f"(pid {host})" not in full["detail"], full

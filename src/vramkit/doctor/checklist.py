@@ -150,12 +150,17 @@ def _span(indices: list[int]) -> str:
 
 
 def _who(p: GpuProcess) -> str:
+    if p.pid_here is None:  # inside a container: a host pid, never said as a pid here
+        return _("a process of another PID namespace (host pid {pid})").format(pid=p.nvml_pid)
     return (_("{user} (pid {pid})").format(user=p.user, pid=p.pid) if p.user
             else _("unknown user (pid {pid})").format(pid=p.pid))
 
 
 def _holding(p: GpuProcess) -> str:
     """Who holds how much, in one message (a translator may put the size inside the brackets)."""
+    if p.pid_here is None:
+        return _("a process of another PID namespace (host pid {pid}) {size}").format(
+            pid=p.nvml_pid, size=format_size(p.memory))
     return (_("{user} (pid {pid}) {size}").format(user=p.user, pid=p.pid, size=format_size(p.memory)) if p.user
             else _("unknown user (pid {pid}) {size}").format(pid=p.pid, size=format_size(p.memory)))
 
