@@ -26,10 +26,11 @@ def test_doctor_says_it_in_one_finding(container, scenario, dev, env):
     assert "vram runs in a container: NVML lists the host's pids" in text.out, text.out
 
 
+@pytest.mark.slow
 def test_a_nearly_full_gpu_names_its_holders_by_their_host_pids(container, scenario, dev, env):
     """Who holds a nearly full GPU: a holder no process here could be told to be is named by its
     host pid, said to be one (it was 'unknown user (pid 31671)', a number that names another
-    process here or none)."""
+    process here or none), in the reader's language too."""
     first, first_host = container.start(dev / "nvidia0")
     second, second_host = container.start(dev / "nvidia0")
     path = scenario({(first_host, first): {"0": "19GiB"}, (second_host, second): {"0": "20GiB"}})
@@ -39,3 +40,6 @@ def test_a_nearly_full_gpu_names_its_holders_by_their_host_pids(container, scena
     for host in (first_host, second_host):
         assert f"a process of another PID namespace (host pid {host})" in full["detail"], full
         assert f"(pid {host})" not in full["detail"], full
+    zh = container.vram("doctor", "--simulate", str(path), env={**env, "VRAM_LANG": "zh_CN"})
+    assert f"另一个 PID 命名空间的进程（宿主机 PID {first_host}，19.0GiB）" in zh.out, zh.out
+    assert "of another PID namespace" not in zh.out, zh.out
