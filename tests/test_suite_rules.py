@@ -218,3 +218,16 @@ def test_the_files_and_tests_conftest_names_exist():
         if test.split("[", 1)[0] not in defined.get(name, ()):
             gone.append(entry)
     assert gone == [], "renamed or gone: update tests/conftest.py"
+
+
+def test_every_test_file_the_project_names_exists():
+    # Docs, comments and scripts say which test file checks what, by its path: a
+    # file moved or renamed without them leaves a pointer to nothing.
+    root = TESTS.parent
+    texts = [*root.glob("README*.md"), *(root / "docs").rglob("*.md"), root / "Makefile", root / "pyproject.toml",
+             *(p for folder in ("src", "benchmarks", "scripts", "contrib") for p in (root / folder).rglob("*")
+               if p.is_file() and p.suffix in (".py", ".md", ".sh", ".service", ".yml", "")),
+             *(p for p in TESTS.rglob("*.py") if "fixtures" not in p.relative_to(TESTS).parts)]
+    named = {(path.relative_to(root).as_posix(), found) for path in texts if path.is_file()
+             for found in re.findall(r"\btests/[\w/]+\.py\b", path.read_text(errors="replace"))}
+    assert sorted(f"{where}: {found}" for where, found in named if not (root / found).is_file()) == []
