@@ -190,7 +190,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "test_vramkit_architecture.py::test_proc_is_read_in_procs_only",
     "test_torch_guard_oom_phases.py::test_forward_names_the_layer_that_allocated_and_the_users_line",
     "test_audit_security.py::test_a_fifo_as_the_log_fails_at_once_and_signals_nothing",
-    "test_checklist_lost_gpu.py::test_doctor_names_the_lost_gpu_of_the_faulty_scenario",
+    "test_doctor_checklist_lost_gpu.py::test_doctor_names_the_lost_gpu_of_the_faulty_scenario",
     "test_cli_output_errors.py::test_a_pid_that_does_not_exist_is_no_such_process",
     "test_collector.py::test_kill_idle_drops_a_process_that_works_again_while_others_are_watched",
     "test_collector.py::test_kill_idle_judges_by_the_collectors_clock",
