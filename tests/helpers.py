@@ -500,7 +500,7 @@ IS_ROOT = os.geteuid() == 0
 UID_FILES = frozenset({
     "test_backends_contract.py", "test_config.py", "test_docs_examples.py",
     "test_history_hostile.py", "test_history_workloads.py", "test_holders.py",
-    "test_i18n_kill_pick.py", "test_idle_history.py", "test_kill.py", "test_kill_lib.py", "test_kill_recheck.py",
+    "test_i18n_kill_pick.py", "test_idle_history.py", "test_kill.py", "test_killing.py", "test_kill_recheck.py",
     "test_kill_safety.py",
     "test_kill_zombie_busy.py", "test_lease_locks.py", "test_leases_security.py", "test_lease_swap.py",
     "test_leases_cross_user.py",
