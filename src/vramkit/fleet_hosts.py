@@ -307,8 +307,10 @@ class Down:
             return _("down: cannot reach it: {error}").format(error=self.detail)
         if self.kind == "status":
             status, _sep, reason = self.detail.partition(" ")
-            hint = _(" (basic auth: see --hosts-config)") if status in ("401", "403") else ""
-            return _("down: answered HTTP {status} {reason}{hint}").format(status=status, reason=reason, hint=hint)
+            if status in ("401", "403"):
+                return _("down: answered HTTP {status} {reason} (basic auth: see --hosts-config)").format(
+                    status=status, reason=reason)
+            return _("down: answered HTTP {status} {reason}").format(status=status, reason=reason)
         if self.kind == "not-json":
             return _("down: answered something that is not vram serve's JSON (is this its address?)")
         return _("down: did not answer in HTTP: {error}").format(error=self.detail)
