@@ -194,7 +194,7 @@ def _downgrade(db: Path, version: int) -> None:
     with sqlite3.connect(db) as c:
         c.execute("DROP TABLE local_days")
         c.execute("DROP TABLE proc_local_day")
-        c.execute("ALTER TABLE jobs DROP COLUMN host_pid")
+        c.execute("ALTER TABLE jobs DROP COLUMN nvml_pid")
         c.execute("DROP TABLE workloads")
         if version < 3:
             c.execute("DROP TABLE proc_day")

@@ -204,7 +204,8 @@ def test_json_schema(db):
                      "peak_memory": 30 * GIB, "idle_seconds": 0, "lives": 1, "jobs": 1}
     assert "\x1b" not in json.dumps(doc, ensure_ascii=False)
     assert [h["pid"] for h in doc["idle_holders"]] == [502, 503]
-    assert doc["idle_holders"][1] == {"pid": 503, "user": "张伟", "command": "python 训练.py", "gpus": [0],
+    assert doc["idle_holders"][1] == {"pid": 503, "nvml_pid": None, "user": "张伟", "command": "python 训练.py",
+                                      "gpus": [0],
                                       "idle_seconds": 3600, "idle_memory_byte_seconds": 5 * GIB * 3600,
                                       "peak_memory": 5 * GIB, "first_seen": EPOCH + HOUR,
                                       "last_seen": EPOCH + 2 * HOUR}

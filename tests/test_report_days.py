@@ -369,7 +369,7 @@ def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tm
     db = tmp_path / "old.db"
     shutil.copy(history, db)
     with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads, local days)
-        c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN host_pid; "
+        c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN nvml_pid; "
                         "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
     c.close()
     for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums

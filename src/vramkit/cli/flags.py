@@ -156,6 +156,7 @@ MEANINGS: dict[str, str] = {
     "--dcgm-names": "also dcgm-exporter's metric names",
     "--compat": "also other exporters' metric names",
     "--web-config": "TLS and basic auth",
+    "--host-pid": "the pid given is a host pid NVML listed (a holder outside this container)",
     "--hostname": "the host's name in metrics",
     "--prometheus": "Prometheus' address",
     "--job": "the Prometheus scrape job of vram serve",

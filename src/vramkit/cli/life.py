@@ -21,11 +21,14 @@ whom it worked for (its container, Kubernetes pod or Slurm job, when it was in o
 was first and last seen, its GPU-hours, memory GiB-hours, peak memory and idle time, its
 memory on each GPU over its life as a sparkline, and a short table of how it went. A pid used
 again by a later process shows each life, newest first (--every-life), else only the newest.
+Inside a container, a holder NVML lists under a host pid that no process here could be told to
+be is kept by that host pid, apart from this container's pids: --host-pid shows it.
 ('vram job', the old name of this command, still works until the next release.)
 
 examples:
   vram life 38817                  the newest recorded life of pid 38817
   vram life 38817 --every-life     every recorded life of that pid
+  vram life --host-pid 4242        a holder outside this container, by its host pid
   vram life 38817 --json | jq '.lives[0].points | length'
 """)
 
@@ -35,6 +38,8 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
                        formatter_class=HelpFormatter)
     p.add_argument("pid", metavar="PID", help=N_("the process id"))
     p.add_argument("--db", metavar="PATH", help=N_("the database (default: the recorder's; also $VRAM_DB)"))
+    p.add_argument("--host-pid", action="store_true",
+                   help=N_("PID is a host pid NVML listed for a holder outside this container"))
     every = p.add_argument("--every-life", action="store_true", help=N_("every recorded life of PID, newest first"))
     add_old_spelling(p, "--all", every)
     p.add_argument("--rows", metavar="N", type=int, default=12, help=N_("rows in the table (default 12)"))
@@ -57,15 +62,15 @@ def run(args: argparse.Namespace) -> int:
     pid = int(text)
     store = Store.open(args.db)
     try:
-        lives = process_lives(store, pid)
+        lives = process_lives(store, pid, outside=args.host_pid)
         database = str(store.path)
     finally:
         store.close()
     if not args.every_life:
         lives = lives[:1]
     if args.json:
-        print(life_json(lives, pid, database))
+        print(life_json(lives, pid, database, outside=args.host_pid))
     else:
         print(render_life(lives, pid, database, style_for(sys.stdout, getattr(args, "no_color", False)),
-                          terminal_width(), rows=args.rows))
+                          terminal_width(), rows=args.rows, outside=args.host_pid))
     return 0 if lives else 1

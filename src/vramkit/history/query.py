@@ -462,7 +462,8 @@ class Usage:
     utilization: float | None = None  # --by gpu: the GPU's average utilization (%)
     workload: Workload | None = None  # --by life, or a workload: the (first) life's workload
     user: str | None = None  # --by life
-    pid: int | None = None
+    pid: int | None = None  # None: a holder outside this PID namespace (nvml_pid)
+    nvml_pid: int | None = None  # a holder outside this PID namespace: the host pid NVML listed it under
     command: str | None = None
     gpus: str | None = None
     first_seen: float | None = None
@@ -488,7 +489,7 @@ class ProcessLife:
     """One process life. The totals are the recorder's (None: not a valid value in the file)."""
 
     id: int
-    pid: int
+    pid: int | None  # None: a holder outside this PID namespace (nvml_pid)
     user: str | None
     command: str | None
     first_seen: float
@@ -501,6 +502,7 @@ class ProcessLife:
     points: list[Point] = field(default_factory=list)
     # (t, seconds, gpu, memory, memory_max, sm_util, idle_seconds), oldest first
     workload: Workload | None = None  # its container, pod or Slurm job (None: in none, or not recorded)
+    nvml_pid: int | None = None  # a holder outside this PID namespace: the host pid NVML listed it under
 
 
 def _rows(store: Store, sql: str, params: tuple[object, ...] | Mapping[str, object]) -> list[tuple[Any, ...]]:
@@ -567,13 +569,24 @@ def _total(value: object) -> float:
 
 @dataclass
 class _Life:
-    pid: int
+    pid: int | None  # None: a holder outside this PID namespace
     user: str | None
     command: str | None
     gpus: str | None
     first_seen: float | None
     last_seen: float | None
     workload: Workload | None = None
+    nvml_pid: int | None = None  # its host pid, when it is outside this PID namespace
+
+    @property
+    def key(self) -> str:
+        """Its name in a report's rows: the pid, or for a holder outside, the host pid."""
+        return str(self.pid) if self.pid is not None else f"host {self.nvml_pid}"
+
+
+def _outside_pid(pid: object, nvml_pid: object) -> int | None:
+    """The host pid of a life `jobs` holds as outside this PID namespace (pid 0, schema 5), else None."""
+    return typed_int(nvml_pid, "pid") if pid == 0 and not isinstance(pid, bool) else None
 
 
 def _workload_sql(store: Store) -> tuple[str, str]:
@@ -600,15 +613,16 @@ def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
     out: dict[int, _Life] = {}
     chunk = sorted(ids)
     extra, join = _workload_sql(store)
+    outside = "nvml_pid" if store.local_days else "NULL"
     for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
         part = chunk[i:i + 500]
-        for row in _rows(store, f"SELECT id, pid, user, command, gpus, first_seen, last_seen{extra} FROM jobs{join} "
-                         f"WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
-            job, pid = typed_int(row[0], "id"), typed_int(row[1], "pid")
-            if job is None or pid is None:  # a life without its pid: nothing to show it as
+        for row in _rows(store, f"SELECT id, pid, {outside}, user, command, gpus, first_seen, last_seen{extra} "
+                         f"FROM jobs{join} WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
+            job, pid, host = typed_int(row[0], "id"), typed_int(row[1], "pid"), _outside_pid(row[1], row[2])
+            if job is None or (pid is None and host is None):  # a life without its pid: nothing to show it as
                 continue
-            out[job] = _Life(pid, typed_text(row[2]), typed_text(row[3]), typed_gpus(row[4]), typed(row[5], "time"),
-                             typed(row[6], "time"), _workload(row[7:]))
+            out[job] = _Life(pid, typed_text(row[3]), typed_text(row[4]), typed_gpus(row[5]), typed(row[6], "time"),
+                             typed(row[7], "time"), _workload(row[8:]), host)
     return out
 
 
@@ -663,8 +677,8 @@ def usage(store: Store, since: float, until: float, by: str, sums: list[Held] | 
             # A group's workload: its first life's (the one of the group's kind; none for NONE).
             u = groups[key] = Usage(name, workload=life.workload if by not in WORKLOADS or key is not None else None)
             if by == "life":
-                u.key, u.user, u.pid, u.command, u.gpus = str(life.pid), life.user, life.pid, life.command, life.gpus
-                u.first_seen, u.last_seen = life.first_seen, life.last_seen
+                u.key, u.user, u.pid, u.command, u.gpus = life.key, life.user, life.pid, life.command, life.gpus
+                u.first_seen, u.last_seen, u.nvml_pid = life.first_seen, life.last_seen, life.nvml_pid
         _add(u, h)
         members.setdefault(key, set()).add(h.job)
     for key, u in groups.items():
@@ -931,9 +945,10 @@ def idle_holders(store: Store, since: float, until: float, limit: int = 10,
         if life is None:
             continue
         u = per_job[j]
-        out.append(Usage(str(life.pid), u.gpu_seconds, idle_bytes[j], u.peak_memory, u.idle_seconds, 1,
+        out.append(Usage(life.key, u.gpu_seconds, idle_bytes[j], u.peak_memory, u.idle_seconds, 1,
                          workload=life.workload, user=life.user, pid=life.pid, command=life.command,
-                         gpus=life.gpus, first_seen=life.first_seen, last_seen=life.last_seen))
+                         gpus=life.gpus, first_seen=life.first_seen, last_seen=life.last_seen,
+                         nvml_pid=life.nvml_pid))
     return out
 
 
@@ -995,13 +1010,18 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
     return MemorySeries(since, float(step), count, memory, {g: totals.get(g) for g in memory})
 
 
-def process_lives(store: Store, pid: int) -> list[ProcessLife]:
+def process_lives(store: Store, pid: int, outside: bool = False) -> list[ProcessLife]:
     """Every recorded life of `pid`, newest first, each with its memory over time per GPU. A life
-    whose first or last time is not valid takes them from its points; without either it is left out."""
+    whose first or last time is not valid takes them from its points; without either it is left out.
+    `outside`: `pid` is a host pid NVML listed for a holder outside this PID namespace (schema 5),
+    never a pid of this /proc."""
+    if outside and not store.local_days:
+        return []
     lives = []
     extra, join = _workload_sql(store)
+    which = "pid = 0 AND nvml_pid = ?" if outside else "pid = ?"
     for row in _rows(store, "SELECT id, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
-                     f"memory_byte_seconds, idle_seconds{extra} FROM jobs{join} WHERE pid = ?", (pid,)):
+                     f"memory_byte_seconds, idle_seconds{extra} FROM jobs{join} WHERE {which}", (pid,)):
         job = typed_int(row[0], "id")
         if job is None:
             continue
@@ -1016,10 +1036,10 @@ def process_lives(store: Store, pid: int) -> list[ProcessLife]:
         last = last if last is not None else points[-1][0] if points else None
         if first is None or last is None:
             continue
-        lives.append(ProcessLife(job, pid, typed_text(row[1]), typed_text(row[2]), first, last, typed_gpus(row[5]),
-                                 typed_int(row[6], "bytes"), typed(row[7], "seconds"),
+        lives.append(ProcessLife(job, None if outside else pid, typed_text(row[1]), typed_text(row[2]), first, last,
+                                 typed_gpus(row[5]), typed_int(row[6], "bytes"), typed(row[7], "seconds"),
                                  typed(row[8], "byte_seconds"), typed(row[9], "seconds"), points,
-                                 _workload(row[10:])))
+                                 _workload(row[10:]), pid if outside else None))
     lives.sort(key=lambda life: life.first_seen, reverse=True)
     return lives
 

@@ -36,7 +36,9 @@ SAME_START = 1.0  # seconds: with unknown start ticks, a pid started within this
 PUBLISH_EVERY = 60.0  # seconds between copies of a published database (when something changed)
 COPY_SHARE = 10.0  # ... or this many times as long as the last copy took, if longer
 
-JobKey = tuple[int, "int | None", "str | None"]  # (pid, start ticks, user)
+# (pid, start ticks, user); a holder outside this PID namespace (store.py: schema 5) is
+# (-host pid, None, None): never a pid of this /proc.
+JobKey = tuple[int, "int | None", "str | None"]
 
 
 @dataclass
@@ -355,12 +357,14 @@ class Recorder:
         per: dict[tuple[JobKey, int], tuple[GpuProcess, int | None, int | None, bool]] = {}
         for dev in snap.gpus:
             for p in dev.processes:
-                if p.pid_here is None:
+                key: JobKey
+                if p.pid_here is None and p.nvml_pid is not None:
                     # Inside a container, a holder NVML lists under a host pid no process here could
-                    # be told to be (pidmap.py): not a life of this /proc, and its number may be a
-                    # process here. Its memory stays in its GPU's used total (gpu_raw).
-                    continue
-                key: JobKey = (p.pid, p.start_ticks, p.user)
+                    # be told to be (pidmap.py): a life of its own, by that host pid, which may be
+                    # the number of another process here: kept apart (pid 0, nvml_pid in `jobs`).
+                    key = (-p.nvml_pid, None, None)
+                else:
+                    key = (p.pid, p.start_ticks, p.user)
                 was = per.get((key, dev.index))
                 if was is None:
                     per[(key, dev.index)] = (p, p.memory, p.sm_utilization, p.idle)
@@ -403,7 +407,10 @@ class Recorder:
                                   or abs(now - known.last_seen) <= self.gap):
             return known
         pid, ticks, user = key
-        if ticks is not None:
+        if pid < 0:  # a holder outside this PID namespace: the same life while seen without a gap
+            row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = 0 AND nvml_pid = ? "
+                            "AND last_seen >= ? ORDER BY id DESC LIMIT 1", (-pid, now - self.gap)).fetchone()
+        elif ticks is not None:
             row = c.execute("SELECT id, last_seen, gpus, peak_memory FROM jobs WHERE pid = ? AND start_ticks = ? "
                             "ORDER BY id DESC LIMIT 1", (pid, ticks)).fetchone()
         elif p.start_time is not None:  # the start time tells lives apart over any gap (a lost GPU)
@@ -419,9 +426,10 @@ class Recorder:
             return found
         workload = _workload_values(p)
         job_id = c.execute(
-            "INSERT INTO jobs (pid, start_ticks, start_time, user, uid, command, container, first_seen, "
-            "last_seen, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
-            (pid, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now)).lastrowid
+            "INSERT INTO jobs (pid, nvml_pid, start_ticks, start_time, user, uid, command, container, first_seen, "
+            "last_seen, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
+            (0, -pid, None, None, None, None, None, None, now, now) if pid < 0 else
+            (pid, None, ticks, p.start_time, user, p.uid, self._command(p), p.container, now, now)).lastrowid
         assert job_id is not None
         if workload != _NO_WORKLOAD:
             _fill_workload(c, job_id, workload)
@@ -439,9 +447,12 @@ class Recorder:
         sample, t, span = _int(last[0]), _real(last[1]), last[2]
         if sample is None or t is None:
             return  # not a sample this recorder could continue from: start afresh
-        for row in c.execute("SELECT id, pid, start_ticks, user, last_seen, gpus, peak_memory FROM jobs "
+        for row in c.execute("SELECT id, pid, start_ticks, user, last_seen, gpus, peak_memory, nvml_pid FROM jobs "
                              "WHERE last_seen >= ?", (t - self.gap,)):
             job, pid, ticks, user = _job_row((row[0], row[4], row[5], row[6])), _int(row[1]), row[2], row[3]
+            if pid == 0:  # a holder outside this PID namespace, by its host pid
+                host = _int(row[7])
+                pid, ticks, user = (-host if host is not None and host > 0 else None), None, None
             if job is None or pid is None or (ticks is not None and _int(ticks) is None) \
                     or not (user is None or isinstance(user, str)):
                 continue

@@ -39,7 +39,7 @@ stored that the hours under it changed is dropped, never left stale (_sum_local_
 Holders outside (schema 5): inside a container's PID namespace NVML lists processes by their
 host pid, and a row no process here could be told to be (pidmap.py) is a life of its own: `jobs`
 holds it with pid 0 (no pid of this /proc: every lookup by pid passes it by) and its host pid in
-`host_pid`, NVML's number for it in another PID namespace. A life of this /proc has host_pid NULL.
+`nvml_pid`, NVML's number for it in another PID namespace. A life of this /proc has nvml_pid NULL.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ MIGRATIONS: tuple[str, ...] = (
         memory_byte_seconds REAL NOT NULL, memory_max INTEGER, idle_seconds REAL NOT NULL,
         idle_memory_byte_seconds REAL NOT NULL,
         PRIMARY KEY (t, job, gpu)) WITHOUT ROWID;
-    ALTER TABLE jobs ADD COLUMN host_pid INTEGER;
+    ALTER TABLE jobs ADD COLUMN nvml_pid INTEGER;
     """,
 )
 
@@ -697,7 +697,7 @@ class Store:
         self.hour_sums = False  # schema 2 or later: proc_hour and gpu_hour (set once open)
         self.day_sums = False  # schema 3 or later: proc_day and gpu_day
         self.workloads = False  # schema 4 or later: the table `workloads`
-        self.local_days = False  # schema 5 or later: the recorder's local days, and jobs.host_pid
+        self.local_days = False  # schema 5 or later: the recorder's local days, and jobs.nvml_pid
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:

@@ -97,7 +97,14 @@ def _per_hour(value: float | None, unit: float = 1.0) -> str:
     return "N/A" if value is None else f"{value / unit / 3600:.2f}"
 
 
-def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style, width: int, rows: int = 12) -> str:
+def outside_words(nvml_pid: int) -> str:
+    """A recorded holder outside this container's PID namespace, as people read it (never as a pid here)."""
+    return _("host pid {pid} (outside this container's /proc)").format(pid=nvml_pid)
+
+
+def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style, width: int, rows: int = 12,
+                outside: bool = False) -> str:
+    """`outside`: `pid` is a host pid NVML listed for a holder outside this PID namespace."""
     lines: list[str] = []
     for n, life in enumerate(lives):
         if n:
@@ -105,7 +112,8 @@ def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style,
         command = sanitize(life.command) if life.command else _("(command not recorded)")
         user = sanitize(life.user) if life.user else "?"
         gpus = life.gpus or "-"
-        lines.append(style.paint(fit(f"pid {pid} · {user} · {command} · GPU {gpus}", width), "bold"))
+        who = outside_words(pid) if outside else f"pid {pid}"
+        lines.append(style.paint(fit(f"{who} · {user} · {command} · GPU {gpus}", width), "bold"))
         end = _life_end(life)
         lived = max(0.0, end - life.first_seen)
         owner = describe(life.workload, local=True)
@@ -137,7 +145,9 @@ def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style,
                          + _("peak {size}").format(size=format_size(int(peak))))
         lines.extend(_table(life, rows, style))
     if not lives:
-        lines.append(_("no recorded life of pid {pid} in {database}").format(pid=pid, database=database))
+        none = (_("no recorded life of host pid {pid} in {database}") if outside
+                else _("no recorded life of pid {pid} in {database}"))
+        lines.append(none.format(pid=pid, database=database))
     else:
         lines.append("")
         lines.append(style.paint(_("from {database}; sparklines share one scale (0 to the highest peak); each row is "
@@ -159,10 +169,11 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat()
 
 
-def life_json(lives: list[ProcessLife], pid: int, database: str) -> str:
+def life_json(lives: list[ProcessLife], pid: int, database: str, outside: bool = False) -> str:
+    """`outside`: `pid` is a host pid (`nvml_pid`), of a holder outside this PID namespace; `pid` is then null."""
     def life_dict(life: ProcessLife) -> dict[str, Any]:
         return {
-            "pid": life.pid, "user": sanitize(life.user) if life.user else None,
+            "pid": life.pid, "nvml_pid": life.nvml_pid, "user": sanitize(life.user) if life.user else None,
             "command": sanitize(life.command) if life.command else None,
             "gpus": [int(g) for g in (life.gpus or "").split(",") if g],
             "first_seen": _iso(life.first_seen), "first_seen_timestamp": life.first_seen,
@@ -173,5 +184,5 @@ def life_json(lives: list[ProcessLife], pid: int, database: str) -> str:
             "points": [{"timestamp": p[0], "seconds": p[1], "gpu": p[2], "memory": p[3], "memory_max": p[4],
                         "sm_utilization": p[5], "idle_seconds": p[6]} for p in life.points],
         }
-    return json.dumps({"schema": SCHEMA_VERSION, "database": database, "pid": pid,
-                       "lives": [life_dict(life) for life in lives]}, indent=2)
+    return json.dumps({"schema": SCHEMA_VERSION, "database": database, "pid": None if outside else pid,
+                       "nvml_pid": pid if outside else None, "lives": [life_dict(life) for life in lives]}, indent=2)

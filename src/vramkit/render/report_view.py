@@ -20,7 +20,7 @@ from ..procs import sanitize
 from ..procs.workload import describe
 from ..units import format_duration, format_size
 from . import fmt
-from .life_view import workload_dict
+from .life_view import outside_words, workload_dict
 from .style import Style
 from .text_width import cells, fit, pad, wrap
 
@@ -138,7 +138,14 @@ _KEY_HEADER = {"user": "USER", "gpu": "GPU", "life": "PID", "day": "DAY", "conta
 
 
 def _key(u: Usage, by: str) -> str:
+    if by == "life" and u.pid is None:  # a holder outside this container: no pid here (its COMMAND says)
+        return "-"
     return sanitize(u.key)
+
+
+def _command(u: Usage) -> str:
+    """A process life's COMMAND cell: for a holder outside this container, what it is instead."""
+    return outside_words(u.nvml_pid) if u.nvml_pid is not None else sanitize(u.command or "-")
 
 
 def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
@@ -164,7 +171,7 @@ def _usage_rows(report: Report) -> tuple[list[str], list[list[str]], set[str]]:
             row += [fmt.pct(u.utilization)]
         if by == "life":
             row += [_local(u.first_seen), _local(u.last_seen), sanitize(describe(u.workload, local=True) or "-"),
-                    sanitize(u.command or "-")]
+                    _command(u)]
         else:
             row += [str(u.lives)]
         rows.append(row)
@@ -220,9 +227,9 @@ def render_report(report: Report, style: Style, width: int) -> str:
     if not report.idle_holders:
         lines.append(style.paint(_("none: no process held memory idle in this window"), "dim"))
     else:
-        rows = [[str(u.pid), sanitize(u.user or "?"), u.gpus or "-", _hours(u.idle_seconds),
+        rows = [[_key(u, "life"), sanitize(u.user or "?"), u.gpus or "-", _hours(u.idle_seconds),
                  format_size(round(u.memory_byte_seconds / u.idle_seconds) if u.idle_seconds else None),
-                 _local(u.last_seen), sanitize(u.command or "-")] for u in report.idle_holders]
+                 _local(u.last_seen), _command(u)] for u in report.idle_holders]
         header = ["PID", "USER", "GPUS", "IDLE HOURS", "HELD (AVG)", "LAST SEEN", "COMMAND"]
         table = _table(header, rows, {"PID", "IDLE HOURS", "HELD (AVG)"}, style, width, drop=("LAST SEEN", "GPUS"))
         lines.append(table[0])
@@ -256,7 +263,7 @@ def usage_dict(u: Usage, by: str) -> dict[str, Any]:
     if by == "gpu":
         out["utilization"] = None if u.utilization is None else round(u.utilization, 2)
     if by == "life":
-        out.update({"pid": u.pid, "user": _clean(u.user), "command": _clean(u.command),
+        out.update({"pid": u.pid, "nvml_pid": u.nvml_pid, "user": _clean(u.user), "command": _clean(u.command),
                     "gpus": [int(g) for g in (u.gpus or "").split(",") if g.strip().isdigit()],
                     "first_seen": u.first_seen, "last_seen": u.last_seen, "workload": workload_dict(u.workload)})
     return out
@@ -278,7 +285,7 @@ def _workload_keys(u: Usage, by: str) -> dict[str, Any]:
 
 
 def _idle_dict(u: Usage) -> dict[str, Any]:
-    return {"pid": u.pid, "user": _clean(u.user), "command": _clean(u.command),
+    return {"pid": u.pid, "nvml_pid": u.nvml_pid, "user": _clean(u.user), "command": _clean(u.command),
             "gpus": [int(g) for g in (u.gpus or "").split(",") if g.strip().isdigit()],
             "idle_seconds": u.idle_seconds, "idle_memory_byte_seconds": u.memory_byte_seconds,
             "peak_memory": u.peak_memory, "first_seen": u.first_seen, "last_seen": u.last_seen}
@@ -309,7 +316,7 @@ CSV_COLUMNS = {
             "lives"),
     "day": ("day", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds", "jobs", "lives"),
     "life": ("pid", "user", "gpus", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds",
-             "first_seen", "last_seen", "command"),
+             "first_seen", "last_seen", "command", "nvml_pid"),
     "container": ("container", "container_id", "runtime", "gpu_seconds", "memory_byte_seconds", "peak_memory",
                   "idle_seconds", "lives"),
     "pod": ("pod", "namespace", "pod_uid", "gpu_seconds", "memory_byte_seconds", "peak_memory", "idle_seconds",
