@@ -533,12 +533,13 @@ def needs_root(why: str):
 
 class Served:
     """A `vram serve` process on a free port (--listen 127.0.0.1:0 unless `listen` says otherwise);
-    `context` (an ssl.SSLContext) and `auth` ((user, password)) for a server with --web-config."""
+    `context` (an ssl.SSLContext) and `auth` ((user, password)) for a server with --web-config; `env`:
+    variables added to clean_env() (e.g. {"VRAM_SERVE_CLIENT_TIMEOUT": "2"})."""
 
     def __init__(self, *args: str, listen: str = "127.0.0.1:0", context: ssl.SSLContext | None = None,
-                 auth: tuple[str, str] | None = None):
+                 auth: tuple[str, str] | None = None, env: dict[str, str] | None = None):
         self.proc = subprocess.Popen(vram_argv("serve", "--listen", listen, "--interval", "0.2s", *args),
-                                     env=clean_env(), stderr=subprocess.PIPE, text=True)
+                                     env=clean_env(**(env or {})), stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         self.first_line = line = self.proc.stderr.readline()
         found = re.search(r"(https?)://(\[[0-9a-f:]+\]|[0-9.]+):(\d+)/", line)

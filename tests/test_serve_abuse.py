@@ -19,10 +19,15 @@ import pytest
 from helpers import Served, assert_one_line_error, clean_env, run_vram, scenario_data, vram_argv
 from prometheus_client.parser import text_string_to_metric_families
 
+from vramkit.errors import RequestError
 from vramkit.procs import sanitize
+from vramkit.serve import http as serve_http
 
 FLOOD = 1000
-HEAD_TIMEOUT = 10  # vram serve's CLIENT_TIMEOUT
+# vram serve's CLIENT_TIMEOUT (10 s), shortened through its test setting where a test only needs the server to
+# drop idle connections (one test checks the default itself)
+SHORT_TIMEOUT = 2.0
+SHORT = {serve_http.CLIENT_TIMEOUT_ENV: str(SHORT_TIMEOUT)}
 MAX_CLIENTS = 64  # requests it handles at once (a worker thread each)
 MAX_PER_ADDRESS = 256  # connections it keeps from one address (these floods all come from 127.0.0.1)
 
@@ -77,10 +82,11 @@ def server_load(pid: int) -> tuple[int, int]:
     return threads, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def flood(port: int, n: int, request: bytes | None, pid: int) -> tuple[list[bytes], int, int]:
+def flood(port: int, n: int, request: bytes | None, pid: int, head_timeout: float = serve_http.CLIENT_TIMEOUT
+          ) -> tuple[list[bytes], int, int]:
     """n connections at once, each sending `request` (None: nothing) and reading until the server
     closes it. Returns what each received, and the most threads and descriptors the server had
-    meanwhile. Idle connections are held until the server's request timeout has passed: by then
+    meanwhile. Idle connections are held until the server's request timeout (`head_timeout`) has passed: by then
     it has closed every one it accepted (the kernel may have accepted more than its queue held:
     those the server never sees stay open on this side)."""
     sel = selectors.DefaultSelector()
@@ -93,7 +99,7 @@ def flood(port: int, n: int, request: bytes | None, pid: int) -> tuple[list[byte
         sel.register(sock, selectors.EVENT_WRITE if request else selectors.EVENT_READ)
     open_ = set(answers)
     most_threads = most_fds = 0
-    ends = time.monotonic() + (HEAD_TIMEOUT + 5 if request is None else 120)
+    ends = time.monotonic() + (head_timeout + 5 if request is None else 120)
     while open_ and time.monotonic() < ends:
         threads, fds = server_load(pid)
         most_threads, most_fds = max(most_threads, threads), max(most_fds, fds)
@@ -150,11 +156,11 @@ def warm(s: Served) -> None:
 def test_a_thousand_idle_connections_are_bounded(served, many_files):
     """Idle connections cost no thread; past the per-address limit each newcomer closes the
     longest-idle one (without an answer: it asked nothing)."""
-    s = served("--simulate", "demo")
+    s = served("--simulate", "demo", env=SHORT)
     warm(s)
     before = rss_kib(s.pid)
     idle_threads = server_load(s.pid)[0]
-    answers, threads, fds = flood(s.port, FLOOD, None, s.pid)
+    answers, threads, fds = flood(s.port, FLOOD, None, s.pid, head_timeout=SHORT_TIMEOUT)
     assert threads <= idle_threads and fds <= MAX_PER_ADDRESS + 32, (threads, fds)
     assert all(status_of(a) is None for a in answers)
     assert s.proc.poll() is None
@@ -198,15 +204,20 @@ def test_connections_that_send_nothing_hold_no_slot(served):
             sock.close()
 
 
-def test_a_slow_client_is_dropped_after_the_timeout(served):
+@pytest.mark.parametrize("setting", [None, SHORT_TIMEOUT], ids=["default", "test-setting"])
+def test_a_slow_client_is_dropped_after_the_timeout(served, setting):
     """Slowloris: a header trickled a byte at a time, each byte well within the socket timeout.
-    The server must close the connection while the client is still sending."""
-    s = served("--simulate", "demo")
+    The server must close the connection while the client is still sending, and not before its
+    timeout: the default (CLIENT_TIMEOUT, 10 s), or the shorter one its test setting asks for (the
+    setting the idle-connection tests use)."""
+    timeout = serve_http.CLIENT_TIMEOUT if setting is None else setting
+    s = served("--simulate", "demo", env={} if setting is None else {serve_http.CLIENT_TIMEOUT_ENV: str(setting)})
+    connected = time.monotonic()
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
     sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
     closed = False
     trickle = b"X-Slow: " + b"a" * 200
-    for byte in trickle[: 6 * HEAD_TIMEOUT]:  # 3 x the timeout at two bytes a second
+    for byte in trickle[:60]:  # 30 s at two bytes a second: 3 x the default timeout
         try:
             sock.send(bytes([byte]))
         except OSError:
@@ -222,8 +233,12 @@ def test_a_slow_client_is_dropped_after_the_timeout(served):
         ready.close()
         if closed:
             break
+    lasted = time.monotonic() - connected
     sock.close()
     assert closed, "the server kept a client that trickled its headers"
+    # The server's deadline runs from when it accepted the connection, after `connected`: whatever the load,
+    # a connection closed sooner would mean a shorter timeout than this server was given.
+    assert lasted >= timeout, f"closed after {lasted:.1f} s, before the {timeout:g} s timeout"
     assert s.get("/healthz")[0] == 200
 
 
@@ -419,6 +434,26 @@ def test_the_dropped_count_is_the_same_reading_s(served):
 def test_a_bad_interval_is_one_line_and_exit_2(interval):
     assert_one_line_error(run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--interval", interval),
                           2, "--interval")
+
+
+def test_the_client_timeout_setting(monkeypatch):
+    monkeypatch.delenv(serve_http.CLIENT_TIMEOUT_ENV, raising=False)
+    assert serve_http.client_timeout() == serve_http.CLIENT_TIMEOUT == 10
+    monkeypatch.setenv(serve_http.CLIENT_TIMEOUT_ENV, "2.5")
+    assert serve_http.client_timeout() == 2.5
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "0.1", "-2", "nan", "inf", "1e400", "601", ""])
+def test_a_client_timeout_setting_out_of_range_is_refused(monkeypatch, value):
+    monkeypatch.setenv(serve_http.CLIENT_TIMEOUT_ENV, value)
+    with pytest.raises(RequestError, match=serve_http.CLIENT_TIMEOUT_ENV):
+        serve_http.client_timeout()
+
+
+def test_a_bad_client_timeout_setting_is_one_line_and_exit_2():
+    result = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0",
+                      env=clean_env(**{serve_http.CLIENT_TIMEOUT_ENV: "2\nseconds"}))
+    assert_one_line_error(result, 2, serve_http.CLIENT_TIMEOUT_ENV)
 
 
 @pytest.mark.parametrize("listen", ["256.1.1.1:0", "[::1", ":-1", "127.0.0.1:1:2", "no such host.invalid:0"])

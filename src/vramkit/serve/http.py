@@ -43,6 +43,8 @@ import http.client
 import io
 import ipaddress
 import json
+import math
+import os
 import queue
 import resource
 import selectors
@@ -58,6 +60,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from ..errors import RequestError
 from ..i18n import _
 from . import page_words
 from .service import Service, gzipped
@@ -68,6 +71,9 @@ MAX_CLIENTS = 64  # worker threads: requests being answered at once
 MAX_STREAMS = 256  # event streams (a descriptor each, no thread)
 MAX_STREAMS_PER_ADDRESS = 64
 CLIENT_TIMEOUT = 10.0  # seconds a client may take to send its request head (and the TLS handshake)
+# Another CLIENT_TIMEOUT, for tests only: the suite's tests of the timeout and of idle connections set a short
+# one instead of waiting 10 s each (one test keeps the default). Not a user setting: not in --help or the config.
+CLIENT_TIMEOUT_ENV = "VRAM_SERVE_CLIENT_TIMEOUT"
 WRITE_TIMEOUT = 60.0  # seconds an answer may take to be read, in all
 STREAM_SECONDS = 3600.0  # an event stream ends after this; the page reconnects
 STREAM_STALL = 60.0  # an event stream that takes nothing for this long is closed
@@ -126,6 +132,21 @@ def address_key(address: Any) -> str:
     return str(ip)
 
 
+def client_timeout() -> float:
+    """CLIENT_TIMEOUT, or the seconds $VRAM_SERVE_CLIENT_TIMEOUT says (0.5 to 600)."""
+    text = os.environ.get(CLIENT_TIMEOUT_ENV)
+    if text is None:
+        return CLIENT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0.5 <= seconds <= 600:  # nan too
+        raise RequestError(_("{variable}: must be 0.5 to 600 seconds, got {value}").format(
+            variable=CLIENT_TIMEOUT_ENV, value=repr(text[:64])))
+    return seconds
+
+
 def open_files_room() -> int:
     """How many connections the open-files limit leaves room for (descriptors for the database,
     the driver and the process itself kept aside)."""
@@ -153,14 +174,14 @@ class Connection:
                  "discarded", "seq", "shown")
 
     # handshake -> head -> busy [-> check -> busy] -> write -> head (keep-alive) | stream | linger
-    def __init__(self, sock: socket.socket, address: Any, tls: bool, now: float, seq: int):
+    def __init__(self, sock: socket.socket, address: Any, tls: bool, now: float, seq: int, timeout: float):
         self.sock = sock
         self.address = address
         self.key = address_key(address)
         self.state = "handshake" if tls else "head"
         self.inbuf = bytearray()
         self.out = bytearray()
-        self.deadline = now + CLIENT_TIMEOUT  # handshake and head together
+        self.deadline = now + timeout  # handshake and head together
         self.since = now  # when it last began waiting for a request (the eviction order)
         self.started = now
         self.close_after = False
@@ -190,6 +211,7 @@ class VramHTTPServer:
         self.service = service
         self.authorize = authorize
         self.tls = tls
+        self.client_timeout = client_timeout()
         self.errors_said: set[str] = set()  # internal errors already printed (once each)
         self.max_connections = open_files_room()
         self.refused = 0  # connections refused: every one busy (503, or closed with TLS)
@@ -354,7 +376,7 @@ class VramHTTPServer:
                     sock.close()
                     continue
             self._accepted += 1
-            conn = Connection(sock, address, self.tls is not None, now, self._accepted)
+            conn = Connection(sock, address, self.tls is not None, now, self._accepted, self.client_timeout)
             self._conns.add(conn)
             self._by_address.setdefault(conn.key, set()).add(conn)
             self._guarded(conn, self._ready, READ)  # the client may have sent its hello or head already
@@ -551,7 +573,7 @@ class VramHTTPServer:
         now = time.monotonic()
         conn.started = now
         conn.progress = now
-        conn.deadline = now + CLIENT_TIMEOUT
+        conn.deadline = now + self.client_timeout
         self._flush(conn)
 
     def _flush(self, conn: Connection) -> None:
@@ -576,7 +598,7 @@ class VramHTTPServer:
             now = time.monotonic()
             conn.progress = now
             if conn.state == "write":
-                conn.deadline = min(now + CLIENT_TIMEOUT, conn.started + WRITE_TIMEOUT)
+                conn.deadline = min(now + self.client_timeout, conn.started + WRITE_TIMEOUT)
         if conn.state == "stream":
             self._watch(conn, READ)
         elif conn.state == "write":
@@ -588,7 +610,7 @@ class VramHTTPServer:
             return
         now = time.monotonic()
         conn.state = "head"  # keep-alive: the next request's head, with its own deadline
-        conn.deadline = now + CLIENT_TIMEOUT
+        conn.deadline = now + self.client_timeout
         conn.since = now
         self._read_head(conn)  # a pipelined request may be in already
 
