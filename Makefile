@@ -8,12 +8,19 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-user test-zh lint bench clean install i18n
+.PHONY: run test test-fast test-user test-zh lint bench clean install i18n compiled
 
 # The tests run in parallel (pytest-xdist), one worker per core; tests that must not run at the
 # same time as each other share an xdist_group (tests/conftest.py), which loadgroup keeps on one
 # worker. `make test XDIST=` runs them one at a time, in this process.
 XDIST ?= -n auto --dist loadgroup
+
+# The suite starts vram thousands of times, each a new Python: with vramkit's modules compiled (.pyc) a
+# start takes about half the CPU. Python writes them as it imports, unless PYTHONDONTWRITEBYTECODE is
+# set (some machines and CI images set it; the vram processes the tests start always have it), and then
+# every one of those starts compiled vramkit again. So the test targets compile them first (`compiled`)
+# and run pytest without it, so that pytest also keeps its rewritten test modules from one run to the next.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,14 +44,17 @@ run: $(VENV)/.installed
 	@echo '$(BIN)/vram status $(subst ','\'',$(ARGS))'
 	@$(BIN)/vram status $(ARGS) || { rc=$$?; [ $$rc -eq 1 ] || exit $$rc; }
 
-test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q $(XDIST)
+compiled: $(VENV)/.installed-test
+	$(BIN)/python -m compileall -q src/vramkit
 
-test-fast: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
+test: compiled
+	$(PYTEST) -q $(XDIST)
 
-test-user: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q $(XDIST) -m uid
+test-fast: compiled
+	$(PYTEST) -q $(XDIST) -m "not slow"
+
+test-user: compiled
+	$(PYTEST) -q $(XDIST) -m uid
 
 # The suite pins English (tests/conftest.py sets VRAM_LANG=en), so it passes under any locale. This
 # subset runs under a Chinese one to keep it so (CI runs it): the tests of the Chinese output, the
@@ -53,8 +63,8 @@ test-user: $(VENV)/.installed-test
 # machine has not generated makes bash warn on stderr.
 ZH_TESTS := tests/test_i18n*.py tests/e2e/test_i18n*.py tests/docs/test_docs_examples.py tests/test_cli_help.py \
 	tests/test_flags.py tests/test_cli_output_errors.py tests/test_config.py tests/test_render_layout.py
-test-zh: $(VENV)/.installed-test
-	env -u LC_ALL -u LC_MESSAGES LANG=zh_CN.UTF-8 LANGUAGE=zh_CN:zh $(BIN)/python -m pytest -q $(XDIST) $(ZH_TESTS)
+test-zh: compiled
+	env -u LC_ALL -u LC_MESSAGES LANG=zh_CN.UTF-8 LANGUAGE=zh_CN:zh $(PYTEST) -q $(XDIST) $(ZH_TESTS)
 
 # The translations: extract every marked message, update each catalog (src/vramkit/locale/*/LC_MESSAGES/
 # vramkit.po), compile its .mo. After changing a message; then translate what it says is untranslated.
