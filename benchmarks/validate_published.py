@@ -101,6 +101,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # 4 x 512, BERT's vocabulary), as its name says, with a question-answering head
     "bert L-10 H-512 A-8": {**MODELS["bert-base-uncased"], "hidden_size": 512, "num_hidden_layers": 10,
                             "num_attention_heads": 8, "intermediate_size": 2048},
+    # timm/vit_huge_patch14_224.orig_in21k with num_classes=45 (resisc45): ViT-H/14, h 1280, 32 layers, 16 heads, MLP
+    # 5120, a class token, no dropout (630M parameters, as torchao's README says)
+    "vit-huge-patch14 (45 classes)": {**MODELS["vit-large"], "hidden_size": 1280, "num_hidden_layers": 32,
+                                      "num_attention_heads": 16, "intermediate_size": 5120, "patch_size": 14,
+                                      "num_labels": 45},
     "bert-base (BertConfig())": dict(MODELS["bert-base-uncased"]),
     "bert-384-hid (BertConfig(hidden_size=384))": {**MODELS["bert-base-uncased"], "hidden_size": 384},
     "bert-6-lay (BertConfig(num_hidden_layers=6))": {**MODELS["bert-base-uncased"], "num_hidden_layers": 6},
@@ -219,6 +224,12 @@ TUNE_LLAMA3 = Source(
     "llama3.rst",
     "GPU not stated; torchtune 0.1 (torchao 0.1, tested on PyTorch 2.2); tune run generate, bf16, the LoRA-tuned 8B",
     ALLOCATED, "GB", 2)
+TORCHAO_OPTIM = Source(
+    "torchao: Low-bit and specialized optimizers (torchao/optim/README.md), the ViT-H fine-tune table",
+    "https://github.com/pytorch/ao/blob/072500abcfbdec15a429eb53160c63fb92534b85/torchao/optim/README.md",
+    "4070Ti SUPER; PyTorch 2.4, BF16 AMP, compiled model, batch 8; benchmarks/benchmark_low_bit_adam.py",
+    # benchmark_low_bit_adam.py: print(f"Max memory used: {torch.cuda.max_memory_allocated() / 1e9:.02f} GB")
+    ALLOCATED, "GB", 2)
 
 # HF Trainer runs of 2022 (transformers 4.2x, PyTorch 1.x): `model.zero_grad()` kept the gradients
 # allocated; the page measured the CUDA context alone as 1343 MB (torch.ones((1, 1)).to("cuda")).
@@ -289,6 +300,12 @@ _PEFT_QLORA_FSDP = {**_PEFT_QLORA, "precision": "bf16-pure", "fsdp": True}
 # Qwen2.5's speed benchmark: transformers 4.46 computes only the last position's logits in the prefill
 _QWEN = {"stack": "torch=2.3,transformers=4.46", "mode": "infer", "batch": 1, "new_tokens": 2048,
          "precision": "bf16", "attention": "flash"}
+
+# torchao's benchmark_low_bit_adam.py: timm's ViT-H under torch.autocast("cuda", bfloat16) (bf16 mixed: fp32
+# weights), timm's Attention through scaled_dot_product_attention with one qkv linear, images of 224; PyTorch's row
+# is AdamW(fused=True); model.compile(fullgraph=True) (not modelled: the estimate is an upper bound, --compile)
+_AO_VIT = {"stack": "torch=2.4", "loop": "plain", "batch": 8, "image_size": 224, "precision": "bf16",
+           "attention": "flash", "fused_qkv": True, "compiled": True}
 
 CASES = [
     # --- LitGPT's resource tables, "Single-GPU Inference", the rows with Quantization "None": generate/base.py's
@@ -472,6 +489,14 @@ CASES = [
                          ("Qwen2.5-7B-Instruct", (14.38, 15.38, 16.91, 19.97)),
                          ("Qwen2.5-14B-Instruct", (28.08, 29.50, 31.95, 36.85)))
       for seq, published in zip((1, 6144, 14336, 30720), row)),
+    # --- torchao's low-bit optimizers, ViT-H fine-tune on resisc45, "Peak memory allocated (GB)"
+    *(Case(TORCHAO_OPTIM, f"ViT-H b8, {label}", "vit-huge-patch14 (45 classes)", published,
+           {**_AO_VIT, **options})
+      for label, options, published in (("AdamW fused", {"optimizer": "adamw", "fused": True}, 12.23),
+                                        ("bnb AdamW8bit", {"optimizer": "adamw-8bit"}, 8.32),
+                                        ("torchao AdamW8bit", {"optimizer": "adamw-8bit"}, 8.33),
+                                        ("torchao AdamWFp8", {"optimizer": "adamw-fp8"}, 8.33),
+                                        ("torchao AdamW4bit", {"optimizer": "adamw-4bit"}, 7.72))),
 ]
 
 

@@ -48,7 +48,8 @@ def test_fp32_adamw_model_states_are_16_bytes_per_param_plus_the_foreach_tempora
 
 def test_8bit_adam_states():
     e = estimate("1b", precision="fp32", optimizer="adamw-8bit")
-    assert e.breakdown["optimizer states (adamw-8bit)"] == int(2 * 10**9 * (1 + 4 / 256))
+    # a bare count: every tensor 8-bit, an fp32 absmax per 256, and bitsandbytes' two 256-value maps (2 KiB)
+    assert e.breakdown["optimizer states (adamw-8bit)"] == int(2 * 10**9 * (1 + 4 / 256)) + 2048
 
 
 @pytest.mark.parametrize("stage, expected", [(0, 120e9), (1, 31.40625e9), (2, 16.640625e9), (3, 1.875e9)])

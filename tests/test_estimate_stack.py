@@ -48,7 +48,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
     "peft-base-dtype-adapters": ("llama", ("--lora", "8", "--precision", "bf16-pure"), ("--peft", "0.11"), ()),
     "torchao-whole-tensor": ("llama", (*QLORA, "--quant-backend", "torchao", "--lora-targets", "all-linear",
                                        "--loading", "torchtune"), ("--torchao", "0.1"), ()),
-    "torchtune-0.1-static-cache": ("llama", TUNE_GENERATE, ("--torchtune", "0.1"), ("--torchtune", "0.4")),
+    "torchao-int8-v1": ("llama", ("--infer", "--quant", "int8-wo"), ("--torchao", "0.17"), ("--torchao", "0.18")),
     "torchtune-static-cache": ("llama", TUNE_GENERATE, ("--torchtune", "0.3"), ("--torchtune", "0.4")),
     "torchtune-causal-mask": ("llama", TUNE_GENERATE, ("--torchtune", "0.3"), ("--torchtune", "0.4")),
     "torchtune-expanded-kv": ("llama", TUNE_GENERATE, ("--torchtune", "0.4"), ("--torchtune", "0.5")),
@@ -98,7 +98,7 @@ def test_the_command_line_and_describe_read_the_row(name: str, models: dict[str,
     row = BY_NAME[name]
     path, on, off = _on_off(name, models)
     spec = resolve(path)
-    assert getattr(on, row.field) == row.value_for(spec) != getattr(off, row.field)
+    assert getattr(on, row.field) == row.value_for(spec, on.stack) != getattr(off, row.field)
     # (two rows may set one field alike, PEFT < 0.12's and LitGPT's 16-bit adapters: one label says both)
     assert row.label in {r.label for r in active(on, spec.family)} - {r.label for r in active(off, spec.family)}
     seq = 32

@@ -205,6 +205,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                        help=N_("CUDA version, for the context default (default %(default)s)"))
     p.set_defaults(param_flags={"offload_params": "--offload", "zero_grad_to_none": "--torch",
                                 "foreach_denom_copy": "--torch", "foreach": "--torch", "torchao_chunk": "--torchao",
+                                "int8_wo_v1": "--torchao",
                                 "cublas_own_workspace": "--torch",
                                 "cache_views": "--transformers", "legacy_cache": "--transformers",
                                 "all_logits": "--transformers", "fused": "--fused-optimizer"})

@@ -20,6 +20,7 @@ from typing import Any
 from ..i18n import N_, _, join_words, ngettext, pgettext
 from .formulas import (
     ALL_LINEAR,
+    INT8_WO_V1_ROW,
     LORA_TARGET_NAMES,
     OPTIMIZERS,
     PRECISIONS,
@@ -205,6 +206,9 @@ class Setup:
     # builds an lm_head, and convert_hf_checkpoint copies the embedding into it (a copied head, not a tied one)
     own_head: bool = False
     offload_activations: bool = False
+    # torchao < 0.18's int8 weight-only tensor (Int8WeightOnlyConfig version 1): a 16-bit scale and an int64 zero
+    # point per output row, where 0.18's Int8Tensor keeps an fp32 scale and an int8 zero point
+    int8_wo_v1: bool = False
     # torch.compile: not modelled, said as a bound (stack.BEHAVIOURS: training an upper bound, inference a lower)
     compiled: bool = False
     # cuBLAS allocates its workspaces itself (cudaMalloc), outside the caching allocator: PyTorch before 2.0 gave
@@ -551,8 +555,6 @@ def round_segments(n: int) -> int:
 def _default_seq(spec: ModelSpec) -> int:
     if spec.family in ENCODERS or spec.encoder_decoder:
         return min(512, spec.max_positions or 512)
-    if spec.family == "gpt2":
-        return spec.max_positions
     return min(2048, spec.max_positions or 2048)
 
 
@@ -582,10 +584,23 @@ def _optimizer(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tuple[flo
                     params=n, bytes=wt),
                 _("foreach Adafactor's full-size variance estimate: {params:,} × {bytes:g} B").format(
                     params=pt, bytes=wt))
-    # bitsandbytes 8-bit AdamW: two uint8 states + an fp32 absmax per 256-value block
-    big = sum(x for x in (pt,) if x)
-    return (2 * big + 2 * big * 4 / 256, 0,
-            _("2 uint8 states + fp32 absmax per 256: {params:,} × 2.03 B").format(params=pt), _("fused kernel, none"))
+    return _bnb_8bit_states(pt, p, lora)
+
+
+def _bnb_8bit_states(pt: int, p: Params, lora: bool) -> tuple[float, float, str, str]:
+    """bitsandbytes' AdamW8bit (optim/optimizer.py Optimizer2State.init_state): two uint8 states and an fp32
+    absmax per block of 256 for a tensor of min_8bit_size (4,096) values or more, two fp32 states for a smaller
+    one; the two 256-value quantization maps (dynamic, udynamic) are the optimizer's, shared by every tensor."""
+    known = not lora and bool(p.shapes)  # adapters (r × h, over 4,096 values) or a bare count: every tensor 8-bit
+    small = sum(numel(s) for _n, s, _c in p.shapes if numel(s) < 4096) if known else 0
+    big = pt - small
+    blocks = sum(-(-numel(s) // 256) for _n, s, _c in p.shapes if numel(s) >= 4096) if known else -(-big // 256)
+    maps = 2 * 256 * 4
+    states = 2 * big + 2 * 4 * blocks + 2 * 4 * small + maps
+    states_f = (_("2 uint8 states + an fp32 absmax per 256: {params:,} × 2.03 B + {small:,} in tensors under 4,096 "
+                  "values × 2 fp32 states + the 2 quantization maps (2 KiB)") if small else
+                _("2 uint8 states + an fp32 absmax per 256: {params:,} × 2.03 B + the 2 quantization maps (2 KiB)"))
+    return states, 0, states_f.format(params=big, small=small), _("fused kernel, none")
 
 
 def _with_stack(spec: ModelSpec, setup: Setup | None, options: dict[str, Any]) -> Setup:
@@ -615,13 +630,20 @@ def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tupl
         small = 0
     else:
         small = sum(numel(s) for _n, s, _c in p.shapes if numel(s) < 4096 or numel(s) % block)
-    states = (pt - small) * per + small * 2 * wt
+    # AdamW4bit's states carry their own 16-value fp32 quantization map each (OptimState4bit.qmap); AdamWFp8's none
+    quantized = 0 if lora or not p.shapes else sum(1 for _n, s, _c in p.shapes
+                                                   if numel(s) >= 4096 and not numel(s) % block)
+    maps = 2 * quantized * 16 * 4 if opt == "adamw-4bit" else 0
+    states = (pt - small) * per + small * 2 * wt + maps
     largest = min(pt, p.largest)
     what = "4-bit" if opt == "adamw-4bit" else "FP8"
     states_f = (_("torchao {optimizer}: 2 {what} states + an fp32 scale per {block} values: {params:,} × "
                   "{bytes:.4g} B + {small:,} in small tensors × 2 × {small_bytes:g} B") if small else
                 _("torchao {optimizer}: 2 {what} states + an fp32 scale per {block} values: {params:,} × "
                   "{bytes:.4g} B"))
+    if maps:
+        states_f = _("{formula} + a 16-value fp32 map per state ({tensors:,} tensors × 2 × 64 B)").format(
+            formula=states_f, tensors=quantized)
     return (states, 2 * largest * 4,
             states_f.format(optimizer="AdamW4bit" if opt == "adamw-4bit" else "AdamWFp8", what=what, block=block,
                             params=pt - small, bytes=per, small=small, small_bytes=wt),
@@ -844,21 +866,28 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
         act_f = (_("{layers} layers × {each} + {decoder} decoder layers × {decoder_each} + outside the layers "
                    "{outside}") if n_dec else _("{layers} layers × {each} + outside the layers {outside}")).format(
             layers=n_enc, each=fmt(acts.layer), decoder=n_dec, decoder_each=fmt(acts.dec_layer), outside=fmt(outside))
+    sizes = {"recompute": int(a_total) - outside}
     if setup.offload_activations:
-        # torchtune's OffloadActivations (saved_tensors_hooks): each saved tensor of 1 KiB or more goes to pinned
-        # CPU memory as the forward makes it and comes back as backward needs it; on streams a layer's copies wait
-        # for the next layer's compute, so about two layers' saved tensors are on the GPU at a time
+        # torchtune's OffloadActivations (training/_activation_offloading.py, saved_tensors_hooks): each saved tensor
+        # of 1 KiB or more is copied to pinned CPU memory as the forward saves it; on its own stream the GPU copy
+        # stays in fwd_stash until max_fwd_stash_size (5) later ones were saved, so the last 5 stay to the forward's
+        # end; in backward a tensor brought back is freed once the next autograd node runs (two nodes' at a time).
+        # With checkpointing the saved tensors are the layer inputs; without, 2 layers' stand in for the tensors in
+        # flight (an upper bound: the stash holds tensors, not layers)
         per_layer = acts.ckpt_layer if setup.checkpointing else max(acts.layer, acts.dec_layer)
-        on_gpu = min(int(a_total), 2 * per_layer + outside)
-        act_f = _("activation offloading: 2 layers' saved tensors in flight (2 × {each}) + outside the layers "
-                  "{outside} on the GPU; the other {rest} in pinned CPU memory").format(
-            each=fmt(per_layer), outside=fmt(outside), rest=fmt(int(a_total) - on_gpu))
+        in_forward = min(n_enc + n_dec, 5) if setup.checkpointing else 2
+        on_gpu = min(int(a_total), in_forward * per_layer + outside)
+        act_f = _("activation offloading: {forward} layers' saved tensors in flight at the forward's end ({forward} × "
+                  "{each}), 2 in backward, + outside the layers {outside} on the GPU; the other {rest} in pinned CPU "
+                  "memory").format(forward=in_forward, each=fmt(per_layer), outside=fmt(outside),
+                                   rest=fmt(int(a_total) - on_gpu))
+        sizes = {"backward start": min(int(a_total), 2 * per_layer + outside), "recompute": min(int(a_total) - outside,
+                                                                                              2 * per_layer)}
         a_total = on_gpu
     # saved from the forward until backward uses them; those outside the layers (the head's, the final norm's) are
     # used and freed before the first checkpointed layer is recomputed
     terms.append(Term(N_("activations"), int(a_total), act_f, "activations",
-                      lifetime=("forward end", "backward start", "recompute"),
-                      sizes={"recompute": int(a_total) - outside}))
+                      lifetime=("forward end", "backward start", "recompute"), sizes=sizes))
     wrote_copies = dt.mixed and not setup.quant
     if wrote_copies:  # cached by autocast for the forward; with checkpointing only the head's outlive it
         cast_copies = 2 * p.cast // tp
@@ -1151,11 +1180,14 @@ def _torchao_weight_only(spec: ModelSpec, p: Params, setup: Setup) -> Term:
     embeddings, norms and biases stay 16-bit."""
     assert setup.quant is not None
     per, row_scale = TORCHAO_WEIGHT_ONLY[setup.quant]
+    if setup.quant == "int8-wo" and setup.int8_wo_v1:
+        row_scale = INT8_WO_V1_ROW
     rows = sum(s[0] for n, s, c in p.shapes if _quantized_tensor(n, s, c, True)) if not spec.bare else 0
     rest = p.total - p.quantized
     size = (p.quantized * per + rows * row_scale + rest * 2) / setup.tp
     weights_f = (_("{quantized:,} linear weights × {bytes:.4g} B (torchao {quant}, + {rows:,} output rows × "
-                   "{scale} B of scales) + {rest:,} others × 2 B (embeddings, norms, biases stay 16-bit)")
+                   "{scale} B of scales and zero points) + {rest:,} others × 2 B (embeddings, norms, biases stay "
+                   "16-bit)")
                  if row_scale and rows else
                  _("{quantized:,} linear weights × {bytes:.4g} B (torchao {quant}) + {rest:,} others × 2 B "
                    "(embeddings, norms, biases stay 16-bit)")).format(

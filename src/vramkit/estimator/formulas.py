@@ -34,10 +34,14 @@ UNQUANTIZED_OUTPUTS = ("lm_head.weight", "classifier.weight", "head.classifier.w
 
 
 # torchao's weight-only quantization (quantize_(model, Int8WeightOnlyConfig() / Int4WeightOnlyConfig() /
-# Float8WeightOnlyConfig())), inference: bytes a weight, and the scale's bytes per output row (int8: the
-# weight's 16-bit dtype; float8: fp32) or, int4, the bf16 scale and zero point of each group of 128 values
-# (Int4WeightOnlyConfig(group_size=128), packed for the tinygemm kernel)
-TORCHAO_WEIGHT_ONLY = {"int8-wo": (1.0, 2), "int4-wo": (0.5 + 4 / 128, 0), "fp8-wo": (1.0, 4)}
+# Float8WeightOnlyConfig())), inference: bytes a weight, and the bytes per output row (int8: Int8Tensor's fp32
+# scale and int8 zero point, torchao 0.18's only version; float8: Float8Tensor's fp32 scale) or, int4, the bf16
+# scale and zero point of each group of 128 values (Int4WeightOnlyConfig(group_size=128), packed for the tinygemm
+# kernel). Measured on CPU with torchao 0.18 (docs/estimation.md): int8 and float8 to the byte
+TORCHAO_WEIGHT_ONLY = {"int8-wo": (1.0, 4 + 1), "int4-wo": (0.5 + 4 / 128, 0), "fp8-wo": (1.0, 4)}
+# torchao before 0.18: Int8WeightOnlyConfig's version 1, an AffineQuantizedTensor whose scale is in the weight's
+# 16-bit dtype and whose zero point is int64 (quant_api.py `zero_point_dtype = torch.int64`): 10 B a row
+INT8_WO_V1_ROW = 2 + 8
 
 
 def quant_bytes(quant: str, double_quant: bool = False) -> float:

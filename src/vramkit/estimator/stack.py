@@ -28,7 +28,7 @@ Version = tuple[int, int]
 
 # the releases an estimate assumes where a library is not installed beside vram
 CURRENT: dict[str, Version] = {"torch": (2, 13), "transformers": (5, 24), "peft": (0, 21), "bitsandbytes": (0, 49),
-                               "torchao": (0, 15), "deepspeed": (0, 18), "torchtune": (0, 6)}
+                               "torchao": (0, 18), "deepspeed": (0, 18), "torchtune": (0, 6)}
 
 # the training loops whose own behaviour changes memory (--loop); hf-trainer is the default
 LOOPS = ("hf-trainer", "accelerate", "lightning", "litgpt", "torchtune", "plain")
@@ -166,7 +166,7 @@ class Behaviour:
     what: str  # what the library does, one line
     requires: tuple[Requirement, ...]  # all must hold (versions, loops); () = set only by its flag
     field: str  # the Setup field it sets ...
-    value: Any  # ... to this (a callable of the spec: the value for that model, None where it does not apply)
+    value: Any  # ... to this (a callable of the spec and the stack: its value for that model; None: not set)
     off: Any  # the field's value without the behaviour
     traced: bool  # the traced estimator reproduces it
     label: str  # describe()'s words
@@ -177,8 +177,8 @@ class Behaviour:
     remedy: str = ""  # what a user does to be rid of it (the planner offers it when it helps)
     matters: Callable[[Setup, str], bool] = lambda setup, family: True  # for this setup and model family
 
-    def value_for(self, spec: ModelSpec) -> Any:
-        return self.value(spec) if callable(self.value) else self.value
+    def value_for(self, spec: ModelSpec, stack: Stack | None = None) -> Any:
+        return self.value(spec, stack or Stack()) if callable(self.value) else self.value
 
     @property
     def versions(self) -> str:
@@ -203,21 +203,22 @@ def _tune_generates(setup: Setup, family: str) -> bool:
     return setup.mode == "infer" and family in LLAMA_LIKE and setup.attention == "flash"
 
 
-def _tune_max_seq_len(spec: ModelSpec) -> int | None:
-    """The max_seq_len torchtune 0.2 and 0.3's builders give a model: its config's (llama2 4096, llama3 8192,
-    mistral 32768, gemma 8192)."""
+def _tune_max_seq_len(spec: ModelSpec, stack: Stack) -> int | None:
+    """The max_seq_len torchtune's builders give a model: its config's (llama2 4096, llama3 8192, mistral 32768,
+    gemma 8192); torchtune 0.1 built llama3_8b (and its 128,256-token vocabulary's family) with max_seq_len=4096
+    where its config says 8192 (models/llama3/_model_builders.py in 0.1.1)."""
+    if stack.torchtune < (0, 2) and spec.family == "llama" and spec.vocab == 128256 and spec.max_positions:
+        return min(spec.max_positions, 4096)
     return spec.max_positions or None
 
 
-def _tune_0_1_max_seq_len(spec: ModelSpec) -> int | None:
-    """torchtune 0.1's builders: as 0.2's but llama3_8b (and its 128,256-token vocabulary's family), which 0.1
-    built with max_seq_len=4096 where its config says 8192 (models/llama3/_model_builders.py in 0.1.1)."""
-    if spec.family == "llama" and spec.vocab == 128256 and spec.max_positions:
-        return min(spec.max_positions, 4096)
-    return _tune_max_seq_len(spec)
+def _qkv_views(spec: ModelSpec, stack: Stack) -> bool | None:
+    """The cache's views matter where q, k and v are views of one fused output (GPT-2's c_attn): None elsewhere,
+    so the row is not set for a model it changes nothing in."""
+    return True if spec.qkv_views else None
 
 
-def _checkpoint_precision(spec: ModelSpec) -> str | None:
+def _checkpoint_precision(spec: ModelSpec, stack: Stack) -> str | None:
     """transformers 5's dtype="auto": the checkpoint's own dtype; a bf16 checkpoint trains in pure bf16,
     an fp32 one in fp32; None where the config names none (a bare count, an older config: torch's fp32
     default, which the setup's own precision default stands for)."""
@@ -295,11 +296,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
                      'in group["params"]`)'),
     Behaviour("cache-views", "the KV cache keeps k and v as computed (views) instead of copying them into its "
               "own tensors (DynamicCache before transformers 4.54): GPT-2's views hold its whole fused qkv output",
-              (_v("transformers", "<", "4.54"),), "cache_views", True, False, traced=True,
+              (_v("transformers", "<", "4.54"),), "cache_views", _qkv_views, False, traced=True,
               label=N_("transformers < 4.54 cache"),
               effect=N_("GPT-2: the q third of the fused projection stays beside "
               "the cache"), flag="--transformers 4.53", remedy=N_("transformers 4.54 or later (--transformers 4.54)"),
-              matters=lambda setup, family: setup.mode == "infer" and family == "gpt2",
+              matters=_infer,
               source='transformers cache_utils.py `DynamicCache.update` (`torch.cat` into its own tensors from 4.54)'),
     Behaviour("legacy-cache", "generate() holds the previous step's cache while the model builds the next "
               "(the legacy tuple cache, before transformers 4.42), and the prefill's outputs through the first "
@@ -338,23 +339,28 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               flag="--torchao 0.1", remedy=N_("torchao 0.2 or later (--torchao 0.2)"),
               matters=lambda setup, family: bool(setup.loading),
               source='torchao dtypes/nf4tensor.py `to_nf4` (`CHUNK_SIZE` from 0.2)'),
+    Behaviour("torchao-int8-v1", "torchao before 0.18 quantizes int8 weight-only into an AffineQuantizedTensor "
+              "(Int8WeightOnlyConfig version 1): a scale in the weight's dtype and an int64 zero point per output row "
+              "(0.18's Int8Tensor: an fp32 scale and an int8 zero point)", (_v("torchao", "<", "0.18"),),
+              "int8_wo_v1", True, False, traced=False, label=N_("torchao < 0.18 int8 weight-only"),
+              effect=N_("10 B a weight row of scale and zero point instead of 5"), flag="--torchao 0.17",
+              remedy=N_("torchao 0.18 or later (--torchao 0.18)"),
+              matters=lambda setup, family: setup.quant == "int8-wo",
+              source="torchao quantization/quant_api.py `_int8_weight_only_quantize_tensor` (version 1: "
+                     "`to_affine_quantized_intx(..., zero_point_dtype=torch.int64)`; 0.18: `Int8Tensor.from_hp`), "
+                     "quantize_/workflows/int8/int8_tensor.py (`scale_dtype=torch.float32`, "
+                     "`zero_point_dtype=torch.int8`)"),
     # ---- training loops (--loop)
-    Behaviour("torchtune-0.1-static-cache", "torchtune 0.1's generate recipe calls setup_caches, which gives every "
-              "layer a KVCache over the whole max_seq_len of the model's builder (llama3_8b: 4096) before the "
-              "prefill", (_v("torchtune", "<", "0.2"), _loop("torchtune")), "cache_len", _tune_0_1_max_seq_len, None,
-              traced=False, label=N_("torchtune's static KV cache"),
-              effect=N_("k and v of every layer for max_seq_len positions, whatever the prompt and the new tokens"),
-              flag="--loop torchtune --infer --torchtune 0.1", matters=_tune_generates,
-              source="torchtune 0.1 recipes/generate.py (`model.setup_caches(max_batch_size=1, dtype)`), "
-                     "modules/transformer.py `setup_caches`, modules/kv_cache.py `KVCache`; "
-                     "models/llama3/_model_builders.py (`max_seq_len=4096`)"),
     Behaviour("torchtune-static-cache", "torchtune's generate recipe before 0.4 calls setup_caches, which gives every "
-              "layer a KVCache over the model's whole max_seq_len (0.4 sizes it to the prompt and max_new_tokens)",
+              "layer a KVCache over the whole max_seq_len of the model's builder before the prefill (0.4 sizes it to "
+              "the prompt and max_new_tokens; 0.1 built llama3_8b with 4096)",
               (_v("torchtune", "<", "0.4"), _loop("torchtune")), "cache_len", _tune_max_seq_len, None, traced=False,
               label=N_("torchtune's static KV cache"),
               effect=N_("k and v of every layer for max_seq_len positions, whatever the prompt and the new tokens"),
               flag="--loop torchtune --infer --torchtune 0.3", matters=_tune_generates,
-              source="torchtune 0.2-0.3 recipes/generate.py (`setup_caches(batch_size=1, dtype)`); 0.4 "
+              source="torchtune 0.1-0.3 recipes/generate.py (`setup_caches(batch_size=1, dtype)`), "
+                     "modules/transformer.py `setup_caches`, modules/kv_cache.py `KVCache`; 0.1 "
+                     "models/llama3/_model_builders.py (`max_seq_len=4096`); 0.4 "
                      "(`decoder_max_seq_len=prompt.numel() + cfg.max_new_tokens`)"),
     Behaviour("torchtune-causal-mask", "torchtune's setup_caches before 0.4 also makes the causal mask over the whole "
               "cache, torch.tril(torch.ones(max_seq_len, max_seq_len, dtype=torch.bool)), and indexes its rows each "
@@ -466,7 +472,7 @@ def setup_for(spec: ModelSpec, stack: Stack, loop: str | None, given: dict[str, 
         if row.field in given or row.field in rows or not row.requires:
             continue
         if all(r.holds(stack, loop) for r in row.requires):
-            value = row.value_for(spec)
+            value = row.value_for(spec, stack)
             if value is not None:
                 rows[row.field] = (row, value)
     # a row that does not matter to the setup it makes is left out (LitGPT's quantized head without a quantized

@@ -33,7 +33,7 @@ TRACED_OPTIONS = {"mode", "batch", "seq", "precision", "optimizer", "grad_accum"
                   # details of an option refused above (LoRA's, 4-bit's, DeepSpeed's, DataParallel's): they
                   # change nothing without it
                   "lora_targets", "lora_dropout", "adapter_dtype", "quant_compute_dtype", "quant_backend",
-                  "quant_head", "double_quant", "torchao_chunk", "parallel", "zero_reduce_bucket",
+                  "quant_head", "double_quant", "torchao_chunk", "int8_wo_v1", "parallel", "zero_reduce_bucket",
                   "zero_allgather_bucket", "zero_prefetch_bucket", "zero_persistence", "zero_max_live",
                   "zero_overlap_comm"}
 # the setup's flag for each field refused (the CLI's spelling)

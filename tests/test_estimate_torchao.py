@@ -1,0 +1,121 @@
+"""The estimate against the bytes torchao and bitsandbytes themselves allocate, counted from their tensors' storages
+on the CPU: the low-bit AdamW states after a real step of the reference llama (torchao 0.18's AdamW4bit, AdamWFp8
+and AdamW8bit, bitsandbytes 0.50.2's AdamW8bit), and the weights after torchao's quantize_ with a weight-only config
+(0.18's Int8Tensor and Float8Tensor, 0.15's AffineQuantizedTensor for int8). The default suite holds the estimate to
+the bytes so measured (below, with the setups that measured them); with torchao and bitsandbytes importable the
+slow tests measure them again (docs/estimation.md, "Settings of the current stack": a venv beside .venv)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vramkit.estimator import estimate
+from vramkit.estimator.specs import from_config
+
+# vramkit's reference llama, narrow (the optimizer's) and wider (the weight-only configs' group sizes divide it)
+OPTIM_LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 2000,
+               "max_position_embeddings": 256, "tie_word_embeddings": False}
+WO_LLAMA = {**OPTIM_LLAMA, "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "vocab_size": 4096, "max_position_embeddings": 512}
+STEP = {"batch": 2, "seq": 64, "attention": "flash"}
+INFER = {"mode": "infer", "batch": 1, "seq": 64, "precision": "bf16"}
+
+# the optimizer's state tensors after one step (the step counters left out), bytes: (optimizer, precision) -> bytes
+MEASURED_STATES = {
+    ("adamw-8bit", "bf16-pure"): 5_037_568, ("adamw-8bit", "fp32"): 5_037_568,  # bitsandbytes.optim.AdamW8bit
+    ("adamw-4bit", "bf16-pure"): 2_635_776, ("adamw-4bit", "fp32"): 2_640_896,  # torchao.optim.AdamW4bit
+    ("adamw-fp8", "bf16-pure"): 5_030_400, ("adamw-fp8", "fp32"): 5_035_520,  # torchao.optim.AdamWFp8
+}
+# torchao's own AdamW8bit: a 256-value fp32 map per state tensor (bitsandbytes shares two), small tensors in the
+# parameter's dtype (bitsandbytes: fp32); the estimate's adamw-8bit is bitsandbytes'
+MEASURED_TORCHAO_8BIT = {"bf16-pure": 5_063_168, "fp32": 5_068_288}
+# every parameter and buffer of the quantized bf16 model: (quant, torchao) -> bytes
+MEASURED_WEIGHTS = {("int8-wo", "0.18"): 36_303_872, ("fp8-wo", "0.18"): 36_280_320,
+                    ("int8-wo", "0.15"): 36_421_632, ("fp8-wo", "0.15"): 36_280_320}
+
+
+def _spec(cfg: dict[str, Any]) -> Any:
+    return from_config(cfg, name="narrow-llama", source="config")
+
+
+@pytest.mark.parametrize("optimizer, precision", list(MEASURED_STATES))
+def test_low_bit_adamw_states_are_the_librarys_bytes(optimizer: str, precision: str):
+    """bitsandbytes: uint8 states and an fp32 absmax per 256 for tensors of 4,096 values or more, fp32 states for
+    the rest (min_8bit_size), and its two quantization maps; torchao: 4-bit states with a scale per 128 and a
+    16-value map per state, float8 states with a scale per 256, plain states in the parameter's dtype for small
+    tensors."""
+    e = estimate(_spec(OPTIM_LLAMA), **STEP, precision=precision, optimizer=optimizer)
+    assert e.breakdown[f"optimizer states ({optimizer})"] == MEASURED_STATES[optimizer, precision]
+
+
+def test_torchaos_own_8bit_adamw_is_within_one_percent_of_the_estimate():
+    for precision, measured in MEASURED_TORCHAO_8BIT.items():
+        states = estimate(_spec(OPTIM_LLAMA), **STEP, precision=precision, optimizer="adamw-8bit").breakdown[
+            "optimizer states (adamw-8bit)"]
+        assert -0.01 < states / measured - 1 < 0, precision
+
+
+@pytest.mark.parametrize("quant, torchao", list(MEASURED_WEIGHTS))
+def test_weight_only_weights_are_torchaos_bytes(quant: str, torchao: str):
+    """int8: one byte a weight with (0.18) an fp32 scale and an int8 zero point per output row, (before 0.18) a
+    16-bit scale and an int64 zero point; float8: one byte with an fp32 scale per row; the output layer quantized
+    too, the embeddings and norms 16-bit."""
+    e = estimate(_spec(WO_LLAMA), **INFER, quant=quant, stack=f"torchao={torchao}")
+    assert e.breakdown["weights"] == MEASURED_WEIGHTS[quant, torchao]
+
+
+# ---- measured again where the libraries are installed (not in .venv: a venv of their own, docs/estimation.md)
+
+def _storage_bytes(t: Any, seen: set[int]) -> int:
+    if hasattr(t, "__tensor_flatten__"):  # a tensor subclass: its inner tensors
+        return sum(_storage_bytes(getattr(t, name), seen) for name in t.__tensor_flatten__()[0])
+    storage = t.untyped_storage()
+    if storage.data_ptr() in seen:
+        return 0
+    seen.add(storage.data_ptr())
+    return int(storage.nbytes())
+
+
+@pytest.mark.slow  # torchao compiles its optimizer step with Inductor: minutes on a CPU
+@pytest.mark.parametrize("optimizer, precision", list(MEASURED_STATES))
+def test_the_libraries_allocate_what_was_measured(optimizer: str, precision: str):
+    torch = pytest.importorskip("torch")
+    from vramkit.estimator.trace import ReferenceRun
+
+    if optimizer == "adamw-8bit":
+        make = pytest.importorskip("bitsandbytes").optim.AdamW8bit
+    else:
+        optim = pytest.importorskip("torchao.optim")
+        make = {"adamw-4bit": optim.AdamW4bit, "adamw-fp8": optim.AdamWFp8}[optimizer]
+    run = ReferenceRun.plan(_spec(OPTIM_LLAMA), **STEP, precision=precision, optimizer="adamw")
+    net, _unused = run.build()
+    opt = make(net.parameters(), lr=1e-4)
+    run.step(net, opt)
+    opt.step()
+    seen: set[int] = set()
+    states = sum(_storage_bytes(v, seen) for state in opt.state.values() for k, v in state.items()
+                 if torch.is_tensor(v) and k != "step")
+    assert states == MEASURED_STATES[optimizer, precision]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", ["int8-wo", "fp8-wo"])
+def test_torchao_quantizes_to_what_was_measured(quant: str):
+    pytest.importorskip("torch")
+    torchao = pytest.importorskip("torchao")
+    from torchao.quantization import Float8WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+
+    from vramkit.estimator.trace import ReferenceRun
+
+    version = ".".join(torchao.__version__.split(".")[:2])
+    if (quant, version) not in MEASURED_WEIGHTS:
+        pytest.skip(f"torchao {version} was not measured")
+    run = ReferenceRun.plan(_spec(WO_LLAMA), **INFER)
+    net, _unused = run.build()
+    quantize_(net, Int8WeightOnlyConfig() if quant == "int8-wo" else Float8WeightOnlyConfig())
+    seen: set[int] = set()
+    got = sum(_storage_bytes(t, seen) for t in [*net.parameters(), *net.buffers()])
+    assert got == MEASURED_WEIGHTS[quant, version]
