@@ -56,6 +56,7 @@ from ..render.text_width import pad
 from ..units import parse_gpu_list
 from . import rows as R
 from .bindings import translate
+from .compositor import TopScreen
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
 from .screens import AlertsScreen, DetailScreen, HelpScreen
@@ -524,6 +525,9 @@ class TopApp(App[None]):
         self._flag_words = fmt.flag_words()  # the FLAGS column's words, in the reader's language
 
     # ------------------------------------------------------------ layout
+    def get_default_screen(self) -> Screen[Any]:
+        return TopScreen(id="_default")  # Textual's, drawing the bands of a refresh's changes apart
+
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
         with VerticalScroll(id="gpu-area"):

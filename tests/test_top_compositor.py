@@ -1,0 +1,99 @@
+"""`vram top`'s screen draws only the widgets under a refresh's changes (tui/compositor.py), and
+sends the terminal what Textual's own compositor would.
+
+A refresh changes the banner's clock at the top and cells of the process table at the bottom;
+Textual rendered every widget of the screen for it (the footer, the GPU panels, the users, alerts
+and view lines), each second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from textual._compositor import Compositor
+from textual.geometry import Region
+from textual.widget import Widget
+
+from vramkit.machine import open_machine
+from vramkit.tui.app import TopApp
+from vramkit.tui.compositor import BandedCompositor, bands
+
+
+def _demo() -> tuple[TopApp, object]:
+    machine = open_machine("demo")
+    return TopApp(machine.snapshot, interval=3600), machine
+
+
+def _changes(app: TopApp) -> list[Region]:
+    """What a refresh changes, on the screen: the banner's first line and a line of the table."""
+    compositor = app.screen._compositor
+    banner, __ = compositor.visible_widgets[app.query_one("#banner")]
+    table, __ = compositor.visible_widgets[app.query_one("#procs")]
+    return [Region(banner.x, banner.y, banner.width, 1), Region(table.x, table.y + 2, table.width, 1)]
+
+
+@pytest.mark.slow
+def test_a_refresh_draws_the_widgets_under_its_changes_and_no_other(sim_env, monkeypatch):
+    app, machine = _demo()
+    drawn: list[str] = []
+    render_lines = Widget.render_lines
+
+    def counted(self, crop):
+        drawn.append(self.id or type(self).__name__)
+        return render_lines(self, crop)
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            monkeypatch.setattr(Widget, "render_lines", counted)
+            drawn.clear()
+            app.query_one("#banner").refresh()  # the clock
+            app.query_one("#procs").refresh(Region(0, 3, 40, 1))  # an ELAPSED cell
+            for __ in range(50):
+                await pilot.pause(0.02)
+                if "banner" in drawn and "procs" in drawn:
+                    break
+            monkeypatch.undo()
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()
+    assert "banner" in drawn and "procs" in drawn, drawn
+    assert not {"gpus", "users", "alerts", "viewline", "Footer"} & set(drawn), drawn
+
+
+@pytest.mark.slow
+def test_the_terminal_gets_what_textual_would_send(sim_env):
+    app, machine = _demo()
+    sent: dict[str, str] = {}
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            compositor = app.screen._compositor
+            assert isinstance(compositor, BandedCompositor)
+            for name in ("banded", "textual"):
+                if name == "textual":
+                    compositor.__class__ = Compositor  # Textual's own, on the same widgets
+                try:
+                    compositor._dirty_regions.update(_changes(app))
+                    update = compositor.render_update()
+                finally:
+                    compositor.__class__ = BandedCompositor
+                assert update is not None
+                sent[name] = update.render_segments(app.console)
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()
+    assert sent["banded"] == sent["textual"]
+    assert "SIMULATED" in sent["banded"]  # the banner's line, and more than it
+    assert len(sent["banded"]) > 200
+
+
+def test_bands_join_regions_whose_lines_overlap_or_touch():
+    top, touching, far = Region(0, 0, 10, 2), Region(5, 2, 10, 1), Region(0, 30, 80, 1)
+    inside = Region(3, 30, 2, 1)
+    assert bands([far, top, inside, touching]) == [[top, touching], [far, inside]]
+    assert bands([]) == []
