@@ -1,16 +1,22 @@
 """vram serve's page inside a container, in a real headless Chromium: the rows NVML lists under
 host pids that no process here could be told to be show `-` as their pid (as vram ps does), are
 counted one process each, and stay one row each as the page applies the readings' deltas (keyed
-by pid alone, every reading added one row more). Skipped where test_serve_web is (no chromium,
-chromedriver or selenium). The fixtures: conftest.py here."""
+by pid alone, every reading added one row more). Skipped, saying why, without chromium,
+chromedriver or selenium. The fixtures: conftest.py here."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 from helpers import chromium_sandbox_args
-from test_serve_web import CHROMEDRIVER, CHROMIUM, webdriver  # skips this module where that one skips
 
-from selenium.webdriver.support.ui import WebDriverWait  # isort: skip (after test_serve_web's check)
+CHROMEDRIVER, CHROMIUM = "/usr/bin/chromedriver", shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None or not os.access(CHROMEDRIVER, os.X_OK),
+                                reason="needs chromium and /usr/bin/chromedriver (as test_serve_web)")
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
+support = pytest.importorskip("selenium.webdriver.support.ui")
 
 AGES = 4  # the matched row's age runs on as readings come (5 a second): this many seen, each checked
 READ = """
@@ -38,7 +44,7 @@ def test_rows_without_a_pid_here_on_the_page(container, scenario, dev, env, chil
         driver.get(base + "/")
         ages: set[str] = set()
         while len(ages) < AGES:
-            seen = WebDriverWait(driver, 30, poll_frequency=0.05).until(
+            seen = support.WebDriverWait(driver, 30, poll_frequency=0.05).until(
                 lambda d: (page := d.execute_script(READ))["ages"] not in ages and page, message="the rows' ages")
             ages.add(seen["ages"])
             assert seen["pids"] == [[str(mine)], ["-", "-", "-"]], seen
