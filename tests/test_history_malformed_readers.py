@@ -39,25 +39,32 @@ READ_BY = {
     "jobs": ("report", "life", "kill", "doctor"), "proc_raw": ("report", "life"), "holding": ("kill", "doctor"),
     "gpu_rollup": ("report", "series"), "proc_rollup": ("report", "life"), "proc_hour": ("report",),
     "gpu_hour": ("report",), "proc_day": ("report",), "gpu_day": ("report",),
+    "local_days": ("report",), "proc_local_day": ("report",),
 }
+# The recorder and the readers run in a zone whose days are not UTC days: `report --by day` reads
+# the recorder's local days (schema 5) there.
+ZONE = "Asia/Shanghai"
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("malformed") / "base.db"
-    env = clean_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time() - HOURS * 3600)), VRAM_SIM_TIME=None)
+    env = clean_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time() - HOURS * 3600)), VRAM_SIM_TIME=None,
+                    TZ=ZONE)
     done = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "300", "--duration",
                     f"{HOURS}h", "--quiet", env=env, timeout=120)
     assert done.rc == 0, done.err
     with sqlite3.connect(db) as c:  # every tier the readers read is there
         for table in ("samples", "gpu_rollup", "proc_rollup", "proc_hour", "gpu_hour", "proc_day", "gpu_day",
-                      "holding", "jobs"):
+                      "holding", "jobs", "local_days", "proc_local_day"):
             assert c.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
+        assert c.execute("SELECT count(*) FROM local_days WHERE t % 86400 = 57600").fetchone()[0] > 0  # China's
+    c.close()
     return db
 
 
 @pytest.fixture
-def readers(cli, monkeypatch, tmp_path):
+def readers(cli, monkeypatch, tmp_path, request):
     """readers(db, case) -> the problems (case, command, what went wrong) of every reader on db."""
     import vramkit.killing.idle as kill_idle
 
@@ -65,11 +72,15 @@ def readers(cli, monkeypatch, tmp_path):
     ticks = itertools.count(0, 4000)
     monkeypatch.setattr(kill_idle, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks)),
                                                                  sleep=lambda s: None))
+    monkeypatch.setenv("TZ", ZONE)
+    time.tzset()
+    request.addfinalizer(time.tzset)  # after monkeypatch's undo (finalizers run last in, first out)
     plot = str(tmp_path / "plot.svg")
     commands = [
         ["report", "--since", "30d"],
         ["report", "--since", "30d", "--by", "gpu", "--json"],
         ["report", "--since", "30d", "--by", "day", "--csv"],
+        ["report", "--since", "30d", "--by", "day", "--json"],
         ["report", "--since", "3h", "--by", "life", "--plot", plot],
         ["life", "41234"],
         ["life", "38817", "--every-life", "--json"],
@@ -131,7 +142,7 @@ def _columns(db: Path) -> dict[str, list[str]]:
 
 
 TABLES = ("meta", "gpus", "samples", "gpu_raw", "jobs", "proc_raw", "holding", "gpu_rollup", "proc_rollup",
-          "proc_hour", "gpu_hour", "proc_day", "gpu_day")
+          "proc_hour", "gpu_hour", "proc_day", "gpu_day", "local_days", "proc_local_day")
 # What a hostile writer can store where a number belongs (NaN is stored as NULL by SQLite).
 BAD = [None, "abc", b"\x00\xff", 1e308, float("-inf"), -9223372036854775808, -1, 1.5, 1e12]
 BAD_ONE_ROW = ["abc", b"\x00", 1e308]  # in the newest row only (what max() and ORDER BY find first)
@@ -232,10 +243,17 @@ def test_holding_and_jobs_that_do_not_fit_together(base, readers, tmp_path):
         ("samples in the far future", "UPDATE samples SET t = t + 1e11 WHERE id % 2 = 0"),
         ("idle since before 1970", "UPDATE holding SET idle_since = -1e9"),
         ("a job's pid used twice", "UPDATE jobs SET pid = 41234"),
+        ("every life outside this PID namespace", "UPDATE jobs SET pid = 0, nvml_pid = pid"),
+        ("lives outside without a host pid", "UPDATE jobs SET pid = 0"),
+        ("local days overlapping, backwards and of no hours",
+         "INSERT OR IGNORE INTO local_days SELECT t + 3600, hi - 7200 FROM local_days; "
+         "INSERT OR IGNORE INTO local_days SELECT t + 7200, t FROM local_days; "
+         "INSERT OR IGNORE INTO local_days SELECT t - 1, t - 1 FROM local_days"),
     ]:
         db = _copy(base, tmp_path)
         with sqlite3.connect(db) as c:
-            c.execute(sql)
+            c.executescript(sql)
+        c.close()
         problems += readers(db, case)
     assert problems == [], "\n".join(problems[:20])
 

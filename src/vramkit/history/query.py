@@ -703,13 +703,14 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
     offsets over the window (_day_sql), so a year never comes back to Python row by row. Where
     local days are UTC days the window is mostly day sums, a row per day and pair: it is summed
     per job and GPU and per day directly; so it is where the recorder stored its local days as the
-    reader's (schema 5: in the recorder's zone), a row per local day and pair. Elsewhere the sums
+    reader's (schema 5: in the recorder's zone), a row per local day and pair, the hours of any
+    other day (one another zone stored) summed per row into its day. Elsewhere the sums
     per job and GPU are held()'s (the day sums serve them whatever the zone) and the days are
     _local_days()'s."""
     with _snapshot(store):
         offsets = _local_offsets(store, since, until)
         plan = _plan(store, since, until, offsets)
-        if any(offset != 0 for _, offset in offsets) and not _mostly_days(plan):
+        if any(offset != 0 for _, offset in offsets) and not plan.local:
             return held(store, since, until), _local_days(store, since, until, offsets)
         rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
@@ -744,14 +745,6 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
             days.append(Usage(_day_name(number), _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle),
                               int(other)))
     return held_rows, sorted(days, key=lambda u: u.key)
-
-
-def _mostly_days(plan: _Plan) -> bool:
-    """Whether the recorder's local days (plan.local) are most of the window's hours: then one
-    pass as in UTC, each hour left summed per row into its day; else _local_days' per-span sums."""
-    if not plan.local:
-        return False
-    return sum(b - a for a, b, _ in plan.days) >= sum(b - a for a, b, _ in plan.hours)
 
 
 def _day_name(number: int) -> str:
