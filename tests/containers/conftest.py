@@ -78,9 +78,10 @@ def _why_not() -> str | None:
 class Container:
     """A real PID namespace with its own /proc: processes started in it, vram run in it."""
 
-    def __init__(self, children) -> None:
-        self.unshare = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-                                         sys.executable, "-c", INIT], stdin=subprocess.PIPE,
+    def __init__(self, children, own_proc: bool = True) -> None:
+        """own_proc False: the namespace keeps the host's /proc (made without --mount-proc)."""
+        self.unshare = subprocess.Popen(["unshare", "--pid", "--fork", *(["--mount-proc"] if own_proc else []),
+                                         "--kill-child", sys.executable, "-c", INIT], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         children.procs.append(self.unshare)  # killed at teardown: --kill-child takes the namespace with it
         assert wait_for(lambda: self._kids(self.unshare.pid))
@@ -132,12 +133,13 @@ class Container:
 
 
 @pytest.fixture
-def new_container(children) -> Callable[[], Container]:
-    """Makes a container (its init inherits this process's environment as the test set it)."""
+def new_container(children) -> Callable[..., Container]:
+    """Makes a container (its init inherits this process's environment as the test set it);
+    new_container(own_proc=False): one that keeps the host's /proc."""
     why = _why_not()
     if why:
         pytest.skip(why)
-    return lambda: Container(children)
+    return lambda own_proc=True: Container(children, own_proc)
 
 
 @pytest.fixture

@@ -53,15 +53,39 @@ def proc_pid_namespace() -> int | None:
     parent namespace (a pid namespace made without remounting /proc) shows the parent's pids."""
     try:
         return os.stat("/proc/1/ns/pid").st_ino
-    except OSError:  # pid 1 is not ours to inspect: only a /proc of our own namespace shows us one pid
+    except OSError:  # pid 1 is not ours to inspect (another user's init): ask who is
         pass
     try:
-        with open("/proc/self/status", "rb") as f:
-            nspid = next((line.split()[1:] for line in f if line.startswith(b"NSpid:")), None)
+        nspid = _nspid("self")
         own = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None
-    return own if nspid is not None and len(nspid) == 1 else None
+    if nspid is None:
+        return None
+    if len(nspid) == 1:  # this /proc numbers us with one pid: it is our namespace's
+        return own
+    # An outer namespace's /proc: the namespace of the nearest ancestor that has one pid in it, where
+    # its link may be read (`unshare --pid --fork` without --mount-proc: unshare itself).
+    from .stat import parent
+
+    pid = parent(nspid[0])
+    for _unused in range(64):
+        if pid is None or pid < 1:
+            return None
+        try:
+            if len(_nspid(str(pid)) or ()) == 1:
+                return os.stat(f"/proc/{pid}/ns/pid").st_ino
+        except OSError:
+            pass  # gone, or not ours to inspect: its parent may be
+        pid = parent(pid)
+    return None
+
+
+def _nspid(pid: str) -> list[int] | None:
+    """NSpid of /proc/PID/status: the pid as this /proc numbers it, then in each nested namespace."""
+    with open(f"/proc/{pid}/status", "rb") as f:
+        line = next((line for line in f if line.startswith(b"NSpid:")), None)
+    return None if line is None else [int(x) for x in line.split()[1:]]
 
 
 def shows_pids_of(namespace: int) -> bool:

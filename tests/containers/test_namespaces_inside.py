@@ -1,0 +1,25 @@
+"""A PID namespace that keeps the host's /proc (`unshare --pid --fork` without --mount-proc): the
+driver's pids are that /proc's, so vram reads them there, even where that /proc's pid 1 is not
+vram's to inspect (another user's init; here, the machine's own): it used to take them for
+another namespace's pids then. The fixtures: conftest.py here."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def test_the_hosts_proc_in_a_child_namespace_is_the_drivers(new_container, scenario, dev, env):
+    container = new_container(own_proc=False)
+    here, host = container.start(dev / "nvidia0")
+    path = scenario({(host, here): {"0": "6GiB"}})
+
+    data = container.vram("status", "--simulate", str(path), "--json", env=env).json()
+    [row] = [p for g in data["gpus"] for p in g["processes"] if p["memory"] == 6 * 1024**3]
+    assert (row["pid"], row["nvml_pid"], row["host_missing"]) == (host, None, None), row
+    assert row["command"].startswith(sys.executable)
+    [outside] = [p for g in data["gpus"] for p in g["processes"] if p["memory"] == 3 * 1024**3]
+    assert outside["pid"] == scenario.outside and outside["nvml_pid"] is None  # the scenario's own
+    # signals go by this process's pid numbers, not that /proc's: refused, as docs/containers.md says
+    kill = container.vram("kill", "--simulate", str(path), str(host), "--yes", "--json", env=env)
+    assert kill.rc == 1 and [t["rule"] for t in json.loads(kill.out)["targets"]] == ["unmapped"], kill.out
