@@ -83,3 +83,48 @@ def test_peaks_are_the_sparkline_cells_of_the_samples():
                                now, chart.span, cells)
                 assert chart.peaks(0, now, cells, total) == (mem, util), (chart.span, now, cells)
                 assert any(v is not None for v in mem)
+
+
+def test_a_chart_holds_only_its_newest_places_worth_of_slots():
+    """A slot no sample fell in leaves its place empty, not to an older slot's values: so the
+    highest of a run of slots is the max of their places (what peaks takes)."""
+    from vramkit.tui.timeline import PLACES, RangeChart
+
+    chart = RangeChart(300.0)
+    chart.put(0, 10, 7.0, 70.0)
+    chart.put(0, 11, 6.0, 60.0)
+    chart.put(0, 10 + PLACES + 1, 1.0, 10.0)  # slot 10's place was slot 10 + PLACES's, which had no sample
+    assert [(s.memory_used, s.utilization) for s in chart.samples(0, 100)] == [(1, 10)]
+    chart.put(0, 9, 9.0, 90.0)  # a recorded slot older than the places hold: not taken
+    chart.put(0, 5 + PLACES, 2.0, 20.0)  # recorded, older than the newest but within the places: taken
+    assert [(s.time, s.memory_used) for s in chart.samples(0, 100)] == [
+        ((5 + PLACES + 0.5) * chart.width, 2), ((11 + PLACES + 0.5) * chart.width, 1)]
+
+
+def test_peaks_match_the_samples_when_recorded_slots_come_after_live_ones():
+    """The view reads the database's other ranges after its first frame: recorded slots are put
+    after live ones, in any order, and the sparklines still show the highest of each cell."""
+    import random
+
+    from vramkit.render.sparkline import buckets
+
+    rng = random.Random(11)
+    charts = Charts(300.0)
+    total = 80 * GIB
+    base = 1_000_000.0
+    for chart in charts.ranges:
+        for t in range(600, 900):  # live, a sample a second
+            chart.add(base + t + rng.random() / 2, 0, rng.randrange(total), rng.randrange(101))
+        recorded = [int((base + t) // chart.width) for t in range(0, 700, 3)]
+        rng.shuffle(recorded)
+        for slot in recorded:
+            chart.put(0, slot, None if rng.random() < 0.1 else rng.randrange(total), rng.randrange(101))
+    for chart in charts.ranges:
+        samples = chart.samples(0, total)
+        for now in (base + 899.5, base + 905.25):
+            for cells in (2, 7, 17, 52):
+                mem = buckets([(s.time, None if s.memory_used is None else s.memory_used / total) for s in samples],
+                              now, chart.span, cells)
+                util = buckets([(s.time, None if s.utilization is None else s.utilization / 100) for s in samples],
+                               now, chart.span, cells)
+                assert chart.peaks(0, now, cells, total) == (mem, util), (chart.span, now, cells)
