@@ -22,4 +22,8 @@ def test_the_hosts_proc_in_a_child_namespace_is_the_drivers(new_container, scena
     assert outside["pid"] == scenario.outside and outside["nvml_pid"] is None  # the scenario's own
     # signals go by this process's pid numbers, not that /proc's: refused, as docs/containers.md says
     kill = container.vram("kill", "--simulate", str(path), str(host), "--yes", "--json", env=env)
-    assert kill.rc == 1 and [t["rule"] for t in json.loads(kill.out)["targets"]] == ["unmapped"], kill.out
+    [target] = json.loads(kill.out)["targets"]
+    assert kill.rc == 1 and target["rule"] == "unmapped", kill.out
+    assert "a signal goes by the pids of vram's own namespace" in target["reason"], target  # not "cannot be mapped"
+    said = container.vram("kill", "--simulate", str(path), str(host), "--yes", env={**env, "VRAM_LANG": "zh_CN"})
+    assert "宿主机" in said.out + said.err and "signal goes by" not in said.out + said.err, said.out + said.err

@@ -34,9 +34,10 @@ def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
     if p.host_missing:
         t.unmapped = p.host_missing
         return t
-    if not trusted and p.nvml_pid is None:  # a row pidmap matched to its process here has its pid here
-        t.unmapped = N_("vram runs in its own PID namespace (a container): NVML reports host pids, which "
-                        "cannot be mapped to processes here; --holders finds GPU processes in this /proc")
+    if not trusted and p.nvml_pid is None:  # read in an outer namespace's /proc (pidmap's rows have nvml_pid)
+        t.unmapped = N_("vram runs in a PID namespace of its own while this /proc is the host's: it reads NVML's "
+                        "host pids there, but a signal goes by the pids of vram's own namespace, where this "
+                        "process has another number or none; run vram kill in the host's PID namespace")
         return t
     _fill_identity(t)
     return t
