@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_the_hosts_proc_in_a_child_namespace_is_the_drivers(new_container, scenario, dev, env):
     container = new_container(own_proc=False)
     here, host = container.start(dev / "nvidia0")

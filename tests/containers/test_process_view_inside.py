@@ -16,6 +16,7 @@ def told_gpu_1(new_container, monkeypatch):
     return new_container()
 
 
+@pytest.mark.slow
 def test_a_process_view_is_of_the_process_here(told_gpu_1, scenario, dev, env):
     container = told_gpu_1
     here, host = container.start(dev / "nvidia0", dev / "nvidiactl")
