@@ -281,3 +281,13 @@ def test_torchtune_generate_allocates_the_builders_whole_cache_before_0_4():
     # torchtune 0.1's generate raises ValueError past the model's max_seq_len: the flag to blame is --seq
     assert_one_line_error(run_vram("estimate", "llama-2-7b", "--infer", "--loop", "torchtune", "--torchtune", "0.1",
                                    "--seq", "5000"), 2, "--seq")
+
+
+def test_the_assumed_defaults_close_the_header(models: dict[str, str]):
+    """The stack's defaults are a list of their own after a colon: the options the user gave come before it, never
+    after, where they would read as defaults assumed (int8-wo, LoRA and the GPUs did)."""
+    setup = _setup(models["llama"], "--lora", "8", "--quant", "4bit", "--gpus", "2", "--loop", "hf-trainer")
+    said = setup.describe(32, "llama")
+    assumed = said.index("assumed (")
+    assert 0 < said.index("LoRA r=8") < assumed and said.index("DDP") < assumed, said
+    assert said.endswith(BY_NAME["fused-adamw"].label), said

@@ -248,9 +248,6 @@ class Setup:
         parts += [_(row.label) for row in active(self, family) if not row.default and row.field not in _SPELLED]
         if family not in ("params",):
             parts.append(_("{kind} attention").format(kind=self.attention))
-        assumed = assumed_text(self, family)  # what the stack's defaults chose where the user said nothing
-        if assumed:
-            parts.append(assumed)
         if self.lora:
             parts.append(_("LoRA r={rank} dropout {dropout:g}").format(rank=self.lora, dropout=self.lora_dropout)
                          if self.lora_dropout else f"LoRA r={self.lora}")
@@ -267,6 +264,10 @@ class Setup:
                          if not self.torchao_chunk else _("{loader} loading").format(loader=self.loading))
         if self.gpus > 1 or self.zero is not None or self.fsdp:
             parts.append(self._describe_gpus())
+        # what the stack's defaults chose where the user said nothing, last: its own list follows the colon
+        assumed = assumed_text(self, family)
+        if assumed:
+            parts.append(assumed)
         return join_words(parts)
 
     def _describe_quant(self) -> str:
