@@ -419,6 +419,7 @@ def test_the_time_axis_shows_its_date_line_whole(browser, served, tmp_path):
 # page, and Chromium's long tasks (all counted in the browser, as the page takes them).
 MEASURE = """
 window.__events = [];
+window.__waiters = [];
 window.__added = 0;
 const Source = window.EventSource;
 window.EventSource = class extends Source {
@@ -429,6 +430,7 @@ window.EventSource = class extends Source {
       const ms = performance.now() - began;
       if (type === "snapshot" || type === "delta") {
         window.__events.push({ type: type, bytes: event.data.length, ms: ms });
+        for (const waiter of window.__waiters.splice(0)) waiter();
       }
     }, options);
   }
@@ -442,6 +444,11 @@ window.__long = [];
 new PerformanceObserver((list) => {
   for (const e of list.getEntries()) window.__long.push({ start: e.startTime, duration: e.duration });
 }).observe({ type: 'longtask', buffered: true });
+"""
+AWAIT_EVENTS = """
+const [n, done] = arguments;
+const check = () => { if (window.__events.length >= n) done(true); else window.__waiters.push(check); };
+check();
 """
 READ_MEASURES = ("return {events: window.__events.slice(), added: window.__added, long: window.__long.slice(), "
                  "now: performance.now()}")
@@ -457,9 +464,11 @@ def task_seconds(driver) -> float:
 def test_a_big_server_s_page_gets_what_changed_and_draws_a_few_rows_per_gpu(browser, served, tmp_path):
     """8 GPUs x 200 processes, a reading every 2 s: after the whole JSON once, each update is what
     changed, at most a tenth of the whole JSON (what every update was); each GPU draws its first rows with a count of
-    the rest, so an update adds fewer nodes to the page than there are processes (the page drew
-    all 1,600 rows at each one). The main thread's time is measured and printed (-s), not judged:
-    on a shared 2-core machine it says more about the neighbours than about the page."""
+    the rest, and an update changes the page's nodes in place: it adds fewer nodes than one GPU's
+    card holds (the page drew all 1,600 rows at each one, then every card afresh: ~700 nodes).
+    The main thread's time is measured and printed (-s), not judged: on a shared 2-core machine
+    it says more about the neighbours than about the page (benchmarks/bench_page.py measures it
+    against an empty page's, over rounds)."""
     path = tmp_path / "crowded.json"
     path.write_text(json.dumps(crowded_scenario(8, 200)))
     server = served("--simulate", str(path), "--interval", "2s")  # vram serve's own interval
@@ -471,12 +480,17 @@ def test_a_big_server_s_page_gets_what_changed_and_draws_a_few_rows_per_gpu(brow
              "the first deltas")
         start, busy_start = browser.execute_script(READ_MEASURES), task_seconds(browser)
         seen = len(start["events"])
-        wait(browser, lambda d: len(d.execute_script(READ_MEASURES)["events"]) >= seen + 6, "6 more updates")
+        # Waited for in the page, in one command: a command is a task on the main thread, and
+        # polling for the count would add to the time measured.
+        browser.set_script_timeout(4 * WAIT)
+        browser.execute_async_script(AWAIT_EVENTS, seen + 6)
         end, busy_end = browser.execute_script(READ_MEASURES), task_seconds(browser)
         events = end["events"][seen:]
         with urllib.request.urlopen(server.url + "api/v1/snapshot", timeout=WAIT) as answer:
             whole = len(answer.read())  # what each update was: the whole status JSON
         cards = gpus_on_page(browser)
+        card_nodes = browser.execute_script("return document.querySelector('#gpus article.gpu')"
+                                            ".getElementsByTagName('*').length")
         buttons = browser.execute_script("return Array.from(document.querySelectorAll('#gpus button.more'))"
                                          ".map((b) => b.textContent)")
         assert not browser_errors(browser)
@@ -491,7 +505,7 @@ def test_a_big_server_s_page_gets_what_changed_and_draws_a_few_rows_per_gpu(brow
     assert len(cards) == 8 and all(len(card["rows"]) == 5 for card in cards.values())
     assert buttons == ["+ 195 more (show all 200)"] * 8
     added = (end["added"] - start["added"]) / len(events)
-    assert added < 1600, added
+    assert added < card_nodes, (added, card_nodes)
     window_ms = end["now"] - start["now"]
     long_tasks = [t["duration"] for t in end["long"] if t["start"] >= start["now"]]
     print(f"\npage at 8 x 200: {len(events)} updates in {window_ms / 1000:.1f} s, bytes per update "

@@ -84,6 +84,67 @@
 
   const known = (v) => v !== null && v !== undefined;
 
+  // A node's text and class set only when they change: setting the same text again still
+  // replaces its text node, and the browser lays the page out again.
+  function setText(node, text) {
+    if (node.textContent !== text) node.textContent = text;
+  }
+
+  function setClass(node, className) {
+    if (node.className !== className) node.className = className;
+  }
+
+  // `old` (in the page) made to look as `fresh` (just built, not in the page) by changing only
+  // what differs, node by node: an update rewrites the few texts that moved instead of replacing
+  // every card, so the browser restyles, lays out and paints only those (replacing the cards of
+  // 8 GPUs x 5 rows was ~700 new nodes every reading). Listeners are delegated (on #gpus and
+  // #hosts), so no node carries one of its own.
+  function morph(old, fresh) {
+    if (old.nodeName !== fresh.nodeName) { // (a text node's is "#text")
+      old.replaceWith(fresh);
+      return;
+    }
+    if (old.nodeType === Node.TEXT_NODE) {
+      if (old.data !== fresh.data) old.data = fresh.data;
+      return;
+    }
+    if (old.nodeType !== Node.ELEMENT_NODE) return;
+    if (fresh.attributes.length || old.attributes.length) morphAttributes(old, fresh);
+    const children = fresh.childNodes;
+    const only = children.length === 1 && old.childNodes.length === 1 ? children[0] : null;
+    if (only && only.nodeType === Node.TEXT_NODE && old.firstChild.nodeType === Node.TEXT_NODE) {
+      if (old.firstChild.data !== only.data) old.firstChild.data = only.data; // most cells: one text
+      return;
+    }
+    morphChildren(old, Array.from(children));
+  }
+
+  function morphAttributes(old, fresh) {
+    const now = fresh.attributes;
+    let styled = false;
+    for (let i = 0; i < now.length; i++) {
+      const { name, value } = now[i];
+      // style: only its width is ever set, through the CSSOM (CSP refuses a style attribute)
+      if (name === "style") styled = true;
+      else if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+    }
+    const was = old.attributes;
+    for (let i = was.length - 1; i >= 0; i--) {
+      const name = was[i].name;
+      if (name === "style") styled = true;
+      else if (!fresh.hasAttribute(name)) old.removeAttribute(name);
+    }
+    if (styled && old.style.width !== fresh.style.width) old.style.width = fresh.style.width;
+  }
+
+  // parent's children made to look as the `fresh` nodes (see morph).
+  function morphChildren(parent, fresh) {
+    const common = Math.min(parent.childNodes.length, fresh.length);
+    for (let i = 0; i < common; i++) morph(parent.childNodes[i], fresh[i]);
+    while (parent.childNodes.length > fresh.length) parent.lastChild.remove();
+    for (let i = common; i < fresh.length; i++) parent.append(fresh[i]);
+  }
+
   // Python's format(x, ".Nf"), which `vram status` prints with: the exact value rounded, a tie to
   // the even digit. toFixed takes a tie up (78.25 GiB is "78.3", 22.5 % is "23"), so a tie is
   // found in the exact decimal expansion (25 digits past the wanted ones tell a tie from a near one).
@@ -319,7 +380,7 @@
         { index: g.index, memory: usedOfTotal(g.memory_used, g.memory_total), utilization: pct(g.utilization) });
       chips.push(chip);
     }
-    $("strip").replaceChildren(...chips);
+    morphChildren($("strip"), chips);
   }
 
   // The users holding memory, for the filter: each with how many processes (as they are now).
@@ -353,19 +414,53 @@
 
   function renderGpus(data) {
     const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.gpu : undefined;
-    $("gpus").replaceChildren(...data.gpus.map((gpu) => gpuCard(gpu, data.watched_for)));
+    morphChildren($("gpus"), data.gpus.map((gpu) => gpuCard(gpu, data.watched_for)));
     if (focused !== undefined) { // the "show all" button pressed from the keyboard keeps the focus
       const again = $("gpus").querySelector('button.more[data-gpu="' + focused + '"]');
       if (again) again.focus();
     }
   }
 
-  function render(data) {
+  // A reading drawn at once (the first, and on the reader's choices), or, after an update, its
+  // GPUs' cards one task each, then the hosts and the freshness line: no task of an update holds
+  // the main thread long (all 8 cards of a big server in one task took 10-20 ms, over 50 ms on a
+  // loaded machine), and the browser paints and answers the reader between them. A reading that
+  // comes meanwhile starts a new round of every card from the one reached (each card drawn from
+  // the newest reading, none left behind). A change in the number of GPUs is drawn at once.
+  let drawing = null; // {data, order}: the cards (positions) still to draw after an update
+
+  function render(data, soon) {
     renderBanner(data);
     renderStrip(data);
     renderUsers(data);
+    const n = data.gpus.length;
+    if (soon && $("gpus").children.length === n) {
+      const from = drawing && drawing.order.length ? drawing.order[0] : 0;
+      const order = [];
+      for (let k = 0; k < n; k++) order.push((from + k) % n);
+      const idle = drawing === null;
+      drawing = { data: data, order: order };
+      if (idle) setTimeout(drawNextCard, 0);
+      return;
+    }
+    drawing = null;
     renderGpus(data);
     renderHosts(data, false);
+    renderFreshness();
+  }
+
+  function drawNextCard() {
+    const job = drawing;
+    if (!job) return; // drawn at once meanwhile
+    if (job.order.length) {
+      const i = job.order.shift();
+      morph($("gpus").children[i], gpuCard(job.data.gpus[i], job.data.watched_for));
+      setTimeout(drawNextCard, 0);
+      return;
+    }
+    drawing = null;
+    renderHosts(job.data, false);
+    renderFreshness();
   }
 
   // ------------------------------------------------------------ the other hosts (vram serve --hosts)
@@ -417,14 +512,14 @@
   function renderHosts(data, all) {
     const hosts = Array.isArray(data.hosts) ? data.hosts : [];
     const box = $("hosts");
-    box.hidden = !hosts.length;
+    if (box.hidden !== !hosts.length) box.hidden = !hosts.length;
     const changed = all || hostsChanged === null || box.children.length !== hosts.length ? null : hostsChanged;
     hostsChanged = new Set();
     if (changed === null) {
-      box.replaceChildren(...hosts.map(hostSection));
+      morphChildren(box, hosts.map(hostSection));
       return;
     }
-    for (const i of changed) box.children[i].replaceWith(hostSection(hosts[i], i));
+    for (const i of changed) morph(box.children[i], hostSection(hosts[i], i));
   }
 
   // ------------------------------------------------------------ the banner
@@ -432,14 +527,16 @@
 
   function renderBanner(data) {
     const host = data.hostname || hostFromServer || location.hostname || "vram";
-    $("host").textContent = host;
+    setText($("host"), host);
     const sim = $("simulated");
-    sim.hidden = !data.simulated;
+    if (sim.hidden !== !data.simulated) sim.hidden = !data.simulated;
     const scenario = data.scenario || "?";
-    sim.title = data.simulated ? t("simulated machine (scenario {scenario}), not real GPUs", { scenario: scenario }) : "";
-    document.title = data.simulated ? t("SIMULATED {host} · vram", { host: host }) : host + " · vram";
+    const title = data.simulated ? t("simulated machine (scenario {scenario}), not real GPUs", { scenario: scenario }) : "";
+    if (sim.title !== title) sim.title = title;
+    const name = data.simulated ? t("SIMULATED {host} · vram", { host: host }) : host + " · vram";
+    if (document.title !== name) document.title = name;
 
-    $("facts").textContent = factsOf(data);
+    setText($("facts"), factsOf(data));
   }
 
   // A machine's line under its name: driver, GPUs and what they hold, as `vram status` says it.
@@ -524,8 +621,7 @@
     const first = latest === null;
     latest = data;
     if (first && charts.length) loadHistory(); // drawn before the first reading: redraw on the GPUs' memory scale
-    render(data);
-    renderFreshness();
+    render(data, !first);
   }
 
   // ------------------------------------------------------------ the event stream's deltas
@@ -622,14 +718,14 @@
     const note = $("freshness");
     const when = latest && known(latest.timestamp) ? clock(latest.timestamp) : t("none yet");
     if (failingSince !== null) {
-      note.className = "freshness down";
-      note.textContent = t("The server stopped answering at {time}. Last reading: {when}. Retrying…",
-        { time: clock(failingSince / 1000), when: when });
+      setClass(note, "freshness down");
+      setText(note, t("The server stopped answering at {time}. Last reading: {when}. Retrying…",
+        { time: clock(failingSince / 1000), when: when }));
       return;
     }
     if (!latest) {
-      note.className = "freshness";
-      note.textContent = t("Connecting…");
+      setClass(note, "freshness");
+      setText(note, t("Connecting…"));
       return;
     }
     const quiet = Date.now() - receivedAt;
@@ -637,14 +733,14 @@
     // the second one: then 20 s is assumed, so a slow --interval is not called stale at once).
     const interval = known(latest.interval) ? latest.interval * 1000 : readingGapMs || 20000;
     if (quiet > Math.max(STALE_FLOOR_MS, 3 * interval)) {
-      note.className = "freshness stale";
-      note.textContent = t("No new reading for {duration}: the server answers, but its last reading is from {when}.",
-        { duration: duration(quiet / 1000), when: when });
+      setClass(note, "freshness stale");
+      setText(note, t("No new reading for {duration}: the server answers, but its last reading is from {when}.",
+        { duration: duration(quiet / 1000), when: when }));
       return;
     }
-    note.className = "freshness live";
-    note.textContent = mode === "polling" ? t("Last reading {when} · polling every {seconds} s", { when: when, seconds: POLL_MS / 1000 })
-      : t("Last reading {when} · live", { when: when });
+    setClass(note, "freshness live");
+    setText(note, mode === "polling" ? t("Last reading {when} · polling every {seconds} s", { when: when, seconds: POLL_MS / 1000 })
+      : t("Last reading {when} · live", { when: when }));
   }
 
   // The reading the server had when it sent the page (a JSON block in it), else the one it has
@@ -868,6 +964,7 @@
   // ------------------------------------------------------------ sorting, the user filter, "show all"
   function redraw() {
     if (!latest) return;
+    drawing = null;
     renderGpus(latest);
     renderHosts(latest, true);
   }
