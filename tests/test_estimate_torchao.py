@@ -51,6 +51,15 @@ def test_low_bit_adamw_states_are_the_librarys_bytes(optimizer: str, precision: 
     assert e.breakdown[f"optimizer states ({optimizer})"] == MEASURED_STATES[optimizer, precision]
 
 
+@pytest.mark.parametrize("optimizer", ["adamw-4bit", "adamw-fp8"])
+def test_torchaos_compiled_step_allocates_nothing(optimizer: str):
+    """single_param_adam, compiled, dequantizes, updates and quantizes again in place: the step allocated no bytes
+    above what it started with (the profiler's allocator events, both precisions), where foreach AdamW's allocates
+    a parameter-sized list."""
+    e = estimate(_spec(OPTIM_LLAMA), **STEP, precision="bf16-pure", optimizer=optimizer)
+    assert {t.name: t.bytes for t in e.terms}["optimizer-step temporaries"] == 0
+
+
 def test_torchaos_own_8bit_adamw_is_within_one_percent_of_the_estimate():
     for precision, measured in MEASURED_TORCHAO_8BIT.items():
         states = estimate(_spec(OPTIM_LLAMA), **STEP, precision=precision, optimizer="adamw-8bit").breakdown[
@@ -99,6 +108,35 @@ def test_the_libraries_allocate_what_was_measured(optimizer: str, precision: str
     states = sum(_storage_bytes(v, seen) for state in opt.state.values() for k, v in state.items()
                  if torch.is_tensor(v) and k != "step")
     assert states == MEASURED_STATES[optimizer, precision]
+
+
+def _step_peak(fn: Any) -> int:
+    """The most the tensors `fn` allocates hold at once: the profiler's allocator events in time order."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    live = peak = 0
+    for _t, n in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]"):
+        live += n
+        peak = max(peak, live)
+    return peak
+
+
+@pytest.mark.slow  # compiles the step
+@pytest.mark.parametrize("optimizer", ["adamw-4bit", "adamw-fp8"])
+def test_torchaos_step_allocates_nothing_on_the_cpu(optimizer: str):
+    optim = pytest.importorskip("torchao.optim")
+    from vramkit.estimator.trace import ReferenceRun
+
+    run = ReferenceRun.plan(_spec(OPTIM_LLAMA), **STEP, precision="bf16-pure", optimizer="adamw")
+    net, _unused = run.build()
+    opt = {"adamw-4bit": optim.AdamW4bit, "adamw-fp8": optim.AdamWFp8}[optimizer](net.parameters(), lr=1e-4)
+    run.step(net, opt)
+    opt.step()  # the states made, the step compiled
+    run.step(net, opt)
+    assert _step_peak(opt.step) == 0
 
 
 @pytest.mark.slow

@@ -624,7 +624,7 @@ def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tupl
     """torchao's AdamW4bit / AdamWFp8: two states a parameter, each quantized in blocks with an fp32 scale a
     block where the tensor has 4,096 values or more and a whole number of blocks, else in the parameter's own
     dtype (_AdamBase._new_buffer). The step (single_param_adam, torch.compile'd a parameter at a time) computes
-    in fp32: the largest tensor's two fp32 states at most beside the parameter."""
+    in fp32 inside fused kernels that write the states and the parameter in place: no temporaries."""
     value, block = TORCHAO_STATES[opt]
     per = 2 * (value + 4 / block)
     if lora or not p.shapes:  # adapters (r × h, well over 4,096 values) or a bare count: every tensor quantized
@@ -636,7 +636,6 @@ def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tupl
                                                    if numel(s) >= 4096 and not numel(s) % block)
     maps = 2 * quantized * 16 * 4 if opt == "adamw-4bit" else 0
     states = (pt - small) * per + small * 2 * wt + maps
-    largest = min(pt, p.largest)
     what = "4-bit" if opt == "adamw-4bit" else "FP8"
     states_f = (_("torchao {optimizer}: 2 {what} states + an fp32 scale per {block} values: {params:,} × "
                   "{bytes:.4g} B + {small:,} in small tensors × 2 × {small_bytes:g} B") if small else
@@ -645,11 +644,13 @@ def _torchao_states(opt: str, pt: int, wt: float, p: Params, lora: bool) -> tupl
     if maps:
         states_f = _("{formula} + a 16-value fp32 map per state ({tensors:,} tensors × 2 × 64 B)").format(
             formula=states_f, tensors=quantized)
-    return (states, 2 * largest * 4,
+    # the step: single_param_adam, torch.compile'd (fullgraph), dequantizes, updates and quantizes again a parameter
+    # at a time in fused kernels that write in place: traced on the CPU, the step allocated nothing
+    return (states, 0,
             states_f.format(optimizer="AdamW4bit" if opt == "adamw-4bit" else "AdamWFp8", what=what, block=block,
                             params=pt - small, bytes=per, small=small, small_bytes=wt),
-            _("single_param_adam computes each tensor's states in fp32: the largest, {params:,} × 2 × 4 B").format(
-                params=largest))
+            _("single_param_adam compiled by torch.compile: each tensor dequantized, updated and quantized again in "
+              "fused kernels, in place: none"))
 
 
 def estimate(model: object, setup: Setup | None = None, **options: Any) -> Estimate:
