@@ -19,11 +19,16 @@ A third program is the floor the live view stands on: an empty Textual app (one 
 data), run the same way in the first round (its memory is what it is here for). vram top keeps
 Textual (DESIGN.md), so its distance to this floor is what it could still save.
 
+--compare DIR: a fourth program in every round, vram top from another tree's src/ ("compared"), so
+that a change is measured against the tree before it in the same rounds: on a busy machine, runs
+minutes apart differ by more than most changes do.
+
 --curve SECONDS: afterwards, vram top alone on each machine for that long, its RSS and CPU printed
 every --curve-every seconds (flat after warm-up, or growing as its history fills).
 
     .venv/bin/python benchmarks/bench_top.py [--machines 8x200,8x500] [--seconds 20] [--rounds 5]
         [--vramkit-src DIR]     (vramkit from an older tree's src/: before/after)
+        [--compare DIR]         (also, in every round, vram top from DIR: "compared", interleaved)
         [--curve 600 --curve-every 30]
 """
 
@@ -150,7 +155,8 @@ def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
-def _programs(src: Path | None, scenario_file: Path, shim: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
+def _programs(src: Path | None, scenario_file: Path, shim: Path,
+              compare: Path | None = None) -> dict[str, tuple[list[str], dict[str, str], str]]:
     """name -> (argv, environment, text only its running view shows)."""
     base = {k: v for k, v in os.environ.items()
             if k not in ("PYTHONPATH", "VRAM_SIMULATE", "PYTHONDONTWRITEBYTECODE", "NO_COLOR")}
@@ -159,11 +165,15 @@ def _programs(src: Path | None, scenario_file: Path, shim: Path) -> dict[str, tu
     on_shim = {**base, "PYTHONPATH": str(shim), "VRAM_SIMULATE": str(scenario_file)}
     # vram on its real-driver path through the shim, as nvitop; an older tree's vramkit after the shim
     vram_env = {**on_shim, "PYTHONPATH": f"{shim}{os.pathsep}{src}"} if src else on_shim
-    return {
-        "vram top": ([sys.executable, "-c", VRAM_VIA_DRIVER, "top", "--interval", "1"], vram_env, "GPU processes"),
+    top = [sys.executable, "-c", VRAM_VIA_DRIVER, "top", "--interval", "1"]
+    programs = {
+        "vram top": (top, vram_env, "GPU processes"),
         "nvitop": (_command("nvitop", "nvitop", "--interval", "1"), on_shim, "GiB"),
         "floor": ([sys.executable, "-c", FLOOR_APP], base, "empty Textual app"),
     }
+    if compare is not None:
+        programs["compared"] = (top, {**on_shim, "PYTHONPATH": f"{shim}{os.pathsep}{compare}"}, "GPU processes")
+    return programs
 
 
 def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path | None) -> None:
@@ -171,7 +181,7 @@ def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path |
     with tempfile.TemporaryDirectory(prefix="vram-bench-top-") as tmp, Sleepers(processes) as sleepers:
         tmp_path = Path(tmp)
         scenario_file = write_scenario(tmp_path / "machine.json", scenario(sleepers.pids, real=True, gpus=gpus))
-        programs = _programs(src, scenario_file, write_shim(tmp_path / "shim").parent)
+        programs = _programs(src, scenario_file, write_shim(tmp_path / "shim").parent, args.compare)
         print(f"\n{gpus} x {processes}: {gpus} simulated GPUs, {processes} real processes, {args.rounds} rounds of "
               f"{args.seconds:g} s per program", flush=True)
         results: dict[str, list[Result]] = {name: [] for name in programs}
@@ -203,6 +213,14 @@ def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path |
     frames = [v.first_frame / n.first_frame for v, n in zip(results["vram top"], results["nvitop"])]
     print(f"vram top / nvitop first frame: {_spread(frames)}x per round")
     above = (statistics.median(x.rss for x in results["vram top"]) - floor_rss) / MiB
+    if "compared" in results:
+        theirs = [c.cpu / n.cpu for c, n in zip(results["compared"], results["nvitop"])]
+        versus = [v.cpu / c.cpu for v, c in zip(results["vram top"], results["compared"])]
+        print(f"compared / nvitop CPU: {_spread(theirs, '{:.3f}')}x per round; pooled "
+              f"{sum(x.cpu for x in results['compared']) / sum(x.cpu for x in results['nvitop']):.3f}x")
+        print(f"vram top / compared CPU, per round: {', '.join(f'{r:.3f}' for r in versus)}; "
+              f"{_spread(versus, '{:.3f}')}x; pooled "
+              f"{sum(x.cpu for x in results['vram top']) / sum(x.cpu for x in results['compared']):.3f}x")
     if curve:
         print("vram top alone, over time (s): RSS MiB, CPU % since the point before")
         print("  " + "; ".join(f"{t:.0f}: {m / MiB:.1f}" + ("" if c is None else f", {c:.1f}%") for t, m, c in curve))
@@ -251,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="rounds, interleaved; the order alternates (5)")
     ap.add_argument("--vramkit-src", type=Path, metavar="DIR",
                     help="run vram top from this source tree (the src/ of an older checkout: before/after)")
+    ap.add_argument("--compare", type=Path, metavar="DIR",
+                    help="also run vram top from this source tree in every round, interleaved (before/after)")
     ap.add_argument("--curve", type=float, default=0.0, metavar="SECONDS",
                     help="afterwards, vram top alone on each machine this long, its RSS and CPU over time (0: no)")
     ap.add_argument("--curve-every", type=float, default=30.0, metavar="SECONDS", help="the curve's step (30)")
@@ -266,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{environment()}")
     if src is not None:
         print(f"vramkit from {src}")
+    if args.compare is not None:
+        args.compare = args.compare.resolve()
+        if not (args.compare / "vramkit" / "__init__.py").is_file():
+            raise SystemExit(f"bench_top: --compare {args.compare} has no vramkit/__init__.py")
+        print(f"compared: vram top with vramkit from {args.compare}")
     for gpus, processes in args.machines:
         run_machine(gpus, processes, args, src)
     return 0
