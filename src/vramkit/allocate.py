@@ -42,7 +42,7 @@ from .gpu_choice import (
     shortfall_text,
     units_of,
 )
-from .gpu_state import Snapshot
+from .gpu_state import GpuProcess, Snapshot
 from .i18n import _, ngettext
 from .machine import Machine, open_machine
 from .procs import descends_from
@@ -215,13 +215,30 @@ class WaitStatus:
 
 # ---------------------------------------------------------------- one round, and the loop
 
-def lease_blocks(state: L.State, units: list[Unit], is_real: Callable[[int], bool]) -> dict[str, Block]:
-    pids = {u.key: [p.pid for p in u.processes] for u in units}
+def pids_here(processes: list[GpuProcess]) -> list[int]:
+    """The processes of this /proc among a unit's NVML rows, by their pids here: what a lease's job
+    is looked for among. Inside a container a row NVML lists under a host pid that no process here
+    could be told to be (pid_here None: pidmap.py) is none of them, whatever process here has that
+    number; nor is a simulated scenario's made-up process. Its memory still counts as used."""
+    return [p.pid_here for p in processes if p.pid_here is not None and p.real]
+
+
+def baseline_pids(processes: list[GpuProcess]) -> list[int]:
+    """What a hold lease records as already on a unit, by pids here: each row's pid here, and for a
+    row with none, the processes here that may hold it (pidmap's holders_here), so that one of
+    them told apart later is not taken for a new process. A host pid is never recorded."""
+    pids = {p.pid_here for p in processes if p.pid_here is not None}
+    pids.update(h for p in processes if p.pid_here is None for h in p.holders_here)
+    return sorted(pids)
+
+
+def lease_blocks(state: L.State, units: list[Unit]) -> dict[str, Block]:
+    pids = {u.key: pids_here(u.processes) for u in units}
     blocked: dict[str, Block] = {}
     now = time.time()
     for lease in state.leases:
         for key in lease.units:
-            if key in pids and L.fulfilled(lease, key, pids[key], is_real):
+            if key in pids and L.fulfilled(lease, key, pids[key]):
                 continue  # its job shows on the GPU: NVML's numbers speak for it now
             blocked[key] = Block("lease", _("reserved by {who}").format(who=lease.who(now)))
     return blocked
@@ -265,7 +282,6 @@ def acquire(machine: Machine | Collector, policy: Policy, *, wait: float | None 
     d = lease_dir or L.lease_dir()
     timeout = lease_timeout if lease_timeout is not None else L.lease_timeout()
     reader = _reader(machine, interval)
-    is_real = reader.backend.is_real
     started = time.monotonic()
     ticket: L.HeldTicket | None = None
     conflicts, conflicted = 0, False
@@ -283,14 +299,14 @@ def acquire(machine: Machine | Collector, policy: Policy, *, wait: float | None 
             with d.locked(units=[u.key for u in units]):
                 state = L.read_state(d)
                 earlier = [t for t in state.tickets if ticket is None or t.seq < ticket.seq]
-                blocked = lease_blocks(state, units, is_real)
+                blocked = lease_blocks(state, units)
                 blocked = queue_blocks(units, blocked, _policies(earlier))
                 decision = decide(policy, units, blocked)
                 if decision.ok:
                     selection = _selection(decision, devices, snap, ids)
                     if lease_kind is not None:
                         labels = [(u.key, u.dev.label) for u in decision.chosen]
-                        baseline = {u.key: [p.pid for p in u.processes] for u in decision.chosen}
+                        baseline = {u.key: baseline_pids(u.processes) for u in decision.chosen}
                         try:
                             selection.lease = L.create_lease(d, labels, lease_kind, timeout, command=command,
                                                              baseline=baseline if lease_kind == "hold" else None)
@@ -348,12 +364,12 @@ def _pause(d: L.LeaseDir, seconds: float) -> None:
 
 class LeaseWatcher:
     """While a launched job runs: end each unit's reservation once the job (or a descendant)
-    shows on it in NVML, and the whole lease when it times out."""
+    shows on it in NVML, by its pid here (pids_here: inside a container, never a host pid), and
+    the whole lease when it times out."""
 
     def __init__(self, machine: Machine | Collector, lease: L.HeldLease, job_pid: int, interval: float = 1.0):
         self.machine, self.lease, self.job_pid = machine, lease, job_pid
         self.reader = _reader(machine, interval)  # tick() is called every `interval` seconds
-        self.is_real = self.reader.backend.is_real
 
     def tick(self) -> bool:
         """One look; False when there is nothing left to watch."""
@@ -365,7 +381,7 @@ class LeaseWatcher:
         snap = self.reader.snapshot()
         units = {u.key: u for u in units_of(snap, devices_of(snap))}
         seen = [k for k in self.lease.pending if k in units and any(
-            self.is_real(p.pid) and descends_from(p.pid, self.job_pid) for p in units[k].processes)]
+            descends_from(pid, self.job_pid) for pid in pids_here(units[k].processes))]
         if seen:
             self.lease.release_units(seen)
         return bool(self.lease.pending)

@@ -294,16 +294,21 @@ def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -
 def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:
     """Whether the lease's job now shows on the unit in NVML, which ends the reservation.
 
-    Pids are only comparable inside one pid namespace: NVML reports the host's pids, so a lease
-    taken in a container is only fulfilled by its own launcher, or by time."""
+    `pids_on_unit` are processes of this /proc: the pids here of the unit's rows (allocate.pids_here),
+    never a host pid NVML lists inside a container for a process no pid here could be told to be
+    (its number may be an unrelated process's here). Pids are only comparable inside one pid
+    namespace: a lease taken in another (a container's, read on the host, or the host's, read in a
+    container) is only fulfilled by its own launcher, or by time."""
     if lease.kind == "lock":
         return False
+    if lease.pidns is not None and lease.pidns != pid_namespace():
+        return False  # its pids (job, baseline) number processes of another namespace
     if lease.kind == "hold":
         before = {p for p in lease.baseline.get(key, []) if isinstance(p, int)}
         return any(p not in before for p in pids_on_unit if is_real(p))
     job = lease.job_pid or lease.pid
-    if lease.pidns is None or lease.pidns != pid_namespace():
-        return False
+    if lease.pidns is None:
+        return False  # whose namespace its pids are cannot be told
     recorded = lease.job_key if lease.job_pid else lease.holder_key
     if recorded is not None and recorded.status() != ALIVE:
         return False  # that pid is another process's now (or free): nothing descends from the job
