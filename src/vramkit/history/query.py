@@ -267,16 +267,18 @@ class _Plan:
     cuts: list[tuple[int, float]] = field(default_factory=list)  # hours inside `hours` read row by row
     local: bool = False  # `days` are the recorder's local days (proc_local_day), not UTC days
 
-    def sql(self, fine: str, hours: str) -> tuple[str, dict[str, object]]:
+    def sql(self, fine: str, hours: str, days: str | None = None) -> tuple[str, dict[str, object]]:
         """The rows of the whole window (a UNION ALL of each part) and their parameters. `hours`
-        reads the hour sums; the same with the day sums' table reads the days."""
+        reads the hour sums; the same with the day sums' table reads the days (`days`: another
+        template for the days' parts, with the same parameters)."""
         parts: list[str] = []
         params: dict[str, object] = {"after": self.after}
         for start, end in self.fine:
             n = len(parts)
             parts.append(fine.format(n=n))
             params.update({f"s{n}": start, f"u{n}": end})
-        days = (_LOCAL_DAYS_OF if self.local else _DAYS_OF)[hours] if self.days else hours
+        if days is None:
+            days = (_LOCAL_DAYS_OF if self.local else _DAYS_OF)[hours] if self.days else hours
         sources = [(hours, self.hours)] + ([(days, self.days)] if self.days else [])
         for template, pieces in sources:
             for start, end, raw_end in pieces:
@@ -696,55 +698,87 @@ def _add(u: Usage, h: Held) -> None:
 
 def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held], list[Usage]]:
     """held() and usage(by="day") (what `vram report --by day` shows: the days, and the idle
-    holders from the sums per job and GPU), in one pass over the window where local days are UTC days.
+    holders from the sums per job and GPU).
 
     Each row counts in the local day of its quarter hour (an hour's sums: of its hour, which
-    _plan() keeps within one day). The day is worked out in SQL from the zone's UTC
-    offsets over the window (_day_sql), so a year never comes back to Python row by row. Where
-    local days are UTC days the window is mostly day sums, a row per day and pair: it is summed
-    per job and GPU and per day directly; so it is where the recorder stored its local days as the
-    reader's (schema 5: in the recorder's zone), a row per local day and pair, the hours of any
-    other day (one another zone stored) summed per row into its day. Elsewhere the sums
-    per job and GPU are held()'s (the day sums serve them whatever the zone) and the days are
-    _local_days()'s."""
+    _plan() keeps within one day). The sums per job and GPU are held()'s, as the default report's
+    (the UTC day sums serve them whatever the zone). The days: where local days are UTC days, or
+    where the recorder stored its local days as the reader's (schema 5: in the recorder's zone),
+    the window is mostly whole days, a row per day and pair, summed per day as SQLite reads them in
+    their key's order (no sort); the rest (the edges, hours of days not stored so, the samples not
+    summed yet, hours local midnight cuts) is summed per day in SQL from the zone's UTC offsets
+    (_day_sql). Elsewhere the days are _local_days()'s."""
     with _snapshot(store):
         offsets = _local_offsets(store, since, until)
         plan = _plan(store, since, until, offsets)
         if any(offset != 0 for _, offset in offsets) and not plan.local:
             return held(store, since, until), _local_days(store, since, until, offsets)
-        rows_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS)
+        sums = held(store, since, until)
+        days = _DayTotals()
+        table = "proc_local_day" if plan.local else "proc_day"
+        for start, end, _raw_end in plan.days:
+            for t, gs, mbs, peak, idle, jobs in _rows(store, f"""
+                    SELECT t, SUM(seconds), SUM({_c('memory_byte_seconds', 'byte_seconds')}),
+                           MAX({_c('memory_max', 'bytes')}), SUM({_c('idle_seconds', 'seconds')}),
+                           group_concat(DISTINCT job)
+                    FROM {table} WHERE t >= ? AND t < ? AND {_DAY_KEYS} GROUP BY t""", (start, end)):
+                days.add(_day_of(int(t), offsets), gs, mbs, peak, idle, jobs)
+        # The rest: fine rows, hour sums, and of the days' parts the samples not summed yet.
+        rest_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS, days=_PROC_UNSUMMED)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
-        if plan.days:  # the rows read and checked once (a CTE used twice is kept), summed twice
-            sql = f"""
-                WITH r AS (SELECT {day} AS day, job, gpu, seconds, mbs, peak, idle, idle_mbs FROM ({rows_sql}))
-                SELECT 0, job, gpu, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs)
-                FROM r GROUP BY job, gpu
-                UNION ALL
-                SELECT 1, day, COUNT(DISTINCT job), SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), 0
-                FROM r GROUP BY day"""
-        else:
-            sql = f"""
-                WITH per AS (
-                    SELECT {day} AS day, job, gpu, SUM(seconds) AS gs, SUM(mbs) AS mbs, MAX(peak) AS peak,
-                           SUM(idle) AS idle, SUM(idle_mbs) AS idle_mbs
-                    FROM ({rows_sql}) GROUP BY day, job, gpu)
-                SELECT 0, job, gpu, SUM(gs), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs) FROM per GROUP BY job, gpu
-                UNION ALL
-                SELECT 1, day, COUNT(DISTINCT job), SUM(gs), SUM(mbs), MAX(peak), SUM(idle), 0 FROM per GROUP BY day"""
-        rows = _rows(store, sql, params)
-    held_rows, days = [], []
-    for kind, key, other, gs, mbs, peak, idle, idle_mbs in rows:
-        if kind == 0:
-            job, gpu = typed_int(key, "id"), typed_int(other, "gpu")
-            if job is not None and gpu is not None:
-                held_rows.append(Held(job, gpu, _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle),
-                                      _total(idle_mbs)))
-            continue
-        number = typed_int(key, "count")
-        if number is not None:
-            days.append(Usage(_day_name(number), _total(gs), _total(mbs), typed_int(peak, "bytes"), _total(idle),
-                              int(other)))
-    return held_rows, sorted(days, key=lambda u: u.key)
+        for number, gs, mbs, peak, idle, jobs in _rows(store, f"""
+                SELECT {day} AS day, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), group_concat(DISTINCT job)
+                FROM ({rest_sql}) GROUP BY day""", params):
+            n = typed_int(number, "count")
+            if n is not None:
+                days.add(n, gs, mbs, peak, idle, jobs)
+    return sums, days.usage()
+
+
+# A day sums row's keys (the days --by day reads whole), as plain tests (as _DAY_SPAN_SUMS').
+_DAY_KEYS = " AND ".join(of_kind(expr, kind) for expr, kind in (("t", "time"), ("seconds", "seconds"),
+                                                                 ("job", "id"), ("gpu", "gpu")))
+
+
+def _day_of(t: int, offsets: list[tuple[int, int]]) -> int:
+    """The local day of time `t` as _day_sql numbers it (the offset in effect at its quarter hour)."""
+    quarter = t // _QUARTER * _QUARTER
+    offset = offsets[0][1]
+    for begin, later in offsets[1:]:
+        if quarter < begin:
+            break
+        offset = later
+    return (quarter + offset + DAY) // DAY
+
+
+class _DayTotals:
+    """Sums per local day added from several parts: the peak as a maximum, process lives as the
+    parts' lists of job ids (group_concat(DISTINCT job)), joined as sets only where a day has more
+    than one (a life counts once a day whichever part it is in)."""
+
+    def __init__(self) -> None:
+        self.days: dict[int, list[Any]] = {}
+
+    def add(self, number: int, gs: object, mbs: object, peak: object, idle: object, jobs: object) -> None:
+        d = self.days.setdefault(number, [0.0, 0.0, None, 0.0, []])
+        d[0] += _total(gs)
+        d[1] += _total(mbs)
+        p = typed_int(peak, "bytes")
+        d[2] = d[2] if p is None else max(d[2] or 0, p)
+        d[3] += _total(idle)
+        if jobs:
+            d[4].append(str(jobs))
+
+    def usage(self) -> list[Usage]:
+        return [Usage(_day_name(n), gs, mbs, peak, idle, _count(jobs))
+                for n, (gs, mbs, peak, idle, jobs) in sorted(self.days.items())]
+
+
+def _count(lists: list[str]) -> int:
+    """How many job ids the lists hold together (each list's ids are distinct already)."""
+    if len(lists) == 1:
+        return lists[0].count(",") + 1
+    return len({int(float(j)) for text in lists for j in text.split(",") if j})
 
 
 def _day_name(number: int) -> str:
@@ -769,17 +803,8 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     for first, end, _ in plan.hours:
         for number, lo, hi in _day_spans(offsets, math.floor(first), math.ceil(end)):
             spans.extend((number, max(a, first), min(b, end)) for a, b in _without_hours(lo, hi, cuts))
-    days: dict[int, list[Any]] = {}
-
-    def add(number: int, gs: object, mbs: object, peak: object, idle: object, jobs: object) -> None:
-        d = days.setdefault(number, [0.0, 0.0, None, 0.0, set()])
-        d[0] += _total(gs)
-        d[1] += _total(mbs)
-        p = typed_int(peak, "bytes")
-        d[2] = d[2] if p is None else max(d[2] or 0, p)
-        d[3] += _total(idle)
-        d[4].update(int(float(j)) for j in str(jobs or "").split(",") if j)
-
+    days = _DayTotals()
+    add = days.add
     if spans:
         _rows(store, "DROP TABLE IF EXISTS temp.vram_day_spans", ())
         _rows(store, "CREATE TEMP TABLE vram_day_spans (id INTEGER PRIMARY KEY, lo, hi)", ())
@@ -801,8 +826,7 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
         n = typed_int(number, "count")
         if n is not None:
             add(n, gs, mbs, peak, idle, jobs)
-    return [Usage(_day_name(n), gs, mbs, peak, idle, len(jobs))
-            for n, (gs, mbs, peak, idle, jobs) in sorted(days.items())]
+    return days.usage()
 
 
 def _day_spans(offsets: list[tuple[int, int]], start: int, end: int) -> Iterator[tuple[int, int, int]]:
