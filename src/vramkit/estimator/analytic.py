@@ -1178,7 +1178,7 @@ def _static_len(spec: ModelSpec, setup: Setup) -> int:
 def _torchao_weight_only(spec: ModelSpec, p: Params, setup: Setup) -> Term:
     """torchao's quantize_ with a weight-only config replaces the weight of every nn.Linear, the output layer's
     too (its default filter), by an affine-quantized tensor: int8 or float8 values with a scale per output row,
-    or int4 values packed for the tinygemm kernel with a bf16 scale and zero point per group of 128; the
+    or int4 values two a byte (Int4Tensor's plain packing) with a bf16 scale and zero point per group of 128; the
     embeddings, norms and biases stay 16-bit."""
     assert setup.quant is not None
     per, row_scale = TORCHAO_WEIGHT_ONLY[setup.quant]
@@ -1206,9 +1206,9 @@ def _quant_transient(spec: ModelSpec, p: Params, setup: Setup, tokens: int, trai
     shape = (_("{rows:,} × {columns:,} (a typical shape for the count: no layers known)") if spec.bare
              else "{rows:,} × {columns:,}").format(rows=out_f, columns=in_f)
     weight = out_f * in_f * 2 // setup.tp
-    if setup.quant == "int4-wo":  # aten._weight_int4pack_mm multiplies the packed weight itself
-        return Term(N_("dequantized weight"), 0, _("torchao int4 weight-only: the tinygemm kernel "
-                                                    "(_weight_int4pack_mm) reads the packed weight, no copy"),
+    if setup.quant == "int4-wo":  # mslk's bf16i4bf16_rowwise (tinygemm's _weight_int4pack_mm) reads the packed weight
+        return Term(N_("dequantized weight"), 0, _("torchao int4 weight-only: its kernel (mslk's bf16i4bf16_rowwise; "
+                                                    "tinygemm's _weight_int4pack_mm) reads the packed weight, no copy"),
                     "transient")
     if setup.quant in TORCHAO_WEIGHT_ONLY:  # int8: w.to(x.dtype) before the mm; float8: dequantize() then linear
         return Term(N_("dequantized weight"), weight, _(

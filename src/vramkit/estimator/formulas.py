@@ -36,8 +36,10 @@ UNQUANTIZED_OUTPUTS = ("lm_head.weight", "classifier.weight", "head.classifier.w
 # torchao's weight-only quantization (quantize_(model, Int8WeightOnlyConfig() / Int4WeightOnlyConfig() /
 # Float8WeightOnlyConfig())), inference: bytes a weight, and the bytes per output row (int8: Int8Tensor's fp32
 # scale and int8 zero point, torchao 0.18's only version; float8: Float8Tensor's fp32 scale) or, int4, the bf16
-# scale and zero point of each group of 128 values (Int4WeightOnlyConfig(group_size=128), packed for the tinygemm
-# kernel). Measured on CPU with torchao 0.18 (docs/estimation.md): int8 and float8 to the byte
+# scale and zero point of each group of 128 values (Int4WeightOnlyConfig(group_size=128): Int4Tensor's plain
+# packing, two values a byte, its default from torchao 0.15 on; tinygemm's tile_packed_to_4d pads the input width to
+# a multiple of 1,024 and the output to 8, not modelled). Measured on the CPU with torchao 0.18 (docs/estimation.md):
+# int8 and float8 to the byte
 TORCHAO_WEIGHT_ONLY = {"int8-wo": (1.0, 4 + 1), "int4-wo": (0.5 + 4 / 128, 0), "fp8-wo": (1.0, 4)}
 # torchao before 0.18: Int8WeightOnlyConfig's version 1, an AffineQuantizedTensor whose scale is in the weight's
 # 16-bit dtype and whose zero point is int64 (quant_api.py `zero_point_dtype = torch.int64`): 10 B a row
