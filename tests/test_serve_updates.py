@@ -18,7 +18,7 @@ from helpers import Served
 
 import vramkit
 from vramkit.serve import service as service_module
-from vramkit.serve.http import Connection, VramHTTPServer, accepts_gzip
+from vramkit.serve.http import CLIENT_TIMEOUT, Connection, VramHTTPServer, accepts_gzip
 from vramkit.serve.service import Options, Service
 from vramkit.serve.updates import CLOCKS, SLACK, TOP_CLOCKS, Shown, process_key
 
@@ -267,7 +267,7 @@ def test_a_stream_that_missed_a_delta_gets_the_whole_json():
     mine, theirs = socket.socketpair()
     try:
         mine.setblocking(False)
-        conn = Connection(mine, ("127.0.0.1", 1), False, time.monotonic(), 1)
+        conn = Connection(mine, ("127.0.0.1", 1), False, time.monotonic(), 1, CLIENT_TIMEOUT)
         conn.state = "stream"
         server._conns.add(conn)
         stream = Events(theirs)
