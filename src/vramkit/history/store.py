@@ -1184,7 +1184,7 @@ def _fill_local_days(c: sqlite3.Connection) -> None:
         if hour < covered:
             continue
         span = _local_day(hour)
-        if span is None:
+        if span is None or span[0] < first:  # a day that lost hours to retention is not kept (as the recorder)
             continue
         c.execute("INSERT INTO local_days (t, hi) VALUES (?, ?)", span)
         c.execute(_HOURS_TO_LOCAL_DAY, {"day": span[0], "hi": span[1]})
