@@ -30,6 +30,9 @@ class NvidiaBackend:
     # The PID namespace the driver numbers processes in (an inode number): the host's, whatever
     # namespace asks. None: this /proc's (a scenario that names none).
     driver_pid_namespace: int | None = INITIAL_PID_NS_INODE
+    # Where the driver writes its XID errors: vram serve reads them there for a GPU whose driver
+    # refuses NVML's XID events (serve/kernel_xids.py).
+    kernel_log: str | None = "/dev/kmsg"
 
     def __init__(self, nvml: Nvml):
         self.nvml = nvml

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 class SimulatedBackend(NvidiaBackend):
     simulated = True
+    kernel_log = None  # the scenario's GPUs write to no kernel log
 
     def __init__(self, sim: SimulatedNvml):
         super().__init__(Nvml(sim).open())

@@ -678,7 +678,7 @@ def _vram_health(snap: Snapshot) -> list[Family]:
 
 def _vram_xid(snap: Snapshot, xids: Xids | None) -> list[Family]:
     events = _fam("vram_gpu_xid_events_total", "XID errors the driver reported since vram serve started watching "
-                  "(NVML events; absent where the driver does not report them)", "counter")
+                  "(NVML events, else the kernel log; absent where neither is read)", "counter")
     per = _fam("vram_gpu_xid_errors_total", "XID errors by number since vram serve started watching", "counter")
     last = _fam("vram_gpu_xid_last", "The number of the last XID error")
     when = _fam("vram_gpu_xid_last_timestamp_seconds", "When the last XID error came (unix time)")

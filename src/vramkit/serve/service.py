@@ -22,6 +22,7 @@ from ..collector import Collector
 from ..gpu_state import Health, Snapshot
 from ..machine import Machine
 from . import page_words
+from .kernel_xids import KernelXids, pci_key
 from .metrics import COMPAT_SCHEMES, ExportState, Xids, render
 from .updates import Shown
 
@@ -54,6 +55,9 @@ class Options:
     hostname: str = ""
     health_every: float = HEALTH_EVERY
     xids: bool = True  # watch NVML's XID events (a background waiter)
+    # The XIDs of GPUs whose driver refuses NVML's events: from this log, where readable (None:
+    # the backend's, /dev/kmsg on a real NVIDIA machine, none on a simulated one).
+    kernel_log: Path | None = None
 
     @property
     def schemes(self) -> frozenset[str]:
@@ -108,6 +112,7 @@ class Service:
         self._health: dict[int, Health] = {}
         self._health_at: float | None = None
         self._xids: XidWatcher | None = None
+        self._kernel_xids: KernelXids | None = None  # for the GPUs the XID waiter does not watch
         self.idle_note: str | None = None  # what history said to the idle clock, or why nothing
         self._first_monotonic: float | None = None  # the first reading's, on the idle clock's clock
         self._shown = Shown()  # the status JSON as the pages following the event stream hold it
@@ -133,6 +138,10 @@ class Service:
             watch = getattr(nvml, "watch_xids", None)
             if watch is not None:
                 self._xids = watch()
+                log = self.options.kernel_log or getattr(self.machine.backend, "kernel_log", None)
+                if self._xids.refused and log is not None:  # the kernel log instead, for those GPUs
+                    self._kernel_xids = KernelXids(Path(log))
+                    self._kernel_xids.start()
         self.collector.start()
         if self.hosts is not None:
             self.hosts.start()
@@ -158,6 +167,8 @@ class Service:
             self.hosts.close()
         if self._xids is not None:
             self._xids.stop()
+        if self._kernel_xids is not None:
+            self._kernel_xids.stop()
         self.collector.close()
         with self.changed:
             self.sequence = -1  # wakes every stream, which then ends
@@ -264,7 +275,7 @@ class Service:
         prometheus_client's registry: ~10x faster."""
         o = self.options
         return render(exported, self.state, commands=o.commands, max_process_series=o.max_process_series,
-                      compat=o.schemes, xids=self.xids())
+                      compat=o.schemes, xids=self.xids(exported))
 
     def metrics(self, packed: bool = False) -> bytes:
         """/metrics' body for the newest reading (packed: gzipped), as the sampler wrote it; built
@@ -274,11 +285,23 @@ class Service:
             return self._cached("metrics gzip", lambda: gzipped(self.metrics()))
         return self._cached("metrics", lambda: self._render(self.exported))
 
-    def xids(self) -> Xids | None:
-        """What the XID waiter has counted (None: not watching)."""
+    def xids(self, snap: Snapshot | None = None) -> Xids | None:
+        """What the XID waiter has counted (None: not watching), and for the GPUs whose driver
+        refused its events, what the kernel log said of them (where it is readable; the GPUs as
+        `snap`, else the newest reading, has them)."""
         if self._xids is None:
             return None
         counts, last = self._xids.read()
+        kernel, snap = self._kernel_xids, snap or self.latest
+        if kernel is not None and kernel.watching and snap is not None:
+            by_pci, last_by_pci = kernel.read()
+            for g in snap.gpus:
+                key = pci_key(g.pci_bus_id)
+                if g.lost or g.index in counts or g.index not in self._xids.refused or key is None:
+                    continue
+                counts[g.index] = by_pci.get(key, {})
+                if key in last_by_pci:
+                    last[g.index] = last_by_pci[key]
         return Xids(counts, last)
 
     def _doc(self, snap: Snapshot) -> dict[str, object]:
