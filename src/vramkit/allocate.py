@@ -378,6 +378,8 @@ class LeaseWatcher:
         if self.lease.expired():
             self.lease.release()
             return False
+        if not L.proc_numbers_ours():
+            return True  # /proc numbers another namespace's processes: the job cannot be told among them
         snap = self.reader.snapshot()
         units = {u.key: u for u in units_of(snap, devices_of(snap))}
         seen = [k for k in self.lease.pending if k in units and any(

@@ -179,3 +179,45 @@ def test_the_launcher_does_not_take_a_host_pid_for_its_jobs_child(container, wri
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"child": outside, "watching": True, "pending": [unit]}
+
+
+# vram run started so that its job gets pid `want` in the namespace: the next pid is set, then
+# this process becomes vram (exec keeps its pid; vram spawns nothing before the job).
+NEXT_IS = r"""
+import os, sys
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(int(sys.argv[1]) - 1))
+os.execv(sys.executable, [sys.executable, "-m", "vramkit", *sys.argv[2:]])
+"""
+
+READY = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+
+
+def test_a_run_lease_under_an_outer_namespaces_proc_does_not_compare_its_pids(new_container, write_scenario, dev, env,
+                                                                              children, tmp_path):
+    """In a PID namespace that keeps the host's /proc, the rows carry that /proc's pids and vram's
+    own (the launcher's, its job's) are the namespace's: the job, pid N here, was compared with the
+    row whose parent is pid N of the host, and the lease ended at once."""
+    container = new_container(own_proc=False)
+    outside = start_sleeper(children).pid  # its parent: this test's process, os.getpid() on the host
+    path = machine(write_scenario, dev, "s.json", {outside: {"0": "6GiB"}})
+    env = {**env, "VRAM_LEASE_DIR": str(tmp_path / "leases")}
+    ready = tmp_path / "ready"
+    argv = ["nsenter", "--target", str(container.init), "--pid", "--mount", "--", sys.executable, "-c", NEXT_IS,
+            str(os.getpid()), "run", "--simulate", str(path), "--only", "0", "-q", "--", sys.executable, "-c", READY,
+            str(ready)]
+    run = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+    children.procs.append(run)
+    assert wait_for(lambda: ready.exists() and ready.read_text() or run.poll() is not None), "the job never started"
+    assert ready.exists(), run.stderr.read() if run.stderr else ""
+    assert int(ready.read_text()) == os.getpid()  # the job is numbered here as the listed process's parent there
+
+    picked = container.vram("pick", "--simulate", str(path), "--only", "0", env=env)
+    assert picked.rc == 1, picked.out
+    assert "GPU 0 is reserved by a vram run of root" in picked.err, picked.err
+    [lease] = leases(tmp_path / "leases")
+    assert lease["units"] == ["GPU-00000000-0000-4000-8000-000000000000"] and lease["job_pid"] == os.getpid()
+    # Nor are the launcher and the job looked up in that /proc, whose process of their number is another
+    # (one that started at boot made the lease a day old on a machine up for one).
+    assert lease["start_ticks"] is None and lease["job_start_ticks"] is None

@@ -68,7 +68,7 @@ from .settings import (
     SHARED_DIR,
     lease_timeout,
 )
-from .state import fulfilled, read_state
+from .state import fulfilled, proc_numbers_ours, read_state
 
 
 def lease_dir(env: Mapping[str, str] | None = None) -> LeaseDir:
@@ -81,4 +81,4 @@ __all__ = ["DEFAULT_TIMEOUT", "ENV_DIR", "ENV_TIMEOUT", "HOLD_PATIENCE", "LOCK_P
            "MAX_PER_OWNER", "MAX_SEQ", "MAX_UNIT_LOCKS", "MAX_UNIT_LOCKS_PER_OWNER", "RELOCKS", "SHARED_DIR",
            "HeldLease", "HeldTicket", "Lease", "LeaseConflict", "LeaseDir", "LeaseError", "LockedGpu", "State",
            "Ticket", "_held", "_unit_lock_name", "create_lease", "enqueue", "fulfilled", "lease_dir",
-           "lease_timeout", "leftovers", "program_name", "read_state"]
+           "lease_timeout", "leftovers", "proc_numbers_ours", "program_name", "read_state"]

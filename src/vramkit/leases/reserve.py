@@ -19,7 +19,7 @@ from .files import _remove, _write_json
 from .locking import LeaseDir
 from .model import Lease, program_name
 from .settings import MAX_LEASE
-from .state import read_state
+from .state import proc_numbers_ours, read_state
 
 
 class HeldLease:
@@ -38,7 +38,7 @@ class HeldLease:
     def set_job(self, pid: int) -> None:
         """The launched job: recorded as (pid, start ticks), read now, while it runs (its
         launcher has not reaped it), so that a reused pid is never taken for it."""
-        job = ProcessKey.of(pid)
+        job = ProcessKey.of(pid) if proc_numbers_ours() else None  # (else /proc/PID is another process)
         with self.dir.locked():
             self.lease.job_pid = pid
             self.lease.job_start_ticks = job.start_ticks if job is not None else None
@@ -85,7 +85,7 @@ def create_lease(d: LeaseDir, units: list[tuple[str, str]], kind: str, timeout: 
         holder = d.hold_unit(key)
         if holder is not None:
             raise LeaseError(_("{gpu} is reserved by {who}").format(gpu=labels[key], who=holder))
-    me = ProcessKey.of(os.getpid())
+    me = ProcessKey.of(os.getpid()) if proc_numbers_ours() else None  # (else /proc/PID is another process)
     expires = min(now + timeout, me.start_time + MAX_LEASE if me is not None else math.inf)
     if expires <= now:  # a lease counts at most MAX_LEASE from its holder's start (_holder_deadline)
         raise LeaseError(_("this process started more than 24 hours ago, and a lease lasts at most 24 hours from "

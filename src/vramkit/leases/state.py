@@ -21,9 +21,11 @@ from ..procs import (
     ProcessKey,
     boot_id,
     descends_from,
+    namespace_inode,
     pid_namespace,
     read_stat,
     sanitize,
+    shows_pids_of,
     start_time,
     user_name,
 )
@@ -237,7 +239,7 @@ def _holder_deadline(data: dict[str, Any], written: float) -> float:
     if boot is not None and this_boot is not None and boot != this_boot:
         return -math.inf  # written before this machine last booted: its holders are gone with that boot
     pidns = data.get("pidns")
-    if pidns is None or pidns != pid_namespace():
+    if pidns is None or pidns != pid_namespace() or not proc_numbers_ours():
         return math.inf
     if boot is None:
         return _legacy_holder_deadline(data, written)
@@ -291,6 +293,22 @@ def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -
                   created=min(float(created), st.st_mtime))
 
 
+_OURS: list[bool] = []  # proc_numbers_ours(), read once: a process's namespaces stay as they are
+
+
+def proc_numbers_ours() -> bool:
+    """Whether this /proc numbers processes as this process's PID namespace does, so that the pids
+    a lease records (its holder: os.getpid(); its job: the launcher's child) name those processes
+    in /proc, and the rows' pids here compare with them. Not where /proc is an outer namespace's
+    (a PID namespace made without remounting /proc: `unshare --pid --fork`), whose numbers the rows
+    carry: there a lease's holders are not looked up, and only its lock, its launcher or its time
+    end it. Unknown counts as yes (as before vram asked)."""
+    if not _OURS:
+        own = namespace_inode(pid_namespace())
+        _OURS.append(own is None or shows_pids_of(own))
+    return _OURS[0]
+
+
 def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:
     """Whether the lease's job now shows on the unit in NVML, which ends the reservation.
 
@@ -307,8 +325,8 @@ def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable
         before = {p for p in lease.baseline.get(key, []) if isinstance(p, int)}
         return any(p not in before for p in pids_on_unit if is_real(p))
     job = lease.job_pid or lease.pid
-    if lease.pidns is None:
-        return False  # whose namespace its pids are cannot be told
+    if lease.pidns is None or not proc_numbers_ours():
+        return False  # whose namespace its pids are cannot be told, or /proc numbers another's
     recorded = lease.job_key if lease.job_pid else lease.holder_key
     if recorded is not None and recorded.status() != ALIVE:
         return False  # that pid is another process's now (or free): nothing descends from the job
