@@ -98,9 +98,10 @@ def add_setup_options(p: argparse.ArgumentParser) -> dict[str, argparse._Argumen
                                                  "adamw-fp8",
                                                  "paged-adamw",
                                             "none"),
-                   default=None, help=N_("default adamw; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with "
-                   "--quant), its states in unified memory, outside torch's counters; none: a backward pass without "
-                   "an optimizer step"))
+                   default=None, help=N_("default adamw; adamw-8bit: bitsandbytes' AdamW8bit; adamw-4bit, adamw-fp8: "
+                   "torchao's AdamW4bit, AdamWFp8; paged-adamw: bitsandbytes' PagedAdamW (LitGPT's with --quant), its "
+                   "states in unified memory, outside torch's counters; none: a backward pass without an optimizer "
+                   "step"))
     g_step.add_argument("--grad-accum", metavar="N", default="1",
                         help=N_("gradient-accumulation steps (default %(default)s)"))
     g_step.add_argument("--checkpointing", action="store_true", help=N_("activation checkpointing of every layer"))
