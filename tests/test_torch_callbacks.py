@@ -5,9 +5,12 @@ out-of-memory error raised inside training is diagnosed and leaves no TorchFunct
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import sys
+from importlib.util import find_spec
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,14 +62,43 @@ def test_memory_metrics_on_cuda_read_and_reset_the_peaks(monkeypatch):
 
 # ---------------------------------------------------------------- HF Trainer
 
-try:
+# transformers' Trainer is imported by the tests that run one, not when the module is collected: its modules
+# take seconds of CPU, which every pytest worker paid on every run (make test-fast too, where these do not run)
+needs_hf = pytest.mark.skipif(find_spec("transformers") is None or find_spec("accelerate") is None,
+                              reason="needs transformers and accelerate (the trainers extra)")
+
+
+@functools.cache
+def _hf() -> SimpleNamespace:
+    """transformers, with the Trainer subclasses and the reporting callback these tests use."""
     import accelerate  # noqa: F401  (transformers' Trainer needs it)
     import transformers
-except ImportError:  # the trainers extra (pip install -e '.[trainers]')
-    transformers = None
-needs_hf = pytest.mark.skipif(transformers is None, reason="needs transformers and accelerate (the trainers extra)")
-Trainer = transformers.Trainer if transformers is not None else object
-TrainerCallback = transformers.TrainerCallback if transformers is not None else object
+
+    class SeesLogs(transformers.TrainerCallback):
+        """Stands in for TensorBoard / W&B: a reporting callback the Trainer calls before any user one."""
+
+        def __init__(self) -> None:
+            self.logs: list[dict] = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logs.append(dict(logs))
+
+    class KeepsLosses(transformers.Trainer):
+        """The classic leak, inside a Trainer: every step's loss tensor (and its graph) kept."""
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            loss = super().compute_loss(model, inputs, *args, **kwargs)
+            self.kept.append(loss)
+            return loss
+
+    class RunsOutOfMemory(transformers.Trainer):
+        def training_step(self, model, inputs, *args, **kwargs):
+            if self.state.global_step == 2:
+                raise torch.OutOfMemoryError(MESSAGE)
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    return SimpleNamespace(transformers=transformers, SeesLogs=SeesLogs, KeepsLosses=KeepsLosses,
+                           RunsOutOfMemory=RunsOutOfMemory)
 
 
 class _Tokens(torch.utils.data.Dataset):
@@ -78,25 +110,18 @@ class _Tokens(torch.utils.data.Dataset):
         return {"input_ids": torch.randint(0, 100, (8,), generator=g), "labels": torch.tensor(i % 2)}
 
 
-class _SeesLogs(TrainerCallback):
-    """Stands in for TensorBoard / W&B: a reporting callback the Trainer calls before any user one."""
-
-    def __init__(self) -> None:
-        self.logs: list[dict] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        self.logs.append(dict(logs))
-
-
-def _hf_trainer(tmp_path, trainer_class=None, steps: int = 6):
+def _hf_trainer(tmp_path, trainer_class: str | None = None, steps: int = 6):
+    """A tiny Trainer (transformers' own, or the subclass of _hf() named), with a reporting callback."""
+    hf = _hf()
+    transformers = hf.transformers
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=16)
     args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=steps, logging_steps=2,
                                           per_device_train_batch_size=4, report_to=[], use_cpu=True,
                                           save_strategy="no", disable_tqdm=True)
-    seen = _SeesLogs()
-    trainer = (trainer_class or transformers.Trainer)(
+    seen = hf.SeesLogs()
+    trainer = (getattr(hf, trainer_class) if trainer_class else transformers.Trainer)(
         model=transformers.BertForSequenceClassification(config), args=args, train_dataset=_Tokens(),
         callbacks=[seen])
     return trainer, seen
@@ -117,19 +142,10 @@ def test_hf_trainer_logs_memory_where_reporting_callbacks_see_it(tmp_path, vram_
     assert _records(vram_log, logging.WARNING) == []  # a clean run: nothing to say
 
 
-class _KeepsLosses(Trainer):
-    """The classic leak, inside a Trainer: every step's loss tensor (and its graph) kept."""
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        loss = super().compute_loss(model, inputs, *args, **kwargs)
-        self.kept.append(loss)
-        return loss
-
-
 @pytest.mark.slow
 @needs_hf
 def test_hf_trainer_reports_a_leak_through_logging(tmp_path, vram_log):
-    trainer, _ = _hf_trainer(tmp_path, _KeepsLosses, steps=8)
+    trainer, _ = _hf_trainer(tmp_path, "KeepsLosses", steps=8)
     trainer.kept = []
     callback = VramTrainerCallback().attach(trainer)
     trainer.train()
@@ -139,17 +155,10 @@ def test_hf_trainer_reports_a_leak_through_logging(tmp_path, vram_log):
     assert _get_current_function_mode_stack() == []
 
 
-class _RunsOutOfMemory(Trainer):
-    def training_step(self, model, inputs, *args, **kwargs):
-        if self.state.global_step == 2:
-            raise torch.OutOfMemoryError(MESSAGE)
-        return super().training_step(model, inputs, *args, **kwargs)
-
-
 @pytest.mark.slow
 @needs_hf
 def test_hf_trainer_oom_is_diagnosed_and_leaves_no_mode(tmp_path, vram_log):
-    trainer, _ = _hf_trainer(tmp_path, _RunsOutOfMemory)
+    trainer, _ = _hf_trainer(tmp_path, "RunsOutOfMemory")
     VramTrainerCallback().attach(trainer)
     with pytest.raises(torch.OutOfMemoryError) as caught:
         trainer.train()
@@ -162,7 +171,7 @@ def test_hf_trainer_oom_is_diagnosed_and_leaves_no_mode(tmp_path, vram_log):
 @pytest.mark.slow
 @needs_hf
 def test_hf_callback_passed_in_callbacks_diagnoses_an_oom_in_the_step_and_leaves_no_mode(tmp_path, vram_log):
-    trainer, _ = _hf_trainer(tmp_path, _RunsOutOfMemory)
+    trainer, _ = _hf_trainer(tmp_path, "RunsOutOfMemory")
     callback = VramTrainerCallback()  # not attached: Trainer(..., callbacks=[...]) as most people add it
     trainer.add_callback(callback)
     with pytest.raises(torch.OutOfMemoryError) as caught:
