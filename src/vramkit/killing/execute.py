@@ -18,6 +18,7 @@ from .model import (
     ENDING,
     EXITED,
     KILL_GRACE,
+    OTHER_NUMBERING,
     REFUSED,
     SETTLE,
     SIGNALLED,
@@ -98,6 +99,11 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                 t.status, t.seconds = EXITED, 0.0
                 t.notes.append(_("it had already exited"))
                 log("outcome", **_audit_target(t), signal=None, result=EXITED, reason="had already exited")
+                continue
+            if held == "namespace":
+                t.status, t.refusal = REFUSED, Refusal.of("unmapped", said(OTHER_NUMBERING))
+                log("refusal", **_audit_target(t), signal=sig.name, result=REFUSED, rule="unmapped",
+                    reason=t.refusal.reason)
                 continue
             if held == "identity":
                 t.status = REFUSED

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import procs
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
-from ..i18n import _
+from ..i18n import N_, _
 from ..procs.namespaces import orphaned as left_to_init
 from ..protect import Refusal
 
@@ -45,6 +45,12 @@ WOULD_SIGNAL, SIGNALLED, EXITED, STILL_RUNNING, REFUSED = (
 # Signals whose purpose is to end the process: after them vram waits and reports who is left.
 ENDING = frozenset({_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGKILL})
 KILL_GRACE = 5.0  # seconds to wait for an exit after SIGKILL (a process in the driver can take a moment)
+# Why a process read in this /proc is refused where /proc is an outer PID namespace's
+# (procs.namespaces.proc_numbers_ours): the pid it shows there names another process for a signal.
+OTHER_NUMBERING = N_("this /proc is an outer PID namespace's (vram's own namespace has no /proc of its own "
+                     "mounted), while a signal goes by the pids of vram's namespace, where this pid is another "
+                     "process or none: run vram kill where /proc is the namespace's own (unshare --mount-proc), "
+                     "or on the host")
 SETTLE = 2.0  # seconds to re-sample NVML while it still lists processes that exited
 
 

@@ -14,11 +14,12 @@ from ..gpu_state import GpuProcess, Snapshot
 from ..i18n import N_, _, join_words, ngettext
 from ..idle import busy_percent
 from ..machine import Machine
+from ..procs.namespaces import proc_numbers_ours
 from ..protect import Protection, Refusal, load, said
 from ..units import format_size
 from ..vendor_terms import lister
 from .idle import select_idle
-from .model import REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target
+from .model import OTHER_NUMBERING, REFUSED, WOULD_SIGNAL, Caller, Criteria, KillRequestError, Plan, Progress, Target
 from .rules import check
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ def _from_gpu_process(p: GpuProcess, trusted: bool) -> Target:
 
 def _fill_identity(t: Target) -> None:
     """Read t's identity from /proc now, if it is still the process that was listed."""
+    if not proc_numbers_ours():  # /proc's pid N is not the process a signal to N reaches
+        t.unmapped = OTHER_NUMBERING
+        return
     now = procs.identity(t.pid)
     if now is None:
         t.unmapped = procs.NOT_VISIBLE
@@ -184,7 +188,9 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
     if t is None:
         t = _plain_target(pid, table)
         held = next((h for h in (holder_scan.holders if holder_scan else []) if h.pid == pid), None)
-        if held is not None:
+        if t.unmapped:
+            pass  # refused by the rules as unmapped: what /proc says of the pid is not about this one
+        elif held is not None:
             t.devices = held.devices
             who = lister(g.vendor for g in snap.gpus if g.index in held.gpus)
             t.refusal = Refusal.of("not-gpu", said(

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..procs.namespaces import proc_numbers_ours
 from . import directory as _directory
 from .errors import LeaseConflict, LeaseError
 from .files import _held
@@ -68,7 +69,7 @@ from .settings import (
     SHARED_DIR,
     lease_timeout,
 )
-from .state import fulfilled, proc_numbers_ours, read_state
+from .state import fulfilled, read_state
 
 
 def lease_dir(env: Mapping[str, str] | None = None) -> LeaseDir:

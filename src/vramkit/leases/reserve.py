@@ -14,12 +14,13 @@ from dataclasses import asdict
 
 from ..i18n import _
 from ..procs import ProcessKey, boot_id, pid_namespace, user_name
+from ..procs.namespaces import proc_numbers_ours
 from .errors import LeaseConflict, LeaseError
 from .files import _remove, _write_json
 from .locking import LeaseDir
 from .model import Lease, program_name
 from .settings import MAX_LEASE
-from .state import proc_numbers_ours, read_state
+from .state import read_state
 
 
 class HeldLease:

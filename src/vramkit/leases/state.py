@@ -21,14 +21,13 @@ from ..procs import (
     ProcessKey,
     boot_id,
     descends_from,
-    namespace_inode,
     pid_namespace,
     read_stat,
     sanitize,
-    shows_pids_of,
     start_time,
     user_name,
 )
+from ..procs.namespaces import proc_numbers_ours
 from .files import _held, _Junk, _read_json, _remove
 from .locking import LeaseDir
 from .model import Lease, LockedGpu, State, Ticket
@@ -291,22 +290,6 @@ def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -
         raise _Junk(_("created is not a finite number"))
     return Ticket(seq=seq, pid=pid, user=sanitize(user_name(st.st_uid)), policy={**policy, "uid": st.st_uid},
                   created=min(float(created), st.st_mtime))
-
-
-_OURS: list[bool] = []  # proc_numbers_ours(), read once: a process's namespaces stay as they are
-
-
-def proc_numbers_ours() -> bool:
-    """Whether this /proc numbers processes as this process's PID namespace does, so that the pids
-    a lease records (its holder: os.getpid(); its job: the launcher's child) name those processes
-    in /proc, and the rows' pids here compare with them. Not where /proc is an outer namespace's
-    (a PID namespace made without remounting /proc: `unshare --pid --fork`), whose numbers the rows
-    carry: there a lease's holders are not looked up, and only its lock, its launcher or its time
-    end it. Unknown counts as yes (as before vram asked)."""
-    if not _OURS:
-        own = namespace_inode(pid_namespace())
-        _OURS.append(own is None or shows_pids_of(own))
-    return _OURS[0]
 
 
 def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:

@@ -98,6 +98,22 @@ def shows_pids_of(namespace: int) -> bool:
     return in_pid_namespace(namespace) is not False
 
 
+_OURS: list[bool] = []  # proc_numbers_ours(), read once: a process's namespaces stay as they are
+
+
+def proc_numbers_ours() -> bool:
+    """Whether this /proc numbers processes as this process's PID namespace does, so that a pid
+    read there is the pid a signal (os.kill, pidfd_open) or os.getpid() uses. Not where /proc is an
+    outer namespace's (a PID namespace made without remounting /proc: `unshare --pid --fork`): its
+    pid N is another process, or none, for a signal sent from here; a lease's holders are not
+    looked up there, and vram kill refuses what it reads there. Unknown counts as yes (as before
+    vram asked)."""
+    if not _OURS:
+        own = namespace_inode(pid_namespace())
+        _OURS.append(own is None or shows_pids_of(own))
+    return _OURS[0]
+
+
 _PROC_IS_HOSTS: list[bool] = []  # whether this /proc's pid 1 is the host's init, read once
 
 

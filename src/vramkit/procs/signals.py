@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from .identities import Identity, gone, identity
+from .namespaces import proc_numbers_ours
 
 
 class Pinned:
@@ -49,7 +50,9 @@ class Pinned:
 
 def pin(pid: int, start_ticks: int) -> Pinned | str:
     """Hold (pid, start_ticks) for signalling, or say why not: 'exited' (no such pid, or it is
-    defunct) or 'identity' (the pid now belongs to another process)."""
+    defunct), 'identity' (the pid now belongs to another process) or 'namespace' (this /proc
+    numbers processes as another PID namespace does: its /proc/PID, whose start ticks were
+    checked, is not the process a signal to PID reaches)."""
     fd = None
     try:
         fd = os.pidfd_open(pid)
@@ -58,6 +61,17 @@ def pin(pid: int, start_ticks: int) -> Pinned | str:
     except (AttributeError, OSError) as e:  # no pidfd_open in this kernel or Python
         if isinstance(e, OSError) and e.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
             raise
+    # The pidfd holds the process `pid` names in vram's PID namespace; /proc/PID is the one this
+    # /proc numbers PID. They are one process only where the two number alike: the kernel says
+    # which pid this /proc gives the pidfd's process, else (no pidfd, or a kernel that does not say)
+    # the namespaces are compared. Never signal on doubt.
+    seen = None if fd is None else pidfd_pid(fd)
+    if seen == -1:
+        _close(fd)
+        return "exited"
+    if seen != pid and (seen is not None or not proc_numbers_ours()):
+        _close(fd)
+        return "namespace"
     # Read the identity after opening the pidfd: if it still matches, the pidfd holds the
     # process recorded at selection (a pid is only reused after that process is gone).
     now = identity(pid)
@@ -68,6 +82,25 @@ def pin(pid: int, start_ticks: int) -> Pinned | str:
         _close(fd)
         return "identity"
     return Pinned(pid, start_ticks, fd, now)
+
+
+def pidfd_pid(fd: int) -> int | None:
+    """The pid this /proc gives the process pidfd `fd` holds, from the `Pid:` line of
+    /proc/self/fdinfo/FD (the kernel prints it in the numbering of the /proc it is read through: 0
+    where that namespace has no pid for it, -1 once it has exited); None where there is no such
+    line (older kernels print none) or it cannot be read."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            text = f.read(4096)  # a few short lines: bounded all the same
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(b"Pid:"):
+            try:
+                return int(line[4:])
+            except ValueError:
+                return None
+    return None
 
 
 def _close(fd: int | None) -> None:
