@@ -148,24 +148,6 @@ def test_a_static_cache_agrees_with_transformers_static_cache_traced(tmp_path: P
     assert static_kv == _terms(analytic)["KV cache"]
 
 
-def test_activation_offloading_keeps_the_stash_on_the_gpu():
-    """torchtune's OffloadActivations keeps each offloaded tensor's GPU copy in its fwd_stash until 5 later ones
-    were saved (max_fwd_stash_size): with checkpointing, the last 5 layer inputs at the forward's end; in backward a
-    tensor brought back lives until the next autograd node has run: 2 layer inputs."""
-    spec = resolve("llama-3-8b")
-    plain = estimate(spec, seq=2048, precision="bf16-pure", checkpointing=True)
-    offloaded = estimate(spec, seq=2048, precision="bf16-pure", checkpointing=True, offload_activations=True)
-    layer_input = 2048 * spec.hidden * 2
-    outside = _terms(plain)["activations"] - spec.layers * layer_input
-    term = next(t for t in offloaded.terms if t.name == "activations")
-    assert "pinned CPU memory" in term.formula
-    assert term.bytes == 5 * layer_input + outside
-    assert term.at("backward start") == 2 * layer_input + outside and term.at("recompute") == 2 * layer_input
-    assert offloaded.moments["forward end"] - plain.moments["forward end"] == term.bytes - _terms(plain)["activations"]
-    with pytest.raises(EstimateError, match="not under DeepSpeed ZeRO or FSDP"):
-        estimate(spec, offload_activations=True, zero=3, gpus=8)
-
-
 def test_torch_compile_is_said_as_a_bound():
     r = run_vram("estimate", "gpt2", "--compile")
     assert r.rc == 0 and "torch.compile (not modelled: a bound)" in r.out.splitlines()[1]

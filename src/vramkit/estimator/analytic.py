@@ -871,20 +871,20 @@ def _step_terms(spec: ModelSpec, setup: Setup, p: Params, dt: Dtypes, seq: int, 
     sizes = {"recompute": int(a_total) - outside}
     if setup.offload_activations:
         # torchtune's OffloadActivations (training/_activation_offloading.py, saved_tensors_hooks): each saved tensor
-        # of 1 KiB or more is copied to pinned CPU memory as the forward saves it; on its own stream the GPU copy
-        # stays in fwd_stash until max_fwd_stash_size (5) later ones were saved, so the last 5 stay to the forward's
-        # end; in backward a tensor brought back is freed once the next autograd node runs (two nodes' at a time).
-        # With checkpointing the saved tensors are the layer inputs; without, 2 layers' stand in for the tensors in
-        # flight (an upper bound: the stash holds tensors, not layers)
-        per_layer = acts.ckpt_layer if setup.checkpointing else max(acts.layer, acts.dec_layer)
-        in_forward = min(n_enc + n_dec, 5) if setup.checkpointing else 2
-        on_gpu = min(int(a_total), in_forward * per_layer + outside)
-        act_f = _("activation offloading: {forward} layers' saved tensors in flight at the forward's end ({forward} × "
-                  "{each}), 2 in backward, + outside the layers {outside} on the GPU; the other {rest} in pinned CPU "
-                  "memory").format(forward=in_forward, each=fmt(per_layer), outside=fmt(outside),
-                                   rest=fmt(int(a_total) - on_gpu))
-        sizes = {"backward start": min(int(a_total), 2 * per_layer + outside), "recompute": min(int(a_total) - outside,
-                                                                                              2 * per_layer)}
+        # of 1 KiB or more is copied to pinned CPU memory as the forward saves it; its GPU copy stays in fwd_stash
+        # until 5 later tensors were saved (max_fwd_stash_size, counted in saved tensors, parameters included), so
+        # the final norm's saved tensors push the last layer's out: at the forward's end only what is saved outside
+        # the layers is on the GPU. In backward a tensor brought back is freed once the next autograd node has run:
+        # with checkpointing, one layer input beside its recompute; without, two nodes' saved tensors, bounded by
+        # the layer's two largest (traced: tests/test_estimate_offload_trace.py)
+        largest = sorted((v for _n, v in acts.layer_terms), reverse=True)[:2]
+        in_flight = acts.ckpt_layer if setup.checkpointing else sum(largest)
+        on_gpu = min(int(a_total), outside)
+        act_f = _("activation offloading: outside the layers {outside} on the GPU at the forward's end; in "
+                  "backward {each} brought back at a time; the other {rest} in pinned CPU memory").format(
+            outside=fmt(outside), each=fmt(in_flight), rest=fmt(int(a_total) - on_gpu))
+        sizes = ({"backward start": on_gpu, "recompute": min(int(a_total) - outside, in_flight)}
+                 if setup.checkpointing else {"backward start": min(int(a_total), outside + in_flight)})
         a_total = on_gpu
     # saved from the forward until backward uses them; those outside the layers (the head's, the final norm's) are
     # used and freed before the first checkpointed layer is recomputed
