@@ -65,6 +65,10 @@ def test_unknown_pid_says_so_and_exits_1(recorded):
     (("-5",), "PID"),
     (("99999999999999999999",), "not a process id"),
     (("1", "--rows", "0"), "--rows: must be 1 to 1000"),
+    # A host pid names its flag (it said "PID: not a process id").
+    (("--host-pid", "-1"), "--host-pid: not a host process id: '-1'"),
+    (("--host-pid", "0"), "--host-pid: not a host process id: '0'"),
+    (("abc", "--host-pid"), "--host-pid: not a host process id: 'abc'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(recorded, args, needle):
     assert_one_line_error(run_vram("life", *args, "--db", str(recorded)), 2, needle)

@@ -55,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
 
     text = str(args.pid).strip()
     if not text.isdigit() or len(text) > 10 or not 0 < int(text) < 2**31:
-        shown = text if len(text) <= 20 else text[:17] + "..."
-        raise UsageError(_("PID: not a process id: {text}").format(text=repr(shown)))
+        shown = repr(text if len(text) <= 20 else text[:17] + "...")
+        if args.host_pid:  # the flag that says what PID is names the error
+            raise UsageError(_("--host-pid: not a host process id: {text}").format(text=shown))
+        raise UsageError(_("PID: not a process id: {text}").format(text=shown))
     if not 1 <= args.rows <= 1000:
         raise UsageError(_("--rows: must be 1 to 1000, got {value}").format(value=args.rows))
     pid = int(text)
