@@ -160,7 +160,10 @@ def growth(history: History, index: int, th: Thresholds) -> tuple[float, float] 
 
 
 def _who(p: GpuProcess) -> str:
-    # said inside the sentences below
+    # said inside the sentences below; inside a container a row no process here could be told to be
+    # is named by its host pid as that (the same number here may be another process)
+    if p.pid_here is None:
+        return _("host pid {pid}, of another PID namespace").format(pid=p.nvml_pid)
     return _("pid {pid} ({user})").format(pid=p.pid, user=p.user) if p.user else _("pid {pid}").format(pid=p.pid)
 
 
@@ -198,12 +201,12 @@ def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
                 out.append(Alert("defunct", "warning",
                                  _("{who} is defunct and still holds {size} on GPU {index}").format(
                                      who=_who(p), size=format_size(p.memory), index=dev.index),
-                                 gpu=dev.index, pid=p.pid))
+                                 gpu=dev.index, pid=p.pid_here))
             elif idle is not None and idle >= th.idle_after and (p.memory or 0) >= th.idle_min_memory:
                 out.append(Alert("idle_holder", "warning",
                                  _("{who} holds {size} on GPU {index}, idle for {idle}+").format(
                                      who=_who(p), size=format_size(p.memory), index=dev.index,
-                                     idle=format_duration(idle)), gpu=dev.index, pid=p.pid))
+                                     idle=format_duration(idle)), gpu=dev.index, pid=p.pid_here))
     order = {"critical": 0, "warning": 1}
     out.sort(key=lambda a: (order[a.severity], a.gpu if a.gpu is not None else -1))
     return out

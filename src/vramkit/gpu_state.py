@@ -106,6 +106,14 @@ class GpuProcess:
         return None if self.nvml_pid is not None and self.host_missing is not None else self.pid
 
     @property
+    def pid_key(self) -> int | tuple[str, int | None]:
+        """Which process this row is, to group, count or compare the rows of one snapshot: its pid
+        here, or ("host", NVML's pid) for a row no pid here could be told to be (that host pid may
+        be the number of another process here)."""
+        here = self.pid_here
+        return here if here is not None else ("host", self.nvml_pid)
+
+    @property
     def key(self) -> tuple[int, int | None]:
         """(pid, start ticks): one process, even after its pid is reused. A process whose host
         side is unknown, or a simulated one, has no ticks: its pid alone."""

@@ -360,11 +360,13 @@ def _order(snap: Snapshot, vis: Visible) -> list[Finding]:
 
 
 def _crowded(snap: Snapshot) -> list[Finding]:
-    """Several jobs on GPU 0 while other GPUs sit empty: nobody set CUDA_VISIBLE_DEVICES."""
+    """Several jobs on GPU 0 while other GPUs sit empty: nobody set CUDA_VISIBLE_DEVICES. Inside a
+    container a row with no pid here is left out: its host pid may be the number of a process here."""
     by_pid: dict[int, set[int]] = {}
     for p in snap.processes:
-        by_pid.setdefault(p.pid, set()).add(p.gpu)
-    on_zero_only = [p for p in snap.processes if p.gpu == 0 and by_pid[p.pid] == {0}]
+        if p.pid_here is not None:
+            by_pid.setdefault(p.pid_here, set()).add(p.gpu)
+    on_zero_only = [p for p in snap.processes if p.gpu == 0 and p.pid_here is not None and by_pid[p.pid_here] == {0}]
     empty = [g.index for g in snap.gpus if g.index != 0 and not g.processes and not g.lost]
     if len(on_zero_only) < 2 or not empty:
         return []
@@ -384,12 +386,13 @@ def _dataparallel(snap: Snapshot, usable: set[int]) -> list[Finding]:
     Like is compared with like: on a machine with 80 GB and 48 GB cards a job that fills each
     card holds more on the big ones by design, so the first GPU is compared with the process's
     other GPUs of the same model and size when it has any (with all of them when it has none),
-    and only the GPUs that hold markedly less than the first are named."""
+    and only the GPUs that hold markedly less than the first are named. Inside a container a row
+    with no pid here is left out: its host pid may be the number of another process here."""
     kinds = {g.index: (g.name, g.memory_total) for g in snap.gpus}
     per_pid: dict[int, list[GpuProcess]] = {}
     for p in snap.processes:
-        if p.memory:
-            per_pid.setdefault(p.pid, []).append(p)
+        if p.memory and p.pid_here is not None:
+            per_pid.setdefault(p.pid_here, []).append(p)
     out = []
     for pid, rows in per_pid.items():
         if len(rows) < 2 or not usable & {r.gpu for r in rows}:

@@ -300,7 +300,7 @@ def _settle(machine: Machine | Collector, plan: Plan) -> Snapshot:
     deadline = time.monotonic() + SETTLE
     while True:
         snap = machine.snapshot()
-        if not exited & {p.pid for p in snap.processes} or time.monotonic() >= deadline:
+        if not exited & {p.pid_key for p in snap.processes} or time.monotonic() >= deadline:
             return snap
         time.sleep(0.2)
 

@@ -29,7 +29,7 @@ def select_idle(source: Collector, snap: Snapshot, targets: list[Target], second
 
     def idle_for(t: Target, now: Snapshot) -> float | None:
         """How long t has been idle on every GPU it uses; None when it is not idle now."""
-        rows = {p.gpu: p for p in now.processes if p.pid == t.pid and p.key == (t.pid, t.start_ticks)}
+        rows = {p.gpu: p for p in now.processes if p.pid_here == t.pid and p.key == (t.pid, t.start_ticks)}
         util = {g.index: g.utilization for g in now.gpus}
         if not t.all_gpus or t.memory == 0:
             return None

@@ -115,6 +115,7 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
         targets = [_named(pid, by_pid, holder_scan, table, snap, nodes) for pid in dict.fromkeys(criteria.pids)]
     else:
         targets = list(by_pid.values())
+        notes.extend(_held_outside(snap, criteria))
     notes.extend(protection.notes)
     targets = _narrow_by_criteria(targets, criteria, caller, notes, snap)
     if criteria.idle is not None:
@@ -126,6 +127,21 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
         notes.extend(holder_scan.notes)
     return Plan(snapshot=snap, criteria=criteria, targets=targets, caller=caller, holder_scan=holder_scan,
                 notes=notes)
+
+
+def _held_outside(snap: Snapshot, criteria: Criteria) -> list[str]:
+    """Inside a container: what NVML lists on the GPUs asked for under host pids that no process
+    here holds open. No target stands for it and only the host can free it: said, as ps and doctor
+    say it, rather than a bare "no process matches"."""
+    gpus = None if criteria.gpus is None else set(criteria.gpus)
+    outside = [p for p in snap.processes
+               if p.pid_here is None and not p.holders_here and (gpus is None or p.gpu in gpus)]
+    if not outside:
+        return []
+    from ..pidmap import summary
+
+    return [*summary(outside), _("vram kill cannot signal a process outside this container: only the host can free "
+                                 "that memory (vram ps there names its processes)")]
 
 
 def _gather(source: Collector, snap: Snapshot, criteria: Criteria,

@@ -205,8 +205,9 @@ def _summary(snap: Snapshot, style: Style) -> str:
     total_used = sum(g.memory_used or 0 for g in snap.gpus)
     total = sum(g.memory_total or 0 for g in snap.gpus)
     lost = sum(1 for g in snap.gpus if g.lost)
-    # A process on four GPUs is one process (snap.processes has a row per process and GPU).
-    pids = len({p.pid for p in snap.processes})
+    # A process on four GPUs is one process (snap.processes has a row per process and GPU); inside a
+    # container a host pid no process here could be told to be is not the process here of that number.
+    pids = len({p.pid_key for p in snap.processes})
     summary = ngettext("total {used} of {total} used by {n} process", "total {used} of {total} used by {n} processes",
                        pids).format(used=format_size(total_used), total=format_size(total), n=pids)
     unknown = sum(1 for g in snap.gpus if processes_unknown(g) is not None)
