@@ -28,6 +28,8 @@ signals.pidfd_pid = lambda fd: None
 out.append(signals.pin(pid, ticks))
 del os.pidfd_open
 out.append(signals.pin(pid, ticks))
+lone = int(sys.argv[2])  # a holder whose number in that /proc no process of the namespace has
+out.append(signals.pin(lone, identity(lone).start_ticks))
 print(*[o if isinstance(o, str) else "pinned" for o in out])
 """
 
@@ -59,13 +61,15 @@ def test_a_holder_read_in_an_outer_proc_is_refused_not_its_namesake_signalled(ne
 def test_pin_refuses_a_pid_this_proc_numbers_as_another_namespace(new_container, dev, env):
     container = new_container(own_proc=False)
     holder, holder_host = container.start(dev / "nvidia1")
+    lone, lone_host = container.start(dev / "nvidia0")
     decoy, decoy_host = container.start(at=holder_host)
 
     inside = subprocess.run(["nsenter", "--target", str(container.init), "--pid", "--mount", "--", sys.executable,
-                             "-c", PIN, str(holder_host)], capture_output=True, text=True, env=env, timeout=60)
+                             "-c", PIN, str(holder_host), str(lone_host)], capture_output=True, text=True, env=env,
+                            timeout=60)
     assert inside.returncode == 0, inside.stderr
-    assert inside.stdout.split() == ["namespace", "namespace", "namespace"], inside.stdout
-    assert Path(f"/proc/{holder_host}").exists() and Path(f"/proc/{decoy_host}").exists()
+    assert inside.stdout.split() == ["namespace"] * 4, inside.stdout  # the old code pinned the first three
+    assert all(Path(f"/proc/{pid}").exists() for pid in (holder_host, decoy_host, lone_host))
 
     # where /proc numbers as this process does (the host, here) the same holder is pinned
     from vramkit.procs.signals import pidfd_pid

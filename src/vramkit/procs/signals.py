@@ -56,8 +56,8 @@ def pin(pid: int, start_ticks: int) -> Pinned | str:
     fd = None
     try:
         fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return "exited"
+    except ProcessLookupError:  # no such pid in vram's namespace: exited, where /proc numbers as it does
+        return "exited" if proc_numbers_ours() else "namespace"
     except (AttributeError, OSError) as e:  # no pidfd_open in this kernel or Python
         if isinstance(e, OSError) and e.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
             raise
