@@ -1,7 +1,8 @@
 """The estimate against the bytes torchao and bitsandbytes themselves allocate, counted from their tensors' storages
 on the CPU: the low-bit AdamW states after a real step of the reference llama (torchao 0.18's AdamW4bit, AdamWFp8
 and AdamW8bit, bitsandbytes 0.50.2's AdamW8bit), and the weights after torchao's quantize_ with a weight-only config
-(0.18's Int8Tensor and Float8Tensor, 0.15's AffineQuantizedTensor for int8). The default suite holds the estimate to
+(0.18's Int8Tensor and Float8Tensor, 0.15's AffineQuantizedTensor for int8; 0.18's Int4Tensor on the
+meta device). The default suite holds the estimate to
 the bytes so measured (below, with the setups that measured them); with torchao and bitsandbytes importable the
 slow tests measure them again (docs/estimation.md, "Settings of the current stack": a venv beside .venv)."""
 
@@ -34,7 +35,9 @@ MEASURED_STATES = {
 MEASURED_TORCHAO_8BIT = {"bf16-pure": 5_063_168, "fp32": 5_068_288}
 # every parameter and buffer of the quantized bf16 model: (quant, torchao) -> bytes
 MEASURED_WEIGHTS = {("int8-wo", "0.18"): 36_303_872, ("fp8-wo", "0.18"): 36_280_320,
-                    ("int8-wo", "0.15"): 36_421_632, ("fp8-wo", "0.15"): 36_280_320}
+                    ("int8-wo", "0.15"): 36_421_632, ("fp8-wo", "0.15"): 36_280_320,
+                    # Int4WeightOnlyConfig()'s default, Int4Tensor's plain packing: quantized on the meta device
+                    ("int4-wo", "0.18"): 23_160_832}
 
 
 def _spec(cfg: dict[str, Any]) -> Any:
@@ -70,8 +73,9 @@ def test_torchaos_own_8bit_adamw_is_within_one_percent_of_the_estimate():
 @pytest.mark.parametrize("quant, torchao", list(MEASURED_WEIGHTS))
 def test_weight_only_weights_are_torchaos_bytes(quant: str, torchao: str):
     """int8: one byte a weight with (0.18) an fp32 scale and an int8 zero point per output row, (before 0.18) a
-    16-bit scale and an int64 zero point; float8: one byte with an fp32 scale per row; the output layer quantized
-    too, the embeddings and norms 16-bit."""
+    16-bit scale and an int64 zero point; float8: one byte with an fp32 scale per row; int4: two values a byte
+    with a 16-bit scale and zero point per group of 128 inputs; the output layer quantized too, the embeddings and
+    norms 16-bit."""
     e = estimate(_spec(WO_LLAMA), **INFER, quant=quant, stack=f"torchao={torchao}")
     assert e.breakdown["weights"] == MEASURED_WEIGHTS[quant, torchao]
 
@@ -157,3 +161,34 @@ def test_torchao_quantizes_to_what_was_measured(quant: str):
     seen: set[int] = set()
     got = sum(_storage_bytes(t, seen) for t in [*net.parameters(), *net.buffers()])
     assert got == MEASURED_WEIGHTS[quant, version]
+
+
+@pytest.mark.slow
+def test_torchaos_default_int4_packs_what_was_measured():
+    """Int4WeightOnlyConfig()'s default (Int4Tensor.from_hp, plain packing) on the reference llama built on the meta
+    device: mslk's int4_row_quantize_zp and pack_int4 are torch code that runs there; mslk's kernels are CUDA only,
+    so it is imported as Python alone (MSLK_PYTHON_ONLY=1, triton importable: docs/estimation.md)."""
+    torch = pytest.importorskip("torch")
+    torchao = pytest.importorskip("torchao")
+    import importlib
+
+    from torchao.quantization import Int4WeightOnlyConfig, quantize_
+
+    from vramkit.estimator.trace import ReferenceRun
+
+    version = ".".join(torchao.__version__.split(".")[:2])
+    if ("int4-wo", version) not in MEASURED_WEIGHTS:
+        pytest.skip(f"torchao {version} was not measured")
+    if importlib.import_module("torchao.quantization.quantize_.workflows.int4.int4_tensor").pack_int4 is None:
+        pytest.skip("torchao's Int4Tensor needs mslk (MSLK_PYTHON_ONLY=1 and triton importable on a CPU)")
+    run = ReferenceRun.plan(_spec(WO_LLAMA), **INFER)
+    with torch.device("meta"):
+        net, _unused = run.build()
+    quantize_(net, Int4WeightOnlyConfig())
+
+    def numel_bytes(t: Any) -> int:  # meta tensors have no storage to tell apart: none is shared here
+        if hasattr(t, "__tensor_flatten__"):
+            return sum(numel_bytes(getattr(t, name)) for name in t.__tensor_flatten__()[0])
+        return int(t.numel() * t.element_size())
+
+    assert sum(numel_bytes(t) for t in [*net.parameters(), *net.buffers()]) == MEASURED_WEIGHTS["int4-wo", version]
