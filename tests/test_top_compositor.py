@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from vramkit.machine import open_machine
 from vramkit.tui.app import TopApp
-from vramkit.tui.compositor import BandedCompositor, bands
+from vramkit.tui.compositor import CullingCompositor
 
 
 def _demo() -> tuple[TopApp, object]:
@@ -72,28 +72,21 @@ def test_the_terminal_gets_what_textual_would_send(sim_env):
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             compositor = app.screen._compositor
-            assert isinstance(compositor, BandedCompositor)
-            for name in ("banded", "textual"):
+            assert isinstance(compositor, CullingCompositor)
+            for name in ("culled", "textual"):
                 if name == "textual":
                     compositor.__class__ = Compositor  # Textual's own, on the same widgets
                 try:
                     compositor._dirty_regions.update(_changes(app))
                     update = compositor.render_update()
                 finally:
-                    compositor.__class__ = BandedCompositor
+                    compositor.__class__ = CullingCompositor
                 assert update is not None
                 sent[name] = update.render_segments(app.console)
     try:
         asyncio.run(main())
     finally:
         machine.close()
-    assert sent["banded"] == sent["textual"]
-    assert "SIMULATED" in sent["banded"]  # the banner's line, and more than it
-    assert len(sent["banded"]) > 200
-
-
-def test_bands_join_regions_whose_lines_overlap_or_touch():
-    top, touching, far = Region(0, 0, 10, 2), Region(5, 2, 10, 1), Region(0, 30, 80, 1)
-    inside = Region(3, 30, 2, 1)
-    assert bands([far, top, inside, touching]) == [[top, touching], [far, inside]]
-    assert bands([]) == []
+    assert sent["culled"] == sent["textual"]
+    assert "SIMULATED" in sent["culled"]  # the banner's line, and more than it
+    assert len(sent["culled"]) > 200

@@ -526,7 +526,7 @@ class TopApp(App[None]):
 
     # ------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen[Any]:
-        return TopScreen(id="_default")  # Textual's, drawing the bands of a refresh's changes apart
+        return TopScreen(id="_default")  # Textual's, drawing for a refresh only the widgets under its changes
 
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
