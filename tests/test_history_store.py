@@ -177,6 +177,29 @@ def test_the_size_bound_drops_the_oldest_rows_first(stepped, tmp_path):
     assert (tmp_path / "h.db").stat().st_size <= bound + 64 * 1024
 
 
+def test_a_rollup_step_that_fails_is_said_once_and_the_others_still_run(stepped, tmp_path):
+    """A step of retention that fails (a trigger refuses 15-minute rows) is said once as the
+    rollup's failure, not as samples lost; raw rows still go into minutes; once it works again,
+    that is said too."""
+    said: list[str] = []
+    store = Store.open(tmp_path / "h.db", write=True)
+    store.conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON gpu_rollup WHEN new.tier = 900 "
+                       "BEGIN SELECT RAISE(ABORT, 'no quarters here'); END")
+    recorder = Recorder(store, 60.0, retention=Retention(raw=3600, minute=3600, quarter=1e9), say=said.append)
+    machine = stepped()
+    record(recorder, machine, 4 * 60, 60.0)
+    assert len(said) == 1 and "no quarters here" in said[0], said
+    assert "the history could not be rolled up; samples are still recorded" in said[0]
+    assert recorder.dropped == 0
+    newest, oldest = store.conn.execute("SELECT max(t), min(t) FROM samples").fetchone()
+    assert oldest >= newest - 3600 - 300 - 60  # raw rows past their hour went into minutes all the same
+    store.conn.execute("DROP TRIGGER refuse")
+    record(recorder, machine, 10, 60.0)
+    assert said[1:] == ["the history is rolled up again"]
+    assert store.conn.execute("SELECT count(*) FROM gpu_rollup WHERE tier = 900").fetchone()[0]
+    store.close()
+
+
 # ------------------------------------------------------------------ 6. clock jumps, a lost GPU, the driver
 
 def test_wall_clock_jumps_neither_inflate_time_nor_split_jobs(stepped, tmp_path):

@@ -618,3 +618,76 @@ def test_a_real_process_is_one_life_across_kills(tmp_path, children, write_scena
         store.close()
     assert len(lives) == 1 and lives[0][0] == worker.pid and lives[0][1] is not None, lives
     assert lives[0][2] == pytest.approx(held, rel=1e-9)
+
+
+# ------------------------------------------------------------------ 8. rollups that fail, a change of zone
+
+def _held_and_rows(db: Path) -> tuple[dict[tuple[int, int], tuple[float, float]], dict[tuple[int, int], tuple]]:
+    """Per life and GPU, a report's seconds and byte-seconds (query.held: the hour and day sums
+    where it may) and the same summed over every row of every tier."""
+    store = Store.open(db)
+    try:
+        held = {(h.job, h.gpu): (h.seconds, h.memory_byte_seconds) for h in query.held(store, 0, 2 * EPOCH)}
+        rows = {(job, gpu): (s, mbs) for job, gpu, s, mbs in store.conn.execute(
+            "SELECT job, gpu, SUM(seconds), SUM(memory * seconds) FROM proc_time GROUP BY job, gpu")}
+    finally:
+        store.close()
+    return held, rows
+
+
+def test_a_change_of_zone_keeps_the_rollups_going(tmp_path):
+    """Berlin's 29 March 2026 is 23 hours from 28 March 23:00 UTC, Lagos's 24 from the same
+    instant: a recorder restarted in Lagos failed every rollup ("UNIQUE constraint failed:
+    local_days.t: samples are not being recorded"), kept raw samples past retention and grew."""
+    db = tmp_path / "history.db"
+    runs = (("Europe/Berlin", 1774742400, 271), ("Africa/Lagos", 1774742400 + 271 * 300, 300))
+    for zone, epoch, samples in runs:
+        result = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "5m", "--samples",
+                          str(samples), "--quiet", env=clean_env(TZ=zone, VRAM_SIM_CLOCK="stepped", VRAM_SIM_TIME="0",
+                                                      VRAM_SIM_EPOCH=str(epoch)))
+        assert result.rc == 0 and result.err == "", result.err
+    with sqlite3.connect(db) as c:
+        newest, oldest, ids = c.execute("SELECT max(t), min(t), max(id) FROM samples").fetchone()
+        summed = int(c.execute("SELECT value FROM meta WHERE key = 'hour_sample'").fetchone()[0])
+        minutes = c.execute("SELECT count(*) FROM proc_rollup WHERE tier = 60").fetchone()[0]
+        days = c.execute("SELECT t, hi FROM local_days ORDER BY t").fetchall()
+    c.close()
+    assert oldest >= newest - 86400 - 300  # the raw tier holds its day (--keep-raw 24h), no more
+    assert summed >= ids - 100 and minutes  # rolled up to the last pass (every 300 s of recording)
+    assert days and all(hi <= t for (_t, hi), (t, _hi) in zip(days, days[1:]))  # none overlaps another
+    held, rows = _held_and_rows(db)
+    assert set(held) == set(rows)
+    for key, values in rows.items():
+        assert held[key] == pytest.approx(values, rel=1e-9), key
+
+
+def test_a_rollup_that_keeps_failing_says_so_and_still_keeps_retention(tmp_path):
+    """Hour sums that cannot be written (here a trigger refuses them; before, a change of zone
+    did) leave the raw rows rolled up without them: the file stays bounded, samples go on, the
+    recorder says once what fails (not that samples are not recorded), and reports still give
+    every row's totals (the hours rolled up without sums are read row by row)."""
+    db, errors = tmp_path / "history.db", tmp_path / "stderr"
+    first = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "60s", "--duration", "3h",
+                     env=stepped_env())
+    assert first.rc == 0, first.err
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TRIGGER refuse BEFORE INSERT ON proc_hour BEGIN SELECT RAISE(ABORT, 'refused by a "
+                  "trigger'); END")
+    c.close()
+    proc = start_record(db, "--interval", "60s", "--duration", "9h", "--keep-raw", "1h", "--quiet",
+                        env=stepped_env(3 * 3600),
+                        stderr=errors)
+    proc.communicate(timeout=HANG_GUARD)
+    assert proc.returncode == 0, errors.read_text()
+    lines = _lines(errors)
+    assert len(lines) == 1 and "refused by a trigger" in lines[0], lines
+    assert "the hour sums could not be updated; samples are still recorded" in lines[0]
+    with sqlite3.connect(db) as c:
+        newest, oldest = c.execute("SELECT max(t), min(t) FROM samples").fetchone()
+    c.close()
+    assert newest == EPOCH + 12 * 3600  # every sample written (no line said otherwise)
+    assert oldest >= newest - 3600 - 300 - 60  # raw rows past --keep-raw were rolled up (a pass every 300 s)
+    held, rows = _held_and_rows(db)
+    assert set(held) == set(rows)
+    for key, values in rows.items():
+        assert held[key] == pytest.approx(values, rel=1e-9), key

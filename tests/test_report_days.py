@@ -69,9 +69,10 @@ def berlin_history(tmp_path_factory) -> Path:
     return record(tmp_path_factory.mktemp("berlin"), BERLIN_EPOCH)
 
 
-def record(tmp: Path, epoch: float, zones: tuple[str, ...] = ()) -> Path:
+def record(tmp: Path, epoch: float, zones: tuple[str, ...] = (), hours: tuple[float, ...] = ()) -> Path:
     """The recording; with `zones`, the recorder runs in each zone in turn (TZ), an equal part of
-    the time each, restarted between them (its local days are its zone's)."""
+    the time each (or `hours` each), restarted between them (its local days are its zone's). It
+    says nothing (a write or a rollup that failed would be said)."""
     scenario = tmp / "scenario.json"
     scenario.write_text(json.dumps(SCENARIO))
     with pytest.MonkeyPatch.context() as mp:
@@ -84,20 +85,24 @@ def record(tmp: Path, epoch: float, zones: tuple[str, ...] = ()) -> Path:
     collector = Collector(machine, interval=INTERVAL)
     samples = int(DAYS * 86400 / INTERVAL) + 1
     parts = zones or (None,)
-    for i, zone in enumerate(parts):
+    counts = ([round(h * 3600 / INTERVAL) for h in hours] if hours else
+              [samples * (i + 1) // len(parts) - samples * i // len(parts) for i in range(len(parts))])
+    said: list[str] = []
+    for zone, count in zip(parts, counts):
         with pytest.MonkeyPatch.context() as mp:
             if zone is not None:
                 mp.setenv("TZ", zone)
                 time.tzset()
             try:
-                recorder = Recorder(Store.open(db, write=True), INTERVAL, retention=RETENTION)
-                for _ in range(samples * i // len(parts), samples * (i + 1) // len(parts)):
+                recorder = Recorder(Store.open(db, write=True), INTERVAL, retention=RETENTION, say=said.append)
+                for _ in range(count):
                     recorder.record(collector.sample())
                     machine.backend.sleep(threading.Event(), INTERVAL)
                 recorder.close(machine.backend.monotonic())
             finally:
                 mp.undo()
                 time.tzset()
+    assert said == []
     tiers = dict(Store.open(db).conn.execute("SELECT tier, count(*) FROM proc_rollup GROUP BY tier").fetchall())
     assert tiers.get(60) and tiers.get(900)
     return db
@@ -214,11 +219,12 @@ def recorded_in(tmp_path_factory) -> dict[str, Path]:
 
 
 def assert_local_days_are_their_hours(db: Path) -> None:
-    """Every local day stored is the sum of the hour sums in its hours [t, hi) (days of two zones
-    may overlap: each is still its hours')."""
+    """Every local day stored is the sum of the hour sums in its hours [t, hi), and no two overlap
+    (after a change of zone, the days of the one before that the new one's overlap are gone)."""
     with sqlite3.connect(db) as c:
         spans = c.execute("SELECT t, hi FROM local_days ORDER BY t").fetchall()
         assert spans
+        assert all(hi <= t for (_t, hi), (t, _hi) in zip(spans, spans[1:])), spans
         for t, hi in spans:
             assert t % 3600 == 0 and hi % 3600 == 0 and 22 * 3600 <= hi - t <= 25 * 3600, (t, hi)
             day = c.execute("SELECT job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds, "
@@ -261,6 +267,44 @@ def test_in_the_recorders_zone_the_days_are_its_local_days(recorded_in, recorder
         assert plan.days[0][1] - plan.days[0][0] >= 23 * 3600  # (India's: without the hour midnight cuts)
     else:
         assert not plan.local and not (reader != "UTC0" and plan.days)
+
+
+# A recorder whose zone changes (TZ, the machine's zone, tzdata): its rollups sum the new zone's
+# days over the old zone's. (zones, hours in each), from EPOCH_29 = 2026-03-29 00:00 UTC: Berlin
+# (+1 -> +2 at 01:00 UTC) has a 23-hour day from 2026-03-28 23:00 UTC, Lagos (+1) a 24-hour one from
+# the same instant, London's (+0 -> +1) is 23 hours from 00:00 UTC, as long as UTC's and as early.
+EPOCH_29 = 1774742400.0
+MOVES = {
+    "a longer day from the same hour": (("Europe/Berlin", "Africa/Lagos"), (22.5, 9.0)),
+    "London then UTC": (("Europe/London", "UTC0"), (23.5, 8.0)),
+    "UTC then London": (("UTC0", "Europe/London"), (23.5, 8.0)),
+    "a shorter day from the same hour": (("Africa/Lagos", "Europe/Berlin"), (22.5, 9.0)),
+    "there and back": (("Europe/Berlin", "Africa/Lagos", "Europe/Berlin"), (22.5, 1.5, 8.0)),
+    "a day starting before the old one's": (("America/New_York", "Asia/Shanghai"), (22.0, 10.0)),
+    "a zone moving back (west)": (("Asia/Shanghai", "America/New_York"), (22.0, 10.0)),
+    "half an hour off UTC, then whole hours": (("Asia/Kolkata", "Europe/Berlin"), (18.75, 13.0)),
+    "whole hours, then half an hour off": (("Europe/Berlin", "Asia/Kolkata"), (22.5, 9.0)),
+    "a change of rules (tzdata)": (("CET-1CEST,M3.5.0,M10.5.0/3", "CET-1CEST,M4.1.0,M10.5.0/3"), (22.5, 9.0)),
+}
+
+
+@pytest.mark.parametrize("move", MOVES)
+def test_a_recorder_whose_zone_changes_keeps_rolling_up(move, tmp_path, monkeypatch):
+    """Each rollup after the change sums the new zone's days: an old day that starts at the same
+    hour and ends at another (Berlin's 23-hour day, then Lagos's 24) failed every rollup with
+    "UNIQUE constraint failed: local_days.t", raw samples were kept past retention and nothing was
+    rolled up again. Now record() says nothing, the days stored are disjoint and their hours', the
+    raw tier holds only its hours, and every reader's days are still the rows'."""
+    zones, hours = MOVES[move]
+    db = record(tmp_path, EPOCH_29, zones, hours)
+    assert_local_days_are_their_hours(db)
+    end = EPOCH_29 + sum(hours) * 3600
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT min(t) FROM samples").fetchone()[0] >= end - RETENTION.raw - 2 * 3600
+    c.close()
+    spans = [(EPOCH_29 - 86400, end + 86400), (EPOCH_29 + 7 * 3600 + 11, end - 5 * 3600 - 0.5)]
+    for reader in sorted(set(zones)):
+        assert_days_and_held(db, reader, spans, monkeypatch)
 
 
 # Written by vramkit at 66ef291 (schema 4, before local days): SCENARIO recorded as record() does

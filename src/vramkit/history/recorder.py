@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
 from ..i18n import _, ngettext
-from .store import WORKLOAD_COLUMNS, Retention, Store, StoreError, describe
+from .store import WORKLOAD_COLUMNS, Retention, RollupError, Store, StoreError, describe
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept
 MAX_COMMAND = 1024
@@ -177,6 +177,7 @@ class Recorder:
         self.dropped = 0  # not written (a failed write)
         self.commits = 0  # transactions committed (what a published copy follows)
         self._failing: str | None = None  # the failure being reported, said once
+        self._rollup_failing: str | None = None  # the same for rollups (samples may still be written)
         self._prev: _Prev | None = None
         self._jobs: dict[JobKey, _Job] = {}
         self._last_rollup: float | None = None
@@ -473,15 +474,34 @@ class Recorder:
             return
         self._last_rollup = now
         try:
-            self.store.roll_up(now, self.retention)
+            try:
+                self.store.roll_up(now, self.retention)
+            finally:
+                self.commits += 1  # (a failed step leaves the others' commits)
             # Forget jobs not seen for a while, and any the size bound removed from the database.
             ids = ",".join(str(j.id) for j in self._jobs.values())
             kept = {row[0] for row in self.store.conn.execute(f"SELECT id FROM jobs WHERE id IN ({ids})")}
         except Exception as e:  # noqa: BLE001 - said once; recording goes on, the next pass retries
-            self._fail(self._why(e))
+            self._fail_rollup(e)
             return
-        self.commits += 1
+        if self._rollup_failing is not None:
+            self.say(_("the history is rolled up again"))
+            self._rollup_failing = None
         self._jobs = {k: j for k, j in self._jobs.items() if j.id in kept and abs(now - j.last_seen) <= FORGET_AFTER}
+
+    def _fail_rollup(self, e: Exception) -> None:
+        """Say once what a failed rollup means: samples are still written (record() says when
+        they are not)."""
+        if isinstance(e, RollupError) and e.sums:
+            line = _("{error}: the hour sums could not be updated; samples are still recorded and rolled up, "
+                     "and reports read the rows instead of the sums (slower); retrying every rollup")
+        else:
+            line = _("{error}: the history could not be rolled up; samples are still recorded, but old rows are not "
+                     "rolled up or removed as retention says; retrying every rollup")
+        line = line.format(error=self._why(e.error if isinstance(e, RollupError) else e))
+        if self._rollup_failing != line:
+            self.say(line)
+            self._rollup_failing = line
 
     def _why(self, e: Exception) -> str:
         if isinstance(e, sqlite3.Error):

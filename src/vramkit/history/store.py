@@ -34,7 +34,8 @@ summed from the hour sums in the transaction that changes an hour of the day, so
 always the sum of its hours [t, hi). A reader uses a day where its own zone's day is the same
 span of hours (query._plan): in the recorder's zone, and in any zone whose midnights fall at the
 same instants; elsewhere it sums the hour sums per local day. A day some earlier recorder's zone
-stored that the hours under it changed is dropped, never left stale (_sum_local_days).
+stored that the hours under it changed, or that overlaps a day summed now, is dropped, never left
+stale or overlapping (_sum_local_days).
 
 Holders outside (schema 5): inside a container's PID namespace NVML lists processes by their
 host pid, and a row no process here could be told to be (pidmap.py) is a life of its own: `jobs`
@@ -289,6 +290,17 @@ class StoreBusyError(StoreError):
     restarts it), not 2."""
 
     exit_code = 1
+
+
+class RollupError(Exception):
+    """A step of Store.roll_up failed with `error`. `sums`: it was the hour sums' (the raw rows
+    were rolled up without them and every other step ran); else a step of retention failed, and
+    old rows may not have been rolled up or removed."""
+
+    def __init__(self, error: Exception, sums: bool):
+        super().__init__(str(error))
+        self.error = error
+        self.sums = sums
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -950,24 +962,47 @@ class Store:
         """Move raw samples older than keep.raw into 1-minute rollups, 1-minute rollups older than
         keep.minute into 15-minute ones, drop 15-minute ones older than keep.quarter, and the
         oldest rows first while the file holds more than keep.max_bytes. Whole buckets only:
-        the cut-offs are bucket boundaries, so tiers never overlap."""
+        the cut-offs are bucket boundaries, so tiers never overlap.
+        A step that fails leaves the others to run, so that retention keeps the file bounded
+        whatever else fails each time: hour sums that cannot be written leave the raw rows
+        rolled up without them, and the hours those rows were in are read row by row from then
+        on (hour_since moves past them). A failure is raised at the end (RollupError): retention's
+        if it failed, else the sums'."""
         cut_raw = (now - keep.raw) // 60 * 60
         cut_minute = (now - keep.minute) // 900 * 900
-        with self.transaction() as c:
-            _raw_to_hours(c)  # first: no raw row is rolled up before it is in its hour's sums
-            _raw_to_minutes(c, cut_raw)
-        with self.transaction() as c:
-            _minutes_to_quarters(c, cut_minute)
-            cut_quarter = now - keep.quarter
-            c.execute("DELETE FROM gpu_rollup WHERE tier = 900 AND t < ?", (cut_quarter,))
-            c.execute("DELETE FROM proc_rollup WHERE tier = 900 AND t < ?", (cut_quarter,))
-            _forget_hours_before(c, -(-cut_quarter // HOUR) * HOUR)  # hours wholly kept stay
-            _drop_old_jobs(c)
-        while self.size() > keep.max_bytes and self._drop_oldest():
-            pass
-        # Give the free pages back to the file system. Through execute() it frees one page only
-        # (Python steps the statement once, and fetchall() does not finish it); a script runs it out.
-        self.conn.executescript("PRAGMA incremental_vacuum;")
+        failed: RollupError | None = None
+        try:
+            with self.transaction() as c:
+                _raw_to_hours(c)  # first: no raw row is rolled up before it is in its hour's sums
+                _raw_to_minutes(c, cut_raw)
+        except Exception as e:  # noqa: BLE001 - any failure of the sums: retention still runs
+            failed = RollupError(e, sums=True)
+            try:
+                with self.transaction() as c:
+                    _raw_to_minutes(c, cut_raw)
+                    _forget_hours_before(c, -(-cut_raw // HOUR) * HOUR)
+            except Exception as again:  # noqa: BLE001 - the raw rows stay; said as retention's failure
+                failed = RollupError(again, sums=False)
+        try:
+            with self.transaction() as c:
+                _minutes_to_quarters(c, cut_minute)
+                cut_quarter = now - keep.quarter
+                c.execute("DELETE FROM gpu_rollup WHERE tier = 900 AND t < ?", (cut_quarter,))
+                c.execute("DELETE FROM proc_rollup WHERE tier = 900 AND t < ?", (cut_quarter,))
+                _forget_hours_before(c, -(-cut_quarter // HOUR) * HOUR)  # hours wholly kept stay
+                _drop_old_jobs(c)
+        except Exception as e:  # noqa: BLE001 - said as the rollup's failure; the size bound still runs
+            failed = failed if failed is not None and not failed.sums else RollupError(e, sums=False)
+        try:
+            while self.size() > keep.max_bytes and self._drop_oldest():
+                pass
+            # Give the free pages back to the file system. Through execute() it frees one page only
+            # (Python steps the statement once, and fetchall() does not finish it); a script runs it out.
+            self.conn.executescript("PRAGMA incremental_vacuum;")
+        except Exception as e:  # noqa: BLE001 - said as the rollup's failure
+            failed = failed if failed is not None and not failed.sums else RollupError(e, sums=False)
+        if failed is not None:
+            raise failed
 
     def _drop_oldest(self) -> bool:
         """Delete the oldest tenth of the oldest tier that has rows; False when nothing is left."""
@@ -1157,20 +1192,25 @@ def _local_day(hour: int) -> tuple[int, int] | None:
 
 
 def _sum_local_days(c: sqlite3.Connection, hours: list[int]) -> None:
-    """The hour sums of `hours` changed: every local day stored over one of them goes (whichever
-    recorder's zone stored it), and the day of this process's zone each is in is summed again
-    from its hours (schema 5)."""
-    done: set[int] = set()  # the days summed again here
+    """The hour sums of `hours` changed: the day of this process's zone each is in is summed again
+    from its hours (schema 5), and every stored day over one of these hours or over a day summed
+    here goes first, whichever recorder's zone (or tzdata) stored it: one of another zone may start
+    at the same hour and end at another (Berlin's 23-hour 29 March and Lagos's 24-hour one), start
+    inside a day summed here or end inside it. Stored days are disjoint, each the sum of its hours."""
+    spans: dict[int, int] = {}
     for hour in sorted(set(hours)):
-        for (t,) in c.execute("SELECT t FROM local_days WHERE t <= ? AND hi > ?", (hour, hour)).fetchall():
-            if t not in done:
-                c.execute("DELETE FROM proc_local_day WHERE t = ?", (t,))
-                c.execute("DELETE FROM local_days WHERE t = ?", (t,))
         span = _local_day(hour)
-        if span is not None and span[0] not in done:
-            c.execute("INSERT INTO local_days (t, hi) VALUES (?, ?)", span)
-            c.execute(_HOURS_TO_LOCAL_DAY, {"day": span[0], "hi": span[1]})
-            done.add(span[0])
+        if span is not None:
+            spans[span[0]] = span[1]
+    for lo, hi in sorted({(hour, hour + HOUR) for hour in hours} | set(spans.items())):
+        # (No bound on t below: a day another program stored may be of any length.)
+        c.execute("DELETE FROM proc_local_day WHERE t IN (SELECT t FROM local_days WHERE t < ? AND hi > ?)",
+                  (hi, lo))
+        c.execute("DELETE FROM local_days WHERE t < ? AND hi > ?", (hi, lo))
+    for day, hi in spans.items():
+        c.execute("DELETE FROM proc_local_day WHERE t = ?", (day,))  # (rows of a day no longer listed)
+        c.execute("INSERT INTO local_days (t, hi) VALUES (?, ?)", (day, hi))
+        c.execute(_HOURS_TO_LOCAL_DAY, {"day": day, "hi": hi})
 
 
 def _fill_local_days(c: sqlite3.Connection) -> None:
