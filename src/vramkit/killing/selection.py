@@ -132,7 +132,10 @@ def make_plan(machine: Machine | Collector, criteria: Criteria, *, protection: P
 def _held_outside(snap: Snapshot, criteria: Criteria) -> list[str]:
     """Inside a container: what NVML lists on the GPUs asked for under host pids that no process
     here holds open. No target stands for it and only the host can free it: said, as ps and doctor
-    say it, rather than a bare "no process matches"."""
+    say it, rather than a bare "no process matches". Not for --user or --zombie, which such a row
+    cannot be told to match."""
+    if criteria.users is not None or criteria.zombie:
+        return []
     gpus = None if criteria.gpus is None else set(criteria.gpus)
     outside = [p for p in snap.processes
                if p.pid_here is None and not p.holders_here and (gpus is None or p.gpu in gpus)]
