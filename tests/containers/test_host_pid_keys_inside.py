@@ -90,3 +90,16 @@ def test_kill_says_a_gpu_held_only_from_outside_is_the_hosts_to_free(container, 
     # GPU 0, held by the process here: no such note
     mine = container.vram("kill", "--simulate", str(path), "--gpu", "0", "--dry-run", env=env)
     assert "outside this container" not in mine.out, mine.out
+
+
+def test_doctor_does_not_count_processes_outside_as_jobs_crowding_gpu_0(container, dev, env, write_scenario):
+    """Two rows on GPU 0 under host pids no process here holds the GPU for, GPU 1 empty: not 'jobs
+    share GPU 0' for the reader to start with CUDA_VISIBLE_DEVICES (their host pids may be the
+    numbers of processes here; they are other containers' jobs)."""
+    here, host = container.start(dev / "nvidiactl")  # a process here, holding no GPU
+    data = real_gpu_scenario({}, (30, 0), device_nodes=f"{dev}/nvidia*", pid_namespace=os.readlink("/proc/self/ns/pid"))
+    data["processes"] = [{"pid": pid, "gpus": {"0": "5GiB"}, "user": "eve", "command": "python x.py"}
+                         for pid in (4243, here)]
+    report = container.vram("doctor", "--simulate", str(write_scenario(data)), "--json", env=env).json()
+    codes = [f["code"] for f in report["findings"]]
+    assert "container_pids" in codes and "crowded_gpu0" not in codes, report["findings"]
