@@ -663,7 +663,7 @@ def test_a_change_of_zone_keeps_the_rollups_going(tmp_path):
 
 def test_a_rollup_that_keeps_failing_says_so_and_still_keeps_retention(tmp_path):
     """Hour sums that cannot be written (here a trigger refuses them; before, a change of zone
-    did) leave the raw rows rolled up without them: the file stays bounded, samples go on, the
+    did) leave the raw rows past twice --keep-raw rolled up without them: the file stays bounded, samples go on, the
     recorder says once what fails (not that samples are not recorded), and reports still give
     every row's totals (the hours rolled up without sums are read row by row)."""
     db, errors = tmp_path / "history.db", tmp_path / "stderr"
@@ -681,12 +681,13 @@ def test_a_rollup_that_keeps_failing_says_so_and_still_keeps_retention(tmp_path)
     assert proc.returncode == 0, errors.read_text()
     lines = _lines(errors)
     assert len(lines) == 1 and "refused by a trigger" in lines[0], lines
-    assert "the hour sums could not be updated; samples are still recorded" in lines[0]
+    assert "the hour sums could not be updated; samples are still recorded, raw samples are kept for twice " \
+           "--keep-raw" in lines[0]
     with sqlite3.connect(db) as c:
         newest, oldest = c.execute("SELECT max(t), min(t) FROM samples").fetchone()
     c.close()
     assert newest == EPOCH + 12 * 3600  # every sample written (no line said otherwise)
-    assert oldest >= newest - 3600 - 300 - 60  # raw rows past --keep-raw were rolled up (a pass every 300 s)
+    assert oldest >= newest - 2 * 3600 - 300 - 60  # raw rows past twice --keep-raw were rolled up (every 300 s)
     held, rows = _held_and_rows(db)
     assert set(held) == set(rows)
     for key, values in rows.items():

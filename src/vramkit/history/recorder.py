@@ -493,8 +493,9 @@ class Recorder:
         """Say once what a failed rollup means: samples are still written (record() says when
         they are not)."""
         if isinstance(e, RollupError) and e.sums:
-            line = _("{error}: the hour sums could not be updated; samples are still recorded and rolled up, "
-                     "and reports read the rows instead of the sums (slower); retrying every rollup")
+            line = _("{error}: the hour sums could not be updated; samples are still recorded, raw samples are kept "
+                     "for twice --keep-raw and then rolled up without the sums (reports read those rows instead, "
+                     "slower); retrying every rollup")
         else:
             line = _("{error}: the history could not be rolled up; samples are still recorded, but old rows are not "
                      "rolled up or removed as retention says; retrying every rollup")

@@ -964,10 +964,11 @@ class Store:
         oldest rows first while the file holds more than keep.max_bytes. Whole buckets only:
         the cut-offs are bucket boundaries, so tiers never overlap.
         A step that fails leaves the others to run, so that retention keeps the file bounded
-        whatever else fails each time: hour sums that cannot be written leave the raw rows
-        rolled up without them, and the hours those rows were in are read row by row from then
-        on (hour_since moves past them). A failure is raised at the end (RollupError): retention's
-        if it failed, else the sums'."""
+        whatever else fails each time: while hour sums cannot be written, raw rows older than
+        twice keep.raw are rolled up without them, and the hours those rows were in are read row
+        by row from then on (hour_since moves past them, and the sums before it go: a failure
+        shorter than keep.raw costs none of them). A failure is raised at the end (RollupError):
+        retention's if it failed, else the sums'."""
         cut_raw = (now - keep.raw) // 60 * 60
         cut_minute = (now - keep.minute) // 900 * 900
         failed: RollupError | None = None
@@ -977,10 +978,12 @@ class Store:
                 _raw_to_minutes(c, cut_raw)
         except Exception as e:  # noqa: BLE001 - any failure of the sums: retention still runs
             failed = RollupError(e, sums=True)
+            cut_late = (now - 2 * keep.raw) // 60 * 60
             try:
-                with self.transaction() as c:
-                    _raw_to_minutes(c, cut_raw)
-                    _forget_hours_before(c, -(-cut_raw // HOUR) * HOUR)
+                if self.conn.execute("SELECT 1 FROM samples WHERE t < ? LIMIT 1", (cut_late,)).fetchone():
+                    with self.transaction() as c:
+                        _raw_to_minutes(c, cut_late)
+                        _forget_hours_before(c, -(-cut_late // HOUR) * HOUR)
             except Exception as again:  # noqa: BLE001 - the raw rows stay; said as retention's failure
                 failed = RollupError(again, sums=False)
         try:
