@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .gpu_state import Device, GpuProcess, Snapshot
+from .gpu_state import Device, GpuProcess, PidKey, Snapshot
 from .i18n import N_, _
 from .units import format_duration, format_size
 
-ProcKey = tuple[int, int, "int | None"]  # (pid, GPU index, MIG instance)
+ProcKey = tuple[PidKey, int, "int | None"]  # (GpuProcess.pid_key, GPU index, MIG instance)
 
 
 @dataclass(slots=True)  # one per GPU per refresh, kept for the trend window: ~100 bytes each, not ~220
@@ -76,7 +76,7 @@ class History:
             while samples and samples[0].time < t - self.keep_seconds:
                 samples.popleft()
             for p in dev.processes:
-                key = (p.pid, dev.index, p.mig_gi)
+                key = (p.pid_key, dev.index, p.mig_gi)  # an outside host pid N is not pid N here
                 trace = self.procs.get(key)
                 if trace is None or trace.start_ticks != p.start_ticks:
                     trace = self.procs[key] = ProcessTrace(start_ticks=p.start_ticks)  # new or reused pid
@@ -89,8 +89,9 @@ class History:
     def gpu(self, index: int) -> list[GpuSample]:
         return list(self.gpus.get(index, ()))
 
-    def process(self, pid: int, gpu: int, mig_gi: int | None = None) -> list[tuple[float, int | None]]:
-        trace = self.procs.get((pid, gpu, mig_gi))
+    def process(self, key: PidKey, gpu: int, mig_gi: int | None = None) -> list[tuple[float, int | None]]:
+        """The memory series of the process `key` (its GpuProcess.pid_key) on one GPU."""
+        trace = self.procs.get((key, gpu, mig_gi))
         return trace.series() if trace else []
 
 

@@ -25,6 +25,21 @@ class MigDevice:
     memory_free: int | None
 
 
+PidKey = int | tuple[str, int | None]  # GpuProcess.pid_key
+
+
+def pid_key(pid_here: int | None, nvml_pid: int | None) -> PidKey:
+    """The one rule of GpuProcess.pid_key, also for a process as JSON gives it (its "pid" is the
+    pid here, null for a row no process here could be told to be; "nvml_pid" the host's)."""
+    return pid_here if pid_here is not None else ("host", nvml_pid)
+
+
+def pid_key_text(key: PidKey) -> str:
+    """A pid_key as text, for keys that must be strings (the live view's rows, the page's): the pid
+    here, or "host" and the host pid (serve/web/app.js spells it the same)."""
+    return str(key) if isinstance(key, int) else f"host{key[1]}"
+
+
 @dataclass(eq=False)  # compared as objects: no generated __eq__ and __hash__ (a third of its build cost)
 class Workload:
     """Whom a process works for beyond its uid, from its cgroup (procs/workload.py) and the
@@ -106,12 +121,11 @@ class GpuProcess:
         return None if self.nvml_pid is not None and self.host_missing is not None else self.pid
 
     @property
-    def pid_key(self) -> int | tuple[str, int | None]:
+    def pid_key(self) -> "PidKey":
         """Which process this row is, to group, count or compare the rows of one snapshot: its pid
         here, or ("host", NVML's pid) for a row no pid here could be told to be (that host pid may
         be the number of another process here)."""
-        here = self.pid_here
-        return here if here is not None else ("host", self.nvml_pid)
+        return pid_key(self.pid_here, self.nvml_pid)
 
     @property
     def key(self) -> tuple[int, int | None]:

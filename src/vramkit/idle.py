@@ -9,9 +9,11 @@ samples it is given (the collector's), keyed by process identity, so a reused pi
 
 from __future__ import annotations
 
-from .gpu_state import Device, GpuProcess, Snapshot
+from .gpu_state import Device, GpuProcess, PidKey, Snapshot
 
-IdleKey = tuple[int, "int | None", int, "int | None"]  # (pid, start ticks, GPU, MIG instance)
+# (GpuProcess.pid_key, start ticks, GPU, MIG instance): inside a container a row of a process outside
+# it (host pid N) does not share the clock of the process numbered N here.
+IdleKey = tuple[PidKey, "int | None", int, "int | None"]
 
 
 def busy_percent(p: GpuProcess, dev: Device) -> int | None:
@@ -53,11 +55,14 @@ class IdleClock:
             for p in dev.processes:
                 # History speaks for the first sample that sees a process only: once seen here,
                 # this clock knows better (a process busy since then starts over).
-                recorded = self._recorded.pop((p.pid, p.start_ticks, dev.index), None) if self._recorded else None
+                # History's pids are this /proc's: none is a row's under a host pid.
+                here = p.pid_here
+                recorded = (self._recorded.pop((here, p.start_ticks, dev.index), None)
+                            if self._recorded and here is not None else None)
                 if not p.idle:
                     p.idle_for = None
                     continue
-                key = (p.pid, p.start_ticks, dev.index, p.mig_gi)
+                key = (p.pid_key, p.start_ticks, dev.index, p.mig_gi)
                 since = self._since.get(key)
                 if since is None:
                     # The recorded wall time, moved onto this clock (the snapshot says when it was).

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..gpu_state import pid_key, pid_key_text
+
 CLOCKS = ("elapsed", "idle_for")  # per process: seconds that run on between readings
 TOP_CLOCKS = ("watched_for",)
 STEADY = ("start_time",)  # per process: a time that stays, read again each reading (a few ms of jitter)
@@ -44,8 +46,8 @@ SLACK = 0.5  # seconds a clock or a steady time may be from the reading's value 
 def process_key(p: dict[str, Any]) -> str:
     """A process's name within its GPU's list (the same pid can hold memory on two MIG instances);
     a row with no pid here (inside a container: pid null, pidmap.py) by its host pid, nvml_pid."""
-    pid = p["pid"] if p.get("pid") is not None else f"host{p.get('nvml_pid')}"
-    return str(pid) if p.get("mig_gi") is None else f"{pid}/{p['mig_gi']}"
+    pid = pid_key_text(pid_key(p.get("pid"), p.get("nvml_pid")))
+    return pid if p.get("mig_gi") is None else f"{pid}/{p['mig_gi']}"
 
 
 def _number(value: Any) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..gpu_state import Device, GpuProcess, Snapshot
+from ..gpu_state import Device, GpuProcess, Snapshot, pid_key_text
 from ..i18n import N_, _, pgettext
 from ..procs import workload
 from ..render import fmt
@@ -53,8 +53,7 @@ def owned(procs: list[GpuProcess]) -> bool:
 
 def row_key(p: GpuProcess) -> str:
     # A host pid no process here could be told to be is not this /proc's pid of that number.
-    pid = p.pid if p.pid_here is not None else f"host{p.nvml_pid}"
-    return f"{pid}/{p.gpu}/{'' if p.mig_gi is None else p.mig_gi}"
+    return f"{pid_key_text(p.pid_key)}/{p.gpu}/{'' if p.mig_gi is None else p.mig_gi}"
 
 
 @dataclass

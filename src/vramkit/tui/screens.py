@@ -190,7 +190,7 @@ def detail_text(rows: list[GpuProcess], snap: Snapshot, history: History, width:
     for r in rows:
         dev = by_index.get(r.gpu)
         total = dev.memory_total if dev and dev.memory_total else None
-        series = history.process(r.pid, r.gpu, r.mig_gi)
+        series = history.process(r.pid_key, r.gpu, r.mig_gi)
         values = [v for __, v in series if v is not None]
         hi = max(values) if values else 1
         low = format_size(min(values)) if values else "N/A"
