@@ -21,11 +21,13 @@ OUTSIDE = 4242
 
 def _scenario(dev, host: int, here: int, write_scenario) -> object:
     """The container's process (host pid `host`, pid `here` = OUTSIDE here) holds 6 GiB on GPU 0;
-    a process outside with host pid OUTSIDE holds 1 GiB on GPU 0 too, listed after it."""
+    a process outside with host pid OUTSIDE holds 1 GiB on GPU 0 too, listed after it, and 2 GiB on
+    GPU 1, which no process here holds: so it cannot be the one here, which is mapped for certain."""
     data = real_gpu_scenario({host: {"0": "6GiB"}}, (30, 0), device_nodes=f"{dev}/nvidia*",
                              pid_namespace=os.readlink("/proc/self/ns/pid"))
     data["processes"][0]["ns_pid"] = here
-    data["processes"].append({"pid": OUTSIDE, "gpus": {"0": "1GiB", "1": "2GiB"}, "user": "bob", "command": "python other.py"})
+    data["processes"].append({"pid": OUTSIDE, "gpus": {"0": "1GiB", "1": "2GiB"}, "user": "bob",
+                              "command": "python other.py"})
     return write_scenario(data)
 
 
