@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from ..errors import RequestError
+from ..errors import RequestError, VramkitError
 from ..i18n import N_, _
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
@@ -292,7 +292,7 @@ class StoreBusyError(StoreError):
     exit_code = 1
 
 
-class RollupError(Exception):
+class RollupError(VramkitError):
     """A step of Store.roll_up failed with `error`. `sums`: it was the hour sums' (the raw rows
     were rolled up without them and every other step ran); else a step of retention failed, and
     old rows may not have been rolled up or removed."""
