@@ -1,6 +1,6 @@
 """`vram serve` under attack (issue 26 items 2 and 8): what a legitimate client waits, and what the
 server spends, while attackers hold idle connections and event streams, or flood it with wrong
-passwords. The attackers are tests/test_serve_hostile.py's (Siege, Guesser); this script times.
+passwords. The attackers are tests/redteam/test_serve_hostile.py's (Siege, Guesser); this script times.
 
 - siege: `idle` silent connections from 127.0.0.1 (reopened as the server drops them) and 32
   event streams; the legitimate client GETs /metrics on a fresh connection every 0.1 s.

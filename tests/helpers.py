@@ -502,7 +502,7 @@ UID_FILES = frozenset({
     "test_history_hostile.py", "test_history_workloads.py", "test_holders.py",
     "test_i18n_kill_pick.py", "test_idle_history.py", "test_kill.py", "test_killing.py", "test_kill_recheck.py",
     "test_kill_safety.py",
-    "test_kill_zombie_busy.py", "test_lease_locks.py", "test_leases_security.py", "test_lease_swap.py",
+    "test_kill_zombie_busy.py", "test_leases_locks.py", "test_leases_security.py", "test_leases_swap.py",
     "test_leases_cross_user.py",
     "test_notices.py", "test_policy.py", "test_protect_names.py", "test_ps_env.py", "test_simulated_real_processes.py",
     "test_record_cli.py", "test_config_hostile.py", "test_workload_hostile.py", "test_holders_hostile.py",

@@ -50,9 +50,9 @@ GIVEN_FILES = ROOT / "tests" / "fixtures" / "docs"
 NOT_RUN = {
     ("docs/fleet.md", "vram fleet"):
         "needs a Prometheus server scraping two `vram serve` hosts and a dead target "
-        "(tests/test_serve_prometheus.py runs that set-up and checks vram fleet's numbers)",
+        "(tests/e2e/test_serve_prometheus.py runs that set-up and checks vram fleet's numbers)",
     ("docs/user-guide.md", "vram top"):
-        "the live view needs an interactive terminal (tests/test_top_tmux.py drives it in tmux)",
+        "the live view needs an interactive terminal (tests/e2e/test_top_tmux.py drives it in tmux)",
 }
 # Shown without --simulate, on the simulated demo server (the doc says so, or shows demo's GPUs):
 # these run with VRAM_SIMULATE=demo.

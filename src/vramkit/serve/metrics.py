@@ -519,7 +519,7 @@ def _dcgm_text(text: _Text, snap: Snapshot, hostname: str, pods: PodLabels) -> N
 # Health, XID, MIG and the other exporters' names (--compat). Each is (name, type, help, samples:
 # [(labels, value)]), built by one function below and written by both render() and
 # SnapshotCollector: their names and units are checked against docs/metrics.md and the dashboards
-# (tests/test_metrics_compat.py), and the comparison of the two writers checks the text itself.
+# (tests/e2e/test_metrics_compat.py), and the comparison of the two writers checks the text itself.
 Sample = tuple[dict[str, str], float]
 Family = tuple[str, str, str, list[Sample]]
 COMPAT_SCHEMES = ("dcgm", "nvitop", "nvidia-smi-exporter")

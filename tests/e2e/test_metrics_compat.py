@@ -23,7 +23,7 @@ import pytest
 from helpers import clean_env, vram_argv
 from test_serve_prometheus import PATIENCE, PROMETHEUS, Group, free_port, is_ours, query, wait_until
 
-DASHBOARDS = Path(__file__).resolve().parent / "fixtures" / "dashboards"
+DASHBOARDS = Path(__file__).resolve().parents[1] / "fixtures" / "dashboards"
 SCENARIOS = {"gpu-u": "unhealthy", "gpu-m": "mig", "gpu-f": "faulty", "gpu-w": "workstation.json"}
 # The bundled scenarios' GPUs are passively cooled (SXM boards): a fan needs an actively cooled card.
 WORKSTATION = {"name": "workstation",

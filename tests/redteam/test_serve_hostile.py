@@ -36,7 +36,7 @@ from helpers import Served, chromium_sandbox_args
 from vramkit.serve import http as serve_http
 
 # An idle connection is dropped after vram serve's CLIENT_TIMEOUT (10 s): the sieges that need the server to
-# drop and the attacker to reconnect give it a short one through its test setting (tests/test_serve_abuse.py
+# drop and the attacker to reconnect give it a short one through its test setting (tests/redteam/test_serve_abuse.py
 # checks the default and the setting)
 HEAD_TIMEOUT = 2.0
 SHORT = {serve_http.CLIENT_TIMEOUT_ENV: str(HEAD_TIMEOUT)}

@@ -339,7 +339,7 @@ def test_the_same_browser_asking_for_english_gets_the_english_page(zh_browser, s
 def test_the_driver_s_reasons_are_in_the_reader_s_words(zh_browser, served, tmp_path):
     """The lab's GPUs whose processes the driver would not list: the reason (stored in English,
     the JSON's) in Chinese on a Chinese page, as `vram status` says it."""
-    from test_unknown_process_lists import REFUSED, UNSUPPORTED, lab_scenario
+    from test_gpu_state_unknown_process_lists import REFUSED, UNSUPPORTED, lab_scenario
 
     path = tmp_path / "lab.json"
     path.write_text(json.dumps(lab_scenario()))

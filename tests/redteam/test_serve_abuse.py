@@ -193,7 +193,7 @@ def test_a_thousand_concurrent_scrapes(served, many_files):
 
 def test_connections_that_send_nothing_hold_no_slot(served):
     """64 connections that send nothing (once enough to refuse everyone 503) take nothing a
-    request needs: the next is answered at once (tests/test_serve_hostile.py: the sieges)."""
+    request needs: the next is answered at once (tests/redteam/test_serve_hostile.py: the sieges)."""
     s = served("--simulate", "demo")
     idle = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(64)]
     try:

@@ -149,7 +149,7 @@ def test_naming_the_machines_gpus_makes_even_a_first_lease_take_turns(where, chi
 
 def test_a_lease_is_written_then_checked_by_one_more_read(where, monkeypatch):
     """Holding the GPU's lock since the look began is not enough: its file's owner may have
-    swapped it (test_lease_swap.py). create_lease reads the directory once more, after its
+    swapped it (test_leases_swap.py). create_lease reads the directory once more, after its
     lease is written (the usual case costs two reads, never more)."""
     d = L.LeaseDir(where, True)
     with d.locked():

@@ -35,7 +35,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 WAIT = 20.0  # seconds before a wait for the page gives up (a failure, not a measurement)
 GIB = 1 << 30
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "serve-page.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "serve-page.png"
 HOSTILE_USER = "<img src=x onerror=alert(1)>"
 QUOTED_USER = "o'brien \"q\" & <b>x</b>"
 HOSTILE_GPU = 'NVIDIA <i>Test</i> "GPU"'
@@ -294,7 +294,7 @@ READ_FACTS = "return document.getElementById('facts').textContent"
 def test_a_gpu_whose_process_list_is_unknown_says_so_never_zero(browser, served, tmp_path):
     """Issue 31 item 3: the lab's GPUs 3 and 5 (NOT_SUPPORTED, no permission) say 'processes
     unknown (REASON)', an empty GPU 'no processes', and the banner counts what it could not list."""
-    from test_unknown_process_lists import REFUSED, UNSUPPORTED, WHY, lab_scenario
+    from test_gpu_state_unknown_process_lists import REFUSED, UNSUPPORTED, WHY, lab_scenario
 
     path = tmp_path / "lab.json"
     path.write_text(json.dumps(lab_scenario()))

@@ -24,7 +24,7 @@ import pytest
 from helpers import assert_one_line_error, clean_env, expected_gpus, minimal_scenario, run_vram, vram_argv
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "vram-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "vram-dashboard.json"
 needs_prometheus = pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
                                       reason="needs the Prometheus server (Debian package 'prometheus'; .ci/run "
                                              "installs it)")

@@ -328,6 +328,6 @@ def test_the_service_restarts_after_a_failure_of_the_moment():
     from vramkit.history.store import StoreBusyError, StoreError
 
     assert StoreBusyError("x").exit_code == 1 and issubclass(StoreBusyError, StoreError)
-    unit = (Path(__file__).resolve().parent.parent / "contrib" / "systemd" / "vram-record.service").read_text()
+    unit = (Path(__file__).resolve().parents[2] / "contrib" / "systemd" / "vram-record.service").read_text()
     assert "Restart=on-failure" in unit and "RestartPreventExitStatus=2" in unit
 

@@ -2,7 +2,7 @@
 count: every view says "unknown" with the reason, or leaves the number out, never 0 (issue 31,
 item 3). On a lab-scale machine: /metrics has no vram_gpu_processes series for it, `vram fleet`
 reads N/A from that, `status --csv` writes N/A, and the live view's panel carries a note. The page
-is checked in a real browser by tests/test_serve_web.py."""
+is checked in a real browser by tests/e2e/test_serve_web.py."""
 
 from __future__ import annotations
 
