@@ -430,15 +430,6 @@ def _cut_hours(store: Store, offsets: list[tuple[int, int]], first: float, end: 
         return []
     lo = int(max(first, math.floor(low / HOUR) * HOUR))
     hi = int(min(end, math.floor(high / HOUR) * HOUR + HOUR))
-
-    def day(quarter: int) -> int:
-        offset = offsets[0][1]
-        for begin, later in offsets[1:]:
-            if quarter < begin:
-                break
-            offset = later
-        return (quarter + offset + DAY) // DAY
-
     hours = {begin // HOUR * HOUR for begin, _ in offsets[1:]}
     for i, (begin, offset) in enumerate(offsets):
         stop = offsets[i + 1][0] if i + 1 < len(offsets) else hi
@@ -446,7 +437,8 @@ def _cut_hours(store: Store, offsets: list[tuple[int, int]], first: float, end: 
         while midnight < stop:
             hours.add(midnight // HOUR * HOUR)
             midnight += DAY
-    return [float(h) for h in sorted(hours) if lo <= h < hi and day(h) != day(h + HOUR - _QUARTER)]
+    return [float(h) for h in sorted(hours)
+            if lo <= h < hi and _day_of(h, offsets) != _day_of(h + HOUR - _QUARTER, offsets)]
 
 
 @dataclass
