@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,49 @@ class Scenarios:
 @pytest.fixture
 def scenario(write_scenario, dev) -> Scenarios:
     return Scenarios(write_scenario, dev)
+
+
+class TopInTmux:
+    """`vram top` of a scenario run in the container, in a tmux server of the test's own (a real
+    terminal): `send(*keys)`, `screen()`, and `finish()` (q, then its exit status); `audit` is the
+    audit log it writes."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.audit = tmp_path / "audit.log"
+        self.rc_file = tmp_path / "rc"
+        self.name = f"vramtop-{uuid.uuid4().hex[:8]}"
+        self.env = clean_env(TMUX=None, TMUX_TMPDIR=str(tmp_path), VRAM_AUDIT_LOG=str(self.audit),
+                             HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, env=self.env)
+
+    def start(self, container: Container, path: Path) -> TopInTmux:
+        argv = container.argv("top", "--simulate", str(path), "--interval", "3600")
+        script = f"{shlex.join(argv)}; echo rc=$? > {shlex.quote(str(self.rc_file))}"
+        assert self.tmux("new-session", "-d", "-s", self.name, "-x", "160", "-y", "40", "sh", "-c",
+                         script).returncode == 0
+        return self
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.name).stdout
+
+    def send(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", self.name, *keys)
+
+    def finish(self) -> str:
+        self.send("q")
+        assert wait_for(lambda: self.rc_file.exists() and self.rc_file.read_text().endswith("\n"),
+                        timeout=20), self.screen()
+        return self.rc_file.read_text().strip()
+
+
+@pytest.fixture
+def top_in_tmux(tmp_path) -> Iterator[TopInTmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    view = TopInTmux(tmp_path)
+    try:
+        yield view
+    finally:
+        view.tmux("kill-server")

@@ -6,15 +6,9 @@ its tree and the memory history of the detail view."""
 from __future__ import annotations
 
 import os
-import shlex
-import shutil
-import subprocess
-import uuid
 
 import pytest
-from helpers import clean_env, real_gpu_scenario, wait_for
-
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+from helpers import real_gpu_scenario, wait_for
 
 OUTSIDE = 4242
 
@@ -33,42 +27,25 @@ def _scenario(dev, host: int, here: int, write_scenario) -> object:
 
 @pytest.mark.slow
 def test_top_draws_the_memory_history_of_the_process_here_not_of_an_outside_host_pid_of_its_number(
-        container, dev, write_scenario, tmp_path):
+        container, dev, write_scenario, top_in_tmux):
     here, host = container.start(dev / "nvidia0", dev / "nvidiactl", at=OUTSIDE)
     path = _scenario(dev, host, here, write_scenario)
-    env = clean_env(TMUX=None, TMUX_TMPDIR=str(tmp_path), VRAM_AUDIT_LOG=str(tmp_path / "audit.log"),
-                    HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
-    name = f"vramtop-{uuid.uuid4().hex[:8]}"
-    argv = container.argv("top", "--simulate", str(path), "--interval", "3600")
-    rc_file = tmp_path / "rc"
-
-    def tmux(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, env=env)
-
-    def screen() -> str:
-        return tmux("capture-pane", "-p", "-t", name).stdout
-
-    script = f"{shlex.join(argv)}; echo rc=$? > {shlex.quote(str(rc_file))}"
-    assert tmux("new-session", "-d", "-s", name, "-x", "160", "-y", "40", "sh", "-c", script).returncode == 0
-    try:
-        assert wait_for(lambda: "GPU processes" in screen() and "host pid" in screen(), timeout=30), screen()
-        lines = screen().splitlines()
-        [mine] = [line for line in lines if line.split()[:2] == ["0", str(OUTSIDE)]]
-        assert "6.0GiB" in mine, mine
-        theirs = [line for line in lines if f"host pid {OUTSIDE}," in line]
-        assert sorted(line.split()[:2] for line in theirs) == [["0", "-"], ["1", "-"]], theirs
-        # the detail view of pid OUTSIDE here (first: the most memory): its own 6 GiB over time, not the 1 GiB
-        # host pid OUTSIDE holds on the same GPU (the old code kept one trace for both, the last row's)
-        tmux("send-keys", "-t", name, "Home", "Enter")
-        assert wait_for(lambda: "GPU memory, last" in screen(), timeout=20), screen()
-        detail = screen().splitlines()
-        start = next(i for i, line in enumerate(detail) if "GPU memory, last" in line)
-        history = "\n".join(detail[start:start + 4])
-        assert "min 6.0GiB max 6.0GiB" in history and "1.0GiB" not in history, history
-        tmux("send-keys", "-t", name, "Escape")
-        assert wait_for(lambda: "GPU memory, last" not in screen(), timeout=20), screen()
-        tmux("send-keys", "-t", name, "q")
-        assert wait_for(lambda: rc_file.exists() and rc_file.read_text().endswith("\n"), timeout=20), screen()
-        assert rc_file.read_text().strip() == "rc=0"
-    finally:
-        tmux("kill-server")
+    view = top_in_tmux.start(container, path)
+    screen = view.screen
+    assert wait_for(lambda: "GPU processes" in screen() and "host pid" in screen(), timeout=30), screen()
+    lines = screen().splitlines()
+    [mine] = [line for line in lines if line.split()[:2] == ["0", str(OUTSIDE)]]
+    assert "6.0GiB" in mine, mine
+    theirs = [line for line in lines if f"host pid {OUTSIDE}," in line]
+    assert sorted(line.split()[:2] for line in theirs) == [["0", "-"], ["1", "-"]], theirs
+    # the detail view of pid OUTSIDE here (first: the most memory): its own 6 GiB over time, not the 1 GiB
+    # host pid OUTSIDE holds on the same GPU (the old code kept one trace for both, the last row's)
+    view.send("Home", "Enter")
+    assert wait_for(lambda: "GPU memory, last" in screen(), timeout=20), screen()
+    detail = screen().splitlines()
+    start = next(i for i, line in enumerate(detail) if "GPU memory, last" in line)
+    history = "\n".join(detail[start:start + 4])
+    assert "min 6.0GiB max 6.0GiB" in history and "1.0GiB" not in history, history
+    view.send("Escape")
+    assert wait_for(lambda: "GPU memory, last" not in screen(), timeout=20), screen()
+    assert view.finish() == "rc=0"
