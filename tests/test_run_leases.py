@@ -10,10 +10,12 @@ import stat
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from helpers import AS_NOBODY, IS_ROOT, needs_root, run_vram, run_vram_as, vram_argv, wait_for
 
+from vramkit import allocate
 from vramkit import leases as L
 from vramkit.allocate import LeaseWatcher
 from vramkit.machine import open_machine
@@ -235,7 +237,9 @@ def test_a_hold_ends_when_a_new_process_shows_up():
                     locked=False, baseline={K0: [100, 101]})
     assert not L.fulfilled(lease, K0, [100, 101])
     assert L.fulfilled(lease, K0, [100, 101, 4242])
-    assert not L.fulfilled(lease, K0, [100, 4242], is_real=lambda pid: pid != 4242)  # a synthetic pid
+    # a scenario's made-up process (4242) is none of this /proc's: allocate.pids_here leaves it out
+    rows = [SimpleNamespace(pid_here=100, real=True), SimpleNamespace(pid_here=4242, real=False)]
+    assert not L.fulfilled(lease, K0, allocate.pids_here(rows))
 
 
 def test_lease_files_from_other_users_are_untrusted(leasing):

@@ -10,7 +10,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +292,7 @@ def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -
                   created=min(float(created), st.st_mtime))
 
 
-def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable[[int], bool] = lambda p: True) -> bool:
+def fulfilled(lease: Lease, key: str, pids_on_unit: list[int]) -> bool:
     """Whether the lease's job now shows on the unit in NVML, which ends the reservation.
 
     `pids_on_unit` are processes of this /proc: the pids here of the unit's rows (allocate.pids_here),
@@ -306,11 +306,11 @@ def fulfilled(lease: Lease, key: str, pids_on_unit: list[int], is_real: Callable
         return False  # its pids (job, baseline) number processes of another namespace
     if lease.kind == "hold":
         before = {p for p in lease.baseline.get(key, []) if isinstance(p, int)}
-        return any(p not in before for p in pids_on_unit if is_real(p))
+        return any(p not in before for p in pids_on_unit)
     job = lease.job_pid or lease.pid
     if lease.pidns is None or not proc_numbers_ours():
         return False  # whose namespace its pids are cannot be told, or /proc numbers another's
     recorded = lease.job_key if lease.job_pid else lease.holder_key
     if recorded is not None and recorded.status() != ALIVE:
         return False  # that pid is another process's now (or free): nothing descends from the job
-    return any(descends_from(p, job) for p in pids_on_unit if is_real(p))
+    return any(descends_from(p, job) for p in pids_on_unit)
