@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +37,42 @@ HISTORY_POINTS = 300  # slots per GPU in /api/v1/history: what a chart on a page
 HEALTH_EVERY = 10.0  # seconds between readings of GPU health (some twenty NVML calls a GPU; memory: every reading)
 SWITCH_INTERVAL = 0.001  # seconds a thread holds the GIL while others wait (Python's default: 0.005)
 GZIP_LEVEL = 6  # zlib's default: /metrics at 8 x 1,000 (~0.4 MB) in a few ms, outside the GIL
+
+
+class HeapFreeze:
+    """gc.freeze() for as long as a Service is running, shared by the Services of one process:
+    what is alive after each one's first reading (modules, caches, the driver's handles) is kept
+    out of the collector's full passes, each of which held the GIL ~10 ms at 8 x 1,000 processes
+    (a scrape that met one waited as long). The heap is thawed when the last of them closes, so a
+    process that ran a Service (the library API, a test) goes on with its heap as it was; a heap
+    someone else froze is left alone (gc.unfreeze() would undo theirs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: weakref.WeakSet[object] = weakref.WeakSet()  # the Services holding it
+        self._ours = False  # the Services froze it (it was not frozen when the first came)
+
+    def hold(self, holder: object) -> None:
+        with self._lock:
+            if holder in self._holders:
+                return
+            if not self._holders:
+                self._ours = gc.get_freeze_count() == 0
+            if self._ours:
+                gc.freeze()  # (again for a second Service: its own long-lived objects too)
+            self._holders.add(holder)
+
+    def release(self, holder: object) -> None:
+        with self._lock:
+            if holder not in self._holders:
+                return
+            self._holders.discard(holder)
+            if not self._holders and self._ours:
+                gc.unfreeze()
+                self._ours = False
+
+
+HEAP_FREEZE = HeapFreeze()
 
 
 def gzipped(body: bytes) -> bytes:
@@ -170,6 +207,7 @@ class Service:
         if self._kernel_xids is not None:
             self._kernel_xids.stop()
         self.collector.close()
+        HEAP_FREEZE.release(self)  # after the collector: no reading can freeze it again
         with self.changed:
             self.sequence = -1  # wakes every stream, which then ends
             self.changed.notify_all()
@@ -202,10 +240,7 @@ class Service:
     def _taken(self, snap: Snapshot) -> None:
         if self._first_monotonic is None and snap.monotonic is not None:
             self._first_monotonic = snap.monotonic
-            # What is alive after the first reading (modules, caches, the driver's handles) lives
-            # as long as serve: kept out of the collector's full passes, each of which held the
-            # GIL ~10 ms at 8 x 1,000 processes (a scrape that met one waited as long).
-            gc.freeze()
+            HEAP_FREEZE.hold(self)  # what is alive now lives as long as serve; thawed by close()
         self.state.read_seconds = self.collector.last_read_seconds
         if self._gpu_pods is not None:
             self.state.gpu_pods = self._gpu_pods.read(time.monotonic())
