@@ -270,12 +270,21 @@ def _judge(policy: Policy, unit: Unit, blocked: dict[str, Block]) -> Verdict:
         elif unit.utilization > policy.max_util:
             v.problems.append(Problem("util", f"{unit.utilization}%"))
     if policy.exclusive:
-        others = sorted({p.user or _("unknown user") for p in unit.processes if p.uid != policy.uid})
+        others = sorted({_whose(p) for p in unit.processes if p.uid != policy.uid})
         if others:
             v.problems.append(Problem("exclusive", join_words(others), users=tuple(others)))
     if key in blocked:
         v.problems.append(Problem(blocked[key].kind, blocked[key].text))
     return v
+
+
+def _whose(p: GpuProcess) -> str:
+    """Whose a process is, for --exclusive's refusal. Inside a container, a row no process here
+    could be told to be runs outside it: said so, by its host pid (as doctor says it), for its
+    user cannot be read here."""
+    if p.pid_here is None:
+        return _("a process of another PID namespace (host pid {pid})").format(pid=p.nvml_pid)
+    return p.user or _("unknown user")
 
 
 def _rank(policy: Policy, unit: Unit) -> tuple[int, int, int]:
