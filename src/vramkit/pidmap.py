@@ -44,51 +44,67 @@ def map_to_this_namespace(snap: Snapshot, backend: Backend, join: Join) -> None:
     for p, _host in rows:
         on.setdefault(p.pid, set()).add(p.gpu)
     fits = {pid: [h for h in holders if gpus <= set(h.gpus)] for pid, gpus in on.items()}
-    mapped = _certain(fits)
+    fitted_by: dict[int, set[int]] = {}  # holder pid -> the host pids it may be
+    for pid, fitting in fits.items():
+        for h in fitting:
+            fitted_by.setdefault(h.pid, set()).add(pid)
+    mapped = _certain(fits, fitted_by)
     for p, dev in rows:
         holder = mapped.get(p.pid)
         if holder is not None:
             p.pid, p.host_missing = holder.pid, None
             join(p, dev, holder.host)
             continue
-        p.holders_here = tuple(h.pid for h in fits[p.pid])
-        p.host_missing = _why_unmapped(p)
+        fitting = fits[p.pid]
+        p.holders_here = tuple(h.pid for h in fitting)
+        if not fitting:
+            reason = _NOT_ALL if any(p.gpu in h.gpus for h in holders) else _OUTSIDE
+        elif len(fitting) == 1:
+            reason = _MAYBE_ONE  # (not certain: another host pid may be that holder too)
+        else:
+            rivals = set().union(*(fitted_by[h.pid] for h in fitting))  # the host pids they may be
+            reason = _ONE_OF_OR_OUTSIDE if len(rivals) > len(fitting) else _ONE_OF
+        p.host_missing = _said(reason, p, local=False)
 
 
-def _certain(fits: dict[int, list[Holder]]) -> dict[int, Holder]:
+def _certain(fits: dict[int, list[Holder]], fitted_by: dict[int, set[int]]) -> dict[int, Holder]:
     """Host pid -> its process here, where nothing else fits: the host pid and the holder form a
     group of their own (no other host pid may be that holder, no other holder may be that pid)."""
-    fitted_by: dict[int, set[int]] = {}  # holder pid -> the host pids it may be
-    for pid, holders in fits.items():
-        for h in holders:
-            fitted_by.setdefault(h.pid, set()).add(pid)
     return {pid: holders[0] for pid, holders in fits.items()
             if len(holders) == 1 and fitted_by[holders[0].pid] == {pid}}
 
 
-def _why_unmapped(p: GpuProcess) -> str:
-    return why_unmapped(p, local=False)
-
-
-# Why a host pid has no process here, by how many processes here hold its GPU (none, one, several)
+# Why a host pid has no process here, by what holds its GPU here. None: no process here holds it,
+# or (NVML lists the host pid on more GPUs than this one) none holds every GPU it is listed on.
 _OUTSIDE = N_("host pid {pid}, of another PID namespace: no process of this container holds GPU {gpu} open, so it "
               "runs outside it")
+_NOT_ALL = N_("host pid {pid}, of another PID namespace: NVML lists it on other GPUs besides GPU {gpu}, and no "
+              "process of this container holds all of them open, so it runs outside it")
+# One holds them all, but another host pid may be that process.
 _MAYBE_ONE = N_("host pid {pid}, of another PID namespace: pid {here} here holds GPU {gpu}, but so may a process "
                 "outside this container: which holds this memory cannot be told")
+# Several hold them all: as many host pids as they may be, or more (then some run outside).
 _ONE_OF = N_("host pid {pid}, of another PID namespace: held by one of pids {pids} here, which cannot be told apart")
+_ONE_OF_OR_OUTSIDE = N_("host pid {pid}, of another PID namespace: held by one of pids {pids} here or by a process "
+                        "outside this container (NVML lists more processes than these), which cannot be told")
+_BY_HOLDERS = {0: (_OUTSIDE, _NOT_ALL), 1: (_MAYBE_ONE,), 2: (_ONE_OF, _ONE_OF_OR_OUTSIDE)}
+
+
+def _said(reason: str, p: GpuProcess, local: bool) -> str:
+    pids = p.holders_here
+    listed = _pid_list(pids) if local and pids else ", ".join(map(str, pids))
+    return (_(reason) if local else reason).format(pid=p.nvml_pid, gpu=p.gpu, here=pids[0] if pids else "",
+                                                   pids=listed)
 
 
 def why_unmapped(p: GpuProcess, local: bool = True) -> str:
     """Why a row NVML lists under a host pid has no process here: in English (`local=False`: what
-    the row keeps, the JSON's host_missing) or in the reader's words."""
-    say = _ if local else str
-    pids = p.holders_here
-    if not pids:
-        return say(_OUTSIDE).format(pid=p.nvml_pid, gpu=p.gpu)
-    if len(pids) == 1:
-        return say(_MAYBE_ONE).format(pid=p.nvml_pid, here=pids[0], gpu=p.gpu)
-    listed = _pid_list(pids) if local else ", ".join(map(str, pids))
-    return say(_ONE_OF).format(pid=p.nvml_pid, pids=listed)
+    the row keeps, the JSON's host_missing) or in the reader's words. Which reason it is, the row
+    says by the English it keeps (map_to_this_namespace chose it from what it alone sees: the
+    other rows, every holder here)."""
+    reasons = _BY_HOLDERS[min(len(p.holders_here), 2)]
+    reason = next((r for r in reasons if _said(r, p, local=False) == p.host_missing), reasons[0])
+    return _said(reason, p, local)
 
 
 def _pid_list(pids: Iterable[int]) -> str:

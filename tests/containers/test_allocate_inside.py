@@ -73,7 +73,8 @@ def test_a_run_lease_is_not_ended_by_a_host_pid_numbered_as_its_jobs_child(conta
     assert picked.rc == 1, picked.out
     assert "GPU 0 is reserved by a vram run of root" in picked.err, picked.err
     exclusive = container.vram("pick", "--simulate", str(path), "--only", "0", "--exclusive", env=env)
-    assert "GPU 0 is in use by other users (unknown user)" in exclusive.err, exclusive.err  # not ours, whoever it is
+    assert (f"GPU 0 is in use by other users (a process of another PID namespace (host pid {outside}))"
+            in exclusive.err), exclusive.err  # not ours, whoever it is
     [lease] = leases(tmp_path / "leases")
     assert lease["kind"] == "run" and lease["units"] == ["GPU-00000000-0000-4000-8000-000000000000"]
 

@@ -90,6 +90,55 @@ def test_a_row_with_no_pid_here_is_said_in_the_readers_language(container, scena
         assert "of another PID namespace" not in out.out and "cannot be told" not in out.out, out.out
 
 
+@pytest.mark.slow
+def test_every_reason_a_host_pid_has_no_process_here_is_true(container, dev, env, write_scenario):
+    """Each case of why a row NVML lists under a host pid has no process here, in one scenario of
+    five GPUs, each row's reason as it is: GPU 0 and 1 held here by other processes than the host
+    pid listed on both (it said 'no process of this container holds GPU 0 open'); GPU 1 held by
+    two, listed for two; GPU 2 held by one, listed for two; GPU 3 held by none; GPU 4 held by two,
+    listed for three (it said all three were one of the two here). In the reader's words too."""
+    (dev / "nvidia2").write_text("")
+    (dev / "nvidia3").write_text("")
+    (dev / "nvidia4").write_text("")
+    started = {name: container.start(*(dev / f"nvidia{i}" for i in gpus))
+               for name, gpus in {"a": [0], "b": [1], "c": [1], "d": [2], "e": [4], "f": [4]}.items()}
+    here = {name: pids[0] for name, pids in started.items()}
+    on = {"a": "0", "b": "1", "c": "1", "d": "2", "e": "4", "f": "4"}
+    outside = {5353: ("0", "1"), 6161: ("2",), 4242: ("3",), 7171: ("4",)}
+    data = {"name": "reasons", "device_nodes": f"{dev}/nvidia*", "pid_namespace": os.readlink("/proc/self/ns/pid"),
+            "gpus": [{"uuid": f"GPU-00000000-0000-4000-8000-00000000000{i}", "pci_bus_id": f"00000000:0{i}:00.0",
+                      "memory_total": "40GiB", "utilization": 0} for i in range(5)],
+            "processes": [{"pid": host, "ns_pid": pid, "source": "real", "gpus": {on[name]: "1GiB"}}
+                          for name, (pid, host) in started.items()]
+            + [{"pid": pid, "user": "bob", "gpus": dict.fromkeys(gpus, "1GiB")} for pid, gpus in outside.items()]}
+    path = write_scenario(data)
+
+    listed = container.vram("ps", "--simulate", str(path), "--json", env=env).json()["processes"]
+    missing = {(p["gpu"], p["nvml_pid"]): p["host_missing"] for p in listed}
+    host = {name: pids[1] for name, pids in started.items()}
+    ns = "of another PID namespace: "
+    assert missing == {
+        (0, host["a"]): None,  # the one process here that may be it: mapped
+        (0, 5353): f"host pid 5353, {ns}NVML lists it on other GPUs besides GPU 0, and no process of this "
+                   "container holds all of them open, so it runs outside it",
+        (1, 5353): f"host pid 5353, {ns}NVML lists it on other GPUs besides GPU 1, and no process of this "
+                   "container holds all of them open, so it runs outside it",
+        **{(1, host[n]): f"host pid {host[n]}, {ns}held by one of pids {here['b']}, {here['c']} here, which "
+                         "cannot be told apart" for n in "bc"},
+        **{(2, pid): f"host pid {pid}, {ns}pid {here['d']} here holds GPU 2, but so may a process outside this "
+                     "container: which holds this memory cannot be told" for pid in (host["d"], 6161)},
+        (3, 4242): f"host pid 4242, {ns}no process of this container holds GPU 3 open, so it runs outside it",
+        **{(4, pid): f"host pid {pid}, {ns}held by one of pids {here['e']}, {here['f']} here or by a process "
+                     "outside this container (NVML lists more processes than these), which cannot be told"
+           for pid in (host["e"], host["f"], 7171)},
+    }, missing
+
+    zh = container.vram("status", "--simulate", str(path), env={**env, "VRAM_LANG": "zh_CN"})
+    assert zh.rc == 0, zh.err
+    assert "还在其他 GPU 上列出它" in zh.out and "或者由本容器之外的进程占用" in zh.out, zh.out
+    assert "of another PID namespace" not in zh.out and "cannot be told" not in zh.out, zh.out
+
+
 @pytest.mark.parametrize("field, value, needle", [
     ("pid_namespace", "net:[4026531840]", "pid_namespace: must name the PID namespace"),
     ("pid_namespace", -3, "pid_namespace: must name the PID namespace"),
