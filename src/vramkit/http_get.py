@@ -6,6 +6,8 @@ vram serve (fleet_hosts.py).
   passes, whatever it is waiting for (a byte a second is no answer).
 - The body is bounded in size; an HTTP error status comes back as an answer, with its body (as
   bounded), for the caller to read its error text.
+- It asks for gzip (vram serve's answers shrink ~10x) and unpacks it as it comes, the bound on
+  the unpacked size: a small answer that unpacks to gigabytes (a gzip bomb) is cut off there.
 - Every failure is one GetError saying what kind it was, for the caller to word.
 """
 
@@ -21,6 +23,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -162,7 +165,7 @@ def get(url: str, deadline: float, max_bytes: int, headers: Mapping[str, str] | 
     if time.monotonic() >= deadline:
         raise GetError("slow")
     watch = Watch(deadline)
-    request = urllib.request.Request(url, headers=dict(headers or {}))
+    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip", **(headers or {})})
     try:
         opener = _opener(watch, context, redirects)
         try:
@@ -203,6 +206,11 @@ def get(url: str, deadline: float, max_bytes: int, headers: Mapping[str, str] | 
 
 
 def _read(response: Any, watch: Watch, max_bytes: int) -> bytes:
+    """The body, unpacked where it came gzipped: at most `max_bytes` as sent and as unpacked."""
+    encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+    unpack = Gunzip(max_bytes) if encoding in ("gzip", "x-gzip") else None
+    if unpack is None and encoding != "identity":
+        raise GetError("not-http", f"answered in an encoding it was not asked for ({encoding[:40]})")
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -212,8 +220,43 @@ def _read(response: Any, watch: Watch, max_bytes: int) -> bytes:
         if not chunk:
             if watch.passed():  # the watch shut the connection: an end, not the answer's
                 raise GetError("slow")
+            if unpack is not None:
+                unpack.end()
             return b"".join(chunks)
         size += len(chunk)
         if size > max_bytes:
             raise GetError("too-big")
-        chunks.append(chunk)
+        chunks.extend(unpack.feed(chunk) if unpack is not None else (chunk,))
+
+
+class Gunzip:
+    """A gzip body unpacked as it comes, never more than `limit` bytes of it however few bytes
+    came: zlib is asked for at most one byte past what is left, so a bomb costs `limit` bytes of
+    memory and the time to unpack that much, then GetError('too-big'). Members one after another
+    (as gzip(1) writes them) are one body."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self._unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._fed = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out = []
+        try:
+            while data:
+                if self._unzip.eof:  # a member has ended: what follows is the next one
+                    self._unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._fed = True
+                piece = self._unzip.decompress(data, self.left + 1)
+                if len(piece) > self.left:
+                    raise GetError("too-big")
+                self.left -= len(piece)
+                out.append(piece)
+                data = self._unzip.unused_data if self._unzip.eof else self._unzip.unconsumed_tail
+        except zlib.error as e:
+            raise GetError("not-http", f"its gzip is broken: {e}") from None
+        return out
+
+    def end(self) -> None:
+        if self._fed and not self._unzip.eof:
+            raise GetError("not-http", "its gzip ends before the end of its data")
