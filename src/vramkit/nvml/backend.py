@@ -6,7 +6,8 @@ Rules it keeps:
 - a lost GPU is reported as lost and the other GPUs still read;
 - newer structs first (process info v3, memory info v2), falling back to older drivers' ones,
   and remembering which worked so later snapshots make no failed calls;
-- compute and graphics lists are merged: one row per (pid, GPU, MIG instance);
+- compute and graphics lists are merged: one row per (pid, GPU, MIG instance); on nvidia-ml-py
+  each list is one call of NVML's C function, with pynvml's own entry struct (_c_lister);
 - handles and static facts (name, uuid, PCI id, MIG layout) are cached between reads.
 """
 
@@ -66,6 +67,63 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+# One row of a process list: (pid, bytes used or None when the driver will not say, GPU instance or None).
+ProcessRow = tuple[int, "int | None", "int | None"]
+_NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE in usedGpuMemory (pynvml: None)
+
+
+def _public_lister(fn: Callable[[Any], list[Any]]) -> Callable[[int, Any], list[ProcessRow]]:
+    """A process list through pynvml's own function (or the simulator's)."""
+    def rows(index: int, handle: Any) -> list[ProcessRow]:
+        return [(info.pid, info.usedGpuMemory, getattr(info, "gpuInstanceId", None)) for info in fn(handle)]
+    return rows
+
+
+def _c_lister(lib: Any, name: str, wrapper: Any) -> Callable[[int, Any], list[ProcessRow]] | None:
+    """A process list through NVML's C function `name` itself, as nvitop calls it: one call with an
+    array sized from the previous list, where pynvml's wrapper makes two (the first only asks how
+    many) and turns each entry into a Python object field by field. The entry struct is the one
+    pynvml's own wrapper of `name` passes (so the layout is nvidia-ml-py's choice, driver by driver);
+    None where that cannot be told (another pynvml, the simulator without the shim): then pynvml's
+    function is used."""
+    get_pointer = getattr(lib, "_nvmlGetFunctionPointer", None)
+    code = getattr(wrapper, "__code__", None)
+    if get_pointer is None or code is None or name not in code.co_consts:
+        return None
+    structs = {n for n in code.co_names if n.startswith("c_nvmlProcessInfo")}
+    entry = getattr(lib, structs.pop(), None) if len(structs) == 1 else None
+    fields = {f[0] for f in getattr(entry, "_fields_", ())}
+    if entry is None or not {"pid", "usedGpuMemory"} <= fields:
+        return None
+    import ctypes
+
+    has_gi = "gpuInstanceId" in fields
+    too_small, success = lib.NVML_ERROR_INSUFFICIENT_SIZE, lib.NVML_SUCCESS
+    sizes: dict[int, int] = {}  # GPU -> entries its array has room for: twice the last list, and 5
+    get = object.__getattribute__  # each field past pynvml's __getattribute__ (it only decodes bytes)
+
+    def rows(index: int, handle: Any) -> list[ProcessRow]:
+        fn = get_pointer(name)
+        size = sizes.get(index, 16)
+        for _attempt in range(4):  # a list that keeps outgrowing its array: processes starting meanwhile
+            count = ctypes.c_uint(size)
+            array = (entry * size)()
+            ret = fn(handle, ctypes.byref(count), array)
+            if ret != too_small:
+                break
+            size = sizes[index] = count.value * 2 + 5
+        if ret != success:
+            raise lib.NVMLError(ret)
+        sizes[index] = max(16, count.value * 2 + 5)
+        out: list[ProcessRow] = []
+        for info in array[:min(count.value, size)]:
+            memory = get(info, "usedGpuMemory")
+            out.append((get(info, "pid"), None if memory == _NOT_AVAILABLE else memory,
+                        get(info, "gpuInstanceId") if has_gi else None))
+        return out
+    return rows
+
+
 class Nvml:
     def __init__(self, lib: Any):
         self.lib = lib
@@ -78,6 +136,7 @@ class Nvml:
         self._static: dict[int, dict[str, Any]] = {}
         self._mem_v2 = hasattr(lib, "nvmlMemory_v2")
         self._process_fn: dict[str, str] = {}
+        self._listers: dict[str, Callable[[int, Any], list[ProcessRow]]] = {}  # process-list call -> reader
         self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
         self._no_process_util: dict[int, str] = {}  # GPU index -> why its driver gives no process samples
         self._nvlink_counters: dict[int, tuple[float, int, int]] = {}
@@ -280,15 +339,18 @@ class Nvml:
                 memory_used=None if mem is None else mem.used,
                 memory_free=None if mem is None else mem.free))
 
-    def _list_processes(self, kind: str, handle: Any) -> list[Any]:
+    def _list_processes(self, kind: str, index: int, handle: Any) -> list[ProcessRow]:
         lib = self.lib
         chosen = self._process_fn.get(kind)
         for name in ([chosen] if chosen else _PROCESS_FNS[kind]):
-            fn = getattr(lib, name, None)
-            if fn is None:
-                continue
+            lister = self._listers.get(name)
+            if lister is None:
+                fn = getattr(lib, name, None)
+                if fn is None:
+                    continue
+                lister = self._listers[name] = _c_lister(lib, name, fn) or _public_lister(fn)
             try:
-                result: list[Any] = fn(handle)
+                result = lister(index, handle)
             except self._mismatch:
                 continue
             except lib.NVMLError as e:
@@ -302,12 +364,9 @@ class Nvml:
     def _read_processes(self, dev: Device, handle: Any) -> None:
         rows: dict[tuple[int, int | None], GpuProcess] = {}
         for kind in ("compute", "graphics"):
-            listed = self._query(dev, ("processes",), self._list_processes, kind, handle)
-            for info in listed or ():
-                gi = getattr(info, "gpuInstanceId", None)
-                gi = None if gi in (None, _UNSET) else gi
-                memory = info.usedGpuMemory  # None: the driver would not say (e.g. no permission)
-                pid = info.pid
+            listed = self._query(dev, ("processes",), self._list_processes, kind, dev.index, handle)
+            for pid, memory, gi in listed or ():  # memory None: the driver would not say (e.g. no permission)
+                gi = None if gi == _UNSET else gi
                 row = rows.get((pid, gi))
                 if row is None:
                     rows[(pid, gi)] = GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid,
