@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -59,12 +60,12 @@ from .bindings import translate
 from .compositor import TopScreen
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
-from .screens import AlertsScreen, DetailScreen, HelpScreen
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
 if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only view never needs it
     from ..history.series import GpuSeries
     from .actions import KillActions
+    from .screens import DetailScreen  # the screens, when one is first opened (~0.3 MiB of modules)
 
 
 # The prompt's placeholder for each of its modes (action_prompt)
@@ -523,6 +524,7 @@ class TopApp(App[None]):
         self._texts: dict[str, Text] = {}  # what each Static shows (_show)
         self._headers, self._widths = R.headers()  # the columns' headers and widths, in the reader's language
         self._flag_words = fmt.flag_words()  # the FLAGS column's words, in the reader's language
+        self._detail: weakref.ref[DetailScreen] | None = None  # the detail screen opened last
 
     # ------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen[Any]:
@@ -616,7 +618,7 @@ class TopApp(App[None]):
             async with self._lock:
                 snap = await self.sampler.run(self.collect)
                 # health is read only for an open detail screen: no thread for it otherwise
-                reads_health = self.read_health is not None and isinstance(self.screen, DetailScreen)
+                reads_health = self.read_health is not None and self.detail_screen() is not None
                 self.health = await self.sampler.run(functools.partial(self._detail_health, snap)) if (
                     reads_health) else None
                 self._note_health(snap.time)
@@ -632,8 +634,8 @@ class TopApp(App[None]):
     def _detail_health(self, snap: Snapshot) -> dict[int, Device] | None:
         """The detail screen's GPUs with their health read, on copies (the collector's other
         consumers share the snapshot); None when no detail screen is open or nothing reads health."""
-        screen = self.screen
-        if self.read_health is None or not isinstance(screen, DetailScreen):
+        screen = self.detail_screen()
+        if self.read_health is None or screen is None:
             return None
         held = {p.gpu for p in snap.processes if p.pid_here == screen.pid}
         copies = [dataclasses.replace(g) for g in snap.gpus if g.index in held]
@@ -678,8 +680,9 @@ class TopApp(App[None]):
         self.alerts = evaluate(self.history, self.thresholds)
         self._draw()
         self._fill_table()
-        if isinstance(self.screen, DetailScreen):
-            self.screen.update(snap, self.history, self.span, self.health)
+        detail = self.detail_screen()
+        if detail is not None:
+            detail.update(snap, self.history, self.span, self.health)
 
     # ------------------------------------------------------------ drawing
     def _draw(self) -> None:
@@ -789,6 +792,11 @@ class TopApp(App[None]):
             return Text(value, style=self.look.palette.flag)
         return Text(value)
 
+    def detail_screen(self) -> DetailScreen | None:
+        """The detail screen, when it is the one shown."""
+        detail = self._detail() if self._detail is not None else None
+        return detail if detail is not None and detail is self.screen else None
+
     def selected_key(self) -> str | None:
         """The key of the row under the cursor (R.row_key), None on an empty table."""
         row = self.selected_row()
@@ -816,9 +824,13 @@ class TopApp(App[None]):
         self.push_screen(CommandPalette(providers=[ThemeProvider], placeholder=_("Search for themes…")))
 
     def action_help(self) -> None:
+        from .screens import HelpScreen
+
         self.push_screen(HelpScreen())
 
     def action_alerts(self) -> None:
+        from .screens import AlertsScreen
+
         shown = self.snap.gpus if self.snap is not None else []
         self.push_screen(AlertsScreen(self.alerts + self._health_alerts(shown)))
 
@@ -924,7 +936,10 @@ class TopApp(App[None]):
         if row.proc.pid_here is None:  # its number is another namespace's: /proc here knows another process by it
             self.notify(_("no details: {why}").format(why=_not_here(row.proc)), severity="warning")
             return
+        from .screens import DetailScreen
+
         screen = DetailScreen(row.proc.pid, pids_visible=self.pids_visible)
+        self._detail = weakref.ref(screen)
         self.push_screen(screen)
         screen.call_after_refresh(screen.update, self.snap, self.history, self.span)
         if self.read_health is not None:  # its GPUs' health now, not at the next refresh
