@@ -521,6 +521,16 @@ def chromium_sandbox_args() -> list[str]:
     return ["--no-sandbox"] if IS_ROOT else []
 
 
+def chromium_env(tmp_path_factory) -> dict[str, str]:
+    """chromedriver's environment (Chromium's with it): their temporary files, among them the
+    org.chromium.Chromium.* directories Chromium leaves behind, in a new directory of the test
+    run's, not in /tmp (`webdriver.ChromeService(CHROMEDRIVER, env=chromium_env(tmp_path_factory))`).
+    A short path (~50 bytes under xdist): Chromium does not start with a TMPDIR of 64 bytes or
+    more (a socket of its, a few levels below, must fit a socket address), as a tmp_path named
+    after a long test is."""
+    return {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chr"))}
+
+
 def needs_root(why: str):
     """A skip mark for a test that needs root, e.g. `@needs_root("to run vram as another user")`:
     the suite runs as root (CI) and as an ordinary user, and says why a test did not run."""

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from helpers import chromium_sandbox_args
+from helpers import chromium_env, chromium_sandbox_args
 
 CHROMEDRIVER, CHROMIUM = "/usr/bin/chromedriver", shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None or not os.access(CHROMEDRIVER, os.X_OK),
@@ -28,7 +28,7 @@ return {pids: cells('tr.proc td.pid'), ages: cells('tr.proc td.age').flat().join
 
 
 @pytest.mark.slow
-def test_rows_without_a_pid_here_on_the_page(container, scenario, dev, env, children):
+def test_rows_without_a_pid_here_on_the_page(container, scenario, dev, env, children, tmp_path_factory):
     mine, mine_host = container.start(dev / "nvidia0")  # the only holder of GPU 0: matched, its age runs on
     first, first_host = container.start(dev / "nvidia1")  # two holders of GPU 1 here, and NVML lists a
     second, second_host = container.start(dev / "nvidia1")  # third pid outside: none can be told apart
@@ -39,7 +39,8 @@ def test_rows_without_a_pid_here_on_the_page(container, scenario, dev, env, chil
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--disable-dev-shm-usage", "--disable-gpu", *chromium_sandbox_args()):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER, env=chromium_env(tmp_path_factory)),
+                              options=options)
     try:
         driver.get(base + "/")
         ages: set[str] = set()

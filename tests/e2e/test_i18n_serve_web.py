@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, chromium_sandbox_args, clean_env, run_vram, vram_argv, zh_env
+from helpers import assert_one_line_error, chromium_env, chromium_sandbox_args, clean_env, run_vram, vram_argv, zh_env
 
 from vramkit import i18n
 from vramkit.serve import page_words
@@ -228,7 +228,7 @@ needs_browser = pytest.mark.skipif(BROWSER is not None, reason=str(BROWSER))
 
 
 @pytest.fixture(scope="module")
-def zh_browser():
+def zh_browser(tmp_path_factory):
     """Chromium set to Chinese as a Chinese user's is: its UI language and the languages it asks for."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -237,7 +237,8 @@ def zh_browser():
         options.add_argument(arg)
     options.add_experimental_option("prefs", {"intl.accept_languages": "zh-CN,zh"})
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    service = webdriver.ChromeService(CHROMEDRIVER, env=chromium_env(tmp_path_factory))
+    driver = webdriver.Chrome(service=service, options=options)
     yield driver
     driver.quit()
 

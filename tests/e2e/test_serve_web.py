@@ -14,11 +14,12 @@ import shutil
 import statistics
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import chromium_sandbox_args, clean_env, crowded_scenario, vram_argv
+from helpers import chromium_env, chromium_sandbox_args, clean_env, crowded_scenario, vram_argv, wait_for
 
 from vramkit.units import parse_size
 
@@ -76,6 +77,20 @@ class Server:
         assert found, line
         self.url = found.group(1)
 
+    def wait_for_reading(self) -> None:
+        """Until the server has its first reading: it prints its address once it listens, before
+        it has read the machine (/healthz: 503 until then; the reading takes seconds on a loaded
+        machine, and the page and the API wait for it in their own ways)."""
+        def read() -> bool:
+            try:
+                with urllib.request.urlopen(self.url + "healthz", timeout=WAIT):
+                    return True
+            except urllib.error.HTTPError as e:
+                if e.code != 503:
+                    raise
+                return False
+        assert wait_for(read, timeout=WAIT, interval=0.05), "no first reading"
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -87,7 +102,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900"):
@@ -95,7 +110,8 @@ def browser():
     for arg in chromium_sandbox_args():
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    service = webdriver.ChromeService(CHROMEDRIVER, env=chromium_env(tmp_path_factory))
+    driver = webdriver.Chrome(service=service, options=options)
     yield driver
     driver.quit()
 
@@ -360,11 +376,8 @@ def vramkit_snapshot(path: Path):
 def test_the_first_paint_has_the_reading_without_asking_again(browser, served, scenario_file):
     """Issue 31 item 10: the page as served carries the current reading, so the GPUs show with
     the event stream and the snapshot API both unreachable (blocked here)."""
-    import urllib.request
-
     server = served("--simulate", str(scenario_file))
-    with urllib.request.urlopen(server.url + "api/v1/snapshot", timeout=WAIT):
-        pass  # the server has its first reading
+    server.wait_for_reading()  # (asked at once, the snapshot API answered 503 when the reading came late)
     with urllib.request.urlopen(server.url, timeout=WAIT) as answer:
         html = answer.read().decode()
     assert '<script type="application/json" id="reading">' in html

@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import Served, chromium_sandbox_args
+from helpers import Served, chromium_env, chromium_sandbox_args
 
 from vramkit.serve import http as serve_http
 
@@ -530,7 +530,7 @@ def test_a_real_prometheus_scrapes_through_the_siege(tmp_path, served):
     assert s.stop() == 0
 
 
-def test_a_real_browser_gets_the_live_page_through_the_siege(served):
+def test_a_real_browser_gets_the_live_page_through_the_siege(served, tmp_path_factory):
     chromedriver = "/usr/bin/chromedriver"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not os.access(chromedriver, os.X_OK) or chromium is None:
@@ -547,7 +547,8 @@ def test_a_real_browser_gets_the_live_page_through_the_siege(served):
     for arg in chromium_sandbox_args():
         options.add_argument(arg)
     with Siege(s.port, idle=300, streams=32):
-        driver = webdriver.Chrome(service=webdriver.ChromeService(chromedriver), options=options)
+        driver = webdriver.Chrome(service=webdriver.ChromeService(chromedriver, env=chromium_env(tmp_path_factory)),
+                                  options=options)
         try:
             driver.get(s.base + "/")
             WebDriverWait(driver, 30, poll_frequency=0.1).until(
