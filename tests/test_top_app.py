@@ -138,6 +138,7 @@ def test_filter_by_user_and_gpu_and_search(sim_env):
     app, machine = demo_app()
 
     async def body(pilot):
+        assert not app.query("#prompt")  # the prompt is made when first asked for: a widget less until then
         await pilot.press("u", *"carol", "enter")
         assert {r["user"] for r in table_rows(app)} == {"carol"}
         assert len(table_rows(app)) == 2

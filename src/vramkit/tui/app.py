@@ -516,6 +516,7 @@ class TopApp(App[None]):
         self.error: str | None = None
         self.refreshes = 0
         self._prompt_mode: str | None = None
+        self._prompt: Input | None = None  # mounted at the first prompt: most sessions never open one
         self._columns: list[str] = []
         self._owners = False  # the OWNER column is shown: some process has one (R.owned)
         self._command_width = 0
@@ -539,8 +540,7 @@ class TopApp(App[None]):
         yield Static("", id="viewline")
         table = ProcTable(self._cell_text, id="procs", cursor_type="row", zebra_stripes=False)
         yield table
-        yield Input(id="prompt")
-        yield Footer()
+        yield Footer()  # the prompt (an Input) comes before it when first asked for (action_prompt)
 
     async def on_mount(self) -> None:
         self._setup_columns()
@@ -886,8 +886,11 @@ class TopApp(App[None]):
         self._hide_prompt()
         self._fill_table()
 
-    def action_prompt(self, mode: str) -> None:
-        prompt = self.query_one("#prompt", Input)
+    async def action_prompt(self, mode: str) -> None:
+        prompt = self._prompt
+        if prompt is None:  # a widget less for the whole session until then (~150 KiB)
+            prompt = self._prompt = Input(id="prompt")
+            await self.mount(prompt, before=self.query_one(Footer))
         self._prompt_mode = mode
         prompt.placeholder = _(PROMPTS[mode])
         prompt.value = {"search": self.view.search, "user": ",".join(sorted(self.view.users)),
@@ -896,8 +899,8 @@ class TopApp(App[None]):
         prompt.focus()
 
     def _hide_prompt(self) -> None:
-        prompt = self.query_one("#prompt", Input)
-        prompt.remove_class("shown")
+        if self._prompt is not None:
+            self._prompt.remove_class("shown")
         self._prompt_mode = None
         self.query_one("#procs", DataTable).focus()
 
