@@ -17,7 +17,10 @@ its resident memory (VmRSS at the end of the measured time, and the peak, VmHWM)
 
 A third program is the floor the live view stands on: an empty Textual app (one Static line, no
 data), run the same way in the first round (its memory is what it is here for). vram top keeps
-Textual (DESIGN.md), so its distance to this floor is what it could still save.
+Textual (DESIGN.md), so its distance to this floor is what it could still save. A fourth, also in
+the first round only: the same app importing pynvml first, on the shim ("floor+nvml"): what any
+pynvml program in Textual pays before it reads a GPU (on the shim that includes the simulator
+the peers load too), so that vram top's own part above the floor is printed apart.
 
 --compare DIR: a fourth program in every round, vram top from another tree's src/ ("compared"), so
 that a change is measured against the tree before it in the same rounds: on a busy machine, runs
@@ -64,6 +67,8 @@ class Floor(App):
 
 Floor().run()
 """
+FLOOR_NVML_APP = "import pynvml\n" + FLOOR_APP  # the floor, paying `import pynvml` as every pynvml tool does
+FLOORS = ("floor", "floor+nvml")  # their memory is all they are here for: the first round shows it
 
 
 def _command(script: str, module: str, *args: str) -> list[str]:
@@ -170,6 +175,7 @@ def _programs(src: Path | None, scenario_file: Path, shim: Path,
         "vram top": (top, vram_env, "GPU processes"),
         "nvitop": (_command("nvitop", "nvitop", "--interval", "1"), on_shim, "GiB"),
         "floor": ([sys.executable, "-c", FLOOR_APP], base, "empty Textual app"),
+        "floor+nvml": ([sys.executable, "-c", FLOOR_NVML_APP], on_shim, "empty Textual app"),
     }
     if compare is not None:
         programs["compared"] = (top, {**on_shim, "PYTHONPATH": f"{shim}{os.pathsep}{compare}"}, "GPU processes")
@@ -188,7 +194,7 @@ def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path |
         names = list(programs)
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
-                if name == "floor" and r > 0:  # its memory is all it is here for: one round shows it
+                if name in FLOORS and r > 0:
                     continue
                 cmd, env, ready = programs[name]
                 sub = tmp_path / f"tmux-{r}-{name.replace(' ', '-')}"
@@ -213,6 +219,10 @@ def run_machine(gpus: int, processes: int, args: argparse.Namespace, src: Path |
     frames = [v.first_frame / n.first_frame for v, n in zip(results["vram top"], results["nvitop"])]
     print(f"vram top / nvitop first frame: {_spread(frames)}x per round")
     above = (statistics.median(x.rss for x in results["vram top"]) - floor_rss) / MiB
+    nvml_rss = statistics.median(x.rss for x in results["floor+nvml"])
+    print(f"RSS above the floor: vram top {above:+.1f} MiB, of which `import pynvml` on the shim "
+          f"{(nvml_rss - floor_rss) / MiB:+.1f} (floor+nvml) and vram top's own "
+          f"{(statistics.median(x.rss for x in results['vram top']) - nvml_rss) / MiB:+.1f}")
     if "compared" in results:
         theirs = [c.cpu / n.cpu for c, n in zip(results["compared"], results["nvitop"])]
         versus = [v.cpu / c.cpu for v, c in zip(results["vram top"], results["compared"])]
