@@ -185,6 +185,24 @@ def assert_days_and_held(history: Path, zone: str, spans: list[tuple[float, floa
         time.tzset()
 
 
+
+@pytest.mark.parametrize("zone", ["Asia/Kathmandu", "Asia/Kolkata", "Europe/Berlin", "America/New_York"])
+def test_other_zones_days_are_stored_days_less_their_other_hours(history, berlin_history, zone, monkeypatch):
+    """In a zone that is neither UTC nor the recorder's, each whole UTC day's longest part is its
+    day sums less its other hours (a year read 1.9 M hour sums before): the days are still the rows'
+    (+5:45, +5:30 where local midnight cuts an hour, Berlin across its clock change)."""
+    db, epoch = (berlin_history, BERLIN_EPOCH) if zone == "Europe/Berlin" else (history, EPOCH)
+    derived: list[int] = []
+    add_derived = query._add_derived
+
+    def spy(store, parts, days):
+        derived.append(len(parts))
+        return add_derived(store, parts, days)
+
+    monkeypatch.setattr(query, "_add_derived", spy)
+    assert_days_and_held(db, zone, windows(epoch), monkeypatch)
+    assert max(derived) == 2  # the two whole UTC days of the widest window
+
 @pytest.mark.parametrize("zone", ["America/St_Johns", "XST-10:30XDT-11,M3.2.0,M11.1.0", "Asia/Shanghai",
                                   "Europe/Berlin"])
 def test_vram_report_by_day_prints_the_same_days(history, berlin_history, zone, monkeypatch):

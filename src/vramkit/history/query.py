@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -781,33 +781,49 @@ def _day_name(number: int) -> str:
 
 
 def _local_days(store: Store, since: float, until: float, offsets: list[tuple[int, int]]) -> list[Usage]:
-    """usage(by="day") where local days are not UTC days (the day sums, per UTC day, cannot serve).
+    """usage(by="day") where local days are neither UTC days nor the recorder's.
 
-    The hour sums, most of a year's rows, are summed per span of a local day: a temp table of the
-    spans (a few per day, worked out here from the zone's offsets) is joined to proc_hour's key, so
-    SQLite sums each span as it reads it, in the key's order, with no sort and no per-row day
-    arithmetic. The rest (the window's edges, the samples not summed yet, the hours local midnight
-    cuts) is summed per day as before (_day_sql). The two are added here: sums, the peak, and the
-    process lives as sets of job ids (a life counts once a day whichever part it is in)."""
+    Each local day is cut into spans of whole hours (a few per day, from the zone's offsets; the
+    hours local midnight cuts are left out). In each stored day wholly in the window (a UTC day of
+    proc_day, or a local day of the recorder's, proc_local_day: whichever leaves fewer hours to
+    read) the longest part is the stored day's sums less those of its other parts (_Derived), so
+    only the other parts are read from the hour sums (an hour or two a day in Europe): through a
+    temp table of spans joined to proc_hour's key, each span summed as SQLite reads it, in the
+    key's order, with no sort and no per-row day arithmetic. The rest (the window's edges, the
+    samples not summed yet, the rows of the hours local midnight cuts) is summed per day as before
+    (_day_sql). The parts are added here: sums, the peak, and the process lives as sets of job ids
+    (a life counts once a day whichever part it is in)."""
     plan = _plan(store, since, until, offsets, local_days=False)
     spans: list[tuple[int, float, float]] = []  # (day, lo, hi): the hour sums in [lo, hi) are of that day
     cuts = sorted(lo for lo, _ in plan.cuts)
     for first, end, _ in plan.hours:
         for number, lo, hi in _day_spans(offsets, math.floor(first), math.ceil(end)):
             spans.extend((number, max(a, first), min(b, end)) for a, b in _without_hours(lo, hi, cuts))
+    derived: list[_Derived] = []
+    if spans:
+        spans, derived = _derive(store, spans, cuts, plan.hours[0][0], plan.hours[-1][1])
     days = _DayTotals()
     add = days.add
-    if spans:
+    # (local day, or None: an hour local midnight cuts, whose rows are summed below; the stored day
+    # whose sums it is taken off, or None; lo; hi)
+    reads: list[tuple[int | None, _Derived | None, float, float]] = [(n, None, lo, hi) for n, lo, hi in spans]
+    for d in derived:
+        reads.extend((other, d, lo, hi) for other, lo, hi in d.others)
+    if reads:
         _rows(store, "DROP TABLE IF EXISTS temp.vram_day_spans", ())
         _rows(store, "CREATE TEMP TABLE vram_day_spans (id INTEGER PRIMARY KEY, lo, hi)", ())
         try:
             try:
                 store.conn.executemany("INSERT INTO temp.vram_day_spans VALUES (?, ?, ?)",
-                                       [(i, lo, hi) for i, (_, lo, hi) in enumerate(spans)])
+                                       [(i, lo, hi) for i, (_n, _d, lo, hi) in enumerate(reads)])
             except sqlite3.Error as e:
                 raise StoreError(describe(e, store.path), param="db") from None
             for i, gs, mbs, peak, idle, jobs in _rows(store, _DAY_SPAN_SUMS, ()):
-                add(spans[int(i)][0], gs, mbs, peak, idle, jobs)
+                local, stored, _lo, _hi = reads[int(i)]
+                if local is not None:
+                    add(local, gs, mbs, peak, idle, jobs)
+                if stored is not None:
+                    stored.take_off(gs, mbs, peak, idle, jobs)
         finally:
             _rows(store, "DROP TABLE temp.vram_day_spans", ())
     rest_sql, params = plan.sql(_PROC_FINE, _PROC_UNSUMMED)
@@ -818,7 +834,197 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
         n = typed_int(number, "count")
         if n is not None:
             add(n, gs, mbs, peak, idle, jobs)
+    _add_derived(store, derived, days)
     return days.usage()
+
+
+@dataclass
+class _Derived:
+    """A stored day [t, hi) (a row per pair of `table`: proc_day or proc_local_day) wholly in the
+    window, whose longest part, the hours [lo, hi) of local day `number`, is summed as the stored
+    day's sums less its `others` parts' ((local day or None, lo, hi), read from the hour sums and
+    taken off here: their sums, peak and job ids)."""
+
+    table: str
+    t: int
+    number: int
+    lo: float
+    hi: float
+    others: list[tuple[int | None, float, float]]
+    seconds: float = 0.0
+    mbs: float = 0.0
+    idle: float = 0.0
+    peak: int | None = None
+    jobs: list[str] = field(default_factory=list)
+
+    def take_off(self, gs: object, mbs: object, peak: object, idle: object, jobs: object) -> None:
+        self.seconds += _total(gs)
+        self.mbs += _total(mbs)
+        self.idle += _total(idle)
+        p = typed_int(peak, "bytes")
+        if p is not None:
+            self.peak = max(self.peak or 0, p)
+        if jobs:
+            self.jobs.append(str(jobs))
+
+    def hours(self) -> list[int]:
+        """The hours whose sums this part is (where the hour sums are keyed)."""
+        return list(range(math.ceil(self.lo / HOUR) * HOUR, math.ceil(self.hi / HOUR) * HOUR, HOUR))
+
+
+def _derive(store: Store, spans: list[tuple[int, float, float]], cuts: list[int], first: float,
+            end: float) -> tuple[list[tuple[int, float, float]], list[_Derived]]:
+    """`spans` as the spans still read from the hour sums and the parts of stored days summed from
+    the stored day (_Derived), with the stored days (UTC or the recorder's local) that leave fewer
+    hours to read. `cuts`: the hours local midnight cuts ([h, h + HOUR), in no span)."""
+    choices: list[tuple[str, list[tuple[int, int]]]] = []
+    # Only the stored days of hours there are (a window of centuries has a few years of them).
+    low, high = _rows(store, f"SELECT min(t), max(t) FROM proc_hour WHERE {of_kind('t', 'time')}", ())[0]
+    if typed(low, "time") is None or typed(high, "time") is None:
+        return spans, []
+    first, end = max(first, float(low)), min(end, float(high) + HOUR)
+    if store.day_sums:
+        choices.append(("proc_day", [(d, d + DAY) for d in range(math.ceil(first / DAY) * DAY,
+                                                                  math.floor(end / DAY) * DAY, DAY)]))
+    if store.local_days:
+        stored: list[tuple[int, int]] = []
+        for t, hi in _rows(store, f"SELECT t, hi FROM local_days WHERE t >= ? AND hi <= ? AND {of_kind('t', 'time')} "
+                           f"AND {of_kind('hi', 'time')} ORDER BY t", (first, end)):
+            if t == int(t) and hi == int(hi) and int(t) % HOUR == 0 and int(hi) % HOUR == 0 and t < hi:
+                if not stored or stored[-1][1] <= t:  # (disjoint, as the recorder keeps them)
+                    stored.append((int(t), int(hi)))
+        choices.append(("proc_local_day", stored))
+    best: tuple[float, list[tuple[int, float, float]], list[_Derived]] = (math.inf, spans, [])
+    for table, bases in choices:
+        direct, derived = _parts(table, spans, cuts, bases)
+        read = sum(hi - lo for _, lo, hi in direct) + sum(hi - lo for d in derived for _, lo, hi in d.others)
+        if derived and read < best[0]:
+            best = (read, direct, derived)
+    return best[1], best[2]
+
+
+def _parts(table: str, spans: list[tuple[int, float, float]], cuts: list[int],
+           bases: list[tuple[int, int]]) -> tuple[list[tuple[int, float, float]], list[_Derived]]:
+    """`spans` cut at the edges of the stored days `bases` (sorted, disjoint): the parts still read
+    from the hour sums, and per stored day that the spans and `cuts` fill, its longest part."""
+    starts = [lo for lo, _ in bases]
+    edges = sorted({x for base in bases for x in base})
+    direct: list[tuple[int, float, float]] = []
+    inside: dict[int, list[tuple[int, float, float]]] = {}
+    for number, lo, hi in spans:
+        i = bisect_right(edges, lo)
+        while lo < hi:
+            b = min(hi, edges[i]) if i < len(edges) else hi
+            j = bisect_right(starts, lo) - 1
+            if j >= 0 and b <= bases[j][1]:
+                inside.setdefault(j, []).append((number, lo, b))
+            else:
+                direct.append((number, lo, b))
+            lo, i = b, i + 1
+    derived = []
+    for j, pieces in inside.items():
+        lo, hi = bases[j]
+        cut = [(None, float(c), float(c + HOUR)) for c in cuts[bisect_left(cuts, lo):bisect_left(cuts, hi)]]
+        if sum(b - a for _, a, b in pieces) + HOUR * len(cut) != hi - lo:  # not all of it in the window's hours
+            direct.extend(pieces)
+            continue
+        longest = max(range(len(pieces)), key=lambda k: pieces[k][2] - pieces[k][1])
+        number, a, b = pieces[longest]
+        others: list[tuple[int | None, float, float]] = [*pieces[:longest], *pieces[longest + 1:], *cut]
+        derived.append(_Derived(table, lo, number, a, b, others))
+    return direct, derived
+
+
+def _add_derived(store: Store, derived: list[_Derived], days: _DayTotals) -> None:
+    """Each derived part's sums (its stored day's less its other parts') into its local day, once
+    every other part of every day is in `days`. Its peak is the stored day's where that is above
+    its other parts' (or where the day's peak is as high already); else the pair that holds it is
+    looked for in the part's hours, and failing that the part's peak is read. Its lives: the
+    stored day's not in its other parts, and of those in both, the ones in the part's hours."""
+    by_table: dict[str, dict[int, _Derived]] = {}
+    for d in derived:
+        by_table.setdefault(d.table, {})[d.t] = d
+    for table, parts in by_table.items():
+        for t, gs, mbs, peak, idle, jobs, top_job, top_gpu in _rows(store, f"""
+                SELECT t, SUM(seconds), SUM({_c('memory_byte_seconds', 'byte_seconds')}),
+                       MAX({_c('memory_max', 'bytes')}), SUM({_c('idle_seconds', 'seconds')}),
+                       group_concat(DISTINCT job), job, gpu
+                FROM {table} WHERE t >= ? AND t <= ? AND {_DAY_KEYS} GROUP BY t""", (min(parts), max(parts))):
+            part = parts.pop(int(t)) if t == int(t) and int(t) in parts else None
+            if part is None:
+                continue
+            d = part
+            known = days.days.get(d.number)
+            lives = _lives_with(store, d, known[4] if known else [], str(jobs) if jobs else "")
+            if known is None and not lives:  # nothing of this part's in the hour sums: no day
+                continue
+            day = days.days.setdefault(d.number, [0.0, 0.0, None, 0.0, []])
+            day[0] += max(0.0, _total(gs) - d.seconds)
+            day[1] += max(0.0, _total(mbs) - d.mbs)
+            day[3] += max(0.0, _total(idle) - d.idle)
+            day[4] = lives
+            top = typed_int(peak, "bytes")
+            if top is not None and (d.peak is None or top > d.peak or (day[2] or 0) >= top):
+                day[2] = max(day[2] or 0, top)
+            elif top is not None:  # the stored day's peak is also in another part: is it in this one?
+                found = _hours_max(store, d, top_job, top_gpu)
+                found = top if found == top else _hours_max(store, d)
+                if found is not None:
+                    day[2] = max(day[2] or 0, found)
+        for d in parts.values():  # no stored row: no hour either, or a damaged file (then the part's own hours)
+            if d.jobs:
+                _add_hours(store, d, days)
+
+
+def _job_ids(lists: list[str]) -> set[str]:
+    """The job ids of group_concat(DISTINCT job) lists, as text ("12"; a REAL id read as "12.0": "12")."""
+    ids: set[str] = set()
+    for text in lists:
+        ids.update(text.split(",") if "." not in text else (str(int(float(j))) for j in text.split(",") if j))
+    ids.discard("")
+    return ids
+
+
+def _lives_with(store: Store, d: _Derived, known: list[str], stored: str) -> list[str]:
+    """A local day's lists of job ids (`known`) with those of derived part `d`, whose stored day
+    holds `stored` (group_concat): as one list."""
+    day, others, have = _job_ids([stored]), _job_ids(d.jobs), _job_ids(known)
+    unsure = sorted(int(j) for j in (day & others) - have)
+    have |= day - others
+    for i in range(0, len(unsure), 500):  # SQLite's bound-parameter limit
+        ids = unsure[i:i + 500]
+        hours = d.hours()
+        have.update(str(int(j)) for (j,) in _rows(store, f"""
+            SELECT DISTINCT h.job FROM proc_hour h WHERE h.t IN ({','.join(map(str, hours))})
+            AND h.job IN ({','.join('?' * len(ids))}) AND {' AND '.join(of_kind(e, k) for e, k in _HOUR_KEYS)}""",
+            tuple(ids)))
+    return [",".join(sorted(have))] if have else []
+
+
+def _hours_max(store: Store, d: _Derived, job: object = None, gpu: object = None) -> int | None:
+    """The peak in the hour sums of derived part `d` (of one pair: `job`, `gpu`)."""
+    keys = " AND ".join(of_kind(e, k) for e, k in _HOUR_KEYS)
+    params: tuple[object, ...]
+    if job is None:
+        sql, params = (f"SELECT MAX({_c('h.memory_max', 'bytes')}) FROM proc_hour h WHERE h.t >= ? AND h.t < ? "
+                       f"AND {keys}"), (d.lo, d.hi)
+    else:
+        sql, params = (f"SELECT MAX({_c('h.memory_max', 'bytes')}) FROM proc_hour h "
+                       f"WHERE h.t IN ({','.join(map(str, d.hours()))}) AND h.job = ? AND h.gpu = ? AND {keys}",
+                       (job, gpu))
+    return typed_int(_rows(store, sql, params)[0][0], "bytes")
+
+
+def _add_hours(store: Store, d: _Derived, days: _DayTotals) -> None:
+    """Derived part `d` read from its hour sums after all."""
+    keys = " AND ".join(of_kind(e, k) for e, k in _HOUR_KEYS)
+    for gs, mbs, peak, idle, jobs in _rows(store, f"""
+            SELECT SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
+                   MAX({_c('h.memory_max', 'bytes')}), SUM({_c('h.idle_seconds', 'seconds')}),
+                   group_concat(DISTINCT h.job)
+            FROM proc_hour h WHERE h.t >= ? AND h.t < ? AND {keys}""", (d.lo, d.hi)):
+        if gs is not None:
+            days.add(d.number, gs, mbs, peak, idle, jobs)
 
 
 def _day_spans(offsets: list[tuple[int, int]], start: int, end: int) -> Iterator[tuple[int, int, int]]:
