@@ -240,12 +240,13 @@ assert _PROC_UNSUMMED.split("FROM")[-1] == _PROC_HOURS.split("FROM")[-1]
 
 _HOUR_KEYS = (("h.t", "time"), ("h.seconds", "seconds"), ("h.job", "id"), ("h.gpu", "gpu"))
 # The hour sums of each span of a local day (the temp table _local_days fills: id, lo, hi). The
-# keys as plain tests (most of a year's rows pass here: ~10% faster than _keys()).
+# keys as plain tests (most of a year's rows pass here: ~10% faster than _keys()); the time's is
+# the span's bounds (numbers within its kind's).
 _DAY_SPAN_SUMS = f"""
     SELECT d.id, SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
            MAX({_c('h.memory_max', 'bytes')}), SUM({_c('h.idle_seconds', 'seconds')}), group_concat(DISTINCT h.job)
     FROM temp.vram_day_spans d JOIN proc_hour h ON h.t >= d.lo AND h.t < d.hi
-    WHERE {' AND '.join(of_kind(expr, kind) for expr, kind in _HOUR_KEYS)}
+    WHERE {' AND '.join(of_kind(expr, kind) for expr, kind in _HOUR_KEYS[1:])}
     GROUP BY d.id"""
 
 # The same from the day sums (schema 3): a day's sums are those of its hours; and from the
@@ -425,6 +426,8 @@ def _cut_hours(store: Store, offsets: list[tuple[int, int]], first: float, end: 
     """The hours in [first, end) whose quarter hours fall into two local days as _day_sql numbers
     them (none where every offset is a whole number of hours), within the hours that hold any row.
     Only the hours of a local midnight or a change of offset can be: a few a day, not every hour."""
+    if all(offset % HOUR == 0 for _, offset in offsets) and all(begin % HOUR == 0 for begin, _ in offsets[1:]):
+        return []  # every local midnight and change of offset is on an hour
     low, high = _extent(store)
     if low is None or high is None:
         return []
@@ -766,11 +769,13 @@ class _DayTotals:
                 for n, (gs, mbs, peak, idle, jobs) in sorted(self.days.items())]
 
 
-def _count(lists: list[str]) -> int:
-    """How many job ids the lists hold together (each list's ids are distinct already)."""
+def _count(lists: list[str | set[str]]) -> int:
+    """How many job ids the lists hold together (each list's ids are distinct already; a set: of
+    _job_ids())."""
     if len(lists) == 1:
-        return lists[0].count(",") + 1
-    return len({int(float(j)) for text in lists for j in text.split(",") if j})
+        only = lists[0]
+        return len(only) if isinstance(only, set) else only.count(",") + 1
+    return len(_job_ids(lists))
 
 
 def _day_name(number: int) -> str:
@@ -879,7 +884,8 @@ def _derive(store: Store, spans: list[tuple[int, float, float]], cuts: list[int]
     hours to read. `cuts`: the hours local midnight cuts ([h, h + HOUR), in no span)."""
     choices: list[tuple[str, list[tuple[int, int]]]] = []
     # Only the stored days of hours there are (a window of centuries has a few years of them).
-    low, high = _rows(store, f"SELECT min(t), max(t) FROM proc_hour WHERE {of_kind('t', 'time')}", ())[0]
+    low, high = _rows(store, f"SELECT (SELECT min(t) FROM proc_hour WHERE {of_kind('t', 'time')}), "
+                      f"(SELECT max(t) FROM proc_hour WHERE {of_kind('t', 'time')})", ())[0]  # (one seek each)
     if typed(low, "time") is None or typed(high, "time") is None:
         return spans, []
     first, end = max(first, float(low)), min(end, float(high) + HOUR)
@@ -948,7 +954,7 @@ def _add_derived(store: Store, derived: list[_Derived], days: _DayTotals) -> Non
         for t, gs, mbs, peak, idle, jobs, top_job, top_gpu in _rows(store, f"""
                 SELECT t, SUM(seconds), SUM({_c('memory_byte_seconds', 'byte_seconds')}),
                        MAX({_c('memory_max', 'bytes')}), SUM({_c('idle_seconds', 'seconds')}),
-                       group_concat(DISTINCT job), job, gpu
+                       group_concat(job), job, gpu
                 FROM {table} WHERE t >= ? AND t <= ? AND {_DAY_KEYS} GROUP BY t""", (min(parts), max(parts))):
             part = parts.pop(int(t)) if t == int(t) and int(t) in parts else None
             if part is None:
@@ -976,18 +982,22 @@ def _add_derived(store: Store, derived: list[_Derived], days: _DayTotals) -> Non
                 _add_hours(store, d, days)
 
 
-def _job_ids(lists: list[str]) -> set[str]:
-    """The job ids of group_concat(DISTINCT job) lists, as text ("12"; a REAL id read as "12.0": "12")."""
+def _job_ids(lists: list[str] | list[str | set[str]]) -> set[str]:
+    """The job ids of group_concat(job) lists (or sets of them), as text ("12"; a REAL id read as
+    "12.0": "12")."""
     ids: set[str] = set()
     for text in lists:
-        ids.update(text.split(",") if "." not in text else (str(int(float(j))) for j in text.split(",") if j))
+        if isinstance(text, set):
+            ids |= text
+        else:
+            ids.update(text.split(",") if "." not in text else (str(int(float(j))) for j in text.split(",") if j))
     ids.discard("")
     return ids
 
 
-def _lives_with(store: Store, d: _Derived, known: list[str], stored: str) -> list[str]:
+def _lives_with(store: Store, d: _Derived, known: list[str | set[str]], stored: str) -> list[str | set[str]]:
     """A local day's lists of job ids (`known`) with those of derived part `d`, whose stored day
-    holds `stored` (group_concat): as one list."""
+    holds `stored` (group_concat): as one set."""
     day, others, have = _job_ids([stored]), _job_ids(d.jobs), _job_ids(known)
     unsure = sorted(int(j) for j in (day & others) - have)
     have |= day - others
@@ -998,7 +1008,7 @@ def _lives_with(store: Store, d: _Derived, known: list[str], stored: str) -> lis
             SELECT DISTINCT h.job FROM proc_hour h WHERE h.t IN ({','.join(map(str, hours))})
             AND h.job IN ({','.join('?' * len(ids))}) AND {' AND '.join(of_kind(e, k) for e, k in _HOUR_KEYS)}""",
             tuple(ids)))
-    return [",".join(sorted(have))] if have else []
+    return [have] if have else []
 
 
 def _hours_max(store: Store, d: _Derived, job: object = None, gpu: object = None) -> int | None:
