@@ -951,19 +951,22 @@ def _add_derived(store: Store, derived: list[_Derived], days: _DayTotals) -> Non
     for d in derived:
         by_table.setdefault(d.table, {})[d.t] = d
     for table, parts in by_table.items():
-        for t, gs, mbs, peak, idle, jobs, top_job, top_gpu in _rows(store, f"""
+        read: list[tuple[_Derived, tuple[Any, ...]]] = []
+        for row in _rows(store, f"""
                 SELECT t, SUM(seconds), SUM({_c('memory_byte_seconds', 'byte_seconds')}),
                        MAX({_c('memory_max', 'bytes')}), SUM({_c('idle_seconds', 'seconds')}),
                        group_concat(job), job, gpu
                 FROM {table} WHERE t >= ? AND t <= ? AND {_DAY_KEYS} GROUP BY t""", (min(parts), max(parts))):
-            part = parts.pop(int(t)) if t == int(t) and int(t) in parts else None
-            if part is None:
+            part = parts.pop(int(row[0])) if row[0] == int(row[0]) and int(row[0]) in parts else None
+            if part is not None:
+                read.append((part, row))
+        holding = _holding_rows(store, [d for d, _row in read])
+        for d, (_t, gs, mbs, peak, idle, jobs, top_job, top_gpu) in read:
+            if id(d) not in holding:  # its stored day's rows are all in its other parts
                 continue
-            d = part
+            in_day, in_others = _job_ids([str(jobs) if jobs else ""]), _job_ids(d.jobs)
             known = days.days.get(d.number)
-            lives = _lives_with(store, d, known[4] if known else [], str(jobs) if jobs else "")
-            if known is None and not lives:  # nothing of this part's in the hour sums: no day
-                continue
+            lives = _lives_with(store, d, known[4] if known else [], in_day, in_others)
             day = days.days.setdefault(d.number, [0.0, 0.0, None, 0.0, []])
             day[0] += max(0.0, _total(gs) - d.seconds)
             day[1] += max(0.0, _total(mbs) - d.mbs)
@@ -982,6 +985,20 @@ def _add_derived(store: Store, derived: list[_Derived], days: _DayTotals) -> Non
                 _add_hours(store, d, days)
 
 
+def _holding_rows(store: Store, parts: list[_Derived]) -> set[int]:
+    """id() of each of `parts` that holds a row in the hour sums (one statement per 400)."""
+    out: set[int] = set()
+    keys = " AND ".join(of_kind(e, k) for e, k in _HOUR_KEYS[1:])
+    for i in range(0, len(parts), 400):
+        chunk = parts[i:i + 400]
+        values = ", ".join(f"({k}, {d.lo!r}, {d.hi!r})" for k, d in enumerate(chunk))
+        out.update(id(chunk[int(k)]) for (k,) in _rows(store, f"""
+            WITH p(k, lo, hi) AS (VALUES {values})
+            SELECT k FROM p WHERE EXISTS (SELECT 1 FROM proc_hour h WHERE h.t >= p.lo AND h.t < p.hi AND {keys})""",
+            ()))
+    return out
+
+
 def _job_ids(lists: list[str] | list[str | set[str]]) -> set[str]:
     """The job ids of group_concat(job) lists (or sets of them), as text ("12"; a REAL id read as
     "12.0": "12")."""
@@ -995,19 +1012,21 @@ def _job_ids(lists: list[str] | list[str | set[str]]) -> set[str]:
     return ids
 
 
-def _lives_with(store: Store, d: _Derived, known: list[str | set[str]], stored: str) -> list[str | set[str]]:
-    """A local day's lists of job ids (`known`) with those of derived part `d`, whose stored day
-    holds `stored` (group_concat): as one set."""
-    day, others, have = _job_ids([stored]), _job_ids(d.jobs), _job_ids(known)
-    unsure = sorted(int(j) for j in (day & others) - have)
-    have |= day - others
+def _lives_with(store: Store, d: _Derived, known: list[str | set[str]], in_day: set[str],
+                in_others: set[str]) -> list[str | set[str]]:
+    """A local day's lists of job ids (`known`) with those of derived part `d` (that holds a row),
+    as one set: the lives of its stored day (`in_day`) not in its other parts (`in_others`), and
+    of those in both, the ones it holds."""
+    have = _job_ids(known)
+    unsure = sorted(int(j) for j in (in_day & in_others) - have)
+    have |= in_day - in_others
+    hours = ",".join(map(str, d.hours()))
+    keys = " AND ".join(of_kind(e, k) for e, k in _HOUR_KEYS)
     for i in range(0, len(unsure), 500):  # SQLite's bound-parameter limit
         ids = unsure[i:i + 500]
-        hours = d.hours()
         have.update(str(int(j)) for (j,) in _rows(store, f"""
-            SELECT DISTINCT h.job FROM proc_hour h WHERE h.t IN ({','.join(map(str, hours))})
-            AND h.job IN ({','.join('?' * len(ids))}) AND {' AND '.join(of_kind(e, k) for e, k in _HOUR_KEYS)}""",
-            tuple(ids)))
+            SELECT DISTINCT h.job FROM proc_hour h WHERE h.t IN ({hours})
+            AND h.job IN ({','.join('?' * len(ids))}) AND {keys}""", tuple(ids)))
     return [have] if have else []
 
 
