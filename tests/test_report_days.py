@@ -69,12 +69,14 @@ def berlin_history(tmp_path_factory) -> Path:
     return record(tmp_path_factory.mktemp("berlin"), BERLIN_EPOCH)
 
 
-def record(tmp: Path, epoch: float, zones: tuple[str, ...] = (), hours: tuple[float, ...] = ()) -> Path:
-    """The recording; with `zones`, the recorder runs in each zone in turn (TZ), an equal part of
-    the time each (or `hours` each), restarted between them (its local days are its zone's). It
-    says nothing (a write or a rollup that failed would be said)."""
+def record(tmp: Path, epoch: float, zones: tuple[str, ...] = (), hours: tuple[float, ...] = (),
+           scenario_json: dict | None = None, days: float = DAYS) -> Path:
+    """The recording (of SCENARIO, or `scenario_json`, for `days`); with `zones`, the recorder runs
+    in each zone in turn (TZ), an equal part of the time each (or `hours` each), restarted between
+    them (its local days are its zone's). It says nothing (a write or a rollup that failed would be
+    said)."""
     scenario = tmp / "scenario.json"
-    scenario.write_text(json.dumps(SCENARIO))
+    scenario.write_text(json.dumps(scenario_json or SCENARIO))
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("VRAM_SIMULATE", raising=False)
         mp.setenv("VRAM_SIM_CLOCK", "stepped")
@@ -83,7 +85,7 @@ def record(tmp: Path, epoch: float, zones: tuple[str, ...] = (), hours: tuple[fl
         machine = open_machine(str(scenario))
     db = tmp / "history.db"
     collector = Collector(machine, interval=INTERVAL)
-    samples = int(DAYS * 86400 / INTERVAL) + 1
+    samples = int(days * 86400 / INTERVAL) + 1
     parts = zones or (None,)
     counts = ([round(h * 3600 / INTERVAL) for h in hours] if hours else
               [samples * (i + 1) // len(parts) - samples * i // len(parts) for i in range(len(parts))])
@@ -202,6 +204,49 @@ def test_other_zones_days_are_stored_days_less_their_other_hours(history, berlin
     monkeypatch.setattr(query, "_add_derived", spy)
     assert_days_and_held(db, zone, windows(epoch), monkeypatch)
     assert max(derived) == 2  # the two whole UTC days of the widest window
+
+
+# From 2026-01-05 00:00 UTC (Berlin +1: its days begin at 23:00 UTC): ann's peak is in the last hour
+# of a UTC day only (the part of it that is the next Berlin day's), ben holds less all day; from
+# day 3 on nothing runs but cid, from 23:00 UTC (a UTC day whose rows are all in its last hour).
+WINTER_EPOCH = 1767571200.0
+EDGES = {
+    "gpus": [{"memory_total": "80GiB", "utilization": 50}, {"memory_total": "80GiB"}],
+    "processes": [
+        {"pid": 401, "user": "ann", "command": "python train.py",
+         "gpus": {"0": {"timeline": [[0, "10GiB"], [47 * 3600, "30GiB"], [48 * 3600, "10GiB"]],
+                        "interpolate": "step"}}, "sm_util": 0, "exit_at": "3d"},
+        {"pid": 402, "user": "ben", "command": "jupyter", "gpus": {"1": "20GiB"}, "sm_util": 50, "exit_at": "3d"},
+        {"pid": 403, "user": "cid", "command": "python eval.py", "gpus": {"0": "4GiB"},
+         "start_at": "3d23h", "exit_at": "4d2h"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def edges_history(tmp_path_factory) -> Path:
+    """EDGES, four and a half days from WINTER_EPOCH on."""
+    return record(tmp_path_factory.mktemp("edges"), WINTER_EPOCH, scenario_json=EDGES, days=4.5)
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "Asia/Kathmandu"])
+def test_a_days_peak_or_rows_only_in_its_other_parts(edges_history, zone, monkeypatch):
+    """A derived part's peak where its stored day's is only in the other parts (the pair that holds
+    it is not the part's: its own is read), and a UTC day whose rows are all in its other part:
+    the days are still the rows'."""
+    db = edges_history
+    calls: list[str] = []
+    hours_max = query._hours_max
+
+    def spy(store, d, job=None, gpu=None):
+        calls.append("pair" if job is not None else "part")
+        return hours_max(store, d, job, gpu)
+
+    monkeypatch.setattr(query, "_hours_max", spy)
+    spans = [(WINTER_EPOCH - 86400, WINTER_EPOCH + 6 * 86400), (WINTER_EPOCH + 3600, WINTER_EPOCH + 4 * 86400 + 7)]
+    assert_days_and_held(db, zone, spans, monkeypatch)
+    if zone == "Europe/Berlin":
+        assert "part" in calls
 
 @pytest.mark.parametrize("zone", ["America/St_Johns", "XST-10:30XDT-11,M3.2.0,M11.1.0", "Asia/Shanghai",
                                   "Europe/Berlin"])
