@@ -48,6 +48,10 @@ def pytest_configure(config):
         "markers", "uid: the result depends on who runs the suite (root or an ordinary user); "
                    "set here for the files in helpers.UID_FILES and for tests that skip for root or "
                    "non-root or use shared_dir. CI runs these again as an ordinary user (make test-user)")
+    config.addinivalue_line(
+        "markers", "any_user: a test in a file of helpers.UID_FILES whose result does not depend on who "
+                   "runs it (its own files in tmp_path, no lease, user, other process or ownership in it): "
+                   "not marked uid, so CI does not run it a second time as an ordinary user")
     if not config.pluginmanager.hasplugin("xdist"):  # the mark is xdist's; without it, harmless
         config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
     # Every test's lease directory lives under this one (see own_lease_dir), and so does the one
@@ -152,18 +156,19 @@ def english_after_each_test():
 
 # Tests whose result depends on who runs the suite, found without a list: they skip for root or
 # for everyone else (helpers.needs_root, or a skipif whose reason names root), or use shared_dir
-# (a directory for vram run as another user). Whole files are listed in helpers.UID_FILES.
+# (a directory for vram run as another user). Whole files are listed in helpers.UID_FILES, less
+# their tests marked any_user (the ordinary user's run in CI is a CPU cost the root suite shares).
 _ROOT_REASON = re.compile(r"\broot\b|\buid\b|\bnobody\b|another user|ordinary user", re.IGNORECASE)
 
 
 def _uid_dependent(item: pytest.Item) -> bool:
-    if item.path.name in UID_FILES or "shared_dir" in getattr(item, "fixturenames", ()):
+    if "shared_dir" in getattr(item, "fixturenames", ()):
         return True
     for mark in item.iter_markers("skipif"):
         reason = mark.kwargs.get("reason", "")
         if isinstance(reason, str) and _ROOT_REASON.search(reason):
             return True
-    return False
+    return item.path.name in UID_FILES and item.get_closest_marker("any_user") is None
 
 
 SLOW_SECONDS = 2.0  # the summary names the tests not marked slow that took this long

@@ -127,6 +127,7 @@ def file_state(path: Path) -> dict[str, str]:
 
 # ------------------------------------------------------------------ 1. SIGKILL mid-write, restart
 
+@pytest.mark.any_user  # a recorder on its own file in tmp_path: the same whoever runs it
 def test_sigkill_at_random_moments_loses_at_most_the_last_interval_and_restart_continues(tmp_path):
     db = tmp_path / "history.db"
     rng = random.Random(11)
@@ -167,6 +168,7 @@ def test_sigkill_at_random_moments_loses_at_most_the_last_interval_and_restart_c
     assert got["job_seconds"] == pytest.approx(got["proc_seconds"], rel=1e-12)
 
 
+@pytest.mark.any_user  # a recorder on its own file in tmp_path: the same whoever runs it
 def test_sigkill_on_the_real_clock(tmp_path):
     db = tmp_path / "history.db"
     for _ in range(3):
@@ -189,6 +191,7 @@ def test_sigkill_on_the_real_clock(tmp_path):
 
 # ------------------------------------------------------------------ 2. SIGTERM / SIGINT flush
 
+@pytest.mark.any_user  # a recorder on its own file in tmp_path: the same whoever runs it
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_credits_the_last_sample_and_exits_0(tmp_path, sig):
     db = tmp_path / "history.db"
@@ -208,6 +211,7 @@ def test_a_stop_signal_credits_the_last_sample_and_exits_0(tmp_path, sig):
 
 # ------------------------------------------------------------------ 3. readers during writes
 
+@pytest.mark.any_user  # a recorder on its own file in tmp_path: the same whoever runs it
 def test_readers_never_fail_nor_block_the_recorder(tmp_path):
     db = tmp_path / "history.db"
     proc = start_record(db, "--interval", "60s", "--duration", "365d", "--quiet", env=stepped_env())
@@ -578,6 +582,7 @@ def test_a_scenario_with_faults_is_recorded(tmp_path):
 
 # ------------------------------------------------------------------ 7. the size bound, from the command line
 
+@pytest.mark.any_user  # a recorder on its own file in tmp_path: the same whoever runs it
 def test_max_size_keeps_the_file_bounded_oldest_first(tmp_path):
     db = tmp_path / "history.db"
     result = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "30m", "--duration", "40d",

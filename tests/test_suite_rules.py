@@ -37,6 +37,26 @@ def test_files_that_ask_who_runs_them_are_marked_uid():
     assert sorted(UID_FILES - {p.name for p in files}) == [], "gone: remove from helpers.UID_FILES"
 
 
+def test_a_test_marked_any_user_does_not_ask_who_runs_it():
+    # any_user takes a test of a UID_FILES file out of CI's run as an ordinary user: one that asks
+    # who runs it (in its own body or its decorators) would then never run as one.
+    import ast
+
+    wrong = []
+    for path in _test_files():
+        text = path.read_text()
+        if "any_user" not in text or path.name == Path(__file__).name:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_") \
+                    and any("any_user" in ast.unparse(d) for d in node.decorator_list) \
+                    and (ASKS_WHO_RUNS.search(" ".join([ast.get_source_segment(text, node) or "",
+                                                        *map(ast.unparse, node.decorator_list)]))
+                         or "shared_dir" in [a.arg for a in node.args.args]):
+                wrong.append(f"{path.name}::{node.name}")
+    assert wrong == [], "marked any_user but asks who runs it"
+
+
 def test_the_uid_mark_goes_on_the_listed_files_and_on_tests_that_skip_for_root(tmp_path):
     import shutil
     import subprocess
@@ -47,7 +67,13 @@ def test_the_uid_mark_goes_on_the_listed_files_and_on_tests_that_skip_for_root(t
     for name in ("conftest.py", "helpers.py"):
         shutil.copy(TESTS / name, tmp_path / name)
     listed = sorted(UID_FILES)[0]
-    (tmp_path / listed).write_text("def test_listed():\n    pass\n")
+    (tmp_path / listed).write_text("import pytest\n\n"
+                                   "def test_listed():\n    pass\n\n"
+                                   "@pytest.mark.any_user\n"
+                                   "def test_the_same_for_anyone():\n    pass\n\n"
+                                   "@pytest.mark.any_user\n"
+                                   "@pytest.mark.skipif(False, reason='root may write anywhere')\n"
+                                   "def test_said_any_user_but_skips_for_root():\n    pass\n")
     (tmp_path / "test_scratch.py").write_text(
         "import pytest\n"
         "from helpers import needs_root\n\n"
@@ -61,7 +87,8 @@ def test_the_uid_mark_goes_on_the_listed_files_and_on_tests_that_skip_for_root(t
                            "--collect-only", "-q", "-m", "uid", "--rootdir", str(tmp_path), str(tmp_path)],
                           capture_output=True, text=True, env=clean_env(), timeout=120, cwd=tmp_path)
     chosen = {line for line in proc.stdout.splitlines() if "::" in line}
-    assert chosen == {f"{listed}::test_listed", "test_scratch.py::test_needs_root",
+    assert chosen == {f"{listed}::test_listed", f"{listed}::test_said_any_user_but_skips_for_root",
+                      "test_scratch.py::test_needs_root",
                       "test_scratch.py::test_not_as_root", "test_scratch.py::test_shared"}, proc.stdout + proc.stderr
 
 

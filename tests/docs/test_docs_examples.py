@@ -254,7 +254,16 @@ def example_id(example: Example) -> str:
     return f"{example.document}:{example.line}"
 
 
-@pytest.mark.parametrize("example", [ex for ex in ALL if why_not_run(ex) is None], ids=example_id)
+def who_runs_it_marks(example: Example) -> tuple[pytest.MarkDecorator, ...]:
+    """The examples that only trace a model on fake tensors (`vram estimate --trace`, a family the
+    formulas do not know) are marked any_user: they read a config and print a computed estimate, with
+    no process, lease, user or file of anyone's in it, so they print the same whoever runs them, and
+    CI need not run them again as an ordinary user (they are a third of this file's time)."""
+    return (pytest.mark.any_user,) if traces(example) and not listed(AS_ROOT, example) else ()
+
+
+@pytest.mark.parametrize("example", [pytest.param(ex, marks=who_runs_it_marks(ex), id=example_id(ex))
+                                     for ex in ALL if why_not_run(ex) is None])
 def test_console_example_is_the_real_output(example: Example, tmp_path: Path) -> None:
     if listed(AS_ROOT, example) and os.geteuid() != 0:
         pytest.skip("the guide shows this example run as root")
