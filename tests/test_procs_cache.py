@@ -1,13 +1,17 @@
-"""Repeated snapshots read a process's command line once, and forget processes that are gone."""
+"""Repeated snapshots read a process's command line once, an unchanged process's stat line is not parsed
+again, and processes that are gone are forgotten."""
 
 from __future__ import annotations
 
+import os
 import sys
 
+import pytest
 from helpers import cmdline, minimal_scenario, wait_for
 
 import vramkit
 from vramkit import procs
+from vramkit.procs import user_name
 
 
 def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
@@ -114,5 +118,69 @@ def test_a_process_that_renames_itself_is_shown_by_its_new_name(children, tmp_pa
             after = table.read(child.pid)
             assert not isinstance(after, str) and after.start_ticks == before.start_ticks
             assert after.name == name and after.command.endswith("renamer")
+    finally:
+        table.close()
+
+
+def test_a_process_read_again_unchanged_is_the_last_read_until_proc_says_otherwise(children, monkeypatch):
+    # While /proc/PID/stat and the owner say exactly what they said, a read hands back the last
+    # HostProcess; whatever changes (state, CPU time, exit, zombie) is seen on the next read.
+    import signal
+
+    from vramkit.procs import NOT_VISIBLE, ProcessTable
+
+    sleeper = children.start(["sleep", "600"])
+    spinner = children.start([sys.executable, "-c", "while True: pass"])
+    table = ProcessTable()
+    try:
+        assert wait_for(lambda: table.read(sleeper.pid) is table.read(sleeper.pid))  # once exec is done
+        still = table.read(sleeper.pid)
+        assert not isinstance(still, str) and still.state == "sleeping" and still.command == "sleep 600"
+        real_stat = os.stat
+
+        def another_owner(path, *args, **kwargs):  # the owner changed, the stat line did not (setuid)
+            st = real_stat(path, *args, **kwargs)
+            return os.stat_result((*st[:4], 4242, *st[5:]))
+        with monkeypatch.context() as m:
+            m.setattr(os, "stat", another_owner)
+            assert table.read(sleeper.pid).uid == 4242
+        assert table.read(sleeper.pid).uid == still.uid
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        assert wait_for(lambda: table.read(sleeper.pid).state == "stopped")
+        os.kill(sleeper.pid, signal.SIGCONT)
+        assert wait_for(lambda: table.read(sleeper.pid).state == "sleeping")
+        sleeper.kill()  # not reaped yet: a zombie
+        assert wait_for(lambda: table.read(sleeper.pid).state == "zombie")
+        sleeper.wait()
+        assert table.read(sleeper.pid) == NOT_VISIBLE
+
+        busy = table.read(spinner.pid)
+        assert not isinstance(busy, str)
+        assert wait_for(lambda: table.read(spinner.pid).cpu_time > busy.cpu_time)  # not the same figures again
+        table.forget_all_but(set())
+        assert not table._last and not table._fixed
+    finally:
+        table.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can make a process change its owner")
+def test_a_process_that_changes_its_owner_is_read_as_the_new_owner(children, tmp_path):
+    from vramkit.procs import ProcessTable
+
+    go = tmp_path / "go"
+    script = ("import ctypes, os, time\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+              "os.setuid(65534)\n"
+              "ctypes.CDLL(None).prctl(4, 1)  # PR_SET_DUMPABLE: /proc/PID is owned by the new uid again\n"
+              "time.sleep(600)\n")
+    child = children.start([sys.executable, "-c", script])
+    table = ProcessTable()
+    try:
+        assert wait_for(lambda: table.read(child.pid) is table.read(child.pid))
+        assert table.read(child.pid).uid == 0
+        go.touch()
+        assert wait_for(lambda: table.read(child.pid).uid == 65534)
+        after = table.read(child.pid)
+        assert after.user == user_name(65534) and after.start_ticks is not None
     finally:
         table.close()

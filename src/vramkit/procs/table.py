@@ -10,14 +10,15 @@ from ..gpu_state import Workload
 from ..i18n import N_
 from . import workload
 from .files import cmdline
-from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time, state_name
+from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time
 from .text import NOT_VISIBLE
 from .users import user_name
 
 
 @dataclass(slots=True)  # one for every process on every tick: slots build it quicker, smaller
 class HostProcess:
-    """A process's host side, from /proc (or a scenario's made-up process)."""
+    """A process's host side, from /proc (or a scenario's made-up process). Shared, never changed:
+    a ProcessTable hands back the same object while /proc says the same of the process."""
 
     pid: int
     user: str | None
@@ -41,11 +42,16 @@ class ProcessTable:
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = boot_time()
-        # (pid, start ticks) -> (comm as read, name, command, workload, container): what does not
+        # (pid, start ticks) -> (comm as read, name, command, workload, container, start time): what does not
         # change while a process lives, so watch loops and the live view read /proc/PID/stat only.
         # The raw comm is kept to see an exec or a rename (same pid and start, a new name), and the
         # name sanitized from it is reused while it stays the same.
-        self._fixed: dict[tuple[int, int], tuple[bytes, str, str, Workload | None, str | None]] = {}
+        self._fixed: dict[tuple[int, int], tuple[bytes, str, str, Workload | None, str | None, float]] = {}
+        # pid -> (its stat line, its owner's uid, the HostProcess made of them), for a process whose
+        # fixed part is kept: while /proc says exactly the same of it (a process that sleeps: its
+        # CPU time, memory and state unchanged), the next read is that same object, unparsed.
+        # HostProcess objects are shared, never changed.
+        self._last: dict[int, tuple[bytes, int, HostProcess]] = {}
         self.runtime_names = workload.RuntimeNames()  # container names from the runtimes' state files
         self.stats = StatFiles()
 
@@ -62,22 +68,31 @@ class ProcessTable:
             return f"cannot read /proc/{pid}: {e.strerror}"
         if not raw:
             return NOT_VISIBLE
+        last = self._last.get(pid)
+        if last is not None and last[0] == raw and last[1] == uid:
+            return last[2]
         stat = Stat(raw)
-        state, ticks, comm = state_name(stat.state), stat.start_ticks, stat.raw_name
+        state, ticks, ppid, cpu_ticks, rss_pages = stat.changing()
+        comm = stat.raw_name
         key = (pid, ticks)
         fixed = self._fixed.get(key)
         if fixed is None or fixed[0] != comm or state == "zombie":
             # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
             # shown by name and not kept: the next read may find the real one.
             name, line, owner = stat.name, cmdline(pid), self._workload(pid)
-            fixed = (comm, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None)
+            fixed = (comm, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None,
+                     self._boot + ticks / CLOCK_TICKS)
             if line:
                 self._fixed[key] = fixed
-        _stat, name, command, owner, container = fixed
-        return HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name,
-                           state=state, start_time=self._boot + ticks / CLOCK_TICKS,
-                           cpu_time=stat.cpu_ticks / CLOCK_TICKS, rss=stat.rss_pages * self._page,
-                           ppid=stat.ppid, container=container, start_ticks=ticks, workload=owner)
+        _comm, name, command, owner, container, started = fixed
+        host = HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name, state=state,
+                           start_time=started, cpu_time=cpu_ticks / CLOCK_TICKS, rss=rss_pages * self._page,
+                           ppid=ppid, container=container, start_ticks=ticks, workload=owner)
+        if self._fixed.get(key) is fixed and state != "zombie":
+            self._last[pid] = (raw, uid, host)
+        else:  # read whole again next time (a command line not read yet, a zombie)
+            self._last.pop(pid, None)
+        return host
 
     def _workload(self, pid: int) -> Workload | None:
         found = workload.read(pid, self.runtime_names)
@@ -95,6 +110,8 @@ class ProcessTable:
         long-running view does not grow with every process that came and went."""
         if any(k[0] not in pids for k in self._fixed):
             self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
+        if any(pid not in pids for pid in self._last):
+            self._last = {pid: v for pid, v in self._last.items() if pid in pids}
         self.stats.forget_all_but(pids)
 
     def close(self) -> None:
