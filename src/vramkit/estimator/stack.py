@@ -11,6 +11,7 @@ this table: the command line (setup_for), Setup.describe() and --explain (active
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import re
 from collections.abc import Callable
@@ -64,16 +65,7 @@ class Stack:
     @classmethod
     def installed(cls) -> Stack:
         """The versions installed beside vram (package metadata; nothing is imported), else CURRENT."""
-        versions: dict[str, Version] = {}
-        origin = []
-        for library in LIBRARIES:
-            try:
-                versions[library] = parse_version(importlib.metadata.version(library), library)
-                origin.append((library, "installed"))
-            except (importlib.metadata.PackageNotFoundError, EstimateError, ValueError):
-                versions[library] = CURRENT[library]
-                origin.append((library, "current release"))
-        return cls(**versions, origin=tuple(origin))
+        return _installed_stack()
 
     def given(self, **versions: str | None) -> Stack:
         """This stack with the libraries named set to the versions given (text, as typed)."""
@@ -118,6 +110,22 @@ class Stack:
         if len(whence) == 1:
             return _whence(join_words(named), whence.pop() if origin else "")
         return join_words([_whence(text, origin.get(lib, "")) for text, lib in zip(named, libraries)])
+
+
+@functools.cache
+def _installed_stack() -> Stack:
+    # Read once per process: the package metadata of seven libraries is ~70 ms (each METADATA file parsed
+    # as an email), and estimate() asks for it on every call (a sweep, `vram plan` over cards, a notebook).
+    versions: dict[str, Version] = {}
+    origin = []
+    for library in LIBRARIES:
+        try:
+            versions[library] = parse_version(importlib.metadata.version(library), library)
+            origin.append((library, "installed"))
+        except (importlib.metadata.PackageNotFoundError, EstimateError, ValueError):
+            versions[library] = CURRENT[library]
+            origin.append((library, "current release"))
+    return Stack(**versions, origin=tuple(origin))
 
 
 # where a library's version came from (Stack.origin), in words
