@@ -52,24 +52,27 @@ def test_activations_are_what_the_forward_made_and_backward_found():
     assert highest[True] < 0.5 * highest[False]
 
 
-def test_html_holds_the_same_picture(tmp_path):
+# The tests below run vram in this process (the cli fixture): the `vram` process's own part, torch's
+# import and --json on stdout, is the first test's; what they add is the file each one draws.
+
+def test_html_holds_the_same_picture(tmp_path, cli):
     page = tmp_path / "step.html"
-    r = run_vram("estimate", "gpt2", "--batch", "2", "--seq", "64", "--trace", "--timeline", str(page), timeout=300)
-    assert r.rc == 0, r.err
+    rc, _out, err = cli("estimate", "gpt2", "--batch", "2", "--seq", "64", "--trace", "--timeline", str(page))
+    assert rc == 0, err
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<svg" in text and 'data-name="parameter"' in text
 
 
-def test_an_unknown_family_draws_its_traced_class(tmp_path):
+def test_an_unknown_family_draws_its_traced_class(tmp_path, cli):
     (tmp_path / "config.json").write_text(json.dumps(
         {"model_type": "falcon", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
          "multi_query": True, "new_decoder_architecture": False, "parallel_attn": True, "bias": False,
          "vocab_size": 1000}))
     svg = tmp_path / "falcon.svg"
-    r = run_vram("estimate", str(tmp_path), "--batch", "2", "--seq", "64", "--trace", "--timeline", str(svg),
-                 "--json", timeout=300)
-    assert r.rc == 0, r.err
-    data = r.json()
+    rc, out, err = cli("estimate", str(tmp_path), "--batch", "2", "--seq", "64", "--trace", "--timeline", str(svg),
+                       "--json")
+    assert rc == 0, err
+    data = json.loads(out)
     assert data["estimated_by"] == "trace" and sum(bands(svg).values()) == data["trace"]["peak_bytes"] - CUBLAS
 
 
