@@ -29,8 +29,10 @@ UTC ones (schema 5) are that zone's.
 Each command's stdout is a pipe; one warm-up run each, then --runs rounds, the order rotating.
 Printed: the median, range and CPU time of `vram report --since 365d` (target: under 1 s), of
 `--by gpu`, `--by job` and `--by day` in each zone of --zones (target: --by day at most 1.5x the
-default report in each: UTC reads the UTC day sums, the recorder's zone its local days, any other
-zone the hour sums), and, in process, how long each query of the report takes (in the zone of TZ).
+default report in each, on CPU time: UTC reads the UTC day sums, the recorder's zone its local
+days, any other zone each stored day less its other hours and those hours from the hour sums), the
+load average at the start and the end, and, in process, how long each query of the report takes
+(in the zone of TZ).
 --migrate FILE: time the upgrade of FILE (an older schema's history; changed in place) by this
 tree's `Store.open(write=True)` in the recorder's zone, before the rounds.
 
@@ -140,6 +142,14 @@ def in_process(db: Path, since: float, until: float) -> list[tuple[str, float]]:
     return steps
 
 
+def _load() -> str:
+    """The load average (1, 5 and 15 minutes), as /proc/loadavg says it."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="timed runs of each command (5)")
@@ -197,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {headline: (base, env), "  --by gpu": ([*base, "--by", "gpu"], env),
                     "  --by job": ([*base, "--by", "job"], env),
                     **{name: ([*base, "--by", "day"], dict(env, TZ=zone)) for zone, name in by_day.items()}}
+        load_start = _load()
         for cmd, cmd_env in commands.values():  # warm-up: page cache, .pyc files
             timed(cmd, cmd_env)
         wall: dict[str, list[float]] = {name: [] for name in commands}
@@ -211,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
     med = {name: statistics.median(v) * 1000 for name, v in wall.items()}
     med_cpu = {name: statistics.median(v) * 1000 for name, v in cpu.items()}
+    print(f"\nload average (1, 5, 15 min) at the start: {load_start}; at the end: {_load()}")
     print(f"\n{'command':<36} {'median':>9} {'min':>9} {'max':>9} {'CPU':>9}  vs default (wall, CPU)")
     for name in commands:
         print(f"{name:<36} {med[name]:7.0f}ms {min(wall[name]) * 1000:7.0f}ms {max(wall[name]) * 1000:7.0f}ms "
@@ -220,11 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target ({headline} under {TARGET_S:g} s): {'MET' if ok else 'NOT MET'} "
           f"({med[headline]:.0f} ms, median of {args.runs})")
     for zone, name in by_day.items():
-        ratio = med[name] / med[headline]
+        # On CPU time: on a shared machine the wall ratio follows the load more than the program.
+        ratio = med_cpu[name] / med_cpu[headline]
         whose = " (the recorder's)" if zone == args.recorder_zone else ""
-        print(f"target (--by day at most {TARGET_DAY}x the default report), TZ={zone}{whose}: "
-              f"{'MET' if ratio <= TARGET_DAY else 'NOT MET'} ({ratio:.2f}x wall, "
-              f"{med_cpu[name] / med_cpu[headline]:.2f}x CPU)")
+        print(f"target (--by day at most {TARGET_DAY}x the default report, CPU), TZ={zone}{whose}: "
+              f"{'MET' if ratio <= TARGET_DAY else 'NOT MET'} ({ratio:.2f}x CPU, "
+              f"{med[name] / med[headline]:.2f}x wall)")
     return 0
 
 
