@@ -845,10 +845,10 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
 
 @dataclass
 class _Derived:
-    """A stored day [t, hi) (a row per pair of `table`: proc_day or proc_local_day) wholly in the
-    window, whose longest part, the hours [lo, hi) of local day `number`, is summed as the stored
-    day's sums less its `others` parts' ((local day or None, lo, hi), read from the hour sums and
-    taken off here: their sums, peak and job ids)."""
+    """A stored day from `t` on (a row per pair of `table`: proc_day or proc_local_day) wholly in
+    the window, whose longest part, the hours [lo, hi) of local day `number`, is summed as the
+    stored day's sums less its `others` parts' ((local day or None, lo, hi), read from the hour
+    sums and taken off here: their sums, peak and job ids)."""
 
     table: str
     t: int
