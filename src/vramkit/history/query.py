@@ -964,9 +964,8 @@ def _add_derived(store: Store, derived: list[_Derived], days: _DayTotals) -> Non
         for d, (_t, gs, mbs, peak, idle, jobs, top_job, top_gpu) in read:
             if id(d) not in holding:  # its stored day's rows are all in its other parts
                 continue
-            in_day, in_others = _job_ids([str(jobs) if jobs else ""]), _job_ids(d.jobs)
             known = days.days.get(d.number)
-            lives = _lives_with(store, d, known[4] if known else [], in_day, in_others)
+            lives = _lives_with(store, d, known[4] if known else [], str(jobs) if jobs else "")
             day = days.days.setdefault(d.number, [0.0, 0.0, None, 0.0, []])
             day[0] += max(0.0, _total(gs) - d.seconds)
             day[1] += max(0.0, _total(mbs) - d.mbs)
@@ -1012,12 +1011,13 @@ def _job_ids(lists: list[str] | list[str | set[str]]) -> set[str]:
     return ids
 
 
-def _lives_with(store: Store, d: _Derived, known: list[str | set[str]], in_day: set[str],
-                in_others: set[str]) -> list[str | set[str]]:
+def _lives_with(store: Store, d: _Derived, known: list[str | set[str]], stored: str) -> list[str | set[str]]:
     """A local day's lists of job ids (`known`) with those of derived part `d` (that holds a row),
-    as one set: the lives of its stored day (`in_day`) not in its other parts (`in_others`), and
+    as one set: the lives of its stored day (`stored`, group_concat) not in its other parts, and
     of those in both, the ones it holds."""
-    have = _job_ids(known)
+    if known == d.jobs:  # the same lives as the other parts' (Berlin: the hour before midnight, a day apart)
+        return [_job_ids([stored, *d.jobs])]
+    in_day, in_others, have = _job_ids([stored]), _job_ids(d.jobs), _job_ids(known)
     unsure = sorted(int(j) for j in (in_day & in_others) - have)
     have |= in_day - in_others
     hours = ",".join(map(str, d.hours()))
