@@ -50,11 +50,13 @@ class Machine:
         gpus = self.backend.read_devices(extras)
         now = self.backend.now()
         hosts: dict[int, HostProcess | str] = {}
+        outside = False  # a pid of another PID namespace: inside a container
         for dev in gpus:
             for proc in dev.processes:
                 host = hosts.get(proc.pid)
                 if host is None:
                     host = hosts[proc.pid] = self.backend.host(proc.pid, now)
+                    outside = outside or (isinstance(host, str) and host == OTHER_NAMESPACE)
                 _join_host(proc, dev, host, now, self._previous_cpu)
         self._name_pods(gpus)
         self.backend.forget_all_but(set(hosts))
@@ -63,7 +65,7 @@ class Machine:
         snap = Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
                         driver_version=self.backend.driver_version, cuda_version=self.backend.cuda_version,
                         monotonic=self.backend.monotonic(), topology=self._topology())
-        if any(h == OTHER_NAMESPACE for h in hosts.values()):  # inside a container: NVML's pids are the host's
+        if outside:  # inside a container: NVML's pids are the host's
             from .pidmap import map_to_this_namespace
 
             map_to_this_namespace(snap, self.backend,

@@ -359,7 +359,7 @@ class Recorder:
         for dev in snap.gpus:
             for p in dev.processes:
                 key: JobKey
-                if p.pid_here is None and p.nvml_pid is not None:
+                if p.nvml_pid is not None and p.pid_here is None:
                     # Inside a container, a holder NVML lists under a host pid no process here could
                     # be told to be (pidmap.py): a life of its own, by that host pid, which may be
                     # the number of another process here: kept apart (pid 0, nvml_pid in `jobs`).
