@@ -175,8 +175,12 @@ def get(url: str, deadline: float, max_bytes: int, headers: Mapping[str, str] | 
             try:
                 try:
                     body = _read(e, watch, max_bytes)
-                except GetError:
-                    raise
+                except GetError as unread:
+                    # A body it cannot unpack (an encoding not asked for, broken gzip) leaves the
+                    # status the answer, as before it asked for gzip; too big or too slow does not.
+                    if unread.kind != "not-http":
+                        raise
+                    body = b""
                 except Exception:  # noqa: BLE001 - the status is the answer; a body cut short adds nothing
                     if watch.passed():
                         raise GetError("slow") from None
