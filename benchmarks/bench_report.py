@@ -30,7 +30,8 @@ Each command's stdout is a pipe; one warm-up run each, then --runs rounds, the o
 Printed: the median, range and CPU time of `vram report --since 365d` (target: under 1 s), of
 `--by gpu`, `--by job` and `--by day` in each zone of --zones (target: --by day at most 1.5x the
 default report in each, on CPU time: UTC reads the UTC day sums, the recorder's zone its local
-days, any other zone each stored day less its other hours and those hours from the hour sums), the
+days, any other zone its hours' totals and, for its lives, the UTC day sums' first and last hours
+(schema 6; a schema 5 file: each stored day less its other hours, read from the hour sums)), the
 load average at the start and the end, and, in process, how long each query of the report takes
 (in the zone of TZ).
 --migrate FILE: time the upgrade of FILE (an older schema's history; changed in place) by this
@@ -85,19 +86,19 @@ def build(db: Path, days: int, gpus: int, processes: int, intervals: tuple[float
           f"{quarter_days} at {quarter_interval:g} s before them, the last at {raw_interval:g} s)")
 
 
-def has_local_days(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'proc_local_day'").fetchone()[0] > 0
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT count(*) FROM sqlite_schema WHERE name = ?", (name,)).fetchone()[0] > 0
 
 
-def migrate(db: Path, zone: str) -> float:
-    """Seconds this tree's recorder takes to upgrade `db` to its schema, in `zone`."""
+def migrate(db: Path, zone: str) -> tuple[float, float]:
+    """Seconds (wall, CPU) this tree's recorder takes to upgrade `db` to its schema, in `zone`."""
     from vramkit.history.store import Store
 
     os.environ["TZ"] = zone
     time.tzset()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     Store.open(db, write=True).close()
-    return time.perf_counter() - began
+    return time.perf_counter() - began, time.process_time() - cpu
 
 
 def describe(db: Path) -> str:
@@ -110,7 +111,9 @@ def describe(db: Path) -> str:
             ("15-minute", "SELECT count(*) FROM proc_rollup WHERE tier = 900"),
             ("hour sums", "SELECT count(*) FROM proc_hour"),
             ("UTC day sums", "SELECT count(*) FROM proc_day"),
-            ("local day sums", "SELECT count(*) FROM proc_local_day" if has_local_days(conn) else "SELECT 0"),
+            ("local day sums", "SELECT count(*) FROM proc_local_day" if has_table(conn, "proc_local_day")
+             else "SELECT 0"),
+            ("hour totals", "SELECT count(*) FROM hour_totals" if has_table(conn, "hour_totals") else "SELECT 0"),
             ("jobs", "SELECT count(*) FROM jobs"),
             ("gpus", "SELECT count(*) FROM gpus"))}
         first, last = conn.execute("SELECT min(t), max(t) FROM gpu_time").fetchone()
@@ -187,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         db = args.db.resolve() if args.db else Path(tmp) / "history.db"
         if args.migrate is not None:
             db = args.migrate.resolve()
-            print(f"history: {db} upgraded in {migrate(db, args.recorder_zone):.1f} s")
+            wall, cpu = migrate(db, args.recorder_zone)
+            print(f"history: {db} upgraded in {wall:.1f} s ({cpu:.1f} s CPU)")
         elif db.exists():
             print(f"history: {db} (built before)")
         else:

@@ -23,7 +23,7 @@ from helpers import clean_env, run_vram, vram_argv
 from vramkit.gpu_state import Device, GpuProcess, Snapshot, Workload
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import WORKLOAD_COLUMNS, Store
+from vramkit.history.store import SCHEMA_VERSION, WORKLOAD_COLUMNS, Store
 
 EPOCH = 1767225600  # 2026-01-01 00:00 UTC
 HOURS = 2
@@ -192,6 +192,9 @@ def _downgrade(db: Path, version: int) -> None:
     """Make `db` what a recorder of schema `version` wrote: without the workloads (and, for 2,
     without the day sums)."""
     with sqlite3.connect(db) as c:
+        c.execute("DROP TABLE hour_totals")
+        c.execute("ALTER TABLE proc_day DROP COLUMN first_hour")
+        c.execute("ALTER TABLE proc_day DROP COLUMN last_hour")
         c.execute("DROP TABLE local_days")
         c.execute("DROP TABLE proc_local_day")
         c.execute("ALTER TABLE jobs DROP COLUMN nvml_pid")
@@ -219,7 +222,7 @@ def test_an_older_database_still_reports_and_is_upgraded(recorded, tmp_path, ver
     # The recorder upgrades it, and the lives it goes on with get their workload when next seen.
     record(db, hours=1, start=SECONDS)
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     later = run_vram("report", "--db", str(db), "--since", f"@{EPOCH}", "--until", f"@{EPOCH + 3 * 3600}",
                      "--json", "--by", "slurm-job", env=stepped())
     assert later.rc == 0, later.err

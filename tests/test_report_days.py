@@ -21,7 +21,7 @@ from helpers import clean_env, run_vram
 from vramkit.collector import Collector
 from vramkit.history import query
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import Retention, Store
+from vramkit.history.store import SCHEMA_VERSION, Retention, Store
 from vramkit.machine import open_machine
 
 EPOCH = 1772841600.0  # 2026-03-07 00:00 UTC; New York and St John's move their clocks on 2026-03-08
@@ -188,12 +188,65 @@ def assert_days_and_held(history: Path, zone: str, spans: list[tuple[float, floa
 
 
 
+def as_schema_5(db: Path, tmp: Path) -> Path:
+    """A copy of `db` as a schema 5 recorder left it: no hour totals, no first and last hours."""
+    old = tmp / f"schema5-{db.parent.name}.db"
+    if not old.exists():
+        shutil.copy(db, old)
+        with sqlite3.connect(old) as c:
+            c.executescript("DROP TABLE hour_totals; ALTER TABLE proc_day DROP COLUMN first_hour; "
+                            "ALTER TABLE proc_day DROP COLUMN last_hour; PRAGMA user_version = 5;")
+        c.close()
+    return old
+
+
+def assert_totals_are_their_hours(db: Path) -> None:
+    """hour_totals holds each hour's sums over every pair, and each UTC day's row of a pair its
+    first and last hour there (schema 6), as the hour sums say."""
+    with sqlite3.connect(db) as c:
+        totals = c.execute("SELECT * FROM hour_totals ORDER BY t").fetchall()
+        assert totals and totals == pytest.approx(c.execute(
+            "SELECT t, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds) FROM proc_hour "
+            "GROUP BY t ORDER BY t").fetchall())
+        ends = c.execute("SELECT t, job, gpu, first_hour, last_hour FROM proc_day ORDER BY t, job, gpu").fetchall()
+        assert ends and ends == c.execute(
+            "SELECT t / 86400 * 86400 AS d, job, gpu, MIN(t), MAX(t) FROM proc_hour "
+            "GROUP BY d, job, gpu "
+            "HAVING d >= coalesce((SELECT CAST(value AS REAL) FROM meta WHERE key = 'hour_since'), 0) "
+            "ORDER BY d, job, gpu").fetchall()
+    c.close()
+
+
 @pytest.mark.parametrize("zone", ["Asia/Kathmandu", "Asia/Kolkata", "Europe/Berlin", "America/New_York"])
-def test_other_zones_days_are_stored_days_less_their_other_hours(history, berlin_history, zone, monkeypatch):
-    """In a zone that is neither UTC nor the recorder's, each whole UTC day's longest part is its
-    day sums less its other hours (a year read 1.9 M hour sums before): the days are still the rows'
-    (+5:45, +5:30 where local midnight cuts an hour, Berlin across its clock change)."""
+def test_other_zones_days_from_hour_totals_and_the_days_first_and_last_hours(history, berlin_history, zone,
+                                                                            monkeypatch):
+    """In a zone that is neither UTC nor the recorder's (schema 6), each local day's sums and peak
+    are its hours' totals (a row an hour), its lives the UTC days' rows whose first hour is before
+    the part of the day it holds ends, or whose last is in it (+5:45, +5:30 where local midnight
+    cuts an hour, Berlin across its clock change, New York behind UTC): still the rows' days."""
     db, epoch = (berlin_history, BERLIN_EPOCH) if zone == "Europe/Berlin" else (history, EPOCH)
+    assert_totals_are_their_hours(db)
+    totals: list[int] = []
+    add_totals = query._add_totals
+
+    def spy(store, spans, days):
+        totals.append(len(spans))
+        return add_totals(store, spans, days)
+
+    monkeypatch.setattr(query, "_add_totals", spy)
+    monkeypatch.setattr(query, "_derive", None)  # not the schema 5 way
+    assert_days_and_held(db, zone, windows(epoch), monkeypatch)
+    assert len(totals) == 2 * len(windows(epoch))  # usage() and held_and_days() each window
+
+
+@pytest.mark.parametrize("zone", ["Asia/Kathmandu", "Asia/Kolkata", "Europe/Berlin", "America/New_York"])
+def test_other_zones_days_are_stored_days_less_their_other_hours(history, berlin_history, zone, monkeypatch,
+                                                                 tmp_path):
+    """Read from a schema 5 file (its recorder not restarted yet), each whole UTC day's longest part
+    is its day sums less its other hours (a year read 1.9 M hour sums before): the days are still
+    the rows' (+5:45, +5:30 where local midnight cuts an hour, Berlin across its clock change)."""
+    db, epoch = (berlin_history, BERLIN_EPOCH) if zone == "Europe/Berlin" else (history, EPOCH)
+    db = as_schema_5(db, tmp_path)
     derived: list[int] = []
     add_derived = query._add_derived
 
@@ -229,12 +282,13 @@ def edges_history(tmp_path_factory) -> Path:
     return record(tmp_path_factory.mktemp("edges"), WINTER_EPOCH, scenario_json=EDGES, days=4.5)
 
 
+@pytest.mark.parametrize("schema", [5, 6])
 @pytest.mark.parametrize("zone", ["Europe/Berlin", "Asia/Kathmandu"])
-def test_a_days_peak_or_rows_only_in_its_other_parts(edges_history, zone, monkeypatch):
-    """A derived part's peak where its stored day's is only in the other parts (the pair that holds
-    it is not the part's: its own is read), and a UTC day whose rows are all in its other part:
-    the days are still the rows'."""
-    db = edges_history
+def test_a_days_peak_or_rows_only_in_its_other_parts(edges_history, zone, schema, monkeypatch, tmp_path):
+    """A part's peak where its stored day's is only in the other parts (schema 5: the pair that
+    holds it is not the part's: its own is read), and a UTC day whose rows are all in its other
+    part: the days are still the rows'."""
+    db = edges_history if schema == 6 else as_schema_5(edges_history, tmp_path)
     calls: list[str] = []
     hours_max = query._hours_max
 
@@ -245,7 +299,7 @@ def test_a_days_peak_or_rows_only_in_its_other_parts(edges_history, zone, monkey
     monkeypatch.setattr(query, "_hours_max", spy)
     spans = [(WINTER_EPOCH - 86400, WINTER_EPOCH + 6 * 86400), (WINTER_EPOCH + 3600, WINTER_EPOCH + 4 * 86400 + 7)]
     assert_days_and_held(db, zone, spans, monkeypatch)
-    if zone == "Europe/Berlin":
+    if zone == "Europe/Berlin" and schema == 5:
         assert "part" in calls
 
 @pytest.mark.parametrize("zone", ["America/St_Johns", "XST-10:30XDT-11,M3.2.0,M11.1.0", "Asia/Shanghai",
@@ -402,12 +456,14 @@ def test_a_schema_4_file_is_upgraded_to_local_days_with_nothing_lost(tmp_path, m
         time.tzset()
     after = _contents(db)
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone() == (5,)
+        assert c.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     c.close()
     for table, rows in before.items():  # every row kept; the lives of this /proc have no host pid
-        assert [row[:-1] if table == "jobs" else row for row in after[table]] == rows, table
+        assert [row[:-1] if table == "jobs" else row[:-2] if table == "proc_day" else row
+                for row in after[table]] == rows, table
     assert all(row[-1] is None for row in after["jobs"])
     assert_local_days_are_their_hours(db)
+    assert_totals_are_their_hours(db)
     new = run_vram(*args, env=clean_env(TZ="Europe/Berlin"))
     assert new.rc == 0 and new.json() == old.json()
     assert_days_and_held(db, "Europe/Berlin", windows(BERLIN_EPOCH), monkeypatch)
@@ -422,6 +478,59 @@ def test_a_schema_4_file_is_upgraded_to_local_days_with_nothing_lost(tmp_path, m
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_schema_5_file_is_upgraded_to_hour_totals_with_the_same_days(history, tmp_path, monkeypatch):
+    """A schema 5 file (read as it is until its recorder restarts) gets its hour totals and the
+    day sums' first and last hours from the hour sums when `vram record` opens it: every row
+    kept, and the days the same, the rows' (Berlin: from the totals now)."""
+    db = tmp_path / "history.db"
+    shutil.copy(as_schema_5(history, tmp_path), db)
+    db.chmod(0o600)
+    before = _contents(db)
+    args = ("report", "--db", str(db), "--since", f"@{EPOCH - 86400!r}", "--until", f"@{EPOCH + 4 * 86400!r}",
+            "--by", "day", "--json")
+    old = run_vram(*args, env=clean_env(TZ="Europe/Berlin"))
+    assert old.rc == 0, old.err
+    Store.open(db, write=True).close()  # what `vram record` does first
+    after = _contents(db)
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    c.close()
+    for table, rows in before.items():
+        assert [row[:-2] if table == "proc_day" else row for row in after[table]] == rows, table
+    assert_totals_are_their_hours(db)
+    new = run_vram(*args, env=clean_env(TZ="Europe/Berlin"))
+    assert new.rc == 0 and new.json() == old.json()
+    assert_days_and_held(db, "Europe/Berlin", windows(), monkeypatch)
+
+
+def test_hours_forgotten_go_from_the_totals_and_a_day_they_leave_partial_is_read_from_its_hours(
+        history, tmp_path, monkeypatch):
+    """Retention that forgets the hour sums before a time inside a UTC day takes their totals with
+    them, and that day's sums (its first and last hours with it): its part in a local day is read
+    from its remaining hours, and the days are still the rows'."""
+    db = tmp_path / "history.db"
+    shutil.copy(history, db)
+    db.chmod(0o600)
+    now = EPOCH + DAYS * 86400
+    store = Store.open(db, write=True)
+    try:
+        store.roll_up(now, Retention(raw=6 * 3600, minute=24 * 3600, quarter=now - EPOCH - 29 * 3600,
+                                     max_bytes=1 << 40))
+    finally:
+        store.close()
+    with sqlite3.connect(db) as c:
+        since = float(c.execute("SELECT value FROM meta WHERE key = 'hour_since'").fetchone()[0])
+        assert since == EPOCH + 29 * 3600
+        assert c.execute("SELECT min(t) FROM hour_totals").fetchone() == (since,)
+        assert c.execute("SELECT min(t) FROM proc_day").fetchone() == (EPOCH + 2 * 86400,)
+    c.close()
+    assert_totals_are_their_hours(db)
+    # New York's 8 March begins at 05:00 UTC, where the sums begin: most of it is the suffix of a
+    # UTC day without its day sums, and ben's last hours are in no other part of it.
+    for zone in ("Europe/Berlin", "Asia/Kolkata", "America/New_York"):
+        assert_days_and_held(db, zone, [(EPOCH - 86400, now + 86400), (EPOCH + 25 * 3600 + 7, now)], monkeypatch)
 
 
 def reference_held(db: Path, since: float, until: float) -> dict[tuple[int, int], tuple]:
@@ -477,7 +586,8 @@ def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tm
     shutil.copy(history, db)
     with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads, local days)
         c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN nvml_pid; "
-                        "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; PRAGMA user_version = 2;")
+                        "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE hour_totals; "
+                        "PRAGMA user_version = 2;")
     c.close()
     for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums
         store = Store.open(db, write=write)

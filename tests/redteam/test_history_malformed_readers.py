@@ -37,18 +37,24 @@ HOURS = 26
 # reader reads, at a third of the rows of 5-minute samples (the readers' time grows with the rows;
 # the hour and day tiers hold as many rows either way).
 INTERVAL = 900
-READERS = ("report", "life", "kill", "doctor", "series")
+# report-elsewhere: `report --by day` in a zone neither UTC nor the recorder's (hour_totals, the
+# day sums' first and last hours, schema 6).
+READERS = ("report", "life", "kill", "doctor", "series", "report-elsewhere")
+ELSEWHERE = ("report", "report-elsewhere")
 # The readers that read each table (kill --idle and doctor: recorded idle; series: vram top, serve).
 READ_BY = {
-    "meta": ("report", "series"), "gpus": ("report",), "samples": READERS, "gpu_raw": ("report", "series"),
-    "jobs": ("report", "life", "kill", "doctor"), "proc_raw": ("report", "life"), "holding": ("kill", "doctor"),
-    "gpu_rollup": ("report", "series"), "proc_rollup": ("report", "life"), "proc_hour": ("report",),
-    "gpu_hour": ("report",), "proc_day": ("report",), "gpu_day": ("report",),
-    "local_days": ("report",), "proc_local_day": ("report",),
+    "meta": ("report", "series", "report-elsewhere"), "gpus": ("report",), "samples": READERS,
+    "gpu_raw": ("report", "series"),
+    "jobs": ("report", "life", "kill", "doctor"), "proc_raw": ("report", "life", "report-elsewhere"),
+    "holding": ("kill", "doctor"), "gpu_rollup": ("report", "series"),
+    "proc_rollup": ("report", "life", "report-elsewhere"), "proc_hour": ELSEWHERE, "gpu_hour": ("report",),
+    "proc_day": ELSEWHERE, "gpu_day": ("report",), "local_days": ("report",), "proc_local_day": ("report",),
+    "hour_totals": ELSEWHERE,
 }
 # The recorder and the readers run in a zone whose days are not UTC days: `report --by day` reads
-# the recorder's local days (schema 5) there.
+# the recorder's local days (schema 5) there; report-elsewhere runs in OTHER_ZONE.
 ZONE = "Asia/Shanghai"
+OTHER_ZONE = "Europe/Berlin"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +67,7 @@ def base(tmp_path_factory) -> Path:
     assert done.rc == 0, done.err
     with sqlite3.connect(db) as c:  # every tier the readers read is there
         for table in ("samples", "gpu_rollup", "proc_rollup", "proc_hour", "gpu_hour", "proc_day", "gpu_day",
-                      "holding", "jobs", "local_days", "proc_local_day"):
+                      "holding", "jobs", "local_days", "proc_local_day", "hour_totals"):
             assert c.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
         assert c.execute("SELECT count(*) FROM local_days WHERE t % 86400 = 57600").fetchone()[0] > 0  # China's
     c.close()
@@ -107,6 +113,7 @@ def readers(cli, monkeypatch, tmp_path, request):
         ["life", "38817", "--every-life", "--json"],
         ["kill", "--idle", "1h", "--simulate", "demo", "--dry-run", "--json", "--all-users"],
         ["doctor", "--simulate", "demo", "--json"],
+        ["report-elsewhere", "--since", "30d", "--by", "day", "--json"],
     ]
 
     def run(db: Path, case: str, only: tuple[str, ...] = READERS) -> list[str]:
@@ -114,13 +121,22 @@ def readers(cli, monkeypatch, tmp_path, request):
         for argv in commands:
             if argv[0] not in only:
                 continue
-            rc, out, err = cli(*argv, "--db", str(db))
+            if argv[0] == "report-elsewhere":
+                monkeypatch.setenv("TZ", OTHER_ZONE)
+                time.tzset()
+                try:
+                    rc, out, err = cli("report", *argv[1:], "--db", str(db))
+                finally:
+                    monkeypatch.setenv("TZ", ZONE)
+                    time.tzset()
+            else:
+                rc, out, err = cli(*argv, "--db", str(db))
             what = f"{case}: vram {' '.join(argv[:3])}"
             if "internal error" in err or "Traceback" in err:
                 problems.append(f"{what}: {err.strip()[:300]}")
             elif rc == 2 and len(err.strip().splitlines()) != 1:
                 problems.append(f"{what}: exit 2 without one line: {err!r}")
-            elif rc not in (0, 1, 2) or (rc != 0 and argv[0] in ("report", "doctor") and rc != 2):
+            elif rc not in (0, 1, 2) or (rc != 0 and argv[0] in ("report", "report-elsewhere", "doctor") and rc != 2):
                 problems.append(f"{what}: exit {rc}: {err.strip()[:300]}")
         for span in (300, 86400, 7 * 86400) if "series" in only else ():  # vram top's, serve's history
             try:
@@ -154,7 +170,7 @@ def _columns(db: Path) -> dict[str, list[str]]:
 
 
 TABLES = ("meta", "gpus", "samples", "gpu_raw", "jobs", "proc_raw", "holding", "gpu_rollup", "proc_rollup",
-          "proc_hour", "gpu_hour", "proc_day", "gpu_day", "local_days", "proc_local_day")
+          "proc_hour", "gpu_hour", "proc_day", "gpu_day", "local_days", "proc_local_day", "hour_totals")
 # What a hostile writer can store where a number belongs (NaN is stored as NULL by SQLite).
 BAD = [None, "abc", b"\x00\xff", 1e308, float("-inf"), -9223372036854775808, -1, 1.5, 1e12]
 BAD_ONE_ROW = ["abc", b"\x00", 1e308]  # in the newest row only (what max() and ORDER BY find first)

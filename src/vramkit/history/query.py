@@ -805,10 +805,13 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
         for number, lo, hi in _day_spans(offsets, math.floor(first), math.ceil(end)):
             spans.extend((number, max(a, first), min(b, end)) for a, b in _without_hours(lo, hi, cuts))
     derived: list[_Derived] = []
-    if spans:
-        spans, derived = _derive(store, spans, cuts, plan.hours[0][0], plan.hours[-1][1])
     days = _DayTotals()
     add = days.add
+    if spans and store.hour_totals:
+        _add_totals(store, sorted(spans, key=lambda span: span[1]), days)
+        spans = []
+    elif spans:
+        spans, derived = _derive(store, spans, cuts, plan.hours[0][0], plan.hours[-1][1])
     # (local day, or None: an hour local midnight cuts, whose rows are summed below; the stored day
     # whose sums it is taken off, or None; lo; hi)
     reads: list[tuple[int | None, _Derived | None, float, float]] = [(n, None, lo, hi) for n, lo, hi in spans]
@@ -841,6 +844,83 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
             add(n, gs, mbs, peak, idle, jobs)
     _add_derived(store, derived, days)
     return days.usage()
+
+
+def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayTotals) -> None:
+    """The spans (day, lo, hi) of the hour sums, sorted, added to their local days (schema 6): the
+    sums and peak from hour_totals (a row per hour), the lives from the UTC day sums' first and
+    last hours: a life is in the part of a day from its start to x when its first hour there is
+    before x, in the part from x to its end when its last is at or after x. A part that is neither
+    (the window's edges), or of a day whose sums lost hours to retention, is read from the hour sums."""
+    for i, gs, mbs, peak, idle in _temp_rows(store, "vram_day_spans (id INTEGER PRIMARY KEY, lo, hi)",
+                                              [(i, lo, hi) for i, (_n, lo, hi) in enumerate(spans)], f"""
+            SELECT s.id, SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
+                   MAX({_c('h.memory_max', 'bytes')}), SUM({_c('h.idle_seconds', 'seconds')})
+            FROM temp.vram_day_spans s JOIN hour_totals h ON h.t >= s.lo AND h.t < s.hi
+            WHERE {of_kind('h.seconds', 'seconds')} GROUP BY s.id"""):
+        days.add(spans[int(i)][0], gs, mbs, peak, idle, None)
+    # Each UTC day's parts [number, lo, hi) (the two spans of a day with a change of offset in it are one).
+    parts: dict[int, list[list[Any]]] = {}
+    for number, lo, hi in spans:
+        day = math.floor(lo / DAY) * DAY
+        while lo < hi:
+            b = min(hi, day + DAY)
+            mine = parts.setdefault(day, [])
+            if mine and mine[-1][0] == number and mine[-1][2] == lo:
+                mine[-1][2] = b
+            else:
+                mine.append([number, lo, b])
+            lo, day = b, day + DAY
+    since = _rows(store, "SELECT value FROM meta WHERE key = 'hour_since'", ())
+    hour_since = _meta_number(since[0][0]) if since else None
+    ends: dict[int, list[Any]] = {}  # UTC day -> [day before x, x, day from y, y]
+    direct: list[list[Any]] = []
+    for day, mine in parts.items():
+        whole = hour_since is None or day >= hour_since  # its day sums are of all its hours
+        end = ends.setdefault(day, [None, None, None, None]) if whole else None
+        for number, lo, hi in mine:
+            if end is not None and lo == day and end[1] is None:
+                end[0], end[1] = number, hi
+            elif end is not None and hi == day + DAY and end[3] is None:
+                end[2], end[3] = number, lo
+            else:
+                direct.append([number, lo, hi])
+    for day, before, after in _temp_rows(store, "vram_day_ends (d INTEGER PRIMARY KEY, upto, since)",
+                                         [(day, e[1], e[3]) for day, e in ends.items()], f"""
+            SELECT e.d, group_concat(DISTINCT CASE WHEN x.first_hour < e.upto THEN x.job END),
+                   group_concat(DISTINCT CASE WHEN x.last_hour >= e.since THEN x.job END)
+            FROM temp.vram_day_ends e JOIN proc_day x ON x.t = e.d
+            WHERE {of_kind('x.job', 'id')} AND {of_kind('x.gpu', 'gpu')}
+            AND {of_kind('x.first_hour', 'time')} AND {of_kind('x.last_hour', 'time')}
+            GROUP BY e.d"""):
+        end = ends[int(day)]
+        if before:
+            days.add(end[0], 0.0, 0.0, None, 0.0, before)
+        if after:
+            days.add(end[2], 0.0, 0.0, None, 0.0, after)
+    keys = " AND ".join(of_kind(e, k) for e, k in _HOUR_KEYS[1:])  # (a test of h.t: SQLite's range would be its)
+    for number, lo, hi in direct:
+        for (jobs,) in _rows(store, f"SELECT group_concat(DISTINCT h.job) FROM proc_hour h WHERE h.t >= ? AND h.t < ? "
+                             f"AND {keys}", (lo, hi)):
+            if jobs:
+                days.add(number, 0.0, 0.0, None, 0.0, jobs)
+
+
+def _temp_rows(store: Store, table: str, rows: list[tuple[Any, ...]], sql: str) -> list[tuple[Any, ...]]:
+    """The rows of `sql` over a temp table (`table`: its name and columns) holding `rows`, dropped after."""
+    name = table.split()[0]
+    if not rows:
+        return []
+    _rows(store, f"DROP TABLE IF EXISTS temp.{name}", ())
+    _rows(store, f"CREATE TEMP TABLE {table}", ())
+    try:
+        try:
+            store.conn.executemany(f"INSERT INTO temp.{name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+        except sqlite3.Error as e:
+            raise StoreError(describe(e, store.path), param="db") from None
+        return _rows(store, sql, ())
+    finally:
+        _rows(store, f"DROP TABLE temp.{name}", ())
 
 
 @dataclass

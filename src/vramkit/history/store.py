@@ -60,7 +60,7 @@ from ..i18n import N_, _
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
 HOUR = 3600
 DAY = 86400
@@ -106,12 +106,15 @@ _RAW_TO_HOURS = (f"""
 
 # A day's sums (schema 3): those of its hours, summed again whenever an hour of it changes (in the
 # same transaction), so a day always equals its hours.
-_HOURS_TO_DAY = (f"""
+# From schema 6 a pair's row also says its first and last hour in the day.
+_PROC_HOURS_TO_DAY = """
     INSERT INTO proc_day (t, job, gpu, seconds, memory_byte_seconds, memory_max, idle_seconds,
-                          idle_memory_byte_seconds)
-    SELECT :day, job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds),
-           SUM(idle_memory_byte_seconds)
-    FROM proc_hour WHERE t >= :day AND t < :day + {DAY} GROUP BY job, gpu""", f"""
+                          idle_memory_byte_seconds, first_hour, last_hour)
+    SELECT {day}, job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds),
+           SUM(idle_memory_byte_seconds), MIN(t), MAX(t)
+    FROM proc_hour WHERE {where} GROUP BY {group}"""
+_HOURS_TO_DAY = (_PROC_HOURS_TO_DAY.format(day=":day", where=f"t >= :day AND t < :day + {DAY}", group="job, gpu"),
+                 f"""
     INSERT INTO gpu_day (t, gpu, seconds, occupied_seconds, lost_seconds, used_max, util_seconds,
                          util_known_seconds)
     SELECT :day, gpu, SUM(seconds), SUM(occupied_seconds), SUM(lost_seconds), MAX(used_max), SUM(util_seconds),
@@ -125,6 +128,13 @@ _HOURS_TO_LOCAL_DAY = """
     SELECT :day, job, gpu, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds),
            SUM(idle_memory_byte_seconds)
     FROM proc_hour WHERE t >= :day AND t < :hi GROUP BY job, gpu"""
+
+# An hour's totals over every pair (schema 6), summed again whenever the hour's sums change:
+# a report in any zone reads a row per hour for its days' sums and peak, not one per hour and pair.
+_HOUR_TOTALS = """
+    INSERT OR REPLACE INTO hour_totals (t, seconds, memory_byte_seconds, memory_max, idle_seconds)
+    SELECT t, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds)
+    FROM proc_hour WHERE {where} GROUP BY t"""
 
 # The columns of `workloads` that keep a life's workload (schema 4): (column, SQL type), each a
 # field of gpu_state.Workload of the same name.
@@ -266,6 +276,21 @@ MIGRATIONS: tuple[str, ...] = (
         idle_memory_byte_seconds REAL NOT NULL,
         PRIMARY KEY (t, job, gpu)) WITHOUT ROWID;
     ALTER TABLE jobs ADD COLUMN nvml_pid INTEGER;
+    """,
+    # 6: per hour the totals over every pair (hour_totals), and per UTC day and pair its first and
+    # last hour (so whether a life is in a part of the day is known from the day's row), from the
+    # hour sums there are (a day before hour_since has none: see _forget_hours_before).
+    f"""
+    CREATE TABLE hour_totals (
+        t INTEGER PRIMARY KEY, seconds REAL NOT NULL, memory_byte_seconds REAL NOT NULL, memory_max INTEGER,
+        idle_seconds REAL NOT NULL);
+    {_HOUR_TOTALS.format(where="true")};
+    ALTER TABLE proc_day ADD COLUMN first_hour INTEGER;
+    ALTER TABLE proc_day ADD COLUMN last_hour INTEGER;
+    DELETE FROM proc_day;
+    {_PROC_HOURS_TO_DAY.format(
+        day=f"t / {DAY} * {DAY} AS d", group="d, job, gpu",
+        where=f"t / {DAY} * {DAY} >= coalesce((SELECT CAST(value AS REAL) FROM meta WHERE key = 'hour_since'), 0)")};
     """,
 )
 
@@ -710,6 +735,7 @@ class Store:
         self.day_sums = False  # schema 3 or later: proc_day and gpu_day
         self.workloads = False  # schema 4 or later: the table `workloads`
         self.local_days = False  # schema 5 or later: the recorder's local days, and jobs.nvml_pid
+        self.hour_totals = False  # schema 6 or later: hour_totals, and proc_day's first and last hour
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -862,6 +888,7 @@ class Store:
             self.day_sums = version >= 3
             self.workloads = version >= 4
             self.local_days = version >= 5
+            self.hour_totals = version >= 6
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
@@ -874,7 +901,7 @@ class Store:
         c.execute("PRAGMA busy_timeout = 500")
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
-        self.hour_sums = self.day_sums = self.workloads = self.local_days = True
+        self.hour_sums = self.day_sums = self.workloads = self.local_days = self.hour_totals = True
 
     def publish(self) -> None:
         """Copy the live database as of its newest commit to `published`, for other users: a fresh
@@ -1148,6 +1175,8 @@ def _raw_to_hours(c: sqlite3.Connection) -> None:
     days = sorted({hour // DAY * DAY for hour in hours})
     for statement in _RAW_TO_HOURS:
         c.execute(statement, {"after": after, "upto": upto})
+    for hour in hours:
+        c.execute(_HOUR_TOTALS.format(where="t = ?"), (hour,))
     for day in days:
         c.execute("DELETE FROM proc_day WHERE t = ?", (day,))
         c.execute("DELETE FROM gpu_day WHERE t = ?", (day,))
@@ -1244,6 +1273,7 @@ def _forget_hours_before(c: sqlite3.Connection, hour: float) -> None:
               "SET value = excluded.value", (float(hour),))
     c.execute("DELETE FROM proc_hour WHERE t < ?", (hour,))
     c.execute("DELETE FROM gpu_hour WHERE t < ?", (hour,))
+    c.execute("DELETE FROM hour_totals WHERE t < ?", (hour,))
     # A day that began before `hour` lost some of its hours: it goes whole.
     c.execute("DELETE FROM proc_day WHERE t < ?", (hour,))
     c.execute("DELETE FROM gpu_day WHERE t < ?", (hour,))
