@@ -60,8 +60,9 @@ test-user: compiled
 	$(PYTEST) -q $(XDIST) -m uid
 
 # The suite pins English (tests/conftest.py sets VRAM_LANG=en), so it passes under any locale. This
-# subset runs under a Chinese one to keep it so (CI runs it): the tests of the Chinese output, the
-# docs' console examples (English, and zh_CN for *.zh_CN.md), the help, the error lines, the config.
+# subset runs under a Chinese one, a quick check while working (CI runs the whole suite under it): the
+# tests of the Chinese output, the docs' console examples (English, and zh_CN for *.zh_CN.md), the
+# help, the error lines, the config.
 # LANG, with LC_ALL and LC_MESSAGES unset (either would decide first): a LC_ALL naming a locale the
 # machine has not generated makes bash warn on stderr.
 ZH_TESTS := tests/test_i18n*.py tests/e2e/test_i18n*.py tests/docs/test_docs_examples.py tests/test_cli_help.py \
