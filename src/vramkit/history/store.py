@@ -41,6 +41,12 @@ Holders outside (schema 5): inside a container's PID namespace NVML lists proces
 host pid, and a row no process here could be told to be (pidmap.py) is a life of its own: `jobs`
 holds it with pid 0 (no pid of this /proc: every lookup by pid passes it by) and its host pid in
 `nvml_pid`, NVML's number for it in another PID namespace. A life of this /proc has nvml_pid NULL.
+
+Hour totals (schema 6): hour_totals holds per hour the sums and peak over every pair of its hour
+sums, and each row of proc_day its pair's first and last hour in the day, both written in the
+transaction that changes the hour sums. A reader in a zone that is neither UTC nor the
+recorder's sums its days from the totals (a row an hour, not one per hour and pair), and tells
+which lives are in the part of a UTC day before or after its local midnight from those hours.
 """
 
 from __future__ import annotations
