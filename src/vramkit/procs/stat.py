@@ -65,6 +65,15 @@ class Stat:
     def rss_pages(self) -> int:
         return int(self._fields[21])
 
+    @property
+    def exec_mark(self) -> bytes:
+        """What tells one exec from the next under the same pid, start ticks and comm (a launcher that
+        execs python again): the stack's start address (field 28), new at every exec where the
+        stack is randomized. The kernel writes 0 to a reader that may not ptrace the process (another
+        user's, for an ordinary user): then only comm tells."""
+        rest = self._fields[22].split(None, 4) if len(self._fields) > 22 else []
+        return rest[3] if len(rest) > 3 else b""
+
     def changing(self) -> tuple[str, int, int, int, int]:
         """(state_name(state), start ticks, ppid, CPU ticks, rss pages): what a watch loop reads of
         every process on every tick, in one call instead of one per property."""

@@ -42,11 +42,13 @@ class ProcessTable:
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = boot_time()
-        # (pid, start ticks) -> (comm as read, name, command, workload, container, start time): what does not
-        # change while a process lives, so watch loops and the live view read /proc/PID/stat only.
-        # The raw comm is kept to see an exec or a rename (same pid and start, a new name), and the
-        # name sanitized from it is reused while it stays the same.
-        self._fixed: dict[tuple[int, int], tuple[bytes, str, str, Workload | None, str | None, float]] = {}
+        # (pid, start ticks) -> (comm as read and the exec mark, name, command, workload, container, start
+        # time): what does not change while a process lives, so watch loops and the live view read
+        # /proc/PID/stat only. The raw comm and Stat.exec_mark are kept to see an exec or a rename
+        # (same pid and start, a new name or a new stack), and the name sanitized from comm is
+        # reused while they stay the same.
+        self._fixed: dict[tuple[int, int], tuple[tuple[bytes, bytes], str, str, Workload | None, str | None,
+                                                  float]] = {}
         # pid -> (its stat line, its owner's uid, the HostProcess made of them), for a process whose
         # fixed part is kept: while /proc says exactly the same of it (a process that sleeps: its
         # CPU time, memory and state unchanged), the next read is that same object, unparsed.
@@ -73,18 +75,18 @@ class ProcessTable:
             return last[2]
         stat = Stat(raw)
         state, ticks, ppid, cpu_ticks, rss_pages = stat.changing()
-        comm = stat.raw_name
+        seen = (stat.raw_name, stat.exec_mark)
         key = (pid, ticks)
         fixed = self._fixed.get(key)
-        if fixed is None or fixed[0] != comm or state == "zombie":
+        if fixed is None or fixed[0] != seen or state == "zombie":
             # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
             # shown by name and not kept: the next read may find the real one.
             name, line, owner = stat.name, cmdline(pid), self._workload(pid)
-            fixed = (comm, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None,
+            fixed = (seen, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None,
                      self._boot + ticks / CLOCK_TICKS)
             if line:
                 self._fixed[key] = fixed
-        _comm, name, command, owner, container, started = fixed
+        _seen, name, command, owner, container, started = fixed
         host = HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name, state=state,
                            start_time=started, cpu_time=cpu_ticks / CLOCK_TICKS, rss=rss_pages * self._page,
                            ppid=ppid, container=container, start_ticks=ticks, workload=owner)
