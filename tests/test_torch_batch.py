@@ -39,8 +39,8 @@ def test_the_trials_collections_walk_only_what_the_search_made():
         if batch > 6:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
 
-    # An in-process vram serve of an earlier test in this worker (its Service freezes what is alive after
-    # the first reading, for the life of the server) may have left the heap frozen: thawed, as a job's is
+    # The heap thawed, as a job's is: an in-process vram serve thaws it when it stops (4c76569), but
+    # one an earlier test in this worker left running would still hold it frozen
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
     find_batch_size(step, capacity=1 << 30, high=64)
