@@ -217,6 +217,19 @@ def assert_totals_are_their_hours(db: Path) -> None:
     c.close()
 
 
+def parts_per_call(monkeypatch, name: str) -> list[int]:
+    """Spy on query.<name>(store, parts, days), which adds the days' parts: how many each call got."""
+    seen: list[int] = []
+    real = getattr(query, name)
+
+    def spy(store, parts, days):
+        seen.append(len(parts))
+        return real(store, parts, days)
+
+    monkeypatch.setattr(query, name, spy)
+    return seen
+
+
 @pytest.mark.parametrize("zone", ["Asia/Kathmandu", "Asia/Kolkata", "Europe/Berlin", "America/New_York"])
 def test_other_zones_days_from_hour_totals_and_the_days_first_and_last_hours(history, berlin_history, zone,
                                                                             monkeypatch):
@@ -226,14 +239,7 @@ def test_other_zones_days_from_hour_totals_and_the_days_first_and_last_hours(his
     cuts an hour, Berlin across its clock change, New York behind UTC): still the rows' days."""
     db, epoch = (berlin_history, BERLIN_EPOCH) if zone == "Europe/Berlin" else (history, EPOCH)
     assert_totals_are_their_hours(db)
-    totals: list[int] = []
-    add_totals = query._add_totals
-
-    def spy(store, spans, days):
-        totals.append(len(spans))
-        return add_totals(store, spans, days)
-
-    monkeypatch.setattr(query, "_add_totals", spy)
+    totals = parts_per_call(monkeypatch, "_add_totals")
     monkeypatch.setattr(query, "_derive", None)  # not the schema 5 way
     assert_days_and_held(db, zone, windows(epoch), monkeypatch)
     assert len(totals) == 2 * len(windows(epoch))  # usage() and held_and_days() each window
@@ -247,14 +253,7 @@ def test_other_zones_days_are_stored_days_less_their_other_hours(history, berlin
     the rows' (+5:45, +5:30 where local midnight cuts an hour, Berlin across its clock change)."""
     db, epoch = (berlin_history, BERLIN_EPOCH) if zone == "Europe/Berlin" else (history, EPOCH)
     db = as_schema_5(db, tmp_path)
-    derived: list[int] = []
-    add_derived = query._add_derived
-
-    def spy(store, parts, days):
-        derived.append(len(parts))
-        return add_derived(store, parts, days)
-
-    monkeypatch.setattr(query, "_add_derived", spy)
+    derived = parts_per_call(monkeypatch, "_add_derived")
     assert_days_and_held(db, zone, windows(epoch), monkeypatch)
     assert max(derived) == 2  # the two whole UTC days of the widest window
 
