@@ -27,7 +27,7 @@ BROKEN = {  # path: (body, its headers, what get() says of it)
     "/cut": (gzip.compress(b'{"gpus": []}')[:-6], {"Content-Encoding": "gzip"},
              "its gzip ends before the end of its data"),
     "/plain": (b"plain bytes", {"Content-Encoding": "gzip"}, "its gzip is broken: "),
-    "/brotli": (b"\x00" * 40, {"Content-Encoding": "br"}, "answered in an encoding it was not asked for (br)"),
+    "/brotli": (b"\x00" * 40, {"Content-Encoding": "br"}, "it came in an encoding not asked for (br)"),
 }
 
 
@@ -76,7 +76,7 @@ def test_a_gzip_bomb_is_cut_off_at_the_cap_in_bounded_memory(server):
 def test_broken_gzip_or_an_encoding_not_asked_for_is_one_error(server, path):
     with pytest.raises(GetError) as failed:
         get(f"http://{server.address}{path}", time.monotonic() + 10, MiB)
-    assert failed.value.kind == "not-http" and failed.value.detail.startswith(BROKEN[path][2]), failed.value
+    assert failed.value.kind == "bad-body" and failed.value.detail.startswith(BROKEN[path][2]), failed.value
 
 
 def test_an_error_status_s_gzipped_body_is_read_unpacked(server):

@@ -165,6 +165,9 @@ class Prometheus:
                                    f"{self.max_answer // 1024**2}MiB for one query: not read")
         if e.kind == "unreachable":
             return PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(e.detail)}")
+        if e.kind == "bad-body":
+            return PrometheusError(f"Prometheus at {self.url} answered, but its answer cannot be read: "
+                                   f"{clean(e.detail)}")
         return PrometheusError(f"Prometheus at {self.url} did not answer in HTTP: {clean(e.detail)}")
 
 

@@ -291,8 +291,8 @@ def _names_no_one_else_claims(hosts: list[FleetHost]) -> None:
 
 @dataclass(frozen=True)
 class Down:
-    """Why a host's snapshot was not read: `kind` (slow, too-big, unreachable, protocol, status,
-    not-json: what a program may match) and `detail` (sanitized: the error, or the HTTP status)."""
+    """Why a host's snapshot was not read: `kind` (slow, too-big, unreachable, protocol, bad-body,
+    status, not-json: what a program may match) and `detail` (sanitized: the error, or the HTTP status)."""
 
     kind: str
     detail: str = ""
@@ -311,6 +311,9 @@ class Down:
                 return _("down: answered HTTP {status} {reason} (basic auth: see --hosts-config)").format(
                     status=status, reason=reason)
             return _("down: answered HTTP {status} {reason}").format(status=status, reason=reason)
+        if self.kind == "bad-body":
+            # Translators: {error} is in English, e.g. "its gzip is broken: Error -3 while decompressing data"
+            return _("down: it answered, but its answer cannot be read: {error}").format(error=self.detail)
         if self.kind == "not-json":
             return _("down: answered something that is not vram serve's JSON (is this its address?)")
         return _("down: did not answer in HTTP: {error}").format(error=self.detail)
@@ -330,7 +333,7 @@ def fetch_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: 
         answer = get(url + SNAPSHOT, deadline, max_answer, headers=headers, context=config.context,
                      redirects=False)
     except GetError as e:
-        kind = e.kind if e.kind in ("slow", "too-big", "unreachable") else "protocol"
+        kind = e.kind if e.kind in ("slow", "too-big", "unreachable", "bad-body") else "protocol"
         return Down(kind, clean(e.detail))
     if answer.status != 200:
         return Down("status", f"{clean(answer.status)} {clean(answer.reason)}")

@@ -42,7 +42,9 @@ class Answer:
 
 class GetError(VramkitError):
     """Why a GET got no answer. kind: 'slow' (the deadline passed), 'unreachable' (the connection
-    failed or broke), 'not-http' (what came back is not HTTP), 'too-big' (over max_bytes)."""
+    failed or broke), 'not-http' (what came back is not HTTP), 'bad-body' (it answered in HTTP, but
+    its body cannot be unpacked: broken or cut gzip, an encoding not asked for), 'too-big' (over
+    max_bytes)."""
 
     def __init__(self, kind: str, detail: str = "") -> None:
         super().__init__(f"{kind}: {detail}" if detail else kind)
@@ -178,7 +180,7 @@ def get(url: str, deadline: float, max_bytes: int, headers: Mapping[str, str] | 
                 except GetError as unread:
                     # A body it cannot unpack (an encoding not asked for, broken gzip) leaves the
                     # status the answer, as before it asked for gzip; too big or too slow does not.
-                    if unread.kind != "not-http":
+                    if unread.kind != "bad-body":
                         raise
                     body = b""
                 except Exception:  # noqa: BLE001 - the status is the answer; a body cut short adds nothing
@@ -214,7 +216,7 @@ def _read(response: Any, watch: Watch, max_bytes: int) -> bytes:
     encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
     unpack = Gunzip(max_bytes) if encoding in ("gzip", "x-gzip") else None
     if unpack is None and encoding != "identity":
-        raise GetError("not-http", f"answered in an encoding it was not asked for ({encoding[:40]})")
+        raise GetError("bad-body", f"it came in an encoding not asked for ({encoding[:40]})")
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -237,17 +239,24 @@ class Gunzip:
     """A gzip body unpacked as it comes, never more than `limit` bytes of it however few bytes
     came: zlib is asked for at most one byte past what is left, so a bomb costs `limit` bytes of
     memory and the time to unpack that much, then GetError('too-big'). Members one after another
-    (as gzip(1) writes them) are one body."""
+    (as gzip(1) writes them) are one body; zeros after the last member are padding (as gzip(1) and
+    Python's gzip take them), but only zeros may follow them."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit
         self._unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self._fed = False
+        self._padding = False  # a member ended and zeros followed: only zeros may come now
 
     def feed(self, data: bytes) -> list[bytes]:
         out = []
         try:
             while data:
+                if self._padding or (self._unzip.eof and data[0] == 0):
+                    self._padding = True
+                    if data.strip(b"\0"):
+                        raise GetError("bad-body", "its gzip is followed by something other than zeros")
+                    break
                 if self._unzip.eof:  # a member has ended: what follows is the next one
                     self._unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 self._fed = True
@@ -258,9 +267,9 @@ class Gunzip:
                 out.append(piece)
                 data = self._unzip.unused_data if self._unzip.eof else self._unzip.unconsumed_tail
         except zlib.error as e:
-            raise GetError("not-http", f"its gzip is broken: {e}") from None
+            raise GetError("bad-body", f"its gzip is broken: {e}") from None
         return out
 
     def end(self) -> None:
         if self._fed and not self._unzip.eof:
-            raise GetError("not-http", "its gzip ends before the end of its data")
+            raise GetError("bad-body", "its gzip ends before the end of its data")

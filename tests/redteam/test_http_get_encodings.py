@@ -1,24 +1,30 @@
 """http_get against a hostile or careless HTTP peer (vram fleet --hosts, vram serve --hosts, fleet's
 Prometheus): an error status whose body comes in an encoding it cannot unpack is still that status,
-as it was before it asked for gzip; gzip sent chunked and in many members is one body."""
+as it was before it asked for gzip; gzip sent chunked and in many members is one body; zeros after
+the last member are padding (as gzip(1) takes them); a 200 whose body cannot be unpacked is said as
+an answer that cannot be read, not as a host that did not answer in HTTP."""
 
 from __future__ import annotations
 
 import gzip
+import re
 import time
 
 import pytest
-from test_fleet_hosts import FakeHost, send
+from helpers import clean_env, run_vram
+from test_fleet_hosts import FakeHost, send, snapshot
 
+from vramkit.fleet import Prometheus, PrometheusError
 from vramkit.fleet_hosts import ClientConfig, Down, fetch_snapshot
-from vramkit.http_get import get
+from vramkit.http_get import GetError, get
+from vramkit.serve.hosts import OtherHosts
 
 MiB = 1024**2
 BODY = b'{"gpus": [], "error": "no reading yet"}'
 
 
 def answer(handler) -> None:
-    path = handler.path.removesuffix("/api/v1/snapshot")
+    path = handler.path.split("/api/v1/", 1)[0]
     if path == "/401-br":  # a proxy in front of vram serve: its login page, in an encoding not asked for
         send(handler, b"\x0b\x02\x80login", status=401, **{"Content-Encoding": "br"})
     elif path == "/503-cut":  # an error page cut short in its gzip
@@ -36,6 +42,16 @@ def answer(handler) -> None:
                 part = member[j:j + 5]
                 handler.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
         handler.wfile.write(b"0\r\n\r\n")
+    elif path == "/padded":  # a complete member, then zeros (a block device's padding)
+        send(handler, gzip.compress(BODY) + b"\0" * 70_000, **{"Content-Encoding": "gzip"})
+    elif path == "/padded-junk":  # zeros, then something else: not padding
+        send(handler, gzip.compress(BODY) + b"\0" * 9 + b"junk", **{"Content-Encoding": "gzip"})
+    elif path == "/200-broken":  # a 200 whose gzip is broken
+        send(handler, b"\x1f\x8b\x08\x00" + b"\xff" * 40, **{"Content-Encoding": "gzip"})
+    elif path == "/200-cut":
+        send(handler, gzip.compress(snapshot())[:-6], **{"Content-Encoding": "gzip"})
+    elif path == "/200-br":
+        send(handler, b"\x0b\x02\x80{}", **{"Content-Encoding": "br"})
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +76,35 @@ def test_vram_fleet_says_the_status_not_that_it_did_not_answer_in_http(server):
 def test_chunked_gzip_in_many_members_is_one_body(server):
     got = get(f"http://{server.address}/chunked", time.monotonic() + 10, MiB)
     assert (got.status, got.body) == (200, BODY)
+
+
+def test_zeros_after_the_last_member_are_padding(server):
+    got = get(f"http://{server.address}/padded", time.monotonic() + 10, MiB)
+    assert (got.status, got.body) == (200, BODY)
+
+
+@pytest.mark.parametrize(("path", "detail"), [
+    ("/padded-junk", "its gzip is followed by something other than zeros"),
+    ("/200-broken", "its gzip is broken: "),
+    ("/200-cut", "its gzip ends before the end of its data"),
+    ("/200-br", "it came in an encoding not asked for (br)"),
+])
+def test_a_200_whose_body_cannot_be_unpacked_is_an_answer_that_cannot_be_read(server, path, detail):
+    with pytest.raises(GetError) as failed:
+        get(f"http://{server.address}{path}", time.monotonic() + 10, MiB)
+    assert failed.value.kind == "bad-body" and failed.value.detail.startswith(detail), failed.value
+    # vram serve --hosts: the API's "why" and sentence (the page's words, by why)
+    entry = OtherHosts([f"http://{server.address}{path}"], period=60, timeout=10).read(0)
+    assert (entry["up"], entry["why"]) == (False, "bad-body"), entry
+    assert entry["error"].startswith("answered, but its answer cannot be read: " + detail), entry
+    # fleet's Prometheus reader
+    with pytest.raises(PrometheusError, match="answered, but its answer cannot be read: " + re.escape(detail)):
+        Prometheus(f"http://{server.address}{path}", timeout=10).query("up")
+
+
+def test_vram_fleet_says_a_host_answered_but_its_answer_cannot_be_read(server):
+    shown = run_vram("fleet", "--hosts", f"{server.address}/200-broken", env=clean_env())
+    assert shown.rc == 1, shown.err
+    line = shown.out.splitlines()[-1]
+    assert "down: it answered, but its answer cannot be read: its gzip is broken: " in line, shown.out
+    assert "did not answer in HTTP" not in shown.out

@@ -14,7 +14,7 @@ Each host is an entry of /api/v1/hosts (English, as the rest of the API):
      "last_seen": null, "snapshot": {the host's /api/v1/snapshot, as kept}}
 
 and, for a host that did not answer: "up": false, "why" (slow, too-big, unreachable, protocol,
-status, not-json; waiting before its first read), "error" (the English sentence), "detail" (what
+bad-body, status, not-json; waiting before its first read), "error" (the English sentence), "detail" (what
 the sentence names: the timeout, the error, the HTTP status), "last_seen" (unix time this server last read
 it; null: never), "hostname" (the name it last gave for itself) and "snapshot": null.
 """

@@ -40,6 +40,7 @@ HOST_DOWN = {
     "too-big": N_("answered more than {detail}: not read"),
     "unreachable": N_("cannot reach it: {detail}"),
     "protocol": N_("did not answer in HTTP: {detail}"),
+    "bad-body": N_("answered, but its answer cannot be read: {detail}"),
     "status": N_("answered HTTP {detail}"),
     "not-json": N_("answered something that is not vram serve's JSON"),
     "waiting": N_("not read yet"),

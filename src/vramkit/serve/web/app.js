@@ -472,6 +472,7 @@
     "too-big": "answered more than {detail}: not read",
     unreachable: "cannot reach it: {detail}",
     protocol: "did not answer in HTTP: {detail}",
+    "bad-body": "answered, but its answer cannot be read: {detail}",
     status: "answered HTTP {detail}",
     "not-json": "answered something that is not vram serve's JSON",
   };
