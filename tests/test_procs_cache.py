@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from helpers import cmdline, minimal_scenario, wait_for
 
@@ -159,7 +160,38 @@ def test_a_process_read_again_unchanged_is_the_last_read_until_proc_says_otherwi
         assert not isinstance(busy, str)
         assert wait_for(lambda: table.read(spinner.pid).cpu_time > busy.cpu_time)  # not the same figures again
         table.forget_all_but(set())
-        assert not table._last and not table._fixed
+        assert not table._last and not table._fixed and not table._cgroups
     finally:
         table.close()
 
+
+
+def test_a_kept_workload_is_checked_again_by_its_cgroup_file_alone_within_the_bound(children, monkeypatch):
+    """A process's cgroup file is read at its first reading, then once per recheck (not every
+    read), and parsed again only when it changed (tests/test_workload.py moves a real one, as root)."""
+    from vramkit.procs import table as table_module
+    from vramkit.procs import workload
+
+    sleeper = children.start([sys.executable, "-c", "import time; time.sleep(600)", "kept"])
+    assert wait_for(lambda: cmdline(sleeper.pid).endswith(b"kept\0"))
+    later = [0.0]
+    monkeypatch.setattr(table_module, "monotonic", lambda: time.monotonic() + later[0])
+    files: list[str] = []
+    parsed: list[int] = []
+    real_file, real_workload = table_module.read_proc_file, workload.read
+    monkeypatch.setattr(table_module, "read_proc_file",
+                        lambda path, limit: files.append(path) or real_file(path, limit))
+    monkeypatch.setattr(workload, "read", lambda pid, *a, **k: parsed.append(pid) or real_workload(pid, *a, **k))
+    table = procs.ProcessTable()
+    try:
+        first = table.read(sleeper.pid)
+        for _i in range(5):
+            assert table.read(sleeper.pid).workload is first.workload
+        assert (files, parsed) == ([f"/proc/{sleeper.pid}/cgroup"], [sleeper.pid])
+        later[0] = table_module.WORKLOAD_RECHECK_S  # due: read again, the same, not parsed
+        assert table.read(sleeper.pid).workload is first.workload
+        assert (len(files), parsed) == (2, [sleeper.pid])
+        table.read(sleeper.pid)
+        assert len(files) == 2  # and not read again until the next recheck
+    finally:
+        table.close()

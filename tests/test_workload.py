@@ -363,6 +363,36 @@ def test_a_real_slurm_v2_step_with_its_array_task(children, cgroup_dirs):
         48211, "0", 0, 48200, 7)
 
 
+def test_a_real_process_adopted_into_a_slurm_job_shows_its_job_within_the_recheck_bound(children, cgroup_dirs,
+                                                                                        monkeypatch):
+    # pam_slurm_adopt moves an ssh session's process into the job after vram first read it.
+    from vramkit.procs import table as table_module
+
+    later = [0.0]
+    monkeypatch.setattr(table_module, "monotonic", lambda: time.monotonic() + later[0])
+    sleeper = start_sleeper(children)
+    _move(sleeper.pid, cgroup_dirs("user.slice/user-1000.slice/session-3.scope"))
+    table = ProcessTable()
+    first = table.read(sleeper.pid)
+    assert not isinstance(first, str) and first.workload is None
+    _move(sleeper.pid, cgroup_dirs("system.slice/slurmstepd.scope/job_48211/step_extern/user/task_0"))
+    kept = table.read(sleeper.pid)  # kept until its recheck: the cgroup file is not read every tick
+    assert not isinstance(kept, str) and kept.workload is None
+    later[0] = table_module.WORKLOAD_RECHECK_S
+    moved = table.read(sleeper.pid)
+    assert not isinstance(moved, str) and moved.workload is not None, moved
+    assert (moved.workload.slurm_job, moved.workload.slurm_step) == (48211, "extern")
+    later[0] = 2 * table_module.WORKLOAD_RECHECK_S  # checked again, not moved: the same reading
+    again = table.read(sleeper.pid)
+    assert not isinstance(again, str) and again.workload is moved.workload
+    # moved by a container runtime: its container too
+    _move(sleeper.pid, cgroup_dirs(f"system.slice/docker-{ID}.scope"))
+    later[0] = 3 * table_module.WORKLOAD_RECHECK_S
+    boxed = table.read(sleeper.pid)
+    assert not isinstance(boxed, str) and boxed.container == ID[:12] and boxed.workload is not None
+    assert boxed.workload.slurm_job is None
+
+
 @pytest.mark.parametrize("job_id, shown", [("48211", ["2", "3"]), ("500", None)])
 def test_a_real_slurm_steps_gpus_in_ps_and_status_json(children, cgroup_dirs, write_scenario, job_id, shown):
     proc = children.start(["sleep", "600"], env={**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": "0,1,2,3",

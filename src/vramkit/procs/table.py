@@ -1,18 +1,29 @@
 """The host side of the processes a snapshot lists: one HostProcess per pid, from /proc, with
-what does not change while a process lives (command line, container, pod, Slurm job) read once."""
+what does not change while a process lives (command line) read once, and what rarely changes (its
+container, pod or Slurm job: a process can be moved to another cgroup) checked again every
+WORKLOAD_RECHECK_S seconds at most."""
 
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass
+from time import monotonic
 
 from ..gpu_state import Workload
 from ..i18n import N_
 from . import workload
-from .files import cmdline
+from .files import MAX_CGROUP_BYTES, cmdline, read_proc_file
 from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time
 from .text import NOT_VISIBLE
 from .users import user_name
+
+# A process moved to another cgroup after it was first read (pam_slurm_adopt adopting an ssh session
+# into a job, `systemd-run --scope`, a container runtime) shows its new workload within this many
+# seconds: each kept process's /proc/PID/cgroup is read again at a time drawn between half this and
+# this (spread, so 200 processes cost ~9 reads a second, not 200 at once), and parsed only when it
+# changed.
+WORKLOAD_RECHECK_S = 30.0
 
 
 @dataclass(slots=True)  # one for every process on every tick: slots build it quicker, smaller
@@ -43,17 +54,20 @@ class ProcessTable:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = boot_time()
         # (pid, start ticks) -> (comm as read and the exec mark, name, command, workload, container, start
-        # time): what does not change while a process lives, so watch loops and the live view read
-        # /proc/PID/stat only. The raw comm and Stat.exec_mark are kept to see an exec or a rename
-        # (same pid and start, a new name or a new stack), and the name sanitized from comm is
-        # reused while they stay the same.
+        # time): what does not change while a process lives (its workload: until _cgroups says it
+        # moved), so watch loops and the live view read /proc/PID/stat only. The raw comm and
+        # Stat.exec_mark are kept to see an exec or a rename (same pid and start, a new name or a
+        # new stack), and the name sanitized from comm is reused while they stay the same.
         self._fixed: dict[tuple[int, int], tuple[tuple[bytes, bytes], str, str, Workload | None, str | None,
                                                   float]] = {}
         # pid -> (its stat line, its owner's uid, the HostProcess made of them), for a process whose
         # fixed part is kept: while /proc says exactly the same of it (a process that sleeps: its
         # CPU time, memory and state unchanged), the next read is that same object, unparsed.
         # HostProcess objects are shared, never changed.
-        self._last: dict[int, tuple[bytes, int, HostProcess]] = {}
+        self._last: dict[int, tuple[bytes, int, HostProcess, float]] = {}
+        # (pid, start ticks) -> (its /proc/PID/cgroup as last read, the monotonic time to read it
+        # again): a kept workload holds until then, and is read whole again only if the file changed.
+        self._cgroups: dict[tuple[int, int], tuple[bytes | None, float]] = {}
         self.runtime_names = workload.RuntimeNames()  # container names from the runtimes' state files
         self.stats = StatFiles()
 
@@ -71,7 +85,8 @@ class ProcessTable:
         if not raw:
             return NOT_VISIBLE
         last = self._last.get(pid)
-        if last is not None and last[0] == raw and last[1] == uid:
+        now = monotonic()
+        if last is not None and last[0] == raw and last[1] == uid and now < last[3]:
             return last[2]
         stat = Stat(raw)
         state, ticks, ppid, cpu_ticks, rss_pages = stat.changing()
@@ -81,17 +96,26 @@ class ProcessTable:
         if fixed is None or fixed[0] != seen or state == "zombie":
             # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
             # shown by name and not kept: the next read may find the real one.
+            cgroup = read_proc_file(f"/proc/{pid}/cgroup", MAX_CGROUP_BYTES)
             name, line, owner = stat.name, cmdline(pid), self._workload(pid)
             fixed = (seen, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None,
                      self._boot + ticks / CLOCK_TICKS)
             if line:
                 self._fixed[key] = fixed
+                self._cgroups[key] = (cgroup, now + _recheck_in())
+        elif now >= self._cgroups[key][1]:  # moved to another cgroup since? (the file alone says)
+            cgroup = read_proc_file(f"/proc/{pid}/cgroup", MAX_CGROUP_BYTES)
+            if cgroup != self._cgroups[key][0]:
+                owner = self._workload(pid)
+                fixed = (*fixed[:3], owner, workload.short_id(owner) if owner else None, fixed[5])
+                self._fixed[key] = fixed
+            self._cgroups[key] = (cgroup, now + _recheck_in())
         _seen, name, command, owner, container, started = fixed
         host = HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name, state=state,
                            start_time=started, cpu_time=cpu_ticks / CLOCK_TICKS, rss=rss_pages * self._page,
                            ppid=ppid, container=container, start_ticks=ticks, workload=owner)
         if self._fixed.get(key) is fixed and state != "zombie":
-            self._last[pid] = (raw, uid, host)
+            self._last[pid] = (raw, uid, host, self._cgroups[key][1])
         else:  # read whole again next time (a command line not read yet, a zombie)
             self._last.pop(pid, None)
         return host
@@ -112,12 +136,17 @@ class ProcessTable:
         long-running view does not grow with every process that came and went."""
         if any(k[0] not in pids for k in self._fixed):
             self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
+            self._cgroups = {k: v for k, v in self._cgroups.items() if k[0] in pids}
         if any(pid not in pids for pid in self._last):
             self._last = {pid: v for pid, v in self._last.items() if pid in pids}
         self.stats.forget_all_but(pids)
 
     def close(self) -> None:
         self.stats.close()
+
+
+def _recheck_in() -> float:
+    return random.uniform(WORKLOAD_RECHECK_S / 2, WORKLOAD_RECHECK_S)
 
 
 def cpu_percent_since(proc: HostProcess, now: float,
