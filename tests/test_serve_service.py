@@ -58,4 +58,7 @@ def test_a_heap_the_caller_froze_stays_as_the_caller_froze_it():
     mine = gc.get_freeze_count()
     service = running()
     service.close()
-    assert gc.get_freeze_count() == mine
+    # Neither thawed (0) nor frozen again on top (the Service's own thousands of objects added). A
+    # frozen object still dies when its last reference goes, so the count may fall by a few
+    # (677,977 -> 677,975 in one CI run).
+    assert 0 < gc.get_freeze_count() <= mine
