@@ -100,6 +100,20 @@ def run_vram(*args: str, env: dict[str, str] | None = None, timeout: float = 30,
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def read_until_closed(sock) -> bytes:
+    """Everything a socket's peer sends until it closes the connection (or resets it)."""
+    chunks = []
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_terminal(master: int, timeout: float, what: str) -> bytes:
     """Everything written to a pseudo-terminal until every process has closed its end."""
     chunks: list[bytes] = []

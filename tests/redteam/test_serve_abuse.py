@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Served, assert_one_line_error, clean_env, run_vram, scenario_data, vram_argv
+from helpers import Served, assert_one_line_error, clean_env, read_until_closed, run_vram, scenario_data, vram_argv
 from prometheus_client.parser import text_string_to_metric_families
 
 from vramkit.errors import RequestError
@@ -57,16 +57,7 @@ def raw(port: int, data: bytes, read: bool = True) -> bytes:
         sock.sendall(data)
         if not read:
             return b""
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_until_closed(sock)
 
 
 def status_of(answer: bytes) -> int | None:

@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import Served, chromium_env, chromium_sandbox_args
+from helpers import Served, chromium_env, chromium_sandbox_args, read_until_closed
 
 from vramkit.serve import http as serve_http
 
@@ -340,19 +340,6 @@ def test_a_wrong_password_flood_does_not_keep_the_right_one_out(tmp_path, served
 
 # ---------------------------------------------------------------- a body on a GET
 
-def read_all(sock: socket.socket) -> bytes:
-    chunks = []
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 @pytest.mark.parametrize("framing", [b"Content-Length: %d\r\n", b"Transfer-Encoding: chunked\r\n"],
                          ids=["content-length", "chunked"])
 def test_a_get_with_a_body_is_400_and_its_body_is_never_a_request(served, framing):
@@ -366,7 +353,7 @@ def test_a_get_with_a_body_is_400_and_its_body_is_never_a_request(served, framin
         body = b"%x\r\n" % len(smuggled) + smuggled + b"\r\n0\r\n\r\n"
     with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body)
-        answer = read_all(sock)
+        answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert answer.count(b"HTTP/1.1 ") == 1  # one answer, then closed: the body was not served as a request
     assert b"vram_gpu" not in answer
@@ -374,7 +361,7 @@ def test_a_get_with_a_body_is_400_and_its_body_is_never_a_request(served, framin
     with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
                      b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        answer = read_all(sock)
+        answer = read_until_closed(sock)
     assert answer.count(b"HTTP/1.1 200") == 2
     assert s.stop() == 0
 
@@ -462,7 +449,7 @@ def test_when_every_connection_of_an_address_is_busy_the_next_is_503(monkeypatch
             time.sleep(0.05)  # all eight are taken in (one being checked, seven in line)
         with socket.create_connection(("127.0.0.1", port), timeout=30) as refused:
             refused.sendall(request)
-            answer = read_all(refused)
+            answer = read_until_closed(refused)
         assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
         other = loopback_sources(1)[0]
         elsewhere = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(other, 0))
@@ -470,7 +457,7 @@ def test_when_every_connection_of_an_address_is_busy_the_next_is_503(monkeypatch
         waiting.append(elsewhere)
         release.set()
         for sock in waiting:
-            assert read_all(sock).startswith(b"HTTP/1.1 200")
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 200")
     finally:
         release.set()
         for sock in waiting:
