@@ -153,8 +153,16 @@ def test_holders_in_another_pid_namespace_show_both_pids(children, strays, write
 
     assert wait_for(lambda: inner_pid() is not None)
     inner = strays.add(inner_pid())  # not our child: killed at teardown too
-    assert wait_for(lambda: any(os.readlink(f"/proc/{inner}/fd/{fd}") == str(dev / "nvidia0")
-                                for fd in os.listdir(f"/proc/{inner}/fd")))
+    def holds_device():  # its descriptors come and go while it starts: one gone between list and read
+        for fd in os.listdir(f"/proc/{inner}/fd"):
+            try:
+                if os.readlink(f"/proc/{inner}/fd/{fd}") == str(dev / "nvidia0"):
+                    return True
+            except FileNotFoundError:
+                continue
+        return False
+
+    assert wait_for(holds_device)
     path = write_scenario(real_gpu_scenario({inner: {"0": "2GiB"}}, device_nodes=f"{dev}/nvidia*"))
     data = run_vram("ps", "--simulate", str(path), "--holders", "--json", env=env).json()
     h = next(h for h in data["holders"] if h["pid"] == inner)
