@@ -8,6 +8,11 @@ vram serve (fleet_hosts.py).
   bounded), for the caller to read its error text.
 - It asks for gzip (vram serve's answers shrink ~10x) and unpacks it as it comes, the bound on
   the unpacked size: a small answer that unpacks to gigabytes (a gzip bomb) is cut off there.
+- The work of one read is bounded by counting, not by the clock alone: the lines of the answer's
+  framing (status lines, headers, chunk sizes, trailers: each costs the HTTP client a round of
+  Python, however few bytes it holds) and their bytes, and the gzip members (each a new inflater):
+  an answer in a million 1-byte chunks or empty gzip members is refused after the bound, not read
+  until the deadline.
 - Every failure is one GetError saying what kind it was, for the caller to word.
 """
 
@@ -31,6 +36,12 @@ from typing import Any
 from .errors import VramkitError
 
 CHUNK = 65536
+# What one answer may cost beyond its bytes. An honest one needs a few: vram serve sends one gzip
+# member with a Content-Length; a Go server (Prometheus) chunks every ~4 KiB; gzip(1)'s
+# concatenations and BGZF's 64 KiB blocks stay within a few hundred members at 32 MiB.
+MAX_LINES = 65_536  # lines of framing: status lines (100 Continue's too), headers, chunk sizes, trailers
+MAX_LINE_BYTES = 1024**2  # bytes of those lines together
+MAX_MEMBERS = 16_384  # gzip members in one body
 
 
 @dataclass
@@ -42,9 +53,10 @@ class Answer:
 
 class GetError(VramkitError):
     """Why a GET got no answer. kind: 'slow' (the deadline passed), 'unreachable' (the connection
-    failed or broke), 'not-http' (what came back is not HTTP), 'bad-body' (it answered in HTTP, but
-    its body cannot be unpacked: broken or cut gzip, an encoding not asked for), 'too-big' (over
-    max_bytes)."""
+    failed or broke), 'not-http' (what came back is not HTTP, or a head past MAX_LINES),
+    'bad-body' (it answered in HTTP, but its body cannot be unpacked: broken or cut gzip, an
+    encoding not asked for, more gzip members or chunks than MAX_MEMBERS or MAX_LINES), 'too-big'
+    (over max_bytes)."""
 
     def __init__(self, kind: str, detail: str = "") -> None:
         super().__init__(f"{kind}: {detail}" if detail else kind)
@@ -100,6 +112,7 @@ class Watch:
         def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
             kwargs["timeout"] = self.left()
             conn = http_class(host, **kwargs)
+            conn.response_class = _Response
             create: Callable[..., socket.socket] = conn._create_connection  # type: ignore[attr-defined]
 
             def watched(address: tuple[str, int], timeout: float | None = None,
@@ -111,6 +124,50 @@ class Watch:
             conn._create_connection = watched  # type: ignore[attr-defined]
             return conn
         return make
+
+
+class _Framing:
+    """The file an answer is read from, counting the lines the HTTP client reads from it (and
+    their bytes): past MAX_LINES or MAX_LINE_BYTES, GetError of `kind`, 'not-http' while the head
+    is read, 'bad-body' in the body (counted anew). Reads of the body's own bytes pass straight
+    through."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+        self.kind = "not-http"
+        self.lines = 0
+        self.size = 0
+        self.read, self.readinto, self.read1, self.peek, self.close = (
+            file.read, file.readinto, file.read1, file.peek, file.close)
+
+    def readline(self, limit: int = -1) -> bytes:
+        line: bytes = self._file.readline(limit)
+        self.lines += 1
+        self.size += len(line)
+        if self.lines > MAX_LINES or self.size > MAX_LINE_BYTES:
+            head = self.kind == "not-http"
+            if self.lines > MAX_LINES:
+                raise GetError(self.kind, f"its {'head runs' if head else 'chunks and trailers run'} past "
+                                          f"{MAX_LINES} lines")
+            raise GetError(self.kind, f"its {'head runs' if head else 'chunk size lines run'} past "
+                                      f"{MAX_LINE_BYTES // 1024**2} MiB")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client's answer, its framing counted (_Framing)."""
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self._framing = _Framing(self.fp)
+        self.fp = self._framing  # type: ignore[assignment]
+
+    def begin(self) -> None:
+        super().begin()
+        self._framing.kind, self._framing.lines, self._framing.size = "bad-body", 0, 0  # the body's own count
 
 
 def _shut(fd: int) -> None:
@@ -240,11 +297,13 @@ class Gunzip:
     came: zlib is asked for at most one byte past what is left, so a bomb costs `limit` bytes of
     memory and the time to unpack that much, then GetError('too-big'). Members one after another
     (as gzip(1) writes them) are one body; zeros after the last member are padding (as gzip(1) and
-    Python's gzip take them), but only zeros may follow them."""
+    Python's gzip take them), but only zeros may follow them. At most MAX_MEMBERS members: an
+    empty one is 20 bytes, and each costs a new inflater (32 MiB of them ~2.5 s of CPU)."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit
         self._unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._members = 1
         self._fed = False
         self._padding = False  # a member ended and zeros followed: only zeros may come now
 
@@ -258,6 +317,9 @@ class Gunzip:
                         raise GetError("bad-body", "its gzip is followed by something other than zeros")
                     break
                 if self._unzip.eof:  # a member has ended: what follows is the next one
+                    self._members += 1
+                    if self._members > MAX_MEMBERS:
+                        raise GetError("bad-body", f"its gzip comes in more than {MAX_MEMBERS} members")
                     self._unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 self._fed = True
                 piece = self._unzip.decompress(data, self.left + 1)
