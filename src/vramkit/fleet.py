@@ -106,27 +106,28 @@ class Prometheus:
         answer = self._get(target, time.monotonic() + self.timeout if deadline is None else deadline)
         data = self._json(answer)
         if not isinstance(data, dict):
-            raise PrometheusError(f"Prometheus at {self.url} answered JSON that is not its API's")
+            raise PrometheusError(_("Prometheus at {url} answered JSON that is not its API's").format(url=self.url))
         self._warn(data.get("warnings"))
         if data.get("status") != "success":
-            kind, error = clean(data.get("errorType", "error")), clean(data.get("error", "no reason given"))
-            raise PrometheusError(f"Prometheus at {self.url} answered an error: {kind}: {error}")
+            kind, error = clean(data.get("errorType", "error")), clean(data.get("error", _("no reason given")))
+            raise self._error_answer(f"{kind}: {error}")
         result = data.get("data")
         if not isinstance(result, dict) or result.get("resultType") != "vector" or not isinstance(
                 result.get("result"), list):
-            raise PrometheusError(f"Prometheus at {self.url} answered a {clean(type(result).__name__)} "
-                                  "where its API gives a vector")
+            # Translators: {type} is a JSON type as Python names it (NoneType, list, str)
+            raise PrometheusError(_("Prometheus at {url} answered a {type} where its API gives a vector").format(
+                url=self.url, type=clean(type(result).__name__)))
         return [s for s in (_sample(item) for item in result["result"]) if s is not None]
 
     def _json(self, answer: bytes) -> Any:
         try:
             return json.loads(answer.decode("utf-8", "replace"))
         except RecursionError:
-            raise PrometheusError(f"Prometheus at {self.url} answered JSON nested too deeply to be "
-                                  "its API's") from None
+            raise PrometheusError(_("Prometheus at {url} answered JSON nested too deeply to be its API's").format(
+                url=self.url)) from None
         except ValueError:  # not JSON, or a number of more than 4300 digits
-            raise PrometheusError(f"Prometheus at {self.url} answered something that is not JSON "
-                                  "(is this Prometheus' address?)") from None
+            raise PrometheusError(_("Prometheus at {url} answered something that is not JSON (is this "
+                                    "Prometheus' address?)").format(url=self.url)) from None
 
     def _warn(self, warnings: object) -> None:
         if not isinstance(warnings, list):
@@ -154,21 +155,30 @@ class Prometheus:
                 error = f"{clean(data['errorType'])}: {clean(data['error'])}"
             except Exception:  # noqa: BLE001 - no JSON error body: say the status
                 error = f"HTTP {clean(answer.status)} {clean(answer.reason)}"
-            raise PrometheusError(f"Prometheus at {self.url} answered an error: {error}")
+            raise self._error_answer(error)
         return answer.body
+
+    def _error_answer(self, error: str) -> PrometheusError:
+        # Translators: {error} is Prometheus' own, e.g. "bad_data: ...", or "HTTP 503 Service Unavailable"
+        return PrometheusError(_("Prometheus at {url} answered an error: {error}").format(url=self.url, error=error))
 
     def _failed(self, e: GetError) -> PrometheusError:
         if e.kind == "slow":
-            return PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout:g}s")
+            return PrometheusError(_("Prometheus at {url} did not answer within {timeout}").format(
+                url=self.url, timeout=f"{self.timeout:g}s"))
         if e.kind == "too-big":
-            return PrometheusError(f"Prometheus at {self.url} answered more than "
-                                   f"{self.max_answer // 1024**2}MiB for one query: not read")
+            return PrometheusError(_("Prometheus at {url} answered more than {size} for one query: not read").format(
+                url=self.url, size=f"{self.max_answer // 1024**2}MiB"))
         if e.kind == "unreachable":
-            return PrometheusError(f"cannot reach Prometheus at {self.url}: {clean(e.detail)}")
+            # Translators: {error} is the system's, in English, e.g. "Connection refused"
+            return PrometheusError(_("cannot reach Prometheus at {url}: {error}").format(
+                url=self.url, error=clean(e.detail)))
         if e.kind == "bad-body":
-            return PrometheusError(f"Prometheus at {self.url} answered, but its answer cannot be read: "
-                                   f"{clean(e.detail)}")
-        return PrometheusError(f"Prometheus at {self.url} did not answer in HTTP: {clean(e.detail)}")
+            # Translators: {error} is in English, e.g. "its gzip is broken: Error -3 while decompressing data"
+            return PrometheusError(_("Prometheus at {url} answered, but its answer cannot be read: {error}").format(
+                url=self.url, error=clean(e.detail)))
+        return PrometheusError(_("Prometheus at {url} did not answer in HTTP: {error}").format(
+            url=self.url, error=clean(e.detail)))
 
 
 def _finite(value: object) -> float | None:
