@@ -213,6 +213,7 @@ try:
         CHROMEDRIVER,
         CHROMIUM,
         browser_errors,
+        gpu_notes,
         gpus_on_page,
         load,
         scenario_file,
@@ -346,11 +347,9 @@ def test_the_driver_s_reasons_are_in_the_reader_s_words(zh_browser, served, tmp_
     path.write_text(json.dumps(lab_scenario()))
     server = served("--simulate", str(path))
     load(zh_browser, server.url)
-    notes = zh_browser.execute_script(
-        "return Object.fromEntries(Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) =>"
-        " [card.dataset.index, (card.querySelector('.no-procs') || {}).textContent || null]))")
-    assert notes[str(UNSUPPORTED)] == "进程未知（不支持）" and notes[str(REFUSED)] == "进程未知（无权限）"
-    assert notes["2"] == "无进程"
+    notes = gpu_notes(zh_browser)
+    assert notes[UNSUPPORTED] == "进程未知（不支持）" and notes[REFUSED] == "进程未知（无权限）"
+    assert notes[2] == "无进程"
     assert zh_browser.find_element(By.ID, "facts").text.endswith("由 5 个进程占用（2 块 GPU 的进程未知）")
     assert untranslated(zh_browser, server.url) == []
     assert not browser_errors(zh_browser)

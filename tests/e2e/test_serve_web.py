@@ -146,6 +146,7 @@ const text = (root, css) => { const e = root.querySelector(css); return e ? e.te
 return Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) => ({
   index: card.dataset.index, name: text(card, '.gpu-name'), memory: text(card, '.mem-text'),
   util: text(card, '.util-text'), temperature: text(card, '.temperature'), power: text(card, '.power'),
+  note: text(card, '.no-procs'),
   rows: Array.from(card.querySelectorAll('tr.proc')).map((row) => ({
     pid: text(row, 'td.pid'), user: text(row, 'td.user'), pmem: text(row, 'td.pmem'), age: text(row, 'td.age'),
     flags: text(row, 'td.flags')})),
@@ -155,6 +156,12 @@ return Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) => 
 
 def gpus_on_page(driver) -> dict[int, dict]:
     return {int(g["index"]): g for g in driver.execute_script(READ_GPUS)}
+
+
+def gpu_notes(driver) -> dict[int, str | None]:
+    """Each GPU card's note where it has no process table ('no processes', 'processes unknown
+    (...)'), None where it has one."""
+    return {index: gpu["note"] for index, gpu in gpus_on_page(driver).items()}
 
 
 def memory_text(driver, index: int) -> str:
@@ -316,13 +323,11 @@ def test_a_gpu_whose_process_list_is_unknown_says_so_never_zero(browser, served,
     path.write_text(json.dumps(lab_scenario()))
     server = served("--simulate", str(path))
     load(browser, server.url)
-    notes = browser.execute_script(
-        "return Object.fromEntries(Array.from(document.querySelectorAll('#gpus article.gpu')).map((card) =>"
-        " [card.dataset.index, (card.querySelector('.no-procs') || {}).textContent || null]))")
-    assert notes[str(UNSUPPORTED)] == f"processes unknown ({WHY[UNSUPPORTED]})"
-    assert notes[str(REFUSED)] == f"processes unknown ({WHY[REFUSED]})"
-    assert notes["2"] == "no processes"
-    assert notes["0"] is None  # a table of its process
+    notes = gpu_notes(browser)
+    assert notes[UNSUPPORTED] == f"processes unknown ({WHY[UNSUPPORTED]})"
+    assert notes[REFUSED] == f"processes unknown ({WHY[REFUSED]})"
+    assert notes[2] == "no processes"
+    assert notes[0] is None  # a table of its process
     assert browser.execute_script(READ_FACTS).endswith("used by 5 processes (processes unknown on 2 GPUs)")
     assert not browser_errors(browser)
 
