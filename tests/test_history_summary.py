@@ -240,7 +240,7 @@ def _downgrade(path: Path) -> None:
     """What a schema 1 recorder would have left: no hour sums (nor day sums, nor workloads)."""
     with sqlite3.connect(path) as c:
         c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN nvml_pid; "
-                        "DROP TABLE hour_totals; "
+                        "DROP TABLE hour_totals; DROP TABLE quarter_totals; "
                         "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; "
                         "DROP TABLE gpu_hour; DELETE FROM meta WHERE key LIKE 'hour_%'; PRAGMA user_version = 1;")
     c.close()

@@ -194,7 +194,8 @@ def as_schema_5(db: Path, tmp: Path) -> Path:
     if not old.exists():
         shutil.copy(db, old)
         with sqlite3.connect(old) as c:
-            c.executescript("DROP TABLE hour_totals; ALTER TABLE proc_day DROP COLUMN first_hour; "
+            c.executescript("DROP TABLE quarter_totals; DROP TABLE hour_totals; "
+                            "ALTER TABLE proc_day DROP COLUMN first_hour; "
                             "ALTER TABLE proc_day DROP COLUMN last_hour; PRAGMA user_version = 5;")
         c.close()
     return old
@@ -222,9 +223,9 @@ def parts_per_call(monkeypatch, name: str) -> list[int]:
     seen: list[int] = []
     real = getattr(query, name)
 
-    def spy(store, parts, days):
+    def spy(store, parts, days, *rest):
         seen.append(len(parts))
-        return real(store, parts, days)
+        return real(store, parts, days, *rest)
 
     monkeypatch.setattr(query, name, spy)
     return seen
@@ -532,6 +533,157 @@ def test_hours_forgotten_go_from_the_totals_and_a_day_they_leave_partial_is_read
         assert_days_and_held(db, zone, [(EPOCH - 86400, now + 86400), (EPOCH + 25 * 3600 + 7, now)], monkeypatch)
 
 
+# ---------------------------------------------------------------- the hours local midnight cuts (schema 7)
+# Lives that begin or end inside an hour local midnight cuts, on either side of it: 18:00-19:00 UTC
+# in India (midnight at 18:30) and Nepal (18:15), 03:00-04:00 in Newfoundland (03:30) on 7 and 8
+# March, 02:00-03:00 (02:30) after its clock change (8 March, 05:30 UTC). Each of the three days' cut hour is in
+# another tier: the 15-minute rows, the 1-minute rows, the raw samples (the recording ends at
+# 20:00 UTC of the third day, 6 hours of raw samples kept).
+CUT_DAYS = 2 + 20 / 24
+# (from, to) in minutes from the cut hour's start: only before India's midnight; only after it;
+# a life that ends before it; one that ends after it; one that begins after it.
+CUT_LIVES = ((5, 20), (35, 55), (-120, 20), (-120, 50), (40, 180))
+
+
+def _cut_scenario() -> dict:
+    processes = [{"pid": 500, "user": "ann", "command": "python train.py", "gpus": {"0": "6GiB"}}]
+    for day in range(3):
+        for hour in (18, 3 if day < 2 else 2):
+            for i, (start, end) in enumerate(CUT_LIVES):
+                base = (day * 24 + hour) * 60
+                processes.append({"pid": 501 + len(processes), "user": "ben", "command": f"job {i}",
+                                  "gpus": {str(i % 2): f"{i + 1}GiB"}, "sm_util": 40 * (i % 2),
+                                  "start_at": f"{(base + start) // 60}h{(base + start) % 60}m",
+                                  "exit_at": f"{(base + end) // 60}h{(base + end) % 60}m"})
+    return {"gpus": SCENARIO["gpus"], "processes": processes}
+
+
+@pytest.fixture(scope="module")
+def cut_history(tmp_path_factory) -> Path:
+    return record(tmp_path_factory.mktemp("cut"), EPOCH, scenario_json=_cut_scenario(), days=CUT_DAYS)
+
+
+def cut_windows() -> list[tuple[float, float]]:
+    end = EPOCH + CUT_DAYS * 86400
+    return [(EPOCH - 86400, end + 86400), (EPOCH + 2 * 3600 + 7, end - 3600 - 0.5),
+            (EPOCH + 18 * 3600 + 1, EPOCH + 2 * 86400 + 18 * 3600 + 1800)]
+
+
+def assert_quarter_totals_are_their_rows(db: Path) -> None:
+    """quarter_totals holds each quarter hour's sums and peak over every row summed into the hour
+    sums (schema 7), and each hour's quarters add up to its hour totals."""
+    with sqlite3.connect(db) as c:
+        since = c.execute("SELECT coalesce((SELECT CAST(value AS REAL) FROM meta WHERE key = 'hour_since'), 0)"
+                          ).fetchone()[0]
+        summed = c.execute("SELECT value FROM meta WHERE key = 'hour_sample'").fetchone()[0]
+        quarters = c.execute("SELECT * FROM quarter_totals ORDER BY t").fetchall()
+        assert quarters and quarters == pytest.approx(c.execute(
+            "SELECT CAST(t / 900 AS INTEGER) * 900 AS q, SUM(seconds), SUM(memory * seconds), MAX(memory_max), "
+            "SUM(idle_seconds) FROM (SELECT t, seconds, memory, memory_max, idle_seconds FROM proc_rollup "
+            "UNION ALL SELECT s.t, s.span, p.memory, p.memory, p.idle * s.span FROM samples s "
+            "JOIN proc_raw p ON p.sample = s.id WHERE s.id <= ?) WHERE t >= ? GROUP BY q ORDER BY q",
+            (int(summed), since)).fetchall())
+        assert c.execute("SELECT h.t, h.seconds, h.memory_byte_seconds, h.memory_max, h.idle_seconds "
+                         "FROM hour_totals h ORDER BY h.t").fetchall() == pytest.approx(c.execute(
+            "SELECT t / 3600 * 3600 AS h, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds) "
+            "FROM quarter_totals GROUP BY h ORDER BY h").fetchall())
+    c.close()
+
+
+def settled_per_call(monkeypatch) -> list[tuple[int, int]]:
+    """Spy on query._add_quarters: (cut hours settled from their quarters, pairs whose rows were read)."""
+    seen: list[tuple[int, int]] = []
+    real = query._add_quarters
+
+    def spy(store, cuts, unsure, days, offsets):
+        seen.append((len(cuts), len(unsure)))
+        return real(store, cuts, unsure, days, offsets)
+
+    monkeypatch.setattr(query, "_add_quarters", spy)
+    return seen
+
+
+@pytest.mark.parametrize("zone", ["Asia/Kolkata", "Asia/Kathmandu", "America/St_Johns"])
+def test_an_hour_local_midnight_cuts_is_summed_from_its_quarters(cut_history, zone, monkeypatch):
+    """+5:30, +5:45 and -3:30 (across its clock change): the hour local midnight cuts is summed per
+    local day from its quarter hours' totals, and only the lives whose first or last hour of the
+    UTC day it is are read, from their rows in it (every tier): the days are still the rows'."""
+    assert_totals_are_their_hours(cut_history)
+    assert_quarter_totals_are_their_rows(cut_history)
+    settled = settled_per_call(monkeypatch)
+    left = []
+    add_totals = query._add_totals
+
+    def spy(*args):
+        left.append(add_totals(*args))
+        return left[-1]
+
+    monkeypatch.setattr(query, "_add_totals", spy)
+    assert_days_and_held(cut_history, zone, cut_windows(), monkeypatch)
+    # The widest window: every cut hour of the three days from its quarters (none row by row), and
+    # of the lives only those beginning or ending in one (the 5 of each), never ann's.
+    assert settled[0] == (3, 15) and left[0] == []
+    assert all(cuts >= 1 for cuts, _pairs in settled)
+
+
+def test_a_schema_6_file_is_upgraded_to_quarter_totals_with_the_same_days(cut_history, tmp_path, monkeypatch):
+    """A schema 6 file (read as it is until its recorder restarts: the cut hours row by row) gets
+    its quarter totals from the rows the hour sums are of when `vram record` opens it: every row
+    kept, the totals those the recorder would have written, and the days the same, the rows'."""
+    db = tmp_path / "history.db"
+    shutil.copy(cut_history, db)
+    db.chmod(0o600)
+    with sqlite3.connect(db) as c:
+        recorded = c.execute("SELECT * FROM quarter_totals ORDER BY t").fetchall()
+        c.executescript("DROP TABLE quarter_totals; PRAGMA user_version = 6;")  # what a schema 6 recorder leaves
+    c.close()
+    before = _contents(db)
+    settled = settled_per_call(monkeypatch)
+    assert_days_and_held(db, "Asia/Kolkata", cut_windows(), monkeypatch)
+    assert settled == []
+    Store.open(db, write=True).close()  # what `vram record` does first
+    after = _contents(db)
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    c.close()
+    assert {table: rows for table, rows in after.items() if table != "quarter_totals"} == before
+    assert after["quarter_totals"] == pytest.approx(sorted(recorded, key=repr))
+    assert_quarter_totals_are_their_rows(db)
+    settled = settled_per_call(monkeypatch)  # (assert_days_and_held undoes the monkeypatch)
+    assert_days_and_held(db, "Asia/Kolkata", cut_windows(), monkeypatch)
+    assert settled[0] == (3, 15)
+    assert_days_and_held(db, "Asia/Kathmandu", cut_windows(), monkeypatch)
+
+
+def test_retention_inside_a_quarter_of_a_cut_hour_takes_its_hours_quarters_with_it(cut_history, tmp_path,
+                                                                                    monkeypatch):
+    """Retention whose cut is inside a quarter of the hour India's and Nepal's midnight cuts (at
+    18:20 UTC of the second day) forgets that hour's sums and quarters, and the UTC day's sums: the
+    quarters of it still kept are read row by row, and the days are still the rows'."""
+    db = tmp_path / "history.db"
+    shutil.copy(cut_history, db)
+    db.chmod(0o600)
+    now = EPOCH + CUT_DAYS * 86400
+    cut = EPOCH + 86400 + 18 * 3600 + 20 * 60
+    store = Store.open(db, write=True)
+    try:
+        store.roll_up(now, Retention(raw=6 * 3600, minute=24 * 3600, quarter=now - cut, max_bytes=1 << 40))
+    finally:
+        store.close()
+    hour = EPOCH + 86400 + 19 * 3600
+    with sqlite3.connect(db) as c:
+        assert float(c.execute("SELECT value FROM meta WHERE key = 'hour_since'").fetchone()[0]) == hour
+        assert c.execute("SELECT min(t) FROM quarter_totals").fetchone() == (hour,)
+        assert c.execute("SELECT DISTINCT t FROM proc_rollup WHERE t < ? ORDER BY t", (hour,)).fetchall() \
+            == [(hour - 1800,), (hour - 900,)]  # the hour's last two quarters, kept
+    c.close()
+    assert_totals_are_their_hours(db)
+    assert_quarter_totals_are_their_rows(db)
+    for zone in ("Asia/Kolkata", "Asia/Kathmandu", "America/St_Johns"):
+        assert_days_and_held(db, zone, [(EPOCH - 86400, now + 86400), (EPOCH + 86400 + 18 * 3600 + 7, now)],
+                             monkeypatch)
+
+
 def reference_held(db: Path, since: float, until: float) -> dict[tuple[int, int], tuple]:
     """Per job and GPU, the rows of the view proc_time in [since, until) summed."""
     with sqlite3.connect(db) as c:
@@ -586,6 +738,7 @@ def test_a_schema_2_file_reads_the_same_before_and_after_its_upgrade(history, tm
     with sqlite3.connect(db) as c:  # what a schema 2 recorder leaves: no day sums (nor workloads, local days)
         c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN nvml_pid; "
                         "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE hour_totals; "
+                        "DROP TABLE quarter_totals; "
                         "PRAGMA user_version = 2;")
     c.close()
     for write in (False, True):  # as it is (a reader), then upgraded (by the recorder) to day sums

@@ -38,8 +38,9 @@ HOURS = 26
 # the hour and day tiers hold as many rows either way).
 INTERVAL = 900
 # report-elsewhere: `report --by day` in a zone neither UTC nor the recorder's (hour_totals, the
-# day sums' first and last hours, schema 6).
-READERS = ("report", "life", "kill", "doctor", "series", "report-elsewhere")
+# day sums' first and last hours, schema 6); report-cut: the same in a zone half an hour off UTC
+# (the hours local midnight cuts: quarter_totals, schema 7, and the rows of the lives in them).
+READERS = ("report", "life", "kill", "doctor", "series", "report-elsewhere", "report-cut")
 ELSEWHERE = ("report", "report-elsewhere")
 # The readers that read each table (kill --idle and doctor: recorded idle; series: vram top, serve).
 READ_BY = {
@@ -48,13 +49,14 @@ READ_BY = {
     "jobs": ("report", "life", "kill", "doctor"), "proc_raw": ("report", "life", "report-elsewhere"),
     "holding": ("kill", "doctor"), "gpu_rollup": ("report", "series"),
     "proc_rollup": ("report", "life", "report-elsewhere"), "proc_hour": ELSEWHERE, "gpu_hour": ("report",),
-    "proc_day": ELSEWHERE, "gpu_day": ("report",), "local_days": ("report",), "proc_local_day": ("report",),
-    "hour_totals": ELSEWHERE,
+    "proc_day": (*ELSEWHERE, "report-cut"), "gpu_day": ("report",), "local_days": ("report",),
+    "proc_local_day": ("report",), "hour_totals": ELSEWHERE, "quarter_totals": ("report-cut",),
 }
 # The recorder and the readers run in a zone whose days are not UTC days: `report --by day` reads
 # the recorder's local days (schema 5) there; report-elsewhere runs in OTHER_ZONE.
 ZONE = "Asia/Shanghai"
 OTHER_ZONE = "Europe/Berlin"
+CUT_ZONE = "Asia/Kolkata"
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ def base(tmp_path_factory) -> Path:
     assert done.rc == 0, done.err
     with sqlite3.connect(db) as c:  # every tier the readers read is there
         for table in ("samples", "gpu_rollup", "proc_rollup", "proc_hour", "gpu_hour", "proc_day", "gpu_day",
-                      "holding", "jobs", "local_days", "proc_local_day", "hour_totals"):
+                      "holding", "jobs", "local_days", "proc_local_day", "hour_totals", "quarter_totals"):
             assert c.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
         assert c.execute("SELECT count(*) FROM local_days WHERE t % 86400 = 57600").fetchone()[0] > 0  # China's
     c.close()
@@ -114,6 +116,7 @@ def readers(cli, monkeypatch, tmp_path, request):
         ["kill", "--idle", "1h", "--simulate", "demo", "--dry-run", "--json", "--all-users"],
         ["doctor", "--simulate", "demo", "--json"],
         ["report-elsewhere", "--since", "30d", "--by", "day", "--json"],
+        ["report-cut", "--since", "30d", "--by", "day", "--json"],
     ]
 
     def run(db: Path, case: str, only: tuple[str, ...] = READERS) -> list[str]:
@@ -121,8 +124,8 @@ def readers(cli, monkeypatch, tmp_path, request):
         for argv in commands:
             if argv[0] not in only:
                 continue
-            if argv[0] == "report-elsewhere":
-                monkeypatch.setenv("TZ", OTHER_ZONE)
+            if argv[0] in ("report-elsewhere", "report-cut"):
+                monkeypatch.setenv("TZ", OTHER_ZONE if argv[0] == "report-elsewhere" else CUT_ZONE)
                 time.tzset()
                 try:
                     rc, out, err = cli("report", *argv[1:], "--db", str(db))
@@ -136,7 +139,8 @@ def readers(cli, monkeypatch, tmp_path, request):
                 problems.append(f"{what}: {err.strip()[:300]}")
             elif rc == 2 and len(err.strip().splitlines()) != 1:
                 problems.append(f"{what}: exit 2 without one line: {err!r}")
-            elif rc not in (0, 1, 2) or (rc != 0 and argv[0] in ("report", "report-elsewhere", "doctor") and rc != 2):
+            elif rc not in (0, 1, 2) or (rc != 0 and argv[0] in ("report", "report-elsewhere", "report-cut", "doctor")
+                                         and rc != 2):
                 problems.append(f"{what}: exit {rc}: {err.strip()[:300]}")
         for span in (300, 86400, 7 * 86400) if "series" in only else ():  # vram top's, serve's history
             try:
@@ -170,7 +174,8 @@ def _columns(db: Path) -> dict[str, list[str]]:
 
 
 TABLES = ("meta", "gpus", "samples", "gpu_raw", "jobs", "proc_raw", "holding", "gpu_rollup", "proc_rollup",
-          "proc_hour", "gpu_hour", "proc_day", "gpu_day", "local_days", "proc_local_day", "hour_totals")
+          "proc_hour", "gpu_hour", "proc_day", "gpu_day", "local_days", "proc_local_day", "hour_totals",
+          "quarter_totals")
 # What a hostile writer can store where a number belongs (NaN is stored as NULL by SQLite).
 BAD = [None, "abc", b"\x00\xff", 1e308, float("-inf"), -9223372036854775808, -1, 1.5, 1e12]
 BAD_ONE_ROW = ["abc", b"\x00", 1e308]  # in the newest row only (what max() and ORDER BY find first)

@@ -795,9 +795,10 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     only the other parts are read from the hour sums (an hour or two a day in Europe): through a
     temp table of spans joined to proc_hour's key, each span summed as SQLite reads it, in the
     key's order, with no sort and no per-row day arithmetic. The rest (the window's edges, the
-    samples not summed yet, the rows of the hours local midnight cuts) is summed per day as before
-    (_day_sql). The parts are added here: sums, the peak, and the process lives as sets of job ids
-    (a life counts once a day whichever part it is in)."""
+    samples not summed yet, the rows of the hours local midnight cuts but those _add_totals settles
+    from their quarters) is summed per day as before (_day_sql). The parts are added here: sums,
+    the peak, and the process lives as sets of job ids (a life counts once a day whichever part it
+    is in)."""
     plan = _plan(store, since, until, offsets, local_days=False)
     spans: list[tuple[int, float, float]] = []  # (day, lo, hi): the hour sums in [lo, hi) are of that day
     cuts = sorted(lo for lo, _ in plan.cuts)
@@ -808,7 +809,9 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     days = _DayTotals()
     add = days.add
     if spans and store.hour_totals:
-        _add_totals(store, sorted(spans, key=lambda span: span[1]), days)
+        # The cut hours it settles from their quarters are read row by row no more (only their
+        # samples not summed yet, with the rest below).
+        plan.cuts = _add_totals(store, sorted(spans, key=lambda span: span[1]), days, plan.cuts, offsets)
         spans = []
     elif spans:
         spans, derived = _derive(store, spans, cuts, plan.hours[0][0], plan.hours[-1][1])
@@ -846,12 +849,20 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     return days.usage()
 
 
-def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayTotals) -> None:
+def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayTotals,
+                cuts: list[tuple[int, float]], offsets: list[tuple[int, int]]) -> list[tuple[int, float]]:
     """The spans (day, lo, hi) of the hour sums, sorted, added to their local days (schema 6): the
     sums and peak from hour_totals (a row per hour), the lives from the UTC day sums' first and
     last hours: a life is in the part of a day from its start to x when its first hour there is
     before x, in the part from x to its end when its last is at or after x. A part that is neither
-    (the window's edges), or of a day whose sums lost hours to retention, is read from the hour sums."""
+    (the window's edges), or of a day whose sums lost hours to retention, is read from the hour sums.
+
+    `cuts`: the hours local midnight cuts ((lo, hi), in no span). From schema 7, one between the
+    two parts of its UTC day read so (x = lo, the next from lo + HOUR) is settled here: its sums
+    and peak per local day from its quarters' totals, and its lives: those of the day's pairs whose
+    first hour there is before it and last after it are in both days already, and of the others
+    only the pairs whose first or last hour it is can be in it: their rows in it are read (a few
+    seeks each). Returns the cut hours not settled (to read row by row)."""
     for i, gs, mbs, peak, idle in _temp_rows(store, "vram_day_spans (id INTEGER PRIMARY KEY, lo, hi)",
                                               [(i, lo, hi) for i, (_n, lo, hi) in enumerate(spans)], f"""
             SELECT s.id, SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
@@ -873,11 +884,11 @@ def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayT
             lo, day = b, day + DAY
     since = _rows(store, "SELECT value FROM meta WHERE key = 'hour_since'", ())
     hour_since = _meta_number(since[0][0]) if since else None
-    ends: dict[int, list[Any]] = {}  # UTC day -> [day before x, x, day from y, y]
+    ends: dict[int, list[Any]] = {}  # UTC day -> [day before x, x, day from y, y, the cut hour settled]
     direct: list[list[Any]] = []
     for day, mine in parts.items():
         whole = hour_since is None or day >= hour_since  # its day sums are of all its hours
-        end = ends.setdefault(day, [None, None, None, None]) if whole else None
+        end = ends.setdefault(day, [None, None, None, None, None]) if whole else None
         for number, lo, hi in mine:
             if end is not None and lo == day and end[1] is None:
                 end[0], end[1] = number, hi
@@ -885,10 +896,21 @@ def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayT
                 end[2], end[3] = number, lo
             else:
                 direct.append([number, lo, hi])
-    for day, before, after in _temp_rows(store, "vram_day_ends (d INTEGER PRIMARY KEY, upto, since)",
-                                         [(day, e[1], e[3]) for day, e in ends.items()], f"""
+    left = []
+    for lo, hi in cuts:
+        end = ends.get(lo // DAY * DAY) if store.quarter_totals else None
+        if (end is not None and end[1] == lo and end[3] == lo + HOUR == hi and end[4] is None
+                and {_day_of(q, offsets) for q in range(lo, lo + HOUR, _QUARTER)} <= {end[0], end[2]}):
+            end[4] = lo
+        else:
+            left.append((lo, hi))
+    settled = [end[4] for end in ends.values() if end[4] is not None]
+    unsure: list[tuple[int, int, int]] = []  # (cut hour, job, GPU): a pair whose first or last hour it is
+    for day, before, after, edge in _temp_rows(store, "vram_day_ends (d INTEGER PRIMARY KEY, upto, since, cut)",
+                                               [(day, e[1], e[3], e[4]) for day, e in ends.items()], f"""
             SELECT e.d, group_concat(DISTINCT CASE WHEN x.first_hour < e.upto THEN x.job END),
-                   group_concat(DISTINCT CASE WHEN x.last_hour >= e.since THEN x.job END)
+                   group_concat(DISTINCT CASE WHEN x.last_hour >= e.since THEN x.job END),
+                   group_concat(CASE WHEN x.first_hour = e.cut OR x.last_hour = e.cut THEN x.job || ':' || x.gpu END)
             FROM temp.vram_day_ends e JOIN proc_day x ON x.t = e.d
             WHERE {of_kind('x.job', 'id')} AND {of_kind('x.gpu', 'gpu')}
             AND {of_kind('x.first_hour', 'time')} AND {of_kind('x.last_hour', 'time')}
@@ -898,12 +920,52 @@ def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayT
             days.add(end[0], 0.0, 0.0, None, 0.0, before)
         if after:
             days.add(end[2], 0.0, 0.0, None, 0.0, after)
+        for pair in str(edge).split(",") if edge else ():
+            job, gpu = (int(n) if n.isdigit() else int(float(n)) for n in pair.split(":"))  # (a REAL id: "12.0")
+            unsure.append((end[4], job, gpu))
+    if settled:
+        _add_quarters(store, settled, unsure, days, offsets)
     keys = " AND ".join(of_kind(e, k) for e, k in _HOUR_KEYS[1:])  # (a test of h.t: SQLite's range would be its)
     for number, lo, hi in direct:
         for (jobs,) in _rows(store, f"SELECT group_concat(DISTINCT h.job) FROM proc_hour h WHERE h.t >= ? AND h.t < ? "
                              f"AND {keys}", (lo, hi)):
             if jobs:
                 days.add(number, 0.0, 0.0, None, 0.0, jobs)
+    return left
+
+
+# (tier, offset): where each rollup tier's buckets start in an hour.
+_BUCKETS = ", ".join(f"({tier}, {k})" for tier in TIERS for k in range(0, HOUR, tier))
+
+
+def _add_quarters(store: Store, cuts: list[int], unsure: list[tuple[int, int, int]], days: _DayTotals,
+                  offsets: list[tuple[int, int]]) -> None:
+    """The cut hours settled (_add_totals) into their local days: each quarter's totals into the
+    day of the quarter (schema 7), and the lives of `unsure` (cut hour, job, GPU) into the day of
+    each quarter they have a row in. Their rows are sought by key: a rollup row is at its bucket's
+    start (every 15 or 1 minutes from the hour), a raw one through the samples' index by time."""
+    for q, gs, mbs, peak, idle in _temp_rows(store, "vram_cuts (lo INTEGER PRIMARY KEY)", [(c,) for c in cuts], f"""
+            SELECT q.t, q.seconds, {_c('q.memory_byte_seconds', 'byte_seconds')}, {_c('q.memory_max', 'bytes')},
+                   {_c('q.idle_seconds', 'seconds')}
+            FROM temp.vram_cuts c JOIN quarter_totals q ON q.t >= c.lo AND q.t < c.lo + {HOUR}
+            WHERE {of_kind('q.seconds', 'seconds')}"""):
+        days.add(_day_of(int(q), offsets), gs, mbs, peak, idle, None)
+    lives: dict[int, set[str]] = {}
+    rollup_keys = _keys(("r.t", "time"), ("r.seconds", "seconds"), ("r.job", "id"), ("r.gpu", "gpu"))
+    for job, q in _temp_rows(store, "vram_unsure (c, job, gpu)", unsure, f"""
+            WITH o(tier, k) AS (VALUES {_BUCKETS})
+            SELECT u.job, CAST(r.t / {_QUARTER} AS INTEGER) * {_QUARTER}
+            FROM temp.vram_unsure u JOIN o JOIN proc_rollup r ON r.tier = o.tier AND r.t = u.c + o.k AND r.job = u.job
+                AND r.gpu = u.gpu
+            WHERE {rollup_keys}
+            UNION
+            SELECT u.job, CAST(s.t / {_QUARTER} AS INTEGER) * {_QUARTER}
+            FROM temp.vram_unsure u JOIN samples s ON s.t >= u.c AND s.t < u.c + {HOUR}
+            JOIN proc_raw p ON p.sample = s.id AND p.job = u.job AND p.gpu = u.gpu
+            WHERE {_PROC_RAW_KEYS}"""):
+        lives.setdefault(_day_of(int(q), offsets), set()).add(str(int(job)))
+    for number, jobs in lives.items():
+        days.add(number, 0.0, 0.0, None, 0.0, ",".join(sorted(jobs)))
 
 
 def _temp_rows(store: Store, table: str, rows: list[tuple[Any, ...]], sql: str) -> list[tuple[Any, ...]]:

@@ -47,6 +47,12 @@ sums, and each row of proc_day its pair's first and last hour in the day, both w
 transaction that changes the hour sums. A reader in a zone that is neither UTC nor the
 recorder's sums its days from the totals (a row an hour, not one per hour and pair), and tells
 which lives are in the part of a UTC day before or after its local midnight from those hours.
+
+Quarter totals (schema 7): quarter_totals holds the same totals per quarter hour, summed from the
+raw samples in the transaction that sums them into the hour sums (so a quarter's totals are of the
+same samples as its hour's). In a zone half an hour (or a quarter) off UTC, local midnight cuts an
+hour in two: a reader sums each part of it from its quarters (a few rows, not the hour's rows of
+every pair), and reads rows only of the lives whose first or last hour of the UTC day it is.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ from ..i18n import N_, _
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
 HOUR = 3600
 DAY = 86400
@@ -141,6 +147,28 @@ _HOUR_TOTALS = """
     INSERT OR REPLACE INTO hour_totals (t, seconds, memory_byte_seconds, memory_max, idle_seconds)
     SELECT t, SUM(seconds), SUM(memory_byte_seconds), MAX(memory_max), SUM(idle_seconds)
     FROM proc_hour WHERE {where} GROUP BY t"""
+
+# A quarter hour's totals over every pair (schema 7): the samples with :after < id < :upto (those
+# _RAW_TO_HOURS sums) added to their quarters, as the hour sums are added to (ON CONFLICT).
+_QUARTER_TOTALS_MERGE = ", ".join([_add_sums("seconds", "memory_byte_seconds", "idle_seconds"),
+                                   _keep_max("memory_max")])
+_RAW_TO_QUARTERS = f"""
+    INSERT INTO quarter_totals (t, seconds, memory_byte_seconds, memory_max, idle_seconds)
+    SELECT CAST(s.t / 900 AS INTEGER) * 900 AS q, SUM(s.span), coalesce(SUM(p.memory * s.span), 0), MAX(p.memory),
+           SUM(p.idle * s.span)
+    FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.id > :after AND s.id < :upto GROUP BY q
+    ON CONFLICT (t) DO UPDATE SET {_QUARTER_TOTALS_MERGE}"""
+# Schema 7's migration: the same from the rows the hour sums are of (the rollups from hour_since on,
+# and the raw samples summed); a tier's rows per bucket first, in its key's order (no sort of them all).
+_SINCE = "coalesce((SELECT CAST(value AS REAL) FROM meta WHERE key = 'hour_since'), 0)"
+_ROLLUP_TO_QUARTERS = f"""
+    INSERT INTO quarter_totals (t, seconds, memory_byte_seconds, memory_max, idle_seconds)
+    SELECT CAST(b / 900 AS INTEGER) * 900 AS q, SUM(s), SUM(mbs), MAX(peak), SUM(idle) FROM (
+        SELECT t AS b, SUM(seconds) AS s, coalesce(SUM(memory * seconds), 0) AS mbs, MAX(memory_max) AS peak,
+               SUM(idle_seconds) AS idle
+        FROM proc_rollup WHERE tier = {{tier}} AND t BETWEEN {_SINCE} AND {MAX_DAY_TIME} GROUP BY t)
+    WHERE true GROUP BY q
+    ON CONFLICT (t) DO UPDATE SET {_QUARTER_TOTALS_MERGE}"""
 
 # The columns of `workloads` that keep a life's workload (schema 4): (column, SQL type), each a
 # field of gpu_state.Workload of the same name.
@@ -297,6 +325,18 @@ MIGRATIONS: tuple[str, ...] = (
     {_PROC_HOURS_TO_DAY.format(
         day=f"t / {DAY} * {DAY} AS d", group="d, job, gpu",
         where=f"t / {DAY} * {DAY} >= coalesce((SELECT CAST(value AS REAL) FROM meta WHERE key = 'hour_since'), 0)")};
+    """,
+    # 7: per quarter hour the totals over every pair (quarter_totals), from the rows the hour sums
+    # are of: the rollups (each tier per bucket, then per quarter) and the raw samples summed.
+    f"""
+    CREATE TABLE quarter_totals (
+        t INTEGER PRIMARY KEY, seconds REAL NOT NULL, memory_byte_seconds REAL NOT NULL, memory_max INTEGER,
+        idle_seconds REAL NOT NULL);
+    {_ROLLUP_TO_QUARTERS.format(tier=900)};
+    {_ROLLUP_TO_QUARTERS.format(tier=60)};
+    {_RAW_TO_QUARTERS.replace(":after", "0").replace(
+        ":upto", "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'hour_sample'), 0) + 1")
+     .replace("GROUP BY q", f"AND s.t BETWEEN {_SINCE} AND {MAX_DAY_TIME} GROUP BY q")};
     """,
 )
 
@@ -742,6 +782,7 @@ class Store:
         self.workloads = False  # schema 4 or later: the table `workloads`
         self.local_days = False  # schema 5 or later: the recorder's local days, and jobs.nvml_pid
         self.hour_totals = False  # schema 6 or later: hour_totals, and proc_day's first and last hour
+        self.quarter_totals = False  # schema 7 or later: quarter_totals
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -895,6 +936,7 @@ class Store:
             self.workloads = version >= 4
             self.local_days = version >= 5
             self.hour_totals = version >= 6
+            self.quarter_totals = version >= 7
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
@@ -908,6 +950,7 @@ class Store:
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
         self.hour_sums = self.day_sums = self.workloads = self.local_days = self.hour_totals = True
+        self.quarter_totals = True
 
     def publish(self) -> None:
         """Copy the live database as of its newest commit to `published`, for other users: a fresh
@@ -1179,7 +1222,7 @@ def _raw_to_hours(c: sqlite3.Connection) -> None:
     hours = [int(h) for (h,) in c.execute(f"SELECT DISTINCT CAST(t / {HOUR} AS INTEGER) * {HOUR} FROM samples "
                                           "WHERE id > :after AND id < :upto", {"after": after, "upto": upto})]
     days = sorted({hour // DAY * DAY for hour in hours})
-    for statement in _RAW_TO_HOURS:
+    for statement in (*_RAW_TO_HOURS, _RAW_TO_QUARTERS):
         c.execute(statement, {"after": after, "upto": upto})
     for hour in hours:
         c.execute(_HOUR_TOTALS.format(where="t = ?"), (hour,))
@@ -1280,6 +1323,7 @@ def _forget_hours_before(c: sqlite3.Connection, hour: float) -> None:
     c.execute("DELETE FROM proc_hour WHERE t < ?", (hour,))
     c.execute("DELETE FROM gpu_hour WHERE t < ?", (hour,))
     c.execute("DELETE FROM hour_totals WHERE t < ?", (hour,))
+    c.execute("DELETE FROM quarter_totals WHERE t < ?", (hour,))
     # A day that began before `hour` lost some of its hours: it goes whole.
     c.execute("DELETE FROM proc_day WHERE t < ?", (hour,))
     c.execute("DELETE FROM gpu_day WHERE t < ?", (hour,))
