@@ -556,13 +556,15 @@ def needs_root(why: str):
 # ---------------------------------------------------------------- vram serve
 
 class Served:
-    """A `vram serve` process on a free port (--listen 127.0.0.1:0 unless `listen` says otherwise);
-    `context` (an ssl.SSLContext) and `auth` ((user, password)) for a server with --web-config; `env`:
-    variables added to clean_env() (e.g. {"VRAM_SERVE_CLIENT_TIMEOUT": "2"})."""
+    """A `vram serve` process on a free port (--listen 127.0.0.1:0 unless `listen` says otherwise),
+    reading every `interval`; `context` (an ssl.SSLContext) and `auth` ((user, password)) for a
+    server with --web-config; `env`: variables added to clean_env() (e.g.
+    {"VRAM_SERVE_CLIENT_TIMEOUT": "2"}; None removes one). It waits up to 5 s for the first reading."""
 
     def __init__(self, *args: str, listen: str = "127.0.0.1:0", context: ssl.SSLContext | None = None,
-                 auth: tuple[str, str] | None = None, env: dict[str, str] | None = None):
-        self.proc = subprocess.Popen(vram_argv("serve", "--listen", listen, "--interval", "0.2s", *args),
+                 auth: tuple[str, str] | None = None, env: dict[str, str | None] | None = None,
+                 interval: str = "0.2s"):
+        self.proc = subprocess.Popen(vram_argv("serve", "--listen", listen, "--interval", interval, *args),
                                      env=clean_env(**(env or {})), stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         self.first_line = line = self.proc.stderr.readline()
@@ -573,17 +575,24 @@ class Served:
         self.base = f"{found.group(1)}://{host}:{self.port}"
         self.context = context
         self.auth = auth
-        for _ in range(100):
-            try:
-                if self.get("/healthz")[0] != 503:  # 200, or 401 when asked without a password
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
+        wait_for(self.has_read, timeout=5, interval=0.05)
 
-    def get(self, path: str, method: str = "GET", auth: tuple[str, str] | None = None
-            ) -> tuple[int, str, dict[str, str]]:
-        request = urllib.request.Request(self.base + path, method=method)
+    @property
+    def url(self) -> str:
+        """Its page's address (the base and a slash)."""
+        return self.base + "/"
+
+    def has_read(self) -> bool:
+        """Whether it has its first reading: it prints its address once it listens, before it has
+        read the machine (/healthz 503 until then; 200, or 401 when asked without a password)."""
+        try:
+            return self.get("/healthz")[0] != 503
+        except OSError:
+            return False
+
+    def get(self, path: str, method: str = "GET", auth: tuple[str, str] | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, str]]:
+        request = urllib.request.Request(self.base + path, method=method, headers=headers or {})
         auth = auth or self.auth
         if auth:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Served, assert_one_line_error, clean_env, run_vram, sanitized
+from helpers import assert_one_line_error, clean_env, run_vram, sanitized
 
 from vramkit.errors import RequestError
 from vramkit.fleet_hosts import ClientConfig, load_client_config, parse_hosts, read_hosts
@@ -23,19 +23,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def served():
-    started: list[Served] = []
-
-    def start(*args: str, **kwargs) -> Served:
-        s = Served(*args, **kwargs)
-        started.append(s)
-        return s
-    yield start
-    for s in started:
-        s.stop()
 
 
 class FakeHost:

@@ -104,75 +104,36 @@ def test_the_english_page_is_the_template_as_it_was():
     assert "<label>processes by <select" in text and "<label>of <select" in text
 
 
-class Server:
-    """`vram serve` on a free port (test_serve_web's, without a browser)."""
-
-    def __init__(self, *args: str, **env: str):
-        self.proc = subprocess.Popen(vram_argv("serve", "--listen", "127.0.0.1:0", "--interval", "0.5s", *args),
-                                     env=clean_env(VRAM_SIM_TIME=None, **env), stderr=subprocess.PIPE, text=True)
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-        assert found, line
-        self.url = found.group(1)
-
-    def get(self, path: str, **headers: str) -> tuple[dict[str, str], str]:
-        request = urllib.request.Request(self.url + path, headers=headers)
-        with urllib.request.urlopen(request, timeout=20) as answer:
-            return dict(answer.headers), answer.read().decode()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@pytest.fixture
-def server_here():
-    started: list[Server] = []
-
-    def start(*args: str, **env: str) -> Server:
-        started.append(Server(*args, **env))
-        return started[-1]
-    yield start
-    for server in started:
-        server.stop()
-
-
 @pytest.mark.slow
-def test_the_server_answers_each_reader_in_theirs(server_here):
-    server = server_here("--simulate", "demo")
-    zh_headers, zh = server.get("", **{"Accept-Language": "zh-CN,zh;q=0.9"})
-    en_headers, en = server.get("", **{"Accept-Language": "en-US,en;q=0.9"})
+def test_the_server_answers_each_reader_in_theirs(served):
+    server = served("--simulate", "demo")
+    zh_status, zh, zh_headers = server.get("/", headers={"Accept-Language": "zh-CN,zh;q=0.9"})
+    en_status, en, en_headers = server.get("/", headers={"Accept-Language": "en-US,en;q=0.9"})
+    assert (zh_status, en_status) == (200, 200)
     assert '<html lang="zh-CN">' in zh and '<html lang="en">' in en
     for headers in (zh_headers, en_headers):
         assert "Accept-Language" in headers["Vary"]
         assert "script-src 'self'" in headers["Content-Security-Policy"]  # the words are data, not script
     # The API stays English whatever the reader's language.
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        server.get("api/v1/history", **{"Accept-Language": "zh-CN"})
-    assert refused.value.code == 404 and json.loads(refused.value.read())["error"] == page_words.NO_HISTORY
+    status, body, _headers = server.get("/api/v1/history", headers={"Accept-Language": "zh-CN"})
+    assert status == 404 and json.loads(body)["error"] == page_words.NO_HISTORY
     # A Chinese server: Chinese for a browser that asks for no language vram has, English for one that asks for it.
-    zh_server = server_here("--simulate", "demo", VRAM_LANG=ZH)
-    assert '<html lang="zh-CN">' in zh_server.get("", **{"Accept-Language": "fr"})[1]
-    assert '<html lang="en">' in zh_server.get("", **{"Accept-Language": "en"})[1]
+    zh_server = served("--simulate", "demo", env={"VRAM_LANG": ZH})
+    assert '<html lang="zh-CN">' in zh_server.get("/", headers={"Accept-Language": "fr"})[1]
+    assert '<html lang="en">' in zh_server.get("/", headers={"Accept-Language": "en"})[1]
 
 
-def test_a_chinese_server_s_api_errors_stay_english(server_here, tmp_path):
+def test_a_chinese_server_s_api_errors_stay_english(served, tmp_path):
     """The history store's errors are worded where they are raised: a Chinese server answered its
     JSON API's 503 in Chinese. The API speaks English whatever the server's language."""
     not_a_store = tmp_path / "history.db"
     not_a_store.write_bytes(b"this is no SQLite file, just text\n" * 64)
     errors = {}
     for language in (ZH, "en"):
-        server = server_here("--simulate", "demo", "--db", str(not_a_store), VRAM_LANG=language)
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            server.get("api/v1/history", **{"Accept-Language": "zh-CN"})
-        assert refused.value.code == 503
-        errors[language] = json.loads(refused.value.read())["error"]
+        server = served("--simulate", "demo", "--db", str(not_a_store), env={"VRAM_LANG": language})
+        status, body, _headers = server.get("/api/v1/history", headers={"Accept-Language": "zh-CN"})
+        assert status == 503
+        errors[language] = json.loads(body)["error"]
     assert errors[ZH] == errors["en"] and errors["en"].isascii(), errors
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -65,42 +64,6 @@ def used_of_total(used: int, total: int) -> str:
     return f"{used / GIB:.1f} / {total / GIB:.1f} GiB"
 
 
-class Server:
-    """`vram serve` on a free port, its scenario clock running in real time."""
-
-    def __init__(self, *args: str):
-        self.proc = subprocess.Popen(vram_argv("serve", "--listen", "127.0.0.1:0", "--interval", "0.5s", *args),
-                                     env=clean_env(VRAM_SIM_TIME=None), stderr=subprocess.PIPE, text=True)
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-        assert found, line
-        self.url = found.group(1)
-
-    def wait_for_reading(self) -> None:
-        """Until the server has its first reading: it prints its address once it listens, before
-        it has read the machine (/healthz: 503 until then; the reading takes seconds on a loaded
-        machine, and the page and the API wait for it in their own ways)."""
-        def read() -> bool:
-            try:
-                with urllib.request.urlopen(self.url + "healthz", timeout=WAIT):
-                    return True
-            except urllib.error.HTTPError as e:
-                if e.code != 503:
-                    raise
-                return False
-        assert wait_for(read, timeout=WAIT, interval=0.05), "no first reading"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     options = webdriver.ChromeOptions()
@@ -117,16 +80,10 @@ def browser(tmp_path_factory):
 
 
 @pytest.fixture
-def served(tmp_path):
-    started: list[Server] = []
-
-    def start(*args: str) -> Server:
-        server = Server(*args)
-        started.append(server)
-        return server
-    yield start
-    for server in started:
-        server.stop()
+def served(served):
+    """conftest's `vram serve` (helpers.Served) as the page's tests want it: a reading every 0.5 s,
+    its scenario clock running in real time."""
+    return lambda *args, **kw: served(*args, **{"interval": "0.5s", "env": {"VRAM_SIM_TIME": None}, **kw})
 
 
 @pytest.fixture
@@ -382,7 +339,9 @@ def test_the_first_paint_has_the_reading_without_asking_again(browser, served, s
     """Issue 31 item 10: the page as served carries the current reading, so the GPUs show with
     the event stream and the snapshot API both unreachable (blocked here)."""
     server = served("--simulate", str(scenario_file))
-    server.wait_for_reading()  # (asked at once, the snapshot API answered 503 when the reading came late)
+    # (asked at once, the snapshot API answered 503 when the reading came late: on a loaded machine
+    # the first reading takes seconds, and the page and the API wait for it in their own ways)
+    assert wait_for(server.has_read, timeout=WAIT, interval=0.05), "no first reading"
     with urllib.request.urlopen(server.url, timeout=WAIT) as answer:
         html = answer.read().decode()
     assert '<script type="application/json" id="reading">' in html
