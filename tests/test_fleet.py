@@ -4,12 +4,11 @@ or partial, Prometheus' warnings, hostile label values, bounded answers, and fle
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from helpers import assert_one_line_error, clean_env, run_vram
+from test_fleet_hosts import FakeHost, send
 
 from vramkit.errors import RequestError
 from vramkit.fleet import Q_GPU, Q_SEEN, Q_UP, Q_USERS, Prometheus, PrometheusError, check_url, pick_host, read_fleet
@@ -67,37 +66,22 @@ def two_hosts() -> dict[str, object]:
     }
 
 
-class FakePrometheus:
-    """A tiny HTTP server answering /api/v1/query from a dict {query: answer (JSON-able or bytes)}."""
+class FakePrometheus(FakeHost):
+    """A real HTTP server answering /api/v1/query from a dict {query: answer (JSON-able or bytes)}."""
 
     def __init__(self, answers: dict[str, object]):
         self.answers = answers
         self.asked: list[str] = []
-        fake = self
+        super().__init__(self._answer)
+        self.url = f"http://{self.address}"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                parts = urllib.parse.urlsplit(self.path)
-                q = urllib.parse.parse_qs(parts.query).get("query", [""])[0]
-                fake.asked.append(q)
-                answer = fake.answers.get(q, vector())
-                body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
-                self.send_response(200 if parts.path == "/api/v1/query" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def _answer(self, handler) -> None:
+        parts = urllib.parse.urlsplit(handler.path)
+        query = urllib.parse.parse_qs(parts.query).get("query", [""])[0]
+        self.asked.append(query)
+        answer = self.answers.get(query, vector())
+        body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+        send(handler, body, status=200 if parts.path == "/api/v1/query" else 404)
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ def free_port() -> int:
 
 
 class FakeHost:
-    """An HTTP server answering GET /api/v1/snapshot with `answer(handler)`."""
+    """A real HTTP server on a free port answering each GET with `answer(handler)` (a host's
+    /api/v1/snapshot here, Prometheus' /api/v1/query in test_fleet); `requests`: their headers."""
 
     def __init__(self, answer) -> None:
         outer = self
