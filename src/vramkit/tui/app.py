@@ -56,7 +56,7 @@ from ..render.style import Style
 from ..render.text_width import pad
 from ..units import parse_gpu_list
 from . import rows as R
-from .bindings import translate
+from .bindings import key_display, quiet_key_names, translate
 from .compositor import TopScreen
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
@@ -475,6 +475,7 @@ class TopApp(App[None]):
         the backend's word that NVML's pids are this /proc's (else a pid's environment is another's)."""
         super().__init__()
         translate(self)
+        quiet_key_names()
         self.look = look or Look()
         self.theme = self.look.palette.textual_theme
         if self.look.ascii:
@@ -526,6 +527,9 @@ class TopApp(App[None]):
         self._headers, self._widths = R.headers()  # the columns' headers and widths, in the reader's language
         self._flag_words = fmt.flag_words()  # the FLAGS column's words, in the reader's language
         self._detail: weakref.ref[DetailScreen] | None = None  # the detail screen opened last
+
+    def get_key_display(self, binding: Binding) -> str:
+        return key_display(binding, super().get_key_display)  # without unicodedata's name tables
 
     # ------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen[Any]:

@@ -1,0 +1,70 @@
+"""tui/bindings.py's keys: the view's named keys answered as Textual answers them, without
+unicodedata's name tables (reading them kept ~0.8 MiB resident in `vram top`)."""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+
+from textual.app import App
+from textual.binding import Binding
+from textual.keys import key_to_character
+from textual.screen import Screen
+from textual.widgets import DataTable, Input
+
+from vramkit.machine import open_machine
+from vramkit.tui import bindings
+from vramkit.tui.app import ProcTable, TopApp
+from vramkit.tui.killscreen import KillScreen
+from vramkit.tui.screens import AlertsScreen, DetailScreen, HelpScreen
+
+VIEWS = (TopApp, ProcTable, KillScreen, AlertsScreen, DetailScreen, HelpScreen, App, Screen, DataTable, Input)
+
+
+def _bound_keys() -> set[str]:
+    keys = set()
+    for view in VIEWS:
+        for binding in view.BINDINGS:
+            if isinstance(binding, Binding):
+                keys.update(k.strip() for k in binding.key.split(","))
+    return keys
+
+
+def test_the_keys_answer_as_textual_does():
+    textual = App()
+    keys = _bound_keys() | set(bindings.KEYS) | {"ctrl+p", "shift+tab", "ctrl+home", "super+c"}
+    named = {k.rpartition("+")[2] for k in keys if len(k.rpartition("+")[2]) > 1}
+    assert named <= set(bindings.KEYS), named - set(bindings.KEYS)  # every named key the view binds
+    for key in keys:
+        binding = Binding(key, "x")
+        assert bindings._key_character(key) == key_to_character(key), key
+        assert bindings.key_display(binding, lambda b: "textual") == App.get_key_display(textual, binding), key
+    # a key of its own display, or one not known here, is Textual's to show
+    assert bindings.key_display(Binding("q", "x", key_display="Q!"), lambda b: "textual") == "textual"
+    assert bindings.key_display(Binding("f5", "x"), lambda b: "textual") == "textual"
+
+
+def test_the_view_looks_no_key_name_up(sim_env, monkeypatch):
+    looked_up = []
+
+    def lookup(name: str) -> str:
+        looked_up.append(name)
+        raise KeyError(name)
+
+    monkeypatch.setattr(unicodedata, "lookup", lookup)
+    monkeypatch.setattr(unicodedata, "name", lookup)
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            shown = {key.key_display for key in app.screen.query("FooterKey")}
+            assert {"q", "?", "/", "^p"} <= shown
+            await app.run_action("help")
+            await pilot.pause()
+            await app.run_action("prompt('search')")
+            await pilot.pause()
+
+    asyncio.run(main())
+    assert looked_up == []
