@@ -195,3 +195,92 @@ def test_a_kept_workload_is_checked_again_by_its_cgroup_file_alone_within_the_bo
         assert len(files) == 2  # and not read again until the next recheck
     finally:
         table.close()
+
+
+def test_a_reader_of_who_processes_are_reads_a_running_one_only_at_its_checks(children, monkeypatch):
+    """usage=False (the recorder): a kept process that has not ended costs no /proc read until its
+    next workload check, where it is read whole (an exec, a new owner, a move are seen there); one
+    that ends is read at once: a zombie is said, a gone one is gone."""
+    from vramkit.procs import NOT_VISIBLE
+    from vramkit.procs import table as table_module
+
+    sleeper = children.start([sys.executable, "-c", "import time; time.sleep(600)", "watched"])
+    assert wait_for(lambda: cmdline(sleeper.pid).endswith(b"watched\0"))
+    later = [0.0]
+    monkeypatch.setattr(table_module, "monotonic", lambda: time.monotonic() + later[0])
+    table = procs.ProcessTable()
+    reads: list[int] = []
+    real_read = table.stats.read
+    monkeypatch.setattr(table.stats, "read", lambda pid: reads.append(pid) or real_read(pid))
+    try:
+        first = table.read(sleeper.pid, usage=False)
+        assert not isinstance(first, str) and first.command.endswith("watched")
+        for _i in range(5):
+            assert table.read(sleeper.pid, usage=False) is first
+            table.forget_all_but({sleeper.pid})  # a reading ends: the next one polls again
+        assert reads == [sleeper.pid]
+        assert not isinstance(table.read(sleeper.pid), str) and len(reads) == 2  # usage=True always reads
+        later[0] = table_module.WORKLOAD_RECHECK_S  # its check is due: read whole
+        table.read(sleeper.pid, usage=False)
+        assert len(reads) == 3
+        table.read(sleeper.pid, usage=False)
+        assert len(reads) == 3
+        sleeper.kill()  # not reaped: a zombie, which the pidfd says at the next reading
+        assert wait_for(lambda: table.forget_all_but({sleeper.pid}) or
+                        getattr(table.read(sleeper.pid, usage=False), "state", None) == "zombie")
+        sleeper.wait()
+        table.forget_all_but({sleeper.pid})
+        assert table.read(sleeper.pid, usage=False) == NOT_VISIBLE
+        table.forget_all_but(set())
+        assert not table._pidfds
+    finally:
+        table.close()
+
+
+def test_without_pidfds_a_reader_of_who_processes_are_reads_every_time(children, monkeypatch):
+    # A kernel before 5.3 or a seccomp filter refuses pidfd_open: then nothing says a process has
+    # not ended, so each read reads /proc, as usage=True does.
+    import errno
+
+    sleeper = children.start(["sleep", "600"])
+
+    def refused(pid, flags=0):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    table = procs.ProcessTable()
+    reads: list[int] = []
+    real_read = table.stats.read
+    monkeypatch.setattr(table.stats, "read", lambda pid: reads.append(pid) or real_read(pid))
+    try:
+        for _i in range(3):
+            assert not isinstance(table.read(sleeper.pid, usage=False), str)
+            table.forget_all_but({sleeper.pid})
+        assert reads == [sleeper.pid] * 3 and not table._pidfds
+    finally:
+        table.close()
+
+
+def test_a_reading_without_host_usage_leaves_state_cpu_and_rss_unread_but_says_a_zombie(children, write_scenario,
+                                                                                       monkeypatch):
+    from vramkit.backends import EXTRAS, HOST_USAGE
+
+    sleeper = children.start(["sleep", "600"])
+    data = minimal_scenario()
+    data["processes"] += [{"pid": sleeper.pid, "source": "real", "gpus": {"0": "1GiB"}},
+                          {"pid": 4999, "user": "bob", "command": "python defunct.py", "state": "zombie",
+                           "gpus": {"1": "1GiB"}}]
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    machine = vramkit.open_machine(str(write_scenario(data)))
+    lean = EXTRAS - {HOST_USAGE}
+    try:
+        full = {p.pid: p for p in machine.snapshot().processes}
+        assert full[sleeper.pid].rss and full[sleeper.pid].state and full[sleeper.pid].cpu_percent is not None
+        for _i in range(2):
+            rows = {p.pid: p for p in machine.snapshot(lean).processes}
+            row = rows[sleeper.pid]
+            assert (row.state, row.cpu_percent, row.rss) == (None, None, None)
+            assert (row.user, row.command, row.start_ticks) == (full[sleeper.pid].user, full[sleeper.pid].command,
+                                                                full[sleeper.pid].start_ticks)
+            assert rows[4999].zombie and rows[4999].state == "zombie"  # the idle rule leaves a zombie out
+    finally:
+        machine.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from .backends import EXTRAS, Backend
+from .backends import EXTRAS, HOST_USAGE, Backend
 from .gpu_state import Device, GpuProcess, Snapshot, Topology
 from .i18n import N_
 from .idle import idle_now
@@ -46,18 +46,21 @@ class Machine:
 
     def snapshot(self, extras: frozenset[str] = EXTRAS) -> Snapshot:
         """Every GPU and process, joined with the host side; of backends.EXTRAS only those in
-        `extras` are read (the recorder reads none)."""
+        `extras` are read (the recorder reads none). Without HOST_USAGE a process's state (but a
+        zombie's), CPU % and RSS are None: not read."""
         gpus = self.backend.read_devices(extras)
         now = self.backend.now()
+        usage = HOST_USAGE in extras
+        previous_cpu = self._previous_cpu if usage else None
         hosts: dict[int, HostProcess | str] = {}
         outside = False  # a pid of another PID namespace: inside a container
         for dev in gpus:
             for proc in dev.processes:
                 host = hosts.get(proc.pid)
                 if host is None:
-                    host = hosts[proc.pid] = self.backend.host(proc.pid, now)
+                    host = hosts[proc.pid] = self.backend.host(proc.pid, now, usage)
                     outside = outside or (isinstance(host, str) and host == OTHER_NAMESPACE)
-                _join_host(proc, dev, host, now, self._previous_cpu)
+                _join_host(proc, dev, host, now, previous_cpu)
         self._name_pods(gpus)
         self.backend.forget_all_but(set(hosts))
         if any(k[0] not in hosts for k in self._previous_cpu):
@@ -69,7 +72,7 @@ class Machine:
             from .pidmap import map_to_this_namespace
 
             map_to_this_namespace(snap, self.backend,
-                                  lambda proc, dev, host: _join_host(proc, dev, host, now, self._previous_cpu))
+                                  lambda proc, dev, host: _join_host(proc, dev, host, now, previous_cpu))
         return snap
 
     def _name_pods(self, gpus: list[Device]) -> None:
@@ -107,17 +110,23 @@ class Machine:
 
 
 def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: float,
-               previous_cpu: dict[tuple[int, int | None], tuple[float, float]]) -> None:
+               previous_cpu: dict[tuple[int, int | None], tuple[float, float]] | None) -> None:
+    """Fill proc's host side; previous_cpu None: a reading without HOST_USAGE (state, CPU %, RSS
+    not read: None, but a zombie is always said)."""
     if isinstance(host, str):
         proc.host_missing = host
         return
     proc.user, proc.uid, proc.command, proc.name = host.user, host.uid, host.command, host.name
-    proc.state, proc.start_time, proc.rss, proc.ppid = host.state, host.start_time, host.rss, host.ppid
+    proc.start_time, proc.ppid = host.start_time, host.ppid
     proc.start_ticks, proc.real, proc.container = host.start_ticks, host.real, host.container
     proc.workload = host.workload
     proc.elapsed = max(0.0, now - host.start_time)
-    proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)
     proc.zombie = host.state == "zombie"
+    if previous_cpu is not None:
+        proc.state, proc.rss = host.state, host.rss
+        proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)
+    elif proc.zombie:
+        proc.state = host.state
     proc.orphaned = orphaned(host.pid, host.ppid, host.real)  # a container's pid 1 is its own init
     proc.idle = idle_now(proc, dev)
     proc.idle_for = 0.0 if proc.idle else None  # one sample; a Collector's IdleClock knows longer

@@ -27,9 +27,12 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # a structural type for mypy; at run time nothing checks it
 
-# Device fields a reader may go without: the views and the exporter show them, the recorder keeps
-# none of them, and each is a driver call a GPU and reading. `read_devices(extras)` reads those named.
-EXTRAS = frozenset({"power_limit", "fan", "encoder_utilization", "decoder_utilization"})
+# What a reader may go without: the views and the exporter show it, the recorder keeps none of it.
+# The device fields are each a driver call a GPU and reading: `read_devices(extras)` reads those named.
+# HOST_USAGE is each process's state, CPU and RSS, read again from /proc at every reading; without
+# it a known process costs no /proc read while it runs (`host(usage=False)`).
+HOST_USAGE = "host_usage"
+EXTRAS = frozenset({"power_limit", "fan", "encoder_utilization", "decoder_utilization", HOST_USAGE})
 
 
 class Backend(Protocol):
@@ -64,8 +67,9 @@ class Backend(Protocol):
         """Fill each GPU's `health` (made only when asked: some twenty driver calls a GPU). A
         first reading of link traffic waits `settle` seconds for a second one (rates need two)."""
 
-    def host(self, pid: int, now: float) -> HostProcess | str:
-        """The host side of a pid the driver listed, or one line saying why it is unknown."""
+    def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
+        """The host side of a pid the driver listed, or one line saying why it is unknown.
+        usage=False: only who the process is must be current (see ProcessTable.read)."""
 
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is cached about pids not in `pids` (the latest snapshot's)."""

@@ -126,8 +126,8 @@ class AmdBackend:
             g.health = health
         self.reader.read_health(mine)
 
-    def host(self, pid: int, now: float) -> HostProcess | str:
-        return self.table.read(pid)
+    def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
+        return self.table.read(pid, usage)
 
     def forget_all_but(self, pids: set[int]) -> None:
         self.table.forget_all_but(pids)
@@ -216,10 +216,10 @@ class SimulatedAmdBackend(AmdBackend):
             self._tree.write(t)
         return _video_unread(self.reader.read(t, self.first_index))
 
-    def host(self, pid: int, now: float) -> HostProcess | str:
+    def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
         described = self.sim.host_process(pid)
         if described is None or described["source"] == "real":
-            return self.table.read(pid)
+            return self.table.read(pid, usage)
         if described["source"] == "missing":
             return NOT_VISIBLE
         text = self._text.get(pid)

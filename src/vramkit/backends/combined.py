@@ -70,8 +70,8 @@ class CombinedBackend:
             if mine:
                 b.read_health(mine, settle)
 
-    def host(self, pid: int, now: float) -> HostProcess | str:
-        return self._owner.get(pid, self.first).host(pid, now)
+    def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
+        return self._owner.get(pid, self.first).host(pid, now, usage)
 
     def forget_all_but(self, pids: set[int]) -> None:
         for b in self.backends:

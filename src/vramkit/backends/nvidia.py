@@ -67,10 +67,10 @@ class NvidiaBackend:
     def read_health(self, gpus: list[Device], settle: float) -> None:
         self.nvml.read_health(gpus, settle)
 
-    def host(self, pid: int, now: float) -> HostProcess | str:
+    def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
         if not self.proc_shows_driver_pids():
             return OTHER_NAMESPACE  # /proc/PID here is another process, or none: never read as this one
-        return self.table.read(pid)
+        return self.table.read(pid, usage)
 
     def proc_shows_driver_pids(self) -> bool:
         """Whether this /proc numbers processes as the driver does (not a container's own /proc)."""

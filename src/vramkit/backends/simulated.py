@@ -47,10 +47,10 @@ class SimulatedBackend(NvidiaBackend):
         else:
             super().sleep(stop, seconds)
 
-    def host(self, pid: int, now: float) -> HostProcess | str:
+    def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
         described = self.sim.host_process(pid)
         if described is None or described["source"] == "real" or not self.proc_shows_driver_pids():
-            return super().host(pid, now)
+            return super().host(pid, now, usage)
         if described["source"] == "missing":
             return NOT_VISIBLE
         text = self._text.get(pid)

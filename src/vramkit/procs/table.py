@@ -1,12 +1,15 @@
 """The host side of the processes a snapshot lists: one HostProcess per pid, from /proc, with
 what does not change while a process lives (command line) read once, and what rarely changes (its
 container, pod or Slurm job: a process can be moved to another cgroup) checked again every
-WORKLOAD_RECHECK_S seconds at most."""
+WORKLOAD_RECHECK_S seconds at most. A reader that needs only who each process is (the recorder:
+not its state, CPU or memory) reads a known process's /proc files only at those checks: a pidfd
+says, for all of them in one poll() a reading, which have ended."""
 
 from __future__ import annotations
 
 import os
 import random
+import select
 from dataclasses import dataclass
 from time import monotonic
 
@@ -14,7 +17,7 @@ from ..gpu_state import Workload
 from ..i18n import N_
 from . import workload
 from .files import MAX_CGROUP_BYTES, cmdline, read_proc_file
-from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time
+from .stat import CLOCK_TICKS, Stat, StatFiles, boot_time, kept_fds_limit
 from .text import NOT_VISIBLE
 from .users import user_name
 
@@ -70,9 +73,28 @@ class ProcessTable:
         self._cgroups: dict[tuple[int, int], tuple[bytes | None, float]] = {}
         self.runtime_names = workload.RuntimeNames()  # container names from the runtimes' state files
         self.stats = StatFiles()
+        # pid -> a pidfd of the process, opened before the read that put it in _last (so the process
+        # it holds is the one read: had that one ended in between, the pidfd would say so).
+        # Opened for readers with usage=False only, within the limit of kept descriptors.
+        self._pidfds: dict[int, int] = {}
+        self._pidfd_keep = kept_fds_limit() if hasattr(os, "pidfd_open") else 0
+        self._poll = select.poll()
+        self._ended: set[int] | None = None  # pidfds readable (ended) at this reading's poll
 
-    def read(self, pid: int) -> HostProcess | str:
-        """The process, or a one-line reason why its host side cannot be read."""
+    def read(self, pid: int, usage: bool = True) -> HostProcess | str:
+        """The process, or a one-line reason why its host side cannot be read. usage=False: only
+        who it is must be current: a process read before that has not ended since (its pidfd) is
+        handed back as read then, until its next workload check (its state, CPU and RSS as of
+        then; the command line, owner and workload are checked there, as with usage=True)."""
+        if not usage:
+            fd = self._pidfds.get(pid)
+            if fd is not None and fd in self._ended_now():  # ended: the pid may be another's by now
+                self._unpin(pid)
+                fd = None
+            if fd is None:
+                self._pin(pid)
+            elif (last := self._last.get(pid)) is not None and monotonic() < last[3]:
+                return last[2]
         try:
             raw = self.stats.read(pid)
             uid = os.stat(f"/proc/{pid}").st_uid
@@ -131,9 +153,39 @@ class ProcessTable:
             found = workload.with_environment(found, env)
         return found
 
+    def _ended_now(self) -> set[int]:
+        """The pidfds of processes that have ended, polled once a reading (forget_all_but ends one)."""
+        if self._ended is None:
+            self._ended = {fd for fd, _ in self._poll.poll(0)} if self._pidfds else set()
+        return self._ended
+
+    def _pin(self, pid: int) -> None:
+        """Hold pid's process by a pidfd (none where the kernel has no pidfds, or past the limit)."""
+        if len(self._pidfds) >= self._pidfd_keep:
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        except OSError:  # no pidfds here (ENOSYS, a seccomp filter's EPERM), or out of descriptors
+            self._pidfd_keep = len(self._pidfds)
+            return
+        self._pidfds[pid] = fd
+        self._poll.register(fd, select.POLLIN)
+
+    def _unpin(self, pid: int) -> None:
+        fd = self._pidfds.pop(pid)
+        self._poll.unregister(fd)
+        os.close(fd)
+        if self._ended is not None:
+            self._ended.discard(fd)  # the number may come back as another pidfd this reading
+
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is remembered about processes not in `pids` (the latest snapshot's), so a
-        long-running view does not grow with every process that came and went."""
+        long-running view does not grow with every process that came and went. Ends a reading."""
+        self._ended = None
+        for pid in [p for p in self._pidfds if p not in pids]:
+            self._unpin(pid)
         if any(k[0] not in pids for k in self._fixed):
             self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
             self._cgroups = {k: v for k, v in self._cgroups.items() if k[0] in pids}
@@ -142,6 +194,8 @@ class ProcessTable:
         self.stats.forget_all_but(pids)
 
     def close(self) -> None:
+        for pid in list(self._pidfds):
+            self._unpin(pid)
         self.stats.close()
 
 
