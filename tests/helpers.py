@@ -25,6 +25,7 @@ import termios
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,19 @@ def read_terminal(master: int, timeout: float, what: str) -> bytes:
             break
         chunks.append(data)
     return b"".join(chunks)
+
+
+def closed_after(make: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """For a fixture that starts what its test asks for (`yield from closed_after(FakeHost)`):
+    yields start(*args), which makes one; each made is closed at teardown, in order."""
+    made: list[Any] = []
+
+    def start(*args: Any, **kwargs: Any) -> Any:
+        made.append(make(*args, **kwargs))
+        return made[-1]
+    yield start
+    for thing in made:
+        thing.close()
 
 
 def reap(proc: subprocess.Popen) -> None:

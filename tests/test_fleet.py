@@ -7,7 +7,7 @@ import json
 import urllib.parse
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram
+from helpers import assert_one_line_error, clean_env, closed_after, run_vram
 from test_fleet_hosts import FakeHost, send
 
 from vramkit.errors import RequestError
@@ -86,15 +86,7 @@ class FakePrometheus(FakeHost):
 
 @pytest.fixture
 def fake():
-    started: list[FakePrometheus] = []
-
-    def start(answers: dict[str, object]) -> FakePrometheus:
-        f = FakePrometheus(answers)
-        started.append(f)
-        return f
-    yield start
-    for f in started:
-        f.close()
+    yield from closed_after(FakePrometheus)
 
 
 PLAIN = Style(color=False, unicode=False)

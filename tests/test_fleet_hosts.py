@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram, sanitized
+from helpers import assert_one_line_error, clean_env, closed_after, run_vram, sanitized
 
 from vramkit.errors import RequestError
 from vramkit.fleet_hosts import ClientConfig, load_client_config, parse_hosts, read_hosts
@@ -53,15 +53,7 @@ class FakeHost:
 
 @pytest.fixture
 def fake():
-    made: list[FakeHost] = []
-
-    def start(answer) -> FakeHost:
-        host = FakeHost(answer)
-        made.append(host)
-        return host
-    yield start
-    for host in made:
-        host.close()
+    yield from closed_after(FakeHost)
 
 
 def send(handler, body: bytes, status: int = 200, **headers: str) -> None:

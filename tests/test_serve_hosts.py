@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 import test_i18n_serve_web
 import test_serve_web
-from helpers import run_vram
-from test_serve_web import HOSTILE_GPU, HOSTILE_USER, QUOTED_USER, WAIT, Server, browser_errors, wait
+from helpers import Served, closed_after, run_vram
+from test_serve_web import HOSTILE_GPU, HOSTILE_USER, QUOTED_USER, WAIT, browser_errors, wait
 
 # test_serve_web's fixtures (a Chromium for the module, `vram serve` processes), and the Chinese Chromium
 browser, served, zh_browser = test_serve_web.browser, test_serve_web.served, test_i18n_serve_web.zh_browser
@@ -47,16 +47,16 @@ return Array.from(document.querySelectorAll('#hosts section.host')).map((s) => (
 """
 
 
-def address(server: Server) -> str:
+def address(server: Served) -> str:
     return server.url.split("://", 1)[1].rstrip("/")
 
 
-def hosts_api(server: Server) -> list[dict]:
+def hosts_api(server: Served) -> list[dict]:
     with urllib.request.urlopen(server.url + "api/v1/hosts", timeout=20) as answer:
         return json.loads(answer.read())["hosts"]
 
 
-def wait_for_api(server: Server, up: list[bool]) -> list[dict]:
+def wait_for_api(server: Served, up: list[bool]) -> list[dict]:
     deadline = time.monotonic() + WAIT
     while True:
         hosts = hosts_api(server)
@@ -162,14 +162,7 @@ class SlowHost:
 
 @pytest.fixture
 def slow_host():
-    made: list[SlowHost] = []
-
-    def make(trickle: bool) -> SlowHost:
-        made.append(SlowHost(trickle))
-        return made[-1]
-    yield make
-    for host in made:
-        host.close()
+    yield from closed_after(SlowHost)
 
 
 @pytest.mark.slow

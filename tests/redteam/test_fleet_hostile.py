@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram
+from helpers import assert_one_line_error, clean_env, closed_after, run_vram
 from test_fleet import T, gpu_series, target, two_hosts, vector
 
 from vramkit.errors import VramkitError
@@ -86,15 +86,7 @@ class Hostile:
 
 @pytest.fixture
 def hostile():
-    started: list[Hostile] = []
-
-    def start(behave: Behaviour) -> Hostile:
-        h = Hostile(behave)
-        started.append(h)
-        return h
-    yield start
-    for h in started:
-        h.close()
+    yield from closed_after(Hostile)
 
 
 def answering(answers: dict[str, object]) -> Behaviour:
