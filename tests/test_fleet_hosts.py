@@ -255,7 +255,7 @@ def test_files_of_the_config_that_others_can_replace_or_read_are_refused(tmp_pat
     secret.write_text("pw")
     secret.chmod(0o644)
     config.write_text("basic_auth: {username: alice, password_file: password}\n")
-    with pytest.raises(RequestError, match="open to every user: chmod o-rw"):
+    with pytest.raises(RequestError, match="readable by every user: chmod o-r "):
         load_client_config(config)
     config.chmod(0o666)
     with pytest.raises(RequestError, match="writable by every user"):

@@ -140,7 +140,7 @@ def test_a_private_key_every_user_can_read_is_refused(tmp_path):
     _, key = make_cert(tmp_path)
     key.chmod(0o644)
     path = write(tmp_path / "web.yml", "tls_server_config: {cert_file: server.crt, key_file: server.key}\n")
-    with pytest.raises(WebConfigError, match=r"tls_server_config.key_file: the private key .* is readable by every"):
+    with pytest.raises(WebConfigError, match=r"tls_server_config.key_file: .* is readable by every user: chmod o-r "):
         load(path)
 
 

@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import ssl
-import stat
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +42,7 @@ from .errors import RequestError
 from .fleet import MAX_ANSWER, MAX_BYTES, MAX_COUNT, Fleet, FleetGpu, FleetHost, _in_range, _judge_host, clean
 from .http_get import GetError, get
 from .i18n import _
+from .named_files import Refused, read_named
 
 DEFAULT_PORT = 9787  # vram serve's
 MAX_HOSTS = 1024  # addresses in one --hosts
@@ -122,28 +121,11 @@ def _config_error(path: Path, key: str | None, why: str) -> RequestError:
 
 
 def _read(path: Path, config: Path, key: str | None, limit: int, secret: bool = False) -> bytes:
-    """A regular file's bytes, bounded; never a FIFO or a device (opened non-blocking, checked
-    before reading). A symlink is followed (/etc/ssl/certs holds them), to a regular file only; a
-    file every user may write is refused, and a secret (password, key) they may read, as ssh
-    refuses a private key."""
+    """A file the config names (or the config itself), as named_files reads one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise _config_error(config, key, _("cannot read {path}: {why}").format(path=path, why=e.strerror)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _config_error(config, key, _("{path} is not a regular file").format(path=path))
-        if st.st_mode & stat.S_IWOTH:  # anyone could slip in their own CA, or their password
-            raise _config_error(config, key, _("{path} is writable by every user: chmod o-w {path}").format(path=path))
-        if secret and st.st_mode & (stat.S_IROTH | stat.S_IWOTH):
-            raise _config_error(config, key, _("{path} is open to every user: chmod o-rw {path}").format(path=path))
-        if st.st_size > limit:
-            raise _config_error(config, key, _("{path} is larger than {size} KiB").format(
-                path=path, size=limit // 1024))
-        return os.read(fd, limit + 1)[:limit]
-    finally:
-        os.close(fd)
+        return read_named(path, limit, secret)
+    except Refused as e:
+        raise _config_error(config, key, e.message) from None
 
 
 def _string(section: dict[Any, Any], key: str, path: Path, prefix: str) -> str | None:

@@ -25,7 +25,6 @@ import hmac
 import os
 import re
 import secrets
-import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestError
 from ..i18n import _
+from ..named_files import Refused, read_named
 from ..procs import sanitize
 
 if TYPE_CHECKING:
@@ -76,29 +76,11 @@ class WebConfig:
 
 
 def _read(path: Path, what: Path, key: str | None, private: bool = False) -> bytes:
-    """A regular file's bytes, bounded. A symlink is followed (certificates under
-    /etc/letsencrypt/live are symlinks), but what it names must be a regular file; a file others
-    may write (or, for a private key, read) is refused, as ssh refuses a private key."""
+    """A file the web config names (or the config itself), as named_files reads one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise WebConfigError(what, key, _("cannot read {path}: {error}").format(path=path, error=e.strerror)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise WebConfigError(what, key, _("{path} is not a regular file").format(path=path))
-        if st.st_mode & stat.S_IWOTH:
-            raise WebConfigError(what, key, _("{path} is writable by every user: chmod o-w {path}").format(path=path))
-        if private and st.st_mode & stat.S_IROTH:
-            raise WebConfigError(what, key, _("the private key {path} is readable by every user: chmod o-r {path}")
-                                 .format(path=path))
-        if st.st_size > MAX_FILE:
-            raise WebConfigError(what, key, _("{path} is larger than {size} KiB").format(path=path,
-                                                                                          size=MAX_FILE // 1024))
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(MAX_FILE + 1)[:MAX_FILE]
-    finally:
-        os.close(fd)
+        return read_named(path, MAX_FILE, secret=private)
+    except Refused as e:
+        raise WebConfigError(what, key, e.message) from None
 
 
 def _shown(value: object, limit: int = 60) -> str:
