@@ -9,6 +9,7 @@ conftest.py); the fixtures that use them live in conftest.py.
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -22,6 +23,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -568,6 +570,26 @@ def needs_root(why: str):
 
 
 # ---------------------------------------------------------------- vram serve
+
+@contextlib.contextmanager
+def serving(service: Any, **server_kwargs: Any) -> Iterator[Any]:
+    """vram serve in this process: `service` (serve.service.Service) started, its HTTP server
+    (serve.http.VramHTTPServer, with `server_kwargs`, e.g. authorize=) on a free port in a thread,
+    yielded once the first reading is in; the server and the service closed after."""
+    from vramkit.serve.http import VramHTTPServer
+
+    service.start()
+    server = VramHTTPServer(("127.0.0.1", 0), service, **server_kwargs)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        assert service.wait_for_first(30)
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        service.close()
+
 
 class Served:
     """A `vram serve` process on a free port (--listen 127.0.0.1:0 unless `listen` says otherwise),

@@ -14,7 +14,7 @@ import zlib
 from typing import Any
 
 import pytest
-from helpers import Served
+from helpers import Served, serving
 
 import vramkit
 from vramkit.serve import service as service_module
@@ -306,7 +306,6 @@ def test_gzip_of_one_body_is_the_same_bytes():
 def test_a_bug_building_an_event_costs_the_streams_not_the_server(capsys):
     """An exception building the stream's news (in the sampler, then in the front) is said once
     on stderr and is not a failed reading; the front goes on answering."""
-    import threading
     import urllib.request
 
     service = Service(vramkit.open_machine("demo"), Options(interval=0.2, xids=False))
@@ -319,12 +318,7 @@ def test_a_bug_building_an_event_costs_the_streams_not_the_server(capsys):
             raise RuntimeError("a bug building an event")
         return real()
     service.update = breaks_after_the_first  # type: ignore[method-assign,assignment]
-    service.start()
-    server = VramHTTPServer(("127.0.0.1", 0), service)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        assert service.wait_for_first(30)
+    with serving(service) as server:
         with open_stream(server.server_address[1]) as sock:
             assert [kind for kind, _, _ in Events(sock).next(1)] == ["snapshot"]
             for _ in range(3):  # readings with the stream open: each one's news fails
@@ -333,10 +327,6 @@ def test_a_bug_building_an_event_costs_the_streams_not_the_server(capsys):
             for _ in range(3):
                 with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/healthz", timeout=10) as r:
                     assert r.status == 200
-    finally:
-        server.shutdown()
-        server.server_close()
-        service.close()
     assert len(calls) >= 3 and service.state.read_errors == 0
     err = capsys.readouterr().err
     assert err.splitlines() == ["vram serve: internal error answering a request: RuntimeError: a bug building an event"]

@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Served, assert_one_line_error, clean_env, read_until_closed, run_vram, scenario_data, vram_argv
+from helpers import (
+    Served,
+    assert_one_line_error,
+    clean_env,
+    read_until_closed,
+    run_vram,
+    scenario_data,
+    serving,
+    vram_argv,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from vramkit.errors import RequestError
@@ -363,22 +372,14 @@ def test_lone_surrogates_in_names(tmp_path, served):
 def test_a_failing_answer_is_a_500_said_once_and_the_server_goes_on(capsys):
     """Whatever breaks building one answer costs that answer, not the server, and is said once
     on stderr (not a traceback per request)."""
-    import threading
     import urllib.error
     import urllib.request
 
     from vramkit.machine import open_machine
-    from vramkit.serve.http import VramHTTPServer
     from vramkit.serve.service import Options, Service
 
     service = Service(open_machine("demo"), Options(interval=0.2))
-    service.start()
-    server = VramHTTPServer(("127.0.0.1", 0), service)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        assert service.wait_for_first(30)
-
+    with serving(service) as server:
         def broken(*_: object) -> bytes:
             raise RuntimeError("a bug building /metrics")
         service.metrics = broken  # type: ignore[method-assign]
@@ -389,10 +390,6 @@ def test_a_failing_answer_is_a_500_said_once_and_the_server_goes_on(capsys):
             assert caught.value.code == 500
         with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
             assert r.status == 200
-    finally:
-        server.shutdown()
-        server.server_close()
-        service.close()
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.splitlines() == ["vram serve: internal error answering a request: RuntimeError: a bug building /metrics"]

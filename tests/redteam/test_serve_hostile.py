@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import Served, chromium_env, chromium_sandbox_args, read_until_closed
+from helpers import Served, chromium_env, chromium_sandbox_args, read_until_closed, serving
 
 from vramkit.serve import http as serve_http
 
@@ -372,7 +372,6 @@ def test_history_is_computed_once_per_reading_however_many_ask(monkeypatch, tmp_
     """Twenty pages asking for the same range between two readings cost one query of the store."""
     from vramkit.history import series, store
     from vramkit.machine import open_machine
-    from vramkit.serve.http import VramHTTPServer
     from vramkit.serve.service import Options, Service
 
     queries = []
@@ -387,12 +386,7 @@ def test_history_is_computed_once_per_reading_however_many_ask(monkeypatch, tmp_
     monkeypatch.setattr(store.Store, "open", classmethod(lambda cls, path, *a, **k: FakeStore()))
     monkeypatch.setattr(series, "gpu_series", gpu_series)
     service = Service(open_machine("demo"), Options(interval=3600, history_db=tmp_path / "history.db"))
-    service.start()
-    server = VramHTTPServer(("127.0.0.1", 0), service)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        assert service.wait_for_first(30)
+    with serving(service) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}/api/v1/history"
         bodies = set()
         for _ in range(20):
@@ -402,10 +396,6 @@ def test_history_is_computed_once_per_reading_however_many_ask(monkeypatch, tmp_
         assert len(bodies) == 1 and json.loads(bodies.pop())["width"] == 12
         with urllib.request.urlopen(base + "?range=24h", timeout=30) as r:  # another range: its own query
             assert r.status == 200
-    finally:
-        server.shutdown()
-        server.server_close()
-        service.close()
     assert queries == [3600.0, 86400.0]
 
 
@@ -415,7 +405,6 @@ def test_when_every_connection_of_an_address_is_busy_the_next_is_503(monkeypatch
     """Connections waiting for a password check are busy, not idle: past the per-address limit
     the newcomer is refused 503 at once, and another address still gets in."""
     from vramkit.machine import open_machine
-    from vramkit.serve.http import VramHTTPServer
     from vramkit.serve.service import Options, Service
 
     monkeypatch.setattr(serve_http, "MAX_PER_ADDRESS", 8)
@@ -430,41 +419,34 @@ def test_when_every_connection_of_an_address_is_busy_the_next_is_503(monkeypatch
             return header == basic("alice", PASSWORD)
 
     service = Service(open_machine("demo"), Options(interval=0.2))
-    service.start()
-    server = VramHTTPServer(("127.0.0.1", 0), service, authorize=SlowAuth())
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    port = server.server_address[1]
     request = f"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: {basic('alice', PASSWORD)}\r\n" \
               "Connection: close\r\n\r\n".encode()
     waiting = []
-    try:
-        assert service.wait_for_first(30)
-        for _ in range(8):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-            sock.sendall(request)
-            waiting.append(sock)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sum(len(q) for q in server._checks.values()) < 7:
-            time.sleep(0.05)  # all eight are taken in (one being checked, seven in line)
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as refused:
-            refused.sendall(request)
-            answer = read_until_closed(refused)
-        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
-        other = loopback_sources(1)[0]
-        elsewhere = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(other, 0))
-        elsewhere.sendall(request)
-        waiting.append(elsewhere)
-        release.set()
-        for sock in waiting:
-            assert read_until_closed(sock).startswith(b"HTTP/1.1 200")
-    finally:
-        release.set()
-        for sock in waiting:
-            sock.close()
-        server.shutdown()
-        server.server_close()
-        service.close()
+    with serving(service, authorize=SlowAuth()) as server:
+        port = server.server_address[1]
+        try:
+            for _ in range(8):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+                sock.sendall(request)
+                waiting.append(sock)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and sum(len(q) for q in server._checks.values()) < 7:
+                time.sleep(0.05)  # all eight are taken in (one being checked, seven in line)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as refused:
+                refused.sendall(request)
+                answer = read_until_closed(refused)
+            assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
+            other = loopback_sources(1)[0]
+            elsewhere = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(other, 0))
+            elsewhere.sendall(request)
+            waiting.append(elsewhere)
+            release.set()
+            for sock in waiting:
+                assert read_until_closed(sock).startswith(b"HTTP/1.1 200")
+        finally:
+            release.set()
+            for sock in waiting:
+                sock.close()
 
 
 # ---------------------------------------------------------------- a real Prometheus, a real browser
