@@ -31,15 +31,18 @@ Printed: the median, range and CPU time of `vram report --since 365d` (target: u
 `--by gpu`, `--by job` and `--by day` in each zone of --zones (target: --by day at most 1.5x the
 default report in each, on CPU time: UTC reads the UTC day sums, the recorder's zone its local
 days, any other zone its hours' totals and, for its lives, the UTC day sums' first and last hours
-(schema 6; a schema 5 file: each stored day less its other hours, read from the hour sums)), the
-load average at the start and the end, and, in process, how long each query of the report takes
+(schema 6; a schema 5 file: each stored day less its other hours, read from the hour sums), and
+where local midnight cuts an hour (Asia/Kolkata +5:30, Asia/Kathmandu +5:45, America/St_Johns
+-3:30, Australia/Adelaide +9:30) that hour's quarters' totals and the rows of the lives whose
+first or last hour it is (schema 7; a schema 6 file: all of its rows)), the load average at the
+start and the end, and, in process, how long each query of the report takes
 (in the zone of TZ).
 --migrate FILE: time the upgrade of FILE (an older schema's history; changed in place) by this
 tree's `Store.open(write=True)` in the recorder's zone, before the rounds.
 
     .venv/bin/python benchmarks/bench_report.py [--runs 5] [--days 365] [--gpus 64] [--processes 200]
         [--quarter-interval 900] [--minute-interval 60] [--raw-interval 5] [--db PATH] [--vramkit-src DIR]
-        [--zones UTC,Asia/Shanghai,Europe/Berlin] [--recorder-zone Asia/Shanghai] [--migrate FILE]
+        [--zones UTC,Asia/Shanghai,Europe/Berlin,Asia/Kolkata] [--recorder-zone Asia/Shanghai] [--migrate FILE]
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ from _machine import BIN, environment, program_env, record_stepped, scenario, ti
 DAY = 86400.0
 TARGET_S = 1.0  # the default report over the year, wall median
 TARGET_DAY = 1.5  # --by day at most this many times the default report
-# --by day in each: UTC (the day sums serve), China (+8, most of vram's users), a zone with DST.
-ZONES = "UTC,Asia/Shanghai,Europe/Berlin"
+# --by day in each: UTC (the day sums serve), China (+8, most of vram's users), a zone with DST,
+# India (+5:30: local midnight cuts an hour).
+ZONES = "UTC,Asia/Shanghai,Europe/Berlin,Asia/Kolkata"
 RECORDER_ZONE = "Asia/Shanghai"
 
 

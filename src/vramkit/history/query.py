@@ -707,7 +707,7 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
         offsets = _local_offsets(store, since, until)
         plan = _plan(store, since, until, offsets)
         if any(offset != 0 for _, offset in offsets) and not plan.local:
-            return held(store, since, until), _local_days(store, since, until, offsets)
+            return held(store, since, until), _local_days(store, since, until, offsets, plan)
         sums = held(store, since, until)
         days = _DayTotals()
         table = "proc_local_day" if plan.local else "proc_day"
@@ -771,7 +771,10 @@ class _DayTotals:
 
 def _count(lists: list[str | set[str]]) -> int:
     """How many job ids the lists hold together (each list's ids are distinct already; a set: of
-    _job_ids())."""
+    _job_ids()). Lists the same as the first are that one (a day's two parts holding the same
+    lives: the same group_concat, in the key's order), not split into sets."""
+    if len(lists) > 1 and all(other == lists[0] for other in lists[1:]):
+        lists = lists[:1]
     if len(lists) == 1:
         only = lists[0]
         return len(only) if isinstance(only, set) else only.count(",") + 1
@@ -785,7 +788,8 @@ def _day_name(number: int) -> str:
     return (date(1970, 1, 1) + timedelta(days=number - 1)).strftime("%Y-%m-%d")
 
 
-def _local_days(store: Store, since: float, until: float, offsets: list[tuple[int, int]]) -> list[Usage]:
+def _local_days(store: Store, since: float, until: float, offsets: list[tuple[int, int]],
+                plan: _Plan | None = None) -> list[Usage]:
     """usage(by="day") where local days are neither UTC days nor the recorder's.
 
     Each local day is cut into spans of whole hours (a few per day, from the zone's offsets; the
@@ -799,7 +803,8 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     from their quarters) is summed per day as before (_day_sql). The parts are added here: sums,
     the peak, and the process lives as sets of job ids (a life counts once a day whichever part it
     is in)."""
-    plan = _plan(store, since, until, offsets, local_days=False)
+    # (`plan`: held_and_days' own, which found none of the recorder's days to read: the same.)
+    plan = _plan(store, since, until, offsets, local_days=False) if plan is None else plan
     spans: list[tuple[int, float, float]] = []  # (day, lo, hi): the hour sums in [lo, hi) are of that day
     cuts = sorted(lo for lo, _ in plan.cuts)
     for first, end, _ in plan.hours:
@@ -1217,12 +1222,12 @@ def _day_spans(offsets: list[tuple[int, int]], start: int, end: int) -> Iterator
 
 
 def _without_hours(lo: int, hi: int, hours: list[int]) -> Iterator[tuple[int, int]]:
-    """[lo, hi) less the hours [h, h + HOUR) of `hours` (sorted)."""
-    for h in hours:
+    """[lo, hi) less the hours [h, h + HOUR) of `hours` (sorted): from the first that ends after lo
+    (a day's spans against a year's cut hours)."""
+    for k in range(bisect_right(hours, lo - HOUR), len(hours)):
+        h = hours[k]
         if h >= hi:
             break
-        if h + HOUR <= lo:
-            continue
         if lo < h:
             yield lo, h
         lo = max(lo, h + HOUR)
