@@ -989,6 +989,18 @@ def served():
             s.proc.wait()
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """For a module of tiny torch models (`pytestmark = pytest.mark.usefixtures("one_torch_thread")`):
+    a second intra-op thread only fights the other tests for the CPU (9 s -> 1 s a loop)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def sim_env(monkeypatch):
     """The simulator in-process at a pinned scenario time, untouched by the runner's environment."""

@@ -135,6 +135,15 @@ def read_terminal(master: int, timeout: float, what: str) -> bytes:
     return b"".join(chunks)
 
 
+def line_of(path: str | Path, marker: str) -> int:
+    """The number of the first line of `path` (a test's __file__) that holds `marker`, passing
+    over the lines that ask for it (`line_of(__file__, "...")` holds the marker too)."""
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if marker in line and "line_of(" not in line:
+            return number
+    raise AssertionError(marker)
+
+
 def closed_after(make: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
     """For a fixture that starts what its test asks for (`yield from closed_after(FakeHost)`):
     yields start(*args), which makes one; each made is closed at teardown, in order."""

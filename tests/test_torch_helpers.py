@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import clean_env
+from helpers import clean_env, line_of
 
 torch = pytest.importorskip("torch")
 
@@ -22,13 +22,6 @@ from vramkit.torch import (  # noqa: E402
 FIXTURES = Path(__file__).parent / "fixtures" / "oom"
 MESSAGE = (FIXTURES / "cuda_2_1_capacty_two_processes.txt").read_text().split(": ", 1)[1].strip()
 MiB = 1024**2
-
-
-def _line_of(marker: str) -> int:
-    for number, line in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if marker in line and "_line_of" not in line:
-            return number
-    raise AssertionError(marker)
 
 
 def test_importing_vramkit_torch_does_not_import_torch():
@@ -72,7 +65,7 @@ def test_oom_guard_as_decorator_with_creation_sites():
         step()
     top = guard.diagnosis.tensors[0]
     assert top.nbytes == 4 * MiB and top.names[0].startswith("hidden (")
-    assert top.created_at.endswith(f"test_torch_helpers.py:{_line_of('created-here marker')} in step")
+    assert top.created_at.endswith(f"test_torch_helpers.py:{line_of(__file__, 'created-here marker')} in step")
 
 
 def test_oom_guard_ignores_other_errors():
@@ -154,4 +147,4 @@ def test_oom_guard_names_the_users_frame_not_torchs_dispatcher(module, marker):
     [diagnosis] = seen
     phase = diagnosis.explanation.phase
     assert phase is not None and phase.id == "forward"
-    assert phase.evidence.file == __file__ and phase.evidence.line == _line_of(marker), phase.sentence()
+    assert phase.evidence.file == __file__ and phase.evidence.line == line_of(__file__, marker), phase.sentence()

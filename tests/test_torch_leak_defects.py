@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import deque
-from pathlib import Path
 
 import pytest
+from helpers import line_of
 
 torch = pytest.importorskip("torch")
 
@@ -20,23 +20,10 @@ from vramkit.torch import (  # noqa: E402
 )
 from vramkit.torch.leak import LeakWarning  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 MiB = 1024**2
 STEPS = 14
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _line_of(marker: str) -> int:
-    for number, line in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if marker in line and "_line_of" not in line:
-            return number
-    raise AssertionError(marker)
 
 
 def _net(width: int = 16) -> tuple:
@@ -104,8 +91,8 @@ def test_small_cpu_tensors_without_a_graph_are_not_flagged_but_with_a_graph_they
             graphs.append(loss)
             det.step()
     lines = [leak.line for leak in det.report().leaks]
-    assert _line_of("small-detached marker") not in lines
-    assert lines == [_line_of("small-loss marker")]
+    assert line_of(__file__, "small-detached marker") not in lines
+    assert lines == [line_of(__file__, "small-loss marker")]
 
 
 def test_a_flagged_line_that_stops_growing_is_withdrawn_with_a_warning():
@@ -126,9 +113,10 @@ def test_a_flagged_line_that_stops_growing_is_withdrawn_with_a_warning():
     messages = _leak_warnings(caught)
     assert any("possible memory leak" in m for m in messages)
     withdrawn = [m for m in messages if m.startswith("vramkit: withdrawn: ")]
-    assert len(withdrawn) == 1 and f":{_line_of('withdrawn marker')} in" in withdrawn[0]
+    line = line_of(__file__, "withdrawn marker")
+    assert len(withdrawn) == 1 and f":{line} in" in withdrawn[0]
     assert "stopped growing" in withdrawn[0]
-    assert det.report().leaks == [] and [leak.line for leak in det.report().settled] == [_line_of("withdrawn marker")]
+    assert det.report().leaks == [] and [leak.line for leak in det.report().settled] == [line]
 
 
 def test_the_hf_callback_withdraws_a_leak_that_stopped_growing_and_never_flags_a_deque(caplog):

@@ -9,9 +9,9 @@ import os
 import sys
 import warnings
 from collections import deque
-from pathlib import Path
 
 import pytest
+from helpers import line_of
 
 torch = pytest.importorskip("torch")
 
@@ -22,28 +22,14 @@ from vramkit.torch._referrers import find_holder  # noqa: E402
 from vramkit.torch._tracking import Tracker  # noqa: E402
 from vramkit.torch.leak import LeakWarning, _grows, _settled  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 STEPS = 20  # the issue asks for at least 20 steps of each loop
 VOCAB, SEQ, BATCH = 50, 16, 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: a second intra-op thread only fights the other tests for the CPU (9 s -> 1 s a loop)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _line_of(marker: str) -> int:
-    for number, line in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if marker in line and "_line_of" not in line:
-            return number
-    raise AssertionError(marker)
-
-
 def _here(marker: str) -> tuple[str, int]:
-    return __file__, _line_of(marker)
+    return __file__, line_of(__file__, marker)
 
 
 # ---------------------------------------------------------------- a plain torch loop
@@ -73,7 +59,7 @@ def test_planted_leak_is_reported_within_a_few_steps_naming_the_line():
     flagged = _train(10, leak=True, detector=det)
     assert flagged and flagged[0] <= 4
     leak = det.report().leaks[0]
-    assert leak.line == _line_of("loss-line marker") and leak.site[0] == __file__
+    assert leak.line == line_of(__file__, "loss-line marker") and leak.site[0] == __file__
     assert "mse_loss" in leak.code
     assert leak.keeps_graph == leak.survivors >= 3 and leak.grad_fn == "MseLossBackward0"
     assert "loss.item()" in str(leak)
@@ -93,7 +79,7 @@ def test_leak_warning_names_the_line():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _train(6, leak=True, detector=LeakDetector(window=3))
-    named = [w for w in caught if f":{_line_of('loss-line marker')} in _train" in str(w.message)]
+    named = [w for w in caught if f":{line_of(__file__, 'loss-line marker')} in _train" in str(w.message)]
     assert named and all(w.category is LeakWarning for w in named)
     assert issubclass(LeakWarning, UserWarning)  # shown under Python's default filters, unlike ResourceWarning
 
@@ -110,7 +96,7 @@ def test_evaluation_with_grad_enabled_is_reported():
             model(torch.randn(2, 4)).sum()
             det.step()
     sites = det.report().eval_with_grad
-    assert [site[1] for site, _ in sites] == [_line_of("eval-grad marker")]
+    assert [site[1] for site, _ in sites] == [line_of(__file__, "eval-grad marker")]
 
 
 def test_a_graph_larger_than_the_walk_stays_flagged(monkeypatch):
