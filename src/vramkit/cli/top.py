@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise Failure(_("vram top needs a terminal; for a refreshing text view use 'vram status --watch'"))
     from ..collector import Collector
 
+    _one_malloc_arena()
     machine = open_for(args)
     # The view and its kills share one reader; the view keeps its own history (alerts.History,
     # the charts), so the collector's ring holds only the newest snapshot, not 16 (MiBs at 500 processes).
@@ -173,6 +174,24 @@ def run(args: argparse.Namespace) -> int:
         if not collector.reading:
             machine.close()
     return app.return_code or 0
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+
+
+def _one_malloc_arena() -> None:
+    """glibc gives each thread that allocates an arena of its own: besides the main thread, the
+    view has the sampler and Textual's input and output threads, and their arenas' free space
+    grew over the first minutes of a view, and RSS with it. One arena for all, set before any of
+    them starts; with glibc only (musl has one allocator for all threads anyway)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        if hasattr(libc, "gnu_get_libc_version"):
+            libc.mallopt(M_ARENA_MAX, 1)
+    except (OSError, AttributeError):
+        pass
 
 
 def _config_default(name: str) -> Callable[[], str]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from rich.cells import cell_len
+from rich.cells import cached_cell_len, cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.text import Text
@@ -370,6 +370,20 @@ def _settle(done: asyncio.Future[T], result: T | None, error: BaseException | No
         done.set_result(result)  # type: ignore[arg-type]
 
 
+# Cell lengths rich may keep (see bound_cell_lengths): about what a screen of this view measures
+CELL_LENGTHS = 1024
+
+
+def bound_cell_lengths() -> None:
+    """rich keeps the cell length of every text it measures (shorter than 512) in one cache of
+    4,096, which Textual shares: the clock, ELAPSED and CPU% bring new texts every second, so it
+    grew for the first five minutes of a view (~1 MiB, past the first minute). Emptied once it
+    holds more than CELL_LENGTHS, it stays within what the first minute filled; measuring a text
+    again costs a len() for ASCII."""
+    if cached_cell_len.cache_info().currsize > CELL_LENGTHS:
+        cached_cell_len.cache_clear()
+
+
 def _run_and_settle(fn: Callable[[], T], loop: asyncio.AbstractEventLoop, done: asyncio.Future[T]) -> None:
     try:
         result, error = fn(), None
@@ -684,6 +698,7 @@ class TopApp(App[None]):
         self.alerts = evaluate(self.history, self.thresholds)
         self._draw()
         self._fill_table()
+        bound_cell_lengths()
         detail = self.detail_screen()
         if detail is not None:
             detail.update(snap, self.history, self.span, self.health)
