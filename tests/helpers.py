@@ -144,6 +144,25 @@ def line_of(path: str | Path, marker: str) -> int:
     raise AssertionError(marker)
 
 
+def causal_lm_step(net: Any, optimizer: Any, vocab: int, batch: int, seq: int) -> Callable[[int], None]:
+    """One step of a transformers causal LM on random token ids, for trace_memory: a training step
+    when there is an optimizer, else a prefill as generate() does it (no grad, one logit kept)."""
+    import torch
+
+    def step(_: int) -> None:
+        ids = torch.randint(0, vocab, (batch, seq))
+        if optimizer is None:
+            with torch.no_grad():
+                net(input_ids=ids, use_cache=True, logits_to_keep=1)
+            return
+        loss = net(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
 def closed_after(make: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
     """For a fixture that starts what its test asks for (`yield from closed_after(FakeHost)`):
     yields start(*args), which makes one; each made is closed at teardown, in order."""

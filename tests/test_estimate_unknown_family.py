@@ -12,7 +12,7 @@ import json
 import warnings
 
 import pytest
-from helpers import assert_one_line_error, run_vram
+from helpers import assert_one_line_error, causal_lm_step, run_vram
 
 from vramkit.estimator import EstimateError
 from vramkit.estimator.analytic import CUBLAS_WORKSPACES, Setup, estimate
@@ -68,18 +68,7 @@ def traced_by_hand(cfg: dict, precision: str, mode: str = "train") -> int:
         net.train(mode == "train")
         optimizer = make_optimizer("adamw", net.parameters()) if mode == "train" else None
 
-        def step(_: int) -> None:
-            ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
-            if optimizer is None:
-                with torch.no_grad():
-                    net(input_ids=ids, use_cache=True, logits_to_keep=1)
-                return
-            loss = net(input_ids=ids, labels=ids).loss
-            loss.backward()
-            del loss
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
+        step = causal_lm_step(net, optimizer, cfg["vocab_size"], BATCH, SEQ)
         return trace_memory(net, step, steps=2, optimizer=optimizer, fake_mode=fm).peak_bytes
 
 

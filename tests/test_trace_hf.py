@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from helpers import causal_lm_step
 
 pytestmark = pytest.mark.slow  # traces real PyTorch models
 
@@ -66,18 +67,7 @@ def traced_and_analytic(name: str, precision: str, mode: str = "train", batch: i
             net = _hf_model(cfg, dtype).train(mode == "train")
             optimizer = make_optimizer("adamw", net.parameters()) if mode == "train" else None
 
-        def step(_: int) -> None:
-            ids = torch.randint(0, spec.vocab, (batch, seq))
-            if optimizer is None:
-                with torch.no_grad():
-                    net(input_ids=ids, use_cache=True, logits_to_keep=1)  # as generate() prefills
-                return
-            loss = net(input_ids=ids, labels=ids).loss
-            loss.backward()
-            del loss
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
+        step = causal_lm_step(net, optimizer, spec.vocab, batch, seq)
         traced = trace_memory(net, step, steps=2 if optimizer else 1, optimizer=optimizer, fake_mode=fm)
     analytic = estimate(spec, mode=mode, batch=batch, seq=seq,
                         precision=precision if mode == "train" else ("fp32" if precision == "fp32" else "bf16"))
