@@ -30,7 +30,7 @@ from .store import WORKLOAD_COLUMNS, Retention, RollupError, Store, StoreError, 
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept
 MAX_COMMAND = 1024
-ROLLUP_EVERY = 300.0  # seconds of recording between rollups / retention passes
+ROLLUP_EVERY = 60.0  # seconds of recording between rollups / retention passes: often, each a small part
 FORGET_AFTER = 3600.0  # a job unseen this long is not matched again in memory (the database still is)
 SAME_START = 1.0  # seconds: with unknown start ticks, a pid started within this of a job's start is that job
 PUBLISH_EVERY = 60.0  # seconds between copies of a published database (when something changed)
