@@ -19,17 +19,19 @@ ADMIN_FIX = N_("an admin can make one directory shared by all users: sudo script
                 "sudo systemd-tmpfiles --create /etc/tmpfiles.d/vramkit.conf with contrib/tmpfiles.d/vramkit.conf")
 
 
-def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
-    """None when `path` can hold leases, else why not (`create`: make it when missing)."""
+def made_dir(path: Path, mode: int, create: bool, parents: bool = False) -> os.stat_result | str:
+    """`path`'s own status (never through a symlink) when it is a real directory, made with `mode`
+    (whatever the umask) when missing and `create` (`parents`: its parents too); else why not."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         if not create:
             return _("{path} does not exist").format(path=path)
         try:
-            os.makedirs(path.parent, exist_ok=True)
+            if parents:
+                os.makedirs(path.parent, exist_ok=True)
             os.mkdir(path, 0o700)
-            os.chmod(path, 0o1777 if shared else 0o700)  # sticky: users can only remove their own
+            os.chmod(path, mode)
             st = os.lstat(path)
         except FileExistsError:
             st = os.lstat(path)  # created by someone else just now
@@ -37,6 +39,15 @@ def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
             return _("cannot create {path}: {error}").format(path=path, error=e.strerror)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         return _("{path} is not a directory").format(path=path)
+    return st
+
+
+def _usable(path: Path, shared: bool, create: bool = True) -> str | None:
+    """None when `path` can hold leases, else why not (`create`: make it when missing)."""
+    # sticky when shared: users can only remove their own
+    st = made_dir(path, 0o1777 if shared else 0o700, create, parents=True)
+    if isinstance(st, str):
+        return st
     mine = st.st_uid == os.getuid()
     if shared and not mine and st.st_uid != 0:
         # Its owner could remove anyone's leases (a GPU then goes to two jobs) or lock others out:

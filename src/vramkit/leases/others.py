@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from ..i18n import _
+from .directory import made_dir
 from .settings import MAX_DIRS, MAX_DIRS_PER_OWNER
 
 
@@ -53,21 +54,9 @@ def own_dir(shared_dir: Path) -> tuple[Path | None, str | None]:
 def _ours(path: Path, create: bool) -> str | None:
     """None when `path` is a real directory of this user that nobody else may write (made so when
     missing and `create`), else why not."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            return _("{path} does not exist").format(path=path)
-        try:
-            os.mkdir(path, 0o700)
-            os.chmod(path, 0o755)  # readable by every user, whatever the umask: that is the point
-            st = os.lstat(path)
-        except FileExistsError:
-            st = os.lstat(path)
-        except OSError as e:
-            return _("cannot create {path}: {error}").format(path=path, error=e.strerror)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        return _("{path} is not a directory").format(path=path)
+    st = made_dir(path, 0o755, create)  # readable by every user, whatever the umask: that is the point
+    if isinstance(st, str):
+        return st
     if st.st_uid != os.getuid():
         from ..procs import user_name
 
