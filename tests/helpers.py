@@ -18,6 +18,7 @@ import pty
 import re
 import select
 import signal
+import socket
 import ssl
 import struct
 import subprocess
@@ -598,6 +599,14 @@ def needs_root(why: str):
 
 
 # ---------------------------------------------------------------- vram serve
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a server that must be told its port (another process
+    can take it before the server binds it: try again then); also a port where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
 
 @contextlib.contextmanager
 def serving(service: Any, **server_kwargs: Any) -> Iterator[Any]:

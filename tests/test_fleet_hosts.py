@@ -7,22 +7,15 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, closed_after, run_vram, sanitized
+from helpers import assert_one_line_error, clean_env, closed_after, free_port, run_vram, sanitized
 
 from vramkit.errors import RequestError
 from vramkit.fleet_hosts import ClientConfig, load_client_config, parse_hosts, read_hosts
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FakeHost:

@@ -6,11 +6,10 @@ text, the system's reason, the reader's detail."""
 from __future__ import annotations
 
 import re
-import socket
 import time
 
 import pytest
-from helpers import run_vram, zh_env
+from helpers import free_port, run_vram, zh_env
 from test_fleet import FakePrometheus, vector
 
 from vramkit import i18n
@@ -41,12 +40,6 @@ def prometheus():
     fake.close()
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def chinese(monkeypatch):
     monkeypatch.setenv("VRAM_LANG", "zh_CN")
@@ -69,7 +62,7 @@ def test_a_failed_read_is_said_in_chinese(chinese, prometheus):
     failures = []
     for prom, deadline in ((Prometheus(prometheus.url, max_answer=16 * 1024), None),
                            (Prometheus(prometheus.url, timeout=0.5), time.monotonic() - 1),
-                           (Prometheus(f"http://127.0.0.1:{closed_port()}"), None)):
+                           (Prometheus(f"http://127.0.0.1:{free_port()}"), None)):
         with pytest.raises(PrometheusError) as failed:
             prom.query("big", deadline)
         failures.append((prom.url, str(failed.value)))
@@ -79,7 +72,7 @@ def test_a_failed_read_is_said_in_chinese(chinese, prometheus):
 
 
 def test_vram_fleet_says_prometheus_cannot_be_reached_in_chinese():
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     shown = run_vram("fleet", "--prometheus", url, env=zh_env())
     assert shown.rc == 1 and not shown.out, shown
     assert shown.err == f"vram: 无法连接 {url} 上的 Prometheus：Connection refused\n", shown.err

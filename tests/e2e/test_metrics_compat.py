@@ -20,8 +20,8 @@ from itertools import product
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, vram_argv
-from test_serve_prometheus import PATIENCE, PROMETHEUS, Group, free_port, is_ours, query, wait_until
+from helpers import Groups, clean_env, free_port, vram_argv
+from test_serve_prometheus import PATIENCE, PROMETHEUS, is_ours, query, wait_until
 
 DASHBOARDS = Path(__file__).resolve().parents[1] / "fixtures" / "dashboards"
 SCENARIOS = {"gpu-u": "unhealthy", "gpu-m": "mig", "gpu-f": "faulty", "gpu-w": "workstation.json"}
@@ -78,7 +78,7 @@ def lab(tmp_path_factory):
         pytest.skip("needs the Prometheus server (Debian package 'prometheus')")
     tmp = tmp_path_factory.mktemp("compat")
     (tmp / "workstation.json").write_text(json.dumps(WORKSTATION))
-    group = Group()
+    group = Groups()
     found = []
     try:
         for host, scenario in SCENARIOS.items():
@@ -116,7 +116,7 @@ def lab(tmp_path_factory):
                    lambda: query(url, "up"))
         yield url, found
     finally:
-        group.stop()
+        group.cleanup()
 
 
 def check(url: str, name: str, filename: str, combos: list[dict[str, str]]) -> None:

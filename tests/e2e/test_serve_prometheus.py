@@ -21,7 +21,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, expected_gpus, minimal_scenario, run_vram, vram_argv
+from helpers import (
+    Groups,
+    assert_one_line_error,
+    clean_env,
+    expected_gpus,
+    free_port,
+    minimal_scenario,
+    run_vram,
+    vram_argv,
+)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "vram-dashboard.json"
@@ -29,12 +38,6 @@ needs_prometheus = pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
                                       reason="needs the Prometheus server (Debian package 'prometheus'; .ci/run "
                                              "installs it)")
 PATIENCE = 90  # seconds to wait for scrapes to land: generous, as the machine is shared (not a timing test)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def is_ours(port: int, data: Path) -> bool:
@@ -46,27 +49,6 @@ def is_ours(port: int, data: Path) -> bool:
 def get_json(url: str, timeout: float = 10) -> dict:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return json.loads(r.read())
-
-
-class Group:
-    """Processes started in their own process groups; stop() kills each group."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str], **kw) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, start_new_session=True, **kw)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for proc in self.procs:
-            proc.wait(timeout=30)
 
 
 def scenario_a() -> dict:
@@ -103,7 +85,7 @@ def lab(tmp_path):
     (Prometheus' URL, {hostname: scenario data}, the targets, {hostname: its vram serve process})."""
     if not os.access(PROMETHEUS, os.X_OK):
         pytest.skip("needs the Prometheus server (Debian package 'prometheus')")
-    group = Group()
+    group = Groups()
     hosts = {"gpu-a": scenario_a(), "gpu-b": scenario_b()}
     targets = []
     serves: dict[str, subprocess.Popen] = {}
@@ -150,7 +132,7 @@ def lab(tmp_path):
             p.read_text()[-2000:] for p in tmp_path.glob("prometheus-*.log"))
         yield url, hosts, targets, serves
     finally:
-        group.stop()
+        group.cleanup()
 
 
 def query(url: str, promql: str) -> list[dict]:
