@@ -62,11 +62,11 @@ def test_the_background_loop_fans_out_and_survives_errors(collector):
     real = collector.machine.snapshot
     calls = {"n": 0}
 
-    def flaky(extras: frozenset[str]) -> Snapshot:  # what the collector asks of its machine
+    def flaky(extras: frozenset[str], usage_pids: set[int] | None) -> Snapshot:  # what the collector asks
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("the driver hiccuped")
-        return real(extras)
+        return real(extras, usage_pids)
 
     collector.machine.snapshot = flaky  # type: ignore[method-assign]
     collector.on_error = errors.append

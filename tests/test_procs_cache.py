@@ -11,6 +11,7 @@ from helpers import cmdline, minimal_scenario, wait_for
 
 import vramkit
 from vramkit import procs
+from vramkit.collector import Collector
 
 
 def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
@@ -284,3 +285,25 @@ def test_a_reading_without_host_usage_leaves_state_cpu_and_rss_unread_but_says_a
             assert rows[4999].zombie and rows[4999].state == "zombie"  # the idle rule leaves a zombie out
     finally:
         machine.close()
+
+
+def test_a_reading_reads_the_usage_of_the_pids_it_names_only(children, write_scenario, monkeypatch):
+    # The live view names the rows on screen: those show state, CPU and RSS; the others are not read.
+    shown, hidden = children.start(["sleep", "600"]), children.start(["sleep", "600"])
+    data = minimal_scenario()
+    data["processes"] += [{"pid": shown.pid, "source": "real", "gpus": {"0": "1GiB"}},
+                          {"pid": hidden.pid, "source": "real", "gpus": {"1": "1GiB"}}]
+    monkeypatch.setenv("VRAM_SIM_TIME", "0")
+    collector = Collector(vramkit.open_machine(str(write_scenario(data))), interval=1)
+    try:
+        collector.usage_pids = {shown.pid}
+        for _i in range(2):
+            rows = {p.pid: p for p in collector.sample().processes}
+            assert rows[shown.pid].rss and rows[shown.pid].state and rows[shown.pid].cpu_percent is not None
+            assert (rows[hidden.pid].rss, rows[hidden.pid].state, rows[hidden.pid].cpu_percent) == (None, None, None)
+            assert rows[hidden.pid].command == "sleep 600"
+        collector.usage_pids = None
+        rows = {p.pid: p for p in collector.sample().processes}
+        assert rows[hidden.pid].rss and rows[hidden.pid].cpu_percent is not None
+    finally:
+        collector.close()

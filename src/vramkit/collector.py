@@ -44,6 +44,9 @@ class Collector:
         # Which of backends.EXTRAS each reading reads: the ones its consumers use (all by default;
         # the recorder's Recorder.EXTRAS, none). Kept here, so a reopened machine reads the same.
         self.extras = extras
+        # Whose state, CPU and RSS each reading reads again (None: every process's): the live view
+        # names the rows on screen and those a page either side; the others cost no /proc read.
+        self.usage_pids: set[int] | None = None
         # The newest last. Short: a snapshot of a busy machine holds thousands of objects, and
         # consumers that want a longer past keep their own compact history (alerts.History).
         self.recent: deque[Snapshot] = deque(maxlen=keep)
@@ -92,7 +95,7 @@ class Collector:
         with self._read_lock:
             began = time.perf_counter()
             try:
-                snap = self.machine.snapshot(self.extras)
+                snap = self.machine.snapshot(self.extras, self.usage_pids)
             except Exception:
                 self.errors += 1
                 raise

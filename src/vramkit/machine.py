@@ -44,23 +44,24 @@ class Machine:
     def simulated(self) -> bool:
         return self.backend.simulated
 
-    def snapshot(self, extras: frozenset[str] = EXTRAS) -> Snapshot:
+    def snapshot(self, extras: frozenset[str] = EXTRAS, usage_pids: set[int] | None = None) -> Snapshot:
         """Every GPU and process, joined with the host side; of backends.EXTRAS only those in
         `extras` are read (the recorder reads none). Without HOST_USAGE a process's state (but a
-        zombie's), CPU % and RSS are None: not read."""
+        zombie's), CPU % and RSS are None: not read; with it, of the pids in `usage_pids` only
+        (None: of all; the live view names the rows on screen)."""
         gpus = self.backend.read_devices(extras)
         now = self.backend.now()
         usage = HOST_USAGE in extras
-        previous_cpu = self._previous_cpu if usage else None
         hosts: dict[int, HostProcess | str] = {}
         outside = False  # a pid of another PID namespace: inside a container
         for dev in gpus:
             for proc in dev.processes:
+                wanted = usage and (usage_pids is None or proc.pid in usage_pids)
                 host = hosts.get(proc.pid)
                 if host is None:
-                    host = hosts[proc.pid] = self.backend.host(proc.pid, now, usage)
+                    host = hosts[proc.pid] = self.backend.host(proc.pid, now, wanted)
                     outside = outside or (isinstance(host, str) and host == OTHER_NAMESPACE)
-                _join_host(proc, dev, host, now, previous_cpu)
+                _join_host(proc, dev, host, now, self._previous_cpu if wanted else None)
         self._name_pods(gpus)
         self.backend.forget_all_but(set(hosts))
         if any(k[0] not in hosts for k in self._previous_cpu):
@@ -72,7 +73,8 @@ class Machine:
             from .pidmap import map_to_this_namespace
 
             map_to_this_namespace(snap, self.backend,
-                                  lambda proc, dev, host: _join_host(proc, dev, host, now, previous_cpu))
+                                  lambda proc, dev, host: _join_host(proc, dev, host, now,
+                                                                     self._previous_cpu if usage else None))
         return snap
 
     def _name_pods(self, gpus: list[Device]) -> None:
