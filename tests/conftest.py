@@ -269,6 +269,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "test_report_days.py::test_other_zones_days_from_hour_totals_and_the_days_first_and_last_hours",
     "test_report_days.py::test_a_schema_5_file_is_upgraded_to_hour_totals_with_the_same_days",
     "test_report_days.py::test_an_hour_local_midnight_cuts_is_summed_from_its_quarters",
+    "test_report_days.py::test_in_the_recorders_zone_half_an_hour_off_utc_the_cut_hours_come_from_their_quarters",
     "test_report_days.py::test_a_schema_6_file_is_upgraded_to_quarter_totals_with_the_same_days",
     "test_report_days.py::test_days_across_berlins_clock_change",
     "test_report_days.py::test_in_the_recorders_zone_the_days_are_its_local_days",

@@ -566,7 +566,9 @@ def cut_history(tmp_path_factory) -> Path:
 def cut_windows() -> list[tuple[float, float]]:
     end = EPOCH + CUT_DAYS * 86400
     return [(EPOCH - 86400, end + 86400), (EPOCH + 2 * 3600 + 7, end - 3600 - 0.5),
-            (EPOCH + 18 * 3600 + 1, EPOCH + 2 * 86400 + 18 * 3600 + 1800)]
+            (EPOCH + 18 * 3600 + 1, EPOCH + 2 * 86400 + 18 * 3600 + 1800),
+            # from a cut hour on: the lives before it in its UTC day are not in the window
+            (EPOCH + 86400 + 18 * 3600, EPOCH + 2 * 86400 + 19 * 3600)]
 
 
 def assert_quarter_totals_are_their_rows(db: Path) -> None:
@@ -611,12 +613,12 @@ def test_an_hour_local_midnight_cuts_is_summed_from_its_quarters(cut_history, zo
     assert_totals_are_their_hours(cut_history)
     assert_quarter_totals_are_their_rows(cut_history)
     settled = settled_per_call(monkeypatch)
-    left = []
+    left = []  # the cut hours each call left to read row by row
     add_totals = query._add_totals
 
-    def spy(*args):
-        left.append(add_totals(*args))
-        return left[-1]
+    def spy(store, spans, days, plan, offsets):
+        add_totals(store, spans, days, plan, offsets)
+        left.append(plan.cuts)
 
     monkeypatch.setattr(query, "_add_totals", spy)
     assert_days_and_held(cut_history, zone, cut_windows(), monkeypatch)
@@ -624,6 +626,24 @@ def test_an_hour_local_midnight_cuts_is_summed_from_its_quarters(cut_history, zo
     # of the lives only those beginning or ending in one (the 5 of each), never ann's.
     assert settled[0] == (3, 15) and left[0] == []
     assert all(cuts >= 1 for cuts, _pairs in settled)
+
+
+@pytest.fixture(scope="module")
+def cut_history_in_india(tmp_path_factory) -> Path:
+    """The same, recorded by a recorder in India: its local days hold none of the cut hours."""
+    return record(tmp_path_factory.mktemp("cut-in-india"), EPOCH, ("Asia/Kolkata",), scenario_json=_cut_scenario(),
+                  days=CUT_DAYS)
+
+
+def test_in_the_recorders_zone_half_an_hour_off_utc_the_cut_hours_come_from_their_quarters(
+        cut_history_in_india, monkeypatch):
+    """A reader in India of a recorder in India reads its stored local days, and the hour between
+    two of them from its quarters' totals and the rows of the lives whose first or last hour of
+    the UTC day it is (it was read row by row: 2.1x the default report's CPU over a year)."""
+    settled = settled_per_call(monkeypatch)
+    monkeypatch.setattr(query, "_local_days", None)  # the recorder's days, not another zone's way
+    assert_days_and_held(cut_history_in_india, "Asia/Kolkata", cut_windows(), monkeypatch)
+    assert settled[0] == (3, 15)
 
 
 def test_a_schema_6_file_is_upgraded_to_quarter_totals_with_the_same_days(cut_history, tmp_path, monkeypatch):

@@ -219,14 +219,16 @@ _GPU_HOURS = f"""
     FROM samples s JOIN gpu_raw g ON g.sample = s.id WHERE s.id > :after AND +s.t >= :s{{n}} AND +s.t < :r{{n}}
     AND {_GPU_RAW_KEYS}"""
 
-# The rows of the hours that local midnight cuts (`cuts`: a VALUES list of (lo, hi), see _Plan.sql),
-# in one part however many there are (SQLite allows 500 terms in a compound SELECT).
+# The rows of the hours that local midnight cuts (`cuts`: a VALUES list of (lo, hi, whole), see
+# _Plan.sql), in one part however many there are (SQLite allows 500 terms in a compound SELECT):
+# every row of an hour read whole, only the samples not summed yet of one whose sums come from its
+# quarters' totals (schema 7).
 _PROC_CUTS = (_PROC_FINE
               .replace("FROM samples s JOIN proc_raw p ON p.sample = s.id WHERE s.t >= :s{n} AND s.t < :u{n}",
                        "FROM cuts c JOIN samples s ON s.t >= c.lo AND s.t < c.hi JOIN proc_raw p ON p.sample = s.id "
-                       "WHERE true")
+                       "WHERE (c.whole OR s.id > :after)")
               .replace(f"FROM proc_rollup WHERE {_IN_TIERS} AND t >= :s{{n}} AND t < :u{{n}}",
-                       f"FROM cuts c JOIN proc_rollup ON {_IN_TIERS} AND t >= c.lo AND t < c.hi WHERE true"))
+                       f"FROM cuts c JOIN proc_rollup ON {_IN_TIERS} AND t >= c.lo AND t < c.hi WHERE c.whole"))
 assert ":s{n}" not in _PROC_CUTS and "c.lo" in _PROC_CUTS
 
 # The samples not summed yet of _PROC_HOURS alone (what held_and_days reads of an hours part
@@ -266,6 +268,9 @@ class _Plan:
     after: int = 0
     days: list[tuple[float, float, float]] = field(default_factory=list)  # as `hours`, from the day sums
     cuts: list[tuple[int, float]] = field(default_factory=list)  # hours inside `hours` read row by row
+    # (lo, hi): cut hours whose sums come from their quarters' totals (schema 7): left out of the
+    # hours as `cuts` are, and only their samples not summed yet read row by row
+    settled: list[tuple[int, float]] = field(default_factory=list)
     local: bool = False  # `days` are the recorder's local days (proc_local_day), not UTC days
 
     def sql(self, fine: str, hours: str, days: str | None = None) -> tuple[str, dict[str, object]]:
@@ -285,16 +290,17 @@ class _Plan:
             for start, end, raw_end in pieces:
                 n = len(parts)
                 part = template.format(n=n)
-                if self.cuts:  # the cut hours come row by row, below (a local day holds none of them)
+                if self.cuts or self.settled:  # the cut hours come row by row, below (a local day holds none)
                     part = (f"\n    SELECT * FROM ({part}) WHERE CAST(t / {HOUR} AS INTEGER) * {HOUR} "
                             "NOT IN (SELECT lo FROM cuts)")
                 parts.append(part)
                 params.update({f"s{n}": start, f"u{n}": end, f"r{n}": raw_end})
-        if not self.cuts:
+        if not (self.cuts or self.settled):
             return "\n    UNION ALL".join(parts), params
-        cuts = ", ".join(f"({lo}, {hi!r})" for lo, hi in self.cuts)
+        cuts = ", ".join([f"({lo}, {hi!r}, 1)" for lo, hi in self.cuts]
+                         + [f"({lo}, {hi!r}, 0)" for lo, hi in self.settled])
         parts.append(_PROC_CUTS)
-        return f"WITH cuts(lo, hi) AS (VALUES {cuts})\n" + "\n    UNION ALL".join(parts), params
+        return f"WITH cuts(lo, hi, whole) AS (VALUES {cuts})\n" + "\n    UNION ALL".join(parts), params
 
 
 @contextmanager
@@ -718,6 +724,8 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
                            group_concat(DISTINCT job)
                     FROM {table} WHERE t >= ? AND t < ? AND {_DAY_KEYS} GROUP BY t""", (start, end)):
                 days.add(_day_of(int(t), offsets), gs, mbs, peak, idle, jobs)
+        if plan.cuts and store.quarter_totals:
+            _settle_cuts(store, plan, days, offsets)
         # The rest: fine rows, hour sums, and of the days' parts the samples not summed yet.
         rest_sql, params = plan.sql(_PROC_FINE, _PROC_HOURS, days=_PROC_UNSUMMED)
         day = _day_sql(f"CAST(t / {_QUARTER} AS INTEGER) * {_QUARTER}", offsets)
@@ -728,6 +736,35 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
             if n is not None:
                 days.add(n, gs, mbs, peak, idle, jobs)
     return sums, days.usage()
+
+
+def _settle_cuts(store: Store, plan: _Plan, days: _DayTotals, offsets: list[tuple[int, int]]) -> None:
+    """The cut hours of `plan` (a reader in the recorder's zone, half an hour off UTC: its stored
+    local days hold none of them) whose UTC day is wholly in the hours the plan reads from the sums
+    and keeps one offset, settled from their quarters (schema 7, _add_quarters) and moved to
+    `plan.settled`. Local midnight is the one in that UTC day: a pair whose first hour of the UTC
+    day is before the cut hour is in the local day before it, one whose last is after it in the day
+    after, whatever part of the plan reads those hours; only the pairs whose first or last hour it
+    is are read from their rows in it."""
+    pieces = plan.hours + plan.days
+    first, end = min(p[0] for p in pieces), max(p[1] for p in pieces)
+    changes = [begin for begin, _ in offsets[1:]]
+    settle, left = [], []
+    for lo, hi in plan.cuts:
+        day = lo // DAY * DAY
+        if hi == lo + HOUR and first <= day and day + DAY <= end and not any(day < b < day + DAY for b in changes):
+            settle.append((day, lo))
+        else:
+            left.append((lo, hi))
+    if not settle:
+        return
+    unsure = [(int(cut), int(job), int(gpu)) for cut, job, gpu in _temp_rows(
+        store, "vram_cut_days (d INTEGER PRIMARY KEY, cut)", settle, f"""
+            SELECT e.cut, x.job, x.gpu FROM temp.vram_cut_days e JOIN proc_day x ON x.t = e.d
+            WHERE (x.first_hour = e.cut OR x.last_hour = e.cut)
+            AND {of_kind('x.job', 'id')} AND {of_kind('x.gpu', 'gpu')}""")]
+    _add_quarters(store, [lo for _day, lo in settle], unsure, days, offsets)
+    plan.cuts, plan.settled = left, [(lo, float(lo + HOUR)) for _day, lo in settle]
 
 
 # A day sums row's keys (the days --by day reads whole), as plain tests (as _DAY_SPAN_SUMS').
@@ -816,7 +853,7 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     if spans and store.hour_totals:
         # The cut hours it settles from their quarters are read row by row no more (only their
         # samples not summed yet, with the rest below).
-        plan.cuts = _add_totals(store, sorted(spans, key=lambda span: span[1]), days, plan.cuts, offsets)
+        _add_totals(store, sorted(spans, key=lambda span: span[1]), days, plan, offsets)
         spans = []
     elif spans:
         spans, derived = _derive(store, spans, cuts, plan.hours[0][0], plan.hours[-1][1])
@@ -854,20 +891,20 @@ def _local_days(store: Store, since: float, until: float, offsets: list[tuple[in
     return days.usage()
 
 
-def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayTotals,
-                cuts: list[tuple[int, float]], offsets: list[tuple[int, int]]) -> list[tuple[int, float]]:
+def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayTotals, plan: _Plan,
+                offsets: list[tuple[int, int]]) -> None:
     """The spans (day, lo, hi) of the hour sums, sorted, added to their local days (schema 6): the
     sums and peak from hour_totals (a row per hour), the lives from the UTC day sums' first and
     last hours: a life is in the part of a day from its start to x when its first hour there is
     before x, in the part from x to its end when its last is at or after x. A part that is neither
     (the window's edges), or of a day whose sums lost hours to retention, is read from the hour sums.
 
-    `cuts`: the hours local midnight cuts ((lo, hi), in no span). From schema 7, one between the
-    two parts of its UTC day read so (x = lo, the next from lo + HOUR) is settled here: its sums
-    and peak per local day from its quarters' totals, and its lives: those of the day's pairs whose
-    first hour there is before it and last after it are in both days already, and of the others
-    only the pairs whose first or last hour it is can be in it: their rows in it are read (a few
-    seeks each). Returns the cut hours not settled (to read row by row)."""
+    `plan.cuts`: the hours local midnight cuts ((lo, hi), in no span). From schema 7, one between
+    the two parts of its UTC day read so (x = lo, the next from lo + HOUR) is settled here (moved
+    to `plan.settled`): its sums and peak per local day from its quarters' totals, and its lives:
+    those of the day's pairs whose first hour there is before it and last after it are in both
+    days already, and of the others only the pairs whose first or last hour it is can be in it:
+    their rows in it are read (a few seeks each)."""
     for i, gs, mbs, peak, idle in _temp_rows(store, "vram_day_spans (id INTEGER PRIMARY KEY, lo, hi)",
                                               [(i, lo, hi) for i, (_n, lo, hi) in enumerate(spans)], f"""
             SELECT s.id, SUM(h.seconds), SUM({_c('h.memory_byte_seconds', 'byte_seconds')}),
@@ -902,7 +939,7 @@ def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayT
             else:
                 direct.append([number, lo, hi])
     left = []
-    for lo, hi in cuts:
+    for lo, hi in plan.cuts:
         end = ends.get(lo // DAY * DAY) if store.quarter_totals else None
         if (end is not None and end[1] == lo and end[3] == lo + HOUR == hi and end[4] is None
                 and {_day_of(q, offsets) for q in range(lo, lo + HOUR, _QUARTER)} <= {end[0], end[2]}):
@@ -910,6 +947,7 @@ def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayT
         else:
             left.append((lo, hi))
     settled = [end[4] for end in ends.values() if end[4] is not None]
+    plan.cuts, plan.settled = left, [(lo, float(lo + HOUR)) for lo in settled]
     unsure: list[tuple[int, int, int]] = []  # (cut hour, job, GPU): a pair whose first or last hour it is
     for day, before, after, edge in _temp_rows(store, "vram_day_ends (d INTEGER PRIMARY KEY, upto, since, cut)",
                                                [(day, e[1], e[3], e[4]) for day, e in ends.items()], f"""
@@ -936,7 +974,6 @@ def _add_totals(store: Store, spans: list[tuple[int, float, float]], days: _DayT
                              f"AND {keys}", (lo, hi)):
             if jobs:
                 days.add(number, 0.0, 0.0, None, 0.0, jobs)
-    return left
 
 
 # (tier, offset): where each rollup tier's buckets start in an hour.
