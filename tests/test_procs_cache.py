@@ -307,3 +307,23 @@ def test_a_reading_reads_the_usage_of_the_pids_it_names_only(children, write_sce
         assert rows[hidden.pid].rss and rows[hidden.pid].cpu_percent is not None
     finally:
         collector.close()
+
+
+def test_a_new_process_s_cgroup_file_is_read_once(children, monkeypatch):
+    # Its workload is parsed from the same read that is kept to see a move later, not from a second one.
+    from vramkit.procs import table as table_module
+    from vramkit.procs import workload
+
+    sleeper = children.start(["sleep", "600"])
+    reads: list[str] = []
+
+    def counting(real):
+        return lambda path, limit: (reads.append(path) if path.endswith("/cgroup") else None) or real(path, limit)
+    monkeypatch.setattr(table_module, "read_proc_file", counting(table_module.read_proc_file))
+    monkeypatch.setattr(workload, "read_proc_file", counting(workload.read_proc_file))
+    table = procs.ProcessTable()
+    try:
+        assert not isinstance(table.read(sleeper.pid), str)
+        assert reads == [f"/proc/{sleeper.pid}/cgroup"]
+    finally:
+        table.close()

@@ -119,7 +119,7 @@ class ProcessTable:
             # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
             # shown by name and not kept: the next read may find the real one.
             cgroup = read_proc_file(f"/proc/{pid}/cgroup", MAX_CGROUP_BYTES)
-            name, line, owner = stat.name, cmdline(pid), self._workload(pid)
+            name, line, owner = stat.name, cmdline(pid), self._workload(pid, cgroup)
             fixed = (seen, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None,
                      self._boot + ticks / CLOCK_TICKS)
             if line:
@@ -128,7 +128,7 @@ class ProcessTable:
         elif now >= self._cgroups[key][1]:  # moved to another cgroup since? (the file alone says)
             cgroup = read_proc_file(f"/proc/{pid}/cgroup", MAX_CGROUP_BYTES)
             if cgroup != self._cgroups[key][0]:
-                owner = self._workload(pid)
+                owner = self._workload(pid, cgroup)
                 fixed = (*fixed[:3], owner, workload.short_id(owner) if owner else None, fixed[5])
                 self._fixed[key] = fixed
             self._cgroups[key] = (cgroup, now + _recheck_in())
@@ -142,8 +142,9 @@ class ProcessTable:
             self._last.pop(pid, None)
         return host
 
-    def _workload(self, pid: int) -> Workload | None:
-        found = workload.read(pid, self.runtime_names)
+    def _workload(self, pid: int, cgroup: bytes | None) -> Workload | None:
+        """The workload of pid, from its cgroup file as just read (None: unreadable, in none)."""
+        found = None if cgroup is None else workload.read(pid, self.runtime_names, raw=cgroup)
         if isinstance(found, str):  # a cgroup file that cannot be the kernel's: said, not believed
             return Workload(note=workload.PID_NOTE.format(pid=pid, why=found))
         if found is not None and found.slurm_job is not None:

@@ -404,19 +404,22 @@ class RuntimeNames:
         return text
 
 
-def read(pid: int, names: RuntimeNames | None = None, mounts: CgroupMounts | None = None) -> Workload | str | None:
+def read(pid: int, names: RuntimeNames | None = None, mounts: CgroupMounts | None = None,
+         raw: bytes | None = None) -> Workload | str | None:
     """The workload of a live process (None: in none), its container named from the runtime's
     state; a string: why its cgroup cannot be trusted (one line). A match is believed only where
     the cgroup directory that names it is root's (a missing one, not mounted here or gone with
-    the process, as before: its cgroup file read again must name it still)."""
-    return read_in(f"/proc/{int(pid)}/cgroup", names, mounts or cgroup_mounts())
+    the process, as before: its cgroup file read again must name it still). `raw`: the cgroup
+    file as the caller has just read it (None: read here)."""
+    return read_in(f"/proc/{int(pid)}/cgroup", names, mounts or cgroup_mounts(), raw)
 
 
 def read_in(cgroup_path: str, names: RuntimeNames | None = None,
-            mounts: CgroupMounts | None = None) -> Workload | str | None:
+            mounts: CgroupMounts | None = None, raw: bytes | None = None) -> Workload | str | None:
     """read() of a cgroup file (a process's, or a test's fixture); without `mounts`, no
     directory is looked at."""
-    raw = read_proc_file(cgroup_path, MAX_CGROUP_BYTES)
+    if raw is None:
+        raw = read_proc_file(cgroup_path, MAX_CGROUP_BYTES)
     if raw is None:
         return None
     text = raw.decode(errors="replace")
