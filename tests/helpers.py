@@ -12,11 +12,13 @@ import base64
 import contextlib
 import ctypes
 import fcntl
+import functools
 import json
 import os
 import pty
 import re
 import select
+import shutil
 import signal
 import socket
 import ssl
@@ -606,6 +608,48 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"  # the server (Debian package 'prometheus')
+PATIENCE = 90  # seconds to wait for Prometheus and its scrapes: the machine is shared (not a timing test)
+
+
+def start_prometheus(groups: Groups, directory: Path, targets: list[str], interval: str = "1s") -> str:
+    """A real Prometheus (started in `groups`) scraping `targets` ("127.0.0.1:PORT") as job vram
+    every `interval`, its config, data and log in `directory`; its URL once it answers. A free
+    port can be taken between asking and binding, by another test's Prometheus too: it is tried
+    again on another, and a Prometheus counts as started only with this data directory."""
+    config = directory / "prometheus.yml"
+    config.write_text(f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n"
+                      f"  evaluation_interval: {interval}\nscrape_configs:\n  - job_name: vram\n"
+                      f"    static_configs:\n      - targets: [{', '.join(repr(t) for t in targets)}]\n")
+    data = directory / "data"
+    for _attempt in range(3):
+        port = free_port()
+        with (directory / f"prometheus-{port}.log").open("w") as log:
+            proc = groups.start([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(functools.partial(_started_or_gone, proc, url, data), timeout=PATIENCE, interval=0.1)
+        if proc.poll() is None and _prometheus_with(url, data):
+            return url
+    raise AssertionError("Prometheus did not start: " + "\n".join(
+        p.read_text()[-2000:] for p in directory.glob("prometheus-*.log")))
+
+
+def _started_or_gone(proc: subprocess.Popen, url: str, data: Path) -> bool:
+    return proc.poll() is not None or _prometheus_with(url, data)
+
+
+def _prometheus_with(url: str, data: Path) -> bool:
+    """Whether the Prometheus answering at `url` is the one started with this data directory."""
+    try:
+        with urllib.request.urlopen(url + "/api/v1/status/flags", timeout=5) as r:
+            flags = json.loads(r.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(flags, dict) and flags.get("data", {}).get("storage.tsdb.path") == str(data)
 
 
 @contextlib.contextmanager

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
+from helpers import PATIENCE, PROMETHEUS, start_prometheus
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PATIENCE = 90  # seconds for scrapes to land on a shared machine (not a timing test)
 GiB = 2**30
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
@@ -27,31 +23,6 @@ def _get(url: str) -> dict:
         return json.loads(r.read())
 
 
-def _prometheus(groups, tmp_path, target: str) -> str:
-    """A Prometheus scraping `target` every second; its URL (a port taken meanwhile: another tried)."""
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: vram\n"
-                      f"    static_configs:\n      - targets: ['{target}']\n")
-    data = tmp_path / "data"
-    for _attempt in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = groups.start([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + PATIENCE
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:  # ready, and ours (not another test's that took the port first)
-                flags = _get(f"http://127.0.0.1:{port}/api/v1/status/flags")
-                if flags["data"].get("storage.tsdb.path") == str(data) and proc.poll() is None:
-                    return f"http://127.0.0.1:{port}"
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.2)
-    raise AssertionError("Prometheus did not start")
-
-
 def _query(url: str, promql: str) -> list[dict]:
     answer = _get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
     assert answer["status"] == "success", answer
@@ -60,7 +31,7 @@ def _query(url: str, promql: str) -> list[dict]:
 
 def test_prometheus_scrapes_amd_gpus_under_the_same_names_with_a_vendor_label(served, groups, tmp_path):
     server = served("--simulate", "mixed")
-    url = _prometheus(groups, tmp_path, f"127.0.0.1:{server.port}")
+    url = start_prometheus(groups, tmp_path, [f"127.0.0.1:{server.port}"])
     promql = 'vram_gpu_memory_used_bytes * on(gpu) group_left(vendor, name) vram_gpu_info{vendor="amd"}'
     deadline = time.monotonic() + PATIENCE
     while not (rows := _query(url, promql)) and time.monotonic() < deadline:

@@ -14,14 +14,12 @@ import json
 import os
 import re
 import subprocess
-import time
-import urllib.request
 from itertools import product
 from pathlib import Path
 
 import pytest
-from helpers import Groups, clean_env, free_port, vram_argv
-from test_serve_prometheus import PATIENCE, PROMETHEUS, is_ours, query, wait_until
+from helpers import PROMETHEUS, Groups, clean_env, start_prometheus, vram_argv
+from test_serve_prometheus import query, wait_until
 
 DASHBOARDS = Path(__file__).resolve().parents[1] / "fixtures" / "dashboards"
 SCENARIOS = {"gpu-u": "unhealthy", "gpu-m": "mig", "gpu-f": "faulty", "gpu-w": "workstation.json"}
@@ -89,29 +87,7 @@ def lab(tmp_path_factory):
             port = re.search(r"http://127\.0\.0\.1:(\d+)/", proc.stderr.readline())
             assert port
             found.append(f"127.0.0.1:{port.group(1)}")
-        config = tmp / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                          "  - job_name: vram\n    static_configs:\n"
-                          f"      - targets: [{', '.join(repr(t) for t in found)}]\n")
-        url = None
-        for _attempt in range(3):
-            port = free_port()
-            with (tmp / f"prometheus-{port}.log").open("w") as log:
-                proc = group.start([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-                                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                                   stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + PATIENCE
-            while time.monotonic() < deadline and proc.poll() is None and url is None:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as r:
-                        if r.status == 200 and is_ours(port, tmp / "data"):
-                            url = f"http://127.0.0.1:{port}"
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            if url:
-                break
-        assert url, "Prometheus did not start"
+        url = start_prometheus(group, tmp, found)
         wait_until(lambda: sum(float(r["value"][1]) for r in query(url, 'up{job="vram"}')) == len(found),
                    lambda: query(url, "up"))
         yield url, found

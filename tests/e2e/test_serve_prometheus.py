@@ -22,28 +22,22 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    PATIENCE,
+    PROMETHEUS,
     Groups,
     assert_one_line_error,
     clean_env,
     expected_gpus,
-    free_port,
     minimal_scenario,
     run_vram,
+    start_prometheus,
     vram_argv,
 )
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "vram-dashboard.json"
 needs_prometheus = pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
                                       reason="needs the Prometheus server (Debian package 'prometheus'; .ci/run "
                                              "installs it)")
-PATIENCE = 90  # seconds to wait for scrapes to land: generous, as the machine is shared (not a timing test)
-
-
-def is_ours(port: int, data: Path) -> bool:
-    """Whether the Prometheus answering on `port` is the one started with this data directory."""
-    flags = get_json(f"http://127.0.0.1:{port}/api/v1/status/flags")
-    return flags.get("data", {}).get("storage.tsdb.path") == str(data)
 
 
 def get_json(url: str, timeout: float = 10) -> dict:
@@ -101,35 +95,7 @@ def lab(tmp_path):
             assert found, f"vram serve did not say where it listens: {line!r}"
             targets.append(f"127.0.0.1:{found.group(1)}")
             serves[name] = proc
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: vram\n    static_configs:\n"
-            f"      - targets: [{', '.join(repr(t) for t in targets)}]\n")
-        url = None
-        for _attempt in range(3):  # a free port can be taken between asking and binding: try another
-            port = free_port()
-            with (tmp_path / f"prometheus-{port}.log").open("w") as log:
-                proc = group.start([PROMETHEUS, f"--config.file={config}",
-                                    f"--storage.tsdb.path={tmp_path / 'data'}",
-                                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                                   stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + PATIENCE
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as r:
-                        # Ready, and ours: not another test's Prometheus (pytest-xdist runs tests
-                        # side by side) that took the port first while this one failed to bind.
-                        if r.status == 200 and is_ours(port, tmp_path / "data") and proc.poll() is None:
-                            url = f"http://127.0.0.1:{port}"
-                            break
-                        time.sleep(0.1)
-                except OSError:
-                    time.sleep(0.1)
-            if url:
-                break
-        assert url, "Prometheus did not start: " + "\n".join(
-            p.read_text()[-2000:] for p in tmp_path.glob("prometheus-*.log"))
+        url = start_prometheus(group, tmp_path, targets)
         yield url, hosts, targets, serves
     finally:
         group.cleanup()

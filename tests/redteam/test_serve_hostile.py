@@ -31,7 +31,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import Served, chromium_env, chromium_sandbox_args, read_until_closed, serving
+from helpers import (
+    PROMETHEUS,
+    Groups,
+    Served,
+    chromium_env,
+    chromium_sandbox_args,
+    read_until_closed,
+    serving,
+    start_prometheus,
+)
 
 from vramkit.serve import http as serve_http
 
@@ -40,7 +49,6 @@ from vramkit.serve import http as serve_http
 # checks the default and the setting)
 HEAD_TIMEOUT = 2.0
 SHORT = {serve_http.CLIENT_TIMEOUT_ENV: str(HEAD_TIMEOUT)}
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 OPENSSL = shutil.which("openssl")
 needs_openssl = pytest.mark.skipif(OPENSSL is None, reason="the openssl command is not installed")
 PASSWORD = "right horse battery"
@@ -458,25 +466,14 @@ def test_a_real_prometheus_scrapes_through_the_siege(tmp_path, served):
     # attacker's idle connections are dropped
     timeout = 5.0
     s = served("--simulate", "demo", env={serve_http.CLIENT_TIMEOUT_ENV: str(timeout)})
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 2s\n"
-                      "scrape_configs:\n  - job_name: vram\n    static_configs:\n"
-                      f"      - targets: ['127.0.0.1:{s.port}']\n")
-    with (tmp_path / "prometheus.log").open("w") as log:
-        prometheus = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
-                                       f"--storage.tsdb.path={tmp_path / 'data'}",
-                                       f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    prometheus = Groups()
 
     def query(promql: str) -> list:
         with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}),
                                     timeout=10) as r:
             return json.loads(r.read())["data"]["result"]
     try:
+        url = start_prometheus(prometheus, tmp_path, [f"127.0.0.1:{s.port}"], interval="2s")
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
@@ -486,14 +483,14 @@ def test_a_real_prometheus_scrapes_through_the_siege(tmp_path, served):
                 pass
             time.sleep(0.2)
         else:
-            raise AssertionError("Prometheus never scraped vram serve: " + (tmp_path / "prometheus.log").read_text())
+            raise AssertionError("Prometheus never scraped vram serve: " + "".join(
+                p.read_text() for p in tmp_path.glob("prometheus-*.log")))
         with Siege(s.port, idle=300, streams=32):
             time.sleep(timeout + 6)  # past the head timeout: the attacker has reconnected
             scrapes = query('count_over_time(up{job="vram"}[10s])')  # the scrapes during the siege
             failed = query('count_over_time((up{job="vram"} == 0)[10s:1s])')
     finally:
-        prometheus.kill()
-        prometheus.wait()
+        prometheus.cleanup()
     assert scrapes and int(scrapes[0]["value"][1]) >= 4, scrapes  # every 2 s, during the siege
     assert not failed, failed  # and none of them failed
     assert s.stop() == 0
