@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, chromium_env, chromium_sandbox_args, clean_env, run_vram, vram_argv, zh_env
+from helpers import assert_one_line_error, chromium_env, chromium_sandbox_args, run_vram, zh_env
 
 from vramkit import i18n
 from vramkit.serve import page_words
@@ -177,6 +175,7 @@ try:
         gpu_notes,
         gpus_on_page,
         load,
+        record_last_hour,
         scenario_file,
         served,
         wait,
@@ -244,9 +243,7 @@ def untranslated(driver, server_url: str) -> list[str]:
 @pytest.mark.slow
 def test_a_chinese_browser_reads_the_page_in_chinese(zh_browser, served, tmp_path):
     db = tmp_path / "history.db"
-    env = clean_env(VRAM_SIM_TIME=None, VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time()) - 3600))
-    subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
-                             "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
+    record_last_hour(db)
     server = served("--simulate", "demo", "--db", str(db))  # an English server (the suite's VRAM_LANG=en)
     load(zh_browser, server.url)
     wait(zh_browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "two history charts")

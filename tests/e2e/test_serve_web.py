@@ -130,6 +130,14 @@ def process_rows(driver, index: int) -> list[dict[str, str]]:
     return [{k: row[k] for k in ("pid", "user", "pmem")} for row in gpus_on_page(driver)[index]["rows"]]
 
 
+def record_last_hour(db: Path) -> None:
+    """An hour of the demo machine's history in `db`, ending now (vram record on the stepped
+    scenario clock: a second's work)."""
+    env = clean_env(VRAM_SIM_TIME=None, VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time()) - 3600))
+    subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
+                             "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
+
+
 def browser_errors(driver) -> list[str]:
     """Script errors and CSP refusals in the browser's console (failed loads such as the
     history 404 are the page's business, said on the page)."""
@@ -237,9 +245,7 @@ def test_without_a_store_the_history_says_why_in_one_line(browser, served):
 def test_history_charts_from_the_store(browser, served, tmp_path):
     db = tmp_path / "history.db"
     # An hour of demo, recorded in well under a second on the stepped clock, ending now.
-    env = clean_env(VRAM_SIM_TIME=None, VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time()) - 3600))
-    subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
-                             "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
+    record_last_hour(db)
     server = served("--simulate", "demo", "--db", str(db), "--hostname", "gpu-lab-01")
     load(browser, server.url)
     wait(browser, lambda d: d.find_element(By.ID, "host").text == "gpu-lab-01", "the host's name in the banner")
@@ -371,9 +377,7 @@ def test_the_time_axis_shows_its_date_line_whole(browser, served, tmp_path):
     """Issue 31 item 10: the history chart's time axis is as tall as its two-line labels (time over
     date): no ink on the chart canvas' bottom rows, where a cut label would end."""
     db = tmp_path / "history.db"
-    env = clean_env(VRAM_SIM_TIME=None, VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH=str(int(time.time()) - 3600))
-    subprocess.run(vram_argv("record", "--simulate", "demo", "--db", str(db), "--interval", "30",
-                             "--duration", "1h"), env=env, check=True, capture_output=True, timeout=60)
+    record_last_hour(db)
     server = served("--simulate", "demo", "--db", str(db))
     load(browser, server.url)
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#charts canvas")) == 2, "two history charts")
