@@ -23,7 +23,7 @@ def english_left(message: str, *outside: str) -> list[str]:
     things are taken out."""
     for text in outside:
         message = message.replace(text, " ")
-    words = re.findall(r"[A-Za-z][A-Za-z_'-]*", re.sub(r"\b\d+(\.\d+)?(s|MiB)\b", " ", message))
+    words = re.findall(r"[A-Za-z](?:[A-Za-z_'-]*[A-Za-z_])?", re.sub(r"\b\d+(\.\d+)?(s|MiB)\b", " ", message))
     return [w for w in words if w not in KEPT]
 
 
@@ -76,3 +76,32 @@ def test_vram_fleet_says_prometheus_cannot_be_reached_in_chinese():
     shown = run_vram("fleet", "--prometheus", url, env=zh_env())
     assert shown.rc == 1 and not shown.out, shown
     assert shown.err == f"vram: 无法连接 {url} 上的 Prometheus：Connection refused\n", shown.err
+
+
+CONFIG_WORDS = {"basic_auth", "tls_config", "username", "password", "password_file", "ca_file", "cert_file",
+                "key_file", "insecure_skip_verify", "proxy_url", "true", "false", "UTF"}
+
+
+@pytest.mark.parametrize("text", [
+    b"basic_auth: {username: 3, password: x}",  # a non-empty string expected
+    b"basic_auth: [1]",  # a mapping expected
+    b"\xff\xfe",  # not UTF-8
+    b"- a\n- b",  # not a mapping of basic_auth, tls_config
+    b"proxy_url: http://proxy",  # not supported
+    b"basic_auth: {username: a}",  # neither password nor password_file
+    b"tls_config: {ca_file: empty.pem}",  # an empty file is no certificate
+    b"tls_config: {cert_file: c.pem}",  # without its key_file
+    b"tls_config: {insecure_skip_verify: 'yes'}",  # not true or false
+], ids=["string", "mapping", "utf8", "top", "unknown", "password", "empty-ca", "cert-alone", "bool"])
+def test_a_hosts_config_vram_cannot_use_is_said_in_chinese(chinese, tmp_path, text):
+    from vramkit.errors import RequestError
+    from vramkit.fleet_hosts import load_client_config
+
+    (tmp_path / "empty.pem").write_bytes(b"")
+    path = tmp_path / "fleet.yml"
+    path.write_bytes(text)
+    with pytest.raises(RequestError) as refused:
+        load_client_config(path)
+    message = refused.value.message
+    assert re.search(r"[\u4e00-\u9fff]", message), message
+    assert not [w for w in english_left(message, str(path)) if w not in CONFIG_WORDS], message

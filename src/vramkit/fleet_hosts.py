@@ -133,14 +133,14 @@ def _string(section: dict[Any, Any], key: str, path: Path, prefix: str) -> str |
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > 4096:
-        raise _config_error(path, prefix + key, "expected a non-empty string")
+        raise _config_error(path, prefix + key, _("expected a non-empty string"))
     return value
 
 
 def _section(data: dict[Any, Any], key: str, allowed: tuple[str, ...], path: Path) -> dict[Any, Any]:
     section = data.get(key) or {}
     if not isinstance(section, dict):
-        raise _config_error(path, key, "expected a mapping")
+        raise _config_error(path, key, _("expected a mapping"))
     for name in section:
         if name not in allowed:
             raise _config_error(path, f"{key}.{clean(name)}", _("not supported (supported: {names})").format(
@@ -162,16 +162,17 @@ def load_client_config(path: Path) -> ClientConfig:
     try:
         data = yaml.safe_load(_read(path, path, None, MAX_CONFIG).decode("utf-8"))
     except UnicodeDecodeError:
-        raise _config_error(path, None, "not UTF-8 text") from None
+        raise _config_error(path, None, _("not UTF-8 text")) from None
     except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or "not valid YAML"
-        raise _config_error(path, None, clean(problem)) from None
+        problem = getattr(e, "problem", None)  # pyyaml's, in English
+        raise _config_error(path, None, clean(problem) if problem else _("not valid YAML")) from None
     data = data or {}
     if not isinstance(data, dict):
-        raise _config_error(path, None, "expected a mapping of basic_auth, tls_config")
+        raise _config_error(path, None, _("expected a mapping of {keys}").format(keys="basic_auth, tls_config"))
     for name in data:
         if name not in ("basic_auth", "tls_config"):
-            raise _config_error(path, clean(name), "not supported (supported: basic_auth, tls_config)")
+            raise _config_error(path, clean(name), _("not supported (supported: {names})").format(
+                names="basic_auth, tls_config"))
     base = path.parent
     auth = _section(data, "basic_auth", ("username", "password", "password_file"), path)
     authorization = None
@@ -180,7 +181,7 @@ def load_client_config(path: Path) -> ClientConfig:
         password = _string(auth, "password", path, "basic_auth.")
         password_file = _string(auth, "password_file", path, "basic_auth.")
         if user is None or (password is None) == (password_file is None):
-            raise _config_error(path, "basic_auth", "needs a username and one of password, password_file")
+            raise _config_error(path, "basic_auth", _("needs a username and one of password, password_file"))
         if password_file is not None:
             raw = _read(base / password_file, path, "basic_auth.password_file", MAX_CONFIG, secret=True)
             password = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -194,7 +195,7 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
     ca = _string(tls, "ca_file", path, "tls_config.")
     pem = None if ca is None else _read(base / ca, path, "tls_config.ca_file", MAX_CERT).decode("ascii", "replace")
     if pem is not None and not pem.strip():  # (empty cadata would mean the system's CAs)
-        raise _config_error(path, "tls_config.ca_file", "not a certificate: the file is empty")
+        raise _config_error(path, "tls_config.ca_file", _("not a certificate: the file is empty"))
     try:
         # ca_file is the only CA trusted, as in Prometheus: the system's would let any public CA's
         # certificate for the name (or IP address) stand in for a host.
@@ -204,7 +205,7 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
             error=clean(e.reason or e))) from None
     cert, key = _string(tls, "cert_file", path, "tls_config."), _string(tls, "key_file", path, "tls_config.")
     if (cert is None) != (key is None):
-        raise _config_error(path, "tls_config", "cert_file and key_file go together")
+        raise _config_error(path, "tls_config", _("cert_file and key_file go together"))
     if cert is not None and key is not None:
         for name, value in (("cert_file", cert), ("key_file", key)):  # checked before ssl opens them
             _read(base / value, path, f"tls_config.{name}", MAX_CERT, secret=name == "key_file")
@@ -215,7 +216,7 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
                 error=clean(e))) from None
     skip = tls.get("insecure_skip_verify", False)
     if not isinstance(skip, bool):
-        raise _config_error(path, "tls_config.insecure_skip_verify", "expected true or false")
+        raise _config_error(path, "tls_config.insecure_skip_verify", _("expected true or false"))
     if skip:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
