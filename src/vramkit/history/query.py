@@ -758,11 +758,14 @@ def _settle_cuts(store: Store, plan: _Plan, days: _DayTotals, offsets: list[tupl
             left.append((lo, hi))
     if not settle:
         return
-    unsure = [(int(cut), int(job), int(gpu)) for cut, job, gpu in _temp_rows(
-        store, "vram_cut_days (d INTEGER PRIMARY KEY, cut)", settle, f"""
+    unsure: list[tuple[int, int, int]] = []
+    # (The few rows found checked here: the tests in SQL would cost more than the scan of the days.)
+    for cut, job_value, gpu_value in _temp_rows(store, "vram_cut_days (d INTEGER PRIMARY KEY, cut)", settle, """
             SELECT e.cut, x.job, x.gpu FROM temp.vram_cut_days e JOIN proc_day x ON x.t = e.d
-            WHERE (x.first_hour = e.cut OR x.last_hour = e.cut)
-            AND {of_kind('x.job', 'id')} AND {of_kind('x.gpu', 'gpu')}""")]
+            WHERE e.cut IN (x.first_hour, x.last_hour)"""):
+        job, gpu = typed_int(job_value, "id"), typed_int(gpu_value, "gpu")
+        if job is not None and gpu is not None:
+            unsure.append((int(cut), job, gpu))
     _add_quarters(store, [lo for _day, lo in settle], unsure, days, offsets)
     plan.cuts, plan.settled = left, [(lo, float(lo + HOUR)) for _day, lo in settle]
 
