@@ -267,3 +267,37 @@ def test_a_refresh_redraws_the_cells_that_changed_and_the_screen_shows_them(sim_
         run(app, body)
     finally:
         machine.close()
+
+
+def test_the_state_cpu_and_rss_read_are_those_of_the_rows_near_the_screen(big):
+    """The view names the processes on screen and a page either side: the next reading reads their
+    state, CPU and RSS, the others' not (N/A far down the list until it is scrolled to); sorted by
+    CPU, every process's."""
+    from vramkit.collector import Collector
+
+    machine, expected = big
+    collector = Collector(machine, interval=3600)
+    app = TopApp(collector.snapshot, interval=3600, view=R.View(sort="pid"), want_usage=collector.read_usage_of)
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+        page = table.size.height
+        await app.refresh_data()
+        await pilot.pause()
+        named = collector.usage_pids
+        assert named is not None and 0 < len(named) <= 2 * page  # the top of the list: the screen and a page
+        cpu = {(p.pid, p.gpu): p.cpu_percent for p in app.snap.processes}
+        assert all(cpu[row] is not None for row in drawn(app))
+        assert cpu[expected[-1]] is None and app.snap.processes  # far down: not read
+        await pilot.press("end")
+        await pilot.pause()
+        await app.refresh_data()
+        await pilot.pause()
+        cpu = {(p.pid, p.gpu): p.cpu_percent for p in app.snap.processes}
+        assert all(cpu[row] is not None for row in drawn(app)) and cpu[expected[0]] is None
+        app.view.sort = "cpu"
+        await app.refresh_data()
+        await pilot.pause()
+        assert collector.usage_pids is None
+        assert all(p.cpu_percent is not None for p in app.snap.processes)
+    run(app, body)

@@ -77,6 +77,10 @@ class Collector:
         """Sample now; every consumer gets this snapshot too."""
         return self.sample()
 
+    def read_usage_of(self, pids: set[int] | None) -> None:
+        """From the next reading on, read the state, CPU and RSS of `pids` only (None: of all)."""
+        self.usage_pids = pids
+
     # ------------------------------------------------------------ sampling and fan-out
     def subscribe(self, consumer: Consumer) -> Callable[[], None]:
         """Call consumer(snapshot) after every sample, in the thread that took it (the background

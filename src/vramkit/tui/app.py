@@ -479,14 +479,17 @@ class TopApp(App[None]):
                  history_db: str | Path | None = None, look: Look | None = None,
                  columns: tuple[str, ...] | None = None, view: R.View | None = None,
                  read_host: Callable[[], HostLoad | None] | None = read_host_load,
-                 read_health: Callable[[Snapshot], None] | None = None, pids_visible: bool = True):
+                 read_health: Callable[[Snapshot], None] | None = None, pids_visible: bool = True,
+                 want_usage: Callable[[set[int] | None], None] | None = None):
         """`history_db`: the recorded history to draw before the first live sample (None: live
         only). It is read only if it exists, so SQLite is not even imported without one.
         `look`: theme, memory thresholds, ASCII; `columns`: the process columns wanted (config);
         `view`: the table's starting view, with the command line's fixed filters; `read_host`:
         the host's CPU/RAM/swap (None: no host line); `read_health`: Machine.read_health, for the
         detail screen's GPUs (some twenty driver calls a GPU: only while it is open); `pids_visible`:
-        the backend's word that NVML's pids are this /proc's (else a pid's environment is another's)."""
+        the backend's word that NVML's pids are this /proc's (else a pid's environment is another's);
+        `want_usage`: told before each reading whose state, CPU and RSS it must read
+        (Collector.read_usage_of): the rows on screen and a page either side, or all."""
         super().__init__()
         translate(self)
         quiet_key_names()
@@ -505,6 +508,7 @@ class TopApp(App[None]):
         self.health_flags: dict[int, tuple[list[str], float]] = {}
         self.host: tuple[HostLoad | None, float | None] | None = None  # the last reading, its CPU %
         self.collect = collect
+        self.want_usage = want_usage
         self.interval = interval
         self.readonly = readonly or actions is None
         self.only_gpus = set(gpus) if gpus else None
@@ -634,6 +638,7 @@ class TopApp(App[None]):
             return
         try:
             async with self._lock:
+                self._name_usage_rows()
                 snap = await self.sampler.run(self.collect)
                 # health is read only for an open detail screen: no thread for it otherwise
                 reads_health = self.read_health is not None and self.detail_screen() is not None
@@ -648,6 +653,24 @@ class TopApp(App[None]):
         self.error = None
         self._read_host()
         self.apply(snap)
+
+    def _name_usage_rows(self) -> None:
+        """Tell the reader whose state, CPU and RSS the next reading reads: the processes of the rows
+        on screen and a page above and below (paging shows them read) and the detail screen's; every
+        one when the rows are sorted by CPU or RSS, or before there are rows. The others are read
+        only to know who they are (no /proc read while they run)."""
+        if self.want_usage is None:
+            return
+        if self.view.sort in ("cpu", "rss") or not self._rows:
+            self.want_usage(None)
+            return
+        table = self.query_one("#procs", ProcTable)
+        page, top = max(1, table.size.height), table.scroll_offset.y
+        pids = {r.proc.pid for r in self._rows[max(0, top - page):top + 2 * page] if r.proc is not None}
+        detail = self.detail_screen()
+        if detail is not None:
+            pids.add(detail.pid)
+        self.want_usage(pids)
 
     def _detail_health(self, snap: Snapshot) -> dict[int, Device] | None:
         """The detail screen's GPUs with their health read, on copies (the collector's other
