@@ -118,6 +118,8 @@ def describe(db: Path) -> str:
             ("local day sums", "SELECT count(*) FROM proc_local_day" if has_table(conn, "proc_local_day")
              else "SELECT 0"),
             ("hour totals", "SELECT count(*) FROM hour_totals" if has_table(conn, "hour_totals") else "SELECT 0"),
+            ("quarter totals", "SELECT count(*) FROM quarter_totals" if has_table(conn, "quarter_totals")
+             else "SELECT 0"),
             ("jobs", "SELECT count(*) FROM jobs"),
             ("gpus", "SELECT count(*) FROM gpus"))}
         first, last = conn.execute("SELECT min(t), max(t) FROM gpu_time").fetchone()
