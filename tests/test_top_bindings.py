@@ -68,3 +68,40 @@ def test_the_view_looks_no_key_name_up(sim_env, monkeypatch):
 
     asyncio.run(main())
     assert looked_up == []
+
+
+def test_the_footer_is_made_again_only_when_its_keys_change(sim_env, monkeypatch):
+    from textual.widgets import _footer
+
+    made = []
+    init = _footer.FooterKey.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(args[0])
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(_footer.FooterKey, "__init__", counting)
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600, readonly=True)
+
+    def shown() -> list[str]:
+        return [key.key for key in app.screen.query("FooterKey")]
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            for _ in range(3):
+                await app.refresh_data()
+                await pilot.pause()
+            keys = shown()
+            assert "q" in keys and "question_mark" in keys
+            assert sorted(made) == sorted(keys)  # made once: Textual made it four times while starting
+            await app.run_action("prompt('search')")  # the prompt takes the printable keys: fewer shown
+            await pilot.pause()
+            assert "q" not in shown()
+            await app.run_action("clear")
+            await pilot.pause()
+            await pilot.pause()
+            assert shown() == keys
+
+    asyncio.run(main())

@@ -56,7 +56,7 @@ from ..render.style import Style
 from ..render.text_width import pad
 from ..units import parse_gpu_list
 from . import rows as R
-from .bindings import key_display, quiet_key_names, translate
+from .bindings import KeysFooter, key_display, quiet_key_names, translate
 from .compositor import TopScreen
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
@@ -562,7 +562,7 @@ class TopApp(App[None]):
         yield Static("", id="viewline")
         table = ProcTable(self._cell_text, id="procs", cursor_type="row", zebra_stripes=False)
         yield table
-        yield Footer()  # the prompt (an Input) comes before it when first asked for (action_prompt)
+        yield KeysFooter()  # the prompt (an Input) comes before it when first asked for (action_prompt)
 
     async def on_mount(self) -> None:
         self._setup_columns()
