@@ -640,6 +640,8 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "test_suite_rules.py::test_the_uid_mark_goes_on_the_listed_files_and_on_tests_that_skip_for_root",
     "test_suite_summary.py::test_no_torch_line_when_nothing_is_missing",
     "test_top_app.py::test_a_failing_refresh_keeps_the_last_data",
+    "test_top_bindings.py::test_the_footer_is_made_once_without_key_names_looked_up_and_again_when_its_keys_change",
+    "test_top_memory.py::test_starting_leaves_no_garbage_and_a_refresh_bounds_richs_cell_lengths",
     "test_top_app.py::test_a_gpu_lost_mid_run_shows_as_lost_and_the_view_goes_on",
     "test_top_app.py::test_alerts_show_the_demo_problems",
     "test_top_app.py::test_cells_are_stored_as_text_and_drawn_by_column",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import subprocess
 import sys
 import textwrap
@@ -18,13 +19,17 @@ from vramkit.tui.app import CELL_LENGTHS, TopApp
 GLIBC = hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
 
 
-def test_a_refresh_keeps_richs_cell_lengths_within_the_bound(sim_env):
+def test_starting_leaves_no_garbage_and_a_refresh_bounds_richs_cell_lengths(sim_env):
     machine = open_machine("demo")
     app = TopApp(machine.snapshot, interval=3600)
+    gc.collect()  # what the tests before left
 
     async def main():
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
+            await pilot.pause()
+            left = gc.collect()  # what starting left in cycles and the view did not collect
+            assert left < 1000, left  # ~4,600 objects when nothing collects them
             for i in range(CELL_LENGTHS + 100):  # new texts, as the clock and ELAPSED bring every second
                 cell_len(f"{i}:00:00 elapsed")
             assert cached_cell_len.cache_info().currsize > CELL_LENGTHS
