@@ -646,18 +646,24 @@ def test_in_the_recorders_zone_half_an_hour_off_utc_the_cut_hours_come_from_thei
     assert settled[0] == (3, 15)
 
 
+# Written by vramkit at 7ccb8dc (schema 6, before quarter totals): _cut_scenario() recorded as
+# cut_history is (record(), the recorder in UTC), then VACUUMed. The same rows as cut_history's but
+# quarter_totals.
+SCHEMA_6 = Path(__file__).parent / "fixtures" / "history_schema6_cut.db"
+
+
 def test_a_schema_6_file_is_upgraded_to_quarter_totals_with_the_same_days(cut_history, tmp_path, monkeypatch):
     """A schema 6 file (read as it is until its recorder restarts: the cut hours row by row) gets
     its quarter totals from the rows the hour sums are of when `vram record` opens it: every row
-    kept, the totals those the recorder would have written, and the days the same, the rows'."""
+    kept, the totals those the recorder writes as it goes, and the days the same, the rows'."""
     db = tmp_path / "history.db"
-    shutil.copy(cut_history, db)
+    shutil.copy(SCHEMA_6, db)
     db.chmod(0o600)
-    with sqlite3.connect(db) as c:
+    with sqlite3.connect(cut_history) as c:
         recorded = c.execute("SELECT * FROM quarter_totals ORDER BY t").fetchall()
-        c.executescript("DROP TABLE quarter_totals; PRAGMA user_version = 6;")  # what a schema 6 recorder leaves
     c.close()
     before = _contents(db)
+    assert "quarter_totals" not in before
     settled = settled_per_call(monkeypatch)
     assert_days_and_held(db, "Asia/Kolkata", cut_windows(), monkeypatch)
     assert settled == []
