@@ -212,7 +212,7 @@ def test_a_reader_of_who_processes_are_reads_a_running_one_only_at_its_checks(ch
     table = procs.ProcessTable()
     reads: list[int] = []
     real_read = table.stats.read
-    monkeypatch.setattr(table.stats, "read", lambda pid: reads.append(pid) or real_read(pid))
+    monkeypatch.setattr(table.stats, "read", lambda pid, keep=True: reads.append(pid) or real_read(pid, keep))
     try:
         first = table.read(sleeper.pid, usage=False)
         assert not isinstance(first, str) and first.command.endswith("watched")
@@ -251,7 +251,7 @@ def test_without_pidfds_a_reader_of_who_processes_are_reads_every_time(children,
     table = procs.ProcessTable()
     reads: list[int] = []
     real_read = table.stats.read
-    monkeypatch.setattr(table.stats, "read", lambda pid: reads.append(pid) or real_read(pid))
+    monkeypatch.setattr(table.stats, "read", lambda pid, keep=True: reads.append(pid) or real_read(pid, keep))
     try:
         for _i in range(3):
             assert not isinstance(table.read(sleeper.pid, usage=False), str)
@@ -263,21 +263,19 @@ def test_without_pidfds_a_reader_of_who_processes_are_reads_every_time(children,
 
 def test_a_reading_without_host_usage_leaves_state_cpu_and_rss_unread_but_says_a_zombie(children, write_scenario,
                                                                                        monkeypatch):
-    from vramkit.backends import EXTRAS, HOST_USAGE
-
     sleeper = children.start(["sleep", "600"])
+    assert wait_for(lambda: cmdline(sleeper.pid) == b"sleep\x00600\x00")  # exec done: read as itself
     data = minimal_scenario()
     data["processes"] += [{"pid": sleeper.pid, "source": "real", "gpus": {"0": "1GiB"}},
                           {"pid": 4999, "user": "bob", "command": "python defunct.py", "state": "zombie",
                            "gpus": {"1": "1GiB"}}]
     monkeypatch.setenv("VRAM_SIM_TIME", "0")
     machine = vramkit.open_machine(str(write_scenario(data)))
-    lean = EXTRAS - {HOST_USAGE}
     try:
         full = {p.pid: p for p in machine.snapshot().processes}
         assert full[sleeper.pid].rss and full[sleeper.pid].state and full[sleeper.pid].cpu_percent is not None
         for _i in range(2):
-            rows = {p.pid: p for p in machine.snapshot(lean).processes}
+            rows = {p.pid: p for p in machine.snapshot(usage_pids=set()).processes}
             row = rows[sleeper.pid]
             assert (row.state, row.cpu_percent, row.rss) == (None, None, None)
             assert (row.user, row.command, row.start_ticks) == (full[sleeper.pid].user, full[sleeper.pid].command,
@@ -290,12 +288,15 @@ def test_a_reading_without_host_usage_leaves_state_cpu_and_rss_unread_but_says_a
 def test_a_reading_reads_the_usage_of_the_pids_it_names_only(children, write_scenario, monkeypatch):
     # The live view names the rows on screen: those show state, CPU and RSS; the others are not read.
     shown, hidden = children.start(["sleep", "600"]), children.start(["sleep", "600"])
+    assert wait_for(lambda: cmdline(shown.pid) == cmdline(hidden.pid) == b"sleep\x00600\x00")
     data = minimal_scenario()
     data["processes"] += [{"pid": shown.pid, "source": "real", "gpus": {"0": "1GiB"}},
                           {"pid": hidden.pid, "source": "real", "gpus": {"1": "1GiB"}}]
     monkeypatch.setenv("VRAM_SIM_TIME", "0")
     collector = Collector(vramkit.open_machine(str(write_scenario(data))), interval=1)
     try:
+        first = {p.pid: p for p in collector.sample().processes}  # new to the reading: read whole
+        assert first[hidden.pid].rss and first[hidden.pid].cpu_percent is not None
         collector.usage_pids = {shown.pid}
         for _i in range(2):
             rows = {p.pid: p for p in collector.sample().processes}

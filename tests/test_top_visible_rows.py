@@ -277,7 +277,7 @@ def test_the_state_cpu_and_rss_read_are_those_of_the_rows_near_the_screen(big):
 
     machine, expected = big
     collector = Collector(machine, interval=3600)
-    app = TopApp(collector.snapshot, interval=3600, view=R.View(sort="pid"), want_usage=collector.read_usage_of)
+    app = TopApp(collector.snapshot, interval=3600, view=R.View(sort="pid"), usage=collector)
 
     async def body(pilot):
         table = app.query_one("#procs")

@@ -28,7 +28,7 @@ from typing import Any
 
 from .backends import EXTRAS, Backend
 from .errors import RequestError
-from .gpu_state import Snapshot
+from .gpu_state import GpuProcess, Snapshot
 from .idle import IdleClock
 from .machine import Machine
 
@@ -44,8 +44,9 @@ class Collector:
         # Which of backends.EXTRAS each reading reads: the ones its consumers use (all by default;
         # the recorder's Recorder.EXTRAS, none). Kept here, so a reopened machine reads the same.
         self.extras = extras
-        # Whose state, CPU and RSS each reading reads again (None: every process's): the live view
-        # names the rows on screen and those a page either side; the others cost no /proc read.
+        # Whose state, CPU and RSS each reading reads again (None: every process's; an empty set:
+        # none, the recorder's): the live view names the rows on screen and a page either side.
+        # The others (but a process new to the reading) cost no /proc read while they run.
         self.usage_pids: set[int] | None = None
         # The newest last. Short: a snapshot of a busy machine holds thousands of objects, and
         # consumers that want a longer past keep their own compact history (alerts.History).
@@ -77,8 +78,19 @@ class Collector:
         """Sample now; every consumer gets this snapshot too."""
         return self.sample()
 
+    def read_usage(self, procs: list[GpuProcess]) -> list[GpuProcess] | None:
+        """Machine.read_usage: copies of rows a reading left unread with their state, CPU and RSS
+        read now; None while a sample is being read (the caller does not wait on a slow driver)."""
+        if not self._read_lock.acquire(blocking=False):
+            return None
+        try:
+            return self.machine.read_usage(procs)
+        finally:
+            self._read_lock.release()
+
     def read_usage_of(self, pids: set[int] | None) -> None:
-        """From the next reading on, read the state, CPU and RSS of `pids` only (None: of all)."""
+        """From the next reading on, read the state, CPU and RSS of `pids` only (None: of all;
+        an empty set: of none but the processes new to a reading)."""
         self.usage_pids = pids
 
     # ------------------------------------------------------------ sampling and fan-out

@@ -9,9 +9,10 @@ Repeated readers (the live view, watch loops, kill --idle) read through a `colle
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from .backends import EXTRAS, HOST_USAGE, Backend
+from .backends import EXTRAS, Backend
 from .gpu_state import Device, GpuProcess, Snapshot, Topology
 from .i18n import N_
 from .idle import idle_now
@@ -39,6 +40,7 @@ class Machine:
         # (pid, start ticks) -> (CPU seconds, when): CPU % over the interval since the last snapshot.
         self._previous_cpu: dict[tuple[int, int | None], tuple[float, float]] = {}
         self._pod_names: PodNames | None = None  # made when a process is first seen in a pod
+        self._listed: set[int] = set()  # the pids of the last snapshot: a new one's usage is always read
 
     @property
     def simulated(self) -> bool:
@@ -46,24 +48,27 @@ class Machine:
 
     def snapshot(self, extras: frozenset[str] = EXTRAS, usage_pids: set[int] | None = None) -> Snapshot:
         """Every GPU and process, joined with the host side; of backends.EXTRAS only those in
-        `extras` are read (the recorder reads none). Without HOST_USAGE a process's state (but a
-        zombie's), CPU % and RSS are None: not read; with it, of the pids in `usage_pids` only
-        (None: of all; the live view names the rows on screen)."""
+        `extras` are read (the recorder reads none). Each process's state, CPU % and RSS are read
+        for the pids in `usage_pids` (None: all; the live view names the rows near the screen, the
+        recorder none) and for a process the last snapshot did not list; the others' are None
+        (a zombie's state is said: an ended process is read whole), and they cost no /proc read
+        while they run (ProcessTable.read)."""
         gpus = self.backend.read_devices(extras)
         now = self.backend.now()
-        usage = HOST_USAGE in extras
+        listed = self._listed
         hosts: dict[int, HostProcess | str] = {}
         outside = False  # a pid of another PID namespace: inside a container
         for dev in gpus:
             for proc in dev.processes:
-                wanted = usage and (usage_pids is None or proc.pid in usage_pids)
+                wanted = usage_pids is None or proc.pid in usage_pids or proc.pid not in listed
                 host = hosts.get(proc.pid)
                 if host is None:
                     host = hosts[proc.pid] = self.backend.host(proc.pid, now, wanted)
                     outside = outside or (isinstance(host, str) and host == OTHER_NAMESPACE)
                 _join_host(proc, dev, host, now, self._previous_cpu if wanted else None)
         self._name_pods(gpus)
-        self.backend.forget_all_but(set(hosts))
+        self._listed = set(hosts)
+        self.backend.forget_all_but(self._listed)
         if any(k[0] not in hosts for k in self._previous_cpu):
             self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in hosts}
         snap = Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
@@ -73,9 +78,24 @@ class Machine:
             from .pidmap import map_to_this_namespace
 
             map_to_this_namespace(snap, self.backend,
-                                  lambda proc, dev, host: _join_host(proc, dev, host, now,
-                                                                     self._previous_cpu if usage else None))
+                                  lambda proc, dev, host: _join_host(proc, dev, host, now, self._previous_cpu if (
+                                      usage_pids is None or proc.pid in usage_pids) else None))
         return snap
+
+    def read_usage(self, procs: list[GpuProcess]) -> list[GpuProcess]:
+        """Copies of `procs` with their state, CPU % and RSS read now (for rows a reading left
+        unread, as the live view draws them); one whose host side cannot be read, as it was."""
+        now = self.backend.now()
+        out = []
+        for proc in procs:
+            host = self.backend.host(proc.pid, now, True)
+            if isinstance(host, str) or host.start_ticks != proc.start_ticks:  # gone, or another process
+                out.append(proc)
+                continue
+            copy = dataclasses.replace(proc)
+            _usage(copy, host, now, self._previous_cpu)
+            out.append(copy)
+        return out
 
     def _name_pods(self, gpus: list[Device]) -> None:
         """Pod names from the kubelet for processes whose cgroup names a pod (kubelet.py); a host
@@ -113,8 +133,8 @@ class Machine:
 
 def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: float,
                previous_cpu: dict[tuple[int, int | None], tuple[float, float]] | None) -> None:
-    """Fill proc's host side; previous_cpu None: a reading without HOST_USAGE (state, CPU %, RSS
-    not read: None, but a zombie is always said)."""
+    """Fill proc's host side; previous_cpu None: its usage not read (state, CPU %, RSS None; a
+    zombie's state is said)."""
     if isinstance(host, str):
         proc.host_missing = host
         return
@@ -125,8 +145,7 @@ def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: floa
     proc.elapsed = max(0.0, now - host.start_time)
     proc.zombie = host.state == "zombie"
     if previous_cpu is not None:
-        proc.state, proc.rss = host.state, host.rss
-        proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)
+        _usage(proc, host, now, previous_cpu)
     elif proc.zombie:
         proc.state = host.state
     proc.orphaned = orphaned(host.pid, host.ppid, host.real)  # a container's pid 1 is its own init
@@ -162,3 +181,9 @@ def snapshot(simulate: str | None = None) -> Snapshot:
     finally:
         machine.close()
 
+
+def _usage(proc: GpuProcess, host: HostProcess, now: float,
+           previous_cpu: dict[tuple[int, int | None], tuple[float, float]]) -> None:
+    """A row's state, RSS and CPU % (since the process's previous reading in previous_cpu)."""
+    proc.state, proc.rss = host.state, host.rss
+    proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)

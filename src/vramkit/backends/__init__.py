@@ -27,12 +27,9 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # a structural type for mypy; at run time nothing checks it
 
-# What a reader may go without: the views and the exporter show it, the recorder keeps none of it.
-# The device fields are each a driver call a GPU and reading: `read_devices(extras)` reads those named.
-# HOST_USAGE is each process's state, CPU and RSS, read again from /proc at every reading; without
-# it a known process costs no /proc read while it runs (`host(usage=False)`).
-HOST_USAGE = "host_usage"
-EXTRAS = frozenset({"power_limit", "fan", "encoder_utilization", "decoder_utilization", HOST_USAGE})
+# Device fields a reader may go without: the views and the exporter show them, the recorder keeps
+# none of them, and each is a driver call a GPU and reading. `read_devices(extras)` reads those named.
+EXTRAS = frozenset({"power_limit", "fan", "encoder_utilization", "decoder_utilization"})
 
 
 class Backend(Protocol):
@@ -69,7 +66,8 @@ class Backend(Protocol):
 
     def host(self, pid: int, now: float, usage: bool = True) -> HostProcess | str:
         """The host side of a pid the driver listed, or one line saying why it is unknown.
-        usage=False: only who the process is must be current (see ProcessTable.read)."""
+        usage=False: only who the process is must be current, not its state, CPU and RSS (see
+        ProcessTable.read; Machine.snapshot's usage_pids)."""
 
     def forget_all_but(self, pids: set[int]) -> None:
         """Drop what is cached about pids not in `pids` (the latest snapshot's)."""

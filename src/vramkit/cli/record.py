@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
     machine = open_for(args)
     collector = Collector(machine, interval=interval, extras=Recorder.EXTRAS)
+    collector.read_usage_of(set())  # who each process is, not its state, CPU and RSS: not kept
     close_policy = None
     try:
         # The policy first: it reads what the history says about idle time before this

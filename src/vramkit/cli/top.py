@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                          view=View(pids=pids, kind=args.kind, visible=visible, users=users,
                                    workload=owners.wanted(args) or {}),
                          read_health=machine.read_health,
-                         pids_visible=machine.backend.pids_visible(), want_usage=collector.read_usage_of)
+                         pids_visible=machine.backend.pids_visible(), usage=collector)
             del first  # drawn already (the early frame); the view keeps only what it samples
             app.run()
     finally:

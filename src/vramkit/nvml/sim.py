@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import RequestError
-from ..procs import StatFiles, comm, in_pid_namespace, is_defunct, kept_fds_limit, namespace_inode
+from ..procs import Stat, StatFiles, comm, in_pid_namespace, is_defunct, kept_fds_limit, namespace_inode
 from . import compat
 from .scenario import COMPUTE_MODES, THROTTLE_REASONS, Scenario, ScenarioError, integral, value_at
 
@@ -165,7 +165,13 @@ class _RealProcesses:
         return True
 
     def _alive_by_stat(self, pid: int) -> bool:
-        stat = self._stats.stat(pid)
+        try:
+            raw = self._stats.read(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        except OSError:  # out of descriptors, refused: not known to have exited (a driver frees on exit)
+            return True
+        stat = Stat(raw) if raw else None
         if stat is None or (stat.state == "Z" and is_defunct(pid)):
             return False
         return self._real_start.setdefault(pid, stat.start_ticks) == stat.start_ticks

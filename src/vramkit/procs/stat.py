@@ -193,12 +193,24 @@ class StatFiles:
         self._keep = kept_fds_limit()
         self._lock = threading.Lock()  # the pynvml shim serves threaded programs (nvitop)
 
-    def read(self, pid: int) -> bytes:
-        """The stat line (b"" or OSError when the process is gone or unreadable)."""
+    def read(self, pid: int, keep: bool = True) -> bytes:
+        """The stat line (b"" or OSError when the process is gone or unreadable). keep=False: its
+        descriptor is not kept open (a caller whose descriptors share this one's limit)."""
         with self._lock:
-            return self._read(pid)
+            return self._read(pid, keep)
 
-    def _read(self, pid: int) -> bytes:
+    def kept(self) -> int:
+        """How many descriptors are kept open."""
+        return len(self._fds)
+
+    def forget(self, pid: int) -> None:
+        """Close pid's kept descriptor, if there is one."""
+        with self._lock:
+            fd = self._fds.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _read(self, pid: int, keep: bool = True) -> bytes:
         fd = self._fds.get(pid)
         if fd is not None:
             try:
@@ -214,7 +226,7 @@ class StatFiles:
         except BaseException:
             os.close(fd)
             raise
-        if len(self._fds) < self._keep:
+        if keep and len(self._fds) < self._keep:
             self._fds[pid] = fd
         else:
             os.close(fd)

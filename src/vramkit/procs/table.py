@@ -7,6 +7,7 @@ says, for all of them in one poll() a reading, which have ended."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import select
@@ -75,9 +76,11 @@ class ProcessTable:
         self.stats = StatFiles()
         # pid -> a pidfd of the process, opened before the read that put it in _last (so the process
         # it holds is the one read: had that one ended in between, the pidfd would say so).
-        # Opened for readers with usage=False only, within the limit of kept descriptors.
+        # Opened for readers with usage=False only. A pinned process is read only at its checks,
+        # so its stat descriptor is not kept: pidfds and kept stat descriptors share one limit.
         self._pidfds: dict[int, int] = {}
-        self._pidfd_keep = kept_fds_limit() if hasattr(os, "pidfd_open") else 0
+        self._fd_budget = kept_fds_limit()
+        self._use_pidfd = hasattr(os, "pidfd_open")
         self._poll = select.poll()
         self._ended: set[int] | None = None  # pidfds readable (ended) at this reading's poll
 
@@ -85,7 +88,9 @@ class ProcessTable:
         """The process, or a one-line reason why its host side cannot be read. usage=False: only
         who it is must be current: a process read before that has not ended since (its pidfd) is
         handed back as read then, until its next workload check (its state, CPU and RSS as of
-        then; the command line, owner and workload are checked there, as with usage=True)."""
+        then). An ended one is read at once (a zombie, or another process under its pid); an exec,
+        a new owner, a move to another cgroup, or a main thread that exited while others run (a
+        zombie leader) are seen at that check, within WORKLOAD_RECHECK_S."""
         if not usage:
             fd = self._pidfds.get(pid)
             if fd is not None and fd in self._ended_now():  # ended: the pid may be another's by now
@@ -96,7 +101,7 @@ class ProcessTable:
             elif (last := self._last.get(pid)) is not None and monotonic() < last[3]:
                 return last[2]
         try:
-            raw = self.stats.read(pid)
+            raw = self.stats.read(pid, keep=pid not in self._pidfds and self._room())
             uid = os.stat(f"/proc/{pid}").st_uid
         except (FileNotFoundError, ProcessLookupError):
             return NOT_VISIBLE
@@ -160,17 +165,23 @@ class ProcessTable:
             self._ended = {fd for fd, _ in self._poll.poll(0)} if self._pidfds else set()
         return self._ended
 
+    def _room(self) -> bool:
+        """Whether one more descriptor may be kept (pidfds and stat descriptors together)."""
+        return len(self._pidfds) + self.stats.kept() < self._fd_budget
+
     def _pin(self, pid: int) -> None:
         """Hold pid's process by a pidfd (none where the kernel has no pidfds, or past the limit)."""
-        if len(self._pidfds) >= self._pidfd_keep:
+        self.stats.forget(pid)  # pinned, it is read only at its checks: its stat descriptor goes
+        if not self._use_pidfd or not self._room():
             return
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
             return
-        except OSError:  # no pidfds here (ENOSYS, a seccomp filter's EPERM), or out of descriptors
-            self._pidfd_keep = len(self._pidfds)
-            return
+        except OSError as e:
+            if e.errno in (errno.ENOSYS, errno.EPERM):  # no pidfds here (an old kernel, a seccomp filter)
+                self._use_pidfd = False
+            return  # out of descriptors (EMFILE): read through /proc, and tried again next time
         self._pidfds[pid] = fd
         self._poll.register(fd, select.POLLIN)
 

@@ -64,6 +64,7 @@ from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
 if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only view never needs it
+    from ..collector import Collector
     from ..history.series import GpuSeries
     from .actions import KillActions
     from .screens import DetailScreen  # the screens, when one is first opened (~0.3 MiB of modules)
@@ -481,7 +482,7 @@ class TopApp(App[None]):
                  columns: tuple[str, ...] | None = None, view: R.View | None = None,
                  read_host: Callable[[], HostLoad | None] | None = read_host_load,
                  read_health: Callable[[Snapshot], None] | None = None, pids_visible: bool = True,
-                 want_usage: Callable[[set[int] | None], None] | None = None):
+                 usage: Collector | None = None):
         """`history_db`: the recorded history to draw before the first live sample (None: live
         only). It is read only if it exists, so SQLite is not even imported without one.
         `look`: theme, memory thresholds, ASCII; `columns`: the process columns wanted (config);
@@ -489,8 +490,9 @@ class TopApp(App[None]):
         the host's CPU/RAM/swap (None: no host line); `read_health`: Machine.read_health, for the
         detail screen's GPUs (some twenty driver calls a GPU: only while it is open); `pids_visible`:
         the backend's word that NVML's pids are this /proc's (else a pid's environment is another's);
-        `want_usage`: told before each reading whose state, CPU and RSS it must read
-        (Collector.read_usage_of): the rows on screen and a page either side, or all."""
+        `usage`: the collector behind `collect`, told before each reading whose state, CPU and RSS
+        to read (the rows near the screen, or all), and asked for those of a row drawn without
+        them (one that came onto the screen: a new order, a scroll). None: all are read."""
         super().__init__()
         translate(self)
         quiet_key_names()
@@ -509,7 +511,7 @@ class TopApp(App[None]):
         self.health_flags: dict[int, tuple[list[str], float]] = {}
         self.host: tuple[HostLoad | None, float | None] | None = None  # the last reading, its CPU %
         self.collect = collect
-        self.want_usage = want_usage
+        self.usage = usage
         self.interval = interval
         self.readonly = readonly or actions is None
         self.only_gpus = set(gpus) if gpus else None
@@ -664,10 +666,10 @@ class TopApp(App[None]):
         on screen and a page above and below (paging shows them read) and the detail screen's; every
         one when the rows are sorted by CPU or RSS, or before there are rows. The others are read
         only to know who they are (no /proc read while they run)."""
-        if self.want_usage is None:
+        if self.usage is None:
             return
         if self.view.sort in ("cpu", "rss") or not self._rows:
-            self.want_usage(None)
+            self.usage.read_usage_of(None)
             return
         table = self.query_one("#procs", ProcTable)
         page, top = max(1, table.size.height), table.scroll_offset.y
@@ -675,7 +677,18 @@ class TopApp(App[None]):
         detail = self.detail_screen()
         if detail is not None:
             pids.add(detail.pid)
-        self.want_usage(pids)
+        self.usage.read_usage_of(pids)
+
+    def _with_usage(self, row: R.Row) -> R.Row:
+        """The row, its process's state, CPU and RSS read now if its reading left them unread
+        (drawn: it came onto the screen since); as it is while a sample is being read."""
+        p = row.proc
+        if self.usage is not None and p is not None and p.state is None and p.cpu_percent is None \
+                and p.host_missing is None:
+            read = self.usage.read_usage([p])
+            if read is not None:
+                row.proc = read[0]
+        return row
 
     def _detail_health(self, snap: Snapshot) -> dict[int, Device] | None:
         """The detail screen's GPUs with their health read, on copies (the collector's other
@@ -798,7 +811,9 @@ class TopApp(App[None]):
         by_index = {g.index: g for g in self.snap.gpus}
         rows, columns, command_width, plain = self._rows, self._columns, self._command_width, self.look.plain
         words = self._flag_words
-        table.show(len(rows), lambda i: [plain(v) for v in R.cells(rows[i], by_index, columns, command_width, words)])
+        fill = self._with_usage
+        table.show(len(rows), lambda i: [plain(v) for v in R.cells(fill(rows[i]), by_index, columns, command_width,
+                                                                    words)])
         if selected is not None:
             index = next((i for i, r in enumerate(self._rows) if r.key == selected), None)
             if index is None:  # its process is gone
