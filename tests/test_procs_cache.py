@@ -253,10 +253,14 @@ def test_without_pidfds_a_reader_of_who_processes_are_reads_every_time(children,
     real_read = table.stats.read
     monkeypatch.setattr(table.stats, "read", lambda pid, keep=True: reads.append(pid) or real_read(pid, keep))
     try:
+        opened = []
+        real_open = os.open
+        monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
         for _i in range(3):
             assert not isinstance(table.read(sleeper.pid, usage=False), str)
             table.forget_all_but({sleeper.pid})
         assert reads == [sleeper.pid] * 3 and not table._pidfds
+        assert opened.count(f"/proc/{sleeper.pid}/stat") == 1  # its kept descriptor read again, not reopened
     finally:
         table.close()
 

@@ -203,6 +203,10 @@ class StatFiles:
         """How many descriptors are kept open."""
         return len(self._fds)
 
+    def holds(self, pid: int) -> int:
+        """1 when pid's descriptor is kept open, else 0."""
+        return int(pid in self._fds)
+
     def forget(self, pid: int) -> None:
         """Close pid's kept descriptor, if there is one."""
         with self._lock:

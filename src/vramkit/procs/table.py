@@ -170,9 +170,9 @@ class ProcessTable:
         return len(self._pidfds) + self.stats.kept() < self._fd_budget
 
     def _pin(self, pid: int) -> None:
-        """Hold pid's process by a pidfd (none where the kernel has no pidfds, or past the limit)."""
-        self.stats.forget(pid)  # pinned, it is read only at its checks: its stat descriptor goes
-        if not self._use_pidfd or not self._room():
+        """Hold pid's process by a pidfd (none where the kernel has no pidfds, or past the limit:
+        then its kept stat descriptor, if any, stays, and each read is one pread)."""
+        if not self._use_pidfd or len(self._pidfds) + self.stats.kept() - self.stats.holds(pid) >= self._fd_budget:
             return
         try:
             fd = os.pidfd_open(pid)
@@ -182,6 +182,7 @@ class ProcessTable:
             if e.errno in (errno.ENOSYS, errno.EPERM):  # no pidfds here (an old kernel, a seccomp filter)
                 self._use_pidfd = False
             return  # out of descriptors (EMFILE): read through /proc, and tried again next time
+        self.stats.forget(pid)  # pinned, it is read only at its checks: its stat descriptor goes
         self._pidfds[pid] = fd
         self._poll.register(fd, select.POLLIN)
 
