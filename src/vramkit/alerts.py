@@ -17,7 +17,7 @@ No printing, no Textual: the live view renders these, and tests drive them with 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .gpu_state import Device, GpuProcess, PidKey, Snapshot
 from .i18n import N_, _
@@ -36,22 +36,41 @@ class GpuSample:
     lost: bool = False
 
 
-@dataclass
-class ProcessTrace:
-    """A process's GPU memory over time, stored as change points (most holders are flat)."""
+Point = tuple[float, "int | None"]  # (time, bytes or None)
+POINTS_KEPT = 512  # change points kept per process: the newest
 
-    points: deque[tuple[float, int | None]] = field(default_factory=lambda: deque(maxlen=512))  # (time, bytes or None)
-    last_seen: float = 0.0
-    start_ticks: int | None = None  # tells a reused pid from the process we traced
+
+class ProcessTrace:
+    """A process's GPU memory over time, stored as change points (most holders are flat). A flat
+    holder keeps its one point as it is: a deque (~600 bytes, even empty) is made with the
+    second point, so 1,600 flat processes do not cost 1 MiB."""
+
+    __slots__ = ("_points", "last_seen", "start_ticks")
+
+    def __init__(self, start_ticks: int | None = None) -> None:
+        self._points: Point | deque[Point] | None = None  # none yet, the one point, or the points
+        self.last_seen = 0.0
+        self.start_ticks = start_ticks  # tells a reused pid from the process we traced
+
+    @property
+    def points(self) -> list[Point]:
+        held = self._points
+        return [] if held is None else [held] if isinstance(held, tuple) else list(held)
 
     def add(self, t: float, memory: int | None) -> None:
-        if not self.points or self.points[-1][1] != memory:
-            self.points.append((t, memory))
+        held = self._points
+        if held is None:
+            self._points = (t, memory)
+        elif isinstance(held, tuple):
+            if held[1] != memory:
+                self._points = deque((held, (t, memory)), maxlen=POINTS_KEPT)
+        elif held[-1][1] != memory:
+            held.append((t, memory))
         self.last_seen = t
 
-    def series(self) -> list[tuple[float, int | None]]:
+    def series(self) -> list[Point]:
         """Change points plus the last-seen time, so a flat line reaches now."""
-        out = list(self.points)
+        out = self.points
         if out and out[-1][0] < self.last_seen:
             out.append((self.last_seen, out[-1][1]))
         return out

@@ -1,0 +1,67 @@
+"""What `vram top` keeps per GPU, process and row costs little where most of it is idle (issue 36:
+RSS above an empty Textual app). Sizes are traced with tracemalloc, in process; the RSS itself is
+measured by benchmarks/bench_top.py."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from vramkit.alerts import POINTS_KEPT, History, ProcessTrace
+from vramkit.gpu_state import Device, GpuProcess, Snapshot
+from vramkit.tui.timeline import RANGES, Charts
+
+GIB = 1024**3
+
+
+def traced(build):
+    """(what build() returned, the bytes it left allocated)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = build()
+        return kept, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def snapshot(t: float, processes: int, gpus: int = 8, grow: int = 0) -> Snapshot:
+    devices = [Device(index=g, name="sim", uuid=f"GPU-{g}", memory_total=80 * GIB, memory_used=40 * GIB,
+                      memory_free=40 * GIB, utilization=50) for g in range(gpus)]
+    for i in range(processes):
+        memory = GIB + (grow * int(t) if i == 0 else 0)  # the first process grows, the others are flat
+        devices[i % gpus].processes.append(GpuProcess(pid=1000 + i, gpu=i % gpus, gpu_uuid=None, memory=memory,
+                                                     start_ticks=7))
+    return Snapshot(time=t, gpus=devices)
+
+
+def test_a_flat_process_costs_one_point_not_a_deque():
+    history = History()
+    snaps = [snapshot(float(t), 1000) for t in range(5)]
+    __, size = traced(lambda: [history.add(s) for s in snaps])
+    assert len(history.procs) == 1000
+    assert size / 1000 < 300, size  # ~1,000 bytes a process with a deque made for its first point
+    key = next(iter(history.procs))
+    assert history.process(*key) == [(0.0, GIB), (4.0, GIB)]
+
+
+def test_a_trace_keeps_its_change_points_the_newest_at_most():
+    trace = ProcessTrace(start_ticks=1)
+    assert trace.points == [] and trace.series() == []
+    trace.add(1.0, 5)
+    trace.add(2.0, 5)
+    assert trace.points == [(1.0, 5)] and trace.series() == [(1.0, 5), (2.0, 5)]
+    trace.add(3.0, None)
+    trace.add(4.0, 6)
+    assert trace.series() == [(1.0, 5), (3.0, None), (4.0, 6)]
+    for t in range(5, 5 + POINTS_KEPT):
+        trace.add(float(t), t)
+    assert len(trace.points) == POINTS_KEPT and trace.points[-1] == (4.0 + POINTS_KEPT, 4 + POINTS_KEPT)
+
+
+def test_the_charts_of_8_gpus_cost_under_200_kib_and_keep_exact_values():
+    charts, size = traced(lambda: (c := Charts(300.0), c.add(snapshot(1000.0, 0)))[0])
+    assert len(charts.ranges) == len(RANGES)
+    assert size < 200 * 1024, size  # 495 KiB with an index and two floats a place
+    huge = 100 * 1024**4 + 3  # a value kept to the byte
+    charts.shown.add(1001.0, 0, huge, 99)
+    assert [(s.memory_used, s.utilization) for s in charts.shown.samples(0, None)][-1] == (huge, 99)
