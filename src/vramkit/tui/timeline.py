@@ -4,14 +4,15 @@
 Each range keeps a fixed number of slots per GPU (SLOTS, aligned to multiples of its length:
 the same slots history.series reads), holding the highest memory and utilization seen in each, in
 arrays allocated at once, so a week costs what five minutes do, from the first sample on, and
-recorded and live samples merge in any order.
+recorded and live samples merge in any order. Nine bytes a place (memory in whole bytes, the
+utilization in whole percent: what the panels draw, exactly): 186 KiB for 8 GPUs' four ranges,
+495 KiB at 24 bytes a place (an index and two floats).
 No SQLite here: the database is read by history.series, imported only when a database exists.
 """
 
 from __future__ import annotations
 
 from array import array
-from math import inf
 
 from ..alerts import GpuSample
 from ..gpu_state import Snapshot
@@ -20,7 +21,15 @@ from ..units import format_duration
 RANGES = (300.0, 3600.0, 86400.0, 7 * 86400.0)
 SLOTS = 600  # points per range and GPU: finer than any chart is wide
 PLACES = SLOTS + SLOTS // 10  # places kept per range and GPU: a range, and a little of the time before it
-NONE = -inf  # a place's value where none is known (below every value: the highest of a run of places is max())
+NONE = -1  # a place's value where none is known (below every value: the highest of a run of places is max())
+MEMORY_MAX = 2**63 - 1  # the most a place's memory ("q") holds
+UTIL_MAX = 127  # the most a place's utilization ("b") holds: a percent is at most 100
+
+
+def _value(value: float | None, most: int) -> int:
+    """A place's value: whole units (the panels draw int(value): the highest of whole values is the
+    whole of the highest), NONE for not known."""
+    return NONE if value is None else min(most, max(0, int(value)))
 
 
 def range_label(span: float) -> str:
@@ -34,14 +43,7 @@ def range_label(span: float) -> str:
     return format_duration(span)
 
 
-def _higher(held: float, new: float | None) -> float:
-    """The higher of a slot's value (NONE: none yet) and a new one (None: not known)."""
-    if new is None:
-        return held
-    return new if new > held else held
-
-
-def _top(values: array[float], first: int, end: int) -> float:
+def _top(values: array[int], first: int, end: int) -> int:
     """The highest of the values of slots first..end-1 (at most PLACES of them), in their places."""
     i, n = first % PLACES, end - first
     if i + n <= PLACES:
@@ -50,23 +52,24 @@ def _top(values: array[float], first: int, end: int) -> float:
 
 
 class RangeChart:
-    """One range: per GPU, PLACES places, each holding one slot (its index, the highest memory used
-    and utilization seen in it): slot s lives at place s % PLACES until a newer slot takes it. The
+    """One range: per GPU, PLACES places, each holding one slot (the highest memory used and
+    utilization seen in it): slot s lives at place s % PLACES until a newer slot takes it. The
     places are allocated at once, in flat arrays, so a chart's memory is the same after a minute
     and after a week (a dict of lists grew with every slot until the range was full: an hour
     for 1h, a day for 24h).
 
-    Of the newest PLACES slots, each place holds its own slot or nothing (-1, NONE): a newer
-    slot clears the places of the slots it skips (no sample fell in them), and a slot older than
-    the places hold is not taken. So the highest value of a run of slots is the max() of their
-    places, which peaks() takes cell by cell instead of looking at each slot."""
+    Of the newest PLACES slots (up to the highest put), each place holds its own slot or nothing
+    (NONE): a newer slot clears the places of the slots it skips (no sample fell in them), and a
+    slot older than the places hold is not taken. So a place's slot is known from the highest
+    (no index kept), and the highest value of a run of slots is the max() of their places, which
+    peaks() takes cell by cell instead of looking at each slot."""
 
     def __init__(self, span: float) -> None:
         self.span = span
         self.recorded_first: float | None = None  # earliest recorded time in the range, once read
         self.loaded = False  # the database was read for this range
-        # GPU -> (slot held at each place, -1 for none; memory used; utilization), NaN for N/A
-        self.gpus: dict[int, tuple[array[int], array[float], array[float]]] = {}
+        # GPU -> (memory used, utilization) at each place, NONE for none or N/A
+        self.gpus: dict[int, tuple[array[int], array[int]]] = {}
         self._held: dict[int, list[int]] = {}  # GPU -> [lowest, highest] slot ever put: where to look
 
     @property
@@ -76,24 +79,21 @@ class RangeChart:
     def put(self, gpu: int, slot: int, used: float | None, util: float | None) -> None:
         places = self.gpus.get(gpu)
         if places is None:
-            places = self.gpus[gpu] = (array("q", [-1]) * PLACES, array("d", [NONE]) * PLACES,
-                                       array("d", [NONE]) * PLACES)
+            places = self.gpus[gpu] = (array("q", [NONE]) * PLACES, array("b", [NONE]) * PLACES)
             self._held[gpu] = [slot, slot]
         held = self._held[gpu]
-        slots, memory, utilization = places
+        memory, utilization = places
         if slot <= held[1] - PLACES:  # older than the places hold
             return
-        for skipped in range(max(held[1] + 1, slot - PLACES + 1), slot):  # no sample fell in them
-            i = skipped % PLACES
-            slots[i], memory[i], utilization[i] = -1, NONE, NONE
-        held[0], held[1] = min(held[0], slot), max(held[1], slot)
         i = slot % PLACES
-        if slots[i] == slot:
-            memory[i], utilization[i] = _higher(memory[i], used), _higher(utilization[i], util)
-        elif slots[i] < slot:  # a newer slot takes the place
-            slots[i] = slot
-            memory[i] = NONE if used is None else used
-            utilization[i] = NONE if util is None else util
+        if slot > held[1]:  # a newer slot: it takes its place; the slots it skips had no sample
+            for skipped in range(max(held[1] + 1, slot - PLACES + 1), slot + 1):
+                memory[skipped % PLACES] = utilization[skipped % PLACES] = NONE
+            held[1] = slot
+        held[0] = min(held[0], slot)
+        # the place holds this slot or nothing (NONE, below every value)
+        memory[i] = max(memory[i], _value(used, MEMORY_MAX))
+        utilization[i] = max(utilization[i], _value(util, UTIL_MAX))
 
     def add(self, t: float, gpu: int, used: float | None, util: float | None) -> None:
         self.put(gpu, int(t // self.width), used, util)
@@ -103,11 +103,12 @@ class RangeChart:
         places = self.gpus.get(gpu)
         if places is None:
             return []
-        slots, memory, utilization = places
-        half = self.width / 2
-        held = sorted((slot, i) for i, slot in enumerate(slots) if slot >= 0)
-        return [GpuSample(slot * self.width + half, None if memory[i] == NONE else int(memory[i]), total, None,
-                          None if utilization[i] == NONE else int(utilization[i]))
+        memory, utilization = places
+        half, highest = self.width / 2, self._held[gpu][1]
+        held = sorted((highest - (highest - i) % PLACES, i) for i in range(PLACES)
+                      if memory[i] != NONE or utilization[i] != NONE)
+        return [GpuSample(slot * self.width + half, None if memory[i] == NONE else memory[i], total, None,
+                          None if utilization[i] == NONE else utilization[i])
                 for slot, i in held]
 
 
@@ -122,7 +123,7 @@ class RangeChart:
         places = self.gpus.get(gpu)
         if places is None or cells <= 0:
             return memory_out, util_out
-        __, memory, utilization = places
+        memory, utilization = places
         cell = self.span / cells
         start, half, width = now - self.span, self.width / 2, self.width
         earliest, last, whole = start - cell, cells - 1, total or 1
@@ -150,9 +151,9 @@ class RangeChart:
             if end > slot:
                 used, util = _top(memory, slot, end), _top(utilization, slot, end)
                 if used != NONE:
-                    memory_out[k] = int(used) / whole
+                    memory_out[k] = used / whole
                 if util != NONE:
-                    util_out[k] = int(util) / 100
+                    util_out[k] = util / 100
                 slot = end
         return memory_out, util_out
 
