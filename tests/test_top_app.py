@@ -443,9 +443,10 @@ def test_the_table_draws_what_changed(sim_env):
         pids = [line.split()[1] for line in drawn()[1:] if line.strip()]
         assert pids == order[::-1][: len(pids)] and len(pids) > 3
         # A click lands on the row drawn there, also on cells whose text other rows show too
-        # (the row index is carried in the rendered cell)
+        # (the row index is carried in the rendered cell); not the cursor's row (the cursor followed
+        # the first process to the end): a click on it selects it (the detail screen)
         flags = drawn()[0].index("FLAGS")
-        for y in (len(pids), 1, 2):
+        for y in (1, 2, len(pids)):
             await pilot.click("#procs", offset=(flags, y))
             assert app.selected_row().proc.pid == int(pids[y - 1])
     try:
