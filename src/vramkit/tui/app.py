@@ -51,7 +51,6 @@ from ..i18n import N_, _, ngettext
 from ..procs import HostLoad, read_host_load, sanitize
 from ..render import fmt
 from ..render.banner import banner
-from ..render.info_view import health_problems
 from ..render.status_view import extras_fit
 from ..render.style import Style
 from ..render.text_width import pad
@@ -707,7 +706,11 @@ class TopApp(App[None]):
         return {g.index: g for g in copies}
 
     def _note_health(self, when: float) -> None:
-        for index, dev in (self.health or {}).items():
+        if not self.health:
+            return
+        from ..render.info_view import health_problems  # only with a detail screen open (~50 KiB)
+
+        for index, dev in self.health.items():
             problems = health_problems(dev)
             if problems:
                 self.health_flags[index] = (problems, when)
