@@ -20,7 +20,7 @@ import operator
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 from ..errors import RequestError
@@ -107,18 +107,31 @@ def _job_row(row: tuple[object, ...] | None) -> _Job | None:
 
 
 def _write_jobs(c: sqlite3.Connection, credit: dict[int, list[float]], seen: Iterable[_Job],
-                now: float | None) -> None:
+                changed: Container[int], now: float | None) -> None:
     """One UPDATE per job: the time its processes held memory in the previous sample (`credit`),
-    and for the jobs of this sample (`seen`) when they were last seen, their peak and GPUs."""
-    rows: list[tuple[float, float, float, float | None, int | None, str | None, int]] = []
+    and for the jobs of this sample (`seen`) when they were last seen; their peak and GPUs only
+    for the jobs whose peak or GPUs changed (`changed`, ids: new lives too), the others' are
+    written already (a narrower UPDATE: most lives, most samples)."""
+    nothing = (0.0, 0.0, 0.0)
+    whole: list[tuple[float, float, float, float | None, int, str, int]] = []
+    brief: list[tuple[float, float, float, float | None, int]] = []
     for j in seen:
-        add = credit.pop(j.id, None) or (0.0, 0.0, 0.0)
-        rows.append((add[0], add[1], add[2], now, j.peak, j.gpu_list, j.id))
-    rows.extend((add[0], add[1], add[2], None, None, None, job) for job, add in credit.items())
-    c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
-                  "idle_seconds = idle_seconds + ?, last_seen = coalesce(?, last_seen), "
-                  "peak_memory = max(peak_memory, coalesce(?, peak_memory)), gpus = coalesce(?, gpus) "
-                  "WHERE id = ?", rows)
+        add = credit.pop(j.id, None) or nothing
+        if j.id in changed:
+            whole.append((add[0], add[1], add[2], now, j.peak, j.gpu_list, j.id))
+        else:
+            brief.append((add[0], add[1], add[2], now, j.id))
+    if whole:
+        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
+                      "idle_seconds = idle_seconds + ?, last_seen = ?, peak_memory = max(peak_memory, ?), gpus = ? "
+                      "WHERE id = ?", whole)
+    if brief:
+        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
+                      "idle_seconds = idle_seconds + ?, last_seen = ? WHERE id = ?", brief)
+    if credit:  # held memory in the previous sample, not in this one (or the recorder is closing)
+        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
+                      "idle_seconds = idle_seconds + ? WHERE id = ?",
+                      [(add[0], add[1], add[2], job) for job, add in credit.items()])
 
 
 _WORKLOAD_NAMES = ", ".join(column for column, _k in WORKLOAD_COLUMNS)
@@ -211,8 +224,8 @@ class Recorder:
                 sample = c.execute("INSERT INTO samples (t) VALUES (?)", (snap.time,)).lastrowid
                 assert sample is not None
                 self._write_gpus(c, sample, snap)
-                new_jobs, held = self._write_processes(c, sample, snap, continuing)
-                _write_jobs(c, credit, new_jobs.values(), snap.time)
+                seen, fresh, held = self._write_processes(c, sample, snap, continuing)
+                _write_jobs(c, credit, seen, {j.id for j in fresh.values()}, snap.time)
                 idle_since = self._write_holding(c, held, snap.time, unbroken)
         except Exception as e:  # noqa: BLE001 - a write that fails for any reason is said, not fatal
             self.dropped += 1
@@ -220,7 +233,9 @@ class Recorder:
             return
         # Committed: only now does memory follow the database.
         self.commits += 1
-        self._jobs.update(new_jobs)
+        for job in seen:
+            job.last_seen = snap.time
+        self._jobs.update(fresh)
         self._prev = _Prev(sample, mono, snap.time, held)
         self._idle_since = idle_since
         self.samples += 1
@@ -271,7 +286,7 @@ class Recorder:
                 mono = time.monotonic() if now_monotonic is None else now_monotonic
                 if self._prev.mono is not None:  # (a resumed sample waits for a real next one)
                     with self.store.transaction() as c:
-                        _write_jobs(c, self._credit_previous(c, mono, None)[1], (), None)
+                        _write_jobs(c, self._credit_previous(c, mono, None)[1], (), (), None)
                     self.commits += 1
                 self._prev = None
         except Exception as e:  # noqa: BLE001 - said; the store still closes
@@ -353,7 +368,7 @@ class Recorder:
         return text[:MAX_COMMAND] if text else text
 
     def _write_processes(self, c: sqlite3.Connection, sample: int, snap: Snapshot,
-                         continuing: set[int]) -> tuple[dict[JobKey, _Job], list[_Held]]:
+                         continuing: set[int]) -> tuple[list[_Job], dict[JobKey, _Job], list[_Held]]:
         # One row per (process, GPU): a process in two MIG instances of one GPU is summed.
         per: dict[tuple[JobKey, int], tuple[GpuProcess, int | None, int | None, bool]] = {}
         for dev in snap.gpus:
@@ -372,30 +387,47 @@ class Recorder:
                 else:
                     memory = None if was[1] is None or p.memory is None else was[1] + p.memory
                     per[(key, dev.index)] = (p, memory, was[2], was[3] and p.idle)
-        changed: dict[JobKey, _Job] = {}
+        # This sample's jobs. A job kept in memory is changed only after the commit (memory follows
+        # the database): one whose GPUs, peak or workload change here is a copy, in `fresh` with the
+        # lives new to memory (their peak and GPUs are written: _write_jobs), which replace the kept.
+        known = self._jobs
+        seen: dict[JobKey, _Job] = {}
+        fresh: dict[JobKey, _Job] = {}
+
+        def own(key: JobKey, job: _Job) -> _Job:
+            if key in fresh:
+                return job
+            copy = seen[key] = fresh[key] = _Job(job.id, snap.time, job.gpus, job.peak, job.gpu_list, job.workload,
+                                                 job.seen)
+            return copy
         held: list[_Held] = []
         rows = []
         for (key, gpu), (p, memory, sm, idle) in per.items():
-            job = changed.get(key)
+            job = seen.get(key)
             if job is None:
-                base = self._job(c, key, p, snap.time, continuing)
-                # The GPU set is copied only when it grows: memory follows the database after the commit.
-                job = changed[key] = _Job(base.id, snap.time, base.gpus, base.peak, base.gpu_list, base.workload,
-                                          base.seen)
+                job = seen[key] = self._job(c, key, p, snap.time, continuing)
+                if job is not known.get(key):  # new, or found in the file: not in memory yet
+                    job.last_seen = snap.time
+                    fresh[key] = job
                 if p.workload is not job.seen or job.workload is None:
                     values = _workload_values(p)
-                    if values != job.workload and values != _NO_WORKLOAD:  # more is known, or resumed
-                        _fill_workload(c, job.id, values)
-                    job.workload, job.seen = values, p.workload
+                    if values != job.workload:
+                        if values != _NO_WORKLOAD:  # more is known, or resumed
+                            _fill_workload(c, job.id, values)
+                        job = own(key, job)
+                        job.workload = values
+                    job.seen = p.workload  # (the same values: only which object holds them)
             if gpu not in job.gpus:
+                job = own(key, job)
                 job.gpus = job.gpus | {gpu}
                 job.gpu_list = ",".join(map(str, sorted(job.gpus)))
             if memory is not None and memory > job.peak:
+                job = own(key, job)
                 job.peak = memory
             rows.append((sample, job.id, gpu, memory, sm, int(idle)))
             held.append(_Held(job.id, gpu, memory, idle))
         c.executemany("INSERT INTO proc_raw (sample, job, gpu, memory, sm_util, idle) VALUES (?, ?, ?, ?, ?, ?)", rows)
-        return changed, held
+        return list(seen.values()), fresh, held
 
     def _job(self, c: sqlite3.Connection, key: JobKey, p: GpuProcess, now: float, continuing: set[int]) -> _Job:
         """The job this process is: one seen in memory, one the database has from before a
