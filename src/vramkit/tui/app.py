@@ -129,10 +129,11 @@ class ProcTable(DataTable[str]):
         # process rows' lines, by (row, under the cursor, under the mouse): cleared on show(), with
         # DataTable's caches, and when the look changes
         self._lines_drawn: LRUCache[tuple[int, bool, bool], Strip] = LRUCache(256)
-        # their cells, by (row, column, text, under the cursor, under the mouse): kept across
-        # refreshes (most texts stay), cleared when the look changes; a few screens' worth (a
-        # cache full after a minute, not after several: ELAPSED gives ~30 new texts a second)
-        self._cells_drawn: LRUCache[tuple[int, int, str, bool, bool], list[Segment]] = LRUCache(1024)
+        # their cells' texts as drawn, by (column, text, width), without the row's style (one a
+        # row, cursor and mouse: its row for the mouse in its meta): kept across refreshes (most
+        # texts stay), cleared when the look changes; a screen's worth and some (ELAPSED gives ~30
+        # new texts a second). None: a cell DataTable's path draws (see _cell_parts).
+        self._cells_drawn: LRUCache[tuple[int, str, int], _CellParts | None] = LRUCache(640)
 
     def show(self, count: int, values: Callable[[int], list[str]]) -> None:
         """From now on the table has `count` rows, row i's cells being values(i) (built when
@@ -258,27 +259,64 @@ class ProcTable(DataTable[str]):
 
     def _process_line(self, row: int, cursor: bool, hover: bool, frame: _Frame) -> Strip:
         """A process row's line, as DataTable draws it for this table (_render_line and
-        _render_line_in_row, for a row cursor and nothing fixed), from the frame's values."""
-        segments: list[Segment] = []
+        _render_line_in_row, for a row cursor and nothing fixed), from the frame's values: each
+        cell's text (kept by _cells_drawn) in the row's style, runs of one style in one segment."""
+        runs: list[tuple[str, RichStyle | None]] = []  # (text, style), no two of one style in a row
         values = self.row_values(row)
         table_width = 0
+        pre = around = None
         for column, (__, width) in enumerate(frame.columns):
             table_width += width
             value = values[column] if column < len(values) else ""
-            key = (row, column, value, cursor, hover)
-            cell = self._cells_drawn.get(key)
-            if cell is None:
-                lines = self.draw_cell(row, column, value, frame.style, width, cursor, hover)
-                if lines is None:
-                    lines = self._render_cell(row, column, frame.style, width, cursor, hover)
-                cell = self._cells_drawn[key] = lines[0]
-            segments.extend(cell)
+            key = (column, value, width)
+            if key in self._cells_drawn:
+                parts = self._cells_drawn[key]
+            else:
+                parts = self._cells_drawn[key] = self._cell_parts(column, value, width)
+            if parts is None:  # DataTable's own path
+                cell = [(segment.text, segment.style)
+                        for segment in self._render_cell(row, column, frame.style, width, cursor, hover)[0]]
+            else:
+                if pre is None:  # the row's style: the table's, the mouse meta (its row), cursor, hover
+                    component, post = self._get_styles_to_render_cell(
+                        False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
+                        self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+                    pre = frame.style + RichStyle.from_meta({"row": row, "column": 0}) + component
+                    around = pre + post
+                before, inside, after, own = parts
+                cell = [(before, around)] if own is None else [(before, around), (inside, pre + own + post),
+                                                                (after, around)]
+            for text, style in cell:
+                if runs and runs[-1][1] == style:
+                    runs[-1] = (runs[-1][0] + text, style)
+                elif text:
+                    runs.append((text, style))
         extend, _post = self._get_styles_to_render_cell(False, False, False, hover, cursor, frame.settings[0],
                                                        frame.settings[1], False, False)
         extend = frame.style + extend + RichStyle.from_meta({"row": row, "column": 0, "out_of_bounds": True})
+        segments = [Segment(text, style) for text, style in runs]
         segments.append(Segment(" " * max(0, frame.width - table_width), extend))
         line = line_crop(segments, frame.scroll_x, frame.scroll_x + frame.width, frame.width)
         return Strip(line).adjust_cell_length(frame.width, frame.style).simplify()
+
+    def _cell_parts(self, column_index: int, value: str, width: int) -> _CellParts | None:
+        """A process cell's text as draw_cell lays it out (padding, justification), apart from the
+        row's style: (the cell's text, "", "", None), or for a text with a style of its own (the
+        flags) (before it, it, after it, its style). None where draw_cell does not draw it."""
+        column_key = self._column_locations.get_key(column_index)
+        if column_key is None:
+            return None
+        text = self.cell_text(str(column_key.value), value)
+        inner = width - 2 * self.cell_padding
+        size = len(value) if value.isascii() and value.isprintable() else cell_len(value)
+        if text.spans or size > inner or "\n" in value or (text.style and text.justify == "right"):
+            return None
+        own = text.style if isinstance(text.style, RichStyle) else RichStyle.parse(text.style) if text.style else None
+        pad, fill = " " * self.cell_padding, " " * (inner - size)
+        if own is None or not value:
+            body = fill + value if text.justify == "right" else value + fill
+            return (pad + body + pad, "", "", None)
+        return (pad, value, fill + pad, own)
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # Every column has a fixed width and every row one line: no new row needs measuring
@@ -361,6 +399,9 @@ class ProcTable(DataTable[str]):
 
 
 T = TypeVar("T")
+
+# A process cell's text as drawn, apart from its row's style (ProcTable._cell_parts)
+_CellParts = tuple[str, str, str, "RichStyle | None"]
 
 # Every row's cells as DataTable keeps them (a dict of column -> value a row, ~650 bytes at 12
 # columns): ProcTable builds its cells when drawn (row_values), so its rows share this one.
