@@ -30,7 +30,7 @@ from .errors import RequestError, VramkitError
 from .gpu_choice import Decision, Policy, Unit, decide, shortfall_text
 from .gpu_state import GpuProcess
 from .http_get import GetError, get
-from .i18n import _
+from .i18n import _, join_words
 from .procs import sanitize
 
 DEFAULT_TIMEOUT = 10.0  # seconds for Prometheus' answers to one reading (read_fleet's four queries)
@@ -388,7 +388,7 @@ def _judge_host(host: FleetHost, read_errors: float | None, dropped: float | Non
     missing = [g.index for g in host.gpus if not g.lost and (g.memory_used is None or g.memory_total is None)]
     if missing:
         host.notes.append(_("partial: no memory numbers for GPU {indices}").format(
-            indices=", ".join(map(str, missing))))
+            indices=join_words(map(str, missing))))
     if dropped:
         host.notes.append(_("partial: {n} process series left out by --max-process-series (top user may be "
                             "incomplete)").format(n=f"{dropped:.0f}"))

@@ -41,7 +41,7 @@ from typing import Any
 from .errors import RequestError
 from .fleet import MAX_ANSWER, MAX_BYTES, MAX_COUNT, Fleet, FleetGpu, FleetHost, _in_range, _judge_host, clean
 from .http_get import GetError, get
-from .i18n import _
+from .i18n import _, join_words
 from .named_files import Refused, read_named
 
 DEFAULT_PORT = 9787  # vram serve's
@@ -52,6 +52,7 @@ MAX_CERT = 1024 * 1024  # bytes of a certificate or key file
 SNAPSHOT = "/api/v1/snapshot"
 PARAM = "hosts"
 CONFIG_PARAM = "hosts_config"
+TOP_KEYS = ("basic_auth", "tls_config")  # of the client config (--hosts-config)
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 _IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
 _INDEX = re.compile(r"[0-9]{1,5}")
@@ -144,7 +145,7 @@ def _section(data: dict[Any, Any], key: str, allowed: tuple[str, ...], path: Pat
     for name in section:
         if name not in allowed:
             raise _config_error(path, f"{key}.{clean(name)}", _("not supported (supported: {names})").format(
-                names=", ".join(allowed)))
+                names=join_words(allowed)))
     return section
 
 
@@ -168,11 +169,11 @@ def load_client_config(path: Path) -> ClientConfig:
         raise _config_error(path, None, clean(problem) if problem else _("not valid YAML")) from None
     data = data or {}
     if not isinstance(data, dict):
-        raise _config_error(path, None, _("expected a mapping of {keys}").format(keys="basic_auth, tls_config"))
+        raise _config_error(path, None, _("expected a mapping of {keys}").format(keys=join_words(TOP_KEYS)))
     for name in data:
-        if name not in ("basic_auth", "tls_config"):
+        if name not in TOP_KEYS:
             raise _config_error(path, clean(name), _("not supported (supported: {names})").format(
-                names="basic_auth, tls_config"))
+                names=join_words(TOP_KEYS)))
     base = path.parent
     auth = _section(data, "basic_auth", ("username", "password", "password_file"), path)
     authorization = None

@@ -6,7 +6,7 @@ import json
 
 from ..fleet import Fleet, FleetGpu, FleetHost, HostChoice
 from ..gpu_choice import Policy, ids_text
-from ..i18n import _, ngettext, pgettext
+from ..i18n import _, join_words, ngettext, pgettext
 from ..units import format_size
 from . import fmt
 from .style import Style, clip
@@ -45,7 +45,7 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
                ngettext("{n} GPU", "{n} GPUs", gpus).format(n=gpus)]
     simulated = [h.host for h in fleet.hosts if h.simulated]
     if simulated:
-        named = (", ".join(simulated) if len(simulated) < 4
+        named = (join_words(simulated) if len(simulated) < 4
                  else ngettext("{n} host", "{n} hosts", len(simulated)).format(n=len(simulated)))
         summary.append(_("simulated: {hosts}").format(hosts=named))
     if down:
@@ -54,7 +54,11 @@ def render_fleet(fleet: Fleet, style: Style, width: int) -> str:
         summary.append(style.paint(_("{n} partial").format(n=partial), "yellow"))
     title = (_("vram fleet via Prometheus {address}").format(address=fleet.prometheus) if fleet.source == "prometheus"
              else _("vram fleet via each host's vram serve"))
-    lines = [style.paint(title, "bold") + ": " + ", ".join(summary)]
+    # Translators: what separates the counts of vram fleet's first line ("2 hosts, 8 GPUs, 1 down")
+    counts = pgettext("summary separator", ", ").join(summary)
+    # Translators: vram fleet's first line: {title} says where the numbers come from ("vram fleet via
+    # Prometheus http://prometheus:9090"), {counts} what it found ("2 hosts, 8 GPUs, 1 down")
+    lines = [_("{title}: {counts}").format(title=style.paint(title, "bold"), counts=counts)]
     if not fleet.hosts and fleet.source == "prometheus":
         lines.append(_("no vram serve target in Prometheus (is its scrape job named 'vram'? see --job and "
                        "docs/fleet.md)"))
@@ -90,8 +94,8 @@ def fleet_json(fleet: Fleet) -> str:
 
 def choice_line(choice: HostChoice, policy: Policy) -> str:
     """'on gpu-b: CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=2,3 (GPUs 2, 3: 79.4GiB, 79.4GiB free; ...)'."""
-    free = ", ".join(format_size(g.memory_free) for g in choice.gpus)
-    busy = ", ".join(fmt.pct(g.utilization) for g in choice.gpus)
+    free = join_words([format_size(g.memory_free) for g in choice.gpus])
+    busy = join_words([fmt.pct(g.utilization) for g in choice.gpus])
     env = " ".join(f"{k}={v}" for k, v in choice.env.items())
     return _("on {host}: {env} ({gpus}: {free} free, {busy} busy; wanted {policy})").format(
         host=choice.host.host, env=env, gpus=ids_text(choice.decision.chosen), free=free, busy=busy,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestError
-from ..i18n import _
+from ..i18n import _, join_words
 from ..named_files import Refused, read_named
 from ..procs import sanitize
 
@@ -55,7 +55,9 @@ class WebConfigError(RequestError):
 
     def __init__(self, path: Path, key: str | None, why: str):
         where = f"{path}: {key}" if key else str(path)
-        super().__init__(f"{where}: {why}", param=PARAM)
+        # Translators: {where} is a config file, or the file and a key in it ("web.yml:
+        # tls_server_config.cert_file", written as it is); {why} is what is wrong there
+        super().__init__(_("{where}: {why}").format(where=where, why=why), param=PARAM)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def _unknown(section: dict[Any, Any], allowed: tuple[str, ...], path: Path, pref
     for key in section:
         if key not in allowed:
             raise WebConfigError(path, f"{prefix}{_shown(key)}", _("not supported by vram serve (supported: {keys})")
-                                 .format(keys=", ".join(allowed)))
+                                 .format(keys=join_words(allowed)))
 
 
 def load(path: Path) -> WebConfig:
@@ -127,7 +129,7 @@ def load(path: Path) -> WebConfig:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise WebConfigError(path, None, _("expected a mapping of {keys}").format(keys=", ".join(TOP_KEYS)))
+        raise WebConfigError(path, None, _("expected a mapping of {keys}").format(keys=join_words(TOP_KEYS)))
     _unknown(data, TOP_KEYS, path, "")
     base = path.parent
     tls = _tls(data.get("tls_server_config"), path, base)
@@ -161,7 +163,7 @@ def _tls(section: Any, path: Path, base: Path) -> TLSSettings | None:
             value = _text(section[key], path, f"tls_server_config.{key}")
             if value not in allowed:
                 raise WebConfigError(path, f"tls_server_config.{key}", _("{value} is not one of {allowed}").format(
-                    value=repr(_shown(value, 40)), allowed=", ".join(allowed)))
+                    value=repr(_shown(value, 40)), allowed=join_words(allowed)))
             settings[key] = value
     if settings.get("client_auth_type", "NoClientCert") != "NoClientCert":
         if "client_ca_file" not in section:
