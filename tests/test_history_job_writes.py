@@ -5,17 +5,18 @@ stay exactly those of its raw rows."""
 
 from __future__ import annotations
 
-import json
+import os
+import sqlite3
 import threading
 
 import pytest
+from helpers import clean_env, run_vram
+from test_history_store import EPOCH, stepped  # noqa: F401 - the fixture
 
 from vramkit.collector import Collector
 from vramkit.history.recorder import Recorder
-from vramkit.history.store import Retention, Store
-from vramkit.machine import open_machine
+from vramkit.history.store import SCHEMA_VERSION, Retention, Store
 
-EPOCH = 1767225600.0
 FOREVER = Retention(raw=1e9, minute=1e9, quarter=1e9, max_bytes=1 << 40)
 GiB = 1 << 30
 
@@ -35,18 +36,9 @@ TWO_GPUS = {**ONE_GPU, "processes": [
 
 
 @pytest.fixture
-def machine_at(monkeypatch, tmp_path):
-    for key in ("VRAM_SIMULATE", "VRAM_SIM_TIME", "VRAM_SIM_EPOCH", "VRAM_SIM_CLOCK"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("VRAM_SIM_CLOCK", "stepped")
-    monkeypatch.setenv("VRAM_SIM_EPOCH", f"{EPOCH:.0f}")
-
-    def open_at(start: float, scenario: dict) -> Collector:
-        path = tmp_path / f"scenario-{start:g}.json"
-        path.write_text(json.dumps(scenario))
-        monkeypatch.setenv("VRAM_SIM_TIME", f"{start:g}")
-        return Collector(open_machine(str(path)), interval=10.0)
-    return open_at
+def machine_at(stepped):  # noqa: F811 - the fixture imported
+    """open(start, scenario) -> a collector of the simulated machine on a stepped clock at EPOCH + start."""
+    return lambda start, scenario: Collector(stepped(start, scenario), interval=10.0)
 
 
 def take(recorder: Recorder, collector: Collector, samples: int) -> None:
@@ -104,3 +96,102 @@ def test_peak_and_gpus_written_when_they_change_and_after_a_failed_write(machine
         assert raw[4] == peak
     assert c.execute("SELECT count(*) FROM samples").fetchone()[0] == 13
     store.close()
+
+
+# ---------------------------------------------------------------- totals written with each rollup (schema 8)
+def _killed(store: Store) -> None:
+    """The recorder's process killed: nothing more is written, the lock goes with it."""
+    store.conn.close()
+    assert store._lock_fd is not None
+    os.close(store._lock_fd)
+
+
+def _life(db, pid: int) -> dict:
+    done = run_vram("life", str(pid), "--db", str(db), "--json", env=clean_env())
+    assert done.rc == 0, done.err
+    life, = done.json()["lives"]
+    return life
+
+
+def _report_last_seen(db, pid: int) -> float:
+    done = run_vram("report", "--db", str(db), "--since", f"@{EPOCH:.0f}", "--until", f"@{EPOCH + 3600:.0f}",
+                    "--by", "life", "--json", env=clean_env())
+    assert done.rc == 0, done.err
+    row, = [r for r in done.json()["rows"] if r["pid"] == pid]
+    return float(row["last_seen"])
+
+
+def test_readers_get_exact_totals_between_writes_and_after_a_kill(machine_at, tmp_path):
+    """A life's totals in `jobs` are written with each rollup (every 60 s): `vram life` and reports
+    read them as of the newest sample all the same, also from a recorder killed between two
+    writes; the next recorder adds what the killed one left, and goes on."""
+    db = tmp_path / "h.db"
+    store = Store.open(db, write=True)
+    recorder = Recorder(store, 10.0, retention=FOREVER)
+    take(recorder, machine_at(0, ONE_GPU), 10)  # t = 0 .. 90 s: the totals written at 0 and 60 s
+    _killed(store)
+    with sqlite3.connect(db) as c:  # the file's own columns are behind: 60 s of the 90
+        assert c.execute("SELECT gpu_seconds FROM jobs WHERE pid = 102").fetchone() == (60.0,)
+    c.close()
+    # ben (pid 102) holds 4 GiB idle all along: 9 intervals of 10 s so far, last seen at 90 s.
+    life = _life(db, 102)
+    assert (life["gpu_seconds"], life["idle_seconds"], life["memory_byte_seconds"]) == (90, 90, 90 * 4 * GiB)
+    assert life["last_seen_timestamp"] == EPOCH + 90
+    assert _report_last_seen(db, 102) == EPOCH + 90
+
+    # Restarted at 100 s: what the killed recorder left is added to `jobs` at once.
+    store = Store.open(db, write=True)
+    recorder = Recorder(store, 10.0, retention=FOREVER)
+    c = store.conn
+    assert c.execute("SELECT gpu_seconds, last_seen FROM jobs WHERE pid = 102").fetchone() == (90.0, EPOCH + 90)
+    assert store.meta("jobs_through") == str(c.execute("SELECT max(id) FROM samples").fetchone()[0])
+    two = machine_at(100, ONE_GPU)
+    take(recorder, two, 5)  # t = 100 .. 140; the killed sample at 90 counts to 100
+    life = _life(db, 102)
+    assert (life["gpu_seconds"], life["last_seen_timestamp"]) == (140, EPOCH + 140)
+    recorder.close(two.machine.backend.monotonic())
+    life = _life(db, 102)
+    assert (life["gpu_seconds"], life["idle_seconds"], life["memory_byte_seconds"]) == (150, 150, 150 * 4 * GiB)
+    with sqlite3.connect(db) as c:  # closed: the file's own columns hold it all
+        assert c.execute("SELECT gpu_seconds, idle_seconds FROM jobs WHERE pid = 102").fetchone() == (150.0, 150.0)
+    c.close()
+
+
+def test_raw_rows_rolled_up_are_in_the_totals_first(machine_at, tmp_path):
+    """Raw samples kept one minute: every rollup moves rows out of proc_raw, and the totals read
+    always equal every tier's rows."""
+    store = Store.open(tmp_path / "h.db", write=True)
+    recorder = Recorder(store, 10.0, retention=Retention(raw=60, minute=1e9, quarter=1e9, max_bytes=1 << 40))
+    one = machine_at(0, ONE_GPU)
+    for _ in range(4):
+        take(recorder, one, 7)
+        read = dict(store.conn.execute("SELECT id, gpu_seconds FROM job_totals").fetchall())
+        tiers = dict(store.conn.execute("SELECT job, SUM(seconds) FROM proc_time GROUP BY job").fetchall())
+        assert read == pytest.approx(tiers, rel=1e-12) and tiers
+    assert store.conn.execute("SELECT count(*) FROM proc_rollup").fetchone()[0] > 0
+    recorder.close(one.machine.backend.monotonic())
+
+
+def test_a_schema_7_file_is_upgraded_with_its_totals_as_they_were(machine_at, tmp_path):
+    """Schema 7's recorder wrote the totals with every sample: the upgrade marks them as holding
+    every sample there is, and readers read the same totals before and after it."""
+    db = tmp_path / "h.db"
+    store = Store.open(db, write=True)
+    recorder = Recorder(store, 10.0, retention=FOREVER)
+    take(recorder, machine_at(0, ONE_GPU), 9)
+    recorder.close()
+    with sqlite3.connect(db) as c:  # what schema 7's recorder left
+        c.executescript("DROP VIEW job_totals; DELETE FROM meta WHERE key = 'jobs_through'; PRAGMA user_version = 7;")
+        jobs = c.execute("SELECT id, gpu_seconds, memory_byte_seconds, idle_seconds, last_seen FROM jobs").fetchall()
+    c.close()
+    old = Store.open(db)
+    assert old.version() == 7 and not old.totals_behind
+    before = _life(db, 101)
+    old.close()
+    store = Store.open(db, write=True)
+    assert store.version() == SCHEMA_VERSION == 8
+    assert store.meta("jobs_through") == str(store.conn.execute("SELECT max(id) FROM samples").fetchone()[0])
+    assert store.conn.execute("SELECT id, gpu_seconds, memory_byte_seconds, idle_seconds, last_seen "
+                              "FROM job_totals").fetchall() == jobs
+    store.close()
+    assert _life(db, 101) == before

@@ -126,8 +126,8 @@ def test_rollups_move_raw_to_minutes_to_quarters_without_changing_totals(stepped
     store.roll_up(now + 1800, Retention(raw=3600, minute=2 * 3600, quarter=1e9))
     assert_same_totals(before, totals(store))
     assert_tiers_apart(store)
-    # Jobs' own totals (kept as they were credited) agree with the tiers.
-    jobs = dict(store.conn.execute("SELECT id, gpu_seconds FROM jobs").fetchall())
+    # Jobs' own totals (kept as they were credited, read as readers do) agree with the tiers.
+    jobs = dict(store.conn.execute("SELECT id, gpu_seconds FROM job_totals").fetchall())
     assert {j: v[0] for j, v in totals(store)["job"].items()} == pytest.approx(jobs, rel=1e-9)
     store.close()
 
@@ -214,7 +214,8 @@ def test_wall_clock_jumps_neither_inflate_time_nor_split_jobs(stepped, tmp_path)
     c = store.conn
     # 299 intervals of 10 s were recorded, whatever the wall clock said.
     assert c.execute("SELECT SUM(seconds) FROM gpu_time WHERE gpu = 0").fetchone()[0] == 2990
-    jobs = c.execute("SELECT pid, count(*), SUM(gpu_seconds) FROM jobs GROUP BY pid").fetchall()
+    jobs = c.execute("SELECT pid, count(*), SUM(t.gpu_seconds) FROM jobs JOIN job_totals t ON t.id = jobs.id "
+                     "GROUP BY pid").fetchall()
     assert [(pid, n) for pid, n, _ in jobs] == [(101, 1), (102, 1), (103, 1)]
     assert dict((pid, s) for pid, _, s in jobs)[101] == 2 * 2990  # two GPUs, every interval
     assert [line for line in said if "clock" in line] == [
@@ -243,7 +244,8 @@ def test_a_gpu_lost_mid_recording_and_back(stepped, tmp_path):
     assert c.execute("SELECT count(*) FROM gpu_raw WHERE gpu = 1 AND lost").fetchone()[0] == 10
     assert c.execute("SELECT SUM(span) FROM samples").fetchone()[0] == 29 * 60  # nothing skipped
     # ben's job on GPU 1 is one life, not credited while its GPU was lost.
-    assert c.execute("SELECT count(*), SUM(gpu_seconds) FROM jobs WHERE pid = 102").fetchone() == (1, 19 * 60)
+    assert c.execute("SELECT count(*), SUM(t.gpu_seconds) FROM jobs JOIN job_totals t ON t.id = jobs.id "
+                     "WHERE pid = 102").fetchone() == (1, 19 * 60)
     assert said == ["GPU 1 is lost (GPU is lost (fell off the bus or needs a reset)); recording it as lost "
                     "until it is back", "GPU 1 is back; recording it again"]
     store.close()

@@ -239,7 +239,8 @@ def test_hour_sums_keep_what_raw_rows_said(stepped, tmp_path):
 def _downgrade(path: Path) -> None:
     """What a schema 1 recorder would have left: no hour sums (nor day sums, nor workloads)."""
     with sqlite3.connect(path) as c:
-        c.executescript("DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN nvml_pid; "
+        c.executescript("DROP VIEW job_totals; DELETE FROM meta WHERE key = 'jobs_through'; "
+                        "DROP TABLE local_days; DROP TABLE proc_local_day; ALTER TABLE jobs DROP COLUMN nvml_pid; "
                         "DROP TABLE hour_totals; DROP TABLE quarter_totals; "
                         "DROP TABLE workloads; DROP TABLE proc_day; DROP TABLE gpu_day; DROP TABLE proc_hour; "
                         "DROP TABLE gpu_hour; DELETE FROM meta WHERE key LIKE 'hour_%'; PRAGMA user_version = 1;")

@@ -192,6 +192,8 @@ def _downgrade(db: Path, version: int) -> None:
     """Make `db` what a recorder of schema `version` wrote: without the workloads (and, for 2,
     without the day sums)."""
     with sqlite3.connect(db) as c:
+        c.execute("DROP VIEW job_totals")
+        c.execute("DELETE FROM meta WHERE key = 'jobs_through'")
         c.execute("DROP TABLE quarter_totals")
         c.execute("DROP TABLE hour_totals")
         c.execute("ALTER TABLE proc_day DROP COLUMN first_hour")

@@ -109,7 +109,7 @@ def facts(db: Path) -> dict[str, float]:
             "uncredited": c.execute("SELECT count(*) FROM samples WHERE span = 0").fetchone()[0],
             "jobs": c.execute("SELECT count(*) FROM jobs").fetchone()[0],
             "lives": c.execute("SELECT count(*) FROM (SELECT DISTINCT pid, start_ticks, user FROM jobs)").fetchone()[0],
-            "job_seconds": c.execute("SELECT SUM(gpu_seconds) FROM jobs").fetchone()[0] or 0.0,
+            "job_seconds": c.execute("SELECT SUM(gpu_seconds) FROM job_totals").fetchone()[0] or 0.0,
             "proc_seconds": c.execute("SELECT SUM(seconds) FROM proc_time").fetchone()[0] or 0.0,
         }
     finally:
@@ -620,7 +620,8 @@ def test_a_real_process_is_one_life_across_kills(tmp_path, children, write_scena
         stop(proc, signal.SIGKILL)
     store = Store.open(db)
     try:
-        lives = store.conn.execute("SELECT pid, start_ticks, gpu_seconds FROM jobs").fetchall()
+        lives = store.conn.execute("SELECT pid, start_ticks, t.gpu_seconds FROM jobs JOIN job_totals t "
+                                       "ON t.id = jobs.id").fetchall()
         held = store.conn.execute("SELECT SUM(seconds) FROM proc_time").fetchone()[0]
     finally:
         store.close()

@@ -611,16 +611,27 @@ def _workload(values: tuple[Any, ...]) -> Workload | None:
     return Workload(**fields) if fields else None
 
 
+def _totals_sql(store: Store) -> tuple[str, str, str]:
+    """(last_seen, totals, join): a life's last_seen, and its gpu_seconds, memory_byte_seconds and
+    idle_seconds, as of the newest sample: from schema 8 the recorder writes them to `jobs` once a
+    rollup interval, and the view job_totals adds the raw rows since (store.py)."""
+    if not store.totals_behind:
+        return "jobs.last_seen", "jobs.gpu_seconds, jobs.memory_byte_seconds, jobs.idle_seconds", ""
+    return ("t.last_seen", "t.gpu_seconds, t.memory_byte_seconds, t.idle_seconds",
+            " JOIN job_totals t ON t.id = jobs.id")
+
+
 def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
     """The `jobs` rows of these ids (a window's process lives: hundreds, not millions)."""
     out: dict[int, _Life] = {}
     chunk = sorted(ids)
     extra, join = _workload_sql(store)
+    last_seen, _totals, added = _totals_sql(store)
     outside = "nvml_pid" if store.local_days else "NULL"
     for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
         part = chunk[i:i + 500]
-        for row in _rows(store, f"SELECT id, pid, {outside}, user, command, gpus, first_seen, last_seen{extra} "
-                         f"FROM jobs{join} WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
+        for row in _rows(store, f"SELECT jobs.id, pid, {outside}, user, command, gpus, first_seen, {last_seen}{extra} "
+                         f"FROM jobs{join}{added} WHERE jobs.id IN ({','.join('?' * len(part))})", tuple(part)):
             job, pid, host = typed_int(row[0], "id"), typed_int(row[1], "pid"), _outside_pid(row[1], row[2])
             if job is None or (pid is None and host is None):  # a life without its pid: nothing to show it as
                 continue
@@ -1450,9 +1461,10 @@ def process_lives(store: Store, pid: int, outside: bool = False) -> list[Process
         return []
     lives = []
     extra, join = _workload_sql(store)
+    last_seen, totals, added = _totals_sql(store)
     which = "pid = 0 AND nvml_pid = ?" if outside else "pid = ?"
-    for row in _rows(store, "SELECT id, user, command, first_seen, last_seen, gpus, peak_memory, gpu_seconds, "
-                     f"memory_byte_seconds, idle_seconds{extra} FROM jobs{join} WHERE {which}", (pid,)):
+    for row in _rows(store, f"SELECT jobs.id, user, command, first_seen, {last_seen}, gpus, peak_memory, "
+                     f"{totals}{extra} FROM jobs{join}{added} WHERE {which}", (pid,)):
         job = typed_int(row[0], "id")
         if job is None:
             continue

@@ -20,7 +20,7 @@ import operator
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..errors import RequestError
@@ -106,32 +106,34 @@ def _job_row(row: tuple[object, ...] | None) -> _Job | None:
     return _Job(job, seen, gpus, _int(row[3]) or 0, ",".join(map(str, sorted(gpus))))
 
 
-def _write_jobs(c: sqlite3.Connection, credit: dict[int, list[float]], seen: Iterable[_Job],
-                changed: Container[int], now: float | None) -> None:
-    """One UPDATE per job: the time its processes held memory in the previous sample (`credit`),
-    and for the jobs of this sample (`seen`) when they were last seen; their peak and GPUs only
-    for the jobs whose peak or GPUs changed (`changed`, ids: new lives too), the others' are
-    written already (a narrower UPDATE: most lives, most samples)."""
+def _write_changes(c: sqlite3.Connection, changed: Iterable[_Job]) -> None:
+    """The peak and GPUs of the lives whose peak or GPUs changed in this sample (new ones too)."""
+    c.executemany("UPDATE jobs SET peak_memory = max(peak_memory, ?), gpus = ? WHERE id = ?",
+                  [(j.peak, j.gpu_list, j.id) for j in changed])
+
+
+def _write_totals(c: sqlite3.Connection, added: dict[int, list[float]], last_seen: dict[int, float],
+                  through: int) -> None:
+    """One UPDATE per life: what its processes added to its totals (`added`: seconds, memory
+    byte-seconds, idle seconds) and when it was last seen, since the totals were last written;
+    `jobs` then holds every sample up to `through` (store.py: schema 8)."""
     nothing = (0.0, 0.0, 0.0)
-    whole: list[tuple[float, float, float, float | None, int, str, int]] = []
-    brief: list[tuple[float, float, float, float | None, int]] = []
-    for j in seen:
-        add = credit.pop(j.id, None) or nothing
-        if j.id in changed:
-            whole.append((add[0], add[1], add[2], now, j.peak, j.gpu_list, j.id))
+    c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
+                  "idle_seconds = idle_seconds + ?, last_seen = coalesce(?, last_seen) WHERE id = ?",
+                  [(*(added.get(job) or nothing), last_seen.get(job), job) for job in added.keys() | last_seen.keys()])
+    c.execute("INSERT INTO meta (key, value) VALUES ('jobs_through', ?) ON CONFLICT(key) DO UPDATE "
+              "SET value = excluded.value", (str(through),))
+
+
+def _add_credit(into: dict[int, list[float]], credit: dict[int, list[float]]) -> None:
+    for job, add in credit.items():
+        was = into.get(job)
+        if was is None:
+            into[job] = add
         else:
-            brief.append((add[0], add[1], add[2], now, j.id))
-    if whole:
-        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
-                      "idle_seconds = idle_seconds + ?, last_seen = ?, peak_memory = max(peak_memory, ?), gpus = ? "
-                      "WHERE id = ?", whole)
-    if brief:
-        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
-                      "idle_seconds = idle_seconds + ?, last_seen = ? WHERE id = ?", brief)
-    if credit:  # held memory in the previous sample, not in this one (or the recorder is closing)
-        c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds + ?, "
-                      "idle_seconds = idle_seconds + ? WHERE id = ?",
-                      [(add[0], add[1], add[2], job) for job, add in credit.items()])
+            was[0] += add[0]
+            was[1] += add[1]
+            was[2] += add[2]
 
 
 _WORKLOAD_NAMES = ", ".join(column for column, _k in WORKLOAD_COLUMNS)
@@ -194,6 +196,11 @@ class Recorder:
         self._prev: _Prev | None = None
         self._jobs: dict[JobKey, _Job] = {}
         self._last_rollup: float | None = None
+        # What `jobs` lacks until the totals are next written (with each rollup, store.py: schema 8):
+        # the credit of the samples since (job -> [seconds, memory byte-seconds, idle seconds]), and
+        # the lives seen since (id -> the life, whose last_seen is then written).
+        self._unwritten_credit: dict[int, list[float]] = {}
+        self._unwritten_seen: dict[int, _Job] = {}
         self._gpus: dict[int, tuple[str | None, str | None, int | None]] = {}
         self._idle_since: dict[tuple[int, int], float | None] = {}  # as in the table `holding`
         # wall - monotonic at the first sample: retention's "now" follows the monotonic clock, so a
@@ -217,6 +224,11 @@ class Recorder:
         mono = snap.monotonic if snap.monotonic is not None else time.monotonic()
         self._check_clock(snap.time, mono)
         self._check_lost(snap)
+        assert self._first_origin is not None
+        now = self._first_origin + mono
+        # The totals are written just before each rollup, in the sample's transaction: raw rows are
+        # never rolled up before `jobs` holds them, and a failed write leaves the rollup for later.
+        totals_due = self._maintenance_due(now)
         try:
             with self.store.transaction() as c:
                 unbroken, credit = self._credit_previous(c, mono, snap.time)
@@ -225,7 +237,9 @@ class Recorder:
                 assert sample is not None
                 self._write_gpus(c, sample, snap)
                 seen, fresh, held = self._write_processes(c, sample, snap, continuing)
-                _write_jobs(c, credit, seen, {j.id for j in fresh.values()}, snap.time)
+                _write_changes(c, fresh.values())
+                if totals_due:
+                    self._write_totals(c, credit, seen, snap.time, sample)
                 idle_since = self._write_holding(c, held, snap.time, unbroken)
         except Exception as e:  # noqa: BLE001 - a write that fails for any reason is said, not fatal
             self.dropped += 1
@@ -236,6 +250,11 @@ class Recorder:
         for job in seen:
             job.last_seen = snap.time
         self._jobs.update(fresh)
+        if totals_due:
+            self._unwritten_credit, self._unwritten_seen = {}, {}
+        else:
+            _add_credit(self._unwritten_credit, credit)
+            self._unwritten_seen.update({job.id: job for job in seen})
         self._prev = _Prev(sample, mono, snap.time, held)
         self._idle_since = idle_since
         self.samples += 1
@@ -244,8 +263,23 @@ class Recorder:
                               "recording again ({n} samples could not be written)", self.dropped).format(
                                   n=self.dropped))
             self._failing = None
-        assert self._first_origin is not None
-        self._maintain(self._first_origin + mono)
+        if totals_due:
+            self._maintain(now)
+
+    def _write_totals(self, c: sqlite3.Connection, credit: dict[int, list[float]], seen: list[_Job],
+                      now: float | None, sample: int | None) -> None:
+        """Write what `jobs` lacks: the credit since the totals were last written and this
+        sample's (`credit`), and when each life seen since (`seen`: in this sample, at `now`) was
+        last seen. `sample`: the sample being written (None: none, the recorder is closing)."""
+        added = {job: list(add) for job, add in self._unwritten_credit.items()}
+        _add_credit(added, credit)
+        last_seen = {job: j.last_seen for job, j in self._unwritten_seen.items()}
+        if now is not None:
+            last_seen.update({j.id: now for j in seen})
+        # Every sample before this one is credited now (its span is final).
+        through = c.execute("SELECT coalesce(max(id), 0) FROM samples WHERE id < ?",
+                            (sample if sample is not None else 1 << 62,)).fetchone()[0]
+        _write_totals(c, added, last_seen, through)
 
     def _check_lost(self, snap: Snapshot) -> None:
         """Say once when a GPU is lost (its samples are kept, marked lost) and when it is back."""
@@ -284,10 +318,12 @@ class Recorder:
         try:
             if self._prev is not None:
                 mono = time.monotonic() if now_monotonic is None else now_monotonic
-                if self._prev.mono is not None:  # (a resumed sample waits for a real next one)
-                    with self.store.transaction() as c:
-                        _write_jobs(c, self._credit_previous(c, mono, None)[1], (), (), None)
-                    self.commits += 1
+                with self.store.transaction() as c:
+                    # (a resumed sample's span waits for a real next one)
+                    credit = self._credit_previous(c, mono, None)[1] if self._prev.mono is not None else {}
+                    self._write_totals(c, credit, [], None, None)
+                self.commits += 1
+                self._unwritten_credit, self._unwritten_seen = {}, {}
                 self._prev = None
         except Exception as e:  # noqa: BLE001 - said; the store still closes
             self._fail(self._why(e))
@@ -303,7 +339,7 @@ class Recorder:
                          wall: float | None) -> tuple[bool, dict[int, list[float]]]:
         """The previous sample stands for the time from it to now (capped): write its span, and
         say what its processes add to their jobs (job -> [seconds, memory byte-seconds, idle
-        seconds], all its GPUs together: _write_jobs writes them). False when there was no
+        seconds], all its GPUs together: written with the totals). False when there was no
         previous sample or the time since it is a gap (recording was broken)."""
         if self._prev is None:
             return False, {}
@@ -389,7 +425,7 @@ class Recorder:
                     per[(key, dev.index)] = (p, memory, was[2], was[3] and p.idle)
         # This sample's jobs. A job kept in memory is changed only after the commit (memory follows
         # the database): one whose GPUs, peak or workload change here is a copy, in `fresh` with the
-        # lives new to memory (their peak and GPUs are written: _write_jobs), which replace the kept.
+        # lives new to memory (their peak and GPUs are written: _write_changes), which replace the kept.
         known = self._jobs
         seen: dict[JobKey, _Job] = {}
         fresh: dict[JobKey, _Job] = {}
@@ -473,6 +509,7 @@ class Recorder:
         """After a restart: the jobs seen in the last recorded sample can be continued. If that
         sample was never credited (the recorder was killed), it is the previous sample again: the
         first new one credits it (from the wall clock, capped) and idle times go on."""
+        self.store.fold_job_totals()  # what a recorder killed between two writes of the totals left
         c = self.store.conn
         last = c.execute("SELECT id, t, span FROM samples ORDER BY id DESC LIMIT 1").fetchone()
         if last is None:
@@ -501,9 +538,10 @@ class Recorder:
         self._idle_since = {(job, gpu): _real(since) for job, gpu, since in c.execute(
             "SELECT job, gpu, idle_since FROM holding") if _int(job) is not None and _int(gpu) is not None}
 
+    def _maintenance_due(self, now: float) -> bool:
+        return self._last_rollup is None or not 0 <= now - self._last_rollup < ROLLUP_EVERY
+
     def _maintain(self, now: float) -> None:
-        if self._last_rollup is not None and 0 <= now - self._last_rollup < ROLLUP_EVERY:
-            return
         self._last_rollup = now
         try:
             try:

@@ -53,6 +53,13 @@ raw samples in the transaction that sums them into the hour sums (so a quarter's
 same samples as its hour's). In a zone half an hour (or a quarter) off UTC, local midnight cuts an
 hour in two: a reader sums each part of it from its quarters (a few rows, not the hour's rows of
 every pair), and reads rows only of the lives whose first or last hour of the UTC day it is.
+
+Totals behind (schema 8): a life's totals in `jobs` (gpu_seconds, memory_byte_seconds,
+idle_seconds) and its last_seen are written once a rollup interval, not every sample: they hold
+every raw sample up to meta `jobs_through` (a sample id). Readers read the view job_totals, which
+adds the raw rows after it (JOB_TOTALS_AFTER) in the same statement. Those rows are never rolled
+up before they are in `jobs`: the recorder writes the totals in the transaction just before each
+roll_up (and when it closes). A life's peak and GPUs are written in the sample that changes them.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ from ..i18n import N_, _
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
 HOUR = 3600
 DAY = 86400
@@ -177,6 +184,35 @@ WORKLOAD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("pod_uid", "TEXT"), ("pod", "TEXT"), ("namespace", "TEXT"), ("pod_container", "TEXT"),
     ("slurm_job", "INTEGER"), ("slurm_step", "TEXT"), ("slurm_task", "INTEGER"), ("slurm_uid", "INTEGER"),
     ("slurm_array_job", "INTEGER"), ("slurm_array_task", "INTEGER"))
+
+# Schema 8: per life, what the raw rows after meta `jobs_through` add to its totals in `jobs`
+# (job, seconds, memory byte-seconds, idle seconds, the time of its newest row), as the recorder
+# adds them: each (sample, GPU) row its sample's span, memory (unknown: 0) x span, span if idle.
+# The view job_totals is what readers read: each life's totals and last_seen as of the newest sample
+# (one statement: one snapshot). A value of the wrong type is left as it is (readers do not trust it).
+JOB_TOTALS_AFTER = """
+    SELECT p.job AS job, SUM(s.span) AS seconds, SUM(coalesce(p.memory, 0) * s.span) AS memory_byte_seconds,
+           SUM(CASE WHEN p.idle THEN s.span ELSE 0 END) AS idle_seconds, MAX(s.t) AS last_seen
+    FROM proc_raw p JOIN samples s ON s.id = p.sample
+    WHERE p.sample > coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'jobs_through'), 0)
+    GROUP BY p.job"""
+
+
+def _plus(column: str, added: str) -> str:
+    return (f"CASE WHEN typeof(j.{column}) IN ('integer', 'real') THEN j.{column} + coalesce(a.{added}, 0) "
+            f"ELSE j.{column} END AS {column}")
+
+
+_JOB_TOTALS_VIEW = f"""
+    CREATE VIEW job_totals AS
+        SELECT j.id AS id, CASE WHEN typeof(j.last_seen) IN ('integer', 'real') AND a.last_seen > j.last_seen
+                                THEN a.last_seen ELSE j.last_seen END AS last_seen,
+               {_plus("gpu_seconds", "seconds")}, {_plus("memory_byte_seconds", "memory_byte_seconds")},
+               {_plus("idle_seconds", "idle_seconds")}
+        FROM jobs j LEFT JOIN ({JOB_TOTALS_AFTER}) a ON a.job = j.id"""
+_JOBS_THROUGH_NEWEST = """
+    INSERT INTO meta (key, value) SELECT 'jobs_through', coalesce(max(id), 0) FROM samples WHERE true
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
 
 # Each migration takes the schema from version N-1 to N (index N-1), in one transaction.
 MIGRATIONS: tuple[str, ...] = (
@@ -337,6 +373,11 @@ MIGRATIONS: tuple[str, ...] = (
     {_RAW_TO_QUARTERS.replace(":after", "0").replace(
         ":upto", "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'hour_sample'), 0) + 1")
      .replace("GROUP BY q", f"AND s.t BETWEEN {_SINCE} AND {MAX_DAY_TIME} GROUP BY q")};
+    """,
+    # 8: the totals in `jobs` hold every sample so far (each written with its sample until now).
+    f"""
+    {_JOBS_THROUGH_NEWEST};
+    {_JOB_TOTALS_VIEW};
     """,
 )
 
@@ -783,6 +824,7 @@ class Store:
         self.local_days = False  # schema 5 or later: the recorder's local days, and jobs.nvml_pid
         self.hour_totals = False  # schema 6 or later: hour_totals, and proc_day's first and last hour
         self.quarter_totals = False  # schema 7 or later: quarter_totals
+        self.totals_behind = False  # schema 8 or later: jobs' totals hold the samples up to meta jobs_through
 
     @classmethod
     def open(cls, path: Path | str | None = None, write: bool = False) -> Store:
@@ -937,6 +979,7 @@ class Store:
             self.local_days = version >= 5
             self.hour_totals = version >= 6
             self.quarter_totals = version >= 7
+            self.totals_behind = version >= 8
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
@@ -950,7 +993,7 @@ class Store:
         c.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses at most the last commit
         self.migrate()
         self.hour_sums = self.day_sums = self.workloads = self.local_days = self.hour_totals = True
-        self.quarter_totals = True
+        self.quarter_totals = self.totals_behind = True
 
     def publish(self) -> None:
         """Copy the live database as of its newest commit to `published`, for other users: a fresh
@@ -1016,6 +1059,16 @@ class Store:
                 except sqlite3.Error:
                     pass
             raise
+
+    def fold_job_totals(self) -> None:
+        """Add to `jobs` the raw rows after meta jobs_through (a recorder killed between two
+        writes of the totals left them there) and move the mark to the newest sample, so that the
+        totals hold every sample so far."""
+        with self.transaction() as c:
+            c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds "
+                          "+ ?, idle_seconds = idle_seconds + ?, last_seen = max(last_seen, ?) WHERE id = ?",
+                          [(*row[1:], row[0]) for row in c.execute(JOB_TOTALS_AFTER)])
+            c.execute(_JOBS_THROUGH_NEWEST)
 
     # ------------------------------------------------------------ meta
     def meta(self, key: str) -> str | None:
