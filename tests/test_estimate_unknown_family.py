@@ -8,6 +8,7 @@ step (within 10 %), and, on families the formulas do know, against the analytic 
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 
@@ -50,9 +51,11 @@ def _setup(precision: str, mode: str = "train") -> Setup:
     return Setup(mode=mode, batch=BATCH, seq=SEQ, precision=precision, attention="eager", optimizer="adamw")
 
 
-def traced_by_hand(cfg: dict, precision: str, mode: str = "train") -> int:
-    """The class transformers' Auto API builds for the config, traced with a plain step: AdamW,
+@functools.cache  # the command's test compares with the same trace as a parametrized case: done once
+def traced_by_hand(family: str, precision: str, mode: str = "train") -> int:
+    """The class transformers' Auto API builds for UNKNOWN[family], traced with a plain step: AdamW,
     forward with labels, backward, step, zero_grad; inference: one prefill with the cache."""
+    cfg = UNKNOWN[family]
     dtype = torch.bfloat16 if precision == "bf16-pure" else torch.float32
     config = tf.AutoConfig.for_model(**cfg)
     fm = fake_mode()
@@ -76,7 +79,7 @@ def traced_by_hand(cfg: dict, precision: str, mode: str = "train") -> int:
 @pytest.mark.parametrize("precision, mode", [("fp32", "train"), ("bf16-pure", "train"), ("bf16-pure", "infer")])
 def test_an_unknown_family_is_within_ten_percent_of_its_class_traced_by_hand(family, precision, mode):
     estimated, _ = estimate_by_tracing(UNKNOWN[family], _setup(precision, mode), name=family)
-    by_hand = traced_by_hand(UNKNOWN[family], precision, mode)
+    by_hand = traced_by_hand(family, precision, mode)
     assert estimated.family == family
     assert abs(estimated.peak_bytes - CUBLAS_WORKSPACES - by_hand) <= 0.10 * by_hand
 
@@ -100,7 +103,7 @@ def test_the_command_traces_an_unknown_family_and_says_so(tmp_path, cli):
     assert rc == 0, err
     data = json.loads(out)
     assert data["estimated_by"] == "trace" and data["family"] == "falcon"
-    by_hand = traced_by_hand(UNKNOWN["falcon"], "fp32")
+    by_hand = traced_by_hand("falcon", "fp32")
     assert abs(data["peak_bytes"] - CUBLAS_WORKSPACES - by_hand) <= 0.10 * by_hand
     assert data["total_bytes"] > data["reserved_bytes"] >= data["peak_bytes"]
 
@@ -138,7 +141,7 @@ def main() -> None:
     for family, cfg in UNKNOWN.items():
         for precision, mode in (("fp32", "train"), ("bf16-pure", "train"), ("bf16-pure", "infer")):
             e, _ = estimate_by_tracing(cfg, _setup(precision, mode), name=family)
-            mine, hand = e.peak_bytes - CUBLAS_WORKSPACES, traced_by_hand(cfg, precision, mode)
+            mine, hand = e.peak_bytes - CUBLAS_WORKSPACES, traced_by_hand(family, precision, mode)
             print(f"{family:<10}{precision:<11}{mode:<7}{mine / 2**20:>12.1f}Mi{hand / 2**20:>8.1f}Mi"
                   f"{(mine - hand) / hand:>+8.1%}")
     print(f"\n{'family':<10}{'precision':<11}{'traced class':>14}{'formulas':>10}{'diff':>8}")
