@@ -719,14 +719,23 @@ XDIST_GROUPS: dict[str, str] = {
     # its module fixture (a Prometheus scraping four vram serve, about 7 s to the first scrape) is
     # only read by its tests: split over two workers it was started twice
     "test_metrics_compat.py": "prometheus-lab",
+    # each worker that draws one of their tests imports transformers and peft and warms each family's modeling
+    # code and fake-tensor cache (about 10 s of CPU a worker): one worker pays it once
+    "test_trace_hf.py": "hf-trace",
+    "test_estimate_unknown_family.py": "hf-trace",
+    # six module fixtures (recordings of days on the stepped clock, 1-7 s each) that every worker drawing one
+    # of its tests made again: 22-29 s of CPU over 3 workers, 13-16 s on one
+    "test_report_days.py": "report-days",
 }
 
 
 # Modules with tests of 5 s and more, by their longest test, longest first (a whole run's --durations on 2
 # cores), started before the rest: under xdist the last tests decide when the run ends, and a worker that draws
 # a 20 s test last keeps the other one idle meanwhile (longest processing time first). The modules of many
-# 1-5 s traces (test_trace_hf, test_trace_agreement) come after the long single tests: they fill in around
-# them. Within a module the order stays as written (its module fixtures are set up once a worker).
+# 1-5 s traces (test_trace_agreement) come after the long single tests: they fill in around them. A group
+# (XDIST_GROUPS) goes to one worker as a whole, where its first module stands: "hf-trace" (test_trace_hf
+# with test_estimate_unknown_family, ~60 s on one worker) starts first. Within a module the order stays as
+# written (its module fixtures are set up once a worker).
 LONGEST_FIRST: tuple[str, ...] = (
     "test_estimate_unknown_family.py", "test_history_malformed_readers.py", "test_estimate_timeline.py",
     "test_estimator_gpu_measurements.py", "test_estimate_cli.py", "test_install_system.py", "test_estimate_families.py",
