@@ -290,6 +290,7 @@ class Guesser(threading.Thread):
         super().__init__(daemon=True)
         self.port, self.number, self.context, self.stop = port, number, context, stop
         self.answers: dict[int, int] = {}
+        self.sent = threading.Event()  # its first guess is with the server
 
     def connection(self) -> http.client.HTTPConnection:
         if self.context is not None:
@@ -304,6 +305,7 @@ class Guesser(threading.Thread):
             try:
                 wrong = basic("alice", f"guess-{self.number}-{guess}")
                 conn.request("GET", "/metrics", headers={"Authorization": wrong})
+                self.sent.set()
                 response = conn.getresponse()
                 response.read()
                 self.answers[response.status] = self.answers.get(response.status, 0) + 1
@@ -327,7 +329,8 @@ def test_a_wrong_password_flood_does_not_keep_the_right_one_out(tmp_path, served
     for g in guessers:
         g.start()
     try:
-        time.sleep(1)  # the guesses are queued by now
+        for g in guessers:  # the guesses are queued (each one's first sent: it waits for its answer)
+            assert g.sent.wait(60)
         codes = keep_asking(s, ("/metrics", "/api/v1/snapshot"), 3)
         assert s.get("/metrics", auth=("alice", "wrong"))[0] == 401  # answered too, in its turn
         threads = int(next(line.split()[1] for line in Path(f"/proc/{s.pid}/status").read_text().splitlines()
