@@ -65,3 +65,31 @@ def test_the_charts_of_8_gpus_cost_under_200_kib_and_keep_exact_values():
     huge = 100 * 1024**4 + 3  # a value kept to the byte
     charts.shown.add(1001.0, 0, huge, 99)
     assert [(s.memory_used, s.utilization) for s in charts.shown.samples(0, None)][-1] == (huge, 99)
+
+
+def test_the_tables_rows_cost_no_dict_of_cells_each(sim_env):
+    """The process table's rows are places whose cells are built when drawn: DataTable's dict of
+    cells a row (~650 bytes at 12 columns) is one dict for all of them."""
+    import asyncio
+
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600)
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#procs")
+            columns = len(table.columns)
+            table.show(0, lambda i: [])
+            __, size = traced(lambda: table.show(2000, lambda i: [str(i)] * columns))
+            assert table.row_count == 2000
+            assert size / 2000 < 700, (size / 2000, columns)  # ~480 bytes; ~1,110 with a dict of cells a row
+            assert table.get_row_at(1999)[0] == "1999"
+
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()
