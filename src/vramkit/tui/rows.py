@@ -121,7 +121,7 @@ def matches(p: GpuProcess, view: View) -> bool:
     return True
 
 
-@dataclass
+@dataclass(slots=True)  # one a process, made again at every refresh
 class Row:
     key: str
     proc: GpuProcess | None  # None: a parent row in tree view
