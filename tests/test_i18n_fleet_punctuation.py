@@ -34,6 +34,16 @@ def test_vram_fleet_s_first_line_and_pick_are_punctuated_in_chinese(served):
     assert re.search(r"：空闲 [\d.]+GiB、[\d.]+GiB，利用率 \d+%、\d+%；", picked.out), picked.out
 
 
+def test_why_no_host_fits_is_punctuated_in_chinese(served):
+    a = served("--simulate", "demo", "--hostname", "gpu-a")
+    dead = f"127.0.0.1:{free_port()}"
+    shown = run_vram("fleet", "pick", "-n", "9", "--hosts", f"127.0.0.1:{a.port},{dead}", env=zh_env())
+    assert shown.rc == 1 and not shown.out, shown
+    # each host after its name and a full-width colon, one after another with a full-width semicolon
+    refusals = rf"gpu-a：无法选出 9 块 GPU：[^;]+；{re.escape(dead)}：宕机：[^;]+"
+    assert re.fullmatch(rf"vram: 没有主机符合 [^:;]+：{refusals}\n", shown.err), shown.err
+
+
 def test_the_english_first_line_is_unchanged(served):
     a = served("--simulate", "demo", "--hostname", "gpu-a")
     shown = run_vram("fleet", "--hosts", f"127.0.0.1:{a.port}")

@@ -448,15 +448,17 @@ def pick_host(fleet: Fleet, policy: Policy) -> tuple[HostChoice | None, list[str
     least busy). Returns (choice or None, why each other host does not fit)."""
     fits: list[HostChoice] = []
     refusals = []
+    # Translators: why a host does not fit, after its name ("gpu-b: GPUs 0, 1 are busy")
+    refused = _("{host}: {why}")
     for host in fleet.hosts:
         if host.up is False or not host.gpus:
-            refusals.append(f"{host.host}: {host.notes[0] if host.notes else _('no GPU numbers')}")
+            refusals.append(refused.format(host=host.host, why=host.notes[0] if host.notes else _("no GPU numbers")))
             continue
         decision = decide(policy, host_units(host))
         if decision.ok:
             fits.append(HostChoice(host, decision))
         else:
-            refusals.append(f"{host.host}: {decision.impossible or shortfall_text(decision)}")
+            refusals.append(refused.format(host=host.host, why=decision.impossible or shortfall_text(decision)))
 
     def rank(c: HostChoice) -> tuple[int, int, str]:
         free = sum(u.memory_free or 0 for u in c.decision.chosen)

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import VramkitError
-from ..i18n import N_, _
+from ..i18n import N_, _, pgettext
 from .commands import COMMANDS
 from .common import HelpFormatter, UsageError, add_duration
 
@@ -166,7 +166,7 @@ def run_pick(args: argparse.Namespace) -> int:
     fleet = _read(args)
     choice, refusals = pick_host(fleet, policy)
     if choice is None:
-        why = "; ".join(refusals) if refusals else _("Prometheus knows no vram host")
+        why = pgettext("clause separator", "; ").join(refusals) if refusals else _("Prometheus knows no vram host")
         print("vram: " + _("no host fits {policy}: {why}").format(policy=policy.describe(), why=why), file=sys.stderr)
         return 1
     print(choice_json(choice, policy, refusals) if args.json else choice_line(choice, policy))
