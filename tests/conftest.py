@@ -733,9 +733,10 @@ XDIST_GROUPS: dict[str, str] = {
 # cores), started before the rest: under xdist the last tests decide when the run ends, and a worker that draws
 # a 20 s test last keeps the other one idle meanwhile (longest processing time first). The modules of many
 # 1-5 s traces (test_trace_agreement) come after the long single tests: they fill in around them. A group
-# (XDIST_GROUPS) goes to one worker as a whole, where its first module stands: "hf-trace" (test_trace_hf
-# with test_estimate_unknown_family, ~60 s on one worker) starts first. Within a module the order stays as
-# written (its module fixtures are set up once a worker).
+# (XDIST_GROUPS) goes to one worker as a whole, and before every single test: xdist queues its units by their
+# number of tests (--loadscope-reorder, its default), so "hf-trace" (test_trace_hf with
+# test_estimate_unknown_family, ~60 s of CPU) starts first. Within a module the order stays as written (its
+# module fixtures are set up once a worker).
 LONGEST_FIRST: tuple[str, ...] = (
     "test_estimate_unknown_family.py", "test_history_malformed_readers.py", "test_estimate_timeline.py",
     "test_estimator_gpu_measurements.py", "test_estimate_cli.py", "test_install_system.py", "test_estimate_families.py",
