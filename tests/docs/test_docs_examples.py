@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import json
 import os
 import pty
 import re
@@ -254,6 +255,19 @@ def example_id(example: Example) -> str:
     return f"{example.document}:{example.line}"
 
 
+# The pids of the demo scenario's processes: a pynvml program on the shim (gpustat) looks each up in
+# /proc, and lists the ones it finds. None is found on a test machine, unless a process of the suite
+# (or anyone's) happens to have that pid at that moment.
+DEMO_PIDS = [p["pid"] for p in json.loads(
+    (ROOT / "src" / "vramkit" / "nvml" / "scenarios" / "demo.json").read_text())["processes"]]
+
+
+def peer_on_demo(example: Example) -> bool:
+    """A peer program (gpustat) on the shim, over the demo scenario's processes (not spawned ones)."""
+    return "VRAM_SIMULATE=demo" in example.command and "sim spawn" not in example.command and any(
+        re.search(rf"(^|[|;&]\s*|\s){program}\b", example.command) for program in OTHER_PROGRAMS)
+
+
 def who_runs_it_marks(example: Example) -> tuple[pytest.MarkDecorator, ...]:
     """The examples that only trace a model on fake tensors (`vram estimate --trace`, a family the
     formulas do not know) are marked any_user: they read a config and print a computed estimate, with
@@ -270,6 +284,11 @@ def test_console_example_is_the_real_output(example: Example, tmp_path: Path) ->
     for program in OTHER_PROGRAMS:
         if re.search(rf"(^|[|;&]\s*|\s){program}\b", example.command) and not installed(program):
             pytest.skip(f"the example runs {program}, which is not installed")
+    if peer_on_demo(example):
+        live = [pid for pid in DEMO_PIDS if os.path.exists(f"/proc/{pid}")]
+        if live:  # the peer finds that real process by the scenario's pid and lists it, as it would on a GPU
+            pytest.skip(f"pid {live[0]} of the demo scenario is a real process on this machine now: the "
+                        "peer program would list it as a holder, which the example does not show")
     if traces(example):
         for module in ("torch", "transformers"):
             if importlib.util.find_spec(module) is None:
