@@ -68,8 +68,9 @@ def test_english_suggestions_are_unchanged():
 
 
 def test_errors_of_the_core_in_chinese():
+    # the option and its error joined by a full-width colon, as in argparse's own (参数 --watch：)
     assert_one_line_error(run_vram("status", "--simulate", "demo", "--gpu", "9", env=zh_env()), 2,
-                          "vram: 错误：--gpu: 没有 GPU 9（本机的 GPU 为 0-7）")
+                          "vram: 错误：--gpu：没有 GPU 9（本机的 GPU 为 0-7）")
     assert_one_line_error(run_vram("status", "--watch", "xx", env=zh_env()), 2,
                           "参数 --watch：不是时长：'xx'（例如 90s、5m、2h）")
     result = run_vram("job", "--help", env=zh_env())

@@ -232,7 +232,9 @@ def one_line(e: VramkitError, parser: argparse.ArgumentParser | None = None,
     from ..nvml.scenario import ScenarioError
 
     flag = flag_for(parser, e.param, args) if e.param else None
-    message = f"{flag}: {e.message}" if flag else str(e)
+    # Translators: {flag} is the command's option the message is about ("--count"); {message} says what
+    # is wrong with its value
+    message = _("{flag}: {message}").format(flag=flag, message=e.message) if flag else str(e)
     if isinstance(e, ScenarioError):
         return _("bad scenario: {message}").format(message=message)
     return _("error: {message}").format(message=message) if e.exit_code == 2 else message
