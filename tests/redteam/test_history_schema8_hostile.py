@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import resource
 import signal
 import sqlite3
 import threading
@@ -278,4 +279,50 @@ def test_sigkill_anywhere_each_lifes_totals_stay_its_rows(tmp_path):
     assert done.rc == 0, done.err
     view, own, tiers = per_life(db)
     assert_same(view, tiers, "job_totals after a clean stop")
+    assert_same(own, tiers, "jobs after a clean stop")
+
+
+# ---------------------------------------------------------------- 5. a restart on a full disk
+@pytest.mark.any_user
+def test_a_killed_recorder_restarted_on_a_full_disk_keeps_running_and_resumes(tmp_path):
+    """A recorder fills the disk (a file size limit: 400 KiB), is SIGKILLed, and is started
+    again while the disk is still full (a service restarted by systemd, a reboot). 035a53a
+    started, said once that samples are not being recorded, retried every interval and recorded
+    again once there was room. On 442fe49 the new recorder's Store.fold_job_totals must write
+    before the first sample (even when the rows after jobs_through are only the killed
+    recorder's newest sample, whose span is 0: it adds nothing), fails, and `vram record`
+    exits 2 at start: it never records again by itself. FAILS on 442fe49."""
+    db, errors = tmp_path / "history.db", tmp_path / "stderr"
+    limit = 400 * 1024
+
+    def limited() -> None:  # in the child: files may not grow past `limit`, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    def said(words: str) -> bool:
+        return words in errors.read_text()
+
+    proc = start_record(db, "--interval", "10s", "--duration", "365d", env=stepped_env(), stderr=errors,
+                        preexec_fn=limited)
+    wait_until(lambda: said("samples are not being recorded"), proc)
+    stop(proc, signal.SIGKILL)
+    c = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
+    newest = c.execute("SELECT max(t) FROM samples").fetchone()[0]
+    c.close()
+    assert newest is not None  # samples were written before the disk filled
+
+    proc = start_record(db, "--interval", "10s", "--duration", "365d", env=stepped_env(newest - EPOCH + 10),
+                        stderr=errors, preexec_fn=limited)
+    try:
+        wait_until(lambda: said("samples are not being recorded") or proc.poll() is not None)
+        assert proc.poll() is None, errors.read_text()
+        n_full = sample_count(db)
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        wait_until(lambda: said("recording again"), proc)
+        wait_until(lambda: sample_count(db) >= n_full + 20, proc)
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, errors.read_text()
+    view, own, tiers = per_life(db)
+    assert_same(view, tiers, "job_totals")
     assert_same(own, tiers, "jobs after a clean stop")
