@@ -1,7 +1,7 @@
-"""The recorder's writes of `jobs` (issue 36): each sample updates every life it saw, but writes a
-life's peak and GPUs only when they changed, and a write that fails leaves memory as the file is,
-so a change made in the failed sample is written with the next one. Each life's totals in `jobs`
-stay exactly those of its raw rows."""
+"""The recorder's writes of `jobs` (issue 36): a life's peak and GPUs in the sample that changes
+them (and a write that fails leaves memory as the file is, so a change made in the failed sample is
+written with the next one); its totals and last_seen with each rollup (schema 8), which readers read
+through the view job_totals, exact as of the newest sample, also after a kill."""
 
 from __future__ import annotations
 
