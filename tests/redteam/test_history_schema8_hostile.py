@@ -326,3 +326,55 @@ def test_a_killed_recorder_restarted_on_a_full_disk_keeps_running_and_resumes(tm
     view, own, tiers = per_life(db)
     assert_same(view, tiers, "job_totals")
     assert_same(own, tiers, "jobs after a clean stop")
+
+
+# ---------------------------------------------------------------- 6. the view's cost in a report
+def _steps(store: Store, ids: set[int]) -> int:
+    """SQLite's virtual machine steps (in thousands) of query._lives over these lives: the work
+    a report does to read their rows of `jobs` (and, from schema 8, their last_seen through
+    job_totals). A count, not a time: the same on any machine and load."""
+    from vramkit.history import query
+
+    steps = [0]
+
+    def tick() -> int:
+        steps[0] += 1
+        return 0
+    store.conn.set_progress_handler(tick, 1000)
+    try:
+        assert len(query._lives(store, ids)) == len(ids)
+    finally:
+        store.conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def test_a_report_reads_the_rows_after_jobs_through_once_not_once_per_500_lives(stepped, tmp_path):  # noqa: F811
+    """2,000 lives (each a process on one GPU) in 6 samples, none of them in `jobs`' totals yet
+    (written at the first sample, the next write 60 s on): reports read each life's last_seen
+    through job_totals, 500 lives a statement (SQLite's parameter bound), and on 442fe49 each
+    statement aggregates every raw row after jobs_through again (MATERIALIZE of the whole
+    GROUP BY, then an automatic index): the work above the same read of the closed file (nothing
+    after the mark) grows with the number of chunks. Measured ad hoc on bench_report's year file
+    (8 GPUs, 200 lives, raw rows at 60 s) with 20,200 lives in `jobs`: query._lives 130 ms (v7:
+    jobs' own columns) -> 134 (nothing after the mark) / 175 (12 samples after it) / 316 ms
+    (60 samples after it: a recorder at 1 s). Here: the extra work of 4 chunks is at most 1.5x
+    that of 1. FAILS on 442fe49 (about 4x)."""
+    many = {"gpus": [{"memory_total": "80GiB"}],
+            "processes": [{"pid": 20000 + i, "user": f"u{i % 7}", "command": "python", "gpus": {"0": "10MiB"}}
+                          for i in range(2000)]}
+    db = tmp_path / "h.db"
+    store = Store.open(db, write=True)
+    recorder = Recorder(store, INTERVAL, retention=FOREVER)
+    collector = Collector(stepped(0, many), interval=INTERVAL)
+    take(recorder, collector, 6)
+    assert store.meta("jobs_through") == "0"
+    ids = sorted(r[0] for r in store.conn.execute("SELECT id FROM jobs"))
+    assert len(ids) == 2000
+    behind = {n: _steps(store, set(ids[:n])) for n in (500, 2000)}
+    recorder.close(collector.machine.backend.monotonic())
+    store = Store.open(db)
+    assert store.meta("jobs_through") == str(store.conn.execute("SELECT max(id) FROM samples").fetchone()[0])
+    written = {n: _steps(store, set(ids[:n])) for n in (500, 2000)}
+    store.close()
+    extra = {n: behind[n] - written[n] for n in (500, 2000)}
+    assert extra[2000] <= 1.5 * extra[500], (behind, written)
