@@ -139,14 +139,17 @@ def test_readers_get_exact_totals_between_writes_and_after_a_kill(machine_at, tm
     assert life["last_seen_timestamp"] == EPOCH + 90
     assert _report_last_seen(db, 102) == EPOCH + 90
 
-    # Restarted at 100 s: what the killed recorder left is added to `jobs` at once.
+    # Restarted at 100 s: what the killed recorder left is added to `jobs` with the first sample
+    # (the killed one's newest sample counts to 100 s).
     store = Store.open(db, write=True)
     recorder = Recorder(store, 10.0, retention=FOREVER)
     c = store.conn
-    assert c.execute("SELECT gpu_seconds, last_seen FROM jobs WHERE pid = 102").fetchone() == (90.0, EPOCH + 90)
-    assert store.meta("jobs_through") == str(c.execute("SELECT max(id) FROM samples").fetchone()[0])
+    killed_newest = c.execute("SELECT max(id) FROM samples").fetchone()[0]
     two = machine_at(100, ONE_GPU)
-    take(recorder, two, 5)  # t = 100 .. 140; the killed sample at 90 counts to 100
+    take(recorder, two, 1)
+    assert c.execute("SELECT gpu_seconds, last_seen FROM jobs WHERE pid = 102").fetchone() == (100.0, EPOCH + 100)
+    assert store.meta("jobs_through") == str(killed_newest)
+    take(recorder, two, 4)  # t = 110 .. 140
     life = _life(db, 102)
     assert (life["gpu_seconds"], life["last_seen_timestamp"]) == (140, EPOCH + 140)
     recorder.close(two.machine.backend.monotonic())

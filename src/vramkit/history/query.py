@@ -36,7 +36,18 @@ from typing import Any
 
 from ..errors import RequestError
 from ..gpu_state import Workload
-from .store import DAY, HOUR, ROLLUP_TIERS, WORKLOAD_COLUMNS, Store, StoreError, describe, not_utf8
+from .store import (
+    DAY,
+    HOUR,
+    JOB_TOTALS_AFTER,
+    ROLLUP_TIERS,
+    WORKLOAD_COLUMNS,
+    Store,
+    StoreError,
+    check_jobs_through,
+    describe,
+    not_utf8,
+)
 
 # kind -> (lowest, highest, whole number). Times: 1970 to 9999 (what datetime can show, in any
 # zone); lengths: up to ~31 years; memory: up to 2**53 bytes (8 PiB, exact as a float); GPUs:
@@ -617,6 +628,11 @@ def _totals_sql(store: Store) -> tuple[str, str, str]:
     rollup interval, and the view job_totals adds the raw rows since (store.py)."""
     if not store.totals_behind:
         return "jobs.last_seen", "jobs.gpu_seconds, jobs.memory_byte_seconds, jobs.idle_seconds", ""
+    # A mark vram did not write would count raw rows twice or not at all: refused (one line).
+    try:
+        check_jobs_through(store.conn, store.path)
+    except sqlite3.Error as e:
+        raise StoreError(describe(e, store.path), param="db") from None
     return ("t.last_seen", "t.gpu_seconds, t.memory_byte_seconds, t.idle_seconds",
             " JOIN job_totals t ON t.id = jobs.id")
 
@@ -626,17 +642,24 @@ def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
     out: dict[int, _Life] = {}
     chunk = sorted(ids)
     extra, join = _workload_sql(store)
-    last_seen, _totals, added = _totals_sql(store)
     outside = "nvml_pid" if store.local_days else "NULL"
-    for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
-        part = chunk[i:i + 500]
-        for row in _rows(store, f"SELECT jobs.id, pid, {outside}, user, command, gpus, first_seen, {last_seen}{extra} "
-                         f"FROM jobs{join}{added} WHERE jobs.id IN ({','.join('?' * len(part))})", tuple(part)):
-            job, pid, host = typed_int(row[0], "id"), typed_int(row[1], "pid"), _outside_pid(row[1], row[2])
-            if job is None or (pid is None and host is None):  # a life without its pid: nothing to show it as
-                continue
-            out[job] = _Life(pid, typed_text(row[3]), typed_text(row[4]), typed_gpus(row[5]), typed(row[6], "time"),
-                             typed(row[7], "time"), _workload(row[8:]), host)
+    with _snapshot(store):
+        # From schema 8 a life seen since the totals were written was last seen in its newest raw
+        # row: the rows after the mark read once for every chunk (job_totals would read them again
+        # for each 500 lives), in the same read transaction as the chunks.
+        newer: dict[object, object] = {}
+        if store.totals_behind:
+            _totals_sql(store)  # (checks the mark)
+            newer = dict(_rows(store, f"SELECT job, last_seen FROM ({JOB_TOTALS_AFTER})", ()))
+        for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
+            part = chunk[i:i + 500]
+            for row in _rows(store, f"SELECT id, pid, {outside}, user, command, gpus, first_seen, last_seen{extra} "
+                             f"FROM jobs{join} WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
+                job, pid, host = typed_int(row[0], "id"), typed_int(row[1], "pid"), _outside_pid(row[1], row[2])
+                if job is None or (pid is None and host is None):  # a life without its pid: nothing to show it as
+                    continue
+                out[job] = _Life(pid, typed_text(row[3]), typed_text(row[4]), typed_gpus(row[5]),
+                                 typed(row[6], "time"), typed(newer.get(job, row[7]), "time"), _workload(row[8:]), host)
     return out
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
 from ..i18n import _, ngettext
-from .store import WORKLOAD_COLUMNS, Retention, RollupError, Store, StoreError, describe
+from .store import JOB_TOTALS_AFTER, WORKLOAD_COLUMNS, Retention, RollupError, Store, StoreError, describe
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept
 MAX_COMMAND = 1024
@@ -198,9 +198,9 @@ class Recorder:
         self._last_rollup: float | None = None
         # What `jobs` lacks until the totals are next written (with each rollup, store.py: schema 8):
         # the credit of the samples since (job -> [seconds, memory byte-seconds, idle seconds]), and
-        # the lives seen since (id -> the life, whose last_seen is then written).
+        # the lives seen since (id -> the time of the newest sample each was in).
         self._unwritten_credit: dict[int, list[float]] = {}
-        self._unwritten_seen: dict[int, _Job] = {}
+        self._unwritten_seen: dict[int, float] = {}
         self._gpus: dict[int, tuple[str | None, str | None, int | None]] = {}
         self._idle_since: dict[tuple[int, int], float | None] = {}  # as in the table `holding`
         # wall - monotonic at the first sample: retention's "now" follows the monotonic clock, so a
@@ -254,7 +254,7 @@ class Recorder:
             self._unwritten_credit, self._unwritten_seen = {}, {}
         else:
             _add_credit(self._unwritten_credit, credit)
-            self._unwritten_seen.update({job.id: job for job in seen})
+            self._unwritten_seen.update({job.id: snap.time for job in seen})
         self._prev = _Prev(sample, mono, snap.time, held)
         self._idle_since = idle_since
         self.samples += 1
@@ -273,7 +273,7 @@ class Recorder:
         last seen. `sample`: the sample being written (None: none, the recorder is closing)."""
         added = {job: list(add) for job, add in self._unwritten_credit.items()}
         _add_credit(added, credit)
-        last_seen = {job: j.last_seen for job, j in self._unwritten_seen.items()}
+        last_seen = dict(self._unwritten_seen)
         if now is not None:
             last_seen.update({j.id: now for j in seen})
         # Every sample before this one is credited now (its span is final).
@@ -509,16 +509,22 @@ class Recorder:
         """After a restart: the jobs seen in the last recorded sample can be continued. If that
         sample was never credited (the recorder was killed), it is the previous sample again: the
         first new one credits it (from the wall clock, capped) and idle times go on."""
-        self.store.fold_job_totals()  # what a recorder killed between two writes of the totals left
         c = self.store.conn
+        # What a recorder killed between two writes of the totals left in raw rows only: written
+        # with this one's first totals (a write now could fail on a full disk and stop the start).
+        for job, seconds, memory_seconds, idle, seen in c.execute(JOB_TOTALS_AFTER).fetchall():
+            if _int(job) is not None:
+                self._unwritten_credit[job] = [_real(seconds) or 0.0, _real(memory_seconds) or 0.0, _real(idle) or 0.0]
+                if _real(seen) is not None:
+                    self._unwritten_seen[job] = seen
         last = c.execute("SELECT id, t, span FROM samples ORDER BY id DESC LIMIT 1").fetchone()
         if last is None:
             return
         sample, t, span = _int(last[0]), _real(last[1]), last[2]
         if sample is None or t is None:
             return  # not a sample this recorder could continue from: start afresh
-        for row in c.execute("SELECT id, pid, start_ticks, user, last_seen, gpus, peak_memory, nvml_pid FROM jobs "
-                             "WHERE last_seen >= ?", (t - self.gap,)):
+        for row in c.execute("SELECT jobs.id, pid, start_ticks, user, t.last_seen, gpus, peak_memory, nvml_pid "
+                             "FROM jobs JOIN job_totals t ON t.id = jobs.id WHERE t.last_seen >= ?", (t - self.gap,)):
             job, pid, ticks, user = _job_row((row[0], row[4], row[5], row[6])), _int(row[1]), row[2], row[3]
             if pid == 0:  # a holder outside this PID namespace, by its host pid
                 host = _int(row[7])

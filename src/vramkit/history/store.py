@@ -57,9 +57,12 @@ every pair), and reads rows only of the lives whose first or last hour of the UT
 Totals behind (schema 8): a life's totals in `jobs` (gpu_seconds, memory_byte_seconds,
 idle_seconds) and its last_seen are written once a rollup interval, not every sample: they hold
 every raw sample up to meta `jobs_through` (a sample id). Readers read the view job_totals, which
-adds the raw rows after it (JOB_TOTALS_AFTER) in the same statement. Those rows are never rolled
-up before they are in `jobs`: the recorder writes the totals in the transaction just before each
-roll_up (and when it closes). A life's peak and GPUs are written in the sample that changes them.
+adds the raw rows after it (JOB_TOTALS_AFTER) in the same statement; a life seen after the mark was
+last seen in its newest raw row. Those rows are never rolled up before they are in `jobs`: the
+recorder writes the totals in the transaction just before each roll_up (and when it closes), and
+a recorder started after a kill adds the killed one's rows with its first totals. A mark that is
+not a sample id, or a file without the view, is refused (check_jobs_through). A life's peak and
+GPUs are written in the sample that changes them.
 """
 
 from __future__ import annotations
@@ -192,11 +195,22 @@ WORKLOAD_COLUMNS: tuple[tuple[str, str], ...] = (
 # The view job_totals is what readers read: each life's totals and last_seen as of the newest sample
 # (one statement: one snapshot). A value of the wrong type is left as it is (readers do not trust it).
 JOB_TOTALS_AFTER = """
-    SELECT p.job AS job, SUM(s.span) AS seconds, SUM(coalesce(p.memory, 0) * s.span) AS memory_byte_seconds,
-           SUM(CASE WHEN p.idle THEN s.span ELSE 0 END) AS idle_seconds, MAX(s.t) AS last_seen
-    FROM proc_raw p JOIN samples s ON s.id = p.sample
-    WHERE p.sample > coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'jobs_through'), 0)
-    GROUP BY p.job"""
+    SELECT a.job AS job, a.seconds AS seconds, a.memory_byte_seconds AS memory_byte_seconds,
+           a.idle_seconds AS idle_seconds, n.t AS last_seen
+    FROM (SELECT p.job AS job, SUM(s.span) AS seconds, SUM(coalesce(p.memory, 0) * s.span) AS memory_byte_seconds,
+                 SUM(CASE WHEN p.idle THEN s.span ELSE 0 END) AS idle_seconds, MAX(p.sample) AS newest
+          FROM proc_raw p JOIN samples s ON s.id = p.sample
+          WHERE p.sample > coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'jobs_through'), 0)
+          GROUP BY p.job) a JOIN samples n ON n.id = a.newest"""
+
+
+def _jobs_through_problem(value: object, newest: object) -> str | None:
+    """Why meta jobs_through (`value`, None: missing) is not a mark this vram wrote, with the
+    newest sample id `newest` (None: no sample): a whole number from 0 to the newest sample."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19 \
+            and int(value) <= (newest if isinstance(newest, int) else 0):
+        return None
+    return f"meta 'jobs_through' is {str(value)[:40]!r}, not a sample id"
 
 
 def _plus(column: str, added: str) -> str:
@@ -206,8 +220,7 @@ def _plus(column: str, added: str) -> str:
 
 _JOB_TOTALS_VIEW = f"""
     CREATE VIEW job_totals AS
-        SELECT j.id AS id, CASE WHEN typeof(j.last_seen) IN ('integer', 'real') AND a.last_seen > j.last_seen
-                                THEN a.last_seen ELSE j.last_seen END AS last_seen,
+        SELECT j.id AS id, CASE WHEN a.job IS NULL THEN j.last_seen ELSE a.last_seen END AS last_seen,
                {_plus("gpu_seconds", "seconds")}, {_plus("memory_byte_seconds", "memory_byte_seconds")},
                {_plus("idle_seconds", "idle_seconds")}
         FROM jobs j LEFT JOIN ({JOB_TOTALS_AFTER}) a ON a.job = j.id"""
@@ -767,7 +780,22 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
                 raise StoreError(_("{path} is not a readable vram history database (meta {key} is "
                                    "{value}, not a number)").format(
                                      path=path, key=repr(str(key)[:40]), value=repr(str(value)[:40])), param="db")
+    if version >= 8:
+        check_jobs_through(c, path)
     return False
+
+
+def check_jobs_through(c: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file (one line, exit 2) whose meta jobs_through is not a mark vram wrote (totals read
+    or written through it would count raw rows twice or not at all), or without the view job_totals."""
+    row = c.execute("SELECT value FROM meta WHERE key = 'jobs_through'").fetchone()
+    problem = _jobs_through_problem(None if row is None else row[0],
+                                   c.execute("SELECT max(id) FROM samples").fetchone()[0])
+    if c.execute("SELECT type FROM sqlite_schema WHERE name = 'job_totals'").fetchone() != ("view",):
+        problem = "job_totals is not vram's view"
+    if problem is not None:
+        raise StoreError(_("{path} is not a readable vram history database (corrupt: "
+                           "{problem})").format(path=path, problem=problem), param="db")
 
 
 def not_utf8(path: Path) -> str:
@@ -1067,16 +1095,6 @@ class Store:
                 except sqlite3.Error:
                     pass
             raise
-
-    def fold_job_totals(self) -> None:
-        """Add to `jobs` the raw rows after meta jobs_through (a recorder killed between two
-        writes of the totals left them there) and move the mark to the newest sample, so that the
-        totals hold every sample so far."""
-        with self.transaction() as c:
-            c.executemany("UPDATE jobs SET gpu_seconds = gpu_seconds + ?, memory_byte_seconds = memory_byte_seconds "
-                          "+ ?, idle_seconds = idle_seconds + ?, last_seen = max(last_seen, ?) WHERE id = ?",
-                          [(*row[1:], row[0]) for row in c.execute(JOB_TOTALS_AFTER)])
-            c.execute(_JOBS_THROUGH_NEWEST)
 
     # ------------------------------------------------------------ meta
     def meta(self, key: str) -> str | None:
