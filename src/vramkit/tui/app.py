@@ -264,7 +264,7 @@ class ProcTable(DataTable[str]):
         runs: list[tuple[str, RichStyle | None]] = []  # (text, style), no two of one style in a row
         values = self.row_values(row)
         table_width = 0
-        pre = around = None
+        styles: _RowStyles | None = None  # the row's, once a cell needs them
         for column, (__, width) in enumerate(frame.columns):
             table_width += width
             value = values[column] if column < len(values) else ""
@@ -273,19 +273,14 @@ class ProcTable(DataTable[str]):
                 parts = self._cells_drawn[key]
             else:
                 parts = self._cells_drawn[key] = self._cell_parts(column, value, width)
+            cell: list[tuple[str, RichStyle | None]]
             if parts is None:  # DataTable's own path
                 cell = [(segment.text, segment.style)
                         for segment in self._render_cell(row, column, frame.style, width, cursor, hover)[0]]
             else:
-                if pre is None:  # the row's style: the table's, the mouse meta (its row), cursor, hover
-                    component, post = self._get_styles_to_render_cell(
-                        False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
-                        self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-                    pre = frame.style + RichStyle.from_meta({"row": row, "column": 0}) + component
-                    around = pre + post
-                before, inside, after, own = parts
-                cell = [(before, around)] if own is None else [(before, around), (inside, pre + own + post),
-                                                                (after, around)]
+                if styles is None:
+                    styles = self._row_styles(row, frame.style, cursor, hover)
+                cell = list(_styled(parts, styles))
             for text, style in cell:
                 if runs and runs[-1][1] == style:
                     runs[-1] = (runs[-1][0] + text, style)
@@ -308,6 +303,8 @@ class ProcTable(DataTable[str]):
             return None
         text = self.cell_text(str(column_key.value), value)
         inner = width - 2 * self.cell_padding
+        # ASCII (nearly every cell) is measured by its length: rich's cell_len would keep each text
+        # of every second (ELAPSED) in its cache of 4,096 strings
         size = len(value) if value.isascii() and value.isprintable() else cell_len(value)
         if text.spans or size > inner or "\n" in value or (text.style and text.justify == "right"):
             return None
@@ -370,38 +367,37 @@ class ProcTable(DataTable[str]):
         but built directly: rich's Padding and Styled took most of a refresh's drawing, for cells
         whose text changes every second (ELAPSED). None where this does not apply (a text wider
         than its column, or with styles inside it): DataTable's own path draws those."""
-        column_key = self._column_locations.get_key(column_index)
-        if column_key is None:
+        parts = self._cell_parts(column_index, value, width)
+        if parts is None:
             return None
-        text = self.cell_text(str(column_key.value), value)
-        inner = width - 2 * self.cell_padding
-        # ASCII (nearly every cell) is measured by its length: rich's cell_len would keep each text
-        # of every second (ELAPSED) in its cache of 4,096 strings
-        size = len(value) if value.isascii() and value.isprintable() else cell_len(value)
-        if text.spans or size > inner or "\n" in value or (text.style and text.justify == "right"):
-            return None
+        return [[Segment(text, style) for text, style in _styled(parts, self._row_styles(row_index, base_style,
+                                                                                         cursor, hover))]]
+
+    def _row_styles(self, row: int, base_style: RichStyle, cursor: bool, hover: bool) -> _RowStyles:
+        """A process row's styles, as DataTable gives its cells: the table's, the mouse meta (the row;
+        column 0 in every cell, so that a row has one style, not one a cell), cursor and hover."""
         component, post = self._get_styles_to_render_cell(
             False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
             self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-        pre = base_style + RichStyle.from_meta({"row": row_index, "column": 0}) + component
-        around = pre + post
-        own = text.style if isinstance(text.style, RichStyle) else RichStyle.parse(text.style) if text.style else None
-        inside = around if own is None else pre + own + post
-        pad, fill = " " * self.cell_padding, " " * (inner - size)
-        if not value:
-            return [[Segment(pad + fill + pad, around)]]
-        if inside is around:  # one segment: fewer for every step of the compositor to go through
-            body = fill + value if text.justify == "right" else value + fill
-            return [[Segment(pad + body + pad, around)]]
-        if text.justify == "right":
-            return [[Segment(pad + fill, around), Segment(value, inside), Segment(pad, around)]]
-        return [[Segment(pad, around), Segment(value, inside), Segment(fill + pad, around)]]
+        pre = base_style + RichStyle.from_meta({"row": row, "column": 0}) + component
+        return pre, post, pre + post
 
 
 T = TypeVar("T")
 
 # A process cell's text as drawn, apart from its row's style (ProcTable._cell_parts)
 _CellParts = tuple[str, str, str, "RichStyle | None"]
+# A process row's styles: before a cell's own style, after it, and the two together (ProcTable._row_styles)
+_RowStyles = tuple[RichStyle, RichStyle, RichStyle]
+
+
+def _styled(parts: _CellParts, styles: _RowStyles) -> list[tuple[str, RichStyle]]:
+    """A cell's texts in its row's styles (and its own, between the two)."""
+    before, inside, after, own = parts
+    pre, post, around = styles
+    if own is None:
+        return [(before, around)]
+    return [(before, around), (inside, pre + own + post), (after, around)]
 
 # Every row's cells as DataTable keeps them (a dict of column -> value a row, ~650 bytes at 12
 # columns): ProcTable builds its cells when drawn (row_values), so its rows share this one.
