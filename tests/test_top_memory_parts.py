@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import tracemalloc
 
+import pytest
+
 from vramkit.alerts import POINTS_KEPT, History, ProcessTrace
 from vramkit.gpu_state import Device, GpuProcess, Snapshot
 from vramkit.tui.timeline import RANGES, Charts
@@ -88,6 +90,13 @@ def test_the_tables_rows_cost_no_dict_of_cells_each(sim_env):
             assert table.row_count == 2000
             assert size / 2000 < 700, (size / 2000, columns)  # ~480 bytes; ~1,110 with a dict of cells a row
             assert table.get_row_at(1999)[0] == "1999"
+            # the one dict is every row's: a DataTable method writing a row's cells would write them all,
+            # so it fails (the view adds columns only to an empty table: a resize clears it first)
+            with pytest.raises(TypeError):
+                table.update_cell_at((5, 0), "x")
+            await pilot.resize_terminal(70, 40)
+            await pilot.pause()
+            assert table.row_count > 0 and not table._data[next(iter(table.rows))]
 
     try:
         asyncio.run(main())

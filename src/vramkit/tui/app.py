@@ -19,8 +19,9 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from rich.cells import cached_cell_len, cell_len
@@ -143,7 +144,7 @@ class ProcTable(DataTable[str]):
         have = self.row_count
         for index in range(have, count):
             key = self.add_row(key=str(index))
-            self._data[key] = _NO_CELLS  # DataTable's dict of a row's cells: ours are built when drawn
+            self._data[key] = _NO_CELLS  # type: ignore[assignment]  # (a dict to DataTable: only read)
         if count < have:
             for index in range(count, have):
                 key = RowKey(str(index))
@@ -400,8 +401,10 @@ def _styled(parts: _CellParts, styles: _RowStyles) -> list[tuple[str, RichStyle]
     return [(before, around), (inside, pre + own + post), (after, around)]
 
 # Every row's cells as DataTable keeps them (a dict of column -> value a row, ~650 bytes at 12
-# columns): ProcTable builds its cells when drawn (row_values), so its rows share this one.
-_NO_CELLS: dict[ColumnKey, str] = {}
+# columns): ProcTable builds its cells when drawn (row_values), so its rows share this one. Read-only:
+# a DataTable method that writes a row's cells (add_column with rows there, update_cell) would write
+# every row's at once, so it fails loudly instead (ProcTable adds columns only to an empty table).
+_NO_CELLS: Mapping[ColumnKey, str] = MappingProxyType({})
 
 
 def _settle(done: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
