@@ -215,10 +215,17 @@ def test_the_recorder_never_folds_a_jobs_through_that_is_no_sample_id(killed_at_
 
 
 # ---------------------------------------------------------------- 3. job_totals not vram's view
-@pytest.mark.parametrize("spoil", ["DROP VIEW job_totals; CREATE TABLE job_totals (x)", "DROP VIEW job_totals"])
+@pytest.mark.parametrize("spoil", [
+    "DROP VIEW job_totals; CREATE TABLE job_totals (x)", "DROP VIEW job_totals",
+    # another view under the name: totals of its own making (here doubled), or one that never ends
+    "DROP VIEW job_totals; CREATE VIEW job_totals AS SELECT id, last_seen, 2 * gpu_seconds AS gpu_seconds, "
+    "memory_byte_seconds, idle_seconds FROM jobs",
+    "DROP VIEW job_totals; CREATE VIEW job_totals AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+    "FROM n) SELECT j.id, j.last_seen, j.gpu_seconds, j.memory_byte_seconds, j.idle_seconds FROM jobs j, n"])
 def test_a_file_without_the_view_is_one_line_exit_2(killed_at_80, spoil):
-    """Another user's file (read with --db) whose job_totals is a table, or is not there:
-    one line, exit 2, no traceback. Holds on 442fe49."""
+    """Another user's file (read with --db) whose job_totals is a table, is not there, or is a view
+    other than vram's: one line, exit 2, no traceback, no reader that never answers. The first two
+    hold on 442fe49; the other views were read as the totals (doubled) or hung (7f197b0)."""
     _spoil(killed_at_80, spoil)
     for args in (("life", "102"), ("report", "--since", f"@{EPOCH:.0f}", "--until", f"@{EPOCH + 3600:.0f}",
                                    "--by", "life")):

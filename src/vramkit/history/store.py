@@ -210,7 +210,7 @@ def _jobs_through_problem(value: object, newest: object) -> str | None:
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19 \
             and int(value) <= (newest if isinstance(newest, int) else 0):
         return None
-    return f"meta 'jobs_through' is {str(value)[:40]!r}, not a sample id"
+    return _("meta 'jobs_through' is {value}, not a sample id").format(value=repr(str(value)[:40]))
 
 
 def _plus(column: str, added: str) -> str:
@@ -787,12 +787,15 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
 
 def check_jobs_through(c: sqlite3.Connection, path: Path) -> None:
     """Refuse a file (one line, exit 2) whose meta jobs_through is not a mark vram wrote (totals read
-    or written through it would count raw rows twice or not at all), or without the view job_totals."""
+    or written through it would count raw rows twice or not at all), or whose job_totals is not the
+    view vram made, word for word: another user's file (`--db`) could define it to read anything, or
+    to recurse without end (a reader that never answers)."""
     row = c.execute("SELECT value FROM meta WHERE key = 'jobs_through'").fetchone()
     problem = _jobs_through_problem(None if row is None else row[0],
                                    c.execute("SELECT max(id) FROM samples").fetchone()[0])
-    if c.execute("SELECT type FROM sqlite_schema WHERE name = 'job_totals'").fetchone() != ("view",):
-        problem = "job_totals is not vram's view"
+    if c.execute("SELECT type, sql FROM sqlite_schema WHERE name = 'job_totals'").fetchone() != (
+            "view", _JOB_TOTALS_VIEW.strip()):
+        problem = _("job_totals is not the view vram made")
     if problem is not None:
         raise StoreError(_("{path} is not a readable vram history database (corrupt: "
                            "{problem})").format(path=path, problem=problem), param="db")
