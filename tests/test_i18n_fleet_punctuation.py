@@ -62,8 +62,8 @@ def test_a_web_config_vram_serve_cannot_use_is_said_in_chinese(tmp_path, text, w
     shown = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--web-config", str(path),
                      env=zh_env())
     assert shown.rc == 2 and not shown.out, shown
-    # the file and the key as written, then what is wrong, after a full-width colon
-    assert shown.err == f"vram: 错误：--web-config: {path}{where}：{why}\n", shown.err
+    # the option, the file and the key as written, then what is wrong, each after a full-width colon
+    assert shown.err == f"vram: 错误：--web-config：{path}{where}：{why}\n", shown.err
 
 
 def test_the_keys_a_hosts_config_takes_are_listed_in_chinese(chinese, tmp_path):

@@ -141,12 +141,13 @@ def test_a_chinese_server_s_web_config_errors_are_chinese(tmp_path):
     path = tmp_path / "web.yml"
     path.write_text("basic_auth_users:\n  alice: plain-text-password\n")
     zh = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--web-config", str(path), env=zh_env())
-    line = assert_one_line_error(zh, 2, "--web-config", f"{path}: basic_auth_users.alice: ", "不是 bcrypt 哈希",
+    # the option, the file and its key, what is wrong: each after a full-width colon (the key as written)
+    line = assert_one_line_error(zh, 2, f"--web-config：{path}: basic_auth_users.alice：不是 bcrypt 哈希",
                                  "htpasswd -nBC 10")
     assert "not a bcrypt hash" not in line
     path.chmod(0o666)
     zh = run_vram("serve", "--simulate", "demo", "--listen", "127.0.0.1:0", "--web-config", str(path), env=zh_env())
-    assert_one_line_error(zh, 2, f"{path}: {path} 所有用户都可写：chmod o-w {path}")
+    assert_one_line_error(zh, 2, f"--web-config：{path}：{path} 所有用户都可写：chmod o-w {path}")
 
 
 def test_an_internal_error_is_said_in_the_server_s_language(monkeypatch, capsys):
