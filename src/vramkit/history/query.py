@@ -622,17 +622,21 @@ def _workload(values: tuple[Any, ...]) -> Workload | None:
     return Workload(**fields) if fields else None
 
 
+def _check_mark(store: Store) -> None:
+    """A mark vram did not write would count raw rows twice or not at all: refused (one line)."""
+    try:
+        check_jobs_through(store.conn, store.path)
+    except sqlite3.Error as e:
+        raise StoreError(describe(e, store.path), param="db") from None
+
+
 def _totals_sql(store: Store) -> tuple[str, str, str]:
     """(last_seen, totals, join): a life's last_seen, and its gpu_seconds, memory_byte_seconds and
     idle_seconds, as of the newest sample: from schema 8 the recorder writes them to `jobs` once a
     rollup interval, and the view job_totals adds the raw rows since (store.py)."""
     if not store.totals_behind:
         return "jobs.last_seen", "jobs.gpu_seconds, jobs.memory_byte_seconds, jobs.idle_seconds", ""
-    # A mark vram did not write would count raw rows twice or not at all: refused (one line).
-    try:
-        check_jobs_through(store.conn, store.path)
-    except sqlite3.Error as e:
-        raise StoreError(describe(e, store.path), param="db") from None
+    _check_mark(store)
     return ("t.last_seen", "t.gpu_seconds, t.memory_byte_seconds, t.idle_seconds",
             " JOIN job_totals t ON t.id = jobs.id")
 
@@ -649,7 +653,7 @@ def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
         # for each 500 lives), in the same read transaction as the chunks.
         newer: dict[object, object] = {}
         if store.totals_behind:
-            _totals_sql(store)  # (checks the mark)
+            _check_mark(store)
             newer = dict(_rows(store, f"SELECT job, last_seen FROM ({JOB_TOTALS_AFTER})", ()))
         for i in range(0, len(chunk), 500):  # SQLite's bound-parameter limit
             part = chunk[i:i + 500]
