@@ -68,6 +68,26 @@ def test_oom_guard_as_decorator_with_creation_sites():
     assert top.created_at.endswith(f"test_torch_helpers.py:{line_of(__file__, 'created-here marker')} in step")
 
 
+def test_oom_guard_lists_no_fake_or_meta_tensor():
+    # an estimate traced in the same process keeps fake tensors (a 490 MiB bf16 embedding in CI's worker),
+    # a model built on meta has shapes only: neither holds memory, so neither is "alive" in the diagnosis
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(4096, 4096)  # 64 MiB if it were real
+    meta = torch.empty(4096, 4096, device="meta")
+    out = io.StringIO()
+    guard = oom_guard(file=out)
+    with pytest.raises(torch.OutOfMemoryError):
+        with guard:
+            real = torch.ones(256, 1024)  # 1 MiB
+            raise torch.OutOfMemoryError(MESSAGE)
+    listed = guard.diagnosis.tensors
+    assert not any(t.nbytes == 64 * MiB or t.device == "meta" for t in listed), listed
+    assert any(t.names and t.names[0].startswith("real (") for t in listed), listed
+    del fake, meta, real
+
+
 def test_oom_guard_ignores_other_errors():
     out = io.StringIO()
     with pytest.raises(ValueError):

@@ -192,11 +192,16 @@ def largest_tensors(top: int = 5, device_type: str | None = None, tb: Any = None
         for name, p in list(model.named_parameters()) + list(model.named_buffers()):
             names.setdefault(id(p), []).append(f"model.{name}")
     seen: dict[tuple[int, int], Any] = {}
+    # Fake and meta tensors (an estimate traced in this process, a model built on meta) take no memory, but
+    # report a shape and, for fake ones, a real device: a 490 MiB embedding of a traced model is not alive.
+    fake_module = sys.modules.get("torch._subclasses.fake_tensor")  # not imported: no fake tensor exists
+    fake = getattr(fake_module, "FakeTensor", ())
     with warnings.catch_warnings():  # isinstance() touches deprecated module attributes (torch.distributed)
         warnings.simplefilter("ignore")
         for obj in gc.get_objects():
             try:
-                if not isinstance(obj, torch.Tensor) or (device_type and obj.device.type != device_type):
+                if not isinstance(obj, torch.Tensor) or isinstance(obj, fake) or obj.is_meta \
+                        or (device_type and obj.device.type != device_type):
                     continue
             except Exception:  # objects whose isinstance check fails (proxies): not tensors
                 continue
