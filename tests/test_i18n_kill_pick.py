@@ -174,6 +174,12 @@ def test_impossible_pick_says_the_most_free_gpus_in_chinese():
     assert "当前空闲最多：GPU 7（空闲 77.3GiB）" in result.err, result.err
 
 
+def test_gpu_numbers_are_listed_with_the_chinese_separator():
+    result = run_vram("pick", "--count", "3", "--need", "60G", "--simulate", "demo", env=ZH)
+    assert result.rc == 1
+    assert "只有 GPU 4、7 满足条件；GPU 0-3、5、6 空闲显存不足" in result.err, result.err  # was "GPU 4, 7"
+
+
 @needs_root("which GPUs other users hold depends on who asks: as root, the demo's alice and erin")
 def test_impossible_exclusive_pick_names_other_users_with_the_chinese_separator():
     result = run_vram("pick", "-n", "3", "--exclusive", "--simulate", "demo", env=ZH)

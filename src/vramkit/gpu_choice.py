@@ -413,10 +413,10 @@ def _id_runs(units: list[Unit]) -> str:
         if j == i:
             runs.append(str(whole[i]))
         else:
-            runs.append(f"{whole[i]}, {whole[j]}" if j == i + 1 else f"{whole[i]}-{whole[j]}")
+            runs += [str(whole[i]), str(whole[j])] if j == i + 1 else [f"{whole[i]}-{whole[j]}"]
         i = j + 1
     runs += [u.dev.short_id for u in units if u.dev.is_mig]
-    return ", ".join(runs)
+    return join_words(runs)  # 'GPU 0-3, 6'; in Chinese 'GPU 0-3、6'
 
 
 def _problem_words(kind: str, details: str, policy: Policy, unit: Unit) -> str:
