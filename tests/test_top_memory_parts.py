@@ -102,3 +102,31 @@ def test_the_tables_rows_cost_no_dict_of_cells_each(sim_env):
         asyncio.run(main())
     finally:
         machine.close()
+
+
+def test_a_strip_makes_its_caches_when_first_used(sim_env):
+    """Textual's Strip made seven FIFO caches each (~900 bytes), and the view's ~600 strips on
+    screen use ~400 of their ~4,200: the view makes each when first used. What a cache holds, and
+    so what is drawn, is the same."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.strip import Strip
+
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    machine = open_machine("demo")
+    try:
+        TopApp(machine.snapshot, interval=3600)  # the view makes Strip's caches lazy
+    finally:
+        machine.close()
+    segments = [Segment("hello ", Style(bold=True)), Segment("world", None)]
+    strips, size = traced(lambda: [Strip(segments, 11) for _ in range(1000)])
+    assert size / 1000 < 300, size / 1000  # ~1,100 bytes a strip with its seven caches made at once
+    strip = strips[0]
+    assert strip.crop(2, 8) is strip.crop(2, 8)  # cached, as Textual's own
+    assert [s.text for s in strip.divide([3, 11])] == ["hel", "lo world"]
+    assert strip.divide([3, 11]) is strip.divide([3, 11])
+    assert strip.crop(2, 8).text == "llo wo" and strip.cell_length == 11
+    assert strip.apply_style(Style(italic=True)) is strip.apply_style(Style(italic=True))
+    assert Strip(segments).simplify().text == "hello world"

@@ -61,6 +61,7 @@ from .bindings import KeysFooter, key_display, quiet_key_names, translate
 from .compositor import TopScreen
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
+from .strips import lazy_strip_caches
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
 if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only view never needs it
@@ -540,6 +541,7 @@ class TopApp(App[None]):
         super().__init__()
         translate(self)
         quiet_key_names()
+        lazy_strip_caches()  # most of the ~600 lines on screen never use most of their caches
         self.look = look or Look()
         self.theme = self.look.palette.textual_theme
         if self.look.ascii:
