@@ -130,3 +130,46 @@ def test_a_strip_makes_its_caches_when_first_used(sim_env):
     assert strip.crop(2, 8).text == "llo wo" and strip.cell_length == 11
     assert strip.apply_style(Style(italic=True)) is strip.apply_style(Style(italic=True))
     assert Strip(segments).simplify().text == "hello world"
+
+
+@pytest.mark.parametrize("size", [(120, 40), (60, 15)])
+def test_the_screen_and_the_gpu_area_below_the_panels_are_one_blank_line(sim_env, size):
+    """The screen's own lines and the GPU area's lie under their children: drawn BLANK (one shared
+    blank line), they keep no line per row, filtered copy and pieces (~150 KiB at 120x40); what
+    the terminal gets is the same as drawn line by line."""
+    import asyncio
+
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            compositor = app.screen._compositor
+            widgets = (app.screen, app.query_one("#gpu-area"))
+
+            def drawn():
+                update = compositor.render_full_update()
+                return ["".join(strip.render(app.console) for strip in line) for line in update.strips]
+
+            def lines_kept():  # what drawing their lines anew leaves allocated
+                for widget in widgets:
+                    widget._set_dirty()
+                return traced(lambda: [w.render_lines(w.size.region) for w in widgets])[1]
+
+            blank = drawn(), lines_kept()
+            for widget in widgets:  # drawn line by line, as Textual draws a widget that is not BLANK
+                widget.BLANK = False
+                widget._set_dirty()
+            line_by_line = drawn(), lines_kept()
+            assert blank[0] == line_by_line[0]
+            # 544 vs 41,880 bytes at 120x40, 216 vs 17,528 at 60x15 (their lines alone, no copies or pieces)
+            assert blank[1] < 2048 < 10 * 1024 < line_by_line[1], (blank[1], line_by_line[1])
+
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()

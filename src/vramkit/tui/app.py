@@ -485,6 +485,14 @@ _SYSTEM_WORDS = frozenset((
     N_("Screenshot"), N_("Save an SVG 'screenshot' of the current screen")))
 
 
+class GpuArea(VerticalScroll):
+    """The GPU panels' scrolling area. BLANK, as Textual's screen below (compositor.TopScreen): its
+    own lines lie under its panels, and Textual draws a blank widget as one shared blank line,
+    where it kept each line, its filtered copy and its pieces per line (~40 KiB at 16 lines)."""
+
+    BLANK = True
+
+
 class TopApp(App[None]):
     TITLE = "vram top"
     CSS = """
@@ -604,7 +612,7 @@ class TopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
-        with VerticalScroll(id="gpu-area"):
+        with GpuArea(id="gpu-area"):
             yield Static("", id="gpus")
         yield Static("", id="users")
         yield Static("", id="alerts")
