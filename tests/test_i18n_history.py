@@ -4,9 +4,9 @@ rollup fails, and `vram life`'s bad host pid."""
 from __future__ import annotations
 
 import re
-import sqlite3
 
 from helpers import run_vram, zh_env
+from test_record_cli import after_open
 
 # Text left after the names a line may keep in English (paths, flags, SQLite's own error).
 _KEPT = re.compile(r"vram record|vram|/\S+|--[\w-]+|refused by a trigger|'[^']*'")
@@ -23,12 +23,11 @@ def test_a_failing_rollup_is_said_in_chinese(tmp_path):
     env = zh_env(VRAM_SIM_CLOCK="stepped", VRAM_SIM_EPOCH="1767225600", VRAM_SIM_TIME="0")
     assert run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "60s", "--duration", "1h",
                     "--quiet", env=env).rc == 0
-    with sqlite3.connect(db) as c:
-        c.execute("CREATE TRIGGER refuse BEFORE INSERT ON proc_hour BEGIN SELECT RAISE(ABORT, 'refused by a "
-                  "trigger'); END")
-    c.close()
+    # a trigger made once the recorder has the file open (one there before is refused)
     result = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "60s", "--duration", "1h",
-                      "--quiet", env={**env, "VRAM_SIM_TIME": "3600"})
+                      "--quiet", env={**env, "VRAM_SIM_TIME": "3600"}, python_flags=after_open(
+                          "CREATE TRIGGER IF NOT EXISTS refuse BEFORE INSERT ON proc_hour BEGIN "
+                          "SELECT RAISE(ABORT, 'refused by a trigger'); END"))
     assert result.rc == 0 and len(result.err_lines) == 1, result.err
     assert "小时合计" in result.err_lines[0]
     _chinese_only(result.err_lines[0])

@@ -50,15 +50,29 @@ def _no_recorder_left():
 
 
 def start_record(db: Path, *args: str, env: dict[str, str], stderr: Path | None = None,
-                 preexec_fn=None, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+                 preexec_fn=None, prefix: tuple[str, ...] = (),
+                 python_flags: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     err = open(stderr, "w") if stderr is not None else subprocess.PIPE  # noqa: SIM115 - the child owns it
     try:
-        return _started(subprocess.Popen([*prefix, *vram_argv("record", "--simulate", "demo", "--db", str(db), *args)],
+        argv = vram_argv("record", "--simulate", "demo", "--db", str(db), *args, python_flags=python_flags)
+        return _started(subprocess.Popen([*prefix, *argv],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True,
                                 env=env, preexec_fn=preexec_fn))
     finally:
         if stderr is not None:
             err.close()
+
+
+def after_open(sql: str) -> tuple[str, ...]:
+    """Python flags (run_vram's python_flags) that run `vram` with `sql` run on the recorder's
+    database once it has opened and checked it, as another program of the owner's can while it
+    records: a trigger that makes its writes fail (one already there when it opens is refused,
+    tests/redteam/test_history_schema_swapped.py)."""
+    return ("-c", "import runpy, sys\nfrom vramkit.history.store import Store\nprepare = Store._prepare\n"
+                  "def _prepare(self):\n    prepare(self)\n    if self.writable:\n"
+                  "        self.conn.executescript(SQL)\n"
+                  f"SQL = {sql!r}\nStore._prepare = _prepare\nsys.argv = ['vram', *sys.argv[3:]]\n"
+                  "runpy.run_module('vramkit', run_name='__main__')")
 
 
 def _started(proc: subprocess.Popen[str]) -> subprocess.Popen[str]:
@@ -671,21 +685,20 @@ def test_a_change_of_zone_keeps_the_rollups_going(tmp_path):
 
 
 def test_a_rollup_that_keeps_failing_says_so_and_still_keeps_retention(tmp_path):
-    """Hour sums that cannot be written (here a trigger refuses them; before, a change of zone
-    did) leave the raw rows past twice --keep-raw rolled up without them: the file stays bounded, samples go on, the
+    """Hour sums that cannot be written (here a trigger made once the recorder has the file open
+    refuses them; before, a change of zone did) leave the raw rows past twice --keep-raw rolled up without them: the
+    file stays bounded, samples go on, the
     recorder says once what fails (not that samples are not recorded), and reports still give
     every row's totals (the hours rolled up without sums are read row by row)."""
     db, errors = tmp_path / "history.db", tmp_path / "stderr"
     first = run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "60s", "--duration", "3h",
                      env=stepped_env())
     assert first.rc == 0, first.err
-    with sqlite3.connect(db) as c:
-        c.execute("CREATE TRIGGER refuse BEFORE INSERT ON proc_hour BEGIN SELECT RAISE(ABORT, 'refused by a "
-                  "trigger'); END")
-    c.close()
     proc = start_record(db, "--interval", "60s", "--duration", "9h", "--keep-raw", "1h", "--quiet",
                         env=stepped_env(3 * 3600),
-                        stderr=errors)
+                        stderr=errors, python_flags=after_open(
+                            "CREATE TRIGGER IF NOT EXISTS refuse BEFORE INSERT ON proc_hour BEGIN "
+                            "SELECT RAISE(ABORT, 'refused by a trigger'); END"))
     proc.communicate(timeout=HANG_GUARD)
     assert proc.returncode == 0, errors.read_text()
     lines = _lines(errors)
@@ -694,6 +707,7 @@ def test_a_rollup_that_keeps_failing_says_so_and_still_keeps_retention(tmp_path)
            "--keep-raw" in lines[0]
     with sqlite3.connect(db) as c:
         newest, oldest = c.execute("SELECT max(t), min(t) FROM samples").fetchone()
+        c.execute("DROP TRIGGER refuse")  # not vram's: a reader refuses the file while it is there
     c.close()
     assert newest == EPOCH + 12 * 3600  # every sample written (no line said otherwise)
     assert oldest >= newest - 2 * 3600 - 300 - 60  # raw rows past twice --keep-raw were rolled up (every 300 s)

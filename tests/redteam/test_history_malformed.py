@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_one_line_error, clean_env, run_vram
+from test_record_cli import after_open
 
 EPOCH = 1767225600
 GUARD = 60  # seconds: only so that a recorder that never ends fails the test instead of hanging it
@@ -37,9 +38,9 @@ def change(db: Path, *statements: str) -> None:
         conn.close()
 
 
-def record(db: Path, samples: int, start: float):
+def record(db: Path, samples: int, start: float, python_flags: tuple[str, ...] = ()):
     return run_vram("record", "--simulate", "demo", "--db", str(db), "--interval", "60s", "--samples", str(samples),
-                    env=stepped_env(start), timeout=GUARD)
+                    env=stepped_env(start), timeout=GUARD, python_flags=python_flags)
 
 
 def count(db: Path) -> int:
@@ -112,10 +113,11 @@ def test_hour_sums_meta_that_is_not_a_number(recorded, key, value):
 
 
 def test_every_write_failing_still_ends_after_n_attempts(recorded):
-    """A database that refuses every sample (a trigger another program left: the recorder's writes
-    all fail): said once, and --samples 4 ends after 4 attempts."""
-    change(recorded, "CREATE TRIGGER refuse BEFORE INSERT ON samples BEGIN SELECT RAISE(ABORT, 'no'); END")
-    result = record(recorded, 4, 5 * 60)
+    """A database that refuses every sample (a trigger another program made once the recorder had
+    the file open: its writes all fail; one there before is refused, test_history_schema_swapped):
+    said once, and --samples 4 ends after 4 attempts."""
+    result = record(recorded, 4, 5 * 60, python_flags=after_open(
+        "CREATE TRIGGER IF NOT EXISTS refuse BEFORE INSERT ON samples BEGIN SELECT RAISE(ABORT, 'no'); END"))
     assert result.rc == 0, result.err
     assert len([ln for ln in result.err_lines if "samples are not being recorded" in ln]) == 1, result.err
     assert result.err_lines[-1] == "vram record: stopped: 0 samples recorded, 4 not written", result.err

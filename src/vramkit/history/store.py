@@ -61,14 +61,17 @@ adds the raw rows after it (JOB_TOTALS_AFTER) in the same statement; a life seen
 last seen in its newest raw row. Those rows are never rolled up before they are in `jobs`: the
 recorder writes the totals in the transaction just before each roll_up (and when it closes), and
 a recorder started after a kill adds the killed one's rows with its first totals. A mark that is
-not a sample id, or a file without the view, is refused (check_jobs_through). A life's peak and
-GPUs are written in the sample that changes them.
+not a sample id is refused (check_jobs_through), as is a file whose schema is not, word for word,
+what the migrations made (check_schema: job_totals too). A life's peak and GPUs are written in the
+sample that changes them.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
+import re
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -746,14 +749,18 @@ def _number(value: object) -> bool:
     return True
 
 
+def _newer(path: Path, version: int) -> StoreError:
+    return StoreError(_("{path} was written by a newer vramkit (schema {version}; this vram reads up to "
+                        "{newest}): upgrade vramkit to read it").format(
+                            path=path, version=version, newest=SCHEMA_VERSION), param="db")
+
+
 def _identify(c: sqlite3.Connection, path: Path) -> bool:
     """Reader's and writer's first checks: a vram history (or empty), of a schema this vram reads.
     True when it is empty."""
     version = c.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        raise StoreError(_("{path} was written by a newer vramkit (schema {version}; this vram reads up to "
-                           "{newest}): upgrade vramkit to read it").format(
-                               path=path, version=version, newest=SCHEMA_VERSION), param="db")
+        raise _newer(path, version)
     app = c.execute("PRAGMA application_id").fetchone()[0]
     empty: bool = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
     if app != APPLICATION_ID and not empty:
@@ -767,6 +774,9 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
     if _identify(c, path):
         return True
     version = c.execute("PRAGMA user_version").fetchone()[0]
+    # First, before any query reads a table (a view in its place would run) and before
+    # quick_check evaluates a table's CHECK constraints on every row.
+    check_schema(c, path)
     # A damaged page would make every sample fail, found only after writing began; a scan
     # before the first write costs about 10 ms per MB, once per start.
     problem = c.execute("PRAGMA quick_check(1)").fetchone()[0]
@@ -781,24 +791,135 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
                                    "{value}, not a number)").format(
                                      path=path, key=repr(str(key)[:40]), value=repr(str(value)[:40])), param="db")
     if version >= 8:
-        check_jobs_through(c, path)
+        _check_mark(c, path)
     return False
 
 
-def check_jobs_through(c: sqlite3.Connection, path: Path) -> None:
-    """Refuse a file (one line, exit 2) whose meta jobs_through is not a mark vram wrote (totals read
-    or written through it would count raw rows twice or not at all), or whose job_totals is not the
-    view vram made, word for word: another user's file (`--db`) could define it to read anything, or
-    to recurse without end (a reader that never answers)."""
+# Objects SQLite makes in a file by itself (ANALYZE's statistics; an AUTOINCREMENT's counters),
+# with the text it stores for them: not vram's, but no one else's either.
+_SQLITE_OWN = frozenset(("table", name, name, f"CREATE TABLE {name}({columns})") for name, columns in (
+    ("sqlite_stat1", "tbl,idx,stat"), ("sqlite_stat4", "tbl,idx,neq,nlt,ndlt,sample"),
+    ("sqlite_sequence", "name,seq")))
+
+
+@functools.cache
+def _schema_of(version: int) -> frozenset[tuple[object, ...]]:
+    """The rows (type, name, tbl_name, sql) of sqlite_schema in a file vram made at `version`: its
+    migrations run on an empty database in memory, so that each text is the one SQLite stores
+    (SQLite rewrites the words before an object's name, and ALTER TABLE ADD COLUMN edits the
+    table's text). What decides; 2-3 ms of CPU, so tried only when _schema_written differs."""
+    c = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        c.executescript(f"BEGIN; {';'.join(MIGRATIONS[:max(version, 0)])}; COMMIT;")
+        return frozenset(c.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema"))
+    finally:
+        c.close()
+
+
+_CREATE = re.compile(r"CREATE\s+(TABLE|VIEW|INDEX)\s+(\w+)(?:\s+ON\s+(\w+))?", re.IGNORECASE)
+_ADD_COLUMN = re.compile(r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+(?:COLUMN\s+)?", re.IGNORECASE)
+_TABLE_CONSTRAINT = re.compile(r",\s*(?:PRIMARY\s+KEY|UNIQUE|CHECK|FOREIGN\s+KEY|CONSTRAINT)\b", re.IGNORECASE)
+
+
+@functools.cache
+def _schema_written(version: int) -> frozenset[tuple[object, ...]] | None:
+    """_schema_of's rows read from the migrations' text as SQLite stores it (each CREATE as written
+    from its name on; ADD COLUMN's definition put after the table's last column; an index of its own
+    for a rowid table's key that is not an INTEGER PRIMARY KEY), for the checks of every open, in
+    about 0.2 ms. None where a statement is not of those kinds. A file that differs is compared
+    with _schema_of before it is refused; a test holds the two equal at every version."""
+    rows: dict[str, tuple[str, str, str, str | None]] = {}
+    for script in MIGRATIONS[:max(version, 0)]:
+        statement = ""
+        for line in script.splitlines(keepends=True):
+            if not statement and (not line.strip() or line.lstrip().startswith("--")):
+                continue  # a comment between statements: SQLite does not keep it
+            statement += line
+            if not sqlite3.complete_statement(statement):
+                continue
+            text, statement = statement.strip().rstrip(";").rstrip(), ""
+            if (create := _CREATE.match(text)) is not None:
+                kind, name = create[1].lower(), create[2]
+                rows[name] = (kind, name, create[3] if kind == "index" else name,
+                              f"CREATE {kind.upper()} {text[create.start(2):]}")
+                if kind == "table" and "UNIQUE" in text.upper():
+                    return None
+                if kind == "table" and "PRIMARY KEY" in text and "INTEGER PRIMARY KEY" not in text \
+                        and not text.endswith("WITHOUT ROWID"):
+                    index = f"sqlite_autoindex_{name}_1"
+                    rows[index] = ("index", index, name, None)
+            elif (add := _ADD_COLUMN.match(text)) is not None and add[1] in rows:
+                kind, name, table, sql = rows[add[1]]
+                old = str(sql)
+                constraint = _TABLE_CONSTRAINT.search(old)
+                cut = constraint.start() if constraint is not None else old.rindex(")")
+                rows[name] = (kind, name, table, f"{old[:cut]}, {text[add.end():]}{old[cut:]}")
+            elif text.upper().startswith(("CREATE", "ALTER", "DROP")):
+                return None
+    return frozenset(rows.values())
+
+
+def _same(rows: list[tuple[object, ...]], expected: frozenset[tuple[object, ...]] | None) -> bool:
+    """The rows are the expected ones, each once."""
+    return expected is not None and len(rows) == len(expected) and expected == set(rows)
+
+
+def check_schema(c: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file (one line naming the object, exit 2) whose sqlite_schema is not, object for
+    object and word for word, what vram's migrations made at its version: another user's file
+    (`--db`) could swap a table for a view of the same columns that never ends or counts rows
+    twice, define job_totals to give any totals, or add a trigger (SQL the recorder would run, often
+    as root) or an index on an expression (evaluated on every write). Nothing unknown is allowed,
+    an extra table too: vram never makes one, so someone else edited the file."""
+    version = c.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise _newer(path, version)
+    try:
+        rows = [row for row in c.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema")
+                if row not in _SQLITE_OWN]
+    except sqlite3.OperationalError as e:
+        if str(e).startswith("Could not decode to UTF-8"):  # Python's error quotes the text (lines of it)
+            raise StoreError(not_utf8(path), param="db") from None
+        raise
+    if _same(rows, _schema_written(version)):
+        return
+    expected = _schema_of(version)  # SQLite's own text decides
+    if _same(rows, expected):
+        return
+    want = {row[:2]: row for row in expected}
+    have = {row[:2]: row for row in rows}
+    keys = [row[:2] for row in rows]
+    twice = [key for key in have if keys.count(key) > 1]  # a name twice: a schema edited by hand
+    extra = twice + sorted((key for key in have if key not in want), key=repr)
+    changed = sorted((key for key in have if key in want and have[key] != want[key]), key=repr)
+    missing = sorted((key for key in want if key not in have), key=repr)
+    if extra:
+        problem, (kind, name) = _("{kind} {name} is not one vram makes"), extra[0]
+    elif changed:
+        problem, (kind, name) = _("{kind} {name} is not as vram makes it"), changed[0]
+    else:
+        problem, (kind, name) = _("{kind} {name} is missing"), missing[0]
+    raise StoreError(_("{path} is not a readable vram history database (corrupt: {problem})").format(
+        path=path, problem=problem.format(kind=str(kind)[:20], name=repr(str(name)[:40]))), param="db")
+
+
+def _check_mark(c: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file (one line, exit 2) whose meta jobs_through is not a mark vram wrote: totals read
+    or written through it would count raw rows twice or not at all."""
     row = c.execute("SELECT value FROM meta WHERE key = 'jobs_through'").fetchone()
     problem = _jobs_through_problem(None if row is None else row[0],
                                    c.execute("SELECT max(id) FROM samples").fetchone()[0])
-    if c.execute("SELECT type, sql FROM sqlite_schema WHERE name = 'job_totals'").fetchone() != (
-            "view", _JOB_TOTALS_VIEW.strip()):
-        problem = _("job_totals is not the view vram made")
     if problem is not None:
         raise StoreError(_("{path} is not a readable vram history database (corrupt: "
                            "{problem})").format(path=path, problem=problem), param="db")
+
+
+def check_jobs_through(c: sqlite3.Connection, path: Path) -> None:
+    """A reader's checks where it reads job_totals (in its read transaction: the file may have
+    changed since it was opened): the schema (check_schema: job_totals is vram's view, word for
+    word), then the mark (_check_mark)."""
+    check_schema(c, path)
+    _check_mark(c, path)
 
 
 def not_utf8(path: Path) -> str:
@@ -1012,6 +1133,7 @@ class Store:
             self.hour_totals = version >= 6
             self.quarter_totals = version >= 7
             self.totals_behind = version >= 8
+            check_schema(c, self.path)
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
