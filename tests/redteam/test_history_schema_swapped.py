@@ -19,8 +19,8 @@ from test_history_job_writes import ONE_GPU
 from test_history_store import EPOCH
 from test_record_cli import sample_count, stepped_env
 
-from vramkit.history import store
-from vramkit.history.store import SCHEMA_VERSION
+from vramkit.history import query, store
+from vramkit.history.store import SCHEMA_VERSION, Store, StoreError
 
 # Only so that a reader that never answers fails the test instead of hanging it (the redteam
 # tests' guard): a refusal comes long before.
@@ -148,6 +148,21 @@ def test_what_sqlite_makes_itself_is_read_and_the_refusal_is_translated(recorded
     assert (one["gpu_seconds"], one["idle_seconds"]) == (80, 80)
     assert _record(recorded).rc == 0
     assert sample_count(recorded) == SAMPLES + 2
+
+
+def test_a_schema_swapped_after_a_reader_opened_the_file_is_refused_in_its_read(recorded):
+    """The file's owner swaps samples for a view that counts rows twice after a reader opened (and
+    checked) it: the reader's next read transaction checks the schema again as its first read (so
+    every statement in it reads that schema) and refuses the file, naming an object. On 100c1ec
+    the check ran only at open and query.held read the doubled rows (100 s for each life's 80)."""
+    reader = Store.open(recorded)
+    try:
+        assert query.held(reader, EPOCH, EPOCH + 3600)
+        _spoil(recorded, SWAPS["samples_doubled"][0])
+        with pytest.raises(StoreError, match=f"{recorded}.*'kept'"):
+            query.held(reader, EPOCH, EPOCH + 3600)
+    finally:
+        reader.close()
 
 
 @pytest.mark.parametrize("version", range(1, SCHEMA_VERSION + 1))

@@ -45,6 +45,7 @@ from .store import (
     Store,
     StoreError,
     check_jobs_through,
+    check_schema,
     describe,
     not_utf8,
 )
@@ -326,6 +327,9 @@ def _snapshot(store: Store) -> Iterator[None]:
     except sqlite3.Error as e:
         raise StoreError(describe(e, store.path), param="db") from None
     try:
+        # The schema checked again, as the transaction's first read: every statement in it reads
+        # that schema, and another user's file may have been changed since it was opened.
+        _check_schema(store)
         yield
     finally:
         if store.conn.in_transaction:
@@ -620,6 +624,14 @@ def _workload(values: tuple[Any, ...]) -> Workload | None:
         if typed_value is not None:
             fields[column] = typed_value
     return Workload(**fields) if fields else None
+
+
+def _check_schema(store: Store) -> None:
+    """A schema that is not vram's own (store.check_schema): refused (one line)."""
+    try:
+        check_schema(store.conn, store.path)
+    except sqlite3.Error as e:
+        raise StoreError(describe(e, store.path), param="db") from None
 
 
 def _check_mark(store: Store) -> None:
