@@ -1453,41 +1453,42 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
         raise RequestError(f"step: must be positive, got {step!r}", param="step")
     count = max(1, int(-(-(until - since) // step)))
     window = {"since": since, "until": until, "step": step}
-    recorded: dict[tuple[int, int], float] = {}
-    for b, gpu, seconds in _rows(store, f"""
-            SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM {GPU_WINDOW}
-            GROUP BY b, gpu""", window):
-        if typed(b, "count") is not None and typed(gpu, "gpu") is not None:
-            recorded[(int(b), int(gpu))] = _total(seconds)
-    # Per job first (the join to `jobs` then touches one row per job and bucket, not per sample).
-    held = _rows(store, f"""
-        WITH per_job AS (
-            SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, job, SUM(memory * seconds) AS mbs
-            FROM {PROC_WINDOW} GROUP BY b, gpu, job)
-        SELECT b, gpu, coalesce(j.user, '?'), SUM(mbs) FROM per_job p JOIN jobs j ON j.id = p.job
-        GROUP BY b, gpu, j.user""", window)
-    gpus = sorted({gpu for _, gpu in recorded})
-    memory: dict[int, dict[str, list[float | None]]] = {g: {} for g in gpus}
-    for b_value, gpu_value, user, mbs in held:
-        b, gpu = typed_int(b_value, "count"), typed_int(gpu_value, "gpu")
-        if b is None or gpu is None:
-            continue
-        seconds = recorded.get((b, gpu), 0.0)
-        if not 0 <= b < count or seconds <= 0:
-            continue
-        series = memory.setdefault(gpu, {}).setdefault(typed_text(user) or "?", [None] * count)
-        series[b] = (series[b] or 0.0) + _total(mbs) / seconds
-    # A recorded bucket where a user held nothing is 0, not a gap.
-    for gpu, users in memory.items():
-        for series in users.values():
-            for b in range(count):
-                if series[b] is None and recorded.get((b, gpu), 0.0) > 0:
-                    series[b] = 0.0
-    totals: dict[int, int | None] = {}
-    for g, m in _rows(store, "SELECT gpu, memory_total FROM gpus", ()):
-        gpu = typed_int(g, "gpu")
-        if gpu is not None:
-            totals[gpu] = typed_int(m, "bytes") or None  # a total of 0 is no total
+    with _snapshot(store):  # one read transaction, the schema checked first (process_lives)
+        recorded: dict[tuple[int, int], float] = {}
+        for b, gpu, seconds in _rows(store, f"""
+                SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM {GPU_WINDOW}
+                GROUP BY b, gpu""", window):
+            if typed(b, "count") is not None and typed(gpu, "gpu") is not None:
+                recorded[(int(b), int(gpu))] = _total(seconds)
+        # Per job first (the join to `jobs` then touches one row per job and bucket, not per sample).
+        held = _rows(store, f"""
+            WITH per_job AS (
+                SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, job, SUM(memory * seconds) AS mbs
+                FROM {PROC_WINDOW} GROUP BY b, gpu, job)
+            SELECT b, gpu, coalesce(j.user, '?'), SUM(mbs) FROM per_job p JOIN jobs j ON j.id = p.job
+            GROUP BY b, gpu, j.user""", window)
+        gpus = sorted({gpu for _, gpu in recorded})
+        memory: dict[int, dict[str, list[float | None]]] = {g: {} for g in gpus}
+        for b_value, gpu_value, user, mbs in held:
+            b, gpu = typed_int(b_value, "count"), typed_int(gpu_value, "gpu")
+            if b is None or gpu is None:
+                continue
+            seconds = recorded.get((b, gpu), 0.0)
+            if not 0 <= b < count or seconds <= 0:
+                continue
+            series = memory.setdefault(gpu, {}).setdefault(typed_text(user) or "?", [None] * count)
+            series[b] = (series[b] or 0.0) + _total(mbs) / seconds
+        # A recorded bucket where a user held nothing is 0, not a gap.
+        for gpu, users in memory.items():
+            for series in users.values():
+                for b in range(count):
+                    if series[b] is None and recorded.get((b, gpu), 0.0) > 0:
+                        series[b] = 0.0
+        totals: dict[int, int | None] = {}
+        for g, m in _rows(store, "SELECT gpu, memory_total FROM gpus", ()):
+            gpu = typed_int(g, "gpu")
+            if gpu is not None:
+                totals[gpu] = typed_int(m, "bytes") or None  # a total of 0 is no total
     return MemorySeries(since, float(step), count, memory, {g: totals.get(g) for g in memory})
 
 
@@ -1499,29 +1500,32 @@ def process_lives(store: Store, pid: int, outside: bool = False) -> list[Process
     if outside and not store.local_days:
         return []
     lives = []
-    extra, join = _workload_sql(store)
-    last_seen, totals, added = _totals_sql(store)
-    which = "pid = 0 AND nvml_pid = ?" if outside else "pid = ?"
-    for row in _rows(store, f"SELECT jobs.id, user, command, first_seen, {last_seen}, gpus, peak_memory, "
-                     f"{totals}{extra} FROM jobs{join}{added} WHERE {which}", (pid,)):
-        job = typed_int(row[0], "id")
-        if job is None:
-            continue
-        first, last = typed(row[3], "time"), typed(row[4], "time")
-        # The rows of its life (a rollup bucket may start up to 15 minutes before its first sample).
-        window = {"job": job, "since": 0.0 if first is None else max(0.0, first - 900),
-                  "until": MAX_TIME if last is None else math.nextafter(last, math.inf)}
-        points = [_point(r) for r in _rows(store, f"""
-            SELECT t, seconds, gpu, memory, memory_max, sm_util, idle_seconds FROM {PROC_WINDOW}
-            WHERE job = :job ORDER BY t, gpu""", window)]
-        first = first if first is not None else points[0][0] if points else None
-        last = last if last is not None else points[-1][0] if points else None
-        if first is None or last is None:
-            continue
-        lives.append(ProcessLife(job, None if outside else pid, typed_text(row[1]), typed_text(row[2]), first, last,
-                                 typed_gpus(row[5]), typed_int(row[6], "bytes"), typed(row[7], "seconds"),
-                                 typed(row[8], "byte_seconds"), typed(row[9], "seconds"), points,
-                                 _workload(row[10:]), pid if outside else None))
+    # One read transaction, the schema checked as its first read (_snapshot): between two
+    # statements outside one, the owner of another user's file could swap a table for a view.
+    with _snapshot(store):
+        extra, join = _workload_sql(store)
+        last_seen, totals, added = _totals_sql(store)
+        which = "pid = 0 AND nvml_pid = ?" if outside else "pid = ?"
+        for row in _rows(store, f"SELECT jobs.id, user, command, first_seen, {last_seen}, gpus, peak_memory, "
+                         f"{totals}{extra} FROM jobs{join}{added} WHERE {which}", (pid,)):
+            job = typed_int(row[0], "id")
+            if job is None:
+                continue
+            first, last = typed(row[3], "time"), typed(row[4], "time")
+            # The rows of its life (a rollup bucket may start up to 15 minutes before its first sample).
+            window = {"job": job, "since": 0.0 if first is None else max(0.0, first - 900),
+                      "until": MAX_TIME if last is None else math.nextafter(last, math.inf)}
+            points = [_point(r) for r in _rows(store, f"""
+                SELECT t, seconds, gpu, memory, memory_max, sm_util, idle_seconds FROM {PROC_WINDOW}
+                WHERE job = :job ORDER BY t, gpu""", window)]
+            first = first if first is not None else points[0][0] if points else None
+            last = last if last is not None else points[-1][0] if points else None
+            if first is None or last is None:
+                continue
+            lives.append(ProcessLife(job, None if outside else pid, typed_text(row[1]), typed_text(row[2]), first, last,
+                                     typed_gpus(row[5]), typed_int(row[6], "bytes"), typed(row[7], "seconds"),
+                                     typed(row[8], "byte_seconds"), typed(row[9], "seconds"), points,
+                                     _workload(row[10:]), pid if outside else None))
     lives.sort(key=lambda life: life.first_seen, reverse=True)
     return lives
 

@@ -24,7 +24,7 @@ from ..i18n import _
 from ..machine import Machine
 from ..units import format_duration
 from .paths import reader_path
-from .query import MAX_TIME, idle_since, typed
+from .query import MAX_TIME, _snapshot, idle_since, typed
 from .recorder import max_gap
 from .store import Store, StoreError
 
@@ -63,29 +63,32 @@ def read_recorded_idle(now: float, path: Path | str | None = None, started: Star
     except StoreError as e:
         return RecordedIdle(note=_("history not used: {error}").format(error=e.message))
     try:
-        c = store.conn
-        valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
-        last_two = [float(t) for (t,) in c.execute(f"SELECT t FROM samples WHERE {valid} ORDER BY id DESC LIMIT 2")]
-        if not last_two:
-            return RecordedIdle(note=_("history at {path} has no recent samples").format(path=path))
-        interval = last_two[0] - last_two[1] if len(last_two) == 2 and last_two[0] > last_two[1] else 60.0
-        fresh_after = now - max_gap(interval)
-        if last_two[0] < fresh_after:
-            return RecordedIdle(note=_("history at {path} ends {ago} ago ('vram record' is not running)").format(
-                path=path, ago=format_duration(now - last_two[0])))
-        if last_two[0] > now + FUTURE_SLACK:
-            return RecordedIdle(note=_("history not used: its newest sample is {ahead} in the future ({path})").format(
-                ahead=format_duration(last_two[0] - now), path=path))
-        # The current unbroken run began after the newest sample whose span is 0 (a break in
-        # recording, or a restart), other than the newest sample itself.
-        broke = typed(c.execute(f"SELECT max(t) FROM samples WHERE span = 0 AND {valid} AND id < "
-                                "(SELECT max(id) FROM samples)").fetchone()[0], "time")
-        if broke is not None:
-            began = typed(c.execute(f"SELECT min(t) FROM samples WHERE t > ? AND {valid}", (broke,)).fetchone()[0],
-                          "time")
-        else:
-            began = typed(c.execute(f"SELECT min(t) FROM samples WHERE {valid}").fetchone()[0], "time")
-        since = idle_since(store, fresh_after)
+        # One read transaction, the schema checked as its first read (query._snapshot): the
+        # owner of another user's file could swap a table for a view after Store.open.
+        with _snapshot(store):
+            c = store.conn
+            valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
+            last_two = [float(t) for (t,) in c.execute(f"SELECT t FROM samples WHERE {valid} ORDER BY id DESC LIMIT 2")]
+            if not last_two:
+                return RecordedIdle(note=_("history at {path} has no recent samples").format(path=path))
+            interval = last_two[0] - last_two[1] if len(last_two) == 2 and last_two[0] > last_two[1] else 60.0
+            fresh_after = now - max_gap(interval)
+            if last_two[0] < fresh_after:
+                return RecordedIdle(note=_("history at {path} ends {ago} ago ('vram record' is not running)").format(
+                    path=path, ago=format_duration(now - last_two[0])))
+            if last_two[0] > now + FUTURE_SLACK:
+                return RecordedIdle(note=_("history not used: its newest sample is {ahead} in the future "
+                                           "({path})").format(ahead=format_duration(last_two[0] - now), path=path))
+            # The current unbroken run began after the newest sample whose span is 0 (a break in
+            # recording, or a restart), other than the newest sample itself.
+            broke = typed(c.execute(f"SELECT max(t) FROM samples WHERE span = 0 AND {valid} AND id < "
+                                    "(SELECT max(id) FROM samples)").fetchone()[0], "time")
+            if broke is not None:
+                began = typed(c.execute(f"SELECT min(t) FROM samples WHERE t > ? AND {valid}", (broke,)).fetchone()[0],
+                              "time")
+            else:
+                began = typed(c.execute(f"SELECT min(t) FROM samples WHERE {valid}").fetchone()[0], "time")
+            since = idle_since(store, fresh_after)
     except (sqlite3.Error, StoreError) as e:
         return RecordedIdle(note=_("history not used: {error}").format(error=e))
     except UnicodeDecodeError:

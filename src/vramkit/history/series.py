@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from .query import checked, typed, typed_int
+from .query import _snapshot, checked, typed, typed_int
 from .store import Store, StoreError, describe, not_utf8
 
 Slot = tuple[int | None, float | None]  # (memory used at most, bytes; utilization at most, %)
@@ -66,20 +66,23 @@ def gpu_series(store: Store, until: float, span: float, points: int) -> GpuSerie
                    AND {checked('g.gpu', 'gpu')} IS NOT NULL AND s.t + {span_ok} > :since"""
     reaches: dict[tuple[int, int], float] = {}  # (gpu, slot) -> the time its rows stand for up to
     try:
-        for query in (before, raw, rolled):
-            for row in store.conn.execute(query, window):
-                gpu, slot = typed_int(row[0], "gpu"), row[1]
-                first, reach = typed(row[4], "time"), typed(row[5], "time")
-                if gpu is None or not isinstance(slot, int) or first is None or reach is None:
-                    continue
-                slots = out.gpus.setdefault(gpu, {})
-                held = slots.get(slot, (None, None))
-                top = _higher(held[0], typed(row[2], "bytes"))
-                slots[slot] = (None if top is None else int(top), _higher(held[1], typed(row[3], "percent")))
-                key = (gpu, slot)
-                reaches[key] = max(reach, reaches.get(key, reach))
-                out.first = first if out.first is None else min(out.first, first)
-                out.last = reach if out.last is None else max(out.last, reach)
+        # One read transaction, the schema checked as its first read (query._snapshot): the
+        # owner of another user's file could swap a table for a view after Store.open.
+        with _snapshot(store):
+            for query in (before, raw, rolled):
+                for row in store.conn.execute(query, window):
+                    gpu, slot = typed_int(row[0], "gpu"), row[1]
+                    first, reach = typed(row[4], "time"), typed(row[5], "time")
+                    if gpu is None or not isinstance(slot, int) or first is None or reach is None:
+                        continue
+                    slots = out.gpus.setdefault(gpu, {})
+                    held = slots.get(slot, (None, None))
+                    top = _higher(held[0], typed(row[2], "bytes"))
+                    slots[slot] = (None if top is None else int(top), _higher(held[1], typed(row[3], "percent")))
+                    key = (gpu, slot)
+                    reaches[key] = max(reach, reaches.get(key, reach))
+                    out.first = first if out.first is None else min(out.first, first)
+                    out.last = reach if out.last is None else max(out.last, reach)
     except sqlite3.Error as e:  # corrupt pages show up only when read
         raise StoreError(describe(e, store.path), param="db") from None
     except UnicodeDecodeError:  # a damaged schema quoted in SQLite's error
