@@ -94,6 +94,9 @@ SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 n
 MAX_DAY_TIME = 253_402_214_400 - 2 * DAY  # the last hour a local day is looked for (datetime's year 9999)
 APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
 WRITER_CACHE_KIB = 512  # the recorder's SQLite page cache (Store._prepare)
+# A reader's, SQLite's default: SQLite takes the one the file's header names (another user's
+# file: up to 2**31 pages, every page read then held in memory).
+READER_CACHE_KIB = 2000
 
 # Hour sums (schema 2). A raw sample is summed into its hour once its span is final (it is not the
 # newest sample): every sample id up to meta `hour_sample` is in proc_hour / gpu_hour, and no
@@ -1134,6 +1137,7 @@ class Store:
             self.quarter_totals = version >= 7
             self.totals_behind = version >= 8
             check_schema(c, self.path)
+            c.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
             return
         empty = _validate(c, self.path)
         if empty:  # before the first page is written (switching to WAL writes one)
