@@ -726,6 +726,9 @@ XDIST_GROUPS: dict[str, str] = {
     # six module fixtures (recordings of days on the stepped clock, 1-7 s each) that every worker drawing one
     # of its tests made again: 22-29 s of CPU over 3 workers, 13-16 s on one
     "test_report_days.py": "report-days",
+    # two module fixtures (`vram record` of 6 h and of 26 h on the stepped clock) that each worker drawing one of
+    # its tests recorded again: 6.9 s of CPU in a whole run over 3 workers, 3.7 s in one process
+    "test_report_timelines.py": "report-timelines",
 }
 
 
