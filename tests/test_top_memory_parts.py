@@ -173,3 +173,43 @@ def test_the_screen_and_the_gpu_area_below_the_panels_are_one_blank_line(sim_env
         asyncio.run(main())
     finally:
         machine.close()
+
+
+def test_process_lines_drawn_leave_their_texts_out_of_richs_cell_length_cache(sim_env):
+    """A process line is measured by the view, not through rich's cell-length cache (4,096 texts,
+    shared with Textual): each row's text changes every second (ELAPSED), and each new one stayed
+    there, ~400 of ~120 characters in the first 30 s at 8 x 200."""
+    import asyncio
+
+    from rich.cells import cached_cell_len
+
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#procs")
+            frame = table._new_frame()
+            widths = [width for __, width in frame.columns]
+            wide = widths.index(max(widths))  # the command: a text of its own a row, as ELAPSED's
+
+            def cells(i):
+                return [f"row {i}" if c == wide else str(i % 10) for c in range(len(widths))]
+
+            table.show(300, cells)
+            cached_cell_len.cache_clear()
+            for row in range(300):
+                table._process_line(row, False, False, frame)
+            # 331 before: each line's text (~120 characters, kept alive by the cache after its line)
+            assert cached_cell_len.cache_info().currsize < 10, cached_cell_len.cache_info()
+            line = table._process_line(7, False, False, frame)
+            assert line.text.split() == " ".join(cells(7)).split() and line.cell_length == frame.width
+
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()

@@ -293,8 +293,13 @@ class ProcTable(DataTable[str]):
         extend = frame.style + extend + RichStyle.from_meta({"row": row, "column": 0, "out_of_bounds": True})
         segments = [Segment(text, style) for text, style in runs]
         segments.append(Segment(" " * max(0, frame.width - table_width), extend))
-        line = line_crop(segments, frame.scroll_x, frame.scroll_x + frame.width, frame.width)
-        return Strip(line).adjust_cell_length(frame.width, frame.style).simplify()
+        if frame.scroll_x == 0:  # (always: the command is cut to fit) measured here, not by Textual,
+            # which measures through rich's cell-length cache: it would keep each row's text, whose
+            # ELAPSED changes every second (~400 texts of ~120 characters in the first 30 s at 8 x 200)
+            line, length = segments, sum(_cells(segment.text) for segment in segments)
+        else:
+            line, length = line_crop(segments, frame.scroll_x, frame.scroll_x + frame.width, frame.width), None
+        return Strip(line, length).adjust_cell_length(frame.width, frame.style).simplify()
 
     def _cell_parts(self, column_index: int, value: str, width: int) -> _CellParts | None:
         """A process cell's text as draw_cell lays it out (padding, justification), apart from the
@@ -305,9 +310,7 @@ class ProcTable(DataTable[str]):
             return None
         text = self.cell_text(str(column_key.value), value)
         inner = width - 2 * self.cell_padding
-        # ASCII (nearly every cell) is measured by its length: rich's cell_len would keep each text
-        # of every second (ELAPSED) in its cache of 4,096 strings
-        size = len(value) if value.isascii() and value.isprintable() else cell_len(value)
+        size = _cells(value)
         if text.spans or size > inner or "\n" in value or (text.style and text.justify == "right"):
             return None
         own = text.style if isinstance(text.style, RichStyle) else RichStyle.parse(text.style) if text.style else None
@@ -391,6 +394,12 @@ T = TypeVar("T")
 _CellParts = tuple[str, str, str, "RichStyle | None"]
 # A process row's styles: before a cell's own style, after it, and the two together (ProcTable._row_styles)
 _RowStyles = tuple[RichStyle, RichStyle, RichStyle]
+
+
+def _cells(text: str) -> int:
+    """text's cell length, as rich's cell_len gives it. ASCII (nearly every cell) is measured by its
+    length: cell_len would keep each text of every second (ELAPSED) in rich's cache of 4,096."""
+    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
 
 
 def _styled(parts: _CellParts, styles: _RowStyles) -> list[tuple[str, RichStyle]]:
