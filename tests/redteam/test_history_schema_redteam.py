@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_one_line_error, clean_env, run_vram
-from test_history_schema_swapped import HANG_GUARD, LIFE, SAMPLES, SWAPS, recorded  # noqa: F401 - the fixture
+from test_history_schema_swapped import HANG_GUARD, LIFE, REPORT, SAMPLES, SWAPS, recorded  # noqa: F401 - the fixture
 from test_history_store import EPOCH
 
 from vramkit.history import query, recorded_idle, series
@@ -44,16 +44,20 @@ def _swap(db: Path | str, sql: str) -> bool:
         c.close()
 
 
-def _after_last_check(sql: str) -> tuple[str, ...]:
-    """Python flags for run_vram: `vram` with `sql` run by another connection (the owner's) once,
-    just after the reader's check of the schema and mark where it reads job_totals."""
-    return ("-c", "import runpy, sqlite3, sys\nfrom vramkit.history import query\ncheck = query.check_jobs_through\n"
-                  "done = []\ndef check_jobs_through(c, path):\n    check(c, path)\n    if not done:\n"
-                  "        done.append(1)\n        owner = sqlite3.connect(path, timeout=0.2)\n"
+def _swapped_in_vram(sql: str, function: str, after: bool) -> tuple[str, ...]:
+    """Python flags for run_vram: `vram` with `sql` run once by another connection (the owner's),
+    just after (or before) the vram process calls query.`function`."""
+    call = "result = wrapped(*args)\n    " if after else ""
+    return ("-c", "import runpy, sqlite3, sys\nfrom vramkit.history import query\n"
+                  f"wrapped = query.{function}\ndone = []\n"
+                  f"def {function}(*args):\n    {call}if not done:\n        done.append(1)\n"
+                  "        path = args[1] if isinstance(args[0], sqlite3.Connection) else args[0].path\n"
+                  "        owner = sqlite3.connect(path, timeout=0.2)\n"
                   "        try:\n            owner.executescript(SQL)\n        except sqlite3.OperationalError:\n"
                   "            pass  # locked out by the reader's read transaction\n"
                   "        owner.close()\n"
-                  f"SQL = {sql!r}\nquery.check_jobs_through = check_jobs_through\n"
+                  f"    return {'result' if after else 'wrapped(*args)'}\n"
+                  f"SQL = {sql!r}\nquery.{function} = {function}\n"
                   "sys.argv = ['vram', *sys.argv[3:]]\nrunpy.run_module('vramkit', run_name='__main__')")
 
 
@@ -65,13 +69,23 @@ def test_vram_life_reads_the_schema_it_checked(recorded, sql):  # noqa: F811 - t
     endless view hung it (killed at HANG_GUARD) and the doubled one gave each point twice (18
     points for 9 samples)."""
     done = run_vram(*LIFE, "--db", str(recorded), "--json", env=clean_env(), timeout=HANG_GUARD,
-                    python_flags=_after_last_check(sql))
+                    python_flags=_swapped_in_vram(sql, "check_jobs_through", after=True))
     if done.rc == 2:
         assert_one_line_error(done, 2, str(recorded))
         return
     assert done.rc == 0, done.err
     one, = json.loads(done.out)["lives"]
     assert (one["gpu_seconds"], len(one["points"])) == (80, SAMPLES)
+
+
+def test_vram_report_reads_its_coverage_in_a_checked_read_transaction(recorded):  # noqa: F811
+    """`vram report` with samples swapped for a view that never ends between its sums and its
+    coverage (two read transactions): refused with one line naming samples. On bafbf37 coverage
+    read the first and last times before its read transaction: the report never answered (killed
+    at HANG_GUARD)."""
+    done = run_vram(*REPORT, "--db", str(recorded), env=clean_env(), timeout=HANG_GUARD,
+                    python_flags=_swapped_in_vram(ENDLESS_SAMPLES, "coverage", after=False))
+    assert_one_line_error(done, 2, str(recorded), "'samples'")
 
 
 @pytest.fixture

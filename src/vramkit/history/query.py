@@ -539,11 +539,11 @@ def coverage(store: Store, since: float, until: float) -> Coverage:
     valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
     ends = " UNION ALL ".join(f"SELECT min(t) AS t FROM gpu_rollup WHERE tier = {tier} AND {valid} UNION ALL "
                               f"SELECT max(t) FROM gpu_rollup WHERE tier = {tier} AND {valid}" for tier in TIERS)
-    rows = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM samples WHERE {valid} UNION ALL "
-                 f"SELECT max(t) FROM samples WHERE {valid} UNION ALL {ends})", ())
-    first, last = typed(rows[0][0], "time"), typed(rows[0][1], "time")
-    # Seconds covered: each GPU's rows count the same time; one GPU's total is the window's.
-    with _snapshot(store):
+    with _snapshot(store):  # the ends too: a statement outside one reads whatever schema the file has then
+        rows = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM samples WHERE {valid} UNION ALL "
+                     f"SELECT max(t) FROM samples WHERE {valid} UNION ALL {ends})", ())
+        first, last = typed(rows[0][0], "time"), typed(rows[0][1], "time")
+        # Seconds covered: each GPU's rows count the same time; one GPU's total is the window's.
         rows_sql, params = _plan(store, since, until).sql(_GPU_FINE, _GPU_HOURS)
         per_gpu = _rows(store, f"SELECT gpu, SUM(seconds) FROM ({rows_sql}) GROUP BY gpu", params)
     seconds = max((typed(s, "byte_seconds") or 0.0 for _, s in per_gpu), default=0.0)
