@@ -21,6 +21,7 @@ import select
 import shutil
 import signal
 import socket
+import sqlite3
 import ssl
 import struct
 import subprocess
@@ -136,6 +137,15 @@ def read_terminal(master: int, timeout: float, what: str) -> bytes:
             break
         chunks.append(data)
     return b"".join(chunks)
+
+
+def run_sql(db: Path, sql: str) -> None:
+    """Run a script on a SQLite file in a connection of its own, as the file's owner editing it would."""
+    c = sqlite3.connect(db)
+    try:
+        c.executescript(sql)
+    finally:
+        c.close()
 
 
 def line_of(path: str | Path, marker: str) -> int:

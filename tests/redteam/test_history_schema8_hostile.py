@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, run_vram
+from helpers import clean_env, run_sql, run_vram
 from test_history_job_writes import FOREVER, ONE_GPU, GiB
 from test_history_store import EPOCH, stepped  # noqa: F401 - the fixture
 from test_record_cli import _no_recorder_left, sample_count, start_record, stepped_env, stop, wait_until  # noqa: F401
@@ -154,14 +154,6 @@ def killed_at_80(machine_at, tmp_path) -> Path:
     return db
 
 
-def _spoil(db: Path, sql: str) -> None:
-    c = sqlite3.connect(db)
-    try:
-        c.executescript(sql)
-    finally:
-        c.close()
-
-
 def _one_line_exit_2(done, *words: str) -> None:
     assert done.rc == 2, (done.rc, done.out[-300:], done.err)
     lines = done.err.strip().splitlines()
@@ -177,7 +169,7 @@ def test_readers_refuse_a_jobs_through_that_is_no_sample_id_or_read_right(killed
     140 s, said nowhere), a fraction as its integer part, and a mark beyond the newest sample as
     'nothing after it' (60 s and last seen at 60 s). FAILS on 442fe49 for each."""
     db = killed_at_80
-    _spoil(db, BAD_THROUGH[bad])
+    run_sql(db, BAD_THROUGH[bad])
     done = run_vram("life", "102", "--db", str(db), "--json", env=clean_env())
     if done.rc == 0:
         one, = done.json()["lives"]
@@ -202,7 +194,7 @@ def test_the_recorder_never_folds_a_jobs_through_that_is_no_sample_id(killed_at_
     (or none of the 20 s after the mark), then moves the mark to the newest sample: the wrong
     totals are in `jobs` for good. FAILS on 442fe49 for each."""
     db = killed_at_80
-    _spoil(db, BAD_THROUGH[bad])
+    run_sql(db, BAD_THROUGH[bad])
     scenario = db.parent / "scenario.json"  # the fixture's (ONE_GPU)
     done = run_vram("record", "--simulate", str(scenario), "--db", str(db), "--interval", "10s", "--samples", "2",
                     "--quiet", env=stepped_env(90))
@@ -226,7 +218,7 @@ def test_a_file_without_the_view_is_one_line_exit_2(killed_at_80, spoil):
     """Another user's file (read with --db) whose job_totals is a table, is not there, or is a view
     other than vram's: one line, exit 2, no traceback, no reader that never answers. The first two
     hold on 442fe49; the other views were read as the totals (doubled) or hung (7f197b0)."""
-    _spoil(killed_at_80, spoil)
+    run_sql(killed_at_80, spoil)
     for args in (("life", "102"), ("report", "--since", f"@{EPOCH:.0f}", "--until", f"@{EPOCH + 3600:.0f}",
                                    "--by", "life")):
         for json_flag in ((), ("--json",)):
@@ -243,7 +235,7 @@ def test_a_schema_7_file_whose_upgrade_fails_is_left_as_it_was(machine_at, tmp_p
     recorder = Recorder(store, INTERVAL, retention=FOREVER)
     take(recorder, machine_at(0, ONE_GPU), 9)
     recorder.close()
-    _spoil(db, "DROP VIEW job_totals; DELETE FROM meta WHERE key = 'jobs_through'; PRAGMA user_version = 7; "
+    run_sql(db, "DROP VIEW job_totals; DELETE FROM meta WHERE key = 'jobs_through'; PRAGMA user_version = 7; "
                "CREATE TABLE job_totals (x);")
     scenario = tmp_path / "scenario.json"
     done = run_vram("record", "--simulate", str(scenario), "--db", str(db), "--samples", "1", "--quiet",

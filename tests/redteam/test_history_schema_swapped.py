@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, run_vram
+from helpers import assert_one_line_error, clean_env, run_sql, run_vram
 from test_history_job_writes import ONE_GPU
 from test_history_store import EPOCH
 from test_record_cli import sample_count, stepped_env
@@ -42,14 +42,6 @@ def recorded(tmp_path) -> Path:
     assert done.rc == 0, done.err
     assert _life(db)["gpu_seconds"] == 80
     return db
-
-
-def _spoil(db: Path, sql: str) -> None:
-    c = sqlite3.connect(db)
-    try:
-        c.executescript(sql)
-    finally:
-        c.close()
 
 
 def _life(db: Path) -> dict:
@@ -94,7 +86,7 @@ def test_readers_refuse_a_schema_that_is_not_vrams(recorded, swap, args):
     answered the endless view (killed at HANG_GUARD), the report read the doubled view's totals
     (100 s for each life's 80), and every edit was read as if vram had made it (exit 0)."""
     sql, name = SWAPS[swap]
-    _spoil(recorded, sql)
+    run_sql(recorded, sql)
     for json_flag in ((), ("--json",)):
         _refused(run_vram(*args, *json_flag, "--db", str(recorded), env=clean_env(), timeout=HANG_GUARD),
                  recorded, name)
@@ -108,7 +100,7 @@ def test_the_recorder_refuses_a_schema_that_is_not_vrams_and_writes_nothing(reco
     sample), the endless view hung it (killed at HANG_GUARD), and it took the doubled view for
     its table, failed each write and exited 0."""
     sql, name = SWAPS[swap]
-    _spoil(recorded, sql)
+    run_sql(recorded, sql)
     _refused(_record(recorded), recorded, name)
     c = sqlite3.connect(f"{recorded.absolute().as_uri()}?mode=ro", uri=True)
     try:
@@ -123,7 +115,7 @@ def test_the_recorder_refuses_a_schema_7_file_with_a_trigger_before_upgrading_it
     """A schema 7 file (as a 035a53a recorder left it) with a trigger on samples: the recorder
     that would upgrade it to 8 refuses it first, and leaves it at 7 with the trigger never run.
     On 35c75d0 it upgraded the file and the trigger ran with each new sample."""
-    _spoil(recorded, "DROP VIEW job_totals; DELETE FROM meta WHERE key = 'jobs_through'; PRAGMA user_version = 7; "
+    run_sql(recorded, "DROP VIEW job_totals; DELETE FROM meta WHERE key = 'jobs_through'; PRAGMA user_version = 7; "
                      + SWAPS["trigger"][0])
     _refused(_record(recorded), recorded, "spy")
     c = sqlite3.connect(f"{recorded.absolute().as_uri()}?mode=ro", uri=True)
@@ -139,11 +131,11 @@ def test_what_sqlite_makes_itself_is_read_and_the_refusal_is_translated(recorded
     """A table of its own (refused, said in the reader's language: zh_CN here) gone again, the file
     ANALYZEd (SQLite's own sqlite_stat1): read as before, by readers and the recorder. On 35c75d0
     the extra table was read as vram's (exit 0)."""
-    _spoil(recorded, SWAPS["extra_table"][0])
+    run_sql(recorded, SWAPS["extra_table"][0])
     line = assert_one_line_error(run_vram(*LIFE, "--db", str(recorded), env=clean_env(VRAM_LANG="zh_CN"),
                                           timeout=HANG_GUARD), 2, str(recorded), "'notes'")
     assert "（" in line and "不是 vram 创建的对象" in line, line  # the catalog's words, full-width
-    _spoil(recorded, "DROP TABLE notes; ANALYZE")
+    run_sql(recorded, "DROP TABLE notes; ANALYZE")
     one = _life(recorded)
     assert (one["gpu_seconds"], one["idle_seconds"]) == (80, 80)
     assert _record(recorded).rc == 0
@@ -158,7 +150,7 @@ def test_a_schema_swapped_after_a_reader_opened_the_file_is_refused_in_its_read(
     reader = Store.open(recorded)
     try:
         assert query.held(reader, EPOCH, EPOCH + 3600)
-        _spoil(recorded, SWAPS["samples_doubled"][0])
+        run_sql(recorded, SWAPS["samples_doubled"][0])
         with pytest.raises(StoreError, match=f"{recorded}.*'kept'"):
             query.held(reader, EPOCH, EPOCH + 3600)
     finally:
