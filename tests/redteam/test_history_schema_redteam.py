@@ -1,4 +1,4 @@
-"""Red team of the schema check (store.check_schema, 100c1ec; query._snapshot's check, bafbf37):
+"""Red team of the schema check (store.check_schema, 100c1ec; query.read_transaction's check, bafbf37):
 the owner of another user's history file (`--db`) edits it while vram reads it. A reader checks
 the schema at open and again as the first read of each read transaction; a statement outside
 one reads whatever schema the file has when it runs. What must hold: every read that follows a

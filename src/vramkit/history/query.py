@@ -29,9 +29,10 @@ from __future__ import annotations
 import math
 import sqlite3
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
@@ -316,9 +317,10 @@ class _Plan:
 
 
 @contextmanager
-def _snapshot(store: Store) -> Iterator[None]:
+def read_transaction(store: Store) -> Iterator[None]:
     """One read transaction: the hour sums, meta and the raw rows as of one commit (a roll_up that
-    sums more samples between two statements would otherwise count them twice)."""
+    sums more samples between two statements would otherwise count them twice), of a schema
+    checked as its first read (store.check_schema). Every reader of the file reads in one."""
     if store.conn.in_transaction:
         yield
         return
@@ -329,7 +331,7 @@ def _snapshot(store: Store) -> Iterator[None]:
     try:
         # The schema checked again, as the transaction's first read: every statement in it reads
         # that schema, and another user's file may have been changed since it was opened.
-        _check_schema(store)
+        _one_line(check_schema, store)
         yield
     finally:
         if store.conn.in_transaction:
@@ -539,7 +541,7 @@ def coverage(store: Store, since: float, until: float) -> Coverage:
     valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
     ends = " UNION ALL ".join(f"SELECT min(t) AS t FROM gpu_rollup WHERE tier = {tier} AND {valid} UNION ALL "
                               f"SELECT max(t) FROM gpu_rollup WHERE tier = {tier} AND {valid}" for tier in TIERS)
-    with _snapshot(store):  # the ends too: a statement outside one reads whatever schema the file has then
+    with read_transaction(store):  # the ends too: a statement outside one reads whatever schema the file has then
         rows = _rows(store, f"SELECT min(t), max(t) FROM (SELECT min(t) AS t FROM samples WHERE {valid} UNION ALL "
                      f"SELECT max(t) FROM samples WHERE {valid} UNION ALL {ends})", ())
         first, last = typed(rows[0][0], "time"), typed(rows[0][1], "time")
@@ -566,7 +568,7 @@ class Held:
 def held(store: Store, since: float, until: float) -> list[Held]:
     """Per job and GPU over [since, until): one pass over the window's hour sums and rows, which
     usage() (by user, job, GPU) and idle_holders() can share (pass it as `sums=`)."""
-    with _snapshot(store):
+    with read_transaction(store):
         rows_sql, params = _plan(store, since, until).sql(_PROC_FINE, _PROC_HOURS)
         rows = _rows(store, f"""
             SELECT job, gpu, SUM(seconds), SUM(mbs), MAX(peak), SUM(idle), SUM(idle_mbs)
@@ -626,20 +628,19 @@ def _workload(values: tuple[Any, ...]) -> Workload | None:
     return Workload(**fields) if fields else None
 
 
-def _check_schema(store: Store) -> None:
-    """A schema that is not vram's own (store.check_schema): refused (one line)."""
+def _one_line(check: Callable[[sqlite3.Connection, Path], None], store: Store) -> None:
+    """One of store's checks of the file (check_schema, check_jobs_through), an SQLite error in it
+    said in one line too."""
     try:
-        check_schema(store.conn, store.path)
+        check(store.conn, store.path)
     except sqlite3.Error as e:
         raise StoreError(describe(e, store.path), param="db") from None
 
 
 def _check_mark(store: Store) -> None:
-    """A mark vram did not write would count raw rows twice or not at all: refused (one line)."""
-    try:
-        check_jobs_through(store.conn, store.path)
-    except sqlite3.Error as e:
-        raise StoreError(describe(e, store.path), param="db") from None
+    """A mark vram did not write would count raw rows twice or not at all: refused (one line). In a
+    read_transaction, whose first read checked the schema (job_totals is vram's view)."""
+    _one_line(check_jobs_through, store)
 
 
 def _totals_sql(store: Store) -> tuple[str, str, str]:
@@ -659,7 +660,7 @@ def _lives(store: Store, ids: set[int]) -> dict[int, _Life]:
     chunk = sorted(ids)
     extra, join = _workload_sql(store)
     outside = "nvml_pid" if store.local_days else "NULL"
-    with _snapshot(store):
+    with read_transaction(store):
         # From schema 8 a life seen since the totals were written was last seen in its newest raw
         # row: the rows after the mark read once for every chunk (job_totals would read them again
         # for each 500 lives), in the same read transaction as the chunks.
@@ -759,7 +760,7 @@ def held_and_days(store: Store, since: float, until: float) -> tuple[list[Held],
     their key's order (no sort); the rest (the edges, hours of days not stored so, the samples not
     summed yet, hours local midnight cuts) is summed per day in SQL from the zone's UTC offsets
     (_day_sql). Elsewhere the days are _local_days()'s."""
-    with _snapshot(store):
+    with read_transaction(store):
         offsets = _local_offsets(store, since, until)
         plan = _plan(store, since, until, offsets)
         if any(offset != 0 for _, offset in offsets) and not plan.local:
@@ -1384,7 +1385,7 @@ def _extent(store: Store) -> tuple[float | None, float | None]:
 
 def _by_gpu(store: Store, since: float, until: float, sums: list[Held]) -> list[Usage]:
     """GPU-seconds of a GPU: the time any process held memory on it; peak: the GPU's own reading."""
-    with _snapshot(store):
+    with read_transaction(store):
         rows_sql, params = _plan(store, since, until).sql(_GPU_FINE, _GPU_HOURS)
         gpus = _rows(store, f"""
             SELECT gpu, SUM(occupied), MAX(used_max), SUM(util_seconds) / NULLIF(SUM(util_known), 0)
@@ -1453,7 +1454,7 @@ def memory_series(store: Store, since: float, until: float, step: float) -> Memo
         raise RequestError(f"step: must be positive, got {step!r}", param="step")
     count = max(1, int(-(-(until - since) // step)))
     window = {"since": since, "until": until, "step": step}
-    with _snapshot(store):  # one read transaction, the schema checked first (process_lives)
+    with read_transaction(store):  # one read transaction, the schema checked first (process_lives)
         recorded: dict[tuple[int, int], float] = {}
         for b, gpu, seconds in _rows(store, f"""
                 SELECT CAST((t - :since) / :step AS INTEGER) AS b, gpu, SUM(seconds) FROM {GPU_WINDOW}
@@ -1500,9 +1501,9 @@ def process_lives(store: Store, pid: int, outside: bool = False) -> list[Process
     if outside and not store.local_days:
         return []
     lives = []
-    # One read transaction, the schema checked as its first read (_snapshot): between two
+    # One read transaction, the schema checked as its first read (read_transaction): between two
     # statements outside one, the owner of another user's file could swap a table for a view.
-    with _snapshot(store):
+    with read_transaction(store):
         extra, join = _workload_sql(store)
         last_seen, totals, added = _totals_sql(store)
         which = "pid = 0 AND nvml_pid = ?" if outside else "pid = ?"

@@ -24,7 +24,7 @@ from ..i18n import _
 from ..machine import Machine
 from ..units import format_duration
 from .paths import reader_path
-from .query import MAX_TIME, _snapshot, idle_since, typed
+from .query import MAX_TIME, idle_since, read_transaction, typed
 from .recorder import max_gap
 from .store import Store, StoreError
 
@@ -63,9 +63,9 @@ def read_recorded_idle(now: float, path: Path | str | None = None, started: Star
     except StoreError as e:
         return RecordedIdle(note=_("history not used: {error}").format(error=e.message))
     try:
-        # One read transaction, the schema checked as its first read (query._snapshot): the
+        # One read transaction, the schema checked as its first read (query.read_transaction): the
         # owner of another user's file could swap a table for a view after Store.open.
-        with _snapshot(store):
+        with read_transaction(store):
             c = store.conn
             valid = f"t BETWEEN 0 AND {MAX_TIME!r}"
             last_two = [float(t) for (t,) in c.execute(f"SELECT t FROM samples WHERE {valid} ORDER BY id DESC LIMIT 2")]

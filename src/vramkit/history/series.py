@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from .query import _snapshot, checked, typed, typed_int
+from .query import checked, read_transaction, typed, typed_int
 from .store import Store, StoreError, describe, not_utf8
 
 Slot = tuple[int | None, float | None]  # (memory used at most, bytes; utilization at most, %)
@@ -66,9 +66,9 @@ def gpu_series(store: Store, until: float, span: float, points: int) -> GpuSerie
                    AND {checked('g.gpu', 'gpu')} IS NOT NULL AND s.t + {span_ok} > :since"""
     reaches: dict[tuple[int, int], float] = {}  # (gpu, slot) -> the time its rows stand for up to
     try:
-        # One read transaction, the schema checked as its first read (query._snapshot): the
+        # One read transaction, the schema checked as its first read (query.read_transaction): the
         # owner of another user's file could swap a table for a view after Store.open.
-        with _snapshot(store):
+        with read_transaction(store):
             for query in (before, raw, rolled):
                 for row in store.conn.execute(query, window):
                     gpu, slot = typed_int(row[0], "gpu"), row[1]

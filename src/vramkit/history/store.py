@@ -794,7 +794,7 @@ def _validate(c: sqlite3.Connection, path: Path) -> bool:
                                    "{value}, not a number)").format(
                                      path=path, key=repr(str(key)[:40]), value=repr(str(value)[:40])), param="db")
     if version >= 8:
-        _check_mark(c, path)
+        check_jobs_through(c, path)
     return False
 
 
@@ -906,23 +906,16 @@ def check_schema(c: sqlite3.Connection, path: Path) -> None:
         path=path, problem=problem.format(kind=str(kind)[:20], name=repr(str(name)[:40]))), param="db")
 
 
-def _check_mark(c: sqlite3.Connection, path: Path) -> None:
+def check_jobs_through(c: sqlite3.Connection, path: Path) -> None:
     """Refuse a file (one line, exit 2) whose meta jobs_through is not a mark vram wrote: totals read
-    or written through it would count raw rows twice or not at all."""
+    or written through it would count raw rows twice or not at all. (Its schema, job_totals among
+    it, is check_schema's.)"""
     row = c.execute("SELECT value FROM meta WHERE key = 'jobs_through'").fetchone()
     problem = _jobs_through_problem(None if row is None else row[0],
                                    c.execute("SELECT max(id) FROM samples").fetchone()[0])
     if problem is not None:
         raise StoreError(_("{path} is not a readable vram history database (corrupt: "
                            "{problem})").format(path=path, problem=problem), param="db")
-
-
-def check_jobs_through(c: sqlite3.Connection, path: Path) -> None:
-    """A reader's checks where it reads job_totals (in its read transaction: the file may have
-    changed since it was opened): the schema (check_schema: job_totals is vram's view, word for
-    word), then the mark (_check_mark)."""
-    check_schema(c, path)
-    _check_mark(c, path)
 
 
 def not_utf8(path: Path) -> str:
