@@ -27,15 +27,15 @@ def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
     try:
         first = {p.pid: p.command for p in machine.snapshot().processes}
         assert first[a.pid].endswith("job-a") and first[b.pid].endswith("job-b")
-        assert {k[0] for k in machine.backend.table._fixed} == {a.pid, b.pid}
+        assert set(machine.backend.table._known) == {a.pid, b.pid}
         second = {p.pid: p.command for p in machine.snapshot().processes}
         assert second == first
         b.kill()
         b.wait()
         third = {p.pid for p in machine.snapshot().processes}
         assert third == {101, 102, a.pid}
-        assert {k[0] for k in machine.backend.table._fixed} == {a.pid}
-        assert {k[0] for k in machine._previous_cpu} == {101, 102, a.pid}  # synthetic ones too
+        assert set(machine.backend.table._known) == {a.pid}
+        assert set(machine._previous_cpu) == {101, 102, a.pid}  # synthetic ones too
     finally:
         machine.close()
 
@@ -161,7 +161,7 @@ def test_a_process_read_again_unchanged_is_the_last_read_until_proc_says_otherwi
         assert not isinstance(busy, str)
         assert wait_for(lambda: table.read(spinner.pid).cpu_time > busy.cpu_time)  # not the same figures again
         table.forget_all_but(set())
-        assert not table._last and not table._fixed and not table._cgroups
+        assert not table._known
     finally:
         table.close()
 
@@ -330,5 +330,67 @@ def test_a_new_process_s_cgroup_file_is_read_once(children, monkeypatch):
     try:
         assert not isinstance(table.read(sleeper.pid), str)
         assert reads == [f"/proc/{sleeper.pid}/cgroup"]
+    finally:
+        table.close()
+
+
+def test_a_stat_line_that_differs_only_past_the_fields_read_is_the_last_read(children, monkeypatch):
+    # The table keeps a stat line up to the exec mark (field 28), the last field it reads: a line
+    # that differs after it (the CPU it last ran on, field 39) says nothing new, and is not parsed
+    # again; one that differs in a field read, even by a digit added at the end of the exec mark,
+    # is read anew.
+    from vramkit.procs import ProcessTable
+
+    sleeper = children.start(["sleep", "600"])
+    assert wait_for(lambda: cmdline(sleeper.pid) == b"sleep\x00600\x00")
+    with open(f"/proc/{sleeper.pid}/stat", "rb") as f:
+        real = f.read()
+    close = real.rfind(b")") + 2
+    fields = real[close:].split(b" ")  # fields[0] is field 3 (the state)
+
+    def line(**changed: bytes) -> bytes:
+        edited = list(fields)
+        for number, value in changed.items():
+            edited[int(number[1:]) - 3] = value
+        return real[:close] + b" ".join(edited)
+    shown = [real]
+    table = ProcessTable()
+    monkeypatch.setattr(table.stats, "read", lambda pid, keep=True: shown[0])
+    try:
+        first = table.read(sleeper.pid)
+        assert not isinstance(first, str) and first.command == "sleep 600"
+        shown[0] = line(f39=b"%d" % (int(fields[36]) + 1))  # ran on another CPU since
+        assert table.read(sleeper.pid) is first
+        shown[0] = line(f39=b"%d" % (int(fields[36]) + 1), f28=fields[25] + b"1")  # an exec
+        again = table.read(sleeper.pid)
+        assert again is not first and (again.command, again.rss) == (first.command, first.rss)
+        shown[0] = line(f24=b"%d" % (int(fields[21]) + 1), f28=fields[25] + b"1")
+        grown = table.read(sleeper.pid)
+        assert not isinstance(grown, str) and grown.rss == first.rss + os.sysconf("SC_PAGE_SIZE")
+        assert table.read(sleeper.pid) is grown
+    finally:
+        table.close()
+
+
+def test_processes_with_the_same_texts_keep_one_copy_of_each(children):
+    # A job's workers share a name, a command line and a cgroup file: kept once, not once a process;
+    # the copies of processes that ended are let go.
+    from vramkit.procs import ProcessTable
+
+    workers = [children.start(["sleep", "600"]) for _ in range(3)]
+    assert wait_for(lambda: all(cmdline(w.pid) == b"sleep\x00600\x00" for w in workers))
+    table = ProcessTable()
+    try:
+        hosts = [table.read(w.pid) for w in workers]
+        assert all(not isinstance(h, str) for h in hosts)
+        kept = [table._known[w.pid] for w in workers]
+        for part in ("comm", "name", "command", "cgroup"):
+            assert len({id(getattr(k, part)) for k in kept}) == 1, part
+        workers[0].kill()
+        workers[0].wait()
+        table.forget_all_but({w.pid for w in workers[1:]})
+        assert table._shared_text == {"sleep": "sleep", "sleep 600": "sleep 600"}
+        table.forget_all_but(set())  # what processes that ended kept goes with them
+        assert not table._shared_text and not table._shared_bytes
     finally:
         table.close()

@@ -37,8 +37,8 @@ class Machine:
         # Topology (NVLink, PCIe, NUMA) rides on every snapshot once wanted: pick and run choosing
         # several GPUs want it; read once by the driver's reader, so later snapshots cost nothing.
         self.want_topology = False
-        # (pid, start ticks) -> (CPU seconds, when): CPU % over the interval since the last snapshot.
-        self._previous_cpu: dict[tuple[int, int | None], tuple[float, float]] = {}
+        # pid -> (start ticks, CPU seconds, when): CPU % over the interval since the last snapshot.
+        self._previous_cpu: dict[int, tuple[int | None, float, float]] = {}
         self._pod_names: PodNames | None = None  # made when a process is first seen in a pod
         self._listed: set[int] = set()  # the pids of the last snapshot: a new one's usage is always read
 
@@ -69,8 +69,8 @@ class Machine:
         self._name_pods(gpus)
         self._listed = set(hosts)
         self.backend.forget_all_but(self._listed)
-        if any(k[0] not in hosts for k in self._previous_cpu):
-            self._previous_cpu = {k: v for k, v in self._previous_cpu.items() if k[0] in hosts}
+        if any(pid not in hosts for pid in self._previous_cpu):
+            self._previous_cpu = {pid: v for pid, v in self._previous_cpu.items() if pid in hosts}
         snap = Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
                         driver_version=self.backend.driver_version, cuda_version=self.backend.cuda_version,
                         monotonic=self.backend.monotonic(), topology=self._topology())
@@ -132,7 +132,7 @@ class Machine:
 
 
 def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: float,
-               previous_cpu: dict[tuple[int, int | None], tuple[float, float]] | None) -> None:
+               previous_cpu: dict[int, tuple[int | None, float, float]] | None) -> None:
     """Fill proc's host side; previous_cpu None: its usage not read (state, CPU %, RSS None; a
     zombie's state is said)."""
     if isinstance(host, str):
@@ -183,7 +183,7 @@ def snapshot(simulate: str | None = None) -> Snapshot:
 
 
 def _usage(proc: GpuProcess, host: HostProcess, now: float,
-           previous_cpu: dict[tuple[int, int | None], tuple[float, float]]) -> None:
+           previous_cpu: dict[int, tuple[int | None, float, float]]) -> None:
     """A row's state, RSS and CPU % (since the process's previous reading in previous_cpu)."""
     proc.state, proc.rss = host.state, host.rss
     proc.cpu_percent = cpu_percent_since(host, now, previous_cpu)

@@ -71,8 +71,15 @@ class Stat:
         execs python again): the stack's start address (field 28), new at every exec where the
         stack is randomized. The kernel writes 0 to a reader that may not ptrace the process (another
         user's, for an ordinary user): then only comm tells."""
+        return self.marks(0)[0]
+
+    def marks(self, size: int) -> tuple[bytes, int]:
+        """(exec_mark, how many bytes of the line, `size` bytes long, hold every field vramkit
+        reads: up to the exec mark and the separator after it; 0 when no field follows it). A
+        later line that starts with those bytes says the same of every field read (the name ends
+        at the line's last ')'; the fields after it are numbers)."""
         rest = self._fields[22].split(None, 4) if len(self._fields) > 22 else []
-        return rest[3] if len(rest) > 3 else b""
+        return rest[3] if len(rest) > 3 else b"", size - len(rest[4]) if len(rest) > 4 else 0
 
     def changing(self) -> tuple[str, int, int, int, int]:
         """(state_name(state), start ticks, ppid, CPU ticks, rss pages): what a watch loop reads of

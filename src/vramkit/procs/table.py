@@ -51,31 +51,49 @@ class HostProcess:
     workload: Workload | None = None  # its container, pod or Slurm job (procs/workload.py)
 
 
+class _Known:
+    """What a ProcessTable keeps of one process between reads: one object, not a tuple in each of
+    three dicts (the live view keeps one for each of hundreds of processes)."""
+
+    __slots__ = ("ticks", "comm", "exec_mark", "name", "command", "workload", "container", "started",
+                 "cgroup", "recheck_at", "stat", "uid", "host")
+
+    def __init__(self, ticks: int, comm: bytes, exec_mark: bytes, name: str, command: str,
+                 owner: Workload | None, started: float, cgroup: bytes | None, recheck_at: float) -> None:
+        self.ticks = ticks  # with the pid, the process (a reused pid has other start ticks)
+        # comm as read and the exec mark: a new name or a new stack under the same pid and start
+        # is an exec or a rename, read whole again; the name sanitized from comm is kept meanwhile
+        self.comm, self.exec_mark, self.name, self.command = comm, exec_mark, name, command
+        self.workload, self.container, self.started = owner, workload.short_id(owner) if owner else None, started
+        # /proc/PID/cgroup as last read, and the monotonic time to read it again: the workload
+        # holds until then, and is parsed again only if the file changed
+        self.cgroup, self.recheck_at = cgroup, recheck_at
+        # The stat line as last read, up to the last field read (Stat.marks), its owner's uid,
+        # and the HostProcess made of them: while /proc says the same (a process that sleeps: its
+        # CPU time, memory and state unchanged), the next read is that object, unparsed. None:
+        # parse the next read (a zombie). HostProcess objects are shared, never changed.
+        self.stat: bytes | None = None
+        self.uid = -1
+        self.host: HostProcess | None = None
+
+
 class ProcessTable:
     """Reads processes from /proc, remembering what does not change between reads."""
 
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._boot = boot_time()
-        # (pid, start ticks) -> (comm as read and the exec mark, name, command, workload, container, start
-        # time): what does not change while a process lives (its workload: until _cgroups says it
-        # moved), so watch loops and the live view read /proc/PID/stat only. The raw comm and
-        # Stat.exec_mark are kept to see an exec or a rename (same pid and start, a new name or a
-        # new stack), and the name sanitized from comm is reused while they stay the same.
-        self._fixed: dict[tuple[int, int], tuple[tuple[bytes, bytes], str, str, Workload | None, str | None,
-                                                  float]] = {}
-        # pid -> (its stat line, its owner's uid, the HostProcess made of them), for a process whose
-        # fixed part is kept: while /proc says exactly the same of it (a process that sleeps: its
-        # CPU time, memory and state unchanged), the next read is that same object, unparsed.
-        # HostProcess objects are shared, never changed.
-        self._last: dict[int, tuple[bytes, int, HostProcess, float]] = {}
-        # (pid, start ticks) -> (its /proc/PID/cgroup as last read, the monotonic time to read it
-        # again): a kept workload holds until then, and is read whole again only if the file changed.
-        self._cgroups: dict[tuple[int, int], tuple[bytes | None, float]] = {}
+        # pid -> what is kept of its process while it lives (its command line, workload, last stat
+        # line), so watch loops and the live view read /proc/PID/stat only.
+        self._known: dict[int, _Known] = {}
+        # One object for equal texts of processes kept (a job's workers: one name, command line and
+        # cgroup file): text -> itself; those of processes that ended go as they end.
+        self._shared_bytes: dict[bytes, bytes] = {}
+        self._shared_text: dict[str, str] = {}
         self.runtime_names = workload.RuntimeNames()  # container names from the runtimes' state files
         self.stats = StatFiles()
-        # pid -> a pidfd of the process, opened before the read that put it in _last (so the process
-        # it holds is the one read: had that one ended in between, the pidfd would say so).
+        # pid -> a pidfd of the process, opened before the read that kept its stat line (so the
+        # process it holds is the one read: had that one ended in between, the pidfd would say so).
         # Opened for readers with usage=False only. A pinned process is read only at its checks,
         # so its stat descriptor is not kept: pidfds and kept stat descriptors share one limit.
         self._pidfds: dict[int, int] = {}
@@ -98,8 +116,8 @@ class ProcessTable:
                 fd = None
             if fd is None:
                 self._pin(pid)
-            elif (last := self._last.get(pid)) is not None and monotonic() < last[3]:
-                return last[2]
+            elif (kept := self._known.get(pid)) is not None and kept.host is not None and monotonic() < kept.recheck_at:
+                return kept.host
         try:
             raw = self.stats.read(pid, keep=pid not in self._pidfds and self._room())
             uid = os.stat(f"/proc/{pid}").st_uid
@@ -111,40 +129,42 @@ class ProcessTable:
             return f"cannot read /proc/{pid}: {e.strerror}"
         if not raw:
             return NOT_VISIBLE
-        last = self._last.get(pid)
+        kept = self._known.get(pid)
         now = monotonic()
-        if last is not None and last[0] == raw and last[1] == uid and now < last[3]:
-            return last[2]
+        # The kept part ends just after a separator, past the comm (which ends at the line's last
+        # ')'): a line that starts with it says the same of every field read.
+        if kept is not None and kept.stat is not None and raw.startswith(kept.stat) and kept.uid == uid \
+                and now < kept.recheck_at and (host := kept.host) is not None:
+            return host
         stat = Stat(raw)
         state, ticks, ppid, cpu_ticks, rss_pages = stat.changing()
-        seen = (stat.raw_name, stat.exec_mark)
-        key = (pid, ticks)
-        fixed = self._fixed.get(key)
-        if fixed is None or fixed[0] != seen or state == "zombie":
+        comm, (mark, length) = stat.raw_name, stat.marks(len(raw))
+        if kept is None or kept.ticks != ticks or kept.comm != comm or kept.exec_mark != mark or state == "zombie":
             # An empty command line (a zombie, a kernel thread, or a process caught inside exec) is
             # shown by name and not kept: the next read may find the real one.
             cgroup = read_proc_file(f"/proc/{pid}/cgroup", MAX_CGROUP_BYTES)
-            name, line, owner = stat.name, cmdline(pid), self._workload(pid, cgroup)
-            fixed = (seen, name, line or f"[{name}]", owner, workload.short_id(owner) if owner else None,
-                     self._boot + ticks / CLOCK_TICKS)
+            name, line = stat.name, cmdline(pid)
+            kept = _Known(ticks, comm, mark, name, line or f"[{name}]", self._workload(pid, cgroup),
+                          self._boot + ticks / CLOCK_TICKS, cgroup, now + _recheck_in())
             if line:
-                self._fixed[key] = fixed
-                self._cgroups[key] = (cgroup, now + _recheck_in())
-        elif now >= self._cgroups[key][1]:  # moved to another cgroup since? (the file alone says)
+                self._known[pid] = self._share(kept)
+            else:
+                self._known.pop(pid, None)
+        elif now >= kept.recheck_at:  # moved to another cgroup since? (the file alone says)
             cgroup = read_proc_file(f"/proc/{pid}/cgroup", MAX_CGROUP_BYTES)
-            if cgroup != self._cgroups[key][0]:
-                owner = self._workload(pid, cgroup)
-                fixed = (*fixed[:3], owner, workload.short_id(owner) if owner else None, fixed[5])
-                self._fixed[key] = fixed
-            self._cgroups[key] = (cgroup, now + _recheck_in())
-        _seen, name, command, owner, container, started = fixed
-        host = HostProcess(pid=pid, user=user_name(uid), uid=uid, command=command, name=name, state=state,
-                           start_time=started, cpu_time=cpu_ticks / CLOCK_TICKS, rss=rss_pages * self._page,
-                           ppid=ppid, container=container, start_ticks=ticks, workload=owner)
-        if self._fixed.get(key) is fixed and state != "zombie":
-            self._last[pid] = (raw, uid, host, self._cgroups[key][1])
+            if cgroup != kept.cgroup:
+                kept.workload = self._workload(pid, cgroup)
+                kept.container = workload.short_id(kept.workload) if kept.workload else None
+                kept.cgroup = None if cgroup is None else self._shared_copy(cgroup)
+            kept.recheck_at = now + _recheck_in()
+        host = HostProcess(pid=pid, user=user_name(uid), uid=uid, command=kept.command, name=kept.name, state=state,
+                           start_time=kept.started, cpu_time=cpu_ticks / CLOCK_TICKS, rss=rss_pages * self._page,
+                           ppid=ppid, container=kept.container, start_ticks=ticks, workload=kept.workload)
+        if state != "zombie" and self._known.get(pid) is kept:
+            kept.stat = raw[:length] if length else None  # a copy of its size, not the 4 KiB read's
+            kept.uid, kept.host = uid, host
         else:  # read whole again next time (a command line not read yet, a zombie)
-            self._last.pop(pid, None)
+            kept.stat = kept.host = None
         return host
 
     def _workload(self, pid: int, cgroup: bytes | None) -> Workload | None:
@@ -199,12 +219,37 @@ class ProcessTable:
         self._ended = None
         for pid in [p for p in self._pidfds if p not in pids]:
             self._unpin(pid)
-        if any(k[0] not in pids for k in self._fixed):
-            self._fixed = {k: v for k, v in self._fixed.items() if k[0] in pids}
-            self._cgroups = {k: v for k, v in self._cgroups.items() if k[0] in pids}
-        if any(pid not in pids for pid in self._last):
-            self._last = {pid: v for pid, v in self._last.items() if pid in pids}
+        if any(pid not in pids for pid in self._known):
+            self._known = {pid: kept for pid, kept in self._known.items() if pid in pids}
+            self._reshare()
+        elif len(self._shared_bytes) > 2 * len(self._known) + 64:  # cgroup files that processes left
+            self._reshare()
         self.stats.forget_all_but(pids)
+
+    def _share(self, kept: _Known) -> _Known:
+        """kept, its texts replaced by equal ones another process keeps, if any."""
+        kept.comm = self._shared_copy(kept.comm)
+        if kept.cgroup is not None:
+            kept.cgroup = self._shared_copy(kept.cgroup)
+        kept.name = self._shared_text.setdefault(kept.name, kept.name)
+        kept.command = self._shared_text.setdefault(kept.command, kept.command)
+        return kept
+
+    def _shared_copy(self, value: bytes) -> bytes:
+        shared = self._shared_bytes.get(value)
+        if shared is None:  # a copy of its size: os.read's bytes sit where its 8 KiB buffer was, in the C heap
+            shared = self._shared_bytes[value] = bytes(memoryview(value))
+        return shared
+
+    def _reshare(self) -> None:
+        """Only the texts of the processes kept stay shared (not those of processes that ended)."""
+        self._shared_bytes, self._shared_text = {}, {}
+        for kept in self._known.values():
+            for value in (kept.comm, kept.cgroup):
+                if value is not None:
+                    self._shared_bytes.setdefault(value, value)
+            self._shared_text.setdefault(kept.name, kept.name)
+            self._shared_text.setdefault(kept.command, kept.command)
 
     def close(self) -> None:
         for pid in list(self._pidfds):
@@ -217,13 +262,12 @@ def _recheck_in() -> float:
 
 
 def cpu_percent_since(proc: HostProcess, now: float,
-                      previous: dict[tuple[int, int | None], tuple[float, float]]) -> float:
-    """CPU % since the previous reading of this process in `previous` (updated; keyed by pid and
-    start ticks), else averaged over its lifetime (as ps does)."""
-    key = (proc.pid, proc.start_ticks)
-    before = previous.get(key)
-    previous[key] = (proc.cpu_time, now)
-    if before is not None and now > before[1]:
-        return max(0.0, 100 * (proc.cpu_time - before[0]) / (now - before[1]))
+                      previous: dict[int, tuple[int | None, float, float]]) -> float:
+    """CPU % since the previous reading of this process in `previous` (updated; pid -> its start
+    ticks, CPU seconds and when: one tuple a process), else averaged over its lifetime (as ps does)."""
+    before = previous.get(proc.pid)
+    previous[proc.pid] = (proc.start_ticks, proc.cpu_time, now)
+    if before is not None and before[0] == proc.start_ticks and now > before[2]:  # not a reused pid
+        return max(0.0, 100 * (proc.cpu_time - before[1]) / (now - before[2]))
     lifetime = now - proc.start_time
     return 100 * proc.cpu_time / lifetime if lifetime > 0 else 0.0
