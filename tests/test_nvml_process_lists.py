@@ -136,3 +136,20 @@ def test_mig_instances_read_the_same_way_one_call_a_list(monkeypatch):
         assert made == {name + "_v3": len(gpus) for name in KINDS.values()}
     finally:
         nvml.close()
+
+
+def test_the_processes_of_one_list_share_one_types_tuple(tmp_path, monkeypatch):
+    # Hundreds of rows a reading, kept in the recent snapshots: ("compute",) once, not once a row;
+    # a process in both lists has its own ("compute", "graphics").
+    path = tmp_path / "crowded.json"
+    path.write_text(json.dumps(crowded("v3")))
+    module, _calls = shimmed_pynvml(path, monkeypatch)
+    nvml = Nvml(module).open()
+    try:
+        procs = nvml.read(frozenset())[0].processes
+        for kind in (("compute",), ("graphics",)):
+            same = [p.types for p in procs if p.types == kind]
+            assert len(same) == 15 and len({id(t) for t in same}) == 1, kind
+        assert sum(p.types == ("compute", "graphics") for p in procs) == 15
+    finally:
+        nvml.close()

@@ -116,12 +116,17 @@ def _c_lister(lib: Any, name: str, wrapper: Any) -> Callable[[int, Any], list[Pr
             raise lib.NVMLError(ret)
         sizes[index] = max(16, count.value * 2 + 5)
         out: list[ProcessRow] = []
-        for info in array[:min(count.value, size)]:
+        for i in range(min(count.value, size)):  # one entry object at a time, not a list of them all
+            info = array[i]
             memory = get(info, "usedGpuMemory")
             out.append((get(info, "pid"), None if memory == _NOT_AVAILABLE else memory,
                         get(info, "gpuInstanceId") if has_gi else None))
         return out
     return rows
+
+
+# GpuProcess.types of a process in one list: one tuple for all of them, not one a process a reading
+_KINDS = {"compute": ("compute",), "graphics": ("graphics",)}
 
 
 class Nvml:
@@ -370,7 +375,7 @@ class Nvml:
                 row = rows.get((pid, gi))
                 if row is None:
                     rows[(pid, gi)] = GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid,
-                                                 memory=memory, types=(kind,), mig_gi=gi)
+                                                 memory=memory, types=_KINDS[kind], mig_gi=gi)
                 elif kind not in row.types:
                     # One process in both lists holds one allocation, not two: keep the larger figure.
                     row.types += (kind,)
