@@ -143,3 +143,18 @@ def test_a_reused_pid_starts_a_new_trace():
     feed(h, 0, dev(procs=[proc(pid=7, memory=GiB, start=100.0)]))
     feed(h, 10, dev(procs=[proc(pid=7, memory=2 * GiB, start=500.0)]))
     assert h.process(7, 0) == [(10, 2 * GiB)]
+
+
+def test_a_flat_holder_keeps_its_one_point_in_its_trace_not_in_a_tuple():
+    # 1,600 processes a reading are traced for the whole window, most of them flat: the one point
+    # is two fields of the trace (a tuple a process was ~56 bytes more); the series is the same.
+    import gc
+
+    history = History()
+    for t in (1.0, 2.0, 3.0):
+        feed(history, t, dev(procs=[proc(pid=100, memory=GiB), proc(pid=101, memory=GiB * int(t))]))
+    flat, growing = history.procs[(100, 0, None)], history.procs[(101, 0, None)]
+    assert not [o for o in gc.get_referents(flat) if isinstance(o, tuple)]
+    assert history.process(100, 0) == [(1.0, GiB), (3.0, GiB)]
+    assert history.process(101, 0) == [(1.0, GiB), (2.0, 2 * GiB), (3.0, 3 * GiB)]
+    assert growing.points == [(1.0, GiB), (2.0, 2 * GiB), (3.0, 3 * GiB)]

@@ -42,30 +42,33 @@ POINTS_KEPT = 512  # change points kept per process: the newest
 
 class ProcessTrace:
     """A process's GPU memory over time, stored as change points (most holders are flat). A flat
-    holder keeps its one point as it is: a deque (~600 bytes, even empty) is made with the
-    second point, so 1,600 flat processes do not cost 1 MiB."""
+    holder keeps its one point in place, as two fields (not a tuple); a deque (~600 bytes, even
+    empty) is made with the second point, so 1,600 flat processes do not cost 1 MiB."""
 
-    __slots__ = ("_points", "last_seen", "start_ticks")
+    __slots__ = ("_t", "_memory", "_more", "last_seen", "start_ticks")
 
     def __init__(self, start_ticks: int | None = None) -> None:
-        self._points: Point | deque[Point] | None = None  # none yet, the one point, or the points
+        self._t: float | None = None  # the first point's time (None: no point yet) and memory
+        self._memory: int | None = None
+        self._more: deque[Point] | None = None  # from the second point on: the points, the newest POINTS_KEPT
         self.last_seen = 0.0
         self.start_ticks = start_ticks  # tells a reused pid from the process we traced
 
     @property
     def points(self) -> list[Point]:
-        held = self._points
-        return [] if held is None else [held] if isinstance(held, tuple) else list(held)
+        if self._more is not None:
+            return list(self._more)
+        return [] if self._t is None else [(self._t, self._memory)]
 
     def add(self, t: float, memory: int | None) -> None:
-        held = self._points
-        if held is None:
-            self._points = (t, memory)
-        elif isinstance(held, tuple):
-            if held[1] != memory:
-                self._points = deque((held, (t, memory)), maxlen=POINTS_KEPT)
-        elif held[-1][1] != memory:
-            held.append((t, memory))
+        more = self._more
+        if more is not None:
+            if more[-1][1] != memory:
+                more.append((t, memory))
+        elif self._t is None:
+            self._t, self._memory = t, memory
+        elif self._memory != memory:
+            self._more = deque(((self._t, self._memory), (t, memory)), maxlen=POINTS_KEPT)
         self.last_seen = t
 
     def series(self) -> list[Point]:
