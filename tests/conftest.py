@@ -676,7 +676,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "test_top_kill.py::test_the_kill_path_is_imported_at_the_first_kill_not_with_the_view",
     "test_top_memory.py::test_starting_leaves_no_garbage_and_a_refresh_bounds_richs_cell_lengths",
     "test_top_visible_rows.py::test_a_refresh_redraws_the_cells_that_changed_and_the_screen_shows_them",
-    "test_top_visible_rows.py::test_cells_drawn_directly_look_as_datatable_draws_them",
+    "test_top_visible_rows.py::test_each_line_is_drawn_as_rich_lays_out_its_cells",
     "test_top_visible_rows.py::test_far_down_the_list_the_right_rows_are_drawn_and_clicked",
     "test_top_visible_rows.py::test_the_cursor_goes_to_the_top_when_its_process_is_gone",
     "test_top_widths.py::test_gpu_rows_with_names_of_different_lengths_put_their_columns_in_the_same_place",

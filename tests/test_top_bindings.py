@@ -10,15 +10,16 @@ from textual.app import App
 from textual.binding import Binding
 from textual.keys import key_to_character
 from textual.screen import Screen
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from vramkit.machine import open_machine
 from vramkit.tui import bindings
-from vramkit.tui.app import ProcTable, TopApp
+from vramkit.tui.app import TopApp
 from vramkit.tui.killscreen import KillScreen
 from vramkit.tui.screens import AlertsScreen, DetailScreen, HelpScreen
+from vramkit.tui.table import ProcTable
 
-VIEWS = (TopApp, ProcTable, KillScreen, AlertsScreen, DetailScreen, HelpScreen, App, Screen, DataTable, Input)
+VIEWS = (TopApp, ProcTable, KillScreen, AlertsScreen, DetailScreen, HelpScreen, App, Screen, Input)
 
 
 def _bound_keys() -> set[str]:

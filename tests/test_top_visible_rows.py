@@ -165,77 +165,102 @@ def test_the_cursor_goes_to_the_top_when_its_process_is_gone(big):
     run(app, body)
 
 
-@pytest.mark.parametrize("tree", [False, True])
-def test_cells_drawn_directly_look_as_datatable_draws_them(sim_env, write_scenario, tree):
-    """ProcTable draws a process cell's segments itself (rich's Padding and Styled cost most of
-    a refresh's drawing): the same text, styles and mouse meta as DataTable's own path, for every
-    cell on screen, under and off the cursor and the mouse, flags in colour, a user name in
-    two-column characters, and in tree view the parent rows' empty cells. The mouse meta's column
-    is 0 in every process cell (the row is what a click on a row cursor's table selects: one
-    style a row, not one a cell, for rich's and Textual's caches to keep)."""
-    import functools
+def golden_line(app: TopApp, row: int, cursor: bool, hover: bool):
+    """Line `row` of the process table (-1: the header) built by rich, apart from the table's code:
+    each cell's Text (the app's, by column) in Padding of 1 rendered at its column's width without
+    wrapping (so justified and cut to fit), in the row's styles (the table's, or the header's; the
+    mouse meta; the mouse's and the cursor's component styles over the cell's own, the cursor's
+    colour on top); the rest of the line in the row's style, as Textual's DataTable drew it; through
+    Textual's line filters, as every widget's lines."""
+    from rich.padding import Padding
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.renderables.styled import Styled
+    from textual.strip import Strip
 
+    table = app.query_one("#procs")
+    get = table.get_component_rich_style
+    header = row == -1
+    row_style = table.get_component_styles("datatable--header").rich_style if header else table.rich_style
+    component = Style()
+    if hover:
+        component += get("datatable--hover") + (get("datatable--header-hover") if header else Style())
+    if cursor:
+        component += get("datatable--cursor")
+    post = Style.from_color(color=component.color)
+    columns = table.ordered_columns
+    cells = [c.label for c in columns] if header else [
+        app._cell_text(c.key.value, value) for c, value in zip(columns, table.get_row_at(row))]
+    segments: list[Segment] = []
+    for index, (column, cell) in enumerate(zip(columns, cells)):
+        width = column.width + 2
+        pre = row_style + Style.from_meta({"row": row, "column": index if header else 0}) + component
+        options = app.console_options.update_dimensions(width, 1).update(no_wrap=True)
+        segments += app.console.render_lines(Styled(Padding(cell, (0, 1)), pre, post), options)[0]
+    used = sum(c.width + 2 for c in columns)
+    segments.append(Segment(" " * max(0, table.size.width - used),
+                            row_style + component + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})))
+    strip = Strip(segments).adjust_cell_length(table.size.width, table.rich_style)
+    for line_filter in table.get_line_filters():  # as Textual's drawing of any widget's lines (ANSI colours)
+        strip = strip.apply_filter(line_filter, table.background_colors[1])
+    return list(Segment.simplify(strip))
+
+
+@pytest.mark.parametrize(("tree", "look"), [(False, "dark"), (True, "light"), (False, "ascii")])
+def test_each_line_is_drawn_as_rich_lays_out_its_cells(sim_env, write_scenario, tree, look):
+    """The table draws its header and process lines itself: each is the line rich makes of its cells
+    (golden_line), for every line on screen, under and off the cursor and the mouse (moved there),
+    the header under the mouse, scrolled a page down and sorted by a click on a header; flags in
+    colour, a user name in two-column characters, a command cut to its column, in tree view the
+    parent rows' empty cells. The mouse meta's column is 0 in every process cell: one style a row."""
     from helpers import scenario_data
     from rich.segment import Segment
-    from rich.style import Style as RichStyle
+    from textual.geometry import Region
 
-    def as_clicked(lines):  # the segments, each process cell's meta naming column 0
-        out = []
-        for line in lines:
-            segments = []
-            for segment in line:
-                style, meta = segment.style, segment.style.meta if segment.style else {}
-                if meta.get("row", -1) >= 0 and "column" in meta:
-                    style = style.clear_meta_and_links() + RichStyle.from_meta({**meta, "column": 0})
-                segments.append(Segment(segment.text, style))
-            out.append(list(Segment.simplify(segments)))
-        return out
-    from textual.coordinate import Coordinate
-    from textual.widgets import DataTable
+    from vramkit.tui.look import LIGHT, Look
 
     data = scenario_data("demo")
-    data["processes"] += [{"pid": 201 + i, "user": "张伟", "uid": 1500, "command": f"torchrun worker {i}",
-                           "ppid": 200, "gpus": {"0": f"{1 + i}GiB"}} for i in range(2)]
+    data["processes"] += [{"pid": 201 + i, "user": "张伟", "uid": 1500, "command": f"torchrun worker {i} " + "x" * 200,
+                           "ppid": 200, "gpus": {str(i % 4): f"{256 + i}MiB"}} for i in range(12)]
     machine = open_machine(str(write_scenario(data)))
-    app = TopApp(machine.snapshot, interval=3600, view=R.View(tree=tree))
+    looks = {"dark": Look(), "light": Look(palette=LIGHT), "ascii": Look(ascii=True)}
+    app = TopApp(machine.snapshot, interval=3600, view=R.View(tree=tree), look=looks[look], read_host=None)
 
     async def body(pilot):
         table = app.query_one("#procs")
-        checked = directly = 0
-        for show_hover in (False, True):
-            table._show_hover_cursor = show_hover
-            for row in range(table.row_count):
-                for column, key in enumerate(table.ordered_columns):
-                    width = key.get_render_width(table)
-                    for cursor in (False, True):
-                        for hover in (False, True):
-                            theirs = DataTable._render_cell(table, row, column, table.rich_style, width, cursor, hover)
-                            ours = table.draw_cell(row, column, table.get_row_at(row)[column], table.rich_style,
-                                                   width, cursor, hover)
-                            checked += 1
-                            if ours is not None:
-                                directly += 1
-                                assert [list(Segment.simplify(line)) for line in ours] == as_clicked(theirs), \
-                                    (row, column, cursor, hover)
-        assert directly == checked > 500
-        # and whole lines in a frame, as DataTable's own render_line draws them
         height = table.size.height
-        for cursor_row, hover_row in ((0, 0), (2, 5), (table.row_count - 1, 1)):
-            table.cursor_coordinate, table.hover_coordinate = Coordinate(cursor_row, 0), Coordinate(hover_row, 0)
-            table._frame = table._new_frame()
-            assert table._frame is not None
-            ours = [table.render_line(y) for y in range(height)]
-            table._frame = None
-            table._render_cell = functools.partial(DataTable._render_cell, table)  # DataTable's, all through rich
-            theirs = [DataTable.render_line(table, y) for y in range(height)]
-            del table._render_cell
-            assert [list(Segment.simplify(list(strip))) for strip in ours] == as_clicked(theirs), \
-                (cursor_row, hover_row)
-            clicked = {segment.style.meta["column"] for strip in ours for segment in strip
-                       if segment.style and segment.style.meta.get("row", -1) >= 0}
-            assert clicked == {0}, clicked  # one style a row (and cursor, mouse): not one a cell
+
+        def check(mouse_row):
+            top = round(table.scroll_offset.y)
+            lines = table.render_lines(Region(0, 0, table.size.width, height))
+            assert len(lines) == height
+            for y, strip in enumerate(lines):
+                row = -1 if y == 0 else top + y - 1
+                if row >= table.row_count:
+                    continue
+                expected = golden_line(app, row, row == table.cursor_row, row == mouse_row)
+                assert list(Segment.simplify(list(strip))) == expected, (y, row, table.cursor_row, mouse_row)
+            return len(lines)
+
+        checked = check(None)
+        for cursor, mouse_y in ((0, 3), (2, 2), (5, 0)):
+            table.move_cursor(row=cursor)
+            await pilot.hover("#procs", offset=(12, mouse_y))
+            await pilot.pause()
+            checked += check(-1 if mouse_y == 0 else round(table.scroll_offset.y) + mouse_y - 1)
+        await pilot.press("pagedown")  # a key: the mouse's row is no longer shown
+        await pilot.pause()
+        assert table.scroll_offset.y > 0 and table.cursor_row > 5
+        checked += check(None)
+        before = app.view.sort
+        await pilot.click("#procs", offset=(table.ordered_columns[0].width + 4, 0))  # PID's header
+        await pilot.pause()
+        assert (app.view.sort, before) == ("pid", "memory")
+        checked += check(-1)
+        assert checked >= 6 * height
         if tree:
             assert any(r.proc is None for r in app._rows)  # a parent row was among them
+        assert any("张伟" in line.text for line in table.render_lines(Region(0, 0, table.size.width, height)))
     try:
         run(app, body)
     finally:
@@ -319,3 +344,48 @@ def test_the_state_cpu_and_rss_read_are_those_of_the_rows_near_the_screen(big):
         assert collector.usage_pids is None
         assert all(p.cpu_percent is not None for p in app.snap.processes)
     run(app, body)
+
+
+def test_the_headers_mouse_highlight_goes_with_a_key_as_a_rows_does(sim_env):
+    """A key hides the highlight of what is under the mouse, the header too (DataTable marked no
+    line to draw again for it, so the header kept its highlight until something else drew it)."""
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+
+    async def body(pilot):
+        table = app.query_one("#procs")
+
+        def header():
+            return list(table.render_lines(Region(0, 0, table.size.width, table.size.height))[0])
+
+        await pilot.hover("#procs", offset=(12, 0))
+        await pilot.pause()
+        assert header() == golden_line(app, -1, False, True)
+        await pilot.press("down")
+        await pilot.pause()
+        assert header() == golden_line(app, -1, False, False)
+    try:
+        run(app, body)
+    finally:
+        machine.close()
+
+
+def test_the_view_runs_without_textuals_data_table(sim_env):
+    """The process table is the view's own: a running `vram top` has not imported DataTable's
+    module (~300 KiB) or the helpers it brings (two-way dict, coordinates)."""
+    import subprocess
+
+    code = ("import asyncio, sys\n"
+            "from vramkit.machine import open_machine\n"
+            "from vramkit.tui.app import TopApp\n"
+            "async def main():\n"
+            "    app = TopApp(open_machine('demo').snapshot, interval=3600)\n"
+            "    async with app.run_test(size=(120, 40)) as pilot:\n"
+            "        await pilot.press('down', 'enter')\n"
+            "        await pilot.pause()\n"
+            "        print(type(app.screen).__name__, sorted(m for m in sys.modules if 'data_table' in m\n"
+            "              or m in ('textual._two_way_dict', 'textual.coordinate')))\n"
+            "asyncio.run(main())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["DetailScreen", "[]"], out.stdout

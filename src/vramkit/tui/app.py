@@ -19,31 +19,20 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.cells import cached_cell_len, cell_len
-from rich.segment import Segment
-from rich.style import Style as RichStyle
+from rich.cells import cached_cell_len
 from rich.text import Text
 from textual import events
-from textual._segment_tools import line_crop
-from textual._two_way_dict import TwoWayDict
-from textual._types import SegmentLines
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.cache import LRUCache
 from textual.command import CommandPalette
 from textual.containers import VerticalScroll
-from textual.geometry import Region
 from textual.screen import Screen
-from textual.strip import Strip
 from textual.theme import ThemeProvider
-from textual.widgets import DataTable, Footer, Input, Static
-from textual.widgets._data_table import RowRenderables
-from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist, RowKey
+from textual.widgets import Footer, Input, Static
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
@@ -62,6 +51,7 @@ from .compositor import TopScreen
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
 from .strips import lazy_strip_caches
+from .table import ProcTable
 from .timeline import SLOTS, Charts, RangeChart, range_label
 
 if TYPE_CHECKING:  # the kill path is imported only when it is used: a read-only view never needs it
@@ -80,341 +70,7 @@ HEADER_SORT = {"gpu": "gpu", "pid": "pid", "user": "user", "memory": "memory", "
                "cpu": "cpu", "rss": "rss", "elapsed": "elapsed"}
 
 
-class _Frame(NamedTuple):
-    """What a frame of process lines is drawn with (ProcTable._new_frame)."""
-
-    style: RichStyle  # the table's
-    scroll_x: int
-    scroll_y: int
-    width: int
-    header: int  # lines of header
-    cursor_row: int
-    hover_row: int
-    columns: tuple[tuple[str, int], ...]  # each column's key and width as drawn
-    settings: tuple[object, ...]  # show_cursor, show hover cursor, pseudo classes, padding, cursor priorities
-
-
-class ProcTable(DataTable[str]):
-    """The process table: Home/End go to the first/last row (the command is clipped to fit, so
-    there is nothing to scroll sideways to).
-
-    Only the rows drawn are built. The table's rows are places (row i of the view), not
-    processes: `show(count, values)` says how many there are and how to build the cells of
-    row i (plain strings, in column order), which happens when row i is drawn or asked for.
-    So a refresh of 550 processes with 35 on screen builds 35 rows, and a new order or a new
-    process changes no widget state but the number of places. Which process is under the cursor
-    is the app's business (it keeps the rows as data and moves the cursor with its process).
-
-    Cells are made into Text (`cell_text`: by column and text) only for the rows drawn, and are
-    rendered once per text they show: ELAPSED ticks on every row each second, and DataTable's
-    own cell cache, keyed on a counter of updates, would render every visible cell again."""
-
-    BINDINGS = [Binding("home", "scroll_top", N_("Top"), show=False),
-                Binding("end", "scroll_bottom", N_("Bottom"), show=False)]
-
-    def __init__(self, cell_text: Callable[[str, str], Text], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        translate(self)
-        self.cell_text = cell_text  # (column key, shown text) -> the cell as drawn
-        self._values: Callable[[int], list[str]] = lambda index: []  # row i's cells, built on demand
-        self._built: dict[int, list[str]] = {}  # the rows built since the last show()
-        self.rows_built = 0  # rows built, ever (the rest of the rows are never built)
-        # The header's cells, and process cells drawn outside a frame (_cells_drawn has a frame's)
-        self._rendered: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(256)
-        # DataTable's own caches are cleared on each show(): a screen's worth is all they need.
-        self._cell_render_cache = LRUCache(64)
-        self._row_render_cache = LRUCache(256)
-        self._line_cache = LRUCache(256)
-        self._row_renderable_cache = LRUCache(64)
-        self._frame: _Frame | None = None  # while a frame is drawn
-        self._drawn_with: tuple[object, ...] = ()  # the look of the lines drawn (a _Frame's but the cursor)
-        # process rows' lines, by (row, under the cursor, under the mouse): cleared on show(), with
-        # DataTable's caches, and when the look changes
-        self._lines_drawn: LRUCache[tuple[int, bool, bool], Strip] = LRUCache(256)
-        # their cells' texts as drawn, by (column, text, width), without the row's style (one a
-        # row, cursor and mouse: its row for the mouse in its meta): kept across refreshes (most
-        # texts stay), cleared when the look changes; a screen's worth and some (ELAPSED gives ~30
-        # new texts a second). None: a cell DataTable's path draws (see _cell_parts).
-        self._cells_drawn: LRUCache[tuple[int, str, int], _CellParts | None] = LRUCache(640)
-
-    def show(self, count: int, values: Callable[[int], list[str]]) -> None:
-        """From now on the table has `count` rows, row i's cells being values(i) (built when
-        row i is drawn). The cursor stays in its place (the caller moves it with its process)."""
-        self._values = values
-        before, self._built = self._built, {}
-        have = self.row_count
-        for index in range(have, count):
-            key = self.add_row(key=str(index))
-            self._data[key] = _NO_CELLS  # type: ignore[assignment]  # (a dict to DataTable: only read)
-        if count < have:
-            for index in range(count, have):
-                key = RowKey(str(index))
-                del self.rows[key], self._data[key]
-            self._row_locations = TwoWayDict({RowKey(str(index)): index for index in range(count)})
-            self._require_update_dimensions = True
-            self._update_count += 1
-            self.cursor_coordinate = self.cursor_coordinate  # back inside the table
-            self.hover_coordinate = self.hover_coordinate
-            self.refresh(layout=True)
-        # DataTable's own lines (drawn outside a frame) may show other cells now
-        for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache):
-            cache.clear()
-        self._redraw_changed(before, count != have)
-
-    def _redraw_changed(self, before: dict[int, list[str]], everything: bool) -> None:
-        """Mark for drawing only the cells on screen whose text changed since the rows `before`
-        (the terminal gets those, not the table); a row not built before is drawn whole. The
-        lines kept are those of rows on screen that did not change: any other may show another
-        process when it comes into view."""
-        lines, self._lines_drawn = self._lines_drawn, LRUCache(self._lines_drawn.maxsize)
-        header = self.header_height if self.show_header else 0
-        if everything or not self.is_mounted or self.fixed_rows or self.fixed_columns:
-            self.refresh()
-            return
-        scroll_x, scroll_y = self.scroll_offset
-        edges = [0]
-        for column in self.ordered_columns:
-            edges.append(edges[-1] + column.get_render_width(self))
-        regions = []
-        for row in range(scroll_y, min(self.row_count, scroll_y + max(0, self.size.height - header))):
-            new, old = self.row_values(row), before.get(row)
-            changed = [c for c in range(len(new)) if old is None or c >= len(old) or old[c] != new[c]]
-            if not changed:
-                for key in ((row, c, h) for c in (False, True) for h in (False, True)):
-                    line = lines.get(key)
-                    if line is not None:
-                        self._lines_drawn[key] = line
-                continue
-            x, right = edges[changed[0]], (self.size.width + scroll_x if old is None else edges[changed[-1] + 1])
-            regions.append(Region(x - scroll_x, header + row - scroll_y, right - x, 1))
-        if regions:
-            self.refresh(*regions)
-
-    def _clear_caches(self) -> None:
-        super()._clear_caches()
-        self._lines_drawn.clear()
-        self._cells_drawn.clear()
-
-    def row_values(self, index: int) -> list[str]:
-        """Row `index`'s cells, in column order (built once per show())."""
-        cells = self._built.get(index)
-        if cells is None:
-            cells = self._built[index] = self._values(index)
-            self.rows_built += 1
-        return cells
-
-    def get_row(self, row_key: RowKey | str) -> list[str]:
-        index = self._row_locations.get(row_key if isinstance(row_key, RowKey) else RowKey(row_key))
-        if index is None:
-            raise RowDoesNotExist(f"Row key {row_key!r} is not valid.")
-        return self.row_values(index)
-
-    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> str:
-        index = self._column_locations.get(column_key if isinstance(column_key, ColumnKey) else ColumnKey(column_key))
-        if index is None:
-            raise CellDoesNotExist(f"No cell exists for row_key={row_key!r}, column_key={column_key!r}.")
-        return self.get_row(row_key)[index]
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        self._pseudo_class_state = self.get_pseudo_class_state()
-        self._frame = self._new_frame()
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._frame = None
-
-    def _new_frame(self) -> _Frame | None:
-        """What every process line of this frame is drawn with, read once: each of Textual's
-        reactive attributes and DOMNode.rich_style costs a chain of lookups, and DataTable reads
-        a dozen of them for every line. None where this table is set up as it never is here
-        (fixed rows or columns, labels, zebra stripes, another cursor): DataTable draws those."""
-        if (self.cursor_type != "row" or self.fixed_columns or self.fixed_rows or self.zebra_stripes
-                or self._should_render_row_labels):
-            return None
-        columns = tuple((str(c.key.value), c.get_render_width(self)) for c in self.ordered_columns)
-        scroll_x, scroll_y = self.scroll_offset
-        frame = _Frame(self.rich_style, scroll_x, scroll_y, self.size.width,
-                       self.header_height if self.show_header else 0, self.cursor_coordinate.row,
-                       self.hover_coordinate.row, columns,
-                       (self.show_cursor, self._show_hover_cursor, self._pseudo_class_state, self.cell_padding,
-                        self.cursor_foreground_priority, self.cursor_background_priority))
-        drawn_with = (frame.style, frame.scroll_x, frame.width, frame.columns, frame.settings)
-        if drawn_with != self._drawn_with:  # another look: nothing drawn before is right
-            self._drawn_with = drawn_with
-            self._lines_drawn.clear()
-            self._cells_drawn.clear()
-        return frame
-
-    def render_line(self, y: int) -> Strip:
-        frame = self._frame
-        if frame is None or y < frame.header:  # the header, or outside a frame: DataTable's own way
-            return super().render_line(y)
-        row = y - frame.header + frame.scroll_y
-        if row >= self.row_count:
-            return Strip.blank(frame.width, frame.style)
-        cursor, hover = row == frame.cursor_row, row == frame.hover_row
-        key = (row, cursor, hover)
-        strip = self._lines_drawn.get(key)
-        if strip is None:
-            strip = self._lines_drawn[key] = self._process_line(row, cursor, hover, frame)
-        return strip
-
-    def _process_line(self, row: int, cursor: bool, hover: bool, frame: _Frame) -> Strip:
-        """A process row's line, as DataTable draws it for this table (_render_line and
-        _render_line_in_row, for a row cursor and nothing fixed), from the frame's values: each
-        cell's text (kept by _cells_drawn) in the row's style, runs of one style in one segment."""
-        runs: list[tuple[str, RichStyle | None]] = []  # (text, style), no two of one style in a row
-        values = self.row_values(row)
-        table_width = 0
-        styles: _RowStyles | None = None  # the row's, once a cell needs them
-        for column, (__, width) in enumerate(frame.columns):
-            table_width += width
-            value = values[column] if column < len(values) else ""
-            key = (column, value, width)
-            if key in self._cells_drawn:
-                parts = self._cells_drawn[key]
-            else:
-                parts = self._cells_drawn[key] = self._cell_parts(column, value, width)
-            cell: list[tuple[str, RichStyle | None]]
-            if parts is None:  # DataTable's own path
-                cell = [(segment.text, segment.style)
-                        for segment in self._render_cell(row, column, frame.style, width, cursor, hover)[0]]
-            else:
-                if styles is None:
-                    styles = self._row_styles(row, frame.style, cursor, hover)
-                cell = list(_styled(parts, styles))
-            for text, style in cell:
-                if runs and runs[-1][1] == style:
-                    runs[-1] = (runs[-1][0] + text, style)
-                elif text:
-                    runs.append((text, style))
-        extend, _post = self._get_styles_to_render_cell(False, False, False, hover, cursor, frame.settings[0],
-                                                       frame.settings[1], False, False)
-        extend = frame.style + extend + RichStyle.from_meta({"row": row, "column": 0, "out_of_bounds": True})
-        segments = [Segment(text, style) for text, style in runs]
-        segments.append(Segment(" " * max(0, frame.width - table_width), extend))
-        if frame.scroll_x == 0:  # (always: the command is cut to fit) measured here, not by Textual,
-            # which measures through rich's cell-length cache: it would keep each row's text, whose
-            # ELAPSED changes every second (~400 texts of ~120 characters in the first 30 s at 8 x 200)
-            line, length = segments, sum(_cells(segment.text) for segment in segments)
-        else:
-            line, length = line_crop(segments, frame.scroll_x, frame.scroll_x + frame.width, frame.width), None
-        return Strip(line, length).adjust_cell_length(frame.width, frame.style).simplify()
-
-    def _cell_parts(self, column_index: int, value: str, width: int) -> _CellParts | None:
-        """A process cell's text as draw_cell lays it out (padding, justification), apart from the
-        row's style: (the cell's text, "", "", None), or for a text with a style of its own (the
-        flags) (before it, it, after it, its style). None where draw_cell does not draw it."""
-        column_key = self._column_locations.get_key(column_index)
-        if column_key is None:
-            return None
-        text = self.cell_text(str(column_key.value), value)
-        inner = width - 2 * self.cell_padding
-        size = _cells(value)
-        if text.spans or size > inner or "\n" in value or (text.style and text.justify == "right"):
-            return None
-        own = text.style if isinstance(text.style, RichStyle) else RichStyle.parse(text.style) if text.style else None
-        pad, fill = " " * self.cell_padding, " " * (inner - size)
-        if own is None or not value:
-            body = fill + value if text.justify == "right" else value + fill
-            return (pad + body + pad, "", "", None)
-        return (pad, value, fill + pad, own)
-
-    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
-        # Every column has a fixed width and every row one line: no new row needs measuring
-        # (DataTable would build each one's cells to measure them).
-        super()._update_dimensions(())
-
-    def _compute_row_renderables(self, row_index: int) -> RowRenderables:
-        if row_index < 0 or self._should_render_row_labels:  # the header (or a label: none here)
-            return super()._compute_row_renderables(row_index)
-        return RowRenderables(None, [self.cell_text(str(c.key.value), value)
-                                     for c, value in zip(self.ordered_columns, self.row_values(row_index))])
-
-    def _render_cell(self, row_index: int, column_index: int, base_style: RichStyle, width: int,
-                     cursor: bool = False, hover: bool = False) -> SegmentLines:
-        render = super()._render_cell
-        if column_index < 0:  # a row label: the table has none, but keep DataTable's path for one
-            return render(row_index, column_index, base_style, width, cursor, hover)
-        column_key = self._column_locations.get_key(column_index)
-        value: object = None
-        height = 1
-        if column_key is None:
-            pass
-        elif row_index < 0:
-            value, height = self.columns[column_key].label, self.header_height
-        elif row_index < self.row_count:
-            values = self.row_values(row_index)
-            value = values[column_index] if column_index < len(values) else None
-        text_key: tuple[object, ...]
-        if isinstance(value, str):  # a process cell: its look follows from its column and text
-            text_key = (column_key, value)
-        elif isinstance(value, Text) and not value.spans:  # a header: only plain one-style texts
-            text_key = (value.plain, value.style, value.justify, value.overflow, value.no_wrap)
-        else:
-            return render(row_index, column_index, base_style, width, cursor, hover)
-        # The row and column indexes are in the key: the rendered segments carry them as meta
-        # (for mouse clicks), and fixed rows and the header are styled by position.
-        key = (row_index, column_index, text_key, height, base_style, width, cursor, hover, self._show_hover_cursor,
-               self._pseudo_class_state)
-        lines = self._rendered.get(key)
-        if lines is None:
-            drawn = self.draw_cell(row_index, column_index, value, base_style, width, cursor, hover) if (
-                isinstance(value, str) and column_key is not None) else None
-            lines = drawn if drawn is not None else render(row_index, column_index, base_style, width, cursor, hover)
-            self._rendered[key] = lines
-        return lines
-
-    def draw_cell(self, row_index: int, column_index: int, value: str, base_style: RichStyle, width: int,
-                  cursor: bool, hover: bool) -> SegmentLines | None:
-        """A process cell's one line of segments, as DataTable draws it through rich (padding,
-        justification, the row's and the cursor's styles, the row and column as meta for the mouse),
-        but built directly: rich's Padding and Styled took most of a refresh's drawing, for cells
-        whose text changes every second (ELAPSED). None where this does not apply (a text wider
-        than its column, or with styles inside it): DataTable's own path draws those."""
-        parts = self._cell_parts(column_index, value, width)
-        if parts is None:
-            return None
-        return [[Segment(text, style) for text, style in _styled(parts, self._row_styles(row_index, base_style,
-                                                                                         cursor, hover))]]
-
-    def _row_styles(self, row: int, base_style: RichStyle, cursor: bool, hover: bool) -> _RowStyles:
-        """A process row's styles, as DataTable gives its cells: the table's, the mouse meta (the row;
-        column 0 in every cell, so that a row has one style, not one a cell), cursor and hover."""
-        component, post = self._get_styles_to_render_cell(
-            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
-            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-        pre = base_style + RichStyle.from_meta({"row": row, "column": 0}) + component
-        return pre, post, pre + post
-
-
 T = TypeVar("T")
-
-# A process cell's text as drawn, apart from its row's style (ProcTable._cell_parts)
-_CellParts = tuple[str, str, str, "RichStyle | None"]
-# A process row's styles: before a cell's own style, after it, and the two together (ProcTable._row_styles)
-_RowStyles = tuple[RichStyle, RichStyle, RichStyle]
-
-
-def _cells(text: str) -> int:
-    """text's cell length, as rich's cell_len gives it. ASCII (nearly every cell) is measured by its
-    length: cell_len would keep each text of every second (ELAPSED) in rich's cache of 4,096."""
-    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
-
-
-def _styled(parts: _CellParts, styles: _RowStyles) -> list[tuple[str, RichStyle]]:
-    """A cell's texts in its row's styles (and its own, between the two)."""
-    before, inside, after, own = parts
-    pre, post, around = styles
-    if own is None:
-        return [(before, around)]
-    return [(before, around), (inside, pre + own + post), (after, around)]
-
-# Every row's cells as DataTable keeps them (a dict of column -> value a row, ~650 bytes at 12
-# columns): ProcTable builds its cells when drawn (row_values), so its rows share this one. Read-only:
-# a DataTable method that writes a row's cells (add_column with rows there, update_cell) would write
-# every row's at once, so it fails loudly instead (ProcTable adds columns only to an empty table).
-_NO_CELLS: Mapping[ColumnKey, str] = MappingProxyType({})
 
 
 def _settle(done: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
@@ -626,13 +282,13 @@ class TopApp(App[None]):
         yield Static("", id="users")
         yield Static("", id="alerts")
         yield Static("", id="viewline")
-        table = ProcTable(self._cell_text, id="procs", cursor_type="row", zebra_stripes=False)
+        table = ProcTable(self._cell_text, id="procs")
         yield table
         yield KeysFooter()  # the prompt (an Input) comes before it when first asked for (action_prompt)
 
     async def on_mount(self) -> None:
         self._setup_columns()
-        self.query_one("#procs", DataTable).focus()
+        self.query_one("#procs", ProcTable).focus()
         if self.history_db is not None:
             self.run_worker(self._read_history(), exclusive=True, group="history")
             try:  # drawn before the first live sample, unless the database keeps us waiting
@@ -658,12 +314,9 @@ class TopApp(App[None]):
         columns, command_width = R.columns_for(self.size.width, self.wanted_columns, self._owners, self._widths)
         if columns == self._columns and command_width == self._command_width:
             return False
-        table = self.query_one("#procs", DataTable)
-        table.clear(columns=True)
-        for key in columns:
-            width = command_width if key == "command" else self._widths[key]
-            label = self.look.text(Text(self._headers[key], justify="right" if key in RIGHT else "left"))
-            table.add_column(label, width=width, key=key)
+        table = self.query_one("#procs", ProcTable)
+        table.set_columns((key, self.look.text(Text(self._headers[key], justify="right" if key in RIGHT else "left")),
+                           command_width if key == "command" else self._widths[key]) for key in columns)
         self._columns, self._command_width = columns, command_width
         return True
 
@@ -1031,7 +684,7 @@ class TopApp(App[None]):
         if self._prompt is not None:
             self._prompt.remove_class("shown")
         self._prompt_mode = None
-        self.query_one("#procs", DataTable).focus()
+        self.query_one("#procs", ProcTable).focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if self._prompt_mode == "search":
@@ -1061,7 +714,7 @@ class TopApp(App[None]):
             self._fill_table()
             event.stop()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_proc_table_row_selected(self, event: ProcTable.RowSelected) -> None:
         row = self.selected_row()
         if row is None or row.proc is None or self.snap is None:
             return
@@ -1077,7 +730,7 @@ class TopApp(App[None]):
         if self.read_health is not None:  # its GPUs' health now, not at the next refresh
             screen.call_after_refresh(self.run_worker, self.refresh_data())
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+    def on_proc_table_header_selected(self, event: ProcTable.HeaderSelected) -> None:
         key = HEADER_SORT.get(str(event.column_key.value))
         if key is None:
             return

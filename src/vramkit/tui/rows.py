@@ -259,7 +259,7 @@ def columns_for(width: int, wanted: tuple[str, ...] | None = None, owners: bool 
     min_command = 32
 
     def used(cols: list[str]) -> int:
-        return sum(widths[c] + 2 for c in cols) + 2  # DataTable pads each cell by 1 on each side
+        return sum(widths[c] + 2 for c in cols) + 2  # the table pads each cell by 1 on each side (cell_padding)
 
     for drop in DROP_ORDER:
         if used(shown) + min_command <= width:
