@@ -394,3 +394,23 @@ def test_processes_with_the_same_texts_keep_one_copy_of_each(children):
         assert not table._shared_text and not table._shared_bytes
     finally:
         table.close()
+
+
+def test_a_process_read_anew_keeps_its_start_ticks_object(children, monkeypatch):
+    # A process's start ticks are kept by every consumer of its rows (alerts, CPU %, the recorder):
+    # a line parsed again (its workload's check, new figures) hands on the number kept, not a copy.
+    from vramkit.procs import table as table_module
+
+    sleeper = children.start(["sleep", "600"])
+    assert wait_for(lambda: cmdline(sleeper.pid) == b"sleep\x00600\x00")
+    later = [0.0]
+    monkeypatch.setattr(table_module, "monotonic", lambda: time.monotonic() + later[0])
+    table = procs.ProcessTable()
+    try:
+        first = table.read(sleeper.pid)
+        later[0] = table_module.WORKLOAD_RECHECK_S  # its check: read whole again
+        again = table.read(sleeper.pid)
+        assert not isinstance(first, str) and not isinstance(again, str) and again is not first
+        assert again.start_ticks == first.start_ticks and again.start_ticks is first.start_ticks
+    finally:
+        table.close()

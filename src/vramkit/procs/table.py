@@ -159,7 +159,8 @@ class ProcessTable:
             kept.recheck_at = now + _recheck_in()
         host = HostProcess(pid=pid, user=user_name(uid), uid=uid, command=kept.command, name=kept.name, state=state,
                            start_time=kept.started, cpu_time=cpu_ticks / CLOCK_TICKS, rss=rss_pages * self._page,
-                           ppid=ppid, container=kept.container, start_ticks=ticks, workload=kept.workload)
+                           ppid=ppid, container=kept.container, start_ticks=kept.ticks,  # the int kept
+                           workload=kept.workload)
         if state != "zombie" and self._known.get(pid) is kept:
             kept.stat = raw[:length] if length else None  # a copy of its size, not the 4 KiB read's
             kept.uid, kept.host = uid, host
