@@ -28,13 +28,13 @@ def _demo() -> tuple[TopApp, object]:
 def _changes(app: TopApp) -> list[list[Region]]:
     """Changes to draw, each a list of screen regions: what a refresh changes (the banner's first
     line and a line of the table), a GPU panel's line and a cell, and parts of lines that begin or
-    end inside a widget, where widgets sit side by side (the footer's keys) or meet the screen's
-    own background (the padding beside the banner)."""
+    end inside a widget (a stretch of the footer's keys) or meet the screen's own background (the
+    padding beside the banner)."""
     compositor = app.screen._compositor
     banner, __ = compositor.visible_widgets[app.query_one("#banner")]
     table, __ = compositor.visible_widgets[app.query_one("#procs")]
     gpus, __ = compositor.visible_widgets[app.query_one("#gpus")]
-    footer, __ = compositor.visible_widgets[app.query_one("Footer")]
+    footer, __ = compositor.visible_widgets[app.query_one("KeysFooter")]
     refresh = [Region(banner.x, banner.y, banner.width, 1), Region(table.x, table.y + 2, table.width, 1)]
     return [refresh,
             [Region(gpus.x, gpus.y + 1, gpus.width, 1), Region(table.x + 30, table.y + 4, 7, 3)],
@@ -77,7 +77,7 @@ def test_a_refresh_draws_the_widgets_under_its_changes_and_no_other(sim_env, mon
         machine.close()
     assert "banner" in drawn and "procs" in drawn, drawn
     # nor the screen itself, under its children there: its 40 lines cost more than the clock's one
-    assert not {"_default", "gpus", "users", "alerts", "viewline", "Footer"} & set(drawn), sorted(set(drawn))
+    assert not {"_default", "gpus", "users", "alerts", "viewline", "KeysFooter"} & set(drawn), sorted(set(drawn))
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from textual.command import CommandPalette
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.theme import ThemeProvider
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
@@ -171,7 +171,7 @@ class TopApp(App[None]):
     #procs { height: 1fr; }
     #prompt { display: none; height: 3; }
     #prompt.shown { display: block; }
-    TopApp.ascii Footer FooterKey.-command-palette { border-left: none; }  /* --ascii: not a block */
+    TopApp.ascii KeysFooter .keys-footer--edge { display: none; }  /* --ascii: no block character */
     """
     # Descriptions marked only: each instance translates its own (bindings.translate).
     BINDINGS = [
@@ -672,7 +672,7 @@ class TopApp(App[None]):
         prompt = self._prompt
         if prompt is None:  # a widget less for the whole session until then (~150 KiB)
             prompt = self._prompt = Input(id="prompt")
-            await self.mount(prompt, before=self.query_one(Footer))
+            await self.mount(prompt, before=self.query_one(KeysFooter))
         self._prompt_mode = mode
         prompt.placeholder = _(PROMPTS[mode])
         prompt.value = {"search": self.view.search, "user": ",".join(sorted(self.view.users)),

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
+from rich.segment import Segment
+from rich.style import Style as RichStyle
+from textual import events
 from textual import screen as textual_screen
 from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.keys import key_to_character
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.strip import Strip
+from textual.widget import Widget
 
 from ..i18n import N_, _
 
@@ -76,23 +81,150 @@ def quiet_key_names() -> None:
     textual_screen.key_to_character = _key_character  # type: ignore[assignment]
 
 
-class KeysFooter(Footer):
-    """Textual's Footer, made again only when the bindings it shows changed. Textual makes it
-    again (a widget per key) whenever its screen's bindings may have changed: four times while the
-    view starts (mount, focus...), the same ten keys each time, and the thirty widgets dropped
-    cost ~1.2 MiB of the view's RSS (bench_top)."""
+class KeysFooter(Widget, can_focus=False):
+    """The keys line at the bottom of the view: what Textual's Footer shows (each shown binding's
+    key and description, the command palette's key on the right after a thin edge), drawn as one
+    line of one widget. Textual's Footer is a container with a widget per key (with its message
+    queue, styles and DOM node each): its dozen keys were ~0.6 MiB of `vram top`'s RSS (8 x 200 on
+    the shim, the two views side by side). A click on a key presses it, the key under
+    the mouse is highlighted and its tooltip shown, as Footer does; the line is made again only
+    when the bindings it shows change."""
+
+    ALLOW_SELECT = False
+    COMPONENT_CLASSES = {"keys-footer--item", "keys-footer--key", "keys-footer--description",
+                         "keys-footer--hover", "keys-footer--disabled", "keys-footer--edge"}
+    # Footer's and FooterKey's looks (Textual 8.2), as component classes of this one widget
+    DEFAULT_CSS = """
+    KeysFooter {
+        dock: bottom;
+        height: 1;
+        color: $footer-foreground;
+        background: $footer-background;
+        .keys-footer--item { background: $footer-item-background; }
+        .keys-footer--key { color: $footer-key-foreground; background: $footer-key-background; text-style: bold; }
+        .keys-footer--description {
+            color: $footer-description-foreground;
+            background: $footer-description-background;
+        }
+        .keys-footer--hover { color: $footer-key-foreground; background: $block-hover-background; }
+        .keys-footer--disabled { text-style: dim; }
+        .keys-footer--edge { color: $foreground 20%; }  /* display: none: no edge (--ascii) */
+    }
+    """
+    EDGE = "\u258f"  # the left edge of the palette's key, as Footer draws it (a "vkey" border)
 
     def __init__(self) -> None:
         super().__init__()
-        self._made_from: tuple[object, ...] | None = None  # the bindings it was last made from
+        self._keys: tuple[_FooterKey, ...] = ()  # the keys on the left, in order
+        self._palette: _FooterKey | None = None  # the command palette's, on the right
+        self._hover: _FooterKey | None = None  # the key under the mouse
+        self._spans: list[tuple[int, int, _FooterKey]] = []  # where each key was drawn: [start, end) cells
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self.bindings_changed)
+        self.bindings_changed(self.screen)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
 
     def bindings_changed(self, screen: Screen[object]) -> None:
-        if screen.app.app_focus and self.is_attached and screen is self.screen:
-            active = screen.active_bindings  # what compose() shows: the shown ones and the palette's
-            palette = active.get(self.app.COMMAND_PALETTE_BINDING)
-            now = (tuple((key, binding, enabled, tooltip) for key, (__, binding, enabled, tooltip) in active.items()
-                         if binding.show), palette and palette[1:])
-            if now == self._made_from:
-                return
-            self._made_from = now
-        super().bindings_changed(screen)
+        """The shown bindings, as Footer.compose lists them (the first key of each action, the
+        palette's apart); drawn again only if they changed."""
+        if not screen.app.app_focus or screen is not self.screen:
+            return
+        active = screen.active_bindings
+        first: dict[str, _FooterKey] = {}
+        for __, binding, enabled, tooltip in active.values():
+            if binding.show and binding.action not in first:
+                first[binding.action] = _FooterKey(binding.key, self.app.get_key_display(binding),
+                                                   binding.description, enabled, tooltip)
+        palette = None
+        if self.app.ENABLE_COMMAND_PALETTE and self.app.COMMAND_PALETTE_BINDING in active:
+            __, binding, enabled, tooltip = active[self.app.COMMAND_PALETTE_BINDING]
+            palette = _FooterKey(binding.key, self.app.get_key_display(binding), binding.description, enabled,
+                                 binding.tooltip or binding.description)
+        keys = tuple(first.values())
+        if (keys, palette) != (self._keys, self._palette):
+            self._keys, self._palette = keys, palette
+            self.refresh()
+
+    def _key_segments(self, key: _FooterKey, compact: bool) -> list[Segment]:
+        """One key as FooterKey renders it: the key padded by a cell each side and its description
+        followed by one (compact, as the palette's key: the key bare, a cell before the description)."""
+        base = self.get_component_rich_style("keys-footer--hover" if key is self._hover else "keys-footer--item")
+        if not key.enabled:
+            base += self.get_component_rich_style("keys-footer--disabled", partial=True)
+        key_style = base + self.get_component_rich_style("keys-footer--key")
+        words_style = base + self.get_component_rich_style("keys-footer--description")
+        if key is self._hover:  # its own backgrounds are transparent in Textual's themes: the hover's shows
+            key_style += RichStyle(bgcolor=base.bgcolor)
+            words_style += RichStyle(bgcolor=base.bgcolor)
+        if not key.description:
+            return [Segment(key.display, key_style)]
+        if compact:
+            return [Segment(key.display, key_style), Segment(" " + key.description, words_style)]
+        return [Segment(f" {key.display} ", key_style), Segment(key.description + " ", words_style)]
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        blank = RichStyle(bgcolor=self.rich_style.bgcolor)  # where Footer draws no text: its background alone
+        right: list[Segment] = []
+        if self._palette is not None:  # its edge and padding are the key's: under the mouse, highlighted too
+            under = RichStyle(bgcolor=self.get_component_rich_style(
+                "keys-footer--hover" if self._palette is self._hover else "keys-footer--item").bgcolor)
+            if self.get_component_styles("keys-footer--edge").display != "none":
+                edge = self.get_component_rich_style("keys-footer--edge").color  # over the footer's background
+                right.append(Segment(self.EDGE, under + RichStyle(color=edge)))
+            right += self._key_segments(self._palette, compact=True)
+            right.append(Segment(" ", under))  # FooterKey's padding-right
+        right_width = Segment.get_line_length(right)
+        room = max(0, width - right_width)
+        line: list[Segment] = []
+        spans, start = [], 0
+        for key in self._keys:
+            if start >= room:
+                break
+            segments = self._key_segments(key, compact=False)
+            end = start + Segment.get_line_length(segments)
+            spans.append((start, min(end, room), key))
+            line += segments
+            start = end
+        line = Segment.adjust_line_length(line, room, blank)
+        if self._palette is not None and right_width <= width:
+            spans.append((room, width, self._palette))
+            line += right
+        self._spans = spans
+        return Strip(line, max(room, Segment.get_line_length(line)))
+
+    def _key_at(self, x: int) -> _FooterKey | None:
+        return next((key for start, end, key in self._spans if start <= x < end), None)
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        key = self._key_at(event.x)
+        if key is not self._hover:
+            self._hover = key
+            self.tooltip = key.tooltip if key is not None and key.tooltip else None
+            self.refresh()
+
+    def on_leave(self, event: events.Leave) -> None:
+        if self._hover is not None:
+            self._hover = None
+            self.tooltip = None
+            self.refresh()
+
+    def on_mouse_down(self, event: events.MouseDown) -> None:
+        key = self._key_at(event.x)
+        if key is None:
+            return
+        if key.enabled:
+            self.app.simulate_key(key.key)
+        else:
+            self.app.bell()
+
+
+class _FooterKey(NamedTuple):
+    key: str
+    display: str
+    description: str
+    enabled: bool
+    tooltip: str
