@@ -7,6 +7,14 @@ and divided copies), ~380 caches had been used, of ~4,200. `lazy_strip_caches()`
 on its first use instead, of the size Textual gives it. A cache holds what it would have held, so
 the lines drawn are the same.
 
+No cache holds its own strip either. `divide` at the strip's own end (a line the compositor does
+not cut: most of them) and `crop_extend` to the strip's own length cached the strip in itself: a
+reference cycle, so each such line, its segments and caches waited for the cyclic garbage
+collector, ~30 lines a second in the view, and the oldest generation's collections come minutes
+apart (~3,600 objects of garbage in 10 s at 8 x 200, all of them lines and their parts): the
+view's memory rose for minutes before it levelled. Those two answers are not cached now (they
+cost nothing to make again), so such lines are freed as soon as they are dropped.
+
 It applies to the Strip it was written for (textual 8.2's slots, seven caches set by __init__ and
 nothing else) and leaves any other as it is.
 """
@@ -55,9 +63,27 @@ def _init(self: Strip, segments: Any, cell_length: int | None = None) -> None:
     self._cell_count = None
 
 
+def _divide(self: Strip, cuts: Any) -> Any:
+    """Strip.divide, without caching the strip in itself (one cut, at its end: the strip whole)."""
+    cuts = list(cuts)
+    if [cut for cut in cuts if cut <= self.cell_length] == [self.cell_length]:
+        return [self]
+    return _TEXTUAL["divide"](self, cuts)
+
+
+def _crop_extend(self: Strip, start: int, end: int, style: Any) -> Strip:
+    """Strip.crop_extend, without caching the strip in itself (cropped to its own length)."""
+    if start == 0 and end == self.cell_length:
+        return self
+    return _TEXTUAL["crop_extend"](self, start, end, style)  # type: ignore[no-any-return]
+
+
+_TEXTUAL: dict[str, Any] = {}  # Strip's own methods, where _divide and _crop_extend replace them
+
+
 def lazy_strip_caches() -> bool:
-    """Make Strip's caches when first used (once per process). False where Strip is not the one
-    this was written for (then it is left as it is)."""
+    """Make Strip's caches when first used, none holding its own strip (once per process). False
+    where Strip is not the one this was written for (then it is left as it is)."""
     if Strip.__init__ is _init:
         return True
     if tuple(getattr(Strip, "__slots__", ())) != _SLOTS:
@@ -69,4 +95,7 @@ def lazy_strip_caches() -> bool:
     for name, size in caches.items():
         setattr(Strip, name, _LazyCache(Strip.__dict__[name], size))
     Strip.__init__ = _init  # type: ignore[method-assign]
+    _TEXTUAL.update(divide=Strip.divide, crop_extend=Strip.crop_extend)
+    Strip.divide = _divide  # type: ignore[method-assign]
+    Strip.crop_extend = _crop_extend  # type: ignore[method-assign]
     return True
