@@ -208,3 +208,45 @@ def test_process_lines_drawn_leave_their_texts_out_of_richs_cell_length_cache(si
     finally:
         machine.close()
 
+
+def test_a_refresh_of_the_table_leaves_no_garbage_in_reference_cycles(sim_env):
+    """Each show() drops the lines drawn before (but those still on screen): dropped as a dict, they
+    are freed at once; an LRUCache is a ring of lists, so each one dropped was garbage in reference
+    cycles, its ~20 lines and their texts with it, until the next full collection."""
+    import asyncio
+    import gc
+
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#procs")
+            columns = len(table.columns)
+
+            def second(n):  # a refresh: each second a new ELAPSED on every row, and the lines drawn
+                table.show(30, lambda i: [f"{i} {n}"] * columns)
+                table._frame = table._new_frame()  # the table's own lines: Textual's drawing of them
+                for y in range(table.size.height):  # leaves cycles of its own (Strip.divide keeps
+                    table.render_line(y)  # a list of the strip itself in the strip)
+                table._frame = None
+
+            second(0)  # drops the lines Textual drew
+            gc.collect()
+            gc.disable()
+            try:
+                for n in range(1, 6):
+                    second(n)
+                found = gc.collect()
+            finally:
+                gc.enable()
+            assert found == 0, found  # 1,888 objects with an LRUCache (dropped on each show())
+
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()

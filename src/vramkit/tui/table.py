@@ -83,6 +83,9 @@ def _styled(parts: _CellParts, styles: _RowStyles) -> list[tuple[str, RichStyle]
     return [(before, around), (inside, pre + own + post), (after, around)]
 
 
+LINES_KEPT = 256  # process lines kept between refreshes (a screen's worth, under and off the cursor)
+
+
 class ProcTable(ScrollView, can_focus=True):
     """The process table: a header of column labels (a click on one posts HeaderSelected) over one
     line a row, a row cursor (up/down/page up/page down, Home/End to the first/last row, a click
@@ -202,8 +205,11 @@ class ProcTable(ScrollView, can_focus=True):
         self._header: Strip | None = None
         self._header_hover = False
         # process rows' lines, by (row, under the cursor, under the mouse): cleared on show() but
-        # for the rows on screen that did not change, and when the look changes
-        self._lines_drawn: LRUCache[tuple[int, bool, bool], Strip] = LRUCache(256)
+        # for the rows on screen that did not change, when the look changes, and when it holds
+        # LINES_KEPT (scrolling far between refreshes). A dict: an LRUCache is a ring of lists, so
+        # each one dropped on show() was garbage in reference cycles, its lines with it, until a
+        # full collection (~100 lines of ~150 characters at any time at 8 x 200)
+        self._lines_drawn: dict[tuple[int, bool, bool], Strip] = {}
         # their cells' texts as drawn, by (column, text, width), without the row's style (one a row,
         # cursor and mouse: its row for the mouse in its meta): kept across refreshes (most texts
         # stay), cleared when the look changes; a screen's worth and some (ELAPSED gives ~30 new
@@ -266,7 +272,7 @@ class ProcTable(ScrollView, can_focus=True):
         (the terminal gets those, not the table); a row not built before is drawn whole. The
         lines kept are those of rows on screen that did not change: any other may show another
         process when it comes into view."""
-        lines, self._lines_drawn = self._lines_drawn, LRUCache(self._lines_drawn.maxsize)
+        lines, self._lines_drawn = self._lines_drawn, {}
         if everything or not self.is_mounted:
             self.refresh()
             return
@@ -438,6 +444,8 @@ class ProcTable(ScrollView, can_focus=True):
         key = (row, cursor, hover)
         strip = self._lines_drawn.get(key)
         if strip is None:
+            if len(self._lines_drawn) >= LINES_KEPT:
+                self._lines_drawn.clear()
             strip = self._lines_drawn[key] = self._process_line(row, cursor, hover, frame)
         return strip
 
