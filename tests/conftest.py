@@ -650,7 +650,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "test_top_app.py::test_the_table_draws_what_changed",
     "test_top_app.py::test_the_view_keeps_the_trend_window_of_each_gpu_not_fifteen_minutes",
     "test_top_app.py::test_tree_view_puts_children_under_parents",
-    "test_top_bindings.py::test_the_footer_is_made_once_without_key_names_looked_up_and_again_when_its_keys_change",
+    "test_top_bindings.py::test_the_footer_draws_its_keys_without_key_names_looked_up_and_again_when_its_keys_change",
     "test_top_charts.py::test_the_charts_hold_as_much_after_an_hour_as_after_a_minute",
     "test_top_conveniences.py::test_a_gpu_whose_health_was_read_unhealthy_is_marked_on_its_panel",
     "test_top_conveniences.py::test_a_gpu_whose_health_was_read_unhealthy_is_marked_on_its_panel[size1]",
