@@ -131,8 +131,9 @@ class ProcessTable:
             return NOT_VISIBLE
         kept = self._known.get(pid)
         now = monotonic()
-        # The kept part ends just after a separator, past the comm (which ends at the line's last
-        # ')'): a line that starts with it says the same of every field read.
+        # The kept part ends just after a separator, 26 fields past the comm (at most 64 bytes; it
+        # ends at the line's last ')', and only numbers follow it): a line that starts with it has
+        # its last ')' where the kept one is, so it says the same of every field read.
         if kept is not None and kept.stat is not None and raw.startswith(kept.stat) and kept.uid == uid \
                 and now < kept.recheck_at and (host := kept.host) is not None:
             return host
