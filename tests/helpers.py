@@ -756,3 +756,25 @@ def crowded_scenario(gpus: int = 8, per_gpu: int = 200) -> dict[str, Any]:
     return {"name": "crowded", "processes": processes,
             "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": "80GiB", "utilization": 90, "temperature": 60,
                       "power": 300, "power_limit": 400} for _ in range(gpus)]}
+
+
+def in_demo_view(check, size: tuple[int, int] = (120, 40), **app_args) -> None:
+    """Run `await check(app, pilot)` in the demo scenario's view (headless, of `size`), after its
+    first frame."""
+    import asyncio
+
+    from vramkit.machine import open_machine
+    from vramkit.tui.app import TopApp
+
+    machine = open_machine("demo")
+    app = TopApp(machine.snapshot, interval=3600, **app_args)
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await check(app, pilot)
+
+    try:
+        asyncio.run(main())
+    finally:
+        machine.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+from helpers import in_demo_view
 
 from vramkit.alerts import POINTS_KEPT, History, ProcessTrace
 from vramkit.gpu_state import Device, GpuProcess, Snapshot
@@ -24,6 +25,7 @@ def traced(build):
         return kept, tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
+
 
 
 def snapshot(t: float, processes: int, gpus: int = 8, grow: int = 0) -> Snapshot:
@@ -73,29 +75,17 @@ def test_the_tables_rows_cost_nothing_each(sim_env):
     """The process table's rows are places whose cells are built when drawn: it keeps no object a
     row (DataTable kept a key, a Row, two index entries and a dict of cells each, ~480 bytes with
     the dict shared by every row, ~1,110 without)."""
-    import asyncio
 
-    from vramkit.machine import open_machine
-    from vramkit.tui.app import TopApp
+    async def check(app, pilot):
+        table = app.query_one("#procs")
+        columns = len(table.columns)
+        table.show(0, lambda i: [])
+        __, size = traced(lambda: table.show(2000, lambda i: [str(i)] * columns))
+        assert table.row_count == 2000
+        assert size / 2000 < 8, (size / 2000, columns)
+        assert table.get_row_at(1999)[0] == "1999"
 
-    machine = open_machine("demo")
-    app = TopApp(machine.snapshot, interval=3600)
-
-    async def main():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            table = app.query_one("#procs")
-            columns = len(table.columns)
-            table.show(0, lambda i: [])
-            __, size = traced(lambda: table.show(2000, lambda i: [str(i)] * columns))
-            assert table.row_count == 2000
-            assert size / 2000 < 8, (size / 2000, columns)
-            assert table.get_row_at(1999)[0] == "1999"
-
-    try:
-        asyncio.run(main())
-    finally:
-        machine.close()
+    in_demo_view(check)
 
 
 def test_a_strip_makes_its_caches_when_first_used(sim_env):
@@ -131,122 +121,86 @@ def test_the_screen_and_the_gpu_area_below_the_panels_are_one_blank_line(sim_env
     """The screen's own lines and the GPU area's lie under their children: drawn BLANK (one shared
     blank line), they keep no line per row, filtered copy and pieces (~150 KiB at 120x40); what
     the terminal gets is the same as drawn line by line."""
-    import asyncio
 
-    from vramkit.machine import open_machine
-    from vramkit.tui.app import TopApp
+    async def check(app, pilot):
+        compositor = app.screen._compositor
+        widgets = (app.screen, app.query_one("#gpu-area"))
 
-    machine = open_machine("demo")
-    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+        def drawn():
+            update = compositor.render_full_update()
+            return ["".join(strip.render(app.console) for strip in line) for line in update.strips]
 
-    async def main():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            compositor = app.screen._compositor
-            widgets = (app.screen, app.query_one("#gpu-area"))
-
-            def drawn():
-                update = compositor.render_full_update()
-                return ["".join(strip.render(app.console) for strip in line) for line in update.strips]
-
-            def lines_kept():  # what drawing their lines anew leaves allocated
-                for widget in widgets:
-                    widget._set_dirty()
-                return traced(lambda: [w.render_lines(w.size.region) for w in widgets])[1]
-
-            blank = drawn(), lines_kept()
-            for widget in widgets:  # drawn line by line, as Textual draws a widget that is not BLANK
-                widget.BLANK = False
+        def lines_kept():  # what drawing their lines anew leaves allocated
+            for widget in widgets:
                 widget._set_dirty()
-            line_by_line = drawn(), lines_kept()
-            assert blank[0] == line_by_line[0]
-            # 544 vs 41,880 bytes at 120x40, 216 vs 17,528 at 60x15 (their lines alone, no copies or pieces)
-            assert blank[1] < 2048 < 10 * 1024 < line_by_line[1], (blank[1], line_by_line[1])
+            return traced(lambda: [w.render_lines(w.size.region) for w in widgets])[1]
 
-    try:
-        asyncio.run(main())
-    finally:
-        machine.close()
+        blank = drawn(), lines_kept()
+        for widget in widgets:  # drawn line by line, as Textual draws a widget that is not BLANK
+            widget.BLANK = False
+            widget._set_dirty()
+        line_by_line = drawn(), lines_kept()
+        assert blank[0] == line_by_line[0]
+        # 544 vs 41,880 bytes at 120x40, 216 vs 17,528 at 60x15 (their lines alone, no copies or pieces)
+        assert blank[1] < 2048 < 10 * 1024 < line_by_line[1], (blank[1], line_by_line[1])
+
+    in_demo_view(check, size, read_host=None)
 
 
 def test_process_lines_drawn_leave_their_texts_out_of_richs_cell_length_cache(sim_env):
     """A process line is measured by the view, not through rich's cell-length cache (4,096 texts,
     shared with Textual): each row's text changes every second (ELAPSED), and each new one stayed
     there, ~400 of ~120 characters in the first 30 s at 8 x 200."""
-    import asyncio
 
     from rich.cells import cached_cell_len
 
-    from vramkit.machine import open_machine
-    from vramkit.tui.app import TopApp
+    async def check(app, pilot):
+        table = app.query_one("#procs")
+        frame = table._new_frame()
+        widths = [width for __, width in frame.columns]
+        wide = widths.index(max(widths))  # the command: a text of its own a row, as ELAPSED's
 
-    machine = open_machine("demo")
-    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+        def cells(i):
+            return [f"row {i}" if c == wide else str(i % 10) for c in range(len(widths))]
 
-    async def main():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            table = app.query_one("#procs")
-            frame = table._new_frame()
-            widths = [width for __, width in frame.columns]
-            wide = widths.index(max(widths))  # the command: a text of its own a row, as ELAPSED's
+        table.show(300, cells)
+        cached_cell_len.cache_clear()
+        for row in range(300):
+            table._process_line(row, False, False, frame)
+        # 331 before: each line's text (~120 characters, kept alive by the cache after its line)
+        assert cached_cell_len.cache_info().currsize < 10, cached_cell_len.cache_info()
+        line = table._process_line(7, False, False, frame)
+        assert line.text.split() == " ".join(cells(7)).split() and line.cell_length == frame.width
 
-            def cells(i):
-                return [f"row {i}" if c == wide else str(i % 10) for c in range(len(widths))]
-
-            table.show(300, cells)
-            cached_cell_len.cache_clear()
-            for row in range(300):
-                table._process_line(row, False, False, frame)
-            # 331 before: each line's text (~120 characters, kept alive by the cache after its line)
-            assert cached_cell_len.cache_info().currsize < 10, cached_cell_len.cache_info()
-            line = table._process_line(7, False, False, frame)
-            assert line.text.split() == " ".join(cells(7)).split() and line.cell_length == frame.width
-
-    try:
-        asyncio.run(main())
-    finally:
-        machine.close()
+    in_demo_view(check, read_host=None)
 
 
 def test_a_refresh_of_the_table_leaves_no_garbage_in_reference_cycles(sim_env):
     """Each show() drops the lines drawn before (but those still on screen): dropped as a dict, they
     are freed at once; an LRUCache is a ring of lists, so each one dropped was garbage in reference
     cycles, its ~20 lines and their texts with it, until the next full collection."""
-    import asyncio
     import gc
 
-    from vramkit.machine import open_machine
-    from vramkit.tui.app import TopApp
+    async def check(app, pilot):
+        table = app.query_one("#procs")
+        columns = len(table.columns)
 
-    machine = open_machine("demo")
-    app = TopApp(machine.snapshot, interval=3600, read_host=None)
+        def second(n):  # a refresh: each second a new ELAPSED on every row, and the lines drawn
+            table.show(30, lambda i: [f"{i} {n}"] * columns)
+            table._frame = table._new_frame()  # the table's own lines: Textual's drawing of them
+            for y in range(table.size.height):  # leaves cycles of its own (Strip.divide keeps
+                table.render_line(y)  # a list of the strip itself in the strip)
+            table._frame = None
 
-    async def main():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            table = app.query_one("#procs")
-            columns = len(table.columns)
+        second(0)  # drops the lines Textual drew
+        gc.collect()
+        gc.disable()
+        try:
+            for n in range(1, 6):
+                second(n)
+            found = gc.collect()
+        finally:
+            gc.enable()
+        assert found == 0, found  # 1,888 objects with an LRUCache (dropped on each show())
 
-            def second(n):  # a refresh: each second a new ELAPSED on every row, and the lines drawn
-                table.show(30, lambda i: [f"{i} {n}"] * columns)
-                table._frame = table._new_frame()  # the table's own lines: Textual's drawing of them
-                for y in range(table.size.height):  # leaves cycles of its own (Strip.divide keeps
-                    table.render_line(y)  # a list of the strip itself in the strip)
-                table._frame = None
-
-            second(0)  # drops the lines Textual drew
-            gc.collect()
-            gc.disable()
-            try:
-                for n in range(1, 6):
-                    second(n)
-                found = gc.collect()
-            finally:
-                gc.enable()
-            assert found == 0, found  # 1,888 objects with an LRUCache (dropped on each show())
-
-    try:
-        asyncio.run(main())
-    finally:
-        machine.close()
+    in_demo_view(check, read_host=None)

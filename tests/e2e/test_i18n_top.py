@@ -15,7 +15,7 @@ import threading
 import uuid
 
 import pytest
-from helpers import scenario_data, wait_for, zh_env
+from helpers import in_demo_view, scenario_data, wait_for, zh_env
 
 from vramkit.render.text_width import cells
 
@@ -203,25 +203,11 @@ def test_top_help_is_chinese_and_fits_80_columns():
 
 def _in_chinese_app(monkeypatch, size, body):
     """The live view in-process (Textual's test pilot) under VRAM_LANG=zh_CN, on the demo scenario."""
-    import asyncio
-
     from vramkit import i18n
-    from vramkit.machine import open_machine
-    from vramkit.tui.app import TopApp
 
     monkeypatch.setenv("VRAM_LANG", "zh_CN")
     i18n.reset()
-    machine = open_machine("demo")
-    app = TopApp(machine.snapshot, interval=3600)
-
-    async def main():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            await body(app, pilot)
-    try:
-        asyncio.run(main())
-    finally:
-        machine.close()
+    in_demo_view(body, size)
 
 
 def test_detail_dialog_says_the_state_in_words_and_keeps_min_max_on_the_sparkline(sim_env, monkeypatch):
