@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from rich.segment import Segment
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Static
@@ -155,3 +156,88 @@ def test_the_line_follows_the_bindings_shown():
     ours = _lines_before_and_after_an_input(KeysFooter)
     assert ours[0] != ours[1]
     assert ours == _lines_before_and_after_an_input(Footer)
+
+
+def _after_the_wheel(footer: type, notches: list[int], hover_x: int | None = None) -> list[list[tuple[str, str]]]:
+    """The keys line at 44 columns (the keys do not fit) after each turn of the wheel over it
+    (+n: n notches down, -n: up), with the mouse at hover_x (default 10) throughout."""
+    app = Keys(footer)
+
+    async def main() -> list[list[tuple[str, str]]]:
+        async with app.run_test(size=(44, 8)) as pilot:
+            for _ in range(3):
+                await pilot.pause()
+            x = 10 if hover_x is None else hover_x
+            await pilot.hover(offset=(x, 7))
+            lines = []
+            for turn in notches:
+                wheel = events.MouseScrollDown if turn > 0 else events.MouseScrollUp
+                for _ in range(abs(turn)):
+                    await pilot._post_mouse_events([wheel], offset=(x, 7))
+                await pilot.wait_for_scheduled_animations()
+                await pilot.pause()
+                lines.append(_bottom_line(app))
+            return lines
+
+    return asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_the_wheel_scrolls_the_keys_that_do_not_fit_into_view_as_footer_does():
+    """On a narrow terminal (or a long translation) the last keys are cut at the palette's key:
+    Footer scrolled them into view with the wheel, a step a notch, up to its last key at the
+    palette's edge; the mouse's highlight follows the key under it."""
+    notches = [1, 1, 5, -1, -5]
+    ours = _after_the_wheel(KeysFooter, notches)
+    assert ours == _after_the_wheel(Footer, notches)
+    texts = ["".join(t for t, __ in line) for line in ours]
+    assert "Sort" in texts[2] and "Sort" not in texts[4]
+
+
+def test_a_click_after_the_wheel_presses_the_key_shown_there():
+    """"s Sort" is past the palette's edge at 44 columns: scrolled into view, a click presses it."""
+    app = Keys(KeysFooter)
+    app.action_sort = lambda: app.done.append("sort")  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        async with app.run_test(size=(44, 8)) as pilot:
+            await pilot.pause()
+            footer = app.query_one(KeysFooter)
+            assert "Sort" not in footer.render_line(0).text
+            for _ in range(6):
+                await pilot._post_mouse_events([events.MouseScrollDown], offset=(5, 7))
+            await pilot.pause()
+            line = footer.render_line(0).text
+            await pilot.click(offset=(line.index("Sort"), 7))
+            await pilot.pause()
+            assert app.done == ["sort"]
+
+    asyncio.run(main())
+
+
+def _hovered_before_and_after_an_input(footer: type) -> list[tuple[str, str]]:
+    """The keys line with the mouse resting over its first key when the keys shown change."""
+    app = Keys(footer)
+
+    async def main() -> list[tuple[str, str]]:
+        async with app.run_test(size=(120, 8)) as pilot:
+            for _ in range(3):
+                await pilot.pause()
+            await pilot.hover(offset=(3, 7))
+            await pilot.pause()
+            from textual.widgets import Input
+
+            await app.mount(Input(), before=app.query_one(footer))
+            app.query_one(Input).focus()
+            for _ in range(3):
+                await pilot.pause()
+            return _bottom_line(app)
+
+    return asyncio.run(main())
+
+
+def test_the_key_that_comes_under_the_resting_mouse_is_highlighted():
+    """When the keys shown change (an Input takes the printable ones), the key now under the
+    mouse is highlighted, as Footer's new key widget under it is."""
+    ours = _hovered_before_and_after_an_input(KeysFooter)
+    assert ours == _hovered_before_and_after_an_input(Footer)

@@ -87,8 +87,8 @@ class KeysFooter(Widget, can_focus=False):
     line of one widget. Textual's Footer is a container with a widget per key (with its message
     queue, styles and DOM node each): its dozen keys were ~0.6 MiB of `vram top`'s RSS (8 x 200 on
     the shim, the two views side by side). A click on a key presses it, the key under
-    the mouse is highlighted and its tooltip shown, as Footer does; the line is made again only
-    when the bindings it shows change."""
+    the mouse is highlighted and its tooltip shown, and the wheel scrolls keys that do not fit
+    into view, as Footer does; the line is made again only when the bindings it shows change."""
 
     ALLOW_SELECT = False
     COMPONENT_CLASSES = {"keys-footer--item", "keys-footer--key", "keys-footer--description",
@@ -118,6 +118,8 @@ class KeysFooter(Widget, can_focus=False):
         self._keys: tuple[_FooterKey, ...] = ()  # the keys on the left, in order
         self._palette: _FooterKey | None = None  # the command palette's, on the right
         self._hover: _FooterKey | None = None  # the key under the mouse
+        self._mouse_x: int | None = None  # where the mouse is over the line (None: not over it)
+        self._scroll = 0  # cells of the keys on the left scrolled out of view (the wheel, as Footer)
         self._spans: list[tuple[int, int, _FooterKey]] = []  # where each key was drawn: [start, end) cells
 
     def on_mount(self) -> None:
@@ -146,6 +148,9 @@ class KeysFooter(Widget, can_focus=False):
         keys = tuple(first.values())
         if (keys, palette) != (self._keys, self._palette):
             self._keys, self._palette = keys, palette
+            if self._mouse_x is not None:  # another key may be under the mouse now, as Footer's would be
+                self._spans = self._layout(self.size.width)[0]
+                self._set_hover(self._key_at(self._mouse_x))
             self.refresh()
 
     def _key_segments(self, key: _FooterKey, compact: bool) -> list[Segment]:
@@ -165,33 +170,51 @@ class KeysFooter(Widget, can_focus=False):
             return [Segment(key.display, key_style), Segment(" " + key.description, words_style)]
         return [Segment(f" {key.display} ", key_style), Segment(key.description + " ", words_style)]
 
+    def _right_segments(self) -> list[Segment]:
+        """The palette's key on the right, with its edge (none in --ascii) and padding, which are
+        the key's: under the mouse, highlighted too."""
+        if self._palette is None:
+            return []
+        right = []
+        under = RichStyle(bgcolor=self.get_component_rich_style(
+            "keys-footer--hover" if self._palette is self._hover else "keys-footer--item").bgcolor)
+        if self.get_component_styles("keys-footer--edge").display != "none":
+            edge = self.get_component_rich_style("keys-footer--edge").color  # over the footer's background
+            right.append(Segment(self.EDGE, under + RichStyle(color=edge)))
+        right += self._key_segments(self._palette, compact=True)
+        right.append(Segment(" ", under))  # FooterKey's padding-right
+        return right
+
+    def _layout(self, width: int) -> tuple[list[tuple[int, int, _FooterKey]], int, int]:
+        """Where each key is on a line `width` cells wide ([start, end) cells, the keys on the left
+        as scrolled), the room the keys on the left have and how far they scroll (at most)."""
+        right_width = Segment.get_line_length(self._right_segments())
+        room = max(0, width - right_width)
+        widths = [Segment.get_line_length(self._key_segments(key, compact=False)) for key in self._keys]
+        most = max(0, sum(widths) - room)  # as far as Footer scrolls: its last key at the palette's edge
+        scroll = min(self._scroll, most)
+        spans, start = [], -scroll
+        for key, key_width in zip(self._keys, widths):
+            end = start + key_width
+            if end > 0 and start < room:
+                spans.append((max(0, start), min(end, room), key))
+            start = end
+        if self._palette is not None and right_width <= width:
+            spans.append((room, width, self._palette))
+        return spans, room, most
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         blank = RichStyle(bgcolor=self.rich_style.bgcolor)  # where Footer draws no text: its background alone
-        right: list[Segment] = []
-        if self._palette is not None:  # its edge and padding are the key's: under the mouse, highlighted too
-            under = RichStyle(bgcolor=self.get_component_rich_style(
-                "keys-footer--hover" if self._palette is self._hover else "keys-footer--item").bgcolor)
-            if self.get_component_styles("keys-footer--edge").display != "none":
-                edge = self.get_component_rich_style("keys-footer--edge").color  # over the footer's background
-                right.append(Segment(self.EDGE, under + RichStyle(color=edge)))
-            right += self._key_segments(self._palette, compact=True)
-            right.append(Segment(" ", under))  # FooterKey's padding-right
-        right_width = Segment.get_line_length(right)
-        room = max(0, width - right_width)
+        spans, room, most = self._layout(width)
         line: list[Segment] = []
-        spans, start = [], 0
         for key in self._keys:
-            if start >= room:
-                break
-            segments = self._key_segments(key, compact=False)
-            end = start + Segment.get_line_length(segments)
-            spans.append((start, min(end, room), key))
-            line += segments
-            start = end
-        line = Segment.adjust_line_length(line, room, blank)
-        if self._palette is not None and right_width <= width:
-            spans.append((room, width, self._palette))
+            line += self._key_segments(key, compact=False)
+        scroll = min(self._scroll, most)
+        left = Strip(line).crop(scroll, scroll + room) if scroll else Strip(line)
+        line = Segment.adjust_line_length(list(left), room, blank)
+        right = self._right_segments()
+        if self._palette is not None and Segment.get_line_length(right) <= width:
             line += right
         self._spans = spans
         return Strip(line, max(room, Segment.get_line_length(line)))
@@ -199,18 +222,40 @@ class KeysFooter(Widget, can_focus=False):
     def _key_at(self, x: int) -> _FooterKey | None:
         return next((key for start, end, key in self._spans if start <= x < end), None)
 
-    def on_mouse_move(self, event: events.MouseMove) -> None:
-        key = self._key_at(event.x)
+    def _set_hover(self, key: _FooterKey | None) -> None:
         if key is not self._hover:
             self._hover = key
             self.tooltip = key.tooltip if key is not None and key.tooltip else None
             self.refresh()
 
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        self._mouse_x = event.x
+        self._set_hover(self._key_at(event.x))
+
     def on_leave(self, event: events.Leave) -> None:
-        if self._hover is not None:
-            self._hover = None
-            self.tooltip = None
+        self._mouse_x = None
+        self._set_hover(None)
+
+    def _scroll_by(self, cells: int, event: events.MouseEvent) -> None:
+        """The wheel scrolls the keys on the left that do not fit into view, as Footer's does (by
+        the app's scroll_sensitivity_x a notch): else a narrow terminal (or a long translation)
+        left the last keys out of the mouse's reach."""
+        most = self._layout(self.size.width)[2]
+        scroll = max(0, min(min(self._scroll, most) + cells, most))
+        if scroll != self._scroll:
+            self._scroll = scroll
+            self._spans = self._layout(self.size.width)[0]
+            if self._mouse_x is not None:
+                self._set_hover(self._key_at(self._mouse_x))
             self.refresh()
+            event.stop()
+            event.prevent_default()
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self._scroll_by(int(self.app.scroll_sensitivity_x), event)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self._scroll_by(-int(self.app.scroll_sensitivity_x), event)
 
     def on_mouse_down(self, event: events.MouseDown) -> None:
         key = self._key_at(event.x)
