@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from rich.cells import cell_len
 from rich.segment import Segment
 from textual import events
 from textual.app import App, ComposeResult
@@ -208,7 +209,7 @@ def test_a_click_after_the_wheel_presses_the_key_shown_there():
                 await pilot._post_mouse_events([events.MouseScrollDown], offset=(5, 7))
             await pilot.pause()
             line = footer.render_line(0).text
-            await pilot.click(offset=(line.index("Sort"), 7))
+            await pilot.click(offset=(cell_len(line[:line.index("Sort")]), 7))  # (帮助: 2 cells a character)
             await pilot.pause()
             assert app.done == ["sort"]
 
