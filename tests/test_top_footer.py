@@ -242,3 +242,47 @@ def test_the_key_that_comes_under_the_resting_mouse_is_highlighted():
     mouse is highlighted, as Footer's new key widget under it is."""
     ours = _hovered_before_and_after_an_input(KeysFooter)
     assert ours == _hovered_before_and_after_an_input(Footer)
+
+
+def _scrolled_then_fewer_keys_then_back(footer: type) -> list[list[tuple[str, str]]]:
+    """The keys line at 44 columns: scrolled to its end, then an Input takes the printable keys
+    (they fit), then it goes: and the same with the terminal made wide and narrow again."""
+    app = Keys(footer)
+
+    async def main() -> list[list[tuple[str, str]]]:
+        async with app.run_test(size=(44, 8)) as pilot:
+            from textual.widgets import Input
+
+            lines = []
+            for step in ("input", "wide"):
+                for _ in range(3):
+                    await pilot.pause()
+                for _ in range(6):
+                    await pilot._post_mouse_events([events.MouseScrollDown], offset=(5, 7))
+                await pilot.wait_for_scheduled_animations()
+                if step == "input":
+                    await app.mount(Input(), before=app.query_one(footer))
+                    app.query_one(Input).focus()
+                    for _ in range(3):
+                        await pilot.pause()
+                    await app.query_one(Input).remove()
+                else:
+                    await pilot.resize_terminal(120, 8)
+                    for _ in range(3):
+                        await pilot.pause()
+                    await pilot.resize_terminal(44, 8)
+                for _ in range(3):
+                    await pilot.pause()
+                lines.append(_bottom_line(app))
+            return lines
+
+    return asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_the_keys_scroll_back_when_they_fit_as_footers_do():
+    """Footer's scroll is clamped while the keys fit (fewer keys, a wider terminal): when the
+    keys come back, they start from the first again."""
+    ours = _scrolled_then_fewer_keys_then_back(KeysFooter)
+    assert ours == _scrolled_then_fewer_keys_then_back(Footer)
+    assert all("Quit" in "".join(t for t, __ in line) for line in ours)

@@ -210,7 +210,8 @@ class KeysFooter(Widget, can_focus=False):
         line: list[Segment] = []
         for key in self._keys:
             line += self._key_segments(key, compact=False)
-        scroll = min(self._scroll, most)
+        # kept as drawn: keys fewer or a line wider brought it back, as Footer's scroll_x is clamped
+        scroll = self._scroll = min(self._scroll, most)
         left = Strip(line).crop(scroll, scroll + room) if scroll else Strip(line)
         line = Segment.adjust_line_length(list(left), room, blank)
         right = self._right_segments()
