@@ -778,3 +778,18 @@ def in_demo_view(check, size: tuple[int, int] = (120, 40), **app_args) -> None:
         asyncio.run(main())
     finally:
         machine.close()
+
+
+async def click_after_the_wheel(pilot, footer, notches: int, word: str, x: int, y: int) -> None:
+    """Turn the wheel down `notches` times over the keys line (at x, y), then click the first cell
+    of `word` as the line now shows it (cells, not characters: CJK takes two)."""
+    from rich.cells import cell_len
+    from textual import events
+
+    for _ in range(notches):
+        await pilot._post_mouse_events([events.MouseScrollDown], offset=(x, y))
+    await pilot.pause()
+    line = footer.render_line(0).text
+    assert word in line, line
+    await pilot.click(offset=(cell_len(line[:line.index(word)]), y))
+    await pilot.pause()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from rich.cells import cell_len
+from helpers import click_after_the_wheel
 from rich.segment import Segment
 from textual import events
 from textual.app import App, ComposeResult
@@ -205,12 +205,7 @@ def test_a_click_after_the_wheel_presses_the_key_shown_there():
             await pilot.pause()
             footer = app.query_one(KeysFooter)
             assert "Sort" not in footer.render_line(0).text
-            for _ in range(6):
-                await pilot._post_mouse_events([events.MouseScrollDown], offset=(5, 7))
-            await pilot.pause()
-            line = footer.render_line(0).text
-            await pilot.click(offset=(cell_len(line[:line.index("Sort")]), 7))  # (帮助: 2 cells a character)
-            await pilot.pause()
+            await click_after_the_wheel(pilot, footer, 6, "Sort", 5, 7)
             assert app.done == ["sort"]
 
     asyncio.run(main())

@@ -4,14 +4,9 @@ them that the widgets they replaced allowed. Each test failed on the widgets as 
 
 from __future__ import annotations
 
-import asyncio
-
-from rich.cells import cell_len
-from textual import events
+from helpers import click_after_the_wheel, in_demo_view
 
 from vramkit import i18n
-from vramkit.machine import open_machine
-from vramkit.tui.app import TopApp
 from vramkit.tui.bindings import KeysFooter
 
 
@@ -21,24 +16,12 @@ def test_in_chinese_at_80_columns_the_wheel_brings_the_range_key_into_reach(sim_
     keys line must too, or the mouse cannot reach it."""
     monkeypatch.setenv("VRAM_LANG", "zh_CN")
     i18n.reset()
-    machine = open_machine("demo")
-    app = TopApp(machine.snapshot, interval=3600)
 
-    async def main() -> None:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            footer = app.query_one(KeysFooter)
-            assert "范围" not in footer.render_line(0).text
-            for _ in range(5):
-                await pilot._post_mouse_events([events.MouseScrollDown], offset=(10, 23))
-            line = footer.render_line(0).text
-            assert "范围" in line
-            shown = app.charts.shown
-            await pilot.click(offset=(cell_len(line[:line.index("范围")]), 23))
-            await pilot.pause()
-            assert app.charts.shown is not shown
+    async def check(app, pilot) -> None:
+        footer = app.query_one(KeysFooter)
+        assert "范围" not in footer.render_line(0).text
+        shown = app.charts.shown
+        await click_after_the_wheel(pilot, footer, 5, "范围", 10, 23)
+        assert app.charts.shown is not shown
 
-    try:
-        asyncio.run(main())
-    finally:
-        machine.close()
+    in_demo_view(check, (80, 24))
