@@ -10,12 +10,14 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-fast test-user test-zh lint bench clean install i18n compiled
 
-# The tests run in parallel (pytest-xdist), one worker per core and one more: a worker waiting on a
-# server, a browser, a terminal or a timeout leaves its core to the extra one (on 2 cores the whole
-# suite took 665 s with 2 workers, 463 s with 3). Tests that must not run at the same time as each
-# other share an xdist_group (tests/conftest.py), which loadgroup keeps on one worker. `make test
-# XDIST=` runs them one at a time, in this process.
-WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+# The tests run in parallel (pytest-xdist), one worker per core and two more: a worker waiting on a
+# server, a browser, a terminal or a timeout leaves its core to an extra one. On 2 cores the whole
+# suite took 665 s with 2 workers and 463 s with 3; later, one session, one tree: 366 s with 3,
+# 314 s with 4, 313 s with 5, for about the same CPU time (9m10-9m30 user+sys; with 3 workers the
+# cores stood idle a quarter of the time). Tests that must not run at the same time as each other
+# share an xdist_group (tests/conftest.py), which loadgroup keeps on one worker. `make test XDIST=`
+# runs them one at a time, in this process.
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 2 )))
 XDIST ?= -n $(WORKERS) --dist loadgroup
 
 # The suite starts vram thousands of times, each a new Python: with vramkit's modules compiled (.pyc) a
