@@ -142,6 +142,19 @@ def test_what_sqlite_makes_itself_is_read_and_the_refusal_is_translated(recorded
     assert sample_count(recorded) == SAMPLES + 2
 
 
+@pytest.mark.parametrize("swap, word", [("trigger", "触发器"), ("expression_index", "索引"),
+                                        ("extra_table", "表"), ("view_of_no_function", "视图")])
+def test_the_refusal_names_the_kind_of_object_in_the_readers_language(recorded, swap, word):
+    """The object's kind is a word of the message, translated as the rest is: on a27aa13 a Chinese
+    reader was told "（损坏：trigger 'spy' 不是 vram 创建的对象）", SQLite's own English word."""
+    sql, name = SWAPS[swap]
+    run_sql(recorded, sql)
+    line = assert_one_line_error(run_vram(*LIFE, "--db", str(recorded), env=clean_env(VRAM_LANG="zh_CN"),
+                                          timeout=HANG_GUARD), 2, str(recorded), repr(name))
+    assert f"{word} {name!r} 不是 vram 创建的对象" in line, line
+    assert not any(kind in line for kind in ("table", "view", "index", "trigger")), line
+
+
 def test_a_schema_swapped_after_a_reader_opened_the_file_is_refused_in_its_read(recorded):
     """The file's owner swaps samples for a view that counts rows twice after a reader opened (and
     checked) it: the reader's next read transaction checks the schema again as its first read (so

@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import RequestError, VramkitError
-from ..i18n import N_, _
+from ..i18n import N_, _, pgettext
 from ..procs import flock_holders, uid_of
 from .paths import default_path, live_path, reader_path
 
@@ -867,6 +867,14 @@ def _same(rows: list[tuple[object, ...]], expected: frozenset[tuple[object, ...]
     return expected is not None and len(rows) == len(expected) and expected == set(rows)
 
 
+def _object_kind(kind: object) -> object:
+    """SQLite's word for a schema object (sqlite_schema's `type`), in the reader's language: the
+    file's own text when it is none of SQLite's four (a file edited by hand)."""
+    words = {"table": pgettext("database object", "table"), "view": pgettext("database object", "view"),
+             "index": pgettext("database object", "index"), "trigger": pgettext("database object", "trigger")}
+    return words.get(kind, kind) if isinstance(kind, str) else kind
+
+
 def check_schema(c: sqlite3.Connection, path: Path) -> None:
     """Refuse a file (one line naming the object, exit 2) whose sqlite_schema is not, object for
     object and word for word, what vram's migrations made at its version: another user's file
@@ -902,6 +910,7 @@ def check_schema(c: sqlite3.Connection, path: Path) -> None:
         problem, (kind, name) = _("{kind} {name} is not as vram makes it"), changed[0]
     else:
         problem, (kind, name) = _("{kind} {name} is missing"), missing[0]
+    kind = _object_kind(kind)
     raise StoreError(_("{path} is not a readable vram history database (corrupt: {problem})").format(
         path=path, problem=problem.format(kind=str(kind)[:20], name=repr(str(name)[:40]))), param="db")
 
