@@ -103,3 +103,23 @@ def test_the_help_screen_fits_without_wrapping_a_line_of_keys(sim_env, size):
         asyncio.run(main())
     finally:
         machine.close()
+
+
+@pytest.mark.parametrize("size", [(60, 15), (80, 16), (120, 12)])
+def test_each_gpu_line_fits_beside_the_gpu_areas_scrollbar(size):
+    """A terminal too short for every GPU's line gives the GPU area a scrollbar (or the screen one):
+    the lines are cut to the width left beside it, one line a GPU. On a27aa13 they were cut to the
+    whole width and Textual wrapped the last words of each (at 60x15: '352W' alone on the line below
+    GPU 0's; at 120x12 '352/400W')."""
+    from helpers import in_demo_view
+
+    async def check(app, pilot):
+        area, gpus = app.query_one("#gpu-area"), app.query_one("#gpus")
+        # too short for the demo's 8 GPUs and the rest: the area or the whole screen scrolls
+        assert area.show_vertical_scrollbar or app.screen.show_vertical_scrollbar
+        lines = gpus.render_lines(gpus.region.reset_offset)
+        texts = ["".join(s.text for s in line).rstrip() for line in lines]
+        assert len(texts) == len(app.snap.gpus) and all(t.lstrip().split(" ", 1)[0].isdigit() for t in texts), texts
+        assert all(t.endswith("W") for t in texts), texts  # each with its power draw, the line's last word
+
+    in_demo_view(check, size=size)

@@ -157,6 +157,13 @@ class GpuArea(VerticalScroll):
 
     BLANK = True
 
+    def __init__(self, on_resize: Callable[[], None], id: str) -> None:
+        super().__init__(id=id)
+        self._on_resize = on_resize  # the GPU lines drawn again for their new room
+
+    def on_resize(self) -> None:
+        self._on_resize()
+
 
 class TopApp(App[None]):
     TITLE = "vram top"
@@ -277,7 +284,7 @@ class TopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
-        with GpuArea(id="gpu-area"):
+        with GpuArea(self._draw, id="gpu-area"):
             yield Static("", id="gpus")
         yield Static("", id="users")
         yield Static("", id="alerts")
@@ -288,6 +295,8 @@ class TopApp(App[None]):
 
     async def on_mount(self) -> None:
         self._setup_columns()
+        area = self.query_one("#gpu-area", GpuArea)
+        self.watch(area, "show_vertical_scrollbar", lambda _shown: self._draw(), init=False)
         self.query_one("#procs", ProcTable).focus()
         if self.history_db is not None:
             self.run_worker(self._read_history(), exclusive=True, group="history")
@@ -501,9 +510,16 @@ class TopApp(App[None]):
         alerting = {a.gpu for a in self.alerts if a.severity == "critical"}
         chart = self.charts.shown
         names = name_cells(snap.gpus)
-        extras, taken = extras_fit(snap.gpus, width)  # fan, video engines: where and as vram status shows them
+        # The lines' room as laid out: less than the screen's beside the GPU area's scrollbar (more
+        # GPUs than its 60% of the height shows) or the screen's own, where a line as wide as the
+        # screen would wrap. Redrawn when it changes (GpuArea, on_mount); the screen's width before the
+        # first layout.
+        area = self.query_one("#gpu-area", GpuArea)
+        gpu_width = width if not area.size.width else (
+            area.size.width - 2 - (area.scrollbar_size_vertical if area.show_vertical_scrollbar else 0))
+        extras, taken = extras_fit(snap.gpus, gpu_width)  # fan, video engines: where and as vram status shows them
         panels = [gpu_panel(g, functools.partial(chart.peaks, g.index, snap.time, total=g.memory_total), snap.time,
-                            width, two_lines, chart.span, g.index in alerting, names, self.look,
+                            gpu_width, two_lines, chart.span, g.index in alerting, names, self.look,
                             g.index in self.health_flags, pad(extras.get(g.index, ""), taken)) for g in snap.gpus]
         if not panels:
             panels = [Text(_("no GPUs"), style="dim")]
