@@ -123,3 +123,23 @@ def test_each_gpu_line_fits_beside_the_gpu_areas_scrollbar(size):
         assert all(t.endswith("W") for t in texts), texts  # each with its power draw, the line's last word
 
     in_demo_view(check, size=size)
+
+
+@pytest.mark.parametrize("size", [(60, 15), (70, 16), (80, 12), (100, 14)])
+def test_a_short_terminal_keeps_the_table_and_scrolls_the_gpus_not_the_screen(size):
+    """Too short for the demo's 8 GPU lines, the banner, the alerts and the table: the GPU area
+    gives up lines (and scrolls) so that the table keeps its header and two rows, and the screen
+    itself does not scroll. On a27aa13 at 60x15 the GPU area kept its 60% of the height, the table
+    was below the screen's bottom (not one row of it seen) and the whole screen scrolled, banner too."""
+    from helpers import in_demo_view
+
+    async def check(app, pilot):
+        await pilot.pause()  # the area fitted after the first frame is laid out
+        table, area = app.query_one("#procs"), app.query_one("#gpu-area")
+        assert not app.screen.show_vertical_scrollbar
+        assert area.show_vertical_scrollbar and area.size.height >= 1
+        under = table.scrollbar_size_horizontal if table.show_horizontal_scrollbar else 0
+        assert table.size.height - under >= 3, (table.size, under)  # the header and two rows
+        assert table.region.bottom <= app.screen.region.height - 1  # above the keys line
+
+    in_demo_view(check, size=size)

@@ -150,6 +150,9 @@ _SYSTEM_WORDS = frozenset((
     N_("Screenshot"), N_("Save an SVG 'screenshot' of the current screen")))
 
 
+TABLE_MIN_ROWS = 2  # the process table's rows kept on a short terminal, under its header (_fit_gpu_area)
+
+
 class GpuArea(VerticalScroll):
     """The GPU panels' scrolling area. BLANK, as Textual's screen below (compositor.TopScreen): its
     own lines lie under its panels, and Textual draws a blank widget as one shared blank line,
@@ -271,6 +274,7 @@ class TopApp(App[None]):
         self._rows: list[R.Row] = []  # every row of the view, in its order (the table builds those drawn)
         self._counts = (0, 0)  # the snapshot's processes, and the rows of them the view shows
         self._texts: dict[str, Text] = {}  # what each Static shows (_show)
+        self._gpu_area_cap: int | str = "60%"  # the GPU area's max-height (CSS), as _fit_gpu_area set it
         self._headers, self._widths = R.headers()  # the columns' headers and widths, in the reader's language
         self._flag_words = fmt.flag_words()  # the FLAGS column's words, in the reader's language
         self._detail: weakref.ref[DetailScreen] | None = None  # the detail screen opened last
@@ -529,6 +533,22 @@ class TopApp(App[None]):
         alerts = self.alerts + self._health_alerts(snap.gpus)
         self._show("#alerts", alerts_text(alerts, width, max_alerts, self.look))
         self._draw_viewline()
+        self.call_after_refresh(self._fit_gpu_area)  # once the lines drawn are laid out
+
+    def _fit_gpu_area(self) -> None:
+        """The GPU area's height: at most 60% of the screen, and less on a terminal too short for it
+        and the rest, so that the table keeps its header and TABLE_MIN_ROWS rows and the GPU area
+        scrolls, not the whole screen (at 60x15 the table was off the screen, the banner scrolled)."""
+        area = self.query_one("#gpu-area", GpuArea)
+        others = sum(w.outer_size.height for w in area.screen.children  # the view's, under a detail screen too
+                     if w.display and w is not area and w.id != "procs")
+        table = self.query_one("#procs", ProcTable)
+        under = table.scrollbar_size_horizontal if table.show_horizontal_scrollbar else 0  # columns wider than it
+        room = self.size.height - others - 1 - TABLE_MIN_ROWS - under
+        cap: int | str = "60%" if room >= self.size.height * 3 // 5 else max(1, room)
+        if cap != self._gpu_area_cap:
+            self._gpu_area_cap = cap
+            area.styles.max_height = cap
 
     def _fill_table(self, selected: str | None = None) -> None:
         """The rows in the view's order, as data; the table builds the ones it draws. The cursor
