@@ -143,3 +143,24 @@ def test_a_short_terminal_keeps_the_table_and_scrolls_the_gpus_not_the_screen(si
         assert table.region.bottom <= app.screen.region.height - 1  # above the keys line
 
     in_demo_view(check, size=size)
+
+
+def test_the_search_prompt_takes_its_lines_from_the_gpus_on_a_short_terminal():
+    """The prompt's three lines come from the GPU area, not from the table, and go back to it."""
+    from helpers import in_demo_view
+
+    async def check(app, pilot):
+        await pilot.pause()
+        table, area = app.query_one("#procs"), app.query_one("#gpu-area")
+        rows, gpu_lines = table.size.height, area.size.height
+        await pilot.press("slash")
+        await pilot.pause()
+        await pilot.pause()
+        assert table.size.height == rows and area.size.height == gpu_lines - 3, (table.size, area.size)
+        assert not app.screen.show_vertical_scrollbar
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.pause()
+        assert (table.size.height, area.size.height) == (rows, gpu_lines)
+
+    in_demo_view(check, size=(80, 18))

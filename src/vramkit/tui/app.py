@@ -715,10 +715,12 @@ class TopApp(App[None]):
                         "gpu": ",".join(map(str, sorted(self.view.gpus)))}[mode]
         prompt.add_class("shown")
         prompt.focus()
+        self.call_after_refresh(self._fit_gpu_area)  # three lines fewer for the rest
 
     def _hide_prompt(self) -> None:
         if self._prompt is not None:
             self._prompt.remove_class("shown")
+            self.call_after_refresh(self._fit_gpu_area)
         self._prompt_mode = None
         self.query_one("#procs", ProcTable).focus()
 
