@@ -164,3 +164,22 @@ def test_the_search_prompt_takes_its_lines_from_the_gpus_on_a_short_terminal():
         assert (table.size.height, area.size.height) == (rows, gpu_lines)
 
     in_demo_view(check, size=(80, 18))
+
+
+@pytest.mark.parametrize("size", [(60, 30), (62, 30), (62, 20)])
+def test_the_gpu_lines_keep_their_histories_where_they_fit(size):
+    """The one-line panel leaves out its histories only where they do not fit. On c7b9408 it left
+    them out from an estimate of the room: at 60 to 62 columns with no scrollbar (60x30, the demo's
+    8 GPUs) the lines lost the two-cell histories a27aa13 showed there, and at 62x20 beside the
+    area's scrollbar, where they fit too."""
+    from helpers import in_demo_view
+
+    async def check(app, pilot):
+        gpus = app.query_one("#gpus")
+        lines = gpus.render_lines(gpus.region.reset_offset)
+        texts = ["".join(s.text for s in line).rstrip() for line in lines]
+        assert len(texts) == len(app.snap.gpus) and all(t.endswith("W") for t in texts), texts
+        # the memory history between the memory share and "util" (one space between them without it)
+        assert all(" util " in t and not t.split(" util ")[0].endswith("%") for t in texts), texts
+
+    in_demo_view(check, size=size)

@@ -126,17 +126,16 @@ def _gpu_lines(dev: Device, samples: History, now: float, width: int, two_lines:
     room = max(12, width - fixed)
     name_w = min(wanted, max(5, room // 4))
     bar_w = max(3, min(20, (room - name_w) // 3))
-    spark_w = (room - name_w - bar_w - 2) // 2
-    if spark_w < 2:  # too narrow for the histories (beside a scrollbar at 60 columns): the power draw stays
-        line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color),
-                             f" {util_word} {fmt.pct(util):>4}", tail)
-        line.truncate(width)
-        return line
+    spark_w = max(2, (room - name_w - bar_w - 2) // 2)
     mem_history, util_history = history(spark_w)
     line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color), " ",
                          (spark(mem_history, 0, 1), color or look.palette.ok),
                          f" {util_word} {fmt.pct(util):>4} ", (spark(util_history, 0, 1), util_color),
                          tail)
+    if line.cell_len > width:  # too narrow for the histories (beside a scrollbar at 60 columns): the power draw
+        # stays. Measured, not estimated from `room`: 2-cell histories fit 58 to 60 columns (62 in Chinese).
+        line = Text.assemble(index, pad(fit(name, name_w), name_w) + " ", bar(frac, bar_w, color), (mem_text, color),
+                             f" {util_word} {fmt.pct(util):>4}", tail)
     line.truncate(width)
     return line
 
