@@ -183,3 +183,61 @@ def test_the_gpu_lines_keep_their_histories_where_they_fit(size):
         assert all(" util " in t and not t.split(" util ")[0].endswith("%") for t in texts), texts
 
     in_demo_view(check, size=size)
+
+
+def _sixteen_gpus(write_scenario):
+    data = minimal_scenario()
+    data["gpus"] = [{"uuid": f"GPU-00000000-0000-4000-8000-0000000000{i:02d}", "name": "NVIDIA H100 80GB HBM3",
+                     "pci_bus_id": f"00000000:{16 + i:02X}:00.0", "memory_total": "80GiB", "utilization": 5 * i}
+                    for i in range(16)]
+    data["processes"] = [{"pid": 100 + i, "user": "ann", "command": f"python train.py --rank {i}",
+                          "gpus": {str(i): "10GiB"}} for i in range(16)]
+    return write_scenario(data)
+
+
+def _layout(app) -> dict:
+    parts = {name: app.query_one(f"#{name}").size for name in ("banner", "gpu-area", "gpus", "users", "alerts",
+                                                                "procs")}
+    return {**parts, "screen scrolls": app.screen.show_vertical_scrollbar,
+            "banner lines": app.query_one("#banner").content.plain.count("\n") + 1}
+
+
+@pytest.mark.parametrize("scenario, language, sizes", [
+    ("demo", "en", [(100, 30), (60, 15), (120, 40)]),
+    ("demo", "en", [(120, 40), (60, 15)]),
+    ("demo", "zh_CN", [(50, 14), (40, 12), (80, 10)]),
+    ("sixteen", "en", [(100, 30), (200, 55)]),
+    ("sixteen", "en", [(200, 55), (80, 24), (120, 52)]),
+], ids=["demo-shrink-grow", "demo-shrink", "demo-zh-tiny", "sixteen-grow", "sixteen-shrink-grow"])
+def test_after_resizes_the_view_is_laid_out_as_a_fresh_start_at_that_size(sim_env, write_scenario, monkeypatch,
+                                                                           scenario, language, sizes):
+    """Every part of the view, resized a few times, as a view started at the last size: the same
+    heights and widths, the screen scrolling or not alike. Textual drops the layout a text asks for
+    while a resize's layout is under way: on 68f0dbd the banner kept a blank third line after
+    100x30 -> 200x55 (16 GPUs), and at 80x10 after 50x14 and 40x12 (zh_CN) a fourth, which made
+    the whole screen scroll."""
+    from vramkit import i18n
+
+    monkeypatch.setenv("VRAM_LANG", language)
+    i18n.reset()
+    path = "demo" if scenario == "demo" else str(_sixteen_gpus(write_scenario))
+
+    def view(steps):
+        machine = open_machine(path)
+        app = TopApp(machine.snapshot, interval=3600)
+
+        async def main():
+            async with app.run_test(size=steps[0]) as pilot:
+                await pilot.pause()
+                for size in steps[1:]:
+                    await pilot.resize_terminal(*size)
+                    await pilot.pause()
+                    await pilot.pause()
+                await pilot.pause()
+                return _layout(app)
+        try:
+            return asyncio.run(main())
+        finally:
+            machine.close()
+
+    assert view(sizes) == view(sizes[-1:])

@@ -43,7 +43,7 @@ from ..render import fmt
 from ..render.banner import banner
 from ..render.status_view import extras_fit
 from ..render.style import Style
-from ..render.text_width import pad
+from ..render.text_width import cells, pad
 from ..units import parse_gpu_list
 from . import rows as R
 from .bindings import KeysFooter, key_display, quiet_key_names, translate
@@ -148,6 +148,12 @@ _SYSTEM_WORDS = frozenset((
     N_("Minimize"), N_("Minimize the widget and restore to normal size"),
     N_("Maximize"), N_("Maximize the focused widget"),
     N_("Screenshot"), N_("Save an SVG 'screenshot' of the current screen")))
+
+
+def _shape(plain: str) -> tuple[int, int]:
+    """A text's lines and its widest line's cells: what its height in a Static depends on."""
+    lines = plain.split("\n")
+    return len(lines), max(map(cells, lines))
 
 
 TABLE_MIN_ROWS = 2  # the process table's rows kept on a short terminal, under its header (_fit_gpu_area)
@@ -288,7 +294,7 @@ class TopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
-        with GpuArea(self._draw, id="gpu-area"):
+        with GpuArea(self._draw_after_layout, id="gpu-area"):
             yield Static("", id="gpus")
         yield Static("", id="users")
         yield Static("", id="alerts")
@@ -300,7 +306,7 @@ class TopApp(App[None]):
     async def on_mount(self) -> None:
         self._setup_columns()
         area = self.query_one("#gpu-area", GpuArea)
-        self.watch(area, "show_vertical_scrollbar", lambda _shown: self._draw(), init=False)
+        self.watch(area, "show_vertical_scrollbar", self._draw_after_layout, init=False)
         self.query_one("#procs", ProcTable).focus()
         if self.history_db is not None:
             self.run_worker(self._read_history(), exclusive=True, group="history")
@@ -516,7 +522,7 @@ class TopApp(App[None]):
         names = name_cells(snap.gpus)
         # The lines' room as laid out: less than the screen's beside the GPU area's scrollbar (more
         # GPUs than its 60% of the height shows) or the screen's own, where a line as wide as the
-        # screen would wrap. Redrawn when it changes (GpuArea, on_mount); the screen's width before the
+        # screen would wrap. Redrawn when it changes (_draw_after_layout); the screen's width before the
         # first layout.
         area = self.query_one("#gpu-area", GpuArea)
         gpu_width = width if not area.size.width else (
@@ -534,6 +540,12 @@ class TopApp(App[None]):
         self._show("#alerts", alerts_text(alerts, width, max_alerts, self.look))
         self._draw_viewline()
         self.call_after_refresh(self._fit_gpu_area)  # once the lines drawn are laid out
+
+    def _draw_after_layout(self, _shown: bool = False) -> None:
+        """_draw once the layout under way is done, for the GPU area resized or its scrollbar come
+        or gone (both while Textual lays it out): a text drawn meanwhile asks for a layout Textual
+        then drops (the banner kept a blank third line after 100x30 -> 200x55)."""
+        self.call_after_refresh(self._draw)
 
     def _fit_gpu_area(self) -> None:
         """The GPU area's height: at most 60% of the screen, and less on a terminal too short for it
@@ -591,13 +603,15 @@ class TopApp(App[None]):
 
     def _show(self, selector: str, text: Text) -> None:
         """Put text in a Static, unless it already shows it; the layout is redone only when the
-        number of lines changes (each text is cut to the width, so only lines change heights)."""
+        number of lines or the widest line's cells change: a line wider than the Static wraps (the
+        banner's do; a GPU line cut to a room since found narrower did), so either may change its
+        height. Kept at a wrapped height, the banner and GPU lines held blank lines after resizes."""
         text = self.look.text(text)
         old = self._texts.get(selector)
         if old is not None and old == text and old.style == text.style:
             return
-        lines = text.plain.count("\n")
-        self.query_one(selector, Static).update(text, layout=old is None or old.plain.count("\n") != lines)
+        shape = _shape(text.plain)
+        self.query_one(selector, Static).update(text, layout=old is None or _shape(old.plain) != shape)
         self._texts[selector] = text
 
     def _cell_text(self, column: str, value: str) -> Text:
