@@ -280,6 +280,7 @@ class TopApp(App[None]):
         self._rows: list[R.Row] = []  # every row of the view, in its order (the table builds those drawn)
         self._counts = (0, 0)  # the snapshot's processes, and the rows of them the view shows
         self._texts: dict[str, Text] = {}  # what each Static shows (_show)
+        self._shapes: dict[str, tuple[int, int]] = {}  # and its _shape, measured once a text
         self._gpu_area_cap: int | str = "60%"  # the GPU area's max-height (CSS), as _fit_gpu_area set it
         self._headers, self._widths = R.headers()  # the columns' headers and widths, in the reader's language
         self._flag_words = fmt.flag_words()  # the FLAGS column's words, in the reader's language
@@ -611,8 +612,8 @@ class TopApp(App[None]):
         if old is not None and old == text and old.style == text.style:
             return
         shape = _shape(text.plain)
-        self.query_one(selector, Static).update(text, layout=old is None or _shape(old.plain) != shape)
-        self._texts[selector] = text
+        self.query_one(selector, Static).update(text, layout=self._shapes.get(selector) != shape)
+        self._texts[selector], self._shapes[selector] = text, shape
 
     def _cell_text(self, column: str, value: str) -> Text:
         """A process cell as drawn (the table stores its text already through look.plain: --ascii
