@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Served, assert_one_line_error, clean_env, run_vram
+from helpers import Served, assert_one_line_error, clean_env, run_vram, wait_for
 
 bcrypt = pytest.importorskip("bcrypt", reason="the serve extra (bcrypt) is not installed")
 pytest.importorskip("yaml", reason="the serve extra (pyyaml) is not installed")
@@ -291,6 +291,9 @@ def test_basic_auth_over_http(tmp_path, served):
     assert code == 401 and headers["WWW-Authenticate"].startswith("Basic")
     assert s.get("/metrics", auth=("alice", "wrong"))[0] == 401
     assert s.get("/healthz", auth=("nobody", PASSWORD))[0] == 401
+    # Started without a password, Served could not wait for the first reading (/healthz said 401,
+    # not 503): wait for it here, as alice (a loaded machine read /metrics before it, without GPUs).
+    assert wait_for(lambda: s.get("/healthz", auth=("alice", PASSWORD))[0] == 200, timeout=10)
     code, text, _ = s.get("/metrics", auth=("alice", PASSWORD))
     assert code == 200 and "vram_gpu_memory_used_bytes" in text
     assert s.stop() == 0
