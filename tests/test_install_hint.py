@@ -73,3 +73,30 @@ def test_the_core_needs_only_nvml():
         if extra != "nvml":
             names = {d.split(">")[0].split("<")[0].split("[")[0] for d in extras[extra]}
             assert names == set(packages), extra
+
+
+def test_require_finds_what_importlib_finds_without_importing_importlib_util(monkeypatch, tmp_path):
+    """require() asks sys.meta_path's finders as importlib.util.find_spec does (a finder of an
+    editable install included), without importing importlib.util into vram top."""
+    import importlib.machinery
+
+    from vramkit.errors import RequestError
+
+    class Finder:  # as an editable install's: finds a package outside sys.path
+        @staticmethod
+        def find_spec(name, path, target=None):
+            if name == "only_via_finder":
+                return importlib.machinery.ModuleSpec(name, None)
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    hint.require("only_via_finder", "tui", "vram top")
+    (tmp_path / "on_path_mod.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hint.require("on_path_mod", "tui", "vram top")
+    with pytest.raises(RequestError, match="vram top needs textual"):
+        hint.require("no_such_module_anywhere", "tui", "vram top")
+    out = subprocess.run([sys.executable, "-c", "import sys; from vramkit.install_hint import require; "
+                          "require('json', 'tui', 'x'); print('importlib.util' in sys.modules)"],
+                         capture_output=True, text=True, env=clean_env(), check=True).stdout
+    assert out.strip() == "False"

@@ -329,7 +329,7 @@ def test_a_gpu_whose_health_was_read_unhealthy_is_marked_on_its_panel(sim_env, s
     app = TopApp(machine.snapshot, interval=3600, read_health=lambda snap: machine.read_health(snap, settle=0))
 
     async def body(pilot):
-        gpus = app.query_one("#gpus").render().plain.splitlines()
+        gpus = app.query_one("#gpus").content.plain.splitlines()
         assert not any(line[2:3] == "!" for line in gpus)  # nothing is said before health was read
         keys = [r["pid"] for r in _rows(app)]
         await pilot.press(*["down"] * keys.index("91002"), "enter")  # judy's eval on GPU 2
@@ -339,10 +339,10 @@ def test_a_gpu_whose_health_was_read_unhealthy_is_marked_on_its_panel(sim_env, s
             await pilot.pause(0.05)
         await pilot.press("escape")
         await pilot.pause()
-        panels = app.query_one("#gpus").render().plain.splitlines()
+        panels = app.query_one("#gpus").content.plain.splitlines()
         assert [line[:3] for line in panels if line[:2].strip().isdigit()] == [" 0 ", " 1 ", " 2!", " 3 "]
         assert all(len(line) <= size[0] for line in panels)
-        alerts = app.query_one("#alerts").render().plain
+        alerts = app.query_one("#alerts").content.plain
         assert "GPU 2 health: uncorrected ECC errors, row remap pending (read " in alerts
     try:
         _run(app, body, size=size)

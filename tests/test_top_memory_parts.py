@@ -204,3 +204,27 @@ def test_a_refresh_of_the_table_leaves_no_garbage_in_reference_cycles(sim_env):
         assert found == 0, found  # 1,888 objects with an LRUCache (dropped on each show())
 
     in_demo_view(check, read_host=None)
+
+
+def test_the_lines_above_the_table_hold_no_offset_styles(sim_env):
+    """The banner, GPU panels, users, alerts and view line are drawn as rich draws their Text: a
+    Static gives each segment of each line a style of its own with its offset (Textual's text
+    selection), ~0.3 MiB at 8 x 500. The same Text in a Static does, so the check can tell."""
+    from textual.widgets import Static
+
+    def offsets(widget) -> int:
+        strips = widget.render_lines(widget.region.reset_offset)
+        return sum(1 for strip in strips for seg in strip if seg.style is not None and "offset" in seg.style.meta)
+
+    async def check(app, pilot):
+        gpus = app.query_one("#gpus")
+        assert gpus.region.height >= 8 and "A100" in gpus.content.plain
+        for selector in ("#banner", "#gpus", "#users", "#alerts", "#viewline"):
+            widget = app.query_one(selector)
+            assert not widget.allow_select and offsets(widget) == 0, selector
+        static = Static(gpus.content, id="as-static")
+        await app.mount(static)
+        await pilot.pause()
+        assert offsets(static) > 100  # a Static of the same lines
+
+    in_demo_view(check)

@@ -32,7 +32,7 @@ from textual.command import CommandPalette
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.theme import ThemeProvider
-from textual.widgets import Input, Static
+from textual.widgets import Input
 
 from ..alerts import Alert, History, Thresholds, evaluate
 from ..errors import VramkitError
@@ -48,6 +48,7 @@ from ..units import parse_gpu_list
 from . import rows as R
 from .bindings import KeysFooter, key_display, quiet_key_names, translate
 from .compositor import TopScreen
+from .lines import Lines
 from .look import Look
 from .panels import alerts_text, gpu_panel, host_text, name_cells, users_text
 from .strips import lazy_strip_caches
@@ -294,12 +295,12 @@ class TopApp(App[None]):
         return TopScreen(id="_default")  # Textual's, drawing for a refresh only the widgets under its changes
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="banner")
+        yield Lines(id="banner")
         with GpuArea(self._draw_after_layout, id="gpu-area"):
-            yield Static("", id="gpus")
-        yield Static("", id="users")
-        yield Static("", id="alerts")
-        yield Static("", id="viewline")
+            yield Lines(id="gpus")
+        yield Lines(id="users")
+        yield Lines(id="alerts")
+        yield Lines(id="viewline")
         table = ProcTable(self._cell_text, id="procs")
         yield table
         yield KeysFooter()  # the prompt (an Input) comes before it when first asked for (action_prompt)
@@ -612,7 +613,7 @@ class TopApp(App[None]):
         if old is not None and old == text and old.style == text.style:
             return
         shape = _shape(text.plain)
-        self.query_one(selector, Static).update(text, layout=self._shapes.get(selector) != shape)
+        self.query_one(selector, Lines).update(text, layout=self._shapes.get(selector) != shape)
         self._texts[selector], self._shapes[selector] = text, shape
 
     def _cell_text(self, column: str, value: str) -> Text:
