@@ -311,7 +311,11 @@ class TopApp(App[None]):
         self._setup_columns()
         area = self.query_one("#gpu-area", GpuArea)
         self.watch(area, "show_vertical_scrollbar", self._draw_after_layout, init=False)
-        self.query_one("#procs", ProcTable).focus()
+        table = self.query_one("#procs", ProcTable)
+        # The table's sideways scrollbar takes a line from the GPU area on a short terminal: fitted
+        # again when it comes or goes, which a resize's layout may settle after the fit it asked for
+        self.watch(table, "show_horizontal_scrollbar", self._fit_after_layout, init=False)
+        table.focus()
         if self.history_db is not None:
             self.run_worker(self._read_history(), exclusive=True, group="history")
             try:  # drawn before the first live sample, unless the database keeps us waiting
@@ -550,6 +554,9 @@ class TopApp(App[None]):
         or gone (both while Textual lays it out): a text drawn meanwhile asks for a layout Textual
         then drops (the banner kept a blank third line after 100x30 -> 200x55)."""
         self.call_after_refresh(self._draw)
+
+    def _fit_after_layout(self, _shown: bool = False) -> None:
+        self.call_after_refresh(self._fit_gpu_area)
 
     def _fit_gpu_area(self) -> None:
         """The GPU area's height: at most 60% of the screen, and less on a terminal too short for it
