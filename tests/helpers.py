@@ -780,6 +780,20 @@ def in_demo_view(check, size: tuple[int, int] = (120, 40), **app_args) -> None:
         machine.close()
 
 
+async def settled(pilot, read, most: int = 30):
+    """What read() gives once it gives the same after another pause (at most `most` pauses): on a
+    loaded machine (the suite in parallel) a layout can take more than the pauses a quiet one needs,
+    and a layout under way is not its end. A wrong layout that stays is still seen."""
+    last = read()
+    for _ in range(most):
+        await pilot.pause()
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 async def click_after_the_wheel(pilot, footer, notches: int, word: str, x: int, y: int) -> None:
     """Turn the wheel down `notches` times over the keys line (at x, y), then click the first cell
     of `word` as the line now shows it (cells, not characters: CJK takes two)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import minimal_scenario
+from helpers import minimal_scenario, settled
 
 from vramkit.machine import open_machine
 from vramkit.render.text_width import cells
@@ -153,21 +153,18 @@ def test_the_gpu_area_is_fitted_again_when_the_tables_sideways_scrollbar_comes_o
     from helpers import in_demo_view
 
     async def check(app, pilot):
-        await pilot.pause()
         table, area = app.query_one("#procs"), app.query_one("#gpu-area")
+
+        def shown():
+            return table.show_horizontal_scrollbar, area.size.height, app.screen.show_vertical_scrollbar
+
         wide = [(c.key.value, c.label, c.width) for c in table.columns]
-        assert table.show_horizontal_scrollbar
-        lines = area.size.height
+        scrollbar, lines, screen_scrolls = await settled(pilot, shown)
+        assert scrollbar and lines == 2 and not screen_scrolls
         table.set_columns((key, label, 1) for key, label, __ in wide)  # narrow enough: no scrollbar
-        for _ in range(3):
-            await pilot.pause()
-        assert not table.show_horizontal_scrollbar
-        assert area.size.height == lines + 1, (area.size, lines)  # the scrollbar's line back
+        assert await settled(pilot, shown) == (False, lines + 1, False)  # the scrollbar's line back
         table.set_columns(wide)
-        for _ in range(3):
-            await pilot.pause()
-        assert table.show_horizontal_scrollbar and area.size.height == lines
-        assert not app.screen.show_vertical_scrollbar
+        assert await settled(pilot, shown) == (True, lines, False)
 
     in_demo_view(check, size=(60, 15))
 
@@ -257,12 +254,10 @@ def test_after_resizes_the_view_is_laid_out_as_a_fresh_start_at_that_size(sim_en
 
         async def main():
             async with app.run_test(size=steps[0]) as pilot:
-                await pilot.pause()
+                await settled(pilot, lambda: _layout(app))
                 for size in steps[1:]:
                     await pilot.resize_terminal(*size)
-                    await pilot.pause()
-                    await pilot.pause()
-                await pilot.pause()
+                    await settled(pilot, lambda: _layout(app))
                 return _layout(app)
         try:
             return asyncio.run(main())
