@@ -780,18 +780,18 @@ def in_demo_view(check, size: tuple[int, int] = (120, 40), **app_args) -> None:
         machine.close()
 
 
-async def settled(pilot, read, most: int = 30):
-    """What read() gives once it gives the same after another pause (at most `most` pauses): on a
-    loaded machine (the suite in parallel) a layout can take more than the pauses a quiet one needs,
-    and a layout under way is not its end. A wrong layout that stays is still seen."""
-    last = read()
+async def settled(pilot, read, most: int = 40, wait: float = 0.05):
+    """What read() gives once it gives the same three times, `wait` seconds apart (at most `most`
+    pauses): on a loaded machine (the suite in parallel) a layout can take more than the pauses a
+    quiet one needs, a fit asked for after the next refresh comes a refresh later, and a layout
+    under way is not its end. A wrong layout that stays is still seen."""
+    seen = [read()]
     for _ in range(most):
-        await pilot.pause()
-        now = read()
-        if now == last:
-            return now
-        last = now
-    return last
+        await pilot.pause(wait)
+        seen.append(read())
+        if len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]:
+            break
+    return seen[-1]
 
 
 async def click_after_the_wheel(pilot, footer, notches: int, word: str, x: int, y: int) -> None:

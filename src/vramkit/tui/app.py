@@ -297,12 +297,14 @@ class TopApp(App[None]):
         return TopScreen(id="_default")  # Textual's, drawing for a refresh only the widgets under its changes
 
     def compose(self) -> ComposeResult:
-        yield Lines(id="banner")
+        # The GPU area's height depends on the heights of the lines around it (_fit_gpu_area): fitted
+        # again when a layout changes one of them, which may come after the fit a redraw asked for
+        yield Lines(id="banner", resized=self._fit_after_layout)
         with GpuArea(self._draw_after_layout, id="gpu-area"):
             yield Lines(id="gpus")
-        yield Lines(id="users")
-        yield Lines(id="alerts")
-        yield Lines(id="viewline")
+        yield Lines(id="users", resized=self._fit_after_layout)
+        yield Lines(id="alerts", resized=self._fit_after_layout)
+        yield Lines(id="viewline", resized=self._fit_after_layout)
         table = ProcTable(self._cell_text, id="procs")
         yield table
         yield KeysFooter()  # the prompt (an Input) comes before it when first asked for (action_prompt)

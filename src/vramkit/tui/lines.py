@@ -11,20 +11,28 @@ selection (shift+drag in most terminals) copies any of them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual.visual import RichVisual
 from textual.widget import Widget
 
 
 class Lines(Widget):
-    """Text, as rich draws it. `content` is the Text given (as a Static's is)."""
+    """Text, as rich draws it. `content` is the Text given (as a Static's is); `resized` is called
+    when a layout gives it another size (its lines wrap anew, or it has more or fewer)."""
 
     DEFAULT_CSS = "Lines { height: auto; }"
     ALLOW_SELECT = False
 
-    def __init__(self, *, id: str) -> None:
+    def __init__(self, *, id: str, resized: Callable[[], None] | None = None) -> None:
         super().__init__(id=id)
         self.content = Text()
+        self._resized = resized
+
+    def on_resize(self) -> None:
+        if self._resized is not None:
+            self._resized()
 
     def update(self, text: Text, *, layout: bool = True) -> None:
         self.content = text
