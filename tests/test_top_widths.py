@@ -147,9 +147,8 @@ def test_a_short_terminal_keeps_the_table_and_scrolls_the_gpus_not_the_screen(si
 
 def test_the_gpu_area_is_fitted_again_when_the_tables_sideways_scrollbar_comes_or_goes():
     """At 60x15 the table's columns are wider than the screen: its sideways scrollbar takes a line
-    the GPU area gives up. When the scrollbar comes or goes without anything else changing (as
-    when a resize's layout settles it after the area was fitted: CI saw 2 GPU lines after 120x40
-    -> 60x15, against a fresh start's 1), the area is fitted again."""
+    the GPU area gives up. When the scrollbar comes or goes without anything else changing (as a
+    layout may settle it after the area was fitted), the area is fitted again."""
     from helpers import in_demo_view
 
     async def check(app, pilot):
@@ -229,7 +228,7 @@ def _layout(app) -> dict:
 @pytest.mark.parametrize("scenario, language, sizes", [
     ("demo", "en", [(100, 30), (60, 15), (120, 40)]),
     # the table's sideways scrollbar comes at 60x15 and takes a line from the GPU area: CI saw 2 GPU
-    # lines against a fresh 1 on f390d65, where the scrollbar settled after the area was fitted
+    # lines against a fresh 1 on f390d65 (2 fit), a fit made before a layout had settled
     ("demo", "en", [(120, 40), (60, 15)]),
     ("demo", "zh_CN", [(50, 14), (40, 12), (80, 10)]),
     ("sixteen", "en", [(100, 30), (200, 55)]),

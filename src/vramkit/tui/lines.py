@@ -1,10 +1,10 @@
-"""The live view's lines above the table (the banner, the GPU panels, users, alerts, the view line):
-Statics drawn as rich renders their Text (issue 36: the live view's memory).
+"""The live view's lines above the table (the banner, the GPU panels, users, alerts, the view line),
+drawn as rich renders their Text, not as Statics (issue 36: the live view's memory).
 
 Textual turns a Static's Text into its own Content, which gives every segment of every line a style
 of its own holding its offset on the screen, for Textual's mouse text selection: ~440 styles on a
 120x40 screen at 8 GPUs, each kept with its combinations in rich's and Textual's style caches, and
-~0.3 MiB of RSS at 8 x 500 (bench_top.py). Drawn as rich draws the Text (Textual's RichVisual,
+~0.25-0.3 MiB of RSS at 8 x 500 (benchmarks/README.md, tenth pass). Drawn as rich draws the Text (Textual's RichVisual,
 what it does for any other rich renderable), the lines look the same and hold no offsets. So they
 are not selectable by Textual, as the process table and the keys are not: the terminal's own
 selection (shift+drag in most terminals) copies any of them."""
