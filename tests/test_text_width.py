@@ -6,6 +6,7 @@ neither shifts the columns after it nor runs past the terminal (issue 14 item 17
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from helpers import clean_env, minimal_scenario, run_vram
@@ -123,6 +124,32 @@ def test_ascii_output_does_not_load_unicodedata():
     assert result.rc == 0, result.err
     imported = {line.rsplit("|", 1)[1].strip() for line in result.err.splitlines() if line.startswith("import time:")}
     assert "vramkit.render.text_width" in imported and "unicodedata" not in imported
+
+
+def _cells_by_the_rules(char):
+    """The module's rules, asked of unicodedata for every character."""
+    import unicodedata
+
+    if char in "\u200b\u200c\u200d\u2060\ufeff" or "\ufe00" <= char <= "\ufe0f" \
+            or unicodedata.category(char) in ("Mn", "Me"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+@pytest.mark.parametrize("first,last", [(0x00, 0xFF), (0x2500, 0x259F)])  # Latin-1; box drawing, blocks
+def test_the_characters_measured_without_unicodedata_measure_as_it_says(first, last):
+    wrong = {chr(c): cells(chr(c)) for c in range(first, last + 1) if cells(chr(c)) != _cells_by_the_rules(chr(c))}
+    assert not wrong
+
+
+def test_the_live_views_bars_and_degrees_are_measured_without_unicodedata(monkeypatch):
+    """A look-up in unicodedata touches its tables (~0.1 MiB of the live view's memory): the
+    bars, charts and temperatures vram draws are measured without one."""
+    monkeypatch.setitem(sys.modules, "unicodedata", None)  # importing it now fails
+    text = "█████▎░░░ 40°C ▁▂▃▄▅▆▇ ├─ · …"
+    assert cells(text) == len(text)  # a column each
+    with pytest.raises(ImportError):
+        cells("张")
 
 
 def test_kill_plan_columns_line_up_with_wide_user_names(write_scenario):

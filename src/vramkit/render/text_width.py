@@ -19,12 +19,17 @@ from __future__ import annotations
 ELLIPSIS = "…"  # marks cut text; one column wide
 # the marks vram itself puts in English text (a cut, the banner's separator): measured without unicodedata
 _OWN_MARKS = frozenset(ELLIPSIS + "·")
+# One column each by the rules above, measured without unicodedata (a look-up touches ~0.1 MiB of
+# its tables, in every view): Latin-1 (the degree sign) and the box-drawing and block characters of
+# the bars and charts (no mark, none wide; test_text_width checks every one against unicodedata)
+_LATIN_1_END = "\u00ff"
+_BOXES_FIRST, _BOXES_LAST = "\u2500", "\u259f"
 _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff") | frozenset(map(chr, range(0xFE00, 0xFE10)))
 
 
 def char_cells(char: str) -> int:
     """Columns one character (code point) takes: 0, 1 or 2."""
-    if char.isascii() or char in _OWN_MARKS:
+    if char <= _LATIN_1_END or _BOXES_FIRST <= char <= _BOXES_LAST or char in _OWN_MARKS:
         return 1
     import unicodedata  # here, not at the top: only text that is not ASCII needs it
 
