@@ -116,6 +116,28 @@ def test_an_idle_process_on_a_busy_gpu_is_an_idle_holder():
     assert [(a.kind, a.pid) for a in alerts] == [("idle_holder", 2)]
 
 
+def test_hundreds_of_idle_holders_are_worded_only_as_their_lines_are_shown(monkeypatch):
+    """A busy server after idle_after: every holder is an alert, the view shows a few lines and
+    counts the rest. Each line is worded when shown, not every holder's on every refresh."""
+    from vramkit import alerts as alerts_module
+    from vramkit.tui.panels import alerts_text
+
+    worded = []
+    word = alerts_module._process_message
+    monkeypatch.setattr(alerts_module, "_process_message", lambda alert: worded.append(alert.pid) or word(alert))
+    th = Thresholds(idle_after=60)
+    h = History()
+    holders = [proc(pid=1000 + i, memory=2 * GiB, user="ann", idle=True) for i in range(500)]
+    for t in range(0, 70, 10):
+        feed(h, t, dev(util=0, used=79 * GiB // 2, procs=holders))
+    alerts = evaluate(h, th)
+    assert len(alerts) == 500 and worded == []
+    text = alerts_text(alerts, 120, 3).plain
+    assert worded == [1000, 1001]  # two lines, then "+498 more alerts"
+    assert "pid 1000 (ann) holds 2.0GiB on GPU 0, idle for 1m00s+" in text and "+498 more alerts" in text
+    assert alerts[0].message is alerts[0].message  # worded once
+
+
 def test_defunct_holder_and_lost_gpu():
     h = History()
     feed(h, 0, dev(index=0, procs=[proc(pid=29044, zombie=True, memory=9 * GiB)]), dev(index=1, lost=True))

@@ -117,14 +117,34 @@ class History:
         return trace.series() if trace else []
 
 
-@dataclass
 class Alert:
-    kind: str  # nearly_full | growing | idle_holder | defunct | lost
-    severity: str  # "critical" or "warning"
-    message: str
-    gpu: int | None = None
-    pid: int | None = None
-    eta: float | None = None  # seconds until full (growing), an estimate
+    """One alert. An alert about a process keeps the process and words its message when it is
+    first read: the view shows a few lines of alerts and counts the rest, and where hundreds of
+    processes hold memory idle (a busy server, once `idle_after` has passed), wording every
+    holder's line took ~1.5 ms of each refresh at 500 (benchmarks/README.md)."""
+
+    __slots__ = ("kind", "severity", "_message", "gpu", "pid", "eta", "process", "idle_for")
+
+    def __init__(self, kind: str, severity: str, message: str | None = None, gpu: int | None = None,
+                 pid: int | None = None, eta: float | None = None, process: GpuProcess | None = None,
+                 idle_for: float | None = None) -> None:
+        self.kind = kind  # nearly_full | growing | idle_holder | defunct | lost
+        self.severity = severity  # "critical" or "warning"
+        self._message = message  # None: worded from `process` when read
+        self.gpu = gpu
+        self.pid = pid
+        self.eta = eta  # seconds until full (growing), an estimate
+        self.process = process  # the process a defunct or idle holder alert is about
+        self.idle_for = idle_for  # seconds an idle holder has been seen idle
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            self._message = _process_message(self)
+        return self._message
+
+    def __repr__(self) -> str:
+        return f"Alert({self.kind!r}, {self.severity!r}, {self.message!r}, gpu={self.gpu!r}, pid={self.pid!r})"
 
 
 @dataclass
@@ -182,6 +202,18 @@ def growth(history: History, index: int, th: Thresholds) -> tuple[float, float] 
     return (tail_rate, eta) if eta <= th.grow_horizon else None
 
 
+def _process_message(alert: Alert) -> str:
+    """The message of an alert about a process (defunct, idle_holder)."""
+    p = alert.process
+    if p is None:
+        raise ValueError(f"a {alert.kind} alert without its message or process")
+    if alert.kind == "defunct":
+        return _("{who} is defunct and still holds {size} on GPU {index}").format(
+            who=_who(p), size=format_size(p.memory), index=alert.gpu)
+    return _("{who} holds {size} on GPU {index}, idle for {idle}+").format(
+        who=_who(p), size=format_size(p.memory), index=alert.gpu, idle=format_duration(alert.idle_for))
+
+
 def _who(p: GpuProcess) -> str:
     # said inside the sentences below; inside a container a row no process here could be told to be
     # is named by its host pid as that (the same number here may be another process)
@@ -218,18 +250,12 @@ def evaluate(history: History, th: Thresholds | None = None) -> list[Alert]:
                                    "(estimate)").format(
                                      index=dev.index, rate=format_size(int(rate)), eta=format_duration(eta)),
                                  gpu=dev.index, eta=eta))
-        for p in dev.processes:
+        for p in dev.processes:  # worded when shown (Alert): there may be hundreds
             idle = p.idle_for
             if p.zombie and p.memory:
-                out.append(Alert("defunct", "warning",
-                                 _("{who} is defunct and still holds {size} on GPU {index}").format(
-                                     who=_who(p), size=format_size(p.memory), index=dev.index),
-                                 gpu=dev.index, pid=p.pid_here))
+                out.append(Alert("defunct", "warning", gpu=dev.index, pid=p.pid_here, process=p))
             elif idle is not None and idle >= th.idle_after and (p.memory or 0) >= th.idle_min_memory:
-                out.append(Alert("idle_holder", "warning",
-                                 _("{who} holds {size} on GPU {index}, idle for {idle}+").format(
-                                     who=_who(p), size=format_size(p.memory), index=dev.index,
-                                     idle=format_duration(idle)), gpu=dev.index, pid=p.pid_here))
+                out.append(Alert("idle_holder", "warning", gpu=dev.index, pid=p.pid_here, process=p, idle_for=idle))
     order = {"critical": 0, "warning": 1}
     out.sort(key=lambda a: (order[a.severity], a.gpu if a.gpu is not None else -1))
     return out
