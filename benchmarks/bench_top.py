@@ -15,6 +15,11 @@ Also per program and round: the first frame (from starting the tmux session to t
 capture showing memory in GiB, polled every 10 ms: the same start-up cost of tmux for both), and
 its resident memory (VmRSS at the end of the measured time, and the peak, VmHWM).
 
+vram top runs with --idle-after 1: where it has run for idle_after (5 minutes by default), each
+process that holds memory and runs no kernels is an alert, worded and counted on every refresh.
+The sleepers run nothing and hold 200-900 MiB each (those holding 256 MiB or more are alerts), so
+a round measures that steady state, which its 20 s would not reach at the default.
+
 A third program is the floor the live view stands on: an empty Textual app (one Static line, no
 data), run the same way in the first round (its memory is what it is here for). vram top keeps
 Textual (DESIGN.md), so its distance to this floor is what it could still save. A fourth, also in
@@ -170,7 +175,7 @@ def _programs(src: Path | None, scenario_file: Path, shim: Path,
     on_shim = {**base, "PYTHONPATH": str(shim), "VRAM_SIMULATE": str(scenario_file)}
     # vram on its real-driver path through the shim, as nvitop; an older tree's vramkit after the shim
     vram_env = {**on_shim, "PYTHONPATH": f"{shim}{os.pathsep}{src}"} if src else on_shim
-    top = [sys.executable, "-c", VRAM_VIA_DRIVER, "top", "--interval", "1"]
+    top = [sys.executable, "-c", VRAM_VIA_DRIVER, "top", "--interval", "1", "--idle-after", "1"]
     programs = {
         "vram top": (top, vram_env, "GPU processes"),
         "nvitop": (_command("nvitop", "nvitop", "--interval", "1"), on_shim, "GiB"),
