@@ -121,7 +121,7 @@ class Alert:
     """One alert. An alert about a process keeps the process and words its message when it is
     first read: the view shows a few lines of alerts and counts the rest, and where hundreds of
     processes hold memory idle (a busy server, once `idle_after` has passed), wording every
-    holder's line took ~1.5 ms of each refresh at 500 (benchmarks/README.md)."""
+    holder's line took ~2 ms of each refresh at 500 (benchmarks/README.md)."""
 
     __slots__ = ("kind", "severity", "_message", "gpu", "pid", "eta", "process", "idle_for")
 
