@@ -152,6 +152,17 @@ def test_the_live_views_bars_and_degrees_are_measured_without_unicodedata(monkey
         cells("张")
 
 
+def test_every_mark_the_live_view_draws_is_measured_without_unicodedata(monkeypatch):
+    """The alerts' bullets (every alert line), the arrows, the bars: each character the view draws
+    (its --ascii table) is one column by the rules and measured without a look-up."""
+    from vramkit.tui.look import _ASCII
+
+    drawn = "".join(map(chr, _ASCII))
+    assert {char: _cells_by_the_rules(char) for char in drawn} == dict.fromkeys(drawn, 1)
+    monkeypatch.setitem(sys.modules, "unicodedata", None)  # importing it now fails
+    assert cells(drawn) == len(drawn)
+
+
 def test_kill_plan_columns_line_up_with_wide_user_names(write_scenario):
     """vram kill's plan pads by display width too: the MEMORY column ends at one display column
     on every row, a Chinese user name's row included."""

@@ -17,8 +17,9 @@ ASCII text (nearly all of it) is measured with len() and never loads unicodedata
 from __future__ import annotations
 
 ELLIPSIS = "…"  # marks cut text; one column wide
-# the marks vram itself puts in English text (a cut, the banner's separator): measured without unicodedata
-_OWN_MARKS = frozenset(ELLIPSIS + "·")
+# the marks vram itself draws outside Latin-1 and the box-drawing and block characters (a cut, the
+# alerts' bullets, arrows: the live view's --ascii table, tui/look.py): measured without unicodedata
+_OWN_MARKS = frozenset(ELLIPSIS + "▲●←↑→↓")
 # One column each by the rules above, measured without unicodedata (a look-up touches ~0.1 MiB of
 # its tables, in every view): Latin-1 (the degree sign) and the box-drawing and block characters of
 # the bars and charts (no mark, none wide; test_text_width checks every one against unicodedata)
