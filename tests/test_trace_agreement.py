@@ -1,5 +1,5 @@
-"""The analytic estimate and the traced peak agree within 10% for each family, at two batch sizes,
-with and without checkpointing and mixed precision (narrow, shallow configs keep it fast)."""
+"""The analytic estimate and the traced peak agree within 10% for each family, at two batch sizes
+(one in each precision), with and without checkpointing (narrow, shallow configs keep it fast)."""
 
 from __future__ import annotations
 
@@ -62,9 +62,13 @@ def _agree(spec, **kw):
     return err
 
 
+# Each family at both batch sizes and in both precisions, not at every pair of them: what the batch
+# scales (activations) and what the precision changes (weights, gradients, optimizer state, activations'
+# bytes) are apart in the formulas. The two pairs are 4x apart in activation bytes (4 in bf16, 8 in fp32):
+# a term that should scale with the batch and does not is off at one of them. The whole cross product
+# (128 traces, 50 of the suite's ~700 CPU seconds) agreed as these 64 do.
 @pytest.mark.parametrize("name", list(FAMILIES))
-@pytest.mark.parametrize("batch", [4, 8])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("batch, precision", [(4, "bf16"), (8, "fp32")])
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_analytic_and_traced_peaks_agree(name, batch, precision, checkpointing):
     spec = narrow(name)
