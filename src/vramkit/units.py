@@ -72,6 +72,25 @@ def format_size(n: int | None, unit: str | None = None) -> str:
     raise ValueError(f"unknown unit {unit!r}")
 
 
+def format_size_any(n: int | None) -> str:
+    """format_size, for any size an error message gives: under 1 MiB in KiB or bytes (where
+    format_size would say 0MiB), a tenth of a MiB under 10 MiB (not 2MiB for 1.50 MiB), from 1,024 GiB
+    on in TiB, PiB or EiB."""
+    if n is not None and 1024**2 <= abs(n) < 10 * 1024**2:
+        return f"{n / 1024**2:.1f}MiB"
+    if n is None or 1024**2 <= abs(n) < 1024**4:
+        return format_size(n)
+    if abs(n) < 1024:
+        return f"{n}B"
+    if abs(n) < 1024**2:
+        return f"{n / 1024:.1f}KiB" if abs(n) < 100 * 1024 else f"{n / 1024:.0f}KiB"
+    for unit, size in (("TiB", 1024**4), ("PiB", 1024**5)):
+        if abs(n) < 1024 * size:
+            value = n / size
+            return f"{value:.1f}{unit}" if abs(value) < 100 else f"{value:.0f}{unit}"
+    return f"{n / 1024**6:.1f}EiB"
+
+
 def parse_percent(text: str | int | float) -> float:
     """'80%' or '80' -> 80.0, within 0..100."""
     raw = text.strip().rstrip("%") if isinstance(text, str) else text

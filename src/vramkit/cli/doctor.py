@@ -232,8 +232,26 @@ def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
             start += 1
         skipped += start
         data = data[start:]
-    return LogText(data.decode("utf-8", errors="replace"), source,
-                   newlines if skipped <= COUNT_LIMIT else None, skipped, total, truncated)
+    return LogText(_decode(data), source, newlines if skipped <= COUNT_LIMIT else None, skipped, total, truncated)
+
+
+def _decode(data: bytes) -> str:
+    """The log's text: UTF-8, or UTF-16 where it is that (Windows PowerShell 5.1's `python train.py >
+    train.log` writes UTF-16LE with a byte-order mark): a BOM, or a NUL in every other byte (the high
+    byte of each ASCII character, as in most of a log)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    sample = data[:4096]
+    if len(sample) >= 16:
+        half = len(sample) // 2
+        # the NULs at the odd bytes, or at the even ones where the window starts one byte into a
+        # character (after a newline's low byte)
+        for skip in (0, 1):
+            nuls, others = sample[1 - skip::2], sample[skip::2]
+            if nuls.count(0) >= 0.9 * half and others.count(0) <= 0.1 * half:
+                body = data[skip:]
+                return body[:len(body) // 2 * 2].decode("utf-16-le", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 def _live(args: argparse.Namespace) -> tuple[Snapshot | None, str | None]:

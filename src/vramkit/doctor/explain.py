@@ -14,11 +14,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..i18n import N_, _, join_words
-from ..units import format_size
+from ..units import format_size_any
 from .oom import OomReport, printed_rounding
 from .traceback import Phase
 
@@ -295,7 +296,7 @@ def _contributing(ex: Explanation) -> None:
         ex.contributing.append(_("the model is in eval mode but autograd is recording: the live activations keep "
                                  "graphs for a backward that never comes"))
     if ex.cause != "other_processes" and ex.others_bytes and ex.others_bytes >= max(1, r.shortfall_bytes or 0):
-        size = format_size(ex.others_bytes)
+        size = format_size_any(ex.others_bytes)
         if ex.others_basis == "outside PyTorch":
             ex.contributing.append(_("memory outside PyTorch (other processes, this job's {context}): {size} on "
                                      "that GPU").format(context=_(runtime(ex.vendor).context), size=size))
@@ -304,15 +305,15 @@ def _contributing(ex: Explanation) -> None:
     if ex.cause != "fragmentation" and r.reserved_unallocated_bytes and r.shortfall_bytes is not None \
             and r.reserved_unallocated_bytes >= r.shortfall_bytes > 0:
         ex.contributing.append(_("{size} reserved by PyTorch but unallocated").format(
-            size=format_size(r.reserved_unallocated_bytes)))
+            size=format_size_any(r.reserved_unallocated_bytes)))
     if r.non_pytorch_bytes and r.total_bytes and r.non_pytorch_bytes >= 0.05 * r.total_bytes:
         words = runtime(ex.vendor)
         ex.contributing.append(_("{size} of this process's memory is outside PyTorch ({context}, {libraries})").format(
-            size=format_size(r.non_pytorch_bytes), context=_(words.context), libraries=_(words.libraries)))
+            size=format_size_any(r.non_pytorch_bytes), context=_(words.context), libraries=_(words.libraries)))
     if r.requested_bytes and r.total_bytes and ex.cause != "request_too_large" \
             and r.requested_bytes >= 0.25 * r.total_bytes:
         ex.contributing.append(_("the single request ({size}) is {percent:.0f}% of the GPU").format(
-            size=format_size(r.requested_bytes), percent=100 * r.requested_bytes / r.total_bytes))
+            size=format_size_any(r.requested_bytes), percent=100 * r.requested_bytes / r.total_bytes))
 
 
 def _fix(fix_id: str, title: str, how: str, saves: int | None = None, basis: str | None = None) -> Fix:
@@ -464,6 +465,7 @@ _PHASE_ORDER: dict[str, tuple[str, ...]] = {
     "dataparallel": ("ddp", "loss_in_replicas", "halve_batch", "checkpointing", "bf16", "grad_accum"),
     "pin_memory": ("pin_memory_off", "set_device_first"),
     "checkpoint_load": ("map_location", "load_order"),
+    "to_device": ("load_order", "half_weights"),  # the weights alone: no batch or activation fix helps
     "generate": ("generate_batch", "cache_offload", "half_weights"),
     "kv_cache": ("vllm_gpu_util", "vllm_max_model_len", "vllm_smaller_weights"),
     "param_gather": ("ds_offload", "ds_live_params", "halve_batch", "checkpointing"),
@@ -512,7 +514,7 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         if r.requested_bytes and r.requested_bytes >= 64 * 1024**3:
             fixes.insert(0, _fix("check_shape", _("check the shape of the failing tensor"),
                                  _("a single {size} request is usually a shape bug (an unintended broadcast or "
-                                   "a wrong view)").format(size=format_size(r.requested_bytes))))
+                                   "a wrong view)").format(size=format_size_any(r.requested_bytes))))
         return _rank(ex, fixes, savings, context)
     if ex.cause == "not_memory":
         # No memory setting helps: the size itself is wrong.
@@ -525,7 +527,7 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         fixes.append(_fix("split_op", _("split the operation"),
                           _("one tensor of {size} cannot fit in {cap}: process it in chunks (smaller batch or "
                             "sequence, chunked attention/loss), or shard it over several GPUs; freeing memory "
-                            "will not help").format(size=format_size(r.requested_bytes), cap=format_size(cap))))
+                            "will not help").format(size=format_size_any(r.requested_bytes), cap=format_size_any(cap))))
     if ex.cause == "memory_cap" and r.allowed_bytes is not None and r.total_bytes is not None:
         fixes.append(_fix("raise_cap", _("raise the per-process cap"),
                           _("torch.cuda.set_per_process_memory_fraction(...) limits this process below the GPU"),
@@ -534,7 +536,12 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
     # served the request (the fragmentation rule, real_share), and when the GPU had the memory free but
     # it could not be given (expandable segments map pages: no new contiguous segment is needed).
     could_serve = bool(ru and r.shortfall_bytes and ru >= r.shortfall_bytes)
-    if r.kind in ("cuda", "hip") and (ex.cause == "free_but_failed" or (ru and (real_share(r) or could_serve))):
+    expandable = bool(r.alloc_conf and re.search(r"expandable_segments:(?:true|1)\b", r.alloc_conf, re.IGNORECASE))
+    if expandable and r.kind in ("cuda", "hip"):
+        # nothing to offer: the reserved memory is in segments that grow; what is left is tensor shapes
+        ex.notes.append(_("the log shows {setting} already set: no allocator setting is offered").format(
+            setting=r.alloc_conf))
+    elif r.kind in ("cuda", "hip") and (ex.cause == "free_but_failed" or (ru and (real_share(r) or could_serve))):
         env = "PYTORCH_HIP_ALLOC_CONF" if r.kind == "hip" else "PYTORCH_CUDA_ALLOC_CONF"
         if r.form in ("1.0-1.3", "1.4-2.0"):
             how = _("set {setting} in the job's environment (PyTorch >= 2.1: expandable_segments:True); also keep "
@@ -576,9 +583,9 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         if roomy:
             names = join_words(
                 _("GPU {index} ({free} free, {busy}% busy)").format(
-                    index=u.dev.index, free=format_size(u.memory_free), busy=u.utilization)
+                    index=u.dev.index, free=format_size_any(u.memory_free), busy=u.utilization)
                 if u.utilization is not None
-                else _("GPU {index} ({free} free)").format(index=u.dev.index, free=format_size(u.memory_free))
+                else _("GPU {index} ({free} free)").format(index=u.dev.index, free=format_size_any(u.memory_free))
                 for u in roomy[:4])
             fixes.append(_fix("other_gpu", _("run on a GPU with room"),
                               _("now: {gpus}; e.g. {example} (or vram pick)").format(
@@ -684,7 +691,7 @@ def _bounded(ex: Explanation, fixes: list[Fix]) -> list[Fix]:
         kept.append(f)
     if capped and held is not None:
         ex.notes.append(_("estimated savings capped at what the job held ({size}): {fixes}").format(
-            size=format_size(held), fixes=join_words(capped)))
+            size=format_size_any(held), fixes=join_words(capped)))
     if idle:
         ex.notes.append(_("not listed, for the setup given they save nothing (or add memory): {fixes}").format(
             fixes=join_words(idle)))

@@ -47,14 +47,17 @@ _START = re.compile(
     r"|No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
     # llama.cpp / ggml
-    r"|ggml_backend_cuda_buffer_type_alloc_buffer: allocating [0-9.]{1,20} MiB on device \d{1,4}: cudaMalloc failed")
+    r"|ggml_backend_cuda_buffer_type_alloc_buffer: allocating [0-9.]{1,20} MiB on device \d{1,4}: cudaMalloc failed"
+    # NCCL's own allocations (its buffers, on a full GPU), as its warnings and torch's DistBackendError say
+    r"|Cuda failure '?out of memory'?"
+    r"|Failed to CUDA calloc \d{1,20} bytes")
 # What every form of _START contains, as plain text: a log is searched for these (str.find, fast)
 # and _START is tried only around them, instead of at every character of a multi-MB log.
 _MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
             "Unable to find a valid cuDNN algorithm", "DefaultCPUAllocator: ", "THCudaCheck FAIL",
             "Out of memory error on GPU", "GPU memory", "OOM when allocating", "from device: ", "of memory ",
             "Failed to allocate request", "ran out of memory", "failed to allocate", "for the cache blocks",
-            "KV cache is needed", "cudaMalloc failed")
+            "KV cache is needed", "cudaMalloc failed", "Failed to CUDA calloc")
 # the most of a match that comes before its marker (THCudaCheck's file path may be long)
 _BEFORE_MARKER = 420
 _MATCH_SPAN = 500  # characters: longer than any match of _START
@@ -121,6 +124,8 @@ class OomReport:
     # the framework's memory share, when printed: FLAGS_fraction_of_gpu_memory_to_use, gpu_memory_utilization
     setting: float | None = None
     thc_storage: bool = False  # old PyTorch's THC said a tensor's storage could not be allocated
+    # the allocator setting the log shows the job had: "PYTORCH_CUDA_ALLOC_CONF=..." printed before the message
+    alloc_conf: str | None = None
     line: int | None = None  # 1-based line in the log where the message starts
     offset: int | None = None  # where the message starts in the text searched (its traceback is above)
 
@@ -146,7 +151,7 @@ FORMS = {
                "total by PyTorch)'",
     "1.0-1.3": "PyTorch 1.0 to 1.3: '(GPU N; T total capacity; A already allocated; F free; C cached)'",
     "mps": "Apple MPS backend",
-    "runtime": "a CUDA call outside the caching allocator failed (context creation, old THC): no sizes",
+    "runtime": "a CUDA call outside the caching allocator failed (context creation, old THC, NCCL's buffers): no sizes",
     "cublas": "cuBLAS could not allocate its handle or workspace",
     "cudnn": "cuDNN could not allocate (or found no algorithm that fits: usually memory)",
     "cpu": "host RAM: PyTorch's CPU allocator",
@@ -171,28 +176,38 @@ _CONTEXT = 16 * 1024  # characters around the message searched for the framework
 
 
 def _parse_gpu(text: str, report: OomReport) -> None:
-    report.requested_bytes = _size(r"Tried to allocate {S}", text)
+    # A message hard-wrapped at a terminal's width and copied from it breaks words ("unall" / "ocated"):
+    # a phrase not found as printed is looked for again with every space left out.
+    squashed = "".join(text.split())
+
+    def size(pattern: str) -> int | None:
+        found = _size(pattern, text)
+        return found if found is not None else _size(pattern.replace(" ", ""), squashed)
+
+    report.requested_bytes = size(r"Tried to allocate {S}")
+    if report.requested_bytes is None and "Tried to allocate more than 1EB" in text:
+        report.requested_bytes = 1 << 60  # c10's words for a request of 2**60 bytes (1 EiB) or more
     m = re.search(r"GPU (\d{1,9})\b", text)  # an ordinal: more digits are no GPU
     report.device = int(m.group(1)) if m else None
-    if re.search(r"has a total capac(?:i)?ty of", text):
+    if re.search(r"has a total capac(?:i)?ty of", text) or re.search(r"hasatotalcapac(?:i)?tyof", squashed):
         report.form = "2.1" if "capacty" in text else "2.2+"
-        report.total_bytes = _size(r"total capac(?:i)?ty of {S}", text)
-        report.free_bytes = _size(r"of which {S} is free", text)
-        report.allowed_bytes = _size(r"{S} allowed;", text)
-        report.process_bytes = _size(r"this process has {S} memory in use", text)
+        report.total_bytes = size(r"total capac(?:i)?ty of {S}")
+        report.free_bytes = size(r"of which {S} is free")
+        report.allowed_bytes = size(r"{S} allowed;")
+        report.process_bytes = size(r"this process has {S} memory in use")
         report.processes = [OomProcess(int(m.group(1)), size_bytes(m.group(2), m.group(3)))
                             for m in re.finditer(r"Process (\d{1,19}) has " + _SIZE + r" memory in use", text)]
-        report.allocated_bytes = _size(r"Of the allocated memory {S} is allocated by PyTorch", text)
-        report.private_pool_bytes = _size(r"with {S} allocated in private pools", text)
-        report.reserved_unallocated_bytes = _size(r"and {S} is reserved by PyTorch but unallocated", text)
+        report.allocated_bytes = size(r"Of the allocated memory {S} is allocated by PyTorch")
+        report.private_pool_bytes = size(r"with {S} allocated in private pools")
+        report.reserved_unallocated_bytes = size(r"and {S} is reserved by PyTorch but unallocated")
         if report.allocated_bytes is not None and report.reserved_unallocated_bytes is not None:
             report.reserved_bytes = report.allocated_bytes + report.reserved_unallocated_bytes
-    elif re.search(r"total capacity;", text):
-        report.total_bytes = _size(r"{S} total capacity", text)
-        report.allocated_bytes = _size(r"{S} already allocated", text)
-        report.free_bytes = _size(r"{S} free", text)
-        report.allowed_bytes = _size(r"{S} allowed;", text)
-        report.reserved_bytes = _size(r"{S} reserved in total by PyTorch", text)
+    elif re.search(r"total capacity;", text) or "totalcapacity;" in squashed:
+        report.total_bytes = size(r"{S} total capacity")
+        report.allocated_bytes = size(r"{S} already allocated")
+        report.free_bytes = size(r"{S} free")
+        report.allowed_bytes = size(r"{S} allowed;")
+        report.reserved_bytes = size(r"{S} reserved in total by PyTorch")
         if report.reserved_bytes is not None:
             report.form = "1.4-2.0"
             if report.allocated_bytes is not None:
@@ -200,14 +215,14 @@ def _parse_gpu(text: str, report: OomReport) -> None:
         else:
             # 1.0-1.3 printed what the caching allocator held beyond the allocated tensors as "cached".
             report.form = "1.0-1.3"
-            report.reserved_unallocated_bytes = _size(r"{S} cached", text)
+            report.reserved_unallocated_bytes = size(r"{S} cached")
             if report.allocated_bytes is not None and report.reserved_unallocated_bytes is not None:
                 report.reserved_bytes = report.allocated_bytes + report.reserved_unallocated_bytes
     else:
         report.form = "runtime"  # truncated, or a form without sizes
-    if "expandable_segments" in text:
+    if "expandable_segments" in squashed:
         report.hint = "expandable_segments"
-    elif "max_split_size_mb" in text:
+    elif "max_split_size_mb" in squashed:
         report.hint = "max_split_size_mb"
 
 
@@ -258,9 +273,12 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
         report = OomReport(kind="cublas", form="cublas", message=body)
     elif "CUDNN" in head or "cuDNN" in head:
         report = OomReport(kind="cudnn", form="cudnn", message=body)
+    elif head.startswith("Failed to CUDA calloc"):  # NCCL: the size its buffer asked for
+        report = OomReport(kind="cuda-runtime", form="runtime", message=body)
+        report.requested_bytes = _int(r"calloc (\d{1,20}) bytes", body)
     elif head.startswith("THCudaCheck"):
         report = OomReport(kind="cuda-runtime", form="runtime", message=body, thc_storage="THCStorage" in body)
-    elif head.startswith(("cuda runtime error", "CUDA error")) or "out of memory" in head[:30]:
+    elif head.startswith(("cuda runtime error", "CUDA error", "Cuda failure")) or "out of memory" in head[:30]:
         report = OomReport(kind="cuda-runtime", form="runtime", message=body, thc_storage="THCStorage" in body)
     else:
         report = _parse_other(body, ANSI_ESCAPE.sub("", rest), ANSI_ESCAPE.sub("", text[max(0, start - 4096):start]))
@@ -389,6 +407,21 @@ def _starts(text: str) -> Iterator[re.Match[str]]:
                 upcoming[marker] = text.find(marker, max(at + 1, resume))
 
 
+# Quotes before a message: a log line that names the message (a tip, a comment) has not raised it.
+_QUOTES = "\"'`\u2018\u201c\u300c\u300e\u00ab"
+# TensorFlow's BFC allocator logs a failed attempt that it then works around (a slower algorithm): a
+# warning in runs that succeed, which says so itself.
+_NOT_A_FAILURE = "The caller indicates that this is not a failure"
+
+
+def _mentioned(text: str, match: re.Match[str]) -> bool:
+    """Whether the message at `match` is only mentioned (quoted), or logged as no failure."""
+    if match.start() > 0 and text[match.start() - 1] in _QUOTES:
+        return True
+    line_end = text.find("\n", match.end(), match.end() + _WINDOW)
+    return _NOT_A_FAILURE in text[match.end():line_end if line_end >= 0 else match.end() + _WINDOW]
+
+
 def find_oom(text: str) -> OomReport | None:
     """The LAST out-of-memory message in a log or traceback (the one that ended the job).
 
@@ -396,7 +429,18 @@ def find_oom(text: str) -> OomReport | None:
     """
     last = None
     for match in _starts(text):
-        last = match
+        if not _mentioned(text, match):
+            last = match
     if last is None:
         return None
-    return _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)
+    report = _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)
+    # not PyTorch's own advice in an earlier message ("... try setting PYTORCH_CUDA_ALLOC_CONF=...")
+    settings = [m for m in _ALLOC_CONF.finditer(text, 0, last.start())
+                if "setting" not in text[max(0, m.start() - 12):m.start()]]
+    report.alloc_conf = sanitize("=".join(settings[-1].groups())) if settings else None
+    return report
+
+
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as a log shows it (an `export` echoed, a launcher's
+# environment dump); the last one before the message is the job's
+_ALLOC_CONF = re.compile(r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)[\"']?\s*[=:]\s*[\"']?([\w:,.]{1,200})")

@@ -5,7 +5,8 @@ activations are the problem, in DataParallel's gather GPU 0 collects every repli
 the HF Trainer's evaluation loop the predictions of the whole evaluation set pile up on the GPU.
 `phase_of(frames)` names the phase from the frames' files, functions and source lines:
 
-    forward, backward, optimizer, eval_gather, dataparallel, pin_memory, checkpoint_load, generate
+    forward, backward, optimizer, eval_gather, dataparallel, pin_memory, checkpoint_load, to_device,
+    generate
 
 Frames come from a log (`frames_before(text, offset)`, robust to tqdm bars, "[rank0]:" prefixes,
 ANSI colour, Windows paths, chained exceptions and DataParallel's re-raised replica errors) or from
@@ -105,6 +106,7 @@ PHASES = {
     "dataparallel": N_("DataParallel scatter/gather"),
     "pin_memory": N_("DataLoader pin-memory thread"),
     "checkpoint_load": N_("checkpoint load"),
+    "to_device": N_("model's move to the GPU"),
     "generate": N_("generation"),
     "kv_cache": N_("reservation of the KV cache and compute buffers"),
     "param_gather": N_("gathering of sharded parameters (ZeRO-3 / FSDP)"),
@@ -348,6 +350,9 @@ _LIBRARY_MARKERS: tuple[tuple[str, tuple[str, ...] | None, str, str | None], ...
     ("safetensors/torch.py", None, "checkpoint_load", "safetensors"),
     ("torch/nn/modules/module.py", ("load_state_dict", "_load_from_state_dict"), "checkpoint_load",
      "load_state_dict"),
+    # model.to(device), model.cuda(): each parameter copied to the GPU (_apply, its convert or lambda);
+    # not the forward pass its frames' file would otherwise say
+    ("torch/nn/modules/module.py", ("to", "cuda", "_apply", "convert", "<lambda>"), "to_device", None),
     ("transformers/modeling_utils.py", ("from_pretrained", "_load_pretrained_model", "load_state_dict",
                                         "_load_state_dict_into_meta_model", "load_shard_file"),
      "checkpoint_load", "from_pretrained"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..doctor.oom import FORMS
 from ..i18n import N_, _, join_words, ngettext, pgettext
 from ..procs import sanitize
-from ..units import format_size
+from ..units import format_size_any
 from .style import Style, clip
 from .text_width import cells, pad, wrap
 
@@ -81,21 +81,21 @@ def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
         cells = max(1, round(end) - len(bar))
         bar += mark * cells
         done = end
-        legend.append(f"{mark} {label} {format_size(value)}")
-    return [f"  [{bar[:width].ljust(width)}] {format_size(r.total_bytes)}", *_wrap("  ".join(legend), 3, 200)]
+        legend.append(f"{mark} {label} {format_size_any(value)}")
+    return [f"  [{bar[:width].ljust(width)}] {format_size_any(r.total_bytes)}", *_wrap("  ".join(legend), 3, 200)]
 
 
 def _job_row(ex: Explanation) -> str:
     """This job's memory: its total, and what it is made of where the message says."""
     r = ex.report
-    parts = [_("{size} allocated").format(size=format_size(r.allocated_bytes))] if r.allocated_bytes is not None \
+    parts = [_("{size} allocated").format(size=format_size_any(r.allocated_bytes))] if r.allocated_bytes is not None \
         else []
     if r.reserved_unallocated_bytes is not None:
-        parts.append(_("{size} reserved-unallocated").format(size=format_size(r.reserved_unallocated_bytes)))
+        parts.append(_("{size} reserved-unallocated").format(size=format_size_any(r.reserved_unallocated_bytes)))
     if r.non_pytorch_bytes is not None:
-        parts.append(_("{size} non-PyTorch").format(size=format_size(r.non_pytorch_bytes)))
-    total = (format_size(ex.job_bytes) if ex.job_bytes is not None
-             else _("at least {size}").format(size=format_size(r.reserved_bytes)) if r.reserved_bytes is not None
+        parts.append(_("{size} non-PyTorch").format(size=format_size_any(r.non_pytorch_bytes)))
+    total = (format_size_any(ex.job_bytes) if ex.job_bytes is not None
+             else _("at least {size}").format(size=format_size_any(r.reserved_bytes)) if r.reserved_bytes is not None
              else "N/A")
     return f"{total} = " + " + ".join(parts) if parts else total
 
@@ -115,25 +115,25 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
     lines = [style.paint(what, "bold") + f"  {about}"]
     rows: list[tuple[str, str]] = []
     if r.requested_bytes is not None:
-        rows.append((_("asked for"), format_size(r.requested_bytes)))
+        rows.append((_("asked for"), format_size_any(r.requested_bytes)))
     if r.free_bytes is not None:
-        free = (_("{free} of {total}").format(free=format_size(r.free_bytes), total=format_size(r.total_bytes))
-                if r.total_bytes is not None else format_size(r.free_bytes))
+        free = (_("{free} of {total}").format(free=format_size_any(r.free_bytes), total=format_size_any(r.total_bytes))
+                if r.total_bytes is not None else format_size_any(r.free_bytes))
         if r.shortfall_bytes:
-            free = _("{free}  → short by {short}").format(free=free, short=format_size(r.shortfall_bytes))
+            free = _("{free}  → short by {short}").format(free=free, short=format_size_any(r.shortfall_bytes))
         rows.append((pgettext("memory", "free"), free))
     elif r.total_bytes is not None:
-        rows.append((_("limit") if r.kind == "mps" else pgettext("memory", "total"), format_size(r.total_bytes)))
+        rows.append((_("limit") if r.kind == "mps" else pgettext("memory", "total"), format_size_any(r.total_bytes)))
     if r.allowed_bytes is not None and r.kind != "mps":
         rows.append((_("cap"), _("{size} allowed by set_per_process_memory_fraction").format(
-            size=format_size(r.allowed_bytes))))
+            size=format_size_any(r.allowed_bytes))))
     if ex.job_bytes is not None or r.allocated_bytes is not None:
         label = _("this job (pid {pid})").format(pid=ex.job_pid) if ex.job_pid is not None else _("this job")
         rows.append((label, _job_row(ex)))
     if ex.others_bytes is not None:
         from ..vendor_terms import runtime
 
-        size = format_size(ex.others_bytes)
+        size = format_size_any(ex.others_bytes)
         if ex.others_basis == "outside PyTorch":
             rows.append((_("outside PyTorch"), _("{size} (other processes + this job's {context})").format(
                 size=size, context=_(runtime(ex.vendor).context))))
@@ -152,7 +152,7 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
             when = _("at the OOM") if h.source == "message" else _("now")
             who = f"{h.user}  " if h.user else ""
             cmd = sanitize(h.command) if h.command else ""
-            lines.append(clip(f"    {format_size(h.bytes):>8}  pid {h.pid:<8} [{when}] {who}{cmd}".rstrip(), width))
+            lines.append(clip(f"    {format_size_any(h.bytes):>8}  pid {h.pid:<8} [{when}] {who}{cmd}".rstrip(), width))
     lines.append("")
     # the label bold, as the template places it (a translation may put the text elsewhere)
     label, __, rest = _("Cause: {text}").partition("{text}")
@@ -164,7 +164,7 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
     for i, f in enumerate(ex.fixes, 1):
         saves = ""
         if f.saves_bytes is not None:
-            saves = "  " + _("saves {size} ({basis})").format(size=format_size(f.saves_bytes),
+            saves = "  " + _("saves {size} ({basis})").format(size=format_size_any(f.saves_bytes),
                                                              basis=_(_BASIS.get(f.basis or "", f.basis or "")))
             if f.enough is True:
                 saves += " " + style.paint(_("enough"), "green")

@@ -1,0 +1,123 @@
+"""vram doctor on logs as people save and paste them, beyond the messages themselves: a message only
+quoted, TensorFlow's warning that is no failure, NCCL's own allocation failures, a PowerShell log in
+UTF-16, a message hard-wrapped mid-word by a terminal, a model moved to the GPU, an allocator setting
+the log shows already set, sizes under a MiB and past a TiB."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from helpers import clean_env, run_vram
+
+from vramkit.doctor.explain import explain
+from vramkit.doctor.oom import find_oom
+from vramkit.doctor.traceback import place_of
+
+MESSAGE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.15 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.64 GiB memory "
+           "in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 7.00 GiB is reserved by PyTorch "
+           "but unallocated. If reserved but unallocated memory is large try setting "
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+           "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n")
+
+
+def _doctor(log: str, tmp_path, *args: str, encoding: str = "utf-8"):
+    path = tmp_path / "train.log"
+    path.write_bytes(log.encode(encoding))
+    return run_vram("doctor", str(path), "--no-live", *args, env=clean_env(COLUMNS="120"))
+
+
+def test_a_quoted_message_or_a_warning_that_says_it_is_no_failure_is_no_oom():
+    tip = '[INFO] Tip: if you see "CUDA out of memory. Tried to allocate", lower --batch-size\nepoch 1 done\n'
+    tf = ("W tensorflow/tsl/framework/bfc_allocator.cc:296] Allocator (GPU_0_bfc) ran out of memory trying to "
+          "allocate 2.19GiB with freed_by_count=0. The caller indicates that this is not a failure, but this may "
+          "mean that there could be performance gains if more memory were available.\nTest accuracy: 0.7055\n")
+    assert find_oom(tip) is None and find_oom(tf) is None
+    # the same words raised are an error: after a tip, the message that killed the job is read
+    report = find_oom(tip + "Traceback (most recent call last):\n" + MESSAGE)
+    assert report is not None and report.requested_bytes == 2 * 1024**3
+
+
+def test_nccls_own_allocation_failures_are_out_of_memory():
+    warn = ("node1:2871:2990 [1] include/alloc.h:103 NCCL WARN Failed to CUDA calloc 6291456 bytes\n"
+            "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled "
+            "cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+            "[rank1]: Last error:\n[rank1]: Failed to CUDA calloc 6291456 bytes\n")
+    report = find_oom(warn)
+    assert report is not None and report.kind == "cuda-runtime" and report.requested_bytes == 6291456
+    failure = "misc/cudawrap.cc:188 NCCL WARN Cuda failure 'out of memory'\nRuntimeError: NCCL Error 1\n"
+    assert find_oom(failure) is not None
+
+
+def test_more_than_an_exabyte_is_a_bug_not_a_memory_problem(tmp_path):
+    report = find_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.\n")
+    assert report is not None and report.requested_bytes == 2**60
+    assert explain(report).cause == "not_memory"
+    result = _doctor("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.\n", tmp_path)
+    assert result.rc == 0 and "asked for  1.0EiB" in result.out
+
+
+def test_a_powershell_log_in_utf16_reads_as_the_same_log(tmp_path):
+    log = "Loading weights\r\nTraceback (most recent call last):\r\n" + MESSAGE.replace("\n", "\r\n")
+    utf8 = _doctor(log, tmp_path, "--json")
+    for encoding in ("utf-16", "utf-16-le"):  # with its byte-order mark (PowerShell 5.1's `>`), and without
+        utf16 = _doctor(log, tmp_path, "--json", encoding=encoding)
+        assert utf16.rc == utf8.rc == 0, utf16.err
+        assert json.loads(utf16.out) == json.loads(utf8.out)
+
+
+def test_a_message_hard_wrapped_mid_word_keeps_its_numbers():
+    flat = " ".join(MESSAGE.split())
+    wrapped = "\n".join(flat[i:i + 80] for i in range(0, len(flat), 80))  # a terminal's width, copied
+    assert re.search(r"[a-z]\n[a-z]", wrapped)  # a word cut in two
+    report, plain = find_oom(wrapped), find_oom(MESSAGE)
+    assert report is not None and plain is not None
+    fields = ("requested_bytes", "total_bytes", "free_bytes", "process_bytes", "allocated_bytes",
+              "reserved_unallocated_bytes", "device", "form")
+    assert {f: getattr(report, f) for f in fields} == {f: getattr(plain, f) for f in fields}
+    assert explain(report).cause == explain(plain).cause == "fragmentation"
+
+
+def test_a_model_moved_to_the_gpu_gets_the_weights_fixes_not_the_batchs():
+    log = ("Traceback (most recent call last):\n"
+           '  File "eval.py", line 57, in <module>\n'
+           "    model = models.resnet152(pretrained=True).cuda()\n"
+           '  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 260, in cuda\n'
+           "    return self._apply(lambda t: t.cuda(device))\n"
+           '  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 187, in _apply\n'
+           "    module._apply(fn)\n"
+           '  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 260, in <lambda>\n'
+           "    return self._apply(lambda t: t.cuda(device))\n"
+           "RuntimeError: CUDA error: out of memory\n")
+    report = find_oom(log)
+    assert report is not None and report.offset is not None
+    phase = place_of(log, report.offset, report.kind)
+    assert phase is not None and phase.id == "to_device"
+    fixes = [f.id for f in explain(report, phase=phase).fixes]
+    assert fixes[:2] == ["load_order", "half_weights"] and "halve_batch" not in fixes
+
+
+def test_an_allocator_setting_the_log_shows_set_is_not_offered_again(tmp_path):
+    before = "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nstep 1\nTraceback (most recent call last):\n"
+    report = find_oom(before + MESSAGE)
+    assert report is not None and report.alloc_conf == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    ex = explain(report)
+    assert "alloc_conf" not in [f.id for f in ex.fixes]
+    assert any("already set" in note for note in ex.notes)
+    # PyTorch's own advice in an earlier message ("try setting ...") is no setting the job had
+    again = find_oom(MESSAGE + "\nretrying with a smaller batch\n" + MESSAGE)
+    assert again is not None and again.alloc_conf is None
+    assert [f.id for f in explain(again).fixes][0] == "alloc_conf"
+
+
+def test_sizes_under_a_mib_are_not_shown_as_zero(tmp_path):
+    small = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 KiB. GPU 0 has a total capacity "
+             "of 23.65 GiB of which 0 bytes is free. Process 1833 has 21.00 GiB memory in use. Including non-PyTorch "
+             "memory, this process has 2.50 GiB memory in use. Of the allocated memory 2.00 GiB is allocated by "
+             "PyTorch, and 1.50 MiB is reserved by PyTorch but unallocated.\n")
+    result = _doctor(small, tmp_path)
+    assert result.rc == 0, result.err
+    assert "asked for  512KiB" in result.out and "short by 512KiB" in result.out
+    assert not re.search(r"(?<![0-9.])0MiB", result.out)
+    assert "1.5MiB reserved-unallocated" in result.out
