@@ -121,3 +121,23 @@ def test_sizes_under_a_mib_are_not_shown_as_zero(tmp_path):
     assert "asked for  512KiB" in result.out and "short by 512KiB" in result.out
     assert not re.search(r"(?<![0-9.])0MiB", result.out)
     assert "1.5MiB reserved-unallocated" in result.out
+
+
+def test_inference_under_no_grad_gets_no_training_fixes():
+    log = ("Traceback (most recent call last):\n"
+           '  File "gen.py", line 12, in <module>\n'
+           "    image = run(prompt)\n"
+           '  File "/srv/venv/lib/python3.11/site-packages/torch/utils/_contextlib.py", line 116, in decorate_context\n'
+           "    return func(*args, **kwargs)\n"
+           '  File "gen.py", line 8, in run\n'
+           "    return model(tokens)\n"
+           '  File "/srv/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1747, in _call_impl\n'
+           "    return forward_call(*args, **kwargs)\n"
+           + MESSAGE.replace("7.00 GiB is reserved", "7.00 MiB is reserved"))
+    report = find_oom(log)
+    assert report is not None and report.offset is not None
+    phase = place_of(log, report.offset, report.kind)
+    assert phase is not None and phase.id == "forward" and phase.grad_off and not phase.training
+    fixes = [f.id for f in explain(report, phase=phase).fixes]
+    assert fixes[0] == "infer_batch", fixes
+    assert not {"checkpointing", "grad_accum", "offload_optimizer", "no_grad"} & set(fixes)

@@ -346,6 +346,9 @@ def _model_fixes(ex: Explanation) -> list[Fix]:
 
 # Fixes for where the allocation failed (doctor.traceback.PHASES), beside the model fixes above.
 _PHASE_FIX_TEXT = {
+    "infer_batch": (N_("fewer or smaller inputs at once"),
+                    N_("a smaller batch, shorter sequences or smaller images: without autograd, what a forward pass "
+                    "holds grows with them")),
     "eval_batch": (N_("smaller evaluation batch"),
                    N_("lower the evaluation batch (HF: TrainingArguments(per_device_eval_batch_size=...)); "
                    "evaluation needs no activations for backward, so it runs under torch.no_grad()")),
@@ -473,6 +476,9 @@ _PHASE_ORDER: dict[str, tuple[str, ...]] = {
 _EVAL_FORWARD = ("eval_batch", "no_grad", "bf16")
 _EVAL_FORWARD_NO_GRAD = ("eval_batch", "bf16")  # the loop already runs under no_grad (HF, Lightning)
 _EVAL_WITH_GRAD = ("no_grad", "eval_batch", "bf16")  # a model in eval mode whose activations keep graphs
+# a forward pass under torch.no_grad() / inference_mode() outside any evaluation loop: inference (a
+# pipeline, a server): no training fix (checkpointing, accumulation, optimizer state) applies
+_INFER_FORWARD = ("infer_batch", "half_weights", "bf16")
 # Causes the phase's fixes answer best; for the others (fragmentation, other processes, a request
 # larger than the GPU) the cause's fix leads and the phase's follow.
 _PHASE_LEADS = ("own_usage", "device_full", "kv_cache_budget")
@@ -483,6 +489,8 @@ def _phase_order(phase: Phase, eval_with_grad: bool) -> tuple[str, ...]:
         return _EVAL_WITH_GRAD
     if phase.id == "forward" and phase.evaluating:
         return _EVAL_FORWARD_NO_GRAD if phase.grad_off else _EVAL_FORWARD
+    if phase.id == "forward" and phase.grad_off and not phase.training:
+        return _INFER_FORWARD
     return _PHASE_ORDER[phase.id]
 
 

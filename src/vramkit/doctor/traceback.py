@@ -83,6 +83,9 @@ class Phase:
     user_frame: Frame | None  # the innermost frame of the user's own code
     evaluating: bool = False  # inside an evaluation loop (HF Trainer evaluate / prediction_step)
     grad_off: bool = False  # that loop runs under torch.no_grad() (HF's prediction_step, Lightning's loops)
+    # an optimizer or a training loop is among the frames (torch.optim's own no_grad wraps a closure that
+    # runs a training step with autograd on): a forward under no_grad outside one is inference
+    training: bool = False
 
     @property
     def title(self) -> str:
@@ -371,6 +374,9 @@ _FORWARD_FUNCS = ("_call_impl", "_wrapped_call_impl", "forward")
 _GRAD_OFF = (("/transformers/trainer.py", "prediction_step"),
              ("/lightning/pytorch/loops/evaluation_loop.py", None),
              ("/pytorch_lightning/loops/evaluation_loop.py", None))
+# Training loops' own functions (HF Trainer, Lightning, Keras-like and common hand-written names)
+_TRAINING_FUNCS = frozenset({"train", "_inner_training_loop", "training_step", "fit", "_fit_impl", "train_step",
+                             "train_epoch", "train_one_epoch"})
 _EVAL_FUNCS = ("evaluation_loop", "prediction_step", "evaluate", "predict", "validation_step", "test_step")
 # The user's own evaluation functions, by name: validate, val_step, evaluate_model, run_validation, do_eval, test.
 _EVAL_NAME = re.compile(r"^_*(?:val|valid|validate|validation|eval|evaluate|evaluation|test|testing|predict|inference)"
@@ -411,20 +417,22 @@ def phase_of(frames: list[Frame]) -> Phase | None:
     evaluating = any(f.func in _EVAL_FUNCS or (not f.in_library and _EVAL_NAME.match(f.func)) for f in frames)
     grad_off = any(f.path.endswith(suffix) and func in (None, f.func) for f in frames for suffix, func in _GRAD_OFF)
     grad_off = grad_off or any(f.func == "decorate_context" or _NO_GRAD_CODE.search(f.code) for f in frames)
+    training = any("/torch/optim/" in f.path or f.func in _TRAINING_FUNCS for f in frames)
     in_forward = False
     for frame in reversed(frames):
         if _runs_closure(frame):  # Lightning, LBFGS: forward and backward run inside optimizer.step(closure)
             break
         found = _library_phase(frame) or (_code_phase(frame) if not frame.in_library else None)
         if found is not None:
-            return Phase(found[0], found[1], frame, user, evaluating, grad_off)
+            return Phase(found[0], found[1], frame, user, evaluating, grad_off, training)
         # a module's forward, or the layers' own code (torch/nn/modules/conv.py's _conv_forward, F.conv2d)
         in_forward = (in_forward or frame.func in _FORWARD_FUNCS or "/torch/nn/modules/" in frame.path
                       or frame.path.endswith("/torch/nn/functional.py"))
     if in_forward or (evaluating and user is not None):
         # the innermost frame is where it allocated (an attention matmul, a layer's output); a user's
         # own evaluation function with no library frame below it runs the model forward too
-        return Phase("forward", N_("in evaluation") if evaluating else None, frames[-1], user, evaluating, grad_off)
+        return Phase("forward", N_("in evaluation") if evaluating else None, frames[-1], user, evaluating, grad_off,
+                     training)
     return None
 
 
