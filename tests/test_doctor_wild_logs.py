@@ -141,3 +141,34 @@ def test_inference_under_no_grad_gets_no_training_fixes():
     fixes = [f.id for f in explain(report, phase=phase).fixes]
     assert fixes[0] == "infer_batch", fixes
     assert not {"checkpointing", "grad_accum", "offload_optimizer", "no_grad"} & set(fixes)
+
+
+GENERATE_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/worker.py", line 245, in generate_stream\n'
+    "    output_ids = model.generate(**inputs)\n"
+    '  File "/usr/lib/python3.10/site-packages/transformers/generation/utils.py", line 1622, in generate\n'
+    "    result = self._sample(input_ids, **model_kwargs)\n"
+    '  File "/usr/lib/python3.10/site-packages/transformers/cache_utils.py", line 136, in update\n'
+    "    self.key_cache[layer_idx] = torch.cat([self.key_cache[layer_idx], key_states], dim=-2)\n")
+
+
+def _prefixed(prefix_of) -> str:
+    lines = (GENERATE_TRACEBACK + " ".join(MESSAGE.split()) + "\n").splitlines(keepends=True)
+    return "".join(prefix_of(i) + line for i, line in enumerate(lines))
+
+
+def test_a_launchers_or_a_runners_prefix_on_every_line_keeps_the_traceback(tmp_path):
+    """srun --label's "1: " (the other rank's lines between), Ray's "(Worker pid=..., ip=...) ", a CI
+    runner's timestamps, and Docker's json-file log (a JSON object a line)."""
+    srun = "".join(f"1: {line}0: step 20\n" for line in _prefixed(lambda i: "").splitlines(keepends=True))
+    ray = _prefixed(lambda i: f"(RayWorkerWrapper pid={27331 + i % 2}, ip=10.0.3.7) ")
+    runner = _prefixed(lambda i: f"2025-03-10T15:07:20.{1000037 + i}Z ")
+    docker = "".join(json.dumps({"log": line, "stream": "stderr", "time": "2024-04-27T10:13:05.000000000Z"}) + "\n"
+                     for line in _prefixed(lambda i: "").splitlines(keepends=True))
+    for name, log in (("srun", srun), ("ray", ray), ("runner", runner), ("docker", docker)):
+        result = _doctor(log, tmp_path, "--json")
+        assert result.rc == 0, (name, result.err)
+        data = json.loads(result.out)
+        assert data["phase"] is not None and data["phase"]["id"] == "generate", (name, data["phase"])
+        assert data["requested_bytes"] == 2 * 1024**3, name

@@ -232,7 +232,32 @@ def _tail(f: BinaryIO, source: str, size: int | None = None) -> LogText:
             start += 1
         skipped += start
         data = data[start:]
-    return LogText(_decode(data), source, newlines if skipped <= COUNT_LIMIT else None, skipped, total, truncated)
+    return LogText(_unwrap_json_lines(_decode(data)), source, newlines if skipped <= COUNT_LIMIT else None, skipped,
+                   total, truncated)
+
+
+_JSON_LINE = '{"log":'
+
+
+def _unwrap_json_lines(text: str) -> str:
+    """A container's log as Docker's json-file driver keeps it (/var/lib/docker/containers/ID/ID-json.log:
+    `{"log": "a line\\n", "stream": "stderr", "time": ...}` a line) as the lines the job printed; any
+    other text as it is."""
+    if not text.lstrip()[:40].startswith(_JSON_LINE):
+        return text
+    import json
+
+    out = []
+    for line in text.splitlines(keepends=True):
+        logged = None
+        if line.startswith(_JSON_LINE):
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # cut short (the window's first line), or not JSON at all
+                record = None
+            logged = record.get("log") if isinstance(record, dict) else None
+        out.append(logged if isinstance(logged, str) else line)
+    return "".join(out)
 
 
 def _decode(data: bytes) -> str:

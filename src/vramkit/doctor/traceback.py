@@ -22,7 +22,8 @@ from ..i18n import N_, _
 from ..procs import sanitize
 from .oom import ANSI_ESCAPE
 
-_RANK = re.compile(r"^\s*(\[(?:rank|default)\d+\]:)")
+# A launcher's per-rank prefix: torchrun's "[rank1]:" / "[default1]:", srun --label's "1: "
+_RANK = re.compile(r"^\s*(\[(?:rank|default)\d+\]:|\d{1,6}:(?= ))")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9}), in (?P<func>[^\s]+)')
 _HEADER = "Traceback (most recent call last)"  # IPython prints it without the colon, after the exception's name
 # IPython / Jupyter / Colab frames: `FILE in func(args)` (IPython < 8), `File FILE:LINE, in func(args)` (8+),
@@ -188,10 +189,11 @@ _EXC_TAIL = re.compile(r"(?:[A-Za-z_][\w.]{0,120}(?:Error|Exception|EnforceNotMe
 
 
 def _log_prefix(head: str) -> re.Pattern[str] | None:
-    """The logger's prefix on the message's line (`ERROR 11-18 18:07:28 engine.py:366] `, `vllm-1  | `),
+    """The logger's prefix on the message's line (`ERROR 11-18 18:07:28 engine.py:366] `, `vllm-1  | `,
+    Ray's `(RayWorkerWrapper pid=27331, ip=10.0.3.7) `, a CI runner's `2025-03-10T15:07:20.1000296Z `),
     as a pattern its other lines match whatever their times: the traceback's lines carry it too."""
     head = _EXC_TAIL.sub("", head)
-    if len(head) < 3 or not re.search(r"[\]|>]\s*$", head):
+    if len(head) < 3 or not re.search(r"[\]|>)]\s*$|\dZ\s+$", head):
         return None
     body = head.rstrip()
     pattern = re.sub(r"\\?\d+", r"\\d+", re.escape(body)).replace("\\ ", r"\s+")
