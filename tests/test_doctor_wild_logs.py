@@ -172,3 +172,11 @@ def test_a_launchers_or_a_runners_prefix_on_every_line_keeps_the_traceback(tmp_p
         data = json.loads(result.out)
         assert data["phase"] is not None and data["phase"]["id"] == "generate", (name, data["phase"])
         assert data["requested_bytes"] == 2 * 1024**3, name
+
+
+def test_the_message_ends_where_pytorchs_does_not_at_the_next_lines(tmp_path):
+    after = ("  0%|          | 3/1000 [00:04<22:11,  1.34s/it]\n"
+             "E1203 10:00:01.123000 281 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)\n")
+    result = _doctor("Traceback (most recent call last):\n" + MESSAGE + after, tmp_path, "--json")
+    message = json.loads(result.out)["message"]
+    assert message.endswith("#environment-variables)") and "exitcode" not in message

@@ -71,6 +71,10 @@ _END = re.compile(r"\n\s*\n|\nTraceback \(most recent call last\)|\nDuring handl
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[()][0-9A-Za-z]"
                          r"|\x1b[=>78cDEHMNOZ]")
 _WINDOW = 1600  # characters; the longest real message (several "Process P has" parts) is ~700
+# How PyTorch's CUDA messages end: 2.1+ with its documentation link, 1.4-2.0 with "... Memory Management
+# and PYTORCH_CUDA_ALLOC_CONF" (a terminal may have wrapped it anywhere)
+_MESSAGE_TAIL = re.compile("|".join(r"\s*".join(map(re.escape, end)) for end in (
+    "#environment-variables)", "Memory Management and PYTORCH_CUDA_ALLOC_CONF")))
 
 
 def size_bytes(number: str, unit: str) -> int:
@@ -254,6 +258,9 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
     nxt = _START.search(rest, match_end - start)  # a second message right after this one
     end = _END.search(rest)
     stop = min(x for x in (len(rest), nxt.start() if nxt else len(rest), end.start() if end else len(rest)))
+    tail = _MESSAGE_TAIL.search(rest, 0, stop) if rest.startswith(("CUDA out of memory.", "HIP out of memory.")) else None
+    if tail is not None:  # PyTorch's message ends there: what follows is the log's next lines
+        stop = tail.end()
     body = " ".join(ANSI_ESCAPE.sub("", rest[:stop]).split())
     body = sanitize(body)
     head = body[:60]
