@@ -258,7 +258,8 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
     nxt = _START.search(rest, match_end - start)  # a second message right after this one
     end = _END.search(rest)
     stop = min(x for x in (len(rest), nxt.start() if nxt else len(rest), end.start() if end else len(rest)))
-    tail = _MESSAGE_TAIL.search(rest, 0, stop) if rest.startswith(("CUDA out of memory.", "HIP out of memory.")) else None
+    pytorch = rest.startswith(("CUDA out of memory.", "HIP out of memory."))
+    tail = _MESSAGE_TAIL.search(rest, 0, stop) if pytorch else None
     if tail is not None:  # PyTorch's message ends there: what follows is the log's next lines
         stop = tail.end()
     body = " ".join(ANSI_ESCAPE.sub("", rest[:stop]).split())
