@@ -180,3 +180,17 @@ def test_the_message_ends_where_pytorchs_does_not_at_the_next_lines(tmp_path):
     result = _doctor("Traceback (most recent call last):\n" + MESSAGE + after, tmp_path, "--json")
     message = json.loads(result.out)["message"]
     assert message.endswith("#environment-variables)") and "exitcode" not in message
+
+
+def test_vllms_own_numbers_for_a_context_too_long_lead():
+    log = ("INFO 08-14 03:22:18 [gpu_worker.py:276] Available KV cache memory: 9.45 GiB\n"
+           "ERROR 08-14 03:22:19 [core.py:700] ValueError: To serve at least one request with the models's max seq "
+           "len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory "
+           "(9.45 GiB). Based on the available memory, the estimated maximum model length is 77392. Try increasing "
+           "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+    report = find_oom(log)
+    assert report is not None and report.kind == "vllm"
+    assert (report.requested_bytes, report.free_bytes, report.max_length) == (16 * 1024**3, round(9.45 * 1024**3),
+                                                                             77392)
+    lead = explain(report).fixes[0]
+    assert lead.id == "vllm_max_model_len" and "--max-model-len 77392" in lead.how and lead.enough

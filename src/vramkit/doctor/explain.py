@@ -529,6 +529,13 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         return _rank(ex, [_known_fix(i) for i in ("check_shape", "debug_sync")], savings, context)
     if ex.cause == "kv_cache_budget":
         fixes += [_known_fix(i) for i in _PHASE_ORDER["kv_cache"]]
+        if r.max_length is not None:  # vLLM worked out the context that fits: say it, first (_lead_order)
+            fixes = [_fix("vllm_max_model_len", _("a shorter context"),
+                          _("--max-model-len {length} or less: what vLLM says fits in the KV cache memory there is "
+                            "(or give it more: --gpu-memory-utilization)").format(length=r.max_length),
+                          r.requested_bytes - r.free_bytes if r.requested_bytes and r.free_bytes else None,
+                          "message")
+                     if f.id == "vllm_max_model_len" else f for f in fixes]
     if ex.cause == "request_too_large":
         cap = r.allowed_bytes if r.allowed_bytes is not None and r.allowed_bytes < (r.total_bytes or 1 << 62) \
             else r.total_bytes
@@ -645,6 +652,8 @@ def _lead_order(ex: Explanation) -> tuple[str, ...] | None:
         return None
     fw = ex.report.framework
     if ex.cause == "kv_cache_budget":
+        if ex.report.max_length is not None:  # the context vLLM says fits leads
+            return ("vllm_max_model_len", "vllm_gpu_util", "vllm_smaller_weights")
         return _PHASE_ORDER["kv_cache"]  # the message's own advice first: a larger gpu_memory_utilization
     if fw in ("paddle", "tensorflow", "jax", "llama.cpp", "vllm"):
         return _framework_order(ex)

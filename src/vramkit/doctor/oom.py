@@ -128,6 +128,7 @@ class OomReport:
     # the framework's memory share, when printed: FLAGS_fraction_of_gpu_memory_to_use, gpu_memory_utilization
     setting: float | None = None
     thc_storage: bool = False  # old PyTorch's THC said a tensor's storage could not be allocated
+    max_length: int | None = None  # vLLM: the longest max_model_len the KV cache memory there is holds, as it says
     # the allocator setting the log shows the job had: "PYTORCH_CUDA_ALLOC_CONF=..." printed before the message
     alloc_conf: str | None = None
     line: int | None = None  # 1-based line in the log where the message starts
@@ -349,6 +350,13 @@ def _parse_other(body: str, rest: str, before: str) -> OomReport:
         return report
     if body.startswith(("No available memory for the cache", "KV cache is needed")):
         report = OomReport(kind="vllm", form="vllm", message=body)
+        # "(16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.45 GiB). Based on
+        # the available memory, the estimated maximum model length is 77392."
+        needed = re.search(_SIZE + r"\s*$", before)
+        if body.startswith("KV cache is needed") and needed:
+            report.requested_bytes = size_bytes(needed.group(1), needed.group(2))
+        report.free_bytes = _size(r"available KV cache memory \({S}\)", body)
+        report.max_length = _int(r"estimated maximum model length is (\d{1,12})", body)
         budget = re.findall(r"total_gpu_memory \(([0-9.]{1,10})GiB\) x gpu_memory_utilization \(([0-9.]{1,6})\)",
                             before)
         if budget:
