@@ -172,6 +172,10 @@ def test_a_launchers_or_a_runners_prefix_on_every_line_keeps_the_traceback(tmp_p
         data = json.loads(result.out)
         assert data["phase"] is not None and data["phase"]["id"] == "generate", (name, data["phase"])
         assert data["requested_bytes"] == 2 * 1024**3, name
+        assert data["rank"] == (1 if name == "srun" else None), name
+    torchrun = _prefixed(lambda i: "[rank3]: ")
+    result = _doctor(torchrun, tmp_path)
+    assert result.rc == 0 and result.out.startswith("CUDA out of memory on GPU 0 (rank 3)"), result.out
 
 
 def test_the_message_ends_where_pytorchs_does_not_at_the_next_lines(tmp_path):

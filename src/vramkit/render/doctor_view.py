@@ -108,6 +108,8 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
             else _(_WHAT.get(r.kind, _WHAT["cuda"])))
     if r.device is not None:
         what = _("{failure} on GPU {index}").format(failure=what, index=r.device)
+    if r.rank is not None:
+        what = _("{failure} (rank {rank})").format(failure=what, rank=r.rank)
     # Translators: {exception} is the exception's Python name (RuntimeError, torch.OutOfMemoryError) or the
     # word "message"; {form} is the message's form (2.2+, 1.4-2.0, hip...): both stay as they are
     about = _("({where}; {exception}, form: {form})").format(
@@ -203,6 +205,7 @@ def diagnosis_dict(ex: Explanation, source: str, snap: Snapshot | None, live_not
         "exception": r.exception,
         "message": r.message,
         "device": r.device,
+        "rank": r.rank,
         "requested_bytes": r.requested_bytes,
         "total_bytes": r.total_bytes,
         "free_bytes": r.free_bytes,
