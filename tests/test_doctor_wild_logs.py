@@ -198,3 +198,11 @@ def test_vllms_own_numbers_for_a_context_too_long_lead():
                                                                              77392)
     lead = explain(report).fixes[0]
     assert lead.id == "vllm_max_model_len" and "--max-model-len 77392" in lead.how and lead.enough
+
+
+def test_a_message_cut_before_its_split_says_fragmentation_cannot_be_ruled_out():
+    cut = MESSAGE[:MESSAGE.index("Of the allocated memory") + len("Of the allocated memory 70")]
+    report = find_oom(cut + "\n")
+    assert report is not None and report.form == "2.2+" and report.reserved_unallocated_bytes is None
+    assert any("cut short" in note for note in explain(report).notes)
+    assert not any("cut short" in note for note in explain(find_oom(MESSAGE)).notes)

@@ -183,6 +183,10 @@ def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | N
     ex.vendor = "amd" if report.kind == "hip" else "nvidia" if report.kind.startswith("cu") else live or ex.vendor
     ex.cause = _cause(ex)
     ex.cause_text = _(CAUSES[ex.cause])
+    if report.form in ("2.1", "2.2+") and report.reserved_unallocated_bytes is None:
+        # every message of these forms ends with the split: one without it was cut (a log's limit, a paste)
+        ex.notes.append(_("the message is cut short before what PyTorch reserved but left unallocated: "
+                          "fragmentation cannot be ruled out"))
     _contributing(ex)
     ex.estimated = savings is not None
     ex.fixes = _fixes(ex, snapshot, me, savings, dict(context or {}, report=report))
