@@ -206,3 +206,28 @@ def test_a_message_cut_before_its_split_says_fragmentation_cannot_be_ruled_out()
     assert report is not None and report.form == "2.2+" and report.reserved_unallocated_bytes is None
     assert any("cut short" in note for note in explain(report).notes)
     assert not any("cut short" in note for note in explain(find_oom(MESSAGE)).notes)
+
+
+def test_the_jobs_parts_add_up_where_the_job_is_a_process_of_the_message(tmp_path):
+    """In a container the job is one of the message's "Process P has" parts: its memory outside
+    PyTorch is that part less what PyTorch reserved, not left out."""
+    container = MESSAGE.replace("Including non-PyTorch memory, this process has 77.64 GiB memory in use.",
+                                "Process 21493 has 77.64 GiB memory in use.")
+    report = find_oom(container)
+    assert report is not None and report.non_pytorch_bytes is None
+    ex = explain(report)
+    assert ex.job_pid == 21493 and ex.non_pytorch_bytes == round(77.64 * 1024**3) - 77 * 1024**3
+    result = _doctor(container, tmp_path)
+    assert "77.6GiB = 70.0GiB allocated + 7.0GiB reserved-unallocated + 655MiB non-PyTorch" in result.out, result.out
+
+
+def test_raising_a_per_process_cap_saves_at_most_what_the_gpu_has_free():
+    capped = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+              "79.15 GiB of which 10.00 GiB is free. 19.79 GiB allowed; Including non-PyTorch memory, this process "
+              "has 19.50 GiB memory in use. Of the allocated memory 18.90 GiB is allocated by PyTorch, and 100.00 MiB "
+              "is reserved by PyTorch but unallocated.\n")
+    report = find_oom(capped)
+    assert report is not None
+    ex = explain(report)
+    cap = next(f for f in ex.fixes if f.id == "raise_cap")
+    assert ex.cause == "memory_cap" and cap.saves_bytes == 10 * 1024**3

@@ -109,6 +109,17 @@ class Explanation:
     # the model was in eval mode while autograd recorded its activations (oom_guard sees the live tensors)
     eval_with_grad: bool = False
 
+    @property
+    def non_pytorch_bytes(self) -> int | None:
+        """The job's memory outside PyTorch's allocator: the message's ("this process has"), or, where the
+        job is one of its "Process P has" parts (in a container), that part less what PyTorch reserved."""
+        r = self.report
+        if r.non_pytorch_bytes is not None:
+            return r.non_pytorch_bytes
+        if self.job_bytes is None or r.reserved_bytes is None:
+            return None
+        return max(0, self.job_bytes - r.reserved_bytes)
+
 
 def _identify_job(report: OomReport, job_pid: int | None) -> tuple[int | None, int | None]:
     """(pid, bytes) of the job among the message's "Process P has U" parts.
@@ -275,7 +286,7 @@ def _cause(ex: Explanation) -> str:
     own = ex.job_bytes if ex.job_bytes is not None else r.reserved_bytes
     if others and others >= short and (own is None or others >= own):
         return "other_processes"
-    if r.total_bytes is not None and r.requested_bytes > r.total_bytes - others - (r.non_pytorch_bytes or 0):
+    if r.total_bytes is not None and r.requested_bytes > r.total_bytes - others - (ex.non_pytorch_bytes or 0):
         # More than the job could ever have free: the GPU less what others hold and what the job can
         # never give back (its CUDA context, library workspaces).
         return "request_too_large"
@@ -310,10 +321,11 @@ def _contributing(ex: Explanation) -> None:
             and r.reserved_unallocated_bytes >= r.shortfall_bytes > 0:
         ex.contributing.append(_("{size} reserved by PyTorch but unallocated").format(
             size=format_size_any(r.reserved_unallocated_bytes)))
-    if r.non_pytorch_bytes and r.total_bytes and r.non_pytorch_bytes >= 0.05 * r.total_bytes:
+    outside = ex.non_pytorch_bytes
+    if outside and r.total_bytes and outside >= 0.05 * r.total_bytes:
         words = runtime(ex.vendor)
         ex.contributing.append(_("{size} of this process's memory is outside PyTorch ({context}, {libraries})").format(
-            size=format_size_any(r.non_pytorch_bytes), context=_(words.context), libraries=_(words.libraries)))
+            size=format_size_any(outside), context=_(words.context), libraries=_(words.libraries)))
     if r.requested_bytes and r.total_bytes and ex.cause != "request_too_large" \
             and r.requested_bytes >= 0.25 * r.total_bytes:
         ex.contributing.append(_("the single request ({size}) is {percent:.0f}% of the GPU").format(
@@ -548,9 +560,12 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
                             "sequence, chunked attention/loss), or shard it over several GPUs; freeing memory "
                             "will not help").format(size=format_size_any(r.requested_bytes), cap=format_size_any(cap))))
     if ex.cause == "memory_cap" and r.allowed_bytes is not None and r.total_bytes is not None:
+        # raising the cap gives at most what the GPU has free beyond it
+        room = r.total_bytes - r.allowed_bytes if r.free_bytes is None else min(r.total_bytes - r.allowed_bytes,
+                                                                                r.free_bytes)
         fixes.append(_fix("raise_cap", _("raise the per-process cap"),
                           _("torch.cuda.set_per_process_memory_fraction(...) limits this process below the GPU"),
-                          r.total_bytes - r.allowed_bytes, "message"))
+                          room, "message"))
     # expandable_segments whenever the reserved-but-unallocated memory is a real share or could have
     # served the request (the fragmentation rule, real_share), and when the GPU had the memory free but
     # it could not be given (expandable segments map pages: no new contiguous segment is needed).

@@ -113,7 +113,7 @@ PHASES = {
     "to_device": N_("model's move to the GPU"),
     "generate": N_("generation"),
     "kv_cache": N_("reservation of the KV cache and compute buffers"),
-    "param_gather": N_("gathering of sharded parameters (ZeRO-3 / FSDP)"),
+    "param_gather": N_("gathering of sharded parameters"),  # its detail says whose: ZeRO-3, FSDP, all-gather
 }
 
 

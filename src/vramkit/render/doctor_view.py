@@ -64,7 +64,7 @@ def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
     parts: list[tuple[str, int | None, str, str]] = [
         (_(_ALLOCATED_BY.get(r.framework, _ALLOCATED_BY["pytorch"])), r.allocated_bytes, "█", "#"),
         (_("reserved, unallocated"), r.reserved_unallocated_bytes, "▒", "R"),
-        (_("non-PyTorch (this job)"), r.non_pytorch_bytes, "▓", "N"),
+        (_("non-PyTorch (this job)"), ex.non_pytorch_bytes, "▓", "N"),
         (_("other processes") if ex.others_basis != "outside PyTorch" else _("outside PyTorch"), ex.others_bytes,
          "░", "O"),
         (pgettext("memory", "free"), r.free_bytes, "·", "."),
@@ -92,11 +92,13 @@ def _job_row(ex: Explanation) -> str:
         else []
     if r.reserved_unallocated_bytes is not None:
         parts.append(_("{size} reserved-unallocated").format(size=format_size_any(r.reserved_unallocated_bytes)))
-    if r.non_pytorch_bytes is not None:
-        parts.append(_("{size} non-PyTorch").format(size=format_size_any(r.non_pytorch_bytes)))
+    if ex.non_pytorch_bytes is not None:
+        parts.append(_("{size} non-PyTorch").format(size=format_size_any(ex.non_pytorch_bytes)))
     total = (format_size_any(ex.job_bytes) if ex.job_bytes is not None
              else _("at least {size}").format(size=format_size_any(r.reserved_bytes)) if r.reserved_bytes is not None
-             else "N/A")
+             else None)
+    if total is None:  # no total to split (TensorFlow's BFC InUse): the parts alone
+        return " + ".join(parts) if parts else "N/A"
     return f"{total} = " + " + ".join(parts) if parts else total
 
 
@@ -215,7 +217,7 @@ def diagnosis_dict(ex: Explanation, source: str, snap: Snapshot | None, live_not
         "reserved_bytes": r.reserved_bytes,
         "reserved_unallocated_bytes": r.reserved_unallocated_bytes,
         "private_pool_bytes": r.private_pool_bytes,
-        "non_pytorch_bytes": r.non_pytorch_bytes,
+        "non_pytorch_bytes": ex.non_pytorch_bytes,
         "process_bytes": r.process_bytes,
         "job_pid": ex.job_pid,
         "job_bytes": ex.job_bytes,
