@@ -231,3 +231,21 @@ def test_raising_a_per_process_cap_saves_at_most_what_the_gpu_has_free():
     ex = explain(report)
     cap = next(f for f in ex.fixes if f.id == "raise_cap")
     assert ex.cause == "memory_cap" and cap.saves_bytes == 10 * 1024**3
+
+
+def test_a_notebooks_traceback_through_a_models_own_code_is_its_forward():
+    """IPython 8 keeps the cell, the no_grad decorator and the attention's helper: a frame in a model
+    library's modeling code is a forward pass (here under no_grad: inference)."""
+    log = ("OutOfMemoryError                          Traceback (most recent call last)\n"
+           "Cell In[12], line 3\n"
+           "----> 3 image = pipe(prompt, height=1024, width=1024).images[0]\n\n"
+           "File /usr/lib/python3.10/site-packages/torch/utils/_contextlib.py:115, in "
+           "context_decorator.<locals>.decorate_context(*args, **kwargs)\n"
+           "--> 115         return func(*args, **kwargs)\n\n"
+           "File /usr/lib/python3.10/site-packages/diffusers/models/attention_processor.py:615, in "
+           "Attention.get_attention_scores(self, query, key, attention_mask)\n"
+           "--> 615     baddbmm_input = torch.empty(\n\n" + MESSAGE.replace("torch.OutOfMemoryError", "OutOfMemoryError"))
+    report = find_oom(log)
+    assert report is not None and report.offset is not None
+    phase = place_of(log, report.offset, report.kind)
+    assert phase is not None and phase.id == "forward" and phase.grad_off and not phase.training

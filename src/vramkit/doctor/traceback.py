@@ -371,6 +371,10 @@ _CODE_MARKERS: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"torch\.cat\(.*\b(logits|preds|predictions|outputs|all_)"), "eval_gather", N_("torch.cat of outputs")),
 )
 _FORWARD_FUNCS = ("_call_impl", "_wrapped_call_impl", "forward")
+# The modeling code of the model libraries: a frame there (an attention's helper, not only its forward) runs a
+# model forward, as a notebook's traceback shows it (IPython keeps only some frames)
+_MODEL_CODE = ("/transformers/models/", "/diffusers/models/", "/timm/models/", "/torchvision/models/",
+               "/peft/tuners/")
 # Library evaluation code known to run the model under torch.no_grad() / inference_mode(): a user's
 # own evaluate() is not (it may be the very reason for the OOM).
 _GRAD_OFF = (("/transformers/trainer.py", "prediction_step"),
@@ -429,7 +433,8 @@ def phase_of(frames: list[Frame]) -> Phase | None:
             return Phase(found[0], found[1], frame, user, evaluating, grad_off, training)
         # a module's forward, or the layers' own code (torch/nn/modules/conv.py's _conv_forward, F.conv2d)
         in_forward = (in_forward or frame.func in _FORWARD_FUNCS or "/torch/nn/modules/" in frame.path
-                      or frame.path.endswith("/torch/nn/functional.py"))
+                      or frame.path.endswith("/torch/nn/functional.py")
+                      or any(place in frame.path for place in _MODEL_CODE))
     if in_forward or (evaluating and user is not None):
         # the innermost frame is where it allocated (an attention matmul, a layer's output); a user's
         # own evaluation function with no library frame below it runs the model forward too
