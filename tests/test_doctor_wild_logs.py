@@ -244,7 +244,8 @@ def test_a_notebooks_traceback_through_a_models_own_code_is_its_forward():
            "--> 115         return func(*args, **kwargs)\n\n"
            "File /usr/lib/python3.10/site-packages/diffusers/models/attention_processor.py:615, in "
            "Attention.get_attention_scores(self, query, key, attention_mask)\n"
-           "--> 615     baddbmm_input = torch.empty(\n\n" + MESSAGE.replace("torch.OutOfMemoryError", "OutOfMemoryError"))
+           "--> 615     baddbmm_input = torch.empty(\n\n"
+           + MESSAGE.replace("torch.OutOfMemoryError", "OutOfMemoryError"))
     report = find_oom(log)
     assert report is not None and report.offset is not None
     phase = place_of(log, report.offset, report.kind)
