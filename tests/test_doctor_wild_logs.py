@@ -250,3 +250,17 @@ def test_a_notebooks_traceback_through_a_models_own_code_is_its_forward():
     assert report is not None and report.offset is not None
     phase = place_of(log, report.offset, report.kind)
     assert phase is not None and phase.id == "forward" and phase.grad_off and not phase.training
+
+
+def test_the_older_forms_outside_pytorch_figure_counts_the_jobs_own_cuda_context():
+    """PyTorch 1.0-2.0 print no process list: what is neither free nor PyTorch's holds the job's own CUDA
+    context too. On a small GPU that is no evidence of other processes; well past it, it is, and doctor
+    says where to look for them."""
+    def old(total: str, allocated: str, free: str, cached: str) -> str:
+        return (f"RuntimeError: CUDA out of memory. Tried to allocate 26.00 MiB (GPU 0; {total} total capacity; "
+                f"{allocated} already allocated; {free} free; {cached} cached)\n")
+
+    small = find_oom(old("1.00 GiB", "436.00 MiB", "24.00 MiB", "26.00 MiB"))  # 538 MiB outside PyTorch
+    assert small is not None and explain(small).cause == "own_usage"
+    shared = explain(find_oom(old("10.92 GiB", "436.00 MiB", "24.00 MiB", "26.00 MiB")))  # 10.4 GiB outside
+    assert shared.cause == "other_processes" and "check_gpu" in [f.id for f in shared.fixes]

@@ -45,6 +45,9 @@ FRAGMENTATION_MIN = 1024**3
 # times the largest card made) is no shortage: a shape, an index or a setting computed a wrong size.
 NOT_MEMORY_FACTOR = 4
 NOT_MEMORY_BYTES = 1024**4
+# The least a CUDA context holds on a GPU (its kernels and heaps: ~300 MiB and up, more without lazy
+# loading): the older forms' "outside PyTorch" figure has the job's own in it
+CUDA_CONTEXT_LEAST = 300 * 1024**2
 
 CAUSES = {
     "not_memory": N_("a bug, not a memory problem: the request is many times any GPU (a wrong shape, an index out "
@@ -283,6 +286,8 @@ def _cause(ex: Explanation) -> str:
     if ru and ru >= short and real_share(r):
         return "fragmentation"
     others = ex.others_bytes or 0
+    if ex.others_basis == "outside PyTorch":  # the job's own CUDA context is in it: other processes hold less
+        others = max(0, others - CUDA_CONTEXT_LEAST)
     own = ex.job_bytes if ex.job_bytes is not None else r.reserved_bytes
     if others and others >= short and (own is None or others >= own):
         return "other_processes"
@@ -628,7 +633,8 @@ def _fixes(ex: Explanation, snap: Snapshot | None, me: str | None, savings: Savi
         fixes.append(_fix("workspace", _("leave headroom for library workspaces"),
                           _("torch.backends.cudnn.benchmark = False (smaller workspaces); "
                             "CUBLAS_WORKSPACE_CONFIG=:4096:8; see the GPU's other holders: vram status")))
-    if ex.cause in ("device_full", "free_but_failed"):
+    # other processes to blame, none named (no process list in the message, no live data): find them
+    if ex.cause in ("device_full", "free_but_failed") or (ex.cause == "other_processes" and not others):
         fixes.append(_fix("check_gpu", _("check what holds the GPU"), _("vram status; a GPU full before the job "
                           "starts fails at the first CUDA call")))
     if r.kind == "mps":
