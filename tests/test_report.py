@@ -293,3 +293,28 @@ def test_headings_fold_where_the_one_line_table_is_wider_than_the_terminal(db):
     assert all(cells(line) <= 60 for line in table), table
     ends = {cells(line) for line in table[2:]}  # the numbers still end under their headings
     assert ends == {cells(table[1])}, table
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_a_plot_path_another_user_planted_is_refused_and_nothing_written_through_it(db, tmp_path, planted):
+    """vram report often runs as root, and --plot into a shared /tmp: a symlink there is not followed
+    (root's file behind it keeps its bytes), a FIFO is not waited on."""
+    victim = tmp_path / "root-owned.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "gpus.svg"
+    if planted == "symlink":
+        out.symlink_to(victim)
+    else:
+        os.mkfifo(out)
+    result = run_vram("report", "--db", str(db), *WINDOW, "--plot", str(out), env=_blocked_matplotlib(tmp_path),
+                      timeout=30)
+    assert_one_line_error(result, 2, "--plot", "cannot write it")
+    assert victim.read_text() == "keep me\n"
+
+
+def test_a_plot_path_of_ones_own_is_written_afresh(db, tmp_path):
+    out = tmp_path / "gpus.svg"
+    out.write_text("an older plot\n")
+    result = run_vram("report", "--db", str(db), *WINDOW, "--plot", str(out), env=_blocked_matplotlib(tmp_path))
+    assert result.rc == 0, result.err
+    assert out.read_text(encoding="utf-8").startswith("<svg") and oct(out.stat().st_mode & 0o777) == "0o644"

@@ -144,3 +144,54 @@ def test_a_hostile_log_file_name_reaches_no_terminal(tmp_path):
     folder.mkdir()
     as_dir = run_vram("doctor", str(folder), "--no-live")
     assert as_dir.rc == 2 and "is a directory" in as_dir.err and not _raw_controls(as_dir.err)
+
+
+def test_a_fifo_where_a_log_was_is_refused_not_waited_on(tmp_path):
+    """Another user can swap a shared log for a FIFO: root's vram must not block in open() waiting for a
+    writer. (A stream is read from `-` and a pipe.)"""
+    fifo = tmp_path / "job.log"
+    os.mkfifo(fifo)
+    result = run_vram("doctor", str(fifo), "--no-live", timeout=30)
+    assert result.rc == 2 and "is a FIFO, not a log file" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_a_timeline_path_another_user_planted_is_refused_and_nothing_written_through_it(tmp_path, planted):
+    snapshot = os.path.join(os.path.dirname(__file__), "..", "fixtures", "snapshots", "train_step_recorded.pickle")
+    victim = tmp_path / "root-owned.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "tl.svg"
+    if planted == "symlink":
+        out.symlink_to(victim)
+    else:
+        os.mkfifo(out)
+    result = run_vram("doctor", snapshot, "--no-live", "--timeline", str(out), timeout=30)
+    assert result.rc == 2 and "--timeline" in result.err and "cannot write it" in result.err, result.err
+    assert victim.read_text() == "keep me\n"
+    os.unlink(out)
+    result = run_vram("doctor", snapshot, "--no-live", "--timeline", str(out))
+    assert result.rc == 0 and out.read_text(encoding="utf-8").startswith("<svg")
+
+
+def test_a_directory_named_like_a_snapshot_is_one_line():
+    result = run_vram("doctor", os.path.join(os.path.dirname(__file__), "..", "fixtures", "snapshots"),
+                      "--no-live")
+    assert result.rc == 2 and len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_shared_containers_built_from_a_few_bytes_are_refused_as_their_size(tmp_path):
+    """A "billion laughs" pickle: 2**30 values from a few hundred bytes of shared lists. Refused for
+    its size; each shared list is looked into once (walking them all took ~100 s before)."""
+    import pickle
+
+    from vramkit.doctor import snapshot as S
+
+    laughs: list = [0]
+    for _ in range(30):
+        laughs = [laughs, laughs]
+    with pytest.raises(S.SnapshotError, match="more than 200,000,000 values"):
+        S.loads(pickle.dumps({"segments": laughs, "device_traces": []}))
+    shared = {"filename": "train.py", "line": 1, "name": "f"}  # torch shares its frames between blocks
+    snapshot = {"segments": [], "device_traces": [[{"frames": [shared] * 3} for _ in range(1000)]]}
+    assert S.loads(pickle.dumps(snapshot)) == snapshot

@@ -167,17 +167,21 @@ def _read_log(path: str) -> LogText:
     if os.path.isdir(path):  # open() of a directory fails before fstat could say what it is
         raise UsageError(_("{name} is a directory, not a log file (for a stream, use - and a pipe)").format(name=name))
     try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            if stat.S_ISREG(mode):
-                return _tail(f, name, size=os.fstat(f.fileno()).st_size)
-            if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                raise UsageError((_("{name} is a directory, not a log file (for a stream, use - and a pipe)")
-                                  if stat.S_ISDIR(mode)
-                                  else _("{name} is a device, not a log file (for a stream, use - and a pipe)")
-                                  ).format(name=name))
-            return _tail(f, name)  # a FIFO, a socket: a stream
-    except OSError as e:
+        # Non-blocking: opening a FIFO another user put where a log was must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        with open(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode):
+                return _tail(f, name, size=info.st_size)
+            if stat.S_ISDIR(info.st_mode):
+                raise UsageError(_("{name} is a directory, not a log file (for a stream, use - and a pipe)").format(
+                    name=name))
+            if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+                raise UsageError(_("{name} is a FIFO, not a log file (for a stream, use - and a pipe)").format(
+                    name=name))
+            raise UsageError(_("{name} is a device, not a log file (for a stream, use - and a pipe)").format(
+                name=name))
+    except OSError as e:  # also a read that would block (a special file: /proc/kmsg)
         raise UsageError(_("cannot read {name}: {error}").format(name=name, error=e.strerror or e)) from None
 
 
@@ -412,6 +416,8 @@ def _is_snapshot(path: str) -> bool:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
         head = os.read(fd, 2)
+    except OSError:  # a read that would block (a special file: /proc/kmsg): the log reader says why
+        return False
     finally:
         os.close(fd)
     return head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
@@ -439,12 +445,9 @@ def _snapshot(args: argparse.Namespace, style: Style) -> int:
         title = (_("{name}: device {device}, by category") if tl.by == "category"
                  else _("{name}: device {device}, by source line")).format(name=name, device=tl.device)
         text = render_html(tl, title) if args.timeline.lower().endswith((".html", ".htm")) else render_svg(tl, title)
-        try:
-            with open(args.timeline, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise Failure(_("cannot write {name}: {error}").format(name=sanitize(args.timeline),
-                                                                    error=e.strerror or e)) from None
+        from ..output_files import write_new
+
+        write_new(os.path.abspath(args.timeline), text.encode("utf-8"), param="timeline")
     if args.json:
         print(peak_json(snap, reports, name))
     else:

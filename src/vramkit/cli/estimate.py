@@ -523,19 +523,16 @@ def _estimate_by_tracing(args: argparse.Namespace, unknown: Any) -> tuple[Any, A
 
 def _write_timeline(path: str, traced: Any, title: str) -> None:
     """The traced steps' memory over time, drawn as vram doctor draws a snapshot's."""
+    import os
+
     from ..estimator.trace import trace_timeline
-    from ..procs import sanitize
     from ..render.snapshot_view import render_html, render_svg
 
     tl = trace_timeline(traced)
     text = render_html(tl, title) if path.lower().endswith((".html", ".htm")) else render_svg(tl, title)
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        from .common import Failure
+    from ..output_files import write_new
 
-        raise Failure(_("cannot write {path}: {error}").format(path=sanitize(path), error=e.strerror or e)) from None
+    write_new(os.path.abspath(path), text.encode("utf-8"), param="timeline")
 
 
 # --precision int8 / int4: bitsandbytes' 8-bit and 4-bit base (load_in_8bit / load_in_4bit), as --quant

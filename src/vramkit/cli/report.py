@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -175,10 +176,7 @@ def _draw(store: Store, report: Report, path: Path, kind: str) -> None:
     series = memory_series(store, report.since, report.until, pick_step(span))
     since, until = (datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") for t in (report.since, report.until))
     title = _("GPU memory by user, {since} to {until}").format(since=since, until=until)
-    try:
-        if kind == "svg":
-            path.write_text(render_svg(series, title), encoding="utf-8")
-        else:
-            render_png(series, title, path)
-    except OSError as e:
-        raise UsageError(_("--plot: cannot write {path}: {why}").format(path=path, why=e.strerror)) from None
+    from ..output_files import write_new
+
+    data = render_svg(series, title).encode("utf-8") if kind == "svg" else render_png(series, title)
+    write_new(os.path.abspath(path), data, param="plot")

@@ -188,11 +188,13 @@ def run_spawn(args: argparse.Namespace) -> int:
     if not chosen:
         raise UsageError(_("--simulate: which scenario? (a bundled name such as demo, or a scenario JSON file)"))
     scenario = scenarios.load(chosen)  # a bad scenario fails here, before anything is started
+    from ..output_files import check_output, write_new
+
     if args.output:
-        _check_output(os.path.abspath(args.output))  # so is an output we would refuse
+        check_output(os.path.abspath(args.output))  # so is an output we would refuse
     with tempfile.TemporaryDirectory(prefix="vram-spawn-") as private, Placeholders(scenario.data) as placeholders:
         output = os.path.abspath(args.output) if args.output else os.path.join(private, f"{scenario.name}-real.json")
-        _write_new(output, json.dumps(placeholders.scenario, indent=1) + "\n")
+        write_new(output, (json.dumps(placeholders.scenario, indent=1) + "\n").encode())
         scenarios.load(output)  # what we wrote must load as the scenario did
         say = sys.stderr if command else sys.stdout
         print("vram: " + ngettext("{n} placeholder process stands in for those of scenario '{scenario}' in {path}",
@@ -211,74 +213,3 @@ def run_spawn(args: argparse.Namespace) -> int:
         return 0
 
 
-def _cannot_write(path: str, why: object) -> UsageError:
-    return UsageError(_("{path}: cannot write it: {why}").format(path=path, why=why), param="output")
-
-
-def _check_output(path: str) -> None:
-    """Refuse, in one line, an output path that holds something other than a regular file of the
-    caller's: a FIFO (opening it to write would wait for a reader forever), a symlink, a directory
-    or device, or a file someone else planted there (in a shared /tmp: root must not reuse it)."""
-    import stat
-
-    from ..procs import user_name
-
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise _cannot_write(path, e.strerror) from None
-    if stat.S_ISLNK(info.st_mode):
-        why = _("it is a symlink")
-    elif stat.S_ISFIFO(info.st_mode):
-        why = _("it is a FIFO, not a file")
-    elif not stat.S_ISREG(info.st_mode):
-        why = _("it is not a regular file")
-    elif info.st_uid != os.geteuid():
-        why = _("it belongs to {user}, not to you").format(user=user_name(info.st_uid))
-    else:
-        return
-    raise UsageError(_("{path}: cannot write it: {why}; choose another file").format(path=path, why=why),
-                     param="output")
-
-
-def _write_new(path: str, text: str) -> None:
-    """Write `path` afresh: to a new file created with O_EXCL|O_NOFOLLOW beside it, renamed over it.
-    Nothing planted at `path` is opened, so nothing is written through a symlink or into a file of
-    someone else's, and no FIFO is waited on; what is there is checked first (_check_output)."""
-    import secrets
-
-    _check_output(path)
-    directory, name = os.path.split(path)
-    try:
-        dfd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as e:
-        raise _cannot_write(path, e.strerror) from None
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        tmp = f".vram-spawn-{secrets.token_hex(8)}.tmp"
-        try:
-            fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
-        except OSError as e:
-            raise _cannot_write(path, e.strerror) from None
-        try:
-            try:
-                os.fchmod(fd, 0o644)  # readable by the programs pointed at it, whatever the umask
-                data = memoryview(text.encode())
-                while data:
-                    data = data[os.write(fd, data):]
-            finally:
-                os.close(fd)
-            _check_output(path)  # planted meanwhile: still refused (the rename would only unlink it)
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException as e:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
-            if isinstance(e, OSError):
-                raise _cannot_write(path, e.strerror) from None
-            raise
-    finally:
-        os.close(dfd)

@@ -105,26 +105,63 @@ def loads(data: bytes, source: str = "snapshot") -> Any:
 
 
 def _check_plain(obj: Any, source: str) -> None:
-    """Only plain data, at most MAX_DEPTH deep and MAX_ITEMS visited (shared and self-referencing
-    containers, which a pickle can build from a few bytes, stop here)."""
-    stack: list[tuple[Any, int]] = [(obj, 0)]
-    seen = 0
-    while stack:
-        value, depth = stack.pop()
-        seen += 1
-        if seen > MAX_ITEMS:
-            raise SnapshotError(_("{source}: more than {count:,} values").format(source=source, count=MAX_ITEMS))
-        if depth > MAX_DEPTH:
-            raise SnapshotError(_("{source}: nested more than {depth} deep").format(source=source, depth=MAX_DEPTH))
-        if isinstance(value, dict):
-            for k, v in value.items():
-                stack.append((k, depth + 1))
-                stack.append((v, depth + 1))
-        elif isinstance(value, (list, tuple)):
-            stack.extend((v, depth + 1) for v in value)
+    """Only plain data, at most MAX_DEPTH deep and MAX_ITEMS values, counted as a reader walks them: a
+    container the pickle shares (torch's frames are) counts each time it is reached but is looked into
+    once, so shared containers built from a few bytes ("billion laughs") are refused at once, not
+    after walking 200 million values; a container that holds itself is infinitely deep."""
+    import sys
+
+    def nested() -> SnapshotError:
+        return SnapshotError(_("{source}: nested more than {depth} deep").format(source=source, depth=MAX_DEPTH))
+
+    def children(value: Any) -> Any:
+        return (x for kv in value.items() for x in kv) if isinstance(value, dict) else iter(value)
+
+    done: dict[int, tuple[int, int]] = {}  # a shared container's (values, depth), by id
+    # the containers being walked: [container, its children, values so far, depth so far]
+    path: list[list[Any]] = []
+    on_path: set[int] = set()
+    result: tuple[int, int] | None = None  # the values and depth of what was just walked
+    value = obj
+    while True:
+        if isinstance(value, (dict, list, tuple)):
+            known = done.get(id(value))
+            if known is not None:
+                result = known
+            elif id(value) in on_path or len(path) >= MAX_DEPTH:
+                raise nested()
+            else:
+                path.append([value, children(value), 1, 0])
+                on_path.add(id(value))
+                result = None
         elif value is not None and not isinstance(value, (str, int, float, bytes)):
             raise SnapshotError(_("{source}: holds a {type}; a memory snapshot does not").format(
                 source=source, type=type(value).__name__))
+        else:
+            result = (1, 0)
+        while True:
+            if result is not None:
+                if not path:
+                    return
+                top = path[-1]
+                top[2] += result[0]
+                top[3] = max(top[3], result[1] + 1)
+                if top[2] > MAX_ITEMS:
+                    raise SnapshotError(_("{source}: more than {count:,} values").format(
+                        source=source, count=MAX_ITEMS))
+            top = path[-1]
+            child = next(top[1], _END)
+            if child is not _END:
+                value = child
+                break
+            path.pop()
+            on_path.discard(id(top[0]))
+            result = (top[2], top[3])
+            if sys.getrefcount(top[0]) > 3:  # held by more than its one parent: looked up, not walked, again
+                done[id(top[0])] = result
+
+
+_END = object()  # the end of a container's children
 
 
 def read_file(path: str, display: str | None = None) -> Any:
@@ -134,15 +171,22 @@ def read_file(path: str, display: str | None = None) -> Any:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise SnapshotError(_("cannot read {name}: {error}").format(name=name, error=e.strerror or e)) from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)  # before fdopen, which refuses a directory with its own error
         if not stat.S_ISREG(st.st_mode):
             raise SnapshotError(_("{name}: not a regular file").format(name=name))
         if st.st_size > MAX_BYTES:
             raise SnapshotError(_("{name}: {size} MiB, larger than the {limit} MiB read (record fewer entries: "
                                   "_record_memory_history(max_entries=...))").format(
                                       name=name, size=st.st_size // 1024**2, limit=MAX_BYTES // 1024**2))
-        data = f.read(MAX_BYTES + 1)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(MAX_BYTES + 1) or b""
+    except OSError as e:  # a read that would block (a special file), an I/O error
+        raise SnapshotError(_("cannot read {name}: {error}").format(name=name, error=e.strerror or e)) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     return loads(data, name)
 
 

@@ -6,8 +6,8 @@ users' choice); PNG needs matplotlib (the `plot` extra), imported only when aske
 
 from __future__ import annotations
 
+import io
 from datetime import datetime
-from pathlib import Path
 from xml.sax.saxutils import escape
 
 from ..errors import RequestError
@@ -158,7 +158,7 @@ def render_svg(series: MemorySeries, title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_png(series: MemorySeries, title: str, path: Path) -> None:
+def render_png(series: MemorySeries, title: str) -> bytes:
     """Draw with matplotlib (the `plot` extra); PlotError when it is not installed."""
     try:
         import matplotlib
@@ -199,6 +199,8 @@ def render_png(series: MemorySeries, title: str, path: Path) -> None:
             fig.legend(handles=handles, loc="outside right upper", fontsize="small")
         fig.suptitle(sanitize(title), x=0.02, ha="left", fontsize="medium")
         fig.autofmt_xdate()
-        fig.savefig(path, dpi=110, format="png")
+        out = io.BytesIO()  # the caller writes it (output_files: never through a planted symlink)
+        fig.savefig(out, dpi=110, format="png")
+        return out.getvalue()
     finally:
         plt.close(fig)
