@@ -164,6 +164,8 @@ def load_client_config(path: Path) -> ClientConfig:
         data = yaml.safe_load(_read(path, path, None, MAX_CONFIG).decode("utf-8"))
     except UnicodeDecodeError:
         raise _config_error(path, None, _("not UTF-8 text")) from None
+    except RecursionError:  # collections nested thousands deep: pyyaml's composer recurses
+        raise _config_error(path, None, _("values nested too deeply")) from None
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None)  # pyyaml's, in English
         raise _config_error(path, None, clean(problem) if problem else _("not valid YAML")) from None

@@ -160,6 +160,8 @@ def parse_gpu_list(text: str) -> list[int]:
     for part in text.split(","):
         part = part.strip()
         try:
+            if not re.fullmatch(r"[0-9]{1,4000}(?:-[0-9]{1,4000})?", part, re.ASCII):  # int() takes "\u0661", "1_0"
+                raise ValueError
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if lo > hi or lo < 0:

@@ -265,7 +265,10 @@ def _int(args: argparse.Namespace, name: str) -> int | None:
     value = getattr(args, name)
     if value is None:
         return None
-    if not re.fullmatch(r"\s*-?[0-9]+\s*", str(value), re.ASCII):  # int() would take '٥' and '1_000'
+    # int() would take '٥' and '1_000'; past 30 digits no setting means anything (and past 4,300 int() refuses)
+    if not re.fullmatch(r"\s*-?[0-9]{1,30}\s*", str(value), re.ASCII):
+        if re.fullmatch(r"\s*-?[0-9]+\s*", str(value), re.ASCII):
+            raise UsageError(_("{value} is out of range").format(value=f"{str(value).strip()[:20]}..."), param=name)
         raise UsageError(_("{value!r} is not a whole number").format(value=str(value)[:40]), param=name)
     return int(value)
 

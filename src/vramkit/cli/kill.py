@@ -112,7 +112,7 @@ def _criteria(args: argparse.Namespace) -> Criteria:
         users = tuple(u.strip() for u in args.user.split(",") if u.strip())
         if not users:
             raise UsageError(_("--user: name at least one user"))
-    return Criteria(pids=tuple(args.pids), gpus=tuple(parse_gpu_list(args.gpu)) if args.gpu else None,
+    return Criteria(pids=tuple(args.pids), gpus=tuple(parse_gpu_list(args.gpu)) if args.gpu is not None else None,
                     users=users, idle=idle, zombie=args.zombie, holders=args.holders, all_users=args.all_users)
 
 

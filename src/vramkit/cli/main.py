@@ -234,7 +234,10 @@ def one_line(e: VramkitError, parser: argparse.ArgumentParser | None = None,
     flag = flag_for(parser, e.param, args) if e.param else None
     # Translators: {flag} is the command's option the message is about ("--count"); {message} says what
     # is wrong with its value
-    message = _("{flag}: {message}").format(flag=flag, message=e.message) if flag else str(e)
+    from ..procs import sanitize
+
+    # sanitized once more here: a path or a value in the message may carry what another user typed
+    message = sanitize(_("{flag}: {message}").format(flag=flag, message=e.message) if flag else str(e))
     if isinstance(e, ScenarioError):
         return _("bad scenario: {message}").format(message=message)
     return _("error: {message}").format(message=message) if e.exit_code == 2 else message
@@ -316,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 _probe_stdout()
             raise
         debug = getattr(args, "debug", False)
+        if getattr(args, "simulate", None) == "":  # not "no simulation": a scenario left out of a script
+            raise UsageError(_("--simulate: which scenario? (a bundled name such as demo, or a scenario JSON file)"))
         if getattr(args, "json", False) or getattr(args, "csv", False):  # also spelt --js, --cs
             i18n.force_english()
         try:

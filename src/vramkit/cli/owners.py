@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
 from ..gpu_state import GpuProcess, Snapshot
-from ..i18n import N_
+from ..i18n import N_, _
 from ..procs.workload import matches
 
 
@@ -21,9 +22,23 @@ def add_filters(p: argparse.ArgumentParser) -> None:
                    help=N_("only processes of this Slurm job (JOB, JOB.STEP, or an array task ARRAYJOB_TASK)"))
 
 
+# JOB, JOB.STEP (a number, or Slurm's batch/extern/interactive step), ARRAYJOB_TASK, in ASCII digits
+_SLURM_JOB = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,12})?(?:\.(?:[0-9]{1,12}|batch|extern|interactive))?", re.ASCII)
+
+
 def wanted(args: argparse.Namespace) -> dict[str, str] | None:
-    """The filters given, or None."""
-    given = {key: getattr(args, key) for key in ("container", "pod", "slurm_job") if getattr(args, key, None)}
+    """The filters given, or None; a UsageError for one given empty (it would select every process)
+    or a Slurm job that no job id can be."""
+    from .common import UsageError
+
+    given = {key: value for key in ("container", "pod", "slurm_job") if (value := getattr(args, key, None)) is not None}
+    for key, value in given.items():
+        if not value.strip():
+            raise UsageError(_("give a value (an empty one would match every process)"), param=key)
+    job = given.get("slurm_job")
+    if job is not None and not _SLURM_JOB.fullmatch(job.strip()):
+        raise UsageError(_("{value} is not a Slurm job (JOB, JOB.STEP or ARRAYJOB_TASK, e.g. 4242 or 4242.0)").format(
+            value=repr(job[:40])), param="slurm_job")
     return given or None
 
 

@@ -102,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(_("--holders has no CSV form (two tables): use --json, or the text view"))
     if getattr(args, "env", None) is not None and (args.csv or getattr(args, "holders", False)):
         raise UsageError(_("--env: one process's view has no CSV form, and is not shown with --holders"))
-    gpus = parse_gpu_list(args.gpu) if args.gpu else None
-    users = {u.strip() for u in args.user.split(",") if u.strip()} if args.user else None
+    gpus = parse_gpu_list(args.gpu) if args.gpu is not None else None
+    users = {u.strip() for u in args.user.split(",") if u.strip()} if args.user is not None else None
+    if users is not None and not users:
+        raise UsageError(_("--user: name at least one user"))
     machine = open_for(args)
     try:
         snap = machine.snapshot()

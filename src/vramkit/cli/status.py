@@ -80,7 +80,7 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    wanted = parse_gpu_list(args.gpu) if args.gpu is not None else None
     only_owners = owners.wanted(args)
     if (args.compact or args.no_processes) and (args.json or args.csv):
         flag = "--compact" if args.compact else "--no-processes"

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         cfg.flag(f"top.{name}", value)
     if cfg["top.history"] < 10:
         raise UsageError(_("top.history (from {source}): at least 10s").format(source=cfg.sources["top.history"]))
-    wanted = parse_gpu_list(args.gpu) if args.gpu else None
+    wanted = parse_gpu_list(args.gpu) if args.gpu is not None else None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise Failure(_("vram top needs a terminal; for a refreshing text view use 'vram status --watch'"))
     from ..collector import Collector

@@ -35,11 +35,25 @@ def recorded(path: str | Path) -> bool:
     return os.path.lexists(path) or os.path.lexists(live_path(path))
 
 
+def named_path(named: str | Path) -> Path:
+    """A database path someone named (--db, $VRAM_DB), or a one-line RequestError for one no file
+    can have: a name or path longer than the system allows (every file call on it would fail)."""
+    raw = os.fsencode(named)
+    if not raw or len(raw) >= 4096 or any(len(part) > 255 for part in raw.split(b"/")):
+        from ..errors import RequestError
+        from ..i18n import _
+        from ..procs import sanitize
+
+        raise RequestError(_("{path}: no file can have this name (too long, or empty)").format(
+            path=sanitize(os.fsdecode(raw[:60])) + ("..." if len(raw) > 60 else "")), param="db")
+    return Path(named)
+
+
 def default_path() -> Path:
     """Where `vram record` writes: $VRAM_DB, else SYSTEM_DB for root, else the user's own."""
     env = os.environ.get("VRAM_DB")
     if env:
-        return Path(env)
+        return named_path(env)
     return SYSTEM_DB if os.geteuid() == 0 else user_db()
 
 
@@ -49,7 +63,7 @@ def reader_path(named: str | Path | None = None) -> Path:
     (the service root runs) if that exists, else the user's default (to say nothing is there)."""
     named = named or os.environ.get("VRAM_DB")
     if named:
-        return Path(named)
+        return named_path(named)
     own = default_path()
     if recorded(own) or not recorded(SYSTEM_DB):
         return own

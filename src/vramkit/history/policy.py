@@ -124,6 +124,10 @@ def _toml(text: str, path: str) -> dict[str, Any]:
         data: dict[str, Any] = toml.loads(text)
     except toml.TOMLDecodeError as e:
         raise _fail(path, "", f"not valid TOML: {e}") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep: the parser recurses
+        raise _fail(path, "", "not a policy: values nested too deeply") from None
+    except ValueError as e:  # an integer of over 4300 digits (int()'s own limit)
+        raise _fail(path, "", f"not a policy: {str(e).split(';')[0]}") from None
     return data
 
 

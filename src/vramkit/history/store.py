@@ -83,7 +83,7 @@ from typing import NoReturn
 from ..errors import RequestError, VramkitError
 from ..i18n import N_, _, pgettext
 from ..procs import flock_holders, uid_of
-from .paths import default_path, live_path, reader_path
+from .paths import default_path, live_path, named_path, reader_path
 
 SCHEMA_VERSION = 8
 READS_FROM = 1  # readers also read schema 1 (no hour sums: every row is read), written by an older recorder
@@ -993,7 +993,7 @@ class Store:
         a root recorder publishes a read-only copy at `path` itself. A reader opens the live file
         when it can reach it (its owner, root), else `path`: read as an immutable file (no locks,
         no -wal or -shm) when it is not the reader's own and nothing writes it in place."""
-        path = Path(path) if path is not None else default_path() if write else reader_path()
+        path = named_path(path) if path is not None else default_path() if write else reader_path()
         try:
             return cls._open_writer(path) if write else cls._open_reader(path)
         except FileNotFoundError:

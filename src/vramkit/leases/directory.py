@@ -65,6 +65,9 @@ def lease_dir(env: Mapping[str, str] | None = None, shared_dir: Path = SHARED_DI
     chosen = env.get(ENV_DIR)
     if chosen:
         path = Path(chosen)
+        if not path.is_absolute():  # relative to each process's own directory: two runs, two lease sets
+            raise LeaseError(_("{variable}: give an absolute path (a relative one names another directory for "
+                               "each working directory), got {value}").format(variable=ENV_DIR, value=repr(chosen)))
         why = _usable(path, shared=True)
         if why:
             raise LeaseError(f"{ENV_DIR}: {why}")

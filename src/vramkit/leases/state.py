@@ -217,7 +217,8 @@ def _lease_from(data: dict[str, Any], st: os.stat_result, lease_id: str) -> Leas
         N_("baseline is not a map of pid lists"))
     assert isinstance(baseline, dict)
     written = min(st.st_mtime, st.st_ctime)  # a future mtime (touch -d) moves the ctime to now
-    created = min(float(data["created"]), written)  # a lease cannot postdate its file
+    # a lease cannot postdate its file, nor predate 1970 (another user's -1e308 is finite: 300 digits of "ago")
+    created = max(0.0, min(float(data["created"]), written))
     expires = min(float(data["expires"]), written + MAX_LEASE, _holder_deadline(data, written))
     return Lease(id=lease_id, units=list(units), labels={k: sanitize(v) for k, v in labels.items()},
                  kind=data["kind"], user=sanitize(user_name(st.st_uid)), uid=st.st_uid, pid=data["pid"],
@@ -289,7 +290,7 @@ def _ticket_from(data: dict[str, Any], st: os.stat_result, seq: int, pid: int) -
     if not _finite(created):
         raise _Junk(_("created is not a finite number"))
     return Ticket(seq=seq, pid=pid, user=sanitize(user_name(st.st_uid)), policy={**policy, "uid": st.st_uid},
-                  created=min(float(created), st.st_mtime))
+                  created=max(0.0, min(float(created), st.st_mtime)))
 
 
 def fulfilled(lease: Lease, key: str, pids_on_unit: list[int]) -> bool:

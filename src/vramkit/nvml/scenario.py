@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..errors import VramkitError
 from ..i18n import _
 from ..procs.namespaces import namespace_inode
+from ..procs.text import sanitize
 from ..units import format_size, parse_duration, parse_size
 
 # json and pathlib are imported where they are used: `vram status` on a real driver imports this
@@ -354,8 +355,9 @@ class _Checker:
         if not isinstance(value, str) or not value.strip():
             self.fail(where, _("must be a non-empty string, got {value}").format(value=_show(value)))
         # Driver-side text (names, ids, versions) is printed as is, so it must not carry terminal
-        # escapes. Host-side text (user, command) may: vram strips it as it does /proc's.
-        if not controls and _CONTROL_RE.search(value):
+        # escapes, nor the characters that reorder or hide text (U+202E, zero-width, U+2028: what
+        # sanitize replaces). Host-side text (user, command) may: vram strips it as it does /proc's.
+        if not controls and (_CONTROL_RE.search(value) or sanitize(value) != value):
             self.fail(where, _("must not contain control characters, got {value}").format(value=_show(value)))
         return value
 

@@ -147,12 +147,12 @@ def render_life(lives: list[ProcessLife], pid: int, database: str, style: Style,
     if not lives:
         none = (_("no recorded life of host pid {pid} in {database}") if outside
                 else _("no recorded life of pid {pid} in {database}"))
-        lines.append(none.format(pid=pid, database=database))
+        lines.append(none.format(pid=pid, database=sanitize(database)))
     else:
         lines.append("")
         lines.append(style.paint(_("from {database}; sparklines share one scale (0 to the highest peak); each row is "
                                    "the highest memory and SM % in its slice, {idle} the share of its time held "
-                                   "idle").format(database=database, idle=pgettext("column", "IDLE")), "dim"))
+                                   "idle").format(database=sanitize(database), idle=pgettext("column", "IDLE")), "dim"))
     return "\n".join(lines)
 
 

@@ -119,6 +119,8 @@ def load(path: Path) -> WebConfig:
         data = yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise WebConfigError(path, None, _("not UTF-8 text")) from None
+    except RecursionError:  # collections nested thousands deep: pyyaml's composer recurses
+        raise WebConfigError(path, None, _("values nested too deeply")) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or (str(e).splitlines() or [_("not valid YAML")])[0]
