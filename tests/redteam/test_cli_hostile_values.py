@@ -94,3 +94,10 @@ def test_a_lease_from_before_1970_is_read_as_from_1970(tmp_path):
     data = {"id": "x", "units": ["gpu-0"], "labels": {}, "kind": "run", "pid": os.getpid(), "created": -1e308,
             "expires": 2e9}
     assert _lease_from(data, lease.stat(), "x").created == 0.0
+
+
+def test_a_scenario_path_that_is_a_fifo_is_not_waited_on(tmp_path):
+    fifo = tmp_path / "lab.json"
+    os.mkfifo(fifo)
+    result = run_vram("--simulate", str(fifo), "status", timeout=30)
+    assert_one_line_error(result, 2, "not a file")

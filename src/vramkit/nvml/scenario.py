@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -161,12 +162,18 @@ def load(name_or_path: str) -> Scenario:
 
     path, label = _find(name_or_path)
     try:
-        if os.stat(path).st_size > MAX_FILE_BYTES:
+        # Non-blocking: a FIFO swapped in after _find's look, or a special file (/proc/kmsg), is not
+        # waited on; its size checked on the file opened, and never more than the limit read
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        with open(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ScenarioError(_("{label}: cannot read: {error}").format(label=label, error=_("not a file")))
+            raw = f.read(MAX_FILE_BYTES + 1) or b""
+        if info.st_size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
             raise ScenarioError(_("{label}: larger than {limit}: not a scenario").format(
                 label=label, limit=format_size(MAX_FILE_BYTES)))
-        with open(path) as f:
-            text = f.read()
-        data = json.loads(text, parse_int=_bounded_int)
+        data = json.loads(raw.decode("utf-8"), parse_int=_bounded_int)
     except json.JSONDecodeError as e:
         raise ScenarioError(_("{label}: not valid JSON: {error} at line {line} column {column}").format(
             label=label, error=e.msg, line=e.lineno, column=e.colno)) from None
