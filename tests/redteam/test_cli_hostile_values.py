@@ -1,4 +1,4 @@
-"""Values a red-team pass gave the command line that ended in "internal error", were taken for
+"""Hostile values a red team gave the command line that ended in "internal error", were taken for
 "everything", or reached the terminal raw: each is now one line and exit 2 (or is left out)."""
 
 from __future__ import annotations
