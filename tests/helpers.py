@@ -602,6 +602,18 @@ def chromium_env(tmp_path_factory) -> dict[str, str]:
     return {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chr"))}
 
 
+def plant(path: Path, kind: str) -> Path:
+    """What another user could leave at an output path in a shared /tmp: a symlink to a file of root's
+    (returned, holding "keep me"), or a FIFO (kind "fifo")."""
+    victim = path.parent / "root-owned.txt"
+    victim.write_text("keep me\n")
+    if kind == "symlink":
+        path.symlink_to(victim)
+    else:
+        os.mkfifo(path)
+    return victim
+
+
 def needs_root(why: str):
     """A skip mark for a test that needs root, e.g. `@needs_root("to run vram as another user")`:
     the suite runs as root (CI) and as an ordinary user, and says why a test did not run."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from helpers import clean_env, run_vram
 
 from vramkit.doctor.explain import explain
@@ -20,6 +21,13 @@ MESSAGE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
            "but unallocated. If reserved but unallocated memory is large try setting "
            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
            "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n")
+
+
+def _placed(log: str):
+    """The log's message, and where its traceback says it failed."""
+    report = find_oom(log)
+    assert report is not None and report.offset is not None
+    return report, place_of(log, report.offset, report.kind)
 
 
 def _doctor(log: str, tmp_path, *args: str, encoding: str = "utf-8"):
@@ -90,9 +98,7 @@ def test_a_model_moved_to_the_gpu_gets_the_weights_fixes_not_the_batchs():
            '  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 260, in <lambda>\n'
            "    return self._apply(lambda t: t.cuda(device))\n"
            "RuntimeError: CUDA error: out of memory\n")
-    report = find_oom(log)
-    assert report is not None and report.offset is not None
-    phase = place_of(log, report.offset, report.kind)
+    report, phase = _placed(log)
     assert phase is not None and phase.id == "to_device"
     fixes = [f.id for f in explain(report, phase=phase).fixes]
     assert fixes[:2] == ["load_order", "half_weights"] and "halve_batch" not in fixes
@@ -123,20 +129,34 @@ def test_sizes_under_a_mib_are_not_shown_as_zero(tmp_path):
     assert "1.5MiB reserved-unallocated" in result.out
 
 
-def test_inference_under_no_grad_gets_no_training_fixes():
-    log = ("Traceback (most recent call last):\n"
-           '  File "gen.py", line 12, in <module>\n'
-           "    image = run(prompt)\n"
-           '  File "/srv/venv/lib/python3.11/site-packages/torch/utils/_contextlib.py", line 116, in decorate_context\n'
-           "    return func(*args, **kwargs)\n"
-           '  File "gen.py", line 8, in run\n'
-           "    return model(tokens)\n"
-           '  File "/srv/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1747, in _call_impl\n'
-           "    return forward_call(*args, **kwargs)\n"
-           + MESSAGE.replace("7.00 GiB is reserved", "7.00 MiB is reserved"))
-    report = find_oom(log)
-    assert report is not None and report.offset is not None
-    phase = place_of(log, report.offset, report.kind)
+# A forward pass under no_grad: a script's decorated function, and a notebook cell (IPython 8 keeps the
+# cell, the no_grad decorator and the attention's helper in a model library's modeling code)
+NO_GRAD_SCRIPT = ("Traceback (most recent call last):\n"
+    '  File "gen.py", line 12, in <module>\n'
+    "    image = run(prompt)\n"
+    '  File "/srv/venv/lib/python3.11/site-packages/torch/utils/_contextlib.py", line 116, in decorate_context\n'
+    "    return func(*args, **kwargs)\n"
+    '  File "gen.py", line 8, in run\n'
+    "    return model(tokens)\n"
+    '  File "/srv/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1747, in _call_impl\n'
+    "    return forward_call(*args, **kwargs)\n"
+    + MESSAGE.replace("7.00 GiB is reserved", "7.00 MiB is reserved"))
+NO_GRAD_NOTEBOOK = ("OutOfMemoryError                          Traceback (most recent call last)\n"
+    "Cell In[12], line 3\n"
+    "----> 3 image = pipe(prompt, height=1024, width=1024).images[0]\n\n"
+    "File /usr/lib/python3.10/site-packages/torch/utils/_contextlib.py:115, in "
+    "context_decorator.<locals>.decorate_context(*args, **kwargs)\n"
+    "--> 115         return func(*args, **kwargs)\n\n"
+    "File /usr/lib/python3.10/site-packages/diffusers/models/attention_processor.py:615, in "
+    "Attention.get_attention_scores(self, query, key, attention_mask)\n"
+    "--> 615     baddbmm_input = torch.empty(\n\n"
+    + MESSAGE.replace("torch.OutOfMemoryError", "OutOfMemoryError").replace("7.00 GiB is reserved",
+                                                                             "7.00 MiB is reserved"))
+
+
+@pytest.mark.parametrize("log", [NO_GRAD_SCRIPT, NO_GRAD_NOTEBOOK], ids=["script", "notebook"])
+def test_inference_under_no_grad_gets_no_training_fixes(log):
+    report, phase = _placed(log)
     assert phase is not None and phase.id == "forward" and phase.grad_off and not phase.training
     fixes = [f.id for f in explain(report, phase=phase).fixes]
     assert fixes[0] == "infer_batch", fixes
@@ -231,25 +251,6 @@ def test_raising_a_per_process_cap_saves_at_most_what_the_gpu_has_free():
     ex = explain(report)
     cap = next(f for f in ex.fixes if f.id == "raise_cap")
     assert ex.cause == "memory_cap" and cap.saves_bytes == 10 * 1024**3
-
-
-def test_a_notebooks_traceback_through_a_models_own_code_is_its_forward():
-    """IPython 8 keeps the cell, the no_grad decorator and the attention's helper: a frame in a model
-    library's modeling code is a forward pass (here under no_grad: inference)."""
-    log = ("OutOfMemoryError                          Traceback (most recent call last)\n"
-           "Cell In[12], line 3\n"
-           "----> 3 image = pipe(prompt, height=1024, width=1024).images[0]\n\n"
-           "File /usr/lib/python3.10/site-packages/torch/utils/_contextlib.py:115, in "
-           "context_decorator.<locals>.decorate_context(*args, **kwargs)\n"
-           "--> 115         return func(*args, **kwargs)\n\n"
-           "File /usr/lib/python3.10/site-packages/diffusers/models/attention_processor.py:615, in "
-           "Attention.get_attention_scores(self, query, key, attention_mask)\n"
-           "--> 615     baddbmm_input = torch.empty(\n\n"
-           + MESSAGE.replace("torch.OutOfMemoryError", "OutOfMemoryError"))
-    report = find_oom(log)
-    assert report is not None and report.offset is not None
-    phase = place_of(log, report.offset, report.kind)
-    assert phase is not None and phase.id == "forward" and phase.grad_off and not phase.training
 
 
 def test_the_older_forms_outside_pytorch_figure_counts_the_jobs_own_cuda_context():

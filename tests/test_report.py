@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import ESCAPE, assert_one_line_error, clean_env, run_vram, run_vram_tty, strip_ansi
+from helpers import ESCAPE, assert_one_line_error, clean_env, plant, run_vram, run_vram_tty, strip_ansi
 
 from vramkit.units import parse_time_point
 
@@ -299,13 +299,8 @@ def test_headings_fold_where_the_one_line_table_is_wider_than_the_terminal(db):
 def test_a_plot_path_another_user_planted_is_refused_and_nothing_written_through_it(db, tmp_path, planted):
     """vram report often runs as root, and --plot into a shared /tmp: a symlink there is not followed
     (root's file behind it keeps its bytes), a FIFO is not waited on."""
-    victim = tmp_path / "root-owned.txt"
-    victim.write_text("keep me\n")
     out = tmp_path / "gpus.svg"
-    if planted == "symlink":
-        out.symlink_to(victim)
-    else:
-        os.mkfifo(out)
+    victim = plant(out, planted)
     result = run_vram("report", "--db", str(db), *WINDOW, "--plot", str(out), env=_blocked_matplotlib(tmp_path),
                       timeout=30)
     assert_one_line_error(result, 2, "--plot", "cannot write it")

@@ -10,7 +10,7 @@ import re
 import unicodedata
 
 import pytest
-from helpers import run_vram
+from helpers import plant, run_vram
 
 from vramkit.doctor import find_oom
 from vramkit.doctor.traceback import MAX_CHAINED, frames_before, phase_of
@@ -159,13 +159,8 @@ def test_a_fifo_where_a_log_was_is_refused_not_waited_on(tmp_path):
 @pytest.mark.parametrize("planted", ["symlink", "fifo"])
 def test_a_timeline_path_another_user_planted_is_refused_and_nothing_written_through_it(tmp_path, planted):
     snapshot = os.path.join(os.path.dirname(__file__), "..", "fixtures", "snapshots", "train_step_recorded.pickle")
-    victim = tmp_path / "root-owned.txt"
-    victim.write_text("keep me\n")
     out = tmp_path / "tl.svg"
-    if planted == "symlink":
-        out.symlink_to(victim)
-    else:
-        os.mkfifo(out)
+    victim = plant(out, planted)
     result = run_vram("doctor", snapshot, "--no-live", "--timeline", str(out), timeout=30)
     assert result.rc == 2 and "--timeline" in result.err and "cannot write it" in result.err, result.err
     assert victim.read_text() == "keep me\n"
