@@ -1,5 +1,5 @@
 """Files vram writes where the user names them: `vram sim spawn -o`, `vram doctor --timeline`,
-`vram estimate --trace-timeline`, `vram report --plot`.
+`vram estimate --trace --timeline`, `vram report --plot`.
 
 vram often runs as root, and such a path is often in a shared directory (/tmp). So nothing already
 at the path is opened: the file is written to a new name created with O_EXCL|O_NOFOLLOW beside it,

@@ -20,7 +20,7 @@ LONG_DB = "/tmp/" + "a" * 300 + "/history.db"  # a name longer than any file sys
     ("record", "--db", "/tmp/" + "b/" * 2100 + "x.db", "--duration", "1s"),
 ])
 def test_values_no_setting_or_file_can_have_are_one_line(args):
-    result = run_vram("--simulate", "demo", *args, env=clean_env(VRAM_LEASE_DIR=None))
+    result = run_vram("--simulate", "demo", *args)
     assert_one_line_error(result, 2)
 
 

@@ -164,23 +164,20 @@ def _read_log(path: str) -> LogText:
     from ..procs import sanitize
 
     name = sanitize(path)
-    if os.path.isdir(path):  # open() of a directory fails before fstat could say what it is
-        raise UsageError(_("{name} is a directory, not a log file (for a stream, use - and a pipe)").format(name=name))
     try:
         # Non-blocking: opening a FIFO another user put where a log was must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise UsageError((
+                _("{name} is a directory, not a log file (for a stream, use - and a pipe)")
+                if stat.S_ISDIR(info.st_mode)
+                else _("{name} is a FIFO, not a log file (for a stream, use - and a pipe)")
+                if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)
+                else _("{name} is a device, not a log file (for a stream, use - and a pipe)")).format(name=name))
         with open(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if stat.S_ISREG(info.st_mode):
-                return _tail(f, name, size=info.st_size)
-            if stat.S_ISDIR(info.st_mode):
-                raise UsageError(_("{name} is a directory, not a log file (for a stream, use - and a pipe)").format(
-                    name=name))
-            if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
-                raise UsageError(_("{name} is a FIFO, not a log file (for a stream, use - and a pipe)").format(
-                    name=name))
-            raise UsageError(_("{name} is a device, not a log file (for a stream, use - and a pipe)").format(
-                name=name))
+            return _tail(f, name, size=info.st_size)
     except OSError as e:  # also a read that would block (a special file: /proc/kmsg)
         raise UsageError(_("cannot read {name}: {error}").format(name=name, error=e.strerror or e)) from None
 
@@ -247,7 +244,7 @@ def _unwrap_json_lines(text: str) -> str:
     """A container's log as Docker's json-file driver keeps it (/var/lib/docker/containers/ID/ID-json.log:
     `{"log": "a line\\n", "stream": "stderr", "time": ...}` a line) as the lines the job printed; any
     other text as it is."""
-    if not text.lstrip()[:40].startswith(_JSON_LINE):
+    if not text[:200].lstrip().startswith(_JSON_LINE):
         return text
     import json
 

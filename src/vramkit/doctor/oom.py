@@ -451,8 +451,8 @@ def find_oom(text: str) -> OomReport | None:
     if last is None:
         return None
     report = _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)
-    rank = _RANK_PREFIX.match(text, text.rfind("\n", 0, last.start()) + 1, last.start())
-    report.rank = int(rank.group(1) or rank.group(2)) if rank else None
+    rank = RANK_PREFIX.match(text, text.rfind("\n", 0, last.start()) + 1, last.start())
+    report.rank = int(rank.group("rank") or rank.group("label")) if rank else None
     # not PyTorch's own advice in an earlier message ("... try setting PYTORCH_CUDA_ALLOC_CONF=...")
     settings = [m for m in _ALLOC_CONF.finditer(text, 0, last.start())
                 if "setting" not in text[max(0, m.start() - 12):m.start()]]
@@ -460,8 +460,9 @@ def find_oom(text: str) -> OomReport | None:
     return report
 
 
-# a launcher's prefix on every line of a rank (the same forms doctor.traceback follows)
-_RANK_PREFIX = re.compile(r"\s*\[(?:rank|default)(\d{1,6})\]:|(\d{1,6}): ")
+# A launcher's prefix on every line of a rank: torchrun's "[rank1]:" / "[default1]:", srun --label's "1: "
+# (doctor.traceback follows a traceback through it too)
+RANK_PREFIX = re.compile(r"\s*(?P<prefix>\[(?:rank|default)(?P<rank>\d{1,6})\]:|(?P<label>\d{1,6}):(?= ))")
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as a log shows it (an `export` echoed, a launcher's
 # environment dump); the last one before the message is the job's
 _ALLOC_CONF = re.compile(r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)[\"']?\s*[=:]\s*[\"']?([\w:,.]{1,200})")

@@ -20,10 +20,8 @@ from dataclasses import dataclass
 
 from ..i18n import N_, _
 from ..procs import sanitize
-from .oom import ANSI_ESCAPE
+from .oom import ANSI_ESCAPE, RANK_PREFIX
 
-# A launcher's per-rank prefix: torchrun's "[rank1]:" / "[default1]:", srun --label's "1: "
-_RANK = re.compile(r"^\s*(\[(?:rank|default)\d+\]:|\d{1,6}:(?= ))")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9}), in (?P<func>[^\s]+)')
 _HEADER = "Traceback (most recent call last)"  # IPython prints it without the colon, after the exception's name
 # IPython / Jupyter / Colab frames: `FILE in func(args)` (IPython < 8), `File FILE:LINE, in func(args)` (8+),
@@ -177,10 +175,10 @@ def _framed(line: str) -> bool:
 
 def _strip_prefix(line: str, prefix: str | None) -> str | None:
     """The line without the rank prefix of the message's own rank; None: another rank's line."""
-    m = _RANK.match(line)
+    m = RANK_PREFIX.match(line)
     if prefix is None:
         return line[m.end():] if m else line
-    if not m or m.group(1) != prefix:
+    if not m or m.group("prefix") != prefix:
         return None
     return line[m.end():]
 
@@ -213,8 +211,8 @@ def frames_before(text: str, offset: int) -> list[Frame]:
     start = max(0, offset - TRACEBACK_WINDOW)
     line_start = text.rfind("\n", start, offset) + 1
     head = _clean(text[line_start:offset])
-    m = _RANK.match(head)
-    prefix = m.group(1) if m else None
+    m = RANK_PREFIX.match(head)
+    prefix = m.group("prefix") if m else None
     logged = None if m else _log_prefix(head)
     lines = _lines(text[start:line_start])
     if logged is not None:
