@@ -187,12 +187,12 @@ def run_spawn(args: argparse.Namespace) -> int:
     chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
     if not chosen:
         raise UsageError(_("--simulate: which scenario? (a bundled name such as demo, or a scenario JSON file)"))
-    scenario = scenarios.load(chosen)  # a bad scenario fails here, before anything is started
+    scenario, data = scenarios.load_whole(chosen)  # a bad scenario fails here, before anything is started
     from ..output_files import check_output, write_new
 
     if args.output:
         check_output(os.path.abspath(args.output))  # so is an output we would refuse
-    with tempfile.TemporaryDirectory(prefix="vram-spawn-") as private, Placeholders(scenario.data) as placeholders:
+    with tempfile.TemporaryDirectory(prefix="vram-spawn-") as private, Placeholders(data) as placeholders:
         output = os.path.abspath(args.output) if args.output else os.path.join(private, f"{scenario.name}-real.json")
         write_new(output, (json.dumps(placeholders.scenario, indent=1) + "\n").encode())
         scenarios.load(output)  # what we wrote must load as the scenario did

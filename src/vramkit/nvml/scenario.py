@@ -115,6 +115,9 @@ class Scenario:
 
     name: str
     source: str  # the file it came from
+    # The file's top-level settings (driver_version, faults, containers, ...) as written; its GPUs
+    # and processes are below, validated, and not kept twice (~0.3 MiB at 500 processes for every
+    # program on the simulator; load_whole gives the file's whole object where it is needed)
     data: dict[str, Any]
     gpus: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)
@@ -158,6 +161,20 @@ def _stem(path: str) -> str:
 
 
 def load(name_or_path: str) -> Scenario:
+    return load_whole(name_or_path)[0]
+
+
+def load_whole(name_or_path: str) -> tuple[Scenario, Any]:
+    """The scenario and the file's whole JSON object (vram sim spawn rewrites its processes)."""
+    data, label = _read(name_or_path)
+    try:
+        return validate(data, label), data
+    except RecursionError:  # a value nested just below the parser's limit, shown in a message
+        raise ScenarioError(_("{label}: nested too deeply to be a scenario").format(label=label)) from None
+
+
+def _read(name_or_path: str) -> tuple[Any, str]:
+    """(the scenario file's JSON, its label in messages), not validated."""
     import json
 
     path, label = _find(name_or_path)
@@ -183,10 +200,7 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(_("{label}: nested too deeply to be a scenario").format(label=label)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(_("{label}: cannot read: {error}").format(label=label, error=e)) from None
-    try:
-        return validate(data, label)
-    except RecursionError:  # a value nested just below the parser's limit, shown in a message
-        raise ScenarioError(_("{label}: nested too deeply to be a scenario").format(label=label)) from None
+    return data, label
 
 
 # Bounds on what a scenario file may hold: a scenario is a few kilobytes. Numbers are bounded per
@@ -455,7 +469,13 @@ def validate(data: Any, label: str = "scenario") -> Scenario:
         pids[p["pid"]] = i
     _check_memory_fits(c, gpus, processes)
     name = data.get("name", _stem(label))
-    return Scenario(name=str(name), source=label, data=data, gpus=gpus, processes=processes, vendor=vendor)
+    return Scenario(name=str(name), source=label, data=_settings(data, ("gpus", "processes")), gpus=gpus,
+                    processes=processes, vendor=vendor)
+
+
+def _settings(data: dict[str, Any], validated: tuple[str, ...]) -> dict[str, Any]:
+    """data without the keys whose validated form the Scenario holds."""
+    return {key: value for key, value in data.items() if key not in validated}
 
 
 def _validate_mixed(c: _Checker, data: dict[str, Any], label: str) -> Scenario:
@@ -478,7 +498,8 @@ def _validate_mixed(c: _Checker, data: dict[str, Any], label: str) -> Scenario:
     name = str(data.get("name", _stem(label)))
     for part in parts.values():
         part.name = name
-    return Scenario(name=name, source=label, data=data, gpus=[g for p in parts.values() for g in p.gpus],
+    return Scenario(name=name, source=label, data=_settings(data, tuple(parts)),
+                    gpus=[g for p in parts.values() for g in p.gpus],
                     processes=[p for s in parts.values() for p in s.processes], vendor="mixed", parts=parts)
 
 
