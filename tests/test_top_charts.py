@@ -9,6 +9,7 @@ import tracemalloc
 from vramkit.tui.timeline import SLOTS, Charts
 
 GIB = 2**30
+MIB = 2**20
 
 
 def feed(charts: Charts, start: int, end: int, gpus: int = 2) -> None:
@@ -37,7 +38,8 @@ def test_the_charts_hold_as_much_after_an_hour_as_after_a_minute():
     assert five_minutes.span == 300.0
     samples = five_minutes.samples(0, 80 * GIB)
     assert len(samples) == PLACES // 2  # a sample a second in slots of half a second: every other one
-    assert samples[-1].memory_used == 40 * GIB + 3599 and 3600 - 1.1 * 300 < samples[0].time < 3600 - 300
+    # memory in MiB, rounded up: 40 GiB and 3,599 bytes is drawn as 40 GiB and a MiB
+    assert samples[-1].memory_used == 40 * GIB + MIB and 3600 - 1.1 * 300 < samples[0].time < 3600 - 300
 
 
 def test_a_slot_keeps_its_highest_values_and_an_older_slot_does_not_push_out_a_newer_one():
@@ -46,11 +48,11 @@ def test_a_slot_keeps_its_highest_values_and_an_older_slot_does_not_push_out_a_n
 
     chart = charts.ranges[0]  # 5m: slots of half a second
     assert chart.width * SLOTS == chart.span
-    chart.put(0, 1000, 5.0, 10.0)
-    chart.put(0, 1000, 3.0, None)  # lower memory, utilization unknown: the slot keeps its highs
+    chart.put(0, 1000, 5.0 * MIB, 10.0)
+    chart.put(0, 1000, 3.0 * MIB, None)  # lower memory, utilization unknown: the slot keeps its highs
     chart.put(0, 1000, None, 30.0)
-    chart.put(0, 1000 - PLACES, 99.0, 99.0)  # a recorded slot older than the places hold, at the same place
-    assert [(s.memory_used, s.utilization) for s in chart.samples(0, 100)] == [(5, 30)]
+    chart.put(0, 1000 - PLACES, 99.0 * MIB, 99.0)  # a recorded slot older than the places hold, at the same place
+    assert [(s.memory_used, s.utilization) for s in chart.samples(0, 100)] == [(5 * MIB, 30)]
     chart.put(0, 1000 + PLACES, None, 1.0)  # as much later: the place is the new slot's
     assert [(s.memory_used, s.utilization) for s in chart.samples(0, 100)] == [(None, 1)]
 
@@ -91,14 +93,14 @@ def test_a_chart_holds_only_its_newest_places_worth_of_slots():
     from vramkit.tui.timeline import PLACES, RangeChart
 
     chart = RangeChart(300.0)
-    chart.put(0, 10, 7.0, 70.0)
-    chart.put(0, 11, 6.0, 60.0)
-    chart.put(0, 10 + PLACES + 1, 1.0, 10.0)  # slot 10's place was slot 10 + PLACES's, which had no sample
-    assert [(s.memory_used, s.utilization) for s in chart.samples(0, 100)] == [(1, 10)]
-    chart.put(0, 9, 9.0, 90.0)  # a recorded slot older than the places hold: not taken
-    chart.put(0, 5 + PLACES, 2.0, 20.0)  # recorded, older than the newest but within the places: taken
+    chart.put(0, 10, 7.0 * MIB, 70.0)
+    chart.put(0, 11, 6.0 * MIB, 60.0)
+    chart.put(0, 10 + PLACES + 1, 1.0 * MIB, 10.0)  # slot 10's place was slot 10 + PLACES's, which had no sample
+    assert [(s.memory_used, s.utilization) for s in chart.samples(0, 100)] == [(MIB, 10)]
+    chart.put(0, 9, 9.0 * MIB, 90.0)  # a recorded slot older than the places hold: not taken
+    chart.put(0, 5 + PLACES, 2.0 * MIB, 20.0)  # recorded, older than the newest but within the places: taken
     assert [(s.time, s.memory_used) for s in chart.samples(0, 100)] == [
-        ((5 + PLACES + 0.5) * chart.width, 2), ((11 + PLACES + 0.5) * chart.width, 1)]
+        ((5 + PLACES + 0.5) * chart.width, 2 * MIB), ((11 + PLACES + 0.5) * chart.width, MIB)]
 
 
 def test_peaks_match_the_samples_when_recorded_slots_come_after_live_ones():

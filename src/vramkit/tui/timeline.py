@@ -4,9 +4,10 @@
 Each range keeps a fixed number of slots per GPU (SLOTS, aligned to multiples of its length:
 the same slots history.series reads), holding the highest memory and utilization seen in each, in
 arrays allocated at once, so a week costs what five minutes do, from the first sample on, and
-recorded and live samples merge in any order. Nine bytes a place (memory in whole bytes, the
-utilization in whole percent: what the panels draw, exactly): 186 KiB for 8 GPUs' four ranges,
-495 KiB at 24 bytes a place (an index and two floats).
+recorded and live samples merge in any order. Five bytes a place (memory in MiB, rounded up: a
+ten-thousandth of a small GPU's height, far below a chart's eighth of a cell; the utilization in
+whole percent, what the panels draw): 103 KiB for 8 GPUs' four ranges, 186 KiB with memory in
+whole bytes, 495 KiB at 24 bytes a place (an index and two floats).
 No SQLite here: the database is read by history.series, imported only when a database exists.
 """
 
@@ -22,7 +23,8 @@ RANGES = (300.0, 3600.0, 86400.0, 7 * 86400.0)
 SLOTS = 600  # points per range and GPU: finer than any chart is wide
 PLACES = SLOTS + SLOTS // 10  # places kept per range and GPU: a range, and a little of the time before it
 NONE = -1  # a place's value where none is known (below every value: the highest of a run of places is max())
-MEMORY_MAX = 2**63 - 1  # the most a place's memory ("q") holds
+MIB = 2**20  # a place's unit of memory
+MEMORY_MAX = 2**31 - 1  # the most a place's memory ("i": MiB) holds, 2 PiB
 UTIL_MAX = 127  # the most a place's utilization ("b") holds: a percent is at most 100
 
 
@@ -30,6 +32,11 @@ def _value(value: float | None, most: int) -> int:
     """A place's value: whole units (the panels draw int(value): the highest of whole values is the
     whole of the highest), NONE for not known."""
     return NONE if value is None else min(most, max(0, int(value)))
+
+
+def _mib(used: float | None) -> int:
+    """A place's memory: MiB, rounded up (a peak is never drawn lower than it was)."""
+    return NONE if used is None else min(MEMORY_MAX, max(0, -(-int(used) // MIB)))
 
 
 def range_label(span: float) -> str:
@@ -79,7 +86,7 @@ class RangeChart:
     def put(self, gpu: int, slot: int, used: float | None, util: float | None) -> None:
         places = self.gpus.get(gpu)
         if places is None:
-            places = self.gpus[gpu] = (array("q", [NONE]) * PLACES, array("b", [NONE]) * PLACES)
+            places = self.gpus[gpu] = (array("i", [NONE]) * PLACES, array("b", [NONE]) * PLACES)
             self._held[gpu] = [slot, slot]
         held = self._held[gpu]
         memory, utilization = places
@@ -92,7 +99,7 @@ class RangeChart:
             held[1] = slot
         held[0] = min(held[0], slot)
         # the place holds this slot or nothing (NONE, below every value)
-        memory[i] = max(memory[i], _value(used, MEMORY_MAX))
+        memory[i] = max(memory[i], _mib(used))
         utilization[i] = max(utilization[i], _value(util, UTIL_MAX))
 
     def add(self, t: float, gpu: int, used: float | None, util: float | None) -> None:
@@ -107,7 +114,7 @@ class RangeChart:
         half, highest = self.width / 2, self._held[gpu][1]
         held = sorted((highest - (highest - i) % PLACES, i) for i in range(PLACES)
                       if memory[i] != NONE or utilization[i] != NONE)
-        return [GpuSample(slot * self.width + half, None if memory[i] == NONE else memory[i], total, None,
+        return [GpuSample(slot * self.width + half, None if memory[i] == NONE else memory[i] * MIB, total, None,
                           None if utilization[i] == NONE else utilization[i])
                 for slot, i in held]
 
@@ -151,7 +158,7 @@ class RangeChart:
             if end > slot:
                 used, util = _top(memory, slot, end), _top(utilization, slot, end)
                 if used != NONE:
-                    memory_out[k] = used / whole
+                    memory_out[k] = used * MIB / whole
                 if util != NONE:
                     util_out[k] = util / 100
                 slot = end
