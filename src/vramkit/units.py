@@ -19,6 +19,8 @@ _SIZE_UNITS = {
     "m": 1024**2, "mib": 1024**2, "mb": 1000**2,
     "g": 1024**3, "gib": 1024**3, "gb": 1000**3,
     "t": 1024**4, "tib": 1024**4, "tb": 1000**4,
+    "p": 1024**5, "pib": 1024**5, "pb": 1000**5,
+    "e": 1024**6, "eib": 1024**6, "eb": 1000**6,  # up to MAX_SIZE, which a refusal names in EiB
 }
 _DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*([a-z]*)")

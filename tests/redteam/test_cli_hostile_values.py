@@ -101,3 +101,36 @@ def test_a_scenario_path_that_is_a_fifo_is_not_waited_on(tmp_path):
     os.mkfifo(fifo)
     result = run_vram("--simulate", str(fifo), "status", timeout=30)
     assert_one_line_error(result, 2, "not a file")
+
+
+@pytest.mark.parametrize("directory", ["", "  "])
+def test_an_empty_shim_directory_is_refused_not_taken_for_the_current_one(tmp_path, directory):
+    """`vram sim shim ""` wrote pynvml.py into whatever directory it was run from (a home or a
+    project, where every later `python` there imports it)."""
+    import subprocess
+
+    from helpers import Result, vram_argv
+
+    proc = subprocess.run(vram_argv("sim", "shim", directory), capture_output=True, text=True, cwd=tmp_path,
+                          env=clean_env(), stdin=subprocess.DEVNULL, timeout=30)
+    assert_one_line_error(Result(proc.returncode, proc.stdout, proc.stderr), 2, "DIR")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_given_twice_in_a_scenario_is_refused(write_scenario):
+    """json keeps the last of two equal keys silently: the scenario would say other than it reads."""
+    path = write_scenario('{"gpus": [{"name": "A100", "memory_total": "80GiB"}], '
+                          '"processes": [{"pid": 41, "pid": 42, "gpus": {"0": "1GiB"}}]}')
+    for args in (("status",), ("sim", "validate", str(path))):
+        assert_one_line_error(run_vram("--simulate", str(path), *args), 2, 'the key "pid" appears twice')
+
+
+@pytest.mark.parametrize("text, size", [("1EiB", 1024**6), ("1.5 PiB", 3 * 1024**5 // 2), ("2PB", 2 * 1000**5),
+                                        ("1e", 1024**6)])
+def test_sizes_up_to_the_most_a_refusal_names_are_read(text, size):
+    """A refusal says "at most 1EiB", so 1EiB itself (and PiB, PB) must read."""
+    from vramkit.units import parse_size
+
+    assert parse_size(text) == size
+    with pytest.raises(ValueError, match="at most 1EiB"):
+        parse_size("1.1EiB")

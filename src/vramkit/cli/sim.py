@@ -151,6 +151,8 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_shim(args: argparse.Namespace) -> int:
     from ..nvml.shim import write_shim
 
+    if not args.directory.strip():  # not "here": the shim decides what `import pynvml` runs where it lies
+        raise UsageError(_("DIR: which directory? (an empty name would be the current one; give '.' for that)"))
     chosen = getattr(args, "simulate", None) or os.environ.get("VRAM_SIMULATE") or None
     if chosen:
         scenario = scenarios.load(chosen)  # a bad scenario fails here, not later inside someone's program

@@ -190,11 +190,11 @@ def _read(name_or_path: str) -> tuple[Any, str]:
         if info.st_size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
             raise ScenarioError(_("{label}: larger than {limit}: not a scenario").format(
                 label=label, limit=format_size(MAX_FILE_BYTES)))
-        data = json.loads(raw.decode("utf-8"), parse_int=_bounded_int)
+        data = json.loads(raw.decode("utf-8"), parse_int=_bounded_int, object_pairs_hook=_object)
     except json.JSONDecodeError as e:
         raise ScenarioError(_("{label}: not valid JSON: {error} at line {line} column {column}").format(
             label=label, error=e.msg, line=e.lineno, column=e.colno)) from None
-    except _BadNumber as e:
+    except _Refused as e:
         raise ScenarioError(_("{label}: {error}").format(label=label, error=e)) from None
     except RecursionError:
         raise ScenarioError(_("{label}: nested too deeply to be a scenario").format(label=label)) from None
@@ -210,14 +210,25 @@ MAX_FILE_BYTES = 64 * 1024**2
 _MAX_DIGITS = 1000
 
 
-class _BadNumber(ValueError):
-    pass
+class _Refused(ValueError):
+    """What the JSON parser is not let read: a number too long, a key given twice."""
 
 
 def _bounded_int(text: str) -> int:
     if len(text) > _MAX_DIGITS:
-        raise _BadNumber(f"a number of {len(text.lstrip('-'))} digits ({_clip(text, 20)}) is too large")
+        raise _Refused(f"a number of {len(text.lstrip('-'))} digits ({_clip(text, 20)}) is too large")
     return int(text)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when a key comes twice: json keeps the last silently, and a scenario
+    written by hand (a second "pid" pasted in) would say other than its author reads."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _Refused(_("the key {key} appears twice in one object").format(key=_show(key)))
+    return obj
 
 
 def _clip(text: str, limit: int = 60) -> str:
