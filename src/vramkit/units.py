@@ -121,12 +121,14 @@ def parse_duration(text: str | int | float) -> float:
     cleaned = str(text).strip().lower().replace(" ", "")
     if not cleaned or cleaned.startswith("-"):
         raise ValueError(_("not a duration: {value} (try e.g. 90s, 5m, 2h)").format(value=repr(_short(str(text)))))
-    total, pos = 0.0, 0
+    total, pos, last_unit = 0.0, 0, math.inf
     for match in _DURATION_RE.finditer(cleaned):
-        if match.start() != pos or match.group(2) not in _DURATION_UNITS:
+        unit = _DURATION_UNITS.get(match.group(2))
+        # each part a smaller unit than the one before (1h30m): 1h1h or 30m1h is a typo, not a sum
+        if match.start() != pos or unit is None or unit >= last_unit:
             raise ValueError(_("not a duration: {value} (try e.g. 90s, 5m, 2h)").format(value=repr(_short(str(text)))))
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
+        total += float(match.group(1)) * unit
+        pos, last_unit = match.end(), unit
     if pos != len(cleaned):
         raise ValueError(_("not a duration: {value} (try e.g. 90s, 5m, 2h)").format(value=repr(_short(str(text)))))
     if not total <= MAX_DURATION:  # inf from 400 digits too

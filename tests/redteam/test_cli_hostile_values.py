@@ -134,3 +134,14 @@ def test_sizes_up_to_the_most_a_refusal_names_are_read(text, size):
     assert parse_size(text) == size
     with pytest.raises(ValueError, match="at most 1EiB"):
         parse_size("1.1EiB")
+
+
+@pytest.mark.parametrize("text", ["1h1h1h", "30m1h", "2m2m", "5s5"])
+def test_a_duration_that_repeats_or_reverses_its_units_is_refused(text):
+    """1h1h1h was read as 3 hours: a typo, not a sum. Each part a smaller unit than the one before."""
+    from vramkit.units import parse_duration
+
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+    assert [parse_duration(t) for t in ("1h30m", "1d2h3m4s", "1h30", "1m30sec")] == [5400, 93784, 3630, 90]
+    assert_one_line_error(run_vram("--simulate", "demo", "kill", "--idle", text, "--dry-run"), 2, "not a duration")
