@@ -63,7 +63,7 @@ def test_more_than_an_exabyte_is_a_bug_not_a_memory_problem(tmp_path):
     assert report is not None and report.requested_bytes == 2**60
     assert explain(report).cause == "not_memory"
     result = _doctor("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.\n", tmp_path)
-    assert result.rc == 0 and "asked for  1.0EiB" in result.out
+    assert result.rc == 0 and "asked for  1.00EiB" in result.out
 
 
 def test_a_powershell_log_in_utf16_reads_as_the_same_log(tmp_path):
@@ -124,9 +124,9 @@ def test_sizes_under_a_mib_are_not_shown_as_zero(tmp_path):
              "PyTorch, and 1.50 MiB is reserved by PyTorch but unallocated.\n")
     result = _doctor(small, tmp_path)
     assert result.rc == 0, result.err
-    assert "asked for  512KiB" in result.out and "short by 512KiB" in result.out
+    assert "asked for  512.00KiB" in result.out and "short by 512.00KiB" in result.out
     assert not re.search(r"(?<![0-9.])0MiB", result.out)
-    assert "1.5MiB reserved-unallocated" in result.out
+    assert "1.50MiB reserved-unallocated" in result.out
 
 
 # A forward pass under no_grad: a script's decorated function, and a notebook cell (IPython 8 keeps the
@@ -238,7 +238,8 @@ def test_the_jobs_parts_add_up_where_the_job_is_a_process_of_the_message(tmp_pat
     ex = explain(report)
     assert ex.job_pid == 21493 and ex.non_pytorch_bytes == round(77.64 * 1024**3) - 77 * 1024**3
     result = _doctor(container, tmp_path)
-    assert "77.6GiB = 70.0GiB allocated + 7.0GiB reserved-unallocated + 655MiB non-PyTorch" in result.out, result.out
+    parts = "77.64GiB = 70.00GiB allocated + 7.00GiB reserved-unallocated + 655.36MiB non-PyTorch"
+    assert parts in result.out, result.out
 
 
 def test_raising_a_per_process_cap_saves_at_most_what_the_gpu_has_free():

@@ -157,3 +157,20 @@ def test_parse_percent(text, value):
 def test_parse_percent_rejects(text):
     with pytest.raises(ValueError):
         parse_percent(text)
+
+
+def test_a_size_as_logged_reads_back_as_the_message_printed_it():
+    """doctor's facts: every figure PyTorch's allocator prints ("%.2f" in KiB up to 1 MiB, MiB up to
+    1 GiB, else GiB) shows as printed, so it can be found in the log (23.65 GiB was shown 23.7GiB)."""
+    import random
+
+    from vramkit.units import format_size_as_logged, parse_size
+
+    rng = random.Random(5)
+    for unit, least in (("KiB", 101), ("MiB", 100), ("GiB", 100)):  # c10: up to 1024 bytes in bytes
+        for _ in range(2000):
+            printed = f"{rng.randrange(least, 1024 * 100) / 100:.2f}"
+            assert format_size_as_logged(parse_size(f"{printed} {unit}")) == f"{printed}{unit}", (printed, unit)
+    assert format_size_as_logged(2**20) == "1024.00KiB" and format_size_as_logged(2**30) == "1024.00MiB"
+    assert [format_size_as_logged(n) for n in (None, 0, 1024, 3 * 2**40, 2**60)] == [
+        "N/A", "0B", "1024B", "3.00TiB", "1.00EiB"]

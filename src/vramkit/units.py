@@ -93,6 +93,22 @@ def format_size_any(n: int | None) -> str:
     return f"{n / 1024**6:.1f}EiB"
 
 
+def format_size_as_logged(n: int | None) -> str:
+    """A size an error message gave, to the figure it printed: two decimals in KiB up to 1 MiB,
+    MiB up to 1 GiB, then GiB (PyTorch's allocator, vLLM and TensorFlow print so), from 1,024 GiB
+    on in TiB, PiB or EiB; up to 1 KiB in bytes. '23.65GiB' where format_size_any says 23.7GiB."""
+    if n is None:
+        return "N/A"
+    if abs(n) <= 1024:
+        return f"{n}B"
+    # c10's bounds: 1 KiB is 1024 bytes, 1 MiB 1024.00KiB, 1 GiB 1024.00MiB
+    for unit, size, most in (("KiB", 1024, 1024**2), ("MiB", 1024**2, 1024**3), ("GiB", 1024**3, 1024**4 - 1),
+                             ("TiB", 1024**4, 1024**5 - 1), ("PiB", 1024**5, 1024**6 - 1)):
+        if abs(n) <= most:
+            return f"{n / size:.2f}{unit}"
+    return f"{n / 1024**6:.2f}EiB"
+
+
 def parse_percent(text: str | int | float) -> float:
     """'80%' or '80' -> 80.0, within 0..100."""
     raw = text.strip().rstrip("%") if isinstance(text, str) else text

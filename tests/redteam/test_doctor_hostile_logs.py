@@ -76,7 +76,7 @@ def test_a_million_frames(tmp_path):
         f.writelines(f'  File "/x/m{i}.py", line {i}, in f{i}\n    y = f()\n' for i in range(1_000_000))
         f.write(OOM)
     result = _diagnose(log)
-    assert result.rc == 0 and re.search(r"asked for +20MiB", result.out)
+    assert result.rc == 0 and re.search(r"asked for +20.00MiB", result.out)
 
 
 def test_a_1gib_sparse_log_binary_and_invalid_utf8(tmp_path):
@@ -86,7 +86,7 @@ def test_a_1gib_sparse_log_binary_and_invalid_utf8(tmp_path):
         f.seek(1024**3)
         f.write(os.urandom(1 << 20) + b"\n" + b"\xff\xfe\xc0\x80\xed\xa0\x80\n" + OOM.encode() + b"\x9b2J\x1b[2J")
     result = _diagnose(log)
-    assert result.rc == 0 and re.search(r"asked for +20MiB", result.out)
+    assert result.rc == 0 and re.search(r"asked for +20.00MiB", result.out)
 
 
 # named ids: an id made of the junk itself would differ between xdist workers (the random bytes) and not

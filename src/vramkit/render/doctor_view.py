@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..doctor.oom import FORMS
 from ..i18n import N_, _, join_words, ngettext, pgettext
 from ..procs import sanitize
-from ..units import format_size_any
+from ..units import format_size_any, format_size_as_logged
 from .style import Style, clip
 from .text_width import cells, pad, wrap
 
@@ -88,14 +88,14 @@ def _gpu_bar(ex: Explanation, style: Style, width: int = 50) -> list[str]:
 def _job_row(ex: Explanation) -> str:
     """This job's memory: its total, and what it is made of where the message says."""
     r = ex.report
-    parts = [_("{size} allocated").format(size=format_size_any(r.allocated_bytes))] if r.allocated_bytes is not None \
-        else []
+    logged = format_size_as_logged  # the figures the message printed, as it printed them
+    parts = [_("{size} allocated").format(size=logged(r.allocated_bytes))] if r.allocated_bytes is not None else []
     if r.reserved_unallocated_bytes is not None:
-        parts.append(_("{size} reserved-unallocated").format(size=format_size_any(r.reserved_unallocated_bytes)))
+        parts.append(_("{size} reserved-unallocated").format(size=logged(r.reserved_unallocated_bytes)))
     if ex.non_pytorch_bytes is not None:
-        parts.append(_("{size} non-PyTorch").format(size=format_size_any(ex.non_pytorch_bytes)))
-    total = (format_size_any(ex.job_bytes) if ex.job_bytes is not None
-             else _("at least {size}").format(size=format_size_any(r.reserved_bytes)) if r.reserved_bytes is not None
+        parts.append(_("{size} non-PyTorch").format(size=logged(ex.non_pytorch_bytes)))
+    total = (logged(ex.job_bytes) if ex.job_bytes is not None
+             else _("at least {size}").format(size=logged(r.reserved_bytes)) if r.reserved_bytes is not None
              else None)
     if total is None:  # no total to split (TensorFlow's BFC InUse): the parts alone
         return " + ".join(parts) if parts else "N/A"
@@ -118,26 +118,27 @@ def render_diagnosis(ex: Explanation, source: str, style: Style, width: int = 12
         where=where, exception=r.exception or pgettext("exception", "message"), form=r.form)
     lines = [style.paint(what, "bold") + f"  {about}"]
     rows: list[tuple[str, str]] = []
+    logged = format_size_as_logged  # the facts: the figures the message printed, as it printed them
     if r.requested_bytes is not None:
-        rows.append((_("asked for"), format_size_any(r.requested_bytes)))
+        rows.append((_("asked for"), logged(r.requested_bytes)))
     if r.free_bytes is not None:
-        free = (_("{free} of {total}").format(free=format_size_any(r.free_bytes), total=format_size_any(r.total_bytes))
-                if r.total_bytes is not None else format_size_any(r.free_bytes))
+        free = (_("{free} of {total}").format(free=logged(r.free_bytes), total=logged(r.total_bytes))
+                if r.total_bytes is not None else logged(r.free_bytes))
         if r.shortfall_bytes:
-            free = _("{free}  → short by {short}").format(free=free, short=format_size_any(r.shortfall_bytes))
+            free = _("{free}  → short by {short}").format(free=free, short=logged(r.shortfall_bytes))
         rows.append((pgettext("memory", "free"), free))
     elif r.total_bytes is not None:
-        rows.append((_("limit") if r.kind == "mps" else pgettext("memory", "total"), format_size_any(r.total_bytes)))
+        rows.append((_("limit") if r.kind == "mps" else pgettext("memory", "total"), logged(r.total_bytes)))
     if r.allowed_bytes is not None and r.kind != "mps":
         rows.append((_("cap"), _("{size} allowed by set_per_process_memory_fraction").format(
-            size=format_size_any(r.allowed_bytes))))
+            size=logged(r.allowed_bytes))))
     if ex.job_bytes is not None or r.allocated_bytes is not None:
         label = _("this job (pid {pid})").format(pid=ex.job_pid) if ex.job_pid is not None else _("this job")
         rows.append((label, _job_row(ex)))
     if ex.others_bytes is not None:
         from ..vendor_terms import runtime
 
-        size = format_size_any(ex.others_bytes)
+        size = logged(ex.others_bytes)
         if ex.others_basis == "outside PyTorch":
             rows.append((_("outside PyTorch"), _("{size} (other processes + this job's {context})").format(
                 size=size, context=_(runtime(ex.vendor).context))))
