@@ -245,7 +245,7 @@ def test_doctor_reads_a_hip_oom_and_names_rocms_variable(tmp_path):
      "RCCL buffers)"),
     ("RuntimeError: HIP out of memory. Tried to allocate 40.00 GiB (GPU 0; 191.98 GiB total capacity; 150.00 GiB "
      "already allocated; 1.00 GiB free; 152.00 GiB reserved in total by PyTorch)",
-     "outside PyTorch  39.00GiB (other processes + this job's HIP runtime)"),
+     "outside PyTorch  38.98GiB (other processes + this job's HIP runtime)"),
 ])
 def test_doctor_names_the_memory_rocms_runtime_holds_in_its_own_words(tmp_path, message, said):
     log = tmp_path / "train.log"

@@ -94,17 +94,16 @@ def format_size_any(n: int | None) -> str:
 
 
 def format_size_as_logged(n: int | None) -> str:
-    """A size an error message gave, to the figure it printed: two decimals in KiB up to 1 MiB,
-    MiB up to 1 GiB, then GiB (PyTorch's allocator, vLLM and TensorFlow print so), from 1,024 GiB
-    on in TiB, PiB or EiB; up to 1 KiB in bytes. '23.65GiB' where format_size_any says 23.7GiB."""
+    """A size an error message gave, to the figure it printed: two decimals in KiB, MiB or GiB
+    (PyTorch's allocator, vLLM and TensorFlow print so), from 1,024 GiB on in TiB, PiB or EiB;
+    under 1 KiB in bytes. '23.65GiB' where format_size_any says 23.7GiB. A size of exactly 1 MiB
+    or 1 GiB is 1.00MiB or 1.00GiB (c10 prints it 1024.00 KiB or MiB; the same bytes either way)."""
     if n is None:
         return "N/A"
-    if abs(n) <= 1024:
+    if abs(n) < 1024:
         return f"{n}B"
-    # c10's bounds: 1 KiB is 1024 bytes, 1 MiB 1024.00KiB, 1 GiB 1024.00MiB
-    for unit, size, most in (("KiB", 1024, 1024**2), ("MiB", 1024**2, 1024**3), ("GiB", 1024**3, 1024**4 - 1),
-                             ("TiB", 1024**4, 1024**5 - 1), ("PiB", 1024**5, 1024**6 - 1)):
-        if abs(n) <= most:
+    for unit, size in (("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3), ("TiB", 1024**4), ("PiB", 1024**5)):
+        if round(abs(n) / size, 2) < 1024:  # not 1024.00MiB for a size that rounds up to a GiB
             return f"{n / size:.2f}{unit}"
     return f"{n / 1024**6:.2f}EiB"
 

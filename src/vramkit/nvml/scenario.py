@@ -116,7 +116,7 @@ class Scenario:
     name: str
     source: str  # the file it came from
     # The file's top-level settings (driver_version, faults, containers, ...) as written; its GPUs
-    # and processes are below, validated, and not kept twice (~0.3 MiB at 500 processes for every
+    # and processes are below, validated, and not kept twice (~0.25 MiB at 500 processes for every
     # program on the simulator; load_whole gives the file's whole object where it is needed)
     data: dict[str, Any]
     gpus: list[dict[str, Any]] = field(default_factory=list)
