@@ -288,3 +288,19 @@ def test_the_trainer_callbacks_dump_a_snapshot_on_oom(tmp_path, monkeypatch, cap
         reporter.failed(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB."), None)
     assert calls == [("record", "all"), ("dump", str(tmp_path / "oom.pickle")), ("record", None)]
     assert "vram doctor" in caplog.text
+
+
+def test_a_negative_size_or_address_in_a_snapshot_is_no_number(tmp_path):
+    """A hand-made or damaged pickle's -1 block size was added to the totals and shown as -1B."""
+    data = S.read_file(str(HERE / "train_step_recorded.pickle"))
+    honest = S.peak_report(S.parse(data).devices[0])
+    for seg in data["segments"]:
+        seg["blocks"].append({"address": -1, "size": -1, "requested_size": -5, "state": "active_allocated",
+                              "frames": []})
+    data["device_traces"][0].append({"action": "alloc", "addr": -8, "size": -(1 << 40), "stream": 0, "frames": []})
+    report = S.peak_report(S.parse(data).devices[0])
+    assert report.allocated == honest.allocated and all(line.bytes >= 0 for line in report.by_category)
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(pickle.dumps(data))
+    result = run_vram("doctor", str(path))
+    assert result.rc == 0 and "-1B" not in result.out and "-1.0" not in result.out, result.out

@@ -267,7 +267,9 @@ class Snapshot:
 
 
 def _int(v: Any, default: int = 0) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
+    """A snapshot's number: every one read here (an address, a size, a device, a line) is whole and
+    not negative; anything else is not one (a hand-made pickle's -1 size was shown as -1B)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
 
 
 def _frames(raw: Any) -> tuple[Frame, ...]:
