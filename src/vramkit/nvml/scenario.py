@@ -224,10 +224,12 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object, refused when a key comes twice: json keeps the last silently, and a scenario
     written by hand (a second "pid" pasted in) would say other than its author reads."""
     obj = dict(pairs)
-    if len(obj) != len(pairs):
+    if len(obj) != len(pairs):  # rare: then find the key to name
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _Refused(_("the key {key} appears twice in one object").format(key=_show(key)))
+        for key, _value in pairs:
+            if key in seen:
+                raise _Refused(_("the key {key} appears twice in one object").format(key=_show(key)))
+            seen.add(key)
     return obj
 
 

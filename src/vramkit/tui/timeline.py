@@ -36,7 +36,7 @@ def _value(value: float | None, most: int) -> int:
 
 def _mib(used: float | None) -> int:
     """A place's memory: MiB, rounded up (a peak is never drawn lower than it was)."""
-    return NONE if used is None else min(MEMORY_MAX, max(0, -(-int(used) // MIB)))
+    return NONE if used is None else _value(-(-int(used) // MIB), MEMORY_MAX)
 
 
 def range_label(span: float) -> str:
