@@ -75,16 +75,125 @@ def test_a_powershell_log_in_utf16_reads_as_the_same_log(tmp_path):
         assert json.loads(utf16.out) == json.loads(utf8.out)
 
 
-def test_a_message_hard_wrapped_mid_word_keeps_its_numbers():
+# Every form with sizes, as raised (1.x: RuntimeError; 2.1: the "capacty" typo and two other processes)
+FORMS_WITH_SIZES = {
+    "2.2+": MESSAGE,
+    "2.1": "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.53 GiB. GPU 3 has a total capacty of "
+           "39.39 GiB of which 1.05 GiB is free. Process 4321 has 12.00 GiB memory in use. Process 5555 has 26.33 GiB "
+           "memory in use. Of the allocated memory 24.11 GiB is allocated by PyTorch, and 1.70 GiB is reserved by "
+           "PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to "
+           "avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n",
+    "1.4-2.0": "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.78 GiB total capacity; 14.21 GiB "
+               "already allocated; 3.19 MiB free; 14.56 GiB reserved in total by PyTorch) If reserved memory is >> "
+               "allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory "
+               "Management and PYTORCH_CUDA_ALLOC_CONF\n",
+    "1.0-1.3": "RuntimeError: CUDA out of memory. Tried to allocate 244.00 MiB (GPU 2; 11.17 GiB total capacity; "
+               "10.34 GiB already allocated; 183.81 MiB free; 304.88 MiB cached)\n",
+}
+_FIELDS = ("requested_bytes", "total_bytes", "free_bytes", "process_bytes", "allocated_bytes", "reserved_bytes",
+           "reserved_unallocated_bytes", "device", "form", "exception")
+
+
+def _facts(report) -> dict:
+    assert report is not None
+    return {**{f: getattr(report, f) for f in _FIELDS}, "processes": [(p.pid, p.bytes) for p in report.processes]}
+
+
+@pytest.mark.parametrize("form", FORMS_WITH_SIZES)
+def test_a_message_hard_wrapped_at_any_terminal_width_keeps_its_numbers(form):
+    """A terminal cuts a line every W columns, through words and numbers ("14.2" / "1 GiB already
+    allocated": the cut's second half alone is another number); copied from it, each width reads as the
+    message does whole. With a logger's prefix, the cut may fall in the message's first words too."""
+    message = FORMS_WITH_SIZES[form]
+    for prefix in ("", "2024-05-01 12:00:03,117 ERROR train.py:88 "):
+        flat = prefix + " ".join(message.split())
+        whole = _facts(find_oom("Traceback (most recent call last):\n  File \"t.py\", line 1\n" + flat + "\n"))
+        assert whole["requested_bytes"] and whole["device"] is not None and whole["form"] == form
+        for width in range(40, 200):
+            wrapped = "\n".join(flat[i:i + width] for i in range(0, len(flat), width))
+            log = "Traceback (most recent call last):\n  File \"t.py\", line 1\n" + wrapped + "\nepoch 3\n"
+            assert _facts(find_oom(log)) == whole, (form, prefix, width)
     flat = " ".join(MESSAGE.split())
-    wrapped = "\n".join(flat[i:i + 80] for i in range(0, len(flat), 80))  # a terminal's width, copied
-    assert re.search(r"[a-z]\n[a-z]", wrapped)  # a word cut in two
-    report, plain = find_oom(wrapped), find_oom(MESSAGE)
-    assert report is not None and plain is not None
-    fields = ("requested_bytes", "total_bytes", "free_bytes", "process_bytes", "allocated_bytes",
-              "reserved_unallocated_bytes", "device", "form")
-    assert {f: getattr(report, f) for f in fields} == {f: getattr(plain, f) for f in fields}
-    assert explain(report).cause == explain(plain).cause == "fragmentation"
+    wrapped = "\n".join(flat[i:i + 80] for i in range(0, len(flat), 80))
+    assert re.search(r"[a-z]\n[a-z]", wrapped)  # a word cut in two: the cause is read as from the whole message
+    assert explain(find_oom(wrapped)).cause == explain(find_oom(MESSAGE)).cause == "fragmentation"
+
+
+def test_a_message_with_every_process_of_a_shared_gpu_is_read_whole():
+    """Forty "Process P has 1.00 GiB" parts (a shared GPU, DataLoader workers that opened CUDA): every
+    one is read, and the allocator's figures after them."""
+    parts = " ".join(f"Process {100000 + 37 * i} has 1.00 GiB memory in use." for i in range(40))
+    message = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a total capacity of "
+               "47.53 GiB of which 1.06 GiB is free. " + parts + " Including non-PyTorch memory, this process has "
+               "5.47 GiB memory in use. Of the allocated memory 1.12 GiB is allocated by PyTorch, and 3.84 GiB is "
+               "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+               "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n")
+    report = find_oom(message)
+    assert report is not None and len(report.processes) == 40 and report.process_bytes == round(5.47 * 2**30)
+    assert report.reserved_unallocated_bytes == round(3.84 * 2**30)
+    assert explain(report).cause == "fragmentation"
+
+
+def test_a_message_a_logger_quotes_with_its_figures_is_raised_not_a_tip(tmp_path):
+    """A caught exception's repr and a JSON log's field quote the message whole, figures and all: that
+    is the error, where a tip quotes only its first words."""
+    flat = " ".join(MESSAGE.split()).removeprefix("torch.OutOfMemoryError: ")
+    repr_log = f"2024-05-01 12:00:00 ERROR worker failed: OutOfMemoryError({flat!r})\n"
+    json_log = json.dumps({"level": "error", "msg": "request failed", "error": flat}) + "\n"
+    for log, exception in ((repr_log, "OutOfMemoryError"), (json_log, None)):
+        report = find_oom(log)
+        assert report is not None and report.requested_bytes == 2 * 2**30 and report.exception == exception
+    assert find_oom('[INFO] Tip: if you see "CUDA out of memory. Tried to allocate", lower --batch-size\n') is None
+    assert _doctor(repr_log, tmp_path).rc == 0
+
+
+def test_the_runtime_forms_of_rocm_and_the_driver_api_and_tensorflow_2s_eager_op(tmp_path):
+    hip = ("RuntimeError: HIP error: out of memory\nHIP kernel errors might be asynchronously reported at some other "
+           "API call, so the stacktrace below might be incorrect.\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3\n")
+    report = find_oom(hip)
+    assert report is not None and report.kind == "hip-runtime" and report.form == "runtime"
+    result = _doctor(hip, tmp_path)
+    assert result.rc == 0 and result.out.startswith("HIP (ROCm) out of memory")
+    driver = find_oom("RuntimeError: CUDA driver error: out of memory\n")
+    assert driver is not None and driver.kind == "cuda-runtime"
+    tf = ("2024-05-01 12:00:00.000000: W tensorflow/tsl/framework/bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out "
+          "of memory trying to allocate 1.00GiB (rounded to 1073741824)requested by op MatMul\n"
+          "Traceback (most recent call last):\n  File \"fit.py\", line 9, in <module>\n    y = tf.matmul(a, b)\n"
+          "tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "
+          "__wrapped__MatMul_device_/job:localhost/replica:0/task:0/device:GPU:1}} failed to allocate memory "
+          "[Op:MatMul]\n")
+    report = find_oom(tf)
+    assert report is not None and (report.kind, report.device, report.requested_bytes) == ("tensorflow", 1, 2**30)
+
+
+def test_xla_s_request_in_a_unit_is_read():
+    report = find_oom("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+                      "allocate 40.50GiB.\n")
+    assert report is not None and report.kind == "xla" and report.requested_bytes == round(40.5 * 2**30)
+
+
+def test_one_listed_process_smaller_than_what_pytorch_reserved_is_not_the_job():
+    report = find_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total "
+                      "capacity of 23.69 GiB of which 512.06 MiB is free. Process 2811 has 6.12 GiB memory in use. Of "
+                      "the allocated memory 15.82 GiB is allocated by PyTorch, and 850.11 MiB is reserved by PyTorch "
+                      "but unallocated.\n")
+    ex = explain(report)
+    assert ex.job_pid is None and ex.cause != "other_processes"
+
+
+def test_the_markers_a_log_repeats_are_found_as_the_pattern_finds_them():
+    """_starts tries the pattern only around its literal words: on logs full of them (a training line
+    with "out of memory" or "GPU memory" every step), what it finds is what a search of the whole text finds."""
+    from vramkit.doctor.oom import _START, _starts
+
+    pieces = ["out of memory ", "CUDA out of memory. ", "Resource exhausted: Out of memory allocating 2 bytes",
+              "peak GPU memory: 71.23 GiB ", "Cannot malloc 12.5 MB GPU memory", "x" * 300, "\n",
+              "THCudaCheck FAIL file=/a/b.cu line=12 error=2 : out of memory", "failed to allocate ",
+              "cuMemAllocAsync failed to allocate 123 bytes", "Cuda failure 'out of memory'"]
+    for n in range(1, 400):
+        text = "".join(pieces[(n * 7 + i * i) % len(pieces)] for i in range(n % 37 + 1))
+        assert [m.span() for m in _starts(text)] == [m.span() for m in _START.finditer(text)], text
 
 
 def test_a_model_moved_to_the_gpu_gets_the_weights_fixes_not_the_batchs():

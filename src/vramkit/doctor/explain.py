@@ -137,12 +137,14 @@ def _identify_job(report: OomReport, job_pid: int | None) -> tuple[int | None, i
                 return p.pid, p.bytes
     if report.process_bytes is not None:
         return job_pid, report.process_bytes
-    if len(report.processes) == 1 and job_pid is None and report.kind in ("cuda", "hip"):
-        # No "this process" part, one process listed: the job holds memory too (it is running), so
-        # that process is the job, seen under its host pid from a container.
+    floor = report.reserved_bytes if report.reserved_bytes is not None else report.allocated_bytes
+    if len(report.processes) == 1 and job_pid is None and report.kind in ("cuda", "hip") and (
+            floor is None or report.processes[0].bytes >= floor):
+        # No "this process" part, one process listed, holding at least what PyTorch reserved: the job
+        # holds memory too (it is running), so that process is the job, seen under its host pid from
+        # a container. One holding less is another process (the job's own line is not there).
         only = report.processes[0]
         return only.pid, only.bytes
-    floor = report.reserved_bytes if report.reserved_bytes is not None else report.allocated_bytes
     if floor is None or not report.processes:
         return job_pid, None
     candidates = [p for p in report.processes if p.bytes >= floor]
@@ -194,7 +196,8 @@ def explain(report: OomReport, snapshot: Snapshot | None = None, *, gpu: int | N
         _add_live(ex, snapshot, gpu)
     # a message that names its runtime says whose GPU it was; vLLM's, llama.cpp's, ... leave it to the live GPU
     live = next((g.vendor for g in snapshot.gpus if g.index == ex.live_gpu), None) if snapshot else None
-    ex.vendor = "amd" if report.kind == "hip" else "nvidia" if report.kind.startswith("cu") else live or ex.vendor
+    ex.vendor = ("amd" if report.kind in ("hip", "hip-runtime") else "nvidia" if report.kind.startswith("cu")
+                 else live or ex.vendor)
     ex.cause = _cause(ex)
     ex.cause_text = _(CAUSES[ex.cause])
     if report.form in ("2.1", "2.2+") and report.reserved_unallocated_bytes is None:
@@ -259,7 +262,7 @@ def _cause(ex: Explanation) -> str:
     if r.kind == "vllm":
         return "kv_cache_budget"
     if r.requested_bytes is None:
-        if r.kind != "cuda-runtime":
+        if r.kind not in ("cuda-runtime", "hip-runtime"):
             return "own_usage"
         # The sizeless form: where it failed says whose memory it was. A job in its forward, backward,
         # optimizer step or evaluation loop ran out on its own tensors;

@@ -26,7 +26,7 @@ _SIZE = r"(?<![0-9.])([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*(bytes|byte|[KMGT]i?B|B)"
 _START = re.compile(
     r"(?:CUDA|HIP) out of memory\."
     r"|MPS backend out of memory"
-    r"|CUDA error: out of memory"
+    r"|(?:CUDA|HIP) (?:driver )?error: out of memory"
     r"|cuda runtime error \(2\) : out of memory"
     r"|(?:CUDA error: )?CUBLAS_STATUS_ALLOC_FAILED"
     r"|(?:cuDNN error: )?CUDNN_STATUS_ALLOC_FAILED"
@@ -38,6 +38,7 @@ _START = re.compile(
     r"|Cannot malloc [0-9.]{1,30} ?[KMG]?B GPU memory"
     # TensorFlow (the op's message, and the stream executor's), XLA (JAX)
     r"|OOM when allocating tensor"
+    r"|failed to allocate memory \[Op:"  # TensorFlow 2's eager op (ResourceExhaustedError)
     r"|failed to allocate [^\n]{0,80}? from device: (?:CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory)"
     r"|(?:RESOURCE_EXHAUSTED|Resource exhausted): Out\s{1,4}of memory (?:while trying to allocate|allocating)"
     r"|RESOURCE_EXHAUSTED: Failed to allocate request for"
@@ -53,24 +54,32 @@ _START = re.compile(
     r"|Failed to CUDA calloc \d{1,20} bytes")
 # What every form of _START contains, as plain text: a log is searched for these (str.find, fast)
 # and _START is tried only around them, instead of at every character of a multi-MB log.
+# Each is a form's own words, not words a training log prints every step ("peak GPU memory: 71 GiB"):
+# every hit costs a search of the window around it.
 _MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
             "Unable to find a valid cuDNN algorithm", "DefaultCPUAllocator: ", "THCudaCheck FAIL",
-            "Out of memory error on GPU", "GPU memory", "OOM when allocating", "from device: ", "of memory ",
-            "Failed to allocate request", "ran out of memory", "failed to allocate", "for the cache blocks",
-            "KV cache is needed", "cudaMalloc failed", "Failed to CUDA calloc")
+            "Out of memory error on GPU", "Cannot malloc ", "OOM when allocating", "failed to allocate memory [Op:",
+            "from device: ",
+            "RESOURCE_EXHAUSTED: Out", "Resource exhausted: Out", "Failed to allocate request", "ran out of memory",
+            "cuMemAllocAsync failed", "for the cache blocks", "KV cache is needed", "cudaMalloc failed",
+            "Failed to CUDA calloc")
 # the most of a match that comes before its marker (THCudaCheck's file path may be long)
 _BEFORE_MARKER = 420
 _MATCH_SPAN = 500  # characters: longer than any match of _START
 # The exception name printed just before the message, when there is one.
+# (Or the message in its repr, as a logger prints a caught exception: OutOfMemoryError('CUDA out of ...').)
 _EXC = re.compile(r"((?:torch\.(?:cuda\.)?)?OutOfMemoryError|RuntimeError|MemoryError"
-                  r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|EnforceNotMet))\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?$")
+                  r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|EnforceNotMet))(?:\s*:\s*(?:\[[^\]\n]*\][^\n]*?)?|\([\"'])$")
 # A message ends at a blank line, a new traceback, or where Python chains exceptions.
 _END = re.compile(r"\n\s*\n|\nTraceback \(most recent call last\)|\nDuring handling of|\nThe above exception")
 # Colour (Python 3.13's tracebacks, coloured loggers), and the terminal commands a log may carry:
 # OSC (window titles, hyperlinks, clipboard writes; ended by BEL or ESC \\, bounded), other ESC pairs.
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[()][0-9A-Za-z]"
                          r"|\x1b[=>78cDEHMNOZ]")
-_WINDOW = 1600  # characters; the longest real message (several "Process P has" parts) is ~700
+_WINDOW = 1600  # characters; the longest real message of a form without its processes is ~700
+# PyTorch's, with a "Process P has U memory in use" part (~42 characters) for every process on the GPU
+_PYTORCH_WINDOW = 16 * 1024
+_WRAP_MIN = 40  # columns: the narrowest terminal a message is taken to have been hard-wrapped by
 # How PyTorch's CUDA messages end: 2.1+ with its documentation link, 1.4-2.0 with "... Memory Management
 # and PYTORCH_CUDA_ALLOC_CONF" (a terminal may have wrapped it anywhere)
 _MESSAGE_TAIL = re.compile("|".join(r"\s*".join(map(re.escape, end)) for end in (
@@ -108,7 +117,7 @@ class OomProcess:
 class OomReport:
     """One out-of-memory message, parsed. None: the message form does not carry the value."""
 
-    kind: str  # cuda, hip, mps, cuda-runtime, cublas, cudnn, cpu
+    kind: str  # cuda, hip, mps, cuda-runtime, hip-runtime, cublas, cudnn, cpu, and the other frameworks' (FORMS)
     form: str  # which PyTorch form: see FORMS
     message: str  # the message as found, whitespace collapsed, control characters stripped
     exception: str | None = None  # e.g. torch.OutOfMemoryError, RuntimeError
@@ -253,18 +262,53 @@ def _exception_before(before: str) -> re.Match[str] | None:
     return None
 
 
+def _unwrapped(text: str, start: int, stop: int) -> str:
+    """text[start:stop], with a terminal's hard wrap undone. A message copied from a terminal that
+    cut it every W columns (through a word or a number: "14.2" / "1 GiB") comes as lines of exactly
+    W characters, its first line's, then a shorter one: those are joined as they were, with nothing
+    at the cuts; what follows them stays as it is. Lines of other lengths (as a logger or a word
+    wrap leaves them) are not a hard wrap; nor is W under _WRAP_MIN (no terminal is narrower)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    lines = text[line_start:stop].split("\n")
+    width = len(lines[0].rstrip("\r"))
+    full = 0
+    while full < len(lines) - 1 and len(lines[full].rstrip("\r")) == width:
+        full += 1
+    if full == 0 or width < _WRAP_MIN or len(lines[full].rstrip("\r")) > width:
+        return text[start:stop]
+    joined = "".join(line.rstrip("\r") for line in lines[:full + 1])
+    return "\n".join([joined, *lines[full + 1:]])[start - line_start:]
+
+
+def _before(text: str, start: int) -> str:
+    """The 200 characters before the message, the line above joined on where a terminal's hard wrap
+    cut the exception's name ("...ERROR R" / "untimeError: CUDA out of memory."): two lines of one
+    width, at least _WRAP_MIN."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start)
+    if line_start > 0:
+        above = text[text.rfind("\n", 0, line_start - 1) + 1:line_start - 1]
+        if len(above) >= _WRAP_MIN and (line_end if line_end >= 0 else len(text)) - line_start == len(above):
+            return (above + text[line_start:start])[-200:]
+    return text[max(0, start - 200):start]
+
+
 def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomReport:
-    before = ANSI_ESCAPE.sub("", text[max(0, start - 200):start])
+    before = ANSI_ESCAPE.sub("", _before(text, start))
     exc = _exception_before(before)
-    rest = text[start:start + _WINDOW]
+    pytorch = text.startswith(("CUDA out of memory.", "HIP out of memory."), start)
+    # PyTorch's message lists every process on the GPU: on a shared one, tens of them
+    rest = text[start:start + (_PYTORCH_WINDOW if pytorch else _WINDOW)]
     nxt = _START.search(rest, match_end - start)  # a second message right after this one
     end = _END.search(rest)
     stop = min(x for x in (len(rest), nxt.start() if nxt else len(rest), end.start() if end else len(rest)))
-    pytorch = rest.startswith(("CUDA out of memory.", "HIP out of memory."))
     tail = _MESSAGE_TAIL.search(rest, 0, stop) if pytorch else None
     if tail is not None:  # PyTorch's message ends there: what follows is the log's next lines
         stop = tail.end()
-    body = " ".join(ANSI_ESCAPE.sub("", rest[:stop]).split())
+    message = _unwrapped(text, start, start + stop)
+    if pytorch and tail is None and (tail := _MESSAGE_TAIL.search(message)) is not None:  # its end was cut too
+        message = message[:tail.end()]
+    body = " ".join(ANSI_ESCAPE.sub("", message).split())
     body = sanitize(body)
     head = body[:60]
     if head.startswith(("CUDA out of memory.", "HIP out of memory.")):
@@ -288,7 +332,10 @@ def _parse_at(text: str, start: int, match_end: int, line: int | None) -> OomRep
         report.requested_bytes = _int(r"calloc (\d{1,20}) bytes", body)
     elif head.startswith("THCudaCheck"):
         report = OomReport(kind="cuda-runtime", form="runtime", message=body, thc_storage="THCStorage" in body)
-    elif head.startswith(("cuda runtime error", "CUDA error", "Cuda failure")) or "out of memory" in head[:30]:
+    elif head.startswith("HIP error"):  # ROCm's PyTorch: a HIP call outside the caching allocator
+        report = OomReport(kind="hip-runtime", form="runtime", message=body)
+    elif head.startswith(("cuda runtime error", "CUDA error", "CUDA driver error", "Cuda failure")) \
+            or "out of memory" in head[:30]:
         report = OomReport(kind="cuda-runtime", form="runtime", message=body, thc_storage="THCStorage" in body)
     else:
         report = _parse_other(body, ANSI_ESCAPE.sub("", rest), ANSI_ESCAPE.sub("", text[max(0, start - 4096):start]))
@@ -326,7 +373,7 @@ def _parse_other(body: str, rest: str, before: str) -> OomReport:
         flag = re.search(r"FLAGS_fraction_of_gpu_memory_to_use (?:is|value is) ([0-9]{1,3}(?:\.[0-9]{1,6})?)", rest)
         report.setting = float(flag.group(1)) if flag else None
         return report
-    if body.startswith("OOM when allocating"):
+    if body.startswith(("OOM when allocating", "failed to allocate memory [Op:")):
         report = OomReport(kind="tensorflow", form="tensorflow", message=body)
         shape = re.search(r"shape ?\[([0-9, ]{0,200})\]", body)
         dtype = re.search(r"\band type (\w+)", body)
@@ -342,7 +389,11 @@ def _parse_other(body: str, rest: str, before: str) -> OomReport:
                 for n in logged[-1][0].split(","):
                     count *= int(n)
                 report.requested_bytes = count * _TF_TYPES[logged[-1][1]]
-        m = re.search(r"device:GPU:(\d{1,9})", body)
+        if report.requested_bytes is None:  # the eager op's message has no size: the allocator logged it above
+            asked = re.findall(r"ran out of memory trying to allocate " + _SIZE, before)
+            report.requested_bytes = size_bytes(*asked[-1]) if asked else None
+        # on the message's line, before it in the eager op's: "{{function_node ..._device_/job:.../device:GPU:0}}"
+        m = re.search(r"device:GPU:(\d{1,9})", body) or re.search(r"device:GPU:(\d{1,9})[^\n]{0,40}$", before)
         report.device = int(m.group(1)) if m else None
         limits = re.findall(r"Limit:\s+(\d{1,20})\s+InUse:\s+(\d{1,20})", before)
         if limits:
@@ -375,7 +426,8 @@ def _parse_other(body: str, rest: str, before: str) -> OomReport:
                               or _int(r"\((\d{1,20})B\) on device", body)
                               or _int(r"rounded to (\d{1,20})", body)
                               or _int(r"failed to allocate (\d{1,20}) bytes", body)
-                              or _int(r"\((\d{1,20}) bytes\) from device", body))
+                              or _int(r"\((\d{1,20}) bytes\) from device", body)
+                              or _size(r"(?:trying to allocate|allocating) {S}", body))  # JAX prints "1.23GiB"
     m = re.search(r"(?:device ordinal |GPU_)(\d{1,9})", body)
     report.device = int(m.group(1)) if m else None
     free_total = re.search(r"Free memory/Total memory: (\d{1,20})/(\d{1,20})", rest)
@@ -407,18 +459,25 @@ def _starts(text: str) -> Iterator[re.Match[str]]:
     """The matches of _START in `text`, the same as _START.finditer(text), found by looking for the
     literal markers and trying the pattern only in a short window around each."""
     upcoming = {marker: text.find(marker) for marker in _MARKERS}
-    resume = 0  # where the previous match ended: the next one starts here or later
+    resume = 0  # where the previous match ended, or before which none starts: the next one starts here or later
     while True:
         found = [at for at in upcoming.values() if at >= 0]
         if not found:
             return
         at = min(found)
         window_start = max(resume, at - _BEFORE_MARKER)
-        match = _START.search(text, window_start, window_start + _BEFORE_MARKER + _MATCH_SPAN)
+        match = None if window_start > at else (
+            _START.search(text, window_start, window_start + _BEFORE_MARKER + _MATCH_SPAN))
         # A match that starts after this marker belongs to a later one (and may be cut off here).
         if match is not None and match.start() <= at:
             yield match
             resume = match.end()
+        elif window_start <= at:
+            # None starts from the window's start up to the last start whose whole match would have fit
+            # in it (nor, if one was found, before that one): a log full of markers is not searched over
+            # the same characters again for each of them.
+            resume = window_start + _BEFORE_MARKER + 1 if match is None else min(
+                match.start(), window_start + _BEFORE_MARKER + 1)
         for marker, where in upcoming.items():
             if where == at or 0 <= where < resume:
                 upcoming[marker] = text.find(marker, max(at + 1, resume))
@@ -426,6 +485,7 @@ def _starts(text: str) -> Iterator[re.Match[str]]:
 
 # Quotes before a message: a log line that names the message (a tip, a comment) has not raised it.
 _QUOTES = "\"'`\u2018\u201c\u300c\u300e\u00ab"
+_FIGURES = re.compile(r"[^\n\"'`]{0,40}?" + _SIZE)
 # TensorFlow's BFC allocator logs a failed attempt that it then works around (a slower algorithm): a
 # warning in runs that succeed, which says so itself.
 _NOT_A_FAILURE = "The caller indicates that this is not a failure"
@@ -434,32 +494,65 @@ _NOT_A_FAILURE = "The caller indicates that this is not a failure"
 def _mentioned(text: str, match: re.Match[str]) -> bool:
     """Whether the message at `match` is only mentioned (quoted), or logged as no failure."""
     if match.start() > 0 and text[match.start() - 1] in _QUOTES:
-        return True
+        # a tip naming the message, unless the quoted message goes on with its figures (an exception's
+        # repr, OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 MiB ...'), a JSON log's field)
+        return _FIGURES.match(text, match.end(), match.end() + 60) is None
     line_end = text.find("\n", match.end(), match.end() + _WINDOW)
     return _NOT_A_FAILURE in text[match.end():line_end if line_end >= 0 else match.end() + _WINDOW]
 
 
-def find_oom(text: str) -> OomReport | None:
+def find_oom(text: str, cut: bool = True) -> OomReport | None:
     """The LAST out-of-memory message in a log or traceback (the one that ended the job).
 
-    Messages wrapped over several lines (terminals, notebook output) are joined back together.
+    Messages wrapped over several lines (terminals, notebook output) are joined back together;
+    cut=False: not one whose first words a terminal cut (the text was unwrapped there already).
     """
     last = None
     for match in _starts(text):
         if not _mentioned(text, match):
             last = match
     if last is None:
-        return None
+        return _cut_at_start(text) if cut else None
     report = _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)
     rank = RANK_PREFIX.match(text, text.rfind("\n", 0, last.start()) + 1, last.start())
     report.rank = int(rank.group("rank") or rank.group("label")) if rank else None
-    # not PyTorch's own advice in an earlier message ("... try setting PYTORCH_CUDA_ALLOC_CONF=...")
-    settings = [m for m in _ALLOC_CONF.finditer(text, 0, last.start())
-                if "setting" not in text[max(0, m.start() - 12):m.start()]]
-    report.alloc_conf = sanitize("=".join(settings[-1].groups())) if settings else None
+    report.alloc_conf = _alloc_conf(text, last.start())
     return report
 
 
+def _alloc_conf(text: str, end: int) -> str | None:
+    """The allocator setting the log shows before `end`: the last, and not PyTorch's own advice in
+    an earlier message ("... try setting PYTORCH_CUDA_ALLOC_CONF=...")."""
+    settings = [m for m in _ALLOC_CONF.finditer(text, 0, end)
+                if "setting" not in text[max(0, m.start() - 12):m.start()]]
+    return sanitize("=".join(settings[-1].groups())) if settings else None
+
+
+def _cut_at_start(text: str) -> OomReport | None:
+    """PyTorch's message in a log a terminal hard-wrapped through its first words ("CUDA out of me" /
+    "mory."; a logger's prefix put them near the edge): read from the text with the wrap undone."""
+    cuts = [m.start() for m in _CUT_START.finditer(text) if "\n" in m.group()]
+    if not cuts:
+        return None
+    line_start = text.rfind("\n", 0, cuts[-1]) + 1
+    width = text.find("\n", line_start) - line_start
+    for _ in range(4):  # the wrapped lines above it (the exception's name, the logger's prefix): one paragraph
+        above = text.rfind("\n", 0, line_start - 1) + 1 if line_start else -1
+        if above < 0 or line_start - 1 - above != width:
+            break
+        line_start = above
+    report = find_oom(_unwrapped(text, line_start, min(len(text), line_start + _PYTORCH_WINDOW)), cut=False)
+    if report is None:
+        return None
+    report.offset = line_start + (report.offset or 0)
+    report.line = text.count("\n", 0, line_start) + (report.line or 1)
+    report.alloc_conf = report.alloc_conf or _alloc_conf(text, line_start)
+    return report
+
+
+# PyTorch's first words with a line break anywhere in them (a terminal's hard wrap)
+_CUT_START = re.compile("|".join("".join(re.escape(c) + r"\r?\n?" for c in words[:-1]) + re.escape(words[-1])
+                                 for words in ("CUDA out of memory.", "HIP out of memory.")))
 # A launcher's prefix on every line of a rank: torchrun's "[rank1]:" / "[default1]:", srun --label's "1: "
 # (doctor.traceback follows a traceback through it too)
 RANK_PREFIX = re.compile(r"\s*(?P<prefix>\[(?:rank|default)(?P<rank>\d{1,6})\]:|(?P<label>\d{1,6}):(?= ))")

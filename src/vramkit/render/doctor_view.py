@@ -44,7 +44,8 @@ def _wrap(text: str, indent: int, width: int) -> list[str]:
 # The failure's heading by the message's kind; a kind not listed is CUDA's.
 _WHAT = {"cpu": N_("Host RAM ran out"), "cublas": N_("cuBLAS could not allocate"),
          "cudnn": N_("cuDNN could not allocate"), "mps": N_("MPS ran out of memory"),
-         "hip": N_("HIP (ROCm) out of memory"), "paddle": N_("PaddlePaddle out of GPU memory"),
+         "hip": N_("HIP (ROCm) out of memory"), "hip-runtime": N_("HIP (ROCm) out of memory"),
+         "paddle": N_("PaddlePaddle out of GPU memory"),
          "tensorflow": N_("TensorFlow out of GPU memory"), "vllm": N_("vLLM: no memory left for the KV cache"),
          "ggml": N_("llama.cpp could not allocate"), "cuda": N_("CUDA out of memory")}
 
