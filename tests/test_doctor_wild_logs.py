@@ -83,10 +83,10 @@ FORMS_WITH_SIZES = {
            "memory in use. Of the allocated memory 24.11 GiB is allocated by PyTorch, and 1.70 GiB is reserved by "
            "PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to "
            "avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n",
-    "1.4-2.0": "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.78 GiB total capacity; 14.21 GiB "
-               "already allocated; 3.19 MiB free; 14.56 GiB reserved in total by PyTorch) If reserved memory is >> "
-               "allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory "
-               "Management and PYTORCH_CUDA_ALLOC_CONF\n",
+    "1.4-2.0": "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.78 GiB total capacity; "
+               "14.21 GiB already allocated; 3.19 MiB free; 14.56 GiB reserved in total by PyTorch) If reserved "
+               "memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See "
+               "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n",
     "1.0-1.3": "RuntimeError: CUDA out of memory. Tried to allocate 244.00 MiB (GPU 2; 11.17 GiB total capacity; "
                "10.34 GiB already allocated; 183.81 MiB free; 304.88 MiB cached)\n",
 }
@@ -149,8 +149,9 @@ def test_a_message_a_logger_quotes_with_its_figures_is_raised_not_a_tip(tmp_path
 
 
 def test_the_runtime_forms_of_rocm_and_the_driver_api_and_tensorflow_2s_eager_op(tmp_path):
-    hip = ("RuntimeError: HIP error: out of memory\nHIP kernel errors might be asynchronously reported at some other "
-           "API call, so the stacktrace below might be incorrect.\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3\n")
+    hip = ("RuntimeError: HIP error: out of memory\nHIP kernel errors might be asynchronously reported at some "
+           "other API call, so the stacktrace below might be incorrect.\n"
+           "For debugging consider passing AMD_SERIALIZE_KERNEL=3\n")
     report = find_oom(hip)
     assert report is not None and report.kind == "hip-runtime" and report.form == "runtime"
     result = _doctor(hip, tmp_path)
@@ -375,3 +376,19 @@ def test_the_older_forms_outside_pytorch_figure_counts_the_jobs_own_cuda_context
     assert small is not None and explain(small).cause == "own_usage"
     shared = explain(find_oom(old("10.92 GiB", "436.00 MiB", "24.00 MiB", "26.00 MiB")))  # 10.4 GiB outside
     assert shared.cause == "other_processes" and "check_gpu" in [f.id for f in shared.fixes]
+
+
+def test_torchruns_failure_summary_names_the_rank_whose_message_it_shows():
+    """torchrun's summary of a failed run (@record) shows a failed rank's traceback and message in a
+    block of its own, unprefixed: the block's "rank : 3" is the message's rank."""
+    summary = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+               "============================================================\ntrain.py FAILED\n"
+               "------------------------------------------------------------\nFailures:\n[1]:\n"
+               "  time      : 2024-05-01_12:05:11\n  host      : gpu-node-7\n  rank      : 3 (local_rank: 3)\n"
+               "  exitcode  : 1 (pid: 2004)\n  traceback : Traceback (most recent call last):\n"
+               '    File "/home/bob/train.py", line 190, in main\n      optimizer.step()\n  ' + MESSAGE +
+               "------------------------------------------------------------\nRoot Cause (first observed failure):\n"
+               "[0]:\n  time      : 2024-05-01_12:05:11\n  rank      : 0 (local_rank: 0)\n")
+    report = find_oom(summary)
+    assert report is not None and report.rank == 3
+    assert find_oom("Traceback (most recent call last):\n" + MESSAGE).rank is None
