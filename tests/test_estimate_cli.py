@@ -168,6 +168,15 @@ def test_hostile_config_values_are_one_line_errors(tmp_path, extra, needle):
     assert_one_line_error(run_vram("estimate", str(tmp_path)), 2, needle)
 
 
+def test_a_yes_or_no_of_a_config_is_true_or_false_not_a_word(tmp_path):
+    """bool("false") is True: Llama's untied head (its 525 M parameters at 8B) would go uncounted."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": "false"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run_vram("estimate", str(tmp_path)), 2,
+                          "tie_word_embeddings must be true or false, not 'false'")
+
+
 def test_a_negative_t5_decoder_depth_is_refused(tmp_path):
     cfg = {"model_type": "t5", "d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128, "d_kv": 16,
            "vocab_size": 100, "num_decoder_layers": -5}
@@ -200,7 +209,15 @@ def test_a_config_file_is_read_bounded_and_never_waited_on(tmp_path):
     assert_one_line_error(run_vram("estimate", str(big)), 2, "not a config.json")
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)  # nobody writes: reading it would wait forever
-    assert_one_line_error(run_vram("estimate", str(fifo)), 2, "fifo.json")
+    assert_one_line_error(run_vram("estimate", str(fifo)), 2, "fifo.json is not a regular file")  # not "no such file"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    os.mkfifo(folder / "config.json")
+    assert_one_line_error(run_vram("estimate", str(folder)), 2, "config.json is not a regular file")
+    # a key given twice: json keeps the last silently (Llama-3.1-8B with a second, smaller depth appended)
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_layer": 1}')
+    assert_one_line_error(run_vram("estimate", str(twice)), 2, "the key 'n_layer' is given twice")
     # a link the user names is followed (Hugging Face's cache keeps config.json as a link into its blobs)
     real = tmp_path / "blob"
     real.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}))

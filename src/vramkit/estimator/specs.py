@@ -217,6 +217,15 @@ def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
+    """A yes/no of the config: JSON's true or false (not "false", which Python's bool() reads as True:
+    a tied head whose untied 525 M parameters would go uncounted)."""
+    value = _opt(cfg, key, default)
+    if not isinstance(value, bool):
+        raise EstimateError(_("{key} must be true or false, not {value}").format(key=key, value=_show(value)))
+    return value
+
+
 def _opt_int(cfg: dict[str, Any], key: str, default: int, least: int = 1) -> int:
     """An optional whole number of the config. Sizes (a table's rows, a layer's width, a count of
     heads, labels, buckets or channels) are at least 1: a 0 there is an empty shape or a division by
@@ -347,14 +356,14 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if mtype == "gpt_bigcode":  # StarCoder, SantaCoder: GPT-2 with multi-query attention
         h = _need(cfg, "n_embd", "hidden_size", where=where)
         heads = _need(cfg, "n_head", "num_attention_heads", where=where)
-        mqa = bool(_opt(cfg, "multi_query", True))
+        mqa = _flag(cfg, "multi_query", True)
         act = str(_opt(cfg, "activation_function", "gelu_pytorch_tanh"))
         return ModelSpec(
             name=name, family="gpt_bigcode", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=1 if mqa else heads, head_dim=h // heads, kv_width=h // heads if mqa else 0,
             intermediate=_opt_int(cfg, "n_inner", 4 * h), vocab=_need(cfg, "vocab_size", where=where),
             max_positions=_opt_int(cfg, "n_positions", 8192), embedding_size=h, fused_qkv=True, mask_buffer=True,
-            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
+            tied=_flag(cfg, "tie_word_embeddings", True), attn_dropout=_rate(cfg, "attn_pdrop", 0.1),
             ffn="gelu-new" if act == "gelu_new" else "gelu", hidden_dropout=_rate(cfg, "resid_pdrop", 0.1),
             head="lm", source=source)
     if mtype == "gpt_neox":  # Pythia, GPT-NeoX-20B
@@ -365,15 +374,15 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "intermediate_size", where=where),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "max_position_embeddings", 2048),
             embedding_size=h, fused_qkv=True, positions="rotary",
-            parallel_residual=bool(_opt(cfg, "use_parallel_residual", True)),
-            tied=bool(_opt(cfg, "tie_word_embeddings", False)), qkv_bias=bool(_opt(cfg, "attention_bias", True)),
+            parallel_residual=_flag(cfg, "use_parallel_residual", True),
+            tied=_flag(cfg, "tie_word_embeddings", False), qkv_bias=_flag(cfg, "attention_bias", True),
             attn_dropout=_rate(cfg, "attention_dropout", 0.0),
             hidden_dropout=_rate(cfg, "hidden_dropout", 0.0), ffn="gelu", head="lm", source=source)
     if mtype == "opt":
         h = _need(cfg, "hidden_size", where=where)
         heads = _need(cfg, "num_attention_heads", where=where)
         embed_proj = _opt_int(cfg, "word_embed_proj_dim", h)
-        if embed_proj != h or not bool(_opt(cfg, "do_layer_norm_before", True)):
+        if embed_proj != h or not _flag(cfg, "do_layer_norm_before", True):
             raise EstimateError(_("{where}: OPT with a projected embedding or post-norm layers (opt-350m) is not "
                                   "supported (supported: OPT models with word_embed_proj_dim = hidden_size)").format(
                 where=where))
@@ -382,9 +391,9 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="opt", hidden=h, layers=_need(cfg, "num_hidden_layers", where=where), heads=heads,
             kv_heads=heads, head_dim=h // heads, intermediate=_need(cfg, "ffn_dim", "intermediate_size", where=where),
             vocab=_need(cfg, "vocab_size", where=where), max_positions=_opt_int(cfg, "max_position_embeddings", 2048),
-            embedding_size=h, ffn="relu" if act == "relu" else "gelu", qkv_bias=bool(_opt(cfg, "enable_bias", True)),
+            embedding_size=h, ffn="relu" if act == "relu" else "gelu", qkv_bias=_flag(cfg, "enable_bias", True),
             scaled_q=True, position_offset=2,
-            tied=bool(_opt(cfg, "tie_word_embeddings", True)), attn_dropout=_rate(cfg, "attention_dropout", 0.0),
+            tied=_flag(cfg, "tie_word_embeddings", True), attn_dropout=_rate(cfg, "attention_dropout", 0.0),
             hidden_dropout=_rate(cfg, "dropout", 0.1), head="lm", source=source)
     if mtype == "bloom":
         h = _need(cfg, "hidden_size", "n_embed", where=where)
@@ -393,7 +402,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             name=name, family="bloom", hidden=h, layers=_need(cfg, "n_layer", "num_hidden_layers", where=where),
             heads=heads, kv_heads=heads, head_dim=h // heads, intermediate=4 * h,
             vocab=_need(cfg, "vocab_size", where=where), max_positions=0, embedding_size=h, fused_qkv=True,
-            positions="alibi", embed_norm=True, tied=bool(_opt(cfg, "tie_word_embeddings", True)), ffn="gelu",
+            positions="alibi", embed_norm=True, tied=_flag(cfg, "tie_word_embeddings", True), ffn="gelu",
             attn_dropout=_rate(cfg, "attention_dropout", 0.0),
             hidden_dropout=_rate(cfg, "hidden_dropout", 0.0), head="lm", source=source)
     if mtype in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma"):
@@ -409,9 +418,9 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             intermediate=_need(cfg, "intermediate_size", where=where), vocab=_need(cfg, "vocab_size", where=where),
             max_positions=_opt_int(cfg, "max_position_embeddings", 4096), embedding_size=h,
             ffn="gated-gelu" if act.startswith("gelu") else "swiglu", positions="rotary",
-            tied=bool(_opt(cfg, "tie_word_embeddings", mtype == "gemma")),
+            tied=_flag(cfg, "tie_word_embeddings", mtype == "gemma"),
             embedding_scale=mtype == "gemma", offset_norm=mtype == "gemma",
-            qkv_bias=bool(_opt(cfg, "attention_bias", mtype == "qwen2")), qk_norm=mtype == "qwen3",
+            qkv_bias=_flag(cfg, "attention_bias", mtype == "qwen2"), qk_norm=mtype == "qwen3",
             sliding_window=_whole("sliding_window", window or 0), experts=experts,
             top_k=_opt_int(cfg, "num_experts_per_tok", 2) if experts else 0,
             attn_dropout=_rate(cfg, "attention_dropout", 0.0), hidden_dropout=0.0, head="lm", source=source)
@@ -426,7 +435,7 @@ def _from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
             decoder_layers=_opt_int(cfg, "num_decoder_layers", layers, least=0), embedding_size=h,
             encoder_decoder=True,
             ffn="gated-gelu" if proj.startswith("gated") else "relu",
-            tied=bool(_opt(cfg, "tie_word_embeddings", True)), qkv_bias=False,
+            tied=_flag(cfg, "tie_word_embeddings", True), qkv_bias=False,
             attn_dropout=_rate(cfg, "dropout_rate", 0.1), hidden_dropout=_rate(cfg, "dropout_rate", 0.1),
             rel_buckets=_opt_int(cfg, "relative_attention_num_buckets", 32), head="lm", source=source)
     if mtype == "vit":
@@ -498,9 +507,9 @@ def resolve(model: str) -> ModelSpec:
     path = Path(text).expanduser()
     if path.is_dir():
         path = path / "config.json"
-        if not path.is_file():
+        if not path.exists():
             raise EstimateError(_("{path}: no config.json in this folder").format(path=text))
-    if path.is_file():
+    if path.exists():  # a FIFO or a device too: _read_config says what it is, never "no such file"
         try:
             data = _read_config(path)
         except OSError as e:
@@ -534,12 +543,23 @@ def resolve(model: str) -> ModelSpec:
 
 def _parse_config(data: bytes, where: str) -> Any:
     try:
-        return json.loads(data, parse_int=_parse_int)  # 10**5000 is no ValueError
+        return json.loads(data, parse_int=_parse_int, object_pairs_hook=_object)  # 10**5000 is no ValueError
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
         raise EstimateError(_("{path}: not a readable JSON config ({error})").format(path=where,
                                                                                       error=str(e)[:120])) from None
     except RecursionError:
         raise EstimateError(_("{path}: not a readable JSON config (nested too deeply)").format(path=where)) from None
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of the config; a key given twice is refused (json would keep the last one silently:
+    a config with `"num_hidden_layers": 16` appended estimates another model)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key[:60]!r} is given twice")
+        out[key] = value
+    return out
 
 
 def _from_hub_cache(repo_id: str) -> ModelSpec | None:

@@ -123,7 +123,10 @@ def _bounded(config: Any, name: str) -> int:
         value = getattr(config, key, None)
         if value is None:
             continue
-        number = _whole(key, value, least=1)
+        try:
+            number = _whole(key, value, least=1)
+        except EstimateError as e:
+            raise EstimateError(f"{name}: {e}") from None  # which config said so
         if key == "num_hidden_layers":
             layers = number
             if number > MAX_LAYERS:
