@@ -169,3 +169,28 @@ def test_plan_over_qlora_keeps_it_when_sharding_and_lists_each_setup_once():
     changes = _plan_json(*qlora, "--attention", "flash", "--gpu", "t4")
     assert not any("flash" in w or "QLoRA" in w for w in changes), list(changes)
     assert changes["checkpointing + ZeRO-3 on 8 GPUs"]["setup"] == {"checkpointing": True, "zero": 3, "gpus": 8}
+
+
+def test_each_change_plan_offers_is_what_estimate_gives_for_its_flags():
+    """A change's figure is what `vram estimate` says for the same flags: the stack's defaults filled in
+    for the changed setup (a 4-bit base does not get the checkpoint's pure bf16, which estimate gives it
+    only without --quant), and a QLoRA that keeps the user's optimizer is not labelled 8-bit AdamW."""
+    import json
+
+    from helpers import run_vram
+
+    flags = {"checkpointing": ["--checkpointing"], "lora": lambda v: ["--lora", str(v)],
+             "quant": lambda v: ["--quant", v], "optimizer": lambda v: ["--optimizer", v]}
+    result = run_vram("plan", "llama-3-8b", "--card", "rtx-4090", "--batch", "4", "--seq", "2048", "--json")
+    assert result.rc == 0, result.err
+    changes = [c for c in json.loads(result.out)["changes"] if "quant" in c["setup"]]
+    assert changes
+    for change in changes:
+        assert "8-bit AdamW" not in change["what"] or change["setup"].get("optimizer") == "adamw-8bit", change
+        args = []
+        for key, value in change["setup"].items():
+            flag = flags[key]
+            args += flag if isinstance(flag, list) else flag(value)
+        estimated = run_vram("estimate", "llama-3-8b", "--batch", "4", "--seq", "2048", *args, "--json")
+        assert estimated.rc == 0, estimated.err
+        assert json.loads(estimated.out)["total_bytes"] == change["total_bytes"], change

@@ -12,7 +12,7 @@ from ..i18n import _, join_words, ngettext
 from . import catalog
 from .analytic import Estimate, Setup, estimate
 from .specs import EstimateError, ModelSpec, resolve, spec_of
-from .stack import remedies
+from .stack import changed, remedies
 
 
 @dataclass
@@ -127,9 +127,13 @@ def _stack_changes(setup: Setup, consider: Callable[..., None], last_fits: Calla
         trial = {**stacked, **diff}
         if not diff or replace(setup, **trial) == reached:  # already so: the same setup under a longer name
             continue
+        # QLoRA's adapters keep the user's optimizer: an 8-bit AdamW stacked before it is undone
+        undoes_optimizer = diff.get("optimizer", stacked.get("optimizer")) != stacked.get("optimizer")
         stacked, reached = trial, replace(setup, **trial)
         if label == shard[0]:  # the ZeRO / FSDP path starts again from the user's own fine-tuning
             labels = [lb for lb in labels if lb not in (f"QLoRA r={rank}", _("8-bit AdamW"))]
+        elif undoes_optimizer:
+            labels = [lb for lb in labels if lb != _("8-bit AdamW")]
         labels.append(label)
         consider(" + ".join(labels), **stacked)  # a sum: the same in every language
         if last_fits():
@@ -171,7 +175,7 @@ def plan(model: object, gpu: str | int = "a100-80gb", setup: Setup | None = None
         (must_help) it needs no less than the setup: a shorter generation whose peak is the prefill."""
         change_spec = spec_for.get(what, spec)
         try:
-            new = replace(setup, **diff)
+            new = changed(change_spec, setup, **diff)
             if (change_spec, new) in considered:  # e.g. stacked "flash attention" after the single flash change
                 return
             total = _total(change_spec, new)

@@ -465,6 +465,21 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
 BY_NAME = {row.name: row for row in BEHAVIOURS}
 
 
+def changed(spec: ModelSpec, setup: Setup, **diff: Any) -> Setup:
+    """`setup` with `diff`, the fields the stack filled in for it (Setup.assumed) filled in again: what
+    setup_for makes of the same settings plus `diff`, as `vram estimate` does for the command line with
+    them. A quantized base is not given the checkpoint's dtype (dtype-auto matters only without one):
+    the planner's QLoRA is estimated as `vram estimate --quant 4bit --lora 16` is."""
+    from dataclasses import fields, replace
+
+    if setup.stack is None or not setup.assumed:
+        return replace(setup, **diff)
+    filled = {row.field for row in BEHAVIOURS if row.name in setup.assumed}
+    given = {f.name: getattr(setup, f.name) for f in fields(setup)
+             if f.name not in filled and f.name not in ("stack", "loop", "assumed")}
+    return setup_for(spec, setup.stack, setup.loop, {**given, **diff})
+
+
 def setup_for(spec: ModelSpec, stack: Stack, loop: str | None, given: dict[str, Any]) -> Setup:
     """The Setup of `given` (what the user set), each field it leaves open filled in by the first row of
     BEHAVIOURS whose versions and loop hold for `stack` and `loop`; the defaults among them are named in
