@@ -245,3 +245,34 @@ def test_numbers_are_ascii_digits_and_options_their_own_type(tmp_path):
     for stage in (3.0, True):  # 3.0 == 3 and True == 1, yet neither is a stage
         with pytest.raises(EstimateError, match="ZeRO stage"):
             estimate("gpt2", zero=stage, gpus=2)
+
+
+def test_a_quantized_checkpoint_is_priced_as_its_config_says(tmp_path):
+    """A GPTQ, AWQ or bitsandbytes checkpoint's config says its weights are 4- or 8-bit
+    (quantization_config): priced so where they stay frozen (inference, LoRA), not as 16-bit (~2.8x
+    the weights); a full fine-tune is priced dequantized; a quantization the estimator does not model is
+    said, not ignored."""
+    base = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "intermediate_size": 1376, "vocab_size": 1000, "torch_dtype": "float16"}
+
+    def weights(cfg: dict, *args: str) -> tuple[int, str]:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps(cfg))
+        result = run_vram("estimate", str(path), "--seq", "256", "--json", *args)
+        assert result.rc == 0, result.err
+        doc = json.loads(result.out)
+        return doc["breakdown"]["weights"], " ".join(doc["notes"]) + " quant=" + str(doc["setup"]["quant"])
+
+    plain, _ = weights(base, "--infer")
+    for quant in ({"quant_method": "gptq", "bits": 4, "group_size": 128}, {"quant_method": "awq", "bits": 4},
+                  {"quant_method": "bitsandbytes", "load_in_4bit": True}):
+        four, said = weights({**base, "quantization_config": quant}, "--infer")
+        assert four < plain / 2 and f"quantized ({quant['quant_method']}, 4-bit)" in said
+        assert weights({**base, "quantization_config": quant}, "--lora", "8")[0] == four  # frozen under LoRA
+        assert weights({**base, "quantization_config": quant})[0] == weights(base)[0]  # a full fine-tune: dequantized
+    assert weights(base, "--infer", "--quant", "4bit")[0] == four  # as --quant 4bit prices it
+    eight, said = weights({**base, "quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": True}},
+                          "--infer")
+    assert four < eight < plain
+    fp8, said = weights({**base, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}, "--infer")
+    assert fp8 == plain and "quantization_config (fp8) is not modelled" in said

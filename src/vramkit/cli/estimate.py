@@ -351,8 +351,9 @@ def _stack(args: argparse.Namespace) -> Stack:
 
 
 # what the command line may leave open for the stack and the loop to fill in (stack.BEHAVIOURS' fields)
-_OPEN = ("precision", "optimizer", "attention", "fused", "adapter_dtype", "quant_compute_dtype", "quant_backend",
-         "quant_head", "fused_qkv", "keeps_last_graph", "zero_overlap_comm", "zero_grad_before_backward", "compiled")
+_OPEN = ("precision", "quant", "optimizer", "attention", "fused", "adapter_dtype", "quant_compute_dtype",
+         "quant_backend", "quant_head", "fused_qkv", "keeps_last_graph", "zero_overlap_comm",
+         "zero_grad_before_backward", "compiled")
 
 
 def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Setup:
@@ -381,8 +382,7 @@ def setup_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> 
         if getattr(args, name) and args.loop is None:
             print(_("note: {flag} is part of a training loop's habits: --loop {loop} sets it with the rest (the flag "
                     "stays for a release)").format(flag=flag, loop=loop), file=sys.stderr)
-    given = dict(mode=args.mode, checkpointing=args.checkpointing, quant=args.quant,
-                 double_quant=args.double_quant,
+    given = dict(mode=args.mode, checkpointing=args.checkpointing, double_quant=args.double_quant,
                  zero=None if args.zero is None else int(args.zero), offload="optimizer" in offload,
                  offload_params="params" in offload, fsdp=args.fsdp, **zero_sizes,
                  parallel=args.parallel, head=args.head, context_overhead=context, cuda=cuda,

@@ -97,6 +97,9 @@ class ModelSpec:
     # the checkpoint's dtype as its config names it (torch_dtype, transformers 5's dtype): bfloat16, float16,
     # float32, or "" where it names none; transformers 5 loads the weights in it (dtype="auto")
     dtype: str = ""
+    # its weights' quantization as its quantization_config names it (GPTQ, AWQ, bitsandbytes): 4bit or 8bit,
+    # what transformers loads; "" where it has none or one the estimator does not model (fp8, ...)
+    quantized: str = ""
 
     @property
     def bare(self) -> bool:
@@ -267,6 +270,7 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
     dtype = cfg.get("dtype", cfg.get("torch_dtype"))
     if isinstance(dtype, str) and dtype in ("bfloat16", "float16", "float32"):
         spec = replace(spec, dtype=dtype)
+    spec = _quantized(spec, cfg.get("quantization_config"))
     for f in fields(spec):
         value = getattr(spec, f.name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1e15:
@@ -274,6 +278,31 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
                 where=name, key=f.name, value=_show(value)))
     _check_shape(spec, name)
     return spec
+
+
+# quant_method -> how its bit width is named in the config (bitsandbytes: load_in_4bit / load_in_8bit)
+_QUANT_BITS = {"gptq": "bits", "awq": "bits", "bitsandbytes": None}
+
+
+def _quantized(spec: ModelSpec, config: Any) -> ModelSpec:
+    """The spec with its checkpoint's quantization (ModelSpec.quantized) and a note saying how it is priced."""
+    if not isinstance(config, dict):
+        return spec
+    method = config.get("quant_method")
+    method = method.lower()[:40] if isinstance(method, str) else ""
+    if method in _QUANT_BITS:
+        key = _QUANT_BITS[method]
+        bits = config.get(key) if key else (4 if config.get("load_in_4bit") is True else
+                                            8 if config.get("load_in_8bit") is True else None)
+        if bits in (4, 8) and not isinstance(bits, bool):
+            note = _("the checkpoint is quantized ({method}, {bits}-bit): `vram estimate` prices its weights, where "
+                     "they stay frozen (inference, LoRA and other adapters), as bitsandbytes' {bits}-bit, the form the "
+                     "estimator models (quant {bits}bit); a full fine-tune, dequantized").format(method=method,
+                                                                                                 bits=bits)
+            return replace(spec, quantized=f"{bits}bit", notes=(*spec.notes, note))
+    note = _("the checkpoint's quantization_config ({method}) is not modelled: its weights are priced at "
+             "{dtype}").format(method=method or "?", dtype=spec.dtype or "16 bits")
+    return replace(spec, notes=(*spec.notes, note))
 
 
 def _check_shape(spec: ModelSpec, name: str) -> None:

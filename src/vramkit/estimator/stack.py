@@ -244,6 +244,16 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               matters=lambda setup, family: family != "params",
               source='transformers modeling_utils.py `_check_and_adjust_attn_implementation` (SDPA by default since '
                      '4.36, #26572)'),
+    Behaviour("quantized-checkpoint", "from_pretrained loads a GPTQ, AWQ or bitsandbytes checkpoint quantized, as "
+              "its config's quantization_config says: its weights stay 4- or 8-bit, frozen",
+              (_v("transformers", ">=", "4.32"),), "quant", lambda spec, stack: spec.quantized or None, None,
+              traced=False, label=N_("the checkpoint's quantization"),
+              effect=N_("4- or 8-bit frozen weights, as --quant prices them"), flag="--quant", default=True,
+              # a full fine-tune dequantizes them: priced so, not refused for a --quant the user did not give
+              matters=lambda setup, family: setup.mode != "train" or bool(setup.lora or setup.adapter or
+                                                                          setup.prefix_len),
+              source="transformers quantizers/ (auto.py `AutoHfQuantizer`: quant_method gptq, awq, bitsandbytes "
+                     "from the config's quantization_config)"),
     Behaviour("dtype-auto", "from_pretrained loads the checkpoint's own dtype (dtype='auto', transformers 5's "
               "default): a bf16 checkpoint trains in pure bf16 unless mixed precision is asked for",
               (_v("transformers", ">=", "5.0"),), "precision", _checkpoint_precision, "bf16", traced=True,
