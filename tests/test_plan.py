@@ -194,3 +194,18 @@ def test_each_change_plan_offers_is_what_estimate_gives_for_its_flags():
         estimated = run_vram("estimate", "llama-3-8b", "--batch", "4", "--seq", "2048", *args, "--json")
         assert estimated.rc == 0, estimated.err
         assert json.loads(estimated.out)["total_bytes"] == change["total_bytes"], change
+
+
+def test_a_family_only_the_tracer_knows_is_sent_to_estimate_not_told_it_is_unsupported(tmp_path):
+    """phi3, gemma2, falcon...: `vram estimate` traces them; the planner weighs tens of setups by the
+    formulas, so it says where the estimate is (not that the model cannot be estimated at all)."""
+    import json
+
+    from helpers import assert_one_line_error, run_vram
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "phi3", "hidden_size": 256, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 2000}))
+    result = run_vram("plan", str(config), "--card", "h200")
+    assert_one_line_error(result, 2, f"`vram estimate {config}` traces it")
+    assert "is not supported" not in result.err

@@ -67,7 +67,16 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.model:
         raise UsageError(_("plan: give a MODEL (a catalog name, a config.json, or a count like 7b)"))
-    setup = setup_from_args(args)
+    from ..estimator.specs import UnknownFamily
+
+    try:
+        setup = setup_from_args(args)
+    except UnknownFamily as unknown:  # vram estimate traces it; the planner weighs tens of setups by the formulas
+        mtype = str(unknown.config.get("model_type"))[:40]
+        raise UsageError(_("{where}: model_type {type!r} is not in the formulas the planner weighs its changes "
+                           "with; `vram estimate {model}` traces it, one setup at a time (--batch, --seq, "
+                           "--checkpointing, --infer ...), or plan with its parameter count: vram plan 8B").format(
+            where=unknown.name, type=mtype, model=args.model)) from None
     gpu = _current_free(args) if args.card == "current" else args.card
     result = plan(args.model, gpu, setup, gpu_label=_("the GPU here with the most free memory"))
     if args.json:
