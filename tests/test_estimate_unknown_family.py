@@ -125,6 +125,11 @@ def test_what_the_traced_class_cannot_run_is_one_line(tmp_path):
     ({"model_type": "deberta-v2", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
       "intermediate_size": 64, "vocab_size": 100}, "no causal-LM class", False),
     ({**UNKNOWN["falcon"], "num_hidden_layers": 10**6}, "more than any model has", False),
+    # within what the formulas take, but minutes of tracing (every layer built and run): refused at once
+    ({**UNKNOWN["phi3"], "num_hidden_layers": 2048}, "2,048 layers would take minutes to trace", False),
+    ({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 200, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 256,
+      "num_experts_per_tok": 2, "vocab_size": 100}, "256 experts in each of 200 layers would take minutes", False),
     ({**UNKNOWN["falcon"], "hidden_size": "wide"}, "refused this config", False),
     ({**UNKNOWN["phi3"], "num_attention_heads": 3}, "Phi3ForCausalLM failed on a traced step", True),
 ])

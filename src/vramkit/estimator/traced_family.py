@@ -116,6 +116,13 @@ class NotTraceable(EstimateError):
     state-space model such as mamba steps through its sequence in Python on the CPU, for minutes)."""
 
 
+# What a trace walks, bounded in time as well as memory: each layer is built and run on fake tensors
+# (~0.06 s a dense layer on this CPU, ~2 ms an expert in it; Qwen3-30B-A3B, 48 x 128, in 9 s): at the caps,
+# about a minute. Past them, a hostile config took 3 to 5+ minutes (2,048 layers; 1,000 x 65 experts).
+TRACED_MAX_LAYERS = 256
+TRACED_MAX_EXPERT_LAYERS = 32768
+
+
 def _bounded(config: Any, name: str) -> int:
     """The config's layer count, after checking the sizes a build walks or multiplies."""
     layers = 0
@@ -132,11 +139,16 @@ def _bounded(config: Any, name: str) -> int:
             if number > MAX_LAYERS:
                 raise EstimateError(_("{where}: {layers:,} layers is more than any model has (at most {most:,})")
                                     .format(where=name, layers=number, most=MAX_LAYERS))
+            if number > TRACED_MAX_LAYERS:
+                raise EstimateError(_("{where}: {layers:,} layers would take minutes to trace (every layer is built "
+                                      "and run; at most {most:,}: Llama 3.1 405B has 126)")
+                                    .format(where=name, layers=number, most=TRACED_MAX_LAYERS))
     for key in ("n_routed_experts", "num_local_experts", "num_experts"):
         experts = getattr(config, key, None)
-        if isinstance(experts, int) and experts * max(layers, 1) > 65536:
-            raise EstimateError(_("{where}: {experts:,} experts in each of {layers:,} layers is more than any model "
-                                  "has").format(where=name, experts=experts, layers=layers))
+        if isinstance(experts, int) and experts * max(layers, 1) > TRACED_MAX_EXPERT_LAYERS:
+            raise EstimateError(_("{where}: {experts:,} experts in each of {layers:,} layers would take minutes to "
+                                  "trace (at most {most:,} in all: Kimi K2 has 384 x 61)").format(
+                where=name, experts=experts, layers=layers, most=TRACED_MAX_EXPERT_LAYERS))
     return layers
 
 
