@@ -283,12 +283,13 @@ def _unwrapped(text: str, start: int, stop: int) -> str:
 def _before(text: str, start: int) -> str:
     """The 200 characters before the message, the line above joined on where a terminal's hard wrap
     cut the exception's name ("...ERROR R" / "untimeError: CUDA out of memory."): two lines of one
-    width, at least _WRAP_MIN."""
+    width, at least _WRAP_MIN, the cut between two characters that are not spaces (through a word)."""
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", start)
     if line_start > 0:
         above = text[text.rfind("\n", 0, line_start - 1) + 1:line_start - 1]
-        if len(above) >= _WRAP_MIN and (line_end if line_end >= 0 else len(text)) - line_start == len(above):
+        if len(above) >= _WRAP_MIN and (line_end if line_end >= 0 else len(text)) - line_start == len(above) \
+                and not above[-1].isspace() and not text[line_start].isspace():
             return (above + text[line_start:start])[-200:]
     return text[max(0, start - 200):start]
 
