@@ -392,3 +392,14 @@ def test_torchruns_failure_summary_names_the_rank_whose_message_it_shows():
     report = find_oom(summary)
     assert report is not None and report.rank == 3
     assert find_oom("Traceback (most recent call last):\n" + MESSAGE).rank is None
+
+
+@pytest.mark.parametrize("prefix, rank", [("[2024-05-01 12:00:00,123] [ERROR] [rank5]: ", 5),  # DeepSpeed's logger
+                                          ("node003: ", None)])  # pdsh's host, on a multi-node DeepSpeed run
+def test_a_launchers_or_loggers_prefix_is_followed_to_the_traceback_and_the_rank(prefix, rank):
+    log = "".join(prefix + line + "\n" for line in (
+        "Traceback (most recent call last):", '  File "train.py", line 10, in <module>', "    loss.backward()",
+        MESSAGE.rstrip("\n")))
+    report, phase = _placed(log)
+    assert report.rank == rank and report.requested_bytes == 2 * 2**30
+    assert phase is not None and phase.id == "backward", phase

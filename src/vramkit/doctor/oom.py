@@ -515,8 +515,12 @@ def find_oom(text: str, cut: bool = True) -> OomReport | None:
     if last is None:
         return _cut_at_start(text) if cut else None
     report = _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)
-    rank = RANK_PREFIX.match(text, text.rfind("\n", 0, last.start()) + 1, last.start())
+    line_start = text.rfind("\n", 0, last.start()) + 1
+    rank = RANK_PREFIX.match(text, line_start, last.start())
     report.rank = int(rank.group("rank") or rank.group("label")) if rank else None
+    if report.rank is None:  # after a logger's or a host's prefix: DeepSpeed's "[...] [ERROR] [rank5]: "
+        inner = _INNER_RANK.findall(text, line_start, last.start())
+        report.rank = int(inner[-1]) if inner else None
     if report.rank is None:  # torchrun's failure summary: the message in the block of the rank that raised it
         block = text.rfind("\n[", max(0, last.start() - _SUMMARY_BLOCK), last.start())
         summary = _SUMMARY_RANK.search(text, block, last.start()) if block >= 0 else None
@@ -558,6 +562,7 @@ def _cut_at_start(text: str) -> OomReport | None:
 # PyTorch's first words with a line break anywhere in them (a terminal's hard wrap)
 _CUT_START = re.compile("|".join("".join(re.escape(c) + r"\r?\n?" for c in words[:-1]) + re.escape(words[-1])
                                  for words in ("CUDA out of memory.", "HIP out of memory.")))
+_INNER_RANK = re.compile(r"\[rank(\d{1,6})\]: ")
 # torchrun's (torchelastic's) summary of a failed run: a block a failed rank, "[1]:", then "  rank : 3
 # (local_rank: 3)" and its traceback with the message; the block's own lines are not prefixed
 _SUMMARY_RANK = re.compile(r"^ {0,8}rank {0,12}: (\d{1,6}) \(local_rank: \d{1,6}\)", re.M)

@@ -188,10 +188,11 @@ _EXC_TAIL = re.compile(r"(?:[A-Za-z_][\w.]{0,120}(?:Error|Exception|EnforceNotMe
 
 def _log_prefix(head: str) -> re.Pattern[str] | None:
     """The logger's prefix on the message's line (`ERROR 11-18 18:07:28 engine.py:366] `, `vllm-1  | `,
-    Ray's `(RayWorkerWrapper pid=27331, ip=10.0.3.7) `, a CI runner's `2025-03-10T15:07:20.1000296Z `),
+    Ray's `(RayWorkerWrapper pid=27331, ip=10.0.3.7) `, a CI runner's `2025-03-10T15:07:20.1000296Z `,
+    DeepSpeed's `[2024-05-01 12:00:00,123] [ERROR] [rank5]: `, pdsh's host `node003: `),
     as a pattern its other lines match whatever their times: the traceback's lines carry it too."""
     head = _EXC_TAIL.sub("", head)
-    if len(head) < 3 or not re.search(r"[\]|>)]\s*$|\dZ\s+$", head):
+    if len(head) < 3 or not re.search(r"[\]|>)]:?\s*$|\dZ\s+$|\w:\s+$", head):
         return None
     body = head.rstrip()
     pattern = re.sub(r"\\?\d+", r"\\d+", re.escape(body)).replace("\\ ", r"\s+")
