@@ -403,3 +403,16 @@ def test_a_launchers_or_loggers_prefix_is_followed_to_the_traceback_and_the_rank
     report, phase = _placed(log)
     assert report.rank == rank and report.requested_bytes == 2 * 2**30
     assert phase is not None and phase.id == "backward", phase
+
+
+def test_mpiruns_tagged_output_is_followed_for_the_messages_own_rank():
+    """mpirun --tag-output (Horovod's launcher): "[job,rank]<stderr>:" on every line, ranks interleaved;
+    the message's rank is read and only its own lines make its traceback."""
+    five, two = "[1,5]<stderr>:", "[1,2]<stderr>:"
+    log = "".join(line + "\n" for line in (
+        "[1,2]<stdout>:epoch 3 step 100 loss 1.23", five + "Traceback (most recent call last):",
+        two + "Traceback (most recent call last):", five + '  File "train.py", line 10, in <module>',
+        two + '  File "train.py", line 30, in <module>', five + "    loss.backward()", two + "    optimizer.step()",
+        five + MESSAGE.rstrip("\n")))
+    report, phase = _placed(log)
+    assert report.rank == 5 and phase is not None and phase.id == "backward", phase

@@ -517,7 +517,7 @@ def find_oom(text: str, cut: bool = True) -> OomReport | None:
     report = _parse_at(text, last.start(), last.end(), text.count("\n", 0, last.start()) + 1)
     line_start = text.rfind("\n", 0, last.start()) + 1
     rank = RANK_PREFIX.match(text, line_start, last.start())
-    report.rank = int(rank.group("rank") or rank.group("label")) if rank else None
+    report.rank = int(rank.group("rank") or rank.group("label") or rank.group("mpi")) if rank else None
     if report.rank is None:  # after a logger's or a host's prefix: DeepSpeed's "[...] [ERROR] [rank5]: "
         inner = _INNER_RANK.findall(text, line_start, last.start())
         report.rank = int(inner[-1]) if inner else None
@@ -567,9 +567,11 @@ _INNER_RANK = re.compile(r"\[rank(\d{1,6})\]: ")
 # (local_rank: 3)" and its traceback with the message; the block's own lines are not prefixed
 _SUMMARY_RANK = re.compile(r"^ {0,8}rank {0,12}: (\d{1,6}) \(local_rank: \d{1,6}\)", re.M)
 _SUMMARY_BLOCK = 64 * 1024  # characters: a block's traceback above its message
-# A launcher's prefix on every line of a rank: torchrun's "[rank1]:" / "[default1]:", srun --label's "1: "
+# A launcher's prefix on every line of a rank: torchrun's "[rank1]:" / "[default1]:", srun --label's "1: ",
+# mpirun --tag-output's "[1,5]<stderr>:" (job, rank)
 # (doctor.traceback follows a traceback through it too)
-RANK_PREFIX = re.compile(r"\s*(?P<prefix>\[(?:rank|default)(?P<rank>\d{1,6})\]:|(?P<label>\d{1,6}):(?= ))")
+RANK_PREFIX = re.compile(r"\s*(?P<prefix>\[(?:rank|default)(?P<rank>\d{1,6})\]:|(?P<label>\d{1,6}):(?= )"
+                         r"|\[\d{1,9},(?P<mpi>\d{1,6})\]<std(?:out|err)>:)")  # OpenMPI's --tag-output (Horovod)
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as a log shows it (an `export` echoed, a launcher's
 # environment dump); the last one before the message is the job's
 _ALLOC_CONF = re.compile(r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)[\"']?\s*[=:]\s*[\"']?([\w:,.]{1,200})")
