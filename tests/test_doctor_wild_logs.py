@@ -416,3 +416,22 @@ def test_mpiruns_tagged_output_is_followed_for_the_messages_own_rank():
         five + MESSAGE.rstrip("\n")))
     report, phase = _placed(log)
     assert report.rank == 5 and phase is not None and phase.id == "backward", phase
+
+
+def test_vllms_profiling_forward_is_not_told_to_take_a_larger_share_of_the_gpu():
+    """An OOM in vLLM's profiling forward (before the KV cache is sized): the weights and one forward did
+    not fit the GPU itself. A larger --gpu-memory-utilization (it sizes the KV cache after) or
+    --enforce-eager (graphs are captured later) cannot help; a shorter context or smaller weights can."""
+    frames = ("ERROR 05-01 09:01:12 worker_base.py:145] Traceback (most recent call last):\n"
+              'ERROR 05-01 09:01:12 worker_base.py:145]   File "/usr/local/lib/python3.10/dist-packages/vllm/worker/'
+              'worker.py", line 161, in determine_num_available_blocks\n'
+              "ERROR 05-01 09:01:12 worker_base.py:145]     self.model_runner.profile_run()\n"
+              'ERROR 05-01 09:01:12 worker_base.py:145]   File "/usr/local/lib/python3.10/dist-packages/vllm/'
+              'model_executor/layers/fused_moe/fused_moe.py", line 450, in fused_experts\n'
+              "ERROR 05-01 09:01:12 worker_base.py:145]     intermediate_cache1 = torch.empty((M, topk, N))\n")
+    log = ("INFO 05-01 09:00:00 llm_engine.py:100] Initializing an LLM engine (v0.4.2) with config: model='x'\n"
+           + frames + "ERROR 05-01 09:01:12 worker_base.py:145] " + MESSAGE)
+    report, phase = _placed(log)
+    assert report.framework == "vllm" and phase is not None and phase.id == "kv_cache"
+    fixes = [f.id for f in explain(report, phase=phase).fixes]
+    assert [f for f in fixes if f.startswith("vllm")] == ["vllm_max_model_len", "vllm_smaller_weights"], fixes

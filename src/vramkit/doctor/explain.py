@@ -651,7 +651,25 @@ def _framework_order(ex: Explanation) -> tuple[str, ...] | None:
     fw = ex.report.framework
     if fw == "llama.cpp" and ex.phase is not None and ex.phase.id == "checkpoint_load":
         return ("llama_ngl", "llama_quant", "llama_ctx")  # the weights did not fit: fewer layers on the GPU
+    if fw == "vllm" and _vllm_profiling(ex):
+        return _VLLM_PROFILING
     return _FRAMEWORK_FIXES.get(fw)
+
+
+# vLLM's profiling forward (before the KV cache is sized): the weights and one forward of
+# --max-num-batched-tokens did not fit the GPU itself. A share of the GPU (--gpu-memory-utilization)
+# sizes the KV cache after it, and CUDA graphs are captured later still: neither helps there.
+_VLLM_PROFILING = ("vllm_max_model_len", "vllm_smaller_weights")
+_VLLM_PROFILE_FUNCS = ("determine_num_available_blocks", "determine_available_memory", "profile_run", "_dummy_run")
+
+
+def _vllm_profiling(ex: Explanation) -> bool:
+    """Whether a PyTorch OOM in vLLM came in its profiling forward (v0's determine_num_available_blocks,
+    v1's determine_available_memory: profile_run)."""
+    evidence = ex.phase.evidence if ex.phase is not None and ex.phase.id == "kv_cache" else None
+    return evidence is not None and ex.report.kind in ("cuda", "hip") and (
+        evidence.func in _VLLM_PROFILE_FUNCS or "profile_run(" in evidence.code
+        or "determine_available_memory(" in evidence.code)
 
 
 def _framework_fixes(ex: Explanation, have: set[str]) -> list[Fix]:
@@ -670,6 +688,8 @@ def _framework_fixes(ex: Explanation, have: set[str]) -> list[Fix]:
     if fw in ("paddle", "tensorflow", "jax", "llama.cpp") or ex.cause == "kv_cache_budget":
         return out  # PyTorch's model fixes are not theirs
     taken = have | {f.id for f in out}
+    if fw == "vllm" and _vllm_profiling(ex):
+        taken |= {"vllm_gpu_util", "vllm_enforce_eager"}
     return out + [f for f in _phase_fixes(ex) if f.id not in taken]
 
 
