@@ -261,13 +261,21 @@ def test_a_quantized_checkpoint_is_priced_as_its_config_says(tmp_path):
         result = run_vram("estimate", str(path), "--seq", "256", "--json", *args)
         assert result.rc == 0, result.err
         doc = json.loads(result.out)
-        return doc["breakdown"]["weights"], " ".join(doc["notes"]) + " quant=" + str(doc["setup"]["quant"])
+        setup = doc["setup"]
+        return doc["breakdown"]["weights"], " ".join(doc["notes"]) + f" quant={setup['quant']} " \
+            f"compute={setup['quant_compute_dtype']}"
 
     plain, _ = weights(base, "--infer")
-    for quant in ({"quant_method": "gptq", "bits": 4, "group_size": 128}, {"quant_method": "awq", "bits": 4},
-                  {"quant_method": "bitsandbytes", "load_in_4bit": True}):
+    # the compute dtype: GPTQ's and AWQ's kernels run in the checkpoint's (float16 here); bitsandbytes' in its
+    # bnb_4bit_compute_dtype (HF's default fp32 where the config names none)
+    for quant, compute in (({"quant_method": "gptq", "bits": 4, "group_size": 128}, "fp16"),
+                           ({"quant_method": "awq", "bits": 4}, "fp16"),
+                           ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "fp32"),
+                           ({"quant_method": "bitsandbytes", "load_in_4bit": True,
+                             "bnb_4bit_compute_dtype": "bfloat16"}, "bf16")):
         four, said = weights({**base, "quantization_config": quant}, "--infer")
         assert four < plain / 2 and f"quantized ({quant['quant_method']}, 4-bit)" in said
+        assert f"quant=4bit compute={compute}" in said, said
         assert weights({**base, "quantization_config": quant}, "--lora", "8")[0] == four  # frozen under LoRA
         assert weights({**base, "quantization_config": quant})[0] == weights(base)[0]  # a full fine-tune: dequantized
     assert weights(base, "--infer", "--quant", "4bit")[0] == four  # as --quant 4bit prices it

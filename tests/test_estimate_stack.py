@@ -33,6 +33,7 @@ TUNE_GENERATE = ("--infer", "--loop", "torchtune", "--seq", "16", "--new-tokens"
 CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "sdpa": ("llama", (), ("--transformers", "4.36"), ("--transformers", "4.35")),
     "quantized-checkpoint": ("llama-gptq", ("--infer",), ("--transformers", "4.32"), ("--transformers", "4.31")),
+    "checkpoint-quant-compute": ("llama-gptq", ("--infer",), ("--transformers", "4.32"), ("--transformers", "4.31")),
     "dtype-auto": ("llama", (), ("--transformers", "5.0"), ()),
     "fp32-default": ("llama", (), (), ("--transformers", "5.0")),
     "fused-adamw": ("llama", ("--loop", "hf-trainer", "--seq", "8"), ("--torch", "2.8", "--transformers", "4.54"),
@@ -71,7 +72,8 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("configs")
     out = {}
-    gptq = {**TINY_LLAMA, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    gptq = {**TINY_LLAMA, "torch_dtype": "float16",
+            "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
     for name, cfg in (("llama", TINY_LLAMA), ("gpt2", TINY_GPT2), ("llama-gptq", gptq)):
         path = folder / f"{name}.json"
         path.write_text(json.dumps(cfg))

@@ -100,6 +100,9 @@ class ModelSpec:
     # its weights' quantization as its quantization_config names it (GPTQ, AWQ, bitsandbytes): 4bit or 8bit,
     # what transformers loads; "" where it has none or one the estimator does not model (fp8, ...)
     quantized: str = ""
+    # the dtype its 4-bit weights are multiplied in, as that config says (bitsandbytes' bnb_4bit_compute_dtype;
+    # GPTQ's and AWQ's kernels: the checkpoint's own 16-bit dtype): fp32, bf16, fp16, or "" where it says none
+    quantized_compute: str = ""
 
     @property
     def bare(self) -> bool:
@@ -280,6 +283,7 @@ def from_config(cfg: dict[str, Any], name: str = "config", source: str = "config
     return spec
 
 
+_COMPUTE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # quant_method -> how its bit width is named in the config (bitsandbytes: load_in_4bit / load_in_8bit)
 _QUANT_BITS = {"gptq": "bits", "awq": "bits", "bitsandbytes": None}
 
@@ -295,11 +299,13 @@ def _quantized(spec: ModelSpec, config: Any) -> ModelSpec:
         bits = config.get(key) if key else (4 if config.get("load_in_4bit") is True else
                                             8 if config.get("load_in_8bit") is True else None)
         if bits in (4, 8) and not isinstance(bits, bool):
+            dtype = config.get("bnb_4bit_compute_dtype") if method == "bitsandbytes" else spec.dtype
+            compute = _COMPUTE.get(dtype, "") if isinstance(dtype, str) else ""
             note = _("the checkpoint is quantized ({method}, {bits}-bit): `vram estimate` prices its weights, where "
                      "they stay frozen (inference, LoRA and other adapters), as bitsandbytes' {bits}-bit, the form the "
                      "estimator models (quant {bits}bit); a full fine-tune, dequantized").format(method=method,
                                                                                                  bits=bits)
-            return replace(spec, quantized=f"{bits}bit", notes=(*spec.notes, note))
+            return replace(spec, quantized=f"{bits}bit", quantized_compute=compute, notes=(*spec.notes, note))
     note = _("the checkpoint's quantization_config ({method}) is not modelled: its weights are priced at "
              "{dtype}").format(method=method or "?", dtype=spec.dtype or "16 bits")
     return replace(spec, notes=(*spec.notes, note))

@@ -424,6 +424,14 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               flag="--adapter-dtype 16bit",
               matters=lambda setup, family: bool(setup.lora) and (setup.precision == "bf16-pure" or bool(setup.quant)),
               source="litgpt lora.py (LoRA weights in the model's dtype); torchtune modules/peft/lora.py `LoRALinear`"),
+    Behaviour("checkpoint-quant-compute", "a quantized checkpoint's 4-bit weights are multiplied in the dtype its "
+              "config names (bitsandbytes' bnb_4bit_compute_dtype; GPTQ's and AWQ's kernels in the checkpoint's "
+              "16-bit dtype)", (_v("transformers", ">=", "4.32"),), "quant_compute_dtype",
+              lambda spec, stack: spec.quantized_compute or None, "fp32", traced=False,
+              label=N_("the checkpoint's compute dtype"), effect=N_("a 16-bit dequantized weight, no fp32 input cast"),
+              flag="--quant-compute-dtype", default=True, matters=lambda setup, family: setup.quant == "4bit",
+              source="transformers quantizers/quantizer_bnb_4bit.py (`bnb_4bit_compute_dtype`), "
+                     "quantizer_gptq.py / quantizer_awq.py (the model's dtype)"),
     Behaviour("quant-compute-bf16", "4-bit weights dequantized to and multiplied in bf16 (Lightning's "
               "BitsandbytesPrecision in LitGPT; torchao's NF4 in torchtune takes the input's dtype; HF's "
               "BitsAndBytesConfig defaults to fp32)", (_loop("litgpt", "torchtune"),), "quant_compute_dtype",
