@@ -15,7 +15,7 @@ import functools
 import importlib.metadata
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..i18n import N_, _, join_words, pgettext
@@ -488,8 +488,6 @@ def changed(spec: ModelSpec, setup: Setup, **diff: Any) -> Setup:
     setup_for makes of the same settings plus `diff`, as `vram estimate` does for the command line with
     them. A quantized base is not given the checkpoint's dtype (dtype-auto matters only without one):
     the planner's QLoRA is estimated as `vram estimate --quant 4bit --lora 16` is."""
-    from dataclasses import fields, replace
-
     if setup.stack is None or not setup.assumed:
         return replace(setup, **diff)
     filled = {row.field for row in BEHAVIOURS if row.name in setup.assumed}
