@@ -56,7 +56,7 @@ class _Known:
     three dicts (the live view keeps one for each of hundreds of processes)."""
 
     __slots__ = ("ticks", "comm", "exec_mark", "name", "command", "workload", "container", "started",
-                 "cgroup", "recheck_at", "stat", "uid", "host")
+                 "cgroup", "recheck_at", "stat_end", "stat_hash", "uid", "host")
 
     def __init__(self, ticks: int, comm: bytes, exec_mark: bytes, name: str, command: str,
                  owner: Workload | None, started: float, cgroup: bytes | None, recheck_at: float) -> None:
@@ -68,11 +68,15 @@ class _Known:
         # /proc/PID/cgroup as last read, and the monotonic time to read it again: the workload
         # holds until then, and is parsed again only if the file changed
         self.cgroup, self.recheck_at = cgroup, recheck_at
-        # The stat line as last read, up to the last field read (Stat.marks), its owner's uid,
-        # and the HostProcess made of them: while /proc says the same (a process that sleeps: its
-        # CPU time, memory and state unchanged), the next read is that object, unparsed. None:
-        # parse the next read (a zombie). HostProcess objects are shared, never changed.
-        self.stat: bytes | None = None
+        # The stat line as last read, up to the last field read (Stat.marks): its length and the
+        # hash of those bytes (an int, not the ~200-byte line: 90 KiB at 500 processes), its
+        # owner's uid, and the HostProcess made of them. While /proc says the same (a process that
+        # sleeps: its CPU time, memory and state unchanged), the next read is that object,
+        # unparsed. 0: parse the next read (a zombie). HostProcess objects are shared, never
+        # changed. The hash is the interpreter's keyed one (SipHash, a key drawn at start): a line
+        # cannot be written to collide with another, and a chance collision of two readings of one
+        # process would at worst show its last state, CPU and RSS until its next workload check.
+        self.stat_end, self.stat_hash = 0, 0
         self.uid = -1
         self.host: HostProcess | None = None
 
@@ -131,10 +135,11 @@ class ProcessTable:
             return NOT_VISIBLE
         kept = self._known.get(pid)
         now = monotonic()
-        # The kept part ends just after a separator, 26 fields past the comm (at most 64 bytes; it
-        # ends at the line's last ')', and only numbers follow it): a line that starts with it has
-        # its last ')' where the kept one is, so it says the same of every field read.
-        if kept is not None and kept.stat is not None and raw.startswith(kept.stat) and kept.uid == uid \
+        # The kept part ends just after a separator, 26 fields past the comm (the comm is at most
+        # 64 bytes; it ends at the line's last ')', and only numbers follow it): a line that starts
+        # with the same bytes has its last ')' where the kept one is, so it says the same of every
+        # field read.
+        if kept is not None and (end := kept.stat_end) and hash(raw[:end]) == kept.stat_hash and kept.uid == uid \
                 and now < kept.recheck_at and (host := kept.host) is not None:
             return host
         stat = Stat(raw)
@@ -163,10 +168,10 @@ class ProcessTable:
                            ppid=ppid, container=kept.container, start_ticks=kept.ticks,  # the int kept
                            workload=kept.workload)
         if state != "zombie" and self._known.get(pid) is kept:
-            kept.stat = raw[:length] if length else None  # a copy of its size, not the 4 KiB read's
+            kept.stat_end, kept.stat_hash = (length, hash(raw[:length])) if length else (0, 0)
             kept.uid, kept.host = uid, host
         else:  # read whole again next time (a command line not read yet, a zombie)
-            kept.stat = kept.host = None
+            kept.stat_end, kept.host = 0, None
         return host
 
     def _workload(self, pid: int, cgroup: bytes | None) -> Workload | None:
