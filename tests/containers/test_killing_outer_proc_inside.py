@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import vram_argv
 
 from vramkit import procs
 
@@ -80,3 +81,23 @@ def test_pin_refuses_a_pid_this_proc_numbers_as_another_namespace(new_container,
         assert held.fd is None or pidfd_pid(held.fd) == holder_host
     finally:
         held.close()
+
+
+def test_a_containers_proc_entered_without_its_pid_namespace_numbers_no_pid_for_a_signal(container, scenario, dev, env,
+                                                                                        children):
+    # `nsenter --mount` without --pid: vram runs in the host's PID namespace but reads the container's
+    # /proc, where /proc/self dangles. NVML's host pid H is there the number of a container process
+    # (the decoy): vram once showed, checked and audited the decoy, then signalled the host's H.
+    host = children.start(["sleep", "600"])
+    decoy, decoy_host = container.start(dev / "nvidiactl", at=host.pid)
+    path = scenario({(host.pid, decoy): {"0": "6GiB"}})
+    mount_only = ["nsenter", "--target", str(container.init), "--mount", "--"]
+
+    done = subprocess.run([*mount_only, *vram_argv("kill", "--simulate", str(path), str(host.pid), "--yes", "--json")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    [target] = json.loads(done.stdout)["targets"]
+    assert done.returncode == 1 and (target["status"], target["rule"]) == ("refused", "unmapped"), done.stdout
+    assert host.poll() is None and Path(f"/proc/{decoy_host}").exists()  # neither was signalled
+    shown = subprocess.run([*mount_only, *vram_argv("ps", "--simulate", str(path))], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert shown.returncode == 0 and "of another PID namespace" in shown.stdout, shown.stdout

@@ -15,12 +15,27 @@ def in_initial_pid_namespace() -> bool | None:
 
 
 def in_pid_namespace(namespace: int) -> bool | None:
-    """Whether this process runs in PID namespace `namespace` (an inode number); None when it
-    cannot be told."""
+    """Whether this process runs in PID namespace `namespace` (an inode number), as far as this
+    /proc can say: False where /proc has no /proc/self (it is a namespace this process is not in:
+    a container's /proc seen from outside, `nsenter --mount` without --pid, so no pid read there is
+    one this process's numbering shares); None when it cannot be told."""
     try:
         return os.stat("/proc/self/ns/pid").st_ino == namespace
     except OSError:
-        return None
+        return False if proc_lacks_self() else None
+
+
+def proc_lacks_self() -> bool:
+    """Whether /proc/self does not resolve: this /proc is mounted by a PID namespace in which this
+    process has no pid (the kernel's /proc/self then dangles), or no /proc is mounted. Either way a
+    pid read there names no process a signal from here reaches by that number."""
+    try:
+        os.readlink("/proc/self")
+    except FileNotFoundError:
+        return True
+    except OSError:  # refused (a sandbox's rule): not known to lack it
+        return False
+    return False
 
 
 _PIDNS: list[str | None] = []  # this process's pid namespace, read once (a process never changes its own)
@@ -106,11 +121,12 @@ def proc_numbers_ours() -> bool:
     read there is the pid a signal (os.kill, pidfd_open) or os.getpid() uses. Not where /proc is an
     outer namespace's (a PID namespace made without remounting /proc: `unshare --pid --fork`): its
     pid N is another process, or none, for a signal sent from here; a lease's holders are not
-    looked up there, and vram kill refuses what it reads there. Unknown counts as yes (as before
-    vram asked)."""
+    looked up there, and vram kill refuses what it reads there. Nor where /proc has no /proc/self
+    (a container's /proc entered without its PID namespace). Otherwise unknown counts as yes (as
+    before vram asked)."""
     if not _OURS:
         own = namespace_inode(pid_namespace())
-        _OURS.append(own is None or shows_pids_of(own))
+        _OURS.append(not proc_lacks_self() if own is None else shows_pids_of(own))
     return _OURS[0]
 
 
