@@ -64,6 +64,24 @@ def test_explain_shows_every_verdict_and_the_cuda_numbering_on_stderr(leasing):
     assert f"leases: {leasing.dir} (shared by all users) · 0 active, 0 waiting" in err
 
 
+def test_explain_shows_the_environments_cuda_variables_sanitized_and_bounded(leasing):
+    # A container image, a pod spec or the scheduler sets them, not the reader: escapes must not
+    # reach the terminal, and a 20 kB value is not echoed whole on every GPU's line.
+    hostile = "0,\x1b]0;PWNED\x07\x1b[2J"
+    result = pick(leasing, "--explain", "--min-free", "1%", "--max-util", "100",
+                  CUDA_VISIBLE_DEVICES=hostile, CUDA_DEVICE_ORDER="\x1b[2J")
+    assert ESCAPE not in result.err and "\x07" not in result.err, result.err
+    assert "CUDA_VISIBLE_DEVICES=0,?]0;PWNED??[2J → your cuda:0 is GPU 0" in result.err
+    assert "CUDA_DEVICE_ORDER=?[2J is not a value CUDA knows" in result.err
+    huge = pick(leasing, "--explain", "--min-free", "1%", "--max-util", "100",
+                CUDA_VISIBLE_DEVICES="0" + ",0" * 10_000)
+    assert huge.rc == 2 and "(20,001 characters) names GPU 0 twice" in huge.err, huge.err
+    assert max(map(len, huge.err.splitlines())) < 400, huge.err
+    long = pick(leasing, "--explain", "--min-free", "1%", "--max-util", "100", CUDA_VISIBLE_DEVICES="0" + " " * 20_000)
+    assert long.rc == 0 and "(20,001 characters) → your cuda:0 is GPU 0" in long.err, long.err
+    assert max(map(len, long.err.splitlines())) < 400, long.err
+
+
 def test_explain_counts_gpu_locks_held_by_others_apart_from_leases(leasing):
     """A GPU whose lock someone keeps is reserved by them, but it is not a lease: the note says
     '1 active, ..., 1 GPU lock held by others', not '2 active'."""

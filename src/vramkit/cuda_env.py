@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from .errors import RequestError
 from .gpu_state import Snapshot
 from .i18n import _, join_words, ngettext, pgettext
+from .procs.text import excerpt
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 ORDER = "CUDA_DEVICE_ORDER"
@@ -139,7 +140,7 @@ def numbering(devices: list[CudaDevice], order_env: str | None) -> Numbering:
     note = ""
     if order_env not in (None, "", ORDER_FASTEST):
         note = _("CUDA_DEVICE_ORDER={value} is not a value CUDA knows, so it uses FASTEST_FIRST").format(
-            value=order_env) + pgettext("clause separator", "; ")
+            value=excerpt(order_env)) + pgettext("clause separator", "; ")
     names = {d.name for d in gpus}
     if len(names) <= 1 and None not in names:
         return Numbering(ORDER_FASTEST, gpus, ASSUMED, note + _(
@@ -231,7 +232,7 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
     """Read CUDA_VISIBLE_DEVICES `value` (None = unset) as CUDA would on these devices."""
     devices = [d for d in devices if d.vendor == "nvidia"]  # CUDA sees no other vendor's GPUs
     order = numbering(devices, order_env)
-    vis = Visible(value=value, order=order, described=None if value is None else f"{VISIBLE}={value}")
+    vis = Visible(value=value, order=order, described=None if value is None else f"{VISIBLE}={excerpt(value)}")
     if value is None:
         for gpu in order.gpus:
             vis.devices.extend(_expand(gpu, devices))
@@ -263,7 +264,7 @@ def parse_visible(value: str | None, devices: list[CudaDevice], order_env: str |
                 device=dev.label)))
             if named_as[dev.key] == form:
                 vis.error = _("CUDA_VISIBLE_DEVICES={value} names {device} twice: CUDA refuses to start with a "
-                              "repeated device").format(value=value, device=dev.label)
+                              "repeated device").format(value=excerpt(value), device=dev.label)
             else:  # seen on an H200, driver 580: "0,GPU-<its uuid>" and "GPU-<uuid>,0" start, with it once
                 vis.pitfalls.append((_("entry {entry} names {device} again (by UUID; it was listed by index): CUDA "
                                        "lists it once") if form == "UUID" else

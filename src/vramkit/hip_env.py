@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from .cuda_env import CERTAIN, CudaDevice, Entry, Numbering, Visible
 from .errors import RequestError
 from .i18n import _, join_words, ngettext
+from .procs.text import excerpt
 
 ROCR = "ROCR_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"
@@ -135,7 +136,7 @@ def parse_env(env: Mapping[str, str], devices: list[CudaDevice]) -> Visible:
     rocr, hip, fallback = env.get(ROCR), env.get(HIP) or None, env.get(HIP_FALLBACK) or None
     hip_name = HIP if hip is not None else HIP_FALLBACK
     hip_value = hip if hip is not None else fallback
-    shown = [f"{n}={v}" for n, v in ((ROCR, rocr), (hip_name, hip_value)) if v is not None]
+    shown = [f"{n}={excerpt(v)}" for n, v in ((ROCR, rocr), (hip_name, hip_value)) if v is not None]
     described = " ".join(shown) if shown else None
     vis = Visible(value=described, order=Numbering(ORDER_KFD, found, CERTAIN), variable=HIP, vendor="amd",
                   described=described)

@@ -3,7 +3,7 @@ sanitizer. Stripped of control characters here, once, before anything prints it.
 
 from __future__ import annotations
 
-from ..i18n import N_
+from ..i18n import N_, _
 
 # Characters that reorder or hide text: Unicode format characters (Cf: U+202E right-to-left
 # override, the bidi isolates, zero-width space/joiners, the BOM, soft hyphen, tag characters ...),
@@ -43,3 +43,12 @@ def sanitize(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
     return text.translate(_control_table())
+
+
+def excerpt(text: str, keep: int = 60) -> str:
+    """A value from the environment or another user (CUDA_VISIBLE_DEVICES, a command line) as a
+    line shows it: sanitized, and a 20 kB one cut after `keep` characters, saying so."""
+    text = sanitize(text)
+    if len(text) <= keep:
+        return text
+    return _("{start}… ({count:,} characters)").format(start=text[:keep], count=len(text))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..doctor.oom import FORMS
 from ..i18n import N_, _, join_words, ngettext, pgettext
-from ..procs import sanitize
+from ..procs.text import excerpt, sanitize
 from ..units import format_size_any, format_size_as_logged
 from .style import Style, clip
 from .text_width import cells, pad, wrap
@@ -251,12 +251,6 @@ def diagnosis_json(ex: Explanation, source: str, snap: Snapshot | None, live_not
 
 # ------------------------------------------------------------------ the checklist
 
-def _clipped(text: str, keep: int = 60) -> str:
-    """An environment value as much as a person reads: a 4,000-digit one is cut, and says so."""
-    if len(text) <= keep:
-        return text
-    return _("{start}… ({count:,} characters)").format(start=text[:keep], count=len(text))
-
 
 def _scope(result: Checklist) -> str:
     gpus = result.gpus_checked
@@ -265,9 +259,9 @@ def _scope(result: Checklist) -> str:
     if result.visible_set is None:
         cvd = _("{variable} not set").format(variable=result.visible_variable)
     elif result.cuda_visible_devices is not None:  # as before: the value quoted
-        cvd = f"{result.visible_variable}={_clipped(sanitize(result.cuda_visible_devices))!r}"
+        cvd = f"{result.visible_variable}={excerpt(result.cuda_visible_devices)!r}"
     else:
-        cvd = _clipped(sanitize(result.visible_set))
+        cvd = excerpt(result.visible_set)
     if not gpus:
         return _("checked GPUs none ({visible})").format(visible=cvd)
     return ngettext("checked GPU {gpus} ({visible})", "checked GPUs {gpus} ({visible})", len(gpus)).format(
