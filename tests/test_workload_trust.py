@@ -210,6 +210,15 @@ def test_a_real_slurm_v1_job_is_roots_and_at_the_hierarchys_root(children, v1_di
         os.chown(d, OTHER_UID, OTHER_UID)
     _move(handed.pid, theirs)
     assert _refused(_workload(handed.pid), JOB_NOT_BELIEVED)
+    # slurmd's own layout (no RootOwnedCgroups): step_N and task_N made by root in root's job_N,
+    # then given to the job's user. The step's name is root's (its parent is); a task_N in the
+    # user's own step_N could be the user's, so it is left out, and nothing is said.
+    stock, made = start_sleeper(children), v1_dirs(f"{top}/uid_0/job_48213/step_0/task_0")
+    for d in (made, made.parent):
+        os.chown(d, OTHER_UID, OTHER_UID)
+    _move(stock.pid, made)
+    w = _workload(stock.pid)
+    assert w is not None and (w.slurm_job, w.slurm_step, w.slurm_task, w.note) == (48213, "0", None, None)
     # Not at the root: a tree anyone was given may hold slurm/uid_0/job_1, made by root or not
     deep = v1_dirs(f"vt{uuid.uuid4().hex[:8]}/slurm/uid_0/job_1/step_0")
     _move(nested.pid, deep)

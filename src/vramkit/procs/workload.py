@@ -181,7 +181,11 @@ def _rootless_podman(segments: list[str]) -> Workload | None:
 
 def _slurm(segments: list[str], i: int, job: re.Match[str], made_by_root: Callable[..., bool]) -> dict[str, object]:
     """The job (its v1 uid_N and job_N directories root's), then its step and task, each as far
-    as its directory is root's."""
+    as its directory is root's. On v1 a name is also root's where its parent is: slurmd makes
+    step_N in root's job_N and task_N in step_N, and gives both to the job's user (unless
+    RootOwnedCgroups); that user cannot make or rename an entry of root's job_N, but may make
+    task_N directories of its own in its step_N, so a task there is left out, without a note
+    (that is every job's layout on a stock node)."""
     pat = _patterns()
     v1 = bool(pat.user_id.fullmatch(segments[i - 1]))
     if not made_by_root(*((i - 1, i) if v1 else (i,))):
@@ -191,7 +195,7 @@ def _slurm(segments: list[str], i: int, job: re.Match[str], made_by_root: Callab
         out["slurm_uid"] = int(segments[i - 1][4:])
     rest = segments[i + 1:i + 4]
     if rest and (m := pat.step.fullmatch(rest[0])):
-        if not made_by_root(i + 1):
+        if not (v1 or made_by_root(i + 1)):
             out["note"] = STEP_NOT_BELIEVED
             return out
         out["slurm_step"] = m.group(1)
@@ -199,9 +203,9 @@ def _slurm(segments: list[str], i: int, job: re.Match[str], made_by_root: Callab
         at = i + 2 if len(rest) > 1 and rest[1] != "user" else i + 3
         task = segments[at] if at < len(segments) else ""
         if m := pat.task.fullmatch(task):
-            if made_by_root(*range(i + 2, at + 1)):
+            if made_by_root(*range(i + 2, at + 1)) or (v1 and made_by_root(i + 1)):
                 out["slurm_task"] = int(m.group(1))
-            else:
+            elif not v1:
                 out["note"] = STEP_NOT_BELIEVED
     return out
 
