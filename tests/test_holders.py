@@ -76,6 +76,27 @@ def test_ps_holders_lists_a_process_nvml_does_not(children, write_scenario, dev,
     assert holders[listed.pid]["nvml_memory"] == [{"gpu": 0, "memory": 5 * GiB}]
 
 
+# A main thread that exits (the SYS_exit system call, not exit_group) while another thread runs: the
+# process is a zombie whose /proc/PID/fd reads empty, while the live thread keeps the files open.
+ZOMBIE_LEADER = (HOLD.split("; print")[0] + "; import ctypes, threading, platform; "
+                 "threading.Thread(target=time.sleep, args=(600,)).start(); print('ready', flush=True); "
+                 "ctypes.CDLL(None).syscall({'x86_64': 60, 'aarch64': 93}[platform.machine()], 0)")
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the exit system call's number")
+def test_a_zombie_leader_whose_thread_holds_the_gpu_is_a_holder(children, write_scenario, dev, env):
+    proc = subprocess.Popen([sys.executable, "-c", ZOMBIE_LEADER, str(dev / "nvidia1"), str(dev / "nvidiactl")],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    children.procs.append(proc)
+    assert proc.stdout.readline().strip() == b"ready"
+    assert wait_for(lambda: proc_state(proc.pid) == "Z") and not os.listdir(f"/proc/{proc.pid}/fd")
+    path = write_scenario(real_gpu_scenario({}, device_nodes=f"{dev}/nvidia*"))
+    data = run_vram("ps", "--simulate", str(path), "--holders", "--json", env=env).json()
+    holders = {h["pid"]: h for h in data["holders"]}
+    assert holders[proc.pid]["devices"] == [str(dev / "nvidia1"), str(dev / "nvidiactl")], data["holders"]
+    assert holders[proc.pid]["gpus"] == [1]
+
+
 def test_ps_holders_text(children, write_scenario, dev, env):
     hidden = holder(children, dev / "nvidia1", dev / "nvidiactl")
     path = write_scenario(real_gpu_scenario({}, device_nodes=f"{dev}/nvidia*"))

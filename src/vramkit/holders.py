@@ -76,6 +76,8 @@ def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]],
         return None
     except OSError:
         return ()
+    if not fds:  # a main thread that exited while others run (a zombie leader) shows no table of its own
+        base, fds = _thread_fds(pid)
     held = set()
     for fd in fds:
         try:
@@ -90,6 +92,30 @@ def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]],
             if node is not None:
                 held.add(node)
     return tuple(sorted(held, key=nodes.__getitem__))
+
+
+MAX_THREADS_LOOKED = 64  # threads of a process whose own fd table reads empty that are looked at
+
+
+def _thread_fds(pid: int) -> tuple[str, list[str]]:
+    """The fd table as the first of pid's other threads that shows one has it (threads share one
+    table): a zombie leader's own reads empty while its live threads hold the GPU. ("", []) when
+    none does (a process with no descriptors open)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return "", []
+    for tid in tids[:MAX_THREADS_LOOKED]:
+        if tid == str(pid):
+            continue
+        base = f"/proc/{pid}/task/{tid}/fd"
+        try:
+            fds = os.listdir(base)
+        except OSError:
+            continue
+        if fds:
+            return base, fds
+    return "", []
 
 
 def scan(snap: Snapshot, backend: Backend, pids: list[int] | None = None,
