@@ -40,7 +40,10 @@ class Machine:
         # pid -> (start ticks, CPU seconds, when): CPU % over the interval since the last snapshot.
         self._previous_cpu: dict[int, tuple[int | None, float, float]] = {}
         self._pod_names: PodNames | None = None  # made when a process is first seen in a pod
-        self._listed: set[int] = set()  # the pids of the last snapshot: a new one's usage is always read
+        # pid -> what the last snapshot's rows of it were joined with (its HostProcess, or why none;
+        # _USAGE_READ: joined with its usage). A new pid's usage is always read, and a row the backend
+        # hands back from the last reading (the driver says the same) is kept while this says the same.
+        self._joined: dict[int, HostProcess | str] = {}
 
     @property
     def simulated(self) -> bool:
@@ -55,20 +58,29 @@ class Machine:
         while they run (ProcessTable.read)."""
         gpus = self.backend.read_devices(extras)
         now = self.backend.now()
-        listed = self._listed
+        last = self._joined
         hosts: dict[int, HostProcess | str] = {}
+        joined: dict[int, HostProcess | str] = {}
         outside = False  # a pid of another PID namespace: inside a container
         for dev in gpus:
-            for proc in dev.processes:
-                wanted = usage_pids is None or proc.pid in usage_pids or proc.pid not in listed
+            procs = dev.processes
+            for i, proc in enumerate(procs):
+                wanted = usage_pids is None or proc.pid in usage_pids or proc.pid not in last
                 host = hosts.get(proc.pid)
                 if host is None:
                     host = hosts[proc.pid] = self.backend.host(proc.pid, now, wanted)
                     outside = outside or (isinstance(host, str) and host == OTHER_NAMESPACE)
+                joined[proc.pid] = _USAGE_READ if wanted else host
+                if _joined_before(proc):  # the last snapshot's row: the driver says the same of it
+                    if not wanted and last.get(proc.pid) is host:  # and so does the host: kept, its clock on
+                        if not isinstance(host, str):
+                            proc.elapsed = max(0.0, now - host.start_time)
+                        continue
+                    proc = procs[i] = _driver_side(proc)  # the last snapshot's row stays as it was
                 _join_host(proc, dev, host, now, self._previous_cpu if wanted else None)
         self._name_pods(gpus)
-        self._listed = set(hosts)
-        self.backend.forget_all_but(self._listed)
+        self._joined = joined
+        self.backend.forget_all_but(set(hosts))
         if any(pid not in hosts for pid in self._previous_cpu):
             self._previous_cpu = {pid: v for pid, v in self._previous_cpu.items() if pid in hosts}
         snap = Snapshot(time=now, gpus=gpus, simulated=self.backend.simulated, scenario=self.backend.scenario,
@@ -129,6 +141,24 @@ class Machine:
 
     def close(self) -> None:
         self.backend.close()
+
+
+_USAGE_READ = "usage read"  # Machine._joined: a row joined with its state, CPU and RSS read then
+
+
+def _joined_before(proc: GpuProcess) -> bool:
+    """Whether a row was joined with its host side (_join_host): a row the backend kept from the
+    last reading, not one it made now (a joined row has its age, or why its host side is missing)."""
+    return proc.elapsed is not None or proc.host_missing is not None
+
+
+def _driver_side(proc: GpuProcess) -> GpuProcess:
+    """A new row with what the driver said of `proc` (to join with a host side that changed: the
+    last snapshot's row is not changed under whoever still holds it)."""
+    return GpuProcess(pid=proc.pid, gpu=proc.gpu, gpu_uuid=proc.gpu_uuid, memory=proc.memory, types=proc.types,
+                      mig_gi=proc.mig_gi, sm_utilization=proc.sm_utilization,
+                      memory_utilization=proc.memory_utilization, encoder_utilization=proc.encoder_utilization,
+                      decoder_utilization=proc.decoder_utilization, utilization_na=proc.utilization_na)
 
 
 def _join_host(proc: GpuProcess, dev: Device, host: HostProcess | str, now: float,

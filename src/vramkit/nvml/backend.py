@@ -127,6 +127,7 @@ def _c_lister(lib: Any, name: str, wrapper: Any) -> Callable[[int, Any], list[Pr
 
 # GpuProcess.types of a process in one list: one tuple for all of them, not one a process a reading
 _KINDS = {"compute": ("compute",), "graphics": ("graphics",)}
+_NO_WORK = (0, 0, 0, 0)  # the utilization of a process without samples since the last reading
 
 
 class Nvml:
@@ -144,6 +145,7 @@ class Nvml:
         self._listers: dict[str, Callable[[int, Any], list[ProcessRow]]] = {}  # process-list call -> reader
         self._sample_since: dict[int, int] = {}  # GPU index -> newest process-utilization sample seen (µs)
         self._no_process_util: dict[int, str] = {}  # GPU index -> why its driver gives no process samples
+        self._last_rows: dict[int, list[GpuProcess]] = {}  # GPU index -> its processes at the last reading
         self._nvlink_counters: dict[int, tuple[float, int, int]] = {}
         self._topology: Topology | None = None  # GPU -> (when, tx KiB, rx KiB)
         self._xids: XidWatcher | None = None
@@ -228,7 +230,6 @@ class Nvml:
                     dev.na[field] = NOT_READ
             self._read_mig(dev, handle)
             self._read_processes(dev, handle)
-            self._read_process_utilization(dev, handle)
         except lib.NVMLError as e:
             if getattr(e, "value", None) != self._codes["NVML_ERROR_GPU_IS_LOST"]:
                 raise
@@ -367,21 +368,40 @@ class Nvml:
         raise lib.NVMLError(self._codes["NVML_ERROR_FUNCTION_NOT_FOUND"])
 
     def _read_processes(self, dev: Device, handle: Any) -> None:
-        rows: dict[tuple[int, int | None], GpuProcess] = {}
+        """dev.processes: the driver's lists joined (a process in both is one row), each with its
+        utilization. A row the driver says exactly the same of as at the last reading is the
+        last reading's GpuProcess (machine.py then joins it with the host side only if that
+        changed): an idle server's hundreds of rows are not built again every second."""
+        rows: dict[tuple[int, int | None], list[Any]] = {}  # (pid, MIG instance) -> [memory, types]
         for kind in ("compute", "graphics"):
             listed = self._query(dev, ("processes",), self._list_processes, kind, dev.index, handle)
             for pid, memory, gi in listed or ():  # memory None: the driver would not say (e.g. no permission)
                 gi = None if gi == _UNSET else gi
                 row = rows.get((pid, gi))
                 if row is None:
-                    rows[(pid, gi)] = GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid,
-                                                 memory=memory, types=_KINDS[kind], mig_gi=gi)
-                elif kind not in row.types:
+                    rows[(pid, gi)] = [memory, _KINDS[kind]]
+                elif kind not in row[1]:
                     # One process in both lists holds one allocation, not two: keep the larger figure.
-                    row.types += (kind,)
-                    if memory is not None and (row.memory is None or memory > row.memory):
-                        row.memory = memory
-        dev.processes = list(rows.values())
+                    row[1] += (kind,)
+                    if memory is not None and (row[0] is None or memory > row[0]):
+                        row[0] = memory
+        samples = self._process_utilization(dev, handle) if rows else None
+        na = samples if isinstance(samples, str) else None
+        last = {(p.pid, p.mig_gi): p for p in self._last_rows.pop(dev.index, ())}
+        procs = []
+        for (pid, gi), (memory, types) in rows.items():
+            # The driver keeps a sample for each process that did some work: one with none since
+            # the last reading did none (NVML's contract; nvitop reads 0 too). N/A: None, and why.
+            use = (None, None, None, None) if na is not None else samples.get(pid, _NO_WORK)  # type: ignore[union-attr]
+            p = last.get((pid, gi))
+            if p is None or p.memory != memory or p.types != types or p.utilization_na != na \
+                    or (p.sm_utilization, p.memory_utilization, p.encoder_utilization, p.decoder_utilization) != use \
+                    or p.nvml_pid is not None or p.gpu != dev.index or p.gpu_uuid != dev.uuid:
+                p = GpuProcess(pid=pid, gpu=dev.index, gpu_uuid=dev.uuid, memory=memory, types=types, mig_gi=gi,
+                               sm_utilization=use[0], memory_utilization=use[1], encoder_utilization=use[2],
+                               decoder_utilization=use[3], utilization_na=na)
+            procs.append(p)
+        dev.processes = self._last_rows[dev.index] = procs
 
     # ------------------------------------------------------------ health, when asked
     def read_health(self, gpus: list[Device], settle: float = 0.0) -> None:
@@ -611,28 +631,18 @@ class Nvml:
             return NO_PERMISSION
         return f"NVML error: {e}" if code is not None else OLD_PYNVML  # fmt.reason() translates the prefix
 
-    def _read_process_utilization(self, dev: Device, handle: Any) -> None:
-        if not dev.processes:
-            return
+    def _process_utilization(self, dev: Device, handle: Any) -> dict[int, Utilization] | str:
+        """pid -> its utilization since the last reading (_process_samples), or why there is none."""
         if dev.mig_enabled:
-            reason: str | None = N_("MIG: the driver keeps no per-process samples")
-        else:
-            reason = self._no_process_util.get(dev.index)
+            return N_("MIG: the driver keeps no per-process samples")
+        reason = self._no_process_util.get(dev.index)
         if reason is None:
             samples = _process_samples(self, dev, handle)
-            if isinstance(samples, str):
-                reason = dev.na["process_utilization"] = samples
-            else:
-                for proc in dev.processes:
-                    # The driver keeps a sample for each process that did some work: one with
-                    # none since the last reading did none (NVML's contract; nvitop reads 0 too).
-                    (proc.sm_utilization, proc.memory_utilization, proc.encoder_utilization,
-                     proc.decoder_utilization) = samples.get(proc.pid, (0, 0, 0, 0))
-                return
-        elif not dev.mig_enabled:
-            dev.na["process_utilization"] = reason
-        for proc in dev.processes:
-            proc.utilization_na = reason
+            if not isinstance(samples, str):
+                return samples
+            reason = samples
+        dev.na["process_utilization"] = reason
+        return reason
 
 
 # nvmlDeviceGetFieldValues: the member of the value union each valueType uses
