@@ -187,3 +187,30 @@ def test_kill_idle_drops_a_process_that_works_again_while_others_are_watched(chi
     finally:
         collector.close()
     assert [t.pid for t in plan.targets] == [b.pid]
+
+
+def test_a_reading_keeps_an_unchanged_row_and_makes_a_new_one_for_what_changed(children, write_scenario):
+    """The live view reads each process's usage only for the rows near the screen: a row neither
+    the driver nor /proc says anything new of is the last snapshot's object (its age moves on); a
+    row read with its usage, or one read so last time, is a new one, and the last snapshot's row is
+    left as it was."""
+    from helpers import real_gpu_scenario, start_sleeper
+
+    kept, shown = start_sleeper(children), start_sleeper(children)
+    path = write_scenario(real_gpu_scenario({kept.pid: {"1": "2GiB"}, shown.pid: {"0": "2GiB"}}))
+    machine = vramkit.open_machine(str(path))
+    try:
+        rows = []
+        for usage in ({shown.pid}, {shown.pid}, {shown.pid}, {kept.pid}):  # a new pid's usage is read once
+            rows.append({p.pid: p for p in machine.snapshot(usage_pids=usage).processes})
+            time.sleep(0.02)
+        assert rows[2][kept.pid] is rows[1][kept.pid]  # the same object: nothing about it changed
+        assert rows[2][kept.pid].cpu_percent is None
+        assert rows[1][kept.pid] is not rows[0][kept.pid]  # the first was read with its usage
+        assert all(rows[i][shown.pid] is not rows[i - 1][shown.pid] for i in (1, 2, 3))
+        assert rows[3][kept.pid] is not rows[2][kept.pid] and rows[3][kept.pid].cpu_percent is not None
+        assert rows[2][kept.pid].cpu_percent is None and rows[2][shown.pid].cpu_percent is not None  # as they were
+        assert rows[3][shown.pid].cpu_percent is None and rows[3][shown.pid].user == rows[2][shown.pid].user
+        assert rows[3][kept.pid].elapsed > rows[1][kept.pid].elapsed > 0  # its clock ran on
+    finally:
+        machine.close()
