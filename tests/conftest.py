@@ -957,7 +957,7 @@ def shared_dir():
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix="vramkit-test-"))
-    path.chmod(0o777)
+    path.chmod(0o1777)
     try:
         yield path
     finally:
