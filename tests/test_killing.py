@@ -266,8 +266,10 @@ def test_api_refuses_nonsense():
         kill(simulate="demo")
     with pytest.raises(KillRequestError, match="unknown signal"):
         kill([1], signal="NOPE", simulate="demo")
-    with pytest.raises(KillRequestError, match="does not end"):
-        kill([1], signal="USR1", force=True, simulate="demo")
+    with pytest.raises(KillRequestError, match="waits only after a signal meant to end one"):
+        kill([1], signal="USR1", force=True, simulate="demo")  # it ends only a process that does not handle it
+    with pytest.raises(KillRequestError, match="does not end a process"):
+        kill([1], signal="STOP", force=True, simulate="demo")
     with pytest.raises(KillRequestError, match="no GPU 9"):
         kill(gpu=9, simulate="demo")
 

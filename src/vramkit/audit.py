@@ -14,7 +14,8 @@ The log is opened before anything is signalled: when it cannot be written, nothi
 opened without blocking (a FIFO planted at its path cannot hang vram) and must be a regular
 file; its directories are walked one by one, never through a symlink that someone other than
 root or the caller could have planted (one in a directory that others may write); a file that
-everyone may write is refused (anyone could have forged lines in it).
+everyone may write, or that belongs to another user than root or the caller, is refused (anyone,
+or its owner, could have forged or erased lines in it).
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _open_directory(path: Path, fail: Any) -> int:
                 continue
             os.close(fd)
             fd = nfd
+    except AuditError:  # fail()'s own, which names the file already
+        os.close(fd)
+        raise
     except OSError as e:
         os.close(fd)
         fail(e.strerror or str(e))
@@ -149,6 +153,9 @@ class AuditLog:
             if info.st_mode & stat.S_IWOTH:
                 self._fail(_("everyone may write it (anyone could have forged lines in it): remove it or chmod o-w "
                              "it"))
+            if info.st_uid not in (0, os.geteuid()):  # its owner could edit or erase the records
+                self._fail(_("it belongs to uid {uid}, not to root or you (its owner could edit or erase the "
+                             "records)").format(uid=info.st_uid))
             if stat.S_IMODE(info.st_mode) != 0o600 and info.st_uid == os.geteuid():
                 os.fchmod(fd, 0o600)
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)

@@ -5,6 +5,7 @@ The library (vramkit.killing) is imported inside run(): `vram status` must not p
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -43,8 +44,9 @@ daemons, sshd, container runtimes, systemd, and what /etc/vramkit/protected.conf
 Every signal, refusal and outcome is appended to an audit log. See docs/safety.md.
 
 Exit codes: 0 every target exited (or took the signal), 1 some were refused or are still
-running (or you answered no), 2 bad usage, 130 interrupted (Ctrl-C): what was signalled and
-what is known so far is still reported, and the audit log has each outcome.
+running (or you answered no), 2 bad usage, 130 interrupted (Ctrl-C; 129 SIGHUP, 143 SIGTERM
+while it signals or waits): what was signalled and what is known so far is still reported, and
+the audit log has each outcome.
 
 examples:
   vram kill 41234                  SIGTERM pid 41234, wait 10 s, report
@@ -56,18 +58,16 @@ examples:
   sudo vram kill --user bob --all-users
                                    as root: bob's GPU processes
   vram kill --holders 5150         a process that holds /dev/nvidia* open but NVML does not list
-  vram kill 41234 --signal USR1    send another signal (no wait: it does not end the process)
+  vram kill 41234 --signal USR1    send another signal (no wait: it ends only a process that does
+                                   not handle it)
 """)
 
 
 def _pid(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(_("not a pid: {text}").format(text=repr(text))) from None
-    if value <= 0:
+    # ASCII digits only: int() also takes "44_57", "+4457" and other scripts' digits, each another pid
+    if not re.fullmatch(r"[0-9]{1,4000}", text, re.ASCII) or int(text) <= 0:
         raise argparse.ArgumentTypeError(_("not a pid: {text}").format(text=repr(text)))
-    return value
+    return int(text)
 
 
 def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
@@ -77,10 +77,11 @@ def add_parser(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     sel = p.add_argument_group(N_("selecting"))
     sel.add_argument("--gpu", metavar="LIST", help=N_("processes on these GPUs: 0 | 0,2 | 0-3"))
     sel.add_argument("--user", metavar="NAMES", help=N_("processes of these users (comma-separated)"))
-    add_duration(sel, "--idle",
-                     help=N_("processes holding memory that ran no kernels for the last DURATION (e.g. 2h), "
-                          "answered at once from the history 'vram record' keeps when it watched that "
-                          "whole time; else vram watches from now, up to DURATION, before it asks"))
+    # At least a second: at 0 (or 0.5s, shown as 0s) one sample at 0% would select a process
+    add_duration(sel, "--idle", low=1, bounds=N_("must be at least 1 second"),
+                 help=N_("processes holding memory that ran no kernels for the last DURATION (e.g. 2h), "
+                         "answered at once from the history 'vram record' keeps when it watched that "
+                         "whole time; else vram watches from now, up to DURATION, before it asks"))
     sel.add_argument("--db", metavar="PATH", help=N_("the history --idle reads (default: the recorder's; $VRAM_DB)"))
     sel.add_argument("--zombie", action="store_true", help=N_("defunct or orphaned processes holding memory"))
     sel.add_argument("--holders", action="store_true",
@@ -174,7 +175,7 @@ def _ask(question: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from ..audit import AuditError, AuditLog
-    from ..killing import KillInterrupted, check_force, dry_report, execute, make_plan, parse_signal
+    from ..killing import KillInterrupted, Stopped, check_force, dry_report, execute, make_plan, parse_signal, stop_on
     from ..protect import ProtectConfigError
     from ..render.kill_view import kill_json, render_nothing, render_plan, render_report
     from ..render.style import style_for, terminal_width
@@ -234,13 +235,17 @@ def run(args: argparse.Namespace) -> int:
         except AuditError as e:
             raise Failure(_("{error}; nothing was signalled (set VRAM_AUDIT_LOG to a file you can write)").format(
                 error=e)) from None
-        interrupted = False
+        interrupted = 0  # the signal that stopped vram
         try:
-            report = execute(machine, plan, sig, timeout=timeout, force=args.force, audit=log, progress=progress)
+            with stop_on():  # SIGHUP, SIGTERM: as Ctrl-C, every record closed
+                report = execute(machine, plan, sig, timeout=timeout, force=args.force, audit=log,
+                                 progress=progress)
         except AuditError as e:
             raise Failure(_("{error}; stopped signalling").format(error=e)) from None
         except KillInterrupted as e:  # Ctrl-C: the audit log has each outcome; say what is known
-            report, interrupted = e.report, True
+            report, interrupted = e.report, e.signum
+        except Stopped as e:  # before the first record or after the last: nothing is left open
+            return 128 + e.signum
         finally:
             log.close()
             if progress:
@@ -259,5 +264,5 @@ def run(args: argparse.Namespace) -> int:
                                   "interrupted: {n} processes signalled, {exited} known to have exited; outcomes "
                                   "are in the audit log", len(sent)).format(n=len(sent), exited=exited),
               file=sys.stderr)
-        return 130
+        return 128 + interrupted
     return 0 if report.ok else 1

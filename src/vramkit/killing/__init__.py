@@ -21,11 +21,13 @@ import os
 from collections.abc import Iterable
 
 from ..machine import open_machine
-from .execute import INTERRUPTED, KillInterrupted, dry_report, execute, gpu_changes
+from .execute import INTERRUPTED, KillInterrupted, Stopped, dry_report, execute, gpu_changes, stop_on
 from .model import (
     ENDING,
     EXITED,
     KILL_GRACE,
+    LEAVES_RUNNING,
+    LOOK,
     REFUSED,
     SETTLE,
     SIGNALLED,
@@ -41,15 +43,17 @@ from .model import (
     Status,
     Target,
     check_force,
+    ends_unhandled,
     parse_signal,
 )
 from .rules import candidate, check, ownership, recheck
 from .selection import make_plan
 
-__all__ = ["ENDING", "EXITED", "INTERRUPTED", "KILL_GRACE", "REFUSED", "SETTLE", "SIGNALLED", "STILL_RUNNING",
-           "WOULD_SIGNAL", "Caller", "Criteria", "GpuChange", "KillInterrupted", "KillReport", "KillRequestError",
-           "Plan", "Progress", "Status", "Target", "candidate", "check", "check_force", "dry_report", "execute",
-           "gpu_changes", "kill", "make_plan", "ownership", "parse_signal", "recheck"]
+__all__ = ["ENDING", "EXITED", "INTERRUPTED", "KILL_GRACE", "LEAVES_RUNNING", "LOOK", "REFUSED", "SETTLE", "SIGNALLED",
+           "STILL_RUNNING", "WOULD_SIGNAL", "Caller", "Criteria", "GpuChange", "KillInterrupted", "KillReport",
+           "KillRequestError", "Plan", "Progress", "Status", "Stopped", "Target", "candidate", "check", "check_force",
+           "dry_report", "ends_unhandled", "execute", "gpu_changes", "kill", "make_plan", "ownership", "parse_signal",
+           "recheck", "stop_on"]
 
 
 def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, user: str | Iterable[str] | None = None,
@@ -62,10 +66,10 @@ def kill(pids: Iterable[int] = (), *, gpu: int | Iterable[int] | None = None, us
     >>> [(t.pid, t.status, t.refusal) for t in report.targets]
     [(4242, 'exited', None)]
 
-    Each target ends as 'exited', 'still running', 'signalled' (a signal that does not end a
-    process, e.g. USR1), 'refused' (t.refusal names the rule and says why: t.refusal.reason in
-    English, as the audit log has it, t.refusal.text in the reader's language) or, with
-    dry_run=True, 'would signal'. report.gpus says per GPU how much memory was freed and who
+    Each target ends as 'exited', 'still running', 'signalled' (it took a signal not meant to
+    end it, e.g. USR1, and still ran after it), 'refused' (t.refusal names the rule and says
+    why: t.refusal.reason in English, as the audit log has it, t.refusal.text in the reader's
+    language) or, with dry_run=True, 'would signal'. report.gpus says per GPU how much memory was freed and who
     still holds memory. Every signal, refusal and outcome goes to the audit log (default: see
     docs/safety.md); when it cannot be written nothing is signalled (audit.AuditError).
     Raises KillRequestError for a request that makes no sense (nothing selected, bad signal).

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal as _signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import procs
@@ -18,6 +19,7 @@ from .model import (
     ENDING,
     EXITED,
     KILL_GRACE,
+    LOOK,
     OTHER_NUMBERING,
     REFUSED,
     SETTLE,
@@ -29,6 +31,7 @@ from .model import (
     Plan,
     Progress,
     Target,
+    ends_unhandled,
 )
 from .rules import recheck
 
@@ -39,17 +42,50 @@ if TYPE_CHECKING:
 
 AuditWrite = Callable[..., None]  # AuditLog.write(event, **fields)
 INTERRUPTED = "interrupted"  # the audit outcome of a target vram stopped waiting for on Ctrl-C
+# What stops vram while it signals or waits: Ctrl-C, and SIGHUP and SIGTERM where stop_on() turns
+# them into Stopped. All three are held back while a record and its signal go, or records are closed.
+STOPS = frozenset({_signal.SIGINT, _signal.SIGHUP, _signal.SIGTERM})
 
 
 class KillInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) while execute() signalled or waited. Raised once every target with a
-    signal record has its outcome record (result "interrupted" with the signals sent, or
-    "exited"); `report` says what is known so far: each target signalled and still running is
-    'signalled' with a note, each one not reached is refused by the rule 'interrupted'."""
+    """Ctrl-C (SIGINT), or SIGHUP or SIGTERM under stop_on(), while execute() signalled or
+    waited. Raised once every target with a signal record has its outcome record (result
+    "interrupted" with the signals sent, or "exited"); `report` says what is known so far: each
+    target signalled and still running is 'signalled' with a note, each one not reached is
+    refused by the rule 'interrupted'. `signum`: the signal that stopped vram."""
 
-    def __init__(self, report: KillReport) -> None:
+    def __init__(self, report: KillReport, signum: int = _signal.SIGINT) -> None:
         super().__init__("interrupted")
         self.report = report
+        self.signum = signum
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGHUP or SIGTERM to vram under stop_on(): execute() closes every record as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(_signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stop_on(signals: tuple[int, ...] = (_signal.SIGHUP, _signal.SIGTERM)) -> Iterator[None]:
+    """Within it, these signals raise Stopped (main thread only): a dropped ssh session, systemd or
+    timeout(1) stopping `vram kill` leaves no record open. A signal ignored already (nohup) or
+    handled by someone else stays as it was."""
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    old = {s: _signal.getsignal(s) for s in signals}
+    for s, handler in old.items():
+        if handler == _signal.SIG_DFL:
+            _signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            if handler == _signal.SIG_DFL:
+                _signal.signal(s, handler)
 
 
 def _no_audit(event: str, **fields: Any) -> None:
@@ -154,17 +190,31 @@ def execute(machine: Machine | Collector, plan: Plan, sig: int = _signal.SIGTERM
                 t.notes.append(_still_running_note(waited, t.signals[-1], hint=not (force or sig == _signal.SIGKILL),
                                                    stuck=now is not None and now.state == "disk-sleep"))
         else:
+            look = min(timeout, LOOK) if ends_unhandled(sig) else None
+            if look is not None and waiting:
+                # Not meant to end it, but it does unless handled, ignored or blocked: a look, not a
+                # wait, so that one it ended is reported as exited (and its memory waited for)
+                _mark_ended(plan, procs.wait_gone(waiting, time.monotonic() + look), started)
             for p in waiting:
                 t = _target(plan, p.pid)
-                t.status = EXITED if p.gone() else SIGNALLED
+                if t.status == EXITED:
+                    continue
+                if p.gone():
+                    t.status = EXITED
+                    continue
+                t.status = SIGNALLED
+                if look is not None:
+                    t.notes.append(_("still running {seconds}s after {signal}: it handles, ignores or blocks it, "
+                                     "or has not ended yet").format(seconds=f"{look:g}", signal=sig.name))
         for t in plan.targets:
             if t.pid in pinned:
                 log("outcome", **_audit_target(t), signal=t.signals[-1] if t.signals else None, result=t.status,
                     seconds=None if t.seconds is None else round(t.seconds, 3))
                 unfinished.pop(t.pid, None)
-    except KeyboardInterrupt:
-        _interrupted(plan, pinned, unfinished, log)
-        raise KillInterrupted(_partial(machine, report, before)) from None
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, Stopped) else _signal.SIGINT
+        _interrupted(plan, pinned, unfinished, log, signum)
+        raise KillInterrupted(_partial(machine, report, before), signum) from None
     finally:
         for p in pinned.values():
             p.close()
@@ -207,7 +257,7 @@ def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite, unfinished: 
     unfinished[t.pid] = t
     # The record, the signal and the note that it went are one step: a Ctrl-C within it waits until
     # it is done, so a signal that went is reported as sent (not as "may not have been sent").
-    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, STOPS)
     try:
         log("signal", **_audit_target(t), signal=name, result="sending")
         why = held.send(sig)
@@ -230,11 +280,23 @@ def _send(t: Target, held: procs.Pinned, sig: int, log: AuditWrite, unfinished: 
 
 
 def _interrupted(plan: Plan, pinned: dict[int, procs.Pinned], unfinished: dict[int, Target],
-                 log: AuditWrite) -> None:
-    """Ctrl-C: close every open signal record with what is known (the process exited, or it
-    was still running after the signals sent), and mark the targets not reached. SIGINT is held
-    back while the records are written, so a second Ctrl-C cannot leave one half done."""
-    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+                 log: AuditWrite, signum: int = _signal.SIGINT) -> None:
+    """Ctrl-C (or SIGHUP, SIGTERM: signum): close every open signal record with what is known
+    (the process exited, or it was still running after the signals sent), and mark the targets
+    not reached. STOPS are held back while the records are written, so a second Ctrl-C (or a
+    SIGTERM after it) cannot leave one half done."""
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, STOPS)
+    # The Ctrl-C words stay as they were; a signal to vram is named
+    stop = _signal.Signals(signum).name
+    cause = "Ctrl-C" if signum == _signal.SIGINT else stop
+    if signum == _signal.SIGINT:
+        waiting = _("vram was interrupted (Ctrl-C) while waiting for it to exit: it was still running after {signals}")
+        sending = N_("vram was interrupted (Ctrl-C) as it was about to signal it: the signal may not have been sent")
+        unreached = N_("not signalled: vram was interrupted (Ctrl-C) before its turn")
+    else:
+        waiting = _("vram was stopped by {stop} while waiting for it to exit: it was still running after {signals}")
+        sending = N_("vram was stopped by {stop} as it was about to signal it: the signal may not have been sent")
+        unreached = N_("not signalled: vram was stopped by {stop} before its turn")
     try:
         for pid, t in list(unfinished.items()):
             held = pinned.get(pid)
@@ -245,22 +307,19 @@ def _interrupted(plan: Plan, pinned: dict[int, procs.Pinned], unfinished: dict[i
                     sent=list(t.signals), seconds=None if t.seconds is None else round(t.seconds, 3))
             elif t.signals:
                 t.status = SIGNALLED
-                t.notes.append(_("vram was interrupted (Ctrl-C) while waiting for it to exit: it was still running "
-                                 "after {signals}").format(signals=", ".join(t.signals)))
+                t.notes.append(waiting.format(signals=", ".join(t.signals), stop=stop))
                 log("outcome", **_audit_target(t), signal=t.signals[-1], result=INTERRUPTED, sent=list(t.signals),
-                    reason="interrupted (Ctrl-C) while waiting for it to exit; it was still running")
+                    reason=f"interrupted ({cause}) while waiting for it to exit; it was still running")
             else:
                 t.status = REFUSED
-                t.refusal = Refusal.of(INTERRUPTED, said(N_("vram was interrupted (Ctrl-C) as it was about to signal "
-                                                            "it: the signal may not have been sent")))
+                t.refusal = Refusal.of(INTERRUPTED, said(sending, stop=stop))
                 log("outcome", **_audit_target(t), signal=None, result=INTERRUPTED, sent=[],
-                    reason="interrupted (Ctrl-C) as the signal was being sent; it may not have been sent")
+                    reason=f"interrupted ({cause}) as the signal was being sent; it may not have been sent")
             unfinished.pop(pid)
         for t in plan.targets:
             if t.status == WOULD_SIGNAL and not t.signals:  # never reached (or still being checked)
                 t.status = REFUSED
-                t.refusal = Refusal.of(INTERRUPTED, said(N_("not signalled: vram was interrupted (Ctrl-C) before its "
-                                                            "turn")))
+                t.refusal = Refusal.of(INTERRUPTED, said(unreached, stop=stop))
     finally:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 

@@ -27,7 +27,7 @@ class Status(str, Enum):
     """What became of one target. A str, so it compares, prints and goes into JSON as its text."""
 
     WOULD_SIGNAL = "would signal"  # --dry-run: every check passed, nothing sent
-    SIGNALLED = "signalled"  # sent a signal that does not end a process (USR1, STOP, ...), or no wait
+    SIGNALLED = "signalled"  # took a signal not meant to end it (USR1, STOP, ...) and still ran after it
     EXITED = "exited"
     STILL_RUNNING = "still running"
     REFUSED = "refused"
@@ -42,8 +42,16 @@ class Status(str, Enum):
 WOULD_SIGNAL, SIGNALLED, EXITED, STILL_RUNNING, REFUSED = (
     Status.WOULD_SIGNAL, Status.SIGNALLED, Status.EXITED, Status.STILL_RUNNING, Status.REFUSED)
 
-# Signals whose purpose is to end the process: after them vram waits and reports who is left.
+# Signals whose purpose is to end the process: after them vram waits and reports who is left (and
+# --force follows with SIGKILL).
 ENDING = frozenset({_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGKILL})
+# The signals whose default action leaves a process running (ignored, or stop and continue). Every
+# other one (USR1, ALRM, PIPE, the real-time ones...) ends a process that does not handle, ignore
+# or block it, though it is meant as a request to one that handles it: after such a signal vram
+# does not wait, it only looks for up to LOOK seconds, so one it ended is reported as exited.
+LEAVES_RUNNING = frozenset({_signal.SIGCHLD, _signal.SIGCONT, _signal.SIGSTOP, _signal.SIGTSTP, _signal.SIGTTIN,
+                            _signal.SIGTTOU, _signal.SIGURG, _signal.SIGWINCH})
+LOOK = 1.0
 KILL_GRACE = 5.0  # seconds to wait for an exit after SIGKILL (a process in the driver can take a moment)
 # Why a process read in this /proc is refused where /proc is an outer PID namespace's
 # (procs.namespaces.proc_numbers_ours): the pid it shows there names another process for a signal.
@@ -333,7 +341,8 @@ def parse_signal(value: str | int) -> _signal.Signals:
     """'TERM', 'SIGTERM', 'term', '15' or 15 -> signal.SIGTERM."""
     text = str(value).strip().upper()
     try:
-        sig = _signal.Signals(int(text)) if text.isdigit() else _signal.Signals[
+        # ASCII digits only: int() also takes "1_5" and other scripts' digits
+        sig = _signal.Signals(int(text)) if text.isascii() and text.isdigit() else _signal.Signals[
             text if text.startswith("SIG") else "SIG" + text]
     except (KeyError, ValueError):
         raise KillRequestError(_("unknown signal {signal} (try TERM, INT, HUP, KILL, USR1 or a number)").format(
@@ -341,10 +350,20 @@ def parse_signal(value: str | int) -> _signal.Signals:
     return sig
 
 
+def ends_unhandled(sig: int) -> bool:
+    """Does sig end a process that does not handle, ignore or block it (its default action)?"""
+    return sig not in LEAVES_RUNNING
+
+
 def check_force(sig: int, force: bool) -> None:
     """force escalates to SIGKILL when the process did not end: only for a signal meant to end it."""
     if force and sig not in ENDING:
         name = _signal.Signals(sig).name
-        raise KillRequestError(_("escalates to SIGKILL after the wait for the process to end, but {signal} does "
-                                 "not end a process: use TERM (the default), INT or HUP").format(signal=name),
-                               param="force")
+        if ends_unhandled(sig):
+            text = _("escalates to SIGKILL after the wait for the process to end, and vram waits only after a "
+                     "signal meant to end one (TERM, INT, HUP, QUIT): {signal} ends only a process that does not "
+                     "handle, ignore or block it: use TERM (the default), INT or HUP")
+        else:
+            text = _("escalates to SIGKILL after the wait for the process to end, but {signal} does not end a "
+                     "process: use TERM (the default), INT or HUP")
+        raise KillRequestError(text.format(signal=name), param="force")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal as _signal
 from typing import Any
 
 from ..gpu_state import Snapshot
 from ..i18n import _, ngettext, pgettext
 from ..killing import EXITED, REFUSED, SIGNALLED, STILL_RUNNING, WOULD_SIGNAL, KillReport, Plan, Target
+from ..killing.model import LOOK, ends_unhandled
 from ..killing.selection import NO_SUCH_PROCESS
 from ..procs.workload import describe
 from ..units import format_duration, format_size
@@ -124,10 +126,15 @@ def _intro(plan: Plan, signal: str, timeout: float, force: bool) -> str:
                         "{signal} to {n} processes, wait up to {seconds}s for them to exit", n)
     elif signal == "SIGKILL":
         text = ngettext("{signal} to {n} process", "{signal} to {n} processes", n)
+    elif ends_unhandled(_signal.Signals[signal]):  # USR1, ALRM...: its default action ends a process
+        text = ngettext("{signal} to {n} process (it ends a process that does not handle, ignore or block it; "
+                        "vram does not wait for an exit, only looks for {look}s)",
+                        "{signal} to {n} processes (it ends a process that does not handle, ignore or block it; "
+                        "vram does not wait for an exit, only looks for {look}s)", n)
     else:
         text = ngettext("{signal} to {n} process (it does not end a process: vram does not wait)",
                         "{signal} to {n} processes (it does not end a process: vram does not wait)", n)
-    return text.format(signal=signal, n=n, seconds=f"{timeout:g}")
+    return text.format(signal=signal, n=n, seconds=f"{timeout:g}", look=f"{min(timeout, LOOK):g}")
 
 
 def render_plan(plan: Plan, signal: str, timeout: float, force: bool, style: Style, width: int,
