@@ -230,6 +230,23 @@ def _named(pid: int, by_pid: dict[int, Target], holder_scan: HolderScan | None,
     return t
 
 
+def _unknown_user(names: tuple[str, ...], snap: Snapshot) -> str | None:
+    """The first of `names` that is no user here: not in the user database (NSS), not the user of
+    a process the snapshot lists (a simulated scenario's made-up users), and not a number (a uid
+    without a name, as inside a container)."""
+    import pwd
+
+    seen = {p.user for p in snap.processes}
+    for name in names:
+        if name in seen or name.isascii() and name.isdigit():
+            continue
+        try:
+            pwd.getpwnam(name)
+        except (KeyError, ValueError):  # ValueError: a name with a NUL
+            return name
+    return None
+
+
 def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Caller, notes: list[str],
                         snap: Snapshot) -> list[Target]:
     """Selectors narrow each other: GPUs AND users AND zombie; broad selectors keep the caller's
@@ -241,6 +258,10 @@ def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Calle
                           ",".join(map(str, criteria.gpus)))
     if criteria.users is not None:
         users = set(criteria.users)
+        unknown = _unknown_user(criteria.users, snap)
+        if unknown is not None:  # a typo must not read as "nothing to signal", exit 0
+            raise KillRequestError(_("--user: there is no user {user} here (not in the user database, and no GPU "
+                                     "process of that name)").format(user=procs.sanitize(unknown)), param="user")
         targets = _narrow(targets, lambda t: t.user in users, notes,
                           _("pid {pid} does not match user {users}: not selected"), ",".join(criteria.users))
     if criteria.zombie:
