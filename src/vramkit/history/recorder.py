@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from ..errors import RequestError
 from ..gpu_state import GpuProcess, Snapshot
 from ..i18n import _, ngettext
-from .store import JOB_TOTALS_AFTER, WORKLOAD_COLUMNS, Retention, RollupError, Store, StoreError, describe
+from .store import JOB_TOTALS_AFTER, WORKLOAD_COLUMNS, Retention, RollupError, Store, describe, open_error
 
 COMMANDS = ("off", "name", "full")  # how much of a command line is kept
 MAX_COMMAND = 1024
 ROLLUP_EVERY = 60.0  # seconds of recording between rollups / retention passes: often, each a small part
 FORGET_AFTER = 3600.0  # a job unseen this long is not matched again in memory (the database still is)
+LAST_TIME = 253_402_300_799.0  # 9999-12-31 23:59:59 UTC: a stored time past it is not one
+LONGEST_SPAN = 7 * 86400.0  # no recorder writes a longer span (max_gap of a day's interval is 3 days)
 SAME_START = 1.0  # seconds: with unknown start ticks, a pid started within this of a job's start is that job
 PUBLISH_EVERY = 60.0  # seconds between copies of a published database (when something changed)
 COPY_SHARE = 10.0  # ... or this many times as long as the last copy took, if longer
@@ -61,6 +63,9 @@ class _Prev:
     mono: float | None
     wall: float
     held: list[_Held]
+    # Its time was recorded already, by a run before this one (the clock was set back behind the
+    # stored history): its span is written but not credited, so nothing is counted twice.
+    covered: bool = False
 
 
 @dataclass
@@ -203,16 +208,26 @@ class Recorder:
         self._unwritten_seen: dict[int, float] = {}
         self._gpus: dict[int, tuple[str | None, str | None, int | None]] = {}
         self._idle_since: dict[tuple[int, int], float | None] = {}  # as in the table `holding`
-        # wall - monotonic at the first sample: retention's "now" follows the monotonic clock, so a
-        # wall clock that jumps a year ahead does not expire a year of history. _origin: the
-        # newest offset, to say each jump once.
+        # wall - monotonic at the first sample (or the stored end's, when the clock starts far
+        # ahead of it: _check_start): retention's "now" follows the monotonic clock, so a wall
+        # clock that jumps a year ahead does not expire a year of history. _origin: the newest
+        # offset of the wall clock, to say each jump once.
         self._first_origin: float | None = None
         self._origin: float | None = None
+        # The stored history as found at start: the end of its newest recorded time (t + span),
+        # the newest sample id, and the longest span (how far back a sample covering a time can
+        # start). While this run's clock is behind that end (_behind_until), each sample's time is
+        # looked up among the stored samples (_covered).
+        self._stored_end: float | None = None
+        self._stored_oldest: float | None = None  # the oldest time of any tier
+        self._stored_id = 0
+        self._stored_span = 0.0
+        self._behind_until: float | None = None
         self._lost: set[int] = set()  # GPUs lost as of the newest snapshot, said once each
         try:
             self._resume()
-        except sqlite3.Error as e:  # a file damaged past its first pages
-            raise StoreError(describe(e, store.path), param="db") from None
+        except sqlite3.Error as e:  # a file damaged past its first pages (or a failing disk: exit 1)
+            raise open_error(e, store.path) from None
         self.publisher = (Publisher(store, publish_every, self.say, lambda: self.commits)
                           if store.published is not None else None)
 
@@ -233,6 +248,7 @@ class Recorder:
             with self.store.transaction() as c:
                 unbroken, credit = self._credit_previous(c, mono, snap.time)
                 continuing = {h.job for h in self._prev.held} if unbroken and self._prev else set()
+                covered = self._covered(c, snap.time)
                 sample = c.execute("INSERT INTO samples (t) VALUES (?)", (snap.time,)).lastrowid
                 assert sample is not None
                 self._write_gpus(c, sample, snap)
@@ -255,7 +271,7 @@ class Recorder:
         else:
             _add_credit(self._unwritten_credit, credit)
             self._unwritten_seen.update({job.id: snap.time for job in seen})
-        self._prev = _Prev(sample, mono, snap.time, held)
+        self._prev = _Prev(sample, mono, snap.time, held, covered)
         self._idle_since = idle_since
         self.samples += 1
         if self._failing is not None:
@@ -264,7 +280,7 @@ class Recorder:
                                   n=self.dropped))
             self._failing = None
         if totals_due:
-            self._maintain(now)
+            self._maintain(now, snap.time)
 
     def _write_totals(self, c: sqlite3.Connection, credit: dict[int, list[float]], seen: list[_Job],
                       now: float | None, sample: int | None) -> None:
@@ -301,6 +317,7 @@ class Recorder:
         origin = wall - mono
         if self._origin is None:
             self._origin = self._first_origin = origin
+            self._check_start(wall, mono)
             return
         jump = origin - self._origin
         if abs(jump) > self.gap:
@@ -312,6 +329,48 @@ class Recorder:
                       "so nothing is counted twice or lost"))
             self.say(line.format(jump=format_duration(abs(jump))))
             self._origin = origin
+
+    def _check_start(self, wall: float, mono: float) -> None:
+        """The first sample's wall time against the stored history's end, said once. Ahead by
+        more than the gap so far that retention would delete stored rows at once (a bad RTC
+        before NTP, or a recorder stopped that long: the two look alike), retention counts from
+        the stored end on the monotonic clock, so an unverified clock expires nothing; a shorter
+        stop changes nothing. Behind it, this run's samples are checked against the stored ones
+        (_covered)."""
+        end, oldest = self._stored_end, self._stored_oldest
+        if end is None:
+            return
+        from ..units import format_duration
+
+        # (roll_up deletes 15-minute buckets that start before now - keep.quarter)
+        if wall - end > self.gap and oldest is not None and oldest // 900 * 900 < wall - self.retention.quarter:
+            self._first_origin = end - mono
+            self.say(_("the system clock is {ahead} ahead of the newest recorded sample (recording stopped that "
+                       "long, or the clock is wrong); retention counts from that sample until the next start, so "
+                       "the clock alone expires no history").format(ahead=format_duration(wall - end)))
+        elif wall < end:
+            self._behind_until = end
+            if end - wall >= 1:
+                self.say(_("the system clock is {behind} behind the newest recorded sample; time recorded already "
+                           "is not counted again until the clock passes it").format(
+                               behind=format_duration(end - wall)))
+
+    def _covered(self, c: sqlite3.Connection, wall: float) -> bool:
+        """Whether a sample taken at `wall` falls in time a run before this one recorded: only
+        while the clock is behind the stored end. A stored raw sample says exactly; past
+        --keep-raw, a 1-minute or 15-minute row with recorded seconds covers its whole bucket
+        (which it holds of it is not kept: at the seam, up to a bucket is left uncounted rather
+        than counted twice)."""
+        if self._behind_until is None:
+            return False
+        if wall >= self._behind_until:
+            self._behind_until = None  # past the stored history: nothing more to look up
+            return False
+        if c.execute("SELECT 1 FROM samples WHERE t BETWEEN ? AND ? AND id <= ? AND t + span > ? LIMIT 1",
+                     (wall - self._stored_span, wall, self._stored_id, wall)).fetchone() is not None:
+            return True
+        return any(c.execute("SELECT 1 FROM gpu_rollup WHERE tier = ? AND t = ? AND seconds > 0 LIMIT 1",
+                             (tier, int(wall // tier * tier))).fetchone() is not None for tier in (60, 900))
 
     def close(self, now_monotonic: float | None = None) -> None:
         """Credit the newest sample with the time since it (as on SIGTERM), then close the store."""
@@ -349,7 +408,8 @@ class Recorder:
         else:  # resumed after a kill: only the wall clock spans the two runs
             span = (wall if wall is not None else self._prev.wall) - self._prev.wall
         unbroken = 0 <= span <= self.gap
-        span = span if unbroken else 0.0  # a gap, or a clock that went back: not counted
+        # A gap, or a clock that went back: not counted; nor time an earlier run recorded already.
+        span = span if unbroken and not self._prev.covered else 0.0
         c.execute("UPDATE samples SET span = ? WHERE id = ?", (span, sample))
         credit: dict[int, list[float]] = {}
         for h in held:
@@ -520,6 +580,22 @@ class Recorder:
         last = c.execute("SELECT id, t, span FROM samples ORDER BY id DESC LIMIT 1").fetchone()
         if last is None:
             return
+        # The history's end in time (a clock set back before may have written a newer sample
+        # before an older one) and the oldest time any tier holds: one seek in samples_t, and in
+        # each tier's key; numbers only, as the file may hold any.
+        end = c.execute("SELECT t, span FROM samples WHERE t BETWEEN 0 AND ? ORDER BY t DESC LIMIT 1",
+                        (LAST_TIME,)).fetchone()
+        longest = c.execute("SELECT max(span) FROM samples WHERE typeof(span) IN ('integer', 'real') "
+                            "AND span BETWEEN 0 AND ?", (LONGEST_SPAN,)).fetchone()[0]
+        tiers = " UNION ALL ".join(f"SELECT min(t) AS t FROM {table} WHERE tier = {tier} AND t BETWEEN 0 AND :last"
+                                   for table in ("gpu_rollup", "proc_rollup") for tier in (60, 900))
+        self._stored_oldest = _real(c.execute(f"SELECT min(t) FROM (SELECT min(t) AS t FROM samples WHERE t BETWEEN "
+                                              f"0 AND :last UNION ALL {tiers})", {"last": LAST_TIME}).fetchone()[0])
+        if end is not None and _real(end[0]) is not None and _int(last[0]) is not None:
+            end_span = _real(end[1])
+            self._stored_end = end[0] + (end_span if end_span is not None and 0 <= end_span <= LONGEST_SPAN else 0.0)
+            self._stored_id = last[0]
+            self._stored_span = _real(longest) or 0.0
         sample, t, span = _int(last[0]), _real(last[1]), last[2]
         if sample is None or t is None:
             return  # not a sample this recorder could continue from: start afresh
@@ -547,7 +623,9 @@ class Recorder:
     def _maintenance_due(self, now: float) -> bool:
         return self._last_rollup is None or not 0 <= now - self._last_rollup < ROLLUP_EVERY
 
-    def _maintain(self, now: float) -> None:
+    def _maintain(self, now: float, wall: float) -> None:
+        """Roll up and expire by `now` (retention's clock); forget jobs by `wall`, the clock their
+        last_seen is of (retention's may count from the stored history's end: _check_start)."""
         self._last_rollup = now
         try:
             try:
@@ -563,7 +641,7 @@ class Recorder:
         if self._rollup_failing is not None:
             self.say(_("the history is rolled up again"))
             self._rollup_failing = None
-        self._jobs = {k: j for k, j in self._jobs.items() if j.id in kept and abs(now - j.last_seen) <= FORGET_AFTER}
+        self._jobs = {k: j for k, j in self._jobs.items() if j.id in kept and abs(wall - j.last_seen) <= FORGET_AFTER}
 
     def _fail_rollup(self, e: Exception) -> None:
         """Say once what a failed rollup means: samples are still written (record() says when

@@ -91,6 +91,9 @@ HOUR = 3600
 DAY = 86400
 ROLLUP_TIERS = (60, 900)  # the rollup tables' tiers (a bucket's seconds)
 SQLITE_IOERR, SQLITE_FULL, SQLITE_NOTADB = 10, 13, 26  # result codes (sqlite3 names them from Python 3.11 on)
+SQLITE_IOERR_SHORT_READ = SQLITE_IOERR | 2 << 8  # a file cut short: damaged, not a failure of the moment
+# A full disk or quota, or an I/O error: what a restart once space is freed (or the disk is back) fixes.
+MOMENT_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EIO))
 MAX_DAY_TIME = 253_402_214_400 - 2 * DAY  # the last hour a local day is looked for (datetime's year 9999)
 APPLICATION_ID = 0x7672616D  # "vram": PRAGMA application_id marks the file as ours
 WRITER_CACHE_KIB = 512  # the recorder's SQLite page cache (Store._prepare)
@@ -424,6 +427,19 @@ class StoreBusyError(StoreError):
     exit_code = 1
 
 
+class StoreUnavailableError(StoreError):
+    """The database cannot be written at the moment (the disk is full, an I/O error) as the
+    recorder opens it: a failure of the moment, exit 1, so that the service's unit restarts it
+    (RestartPreventExitStatus=2 would keep it down for good once space is freed)."""
+
+    exit_code = 1
+
+
+def os_failure(e: OSError, line: str) -> StoreError:
+    """The StoreError for an OSError while opening: a full disk or an I/O error is of the moment."""
+    return (StoreUnavailableError if e.errno in MOMENT_ERRNOS else StoreError)(line, param="db")
+
+
 class RollupError(VramkitError):
     """A step of Store.roll_up failed with `error`. `sums`: it was the hour sums' (the raw rows
     were rolled up without them and every other step ran); else a step of retention failed, and
@@ -511,7 +527,7 @@ def _walk(directory: Path, create: bool) -> None:
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise StoreError(_("cannot use {path}: {why}").format(path=shown, why=e.strerror or e), param="db") from None
+        raise os_failure(e, _("cannot use {path}: {why}").format(path=shown, why=e.strerror or e)) from None
     finally:
         os.close(fd)
 
@@ -626,8 +642,8 @@ def _private_dir(directory: Path) -> None:
     except FileExistsError:
         pass
     except OSError as e:
-        raise StoreError(_("cannot create {directory}: {why}").format(
-            directory=directory, why=e.strerror), param="db") from None
+        raise os_failure(e, _("cannot create {directory}: {why}").format(
+            directory=directory, why=e.strerror)) from None
     try:
         fd = os.open(directory, _DIR_FLAGS)
     except OSError as e:
@@ -764,6 +780,9 @@ def _identify(c: sqlite3.Connection, path: Path) -> bool:
     version = c.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise _newer(path, version)
+    if version < 0:  # no vram writes one: the migrations would start from the wrong one
+        raise StoreError(_("{path} is not a readable vram history database (corrupt: schema version {version}, "
+                           "which vram never writes)").format(path=path, version=version), param="db")
     app = c.execute("PRAGMA application_id").fetchone()[0]
     empty: bool = c.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
     if app != APPLICATION_ID and not empty:
@@ -953,12 +972,19 @@ def describe(e: sqlite3.Error, path: Path) -> str:
     return f"{path}: {text}"
 
 
-def _error(e: sqlite3.Error, path: Path) -> StoreError:
-    """The StoreError for an SQLite error while opening: busy or locked is a failure of the
-    moment (retried), anything else a database vram cannot use."""
+def open_error(e: sqlite3.Error, path: Path) -> StoreError:
+    """The StoreError for an SQLite error while opening: busy or locked, a full disk or an I/O
+    error is a failure of the moment (exit 1: the service restarts it), anything else a database
+    vram cannot use (exit 2)."""
     line = describe(e, path)
     text = str(e)
-    return (StoreBusyError if "locked" in text or "busy" in text else StoreError)(line, param="db")
+    code = getattr(e, "sqlite_errorcode", None)
+    if "locked" in text or "busy" in text:
+        return StoreBusyError(line, param="db")
+    if code == SQLITE_FULL or "disk is full" in text or (
+            code is not None and code & 0xFF == SQLITE_IOERR and code != SQLITE_IOERR_SHORT_READ):
+        return StoreUnavailableError(line, param="db")
+    return StoreError(line, param="db")
 
 
 class Store:
@@ -1028,9 +1054,9 @@ class Store:
             if lock_fd is not None:
                 os.close(lock_fd)
             if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
-                raise StoreError(_("cannot open {path}: {why}").format(path=path, why=e.strerror), param="db") from None
+                raise os_failure(e, _("cannot open {path}: {why}").format(path=path, why=e.strerror)) from None
             if isinstance(e, sqlite3.Error):
-                raise _error(e, path) from None
+                raise open_error(e, path) from None
             raise
         return cls._connect(live, True, lock_fd, path if shared and os.geteuid() == 0 else None)
 
@@ -1082,9 +1108,9 @@ class Store:
             if lock_fd is not None:
                 os.close(lock_fd)
             if isinstance(e, sqlite3.Error):
-                raise _error(e, path) from None
+                raise open_error(e, path) from None
             if isinstance(e, OSError):
-                raise StoreError(_("cannot open {path}: {why}").format(path=path, why=e.strerror), param="db") from None
+                raise os_failure(e, _("cannot open {path}: {why}").format(path=path, why=e.strerror)) from None
             raise
 
     @staticmethod
@@ -1101,8 +1127,8 @@ class Store:
             if e.errno == errno.ELOOP:  # a link was put there
                 raise StoreError(_("{path} is a symbolic link; vram does not follow links").format(
                     path=path), param="db") from None
-            raise StoreError(_("cannot open {path} for writing: {why}").format(
-                path=path, why=e.strerror), param="db") from None
+            raise os_failure(e, _("cannot open {path} for writing: {why}").format(
+                path=path, why=e.strerror)) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -1125,6 +1151,9 @@ class Store:
             if _identify(c, self.path):
                 raise StoreError(_("{path} holds no history yet").format(path=self.path), param="db")
             version = self.version()
+            # The schema first, as the recorder checks it: a version below READS_FROM over vram's
+            # tables is a damaged file for both, never one 'vram record' would upgrade.
+            check_schema(c, self.path)
             # An older schema is read as it is (a recorder service of the previous version may
             # still be writing it); 'vram record' upgrades it when it next starts.
             if version < READS_FROM:
@@ -1138,7 +1167,6 @@ class Store:
             self.hour_totals = version >= 6
             self.quarter_totals = version >= 7
             self.totals_behind = version >= 8
-            check_schema(c, self.path)
             c.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
             return
         empty = _validate(c, self.path)
