@@ -260,6 +260,22 @@ def test_another_user_reads_workloads_from_the_published_copy(readable_dir):
     assert rows == {48211: 1, None: 3}
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to record as root and read as other users")
+def test_a_log_another_user_planted_beside_the_published_copy_does_not_stop_its_readers(shared_dir):
+    # In a shared sticky directory anyone may plant NAME-wal, and only its maker may remove it: the
+    # copy is in rollback-journal mode, written whole by the recorder, so such a log is none of it.
+    db = shared_dir / "history.db"
+    record(db, hours=1)
+    planted = Path(f"{db}-wal")
+    planted.write_bytes(b"not a log")
+    os.chown(planted, 1001, 1001)
+    argv = vram_argv("report", "--db", str(db), "--since", f"@{EPOCH}", "--until", f"@{EPOCH + 3600}", "--json")
+    other = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+                           capture_output=True, text=True, env=stepped(), timeout=120, stdin=subprocess.DEVNULL)
+    assert other.returncode == 0, other.stderr
+    assert json.loads(other.stdout)["rows"] and planted.read_bytes() == b"not a log"
+
+
 # ---------------------------------------------------------------- what becomes known later
 def _snapshot(t: float, workload: Workload) -> Snapshot:
     proc = GpuProcess(pid=300, gpu=0, gpu_uuid=None, memory=GiB, start_ticks=42, user="alice",

@@ -628,11 +628,20 @@ def _head(path: Path | str) -> tuple[bytes, int]:
         os.close(fd)
 
 
-def _is_snapshot(path: Path) -> bool:
+def _is_snapshot(path: Path, owner: int) -> bool:
     """A database file nobody writes in place: in rollback-journal mode (a published copy, or a
-    history whose recorder has stopped) with no write-ahead log beside it."""
+    history whose recorder has stopped) with no write-ahead log of its owner's beside it. A log of
+    another user's is none of the file's (in a shared sticky directory anyone may plant one, and
+    no one but its maker may remove it): the copy is read as it is."""
     head, _size = _head(path)
-    return len(head) == 100 and head[18:20] == b"\x01\x01" and not os.path.lexists(f"{path}-wal")
+    if len(head) != 100 or head[18:20] != b"\x01\x01":
+        return False
+    try:
+        return os.lstat(f"{path}-wal").st_uid != owner
+    except FileNotFoundError:
+        return True
+    except OSError:  # not to be looked at: as if it were the owner's
+        return False
 
 
 def _private_dir(directory: Path) -> None:
@@ -1077,7 +1086,7 @@ class Store:
         st = os.stat(target)
         if me == 0:
             _check_trusted(target, st, N_("vram as root"))
-        snapshot = target == path and st.st_uid != me and _is_snapshot(path)
+        snapshot = target == path and st.st_uid != me and _is_snapshot(path, st.st_uid)
         store = cls._connect(target, False, None, None, immutable=snapshot)
         store.path = path  # what the reader named (reports say "in lab.db"), whichever file it is
         return store
