@@ -615,6 +615,29 @@ def plant(path: Path, kind: str) -> Path:
     return victim
 
 
+@contextlib.contextmanager
+def mounted_tmpfs(size: str, prefix: str):
+    """A tmpfs of `size` (mount(8)'s "6m") mounted on a new directory for a test, mode 0700, and
+    unmounted after; the test is skipped where it cannot be mounted (not root, no mount here)."""
+    import tempfile
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        path.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+        path.rmdir()
+
+
 def needs_root(why: str):
     """A skip mark for a test that needs root, e.g. `@needs_root("to run vram as another user")`:
     the suite runs as root (CI) and as an ordinary user, and says why a test did not run."""

@@ -7,13 +7,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, run_vram
+from helpers import clean_env, mounted_tmpfs, run_vram
 
 from vramkit.history.store import StoreBusyError, StoreError, StoreUnavailableError, open_error
 
@@ -164,19 +162,8 @@ def test_a_clock_set_back_past_the_raw_tier_counts_nothing_twice(tmp_path):
 
 @pytest.fixture
 def tiny_tmpfs() -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = Path(tempfile.mkdtemp(prefix="vramkit-full-start-"))
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(path)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        path.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs("6m", "vramkit-full-start-") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-        path.rmdir()
 
 
 def _fill(directory: Path) -> Path:

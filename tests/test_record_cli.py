@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import SCENARIO_DIR, clean_env, run_vram, vram_argv
+from helpers import SCENARIO_DIR, clean_env, mounted_tmpfs, run_vram, vram_argv
 
 from vramkit.history import query
 from vramkit.history.store import Store, StoreError
@@ -385,19 +385,8 @@ def test_disk_full_through_a_file_size_limit(tmp_path):
 
 @pytest.fixture
 def small_tmpfs() -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = Path(tempfile.mkdtemp(prefix="vramkit-full-"))
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(path)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        path.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs("512k", "vramkit-full-") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-        path.rmdir()
 
 
 def test_disk_full_on_a_small_tmpfs(small_tmpfs, tmp_path):
