@@ -89,7 +89,7 @@ def test_a_zombie_leader_whose_thread_holds_the_gpu_is_a_holder(children, write_
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     children.procs.append(proc)
     assert proc.stdout.readline().strip() == b"ready"
-    assert wait_for(lambda: proc_state(proc.pid) == "Z") and not os.listdir(f"/proc/{proc.pid}/fd")
+    assert wait_for(lambda: proc_state(proc.pid) == "Z")  # its own fd table reads empty (refused, as a user)
     path = write_scenario(real_gpu_scenario({}, device_nodes=f"{dev}/nvidia*"))
     data = run_vram("ps", "--simulate", str(path), "--holders", "--json", env=env).json()
     holders = {h["pid"]: h for h in data["holders"]}

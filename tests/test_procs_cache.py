@@ -14,6 +14,12 @@ from vramkit import procs
 from vramkit.collector import Collector
 
 
+def _resident(pid: int) -> bool:
+    """Whether some page of pid is resident (statm's second field)."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) > 0
+
+
 def test_the_cache_follows_the_processes(children, write_scenario, monkeypatch):
     a = children.start([sys.executable, "-c", "import time; time.sleep(600)", "job-a"])
     b = children.start([sys.executable, "-c", "import time; time.sleep(600)", "job-b"])
@@ -268,7 +274,8 @@ def test_without_pidfds_a_reader_of_who_processes_are_reads_every_time(children,
 def test_a_reading_without_host_usage_leaves_state_cpu_and_rss_unread_but_says_a_zombie(children, write_scenario,
                                                                                        monkeypatch):
     sleeper = children.start(["sleep", "600"])
-    assert wait_for(lambda: cmdline(sleeper.pid) == b"sleep\x00600\x00")  # exec done: read as itself
+    # exec done (read as itself), and a page of it resident (just after exec its RSS is 0)
+    assert wait_for(lambda: cmdline(sleeper.pid) == b"sleep\x00600\x00" and _resident(sleeper.pid))
     data = minimal_scenario()
     data["processes"] += [{"pid": sleeper.pid, "source": "real", "gpus": {"0": "1GiB"}},
                           {"pid": 4999, "user": "bob", "command": "python defunct.py", "state": "zombie",
@@ -292,7 +299,8 @@ def test_a_reading_without_host_usage_leaves_state_cpu_and_rss_unread_but_says_a
 def test_a_reading_reads_the_usage_of_the_pids_it_names_only(children, write_scenario, monkeypatch):
     # The live view names the rows on screen: those show state, CPU and RSS; the others are not read.
     shown, hidden = children.start(["sleep", "600"]), children.start(["sleep", "600"])
-    assert wait_for(lambda: cmdline(shown.pid) == cmdline(hidden.pid) == b"sleep\x00600\x00")
+    assert wait_for(lambda: cmdline(shown.pid) == cmdline(hidden.pid) == b"sleep\x00600\x00"
+                    and _resident(shown.pid) and _resident(hidden.pid))
     data = minimal_scenario()
     data["processes"] += [{"pid": shown.pid, "source": "real", "gpus": {"0": "1GiB"}},
                           {"pid": hidden.pid, "source": "real", "gpus": {"1": "1GiB"}}]

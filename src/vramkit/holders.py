@@ -71,13 +71,17 @@ def _open_nodes(pid: int, nodes: dict[str, tuple[int, int, str]],
     as its /dev/nvidia0 too. So the file it opened is the node it is (by device number), if any."""
     base = f"/proc/{pid}/fd"
     try:
-        fds = os.listdir(base)
+        fds: list[str] | None = os.listdir(base)
     except PermissionError:
-        return None
+        fds = None
     except OSError:
         return ()
-    if not fds:  # a main thread that exited while others run (a zombie leader) shows no table of its own
+    if not fds:  # a main thread that exited while others run (a zombie leader) shows no table of its
+        # own (or refuses it even to its owner): a live thread's is the process's
+        refused = fds is None
         base, fds = _thread_fds(pid)
+        if refused and not fds:
+            return None
     held = set()
     for fd in fds:
         try:
