@@ -66,6 +66,9 @@ def report(db: Path, *args: str, **extra: str | None):
     ("now", 1_800_000_000), ("7d", 1_800_000_000 - 7 * 86400), ("24h", 1_800_000_000 - 86400),
     ("90m", 1_800_000_000 - 5400), ("1h30m", 1_800_000_000 - 5400), ("@1767225600", 1767225600),
     ("@1767225600.5", 1767225600.5),
+    # with a zone, as the JSON writes since_time and until_time (the local zone does not matter)
+    ("2026-01-01T00:00:00+00:00", 1767225600), ("2026-01-01T00:00:00Z", 1767225600),
+    ("2026-01-01 05:30+05:30", 1767225600), ("2025-12-31T19:00:00.5-0500", 1767225600.5),
 ])
 def test_time_points(text, want):
     assert parse_time_point(text, 1_800_000_000) == want
@@ -89,7 +92,8 @@ def test_dates_are_local_time(monkeypatch):
 
 
 @pytest.mark.parametrize("text", ["yesterday", "2026-13-01", "2026-11-01 25:00", "@abc", "@-5", "@inf", "-5m",
-                                  "", "7x", "1" * 500, "2026-11-01 13:00 UTC"])
+                                  "", "7x", "1" * 500, "2026-11-01 13:00 UTC", "2026-11-31T13:00Z",
+                                  "2026-11-01T13:00+25:00"])
 def test_bad_time_points(text):
     with pytest.raises(ValueError) as e:
         parse_time_point(text, 1e9)

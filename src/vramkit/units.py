@@ -203,12 +203,15 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 _TIME_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
+# A time with its zone, as vram's JSON writes one (since_time: 2026-11-01T13:00:00+00:00), or Z for UTC
+_ZONED = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([zZ]|[+-]\d{2}:?\d{2})")
 
 
 def parse_time_point(text: str, now: float) -> float:
     """A point in time -> unix seconds: 'now'; a duration meaning that long before `now` ('7d',
     '24h', '90m', '1h30m'); a local date or time ('2026-11-01', '2026-11-01 13:00[:SS]',
-    '2026-11-01T13:00[:SS]'); or '@UNIX' (unix seconds). ValueError with a one-line message."""
+    '2026-11-01T13:00[:SS]'), or one with its zone ('2026-11-01T13:00:00+00:00', '...Z', as the
+    JSON writes them); or '@UNIX' (unix seconds). ValueError with a one-line message."""
     from datetime import datetime
 
     cleaned = text.strip()
@@ -223,9 +226,13 @@ def parse_time_point(text: str, now: float) -> float:
         if not math.isfinite(value) or not 0 <= value <= 1e11:  # 1e11: the year 5138
             raise ValueError(_("not a unix time: {value} {hint}").format(value=repr(_short(text)), hint=hint))
         return value
-    if len(cleaned) <= 19 and cleaned[:4].isdigit() and cleaned[4:5] == "-":
-        for layout in _TIME_FORMATS:
+    zoned = _ZONED.fullmatch(cleaned)
+    if zoned or len(cleaned) <= 19 and cleaned[:4].isdigit() and cleaned[4:5] == "-":
+        for layout in (None,) if zoned else _TIME_FORMATS:
             try:
+                if layout is None:  # (Python 3.10's fromisoformat takes no Z)
+                    return datetime.fromisoformat(cleaned[:-1] + "+00:00" if cleaned[-1] in "zZ" else cleaned
+                                                  ).timestamp()
                 return datetime.strptime(cleaned, layout).timestamp()  # naive: local time
             except (ValueError, OverflowError, OSError):
                 continue
