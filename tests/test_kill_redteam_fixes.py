@@ -212,6 +212,27 @@ def test_root_refuses_an_audit_log_another_user_owns(children, write_scenario, e
     assert log.read_text() == "" and info.st_uid == 65534 and stat.S_IMODE(info.st_mode) == 0o644
 
 
+@needs_root("to make a directory another user owns")
+def test_root_refuses_an_audit_log_in_a_directory_another_user_may_empty(children, write_scenario, env, tmp_path):
+    child = start_sleeper(children)
+    path = write_scenario(real_gpu_scenario({child.pid: {"0": "1GiB"}}))
+    theirs, open_to_all = tmp_path / "theirs", tmp_path / "open"
+    theirs.mkdir(0o755)
+    os.chown(theirs, 65534, 65534)
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)  # not sticky: anyone may remove what is in it
+    for directory, why in ((theirs, "its directory belongs to uid 65534, not to root or you"),
+                           (open_to_all, "its directory may be written by others and is not sticky")):
+        log = directory / "audit.log"
+        result = kill(path, str(child.pid), "--yes", env={**env, "VRAM_AUDIT_LOG": str(log)})
+        assert_one_line_error(result, 1, f"cannot write the audit log {log}", why, "nothing was signalled")
+        assert alive(child) and not log.exists()
+    open_to_all.chmod(0o1777)  # sticky, as /tmp: only the log's owner may remove it
+    done = kill(path, str(child.pid), "--yes", "--timeout", "5",
+                env={**env, "VRAM_AUDIT_LOG": str(open_to_all / "audit.log")})
+    assert done.rc == 0 and (open_to_all / "audit.log").stat().st_uid == 0
+
+
 def test_the_callers_own_log_is_still_tightened_and_appended_to(children, write_scenario, env, tmp_path):
     log = tmp_path / "mine.log"
     log.write_text('{"event": "earlier"}\n')

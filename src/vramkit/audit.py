@@ -96,6 +96,16 @@ def _open_directory(path: Path, fail: Any) -> int:
     except BaseException:
         os.close(fd)
         raise
+    # Whoever may remove or rename its entries could erase the records (or put a file of their
+    # own in the log's place): the log's directory is root's or the caller's, sticky if others may write it.
+    held = os.fstat(fd)
+    if held.st_uid not in (0, os.geteuid()):
+        os.close(fd)
+        fail(_("its directory belongs to uid {uid}, not to root or you (its owner could erase the records)").format(
+            uid=held.st_uid))
+    if held.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not held.st_mode & stat.S_ISVTX:
+        os.close(fd)
+        fail(_("its directory may be written by others and is not sticky (they could erase the records)"))
     return fd
 
 
