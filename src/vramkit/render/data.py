@@ -94,11 +94,20 @@ STATUS_CSV_COLUMNS = ("index", "name", "uuid", "pci_bus_id", "lost", "memory_use
                       "process_count", "simulated", "time")
 
 
-def _csv_value(value: object) -> str:
+# What a spreadsheet runs as a formula when a cell starts with it: another user's command line
+# "=HYPERLINK(...)" in a CSV an admin opens. Such a text cell starts with ' (OWASP's advice, which
+# spreadsheets show as text); the JSON keeps the text as it is.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> str:
+    """A value as a CSV cell: N/A for None, true/false, a text that would start a formula quoted."""
     if value is None:
         return "N/A"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
     return str(value)
 
 
@@ -119,7 +128,7 @@ def status_csv(snap: Snapshot, header: bool = True) -> str:
     for dev in snap.gpus:
         values = {**asdict(dev), "process_count": process_count(dev), "simulated": snap.simulated,
                   "time": _iso(snap.time)}
-        writer.writerow([_csv_value(values[c]) for c in STATUS_CSV_COLUMNS])
+        writer.writerow([csv_cell(values[c]) for c in STATUS_CSV_COLUMNS])
     return buf.getvalue()
 
 
@@ -138,6 +147,6 @@ def ps_csv(snap: Snapshot, procs: list[GpuProcess]) -> str:
     when = _iso(snap.time)
     for row in ps_rows(snap, procs):
         owner = row["workload"] or {}
-        writer.writerow([_csv_value(when if c == "time" else row[c]) if c not in _OWNER_CSV else
-                         ("" if owner.get(c) is None else _csv_value(owner[c])) for c in PS_CSV_COLUMNS])
+        writer.writerow([csv_cell(when if c == "time" else row[c]) if c not in _OWNER_CSV else
+                         ("" if owner.get(c) is None else csv_cell(owner[c])) for c in PS_CSV_COLUMNS])
     return buf.getvalue()

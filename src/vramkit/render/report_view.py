@@ -20,6 +20,7 @@ from ..procs import sanitize
 from ..procs.workload import describe
 from ..units import format_duration, format_size
 from . import fmt
+from .data import csv_cell
 from .life_view import outside_words, workload_dict
 from .style import Style
 from .text_width import cells, fit, pad, wrap
@@ -336,5 +337,5 @@ def report_csv(report: Report) -> str:
         row = usage_dict(u, report.by)
         if "gpus" in row:
             row["gpus"] = ",".join(map(str, row["gpus"]))
-        writer.writerow(["N/A" if row[c] is None else row[c] for c in columns])
+        writer.writerow([csv_cell(row[c]) for c in columns])
     return buf.getvalue()
