@@ -46,6 +46,9 @@ def test_a_container_is_its_runtime_and_full_id(text, runtime):
     f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SLICE_UID}.slice/cri-containerd-{ID}.scope",
     f"0::/kubepods.slice/kubepods-pod{SLICE_UID}.slice/cri-containerd-{ID}.scope",
     f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{SLICE_UID}.slice/crio-{ID}.scope",
+    # a kubelet with --cgroup-root=/kubelet (kind): its slices' names start with the root's
+    f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+    f"kubelet-kubepods-besteffort-pod{SLICE_UID}.slice/cri-containerd-{ID}.scope",
     # cgroupfs driver: /kubepods/<qos>/pod<uid>/<id>, v1 and v2
     f"0::/kubepods/burstable/pod{UID}/{ID}",
     f"11:memory:/kubepods/pod{UID}/{ID}\n0::/",

@@ -57,7 +57,9 @@ class _Patterns:
         # systemd driver: <prefix>-<id>.scope; conmon scopes (crio-conmon-, libpod-conmon-) are not the container.
         self.scope = re.compile(rf"(docker|cri-containerd|crio|libpod|nerdctl)-({_HEX64})\.scope")
         self.bare = re.compile(rf"(?:(crio|libpod)-)?({_HEX64})")  # cgroupfs driver: the id as a directory
-        self.pod_slice = re.compile(rf"kubepods(?:-[a-z]+)?-pod({_UID})\.slice")
+        # A kubelet with --cgroup-root (kind's /kubelet.slice) names its slices below it with the root's
+        # own name first: kubelet-kubepods-besteffort-pod<uid>.slice
+        self.pod_slice = re.compile(rf"(?:[a-z0-9_]+-)*kubepods(?:-[a-z]+)?-pod({_UID})\.slice")
         self.pod_dir = re.compile(rf"pod({_UID})")
         self.lxc = re.compile(r"lxc\.payload\.(.+)")
         self.lxc_name = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
