@@ -317,3 +317,14 @@ def test_a_plot_path_of_ones_own_is_written_afresh(db, tmp_path):
     result = run_vram("report", "--db", str(db), *WINDOW, "--plot", str(out), env=_blocked_matplotlib(tmp_path))
     assert result.rc == 0, result.err
     assert out.read_text(encoding="utf-8").startswith("<svg") and oct(out.stat().st_mode & 0o777) == "0o644"
+
+
+def test_the_recorded_time_shown_is_never_more_than_the_window():
+    # A sample counts in the window it starts in: its span may reach past the window's end.
+    from vramkit.history.query import Coverage
+    from vramkit.render.report_view import Report, _headline
+
+    window = Report("lab.db", EPOCH, EPOCH + 2 * HOUR, "gpu", [], [], Coverage(EPOCH, EPOCH + 2 * HOUR, 2 * HOUR + 4))
+    assert _headline(window)[1] == "recorded: 2h00m of it (100%), in lab.db"
+    half = Report("lab.db", EPOCH, EPOCH + 2 * HOUR, "gpu", [], [], Coverage(EPOCH, EPOCH + HOUR, HOUR))
+    assert _headline(half)[1] == "recorded: 1h00m of it (50%), in lab.db"

@@ -184,7 +184,10 @@ def _headline(report: Report) -> list[str]:
     """The window, then how much of it was recorded, and where."""
     span = report.until - report.since
     cov = report.coverage
-    share = 100 * cov.recorded_seconds / span if span > 0 else 0.0
+    # A sample counts in the window it starts in: the last one's span may reach past the window's
+    # end, so the sum can exceed the window by up to a sample. Said as what it is: all of it.
+    recorded = min(cov.recorded_seconds, max(span, 0.0))
+    share = 100 * recorded / span if span > 0 else 0.0
     titles = {"user": _("usage by user, {since} to {until} ({span})"),
               "gpu": _("usage by gpu, {since} to {until} ({span})"),
               "life": _("usage by process, {since} to {until} ({span})"),
@@ -196,7 +199,7 @@ def _headline(report: Report) -> list[str]:
     return [titles[report.by].format(since=_local(report.since), until=_local(report.until),
                                      span=format_duration(span)),
             _("recorded: {recorded} of it ({share}%), in {database}").format(
-                recorded=format_duration(cov.recorded_seconds), share=f"{share:.0f}",
+                recorded=format_duration(recorded), share=f"{share:.0f}",
                 database=sanitize(report.database))]
 
 
