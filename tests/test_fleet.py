@@ -124,6 +124,26 @@ def test_a_down_host_is_said_plainly_and_shows_no_stale_numbers(fake):
     assert fleet.to_dict()["hosts"][1]["state"] == "down"
 
 
+def test_a_target_saying_it_is_another_host_is_shown_by_its_address(fake):
+    # Through Prometheus too: a target whose --hostname is another target's (gpu-a, in another case)
+    # or a down target's address may not pass for it (fleet pick would name the wrong machine).
+    answers = two_hosts()
+    answers[Q_UP] = vector((target("10.0.0.1:9787"), "1"), (target("10.0.0.2:9787"), "0"),
+                           (target("10.0.0.3:9787"), "1"), (target("10.0.0.4:9787"), "1"))
+    answers[Q_SEEN]["data"]["result"] += vector(
+        (target("10.0.0.3:9787", hostname="GPU-A.", version="1"), "1"),
+        (target("10.0.0.4:9787", hostname="10.0.0.2:9787", version="1"), "1"))["data"]["result"]
+    answers[Q_GPU]["data"]["result"] += vector(
+        host_info("10.0.0.3:9787", "GPU-A."), host_info("10.0.0.4:9787", "10.0.0.2:9787"),
+        *gpu_series("10.0.0.3:9787", 0, "H200", 0, 141 * GiB, 0.0, 0),
+        *gpu_series("10.0.0.4:9787", 0, "H200", 0, 141 * GiB, 0.0, 0))["data"]["result"]
+    fleet = read_fleet(Prometheus(fake(answers).url))
+    shown = {h.instance: h.host for h in fleet.hosts}
+    # Two say they are gpu-a: which one is cannot be told, so neither is shown as gpu-a.
+    assert shown == {"10.0.0.1:9787": "10.0.0.1:9787", "10.0.0.2:9787": "gpu-b", "10.0.0.3:9787": "10.0.0.3:9787",
+                     "10.0.0.4:9787": "10.0.0.4:9787"}
+
+
 def test_partial_answers_are_said_per_host(fake):
     answers = two_hosts()
     answers[Q_UP] = vector((target("10.0.0.1:9787"), "1"), (target("10.0.0.2:9787"), "1"),

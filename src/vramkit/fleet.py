@@ -251,6 +251,35 @@ class FleetHost:
         return "partial" if self.notes else "up"
 
 
+def _name_forms(name: str) -> set[str]:
+    """The ways a name for a host reads, whichever was typed or claimed: in lower case, without a
+    trailing dot or an IPv6 address's brackets, and without its port ("GPU-A.:9787" is gpu-a)."""
+    text = name.strip().lower()
+    forms = {text.strip("[]").rstrip(".")}
+    host, sep, port = text.rpartition(":")
+    if sep and port.isdigit() and (host.count(":") == 0 or host.endswith("]")):
+        forms.add(host.strip("[]").rstrip("."))
+    return forms
+
+
+def names_no_one_else_claims(hosts: list[FleetHost]) -> None:
+    """A host's name for itself is its own word: shown only where no other host of the list reads
+    the same, by its word or by its address (in any case, with or without its port or a trailing
+    dot). Else one host could pass for another (gpu-b answering that it is gpu-a, or that it is a
+    down host's address, with GPUs to spare) and `fleet pick` send jobs to the wrong one; such a
+    host is shown by its address."""
+    forms = [_name_forms(h.instance) | (set() if h.host == h.instance else _name_forms(h.host)) for h in hosts]
+    for i, h in enumerate(hosts):
+        if h.host == h.instance:
+            continue
+        claimed = _name_forms(h.host)
+        # (the same target under another job is the same machine)
+        if any(claimed & other for j, other in enumerate(forms) if hosts[j].instance != h.instance):
+            h.notes.append(_("partial: it says it is {name}, as another host of the list is: shown by its "
+                             "address").format(name=h.host))
+            h.host = h.instance
+
+
 @dataclass
 class Fleet:
     prometheus: str | None  # its address; None when the hosts were read directly (fleet_hosts.py)
@@ -341,6 +370,7 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
             if g.users:
                 g.top_user, g.top_user_memory = max(g.users.items(), key=lambda kv: (kv[1], kv[0]))
         _judge_host(host, errors.get(key), dropped.get(key))
+    names_no_one_else_claims(list(hosts.values()))
     ordered = sorted(hosts.values(), key=lambda h: (h.host, h.instance, h.job))
     return Fleet(prom.url, ordered, list(prom.warnings), prom.warnings_left_out)
 

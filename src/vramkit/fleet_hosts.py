@@ -39,7 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RequestError
-from .fleet import MAX_ANSWER, MAX_BYTES, MAX_COUNT, Fleet, FleetGpu, FleetHost, _in_range, _judge_host, clean
+from .fleet import (
+    MAX_ANSWER,
+    MAX_BYTES,
+    MAX_COUNT,
+    Fleet,
+    FleetGpu,
+    FleetHost,
+    _in_range,
+    _judge_host,
+    clean,
+    names_no_one_else_claims,
+)
 from .http_get import GetError, get
 from .i18n import _, join_words
 from .named_files import Refused, read_named
@@ -241,7 +252,7 @@ def read_hosts(urls: list[str], timeout: float, config: ClientConfig | None = No
             host.up = True
             _fill(host, answer)
         hosts.append(host)
-    _names_no_one_else_claims(hosts)
+    names_no_one_else_claims(hosts)
     return Fleet(None, hosts, [], source="hosts")
 
 
@@ -254,25 +265,6 @@ def read_snapshots(urls: list[str], timeout: float, config: ClientConfig | None 
     deadline = time.monotonic() + timeout
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
         return list(pool.map(lambda url: _read_snapshot(url, deadline, config, max_answer), urls))
-
-
-def _names_no_one_else_claims(hosts: list[FleetHost]) -> None:
-    """A host's name for itself is its own word: shown only where no other host of the list has it,
-    by its word or by the address typed for it. Else one host could pass for another (gpu-b
-    answering that it is gpu-a, with GPUs to spare) and `fleet pick` send jobs to the wrong one;
-    such a host is shown by its address."""
-    typed = {h.instance: h.instance.rsplit(":", 1)[0].strip("[]") for h in hosts}
-    claims: dict[str, int] = {}
-    for h in hosts:
-        if h.host != h.instance:
-            claims[h.host] = claims.get(h.host, 0) + 1
-    for h in hosts:
-        if h.host == h.instance:
-            continue
-        if claims[h.host] > 1 or any(name == h.host for instance, name in typed.items() if instance != h.instance):
-            h.notes.append(_("partial: it says it is {name}, as another host of the list is: shown by its "
-                             "address").format(name=h.host))
-            h.host = h.instance
 
 
 @dataclass(frozen=True)

@@ -94,14 +94,16 @@ def _gpu(free_gib: int) -> dict:
             "processes": []}
 
 
-@pytest.mark.parametrize("claim", ["gpu-a", "localhost"])
+@pytest.mark.parametrize("claim", ["gpu-a", "localhost", "GPU-A", "gpu-a.", "LOCALHOST", "localhost.",
+                                   "{real}", "{real_upper}"])
 def test_a_host_saying_it_is_another_host_of_the_list_is_shown_by_its_address(claim):
-    # gpu-a is busy; the hostile host says it is gpu-a (or the name typed for gpu-a) with a GPU to
-    # spare: fleet pick must not say 'on gpu-a'.
+    # gpu-a is busy; the hostile host says it is gpu-a (or the name typed for gpu-a, with its port,
+    # in another case, with a trailing dot) with a GPU to spare: fleet pick must not say 'on gpu-a'.
     real = FakeHost(lambda h: send(h, snapshot(_gpu(2), hostname="gpu-a")))
+    real_address = "localhost:" + real.address.rsplit(":", 1)[1]
+    claim = claim.format(real=real_address, real_upper=real_address.upper())
     liar = FakeHost(lambda h: send(h, snapshot(_gpu(78), hostname=claim)))
     try:
-        real_address = "localhost:" + real.address.rsplit(":", 1)[1]
         hosts = f"{real_address},{liar.address}"
         picked = run_vram("fleet", "pick", "--hosts", hosts, "--min-free", "40GiB", "--json", env=clean_env()).json()
         assert picked["host"] == picked["instance"] == liar.address
@@ -111,3 +113,16 @@ def test_a_host_saying_it_is_another_host_of_the_list_is_shown_by_its_address(cl
     finally:
         real.close()
         liar.close()
+
+
+def test_a_host_may_not_take_a_down_hosts_address():
+    # A host of the list that does not answer keeps its address: another may not say it is that one.
+    from vramkit.fleet import FleetHost, names_no_one_else_claims
+
+    down = FleetHost(host="10.0.0.7:9787", instance="10.0.0.7:9787", job="", up=False)
+    liar = FleetHost(host="10.0.0.7:9787", instance="10.0.0.8:9787", job="", up=True)
+    twin = FleetHost(host="gpu-c", instance="10.0.0.9:9787", job="vram", up=True)  # one target, two jobs:
+    also = FleetHost(host="gpu-c", instance="10.0.0.9:9787", job="vram-2", up=True)  # the same machine
+    names_no_one_else_claims([down, liar, twin, also])
+    assert liar.host == "10.0.0.8:9787" and liar.notes and down.host == "10.0.0.7:9787"
+    assert twin.host == also.host == "gpu-c" and not twin.notes
