@@ -583,6 +583,7 @@ UID_FILES = frozenset({
     "test_sim_spawn_output.py", "test_text_width.py", "test_top_history.py", "test_workload.py",
     "test_workload_trust.py", "test_procs_table_hostile.py", "test_output_files.py",
     "test_leases_directory_hostile.py", "test_kill_redteam_fixes.py", "test_history_redteam_fixes.py",
+    "test_fleet_hosts.py",
 })
 
 

@@ -3,6 +3,7 @@ hosts that answer what a broken or hostile server would), with basic auth and TL
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import os
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, clean_env, closed_after, free_port, run_vram, sanitized
+from helpers import assert_one_line_error, clean_env, closed_after, free_port, needs_root, run_vram, sanitized
 
 from vramkit.errors import RequestError
 from vramkit.fleet_hosts import ClientConfig, load_client_config, parse_hosts, read_hosts
@@ -253,6 +254,22 @@ def test_files_of_the_config_that_others_can_replace_or_read_are_refused(tmp_pat
     config.chmod(0o666)
     with pytest.raises(RequestError, match="writable by every user"):
         load_client_config(config)
+
+
+@needs_root("to give the config to another user")
+def test_as_root_a_config_of_another_users_is_refused(tmp_path):
+    # Its owner could name a file only root may read as the password, sent to a host of their choice.
+    secret = tmp_path / "root-only"
+    secret.write_text("root's secret")
+    secret.chmod(0o600)
+    config = tmp_path / "fleet.yml"
+    config.write_text("basic_auth: {username: x, password_file: root-only}\n")
+    os.chown(config, 65534, 65534)
+    with pytest.raises(RequestError, match="belongs to uid 65534: as root, vram reads only a config of root's"):
+        load_client_config(config)
+    os.chown(config, 0, 0)
+    sent = load_client_config(config).authorization  # root's own config: root named the file
+    assert sent is not None and base64.b64decode(sent.split()[1]) == b"x:root's secret"
 
 
 def test_hosts_and_prometheus_are_one_or_the_other(tmp_path):

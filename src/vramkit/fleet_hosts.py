@@ -133,9 +133,10 @@ def _config_error(path: Path, key: str | None, why: str) -> RequestError:
 
 
 def _read(path: Path, config: Path, key: str | None, limit: int, secret: bool = False) -> bytes:
-    """A file the config names (or the config itself), as named_files reads one."""
+    """A file the config names (or the config itself, which as root must be root's), as named_files
+    reads one."""
     try:
-        return read_named(path, limit, secret)
+        return read_named(path, limit, secret, trusted=path == config)
     except Refused as e:
         raise _config_error(config, key, e.message) from None
 

@@ -22,8 +22,9 @@ class Refused(VramkitError):
     config and the key that named it."""
 
 
-def read_named(path: Path, limit: int, secret: bool = False) -> bytes:
-    """`path`'s bytes (at most `limit` of them), or Refused."""
+def read_named(path: Path, limit: int, secret: bool = False, trusted: bool = False) -> bytes:
+    """`path`'s bytes (at most `limit` of them), or Refused. `trusted`: a file whose words vram
+    acts on (a config naming the files to read, and where to send them): as root, only root's."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as e:
@@ -32,6 +33,10 @@ def read_named(path: Path, limit: int, secret: bool = False) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Refused(_("{path} is not a regular file").format(path=path))
+        if trusted and os.geteuid() == 0 and st.st_uid != 0:
+            # (its owner could name a file only root may read, a password sent to a host of their choice)
+            raise Refused(_("{path} belongs to uid {uid}: as root, vram reads only a config of root's").format(
+                path=path, uid=st.st_uid))
         if st.st_mode & stat.S_IWOTH:
             raise Refused(_("{path} is writable by every user: chmod o-w {path}").format(path=path))
         if secret and st.st_mode & stat.S_IROTH:
