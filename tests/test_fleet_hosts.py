@@ -207,6 +207,11 @@ def test_basic_auth_and_tls_from_a_scrape_config(served, tmp_path):
     ("gpu-a:99999", "bad port in 'gpu-a:99999'"),
     ("gpu-a/?x=1", "got 'gpu-a/?x=1'"),
     ("gpu-\x1b[31ma", "got 'gpu-?[31ma'"),
+    ("127.0.0.1:1980\n1", "got '127.0.0.1:1980?1'"),  # not 127.0.0.1:19801: urlsplit drops a newline
+    ("gpu-a:19\t80", "got 'gpu-a:19?80'"),
+    ("gpu-a:0", "bad port in 'gpu-a:0'"),
+    ("a..b", "got 'a..b'"),
+    ("x" * 64 + ".example", "got '" + "x" * 64 + ".example'"),
 ])
 def test_a_bad_address_is_one_line_and_exit_2(value, needle):
     with pytest.raises(RequestError):
@@ -236,6 +241,16 @@ def test_a_bad_client_config_is_one_line_naming_the_key(tmp_path, text, needle):
     config.write_text(text)
     result = run_vram("fleet", "--hosts", "127.0.0.1:1", "--hosts-config", str(config), env=clean_env())
     assert_one_line_error(result, 2, "--hosts-config: ", needle)
+
+
+def test_a_certificate_that_does_not_load_says_why(tmp_path):
+    for name in ("c.crt", "c.key"):
+        (tmp_path / name).write_text("not a PEM file")
+        (tmp_path / name).chmod(0o600)
+    config = tmp_path / "fleet.yml"
+    config.write_text("tls_config: {cert_file: c.crt, key_file: c.key}\n")
+    with pytest.raises(RequestError, match=r"tls_config.cert_file: does not load: \[SSL\] PEM lib"):
+        load_client_config(config)
 
 
 def test_files_of_the_config_that_others_can_replace_or_read_are_refused(tmp_path):

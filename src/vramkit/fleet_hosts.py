@@ -65,6 +65,11 @@ PARAM = "hosts"
 CONFIG_PARAM = "hosts_config"
 TOP_KEYS = ("basic_auth", "tls_config")  # of the client config (--hosts-config)
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+
+
+def _labels_fit(host: str) -> bool:
+    """Each dot-separated name of a host name 1 to 63 characters (DNS's rule; "a..b" names none)."""
+    return all(0 < len(label) <= 63 for label in host.removesuffix(".").split("."))
 _IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
 _INDEX = re.compile(r"[0-9]{1,5}")
 
@@ -108,6 +113,8 @@ def _base_url(item: str) -> str:
     bad = RequestError(_("expected a host address like gpu-a:9787 or https://gpu-a:9787, got {address}").format(
         address=repr(shown)),
                        param=PARAM)
+    if not item.isprintable() or any(c.isspace() for c in item):  # urlsplit drops a tab or newline:
+        raise bad  # "gpu-a:1980\n1" would read gpu-a:19801
     try:
         parts = urllib.parse.urlsplit(item if "://" in item else f"http://{item}")
     except ValueError:  # an unbalanced '[' (an IPv6 address cut short)
@@ -115,11 +122,13 @@ def _base_url(item: str) -> str:
     try:
         port = parts.port
     except ValueError:
+        port = -1
+    if port is not None and not 0 < port < 65536:
         raise RequestError(_("bad port in {address}").format(address=repr(shown)), param=PARAM) from None
     host = parts.hostname or ""
     # No user:password@ in the address (credentials belong in --hosts-config, not in ps' listing).
     if parts.scheme not in ("http", "https") or parts.query or parts.fragment or "@" in parts.netloc \
-            or not (_HOST.fullmatch(host) or (":" in host and _IPV6.fullmatch(host))):
+            or not ((_HOST.fullmatch(host) and _labels_fit(host)) or (":" in host and _IPV6.fullmatch(host))):
         raise bad
     netloc = f"[{host}]" if ":" in host else host
     return f"{parts.scheme}://{netloc}:{port or DEFAULT_PORT}{parts.path.rstrip('/')}"
@@ -228,7 +237,7 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
             context.load_cert_chain(base / cert, base / key)
         except (ssl.SSLError, OSError) as e:
             raise _config_error(path, "tls_config.cert_file", _("does not load: {error}").format(
-                error=clean(e))) from None
+                error=clean(e.strerror or str(e)))) from None
     skip = tls.get("insecure_skip_verify", False)
     if not isinstance(skip, bool):
         raise _config_error(path, "tls_config.insecure_skip_verify", _("expected true or false"))
