@@ -137,6 +137,12 @@ def test_a_target_saying_it_is_another_host_is_shown_by_its_address(fake):
         host_info("10.0.0.3:9787", "GPU-A."), host_info("10.0.0.4:9787", "10.0.0.2:9787"),
         *gpu_series("10.0.0.3:9787", 0, "H200", 0, 141 * GiB, 0.0, 0),
         *gpu_series("10.0.0.4:9787", 0, "H200", 0, 141 * GiB, 0.0, 0))["data"]["result"]
+    # and a series without a target's labels (a recording rule's): no host of its own
+    unlabelled = vector(*gpu_series("", 0, "A100", GiB, 80 * GiB, 0.0, 0))["data"]["result"]
+    for series in unlabelled:
+        series["metric"].pop("job", None)
+        series["metric"].pop("instance", None)
+    answers[Q_GPU]["data"]["result"] += unlabelled
     fleet = read_fleet(Prometheus(fake(answers).url))
     shown = {h.instance: h.host for h in fleet.hosts}
     # Two say they are gpu-a: which one is cannot be told, so neither is shown as gpu-a.

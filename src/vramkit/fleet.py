@@ -269,7 +269,7 @@ def names_no_one_else_claims(hosts: list[FleetHost]) -> None:
     down host's address, with GPUs to spare) and `fleet pick` send jobs to the wrong one; such a
     host is shown by its address."""
     forms = [_name_forms(h.instance) | (set() if h.host == h.instance else _name_forms(h.host)) for h in hosts]
-    for i, h in enumerate(hosts):
+    for h in hosts:
         if h.host == h.instance:
             continue
         claimed = _name_forms(h.host)
@@ -328,6 +328,7 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
     users = prom.query(Q_USERS, deadline)
 
     keys = set(seen) | {k for k in up if k[0] in jobs} | {_key(s.labels) for s in readings}
+    keys = {k for k in keys if k[1]}  # a series without a target's instance (a recording rule's) is no host
     hosts: dict[tuple[str, str], FleetHost] = {}
     for key in keys:
         value = up.get(key)
@@ -338,7 +339,9 @@ def read_fleet(prom: Prometheus, jobs: tuple[str, ...] = ("vram",)) -> Fleet:
     dropped: dict[tuple[str, str], float] = {}
     for s in readings:
         key, name = _key(s.labels), s.labels.get("__name__", "")
-        host = hosts[key]
+        host = hosts.get(key)
+        if host is None:
+            continue
         if name == "vram_host_info":
             host.host = s.labels.get("hostname") or host.host
             host.info = {k: v for k, v in s.labels.items() if k not in ("__name__", "job", "instance", "hostname")}
