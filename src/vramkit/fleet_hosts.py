@@ -31,6 +31,7 @@ import base64
 import json
 import re
 import ssl
+import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -252,29 +253,32 @@ def _tls_context(tls: dict[Any, Any], path: Path, base: Path) -> ssl.SSLContext:
 def read_hosts(urls: list[str], timeout: float, config: ClientConfig | None = None,
                max_answer: int = MAX_ANSWER) -> Fleet:
     """Every host's snapshot, read at once within `timeout` seconds for all of them together."""
-    hosts = []
-    for url, answer in zip(urls, read_snapshots(urls, timeout, config, max_answer)):
-        instance = url.split("://", 1)[1]
-        host = FleetHost(host=instance, instance=instance, job="", up=False)
-        if isinstance(answer, Down):
-            host.notes.append(answer.note(timeout, max_answer))
-        else:
-            host.up = True
-            _fill(host, answer)
-        hosts.append(host)
+    config = config or ClientConfig()
+    deadline = time.monotonic() + timeout
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
+        hosts = list(pool.map(lambda url: _read_host(url, deadline, timeout, config, max_answer), urls))
     names_no_one_else_claims(hosts)
     return Fleet(None, hosts, [], source="hosts")
 
 
-def read_snapshots(urls: list[str], timeout: float, config: ClientConfig | None = None,
-                   max_answer: int = MAX_ANSWER) -> list[object | Down]:
-    """Each host's /api/v1/snapshot as parsed JSON (untrusted: any shape), or why it is down, in
-    the order of `urls`, all read at once within `timeout` seconds together (vram fleet --hosts,
-    and vram serve --hosts every reading)."""
-    config = config or ClientConfig()
-    deadline = time.monotonic() + timeout
-    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
-        return list(pool.map(lambda url: _read_snapshot(url, deadline, config, max_answer), urls))
+# One answer parsed at a time, and made into its host's few numbers at once: a hostile host's
+# 32 MiB of {} is ~1 GB of objects while parsed, and 32 of them at once would be 30 GB.
+_PARSING = threading.Lock()
+
+
+def _read_host(url: str, deadline: float, timeout: float, config: ClientConfig, max_answer: int) -> FleetHost:
+    instance = url.split("://", 1)[1]
+    host = FleetHost(host=instance, instance=instance, job="", up=False)
+    answer: object | Down = fetch_snapshot(url, deadline, config, max_answer)
+    if not isinstance(answer, Down):
+        with _PARSING:  # (a parse waited for past the deadline is not started: the host is slow)
+            answer = Down("slow") if time.monotonic() > deadline else parse_snapshot(answer)  # type: ignore[arg-type]
+            if not isinstance(answer, Down):
+                host.up = True
+                _fill(host, answer)
+                return host
+    host.notes.append(answer.note(timeout, max_answer))
+    return host
 
 
 @dataclass(frozen=True)
@@ -305,11 +309,6 @@ class Down:
         if self.kind == "not-json":
             return _("down: answered something that is not vram serve's JSON (is this its address?)")
         return _("down: did not answer in HTTP: {error}").format(error=self.detail)
-
-
-def _read_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: int) -> object | Down:
-    body = fetch_snapshot(url, deadline, config, max_answer)
-    return body if isinstance(body, Down) else parse_snapshot(body)
 
 
 def fetch_snapshot(url: str, deadline: float, config: ClientConfig, max_answer: int) -> bytes | Down:
