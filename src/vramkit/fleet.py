@@ -149,7 +149,8 @@ class Prometheus:
             answer = get(target, deadline, self.max_answer, headers={"Accept": "application/json"})
         except GetError as e:
             raise self._failed(e) from None
-        if answer.status >= 400:  # Prometheus answers 400/422/503 with a JSON error body
+        if answer.status >= 300:  # Prometheus answers 400/422/503 with a JSON error body; a 3xx here is a
+            # redirect not followed (a loop, or past urllib's ten): said as its status
             try:
                 data = json.loads(answer.body.decode("utf-8", "replace"))
                 error = f"{clean(data['errorType'])}: {clean(data['error'])}"

@@ -86,6 +86,16 @@ def test_a_prometheus_redirecting_to_ftp_is_not_followed_there():
         ftp.close()
 
 
+def test_a_prometheus_redirecting_to_itself_is_said_as_a_redirect_not_as_not_json():
+    host = FakeHost(lambda h: send(h, b"", status=302, Location="/api/v1/query"))
+    try:
+        result = run_vram("fleet", "--prometheus", f"http://{host.address}", env=clean_env())
+        assert result.rc == 1 and "answered an error: HTTP 302" in result.err and "not JSON" not in result.err
+        assert len(result.err_lines) == 1
+    finally:
+        host.close()
+
+
 # ---------------------------------------------------------------- a host passing for another
 
 def _gpu(free_gib: int) -> dict:
