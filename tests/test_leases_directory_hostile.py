@@ -7,10 +7,8 @@ can have is bad input (exit 2), said in one line. The second user is `nobody`, a
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,17 +33,6 @@ def refused(path: Path, *needles: str) -> str:
 
 def pick(path: Path, *args: str):
     return run_vram("pick", "--simulate", "demo", *args, env=clean_env(VRAM_LEASE_DIR=str(path)), timeout=20)
-
-
-@pytest.fixture
-def sticky_tmp():
-    """A directory like /tmp: the runner's, sticky, every user may add to it."""
-    path = Path(tempfile.mkdtemp(prefix="vramkit-test-"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- item 1: not sticky
@@ -111,15 +98,15 @@ def test_a_parent_others_may_write_must_be_sticky(tmp_path):
     assert use(leases).path == leases
 
 
-def test_a_symlink_of_one_s_own_on_the_way_is_followed(tmp_path, sticky_tmp):
+def test_a_symlink_of_one_s_own_on_the_way_is_followed(tmp_path, shared_dir):
     """Nobody else can replace a symlink of root's (/var/run -> /run) or the caller's in a sticky
     directory: it is followed, relative or absolute."""
     real = tmp_path / "real"
     real.mkdir()
-    (sticky_tmp / "absolute").symlink_to(real)
-    (sticky_tmp / "relative").symlink_to(Path("..") / sticky_tmp.name / "absolute" / ".." / "real")
+    (shared_dir / "absolute").symlink_to(real)
+    (shared_dir / "relative").symlink_to(Path("..") / shared_dir.name / "absolute" / ".." / "real")
     for link in ("absolute", "relative"):
-        assert use(sticky_tmp / link / "leases").path == sticky_tmp / link / "leases"
+        assert use(shared_dir / link / "leases").path == shared_dir / link / "leases"
     assert stat.S_IMODE(os.stat(real / "leases").st_mode) == 0o1777
 
 
@@ -130,10 +117,10 @@ def test_the_lease_directory_itself_is_never_a_symlink(tmp_path):
 
 
 @needs_root("to be the victim of another user's symlink and directory (nobody plants them)")
-def test_a_symlink_or_directory_another_user_planted_on_the_way_is_refused(sticky_tmp):
+def test_a_symlink_or_directory_another_user_planted_on_the_way_is_refused(shared_dir):
     """Old code: root followed nobody's symlink and created its 1777 lease directory in nobody's
     directory; nobody then renamed it away and got the GPU root held."""
-    theirs, link = sticky_tmp / "theirs", sticky_tmp / "evil"
+    theirs, link = shared_dir / "theirs", shared_dir / "evil"
     for argv in (["mkdir", "-m", "755", str(theirs)], ["ln", "-s", str(theirs), str(link)]):
         subprocess.run([*AS_NOBODY, *argv], check=True, timeout=20)
     refused(link / "leases", f"{link} on the way is a symlink of nobody, not of root or you",
@@ -146,8 +133,8 @@ def test_a_symlink_or_directory_another_user_planted_on_the_way_is_refused(stick
 
 
 @needs_root("to run vram as another user (nobody) in root's directory")
-def test_another_user_s_vram_refuses_root_s_directory_that_is_not_sticky_too(sticky_tmp):
-    leases = sticky_tmp / "leases"
+def test_another_user_s_vram_refuses_root_s_directory_that_is_not_sticky_too(shared_dir):
+    leases = shared_dir / "leases"
     leases.mkdir()
     leases.chmod(0o777)
     result = run_vram_as(AS_NOBODY, "pick", "--simulate", "demo", env=clean_env(VRAM_LEASE_DIR=str(leases)))

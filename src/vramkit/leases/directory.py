@@ -31,18 +31,9 @@ def made_dir(path: Path, mode: int, create: bool, parents: bool = False) -> os.s
     dfd, name = walked
     try:
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+            fd = _open_dir(dfd, name, mode if create else None)
         except FileNotFoundError:
-            if not create:
-                return _("{path} does not exist").format(path=path)
-            try:
-                os.mkdir(name, 0o700, dir_fd=dfd)
-                made = True
-            except FileExistsError:
-                made = False  # created by someone else just now: checked like any other
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
-            if made:
-                os.fchmod(fd, mode)  # `mode` whatever the umask
+            return _("{path} does not exist").format(path=path)
         try:
             return os.fstat(fd)
         finally:
@@ -58,6 +49,26 @@ def made_dir(path: Path, mode: int, create: bool, parents: bool = False) -> os.s
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(dfd: int, name: str, make: int | None) -> int:
+    """An fd of directory `name` in `dfd` (never through a symlink), made with mode `make` (whatever
+    the umask) when missing; make None: FileNotFoundError. One made by someone else just now is
+    opened like any other (the caller checks it)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dfd)
+    except FileNotFoundError:
+        if make is None:
+            raise
+    try:
+        os.mkdir(name, 0o700, dir_fd=dfd)
+        made = True
+    except FileExistsError:
+        made = False
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+    if made:
+        os.fchmod(fd, make)
+    return fd
 
 
 def _walk(path: Path, create: bool) -> tuple[int, str] | str:
@@ -88,15 +99,9 @@ def _walk(path: Path, create: bool) -> tuple[int, str] | str:
                 result, fd = (fd, name), -1
                 return result
             try:
-                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                nfd = _open_dir(fd, name, 0o755 if create else None)
             except FileNotFoundError:
-                if not create:
-                    return _("{path} does not exist").format(path=path)
-                try:
-                    os.mkdir(name, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                return _("{path} does not exist").format(path=path)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
