@@ -277,7 +277,8 @@ def test_idle_of_a_second_is_accepted(write_scenario, env):
 def test_a_user_no_one_is_is_bad_usage_not_nothing_to_signal(env):
     # demo's users are made up (alice, bob...): a scenario's users count, as the user database's do
     typo = kill("demo", "--user", "bobb", "--all-users", "--yes", env=env)
-    assert_one_line_error(typo, 2, "--user", "there is no user bobb here")
+    assert_one_line_error(typo, 2, "--user: there is no user bobb here")
+    assert "--user: --user" not in typo.err  # the option is named once
     for known in ("bob", "root", "12345"):  # a scenario's, the database's, a uid without a name
         result = kill("demo", "--user", known, "--all-users", "--dry-run", env=env)
         assert result.rc in (0, 1) and "there is no user" not in result.err, (known, result.err)

@@ -260,7 +260,7 @@ def _narrow_by_criteria(targets: list[Target], criteria: Criteria, caller: Calle
         users = set(criteria.users)
         unknown = _unknown_user(criteria.users, snap)
         if unknown is not None:  # a typo must not read as "nothing to signal", exit 0
-            raise KillRequestError(_("--user: there is no user {user} here (not in the user database, and no GPU "
+            raise KillRequestError(_("there is no user {user} here (not in the user database, and no GPU "
                                      "process of that name)").format(user=procs.sanitize(unknown)), param="user")
         targets = _narrow(targets, lambda t: t.user in users, notes,
                           _("pid {pid} does not match user {users}: not selected"), ",".join(criteria.users))
